@@ -1,0 +1,41 @@
+# asyncrl — build, test, lint, bench, run.
+GO        ?= go
+BIN       ?= bin/asyncrl
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS   := -X github.com/asyncrl/asyncrl/internal/buildinfo.Version=$(VERSION)
+# Packages whose tests also run under the race detector: pure cores and transport.
+RACE_PKGS ?= ./transport/... ./actors/... ./messages/...
+FUZZTIME  ?= 30s
+
+.PHONY: all build test test-race lint fuzz bench run clean
+
+all: build
+
+build:
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/asyncrl
+
+test:
+	$(GO) vet ./...
+	$(GO) test -count=1 ./...
+	$(GO) test -count=1 -race $(RACE_PKGS)
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@2025.1.1 ./... || echo "staticcheck unavailable or failed (see above)"
+
+# Longer fuzzing of every decoder; the seed corpora also run in `make test`.
+fuzz:
+	@for t in $$($(GO) test -list '^Fuzz' ./messages/... 2>/dev/null | grep '^Fuzz'); do \
+		pkg=$$(grep -rl "func $$t(" --include='*_test.go' . | head -1 | xargs dirname); \
+		echo "== $$pkg $$t"; $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	done
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./bench/... | tee bench/last.txt
+
+run: build
+	./$(BIN) run
+
+clean:
+	rm -rf bin

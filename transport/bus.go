@@ -1,0 +1,118 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Msg is one message delivered by a Bus.
+type Msg struct {
+	// Subject the message was published on.
+	Subject string
+	// Reply is the inbox a responder answers on (request/reply); empty otherwise.
+	Reply string
+	// Data is the payload (a messages envelope for control traffic). Receivers
+	// must not retain it past the handler unless they copy it.
+	Data []byte
+	// Header carries optional metadata (e.g. the sender node); may be nil.
+	Header map[string]string
+}
+
+// Handler receives messages for a subscription. Handlers of one subscription
+// are called sequentially, in delivery order.
+type Handler func(m *Msg)
+
+// Subscription is an active interest in a subject.
+type Subscription interface {
+	// Unsubscribe stops delivery; it is safe to call more than once.
+	Unsubscribe() error
+}
+
+// Bus is the small message-bus interface every actor talks through. The NATS
+// implementation carries it between processes and nodes; the in-memory hub
+// carries it inside one process with injectable faults.
+type Bus interface {
+	// Publish sends data on subject (fire and forget).
+	Publish(ctx context.Context, subject string, data []byte) error
+	// Subscribe delivers every message on subject (wildcards '*' and '>' allowed).
+	Subscribe(subject string, h Handler) (Subscription, error)
+	// QueueSubscribe delivers each message on subject to exactly one member of queue.
+	QueueSubscribe(subject, queue string, h Handler) (Subscription, error)
+	// Request publishes data and waits for one reply, until ctx ends.
+	Request(ctx context.Context, subject string, data []byte) (*Msg, error)
+	// Respond answers a request message.
+	Respond(ctx context.Context, req *Msg, data []byte) error
+	// Stream opens (creating if needed) a durable stream.
+	Stream(ctx context.Context, cfg StreamConfig) (Stream, error)
+	// MaxPayload is the largest payload Publish accepts, in bytes.
+	MaxPayload() int
+	// Close drains subscriptions and releases resources.
+	Close() error
+}
+
+// StreamConfig describes a durable stream: state that must survive a process
+// restart (the trajectory buffer, the prompt ledger, versions).
+type StreamConfig struct {
+	// Name of the stream (letters, digits, '-' and '_').
+	Name string
+	// Subjects captured by the stream.
+	Subjects []string
+	// MaxAge drops messages older than this; 0 keeps them forever.
+	MaxAge time.Duration
+	// MaxBytes bounds the stream's size; 0 is unbounded.
+	MaxBytes int64
+	// Memory keeps the stream in memory instead of on disk (tests).
+	Memory bool
+}
+
+// Stream is a durable, ordered log of messages with acknowledged consumers.
+type Stream interface {
+	// Publish appends data on subject and returns its sequence number once stored.
+	Publish(ctx context.Context, subject string, data []byte) (seq uint64, err error)
+	// Consume delivers stored and future messages to h through the durable
+	// consumer named durable, starting after its last acknowledged message.
+	// A message not acked within ackWait is delivered again.
+	Consume(ctx context.Context, durable string, ackWait time.Duration, h StreamHandler) (Subscription, error)
+	// Name of the stream.
+	Name() string
+}
+
+// StreamMsg is one stored message delivered to a durable consumer.
+type StreamMsg struct {
+	Subject  string
+	Data     []byte
+	Sequence uint64
+	// Delivered counts deliveries of this message (1 on first delivery).
+	Delivered uint64
+	ack       func() error
+	nak       func() error
+}
+
+// NewStreamMsg builds a StreamMsg for Bus implementations.
+func NewStreamMsg(subject string, data []byte, seq, delivered uint64, ack, nak func() error) *StreamMsg {
+	return &StreamMsg{Subject: subject, Data: data, Sequence: seq, Delivered: delivered, ack: ack, nak: nak}
+}
+
+// Ack marks the message consumed; it will not be delivered again.
+func (m *StreamMsg) Ack() error { return m.ack() }
+
+// Nak asks for redelivery now.
+func (m *StreamMsg) Nak() error { return m.nak() }
+
+// StreamHandler receives stored messages.
+type StreamHandler func(m *StreamMsg)
+
+// Sentinel errors. Implementations wrap them with context.
+var (
+	// ErrPayloadTooLarge is returned when a payload exceeds MaxPayload.
+	ErrPayloadTooLarge = errors.New("transport: payload too large")
+	// ErrClosed is returned by operations on a closed bus.
+	ErrClosed = errors.New("transport: bus closed")
+	// ErrNoResponders is returned by Request when nobody listens on the subject.
+	ErrNoResponders = errors.New("transport: no responders")
+	// ErrTimeout is returned by Request when no reply arrives in time.
+	ErrTimeout = errors.New("transport: request timed out")
+	// ErrBadSubject is returned for a malformed subject.
+	ErrBadSubject = errors.New("transport: bad subject")
+)
