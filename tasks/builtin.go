@@ -1,0 +1,17 @@
+package tasks
+
+// The built-in tasks, registered under their default names.
+func init() {
+	for _, c := range []LetterConfig{DefaultReverseConfig(), DefaultSortConfig(), DefaultCopyConfig()} {
+		mustRegister(must(NewLetterTask(c)))
+	}
+	mustRegister(must(NewArithTask(DefaultArithConfig())))
+	mustRegister(must(NewGuessTask(DefaultGuessConfig())))
+}
+
+func must[T Task](t T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return t
+}
