@@ -1,0 +1,63 @@
+package latency
+
+import (
+	"fmt"
+	"time"
+)
+
+// Config sizes the modelled GPU server. Every duration is modelled time at
+// time scale 1; the core never sleeps.
+type Config struct {
+	// MaxNumSeqs is the most sequences decoded together in one step
+	// (vLLM --max-num-seqs). Requests beyond it wait in the FIFO queue.
+	MaxNumSeqs int
+	// MaxWaiting is the most requests the waiting queue holds; Add beyond
+	// it returns ErrQueueFull (the server answers 429). Preempted
+	// sequences re-enter the queue regardless.
+	MaxWaiting int
+	// BlockSize is the number of tokens per KV-cache block (vLLM: 16).
+	BlockSize int
+	// CacheBlocks is the KV-cache capacity in blocks. It bounds both the
+	// running batch's KV and the prefix cache (unreferenced blocks keep
+	// their contents until evicted, least recently used first).
+	CacheBlocks int
+	// PrefillPerToken is the cost of computing one uncached prompt token.
+	PrefillPerToken time.Duration
+	// DecodeBase is the fixed cost of one engine step (one forward pass).
+	DecodeBase time.Duration
+	// DecodePerSeq is the extra step cost per sequence in the running
+	// batch: step = DecodeBase + DecodePerSeq·batch + PrefillPerToken·uncached.
+	DecodePerSeq time.Duration
+}
+
+// DefaultConfig models a mid-size model on one modern GPU: ~25k prefill
+// tokens/s, a 10 ms step at batch 1 growing by 50 µs per sequence, and
+// 8192 blocks (131072 tokens) of KV cache.
+func DefaultConfig() Config {
+	return Config{
+		MaxNumSeqs:      256,
+		MaxWaiting:      4096,
+		BlockSize:       16,
+		CacheBlocks:     8192,
+		PrefillPerToken: 40 * time.Microsecond,
+		DecodeBase:      10 * time.Millisecond,
+		DecodePerSeq:    50 * time.Microsecond,
+	}
+}
+
+// Validate names the first invalid field and its allowed values.
+func (c Config) Validate() error {
+	switch {
+	case c.MaxNumSeqs < 1:
+		return fmt.Errorf("%w: MaxNumSeqs must be >= 1, got %d", ErrConfig, c.MaxNumSeqs)
+	case c.MaxWaiting < 0:
+		return fmt.Errorf("%w: MaxWaiting must be >= 0, got %d", ErrConfig, c.MaxWaiting)
+	case c.BlockSize < 1:
+		return fmt.Errorf("%w: BlockSize must be >= 1, got %d", ErrConfig, c.BlockSize)
+	case c.CacheBlocks < 1:
+		return fmt.Errorf("%w: CacheBlocks must be >= 1, got %d", ErrConfig, c.CacheBlocks)
+	case c.PrefillPerToken < 0 || c.DecodeBase < 0 || c.DecodePerSeq < 0:
+		return fmt.Errorf("%w: PrefillPerToken, DecodeBase and DecodePerSeq must be >= 0", ErrConfig)
+	}
+	return nil
+}
