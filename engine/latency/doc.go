@@ -13,10 +13,12 @@
 //     cache cannot supply a block, the most recently admitted running
 //     sequence is preempted (its blocks are released and it goes back to
 //     the FRONT of the queue, to be recomputed later), as vLLM does.
+//
 //  2. While fewer than MaxNumSeqs run, the head of the FIFO queue is
 //     admitted if its uncached blocks fit (free blocks, or unreferenced
 //     cached blocks evicted least recently used first). Head-of-line
 //     blocking is deliberate: FIFO order, never an error.
+//
 //  3. Every running sequence produces one token. The step costs
 //
 //     step = DecodeBase + DecodePerSeq·batch + PrefillPerToken·uncached
