@@ -1,0 +1,149 @@
+package natsbus
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/asyncrl/asyncrl/transport"
+)
+
+// DefaultMaxPayload is the largest control message the embedded server
+// accepts (8 MiB). Bulk data (weights, token batches) moves on data planes, so
+// this only has to fit the largest control envelope with room to spare.
+const DefaultMaxPayload = 8 << 20
+
+// Options configures Connect. The zero value is not usable; start from
+// DefaultOptions.
+type Options struct {
+	// URL of an external NATS server ("nats://host:4222"). Empty starts an
+	// embedded in-process server on 127.0.0.1 with a random port and
+	// JetStream enabled.
+	URL string
+	// StoreDir is where the embedded server keeps JetStream files. Empty
+	// creates a fresh temporary directory, removed again by Close.
+	StoreDir string
+	// MaxPayload is the embedded server's max_payload in bytes (default
+	// DefaultMaxPayload). With an external URL the server's advertised
+	// max_payload applies instead and this field is ignored.
+	MaxPayload int
+	// Name identifies this client (and the embedded server) in server
+	// monitoring; use the node id.
+	Name string
+	// Logger receives this package's logs; the embedded server's own logs
+	// are bridged to it at debug level when the logger is enabled for debug.
+	// Default zerolog.Nop().
+	Logger zerolog.Logger
+	// ConnectTimeout bounds dialling the server (default 5s).
+	ConnectTimeout time.Duration
+	// ReadyTimeout bounds waiting for the embedded server to accept
+	// connections (default 10s).
+	ReadyTimeout time.Duration
+	// ReconnectWait is the pause between reconnect attempts (default 250ms).
+	ReconnectWait time.Duration
+	// MaxReconnects is how many reconnect attempts are made after a lost
+	// connection; -1 retries forever (default -1: long RL jobs should ride
+	// out a server restart rather than die).
+	MaxReconnects int
+	// DrainTimeout bounds draining subscriptions on Close (default 5s).
+	DrainTimeout time.Duration
+	// Cluster, when set, makes the embedded server join a NATS cluster
+	// (multi-node). Ignored with an external URL.
+	Cluster *ClusterOptions
+}
+
+// ClusterOptions configures route clustering of the embedded server.
+type ClusterOptions struct {
+	// Name of the cluster; every member must use the same one.
+	Name string
+	// Listen is the host:port the server accepts routes on ("127.0.0.1:6222";
+	// port 0 or -1 picks a random port).
+	Listen string
+	// Routes are the other members' route URLs ("nats-route://10.0.0.2:6222").
+	Routes []string
+}
+
+// DefaultOptions returns options for an embedded server with defaults.
+func DefaultOptions() Options {
+	return Options{
+		MaxPayload:     DefaultMaxPayload,
+		Name:           "asyncrl",
+		Logger:         zerolog.Nop(),
+		ConnectTimeout: 5 * time.Second,
+		ReadyTimeout:   10 * time.Second,
+		ReconnectWait:  250 * time.Millisecond,
+		MaxReconnects:  -1,
+		DrainTimeout:   5 * time.Second,
+	}
+}
+
+// withDefaults fills zero fields, so callers that build Options by hand get
+// the same behaviour as DefaultOptions.
+func (o Options) withDefaults() Options {
+	d := DefaultOptions()
+	if o.MaxPayload == 0 {
+		o.MaxPayload = d.MaxPayload
+	}
+	if o.Name == "" {
+		o.Name = d.Name
+	}
+	if o.ConnectTimeout == 0 {
+		o.ConnectTimeout = d.ConnectTimeout
+	}
+	if o.ReadyTimeout == 0 {
+		o.ReadyTimeout = d.ReadyTimeout
+	}
+	if o.ReconnectWait == 0 {
+		o.ReconnectWait = d.ReconnectWait
+	}
+	if o.MaxReconnects == 0 {
+		o.MaxReconnects = d.MaxReconnects
+	}
+	if o.DrainTimeout == 0 {
+		o.DrainTimeout = d.DrainTimeout
+	}
+	return o
+}
+
+// maxServerPayload is nats-server's hard upper limit for max_payload.
+const maxServerPayload = 64 << 20
+
+// Validate checks the options, naming the field and the allowed values.
+func (o Options) Validate() error {
+	if o.MaxPayload < 0 || o.MaxPayload > maxServerPayload {
+		return fmt.Errorf("natsbus: MaxPayload %d out of range (allowed 1..%d bytes, 0 for the default)", o.MaxPayload, maxServerPayload)
+	}
+	if o.ConnectTimeout < 0 || o.ReadyTimeout < 0 || o.ReconnectWait < 0 || o.DrainTimeout < 0 {
+		return fmt.Errorf("natsbus: ConnectTimeout, ReadyTimeout, ReconnectWait and DrainTimeout must be >= 0")
+	}
+	if o.MaxReconnects < -1 {
+		return fmt.Errorf("natsbus: MaxReconnects %d out of range (allowed -1 for forever, or >= 0)", o.MaxReconnects)
+	}
+	if c := o.Cluster; c != nil && o.URL == "" {
+		if err := transport.ValidToken(c.Name); err != nil {
+			return fmt.Errorf("natsbus: Cluster.Name: %w", err)
+		}
+		if _, _, err := splitHostPort(c.Listen); err != nil {
+			return fmt.Errorf("natsbus: Cluster.Listen %q: %w (want host:port)", c.Listen, err)
+		}
+	}
+	return nil
+}
+
+func splitHostPort(hp string) (string, int, error) {
+	h, p, err := net.SplitHostPort(hp)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil {
+		return "", 0, err
+	}
+	if h == "" {
+		h = "127.0.0.1"
+	}
+	return h, port, nil
+}

@@ -1,0 +1,157 @@
+package natsbus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/asyncrl/asyncrl/transport"
+)
+
+// defaultAckWait applies when Consume is given ackWait <= 0; it matches
+// JetStream's own default.
+const defaultAckWait = 30 * time.Second
+
+// Stream implements transport.Bus: it creates the JetStream stream or
+// updates its configuration to cfg.
+func (b *Bus) Stream(ctx context.Context, cfg transport.StreamConfig) (transport.Stream, error) {
+	if err := b.checkOpen(); err != nil {
+		return nil, err
+	}
+	if err := transport.ValidToken(cfg.Name); err != nil {
+		return nil, fmt.Errorf("natsbus: stream name: %w", err)
+	}
+	if len(cfg.Subjects) == 0 {
+		return nil, fmt.Errorf("natsbus: stream %s: Subjects is empty (want at least one subject pattern)", cfg.Name)
+	}
+	for _, s := range cfg.Subjects {
+		if err := transport.ValidatePattern(s); err != nil {
+			return nil, fmt.Errorf("natsbus: stream %s: %w", cfg.Name, err)
+		}
+	}
+	if cfg.MaxAge < 0 || cfg.MaxBytes < 0 {
+		return nil, fmt.Errorf("natsbus: stream %s: MaxAge and MaxBytes must be >= 0 (0 is unlimited)", cfg.Name)
+	}
+	jc := jetstream.StreamConfig{
+		Name:     cfg.Name,
+		Subjects: cfg.Subjects,
+		MaxAge:   cfg.MaxAge,
+		MaxBytes: -1,
+		Storage:  jetstream.FileStorage,
+	}
+	if cfg.MaxBytes > 0 {
+		jc.MaxBytes = cfg.MaxBytes
+	}
+	if cfg.Memory {
+		jc.Storage = jetstream.MemoryStorage
+	}
+	s, err := b.js.CreateOrUpdateStream(ctx, jc)
+	if err != nil {
+		return nil, fmt.Errorf("natsbus: stream %s: %w", cfg.Name, mapErr(err))
+	}
+	return &stream{b: b, s: s, name: cfg.Name}, nil
+}
+
+type stream struct {
+	b    *Bus
+	s    jetstream.Stream
+	name string
+}
+
+func (s *stream) Name() string { return s.name }
+
+// Publish waits for JetStream's ack, so a returned sequence is stored.
+func (s *stream) Publish(ctx context.Context, subject string, data []byte) (uint64, error) {
+	if err := s.b.checkOpen(); err != nil {
+		return 0, err
+	}
+	if err := transport.ValidateSubject(subject); err != nil {
+		return 0, err
+	}
+	if err := s.b.checkPayload(subject, len(data)); err != nil {
+		return 0, err
+	}
+	ack, err := s.b.js.Publish(ctx, subject, data, jetstream.WithExpectStream(s.name))
+	if err != nil {
+		return 0, fmt.Errorf("natsbus: stream %s publish %s: %w", s.name, subject, mapErr(err))
+	}
+	return ack.Sequence, nil
+}
+
+// Consume creates (or updates) the durable pull consumer and delivers to h on
+// one goroutine, in stream order apart from redeliveries. ctx bounds only
+// the set-up; the subscription lives until Unsubscribe or Close.
+func (s *stream) Consume(ctx context.Context, durable string, ackWait time.Duration, h transport.StreamHandler) (transport.Subscription, error) {
+	if err := s.b.checkOpen(); err != nil {
+		return nil, err
+	}
+	if err := transport.ValidToken(durable); err != nil {
+		return nil, fmt.Errorf("natsbus: durable name: %w", err)
+	}
+	if ackWait <= 0 {
+		ackWait = defaultAckWait
+	}
+	c, err := s.s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+		Durable:       durable,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       ackWait,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("natsbus: stream %s consumer %s: %w", s.name, durable, mapErr(err))
+	}
+	log := s.b.log
+	cc, err := c.Consume(func(m jetstream.Msg) {
+		md, err := m.Metadata()
+		if err != nil {
+			log.Warn().Err(err).Str("stream", s.name).Msg("natsbus: message without metadata")
+			return
+		}
+		h(transport.NewStreamMsg(m.Subject(), m.Data(), md.Sequence.Stream, md.NumDelivered, m.Ack, m.Nak))
+	}, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		if errors.Is(err, jetstream.ErrConnectionClosed) {
+			return
+		}
+		log.Debug().Err(err).Str("stream", s.name).Str("durable", durable).Msg("natsbus: consume")
+	}))
+	if err != nil {
+		return nil, fmt.Errorf("natsbus: stream %s consume %s: %w", s.name, durable, mapErr(err))
+	}
+	cs := &consumeSub{b: s.b, cc: cc}
+	s.b.mu.Lock()
+	if s.b.closed {
+		s.b.mu.Unlock()
+		cs.stop()
+		return nil, transport.ErrClosed
+	}
+	s.b.consumers[cs] = struct{}{}
+	s.b.mu.Unlock()
+	return cs, nil
+}
+
+type consumeSub struct {
+	b  *Bus
+	cc jetstream.ConsumeContext
+}
+
+// Unsubscribe stops pulling and waits until the handler has returned, so no
+// delivery happens after it.
+func (c *consumeSub) Unsubscribe() error {
+	c.b.mu.Lock()
+	delete(c.b.consumers, c)
+	c.b.mu.Unlock()
+	c.stop()
+	return nil
+}
+
+func (c *consumeSub) stop() {
+	c.cc.Stop()
+	select {
+	case <-c.cc.Closed():
+	case <-time.After(c.b.opts.DrainTimeout):
+		c.b.log.Warn().Msg("natsbus: consumer did not stop in time")
+	}
+}

@@ -1,0 +1,244 @@
+package transport
+
+import (
+	"fmt"
+	"strings"
+)
+
+// SubjectRoot is the first token of every asyncrl subject. Keeping one root
+// lets an operator grant or mirror a whole deployment with "asyncrl.>".
+const SubjectRoot = "asyncrl"
+
+// Topic is the second-level token of a subject: asyncrl.<run>.<topic>[.<more>…].
+type Topic string
+
+// Topics of the subject scheme. Who publishes and who subscribes:
+//
+//	subject                               publisher                 subscriber(s)                     kind
+//	asyncrl.<run>.prompts                 prompt source, requeue    rollout (queue "rollout")         stream (ledger-backed)
+//	asyncrl.<run>.turns                   rollout (multi-turn env)  rollout, filter                   pub/sub
+//	asyncrl.<run>.trajectories            rollout                   filter (queue "filter")           stream (trajectory buffer)
+//	asyncrl.<run>.groups                  filter                    trainer                           stream
+//	asyncrl.<run>.train                   trainer                   remote trainer workers (queue)    request/reply
+//	asyncrl.<run>.steps                   trainer (StepDone v+1)    publisher, staleness controller   pub/sub
+//	asyncrl.<run>.weights                 publisher (version v)     engines, router (version tracker) stream (versions)
+//	asyncrl.<run>.engines.<id>.health     engine / node agent       router                            pub/sub
+//	asyncrl.<run>.engines.<id>.load       engine                    router                            pub/sub
+//	asyncrl.<run>.engines.<id>.ack        engine (serves v)         router, publisher                 pub/sub
+//	asyncrl.<run>.sessions                router                    rollout                           pub/sub
+//	asyncrl.<run>.capacity                filter, trainer           staleness controller              pub/sub
+//	asyncrl.<run>.ledger                  staleness controller      rollout, operators                stream (prompt ledger)
+//	asyncrl.<run>.control                 CLI / leader              every actor                       request/reply + pub/sub
+//	asyncrl.<run>.transfers               publisher, data planes    engines, trainer                  pub/sub (data-plane triggers)
+//
+// Subscribers of a whole run use "asyncrl.<run>.>", of all engines' health
+// "asyncrl.<run>.engines.*.health".
+const (
+	TopicPrompts      Topic = "prompts"
+	TopicTurns        Topic = "turns"
+	TopicTrajectories Topic = "trajectories"
+	TopicGroups       Topic = "groups"
+	TopicTrain        Topic = "train"
+	TopicSteps        Topic = "steps"
+	TopicWeights      Topic = "weights"
+	TopicEngines      Topic = "engines"
+	TopicSessions     Topic = "sessions"
+	TopicCapacity     Topic = "capacity"
+	TopicLedger       Topic = "ledger"
+	TopicControl      Topic = "control"
+	TopicTransfers    Topic = "transfers"
+)
+
+// EngineTopic is the per-engine suffix under asyncrl.<run>.engines.<id>.
+type EngineTopic string
+
+// Per-engine topics.
+const (
+	EngineHealth EngineTopic = "health"
+	EngineLoad   EngineTopic = "load"
+	EngineAck    EngineTopic = "ack"
+)
+
+// Topics lists every top-level topic, in the order of the table above.
+func Topics() []Topic {
+	return []Topic{TopicPrompts, TopicTurns, TopicTrajectories, TopicGroups, TopicTrain, TopicSteps,
+		TopicWeights, TopicEngines, TopicSessions, TopicCapacity, TopicLedger, TopicControl, TopicTransfers}
+}
+
+func knownTopic(t Topic) bool {
+	for _, k := range Topics() {
+		if k == t {
+			return true
+		}
+	}
+	return false
+}
+
+// ValidToken reports whether tok can be one token of a subject, a run id, a
+// node id, a stream name or a durable name: non-empty, only ASCII letters,
+// digits, '-' and '_'. Dots, spaces and wildcards would change the meaning of
+// a subject, so they are refused rather than escaped.
+func ValidToken(tok string) error {
+	if tok == "" {
+		return fmt.Errorf("%w: empty token", ErrBadSubject)
+	}
+	for i := 0; i < len(tok); i++ {
+		c := tok[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '_':
+		default:
+			return fmt.Errorf("%w: token %q has %q at %d (allowed: letters, digits, '-', '_')", ErrBadSubject, tok, c, i)
+		}
+	}
+	return nil
+}
+
+// Subject builds asyncrl.<run>.<topic>[.<more>…] and validates every token.
+func Subject(run string, topic Topic, more ...string) (string, error) {
+	if err := ValidToken(run); err != nil {
+		return "", fmt.Errorf("run id: %w", err)
+	}
+	if !knownTopic(topic) {
+		return "", fmt.Errorf("%w: unknown topic %q", ErrBadSubject, topic)
+	}
+	if topic == TopicEngines && len(more) != 2 {
+		return "", fmt.Errorf("%w: engines subjects are engines.<id>.<health|load|ack>, got %d extra tokens", ErrBadSubject, len(more))
+	}
+	for _, m := range more {
+		if err := ValidToken(m); err != nil {
+			return "", err
+		}
+	}
+	var b strings.Builder
+	b.WriteString(SubjectRoot)
+	b.WriteByte('.')
+	b.WriteString(run)
+	b.WriteByte('.')
+	b.WriteString(string(topic))
+	for _, m := range more {
+		b.WriteByte('.')
+		b.WriteString(m)
+	}
+	return b.String(), nil
+}
+
+// MustSubject is Subject for constant arguments; it panics on a bad token.
+func MustSubject(run string, topic Topic, more ...string) string {
+	s, err := Subject(run, topic, more...)
+	if err != nil {
+		panic(err)
+	}
+	return s
+}
+
+// EngineSubject builds asyncrl.<run>.engines.<engineID>.<kind>.
+func EngineSubject(run, engineID string, kind EngineTopic) (string, error) {
+	switch kind {
+	case EngineHealth, EngineLoad, EngineAck:
+	default:
+		return "", fmt.Errorf("%w: unknown engine topic %q (allowed: health, load, ack)", ErrBadSubject, kind)
+	}
+	return Subject(run, TopicEngines, engineID, string(kind))
+}
+
+// RunWildcard is the pattern matching every subject of run: asyncrl.<run>.>.
+func RunWildcard(run string) (string, error) {
+	if err := ValidToken(run); err != nil {
+		return "", fmt.Errorf("run id: %w", err)
+	}
+	return SubjectRoot + "." + run + ".>", nil
+}
+
+// ParsedSubject is a subject split into the parts of the scheme.
+type ParsedSubject struct {
+	Run   string
+	Topic Topic
+	// More holds the tokens after the topic (engines: id and kind).
+	More []string
+}
+
+// ParseSubject validates a concrete (wildcard-free) asyncrl subject and
+// splits it into its parts.
+func ParseSubject(s string) (ParsedSubject, error) {
+	toks := strings.Split(s, ".")
+	if len(toks) < 3 || toks[0] != SubjectRoot {
+		return ParsedSubject{}, fmt.Errorf("%w: %q is not %s.<run>.<topic>[.<more>…]", ErrBadSubject, s, SubjectRoot)
+	}
+	p := ParsedSubject{Run: toks[1], Topic: Topic(toks[2]), More: toks[3:]}
+	if _, err := Subject(p.Run, p.Topic, p.More...); err != nil {
+		return ParsedSubject{}, fmt.Errorf("subject %q: %w", s, err)
+	}
+	if p.Topic == TopicEngines {
+		switch EngineTopic(p.More[1]) {
+		case EngineHealth, EngineLoad, EngineAck:
+		default:
+			return ParsedSubject{}, fmt.Errorf("%w: subject %q: unknown engine topic %q", ErrBadSubject, s, p.More[1])
+		}
+	}
+	return p, nil
+}
+
+// ValidateSubject checks a subject a message is published on: dot-separated
+// tokens, none empty, no wildcards, no whitespace. It does not require the
+// asyncrl scheme (inboxes and foreign subjects are legal on the bus); use
+// ParseSubject for that.
+func ValidateSubject(s string) error {
+	return validate(s, false)
+}
+
+// ValidatePattern checks a subscription subject: like ValidateSubject, but
+// '*' may stand for one whole token and '>' for the last one or more tokens.
+func ValidatePattern(s string) error {
+	return validate(s, true)
+}
+
+func validate(s string, wildcards bool) error {
+	if s == "" {
+		return fmt.Errorf("%w: empty subject", ErrBadSubject)
+	}
+	toks := strings.Split(s, ".")
+	for i, t := range toks {
+		if t == "" {
+			return fmt.Errorf("%w: %q has an empty token", ErrBadSubject, s)
+		}
+		if t == "*" || t == ">" {
+			if !wildcards {
+				return fmt.Errorf("%w: %q: wildcards are not allowed when publishing", ErrBadSubject, s)
+			}
+			if t == ">" && i != len(toks)-1 {
+				return fmt.Errorf("%w: %q: '>' must be the last token", ErrBadSubject, s)
+			}
+			continue
+		}
+		for j := 0; j < len(t); j++ {
+			c := t[j]
+			if c <= ' ' || c == 0x7f || c == '*' || c == '>' {
+				return fmt.Errorf("%w: %q: token %q has %q", ErrBadSubject, s, t, c)
+			}
+		}
+	}
+	return nil
+}
+
+// SubjectMatches reports whether subject matches pattern with NATS wildcard
+// rules: '*' matches exactly one token, a final '>' one or more tokens.
+func SubjectMatches(pattern, subject string) bool {
+	for {
+		pt, prest, pmore := strings.Cut(pattern, ".")
+		st, srest, smore := strings.Cut(subject, ".")
+		switch {
+		case pt == ">":
+			return st != ""
+		case pt == "*":
+			if st == "" {
+				return false
+			}
+		case pt != st:
+			return false
+		}
+		if !pmore || !smore {
+			return pmore == smore
+		}
+		pattern, subject = prest, srest
+	}
+}
