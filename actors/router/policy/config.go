@@ -1,0 +1,112 @@
+package policy
+
+import (
+	"fmt"
+	"time"
+)
+
+// Policy names accepted by Config.Policy.
+const (
+	ConsistentHash    = "consistent_hash"
+	StickyLeastLoaded = "sticky_least_loaded"
+	BoundedSticky     = "bounded_sticky"
+	RoundRobin        = "round_robin"
+	LeastRequest      = "least_request"
+)
+
+// Lag rules accepted by Config.LagRule: what happens to an existing session
+// whose replica is healthy but may not take it right now (paused, updating,
+// or serving a version below the minimum).
+const (
+	// LagMove reassigns the session on its next request (KV cache lost,
+	// latency kept).
+	LagMove = "move"
+	// LagHold keeps the session where it is and answers its requests with
+	// OutcomeGated ("retry later") until the replica catches up (KV cache
+	// kept, latency paid). Right for short weight syncs with long prefixes.
+	LagHold = "hold"
+)
+
+// Policies lists every policy name, in the order documentation shows them.
+var Policies = []string{BoundedSticky, StickyLeastLoaded, ConsistentHash, RoundRobin, LeastRequest}
+
+// Config configures a Core. Build one with DefaultConfig and change fields.
+type Config struct {
+	// Policy is the routing policy: bounded_sticky (default),
+	// sticky_least_loaded, consistent_hash, round_robin or least_request.
+	Policy string
+	// VirtualNodes is the number of ring points per replica for
+	// consistent_hash (vllm-router uses 160). Must be ≥ 1.
+	VirtualNodes int
+	// SessionTTL is how long a session may stay idle before Sweep forgets
+	// it (SkyRL: 7200 s). 0 expires every idle session at the next sweep.
+	SessionTTL time.Duration
+	// SweepInterval is the minimum time between two TTL sweeps (SkyRL: 60 s),
+	// so that sweeping 100k sessions never runs on every request.
+	SweepInterval time.Duration
+	// LoadFactor is c of bounded-load hashing: a bounded_sticky session
+	// leaves its replica once that replica's load exceeds c × the fleet
+	// average. Must be ≥ 1 (1 = perfectly balanced, no locality).
+	LoadFactor float64
+	// MetricsMaxAge is how old scraped engine metrics (queue length, KV
+	// usage) may be and still count; older ones are ignored.
+	MetricsMaxAge time.Duration
+	// QueueTokens is the weight, in token-equivalents, of one request
+	// waiting in an engine's own queue in the bounded_sticky load.
+	QueueTokens float64
+	// KVTokens is the weight, in token-equivalents, of a full KV cache
+	// (kv_cache_usage_perc = 1) in the bounded_sticky load.
+	KVTokens float64
+	// PrefixCacheEntries is the size of the per-replica LRU of prefix
+	// hashes the router has sent there (bounded_sticky move target choice).
+	PrefixCacheEntries int
+	// LagRule is "move" (default) or "hold"; see LagMove and LagHold.
+	LagRule string
+}
+
+// DefaultConfig returns the defaults: bounded_sticky, 160 virtual nodes,
+// TTL 7200 s swept at most every 60 s, c = 1.25, metrics ≤ 1 s old, lag
+// rule move.
+func DefaultConfig() Config {
+	return Config{
+		Policy:             BoundedSticky,
+		VirtualNodes:       160,
+		SessionTTL:         7200 * time.Second,
+		SweepInterval:      60 * time.Second,
+		LoadFactor:         1.25,
+		MetricsMaxAge:      time.Second,
+		QueueTokens:        1024,
+		KVTokens:           8192,
+		PrefixCacheEntries: 4096,
+		LagRule:            LagMove,
+	}
+}
+
+// Validate reports the first invalid field, naming it and what is allowed.
+func (c Config) Validate() error {
+	switch c.Policy {
+	case ConsistentHash, StickyLeastLoaded, BoundedSticky, RoundRobin, LeastRequest:
+	default:
+		return fmt.Errorf("%w: Policy %q: want one of %v", ErrInvalidConfig, c.Policy, Policies)
+	}
+	switch {
+	case c.VirtualNodes < 1:
+		return fmt.Errorf("%w: VirtualNodes %d: want ≥ 1", ErrInvalidConfig, c.VirtualNodes)
+	case c.SessionTTL < 0:
+		return fmt.Errorf("%w: SessionTTL %v: want ≥ 0", ErrInvalidConfig, c.SessionTTL)
+	case c.SweepInterval < 0:
+		return fmt.Errorf("%w: SweepInterval %v: want ≥ 0", ErrInvalidConfig, c.SweepInterval)
+	case !(c.LoadFactor >= 1):
+		return fmt.Errorf("%w: LoadFactor %v: want ≥ 1", ErrInvalidConfig, c.LoadFactor)
+	case c.MetricsMaxAge < 0:
+		return fmt.Errorf("%w: MetricsMaxAge %v: want ≥ 0", ErrInvalidConfig, c.MetricsMaxAge)
+	case !(c.QueueTokens >= 0) || !(c.KVTokens >= 0):
+		return fmt.Errorf("%w: QueueTokens/KVTokens %v/%v: want ≥ 0", ErrInvalidConfig, c.QueueTokens, c.KVTokens)
+	case c.PrefixCacheEntries < 0:
+		return fmt.Errorf("%w: PrefixCacheEntries %d: want ≥ 0", ErrInvalidConfig, c.PrefixCacheEntries)
+	}
+	if c.LagRule != LagMove && c.LagRule != LagHold {
+		return fmt.Errorf("%w: LagRule %q: want %q or %q", ErrInvalidConfig, c.LagRule, LagMove, LagHold)
+	}
+	return nil
+}

@@ -1,0 +1,95 @@
+// Package policy is the router's pure routing core: given the replica set,
+// their health, serving state, weight versions and load, it decides which
+// inference replica each request goes to, and keeps the session table.
+//
+// Contract: Core is a plain struct. It starts no goroutines, takes no
+// locks, does no I/O, never reads the wall clock and never uses global
+// randomness: time (now) and a *rand.Rand are inputs, so a simulator can
+// replay it deterministically. It is not safe for concurrent use; the
+// HTTP proxy (package proxy) serialises calls with a mutex. Expected
+// outcomes (no replica can take the request, a session must wait for its
+// replica to catch up) are Decision outcomes, never errors or panics.
+//
+// # Policies
+//
+//   - consistent_hash: VirtualNodes (160) points per replica on a 64-bit
+//     ring; point i of replica u sits at RingHash("u#i"), the key at
+//     RingHash(key), where RingHash = FNV-1a-64 then the murmur3 fmix64
+//     finaliser (FNV alone clusters the points of URLs differing in one
+//     byte). A request goes to the first point ≥ hash(key),
+//     wrapping; a point whose replica may not take it is skipped and the
+//     walk continues to the NEXT point, so the load of a dead replica is
+//     spread over the ring instead of piling onto one fallback (which is
+//     what vllm-router's "first healthy worker" does). Sessions are
+//     recorded only for bookkeeping (counts, lookup, outcome).
+//   - sticky_least_loaded: SkyRL semantics. Load = sessions per replica.
+//     A new session goes to the eligible replica with the fewest sessions,
+//     ties to the highest mix64(FNV-1a-64("session_id:url")) (rendezvous). An
+//     existing session stays (last access refreshed); stickiness breaks
+//     only when its replica is unhealthy or removed (mapping dropped,
+//     count decremented, session placed again). Finish releases; sessions
+//     idle longer than SessionTTL (7200 s) are swept, at most every
+//     SweepInterval (60 s). No key → least-sessions replica, not tracked.
+//   - bounded_sticky (default): sticky with bounded loads, below.
+//   - round_robin and least_request (fewest in-flight requests): baselines
+//     that track no sessions.
+//
+// # bounded_sticky
+//
+// Why: sticky routing keeps a trajectory's KV cache warm (each turn's
+// prompt extends the previous one), but pure stickiness lets a few long
+// multi-turn sessions pile onto one replica. Consistent hashing with
+// bounded loads (Mirrokni, Thorup, Zadimoghaddam, SODA 2018) keeps
+// locality while capping every bin at c × the average: with c = 1.25 at
+// most a bounded fraction of sessions ever moves, and no replica is a hot
+// spot. We apply the bound to two loads over the replicas that may take
+// new sessions (E, n = |E|):
+//
+//   - sessions: cap = ⌈c · Σ sessions / n⌉;
+//   - work, in token-equivalents: load(r) = in-flight tokens the router
+//     sent to r (prompt + expected decode, until Done) + QueueTokens ×
+//     the engine's waiting queue + KVTokens × its KV usage (0–1), the last
+//     two only if scraped ≤ MetricsMaxAge (1 s) ago. Router-local tokens
+//     react instantly to our own decisions; the engine's numbers see work
+//     from other routers and the true KV pressure, but go stale fast.
+//
+// New session: among replicas in E whose sessions + 1 ≤ cap, the least
+// work, then fewest sessions, then the highest rendezvous weight. The
+// least-sessions replica always qualifies, so this never fails while E is
+// non-empty.
+//
+// Existing session on r: it stays unless r's sessions > cap or r's work >
+// c × average work. Then it moves to a replica t in E \ {r} with sessions
+// + 1 ≤ cap (and, when only the work bound was broken, work + this
+// request's tokens ≤ c × average, so the move cannot make a new hot
+// spot). Among those, the replica most likely to hold the session's
+// prefix wins: each replica keeps an LRU (PrefixCacheEntries) of the
+// prefix hashes the router sent there, and the one that saw the prefix
+// most recently is preferred — the n samples of a GRPO group share their
+// prompt prefix, so a sibling's replica already has it cached. Without a
+// prefix match: least work, fewest sessions, rendezvous. If no t
+// qualifies the session stays (everyone is equally loaded). A draining
+// replica is never balanced: it keeps its sessions until they end.
+//
+// After every bounded_sticky decision the chosen replica (when in E) holds
+// at most ⌈c · avg⌉ ≤ c · avg + 1 sessions; the property tests check it.
+//
+// # Version gating and replica states
+//
+// A replica takes new sessions (and untracked requests) only while it is
+// healthy, Active and serves version ≥ MinVersion. Existing sessions stay
+// on a healthy Active or Draining replica at ≥ MinVersion. A session whose
+// replica is healthy but Paused, Updating or behind MinVersion follows
+// LagRule: "move" places it again now (KV cache lost, no wait); "hold"
+// answers OutcomeGated ("retry later": the proxy returns 503 with
+// Retry-After) until the replica catches up, keeping the cache — right
+// when weight syncs are short and prefixes long. A session on an
+// unhealthy or removed replica always moves. With no eligible replica the
+// outcome is OutcomeNoReplica.
+//
+// # Session keys
+//
+// ExtractSessionKey implements the reference key priority over headers
+// and body bytes; a body-text key is HashOnly: consistent_hash places by
+// it, sticky policies treat the request as untracked.
+package policy
