@@ -1,0 +1,166 @@
+package actors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/asyncrl/asyncrl/transport"
+)
+
+// Decoder turns a bus payload into a typed message. It must not keep data:
+// the bus may reuse the buffer once the handler returns.
+type Decoder[In any] func(data []byte) (In, error)
+
+// Encoder turns a typed message into a bus payload.
+type Encoder[Out any] func(msg Out) ([]byte, error)
+
+// Bridge is an active bus subscription feeding one shell. The shell stops
+// its bridges when it stops; Stop may also be called directly.
+type Bridge struct {
+	subject string
+	once    sync.Once
+	sub     transport.Subscription
+	err     error
+}
+
+// Subject is the subject (or pattern) the bridge listens on.
+func (b *Bridge) Subject() string { return b.subject }
+
+// Stop unsubscribes. It is safe to call more than once and returns the first
+// Unsubscribe error.
+func (b *Bridge) Stop() error {
+	b.once.Do(func() {
+		if b.sub != nil {
+			b.err = b.sub.Unsubscribe()
+		}
+	})
+	return b.err
+}
+
+// BridgeSubject subscribes sh to subject on bus: every payload is decoded
+// and told to the shell. queue non-empty makes it a queue subscription (each
+// message goes to one member of the queue). Undecodable payloads are counted
+// in asyncrl_actor_decode_errors_total and logged (rate-limited); messages
+// refused because the mailbox is full are counted as drops. Plain
+// subscriptions are at-most-once: use BridgeStream when loss matters.
+func BridgeSubject[In, Out any](bus transport.Bus, subject, queue string, decode Decoder[In], sh *Shell[In, Out]) (*Bridge, error) {
+	if decode == nil {
+		return nil, fmt.Errorf("%w: decode must not be nil", ErrInvalidConfig)
+	}
+	b := &Bridge{subject: subject}
+	h := func(m *transport.Msg) {
+		msg, err := decode(m.Data)
+		if err != nil {
+			sh.decodeFailed(subject, m.Subject, err)
+			return
+		}
+		// A refusal is already counted and logged by the shell.
+		_ = sh.Tell(msg)
+	}
+	var err error
+	if queue == "" {
+		b.sub, err = bus.Subscribe(subject, h)
+	} else {
+		b.sub, err = bus.QueueSubscribe(subject, queue, h)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("actors: bridge %q to %q: %w", subject, sh.Name(), err)
+	}
+	if err := sh.addBridge(b); err != nil {
+		_ = b.Stop()
+		return nil, err
+	}
+	return b, nil
+}
+
+// BridgeStream consumes stream through the durable consumer durable and
+// tells each decoded message to sh. A message is acked only after the core
+// stepped it without panicking, so nothing accepted is lost:
+//   - mailbox full or shell stopped: not acked, redelivered after ackWait;
+//   - core panicked on it: not acked, redelivered after ackWait (a message
+//     that always panics ends in escalation once MaxFailures is reached);
+//   - undecodable: acked (redelivery cannot help), counted and logged.
+func BridgeStream[In, Out any](ctx context.Context, stream transport.Stream, durable string, ackWait time.Duration, decode Decoder[In], sh *Shell[In, Out]) (*Bridge, error) {
+	if decode == nil {
+		return nil, fmt.Errorf("%w: decode must not be nil", ErrInvalidConfig)
+	}
+	name := stream.Name() + "/" + durable
+	b := &Bridge{subject: name}
+	h := func(m *transport.StreamMsg) {
+		msg, err := decode(m.Data)
+		if err != nil {
+			sh.decodeFailed(name, m.Subject, err)
+			if aerr := m.Ack(); aerr != nil {
+				sh.limited.Warn("ack:" + name).Err(aerr).Msg("ack of undecodable message failed")
+			}
+			return
+		}
+		err = sh.deliver(msg, func() {
+			if aerr := m.Ack(); aerr != nil {
+				sh.limited.Warn("ack:"+name).Err(aerr).Uint64("seq", m.Sequence).Msg("ack failed; message will be redelivered")
+			}
+		})
+		if err != nil && !errors.Is(err, ErrMailboxFull) {
+			sh.limited.Warn("bridge:" + name).Err(err).Msg("stream message not delivered; left for redelivery")
+		}
+	}
+	sub, err := stream.Consume(ctx, durable, ackWait, h)
+	if err != nil {
+		return nil, fmt.Errorf("actors: bridge stream %q to %q: %w", name, sh.Name(), err)
+	}
+	b.sub = sub
+	if err := sh.addBridge(b); err != nil {
+		_ = b.Stop()
+		return nil, err
+	}
+	return b, nil
+}
+
+func (sh *Shell[In, Out]) decodeFailed(pattern, subject string, err error) {
+	sh.sys.metrics.decodeErr.WithLabelValues(sh.cfg.Name, pattern).Inc()
+	sh.limited.Warn("decode:"+pattern).Err(err).Str("subject", subject).Msg("undecodable payload dropped")
+}
+
+// BusSender is the Sender that publishes a core's sends on a bus.
+type BusSender[Out any] struct {
+	Bus    transport.Bus
+	Encode Encoder[Out]
+}
+
+var _ Sender[int] = BusSender[int]{}
+
+// Send encodes msg and publishes it on subject.
+func (s BusSender[Out]) Send(ctx context.Context, subject string, msg Out) error {
+	data, err := s.Encode(msg)
+	if err != nil {
+		return fmt.Errorf("actors: encode for %q: %w", subject, err)
+	}
+	if err := s.Bus.Publish(ctx, subject, data); err != nil {
+		return fmt.Errorf("actors: publish %q: %w", subject, err)
+	}
+	return nil
+}
+
+// StreamSender is the Sender that appends a core's sends to a durable
+// stream; Send returns once the message is stored.
+type StreamSender[Out any] struct {
+	Stream transport.Stream
+	Encode Encoder[Out]
+}
+
+var _ Sender[int] = StreamSender[int]{}
+
+// Send encodes msg and stores it on subject.
+func (s StreamSender[Out]) Send(ctx context.Context, subject string, msg Out) error {
+	data, err := s.Encode(msg)
+	if err != nil {
+		return fmt.Errorf("actors: encode for %q: %w", subject, err)
+	}
+	if _, err := s.Stream.Publish(ctx, subject, data); err != nil {
+		return fmt.Errorf("actors: store %q: %w", subject, err)
+	}
+	return nil
+}
