@@ -1,0 +1,367 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync"
+
+	"github.com/asyncrl/asyncrl/policy/tokenizer"
+)
+
+// ErrConfig is wrapped by every configuration error.
+var ErrConfig = errors.New("policy: invalid config")
+
+// Config describes the network's shape. All fields are required; use
+// DefaultConfig and change what you need.
+type Config struct {
+	// VocabSize is the number of token ids (tokenizer.VocabSize = 98).
+	VocabSize int `json:"vocab_size"`
+	// Window is how many preceding tokens the model sees when predicting the
+	// next one. Older tokens are invisible; positions before the sequence
+	// start read as PAD.
+	Window int `json:"window"`
+	// EmbedDim is the width of each token embedding.
+	EmbedDim int `json:"embed_dim"`
+	// Hidden is the width of every hidden layer.
+	Hidden int `json:"hidden"`
+	// Layers is the number of tanh hidden layers (≥ 1).
+	Layers int `json:"layers"`
+	// MaxSeqLen is the longest sequence (prompt + generation) the model
+	// accepts; engines use it as max_model_len.
+	MaxSeqLen int `json:"max_seq_len"`
+}
+
+// DefaultConfig is sized so the single-turn tasks learn within a minute on
+// two CPU cores (see internal/syncloop).
+func DefaultConfig() Config {
+	return Config{
+		VocabSize: int(tokenizer.VocabSize),
+		Window:    16,
+		EmbedDim:  16,
+		Hidden:    128,
+		Layers:    2,
+		MaxSeqLen: 256,
+	}
+}
+
+// Validate names the first invalid field.
+func (c Config) Validate() error {
+	check := func(name string, v, lo, hi int) error {
+		if v < lo || v > hi {
+			return fmt.Errorf("%w: %s must be in [%d, %d], got %d", ErrConfig, name, lo, hi, v)
+		}
+		return nil
+	}
+	return errors.Join(
+		check("vocab_size", c.VocabSize, 3, 1<<20),
+		check("window", c.Window, 1, 4096),
+		check("embed_dim", c.EmbedDim, 1, 4096),
+		check("hidden", c.Hidden, 1, 16384),
+		check("layers", c.Layers, 1, 64),
+		check("max_seq_len", c.MaxSeqLen, 1, 1<<24),
+	)
+}
+
+// tensor is one named parameter: a view into Model.params.
+type tensor struct {
+	name  string
+	shape []int
+	off   int
+	n     int
+}
+
+// Model is the policy network. Its parameters live in one flat float32
+// slice so optimisers, clipping and checkpoints treat them uniformly.
+type Model struct {
+	cfg     Config
+	params  []float32
+	tensors []tensor // in a fixed order: embed, layers.i.{weight,bias}, head.{weight,bias}
+
+	// offsets into params
+	embOff int
+	wOff   []int // layer weights [Hidden × in]
+	bOff   []int
+	headW  int // [VocabSize × Hidden]
+	headB  int
+	inDim  []int
+	wsPool sync.Pool
+}
+
+// layout builds the tensor table for cfg.
+func layout(cfg Config) (ts []tensor, total int) {
+	add := func(name string, shape ...int) {
+		n := 1
+		for _, s := range shape {
+			n *= s
+		}
+		ts = append(ts, tensor{name: name, shape: shape, off: total, n: n})
+		total += n
+	}
+	add("embed.weight", cfg.VocabSize, cfg.EmbedDim)
+	in := cfg.Window * cfg.EmbedDim
+	for l := 0; l < cfg.Layers; l++ {
+		add(fmt.Sprintf("layers.%d.weight", l), cfg.Hidden, in)
+		add(fmt.Sprintf("layers.%d.bias", l), cfg.Hidden)
+		in = cfg.Hidden
+	}
+	add("head.weight", cfg.VocabSize, cfg.Hidden)
+	add("head.bias", cfg.VocabSize)
+	return ts, total
+}
+
+// newZero allocates a model with zero weights.
+func newZero(cfg Config) (*Model, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	ts, total := layout(cfg)
+	m := &Model{cfg: cfg, params: make([]float32, total), tensors: ts}
+	m.embOff = ts[0].off
+	in := cfg.Window * cfg.EmbedDim
+	for l := 0; l < cfg.Layers; l++ {
+		m.wOff = append(m.wOff, ts[1+2*l].off)
+		m.bOff = append(m.bOff, ts[2+2*l].off)
+		m.inDim = append(m.inDim, in)
+		in = cfg.Hidden
+	}
+	m.headW = ts[len(ts)-2].off
+	m.headB = ts[len(ts)-1].off
+	m.wsPool.New = func() any { return m.NewWorkspace() }
+	return m, nil
+}
+
+// New returns a model with deterministic initial weights for seed:
+// embeddings N(0,1), hidden layers N(0, 1/fan_in) (tanh-friendly Xavier),
+// a small head N(0, 0.01/Hidden) so the initial policy is near uniform, and
+// zero biases.
+func New(cfg Config, seed uint64) (*Model, error) {
+	m, err := newZero(cfg)
+	if err != nil {
+		return nil, err
+	}
+	rng := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
+	fill := func(off, n int, std float64) {
+		for i := off; i < off+n; i++ {
+			m.params[i] = float32(rng.NormFloat64() * std)
+		}
+	}
+	fill(m.embOff, cfg.VocabSize*cfg.EmbedDim, 1)
+	for l := range m.wOff {
+		fill(m.wOff[l], cfg.Hidden*m.inDim[l], 1/math.Sqrt(float64(m.inDim[l])))
+	}
+	fill(m.headW, cfg.VocabSize*cfg.Hidden, 0.1/math.Sqrt(float64(cfg.Hidden)))
+	return m, nil
+}
+
+// Config returns the model's shape.
+func (m *Model) Config() Config { return m.cfg }
+
+// VocabSize is the number of logits NextLogits writes.
+func (m *Model) VocabSize() int { return m.cfg.VocabSize }
+
+// MaxSeqLen is the longest sequence the model accepts.
+func (m *Model) MaxSeqLen() int { return m.cfg.MaxSeqLen }
+
+// NumParams is the number of scalar parameters.
+func (m *Model) NumParams() int { return len(m.params) }
+
+// Clone returns a deep copy (e.g. a frozen copy to serve while training).
+func (m *Model) Clone() *Model {
+	c, _ := newZero(m.cfg)
+	copy(c.params, m.params)
+	return c
+}
+
+// CopyFrom overwrites m's weights with src's; shapes must match. It is how a
+// serving copy is refreshed without reallocating. Not safe while m serves.
+func (m *Model) CopyFrom(src *Model) error {
+	if m.cfg != src.cfg {
+		return fmt.Errorf("%w: CopyFrom between different shapes", ErrConfig)
+	}
+	copy(m.params, src.params)
+	return nil
+}
+
+// RoundBF16 rounds every weight to the nearest bfloat16 (ties to even), the
+// precision an engine serves. It is what LoadServing yields from a BF16 file.
+func (m *Model) RoundBF16() {
+	for i, v := range m.params {
+		m.params[i] = roundBF16(v)
+	}
+}
+
+func roundBF16(f float32) float32 {
+	b := math.Float32bits(f)
+	if b&0x7f800000 == 0x7f800000 { // Inf or NaN: keep (quiet NaN)
+		if b&0x007fffff != 0 {
+			b |= 0x00400000
+		}
+		return math.Float32frombits(b &^ 0xffff)
+	}
+	b += 0x7fff + (b>>16)&1
+	return math.Float32frombits(b &^ 0xffff)
+}
+
+// Workspace holds the activations of one forward/backward pass. One per
+// goroutine; NextLogits takes one from an internal pool.
+type Workspace struct {
+	ctx   []int32     // window token ids, slot 0 = most recent
+	x     []float32   // concatenated embeddings [Window×EmbedDim]
+	h     [][]float32 // post-tanh activations per layer
+	dh    []float32   // gradient w.r.t. the current layer output
+	dx    []float32   // gradient w.r.t. the current layer input
+	Logit []float32   // logits of the last forward pass
+	dlog  []float32   // trainer scratch for d loss / d logits
+}
+
+// NewWorkspace allocates buffers for this model's shape.
+func (m *Model) NewWorkspace() *Workspace {
+	c := m.cfg
+	ws := &Workspace{
+		ctx:   make([]int32, c.Window),
+		x:     make([]float32, c.Window*c.EmbedDim),
+		dh:    make([]float32, c.Hidden),
+		dx:    make([]float32, max(c.Window*c.EmbedDim, c.Hidden)),
+		Logit: make([]float32, c.VocabSize),
+	}
+	for range c.Layers {
+		ws.h = append(ws.h, make([]float32, c.Hidden))
+	}
+	return ws
+}
+
+// NextLogits writes into out (len ≥ VocabSize) the logits of the token that
+// follows tokens. Only the last Window tokens matter. Safe for concurrent use
+// on a model nobody mutates; no allocation in steady state.
+func (m *Model) NextLogits(tokens []int32, out []float32) {
+	ws := m.wsPool.Get().(*Workspace)
+	m.forward(tokens, ws)
+	copy(out[:m.cfg.VocabSize], ws.Logit)
+	m.wsPool.Put(ws)
+}
+
+// Forward computes the logits following tokens into ws.Logit and keeps the
+// activations in ws for Backward.
+func (m *Model) Forward(tokens []int32, ws *Workspace) []float32 {
+	m.forward(tokens, ws)
+	return ws.Logit
+}
+
+func (m *Model) forward(tokens []int32, ws *Workspace) {
+	c := m.cfg
+	D := c.EmbedDim
+	for k := 0; k < c.Window; k++ {
+		id := tokenizer.PAD
+		if i := len(tokens) - 1 - k; i >= 0 {
+			id = tokens[i]
+			if id < 0 || int(id) >= c.VocabSize {
+				id = tokenizer.PAD
+			}
+		}
+		ws.ctx[k] = id
+		copy(ws.x[k*D:(k+1)*D], m.params[m.embOff+int(id)*D:m.embOff+int(id+1)*D])
+	}
+	in := ws.x
+	for l := 0; l < c.Layers; l++ {
+		W := m.params[m.wOff[l] : m.wOff[l]+c.Hidden*m.inDim[l]]
+		b := m.params[m.bOff[l] : m.bOff[l]+c.Hidden]
+		h := ws.h[l]
+		n := m.inDim[l]
+		for j := range h {
+			h[j] = float32(math.Tanh(float64(b[j] + dot(W[j*n:(j+1)*n], in))))
+		}
+		in = h
+	}
+	W := m.params[m.headW : m.headW+c.VocabSize*c.Hidden]
+	b := m.params[m.headB : m.headB+c.VocabSize]
+	for v := range ws.Logit {
+		ws.Logit[v] = b[v] + dot(W[v*c.Hidden:(v+1)*c.Hidden], in)
+	}
+}
+
+// dot is a float32 dot product with four independent accumulators (the
+// order is fixed, so results are reproducible).
+func dot(a, b []float32) float32 {
+	b = b[:len(a)]
+	var s0, s1, s2, s3 float32
+	i := 0
+	for ; i+4 <= len(a); i += 4 {
+		s0 += a[i] * b[i]
+		s1 += a[i+1] * b[i+1]
+		s2 += a[i+2] * b[i+2]
+		s3 += a[i+3] * b[i+3]
+	}
+	for ; i < len(a); i++ {
+		s0 += a[i] * b[i]
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// Backward accumulates into grad (len NumParams, same layout as the
+// parameters) the gradient of a scalar loss whose derivative w.r.t. the
+// logits of the last Forward(ws) is dlogits. ws must hold that forward pass.
+func (m *Model) Backward(ws *Workspace, dlogits []float32, grad []float64) {
+	c := m.cfg
+	H := c.Hidden
+	top := ws.h[c.Layers-1]
+	// head
+	W := m.params[m.headW : m.headW+c.VocabSize*H]
+	dh := ws.dh[:H]
+	clear(dh)
+	for v, g := range dlogits[:c.VocabSize] {
+		if g == 0 {
+			continue
+		}
+		grad[m.headB+v] += float64(g)
+		gw := grad[m.headW+v*H : m.headW+(v+1)*H]
+		for j, a := range top {
+			gw[j] += float64(g * a)
+		}
+		axpy(g, W[v*H:(v+1)*H], dh)
+	}
+	for l := c.Layers - 1; l >= 0; l-- {
+		n := m.inDim[l]
+		var in []float32
+		if l == 0 {
+			in = ws.x
+		} else {
+			in = ws.h[l-1]
+		}
+		h := ws.h[l]
+		Wl := m.params[m.wOff[l] : m.wOff[l]+H*n]
+		dx := ws.dx[:n]
+		clear(dx)
+		for j := 0; j < H; j++ {
+			dz := dh[j] * (1 - h[j]*h[j])
+			if dz == 0 {
+				continue
+			}
+			grad[m.bOff[l]+j] += float64(dz)
+			gw := grad[m.wOff[l]+j*n : m.wOff[l]+(j+1)*n]
+			for i, a := range in {
+				gw[i] += float64(dz * a)
+			}
+			axpy(dz, Wl[j*n:(j+1)*n], dx)
+		}
+		if l > 0 {
+			copy(dh, dx[:H])
+		}
+	}
+	D := c.EmbedDim
+	for k, id := range ws.ctx {
+		ge := grad[m.embOff+int(id)*D : m.embOff+int(id+1)*D]
+		for d := range ge {
+			ge[d] += float64(ws.dx[k*D+d])
+		}
+	}
+}
+
+// axpy: y += a·x.
+func axpy(a float32, x, y []float32) {
+	y = y[:len(x)]
+	for i, v := range x {
+		y[i] += a * v
+	}
+}
