@@ -1,0 +1,446 @@
+package messages
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+)
+
+// Column names and schema metadata keys of the token-batch Arrow schema
+// (documented in doc.go). Never rename one: Python workers read them by name.
+const (
+	ColTrajectoryID  = "trajectory_id"
+	ColGroupID       = "group_id"
+	ColReward        = "reward"
+	ColPromptLen     = "prompt_len"
+	ColTokenID       = "token_id"
+	ColLogprob       = "logprob"
+	ColLossMask      = "loss_mask"
+	ColPolicyVersion = "policy_version"
+	ColTokenReward   = "token_reward"
+	ColRoutedExperts = "routed_experts"
+	ColSampleSupport = "sample_support"
+
+	MetaSchemaVersion = "asyncrl.token_batch.version"
+	MetaVocabSize     = "asyncrl.vocab_size"
+	MetaRouteLayers   = "asyncrl.routed_experts.layers"
+	MetaRouteTopK     = "asyncrl.routed_experts.top_k"
+	MetaNumExperts    = "asyncrl.routed_experts.num_experts"
+	MetaRouteDType    = "asyncrl.routed_experts.dtype"
+	MetaSupportK      = "asyncrl.sample_support.k"
+
+	// TokenBatchSchemaVersion is written under MetaSchemaVersion.
+	TokenBatchSchemaVersion = "1"
+	// DefaultMaxTokenBatchBytes bounds DecodeTokenBatch input.
+	DefaultMaxTokenBatchBytes = 1 << 30
+)
+
+func expertArrowType(d ExpertDType) arrow.DataType {
+	switch d {
+	case ExpertUint8:
+		return arrow.PrimitiveTypes.Uint8
+	case ExpertInt16:
+		return arrow.PrimitiveTypes.Int16
+	default:
+		return arrow.PrimitiveTypes.Int32
+	}
+}
+
+// tokenBatchSchema is the exact schema for a spec; decoding compares against it.
+func tokenBatchSchema(s BatchSpec) *arrow.Schema {
+	keys := []string{MetaSchemaVersion}
+	vals := []string{TokenBatchSchemaVersion}
+	add := func(k string, v int32) {
+		keys = append(keys, k)
+		vals = append(vals, strconv.FormatInt(int64(v), 10))
+	}
+	fields := []arrow.Field{
+		{Name: ColTrajectoryID, Type: arrow.BinaryTypes.String},
+		{Name: ColGroupID, Type: arrow.BinaryTypes.String},
+		{Name: ColReward, Type: arrow.PrimitiveTypes.Float32},
+		{Name: ColPromptLen, Type: arrow.PrimitiveTypes.Int32},
+		{Name: ColTokenID, Type: arrow.ListOfNonNullable(arrow.PrimitiveTypes.Int32)},
+		{Name: ColLogprob, Type: arrow.ListOfNonNullable(arrow.PrimitiveTypes.Float32)},
+		{Name: ColLossMask, Type: arrow.ListOfNonNullable(arrow.PrimitiveTypes.Uint8)},
+		{Name: ColPolicyVersion, Type: arrow.ListOfNonNullable(arrow.PrimitiveTypes.Int32)},
+	}
+	if s.Vocab > 0 {
+		add(MetaVocabSize, s.Vocab)
+	}
+	if s.TokenRewards {
+		fields = append(fields, arrow.Field{Name: ColTokenReward, Type: arrow.ListOfNonNullable(arrow.PrimitiveTypes.Float32)})
+	}
+	if s.NumExperts > 0 {
+		d := ExpertDTypeFor(s.NumExperts)
+		fields = append(fields, arrow.Field{Name: ColRoutedExperts, Type: arrow.ListOfNonNullable(
+			arrow.FixedSizeListOfNonNullable(s.RouteLayers*s.RouteTopK, expertArrowType(d)))})
+		add(MetaRouteLayers, s.RouteLayers)
+		add(MetaRouteTopK, s.RouteTopK)
+		add(MetaNumExperts, s.NumExperts)
+		keys = append(keys, MetaRouteDType)
+		vals = append(vals, d.String())
+	}
+	if s.SupportK > 0 {
+		fields = append(fields, arrow.Field{Name: ColSampleSupport, Type: arrow.ListOfNonNullable(
+			arrow.FixedSizeListOfNonNullable(s.SupportK, arrow.PrimitiveTypes.Int32))})
+		add(MetaSupportK, s.SupportK)
+	}
+	md := arrow.NewMetadata(keys, vals)
+	return arrow.NewSchema(fields, &md)
+}
+
+// EncodeTokenBatch validates b and writes it as an Arrow IPC stream holding
+// the schema and exactly one record batch (one row per trajectory). Column
+// buffers alias b's slices, so the encode copies each value once, into the output.
+func EncodeTokenBatch(b *TokenBatch) ([]byte, error) {
+	if err := b.Validate(); err != nil {
+		return nil, fmt.Errorf("messages: encode token batch: %w", err)
+	}
+	spec := b.Spec()
+	schema := tokenBatchSchema(spec)
+	B := b.Len()
+	offs := memory.NewBufferBytes(arrow.Int32Traits.CastToBytes(b.Offsets))
+	list := func(child arrow.ArrayData, elem arrow.DataType) arrow.Array {
+		d := array.NewData(arrow.ListOfNonNullable(elem), B, []*memory.Buffer{nil, offs}, []arrow.ArrayData{child}, 0, 0)
+		defer d.Release()
+		return array.MakeFromData(d)
+	}
+	prim := func(t arrow.DataType, n int, raw []byte) arrow.ArrayData {
+		return array.NewData(t, n, []*memory.Buffer{nil, memory.NewBufferBytes(raw)}, nil, 0, 0)
+	}
+	fsl := func(child arrow.ArrayData, n int32, elem arrow.DataType) arrow.ArrayData {
+		return array.NewData(arrow.FixedSizeListOfNonNullable(n, elem), b.NumTokens(), []*memory.Buffer{nil}, []arrow.ArrayData{child}, 0, 0)
+	}
+	T := b.NumTokens()
+	cols := []arrow.Array{
+		stringArray(b.TrajectoryIDs),
+		stringArray(b.GroupIDs),
+		array.MakeFromData(prim(arrow.PrimitiveTypes.Float32, B, arrow.Float32Traits.CastToBytes(b.Rewards))),
+		array.MakeFromData(prim(arrow.PrimitiveTypes.Int32, B, arrow.Int32Traits.CastToBytes(b.PromptLens))),
+		list(prim(arrow.PrimitiveTypes.Int32, T, arrow.Int32Traits.CastToBytes(b.TokenIDs)), arrow.PrimitiveTypes.Int32),
+		list(prim(arrow.PrimitiveTypes.Float32, T, arrow.Float32Traits.CastToBytes(b.Logprobs)), arrow.PrimitiveTypes.Float32),
+		list(prim(arrow.PrimitiveTypes.Uint8, T, b.LossMask), arrow.PrimitiveTypes.Uint8),
+		list(prim(arrow.PrimitiveTypes.Int32, T, arrow.Int32Traits.CastToBytes(b.PolicyVersions)), arrow.PrimitiveTypes.Int32),
+	}
+	if b.TokenRewards != nil {
+		cols = append(cols, list(prim(arrow.PrimitiveTypes.Float32, T, arrow.Float32Traits.CastToBytes(b.TokenRewards)), arrow.PrimitiveTypes.Float32))
+	}
+	if r := b.Routes; r != nil {
+		et := expertArrowType(r.DType)
+		n := int32(r.Stride())
+		cols = append(cols, list(fsl(prim(et, T*int(n), r.Data), n, et), arrow.FixedSizeListOfNonNullable(n, et)))
+	}
+	if s := b.Support; s != nil {
+		cols = append(cols, list(fsl(prim(arrow.PrimitiveTypes.Int32, T*int(s.K), arrow.Int32Traits.CastToBytes(s.Values)), s.K, arrow.PrimitiveTypes.Int32),
+			arrow.FixedSizeListOfNonNullable(s.K, arrow.PrimitiveTypes.Int32)))
+	}
+	rec := array.NewRecordBatch(schema, cols, int64(B))
+	for _, c := range cols {
+		c.Release()
+	}
+	defer rec.Release()
+
+	var out bytes.Buffer
+	w := ipc.NewWriter(&out, ipc.WithSchema(schema))
+	if err := w.Write(rec); err != nil {
+		return nil, fmt.Errorf("messages: encode token batch: %w", err)
+	}
+	if err := w.Close(); err != nil {
+		return nil, fmt.Errorf("messages: encode token batch: %w", err)
+	}
+	return out.Bytes(), nil
+}
+
+func stringArray(v []string) arrow.Array {
+	bld := array.NewStringBuilder(memory.DefaultAllocator)
+	defer bld.Release()
+	bld.AppendValues(v, nil)
+	return bld.NewArray()
+}
+
+// errAllocLimit is what the budget allocator panics with; decode's recover
+// turns it into ErrTooLarge.
+var errAllocLimit = errors.New("allocation budget exceeded")
+
+// budgetAllocator refuses to hand out more than limit bytes in total: IPC
+// metadata can declare huge (compressed) buffer sizes, and a failed huge
+// allocation is a fatal runtime error, not a recoverable panic.
+type budgetAllocator struct {
+	mem   memory.Allocator
+	used  atomic.Int64
+	limit int64
+}
+
+func (a *budgetAllocator) Allocate(n int) []byte {
+	if n < 0 || a.used.Add(int64(n)) > a.limit {
+		panic(errAllocLimit)
+	}
+	return a.mem.Allocate(n)
+}
+
+func (a *budgetAllocator) Reallocate(n int, b []byte) []byte {
+	if n < 0 || a.used.Add(int64(n-len(b))) > a.limit {
+		panic(errAllocLimit)
+	}
+	return a.mem.Reallocate(n, b)
+}
+
+func (a *budgetAllocator) Free(b []byte) {
+	a.used.Add(-int64(len(b)))
+	a.mem.Free(b)
+}
+
+// DecodeTokenBatch decodes an Arrow IPC stream written by EncodeTokenBatch
+// (or by pyarrow with the documented schema), inputs up to
+// DefaultMaxTokenBatchBytes.
+func DecodeTokenBatch(data []byte) (*TokenBatch, error) {
+	return DecodeTokenBatchLimit(data, DefaultMaxTokenBatchBytes)
+}
+
+// DecodeTokenBatchLimit is DecodeTokenBatch with an explicit input size
+// limit. The result owns its memory (nothing aliases data) and has passed
+// Validate. Every failure wraps ErrMalformed, ErrTruncated or ErrTooLarge;
+// hostile input never panics.
+func DecodeTokenBatchLimit(data []byte, maxBytes int) (tb *TokenBatch, err error) {
+	if len(data) > maxBytes {
+		return nil, fmt.Errorf("%w: token batch: %d bytes > limit %d", ErrTooLarge, len(data), maxBytes)
+	}
+	if len(data) == 0 {
+		return nil, fmt.Errorf("%w: token batch: empty input", ErrTruncated)
+	}
+	// Arrow's reader trusts lengths in the flatbuffer metadata and can panic;
+	// validation below runs before any typed access, and this recover is the
+	// last line of defence.
+	defer func() {
+		if r := recover(); r != nil {
+			tb = nil
+			if e, ok := r.(error); ok && errors.Is(e, errAllocLimit) {
+				err = fmt.Errorf("%w: token batch: %v", ErrTooLarge, e)
+				return
+			}
+			err = fmt.Errorf("%w: token batch: arrow reader panic: %v", ErrMalformed, r)
+		}
+	}()
+	mem := &budgetAllocator{mem: memory.NewGoAllocator(), limit: 2*int64(len(data)) + 1<<16}
+	rdr, err := ipc.NewReader(bytes.NewReader(data),
+		ipc.WithAllocator(mem),
+		ipc.WithBodySizeLimit(int64(len(data))),
+		ipc.WithMetadataSizeLimit(min(int64(len(data)), 1<<20)))
+	if err != nil {
+		return nil, fmt.Errorf("%w: token batch: %v", ErrMalformed, err)
+	}
+	defer rdr.Release()
+	spec, err := specFromSchema(rdr.Schema())
+	if err != nil {
+		return nil, err
+	}
+	if want := tokenBatchSchema(spec); !rdr.Schema().Equal(want) {
+		return nil, malformed("schema %s does not match the token batch schema %s", rdr.Schema(), want)
+	}
+	if !rdr.Next() {
+		if rdr.Err() != nil {
+			return nil, fmt.Errorf("%w: token batch: %v", ErrMalformed, rdr.Err())
+		}
+		return nil, fmt.Errorf("%w: token batch: stream has no record batch", ErrTruncated)
+	}
+	rec := rdr.RecordBatch()
+	rec.Retain()
+	defer rec.Release()
+	if rdr.Next() {
+		return nil, malformed("stream has more than one record batch")
+	}
+	if rdr.Err() != nil {
+		return nil, fmt.Errorf("%w: token batch: %v", ErrMalformed, rdr.Err())
+	}
+	return fromRecord(rec, spec)
+}
+
+func metaInt(md arrow.Metadata, key string, lo, hi int64) (int32, bool, error) {
+	i := md.FindKey(key)
+	if i < 0 {
+		return 0, false, nil
+	}
+	v, err := strconv.ParseInt(md.Values()[i], 10, 32)
+	if err != nil || v < lo || v > hi {
+		return 0, true, malformed("metadata %s=%q: want an integer in [%d, %d]", key, md.Values()[i], lo, hi)
+	}
+	return int32(v), true, nil
+}
+
+// specFromSchema reads the optional columns and shapes from the metadata and
+// checks the column set agrees with it.
+func specFromSchema(s *arrow.Schema) (BatchSpec, error) {
+	var spec BatchSpec
+	md := s.Metadata()
+	if i := md.FindKey(MetaSchemaVersion); i < 0 || md.Values()[i] != TokenBatchSchemaVersion {
+		return spec, malformed("metadata %s missing or not %q", MetaSchemaVersion, TokenBatchSchemaVersion)
+	}
+	var err error
+	if spec.Vocab, _, err = metaInt(md, MetaVocabSize, 1, 1<<31-1); err != nil {
+		return spec, err
+	}
+	spec.TokenRewards = s.HasField(ColTokenReward)
+	var okL, okK, okE bool
+	if spec.RouteLayers, okL, err = metaInt(md, MetaRouteLayers, 1, maxRouteLayers); err != nil {
+		return spec, err
+	}
+	if spec.RouteTopK, okK, err = metaInt(md, MetaRouteTopK, 1, maxRouteTopK); err != nil {
+		return spec, err
+	}
+	if spec.NumExperts, okE, err = metaInt(md, MetaNumExperts, 1, 1<<31-1); err != nil {
+		return spec, err
+	}
+	hasRoutes := s.HasField(ColRoutedExperts)
+	if okL != hasRoutes || okK != hasRoutes || okE != hasRoutes {
+		return spec, malformed("column %s present=%v but route metadata layers=%v top_k=%v num_experts=%v",
+			ColRoutedExperts, hasRoutes, okL, okK, okE)
+	}
+	if hasRoutes {
+		i := md.FindKey(MetaRouteDType)
+		if i < 0 {
+			return spec, malformed("metadata %s missing", MetaRouteDType)
+		}
+		d, ok := parseExpertDType(md.Values()[i])
+		if !ok || d != ExpertDTypeFor(spec.NumExperts) {
+			return spec, malformed("metadata %s=%q: want %s for %d experts", MetaRouteDType, md.Values()[i], ExpertDTypeFor(spec.NumExperts), spec.NumExperts)
+		}
+	}
+	var okS bool
+	if spec.SupportK, okS, err = metaInt(md, MetaSupportK, 1, maxSupportK); err != nil {
+		return spec, err
+	}
+	if okS != s.HasField(ColSampleSupport) {
+		return spec, malformed("column %s present=%v but metadata %s present=%v", ColSampleSupport, s.HasField(ColSampleSupport), MetaSupportK, okS)
+	}
+	return spec, nil
+}
+
+// fromRecord validates every column's buffers (array.ValidateFull) before any
+// typed access, then copies the values out.
+func fromRecord(rec arrow.RecordBatch, spec BatchSpec) (*TokenBatch, error) {
+	cols := rec.Columns()
+	for i, c := range cols {
+		if err := array.ValidateFull(c); err != nil {
+			return nil, malformed("column %s: %v", rec.ColumnName(i), err)
+		}
+		if err := noNulls(c.Data()); err != nil {
+			return nil, malformed("column %s: %v", rec.ColumnName(i), err)
+		}
+	}
+	B := int(rec.NumRows())
+	tb, err := NewTokenBatch(spec)
+	if err != nil {
+		return nil, malformed("%v", err)
+	}
+	tb.TrajectoryIDs = copyStrings(cols[0].(*array.String))
+	tb.GroupIDs = copyStrings(cols[1].(*array.String))
+	tb.Rewards = append([]float32(nil), cols[2].(*array.Float32).Float32Values()...)
+	tb.PromptLens = append([]int32(nil), cols[3].(*array.Int32).Int32Values()...)
+
+	tokens := cols[4].(*array.List)
+	offs := tokens.Offsets()
+	if len(offs) != B+1 || offs[0] != 0 {
+		return nil, malformed("%s offsets: %d entries starting at %v, want %d starting at 0", ColTokenID, len(offs), offs[:min(1, len(offs))], B+1)
+	}
+	T := int(offs[B])
+	tb.Offsets = append([]int32(nil), offs...)
+	// values returns the flat child of a list column after checking it shares
+	// token_id's offsets and holds exactly T·width values.
+	values := func(c arrow.Array, name string, width int) (arrow.Array, error) {
+		l := c.(*array.List)
+		o := l.Offsets()
+		if len(o) != len(offs) {
+			return nil, malformed("column %s: %d offsets, want %d", name, len(o), len(offs))
+		}
+		for i := range o {
+			if o[i] != offs[i] {
+				return nil, malformed("column %s: offsets[%d]=%d differs from %s offsets %d", name, i, o[i], ColTokenID, offs[i])
+			}
+		}
+		v := l.ListValues()
+		if v.Len() != T || v.Data().Offset() != 0 {
+			return nil, malformed("column %s: %d values (offset %d), want %d", name, v.Len(), v.Data().Offset(), T)
+		}
+		if width == 0 {
+			return v, nil
+		}
+		f := v.(*array.FixedSizeList).ListValues()
+		if f.Len() != T*width || f.Data().Offset() != 0 {
+			return nil, malformed("column %s: %d flat values, want %d × %d", name, f.Len(), T, width)
+		}
+		return f, nil
+	}
+	v, err := values(cols[4], ColTokenID, 0)
+	if err != nil {
+		return nil, err
+	}
+	tb.TokenIDs = append([]int32(nil), v.(*array.Int32).Int32Values()...)
+	if v, err = values(cols[5], ColLogprob, 0); err != nil {
+		return nil, err
+	}
+	tb.Logprobs = append([]float32(nil), v.(*array.Float32).Float32Values()...)
+	if v, err = values(cols[6], ColLossMask, 0); err != nil {
+		return nil, err
+	}
+	tb.LossMask = append([]uint8(nil), v.(*array.Uint8).Uint8Values()...)
+	if v, err = values(cols[7], ColPolicyVersion, 0); err != nil {
+		return nil, err
+	}
+	tb.PolicyVersions = append([]int32(nil), v.(*array.Int32).Int32Values()...)
+	next := 8
+	if spec.TokenRewards {
+		if v, err = values(cols[next], ColTokenReward, 0); err != nil {
+			return nil, err
+		}
+		tb.TokenRewards = append([]float32(nil), v.(*array.Float32).Float32Values()...)
+		next++
+	}
+	if r := tb.Routes; r != nil {
+		if v, err = values(cols[next], ColRoutedExperts, r.Stride()); err != nil {
+			return nil, err
+		}
+		// The child buffer is exactly the little-endian C-order bytes.
+		d := v.Data()
+		sz := r.DType.Size()
+		r.Data = append([]byte(nil), d.Buffers()[1].Bytes()[:v.Len()*sz]...)
+		next++
+	}
+	if s := tb.Support; s != nil {
+		if v, err = values(cols[next], ColSampleSupport, int(s.K)); err != nil {
+			return nil, err
+		}
+		s.Values = append([]int32(nil), v.(*array.Int32).Int32Values()...)
+	}
+	if err := tb.Validate(); err != nil {
+		return nil, err
+	}
+	return tb, nil
+}
+
+func noNulls(d arrow.ArrayData) error {
+	if d.NullN() != 0 {
+		return fmt.Errorf("%d nulls in a non-nullable column", d.NullN())
+	}
+	for _, c := range d.Children() {
+		if err := noNulls(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func copyStrings(a *array.String) []string {
+	out := make([]string, a.Len())
+	for i := range out {
+		out[i] = strings.Clone(a.Value(i)) // Value aliases the IPC buffer
+	}
+	return out
+}
