@@ -1,0 +1,245 @@
+package config
+
+import (
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+)
+
+// enum is implemented by every string type with a fixed set of values. The
+// validator and print-defaults read the allowed values from it, so the list
+// lives in one place.
+type enum interface{ Values() []string }
+
+var enumIface = reflect.TypeFor[enum]()
+
+// RouterPolicy picks the engine replica for a request.
+type RouterPolicy string
+
+// Router policies.
+const (
+	// PolicyBoundedSticky: sticky sessions, but a replica may hold at most
+	// ceil(c·average) sessions (consistent hashing with bounded loads).
+	PolicyBoundedSticky RouterPolicy = "bounded_sticky"
+	// PolicyStickyLeastLoaded: SkyRL's sticky_least_loaded (new session →
+	// replica with fewest sessions; sticks until unhealthy or released).
+	PolicyStickyLeastLoaded RouterPolicy = "sticky_least_loaded"
+	// PolicyConsistentHash: vllm-router's ring of virtual nodes.
+	PolicyConsistentHash RouterPolicy = "consistent_hash"
+	// PolicyRoundRobin ignores sessions.
+	PolicyRoundRobin RouterPolicy = "round_robin"
+	// PolicyLeastRequest sends to the replica with the fewest in-flight requests.
+	PolicyLeastRequest RouterPolicy = "least_request"
+)
+
+// Values lists the router policies.
+func (RouterPolicy) Values() []string {
+	return []string{"bounded_sticky", "sticky_least_loaded", "consistent_hash", "round_robin", "least_request"}
+}
+
+// BehindVersionRule says what happens to sessions on a replica that falls
+// behind the minimum policy version.
+type BehindVersionRule string
+
+// Behind-version rules.
+const (
+	// BehindMove reassigns the session on its next request (keeps throughput).
+	BehindMove BehindVersionRule = "move"
+	// BehindHold keeps the session where it is and makes its requests wait
+	// until the replica catches up (keeps the prefix cache).
+	BehindHold BehindVersionRule = "hold"
+)
+
+// Values lists the behind-version rules.
+func (BehindVersionRule) Values() []string { return []string{"move", "hold"} }
+
+// FilterMode is the dynamic-sampling mode.
+type FilterMode string
+
+// Filter modes.
+const (
+	FilterNone             FilterMode = "none"               // train on every group
+	FilterFilter           FilterMode = "filter"             // DAPO: drop zero-variance groups, sample more
+	FilterReplace          FilterMode = "replace"            // POLARIS: overwrite bad groups with good ones
+	FilterZeroVarianceMask FilterMode = "zero_variance_mask" // mask the loss of zero-variance groups
+)
+
+// Values lists the filter modes.
+func (FilterMode) Values() []string {
+	return []string{"none", "filter", "replace", "zero_variance_mask"}
+}
+
+// StalePolicy says what the trainer does with a group older than
+// max_staleness_steps when it is about to be trained.
+type StalePolicy string
+
+// Stale policies.
+const (
+	StaleRequeue StalePolicy = "requeue" // drop it and requeue its prompt (enforce the bound)
+	StaleAccept  StalePolicy = "accept"  // train on it and count a violation (SkyRL's behaviour)
+)
+
+// Values lists the stale policies.
+func (StalePolicy) Values() []string { return []string{"requeue", "accept"} }
+
+// LossReduction is how per-token losses are reduced to one number.
+type LossReduction string
+
+// Loss reductions (SkyRL definitions).
+const (
+	LossTokenMean           LossReduction = "token_mean"
+	LossSequenceMean        LossReduction = "sequence_mean"
+	LossSeqMeanTokenSumNorm LossReduction = "seq_mean_token_sum_norm"
+)
+
+// Values lists the loss reductions.
+func (LossReduction) Values() []string {
+	return []string{"token_mean", "sequence_mean", "seq_mean_token_sum_norm"}
+}
+
+// MicrobatchMode is the microbatch packing algorithm.
+type MicrobatchMode string
+
+// Microbatch modes.
+const (
+	MicrobatchBalanced MicrobatchMode = "balanced" // least-loaded bin (RL)
+	MicrobatchFFD      MicrobatchMode = "ffd"      // first-fit decreasing (SFT)
+)
+
+// Values lists the microbatch modes.
+func (MicrobatchMode) Values() []string { return []string{"balanced", "ffd"} }
+
+// DPPartition splits microbatches across data-parallel ranks.
+type DPPartition string
+
+// DP partitions.
+const (
+	DPContiguous    DPPartition = "contiguous"     // equal contiguous chunks (SkyRL)
+	DPKarmarkarKarp DPPartition = "karmarkar_karp" // balanced token sums (verl/slime/AReaL)
+)
+
+// Values lists the DP partitions.
+func (DPPartition) Values() []string { return []string{"contiguous", "karmarkar_karp"} }
+
+// PauseMode is what engines do with in-flight requests during a weight update.
+type PauseMode string
+
+// Pause modes (vLLM pause_generation).
+const (
+	PauseKeep  PauseMode = "keep"  // freeze in-flight requests, resume them on the new weights
+	PauseAbort PauseMode = "abort" // abort in-flight requests; rollouts resubmit
+	PauseWait  PauseMode = "wait"  // stop admitting, let in-flight requests finish first
+)
+
+// Values lists the pause modes.
+func (PauseMode) Values() []string { return []string{"keep", "abort", "wait"} }
+
+// TrainerBackend is where the gradient steps run.
+type TrainerBackend string
+
+// Trainer backends.
+const (
+	BackendBuiltin TrainerBackend = "builtin" // the in-process tiny policy trainer
+	BackendRemote  TrainerBackend = "remote"  // an external worker over the bus
+)
+
+// Values lists the trainer backends.
+func (TrainerBackend) Values() []string { return []string{"builtin", "remote"} }
+
+// PublishMode is how new weights are shipped to engines.
+type PublishMode string
+
+// Publish modes.
+const (
+	PublishDelta PublishMode = "delta" // SkyRL XOR+zstd delta format
+	PublishFull  PublishMode = "full"  // a full checkpoint every version
+	PublishLoRA  PublishMode = "lora"  // LoRA adapters only
+)
+
+// Values lists the publish modes.
+func (PublishMode) Values() []string { return []string{"delta", "full", "lora"} }
+
+// WeightStore is where published weights live.
+type WeightStore string
+
+// Weight stores.
+const (
+	StoreLocal WeightStore = "local" // a directory shared by trainer and engines
+	StoreS3    WeightStore = "s3"    // an S3 bucket
+	StoreNATS  WeightStore = "nats"  // the bus's JetStream object store
+)
+
+// Values lists the weight stores.
+func (WeightStore) Values() []string { return []string{"local", "s3", "nats"} }
+
+// Role is a part of the system a node runs.
+type Role string
+
+// Node roles.
+const (
+	RoleAll       Role = "all"
+	RoleBus       Role = "bus"
+	RoleRouter    Role = "router"
+	RoleEngine    Role = "engine"
+	RoleRollout   Role = "rollout"
+	RoleFilter    Role = "filter"
+	RoleTrainer   Role = "trainer"
+	RolePublisher Role = "publisher"
+)
+
+// Values lists the node roles.
+func (Role) Values() []string {
+	return []string{"all", "bus", "router", "engine", "rollout", "filter", "trainer", "publisher"}
+}
+
+// LogLevel is the minimum level logged.
+type LogLevel string
+
+// Log levels.
+const (
+	LevelDebug LogLevel = "debug"
+	LevelInfo  LogLevel = "info"
+	LevelWarn  LogLevel = "warn"
+	LevelError LogLevel = "error"
+)
+
+// Values lists the log levels.
+func (LogLevel) Values() []string { return []string{"debug", "info", "warn", "error"} }
+
+// LogFormat is the log output format.
+type LogFormat string
+
+// Log formats.
+const (
+	FormatAuto    LogFormat = "auto"    // console on a terminal, JSON otherwise
+	FormatJSON    LogFormat = "json"    // one JSON object per line
+	FormatConsole LogFormat = "console" // human-readable
+)
+
+// Values lists the log formats.
+func (LogFormat) Values() []string { return []string{"auto", "json", "console"} }
+
+// checkEnums validates every enum-typed field (and enum slice) of the struct
+// v, reporting `"x" is not one of a, b, c` under section.field.
+func (c *checker) checkEnums(v any) {
+	rv := reflect.ValueOf(v)
+	for _, f := range fieldsOf(rv.Type()) {
+		fv := rv.Field(f.index)
+		switch {
+		case fv.Type().Implements(enumIface):
+			c.checkEnum(f.key, fv)
+		case fv.Kind() == reflect.Slice && fv.Type().Elem().Implements(enumIface):
+			for i := range fv.Len() {
+				c.checkEnum(fmt.Sprintf("%s[%d]", f.key, i), fv.Index(i))
+			}
+		}
+	}
+}
+
+func (c *checker) checkEnum(field string, v reflect.Value) {
+	allowed := v.Interface().(enum).Values()
+	if !slices.Contains(allowed, v.String()) {
+		c.fail(field, "%q is not one of %s", v.String(), strings.Join(allowed, ", "))
+	}
+}

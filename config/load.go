@@ -1,0 +1,250 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"reflect"
+	"regexp"
+	"strconv"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Load reads the YAML file at path and returns Default() overlaid with it,
+// validated. Keys absent from the file (or set to null) keep their
+// defaults. Errors name the file, line and key path (see Error); a missing
+// file gives an error wrapping fs.ErrNotExist.
+func Load(path string) (Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err // the path is already in front; don't repeat it
+		}
+		return Config{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return Parse(path, data)
+}
+
+// Parse is Load for bytes already in memory; name is used in error messages.
+func Parse(name string, data []byte) (Config, error) {
+	cfg := Default()
+	lines, err := overlay(name, data, &cfg)
+	if err != nil {
+		return Config{}, err
+	}
+	errs := flatten(cfg.Validate())
+	for i, e := range errs {
+		located := *e
+		located.File, located.Line = name, lines[e.Path]
+		errs[i] = &located
+	}
+	if err := joinErrors(errs); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+// overlay decodes data onto cfg strictly and returns the line of every key
+// path it set, so later validation errors can point into the file.
+func overlay(name string, data []byte, cfg *Config) (map[string]int, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, nil // an empty file is the defaults
+		}
+		return nil, syntaxError(name, err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		if err != nil {
+			return nil, syntaxError(name, err)
+		}
+		return nil, &Error{File: name, Line: extra.Line, Msg: "a config file holds one YAML document, found a second", Kind: ErrSyntax}
+	}
+	d := &decoder{file: name, root: reflect.TypeFor[Config](), lines: map[string]int{}}
+	if len(doc.Content) > 0 {
+		d.decode(doc.Content[0], reflect.ValueOf(cfg).Elem(), "")
+	}
+	return d.lines, joinErrors(d.errs)
+}
+
+var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+// syntaxError turns the parser's "yaml: line N: msg" into FILE:N: msg.
+func syntaxError(name string, err error) error {
+	msg, line := err.Error(), 0
+	if m := yamlLineRE.FindStringSubmatch(msg); m != nil {
+		line, _ = strconv.Atoi(m[1])
+		msg = m[2]
+	} else if len(msg) > 6 && msg[:6] == "yaml: " {
+		msg = msg[6:]
+	}
+	return &Error{File: name, Line: line, Msg: msg, Kind: ErrSyntax}
+}
+
+// decoder walks a yaml.Node tree against the Config struct by reflection,
+// so that unknown keys and wrong types are reported with their full path
+// and line instead of being ignored (yaml's default) or reported without a
+// path (yaml's KnownFields).
+type decoder struct {
+	file  string
+	root  reflect.Type
+	lines map[string]int
+	errs  []*Error
+}
+
+func (d *decoder) fail(n *yaml.Node, path string, kind error, format string, args ...any) {
+	d.errs = append(d.errs, &Error{File: d.file, Line: n.Line, Path: path, Msg: fmt.Sprintf(format, args...), Kind: kind})
+}
+
+// wrongType reports a value of the wrong YAML type.
+func (d *decoder) wrongType(n *yaml.Node, path, want string) {
+	d.fail(n, path, ErrType, "want %s, got %s", want, describe(n))
+}
+
+// describe names a node's value for a type error.
+func describe(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	}
+	if n.ShortTag() == "!!str" {
+		return strconv.Quote(n.Value)
+	}
+	return n.Value
+}
+
+func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
+	if n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	if n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" {
+		return // `key:` with no value keeps the default
+	}
+	t := v.Type()
+	switch {
+	case t == durationType:
+		if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!str" {
+			// A bare number would be nanoseconds: almost surely a mistake.
+			d.wrongType(n, path, `a duration such as "90s"`)
+			return
+		}
+		dur, err := time.ParseDuration(n.Value)
+		if err != nil {
+			d.wrongType(n, path, `a duration such as "90s"`)
+			return
+		}
+		v.SetInt(int64(dur))
+	case t.Kind() == reflect.Struct:
+		d.mapping(n, v, path)
+	case t.Kind() == reflect.Slice:
+		if n.Kind != yaml.SequenceNode {
+			d.wrongType(n, path, "a list")
+			return
+		}
+		s := reflect.MakeSlice(t, len(n.Content), len(n.Content))
+		for i, el := range n.Content {
+			p := fmt.Sprintf("%s[%d]", path, i)
+			d.lines[p] = el.Line
+			d.decode(el, s.Index(i), p)
+		}
+		v.Set(s)
+	case t.Kind() == reflect.String:
+		if n.Kind != yaml.ScalarNode {
+			d.wrongType(n, path, "a string")
+			return
+		}
+		v.SetString(n.Value)
+	case t.Kind() == reflect.Bool:
+		if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!bool" {
+			d.wrongType(n, path, "true or false")
+			return
+		}
+		d.scalar(n, v, path)
+	case t.Kind() >= reflect.Int && t.Kind() <= reflect.Int64:
+		if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" {
+			d.wrongType(n, path, "an integer")
+			return
+		}
+		d.scalar(n, v, path)
+	case t.Kind() == reflect.Float64 || t.Kind() == reflect.Float32:
+		if n.Kind != yaml.ScalarNode || (n.ShortTag() != "!!float" && n.ShortTag() != "!!int") {
+			d.wrongType(n, path, "a number")
+			return
+		}
+		d.scalar(n, v, path)
+	default:
+		// A field type the loader does not know is a bug in this package.
+		panic(fmt.Sprintf("config: field %s has unsupported type %s", path, t))
+	}
+}
+
+// scalar lets yaml convert a scalar already checked to have the right tag;
+// what can still fail is range (an int too big for its field).
+func (d *decoder) scalar(n *yaml.Node, v reflect.Value, path string) {
+	if err := n.Decode(v.Addr().Interface()); err != nil {
+		d.fail(n, path, ErrType, "%s does not fit in %s", n.Value, v.Type())
+	}
+}
+
+func (d *decoder) mapping(n *yaml.Node, v reflect.Value, path string) {
+	if n.Kind != yaml.MappingNode {
+		d.wrongType(n, path, "a mapping")
+		return
+	}
+	fields := fieldsOf(v.Type())
+	known := make([]string, len(fields))
+	for i, f := range fields {
+		known[i] = f.key
+	}
+	seen := map[string]int{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, val := n.Content[i], n.Content[i+1]
+		if k.Kind != yaml.ScalarNode {
+			d.wrongType(k, path, "a key name")
+			continue
+		}
+		p := joinPath(path, k.Value)
+		if first, dup := seen[k.Value]; dup {
+			d.fail(k, p, ErrSyntax, "duplicate key (first set on line %d)", first)
+			continue
+		}
+		seen[k.Value] = k.Line
+		idx := -1
+		for _, f := range fields {
+			if f.key == k.Value {
+				idx = f.index
+				break
+			}
+		}
+		if idx < 0 {
+			d.unknownKey(k, p, known)
+			continue
+		}
+		d.lines[p] = k.Line
+		d.decode(val, v.Field(idx), p)
+	}
+}
+
+// unknownKey reports a key no field has, suggesting the closest sibling or,
+// failing that, the same key in another section.
+func (d *decoder) unknownKey(k *yaml.Node, path string, known []string) {
+	if s := suggest(k.Value, known); s != "" {
+		d.fail(k, path, ErrUnknownKey, "unknown key (did you mean %s?)", s)
+		return
+	}
+	if s := suggestElsewhere(d.root, k.Value); s != "" {
+		d.fail(k, path, ErrUnknownKey, "unknown key (did you mean %s?)", s)
+		return
+	}
+	d.fail(k, path, ErrUnknownKey, "unknown key")
+}

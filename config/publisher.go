@@ -1,0 +1,54 @@
+package config
+
+// PublisherConfig configures the weight publisher that ships each new policy
+// version to the engines.
+type PublisherConfig struct {
+	// Mode is the shipping format.
+	Mode PublishMode `yaml:"mode" doc:"weight format: delta (SkyRL XOR+zstd), full or lora"`
+	// SyncDir holds published versions (delta-00000001/ …); empty =
+	// <run.data_dir>/weights.
+	SyncDir string `yaml:"sync_dir" doc:"directory of published versions; empty = <run.data_dir>/weights"`
+	// ZstdLevel is the delta compression level (zstd's 1–22 scale).
+	ZstdLevel int `yaml:"zstd_level" doc:"zstd compression level of delta patches (1–22)"`
+	// MaxFileSizeGB rolls payload files over at this many compressed GB.
+	MaxFileSizeGB float64 `yaml:"max_file_size_gb" doc:"payload files roll over at this many compressed GB"`
+	// FullCheckpointEvery also writes a full checkpoint every N versions so a
+	// receiver that lost its state resyncs without replaying every delta
+	// (0 = only the base).
+	FullCheckpointEvery int `yaml:"full_checkpoint_every" doc:"also write a full checkpoint every N versions (0 = never), so receivers resync without replaying every delta"`
+	// Store is where versions live.
+	Store WeightStore `yaml:"store" doc:"where versions live: local directory, s3 bucket, or nats object store"`
+	// S3Endpoint is the S3 API endpoint (store: s3), e.g. https://s3.amazonaws.com.
+	S3Endpoint string `yaml:"s3_endpoint" doc:"S3 API endpoint when store is s3; empty = AWS"`
+	// S3Bucket is the bucket (required for store: s3).
+	S3Bucket string `yaml:"s3_bucket" doc:"S3 bucket when store is s3 (required then)"`
+}
+
+// DefaultPublisher ships SkyRL-format deltas to a local directory: real
+// updates change ~1–3% of the weights, so deltas are far smaller than full
+// copies. zstd level 3 is zstd's own default (fast, near-best ratio on the
+// sparse XOR patches).
+func DefaultPublisher() PublisherConfig {
+	return PublisherConfig{
+		Mode:                PublishDelta,
+		ZstdLevel:           3,
+		MaxFileSizeGB:       5,
+		FullCheckpointEvery: 50,
+		Store:               StoreLocal,
+	}
+}
+
+// Validate checks the publisher section.
+func (c PublisherConfig) Validate() error {
+	v := checker{section: "publisher"}
+	v.checkEnums(c)
+	if c.ZstdLevel < 1 || c.ZstdLevel > 22 {
+		v.fail("zstd_level", "must be in [1, 22], got %d", c.ZstdLevel)
+	}
+	v.positiveFloat("max_file_size_gb", c.MaxFileSizeGB)
+	v.atLeast("full_checkpoint_every", int64(c.FullCheckpointEvery), 0)
+	if c.Store == StoreS3 && c.S3Bucket == "" {
+		v.fail("s3_bucket", "must be set when store is s3")
+	}
+	return v.err()
+}

@@ -1,0 +1,94 @@
+package config
+
+import (
+	"net"
+	"time"
+)
+
+// RouterConfig configures the session-aware HTTP router in front of the engines.
+type RouterConfig struct {
+	// Policy picks the replica for each request.
+	Policy RouterPolicy `yaml:"policy" doc:"replica selection policy"`
+	// BalanceFactor is bounded_sticky's c: no replica holds more than
+	// ceil(c · sessions / replicas) sessions.
+	BalanceFactor float64 `yaml:"balance_factor" doc:"bounded_sticky load bound c: a replica holds at most ceil(c·sessions/replicas) sessions (≥ 1)"`
+	// SessionTTL releases a session not seen for this long (SkyRL: 7200 s).
+	SessionTTL time.Duration `yaml:"session_ttl" doc:"a session idle this long is released"`
+	// SweepInterval is how often expired sessions are swept (SkyRL: 60 s).
+	SweepInterval time.Duration `yaml:"sweep_interval" doc:"how often expired sessions are swept"`
+	// VirtualNodes is the ring points per replica for consistent_hash and
+	// bounded_sticky (vllm-router: 160).
+	VirtualNodes int `yaml:"virtual_nodes" doc:"hash ring points per replica (consistent_hash, bounded_sticky)"`
+	// HealthCheckInterval is the time between health probes of each replica.
+	HealthCheckInterval time.Duration `yaml:"health_check_interval" doc:"time between health probes of each replica"`
+	// HealthCheckTimeout bounds one probe.
+	HealthCheckTimeout time.Duration `yaml:"health_check_timeout" doc:"timeout of one health probe"`
+	// UnhealthyThreshold is the consecutive failed probes that mark a replica down.
+	UnhealthyThreshold int `yaml:"unhealthy_threshold" doc:"consecutive failed probes that mark a replica unhealthy"`
+	// HealthyThreshold is the consecutive good probes that bring it back.
+	HealthyThreshold int `yaml:"healthy_threshold" doc:"consecutive good probes that mark a replica healthy again"`
+	// MaxBodyBytes caps a request body; bigger ones get 413.
+	MaxBodyBytes int64 `yaml:"max_body_bytes" doc:"largest request body accepted (413 above)"`
+	// MaxRetries is how many other replicas one failed request may be retried on.
+	MaxRetries int `yaml:"max_retries" doc:"retries of one failed request on other replicas"`
+	// RetryBudget caps retries as a fraction of first attempts, so a failing
+	// fleet is not hit with a retry storm.
+	RetryBudget float64 `yaml:"retry_budget" doc:"retries allowed as a fraction of first attempts (0–1), against retry storms"`
+	// BehindVersionRule is what happens to sessions on a replica that falls
+	// behind the minimum policy version.
+	BehindVersionRule BehindVersionRule `yaml:"behind_version_rule" doc:"sessions on a replica behind the minimum version: move (reassign) or hold (wait for it)"`
+	// Listen is the router's HTTP address.
+	Listen string `yaml:"listen" doc:"router HTTP address (host:port; port 0 = any free port)"`
+}
+
+// DefaultRouter uses bounded_sticky with SkyRL's and vllm-router's constants
+// (c=1.25, TTL 2 h, sweep 60 s, 160 virtual nodes).
+func DefaultRouter() RouterConfig {
+	return RouterConfig{
+		Policy:              PolicyBoundedSticky,
+		BalanceFactor:       1.25,
+		SessionTTL:          7200 * time.Second,
+		SweepInterval:       60 * time.Second,
+		VirtualNodes:        160,
+		HealthCheckInterval: 5 * time.Second,
+		HealthCheckTimeout:  2 * time.Second,
+		UnhealthyThreshold:  3,
+		HealthyThreshold:    2,
+		MaxBodyBytes:        8 << 20,
+		MaxRetries:          2,
+		RetryBudget:         0.2,
+		BehindVersionRule:   BehindMove,
+		Listen:              "127.0.0.1:8000",
+	}
+}
+
+// Validate checks the router section.
+func (c RouterConfig) Validate() error {
+	v := checker{section: "router"}
+	v.checkEnums(c)
+	if !(c.BalanceFactor >= 1) {
+		v.fail("balance_factor", "must be ≥ 1, got %g", c.BalanceFactor)
+	}
+	v.positiveDuration("session_ttl", c.SessionTTL)
+	v.positiveDuration("sweep_interval", c.SweepInterval)
+	v.atLeast("virtual_nodes", int64(c.VirtualNodes), 1)
+	v.positiveDuration("health_check_interval", c.HealthCheckInterval)
+	v.positiveDuration("health_check_timeout", c.HealthCheckTimeout)
+	v.atLeast("unhealthy_threshold", int64(c.UnhealthyThreshold), 1)
+	v.atLeast("healthy_threshold", int64(c.HealthyThreshold), 1)
+	v.atLeast("max_body_bytes", c.MaxBodyBytes, 1)
+	v.atLeast("max_retries", int64(c.MaxRetries), 0)
+	v.inRange("retry_budget", c.RetryBudget, 0, 1)
+	v.hostPort("listen", c.Listen, false)
+	return v.err()
+}
+
+// hostPort checks a host:port listen address; empty is allowed when optional.
+func (c *checker) hostPort(field, addr string, optional bool) {
+	if addr == "" && optional {
+		return
+	}
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		c.fail(field, "%q is not a host:port address", addr)
+	}
+}

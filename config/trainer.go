@@ -1,0 +1,97 @@
+package config
+
+// TrainerConfig configures the fully asynchronous trainer: the staleness
+// bound, the loss, microbatching and the backend that runs the steps.
+type TrainerConfig struct {
+	// MaxStalenessSteps is S: a group generated at step i may be trained up
+	// to step i+S (SkyRL default 4).
+	MaxStalenessSteps int `yaml:"max_staleness_steps" doc:"S: a group generated at step i may be trained at most at step i+S (SkyRL: 4)"`
+	// NumParallelGenerationWorkers is W, the groups generated at once.
+	NumParallelGenerationWorkers int `yaml:"num_parallel_generation_workers" doc:"W: groups in generation at once; need B ≤ W ≤ B·(S+1)"`
+	// MiniBatchSize is B, the groups per trainer step.
+	MiniBatchSize int `yaml:"mini_batch_size" doc:"B: groups (prompts) per trainer step"`
+	// StalePolicy is what happens to a group over the bound at training time.
+	StalePolicy StalePolicy `yaml:"stale_policy" doc:"group over the staleness bound at training time: requeue (enforce) or accept (count only, like SkyRL)"`
+	// LearningRate is Adam's step size.
+	LearningRate float64 `yaml:"learning_rate" doc:"Adam learning rate"`
+	// GradClip is the global gradient-norm clip (0 = off).
+	GradClip float64 `yaml:"grad_clip" doc:"global gradient-norm clip; 0 = off"`
+	// LossReduction is how token losses become one number (SkyRL definitions).
+	LossReduction LossReduction `yaml:"loss_reduction" doc:"how token losses are reduced"`
+	// EpsClipLow is the PPO ratio clip below 1: ratio ≥ 1 - eps_clip_low.
+	EpsClipLow float64 `yaml:"eps_clip_low" doc:"PPO clip: ratio ≥ 1 - eps_clip_low"`
+	// EpsClipHigh is the PPO ratio clip above 1 (DAPO's clip-higher uses 0.28).
+	EpsClipHigh float64 `yaml:"eps_clip_high" doc:"PPO clip: ratio ≤ 1 + eps_clip_high (DAPO clip-higher: 0.28)"`
+	// EntropyCoef weights the entropy bonus (0 = off).
+	EntropyCoef float64 `yaml:"entropy_coef" doc:"entropy bonus weight; 0 = off"`
+	// KLCoef weights the k3 KL term against the rollout policy (0 = off).
+	KLCoef float64 `yaml:"kl_coef" doc:"k3 KL penalty weight against the rollout logprobs; 0 = off"`
+	// NormalizeOverSupport renormalises each token's logprob over the
+	// candidates the sampler kept (top-p/top-k replay).
+	NormalizeOverSupport bool `yaml:"normalize_over_support" doc:"normalise each token's logprob over the sampler's kept candidates (top-p/top-k replay)"`
+	// MaxTokensPerMicrobatch caps a microbatch's tokens (-1 = one microbatch
+	// per mini-batch).
+	MaxTokensPerMicrobatch int `yaml:"max_tokens_per_microbatch" doc:"token cap per microbatch; -1 = off (whole mini-batch at once)"`
+	// MicrobatchMode is the packing algorithm.
+	MicrobatchMode MicrobatchMode `yaml:"microbatch_mode" doc:"microbatch packing: balanced (least-loaded bin) or ffd (first-fit decreasing)"`
+	// DPPartition splits microbatches across data-parallel ranks.
+	DPPartition DPPartition `yaml:"dp_partition" doc:"split across DP ranks: contiguous (SkyRL) or karmarkar_karp (balanced)"`
+	// DPSize is the number of data-parallel trainer ranks.
+	DPSize int `yaml:"dp_size" doc:"data-parallel trainer ranks"`
+	// PauseMode is what engines do with in-flight requests during a weight update.
+	PauseMode PauseMode `yaml:"pause_mode" doc:"in-flight requests during a weight update: keep, abort or wait"`
+	// Backend runs the gradient steps.
+	Backend TrainerBackend `yaml:"backend" doc:"where steps run: builtin (in-process tiny policy) or remote (worker over the bus)"`
+}
+
+// DefaultTrainer is sized for `make run` on 2 cores: B=4 groups per step,
+// W=8 groups in flight (two steps' worth, so engines stay busy while the
+// trainer steps) and S=2, which keeps B ≤ W ≤ B·(S+1) = 12 with room for a
+// slow group; SkyRL's S=4 allows staler data than a 20-step run needs.
+// The learning rate suits the tiny built-in policy (LLMs use ~1e-6).
+func DefaultTrainer() TrainerConfig {
+	return TrainerConfig{
+		MaxStalenessSteps:            2,
+		NumParallelGenerationWorkers: 8,
+		MiniBatchSize:                4,
+		StalePolicy:                  StaleRequeue,
+		LearningRate:                 1e-3,
+		GradClip:                     1,
+		LossReduction:                LossTokenMean,
+		EpsClipLow:                   0.2,
+		EpsClipHigh:                  0.2,
+		EntropyCoef:                  0,
+		KLCoef:                       0,
+		NormalizeOverSupport:         false,
+		MaxTokensPerMicrobatch:       -1,
+		MicrobatchMode:               MicrobatchBalanced,
+		DPPartition:                  DPKarmarkarKarp,
+		DPSize:                       1,
+		PauseMode:                    PauseKeep,
+		Backend:                      BackendBuiltin,
+	}
+}
+
+// Validate checks the trainer section, including SkyRL's staleness rule
+// B ≤ W ≤ B·(S+1): fewer workers than a mini-batch could never fill a step,
+// and more than B·(S+1) would generate groups that are stale on arrival.
+func (c TrainerConfig) Validate() error {
+	v := checker{section: "trainer"}
+	v.checkEnums(c)
+	v.atLeast("max_staleness_steps", int64(c.MaxStalenessSteps), 0)
+	v.atLeast("num_parallel_generation_workers", int64(c.NumParallelGenerationWorkers), 1)
+	v.atLeast("mini_batch_size", int64(c.MiniBatchSize), 1)
+	b, w, s := c.MiniBatchSize, c.NumParallelGenerationWorkers, c.MaxStalenessSteps
+	if b >= 1 && w >= 1 && s >= 0 && (w < b || int64(w) > int64(b)*(int64(s)+1)) {
+		v.fail("", "invalid staleness setup: need mini_batch_size ≤ num_parallel_generation_workers ≤ mini_batch_size·(max_staleness_steps+1), got B=%d W=%d S=%d", b, w, s)
+	}
+	v.positiveFloat("learning_rate", c.LearningRate)
+	v.nonNegativeFloat("grad_clip", c.GradClip)
+	v.inRange("eps_clip_low", c.EpsClipLow, 0, 1)
+	v.nonNegativeFloat("eps_clip_high", c.EpsClipHigh)
+	v.nonNegativeFloat("entropy_coef", c.EntropyCoef)
+	v.nonNegativeFloat("kl_coef", c.KLCoef)
+	v.unboundedOrAtLeast("max_tokens_per_microbatch", int64(c.MaxTokensPerMicrobatch), 1)
+	v.atLeast("dp_size", int64(c.DPSize), 1)
+	return v.err()
+}
