@@ -36,8 +36,13 @@ func counts(c *Core) map[string]int {
 	return m
 }
 
+type fataler interface {
+	Helper()
+	Fatalf(string, ...any)
+}
+
 // checkInvariants recounts sessions from the session table.
-func checkInvariants(t testing.TB, c *Core) {
+func checkInvariants(t fataler, c *Core) {
 	t.Helper()
 	recount := map[*replica]int{}
 	for k, s := range c.sessions {
