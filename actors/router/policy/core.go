@@ -37,6 +37,7 @@ type replica struct {
 	kvUsage        float64
 	metricsAt      time.Time
 	prefixes       *prefixLRU
+	avoid          bool // set only during one Route call (Request.Avoid)
 }
 
 type session struct {
@@ -210,13 +211,13 @@ func (c *Core) ObserveMetrics(now time.Time, url string, queueLen int, kvUsage f
 
 // takesNew: may receive new sessions and untracked requests.
 func (c *Core) takesNew(r *replica) bool {
-	return r.healthy && r.state == Active && r.version >= c.minVersion
+	return r.healthy && !r.avoid && r.state == Active && r.version >= c.minVersion
 }
 
 // keepsExisting: may keep serving the sessions it already has. A draining
 // replica does; a paused, updating or lagging one does not (lag rule).
 func (c *Core) keepsExisting(r *replica) bool {
-	return r.healthy && (r.state == Active || r.state == Draining) && r.version >= c.minVersion
+	return r.healthy && !r.avoid && (r.state == Active || r.state == Draining) && r.version >= c.minVersion
 }
 
 // load is the bounded_sticky load in token-equivalents: router-local
@@ -237,6 +238,24 @@ func (c *Core) load(now time.Time, r *replica) float64 {
 // every SweepInterval).
 func (c *Core) Route(now time.Time, req Request) Decision {
 	c.Sweep(now)
+	if len(req.Avoid) > 0 {
+		for _, u := range req.Avoid {
+			if r := c.replicas[u]; r != nil {
+				r.avoid = true
+			}
+		}
+		defer func() {
+			for _, u := range req.Avoid {
+				if r := c.replicas[u]; r != nil {
+					r.avoid = false
+				}
+			}
+		}()
+	}
+	return c.route(now, req)
+}
+
+func (c *Core) route(now time.Time, req Request) Decision {
 	tracked := req.SessionKey != "" && !req.HashOnly
 	switch c.cfg.Policy {
 	case RoundRobin:
@@ -277,7 +296,7 @@ func (c *Core) Route(now time.Time, req Request) Decision {
 		}
 		return c.charge(req, r, OutcomeStickyHit, "")
 	}
-	if r.healthy && c.cfg.LagRule == LagHold {
+	if r.healthy && !r.avoid && c.cfg.LagRule == LagHold {
 		s.lastAccess = now // a held session is alive; do not let TTL take it
 		return Decision{Outcome: OutcomeGated, From: r.url}
 	}
@@ -507,7 +526,7 @@ func (c *Core) routeHash(now time.Time, req Request, tracked bool) Decision {
 		s = c.sessions[key]
 	}
 	if s != nil {
-		if o := s.replica; !c.keepsExisting(o) && o.healthy && c.cfg.LagRule == LagHold {
+		if o := s.replica; !c.keepsExisting(o) && o.healthy && !o.avoid && c.cfg.LagRule == LagHold {
 			s.lastAccess = now
 			return Decision{Outcome: OutcomeGated, From: o.url}
 		}

@@ -538,3 +538,22 @@ func TestOutcomeNames(t *testing.T) {
 		}
 	}
 }
+
+func TestAvoidMovesAndExcludes(t *testing.T) {
+	for _, p := range []string{StickyLeastLoaded, BoundedSticky, ConsistentHash, RoundRobin, LeastRequest} {
+		c := newCore(t, func(cfg *Config) { cfg.Policy = p; cfg.LagRule = LagHold }, three...)
+		first := c.Route(t0, Request{SessionKey: "s"})
+		d := c.Route(t0, Request{SessionKey: "s", Avoid: []string{first.Replica}})
+		if !d.OK() || d.Replica == first.Replica {
+			t.Fatalf("%s: avoid ignored: %+v", p, d)
+		}
+		if p != RoundRobin && p != LeastRequest && d.Outcome != OutcomeMoved {
+			t.Fatalf("%s: want moved, got %+v", p, d)
+		}
+		// The flag is per call: the avoided replica is eligible again.
+		if v, _ := c.Replica(first.Replica); !v.Eligible {
+			t.Fatalf("%s: avoid leaked past the call", p)
+		}
+		checkInvariants(t, c)
+	}
+}

@@ -102,7 +102,11 @@ func (m *machine) step(t *rapid.T) {
 		if rapid.IntRange(0, 9).Draw(t, "keyed") > 0 {
 			key = fmt.Sprint("s", rapid.IntRange(0, 20).Draw(t, "session"))
 		}
-		req := Request{SessionKey: key, PromptTokens: rapid.IntRange(0, 4000).Draw(t, "prompt"),
+		var avoid []string
+		if rapid.IntRange(0, 4).Draw(t, "avoid") == 0 {
+			avoid = []string{u}
+		}
+		req := Request{Avoid: avoid, SessionKey: key, PromptTokens: rapid.IntRange(0, 4000).Draw(t, "prompt"),
 			ExpectedDecodeTokens: rapid.IntRange(0, 500).Draw(t, "decode"), PrefixHash: uint64(rapid.IntRange(0, 3).Draw(t, "prefix"))}
 		var want Decision
 		var tied []string
@@ -142,7 +146,7 @@ func (m *machine) checkDecision(t *rapid.T, req Request, d Decision) {
 		}
 		if d.Outcome == OutcomeNoReplica {
 			for _, r := range c.Replicas() {
-				if r.Eligible {
+				if r.Eligible && !contains(req.Avoid, r.URL) {
 					t.Fatalf("no_replica although %s is eligible", r.URL)
 				}
 			}
@@ -150,6 +154,9 @@ func (m *machine) checkDecision(t *rapid.T, req Request, d Decision) {
 		return
 	}
 	r := c.replicas[d.Replica]
+	if contains(req.Avoid, d.Replica) {
+		t.Fatalf("routed to avoided %s", d.Replica)
+	}
 	// Never route to an unhealthy, gated or lagging replica.
 	if !c.keepsExisting(r) {
 		t.Fatalf("routed to ineligible %s: %+v", d.Replica, c.view(r))
@@ -163,7 +170,10 @@ func (m *machine) checkDecision(t *rapid.T, req Request, d Decision) {
 			t.Fatalf("session table disagrees with decision: %+v vs %+v", v, d)
 		}
 	}
-	if m.pol == BoundedSticky && c.takesNew(r) {
+	// The bound is over the replicas eligible during the decision; an
+	// avoided replica (a one-off retry exclusion) is eligible again after
+	// it, so the check applies only to decisions without Avoid.
+	if m.pol == BoundedSticky && c.takesNew(r) && len(req.Avoid) == 0 {
 		n, total := 0, 0
 		for _, o := range c.order {
 			if c.takesNew(o) {
@@ -240,11 +250,20 @@ func (m *stickyModel) count(u string) int {
 // pick: fewest sessions by recount; ties to the highest rendezvous weight
 // (keyed) — untracked ties are random in the core, so the model returns
 // every tied URL.
-func (m *stickyModel) pick(key string) []string {
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func (m *stickyModel) pick(key string, avoid []string) []string {
 	best := -1
 	var tied []string
 	for u, r := range m.replicas {
-		if !r.healthy || r.state != Active || r.version < m.min {
+		if !r.healthy || r.state != Active || r.version < m.min || contains(avoid, u) {
 			continue
 		}
 		n := m.count(u)
@@ -269,7 +288,7 @@ func (m *stickyModel) pick(key string) []string {
 func (m *stickyModel) route(now time.Time, req Request) (Decision, []string) {
 	d := m.route1(now, req)
 	if d.Outcome == OutcomeUntracked {
-		return d, m.pick("")
+		return d, m.pick("", req.Avoid)
 	}
 	return d, nil
 }
@@ -285,7 +304,7 @@ func (m *stickyModel) route1(now time.Time, req Request) Decision {
 	}
 	key := req.SessionKey
 	if key == "" {
-		c := m.pick("")
+		c := m.pick("", req.Avoid)
 		if len(c) == 0 {
 			return Decision{Outcome: OutcomeNoReplica}
 		}
@@ -294,18 +313,19 @@ func (m *stickyModel) route1(now time.Time, req Request) Decision {
 	outcome, from := OutcomeNew, ""
 	if s, ok := m.sessions[key]; ok {
 		r := m.replicas[s.url]
-		if r.healthy && (r.state == Active || r.state == Draining) && r.version >= m.min {
+		avoided := contains(req.Avoid, s.url)
+		if r.healthy && !avoided && (r.state == Active || r.state == Draining) && r.version >= m.min {
 			s.last = now
 			return Decision{Replica: s.url, Outcome: OutcomeStickyHit}
 		}
-		if r.healthy && m.cfg.LagRule == LagHold {
+		if r.healthy && !avoided && m.cfg.LagRule == LagHold {
 			s.last = now
 			return Decision{Outcome: OutcomeGated, From: s.url}
 		}
 		delete(m.sessions, key)
 		outcome, from = OutcomeMoved, s.url
 	}
-	c := m.pick(key)
+	c := m.pick(key, req.Avoid)
 	if len(c) == 0 {
 		return Decision{Outcome: OutcomeNoReplica, From: from}
 	}

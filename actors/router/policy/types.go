@@ -102,6 +102,10 @@ type Request struct {
 	// PrefixHash identifies the prompt's leading bytes (shared by the
 	// samples of a GRPO group and the turns of a conversation); 0 = unknown.
 	PrefixHash uint64
+	// Avoid lists replicas that must not be chosen for this request (a
+	// retry after a connection failure or a 503 there). A session on an
+	// avoided replica moves, as if that replica were unhealthy.
+	Avoid []string
 }
 
 // Decision is the core's answer for one Request.
