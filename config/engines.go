@@ -65,7 +65,7 @@ func DefaultEngines() EnginesConfig {
 func (c EnginesConfig) Validate() error {
 	v := checker{section: "engines"}
 	v.atLeast("count", int64(c.Count), 0)
-	if c.Count+len(c.ExternalURLs) < 1 {
+	if c.Count >= 0 && c.Count+len(c.ExternalURLs) < 1 {
 		v.fail("", "no engines: set count ≥ 1 or list external_urls")
 	}
 	v.notEmpty("listen_host", c.ListenHost)

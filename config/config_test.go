@@ -1,0 +1,217 @@
+package config
+
+import (
+	"errors"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+func TestDefaultIsValid(t *testing.T) {
+	if err := Default().Validate(); err != nil {
+		t.Fatalf("Default() is invalid: %v", err)
+	}
+}
+
+// allFields lists every config field by dotted path with its struct field.
+func allFields(t reflect.Type, prefix string, out map[string]reflectField) {
+	for i := range t.NumField() {
+		sf := t.Field(i)
+		key, _, _ := strings.Cut(sf.Tag.Get("yaml"), ",")
+		p := joinPath(prefix, key)
+		out[p] = reflectField{sf}
+		if sf.Type.Kind() == reflect.Struct && sf.Type != durationType {
+			allFields(sf.Type, p, out)
+		}
+	}
+}
+
+type reflectField struct{ reflect.StructField }
+
+var snakeCase = regexp.MustCompile(`^[a-z][a-z0-9]*(_[a-z0-9]+)*$`)
+
+// TestEveryFieldDocumented: every field has a snake_case yaml key and a doc tag.
+func TestEveryFieldDocumented(t *testing.T) {
+	fields := map[string]reflectField{}
+	allFields(reflect.TypeFor[Config](), "", fields)
+	if len(fields) < 90 {
+		t.Fatalf("found only %d fields; the walk is broken", len(fields))
+	}
+	for p, f := range fields {
+		key, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if !snakeCase.MatchString(key) {
+			t.Errorf("%s (%s): yaml key %q is not snake_case", p, f.Name, key)
+		}
+		if strings.TrimSpace(f.Tag.Get("doc")) == "" {
+			t.Errorf("%s (%s): no doc tag", p, f.Name)
+		}
+	}
+}
+
+// TestPrintDefaultsListsEveryField reflects over Config and checks that the
+// printed YAML has every key at its path, with its doc as the comment above.
+func TestPrintDefaultsListsEveryField(t *testing.T) {
+	var b strings.Builder
+	if err := WriteDefaults(&b); err != nil {
+		t.Fatal(err)
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal([]byte(b.String()), &doc); err != nil {
+		t.Fatal(err)
+	}
+	printed := map[string]string{} // path → head comment
+	var walk func(n *yaml.Node, prefix string)
+	walk = func(n *yaml.Node, prefix string) {
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			p := joinPath(prefix, k.Value)
+			printed[p] = k.HeadComment
+			if v.Kind == yaml.MappingNode {
+				walk(v, p)
+			}
+		}
+	}
+	walk(doc.Content[0], "")
+	fields := map[string]reflectField{}
+	allFields(reflect.TypeFor[Config](), "", fields)
+	for p, f := range fields {
+		c, ok := printed[p]
+		if !ok {
+			t.Errorf("print-defaults lacks %s", p)
+			continue
+		}
+		if !strings.Contains(c, f.Tag.Get("doc")) {
+			t.Errorf("%s: comment %q lacks its doc %q", p, c, f.Tag.Get("doc"))
+		}
+	}
+	if len(printed) != len(fields) {
+		t.Errorf("printed %d keys, config has %d fields", len(printed), len(fields))
+	}
+	if !strings.Contains(b.String(), "  # replica selection policy [bounded_sticky|sticky_least_loaded|consistent_hash|round_robin|least_request]\n  policy: bounded_sticky\n") {
+		t.Errorf("enum comment missing or misplaced:\n%s", b.String())
+	}
+}
+
+func TestStalenessRule(t *testing.T) {
+	tests := []struct {
+		b, w, s int
+		ok      bool
+	}{
+		{4, 8, 2, true},
+		{4, 4, 0, true},   // W = B: synchronous-like
+		{4, 5, 0, false},  // W > B·(S+1) = 4
+		{4, 12, 2, true},  // W = B·(S+1)
+		{4, 13, 2, false}, // one over
+		{4, 3, 2, false},  // W < B: a step could never fill
+		{2, 4, 1, true},   // SkyRL's example
+		{1, 1, 0, true},
+	}
+	for _, tt := range tests {
+		c := DefaultTrainer()
+		c.MiniBatchSize, c.NumParallelGenerationWorkers, c.MaxStalenessSteps = tt.b, tt.w, tt.s
+		err := c.Validate()
+		if (err == nil) != tt.ok {
+			t.Errorf("B=%d W=%d S=%d: err = %v, want ok=%v", tt.b, tt.w, tt.s, err, tt.ok)
+		}
+	}
+}
+
+// TestValidateMessages pins messages of Validate on in-memory configs (no
+// file, so no FILE:LINE prefix).
+func TestValidateMessages(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(*Config)
+		want   string
+	}{
+		{"enum", func(c *Config) { c.Router.Policy = "fastest" },
+			`router.policy: "fastest" is not one of bounded_sticky, sticky_least_loaded, consistent_hash, round_robin, least_request`},
+		{"staleness", func(c *Config) {
+			c.Trainer.MiniBatchSize, c.Trainer.NumParallelGenerationWorkers, c.Trainer.MaxStalenessSteps = 8, 4, 1
+		}, "trainer: invalid staleness setup: need mini_batch_size ≤ num_parallel_generation_workers ≤ mini_batch_size·(max_staleness_steps+1), got B=8 W=4 S=1"},
+		{"negative count", func(c *Config) { c.Engines.Count = -1 }, "engines.count: must be ≥ 0, got -1"},
+		{"non-positive duration", func(c *Config) { c.Router.SweepInterval = 0 }, "router.sweep_interval: must be a positive duration, got 0s"},
+		{"ratio out of range", func(c *Config) { c.Filter.MinReplaceRatio = 1.5 }, "filter.min_replace_ratio: must be in [0, 1], got 1.5"},
+		{"top_k zero", func(c *Config) { c.Rollout.TopK = 0 }, "rollout.top_k: must be -1 (no limit) or ≥ 1, got 0"},
+		{"top_p zero", func(c *Config) { c.Rollout.TopP = 0 }, "rollout.top_p: must be in (0, 1], got 0"},
+		{"learning rate", func(c *Config) { c.Trainer.LearningRate = 0 }, "trainer.learning_rate: must be > 0, got 0"},
+		{"balance factor", func(c *Config) { c.Router.BalanceFactor = 0.9 }, "router.balance_factor: must be ≥ 1, got 0.9"},
+		{"listen", func(c *Config) { c.Router.Listen = "8000" }, `router.listen: "8000" is not a host:port address`},
+		{"nats url", func(c *Config) { c.Bus.NATSURL = "http://x:4222" }, `bus.nats_url: "http://x:4222" is not a nats://, tls://, ws:// or wss:// URL with a host`},
+		{"payload", func(c *Config) { c.Bus.MaxPayloadBytes = 128 << 20 }, "bus.max_payload_bytes: must be in [1, 67108864], got 134217728"},
+		{"external url", func(c *Config) { c.Engines.ExternalURLs = []string{"10.0.0.1:8000"} },
+			`engines.external_urls[0]: "10.0.0.1:8000" is not an http:// or https:// URL with a host`},
+		{"cache too small", func(c *Config) { c.Engines.MaxModelLen = 4096; c.Engines.PrefixCacheBlocks = 100 },
+			"engines.prefix_cache_blocks: 100 blocks × 16 tokens = 1600 tokens cannot hold one max_model_len (4096) sequence"},
+		{"run id", func(c *Config) { c.Run.ID = "a b" }, `run.id: "a b" must be 1–64 characters of A-Z, a-z, 0-9, '-' or '_'`},
+		{"zstd", func(c *Config) { c.Publisher.ZstdLevel = 0 }, "publisher.zstd_level: must be in [1, 22], got 0"},
+		{"log level", func(c *Config) { c.Log.Level = "trace" }, `log.level: "trace" is not one of debug, info, warn, error`},
+		{"metrics listen", func(c *Config) { c.Metrics.Listen = "localhost" }, `metrics.listen: "localhost" is not a host:port address`},
+		{"no roles", func(c *Config) { c.Cluster.Roles = nil }, "cluster.roles: must list at least one role"},
+		{"two errors", func(c *Config) { c.Run.Steps = 0; c.Log.Format = "xml" },
+			"run.steps: must be ≥ 1, got 0\nlog.format: \"xml\" is not one of auto, json, console"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := Default()
+			tt.mutate(&c)
+			err := c.Validate()
+			if err == nil || err.Error() != tt.want {
+				t.Fatalf("Validate() = %v\nwant %s", err, tt.want)
+			}
+			if !errors.Is(err, ErrInvalid) {
+				t.Errorf("error does not wrap ErrInvalid")
+			}
+		})
+	}
+}
+
+func TestEditDistance(t *testing.T) {
+	tests := []struct {
+		a, b string
+		want int
+	}{
+		{"", "", 0}, {"abc", "", 3}, {"", "ab", 2}, {"kitten", "sitting", 3},
+		{"max_stalness_steps", "max_staleness_steps", 1}, {"flaw", "lawn", 2}, {"µs", "us", 1},
+	}
+	for _, tt := range tests {
+		if got := editDistance(tt.a, tt.b); got != tt.want {
+			t.Errorf("editDistance(%q, %q) = %d, want %d", tt.a, tt.b, got, tt.want)
+		}
+	}
+}
+
+func TestSuggest(t *testing.T) {
+	known := []string{"run", "bus", "engines", "router", "trainer", "log"}
+	tests := []struct{ in, want string }{
+		{"trainr", "trainer"},
+		{"Router", "router"},
+		{"engine", "engines"},
+		{"foo", ""}, // 2 edits from "log": a different word, not a typo
+		{"metrics_and_more", ""},
+	}
+	for _, tt := range tests {
+		if got := suggest(tt.in, known); got != tt.want {
+			t.Errorf("suggest(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestFormatDuration(t *testing.T) {
+	tests := map[string]string{"2h0m0s": "2h", "1m0s": "1m", "1h30m0s": "1h30m", "1m30s": "1m30s", "1.5s": "1.5s", "0s": "0s", "10m0s": "10m"}
+	for in, want := range tests {
+		d, err := parseDur(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := formatDuration(d); got != want {
+			t.Errorf("formatDuration(%s) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func parseDur(s string) (time.Duration, error) { return time.ParseDuration(s) }
