@@ -36,6 +36,9 @@ type Emit struct {
 	// SinceArrival is the modelled time from Add to the end of this step
 	// (time-to-first-token when First).
 	SinceArrival time.Duration
+	// CachedTokens is the number of prompt tokens the sequence's latest
+	// admission found in the prefix cache.
+	CachedTokens int
 }
 
 // Plan is one engine step.
@@ -80,6 +83,7 @@ type seq struct {
 	blocks   []int32
 	arrival  time.Duration
 	produced int // tokens produced since arrival (not reset by preemption)
+	cached   int // prompt tokens hit at the latest admission
 	running  bool
 }
 
@@ -271,6 +275,7 @@ func (s *Scheduler) Schedule() Plan {
 		s.running = append(s.running, q)
 		s.publishFull(q, n)
 		hit := len(hitBlocks) * bs
+		q.cached = hit
 		s.queries += int64(n)
 		s.hits += int64(hit)
 		p.CachedTokens += hit
@@ -287,7 +292,7 @@ func (s *Scheduler) Schedule() Plan {
 	s.emits = s.emits[:0]
 	for _, q := range s.running {
 		s.publishFull(q, len(q.tokens))
-		s.emits = append(s.emits, Emit{ID: q.id, First: q.produced == 0, SinceArrival: s.now - q.arrival})
+		s.emits = append(s.emits, Emit{ID: q.id, First: q.produced == 0, SinceArrival: s.now - q.arrival, CachedTokens: q.cached})
 	}
 	p.Emits = s.emits
 	return p

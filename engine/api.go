@@ -1,0 +1,207 @@
+package engine
+
+import "encoding/json"
+
+// Wire types of the vLLM-compatible API. Field names and shapes follow
+// vLLM's OpenAI server; the asyncrl extensions are marked.
+
+// CompletionRequest is the body of POST /v1/completions.
+type CompletionRequest struct {
+	Model string `json:"model"`
+	// Prompt is a string, a list of strings, a list of token ids or a
+	// list of lists of token ids.
+	Prompt         json.RawMessage `json:"prompt"`
+	MaxTokens      *int            `json:"max_tokens"`
+	Temperature    *float64        `json:"temperature"`
+	TopP           *float64        `json:"top_p"`
+	TopK           *int            `json:"top_k"`
+	MinP           *float64        `json:"min_p"`
+	Seed           *int64          `json:"seed"`
+	N              *int            `json:"n"`
+	Stop           json.RawMessage `json:"stop"`
+	Logprobs       *int            `json:"logprobs"`
+	Stream         bool            `json:"stream"`
+	StreamOptions  *StreamOptions  `json:"stream_options"`
+	IgnoreEOS      bool            `json:"ignore_eos"`
+	ReturnTokenIDs bool            `json:"return_token_ids"`
+	// RequestID names the request for /abort_requests (vLLM extension;
+	// the X-Request-Id header does the same).
+	RequestID string `json:"request_id"`
+}
+
+// StreamOptions is the OpenAI stream_options object.
+type StreamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+// ChatMessage is one chat turn. Content is a string or a list of
+// {"type":"text","text":...} parts.
+type ChatMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+// ChatRequest is the body of POST /v1/chat/completions.
+type ChatRequest struct {
+	Model               string          `json:"model"`
+	Messages            []ChatMessage   `json:"messages"`
+	MaxTokens           *int            `json:"max_tokens"`
+	MaxCompletionTokens *int            `json:"max_completion_tokens"`
+	Temperature         *float64        `json:"temperature"`
+	TopP                *float64        `json:"top_p"`
+	TopK                *int            `json:"top_k"`
+	MinP                *float64        `json:"min_p"`
+	Seed                *int64          `json:"seed"`
+	N                   *int            `json:"n"`
+	Stop                json.RawMessage `json:"stop"`
+	Logprobs            bool            `json:"logprobs"`
+	TopLogprobs         *int            `json:"top_logprobs"`
+	Stream              bool            `json:"stream"`
+	StreamOptions       *StreamOptions  `json:"stream_options"`
+	IgnoreEOS           bool            `json:"ignore_eos"`
+	ReturnTokenIDs      bool            `json:"return_token_ids"`
+	RequestID           string          `json:"request_id"`
+}
+
+// Extensions are the asyncrl fields on every choice (and on every streamed
+// chunk's choice, for the tokens of that chunk).
+type Extensions struct {
+	// WeightVersion is the version that produced the choice's last token
+	// (the serving version when it has none yet).
+	WeightVersion int64 `json:"weight_version"`
+	// TokenWeightVersions holds one version per generated token; a
+	// keep-mode pause with a weight update makes it change mid-request.
+	TokenWeightVersions []int64 `json:"token_weight_versions"`
+	// OutputLogprobs holds log_softmax(logits/T)[token] of every generated
+	// token under the weights that produced it (T = 1 for greedy),
+	// whether or not `logprobs` was asked for.
+	OutputLogprobs []float32 `json:"output_logprobs"`
+	// SampleSupport holds, per generated token, the candidate ids that
+	// survived top-k/top-p/min-p (descending probability); present only
+	// when one of those filters is active.
+	SampleSupport [][]int32 `json:"sample_support,omitempty"`
+}
+
+// CompletionLogprobs is the legacy completions logprobs object.
+type CompletionLogprobs struct {
+	Tokens        []string             `json:"tokens"`
+	TokenLogprobs []float32            `json:"token_logprobs"`
+	TopLogprobs   []map[string]float32 `json:"top_logprobs"`
+	TextOffset    []int                `json:"text_offset"`
+}
+
+// CompletionChoice is one choice of a completion (or a streamed chunk).
+type CompletionChoice struct {
+	Index        int                 `json:"index"`
+	Text         string              `json:"text"`
+	Logprobs     *CompletionLogprobs `json:"logprobs"`
+	FinishReason *string             `json:"finish_reason"`
+	// PromptTokenIDs and TokenIDs are present with return_token_ids
+	// (prompt ids only on the first chunk of a stream).
+	PromptTokenIDs []int32 `json:"prompt_token_ids,omitempty"`
+	TokenIDs       []int32 `json:"token_ids,omitempty"`
+	Extensions
+}
+
+// PromptTokensDetails reports prefix-cache reuse.
+type PromptTokensDetails struct {
+	CachedTokens int `json:"cached_tokens"`
+}
+
+// Usage counts tokens of a whole request.
+type Usage struct {
+	PromptTokens        int                  `json:"prompt_tokens"`
+	CompletionTokens    int                  `json:"completion_tokens"`
+	TotalTokens         int                  `json:"total_tokens"`
+	PromptTokensDetails *PromptTokensDetails `json:"prompt_tokens_details"`
+}
+
+// CompletionResponse is the body (or, with object "text_completion", each
+// streamed chunk) of /v1/completions.
+type CompletionResponse struct {
+	ID      string             `json:"id"`
+	Object  string             `json:"object"`
+	Created int64              `json:"created"`
+	Model   string             `json:"model"`
+	Choices []CompletionChoice `json:"choices"`
+	Usage   *Usage             `json:"usage,omitempty"`
+}
+
+// ChatTopLogprob is one alternative in chat logprobs.
+type ChatTopLogprob struct {
+	Token   string  `json:"token"`
+	Logprob float32 `json:"logprob"`
+	Bytes   []int   `json:"bytes"`
+}
+
+// ChatTokenLogprob is one generated token in chat logprobs.
+type ChatTokenLogprob struct {
+	Token       string           `json:"token"`
+	Logprob     float32          `json:"logprob"`
+	Bytes       []int            `json:"bytes"`
+	TopLogprobs []ChatTopLogprob `json:"top_logprobs"`
+}
+
+// ChatLogprobs is the chat logprobs object.
+type ChatLogprobs struct {
+	Content []ChatTokenLogprob `json:"content"`
+}
+
+// ChatResponseMessage is the assistant message (or stream delta).
+type ChatResponseMessage struct {
+	Role    string `json:"role,omitempty"`
+	Content string `json:"content"`
+}
+
+// ChatChoice is one chat choice; Message in responses, Delta in chunks.
+type ChatChoice struct {
+	Index          int                  `json:"index"`
+	Message        *ChatResponseMessage `json:"message,omitempty"`
+	Delta          *ChatResponseMessage `json:"delta,omitempty"`
+	Logprobs       *ChatLogprobs        `json:"logprobs"`
+	FinishReason   *string              `json:"finish_reason"`
+	PromptTokenIDs []int32              `json:"prompt_token_ids,omitempty"`
+	TokenIDs       []int32              `json:"token_ids,omitempty"`
+	Extensions
+}
+
+// ChatResponse is the body of /v1/chat/completions ("chat.completion") or
+// one streamed chunk ("chat.completion.chunk").
+type ChatResponse struct {
+	ID      string       `json:"id"`
+	Object  string       `json:"object"`
+	Created int64        `json:"created"`
+	Model   string       `json:"model"`
+	Choices []ChatChoice `json:"choices"`
+	Usage   *Usage       `json:"usage,omitempty"`
+}
+
+// ErrorBody is vLLM's error envelope.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail describes one error; Code repeats the HTTP status.
+type ErrorDetail struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    int     `json:"code"`
+}
+
+// UpdateWeightsRequest is the built-in engine's body for /update_weights.
+type UpdateWeightsRequest struct {
+	CheckpointDir string `json:"checkpoint_dir"`
+	Version       int64  `json:"version"`
+}
+
+// LoRARequest is the body of /v1/load_lora_adapter and unload.
+type LoRARequest struct {
+	LoRAName string `json:"lora_name"`
+	LoRAPath string `json:"lora_path"`
+}
+
+// AbortRequest is the body of /abort_requests; empty RequestIDs = all.
+type AbortRequest struct {
+	RequestIDs []string `json:"request_ids"`
+}

@@ -1,0 +1,226 @@
+package engine
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Handler returns the engine's HTTP API (see the package comment).
+func (e *Engine) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/completions", e.handleCompletions)
+	mux.HandleFunc("POST /v1/chat/completions", e.handleChat)
+	mux.HandleFunc("GET /v1/models", e.handleModels)
+	mux.HandleFunc("GET /health", e.handleHealth)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(e.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("POST /pause", e.handlePause)
+	mux.HandleFunc("POST /resume", func(w http.ResponseWriter, r *http.Request) {
+		e.Resume()
+		writeJSON(w, http.StatusOK, map[string]any{"status": "ok"})
+	})
+	mux.HandleFunc("GET /is_paused", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]bool{"is_paused": e.IsPaused()})
+	})
+	mux.HandleFunc("POST /abort_requests", e.handleAbort)
+	mux.HandleFunc("POST /reset_prefix_cache", func(w http.ResponseWriter, r *http.Request) {
+		e.ResetPrefixCache()
+		writeJSON(w, http.StatusOK, map[string]any{"status": "ok"})
+	})
+	// Weight transfer: the built-in engine needs no transfer group, so
+	// init/start/finish only track state; update_weights loads a checkpoint.
+	mux.HandleFunc("POST /init_weight_transfer_engine", e.okHandler(nil))
+	mux.HandleFunc("POST /start_weight_update", e.okHandler(func() { e.setUpdating(true) }))
+	mux.HandleFunc("POST /finish_weight_update", e.okHandler(func() { e.setUpdating(false) }))
+	mux.HandleFunc("POST /update_weights", e.handleUpdateWeights)
+	mux.HandleFunc("GET /get_world_size", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]int{"world_size": 1})
+	})
+	mux.HandleFunc("POST /v1/load_lora_adapter", e.handleLoadLoRA)
+	mux.HandleFunc("POST /v1/unload_lora_adapter", e.handleUnloadLoRA)
+	mux.HandleFunc("POST /sleep", e.okHandler(e.Sleep))
+	mux.HandleFunc("POST /wake_up", e.okHandler(e.WakeUp))
+	mux.HandleFunc("GET /is_sleeping", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]bool{"is_sleeping": e.IsSleeping()})
+	})
+	return mux
+}
+
+func (e *Engine) setUpdating(v bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.updating = v
+}
+
+func (e *Engine) okHandler(f func()) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if f != nil {
+			f()
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"status": "ok"})
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// writeError answers with vLLM's error envelope.
+func writeError(w http.ResponseWriter, status int, param, format string, args ...any) {
+	typ := map[int]string{
+		http.StatusBadRequest:          "BadRequestError",
+		http.StatusNotFound:            "NotFoundError",
+		http.StatusConflict:            "ConflictError",
+		http.StatusTooManyRequests:     "RateLimitError",
+		http.StatusServiceUnavailable:  "ServiceUnavailableError",
+		http.StatusInternalServerError: "InternalServerError",
+	}[status]
+	d := ErrorDetail{Message: fmt.Sprintf(format, args...), Type: typ, Code: status}
+	if param != "" {
+		d.Param = &param
+	}
+	writeJSON(w, status, ErrorBody{Error: d})
+}
+
+// decodeBody decodes a JSON body; false after answering 400.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
+	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<20))
+	if err == nil {
+		err = json.Unmarshal(body, v)
+	}
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "", "malformed JSON body: %v", err)
+		return false
+	}
+	return true
+}
+
+func (e *Engine) handleModels(w http.ResponseWriter, r *http.Request) {
+	e.mu.Lock()
+	type card struct {
+		ID          string  `json:"id"`
+		Object      string  `json:"object"`
+		Created     int64   `json:"created"`
+		OwnedBy     string  `json:"owned_by"`
+		Root        string  `json:"root"`
+		Parent      *string `json:"parent"`
+		MaxModelLen int     `json:"max_model_len"`
+	}
+	base := e.cfg.ServedModelName
+	data := []card{{ID: base, Object: "model", OwnedBy: "asyncrl", Root: base, MaxModelLen: e.maxLen()}}
+	for name := range e.loras {
+		data = append(data, card{ID: name, Object: "model", OwnedBy: "asyncrl", Root: name, Parent: &base, MaxModelLen: e.maxLen()})
+	}
+	e.mu.Unlock()
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
+}
+
+func (e *Engine) handleHealth(w http.ResponseWriter, r *http.Request) {
+	e.mu.Lock()
+	ok := e.model != nil && !e.closed
+	e.mu.Unlock()
+	if !ok {
+		writeError(w, http.StatusServiceUnavailable, "", "no weights loaded")
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+func (e *Engine) handlePause(w http.ResponseWriter, r *http.Request) {
+	mode := r.URL.Query().Get("mode")
+	clear := false
+	if v := r.URL.Query().Get("clear_cache"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "clear_cache", "clear_cache must be true or false, got %q", v)
+			return
+		}
+		clear = b
+	}
+	if err := e.Pause(r.Context(), mode, clear); err != nil {
+		if r.Context().Err() != nil {
+			return // client gone
+		}
+		writeError(w, http.StatusBadRequest, "mode", "%v", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "is_paused": true})
+}
+
+func (e *Engine) handleAbort(w http.ResponseWriter, r *http.Request) {
+	var req AbortRequest
+	if r.ContentLength != 0 && !decodeBody(w, r, &req) {
+		return
+	}
+	n := e.Abort(req.RequestIDs)
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "aborted": n})
+}
+
+func (e *Engine) handleUpdateWeights(w http.ResponseWriter, r *http.Request) {
+	var req UpdateWeightsRequest
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	if req.CheckpointDir == "" {
+		writeError(w, http.StatusBadRequest, "checkpoint_dir", "the built-in engine loads weights from checkpoint_dir, which is empty")
+		return
+	}
+	if err := e.LoadWeights(req.CheckpointDir, req.Version); err != nil {
+		e.writeEngineError(w, err)
+		return
+	}
+	w.Header().Set("X-Weight-Version", strconv.FormatInt(req.Version, 10))
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "weight_version": req.Version})
+}
+
+func (e *Engine) writeEngineError(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, ErrVersionDecrease):
+		writeError(w, http.StatusConflict, "version", "%v", err)
+	case errors.Is(err, ErrNoLoader):
+		writeError(w, http.StatusNotImplemented, "", "%v", err)
+	case errors.Is(err, ErrClosed):
+		writeError(w, http.StatusServiceUnavailable, "", "%v", err)
+	default:
+		writeError(w, http.StatusBadRequest, "", "%v", err)
+	}
+}
+
+func (e *Engine) handleLoadLoRA(w http.ResponseWriter, r *http.Request) {
+	var req LoRARequest
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	if req.LoRAName == "" || req.LoRAPath == "" {
+		writeError(w, http.StatusBadRequest, "lora_name", "lora_name and lora_path are required")
+		return
+	}
+	if req.LoRAName == e.cfg.ServedModelName {
+		writeError(w, http.StatusBadRequest, "lora_name", "lora_name %q is the base model's name", req.LoRAName)
+		return
+	}
+	if err := e.LoadLoRA(req.LoRAName, req.LoRAPath); err != nil {
+		e.writeEngineError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ok"})
+}
+
+func (e *Engine) handleUnloadLoRA(w http.ResponseWriter, r *http.Request) {
+	var req LoRARequest
+	if !decodeBody(w, r, &req) {
+		return
+	}
+	if !e.UnloadLoRA(req.LoRAName) {
+		writeError(w, http.StatusNotFound, "lora_name", "LoRA adapter %q is not loaded", req.LoRAName)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ok"})
+}
