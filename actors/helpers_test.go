@@ -46,9 +46,9 @@ type cout struct {
 // with the test goroutine, so it locks; the core itself stays pure.
 type recorder struct {
 	mu      sync.Mutex
-	steps   []int     // N of every stepped message, all incarnations
-	counts  []int     // the core's own count after each step
-	ticks   []string  // timer names ticked
+	steps   []int    // N of every stepped message, all incarnations
+	counts  []int    // the core's own count after each step
+	ticks   []string // timer names ticked
 	tickAt  []time.Time
 	started []time.Time
 	gate    chan struct{}
