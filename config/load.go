@@ -19,7 +19,12 @@ import (
 // validated. Keys absent from the file (or set to null) keep their
 // defaults. Errors name the file, line and key path (see Error); a missing
 // file gives an error wrapping fs.ErrNotExist.
-func Load(path string) (Config, error) {
+func Load(path string) (Config, error) { return LoadWith(path, nil) }
+
+// LoadWith is Load with override applied after the file and before
+// validation, so command-line flags (--steps, --seed) can fix or change
+// what the file says; validation errors still point at the file's lines.
+func LoadWith(path string, override func(*Config)) (Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		var pe *fs.PathError
@@ -28,15 +33,20 @@ func Load(path string) (Config, error) {
 		}
 		return Config{}, fmt.Errorf("%s: %w", path, err)
 	}
-	return Parse(path, data)
+	return parse(path, data, override)
 }
 
 // Parse is Load for bytes already in memory; name is used in error messages.
-func Parse(name string, data []byte) (Config, error) {
+func Parse(name string, data []byte) (Config, error) { return parse(name, data, nil) }
+
+func parse(name string, data []byte, override func(*Config)) (Config, error) {
 	cfg := Default()
 	lines, err := overlay(name, data, &cfg)
 	if err != nil {
 		return Config{}, err
+	}
+	if override != nil {
+		override(&cfg)
 	}
 	errs := flatten(cfg.Validate())
 	for i, e := range errs {

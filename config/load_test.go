@@ -224,3 +224,22 @@ func TestMarshalRoundTripNonDefault(t *testing.T) {
 		t.Errorf("round trip differs:\n got %+v\nwant %+v\n%s", got, c, b)
 	}
 }
+
+// TestLoadWithOverride: the override runs before validation, so a flag can
+// fix a value the file got wrong, and its own bad values are reported.
+func TestLoadWithOverride(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "run.yaml")
+	if err := os.WriteFile(path, []byte("run:\n  steps: 0\n  seed: 9\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(path); err == nil || err.Error() != path+":2: run.steps: must be ≥ 1, got 0" {
+		t.Fatalf("Load without override: %v", err)
+	}
+	got, err := LoadWith(path, func(c *Config) { c.Run.Steps = 7 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Run.Steps != 7 || got.Run.Seed != 9 {
+		t.Errorf("steps, seed = %d, %d; want 7, 9", got.Run.Steps, got.Run.Seed)
+	}
+}
