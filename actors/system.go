@@ -162,25 +162,31 @@ func (h *zerologHandler) Enabled(_ context.Context, l slog.Level) bool {
 
 func (h *zerologHandler) Handle(_ context.Context, r slog.Record) error {
 	ev := h.log.WithLevel(slogToZerolog(r.Level))
-	add := func(a slog.Attr) bool {
-		key := a.Key
-		if h.group != "" {
-			key = h.group + "." + key
-		}
-		ev = ev.Str(key, a.Value.String())
-		return true
-	}
+	// h.attrs already carry the group prefix in force when they were added.
 	for _, a := range h.attrs {
-		add(a)
+		ev = ev.Str(a.Key, a.Value.String())
 	}
-	r.Attrs(add)
+	r.Attrs(func(a slog.Attr) bool {
+		ev = ev.Str(h.key(a.Key), a.Value.String())
+		return true
+	})
 	ev.Msg(r.Message)
 	return nil
 }
 
+func (h *zerologHandler) key(k string) string {
+	if h.group == "" {
+		return k
+	}
+	return h.group + "." + k
+}
+
 func (h *zerologHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
 	c := *h
-	c.attrs = append(append([]slog.Attr(nil), h.attrs...), attrs...)
+	c.attrs = append([]slog.Attr(nil), h.attrs...)
+	for _, a := range attrs {
+		c.attrs = append(c.attrs, slog.Attr{Key: h.key(a.Key), Value: a.Value})
+	}
 	return &c
 }
 
