@@ -3,6 +3,7 @@ package natsbus_test
 import (
 	"context"
 	"errors"
+	"net"
 	"net/url"
 	"os"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 
 	"github.com/asyncrl/asyncrl/transport"
@@ -264,7 +266,8 @@ func TestOptionsValidation(t *testing.T) {
 		{MaxPayload: 1 << 30},
 		{MaxReconnects: -2},
 		{Cluster: &natsbus.ClusterOptions{Name: "bad name", Listen: "127.0.0.1:0"}},
-		{Cluster: &natsbus.ClusterOptions{Name: "c", Listen: "nope"}},
+		{Cluster: &natsbus.ClusterOptions{Name: "c", Listen: "nope", Routes: []string{"nats-route://127.0.0.1:1"}}},
+		{Cluster: &natsbus.ClusterOptions{Name: "c", Listen: "127.0.0.1:0"}},
 	} {
 		if _, err := natsbus.Connect(context.Background(), o); err == nil {
 			t.Errorf("Connect(%+v) succeeded, want a validation error", o)
@@ -272,22 +275,44 @@ func TestOptionsValidation(t *testing.T) {
 	}
 }
 
-// TestClusterRoutes joins two embedded servers with a route: a message
-// published on one node reaches a subscriber on the other.
+// TestClusterRoutes joins two embedded servers with routes (each lists both,
+// as JetStream clustering wants): a message published on one node reaches a
+// subscriber on the other, and a stream is usable from both.
 func TestClusterRoutes(t *testing.T) {
-	a := embedded(t, func(o *natsbus.Options) {
-		o.Name = "node-a"
-		o.Cluster = &natsbus.ClusterOptions{Name: "asyncrl", Listen: "127.0.0.1:-1"}
-	})
-	defer a.Close()
+	pa, pb := freePort(t), freePort(t)
+	routes := []string{"nats-route://127.0.0.1:" + pa, "nats-route://127.0.0.1:" + pb}
+	type res struct {
+		b   *natsbus.Bus
+		err error
+	}
+	// Both must start together: a clustered JetStream server is ready only
+	// once its meta group has formed.
+	start := func(name, port string, out chan<- res) {
+		opts := natsbus.DefaultOptions()
+		opts.Name, opts.StoreDir = name, t.TempDir()
+		if os.Getenv("DBG") != "" {
+			opts.Logger = zerolog.New(os.Stderr).Level(zerolog.DebugLevel).With().Str("n", name).Logger()
+		}
+		opts.Cluster = &natsbus.ClusterOptions{Name: "asyncrl", Listen: "127.0.0.1:" + port, Routes: routes}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		b, err := natsbus.Connect(ctx, opts)
+		out <- res{b, err}
+	}
+	ca, cb := make(chan res, 1), make(chan res, 1)
+	go start("node-a", pa, ca)
+	go start("node-b", pb, cb)
+	ra, rb := <-ca, <-cb
+	for _, r := range []res{ra, rb} {
+		if r.err != nil {
+			t.Fatalf("Connect: %v", r.err)
+		}
+		defer r.b.Close()
+	}
+	a, b := ra.b, rb.b
 	if a.ClusterURL() == "" {
 		t.Fatal("ClusterURL empty on a clustered server")
 	}
-	b := embedded(t, func(o *natsbus.Options) {
-		o.Name = "node-b"
-		o.Cluster = &natsbus.ClusterOptions{Name: "asyncrl", Listen: "127.0.0.1:-1", Routes: []string{a.ClusterURL()}}
-	})
-	defer b.Close()
 	var got atomic.Value
 	if _, err := b.Subscribe("asyncrl.r.steps", func(m *transport.Msg) { got.Store(string(m.Data)) }); err != nil {
 		t.Fatal(err)
@@ -298,4 +323,48 @@ func TestClusterRoutes(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 		return got.Load() == "across"
 	})
+	// The JetStream meta group elects a leader a few seconds after the
+	// route forms; until then the API does not answer.
+	var st transport.Stream
+	bustest.Eventually(t, 20*time.Second, "stream on the clustered JetStream", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		var err error
+		st, err = a.Stream(ctx, transport.StreamConfig{Name: "C", Subjects: []string{"asyncrl.r.ledger"}})
+		return err == nil
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	stB, err := b.Stream(ctx, transport.StreamConfig{Name: "C", Subjects: []string{"asyncrl.r.ledger"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seq, err := stB.Publish(ctx, "asyncrl.r.ledger", []byte("x")); err != nil || seq != 1 {
+		t.Fatalf("publish from node b: seq %d err %v", seq, err)
+	}
+	got2 := make(chan string, 1)
+	s, err := st.Consume(ctx, "d", time.Minute, func(m *transport.StreamMsg) { _ = m.Ack(); got2 <- string(m.Data) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Unsubscribe()
+	select {
+	case d := <-got2:
+		if d != "x" {
+			t.Fatalf("got %q", d)
+		}
+	case <-ctx.Done():
+		t.Fatal("stream message from node b not consumed on node a")
+	}
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	_, p, _ := net.SplitHostPort(l.Addr().String())
+	return p
 }

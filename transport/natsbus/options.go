@@ -62,7 +62,10 @@ type ClusterOptions struct {
 	// Listen is the host:port the server accepts routes on ("127.0.0.1:6222";
 	// port 0 or -1 picks a random port).
 	Listen string
-	// Routes are the other members' route URLs ("nats-route://10.0.0.2:6222").
+	// Routes are the members' route URLs ("nats-route://10.0.0.2:6222"). At
+	// least one is required; give every member the same full list (a route
+	// to itself is detected and ignored). Members' Options.Name must differ:
+	// it is the JetStream server name.
 	Routes []string
 }
 
@@ -128,6 +131,9 @@ func (o Options) Validate() error {
 		}
 		if _, _, err := splitHostPort(c.Listen); err != nil {
 			return fmt.Errorf("natsbus: Cluster.Listen %q: %w (want host:port)", c.Listen, err)
+		}
+		if len(c.Routes) == 0 {
+			return fmt.Errorf("natsbus: Cluster.Routes is empty (clustered JetStream needs the members' route URLs; listing this node too is fine)")
 		}
 	}
 	return nil
