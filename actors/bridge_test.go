@@ -103,7 +103,7 @@ func TestBridgeStreamAcksAfterStep(t *testing.T) {
 	if _, err := BridgeStream(ctx, st, "c1", time.Second, decodeCmsg, sh); err != nil {
 		t.Fatal(err)
 	}
-	_, _ = st.Publish(ctx, "s.in", []byte("1"))   // seq 1: stepped, acked
+	_, _ = st.Publish(ctx, "s.in", []byte("1"))    // seq 1: stepped, acked
 	_, _ = st.Publish(ctx, "s.in", []byte("junk")) // seq 2: undecodable, acked
 	_, _ = st.Publish(ctx, "s.in", []byte("p3"))   // seq 3: panics, not acked
 	eventually(t, "seq 1 acked", func() bool { return st.isAcked(1) })
