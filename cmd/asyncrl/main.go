@@ -1,0 +1,5 @@
+package main
+
+import "os"
+
+func main() { os.Exit(execute(os.Args[1:], os.Stdout, os.Stderr)) }

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/rs/zerolog"
+	"github.com/spf13/cobra"
+
+	"github.com/asyncrl/asyncrl/config"
+	"github.com/asyncrl/asyncrl/internal/buildinfo"
+	"github.com/asyncrl/asyncrl/internal/logx"
+)
+
+// Exit codes (see doc.go).
+const (
+	exitOK       = 0
+	exitError    = 1
+	exitNotBuilt = 2
+)
+
+// exitErr carries a message for stderr and the process exit code out of a
+// command, so commands return errors instead of calling os.Exit.
+type exitErr struct {
+	code int
+	msg  string
+}
+
+func (e *exitErr) Error() string { return e.msg }
+
+// fail makes an exit-1 error whose message is printed as is.
+func fail(format string, args ...any) error {
+	return &exitErr{code: exitError, msg: fmt.Sprintf(format, args...)}
+}
+
+// notBuilt is the answer of a subcommand whose issue has not landed.
+func notBuilt(name string, issue int) error {
+	return &exitErr{code: exitNotBuilt, msg: fmt.Sprintf("asyncrl %s: not built yet (tracked in issue %d)", name, issue)}
+}
+
+// globals holds the root's persistent flags and output streams.
+type globals struct {
+	logLevel  string
+	logFormat string
+	stdout    io.Writer
+	stderr    io.Writer
+}
+
+// logger builds the process logger: the config's log section, overridden
+// by --log-level/--log-format when given on the command line.
+func (g *globals) logger(cmd *cobra.Command, fromConfig config.LogConfig) (zerolog.Logger, error) {
+	level, format := string(fromConfig.Level), string(fromConfig.Format)
+	if cmd.Flags().Changed("log-level") || level == "" {
+		level = g.logLevel
+	}
+	if cmd.Flags().Changed("log-format") || format == "" {
+		format = g.logFormat
+	}
+	return logx.New(logx.Options{Level: level, Format: format, Out: g.stderr})
+}
+
+// newRootCmd builds the asyncrl command tree writing to stdout and stderr.
+func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
+	g := &globals{stdout: stdout, stderr: stderr}
+	root := &cobra.Command{
+		Use:   "asyncrl",
+		Short: "Control plane for fully asynchronous RL post-training of LLMs",
+		Long: "asyncrl runs fully asynchronous RL post-training: rollout actors, a session-aware\n" +
+			"router, inference engines, a dynamic-sampling filter, a trainer and a weight\n" +
+			"publisher, on one machine or across nodes over NATS.",
+		Version: buildinfo.Version,
+		// Errors are printed once, by execute, in each command's own words.
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if _, err := logx.ParseLevel(g.logLevel); err != nil {
+				return fail("asyncrl: --log-level: %v", err)
+			}
+			if _, err := logx.ParseFormat(g.logFormat); err != nil {
+				return fail("asyncrl: --log-format: %v", err)
+			}
+			return nil
+		},
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetVersionTemplate(versionLine() + "\n")
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.logLevel, "log-level", "info", "minimum log level: debug, info, warn or error")
+	pf.StringVar(&g.logFormat, "log-format", "auto", "log format: auto (console on a terminal, JSON otherwise), json or console")
+
+	root.AddCommand(
+		newRunCmd(g),
+		newNodeCmd(g),
+		newRouterCmd(g),
+		newEngineCmd(g),
+		newWorkerCmd(g),
+		newWeightsCmd(g),
+		newSimCmd(g),
+		newChaosCmd(g),
+		newBenchCmd(g),
+		newConfigCmd(g),
+		newVersionCmd(g),
+	)
+	return root
+}
+
+// execute runs the command tree on args and returns the exit code.
+func execute(args []string, stdout, stderr io.Writer) int {
+	root := newRootCmd(stdout, stderr)
+	root.SetArgs(args)
+	cmd, err := root.ExecuteC()
+	if err == nil {
+		return exitOK
+	}
+	var ee *exitErr
+	if errors.As(err, &ee) {
+		if ee.msg != "" {
+			fmt.Fprintln(stderr, ee.msg)
+		}
+		return ee.code
+	}
+	// cobra's own errors (unknown command or flag, wrong argument count),
+	// printed as cobra would.
+	fmt.Fprintf(stderr, "Error: %v\nRun '%s --help' for usage.\n", err, cmd.CommandPath())
+	return exitError
+}
+
+// loadConfig returns the run configuration: Default() when path is empty,
+// else the file; override (flags) is applied before validation.
+func loadConfig(path string, override func(*config.Config)) (config.Config, error) {
+	if path == "" {
+		c := config.Default()
+		if override != nil {
+			override(&c)
+		}
+		if err := c.Validate(); err != nil {
+			return config.Config{}, err
+		}
+		return c, nil
+	}
+	return config.LoadWith(path, override)
+}
+
+// stubCmd is a subcommand whose issue has not landed: it accepts any
+// arguments and flags (so scripts written for the finished command get the
+// clear not-built answer rather than a flag error) and exits 2. A --config
+// given to it is still loaded and validated.
+func stubCmd(name, short string, issue int) *cobra.Command {
+	var cfgPath string
+	cmd := &cobra.Command{
+		Use:                name,
+		Short:              short + " (not built yet)",
+		Args:               cobra.ArbitraryArgs,
+		FParseErrWhitelist: cobra.FParseErrWhitelist{UnknownFlags: true},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfgPath != "" {
+				if _, err := config.Load(cfgPath); err != nil {
+					return fail("%v", err)
+				}
+			}
+			return notBuilt(name, issue)
+		},
+	}
+	cmd.Flags().StringVar(&cfgPath, "config", "", "run configuration `FILE` (YAML; see asyncrl config print-defaults)")
+	return cmd
+}
