@@ -236,6 +236,10 @@ func (d *decoder) mapping(n *yaml.Node, v reflect.Value, path string) {
 				break
 			}
 		}
+		if idx < 0 && k.Value == "<<" {
+			d.fail(k, p, ErrUnknownKey, "merge keys (<<) are not supported; write the keys out (anchors and aliases on values work)")
+			continue
+		}
 		if idx < 0 {
 			d.unknownKey(k, p, known)
 			continue

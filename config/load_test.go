@@ -59,6 +59,8 @@ func TestParseErrors(t *testing.T) {
 			"run.yaml:2: did not find expected key", ErrSyntax},
 		{"two documents", "run:\n  steps: 3\n---\nrun:\n  steps: 4\n",
 			"run.yaml:3: a config file holds one YAML document, found a second", ErrSyntax},
+		{"merge key", "base: &b {steps: 3}\nrun:\n  <<: *b\n",
+			"run.yaml:1: base: unknown key\nrun.yaml:3: run.<<: merge keys (<<) are not supported; write the keys out (anchors and aliases on values work)", ErrUnknownKey},
 		{"enum value", "router:\n  policy: fastest\n",
 			`run.yaml:2: router.policy: "fastest" is not one of ` + policies, ErrInvalid},
 		{"enum in a list", "cluster:\n  roles: [engine, gpu]\n",

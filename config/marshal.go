@@ -15,7 +15,12 @@ import (
 // allowed values) as a comment above it. Its output loads back with Parse
 // to an equal Config; the run report stores the effective config this way.
 func Marshal(c Config) ([]byte, error) {
-	doc := &yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{toNode(reflect.ValueOf(c))}}
+	root := toNode(reflect.ValueOf(c))
+	// A blank line before each section after the first, for the eye.
+	for i := 2; i < len(root.Content); i += 2 {
+		root.Content[i].HeadComment = "\n" + root.Content[i].HeadComment
+	}
+	doc := &yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{root}}
 	var buf bytes.Buffer
 	enc := yaml.NewEncoder(&buf)
 	enc.SetIndent(2)

@@ -20,14 +20,16 @@ type RunConfig struct {
 }
 
 // DefaultRun is sized for `make run`: 20 steps of the tiny policy finish in
-// about a minute on 2 CPU cores and are enough to see the reward rise.
+// about a minute on 2 CPU cores and are enough to see the reward rise. Its
+// directories are under runs/, which the repository's .gitignore ignores,
+// so `make run` leaves the checkout clean.
 func DefaultRun() RunConfig {
 	return RunConfig{
 		ID:        "local",
 		Seed:      1,
 		Steps:     20,
-		ReportDir: "asyncrl-report",
-		DataDir:   "asyncrl-data",
+		ReportDir: "runs/report",
+		DataDir:   "runs/data",
 	}
 }
 

@@ -9,6 +9,9 @@
 //   - Every record carries "level", "time" (UTC, RFC 3339 with milliseconds)
 //     and "message"; child loggers from For/ForActor add "component" and
 //     "actor" so one process's interleaved actors can be told apart.
+//   - Limit wraps a logger so a warning repeated in a hot loop is let
+//     through at most N times per period (house rule: repeated warnings are
+//     rate-limited).
 //   - ParseLevel and ParseFormat reject unknown names with an error that
 //     lists the accepted ones (ErrLevel, ErrFormat).
 //

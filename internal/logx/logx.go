@@ -137,3 +137,11 @@ func For(l zerolog.Logger, component string) zerolog.Logger {
 func ForActor(l zerolog.Logger, component, actor string) zerolog.Logger {
 	return l.With().Str("component", component).Str("actor", actor).Logger()
 }
+
+// Limit returns a logger that lets through at most burst records per period
+// and drops the rest, for warnings that can repeat in a hot loop (a replica
+// refusing every request). Give each repeating warning its own limited
+// logger so one noisy warning cannot hide another.
+func Limit(l zerolog.Logger, burst uint32, period time.Duration) zerolog.Logger {
+	return l.Sample(&zerolog.BurstSampler{Burst: burst, Period: period})
+}

@@ -134,3 +134,23 @@ func TestIsTerminalOnBuffer(t *testing.T) {
 		t.Error("a buffer is not a terminal")
 	}
 }
+
+func TestLimit(t *testing.T) {
+	var buf bytes.Buffer
+	l, err := New(Options{Format: "json", Out: &buf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An hour-long period: the test cannot cross it, so exactly burst pass.
+	limited := Limit(For(l, "router"), 3, time.Hour)
+	for range 10 {
+		limited.Warn().Msg("replica refused")
+	}
+	l.Warn().Msg("other") // the parent logger is not limited
+	if got := strings.Count(buf.String(), `"message":"replica refused"`); got != 3 {
+		t.Errorf("limited records = %d, want 3:\n%s", got, buf.String())
+	}
+	if !strings.Contains(buf.String(), `"message":"other"`) {
+		t.Error("parent logger was limited too")
+	}
+}
