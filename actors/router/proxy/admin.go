@@ -1,0 +1,202 @@
+package proxy
+
+import (
+	"crypto/subtle"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/asyncrl/asyncrl/actors/router/policy"
+)
+
+// replicaJSON is one replica in GET /admin/replicas.
+type replicaJSON struct {
+	URL              string  `json:"url"`
+	Healthy          bool    `json:"healthy"`
+	State            string  `json:"state"`
+	Version          int64   `json:"version"`
+	Eligible         bool    `json:"eligible"`
+	Sessions         int     `json:"sessions"`
+	InflightRequests int     `json:"inflight_requests"`
+	InflightTokens   int64   `json:"inflight_tokens"`
+	QueueLen         int     `json:"queue_len"`
+	KVUsage          float64 `json:"kv_usage"`
+}
+
+// admin serves the admin API:
+//
+//	GET    /admin/replicas                      list replicas with load, sessions, health, version
+//	POST   /admin/replicas?url=U[&version=V]    add a replica
+//	DELETE /admin/replicas?url=U                remove a replica
+//	POST   /admin/replicas/drain?url=U          stop new sessions on U, keep its existing ones
+//	POST   /admin/replicas/state?url=U&state=S  set state (active, paused, updating, draining)
+//	POST   /admin/replicas/version?url=U&version=V  record the version U serves
+//	GET    /admin/sessions?session_id=ID        look up a session
+//	GET    /admin/min_version                   read the minimum version
+//	POST   /admin/min_version?version=V         set the minimum version
+//
+// With an AdminToken configured every call needs it (401 otherwise).
+// Unknown paths get 404, wrong methods 405.
+func (r *Router) admin(w http.ResponseWriter, req *http.Request) {
+	if r.cfg.AdminToken != "" && !r.authorized(req) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="asyncrl-router"`)
+		writeError(w, http.StatusUnauthorized, "admin token required")
+		return
+	}
+	q := req.URL.Query()
+	method := func(allowed ...string) bool {
+		for _, m := range allowed {
+			if req.Method == m {
+				return true
+			}
+		}
+		w.Header().Set("Allow", strings.Join(allowed, ", "))
+		writeError(w, http.StatusMethodNotAllowed, req.Method+" not allowed on "+req.URL.Path)
+		return false
+	}
+	switch strings.TrimSuffix(req.URL.Path, "/") {
+	case "/admin/replicas":
+		if !method(http.MethodGet, http.MethodPost, http.MethodDelete) {
+			return
+		}
+		switch req.Method {
+		case http.MethodGet:
+			r.listReplicas(w)
+		case http.MethodPost:
+			u := strings.TrimRight(q.Get("url"), "/")
+			if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+				writeError(w, http.StatusBadRequest, "url must be an http(s) base URL")
+				return
+			}
+			v, ok := optInt(w, q, "version")
+			if !ok {
+				return
+			}
+			r.change(w, http.StatusCreated, func(c *policy.Core) error {
+				if err := c.AddReplica(u); err != nil {
+					return err
+				}
+				return c.SetVersion(u, v)
+			})
+		case http.MethodDelete:
+			u := strings.TrimRight(q.Get("url"), "/")
+			r.change(w, http.StatusOK, func(c *policy.Core) error { return c.RemoveReplica(u) })
+		}
+	case "/admin/replicas/drain":
+		if method(http.MethodPost) {
+			u := strings.TrimRight(q.Get("url"), "/")
+			r.change(w, http.StatusOK, func(c *policy.Core) error { return c.SetState(u, policy.Draining) })
+		}
+	case "/admin/replicas/state":
+		if method(http.MethodPost) {
+			s, err := policy.ParseState(q.Get("state"))
+			if err != nil {
+				writeError(w, http.StatusBadRequest, err.Error())
+				return
+			}
+			u := strings.TrimRight(q.Get("url"), "/")
+			r.change(w, http.StatusOK, func(c *policy.Core) error { return c.SetState(u, s) })
+		}
+	case "/admin/replicas/version":
+		if method(http.MethodPost) {
+			v, ok := reqInt(w, q, "version")
+			if !ok {
+				return
+			}
+			u := strings.TrimRight(q.Get("url"), "/")
+			r.change(w, http.StatusOK, func(c *policy.Core) error { return c.SetVersion(u, v) })
+		}
+	case "/admin/sessions":
+		if method(http.MethodGet) {
+			id := q.Get("session_id")
+			s, ok := r.Lookup(id)
+			if !ok {
+				writeError(w, http.StatusNotFound, "unknown session "+strconv.Quote(id))
+				return
+			}
+			writeJSON(w, http.StatusOK, map[string]any{"session_id": s.Key, "replica": s.Replica, "last_access": s.LastAccess.UTC().Format(time.RFC3339Nano)})
+		}
+	case "/admin/min_version":
+		if !method(http.MethodGet, http.MethodPost) {
+			return
+		}
+		if req.Method == http.MethodPost {
+			v, ok := reqInt(w, q, "version")
+			if !ok {
+				return
+			}
+			r.Do(func(_ time.Time, c *policy.Core) { c.SetMinVersion(v) })
+		}
+		var v int64
+		r.Do(func(_ time.Time, c *policy.Core) { v = c.MinVersion() })
+		writeJSON(w, http.StatusOK, map[string]any{"min_version": v})
+	default:
+		writeError(w, http.StatusNotFound, "unknown admin path "+req.URL.Path)
+	}
+}
+
+func (r *Router) authorized(req *http.Request) bool {
+	tok := req.Header.Get("X-Admin-Token")
+	if a := req.Header.Get("Authorization"); strings.HasPrefix(a, "Bearer ") {
+		tok = strings.TrimPrefix(a, "Bearer ")
+	}
+	return subtle.ConstantTimeCompare([]byte(tok), []byte(r.cfg.AdminToken)) == 1
+}
+
+func (r *Router) listReplicas(w http.ResponseWriter) {
+	var (
+		vs       []policy.ReplicaView
+		minV     int64
+		sessions int
+	)
+	r.Do(func(_ time.Time, c *policy.Core) {
+		vs, minV, sessions = c.Replicas(), c.MinVersion(), c.SessionCount()
+	})
+	out := make([]replicaJSON, len(vs))
+	for i, v := range vs {
+		out[i] = replicaJSON{URL: v.URL, Healthy: v.Healthy, State: v.State.String(), Version: v.Version, Eligible: v.Eligible,
+			Sessions: v.Sessions, InflightRequests: v.InflightRequests, InflightTokens: v.InflightTokens, QueueLen: v.QueueLen, KVUsage: v.KVUsage}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"policy": r.cfg.Policy.Policy, "min_version": minV, "sessions": sessions, "replicas": out})
+}
+
+// change applies f to the core and answers ok, 404 (unknown replica), 409
+// (duplicate) or 400.
+func (r *Router) change(w http.ResponseWriter, ok int, f func(*policy.Core) error) {
+	var err error
+	r.Do(func(_ time.Time, c *policy.Core) { err = f(c) })
+	switch {
+	case err == nil:
+		writeJSON(w, ok, map[string]any{"ok": true})
+	case errors.Is(err, policy.ErrUnknownReplica):
+		writeError(w, http.StatusNotFound, err.Error())
+	case errors.Is(err, policy.ErrDuplicateReplica):
+		writeError(w, http.StatusConflict, err.Error())
+	default:
+		writeError(w, http.StatusBadRequest, err.Error())
+	}
+}
+
+func reqInt(w http.ResponseWriter, q map[string][]string, name string) (int64, bool) {
+	vals := q[name]
+	if len(vals) == 0 || vals[0] == "" {
+		writeError(w, http.StatusBadRequest, name+" is required")
+		return 0, false
+	}
+	return optInt(w, q, name)
+}
+
+func optInt(w http.ResponseWriter, q map[string][]string, name string) (int64, bool) {
+	vals := q[name]
+	if len(vals) == 0 || vals[0] == "" {
+		return 0, true
+	}
+	v, err := strconv.ParseInt(vals[0], 10, 64)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, name+" must be an integer")
+		return 0, false
+	}
+	return v, true
+}

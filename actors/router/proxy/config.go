@@ -1,0 +1,141 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/asyncrl/asyncrl/actors/router/policy"
+)
+
+// Sentinel errors.
+var (
+	ErrInvalidConfig = errors.New("proxy: invalid config")
+	ErrShuttingDown  = errors.New("proxy: shutting down")
+)
+
+// Config configures a Router. Build one with DefaultConfig.
+type Config struct {
+	// Policy configures the routing core (policy name, TTL, load factor…).
+	Policy policy.Config
+	// Replicas are the engines' base URLs (e.g. http://127.0.0.1:8001),
+	// without a trailing path. More can be added through the admin API.
+	Replicas []string
+	// ListenAddr is the address the caller will serve Handler on. It only
+	// decides whether the admin API needs a token: off loopback it does,
+	// and New fails without AdminToken. Empty means loopback.
+	ListenAddr string
+	// AdminToken, when set, is required on every /admin/ request as
+	// "Authorization: Bearer <token>" or "X-Admin-Token: <token>".
+	AdminToken string
+	// MaxBodyBytes caps a request body; larger bodies get 413. Default 32 MiB.
+	MaxBodyBytes int64
+	// HealthInterval is the period of active GET /health checks; 0 turns
+	// active checks (and passive marking down, which only they can undo) off.
+	HealthInterval time.Duration
+	// HealthTimeout bounds one health check.
+	HealthTimeout time.Duration
+	// FailThreshold consecutive failures (active checks or proxied
+	// connection failures) mark a replica unhealthy.
+	FailThreshold int
+	// RecoverThreshold consecutive successful checks mark it healthy again.
+	RecoverThreshold int
+	// MetricsInterval is the period of GET /metrics scrapes of every
+	// replica (vllm:num_requests_waiting, vllm:kv_cache_usage_perc) feeding
+	// the bounded_sticky load; 0 turns scraping off.
+	MetricsInterval time.Duration
+	// RetryRatio and RetryBurst form the retry budget: every request earns
+	// RetryRatio retry tokens, up to RetryBurst; a retry spends one. So
+	// retries stay ≤ RetryRatio of requests plus a burst, and a failing
+	// fleet cannot be hit by a retry storm.
+	RetryRatio float64
+	RetryBurst int
+	// MaxRetries caps retries of one request.
+	MaxRetries int
+	// RetryAfter is the Retry-After sent with a gated (held session) 503.
+	RetryAfter time.Duration
+	// DefaultDecodeTokens is the expected decode length charged when a
+	// request names no max_tokens.
+	DefaultDecodeTokens int
+	// PrefixBytes is how many leading bytes of the prompt (or messages)
+	// JSON are hashed into the request's prefix hash.
+	PrefixBytes int
+	// Transport sends upstream requests; nil builds one that ignores
+	// proxy environment variables and keeps connections alive.
+	Transport http.RoundTripper
+	// Registerer receives the router's Prometheus metrics; nil registers
+	// nowhere.
+	Registerer prometheus.Registerer
+	// Logger logs health transitions and upstream failures.
+	Logger zerolog.Logger
+}
+
+// DefaultConfig returns a loopback router with the default policy
+// (bounded_sticky), 32 MiB bodies, health checks every 2 s (unhealthy
+// after 3 failures, healthy after 2 successes), metrics scrapes every
+// 500 ms, and a retry budget of 10 % + 10.
+func DefaultConfig() Config {
+	return Config{
+		Policy:              policy.DefaultConfig(),
+		ListenAddr:          "127.0.0.1:8080",
+		MaxBodyBytes:        32 << 20,
+		HealthInterval:      2 * time.Second,
+		HealthTimeout:       time.Second,
+		FailThreshold:       3,
+		RecoverThreshold:    2,
+		MetricsInterval:     500 * time.Millisecond,
+		RetryRatio:          0.1,
+		RetryBurst:          10,
+		MaxRetries:          2,
+		RetryAfter:          time.Second,
+		DefaultDecodeTokens: 256,
+		PrefixBytes:         2048,
+		Logger:              zerolog.Nop(),
+	}
+}
+
+// Validate reports the first invalid field.
+func (c Config) Validate() error {
+	if err := c.Policy.Validate(); err != nil {
+		return fmt.Errorf("%w: Policy: %w", ErrInvalidConfig, err)
+	}
+	switch {
+	case c.MaxBodyBytes <= 0:
+		return fmt.Errorf("%w: MaxBodyBytes %d: want > 0", ErrInvalidConfig, c.MaxBodyBytes)
+	case c.HealthInterval < 0 || c.MetricsInterval < 0:
+		return fmt.Errorf("%w: HealthInterval/MetricsInterval: want ≥ 0", ErrInvalidConfig)
+	case c.HealthInterval > 0 && c.HealthTimeout <= 0:
+		return fmt.Errorf("%w: HealthTimeout %v: want > 0", ErrInvalidConfig, c.HealthTimeout)
+	case c.FailThreshold < 1 || c.RecoverThreshold < 1:
+		return fmt.Errorf("%w: FailThreshold/RecoverThreshold %d/%d: want ≥ 1", ErrInvalidConfig, c.FailThreshold, c.RecoverThreshold)
+	case !(c.RetryRatio >= 0) || c.RetryBurst < 0 || c.MaxRetries < 0:
+		return fmt.Errorf("%w: RetryRatio/RetryBurst/MaxRetries: want ≥ 0", ErrInvalidConfig)
+	case c.DefaultDecodeTokens < 0 || c.PrefixBytes < 0:
+		return fmt.Errorf("%w: DefaultDecodeTokens/PrefixBytes: want ≥ 0", ErrInvalidConfig)
+	}
+	if !isLoopback(c.ListenAddr) && c.AdminToken == "" {
+		return fmt.Errorf("%w: AdminToken: required when ListenAddr %q is not loopback", ErrInvalidConfig, c.ListenAddr)
+	}
+	return nil
+}
+
+// isLoopback reports whether addr (host:port or host) binds loopback only.
+func isLoopback(addr string) bool {
+	if addr == "" {
+		return true
+	}
+	host := addr
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		host = h
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

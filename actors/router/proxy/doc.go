@@ -1,0 +1,37 @@
+// Package proxy is the router's HTTP shell: a reverse proxy in front of
+// vLLM-compatible replicas (vLLM or asyncrl's built-in engine), driven by
+// the pure routing core in package policy.
+//
+// Contract:
+//   - Every path except /admin/ and /finish_session is forwarded to the
+//     replica the core chooses, with the session key taken from
+//     X-Session-ID and the other sources of policy.ExtractSessionKey. The
+//     response carries X-Asyncrl-Replica: <replica URL>. Responses stream
+//     through with a flush per chunk (SSE works); hop-by-hop headers are
+//     stripped both ways; bodies over MaxBodyBytes get 413 with a
+//     vLLM-style JSON error.
+//   - The client's disconnect cancels the upstream request. A replica that
+//     fails mid-response aborts the client connection (the client sees an
+//     error, never a silently truncated 200).
+//   - A request is retried only if no byte has reached the client, only
+//     after a connection failure or a 503, only to a different replica
+//     (policy.Request.Avoid), at most MaxRetries times, and only while the
+//     retry budget (RetryRatio per request, RetryBurst at most) has a
+//     token: retries cannot amplify an outage into a storm.
+//   - Health: GET /health every HealthInterval; FailThreshold consecutive
+//     failures (probes or proxied connection failures) mark a replica
+//     unhealthy, RecoverThreshold successful probes mark it healthy.
+//     Optional GET /metrics scrapes feed the engine's queue length and KV
+//     usage into the core (policy bounded_sticky).
+//   - A session held on a replica that is updating (lag rule hold) gets
+//     503 with Retry-After; no eligible replica gets 503.
+//   - POST /finish_session?session_id=… releases a session (SkyRL).
+//   - /admin/ (see Router.admin) lists, adds, removes and drains replicas,
+//     looks up sessions and sets the minimum version; it needs AdminToken
+//     when set, and New refuses a ListenAddr off loopback without one.
+//   - Shutdown refuses new requests with 503, waits for in-flight ones,
+//     then stops the background loops.
+//
+// The core is not goroutine-safe; Router holds one mutex around every
+// core call and never holds it across I/O.
+package proxy

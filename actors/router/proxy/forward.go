@@ -1,0 +1,224 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/asyncrl/asyncrl/actors/router/policy"
+)
+
+// ReplicaHeader names the replica that served a response.
+const ReplicaHeader = "X-Asyncrl-Replica"
+
+// hopHeaders are hop-by-hop headers (RFC 9110 §7.6.1); never forwarded.
+var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+func copyHeaders(dst, src http.Header) {
+	drop := map[string]bool{}
+	for _, v := range src.Values("Connection") {
+		for _, f := range strings.Split(v, ",") {
+			drop[http.CanonicalHeaderKey(strings.TrimSpace(f))] = true
+		}
+	}
+	for _, h := range hopHeaders {
+		drop[h] = true
+	}
+	for k, vs := range src {
+		if drop[k] {
+			continue
+		}
+		dst[k] = append(dst[k][:0:0], vs...)
+	}
+}
+
+// proxy forwards one request to the replica the core chooses.
+func (r *Router) proxy(w http.ResponseWriter, req *http.Request) {
+	start := time.Now()
+	if !r.enter() {
+		writeError(w, http.StatusServiceUnavailable, "router is shutting down")
+		return
+	}
+	defer r.leave()
+
+	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, r.cfg.MaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			r.metrics.errors.WithLabelValues("", "body_too_large").Inc()
+			writeError(w, http.StatusRequestEntityTooLarge,
+				"request body exceeds "+strconv.FormatInt(r.cfg.MaxBodyBytes, 10)+" bytes")
+			return
+		}
+		r.metrics.errors.WithLabelValues("", "read_body").Inc()
+		writeError(w, http.StatusBadRequest, "reading request body: "+err.Error())
+		return
+	}
+	key := policy.ExtractSessionKey(req.Header, body)
+	info := parseBody(body, r.cfg.DefaultDecodeTokens, r.cfg.PrefixBytes)
+	preq := policy.Request{
+		SessionKey: key.Value, HashOnly: key.HashOnly(),
+		PromptTokens: info.promptTokens, ExpectedDecodeTokens: info.decodeTokens, PrefixHash: info.prefixHash,
+	}
+	overhead := time.Duration(0)
+	r.earnRetryToken()
+
+	for attempt := 0; ; attempt++ {
+		d := r.route(preq)
+		if !d.OK() {
+			overhead += time.Since(start)
+			r.metrics.overhead.Observe(overhead.Seconds())
+			if d.Outcome == policy.OutcomeGated {
+				w.Header().Set("Retry-After", strconv.Itoa(max(int(r.cfg.RetryAfter.Round(time.Second)/time.Second), 1)))
+				writeError(w, http.StatusServiceUnavailable, "session "+key.Value+" waits for replica "+d.From+" to catch up; retry later")
+				return
+			}
+			r.metrics.errors.WithLabelValues("", "no_replica").Inc()
+			writeError(w, http.StatusServiceUnavailable, "no replica available")
+			return
+		}
+		out, err := http.NewRequestWithContext(req.Context(), req.Method, d.Replica+req.URL.RequestURI(), bytes.NewReader(body))
+		if err != nil {
+			r.done(d)
+			writeError(w, http.StatusBadGateway, "building upstream request: "+err.Error())
+			return
+		}
+		copyHeaders(out.Header, req.Header)
+		out.ContentLength = int64(len(body))
+		out.Host = ""
+		overhead += time.Since(start)
+
+		resp, err := r.tr.RoundTrip(out)
+		upstreamAt := time.Now()
+		if err != nil {
+			r.done(d)
+			if req.Context().Err() != nil { // the client went away; nothing to answer
+				r.metrics.errors.WithLabelValues(d.Replica, "client_gone").Inc()
+				return
+			}
+			r.passiveFailure(d.Replica)
+			r.metrics.errors.WithLabelValues(d.Replica, "upstream_connect").Inc()
+			r.log.Warn().Err(err).Str("replica", d.Replica).Msg("upstream request failed")
+			if attempt < r.cfg.MaxRetries && r.spendRetryToken() {
+				r.metrics.retries.WithLabelValues("connect").Inc()
+				preq.Avoid = append(preq.Avoid, d.Replica)
+				start = time.Now()
+				continue
+			}
+			r.metrics.overhead.Observe(overhead.Seconds())
+			writeError(w, http.StatusBadGateway, "upstream "+d.Replica+" unreachable")
+			return
+		}
+		if resp.StatusCode == http.StatusServiceUnavailable && attempt < r.cfg.MaxRetries && r.spendRetryToken() {
+			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+			resp.Body.Close()
+			r.done(d)
+			r.metrics.requests.WithLabelValues(d.Replica, "503").Inc()
+			r.metrics.retries.WithLabelValues("status_503").Inc()
+			preq.Avoid = append(preq.Avoid, d.Replica)
+			start = time.Now()
+			continue
+		}
+		r.passiveSuccess(d.Replica)
+		r.relay(w, req.Context(), resp, d, upstreamAt, overhead)
+		return
+	}
+}
+
+// relay copies the upstream response to the client, flushing every chunk
+// so SSE tokens reach the client as the engine produces them.
+func (r *Router) relay(w http.ResponseWriter, ctx context.Context, resp *http.Response, d policy.Decision, upstreamAt time.Time, overhead time.Duration) {
+	defer resp.Body.Close()
+	defer r.done(d)
+	copyHeaders(w.Header(), resp.Header)
+	w.Header().Set(ReplicaHeader, d.Replica)
+	w.WriteHeader(resp.StatusCode)
+	rc := http.NewResponseController(w)
+	_ = rc.Flush()
+	r.metrics.overhead.Observe((overhead + time.Since(upstreamAt)).Seconds())
+	r.metrics.requests.WithLabelValues(d.Replica, strconv.Itoa(resp.StatusCode)).Inc()
+
+	buf := make([]byte, 32<<10)
+	for {
+		n, rerr := resp.Body.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return // client gone; ctx cancellation ends the upstream request
+			}
+			if err := rc.Flush(); err != nil {
+				return
+			}
+		}
+		if rerr == io.EOF {
+			return
+		}
+		if rerr != nil {
+			if ctx.Err() != nil {
+				r.metrics.errors.WithLabelValues(d.Replica, "client_gone").Inc()
+				return
+			}
+			// The replica died mid-response. Headers are already out, so
+			// the only honest signal is to abort the client connection.
+			r.metrics.errors.WithLabelValues(d.Replica, "upstream_stream").Inc()
+			r.passiveFailure(d.Replica)
+			r.log.Warn().Err(rerr).Str("replica", d.Replica).Msg("upstream failed mid-response")
+			panic(http.ErrAbortHandler)
+		}
+	}
+}
+
+func (r *Router) route(preq policy.Request) policy.Decision {
+	r.mu.Lock()
+	d := r.core.Route(time.Now(), preq)
+	r.mu.Unlock()
+	r.metrics.decisions.WithLabelValues(d.Outcome.String()).Inc()
+	return d
+}
+
+func (r *Router) done(d policy.Decision) {
+	r.mu.Lock()
+	r.core.Done(time.Now(), d.Replica, d.Tokens)
+	r.mu.Unlock()
+}
+
+// enter admits a request unless shutting down.
+func (r *Router) enter() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closing {
+		return false
+	}
+	r.inflight++
+	return true
+}
+
+func (r *Router) leave() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.inflight--
+	if r.closing && r.inflight == 0 {
+		close(r.drained)
+	}
+}
+
+func (r *Router) earnRetryToken() {
+	r.mu.Lock()
+	r.retryTokens = min(r.retryTokens+r.cfg.RetryRatio, float64(r.cfg.RetryBurst))
+	r.mu.Unlock()
+}
+
+func (r *Router) spendRetryToken() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.retryTokens < 1 {
+		return false
+	}
+	r.retryTokens--
+	return true
+}

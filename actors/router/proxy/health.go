@@ -1,0 +1,189 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// loop runs f every interval until ctx ends.
+func (r *Router) loop(ctx context.Context, interval time.Duration, f func(context.Context)) {
+	defer r.wg.Done()
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			f(ctx)
+		}
+	}
+}
+
+func (r *Router) urls() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	vs := r.core.Replicas()
+	out := make([]string, len(vs))
+	for i, v := range vs {
+		out[i] = v.URL
+	}
+	return out
+}
+
+// forEach runs f for every replica concurrently and waits.
+func (r *Router) forEach(f func(url string)) {
+	var wg sync.WaitGroup
+	for _, u := range r.urls() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f(u)
+		}()
+	}
+	wg.Wait()
+}
+
+// checkHealth probes GET /health on every replica.
+func (r *Router) checkHealth(ctx context.Context) {
+	r.forEach(func(u string) {
+		cctx, cancel := context.WithTimeout(ctx, r.cfg.HealthTimeout)
+		defer cancel()
+		ok := false
+		if req, err := http.NewRequestWithContext(cctx, http.MethodGet, u+"/health", nil); err == nil {
+			if resp, err := r.tr.RoundTrip(req); err == nil {
+				_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+				resp.Body.Close()
+				ok = resp.StatusCode == http.StatusOK
+			}
+		}
+		if ctx.Err() != nil {
+			return // shutting down: a cancelled probe says nothing
+		}
+		r.observeHealth(u, ok)
+	})
+}
+
+// observeHealth applies one probe result: FailThreshold consecutive
+// failures mark the replica unhealthy, RecoverThreshold successes healthy.
+func (r *Router) observeHealth(u string, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	v, exists := r.core.Replica(u)
+	if !exists {
+		delete(r.health, u)
+		return
+	}
+	h := r.health[u]
+	if h == nil {
+		h = &healthState{}
+		r.health[u] = h
+	}
+	if ok {
+		h.fails = 0
+		h.oks++
+		if !v.Healthy && h.oks >= r.cfg.RecoverThreshold {
+			_ = r.core.SetHealth(u, true)
+			r.log.Info().Str("replica", u).Msg("replica healthy again")
+		}
+		return
+	}
+	h.oks = 0
+	h.fails++
+	if v.Healthy && h.fails >= r.cfg.FailThreshold {
+		_ = r.core.SetHealth(u, false)
+		r.log.Warn().Str("replica", u).Int("failures", h.fails).Msg("replica marked unhealthy")
+	}
+}
+
+// passiveFailure counts a failed proxied request like a failed probe. Only
+// with active checks on, since only they can bring the replica back.
+func (r *Router) passiveFailure(u string) {
+	if r.cfg.HealthInterval > 0 {
+		r.observeHealth(u, false)
+	}
+}
+
+// passiveSuccess resets the failure streak (not the recovery count: only
+// probes mark a replica healthy again).
+func (r *Router) passiveSuccess(u string) {
+	r.mu.Lock()
+	if h := r.health[u]; h != nil {
+		h.fails = 0
+	}
+	r.mu.Unlock()
+}
+
+// scrapeMetrics reads the engine's queue length and KV usage from GET
+// /metrics of every replica.
+func (r *Router) scrapeMetrics(ctx context.Context) {
+	r.forEach(func(u string) {
+		cctx, cancel := context.WithTimeout(ctx, max(r.cfg.MetricsInterval, 100*time.Millisecond))
+		defer cancel()
+		req, err := http.NewRequestWithContext(cctx, http.MethodGet, u+"/metrics", nil)
+		if err != nil {
+			return
+		}
+		resp, err := r.tr.RoundTrip(req)
+		if err != nil {
+			return
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return
+		}
+		queue, kv, ok := parseEngineMetrics(io.LimitReader(resp.Body, 4<<20))
+		if !ok {
+			return
+		}
+		r.mu.Lock()
+		_ = r.core.ObserveMetrics(time.Now(), u, queue, kv)
+		r.mu.Unlock()
+	})
+}
+
+// parseEngineMetrics reads vllm:num_requests_waiting (summed over label
+// sets, e.g. per model or DP rank) and vllm:kv_cache_usage_perc (the
+// maximum: the fullest cache is the binding one) from Prometheus text.
+func parseEngineMetrics(rd io.Reader) (queue int, kv float64, ok bool) {
+	sc := bufio.NewScanner(rd)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	var waiting float64
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		name, rest := line, ""
+		if i := strings.IndexAny(line, "{ "); i >= 0 {
+			name, rest = line[:i], line[i:]
+		}
+		if name != "vllm:num_requests_waiting" && name != "vllm:kv_cache_usage_perc" {
+			continue
+		}
+		if j := strings.LastIndexByte(rest, '}'); j >= 0 {
+			rest = rest[j+1:]
+		}
+		fields := strings.Fields(rest)
+		if len(fields) == 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(fields[0], 64)
+		if err != nil {
+			continue
+		}
+		ok = true
+		if name == "vllm:num_requests_waiting" {
+			waiting += v
+		} else if v > kv {
+			kv = v
+		}
+	}
+	return int(waiting), kv, ok
+}
