@@ -40,8 +40,9 @@ type EnginesConfig struct {
 
 // DefaultEngines starts 2 built-in engines: the fewest that exercise routing
 // and weight-sync gating, and as many as 2 CPU cores can run side by side.
-// The costs model a ~7B model on one H100 (25 µs per prefill token, 10 ms per
-// decode step, +150 µs per running sequence); time_scale 0.1 plays them 10×
+// The costs are those of engine/latency's defaults, a ~7B model on one GPU
+// (40 µs per prefill token, 10 ms per decode step, +50 µs per running
+// sequence); time_scale 0.1 plays them 10×
 // faster so `make run` stays short while the ratios routing depends on
 // (cache hit vs miss, batch vs latency) are kept.
 func DefaultEngines() EnginesConfig {
@@ -53,9 +54,9 @@ func DefaultEngines() EnginesConfig {
 		MaxModelLen:       0,
 		MaxWaiting:        256,
 		TimeScale:         0.1,
-		PrefillUSPerToken: 25,
+		PrefillUSPerToken: 40,
 		DecodeUSPerToken:  10000,
-		DecodeBatchSlope:  150,
+		DecodeBatchSlope:  50,
 		PrefixCacheBlocks: 1024,
 		BlockSize:         16,
 	}
