@@ -12,6 +12,13 @@ import (
 type Clock interface {
 	// Now returns the current time.
 	Now() time.Time
+	Scheduler
+}
+
+// Scheduler arms one-shot timers. The shell uses it for core timers (the
+// callback only posts a tick message to the actor, so the core stays
+// single-threaded) and for supervised restarts.
+type Scheduler interface {
 	// AfterFunc calls f once, at least d after now, on a goroutine it does
 	// not promise anything else about. stop disarms it and reports whether it
 	// did so before f was called.
