@@ -42,9 +42,9 @@ type EnginesConfig struct {
 // and weight-sync gating, and as many as 2 CPU cores can run side by side.
 // The costs are those of engine/latency's defaults, a ~7B model on one GPU
 // (40 µs per prefill token, 10 ms per decode step, +50 µs per running
-// sequence); time_scale 0.1 plays them 10×
-// faster so `make run` stays short while the ratios routing depends on
-// (cache hit vs miss, batch vs latency) are kept.
+// sequence); time_scale 0.1 plays them 10× faster so `make run` stays short
+// while the ratios routing depends on (cache hit vs miss, batch vs latency)
+// are kept.
 func DefaultEngines() EnginesConfig {
 	return EnginesConfig{
 		Count:             2,
