@@ -7,6 +7,7 @@ func init() {
 	}
 	mustRegister(must(NewArithTask(DefaultArithConfig())))
 	mustRegister(must(NewGuessTask(DefaultGuessConfig())))
+	mustRegister(must(NewGridTask(DefaultGridConfig())))
 }
 
 func must[T Task](t T, err error) T {

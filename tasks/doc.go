@@ -34,6 +34,8 @@
 //	arith    1      4            "7+5=" "3-8="   "12" "-5" (operands 0–9)
 //	guess    10     3            "guess 1-20:"   a number per turn; replies
 //	                                             " higher:" " lower:" " correct" " invalid:"
+//	gridwalk 12     2            "walk 0,3>2,1:" a move u/d/l/r per turn; replies
+//	                                             the position " 1,3:" or " goal"
 //
 // An answer is the model's text after leading whitespace up to the next
 // whitespace: trailing blanks or junk after a space are ignored, junk glued to
@@ -46,6 +48,7 @@
 //	task     mean reward  P(score>0)  groups of 8 with variance
 //	arith    0.0596       0.748       0.9992
 //	copy     0.0462       0.591       0.9992
+//	gridwalk 0.0406       0.539       0.9936
 //	guess    0.0463       0.612       0.9984
 //	reverse  0.0464       0.591       0.9992
 //	sort     0.0463       0.591       0.9992

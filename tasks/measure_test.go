@@ -18,6 +18,7 @@ import (
 //	task     mean    P(score>0)  groups with variance  max
 //	arith    0.0596  0.748       0.9992                1.00
 //	copy     0.0462  0.591       0.9992                0.55
+//	gridwalk 0.0406  0.539       0.9936                0.82
 //	guess    0.0463  0.612       0.9984                0.82
 //	reverse  0.0464  0.591       0.9992                0.55
 //	sort     0.0463  0.591       0.9992                0.55

@@ -9,7 +9,7 @@ import (
 
 // builtins are the tasks this package registers; tests iterate over them
 // rather than Names(), which also holds tasks other tests register.
-var builtins = []string{"arith", "copy", "guess", "reverse", "sort"}
+var builtins = []string{"arith", "copy", "gridwalk", "guess", "reverse", "sort"}
 
 func TestGetUnknownListsNames(t *testing.T) {
 	_, err := Get("nope")
