@@ -26,24 +26,24 @@ var (
 type Config struct {
 	// ServedModelName is the `model` clients must send (vLLM
 	// --served-model-name); an empty `model` in a request also selects it.
-	ServedModelName string
+	ServedModelName string `json:"served_model_name" yaml:"served_model_name"`
 	// MaxModelLen bounds prompt + max_tokens per sequence (vLLM
 	// --max-model-len); it is further capped by the model's MaxSeqLen.
-	MaxModelLen int
+	MaxModelLen int `json:"max_model_len" yaml:"max_model_len"`
 	// DefaultMaxTokens is max_tokens for completions that omit it (vLLM: 16).
 	// Chat requests that omit it may use the whole remaining context.
-	DefaultMaxTokens int
+	DefaultMaxTokens int `json:"default_max_tokens" yaml:"default_max_tokens"`
 	// AddBOS prepends tokenizer.BOS to text prompts (as a tokenizer with
 	// add_special_tokens does); token-id prompts are used verbatim.
-	AddBOS bool
+	AddBOS bool `json:"add_bos" yaml:"add_bos"`
 	// Seed seeds the random streams of requests that carry no `seed`.
-	Seed uint64
+	Seed uint64 `json:"seed" yaml:"seed"`
 	// TimeScale multiplies every modelled step duration before the engine
 	// sleeps it: 1 = real time of the modelled GPU, 0 = never sleep (tests).
-	TimeScale float64
+	TimeScale float64 `json:"time_scale" yaml:"time_scale"`
 	// Latency sizes the modelled server: MaxNumSeqs, MaxWaiting (429
 	// beyond it), BlockSize (16), CacheBlocks, and the prefill/decode costs.
-	Latency latency.Config
+	Latency latency.Config `json:"latency" yaml:"latency"`
 }
 
 // DefaultConfig serves "asyncrl-policy" with a 2048-token context in real

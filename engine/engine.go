@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,7 +9,8 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"strings"
+	"runtime"
+	"sort"
 	"sync"
 	"time"
 
@@ -59,9 +61,9 @@ type Engine struct {
 	closed    bool
 	nextID    uint64
 	rng       *rand.Rand
-	scratch   sampler.Scratch
-	logits    []float32
-	lsm       []float32
+	jobs      []job
+	bufs      []*workerBuf
+	carry     time.Duration // compute time of the last step, owed by the next sleep
 	pending   *latency.Plan
 	tick      chan struct{} // closed and replaced after every change
 	prompts   int64
@@ -315,7 +317,9 @@ func (e *Engine) loop() {
 				return
 			}
 		}
-		d := time.Duration(float64(e.pending.Duration) * e.cfg.TimeScale)
+		// The real compute of the previous step already took time the
+		// modelled GPU would have spent; sleep only the remainder.
+		d := time.Duration(float64(e.pending.Duration)*e.cfg.TimeScale) - e.carry
 		e.mu.Unlock()
 		if d > 0 {
 			t := time.NewTimer(d)
@@ -334,15 +338,23 @@ func (e *Engine) loop() {
 		}
 		e.mu.Lock()
 		if e.canRunLocked() {
+			start := time.Now()
 			e.executeLocked(e.pending)
 			e.pending = nil
+			e.carry = 0
+			if e.cfg.TimeScale > 0 {
+				e.carry = time.Since(start)
+			}
 		}
 		e.mu.Unlock()
 	}
 }
 
-// executeLocked computes one token for each sequence in the step.
+// executeLocked computes one token for each sequence in the step. Logits
+// are computed in parallel across sequences (Model is safe for concurrent
+// use; each sequence owns its RNG), then results are applied in plan order.
 func (e *Engine) executeLocked(p *latency.Plan) {
+	jobs := e.jobs[:0]
 	for _, em := range p.Emits {
 		s := e.seqs[em.ID]
 		if s == nil {
@@ -360,7 +372,12 @@ func (e *Engine) executeLocked(p *latency.Plan) {
 			s.cached = em.CachedTokens
 			e.met.ttft.Observe(em.SinceArrival.Seconds())
 		}
-		e.decodeOne(s, m)
+		jobs = append(jobs, job{s: s, m: m})
+	}
+	e.jobs = jobs
+	e.runJobs(jobs, e.version)
+	for _, j := range jobs {
+		s := j.s
 		e.core.Append(s.id, s.out[len(s.out)-1])
 		if reason := e.stopReason(s); reason != "" {
 			if d, ok := e.core.SinceArrival(s.id); ok {
@@ -374,15 +391,54 @@ func (e *Engine) executeLocked(p *latency.Plan) {
 	e.changedLocked()
 }
 
-func (e *Engine) decodeOne(s *seqState, m Model) {
-	v := m.VocabSize()
-	if cap(e.logits) < v {
-		e.logits = make([]float32, v)
-		e.lsm = make([]float32, v)
+type job struct {
+	s *seqState
+	m Model
+}
+
+// workerBuf is one decoding worker's reusable memory.
+type workerBuf struct {
+	logits, lsm []float32
+	scratch     sampler.Scratch
+}
+
+// runJobs decodes one token per job on up to GOMAXPROCS goroutines; each
+// worker touches only its own jobs' sequences and its own buffers.
+func (e *Engine) runJobs(jobs []job, version int64) {
+	w := min(runtime.GOMAXPROCS(0), len(jobs), maxWorkers)
+	for len(e.bufs) < w {
+		e.bufs = append(e.bufs, &workerBuf{})
 	}
-	logits := e.logits[:v]
+	if w <= 1 {
+		for _, j := range jobs {
+			decodeOne(j.s, j.m, e.bufs[0], version)
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	for k := 0; k < w; k++ {
+		wg.Add(1)
+		go func(k int) {
+			defer wg.Done()
+			for i := k; i < len(jobs); i += w {
+				decodeOne(jobs[i].s, jobs[i].m, e.bufs[k], version)
+			}
+		}(k)
+	}
+	wg.Wait()
+}
+
+const maxWorkers = 64
+
+func decodeOne(s *seqState, m Model, b *workerBuf, version int64) {
+	v := m.VocabSize()
+	if cap(b.logits) < v {
+		b.logits = make([]float32, v)
+		b.lsm = make([]float32, v)
+	}
+	logits := b.logits[:v]
 	m.NextLogits(s.all, logits)
-	tok, lp, sup := sampler.Sample(logits, s.params, s.rng, &e.scratch)
+	tok, lp, sup := sampler.Sample(logits, s.params, s.rng, &b.scratch)
 	if s.filtered {
 		var keep []int32
 		if sup == nil { // filter active but keeps the whole vocabulary
@@ -396,35 +452,30 @@ func (e *Engine) decodeOne(s *seqState, m Model) {
 		s.support = append(s.support, keep)
 	}
 	if s.nTop >= 0 {
-		ls := sampler.LogSoftmax(logits, s.params.Temperature, e.lsm)
+		ls := sampler.LogSoftmax(logits, s.params.Temperature, b.lsm)
 		s.top = append(s.top, topK(ls, s.nTop))
 	}
 	s.out = append(s.out, tok)
 	s.all = append(s.all, tok)
 	s.lps = append(s.lps, finiteLP(lp))
-	s.vers = append(s.vers, e.version)
+	s.vers = append(s.vers, version)
 	s.text = append(s.text, tokenizer.Piece(tok)...)
 }
 
-// topK returns the k highest logprobs, descending, ties by id.
+// topK returns the k highest logprobs, descending, ties by lower id.
 func topK(ls []float32, k int) []topEntry {
 	k = min(k, len(ls))
-	out := make([]topEntry, 0, k)
-	for len(out) < k {
-		best := int32(-1)
-		for i, v := range ls {
-			taken := false
-			for _, t := range out {
-				if t.id == int32(i) {
-					taken = true
-					break
-				}
-			}
-			if !taken && (best < 0 || v > ls[best]) {
-				best = int32(i)
-			}
-		}
-		out = append(out, topEntry{best, finiteLP(ls[best])})
+	if k == 0 {
+		return []topEntry{}
+	}
+	idx := make([]int32, len(ls))
+	for i := range idx {
+		idx[i] = int32(i)
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return ls[idx[a]] > ls[idx[b]] })
+	out := make([]topEntry, k)
+	for i := range out {
+		out[i] = topEntry{idx[i], finiteLP(ls[idx[i]])}
 	}
 	return out
 }
@@ -437,7 +488,7 @@ func (e *Engine) stopReason(s *seqState) string {
 		return "stop"
 	}
 	for _, st := range s.stops {
-		if st != "" && strings.HasSuffix(string(s.text), st) {
+		if st != "" && bytes.HasSuffix(s.text, []byte(st)) {
 			s.text = s.text[:len(s.text)-len(st)]
 			return "stop"
 		}
@@ -560,8 +611,7 @@ func (e *Engine) addLocked(s *seqState) {
 	}
 	if err := e.core.Add(latency.Request{ID: s.id, Prompt: s.all, MaxTokens: s.maxTokens - len(s.out), Salt: salt}); err != nil {
 		e.log.Warn().Err(err).Uint64("seq", s.id).Msg("could not queue sequence")
-		s.finish = "abort"
-		notify(s.g)
+		e.finishLocked(s, "abort")
 		return
 	}
 	e.seqs[s.id] = s

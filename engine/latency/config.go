@@ -10,24 +10,24 @@ import (
 type Config struct {
 	// MaxNumSeqs is the most sequences decoded together in one step
 	// (vLLM --max-num-seqs). Requests beyond it wait in the FIFO queue.
-	MaxNumSeqs int
+	MaxNumSeqs int `json:"max_num_seqs" yaml:"max_num_seqs"`
 	// MaxWaiting is the most requests the waiting queue holds; Add beyond
 	// it returns ErrQueueFull (the server answers 429). Preempted
 	// sequences re-enter the queue regardless.
-	MaxWaiting int
+	MaxWaiting int `json:"max_waiting" yaml:"max_waiting"`
 	// BlockSize is the number of tokens per KV-cache block (vLLM: 16).
-	BlockSize int
+	BlockSize int `json:"block_size" yaml:"block_size"`
 	// CacheBlocks is the KV-cache capacity in blocks. It bounds both the
 	// running batch's KV and the prefix cache (unreferenced blocks keep
 	// their contents until evicted, least recently used first).
-	CacheBlocks int
+	CacheBlocks int `json:"cache_blocks" yaml:"cache_blocks"`
 	// PrefillPerToken is the cost of computing one uncached prompt token.
-	PrefillPerToken time.Duration
+	PrefillPerToken time.Duration `json:"prefill_per_token" yaml:"prefill_per_token"`
 	// DecodeBase is the fixed cost of one engine step (one forward pass).
-	DecodeBase time.Duration
+	DecodeBase time.Duration `json:"decode_base" yaml:"decode_base"`
 	// DecodePerSeq is the extra step cost per sequence in the running
 	// batch: step = DecodeBase + DecodePerSeq·batch + PrefillPerToken·uncached.
-	DecodePerSeq time.Duration
+	DecodePerSeq time.Duration `json:"decode_per_seq" yaml:"decode_per_seq"`
 }
 
 // DefaultConfig models a mid-size model on one modern GPU: ~25k prefill

@@ -1,0 +1,103 @@
+// Package engine is asyncrl's built-in inference engine: it serves a Model
+// over vLLM's HTTP API so that the rollout and router code that drives real
+// vLLM servers drives it unchanged, and it models a GPU server's latency so
+// routing decisions have real consequences on one CPU machine.
+//
+// # Contract
+//
+// New(cfg, model, opts...) builds an engine and starts its batching loop;
+// Handler() is the HTTP API, Serve/ListenAndServe bind it (127.0.0.1:8000
+// by default), Shutdown aborts in-flight requests, stops the servers and
+// the loop. SetModel(m, version) installs weights in-process; LoadWeights
+// and /update_weights load a checkpoint through the ModelLoader given with
+// WithLoader. Versions never decrease (ErrVersionDecrease, HTTP 409). A nil
+// model is allowed: /health answers 503 and completions 503 until weights
+// arrive. Each engine has its own prometheus.Registry (WithRegistry to
+// share one), so several engines can run in one process.
+//
+// # HTTP surface (shapes as in /work/shared/reference/vllm-api.md)
+//
+//   - POST /v1/completions: prompt as a string, list of strings, token ids
+//     or list of token-id lists; max_tokens (default 16), temperature,
+//     top_p, top_k (-1 or 0 = off), min_p, seed, n, stop (string or list),
+//     logprobs k, stream (SSE, ends with "data: [DONE]"),
+//     stream_options.include_usage, ignore_eos, return_token_ids
+//     (prompt_token_ids and token_ids on the choice), request_id.
+//     Text prompts get BOS prepended (Config.AddBOS); token ids are used
+//     verbatim. Choices are prompt-major: index = prompt·n + k.
+//   - POST /v1/chat/completions: messages rendered by the template
+//     "<|role|>content" per message followed by "<|assistant|>" (plain
+//     text: the character tokenizer has no special chat tokens); logprobs
+//     true + top_logprobs k; max_tokens or max_completion_tokens (default:
+//     the rest of the context).
+//   - GET /v1/models, GET /health, GET /metrics.
+//   - RL control: POST /pause?mode=keep|abort|wait&clear_cache=bool,
+//     POST /resume, GET /is_paused, POST /abort_requests {"request_ids"}
+//     (empty = all; ids are the request_id field, the X-Request-Id header,
+//     or the generated response id), POST /reset_prefix_cache.
+//   - Weights: /init_weight_transfer_engine, /start_weight_update and
+//     /finish_weight_update are accepted (no transfer group is needed
+//     in-process); POST /update_weights {"checkpoint_dir","version"} loads
+//     through the loader; GET /get_world_size → {"world_size": 1}.
+//     POST /v1/load_lora_adapter {"lora_name","lora_path"} serves the loaded
+//     model as `model: lora_name` (its prefix-cache keys are salted by the
+//     name); /v1/unload_lora_adapter aborts its live requests.
+//     POST /sleep, /wake_up, GET /is_sleeping.
+//   - Errors use vLLM's envelope {"error":{"message","type","param","code"}}:
+//     400 malformed JSON or bad fields (max_tokens < 1, prompt + max_tokens
+//     over max_model_len, top_p ∉ (0,1], temperature < 0, top_k < -1,
+//     min_p ∉ [0,1], n < 1, bad token ids), 404 unknown model or adapter,
+//     409 version decrease, 429 waiting queue full, 503 no weights.
+//     A full KV cache is never an error: requests queue or are preempted.
+//
+// # Pause semantics
+//
+//   - keep: the loop freezes; queued and running sequences keep their state
+//     and continue after resume. Tokens computed after resume use the
+//     weights installed then, so one request's token_weight_versions can
+//     show two versions.
+//   - abort: in-flight sequences end now with their partial output and
+//     finish_reason "abort"; the engine stays paused.
+//   - wait: in-flight sequences (running or queued) finish; /pause returns
+//     when they have. In every mode, requests arriving while paused (or
+//     sleeping) are held and queued on resume in arrival order; they count
+//     against max_waiting.
+//
+// # asyncrl extensions on every choice (and streamed chunk choice)
+//
+//   - weight_version: the version that produced the choice's last token.
+//   - token_weight_versions: one version per generated token.
+//   - output_logprobs: log_softmax(logits/T)[token] of every generated token
+//     under the weights that produced it (T = 1 for greedy), always present.
+//     The logprobs objects report the same values.
+//   - sample_support: per token, the candidate ids that survived top-k /
+//     top-p / min-p (descending probability, the sampled id always among
+//     them); present iff top_p < 1, top_k > 0 or min_p > 0.
+//   - Response header X-Weight-Version: the newest version among the
+//     response's last tokens (streams: the version serving at the start).
+//
+// Stop strings are removed from text but their tokens stay in token_ids
+// and logprobs (the trainer needs what was sampled); streams hold back a
+// tail that may still become a stop string. EOS ends a sequence with
+// "stop" unless ignore_eos; it stays in token_ids and renders as "</s>" in
+// logprobs and as nothing in text.
+//
+// # Latency model
+//
+// The loop is a shell around latency.Scheduler (see that package for the
+// equations): each step it asks the core which sequences run, sleeps the
+// step's modelled duration × Config.TimeScale (minus the real time the
+// previous step's compute took), then computes one real token per running
+// sequence with the Model. With the defaults (latency.DefaultConfig):
+//
+//	step = 10 ms + 50 µs·batch + 40 µs·uncached_prompt_tokens
+//	TTFT = queueing + step of admission;  block_size 16, 8192 blocks,
+//	max_num_seqs 256, max_waiting 4096, max_model_len 2048.
+//
+// vllm:time_to_first_token_seconds and vllm:e2e_request_latency_seconds
+// observe MODELLED seconds (independent of TimeScale and of the host's
+// speed), so a simulation on a slow laptop reports what the modelled GPU
+// would. Counters follow vLLM: prefix-cache queries/hits in prompt tokens
+// at admission, kv_cache_usage_perc = referenced blocks / capacity,
+// num_requests_waiting includes requests held by a pause.
+package engine
