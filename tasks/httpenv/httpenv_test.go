@@ -71,7 +71,7 @@ func run(t *testing.T, task tasks.Task, env tasks.Env, p tasks.Prompt, seed uint
 // TestRoundTripMatchesLocal: every step over HTTP equals the local env's,
 // for every built-in task, with and without prompt text.
 func TestRoundTripMatchesLocal(t *testing.T) {
-	for _, name := range []string{"arith", "copy", "guess", "reverse", "sort"} {
+	for _, name := range []string{"arith", "copy", "gridwalk", "guess", "reverse", "sort"} {
 		srv, _, c := newServer(t, name, DefaultServerConfig())
 		local, _ := tasks.Get(name)
 		if c.Name() != name || c.MaxTurns() != local.MaxTurns() || c.MaxTokensPerTurn() != local.MaxTokensPerTurn() {
