@@ -360,7 +360,7 @@ func (c *Core) better(key string, la, lb float64, a, b *replica) bool {
 func (c *Core) pickNew(now time.Time, req Request, key string) *replica {
 	switch c.cfg.Policy {
 	case StickyLeastLoaded:
-		return c.pickLeast(key, func(r *replica) float64 { return float64(r.sessions) })
+		return c.pickMin(key, math.MaxInt, func(r *replica) float64 { return float64(r.sessions) })
 	case BoundedSticky:
 		// Mirrokni et al.: only replicas under the session cap qualify; the
 		// least-sessions replica always does, so the set is never empty.
@@ -378,53 +378,30 @@ func (c *Core) pickNew(now time.Time, req Request, key string) *replica {
 		if key != "" {
 			add = 1
 		}
-		capS := c.sessionCap(total+add, n)
-		var best *replica
-		var bestL float64
-		ties := 0
-		for _, r := range c.order {
-			if !c.takesNew(r) || r.sessions+add > capS {
-				continue
-			}
-			l := c.load(now, r)
-			switch {
-			case best == nil || c.better(key, l, bestL, r, best):
-				best, bestL, ties = r, l, 1
-			case key == "" && l == bestL && r.sessions == best.sessions:
-				ties++
-				if c.rng != nil && c.rng.Intn(ties) == 0 {
-					best = r
-				}
-			}
-		}
-		return best
+		return c.pickMin(key, c.sessionCap(total+add, n)-add, func(r *replica) float64 { return c.load(now, r) })
 	case ConsistentHash:
 		return c.pickLeastRequest()
 	}
 	return nil
 }
 
-// pickLeast returns the eligible replica with the smallest metric, ties by
-// rendezvous (keyed) or reservoir-sampled with rng (unkeyed).
-func (c *Core) pickLeast(key string, metric func(*replica) float64) *replica {
+// pickMin returns the replica that takes new sessions, holds at most
+// maxSessions, and is best by (metric, sessions, rendezvous weight of key);
+// without a key, exact ties are broken uniformly with rng (reservoir
+// sampling) or by URL order when rng is nil.
+func (c *Core) pickMin(key string, maxSessions int, metric func(*replica) float64) *replica {
 	var best *replica
 	var bestM float64
 	ties := 0
 	for _, r := range c.order {
-		if !c.takesNew(r) {
+		if !c.takesNew(r) || r.sessions > maxSessions {
 			continue
 		}
 		m := metric(r)
 		switch {
-		case best == nil || m < bestM:
+		case best == nil || c.better(key, m, bestM, r, best):
 			best, bestM, ties = r, m, 1
-		case m == bestM:
-			if key != "" {
-				if rendezvous(key, r.url) > rendezvous(key, best.url) {
-					best = r
-				}
-				continue
-			}
+		case key == "" && m == bestM && r.sessions == best.sessions:
 			ties++
 			if c.rng != nil && c.rng.Intn(ties) == 0 {
 				best = r
@@ -435,7 +412,7 @@ func (c *Core) pickLeast(key string, metric func(*replica) float64) *replica {
 }
 
 func (c *Core) pickLeastRequest() *replica {
-	return c.pickLeast("", func(r *replica) float64 { return float64(r.inflightReqs) })
+	return c.pickMin("", math.MaxInt, func(r *replica) float64 { return float64(r.inflightReqs) })
 }
 
 func (c *Core) pickRoundRobin() *replica {
