@@ -35,7 +35,7 @@
 // different episodes run concurrently. Episodes idle longer than
 // ServerConfig.EpisodeTTL are dropped when the table is full.
 //
-// testdata/echo_server.py is a complete task server in 70 lines of Python
+// testdata/echo_server.py is a complete task server in under 70 lines of Python
 // (standard library only); TestPythonServer drives it with this package's
 // client.
 //
