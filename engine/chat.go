@@ -102,7 +102,7 @@ func (e *Engine) handleChat(w http.ResponseWriter, r *http.Request) {
 		prompt = append([]int32{tokenizer.BOS}, prompt...)
 	}
 	id := requestID(r, req.RequestID, "chatcmpl-")
-	g, rerr := e.buildGroup(id, lora, [][]int32{prompt}, sp, 0)
+	g, rerr := e.buildGroup(id, lora, model, [][]int32{prompt}, sp, 0)
 	if rerr != nil {
 		writeReqError(w, rerr)
 		return

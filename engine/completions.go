@@ -40,7 +40,7 @@ func (e *Engine) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := requestID(r, req.RequestID, "cmpl-")
-	g, rerr := e.buildGroup(id, lora, prompts, sp, e.cfg.DefaultMaxTokens)
+	g, rerr := e.buildGroup(id, lora, model, prompts, sp, e.cfg.DefaultMaxTokens)
 	if rerr != nil {
 		writeReqError(w, rerr)
 		return

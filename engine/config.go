@@ -28,7 +28,8 @@ type Config struct {
 	// --served-model-name); an empty `model` in a request also selects it.
 	ServedModelName string `json:"served_model_name" yaml:"served_model_name"`
 	// MaxModelLen bounds prompt + max_tokens per sequence (vLLM
-	// --max-model-len); it is further capped by the model's MaxSeqLen.
+	// --max-model-len); it is further capped by the model's MaxSeqLen, and
+	// 0 means the model's MaxSeqLen alone.
 	MaxModelLen int `json:"max_model_len" yaml:"max_model_len"`
 	// DefaultMaxTokens is max_tokens for completions that omit it (vLLM: 16).
 	// Chat requests that omit it may use the whole remaining context.
@@ -68,8 +69,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.ServedModelName == "":
 		return fmt.Errorf("%w: ServedModelName must not be empty", ErrConfig)
-	case c.MaxModelLen < 2:
-		return fmt.Errorf("%w: MaxModelLen must be >= 2, got %d", ErrConfig, c.MaxModelLen)
+	case c.MaxModelLen < 0:
+		return fmt.Errorf("%w: MaxModelLen must be >= 0 (0 = the model's limit), got %d", ErrConfig, c.MaxModelLen)
 	case c.DefaultMaxTokens < 1:
 		return fmt.Errorf("%w: DefaultMaxTokens must be >= 1, got %d", ErrConfig, c.DefaultMaxTokens)
 	case !(c.TimeScale >= 0):

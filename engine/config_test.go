@@ -15,7 +15,7 @@ func TestConfigValidate(t *testing.T) {
 	}
 	bad := map[string]func(*Config){
 		"name":       func(c *Config) { c.ServedModelName = "" },
-		"maxlen":     func(c *Config) { c.MaxModelLen = 1 },
+		"maxlen":     func(c *Config) { c.MaxModelLen = -1 },
 		"defmax":     func(c *Config) { c.DefaultMaxTokens = 0 },
 		"timescale":  func(c *Config) { c.TimeScale = -1 },
 		"cache":      func(c *Config) { c.Latency.CacheBlocks = 10 },
@@ -51,4 +51,24 @@ func TestConfigYAML(t *testing.T) {
 	if err := dec.Decode(&c); err == nil {
 		t.Fatal("unknown key accepted")
 	}
+}
+
+func TestMaxModelLenFromModel(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxModelLen = 0
+	cfg.Latency.CacheBlocks = 4 // 64 tokens
+	h := newHarness(t, cfg)
+	h.m.MaxLen = 100
+	if _, out := h.get("/v1/models"); !bytes.Contains(out, []byte(`"max_model_len":100`)) {
+		t.Fatalf("models: %s", out)
+	}
+	if code, _, out := h.post("/v1/completions", map[string]any{"prompt": string(make([]byte, 100)), "max_tokens": 1}); code != 400 {
+		t.Fatalf("over the model's limit: %d %s", code, out)
+	}
+	// Fits the model's context but not the modelled KV cache: 400, not 500.
+	code, _, out := h.post("/v1/completions", map[string]any{"prompt": "abc", "max_tokens": 80})
+	if d := errorBody(t, out); code != 400 || *d.Param != "max_tokens" {
+		t.Fatalf("over the cache: %d %s", code, out)
+	}
+	h.complete(map[string]any{"prompt": "abc", "max_tokens": 40})
 }

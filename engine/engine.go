@@ -493,16 +493,17 @@ func (e *Engine) stopReason(s *seqState) string {
 			return "stop"
 		}
 	}
-	if len(s.out) >= s.maxTokens || len(s.all) >= e.maxLen() {
+	if len(s.out) >= s.maxTokens {
 		return "length"
 	}
 	return ""
 }
 
-func (e *Engine) maxLen() int {
+// maxLen is the context limit for sequences served by m.
+func (e *Engine) maxLen(m Model) int {
 	n := e.cfg.MaxModelLen
-	if e.model != nil && e.model.MaxSeqLen() > 0 {
-		n = min(n, e.model.MaxSeqLen())
+	if m != nil && m.MaxSeqLen() > 0 && (n == 0 || m.MaxSeqLen() < n) {
+		n = m.MaxSeqLen()
 	}
 	return n
 }

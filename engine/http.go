@@ -114,9 +114,9 @@ func (e *Engine) handleModels(w http.ResponseWriter, r *http.Request) {
 		MaxModelLen int     `json:"max_model_len"`
 	}
 	base := e.cfg.ServedModelName
-	data := []card{{ID: base, Object: "model", OwnedBy: "asyncrl", Root: base, MaxModelLen: e.maxLen()}}
+	data := []card{{ID: base, Object: "model", OwnedBy: "asyncrl", Root: base, MaxModelLen: e.maxLen(e.model)}}
 	for name := range e.loras {
-		data = append(data, card{ID: name, Object: "model", OwnedBy: "asyncrl", Root: name, Parent: &base, MaxModelLen: e.maxLen()})
+		data = append(data, card{ID: name, Object: "model", OwnedBy: "asyncrl", Root: name, Parent: &base, MaxModelLen: e.maxLen(e.loras[name])})
 	}
 	e.mu.Unlock()
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})

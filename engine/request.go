@@ -173,10 +173,8 @@ var reqCounter atomic.Uint64
 // buildGroup validates lengths and creates one sequence per prompt × n.
 // defaultMax is the max_tokens used when the request omits it (0 = the
 // rest of the context).
-func (e *Engine) buildGroup(id, lora string, prompts [][]int32, sp sampling, defaultMax int) (*group, *reqError) {
-	e.mu.Lock()
-	maxLen := e.maxLen()
-	e.mu.Unlock()
+func (e *Engine) buildGroup(id, lora string, m Model, prompts [][]int32, sp sampling, defaultMax int) (*group, *reqError) {
+	maxLen := e.maxLen(m)
 	g := &group{id: id, notify: make(chan struct{}, 1)}
 	for pi, p := range prompts {
 		if len(p) == 0 {
@@ -192,6 +190,13 @@ func (e *Engine) buildGroup(id, lora string, prompts [][]int32, sp sampling, def
 		if len(p) >= maxLen || len(p)+maxTok > maxLen {
 			return nil, badRequest("prompt", "This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the prompt, %d for the completion). Please reduce the length of the prompt or max_tokens.",
 				maxLen, len(p)+maxTok, len(p), maxTok)
+		}
+		// The modelled KV cache must hold the whole sequence, or the
+		// scheduler could never run it alone.
+		lc := e.cfg.Latency
+		if need := (len(p) + maxTok + lc.BlockSize - 1) / lc.BlockSize; need > lc.CacheBlocks {
+			return nil, badRequest("max_tokens", "%d prompt + %d completion tokens need %d KV blocks; the engine's cache holds %d (raise Latency.CacheBlocks or lower max_tokens)",
+				len(p), maxTok, need, lc.CacheBlocks)
 		}
 		for k := 0; k < sp.n; k++ {
 			s := &seqState{
