@@ -103,8 +103,12 @@ type Shell[In, Out any] struct {
 	log     zerolog.Logger
 	limited *LimitedLogger
 
-	queued       atomic.Int64
-	state        atomic.Int32
+	queued atomic.Int64
+	state  atomic.Int32
+	// admit is held shared while a message is checked and enqueued, and
+	// exclusively while Stop flips state, so every message Tell accepted is
+	// in the mailbox before the poison pill that ends the drain.
+	admit        sync.RWMutex
 	timerGen     atomic.Uint64
 	incarnations atomic.Int64
 	restarts     atomic.Int64
@@ -172,6 +176,7 @@ func Spawn[In, Out any](sys *System, cfg ShellConfig, factory func() Core[In, Ou
 	}
 	sys.strategy.add(cfg.Name, &supervised{
 		name:       cfg.Name,
+		log:        log,
 		cfg:        cfg.Supervision,
 		onEscalate: cfg.OnEscalate,
 		onRestart: func(delay time.Duration, err error) {
@@ -220,6 +225,8 @@ func (sh *Shell[In, Out]) Tell(msg In) error {
 }
 
 func (sh *Shell[In, Out]) deliver(msg In, done func()) error {
+	sh.admit.RLock()
+	defer sh.admit.RUnlock()
 	if sh.state.Load() != stateRunning {
 		return fmt.Errorf("tell %q: %w", sh.cfg.Name, ErrStopped)
 	}
@@ -242,7 +249,10 @@ func (sh *Shell[In, Out]) deliver(msg In, done func()) error {
 // waiting out a restart backoff, in which case they are discarded), then the
 // actor stops. It waits for that or for ctx. Safe to call more than once.
 func (sh *Shell[In, Out]) Stop(ctx context.Context) error {
-	if sh.state.CompareAndSwap(stateRunning, stateStopping) {
+	sh.admit.Lock()
+	first := sh.state.CompareAndSwap(stateRunning, stateStopping)
+	sh.admit.Unlock()
+	if first {
 		sh.stopBridges()
 		if sh.sys.strategy.forget(sh.cfg.Name) {
 			sh.sys.as.Root.Stop(sh.pid)

@@ -542,3 +542,52 @@ func TestShutdownStopsEverything(t *testing.T) {
 		t.Fatalf("spawn after shutdown: %v", err)
 	}
 }
+
+func TestEveryAcceptedMessageIsSteppedDespiteConcurrentStop(t *testing.T) {
+	h := newHarness(t)
+	cfg := DefaultShellConfig("race-stop", "test")
+	cfg.MailboxCapacity = 0 // unbounded: only Stop may refuse
+	sh, rec, _ := spawnCounter(t, h, cfg, 1<<30)
+	var wg sync.WaitGroup
+	accepted := make([][]int, 4)
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 20_000 { // bounded so a slow race build stays quick
+				n := g*1_000_000 + i
+				if err := sh.Tell(cmsg{N: n}); err != nil {
+					if !errors.Is(err, ErrStopped) {
+						t.Errorf("tell: %v", err)
+					}
+					return
+				}
+				accepted[g] = append(accepted[g], n)
+			}
+		}()
+	}
+	eventually(t, "some traffic", func() bool { s, _, _, _ := rec.snapshot(); return len(s) > 200 })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := sh.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	steps, _, _, _ := rec.snapshot()
+	stepped := make(map[int]bool, len(steps))
+	for _, n := range steps {
+		stepped[n] = true
+	}
+	total := 0
+	for _, acc := range accepted {
+		total += len(acc)
+		for _, n := range acc {
+			if !stepped[n] {
+				t.Fatalf("accepted message %d was never stepped", n)
+			}
+		}
+	}
+	if total != len(steps) {
+		t.Fatalf("accepted %d, stepped %d", total, len(steps))
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
+	"github.com/rs/zerolog"
 )
 
 // Directive is a Decider's verdict on one failure.
@@ -102,6 +103,7 @@ func (c SupervisionConfig) Backoff(n int, u float64) time.Duration {
 // it survives the shell's restarts.
 type supervised struct {
 	name       string
+	log        zerolog.Logger
 	cfg        SupervisionConfig
 	onEscalate func(name string, err error)
 	onRestart  func(delay time.Duration, err error)
@@ -218,7 +220,7 @@ func (s *supervisor) HandleFailure(_ *actor.ActorSystem, sup actor.Supervisor, c
 		if hook == nil {
 			hook = s.sys.cfg.OnEscalate
 		}
-		s.sys.cfg.Logger.Error().Str("actor", st.name).Err(err).Msg("actor failed too often; stopped and escalated")
+		st.log.Error().Err(err).Msg("actor stopped and failure escalated")
 		if hook != nil {
 			// Own goroutine: the hook may stop the system, which waits for
 			// this very actor to finish stopping.
