@@ -3,6 +3,53 @@
 // Bus is the control-plane interface (publish, subscribe, queue subscribe,
 // request/reply, durable streams). Implementations: natsbus (a real NATS
 // server, embedded in-process by default or reached by URL) and memhub (an
-// in-memory hub with fault injection for deterministic tests). Bulk bytes
-// (token batches, weights) move on data planes that control messages trigger.
+// in-memory hub with fault injection for deterministic tests). Both pass the
+// conformance suite in bustest. Bulk bytes (token batches, weights) move on
+// data planes that control messages trigger.
+//
+// # Delivery guarantees (what actors may rely on)
+//
+//   - Publish/Subscribe is at-most-once: a message published while nobody
+//     listens, or lost to a disconnect or partition, is gone. Anything that
+//     must not be lost goes through a Stream.
+//   - Messages from one publisher on one subject reach a subscriber in
+//     publish order (memhub's reorder fault breaks this on purpose).
+//   - A subscription's handler is called sequentially; handlers of different
+//     subscriptions may run concurrently (NATS) and must not block for long.
+//   - QueueSubscribe hands each message to exactly one member of the group.
+//   - Request fails fast with ErrNoResponders when nobody subscribes, and with
+//     ErrTimeout when no reply arrives before ctx's deadline (memhub: its
+//     virtual request timeout).
+//   - Stream.Publish returns only once the message is stored. Consume is
+//     at-least-once: an unacked message is redelivered after ackWait (or at
+//     once after Nak), so handlers must be idempotent (use StreamMsg.Sequence).
+//     A durable consumer resumes after its acknowledged messages.
+//   - Payloads above MaxPayload fail with ErrPayloadTooLarge before sending.
+//
+// # Subjects
+//
+// Every subject is asyncrl.<run>.<topic>[.<more>…] (see Subject, EngineSubject,
+// ParseSubject). Run ids and tokens are letters, digits, '-' and '_'. Topics,
+// publishers and subscribers:
+//
+//	subject                               publisher                 subscriber(s)
+//	asyncrl.<run>.prompts                 prompt source, requeue    rollout (queue "rollout")
+//	asyncrl.<run>.turns                   rollout (multi-turn env)  rollout, filter
+//	asyncrl.<run>.trajectories            rollout                   filter (queue "filter")
+//	asyncrl.<run>.groups                  filter                    trainer
+//	asyncrl.<run>.train                   trainer                   remote trainer workers (queue)
+//	asyncrl.<run>.steps                   trainer (StepDone v+1)    publisher, staleness controller
+//	asyncrl.<run>.weights                 publisher (version v)     engines, router (version tracker)
+//	asyncrl.<run>.engines.<id>.health     engine / node agent       router
+//	asyncrl.<run>.engines.<id>.load       engine                    router
+//	asyncrl.<run>.engines.<id>.ack        engine (serves v)         router, publisher
+//	asyncrl.<run>.sessions                router                    rollout
+//	asyncrl.<run>.capacity                filter, trainer           staleness controller
+//	asyncrl.<run>.ledger                  staleness controller      rollout, operators
+//	asyncrl.<run>.control                 CLI / leader              every actor
+//	asyncrl.<run>.transfers               publisher, data planes    engines, trainer
+//
+// The kind of each (stream, pub/sub, request/reply) is on the Topic constants.
+// Request inboxes (_INBOX.…) are outside the scheme; ValidateSubject accepts
+// any well-formed subject, ParseSubject only the scheme.
 package transport

@@ -1,10 +1,3 @@
-// Package bustest is the conformance suite every transport.Bus
-// implementation must pass: the semantics actors may rely on regardless of
-// whether they run over NATS or the in-memory hub.
-//
-// The suite polls for conditions with a deadline and never sleeps a fixed
-// time, so an implementation driven by a virtual clock passes as long as
-// something advances that clock (memhub's RunRealtime does).
 package bustest
 
 import (
