@@ -119,6 +119,21 @@ type Decision struct {
 	Tokens int64
 }
 
+// String renders the decision deterministically for logs and golden files.
+func (d Decision) String() string {
+	s := d.Outcome.String()
+	if d.Replica != "" {
+		s += " → " + d.Replica
+	}
+	if d.From != "" {
+		s += " from " + d.From
+	}
+	if d.Tokens != 0 {
+		s += fmt.Sprintf(" tokens=%d", d.Tokens)
+	}
+	return s
+}
+
 // OK reports whether the request may be sent (Replica is set).
 func (d Decision) OK() bool { return d.Replica != "" }
 
