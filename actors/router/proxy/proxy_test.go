@@ -554,3 +554,34 @@ func TestConcurrentRequests(t *testing.T) {
 		t.Fatalf("sessions %d, want 16", total)
 	}
 }
+
+func TestPassiveFailureMarksUnhealthy(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := "http://" + l.Addr().String()
+	l.Close()
+	good := named(t, "good", nil)
+	cfg := DefaultConfig()
+	cfg.MetricsInterval = 0
+	cfg.HealthInterval = time.Hour // probes never run in this test: only passive detection
+	cfg.FailThreshold = 2
+	cfg.Replicas = []string{dead, good.URL}
+	cfg.Policy.Policy = policy.RoundRobin
+	h := start(t, cfg)
+	for i := 0; i < 6; i++ {
+		if body := readAll(t, h.post("/v1/completions", "", "{}")); body != "good" {
+			t.Fatalf("request %d: %q", i, body)
+		}
+	}
+	for _, v := range h.r.Replicas() {
+		if v.URL == dead && v.Healthy {
+			t.Fatal("connection failures did not mark the replica unhealthy")
+		}
+	}
+	// Once unhealthy it is skipped: no further retries were needed.
+	if got := testutil.ToFloat64(h.r.metrics.retries.WithLabelValues("connect")); got != 2 {
+		t.Fatalf("retries %v, want exactly FailThreshold = 2", got)
+	}
+}
