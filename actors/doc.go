@@ -14,7 +14,9 @@
 // (counter/gauge/histogram updates by declared name) and Logs (the shell
 // writes them; cores never print). Cores embed Effects[Out] as their outbox.
 // An optional Start(now) (Starter) runs once per incarnation before any
-// message. The same core runs unchanged under a deterministic simulator.
+// message. The same core runs unchanged under a deterministic simulator:
+// Driver steps a core synchronously on a ManualClock, with no actor system,
+// firing its timers as Ticks and recording the rest of its effects.
 //
 // # Shell
 //
