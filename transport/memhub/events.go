@@ -83,6 +83,9 @@ func (e Event) String() string {
 }
 
 func (h *Hub) logLocked(e Event) {
+	if h.noRecord {
+		return
+	}
 	e.At = h.now.Sub(h.start)
 	h.events = append(h.events, e)
 }

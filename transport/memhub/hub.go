@@ -42,6 +42,7 @@ type Hub struct {
 	events    []Event
 
 	auto           bool
+	noRecord       bool
 	delivering     bool
 	maxPayload     int
 	requestTimeout time.Duration
@@ -73,6 +74,14 @@ func New(seed int64) *Hub {
 func (h *Hub) SetAuto(on bool) {
 	h.mu.Lock()
 	h.auto = on
+	h.mu.Unlock()
+}
+
+// SetRecording turns the event log on (the default) or off; long
+// simulations that do not assert on the log can save its memory.
+func (h *Hub) SetRecording(on bool) {
+	h.mu.Lock()
+	h.noRecord = !on
 	h.mu.Unlock()
 }
 

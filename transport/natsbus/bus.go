@@ -110,13 +110,16 @@ func (b *Bus) startServer(ctx context.Context) error {
 	}
 	sopts := &server.Options{
 		ServerName: o.Name,
-		Host:       "127.0.0.1",
+		Host:       o.Host,
 		Port:       server.RANDOM_PORT,
 		JetStream:  true,
 		StoreDir:   dir,
 		MaxPayload: int32(o.MaxPayload),
 		NoSigs:     true,
 		NoLog:      true,
+	}
+	if o.Port > 0 {
+		sopts.Port = o.Port
 	}
 	if c := o.Cluster; c != nil {
 		host, port, _ := splitHostPort(c.Listen)

@@ -265,6 +265,7 @@ func TestOptionsValidation(t *testing.T) {
 		{MaxPayload: -1},
 		{MaxPayload: 1 << 30},
 		{MaxReconnects: -2},
+		{Port: 70000},
 		{Cluster: &natsbus.ClusterOptions{Name: "bad name", Listen: "127.0.0.1:0"}},
 		{Cluster: &natsbus.ClusterOptions{Name: "c", Listen: "nope", Routes: []string{"nats-route://127.0.0.1:1"}}},
 		{Cluster: &natsbus.ClusterOptions{Name: "c", Listen: "127.0.0.1:0"}},

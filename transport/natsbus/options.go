@@ -23,6 +23,11 @@ type Options struct {
 	// embedded in-process server on 127.0.0.1 with a random port and
 	// JetStream enabled.
 	URL string
+	// Host is the interface the embedded server listens on (default
+	// 127.0.0.1; set a routable address only when other nodes must connect).
+	Host string
+	// Port of the embedded server; 0 or -1 picks a random free port.
+	Port int
 	// StoreDir is where the embedded server keeps JetStream files. Empty
 	// creates a fresh temporary directory, removed again by Close.
 	StoreDir string
@@ -46,7 +51,8 @@ type Options struct {
 	ReconnectWait time.Duration
 	// MaxReconnects is how many reconnect attempts are made after a lost
 	// connection; -1 retries forever (default -1: long RL jobs should ride
-	// out a server restart rather than die).
+	// out a server restart rather than die). 0 in hand-built Options also
+	// means the default.
 	MaxReconnects int
 	// DrainTimeout bounds draining subscriptions on Close (default 5s).
 	DrainTimeout time.Duration
@@ -72,6 +78,7 @@ type ClusterOptions struct {
 // DefaultOptions returns options for an embedded server with defaults.
 func DefaultOptions() Options {
 	return Options{
+		Host:           "127.0.0.1",
 		MaxPayload:     DefaultMaxPayload,
 		Name:           "asyncrl",
 		Logger:         zerolog.Nop(),
@@ -89,6 +96,9 @@ func (o Options) withDefaults() Options {
 	d := DefaultOptions()
 	if o.MaxPayload == 0 {
 		o.MaxPayload = d.MaxPayload
+	}
+	if o.Host == "" {
+		o.Host = "127.0.0.1"
 	}
 	if o.Name == "" {
 		o.Name = d.Name
@@ -121,6 +131,9 @@ func (o Options) Validate() error {
 	}
 	if o.ConnectTimeout < 0 || o.ReadyTimeout < 0 || o.ReconnectWait < 0 || o.DrainTimeout < 0 {
 		return fmt.Errorf("natsbus: ConnectTimeout, ReadyTimeout, ReconnectWait and DrainTimeout must be >= 0")
+	}
+	if o.Port < -1 || o.Port > 65535 {
+		return fmt.Errorf("natsbus: Port %d out of range (allowed -1 or 0 for random, 1..65535)", o.Port)
 	}
 	if o.MaxReconnects < -1 {
 		return fmt.Errorf("natsbus: MaxReconnects %d out of range (allowed -1 for forever, or >= 0)", o.MaxReconnects)
