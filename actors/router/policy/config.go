@@ -62,11 +62,17 @@ type Config struct {
 	PrefixCacheEntries int
 	// LagRule is "move" (default) or "hold"; see LagMove and LagHold.
 	LagRule string
+	// FailThreshold consecutive failed health signals (probes or proxied
+	// connection failures) mark a replica unhealthy. Must be ≥ 1.
+	FailThreshold int
+	// RecoverThreshold consecutive successful probes mark an unhealthy
+	// replica healthy again. Must be ≥ 1.
+	RecoverThreshold int
 }
 
 // DefaultConfig returns the defaults: bounded_sticky, 160 virtual nodes,
 // TTL 7200 s swept at most every 60 s, c = 1.25, metrics ≤ 1 s old, lag
-// rule move.
+// rule move, unhealthy after 3 failures and healthy again after 2 probes.
 func DefaultConfig() Config {
 	return Config{
 		Policy:             BoundedSticky,
@@ -79,6 +85,8 @@ func DefaultConfig() Config {
 		KVTokens:           8192,
 		PrefixCacheEntries: 4096,
 		LagRule:            LagMove,
+		FailThreshold:      3,
+		RecoverThreshold:   2,
 	}
 }
 
@@ -102,6 +110,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: MetricsMaxAge %v: want ≥ 0", ErrInvalidConfig, c.MetricsMaxAge)
 	case !(c.QueueTokens >= 0) || !(c.KVTokens >= 0):
 		return fmt.Errorf("%w: QueueTokens/KVTokens %v/%v: want ≥ 0", ErrInvalidConfig, c.QueueTokens, c.KVTokens)
+	case c.FailThreshold < 1 || c.RecoverThreshold < 1:
+		return fmt.Errorf("%w: FailThreshold/RecoverThreshold %d/%d: want ≥ 1", ErrInvalidConfig, c.FailThreshold, c.RecoverThreshold)
 	case c.PrefixCacheEntries < 0:
 		return fmt.Errorf("%w: PrefixCacheEntries %d: want ≥ 0", ErrInvalidConfig, c.PrefixCacheEntries)
 	}

@@ -38,6 +38,7 @@ type replica struct {
 	metricsAt      time.Time
 	prefixes       *prefixLRU
 	avoid          bool // set only during one Route call (Request.Avoid)
+	fails, oks     int  // consecutive health signals (ObserveHealth)
 }
 
 type session struct {
@@ -156,7 +157,40 @@ func (c *Core) SetHealth(url string, healthy bool) error {
 		return err
 	}
 	r.healthy = healthy
+	r.fails, r.oks = 0, 0
 	return nil
+}
+
+// ObserveHealth applies one health signal and reports whether the
+// replica's health changed. A failure — probe or proxied connection
+// failure — counts toward FailThreshold consecutive failures; a success
+// resets the failure streak, and only a successful probe (probe = true)
+// counts toward RecoverThreshold: a replica is brought back by the
+// checker, not by the odd request that happened to get through.
+func (c *Core) ObserveHealth(url string, ok, probe bool) (changed bool, err error) {
+	r, err := c.get(url)
+	if err != nil {
+		return false, err
+	}
+	if !ok {
+		r.oks = 0
+		r.fails++
+		if r.healthy && r.fails >= c.cfg.FailThreshold {
+			r.healthy = false
+			return true, nil
+		}
+		return false, nil
+	}
+	r.fails = 0
+	if !probe {
+		return false, nil
+	}
+	r.oks++
+	if !r.healthy && r.oks >= c.cfg.RecoverThreshold {
+		r.healthy = true
+		return true, nil
+	}
+	return false, nil
 }
 
 // SetState sets a replica's serving state (active, paused, updating,

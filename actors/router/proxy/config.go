@@ -37,14 +37,10 @@ type Config struct {
 	MaxBodyBytes int64
 	// HealthInterval is the period of active GET /health checks; 0 turns
 	// active checks (and passive marking down, which only they can undo) off.
+	// Policy.FailThreshold and Policy.RecoverThreshold set the hysteresis.
 	HealthInterval time.Duration
 	// HealthTimeout bounds one health check.
 	HealthTimeout time.Duration
-	// FailThreshold consecutive failures (active checks or proxied
-	// connection failures) mark a replica unhealthy.
-	FailThreshold int
-	// RecoverThreshold consecutive successful checks mark it healthy again.
-	RecoverThreshold int
 	// MetricsInterval is the period of GET /metrics scrapes of every
 	// replica (vllm:num_requests_waiting, vllm:kv_cache_usage_perc) feeding
 	// the bounded_sticky load; 0 turns scraping off.
@@ -86,8 +82,6 @@ func DefaultConfig() Config {
 		MaxBodyBytes:        32 << 20,
 		HealthInterval:      2 * time.Second,
 		HealthTimeout:       time.Second,
-		FailThreshold:       3,
-		RecoverThreshold:    2,
 		MetricsInterval:     500 * time.Millisecond,
 		RetryRatio:          0.1,
 		RetryBurst:          10,
@@ -111,8 +105,6 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: HealthInterval/MetricsInterval: want ≥ 0", ErrInvalidConfig)
 	case c.HealthInterval > 0 && c.HealthTimeout <= 0:
 		return fmt.Errorf("%w: HealthTimeout %v: want > 0", ErrInvalidConfig, c.HealthTimeout)
-	case c.FailThreshold < 1 || c.RecoverThreshold < 1:
-		return fmt.Errorf("%w: FailThreshold/RecoverThreshold %d/%d: want ≥ 1", ErrInvalidConfig, c.FailThreshold, c.RecoverThreshold)
 	case !(c.RetryRatio >= 0) || c.RetryBurst < 0 || c.MaxRetries < 0:
 		return fmt.Errorf("%w: RetryRatio/RetryBurst/MaxRetries: want ≥ 0", ErrInvalidConfig)
 	case c.DefaultDecodeTokens < 0 || c.PrefixBytes < 0:

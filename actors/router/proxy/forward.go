@@ -209,16 +209,12 @@ func (r *Router) leave() {
 
 func (r *Router) earnRetryToken() {
 	r.mu.Lock()
-	r.retryTokens = min(r.retryTokens+r.cfg.RetryRatio, float64(r.cfg.RetryBurst))
+	r.budget.Request()
 	r.mu.Unlock()
 }
 
 func (r *Router) spendRetryToken() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.retryTokens < 1 {
-		return false
-	}
-	r.retryTokens--
-	return true
+	return r.budget.Retry()
 }

@@ -66,39 +66,21 @@ func (r *Router) checkHealth(ctx context.Context) {
 		if ctx.Err() != nil {
 			return // shutting down: a cancelled probe says nothing
 		}
-		r.observeHealth(u, ok)
+		r.observeHealth(u, ok, true)
 	})
 }
 
-// observeHealth applies one probe result: FailThreshold consecutive
-// failures mark the replica unhealthy, RecoverThreshold successes healthy.
-func (r *Router) observeHealth(u string, ok bool) {
+// observeHealth feeds one health signal to the core and logs transitions.
+func (r *Router) observeHealth(u string, ok, probe bool) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	v, exists := r.core.Replica(u)
-	if !exists {
-		delete(r.health, u)
-		return
-	}
-	h := r.health[u]
-	if h == nil {
-		h = &healthState{}
-		r.health[u] = h
-	}
-	if ok {
-		h.fails = 0
-		h.oks++
-		if !v.Healthy && h.oks >= r.cfg.RecoverThreshold {
-			_ = r.core.SetHealth(u, true)
-			r.log.Info().Str("replica", u).Msg("replica healthy again")
-		}
-		return
-	}
-	h.oks = 0
-	h.fails++
-	if v.Healthy && h.fails >= r.cfg.FailThreshold {
-		_ = r.core.SetHealth(u, false)
-		r.log.Warn().Str("replica", u).Int("failures", h.fails).Msg("replica marked unhealthy")
+	changed, err := r.core.ObserveHealth(u, ok, probe)
+	r.mu.Unlock()
+	switch {
+	case err != nil || !changed:
+	case ok:
+		r.log.Info().Str("replica", u).Msg("replica healthy again")
+	default:
+		r.log.Warn().Str("replica", u).Msg("replica marked unhealthy")
 	}
 }
 
@@ -106,19 +88,12 @@ func (r *Router) observeHealth(u string, ok bool) {
 // with active checks on, since only they can bring the replica back.
 func (r *Router) passiveFailure(u string) {
 	if r.cfg.HealthInterval > 0 {
-		r.observeHealth(u, false)
+		r.observeHealth(u, false, false)
 	}
 }
 
-// passiveSuccess resets the failure streak (not the recovery count: only
-// probes mark a replica healthy again).
-func (r *Router) passiveSuccess(u string) {
-	r.mu.Lock()
-	if h := r.health[u]; h != nil {
-		h.fails = 0
-	}
-	r.mu.Unlock()
-}
+// passiveSuccess resets the failure streak (only probes restore health).
+func (r *Router) passiveSuccess(u string) { r.observeHealth(u, true, false) }
 
 // scrapeMetrics reads the engine's queue length and KV usage from GET
 // /metrics of every replica.

@@ -383,7 +383,7 @@ func TestHealthChecksRemoveAndRestore(t *testing.T) {
 	cfg := testConfig(flaky, steady)
 	cfg.HealthInterval = 10 * time.Millisecond
 	cfg.HealthTimeout = time.Second
-	cfg.FailThreshold, cfg.RecoverThreshold = 2, 2
+	cfg.Policy.FailThreshold, cfg.Policy.RecoverThreshold = 2, 2
 	h := start(t, cfg)
 	healthy := func(u string) bool {
 		for _, v := range h.r.Replicas() {
@@ -566,7 +566,7 @@ func TestPassiveFailureMarksUnhealthy(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.MetricsInterval = 0
 	cfg.HealthInterval = time.Hour // probes never run in this test: only passive detection
-	cfg.FailThreshold = 2
+	cfg.Policy.FailThreshold = 2
 	cfg.Replicas = []string{dead, good.URL}
 	cfg.Policy.Policy = policy.RoundRobin
 	h := start(t, cfg)

@@ -25,22 +25,16 @@ type Router struct {
 	tr      http.RoundTripper
 	metrics *metrics
 
-	mu          sync.Mutex
-	core        *policy.Core
-	health      map[string]*healthState
-	retryTokens float64
-	inflight    int
-	closing     bool
-	drained     chan struct{} // closed when closing and inflight reaches 0
+	mu       sync.Mutex
+	core     *policy.Core
+	budget   *policy.RetryBudget
+	inflight int
+	closing  bool
+	drained  chan struct{} // closed when closing and inflight reaches 0
 
 	stop context.CancelFunc
 	wg   sync.WaitGroup
 	mux  *http.ServeMux
-}
-
-// healthState counts consecutive health results of one replica.
-type healthState struct {
-	fails, oks int
 }
 
 // New builds a Router, adds cfg.Replicas, and starts the health-check and
@@ -60,7 +54,7 @@ func New(cfg Config) (*Router, error) {
 	}
 	r := &Router{
 		cfg: cfg, log: cfg.Logger, tr: cfg.Transport, core: core,
-		health: make(map[string]*healthState), retryTokens: float64(cfg.RetryBurst),
+		budget: policy.NewRetryBudget(cfg.RetryRatio, cfg.RetryBurst),
 	}
 	if r.tr == nil {
 		r.tr = &http.Transport{
