@@ -55,7 +55,7 @@ func (m *machine) addReplica(u string) {
 
 func (m *machine) step(t *rapid.T) {
 	u := rapid.SampledFrom(propURLs).Draw(t, "url")
-	switch op := rapid.IntRange(0, 15).Draw(t, "op"); op {
+	switch op := rapid.IntRange(0, 16).Draw(t, "op"); op {
 	case 0:
 		m.addReplica(u)
 	case 1:
@@ -93,6 +93,12 @@ func (m *machine) step(t *rapid.T) {
 		m.now = m.now.Add(time.Duration(rapid.IntRange(0, 200).Draw(t, "advance")) * time.Second)
 	case 8:
 		_ = m.c.ObserveMetrics(m.now, u, rapid.IntRange(0, 50).Draw(t, "queue"), rapid.Float64Range(0, 1).Draw(t, "kv"))
+	case 16:
+		// Health signals through the hysteresis; the model copies the result.
+		if _, err := m.c.ObserveHealth(u, rapid.Bool().Draw(t, "ok"), rapid.Bool().Draw(t, "probe")); err == nil && m.model != nil {
+			v, _ := m.c.Replica(u)
+			m.model.replicas[u].healthy = v.Healthy
+		}
 	case 9:
 		if v, ok := m.c.Replica(u); ok && v.InflightRequests > 0 {
 			m.c.Done(m.now, u, v.InflightTokens/int64(v.InflightRequests))
