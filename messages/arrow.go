@@ -229,11 +229,19 @@ func DecodeTokenBatchLimit(data []byte, maxBytes int) (tb *TokenBatch, err error
 			err = fmt.Errorf("%w: token batch: arrow reader panic: %v", ErrMalformed, r)
 		}
 	}()
+	if err := checkSchemaMessage(data); err != nil {
+		return nil, err
+	}
 	mem := &budgetAllocator{mem: memory.NewGoAllocator(), limit: 2*int64(len(data)) + 1<<16}
-	rdr, err := ipc.NewReader(bytes.NewReader(data),
+	opts := []ipc.Option{
 		ipc.WithAllocator(mem),
 		ipc.WithBodySizeLimit(int64(len(data))),
-		ipc.WithMetadataSizeLimit(min(int64(len(data)), 1<<20)))
+		ipc.WithMetadataSizeLimit(min(int64(len(data)), 1<<20)),
+	}
+	// ipc.NewReader (arrow-go v18.8.0) does not pass the size limits on to its
+	// message reader, so a declared 2 GiB metadata length is allocated as is;
+	// building the message reader ourselves applies them.
+	rdr, err := ipc.NewReaderFromMessageReader(ipc.NewMessageReader(bytes.NewReader(data), opts...), opts...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: token batch: %v", ErrMalformed, err)
 	}

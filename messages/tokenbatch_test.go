@@ -1,6 +1,7 @@
 package messages
 
 import (
+	"encoding/binary"
 	"errors"
 	"math/rand/v2"
 	"reflect"
@@ -302,6 +303,35 @@ func TestDecodeTokenBatchErrors(t *testing.T) {
 		if _, err := DecodeTokenBatch(good[:n]); !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrTruncated) {
 			t.Errorf("truncated at %d: %v", n, err)
 		}
+	}
+	// The record-batch message declares 2 GiB of metadata: arrow-go's
+	// ipc.NewReader would allocate it; we must refuse it cheaply.
+	n1 := int(binary.LittleEndian.Uint32(good[4:8]))
+	bomb := append([]byte(nil), good...)
+	binary.LittleEndian.PutUint32(bomb[8+n1+4:], 0x7ffffff0)
+	if _, err := DecodeTokenBatch(bomb); !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), "exceeds limit") {
+		t.Errorf("metadata length bomb: %v", err)
+	}
+	// A schema whose fields vector claims 2^30 entries.
+	fbomb := append([]byte(nil), good...)
+	meta := fbuf(fbomb[8 : 8+n1])
+	root, _ := meta.u32(0)
+	msg, err := meta.table(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp, _ := msg.ref(2)
+	schema, err := meta.table(sp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fv, _ := schema.ref(1)
+	if n, _ := meta.u32(fv); n != 10 { // 8 core columns + routes + support
+		t.Fatalf("fields vector at %d holds %d, want 10", fv, n)
+	}
+	binary.LittleEndian.PutUint32(meta[fv:], 1<<30)
+	if _, err := DecodeTokenBatch(fbomb); !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), "vector") {
+		t.Errorf("fields vector bomb: %v", err)
 	}
 	if _, err := DecodeTokenBatch([]byte("not arrow at all, just some text")); !errors.Is(err, ErrMalformed) {
 		t.Errorf("garbage: %v", err)
