@@ -344,7 +344,7 @@ func TestMetricsMove(t *testing.T) {
 		"vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
 		"vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total", "vllm:prompt_tokens_total",
 		"vllm:generation_tokens_total", "vllm:time_to_first_token_seconds_count", "vllm:e2e_request_latency_seconds_count",
-		"asyncrl_engine_weight_version",
+		"asyncrl_engine_weight_version", "vllm:num_preemptions_total",
 	} {
 		if !strings.Contains(text, name) {
 			t.Errorf("metric %s missing", name)
@@ -362,6 +362,9 @@ func TestMetricsMove(t *testing.T) {
 		if !strings.Contains(text, want) {
 			t.Errorf("metrics lack %q", want)
 		}
+	}
+	if st := h.e.Stats(); st.PrefixHits != 64 || st.GenerationTokens != 6 || st.Running != 0 || !st.Loaded || st.Paused {
+		t.Fatalf("Stats %+v", st)
 	}
 	// The usage block reports the hit too.
 	r := h.complete(map[string]any{"prompt": prompt, "max_tokens": 1})

@@ -755,3 +755,22 @@ func (e *Engine) UnloadLoRA(name string) bool {
 	delete(e.loras, name)
 	return ok
 }
+
+// Stats is a snapshot of the engine for in-process callers (the same
+// numbers /metrics exposes).
+type Stats struct {
+	latency.Stats
+	// Held counts sequences waiting for Resume/WakeUp outside the queue.
+	Held     int
+	Version  int64
+	Paused   bool
+	Sleeping bool
+	Loaded   bool
+}
+
+// Stats returns a snapshot of the engine's load and state.
+func (e *Engine) Stats() Stats {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return Stats{Stats: e.core.Stats(), Held: len(e.held), Version: e.version, Paused: e.paused, Sleeping: e.sleeping, Loaded: e.model != nil}
+}

@@ -62,7 +62,7 @@ func newMetrics(e *Engine) (*metrics, error) {
 				defer e.mu.Unlock()
 				return float64(e.prompts)
 			}),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "asyncrl_engine_preemptions_total", Help: "Sequences preempted for lack of KV blocks.", ConstLabels: labels},
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "vllm:num_preemptions_total", Help: "Sequences preempted for lack of KV blocks.", ConstLabels: labels},
 			stats(func(s latency.Stats) float64 { return float64(s.Preemptions) })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "asyncrl_engine_weight_version", Help: "Weight version being served.", ConstLabels: labels},
 			func() float64 {
