@@ -1,0 +1,360 @@
+package staleness
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func at(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+
+func mustNew(t *testing.T, s, w, b int64, p StalePolicy) *Controller {
+	t.Helper()
+	c, err := New(Config{MaxStalenessSteps: s, NumParallelGenerationWorkers: w, MiniBatchSize: b, StalePolicy: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func acquire(t *testing.T, c *Controller, prompt string) Admission {
+	t.Helper()
+	a, ok := c.TryAcquire(prompt, t0)
+	if !ok {
+		t.Fatalf("acquire %s: no capacity (%+v)", prompt, c.Metrics())
+	}
+	return a
+}
+
+// The SkyRL reference example.
+func TestReferenceExample(t *testing.T) {
+	c := mustNew(t, 1, 4, 2, PolicyRequeue)
+	var ids []string
+	for i := range 4 {
+		ids = append(ids, acquire(t, c, "p"+string(rune('a'+i))).GroupID)
+	}
+	if _, ok := c.TryAcquire("p5", t0); ok {
+		t.Fatal("fifth acquire admitted with W=4")
+	}
+	for _, id := range ids {
+		if err := c.Accept(id, UnknownVersion, t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := c.Capacity(); got != 0 {
+		t.Fatalf("capacity after 4 accepts = %d, want 0", got)
+	}
+	if err := c.Filter(ids[0], t0); err != nil {
+		t.Fatal(err)
+	}
+	m := c.Metrics()
+	if m.Capacity != 1 || m.Accepted != 3 || m.Filtered != 1 || m.Running != 0 || m.Submitted != 4 {
+		t.Fatalf("after filter: %+v", m)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	cases := []struct {
+		name    string
+		s, w, b int64
+		p       StalePolicy
+		ok      bool
+	}{
+		{"W=B", 4, 8, 8, PolicyRequeue, true},
+		{"W=B(S+1)", 1, 4, 2, PolicyAccept, true},
+		{"W<B", 4, 3, 4, PolicyRequeue, false},
+		{"W>B(S+1)", 1, 5, 2, PolicyRequeue, false},
+		{"S=0 W=B", 0, 3, 3, PolicyRequeue, true},
+		{"B=0", 4, 0, 0, PolicyRequeue, false},
+		{"S<0", -1, 2, 2, PolicyRequeue, false},
+		{"bad policy", 4, 2, 2, "drop", false},
+		{"empty policy", 4, 2, 2, "", false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := Config{MaxStalenessSteps: tc.s, NumParallelGenerationWorkers: tc.w, MiniBatchSize: tc.b, StalePolicy: tc.p}.Validate()
+			if (err == nil) != tc.ok {
+				t.Fatalf("Validate() = %v, want ok=%t", err, tc.ok)
+			}
+			if err != nil && !errors.Is(err, ErrInvalidConfig) {
+				t.Fatalf("error %v does not wrap ErrInvalidConfig", err)
+			}
+		})
+	}
+	err := Config{MaxStalenessSteps: 1, NumParallelGenerationWorkers: 5, MiniBatchSize: 2, StalePolicy: PolicyRequeue}.Validate()
+	for _, want := range []string{"B=2", "W=5", "S=1", "[2, 4]"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("error %v should state %q", err, want)
+		}
+	}
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Fatalf("default config invalid: %v", err)
+	}
+}
+
+// Capacity formula, table-driven over counter states reached by real
+// operations.
+func TestCapacityTable(t *testing.T) {
+	cases := []struct {
+		name                               string
+		s, w, b                            int64
+		acquire, accept, filter, stepsDone int
+		want                               int64
+	}{
+		{"fresh: min(W, (S+1)B)", 4, 8, 4, 0, 0, 0, 0, 8},
+		{"worker bound", 4, 8, 4, 8, 0, 0, 0, 0},
+		{"accepted free workers but not staleness", 1, 4, 2, 4, 4, 0, 0, 0},
+		{"step grows the bound by B", 1, 4, 2, 4, 4, 0, 1, 2},
+		{"two steps", 1, 4, 2, 4, 4, 0, 2, 4},
+		{"filter releases", 1, 4, 2, 4, 4, 2, 0, 2},
+		{"S=0", 0, 2, 2, 2, 2, 0, 0, 0},
+		{"S=0 step", 0, 2, 2, 2, 2, 0, 1, 2},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := mustNew(t, tc.s, tc.w, tc.b, PolicyAccept)
+			var ids []string
+			for i := range tc.acquire {
+				ids = append(ids, acquire(t, c, "p"+string(rune('a'+i))).GroupID)
+			}
+			for _, id := range ids[:tc.accept] {
+				if err := c.Accept(id, UnknownVersion, t0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, id := range ids[:tc.filter] {
+				if err := c.Filter(id, t0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for range tc.stepsDone {
+				if _, err := c.StepDone(c.Step(), t0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := c.Capacity(); got != tc.want {
+				t.Fatalf("capacity = %d, want %d (%+v)", got, tc.want, c.Metrics())
+			}
+		})
+	}
+}
+
+func TestAbortRequeuesAndReleases(t *testing.T) {
+	c := mustNew(t, 1, 2, 2, PolicyRequeue)
+	a := acquire(t, c, "p1")
+	acquire(t, c, "p2")
+	if c.Capacity() != 0 {
+		t.Fatalf("capacity %d", c.Capacity())
+	}
+	if err := c.Abort(a.GroupID, t0); err != nil {
+		t.Fatal(err)
+	}
+	if c.Capacity() != 1 {
+		t.Fatalf("abort did not release: capacity %d", c.Capacity())
+	}
+	rq := c.Drain()
+	if len(rq) != 1 || rq[0].PromptID != "p1" || rq[0].Reason != ReasonAborted {
+		t.Fatalf("requeues %v", rq)
+	}
+	if len(c.Drain()) != 0 {
+		t.Fatal("drain did not clear")
+	}
+	b := acquire(t, c, "p1")
+	if b.GroupID == a.GroupID {
+		t.Fatalf("requeued prompt reused group id %s", b.GroupID)
+	}
+}
+
+func TestWrongStateAndUnknown(t *testing.T) {
+	c := mustNew(t, 1, 2, 2, PolicyRequeue)
+	a := acquire(t, c, "p1")
+	if err := c.Filter(a.GroupID, t0); !errors.Is(err, ErrWrongState) {
+		t.Fatalf("filter of running group: %v", err)
+	}
+	if _, err := c.CheckForTraining(a.GroupID, t0); !errors.Is(err, ErrWrongState) {
+		t.Fatalf("check of running group: %v", err)
+	}
+	if err := c.Accept(a.GroupID, 0, t0); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Accept(a.GroupID, 0, t0); !errors.Is(err, ErrWrongState) {
+		t.Fatalf("duplicate accept: %v", err)
+	}
+	if err := c.Abort(a.GroupID, t0); !errors.Is(err, ErrWrongState) {
+		t.Fatalf("abort of accepted: %v", err)
+	}
+	if err := c.Accept("nope", 0, t0); !errors.Is(err, ErrUnknownGroup) {
+		t.Fatalf("unknown: %v", err)
+	}
+	m := c.Metrics()
+	if m.Running != 0 || m.Accepted != 1 || m.Submitted != 1 {
+		t.Fatalf("rejected ops changed counters: %+v", m)
+	}
+}
+
+func TestStepDone(t *testing.T) {
+	c := mustNew(t, 1, 2, 2, PolicyRequeue)
+	if ok, err := c.StepDone(1, t0); !ok || err != nil {
+		t.Fatalf("StepDone(1) = %t, %v", ok, err)
+	}
+	if ok, err := c.StepDone(1, t0); ok || err != nil {
+		t.Fatalf("duplicate StepDone(1) = %t, %v", ok, err)
+	}
+	if _, err := c.StepDone(5, t0); !errors.Is(err, ErrStepAhead) {
+		t.Fatalf("StepDone(5) = %v", err)
+	}
+	if c.Step() != 2 || c.Version() != 1 {
+		t.Fatalf("step %d version %d", c.Step(), c.Version())
+	}
+}
+
+// A group scheduled at step i and trained at step j has staleness j − i;
+// beyond S it is dropped and requeued under PolicyRequeue, trained and
+// counted under PolicyAccept.
+func TestCheckForTraining(t *testing.T) {
+	cases := []struct {
+		name        string
+		policy      StalePolicy
+		stepsBefore int   // StepDone calls between scheduling and the check
+		oldest      int64 // reported oldest version; UnknownVersion = scheduled
+		wantVerdict Verdict
+		wantLag     int64
+		wantViol    bool
+	}{
+		{"fresh", PolicyRequeue, 0, UnknownVersion, Train, 0, false},
+		{"at the bound", PolicyRequeue, 2, UnknownVersion, Train, 2, false},
+		{"over the bound requeues", PolicyRequeue, 3, UnknownVersion, Drop, 3, true},
+		{"over the bound accepted", PolicyAccept, 3, UnknownVersion, Train, 3, true},
+		{"reported version within bound", PolicyRequeue, 2, 1, Train, 1, false},
+		{"future token clamps", PolicyRequeue, 0, 7, Train, 0, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			// S=2, B=1, W=3: stepping without training is allowed.
+			c := mustNew(t, 2, 3, 1, tc.policy)
+			a := acquire(t, c, "p")
+			for range tc.stepsBefore {
+				if _, err := c.StepDone(c.Step(), t0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := c.Accept(a.GroupID, tc.oldest, t0); err != nil {
+				t.Fatal(err)
+			}
+			d, err := c.CheckForTraining(a.GroupID, t0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Verdict != tc.wantVerdict || d.Staleness != tc.wantLag || d.Violation != tc.wantViol {
+				t.Fatalf("decision %v, want %v lag %d violation %t", d, tc.wantVerdict, tc.wantLag, tc.wantViol)
+			}
+			m := c.Metrics()
+			rq := c.Drain()
+			if tc.wantVerdict == Drop {
+				if len(rq) != 1 || rq[0].Reason != ReasonStale || rq[0].PromptID != "p" || m.StaleDropped != 1 || m.Accepted != 0 {
+					t.Fatalf("drop: requeues %v metrics %+v", rq, m)
+				}
+			} else {
+				if len(rq) != 0 || m.Trained != 1 || m.Accepted != 1 {
+					t.Fatalf("train: requeues %v metrics %+v", rq, m)
+				}
+				wantViol := int64(0)
+				if tc.wantViol {
+					wantViol = 1
+				}
+				if m.Violations != wantViol || m.StalenessMax != tc.wantLag {
+					t.Fatalf("metrics %+v", m)
+				}
+			}
+		})
+	}
+}
+
+// An engine that lagged behind: the group was scheduled at step 4 (version
+// 3) but its oldest token came from version 0 — staleness 3 > S=2.
+func TestOldestTokenNotSchedulingStep(t *testing.T) {
+	c := mustNew(t, 2, 3, 1, PolicyRequeue)
+	for range 3 {
+		if _, err := c.StepDone(c.Step(), t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := acquire(t, c, "p")
+	if a.ScheduledStep != 4 || a.ScheduledVersion != 3 {
+		t.Fatalf("admission %+v", a)
+	}
+	if err := c.Accept(a.GroupID, 0, t0); err != nil {
+		t.Fatal(err)
+	}
+	d, err := c.CheckForTraining(a.GroupID, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Verdict != Drop || d.Staleness != 3 {
+		t.Fatalf("decision %v", d)
+	}
+}
+
+func TestStalenessHistogramAndMean(t *testing.T) {
+	c := mustNew(t, 1, 2, 1, PolicyAccept)
+	// lags 0, 1, 3 → hist [1,1,1] (last bucket is > S), mean 4/3, max 3.
+	lags := []int64{0, 1, 3}
+	for range 3 {
+		if _, err := c.StepDone(c.Step(), t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, lag := range lags {
+		a := acquire(t, c, "p")
+		if err := c.Accept(a.GroupID, c.Version()-lag, t0); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.CheckForTraining(a.GroupID, t0); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.StepDone(c.Step(), t0); err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+	}
+	m := c.Metrics()
+	if got := m.StalenessHistogram; len(got) != 3 || got[0] != 1 || got[1] != 1 || got[2] != 1 {
+		t.Fatalf("histogram %v", got)
+	}
+	if m.StalenessMax != 3 || m.StalenessMean != 4.0/3 || m.Violations != 1 {
+		t.Fatalf("metrics %+v", m)
+	}
+}
+
+func TestIdleAccounting(t *testing.T) {
+	// W=2, B=1, S=1.
+	c := mustNew(t, 1, 2, 1, PolicyRequeue)
+	c.Tick(at(0))
+	a, _ := c.TryAcquire("a", at(10)) // 0..10: 2 idle workers, trainer idle
+	b, _ := c.TryAcquire("b", at(10))
+	// 10..20: both busy; capacity 0 now.
+	if err := c.Accept(a.GroupID, UnknownVersion, at(20)); err != nil {
+		t.Fatal(err)
+	}
+	// 20..30: one idle worker, capacity = min(1, 2−2) = 0 → blocked.
+	if _, err := c.CheckForTraining(a.GroupID, at(30)); err != nil {
+		t.Fatal(err)
+	}
+	// 30..40: trainer busy (B=1 fed), one worker idle and blocked.
+	if _, err := c.StepDone(1, at(40)); err != nil {
+		t.Fatal(err)
+	}
+	_ = b
+	c.Tick(at(45)) // 40..45: trainer idle, one worker idle, capacity 1 → not blocked.
+	c.Tick(at(44)) // going back in time adds nothing.
+	m := c.Metrics()
+	wantEngine := 2*10*time.Second + 0 + 10*time.Second + 10*time.Second + 5*time.Second
+	wantBlocked := 20 * time.Second
+	wantTrainer := 30*time.Second + 5*time.Second
+	if m.EngineIdle != wantEngine || m.EngineBlocked != wantBlocked || m.TrainerIdle != wantTrainer {
+		t.Fatalf("idle engine %v blocked %v trainer %v; want %v %v %v",
+			m.EngineIdle, m.EngineBlocked, m.TrainerIdle, wantEngine, wantBlocked, wantTrainer)
+	}
+}
