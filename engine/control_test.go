@@ -396,3 +396,40 @@ func TestServeAndShutdown(t *testing.T) {
 		t.Fatalf("SetModel after shutdown: %v", err)
 	}
 }
+
+// A cache far smaller than the offered load queues and preempts, never
+// errors, and preemption does not change what a seeded request generates.
+func TestTinyCacheQueuesAndPreempts(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxModelLen = 128
+	cfg.Latency.CacheBlocks = 8
+	h := newHarness(t, cfg)
+	req := func(i int) map[string]any {
+		return map[string]any{"prompt": fmt.Sprintf("request number %d", i), "max_tokens": 60, "ignore_eos": true, "seed": i, "return_token_ids": true}
+	}
+	alone := map[int][]int32{}
+	for i := 0; i < 6; i++ {
+		alone[i] = h.complete(req(i)).Choices[0].TokenIDs
+	}
+	// Hold all six behind a pause so they compete for the cache at once.
+	h.post("/pause?mode=keep", nil)
+	var chans []<-chan result
+	for i := 0; i < 6; i++ {
+		chans = append(chans, h.postAsync("/v1/completions", req(i)))
+	}
+	eventually(t, "all held", func() bool { return h.e.Stats().Held == 6 })
+	h.post("/resume", nil)
+	for i, ch := range chans {
+		c := decodeCompletion(t, recv(t, ch))
+		if *c.FinishReason != "length" || !slices.Equal(c.TokenIDs, alone[i]) {
+			t.Fatalf("request %d under pressure: %s, tokens differ from the lone run", i, *c.FinishReason)
+		}
+	}
+	st := h.e.Stats()
+	if st.Preemptions == 0 {
+		t.Fatal("expected preemptions with 8 blocks for 6 concurrent 80-token sequences")
+	}
+	if st.BlocksUsed != 0 || st.Running != 0 || st.Waiting != 0 {
+		t.Fatalf("not drained: %+v", st)
+	}
+}
