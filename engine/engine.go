@@ -578,7 +578,14 @@ func (e *Engine) submit(g *group) error {
 	if e.closed {
 		return ErrClosed
 	}
-	if e.core.Stats().Waiting+len(e.held)+len(g.seqs) > e.cfg.Latency.MaxWaiting {
+	// Same rule as the core's: only sequences beyond the free seats wait,
+	// and while paused or sleeping no seat frees up.
+	st := e.core.Stats()
+	free := 0
+	if !e.paused && !e.sleeping {
+		free = max(0, e.cfg.Latency.MaxNumSeqs-st.Running)
+	}
+	if st.Waiting+len(e.held)+len(g.seqs)-free > e.cfg.Latency.MaxWaiting {
 		return latency.ErrQueueFull
 	}
 	if _, dup := e.groups[g.id]; dup {

@@ -11,9 +11,9 @@ type Config struct {
 	// MaxNumSeqs is the most sequences decoded together in one step
 	// (vLLM --max-num-seqs). Requests beyond it wait in the FIFO queue.
 	MaxNumSeqs int `json:"max_num_seqs" yaml:"max_num_seqs"`
-	// MaxWaiting is the most requests the waiting queue holds; Add beyond
-	// it returns ErrQueueFull (the server answers 429). Preempted
-	// sequences re-enter the queue regardless.
+	// MaxWaiting is the most requests that may wait beyond the free seats
+	// of MaxNumSeqs; Add beyond it returns ErrQueueFull (the server answers
+	// 429). 0 = no queue. Preempted sequences re-enter it regardless.
 	MaxWaiting int `json:"max_waiting" yaml:"max_waiting"`
 	// BlockSize is the number of tokens per KV-cache block (vLLM: 16).
 	BlockSize int `json:"block_size" yaml:"block_size"`

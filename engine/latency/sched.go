@@ -129,7 +129,9 @@ func (s *Scheduler) Add(r Request) error {
 	if len(r.Prompt) == 0 {
 		return fmt.Errorf("%w: empty prompt", ErrTooLong)
 	}
-	if len(s.waiting) >= s.cfg.MaxWaiting {
+	// Requests that the next step can seat are not "waiting" yet: only
+	// those beyond the free seats count against MaxWaiting.
+	if len(s.waiting)-max(0, s.cfg.MaxNumSeqs-len(s.running)) >= s.cfg.MaxWaiting {
 		return ErrQueueFull
 	}
 	q := &seq{id: r.ID, salt: r.Salt, tokens: append([]int32(nil), r.Prompt...), arrival: s.now}

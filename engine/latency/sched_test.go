@@ -311,3 +311,17 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+func TestZeroWaitingQueueStillSeats(t *testing.T) {
+	cfg := testConfig() // 4 seats
+	cfg.MaxWaiting = 0
+	s := New(cfg)
+	for id := uint64(1); id <= 4; id++ {
+		if err := s.Add(Request{ID: id, Prompt: prompt(3, 3), MaxTokens: 2}); err != nil {
+			t.Fatalf("add %d with a free seat: %v", id, err)
+		}
+	}
+	if err := s.Add(Request{ID: 5, Prompt: prompt(3, 3), MaxTokens: 2}); !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("fifth with no seat and no queue: %v", err)
+	}
+}
