@@ -339,7 +339,7 @@ func (c *Core) route(now time.Time, req Request) Decision {
 	if req.PrefixHash == 0 {
 		req.PrefixHash = prefix
 	}
-	t := c.pickNew(now, req, key)
+	t := c.moveTarget(now, req, key)
 	if t == nil {
 		return Decision{Outcome: OutcomeNoReplica, From: r.url}
 	}
@@ -466,6 +466,18 @@ func (c *Core) sessionCap(total, n int) int {
 	return int(math.Ceil(c.cfg.LoadFactor*float64(total)/float64(n) - 1e-9))
 }
 
+// fleet sums sessions and load over the replicas that take new sessions.
+func (c *Core) fleet(now time.Time) (n, sessions int, load float64) {
+	for _, o := range c.order {
+		if c.takesNew(o) {
+			n++
+			sessions += o.sessions
+			load += c.load(now, o)
+		}
+	}
+	return n, sessions, load
+}
+
 // spillTarget returns where a bounded_sticky session on an overloaded
 // replica should go, or nil to stay. See doc.go for the rule.
 func (c *Core) spillTarget(now time.Time, req Request, key string, s *session) *replica {
@@ -473,15 +485,7 @@ func (c *Core) spillTarget(now time.Time, req Request, key string, s *session) *
 	if !c.takesNew(r) { // draining: keeps its sessions, no balancing
 		return nil
 	}
-	n, total := 0, 0
-	var totalL float64
-	for _, o := range c.order {
-		if c.takesNew(o) {
-			n++
-			total += o.sessions
-			totalL += c.load(now, o)
-		}
-	}
+	n, total, totalL := c.fleet(now)
 	if n < 2 {
 		return nil
 	}
@@ -492,22 +496,56 @@ func (c *Core) spillTarget(now time.Time, req Request, key string, s *session) *
 	if !overS && !overL {
 		return nil
 	}
-	tok := float64(max(req.PromptTokens, 0) + max(req.ExpectedDecodeTokens, 0))
+	limit := math.Inf(1)
+	if !overS {
+		limit = boundL // moving for load must not create a new hot spot
+	}
 	prefix := req.PrefixHash
 	if prefix == 0 {
 		prefix = s.prefix
 	}
+	return c.bestTarget(now, req, key, prefix, r, capS, limit)
+}
+
+// moveTarget places a session whose replica failed, lags or was avoided.
+// bounded_sticky prefers a replica that holds the session's prefix, within
+// the session cap and the work bound; otherwise, and for the other
+// policies, it is placed like a new session.
+func (c *Core) moveTarget(now time.Time, req Request, key string) *replica {
+	if c.cfg.Policy == BoundedSticky && req.PrefixHash != 0 {
+		if n, total, totalL := c.fleet(now); n > 0 {
+			limit := math.Inf(1)
+			if totalL > 0 {
+				limit = c.cfg.LoadFactor * totalL / float64(n)
+			}
+			t := c.bestTarget(now, req, key, req.PrefixHash, nil, c.sessionCap(total+1, n), limit)
+			if t != nil {
+				if _, has := t.prefixes.get(req.PrefixHash); has {
+					return t
+				}
+			}
+		}
+	}
+	return c.pickNew(now, req, key)
+}
+
+// bestTarget returns the replica other than from that takes new sessions,
+// would hold at most capS sessions and at most loadLimit work with this
+// request, preferring the one that was sent prefix most recently, then
+// least work, fewest sessions, highest rendezvous weight; nil if none.
+func (c *Core) bestTarget(now time.Time, req Request, key string, prefix uint64, from *replica, capS int, loadLimit float64) *replica {
+	tok := float64(max(req.PromptTokens, 0) + max(req.ExpectedDecodeTokens, 0))
 	var best *replica
 	var bestL float64
 	var bestSeq uint64
 	bestHas := false
 	for _, t := range c.order {
-		if t == r || !c.takesNew(t) || t.sessions+1 > capS {
+		if t == from || !c.takesNew(t) || t.sessions+1 > capS {
 			continue
 		}
 		l := c.load(now, t)
-		if !overS && l+tok > boundL {
-			continue // moving for load must not create a new hot spot
+		if l+tok > loadLimit {
+			continue
 		}
 		seq, has := uint64(0), false
 		if prefix != 0 {

@@ -384,25 +384,28 @@ func TestBoundedStickyLoadAndMetrics(t *testing.T) {
 func TestBoundedStickyPrefersPrefixHolderOnMove(t *testing.T) {
 	urls := []string{"http://a", "http://b", "http://c", "http://d"}
 	c := newCore(t, policyIs(BoundedSticky), urls...)
-	// Pin g1 on some replica with prefix P, then make its replica fail.
+	for i := 0; i < 8; i++ { // two background sessions per replica
+		c.Route(t0, Request{SessionKey: fmt.Sprint("bg", i)})
+	}
+	// Two samples of one GRPO group share prefix P and land apart.
 	const P = 0xfeed
 	home := c.Route(t0, Request{SessionKey: "g1", PrefixHash: P}).Replica
-	// A sibling sample with the same prefix lands elsewhere (least loaded).
 	sib := c.Route(t0, Request{SessionKey: "g2", PrefixHash: P}).Replica
 	if sib == home {
-		t.Fatal("sibling on same replica; test setup assumption broken")
+		t.Fatal("siblings on one replica; test setup assumption broken")
 	}
-	// Load the sibling's replica a little more than the others so that
-	// least-load alone would not choose it.
-	c.Route(t0, Request{PromptTokens: 10})
+	// g1's replica dies. By load and sessions alone g1 would go to one of
+	// the two replicas with 2 sessions; the sibling's replica (3 sessions,
+	// still within the cap ⌈1.25·8/3⌉ = 4) holds the prefix and wins.
 	_ = c.SetHealth(home, false)
 	d := c.Route(t0, Request{SessionKey: "g1"})
-	if d.Outcome != OutcomeMoved {
-		t.Fatalf("%+v", d)
+	if d.Outcome != OutcomeMoved || d.Replica != sib {
+		t.Fatalf("move should prefer the prefix holder %s: %+v", sib, d)
 	}
-	// moved via pickNew (least loaded), not spill; now check the spill path:
-	// overload the new home with sessions so g1 spills, and give one target
-	// the prefix.
+	checkInvariants(t, c)
+
+	// The spill path: overload one replica with sessions so g spills, and
+	// give one target the prefix.
 	c2 := newCore(t, policyIs(BoundedSticky), "http://a")
 	c2.Route(t0, Request{SessionKey: "g", PrefixHash: P})
 	for i := 0; i < 7; i++ {

@@ -71,6 +71,11 @@
 // qualifies the session stays (everyone is equally loaded). A draining
 // replica is never balanced: it keeps its sessions until they end.
 //
+// A session whose replica failed, lags (lag rule move) or must be avoided
+// for a retry is placed by the same preference: a replica in E that holds
+// its prefix, within the session cap (counting the session) and the work
+// bound; if none holds it, like a new session.
+//
 // After every bounded_sticky decision the chosen replica (when in E) holds
 // at most ⌈c · avg⌉ ≤ c · avg + 1 sessions; the property tests check it.
 //
