@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"testing"
 	"time"
@@ -71,4 +72,12 @@ func TestMaxModelLenFromModel(t *testing.T) {
 		t.Fatalf("over the cache: %d %s", code, out)
 	}
 	h.complete(map[string]any{"prompt": "abc", "max_tokens": 40})
+	// Chat without max_tokens fills what the cache can hold, not the
+	// model's 100-token context.
+	code, _, out = h.post("/v1/chat/completions", map[string]any{"messages": []map[string]string{{"role": "user", "content": "hi"}}, "ignore_eos": true})
+	var r ChatResponse
+	json.Unmarshal(out, &r)
+	if code != 200 || r.Usage.TotalTokens != 64 {
+		t.Fatalf("chat default max_tokens: %d %s", code, out)
+	}
 }

@@ -182,9 +182,12 @@ func (e *Engine) buildGroup(id, lora string, m Model, prompts [][]int32, sp samp
 		}
 		maxTok := sp.maxTokens
 		if maxTok == 0 {
+			// Omitted max_tokens never asks for more than the context or
+			// the modelled KV cache can hold.
+			limit := min(maxLen, e.cfg.Latency.CacheBlocks*e.cfg.Latency.BlockSize)
 			maxTok = defaultMax
-			if maxTok == 0 || len(p)+maxTok > maxLen {
-				maxTok = maxLen - len(p)
+			if maxTok == 0 || len(p)+maxTok > limit {
+				maxTok = max(1, limit-len(p))
 			}
 		}
 		if len(p) >= maxLen || len(p)+maxTok > maxLen {
