@@ -375,8 +375,13 @@ func (h *Hub) RunRealtime(tick time.Duration) (stop func()) {
 			select {
 			case <-done:
 				return
-			case now := <-t.C:
-				h.Advance(now.Sub(last))
+			case <-t.C:
+				// Read the clock here rather than trusting the tick's
+				// timestamp, which can predate last under load.
+				now := time.Now()
+				if d := now.Sub(last); d > 0 {
+					h.Advance(d)
+				}
 				last = now
 			}
 		}
