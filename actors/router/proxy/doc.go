@@ -18,9 +18,10 @@
 //     (policy.Request.Avoid), at most MaxRetries times, and only while the
 //     retry budget (RetryRatio per request, RetryBurst at most) has a
 //     token: retries cannot amplify an outage into a storm.
-//   - Health: GET /health every HealthInterval; FailThreshold consecutive
+//   - Health: GET /health every HealthInterval; Policy.FailThreshold consecutive
 //     failures (probes or proxied connection failures) mark a replica
-//     unhealthy, RecoverThreshold successful probes mark it healthy.
+//     unhealthy, Policy.RecoverThreshold successful probes mark it healthy
+//     (policy.Core.ObserveHealth); the retry budget is policy.RetryBudget.
 //     Optional GET /metrics scrapes feed the engine's queue length and KV
 //     usage into the core (policy bounded_sticky).
 //   - A session held on a replica that is updating (lag rule hold) gets

@@ -126,14 +126,14 @@ func (r *Router) proxy(w http.ResponseWriter, req *http.Request) {
 			continue
 		}
 		r.passiveSuccess(d.Replica)
-		r.relay(w, req.Context(), resp, d, upstreamAt, overhead)
+		r.relay(req.Context(), w, resp, d, upstreamAt, overhead)
 		return
 	}
 }
 
 // relay copies the upstream response to the client, flushing every chunk
 // so SSE tokens reach the client as the engine produces them.
-func (r *Router) relay(w http.ResponseWriter, ctx context.Context, resp *http.Response, d policy.Decision, upstreamAt time.Time, overhead time.Duration) {
+func (r *Router) relay(ctx context.Context, w http.ResponseWriter, resp *http.Response, d policy.Decision, upstreamAt time.Time, overhead time.Duration) {
 	defer resp.Body.Close()
 	defer r.done(d)
 	copyHeaders(w.Header(), resp.Header)
