@@ -193,11 +193,17 @@ func TestWeightsVersionsAndLoRA(t *testing.T) {
 			t.Fatalf("%s: %d", p, code)
 		}
 	}
+	if !h.e.Stats().Updating {
+		t.Fatal("start_weight_update not tracked")
+	}
 	code, hdr, out := h.post("/update_weights", UpdateWeightsRequest{CheckpointDir: "ckpt-5", Version: 5})
 	if code != 200 || hdr.Get("X-Weight-Version") != "5" || h.e.Version() != 5 {
 		t.Fatalf("update: %d %s", code, out)
 	}
 	h.post("/finish_weight_update", nil)
+	if h.e.Stats().Updating {
+		t.Fatal("finish_weight_update not tracked")
+	}
 	r := h.complete(map[string]any{"prompt": "v", "max_tokens": 2, "ignore_eos": true})
 	if r.Choices[0].WeightVersion != 5 || !slices.Equal(r.Choices[0].TokenWeightVersions, []int64{5, 5}) {
 		t.Fatalf("served version %+v", r.Choices[0].Extensions)

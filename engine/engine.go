@@ -773,11 +773,14 @@ type Stats struct {
 	Paused   bool
 	Sleeping bool
 	Loaded   bool
+	// Updating is true between /start_weight_update and
+	// /finish_weight_update (informational: the engine keeps serving).
+	Updating bool
 }
 
 // Stats returns a snapshot of the engine's load and state.
 func (e *Engine) Stats() Stats {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return Stats{Stats: e.core.Stats(), Held: len(e.held), Version: e.version, Paused: e.paused, Sleeping: e.sleeping, Loaded: e.model != nil}
+	return Stats{Stats: e.core.Stats(), Held: len(e.held), Version: e.version, Paused: e.paused, Sleeping: e.sleeping, Loaded: e.model != nil, Updating: e.updating}
 }
