@@ -149,6 +149,25 @@ func EncodeTokenBatch(b *TokenBatch) ([]byte, error) {
 	defer rec.Release()
 
 	var out bytes.Buffer
+	// One allocation for the whole stream: buffers (8-byte padded) plus
+	// schema and flatbuffer metadata.
+	size := 4096 + 8*len(cols)*3 + 4*len(b.Offsets)*len(cols) + 4*B + 13*T
+	for _, id := range b.TrajectoryIDs {
+		size += len(id)
+	}
+	for _, id := range b.GroupIDs {
+		size += len(id)
+	}
+	if b.TokenRewards != nil {
+		size += 4 * T
+	}
+	if b.Routes != nil {
+		size += len(b.Routes.Data)
+	}
+	if b.Support != nil {
+		size += 4 * len(b.Support.Values)
+	}
+	out.Grow(size)
 	w := ipc.NewWriter(&out, ipc.WithSchema(schema))
 	if err := w.Write(rec); err != nil {
 		return nil, fmt.Errorf("messages: encode token batch: %w", err)

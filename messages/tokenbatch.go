@@ -98,6 +98,36 @@ func (r *Routes) At(i int) int32 {
 	}
 }
 
+// firstOutOfRange scans Data with one loop per dtype (this runs on every
+// decode over Σlen·L·K values, so it avoids the per-value switch of At).
+func (r *Routes) firstOutOfRange() (int, int32, bool) {
+	hi := r.NumExperts
+	switch r.DType {
+	case ExpertUint8:
+		if hi >= 256 {
+			return 0, 0, true
+		}
+		for i, v := range r.Data {
+			if int32(v) >= hi {
+				return i, int32(v), false
+			}
+		}
+	case ExpertInt16:
+		for i := 0; i+1 < len(r.Data); i += 2 {
+			if v := int32(int16(binary.LittleEndian.Uint16(r.Data[i:]))); v < 0 || v >= hi {
+				return i / 2, v, false
+			}
+		}
+	default:
+		for i := 0; i+3 < len(r.Data); i += 4 {
+			if v := int32(binary.LittleEndian.Uint32(r.Data[i:])); v < 0 || v >= hi {
+				return i / 4, v, false
+			}
+		}
+	}
+	return 0, 0, true
+}
+
 func (r *Routes) appendValues(vals []int32) {
 	for _, v := range vals {
 		switch r.DType {
@@ -418,10 +448,8 @@ func (b *TokenBatch) Validate() error {
 		if want := int64(T) * int64(r.Stride()) * int64(r.DType.Size()); int64(len(r.Data)) != want {
 			return malformed("routes: %d bytes, want %d (tokens %d × %d × %d × %d)", len(r.Data), want, T, r.Layers, r.TopK, r.DType.Size())
 		}
-		for i, n := 0, T*r.Stride(); i < n; i++ {
-			if v := r.At(i); v < 0 || v >= r.NumExperts {
-				return malformed("routes[%d]=%d outside [0, %d)", i, v, r.NumExperts)
-			}
+		if i, v, ok := r.firstOutOfRange(); !ok {
+			return malformed("routes[%d]=%d outside [0, %d)", i, v, r.NumExperts)
 		}
 	}
 	if s := b.Support; s != nil {
