@@ -39,11 +39,15 @@ type Bus interface {
 	Subscribe(subject string, h Handler) (Subscription, error)
 	// QueueSubscribe delivers each message on subject to exactly one member of queue.
 	QueueSubscribe(subject, queue string, h Handler) (Subscription, error)
-	// Request publishes data and waits for one reply, until ctx ends.
+	// Request publishes data and waits for one reply, until ctx ends. It
+	// fails at once with ErrNoResponders when nobody subscribes, and with
+	// ErrTimeout when ctx's deadline (memhub: its virtual request timeout)
+	// passes first.
 	Request(ctx context.Context, subject string, data []byte) (*Msg, error)
 	// Respond answers a request message.
 	Respond(ctx context.Context, req *Msg, data []byte) error
-	// Stream opens (creating if needed) a durable stream.
+	// Stream opens a durable stream, creating it or updating its
+	// configuration to cfg.
 	Stream(ctx context.Context, cfg StreamConfig) (Stream, error)
 	// MaxPayload is the largest payload Publish accepts, in bytes.
 	MaxPayload() int
@@ -68,11 +72,13 @@ type StreamConfig struct {
 
 // Stream is a durable, ordered log of messages with acknowledged consumers.
 type Stream interface {
-	// Publish appends data on subject and returns its sequence number once stored.
+	// Publish appends data on subject and returns its sequence number once
+	// stored. subject must match one of the stream's Subjects.
 	Publish(ctx context.Context, subject string, data []byte) (seq uint64, err error)
 	// Consume delivers stored and future messages to h through the durable
 	// consumer named durable, starting after its last acknowledged message.
-	// A message not acked within ackWait is delivered again.
+	// A message not acked within ackWait (<= 0: 30s) is delivered again.
+	// ctx bounds only the set-up; delivery lasts until Unsubscribe or Close.
 	Consume(ctx context.Context, durable string, ackWait time.Duration, h StreamHandler) (Subscription, error)
 	// Name of the stream.
 	Name() string

@@ -545,3 +545,22 @@ func TestFaultValidation(t *testing.T) {
 		}
 	}
 }
+
+func TestRequestEndsWithContextWhenNobodyDrives(t *testing.T) {
+	h := memhub.New(1) // manual mode, no driver: the request is never delivered
+	a, b := h.Connect("a"), h.Connect("b")
+	if _, err := b.Subscribe("asyncrl.r.control", func(m *transport.Msg) { _ = b.Respond(context.Background(), m, nil) }); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := a.Request(ctx, "asyncrl.r.control", nil); !errors.Is(err, transport.ErrTimeout) {
+		t.Fatalf("got %v, want ErrTimeout from the context deadline", err)
+	}
+	// The abandoned request's inbox is gone: a late reply is not delivered
+	// anywhere and its timer no longer counts as pending work.
+	h.Drain()
+	if n := h.Count(memhub.EvDeliver, ""); n != 1 {
+		t.Fatalf("want only the request itself delivered, log:\n%s", h.EventLog())
+	}
+}

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
-	"net/url"
+	neturl "net/url"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -57,7 +57,7 @@ func TestEmbeddedServerOnRandomLoopbackPort(t *testing.T) {
 	if !b.Embedded() {
 		t.Fatal("Embedded() = false with an empty URL")
 	}
-	u, err := url.Parse(b.ClientURL())
+	u, err := neturl.Parse(b.ClientURL())
 	if err != nil {
 		t.Fatalf("ClientURL %q: %v", b.ClientURL(), err)
 	}
@@ -233,8 +233,14 @@ func TestTempStoreDirRemovedOnClose(t *testing.T) {
 	if len(created) != 1 {
 		t.Fatalf("expected one new asyncrl-nats temp dir, found %v", created)
 	}
+	url := b.ClientURL()
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
+	}
+	u, _ := neturl.Parse(url)
+	if c, err := net.DialTimeout("tcp", u.Host, time.Second); err == nil {
+		c.Close()
+		t.Fatalf("embedded server still accepts connections on %s after Close", u.Host)
 	}
 	if _, err := os.Stat(created[0]); !os.IsNotExist(err) {
 		t.Fatalf("temp store dir %s still exists after Close (err %v)", created[0], err)
