@@ -211,6 +211,8 @@ func TestMarshalRoundTripNonDefault(t *testing.T) {
 	c.Trainer.LearningRate = 3.5e-7
 	c.Rollout.Dataset = "data/prompts: #1.jsonl"
 	c.Run.Seed = -42
+	c.Run.DataDir = "data\n\n"  // last key of a section: its newlines must not eat the blank line
+	c.Cluster.NodeName = "\t\n" // yaml's own Encode cannot re-read its output for this
 	c.Cluster.Join = []string{"10.0.0.1:7946", "[::1]:7946"}
 	c.Publisher.Store = StoreS3
 	c.Publisher.S3Bucket = "true" // a string that looks like a bool

@@ -70,9 +70,21 @@ func toNode(v reflect.Value) *yaml.Node {
 		}
 		return s
 	}
+	if t.Kind() == reflect.String {
+		// Built by hand: yaml's Encode picks block styles for multi-line
+		// strings that it then cannot re-read (a tab after a newline), and
+		// a "|+" block would swallow the blank line before the next section.
+		// The emitter still quotes plain strings that would read back as
+		// another type ("true", "1").
+		n := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: v.String()}
+		if strings.ContainsFunc(n.Value, func(r rune) bool { return r < ' ' || r == 0x7f }) {
+			n.Style = yaml.DoubleQuotedStyle
+		}
+		return n
+	}
 	var n yaml.Node
 	if err := n.Encode(v.Interface()); err != nil {
-		// Only scalar kinds reach here, and yaml encodes every one of them.
+		// Only numbers and bools reach here, and yaml encodes all of them.
 		panic(fmt.Sprintf("config: encode %s: %v", t, err))
 	}
 	return &n
