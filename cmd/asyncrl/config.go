@@ -8,7 +8,7 @@ import (
 	"github.com/asyncrl/asyncrl/config"
 )
 
-// newConfigCmd: asyncrl config print-defaults | validate FILE...
+// newConfigCmd: asyncrl config print-defaults | show FILE | validate FILE...
 func newConfigCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "config",
@@ -21,6 +21,22 @@ func newConfigCmd(g *globals) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return config.WriteDefaults(g.stdout)
+		},
+	}, &cobra.Command{
+		Use:   "show FILE",
+		Short: "Print the effective configuration of FILE (defaults overlaid with it), as commented YAML",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := config.Load(args[0])
+			if err != nil {
+				return fail("%v", err)
+			}
+			b, err := config.Marshal(c)
+			if err != nil {
+				return fail("asyncrl config show: %v", err)
+			}
+			_, err = g.stdout.Write(b)
+			return err
 		},
 	}, &cobra.Command{
 		Use:   "validate FILE...",

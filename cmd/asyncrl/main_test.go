@@ -188,3 +188,26 @@ func TestStubValidatesConfig(t *testing.T) {
 		t.Errorf("node --config bad: code %d, stderr %q; want %q", code, errOut, want)
 	}
 }
+
+func TestConfigShow(t *testing.T) {
+	path := writeFile(t, "run.yaml", "run:\n  steps: 7\nrouter:\n  policy: round_robin\n")
+	code, out, errOut := cli(t, "config", "show", path)
+	if code != 0 || errOut != "" {
+		t.Fatalf("code %d, stderr %q", code, errOut)
+	}
+	want, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := config.Load(writeFile(t, "shown.yaml", out))
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("shown config does not reload to the file's config: %v", err)
+	}
+	if !strings.Contains(out, "\n  steps: 7\n") || !strings.Contains(out, "\n  policy: round_robin\n") {
+		t.Errorf("shown config lacks the file's values:\n%s", out)
+	}
+	bad := writeFile(t, "bad.yaml", "run:\n  steps: x\n")
+	if code, _, errOut := cli(t, "config", "show", bad); code != 1 || errOut != bad+":2: run.steps: want an integer, got \"x\"\n" {
+		t.Errorf("bad file: code %d, stderr %q", code, errOut)
+	}
+}
