@@ -3,7 +3,7 @@
 //
 // Subcommands: run (a whole run on one machine), node (a cluster member),
 // router, engine, worker, weights, sim, chaos, bench, config (print-defaults,
-// validate) and version. Global flags: --log-level (debug|info|warn|error)
+// show, validate) and version. Global flags: --log-level (debug|info|warn|error)
 // and --log-format (auto|json|console); commands that read a run
 // configuration take --config FILE (see package config).
 //
