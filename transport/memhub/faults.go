@@ -146,6 +146,7 @@ func (h *Hub) MustAddFault(f Fault) FaultID {
 // RemoveFault uninstalls a rule. Deliveries already held in its reorder
 // windows are released at once, in their original order.
 func (h *Hub) RemoveFault(id FaultID) {
+	defer h.kick() // auto mode: deliver what was held
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.faults = slices.DeleteFunc(h.faults, func(r *faultRule) bool { return r.id == id })
