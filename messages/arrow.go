@@ -434,10 +434,15 @@ func fromRecord(rec arrow.RecordBatch, spec BatchSpec) (*TokenBatch, error) {
 		if v, err = values(cols[next], ColRoutedExperts, r.Stride()); err != nil {
 			return nil, err
 		}
-		// The child buffer is exactly the little-endian C-order bytes.
-		d := v.Data()
-		sz := r.DType.Size()
-		r.Data = append([]byte(nil), d.Buffers()[1].Bytes()[:v.Len()*sz]...)
+		// The typed values are exactly the little-endian C-order bytes.
+		switch a := v.(type) {
+		case *array.Uint8:
+			r.Data = append([]byte{}, a.Uint8Values()...)
+		case *array.Int16:
+			r.Data = append([]byte{}, arrow.Int16Traits.CastToBytes(a.Int16Values())...)
+		case *array.Int32:
+			r.Data = append([]byte{}, arrow.Int32Traits.CastToBytes(a.Int32Values())...)
+		}
 		next++
 	}
 	if s := tb.Support; s != nil {

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -160,5 +161,26 @@ func TestCodecConfigValidate(t *testing.T) {
 		if _, err := NewCodec(c); err == nil || !strings.Contains(err.Error(), tc.field) {
 			t.Errorf("%s: NewCodec error %v does not name the field", tc.field, err)
 		}
+	}
+}
+
+// TestDecodePythonFrame decodes a frame built by a Python worker with cbor2
+// (non-canonical float64 encoding, keys in insertion order):
+//
+//	p = cbor2.dumps({1: 'r', 3: 2, 10: 't', 14: [-0.1, 1.5], 16: 7, 13: [1, 2]})
+//	frame = b'AR' + bytes([1]) + struct.pack('>HI', 0x103, len(p)) + p
+func TestDecodePythonFrame(t *testing.T) {
+	b, err := hex.DecodeString("415201010300000023a601617203020a61740e82fbbfb999999999999afb3ff800000000000010070d820102")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := DecodeAs[TurnResult](b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := TurnResult{Header: Header{RunID: "r", Version: 2}, TrajectoryID: "t", Logprobs: []float32{-0.1, 1.5},
+		ServingVersion: 7, Tokens: []int32{1, 2}}
+	if !reflect.DeepEqual(m, want) {
+		t.Fatalf("got %#v\nwant %#v", m, want)
 	}
 }

@@ -70,6 +70,15 @@ func FuzzDecodeTokenBatch(f *testing.F) {
 		}
 		f.Add(b)
 	}
+	empty, err := NewTokenBatch(specs[len(specs)-1])
+	if err != nil {
+		f.Fatal(err)
+	}
+	eb, err := EncodeTokenBatch(empty)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(eb)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		tb, err := DecodeTokenBatchLimit(b, 1<<20)
 		if err != nil {

@@ -110,17 +110,35 @@ func TestTokenBatchArrowRoundTrip(t *testing.T) {
 }
 
 func TestTokenBatchEmpty(t *testing.T) {
-	tb, err := NewTokenBatch(BatchSpec{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := EncodeTokenBatch(tb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := DecodeTokenBatch(b)
-	if err != nil || got.Len() != 0 || got.NumTokens() != 0 || len(got.Offsets) != 1 {
-		t.Fatalf("empty batch: %+v, %v", got, err)
+	// Zero trajectories, and one zero-token trajectory, with every optional
+	// column: zero-length Arrow buffers must decode (a bug once lost them).
+	for _, spec := range []BatchSpec{{}, {Vocab: 9, TokenRewards: true, RouteLayers: 2, RouteTopK: 2, NumExperts: 300, SupportK: 2}} {
+		for _, withEmpty := range []bool{false, true} {
+			tb, err := NewTokenBatch(spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if withEmpty {
+				tr := Trajectory{ID: "t0", TokenIDs: []int32{}, Logprobs: []float32{}, LossMask: []uint8{}, PolicyVersions: []int32{}}
+				if spec.TokenRewards {
+					tr.TokenRewards = []float32{}
+				}
+				if err := tb.Append(tr); err != nil {
+					t.Fatal(err)
+				}
+			}
+			b, err := EncodeTokenBatch(tb)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := DecodeTokenBatch(b)
+			if err != nil {
+				t.Fatalf("spec %+v empty=%v: %v", spec, withEmpty, err)
+			}
+			if got.NumTokens() != 0 || got.Len() != tb.Len() || got.Spec() != spec || len(got.Offsets) != tb.Len()+1 {
+				t.Fatalf("empty batch: %+v", got)
+			}
+		}
 	}
 }
 
