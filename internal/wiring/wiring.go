@@ -1,0 +1,93 @@
+// Package wiring translates the run's YAML configuration (package config)
+// into the component configs of the packages that implement each role
+// (engine, router proxy, policy), so every entry point — `asyncrl engine`,
+// `asyncrl router`, `asyncrl run`, `asyncrl node` — builds components the
+// same way. It holds no logic beyond unit conversion and field mapping.
+package wiring
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/asyncrl/asyncrl/actors/router/policy"
+	"github.com/asyncrl/asyncrl/actors/router/proxy"
+	"github.com/asyncrl/asyncrl/config"
+	"github.com/asyncrl/asyncrl/engine"
+	pmodel "github.com/asyncrl/asyncrl/policy"
+)
+
+// EngineConfig maps the engines section onto one built-in engine's config.
+// name is the served model name (distinct per engine when several share a
+// metrics registry); seed seeds the engine's sampling.
+func EngineConfig(c config.EnginesConfig, name string, seed uint64) engine.Config {
+	e := engine.DefaultConfig()
+	if name != "" {
+		e.ServedModelName = name
+	}
+	e.MaxModelLen = c.MaxModelLen
+	e.Seed = seed
+	e.TimeScale = c.TimeScale
+	e.Latency.MaxNumSeqs = c.MaxNumSeqs
+	e.Latency.MaxWaiting = c.MaxWaiting
+	e.Latency.BlockSize = c.BlockSize
+	e.Latency.CacheBlocks = c.PrefixCacheBlocks
+	e.Latency.PrefillPerToken = micros(c.PrefillUSPerToken)
+	e.Latency.DecodeBase = micros(c.DecodeUSPerToken)
+	e.Latency.DecodePerSeq = micros(c.DecodeBatchSlope)
+	return e
+}
+
+func micros(us float64) time.Duration { return time.Duration(us * float64(time.Microsecond)) }
+
+// LoadPolicy loads a serving checkpoint of the built-in policy as an engine
+// model. It is the engine's ModelLoader for /update_weights and LoRA paths.
+func LoadPolicy(dir string) (engine.Model, error) {
+	m, err := pmodel.LoadServing(dir)
+	if err != nil {
+		return nil, err // a nil *Model must not become a non-nil interface
+	}
+	return m, nil
+}
+
+// InitialPolicy returns the model an engine starts with: the checkpoint in
+// dir when given, else a fresh built-in policy from seed rounded to BF16 (what
+// a serving copy holds).
+func InitialPolicy(dir string, seed uint64) (engine.Model, error) {
+	if dir != "" {
+		m, err := LoadPolicy(dir)
+		if err != nil {
+			return nil, fmt.Errorf("load weights from %s: %w", dir, err)
+		}
+		return m, nil
+	}
+	m, err := pmodel.New(pmodel.DefaultConfig(), seed)
+	if err != nil {
+		return nil, err
+	}
+	m.RoundBF16()
+	return m, nil
+}
+
+// RouterConfig maps the router section onto the proxy's config. Replicas,
+// the admin token, registry and logger are the caller's.
+func RouterConfig(c config.RouterConfig) proxy.Config {
+	p := proxy.DefaultConfig()
+	p.Policy.Policy = string(c.Policy)
+	p.Policy.LoadFactor = c.BalanceFactor
+	p.Policy.SessionTTL = c.SessionTTL
+	p.Policy.SweepInterval = c.SweepInterval
+	p.Policy.VirtualNodes = c.VirtualNodes
+	p.Policy.FailThreshold = c.UnhealthyThreshold
+	p.Policy.RecoverThreshold = c.HealthyThreshold
+	p.Policy.LagRule = policy.LagMove
+	if c.BehindVersionRule == config.BehindHold {
+		p.Policy.LagRule = policy.LagHold
+	}
+	p.ListenAddr = c.Listen
+	p.MaxBodyBytes = c.MaxBodyBytes
+	p.HealthInterval = c.HealthCheckInterval
+	p.HealthTimeout = c.HealthCheckTimeout
+	p.MaxRetries = c.MaxRetries
+	p.RetryRatio = c.RetryBudget
+	return p
+}

@@ -1,0 +1,55 @@
+package wiring
+
+import (
+	"testing"
+	"time"
+
+	"github.com/asyncrl/asyncrl/actors/router/policy"
+	"github.com/asyncrl/asyncrl/config"
+)
+
+func TestEngineConfigMapsUnitsAndValidates(t *testing.T) {
+	c := config.DefaultEngines()
+	c.PrefillUSPerToken = 40
+	c.DecodeUSPerToken = 10000
+	c.DecodeBatchSlope = 2.5
+	c.PrefixCacheBlocks = 333
+	c.MaxNumSeqs = 7
+	e := EngineConfig(c, "engine-3", 9)
+	if e.Latency.PrefillPerToken != 40*time.Microsecond || e.Latency.DecodeBase != 10*time.Millisecond ||
+		e.Latency.DecodePerSeq != 2500*time.Nanosecond {
+		t.Fatalf("durations mapped wrong: %+v", e.Latency)
+	}
+	if e.Latency.CacheBlocks != 333 || e.Latency.MaxNumSeqs != 7 || e.ServedModelName != "engine-3" || e.Seed != 9 {
+		t.Fatalf("fields mapped wrong: %+v", e)
+	}
+	if err := EngineConfig(config.DefaultEngines(), "", 1).Validate(); err != nil {
+		t.Fatalf("default engines section gives an invalid engine config: %v", err)
+	}
+}
+
+func TestRouterConfigMapsPolicyAndRule(t *testing.T) {
+	c := config.DefaultRouter()
+	c.Policy = config.RouterPolicy(policy.StickyLeastLoaded)
+	c.BalanceFactor = 1.5
+	c.BehindVersionRule = config.BehindHold
+	p := RouterConfig(c)
+	if p.Policy.Policy != policy.StickyLeastLoaded || p.Policy.LoadFactor != 1.5 || p.Policy.LagRule != policy.LagHold {
+		t.Fatalf("policy mapped wrong: %+v", p.Policy)
+	}
+	d := RouterConfig(config.DefaultRouter())
+	d.Replicas = []string{"http://127.0.0.1:1"}
+	if err := d.Validate(); err != nil {
+		t.Fatalf("default router section gives an invalid proxy config: %v", err)
+	}
+}
+
+func TestInitialPolicyFreshAndMissingDir(t *testing.T) {
+	m, err := InitialPolicy("", 3)
+	if err != nil || m.VocabSize() != 98 {
+		t.Fatalf("fresh policy: %v, vocab %v", err, m)
+	}
+	if _, err := InitialPolicy(t.TempDir()+"/nope", 3); err == nil {
+		t.Fatal("loading a missing checkpoint dir succeeded")
+	}
+}
