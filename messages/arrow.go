@@ -427,7 +427,8 @@ func fromRecord(rec arrow.RecordBatch, spec BatchSpec) (*TokenBatch, error) {
 		if v, err = values(cols[next], ColTokenReward, 0); err != nil {
 			return nil, err
 		}
-		tb.TokenRewards = append([]float32(nil), v.(*array.Float32).Float32Values()...)
+		// Non-nil even when empty: nil TokenRewards means "no such column".
+		tb.TokenRewards = append([]float32{}, v.(*array.Float32).Float32Values()...)
 		next++
 	}
 	if r := tb.Routes; r != nil {

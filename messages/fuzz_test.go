@@ -103,6 +103,9 @@ func FuzzDecodeTokenBatch(f *testing.F) {
 		if err != nil {
 			t.Fatalf("decode of re-encoded batch: %v", err)
 		}
+		if tb2.Spec() != tb.Spec() || tb2.Len() != tb.Len() || tb2.NumTokens() != tb.NumTokens() {
+			t.Fatalf("round trip changed the shape: %+v → %+v", tb.Spec(), tb2.Spec())
+		}
 		b2, err := EncodeTokenBatch(tb2)
 		if err != nil || !bytes.Equal(b1, b2) {
 			t.Fatalf("re-encode not stable (err %v)", err)

@@ -136,7 +136,7 @@ func TestTokenBatchEmpty(t *testing.T) {
 				t.Fatalf("spec %+v empty=%v: %v", spec, withEmpty, err)
 			}
 			if got.NumTokens() != 0 || got.Len() != tb.Len() || got.Spec() != spec || len(got.Offsets) != tb.Len()+1 {
-				t.Fatalf("empty batch: %+v", got)
+				t.Fatalf("empty batch: %+v spec %+v", got, got.Spec())
 			}
 		}
 	}
