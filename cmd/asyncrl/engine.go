@@ -1,10 +1,16 @@
 package main
 
 import (
+	"context"
 	"net"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/asyncrl/asyncrl/engine"
+	"github.com/asyncrl/asyncrl/internal/logx"
+	"github.com/asyncrl/asyncrl/internal/wiring"
 )
 
 // engineFlags are asyncrl engine's flags.
@@ -26,14 +32,17 @@ func addEngineFlags(fs *pflag.FlagSet) *engineFlags {
 	return f
 }
 
-// newEngineCmd: asyncrl engine. Flags are parsed and checked, the config
-// loaded; serving is not built yet (issue 3).
+// newEngineCmd: asyncrl engine — the built-in vLLM-compatible engine serving
+// the built-in policy until SIGINT/SIGTERM.
 func newEngineCmd(g *globals) *cobra.Command {
 	var f *engineFlags
 	cmd := &cobra.Command{
 		Use:   "engine",
-		Short: "Serve the built-in inference engine (vLLM-compatible HTTP API) (not built yet)",
-		Args:  cobra.NoArgs,
+		Short: "Serve the built-in inference engine (vLLM-compatible HTTP API)",
+		Long: "Serve the built-in policy over vLLM's HTTP API: /v1/completions, /v1/chat/completions,\n" +
+			"/v1/models, /health, /metrics, pause/resume and the weight-update routes. The engine\n" +
+			"models a GPU server's latency (the config's engines section) so routing matters.",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if _, _, err := net.SplitHostPort(f.Listen); err != nil {
 				return fail("asyncrl engine: --listen %q is not a host:port address", f.Listen)
@@ -42,10 +51,36 @@ func newEngineCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return fail("asyncrl engine: %v", err)
 			}
-			if _, err := g.logger(cmd, cfg.Log); err != nil {
+			log, err := g.logger(cmd, cfg.Log)
+			if err != nil {
 				return fail("asyncrl engine: %v", err)
 			}
-			return notBuilt("engine", 3)
+			model, err := wiring.InitialPolicy(f.Weights, uint64(f.Seed))
+			if err != nil {
+				return fail("asyncrl engine: %v", err)
+			}
+			eng, err := engine.New(wiring.EngineConfig(cfg.Engines, "", uint64(f.Seed)), model,
+				engine.WithLoader(wiring.LoadPolicy), engine.WithLogger(logx.For(log, "engine")))
+			if err != nil {
+				return fail("asyncrl engine: %v", err)
+			}
+			ln, err := listen(g.stderr, "engine", f.Listen)
+			if err != nil {
+				eng.Close()
+				return fail("asyncrl engine: %v", err)
+			}
+			ctx, stop := signalContext(cmd.Context())
+			defer stop()
+			err = eng.Serve(ctx, ln)
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if serr := eng.Shutdown(sctx); err == nil {
+				err = serr
+			}
+			if err != nil {
+				return fail("asyncrl engine: %v", err)
+			}
+			return nil
 		},
 	}
 	f = addEngineFlags(cmd.Flags())

@@ -93,7 +93,7 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func TestNotBuiltSubcommands(t *testing.T) {
-	issues := map[string]int{"node": 7, "router": 4, "worker": 5, "weights": 6, "sim": 8, "chaos": 8, "bench": 4, "run": 5, "engine": 3}
+	issues := map[string]int{"node": 7, "worker": 5, "weights": 6, "sim": 8, "chaos": 8, "bench": 4, "run": 5}
 	for name, issue := range issues {
 		code, out, errOut := cli(t, name)
 		want := fmt.Sprintf("asyncrl %s: not built yet (tracked in issue %d)\n", name, issue)
@@ -102,8 +102,8 @@ func TestNotBuiltSubcommands(t *testing.T) {
 		}
 	}
 	// A stub accepts the finished command's flags and still says not built.
-	if code, _, errOut := cli(t, "router", "--listen", "127.0.0.1:9000", "--engine", "http://x"); code != 2 || !strings.Contains(errOut, "issue 4") {
-		t.Errorf("router with flags: code %d, stderr %q", code, errOut)
+	if code, _, errOut := cli(t, "node", "--name", "n1", "--roles", "engine", "--join", "127.0.0.1:7946"); code != 2 || !strings.Contains(errOut, "issue 7") {
+		t.Errorf("node with flags: code %d, stderr %q", code, errOut)
 	}
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -108,9 +109,15 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 
 // execute runs the command tree on args and returns the exit code.
 func execute(args []string, stdout, stderr io.Writer) int {
+	return executeContext(context.Background(), args, stdout, stderr)
+}
+
+// executeContext is execute with a context: long-running commands (servers)
+// stop when ctx ends, as they do on SIGINT/SIGTERM.
+func executeContext(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root := newRootCmd(stdout, stderr)
 	root.SetArgs(args)
-	cmd, err := root.ExecuteC()
+	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
 		return exitOK
 	}

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// syncBuffer is a bytes.Buffer safe for a command writing while the test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+var listenRE = regexp.MustCompile(`asyncrl (\w+): listening on (http://[0-9.:]+)`)
+
+// startServer runs a long-lived subcommand in the background and returns the
+// URL it announced, a stop func, and its exit code channel.
+func startServer(t *testing.T, what string, args ...string) (url string, stop func() int) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var out, errb syncBuffer
+	codec := make(chan int, 1)
+	go func() { codec <- executeContext(ctx, args, &out, &errb) }()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		for _, m := range listenRE.FindAllStringSubmatch(errb.String(), -1) {
+			if m[1] == what {
+				url = m[2]
+			}
+		}
+		if url != "" {
+			break
+		}
+		select {
+		case code := <-codec:
+			cancel()
+			t.Fatalf("%s exited early with %d: %s", what, code, errb.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatalf("%s never announced its address; stderr: %s", what, errb.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return url, func() int {
+		cancel()
+		select {
+		case code := <-codec:
+			return code
+		case <-time.After(15 * time.Second):
+			t.Fatalf("%s did not stop after cancel", what)
+			return -1
+		}
+	}
+}
+
+func complete(t *testing.T, url, session string) (*http.Response, map[string]any) {
+	t.Helper()
+	body := `{"model":"asyncrl-policy","prompt":"rev abc=","max_tokens":4,"temperature":1,"seed":7}`
+	req, _ := http.NewRequest(http.MethodPost, url+"/v1/completions", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Session-ID", session)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("POST %s/v1/completions: %d %s", url, resp.StatusCode, raw)
+	}
+	var out map[string]any
+	if err := json.Unmarshal(raw, &out); err != nil {
+		t.Fatalf("bad JSON %q: %v", raw, err)
+	}
+	return resp, out
+}
+
+func TestEngineAndRouterCommandsServe(t *testing.T) {
+	engineURL, stopEngine := startServer(t, "engine", "engine", "--listen", "127.0.0.1:0", "--seed", "3", "--log-level", "error")
+	resp, out := complete(t, engineURL, "")
+	if resp.Header.Get("X-Weight-Version") != "0" {
+		t.Fatalf("engine X-Weight-Version = %q, want 0", resp.Header.Get("X-Weight-Version"))
+	}
+	choices, _ := out["choices"].([]any)
+	if len(choices) != 1 {
+		t.Fatalf("engine answered %v", out)
+	}
+
+	routerURL, stopRouter := startServer(t, "router", "router", "--listen", "127.0.0.1:0", "--engine", engineURL,
+		"--policy", "sticky_least_loaded", "--log-level", "error")
+	for i := 0; i < 3; i++ {
+		resp, out := complete(t, routerURL, "traj-1")
+		if got := resp.Header.Get("X-Asyncrl-Replica"); got != engineURL {
+			t.Fatalf("X-Asyncrl-Replica = %q, want %q", got, engineURL)
+		}
+		if out["object"] != "text_completion" {
+			t.Fatalf("router passed through %v", out)
+		}
+	}
+	if code := stopRouter(); code != 0 {
+		t.Fatalf("router exit code %d", code)
+	}
+	if code := stopEngine(); code != 0 {
+		t.Fatalf("engine exit code %d", code)
+	}
+}
+
+func TestRouterCommandRejectsBadInput(t *testing.T) {
+	if code, _, errOut := cli(t, "router", "--listen", "127.0.0.1:0"); code != 1 || !strings.Contains(errOut, "no engines") {
+		t.Errorf("no engines: code %d, stderr %q", code, errOut)
+	}
+	if code, _, errOut := cli(t, "router", "--engine", "http://127.0.0.1:1", "--policy", "fastest"); code != 1 ||
+		!strings.Contains(errOut, `router.policy: "fastest" is not one of`) {
+		t.Errorf("bad policy: code %d, stderr %q", code, errOut)
+	}
+	if code, _, errOut := cli(t, "router", "--engine", "http://127.0.0.1:1", "--listen", "0.0.0.0:0"); code != 1 ||
+		!strings.Contains(strings.ToLower(errOut), "token") {
+		t.Errorf("off-loopback without token: code %d, stderr %q", code, errOut)
+	}
+}
+
+func TestEngineCommandRejectsMissingWeights(t *testing.T) {
+	code, _, errOut := cli(t, "engine", "--listen", "127.0.0.1:0", "--weights", t.TempDir()+"/missing")
+	if code != 1 || !strings.Contains(errOut, "load weights from") {
+		t.Errorf("missing weights: code %d, stderr %q", code, errOut)
+	}
+}
