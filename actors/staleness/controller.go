@@ -141,6 +141,27 @@ func New(cfg Config) (*Controller, error) {
 	return c, nil
 }
 
+// Resume returns a controller restarted at trainer step `step` (≥ 1) from
+// a checkpoint, with nothing in flight: the (step−1)·B groups already
+// trained count as submitted, accepted and trained. Without this a fresh
+// controller at step j would see (S + j)·B of capacity and flood the
+// engines with groups (AReaL fixes the same burst on recovery by setting
+// accepted = version·batch).
+func Resume(cfg Config, step int64) (*Controller, error) {
+	if step < 1 {
+		return nil, fmt.Errorf("%w: resume step must be ≥ 1, got %d", ErrInvalidConfig, step)
+	}
+	c, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	done := (step - 1) * cfg.MiniBatchSize
+	c.step = step
+	c.submitted, c.accepted, c.trained = done, done, done
+	c.check()
+	return c, nil
+}
+
 // Config returns the controller's configuration.
 func (c *Controller) Config() Config { return c.cfg }
 

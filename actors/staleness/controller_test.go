@@ -358,3 +358,29 @@ func TestIdleAccounting(t *testing.T) {
 			m.EngineIdle, m.EngineBlocked, m.TrainerIdle, wantEngine, wantBlocked, wantTrainer)
 	}
 }
+
+func TestResume(t *testing.T) {
+	cfg := Config{MaxStalenessSteps: 3, NumParallelGenerationWorkers: 8, MiniBatchSize: 2, StalePolicy: PolicyRequeue}
+	c, err := Resume(cfg, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Step() != 10 || c.Version() != 9 {
+		t.Fatalf("resumed: step %d version %d", c.Step(), c.Version())
+	}
+	// After W groups finish untrained, a resumed run is at its bound
+	// ((S+10)·B − 9·B − 8 = 0), exactly like a fresh run at step 1; a
+	// naive restart at step 10 would still have 18 slots.
+	for range 8 {
+		a := acquire(t, c, "p")
+		if err := c.Accept(a.GroupID, UnknownVersion, t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if c.Capacity() != 0 {
+		t.Fatalf("capacity %d, want 0", c.Capacity())
+	}
+	if _, err := Resume(cfg, 0); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("Resume(0): %v", err)
+	}
+}

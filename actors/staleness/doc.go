@@ -55,6 +55,9 @@
 //     bound) and TrainerIdle (from start or StepDone until the B-th group
 //     of the step passed CheckForTraining), all from the passed-in times.
 //
+// Resume(cfg, step) restarts from a checkpoint with the (step−1)·B trained
+// groups counted as accepted, so a restart does not flood the engines.
+//
 // Group ids are promptID + "#" + an admission sequence number, so a
 // requeued prompt gets a new id and a late duplicate for the old one is
 // rejected as ErrUnknownGroup instead of corrupting the counters.
