@@ -16,13 +16,27 @@ func benchTokens() []int {
 }
 
 // BenchmarkKarmarkarKarp1024x8 is KK alone: 1,024 sequences across 8 ranks.
+// It reports the max/mean imbalance of KK and of LPT greedy on the input.
 func BenchmarkKarmarkarKarp1024x8(b *testing.B) {
+	costs := Tokens().Costs(benchTokens())
+	var parts [][]int
+	b.ReportAllocs()
+	for b.Loop() {
+		var err error
+		if parts, err = KarmarkarKarp(costs, 8, false); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(Imbalance(Loads(costs, parts))-1, "kk-excess")
+	b.ReportMetric(Imbalance(Loads(costs, Greedy(costs, 8)))-1, "lpt-excess")
+}
+
+// BenchmarkGreedy1024x8 is the LPT reference on the same input.
+func BenchmarkGreedy1024x8(b *testing.B) {
 	costs := Tokens().Costs(benchTokens())
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := KarmarkarKarp(costs, 8, false); err != nil {
-			b.Fatal(err)
-		}
+		Greedy(costs, 8)
 	}
 }
 

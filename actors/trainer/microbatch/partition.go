@@ -142,13 +142,16 @@ func KarmarkarKarp(costs []float64, k int, equalSize bool) ([][]int, error) {
 	for h.Len() > 1 {
 		a := heap.Pop(h).(*kkState)
 		b := heap.Pop(h).(*kkState)
-		m := newState()
+		// a and b are consumed: the merge reuses a's parts and item slices.
 		for j := range k {
-			pa, pb := a.parts[j], b.parts[k-1-j]
-			m.parts[j] = kkPart{sum: pa.sum + pb.sum, items: append(append([]int(nil), pa.items...), pb.items...)}
+			pb := b.parts[k-1-j]
+			a.parts[j].sum += pb.sum
+			a.parts[j].items = append(a.parts[j].items, pb.items...)
 		}
-		m.sort()
-		heap.Push(h, m)
+		a.id = h.seq
+		h.seq++
+		a.sort()
+		heap.Push(h, a)
 	}
 	final := heap.Pop(h).(*kkState)
 	out := make([][]int, k)
