@@ -1,0 +1,158 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// NATSConfig configures a JetStream Object Store.
+type NATSConfig struct {
+	// Bucket is the object store bucket name (letters, digits, - and _).
+	Bucket string
+	// Storage is jetstream.FileStorage (default, survives a restart) or
+	// jetstream.MemoryStorage.
+	Storage jetstream.StorageType
+	// Replicas is the number of JetStream replicas (default 1).
+	Replicas int
+	// ChunkSize is the size of the messages an object is cut into (default
+	// 128 KiB, the client's default); it must stay below the server's
+	// max_payload.
+	ChunkSize uint32
+}
+
+// DefaultNATSConfig returns a file-backed, single-replica bucket config.
+func DefaultNATSConfig(bucket string) NATSConfig {
+	return NATSConfig{Bucket: bucket, Storage: jetstream.FileStorage, Replicas: 1, ChunkSize: 128 << 10}
+}
+
+// Validate names the first bad field.
+func (c NATSConfig) Validate() error {
+	if c.Bucket == "" {
+		return errors.New("store: nats: Bucket is required")
+	}
+	for _, r := range c.Bucket {
+		if !(r == '-' || r == '_' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+			return fmt.Errorf("store: nats: Bucket %q: only letters, digits, - and _ are allowed", c.Bucket)
+		}
+	}
+	if c.Replicas < 0 {
+		return fmt.Errorf("store: nats: Replicas %d must be ≥ 1 (0 means 1)", c.Replicas)
+	}
+	return nil
+}
+
+// NATS is a Store in a JetStream Object Store bucket. An object becomes
+// visible only when its last chunk and its metadata are stored, and a
+// replaced object's old chunks are purged after the new metadata is in, so
+// Put is atomic; JetStream acknowledges a publish only once it is stored,
+// so Commit is a Put.
+type NATS struct {
+	os  jetstream.ObjectStore
+	cfg NATSConfig
+}
+
+var _ Store = (*NATS)(nil)
+
+// NewNATS opens (creating if needed) the bucket on the connection nc.
+func NewNATS(ctx context.Context, nc *nats.Conn, cfg NATSConfig) (*NATS, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Replicas == 0 {
+		cfg.Replicas = 1
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("store: nats: %w", err)
+	}
+	obs, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+		Bucket:      cfg.Bucket,
+		Description: "asyncrl weight versions",
+		Storage:     cfg.Storage,
+		Replicas:    cfg.Replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: nats: bucket %s: %w", cfg.Bucket, err)
+	}
+	return &NATS{os: obs, cfg: cfg}, nil
+}
+
+// Put implements Store.
+func (n *NATS) Put(ctx context.Context, key string, r io.Reader, size int64) error {
+	if err := ValidateKey(key); err != nil {
+		return err
+	}
+	meta := jetstream.ObjectMeta{Name: key}
+	if n.cfg.ChunkSize > 0 {
+		meta.Opts = &jetstream.ObjectMetaOptions{ChunkSize: n.cfg.ChunkSize}
+	}
+	info, err := n.os.Put(ctx, meta, r)
+	if err != nil {
+		return fmt.Errorf("store: nats: put %s: %w", key, err)
+	}
+	if size >= 0 && int64(info.Size) != size {
+		return fmt.Errorf("store: nats: put %s: stored %d bytes, declared %d", key, info.Size, size)
+	}
+	return nil
+}
+
+// Commit implements Store.
+func (n *NATS) Commit(ctx context.Context, key string, data []byte) error {
+	return n.Put(ctx, key, bytes.NewReader(data), int64(len(data)))
+}
+
+// Get implements Store.
+func (n *NATS) Get(ctx context.Context, key string) (io.ReadCloser, error) {
+	if err := ValidateKey(key); err != nil {
+		return nil, err
+	}
+	res, err := n.os.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, key)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: nats: get %s: %w", key, err)
+	}
+	return res, nil
+}
+
+// List implements Store.
+func (n *NATS) List(ctx context.Context, prefix string) ([]string, error) {
+	if err := validatePrefix(prefix); err != nil {
+		return nil, err
+	}
+	infos, err := n.os.List(ctx)
+	if errors.Is(err, jetstream.ErrNoObjectsFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: nats: list %q: %w", prefix, err)
+	}
+	var keys []string
+	for _, in := range infos {
+		if !in.Deleted && strings.HasPrefix(in.Name, prefix) {
+			keys = append(keys, in.Name)
+		}
+	}
+	slices.Sort(keys)
+	return keys, nil
+}
+
+// Delete implements Store.
+func (n *NATS) Delete(ctx context.Context, key string) error {
+	if err := ValidateKey(key); err != nil {
+		return err
+	}
+	if err := n.os.Delete(ctx, key); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+		return fmt.Errorf("store: nats: delete %s: %w", key, err)
+	}
+	return nil
+}

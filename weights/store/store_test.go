@@ -1,0 +1,214 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/johannesboyne/gofakes3"
+	"github.com/johannesboyne/gofakes3/backend/s3mem"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
+	"github.com/asyncrl/asyncrl/transport/natsbus"
+	"github.com/asyncrl/asyncrl/weights/store"
+	"github.com/asyncrl/asyncrl/weights/store/storetest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// net/http keeps idle client connections' goroutines until the
+		// transport is garbage; they are not ours to stop.
+		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+	)
+}
+
+func TestLocalConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store {
+		s, err := store.NewLocal(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	})
+}
+
+func TestLocalSkipsTempFilesAndUsesPlainPaths(t *testing.T) {
+	dir := t.TempDir()
+	s, err := store.NewLocal(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.PutBytes(context.Background(), s, "delta-00000001/manifest.json", []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	// The layout on disk is the key's path: a SkyRL receiver reads it as is.
+	if b, err := os.ReadFile(filepath.Join(dir, "delta-00000001", "manifest.json")); err != nil || string(b) != "{}" {
+		t.Fatalf("file at the key's path: %q, %v", b, err)
+	}
+	// A crashed writer's temporary file is never listed.
+	if err := os.WriteFile(filepath.Join(dir, "delta-00000001", ".tmp-x-123"), []byte("partial"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	keys, err := s.List(context.Background(), "")
+	if err != nil || len(keys) != 1 || keys[0] != "delta-00000001/manifest.json" {
+		t.Fatalf("List = %v, %v", keys, err)
+	}
+}
+
+func newS3(t *testing.T, bucket string) store.Store {
+	faker := gofakes3.New(s3mem.New())
+	srv := httptest.NewServer(faker.Server()) // 127.0.0.1, random port
+	t.Cleanup(srv.Close)
+	cfg := store.DefaultS3Config()
+	cfg.Endpoint = strings.TrimPrefix(srv.URL, "http://")
+	cfg.Bucket = bucket
+	cfg.CreateBucket = true
+	cfg.AccessKey, cfg.SecretKey = "test", "testsecret"
+	cfg.Region = "us-east-1"
+	s, err := store.NewS3(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestS3Conformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store { return newS3(t, "weights") })
+}
+
+func TestS3PrefixIsolatesRuns(t *testing.T) {
+	faker := gofakes3.New(s3mem.New())
+	srv := httptest.NewServer(faker.Server())
+	defer srv.Close()
+	mk := func(prefix string) store.Store {
+		cfg := store.DefaultS3Config()
+		cfg.Endpoint, cfg.Bucket, cfg.CreateBucket, cfg.Prefix = strings.TrimPrefix(srv.URL, "http://"), "bkt", true, prefix
+		cfg.AccessKey, cfg.SecretKey, cfg.Region = "k", "s", "us-east-1"
+		s, err := store.NewS3(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	a, b := mk("run-a/"), mk("run-b/")
+	ctx := context.Background()
+	if err := store.PutBytes(ctx, a, "delta-00000001/manifest.json", []byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	if keys, err := b.List(ctx, ""); err != nil || len(keys) != 0 {
+		t.Fatalf("run-b sees %v, %v", keys, err)
+	}
+	if keys, err := a.List(ctx, ""); err != nil || len(keys) != 1 || keys[0] != "delta-00000001/manifest.json" {
+		t.Fatalf("run-a lists %v, %v (prefix must be stripped)", keys, err)
+	}
+}
+
+func TestS3ConfigValidate(t *testing.T) {
+	for _, c := range []store.S3Config{{}, {Endpoint: "http://x:1", Bucket: "b"}, {Endpoint: "x:1"}, {Endpoint: "x:1", Bucket: "b", Prefix: "p"}} {
+		if err := c.Validate(); err == nil {
+			t.Errorf("%+v validated", c)
+		}
+	}
+}
+
+func TestNATSConformance(t *testing.T) {
+	ctx := context.Background()
+	bus, err := natsbus.Connect(ctx, natsbus.DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bus.Close() })
+	n := 0
+	storetest.Run(t, func(t *testing.T) store.Store {
+		n++
+		cfg := store.DefaultNATSConfig("weights-" + string(rune('a'+n)))
+		cfg.Storage = jetstream.MemoryStorage
+		s, err := store.NewNATS(ctx, bus.Conn(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	})
+}
+
+var errFlaky = errors.New("transient")
+
+func TestRetryingBacksOffAndRewinds(t *testing.T) {
+	base, err := store.NewLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := &failingStore{Store: base}
+	fs.failures.Store(3)
+	var slept []time.Duration
+	sleep := func(_ context.Context, d time.Duration) error { slept = append(slept, d); return nil }
+	r, err := store.NewRetrying(fs, store.RetryConfig{Attempts: 5, BaseDelay: 10 * time.Millisecond, MaxDelay: 25 * time.Millisecond}, sleep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	// The failing store consumes part of the reader before failing, so the
+	// retry must rewind it.
+	if err := store.PutBytes(ctx, r, "k", []byte("hello world")); err != nil {
+		t.Fatalf("put with 3 transient failures and 5 attempts: %v", err)
+	}
+	if b, err := store.ReadAll(ctx, base, "k"); err != nil || string(b) != "hello world" {
+		t.Fatalf("stored %q, %v", b, err)
+	}
+	want := []time.Duration{10 * time.Millisecond, 20 * time.Millisecond, 25 * time.Millisecond}
+	if len(slept) != len(want) {
+		t.Fatalf("slept %v, want %v", slept, want)
+	}
+	for i := range want {
+		if slept[i] != want[i] {
+			t.Fatalf("slept %v, want %v", slept, want)
+		}
+	}
+	if r.Retries() != 3 {
+		t.Fatalf("Retries = %d, want 3", r.Retries())
+	}
+	// Not-found is final: no retry.
+	slept = nil
+	if _, err := r.Get(ctx, "missing"); !errors.Is(err, store.ErrNotFound) || len(slept) != 0 {
+		t.Fatalf("Get(missing) = %v after %d sleeps; want ErrNotFound at once", err, len(slept))
+	}
+	// Too many failures: the error comes back, wrapped.
+	fs.failures.Store(10)
+	if err := r.Delete(ctx, "k"); !errors.Is(err, errFlaky) {
+		t.Fatalf("Delete with persistent failures = %v", err)
+	}
+}
+
+// failingStore fails its next `failures` calls, after consuming part of a
+// Put's reader.
+type failingStore struct {
+	store.Store
+	failures atomic.Int64
+}
+
+func (f *failingStore) fail() bool { return f.failures.Add(-1) >= 0 }
+
+func (f *failingStore) Put(ctx context.Context, key string, r io.Reader, size int64) error {
+	if f.fail() {
+		_, _ = r.Read(make([]byte, 3))
+		return errFlaky
+	}
+	return f.Store.Put(ctx, key, r, size)
+}
+
+func (f *failingStore) Delete(ctx context.Context, key string) error {
+	if f.fail() {
+		return errFlaky
+	}
+	return f.Store.Delete(ctx, key)
+}
