@@ -28,12 +28,19 @@ func FuzzDecodeEnvelope(f *testing.F) {
 	f.Add([]byte{})
 	f.Add([]byte("AR"))
 	f.Fuzz(func(t *testing.T, b []byte) {
+		k, perr := DefaultCodec().PeekKind(b)
 		m, err := Decode(b)
 		if err != nil {
 			if !isTyped(err) {
 				t.Fatalf("untyped error: %v", err)
 			}
+			if perr != nil && !errors.Is(err, errors.Unwrap(perr)) {
+				t.Fatalf("PeekKind error %v but Decode error %v", perr, err)
+			}
 			return
+		}
+		if perr != nil || k != m.Kind() {
+			t.Fatalf("PeekKind = %s, %v for a frame that decodes as %s", k, perr, m.Kind())
 		}
 		_ = m.String()
 		// Re-encode → decode must be stable: the canonical form is a fixed point.
