@@ -269,8 +269,9 @@ func DecodeTokenBatchLimit(data []byte, maxBytes int) (tb *TokenBatch, err error
 	if err != nil {
 		return nil, err
 	}
-	if want := tokenBatchSchema(spec); !rdr.Schema().Equal(want) {
-		return nil, malformed("schema %s does not match the token batch schema %s", rdr.Schema(), want)
+	cols, err := columnIndex(rdr.Schema(), tokenBatchSchema(spec))
+	if err != nil {
+		return nil, err
 	}
 	if !rdr.Next() {
 		if rdr.Err() != nil {
@@ -287,7 +288,7 @@ func DecodeTokenBatchLimit(data []byte, maxBytes int) (tb *TokenBatch, err error
 	if rdr.Err() != nil {
 		return nil, fmt.Errorf("%w: token batch: %v", ErrMalformed, rdr.Err())
 	}
-	return fromRecord(rec, spec)
+	return fromRecord(rec, spec, cols)
 }
 
 func metaInt(md arrow.Metadata, key string, lo, hi int64) (int32, bool, error) {
@@ -352,9 +353,8 @@ func specFromSchema(s *arrow.Schema) (BatchSpec, error) {
 
 // fromRecord validates every column's buffers (array.ValidateFull) before any
 // typed access, then copies the values out.
-func fromRecord(rec arrow.RecordBatch, spec BatchSpec) (*TokenBatch, error) {
-	cols := rec.Columns()
-	for i, c := range cols {
+func fromRecord(rec arrow.RecordBatch, spec BatchSpec, index map[string]int) (*TokenBatch, error) {
+	for i, c := range rec.Columns() {
 		if err := array.ValidateFull(c); err != nil {
 			return nil, malformed("column %s: %v", rec.ColumnName(i), err)
 		}
@@ -362,17 +362,18 @@ func fromRecord(rec arrow.RecordBatch, spec BatchSpec) (*TokenBatch, error) {
 			return nil, malformed("column %s: %v", rec.ColumnName(i), err)
 		}
 	}
+	col := func(name string) arrow.Array { return rec.Column(index[name]) }
 	B := int(rec.NumRows())
 	tb, err := NewTokenBatch(spec)
 	if err != nil {
 		return nil, malformed("%v", err)
 	}
-	tb.TrajectoryIDs = copyStrings(cols[0].(*array.String))
-	tb.GroupIDs = copyStrings(cols[1].(*array.String))
-	tb.Rewards = append([]float32(nil), cols[2].(*array.Float32).Float32Values()...)
-	tb.PromptLens = append([]int32(nil), cols[3].(*array.Int32).Int32Values()...)
+	tb.TrajectoryIDs = copyStrings(col(ColTrajectoryID).(*array.String))
+	tb.GroupIDs = copyStrings(col(ColGroupID).(*array.String))
+	tb.Rewards = append([]float32(nil), col(ColReward).(*array.Float32).Float32Values()...)
+	tb.PromptLens = append([]int32(nil), col(ColPromptLen).(*array.Int32).Int32Values()...)
 
-	tokens := cols[4].(*array.List)
+	tokens := col(ColTokenID).(*array.List)
 	offs := tokens.Offsets()
 	if len(offs) != B+1 || offs[0] != 0 {
 		return nil, malformed("%s offsets: %d entries starting at %v, want %d starting at 0", ColTokenID, len(offs), offs[:min(1, len(offs))], B+1)
@@ -405,34 +406,32 @@ func fromRecord(rec arrow.RecordBatch, spec BatchSpec) (*TokenBatch, error) {
 		}
 		return f, nil
 	}
-	v, err := values(cols[4], ColTokenID, 0)
+	v, err := values(col(ColTokenID), ColTokenID, 0)
 	if err != nil {
 		return nil, err
 	}
 	tb.TokenIDs = append([]int32(nil), v.(*array.Int32).Int32Values()...)
-	if v, err = values(cols[5], ColLogprob, 0); err != nil {
+	if v, err = values(col(ColLogprob), ColLogprob, 0); err != nil {
 		return nil, err
 	}
 	tb.Logprobs = append([]float32(nil), v.(*array.Float32).Float32Values()...)
-	if v, err = values(cols[6], ColLossMask, 0); err != nil {
+	if v, err = values(col(ColLossMask), ColLossMask, 0); err != nil {
 		return nil, err
 	}
 	tb.LossMask = append([]uint8(nil), v.(*array.Uint8).Uint8Values()...)
-	if v, err = values(cols[7], ColPolicyVersion, 0); err != nil {
+	if v, err = values(col(ColPolicyVersion), ColPolicyVersion, 0); err != nil {
 		return nil, err
 	}
 	tb.PolicyVersions = append([]int32(nil), v.(*array.Int32).Int32Values()...)
-	next := 8
 	if spec.TokenRewards {
-		if v, err = values(cols[next], ColTokenReward, 0); err != nil {
+		if v, err = values(col(ColTokenReward), ColTokenReward, 0); err != nil {
 			return nil, err
 		}
 		// Non-nil even when empty: nil TokenRewards means "no such column".
 		tb.TokenRewards = append([]float32{}, v.(*array.Float32).Float32Values()...)
-		next++
 	}
 	if r := tb.Routes; r != nil {
-		if v, err = values(cols[next], ColRoutedExperts, r.Stride()); err != nil {
+		if v, err = values(col(ColRoutedExperts), ColRoutedExperts, r.Stride()); err != nil {
 			return nil, err
 		}
 		// The typed values are exactly the little-endian C-order bytes.
@@ -444,10 +443,9 @@ func fromRecord(rec arrow.RecordBatch, spec BatchSpec) (*TokenBatch, error) {
 		case *array.Int32:
 			r.Data = append([]byte{}, arrow.Int32Traits.CastToBytes(a.Int32Values())...)
 		}
-		next++
 	}
 	if s := tb.Support; s != nil {
-		if v, err = values(cols[next], ColSampleSupport, int(s.K)); err != nil {
+		if v, err = values(col(ColSampleSupport), ColSampleSupport, int(s.K)); err != nil {
 			return nil, err
 		}
 		s.Values = append([]int32(nil), v.(*array.Int32).Int32Values()...)
@@ -456,6 +454,54 @@ func fromRecord(rec arrow.RecordBatch, spec BatchSpec) (*TokenBatch, error) {
 		return nil, err
 	}
 	return tb, nil
+}
+
+// columnIndex maps each expected column name to its index in got. Columns
+// are matched by name, so their order does not matter, and nullability flags
+// and list child names are ignored (pyarrow marks fields nullable by default);
+// nulls themselves are rejected later by noNulls. The type shapes must match
+// exactly and there must be no extra column.
+func columnIndex(got, want *arrow.Schema) (map[string]int, error) {
+	if got.NumFields() != want.NumFields() {
+		return nil, malformed("schema has %d columns %v, want %d %v", got.NumFields(), fieldNames(got), want.NumFields(), fieldNames(want))
+	}
+	index := make(map[string]int, want.NumFields())
+	for _, f := range want.Fields() {
+		idx := got.FieldIndices(f.Name)
+		if len(idx) != 1 {
+			return nil, malformed("schema has %d columns named %q, want 1", len(idx), f.Name)
+		}
+		if g := got.Field(idx[0]).Type; !sameShape(g, f.Type) {
+			return nil, malformed("column %s has type %s, want %s", f.Name, g, f.Type)
+		}
+		index[f.Name] = idx[0]
+	}
+	return index, nil
+}
+
+func fieldNames(s *arrow.Schema) []string {
+	out := make([]string, s.NumFields())
+	for i, f := range s.Fields() {
+		out[i] = f.Name
+	}
+	return out
+}
+
+// sameShape compares types ignoring nullability and child field names. The
+// schema pre-check admits only ints, floats, utf8, list and fixed-size list,
+// so for leaves the type id (which encodes width and signedness) suffices.
+func sameShape(a, b arrow.DataType) bool {
+	if a.ID() != b.ID() {
+		return false
+	}
+	switch at := a.(type) {
+	case *arrow.ListType:
+		return sameShape(at.Elem(), b.(*arrow.ListType).Elem())
+	case *arrow.FixedSizeListType:
+		bt := b.(*arrow.FixedSizeListType)
+		return at.Len() == bt.Len() && sameShape(at.Elem(), bt.Elem())
+	}
+	return true
 }
 
 func noNulls(d arrow.ArrayData) error {

@@ -65,10 +65,13 @@
 // # Token batch Arrow schema
 //
 // An IPC stream (schema message, exactly one record batch, optional
-// end-of-stream marker) with one row per trajectory. All fields are
-// non-nullable and contain no nulls. Per-token columns are list columns that
-// all share the same int32 offsets — the cu_seqlens [B+1], starting at 0 and
-// ending at the total token count T.
+// end-of-stream marker, no compression needed) with one row per trajectory.
+// Per-token columns are list columns that all share the same int32 offsets —
+// the cu_seqlens [B+1], starting at 0 and ending at the total token count T.
+// The encoder writes the columns in the order below with non-nullable fields
+// and list children named "item"; the decoder matches columns by name, in any
+// order, ignores nullability flags and child names (pyarrow's defaults are
+// fine), but rejects extra columns, other types and any actual null.
 //
 //	column          type                                         per
 //	trajectory_id   utf8                                         trajectory
