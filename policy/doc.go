@@ -9,7 +9,7 @@
 // sequence) are embedded, the embeddings concatenated slot by slot (so each
 // slot has its own weights — that is the position information), and fed
 // through Config.Layers tanh layers of width Config.Hidden and a linear head
-// to VocabSize logits. About 100k parameters with DefaultConfig. It cannot
+// to VocabSize logits. About 47k parameters with DefaultConfig. It cannot
 // look further back than Window tokens; tasks are designed to fit.
 //
 // # Contract

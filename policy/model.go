@@ -34,14 +34,16 @@ type Config struct {
 }
 
 // DefaultConfig is sized so the single-turn tasks learn within a minute on
-// two CPU cores (see internal/syncloop).
+// two CPU cores (see internal/syncloop): one hidden layer learned the
+// reverse task faster under RL than two (measured, same budget), and
+// ~47k parameters keep a step of 64 episodes around 30 ms.
 func DefaultConfig() Config {
 	return Config{
 		VocabSize: int(tokenizer.VocabSize),
 		Window:    16,
 		EmbedDim:  16,
 		Hidden:    128,
-		Layers:    2,
+		Layers:    1,
 		MaxSeqLen: 256,
 	}
 }

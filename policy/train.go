@@ -104,6 +104,9 @@ func DefaultTrainerConfig() TrainerConfig {
 		LR: 3e-3, Beta1: 0.9, Beta2: 0.99, Eps: 1e-8,
 		MaxGradNorm: 1.0, EpsLow: 0.2, EpsHigh: 0.2,
 		Reduction: TokenMean, Temperature: 1, Workers: 1,
+		// Without a small entropy bonus the tiny policy collapses to a
+		// deterministic answer within ~100 steps and stops learning.
+		EntropyCoef: 0.01,
 	}
 }
 
