@@ -1,0 +1,40 @@
+// Package delta is the SkyRL-compatible delta weight-sync codec: it turns
+// two checkpoints into a delta version that SkyRL's receiver can read, and
+// reads SkyRL's (reference/skyrl.md "Delta weight sync").
+//
+// # Format
+//
+// A version lives under <sync_dir>/delta-{version:08d}/ (a store key
+// prefix). Versions start at 0, the base checkpoint, which is never a
+// delta; each publish is base_version+1, and an unchanged publish still
+// advances, with empty "tensors" and "payload_files". For each tensor the
+// new bytes are cast to the base checkpoint's dtype, XORed with the bytes
+// previously published, and the patch is compressed as one zstd frame
+// (klauspost/compress; the frame records its content size so Python's
+// zstandard.decompress reads it); tensors with no changed byte are omitted.
+// The patches are uint8 tensors, keyed by payload_key (asyncrl uses the
+// tensor name), in safetensors payload files named
+// delta-rank{r:05d}-file{i:06d}.safetensors, rolled over when the next
+// patch would push a file past max_file_size_in_gb of compressed bytes.
+// manifest.json (Manifest, field for field as the reference lists them) is
+// written last with Store.Commit: its presence commits the version.
+//
+// Checksums are of the NEW tensor bytes: "xxh3-128" as python-xxhash's
+// hexdigest prints it (canonical big-endian, high 64 bits then low, 32 hex
+// digits; see XXH3Hex) by default; "sha256" is accepted on read and can be
+// written.
+//
+// # Memory and parallelism
+//
+// Encode reads tensors one at a time from its two Sources (a checkpoint
+// directory streams from disk) with a bounded pool of workers and keeps the
+// output order deterministic; the payload file being filled is the only
+// thing that grows, bounded by MaxFileSizeGB. Apply patches a Mutable
+// checkpoint in place (each tensor at its offset in its shard), tensors in
+// parallel, verifying each tensor's checksum before writing it back.
+//
+// # Errors
+//
+// ErrManifest, ErrChecksum, ErrCorrupt, ErrMismatch, ErrChain and
+// ErrNoVersion, wrapped with the version and tensor at fault.
+package delta

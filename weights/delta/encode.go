@@ -1,0 +1,344 @@
+package delta
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"runtime"
+	"slices"
+	"sync"
+
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/asyncrl/asyncrl/weights/safetensors"
+	"github.com/asyncrl/asyncrl/weights/store"
+)
+
+// EncodeConfig configures Encode.
+type EncodeConfig struct {
+	// Level is the zstd level, 1 (fastest, the default) to 22; klauspost's
+	// encoder has four speeds and maps the level to the nearest (1 → fastest,
+	// 2–5 → default, 6–9 → better, 10+ → best).
+	Level int
+	// Workers is how many tensors are diffed and compressed at once (default
+	// min(4, GOMAXPROCS)). Memory grows with it: each worker holds one
+	// tensor of each checkpoint, its patch and the compressed patch.
+	Workers int
+	// MaxFileSizeGB rolls payload files over once they would exceed this
+	// many GiB of compressed bytes (default 2; fractions allowed). A single
+	// patch larger than the limit gets a file of its own. The payload file
+	// being filled is held in memory, so this also bounds memory.
+	MaxFileSizeGB float64
+	// Rank is the writer's rank, part of the payload file names.
+	Rank int
+	// ChecksumAlgorithm is "xxh3-128" (default) or "sha256".
+	ChecksumAlgorithm string
+}
+
+// DefaultEncodeConfig returns the defaults described on EncodeConfig.
+func DefaultEncodeConfig() EncodeConfig {
+	return EncodeConfig{
+		Level:             1,
+		Workers:           min(4, runtime.GOMAXPROCS(0)),
+		MaxFileSizeGB:     2,
+		ChecksumAlgorithm: ChecksumXXH3,
+	}
+}
+
+// Validate names the first bad field.
+func (c EncodeConfig) Validate() error {
+	switch {
+	case c.Level < 1 || c.Level > 22:
+		return fmt.Errorf("delta: EncodeConfig.Level %d: want 1..22", c.Level)
+	case c.Workers < 1:
+		return fmt.Errorf("delta: EncodeConfig.Workers %d: want ≥ 1", c.Workers)
+	case !(c.MaxFileSizeGB > 0) || math.IsInf(c.MaxFileSizeGB, 0):
+		return fmt.Errorf("delta: EncodeConfig.MaxFileSizeGB %v: want > 0", c.MaxFileSizeGB)
+	case c.Rank < 0 || c.Rank > 99999:
+		return fmt.Errorf("delta: EncodeConfig.Rank %d: want 0..99999", c.Rank)
+	case c.ChecksumAlgorithm != ChecksumXXH3 && c.ChecksumAlgorithm != ChecksumSHA256:
+		return fmt.Errorf("delta: EncodeConfig.ChecksumAlgorithm %q: want %q or %q", c.ChecksumAlgorithm, ChecksumXXH3, ChecksumSHA256)
+	}
+	return nil
+}
+
+func (c EncodeConfig) maxFileBytes() int64 {
+	b := c.MaxFileSizeGB * (1 << 30)
+	if b < 1 {
+		return 1
+	}
+	return int64(b)
+}
+
+type encoded struct {
+	entry     TensorEntry
+	comp      []byte
+	unchanged bool
+	err       error
+}
+
+// Encode publishes version (base_version = version−1) to dst: the XOR
+// patches that turn base (the checkpoint published as version−1) into next,
+// cast to base's dtypes, zstd-compressed, in payload files, then
+// manifest.json last via dst.Commit. Tensors are read from the sources one
+// at a time by a bounded pool of workers, so two full checkpoints are never
+// in memory when the sources stream from disk. The two checkpoints must have
+// the same tensor names and shapes. Output is deterministic: the same
+// inputs give the same payload files and manifest.
+//
+// Encode refuses to overwrite a committed version. A failure before the
+// manifest is committed leaves the version invisible (orphan payloads are
+// overwritten by the next try).
+func Encode(ctx context.Context, cfg EncodeConfig, base, next Source, version int64, dst store.Store) (*Manifest, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if version < 1 {
+		return nil, fmt.Errorf("delta: encode: version %d: deltas start at 1 (0 is the base)", version)
+	}
+	names := next.Names()
+	if bn := base.Names(); !slices.Equal(bn, names) {
+		return nil, fmt.Errorf("%w: base has %d tensors, new has %d, or their names differ (first difference: %s)", ErrMismatch, len(bn), len(names), firstDiff(bn, names))
+	}
+	if _, err := dst.Get(ctx, ManifestKey(version)); err == nil {
+		return nil, fmt.Errorf("delta: encode: version %d is already committed (%s)", version, ManifestKey(version))
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("delta: encode: checking %s: %w", ManifestKey(version), err)
+	}
+	zenc, err := zstd.NewWriter(nil,
+		zstd.WithEncoderLevel(zstd.EncoderLevelFromZstd(cfg.Level)),
+		zstd.WithEncoderConcurrency(cfg.Workers))
+	if err != nil {
+		return nil, fmt.Errorf("delta: zstd: %w", err)
+	}
+	defer zenc.Close()
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// Ordered pipeline: tensor i's result lands in slots[i]; sem bounds the
+	// tensors started but not yet consumed, hence memory.
+	slots := make([]chan encoded, len(names))
+	for i := range slots {
+		slots[i] = make(chan encoded, 1)
+	}
+	sem := make(chan struct{}, cfg.Workers)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i, name := range names {
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				slots[i] <- encodeTensor(ctx, cfg, zenc, base, next, name)
+			}()
+		}
+	}()
+	defer wg.Wait() // after cancel (deferred later, runs first)
+	defer cancel()
+
+	m := &Manifest{Version: version, BaseVersion: version - 1, Tensors: []TensorEntry{}, PayloadFiles: []string{}}
+	pw := payloadWriter{ctx: ctx, dst: dst, dir: DeltaDir(version), rank: cfg.Rank, limit: cfg.maxFileBytes(), m: m}
+	for i := range names {
+		var r encoded
+		select {
+		case r = <-slots[i]:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		<-sem
+		if r.err != nil {
+			return nil, r.err
+		}
+		if r.unchanged {
+			continue
+		}
+		if err := pw.add(r.entry, r.comp); err != nil {
+			return nil, err
+		}
+	}
+	if err := pw.flush(); err != nil {
+		return nil, err
+	}
+	js, err := m.Marshal()
+	if err != nil {
+		return nil, err
+	}
+	if err := dst.Commit(ctx, ManifestKey(version), js); err != nil {
+		return nil, fmt.Errorf("delta: commit version %d: %w", version, err)
+	}
+	return m, nil
+}
+
+func firstDiff(a, b []string) string {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return fmt.Sprintf("%q vs %q", a[i], b[i])
+		}
+	}
+	if len(a) > len(b) {
+		return fmt.Sprintf("%q only in base", a[len(b)])
+	}
+	if len(b) > len(a) {
+		return fmt.Sprintf("%q only in new", b[len(a)])
+	}
+	return "none"
+}
+
+func encodeTensor(ctx context.Context, cfg EncodeConfig, zenc *zstd.Encoder, base, next Source, name string) encoded {
+	if err := ctx.Err(); err != nil {
+		return encoded{err: err}
+	}
+	nb, ni, err := next.ReadTensor(name)
+	if err != nil {
+		return encoded{err: fmt.Errorf("delta: new checkpoint: %w", err)}
+	}
+	bb, bi, err := base.ReadTensor(name)
+	if err != nil {
+		return encoded{err: fmt.Errorf("delta: base checkpoint: %w", err)}
+	}
+	if !slices.Equal(ni.Shape, bi.Shape) {
+		return encoded{err: fmt.Errorf("%w: tensor %q: shape %v in base, %v in new", ErrMismatch, name, bi.Shape, ni.Shape)}
+	}
+	if nb, err = castTo(nb, ni.DType, bi.DType); err != nil {
+		return encoded{err: fmt.Errorf("%w: tensor %q: %v", ErrMismatch, name, err)}
+	}
+	if bytes.Equal(nb, bb) {
+		return encoded{unchanged: true}
+	}
+	sum, err := Checksum(cfg.ChecksumAlgorithm, nb)
+	if err != nil {
+		return encoded{err: err}
+	}
+	patch := make([]byte, len(nb))
+	subtle.XORBytes(patch, nb, bb)
+	comp := zenc.EncodeAll(patch, make([]byte, 0, len(patch)/16+64))
+	return encoded{
+		entry: TensorEntry{
+			Name:                 name,
+			DType:                string(bi.DType),
+			Shape:                append([]int64{}, bi.Shape...),
+			UncompressedNumBytes: int64(len(patch)),
+			CompressedNumBytes:   int64(len(comp)),
+			PayloadKey:           name,
+			Checksum:             sum,
+			ChecksumAlgorithm:    cfg.ChecksumAlgorithm,
+		},
+		comp: comp,
+	}
+}
+
+// payloadWriter fills payload files in order and uploads each when full.
+type payloadWriter struct {
+	ctx   context.Context
+	dst   store.Store
+	dir   string
+	rank  int
+	limit int64
+	m     *Manifest
+
+	entries []TensorEntry
+	comps   [][]byte
+	size    int64
+}
+
+func (p *payloadWriter) add(e TensorEntry, comp []byte) error {
+	if len(p.comps) > 0 && p.size+int64(len(comp)) > p.limit {
+		if err := p.flush(); err != nil {
+			return err
+		}
+	}
+	p.entries = append(p.entries, e)
+	p.comps = append(p.comps, comp)
+	p.size += int64(len(comp))
+	return nil
+}
+
+func (p *payloadWriter) flush() error {
+	if len(p.comps) == 0 {
+		return nil
+	}
+	name := PayloadFileName(p.rank, len(p.m.PayloadFiles))
+	specs := make([]safetensors.Spec, len(p.entries))
+	for i, e := range p.entries {
+		specs[i] = safetensors.Spec{Name: e.PayloadKey, DType: safetensors.U8, Shape: []int64{e.CompressedNumBytes}}
+	}
+	// The header goes to a buffer; the data section is the patches back to
+	// back (safetensors lays tensors out contiguously in declared order), so
+	// the file is streamed to the store without another copy.
+	var hdr bytes.Buffer
+	if _, err := safetensors.NewStreamWriter(&hdr, specs, nil); err != nil {
+		return fmt.Errorf("delta: payload %s: %w", name, err)
+	}
+	parts := append([][]byte{hdr.Bytes()}, p.comps...)
+	r := newMultiBytes(parts)
+	if err := p.dst.Put(p.ctx, p.dir+"/"+name, r, r.size); err != nil {
+		return fmt.Errorf("delta: upload %s/%s: %w", p.dir, name, err)
+	}
+	for _, e := range p.entries {
+		e.PayloadFile = name
+		p.m.Tensors = append(p.m.Tensors, e)
+		p.m.TotalUncompressedNumBytes += e.UncompressedNumBytes
+		p.m.TotalCompressedNumBytes += e.CompressedNumBytes
+	}
+	p.m.PayloadFiles = append(p.m.PayloadFiles, name)
+	p.entries, p.comps, p.size = nil, nil, 0
+	return nil
+}
+
+// multiBytes reads byte slices back to back and can seek (so a retrying
+// store can rewind it).
+type multiBytes struct {
+	parts [][]byte
+	size  int64
+	off   int64
+}
+
+func newMultiBytes(parts [][]byte) *multiBytes {
+	m := &multiBytes{parts: parts}
+	for _, p := range parts {
+		m.size += int64(len(p))
+	}
+	return m
+}
+
+func (m *multiBytes) Read(b []byte) (int, error) {
+	if m.off >= m.size {
+		return 0, io.EOF
+	}
+	n, pos := 0, int64(0)
+	for _, p := range m.parts {
+		end := pos + int64(len(p))
+		if m.off < end && n < len(b) {
+			c := copy(b[n:], p[m.off-pos:])
+			n += c
+			m.off += int64(c)
+		}
+		pos = end
+	}
+	return n, nil
+}
+
+func (m *multiBytes) Seek(offset int64, whence int) (int64, error) {
+	switch whence {
+	case io.SeekStart:
+	case io.SeekCurrent:
+		offset += m.off
+	case io.SeekEnd:
+		offset += m.size
+	}
+	if offset < 0 {
+		return 0, errors.New("delta: seek before start")
+	}
+	m.off = offset
+	return offset, nil
+}
