@@ -1,0 +1,408 @@
+package controller
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/asyncrl/asyncrl/actors"
+	"github.com/asyncrl/asyncrl/actors/staleness"
+	"github.com/asyncrl/asyncrl/messages"
+)
+
+// ErrInvalidConfig is wrapped by every error Config.Validate returns.
+var ErrInvalidConfig = errors.New("controller: invalid config")
+
+// Prompt is one problem instance handed out by a Source.
+type Prompt struct {
+	// ID is unique per draw; it becomes PromptAssigned.PromptID.
+	ID string
+	// Text is the prompt text shown to the model (may be empty when the
+	// task generates it from the seed the ID carries).
+	Text string
+}
+
+// Source hands out prompts. Next returns false when it is exhausted (a
+// finite dataset); the controller then admits only requeued prompts. A
+// Source must be deterministic (seeded), like the core that calls it.
+type Source interface {
+	Next() (Prompt, bool)
+}
+
+// Subjects are the subjects the core publishes on.
+type Subjects struct {
+	Prompts  string // PromptAssigned (rollout queue group)
+	Train    string // TrainBatch (trainer)
+	Capacity string // CapacityChanged
+	Ledger   string // PromptLedger (durable prompt ledger)
+	Settled  string // GroupAccepted / GroupRequeued (observers)
+}
+
+// Config configures the core.
+type Config struct {
+	// Staleness is the staleness controller's configuration (S, W, B).
+	Staleness staleness.Config
+	// RunID and Sender fill every outgoing message's header.
+	RunID, Sender string
+	// Task names the environment written into PromptAssigned.
+	Task string
+	// NSamples is the group size n.
+	NSamples int
+	// MaxSteps stops admission once the trainer is past this step (the run
+	// ends there); 0 admits forever.
+	MaxSteps int64
+	// Subjects to publish on.
+	Subjects Subjects
+}
+
+// Validate names the first invalid field.
+func (c Config) Validate() error {
+	if err := c.Staleness.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	switch {
+	case c.NSamples < 1:
+		return fmt.Errorf("%w: NSamples must be ≥ 1, got %d", ErrInvalidConfig, c.NSamples)
+	case c.MaxSteps < 0:
+		return fmt.Errorf("%w: MaxSteps must be ≥ 0 (0 = unbounded), got %d", ErrInvalidConfig, c.MaxSteps)
+	case c.Subjects.Prompts == "" || c.Subjects.Train == "" || c.Subjects.Ledger == "":
+		return fmt.Errorf("%w: Subjects.Prompts, Train and Ledger must be set", ErrInvalidConfig)
+	}
+	return nil
+}
+
+// admitted is what the core remembers of a group it handed out.
+type admitted struct {
+	prompt  Prompt
+	attempt int32
+	step    int64
+}
+
+// queued is a prompt waiting to be (re)admitted.
+type queued struct {
+	prompt  Prompt
+	attempt int32
+}
+
+// Core is the controller actor's core: the staleness controller plus the
+// prompt queue (fresh prompts from the Source, requeued ones first) and
+// the mini-batch under assembly for the current step. In: GroupReady
+// (kept by the filter), GroupFiltered, EpisodeAborted, StepDone. Out:
+// PromptAssigned, TrainBatch, CapacityChanged, PromptLedger, GroupAccepted,
+// GroupRequeued. It is a pure core (see package actors): no goroutines, I/O
+// or clock; the token batches it merges are plain bytes.
+type Core struct {
+	actors.Effects[messages.Message]
+
+	cfg Config
+	ctl *staleness.Controller
+	src Source
+
+	requeue   []queued
+	exhausted bool
+	groups    map[string]admitted // admitted and not yet settled
+
+	// batch is the mini-batch being assembled for ctl.Step(); each group
+	// in it already passed CheckForTraining for that step.
+	batch      []messages.GroupReady
+	checked    int   // batch[:checked] passed CheckForTraining for ctl.Step()
+	dispatched int64 // the last step whose TrainBatch was sent
+	// training lists the groups sent for each step, settled by StepDone.
+	training map[int64][]messages.GroupReady
+
+	stats Stats
+	errs  []error
+}
+
+// Stats are the core's own counters (the staleness controller has its own
+// Metrics).
+type Stats struct {
+	Admitted, Trained, Filtered, RequeuedStale, RequeuedAborted int64
+	// Duplicates counts messages for groups the core no longer holds
+	// (a second abort of one group, a redelivery); they change nothing.
+	Duplicates int64
+}
+
+var _ actors.Core[messages.Message, messages.Message] = (*Core)(nil)
+
+// New builds a core at step 1.
+func New(cfg Config, src Source) (*Core, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if src == nil {
+		return nil, fmt.Errorf("%w: nil Source", ErrInvalidConfig)
+	}
+	ctl, err := staleness.New(cfg.Staleness)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	return &Core{cfg: cfg, ctl: ctl, src: src, groups: map[string]admitted{}, training: map[int64][]messages.GroupReady{}}, nil
+}
+
+// Start admits the first groups.
+func (c *Core) Start(now time.Time) {
+	c.admit(now)
+	c.capacity()
+}
+
+// Tick only advances the idle-time accounting; the core arms no timers.
+func (c *Core) Tick(now time.Time, _ string) { c.ctl.Tick(now) }
+
+// Step consumes one message.
+func (c *Core) Step(now time.Time, in messages.Message) {
+	switch m := in.(type) {
+	case messages.GroupReady:
+		c.ready(now, m)
+	case messages.GroupFiltered:
+		c.filtered(now, m)
+	case messages.EpisodeAborted:
+		c.aborted(now, m)
+	case messages.StepDone:
+		c.stepDone(now, m)
+	default:
+		c.Log(actors.LevelWarn, "unexpected", "controller ignores message", actors.Field{Key: "kind", Value: in.Kind().String()})
+		return
+	}
+	c.dispatch(now)
+	c.admit(now)
+	c.capacity()
+}
+
+// Staleness returns the staleness controller's metrics.
+func (c *Core) Staleness() staleness.Metrics { return c.ctl.Metrics() }
+
+// Stats returns the core's counters.
+func (c *Core) Stats() Stats { return c.stats }
+
+// InFlight is the number of groups admitted and not yet settled (running,
+// waiting for the trainer, or in a step not yet done).
+func (c *Core) InFlight() int { return len(c.groups) }
+
+func (c *Core) header() messages.Header {
+	return messages.Header{RunID: c.cfg.RunID, Sender: c.cfg.Sender, Version: c.ctl.Version()}
+}
+
+func (c *Core) ledger(promptID, groupID string, state messages.LedgerState, attempt int32) {
+	h := c.header()
+	c.Send(c.cfg.Subjects.Ledger, messages.PromptLedger{Header: h, PromptID: promptID, GroupID: groupID,
+		State: state, Step: c.ctl.Step(), Attempt: attempt})
+}
+
+// duplicate records a message the core cannot apply: counted, logged once
+// per key, never fatal (at-least-once delivery makes it normal).
+func (c *Core) duplicate(op, groupID string, err error) {
+	c.stats.Duplicates++
+	c.Log(actors.LevelDebug, "dup:"+op, "message for a settled or unknown group ignored",
+		actors.Field{Key: "op", Value: op}, actors.Field{Key: "group", Value: groupID}, actors.Field{Key: "err", Value: err.Error()})
+}
+
+func (c *Core) ready(now time.Time, m messages.GroupReady) {
+	if err := c.ctl.Accept(m.GroupID, m.OldestVersion, now); err != nil {
+		c.duplicate("accept", m.GroupID, err)
+		return
+	}
+	c.batch = append(c.batch, m) // checked for training in dispatch
+}
+
+func (c *Core) filtered(now time.Time, m messages.GroupFiltered) {
+	if err := c.ctl.Accept(m.GroupID, staleness.UnknownVersion, now); err != nil {
+		c.duplicate("filter", m.GroupID, err)
+		return
+	}
+	if err := c.ctl.Filter(m.GroupID, now); err != nil {
+		panic(fmt.Sprintf("controller: filter right after accept failed: %v", err)) // broken invariant
+	}
+	a := c.groups[m.GroupID]
+	delete(c.groups, m.GroupID)
+	c.stats.Filtered++
+	c.ledger(m.PromptID, m.GroupID, messages.LedgerFiltered, a.attempt)
+}
+
+func (c *Core) aborted(now time.Time, m messages.EpisodeAborted) {
+	if err := c.ctl.Abort(m.GroupID, now); err != nil {
+		c.duplicate("abort", m.GroupID, err) // the group's other trajectories
+		return
+	}
+	c.requeues(m.Reason)
+}
+
+// requeues carries out the staleness controller's Requeue effects.
+func (c *Core) requeues(detail string) {
+	for _, r := range c.ctl.Drain() {
+		a, ok := c.groups[r.GroupID]
+		if !ok {
+			panic(fmt.Sprintf("controller: requeue of unknown group %s", r.GroupID))
+		}
+		delete(c.groups, r.GroupID)
+		reason := messages.RequeueAborted
+		if r.Reason == staleness.ReasonStale {
+			reason = messages.RequeueStale
+			c.stats.RequeuedStale++
+			detail = fmt.Sprintf("staleness %d > %d", r.Staleness, c.cfg.Staleness.MaxStalenessSteps)
+		} else {
+			c.stats.RequeuedAborted++
+		}
+		next := a.attempt + 1
+		c.requeue = append(c.requeue, queued{prompt: a.prompt, attempt: next})
+		c.Send(c.cfg.Subjects.Settled, messages.GroupRequeued{Header: c.header(), GroupID: r.GroupID,
+			PromptID: r.PromptID, Reason: reason, Attempt: next, Detail: detail})
+		c.ledger(r.PromptID, r.GroupID, messages.LedgerRequeued, a.attempt)
+	}
+}
+
+func (c *Core) stepDone(now time.Time, m messages.StepDone) {
+	advanced, err := c.ctl.StepDone(m.Step, now)
+	if err != nil {
+		c.Log(actors.LevelError, "stepahead", "step done ahead of the controller ignored",
+			actors.Field{Key: "err", Value: err.Error()})
+		return
+	}
+	if !advanced {
+		c.stats.Duplicates++
+		return
+	}
+	for _, g := range c.training[m.Step] {
+		a := c.groups[g.GroupID]
+		delete(c.groups, g.GroupID)
+		c.stats.Trained++
+		c.ledger(g.PromptID, g.GroupID, messages.LedgerTrained, a.attempt)
+	}
+	delete(c.training, m.Step)
+}
+
+// dispatch checks waiting groups for the current step and sends the
+// mini-batch once B groups passed. Groups are checked in arrival order;
+// a stale one is requeued and the next one takes its place.
+func (c *Core) dispatch(now time.Time) {
+	step := c.ctl.Step()
+	if c.dispatched >= step || (c.cfg.MaxSteps > 0 && step > c.cfg.MaxSteps) {
+		return
+	}
+	b := int(c.cfg.Staleness.MiniBatchSize)
+	for c.checked < len(c.batch) && c.checked < b {
+		g := c.batch[c.checked]
+		d, err := c.ctl.CheckForTraining(g.GroupID, now)
+		if err != nil {
+			panic(fmt.Sprintf("controller: check of accepted group %s: %v", g.GroupID, err))
+		}
+		if d.Verdict == staleness.Drop {
+			c.batch = append(c.batch[:c.checked], c.batch[c.checked+1:]...)
+			c.requeues("")
+			continue
+		}
+		c.checked++
+		c.Send(c.cfg.Subjects.Settled, messages.GroupAccepted{Header: c.header(), GroupID: g.GroupID,
+			PromptID: g.PromptID, Step: step, Staleness: d.Staleness})
+	}
+	if c.checked < b {
+		return // the checked groups wait at the head for the rest
+	}
+	chosen := append([]messages.GroupReady(nil), c.batch[:b]...)
+	c.batch = append([]messages.GroupReady(nil), c.batch[b:]...)
+	c.checked = 0
+	tb, err := mergeGroups(chosen)
+	if err != nil {
+		c.Log(actors.LevelError, "merge", "cannot merge group batches; step skipped",
+			actors.Field{Key: "err", Value: err.Error()})
+		return
+	}
+	c.dispatched = step
+	c.training[step] = chosen
+	c.Send(c.cfg.Subjects.Train, messages.TrainBatch{Header: c.header(), Step: step, GroupIDs: ids(chosen),
+		Batch: messages.BatchRef{Inline: tb.data, Bytes: int64(len(tb.data))}, Tokens: tb.tokens, Trajectories: tb.trajs})
+}
+
+// admit hands out prompts while the staleness controller has capacity:
+// requeued prompts first (oldest first), then fresh ones from the Source.
+func (c *Core) admit(now time.Time) {
+	for c.ctl.Capacity() > 0 && (c.cfg.MaxSteps == 0 || c.ctl.Step() <= c.cfg.MaxSteps) {
+		var q queued
+		switch {
+		case len(c.requeue) > 0:
+			q = c.requeue[0]
+		case !c.exhausted:
+			p, ok := c.src.Next()
+			if !ok {
+				c.exhausted = true
+				return
+			}
+			q = queued{prompt: p}
+		default:
+			return
+		}
+		adm, ok := c.ctl.TryAcquire(q.prompt.ID, now)
+		if !ok {
+			panic("controller: TryAcquire refused with capacity > 0") // broken invariant
+		}
+		if len(c.requeue) > 0 && c.requeue[0].prompt.ID == q.prompt.ID {
+			c.requeue = c.requeue[1:]
+		}
+		c.groups[adm.GroupID] = admitted{prompt: q.prompt, attempt: q.attempt, step: adm.ScheduledStep}
+		c.stats.Admitted++
+		h := c.header()
+		h.Version = adm.ScheduledVersion
+		c.Send(c.cfg.Subjects.Prompts, messages.PromptAssigned{Header: h, PromptID: q.prompt.ID, GroupID: adm.GroupID,
+			Task: c.cfg.Task, Text: q.prompt.Text, NSamples: int32(c.cfg.NSamples), Attempt: q.attempt})
+		c.ledger(q.prompt.ID, adm.GroupID, messages.LedgerConsumed, q.attempt)
+	}
+}
+
+// capacity publishes the controller's counters.
+func (c *Core) capacity() {
+	if c.cfg.Subjects.Capacity == "" {
+		return
+	}
+	m := c.ctl.Metrics()
+	c.Send(c.cfg.Subjects.Capacity, messages.CapacityChanged{Header: c.header(), Capacity: m.Capacity,
+		Running: m.Running, Accepted: m.Accepted, Filtered: m.Filtered, Submitted: m.Submitted, Step: m.Step})
+}
+
+func ids(gs []messages.GroupReady) []string {
+	out := make([]string, len(gs))
+	for i, g := range gs {
+		out[i] = g.GroupID
+	}
+	return out
+}
+
+// merged is a mini-batch packed into one Arrow IPC stream.
+type merged struct {
+	data   []byte
+	tokens int64
+	trajs  int32
+}
+
+// mergeGroups concatenates the groups' token batches into one, so the
+// trainer receives one Arrow record batch per step.
+func mergeGroups(gs []messages.GroupReady) (merged, error) {
+	var out *messages.TokenBatch
+	for _, g := range gs {
+		tb, err := messages.DecodeTokenBatch(g.Batch.Inline)
+		if err != nil {
+			return merged{}, fmt.Errorf("group %s: %w", g.GroupID, err)
+		}
+		if out == nil {
+			if out, err = messages.NewTokenBatch(tb.Spec()); err != nil {
+				return merged{}, err
+			}
+		}
+		for i := range tb.Len() {
+			t, err := tb.Trajectory(i)
+			if err != nil {
+				return merged{}, fmt.Errorf("group %s: %w", g.GroupID, err)
+			}
+			if err := out.Append(t); err != nil {
+				return merged{}, fmt.Errorf("group %s: %w", g.GroupID, err)
+			}
+		}
+	}
+	if out == nil {
+		return merged{}, fmt.Errorf("controller: no groups to merge")
+	}
+	data, err := messages.EncodeTokenBatch(out)
+	if err != nil {
+		return merged{}, err
+	}
+	return merged{data: data, tokens: int64(out.NumTokens()), trajs: int32(out.Len())}, nil
+}

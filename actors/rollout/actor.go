@@ -1,0 +1,347 @@
+package rollout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/asyncrl/asyncrl/messages"
+	"github.com/asyncrl/asyncrl/policy/tokenizer"
+	"github.com/asyncrl/asyncrl/tasks"
+	"github.com/asyncrl/asyncrl/transport"
+)
+
+// ErrInvalidConfig is wrapped by every error Config.Validate returns.
+var ErrInvalidConfig = errors.New("rollout: invalid config")
+
+// Subjects are the rollout actor's subjects.
+type Subjects struct {
+	// Prompts carries PromptAssigned; the actor joins queue group
+	// "rollout", so each prompt goes to one actor.
+	Prompts string
+	// Groups receives GroupReady (to the sampling actor).
+	Groups string
+	// Aborted receives EpisodeAborted (to the controller).
+	Aborted string
+}
+
+// Config configures one rollout actor.
+type Config struct {
+	// RunID: prompts of other runs are ignored; outgoing headers carry it.
+	RunID string
+	// Name is the actor's id (message Sender).
+	Name string
+	// Task plays the episodes.
+	Task tasks.Task
+	// Episode configures every episode.
+	Episode EpisodeConfig
+	// Concurrency is how many trajectories this actor drives at once.
+	Concurrency int
+	// SupportK > 0 packs sample support sets of K ids per token (pad −1);
+	// use it when top-k/top-p is active. 0 omits them.
+	SupportK int
+	Subjects Subjects
+	// Logger gets one line per aborted episode (rate-limited by the caller's level).
+	Logger zerolog.Logger
+}
+
+// Validate names the first invalid field.
+func (c Config) Validate() error {
+	switch {
+	case c.Task == nil:
+		return fmt.Errorf("%w: Task must be set", ErrInvalidConfig)
+	case c.Concurrency < 1:
+		return fmt.Errorf("%w: Concurrency must be ≥ 1, got %d", ErrInvalidConfig, c.Concurrency)
+	case c.Episode.MaxSeqLen < 2:
+		return fmt.Errorf("%w: Episode.MaxSeqLen must be ≥ 2, got %d", ErrInvalidConfig, c.Episode.MaxSeqLen)
+	case c.Episode.TurnTimeout <= 0:
+		return fmt.Errorf("%w: Episode.TurnTimeout must be > 0, got %v", ErrInvalidConfig, c.Episode.TurnTimeout)
+	case c.SupportK < 0:
+		return fmt.Errorf("%w: SupportK must be ≥ 0, got %d", ErrInvalidConfig, c.SupportK)
+	case c.Subjects.Prompts == "" || c.Subjects.Groups == "" || c.Subjects.Aborted == "":
+		return fmt.Errorf("%w: Subjects.Prompts, Groups and Aborted must be set", ErrInvalidConfig)
+	}
+	return nil
+}
+
+// Stats are the actor's counters. Every started trajectory ends Finished
+// or Aborted (Started = Finished + Aborted + running).
+type Stats struct {
+	Started, Finished, Aborted int64
+	GroupsReady, GroupsAborted int64
+	// Tokens counts all tokens of finished trajectories; Generated the
+	// model's tokens among them.
+	Tokens, Generated int64
+	// Resubmits counts turn calls that continued after a failure or abort.
+	Resubmits int64
+	// MixedVersions counts finished trajectories whose tokens came from
+	// more than one policy version (keep-mode weight updates mid-episode).
+	MixedVersions int64
+	// BadPrompts counts PromptAssigned messages that could not be decoded
+	// or belong to another run.
+	BadPrompts int64
+}
+
+type counters struct {
+	started, finished, aborted, groupsReady, groupsAborted atomic.Int64
+	tokens, generated, resubmits, mixed, badPrompts        atomic.Int64
+}
+
+// Actor is a rollout actor: it takes prompts from the bus, plays a group
+// of episodes per prompt through a Generator (the router) and publishes
+// the packed group, or the aborted episodes so the prompt is requeued.
+type Actor struct {
+	bus transport.Bus
+	gen Generator
+	cfg Config
+	sem chan struct{}
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	sub    transport.Subscription
+	c      counters
+}
+
+// Start subscribes the actor to cfg.Subjects.Prompts.
+func Start(bus transport.Bus, gen Generator, cfg Config) (*Actor, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	a := &Actor{bus: bus, gen: gen, cfg: cfg, sem: make(chan struct{}, cfg.Concurrency), ctx: ctx, cancel: cancel}
+	sub, err := bus.QueueSubscribe(cfg.Subjects.Prompts, "rollout", a.onPrompt)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("rollout: subscribe %s: %w", cfg.Subjects.Prompts, err)
+	}
+	a.sub = sub
+	return a, nil
+}
+
+// Stats returns a snapshot of the counters.
+func (a *Actor) Stats() Stats {
+	return Stats{Started: a.c.started.Load(), Finished: a.c.finished.Load(), Aborted: a.c.aborted.Load(),
+		GroupsReady: a.c.groupsReady.Load(), GroupsAborted: a.c.groupsAborted.Load(),
+		Tokens: a.c.tokens.Load(), Generated: a.c.generated.Load(), Resubmits: a.c.resubmits.Load(),
+		MixedVersions: a.c.mixed.Load(), BadPrompts: a.c.badPrompts.Load()}
+}
+
+// Stop unsubscribes, cancels running episodes (each is reported aborted
+// with reason "shutdown", so its prompt is requeued, never silently lost)
+// and waits for them.
+func (a *Actor) Stop(ctx context.Context) error {
+	err := a.sub.Unsubscribe()
+	a.cancel()
+	done := make(chan struct{})
+	go func() { a.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return err
+	case <-ctx.Done():
+		return errors.Join(err, fmt.Errorf("rollout: stop: %w", ctx.Err()))
+	}
+}
+
+func (a *Actor) onPrompt(m *transport.Msg) {
+	pa, err := messages.DecodeAs[messages.PromptAssigned](m.Data)
+	if err != nil || pa.RunID != a.cfg.RunID || pa.NSamples < 1 {
+		a.c.badPrompts.Add(1)
+		return
+	}
+	if a.ctx.Err() != nil {
+		return // stopping: the controller sees the group as running at stop
+	}
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		a.runGroup(pa)
+	}()
+}
+
+// result is one episode's outcome.
+type result struct {
+	ep  Episode
+	err error
+}
+
+func (a *Actor) runGroup(pa messages.PromptAssigned) {
+	_, seed := ParsePromptID(pa.PromptID)
+	prompt := tasks.Prompt{ID: pa.PromptID, Text: pa.Text, Seed: seed}
+	n := int(pa.NSamples)
+	res := make([]result, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		id := pa.GroupID + "/" + strconv.Itoa(i)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res[i] = a.episode(prompt, id)
+		}()
+	}
+	wg.Wait()
+	failed := false
+	for _, r := range res {
+		if r.err != nil {
+			failed = true
+		}
+	}
+	pctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	h := messages.Header{RunID: a.cfg.RunID, Sender: a.cfg.Name, Version: pa.Version}
+	if failed {
+		a.c.groupsAborted.Add(1)
+		for i, r := range res {
+			reason := "group member aborted"
+			if r.err != nil {
+				reason = r.err.Error()
+			}
+			ab := messages.EpisodeAborted{Header: h, TrajectoryID: pa.GroupID + "/" + strconv.Itoa(i),
+				PromptID: pa.PromptID, GroupID: pa.GroupID, Reason: reason}
+			a.publish(pctx, a.cfg.Subjects.Aborted, ab)
+		}
+		return
+	}
+	gr, err := a.pack(pa, res)
+	if err != nil {
+		a.cfg.Logger.Error().Err(err).Str("group", pa.GroupID).Msg("cannot pack group; reported aborted")
+		a.c.groupsAborted.Add(1)
+		a.publish(pctx, a.cfg.Subjects.Aborted, messages.EpisodeAborted{Header: h, PromptID: pa.PromptID,
+			GroupID: pa.GroupID, Reason: "pack: " + err.Error()})
+		return
+	}
+	a.c.groupsReady.Add(1)
+	a.publish(pctx, a.cfg.Subjects.Groups, gr)
+}
+
+func (a *Actor) publish(ctx context.Context, subject string, m messages.Message) {
+	data, err := messages.Encode(m)
+	if err == nil {
+		err = a.bus.Publish(ctx, subject, data)
+	}
+	if err != nil {
+		a.cfg.Logger.Error().Err(err).Str("subject", subject).Str("msg", m.String()).Msg("publish failed")
+	}
+}
+
+// episode runs one trajectory under the actor's concurrency limit and
+// releases its router session whatever happens.
+func (a *Actor) episode(p tasks.Prompt, id string) result {
+	select {
+	case a.sem <- struct{}{}:
+	case <-a.ctx.Done():
+		a.c.started.Add(1)
+		a.c.aborted.Add(1)
+		return result{err: fmt.Errorf("%w: shutdown before start", ErrAborted)}
+	}
+	defer func() { <-a.sem }()
+	a.c.started.Add(1)
+	ep, err := RunEpisode(a.ctx, a.gen, a.cfg.Task, p, id, a.cfg.Episode)
+	fctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	_ = a.gen.FinishSession(fctx, id)
+	cancel()
+	if err != nil {
+		a.c.aborted.Add(1)
+		if a.ctx.Err() != nil {
+			err = fmt.Errorf("%w: shutdown", ErrAborted)
+		} else {
+			a.cfg.Logger.Warn().Err(err).Str("traj", id).Msg("episode aborted; its prompt will be requeued")
+		}
+		return result{err: err}
+	}
+	a.c.finished.Add(1)
+	a.c.tokens.Add(int64(len(ep.Tokens)))
+	a.c.generated.Add(int64(ep.Generated))
+	a.c.resubmits.Add(int64(ep.Resubmits))
+	if ep.mixed() {
+		a.c.mixed.Add(1)
+	}
+	return result{ep: ep}
+}
+
+func (e *Episode) mixed() bool {
+	v := int32(-1)
+	for i, m := range e.LossMask {
+		if m == 1 {
+			if v >= 0 && e.Versions[i] != v {
+				return true
+			}
+			v = e.Versions[i]
+		}
+	}
+	return false
+}
+
+// pack builds the group's GroupReady with its Arrow token batch inline.
+func (a *Actor) pack(pa messages.PromptAssigned, res []result) (messages.GroupReady, error) {
+	tb, err := messages.NewTokenBatch(messages.BatchSpec{Vocab: tokenizer.VocabSize, SupportK: int32(a.cfg.SupportK)})
+	if err != nil {
+		return messages.GroupReady{}, err
+	}
+	gr := messages.GroupReady{GroupID: pa.GroupID, PromptID: pa.PromptID, OldestVersion: -1, ScheduledStep: pa.Version + 1}
+	for _, r := range res {
+		ep := r.ep
+		t := messages.Trajectory{ID: ep.ID, GroupID: pa.GroupID, Reward: float32(ep.Reward), PromptLen: int32(ep.PromptLen),
+			TokenIDs: ep.Tokens, Logprobs: ep.Logprobs, LossMask: ep.LossMask, PolicyVersions: ep.Versions}
+		if a.cfg.SupportK > 0 {
+			t.Support = padSupport(ep.Support, a.cfg.SupportK)
+		}
+		if err := tb.Append(t); err != nil {
+			return messages.GroupReady{}, err
+		}
+		gr.TrajectoryIDs = append(gr.TrajectoryIDs, ep.ID)
+		gr.Rewards = append(gr.Rewards, ep.Reward)
+		if o := ep.OldestVersion(); o >= 0 && (gr.OldestVersion < 0 || o < gr.OldestVersion) {
+			gr.OldestVersion = o
+		}
+	}
+	data, err := messages.EncodeTokenBatch(tb)
+	if err != nil {
+		return messages.GroupReady{}, err
+	}
+	gr.Header = messages.Header{RunID: a.cfg.RunID, Sender: a.cfg.Name, Version: gr.OldestVersion}
+	gr.Batch = messages.BatchRef{Inline: data, Bytes: int64(len(data))}
+	gr.Tokens = int64(tb.NumTokens())
+	return gr, nil
+}
+
+// padSupport flattens per-token support rows to [len, k] with −1 padding
+// (a row longer than k is cut: k must cover the sampler's filters).
+func padSupport(rows [][]int32, k int) []int32 {
+	out := make([]int32, 0, len(rows)*k)
+	for _, r := range rows {
+		for j := range k {
+			if j < len(r) {
+				out = append(out, r[j])
+			} else {
+				out = append(out, -1)
+			}
+		}
+	}
+	return out
+}
+
+// PromptID joins a prompt's unique id and its task seed: PromptAssigned
+// has no seed field, and tasks such as guess hide their answer in it.
+func PromptID(base string, seed int64) string { return base + "~" + strconv.FormatInt(seed, 10) }
+
+// ParsePromptID splits an id made by PromptID; an id without a seed
+// suffix has seed 0.
+func ParsePromptID(id string) (base string, seed int64) {
+	i := strings.LastIndexByte(id, '~')
+	if i < 0 {
+		return id, 0
+	}
+	s, err := strconv.ParseInt(id[i+1:], 10, 64)
+	if err != nil {
+		return id, 0
+	}
+	return id[:i], s
+}

@@ -1,0 +1,236 @@
+package rollout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/asyncrl/asyncrl/policy/tokenizer"
+	"github.com/asyncrl/asyncrl/tasks"
+)
+
+// ErrAborted wraps the reason an episode was given up.
+var ErrAborted = errors.New("rollout: episode aborted")
+
+// EpisodeConfig configures one episode.
+type EpisodeConfig struct {
+	// MaxTurns caps the turns; 0 uses the task's MaxTurns.
+	MaxTurns int
+	// MaxTokens caps the tokens generated per turn; 0 uses the task's
+	// MaxTokensPerTurn.
+	MaxTokens int
+	// MaxSeqLen is the model's context (prompt + all turns); the episode
+	// ends when it is full.
+	MaxSeqLen int
+	// Sampling parameters sent with every call.
+	Temperature, TopP float64
+	TopK              int
+	// TurnTimeout bounds one generation call.
+	TurnTimeout time.Duration
+	// TurnAttempts is how many calls of one turn may fail (error, timeout,
+	// or an abort that produced nothing) before the episode is aborted.
+	TurnAttempts int
+	// RetryBackoff is the pause before the k-th retry is k·RetryBackoff.
+	RetryBackoff time.Duration
+}
+
+// DefaultEpisodeConfig: task limits, a 256-token context, temperature 1,
+// 60 s per call, 4 attempts 100 ms apart (one engine dying mid-turn costs
+// a retry; the router sends the retry elsewhere).
+func DefaultEpisodeConfig() EpisodeConfig {
+	return EpisodeConfig{MaxSeqLen: 256, Temperature: 1, TopP: 1, TopK: -1,
+		TurnTimeout: 60 * time.Second, TurnAttempts: 4, RetryBackoff: 100 * time.Millisecond}
+}
+
+// Episode is one finished trajectory in training layout: context tokens
+// (prompt, environment observations) have loss mask 0 and logprob 0; the
+// model's tokens have loss mask 1, the engine's logprob and the version of
+// the weights that produced them.
+type Episode struct {
+	ID        string
+	Tokens    []int32
+	Logprobs  []float32
+	LossMask  []uint8
+	Versions  []int32
+	Support   [][]int32
+	PromptLen int
+	Reward    float64
+	Turns     int
+	// Generated counts model tokens; Resubmits counts calls that continued
+	// a turn after an engine failure or an abort-mode pause.
+	Generated, Resubmits int
+}
+
+// OldestVersion is the minimum version over the model's tokens (-1 when
+// it generated none).
+func (e *Episode) OldestVersion() int64 {
+	oldest := int64(-1)
+	for i, m := range e.LossMask {
+		if m == 1 && (oldest < 0 || int64(e.Versions[i]) < oldest) {
+			oldest = int64(e.Versions[i])
+		}
+	}
+	return oldest
+}
+
+func (e *Episode) addContext(ids []int32) {
+	for _, id := range ids {
+		e.Tokens = append(e.Tokens, id)
+		e.Logprobs = append(e.Logprobs, 0)
+		e.LossMask = append(e.LossMask, 0)
+		e.Versions = append(e.Versions, -1)
+		e.Support = append(e.Support, nil)
+	}
+}
+
+func (e *Episode) addGenerated(out TurnOutput) {
+	for i, id := range out.Tokens {
+		e.Tokens = append(e.Tokens, id)
+		e.Logprobs = append(e.Logprobs, out.Logprobs[i])
+		e.LossMask = append(e.LossMask, 1)
+		e.Versions = append(e.Versions, int32(out.Versions[i]))
+		var sup []int32
+		if out.Support != nil {
+			sup = out.Support[i]
+		}
+		e.Support = append(e.Support, sup)
+	}
+	e.Generated += len(out.Tokens)
+}
+
+// fillVersions gives context tokens the version of the model token before
+// them (the leading prompt: the first model token's), so the per-token
+// version column has no holes.
+func (e *Episode) fillVersions() {
+	first := int32(0)
+	for i, m := range e.LossMask {
+		if m == 1 {
+			first = e.Versions[i]
+			break
+		}
+	}
+	last := first
+	for i := range e.Versions {
+		if e.LossMask[i] == 1 {
+			last = e.Versions[i]
+		} else {
+			e.Versions[i] = last
+		}
+	}
+}
+
+// RunEpisode plays one episode of task on prompt p: every turn asks gen to
+// continue the whole conversation (prompt, earlier turns, observations),
+// feeds the new text to the environment and appends its observation. A
+// failed call (or an abort that produced nothing) is retried with the
+// accumulated tokens up to cfg.TurnAttempts times per turn; a call that
+// was aborted after producing tokens is continued from them. It returns an
+// error wrapping ErrAborted when a turn cannot complete, and ctx's error
+// when ctx ends.
+func RunEpisode(ctx context.Context, gen Generator, task tasks.Task, p tasks.Prompt, id string, cfg EpisodeConfig) (Episode, error) {
+	env := task.NewEnv()
+	obs, err := env.Reset(p)
+	if err != nil {
+		return Episode{}, fmt.Errorf("%w: reset %s: %w", ErrAborted, p.ID, err)
+	}
+	maxTurns, maxTok := task.MaxTurns(), task.MaxTokensPerTurn()
+	if cfg.MaxTurns > 0 {
+		maxTurns = cfg.MaxTurns
+	}
+	if cfg.MaxTokens > 0 {
+		maxTok = cfg.MaxTokens
+	}
+	ep := Episode{ID: id}
+	ep.addContext([]int32{tokenizer.BOS})
+	ep.addContext(tokenizer.Encode(obs))
+	ep.PromptLen = len(ep.Tokens)
+	for turn := 0; turn < maxTurns && len(ep.Tokens) < cfg.MaxSeqLen; turn++ {
+		start := len(ep.Tokens)
+		if err := generateTurn(ctx, gen, &ep, min(maxTok, cfg.MaxSeqLen-len(ep.Tokens)), cfg); err != nil {
+			return Episode{}, err
+		}
+		ep.Turns++
+		o, r, done, err := env.Step(tokenizer.Decode(ep.Tokens[start:]))
+		if err != nil {
+			return Episode{}, fmt.Errorf("%w: env step %s: %w", ErrAborted, p.ID, err)
+		}
+		ep.Reward += r
+		if done {
+			break
+		}
+		ep.addContext(tokenizer.Encode(o))
+	}
+	if len(ep.Tokens) > cfg.MaxSeqLen { // an observation overflowed the context
+		n := cfg.MaxSeqLen
+		ep.Tokens, ep.Logprobs, ep.LossMask, ep.Versions, ep.Support = ep.Tokens[:n], ep.Logprobs[:n], ep.LossMask[:n], ep.Versions[:n], ep.Support[:n]
+	}
+	ep.fillVersions()
+	return ep, nil
+}
+
+// generateTurn generates up to budget tokens for one turn.
+func generateTurn(ctx context.Context, gen Generator, ep *Episode, budget int, cfg EpisodeConfig) error {
+	failures := 0
+	calls := 0
+	var last error
+	for budget > 0 {
+		if failures >= max(cfg.TurnAttempts, 1) {
+			return fmt.Errorf("%w: turn %d of %s failed %d times: %w", ErrAborted, ep.Turns, ep.ID, failures, last)
+		}
+		if failures > 0 {
+			if err := sleep(ctx, time.Duration(failures)*cfg.RetryBackoff); err != nil {
+				return err
+			}
+		}
+		cctx, cancel := context.WithTimeout(ctx, cfg.TurnTimeout)
+		out, err := gen.Generate(cctx, TurnRequest{SessionID: ep.ID, Tokens: ep.Tokens, MaxTokens: budget,
+			Temperature: cfg.Temperature, TopP: cfg.TopP, TopK: cfg.TopK})
+		cancel()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if calls > 0 {
+			ep.Resubmits++
+		}
+		calls++
+		if err != nil {
+			failures++
+			last = err
+			continue
+		}
+		if len(out.Tokens) > budget {
+			out.Tokens, out.Logprobs, out.Versions = out.Tokens[:budget], out.Logprobs[:budget], out.Versions[:budget]
+			if out.Support != nil {
+				out.Support = out.Support[:budget]
+			}
+		}
+		ep.addGenerated(out)
+		budget -= len(out.Tokens)
+		ended := len(out.Tokens) > 0 && out.Tokens[len(out.Tokens)-1] == tokenizer.EOS
+		if out.Finish != "abort" || ended {
+			return nil
+		}
+		// Aborted mid-turn (abort-mode weight update, engine shut down):
+		// continue from the tokens we have.
+		if len(out.Tokens) == 0 {
+			failures++
+			last = fmt.Errorf("aborted with no tokens")
+		}
+	}
+	return nil
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

@@ -1,0 +1,115 @@
+package sampling
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/asyncrl/asyncrl/actors"
+	"github.com/asyncrl/asyncrl/actors/filter"
+	"github.com/asyncrl/asyncrl/messages"
+)
+
+// ErrInvalidConfig is wrapped by every error Config.Validate returns.
+var ErrInvalidConfig = errors.New("sampling: invalid config")
+
+// Config configures the sampling core.
+type Config struct {
+	// Filter is the dynamic-sampling configuration (mode, n, tolerance).
+	Filter filter.Config
+	// RunID and Sender fill the headers of outgoing messages.
+	RunID, Sender string
+	// Kept receives groups that carry a learning signal (GroupReady,
+	// forwarded unchanged); Filtered receives GroupFiltered.
+	Kept, Filtered string
+}
+
+// Validate names the first invalid field.
+func (c Config) Validate() error {
+	if err := c.Filter.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if c.Kept == "" || c.Filtered == "" {
+		return fmt.Errorf("%w: Kept and Filtered subjects must be set", ErrInvalidConfig)
+	}
+	return nil
+}
+
+// Stats counts the core's decisions.
+type Stats struct {
+	Kept, Dropped, Invalid int64
+	// ByReason counts decisions per filter.Reason.
+	ByReason map[filter.Reason]int64
+}
+
+// Core is the sampling actor's core: for every finished group it asks the
+// dynamic-sampling filter (package filter) whether the group carries a
+// learning signal, and forwards it (kept) or announces a GroupFiltered so
+// the controller releases the group's capacity. It decides on the rewards
+// GroupReady carries; the token batch passes through untouched. Pure (see
+// package actors).
+type Core struct {
+	actors.Effects[messages.Message]
+	cfg   Config
+	stats Stats
+}
+
+var _ actors.Core[messages.Message, messages.Message] = (*Core)(nil)
+
+// New builds a core.
+func New(cfg Config) (*Core, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Core{cfg: cfg, stats: Stats{ByReason: map[filter.Reason]int64{}}}, nil
+}
+
+// Tick is unused: the core arms no timers.
+func (c *Core) Tick(time.Time, string) {}
+
+// Stats returns a copy of the counters.
+func (c *Core) Stats() Stats {
+	s := c.stats
+	s.ByReason = make(map[filter.Reason]int64, len(c.stats.ByReason))
+	for k, v := range c.stats.ByReason {
+		s.ByReason[k] = v
+	}
+	return s
+}
+
+// Step judges one GroupReady; other messages are ignored.
+func (c *Core) Step(_ time.Time, in messages.Message) {
+	g, ok := in.(messages.GroupReady)
+	if !ok {
+		return
+	}
+	samples := make([]filter.Sample, len(g.Rewards))
+	for i, r := range g.Rewards {
+		samples[i] = filter.Scalar(g.GroupID, r)
+	}
+	d, err := c.cfg.Filter.Decide(samples)
+	if err != nil {
+		// An empty group cannot be trained; dropping it releases its
+		// capacity instead of leaking it.
+		c.stats.Invalid++
+		c.Log(actors.LevelWarn, "invalid", "group cannot be judged; dropped",
+			actors.Field{Key: "group", Value: g.GroupID}, actors.Field{Key: "err", Value: err.Error()})
+		c.drop(g, messages.FilterEmpty)
+		return
+	}
+	c.stats.ByReason[d.Reason]++
+	if d.Keep {
+		c.stats.Kept++
+		c.Send(c.cfg.Kept, g)
+		return
+	}
+	c.drop(g, messages.FilterZeroVariance)
+}
+
+func (c *Core) drop(g messages.GroupReady, reason messages.FilterReason) {
+	c.stats.Dropped++
+	c.Send(c.cfg.Filtered, messages.GroupFiltered{
+		Header:  messages.Header{RunID: c.cfg.RunID, Sender: c.cfg.Sender, Version: g.OldestVersion},
+		GroupID: g.GroupID, PromptID: g.PromptID, Reason: reason,
+	})
+}

@@ -1,0 +1,230 @@
+package trainer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/asyncrl/asyncrl/actors/trainer/microbatch"
+	"github.com/asyncrl/asyncrl/messages"
+	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/transport"
+)
+
+// ErrInvalidConfig is wrapped by every error Config.Validate returns.
+var ErrInvalidConfig = errors.New("trainer: invalid config")
+
+// Publisher makes a new policy version live on the engines. The in-process
+// publisher pauses each engine, swaps the weights and resumes it; the
+// weights issue replaces it with the delta/full publisher.
+type Publisher interface {
+	Publish(ctx context.Context, m *policy.Model, version int64) error
+}
+
+// Subjects are the trainer actor's subjects.
+type Subjects struct {
+	Train   string // in: TrainBatch
+	Steps   string // out: StepDone
+	Weights string // out: WeightsPublished
+}
+
+// Config configures the trainer actor.
+type Config struct {
+	RunID, Name string
+	// NormStd divides GRPO advantages by the group's std (false: Dr. GRPO).
+	NormStd bool
+	// Microbatch plans each mini-batch's microbatches.
+	Microbatch microbatch.Config
+	Subjects   Subjects
+	Logger     zerolog.Logger
+}
+
+// Validate names the first invalid field.
+func (c Config) Validate() error {
+	if err := c.Microbatch.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if c.Subjects.Train == "" || c.Subjects.Steps == "" {
+		return fmt.Errorf("%w: Subjects.Train and Steps must be set", ErrInvalidConfig)
+	}
+	return nil
+}
+
+// StepRecord describes one trained step.
+type StepRecord struct {
+	Step, Version int64 // Version: the version the step produced
+	RewardMean    float64
+	Stats         policy.StepStats
+	Groups        int
+	Trajectories  int
+	Tokens        int
+	Microbatches  int
+	StalenessMax  int64
+	TrainTime     time.Duration
+	PublishTime   time.Duration
+	Done          time.Time
+}
+
+// Actor is the trainer actor: it trains each TrainBatch with the built-in
+// backend, publishes the new version and announces StepDone.
+type Actor struct {
+	bus transport.Bus
+	tr  *policy.Trainer
+	pub Publisher
+	cfg Config
+
+	in     chan messages.TrainBatch
+	sub    transport.Subscription
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu    sync.Mutex
+	steps []StepRecord
+	err   error
+}
+
+// Start subscribes the trainer to cfg.Subjects.Train. tr's version must be
+// the version the engines serve (Step 1 trains it).
+func Start(bus transport.Bus, tr *policy.Trainer, pub Publisher, cfg Config) (*Actor, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	a := &Actor{bus: bus, tr: tr, pub: pub, cfg: cfg, in: make(chan messages.TrainBatch, 16), ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	sub, err := bus.Subscribe(cfg.Subjects.Train, func(m *transport.Msg) {
+		tb, err := messages.DecodeAs[messages.TrainBatch](m.Data)
+		if err != nil || tb.RunID != cfg.RunID {
+			cfg.Logger.Warn().Err(err).Msg("trainer: undecodable or foreign train batch dropped")
+			return
+		}
+		select {
+		case a.in <- tb:
+		case <-ctx.Done():
+		}
+	})
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("trainer: subscribe: %w", err)
+	}
+	a.sub = sub
+	go a.loop()
+	return a, nil
+}
+
+// Stop unsubscribes and waits for the step in progress.
+func (a *Actor) Stop(ctx context.Context) error {
+	err := a.sub.Unsubscribe()
+	a.cancel()
+	select {
+	case <-a.done:
+		return err
+	case <-ctx.Done():
+		return errors.Join(err, ctx.Err())
+	}
+}
+
+// Steps returns the trained steps so far.
+func (a *Actor) Steps() []StepRecord {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]StepRecord(nil), a.steps...)
+}
+
+// Err returns the error that stopped training, if any.
+func (a *Actor) Err() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.err
+}
+
+func (a *Actor) loop() {
+	defer close(a.done)
+	for {
+		select {
+		case <-a.ctx.Done():
+			return
+		case tb := <-a.in:
+			if err := a.step(tb); err != nil {
+				a.cfg.Logger.Error().Err(err).Int64("step", tb.Step).Msg("training step failed")
+				a.mu.Lock()
+				a.err = err
+				a.mu.Unlock()
+			}
+		}
+	}
+}
+
+func (a *Actor) step(tb messages.TrainBatch) error {
+	cur := a.tr.Version() // the version being trained: step tb.Step trains version Step-1
+	if tb.Step <= cur {
+		// A redelivered batch: the step is done; say so again so a
+		// controller that missed StepDone advances.
+		return a.announce(tb.Step, cur, StepRecord{Step: tb.Step, Version: cur})
+	}
+	if tb.Step != cur+1 {
+		return fmt.Errorf("trainer: batch for step %d but the trainer holds version %d", tb.Step, cur)
+	}
+	batch, err := messages.DecodeTokenBatch(tb.Batch.Inline)
+	if err != nil {
+		return fmt.Errorf("trainer: step %d: %w", tb.Step, err)
+	}
+	p, err := Prepare(batch, a.cfg.NormStd, a.cfg.Microbatch, cur)
+	if err != nil {
+		return fmt.Errorf("trainer: step %d: %w", tb.Step, err)
+	}
+	t0 := time.Now()
+	st, err := a.tr.Step(p.Batch)
+	if err != nil {
+		return fmt.Errorf("trainer: step %d: %w", tb.Step, err)
+	}
+	t1 := time.Now()
+	serving := a.tr.ServingCopy()
+	if err := a.pub.Publish(a.ctx, serving, st.Version); err != nil {
+		return fmt.Errorf("trainer: publish version %d: %w", st.Version, err)
+	}
+	mbs := 0
+	for _, r := range p.Plan.Ranks {
+		mbs += len(r.Microbatches)
+	}
+	rec := StepRecord{Step: tb.Step, Version: st.Version, RewardMean: p.RewardMean, Stats: st, Groups: p.Groups,
+		Trajectories: p.Trajectories, Tokens: p.Tok, Microbatches: mbs, StalenessMax: p.StalenessMax,
+		TrainTime: t1.Sub(t0), PublishTime: time.Since(t1), Done: time.Now()}
+	a.mu.Lock()
+	a.steps = append(a.steps, rec)
+	a.mu.Unlock()
+	if a.cfg.Subjects.Weights != "" {
+		a.send(a.cfg.Subjects.Weights, messages.WeightsPublished{Header: a.header(st.Version), BaseVersion: st.Version,
+			Format: messages.WeightsFull, URI: "inproc://" + a.cfg.Name, Step: tb.Step})
+	}
+	return a.announce(tb.Step, st.Version, rec)
+}
+
+func (a *Actor) header(v int64) messages.Header {
+	return messages.Header{RunID: a.cfg.RunID, Sender: a.cfg.Name, Version: v}
+}
+
+func (a *Actor) announce(step, newVersion int64, rec StepRecord) error {
+	sd := messages.StepDone{Header: a.header(newVersion - 1), Step: step, NewVersion: newVersion,
+		Loss: rec.Stats.Loss, RewardMean: rec.RewardMean, Stats: map[string]float64{
+			"grad_norm": rec.Stats.GradNorm, "entropy": rec.Stats.Entropy, "mismatch": rec.Stats.Mismatch,
+			"kl": rec.Stats.KL, "clip_frac": rec.Stats.ClipFrac, "tokens": float64(rec.Tokens),
+			"trajectories": float64(rec.Trajectories), "microbatches": float64(rec.Microbatches),
+			"staleness_max": float64(rec.StalenessMax),
+		}}
+	return a.send(a.cfg.Subjects.Steps, sd)
+}
+
+func (a *Actor) send(subject string, m messages.Message) error {
+	data, err := messages.Encode(m)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return a.bus.Publish(ctx, subject, data)
+}
