@@ -65,7 +65,8 @@
 // # Token batch Arrow schema
 //
 // An IPC stream (schema message, exactly one record batch, optional
-// end-of-stream marker, no compression needed) with one row per trajectory.
+// end-of-stream marker; write it uncompressed — buffers that expand beyond
+// twice the input size are refused) with one row per trajectory.
 // Per-token columns are list columns that all share the same int32 offsets —
 // the cu_seqlens [B+1], starting at 0 and ending at the total token count T.
 // The encoder writes the columns in the order below with non-nullable fields

@@ -59,12 +59,16 @@ type fbTable struct {
 	size   int
 }
 
+// Positions are computed exactly as the flatbuffers runtime computes them
+// (uint32 arithmetic that wraps, a field present iff its vtable slot offset
+// < vtable size), so the walk checks the very bytes Arrow will read.
+
 func (b fbuf) table(p int) (fbTable, error) {
 	so, err := b.u32(p)
 	if err != nil {
 		return fbTable{}, err
 	}
-	vt := p - int(int32(uint32(so)))
+	vt := int(uint32(int32(p) - int32(uint32(so))))
 	vtSize, err := b.u16(vt)
 	if err != nil {
 		return fbTable{}, err
@@ -82,7 +86,7 @@ func (b fbuf) table(p int) (fbTable, error) {
 // field returns the absolute position of field id, or 0 when absent.
 func (t fbTable) field(id int) (int, error) {
 	o := 4 + 2*id
-	if o+2 > t.vtSize {
+	if o >= t.vtSize {
 		return 0, nil
 	}
 	off, err := t.b.u16(t.vt + o)
@@ -95,20 +99,26 @@ func (t fbTable) field(id int) (int, error) {
 	return t.pos + off, nil
 }
 
+// indirect follows the uoffset stored at p, wrapping like the runtime.
+func (b fbuf) indirect(p int) (int, error) {
+	u, err := b.u32(p)
+	if err != nil {
+		return 0, err
+	}
+	q := int(uint32(p) + uint32(u))
+	if q >= len(b) {
+		return 0, fmt.Errorf("%w: offset at %d points outside the buffer", errFB, p)
+	}
+	return q, nil
+}
+
 // ref follows the uoffset stored in field id; 0 when absent.
 func (t fbTable) ref(id int) (int, error) {
 	p, err := t.field(id)
 	if err != nil || p == 0 {
 		return 0, err
 	}
-	u, err := t.b.u32(p)
-	if err != nil {
-		return 0, err
-	}
-	if u == 0 || p+u >= len(t.b) {
-		return 0, fmt.Errorf("%w: field %d points outside the buffer", errFB, id)
-	}
-	return p + u, nil
+	return t.b.indirect(p)
 }
 
 func (t fbTable) u8(id int) (int, error) {
@@ -144,9 +154,11 @@ func (b fbuf) tables(p, maxN int, f func(fbTable) error) error {
 		return err
 	}
 	for i := 0; i < n; i++ {
-		e := start + 4*i
-		u, _ := b.u32(e)
-		t, err := b.table(e + u)
+		q, err := b.indirect(start + 4*i)
+		if err != nil {
+			return err
+		}
+		t, err := b.table(q)
 		if err != nil {
 			return err
 		}
@@ -244,7 +256,7 @@ func checkSchemaMessage(data []byte) error {
 		return fmt.Errorf("%w: schema message length %d", errFB, n)
 	}
 	b := fbuf(data[p : p+n])
-	root, err := b.u32(0)
+	root, err := b.indirect(0)
 	if err != nil {
 		return err
 	}
