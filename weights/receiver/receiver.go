@@ -1,0 +1,383 @@
+package receiver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/asyncrl/asyncrl/weights/delta"
+	"github.com/asyncrl/asyncrl/weights/store"
+)
+
+// Loader makes an engine serve the checkpoint in dir at version. The
+// built-in engine fits through LoaderFunc(eng.LoadWeights).
+type Loader interface {
+	Load(dir string, version int64) error
+}
+
+// LoaderFunc adapts a function to Loader.
+type LoaderFunc func(dir string, version int64) error
+
+// Load implements Loader.
+func (f LoaderFunc) Load(dir string, version int64) error { return f(dir, version) }
+
+// Sentinel errors.
+var (
+	// ErrVersionDecrease: the target is below the local version; versions
+	// served by an engine only increase.
+	ErrVersionDecrease = errors.New("receiver: target version below the local version")
+	// ErrDirty: the local copy is half-applied (write_in_progress) and must
+	// be reset before it can be loaded.
+	ErrDirty = errors.New("receiver: weights are half-applied")
+)
+
+// Names of the files the receiver keeps, as SkyRL names them.
+const (
+	WeightsDirName = "weights"
+	SyncDirName    = ".skyrl_weight_sync"
+	StateFileName  = "state.json"
+	LockFileName   = "lock"
+	CacheDirName   = "cache"
+)
+
+// Config configures a Receiver.
+type Config struct {
+	// Root is the local directory holding weights/ and .skyrl_weight_sync/.
+	Root string
+	// BaseModelPath is the version-0 checkpoint directory the local copy is
+	// (re)initialised from. Required.
+	BaseModelPath string
+	// Workers bounds parallel downloads and tensor patching (default
+	// min(4, GOMAXPROCS)).
+	Workers int
+	// LockPoll is how often a busy lock is retried (default 10ms).
+	LockPoll time.Duration
+	// Logger receives progress and repair notices (default zerolog.Nop()).
+	Logger zerolog.Logger
+}
+
+// DefaultConfig returns a config for root and base with the defaults.
+func DefaultConfig(root, base string) Config {
+	return Config{Root: root, BaseModelPath: base, Workers: min(4, runtime.GOMAXPROCS(0)), LockPoll: 10 * time.Millisecond, Logger: zerolog.Nop()}
+}
+
+// Validate names the first bad field.
+func (c Config) Validate() error {
+	switch {
+	case c.Root == "":
+		return errors.New("receiver: Config.Root is required")
+	case c.BaseModelPath == "":
+		return errors.New("receiver: Config.BaseModelPath is required (the version-0 checkpoint)")
+	case c.Workers < 1:
+		return fmt.Errorf("receiver: Config.Workers %d: want ≥ 1", c.Workers)
+	case c.LockPoll <= 0:
+		return fmt.Errorf("receiver: Config.LockPoll %v: want > 0", c.LockPoll)
+	}
+	return nil
+}
+
+// State is .skyrl_weight_sync/state.json.
+type State struct {
+	// Version the weights/ copy holds (valid only when !WriteInProgress).
+	Version int64 `json:"version"`
+	// WriteInProgress: weights/ is being (or was left half-) patched.
+	WriteInProgress bool `json:"write_in_progress"`
+	// TargetVersion of the last Apply.
+	TargetVersion int64 `json:"target_version"`
+	// BaseModelPath the copy was initialised from.
+	BaseModelPath string `json:"base_model_path"`
+}
+
+// Receiver brings a local checkpoint copy to a target version.
+type Receiver struct {
+	cfg Config
+	st  store.Store
+}
+
+// New returns a receiver reading versions from st.
+func New(cfg Config, st store.Store) (*Receiver, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Join(cfg.Root, SyncDirName, CacheDirName), 0o755); err != nil {
+		return nil, fmt.Errorf("receiver: %w", err)
+	}
+	return &Receiver{cfg: cfg, st: st}, nil
+}
+
+// WeightsDir is the mutable checkpoint copy an engine loads.
+func (r *Receiver) WeightsDir() string { return filepath.Join(r.cfg.Root, WeightsDirName) }
+
+func (r *Receiver) syncDir() string { return filepath.Join(r.cfg.Root, SyncDirName) }
+
+func (r *Receiver) cacheDir(v int64) string {
+	return filepath.Join(r.syncDir(), CacheDirName, delta.DeltaDir(v))
+}
+
+// State reads state.json; ok is false when there is none yet.
+func (r *Receiver) State() (s State, ok bool, err error) {
+	b, err := os.ReadFile(filepath.Join(r.syncDir(), StateFileName))
+	if errors.Is(err, os.ErrNotExist) {
+		return State{}, false, nil
+	}
+	if err != nil {
+		return State{}, false, fmt.Errorf("receiver: %w", err)
+	}
+	if err := json.Unmarshal(b, &s); err != nil {
+		return State{}, false, fmt.Errorf("receiver: %s: %w", StateFileName, err)
+	}
+	return s, true, nil
+}
+
+func (r *Receiver) saveState(s State) error {
+	b, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return err
+	}
+	ls, err := store.NewLocal(r.syncDir())
+	if err != nil {
+		return err
+	}
+	if err := ls.Commit(context.Background(), StateFileName, append(b, '\n')); err != nil {
+		return fmt.Errorf("receiver: save state: %w", err)
+	}
+	return nil
+}
+
+// lock takes the exclusive flock, polling so ctx can end the wait.
+func (r *Receiver) lock(ctx context.Context) (unlock func(), err error) {
+	f, err := os.OpenFile(filepath.Join(r.syncDir(), LockFileName), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("receiver: lock: %w", err)
+	}
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return func() {
+				_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+				f.Close()
+			}, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
+			f.Close()
+			return nil, fmt.Errorf("receiver: lock: %w", err)
+		}
+		t := time.NewTimer(r.cfg.LockPoll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			f.Close()
+			return nil, fmt.Errorf("receiver: waiting for the lock: %w", ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// Fetch downloads the delta versions after the local version up to target
+// into the cache (all of 1..target when the copy needs a reset). Run it
+// while the engine still serves.
+func (r *Receiver) Fetch(ctx context.Context, target int64) error {
+	unlock, err := r.lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	s, ok, err := r.State()
+	if err != nil {
+		return err
+	}
+	from := s.Version
+	if !ok || s.WriteInProgress || s.BaseModelPath != r.cfg.BaseModelPath {
+		from = 0
+	}
+	for v := from + 1; v <= target; v++ {
+		if _, err := r.fetch(ctx, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *Receiver) fetch(ctx context.Context, v int64) (*delta.Manifest, error) {
+	dir := r.cacheDir(v)
+	if m, err := delta.ReadManifestDir(dir, v); err == nil {
+		return m, nil // a complete fetch is cached
+	}
+	return delta.Fetch(ctx, r.st, v, dir, r.cfg.Workers)
+}
+
+// Apply brings weights/ to target and returns the version it holds. See
+// the package doc for the protocol and its failure handling.
+func (r *Receiver) Apply(ctx context.Context, target int64) (int64, error) {
+	unlock, err := r.lock(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer unlock()
+	s, ok, err := r.State()
+	if err != nil {
+		return 0, err
+	}
+	_, statErr := os.Stat(r.WeightsDir())
+	if !ok || s.WriteInProgress || s.BaseModelPath != r.cfg.BaseModelPath || statErr != nil {
+		if ok {
+			r.cfg.Logger.Warn().Int64("version", s.Version).Bool("write_in_progress", s.WriteInProgress).
+				Str("base_model_path", s.BaseModelPath).Msg("weight sync: resetting weights/ from the base checkpoint")
+		}
+		if s, err = r.reset(); err != nil {
+			return 0, err
+		}
+	}
+	if target < s.Version {
+		return s.Version, fmt.Errorf("%w: have %d, target %d", ErrVersionDecrease, s.Version, target)
+	}
+	if target == s.Version {
+		return s.Version, nil
+	}
+	mut, err := delta.OpenMutable(r.WeightsDir())
+	if err != nil {
+		return s.Version, err
+	}
+	defer mut.Close()
+	acfg := delta.ApplyConfig{Workers: r.cfg.Workers}
+	for v := s.Version + 1; v <= target; v++ {
+		m, err := r.fetch(ctx, v)
+		if err != nil {
+			return s.Version, err
+		}
+		if m.Version != v || m.BaseVersion != s.Version {
+			return s.Version, fmt.Errorf("%w: version %d has base_version %d, but weights/ holds %d", delta.ErrChain, m.Version, m.BaseVersion, s.Version)
+		}
+		s.TargetVersion, s.WriteInProgress = target, true
+		if err := r.saveState(s); err != nil {
+			return s.Version, err
+		}
+		if err := delta.Apply(ctx, acfg, m, r.cacheDir(v), mut); err != nil {
+			if errors.Is(err, delta.ErrChecksum) || errors.Is(err, delta.ErrCorrupt) {
+				// The cached copy is bad (or the store's is): drop it so the
+				// next try refetches; weights/ stays marked dirty.
+				_ = os.RemoveAll(r.cacheDir(v))
+				r.cfg.Logger.Error().Err(err).Int64("version", v).Msg("weight sync: rejected version; the next sync resets from the base")
+			}
+			return s.Version, fmt.Errorf("receiver: version %d rejected, weights/ left write_in_progress: %w", v, err)
+		}
+		s.Version, s.WriteInProgress = v, false
+		if err := r.saveState(s); err != nil {
+			return s.Version, err
+		}
+	}
+	return s.Version, nil
+}
+
+// reset replaces weights/ with a copy of the base checkpoint (version 0).
+func (r *Receiver) reset() (State, error) {
+	s := State{Version: 0, WriteInProgress: true, BaseModelPath: r.cfg.BaseModelPath}
+	if err := r.saveState(s); err != nil {
+		return s, err
+	}
+	tmp, err := os.MkdirTemp(r.cfg.Root, ".weights-reset-*")
+	if err != nil {
+		return s, fmt.Errorf("receiver: reset: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	if err := copyDir(tmp, r.cfg.BaseModelPath); err != nil {
+		return s, fmt.Errorf("receiver: reset from %s: %w", r.cfg.BaseModelPath, err)
+	}
+	if err := os.RemoveAll(r.WeightsDir()); err != nil {
+		return s, fmt.Errorf("receiver: reset: %w", err)
+	}
+	if err := os.Rename(tmp, r.WeightsDir()); err != nil {
+		return s, fmt.Errorf("receiver: reset: %w", err)
+	}
+	s.WriteInProgress = false
+	return s, r.saveState(s)
+}
+
+// Load hands weights/ to the engine at the local version. It refuses a
+// half-applied copy.
+func (r *Receiver) Load(l Loader) (int64, error) {
+	s, ok, err := r.State()
+	if err != nil {
+		return 0, err
+	}
+	if !ok || s.WriteInProgress {
+		return s.Version, fmt.Errorf("%w: run Apply first", ErrDirty)
+	}
+	if err := l.Load(r.WeightsDir(), s.Version); err != nil {
+		return s.Version, fmt.Errorf("receiver: load version %d: %w", s.Version, err)
+	}
+	return s.Version, nil
+}
+
+// Sync fetches, applies and loads target: the whole update of one engine.
+func (r *Receiver) Sync(ctx context.Context, target int64, l Loader) (int64, error) {
+	if err := r.Fetch(ctx, target); err != nil {
+		return 0, err
+	}
+	if v, err := r.Apply(ctx, target); err != nil {
+		return v, err
+	}
+	return r.Load(l)
+}
+
+// Prune deletes cached deltas at or below version (they are needed again
+// only after a reset, which refetches).
+func (r *Receiver) Prune(version int64) error {
+	ents, err := os.ReadDir(filepath.Join(r.syncDir(), CacheDirName))
+	if err != nil {
+		return fmt.Errorf("receiver: %w", err)
+	}
+	for _, e := range ents {
+		if v, ok := delta.ParseDeltaDir(e.Name()); ok && v <= version {
+			if err := os.RemoveAll(filepath.Join(r.syncDir(), CacheDirName, e.Name())); err != nil {
+				return fmt.Errorf("receiver: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+func copyDir(dst, src string) error {
+	ents, err := os.ReadDir(src)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		if err := copyFile(filepath.Join(dst, e.Name()), filepath.Join(src, e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func copyFile(dst, src string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.Create(dst)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(out, in)
+	if err == nil {
+		err = out.Sync()
+	}
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}

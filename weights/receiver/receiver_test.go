@@ -1,0 +1,265 @@
+package receiver_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/asyncrl/asyncrl/weights/delta"
+	"github.com/asyncrl/asyncrl/weights/internal/ckpttest"
+	"github.com/asyncrl/asyncrl/weights/receiver"
+	"github.com/asyncrl/asyncrl/weights/safetensors"
+	"github.com/asyncrl/asyncrl/weights/store"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+type env struct {
+	t    *testing.T
+	st   *store.Local
+	dirs []string // checkpoint dir per version
+}
+
+// newEnv publishes versions 1..n of a random sharded checkpoint.
+func newEnv(t *testing.T, n int) *env {
+	r := rand.New(rand.NewPCG(uint64(n), 9))
+	root := t.TempDir()
+	st, err := store.NewLocal(filepath.Join(root, "sync"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, st: st}
+	ts := ckpttest.Random(r, 8, 128<<10)
+	for v := 0; v <= n; v++ {
+		if v > 0 {
+			ts = ckpttest.Update(r, ts, 0.02, 3)
+		}
+		d := filepath.Join(root, "ckpt", string(rune('0'+v)))
+		if err := ckpttest.Write(d, ts, 48<<10); err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(d, "config.json"), []byte(`{"model_type":"tiny"}`), 0o644)
+		e.dirs = append(e.dirs, d)
+		if v > 0 {
+			e.encode(v)
+		}
+	}
+	return e
+}
+
+func (e *env) encode(v int) {
+	a, _ := safetensors.OpenDir(e.dirs[v-1])
+	b, _ := safetensors.OpenDir(e.dirs[v])
+	defer a.Close()
+	defer b.Close()
+	if _, err := delta.Encode(context.Background(), delta.DefaultEncodeConfig(), a, b, int64(v), e.st); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) receiver(root string) *receiver.Receiver {
+	r, err := receiver.New(receiver.DefaultConfig(root, e.dirs[0]), e.st)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return r
+}
+
+type loads struct{ got []int64 }
+
+func (l *loads) Load(dir string, v int64) error {
+	if _, err := safetensors.OpenDir(dir); err != nil {
+		return err
+	}
+	l.got = append(l.got, v)
+	return nil
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+func TestSyncFromScratchAndIncrementally(t *testing.T) {
+	e := newEnv(t, 3)
+	root := t.TempDir()
+	r := e.receiver(root)
+	l := &loads{}
+	if v, err := r.Sync(ctx(t), 1, l); err != nil || v != 1 {
+		t.Fatalf("Sync(1) = %d, %v", v, err)
+	}
+	if d := ckpttest.SameDir(r.WeightsDir(), e.dirs[1]); d != "" {
+		t.Fatalf("weights/ at v1: %s", d)
+	}
+	if v, err := r.Sync(ctx(t), 3, l); err != nil || v != 3 {
+		t.Fatalf("Sync(3) = %d, %v", v, err)
+	}
+	if d := ckpttest.SameDir(r.WeightsDir(), e.dirs[3]); d != "" {
+		t.Fatalf("weights/ at v3: %s", d)
+	}
+	if !slices.Equal(l.got, []int64{1, 3}) {
+		t.Fatalf("loads %v, want [1 3]", l.got)
+	}
+	// state.json has SkyRL's fields.
+	raw, err := os.ReadFile(filepath.Join(root, ".skyrl_weight_sync", "state.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var js map[string]any
+	json.Unmarshal(raw, &js)
+	if js["version"] != 3.0 || js["write_in_progress"] != false || js["target_version"] != 3.0 || js["base_model_path"] != e.dirs[0] {
+		t.Fatalf("state.json = %s", raw)
+	}
+	// A lower target is refused; the same target is a no-op.
+	if _, err := r.Apply(ctx(t), 2); !errors.Is(err, receiver.ErrVersionDecrease) {
+		t.Fatalf("Apply(2) at 3: %v", err)
+	}
+	if v, err := r.Apply(ctx(t), 3); err != nil || v != 3 {
+		t.Fatalf("Apply(3) at 3 = %d, %v", v, err)
+	}
+}
+
+func TestCorruptVersionRejectedThenRepairedByResync(t *testing.T) {
+	e := newEnv(t, 3)
+	r := e.receiver(t.TempDir())
+	l := &loads{}
+	if _, err := r.Sync(ctx(t), 1, l); err != nil {
+		t.Fatal(err)
+	}
+	m, err := delta.ReadManifest(ctx(t), e.st, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload := e.st.Path(delta.DeltaDir(2) + "/" + m.PayloadFiles[0])
+	good, _ := os.ReadFile(payload)
+	bad := slices.Clone(good)
+	bad[len(bad)-3] ^= 0x10
+	os.WriteFile(payload, bad, 0o644)
+
+	_, err = r.Sync(ctx(t), 3, l)
+	if !errors.Is(err, delta.ErrChecksum) && !errors.Is(err, delta.ErrCorrupt) {
+		t.Fatalf("Sync over a corrupt v2: %v", err)
+	}
+	s, _, _ := r.State()
+	if !s.WriteInProgress || s.Version != 1 {
+		t.Fatalf("state after the rejection: %+v (want write_in_progress at 1)", s)
+	}
+	if _, err := os.Stat(filepath.Join(r.WeightsDir(), "..", ".skyrl_weight_sync", "cache", delta.DeltaDir(2))); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the rejected delta is still cached: %v", err)
+	}
+	if _, err := r.Load(l); !errors.Is(err, receiver.ErrDirty) {
+		t.Fatalf("Load of half-applied weights: %v, want ErrDirty", err)
+	}
+	if !slices.Equal(l.got, []int64{1}) {
+		t.Fatalf("loads %v: a rejected version was loaded", l.got)
+	}
+	// The store is repaired; the next sync resets from the base and replays.
+	os.WriteFile(payload, good, 0o644)
+	if v, err := r.Sync(ctx(t), 3, l); err != nil || v != 3 {
+		t.Fatalf("resync = %d, %v", v, err)
+	}
+	if d := ckpttest.SameDir(r.WeightsDir(), e.dirs[3]); d != "" {
+		t.Fatalf("weights/ after the repair: %s", d)
+	}
+}
+
+func TestBrokenChainRefused(t *testing.T) {
+	e := newEnv(t, 2)
+	r := e.receiver(t.TempDir())
+	l := &loads{}
+	if _, err := r.Sync(ctx(t), 1, l); err != nil {
+		t.Fatal(err)
+	}
+	m, _ := delta.ReadManifest(ctx(t), e.st, 2)
+	m.BaseVersion = 0 // claims to apply to v0 while weights/ holds v1
+	raw, _ := m.Marshal()
+	if err := e.st.Commit(ctx(t), delta.ManifestKey(2), raw); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Sync(ctx(t), 2, l); !errors.Is(err, delta.ErrChain) {
+		t.Fatalf("Sync over a broken chain: %v, want ErrChain", err)
+	}
+	if d := ckpttest.SameDir(r.WeightsDir(), e.dirs[1]); d != "" {
+		t.Fatalf("a refused version touched the weights: %s", d)
+	}
+	if s, _, _ := r.State(); s.Version != 1 || s.WriteInProgress {
+		t.Fatalf("state after a refused chain: %+v", s)
+	}
+}
+
+func TestMissingVersionIsAnError(t *testing.T) {
+	e := newEnv(t, 1)
+	r := e.receiver(t.TempDir())
+	if _, err := r.Sync(ctx(t), 2, &loads{}); !errors.Is(err, delta.ErrNoVersion) {
+		t.Fatalf("Sync to an unpublished version: %v", err)
+	}
+}
+
+func TestLockSerialisesReceivers(t *testing.T) {
+	e := newEnv(t, 2)
+	root := t.TempDir()
+	a, b := e.receiver(root), e.receiver(root)
+	done := make(chan error, 2)
+	for _, r := range []*receiver.Receiver{a, b} {
+		go func() {
+			_, err := r.Sync(ctx(t), 2, &loads{})
+			done <- err
+		}()
+	}
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := ckpttest.SameDir(a.WeightsDir(), e.dirs[2]); d != "" {
+		t.Fatalf("two receivers on one root: %s", d)
+	}
+	// A held lock makes a waiter give up when its context ends.
+	f, err := os.OpenFile(filepath.Join(root, ".skyrl_weight_sync", "lock"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := flock(f); err != nil {
+		t.Fatal(err)
+	}
+	c, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := a.Apply(c, 2); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Apply under a held lock: %v", err)
+	}
+}
+
+func TestChangedBasePathResets(t *testing.T) {
+	e := newEnv(t, 1)
+	root := t.TempDir()
+	if _, err := e.receiver(root).Sync(ctx(t), 1, &loads{}); err != nil {
+		t.Fatal(err)
+	}
+	// Same base bytes at another path: the receiver cannot know they are
+	// the same model, so it resets and replays.
+	other := filepath.Join(t.TempDir(), "base")
+	ckpttest.CopyDir(other, e.dirs[0])
+	r2, err := receiver.New(receiver.DefaultConfig(root, other), e.st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := r2.Apply(ctx(t), 1); err != nil || v != 1 {
+		t.Fatalf("Apply after a base change = %d, %v", v, err)
+	}
+	if s, _, _ := r2.State(); s.BaseModelPath != other {
+		t.Fatalf("state base_model_path %q", s.BaseModelPath)
+	}
+	if d := ckpttest.SameDir(r2.WeightsDir(), e.dirs[1]); d != "" {
+		t.Fatal(d)
+	}
+}
