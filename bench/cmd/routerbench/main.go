@@ -1,0 +1,167 @@
+// Command routerbench runs the router benchmarks of BENCHMARKS.md: the
+// policy comparison on the 40-turn agentic workload (-mode compare) and
+// the router's added latency (-mode overhead). It prints markdown tables
+// (medians over -reps repetitions, policies interleaved within each
+// repetition) and, with -json, every raw result.
+//
+//	go run ./bench/cmd/routerbench -mode compare -reps 3
+//	go run ./bench/cmd/routerbench -mode overhead -reps 3
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/asyncrl/asyncrl/actors/router/policy"
+	"github.com/asyncrl/asyncrl/bench/routerbench"
+	"github.com/asyncrl/asyncrl/bench/workload"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "routerbench:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	var (
+		mode      = flag.String("mode", "compare", "compare (policies on the agentic workload) or overhead (router added latency)")
+		convs     = flag.Int("conversations", 32, "C: concurrent conversations")
+		turns     = flag.Int("turns", 40, "T: turns per conversation")
+		replicas  = flag.Int("replicas", 4, "N: built-in engines")
+		scale     = flag.Float64("timescale", 0.25, "engine time scale (real sleep = modelled duration × scale)")
+		policies  = flag.String("policies", strings.Join([]string{policy.ConsistentHash, policy.StickyLeastLoaded, policy.BoundedSticky, policy.RoundRobin, policy.LeastRequest}, ","), "comma-separated policies; the first is the ratio baseline")
+		pressures = flag.String("pressures", "2,1,0.5", "KV capacity / per-replica working set, comma-separated")
+		reps      = flag.Int("reps", 3, "repetitions (medians are taken over them)")
+		seed      = flag.Uint64("seed", 1, "workload seed")
+		prefixB   = flag.Int("prefix-bytes", 0, "router PrefixBytes override (0 = the router default)")
+		clients   = flag.String("clients", "1,16,64,256", "overhead: concurrent clients, comma-separated")
+		dur       = flag.Duration("duration", 3*time.Second, "overhead: measuring time per level and target")
+		rate      = flag.Float64("rate", 2000, "overhead: open-loop request rate for the fixed-rate test (0 = skip)")
+		jsonOut   = flag.String("json", "", "write raw results as JSON to this file")
+	)
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	fmt.Printf("machine: %d CPUs (GOMAXPROCS %d), %s, %s/%s\n", runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	switch *mode {
+	case "compare":
+		return compare(ctx, *convs, *turns, *replicas, *scale, split(*policies), *pressures, *reps, *seed, *prefixB, *jsonOut)
+	case "overhead":
+		cs, err := ints(*clients)
+		if err != nil {
+			return err
+		}
+		return overhead(ctx, cs, *dur, *rate, *reps, *jsonOut)
+	}
+	return fmt.Errorf("-mode %q: want compare or overhead", *mode)
+}
+
+func split(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func ints(s string) ([]int, error) {
+	var out []int
+	for _, f := range split(s) {
+		n, err := strconv.Atoi(f)
+		if err != nil {
+			return nil, fmt.Errorf("bad integer %q: %w", f, err)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func compare(ctx context.Context, convs, turns, replicas int, scale float64, pols []string, pressures string, reps int, seed uint64, prefixBytes int, jsonOut string) error {
+	var ps []float64
+	for _, f := range split(pressures) {
+		p, err := strconv.ParseFloat(f, 64)
+		if err != nil {
+			return fmt.Errorf("-pressures: %w", err)
+		}
+		ps = append(ps, p)
+	}
+	wc := workload.DefaultAgentic(convs)
+	wc.Turns = turns
+	sessions, err := workload.Agentic(wc, rand.New(rand.NewPCG(seed, 0)))
+	if err != nil {
+		return err
+	}
+	gen := 0
+	for i := range sessions {
+		gen += sessions[i].GeneratedTokens()
+	}
+	fmt.Printf("workload: %d conversations × %d turns (seed %d), %d requests, %d generated tokens; %d replicas, time scale %g\n",
+		convs, turns, seed, convs*turns, gen, replicas, scale)
+	var all [][]routerbench.Result
+	for rep := range reps {
+		var rs []routerbench.Result
+		for _, p := range ps {
+			// Rotate the policy order every repetition so no policy
+			// always runs first (or last) while the host warms up.
+			for i := range pols {
+				name := pols[(i+rep)%len(pols)]
+				cfg := routerbench.DefaultConfig(name, p)
+				cfg.Replicas, cfg.TimeScale, cfg.Sessions, cfg.SharedPrefix, cfg.PrefixBytes = replicas, scale, sessions, wc.PrefixTokens, prefixBytes
+				r, err := routerbench.RunAgentic(ctx, cfg)
+				if err != nil {
+					return fmt.Errorf("rep %d %s pressure %g: %w", rep, name, p, err)
+				}
+				fmt.Fprintf(os.Stderr, "rep %d pressure %-4g %-20s wall %5.1fs  modelled %6.1fs  tok/s %6.0f  hit %5.1f%%  ttft p90 %4.0fms  conv p90 %5.1fs  per-replica %v  blocks %d  outcomes %v\n",
+					rep, p, name, r.Wall.Seconds(), r.Modelled.Seconds(), r.ThroughputModelled, r.HitRate*100, r.TTFT90*1e3, r.Conv90, r.PerReplica, r.CacheBlocks, r.Outcomes)
+				rs = append(rs, r)
+			}
+		}
+		all = append(all, rs)
+	}
+	routerbench.WriteMarkdown(os.Stdout, routerbench.Summarize(all, pols[0]), pols[0])
+	return writeJSON(jsonOut, all)
+}
+
+func writeJSON(path string, v any) error {
+	if path == "" {
+		return nil
+	}
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
+}
+
+func overhead(ctx context.Context, clients []int, dur time.Duration, rate float64, reps int, jsonOut string) error {
+	cfg := routerbench.DefaultOverheadConfig()
+	cfg.Clients, cfg.Duration, cfg.Rate = clients, dur, rate
+	fmt.Printf("overhead: trivial backend, router policy %s, %v per measurement, %d repetitions\n", cfg.Policy, dur, reps)
+	var all [][]routerbench.OverheadResult
+	for rep := range reps {
+		rs, err := routerbench.RunOverhead(ctx, cfg)
+		if err != nil {
+			return fmt.Errorf("rep %d: %w", rep, err)
+		}
+		for _, r := range rs {
+			fmt.Fprintf(os.Stderr, "rep %d %-6s clients %3d rate %5.0f: %6d req  %7.0f req/s  p50 %8v  p99 %8v  errors %d\n",
+				rep, r.Target, r.Clients, r.Rate, r.Requests, r.RPS, r.P50, r.P99, r.Errors)
+		}
+		all = append(all, rs)
+	}
+	routerbench.WriteOverheadMarkdown(os.Stdout, all)
+	return writeJSON(jsonOut, all)
+}

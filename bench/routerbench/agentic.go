@@ -1,0 +1,399 @@
+package routerbench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/asyncrl/asyncrl/actors/router/proxy"
+	"github.com/asyncrl/asyncrl/bench/workload"
+	"github.com/asyncrl/asyncrl/engine"
+	"github.com/asyncrl/asyncrl/engine/latency"
+)
+
+// SessionHeader carries the conversation id on every request.
+const SessionHeader = "X-Session-ID"
+
+// Config is one cell of the policy comparison: a policy, a KV pressure and
+// a workload on N engines.
+type Config struct {
+	// Policy is the router policy (policy.Policies).
+	Policy string
+	// Replicas is N, the number of built-in engines.
+	Replicas int
+	// Pressure sets each engine's KV capacity relative to the working set
+	// of the conversations routed to it (its 1/N share: the shared prefix
+	// once plus 1/N of everything else): 2 fits it twice (low pressure),
+	// 1 exactly (moderate), 0.5 half (high). Capacity never goes below
+	// one longest session (the engine must be able to run it alone).
+	Pressure float64
+	// TimeScale multiplies modelled step durations into real sleeps.
+	TimeScale float64
+	// Sessions is the workload; every session runs concurrently from the
+	// start, with no think time except its Pause (× TimeScale).
+	Sessions []workload.Session
+	// SharedPrefix is the number of leading tokens all sessions share
+	// (the agentic common prefix), counted once in the working set.
+	SharedPrefix int
+	// Latency is the engines' latency model; CacheBlocks is replaced by
+	// the Pressure sizing.
+	Latency latency.Config
+	// PrefixBytes, when > 0, overrides the router's proxy.Config
+	// PrefixBytes (how many leading prompt bytes form the prefix hash).
+	PrefixBytes int
+	// LoadFactor, when > 0, overrides bounded_sticky's c.
+	LoadFactor float64
+}
+
+// DefaultConfig returns the comparison cell used in BENCHMARKS.md for a
+// policy and pressure: 4 replicas, time scale 0.25, the engine's default
+// latency model (step = 10 ms + 50 µs·batch + 40 µs·uncached prompt
+// token). Sessions must still be set.
+func DefaultConfig(policyName string, pressure float64) Config {
+	return Config{
+		Policy:    policyName,
+		Replicas:  4,
+		Pressure:  pressure,
+		TimeScale: 0.25,
+		Latency:   latency.DefaultConfig(),
+	}
+}
+
+// Result is what one cell measured.
+type Result struct {
+	Policy   string
+	Pressure float64
+	// CacheBlocks is each engine's KV capacity (16-token blocks).
+	CacheBlocks int
+	// Wall is the wall-clock time from the first request to the last
+	// finish_session.
+	Wall time.Duration
+	// Requests and Generated count completed requests and generated
+	// tokens (from the responses' usage).
+	Requests  int
+	Generated int64
+	// Modelled is the longest modelled busy clock among the engines (the
+	// sum of its step durations): the makespan the modelled GPUs needed.
+	Modelled time.Duration
+	// ThroughputModelled is Generated / Modelled (tokens/s, modelled).
+	ThroughputModelled float64
+	// ThroughputWall is Generated / (Wall / TimeScale): wall throughput in
+	// modelled-equivalent seconds; it includes the host's noise.
+	ThroughputWall float64
+	// TTFT50/90/99 are modelled time-to-first-token quantiles (s) from the
+	// engines' merged vllm:time_to_first_token_seconds histograms.
+	TTFT50, TTFT90, TTFT99 float64
+	// Conv50/90/Max are per-conversation latencies (first request to last
+	// reply), wall seconds / TimeScale.
+	Conv50, Conv90, ConvMax float64
+	// HitRate is vllm:prefix_cache_hits_total / queries_total summed over
+	// the engines.
+	HitRate float64
+	// Preemptions sums vllm:num_preemptions_total.
+	Preemptions float64
+	// PerReplica counts requests per engine (X-Asyncrl-Replica), by index.
+	PerReplica []int
+	// Moved counts sessions that were served by more than one replica.
+	Moved int
+	// Outcomes counts the router's decisions by outcome.
+	Outcomes map[string]float64
+}
+
+var engineMetrics = map[string]bool{
+	"vllm:prefix_cache_queries_total":         true,
+	"vllm:prefix_cache_hits_total":            true,
+	"vllm:num_preemptions_total":              true,
+	"vllm:time_to_first_token_seconds_bucket": true,
+}
+
+// capacityBlocks sizes one engine's KV cache for cfg (see Config.Pressure).
+func capacityBlocks(cfg Config) int {
+	ws := workload.WorkingSet(cfg.Sessions, cfg.SharedPrefix)
+	share := float64(cfg.SharedPrefix) + float64(ws-cfg.SharedPrefix)/float64(cfg.Replicas)
+	bs := cfg.Latency.BlockSize
+	blocks := int(math.Ceil(cfg.Pressure * share / float64(bs)))
+	longest := 0
+	for i := range cfg.Sessions {
+		longest = max(longest, cfg.Sessions[i].PlannedTokens())
+	}
+	return max(blocks, (longest+bs-1)/bs+1)
+}
+
+// RunAgentic starts cfg.Replicas engines behind a router with cfg.Policy,
+// drives every session concurrently to its end (then POST
+// /finish_session), reads the engines' /metrics, stops everything and
+// returns what it measured. Any failed request fails the run.
+func RunAgentic(ctx context.Context, cfg Config) (Result, error) {
+	if cfg.Replicas < 1 || len(cfg.Sessions) == 0 || !(cfg.Pressure > 0) || !(cfg.TimeScale >= 0) {
+		return Result{}, fmt.Errorf("routerbench: need Replicas ≥ 1, sessions, Pressure > 0, TimeScale ≥ 0")
+	}
+	res := Result{Policy: cfg.Policy, Pressure: cfg.Pressure, CacheBlocks: capacityBlocks(cfg)}
+	longest := 0
+	for i := range cfg.Sessions {
+		longest = max(longest, cfg.Sessions[i].PlannedTokens())
+	}
+	ecfgs := make([]engine.Config, cfg.Replicas)
+	for i := range ecfgs {
+		c := engine.DefaultConfig()
+		c.MaxModelLen = 0 // the model's MaxSeqLen, sized below
+		c.Seed = uint64(i)
+		c.TimeScale = cfg.TimeScale
+		c.Latency = cfg.Latency
+		c.Latency.CacheBlocks = res.CacheBlocks
+		ecfgs[i] = c
+	}
+	model := func(int) engine.Model {
+		m := engine.NewHashModel(1) // one weight version everywhere: same replies on every replica
+		m.MaxLen = longest + 64
+		return m
+	}
+	pc := proxy.DefaultConfig()
+	pc.Policy.Policy = cfg.Policy
+	if cfg.LoadFactor > 0 {
+		pc.Policy.LoadFactor = cfg.LoadFactor
+	}
+	if cfg.PrefixBytes > 0 {
+		pc.PrefixBytes = cfg.PrefixBytes
+	}
+	// The router's view of the engines ages in modelled time: scale the
+	// scrape period and the freshness limit like every other duration.
+	if cfg.TimeScale > 0 {
+		pc.MetricsInterval = max(20*time.Millisecond, time.Duration(float64(pc.MetricsInterval)*cfg.TimeScale))
+		pc.Policy.MetricsMaxAge = max(50*time.Millisecond, time.Duration(float64(pc.Policy.MetricsMaxAge)*cfg.TimeScale))
+	}
+	f, err := startFleet(ecfgs, model, pc)
+	if err != nil {
+		return res, err
+	}
+	defer f.close()
+	client := newClient(len(cfg.Sessions))
+	defer client.CloseIdleConnections()
+
+	index := map[string]int{}
+	for i, u := range f.urls {
+		index[u] = i
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var (
+		mu       sync.Mutex
+		conv     []float64
+		perRep   = make([]int, cfg.Replicas)
+		requests int
+		gen      int64
+		moved    int
+		wg       sync.WaitGroup
+	)
+	start := time.Now()
+	for i := range cfg.Sessions {
+		s := &cfg.Sessions[i]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t0 := time.Now()
+			seen := map[int]bool{}
+			tr := s.Start()
+			for {
+				prompt, maxTok, pause, ok := tr.Next()
+				if !ok {
+					break
+				}
+				if pause > 0 && !sleepCtx(ctx, time.Duration(float64(pause)*cfg.TimeScale)) {
+					return
+				}
+				r, err := complete(ctx, client, f.url, s.ID, prompt, maxTok)
+				if err != nil {
+					cancel(fmt.Errorf("routerbench: %s turn %d: %w", s.ID, tr.Turn(), err))
+					return
+				}
+				tr.Reply(r.tokens)
+				rep, known := index[r.replica]
+				if !known {
+					cancel(fmt.Errorf("routerbench: %s: response from unknown replica %q", s.ID, r.replica))
+					return
+				}
+				seen[rep] = true
+				mu.Lock()
+				perRep[rep]++
+				requests++
+				gen += int64(r.completion)
+				mu.Unlock()
+			}
+			if err := finish(ctx, client, f.url, s.ID); err != nil {
+				cancel(err)
+				return
+			}
+			d := time.Since(t0)
+			mu.Lock()
+			conv = append(conv, d.Seconds())
+			if len(seen) > 1 {
+				moved++
+			}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	res.Wall = time.Since(start)
+	if err := context.Cause(ctx); err != nil {
+		return res, err
+	}
+	res.Requests, res.Generated, res.PerReplica, res.Moved = requests, gen, perRep, moved
+
+	// Engine-side figures: modelled clocks, and /metrics over HTTP.
+	var hits, queries float64
+	ttft := map[string]float64{}
+	for i, e := range f.engines {
+		res.Modelled = max(res.Modelled, e.Stats().Now)
+		ss, err := scrape(ctx, client, f.urls[i], engineMetrics)
+		if err != nil {
+			return res, err
+		}
+		for _, s := range ss {
+			switch s.name {
+			case "vllm:prefix_cache_queries_total":
+				queries += s.value
+			case "vllm:prefix_cache_hits_total":
+				hits += s.value
+			case "vllm:num_preemptions_total":
+				res.Preemptions += s.value
+			default:
+				ttft[s.le] += s.value
+			}
+		}
+	}
+	if queries > 0 {
+		res.HitRate = hits / queries
+	}
+	var bs []bucket
+	for le, n := range ttft {
+		v, err := strconv.ParseFloat(le, 64)
+		if err != nil {
+			return res, fmt.Errorf("routerbench: ttft bucket le=%q: %w", le, err)
+		}
+		bs = append(bs, bucket{le: v, count: n})
+	}
+	res.TTFT50, res.TTFT90, res.TTFT99 = histogramQuantile(0.5, bs), histogramQuantile(0.9, bs), histogramQuantile(0.99, bs)
+	scale := cfg.TimeScale
+	if scale == 0 {
+		scale = 1
+	}
+	res.Conv50, res.Conv90, res.ConvMax = percentile(conv, 0.5)/scale, percentile(conv, 0.9)/scale, percentile(conv, 1)/scale
+	if res.Modelled > 0 {
+		res.ThroughputModelled = float64(gen) / res.Modelled.Seconds()
+	}
+	res.ThroughputWall = float64(gen) / (res.Wall.Seconds() / scale)
+	res.Outcomes = map[string]float64{}
+	if mfs, err := f.reg.Gather(); err == nil {
+		for _, mf := range mfs {
+			if mf.GetName() != "asyncrl_router_decisions_total" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "outcome" {
+						res.Outcomes[l.GetValue()] = m.GetCounter().GetValue()
+					}
+				}
+			}
+		}
+	}
+	return res, nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// reply is what the driver needs from one completion.
+type reply struct {
+	tokens     []int32
+	completion int
+	replica    string
+}
+
+// completionBody writes a /v1/completions request with token ids by hand:
+// prompts reach 20k ids and encoding/json would dominate the client's CPU.
+func completionBody(buf *bytes.Buffer, prompt []int32, maxTokens int) {
+	buf.WriteString(`{"model":"asyncrl-policy","prompt":[`)
+	var tmp [12]byte
+	for i, id := range prompt {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		buf.Write(strconv.AppendInt(tmp[:0], int64(id), 10))
+	}
+	buf.WriteString(`],"max_tokens":`)
+	buf.Write(strconv.AppendInt(tmp[:0], int64(maxTokens), 10))
+	buf.WriteString(`,"temperature":0,"ignore_eos":true,"return_token_ids":true}`)
+}
+
+func complete(ctx context.Context, c *http.Client, base, session string, prompt []int32, maxTokens int) (reply, error) {
+	var buf bytes.Buffer
+	buf.Grow(len(prompt)*3 + 128)
+	completionBody(&buf, prompt, maxTokens)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/completions", &buf)
+	if err != nil {
+		return reply{}, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(SessionHeader, session)
+	resp, err := c.Do(req)
+	if err != nil {
+		return reply{}, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return reply{}, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return reply{}, fmt.Errorf("HTTP %d: %.300s", resp.StatusCode, body)
+	}
+	var out struct {
+		Choices []struct {
+			TokenIDs []int32 `json:"token_ids"`
+		} `json:"choices"`
+		Usage struct {
+			CompletionTokens int `json:"completion_tokens"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal(body, &out); err != nil {
+		return reply{}, fmt.Errorf("decoding completion: %w", err)
+	}
+	if len(out.Choices) != 1 || len(out.Choices[0].TokenIDs) != maxTokens {
+		return reply{}, fmt.Errorf("want 1 choice of %d tokens (ignore_eos), got %d choices", maxTokens, len(out.Choices))
+	}
+	return reply{tokens: out.Choices[0].TokenIDs, completion: out.Usage.CompletionTokens, replica: resp.Header.Get(proxy.ReplicaHeader)}, nil
+}
+
+func finish(ctx context.Context, c *http.Client, base, session string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/finish_session?session_id="+url.QueryEscape(session), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return fmt.Errorf("routerbench: finish_session %s: %w", session, err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("routerbench: finish_session %s: HTTP %d", session, resp.StatusCode)
+	}
+	return nil
+}

@@ -1,0 +1,236 @@
+package routerbench
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strings"
+)
+
+// Cell names a (pressure, policy) pair of the comparison.
+type Cell struct {
+	Pressure float64
+	Policy   string
+}
+
+// Summary is the per-cell median over repetitions, and the median of the
+// per-repetition ratios to the baseline policy measured in the same
+// repetition.
+type Summary struct {
+	Cell
+	Runs int
+	// Medians of the Result fields.
+	ThroughputModelled, ThroughputWall float64
+	TTFT50, TTFT90, TTFT99             float64
+	Conv50, Conv90, ConvMax            float64
+	HitRate, Preemptions, Moved        float64
+	// PerReplica is the median request count of each replica, sorted
+	// descending (replica identities differ between runs).
+	PerReplica []float64
+	// Ratios to the baseline (median of per-repetition ratios).
+	RThroughput, RTTFT90, RConv90, RConvMax float64
+	Spills                                  float64
+}
+
+// Summarize groups results by cell (reps[i] is repetition i's results)
+// and takes medians; ratios divide each repetition's value by the
+// baseline policy's value at the same pressure in that repetition.
+func Summarize(reps [][]Result, baseline string) []Summary {
+	type key = Cell
+	byCell := map[key][]Result{}
+	base := map[key]Result{} // (pressure, rep index encoded in Policy) → baseline
+	var order []key
+	for ri, rs := range reps {
+		for _, r := range rs {
+			k := key{r.Pressure, r.Policy}
+			if _, ok := byCell[k]; !ok {
+				order = append(order, k)
+			}
+			byCell[k] = append(byCell[k], r)
+			if r.Policy == baseline {
+				base[key{r.Pressure, fmt.Sprint(ri)}] = r
+			}
+		}
+	}
+	ratio := func(r Result, ri int, f func(Result) float64) float64 {
+		b, ok := base[key{r.Pressure, fmt.Sprint(ri)}]
+		if !ok || f(b) == 0 {
+			return math.NaN()
+		}
+		return f(r) / f(b)
+	}
+	var out []Summary
+	for _, k := range order {
+		rs := byCell[k]
+		col := func(f func(Result) float64) float64 {
+			xs := make([]float64, len(rs))
+			for i, r := range rs {
+				xs[i] = f(r)
+			}
+			return Median(xs)
+		}
+		rcol := func(f func(Result) float64) float64 {
+			var xs []float64
+			for ri, rep := range reps {
+				for _, r := range rep {
+					if r.Pressure == k.Pressure && r.Policy == k.Policy {
+						xs = append(xs, ratio(r, ri, f))
+					}
+				}
+			}
+			return Median(xs)
+		}
+		s := Summary{Cell: k, Runs: len(rs)}
+		s.ThroughputModelled = col(func(r Result) float64 { return r.ThroughputModelled })
+		s.ThroughputWall = col(func(r Result) float64 { return r.ThroughputWall })
+		s.TTFT50 = col(func(r Result) float64 { return r.TTFT50 })
+		s.TTFT90 = col(func(r Result) float64 { return r.TTFT90 })
+		s.TTFT99 = col(func(r Result) float64 { return r.TTFT99 })
+		s.Conv50 = col(func(r Result) float64 { return r.Conv50 })
+		s.Conv90 = col(func(r Result) float64 { return r.Conv90 })
+		s.ConvMax = col(func(r Result) float64 { return r.ConvMax })
+		s.HitRate = col(func(r Result) float64 { return r.HitRate })
+		s.Preemptions = col(func(r Result) float64 { return r.Preemptions })
+		s.Moved = col(func(r Result) float64 { return float64(r.Moved) })
+		s.Spills = col(func(r Result) float64 { return r.Outcomes["spilled"] + r.Outcomes["moved"] })
+		n := 0
+		for _, r := range rs {
+			n = max(n, len(r.PerReplica))
+		}
+		for i := range n {
+			s.PerReplica = append(s.PerReplica, col(func(r Result) float64 {
+				sorted := sortedDesc(r.PerReplica)
+				if i < len(sorted) {
+					return sorted[i]
+				}
+				return 0
+			}))
+		}
+		s.RThroughput = rcol(func(r Result) float64 { return r.ThroughputModelled })
+		s.RTTFT90 = rcol(func(r Result) float64 { return r.TTFT90 })
+		s.RConv90 = rcol(func(r Result) float64 { return r.Conv90 })
+		s.RConvMax = rcol(func(r Result) float64 { return r.ConvMax })
+		out = append(out, s)
+	}
+	return out
+}
+
+func sortedDesc(xs []int) []float64 {
+	out := make([]float64, len(xs))
+	for i, x := range xs {
+		out[i] = float64(x)
+	}
+	sort.Sort(sort.Reverse(sort.Float64Slice(out)))
+	return out
+}
+
+// PressureName names a KV pressure factor as workloads.md does.
+func PressureName(p float64) string {
+	switch p {
+	case 2:
+		return "low (2×)"
+	case 1:
+		return "moderate (1×)"
+	case 0.5:
+		return "high (0.5×)"
+	}
+	return fmt.Sprintf("%g×", p)
+}
+
+// WriteMarkdown writes one table per pressure.
+func WriteMarkdown(w io.Writer, ss []Summary, baseline string) {
+	var pressures []float64
+	seen := map[float64]bool{}
+	for _, s := range ss {
+		if !seen[s.Pressure] {
+			seen[s.Pressure] = true
+			pressures = append(pressures, s.Pressure)
+		}
+	}
+	for _, p := range pressures {
+		fmt.Fprintf(w, "\nKV pressure %s\n\n", PressureName(p))
+		fmt.Fprintf(w, "| policy | tok/s (modelled) | ×%s | tok/s (wall÷scale) | TTFT p50/p90/p99 ms (modelled) | conv p50/p90/max s | conv p90 ×, max × | prefix hit | preempt | requests per replica | sessions on >1 replica |\n", baseline)
+		fmt.Fprintf(w, "| --- | ---: | ---: | ---: | --- | --- | --- | ---: | ---: | --- | ---: |\n")
+		for _, s := range ss {
+			if s.Pressure != p {
+				continue
+			}
+			reps := make([]string, len(s.PerReplica))
+			for i, x := range s.PerReplica {
+				reps[i] = fmt.Sprintf("%.0f", x)
+			}
+			fmt.Fprintf(w, "| %s | %.0f | %.2f | %.0f | %.0f / %.0f / %.0f | %.1f / %.1f / %.1f | %.2f, %.2f | %.1f %% | %.0f | %s | %.0f |\n",
+				s.Policy, s.ThroughputModelled, s.RThroughput, s.ThroughputWall,
+				s.TTFT50*1e3, s.TTFT90*1e3, s.TTFT99*1e3,
+				s.Conv50, s.Conv90, s.ConvMax, s.RConv90, s.RConvMax,
+				s.HitRate*100, s.Preemptions, strings.Join(reps, " / "), s.Moved)
+		}
+	}
+}
+
+// WriteOverheadMarkdown writes the overhead table: per load, the medians
+// over repetitions of direct and routed p50/p99 and throughput, and the
+// median of the per-repetition differences (added latency).
+func WriteOverheadMarkdown(w io.Writer, reps [][]OverheadResult) {
+	type load struct {
+		clients int
+		rate    float64
+	}
+	type pair struct{ direct, router OverheadResult }
+	byLoad := map[load][]pair{}
+	var order []load
+	for _, rs := range reps {
+		cur := map[load]*pair{}
+		for _, r := range rs {
+			l := load{r.Clients, r.Rate}
+			if cur[l] == nil {
+				cur[l] = &pair{}
+				if _, ok := byLoad[l]; !ok {
+					order = append(order, l)
+				}
+			}
+			if r.Target == "router" {
+				cur[l].router = r
+			} else {
+				cur[l].direct = r
+			}
+		}
+		for l, p := range cur {
+			byLoad[l] = append(byLoad[l], *p)
+		}
+	}
+	us := func(ps []pair, f func(pair) float64) float64 {
+		xs := make([]float64, len(ps))
+		for i, p := range ps {
+			xs[i] = f(p)
+		}
+		return Median(xs)
+	}
+	fmt.Fprintf(w, "\n| load | direct p50 / p99 µs | router p50 / p99 µs | added p50 / p99 µs | in-router p50 / p99 µs | direct req/s | router req/s | router/direct req/s | errors |\n")
+	fmt.Fprintf(w, "| --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: |\n")
+	for _, l := range order {
+		ps := byLoad[l]
+		name := fmt.Sprintf("%d clients, closed loop", l.clients)
+		if l.rate > 0 {
+			name = fmt.Sprintf("%.0f req/s offered, open loop", l.rate)
+		}
+		errs := 0
+		for _, p := range ps {
+			errs += p.direct.Errors + p.router.Errors
+		}
+		fmt.Fprintf(w, "| %s | %.0f / %.0f | %.0f / %.0f | %.0f / %.0f | %.0f / %.0f | %.0f | %.0f | %.2f | %d |\n", name,
+			us(ps, func(p pair) float64 { return float64(p.direct.P50.Microseconds()) }),
+			us(ps, func(p pair) float64 { return float64(p.direct.P99.Microseconds()) }),
+			us(ps, func(p pair) float64 { return float64(p.router.P50.Microseconds()) }),
+			us(ps, func(p pair) float64 { return float64(p.router.P99.Microseconds()) }),
+			us(ps, func(p pair) float64 { return float64((p.router.P50 - p.direct.P50).Microseconds()) }),
+			us(ps, func(p pair) float64 { return float64((p.router.P99 - p.direct.P99).Microseconds()) }),
+			us(ps, func(p pair) float64 { return float64(p.router.InRouter50.Microseconds()) }),
+			us(ps, func(p pair) float64 { return float64(p.router.InRouter99.Microseconds()) }),
+			us(ps, func(p pair) float64 { return p.direct.RPS }),
+			us(ps, func(p pair) float64 { return p.router.RPS }),
+			us(ps, func(p pair) float64 { return p.router.RPS / p.direct.RPS }),
+			errs)
+	}
+}
