@@ -1,0 +1,125 @@
+package delta_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"github.com/asyncrl/asyncrl/weights/delta"
+	"github.com/asyncrl/asyncrl/weights/internal/ckpttest"
+	"github.com/asyncrl/asyncrl/weights/safetensors"
+	"github.com/asyncrl/asyncrl/weights/store"
+)
+
+// Benchmark size: 64 MiB of BF16 weights by default; set
+// ASYNCRL_WEIGHTS_BENCH_MB=1024 for the 1 GiB figures.
+func benchBytes() int64 {
+	if s := os.Getenv("ASYNCRL_WEIGHTS_BENCH_MB"); s != "" {
+		if mb, err := strconv.ParseInt(s, 10, 64); err == nil && mb > 0 {
+			return mb << 20
+		}
+	}
+	return 64 << 20
+}
+
+// discard is a store that drops payloads: encode speed without disk I/O.
+type discard struct{}
+
+func (discard) Put(_ context.Context, _ string, r io.Reader, _ int64) error {
+	_, err := io.Copy(io.Discard, r)
+	return err
+}
+func (discard) Get(context.Context, string) (io.ReadCloser, error) { return nil, store.ErrNotFound }
+func (discard) List(context.Context, string) ([]string, error)     { return nil, nil }
+func (discard) Delete(context.Context, string) error               { return nil }
+func (discard) Commit(context.Context, string, []byte) error       { return nil }
+
+func benchUpdates(b *testing.B) (base []safetensors.Tensor, updates map[string][]safetensors.Tensor) {
+	r := rand.New(rand.NewPCG(42, 42))
+	base = ckpttest.Random(r, 32, benchBytes())
+	return base, map[string][]safetensors.Tensor{
+		"sparse2pct": ckpttest.Update(r, base, 0.02, 0),
+		"adamlike":   ckpttest.AdamLike(r, base, 1e-2), // every element ±1%: 1–3 BF16 ulps, exponents rarely move
+	}
+}
+
+func BenchmarkEncode(b *testing.B) {
+	base, updates := benchUpdates(b)
+	var total int64
+	for _, t := range base {
+		total += int64(len(t.Data))
+	}
+	for _, name := range []string{"sparse2pct", "adamlike"} {
+		for _, level := range []int{1, 3} {
+			b.Run(fmt.Sprintf("%s/level=%d", name, level), func(b *testing.B) {
+				bs, _ := delta.NewMemSource(base)
+				ns, _ := delta.NewMemSource(updates[name])
+				cfg := delta.DefaultEncodeConfig()
+				cfg.Level = level
+				b.SetBytes(total)
+				var m *delta.Manifest
+				for b.Loop() {
+					var err error
+					if m, err = delta.Encode(context.Background(), cfg, bs, ns, 1, discard{}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(m.TotalCompressedNumBytes)/float64(total), "compressed/full")
+			})
+		}
+	}
+}
+
+func BenchmarkApply(b *testing.B) {
+	base, updates := benchUpdates(b)
+	var total int64
+	for _, t := range base {
+		total += int64(len(t.Data))
+	}
+	for _, name := range []string{"sparse2pct", "adamlike"} {
+		b.Run(name, func(b *testing.B) {
+			dir := b.TempDir()
+			baseDir, newDir, work := filepath.Join(dir, "base"), filepath.Join(dir, "new"), filepath.Join(dir, "work")
+			if err := ckpttest.Write(baseDir, base, 1<<30); err != nil {
+				b.Fatal(err)
+			}
+			if err := ckpttest.Write(newDir, updates[name], 1<<30); err != nil {
+				b.Fatal(err)
+			}
+			st, _ := store.NewLocal(filepath.Join(dir, "sync"))
+			bs, _ := safetensors.OpenDir(baseDir)
+			ns, _ := safetensors.OpenDir(newDir)
+			m, err := delta.Encode(context.Background(), delta.DefaultEncodeConfig(), bs, ns, 1, st)
+			bs.Close()
+			ns.Close()
+			if err != nil {
+				b.Fatal(err)
+			}
+			payloads := st.Path(delta.DeltaDir(1))
+			b.SetBytes(total)
+			for b.Loop() {
+				b.StopTimer()
+				os.RemoveAll(work)
+				if err := ckpttest.CopyDir(work, baseDir); err != nil {
+					b.Fatal(err)
+				}
+				mut, err := delta.OpenMutable(work)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				if err := delta.Apply(context.Background(), delta.DefaultApplyConfig(), m, payloads, mut); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				mut.Close()
+				b.StartTimer()
+			}
+		})
+	}
+}
