@@ -12,6 +12,11 @@ import (
 
 func smallWorkload(t *testing.T, convs, turns int) ([]workload.Session, workload.AgenticConfig) {
 	t.Helper()
+	return smallWorkloadB(t, convs, turns)
+}
+
+func smallWorkloadB(t testing.TB, convs, turns int) ([]workload.Session, workload.AgenticConfig) {
+	t.Helper()
 	wc := workload.DefaultAgentic(convs)
 	wc.Turns, wc.PrefixTokens = turns, 256
 	wc.Context = workload.Lognormal{Mean: 100, MedianRatio: 0.85, Max: 300}

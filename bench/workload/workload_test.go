@@ -297,3 +297,12 @@ func TestValidateNamesTheField(t *testing.T) {
 		t.Fatalf("Groups with 0 samples: %v", err)
 	}
 }
+
+func BenchmarkAgentic32x40(b *testing.B) {
+	cfg := DefaultAgentic(32)
+	for b.Loop() {
+		if _, err := Agentic(cfg, rng(1)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
