@@ -1,8 +1,15 @@
 package main
 
 import (
-	"github.com/spf13/cobra"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
 
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/asyncrl/asyncrl/cluster/node"
 	"github.com/asyncrl/asyncrl/config"
 )
 
@@ -14,15 +21,20 @@ type runFlags struct {
 	report string // --report DIR → run.report_dir
 }
 
-// newRunCmd: asyncrl run. It already loads and validates the configuration
-// (so config errors surface now), then reports that the run itself is not
-// built yet (issue 5).
+// newRunCmd: asyncrl run — one node with every role (embedded NATS,
+// built-in engines behind the router, rollout, sampling, staleness
+// controller, trainer) that trains until run.steps steps are done or the
+// process is interrupted, then writes the report.
 func newRunCmd(g *globals) *cobra.Command {
 	var f runFlags
 	cmd := &cobra.Command{
 		Use:   "run",
-		Short: "Run a whole async RL job on this machine (embedded bus, engines, router, actors, trainer) (not built yet)",
-		Args:  cobra.NoArgs,
+		Short: "Run a whole async RL job on this machine (embedded bus, engines, router, actors, trainer)",
+		Long: "Run a whole fully asynchronous RL job in this process: an embedded NATS server, the\n" +
+			"built-in engines behind the router, rollout actors, the dynamic-sampling filter, the\n" +
+			"staleness controller and the trainer. Ctrl-C stops cleanly and still writes the report\n" +
+			"(summary.json, report.html and PNG plots in run.report_dir). See docs/run.md.",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := loadRunConfig(cmd, f)
 			if err != nil {
@@ -32,9 +44,31 @@ func newRunCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return fail("asyncrl run: %v", err)
 			}
-			log.Debug().Str("run", cfg.Run.ID).Int("steps", cfg.Run.Steps).Int64("seed", cfg.Run.Seed).
-				Str("report_dir", cfg.Run.ReportDir).Msg("config loaded")
-			return notBuilt("run", 5)
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			tty := false
+			if fl, ok := g.stderr.(*os.File); ok {
+				tty = term.IsTerminal(int(fl.Fd()))
+			}
+			fmt.Fprintf(g.stderr, "asyncrl run %s: task %s, %d steps, seed %d, B=%d W=%d S=%d, %d engines, pause %s\n",
+				cfg.Run.ID, cfg.Rollout.Task, cfg.Run.Steps, cfg.Run.Seed, cfg.Trainer.MiniBatchSize,
+				cfg.Trainer.NumParallelGenerationWorkers, cfg.Trainer.MaxStalenessSteps, cfg.Engines.Count, cfg.Trainer.PauseMode)
+			s, err := node.Run(ctx, cfg, node.Options{Logger: log, Progress: g.stderr, Terminal: tty})
+			if s.Steps > 0 || s.Interrupted {
+				first, last := s.RewardFirst5, s.RewardLast5
+				fmt.Fprintf(g.stdout, "steps %d, final version %d, reward first5 %.3f → last5 %.3f, staleness max %d (bound %d), trajectories lost %d, %.0f tok/s, %.1fs\n",
+					s.Steps, s.FinalVersion, first, last, s.StalenessMax, s.StalenessBound, s.TrajectoriesLost, s.TokensPerSecond, s.WallSeconds)
+				if cfg.Run.ReportDir != "" {
+					fmt.Fprintf(g.stdout, "report: %s/summary.json, %s/report.html\n", cfg.Run.ReportDir, cfg.Run.ReportDir)
+				}
+			}
+			if err != nil {
+				return fail("asyncrl run: %v", err)
+			}
+			if s.Interrupted {
+				fmt.Fprintln(g.stderr, "asyncrl run: interrupted; report written")
+			}
+			return nil
 		},
 	}
 	fs := cmd.Flags()
@@ -61,3 +95,4 @@ func loadRunConfig(cmd *cobra.Command, f runFlags) (config.Config, error) {
 		}
 	})
 }
+

@@ -1,0 +1,146 @@
+package node
+
+import (
+	"sync"
+
+	"github.com/asyncrl/asyncrl/messages"
+	"github.com/asyncrl/asyncrl/transport"
+)
+
+// Ledger is the in-memory view of the prompt ledger and the group flow,
+// built from the bus (the durable copy is the JetStream ledger stream). It
+// answers "what happened to every group": each admitted group must end
+// trained, filtered or requeued exactly once, or be in flight at stop.
+type Ledger struct {
+	mu     sync.Mutex
+	groups map[string]*GroupRecord
+	order  []string
+	// keptSinceStep / droppedSinceStep count filter decisions since the
+	// last StepDone (max_sample_batches).
+	kept, dropped, droppedSinceStep int64
+	stalenessMax                    int64
+	steps                           []messages.StepDone
+	subs                            []transport.Subscription
+	keptSubject                     string
+}
+
+// GroupRecord is one group's history.
+type GroupRecord struct {
+	GroupID, PromptID string
+	Attempt           int32
+	Consumed          bool
+	// Reported: the rollout actor published GroupReady or EpisodeAborted.
+	Reported, Aborted bool
+	// Kept/Filtered: the sampling actor's decision.
+	Kept, Filtered bool
+	// Accepted: the controller checked it for training at step AcceptedStep.
+	Accepted     bool
+	AcceptedStep int64
+	Staleness    int64
+	// Terminal ledger states (each must be seen at most once, and at most
+	// one of them).
+	Trained, FilteredFinal, Requeued int
+}
+
+// Terminal reports whether the group reached a final ledger state.
+func (g *GroupRecord) Terminal() bool { return g.Trained+g.FilteredFinal+g.Requeued > 0 }
+
+func newLedger() *Ledger { return &Ledger{groups: map[string]*GroupRecord{}} }
+
+func (l *Ledger) get(id string) *GroupRecord {
+	g, ok := l.groups[id]
+	if !ok {
+		g = &GroupRecord{GroupID: id}
+		l.groups[id] = g
+		l.order = append(l.order, id)
+	}
+	return g
+}
+
+func (l *Ledger) subscribe(bus transport.Bus, s subjects) error {
+	l.keptSubject = s.kept
+	for _, subj := range []string{s.ledger, s.settled, s.groupsReady, s.aborted, s.kept, s.filtered, s.steps} {
+		sub, err := bus.Subscribe(subj, l.observe)
+		if err != nil {
+			l.stop()
+			return err
+		}
+		l.subs = append(l.subs, sub)
+	}
+	return nil
+}
+
+func (l *Ledger) stop() {
+	for _, s := range l.subs {
+		_ = s.Unsubscribe()
+	}
+	l.subs = nil
+}
+
+func (l *Ledger) observe(m *transport.Msg) {
+	msg, err := messages.Decode(m.Data)
+	if err != nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch v := msg.(type) {
+	case messages.PromptLedger:
+		g := l.get(v.GroupID)
+		g.PromptID, g.Attempt = v.PromptID, v.Attempt
+		switch v.State {
+		case messages.LedgerConsumed:
+			g.Consumed = true
+		case messages.LedgerTrained:
+			g.Trained++
+		case messages.LedgerFiltered:
+			g.FilteredFinal++
+		case messages.LedgerRequeued:
+			g.Requeued++
+		}
+	case messages.GroupAccepted:
+		g := l.get(v.GroupID)
+		g.Accepted, g.AcceptedStep, g.Staleness = true, v.Step, v.Staleness
+		l.stalenessMax = max(l.stalenessMax, v.Staleness)
+	case messages.GroupReady:
+		// Seen twice: from the rollout (trajectories) and forwarded by
+		// the sampling actor (groups.kept); the subject tells which.
+		g := l.get(v.GroupID)
+		if m.Subject == l.keptSubject {
+			g.Kept = true
+			l.kept++
+		} else {
+			g.Reported = true
+		}
+	case messages.GroupFiltered:
+		g := l.get(v.GroupID)
+		g.Filtered = true
+		l.dropped++
+		l.droppedSinceStep++
+	case messages.EpisodeAborted:
+		g := l.get(v.GroupID)
+		g.Reported, g.Aborted = true, true
+	case messages.StepDone:
+		l.steps = append(l.steps, v)
+		l.droppedSinceStep = 0
+	}
+}
+
+// Snapshot returns copies of every group record in first-seen order.
+func (l *Ledger) Snapshot() []GroupRecord {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]GroupRecord, 0, len(l.order))
+	for _, id := range l.order {
+		out = append(out, *l.groups[id])
+	}
+	return out
+}
+
+// counts returns the filter's kept/dropped totals, the drops since the
+// last step and the largest staleness accepted.
+func (l *Ledger) counts() (kept, dropped, droppedSinceStep, stalenessMax int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.kept, l.dropped, l.droppedSinceStep, l.stalenessMax
+}

@@ -1,0 +1,461 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/asyncrl/asyncrl/actors"
+	"github.com/asyncrl/asyncrl/actors/controller"
+	"github.com/asyncrl/asyncrl/actors/filter"
+	"github.com/asyncrl/asyncrl/actors/router/proxy"
+	"github.com/asyncrl/asyncrl/actors/rollout"
+	"github.com/asyncrl/asyncrl/actors/sampling"
+	"github.com/asyncrl/asyncrl/actors/staleness"
+	"github.com/asyncrl/asyncrl/actors/trainer"
+	"github.com/asyncrl/asyncrl/actors/trainer/microbatch"
+	"github.com/asyncrl/asyncrl/config"
+	"github.com/asyncrl/asyncrl/internal/report"
+	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/tasks"
+	"github.com/asyncrl/asyncrl/transport"
+	"github.com/asyncrl/asyncrl/transport/natsbus"
+)
+
+// Sentinel errors.
+var (
+	// ErrConfig wraps configuration problems found while starting.
+	ErrConfig = errors.New("node: invalid configuration")
+	// ErrStalled: the filter dropped filter.max_sample_batches mini-batches'
+	// worth of groups in a row without a trainer step.
+	ErrStalled = errors.New("node: no trainable groups")
+)
+
+// Options are the node's process-level settings (the rest is config).
+type Options struct {
+	// Logger receives the actors' and engines' logs.
+	Logger zerolog.Logger
+	// Progress receives the live progress view; nil prints nothing.
+	Progress io.Writer
+	// Terminal makes the progress view one updating line (\r) instead of
+	// one line per step.
+	Terminal bool
+	// InMemoryBus keeps the embedded JetStream store in a temporary
+	// directory (tests) instead of bus.jetstream_dir / run.data_dir.
+	InMemoryBus bool
+	// RolloutActors overrides the number of rollout actors; 0 sizes it so
+	// W groups of n trajectories can run at once (ceil(W·n/concurrency)).
+	RolloutActors int
+}
+
+// Node runs a set of roles in one process; `asyncrl run` is one node with
+// every role: the embedded NATS server, the built-in engines behind the
+// router, the rollout actors, the sampling (dynamic-sampling) actor, the
+// staleness controller and the trainer with its in-process publisher.
+type Node struct {
+	cfg  config.Config
+	opts Options
+	subj subjects
+	task tasks.Task
+
+	bus       *natsbus.Bus
+	engines   []*localEngine
+	router    *proxy.Router
+	routerSrv *http.Server
+	routerURL string
+	sys       *actors.System
+	ctl       *controller.Actor
+	smp       *sampling.Actor
+	rollouts  []*rollout.Actor
+	tr        *trainer.Actor
+	pub       *inProcPublisher
+	ledger    *Ledger
+	progress  *progress
+
+	start    time.Time
+	stopOnce sync.Once
+}
+
+// New checks the configuration and builds the task; Start starts everything.
+func New(cfg config.Config, opts Options) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	s, err := subjectsFor(cfg.Run.ID)
+	if err != nil {
+		return nil, fmt.Errorf("%w: run.id: %w", ErrConfig, err)
+	}
+	task, err := tasks.Get(cfg.Rollout.Task)
+	if err != nil {
+		return nil, fmt.Errorf("%w: rollout.task: %w", ErrConfig, err)
+	}
+	if cfg.Rollout.Dataset != "" {
+		ds, err := tasks.LoadDataset(cfg.Rollout.Dataset)
+		if err != nil {
+			return nil, fmt.Errorf("%w: rollout.dataset: %w", ErrConfig, err)
+		}
+		if task, err = tasks.WithDataset(task, ds); err != nil {
+			return nil, fmt.Errorf("%w: rollout.dataset: %w", ErrConfig, err)
+		}
+	}
+	if cfg.Engines.Count == 0 {
+		return nil, fmt.Errorf("%w: engines.count: the in-process trainer can only update built-in engines; set count ≥ 1", ErrConfig)
+	}
+	if cfg.Trainer.Backend != config.BackendBuiltin {
+		return nil, fmt.Errorf("%w: trainer.backend %q: only builtin is implemented (see docs/protocol.md for the remote worker protocol)", ErrConfig, cfg.Trainer.Backend)
+	}
+	return &Node{cfg: cfg, opts: opts, subj: s, task: task}, nil
+}
+
+// URLs of the running node.
+func (n *Node) RouterURL() string { return n.routerURL }
+
+// EngineURLs lists the built-in engines' base URLs.
+func (n *Node) EngineURLs() []string {
+	out := make([]string, len(n.engines))
+	for i, e := range n.engines {
+		out[i] = e.url
+	}
+	return out
+}
+
+// StopEngine shuts built-in engine i down (its listener and loop), as if
+// its process died: in-flight requests are aborted, the router marks it
+// down after failed requests and sends retries elsewhere.
+func (n *Node) StopEngine(ctx context.Context, i int) error {
+	if i < 0 || i >= len(n.engines) {
+		return fmt.Errorf("node: no engine %d", i)
+	}
+	return n.engines[i].stop(ctx)
+}
+
+// Bus returns the node's bus.
+func (n *Node) Bus() transport.Bus { return n.bus }
+
+// Ledger returns the node's in-memory ledger.
+func (n *Node) Ledger() *Ledger { return n.ledger }
+
+// Start starts the bus, engines, router and actors. On error everything
+// started so far is stopped.
+func (n *Node) Start(ctx context.Context) (err error) {
+	n.start = time.Now()
+	defer func() {
+		if err != nil {
+			n.Stop()
+		}
+	}()
+	log := n.opts.Logger
+	cfg := n.cfg
+	bopts := natsbus.DefaultOptions()
+	bopts.URL = cfg.Bus.NATSURL
+	bopts.MaxPayload = cfg.Bus.MaxPayloadBytes
+	bopts.Name = "asyncrl-" + cfg.Run.ID
+	bopts.Logger = log.With().Str("component", "bus").Logger()
+	if !n.opts.InMemoryBus && cfg.Bus.NATSURL == "" {
+		bopts.StoreDir = cfg.Bus.JetStreamDir
+		if bopts.StoreDir == "" {
+			bopts.StoreDir = filepath.Join(cfg.Run.DataDir, "jetstream")
+		}
+		if err := os.MkdirAll(bopts.StoreDir, 0o755); err != nil {
+			return fmt.Errorf("node: jetstream dir: %w", err)
+		}
+	}
+	if n.bus, err = natsbus.Connect(ctx, bopts); err != nil {
+		return fmt.Errorf("node: bus: %w", err)
+	}
+	// The prompt ledger is durable: every PromptLedger, GroupAccepted and
+	// GroupRequeued lands in JetStream as well as on the live subjects.
+	if _, err := n.bus.Stream(ctx, transport.StreamConfig{Name: "ledger-" + cfg.Run.ID,
+		Subjects: []string{n.subj.ledger, n.subj.ledger + ".>"}, MaxAge: 7 * 24 * time.Hour, Memory: n.opts.InMemoryBus}); err != nil {
+		return fmt.Errorf("node: ledger stream: %w", err)
+	}
+	n.ledger = newLedger()
+	if err := n.ledger.subscribe(n.bus, n.subj); err != nil {
+		return fmt.Errorf("node: ledger: %w", err)
+	}
+
+	// Policy: the trainer owns the FP32 master; engines serve BF16 copies.
+	seed := uint64(cfg.Run.Seed)
+	model, err := policy.New(policy.DefaultConfig(), seed)
+	if err != nil {
+		return err
+	}
+	tcfg := trainerConfig(cfg)
+	ptr, err := policy.NewTrainer(model, tcfg)
+	if err != nil {
+		return fmt.Errorf("%w: trainer: %w", ErrConfig, err)
+	}
+	serving := ptr.ServingCopy()
+	quiet := log.Level(max(log.GetLevel(), zerolog.WarnLevel))
+	if n.engines, err = startEngines(cfg.Engines, serving, cfg.Run.Seed, quiet); err != nil {
+		return err
+	}
+	replicas := append(n.EngineURLs(), cfg.Engines.ExternalURLs...)
+	if n.router, err = proxy.New(routerConfig(cfg.Router, replicas, quiet.With().Str("component", "router").Logger())); err != nil {
+		return fmt.Errorf("node: router: %w", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("node: router listen: %w", err)
+	}
+	n.routerURL = "http://" + ln.Addr().String()
+	n.routerSrv = &http.Server{Handler: n.router.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = n.routerSrv.Serve(ln) }()
+	n.pub = &inProcPublisher{mode: string(cfg.Trainer.PauseMode), router: n.router, engines: n.engines}
+
+	n.sys, err = actors.NewSystem(actors.SystemConfig{Logger: log, RunID: cfg.Run.ID})
+	if err != nil {
+		return err
+	}
+	if n.tr, err = trainer.Start(n.bus, ptr, n.pub, trainer.Config{RunID: cfg.Run.ID, Name: "trainer-0", NormStd: true,
+		Microbatch: microbatchConfig(cfg.Trainer), Logger: log.With().Str("actor", "trainer").Logger(),
+		Subjects: trainer.Subjects{Train: n.subj.train, Steps: n.subj.steps, Weights: n.subj.weights}}); err != nil {
+		return err
+	}
+	fcfg := filter.Config{Mode: filter.Mode(cfg.Filter.Mode), TrainBatchSize: cfg.Trainer.MiniBatchSize,
+		NSamplesPerPrompt: cfg.Rollout.NSamplesPerPrompt, MaxSampleBatches: cfg.Filter.MaxSampleBatches,
+		MinReplaceRatio: cfg.Filter.MinReplaceRatio, ZeroVarianceTol: cfg.Filter.ZeroVarianceTol}
+	if n.smp, err = sampling.Spawn(n.sys, n.bus, actors.DefaultShellConfig("sampling-0", "sampling"),
+		sampling.Config{Filter: fcfg, RunID: cfg.Run.ID, Sender: "sampling-0", Kept: n.subj.kept, Filtered: n.subj.filtered},
+		n.subj.groupsReady); err != nil {
+		return err
+	}
+	if err := n.startRollouts(); err != nil {
+		return err
+	}
+	n.progress = newProgress(n)
+	ccfg := controller.Config{
+		Staleness: staleness.Config{MaxStalenessSteps: int64(cfg.Trainer.MaxStalenessSteps),
+			NumParallelGenerationWorkers: int64(cfg.Trainer.NumParallelGenerationWorkers),
+			MiniBatchSize:                int64(cfg.Trainer.MiniBatchSize), StalePolicy: staleness.StalePolicy(cfg.Trainer.StalePolicy)},
+		RunID: cfg.Run.ID, Sender: "controller-0", Task: n.task.Name(), NSamples: cfg.Rollout.NSamplesPerPrompt,
+		MaxSteps: int64(cfg.Run.Steps),
+		Subjects: controller.Subjects{Prompts: n.subj.prompts, Train: n.subj.train, Capacity: n.subj.capacity,
+			Ledger: n.subj.ledger, Settled: n.subj.settled},
+	}
+	src := func() controller.Source { return newTaskSource(n.task, cfg.Run.Seed) }
+	if n.ctl, err = controller.Spawn(n.sys, n.bus, actors.DefaultShellConfig("controller-0", "controller"), ccfg,
+		controller.Inputs{Aborted: n.subj.aborted, Groups: n.subj.groups, Steps: n.subj.steps}, src); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (n *Node) startRollouts() error {
+	cfg := n.cfg
+	ro := cfg.Rollout
+	count := n.opts.RolloutActors
+	if count <= 0 {
+		want := cfg.Trainer.NumParallelGenerationWorkers * ro.NSamplesPerPrompt
+		count = max(1, (want+ro.Concurrency-1)/ro.Concurrency)
+	}
+	ecfg := rollout.DefaultEpisodeConfig()
+	ecfg.MaxTurns, ecfg.MaxTokens = ro.MaxTurns, ro.MaxTokens
+	ecfg.MaxSeqLen = policy.DefaultConfig().MaxSeqLen
+	if cfg.Engines.MaxModelLen > 0 {
+		ecfg.MaxSeqLen = min(ecfg.MaxSeqLen, cfg.Engines.MaxModelLen)
+	}
+	ecfg.Temperature, ecfg.TopP, ecfg.TopK = ro.Temperature, ro.TopP, ro.TopK
+	ecfg.TurnTimeout = ro.TurnTimeout
+	supportK := 0
+	if ro.TopP < 1 || ro.TopK > 0 {
+		supportK = policy.DefaultConfig().VocabSize
+		if ro.TopK > 0 {
+			supportK = min(supportK, ro.TopK)
+		}
+	}
+	gen := &rollout.HTTPClient{BaseURL: n.routerURL, Model: servedModel}
+	for i := range count {
+		name := "rollout-" + strconv.Itoa(i)
+		a, err := rollout.Start(n.bus, gen, rollout.Config{RunID: cfg.Run.ID, Name: name, Task: n.task, Episode: ecfg,
+			Concurrency: ro.Concurrency, SupportK: supportK, Logger: n.opts.Logger.With().Str("actor", name).Logger(),
+			Subjects: rollout.Subjects{Prompts: n.subj.prompts, Groups: n.subj.groupsReady, Aborted: n.subj.aborted}})
+		if err != nil {
+			return err
+		}
+		n.rollouts = append(n.rollouts, a)
+	}
+	return nil
+}
+
+// trainerConfig maps the trainer section onto the built-in backend.
+func trainerConfig(cfg config.Config) policy.TrainerConfig {
+	t := policy.DefaultTrainerConfig()
+	t.LR = cfg.Trainer.LearningRate
+	t.MaxGradNorm = cfg.Trainer.GradClip
+	t.EpsLow, t.EpsHigh = cfg.Trainer.EpsClipLow, cfg.Trainer.EpsClipHigh
+	t.Reduction = string(cfg.Trainer.LossReduction)
+	t.EntropyCoef, t.KLCoef = cfg.Trainer.EntropyCoef, cfg.Trainer.KLCoef
+	t.SupportNorm = cfg.Trainer.NormalizeOverSupport
+	if cfg.Rollout.Temperature > 0 {
+		t.Temperature = cfg.Rollout.Temperature // the rollout logprobs were computed at it
+	}
+	t.Workers = max(1, min(runtime.GOMAXPROCS(0), 4))
+	t.Seed = uint64(cfg.Run.Seed)
+	return t
+}
+
+func microbatchConfig(t config.TrainerConfig) microbatch.Config {
+	mb := microbatch.DefaultConfig()
+	mb.MaxTokensPerMicrobatch = t.MaxTokensPerMicrobatch
+	mb.DPSize = t.DPSize
+	mb.Strategy = microbatch.Strategy(t.DPPartition)
+	return mb
+}
+
+// taskSource draws prompts from a task with a PCG seeded by the run seed.
+type taskSource struct {
+	task tasks.Task
+	rng  *rand.Rand
+	n    int64
+}
+
+func newTaskSource(t tasks.Task, seed int64) *taskSource {
+	return &taskSource{task: t, rng: rand.New(rand.NewPCG(uint64(seed), 0x70726f6d))}
+}
+
+func (s *taskSource) Next() (controller.Prompt, bool) {
+	p := s.task.Sample(s.rng)
+	s.n++
+	return controller.Prompt{ID: rollout.PromptID("p"+strconv.FormatInt(s.n, 10), p.Seed), Text: p.Text}, true
+}
+
+// Wait blocks until the trainer finished run.steps steps, ctx ends (an
+// interrupt), training fails, or the filter starves the trainer.
+func (n *Node) Wait(ctx context.Context) (interrupted bool, err error) {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	limit := int64(-1)
+	if m := n.cfg.Filter.MaxSampleBatches; m > 0 {
+		limit = int64(m) * int64(n.cfg.Trainer.MiniBatchSize)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return true, nil
+		case <-tick.C:
+		}
+		steps := n.tr.Steps()
+		n.progress.update(steps)
+		if len(steps) >= n.cfg.Run.Steps {
+			return false, nil
+		}
+		if err := n.tr.Err(); err != nil {
+			return false, err
+		}
+		if _, _, dropped, _ := n.ledger.counts(); limit > 0 && dropped >= limit {
+			return false, fmt.Errorf("%w: the filter dropped %d groups in a row (filter.max_sample_batches %d × mini_batch_size %d); every group had zero reward variance",
+				ErrStalled, dropped, n.cfg.Filter.MaxSampleBatches, n.cfg.Trainer.MiniBatchSize)
+		}
+	}
+}
+
+// Stop stops the actors (rollouts first, so every running episode is
+// reported aborted), then the router, engines and bus. It is idempotent.
+func (n *Node) Stop() {
+	n.stopOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		log := n.opts.Logger
+		for _, r := range n.rollouts {
+			if err := r.Stop(ctx); err != nil {
+				log.Warn().Err(err).Msg("rollout stop")
+			}
+		}
+		if n.bus != nil {
+			_ = n.bus.Conn().FlushTimeout(2 * time.Second)
+		}
+		n.settle(ctx)
+		if n.smp != nil {
+			_ = n.smp.Stop(ctx)
+		}
+		if n.ctl != nil {
+			_ = n.ctl.Stop(ctx)
+		}
+		if n.tr != nil {
+			_ = n.tr.Stop(ctx)
+		}
+		if n.sys != nil {
+			_ = n.sys.Shutdown(ctx)
+		}
+		if n.ledger != nil {
+			n.ledger.stop()
+		}
+		if n.routerSrv != nil {
+			_ = n.router.Shutdown(ctx)
+			_ = n.routerSrv.Shutdown(ctx)
+		}
+		stopEngines(n.engines)
+		if n.bus != nil {
+			_ = n.bus.Close()
+		}
+	})
+}
+
+// settle waits (briefly) until every group a rollout actor reported has
+// reached the controller's books as seen on the bus (kept groups are
+// waiting for the trainer; the rest must be settled), so the accounting
+// at stop does not count messages still on the wire as lost.
+func (n *Node) settle(ctx context.Context) {
+	if n.ledger == nil {
+		return
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		if len(unsettled(n.ledger.Snapshot())) == 0 {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// unsettled lists groups reported by a rollout actor whose fate is not
+// known: not kept for training, not filtered/requeued/trained.
+func unsettled(gs []GroupRecord) []GroupRecord {
+	var out []GroupRecord
+	for _, g := range gs {
+		if !g.Reported || g.Terminal() || g.Kept || g.Accepted {
+			continue
+		}
+		if g.Aborted && g.Requeued > 0 {
+			continue
+		}
+		out = append(out, g)
+	}
+	return out
+}
+
+// Run starts the node, waits for the run to finish (or ctx to end), stops
+// it and writes the report to run.report_dir. The summary is returned
+// even when the run failed; err says why.
+func Run(ctx context.Context, cfg config.Config, opts Options) (report.Summary, error) {
+	n, err := New(cfg, opts)
+	if err != nil {
+		return report.Summary{}, err
+	}
+	if err := n.Start(ctx); err != nil {
+		return report.Summary{}, err
+	}
+	interrupted, werr := n.Wait(ctx)
+	n.Stop()
+	n.progress.finish()
+	s := n.Summary(interrupted, werr)
+	if cfg.Run.ReportDir != "" {
+		if err := report.Write(cfg.Run.ReportDir, s); err != nil {
+			return s, errors.Join(werr, err)
+		}
+	}
+	return s, werr
+}

@@ -1,0 +1,83 @@
+package node
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/asyncrl/asyncrl/actors/rollout"
+	"github.com/asyncrl/asyncrl/actors/trainer"
+)
+
+// progress is the live view: one updating line on a terminal, one plain
+// line per step otherwise.
+type progress struct {
+	n     *Node
+	shown int
+	width int
+}
+
+func newProgress(n *Node) *progress { return &progress{n: n} }
+
+// rolloutTotals sums the rollout actors' counters.
+func (n *Node) rolloutTotals() rollout.Stats {
+	var t rollout.Stats
+	for _, r := range n.rollouts {
+		s := r.Stats()
+		t.Started += s.Started
+		t.Finished += s.Finished
+		t.Aborted += s.Aborted
+		t.GroupsReady += s.GroupsReady
+		t.GroupsAborted += s.GroupsAborted
+		t.Tokens += s.Tokens
+		t.Generated += s.Generated
+		t.Resubmits += s.Resubmits
+		t.MixedVersions += s.MixedVersions
+		t.BadPrompts += s.BadPrompts
+	}
+	return t
+}
+
+func (p *progress) line(last trainer.StepRecord) string {
+	n := p.n
+	kept, dropped, _, stale := n.ledger.counts()
+	el := time.Since(n.start).Seconds()
+	tot := n.rolloutTotals()
+	vs := make([]string, len(n.engines))
+	for i, e := range n.engines {
+		vs[i] = strconv.FormatInt(e.e.Version(), 10)
+	}
+	return fmt.Sprintf("step %d/%d  v%d  reward %.3f  groups kept %d dropped %d  staleness max %d/%d  %.0f tok/s  engines v[%s]  %.0fs",
+		last.Step, n.cfg.Run.Steps, last.Version, last.RewardMean, kept, dropped, stale, n.cfg.Trainer.MaxStalenessSteps,
+		float64(tot.Tokens)/max(el, 1e-9), strings.Join(vs, ","), el)
+}
+
+func (p *progress) update(steps []trainer.StepRecord) {
+	w := p.n.opts.Progress
+	if w == nil || len(steps) == p.shown {
+		return
+	}
+	if p.n.opts.Terminal {
+		l := p.line(steps[len(steps)-1])
+		pad := ""
+		if len(l) < p.width {
+			pad = strings.Repeat(" ", p.width-len(l))
+		}
+		p.width = len(l)
+		fmt.Fprint(w, "\r"+l+pad)
+		p.shown = len(steps)
+		return
+	}
+	for _, s := range steps[p.shown:] {
+		fmt.Fprintln(w, p.line(s))
+	}
+	p.shown = len(steps)
+}
+
+// finish ends the updating line.
+func (p *progress) finish() {
+	if p != nil && p.n.opts.Progress != nil && p.n.opts.Terminal && p.shown > 0 {
+		fmt.Fprintln(p.n.opts.Progress)
+	}
+}

@@ -1,0 +1,76 @@
+package node
+
+import (
+	"time"
+
+	"github.com/asyncrl/asyncrl/internal/report"
+)
+
+// Summary builds the run's summary from the trainer's steps, the
+// controller's books, the rollout counters and the ledger. Call it after
+// Stop.
+func (n *Node) Summary(interrupted bool, runErr error) report.Summary {
+	cfg := n.cfg
+	wall := time.Since(n.start).Seconds()
+	s := report.Summary{RunID: cfg.Run.ID, Task: n.task.Name(), Seed: cfg.Run.Seed, StepsRequested: cfg.Run.Steps,
+		StalenessBound: int64(cfg.Trainer.MaxStalenessSteps), PauseMode: string(cfg.Trainer.PauseMode),
+		Interrupted: interrupted, WallSeconds: wall, RewardMeanPerStep: []float64{}, PerStep: []report.StepRow{}}
+	if runErr != nil {
+		s.Error = runErr.Error()
+	}
+	var prevT float64
+	if n.tr != nil {
+		steps := n.tr.Steps()
+		s.Steps = len(steps)
+		for _, st := range steps {
+			s.RewardMeanPerStep = append(s.RewardMeanPerStep, st.RewardMean)
+			s.FinalVersion = st.Version
+			el := st.Done.Sub(n.start).Seconds()
+			row := report.StepRow{Step: st.Step, Version: st.Version, RewardMean: st.RewardMean, Loss: st.Stats.Loss,
+				Entropy: st.Stats.Entropy, GradNorm: st.Stats.GradNorm, Mismatch: st.Stats.Mismatch, Tokens: st.Tokens,
+				Microbatches: st.Microbatches, StalenessMax: st.StalenessMax, ElapsedSeconds: el}
+			// Throughput per step: the step's trained tokens over the wall
+			// time since the previous step finished.
+			if el > prevT {
+				row.TokensPerSecond = float64(st.Tokens) / (el - prevT)
+			}
+			prevT = el
+			s.PerStep = append(s.PerStep, row)
+		}
+	}
+	s.RewardFirst5, s.RewardLast5 = report.Mean5(s.RewardMeanPerStep)
+	if n.ctl != nil && n.ctl.Core() != nil {
+		core := n.ctl.Core()
+		m := core.Staleness()
+		st := core.Stats()
+		s.StalenessMax, s.StalenessMean, s.StalenessHistogram = m.StalenessMax, m.StalenessMean, m.StalenessHistogram
+		s.GroupsTrained = st.Trained
+		s.GroupsDroppedZeroVariance = st.Filtered
+		s.GroupsRequeuedStale = st.RequeuedStale
+		s.GroupsRequeuedAborted = st.RequeuedAborted
+		s.GroupsInFlightAtStop = int64(core.InFlight())
+	}
+	tot := n.rolloutTotals()
+	s.GroupsGenerated = tot.GroupsReady
+	s.TrajectoriesStarted, s.TrajectoriesFinished, s.TrajectoriesAborted = tot.Started, tot.Finished, tot.Aborted
+	s.TrajectoriesMixedVersions = tot.MixedVersions
+	s.TurnResubmits = tot.Resubmits
+	s.Tokens, s.GeneratedTokens = tot.Tokens, tot.Generated
+	if wall > 0 {
+		s.TokensPerSecond = float64(tot.Tokens) / wall
+		s.GeneratedTokensPerSec = float64(tot.Generated) / wall
+	}
+	// Lost: trajectories neither finished nor reported aborted, and the
+	// trajectories of groups reported on the bus whose fate never reached
+	// the controller's books.
+	s.TrajectoriesLost = tot.Started - tot.Finished - tot.Aborted
+	if n.ledger != nil {
+		for range unsettled(n.ledger.Snapshot()) {
+			s.TrajectoriesLost += int64(cfg.Rollout.NSamplesPerPrompt)
+		}
+	}
+	for _, e := range n.engines {
+		s.EngineVersions = append(s.EngineVersions, e.e.Version())
+	}
+	return s
+}

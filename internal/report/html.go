@@ -1,0 +1,126 @@
+package report
+
+import (
+	"bytes"
+	"fmt"
+	"html/template"
+	"path/filepath"
+	"strconv"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+)
+
+// Plot file names inside the report directory.
+const (
+	RewardPNG     = "reward.png"
+	StalenessPNG  = "staleness.png"
+	ThroughputPNG = "throughput.png"
+)
+
+// Write writes summary.json, the three PNG plots and report.html to dir.
+func Write(dir string, s Summary) error {
+	if err := WriteJSON(dir, s); err != nil {
+		return err
+	}
+	if err := writePlots(dir, s); err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	if err := page.Execute(&buf, s); err != nil {
+		return fmt.Errorf("report: html: %w", err)
+	}
+	return writeFile(filepath.Join(dir, "report.html"), buf.Bytes())
+}
+
+func writePlots(dir string, s Summary) error {
+	reward := make(plotter.XYs, len(s.PerStep))
+	tput := make(plotter.XYs, len(s.PerStep))
+	for i, r := range s.PerStep {
+		reward[i] = plotter.XY{X: float64(r.Step), Y: r.RewardMean}
+		tput[i] = plotter.XY{X: float64(r.Step), Y: r.TokensPerSecond}
+	}
+	if err := linePlot(filepath.Join(dir, RewardPNG), "Reward per step", "trainer step", "mean trajectory reward", reward); err != nil {
+		return err
+	}
+	if err := linePlot(filepath.Join(dir, ThroughputPNG), "Rollout throughput", "trainer step", "tokens / s", tput); err != nil {
+		return err
+	}
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("Staleness of trained groups (bound %d)", s.StalenessBound)
+	p.X.Label.Text = "staleness (steps)"
+	p.Y.Label.Text = "groups"
+	vals := make(plotter.Values, len(s.StalenessHistogram))
+	labels := make([]string, len(s.StalenessHistogram))
+	for i, c := range s.StalenessHistogram {
+		vals[i] = float64(c)
+		labels[i] = strconv.Itoa(i)
+		if i == len(s.StalenessHistogram)-1 && i > 0 {
+			labels[i] = ">" + strconv.FormatInt(s.StalenessBound, 10)
+		}
+	}
+	if len(vals) > 0 {
+		bars, err := plotter.NewBarChart(vals, vg.Points(20))
+		if err != nil {
+			return fmt.Errorf("report: staleness plot: %w", err)
+		}
+		p.Add(bars)
+		p.NominalX(labels...)
+	}
+	if err := p.Save(6*vg.Inch, 3*vg.Inch, filepath.Join(dir, StalenessPNG)); err != nil {
+		return fmt.Errorf("report: staleness plot: %w", err)
+	}
+	return nil
+}
+
+func linePlot(path, title, x, y string, pts plotter.XYs) error {
+	p := plot.New()
+	p.Title.Text = title
+	p.X.Label.Text = x
+	p.Y.Label.Text = y
+	p.Add(plotter.NewGrid())
+	if len(pts) > 0 {
+		line, marks, err := plotter.NewLinePoints(pts)
+		if err != nil {
+			return fmt.Errorf("report: %s: %w", title, err)
+		}
+		p.Add(line, marks)
+	}
+	if err := p.Save(6*vg.Inch, 3*vg.Inch, path); err != nil {
+		return fmt.Errorf("report: %s: %w", title, err)
+	}
+	return nil
+}
+
+var page = template.Must(template.New("report").Parse(`<!doctype html>
+<html><head><meta charset="utf-8"><title>asyncrl run {{.RunID}}</title>
+<style>body{font-family:sans-serif;max-width:60em;margin:2em auto}td,th{padding:2px 8px;text-align:right}</style>
+</head><body>
+<h1>asyncrl run {{.RunID}}</h1>
+<p>task <b>{{.Task}}</b>, seed {{.Seed}}, {{.Steps}}/{{.StepsRequested}} steps, final version {{.FinalVersion}},
+{{printf "%.1f" .WallSeconds}} s wall, pause mode {{.PauseMode}}{{if .Interrupted}}, <b>interrupted</b>{{end}}{{if .Error}}, error: {{.Error}}{{end}}.</p>
+<p>reward: first 5 steps {{printf "%.3f" .RewardFirst5}}, last 5 steps {{printf "%.3f" .RewardLast5}}.
+staleness max {{.StalenessMax}} (bound {{.StalenessBound}}), mean {{printf "%.2f" .StalenessMean}}.
+trajectories lost: <b>{{.TrajectoriesLost}}</b>.</p>
+<img src="reward.png" alt="reward per step"><br>
+<img src="staleness.png" alt="staleness histogram"><br>
+<img src="throughput.png" alt="throughput">
+<h2>Accounting</h2>
+<table>
+<tr><th>groups generated</th><td>{{.GroupsGenerated}}</td></tr>
+<tr><th>groups trained</th><td>{{.GroupsTrained}}</td></tr>
+<tr><th>groups dropped (zero variance)</th><td>{{.GroupsDroppedZeroVariance}}</td></tr>
+<tr><th>groups requeued (stale)</th><td>{{.GroupsRequeuedStale}}</td></tr>
+<tr><th>groups requeued (aborted)</th><td>{{.GroupsRequeuedAborted}}</td></tr>
+<tr><th>groups in flight at stop</th><td>{{.GroupsInFlightAtStop}}</td></tr>
+<tr><th>trajectories started / finished / aborted</th><td>{{.TrajectoriesStarted}} / {{.TrajectoriesFinished}} / {{.TrajectoriesAborted}}</td></tr>
+<tr><th>trajectories spanning versions</th><td>{{.TrajectoriesMixedVersions}}</td></tr>
+<tr><th>tokens / s (all, generated)</th><td>{{printf "%.0f" .TokensPerSecond}} / {{printf "%.0f" .GeneratedTokensPerSec}}</td></tr>
+</table>
+<h2>Steps</h2>
+<table><tr><th>step</th><th>version</th><th>reward</th><th>loss</th><th>entropy</th><th>grad norm</th><th>mismatch</th><th>tokens</th><th>staleness max</th><th>t (s)</th></tr>
+{{range .PerStep}}<tr><td>{{.Step}}</td><td>{{.Version}}</td><td>{{printf "%.3f" .RewardMean}}</td><td>{{printf "%.4f" .Loss}}</td><td>{{printf "%.3f" .Entropy}}</td><td>{{printf "%.3f" .GradNorm}}</td><td>{{printf "%.2g" .Mismatch}}</td><td>{{.Tokens}}</td><td>{{.StalenessMax}}</td><td>{{printf "%.1f" .ElapsedSeconds}}</td></tr>
+{{end}}</table>
+</body></html>
+`))

@@ -1,0 +1,137 @@
+package report
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// Summary is summary.json: the figures of one run. Field names are the
+// file's keys and are stable (scripts and tests read them).
+type Summary struct {
+	RunID string `json:"run_id"`
+	Task  string `json:"task"`
+	Seed  int64  `json:"seed"`
+	// Steps is the number of trainer steps completed; StepsRequested the target.
+	Steps          int   `json:"steps"`
+	StepsRequested int   `json:"steps_requested"`
+	FinalVersion   int64 `json:"final_version"`
+	// RewardMeanPerStep is the mean trajectory reward of each trained
+	// mini-batch, in step order.
+	RewardMeanPerStep []float64 `json:"reward_mean_per_step"`
+	// RewardFirst5/Last5 are the means of the first and last five entries.
+	RewardFirst5 float64 `json:"reward_first5"`
+	RewardLast5  float64 `json:"reward_last5"`
+	// Staleness of trained groups in steps (trainer version − oldest token
+	// version), the bound S, and the histogram (index k = staleness k, the
+	// last bucket > S).
+	StalenessMax       int64   `json:"staleness_max"`
+	StalenessMean      float64 `json:"staleness_mean"`
+	StalenessBound     int64   `json:"staleness_bound"`
+	StalenessHistogram []int64 `json:"staleness_histogram"`
+	// Group and trajectory accounting.
+	GroupsGenerated           int64 `json:"groups_generated"`
+	GroupsTrained             int64 `json:"groups_trained"`
+	GroupsDroppedZeroVariance int64 `json:"groups_dropped_zero_variance"`
+	GroupsRequeuedStale       int64 `json:"groups_requeued_stale"`
+	GroupsRequeuedAborted     int64 `json:"groups_requeued_aborted"`
+	GroupsInFlightAtStop      int64 `json:"groups_in_flight_at_stop"`
+	TrajectoriesStarted       int64 `json:"trajectories_started"`
+	TrajectoriesFinished      int64 `json:"trajectories_finished"`
+	TrajectoriesAborted       int64 `json:"trajectories_aborted"`
+	// TrajectoriesLost must be 0: trajectories neither finished nor
+	// reported aborted, plus those of groups reported by a rollout actor
+	// that never reached the controller's books.
+	TrajectoriesLost int64 `json:"trajectories_lost"`
+	// TrajectoriesMixedVersions counts finished trajectories whose tokens
+	// came from more than one policy version (keep-mode updates).
+	TrajectoriesMixedVersions int64 `json:"trajectories_mixed_versions"`
+	TurnResubmits             int64 `json:"turn_resubmits"`
+	// Throughput: all trajectory tokens (prompt, generated, observations)
+	// and generated tokens per wall second.
+	Tokens                int64   `json:"tokens"`
+	GeneratedTokens       int64   `json:"generated_tokens"`
+	TokensPerSecond       float64 `json:"tokens_per_second"`
+	GeneratedTokensPerSec float64 `json:"generated_tokens_per_second"`
+	WallSeconds           float64 `json:"wall_seconds"`
+	// Engines lists each engine's final version.
+	EngineVersions []int64 `json:"engine_versions"`
+	// PauseMode is the engines' weight-update mode (keep, abort, wait).
+	PauseMode string `json:"pause_mode"`
+	// Interrupted is true when the run was stopped (Ctrl-C) before Steps.
+	Interrupted bool `json:"interrupted"`
+	// Error is the error that ended the run early, if any.
+	Error string `json:"error,omitempty"`
+	// PerStep has one row per trained step.
+	PerStep []StepRow `json:"per_step"`
+}
+
+// StepRow describes one trainer step.
+type StepRow struct {
+	Step         int64   `json:"step"`
+	Version      int64   `json:"version"`
+	RewardMean   float64 `json:"reward_mean"`
+	Loss         float64 `json:"loss"`
+	Entropy      float64 `json:"entropy"`
+	GradNorm     float64 `json:"grad_norm"`
+	Mismatch     float64 `json:"mismatch"`
+	Tokens       int     `json:"tokens"`
+	Microbatches int     `json:"microbatches"`
+	StalenessMax int64   `json:"staleness_max"`
+	// ElapsedSeconds is the wall time since the run started when the step
+	// finished; TokensPerSecond the rollout throughput since the step before.
+	ElapsedSeconds  float64 `json:"elapsed_seconds"`
+	TokensPerSecond float64 `json:"tokens_per_second"`
+}
+
+// Mean5 returns the means of the first and last min(5, len) values.
+func Mean5(xs []float64) (first, last float64) {
+	if len(xs) == 0 {
+		return 0, 0
+	}
+	k := min(5, len(xs))
+	for i := range k {
+		first += xs[i]
+		last += xs[len(xs)-k+i]
+	}
+	return first / float64(k), last / float64(k)
+}
+
+// WriteJSON writes dir/summary.json (creating dir).
+func WriteJSON(dir string, s Summary) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	data, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	return writeFile(filepath.Join(dir, "summary.json"), append(data, '\n'))
+}
+
+// ReadJSON reads dir/summary.json.
+func ReadJSON(dir string) (Summary, error) {
+	var s Summary
+	data, err := os.ReadFile(filepath.Join(dir, "summary.json"))
+	if err != nil {
+		return s, fmt.Errorf("report: %w", err)
+	}
+	if err := json.Unmarshal(data, &s); err != nil {
+		return s, fmt.Errorf("report: summary.json: %w", err)
+	}
+	return s, nil
+}
+
+// writeFile writes via a temporary file and a rename, so a reader never
+// sees half a report.
+func writeFile(path string, data []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	return nil
+}
