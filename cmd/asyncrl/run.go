@@ -95,4 +95,3 @@ func loadRunConfig(cmd *cobra.Command, f runFlags) (config.Config, error) {
 		}
 	})
 }
-
