@@ -482,3 +482,18 @@ func TestEncodeConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+func TestVerifyPayloads(t *testing.T) {
+	f := newFixture(t, 10, 1)
+	m := f.publish(1, delta.DefaultEncodeConfig())
+	dir := f.st.Path(delta.DeltaDir(1))
+	if err := delta.VerifyPayloads(context.Background(), m, dir); err != nil {
+		t.Fatalf("a good version: %v", err)
+	}
+	p := filepath.Join(dir, m.PayloadFiles[0])
+	good, _ := os.ReadFile(p)
+	os.WriteFile(p, good[:len(good)-1], 0o644)
+	if err := delta.VerifyPayloads(context.Background(), m, dir); !errors.Is(err, delta.ErrCorrupt) {
+		t.Fatalf("a truncated payload: %v", err)
+	}
+}
