@@ -1,0 +1,37 @@
+// Package controller is the staleness controller actor of the fully
+// asynchronous loop: a thin actor shell (package actors) around Core,
+// which wraps the pure staleness core (package staleness) with the prompt
+// queue and the mini-batch assembly.
+//
+// # Contract
+//
+//   - Admission: after every message (and at Start) the core admits
+//     groups while staleness.Controller.Capacity() > 0 and the trainer has
+//     not passed Config.MaxSteps: requeued prompts first (oldest first),
+//     then fresh ones from the Source. Each admission publishes a
+//     PromptAssigned (Version = the policy version at admission) and a
+//     PromptLedger "consumed".
+//   - GroupReady (kept by the sampling actor): Accept with the group's
+//     oldest token version; the group joins the queue for training.
+//     GroupFiltered: Accept then Filter — capacity is released and the
+//     prompt is consumed (ledger "filtered"), so the filter cannot
+//     deadlock the loop. EpisodeAborted: Abort — the prompt is requeued
+//     (GroupRequeued, ledger "requeued"); further aborts of the same group
+//     are duplicates and change nothing.
+//   - Training: while no TrainBatch is out for the current step, queued
+//     groups are checked with CheckForTraining in arrival order; a stale
+//     one is requeued (reason stale), a fresh one is announced with
+//     GroupAccepted. When B groups passed, their token batches are merged
+//     into one Arrow batch and sent inline in a TrainBatch for the step.
+//   - StepDone(step) advances the step and marks that step's groups
+//     trained in the ledger. A duplicate StepDone is ignored.
+//   - After every message a CapacityChanged carries the counters.
+//
+// Every admitted group therefore ends trained, filtered or requeued exactly
+// once, or is still held (running, queued, or in the step being trained)
+// when the run stops — Core.InFlight counts those.
+//
+// The core owns no goroutines, clock or I/O; merging token batches is pure
+// byte work. A restart after a panic starts from a fresh core (the ledger
+// stream holds what was settled).
+package controller

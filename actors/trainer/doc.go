@@ -1,0 +1,23 @@
+// Package trainer is the trainer actor of the fully asynchronous loop.
+//
+// # Contract
+//
+//   - In: TrainBatch for step s (the mini-batch the controller assembled,
+//     one Arrow token batch inline). The trainer holds version s−1; a batch
+//     for an older step is a redelivery and only re-announces StepDone; a
+//     batch for a later step is an error.
+//   - Prepare turns the batch into policy sequences with GRPO advantages
+//     per group ((r − mean)/(std + 1e-6), or r − mean with NormStd false)
+//     and plans microbatches (package trainer/microbatch). The built-in
+//     backend (policy.Trainer) takes the whole mini-batch in one optimiser
+//     step; the plan sizes the work and is what a remote backend follows.
+//   - After the step the new BF16 serving copy goes to the Publisher (in
+//     process: pause every engine in the configured mode, swap weights,
+//     resume, tell the router), then WeightsPublished and StepDone{Step: s,
+//     NewVersion: s} are published.
+//   - Steps returns one StepRecord per trained step; Err the error that
+//     stopped training (the node ends the run on it).
+//
+// The actor is a goroutine shell: training is blocking work, so it runs on
+// the actor's own goroutine, fed by a bounded channel from the bus.
+package trainer
