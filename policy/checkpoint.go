@@ -129,6 +129,7 @@ func LoadServing(dir string) (*Model, error) {
 	if err := m.readTensors(ck, "", m.params); err != nil {
 		return nil, err
 	}
+	m.refresh()
 	return m, nil
 }
 
@@ -229,5 +230,6 @@ func LoadTrainer(dir string) (*Trainer, error) {
 			return nil, err
 		}
 	}
+	m.refresh()
 	return t, nil
 }

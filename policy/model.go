@@ -89,6 +89,14 @@ type Model struct {
 	headB  int
 	inDim  []int
 	wsPool sync.Pool
+
+	// tab[(k·VocabSize+v)·Hidden : …+Hidden] = W₀[:, slot k] · embed[v]:
+	// the first layer's contribution of token v in window slot k. With it
+	// the first layer costs Window vector adds instead of a
+	// Hidden × Window·EmbedDim matrix product. Derived from params; refresh
+	// rebuilds it after every weight change, and training and serving both
+	// use it, so their logits stay bit-identical for equal weights.
+	tab []float32
 }
 
 // layout builds the tensor table for cfg.
@@ -154,6 +162,7 @@ func New(cfg Config, seed uint64) (*Model, error) {
 		fill(m.wOff[l], cfg.Hidden*m.inDim[l], 1/math.Sqrt(float64(m.inDim[l])))
 	}
 	fill(m.headW, cfg.VocabSize*cfg.Hidden, 0.1/math.Sqrt(float64(cfg.Hidden)))
+	m.refresh()
 	return m, nil
 }
 
@@ -173,6 +182,7 @@ func (m *Model) NumParams() int { return len(m.params) }
 func (m *Model) Clone() *Model {
 	c, _ := newZero(m.cfg)
 	copy(c.params, m.params)
+	c.tab = append(c.tab[:0], m.tab...)
 	return c
 }
 
@@ -183,6 +193,7 @@ func (m *Model) CopyFrom(src *Model) error {
 		return fmt.Errorf("%w: CopyFrom between different shapes", ErrConfig)
 	}
 	copy(m.params, src.params)
+	m.tab = append(m.tab[:0], src.tab...)
 	return nil
 }
 
@@ -191,6 +202,28 @@ func (m *Model) CopyFrom(src *Model) error {
 func (m *Model) RoundBF16() {
 	for i, v := range m.params {
 		m.params[i] = roundBF16(v)
+	}
+	m.refresh()
+}
+
+// refresh rebuilds the derived first-layer table from the weights. Every
+// code path that changes params must call it.
+func (m *Model) refresh() {
+	c := m.cfg
+	H, D, V := c.Hidden, c.EmbedDim, c.VocabSize
+	n := m.inDim[0]
+	if len(m.tab) != c.Window*V*H {
+		m.tab = make([]float32, c.Window*V*H)
+	}
+	W := m.params[m.wOff[0] : m.wOff[0]+H*n]
+	for k := 0; k < c.Window; k++ {
+		for v := 0; v < V; v++ {
+			e := m.params[m.embOff+v*D : m.embOff+(v+1)*D]
+			row := m.tab[(k*V+v)*H : (k*V+v+1)*H]
+			for j := range row {
+				row[j] = dot(W[j*n+k*D:j*n+(k+1)*D], e)
+			}
+		}
 	}
 }
 
@@ -265,8 +298,21 @@ func (m *Model) forward(tokens []int32, ws *Workspace) {
 		ws.ctx[k] = id
 		copy(ws.x[k*D:(k+1)*D], m.params[m.embOff+int(id)*D:m.embOff+int(id+1)*D])
 	}
-	in := ws.x
-	for l := 0; l < c.Layers; l++ {
+	H, V := c.Hidden, c.VocabSize
+	// Layer 0 through the table: bias + Σ_k tab[k][ctx_k], slots in order.
+	h := ws.h[0]
+	copy(h, m.params[m.bOff[0]:m.bOff[0]+H])
+	for k, id := range ws.ctx {
+		row := m.tab[(k*V+int(id))*H : (k*V+int(id)+1)*H]
+		for j, v := range row {
+			h[j] += v
+		}
+	}
+	for j, v := range h {
+		h[j] = float32(math.Tanh(float64(v)))
+	}
+	in := h
+	for l := 1; l < c.Layers; l++ {
 		W := m.params[m.wOff[l] : m.wOff[l]+c.Hidden*m.inDim[l]]
 		b := m.params[m.bOff[l] : m.bOff[l]+c.Hidden]
 		h := ws.h[l]
@@ -301,36 +347,95 @@ func dot(a, b []float32) float32 {
 	return (s0 + s1) + (s2 + s3)
 }
 
-// Backward accumulates into grad (len NumParams, same layout as the
-// parameters) the gradient of a scalar loss whose derivative w.r.t. the
-// logits of the last Forward(ws) is dlogits. ws must hold that forward pass.
-func (m *Model) Backward(ws *Workspace, dlogits []float32, grad []float64) {
+// Grad accumulates a loss gradient for one model shape. The first layer's
+// gradient is gathered per (window slot, token) — Hidden numbers per trained
+// token instead of Hidden × Window·EmbedDim — and folded into weight and
+// embedding gradients once by Flatten.
+type Grad struct {
+	flat    []float64 // same layout as the parameters
+	tab     []float64 // d loss / d tab, like Model.tab
+	touched []bool    // which (slot, token) rows of tab are non-zero
+}
+
+// NewGrad returns a zero gradient for m's shape.
+func (m *Model) NewGrad() *Grad {
+	c := m.cfg
+	return &Grad{
+		flat:    make([]float64, len(m.params)),
+		tab:     make([]float64, c.Window*c.VocabSize*c.Hidden),
+		touched: make([]bool, c.Window*c.VocabSize),
+	}
+}
+
+// Reset zeroes the gradient.
+func (g *Grad) Reset() {
+	clear(g.flat)
+	clear(g.tab)
+	clear(g.touched)
+}
+
+// Flatten folds the per-slot first-layer gradient into the weight and
+// embedding gradients (in a fixed order) and returns the gradient in the
+// parameters' layout. The slice aliases g; call Reset before reuse.
+func (m *Model) Flatten(g *Grad) []float64 {
+	c := m.cfg
+	H, D, V := c.Hidden, c.EmbedDim, c.VocabSize
+	n := m.inDim[0]
+	W := m.params[m.wOff[0] : m.wOff[0]+H*n]
+	gW := g.flat[m.wOff[0] : m.wOff[0]+H*n]
+	for k := 0; k < c.Window; k++ {
+		for v := 0; v < V; v++ {
+			r := k*V + v
+			if !g.touched[r] {
+				continue
+			}
+			g.touched[r] = false
+			row := g.tab[r*H : (r+1)*H]
+			e := m.params[m.embOff+v*D : m.embOff+(v+1)*D]
+			ge := g.flat[m.embOff+v*D : m.embOff+(v+1)*D]
+			for j, gj := range row {
+				if gj == 0 {
+					continue
+				}
+				wj := W[j*n+k*D : j*n+(k+1)*D]
+				gwj := gW[j*n+k*D : j*n+(k+1)*D]
+				for d := 0; d < D; d++ {
+					gwj[d] += gj * float64(e[d])
+					ge[d] += gj * float64(wj[d])
+				}
+				row[j] = 0
+			}
+		}
+	}
+	return g.flat
+}
+
+// Backward accumulates into g the gradient of a scalar loss whose
+// derivative w.r.t. the logits of the last Forward(ws) is dlogits. ws must
+// hold that forward pass. Call Flatten to read the result.
+func (m *Model) Backward(ws *Workspace, dlogits []float32, g *Grad) {
 	c := m.cfg
 	H := c.Hidden
+	grad := g.flat
 	top := ws.h[c.Layers-1]
 	// head
 	W := m.params[m.headW : m.headW+c.VocabSize*H]
 	dh := ws.dh[:H]
 	clear(dh)
-	for v, g := range dlogits[:c.VocabSize] {
-		if g == 0 {
+	for v, gv := range dlogits[:c.VocabSize] {
+		if gv == 0 {
 			continue
 		}
-		grad[m.headB+v] += float64(g)
+		grad[m.headB+v] += float64(gv)
 		gw := grad[m.headW+v*H : m.headW+(v+1)*H]
 		for j, a := range top {
-			gw[j] += float64(g * a)
+			gw[j] += float64(gv * a)
 		}
-		axpy(g, W[v*H:(v+1)*H], dh)
+		axpy(gv, W[v*H:(v+1)*H], dh)
 	}
-	for l := c.Layers - 1; l >= 0; l-- {
+	for l := c.Layers - 1; l >= 1; l-- {
 		n := m.inDim[l]
-		var in []float32
-		if l == 0 {
-			in = ws.x
-		} else {
-			in = ws.h[l-1]
-		}
+		in := ws.h[l-1]
 		h := ws.h[l]
 		Wl := m.params[m.wOff[l] : m.wOff[l]+H*n]
 		dx := ws.dx[:n]
@@ -347,15 +452,22 @@ func (m *Model) Backward(ws *Workspace, dlogits []float32, grad []float64) {
 			}
 			axpy(dz, Wl[j*n:(j+1)*n], dx)
 		}
-		if l > 0 {
-			copy(dh, dx[:H])
-		}
+		copy(dh, dx[:H])
 	}
-	D := c.EmbedDim
+	// Layer 0: d loss / d tab[k][ctx_k] = dz for every slot k.
+	h := ws.h[0]
+	dz := ws.dx[:H]
+	for j := range dz {
+		dz[j] = dh[j] * (1 - h[j]*h[j])
+		grad[m.bOff[0]+j] += float64(dz[j])
+	}
+	V := c.VocabSize
 	for k, id := range ws.ctx {
-		ge := grad[m.embOff+int(id)*D : m.embOff+int(id+1)*D]
-		for d := range ge {
-			ge[d] += float64(ws.dx[k*D+d])
+		r := k*V + int(id)
+		g.touched[r] = true
+		row := g.tab[r*H : (r+1)*H]
+		for j, d := range dz {
+			row[j] += float64(d)
 		}
 	}
 }

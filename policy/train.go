@@ -175,7 +175,7 @@ type Trainer struct {
 	step    int64     // optimiser steps taken = model version
 	pcg     *rand.PCG
 	rng     *rand.Rand // reserved for stochastic training options; saved and restored
-	grads   [][]float64
+	grads   []*Grad
 	wss     []*Workspace
 	scratch [][]float64 // per-worker per-vocab scratch
 }
@@ -192,7 +192,7 @@ func NewTrainer(model *Model, cfg TrainerConfig) (*Trainer, error) {
 	}
 	t.rng = rand.New(t.pcg)
 	for range cfg.Workers {
-		t.grads = append(t.grads, make([]float64, model.NumParams()))
+		t.grads = append(t.grads, model.NewGrad())
 		t.wss = append(t.wss, model.NewWorkspace())
 		t.scratch = append(t.scratch, make([]float64, 3*model.VocabSize()))
 	}
@@ -285,11 +285,12 @@ func (t *Trainer) lossGrad(b Batch) (StepStats, []float64, error) {
 	stats := make([]tokenStats, W)
 	chunk := (len(b.Sequences) + W - 1) / W
 	work := func(w int) {
-		clear(t.grads[w])
+		t.grads[w].Reset()
 		lo, hi := w*chunk, min((w+1)*chunk, len(b.Sequences))
 		for si := lo; si < hi; si++ {
 			t.seqGrad(&b.Sequences[si], len(b.Sequences), nTok, maxLen, w, &stats[w])
 		}
+		t.model.Flatten(t.grads[w])
 	}
 	if W == 1 {
 		work(0)
@@ -300,11 +301,11 @@ func (t *Trainer) lossGrad(b Batch) (StepStats, []float64, error) {
 		}
 		wg.Wait()
 	}
-	g := t.grads[0]
+	g := t.grads[0].flat
 	var st tokenStats
 	for w := 0; w < W; w++ {
 		if w > 0 {
-			for i, x := range t.grads[w] {
+			for i, x := range t.grads[w].flat {
 				g[i] += x
 			}
 		}
@@ -477,5 +478,6 @@ func (t *Trainer) applyAdam(g []float64) float64 {
 		w -= c.LR * (m / bc1) / (math.Sqrt(v/bc2) + c.Eps)
 		params[i] = float32(w)
 	}
+	t.model.refresh()
 	return norm
 }

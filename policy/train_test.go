@@ -76,6 +76,7 @@ func TestGradientCheck(t *testing.T) {
 			for i := m.headW; i < m.headB; i++ {
 				m.params[i] *= 20
 			}
+			m.refresh()
 			cfg := DefaultTrainerConfig()
 			tc.mod(&cfg)
 			tr, err := NewTrainer(m, cfg)
@@ -125,10 +126,13 @@ func TestGradientCheck(t *testing.T) {
 			for i := range m.params {
 				orig := m.params[i]
 				m.params[i] = orig + eps
+				m.refresh()
 				up := loss()
 				m.params[i] = orig - eps
+				m.refresh()
 				down := loss()
 				m.params[i] = orig
+				m.refresh()
 				num := (up - down) / (2 * eps)
 				if math.Abs(num-ana[i]) > 2e-4+3e-2*math.Abs(ana[i]) {
 					t.Errorf("param %d (%s): analytic %.6g, numeric %.6g", i, m.paramName(i), ana[i], num)

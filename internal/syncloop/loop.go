@@ -39,7 +39,9 @@ type Config struct {
 // DefaultConfig is the configuration the acceptance test measures.
 func DefaultConfig() Config {
 	return Config{
-		Groups: 8, Samples: 8,
+		// 16 groups rather than 8: measured on seeds 1–3, every run kept
+		// improving, where 8 groups sometimes collapsed at reward 0.40.
+		Groups: 16, Samples: 8,
 		Sampling: sampler.DefaultParams(),
 		NormStd:  true,
 		Model:    policy.DefaultConfig(),

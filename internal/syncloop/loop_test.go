@@ -38,16 +38,17 @@ func mean(rs []StepResult) float64 {
 }
 
 // TestLearnsReverse is the acceptance test: GRPO on the reverse task with
-// the built-in model, 8 prompts × 8 samples per step, temperature 1, seed 1.
-// Measured curve (mean reward per 40 steps, DefaultConfig):
+// the built-in model, 16 prompts × 8 samples per step, temperature 1, seed 1.
+// Measured curve (mean reward per 40 steps, DefaultConfig, seed 1):
 //
 //	steps   1-40  41-80  81-120 121-160 161-200 201-240 241-280 281-320 321-360 361-400
-//	reward  0.21  0.30   0.33   0.37    0.40    0.43    0.48    0.54    0.58    0.62
+//	reward  0.23  0.32   0.33   0.36    0.41    0.45    0.49    0.55    0.57    0.58
 //
-// (a uniformly random policy earns 0.046; the first steps already learn to
-// emit only alphabet letters, the rest is learning which letter goes where).
-// Seeds 2 and 3 reached 0.50 and 0.40 in the last 40 steps. About 13 s of
-// CPU on one core.
+// A uniformly random policy earns 0.046; the first steps learn to emit only
+// alphabet letters (≈0.30), the rest is learning which letter goes where
+// (about 20% of episodes exactly solved by step 400). Seeds 2 and 3 ended
+// (last 40 steps) at 0.75 and 0.59. About 11 s of CPU on one core.
+// Assert last-40 > first-40 + 0.25.
 func TestLearnsReverse(t *testing.T) {
 	const steps = 400
 	rs := run(t, "reverse", DefaultConfig(), steps)
@@ -57,8 +58,8 @@ func TestLearnsReverse(t *testing.T) {
 	}
 	first, last := mean(rs[:40]), mean(rs[steps-40:])
 	t.Logf("first-40 mean %.3f, last-40 mean %.3f", first, last)
-	if last < first+0.3 {
-		t.Errorf("reward did not rise: first-40 %.3f, last-40 %.3f (measured 0.21 → 0.62)", first, last)
+	if last < first+0.25 {
+		t.Errorf("reward did not rise: first-40 %.3f, last-40 %.3f (measured 0.23 → 0.58)", first, last)
 	}
 	// The serving copy is the BF16 rounding of the trainer's weights, so the
 	// train–inference mismatch stays tiny throughout.
