@@ -248,7 +248,7 @@ func DecodeTokenBatchLimit(data []byte, maxBytes int) (tb *TokenBatch, err error
 			err = fmt.Errorf("%w: token batch: arrow reader panic: %v", ErrMalformed, r)
 		}
 	}()
-	if err := checkSchemaMessage(data); err != nil {
+	if err := checkStream(data); err != nil {
 		return nil, err
 	}
 	mem := &budgetAllocator{mem: memory.NewGoAllocator(), limit: 2*int64(len(data)) + 1<<16}

@@ -5,15 +5,16 @@ import (
 	"fmt"
 )
 
-// Arrow's IPC reader sizes slices from vector lengths in the schema message's
+// Arrow's IPC reader sizes slices from vector lengths in a message's
 // flatbuffer without checking them against the buffer, so a few hostile bytes
 // can demand terabytes and kill the process (a fatal runtime error, which no
-// recover catches). checkSchemaMessage walks the schema message first and
+// recover catches). checkStream walks the messages first and
 // rejects any offset or vector length that does not fit, any type outside the
-// token-batch schema's vocabulary, and implausible counts. Record-batch
-// messages are not pre-walked: the reader indexes them lazily (an out-of-range
-// index panics, which DecodeTokenBatch recovers) and their buffers go through
-// the budget allocator.
+// token-batch schema's vocabulary, and implausible counts. checkStream does
+// this for every message Arrow will parse (record batches too: their custom
+// metadata is sized the same way); their buffers then go through the budget
+// allocator, and an out-of-range index into them panics, which
+// DecodeTokenBatch recovers.
 
 // Flatbuffer Type union codes (Arrow Schema.fbs) the token-batch schema uses.
 const (
@@ -239,49 +240,124 @@ func checkField(f fbTable, depth int) error {
 	return checkKVs(f, 6)
 }
 
-// checkSchemaMessage verifies the first message of an IPC stream.
-func checkSchemaMessage(data []byte) error {
-	p := 0
-	n, err := fbuf(data).u32(0)
-	if err != nil {
-		return err
-	}
-	if n == 0xFFFFFFFF { // continuation marker, then the length
-		if n, err = fbuf(data).u32(4); err != nil {
+// Message header union codes (Arrow Message.fbs).
+const (
+	fbHeaderRecordBatch = 3
+	// fbMaxMessages: schema, one record batch, and one more that the decoder
+	// reads to prove there is no second batch.
+	fbMaxMessages = 3
+)
+
+// checkStream walks the framing of an IPC stream exactly as arrow-go's
+// message reader does and verifies the flatbuffer of every message it would
+// parse: the schema first, then record batches only (dictionary batches,
+// tensors and anything else are refused). A truncated tail is left for Arrow
+// to report.
+func checkStream(data []byte) error {
+	d := fbuf(data)
+	pos := 0
+	for i := 0; ; i++ {
+		if pos+4 > len(data) {
+			return nil
+		}
+		n, _ := d.u32(pos)
+		pos += 4
+		if n == 0xFFFFFFFF {
+			if pos+4 > len(data) {
+				return nil
+			}
+			n, _ = d.u32(pos)
+			pos += 4
+		}
+		if n == 0 {
+			return nil // end-of-stream marker
+		}
+		if i == fbMaxMessages {
+			return fmt.Errorf("%w: more than %d messages", errFB, fbMaxMessages)
+		}
+		if n < 4 || n > len(data)-pos {
+			return nil // Arrow rejects the length or hits EOF
+		}
+		body, err := checkMessage(fbuf(data[pos:pos+n]), i == 0)
+		if err != nil {
 			return err
 		}
-		p = 8
+		pos += n
+		if body > int64(len(data)-pos) {
+			return nil // Arrow's body size limit or EOF reports it
+		}
+		pos += int(body)
 	}
-	if n < 4 || p+n > len(data) {
-		return fmt.Errorf("%w: schema message length %d", errFB, n)
-	}
-	b := fbuf(data[p : p+n])
+}
+
+// checkMessage verifies one message's flatbuffer and returns its body length.
+func checkMessage(b fbuf, first bool) (int64, error) {
 	root, err := b.indirect(0)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	msg, err := b.table(root)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	ht, err := msg.u8(1)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	if ht != fbHeaderSchema {
-		return fmt.Errorf("%w: first message has header type %d, want a schema", errFB, ht)
+	if want := map[bool]int{true: fbHeaderSchema, false: fbHeaderRecordBatch}[first]; ht != want {
+		return 0, fmt.Errorf("%w: message has header type %d, want %d", errFB, ht, want)
 	}
 	if err := checkKVs(msg, 4); err != nil {
-		return err
+		return 0, err
 	}
-	sp, err := msg.ref(2)
-	if err != nil || sp == 0 {
-		return fmt.Errorf("%w: schema message without schema", errFB)
+	var body int64
+	if p, err := msg.field(3); err != nil {
+		return 0, err
+	} else if p != 0 {
+		if p+8 > len(b) {
+			return 0, errFB
+		}
+		body = int64(binary.LittleEndian.Uint64(b[p:]))
+		if body < 0 {
+			return 0, fmt.Errorf("%w: negative body length", errFB)
+		}
 	}
-	schema, err := b.table(sp)
+	hp, err := msg.ref(2)
+	if err != nil || hp == 0 {
+		return 0, fmt.Errorf("%w: message without header", errFB)
+	}
+	h, err := b.table(hp)
 	if err != nil {
-		return err
+		return 0, err
 	}
+	if first {
+		return body, checkSchema(h)
+	}
+	// RecordBatch: nodes and buffers are vectors of 16-byte structs,
+	// variadicBufferCounts of int64; compression is a small table.
+	for _, v := range []struct{ id, elem int }{{1, 16}, {2, 16}, {4, 8}} {
+		p, err := h.ref(v.id)
+		if err != nil {
+			return 0, err
+		}
+		if p != 0 {
+			if _, _, err := b.vector(p, v.elem, len(b)); err != nil {
+				return 0, err
+			}
+		}
+	}
+	if p, err := h.ref(3); err != nil {
+		return 0, err
+	} else if p != 0 {
+		if _, err := b.table(p); err != nil {
+			return 0, err
+		}
+	}
+	return body, nil
+}
+
+func checkSchema(schema fbTable) error {
+	b := schema.b
 	fields, err := schema.ref(1)
 	if err != nil {
 		return err
