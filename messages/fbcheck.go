@@ -8,13 +8,12 @@ import (
 // Arrow's IPC reader sizes slices from vector lengths in a message's
 // flatbuffer without checking them against the buffer, so a few hostile bytes
 // can demand terabytes and kill the process (a fatal runtime error, which no
-// recover catches). checkStream walks the messages first and
-// rejects any offset or vector length that does not fit, any type outside the
-// token-batch schema's vocabulary, and implausible counts. checkStream does
-// this for every message Arrow will parse (record batches too: their custom
-// metadata is sized the same way); their buffers then go through the budget
-// allocator, and an out-of-range index into them panics, which
-// DecodeTokenBatch recovers.
+// recover catches). checkStream walks every message Arrow will parse — the
+// schema and the record batches, whose custom metadata is sized the same way —
+// and rejects any offset or vector length that does not fit, any type outside
+// the token-batch schema's vocabulary, and implausible counts. Buffers then go
+// through the budget allocator, and an out-of-range index into them panics,
+// which DecodeTokenBatch recovers.
 
 // Flatbuffer Type union codes (Arrow Schema.fbs) the token-batch schema uses.
 const (
