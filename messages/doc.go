@@ -111,9 +111,11 @@
 //
 // Decoding hostile input: Arrow's IPC reader trusts lengths in its
 // flatbuffer metadata, and some of them size allocations directly (a fatal,
-// unrecoverable out-of-memory). DecodeTokenBatch therefore walks the schema
-// message itself before handing it to Arrow, caps metadata and body sizes at
-// the input size, routes every Arrow allocation through a budget of twice the
+// unrecoverable out-of-memory). DecodeTokenBatch therefore walks the
+// flatbuffer of every message itself before handing the stream to Arrow
+// (refusing dictionaries and types outside the schema), caps metadata and
+// body sizes at the input size (arrow-go's ipc.NewReader forgets to pass
+// those limits on, so the message reader is built explicitly), routes every Arrow allocation through a budget of twice the
 // input size, runs array.ValidateFull on each column before typed access,
 // checks every offset and length relation (Validate), and converts any
 // remaining reader panic into ErrMalformed.
