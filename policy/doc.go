@@ -19,14 +19,31 @@
 //   - NextLogits is safe for concurrent use by many goroutines as long as
 //     nobody mutates the model (the engine serves a frozen copy; the trainer
 //     owns its own copy). It does not allocate in steady state.
-//   - Training (ForwardBackward, Adam, Trainer.Step) is deterministic for a
-//     seed: gradients are reduced in a fixed order whatever the scheduling;
-//     parallel workers (Config.Workers of the trainer) own fixed contiguous
-//     chunks and their partial sums are added in worker order.
+//   - Training (Forward/Backward into a Grad, Adam, Trainer.Step) is
+//     deterministic for a seed: gradients are reduced in a fixed order
+//     whatever the scheduling; parallel workers (TrainerConfig.Workers) own
+//     fixed contiguous chunks of the batch and their partial sums are added
+//     in worker order. The result depends on Workers, never on timing.
+//   - The first layer is evaluated through a table derived from the weights
+//     (one Hidden-vector per window slot and token); every weight change
+//     inside this package rebuilds it, so a Model must only be mutated
+//     through its methods.
 //   - Logits are computed by the same code for serving and training, so the
 //     train–inference mismatch comes only from the weights (BF16 serving copy
 //     vs FP32 master, or a stale version), never from the kernels.
 //
 // Weights are saved as safetensors (package weights/safetensors): BF16 for
-// serving, FP32 master weights plus Adam state for resuming training.
+// serving (SaveServing / LoadServing, with config.json), FP32 master weights
+// plus Adam moments, step and RNG state for resuming training bit-identically
+// (Trainer.SaveTrainer / LoadTrainer).
+//
+// # Training
+//
+// Trainer.Step takes a Batch of sequences (tokens, loss mask, the logprobs
+// the engine reported, a per-sequence advantage from Advantages) and runs one
+// clipped PPO/GRPO update: ratio exp(logp_train − logp_rollout) clipped to
+// [1−EpsLow, 1+EpsHigh], SkyRL's loss reductions, optional renormalisation
+// over the sample support set, entropy bonus and k3 KL against the rollout
+// logprobs, global-norm clipping and AdamW. StepStats reports the
+// train–inference mismatch mean |logp_train − logp_rollout|.
 package policy
