@@ -1,8 +1,350 @@
 package main
 
-import "github.com/spf13/cobra"
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
 
-// newWeightsCmd: asyncrl weights. Not built yet (issue 6).
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/asyncrl/asyncrl/weights/delta"
+	"github.com/asyncrl/asyncrl/weights/safetensors"
+	"github.com/asyncrl/asyncrl/weights/store"
+)
+
+// newWeightsCmd: asyncrl weights diff | apply | verify — SkyRL-format delta
+// versions in a sync directory (docs/weights.md).
 func newWeightsCmd(g *globals) *cobra.Command {
-	return stubCmd("weights", "Inspect, publish and fetch weight versions", 6)
+	cmd := &cobra.Command{
+		Use:   "weights",
+		Short: "Publish, apply and verify SkyRL-format delta weight versions",
+		Args:  cobra.NoArgs,
+	}
+	cmd.AddCommand(newWeightsDiffCmd(g), newWeightsApplyCmd(g), newWeightsVerifyCmd(g))
+	return cmd
+}
+
+// progress prints a rewriting status line on stderr, only on a terminal.
+type progress struct {
+	w   io.Writer
+	tty bool
+}
+
+func newProgress(g *globals) progress {
+	p := progress{w: g.stderr}
+	if f, ok := g.stderr.(*os.File); ok {
+		p.tty = term.IsTerminal(int(f.Fd()))
+	}
+	return p
+}
+
+func (p progress) line(format string, args ...any) {
+	if p.tty {
+		fmt.Fprintf(p.w, "\r\033[K"+format, args...)
+	}
+}
+
+func (p progress) done() {
+	if p.tty {
+		fmt.Fprint(p.w, "\r\033[K")
+	}
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func newWeightsDiffCmd(g *globals) *cobra.Command {
+	var (
+		baseDir, newDir, out string
+		version              int64
+		cfg                  = delta.DefaultEncodeConfig()
+		asJSON               bool
+	)
+	cmd := &cobra.Command{
+		Use:   "diff --base DIR --new DIR --out ROOT [--version N]",
+		Short: "Publish one delta version (base_version N−1) from two checkpoint directories",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if baseDir == "" || newDir == "" || out == "" {
+				return fail("asyncrl weights diff: --base, --new and --out are required")
+			}
+			if version < 1 {
+				return fail("asyncrl weights diff: --version %d: deltas start at 1 (0 is the base)", version)
+			}
+			if err := cfg.Validate(); err != nil {
+				return fail("asyncrl weights diff: %v", err)
+			}
+			base, err := safetensors.OpenDir(baseDir)
+			if err != nil {
+				return fail("asyncrl weights diff: --base: %v", err)
+			}
+			defer base.Close()
+			next, err := safetensors.OpenDir(newDir)
+			if err != nil {
+				return fail("asyncrl weights diff: --new: %v", err)
+			}
+			defer next.Close()
+			st, err := store.NewLocal(out)
+			if err != nil {
+				return fail("asyncrl weights diff: --out: %v", err)
+			}
+			p := newProgress(g)
+			p.line("asyncrl weights diff: encoding version %d (%d tensors)…", version, len(next.Names()))
+			start := time.Now()
+			m, err := delta.Encode(cmd.Context(), cfg, base, next, version, st)
+			p.done()
+			if err != nil {
+				return fail("asyncrl weights diff: %v", err)
+			}
+			secs := time.Since(start).Seconds()
+			if asJSON {
+				return writeJSON(g.stdout, map[string]any{
+					"version": m.Version, "base_version": m.BaseVersion, "dir": st.Path(delta.DeltaDir(m.Version)),
+					"tensors_changed": len(m.Tensors), "tensors_total": len(next.Names()),
+					"total_uncompressed_num_bytes": m.TotalUncompressedNumBytes, "total_compressed_num_bytes": m.TotalCompressedNumBytes,
+					"payload_files": m.PayloadFiles, "seconds": secs,
+				})
+			}
+			ratio := 0.0
+			if m.TotalUncompressedNumBytes > 0 {
+				ratio = float64(m.TotalCompressedNumBytes) / float64(m.TotalUncompressedNumBytes)
+			}
+			fmt.Fprintf(g.stdout, "version %d (base %d): %d of %d tensors changed, %d → %d bytes (%.4f), %d payload files, %s, %.2fs\n",
+				m.Version, m.BaseVersion, len(m.Tensors), len(next.Names()), m.TotalUncompressedNumBytes, m.TotalCompressedNumBytes,
+				ratio, len(m.PayloadFiles), st.Path(delta.DeltaDir(m.Version)), secs)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&baseDir, "base", "", "checkpoint `DIR` of version N−1 (model.safetensors or sharded with an index)")
+	f.StringVar(&newDir, "new", "", "checkpoint `DIR` to publish as version N")
+	f.StringVar(&out, "out", "", "sync directory `ROOT`; the delta goes to ROOT/delta-{N:08d}/")
+	f.Int64Var(&version, "version", 1, "version `N` to publish (its base_version is N−1)")
+	f.IntVar(&cfg.Level, "level", cfg.Level, "zstd level 1 (fastest) to 22")
+	f.IntVar(&cfg.Workers, "workers", cfg.Workers, "tensors encoded in parallel")
+	f.Float64Var(&cfg.MaxFileSizeGB, "max-file-size-gb", cfg.MaxFileSizeGB, "roll payload files over at this many GiB of compressed bytes")
+	f.StringVar(&cfg.ChecksumAlgorithm, "checksum", cfg.ChecksumAlgorithm, "checksum algorithm: xxh3-128 or sha256")
+	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
+	return cmd
+}
+
+// localVersion is the marker apply keeps in a checkpoint copy so the next
+// apply knows where to continue: asyncrl's counterpart of SkyRL's
+// state.json for a copy outside a receiver root.
+type localVersion struct {
+	Version         int64 `json:"version"`
+	WriteInProgress bool  `json:"write_in_progress"`
+}
+
+const localVersionFile = ".asyncrl-weights-version.json"
+
+func readLocalVersion(dir string) (localVersion, error) {
+	b, err := os.ReadFile(filepath.Join(dir, localVersionFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return localVersion{}, nil // an untouched copy is the base
+	}
+	if err != nil {
+		return localVersion{}, err
+	}
+	var lv localVersion
+	if err := json.Unmarshal(b, &lv); err != nil {
+		return localVersion{}, fmt.Errorf("%s: %w", localVersionFile, err)
+	}
+	return lv, nil
+}
+
+func writeLocalVersion(dir string, lv localVersion) error {
+	ls, err := store.NewLocal(dir)
+	if err != nil {
+		return err
+	}
+	b, _ := json.Marshal(lv)
+	return ls.Commit(context.Background(), localVersionFile, append(b, '\n'))
+}
+
+func newWeightsApplyCmd(g *globals) *cobra.Command {
+	var (
+		root, ckpt string
+		to, from   int64
+		workers    int
+		asJSON     bool
+	)
+	cmd := &cobra.Command{
+		Use:   "apply --root ROOT --checkpoint DIR [--to V]",
+		Short: "Bring a local checkpoint copy up to version V (default: the newest) by replaying deltas in place",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if root == "" || ckpt == "" {
+				return fail("asyncrl weights apply: --root and --checkpoint are required")
+			}
+			st, err := store.NewLocal(root)
+			if err != nil {
+				return fail("asyncrl weights apply: --root: %v", err)
+			}
+			ctx := cmd.Context()
+			lv, err := readLocalVersion(ckpt)
+			if err != nil {
+				return fail("asyncrl weights apply: %v", err)
+			}
+			if cmd.Flags().Changed("from") {
+				lv = localVersion{Version: from}
+			}
+			if lv.WriteInProgress {
+				return fail("asyncrl weights apply: %s is half-applied (an earlier apply of version %d failed); restore it from the base checkpoint and pass --from 0", ckpt, lv.Version+1)
+			}
+			if !cmd.Flags().Changed("to") {
+				if to, err = delta.Latest(ctx, st); err != nil {
+					return fail("asyncrl weights apply: %v", err)
+				}
+			}
+			if to < lv.Version {
+				return fail("asyncrl weights apply: %s holds version %d, newer than --to %d", ckpt, lv.Version, to)
+			}
+			mut, err := delta.OpenMutable(ckpt)
+			if err != nil {
+				return fail("asyncrl weights apply: %v", err)
+			}
+			defer mut.Close()
+			p := newProgress(g)
+			start, first := time.Now(), lv.Version
+			for v := lv.Version + 1; v <= to; v++ {
+				p.line("asyncrl weights apply: version %d of %d…", v, to)
+				m, err := delta.ReadManifestDir(st.Path(delta.DeltaDir(v)), v)
+				if err == nil && m.BaseVersion != lv.Version {
+					err = fmt.Errorf("%w: version %d has base_version %d, but %s holds %d", delta.ErrChain, v, m.BaseVersion, ckpt, lv.Version)
+				}
+				if err != nil {
+					p.done()
+					return fail("asyncrl weights apply: %v", err)
+				}
+				if err := writeLocalVersion(ckpt, localVersion{Version: lv.Version, WriteInProgress: true}); err != nil {
+					p.done()
+					return fail("asyncrl weights apply: %v", err)
+				}
+				if err := delta.Apply(ctx, delta.ApplyConfig{Workers: workers}, m, st.Path(delta.DeltaDir(v)), mut); err != nil {
+					p.done()
+					return fail("asyncrl weights apply: %v\n%s is now half-applied: restore it from the base checkpoint and pass --from 0", err, ckpt)
+				}
+				lv = localVersion{Version: v}
+				if err := writeLocalVersion(ckpt, lv); err != nil {
+					p.done()
+					return fail("asyncrl weights apply: %v", err)
+				}
+			}
+			p.done()
+			secs := time.Since(start).Seconds()
+			if asJSON {
+				return writeJSON(g.stdout, map[string]any{"checkpoint": ckpt, "from": first, "version": lv.Version, "applied": lv.Version - first, "seconds": secs})
+			}
+			fmt.Fprintf(g.stdout, "%s: version %d → %d (%d deltas applied, %.2fs)\n", ckpt, first, lv.Version, lv.Version-first, secs)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&root, "root", "", "sync directory `ROOT` holding delta-{v:08d}/ versions")
+	f.StringVar(&ckpt, "checkpoint", "", "local checkpoint copy `DIR`, patched in place (its version is kept in "+localVersionFile+"; none means 0, the base)")
+	f.Int64Var(&to, "to", 0, "target version `V` (default: the newest committed version)")
+	f.Int64Var(&from, "from", 0, "the version DIR holds, overriding its marker (e.g. 0 after restoring it from the base)")
+	f.IntVar(&workers, "workers", delta.DefaultApplyConfig().Workers, "tensors patched in parallel")
+	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
+	return cmd
+}
+
+type verifyResult struct {
+	Version         int64  `json:"version"`
+	BaseVersion     int64  `json:"base_version"`
+	Tensors         int    `json:"tensors"`
+	CompressedBytes int64  `json:"total_compressed_num_bytes"`
+	OK              bool   `json:"ok"`
+	Error           string `json:"error,omitempty"`
+}
+
+func newWeightsVerifyCmd(g *globals) *cobra.Command {
+	var (
+		root   string
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "verify --root ROOT",
+		Short: "Check every committed delta version: manifest, version chain, payload files and patch sizes",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if root == "" {
+				return fail("asyncrl weights verify: --root is required")
+			}
+			if _, err := os.Stat(root); err != nil {
+				return fail("asyncrl weights verify: --root: %v", err)
+			}
+			st, err := store.NewLocal(root)
+			if err != nil {
+				return fail("asyncrl weights verify: %v", err)
+			}
+			ctx := cmd.Context()
+			vs, err := delta.Versions(ctx, st)
+			if err != nil {
+				return fail("asyncrl weights verify: %v", err)
+			}
+			p := newProgress(g)
+			var results []verifyResult
+			bad := 0
+			for i, v := range vs {
+				p.line("asyncrl weights verify: version %d (%d of %d)…", v, i+1, len(vs))
+				r := verifyResult{Version: v}
+				m, err := delta.ReadManifestDir(st.Path(delta.DeltaDir(v)), v)
+				if err == nil {
+					r.BaseVersion, r.Tensors, r.CompressedBytes = m.BaseVersion, len(m.Tensors), m.TotalCompressedNumBytes
+					prev := int64(0) // the base
+					if i > 0 {
+						prev = vs[i-1]
+					}
+					if m.BaseVersion != v-1 || prev != v-1 {
+						err = fmt.Errorf("%w: version %d has base_version %d and follows version %d", delta.ErrChain, v, m.BaseVersion, prev)
+					}
+				}
+				if err == nil {
+					err = delta.VerifyPayloads(ctx, m, st.Path(delta.DeltaDir(v)))
+				}
+				if err != nil {
+					r.Error = err.Error()
+					bad++
+				} else {
+					r.OK = true
+				}
+				results = append(results, r)
+			}
+			p.done()
+			if asJSON {
+				if err := writeJSON(g.stdout, map[string]any{"root": root, "versions": results, "ok": bad == 0}); err != nil {
+					return err
+				}
+			} else {
+				for _, r := range results {
+					if r.OK {
+						fmt.Fprintf(g.stdout, "%s: ok (base %d, %d tensors, %d compressed bytes)\n", delta.DeltaDir(r.Version), r.BaseVersion, r.Tensors, r.CompressedBytes)
+					} else {
+						fmt.Fprintf(g.stdout, "%s: %s\n", delta.DeltaDir(r.Version), r.Error)
+					}
+				}
+				if len(results) == 0 {
+					fmt.Fprintf(g.stdout, "%s: no committed delta versions\n", root)
+				}
+			}
+			if bad > 0 {
+				return &exitErr{code: exitError, msg: fmt.Sprintf("asyncrl weights verify: %d of %d versions failed", bad, len(results))}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&root, "root", "", "sync directory `ROOT` to check")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
+	return cmd
 }
