@@ -1,0 +1,78 @@
+package sampling
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/asyncrl/asyncrl/actors/filter"
+	"github.com/asyncrl/asyncrl/messages"
+)
+
+func TestDecisions(t *testing.T) {
+	fc := filter.DefaultConfig()
+	fc.NSamplesPerPrompt = 4
+	for _, tc := range []struct {
+		name     string
+		mode     filter.Mode
+		rewards  []float64
+		wantKept bool
+		reason   messages.FilterReason
+	}{
+		{"variance kept", filter.ModeFilter, []float64{0, 1, 0, 0}, true, ""},
+		{"all zero dropped", filter.ModeFilter, []float64{0, 0, 0, 0}, false, messages.FilterZeroVariance},
+		{"all one dropped", filter.ModeFilter, []float64{1, 1, 1, 1}, false, messages.FilterZeroVariance},
+		{"mode none keeps", filter.ModeNone, []float64{0, 0, 0, 0}, true, ""},
+		{"empty group dropped", filter.ModeFilter, nil, false, messages.FilterEmpty},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := fc
+			cfg.Mode = tc.mode
+			c, err := New(Config{Filter: cfg, RunID: "r", Sender: "s", Kept: "K", Filtered: "F"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			g := messages.GroupReady{GroupID: "p1#1", PromptID: "p1", Rewards: tc.rewards, OldestVersion: 3}
+			c.Step(time.Time{}, g)
+			sends := c.Drain().Sends
+			if len(sends) != 1 {
+				t.Fatalf("sends = %v", sends)
+			}
+			if tc.wantKept {
+				if sends[0].Subject != "K" || sends[0].Msg.(messages.GroupReady).GroupID != "p1#1" {
+					t.Fatalf("kept group not forwarded unchanged: %v", sends[0])
+				}
+				if c.Stats().Kept != 1 {
+					t.Fatalf("stats %+v", c.Stats())
+				}
+				return
+			}
+			f, ok := sends[0].Msg.(messages.GroupFiltered)
+			if sends[0].Subject != "F" || !ok || f.GroupID != "p1#1" || f.PromptID != "p1" || f.Reason != tc.reason || f.Version != 3 {
+				t.Fatalf("drop = %v", sends[0])
+			}
+			if c.Stats().Dropped != 1 {
+				t.Fatalf("stats %+v", c.Stats())
+			}
+		})
+	}
+}
+
+func TestIgnoresOtherMessages(t *testing.T) {
+	c, _ := New(Config{Filter: filter.DefaultConfig(), Kept: "K", Filtered: "F"})
+	c.Step(time.Time{}, messages.StepDone{Step: 1})
+	if !c.Empty() {
+		t.Fatalf("StepDone produced effects")
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	if _, err := New(Config{Filter: filter.DefaultConfig()}); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("missing subjects accepted: %v", err)
+	}
+	bad := filter.DefaultConfig()
+	bad.Mode = "bogus"
+	if _, err := New(Config{Filter: bad, Kept: "K", Filtered: "F"}); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("bad mode accepted: %v", err)
+	}
+}
