@@ -91,9 +91,17 @@ type Result struct {
 	// TTFT50/90/99 are modelled time-to-first-token quantiles (s) from the
 	// engines' merged vllm:time_to_first_token_seconds histograms.
 	TTFT50, TTFT90, TTFT99 float64
-	// Conv50/90/Max are per-conversation latencies (first request to last
-	// reply), wall seconds / TimeScale.
+	// Conv50/90/Max are per-conversation latencies in modelled seconds:
+	// for each turn, how far the serving engine's modelled clock advanced
+	// between sending the request and receiving the reply (so modelled
+	// queueing, prefill and decode, plus the steps the engine ran while
+	// the request was on the wire), summed over turns with the modelled
+	// pauses.
 	Conv50, Conv90, ConvMax float64
+	// WallConv50/90/Max are the same latencies measured with the wall
+	// clock, divided by TimeScale; they carry the host's noise (late
+	// timers, CPU contention) on top of the model.
+	WallConv50, WallConv90, WallConvMax float64
 	// HitRate is vllm:prefix_cache_hits_total / queries_total summed over
 	// the engines.
 	HitRate float64
@@ -186,6 +194,7 @@ func RunAgentic(ctx context.Context, cfg Config) (Result, error) {
 	var (
 		mu       sync.Mutex
 		conv     []float64
+		wallConv []float64
 		perRep   = make([]int, cfg.Replicas)
 		requests int
 		gen      int64
@@ -200,6 +209,8 @@ func RunAgentic(ctx context.Context, cfg Config) (Result, error) {
 			defer wg.Done()
 			t0 := time.Now()
 			seen := map[int]bool{}
+			var modelled time.Duration
+			before := make([]time.Duration, len(f.engines))
 			tr := s.Start()
 			for {
 				prompt, maxTok, pause, ok := tr.Next()
@@ -208,6 +219,10 @@ func RunAgentic(ctx context.Context, cfg Config) (Result, error) {
 				}
 				if pause > 0 && !sleepCtx(ctx, time.Duration(float64(pause)*cfg.TimeScale)) {
 					return
+				}
+				modelled += pause
+				for i, e := range f.engines {
+					before[i] = e.Stats().Now
 				}
 				r, err := complete(ctx, client, f.url, s.ID, prompt, maxTok)
 				if err != nil {
@@ -221,6 +236,7 @@ func RunAgentic(ctx context.Context, cfg Config) (Result, error) {
 					return
 				}
 				seen[rep] = true
+				modelled += f.engines[rep].Stats().Now - before[rep]
 				mu.Lock()
 				perRep[rep]++
 				requests++
@@ -233,7 +249,8 @@ func RunAgentic(ctx context.Context, cfg Config) (Result, error) {
 			}
 			d := time.Since(t0)
 			mu.Lock()
-			conv = append(conv, d.Seconds())
+			wallConv = append(wallConv, d.Seconds())
+			conv = append(conv, modelled.Seconds())
 			if len(seen) > 1 {
 				moved++
 			}
@@ -285,7 +302,8 @@ func RunAgentic(ctx context.Context, cfg Config) (Result, error) {
 	if scale == 0 {
 		scale = 1
 	}
-	res.Conv50, res.Conv90, res.ConvMax = percentile(conv, 0.5)/scale, percentile(conv, 0.9)/scale, percentile(conv, 1)/scale
+	res.Conv50, res.Conv90, res.ConvMax = percentile(conv, 0.5), percentile(conv, 0.9), percentile(conv, 1)
+	res.WallConv50, res.WallConv90, res.WallConvMax = percentile(wallConv, 0.5)/scale, percentile(wallConv, 0.9)/scale, percentile(wallConv, 1)/scale
 	if res.Modelled > 0 {
 		res.ThroughputModelled = float64(gen) / res.Modelled.Seconds()
 	}

@@ -24,6 +24,7 @@ type Summary struct {
 	ThroughputModelled, ThroughputWall float64
 	TTFT50, TTFT90, TTFT99             float64
 	Conv50, Conv90, ConvMax            float64
+	WallConv90                         float64
 	HitRate, Preemptions, Moved        float64
 	// PerReplica is the median request count of each replica, sorted
 	// descending (replica identities differ between runs).
@@ -90,6 +91,7 @@ func Summarize(reps [][]Result, baseline string) []Summary {
 		s.Conv50 = col(func(r Result) float64 { return r.Conv50 })
 		s.Conv90 = col(func(r Result) float64 { return r.Conv90 })
 		s.ConvMax = col(func(r Result) float64 { return r.ConvMax })
+		s.WallConv90 = col(func(r Result) float64 { return r.WallConv90 })
 		s.HitRate = col(func(r Result) float64 { return r.HitRate })
 		s.Preemptions = col(func(r Result) float64 { return r.Preemptions })
 		s.Moved = col(func(r Result) float64 { return float64(r.Moved) })
@@ -150,8 +152,8 @@ func WriteMarkdown(w io.Writer, ss []Summary, baseline string) {
 	}
 	for _, p := range pressures {
 		fmt.Fprintf(w, "\nKV pressure %s\n\n", PressureName(p))
-		fmt.Fprintf(w, "| policy | tok/s (modelled) | ×%s | tok/s (wall÷scale) | TTFT p50/p90/p99 ms (modelled) | conv p50/p90/max s | conv p90 ×, max × | prefix hit | preempt | requests per replica | sessions on >1 replica |\n", baseline)
-		fmt.Fprintf(w, "| --- | ---: | ---: | ---: | --- | --- | --- | ---: | ---: | --- | ---: |\n")
+		fmt.Fprintf(w, "| policy | tok/s (modelled) | ×%s | tok/s (wall÷scale) | TTFT p50/p90/p99 ms (modelled) | conv p50/p90/max s (modelled) | conv p90 ×, max × | conv p90 s (wall÷scale) | prefix hit | preempt | requests per replica | sessions on >1 replica |\n", baseline)
+		fmt.Fprintf(w, "| --- | ---: | ---: | ---: | --- | --- | --- | ---: | ---: | ---: | --- | ---: |\n")
 		for _, s := range ss {
 			if s.Pressure != p {
 				continue
@@ -160,10 +162,10 @@ func WriteMarkdown(w io.Writer, ss []Summary, baseline string) {
 			for i, x := range s.PerReplica {
 				reps[i] = fmt.Sprintf("%.0f", x)
 			}
-			fmt.Fprintf(w, "| %s | %.0f | %.2f | %.0f | %.0f / %.0f / %.0f | %.1f / %.1f / %.1f | %.2f, %.2f | %.1f %% | %.0f | %s | %.0f |\n",
+			fmt.Fprintf(w, "| %s | %.0f | %.2f | %.0f | %.0f / %.0f / %.0f | %.1f / %.1f / %.1f | %.2f, %.2f | %.1f | %.1f %% | %.0f | %s | %.0f |\n",
 				s.Policy, s.ThroughputModelled, s.RThroughput, s.ThroughputWall,
 				s.TTFT50*1e3, s.TTFT90*1e3, s.TTFT99*1e3,
-				s.Conv50, s.Conv90, s.ConvMax, s.RConv90, s.RConvMax,
+				s.Conv50, s.Conv90, s.ConvMax, s.RConv90, s.RConvMax, s.WallConv90,
 				s.HitRate*100, s.Preemptions, strings.Join(reps, " / "), s.Moved)
 		}
 	}
