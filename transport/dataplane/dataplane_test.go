@@ -153,3 +153,34 @@ func TestFailedMessageRange(t *testing.T) {
 		t.Fatalf("%s: want range -1", f)
 	}
 }
+
+func TestRemap(t *testing.T) {
+	ranges := []messages.ByteRange{{Offset: 10, Length: 4}, {Offset: 0, Length: 2}, {Offset: 14, Length: 3}}
+	offs := []int64{0, 7, 4}
+	dst := make(Buffer, 9)
+	w, err := Remap(dst, ranges, offs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One write spanning ranges 0 and 2 (source 10..16), one into range 1.
+	if n, err := w.WriteAt([]byte("abcdefg"), 10); n != 7 || err != nil {
+		t.Fatalf("WriteAt = %d, %v", n, err)
+	}
+	w.WriteAt([]byte("XY"), 0)
+	if string(dst) != "abcdefgXY" {
+		t.Fatalf("dst %q", dst)
+	}
+	if _, err := w.WriteAt([]byte("z"), 5); err == nil {
+		t.Fatal("write outside every range accepted")
+	}
+	s := w.(Slicer)
+	if b, err := s.Slice(11, 2); err != nil || string(b) != "bc" {
+		t.Fatalf("Slice = %q, %v", b, err)
+	}
+	if _, err := s.Slice(12, 4); err == nil {
+		t.Fatal("window across two ranges accepted")
+	}
+	if _, err := Remap(dst, ranges, offs[:1]); !errors.Is(err, ErrBadPlan) {
+		t.Fatalf("short offsets: %v", err)
+	}
+}
