@@ -139,6 +139,22 @@ func TestSupportSets(t *testing.T) {
 	}
 }
 
+// TestTopPBoundaryIsExclusive: a token is kept iff the mass strictly before
+// it is below top_p. With four equal tokens and top_p 0.5 the first two
+// reach exactly half the mass, so the third is dropped.
+func TestTopPBoundaryIsExclusive(t *testing.T) {
+	logits := []float32{0, 0, 0, 0}
+	for _, c := range []struct {
+		topP float64
+		want []int32
+	}{{0.5, []int32{0, 1}}, {0.25, []int32{0}}, {0.75, []int32{0, 1, 2}}, {0.76, []int32{0, 1, 2, 3}}} {
+		_, _, sup := Sample(logits, Params{Temperature: 1, TopP: c.topP}, newRNG(1), nil)
+		if !slices.Equal(sup, c.want) {
+			t.Errorf("top_p %v: support %v, want %v", c.topP, sup, c.want)
+		}
+	}
+}
+
 func TestTemperatureChangesSupportAndLogprob(t *testing.T) {
 	// At T→small the distribution sharpens: top_p 0.9 keeps fewer tokens.
 	logits := logitsFromProbs([]float64{.05, .40, .10, .25, .15, .05})
