@@ -93,7 +93,7 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func TestNotBuiltSubcommands(t *testing.T) {
-	issues := map[string]int{"node": 7, "worker": 5, "weights": 6, "sim": 8, "chaos": 8, "bench": 4, "run": 5}
+	issues := map[string]int{"node": 7, "worker": 5, "weights": 6, "sim": 8, "chaos": 8, "bench": 4}
 	for name, issue := range issues {
 		code, out, errOut := cli(t, name)
 		want := fmt.Sprintf("asyncrl %s: not built yet (tracked in issue %d)\n", name, issue)
@@ -116,18 +116,46 @@ func TestRunLoadsConfigFirst(t *testing.T) {
 	if code, _, errOut := cli(t, "run", "--steps", "0"); code != 1 || errOut != "asyncrl run: run.steps: must be ≥ 1, got 0\n" {
 		t.Errorf("--steps 0: code %d, stderr %q", code, errOut)
 	}
-	// The flag fixes what the file got wrong: the override precedes validation.
-	zero := writeFile(t, "zero.yaml", "run:\n  steps: 0\n")
-	if code, _, errOut := cli(t, "run", "--config", zero, "--steps", "3", "--seed", "5", "--report", "out"); code != 2 || !strings.Contains(errOut, "issue 5") {
-		t.Errorf("override: code %d, stderr %q", code, errOut)
+	// The flag fixes what the file got wrong: the override precedes
+	// validation. The run is real (3 steps, a few seconds); its files go
+	// to temporary directories.
+	data, rep := t.TempDir(), filepath.Join(t.TempDir(), "report")
+	zero := writeFile(t, "zero.yaml", "run:\n  steps: 0\n  data_dir: "+data+"\n")
+	code, out, errOut := cli(t, "run", "--config", zero, "--steps", "3", "--seed", "5", "--report", rep, "--log-level", "debug", "--log-format", "json")
+	if code != 0 || !strings.Contains(out, "steps 3, final version 3") || !strings.Contains(out, "trajectories lost 0") {
+		t.Errorf("override: code %d, stdout %q, stderr %q", code, out, lastLines(errOut, 5))
 	}
 	// Debug logging shows the effective values, proving the flags applied.
-	code, _, errOut = cli(t, "run", "--config", zero, "--steps", "3", "--seed", "5", "--log-level", "debug", "--log-format", "json")
-	for _, want := range []string{`"steps":3`, `"seed":5`, `"message":"config loaded"`, "not built yet"} {
-		if code != 2 || !strings.Contains(errOut, want) {
-			t.Errorf("debug run: code %d, stderr %q lacks %q", code, errOut, want)
+	for _, want := range []string{`"steps":3`, `"seed":5`, `"message":"config loaded"`} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("debug run: stderr lacks %q", want)
 		}
 	}
+	if _, err := os.Stat(filepath.Join(rep, "summary.json")); err != nil {
+		t.Errorf("no summary.json: %v", err)
+	}
+	// B > W is rejected before anything starts, with the rule in the message.
+	bw := writeFile(t, "bw.yaml", "trainer:\n  mini_batch_size: 8\n  num_parallel_generation_workers: 4\n")
+	code, _, errOut = cli(t, "run", "--config", bw)
+	if code != 1 || !strings.Contains(errOut, "mini_batch_size ≤ num_parallel_generation_workers ≤ mini_batch_size·(max_staleness_steps+1)") || !strings.Contains(errOut, "B=8 W=4") {
+		t.Errorf("B > W: code %d, stderr %q", code, errOut)
+	}
+	// A dataset with a malformed line names the file and the line.
+	ds := writeFile(t, "prompts.jsonl", "{\"id\":\"a\",\"text\":\"rev ab=\"}\n{\"id\": \"b\", oops}\n")
+	dsCfg := writeFile(t, "ds.yaml", "rollout:\n  task: reverse\n  dataset: "+ds+"\n")
+	code, _, errOut = cli(t, "run", "--config", dsCfg)
+	if code != 1 || !strings.Contains(errOut, ds+":2:") {
+		t.Errorf("bad dataset: code %d, stderr %q; want the file and line 2", code, errOut)
+	}
+}
+
+// lastLines returns the last n lines of s (long debug logs in failures).
+func lastLines(s string, n int) string {
+	ls := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(ls) > n {
+		ls = ls[len(ls)-n:]
+	}
+	return strings.Join(ls, "\n")
 }
 
 func TestEngineFlags(t *testing.T) {

@@ -44,6 +44,8 @@ func newRunCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return fail("asyncrl run: %v", err)
 			}
+			log.Debug().Str("run", cfg.Run.ID).Int("steps", cfg.Run.Steps).Int64("seed", cfg.Run.Seed).
+				Str("report_dir", cfg.Run.ReportDir).Str("task", cfg.Rollout.Task).Msg("config loaded")
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			tty := false
