@@ -147,19 +147,9 @@ func SnapshotVersions(ctx context.Context, st store.Store, kind string) ([]int64
 // file's size and checksum; a bad file is an ErrChecksum and is removed.
 func FetchSnapshot(ctx context.Context, st store.Store, kind string, version int64, dst string, workers int) (*SnapshotManifest, error) {
 	prefix := SnapshotDir(kind, version)
-	raw, err := store.ReadAll(ctx, st, prefix+"/"+ManifestName)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, fmt.Errorf("%w: %s", ErrNoVersion, prefix)
-	}
+	m, err := ReadSnapshotManifest(ctx, st, kind, version)
 	if err != nil {
-		return nil, fmt.Errorf("delta: fetch %s: %w", prefix, err)
-	}
-	var m SnapshotManifest
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrManifest, prefix, err)
-	}
-	if m.Version != version || m.Kind != kind {
-		return nil, fmt.Errorf("%w: %s says %s version %d", ErrManifest, prefix, m.Kind, m.Version)
+		return nil, err
 	}
 	var files []store.FileObject
 	for _, f := range m.Files {
@@ -181,6 +171,26 @@ func FetchSnapshot(ctx context.Context, st store.Store, kind string, version int
 			os.Remove(p)
 			return nil, fmt.Errorf("%w: %s/%s: %d bytes %s, manifest says %d bytes %s", ErrChecksum, prefix, f.Name, size, sum, f.NumBytes, f.Checksum)
 		}
+	}
+	return m, nil
+}
+
+// ReadSnapshotManifest reads the manifest of a full or LoRA version.
+func ReadSnapshotManifest(ctx context.Context, st store.Store, kind string, version int64) (*SnapshotManifest, error) {
+	prefix := SnapshotDir(kind, version)
+	raw, err := store.ReadAll(ctx, st, prefix+"/"+ManifestName)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("%w: %s", ErrNoVersion, prefix)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("delta: read %s: %w", prefix, err)
+	}
+	var m SnapshotManifest
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrManifest, prefix, err)
+	}
+	if m.Version != version || m.Kind != kind {
+		return nil, fmt.Errorf("%w: %s says %s version %d", ErrManifest, prefix, m.Kind, m.Version)
 	}
 	return &m, nil
 }

@@ -59,6 +59,10 @@ type Config struct {
 	// Workers bounds parallel downloads and tensor patching (default
 	// min(4, GOMAXPROCS)).
 	Workers int
+	// UseFull lets a reset start from the newest full checkpoint at or
+	// below the target instead of the base when downloading it moves fewer
+	// bytes than replaying the deltas it covers (default true).
+	UseFull bool
 	// LockPoll is how often a busy lock is retried (default 10ms).
 	LockPoll time.Duration
 	// Logger receives progress and repair notices (default zerolog.Nop()).
@@ -67,7 +71,7 @@ type Config struct {
 
 // DefaultConfig returns a config for root and base with the defaults.
 func DefaultConfig(root, base string) Config {
-	return Config{Root: root, BaseModelPath: base, Workers: min(4, runtime.GOMAXPROCS(0)), LockPoll: 10 * time.Millisecond, Logger: zerolog.Nop()}
+	return Config{Root: root, BaseModelPath: base, Workers: min(4, runtime.GOMAXPROCS(0)), UseFull: true, LockPoll: 10 * time.Millisecond, Logger: zerolog.Nop()}
 }
 
 // Validate names the first bad field.
@@ -196,8 +200,15 @@ func (r *Receiver) Fetch(ctx context.Context, target int64) error {
 		return err
 	}
 	from := s.Version
-	if !ok || s.WriteInProgress || s.BaseModelPath != r.cfg.BaseModelPath {
-		from = 0
+	if r.needsReset(s, ok) {
+		if from, err = r.startFor(ctx, target); err != nil {
+			return err
+		}
+		if from > 0 {
+			if _, err := r.fetchFull(ctx, from); err != nil {
+				return err
+			}
+		}
 	}
 	for v := from + 1; v <= target; v++ {
 		if _, err := r.fetch(ctx, v); err != nil {
@@ -227,13 +238,16 @@ func (r *Receiver) Apply(ctx context.Context, target int64) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	_, statErr := os.Stat(r.WeightsDir())
-	if !ok || s.WriteInProgress || s.BaseModelPath != r.cfg.BaseModelPath || statErr != nil {
+	if r.needsReset(s, ok) {
+		start, err := r.startFor(ctx, target)
+		if err != nil {
+			return 0, err
+		}
 		if ok {
 			r.cfg.Logger.Warn().Int64("version", s.Version).Bool("write_in_progress", s.WriteInProgress).
-				Str("base_model_path", s.BaseModelPath).Msg("weight sync: resetting weights/ from the base checkpoint")
+				Str("base_model_path", s.BaseModelPath).Int64("reset_to", start).Msg("weight sync: resetting weights/")
 		}
-		if s, err = r.reset(); err != nil {
+		if s, err = r.reset(ctx, start); err != nil {
 			return 0, err
 		}
 	}
@@ -278,19 +292,95 @@ func (r *Receiver) Apply(ctx context.Context, target int64) (int64, error) {
 	return s.Version, nil
 }
 
-// reset replaces weights/ with a copy of the base checkpoint (version 0).
-func (r *Receiver) reset() (State, error) {
-	s := State{Version: 0, WriteInProgress: true, BaseModelPath: r.cfg.BaseModelPath}
+func (r *Receiver) needsReset(s State, ok bool) bool {
+	_, statErr := os.Stat(r.WeightsDir())
+	return !ok || s.WriteInProgress || s.BaseModelPath != r.cfg.BaseModelPath || statErr != nil
+}
+
+// startFor picks where a reset starts: 0 (the local base) or a full
+// checkpoint f ≤ target, when downloading it moves fewer bytes than the
+// deltas 1..f it replaces. The base is local, so it costs only its deltas.
+func (r *Receiver) startFor(ctx context.Context, target int64) (int64, error) {
+	if !r.cfg.UseFull || target < 1 {
+		return 0, nil
+	}
+	fulls, err := delta.SnapshotVersions(ctx, r.st, delta.KindFull)
+	if err != nil {
+		return 0, err
+	}
+	var f int64
+	for _, v := range fulls {
+		if v <= target {
+			f = v
+		}
+	}
+	if f < 1 {
+		return 0, nil
+	}
+	fm, err := delta.ReadSnapshotManifest(ctx, r.st, delta.KindFull, f)
+	if err != nil {
+		return 0, err
+	}
+	var deltaBytes int64
+	for v := int64(1); v <= f && deltaBytes <= fm.TotalNumBytes; v++ {
+		m, err := delta.ReadManifest(ctx, r.st, v)
+		if err != nil {
+			return 0, err
+		}
+		deltaBytes += m.TotalCompressedNumBytes
+	}
+	if fm.TotalNumBytes < deltaBytes {
+		return f, nil
+	}
+	return 0, nil
+}
+
+func (r *Receiver) fullCacheDir(v int64) string {
+	return filepath.Join(r.syncDir(), CacheDirName, delta.SnapshotDir(delta.KindFull, v))
+}
+
+// fetchFull downloads full checkpoint v into the cache (complete when the
+// directory exists: it is renamed into place after verification).
+func (r *Receiver) fetchFull(ctx context.Context, v int64) (string, error) {
+	dst := r.fullCacheDir(v)
+	if _, err := os.Stat(dst); err == nil {
+		return dst, nil
+	}
+	tmp, err := os.MkdirTemp(filepath.Dir(dst), ".tmp-full-*")
+	if err != nil {
+		return "", fmt.Errorf("receiver: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	if _, err := delta.FetchSnapshot(ctx, r.st, delta.KindFull, v, tmp, r.cfg.Workers); err != nil {
+		return "", err
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		return "", fmt.Errorf("receiver: %w", err)
+	}
+	return dst, nil
+}
+
+// reset replaces weights/ with a copy of the base checkpoint (start 0) or
+// of full checkpoint start.
+func (r *Receiver) reset(ctx context.Context, start int64) (State, error) {
+	s := State{Version: start, WriteInProgress: true, BaseModelPath: r.cfg.BaseModelPath}
 	if err := r.saveState(s); err != nil {
 		return s, err
+	}
+	src := r.cfg.BaseModelPath
+	if start > 0 {
+		var err error
+		if src, err = r.fetchFull(ctx, start); err != nil {
+			return s, err
+		}
 	}
 	tmp, err := os.MkdirTemp(r.cfg.Root, ".weights-reset-*")
 	if err != nil {
 		return s, fmt.Errorf("receiver: reset: %w", err)
 	}
 	defer os.RemoveAll(tmp)
-	if err := copyDir(tmp, r.cfg.BaseModelPath); err != nil {
-		return s, fmt.Errorf("receiver: reset from %s: %w", r.cfg.BaseModelPath, err)
+	if err := copyDir(tmp, src); err != nil {
+		return s, fmt.Errorf("receiver: reset from %s: %w", src, err)
 	}
 	if err := os.RemoveAll(r.WeightsDir()); err != nil {
 		return s, fmt.Errorf("receiver: reset: %w", err)

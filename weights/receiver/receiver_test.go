@@ -28,8 +28,15 @@ type env struct {
 	dirs []string // checkpoint dir per version
 }
 
-// newEnv publishes versions 1..n of a random sharded checkpoint.
+// newEnv publishes versions 1..n of a random sharded checkpoint, each
+// changing 2% of the elements.
 func newEnv(t *testing.T, n int) *env {
+	return newEnvWith(t, n, func(r *rand.Rand, ts []safetensors.Tensor) []safetensors.Tensor {
+		return ckpttest.Update(r, ts, 0.02, 3)
+	})
+}
+
+func newEnvWith(t *testing.T, n int, update func(*rand.Rand, []safetensors.Tensor) []safetensors.Tensor) *env {
 	r := rand.New(rand.NewPCG(uint64(n), 9))
 	root := t.TempDir()
 	st, err := store.NewLocal(filepath.Join(root, "sync"))
@@ -40,7 +47,7 @@ func newEnv(t *testing.T, n int) *env {
 	ts := ckpttest.Random(r, 8, 128<<10)
 	for v := 0; v <= n; v++ {
 		if v > 0 {
-			ts = ckpttest.Update(r, ts, 0.02, 3)
+			ts = update(r, ts)
 		}
 		d := filepath.Join(root, "ckpt", string(rune('0'+v)))
 		if err := ckpttest.Write(d, ts, 48<<10); err != nil {
@@ -261,5 +268,54 @@ func TestChangedBasePathResets(t *testing.T) {
 	}
 	if d := ckpttest.SameDir(r2.WeightsDir(), e.dirs[1]); d != "" {
 		t.Fatal(d)
+	}
+}
+
+func TestLateJoinerStartsFromCheaperFullCheckpoint(t *testing.T) {
+	// Dense (Adam-like) updates: each delta is a large part of the model, so
+	// a full checkpoint of v4 is cheaper than replaying deltas 1..4.
+	e := newEnvWith(t, 5, func(r *rand.Rand, ts []safetensors.Tensor) []safetensors.Tensor {
+		return ckpttest.AdamLike(r, ts, 1e-2)
+	})
+	fm, err := delta.PublishSnapshot(ctx(t), e.st, delta.KindFull, 4, e.dirs[4], 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var chain int64
+	for v := int64(1); v <= 4; v++ {
+		m, _ := delta.ReadManifest(ctx(t), e.st, v)
+		chain += m.TotalCompressedNumBytes
+	}
+	if fm.TotalNumBytes >= chain {
+		t.Fatalf("fixture: full %d bytes is not cheaper than deltas %d", fm.TotalNumBytes, chain)
+	}
+	root := t.TempDir()
+	r := e.receiver(root)
+	l := &loads{}
+	if v, err := r.Sync(ctx(t), 5, l); err != nil || v != 5 {
+		t.Fatalf("Sync(5) = %d, %v", v, err)
+	}
+	if d := ckpttest.SameDir(r.WeightsDir(), e.dirs[5]); d != "" {
+		t.Fatal(d)
+	}
+	cache := filepath.Join(root, ".skyrl_weight_sync", "cache")
+	if _, err := os.Stat(filepath.Join(cache, "full-00000004")); err != nil {
+		t.Fatalf("the full checkpoint was not used: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(cache, delta.DeltaDir(3))); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("deltas covered by the full checkpoint were fetched: %v", err)
+	}
+	// With UseFull off the same join replays every delta from the base.
+	cfg := receiver.DefaultConfig(t.TempDir(), e.dirs[0])
+	cfg.UseFull = false
+	r2, _ := receiver.New(cfg, e.st)
+	if v, err := r2.Sync(ctx(t), 5, l); err != nil || v != 5 {
+		t.Fatalf("Sync(5) without fulls = %d, %v", v, err)
+	}
+	if d := ckpttest.SameDir(r2.WeightsDir(), e.dirs[5]); d != "" {
+		t.Fatal(d)
+	}
+	if _, err := os.Stat(filepath.Join(cfg.Root, ".skyrl_weight_sync", "cache", "full-00000004")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("UseFull=false still fetched the full checkpoint: %v", err)
 	}
 }
