@@ -219,6 +219,10 @@ func (t *Trainer) ServingCopy() *Model {
 
 func (t *Trainer) validateBatch(b Batch) (tokens, maxLen int, err error) {
 	V := int32(t.model.VocabSize())
+	var seen []bool
+	if t.cfg.SupportNorm {
+		seen = make([]bool, V)
+	}
 	for si, s := range b.Sequences {
 		n := len(s.Tokens)
 		if len(s.LossMask) != n || len(s.RolloutLogprobs) != n {
@@ -241,6 +245,11 @@ func (t *Trainer) validateBatch(b Batch) (tokens, maxLen int, err error) {
 				if lp := s.RolloutLogprobs[i]; lp != lp || lp > 0 {
 					return 0, 0, fmt.Errorf("%w: sequence %d token %d: rollout logprob %v is not a log-probability", ErrBatch, si, i, lp)
 				}
+				if seen != nil && s.Support != nil && s.Support[i] != nil {
+					if err := checkSupport(s.Support[i], tok, seen); err != nil {
+						return 0, 0, fmt.Errorf("%w: sequence %d token %d: %v", ErrBatch, si, i, err)
+					}
+				}
 				tokens++
 			}
 		}
@@ -250,6 +259,38 @@ func (t *Trainer) validateBatch(b Batch) (tokens, maxLen int, err error) {
 		return 0, 0, fmt.Errorf("%w: no trained tokens (every loss mask is 0)", ErrBatch)
 	}
 	return tokens, maxLen, nil
+}
+
+// checkSupport requires ids in [0, len(seen)) or −1 padding, no duplicates,
+// and the sampled token among them (SkyRL's engine puts it there, replacing
+// the weakest candidate if needed). seen is scratch, returned all false.
+func checkSupport(sup []int32, tok int32, seen []bool) error {
+	var err error
+	found := false
+	for _, id := range sup {
+		switch {
+		case id == -1:
+			continue
+		case id < -1 || int(id) >= len(seen):
+			err = fmt.Errorf("support id %d outside the vocabulary", id)
+		case seen[id]:
+			err = fmt.Errorf("support id %d listed twice", id)
+		default:
+			seen[id] = true
+			found = found || id == tok
+			continue
+		}
+		break
+	}
+	for _, id := range sup {
+		if id >= 0 && int(id) < len(seen) {
+			seen[id] = false
+		}
+	}
+	if err == nil && !found {
+		err = fmt.Errorf("sampled token %d is not in its support set", tok)
+	}
+	return err
 }
 
 // tokenStats are per-worker sums, reduced in worker order.

@@ -361,6 +361,24 @@ func TestBatchValidation(t *testing.T) {
 	if tr.Version() != 0 {
 		t.Fatal("failed steps advanced the version")
 	}
+	sup := DefaultTrainerConfig()
+	sup.SupportNorm = true
+	trs, _ := NewTrainer(m, sup)
+	for name, row := range map[string][]int32{
+		"token missing": {4, 5, -1},
+		"duplicate":     {3, 3},
+		"out of range":  {3, 7},
+		"negative":      {3, -2},
+	} {
+		seq := Sequence{Tokens: []int32{1, 3}, LossMask: []uint8{0, 1}, RolloutLogprobs: []float32{0, -1}, Support: [][]int32{nil, row}}
+		if _, err := trs.Step(Batch{Sequences: []Sequence{seq}}); !errors.Is(err, ErrBatch) {
+			t.Errorf("support %s: err %v, want ErrBatch", name, err)
+		}
+	}
+	good := Sequence{Tokens: []int32{1, 3}, LossMask: []uint8{0, 1}, RolloutLogprobs: []float32{0, -0.5}, Support: [][]int32{nil, {4, 3, -1}}}
+	if _, err := trs.Step(Batch{Sequences: []Sequence{good}}); err != nil {
+		t.Errorf("valid support rejected: %v", err)
+	}
 	bad := DefaultTrainerConfig()
 	bad.Reduction = "mean"
 	if _, err := NewTrainer(m, bad); !errors.Is(err, ErrConfig) {
