@@ -81,10 +81,16 @@ type Result struct {
 	Requests  int
 	Generated int64
 	// Modelled is the longest modelled busy clock among the engines (the
-	// sum of its step durations): the makespan the modelled GPUs needed.
+	// sum of its step durations; idle time does not count).
 	Modelled time.Duration
-	// ThroughputModelled is Generated / Modelled (tokens/s, modelled).
+	// ThroughputModelled is Generated / ConvMax: generated tokens per
+	// second of modelled makespan (every session starts at once, so the
+	// slowest one's modelled latency is the makespan).
 	ThroughputModelled float64
+	// ThroughputBusy is Generated / Modelled: the same tokens over the
+	// busiest engine's modelled busy time (blind to idle gaps such as
+	// tool pauses).
+	ThroughputBusy float64
 	// ThroughputWall is Generated / (Wall / TimeScale): wall throughput in
 	// modelled-equivalent seconds; it includes the host's noise.
 	ThroughputWall float64
@@ -304,9 +310,7 @@ func RunAgentic(ctx context.Context, cfg Config) (Result, error) {
 	}
 	res.Conv50, res.Conv90, res.ConvMax = percentile(conv, 0.5), percentile(conv, 0.9), percentile(conv, 1)
 	res.WallConv50, res.WallConv90, res.WallConvMax = percentile(wallConv, 0.5)/scale, percentile(wallConv, 0.9)/scale, percentile(wallConv, 1)/scale
-	if res.Modelled > 0 {
-		res.ThroughputModelled = float64(gen) / res.Modelled.Seconds()
-	}
+	res.Derive()
 	res.ThroughputWall = float64(gen) / (res.Wall.Seconds() / scale)
 	res.Outcomes = map[string]float64{}
 	if mfs, err := f.reg.Gather(); err == nil {
@@ -324,6 +328,17 @@ func RunAgentic(ctx context.Context, cfg Config) (Result, error) {
 		}
 	}
 	return res, nil
+}
+
+// Derive computes the throughputs from the measured fields (also for
+// results read back from JSON written by an older version).
+func (r *Result) Derive() {
+	if r.ConvMax > 0 {
+		r.ThroughputModelled = float64(r.Generated) / r.ConvMax
+	}
+	if r.Modelled > 0 {
+		r.ThroughputBusy = float64(r.Generated) / r.Modelled.Seconds()
+	}
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {

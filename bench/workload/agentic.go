@@ -110,16 +110,37 @@ func Agentic(cfg AgenticConfig, rng *rand.Rand) ([]Session, error) {
 }
 
 // WorkingSet is the number of distinct tokens a set of sessions puts in a
-// prefix cache when every session runs to the end: the shared prefix of
-// length sharedPrefix once, plus each session's planned tokens beyond it.
-// It sizes KV capacity relative to the conversations routed to a replica.
+// prefix cache when every session runs to the end: the prefix of length
+// sharedPrefix common to all sessions once, the first segment's common
+// prefix within each Group (the samples of a GRPO group share their
+// prompt) once per group, plus everything else. It sizes KV capacity
+// relative to the sessions routed to a replica.
 func WorkingSet(sessions []Session, sharedPrefix int) int {
 	if len(sessions) == 0 {
 		return 0
 	}
 	n := sharedPrefix
+	first := map[int][]int32{} // group → common prefix of its first segments
+	members := map[int]int{}
 	for i := range sessions {
-		n += sessions[i].PlannedTokens() - sharedPrefix
+		s := &sessions[i]
+		n += s.PlannedTokens() - sharedPrefix
+		seg := s.Segments[0]
+		if p, ok := first[s.Group]; ok {
+			k := 0
+			for k < len(p) && k < len(seg) && p[k] == seg[k] {
+				k++
+			}
+			first[s.Group] = p[:k]
+		} else {
+			first[s.Group] = seg
+		}
+		members[s.Group]++
+	}
+	for g, p := range first {
+		if shared := len(p) - sharedPrefix; shared > 0 {
+			n -= (members[g] - 1) * shared
+		}
 	}
 	return n
 }

@@ -196,6 +196,19 @@ func TestWorkingSetCountsSharedPrefixOnce(t *testing.T) {
 	if got, want := WorkingSet(ss, cfg.PrefixTokens), total-2*cfg.PrefixTokens; got != want {
 		t.Fatalf("WorkingSet %d, want %d", got, want)
 	}
+	g, err := Groups(DefaultGroups(2), rng(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	total = 0
+	for i := range g {
+		total += g[i].PlannedTokens()
+	}
+	// Each group's prompt counts once, not once per sample.
+	want := total - 7*len(g[0].Segments[0]) - 7*len(g[8].Segments[0])
+	if got := WorkingSet(g, 0); got != want {
+		t.Fatalf("group WorkingSet %d, want %d", got, want)
+	}
 	if WorkingSet(nil, 2000) != 0 {
 		t.Fatal("empty working set not 0")
 	}

@@ -36,7 +36,10 @@ func main() {
 func run() error {
 	var (
 		mode      = flag.String("mode", "compare", "compare (policies on the agentic workload) or overhead (router added latency)")
+		wl        = flag.String("workload", "agentic", "compare: agentic (C conversations × T turns) or groups (G groups × n samples, 10–40 turns, tool latency)")
 		convs     = flag.Int("conversations", 32, "C: concurrent conversations")
+		groups    = flag.Int("groups", 4, "G: groups of the groups workload")
+		samples   = flag.Int("samples", 8, "n: samples per group of the groups workload")
 		turns     = flag.Int("turns", 40, "T: turns per conversation")
 		replicas  = flag.Int("replicas", 4, "N: built-in engines")
 		scale     = flag.Float64("timescale", 0.25, "engine time scale (real sleep = modelled duration × scale)")
@@ -49,14 +52,23 @@ func run() error {
 		dur       = flag.Duration("duration", 3*time.Second, "overhead: measuring time per level and target")
 		rate      = flag.Float64("rate", 2000, "overhead: open-loop request rate for the fixed-rate test (0 = skip)")
 		jsonOut   = flag.String("json", "", "write raw results as JSON to this file")
+		fromJSON  = flag.String("from-json", "", "print the tables of raw results written by -json instead of running")
 	)
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	fmt.Printf("machine: %d CPUs (GOMAXPROCS %d), %s, %s/%s\n", runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	if *fromJSON != "" {
+		return render(*mode, *fromJSON, split(*policies)[0])
+	}
 	switch *mode {
 	case "compare":
-		return compare(ctx, *convs, *turns, *replicas, *scale, split(*policies), *pressures, *reps, *seed, *prefixB, *jsonOut)
+		sessions, shared, desc, err := makeWorkload(*wl, *convs, *turns, *groups, *samples, *seed)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("workload: %s; %d replicas, time scale %g\n", desc, *replicas, *scale)
+		return compare(ctx, sessions, shared, *replicas, *scale, split(*policies), *pressures, *reps, *prefixB, *jsonOut)
 	case "overhead":
 		cs, err := ints(*clients)
 		if err != nil {
@@ -89,7 +101,43 @@ func ints(s string) ([]int, error) {
 	return out, nil
 }
 
-func compare(ctx context.Context, convs, turns, replicas int, scale float64, pols []string, pressures string, reps int, seed uint64, prefixBytes int, jsonOut string) error {
+// makeWorkload generates the named workload and describes it.
+func makeWorkload(name string, convs, turns, groups, samples int, seed uint64) ([]workload.Session, int, string, error) {
+	rng := rand.New(rand.NewPCG(seed, 0))
+	var (
+		ss     []workload.Session
+		shared int
+		err    error
+	)
+	switch name {
+	case "agentic":
+		wc := workload.DefaultAgentic(convs)
+		wc.Turns = turns
+		ss, err = workload.Agentic(wc, rng)
+		shared = wc.PrefixTokens
+	case "groups":
+		gc := workload.DefaultGroups(groups)
+		gc.Samples = samples
+		ss, err = workload.Groups(gc, rng)
+	default:
+		return nil, 0, "", fmt.Errorf("-workload %q: want agentic or groups", name)
+	}
+	if err != nil {
+		return nil, 0, "", err
+	}
+	reqs, gen := 0, 0
+	for i := range ss {
+		reqs += ss[i].Turns()
+		gen += ss[i].GeneratedTokens()
+	}
+	desc := fmt.Sprintf("%s, %d sessions (seed %d), %d requests, %d generated tokens", name, len(ss), seed, reqs, gen)
+	if name == "agentic" {
+		desc = fmt.Sprintf("agentic, %d conversations × %d turns (seed %d), %d requests, %d generated tokens", convs, turns, seed, reqs, gen)
+	}
+	return ss, shared, desc, nil
+}
+
+func compare(ctx context.Context, sessions []workload.Session, shared, replicas int, scale float64, pols []string, pressures string, reps int, prefixBytes int, jsonOut string) error {
 	var ps []float64
 	for _, f := range split(pressures) {
 		p, err := strconv.ParseFloat(f, 64)
@@ -98,18 +146,6 @@ func compare(ctx context.Context, convs, turns, replicas int, scale float64, pol
 		}
 		ps = append(ps, p)
 	}
-	wc := workload.DefaultAgentic(convs)
-	wc.Turns = turns
-	sessions, err := workload.Agentic(wc, rand.New(rand.NewPCG(seed, 0)))
-	if err != nil {
-		return err
-	}
-	gen := 0
-	for i := range sessions {
-		gen += sessions[i].GeneratedTokens()
-	}
-	fmt.Printf("workload: %d conversations × %d turns (seed %d), %d requests, %d generated tokens; %d replicas, time scale %g\n",
-		convs, turns, seed, convs*turns, gen, replicas, scale)
 	var all [][]routerbench.Result
 	for rep := range reps {
 		var rs []routerbench.Result
@@ -119,7 +155,7 @@ func compare(ctx context.Context, convs, turns, replicas int, scale float64, pol
 			for i := range pols {
 				name := pols[(i+rep)%len(pols)]
 				cfg := routerbench.DefaultConfig(name, p)
-				cfg.Replicas, cfg.TimeScale, cfg.Sessions, cfg.SharedPrefix, cfg.PrefixBytes = replicas, scale, sessions, wc.PrefixTokens, prefixBytes
+				cfg.Replicas, cfg.TimeScale, cfg.Sessions, cfg.SharedPrefix, cfg.PrefixBytes = replicas, scale, sessions, shared, prefixBytes
 				r, err := routerbench.RunAgentic(ctx, cfg)
 				if err != nil {
 					return fmt.Errorf("rep %d %s pressure %g: %w", rep, name, p, err)
@@ -164,4 +200,31 @@ func overhead(ctx context.Context, clients []int, dur time.Duration, rate float6
 	}
 	routerbench.WriteOverheadMarkdown(os.Stdout, all)
 	return writeJSON(jsonOut, all)
+}
+
+// render prints the tables of a -json file again.
+func render(mode, path, baseline string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if mode == "overhead" {
+		var all [][]routerbench.OverheadResult
+		if err := json.Unmarshal(b, &all); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		routerbench.WriteOverheadMarkdown(os.Stdout, all)
+		return nil
+	}
+	var all [][]routerbench.Result
+	if err := json.Unmarshal(b, &all); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	for _, rs := range all {
+		for i := range rs {
+			rs[i].Derive()
+		}
+	}
+	routerbench.WriteMarkdown(os.Stdout, routerbench.Summarize(all, baseline), baseline)
+	return nil
 }
