@@ -4,6 +4,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseTextKeepsNamedSamples(t *testing.T) {
@@ -107,5 +108,18 @@ func TestSummarizeRatiosPairWithinARepetition(t *testing.T) {
 	}
 	if ss[0].RThroughput != 1 || x.PerReplica[0] != 3 || x.PerReplica[1] != 1 {
 		t.Fatalf("baseline ratio %v, per replica %v", ss[0].RThroughput, x.PerReplica)
+	}
+}
+
+func TestDeriveThroughputs(t *testing.T) {
+	r := Result{Generated: 1000, ConvMax: 4, Modelled: 2 * time.Second}
+	r.Derive()
+	if r.ThroughputModelled != 250 || r.ThroughputBusy != 500 {
+		t.Fatalf("makespan %v busy %v, want 250 and 500 tok/s", r.ThroughputModelled, r.ThroughputBusy)
+	}
+	var zero Result
+	zero.Derive()
+	if zero.ThroughputModelled != 0 || zero.ThroughputBusy != 0 {
+		t.Fatal("empty result got a throughput")
 	}
 }
