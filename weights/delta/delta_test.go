@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -495,5 +497,45 @@ func TestVerifyPayloads(t *testing.T) {
 	os.WriteFile(p, good[:len(good)-1], 0o644)
 	if err := delta.VerifyPayloads(context.Background(), m, dir); !errors.Is(err, delta.ErrCorrupt) {
 		t.Fatalf("a truncated payload: %v", err)
+	}
+}
+
+// flakyPuts fails every other Put after consuming part of the reader.
+type flakyPuts struct {
+	store.Store
+	n int
+}
+
+func (f *flakyPuts) Put(ctx context.Context, key string, r io.Reader, size int64) error {
+	f.n++
+	if f.n%2 == 1 {
+		io.CopyN(io.Discard, r, 100)
+		return errors.New("transient")
+	}
+	return f.Store.Put(ctx, key, r, size)
+}
+
+func TestEncodeThroughRetryingStoreRewindsPayloads(t *testing.T) {
+	f := newFixture(t, 13, 1)
+	flaky := &flakyPuts{Store: f.st}
+	rs, err := store.NewRetrying(flaky, store.RetryConfig{Attempts: 3}, func(context.Context, time.Duration) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := delta.DefaultEncodeConfig()
+	cfg.MaxFileSizeGB = 1.0 / (1 << 20)
+	m, err := delta.Encode(context.Background(), cfg, f.open(0), f.open(1), 1, rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs.Retries() != int64(len(m.PayloadFiles)) || len(m.PayloadFiles) < 2 {
+		t.Fatalf("%d retries for %d payload files", rs.Retries(), len(m.PayloadFiles))
+	}
+	dir, mut := f.working()
+	if err := f.fetchApply(mut, 1); err != nil {
+		t.Fatal(err)
+	}
+	if d := ckpttest.SameDir(dir, f.dirs[1]); d != "" {
+		t.Fatal(d)
 	}
 }

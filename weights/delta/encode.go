@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"runtime"
 	"slices"
 	"sync"
@@ -30,9 +31,12 @@ type EncodeConfig struct {
 	Workers int
 	// MaxFileSizeGB rolls payload files over once they would exceed this
 	// many GiB of compressed bytes (default 2; fractions allowed). A single
-	// patch larger than the limit gets a file of its own. The payload file
-	// being filled is held in memory, so this also bounds memory.
+	// patch larger than the limit gets a file of its own.
 	MaxFileSizeGB float64
+	// SpoolDir holds the temporary file the payload file being filled is
+	// spooled to, so memory does not grow with MaxFileSizeGB (default: the
+	// system temp dir).
+	SpoolDir string
 	// Rank is the writer's rank, part of the payload file names.
 	Rank int
 	// ChecksumAlgorithm is "xxh3-128" (default) or "sha256".
@@ -147,7 +151,15 @@ func Encode(ctx context.Context, cfg EncodeConfig, base, next Source, version in
 	defer cancel()
 
 	m := &Manifest{Version: version, BaseVersion: version - 1, Tensors: []TensorEntry{}, PayloadFiles: []string{}}
-	pw := payloadWriter{ctx: ctx, dst: dst, dir: DeltaDir(version), rank: cfg.Rank, limit: cfg.maxFileBytes(), m: m}
+	spool, err := os.CreateTemp(cfg.SpoolDir, "asyncrl-delta-spool-*")
+	if err != nil {
+		return nil, fmt.Errorf("delta: spool file: %w", err)
+	}
+	defer func() {
+		spool.Close()
+		os.Remove(spool.Name())
+	}()
+	pw := payloadWriter{ctx: ctx, dst: dst, dir: DeltaDir(version), rank: cfg.Rank, limit: cfg.maxFileBytes(), m: m, spool: spool}
 	for i := range names {
 		var r encoded
 		select {
@@ -238,6 +250,9 @@ func encodeTensor(ctx context.Context, cfg EncodeConfig, zenc *zstd.Encoder, bas
 }
 
 // payloadWriter fills payload files in order and uploads each when full.
+// Compressed patches are spooled to a temporary file until their payload
+// file is complete (the safetensors header, which comes first, needs every
+// size).
 type payloadWriter struct {
 	ctx   context.Context
 	dst   store.Store
@@ -245,26 +260,28 @@ type payloadWriter struct {
 	rank  int
 	limit int64
 	m     *Manifest
+	spool *os.File
 
 	entries []TensorEntry
-	comps   [][]byte
 	size    int64
 }
 
 func (p *payloadWriter) add(e TensorEntry, comp []byte) error {
-	if len(p.comps) > 0 && p.size+int64(len(comp)) > p.limit {
+	if len(p.entries) > 0 && p.size+int64(len(comp)) > p.limit {
 		if err := p.flush(); err != nil {
 			return err
 		}
 	}
+	if _, err := p.spool.WriteAt(comp, p.size); err != nil {
+		return fmt.Errorf("delta: spool: %w", err)
+	}
 	p.entries = append(p.entries, e)
-	p.comps = append(p.comps, comp)
 	p.size += int64(len(comp))
 	return nil
 }
 
 func (p *payloadWriter) flush() error {
-	if len(p.comps) == 0 {
+	if len(p.entries) == 0 {
 		return nil
 	}
 	name := PayloadFileName(p.rank, len(p.m.PayloadFiles))
@@ -272,15 +289,14 @@ func (p *payloadWriter) flush() error {
 	for i, e := range p.entries {
 		specs[i] = safetensors.Spec{Name: e.PayloadKey, DType: safetensors.U8, Shape: []int64{e.CompressedNumBytes}}
 	}
-	// The header goes to a buffer; the data section is the patches back to
-	// back (safetensors lays tensors out contiguously in declared order), so
-	// the file is streamed to the store without another copy.
+	// The header goes to a buffer; the data section is the spooled patches
+	// back to back (safetensors lays tensors out contiguously in declared
+	// order), streamed to the store from the spool file.
 	var hdr bytes.Buffer
 	if _, err := safetensors.NewStreamWriter(&hdr, specs, nil); err != nil {
 		return fmt.Errorf("delta: payload %s: %w", name, err)
 	}
-	parts := append([][]byte{hdr.Bytes()}, p.comps...)
-	r := newMultiBytes(parts)
+	r := newConcat(bytes.NewReader(hdr.Bytes()), int64(hdr.Len()), p.spool, p.size)
 	if err := p.dst.Put(p.ctx, p.dir+"/"+name, r, r.size); err != nil {
 		return fmt.Errorf("delta: upload %s/%s: %w", p.dir, name, err)
 	}
@@ -291,54 +307,55 @@ func (p *payloadWriter) flush() error {
 		p.m.TotalCompressedNumBytes += e.CompressedNumBytes
 	}
 	p.m.PayloadFiles = append(p.m.PayloadFiles, name)
-	p.entries, p.comps, p.size = nil, nil, 0
+	p.entries, p.size = nil, 0
+	if err := p.spool.Truncate(0); err != nil {
+		return fmt.Errorf("delta: spool: %w", err)
+	}
 	return nil
 }
 
-// multiBytes reads byte slices back to back and can seek (so a retrying
-// store can rewind it).
-type multiBytes struct {
-	parts [][]byte
-	size  int64
-	off   int64
+// concat reads two io.ReaderAt sections back to back and can seek, so a
+// retrying store can rewind it.
+type concat struct {
+	a, b   io.ReaderAt
+	na, nb int64
+	size   int64
+	off    int64
 }
 
-func newMultiBytes(parts [][]byte) *multiBytes {
-	m := &multiBytes{parts: parts}
-	for _, p := range parts {
-		m.size += int64(len(p))
-	}
-	return m
+func newConcat(a io.ReaderAt, na int64, b io.ReaderAt, nb int64) *concat {
+	return &concat{a: a, b: b, na: na, nb: nb, size: na + nb}
 }
 
-func (m *multiBytes) Read(b []byte) (int, error) {
-	if m.off >= m.size {
+func (c *concat) Read(p []byte) (int, error) {
+	if c.off >= c.size {
 		return 0, io.EOF
 	}
-	n, pos := 0, int64(0)
-	for _, p := range m.parts {
-		end := pos + int64(len(p))
-		if m.off < end && n < len(b) {
-			c := copy(b[n:], p[m.off-pos:])
-			n += c
-			m.off += int64(c)
-		}
-		pos = end
+	var n int
+	var err error
+	if c.off < c.na {
+		n, err = c.a.ReadAt(p[:min(int64(len(p)), c.na-c.off)], c.off)
+	} else {
+		n, err = c.b.ReadAt(p[:min(int64(len(p)), c.size-c.off)], c.off-c.na)
 	}
-	return n, nil
+	c.off += int64(n)
+	if err == io.EOF && n > 0 {
+		err = nil // the section may end exactly at the end of its reader
+	}
+	return n, err
 }
 
-func (m *multiBytes) Seek(offset int64, whence int) (int64, error) {
+func (c *concat) Seek(offset int64, whence int) (int64, error) {
 	switch whence {
 	case io.SeekStart:
 	case io.SeekCurrent:
-		offset += m.off
+		offset += c.off
 	case io.SeekEnd:
-		offset += m.size
+		offset += c.size
 	}
 	if offset < 0 {
 		return 0, errors.New("delta: seek before start")
 	}
-	m.off = offset
+	c.off = offset
 	return offset, nil
 }
