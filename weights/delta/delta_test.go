@@ -318,8 +318,8 @@ func TestCastsNewToBaseDType(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, e := range m.Tensors {
-		if e.DType != "BF16" {
-			t.Fatalf("tensor %s written as %s, want the base dtype BF16", e.Name, e.DType)
+		if e.DType != "bfloat16" {
+			t.Fatalf("tensor %s written as %s, want the base dtype bfloat16", e.Name, e.DType)
 		}
 	}
 	dir, mut := f.working()
@@ -384,7 +384,7 @@ func TestManifestGolden(t *testing.T) {
 	m := &delta.Manifest{
 		Version: 3, BaseVersion: 2,
 		Tensors: []delta.TensorEntry{{
-			Name: "model.layers.0.mlp.down_proj.weight", DType: "BF16", Shape: []int64{4, 2},
+			Name: "model.layers.0.mlp.down_proj.weight", DType: "bfloat16", Shape: []int64{4, 2},
 			UncompressedNumBytes: 16, CompressedNumBytes: 13,
 			PayloadFile: "delta-rank00000-file000000.safetensors", PayloadKey: "model.layers.0.mlp.down_proj.weight",
 			Checksum: "99aa06d3014798d86001c324468d497f", ChecksumAlgorithm: "xxh3-128",
@@ -537,5 +537,33 @@ func TestEncodeThroughRetryingStoreRewindsPayloads(t *testing.T) {
 	}
 	if d := ckpttest.SameDir(dir, f.dirs[1]); d != "" {
 		t.Fatal(d)
+	}
+}
+
+func TestManifestReadsSkyRLSpellings(t *testing.T) {
+	// An older SkyRL record: "sha256" instead of checksum/checksum_algorithm,
+	// a torch-prefixed dtype.
+	raw := []byte(`{"version": 4, "base_version": 3, "tensors": [{"name": "w", "dtype": "torch.float16", "shape": [2],
+		"uncompressed_num_bytes": 4, "compressed_num_bytes": 3, "payload_file": "p.safetensors", "payload_key": "w",
+		"sha256": "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"}],
+		"total_uncompressed_num_bytes": 4, "total_compressed_num_bytes": 3, "payload_files": ["p.safetensors"], "future_field": 1}`)
+	m, err := delta.ParseManifest(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := m.Tensors[0]
+	if e.ChecksumAlgorithm != "sha256" || e.Checksum[:6] != "ba7816" {
+		t.Fatalf("legacy sha256 record read as %+v", e)
+	}
+	if dt, _ := delta.NormalizeDType(e.DType); dt != safetensors.F16 {
+		t.Fatalf("torch.float16 normalised to %s", dt)
+	}
+	for d, want := range map[safetensors.DType]string{safetensors.BF16: "bfloat16", safetensors.F32: "float32", safetensors.I64: "int64", safetensors.BOOL: "bool"} {
+		if got := delta.TorchDTypeName(d); got != want {
+			t.Errorf("TorchDTypeName(%s) = %s, want %s", d, got, want)
+		}
+		if back, err := delta.NormalizeDType(want); err != nil || back != d {
+			t.Errorf("NormalizeDType(%s) = %s, %v", want, back, err)
+		}
 	}
 }

@@ -30,8 +30,9 @@ type EncodeConfig struct {
 	// tensor of each checkpoint, its patch and the compressed patch.
 	Workers int
 	// MaxFileSizeGB rolls payload files over once they would exceed this
-	// many GiB of compressed bytes (default 2; fractions allowed). A single
-	// patch larger than the limit gets a file of its own.
+	// many GiB of compressed bytes (fractions allowed). A single
+	// patch larger than the limit gets a file of its own. Default 1, as
+	// SkyRL's max_file_size_in_gb.
 	MaxFileSizeGB float64
 	// SpoolDir holds the temporary file the payload file being filled is
 	// spooled to, so memory does not grow with MaxFileSizeGB (default: the
@@ -48,7 +49,7 @@ func DefaultEncodeConfig() EncodeConfig {
 	return EncodeConfig{
 		Level:             1,
 		Workers:           min(4, runtime.GOMAXPROCS(0)),
-		MaxFileSizeGB:     2,
+		MaxFileSizeGB:     1,
 		ChecksumAlgorithm: ChecksumXXH3,
 	}
 }
@@ -237,7 +238,7 @@ func encodeTensor(ctx context.Context, cfg EncodeConfig, zenc *zstd.Encoder, bas
 	return encoded{
 		entry: TensorEntry{
 			Name:                 name,
-			DType:                string(bi.DType),
+			DType:                TorchDTypeName(bi.DType),
 			Shape:                append([]int64{}, bi.Shape...),
 			UncompressedNumBytes: int64(len(patch)),
 			CompressedNumBytes:   int64(len(comp)),

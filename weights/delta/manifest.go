@@ -42,9 +42,10 @@ type Manifest struct {
 type TensorEntry struct {
 	// Name of the tensor in the checkpoint.
 	Name string `json:"name"`
-	// DType of the base checkpoint's tensor (the patch is in this dtype).
-	// asyncrl writes safetensors spellings ("BF16"); torch spellings
-	// ("bfloat16", "torch.bfloat16") are accepted on read.
+	// DType of the base checkpoint's tensor (the patch is in this dtype),
+	// spelled as torch names it without the "torch." prefix ("bfloat16"), as
+	// SkyRL writes and reads it; safetensors spellings ("BF16") and a
+	// "torch." prefix are accepted on read.
 	DType string `json:"dtype"`
 	// Shape of the tensor.
 	Shape []int64 `json:"shape"`
@@ -185,6 +186,63 @@ func (m *Manifest) Validate() error {
 	return nil
 }
 
+// TorchDTypeName is the manifest spelling of a safetensors dtype.
+func TorchDTypeName(d safetensors.DType) string {
+	switch d {
+	case safetensors.BF16:
+		return "bfloat16"
+	case safetensors.F16:
+		return "float16"
+	case safetensors.F32:
+		return "float32"
+	case safetensors.F64:
+		return "float64"
+	case safetensors.I8:
+		return "int8"
+	case safetensors.U8:
+		return "uint8"
+	case safetensors.I16:
+		return "int16"
+	case safetensors.U16:
+		return "uint16"
+	case safetensors.I32:
+		return "int32"
+	case safetensors.U32:
+		return "uint32"
+	case safetensors.I64:
+		return "int64"
+	case safetensors.U64:
+		return "uint64"
+	case safetensors.BOOL:
+		return "bool"
+	}
+	return string(d)
+}
+
+// UnmarshalJSON reads an entry, accepting the older SkyRL spelling where
+// the checksum was a "sha256" field (then the algorithm is sha256).
+func (e *TensorEntry) UnmarshalJSON(b []byte) error {
+	type plain TensorEntry
+	var aux struct {
+		plain
+		SHA256 string `json:"sha256"`
+	}
+	if err := json.Unmarshal(b, &aux); err != nil {
+		return err
+	}
+	*e = TensorEntry(aux.plain)
+	if e.Checksum == "" && aux.SHA256 != "" {
+		e.Checksum = aux.SHA256
+		if e.ChecksumAlgorithm == "" {
+			e.ChecksumAlgorithm = ChecksumSHA256
+		}
+	}
+	if e.ChecksumAlgorithm == "" {
+		e.ChecksumAlgorithm = ChecksumXXH3 // SkyRL's default when the field is absent
+	}
+	return nil
+}
+
 // NormalizeDType maps a manifest dtype (safetensors or torch spelling) to
 // the safetensors dtype.
 func NormalizeDType(s string) (safetensors.DType, error) {
@@ -204,6 +262,12 @@ func NormalizeDType(s string) (safetensors.DType, error) {
 		return safetensors.U8, nil
 	case "int16", "i16":
 		return safetensors.I16, nil
+	case "uint16", "u16":
+		return safetensors.U16, nil
+	case "uint32", "u32":
+		return safetensors.U32, nil
+	case "uint64", "u64":
+		return safetensors.U64, nil
 	case "int32", "i32":
 		return safetensors.I32, nil
 	case "int64", "long", "i64":

@@ -8,10 +8,12 @@
 //
 // Under Config.Root: weights/ (the mutable copy, initialised from
 // BaseModelPath = version 0) and .skyrl_weight_sync/ holding state.json
-// {version, write_in_progress, target_version, base_model_path}, a lock
-// file, and cache/delta-{v:08d}/ (fetched deltas). Every state change
-// happens under an exclusive flock on the lock file, so two receivers (or a
-// receiver and a SkyRL process) on the same root never interleave.
+// {version, write_in_progress, target_version (null when idle),
+// base_model_path} and writer.lock; deltas/ caches fetched versions
+// (delta-{v:08d}/, full-{v:08d}/). Every state change happens under an
+// exclusive flock on writer.lock, the lock SkyRL's receiver takes, so two
+// receivers (or a receiver and a SkyRL process) on one root never
+// interleave.
 //
 // # Protocol
 //

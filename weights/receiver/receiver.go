@@ -40,13 +40,16 @@ var (
 	ErrDirty = errors.New("receiver: weights are half-applied")
 )
 
-// Names of the files the receiver keeps, as SkyRL names them.
+// Names of the files the receiver keeps, as SkyRL's receiver names them,
+// so the two serialise on the same lock when they share a root.
 const (
 	WeightsDirName = "weights"
 	SyncDirName    = ".skyrl_weight_sync"
 	StateFileName  = "state.json"
-	LockFileName   = "lock"
-	CacheDirName   = "cache"
+	LockFileName   = "writer.lock"
+	// CacheDirName (under Root) holds fetched versions, delta-{v:08d}/ and
+	// full-{v:08d}/.
+	CacheDirName = "deltas"
 )
 
 // Config configures a Receiver.
@@ -95,8 +98,8 @@ type State struct {
 	Version int64 `json:"version"`
 	// WriteInProgress: weights/ is being (or was left half-) patched.
 	WriteInProgress bool `json:"write_in_progress"`
-	// TargetVersion of the last Apply.
-	TargetVersion int64 `json:"target_version"`
+	// TargetVersion of the Apply in progress; null when none is.
+	TargetVersion *int64 `json:"target_version"`
 	// BaseModelPath the copy was initialised from.
 	BaseModelPath string `json:"base_model_path"`
 }
@@ -112,7 +115,10 @@ func New(cfg Config, st store.Store) (*Receiver, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(filepath.Join(cfg.Root, SyncDirName, CacheDirName), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(cfg.Root, SyncDirName), 0o755); err != nil {
+		return nil, fmt.Errorf("receiver: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Join(cfg.Root, CacheDirName), 0o755); err != nil {
 		return nil, fmt.Errorf("receiver: %w", err)
 	}
 	return &Receiver{cfg: cfg, st: st}, nil
@@ -124,7 +130,7 @@ func (r *Receiver) WeightsDir() string { return filepath.Join(r.cfg.Root, Weight
 func (r *Receiver) syncDir() string { return filepath.Join(r.cfg.Root, SyncDirName) }
 
 func (r *Receiver) cacheDir(v int64) string {
-	return filepath.Join(r.syncDir(), CacheDirName, delta.DeltaDir(v))
+	return filepath.Join(r.cfg.Root, CacheDirName, delta.DeltaDir(v))
 }
 
 // State reads state.json; ok is false when there is none yet.
@@ -271,7 +277,7 @@ func (r *Receiver) Apply(ctx context.Context, target int64) (int64, error) {
 		if m.Version != v || m.BaseVersion != s.Version {
 			return s.Version, fmt.Errorf("%w: version %d has base_version %d, but weights/ holds %d", delta.ErrChain, m.Version, m.BaseVersion, s.Version)
 		}
-		s.TargetVersion, s.WriteInProgress = target, true
+		s.TargetVersion, s.WriteInProgress = &target, true
 		if err := r.saveState(s); err != nil {
 			return s.Version, err
 		}
@@ -285,6 +291,9 @@ func (r *Receiver) Apply(ctx context.Context, target int64) (int64, error) {
 			return s.Version, fmt.Errorf("receiver: version %d rejected, weights/ left write_in_progress: %w", v, err)
 		}
 		s.Version, s.WriteInProgress = v, false
+		if v == target {
+			s.TargetVersion = nil
+		}
 		if err := r.saveState(s); err != nil {
 			return s.Version, err
 		}
@@ -336,7 +345,7 @@ func (r *Receiver) startFor(ctx context.Context, target int64) (int64, error) {
 }
 
 func (r *Receiver) fullCacheDir(v int64) string {
-	return filepath.Join(r.syncDir(), CacheDirName, delta.SnapshotDir(delta.KindFull, v))
+	return filepath.Join(r.cfg.Root, CacheDirName, delta.SnapshotDir(delta.KindFull, v))
 }
 
 // fetchFull downloads full checkpoint v into the cache (complete when the
@@ -422,13 +431,13 @@ func (r *Receiver) Sync(ctx context.Context, target int64, l Loader) (int64, err
 // Prune deletes cached deltas at or below version (they are needed again
 // only after a reset, which refetches).
 func (r *Receiver) Prune(version int64) error {
-	ents, err := os.ReadDir(filepath.Join(r.syncDir(), CacheDirName))
+	ents, err := os.ReadDir(filepath.Join(r.cfg.Root, CacheDirName))
 	if err != nil {
 		return fmt.Errorf("receiver: %w", err)
 	}
 	for _, e := range ents {
 		if v, ok := delta.ParseDeltaDir(e.Name()); ok && v <= version {
-			if err := os.RemoveAll(filepath.Join(r.syncDir(), CacheDirName, e.Name())); err != nil {
+			if err := os.RemoveAll(filepath.Join(r.cfg.Root, CacheDirName, e.Name())); err != nil {
 				return fmt.Errorf("receiver: %w", err)
 			}
 		}

@@ -123,7 +123,7 @@ func TestSyncFromScratchAndIncrementally(t *testing.T) {
 	}
 	var js map[string]any
 	json.Unmarshal(raw, &js)
-	if js["version"] != 3.0 || js["write_in_progress"] != false || js["target_version"] != 3.0 || js["base_model_path"] != e.dirs[0] {
+	if js["version"] != 3.0 || js["write_in_progress"] != false || js["target_version"] != nil || js["base_model_path"] != e.dirs[0] {
 		t.Fatalf("state.json = %s", raw)
 	}
 	// A lower target is refused; the same target is a no-op.
@@ -157,10 +157,10 @@ func TestCorruptVersionRejectedThenRepairedByResync(t *testing.T) {
 		t.Fatalf("Sync over a corrupt v2: %v", err)
 	}
 	s, _, _ := r.State()
-	if !s.WriteInProgress || s.Version != 1 {
+	if !s.WriteInProgress || s.Version != 1 || s.TargetVersion == nil || *s.TargetVersion != 3 {
 		t.Fatalf("state after the rejection: %+v (want write_in_progress at 1)", s)
 	}
-	if _, err := os.Stat(filepath.Join(r.WeightsDir(), "..", ".skyrl_weight_sync", "cache", delta.DeltaDir(2))); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(r.WeightsDir(), "..", "deltas", delta.DeltaDir(2))); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the rejected delta is still cached: %v", err)
 	}
 	if _, err := r.Load(l); !errors.Is(err, receiver.ErrDirty) {
@@ -231,7 +231,7 @@ func TestLockSerialisesReceivers(t *testing.T) {
 		t.Fatalf("two receivers on one root: %s", d)
 	}
 	// A held lock makes a waiter give up when its context ends.
-	f, err := os.OpenFile(filepath.Join(root, ".skyrl_weight_sync", "lock"), os.O_RDWR, 0)
+	f, err := os.OpenFile(filepath.Join(root, ".skyrl_weight_sync", "writer.lock"), os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,7 +298,7 @@ func TestLateJoinerStartsFromCheaperFullCheckpoint(t *testing.T) {
 	if d := ckpttest.SameDir(r.WeightsDir(), e.dirs[5]); d != "" {
 		t.Fatal(d)
 	}
-	cache := filepath.Join(root, ".skyrl_weight_sync", "cache")
+	cache := filepath.Join(root, "deltas")
 	if _, err := os.Stat(filepath.Join(cache, "full-00000004")); err != nil {
 		t.Fatalf("the full checkpoint was not used: %v", err)
 	}
@@ -315,7 +315,7 @@ func TestLateJoinerStartsFromCheaperFullCheckpoint(t *testing.T) {
 	if d := ckpttest.SameDir(r2.WeightsDir(), e.dirs[5]); d != "" {
 		t.Fatal(d)
 	}
-	if _, err := os.Stat(filepath.Join(cfg.Root, ".skyrl_weight_sync", "cache", "full-00000004")); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(cfg.Root, "deltas", "full-00000004")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("UseFull=false still fetched the full checkpoint: %v", err)
 	}
 }
