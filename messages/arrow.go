@@ -351,6 +351,16 @@ func specFromSchema(s *arrow.Schema) (BatchSpec, error) {
 	return spec, nil
 }
 
+// view returns s with its capacity capped, so appending to a decoded batch
+// reallocates instead of writing into the neighbouring Arrow buffer.
+//
+// Decoded per-token columns are views into the IPC body buffer, not copies:
+// that buffer was read out of the input by Arrow (so nothing aliases the
+// caller's bytes), it lives on the Go heap (memory.GoAllocator, whose Free is
+// a no-op), and so it stays valid after the reader is released. This halves
+// decode memory for a 25 MB routed batch.
+func view[T any](s []T) []T { return s[:len(s):len(s)] }
+
 // fromRecord validates every column's buffers (array.ValidateFull) before any
 // typed access, then copies the values out.
 func fromRecord(rec arrow.RecordBatch, spec BatchSpec, index map[string]int) (*TokenBatch, error) {
@@ -410,25 +420,27 @@ func fromRecord(rec arrow.RecordBatch, spec BatchSpec, index map[string]int) (*T
 	if err != nil {
 		return nil, err
 	}
-	tb.TokenIDs = append([]int32(nil), v.(*array.Int32).Int32Values()...)
+	tb.TokenIDs = view(v.(*array.Int32).Int32Values())
 	if v, err = values(col(ColLogprob), ColLogprob, 0); err != nil {
 		return nil, err
 	}
-	tb.Logprobs = append([]float32(nil), v.(*array.Float32).Float32Values()...)
+	tb.Logprobs = view(v.(*array.Float32).Float32Values())
 	if v, err = values(col(ColLossMask), ColLossMask, 0); err != nil {
 		return nil, err
 	}
-	tb.LossMask = append([]uint8(nil), v.(*array.Uint8).Uint8Values()...)
+	tb.LossMask = view(v.(*array.Uint8).Uint8Values())
 	if v, err = values(col(ColPolicyVersion), ColPolicyVersion, 0); err != nil {
 		return nil, err
 	}
-	tb.PolicyVersions = append([]int32(nil), v.(*array.Int32).Int32Values()...)
+	tb.PolicyVersions = view(v.(*array.Int32).Int32Values())
 	if spec.TokenRewards {
 		if v, err = values(col(ColTokenReward), ColTokenReward, 0); err != nil {
 			return nil, err
 		}
 		// Non-nil even when empty: nil TokenRewards means "no such column".
-		tb.TokenRewards = append([]float32{}, v.(*array.Float32).Float32Values()...)
+		if tb.TokenRewards = view(v.(*array.Float32).Float32Values()); tb.TokenRewards == nil {
+			tb.TokenRewards = []float32{}
+		}
 	}
 	if r := tb.Routes; r != nil {
 		if v, err = values(col(ColRoutedExperts), ColRoutedExperts, r.Stride()); err != nil {
@@ -437,18 +449,18 @@ func fromRecord(rec arrow.RecordBatch, spec BatchSpec, index map[string]int) (*T
 		// The typed values are exactly the little-endian C-order bytes.
 		switch a := v.(type) {
 		case *array.Uint8:
-			r.Data = append([]byte{}, a.Uint8Values()...)
+			r.Data = view(a.Uint8Values())
 		case *array.Int16:
-			r.Data = append([]byte{}, arrow.Int16Traits.CastToBytes(a.Int16Values())...)
+			r.Data = view(arrow.Int16Traits.CastToBytes(a.Int16Values()))
 		case *array.Int32:
-			r.Data = append([]byte{}, arrow.Int32Traits.CastToBytes(a.Int32Values())...)
+			r.Data = view(arrow.Int32Traits.CastToBytes(a.Int32Values()))
 		}
 	}
 	if s := tb.Support; s != nil {
 		if v, err = values(col(ColSampleSupport), ColSampleSupport, int(s.K)); err != nil {
 			return nil, err
 		}
-		s.Values = append([]int32(nil), v.(*array.Int32).Int32Values()...)
+		s.Values = view(v.(*array.Int32).Int32Values())
 	}
 	if err := tb.Validate(); err != nil {
 		return nil, err

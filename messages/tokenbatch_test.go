@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -97,6 +98,15 @@ func TestTokenBatchArrowRoundTrip(t *testing.T) {
 			}
 			if !reflect.DeepEqual(got, tb) {
 				t.Fatalf("round trip differs:\n got %+v\nwant %+v", got, tb)
+			}
+			// Decoded columns are views into Arrow's body buffer: decoding
+			// another batch and collecting garbage must not disturb them.
+			if _, err := DecodeTokenBatch(mustEncodeBatch(t, makeBatch(t, tc.spec, 5, 30, 2))); err != nil {
+				t.Fatal(err)
+			}
+			runtime.GC()
+			if !reflect.DeepEqual(got, tb) {
+				t.Fatal("decoded batch changed after another decode and a GC")
 			}
 			if got.Spec() != tc.spec {
 				t.Fatalf("spec %+v, want %+v", got.Spec(), tc.spec)
@@ -370,4 +380,13 @@ func TestDecodeTokenBatchErrors(t *testing.T) {
 	if _, err := DecodeTokenBatch([]byte(bad)); !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), "dtype") {
 		t.Errorf("dtype mismatch: %v", err)
 	}
+}
+
+func mustEncodeBatch(t testing.TB, tb *TokenBatch) []byte {
+	t.Helper()
+	b, err := EncodeTokenBatch(tb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
