@@ -212,3 +212,63 @@ func (f *failingStore) Delete(ctx context.Context, key string) error {
 	}
 	return f.Store.Delete(ctx, key)
 }
+
+func TestOpenLocations(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	for _, loc := range []string{dir, "file://" + dir} {
+		s, c, err := store.Open(ctx, loc)
+		if err != nil {
+			t.Fatalf("Open(%s): %v", loc, err)
+		}
+		if l, ok := s.(*store.Local); !ok || l.Root() != dir {
+			t.Fatalf("Open(%s) = %T", loc, s)
+		}
+		c.Close()
+	}
+
+	faker := gofakes3.New(s3mem.New())
+	srv := httptest.NewServer(faker.Server())
+	defer srv.Close()
+	t.Setenv("AWS_ACCESS_KEY_ID", "k")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "s")
+	loc := "s3://bkt/run/7?create=true&region=us-east-1&endpoint=" + strings.TrimPrefix(srv.URL, "http://")
+	s, c, err := store.Open(ctx, loc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := store.PutBytes(ctx, s, "delta-00000001/manifest.json", []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	// The prefix from the URL path is applied: a store without it sees the
+	// full key.
+	raw, c2, err := store.Open(ctx, "s3://bkt?region=us-east-1&endpoint="+strings.TrimPrefix(srv.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	if keys, err := raw.List(ctx, ""); err != nil || len(keys) != 1 || keys[0] != "run/7/delta-00000001/manifest.json" {
+		t.Fatalf("bucket holds %v, %v", keys, err)
+	}
+
+	bus, err := natsbus.Connect(ctx, natsbus.DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bus.Close()
+	ns, c3, err := store.Open(ctx, bus.ClientURL()+"/weights?storage=memory")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.PutBytes(ctx, ns, "a/b", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	c3.Close()
+
+	for _, bad := range []string{"", "ftp://x/y", "s3://bkt?secure=maybe&endpoint=x:1", "file://remote/path"} {
+		if _, _, err := store.Open(ctx, bad); err == nil {
+			t.Errorf("Open(%q) succeeded", bad)
+		}
+	}
+}
