@@ -108,6 +108,9 @@ type Actor struct {
 	wg     sync.WaitGroup
 	sub    transport.Subscription
 	c      counters
+
+	mu       sync.Mutex
+	reported map[string]bool // group id → true when ready, false when aborted
 }
 
 // Start subscribes the actor to cfg.Subjects.Prompts.
@@ -116,7 +119,8 @@ func Start(bus transport.Bus, gen Generator, cfg Config) (*Actor, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	a := &Actor{bus: bus, gen: gen, cfg: cfg, sem: make(chan struct{}, cfg.Concurrency), ctx: ctx, cancel: cancel}
+	a := &Actor{bus: bus, gen: gen, cfg: cfg, sem: make(chan struct{}, cfg.Concurrency), ctx: ctx, cancel: cancel,
+		reported: map[string]bool{}}
 	sub, err := bus.QueueSubscribe(cfg.Subjects.Prompts, "rollout", a.onPrompt)
 	if err != nil {
 		cancel()
@@ -132,6 +136,24 @@ func (a *Actor) Stats() Stats {
 		GroupsReady: a.c.groupsReady.Load(), GroupsAborted: a.c.groupsAborted.Load(),
 		Tokens: a.c.tokens.Load(), Generated: a.c.generated.Load(), Resubmits: a.c.resubmits.Load(),
 		MixedVersions: a.c.mixed.Load(), BadPrompts: a.c.badPrompts.Load()}
+}
+
+// Reported returns every group the actor published: true for GroupReady,
+// false for aborted (EpisodeAborted). After Stop it is complete.
+func (a *Actor) Reported() map[string]bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make(map[string]bool, len(a.reported))
+	for k, v := range a.reported {
+		out[k] = v
+	}
+	return out
+}
+
+func (a *Actor) report(group string, ready bool) {
+	a.mu.Lock()
+	a.reported[group] = ready
+	a.mu.Unlock()
 }
 
 // Stop unsubscribes, cancels running episodes (each is reported aborted
@@ -198,6 +220,7 @@ func (a *Actor) runGroup(pa messages.PromptAssigned) {
 	h := messages.Header{RunID: a.cfg.RunID, Sender: a.cfg.Name, Version: pa.Version}
 	if failed {
 		a.c.groupsAborted.Add(1)
+		a.report(pa.GroupID, false)
 		for i, r := range res {
 			reason := "group member aborted"
 			if r.err != nil {
@@ -213,11 +236,13 @@ func (a *Actor) runGroup(pa messages.PromptAssigned) {
 	if err != nil {
 		a.cfg.Logger.Error().Err(err).Str("group", pa.GroupID).Msg("cannot pack group; reported aborted")
 		a.c.groupsAborted.Add(1)
+		a.report(pa.GroupID, false)
 		a.publish(pctx, a.cfg.Subjects.Aborted, messages.EpisodeAborted{Header: h, PromptID: pa.PromptID,
 			GroupID: pa.GroupID, Reason: "pack: " + err.Error()})
 		return
 	}
 	a.c.groupsReady.Add(1)
+	a.report(pa.GroupID, true)
 	a.publish(pctx, a.cfg.Subjects.Groups, gr)
 }
 

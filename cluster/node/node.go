@@ -81,6 +81,7 @@ type Node struct {
 	rollouts  []*rollout.Actor
 	tr        *trainer.Actor
 	pub       *inProcPublisher
+	httpc     *http.Client
 	ledger    *Ledger
 	progress  *progress
 
@@ -276,7 +277,8 @@ func (n *Node) startRollouts() error {
 			supportK = min(supportK, ro.TopK)
 		}
 	}
-	gen := &rollout.HTTPClient{BaseURL: n.routerURL, Model: servedModel}
+	n.httpc = &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 256}}
+	gen := &rollout.HTTPClient{BaseURL: n.routerURL, Model: servedModel, Client: n.httpc}
 	for i := range count {
 		name := "rollout-" + strconv.Itoa(i)
 		a, err := rollout.Start(n.bus, gen, rollout.Config{RunID: cfg.Run.ID, Name: name, Task: n.task, Episode: ecfg,
@@ -398,41 +400,49 @@ func (n *Node) Stop() {
 			_ = n.routerSrv.Shutdown(ctx)
 		}
 		stopEngines(n.engines)
+		if n.httpc != nil {
+			n.httpc.CloseIdleConnections()
+		}
 		if n.bus != nil {
 			_ = n.bus.Close()
 		}
 	})
 }
 
-// settle waits (briefly) until every group a rollout actor reported has
-// reached the controller's books as seen on the bus (kept groups are
-// waiting for the trainer; the rest must be settled), so the accounting
-// at stop does not count messages still on the wire as lost.
+// settle waits (briefly) until every group a rollout actor published has
+// reached the controller's books as seen on the bus — kept for training,
+// filtered, trained or requeued — so the accounting at stop does not count
+// messages still on the wire as lost.
 func (n *Node) settle(ctx context.Context) {
 	if n.ledger == nil {
 		return
 	}
-	deadline := time.Now().Add(2 * time.Second)
+	deadline := time.Now().Add(3 * time.Second)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
-		if len(unsettled(n.ledger.Snapshot())) == 0 {
+		if len(n.unsettled()) == 0 {
 			return
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
-// unsettled lists groups reported by a rollout actor whose fate is not
-// known: not kept for training, not filtered/requeued/trained.
-func unsettled(gs []GroupRecord) []GroupRecord {
-	var out []GroupRecord
-	for _, g := range gs {
-		if !g.Reported || g.Terminal() || g.Kept || g.Accepted {
-			continue
+// unsettled lists the groups rollout actors published (ready or aborted)
+// whose fate the controller has not announced: not kept for training and
+// not filtered, trained or requeued.
+func (n *Node) unsettled() []string {
+	recs := map[string]GroupRecord{}
+	for _, g := range n.ledger.Snapshot() {
+		recs[g.GroupID] = g
+	}
+	var out []string
+	for _, r := range n.rollouts {
+		for id := range r.Reported() {
+			g := recs[id]
+			if g.Terminal() || g.Kept || g.Accepted {
+				continue
+			}
+			out = append(out, id)
 		}
-		if g.Aborted && g.Requeued > 0 {
-			continue
-		}
-		out = append(out, g)
 	}
 	return out
 }

@@ -65,9 +65,7 @@ func (n *Node) Summary(interrupted bool, runErr error) report.Summary {
 	// the controller's books.
 	s.TrajectoriesLost = tot.Started - tot.Finished - tot.Aborted
 	if n.ledger != nil {
-		for range unsettled(n.ledger.Snapshot()) {
-			s.TrajectoriesLost += int64(cfg.Rollout.NSamplesPerPrompt)
-		}
+		s.TrajectoriesLost += int64(len(n.unsettled()) * cfg.Rollout.NSamplesPerPrompt)
 	}
 	for _, e := range n.engines {
 		s.EngineVersions = append(s.EngineVersions, e.e.Version())
