@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -93,9 +94,14 @@ func newWeightsDiffCmd(g *globals) *cobra.Command {
 				return fail("asyncrl weights diff: --new: %v", err)
 			}
 			defer next.Close()
-			st, err := store.NewLocal(out)
+			st, closer, err := store.Open(cmd.Context(), out)
 			if err != nil {
 				return fail("asyncrl weights diff: --out: %v", err)
+			}
+			defer closer.Close()
+			where := strings.TrimSuffix(out, "/") + "/" + delta.DeltaDir(version)
+			if l, ok := st.(*store.Local); ok {
+				where = l.Path(delta.DeltaDir(version))
 			}
 			p := newProgress(g)
 			p.line("asyncrl weights diff: encoding version %d (%d tensors)…", version, len(next.Names()))
@@ -108,7 +114,7 @@ func newWeightsDiffCmd(g *globals) *cobra.Command {
 			secs := time.Since(start).Seconds()
 			if asJSON {
 				return writeJSON(g.stdout, map[string]any{
-					"version": m.Version, "base_version": m.BaseVersion, "dir": st.Path(delta.DeltaDir(m.Version)),
+					"version": m.Version, "base_version": m.BaseVersion, "dir": where,
 					"tensors_changed": len(m.Tensors), "tensors_total": len(next.Names()),
 					"total_uncompressed_num_bytes": m.TotalUncompressedNumBytes, "total_compressed_num_bytes": m.TotalCompressedNumBytes,
 					"payload_files": m.PayloadFiles, "seconds": secs,
@@ -120,14 +126,14 @@ func newWeightsDiffCmd(g *globals) *cobra.Command {
 			}
 			fmt.Fprintf(g.stdout, "version %d (base %d): %d of %d tensors changed, %d → %d bytes (%.4f), %d payload files, %s, %.2fs\n",
 				m.Version, m.BaseVersion, len(m.Tensors), len(next.Names()), m.TotalUncompressedNumBytes, m.TotalCompressedNumBytes,
-				ratio, len(m.PayloadFiles), st.Path(delta.DeltaDir(m.Version)), secs)
+				ratio, len(m.PayloadFiles), where, secs)
 			return nil
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&baseDir, "base", "", "checkpoint `DIR` of version N−1 (model.safetensors or sharded with an index)")
 	f.StringVar(&newDir, "new", "", "checkpoint `DIR` to publish as version N")
-	f.StringVar(&out, "out", "", "sync directory `ROOT`; the delta goes to ROOT/delta-{N:08d}/")
+	f.StringVar(&out, "out", "", "sync location `ROOT` (a directory, file://, s3://bucket/prefix?endpoint=host:port or nats://host:port/bucket); the delta goes to ROOT/delta-{N:08d}/")
 	f.Int64Var(&version, "version", 1, "version `N` to publish (its base_version is N−1)")
 	f.IntVar(&cfg.Level, "level", cfg.Level, "zstd level 1 (fastest) to 22")
 	f.IntVar(&cfg.Workers, "workers", cfg.Workers, "tensors encoded in parallel")
@@ -186,11 +192,17 @@ func newWeightsApplyCmd(g *globals) *cobra.Command {
 			if root == "" || ckpt == "" {
 				return fail("asyncrl weights apply: --root and --checkpoint are required")
 			}
-			st, err := store.NewLocal(root)
+			ctx := cmd.Context()
+			st, closer, err := store.Open(ctx, root)
 			if err != nil {
 				return fail("asyncrl weights apply: --root: %v", err)
 			}
-			ctx := cmd.Context()
+			defer closer.Close()
+			src, err := newVersionSource(st)
+			if err != nil {
+				return fail("asyncrl weights apply: %v", err)
+			}
+			defer src.close()
 			lv, err := readLocalVersion(ckpt)
 			if err != nil {
 				return fail("asyncrl weights apply: %v", err)
@@ -218,7 +230,7 @@ func newWeightsApplyCmd(g *globals) *cobra.Command {
 			start, first := time.Now(), lv.Version
 			for v := lv.Version + 1; v <= to; v++ {
 				p.line("asyncrl weights apply: version %d of %d…", v, to)
-				m, err := delta.ReadManifestDir(st.Path(delta.DeltaDir(v)), v)
+				dir, m, err := src.version(ctx, v)
 				if err == nil && m.BaseVersion != lv.Version {
 					err = fmt.Errorf("%w: version %d has base_version %d, but %s holds %d", delta.ErrChain, v, m.BaseVersion, ckpt, lv.Version)
 				}
@@ -230,7 +242,7 @@ func newWeightsApplyCmd(g *globals) *cobra.Command {
 					p.done()
 					return fail("asyncrl weights apply: %v", err)
 				}
-				if err := delta.Apply(ctx, delta.ApplyConfig{Workers: workers}, m, st.Path(delta.DeltaDir(v)), mut); err != nil {
+				if err := delta.Apply(ctx, delta.ApplyConfig{Workers: workers}, m, dir, mut); err != nil {
 					p.done()
 					return fail("asyncrl weights apply: %v\n%s is now half-applied: restore it from the base checkpoint and pass --from 0", err, ckpt)
 				}
@@ -250,13 +262,49 @@ func newWeightsApplyCmd(g *globals) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&root, "root", "", "sync directory `ROOT` holding delta-{v:08d}/ versions")
+	f.StringVar(&root, "root", "", "sync location `ROOT` holding delta-{v:08d}/ versions (a directory, file://, s3:// or nats://; remote versions are downloaded to a temporary directory)")
 	f.StringVar(&ckpt, "checkpoint", "", "local checkpoint copy `DIR`, patched in place (its version is kept in "+localVersionFile+"; none means 0, the base)")
 	f.Int64Var(&to, "to", 0, "target version `V` (default: the newest committed version)")
 	f.Int64Var(&from, "from", 0, "the version DIR holds, overriding its marker (e.g. 0 after restoring it from the base)")
 	f.IntVar(&workers, "workers", delta.DefaultApplyConfig().Workers, "tensors patched in parallel")
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
 	return cmd
+}
+
+// versionSource hands out a delta version's directory: in place for a
+// local store, downloaded to a temporary directory otherwise.
+type versionSource struct {
+	st  store.Store
+	tmp string
+}
+
+func newVersionSource(st store.Store) (*versionSource, error) {
+	vs := &versionSource{st: st}
+	if _, ok := st.(*store.Local); !ok {
+		tmp, err := os.MkdirTemp("", "asyncrl-weights-*")
+		if err != nil {
+			return nil, err
+		}
+		vs.tmp = tmp
+	}
+	return vs, nil
+}
+
+func (vs *versionSource) version(ctx context.Context, v int64) (string, *delta.Manifest, error) {
+	if l, ok := vs.st.(*store.Local); ok {
+		dir := l.Path(delta.DeltaDir(v))
+		m, err := delta.ReadManifestDir(dir, v)
+		return dir, m, err
+	}
+	dir := filepath.Join(vs.tmp, delta.DeltaDir(v))
+	m, err := delta.Fetch(ctx, vs.st, v, dir, store.DefaultWorkers)
+	return dir, m, err
+}
+
+func (vs *versionSource) close() {
+	if vs.tmp != "" {
+		os.RemoveAll(vs.tmp)
+	}
 }
 
 type verifyResult struct {
@@ -281,14 +329,22 @@ func newWeightsVerifyCmd(g *globals) *cobra.Command {
 			if root == "" {
 				return fail("asyncrl weights verify: --root is required")
 			}
-			if _, err := os.Stat(root); err != nil {
+			if !strings.Contains(root, "://") {
+				if _, err := os.Stat(root); err != nil {
+					return fail("asyncrl weights verify: --root: %v", err)
+				}
+			}
+			ctx := cmd.Context()
+			st, closer, err := store.Open(ctx, root)
+			if err != nil {
 				return fail("asyncrl weights verify: --root: %v", err)
 			}
-			st, err := store.NewLocal(root)
+			defer closer.Close()
+			src, err := newVersionSource(st)
 			if err != nil {
 				return fail("asyncrl weights verify: %v", err)
 			}
-			ctx := cmd.Context()
+			defer src.close()
 			vs, err := delta.Versions(ctx, st)
 			if err != nil {
 				return fail("asyncrl weights verify: %v", err)
@@ -299,7 +355,7 @@ func newWeightsVerifyCmd(g *globals) *cobra.Command {
 			for i, v := range vs {
 				p.line("asyncrl weights verify: version %d (%d of %d)…", v, i+1, len(vs))
 				r := verifyResult{Version: v}
-				m, err := delta.ReadManifestDir(st.Path(delta.DeltaDir(v)), v)
+				dir, m, err := src.version(ctx, v)
 				if err == nil {
 					r.BaseVersion, r.Tensors, r.CompressedBytes = m.BaseVersion, len(m.Tensors), m.TotalCompressedNumBytes
 					prev := int64(0) // the base
@@ -311,7 +367,7 @@ func newWeightsVerifyCmd(g *globals) *cobra.Command {
 					}
 				}
 				if err == nil {
-					err = delta.VerifyPayloads(ctx, m, st.Path(delta.DeltaDir(v)))
+					err = delta.VerifyPayloads(ctx, m, dir)
 				}
 				if err != nil {
 					r.Error = err.Error()
@@ -344,7 +400,7 @@ func newWeightsVerifyCmd(g *globals) *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&root, "root", "", "sync directory `ROOT` to check")
+	cmd.Flags().StringVar(&root, "root", "", "sync location `ROOT` to check (a directory, file://, s3:// or nats://)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
 	return cmd
 }

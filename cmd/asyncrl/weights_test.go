@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"math/rand/v2"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/johannesboyne/gofakes3"
+	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
 	"github.com/asyncrl/asyncrl/weights/safetensors"
 )
@@ -121,5 +125,35 @@ func TestWeightsBadArguments(t *testing.T) {
 		if code, _, errOut := cli(t, args...); code != 1 || !strings.HasPrefix(errOut, "asyncrl weights") {
 			t.Errorf("%v: code %d, stderr %q", args, code, errOut)
 		}
+	}
+}
+
+func TestWeightsOverS3(t *testing.T) {
+	srv := httptest.NewServer(gofakes3.New(s3mem.New()).Server())
+	defer srv.Close()
+	t.Setenv("AWS_ACCESS_KEY_ID", "k")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "s")
+	root := "s3://weights/run1?create=true&region=us-east-1&endpoint=" + strings.TrimPrefix(srv.URL, "http://")
+	tmp := t.TempDir()
+	v0, v1 := filepath.Join(tmp, "v0"), filepath.Join(tmp, "v1")
+	writeCkpt(t, v0, 5, 0)
+	writeCkpt(t, v1, 5, 1)
+	if code, out, errOut := cli(t, "weights", "diff", "--base", v0, "--new", v1, "--out", root); code != 0 || !strings.Contains(out, "delta-00000001") {
+		t.Fatalf("diff to S3: %d %q %q", code, out, errOut)
+	}
+	if code, out, errOut := cli(t, "weights", "verify", "--root", root); code != 0 || !strings.Contains(out, "delta-00000001: ok") {
+		t.Fatalf("verify on S3: %d %q %q", code, out, errOut)
+	}
+	work := filepath.Join(tmp, "work")
+	os.MkdirAll(work, 0o755)
+	base, _ := os.ReadFile(filepath.Join(v0, "model.safetensors"))
+	os.WriteFile(filepath.Join(work, "model.safetensors"), base, 0o644)
+	if code, _, errOut := cli(t, "weights", "apply", "--root", root, "--checkpoint", work); code != 0 {
+		t.Fatalf("apply from S3: %d %q", code, errOut)
+	}
+	got, _ := os.ReadFile(filepath.Join(work, "model.safetensors"))
+	want, _ := os.ReadFile(filepath.Join(v1, "model.safetensors"))
+	if !bytes.Equal(got, want) {
+		t.Fatal("checkpoint applied from S3 differs from v1")
 	}
 }
