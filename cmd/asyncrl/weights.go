@@ -19,7 +19,7 @@ import (
 	"github.com/asyncrl/asyncrl/weights/store"
 )
 
-// newWeightsCmd: asyncrl weights diff | apply | verify — SkyRL-format delta
+// newWeightsCmd: asyncrl weights diff | apply | verify | snapshot — SkyRL-format delta
 // versions in a sync directory (docs/weights.md).
 func newWeightsCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
@@ -27,7 +27,7 @@ func newWeightsCmd(g *globals) *cobra.Command {
 		Short: "Publish, apply and verify SkyRL-format delta weight versions",
 		Args:  cobra.NoArgs,
 	}
-	cmd.AddCommand(newWeightsDiffCmd(g), newWeightsApplyCmd(g), newWeightsVerifyCmd(g))
+	cmd.AddCommand(newWeightsDiffCmd(g), newWeightsApplyCmd(g), newWeightsVerifyCmd(g), newWeightsSnapshotCmd(g))
 	return cmd
 }
 
@@ -402,5 +402,65 @@ func newWeightsVerifyCmd(g *globals) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&root, "root", "", "sync location `ROOT` to check (a directory, file://, s3:// or nats://)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
+	return cmd
+}
+
+func newWeightsSnapshotCmd(g *globals) *cobra.Command {
+	var (
+		kind, dir, out string
+		version        int64
+		asJSON         bool
+	)
+	cmd := &cobra.Command{
+		Use:   "snapshot --kind full|lora --dir DIR --out ROOT [--version N]",
+		Short: "Publish a full checkpoint (full-{N:08d}/) or a LoRA adapter (lora-{N:08d}/) with per-file checksums",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if dir == "" || out == "" {
+				return fail("asyncrl weights snapshot: --dir and --out are required")
+			}
+			if kind != delta.KindFull && kind != delta.KindLoRA {
+				return fail("asyncrl weights snapshot: --kind %q: want full or lora", kind)
+			}
+			ctx := cmd.Context()
+			st, closer, err := store.Open(ctx, out)
+			if err != nil {
+				return fail("asyncrl weights snapshot: --out: %v", err)
+			}
+			defer closer.Close()
+			if !cmd.Flags().Changed("version") {
+				// A full checkpoint defaults to the newest delta version; a
+				// LoRA adapter to the next LoRA version.
+				if kind == delta.KindFull {
+					version, err = delta.Latest(ctx, st)
+				} else {
+					var vs []int64
+					vs, err = delta.SnapshotVersions(ctx, st, delta.KindLoRA)
+					version = 1
+					if len(vs) > 0 {
+						version = vs[len(vs)-1] + 1
+					}
+				}
+				if err != nil {
+					return fail("asyncrl weights snapshot: %v", err)
+				}
+			}
+			m, err := delta.PublishSnapshot(ctx, st, kind, version, dir, store.DefaultWorkers)
+			if err != nil {
+				return fail("asyncrl weights snapshot: %v", err)
+			}
+			if asJSON {
+				return writeJSON(g.stdout, m)
+			}
+			fmt.Fprintf(g.stdout, "%s: %d files, %d bytes\n", delta.SnapshotDir(kind, version), len(m.Files), m.TotalNumBytes)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&kind, "kind", delta.KindFull, "full (a checkpoint directory) or lora (adapter_model.safetensors + adapter_config.json)")
+	f.StringVar(&dir, "dir", "", "the checkpoint or adapter `DIR` to publish")
+	f.StringVar(&out, "out", "", "sync location `ROOT` (as for diff)")
+	f.Int64Var(&version, "version", 0, "version `N` (default: the newest delta version for full, the next LoRA version for lora)")
+	f.BoolVar(&asJSON, "json", false, "print the snapshot manifest as JSON")
 	return cmd
 }

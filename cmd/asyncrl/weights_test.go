@@ -157,3 +157,31 @@ func TestWeightsOverS3(t *testing.T) {
 		t.Fatal("checkpoint applied from S3 differs from v1")
 	}
 }
+
+func TestWeightsSnapshot(t *testing.T) {
+	tmp := t.TempDir()
+	v0, root := filepath.Join(tmp, "v0"), filepath.Join(tmp, "sync")
+	writeCkpt(t, v0, 3, 0)
+	if code, out, errOut := cli(t, "weights", "snapshot", "--dir", v0, "--out", root); code != 0 || !strings.HasPrefix(out, "full-00000000: 1 files") {
+		t.Fatalf("full snapshot: %d %q %q", code, out, errOut)
+	}
+	if code, _, errOut := cli(t, "weights", "snapshot", "--dir", v0, "--out", root); code != 1 || !strings.Contains(errOut, "already committed") {
+		t.Fatalf("second full snapshot of v0: %d %q", code, errOut)
+	}
+	if code, _, errOut := cli(t, "weights", "snapshot", "--kind", "lora", "--dir", v0, "--out", root); code != 1 || !strings.Contains(errOut, "adapter_config.json") {
+		t.Fatalf("LoRA without adapter files: %d %q", code, errOut)
+	}
+	ad := filepath.Join(tmp, "adapter")
+	os.MkdirAll(ad, 0o755)
+	b, _ := os.ReadFile(filepath.Join(v0, "model.safetensors"))
+	os.WriteFile(filepath.Join(ad, "adapter_model.safetensors"), b, 0o644)
+	os.WriteFile(filepath.Join(ad, "adapter_config.json"), []byte(`{"r": 8}`), 0o644)
+	code, out, errOut := cli(t, "weights", "snapshot", "--kind", "lora", "--dir", ad, "--out", root, "--json")
+	var js map[string]any
+	if code != 0 || json.Unmarshal([]byte(out), &js) != nil || js["kind"] != "lora" || js["version"] != 1.0 {
+		t.Fatalf("LoRA snapshot: %d %q %q", code, out, errOut)
+	}
+	if code, _, errOut := cli(t, "weights", "snapshot", "--kind", "delta", "--dir", ad, "--out", root); code != 1 || !strings.Contains(errOut, "want full or lora") {
+		t.Fatalf("bad kind: %d %q", code, errOut)
+	}
+}
