@@ -1,0 +1,42 @@
+package node
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/asyncrl/asyncrl/config"
+)
+
+// TestDefaultsLearn is the acceptance run of docs/run.md: the shipped
+// defaults, 30 steps, seed 1. It takes 5–15 s on 2 cores, so it runs only
+// with ASYNCRL_LONG=1.
+func TestDefaultsLearn(t *testing.T) {
+	if os.Getenv("ASYNCRL_LONG") == "" {
+		t.Skip("set ASYNCRL_LONG=1 to run the 30-step learning check")
+	}
+	cfg := config.Default()
+	cfg.Run.Steps, cfg.Run.Seed = 30, 1
+	cfg.Run.DataDir = t.TempDir()
+	cfg.Run.ReportDir = filepath.Join(t.TempDir(), "report")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	s, err := Run(ctx, cfg, Options{InMemoryBus: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("reward per step %.3f", s.RewardMeanPerStep)
+	t.Logf("first5 %.3f last5 %.3f staleness max %d mean %.2f lost %d wall %.1fs", s.RewardFirst5, s.RewardLast5,
+		s.StalenessMax, s.StalenessMean, s.TrajectoriesLost, s.WallSeconds)
+	if s.Steps != 30 || s.Interrupted {
+		t.Fatalf("steps %d interrupted %v", s.Steps, s.Interrupted)
+	}
+	if s.RewardLast5 < s.RewardFirst5+0.05 {
+		t.Errorf("reward did not rise clearly: first5 %.3f last5 %.3f", s.RewardFirst5, s.RewardLast5)
+	}
+	if s.StalenessMax > s.StalenessBound || s.TrajectoriesLost != 0 {
+		t.Errorf("staleness max %d (bound %d), lost %d", s.StalenessMax, s.StalenessBound, s.TrajectoriesLost)
+	}
+}
