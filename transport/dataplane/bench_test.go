@@ -80,47 +80,75 @@ func BenchmarkChecksum(b *testing.B) {
 	}
 }
 
-// BenchmarkPlainTCPCopy is the baseline: one loopback connection, io.Copy
-// on the sender, io.ReadFull on the receiver, no framing or checksums.
+// BenchmarkPlainTCPCopy is the baseline: loopback connections with
+// io.Copy on the sender and io.ReadFull on the receiver, no framing or
+// checksums; conns=1 is the plain single-stream copy, conns=4 splits the
+// bytes over four connections.
 func BenchmarkPlainTCPCopy(b *testing.B) {
 	src := source(b)
+	for _, conns := range []int{1, 4} {
+		b.Run(fmt.Sprintf("conns=%d", conns), func(b *testing.B) {
+			plainCopy(b, src, conns)
+		})
+	}
+}
+
+func plainCopy(b *testing.B, src []byte, conns int) {
 	dst := make([]byte, len(src))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer ln.Close()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		var one [1]byte
-		for {
-			if _, err := io.ReadFull(c, one[:]); err != nil {
+	part := len(src) / conns
+	var wg sync.WaitGroup
+	for range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := ln.Accept()
+			if err != nil {
 				return
 			}
-			if _, err := io.Copy(c, bytes.NewReader(src)); err != nil {
-				return
+			defer c.Close()
+			var hdr [1]byte
+			for {
+				if _, err := io.ReadFull(c, hdr[:]); err != nil {
+					return
+				}
+				i := int(hdr[0])
+				if _, err := io.Copy(c, bytes.NewReader(src[i*part:(i+1)*part])); err != nil {
+					return
+				}
 			}
-		}
-	}()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		b.Fatal(err)
+		}()
 	}
-	b.SetBytes(int64(len(src)))
-	for b.Loop() {
-		c.Write([]byte{1})
-		if _, err := io.ReadFull(c, dst); err != nil {
+	cs := make([]net.Conn, conns)
+	for i := range cs {
+		if cs[i], err = net.Dial("tcp", ln.Addr().String()); err != nil {
 			b.Fatal(err)
 		}
 	}
-	c.Close()
-	<-done
+	b.SetBytes(int64(part * conns))
+	for b.Loop() {
+		var rg sync.WaitGroup
+		for i, c := range cs {
+			rg.Add(1)
+			go func() {
+				defer rg.Done()
+				c.Write([]byte{byte(i)})
+				if _, err := io.ReadFull(c, dst[i*part:(i+1)*part]); err != nil {
+					b.Error(err)
+				}
+			}()
+		}
+		rg.Wait()
+	}
+	for _, c := range cs {
+		c.Close()
+	}
+	ln.Close()
+	wg.Wait()
 }
 
 // BenchmarkTCP fetches the source over the TCP data plane with 1..8

@@ -1,8 +1,10 @@
 // Package shm is the data plane for peers on one host: the source copies the
 // published ranges into a file under /dev/shm (tmpfs: RAM, no disk), the
-// plan's URI names that file, and each destination maps it read-only and
-// copies the ranges into its sink — two memmoves, no sockets, no kernel
-// copies per byte beyond the page-table work of mmap.
+// plan's URI names that file, and each destination reads the ranges into
+// its sink — two memory copies, no sockets. pwrite/pread rather than mmap:
+// a fresh mapping takes one page fault (and, for the writer, one zeroed
+// page) per 4 KiB, while pread/pwrite copy between the page cache and the
+// caller's memory in one pass.
 //
 // # Contract
 //
@@ -11,14 +13,14 @@
 //     and returns an Offer with URI shm://<path>. Closing the Offer unlinks
 //     the file; destinations that already mapped it keep their mapping.
 //   - Fetch accepts shm://<path> and file://<path> URIs (any file works, so
-//     a checkpoint on local disk can be "published" by its path), maps the
-//     file, copies each range to the sink at its offset and verifies the
-//     range checksum over the bytes the sink received (for a
-//     dataplane.Slicer sink) or over the mapped bytes it wrote (any other
-//     io.WriterAt). A missing file is dataplane.ErrUnknownTransfer; a file
+//     a checkpoint on local disk can be "published" by its path), reads each
+//     range into the sink at its offset (straight into its memory for a
+//     dataplane.Slicer, through one buffer per worker otherwise) and
+//     verifies the range checksum over those bytes, chunk by chunk while
+//     they are in cache. A missing file is dataplane.ErrUnknownTransfer; a file
 //     shorter than the plan is dataplane.ErrBadPlan.
 //   - Available fails with dataplane.ErrUnavailable when Dir is not a
 //     writable directory (containers without /dev/shm), so the registry
 //     falls back to TCP.
-//   - Linux only (mmap of a shared file).
+//   - Any file system works; only tmpfs keeps the bytes off disk.
 package shm
