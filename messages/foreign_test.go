@@ -16,7 +16,7 @@ import (
 // would: every field nullable (pyarrow's default), list children named
 // "element", columns in another order, built with ordinary builders.
 // Two trajectories: [5 6 7] and [8], routes [T, L=1, K=2] of 4 experts.
-func foreignStream(t *testing.T, nullAt int) []byte {
+func foreignStream(t testing.TB, nullAt int) []byte {
 	t.Helper()
 	mem := memory.NewGoAllocator()
 	listOf := func(e arrow.DataType) arrow.DataType {

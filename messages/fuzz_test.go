@@ -86,6 +86,7 @@ func FuzzDecodeTokenBatch(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Add(eb)
+	f.Add(foreignStream(f, -1)) // pyarrow-style: nullable fields, other column order
 	f.Fuzz(func(t *testing.T, b []byte) {
 		tb, err := DecodeTokenBatchLimit(b, 1<<20)
 		if err != nil {
