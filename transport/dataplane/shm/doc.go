@@ -11,7 +11,7 @@
 //   - Publish creates Dir/asyncrl-dp-<id>-<random> sized to the end of the
 //     last range, copies every range into it (Config.Workers in parallel)
 //     and returns an Offer with URI shm://<path>. Closing the Offer unlinks
-//     the file; destinations that already mapped it keep their mapping.
+//     the file; destinations that already opened it finish reading it.
 //   - Fetch accepts shm://<path> and file://<path> URIs (any file works, so
 //     a checkpoint on local disk can be "published" by its path), reads each
 //     range into the sink at its offset (straight into its memory for a

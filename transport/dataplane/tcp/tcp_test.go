@@ -449,3 +449,23 @@ func TestChildProcessServer(t *testing.T) {
 		t.Fatal("bytes from the child differ")
 	}
 }
+
+// A client whose plan disagrees with what the server published (a range
+// the server does not have) gets a refusal, not retries.
+func TestServerRefusesRangesOutsidePublished(t *testing.T) {
+	src := randomBytes(10, 2<<20)
+	p := plan(t, "mismatch", src, 1<<20, dataplane.XXH3)
+	server := newBackend(t, nil)
+	publish(t, server, p, src)
+	q := *p
+	q.Ranges = []messages.ByteRange{{Offset: 0, Length: 2 << 20}} // one range spanning both published ones
+	client := newBackend(t, func(c *Config) { c.Backoff = time.Millisecond })
+	res, err := client.Fetch(context.Background(), &q, make(dataplane.Buffer, len(src)))
+	var re *dataplane.RangeError
+	if !errors.As(err, &re) || re.Index != 0 || !strings.Contains(err.Error(), "outside range 0") {
+		t.Fatalf("err %v, want a refusal of range 0", err)
+	}
+	if res.Reconnects != 0 {
+		t.Fatalf("refusal retried %d times", res.Reconnects)
+	}
+}
