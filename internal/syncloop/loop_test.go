@@ -37,36 +37,51 @@ func mean(rs []StepResult) float64 {
 	return s / float64(len(rs))
 }
 
-// TestLearnsReverse is the acceptance test: GRPO on the reverse task with
-// the built-in model, 16 prompts × 8 samples per step, temperature 1, seed 1.
-// Measured curve (mean reward per 40 steps, DefaultConfig, seed 1):
+// TestLearns is the acceptance test: GRPO with the built-in model, 16
+// prompts × 8 samples per step, temperature 1, DefaultConfig, seed 1, 300
+// steps. Measured curves (mean reward per 30 steps):
 //
-//	steps   1-40  41-80  81-120 121-160 161-200 201-240 241-280 281-320 321-360 361-400
-//	reward  0.23  0.32   0.33   0.36    0.41    0.45    0.49    0.55    0.57    0.58
+//	steps    1-30 31-60 61-90 91-120 121-150 151-180 181-210 211-240 241-270 271-300
+//	sort     0.20 0.32  0.35  0.40   0.46    0.49    0.57    0.61    0.63    0.63
+//	reverse  0.20 0.31  0.33  0.34   0.36    0.39    0.43    0.45    0.48    0.53
 //
-// A uniformly random policy earns 0.046; the first steps learn to emit only
-// alphabet letters (≈0.30), the rest is learning which letter goes where
-// (about 20% of episodes exactly solved by step 400). Seeds 2 and 3 ended
-// (last 40 steps) at 0.75 and 0.59. About 11 s of CPU on one core.
-// Assert last-40 > first-40 + 0.25.
-func TestLearnsReverse(t *testing.T) {
-	const steps = 400
-	rs := run(t, "reverse", DefaultConfig(), steps)
-	for i := 0; i < steps; i += 40 {
-		t.Logf("steps %3d-%3d: reward %.3f solved %.2f len %.1f entropy %.2f mismatch %.2g",
-			i+1, i+40, mean(rs[i:i+40]), rs[i+39].Solved, rs[i+39].MeanLen, rs[i+39].Stats.Entropy, rs[i+39].Stats.Mismatch)
-	}
-	first, last := mean(rs[:40]), mean(rs[steps-40:])
-	t.Logf("first-40 mean %.3f, last-40 mean %.3f", first, last)
-	if last < first+0.25 {
-		t.Errorf("reward did not rise: first-40 %.3f, last-40 %.3f (measured 0.23 → 0.58)", first, last)
-	}
-	// The serving copy is the BF16 rounding of the trainer's weights, so the
-	// train–inference mismatch stays tiny throughout.
-	for _, r := range rs {
-		if r.Stats.Mismatch > 5e-3 {
-			t.Fatalf("step %d: mismatch %v: serving copy out of sync with the trainer", r.Step, r.Stats.Mismatch)
-		}
+// A uniformly random policy earns 0.046 on both; the first steps learn to
+// emit only alphabet letters (≈0.30), the rest is learning which letter
+// goes where. sort learns fastest and most reliably of the single-turn
+// tasks: seeds 2 and 3 ended at 0.67 and 0.77 (exactly solved: 36%, 57%);
+// copy ended at 0.68 / 0.97 / 0.51 and arith crawled from 0.12 to 0.28 in
+// 200 steps; reverse reached 0.58 after 400 steps. About 8 s of CPU per
+// task on one core; the two tasks run in parallel.
+func TestLearns(t *testing.T) {
+	for _, tc := range []struct {
+		task     string
+		minRise  float64
+		measured string
+	}{
+		{"sort", 0.3, "0.20 → 0.63"},
+		{"reverse", 0.2, "0.20 → 0.53"},
+	} {
+		t.Run(tc.task, func(t *testing.T) {
+			t.Parallel() // one core each
+			const steps, w = 300, 30
+			rs := run(t, tc.task, DefaultConfig(), steps)
+			for i := 0; i < steps; i += w {
+				t.Logf("steps %3d-%3d: reward %.3f solved %.2f len %.1f entropy %.2f mismatch %.2g",
+					i+1, i+w, mean(rs[i:i+w]), rs[i+w-1].Solved, rs[i+w-1].MeanLen, rs[i+w-1].Stats.Entropy, rs[i+w-1].Stats.Mismatch)
+			}
+			first, last := mean(rs[:w]), mean(rs[steps-w:])
+			t.Logf("first-%d mean %.3f, last-%d mean %.3f", w, first, w, last)
+			if last < first+tc.minRise {
+				t.Errorf("reward did not rise by %.2f: first %.3f, last %.3f (measured %s)", tc.minRise, first, last, tc.measured)
+			}
+			// The serving copy is the BF16 rounding of the trainer's
+			// weights, so the train–inference mismatch stays tiny.
+			for _, r := range rs {
+				if r.Stats.Mismatch > 5e-3 {
+					t.Fatalf("step %d: mismatch %v: serving copy out of sync with the trainer", r.Step, r.Stats.Mismatch)
+				}
+			}
+		})
 	}
 }
 
