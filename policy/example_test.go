@@ -1,0 +1,69 @@
+package policy_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+
+	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/policy/sampler"
+	"github.com/asyncrl/asyncrl/policy/tokenizer"
+)
+
+// One GRPO step by hand: sample a group from the serving copy, score it,
+// compute advantages, train, and publish BF16 weights for an engine.
+func Example() {
+	model, _ := policy.New(policy.DefaultConfig(), 1)
+	tr, _ := policy.NewTrainer(model, policy.DefaultTrainerConfig())
+	serve := tr.ServingCopy() // what an engine would serve (BF16)
+
+	rng := rand.New(rand.NewPCG(1, 2))
+	logits := make([]float32, serve.VocabSize())
+	var scratch sampler.Scratch
+	var batch policy.Batch
+	var scores []float64
+	for range 4 { // a group of 4 samples of one prompt
+		seq := policy.Sequence{Tokens: []int32{tokenizer.BOS}, LossMask: []uint8{0}, RolloutLogprobs: []float32{0}}
+		for _, id := range tokenizer.Encode("rev ab=") {
+			seq.Tokens = append(seq.Tokens, id)
+			seq.LossMask = append(seq.LossMask, 0)
+			seq.RolloutLogprobs = append(seq.RolloutLogprobs, 0)
+		}
+		start := len(seq.Tokens)
+		for range 2 {
+			serve.NextLogits(seq.Tokens, logits)
+			tok, lp, _ := sampler.Sample(logits, sampler.DefaultParams(), rng, &scratch)
+			seq.Tokens = append(seq.Tokens, tok)
+			seq.LossMask = append(seq.LossMask, 1)
+			seq.RolloutLogprobs = append(seq.RolloutLogprobs, lp)
+		}
+		score := 0.0
+		if tokenizer.Decode(seq.Tokens[start:]) == "ba" {
+			score = 1
+		} else if tokenizer.Decode(seq.Tokens[start:start+1]) == "b" {
+			score = 0.5
+		}
+		scores = append(scores, score)
+		batch.Sequences = append(batch.Sequences, seq)
+	}
+	adv := policy.Advantages(scores, []string{"p", "p", "p", "p"}, true)
+	for i := range batch.Sequences {
+		batch.Sequences[i].Advantage = float32(adv[i])
+	}
+	st, err := tr.Step(batch)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("version", st.Version, "tokens", st.Tokens, "mismatch below 1e-2:", st.Mismatch < 1e-2)
+
+	dir, _ := os.MkdirTemp("", "policy-example")
+	defer os.RemoveAll(dir)
+	if err := tr.Model().SaveServing(dir); err != nil {
+		panic(err)
+	}
+	engineModel, _ := policy.LoadServing(dir)
+	fmt.Println("engine vocab", engineModel.VocabSize())
+	// Output:
+	// version 1 tokens 8 mismatch below 1e-2: true
+	// engine vocab 98
+}
