@@ -18,9 +18,11 @@
 // # Streaming
 //
 // Open/NewReader parse only the header; ReadTensor and TensorReader read one
-// tensor's bytes (an io.SectionReader) without touching the others, and
-// StreamWriter writes a file tensor by tensor from a declared layout, so
-// deltas and large checkpoints never have to be held in memory at once.
+// tensor's bytes (an io.SectionReader) without touching the others.
+// StreamReader reads a file from a non-seekable stream, header first and
+// then tensor by tensor in data order, and StreamWriter writes one tensor by
+// tensor from a declared layout, so deltas and large checkpoints never have
+// to be held in memory at once.
 //
 // Numeric helpers convert float32 to and from BF16 (round to nearest even,
 // NaN kept quiet) and F16, and encode/decode little-endian byte slices.
