@@ -37,7 +37,23 @@ func writeConfig(dir string, cfg Config, dtype string) error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(dir, ConfigFileName), append(js, '\n'), 0o644)
+	// temp + rename: a reader never sees a half-written config.
+	tmp, err := os.CreateTemp(dir, "."+ConfigFileName+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("policy: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(append(js, '\n')); err != nil {
+		tmp.Close()
+		return fmt.Errorf("policy: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("policy: %w", err)
+	}
+	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+		return fmt.Errorf("policy: %w", err)
+	}
+	return os.Rename(tmp.Name(), filepath.Join(dir, ConfigFileName))
 }
 
 func readConfig(dir string) (Config, error) {
