@@ -1,0 +1,173 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Sentinel errors.
+var (
+	// ErrInvalidConfig is wrapped by every error Config.Validate returns.
+	ErrInvalidConfig = errors.New("sim: invalid config")
+	// ErrViolation is wrapped by the *Violation a run returns when an
+	// invariant broke.
+	ErrViolation = errors.New("sim: invariant violated")
+)
+
+// Scenario selects which faults the seed may draw.
+type Scenario string
+
+// Scenarios.
+const (
+	// ScenarioDefault: the workload only — no faults.
+	ScenarioDefault Scenario = "default"
+	// ScenarioFaults: engine crash/hang/slowdown/restart, message
+	// drop/duplicate/delay/reorder, trainer crash, publisher crash between
+	// payload and manifest, corrupted deltas, stale metrics.
+	ScenarioFaults Scenario = "faults"
+	// ScenarioPartitions: network partitions between nodes, with some
+	// message faults on top.
+	ScenarioPartitions Scenario = "partitions"
+)
+
+// Scenarios lists every scenario, in documentation order.
+var Scenarios = []Scenario{ScenarioDefault, ScenarioFaults, ScenarioPartitions}
+
+// ParseScenario parses a scenario name.
+func ParseScenario(s string) (Scenario, error) {
+	if slices.Contains(Scenarios, Scenario(s)) {
+		return Scenario(s), nil
+	}
+	return "", fmt.Errorf("%w: scenario %q: want one of %v", ErrInvalidConfig, s, Scenarios)
+}
+
+// Bug names a planted bug. Bugs exist only so that tests can prove the
+// simulator finds them; the CLI reaches them through a hidden flag.
+type Bug string
+
+// Planted bugs.
+const (
+	// BugRouterIgnoresGating: the router shell never forwards the minimum
+	// version or the paused/updating states to the routing core.
+	BugRouterIgnoresGating Bug = "router-ignores-version-gating"
+	// BugFilterLeaksCapacity: a group the filter drops is never released
+	// to the staleness controller (Filter is not called), so capacity
+	// leaks until the loop deadlocks.
+	BugFilterLeaksCapacity Bug = "filter-forgets-to-release-capacity"
+	// BugTrainerRetrainsOnRestart: a restarted trainer replays the last
+	// batch of its input log although that step was committed.
+	BugTrainerRetrainsOnRestart Bug = "trainer-trains-twice-on-restart"
+	// BugEngineSkipsChecksum: an engine loads a delta whose checksum
+	// failed instead of refusing it.
+	BugEngineSkipsChecksum Bug = "engine-skips-checksum"
+)
+
+// Bugs lists every planted bug.
+var Bugs = []Bug{BugRouterIgnoresGating, BugFilterLeaksCapacity, BugTrainerRetrainsOnRestart, BugEngineSkipsChecksum}
+
+// Config configures one simulated run. The workload shape (staleness
+// bound, batch size, workers, group size, engines, turn counts) and the
+// fault schedule are drawn from Seed; Config only fixes the run length,
+// the scenario and how violations are reported.
+type Config struct {
+	// Seed seeds the one *rand.Rand everything is drawn from.
+	Seed int64
+	// Steps is the number of trainer steps the run must complete. ≥ 1;
+	// default 10.
+	Steps int
+	// Scenario is default, faults or partitions.
+	Scenario Scenario
+	// Engines is the number of simulated engines; 0 draws 2–4 from the seed.
+	Engines int
+	// TraceEvents is how many of the last events a violation report
+	// shows. Default 40.
+	TraceEvents int
+	// Minimize re-runs a failing seed with fewer faults (a minimal prefix
+	// of the fault schedule, then dropping faults one by one) and reports
+	// the smallest schedule that still breaks the same invariant.
+	Minimize bool
+	// KeepLog keeps the whole event log in Result.Log (it is always
+	// hashed into Result.LogHash).
+	KeepLog bool
+	// ProgressBound is how long, once every fault has healed, the run may
+	// go without completing a trainer step before it is declared
+	// deadlocked. Default 20 s of virtual time.
+	ProgressBound time.Duration
+	// SyncBound is how long, once every fault has healed, an engine may
+	// serve a version older than the one published SyncBound ago.
+	// Default 5 s of virtual time.
+	SyncBound time.Duration
+	// Bugs plants bugs (tests only; see Bug).
+	Bugs []Bug
+
+	// faultMask, when non-nil, disables the faults whose index is false
+	// (delta debugging). The schedule is still drawn in full, so the
+	// random stream does not shift.
+	faultMask []bool
+}
+
+// DefaultConfig returns seed 1, 10 steps, the default scenario, engines
+// drawn from the seed, a 40-event trace, 20 s progress bound and 5 s sync
+// bound.
+func DefaultConfig() Config {
+	return Config{Seed: 1, Steps: 10, Scenario: ScenarioDefault, TraceEvents: 40,
+		ProgressBound: 20 * time.Second, SyncBound: 5 * time.Second}
+}
+
+// withDefaults fills zero fields.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.Steps == 0 {
+		c.Steps = d.Steps
+	}
+	if c.Scenario == "" {
+		c.Scenario = d.Scenario
+	}
+	if c.TraceEvents == 0 {
+		c.TraceEvents = d.TraceEvents
+	}
+	if c.ProgressBound == 0 {
+		c.ProgressBound = d.ProgressBound
+	}
+	if c.SyncBound == 0 {
+		c.SyncBound = d.SyncBound
+	}
+	return c
+}
+
+// Validate names the first invalid field and what is allowed.
+func (c Config) Validate() error {
+	if c.Steps < 1 {
+		return fmt.Errorf("%w: Steps %d: want ≥ 1", ErrInvalidConfig, c.Steps)
+	}
+	if _, err := ParseScenario(string(c.Scenario)); err != nil {
+		return err
+	}
+	if c.Engines < 0 || c.Engines > 16 {
+		return fmt.Errorf("%w: Engines %d: want 0 (drawn) to 16", ErrInvalidConfig, c.Engines)
+	}
+	if c.TraceEvents < 0 {
+		return fmt.Errorf("%w: TraceEvents %d: want ≥ 0", ErrInvalidConfig, c.TraceEvents)
+	}
+	if c.ProgressBound < time.Second || c.SyncBound < time.Second {
+		return fmt.Errorf("%w: ProgressBound %v / SyncBound %v: want ≥ 1s", ErrInvalidConfig, c.ProgressBound, c.SyncBound)
+	}
+	for _, b := range c.Bugs {
+		if !slices.Contains(Bugs, b) {
+			return fmt.Errorf("%w: Bugs: unknown bug %q: want one of %v", ErrInvalidConfig, b, Bugs)
+		}
+	}
+	return nil
+}
+
+// ParseBug parses a planted bug's name.
+func ParseBug(s string) (Bug, error) {
+	if slices.Contains(Bugs, Bug(s)) {
+		return Bug(s), nil
+	}
+	return "", fmt.Errorf("%w: bug %q: want one of %v", ErrInvalidConfig, s, Bugs)
+}
+
+func (c Config) has(b Bug) bool { return slices.Contains(c.Bugs, b) }

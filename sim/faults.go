@@ -1,0 +1,307 @@
+package sim
+
+import (
+	"fmt"
+	"math/rand"
+	"sort"
+	"time"
+
+	"github.com/asyncrl/asyncrl/transport/memhub"
+)
+
+// FaultKind names a fault the seed can draw.
+type FaultKind string
+
+// Fault kinds. Each is an episode with a start and a duration; at its end
+// the fault heals (the engine restarts, the partition heals, the rule is
+// removed).
+const (
+	FaultEngineCrash    FaultKind = "engine-crash"    // engine process dies; restarts at the end with its weights
+	FaultEngineRestart  FaultKind = "engine-restart"  // a crash with a quick restart
+	FaultEngineHang     FaultKind = "engine-hang"     // engine stops stepping and reporting
+	FaultEngineSlowdown FaultKind = "engine-slowdown" // every engine step takes 10× longer
+	FaultStaleMetrics   FaultKind = "stale-metrics"   // the engine's load scrape keeps returning an old sample
+	FaultCorruptDelta   FaultKind = "corrupt-delta"   // fetched weights fail their checksum half of the time
+	FaultTrainerCrash   FaultKind = "trainer-crash"   // trainer dies; restarts from its durable state
+	FaultPublisherCrash FaultKind = "publisher-crash" // publisher dies between a payload and its manifest
+	FaultMsgDrop        FaultKind = "msg-drop"        // hub drops matching deliveries
+	FaultMsgDuplicate   FaultKind = "msg-duplicate"   // hub delivers matching messages twice
+	FaultMsgDelay       FaultKind = "msg-delay"       // hub delays matching deliveries
+	FaultMsgReorder     FaultKind = "msg-reorder"     // hub shuffles matching deliveries in windows
+	FaultPartition      FaultKind = "partition"       // nodes split into groups that cannot talk
+)
+
+// FaultKinds lists every kind, for summaries.
+var FaultKinds = []FaultKind{FaultEngineCrash, FaultEngineRestart, FaultEngineHang, FaultEngineSlowdown,
+	FaultStaleMetrics, FaultCorruptDelta, FaultTrainerCrash, FaultPublisherCrash, FaultMsgDrop,
+	FaultMsgDuplicate, FaultMsgDelay, FaultMsgReorder, FaultPartition}
+
+var processFaults = []FaultKind{FaultEngineCrash, FaultEngineRestart, FaultEngineHang, FaultEngineSlowdown,
+	FaultStaleMetrics, FaultCorruptDelta, FaultTrainerCrash, FaultPublisherCrash}
+
+var msgFaults = []FaultKind{FaultMsgDrop, FaultMsgDuplicate, FaultMsgDelay, FaultMsgReorder}
+
+// faultSubjects are the subject patterns message faults pick from.
+var faultSubjects = []string{"asyncrl.sim.turns.>", "asyncrl.sim.engines.>", "asyncrl.sim.steps",
+	"asyncrl.sim.train", "asyncrl.sim.weights.>", ">"}
+
+// fault is one drawn episode.
+type fault struct {
+	idx     int
+	kind    FaultKind
+	at, dur time.Duration
+	engine  int
+	subject string
+	prob    float64
+	delay   time.Duration
+	groups  [][]string
+
+	enabled, started, ended bool
+	rule                    memhub.FaultID
+}
+
+func (f *fault) String() string {
+	s := fmt.Sprintf("#%d %s at %.3fs for %v", f.idx, f.kind, f.at.Seconds(), f.dur)
+	switch f.kind {
+	case FaultEngineCrash, FaultEngineRestart, FaultEngineHang, FaultEngineSlowdown, FaultStaleMetrics, FaultCorruptDelta:
+		s += fmt.Sprintf(" on e%d", f.engine)
+	case FaultMsgDrop, FaultMsgDuplicate, FaultMsgDelay, FaultMsgReorder:
+		s += fmt.Sprintf(" on %s p=%.2f", f.subject, f.prob)
+		if f.delay > 0 {
+			s += fmt.Sprintf(" up to %v", f.delay)
+		}
+	case FaultPartition:
+		s += fmt.Sprintf(" %v", f.groups)
+	}
+	return s
+}
+
+// faultPlan is the run's fault schedule and what is active now.
+type faultPlan struct {
+	faults   []*fault
+	active   int
+	lastHeal time.Duration
+	injected map[FaultKind]int
+	reorders int
+}
+
+// drawFaults draws the whole schedule up front from the run's rng, so
+// masking faults out (delta debugging) does not shift the random stream
+// the schedule itself came from.
+func drawFaults(rng *rand.Rand, cfg Config, wl workload) *faultPlan {
+	p := &faultPlan{injected: map[FaultKind]int{}}
+	at := func() time.Duration {
+		return 500*msec + time.Duration(rng.Int63n(int64(wl.Horizon)))
+	}
+	dur := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rng.Int63n(int64(hi-lo))) }
+	add := func(f *fault) {
+		f.idx = len(p.faults)
+		f.enabled = cfg.faultMask == nil || (f.idx < len(cfg.faultMask) && cfg.faultMask[f.idx])
+		p.faults = append(p.faults, f)
+	}
+	msgFault := func() {
+		f := &fault{kind: msgFaults[rng.Intn(len(msgFaults))], at: at(), dur: dur(500*msec, 4*time.Second),
+			subject: faultSubjects[rng.Intn(len(faultSubjects))], prob: 0.1 + 0.4*rng.Float64()}
+		if f.kind == FaultMsgDelay {
+			f.delay = dur(100*msec, time.Second)
+		}
+		add(f)
+	}
+	switch cfg.Scenario {
+	case ScenarioFaults:
+		n := 6 + rng.Intn(10)
+		for i := 0; i < n; i++ {
+			if rng.Intn(3) == 0 {
+				msgFault()
+				continue
+			}
+			f := &fault{kind: processFaults[rng.Intn(len(processFaults))], at: at(), engine: rng.Intn(wl.Engines)}
+			switch f.kind {
+			case FaultEngineRestart:
+				f.dur = dur(50*msec, 300*msec)
+			case FaultEngineSlowdown, FaultStaleMetrics:
+				f.dur = dur(time.Second, 5*time.Second)
+			default:
+				f.dur = dur(300*msec, 4*time.Second)
+			}
+			add(f)
+		}
+	case ScenarioPartitions:
+		nodes := []string{"ctl", "trainer", "pub"}
+		for i := 0; i < wl.Engines; i++ {
+			nodes = append(nodes, fmt.Sprintf("e%d", i))
+		}
+		n := 2 + rng.Intn(4)
+		// Partitions are sequential (a new one replaces the old in the
+		// hub), so they are laid out one after another.
+		t := 500 * msec
+		for i := 0; i < n; i++ {
+			t += time.Duration(rng.Int63n(int64(wl.Horizon) / int64(n)))
+			f := &fault{kind: FaultPartition, at: t, dur: dur(300*msec, 4*time.Second)}
+			if rng.Intn(2) == 0 {
+				k := rng.Intn(len(nodes))
+				rest := append(append([]string(nil), nodes[:k]...), nodes[k+1:]...)
+				f.groups = [][]string{{nodes[k]}, rest}
+			} else {
+				perm := rng.Perm(len(nodes))
+				cut := 1 + rng.Intn(len(nodes)-1)
+				var a, b []string
+				for j, pi := range perm {
+					if j < cut {
+						a = append(a, nodes[pi])
+					} else {
+						b = append(b, nodes[pi])
+					}
+				}
+				sort.Strings(a)
+				sort.Strings(b)
+				f.groups = [][]string{a, b}
+			}
+			t += f.dur
+			add(f)
+		}
+		for i, m := 0, rng.Intn(3); i < m; i++ {
+			msgFault()
+		}
+	}
+	return p
+}
+
+// schedule sets a timer for every enabled fault's start.
+func (p *faultPlan) schedule(w *world) {
+	for _, f := range p.faults {
+		if !f.enabled {
+			continue
+		}
+		w.after(f.at, "", func() { p.start(w, f) })
+	}
+}
+
+func (p *faultPlan) start(w *world, f *fault) {
+	if w.finished || f.started {
+		return
+	}
+	f.started = true
+	p.active++
+	p.injected[f.kind]++
+	w.logf("FAULT start %s", f)
+	e := func() *engineNode { return w.engines[f.engine] }
+	switch f.kind {
+	case FaultEngineCrash, FaultEngineRestart:
+		e().crash()
+	case FaultEngineHang:
+		e().hung++
+	case FaultEngineSlowdown:
+		e().slow++
+	case FaultStaleMetrics:
+		e().frozen++
+	case FaultCorruptDelta:
+		e().corrupt++
+	case FaultTrainerCrash:
+		w.trainer.crash()
+	case FaultPublisherCrash:
+		// Armed now; strikes at the next publish, between the payload
+		// and the manifest, and restarts dur later.
+		w.pub.crashArmed++
+		w.pub.onCrash = append(w.pub.onCrash, func() {
+			w.after(f.dur, "", func() { p.end(w, f) })
+		})
+		return
+	case FaultMsgDrop, FaultMsgDuplicate, FaultMsgDelay, FaultMsgReorder:
+		mf := memhub.Fault{Match: memhub.Selector{Subject: f.subject}, Probability: f.prob}
+		switch f.kind {
+		case FaultMsgDrop:
+			mf.Kind = memhub.Drop
+		case FaultMsgDuplicate:
+			mf.Kind = memhub.Duplicate
+		case FaultMsgDelay:
+			mf.Kind, mf.Delay, mf.RandomDelay = memhub.Delay, f.delay, true
+		case FaultMsgReorder:
+			mf.Kind, mf.Window = memhub.Reorder, 3
+			p.reorders++
+			if p.reorders == 1 {
+				p.flushLoop(w)
+			}
+		}
+		id, err := w.hub.AddFault(mf)
+		if err != nil {
+			panic(fmt.Sprintf("sim: %v", err))
+		}
+		f.rule = id
+	case FaultPartition:
+		w.hub.Partition(f.groups...)
+	}
+	w.after(f.dur, "", func() { p.end(w, f) })
+}
+
+// flushLoop releases partial reorder windows every 100 ms while a reorder
+// fault is active, so a quiet subject is not held forever.
+func (p *faultPlan) flushLoop(w *world) {
+	w.after(100*msec, "", func() {
+		w.hub.Flush()
+		if p.reorders > 0 {
+			p.flushLoop(w)
+		}
+	})
+}
+
+func (p *faultPlan) end(w *world, f *fault) {
+	if !f.started || f.ended {
+		return
+	}
+	f.ended = true
+	p.active--
+	p.lastHeal = w.now()
+	w.logf("FAULT end %s", f)
+	e := func() *engineNode { return w.engines[f.engine] }
+	switch f.kind {
+	case FaultEngineCrash, FaultEngineRestart:
+		e().restart()
+	case FaultEngineHang:
+		e().unhang()
+	case FaultEngineSlowdown:
+		e().slow--
+	case FaultStaleMetrics:
+		if e().frozen--; e().frozen == 0 {
+			e().frozenLoad = nil
+		}
+	case FaultCorruptDelta:
+		e().corrupt--
+	case FaultTrainerCrash:
+		w.trainer.restart()
+	case FaultPublisherCrash:
+		if w.pub.down > 0 {
+			w.pub.restart()
+		}
+	case FaultMsgDrop, FaultMsgDuplicate, FaultMsgDelay, FaultMsgReorder:
+		w.hub.RemoveFault(f.rule)
+		if f.kind == FaultMsgReorder {
+			p.reorders--
+			w.hub.Flush()
+		}
+	case FaultPartition:
+		w.hub.Heal()
+	}
+}
+
+// healAll ends every active fault now (the run's last step is done).
+func (p *faultPlan) healAll(w *world) {
+	w.pub.crashArmed = 0
+	w.pub.onCrash = nil
+	for _, f := range p.faults {
+		if f.started && !f.ended {
+			p.end(w, f)
+		}
+	}
+}
+
+// describeMask lists the enabled faults.
+func (p *faultPlan) enabledList() []string {
+	var out []string
+	for _, f := range p.faults {
+		if f.enabled {
+			out = append(out, f.String())
+		}
+	}
+	return out
+}

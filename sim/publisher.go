@@ -1,0 +1,187 @@
+package sim
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/asyncrl/asyncrl/actors/publisher"
+	"github.com/asyncrl/asyncrl/messages"
+	"github.com/asyncrl/asyncrl/transport"
+	"github.com/asyncrl/asyncrl/transport/memhub"
+)
+
+const msec = time.Millisecond
+
+func itoa(v int64) string { return strconv.FormatInt(v, 10) }
+
+var (
+	subjMinVersion = transport.MustSubject(runID, transport.TopicWeights, "min")
+	subjAcks       = transport.SubjectRoot + "." + runID + ".engines.*.ack"
+)
+
+func subjLoad(engine string) string { return transport.MustSubject(runID, transport.TopicWeights, engine) }
+
+// pubNode is the weight publisher: on StepDone it writes the version's
+// payload, then its manifest (the commit), then records it in the version
+// tracker core and tells every engine behind how to catch up. Its tracker
+// is rebuilt from the store after a crash; engines re-join through their
+// periodic acks.
+type pubNode struct {
+	w          *world
+	bus        *memhub.Bus
+	tr         *publisher.Tracker
+	lastCmd    map[string]time.Duration
+	down       int
+	crashArmed int // a publisher-crash fault waits for the next publish
+	onCrash    []func()
+}
+
+// resendAfter is how long the publisher waits before repeating a
+// LoadWeights to an engine that is still behind.
+const resendAfter = time.Second
+
+func newPub(w *world) (*pubNode, error) {
+	p := &pubNode{w: w, bus: w.hub.Connect("pub")}
+	return p, p.rebuild()
+}
+
+func (p *pubNode) rebuild() error {
+	tr, err := publisher.New(publisher.Config{MaxLag: p.w.wl.MaxLag, BaseBytes: 8 << 20})
+	if err != nil {
+		return err
+	}
+	for v := int64(1); v <= p.w.store.latest(); v++ {
+		sv := p.w.store.versions[v]
+		if _, err := tr.Publish(publisher.VersionInfo{Version: v, DeltaBytes: sv.deltaBytes, FullBytes: sv.fullBytes}); err != nil {
+			return err
+		}
+	}
+	p.tr, p.lastCmd = tr, map[string]time.Duration{}
+	return nil
+}
+
+func (p *pubNode) start() {
+	p.w.subscribe(p.bus, subjSteps, func(m messages.Message) {
+		if sd, ok := m.(messages.StepDone); ok {
+			p.onStepDone(sd)
+		}
+	})
+	p.w.subscribe(p.bus, subjAcks, func(m messages.Message) {
+		if a, ok := m.(messages.EngineVersionAck); ok {
+			p.onAck(a)
+		}
+	})
+	p.heartbeat()
+}
+
+// heartbeat repeats the minimum version, so a router that missed it
+// catches up.
+func (p *pubNode) heartbeat() {
+	p.w.after(500*msec, "", func() {
+		if p.down == 0 {
+			p.sendMin()
+		}
+		p.heartbeat()
+	})
+}
+
+func (p *pubNode) sendMin() {
+	p.w.send(p.bus, subjMinVersion, messages.MinVersionSet{Header: messages.Header{RunID: runID, Sender: "pub", Version: p.tr.Target()},
+		MinVersion: p.tr.MinRoutable()})
+}
+
+func (p *pubNode) onStepDone(m messages.StepDone) {
+	if p.down > 0 {
+		return
+	}
+	for p.tr.Target() < m.NewVersion {
+		if !p.publishNext(m.Step) {
+			return
+		}
+	}
+}
+
+// publishNext publishes target+1: payload, manifest, tracker, commands.
+// A publisher-crash fault strikes between the payload and the manifest.
+func (p *pubNode) publishNext(step int64) bool {
+	w := p.w
+	v := p.tr.Target() + 1
+	w.store.putPayload(v)
+	if p.crashArmed > 0 {
+		p.crashArmed--
+		w.logf("pub: crashed after writing the payload of version %d, before its manifest", v)
+		p.crash()
+		for _, f := range p.onCrash {
+			f()
+		}
+		p.onCrash = nil
+		return false
+	}
+	w.store.commit(v, w.now())
+	sv := w.store.versions[v]
+	cmds, err := p.tr.Publish(publisher.VersionInfo{Version: v, DeltaBytes: sv.deltaBytes, FullBytes: sv.fullBytes})
+	if err != nil {
+		w.fail(InvProtocol, "publisher: %v", err)
+		return false
+	}
+	w.logf("pub: version %d committed (min routable %d)", v, p.tr.MinRoutable())
+	for _, c := range cmds {
+		p.sendLoad(c.Engine, c.Plan)
+	}
+	p.sendMin()
+	return true
+}
+
+func (p *pubNode) sendLoad(engine string, plan publisher.Plan) {
+	w := p.w
+	m := messages.LoadWeights{Header: messages.Header{RunID: runID, Sender: "pub", Version: plan.Target},
+		Engine: engine, Format: messages.WeightsDelta, BaseVersion: plan.From, Checksum: w.store.checksum(plan.Target)}
+	if plan.Full != publisher.NoVersion {
+		m.Format, m.BaseVersion = messages.WeightsFull, plan.Full
+	}
+	p.lastCmd[engine] = w.now()
+	w.send(p.bus, subjLoad(engine), m)
+}
+
+func (p *pubNode) onAck(m messages.EngineVersionAck) {
+	if p.down > 0 {
+		return
+	}
+	w := p.w
+	known := false
+	for _, e := range p.tr.Engines() {
+		if e.Engine == m.Engine {
+			known = true
+			break
+		}
+	}
+	if !known {
+		if _, err := p.tr.Join(m.Engine, m.Version); err != nil {
+			w.fail(InvProtocol, "publisher: join: %v", err)
+			return
+		}
+	} else if _, err := p.tr.Ack(m.Engine, m.Version); err != nil {
+		w.fail(InvProtocol, "publisher: ack: %v", err)
+		return
+	}
+	plan, err := p.tr.Plan(m.Engine)
+	if err != nil {
+		w.fail(InvProtocol, "publisher: plan: %v", err)
+		return
+	}
+	if last, ok := p.lastCmd[m.Engine]; !plan.UpToDate() && (!ok || w.now()-last >= resendAfter) {
+		p.sendLoad(m.Engine, plan)
+	}
+}
+
+func (p *pubNode) crash() { p.down++ }
+
+func (p *pubNode) restart() {
+	p.down--
+	if p.down > 0 {
+		return
+	}
+	if err := p.rebuild(); err != nil {
+		p.w.fail(InvProtocol, "publisher: rebuild after restart: %v", err)
+	}
+}

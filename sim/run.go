@@ -1,0 +1,204 @@
+package sim
+
+import (
+	"fmt"
+	"runtime/debug"
+	"strings"
+	"time"
+)
+
+// Result summarises one run.
+type Result struct {
+	Seed     int64
+	Scenario Scenario
+	// Workload is the drawn shape (S, B, W, n, engines, …).
+	Workload string
+	// Events is the number of events (deliveries and timers) processed;
+	// the invariants were checked after each.
+	Events int
+	// InvariantChecks counts individual invariant evaluations.
+	InvariantChecks int64
+	// VirtualTime is the simulated time the run took.
+	VirtualTime time.Duration
+	// StepsTrained is the number of trainer steps completed.
+	StepsTrained int64
+	// Faults counts injected faults by kind.
+	Faults map[FaultKind]int
+	// Trained, Filtered and Requeued count group outcomes; MaxStaleness is
+	// the largest staleness a trained group had.
+	Trained, Filtered, Requeued, MaxStaleness int64
+	// LogHash is the SHA-256 of the event log: equal seeds give equal hashes.
+	LogHash string
+	// Log is the whole event log when Config.KeepLog is set.
+	Log []string
+	// Violation is set when an invariant broke (Run also returns it).
+	Violation *Violation
+}
+
+// Violation is a broken invariant: the seed, the invariant, the shortest
+// trace found and the fault schedule that produced it. It wraps
+// ErrViolation.
+type Violation struct {
+	Seed      int64
+	Scenario  Scenario
+	Steps     int
+	Bugs      []Bug
+	Invariant Invariant
+	Detail    string
+	// At is the virtual time of the violation.
+	At time.Duration
+	// Trace is the last events before the violation (Config.TraceEvents).
+	Trace []string
+	// Faults is the fault schedule of the reported run; with
+	// Config.Minimize it is the smallest one found that still breaks the
+	// same invariant, out of OriginalFaults drawn.
+	Faults         []string
+	OriginalFaults int
+	Minimized      bool
+	// Reruns is how many runs minimisation took.
+	Reruns int
+}
+
+func (v *Violation) Unwrap() error { return ErrViolation }
+
+func (v *Violation) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "sim: invariant %s violated (seed %d, scenario %s) at %.3fs: %s\n", v.Invariant, v.Seed, v.Scenario, v.At.Seconds(), v.Detail)
+	if len(v.Bugs) > 0 {
+		fmt.Fprintf(&b, "planted bugs: %v\n", v.Bugs)
+	}
+	label := "fault schedule"
+	if v.Minimized {
+		label = fmt.Sprintf("minimal fault schedule (%d of %d faults, %d re-runs)", len(v.Faults), v.OriginalFaults, v.Reruns)
+	}
+	fmt.Fprintf(&b, "%s:\n", label)
+	if len(v.Faults) == 0 {
+		b.WriteString("  (no faults)\n")
+	}
+	b.WriteString(joinLines(v.Faults))
+	fmt.Fprintf(&b, "last %d events:\n%s", len(v.Trace), joinLines(v.Trace))
+	fmt.Fprintf(&b, "reproduce: asyncrl sim --seed %d --steps %d --scenario %s", v.Seed, v.Steps, v.Scenario)
+	for _, bug := range v.Bugs {
+		fmt.Fprintf(&b, " --bug %s", bug)
+	}
+	return b.String()
+}
+
+// Run simulates one seed. It returns a *Violation (wrapping ErrViolation)
+// when an invariant broke, an error wrapping ErrInvalidConfig for a bad
+// config, and otherwise the run's summary.
+func Run(cfg Config) (Result, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return Result{}, err
+	}
+	res, v := runOnce(cfg)
+	if v == nil {
+		return res, nil
+	}
+	if cfg.Minimize {
+		v = minimize(cfg, v)
+		res.Violation = v
+	}
+	return res, v
+}
+
+// runOnce runs one seed (with cfg.faultMask) to the end or the first
+// violation. A panic inside a core — a broken internal invariant — is a
+// violation too.
+func runOnce(cfg Config) (res Result, v *Violation) {
+	w, err := newWorld(cfg)
+	if err != nil {
+		panic(fmt.Sprintf("sim: drawn workload is invalid: %v", err)) // drawWorkload only draws valid shapes
+	}
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				w.fail(InvProtocol, "panic: %v\n%s", r, firstLines(string(debug.Stack()), 12))
+			}
+		}()
+		w.run()
+	}()
+	res = Result{Seed: cfg.Seed, Scenario: cfg.Scenario, Workload: w.wl.String(), Events: w.events,
+		InvariantChecks: w.orc.checks, VirtualTime: w.now(), StepsTrained: w.orc.steps,
+		Faults: map[FaultKind]int{}, Trained: w.orc.trained, Filtered: w.orc.filtered, Requeued: w.orc.requeued,
+		MaxStaleness: w.orc.maxStale, LogHash: hexsum(w.logHash), Log: w.full}
+	for k, n := range w.faults.injected {
+		res.Faults[k] = n
+	}
+	if w.violation != nil {
+		v = w.violation
+		v.Trace = w.trace()
+		v.Faults = w.faults.enabledList()
+		v.OriginalFaults = len(w.faults.faults)
+		res.Violation = v
+	}
+	return res, v
+}
+
+func firstLines(s string, n int) string {
+	lines := strings.SplitN(s, "\n", n+1)
+	if len(lines) > n {
+		lines = lines[:n]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// maxReruns bounds the work minimisation may do.
+const maxReruns = 64
+
+// minimize shrinks the fault schedule that broke invariant v.Invariant:
+// first the shortest prefix of the schedule (bisection), then dropping
+// faults one at a time (a greedy pass of delta debugging). The same seed
+// is re-run each time; the schedule is drawn in full and masked, so the
+// kept faults stay exactly as they were.
+func minimize(cfg Config, orig *Violation) *Violation {
+	n := orig.OriginalFaults
+	if n == 0 {
+		return orig
+	}
+	reruns := 0
+	best := orig
+	try := func(mask []bool) *Violation {
+		reruns++
+		c := cfg
+		c.faultMask = mask
+		_, v := runOnce(c)
+		if v != nil && v.Invariant == orig.Invariant {
+			return v
+		}
+		return nil
+	}
+	prefix := func(k int) []bool {
+		m := make([]bool, n)
+		for i := 0; i < k; i++ {
+			m[i] = true
+		}
+		return m
+	}
+	// Bisection for the shortest failing prefix of the drawn schedule
+	// (faults are indexed in draw order). Not every property is monotone
+	// in the prefix, so the answer is a heuristic; the full schedule is
+	// known to fail.
+	lo, hi := 0, n
+	for lo < hi && reruns < maxReruns {
+		mid := (lo + hi) / 2
+		if v := try(prefix(mid)); v != nil {
+			hi, best = mid, v
+		} else {
+			lo = mid + 1
+		}
+	}
+	mask := prefix(hi)
+	for i := 0; i < hi && reruns < maxReruns; i++ {
+		mask[i] = false
+		if v := try(append([]bool(nil), mask...)); v != nil {
+			best = v
+		} else {
+			mask[i] = true
+		}
+	}
+	out := *best
+	out.Minimized, out.OriginalFaults, out.Reruns = true, n, reruns
+	return &out
+}

@@ -1,0 +1,126 @@
+package sim
+
+import (
+	"github.com/asyncrl/asyncrl/messages"
+	"github.com/asyncrl/asyncrl/transport"
+	"github.com/asyncrl/asyncrl/transport/memhub"
+)
+
+// trainerDurable is what the trainer checkpoints: it survives a crash.
+type trainerDurable struct {
+	// next is the next step to train; the trainer holds version next−1.
+	next int64
+	// lastBatch is the input log's newest entry (written on receipt).
+	lastBatch *messages.TrainBatch
+}
+
+// trainerNode is the trainer stand-in: it collects a mini-batch (the
+// controller sends exactly B checked groups), "trains" for the modelled
+// duration, commits its durable state and announces StepDone.
+type trainerNode struct {
+	w       *world
+	bus     *memhub.Bus
+	durable trainerDurable
+	down    int
+	inc     int
+	busy    int64 // step being trained, 0 when idle
+}
+
+var (
+	subjTrain = transport.MustSubject(runID, transport.TopicTrain)
+	subjSteps = transport.MustSubject(runID, transport.TopicSteps)
+)
+
+func newTrainer(w *world) *trainerNode {
+	return &trainerNode{w: w, bus: w.hub.Connect("trainer"), durable: trainerDurable{next: 1}}
+}
+
+func (t *trainerNode) start() {
+	t.w.subscribe(t.bus, subjTrain, func(m messages.Message) {
+		if tb, ok := m.(messages.TrainBatch); ok {
+			t.onBatch(tb)
+		}
+	})
+	t.heartbeat()
+}
+
+// heartbeat re-announces the newest StepDone, so a lost one (or a
+// publisher that restarted) catches up.
+func (t *trainerNode) heartbeat() {
+	t.w.after(500*msec, "", func() {
+		if t.down == 0 && t.durable.next > 1 {
+			t.sendDone(t.durable.next - 1)
+		}
+		t.heartbeat()
+	})
+}
+
+func (t *trainerNode) sendDone(step int64) {
+	t.w.send(t.bus, subjSteps, messages.StepDone{Header: messages.Header{RunID: runID, Sender: "trainer", Version: step - 1},
+		Step: step, NewVersion: step})
+}
+
+func (t *trainerNode) onBatch(m messages.TrainBatch) {
+	w := t.w
+	if t.down > 0 {
+		w.logf("trainer is down: batch for step %d lost", m.Step)
+		return
+	}
+	switch {
+	case m.Step < t.durable.next:
+		t.sendDone(m.Step) // already trained: answer again, do not retrain
+		return
+	case m.Step > t.durable.next:
+		w.fail(InvProtocol, "trainer at step %d received a batch for step %d", t.durable.next, m.Step)
+		return
+	case t.busy == m.Step:
+		return // a retransmission of the batch being trained
+	}
+	b := m
+	b.GroupIDs = append([]string(nil), m.GroupIDs...)
+	t.durable.lastBatch = &b
+	t.train(b)
+}
+
+func (t *trainerNode) train(b messages.TrainBatch) {
+	w := t.w
+	t.busy = b.Step
+	inc := t.inc
+	w.after(w.wl.TrainTime, "trainer: step "+itoa(b.Step)+" trained", func() {
+		if t.inc != inc {
+			return // crashed meanwhile: the step is lost, the controller resends
+		}
+		t.busy = 0
+		w.orc.trainedBatch(b.Step, b.Step-1, b.GroupIDs)
+		if b.Step >= t.durable.next {
+			t.durable.next = b.Step + 1
+		}
+		t.sendDone(b.Step)
+	})
+}
+
+func (t *trainerNode) crash() {
+	t.down++
+	t.inc++
+	t.busy = 0
+}
+
+func (t *trainerNode) restart() {
+	t.down--
+	if t.down > 0 {
+		return
+	}
+	// Restore the durable state. A committed step is never trained again:
+	// the input log's batch is replayed only if its step is not committed.
+	if lb := t.durable.lastBatch; lb != nil {
+		if lb.Step >= t.durable.next {
+			t.train(*lb)
+		} else if t.w.cfg.has(BugTrainerRetrainsOnRestart) {
+			t.w.logf("trainer: replaying input log step %d (planted bug)", lb.Step)
+			t.train(*lb)
+		}
+	}
+	if t.durable.next > 1 {
+		t.sendDone(t.durable.next - 1)
+	}
+}

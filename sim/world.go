@@ -1,0 +1,272 @@
+package sim
+
+import (
+	"container/heap"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"hash"
+	"math/rand"
+	"strings"
+	"time"
+
+	"github.com/asyncrl/asyncrl/messages"
+	"github.com/asyncrl/asyncrl/transport"
+	"github.com/asyncrl/asyncrl/transport/memhub"
+)
+
+// runID is the run id on every subject and message header.
+const runID = "sim"
+
+// quantum is how far the loop advances the hub's clock at a time while
+// deliveries are pending, so timers set by handlers fire at most this late.
+const quantum = time.Millisecond
+
+// timer is one scheduled sim-side action (engine step, training done,
+// heartbeat, fault start or end).
+type timer struct {
+	at    time.Duration
+	seq   uint64
+	label string
+	fn    func()
+}
+
+type timerHeap []*timer
+
+func (h timerHeap) Len() int { return len(h) }
+func (h timerHeap) Less(i, j int) bool {
+	if h[i].at != h[j].at {
+		return h[i].at < h[j].at
+	}
+	return h[i].seq < h[j].seq
+}
+func (h timerHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *timerHeap) Push(x any)   { *h = append(*h, x.(*timer)) }
+func (h *timerHeap) Pop() any {
+	old := *h
+	t := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return t
+}
+
+// world is one simulated run: the hub, the nodes, the oracle, the clock.
+type world struct {
+	cfg  Config
+	rng  *rand.Rand
+	hub  *memhub.Hub
+	wl   workload
+	tmrs timerHeap
+	tseq uint64
+
+	ctl     *ctlNode
+	trainer *trainerNode
+	pub     *pubNode
+	engines []*engineNode
+	store   *weightStore
+	orc     *oracle
+	faults  *faultPlan
+
+	events    int
+	logHash   hash.Hash
+	ring      []string
+	ringNext  int
+	full      []string
+	violation *Violation
+	finished  bool
+	endAt     time.Duration
+	done      bool
+}
+
+// now is virtual time since the start.
+func (w *world) now() time.Duration { return w.hub.Elapsed() }
+
+// after schedules fn at now+d.
+func (w *world) after(d time.Duration, label string, fn func()) {
+	w.tseq++
+	heap.Push(&w.tmrs, &timer{at: w.now() + d, seq: w.tseq, label: label, fn: fn})
+}
+
+// logf records one event line: hashed always, kept in the trace ring.
+func (w *world) logf(format string, args ...any) {
+	line := fmt.Sprintf("%10.3fs %s", w.now().Seconds(), fmt.Sprintf(format, args...))
+	w.logHash.Write([]byte(line))
+	w.logHash.Write([]byte{'\n'})
+	if n := w.cfg.TraceEvents; n > 0 {
+		if len(w.ring) < n {
+			w.ring = append(w.ring, line)
+		} else {
+			w.ring[w.ringNext] = line
+			w.ringNext = (w.ringNext + 1) % n
+		}
+	}
+	if w.cfg.KeepLog {
+		w.full = append(w.full, line)
+	}
+}
+
+func (w *world) trace() []string {
+	if len(w.ring) < w.cfg.TraceEvents {
+		return append([]string(nil), w.ring...)
+	}
+	return append(append([]string(nil), w.ring[w.ringNext:]...), w.ring[:w.ringNext]...)
+}
+
+// event marks the end of one event: it counts it and checks every
+// invariant.
+func (w *world) event() {
+	w.events++
+	if w.violation == nil {
+		w.orc.checkAll()
+	}
+}
+
+// fail records the first violation; the loop stops after the event.
+func (w *world) fail(inv Invariant, format string, args ...any) {
+	if w.violation != nil {
+		return
+	}
+	msg := fmt.Sprintf(format, args...)
+	w.logf("VIOLATION %s: %s", inv, msg)
+	w.violation = &Violation{Seed: w.cfg.Seed, Scenario: w.cfg.Scenario, Steps: w.cfg.Steps,
+		Invariant: inv, Detail: msg, At: w.now(), Bugs: w.cfg.Bugs}
+}
+
+// send encodes m with the messages codec and publishes it on the hub.
+func (w *world) send(bus *memhub.Bus, subject string, m messages.Message) {
+	b, err := messages.Encode(m)
+	if err != nil {
+		panic(fmt.Sprintf("sim: encode %s: %v", m.Kind(), err))
+	}
+	if err := bus.Publish(context.Background(), subject, b); err != nil {
+		panic(fmt.Sprintf("sim: publish %s: %v", subject, err))
+	}
+}
+
+// subscribe decodes every delivery on subject and hands it to h as one
+// event.
+func (w *world) subscribe(bus *memhub.Bus, subject string, h func(m messages.Message)) {
+	_, err := bus.Subscribe(subject, func(tm *transport.Msg) {
+		if w.done {
+			return
+		}
+		m, err := messages.Decode(tm.Data)
+		if err != nil {
+			w.fail(InvWire, "%s: decode on %s: %v", bus.Node(), tm.Subject, err)
+			w.event()
+			return
+		}
+		w.logf("%s <- %s", bus.Node(), brief(m))
+		h(m)
+		w.event()
+	})
+	if err != nil {
+		panic(fmt.Sprintf("sim: subscribe %s: %v", subject, err))
+	}
+}
+
+// brief is a message's String without the long token lists.
+func brief(m messages.Message) string {
+	switch v := m.(type) {
+	case messages.TurnRequest:
+		return fmt.Sprintf("TurnRequest traj=%s turn=%d engine=%s ctx=%d max=%d min_v=%d", v.TrajectoryID, v.TurnIndex, v.Engine, len(v.Tokens), v.MaxTokens, v.Version)
+	case messages.TurnResult:
+		lo, hi := versionSpan(v)
+		return fmt.Sprintf("TurnResult traj=%s turn=%d engine=%s tokens=%d v=%d..%d", v.TrajectoryID, v.TurnIndex, v.Engine, len(v.Tokens), lo, hi)
+	}
+	return m.String()
+}
+
+// run drives the loop until the run finishes or an invariant breaks.
+func (w *world) run() {
+	for !w.done {
+		if w.violation != nil {
+			return
+		}
+		if len(w.tmrs) == 0 {
+			panic("sim: no timers left (heartbeats keep the loop alive)")
+		}
+		next := w.tmrs[0].at
+		now := w.now()
+		if w.hub.Pending() == 0 {
+			w.hub.Advance(max(0, next-now))
+		} else {
+			w.hub.Advance(min(quantum, max(0, next-now)))
+		}
+		if w.violation != nil {
+			return
+		}
+		for len(w.tmrs) > 0 && w.tmrs[0].at <= w.now() && !w.done {
+			t := heap.Pop(&w.tmrs).(*timer)
+			if t.label != "" {
+				w.logf("%s", t.label)
+			}
+			t.fn()
+			w.event()
+			if w.violation != nil {
+				return
+			}
+		}
+	}
+}
+
+// newWorld builds a run: draws the workload and the fault schedule from
+// the seed, connects every node to the hub and starts their timers.
+func newWorld(cfg Config) (*world, error) {
+	w := &world{cfg: cfg, rng: rand.New(rand.NewSource(cfg.Seed)), logHash: sha256.New()}
+	w.wl = drawWorkload(w.rng, cfg)
+	w.faults = drawFaults(w.rng, cfg, w.wl)
+	w.hub = memhub.New(w.rng.Int63())
+	w.hub.SetRecording(false) // the sim keeps its own log of every event
+	w.store = newWeightStore()
+	w.orc = newOracle(w)
+	var err error
+	if w.ctl, err = newCtl(w); err != nil {
+		return nil, err
+	}
+	w.trainer = newTrainer(w)
+	if w.pub, err = newPub(w); err != nil {
+		return nil, err
+	}
+	for i := 0; i < w.wl.Engines; i++ {
+		w.engines = append(w.engines, newEngine(w, i))
+	}
+	w.logf("start seed=%d scenario=%s %s faults=%d", cfg.Seed, cfg.Scenario, w.wl, len(w.faults.faults))
+	w.faults.schedule(w)
+	w.ctl.start()
+	w.trainer.start()
+	w.pub.start()
+	for _, e := range w.engines {
+		e.start()
+	}
+	return w, nil
+}
+
+// finish is called when the last step completed: heal every fault, let
+// the system settle for SyncBound+1s, then run the final checks.
+func (w *world) finish() {
+	if w.finished {
+		return
+	}
+	w.finished = true
+	w.faults.healAll(w)
+	w.logf("all %d steps trained: faults healed, settling for %v", w.cfg.Steps, w.cfg.SyncBound+time.Second)
+	w.after(w.cfg.SyncBound+time.Second, "final checks", func() {
+		w.orc.final()
+		w.done = true
+	})
+}
+
+// hexsum is a short printable digest.
+func hexsum(h hash.Hash) string { return hex.EncodeToString(h.Sum(nil)) }
+
+// joinLines indents a trace.
+func joinLines(lines []string) string {
+	var b strings.Builder
+	for _, l := range lines {
+		b.WriteString("  ")
+		b.WriteString(l)
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
