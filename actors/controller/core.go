@@ -51,6 +51,11 @@ type Config struct {
 	// MaxSteps stops admission once the trainer is past this step (the run
 	// ends there); 0 admits forever.
 	MaxSteps int64
+	// ResendTrainAfter re-sends the current TrainBatch when no StepDone
+	// for it arrived within this time (a trainer or worker that was not
+	// listening yet, a lost message); trainers ignore a batch for a step
+	// they already trained and only announce StepDone again. 0 = never.
+	ResendTrainAfter time.Duration
 	// Subjects to publish on.
 	Subjects Subjects
 }
@@ -63,6 +68,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.NSamples < 1:
 		return fmt.Errorf("%w: NSamples must be ≥ 1, got %d", ErrInvalidConfig, c.NSamples)
+	case c.ResendTrainAfter < 0:
+		return fmt.Errorf("%w: ResendTrainAfter must be ≥ 0 (0 = never), got %v", ErrInvalidConfig, c.ResendTrainAfter)
 	case c.MaxSteps < 0:
 		return fmt.Errorf("%w: MaxSteps must be ≥ 0 (0 = unbounded), got %d", ErrInvalidConfig, c.MaxSteps)
 	case c.Subjects.Prompts == "" || c.Subjects.Train == "" || c.Subjects.Ledger == "":
@@ -109,6 +116,9 @@ type Core struct {
 	dispatched int64 // the last step whose TrainBatch was sent
 	// training lists the groups sent for each step, settled by StepDone.
 	training map[int64][]messages.GroupReady
+	// lastTrain is the TrainBatch out for the current step (resent by the
+	// "train" timer until its StepDone arrives).
+	lastTrain *messages.TrainBatch
 
 	stats Stats
 	errs  []error
@@ -121,6 +131,8 @@ type Stats struct {
 	// Duplicates counts messages for groups the core no longer holds
 	// (a second abort of one group, a redelivery); they change nothing.
 	Duplicates int64
+	// Resent counts TrainBatch messages sent again for want of a StepDone.
+	Resent int64
 }
 
 var _ actors.Core[messages.Message, messages.Message] = (*Core)(nil)
@@ -146,8 +158,22 @@ func (c *Core) Start(now time.Time) {
 	c.capacity()
 }
 
-// Tick only advances the idle-time accounting; the core arms no timers.
-func (c *Core) Tick(now time.Time, _ string) { c.ctl.Tick(now) }
+// timerResend is the timer that re-sends an unanswered TrainBatch.
+const timerResend = "resend-train"
+
+// Tick advances the idle-time accounting and re-sends the TrainBatch of
+// the current step when its timer fires.
+func (c *Core) Tick(now time.Time, name string) {
+	c.ctl.Tick(now)
+	if name != timerResend || c.lastTrain == nil || c.lastTrain.Step != c.ctl.Step() {
+		return
+	}
+	c.stats.Resent++
+	c.Log(actors.LevelWarn, "resend", "no StepDone yet; TrainBatch sent again",
+		actors.Field{Key: "step", Value: fmt.Sprint(c.lastTrain.Step)})
+	c.Send(c.cfg.Subjects.Train, *c.lastTrain)
+	c.SetTimer(timerResend, now.Add(c.cfg.ResendTrainAfter))
+}
 
 // Step consumes one message.
 func (c *Core) Step(now time.Time, in messages.Message) {
@@ -269,6 +295,10 @@ func (c *Core) stepDone(now time.Time, m messages.StepDone) {
 		c.ledger(g.PromptID, g.GroupID, messages.LedgerTrained, a.attempt)
 	}
 	delete(c.training, m.Step)
+	if c.lastTrain != nil && c.lastTrain.Step == m.Step {
+		c.lastTrain = nil
+		c.CancelTimer(timerResend)
+	}
 }
 
 // dispatch checks waiting groups for the current step and sends the
@@ -309,8 +339,13 @@ func (c *Core) dispatch(now time.Time) {
 	}
 	c.dispatched = step
 	c.training[step] = chosen
-	c.Send(c.cfg.Subjects.Train, messages.TrainBatch{Header: c.header(), Step: step, GroupIDs: ids(chosen),
-		Batch: messages.BatchRef{Inline: tb.data, Bytes: int64(len(tb.data))}, Tokens: tb.tokens, Trajectories: tb.trajs})
+	train := messages.TrainBatch{Header: c.header(), Step: step, GroupIDs: ids(chosen),
+		Batch: messages.BatchRef{Inline: tb.data, Bytes: int64(len(tb.data))}, Tokens: tb.tokens, Trajectories: tb.trajs}
+	c.Send(c.cfg.Subjects.Train, train)
+	if c.cfg.ResendTrainAfter > 0 {
+		c.lastTrain = &train
+		c.SetTimer(timerResend, now.Add(c.cfg.ResendTrainAfter))
+	}
 }
 
 // admit hands out prompts while the staleness controller has capacity:

@@ -283,3 +283,38 @@ func TestConfigValidate(t *testing.T) {
 		t.Errorf("nil source accepted")
 	}
 }
+
+func TestUnansweredTrainBatchIsResent(t *testing.T) {
+	cfg := testConfig(1, 1, 0)
+	cfg.ResendTrainAfter = time.Second
+	c, _ := New(cfg, &seqSource{})
+	c.Start(t0)
+	pa := assigned(t, sent(c)["P"])
+	c.Step(t0, groupReady(t, pa[0].GroupID, pa[0].PromptID, 0, 0, 1))
+	eff := c.Drain()
+	var timer bool
+	for _, tm := range eff.Timers {
+		timer = timer || (tm.Name == timerResend && tm.At.Equal(t0.Add(time.Second)))
+	}
+	if !timer {
+		t.Fatalf("no resend timer armed: %+v", eff.Timers)
+	}
+	c.Tick(t0.Add(time.Second), timerResend)
+	out := sent(c)
+	if len(out["T"]) != 1 || out["T"][0].(messages.TrainBatch).Step != 1 || c.Stats().Resent != 1 {
+		t.Fatalf("TrainBatch not resent: %v", out)
+	}
+	c.Step(t0, messages.StepDone{Step: 1, NewVersion: 1})
+	eff = c.Drain()
+	var cancelled bool
+	for _, tm := range eff.Timers {
+		cancelled = cancelled || (tm.Name == timerResend && tm.Cancel)
+	}
+	if !cancelled {
+		t.Fatalf("resend timer not cancelled by StepDone: %+v", eff.Timers)
+	}
+	c.Tick(t0.Add(2*time.Second), timerResend) // a tick already in flight
+	if out := sent(c); len(out["T"]) != 0 {
+		t.Fatalf("resent after StepDone: %v", out)
+	}
+}

@@ -2,6 +2,10 @@ package node
 
 import (
 	"sync"
+	"time"
+
+	"github.com/asyncrl/asyncrl/actors/trainer"
+	"github.com/asyncrl/asyncrl/policy"
 
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/transport"
@@ -19,7 +23,7 @@ type Ledger struct {
 	// last StepDone (max_sample_batches).
 	kept, dropped, droppedSinceStep int64
 	stalenessMax                    int64
-	steps                           []messages.StepDone
+	steps                           []stepSeen
 	subs                            []transport.Subscription
 	keptSubject                     string
 }
@@ -121,9 +125,35 @@ func (l *Ledger) observe(m *transport.Msg) {
 		g := l.get(v.GroupID)
 		g.Reported, g.Aborted = true, true
 	case messages.StepDone:
-		l.steps = append(l.steps, v)
+		// A re-announced step (redelivered TrainBatch) is recorded once.
+		if n := len(l.steps); n == 0 || v.Step > l.steps[n-1].msg.Step {
+			l.steps = append(l.steps, stepSeen{msg: v, at: time.Now()})
+		}
 		l.droppedSinceStep = 0
 	}
+}
+
+// stepSeen is a StepDone and when the node saw it.
+type stepSeen struct {
+	msg messages.StepDone
+	at  time.Time
+}
+
+// stepRecords converts the StepDone messages seen so far into trainer
+// step records (the view of a node whose trainer runs elsewhere).
+func (l *Ledger) stepRecords() []trainer.StepRecord {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]trainer.StepRecord, 0, len(l.steps))
+	for _, s := range l.steps {
+		m := s.msg
+		out = append(out, trainer.StepRecord{Step: m.Step, Version: m.NewVersion, RewardMean: m.RewardMean,
+			Stats: policy.StepStats{Version: m.NewVersion, Loss: m.Loss, Entropy: m.Stats["entropy"], GradNorm: m.Stats["grad_norm"],
+				Mismatch: m.Stats["mismatch"], KL: m.Stats["kl"], ClipFrac: m.Stats["clip_frac"], Tokens: int(m.Stats["tokens"])},
+			Trajectories: int(m.Stats["trajectories"]), Tokens: int(m.Stats["tokens"]), Microbatches: int(m.Stats["microbatches"]),
+			StalenessMax: int64(m.Stats["staleness_max"]), Done: s.at})
+	}
+	return out
 }
 
 // Snapshot returns copies of every group record in first-seen order.

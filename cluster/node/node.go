@@ -55,6 +55,13 @@ type Options struct {
 	// InMemoryBus keeps the embedded JetStream store in a temporary
 	// directory (tests) instead of bus.jetstream_dir / run.data_dir.
 	InMemoryBus bool
+	// ResendTrainAfter is how long the controller waits for a StepDone
+	// before sending the step's TrainBatch again (a remote worker that
+	// connected late); 0 means 5 s.
+	ResendTrainAfter time.Duration
+	// OnStart, when set, is called once everything runs (e.g. to print
+	// BusURL for a remote trainer worker).
+	OnStart func(*Node)
 	// RolloutActors overrides the number of rollout actors; 0 sizes it so
 	// W groups of n trajectories can run at once (ceil(W·n/concurrency)).
 	RolloutActors int
@@ -82,8 +89,10 @@ type Node struct {
 	tr        *trainer.Actor
 	pub       *inProcPublisher
 	httpc     *http.Client
-	ledger    *Ledger
-	progress  *progress
+	// weightsSub loads versions published by a remote trainer.
+	weightsSub transport.Subscription
+	ledger     *Ledger
+	progress   *progress
 
 	start    time.Time
 	stopOnce sync.Once
@@ -114,14 +123,20 @@ func New(cfg config.Config, opts Options) (*Node, error) {
 	if cfg.Engines.Count == 0 {
 		return nil, fmt.Errorf("%w: engines.count: the in-process trainer can only update built-in engines; set count ≥ 1", ErrConfig)
 	}
-	if cfg.Trainer.Backend != config.BackendBuiltin {
-		return nil, fmt.Errorf("%w: trainer.backend %q: only builtin is implemented (see docs/protocol.md for the remote worker protocol)", ErrConfig, cfg.Trainer.Backend)
-	}
 	return &Node{cfg: cfg, opts: opts, subj: s, task: task}, nil
 }
 
-// URLs of the running node.
+// RouterURL is the router's base URL.
 func (n *Node) RouterURL() string { return n.routerURL }
+
+// BusURL is the URL other processes (a remote trainer worker) dial to
+// reach this node's bus.
+func (n *Node) BusURL() string {
+	if n.bus == nil {
+		return ""
+	}
+	return n.bus.ClientURL()
+}
 
 // EngineURLs lists the built-in engines' base URLs.
 func (n *Node) EngineURLs() []string {
@@ -220,7 +235,13 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	if n.tr, err = trainer.Start(n.bus, ptr, n.pub, trainer.Config{RunID: cfg.Run.ID, Name: "trainer-0", NormStd: true,
+	if cfg.Trainer.Backend == config.BackendRemote {
+		// The trainer is a worker process (asyncrl worker trainer); this
+		// node only loads the versions it announces onto its engines.
+		if n.weightsSub, err = n.bus.Subscribe(n.subj.weights, n.loadWeights); err != nil {
+			return fmt.Errorf("node: weights: %w", err)
+		}
+	} else if n.tr, err = trainer.Start(n.bus, ptr, n.pub, trainer.Config{RunID: cfg.Run.ID, Name: "trainer-0", NormStd: true,
 		Microbatch: microbatchConfig(cfg.Trainer), Logger: log.With().Str("actor", "trainer").Logger(),
 		Subjects: trainer.Subjects{Train: n.subj.train, Steps: n.subj.steps, Weights: n.subj.weights}}); err != nil {
 		return err
@@ -242,9 +263,12 @@ func (n *Node) Start(ctx context.Context) (err error) {
 			NumParallelGenerationWorkers: int64(cfg.Trainer.NumParallelGenerationWorkers),
 			MiniBatchSize:                int64(cfg.Trainer.MiniBatchSize), StalePolicy: staleness.StalePolicy(cfg.Trainer.StalePolicy)},
 		RunID: cfg.Run.ID, Sender: "controller-0", Task: n.task.Name(), NSamples: cfg.Rollout.NSamplesPerPrompt,
-		MaxSteps: int64(cfg.Run.Steps),
+		MaxSteps: int64(cfg.Run.Steps), ResendTrainAfter: n.opts.ResendTrainAfter,
 		Subjects: controller.Subjects{Prompts: n.subj.prompts, Train: n.subj.train, Capacity: n.subj.capacity,
 			Ledger: n.subj.ledger, Settled: n.subj.settled},
+	}
+	if ccfg.ResendTrainAfter <= 0 {
+		ccfg.ResendTrainAfter = 5 * time.Second
 	}
 	src := func() controller.Source { return newTaskSource(n.task, cfg.Run.Seed) }
 	if n.ctl, err = controller.Spawn(n.sys, n.bus, actors.DefaultShellConfig("controller-0", "controller"), ccfg,
@@ -334,6 +358,15 @@ func (s *taskSource) Next() (controller.Prompt, bool) {
 	return controller.Prompt{ID: rollout.PromptID("p"+strconv.FormatInt(s.n, 10), p.Seed), Text: p.Text}, true
 }
 
+// steps returns the trained steps: the in-process trainer's records, or
+// the StepDone messages a remote trainer published.
+func (n *Node) steps() []trainer.StepRecord {
+	if n.tr != nil {
+		return n.tr.Steps()
+	}
+	return n.ledger.stepRecords()
+}
+
 // Wait blocks until the trainer finished run.steps steps, ctx ends (an
 // interrupt), training fails, or the filter starves the trainer.
 func (n *Node) Wait(ctx context.Context) (interrupted bool, err error) {
@@ -349,13 +382,15 @@ func (n *Node) Wait(ctx context.Context) (interrupted bool, err error) {
 			return true, nil
 		case <-tick.C:
 		}
-		steps := n.tr.Steps()
+		steps := n.steps()
 		n.progress.update(steps)
 		if len(steps) >= n.cfg.Run.Steps {
 			return false, nil
 		}
-		if err := n.tr.Err(); err != nil {
-			return false, err
+		if n.tr != nil {
+			if err := n.tr.Err(); err != nil {
+				return false, err
+			}
 		}
 		if _, _, dropped, _ := n.ledger.counts(); limit > 0 && dropped >= limit {
 			return false, fmt.Errorf("%w: the filter dropped %d groups in a row (filter.max_sample_batches %d × mini_batch_size %d); every group had zero reward variance",
@@ -388,6 +423,9 @@ func (n *Node) Stop() {
 		}
 		if n.tr != nil {
 			_ = n.tr.Stop(ctx)
+		}
+		if n.weightsSub != nil {
+			_ = n.weightsSub.Unsubscribe()
 		}
 		if n.sys != nil {
 			_ = n.sys.Shutdown(ctx)
@@ -457,6 +495,9 @@ func Run(ctx context.Context, cfg config.Config, opts Options) (report.Summary, 
 	}
 	if err := n.Start(ctx); err != nil {
 		return report.Summary{}, err
+	}
+	if opts.OnStart != nil {
+		opts.OnStart(n)
 	}
 	interrupted, werr := n.Wait(ctx)
 	n.Stop()

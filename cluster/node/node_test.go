@@ -154,7 +154,7 @@ func TestEngineKilledMidRunLosesNothing(t *testing.T) {
 	cfg.Engines.TimeScale = 0.5
 	n, s := runNode(t, cfg, func(n *Node) {
 		deadline := time.Now().Add(30 * time.Second)
-		for len(n.tr.Steps()) < 2 && time.Now().Before(deadline) {
+		for len(n.steps()) < 2 && time.Now().Before(deadline) {
 			time.Sleep(5 * time.Millisecond)
 		}
 		if err := n.StopEngine(context.Background(), 0); err != nil {

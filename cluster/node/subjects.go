@@ -16,6 +16,8 @@ type subjects struct {
 	capacity    string // CapacityChanged: controller → observers
 	ledger      string // PromptLedger (JetStream)
 	settled     string // GroupAccepted / GroupRequeued (JetStream, under ledger)
+	ack         string // EngineVersionAck of this node's engines
+	acks        string // pattern of every EngineVersionAck
 }
 
 func subjectsFor(run string) (subjects, error) {
@@ -36,5 +38,7 @@ func subjectsFor(run string) (subjects, error) {
 		capacity:    m(run, transport.TopicCapacity),
 		ledger:      m(run, transport.TopicLedger),
 		settled:     m(run, transport.TopicLedger, "groups"),
+		ack:         m(run, transport.TopicEngines, "node", string(transport.EngineAck)),
+		acks:        transport.SubjectRoot + "." + run + "." + string(transport.TopicEngines) + ".*." + string(transport.EngineAck),
 	}, nil
 }

@@ -19,8 +19,8 @@ func (n *Node) Summary(interrupted bool, runErr error) report.Summary {
 		s.Error = runErr.Error()
 	}
 	var prevT float64
-	if n.tr != nil {
-		steps := n.tr.Steps()
+	if n.ledger != nil {
+		steps := n.steps()
 		s.Steps = len(steps)
 		for _, st := range steps {
 			s.RewardMeanPerStep = append(s.RewardMeanPerStep, st.RewardMean)

@@ -55,7 +55,17 @@ func newRunCmd(g *globals) *cobra.Command {
 			fmt.Fprintf(g.stderr, "asyncrl run %s: task %s, %d steps, seed %d, B=%d W=%d S=%d, %d engines, pause %s\n",
 				cfg.Run.ID, cfg.Rollout.Task, cfg.Run.Steps, cfg.Run.Seed, cfg.Trainer.MiniBatchSize,
 				cfg.Trainer.NumParallelGenerationWorkers, cfg.Trainer.MaxStalenessSteps, cfg.Engines.Count, cfg.Trainer.PauseMode)
-			s, err := node.Run(ctx, cfg, node.Options{Logger: log, Progress: g.stderr, Terminal: tty})
+			opts := node.Options{Logger: log, Progress: g.stderr, Terminal: tty}
+			if cfg.Trainer.Backend == config.BackendRemote {
+				opts.OnStart = func(n *node.Node) {
+					fmt.Fprintf(g.stderr, "waiting for the trainer: asyncrl worker trainer --nats %s", n.BusURL())
+					if f.config != "" {
+						fmt.Fprintf(g.stderr, " --config %s", f.config)
+					}
+					fmt.Fprintln(g.stderr)
+				}
+			}
+			s, err := node.Run(ctx, cfg, opts)
 			if s.Steps > 0 || s.Interrupted {
 				first, last := s.RewardFirst5, s.RewardLast5
 				fmt.Fprintf(g.stdout, "steps %d, final version %d, reward first5 %.3f → last5 %.3f, staleness max %d (bound %d), trajectories lost %d, %.0f tok/s, %.1fs\n",

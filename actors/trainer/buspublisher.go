@@ -1,0 +1,85 @@
+package trainer
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/asyncrl/asyncrl/messages"
+	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/transport"
+)
+
+// BusPublisher is the Publisher of a remote trainer worker: it writes the
+// BF16 serving checkpoint of each version to Dir (a directory the engines'
+// node can read: the same machine, or a shared file system), announces it
+// with WeightsPublished on Weights, and returns once an EngineVersionAck for
+// that version arrives on Acks (the node loaded it on its engines), so
+// StepDone never runs ahead of the weights.
+type BusPublisher struct {
+	Bus transport.Bus
+	// RunID and Sender fill the WeightsPublished header.
+	RunID, Sender string
+	// Dir receives one checkpoint directory per version (v00000001, …).
+	Dir string
+	// Weights is the WeightsPublished subject; Acks the pattern of
+	// EngineVersionAck subjects (asyncrl.<run>.engines.*.ack).
+	Weights, Acks string
+	// AckTimeout bounds the wait for the ack (default 60 s).
+	AckTimeout time.Duration
+}
+
+var _ Publisher = (*BusPublisher)(nil)
+
+// CheckpointDir is where version v is written under dir.
+func CheckpointDir(dir string, v int64) string { return filepath.Join(dir, fmt.Sprintf("v%08d", v)) }
+
+// Publish writes, announces and waits for the ack of version.
+func (p *BusPublisher) Publish(ctx context.Context, m *policy.Model, version int64) error {
+	dir := CheckpointDir(p.Dir, version)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("trainer: publish: %w", err)
+	}
+	if err := m.SaveServing(dir); err != nil {
+		return fmt.Errorf("trainer: publish: %w", err)
+	}
+	acked := make(chan struct{})
+	var once bool
+	sub, err := p.Bus.Subscribe(p.Acks, func(msg *transport.Msg) {
+		a, err := messages.DecodeAs[messages.EngineVersionAck](msg.Data)
+		if err == nil && a.RunID == p.RunID && a.Version >= version && !once {
+			once = true
+			close(acked)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("trainer: publish: %w", err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	data, err := messages.Encode(messages.WeightsPublished{
+		Header:      messages.Header{RunID: p.RunID, Sender: p.Sender, Version: version},
+		BaseVersion: version, Format: messages.WeightsFull, URI: "file://" + dir,
+	})
+	if err != nil {
+		return err
+	}
+	if err := p.Bus.Publish(ctx, p.Weights, data); err != nil {
+		return fmt.Errorf("trainer: publish: %w", err)
+	}
+	timeout := p.AckTimeout
+	if timeout <= 0 {
+		timeout = time.Minute
+	}
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-acked:
+		return nil
+	case <-t.C:
+		return fmt.Errorf("trainer: publish: no engine acknowledged version %d within %v", version, timeout)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,121 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/asyncrl/asyncrl/actors/trainer"
+	"github.com/asyncrl/asyncrl/config"
+	"github.com/asyncrl/asyncrl/messages"
+	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/transport"
+	"github.com/asyncrl/asyncrl/transport/natsbus"
+)
+
+// loadWeights applies a version a remote trainer announced: load its
+// serving checkpoint, make it live on this node's engines (pause, swap,
+// resume, router versions) and acknowledge it, so the trainer may
+// announce StepDone.
+func (n *Node) loadWeights(msg *transport.Msg) {
+	wp, err := messages.DecodeAs[messages.WeightsPublished](msg.Data)
+	if err != nil || wp.RunID != n.cfg.Run.ID {
+		return
+	}
+	dir, ok := strings.CutPrefix(wp.URI, "file://")
+	if !ok {
+		n.opts.Logger.Warn().Str("uri", wp.URI).Msg("weights: only file:// versions can be loaded by the node")
+		return
+	}
+	m, err := policy.LoadServing(dir)
+	if err != nil {
+		n.opts.Logger.Error().Err(err).Int64("version", wp.Version).Msg("weights: cannot load version")
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := n.pub.Publish(ctx, m, wp.Version); err != nil {
+		n.opts.Logger.Error().Err(err).Int64("version", wp.Version).Msg("weights: engines not updated")
+		return
+	}
+	data, err := messages.Encode(messages.EngineVersionAck{
+		Header: messages.Header{RunID: n.cfg.Run.ID, Sender: "node", Version: wp.Version}, Engine: "node", URL: n.routerURL})
+	if err == nil {
+		err = n.bus.Publish(ctx, n.subj.ack, data)
+	}
+	if err != nil {
+		n.opts.Logger.Error().Err(err).Msg("weights: ack not sent")
+	}
+}
+
+// WorkerOptions configures RunWorker.
+type WorkerOptions struct {
+	// NATSURL is the run's bus (the URL `asyncrl run` prints).
+	NATSURL string
+	// Logger receives the worker's logs.
+	Logger zerolog.Logger
+}
+
+// RunWorker runs a remote trainer worker until ctx ends: it takes the
+// run's TrainBatch messages from the bus, trains the built-in policy
+// (started from the same seed as the node's engines, so version 0 agrees),
+// writes each version's serving checkpoint to publisher.sync_dir (default
+// <run.data_dir>/weights), waits for the node's ack and announces
+// StepDone. Run one worker per run (the steps are sequential).
+func RunWorker(ctx context.Context, cfg config.Config, opts WorkerOptions) error {
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	if opts.NATSURL == "" {
+		return fmt.Errorf("%w: the worker needs the run's NATS URL", ErrConfig)
+	}
+	s, err := subjectsFor(cfg.Run.ID)
+	if err != nil {
+		return fmt.Errorf("%w: run.id: %w", ErrConfig, err)
+	}
+	bopts := natsbus.DefaultOptions()
+	bopts.URL, bopts.Name, bopts.Logger = opts.NATSURL, "asyncrl-worker-"+cfg.Run.ID, opts.Logger
+	bus, err := natsbus.Connect(ctx, bopts)
+	if err != nil {
+		return fmt.Errorf("worker: bus: %w", err)
+	}
+	defer bus.Close()
+	model, err := policy.New(policy.DefaultConfig(), uint64(cfg.Run.Seed))
+	if err != nil {
+		return err
+	}
+	ptr, err := policy.NewTrainer(model, trainerConfig(cfg))
+	if err != nil {
+		return fmt.Errorf("%w: trainer: %w", ErrConfig, err)
+	}
+	dir := cfg.Publisher.SyncDir
+	if dir == "" {
+		dir = filepath.Join(cfg.Run.DataDir, "weights")
+	}
+	pub := &trainer.BusPublisher{Bus: bus, RunID: cfg.Run.ID, Sender: "worker", Dir: dir, Weights: s.weights, Acks: s.acks}
+	tr, err := trainer.Start(bus, ptr, pub, trainer.Config{RunID: cfg.Run.ID, Name: "worker", NormStd: true,
+		Microbatch: microbatchConfig(cfg.Trainer), Logger: opts.Logger,
+		Subjects: trainer.Subjects{Train: s.train, Steps: s.steps}})
+	if err != nil {
+		return err
+	}
+	opts.Logger.Info().Str("nats", opts.NATSURL).Str("run", cfg.Run.ID).Str("weights", dir).Msg("trainer worker ready")
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	var runErr error
+	for runErr == nil && ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-tick.C:
+			runErr = tr.Err()
+		}
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return errors.Join(runErr, tr.Stop(sctx))
+}

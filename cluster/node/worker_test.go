@@ -1,0 +1,52 @@
+package node
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/asyncrl/asyncrl/config"
+)
+
+func TestRemoteTrainerWorker(t *testing.T) {
+	cfg := smallConfig(t, 3)
+	cfg.Trainer.Backend = config.BackendRemote
+	n, err := New(cfg, Options{InMemoryBus: true, ResendTrainAfter: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := n.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The worker connects after the node started (and possibly after the
+	// first TrainBatch was sent): the controller's resend covers that.
+	wctx, wcancel := context.WithCancel(ctx)
+	werr := make(chan error, 1)
+	go func() { werr <- RunWorker(wctx, cfg, WorkerOptions{NATSURL: n.BusURL()}) }()
+	interrupted, err := n.Wait(ctx)
+	wcancel()
+	if e := <-werr; e != nil {
+		t.Errorf("worker: %v", e)
+	}
+	n.Stop()
+	if err != nil || interrupted {
+		t.Fatalf("wait: interrupted %v err %v", interrupted, err)
+	}
+	s := n.Summary(false, nil)
+	if s.Steps != 3 || s.FinalVersion != 3 || s.TrajectoriesLost != 0 {
+		t.Fatalf("steps %d final %d lost %d", s.Steps, s.FinalVersion, s.TrajectoriesLost)
+	}
+	for i, v := range s.EngineVersions {
+		if v != 3 {
+			t.Errorf("engine %d at version %d: the worker's versions did not reach it", i, v)
+		}
+	}
+	for _, r := range s.PerStep {
+		if r.Tokens == 0 || r.Microbatches == 0 {
+			t.Errorf("step row from the worker's StepDone lacks its figures: %+v", r)
+		}
+	}
+	checkLedger(t, n, s)
+}
