@@ -109,7 +109,8 @@ func Encode(ctx context.Context, cfg EncodeConfig, base, next Source, version in
 	if bn := base.Names(); !slices.Equal(bn, names) {
 		return nil, fmt.Errorf("%w: base has %d tensors, new has %d, or their names differ (first difference: %s)", ErrMismatch, len(bn), len(names), firstDiff(bn, names))
 	}
-	if _, err := dst.Get(ctx, ManifestKey(version)); err == nil {
+	if rc, err := dst.Get(ctx, ManifestKey(version)); err == nil {
+		rc.Close()
 		return nil, fmt.Errorf("delta: encode: version %d is already committed (%s)", version, ManifestKey(version))
 	} else if !errors.Is(err, store.ErrNotFound) {
 		return nil, fmt.Errorf("delta: encode: checking %s: %w", ManifestKey(version), err)

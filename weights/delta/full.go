@@ -81,8 +81,11 @@ func PublishSnapshot(ctx context.Context, st store.Store, kind string, version i
 		return nil, fmt.Errorf("delta: snapshot: %s holds no files", dir)
 	}
 	prefix := SnapshotDir(kind, version)
-	if _, err := st.Get(ctx, prefix+"/"+ManifestName); err == nil {
+	if rc, err := st.Get(ctx, prefix+"/"+ManifestName); err == nil {
+		rc.Close()
 		return nil, fmt.Errorf("delta: %s is already committed", prefix)
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("delta: checking %s: %w", prefix, err)
 	}
 	m := &SnapshotManifest{Version: version, Kind: kind}
 	var files []store.FileObject
