@@ -15,15 +15,15 @@ import (
 
 // Rollout timing (virtual).
 const (
-	turnTimeout   = 3 * time.Second  // a turn with no result is retried elsewhere
-	maxTimeouts   = 4                // then the episode, and its group, is aborted
-	routeBackoff  = 100 * msec       // retry when no engine may take a request
-	envDelay      = 10 * msec        // the environment's turn between two generations
-	healthTimeout = time.Second      // no heartbeat for this long: unhealthy
-	retransmit    = 1500 * msec      // a TrainBatch without StepDone is sent again
-	envTokens     = 4                // tokens the environment appends per turn
-	promptBase    = 16               // prompt length is promptBase + i%32
-	healthSweep   = heartbeatEvery   // how often silence is checked
+	turnTimeout   = 3 * time.Second // a turn with no result is retried elsewhere
+	maxTimeouts   = 4               // then the episode, and its group, is aborted
+	routeBackoff  = 100 * msec      // retry when no engine may take a request
+	envDelay      = 10 * msec       // the environment's turn between two generations
+	healthTimeout = time.Second     // no heartbeat for this long: unhealthy
+	retransmit    = 1500 * msec     // a TrainBatch without StepDone is sent again
+	envTokens     = 4               // tokens the environment appends per turn
+	promptBase    = 16              // prompt length is promptBase + i%32
+	healthSweep   = heartbeatEvery  // how often silence is checked
 	subjResults   = "asyncrl.sim.turns.results"
 	subjHealthAll = "asyncrl.sim.engines.*.health"
 	subjLoadAll   = "asyncrl.sim.engines.*.load"
@@ -49,7 +49,10 @@ type rtraj struct {
 	g        *rgroup
 	turns    int
 	turn     int
-	ctx      []int32
+	ctx      []int32 // prompt, generated and environment tokens
+	vers     []int32 // policy version per token (0 for prompt/env tokens)
+	mask     []uint8 // loss mask: 1 for generated tokens
+	promptN  int
 	maxTok   []int
 	inflight bool
 	engine   string
@@ -76,7 +79,8 @@ type ctlNode struct {
 	groups     map[string]*rgroup
 	trajs      map[string]*rtraj
 	pending    []*rgroup // accepted and kept, waiting for a batch
-	batch      []string
+	batch      []*rgroup
+	batchData  []byte // the batch's Arrow IPC stream, kept for retransmission
 	batchSent  bool
 	batchStep  int64
 	stepsDone  int64
@@ -238,19 +242,23 @@ func (c *ctlNode) tryAdmit() {
 		c.popPrompt()
 		w.orc.admit(adm.GroupID, p)
 		g := &rgroup{id: adm.GroupID, prompt: p}
-		switch w.rng.Intn(4) {
+		// Some prompts are too easy or too hard (every trajectory scores
+		// the same, so the filter drops the group); the rest are mixed.
+		switch w.rng.Intn(6) {
 		case 0:
 			g.p = 0
 		case 1:
 			g.p = 1
 		default:
-			g.p = w.rng.Float64()
+			g.p = 0.25 + 0.5*w.rng.Float64()
 		}
 		w.logf("ctl: admit %s (scheduled v%d, capacity now %d)", adm.GroupID, adm.ScheduledVersion, c.st.Capacity())
 		c.groups[g.id] = g
 		for i := 0; i < w.wl.N; i++ {
 			t := &rtraj{id: fmt.Sprintf("%s.%d", g.id, i), g: g, turns: 1 + w.rng.Intn(w.wl.MaxTurns),
 				ctx: promptTokens(p), minV: math.MaxInt64}
+			t.promptN = len(t.ctx)
+			t.vers, t.mask = make([]int32, len(t.ctx)), make([]uint8, len(t.ctx))
 			for j := 0; j < t.turns; j++ {
 				t.maxTok = append(t.maxTok, 4+w.rng.Intn(13))
 			}
@@ -355,10 +363,17 @@ func (c *ctlNode) onResult(r messages.TurnResult) {
 	t.minV = min(t.minV, lo)
 	w.orc.tokens(t.g.id, lo)
 	t.ctx = append(t.ctx, r.Tokens...)
+	for i := range r.Tokens {
+		v := int32(r.ServingVersion)
+		if i < len(r.TokenVersions) {
+			v = r.TokenVersions[i]
+		}
+		t.vers, t.mask = append(t.vers, v), append(t.mask, 1)
+	}
 	t.turn++
 	if t.turn < t.turns {
 		for i := 0; i < envTokens; i++ {
-			t.ctx = append(t.ctx, int32(61+i))
+			t.ctx, t.vers, t.mask = append(t.ctx, int32(61+i)), append(t.vers, 0), append(t.mask, 0)
 		}
 		w.after(envDelay, "", func() { c.routeTurn(t) })
 		return
@@ -456,7 +471,7 @@ func (c *ctlNode) tryBatch() {
 		}
 		w.logf("ctl: check %s", d)
 		if d.Verdict == staleness.Train {
-			c.batch = append(c.batch, g.id)
+			c.batch = append(c.batch, g)
 		} else {
 			c.drainRequeues()
 		}
@@ -464,7 +479,12 @@ func (c *ctlNode) tryBatch() {
 	if int64(len(c.batch)) < w.wl.B {
 		return
 	}
-	c.batchSent, c.batchStep = true, c.st.Step()
+	data, err := encodeBatch(c.batch)
+	if err != nil {
+		w.fail(InvWire, "encode token batch: %v", err)
+		return
+	}
+	c.batchSent, c.batchStep, c.batchData = true, c.st.Step(), data
 	c.sendBatch()
 	c.tryAdmit()
 }
@@ -472,8 +492,13 @@ func (c *ctlNode) tryBatch() {
 func (c *ctlNode) sendBatch() {
 	w := c.w
 	step := c.batchStep
+	ids := make([]string, len(c.batch))
+	for i, g := range c.batch {
+		ids[i] = g.id
+	}
 	w.send(c.bus, subjTrain, messages.TrainBatch{Header: messages.Header{RunID: runID, Sender: "ctl", Version: step - 1},
-		Step: step, GroupIDs: c.batch, Trajectories: int32(len(c.batch) * w.wl.N)})
+		Step: step, GroupIDs: ids, Trajectories: int32(len(c.batch) * w.wl.N),
+		Batch: messages.BatchRef{Inline: c.batchData, Bytes: int64(len(c.batchData)), Checksum: checksumOf(c.batchData)}})
 	w.after(retransmit, "", func() {
 		if c.batchSent && c.batchStep == step {
 			w.logf("ctl: no StepDone for step %d: resend batch", step)
@@ -497,7 +522,7 @@ func (c *ctlNode) onStepDone(m messages.StepDone) {
 		return
 	}
 	c.stepsDone = m.Step
-	c.batch, c.batchSent = nil, false
+	c.batch, c.batchSent, c.batchData = nil, false, nil
 	w.orc.stepDone(m.Step)
 	w.logf("ctl: step %d done (trainer version %d)", m.Step, m.NewVersion)
 	if c.stepsDone >= int64(w.cfg.Steps) {
@@ -517,8 +542,28 @@ func (c *ctlNode) heldGroups() map[string]bool {
 	for _, g := range c.pending {
 		h[g.id] = true
 	}
-	for _, id := range c.batch {
-		h[id] = true
+	for _, g := range c.batch {
+		h[g.id] = true
 	}
 	return h
+}
+
+// encodeBatch packs the batch's trajectories (tokens, loss mask, policy
+// version per token) as an Arrow IPC token batch, as the real trainer
+// receives them.
+func encodeBatch(groups []*rgroup) ([]byte, error) {
+	tb, err := messages.NewTokenBatch(messages.BatchSpec{})
+	if err != nil {
+		return nil, err
+	}
+	for _, g := range groups {
+		for _, t := range g.trajs {
+			if err := tb.Append(messages.Trajectory{ID: t.id, GroupID: g.id, Reward: float32(t.reward),
+				PromptLen: int32(t.promptN), TokenIDs: t.ctx, Logprobs: make([]float32, len(t.ctx)),
+				LossMask: t.mask, PolicyVersions: t.vers}); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return messages.EncodeTokenBatch(tb)
 }

@@ -38,9 +38,9 @@ type engineNode struct {
 	loadedSum string
 
 	down, hung, slow, frozen, corrupt int
-	updating, paused, stepping      bool
-	stalled                         func()
-	frozenLoad                      *messages.EngineLoad
+	updating, paused, stepping        bool
+	stalled                           func()
+	frozenLoad                        *messages.EngineLoad
 }
 
 func latencyConfig() latency.Config {

@@ -149,7 +149,9 @@ func (o *oracle) settle(g, outcome string) {
 
 // trainedBatch: the trainer committed step `step`, trained on version
 // `version`, with these groups.
-func (o *oracle) trainedBatch(step, version int64, groups []string) {
+// seen is the oldest generated-token version per group as the trainer
+// read it from the batch's token data.
+func (o *oracle) trainedBatch(step, version int64, groups []string, seen map[string]int64) {
 	for _, g := range groups {
 		o.checks += 2
 		og := o.groups[g]
@@ -162,11 +164,15 @@ func (o *oracle) trainedBatch(step, version int64, groups []string) {
 			o.w.fail(InvTrainedTwice, "group %s (prompt %s) trained %d times, the last at step %d", g, og.prompt, og.trained, step)
 			return
 		}
-		lag := version - og.oldest
 		if og.oldest == math.MaxInt64 {
 			o.w.fail(InvStaleness, "group %s trained at step %d without any accepted token", g, step)
 			return
 		}
+		if s, ok := seen[g]; !ok || s != og.oldest {
+			o.w.fail(InvStaleness, "group %s: the trainer's token data says oldest version %d, the engines produced %d", g, s, og.oldest)
+			return
+		}
+		lag := version - og.oldest
 		o.maxStale = max(o.maxStale, lag)
 		if lag > o.w.wl.S {
 			o.w.fail(InvStaleness, "group %s trained on version %d with oldest token version %d: staleness %d > S=%d", g, version, og.oldest, lag, o.w.wl.S)

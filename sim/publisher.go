@@ -19,7 +19,9 @@ var (
 	subjAcks       = transport.SubjectRoot + "." + runID + ".engines.*.ack"
 )
 
-func subjLoad(engine string) string { return transport.MustSubject(runID, transport.TopicWeights, engine) }
+func subjLoad(engine string) string {
+	return transport.MustSubject(runID, transport.TopicWeights, engine)
+}
 
 // pubNode is the weight publisher: on StepDone it writes the version's
 // payload, then its manifest (the commit), then records it in the version

@@ -1,6 +1,10 @@
 package sim
 
 import (
+	"math"
+	"time"
+
+	"github.com/asyncrl/asyncrl/actors/trainer/microbatch"
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/transport"
 	"github.com/asyncrl/asyncrl/transport/memhub"
@@ -82,16 +86,84 @@ func (t *trainerNode) onBatch(m messages.TrainBatch) {
 	t.train(b)
 }
 
+// prepare decodes the batch's Arrow token data, verifies its checksum,
+// finds each group's oldest generated token and packs the trajectories
+// into microbatches over two data-parallel ranks. It returns the oldest
+// version per group and the modelled compute time.
+func (t *trainerNode) prepare(b messages.TrainBatch) (map[string]int64, time.Duration, bool) {
+	w := t.w
+	if got := checksumOf(b.Batch.Inline); got != b.Batch.Checksum {
+		w.fail(InvWire, "train batch for step %d: checksum %s, message says %s", b.Step, short(got), short(b.Batch.Checksum))
+		return nil, 0, false
+	}
+	tb, err := messages.DecodeTokenBatch(b.Batch.Inline)
+	if err != nil {
+		w.fail(InvWire, "train batch for step %d: %v", b.Step, err)
+		return nil, 0, false
+	}
+	oldest := map[string]int64{}
+	tokens := make([]int, tb.Len())
+	for i := 0; i < tb.Len(); i++ {
+		tr, err := tb.Trajectory(i)
+		if err != nil {
+			w.fail(InvWire, "train batch for step %d: %v", b.Step, err)
+			return nil, 0, false
+		}
+		tokens[i] = len(tr.TokenIDs)
+		lo, ok := oldest[tr.GroupID]
+		if !ok {
+			lo = math.MaxInt64
+		}
+		for j, v := range tr.PolicyVersions {
+			if tr.LossMask[j] == 1 {
+				lo = min(lo, int64(v))
+			}
+		}
+		oldest[tr.GroupID] = lo
+	}
+	cfg := microbatch.DefaultConfig()
+	cfg.MaxTokensPerMicrobatch, cfg.DPSize = 256, 2
+	plan, err := microbatch.Build(tokens, cfg)
+	if err != nil {
+		w.fail(InvProtocol, "microbatch plan for step %d: %v", b.Step, err)
+		return nil, 0, false
+	}
+	// Every trajectory is trained exactly once: the plan must cover each
+	// index once across ranks and microbatches.
+	seen := make([]int, len(tokens))
+	passes := 0
+	for _, r := range plan.Ranks {
+		passes = max(passes, len(r.Microbatches))
+		for _, mb := range r.Microbatches {
+			for _, i := range mb.Indices {
+				seen[i]++
+			}
+		}
+	}
+	for i, n := range seen {
+		w.orc.checks++
+		if n != 1 {
+			w.fail(InvTrainedTwice, "microbatch plan for step %d trains trajectory %d %d times", b.Step, i, n)
+			return nil, 0, false
+		}
+	}
+	return oldest, w.wl.TrainTime + time.Duration(passes)*20*msec, true
+}
+
 func (t *trainerNode) train(b messages.TrainBatch) {
 	w := t.w
+	oldest, d, ok := t.prepare(b)
+	if !ok {
+		return
+	}
 	t.busy = b.Step
 	inc := t.inc
-	w.after(w.wl.TrainTime, "trainer: step "+itoa(b.Step)+" trained", func() {
+	w.after(d, "trainer: step "+itoa(b.Step)+" trained", func() {
 		if t.inc != inc {
 			return // crashed meanwhile: the step is lost, the controller resends
 		}
 		t.busy = 0
-		w.orc.trainedBatch(b.Step, b.Step-1, b.GroupIDs)
+		w.orc.trainedBatch(b.Step, b.Step-1, b.GroupIDs, oldest)
 		if b.Step >= t.durable.next {
 			t.durable.next = b.Step + 1
 		}

@@ -50,6 +50,6 @@ func drawWorkload(rng *rand.Rand, cfg Config) workload {
 		wl.Engines = cfg.Engines
 	}
 	wl.TrainTime = time.Duration(200+rng.Intn(300)) * time.Millisecond
-	wl.Horizon = time.Duration(cfg.Steps) * 1500 * time.Millisecond
+	wl.Horizon = time.Duration(cfg.Steps) * time.Second
 	return wl
 }
