@@ -17,7 +17,17 @@
 // delta-rank{r:05d}-file{i:06d}.safetensors, rolled over when the next
 // patch would push a file past max_file_size_in_gb of compressed bytes.
 // manifest.json (Manifest, field for field as the reference lists them) is
-// written last with Store.Commit: its presence commits the version.
+// written last with Store.Commit: its presence commits the version. As in
+// SkyRL, dtype is the torch name without its prefix ("bfloat16"; "BF16"
+// and "torch.bfloat16" are read too), payload_key is the tensor name, zstd
+// level 1 and 1 GiB payload files are the defaults, and an older record
+// with a "sha256" field instead of checksum/checksum_algorithm is read.
+//
+// Full checkpoints (full-{v:08d}/) and LoRA adapters (lora-{v:08d}/) are
+// asyncrl's own snapshot versions: whole files, each with its size and
+// xxh3-128 checksum in a manifest.json written last (PublishSnapshot,
+// FetchSnapshot). Publisher numbers delta versions, resumes after the
+// newest one, and adds a full checkpoint every FullEvery versions.
 //
 // Checksums are of the NEW tensor bytes: "xxh3-128" as python-xxhash's
 // hexdigest prints it (canonical big-endian, high 64 bits then low, 32 hex
