@@ -15,6 +15,9 @@
 //     process: pause every engine in the configured mode, swap weights,
 //     resume, tell the router), then WeightsPublished and StepDone{Step: s,
 //     NewVersion: s} are published.
+//   - BusPublisher is the Publisher of a remote worker: it writes each
+//     version's serving checkpoint to a directory, announces it with
+//     WeightsPublished and returns once an EngineVersionAck for it arrives.
 //   - Steps returns one StepRecord per trained step; Err the error that
 //     stopped training (the node ends the run on it).
 //

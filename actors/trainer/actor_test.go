@@ -1,0 +1,118 @@
+package trainer
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/asyncrl/asyncrl/actors/trainer/microbatch"
+	"github.com/asyncrl/asyncrl/messages"
+	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/transport"
+	"github.com/asyncrl/asyncrl/transport/natsbus"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+type recordingPublisher struct {
+	mu       sync.Mutex
+	versions []int64
+}
+
+func (p *recordingPublisher) Publish(_ context.Context, _ *policy.Model, v int64) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.versions = append(p.versions, v)
+	return nil
+}
+
+func encodeTrain(t *testing.T, step int64) []byte {
+	t.Helper()
+	tb, _ := messages.NewTokenBatch(messages.BatchSpec{Vocab: 98})
+	for i, r := range []float32{1, 0} {
+		if err := tb.Append(traj(string(rune('a'+i)), "g", r, 0, 0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data, err := messages.EncodeTokenBatch(tb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := messages.Encode(messages.TrainBatch{Header: messages.Header{RunID: "r"}, Step: step, GroupIDs: []string{"g"},
+		Batch: messages.BatchRef{Inline: data}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestActorTrainsPublishesAndAnnounces(t *testing.T) {
+	ctx := context.Background()
+	bus, err := natsbus.Connect(ctx, natsbus.DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bus.Close()
+	m, _ := policy.New(policy.DefaultConfig(), 1)
+	ptr, _ := policy.NewTrainer(m, policy.DefaultTrainerConfig())
+	pub := &recordingPublisher{}
+	steps := make(chan messages.StepDone, 8)
+	sub, err := bus.Subscribe("S", func(msg *transport.Msg) {
+		if sd, err := messages.DecodeAs[messages.StepDone](msg.Data); err == nil {
+			steps <- sd
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	a, err := Start(bus, ptr, pub, Config{RunID: "r", Name: "t", NormStd: true, Microbatch: microbatch.DefaultConfig(),
+		Subjects: Subjects{Train: "T", Steps: "S"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Stop(ctx)
+	next := func() messages.StepDone {
+		t.Helper()
+		select {
+		case sd := <-steps:
+			return sd
+		case <-time.After(10 * time.Second):
+			t.Fatal("no StepDone")
+		}
+		return messages.StepDone{}
+	}
+	if err := bus.Publish(ctx, "T", encodeTrain(t, 1)); err != nil {
+		t.Fatal(err)
+	}
+	sd := next()
+	if sd.Step != 1 || sd.NewVersion != 1 || sd.RewardMean != 0.5 || sd.Stats["tokens"] != 6 {
+		t.Fatalf("StepDone = %v", sd)
+	}
+	// A redelivered batch for step 1 re-announces without training again.
+	if err := bus.Publish(ctx, "T", encodeTrain(t, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if sd := next(); sd.Step != 1 || sd.NewVersion != 1 || ptr.Version() != 1 {
+		t.Fatalf("redelivery: %v, trainer version %d", sd, ptr.Version())
+	}
+	// A batch from the future is an error and trains nothing.
+	if err := bus.Publish(ctx, "T", encodeTrain(t, 5)); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for a.Err() == nil && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if a.Err() == nil || ptr.Version() != 1 {
+		t.Fatalf("future batch: err %v, version %d", a.Err(), ptr.Version())
+	}
+	pub.mu.Lock()
+	defer pub.mu.Unlock()
+	if len(pub.versions) != 1 || pub.versions[0] != 1 || len(a.Steps()) != 1 {
+		t.Fatalf("published %v, steps %d", pub.versions, len(a.Steps()))
+	}
+}
