@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/asyncrl/asyncrl/weights/delta"
@@ -70,6 +71,8 @@ type Config struct {
 	LockPoll time.Duration
 	// Logger receives progress and repair notices (default zerolog.Nop()).
 	Logger zerolog.Logger
+	// Registerer receives the asyncrl_weights_receiver_* metrics (nil: none).
+	Registerer prometheus.Registerer
 }
 
 // DefaultConfig returns a config for root and base with the defaults.
@@ -108,6 +111,7 @@ type State struct {
 type Receiver struct {
 	cfg Config
 	st  store.Store
+	met *metrics
 }
 
 // New returns a receiver reading versions from st.
@@ -121,7 +125,11 @@ func New(cfg Config, st store.Store) (*Receiver, error) {
 	if err := os.MkdirAll(filepath.Join(cfg.Root, CacheDirName), 0o755); err != nil {
 		return nil, fmt.Errorf("receiver: %w", err)
 	}
-	return &Receiver{cfg: cfg, st: st}, nil
+	met, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("receiver: metrics: %w", err)
+	}
+	return &Receiver{cfg: cfg, st: st, met: met}, nil
 }
 
 // WeightsDir is the mutable checkpoint copy an engine loads.
@@ -286,11 +294,15 @@ func (r *Receiver) Apply(ctx context.Context, target int64) (int64, error) {
 				// The cached copy is bad (or the store's is): drop it so the
 				// next try refetches; weights/ stays marked dirty.
 				_ = os.RemoveAll(r.cacheDir(v))
+				r.met.rejected.Inc()
 				r.cfg.Logger.Error().Err(err).Int64("version", v).Msg("weight sync: rejected version; the next sync resets from the base")
 			}
 			return s.Version, fmt.Errorf("receiver: version %d rejected, weights/ left write_in_progress: %w", v, err)
 		}
 		s.Version, s.WriteInProgress = v, false
+		r.met.applied.Inc()
+		r.met.appliedBytes.Add(float64(m.TotalCompressedNumBytes))
+		r.met.version.Set(float64(v))
 		if v == target {
 			s.TargetVersion = nil
 		}
@@ -398,6 +410,8 @@ func (r *Receiver) reset(ctx context.Context, start int64) (State, error) {
 		return s, fmt.Errorf("receiver: reset: %w", err)
 	}
 	s.WriteInProgress = false
+	r.met.resets.Inc()
+	r.met.version.Set(float64(start))
 	return s, r.saveState(s)
 }
 

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
 	"github.com/asyncrl/asyncrl/weights/delta"
@@ -137,7 +138,13 @@ func TestSyncFromScratchAndIncrementally(t *testing.T) {
 
 func TestCorruptVersionRejectedThenRepairedByResync(t *testing.T) {
 	e := newEnv(t, 3)
-	r := e.receiver(t.TempDir())
+	reg := prometheus.NewRegistry()
+	cfg := receiver.DefaultConfig(t.TempDir(), e.dirs[0])
+	cfg.Registerer = reg
+	r, err := receiver.New(cfg, e.st)
+	if err != nil {
+		t.Fatal(err)
+	}
 	l := &loads{}
 	if _, err := r.Sync(ctx(t), 1, l); err != nil {
 		t.Fatal(err)
@@ -176,6 +183,19 @@ func TestCorruptVersionRejectedThenRepairedByResync(t *testing.T) {
 	}
 	if d := ckpttest.SameDir(r.WeightsDir(), e.dirs[3]); d != "" {
 		t.Fatalf("weights/ after the repair: %s", d)
+	}
+	// v1, then (after the reset) v1..v3 again; one rejection, two resets
+	// (the first initialisation and the repair).
+	want := map[string]float64{
+		"asyncrl_weights_receiver_versions_applied_total":  4,
+		"asyncrl_weights_receiver_versions_rejected_total": 1,
+		"asyncrl_weights_receiver_resets_total":            2,
+		"asyncrl_weights_receiver_version":                 3,
+	}
+	for name, v := range want {
+		if got := gather(t, reg, name); got != v {
+			t.Errorf("%s = %v, want %v", name, got, v)
+		}
 	}
 }
 
@@ -318,4 +338,23 @@ func TestLateJoinerStartsFromCheaperFullCheckpoint(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(cfg.Root, "deltas", "full-00000004")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("UseFull=false still fetched the full checkpoint: %v", err)
 	}
+}
+
+func gather(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			m := mf.GetMetric()[0]
+			if c := m.GetCounter(); c != nil {
+				return c.GetValue()
+			}
+			return m.GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("metric %s not registered", name)
+	return 0
 }
