@@ -251,3 +251,28 @@ func TestHTTPClientAgainstEngine(t *testing.T) {
 }
 
 func seeded() *rand.Rand { return rand.New(rand.NewPCG(7, 7)) }
+
+func TestDecideTurn(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		r        callResult
+		attempts int
+		want     turnAction
+		failures int
+	}{
+		{"stop ends the turn", callResult{Tokens: 3, EOS: true, Finish: "stop", Left: 3}, 4, turnDone, 0},
+		{"length ends the turn", callResult{Tokens: 6, Finish: "length", Left: 0}, 4, turnDone, 0},
+		{"error retried", callResult{Failed: true, Left: 6}, 4, turnRetry, 1},
+		{"error on the last attempt aborts", callResult{Failed: true, Failed0: 3, Left: 6}, 4, turnAbort, 4},
+		{"abort with tokens continues", callResult{Tokens: 2, Finish: "abort", Left: 4, Failed0: 1}, 4, turnContinue, 1},
+		{"abort ending in EOS is done", callResult{Tokens: 2, EOS: true, Finish: "abort", Left: 4}, 4, turnDone, 0},
+		{"abort with spent budget is done", callResult{Tokens: 6, Finish: "abort", Left: 0}, 4, turnDone, 0},
+		{"empty abort is a failure", callResult{Finish: "abort", Left: 6}, 4, turnRetry, 1},
+		{"attempts below 1 mean 1", callResult{Failed: true, Left: 6}, 0, turnAbort, 1},
+	} {
+		got, f := decideTurn(tc.r, tc.attempts)
+		if got != tc.want || f != tc.failures {
+			t.Errorf("%s: decideTurn = %d, %d; want %d, %d", tc.name, got, f, tc.want, tc.failures)
+		}
+	}
+}
