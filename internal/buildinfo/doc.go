@@ -1,0 +1,3 @@
+// Package buildinfo holds the version stamped into the binary by the linker
+// (make build sets Version with -ldflags "-X ...Version=...").
+package buildinfo
