@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/asyncrl/asyncrl/actors"
@@ -91,6 +92,9 @@ type Node struct {
 	httpc     *http.Client
 	// weightsSub loads versions published by a remote trainer.
 	weightsSub transport.Subscription
+	reg        *prometheus.Registry
+	metricsSrv *http.Server
+	metricsURL string
 	ledger     *Ledger
 	progress   *progress
 
@@ -219,7 +223,10 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		return err
 	}
 	replicas := append(n.EngineURLs(), cfg.Engines.ExternalURLs...)
-	if n.router, err = proxy.New(routerConfig(cfg.Router, replicas, quiet.With().Str("component", "router").Logger())); err != nil {
+	n.reg = prometheus.NewRegistry()
+	rcfg := routerConfig(cfg.Router, replicas, quiet.With().Str("component", "router").Logger())
+	rcfg.Registerer = n.reg
+	if n.router, err = proxy.New(rcfg); err != nil {
 		return fmt.Errorf("node: router: %w", err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -231,7 +238,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	go func() { _ = n.routerSrv.Serve(ln) }()
 	n.pub = &inProcPublisher{mode: string(cfg.Trainer.PauseMode), router: n.router, engines: n.engines}
 
-	n.sys, err = actors.NewSystem(actors.SystemConfig{Logger: log, RunID: cfg.Run.ID})
+	n.sys, err = actors.NewSystem(actors.SystemConfig{Logger: log, RunID: cfg.Run.ID, Registerer: n.reg})
 	if err != nil {
 		return err
 	}
@@ -266,6 +273,14 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		MaxSteps: int64(cfg.Run.Steps), ResendTrainAfter: n.opts.ResendTrainAfter,
 		Subjects: controller.Subjects{Prompts: n.subj.prompts, Train: n.subj.train, Capacity: n.subj.capacity,
 			Ledger: n.subj.ledger, Settled: n.subj.settled},
+	}
+	if err := n.registerMetrics(n.reg); err != nil {
+		return err
+	}
+	if cfg.Metrics.Listen != "" {
+		if err := n.serveMetrics(cfg.Metrics.Listen, n.reg); err != nil {
+			return err
+		}
 	}
 	if ccfg.ResendTrainAfter <= 0 {
 		ccfg.ResendTrainAfter = 5 * time.Second
@@ -437,6 +452,7 @@ func (n *Node) Stop() {
 			_ = n.router.Shutdown(ctx)
 			_ = n.routerSrv.Shutdown(ctx)
 		}
+		n.stopMetrics(ctx)
 		stopEngines(n.engines)
 		if n.httpc != nil {
 			n.httpc.CloseIdleConnections()

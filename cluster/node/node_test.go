@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -101,7 +103,28 @@ func runNode(t *testing.T, cfg config.Config, during func(*Node)) (*Node, report
 
 func TestShortLoopOverNATS(t *testing.T) {
 	cfg := smallConfig(t, 4)
-	n, s := runNode(t, cfg, nil)
+	cfg.Metrics.Listen = "127.0.0.1:0"
+	var scraped string
+	n, s := runNode(t, cfg, func(n *Node) {
+		deadline := time.Now().Add(30 * time.Second)
+		for len(n.steps()) < 1 && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		resp, err := http.Get(n.MetricsURL())
+		if err != nil {
+			t.Errorf("scrape: %v", err)
+			return
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		scraped = string(b)
+	})
+	for _, want := range []string{"asyncrl_loop_steps_total", "asyncrl_loop_reward_mean", "asyncrl_rollout_trajectories_finished_total",
+		`asyncrl_engine_weight_version{engine="1"}`} {
+		if !strings.Contains(scraped, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
 	if s.Steps != 4 || s.FinalVersion != 4 {
 		t.Fatalf("steps %d final version %d", s.Steps, s.FinalVersion)
 	}
