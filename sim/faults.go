@@ -202,8 +202,7 @@ func (p *faultPlan) start(w *world, f *fault) {
 	case FaultPublisherCrash:
 		// Armed now; strikes at the next publish, between the payload
 		// and the manifest, and restarts dur later.
-		w.pub.crashArmed++
-		w.pub.onCrash = append(w.pub.onCrash, func() {
+		w.pub.armed = append(w.pub.armed, func() {
 			w.after(f.dur, "", func() { p.end(w, f) })
 		})
 		return
@@ -286,8 +285,7 @@ func (p *faultPlan) end(w *world, f *fault) {
 
 // healAll ends every active fault now (the run's last step is done).
 func (p *faultPlan) healAll(w *world) {
-	w.pub.crashArmed = 0
-	w.pub.onCrash = nil
+	w.pub.armed = nil
 	for _, f := range p.faults {
 		if f.started && !f.ended {
 			p.end(w, f)

@@ -34,8 +34,9 @@ type pubNode struct {
 	tr         *publisher.Tracker
 	lastCmd    map[string]time.Duration
 	down       int
-	crashArmed int // a publisher-crash fault waits for the next publish
-	onCrash    []func()
+	// armed holds the publisher-crash faults waiting for the next publish,
+	// oldest first; each crash consumes one and schedules its restart.
+	armed []func()
 }
 
 // resendAfter is how long the publisher waits before repeating a
@@ -109,14 +110,12 @@ func (p *pubNode) publishNext(step int64) bool {
 	w := p.w
 	v := p.tr.Target() + 1
 	w.store.putPayload(v)
-	if p.crashArmed > 0 {
-		p.crashArmed--
+	if len(p.armed) > 0 {
+		struck := p.armed[0]
+		p.armed = p.armed[1:]
 		w.logf("pub: crashed after writing the payload of version %d, before its manifest", v)
 		p.crash()
-		for _, f := range p.onCrash {
-			f()
-		}
-		p.onCrash = nil
+		struck()
 		return false
 	}
 	w.store.commit(v, w.now())

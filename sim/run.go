@@ -128,7 +128,6 @@ func runOnce(cfg Config) (res Result, v *Violation) {
 	}
 	if w.violation != nil {
 		v = w.violation
-		v.Trace = w.trace()
 		v.Faults = w.faults.enabledList()
 		v.OriginalFaults = len(w.faults.faults)
 		res.Violation = v

@@ -129,7 +129,7 @@ func (w *world) fail(inv Invariant, format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	w.logf("VIOLATION %s: %s", inv, msg)
 	w.violation = &Violation{Seed: w.cfg.Seed, Scenario: w.cfg.Scenario, Steps: w.cfg.Steps,
-		Invariant: inv, Detail: msg, At: w.now(), Bugs: w.cfg.Bugs}
+		Invariant: inv, Detail: msg, At: w.now(), Bugs: w.cfg.Bugs, Trace: w.trace()}
 }
 
 // send encodes m with the messages codec and publishes it on the hub.

@@ -1,0 +1,246 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// seedBudget is the number of seeds the default test run simulates,
+// spread over the three scenarios.
+const seedBudget = 200
+
+// TestSeedsHoldInvariants runs the seed budget: every run must finish its
+// steps with every invariant held, and across the seeds every fault kind
+// must actually have been injected (a schedule that never fires proves
+// nothing).
+func TestSeedsHoldInvariants(t *testing.T) {
+	injected := map[FaultKind]int{}
+	var events int
+	var trained, filtered, requeued int64
+	for i := 0; i < seedBudget; i++ {
+		sc := Scenarios[i%len(Scenarios)]
+		seed := int64(1000 + i)
+		res, err := Run(Config{Seed: seed, Scenario: sc, Steps: 8})
+		if err != nil {
+			t.Fatalf("seed %d scenario %s: %v", seed, sc, err)
+		}
+		if res.StepsTrained != 8 {
+			t.Fatalf("seed %d: trained %d steps, want 8", seed, res.StepsTrained)
+		}
+		if res.Events == 0 || res.InvariantChecks < int64(res.Events) {
+			t.Fatalf("seed %d: %d events but %d invariant checks", seed, res.Events, res.InvariantChecks)
+		}
+		if sc == ScenarioDefault && len(res.Faults) != 0 {
+			t.Fatalf("seed %d: default scenario injected faults %v", seed, res.Faults)
+		}
+		for k, n := range res.Faults {
+			injected[k] += n
+		}
+		events += res.Events
+		trained, filtered, requeued = trained+res.Trained, filtered+res.Filtered, requeued+res.Requeued
+	}
+	for _, k := range FaultKinds {
+		if injected[k] == 0 {
+			t.Errorf("fault %s never injected in %d seeds", k, seedBudget)
+		}
+	}
+	if trained == 0 || filtered == 0 || requeued == 0 {
+		t.Errorf("outcomes trained=%d filtered=%d requeued=%d: every path should be exercised", trained, filtered, requeued)
+	}
+	t.Logf("%d seeds: %d events, faults %v, trained %d filtered %d requeued %d", seedBudget, events, injected, trained, filtered, requeued)
+}
+
+// TestSameSeedSameLog: determinism is what makes a failing seed
+// reproducible. Equal seeds give byte-identical logs; other seeds differ.
+func TestSameSeedSameLog(t *testing.T) {
+	for _, sc := range Scenarios {
+		a, err := Run(Config{Seed: 7, Scenario: sc, KeepLog: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := Run(Config{Seed: 7, Scenario: sc, KeepLog: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.LogHash != b.LogHash || strings.Join(a.Log, "\n") != strings.Join(b.Log, "\n") {
+			t.Fatalf("%s: seed 7 twice gave different logs (%s vs %s)", sc, a.LogHash, b.LogHash)
+		}
+		if len(a.Log) != a.Events+countTimersLogged(a.Log) && len(a.Log) < a.Events/2 {
+			t.Fatalf("%s: log has %d lines for %d events", sc, len(a.Log), a.Events)
+		}
+		c, err := Run(Config{Seed: 8, Scenario: sc})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.LogHash == a.LogHash {
+			t.Fatalf("%s: seeds 7 and 8 gave the same log", sc)
+		}
+	}
+}
+
+func countTimersLogged(lines []string) int { return 0 }
+
+// plantedBugs: each bug, the scenario that can reveal it and the
+// invariant that must catch it.
+var plantedBugs = []struct {
+	bug      Bug
+	scenario Scenario
+	want     Invariant
+}{
+	{BugRouterIgnoresGating, ScenarioDefault, InvRouting},
+	{BugFilterLeaksCapacity, ScenarioDefault, InvProgress},
+	{BugTrainerRetrainsOnRestart, ScenarioFaults, InvTrainedTwice},
+	{BugEngineSkipsChecksum, ScenarioFaults, InvChecksum},
+}
+
+// findBug searches seeds from 1 until the planted bug breaks an
+// invariant, up to limit seeds.
+func findBug(t *testing.T, bug Bug, sc Scenario, limit int) (*Violation, int64) {
+	t.Helper()
+	for seed := int64(1); seed <= int64(limit); seed++ {
+		_, err := Run(Config{Seed: seed, Scenario: sc, Steps: 8, Bugs: []Bug{bug}})
+		if err == nil {
+			continue
+		}
+		var v *Violation
+		if !errors.As(err, &v) || !errors.Is(err, ErrViolation) {
+			t.Fatalf("seed %d: error %v is not a *Violation wrapping ErrViolation", seed, err)
+		}
+		return v, seed
+	}
+	return nil, 0
+}
+
+// TestPlantedBugsAreFound: the acceptance test of the simulator itself —
+// each planted bug is caught, by the right invariant, within a few
+// hundred seeds; and the same seed without the bug passes, so it was the
+// bug that broke it.
+func TestPlantedBugsAreFound(t *testing.T) {
+	for _, tc := range plantedBugs {
+		t.Run(string(tc.bug), func(t *testing.T) {
+			v, seed := findBug(t, tc.bug, tc.scenario, 300)
+			if v == nil {
+				t.Fatalf("planted bug %s not found in 300 %s seeds", tc.bug, tc.scenario)
+			}
+			if v.Invariant != tc.want {
+				t.Fatalf("seed %d: caught by %s, want %s:\n%v", seed, v.Invariant, tc.want, v)
+			}
+			if v.Seed != seed || len(v.Trace) == 0 || !strings.Contains(v.Trace[len(v.Trace)-1], "VIOLATION") {
+				t.Fatalf("violation lacks its seed or trace: %+v", v)
+			}
+			msg := v.Error()
+			for _, want := range []string{fmt.Sprintf("seed %d", seed), string(tc.want), "reproduce: asyncrl sim --seed", "--bug " + string(tc.bug)} {
+				if !strings.Contains(msg, want) {
+					t.Fatalf("report lacks %q:\n%s", want, msg)
+				}
+			}
+			if _, err := Run(Config{Seed: seed, Scenario: tc.scenario, Steps: 8}); err != nil {
+				t.Fatalf("seed %d fails without the planted bug too: %v", seed, err)
+			}
+			t.Logf("found at seed %d: %s", seed, v.Detail)
+		})
+	}
+}
+
+// TestMinimizeShrinksSchedule: delta debugging keeps the fault that
+// matters (a trainer crash for the retrain bug) and drops the rest, and
+// the minimal schedule still reproduces the violation.
+func TestMinimizeShrinksSchedule(t *testing.T) {
+	v, seed := findBug(t, BugTrainerRetrainsOnRestart, ScenarioFaults, 300)
+	if v == nil {
+		t.Fatal("bug not found")
+	}
+	_, err := Run(Config{Seed: seed, Scenario: ScenarioFaults, Steps: 8, Bugs: []Bug{BugTrainerRetrainsOnRestart}, Minimize: true})
+	var m *Violation
+	if !errors.As(err, &m) {
+		t.Fatalf("minimised run: %v", err)
+	}
+	if !m.Minimized || m.Invariant != InvTrainedTwice || m.OriginalFaults != v.OriginalFaults {
+		t.Fatalf("minimised violation: %+v", m)
+	}
+	if len(m.Faults) == 0 || len(m.Faults) > len(v.Faults) {
+		t.Fatalf("minimal schedule has %d faults, original %d", len(m.Faults), len(v.Faults))
+	}
+	crash := false
+	for _, f := range m.Faults {
+		crash = crash || strings.Contains(f, string(FaultTrainerCrash))
+	}
+	if !crash {
+		t.Fatalf("minimal schedule lost the trainer crash: %v", m.Faults)
+	}
+	if len(v.Faults) > 1 && len(m.Faults) == len(v.Faults) {
+		t.Logf("note: nothing could be dropped from %v", v.Faults)
+	}
+	t.Logf("seed %d: %d of %d faults kept in %d re-runs: %v", seed, len(m.Faults), m.OriginalFaults, m.Reruns, m.Faults)
+}
+
+// TestMaskedScheduleIsASubset: masking faults keeps the others exactly as
+// drawn (same time, duration and target).
+func TestMaskedScheduleIsASubset(t *testing.T) {
+	cfg := Config{Seed: 11, Scenario: ScenarioFaults, Steps: 8}.withDefaults()
+	full := newPlanFor(t, cfg)
+	mask := make([]bool, len(full))
+	for i := range mask {
+		mask[i] = i%2 == 0
+	}
+	cfg.faultMask = mask
+	part := newPlanFor(t, cfg)
+	if len(part) != len(full) {
+		t.Fatalf("masked schedule has %d faults, full %d", len(part), len(full))
+	}
+	for i := range full {
+		if full[i].String() != part[i].String() || part[i].enabled != mask[i] {
+			t.Fatalf("fault %d: %s vs %s (enabled %v)", i, full[i], part[i], part[i].enabled)
+		}
+	}
+}
+
+func newPlanFor(t *testing.T, cfg Config) []*fault {
+	t.Helper()
+	w, err := newWorld(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w.faults.faults
+}
+
+func TestConfigValidate(t *testing.T) {
+	ok := DefaultConfig()
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("default config: %v", err)
+	}
+	for _, tc := range []struct {
+		name  string
+		mod   func(*Config)
+		field string
+	}{
+		{"steps", func(c *Config) { c.Steps = 0 }, "Steps"},
+		{"scenario", func(c *Config) { c.Scenario = "chaos" }, "scenario"},
+		{"engines", func(c *Config) { c.Engines = 17 }, "Engines"},
+		{"trace", func(c *Config) { c.TraceEvents = -1 }, "TraceEvents"},
+		{"bounds", func(c *Config) { c.SyncBound = 0 }, "SyncBound"},
+		{"bug", func(c *Config) { c.Bugs = []Bug{"nope"} }, "Bugs"},
+	} {
+		c := DefaultConfig()
+		tc.mod(&c)
+		err := c.Validate()
+		if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("%s: got %v, want ErrInvalidConfig naming %s", tc.name, err, tc.field)
+		}
+	}
+	if _, err := Run(Config{Steps: -1}); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("Run with Steps -1: %v", err)
+	}
+	for _, s := range Scenarios {
+		if got, err := ParseScenario(string(s)); err != nil || got != s {
+			t.Errorf("ParseScenario(%s) = %v, %v", s, got, err)
+		}
+	}
+	for _, b := range Bugs {
+		if got, err := ParseBug(string(b)); err != nil || got != b {
+			t.Errorf("ParseBug(%s) = %v, %v", b, got, err)
+		}
+	}
+}
