@@ -29,11 +29,11 @@ func subjLoad(engine string) string {
 // is rebuilt from the store after a crash; engines re-join through their
 // periodic acks.
 type pubNode struct {
-	w          *world
-	bus        *memhub.Bus
-	tr         *publisher.Tracker
-	lastCmd    map[string]time.Duration
-	down       int
+	w       *world
+	bus     *memhub.Bus
+	tr      *publisher.Tracker
+	lastCmd map[string]time.Duration
+	down    int
 	// armed holds the publisher-crash faults waiting for the next publish,
 	// oldest first; each crash consumes one and schedules its restart.
 	armed []func()
