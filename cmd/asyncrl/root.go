@@ -96,6 +96,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newNodeCmd(g),
 		newRouterCmd(g),
 		newEngineCmd(g),
+		newEnvCmd(g),
 		newWorkerCmd(g),
 		newWeightsCmd(g),
 		newSimCmd(g),

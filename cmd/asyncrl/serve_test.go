@@ -147,3 +147,29 @@ func TestEngineCommandRejectsMissingWeights(t *testing.T) {
 		t.Errorf("missing weights: code %d, stderr %q", code, errOut)
 	}
 }
+
+func TestEnvServeAndList(t *testing.T) {
+	code, out, _ := cli(t, "env", "list")
+	if code != 0 || !strings.Contains(out, "guess") || !strings.Contains(out, "reverse") {
+		t.Fatalf("env list: code %d, out %q", code, out)
+	}
+	url, stop := startServer(t, "env", "env", "serve", "--task", "arith", "--listen", "127.0.0.1:0")
+	resp, err := http.Get(url + "/info")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&info); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if info["name"] != "arith" {
+		t.Fatalf("/info = %v, want name arith", info)
+	}
+	if code := stop(); code != 0 {
+		t.Fatalf("env serve exit code %d", code)
+	}
+	if code, _, errOut := cli(t, "env", "serve", "--task", "nope"); code != 1 || !strings.Contains(errOut, "guess") {
+		t.Fatalf("unknown task: code %d, stderr %q", code, errOut)
+	}
+}
