@@ -157,7 +157,7 @@ func (e *engineNode) kick() {
 	if e.slow > 0 {
 		d *= 10
 	}
-	e.w.after(d, fmt.Sprintf("%s step batch=%d", e.id, len(ids)), func() {
+	e.w.afterRoutine(d, fmt.Sprintf("%s step batch=%d", e.id, len(ids)), func() {
 		if e.inc == inc {
 			e.completeStep(ids)
 		}

@@ -26,10 +26,11 @@ const quantum = time.Millisecond
 // timer is one scheduled sim-side action (engine step, training done,
 // heartbeat, fault start or end).
 type timer struct {
-	at    time.Duration
-	seq   uint64
-	label string
-	fn    func()
+	at      time.Duration
+	seq     uint64
+	label   string
+	routine bool
+	fn      func()
 }
 
 type timerHeap []*timer
@@ -87,11 +88,28 @@ func (w *world) after(d time.Duration, label string, fn func()) {
 	heap.Push(&w.tmrs, &timer{at: w.now() + d, seq: w.tseq, label: label, fn: fn})
 }
 
+// afterRoutine is after for a routine timer (left out of traces).
+func (w *world) afterRoutine(d time.Duration, label string, fn func()) {
+	w.tseq++
+	heap.Push(&w.tmrs, &timer{at: w.now() + d, seq: w.tseq, label: label, routine: true, fn: fn})
+}
+
 // logf records one event line: hashed always, kept in the trace ring.
-func (w *world) logf(format string, args ...any) {
+func (w *world) logf(format string, args ...any) { w.record(false, format, args...) }
+
+// record logs a line. Routine lines (heartbeats that report nothing new,
+// engine steps) are hashed and kept in the full log but left out of the
+// violation trace, so the trace shows the events that matter.
+func (w *world) record(routine bool, format string, args ...any) {
 	line := fmt.Sprintf("%10.3fs %s", w.now().Seconds(), fmt.Sprintf(format, args...))
 	w.logHash.Write([]byte(line))
 	w.logHash.Write([]byte{'\n'})
+	if w.cfg.KeepLog {
+		w.full = append(w.full, line)
+	}
+	if routine {
+		return
+	}
 	if n := w.cfg.TraceEvents; n > 0 {
 		if len(w.ring) < n {
 			w.ring = append(w.ring, line)
@@ -99,9 +117,6 @@ func (w *world) logf(format string, args ...any) {
 			w.ring[w.ringNext] = line
 			w.ringNext = (w.ringNext + 1) % n
 		}
-	}
-	if w.cfg.KeepLog {
-		w.full = append(w.full, line)
 	}
 }
 
@@ -156,13 +171,25 @@ func (w *world) subscribe(bus *memhub.Bus, subject string, h func(m messages.Mes
 			w.event()
 			return
 		}
-		w.logf("%s <- %s", bus.Node(), brief(m))
+		w.record(routine(m), "%s <- %s", bus.Node(), brief(m))
 		h(m)
 		w.event()
 	})
 	if err != nil {
 		panic(fmt.Sprintf("sim: subscribe %s: %v", subject, err))
 	}
+}
+
+// routine reports whether a delivery is a periodic report with nothing
+// alarming in it (left out of violation traces, kept in the log).
+func routine(m messages.Message) bool {
+	switch v := m.(type) {
+	case messages.EngineLoad, messages.EngineVersionAck, messages.MinVersionSet, messages.StepDone:
+		return true
+	case messages.EngineHealth:
+		return v.Healthy && !v.Paused && !v.Updating
+	}
+	return false
 }
 
 // brief is a message's String without the long token lists.
@@ -199,7 +226,7 @@ func (w *world) run() {
 		for len(w.tmrs) > 0 && w.tmrs[0].at <= w.now() && !w.done {
 			t := heap.Pop(&w.tmrs).(*timer)
 			if t.label != "" {
-				w.logf("%s", t.label)
+				w.record(t.routine, "%s", t.label)
 			}
 			t.fn()
 			w.event()
