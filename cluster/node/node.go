@@ -421,6 +421,7 @@ func (n *Node) Stop() {
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		defer cancel()
 		log := n.opts.Logger
+		log.Debug().Msg("node: stopping rollout actors")
 		for _, r := range n.rollouts {
 			if err := r.Stop(ctx); err != nil {
 				log.Warn().Err(err).Msg("rollout stop")
@@ -429,7 +430,9 @@ func (n *Node) Stop() {
 		if n.bus != nil {
 			_ = n.bus.Conn().FlushTimeout(2 * time.Second)
 		}
+		log.Debug().Msg("node: settling")
 		n.settle(ctx)
+		log.Debug().Msg("node: stopping actors")
 		if n.smp != nil {
 			_ = n.smp.Stop(ctx)
 		}
@@ -448,6 +451,7 @@ func (n *Node) Stop() {
 		if n.ledger != nil {
 			n.ledger.stop()
 		}
+		log.Debug().Msg("node: stopping router and engines")
 		if n.routerSrv != nil {
 			_ = n.router.Shutdown(ctx)
 			_ = n.routerSrv.Shutdown(ctx)
@@ -457,6 +461,7 @@ func (n *Node) Stop() {
 		if n.httpc != nil {
 			n.httpc.CloseIdleConnections()
 		}
+		log.Debug().Msg("node: closing the bus")
 		if n.bus != nil {
 			_ = n.bus.Close()
 		}
