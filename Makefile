@@ -39,3 +39,13 @@ run: build
 
 clean:
 	rm -rf bin
+
+# Many simulation seeds per scenario (issue 8); `make test` runs 200 in
+# the sim package's tests. SIM_SEEDS and SIM_STEPS scale it.
+SIM_SEEDS ?= 5000
+SIM_STEPS ?= 10
+.PHONY: sim
+sim: build
+	@for sc in default faults partitions; do \
+		./$(BIN) sim --seed 1 --seeds $(SIM_SEEDS) --steps $(SIM_STEPS) --scenario $$sc || exit 1; \
+	done
