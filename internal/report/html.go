@@ -44,7 +44,7 @@ func writePlots(dir string, s Summary) error {
 	if err := linePlot(filepath.Join(dir, RewardPNG), "Reward per step", "trainer step", "mean trajectory reward", reward); err != nil {
 		return err
 	}
-	if err := linePlot(filepath.Join(dir, ThroughputPNG), "Rollout throughput", "trainer step", "tokens / s", tput); err != nil {
+	if err := linePlot(filepath.Join(dir, ThroughputPNG), "Trainer throughput", "trainer step", "mini-batch tokens / s", tput); err != nil {
 		return err
 	}
 	p := plot.New()
