@@ -13,7 +13,8 @@ import (
 
 // Backend is the TCP data plane.
 type Backend struct {
-	cfg Config
+	cfg  Config
+	pool *pool
 
 	mu     sync.Mutex
 	srv    *server
@@ -28,7 +29,7 @@ func New(cfg Config) (*Backend, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Backend{cfg: cfg}, nil
+	return &Backend{cfg: cfg, pool: newPool(cfg.Streams)}, nil
 }
 
 // Name implements dataplane.Backend.
@@ -80,7 +81,7 @@ func (b *Backend) Publish(ctx context.Context, p *messages.TransferPlan, src io.
 
 // Fetch implements dataplane.Backend.
 func (b *Backend) Fetch(ctx context.Context, p *messages.TransferPlan, dst io.WriterAt) (dataplane.Result, error) {
-	return runFetch(ctx, b.cfg, p, dst)
+	return runFetch(ctx, b.cfg, b.pool, p, dst)
 }
 
 // DropConnections closes every server-side connection; fetching clients
@@ -94,8 +95,10 @@ func (b *Backend) DropConnections() {
 	}
 }
 
-// Close stops the server and its connections and waits for them.
+// Close closes idle client connections, stops the server and its
+// connections and waits for them.
 func (b *Backend) Close() error {
+	b.pool.close()
 	b.mu.Lock()
 	srv := b.srv
 	b.srv, b.closed = nil, true

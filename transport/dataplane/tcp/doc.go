@@ -13,7 +13,10 @@
 //     server and hands out whole ranges to them. Each stream sends one
 //     request per range (or per resumed remainder) and reads the bytes
 //     straight into the sink (into its memory when the sink is a
-//     dataplane.Slicer), hashing them on the way.
+//     dataplane.Slicer), hashing them on the way. Idle connections go back
+//     to a per-Backend pool (Streams per server address), so the many small
+//     pair transfers of a sharded plan do not each dial; a pooled
+//     connection the server closed is redialled without counting a break.
 //   - Resumption: the receiver owns the progress of every range (bytes
 //     received and the running hash). When a read fails, the range goes back
 //     to the queue with that progress, the stream redials after a backoff,

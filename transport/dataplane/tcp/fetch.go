@@ -26,6 +26,7 @@ type rangeState struct {
 // fetch is one Fetch call: a queue of ranges shared by its streams.
 type fetch struct {
 	cfg    Config
+	pool   *pool
 	addr   string
 	id     string
 	ranges []messages.ByteRange
@@ -52,7 +53,7 @@ func ParseURI(uri string) (addr, id string, err error) {
 	return u.Host, id, nil
 }
 
-func runFetch(ctx context.Context, cfg Config, p *messages.TransferPlan, dst io.WriterAt) (dataplane.Result, error) {
+func runFetch(ctx context.Context, cfg Config, pl *pool, p *messages.TransferPlan, dst io.WriterAt) (dataplane.Result, error) {
 	addr, id, err := ParseURI(p.URI)
 	if err != nil {
 		return dataplane.Result{}, err
@@ -60,7 +61,7 @@ func runFetch(ctx context.Context, cfg Config, p *messages.TransferPlan, dst io.
 	if _, err := dataplane.ValidateRanges(p.Ranges); err != nil {
 		return dataplane.Result{}, err
 	}
-	f := &fetch{cfg: cfg, addr: addr, id: id, ranges: p.Ranges, dst: dst,
+	f := &fetch{cfg: cfg, pool: pl, addr: addr, id: id, ranges: p.Ranges, dst: dst,
 		state: make([]rangeState, len(p.Ranges)), pending: make([]int, len(p.Ranges))}
 	f.slicer, _ = dst.(dataplane.Slicer)
 	for i, r := range p.Ranges {
@@ -120,15 +121,29 @@ func (f *fetch) requeue(i int, cause error) error {
 }
 
 // stream runs one connection: take a range, fetch it, repeat; on a broken
-// connection requeue the range at its progress and redial.
-func (f *fetch) stream(ctx context.Context) error {
-	var conn net.Conn
-	var br *bufio.Reader
+// connection requeue the range at its progress and redial. A healthy
+// connection goes back to the pool when the queue is empty.
+func (f *fetch) stream(ctx context.Context) (err error) {
+	var cc *clientConn
+	var stop func() bool
 	defer func() {
-		if conn != nil {
-			conn.Close()
+		if cc == nil {
+			return
 		}
+		// stop() is false when the cancel hook already closed the connection.
+		if stop() && err == nil {
+			f.pool.put(f.addr, cc)
+			return
+		}
+		cc.Close()
 	}()
+	drop := func() {
+		if cc != nil {
+			stop()
+			cc.Close()
+			cc = nil
+		}
+	}
 	backoff := f.cfg.Backoff
 	for {
 		i := f.take()
@@ -139,21 +154,22 @@ func (f *fetch) stream(ctx context.Context) error {
 			return context.Cause(ctx)
 		}
 		var err error
-		if conn == nil {
-			conn, err = f.dial(ctx)
+		if cc == nil {
+			cc, err = f.connect(ctx)
 			if err == nil {
 				// Closing the connection is what interrupts a blocked read
 				// when another stream failed or the caller gave up.
-				c := conn
-				stop := context.AfterFunc(ctx, func() { c.Close() })
-				defer stop()
-				br = bufio.NewReaderSize(conn, 64<<10)
+				c := cc
+				stop = context.AfterFunc(ctx, func() { c.Close() })
 			}
 		}
+		var before int64
 		if err == nil {
-			err = f.fetchRange(conn, br, i)
+			before = f.state[i].done
+			err = f.fetchRange(cc.Conn, cc.br, i)
 			if err == nil {
 				backoff = f.cfg.Backoff
+				cc.reused = false
 				continue
 			}
 		}
@@ -164,9 +180,13 @@ func (f *fetch) stream(ctx context.Context) error {
 		if errors.As(err, &fatal) {
 			return fatal.err
 		}
-		if conn != nil {
-			conn.Close()
-			conn = nil
+		// A pooled connection the server closed while it sat idle fails
+		// before any byte: redial at once, without counting a break.
+		stale := cc != nil && cc.reused && f.state[i].done == before
+		drop()
+		if stale {
+			f.putBack(i)
+			continue
 		}
 		if rerr := f.requeue(i, err); rerr != nil {
 			return rerr
@@ -175,6 +195,86 @@ func (f *fetch) stream(ctx context.Context) error {
 			return err
 		}
 		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// putBack returns a range to the front of the queue without counting a break.
+func (f *fetch) putBack(i int) {
+	f.mu.Lock()
+	f.pending = append([]int{i}, f.pending...)
+	f.mu.Unlock()
+}
+
+// connect takes an idle pooled connection to the server, or dials one.
+func (f *fetch) connect(ctx context.Context) (*clientConn, error) {
+	if c := f.pool.get(f.addr); c != nil {
+		c.reused = true
+		return c, nil
+	}
+	c, err := f.dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &clientConn{Conn: c, br: bufio.NewReaderSize(c, 64<<10)}, nil
+}
+
+// clientConn is a client connection with its read buffer, poolable
+// between fetches: a request/reply exchange leaves nothing buffered.
+type clientConn struct {
+	net.Conn
+	br     *bufio.Reader
+	reused bool
+}
+
+// pool keeps idle client connections per server address, so a sharded
+// plan's many small pair transfers do not each pay for new connections.
+// A nil pool keeps nothing.
+type pool struct {
+	mu      sync.Mutex
+	max     int
+	idle    map[string][]*clientConn
+	stopped bool
+}
+
+func newPool(max int) *pool { return &pool{max: max, idle: map[string][]*clientConn{}} }
+
+func (p *pool) get(addr string) *clientConn {
+	if p == nil {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	cs := p.idle[addr]
+	if len(cs) == 0 {
+		return nil
+	}
+	c := cs[len(cs)-1]
+	p.idle[addr] = cs[:len(cs)-1]
+	return c
+}
+
+func (p *pool) put(addr string, c *clientConn) {
+	if p != nil {
+		p.mu.Lock()
+		if !p.stopped && len(p.idle[addr]) < p.max {
+			p.idle[addr] = append(p.idle[addr], c)
+			p.mu.Unlock()
+			return
+		}
+		p.mu.Unlock()
+	}
+	c.Close()
+}
+
+func (p *pool) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stopped = true
+	for addr, cs := range p.idle {
+		for _, c := range cs {
+			c.Close()
+		}
+		delete(p.idle, addr)
 	}
 }
 

@@ -200,30 +200,33 @@ func TestKilledConnectionsResume(t *testing.T) {
 	}
 }
 
-// The server drops every connection mid-transfer; the fetch resumes.
+// The server drops every connection mid-transfer; the fetch resumes. Reads
+// pause once 2 MiB arrived until the drop happened, so the drop lands
+// mid-transfer however the scheduler runs the test.
 func TestServerDropResumes(t *testing.T) {
 	src := randomBytes(4, 16<<20)
 	p := plan(t, "drop", src, 4<<20, dataplane.XXH3)
-	// A rate limit keeps the transfer in flight long enough to drop it.
-	server := newBackend(t, func(c *Config) { c.BytesPerSecond = 32 << 20; c.ChunkBytes = 256 << 10 })
+	// The limit keeps the server from running far ahead into socket buffers.
+	server := newBackend(t, func(c *Config) { c.BytesPerSecond = 64 << 20; c.ChunkBytes = 256 << 10 })
 	publish(t, server, p, src)
-	var read atomic.Int64
+	g := &gate{reached: make(chan struct{}), release: make(chan struct{})}
 	client := newBackend(t, func(c *Config) {
 		c.Backoff = time.Millisecond
 		c.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
 			conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-			return &countingConn{Conn: conn, n: &read}, err
+			return &gateConn{Conn: conn, g: g}, err
 		}
 	})
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		deadline := time.Now().Add(10 * time.Second)
-		for read.Load() < 2<<20 && time.Now().Before(deadline) {
-			time.Sleep(time.Millisecond)
+		defer close(g.release)
+		select {
+		case <-g.reached:
+			server.DropConnections()
+		case <-time.After(10 * time.Second):
 		}
-		server.DropConnections()
 	}()
 	dst := make(dataplane.Buffer, len(src))
 	res, err := client.Fetch(context.Background(), p, dst)
@@ -239,14 +242,25 @@ func TestServerDropResumes(t *testing.T) {
 	}
 }
 
-type countingConn struct {
-	net.Conn
-	n *atomic.Int64
+type gate struct {
+	read    atomic.Int64
+	once    sync.Once
+	reached chan struct{}
+	release chan struct{}
 }
 
-func (c *countingConn) Read(p []byte) (int, error) {
+type gateConn struct {
+	net.Conn
+	g *gate
+}
+
+func (c *gateConn) Read(p []byte) (int, error) {
+	if c.g.read.Load() >= 2<<20 {
+		c.g.once.Do(func() { close(c.g.reached) })
+		<-c.g.release
+	}
 	n, err := c.Conn.Read(p)
-	c.n.Add(int64(n))
+	c.g.read.Add(int64(n))
 	return n, err
 }
 
@@ -467,5 +481,47 @@ func TestServerRefusesRangesOutsidePublished(t *testing.T) {
 	}
 	if res.Reconnects != 0 {
 		t.Fatalf("refusal retried %d times", res.Reconnects)
+	}
+}
+
+// Fetches reuse idle connections; connections the server closed while they
+// sat in the pool are redialled without counting as breaks.
+func TestConnectionsPooledAcrossFetches(t *testing.T) {
+	src := randomBytes(11, 4<<20)
+	p := plan(t, "pooled", src, 1<<20, dataplane.XXH3)
+	server := newBackend(t, nil)
+	publish(t, server, p, src)
+	var dials atomic.Int32
+	// One stream, so the dial count does not depend on scheduling.
+	client := newBackend(t, func(c *Config) {
+		c.Streams = 1
+		c.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			dials.Add(1)
+			return (&net.Dialer{}).DialContext(ctx, network, addr)
+		}
+	})
+	fetch := func() dataplane.Result {
+		t.Helper()
+		dst := make(dataplane.Buffer, len(src))
+		res, err := client.Fetch(context.Background(), p, dst)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(dst, src) {
+			t.Fatal("bytes differ")
+		}
+		return res
+	}
+	fetch()
+	fetch()
+	if n := dials.Load(); n != 1 {
+		t.Fatalf("%d dials for two fetches over 1 stream, want 1 (second fetch pooled)", n)
+	}
+	server.DropConnections()
+	if res := fetch(); res.Reconnects != 0 {
+		t.Fatalf("stale pooled connections counted as %d breaks", res.Reconnects)
+	}
+	if n := dials.Load(); n != 2 {
+		t.Fatalf("%d dials after the server dropped the idle connection, want 2", n)
 	}
 }
