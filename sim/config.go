@@ -62,10 +62,16 @@ const (
 	// BugEngineSkipsChecksum: an engine loads a delta whose checksum
 	// failed instead of refusing it.
 	BugEngineSkipsChecksum Bug = "engine-skips-checksum"
+	// BugStalenessFromSchedule: the controller reports no token versions
+	// to the staleness controller, which then measures a group's lag from
+	// the version it was scheduled at — blind to engines that served
+	// older weights.
+	BugStalenessFromSchedule Bug = "staleness-from-schedule"
 )
 
 // Bugs lists every planted bug.
-var Bugs = []Bug{BugRouterIgnoresGating, BugFilterLeaksCapacity, BugTrainerRetrainsOnRestart, BugEngineSkipsChecksum}
+var Bugs = []Bug{BugRouterIgnoresGating, BugFilterLeaksCapacity, BugTrainerRetrainsOnRestart, BugEngineSkipsChecksum,
+	BugStalenessFromSchedule}
 
 // Config configures one simulated run. The workload shape (staleness
 // bound, batch size, workers, group size, engines, turn counts) and the

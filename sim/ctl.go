@@ -429,6 +429,9 @@ func (c *ctlNode) groupReady(g *rgroup) {
 		oldest = min(oldest, t.minV)
 		samples[i] = filter.Scalar(g.id, t.reward)
 	}
+	if w.cfg.has(BugStalenessFromSchedule) {
+		oldest = staleness.UnknownVersion
+	}
 	if err := c.st.Accept(g.id, oldest, c.t()); err != nil {
 		w.fail(InvProtocol, "staleness: %v", err)
 		return

@@ -93,6 +93,7 @@ var plantedBugs = []struct {
 	{BugFilterLeaksCapacity, ScenarioDefault, InvProgress},
 	{BugTrainerRetrainsOnRestart, ScenarioFaults, InvTrainedTwice},
 	{BugEngineSkipsChecksum, ScenarioFaults, InvChecksum},
+	{BugStalenessFromSchedule, ScenarioFaults, InvStaleness},
 }
 
 // findBug searches seeds from 1 until the planted bug breaks an

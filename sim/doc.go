@@ -1,0 +1,44 @@
+// Package sim is asyncrl's deterministic simulator: the whole control
+// plane of a fully asynchronous RL run in one goroutine, on a virtual
+// clock, with one seeded *rand.Rand from which the workload and the fault
+// schedule are drawn — the FoundationDB/TigerBeetle approach.
+//
+// # What runs
+//
+// The real pure cores, wired directly by sim-side shells (no actor
+// system), talking over transport/memhub with every message encoded by the
+// messages codec (CBOR frames; the trainer's batch as an Arrow token
+// batch):
+//
+//   - node ctl: prompt source, rollout scheduler (episodes of 1..3 turns
+//     per trajectory, n trajectories per group), router shell over
+//     actors/router/policy (bounded_sticky, version gating, health from
+//     heartbeats and turn timeouts, load from scraped metrics), the
+//     staleness controller (actors/staleness) and the filter
+//     (actors/filter, DAPO mode);
+//   - node trainer: the trainer stand-in; checks the batch checksum,
+//     decodes its tokens, packs microbatches (actors/trainer/microbatch),
+//     trains for a modelled time, commits durable state, sends StepDone;
+//   - node pub: the publisher over the version tracker core
+//     (actors/publisher): payload, then manifest (the commit), then
+//     LoadWeights to each engine behind; rebuilt from the store on restart;
+//   - nodes e0..eN: engines whose timing is the engine/latency core;
+//     they fetch weight chains, verify each version's xxh3-128 checksum
+//     (weights/delta's format) and report health, load and version.
+//
+// # Contract
+//
+// Run(cfg) is a pure function of cfg: the same Config gives the same
+// Result, byte for byte the same event log (Result.LogHash), on any
+// machine. It starts no goroutines, reads no clock and does no I/O.
+// Invariants (see Invariant) are checked after every event — each
+// delivery and each timer. The first violation stops the run and Run
+// returns a *Violation (wrapping ErrViolation) naming the seed, the
+// invariant, the last events and the fault schedule; with
+// Config.Minimize the schedule is shrunk first (shortest failing prefix,
+// then faults dropped one by one). A panic in a core is reported as a
+// violation of InvProtocol.
+//
+// Planted bugs (Config.Bugs) exist only to prove the simulator finds
+// them; the CLI reaches them through a hidden flag.
+package sim
