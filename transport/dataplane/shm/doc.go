@@ -10,8 +10,12 @@
 //
 //   - Publish creates Dir/asyncrl-dp-<id>-<random> sized to the end of the
 //     last range, copies every range into it (Config.Workers in parallel)
-//     and returns an Offer with URI shm://<path>. Closing the Offer unlinks
-//     the file; destinations that already opened it finish reading it.
+//     and returns an Offer with URI shm://<path>. Closing the Offer makes
+//     the URI stop resolving: the file is unlinked, or — up to
+//     Config.KeepFiles of them — renamed and kept for the next Publish to
+//     overwrite (same-size weights every version: no page allocation).
+//     Backend.Close unlinks kept files. A destination still reading a
+//     closed offer's file may then see new bytes; its checksums catch that.
 //   - Fetch accepts shm://<path> and file://<path> URIs (any file works, so
 //     a checkpoint on local disk can be "published" by its path), reads each
 //     range into the sink at its offset (straight into its memory for a

@@ -31,11 +31,17 @@ type Config struct {
 	// ChunkBytes is the piece copied then hashed while still in cache
 	// (>= 4 KiB). Default 4 MiB.
 	ChunkBytes int
+	// KeepFiles is how many published files are kept, once their Offer is
+	// closed, for the next Publish to overwrite: weights of the same model
+	// have the same size every version, and writing into pages tmpfs
+	// already holds skips allocating and zeroing them. 0 unlinks at once.
+	// Default 2.
+	KeepFiles int
 }
 
 // DefaultConfig returns the defaults documented on Config.
 func DefaultConfig() Config {
-	return Config{Dir: "/dev/shm", Workers: 4, ChunkBytes: 4 << 20}
+	return Config{Dir: "/dev/shm", Workers: 4, ChunkBytes: 4 << 20, KeepFiles: 2}
 }
 
 // Validate names the first bad field.
@@ -47,12 +53,19 @@ func (c Config) Validate() error {
 		return fmt.Errorf("shm: Config.Workers must be >= 1, got %d", c.Workers)
 	case c.ChunkBytes < 4096:
 		return fmt.Errorf("shm: Config.ChunkBytes must be >= 4096, got %d", c.ChunkBytes)
+	case c.KeepFiles < 0:
+		return fmt.Errorf("shm: Config.KeepFiles must be >= 0, got %d", c.KeepFiles)
 	}
 	return nil
 }
 
 // Backend is the shared-memory data plane.
-type Backend struct{ cfg Config }
+type Backend struct {
+	cfg Config
+
+	mu   sync.Mutex
+	kept []string // closed offers' files, most recent last
+}
 
 var _ dataplane.Backend = (*Backend)(nil)
 
@@ -88,10 +101,16 @@ func (b *Backend) Publish(ctx context.Context, p *messages.TransferPlan, src io.
 	if err != nil {
 		return nil, err
 	}
-	var suffix [6]byte
-	rand.Read(suffix[:])
-	path := filepath.Join(b.cfg.Dir, "asyncrl-dp-"+sanitize(p.TransferID)+"-"+hex.EncodeToString(suffix[:]))
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	path := filepath.Join(b.cfg.Dir, "asyncrl-dp-"+sanitize(p.TransferID)+"-"+randomSuffix())
+	flags := os.O_RDWR | os.O_CREATE | os.O_EXCL
+	if old := b.takeKept(); old != "" {
+		// Renaming gives the reused file a fresh URI, so a destination of
+		// the previous transfer cannot mistake it for its own.
+		if err := os.Rename(old, path); err == nil {
+			flags = os.O_RDWR
+		}
+	}
+	f, err := os.OpenFile(path, flags, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("shm: publish %q: %w", p.TransferID, err)
 	}
@@ -121,7 +140,7 @@ func (b *Backend) Publish(ctx context.Context, p *messages.TransferPlan, src io.
 	if err != nil {
 		return fail(err)
 	}
-	return &offer{path: path}, nil
+	return &offer{path: path, b: b}, nil
 }
 
 // Fetch implements dataplane.Backend.
@@ -266,16 +285,71 @@ func sanitize(id string) string {
 	return sb.String()
 }
 
+func (b *Backend) takeKept() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.kept) == 0 {
+		return ""
+	}
+	p := b.kept[len(b.kept)-1]
+	b.kept = b.kept[:len(b.kept)-1]
+	return p
+}
+
+// keep holds path for reuse under a new name, so its URI stops resolving
+// at once, as after an unlink; false means the caller unlinks it.
+func (b *Backend) keep(path string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.kept) >= b.cfg.KeepFiles {
+		return false
+	}
+	free := filepath.Join(b.cfg.Dir, "asyncrl-dp-free-"+randomSuffix())
+	if err := os.Rename(path, free); err != nil {
+		return false
+	}
+	b.kept = append(b.kept, free)
+	return true
+}
+
+func randomSuffix() string {
+	var b [6]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Close unlinks the files kept for reuse. Open Offers stay valid; their
+// files are unlinked by their own Close.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	kept := b.kept
+	b.kept, b.cfg.KeepFiles = nil, 0
+	b.mu.Unlock()
+	var first error
+	for _, p := range kept {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
 type offer struct {
 	path string
+	b    *Backend
 	once sync.Once
 	err  error
 }
 
 func (o *offer) URI() string { return (&url.URL{Scheme: "shm", Path: o.path}).String() }
 
+// Close withdraws the file: it is kept for the next Publish (under a new
+// name) or unlinked.
 func (o *offer) Close() error {
 	o.once.Do(func() {
+		if o.b != nil && o.b.keep(o.path) {
+			return
+		}
 		if err := os.Remove(o.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			o.err = err
 		}

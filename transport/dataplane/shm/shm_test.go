@@ -183,3 +183,50 @@ func TestMissingDirFallsBackToTCP(t *testing.T) {
 		t.Fatalf("Pick: %v %v %v, want tcp after skipping shm", got, skipped, err)
 	}
 }
+
+// A closed offer's file is kept (under another name: its URI stops
+// resolving) and the next Publish overwrites it instead of allocating.
+func TestFilesReusedAcrossPublishes(t *testing.T) {
+	b := backend(t)
+	src1, src2 := randomBytes(5, 3<<20), randomBytes(6, 2<<20+5)
+	p1, p2 := newPlan(t, "v1", src1, 1<<20), newPlan(t, "v2", src2, 1<<20)
+	o1, err := b.Publish(context.Background(), p1, src1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p1.URI = o1.URI()
+	path1, _ := ParseURI(p1.URI)
+	st1, err := os.Stat(path1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o1.Close()
+	if _, err := b.Fetch(context.Background(), p1, make(dataplane.Buffer, len(src1))); !errors.Is(err, dataplane.ErrUnknownTransfer) {
+		t.Fatalf("fetch of a closed offer: %v, want ErrUnknownTransfer", err)
+	}
+	o2, err := b.Publish(context.Background(), p2, src2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2.URI = o2.URI()
+	path2, _ := ParseURI(p2.URI)
+	st2, err := os.Stat(path2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if path2 == path1 || !os.SameFile(st1, st2) || st2.Size() != int64(len(src2)) {
+		t.Fatalf("second publish at %s (size %d) is not the first file renamed and resized", path2, st2.Size())
+	}
+	dst := make(dataplane.Buffer, len(src2))
+	if _, err := b.Fetch(context.Background(), p2, dst); err != nil || !bytes.Equal(dst, src2) {
+		t.Fatalf("fetch from the reused file: %v", err)
+	}
+	o2.Close()
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	left, _ := filepath.Glob(filepath.Join(b.cfg.Dir, "asyncrl-dp-*"))
+	if len(left) != 0 {
+		t.Fatalf("files left after Close: %v", left)
+	}
+}
