@@ -1,0 +1,192 @@
+package lease
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func testTiming() Timing {
+	return Timing{TTL: time.Second, RenewInterval: 250 * time.Millisecond, Margin: 100 * time.Millisecond,
+		RetryMin: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond}
+}
+
+func newTestCore(t *testing.T) *Core {
+	t.Helper()
+	c, err := NewCore(testTiming())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func at(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+
+func TestTimingValidate(t *testing.T) {
+	ok := testTiming()
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("valid timing rejected: %v", err)
+	}
+	if err := DefaultTiming(3 * time.Second).Validate(); err != nil {
+		t.Fatalf("default timing rejected: %v", err)
+	}
+	bad := map[string]func(*Timing){
+		"TTL":           func(t *Timing) { t.TTL = time.Millisecond },
+		"Margin":        func(t *Timing) { t.Margin = t.TTL },
+		"RenewInterval": func(t *Timing) { t.RenewInterval = t.TTL },
+		"RetryMin":      func(t *Timing) { t.RetryMin = 0 },
+	}
+	for field, mut := range bad {
+		tm := testTiming()
+		mut(&tm)
+		err := tm.Validate()
+		if !errors.Is(err, ErrBadConfig) {
+			t.Errorf("%s: err = %v, want ErrBadConfig", field, err)
+		}
+	}
+}
+
+func TestCoreAcquireRenewCycle(t *testing.T) {
+	c := newTestCore(t)
+	if op := c.Due(at(0)); op != OpAcquire {
+		t.Fatalf("fresh core: op %s, want acquire", op)
+	}
+	if op := c.Due(at(1)); op != OpNone {
+		t.Fatalf("op in flight: got %s, want none", op)
+	}
+	c.Acquired(7)
+	st := c.Status(at(10))
+	if !st.Leader || st.Token != 7 || st.Revision != 7 {
+		t.Fatalf("after acquire: %+v", st)
+	}
+	// Deadline counts from the send time: 0 + TTL − Margin = 900ms.
+	if want := at(900); !st.Until.Equal(want) {
+		t.Fatalf("until = %v, want %v", st.Until, want)
+	}
+	if op := c.Due(at(249)); op != OpNone {
+		t.Fatalf("before RenewInterval: %s", op)
+	}
+	if op := c.Due(at(250)); op != OpRenew {
+		t.Fatalf("at RenewInterval: %s, want renew", op)
+	}
+	c.Renewed(9)
+	st = c.Status(at(260))
+	if !st.Leader || st.Token != 7 || st.Revision != 9 || !st.Until.Equal(at(1150)) {
+		t.Fatalf("after renew: %+v (token must stay the acquisition revision)", st)
+	}
+}
+
+func TestCoreTakenWaitsRenewInterval(t *testing.T) {
+	c := newTestCore(t)
+	c.Due(at(0))
+	c.Taken()
+	if c.Status(at(1)).Leader {
+		t.Fatal("taken lease reported as held")
+	}
+	if op := c.Due(at(200)); op != OpNone {
+		t.Fatalf("retry too early: %s", op)
+	}
+	if op := c.Due(at(250)); op != OpAcquire {
+		t.Fatalf("no retry after RenewInterval: %s", op)
+	}
+}
+
+func TestCoreRefusedRenewalLosesAtOnce(t *testing.T) {
+	c := newTestCore(t)
+	c.Due(at(0))
+	c.Acquired(3)
+	c.Due(at(250))
+	c.Lost()
+	if st := c.Status(at(251)); st.Leader || st.Token != 3 {
+		t.Fatalf("after refused renewal: %+v, want follower with the old token", st)
+	}
+	if op := c.Due(at(500)); op != OpAcquire {
+		t.Fatalf("follower does not contend again: %s", op)
+	}
+}
+
+func TestCoreTransientFailuresBackOffAndStepDownAtDeadline(t *testing.T) {
+	c := newTestCore(t)
+	c.Due(at(0))
+	c.Acquired(3)
+	// Renewals keep failing transiently: 50, 100, 200, 200 ms backoff.
+	now := 250
+	wantGaps := []int{50, 100, 200, 200}
+	for i, gap := range wantGaps {
+		if op := c.Due(at(now)); op != OpRenew {
+			t.Fatalf("attempt %d at %dms: %s, want renew", i, now, op)
+		}
+		c.Failed()
+		if c.Due(at(now+gap-1)) != OpNone {
+			t.Fatalf("attempt %d: retried before %dms backoff", i, gap)
+		}
+		now += gap
+	}
+	// now = 800: still before the 900ms deadline.
+	if !c.Status(at(899)).Leader {
+		t.Fatal("stepped down before the local deadline")
+	}
+	if !c.Tick(at(900)) {
+		t.Fatal("Tick at the deadline did not report stepping down")
+	}
+	if c.Status(at(900)).Leader {
+		t.Fatal("still leader at TTL − Margin after failed renewals")
+	}
+	if op := c.Due(at(900)); op != OpAcquire {
+		t.Fatalf("after stepping down: %s, want acquire", op)
+	}
+}
+
+func TestCoreLateRenewalAfterDeadlineStaysDown(t *testing.T) {
+	c := newTestCore(t)
+	c.Due(at(0))
+	c.Acquired(3)
+	c.Due(at(250))
+	if !c.Tick(at(1000)) { // the renewal hung past the deadline
+		t.Fatal("no step-down at the deadline")
+	}
+	c.Renewed(5)
+	if c.Status(at(1001)).Leader {
+		t.Fatal("a renewal answered after the deadline revived leadership")
+	}
+}
+
+func TestCoreTokensIncrease(t *testing.T) {
+	c := newTestCore(t)
+	c.Due(at(0))
+	c.Acquired(3)
+	c.Due(at(250))
+	c.Lost()
+	c.Due(at(500))
+	defer func() {
+		if recover() == nil {
+			t.Fatal("acquiring at a revision not above the old token did not panic")
+		}
+	}()
+	c.Acquired(2)
+}
+
+func TestCoreOutcomeWithoutOpPanics(t *testing.T) {
+	c := newTestCore(t)
+	defer func() {
+		if recover() == nil {
+			t.Fatal("Renewed without a renewal in flight did not panic")
+		}
+	}()
+	c.Renewed(1)
+}
+
+func TestCheckFence(t *testing.T) {
+	cases := []struct {
+		stored, token uint64
+		ok            bool
+	}{{0, 1, true}, {5, 5, true}, {5, 9, true}, {5, 4, false}, {9, 0, false}}
+	for _, tc := range cases {
+		err := CheckFence(tc.stored, tc.token)
+		if (err == nil) != tc.ok || (err != nil && !errors.Is(err, ErrFenced)) {
+			t.Errorf("CheckFence(%d, %d) = %v, want ok=%v", tc.stored, tc.token, err, tc.ok)
+		}
+	}
+}

@@ -1,0 +1,256 @@
+package lease_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/asyncrl/asyncrl/cluster/lease"
+	"github.com/asyncrl/asyncrl/transport/natsbus"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func startBus(t *testing.T) *natsbus.Bus {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	b, err := natsbus.Connect(ctx, natsbus.DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
+func timing() lease.Timing {
+	return lease.Timing{TTL: time.Second, RenewInterval: 200 * time.Millisecond, Margin: 100 * time.Millisecond,
+		RetryMin: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond}
+}
+
+func newElector(t *testing.T, b *natsbus.Bus, holder string, onChange func(lease.Status)) *lease.Elector {
+	t.Helper()
+	cfg := lease.DefaultConfig("trainer", holder)
+	cfg.Timing = timing()
+	cfg.OnChange = onChange
+	e, err := lease.New(context.Background(), b.Conn(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", within, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+type runner struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func run(e *lease.Elector) *runner {
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &runner{cancel: cancel, done: make(chan struct{})}
+	go func() { defer close(r.done); _ = e.Run(ctx) }()
+	return r
+}
+
+func (r *runner) stop() { r.cancel(); <-r.done }
+
+func leaders(es []*lease.Elector) []int {
+	var out []int
+	for i, e := range es {
+		if e.Status().Leader {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+func TestExactlyOneHolderAmongThree(t *testing.T) {
+	b := startBus(t)
+	var es []*lease.Elector
+	var rs []*runner
+	for i := range 3 {
+		e := newElector(t, b, fmt.Sprintf("node-%d", i), nil)
+		es = append(es, e)
+		rs = append(rs, run(e))
+	}
+	defer func() {
+		for _, r := range rs {
+			r.stop()
+		}
+	}()
+	waitFor(t, 5*time.Second, "a leader", func() bool { return len(leaders(es)) == 1 })
+	// Over several renewal rounds there is never more than one holder, and
+	// it stays the same one (renewals keep it).
+	first := leaders(es)[0]
+	for range 50 {
+		if l := leaders(es); len(l) > 1 || (len(l) == 1 && l[0] != first) {
+			t.Fatalf("leaders %v, want only %d", l, first)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	h, ok, err := es[0].Holder(context.Background())
+	if err != nil || !ok {
+		t.Fatalf("Holder: %v %v", ok, err)
+	}
+	if want := fmt.Sprintf("node-%d", first); h.Holder != want || h.Token != es[first].Status().Token {
+		t.Fatalf("key says %+v, want holder %s token %d", h, want, es[first].Status().Token)
+	}
+}
+
+func TestStandbyTakesOverWithinTTLPlusRenewInterval(t *testing.T) {
+	b := startBus(t)
+	a := newElector(t, b, "a", nil)
+	// a acquires by hand, then stops renewing (as if killed -9: no resign).
+	a.Tick(context.Background())
+	if !a.Status().Leader {
+		t.Fatal("a did not acquire a free lease")
+	}
+	stoppedAt := time.Now()
+	tokenA := a.Status().Token
+
+	var mu sync.Mutex
+	var wonAt time.Time
+	sb := newElector(t, b, "b", func(st lease.Status) {
+		mu.Lock()
+		defer mu.Unlock()
+		if st.Leader && wonAt.IsZero() {
+			wonAt = time.Now()
+		}
+	})
+	r := run(sb)
+	defer r.stop()
+	tm := timing()
+	// The bound from the design: TTL + RenewInterval, plus the server's
+	// expiry timer (it checks MaxAge at most every 250ms on a coarse clock)
+	// and scheduling slack on a loaded 2-core CI machine.
+	bound := tm.TTL + tm.RenewInterval
+	const slack = 750 * time.Millisecond
+	waitFor(t, bound+slack, "the standby to take over", func() bool { return sb.Status().Leader })
+	mu.Lock()
+	took := wonAt.Sub(stoppedAt)
+	mu.Unlock()
+	t.Logf("takeover after %s (bound %s)", took, bound)
+	if took < tm.TTL-tm.Margin {
+		t.Fatalf("standby acquired after %s, before the holder's lease could expire (TTL %s)", took, tm.TTL)
+	}
+	if tok := sb.Status().Token; tok <= tokenA {
+		t.Fatalf("new token %d not above the old one %d", tok, tokenA)
+	}
+}
+
+func TestPausedHolderLearnsItLost(t *testing.T) {
+	b := startBus(t)
+	var mu sync.Mutex
+	var changes []lease.Status
+	a := newElector(t, b, "a", func(st lease.Status) {
+		mu.Lock()
+		defer mu.Unlock()
+		changes = append(changes, st)
+	})
+	a.Tick(context.Background())
+	if !a.Status().Leader {
+		t.Fatal("a did not acquire")
+	}
+	tokenA := a.Status().Token
+	// a is paused (GC, SIGSTOP): it makes no call while b takes over.
+	bb := newElector(t, b, "b", nil)
+	r := run(bb)
+	defer r.stop()
+	waitFor(t, 5*time.Second, "b to take over", func() bool { return bb.Status().Leader })
+	// a wakes: its local deadline passed, so it already knows it is not the
+	// leader, and its attempt to get the lease back is refused.
+	if a.Status().Leader {
+		t.Fatal("a still believes it leads after its deadline")
+	}
+	st, _ := a.Tick(context.Background())
+	if st.Leader {
+		t.Fatal("a regained a lease b holds")
+	}
+	if _, err := a.Token(); !errors.Is(err, lease.ErrNotLeader) {
+		t.Fatalf("a.Token() err = %v, want ErrNotLeader", err)
+	}
+	// Its fencing token is now older than b's, so stores reject its writes.
+	if err := lease.CheckFence(bb.Status().Token, tokenA); !errors.Is(err, lease.ErrFenced) {
+		t.Fatalf("a's token %d vs b's %d: %v, want ErrFenced", tokenA, bb.Status().Token, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(changes) != 2 || !changes[0].Leader || changes[1].Leader {
+		t.Fatalf("a's OnChange calls %+v, want won then lost", changes)
+	}
+}
+
+func TestPausedHolderRenewalIsRefused(t *testing.T) {
+	// The renewal itself is refused, not only judged lost locally: drive a
+	// holder whose renewal is due before its deadline while someone else
+	// has rewritten the key.
+	b := startBus(t)
+	a := newElector(t, b, "a", nil)
+	a.Tick(context.Background())
+	if !a.Status().Leader {
+		t.Fatal("a did not acquire")
+	}
+	// An operator (or a buggy peer) deletes the key; c acquires at once.
+	c := newElector(t, b, "c", nil)
+	if err := deleteKey(b, "trainer"); err != nil {
+		t.Fatal(err)
+	}
+	c.Tick(context.Background())
+	if !c.Status().Leader {
+		t.Fatal("c did not acquire the deleted lease")
+	}
+	time.Sleep(timing().RenewInterval) // let a's renewal come due (a is still within its deadline)
+	st, _ := a.Tick(context.Background())
+	if st.Leader {
+		t.Fatal("a's renewal at its old revision succeeded while c holds the lease")
+	}
+	if !c.Status().Leader {
+		t.Fatal("c lost the lease")
+	}
+}
+
+func TestResignHandsOverAtOnce(t *testing.T) {
+	b := startBus(t)
+	a := newElector(t, b, "a", nil)
+	ra := run(a)
+	waitFor(t, 5*time.Second, "a to lead", func() bool { return a.Status().Leader })
+	bb := newElector(t, b, "b", nil)
+	rb := run(bb)
+	defer rb.stop()
+	ra.stop() // Run resigns on the way out
+	if a.Status().Leader {
+		t.Fatal("a still leads after Run returned")
+	}
+	if _, ok, err := bb.Holder(context.Background()); err != nil || (ok && !bb.Status().Leader) {
+		// Either the key is gone (b not yet retried) or b holds it.
+		t.Fatalf("after resign: ok=%v err=%v", ok, err)
+	}
+	// b gets it after one RenewInterval, well before the TTL.
+	waitFor(t, timing().TTL-timing().Margin, "b to take over after a resigned", func() bool { return bb.Status().Leader })
+}
+
+func TestBucketTTLMismatchIsAnError(t *testing.T) {
+	b := startBus(t)
+	newElector(t, b, "a", nil)
+	cfg := lease.DefaultConfig("publisher", "x")
+	cfg.Timing = lease.DefaultTiming(5 * time.Second)
+	if _, err := lease.New(context.Background(), b.Conn(), cfg); !errors.Is(err, lease.ErrBadConfig) {
+		t.Fatalf("second TTL in one bucket: %v, want ErrBadConfig", err)
+	}
+}

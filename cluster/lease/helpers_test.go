@@ -1,0 +1,25 @@
+package lease_test
+
+import (
+	"context"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/asyncrl/asyncrl/cluster/lease"
+	"github.com/asyncrl/asyncrl/transport/natsbus"
+)
+
+func deleteKey(b *natsbus.Bus, key string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	js, err := jetstream.New(b.Conn())
+	if err != nil {
+		return err
+	}
+	kv, err := js.KeyValue(ctx, lease.DefaultBucket)
+	if err != nil {
+		return err
+	}
+	return kv.Delete(ctx, key)
+}
