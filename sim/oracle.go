@@ -306,8 +306,13 @@ func (o *oracle) final() {
 			return
 		}
 	}
-	for p, n := range queued {
-		if op := o.prompts[p]; op == nil || !op.queued || n != 1 {
+	qs := make([]string, 0, len(queued))
+	for p := range queued {
+		qs = append(qs, p)
+	}
+	sort.Strings(qs)
+	for _, p := range qs {
+		if op, n := o.prompts[p], queued[p]; op == nil || !op.queued || n != 1 {
 			w.fail(InvLedger, "prompt source holds %s %d times but the ledger does not have it requeued once", p, n)
 			return
 		}
