@@ -26,6 +26,10 @@ type Ledger struct {
 	steps                           []stepSeen
 	subs                            []transport.Subscription
 	keptSubject                     string
+	// tokens, when set, reads the rollout tokens finished so far; it is
+	// sampled when each StepDone arrives (per-step rollout throughput).
+	tokens func() int64
+	atStep map[int64]int64
 }
 
 // GroupRecord is one group's history.
@@ -49,7 +53,18 @@ type GroupRecord struct {
 // Terminal reports whether the group reached a final ledger state.
 func (g *GroupRecord) Terminal() bool { return g.Trained+g.FilteredFinal+g.Requeued > 0 }
 
-func newLedger() *Ledger { return &Ledger{groups: map[string]*GroupRecord{}} }
+func newLedger() *Ledger {
+	return &Ledger{groups: map[string]*GroupRecord{}, atStep: map[int64]int64{}}
+}
+
+// tokensAt returns the rollout tokens finished when step's StepDone
+// arrived.
+func (l *Ledger) tokensAt(step int64) (int64, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	v, ok := l.atStep[step]
+	return v, ok
+}
 
 func (l *Ledger) get(id string) *GroupRecord {
 	g, ok := l.groups[id]
@@ -128,6 +143,9 @@ func (l *Ledger) observe(m *transport.Msg) {
 		// A re-announced step (redelivered TrainBatch) is recorded once.
 		if n := len(l.steps); n == 0 || v.Step > l.steps[n-1].msg.Step {
 			l.steps = append(l.steps, stepSeen{msg: v, at: time.Now()})
+			if l.tokens != nil {
+				l.atStep[v.Step] = l.tokens()
+			}
 		}
 		l.droppedSinceStep = 0
 	}

@@ -264,6 +264,16 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	if err := n.startRollouts(); err != nil {
 		return err
 	}
+	rollouts := n.rollouts // fixed from here on; read by the ledger's goroutine
+	n.ledger.mu.Lock()
+	n.ledger.tokens = func() int64 {
+		var t int64
+		for _, r := range rollouts {
+			t += r.Stats().Tokens
+		}
+		return t
+	}
+	n.ledger.mu.Unlock()
 	n.progress = newProgress(n)
 	ccfg := controller.Config{
 		Staleness: staleness.Config{MaxStalenessSteps: int64(cfg.Trainer.MaxStalenessSteps),

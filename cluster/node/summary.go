@@ -19,6 +19,7 @@ func (n *Node) Summary(interrupted bool, runErr error) report.Summary {
 		s.Error = runErr.Error()
 	}
 	var prevT float64
+	var prevTok int64
 	if n.ledger != nil {
 		steps := n.steps()
 		s.Steps = len(steps)
@@ -29,10 +30,14 @@ func (n *Node) Summary(interrupted bool, runErr error) report.Summary {
 			row := report.StepRow{Step: st.Step, Version: st.Version, RewardMean: st.RewardMean, Loss: st.Stats.Loss,
 				Entropy: st.Stats.Entropy, GradNorm: st.Stats.GradNorm, Mismatch: st.Stats.Mismatch, Tokens: st.Tokens,
 				Microbatches: st.Microbatches, StalenessMax: st.StalenessMax, ElapsedSeconds: el}
-			// Throughput per step: the step's trained tokens over the wall
-			// time since the previous step finished.
+			// Throughput per step: rollout tokens finished and the step's
+			// mini-batch tokens over the wall time since the previous step.
 			if el > prevT {
-				row.TokensPerSecond = float64(st.Tokens) / (el - prevT)
+				row.TrainTokensPerSecond = float64(st.Tokens) / (el - prevT)
+				if tok, ok := n.ledger.tokensAt(st.Step); ok {
+					row.TokensPerSecond = float64(tok-prevTok) / (el - prevT)
+					prevTok = tok
+				}
 			}
 			prevT = el
 			s.PerStep = append(s.PerStep, row)

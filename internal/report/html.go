@@ -9,6 +9,7 @@ import (
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 )
 
@@ -36,15 +37,18 @@ func Write(dir string, s Summary) error {
 
 func writePlots(dir string, s Summary) error {
 	reward := make(plotter.XYs, len(s.PerStep))
-	tput := make(plotter.XYs, len(s.PerStep))
+	rollout := make(plotter.XYs, len(s.PerStep))
+	train := make(plotter.XYs, len(s.PerStep))
 	for i, r := range s.PerStep {
 		reward[i] = plotter.XY{X: float64(r.Step), Y: r.RewardMean}
-		tput[i] = plotter.XY{X: float64(r.Step), Y: r.TokensPerSecond}
+		rollout[i] = plotter.XY{X: float64(r.Step), Y: r.TokensPerSecond}
+		train[i] = plotter.XY{X: float64(r.Step), Y: r.TrainTokensPerSecond}
 	}
-	if err := linePlot(filepath.Join(dir, RewardPNG), "Reward per step", "trainer step", "mean trajectory reward", reward); err != nil {
+	if err := linePlot(filepath.Join(dir, RewardPNG), "Reward per step", "trainer step", "mean trajectory reward", series{"", reward}); err != nil {
 		return err
 	}
-	if err := linePlot(filepath.Join(dir, ThroughputPNG), "Trainer throughput", "trainer step", "mini-batch tokens / s", tput); err != nil {
+	if err := linePlot(filepath.Join(dir, ThroughputPNG), "Throughput", "trainer step", "tokens / s",
+		series{"rollout (trajectory tokens)", rollout}, series{"trainer (mini-batch tokens)", train}); err != nil {
 		return err
 	}
 	p := plot.New()
@@ -74,18 +78,34 @@ func writePlots(dir string, s Summary) error {
 	return nil
 }
 
-func linePlot(path, title, x, y string, pts plotter.XYs) error {
+// series is one named line of a plot ("" = no legend entry).
+type series struct {
+	name string
+	pts  plotter.XYs
+}
+
+func linePlot(path, title, x, y string, ss ...series) error {
 	p := plot.New()
 	p.Title.Text = title
 	p.X.Label.Text = x
 	p.Y.Label.Text = y
 	p.Add(plotter.NewGrid())
-	if len(pts) > 0 {
-		line, marks, err := plotter.NewLinePoints(pts)
+	p.Legend.Top = true
+	for i, s := range ss {
+		if len(s.pts) == 0 {
+			continue
+		}
+		line, marks, err := plotter.NewLinePoints(s.pts)
 		if err != nil {
 			return fmt.Errorf("report: %s: %w", title, err)
 		}
+		line.Color = plotutil.Color(i)
+		marks.Color = plotutil.Color(i)
+		marks.Shape = plotutil.Shape(i)
 		p.Add(line, marks)
+		if s.name != "" {
+			p.Legend.Add(s.name, line, marks)
+		}
 	}
 	if err := p.Save(6*vg.Inch, 3*vg.Inch, path); err != nil {
 		return fmt.Errorf("report: %s: %w", title, err)

@@ -80,9 +80,12 @@ type StepRow struct {
 	Microbatches int     `json:"microbatches"`
 	StalenessMax int64   `json:"staleness_max"`
 	// ElapsedSeconds is the wall time since the run started when the step
-	// finished; TokensPerSecond the rollout throughput since the step before.
-	ElapsedSeconds  float64 `json:"elapsed_seconds"`
-	TokensPerSecond float64 `json:"tokens_per_second"`
+	// finished. TokensPerSecond is the rollout throughput (trajectory
+	// tokens finished per second) since the step before; TrainTokensPerSecond
+	// the step's mini-batch tokens over the same interval.
+	ElapsedSeconds       float64 `json:"elapsed_seconds"`
+	TokensPerSecond      float64 `json:"tokens_per_second"`
+	TrainTokensPerSecond float64 `json:"train_tokens_per_second"`
 }
 
 // Mean5 returns the means of the first and last min(5, len) values.
