@@ -249,3 +249,31 @@ func TestBadInput(t *testing.T) {
 		t.Fatalf("unknown task: %v", err)
 	}
 }
+
+func TestFilterStarvationEndsTheRun(t *testing.T) {
+	// Greedy sampling makes the n samples of a prompt identical, so every
+	// group has zero reward variance and the filter drops it; after
+	// max_sample_batches·B drops in a row the run ends with ErrStalled
+	// instead of spinning forever.
+	cfg := smallConfig(t, 5)
+	cfg.Rollout.Temperature = 0
+	cfg.Filter.MaxSampleBatches = 2
+	n, err := New(cfg, Options{InMemoryBus: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := n.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, err = n.Wait(ctx)
+	n.Stop()
+	if !errors.Is(err, ErrStalled) || !strings.Contains(err.Error(), "max_sample_batches") {
+		t.Fatalf("err = %v, want ErrStalled naming filter.max_sample_batches", err)
+	}
+	s := n.Summary(false, err)
+	if s.Steps != 0 || s.GroupsDroppedZeroVariance < 4 || s.TrajectoriesLost != 0 || s.Error == "" {
+		t.Fatalf("steps %d dropped %d lost %d error %q", s.Steps, s.GroupsDroppedZeroVariance, s.TrajectoriesLost, s.Error)
+	}
+}
