@@ -124,6 +124,12 @@ func New(cfg config.Config, opts Options) (*Node, error) {
 			return nil, fmt.Errorf("%w: rollout.dataset: %w", ErrConfig, err)
 		}
 	}
+	if cfg.Trainer.NormalizeOverSupport {
+		// The engines report full-vocabulary logprobs (output_logprobs);
+		// the support-normalised ratio needs rollout logprobs normalised
+		// the same way, which nothing computes yet.
+		return nil, fmt.Errorf("%w: trainer.normalize_over_support: not supported by asyncrl run yet (engines report full-vocabulary logprobs)", ErrConfig)
+	}
 	if cfg.Engines.Count == 0 {
 		return nil, fmt.Errorf("%w: engines.count: the in-process trainer can only update built-in engines; set count ≥ 1", ErrConfig)
 	}
