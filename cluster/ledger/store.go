@@ -1,0 +1,306 @@
+package ledger
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/asyncrl/asyncrl/cluster/lease"
+	"github.com/asyncrl/asyncrl/messages"
+	"github.com/asyncrl/asyncrl/transport"
+)
+
+// ErrBadConfig is returned for an invalid Config.
+var ErrBadConfig = errors.New("ledger: bad config")
+
+// Config configures the durable ledger of one run.
+type Config struct {
+	// Run is the run id (letters, digits, '-', '_'); it names the buckets
+	// and the stream, so runs never share state.
+	Run string
+	// Replicas is the replication factor of the buckets and the stream in a
+	// clustered JetStream (3 on three nodes: the state survives losing one
+	// node, and a minority side cannot write). Default 1.
+	Replicas int
+	// Memory keeps everything in memory (tests only: nothing survives a
+	// server restart). Default false.
+	Memory bool
+	// GroupSubject is the subject the group buffer stream captures. It lies
+	// outside asyncrl.<run>.groups.> on purpose: live subscribers of the
+	// groups topic must not see the buffer's raw payloads. Default
+	// "asyncrl-durable.<run>.groups".
+	GroupSubject string
+	// DuplicateWindow is how long the buffer remembers group ids to drop a
+	// re-appended group (default 10 minutes).
+	DuplicateWindow time.Duration
+	// CASRetries bounds the re-read/re-validate loop when another writer
+	// changed a prompt's entry between our read and our write (default 8).
+	CASRetries int
+	// Logger receives the store's logs (default zerolog.Nop()).
+	Logger zerolog.Logger
+}
+
+// DefaultConfig returns the defaults for run.
+func DefaultConfig(run string) Config {
+	return Config{Run: run, Replicas: 1, GroupSubject: "asyncrl-durable." + run + ".groups",
+		DuplicateWindow: 10 * time.Minute, CASRetries: 8, Logger: zerolog.Nop()}
+}
+
+// Validate names the field at fault and the allowed values.
+func (c Config) Validate() error {
+	if err := transport.ValidToken(c.Run); err != nil {
+		return fmt.Errorf("%w: Run: %w", ErrBadConfig, err)
+	}
+	if c.Replicas < 1 || c.Replicas > 5 {
+		return fmt.Errorf("%w: Replicas %d (allowed: 1..5)", ErrBadConfig, c.Replicas)
+	}
+	if err := transport.ValidateSubject(c.GroupSubject); err != nil {
+		return fmt.Errorf("%w: GroupSubject: %w", ErrBadConfig, err)
+	}
+	if c.DuplicateWindow <= 0 {
+		return fmt.Errorf("%w: DuplicateWindow %s (allowed: > 0)", ErrBadConfig, c.DuplicateWindow)
+	}
+	if c.CASRetries < 1 {
+		return fmt.Errorf("%w: CASRetries %d (allowed: >= 1)", ErrBadConfig, c.CASRetries)
+	}
+	return nil
+}
+
+// Ledger is the durable state of one run on JetStream.
+type Ledger struct {
+	cfg      Config
+	log      zerolog.Logger
+	js       jetstream.JetStream
+	prompts  jetstream.KeyValue
+	progress jetstream.KeyValue
+	groups   jetstream.Stream
+}
+
+const progressKey = "trainer"
+
+// Open creates (or opens) the run's buckets and stream on nc.
+func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Ledger, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: jetstream: %w", err)
+	}
+	storage := jetstream.FileStorage
+	if cfg.Memory {
+		storage = jetstream.MemoryStorage
+	}
+	l := &Ledger{cfg: cfg, log: cfg.Logger, js: js}
+	kv := func(name, desc string) (jetstream.KeyValue, error) {
+		b, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: name, Description: desc,
+			History: 1, Storage: storage, Replicas: cfg.Replicas})
+		if err != nil {
+			return nil, fmt.Errorf("ledger: bucket %s: %w", name, err)
+		}
+		return b, nil
+	}
+	if l.prompts, err = kv("asyncrl_"+cfg.Run+"_prompts", "asyncrl prompt ledger"); err != nil {
+		return nil, err
+	}
+	if l.progress, err = kv("asyncrl_"+cfg.Run+"_progress", "asyncrl trainer progress (fenced)"); err != nil {
+		return nil, err
+	}
+	l.groups, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name: "asyncrl_" + cfg.Run + "_groupbuf", Description: "asyncrl finished-group buffer",
+		Subjects: []string{cfg.GroupSubject}, Storage: storage, Replicas: cfg.Replicas,
+		Duplicates: cfg.DuplicateWindow, Retention: jetstream.LimitsPolicy,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ledger: group buffer stream: %w", err)
+	}
+	return l, nil
+}
+
+// promptKey encodes a prompt id as a KV key: ids may hold characters KV
+// keys cannot, and base64url output is always a valid key.
+func promptKey(id string) string { return "p." + base64.RawURLEncoding.EncodeToString([]byte(id)) }
+
+func decodeEntry(b []byte) (Entry, error) {
+	m, err := messages.DecodeAs[messages.PromptLedger](b)
+	if err != nil {
+		return Entry{}, fmt.Errorf("ledger: decode entry: %w", err)
+	}
+	return m, nil
+}
+
+// Get returns a prompt's entry; ok is false when it was never recorded.
+func (l *Ledger) Get(ctx context.Context, promptID string) (e Entry, ok bool, err error) {
+	e, _, ok, err = l.get(ctx, promptID)
+	return e, ok, err
+}
+
+func (l *Ledger) get(ctx context.Context, promptID string) (Entry, uint64, bool, error) {
+	ent, err := l.prompts.Get(ctx, promptKey(promptID))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Entry{}, 0, false, nil
+	}
+	if err != nil {
+		return Entry{}, 0, false, fmt.Errorf("ledger: read prompt %s: %w", promptID, err)
+	}
+	e, err := decodeEntry(ent.Value())
+	return e, ent.Revision(), err == nil, err
+}
+
+// Record validates ev against the stored entry and stores it with a
+// compare-and-set on the entry's revision, retrying on a concurrent write.
+// An illegal transition returns an error wrapping ErrIllegalTransition and
+// stores nothing.
+func (l *Ledger) Record(ctx context.Context, ev messages.PromptLedger) (Entry, Outcome, error) {
+	for range l.cfg.CASRetries {
+		prev, rev, exists, err := l.get(ctx, ev.PromptID)
+		if err != nil {
+			return Entry{}, Applied, err
+		}
+		next, out, err := Apply(prev, exists, ev)
+		if err != nil || out == Duplicate {
+			return next, out, err
+		}
+		data, err := messages.Encode(next)
+		if err != nil {
+			return Entry{}, Applied, fmt.Errorf("ledger: encode: %w", err)
+		}
+		key := promptKey(ev.PromptID)
+		if exists {
+			_, err = l.prompts.Update(ctx, key, data, rev)
+		} else {
+			_, err = l.prompts.Create(ctx, key, data)
+		}
+		switch {
+		case err == nil:
+			return next, Applied, nil
+		case errors.Is(err, jetstream.ErrKeyExists), errors.Is(err, jetstream.ErrKeyRevisionMismatch):
+			continue // another writer won the race: re-read and re-validate
+		default:
+			return Entry{}, Applied, fmt.Errorf("ledger: write prompt %s: %w", ev.PromptID, err)
+		}
+	}
+	return Entry{}, Applied, fmt.Errorf("ledger: prompt %s: still contended after %d attempts", ev.PromptID, l.cfg.CASRetries)
+}
+
+// Entries returns every prompt's entry, sorted by prompt id.
+func (l *Ledger) Entries(ctx context.Context) ([]Entry, error) {
+	lister, err := l.prompts.ListKeys(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: list prompts: %w", err)
+	}
+	var keys []string
+	for k := range lister.Keys() {
+		keys = append(keys, k)
+	}
+	var out []Entry
+	for _, k := range keys {
+		ent, err := l.prompts.Get(ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("ledger: read %s: %w", k, err)
+		}
+		e, err := decodeEntry(ent.Value())
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].PromptID < out[j].PromptID })
+	return out, nil
+}
+
+// Progress returns the trainer's stored progress; ok is false before the
+// first write.
+func (l *Ledger) Progress(ctx context.Context) (p Progress, ok bool, err error) {
+	p, _, ok, err = l.readProgress(ctx)
+	return p, ok, err
+}
+
+func (l *Ledger) readProgress(ctx context.Context) (Progress, uint64, bool, error) {
+	ent, err := l.progress.Get(ctx, progressKey)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Progress{}, 0, false, nil
+	}
+	if err != nil {
+		return Progress{}, 0, false, fmt.Errorf("ledger: read progress: %w", err)
+	}
+	var p Progress
+	if err := json.Unmarshal(ent.Value(), &p); err != nil {
+		return Progress{}, 0, false, fmt.Errorf("ledger: decode progress: %w", err)
+	}
+	return p, ent.Revision(), true, nil
+}
+
+// Claim stamps the stored progress with token (a newly won lease's), so
+// every holder with an older token is fenced off from now on, and returns
+// the progress to resume from. lease.ErrFenced when a newer holder
+// already claimed it.
+func (l *Ledger) Claim(ctx context.Context, token uint64, holder string) (Progress, error) {
+	var out Progress
+	err := l.casProgress(ctx, func(prev Progress, _ bool) (Progress, error) {
+		if err := lease.CheckFence(prev.Token, token); err != nil {
+			return prev, fmt.Errorf("ledger: claim by %s: %w", holder, err)
+		}
+		prev.Token, prev.Holder = token, holder
+		out = prev
+		return prev, nil
+	})
+	return out, err
+}
+
+// SaveProgress stores p, written by the holder of token p.Token. It fails
+// with lease.ErrFenced when a newer holder claimed the progress, and with
+// ErrStepRegression when step or version would go backwards.
+func (l *Ledger) SaveProgress(ctx context.Context, p Progress) error {
+	return l.casProgress(ctx, func(prev Progress, _ bool) (Progress, error) {
+		if err := lease.CheckFence(prev.Token, p.Token); err != nil {
+			return prev, fmt.Errorf("ledger: progress step %d by %s: %w", p.Step, p.Holder, err)
+		}
+		if err := NextProgress(prev, p); err != nil {
+			return prev, err
+		}
+		return p, nil
+	})
+}
+
+func (l *Ledger) casProgress(ctx context.Context, f func(prev Progress, exists bool) (Progress, error)) error {
+	for range l.cfg.CASRetries {
+		prev, rev, exists, err := l.readProgress(ctx)
+		if err != nil {
+			return err
+		}
+		next, err := f(prev, exists)
+		if err != nil {
+			return err
+		}
+		data, err := json.Marshal(next)
+		if err != nil {
+			return fmt.Errorf("ledger: encode progress: %w", err)
+		}
+		if exists {
+			_, err = l.progress.Update(ctx, progressKey, data, rev)
+		} else {
+			_, err = l.progress.Create(ctx, progressKey, data)
+		}
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, jetstream.ErrKeyExists), errors.Is(err, jetstream.ErrKeyRevisionMismatch):
+			continue
+		default:
+			return fmt.Errorf("ledger: write progress: %w", err)
+		}
+	}
+	return fmt.Errorf("ledger: progress still contended after %d attempts", l.cfg.CASRetries)
+}
