@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
 
@@ -88,12 +87,9 @@ func simOutcome(out io.Writer, sum sim.Summary, single sim.Result, err error) er
 	if sum.Seeds > 0 {
 		_, _ = sum.WriteTo(out)
 	}
-	var v *sim.Violation
-	if errors.As(err, &v) {
-		return fail("asyncrl sim: %v", v)
-	}
 	if err != nil {
-		return fail("asyncrl sim: %v", err)
+		// sim's errors start with "sim: ", so this reads "asyncrl sim: …".
+		return fail("asyncrl %v", err)
 	}
 	return nil
 }
