@@ -35,11 +35,14 @@ type Summary struct {
 	GroupsTrained             int64 `json:"groups_trained"`
 	GroupsDroppedZeroVariance int64 `json:"groups_dropped_zero_variance"`
 	GroupsRequeuedStale       int64 `json:"groups_requeued_stale"`
-	GroupsRequeuedAborted     int64 `json:"groups_requeued_aborted"`
-	GroupsInFlightAtStop      int64 `json:"groups_in_flight_at_stop"`
-	TrajectoriesStarted       int64 `json:"trajectories_started"`
-	TrajectoriesFinished      int64 `json:"trajectories_finished"`
-	TrajectoriesAborted       int64 `json:"trajectories_aborted"`
+	// GroupsRequeuedAborted includes the groups whose episodes were
+	// cancelled when the run stopped (their prompts are requeued in the
+	// durable ledger, not lost).
+	GroupsRequeuedAborted int64 `json:"groups_requeued_aborted"`
+	GroupsInFlightAtStop  int64 `json:"groups_in_flight_at_stop"`
+	TrajectoriesStarted   int64 `json:"trajectories_started"`
+	TrajectoriesFinished  int64 `json:"trajectories_finished"`
+	TrajectoriesAborted   int64 `json:"trajectories_aborted"`
 	// TrajectoriesLost must be 0: trajectories neither finished nor
 	// reported aborted, plus those of groups reported by a rollout actor
 	// that never reached the controller's books.
