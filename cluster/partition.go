@@ -106,7 +106,9 @@ func (q *Quorum) Forget(name string) { q.Left(name) }
 func (q *Quorum) Known() []string { return sortedKeys(q.known) }
 
 // Verdict applies DecideQuorum to the current view.
-func (q *Quorum) Verdict() QuorumVerdict { return DecideQuorum(sortedKeys(q.known), sortedKeys(q.live)) }
+func (q *Quorum) Verdict() QuorumVerdict {
+	return DecideQuorum(sortedKeys(q.known), sortedKeys(q.live))
+}
 
 func sortedKeys(m map[string]bool) []string {
 	out := make([]string, 0, len(m))
