@@ -318,3 +318,24 @@ func TestUnansweredTrainBatchIsResent(t *testing.T) {
 		t.Fatalf("resent after StepDone: %v", out)
 	}
 }
+
+func TestDuplicateGroupMessagesChangeNothing(t *testing.T) {
+	c, _ := New(testConfig(2, 4, 1), &seqSource{})
+	c.Start(t0)
+	pa := assigned(t, sent(c)["P"])
+	g := groupReady(t, pa[0].GroupID, pa[0].PromptID, 0, 0, 1)
+	c.Step(t0, g)
+	sent(c)
+	before := c.Staleness()
+	for _, m := range []messages.Message{g, messages.GroupFiltered{GroupID: g.GroupID, PromptID: g.PromptID},
+		messages.EpisodeAborted{GroupID: g.GroupID, PromptID: g.PromptID}} {
+		c.Step(t0, m)
+		if out := sent(c); len(out["P"])+len(out["T"])+len(out["L"])+len(out["S"]) != 0 {
+			t.Fatalf("duplicate %s produced %v", m.Kind(), out)
+		}
+	}
+	after := c.Staleness()
+	if before.Accepted != after.Accepted || before.Running != after.Running || c.Stats().Duplicates != 3 {
+		t.Fatalf("counters moved: before %+v after %+v, stats %+v", before, after, c.Stats())
+	}
+}
