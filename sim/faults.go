@@ -101,7 +101,7 @@ func drawFaults(rng *rand.Rand, cfg Config, wl workload) *faultPlan {
 	}
 	msgFault := func() {
 		f := &fault{kind: msgFaults[rng.Intn(len(msgFaults))], at: at(), dur: dur(500*msec, 4*time.Second),
-			subject: faultSubjects[rng.Intn(len(faultSubjects))], prob: 0.1 + 0.4*rng.Float64()}
+			subject: faultSubjects[rng.Intn(len(faultSubjects))], prob: 0.1 + 0.8*rng.Float64()}
 		if f.kind == FaultMsgDelay {
 			f.delay = dur(100*msec, time.Second)
 		}

@@ -47,8 +47,13 @@ type Violation struct {
 	Detail    string
 	// At is the virtual time of the violation.
 	At time.Duration
-	// Trace is the last events before the violation (Config.TraceEvents).
+	// Trace is the last events before the violation (Config.TraceEvents),
+	// heartbeats and engine steps left out.
 	Trace []string
+	// Related is the causal slice: the events (from the whole run) that
+	// name the groups the violation is about — or its engines when it
+	// names no group — the last TraceEvents of them.
+	Related []string
 	// Faults is the fault schedule of the reported run; with
 	// Config.Minimize it is the smallest one found that still breaks the
 	// same invariant, out of OriginalFaults drawn.
@@ -76,6 +81,9 @@ func (v *Violation) Error() string {
 		b.WriteString("  (no faults)\n")
 	}
 	b.WriteString(joinLines(v.Faults))
+	if len(v.Related) > 0 {
+		fmt.Fprintf(&b, "events naming the groups or engines involved (%d):\n%s", len(v.Related), joinLines(v.Related))
+	}
 	fmt.Fprintf(&b, "last %d events:\n%s", len(v.Trace), joinLines(v.Trace))
 	fmt.Fprintf(&b, "reproduce: asyncrl sim --seed %d --steps %d --scenario %s", v.Seed, v.Steps, v.Scenario)
 	for _, bug := range v.Bugs {
@@ -122,7 +130,10 @@ func runOnce(cfg Config) (res Result, v *Violation) {
 	res = Result{Seed: cfg.Seed, Scenario: cfg.Scenario, Workload: w.wl.String(), Events: w.events,
 		InvariantChecks: w.orc.checks, VirtualTime: w.now(), StepsTrained: w.orc.steps,
 		Faults: map[FaultKind]int{}, Trained: w.orc.trained, Filtered: w.orc.filtered, Requeued: w.orc.requeued,
-		MaxStaleness: w.orc.maxStale, LogHash: hexsum(w.logHash), Log: w.full}
+		MaxStaleness: w.orc.maxStale, LogHash: hexsum(w.logHash)}
+	if cfg.KeepLog {
+		res.Log = w.full
+	}
 	for k, n := range w.faults.injected {
 		res.Faults[k] = n
 	}

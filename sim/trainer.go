@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"fmt"
 	"math"
 	"time"
 
@@ -158,7 +159,7 @@ func (t *trainerNode) train(b messages.TrainBatch) {
 	}
 	t.busy = b.Step
 	inc := t.inc
-	w.after(d, "trainer: step "+itoa(b.Step)+" trained", func() {
+	w.after(d, fmt.Sprintf("trainer: step %d trained on version %d: %v", b.Step, b.Step-1, b.GroupIDs), func() {
 		if t.inc != inc {
 			return // crashed meanwhile: the step is lost, the controller resends
 		}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash"
 	"math/rand"
+	"regexp"
 	"strings"
 	"time"
 
@@ -104,9 +105,9 @@ func (w *world) record(routine bool, format string, args ...any) {
 	line := fmt.Sprintf("%10.3fs %s", w.now().Seconds(), fmt.Sprintf(format, args...))
 	w.logHash.Write([]byte(line))
 	w.logHash.Write([]byte{'\n'})
-	if w.cfg.KeepLog {
-		w.full = append(w.full, line)
-	}
+	// The whole log is kept (the lines exist anyway for the hash): a
+	// violation's related events are searched in it.
+	w.full = append(w.full, line)
 	if routine {
 		return
 	}
@@ -144,7 +145,8 @@ func (w *world) fail(inv Invariant, format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	w.logf("VIOLATION %s: %s", inv, msg)
 	w.violation = &Violation{Seed: w.cfg.Seed, Scenario: w.cfg.Scenario, Steps: w.cfg.Steps,
-		Invariant: inv, Detail: msg, At: w.now(), Bugs: w.cfg.Bugs, Trace: w.trace()}
+		Invariant: inv, Detail: msg, At: w.now(), Bugs: w.cfg.Bugs, Trace: w.trace(),
+		Related: w.related(msg)}
 }
 
 // send encodes m with the messages codec and publishes it on the hub.
@@ -282,6 +284,47 @@ func (w *world) finish() {
 		w.orc.final()
 		w.done = true
 	})
+}
+
+var (
+	groupRe  = regexp.MustCompile(`\bp\d+#\d+\b`)
+	engineRe = regexp.MustCompile(`\be\d+\b`)
+)
+
+// related is the causal slice of the log for a violation: every
+// non-routine event naming the groups the detail names (or, when it names
+// none, its engines), the last TraceEvents of them.
+func (w *world) related(detail string) []string {
+	keys := groupRe.FindAllString(detail, -1)
+	if len(keys) == 0 {
+		keys = engineRe.FindAllString(detail, -1)
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	var out []string
+	for _, l := range w.full {
+		for _, k := range keys {
+			if strings.Contains(l, k) && !isRoutineLine(l) {
+				out = append(out, l)
+				break
+			}
+		}
+	}
+	if n := w.cfg.TraceEvents; len(out) > n {
+		out = out[len(out)-n:]
+	}
+	return out
+}
+
+// isRoutineLine spots heartbeat and engine-step lines in the full log.
+func isRoutineLine(l string) bool {
+	for _, s := range []string{"<- EngineLoad", "<- EngineVersionAck", "<- MinVersionSet", "<- StepDone", " step batch="} {
+		if strings.Contains(l, s) {
+			return true
+		}
+	}
+	return strings.Contains(l, "<- EngineHealth") && strings.Contains(l, "paused=false updating=false")
 }
 
 // hexsum is a short printable digest.
