@@ -179,6 +179,16 @@ func TestMinimizeShrinksSchedule(t *testing.T) {
 	if !crash {
 		t.Fatalf("minimal schedule lost the trainer crash: %v", m.Faults)
 	}
+	// The causal slice shows the group trained twice.
+	trainings := 0
+	for _, l := range m.Related {
+		if strings.Contains(l, "trained on version") {
+			trainings++
+		}
+	}
+	if trainings < 2 {
+		t.Fatalf("related events show %d trainings of the group:\n%s", trainings, strings.Join(m.Related, "\n"))
+	}
 	if len(v.Faults) > 1 && len(m.Faults) == len(v.Faults) {
 		t.Logf("note: nothing could be dropped from %v", v.Faults)
 	}
