@@ -67,11 +67,15 @@ const (
 	// the version it was scheduled at — blind to engines that served
 	// older weights.
 	BugStalenessFromSchedule Bug = "staleness-from-schedule"
+	// BugPublisherAnnouncesEarly: the publisher announces a version
+	// (tracker, LoadWeights, minimum version) before its manifest is
+	// committed, so a crash in between leaves an invisible version named.
+	BugPublisherAnnouncesEarly Bug = "publisher-announces-before-manifest"
 )
 
 // Bugs lists every planted bug.
 var Bugs = []Bug{BugRouterIgnoresGating, BugFilterLeaksCapacity, BugTrainerRetrainsOnRestart, BugEngineSkipsChecksum,
-	BugStalenessFromSchedule}
+	BugStalenessFromSchedule, BugPublisherAnnouncesEarly}
 
 // Config configures one simulated run. The workload shape (staleness
 // bound, batch size, workers, group size, engines, turn counts) and the

@@ -110,6 +110,10 @@ func (p *pubNode) publishNext(step int64) bool {
 	w := p.w
 	v := p.tr.Target() + 1
 	w.store.putPayload(v)
+	early := w.cfg.has(BugPublisherAnnouncesEarly)
+	if early && !p.announce(v) {
+		return false
+	}
 	if len(p.armed) > 0 {
 		struck := p.armed[0]
 		p.armed = p.armed[1:]
@@ -119,13 +123,21 @@ func (p *pubNode) publishNext(step int64) bool {
 		return false
 	}
 	w.store.commit(v, w.now())
+	w.logf("pub: version %d committed", v)
+	return early || p.announce(v)
+}
+
+// announce records version v in the tracker and tells the engines behind
+// and the router. Only a committed version may be announced.
+func (p *pubNode) announce(v int64) bool {
+	w := p.w
 	sv := w.store.versions[v]
 	cmds, err := p.tr.Publish(publisher.VersionInfo{Version: v, DeltaBytes: sv.deltaBytes, FullBytes: sv.fullBytes})
 	if err != nil {
 		w.fail(InvProtocol, "publisher: %v", err)
 		return false
 	}
-	w.logf("pub: version %d committed (min routable %d)", v, p.tr.MinRoutable())
+	w.logf("pub: version %d announced (min routable %d)", v, p.tr.MinRoutable())
 	for _, c := range cmds {
 		p.sendLoad(c.Engine, c.Plan)
 	}
@@ -136,7 +148,7 @@ func (p *pubNode) publishNext(step int64) bool {
 func (p *pubNode) sendLoad(engine string, plan publisher.Plan) {
 	w := p.w
 	m := messages.LoadWeights{Header: messages.Header{RunID: runID, Sender: "pub", Version: plan.Target},
-		Engine: engine, Format: messages.WeightsDelta, BaseVersion: plan.From, Checksum: w.store.checksum(plan.Target)}
+		Engine: engine, Format: messages.WeightsDelta, BaseVersion: plan.From, Checksum: w.store.versions[plan.Target].sum}
 	if plan.Full != publisher.NoVersion {
 		m.Format, m.BaseVersion = messages.WeightsFull, plan.Full
 	}

@@ -102,6 +102,7 @@ var plantedBugs = []struct {
 	{BugTrainerRetrainsOnRestart, ScenarioFaults, InvTrainedTwice},
 	{BugEngineSkipsChecksum, ScenarioFaults, InvChecksum},
 	{BugStalenessFromSchedule, ScenarioFaults, InvStaleness},
+	{BugPublisherAnnouncesEarly, ScenarioFaults, InvInvisible},
 }
 
 // findBug searches seeds from 1 until the planted bug breaks an
