@@ -48,6 +48,10 @@ type Config struct {
 	// use it when top-k/top-p is active. 0 omits them.
 	SupportK int
 	Subjects Subjects
+	// GroupStream, when set, stores every GroupReady durably (the
+	// trajectory buffer): Publish returns once JetStream has it, and the
+	// sampling actor acks it only after judging it. nil publishes plainly.
+	GroupStream transport.Stream
 	// Logger gets one line per aborted episode (rate-limited by the caller's level).
 	Logger zerolog.Logger
 }
@@ -243,7 +247,17 @@ func (a *Actor) runGroup(pa messages.PromptAssigned) {
 	}
 	a.c.groupsReady.Add(1)
 	a.report(pa.GroupID, true)
-	a.publish(pctx, a.cfg.Subjects.Groups, gr)
+	if a.cfg.GroupStream == nil {
+		a.publish(pctx, a.cfg.Subjects.Groups, gr)
+		return
+	}
+	data, err := messages.Encode(gr)
+	if err == nil {
+		_, err = a.cfg.GroupStream.Publish(pctx, a.cfg.Subjects.Groups, data)
+	}
+	if err != nil {
+		a.cfg.Logger.Error().Err(err).Str("group", pa.GroupID).Msg("group not stored in the trajectory buffer")
+	}
 }
 
 func (a *Actor) publish(ctx context.Context, subject string, m messages.Message) {

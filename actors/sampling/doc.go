@@ -4,7 +4,11 @@
 //
 // # Contract
 //
-//   - In: GroupReady from the rollout actors (queue group "sampling").
+//   - In: GroupReady from the rollout actors — from a durable stream (the
+//     trajectory buffer; acked only after the core stepped it, so a full
+//     mailbox or a crash means redelivery, not loss) or a plain queue
+//     subscription (queue "sampling"). A redelivered group is forwarded
+//     again; the controller ignores the duplicate.
 //   - A kept group is forwarded unchanged on Config.Kept; a dropped one
 //     (zero reward variance under filter/replace/zero_variance_mask, or a
 //     group that cannot be judged) becomes a GroupFiltered on

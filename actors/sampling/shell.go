@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/asyncrl/asyncrl/actors"
 	"github.com/asyncrl/asyncrl/messages"
@@ -18,8 +19,10 @@ type Actor struct {
 
 // Spawn starts the sampling actor; it consumes GroupReady on groups (a
 // queue subscription in queue "sampling", so several instances share the
-// load) and publishes on cfg.Kept / cfg.Filtered through bus.
-func Spawn(sys *actors.System, bus transport.Bus, shellCfg actors.ShellConfig, cfg Config, groups string) (*Actor, error) {
+// load) — or, when stream is not nil, from that durable stream through the
+// consumer "sampling" (acked once the core judged the group, redelivered
+// otherwise) — and publishes on cfg.Kept / cfg.Filtered through bus.
+func Spawn(sys *actors.System, bus transport.Bus, shellCfg actors.ShellConfig, cfg Config, groups string, stream transport.Stream) (*Actor, error) {
 	if _, err := New(cfg); err != nil {
 		return nil, err
 	}
@@ -34,9 +37,17 @@ func Spawn(sys *actors.System, bus transport.Bus, shellCfg actors.ShellConfig, c
 		return nil, fmt.Errorf("sampling: %w", err)
 	}
 	a.shell = sh
-	if _, err := actors.BridgeSubject(bus, groups, "sampling", messages.Decode, sh); err != nil {
+	var berr error
+	if stream != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, berr = actors.BridgeStream(ctx, stream, "sampling", 30*time.Second, messages.Decode, sh)
+		cancel()
+	} else {
+		_, berr = actors.BridgeSubject(bus, groups, "sampling", messages.Decode, sh)
+	}
+	if berr != nil {
 		_ = sh.Stop(context.Background())
-		return nil, fmt.Errorf("sampling: %w", err)
+		return nil, fmt.Errorf("sampling: %w", berr)
 	}
 	return a, nil
 }

@@ -91,12 +91,13 @@ type Node struct {
 	pub       *inProcPublisher
 	httpc     *http.Client
 	// weightsSub loads versions published by a remote trainer.
-	weightsSub transport.Subscription
-	reg        *prometheus.Registry
-	metricsSrv *http.Server
-	metricsURL string
-	ledger     *Ledger
-	progress   *progress
+	weightsSub  transport.Subscription
+	groupStream transport.Stream
+	reg         *prometheus.Registry
+	metricsSrv  *http.Server
+	metricsURL  string
+	ledger      *Ledger
+	progress    *progress
 
 	start    time.Time
 	stopOnce sync.Once
@@ -207,6 +208,13 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		Subjects: []string{n.subj.ledger, n.subj.ledger + ".>"}, MaxAge: 7 * 24 * time.Hour, Memory: n.opts.InMemoryBus}); err != nil {
 		return fmt.Errorf("node: ledger stream: %w", err)
 	}
+	// The trajectory buffer: finished groups wait in JetStream until the
+	// sampling actor has judged them. In memory: it only has to outlive a
+	// restart of the actors, not of the embedded server.
+	if n.groupStream, err = n.bus.Stream(ctx, transport.StreamConfig{Name: "groups-" + cfg.Run.ID,
+		Subjects: []string{n.subj.groupsReady}, MaxAge: time.Hour, Memory: true}); err != nil {
+		return fmt.Errorf("node: trajectory buffer stream: %w", err)
+	}
 	n.ledger = newLedger()
 	if err := n.ledger.subscribe(n.bus, n.subj); err != nil {
 		return fmt.Errorf("node: ledger: %w", err)
@@ -264,7 +272,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		MinReplaceRatio: cfg.Filter.MinReplaceRatio, ZeroVarianceTol: cfg.Filter.ZeroVarianceTol}
 	if n.smp, err = sampling.Spawn(n.sys, n.bus, actors.DefaultShellConfig("sampling-0", "sampling"),
 		sampling.Config{Filter: fcfg, RunID: cfg.Run.ID, Sender: "sampling-0", Kept: n.subj.kept, Filtered: n.subj.filtered},
-		n.subj.groupsReady); err != nil {
+		n.subj.groupsReady, n.groupStream); err != nil {
 		return err
 	}
 	if err := n.startRollouts(); err != nil {
@@ -338,7 +346,8 @@ func (n *Node) startRollouts() error {
 		name := "rollout-" + strconv.Itoa(i)
 		a, err := rollout.Start(n.bus, gen, rollout.Config{RunID: cfg.Run.ID, Name: name, Task: n.task, Episode: ecfg,
 			Concurrency: ro.Concurrency, SupportK: supportK, Logger: n.opts.Logger.With().Str("actor", name).Logger(),
-			Subjects: rollout.Subjects{Prompts: n.subj.prompts, Groups: n.subj.groupsReady, Aborted: n.subj.aborted}})
+			Subjects:    rollout.Subjects{Prompts: n.subj.prompts, Groups: n.subj.groupsReady, Aborted: n.subj.aborted},
+			GroupStream: n.groupStream})
 		if err != nil {
 			return err
 		}
