@@ -23,6 +23,9 @@
 //     ErrChecksum, ErrIncomplete, ErrUnavailable, ErrUnknownTransfer or
 //     ErrBadPlan; a *RangeError names the failing range. DoneMessage and
 //     FailedMessage turn either outcome into the control message to publish.
+//   - Instrument wraps any Backend with Prometheus metrics
+//     (asyncrl_dataplane_*: fetches by outcome, bytes, reconnects, duration,
+//     open offers) on a caller-provided registerer.
 //   - Backends that cannot run on this host (no GPU, no libnccl) say so in
 //     Available with an error wrapping ErrUnavailable; Registry.Pick walks a
 //     preference list and falls back to TCP, reporting why it skipped each.
