@@ -71,11 +71,22 @@ const (
 	// (tracker, LoadWeights, minimum version) before its manifest is
 	// committed, so a crash in between leaves an invisible version named.
 	BugPublisherAnnouncesEarly Bug = "publisher-announces-before-manifest"
+	// BugRequeueLosesPrompt: a requeued prompt is never put back in the
+	// prompt source.
+	BugRequeueLosesPrompt Bug = "requeue-loses-prompt"
+	// BugEngineRestartsFromBase: a restarted engine reloads the base
+	// checkpoint and serves version 0 again.
+	BugEngineRestartsFromBase Bug = "engine-restarts-from-base"
+	// BugPublisherForgetsLaggards: the publisher never repeats a
+	// LoadWeights, so an engine that missed one stays behind until the
+	// next version.
+	BugPublisherForgetsLaggards Bug = "publisher-forgets-laggards"
 )
 
 // Bugs lists every planted bug.
 var Bugs = []Bug{BugRouterIgnoresGating, BugFilterLeaksCapacity, BugTrainerRetrainsOnRestart, BugEngineSkipsChecksum,
-	BugStalenessFromSchedule, BugPublisherAnnouncesEarly}
+	BugStalenessFromSchedule, BugPublisherAnnouncesEarly, BugRequeueLosesPrompt, BugEngineRestartsFromBase,
+	BugPublisherForgetsLaggards}
 
 // Config configures one simulated run. The workload shape (staleness
 // bound, batch size, workers, group size, engines, turn counts) and the

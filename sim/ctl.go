@@ -414,7 +414,9 @@ func (c *ctlNode) drainRequeues() {
 	for _, r := range c.st.Drain() {
 		c.w.logf("ctl: %s", r)
 		c.w.orc.settle(r.GroupID, "requeued")
-		c.source = append(c.source, r.PromptID)
+		if !c.w.cfg.has(BugRequeueLosesPrompt) {
+			c.source = append(c.source, r.PromptID)
+		}
 	}
 }
 

@@ -270,6 +270,9 @@ func (e *engineNode) restart() {
 		return
 	}
 	e.paused = true
+	if e.w.cfg.has(BugEngineRestartsFromBase) {
+		e.serving, e.loadedSum = 0, e.w.store.checksum(0)
+	}
 	e.sendHealth()
 	inc := e.inc
 	e.w.after(200*msec, e.id+" warm", func() {

@@ -182,6 +182,11 @@ func (p *pubNode) onAck(m messages.EngineVersionAck) {
 		w.fail(InvProtocol, "publisher: plan: %v", err)
 		return
 	}
+	if w.cfg.has(BugPublisherForgetsLaggards) {
+		if _, ok := p.lastCmd[m.Engine]; ok {
+			return // commanded once: never again
+		}
+	}
 	if last, ok := p.lastCmd[m.Engine]; !plan.UpToDate() && (!ok || w.now()-last >= resendAfter) {
 		p.sendLoad(m.Engine, plan)
 	}

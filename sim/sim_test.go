@@ -103,6 +103,9 @@ var plantedBugs = []struct {
 	{BugEngineSkipsChecksum, ScenarioFaults, InvChecksum},
 	{BugStalenessFromSchedule, ScenarioFaults, InvStaleness},
 	{BugPublisherAnnouncesEarly, ScenarioFaults, InvInvisible},
+	{BugRequeueLosesPrompt, ScenarioFaults, InvLedger},
+	{BugEngineRestartsFromBase, ScenarioFaults, InvMonotonic},
+	{BugPublisherForgetsLaggards, ScenarioFaults, InvSync},
 }
 
 // findBug searches seeds from 1 until the planted bug breaks an
@@ -262,5 +265,23 @@ func TestConfigValidate(t *testing.T) {
 		if got, err := ParseBug(string(b)); err != nil || got != b {
 			t.Errorf("ParseBug(%s) = %v, %v", b, got, err)
 		}
+	}
+}
+
+// TestEveryInvariantCanFail: an invariant no planted bug can break might
+// be vacuous. Wire and protocol errors need a broken codec or core, which
+// the fuzz and core tests cover.
+func TestEveryInvariantCanFail(t *testing.T) {
+	covered := map[Invariant]bool{InvWire: true, InvProtocol: true}
+	for _, tc := range plantedBugs {
+		covered[tc.want] = true
+	}
+	for _, inv := range Invariants {
+		if !covered[inv] {
+			t.Errorf("no planted bug breaks invariant %s", inv)
+		}
+	}
+	if len(plantedBugs) != len(Bugs) {
+		t.Errorf("%d planted bugs tested, %d defined", len(plantedBugs), len(Bugs))
 	}
 }
