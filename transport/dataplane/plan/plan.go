@@ -141,3 +141,27 @@ func run(outer, inner, srcOff, slo, shi, dstOff, dlo, dhi, a, b int64) Run {
 		SrcStride: (shi - slo) * inner, DstStride: (dhi - dlo) * inner,
 	}
 }
+
+// Busiest returns the largest number of bytes any single rank sends or
+// receives: with every rank on its own link of the same speed, the sync
+// takes at least Busiest()/link bytes-per-second.
+func (p *Plan) Busiest() int64 {
+	var m int64
+	for _, b := range p.SendBytes {
+		m = max(m, b)
+	}
+	for _, b := range p.RecvBytes {
+		m = max(m, b)
+	}
+	return m
+}
+
+// LowerBound is the sync time implied by Busiest at linkBytesPerSecond
+// per rank (no overlap losses, no protocol overhead): a floor to compare
+// measured syncs with, not a prediction.
+func (p *Plan) LowerBound(linkBytesPerSecond float64) float64 {
+	if linkBytesPerSecond <= 0 {
+		return 0
+	}
+	return float64(p.Busiest()) / linkBytesPerSecond
+}

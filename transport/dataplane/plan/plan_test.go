@@ -81,6 +81,10 @@ func TestTP2ToTP4(t *testing.T) {
 	if p.SendBytes[0] != 80 || p.SendBytes[1] != 80 {
 		t.Fatalf("send bytes %v, want 80 each", p.SendBytes)
 	}
+	// Each inference rank receives 16 + 16 + 8 = 40 B; the senders' 80 B is the busiest.
+	if p.RecvBytes[3] != 40 || p.Busiest() != 80 || p.LowerBound(40) != 2 || p.LowerBound(0) != 0 {
+		t.Fatalf("recv %v busiest %d bound %v", p.RecvBytes, p.Busiest(), p.LowerBound(40))
+	}
 }
 
 // PP2×TP2 with DP2 (8 trainer ranks) → TP1 with DP2 (2 inference ranks).

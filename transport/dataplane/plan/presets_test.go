@@ -44,8 +44,9 @@ func TestPresets(t *testing.T) {
 			if float64(mx) > 1.25*mean {
 				t.Fatalf("busiest sender %d B vs mean %.0f: spreading failed", mx, mean)
 			}
-			t.Logf("%s %v→%v: %d tensors, %d transfers, %.1f GB moved, busiest sender %.2f GB (mean %.2f GB)",
-				ps.Name, ps.Train, ps.Infer, len(ps.Model.Tensors), len(p.Transfers), float64(p.TotalBytes())/1e9, float64(mx)/1e9, mean/1e9)
+			t.Logf("%s %v→%v: %d tensors, %d transfers, %.1f GB moved, busiest sender %.2f GB (mean %.2f GB), busiest rank %.2f GB: ≥ %.2f s at 50 GB/s per rank",
+				ps.Name, ps.Train, ps.Infer, len(ps.Model.Tensors), len(p.Transfers), float64(p.TotalBytes())/1e9, float64(mx)/1e9, mean/1e9,
+				float64(p.Busiest())/1e9, p.LowerBound(50e9))
 		})
 	}
 }
