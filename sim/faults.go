@@ -293,7 +293,7 @@ func (p *faultPlan) healAll(w *world) {
 	}
 }
 
-// describeMask lists the enabled faults.
+// enabledList describes the enabled faults, in schedule order.
 func (p *faultPlan) enabledList() []string {
 	var out []string
 	for _, f := range p.faults {

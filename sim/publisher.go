@@ -98,7 +98,7 @@ func (p *pubNode) onStepDone(m messages.StepDone) {
 		return
 	}
 	for p.tr.Target() < m.NewVersion {
-		if !p.publishNext(m.Step) {
+		if !p.publishNext() {
 			return
 		}
 	}
@@ -106,7 +106,7 @@ func (p *pubNode) onStepDone(m messages.StepDone) {
 
 // publishNext publishes target+1: payload, manifest, tracker, commands.
 // A publisher-crash fault strikes between the payload and the manifest.
-func (p *pubNode) publishNext(step int64) bool {
+func (p *pubNode) publishNext() bool {
 	w := p.w
 	v := p.tr.Target() + 1
 	w.store.putPayload(v)

@@ -76,7 +76,6 @@ type world struct {
 	full      []string
 	violation *Violation
 	finished  bool
-	endAt     time.Duration
 	done      bool
 }
 
