@@ -29,6 +29,9 @@
 //   - Backends that cannot run on this host (no GPU, no libnccl) say so in
 //     Available with an error wrapping ErrUnavailable; Registry.Pick walks a
 //     preference list and falls back to TCP, reporting why it skipped each.
+//     The source picks; a destination follows the plan's URI scheme
+//     (Registry.ForURI), and Registry.Receive does a destination's whole
+//     step: fetch, then the TransferDone or TransferFailed to publish.
 //
 // Subpackages: tcp (parallel resumable streams, sendfile), shm (/dev/shm
 // files mapped on both sides), nccl and nixl (libraries loaded at run time

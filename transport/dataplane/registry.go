@@ -1,9 +1,14 @@
 package dataplane
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/url"
 	"strings"
+
+	"github.com/asyncrl/asyncrl/messages"
 )
 
 // Registry holds the backends of one process and picks one by preference.
@@ -75,4 +80,39 @@ func (r *Registry) Pick(prefs ...string) (Backend, []Skipped, error) {
 		reasons[i] = s.Reason.Error()
 	}
 	return nil, skipped, fmt.Errorf("%w: no usable backend among %v: %s", ErrUnavailable, prefs, strings.Join(reasons, "; "))
+}
+
+// ForURI returns the backend that serves a plan's URI: the receiver does
+// not choose, the source did when it published. The scheme names the
+// backend ("tcp", "shm", "nccl", "nixl"); "file" is served by "shm".
+func (r *Registry) ForURI(uri string) (Backend, error) {
+	u, err := url.Parse(uri)
+	if err != nil || u.Scheme == "" {
+		return nil, fmt.Errorf("%w: URI %q has no scheme", ErrBadPlan, uri)
+	}
+	name := u.Scheme
+	if name == "file" {
+		name = "shm"
+	}
+	b, ok := r.backends[name]
+	if !ok {
+		return nil, fmt.Errorf("%w: no %q backend registered for %s", ErrUnavailable, name, uri)
+	}
+	return b, nil
+}
+
+// Receive is a destination's whole step for one plan: pick the backend by
+// the plan's URI, fetch into dst, and return the control message to
+// publish — messages.TransferDone, or messages.TransferFailed naming the
+// failing range and the reason.
+func (r *Registry) Receive(ctx context.Context, p *messages.TransferPlan, dest string, dst io.WriterAt) messages.Message {
+	b, err := r.ForURI(p.URI)
+	if err != nil {
+		return FailedMessage(p, dest, err)
+	}
+	res, err := b.Fetch(ctx, p, dst)
+	if err != nil {
+		return FailedMessage(p, dest, err)
+	}
+	return DoneMessage(p, dest, res)
 }
