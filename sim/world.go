@@ -163,8 +163,8 @@ func (w *world) send(bus *memhub.Bus, subject string, m messages.Message) {
 // event.
 func (w *world) subscribe(bus *memhub.Bus, subject string, h func(m messages.Message)) {
 	_, err := bus.Subscribe(subject, func(tm *transport.Msg) {
-		if w.done {
-			return
+		if w.done || w.violation != nil {
+			return // the run is over; the hub may still hold deliveries
 		}
 		m, err := messages.Decode(tm.Data)
 		if err != nil {
