@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"sync"
 
@@ -75,7 +76,12 @@ func (b *Backend) Publish(ctx context.Context, p *messages.TransferPlan, src io.
 	if err := srv.register(p.TransferID, &published{ranges: ranges, src: src}); err != nil {
 		return nil, err
 	}
-	uri := "tcp://" + srv.ln.Addr().String() + "/" + url.PathEscape(p.TransferID)
+	addr := srv.ln.Addr().String()
+	if b.cfg.Advertise != "" {
+		_, port, _ := net.SplitHostPort(addr)
+		addr = net.JoinHostPort(b.cfg.Advertise, port)
+	}
+	uri := "tcp://" + addr + "/" + url.PathEscape(p.TransferID)
 	return &offer{uri: uri, close: func() { srv.unregister(p.TransferID) }}, nil
 }
 

@@ -16,6 +16,10 @@ type Config struct {
 	// Publish. Default "127.0.0.1:0" (loopback, any port): reaching other
 	// nodes is an explicit choice.
 	Addr string
+	// Advertise is the host put into published URIs instead of the listen
+	// address's, for a server listening on all interfaces (Addr ":0") or
+	// behind a name peers resolve. Empty uses the listen address.
+	Advertise string
 	// Streams is how many parallel connections one Fetch opens (>= 1).
 	// Several streams fill a fat link that one TCP flow cannot, and let
 	// ranges verify on several cores. Default 4.

@@ -525,3 +525,18 @@ func TestConnectionsPooledAcrossFetches(t *testing.T) {
 		t.Fatalf("%d dials after the server dropped the idle connection, want 2", n)
 	}
 }
+
+func TestAdvertisedHost(t *testing.T) {
+	src := randomBytes(12, 1<<20)
+	p := plan(t, "adv", src, 1<<20, dataplane.XXH3)
+	server := newBackend(t, func(c *Config) { c.Advertise = "localhost" })
+	publish(t, server, p, src)
+	_, port, _ := net.SplitHostPort(server.Addr())
+	if p.URI != "tcp://localhost:"+port+"/adv" {
+		t.Fatalf("URI %q, want the advertised host", p.URI)
+	}
+	dst := make(dataplane.Buffer, len(src))
+	if _, err := newBackend(t, nil).Fetch(context.Background(), p, dst); err != nil || !bytes.Equal(dst, src) {
+		t.Fatalf("fetch via advertised host: %v", err)
+	}
+}
