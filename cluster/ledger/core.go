@@ -3,6 +3,7 @@ package ledger
 import (
 	"errors"
 	"fmt"
+	"sort"
 
 	"github.com/asyncrl/asyncrl/messages"
 )
@@ -123,4 +124,17 @@ func NextProgress(prev Progress, next Progress) error {
 		return fmt.Errorf("%w: step %d→%d, version %d→%d", ErrStepRegression, prev.Step, next.Step, prev.Version, next.Version)
 	}
 	return nil
+}
+
+// InFlightOf returns the entries consumed by node (Header.Sender) and not
+// yet settled, sorted by prompt id: what a dead node leaves behind.
+func InFlightOf(entries []Entry, node string) []Entry {
+	var out []Entry
+	for _, e := range entries {
+		if e.State == messages.LedgerConsumed && e.Sender == node {
+			out = append(out, e)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].PromptID < out[j].PromptID })
+	return out
 }

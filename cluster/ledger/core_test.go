@@ -124,3 +124,14 @@ func TestNextProgress(t *testing.T) {
 		}
 	}
 }
+
+func TestInFlightOf(t *testing.T) {
+	e := func(id, node string, s messages.LedgerState) Entry {
+		return Entry{Header: messages.Header{Sender: node}, PromptID: id, State: s}
+	}
+	all := []Entry{e("c", "n1", consumed), e("a", "n1", consumed), e("b", "n1", trained), e("d", "n2", consumed), e("f", "n1", requeued)}
+	got := InFlightOf(all, "n1")
+	if len(got) != 2 || got[0].PromptID != "a" || got[1].PromptID != "c" {
+		t.Fatalf("InFlightOf = %v, want a and c", got)
+	}
+}

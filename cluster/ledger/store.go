@@ -304,3 +304,30 @@ func (l *Ledger) casProgress(ctx context.Context, f func(prev Progress, exists b
 	}
 	return fmt.Errorf("ledger: progress still contended after %d attempts", l.cfg.CASRetries)
 }
+
+// RequeueNode requeues every prompt that node consumed and did not settle
+// (its in-flight episodes died with it), recording by, and returns them.
+// A prompt settled concurrently by someone else (the node was not dead
+// after all) is skipped, not an error: the ledger's compare-and-set
+// decides who was first.
+func (l *Ledger) RequeueNode(ctx context.Context, node, by string) ([]Entry, error) {
+	all, err := l.Entries(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []Entry
+	for _, e := range InFlightOf(all, node) {
+		ev := e
+		ev.State, ev.Sender = messages.LedgerRequeued, by
+		got, out1, err := l.Record(ctx, ev)
+		switch {
+		case errors.Is(err, ErrIllegalTransition):
+			continue
+		case err != nil:
+			return out, err
+		case out1 == Applied:
+			out = append(out, got)
+		}
+	}
+	return out, nil
+}

@@ -313,3 +313,33 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestRequeueNodeRequeuesOnlyItsInFlightPrompts(t *testing.T) {
+	b := connect(t, t.TempDir())
+	defer b.Close()
+	l := open(t, b)
+	ctx := context.Background()
+	by := func(node string, ev messages.PromptLedger) messages.PromptLedger { ev.Sender = node; return ev }
+	mustRecord(t, l, by("n1", rec("p1", messages.LedgerConsumed, 0)))
+	mustRecord(t, l, by("n1", rec("p2", messages.LedgerConsumed, 0)))
+	mustRecord(t, l, by("n1", rec("p2", messages.LedgerTrained, 0)))
+	mustRecord(t, l, by("n2", rec("p3", messages.LedgerConsumed, 0)))
+	mustRecord(t, l, by("n1", rec("p4", messages.LedgerConsumed, 0)))
+	got, err := l.RequeueNode(ctx, "n1", "n2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := fmt.Sprint(statesOf(got)); s != "[p1:requeued p4:requeued]" {
+		t.Fatalf("requeued %s, want p1 and p4", s)
+	}
+	es, _ := l.Entries(ctx)
+	if s := fmt.Sprint(statesOf(es)); s != "[p1:requeued p2:trained p3:consumed p4:requeued]" {
+		t.Fatalf("ledger %s", s)
+	}
+	// Nothing is left in flight on n1, so a second sweep does nothing, and
+	// the requeued prompts can be consumed again under a new attempt.
+	if again, err := l.RequeueNode(ctx, "n1", "n2"); err != nil || len(again) != 0 {
+		t.Fatalf("second sweep: %v %v", again, err)
+	}
+	mustRecord(t, l, by("n3", rec("p1", messages.LedgerConsumed, 1)))
+}
