@@ -216,10 +216,12 @@ func (c *Core) Failed() {
 	c.next = c.sentAt.Add(min(d, c.t.RetryMax))
 }
 
-// Resigned reports that the holder deleted its key on purpose.
-func (c *Core) Resigned() {
+// Resigned reports that the holder deleted its key on purpose at now. It
+// waits one RenewInterval before contending again, so a standby (which
+// polls every RenewInterval) gets the lease instead of the resigner.
+func (c *Core) Resigned(now time.Time) {
 	c.leader, c.until = false, time.Time{}
-	c.next = time.Time{}
+	c.next = now.Add(c.t.RenewInterval)
 }
 
 // Tick steps the leader down once its local deadline passed and reports

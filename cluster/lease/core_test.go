@@ -190,3 +190,19 @@ func TestCheckFence(t *testing.T) {
 		}
 	}
 }
+
+func TestCoreResignedWaitsBeforeContendingAgain(t *testing.T) {
+	c := newTestCore(t)
+	c.Due(at(0))
+	c.Acquired(3)
+	c.Resigned(at(100))
+	if c.Status(at(100)).Leader {
+		t.Fatal("leader after resigning")
+	}
+	if op := c.Due(at(349)); op != OpNone {
+		t.Fatalf("contends again %s before a RenewInterval passed", op)
+	}
+	if op := c.Due(at(350)); op != OpAcquire {
+		t.Fatalf("after RenewInterval: %s, want acquire", op)
+	}
+}

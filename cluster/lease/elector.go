@@ -289,13 +289,14 @@ func (e *Elector) Run(ctx context.Context) error {
 // lease already taken over is left alone). ErrNotLeader when not held.
 func (e *Elector) Resign(ctx context.Context) error {
 	e.mu.Lock()
-	st := e.core.Status(time.Now())
+	now := time.Now()
+	st := e.core.Status(now)
 	if !st.Leader {
 		e.mu.Unlock()
 		return ErrNotLeader
 	}
 	rev := e.core.Revision()
-	e.core.Resigned()
+	e.core.Resigned(now)
 	changed := e.last
 	e.last = false
 	e.mu.Unlock()

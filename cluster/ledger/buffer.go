@@ -96,8 +96,8 @@ func (l *Ledger) ConsumeGroups(ctx context.Context, durable string, ackWait time
 }
 
 // PendingGroups is how many stored groups the durable consumer has not
-// acked yet (0 when it does not exist yet: then every stored group is
-// pending, see StoredGroups).
+// acked yet (delivered or not). The consumer must exist (ConsumeGroups
+// created it); before that every stored group is pending (StoredGroups).
 func (l *Ledger) PendingGroups(ctx context.Context, durable string) (uint64, error) {
 	c, err := l.groups.Consumer(ctx, durable)
 	if err != nil {
