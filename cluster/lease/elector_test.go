@@ -254,3 +254,31 @@ func TestBucketTTLMismatchIsAnError(t *testing.T) {
 		t.Fatalf("second TTL in one bucket: %v, want ErrBadConfig", err)
 	}
 }
+
+func TestFencingTokensIncreaseAcrossTerms(t *testing.T) {
+	b := startBus(t)
+	es := []*lease.Elector{newElector(t, b, "a", nil), newElector(t, b, "b", nil), newElector(t, b, "c", nil)}
+	ctx := context.Background()
+	var tokens []uint64
+	for term := range 6 {
+		e := es[term%3]
+		st, _ := e.Tick(ctx)
+		if !st.Leader {
+			t.Fatalf("term %d: %d did not acquire the free lease", term, term%3)
+		}
+		// A renewal keeps the term's token while the revision moves on.
+		time.Sleep(timing().RenewInterval)
+		if st2, _ := e.Tick(ctx); !st2.Leader || st2.Token != st.Token || st2.Revision <= st.Revision {
+			t.Fatalf("term %d renewal: %+v after %+v", term, st2, st)
+		}
+		tokens = append(tokens, st.Token)
+		if err := e.Resign(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 1; i < len(tokens); i++ {
+		if tokens[i] <= tokens[i-1] {
+			t.Fatalf("tokens %v do not increase", tokens)
+		}
+	}
+}
