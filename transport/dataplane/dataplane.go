@@ -33,6 +33,9 @@ type Offer interface {
 	// URI locates the bytes; it goes into TransferPlan.URI.
 	URI() string
 	// Close withdraws the data; later fetches fail with ErrUnknownTransfer.
+	// Once it returns the backend no longer reads the source, so the caller
+	// may reuse that memory (in-flight sends are interrupted, not awaited
+	// to completion).
 	Close() error
 }
 

@@ -103,8 +103,12 @@ func TestReceiveByURI(t *testing.T) {
 	if !ok || done.Bytes != int64(len(src)) || done.Destination != "engine-3" || done.Version != 4 || !bytes.Equal(dst, src) {
 		t.Fatalf("Receive = %v", done)
 	}
-	src[1<<20] ^= 1 // range 1 no longer matches
-	failed, ok := reg.Receive(context.Background(), p, "engine-3", dst).(messages.TransferFailed)
+	// A plan whose range 1 checksum does not match the published bytes
+	// (the source must not change bytes while they are published).
+	bad := *p
+	bad.Ranges = append([]messages.ByteRange(nil), p.Ranges...)
+	bad.Ranges[1].Checksum = dataplane.Sum(dataplane.XXH3, []byte("other bytes"))
+	failed, ok := reg.Receive(context.Background(), &bad, "engine-3", dst).(messages.TransferFailed)
 	if !ok || failed.Range != 1 || !strings.Contains(failed.Reason, "checksum") {
 		t.Fatalf("Receive after corruption = %v", failed)
 	}

@@ -41,8 +41,12 @@ func TestInstrumentCountsFetches(t *testing.T) {
 	if _, err := b.Fetch(context.Background(), p, make(dataplane.Buffer, len(src))); err != nil {
 		t.Fatal(err)
 	}
-	src[5] ^= 1 // the next fetch fails its first range's checksum
-	if _, err := b.Fetch(context.Background(), p, make(dataplane.Buffer, len(src))); err == nil {
+	// A plan whose first checksum does not match (the source must not
+	// change bytes while they are published).
+	bad := *p
+	bad.Ranges = append([]messages.ByteRange(nil), p.Ranges...)
+	bad.Ranges[0].Checksum = dataplane.Sum(dataplane.XXH3, []byte("other bytes"))
+	if _, err := b.Fetch(context.Background(), &bad, make(dataplane.Buffer, len(src))); err == nil {
 		t.Fatal("corrupted fetch succeeded")
 	}
 	want := `

@@ -8,7 +8,9 @@
 //   - Backend.Publish starts (once) a server on Config.Addr (127.0.0.1:0 by
 //     default) and registers the source under the plan's TransferID; the
 //     Offer's URI is tcp://host:port/<escaped id>. Closing the Offer
-//     unregisters it; Backend.Close stops the server and every connection.
+//     unregisters it, closes the connections sending from it right now and
+//     waits until none reads the source; Backend.Close stops the server and
+//     every connection.
 //   - Backend.Fetch opens up to Config.Streams connections to the URI's
 //     server and hands out whole ranges to them. Each stream sends one
 //     request per range (or per resumed remainder) and reads the bytes

@@ -19,6 +19,46 @@ import (
 type published struct {
 	ranges []messages.ByteRange
 	src    io.ReaderAt
+
+	mu     sync.Mutex
+	closed bool
+	active map[net.Conn]struct{} // connections sending from src now
+	sends  sync.WaitGroup
+}
+
+// begin registers c as sending from p; false once p is withdrawn.
+func (p *published) begin(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	if p.active == nil {
+		p.active = map[net.Conn]struct{}{}
+	}
+	p.active[c] = struct{}{}
+	p.sends.Add(1)
+	return true
+}
+
+func (p *published) end(c net.Conn) {
+	p.mu.Lock()
+	delete(p.active, c)
+	p.mu.Unlock()
+	p.sends.Done()
+}
+
+// withdraw stops new sends, interrupts running ones (their clients resume
+// elsewhere or fail) and waits until nothing reads src any more, so the
+// caller may reuse the memory as soon as the Offer's Close returns.
+func (p *published) withdraw() {
+	p.mu.Lock()
+	p.closed = true
+	for c := range p.active {
+		c.Close()
+	}
+	p.mu.Unlock()
+	p.sends.Wait()
 }
 
 // server answers range requests for published transfers.
@@ -87,8 +127,12 @@ func (s *server) register(id string, p *published) error {
 
 func (s *server) unregister(id string) {
 	s.mu.Lock()
+	p := s.entries[id]
 	delete(s.entries, id)
 	s.mu.Unlock()
+	if p != nil {
+		p.withdraw()
+	}
 }
 
 func (s *server) lookup(id string) *published {
@@ -139,29 +183,34 @@ func (s *server) serve(c net.Conn) {
 		}
 		c.SetDeadline(time.Now().Add(s.cfg.IOTimeout))
 		p := s.lookup(req.id)
-		if p == nil {
+		if p == nil || !p.begin(c) {
 			writeStatus(c, statusUnknown, fmt.Sprintf("transfer %q is not published here", req.id))
 			continue
 		}
-		if int(req.index) >= len(p.ranges) {
-			writeStatus(c, statusBadRequest, fmt.Sprintf("range %d of %d", req.index, len(p.ranges)))
-			continue
-		}
-		r := p.ranges[req.index]
-		if req.length < 0 || req.offset < r.Offset || req.offset+req.length > r.Offset+r.Length {
-			writeStatus(c, statusBadRequest, fmt.Sprintf("bytes %d+%d outside range %d (%s)", req.offset, req.length, req.index, r.String()))
-			continue
-		}
-		if err := writeStatus(c, statusOK, ""); err != nil {
-			return
-		}
-		if err := s.send(c, p.src, req.offset, req.length, &buf); err != nil {
+		if err := s.answer(c, p, req, &buf); err != nil {
 			if s.ctx.Err() == nil {
 				s.cfg.Logger.Debug().Err(err).Str("transfer", req.id).Msg("dataplane/tcp: send failed")
 			}
 			return
 		}
 	}
+}
+
+// answer checks req against p's ranges and sends the bytes; an error
+// means the connection is unusable.
+func (s *server) answer(c net.Conn, p *published, req request, buf *[]byte) error {
+	defer p.end(c)
+	if int(req.index) >= len(p.ranges) {
+		return writeStatus(c, statusBadRequest, fmt.Sprintf("range %d of %d", req.index, len(p.ranges)))
+	}
+	r := p.ranges[req.index]
+	if req.length < 0 || req.offset < r.Offset || req.offset+req.length > r.Offset+r.Length {
+		return writeStatus(c, statusBadRequest, fmt.Sprintf("bytes %d+%d outside range %d (%s)", req.offset, req.length, req.index, r.String()))
+	}
+	if err := writeStatus(c, statusOK, ""); err != nil {
+		return err
+	}
+	return s.send(c, p.src, req.offset, req.length, buf)
 }
 
 // send writes src[off:off+n] to c in chunks, waiting on the rate limiter

@@ -540,3 +540,46 @@ func TestAdvertisedHost(t *testing.T) {
 		t.Fatalf("fetch via advertised host: %v", err)
 	}
 }
+
+// Closing an Offer interrupts its in-flight sends and returns only when
+// nothing reads the source any more: the caller may reuse the memory at
+// once (the race detector checks that), and the fetch fails cleanly.
+func TestOfferCloseStopsInflightSends(t *testing.T) {
+	src := randomBytes(13, 4<<20)
+	p := plan(t, "withdrawn", src, 1<<20, dataplane.XXH3)
+	server := newBackend(t, func(c *Config) { c.BytesPerSecond = 4 << 20; c.ChunkBytes = 64 << 10 })
+	o, err := server.Publish(context.Background(), p, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.URI = o.URI()
+	// Reads pause after 2 MiB until the offer is closed, so the close lands
+	// mid-transfer however the scheduler runs the test.
+	g := &gate{reached: make(chan struct{}), release: make(chan struct{})}
+	client := newBackend(t, func(c *Config) {
+		c.Backoff = time.Millisecond
+		c.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			return &gateConn{Conn: conn, g: g}, err
+		}
+	})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := client.Fetch(context.Background(), p, make(dataplane.Buffer, len(src)))
+		errc <- err
+	}()
+	select {
+	case <-g.reached: // 2 MiB arrived: sends are in flight
+	case err := <-errc:
+		t.Fatalf("fetch ended before the offer closed: %v", err)
+	case <-time.After(10 * time.Second):
+		close(g.release)
+		t.Fatal("no bytes arrived")
+	}
+	o.Close()
+	clear(src) // safe: Close waited for every send reading src
+	close(g.release)
+	if err := <-errc; !errors.Is(err, dataplane.ErrUnknownTransfer) {
+		t.Fatalf("fetch of a withdrawn transfer: %v, want ErrUnknownTransfer", err)
+	}
+}
