@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/asyncrl/asyncrl/transport"
@@ -52,6 +53,9 @@ type Config struct {
 	OnChange func(Status)
 	// Logger receives the elector's logs (default zerolog.Nop()).
 	Logger zerolog.Logger
+	// Registerer receives the asyncrl_lease_* metrics, labelled with role
+	// and holder; nil registers nowhere.
+	Registerer prometheus.Registerer
 }
 
 // DefaultConfig returns a config for role and holder with a 3s TTL: a
@@ -95,6 +99,7 @@ type Elector struct {
 	cfg Config
 	kv  jetstream.KeyValue
 	log zerolog.Logger
+	met *metrics
 
 	mu   sync.Mutex
 	core *Core
@@ -124,7 +129,11 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Elector, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Elector{cfg: cfg, kv: kv, log: cfg.Logger.With().Str("lease", cfg.Role).Str("holder", cfg.Holder).Logger(), core: core}, nil
+	met, err := newMetrics(cfg.Registerer, cfg.Role, cfg.Holder)
+	if err != nil {
+		return nil, err
+	}
+	return &Elector{cfg: cfg, kv: kv, log: cfg.Logger.With().Str("lease", cfg.Role).Str("holder", cfg.Holder).Logger(), met: met, core: core}, nil
 }
 
 func openBucket(ctx context.Context, nc *nats.Conn, cfg Config) (jetstream.KeyValue, error) {
@@ -222,6 +231,7 @@ func (e *Elector) Tick(ctx context.Context) (Status, time.Time) {
 	case op == OpNone:
 	case err == nil && op == OpAcquire:
 		e.core.Acquired(newRev)
+		e.met.acquired.Inc()
 		e.log.Info().Uint64("token", newRev).Msg("lease acquired")
 	case err == nil:
 		e.core.Renewed(newRev)
@@ -232,6 +242,7 @@ func (e *Elector) Tick(ctx context.Context) (Status, time.Time) {
 		e.log.Warn().Uint64("token", token).Msg("lease lost: renewal refused (expired or taken over)")
 	default:
 		e.core.Failed()
+		e.met.failures.Inc()
 		e.log.Debug().Err(err).Str("op", op.String()).Msg("lease call failed; retrying")
 	}
 	now := time.Now()
@@ -241,7 +252,11 @@ func (e *Elector) Tick(ctx context.Context) (Status, time.Time) {
 	e.last = st.Leader
 	e.mu.Unlock()
 	if changed {
-		if !st.Leader {
+		if st.Leader {
+			e.met.leader.Set(1)
+		} else {
+			e.met.leader.Set(0)
+			e.met.lost.Inc()
 			e.log.Warn().Uint64("token", st.Token).Msg("lease no longer held")
 		}
 		if e.cfg.OnChange != nil {
@@ -300,6 +315,7 @@ func (e *Elector) Resign(ctx context.Context) error {
 	changed := e.last
 	e.last = false
 	e.mu.Unlock()
+	e.met.leader.Set(0)
 	err := e.kv.Delete(ctx, e.cfg.Role, jetstream.LastRevision(rev))
 	if changed && e.cfg.OnChange != nil {
 		e.cfg.OnChange(Status{Token: st.Token, Revision: rev})

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
 
 	"github.com/asyncrl/asyncrl/cluster/lease"
@@ -280,5 +283,52 @@ func TestFencingTokensIncreaseAcrossTerms(t *testing.T) {
 		if tokens[i] <= tokens[i-1] {
 			t.Fatalf("tokens %v do not increase", tokens)
 		}
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	b := startBus(t)
+	reg := prometheus.NewPedanticRegistry()
+	mk := func(holder string) *lease.Elector {
+		cfg := lease.DefaultConfig("trainer", holder)
+		cfg.Timing, cfg.Registerer = timing(), reg
+		e, err := lease.New(context.Background(), b.Conn(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	a := mk("a")
+	a.Tick(context.Background())
+	want := `
+# HELP asyncrl_lease_leader 1 while this contender holds the lease of its role, else 0.
+# TYPE asyncrl_lease_leader gauge
+asyncrl_lease_leader{holder="a",role="trainer"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "asyncrl_lease_leader"); err != nil {
+		t.Fatal(err)
+	}
+	// a pauses past its deadline: the next tick reports the lost term.
+	time.Sleep(timing().TTL)
+	a.Tick(context.Background())
+	want = `
+# HELP asyncrl_lease_leader 1 while this contender holds the lease of its role, else 0.
+# TYPE asyncrl_lease_leader gauge
+asyncrl_lease_leader{holder="a",role="trainer"} 0
+# HELP asyncrl_lease_lost_total Terms that ended other than by resigning (renewal refused or local deadline passed).
+# TYPE asyncrl_lease_lost_total counter
+asyncrl_lease_lost_total{holder="a",role="trainer"} 1
+# HELP asyncrl_lease_acquired_total Terms won (leases acquired).
+# TYPE asyncrl_lease_acquired_total counter
+asyncrl_lease_acquired_total{holder="a",role="trainer"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "asyncrl_lease_leader", "asyncrl_lease_lost_total", "asyncrl_lease_acquired_total"); err != nil {
+		t.Fatal(err)
+	}
+	mk("b") // a second contender shares the registry
+	cfg := lease.DefaultConfig("trainer", "a")
+	cfg.Timing, cfg.Registerer = timing(), reg
+	if _, err := lease.New(context.Background(), b.Conn(), cfg); !errors.Is(err, lease.ErrBadConfig) {
+		t.Fatalf("same role and holder twice on one registry: %v, want ErrBadConfig", err)
 	}
 }
