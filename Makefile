@@ -46,6 +46,6 @@ SIM_SEEDS ?= 5000
 SIM_STEPS ?= 10
 .PHONY: sim
 sim: build
-	@for sc in default faults partitions; do \
+	@for sc in default faults partitions mixed; do \
 		./$(BIN) sim --seed 1 --seeds $(SIM_SEEDS) --steps $(SIM_STEPS) --scenario $$sc || exit 1; \
 	done

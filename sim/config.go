@@ -30,10 +30,12 @@ const (
 	// ScenarioPartitions: network partitions between nodes, with some
 	// message faults on top.
 	ScenarioPartitions Scenario = "partitions"
+	// ScenarioMixed: the faults of both, overlapping.
+	ScenarioMixed Scenario = "mixed"
 )
 
 // Scenarios lists every scenario, in documentation order.
-var Scenarios = []Scenario{ScenarioDefault, ScenarioFaults, ScenarioPartitions}
+var Scenarios = []Scenario{ScenarioDefault, ScenarioFaults, ScenarioPartitions, ScenarioMixed}
 
 // ParseScenario parses a scenario name.
 func ParseScenario(s string) (Scenario, error) {
@@ -98,7 +100,7 @@ type Config struct {
 	// Steps is the number of trainer steps the run must complete. ≥ 1;
 	// default 10.
 	Steps int
-	// Scenario is default, faults or partitions.
+	// Scenario is default, faults, partitions or mixed.
 	Scenario Scenario
 	// Engines is the number of simulated engines; 0 draws 2–4 from the seed.
 	Engines int

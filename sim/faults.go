@@ -107,9 +107,7 @@ func drawFaults(rng *rand.Rand, cfg Config, wl workload) *faultPlan {
 		}
 		add(f)
 	}
-	switch cfg.Scenario {
-	case ScenarioFaults:
-		n := 6 + rng.Intn(10)
+	processes := func(n int) {
 		for i := 0; i < n; i++ {
 			if rng.Intn(3) == 0 {
 				msgFault()
@@ -126,12 +124,12 @@ func drawFaults(rng *rand.Rand, cfg Config, wl workload) *faultPlan {
 			}
 			add(f)
 		}
-	case ScenarioPartitions:
+	}
+	partitions := func(n int) {
 		nodes := []string{"ctl", "trainer", "pub"}
 		for i := 0; i < wl.Engines; i++ {
 			nodes = append(nodes, fmt.Sprintf("e%d", i))
 		}
-		n := 2 + rng.Intn(4)
 		// Partitions are sequential (a new one replaces the old in the
 		// hub), so they are laid out one after another.
 		t := 500 * msec
@@ -160,9 +158,18 @@ func drawFaults(rng *rand.Rand, cfg Config, wl workload) *faultPlan {
 			t += f.dur
 			add(f)
 		}
+	}
+	switch cfg.Scenario {
+	case ScenarioFaults:
+		processes(6 + rng.Intn(10))
+	case ScenarioPartitions:
+		partitions(2 + rng.Intn(4))
 		for i, m := 0, rng.Intn(3); i < m; i++ {
 			msgFault()
 		}
+	case ScenarioMixed:
+		processes(4 + rng.Intn(8))
+		partitions(1 + rng.Intn(3))
 	}
 	return p
 }

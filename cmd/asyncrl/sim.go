@@ -27,9 +27,9 @@ func newSimCmd(g *globals) *cobra.Command {
 			"in one goroutine on a virtual clock over the in-memory bus. The seed draws the workload\n" +
 			"and a fault schedule (scenario faults: crashes, hangs, slowdowns, message drop/duplicate/\n" +
 			"delay/reorder, trainer and publisher crashes, corrupted deltas, stale metrics; scenario\n" +
-			"partitions: network partitions). Every invariant is checked after every event; on a\n" +
-			"violation the seed, the invariant and a minimised event trace are printed and the exit\n" +
-			"code is 1. The same seed always gives the same run.",
+			"partitions: network partitions; mixed: both). Every invariant is checked after every\n" +
+			"event; on a violation the seed, the invariant and a minimised event trace are printed\n" +
+			"and the exit code is 1. The same seed always gives the same run.",
 		Example: "  asyncrl sim --seed 42 --steps 10 --scenario faults\n" +
 			"  asyncrl sim --seed 1 --seeds 5000 --scenario partitions",
 		Args: cobra.NoArgs,
@@ -67,7 +67,7 @@ func newSimCmd(g *globals) *cobra.Command {
 	f := cmd.Flags()
 	f.Int64Var(&seed, "seed", 1, "seed of the (first) run; it draws the workload and the fault schedule")
 	f.IntVar(&steps, "steps", 10, "trainer steps each run must complete")
-	f.StringVar(&scenario, "scenario", string(sim.ScenarioDefault), "default (no faults), faults or partitions")
+	f.StringVar(&scenario, "scenario", string(sim.ScenarioDefault), "default (no faults), faults, partitions or mixed (both)")
 	f.IntVar(&seeds, "seeds", 1, "number of consecutive seeds to run, from --seed; stops at the first violation")
 	f.IntVar(&engines, "engines", 0, "number of engines (0: drawn from the seed, 2–4)")
 	f.IntVar(&trace, "trace", 40, "events of the trace printed with a violation")
