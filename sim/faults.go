@@ -190,7 +190,9 @@ func (p *faultPlan) start(w *world, f *fault) {
 	}
 	f.started = true
 	p.active++
-	p.injected[f.kind]++
+	if f.kind != FaultPublisherCrash {
+		p.injected[f.kind]++ // a publisher crash counts when it strikes
+	}
 	w.logf("FAULT start %s", f)
 	e := func() *engineNode { return w.engines[f.engine] }
 	switch f.kind {
@@ -210,6 +212,7 @@ func (p *faultPlan) start(w *world, f *fault) {
 		// Armed now; strikes at the next publish, between the payload
 		// and the manifest, and restarts dur later.
 		w.pub.armed = append(w.pub.armed, func() {
+			p.injected[f.kind]++
 			w.after(f.dur, "", func() { p.end(w, f) })
 		})
 		return
