@@ -30,6 +30,9 @@ func TestMain(m *testing.M) {
 
 const run = "r1"
 
+// proxy.Router is what discovery applies changes to.
+var _ discovery.Router = (*proxy.Router)(nil)
+
 // The discovery states are the router's, value for value.
 var _ = [1]int{}[int(discovery.Draining)-int(policy.Draining)]
 
