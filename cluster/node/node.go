@@ -501,7 +501,7 @@ func (n *Node) settle(ctx context.Context) {
 	if n.ledger == nil {
 		return
 	}
-	deadline := time.Now().Add(3 * time.Second)
+	deadline := time.Now().Add(10 * time.Second) // only a slow or broken pipeline waits this long
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		if len(n.unsettled()) == 0 {
 			return
