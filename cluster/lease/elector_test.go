@@ -308,24 +308,29 @@ asyncrl_lease_leader{holder="a",role="trainer"} 1
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "asyncrl_lease_leader"); err != nil {
 		t.Fatal(err)
 	}
-	// a pauses past its deadline: the next tick reports the lost term.
-	time.Sleep(timing().TTL)
+	// a pauses; b takes over; a's next tick reports the lost term.
+	bb := mk("b")
+	r := run(bb)
+	defer r.stop()
+	waitFor(t, 5*time.Second, "b to take over", func() bool { return bb.Status().Leader })
 	a.Tick(context.Background())
 	want = `
 # HELP asyncrl_lease_leader 1 while this contender holds the lease of its role, else 0.
 # TYPE asyncrl_lease_leader gauge
 asyncrl_lease_leader{holder="a",role="trainer"} 0
+asyncrl_lease_leader{holder="b",role="trainer"} 1
 # HELP asyncrl_lease_lost_total Terms that ended other than by resigning (renewal refused or local deadline passed).
 # TYPE asyncrl_lease_lost_total counter
 asyncrl_lease_lost_total{holder="a",role="trainer"} 1
+asyncrl_lease_lost_total{holder="b",role="trainer"} 0
 # HELP asyncrl_lease_acquired_total Terms won (leases acquired).
 # TYPE asyncrl_lease_acquired_total counter
 asyncrl_lease_acquired_total{holder="a",role="trainer"} 1
+asyncrl_lease_acquired_total{holder="b",role="trainer"} 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "asyncrl_lease_leader", "asyncrl_lease_lost_total", "asyncrl_lease_acquired_total"); err != nil {
 		t.Fatal(err)
 	}
-	mk("b") // a second contender shares the registry
 	cfg := lease.DefaultConfig("trainer", "a")
 	cfg.Timing, cfg.Registerer = timing(), reg
 	if _, err := lease.New(context.Background(), b.Conn(), cfg); !errors.Is(err, lease.ErrBadConfig) {
