@@ -83,12 +83,16 @@ const (
 	// LoadWeights, so an engine that missed one stays behind until the
 	// next version.
 	BugPublisherForgetsLaggards Bug = "publisher-forgets-laggards"
+	// BugCtlForgetsSentBatch: a restarted controller treats the batch it
+	// sent before crashing as lost and requeues its groups, although the
+	// trainer may still train it.
+	BugCtlForgetsSentBatch Bug = "controller-forgets-sent-batch"
 )
 
 // Bugs lists every planted bug.
 var Bugs = []Bug{BugRouterIgnoresGating, BugFilterLeaksCapacity, BugTrainerRetrainsOnRestart, BugEngineSkipsChecksum,
 	BugStalenessFromSchedule, BugPublisherAnnouncesEarly, BugRequeueLosesPrompt, BugEngineRestartsFromBase,
-	BugPublisherForgetsLaggards}
+	BugPublisherForgetsLaggards, BugCtlForgetsSentBatch}
 
 // Config configures one simulated run. The workload shape (staleness
 // bound, batch size, workers, group size, engines, turn counts) and the

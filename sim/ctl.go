@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"math"
+	"sort"
 	"time"
 
 	"github.com/asyncrl/asyncrl/actors/filter"
@@ -37,11 +38,16 @@ type engineKnow struct {
 }
 
 type rgroup struct {
-	id, prompt string
-	trajs      []*rtraj
-	done       int
-	p          float64 // probability a trajectory is rewarded
-	aborted    bool
+	// id names the group everywhere outside the staleness controller;
+	// cid is the controller's own id. They differ after a restart: the
+	// resumed controller numbers admissions from 1 again, so its ids
+	// would repeat ones already in the ledger (see restart).
+	id, cid string
+	prompt  string
+	trajs   []*rtraj
+	done    int
+	p       float64 // probability a trajectory is rewarded
+	aborted bool
 }
 
 type rtraj struct {
@@ -86,11 +92,24 @@ type ctlNode struct {
 	stepsDone  int64
 	know       map[string]*engineKnow
 	minVersion int64
+
+	// Crash and recovery. The controller's ledger — the prompt source,
+	// the groups admitted and not settled, the batch sent and its step —
+	// is durable (JetStream in the real system), written through on every
+	// transition; everything else is lost in a crash.
+	down       int
+	inc        int
+	recovering bool  // restarted: routes nothing until the first MinVersionSet
+	awaitStep  int64 // a batch sent before the crash, still unacknowledged
+}
+
+func (w *world) stalenessConfig() staleness.Config {
+	return staleness.Config{MaxStalenessSteps: w.wl.S, NumParallelGenerationWorkers: w.wl.W,
+		MiniBatchSize: w.wl.B, StalePolicy: staleness.PolicyRequeue}
 }
 
 func newCtl(w *world) (*ctlNode, error) {
-	st, err := staleness.New(staleness.Config{MaxStalenessSteps: w.wl.S, NumParallelGenerationWorkers: w.wl.W,
-		MiniBatchSize: w.wl.B, StalePolicy: staleness.PolicyRequeue})
+	st, err := staleness.New(w.stalenessConfig())
 	if err != nil {
 		return nil, err
 	}
@@ -99,66 +118,161 @@ func newCtl(w *world) (*ctlNode, error) {
 	if err := fc.Validate(); err != nil {
 		return nil, err
 	}
+	c := &ctlNode{w: w, bus: w.hub.Connect("ctl"), st: st, filt: fc}
+	return c, c.newRouter()
+}
+
+// newRouter starts the router shell from nothing: a fresh routing core,
+// every engine unknown (version 0, heard now).
+func (c *ctlNode) newRouter() error {
+	w := c.w
 	rc := policy.DefaultConfig()
 	rc.SweepInterval = 10 * time.Second
 	rt, err := policy.New(rc, w.rng)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	c := &ctlNode{w: w, bus: w.hub.Connect("ctl"), st: st, filt: fc, rt: rt,
-		groups: map[string]*rgroup{}, trajs: map[string]*rtraj{}, know: map[string]*engineKnow{}}
+	c.rt, c.know = rt, map[string]*engineKnow{}
+	c.groups, c.trajs = map[string]*rgroup{}, map[string]*rtraj{}
 	for i := 0; i < w.wl.Engines; i++ {
 		id := fmt.Sprintf("e%d", i)
 		if err := rt.AddReplica(id); err != nil {
-			return nil, err
+			return err
 		}
-		c.know[id] = &engineKnow{state: policy.Active}
+		c.know[id] = &engineKnow{state: policy.Active, lastHeard: w.now()}
 	}
-	return c, nil
+	return nil
+}
+
+// after is w.after for this incarnation of the controller: a timer set
+// before a crash does nothing.
+func (c *ctlNode) after(d time.Duration, label string, fn func()) {
+	inc := c.inc
+	c.w.after(d, label, func() {
+		if c.inc == inc && c.down == 0 {
+			fn()
+		}
+	})
+}
+
+// on wraps a handler so that a crashed controller receives nothing.
+func (c *ctlNode) on(h func(messages.Message)) func(messages.Message) {
+	return func(m messages.Message) {
+		if c.down == 0 {
+			h(m)
+		}
+	}
+}
+
+// crash loses everything but the durable ledger.
+func (c *ctlNode) crash() {
+	c.down++
+	c.inc++
+}
+
+// restart recovers from the ledger: the staleness controller resumes at
+// the step after the last acknowledged one (after the in-flight batch's
+// step, if one was sent — its groups are counted as accepted, and the
+// controller waits for its StepDone before the next batch); every other
+// admitted, unsettled group is requeued; the router starts blind and
+// routes nothing until the publisher's minimum version arrives.
+func (c *ctlNode) restart() {
+	c.down--
+	if c.down > 0 {
+		return
+	}
+	w := c.w
+	var lost []*rgroup
+	for _, g := range c.groups {
+		lost = append(lost, g)
+	}
+	lost = append(lost, c.pending...)
+	resume := c.stepsDone + 1
+	if c.batchSent && w.cfg.has(BugCtlForgetsSentBatch) {
+		c.batchSent = false
+	}
+	if c.batchSent {
+		c.awaitStep = c.batchStep
+		resume = c.batchStep + 1
+	} else {
+		lost = append(lost, c.batch...)
+		c.batch = nil
+	}
+	sort.Slice(lost, func(i, j int) bool { return lost[i].id < lost[j].id })
+	st, err := staleness.Resume(w.stalenessConfig(), resume)
+	if err != nil {
+		w.fail(InvProtocol, "staleness: resume: %v", err)
+		return
+	}
+	c.st, c.pending, c.minVersion, c.recovering = st, nil, 0, true
+	if err := c.newRouter(); err != nil {
+		w.fail(InvProtocol, "router: %v", err)
+		return
+	}
+	for _, g := range lost {
+		w.logf("ctl: recovery requeues %s", g.id)
+		w.orc.settle(g.id, "requeued")
+		c.source = append(c.source, g.prompt)
+	}
+	w.logf("ctl: recovered at step %d (awaiting step %d), %d groups requeued", resume, c.awaitStep, len(lost))
+	c.sweep()
+	if c.batchSent {
+		c.sendBatch()
+	}
 }
 
 func (c *ctlNode) t() time.Time { return c.w.hub.Now() }
 
 func (c *ctlNode) start() {
 	w := c.w
-	w.subscribe(c.bus, subjResults, func(m messages.Message) {
+	w.subscribe(c.bus, subjResults, c.on(func(m messages.Message) {
 		if r, ok := m.(messages.TurnResult); ok {
 			c.onResult(r)
 		}
-	})
-	w.subscribe(c.bus, subjHealthAll, func(m messages.Message) {
+	}))
+	w.subscribe(c.bus, subjHealthAll, c.on(func(m messages.Message) {
 		if h, ok := m.(messages.EngineHealth); ok {
 			c.onHealth(h)
 		}
-	})
-	w.subscribe(c.bus, subjLoadAll, func(m messages.Message) {
+	}))
+	w.subscribe(c.bus, subjLoadAll, c.on(func(m messages.Message) {
 		if l, ok := m.(messages.EngineLoad); ok {
 			_ = c.rt.ObserveMetrics(c.t(), l.Engine, int(l.Waiting), l.KVUsage)
 		}
-	})
-	w.subscribe(c.bus, subjAcks, func(m messages.Message) {
+	}))
+	w.subscribe(c.bus, subjAcks, c.on(func(m messages.Message) {
 		if a, ok := m.(messages.EngineVersionAck); ok {
 			if k := c.know[a.Engine]; k != nil && a.Version > k.version {
 				k.version = a.Version
 				_ = c.rt.SetVersion(a.Engine, a.Version)
 			}
 		}
-	})
-	w.subscribe(c.bus, subjSteps, func(m messages.Message) {
+	}))
+	w.subscribe(c.bus, subjSteps, c.on(func(m messages.Message) {
 		if sd, ok := m.(messages.StepDone); ok {
 			c.onStepDone(sd)
 		}
-	})
-	w.subscribe(c.bus, subjMinVersion, func(m messages.Message) {
-		if mv, ok := m.(messages.MinVersionSet); ok && mv.MinVersion > c.minVersion {
+	}))
+	w.subscribe(c.bus, subjMinVersion, c.on(func(m messages.Message) {
+		mv, ok := m.(messages.MinVersionSet)
+		if !ok {
+			return
+		}
+		if mv.MinVersion > c.minVersion {
 			c.minVersion = mv.MinVersion
 			if !w.cfg.has(BugRouterIgnoresGating) {
 				c.rt.SetMinVersion(mv.MinVersion)
 			}
 		}
-	})
+		if c.recovering {
+			c.recovering = false
+			w.logf("ctl: minimum version %d known: routing again", c.minVersion)
+			c.tryBatch()
+			c.tryAdmit()
+		}
+	}))
 	c.sweep()
-	w.after(0, "ctl: start", c.tryAdmit)
+	c.after(0, "ctl: start", c.tryAdmit)
 }
 
 func (c *ctlNode) onHealth(h messages.EngineHealth) {
@@ -188,7 +302,7 @@ func (c *ctlNode) onHealth(h messages.EngineHealth) {
 
 // sweep marks engines that went silent unhealthy.
 func (c *ctlNode) sweep() {
-	c.w.after(healthSweep, "", func() {
+	c.after(healthSweep, "", func() {
 		now := c.w.now()
 		for _, rv := range c.rt.Replicas() {
 			if k := c.know[rv.URL]; rv.Healthy && now-k.lastHeard > healthTimeout {
@@ -230,7 +344,7 @@ func promptTokens(p string) []int32 {
 // tryAdmit starts groups while the staleness controller has capacity.
 func (c *ctlNode) tryAdmit() {
 	w := c.w
-	if c.stepsDone >= int64(w.cfg.Steps) {
+	if c.stepsDone >= int64(w.cfg.Steps) || c.recovering {
 		return
 	}
 	for {
@@ -240,8 +354,11 @@ func (c *ctlNode) tryAdmit() {
 			return
 		}
 		c.popPrompt()
-		w.orc.admit(adm.GroupID, p)
-		g := &rgroup{id: adm.GroupID, prompt: p}
+		g := &rgroup{id: adm.GroupID, cid: adm.GroupID, prompt: p}
+		if c.inc > 0 {
+			g.id = fmt.Sprintf("%s@%d", adm.GroupID, c.inc)
+		}
+		w.orc.admit(g.id, p)
 		// Some prompts are too easy or too hard (every trajectory scores
 		// the same, so the filter drops the group); the rest are mixed.
 		switch w.rng.Intn(6) {
@@ -252,7 +369,7 @@ func (c *ctlNode) tryAdmit() {
 		default:
 			g.p = 0.25 + 0.5*w.rng.Float64()
 		}
-		w.logf("ctl: admit %s (scheduled v%d, capacity now %d)", adm.GroupID, adm.ScheduledVersion, c.st.Capacity())
+		w.logf("ctl: admit %s (scheduled v%d, capacity now %d)", g.id, adm.ScheduledVersion, c.st.Capacity())
 		c.groups[g.id] = g
 		for i := 0; i < w.wl.N; i++ {
 			t := &rtraj{id: fmt.Sprintf("%s.%d", g.id, i), g: g, turns: 1 + w.rng.Intn(w.wl.MaxTurns),
@@ -285,7 +402,7 @@ func (c *ctlNode) routeTurn(t *rtraj) {
 		PrefixHash: policy.Hash64(t.g.prompt), Avoid: t.avoid}
 	d := c.rt.Route(c.t(), req)
 	if !d.OK() {
-		w.after(routeBackoff, "", func() { c.routeTurn(t) })
+		c.after(routeBackoff, "", func() { c.routeTurn(t) })
 		return
 	}
 	c.checkRoute(t, d)
@@ -297,7 +414,7 @@ func (c *ctlNode) routeTurn(t *rtraj) {
 		Header:       messages.Header{RunID: runID, Sender: "ctl", Version: c.minVersion},
 		TrajectoryID: t.id, GroupID: t.g.id, TurnIndex: int32(t.turn), Engine: d.Replica,
 		Tokens: t.ctx, MaxTokens: int32(t.maxTok[t.turn])})
-	w.after(turnTimeout, "", func() {
+	c.after(turnTimeout, "", func() {
 		if t.inflight && t.seq == seq && !t.g.aborted {
 			c.onTimeout(t)
 		}
@@ -375,7 +492,7 @@ func (c *ctlNode) onResult(r messages.TurnResult) {
 		for i := 0; i < envTokens; i++ {
 			t.ctx, t.vers, t.mask = append(t.ctx, int32(61+i)), append(t.vers, 0), append(t.mask, 0)
 		}
-		w.after(envDelay, "", func() { c.routeTurn(t) })
+		c.after(envDelay, "", func() { c.routeTurn(t) })
 		return
 	}
 	c.rt.Finish(c.t(), t.id)
@@ -402,18 +519,23 @@ func (c *ctlNode) abortGroup(g *rgroup, why string) {
 	}
 	delete(c.groups, g.id)
 	w.logf("ctl: abort %s: %s", g.id, why)
-	if err := c.st.Abort(g.id, c.t()); err != nil {
+	if err := c.st.Abort(g.cid, c.t()); err != nil {
 		w.fail(InvProtocol, "staleness: %v", err)
 		return
 	}
-	c.drainRequeues()
+	c.drainRequeues(g)
 	c.tryAdmit()
 }
 
-func (c *ctlNode) drainRequeues() {
+// drainRequeues carries out the staleness controller's requeue of g.
+func (c *ctlNode) drainRequeues(g *rgroup) {
 	for _, r := range c.st.Drain() {
 		c.w.logf("ctl: %s", r)
-		c.w.orc.settle(r.GroupID, "requeued")
+		if r.GroupID != g.cid {
+			c.w.fail(InvProtocol, "staleness: requeue of %s while settling %s", r.GroupID, g.cid)
+			return
+		}
+		c.w.orc.settle(g.id, "requeued")
 		if !c.w.cfg.has(BugRequeueLosesPrompt) {
 			c.source = append(c.source, r.PromptID)
 		}
@@ -434,7 +556,7 @@ func (c *ctlNode) groupReady(g *rgroup) {
 	if w.cfg.has(BugStalenessFromSchedule) {
 		oldest = staleness.UnknownVersion
 	}
-	if err := c.st.Accept(g.id, oldest, c.t()); err != nil {
+	if err := c.st.Accept(g.cid, oldest, c.t()); err != nil {
 		w.fail(InvProtocol, "staleness: %v", err)
 		return
 	}
@@ -449,7 +571,7 @@ func (c *ctlNode) groupReady(g *rgroup) {
 		c.tryBatch()
 	} else {
 		if !w.cfg.has(BugFilterLeaksCapacity) {
-			if err := c.st.Filter(g.id, c.t()); err != nil {
+			if err := c.st.Filter(g.cid, c.t()); err != nil {
 				w.fail(InvProtocol, "staleness: %v", err)
 				return
 			}
@@ -463,13 +585,13 @@ func (c *ctlNode) groupReady(g *rgroup) {
 // then sends the batch to the trainer.
 func (c *ctlNode) tryBatch() {
 	w := c.w
-	if c.batchSent || c.stepsDone >= int64(w.cfg.Steps) {
+	if c.batchSent || c.stepsDone >= int64(w.cfg.Steps) || c.recovering {
 		return
 	}
 	for int64(len(c.batch)) < w.wl.B && len(c.pending) > 0 {
 		g := c.pending[0]
 		c.pending = c.pending[1:]
-		d, err := c.st.CheckForTraining(g.id, c.t())
+		d, err := c.st.CheckForTraining(g.cid, c.t())
 		if err != nil {
 			w.fail(InvProtocol, "staleness: %v", err)
 			return
@@ -478,7 +600,7 @@ func (c *ctlNode) tryBatch() {
 		if d.Verdict == staleness.Train {
 			c.batch = append(c.batch, g)
 		} else {
-			c.drainRequeues()
+			c.drainRequeues(g)
 		}
 	}
 	if int64(len(c.batch)) < w.wl.B {
@@ -504,7 +626,7 @@ func (c *ctlNode) sendBatch() {
 	w.send(c.bus, subjTrain, messages.TrainBatch{Header: messages.Header{RunID: runID, Sender: "ctl", Version: step - 1},
 		Step: step, GroupIDs: ids, Trajectories: int32(len(c.batch) * w.wl.N),
 		Batch: messages.BatchRef{Inline: c.batchData, Bytes: int64(len(c.batchData)), Checksum: checksumOf(c.batchData)}})
-	w.after(retransmit, "", func() {
+	c.after(retransmit, "", func() {
 		if c.batchSent && c.batchStep == step {
 			w.logf("ctl: no StepDone for step %d: resend batch", step)
 			c.sendBatch()
@@ -514,13 +636,19 @@ func (c *ctlNode) sendBatch() {
 
 func (c *ctlNode) onStepDone(m messages.StepDone) {
 	w := c.w
-	advanced, err := c.st.StepDone(m.Step, c.t())
-	if err != nil {
-		w.fail(InvProtocol, "staleness: %v", err)
-		return
-	}
-	if !advanced {
-		return
+	if c.awaitStep != 0 && m.Step == c.awaitStep {
+		// The batch sent before a crash: the resumed staleness controller
+		// already counts it, so only the bookkeeping advances.
+		c.awaitStep = 0
+	} else {
+		advanced, err := c.st.StepDone(m.Step, c.t())
+		if err != nil {
+			w.fail(InvProtocol, "staleness: %v", err)
+			return
+		}
+		if !advanced {
+			return
+		}
 	}
 	if !c.batchSent || c.batchStep != m.Step {
 		w.fail(InvProtocol, "StepDone %d without a batch sent for it", m.Step)

@@ -16,28 +16,29 @@ type FaultKind string
 // the fault heals (the engine restarts, the partition heals, the rule is
 // removed).
 const (
-	FaultEngineCrash    FaultKind = "engine-crash"    // engine process dies; restarts at the end with its weights
-	FaultEngineRestart  FaultKind = "engine-restart"  // a crash with a quick restart
-	FaultEngineHang     FaultKind = "engine-hang"     // engine stops stepping and reporting
-	FaultEngineSlowdown FaultKind = "engine-slowdown" // every engine step takes 10× longer
-	FaultStaleMetrics   FaultKind = "stale-metrics"   // the engine's load scrape keeps returning an old sample
-	FaultCorruptDelta   FaultKind = "corrupt-delta"   // fetched weights fail their checksum half of the time
-	FaultTrainerCrash   FaultKind = "trainer-crash"   // trainer dies; restarts from its durable state
-	FaultPublisherCrash FaultKind = "publisher-crash" // publisher dies between a payload and its manifest
-	FaultMsgDrop        FaultKind = "msg-drop"        // hub drops matching deliveries
-	FaultMsgDuplicate   FaultKind = "msg-duplicate"   // hub delivers matching messages twice
-	FaultMsgDelay       FaultKind = "msg-delay"       // hub delays matching deliveries
-	FaultMsgReorder     FaultKind = "msg-reorder"     // hub shuffles matching deliveries in windows
-	FaultPartition      FaultKind = "partition"       // nodes split into groups that cannot talk
+	FaultEngineCrash    FaultKind = "engine-crash"     // engine process dies; restarts at the end with its weights
+	FaultEngineRestart  FaultKind = "engine-restart"   // a crash with a quick restart
+	FaultEngineHang     FaultKind = "engine-hang"      // engine stops stepping and reporting
+	FaultEngineSlowdown FaultKind = "engine-slowdown"  // every engine step takes 10× longer
+	FaultStaleMetrics   FaultKind = "stale-metrics"    // the engine's load scrape keeps returning an old sample
+	FaultCorruptDelta   FaultKind = "corrupt-delta"    // fetched weights fail their checksum half of the time
+	FaultTrainerCrash   FaultKind = "trainer-crash"    // trainer dies; restarts from its durable state
+	FaultPublisherCrash FaultKind = "publisher-crash"  // publisher dies between a payload and its manifest
+	FaultCtlCrash       FaultKind = "controller-crash" // controller dies; recovers from its durable ledger
+	FaultMsgDrop        FaultKind = "msg-drop"         // hub drops matching deliveries
+	FaultMsgDuplicate   FaultKind = "msg-duplicate"    // hub delivers matching messages twice
+	FaultMsgDelay       FaultKind = "msg-delay"        // hub delays matching deliveries
+	FaultMsgReorder     FaultKind = "msg-reorder"      // hub shuffles matching deliveries in windows
+	FaultPartition      FaultKind = "partition"        // nodes split into groups that cannot talk
 )
 
 // FaultKinds lists every kind, for summaries.
 var FaultKinds = []FaultKind{FaultEngineCrash, FaultEngineRestart, FaultEngineHang, FaultEngineSlowdown,
-	FaultStaleMetrics, FaultCorruptDelta, FaultTrainerCrash, FaultPublisherCrash, FaultMsgDrop,
+	FaultStaleMetrics, FaultCorruptDelta, FaultTrainerCrash, FaultPublisherCrash, FaultCtlCrash, FaultMsgDrop,
 	FaultMsgDuplicate, FaultMsgDelay, FaultMsgReorder, FaultPartition}
 
 var processFaults = []FaultKind{FaultEngineCrash, FaultEngineRestart, FaultEngineHang, FaultEngineSlowdown,
-	FaultStaleMetrics, FaultCorruptDelta, FaultTrainerCrash, FaultPublisherCrash}
+	FaultStaleMetrics, FaultCorruptDelta, FaultTrainerCrash, FaultPublisherCrash, FaultCtlCrash}
 
 var msgFaults = []FaultKind{FaultMsgDrop, FaultMsgDuplicate, FaultMsgDelay, FaultMsgReorder}
 
@@ -208,6 +209,8 @@ func (p *faultPlan) start(w *world, f *fault) {
 		e().corrupt++
 	case FaultTrainerCrash:
 		w.trainer.crash()
+	case FaultCtlCrash:
+		w.ctl.crash()
 	case FaultPublisherCrash:
 		// Armed now; strikes at the next publish, between the payload
 		// and the manifest, and restarts dur later.
@@ -278,6 +281,8 @@ func (p *faultPlan) end(w *world, f *fault) {
 		e().corrupt--
 	case FaultTrainerCrash:
 		w.trainer.restart()
+	case FaultCtlCrash:
+		w.ctl.restart()
 	case FaultPublisherCrash:
 		if w.pub.down > 0 {
 			w.pub.restart()

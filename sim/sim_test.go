@@ -106,6 +106,7 @@ var plantedBugs = []struct {
 	{BugRequeueLosesPrompt, ScenarioFaults, InvLedger},
 	{BugEngineRestartsFromBase, ScenarioFaults, InvMonotonic},
 	{BugPublisherForgetsLaggards, ScenarioFaults, InvSync},
+	{BugCtlForgetsSentBatch, ScenarioFaults, InvLedger},
 }
 
 // findBug searches seeds from 1 until the planted bug breaks an

@@ -286,7 +286,7 @@ func (w *world) finish() {
 }
 
 var (
-	groupRe  = regexp.MustCompile(`\bp\d+#\d+\b`)
+	groupRe  = regexp.MustCompile(`\bp\d+#\d+(?:@\d+)?\b`)
 	engineRe = regexp.MustCompile(`\be\d+\b`)
 )
 
