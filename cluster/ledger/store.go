@@ -191,33 +191,35 @@ func (l *Ledger) Record(ctx context.Context, ev messages.PromptLedger) (Entry, O
 	return Entry{}, Applied, fmt.Errorf("ledger: prompt %s: still contended after %d attempts", ev.PromptID, l.cfg.CASRetries)
 }
 
-// Entries returns every prompt's entry, sorted by prompt id.
+// Entries returns every prompt's entry, sorted by prompt id. It reads the
+// bucket in one pass (a watcher replays the latest value of every key),
+// not one request per prompt.
 func (l *Ledger) Entries(ctx context.Context) ([]Entry, error) {
-	lister, err := l.prompts.ListKeys(ctx)
+	w, err := l.prompts.WatchAll(ctx, jetstream.IgnoreDeletes())
 	if err != nil {
 		return nil, fmt.Errorf("ledger: list prompts: %w", err)
 	}
-	var keys []string
-	for k := range lister.Keys() {
-		keys = append(keys, k)
-	}
+	defer func() { _ = w.Stop() }()
 	var out []Entry
-	for _, k := range keys {
-		ent, err := l.prompts.Get(ctx, k)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			continue
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("ledger: list prompts: %w", ctx.Err())
+		case ent, ok := <-w.Updates():
+			if !ok {
+				return nil, fmt.Errorf("ledger: list prompts: watcher closed")
+			}
+			if ent == nil { // the initial values are all delivered
+				sort.Slice(out, func(i, j int) bool { return out[i].PromptID < out[j].PromptID })
+				return out, nil
+			}
+			e, err := decodeEntry(ent.Value())
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, e)
 		}
-		if err != nil {
-			return nil, fmt.Errorf("ledger: read %s: %w", k, err)
-		}
-		e, err := decodeEntry(ent.Value())
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, e)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].PromptID < out[j].PromptID })
-	return out, nil
 }
 
 // Progress returns the trainer's stored progress; ok is false before the

@@ -57,6 +57,9 @@ func TestRecordValidatesAgainstStoredState(t *testing.T) {
 	defer b.Close()
 	l := open(t, b)
 	ctx := context.Background()
+	if es, err := l.Entries(ctx); err != nil || len(es) != 0 {
+		t.Fatalf("empty ledger: %v %v", es, err)
+	}
 	mustRecord(t, l, rec("p/1 with spaces", messages.LedgerConsumed, 0))
 	mustRecord(t, l, rec("p/1 with spaces", messages.LedgerTrained, 0))
 	if _, _, err := l.Record(ctx, rec("p/1 with spaces", messages.LedgerTrained, 1)); !errors.Is(err, ledger.ErrAlreadyTrained) {
