@@ -18,7 +18,7 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func connect(t *testing.T, dir string) *natsbus.Bus {
+func connect(t testing.TB, dir string) *natsbus.Bus {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -31,7 +31,7 @@ func connect(t *testing.T, dir string) *natsbus.Bus {
 	return b
 }
 
-func open(t *testing.T, b *natsbus.Bus) *ledger.Ledger {
+func open(t testing.TB, b *natsbus.Bus) *ledger.Ledger {
 	t.Helper()
 	l, err := ledger.Open(context.Background(), b.Conn(), ledger.DefaultConfig("run1"))
 	if err != nil {
