@@ -16,7 +16,7 @@
 // RenewInterval, acquires within TTL + RenewInterval of the holder's last
 // renewal, plus the server's expiry granularity: nats-server checks MaxAge
 // at most every 250ms on a coarse clock, so expect up to ~300ms more (1s
-// TTL, 200ms renew: measured 1.40s on loopback).
+// TTL, 200ms renew: measured 1.0–1.4s on loopback).
 //
 // On the holder's side leadership is judged conservatively by Core, a pure
 // state machine with an injected clock: the lease counts as held only
