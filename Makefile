@@ -7,7 +7,7 @@ LDFLAGS   := -X github.com/asyncrl/asyncrl/internal/buildinfo.Version=$(VERSION)
 RACE_PKGS ?= ./transport/... ./actors/... ./messages/...
 FUZZTIME  ?= 30s
 
-.PHONY: all build test test-race lint fuzz bench run clean
+.PHONY: all build test test-long lint fuzz bench run clean
 
 all: build
 
@@ -18,6 +18,10 @@ test:
 	$(GO) vet ./...
 	$(GO) test -count=1 ./...
 	$(GO) test -count=1 -race $(RACE_PKGS)
+
+# Slow learning checks: a full 30-step default run must learn (cluster/node).
+test-long:
+	ASYNCRL_LONG=1 $(GO) test -count=1 -run 'TestDefaultsLearn' -v ./cluster/node/
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
