@@ -19,7 +19,8 @@
 //   - NextLogits is safe for concurrent use by many goroutines as long as
 //     nobody mutates the model (the engine serves a frozen copy; the trainer
 //     owns its own copy). It does not allocate in steady state.
-//   - Training (Forward/Backward into a Grad, Adam, Trainer.Step) is
+//   - Training (Forward/Backward into a Grad, Adam, Trainer.Step and the
+//     accumulation API Begin/Accumulate/Apply) is
 //     deterministic for a seed: gradients are reduced in a fixed order
 //     whatever the scheduling; parallel workers (TrainerConfig.Workers) own
 //     fixed contiguous chunks of the batch and their partial sums are added
@@ -46,4 +47,23 @@
 // over the sample support set, entropy bonus and k3 KL against the rollout
 // logprobs, global-norm clipping and AdamW. StepStats reports the
 // train–inference mismatch mean |logp_train − logp_rollout|.
+//
+// # Gradient accumulation over microbatches
+//
+// A mini-batch too large for one pass is trained as microbatches with ONE
+// optimiser step: Totals(b) gives the whole mini-batch's reduction
+// denominators (sequences, trained tokens, max length), Begin(totals) opens
+// the step, Accumulate(microbatch) adds each microbatch's gradient, Apply
+// clips the summed gradient and takes the AdamW step. Every token's loss is
+// weighted by the mini-batch's denominators (token_mean divides by the
+// mini-batch's trained tokens, not the microbatch's), so any split — in any
+// order, with padding microbatches of loss-mask-0 tokens anywhere — gives
+// the gradient of the mini-batch in one piece up to float64 summation
+// order; Apply refuses unless exactly the announced tokens were
+// accumulated. StepMicrobatches(b, indices) does all four; Step(b) is the
+// one-microbatch case. Accumulate's memory is the microbatch plus buffers
+// allocated once by NewTrainer (one float64 gradient per worker, one
+// accumulator, the workspaces), so peak memory does not grow with the
+// mini-batch. A step being accumulated is not part of a trainer
+// checkpoint.
 package policy

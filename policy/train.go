@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"sync"
 )
 
 // ErrBatch is wrapped by errors about a malformed training batch.
@@ -178,6 +177,8 @@ type Trainer struct {
 	grads   []*Grad
 	wss     []*Workspace
 	scratch [][]float64 // per-worker per-vocab scratch
+	acc     []float64   // the pending step's gradient (see Accumulate)
+	pend    pending
 }
 
 // NewTrainer wraps model (which it then owns and mutates) with Adam state.
@@ -196,6 +197,7 @@ func NewTrainer(model *Model, cfg TrainerConfig) (*Trainer, error) {
 		t.wss = append(t.wss, model.NewWorkspace())
 		t.scratch = append(t.scratch, make([]float64, 3*model.VocabSize()))
 	}
+	t.acc = make([]float64, model.NumParams())
 	return t, nil
 }
 
@@ -217,6 +219,8 @@ func (t *Trainer) ServingCopy() *Model {
 	return c
 }
 
+// validateBatch checks every sequence and counts its trained tokens; a batch
+// with none is valid here (a padding microbatch), Totals refuses it.
 func (t *Trainer) validateBatch(b Batch) (tokens, maxLen int, err error) {
 	V := int32(t.model.VocabSize())
 	var seen []bool
@@ -254,9 +258,6 @@ func (t *Trainer) validateBatch(b Batch) (tokens, maxLen int, err error) {
 			}
 		}
 		maxLen = max(maxLen, n)
-	}
-	if tokens == 0 {
-		return 0, 0, fmt.Errorf("%w: no trained tokens (every loss mask is 0)", ErrBatch)
 	}
 	return tokens, maxLen, nil
 }
@@ -299,73 +300,41 @@ type tokenStats struct {
 	clipped                 int
 }
 
-// Step runs one clipped policy-gradient update on batch and advances the
-// version. On error nothing changes.
-func (t *Trainer) Step(b Batch) (StepStats, error) {
-	st, g, err := t.lossGrad(b)
-	if err != nil {
-		return StepStats{}, err
-	}
-	st.GradNorm = t.applyAdam(g)
-	t.step++
-	st.Version = t.step
-	return st, nil
+func (a *tokenStats) add(b tokenStats) {
+	a.loss += b.loss
+	a.ent += b.ent
+	a.mismatch += b.mismatch
+	a.kl += b.kl
+	a.clipped += b.clipped
 }
 
-// lossGrad computes the batch loss statistics and its gradient (in
-// t.grads[0]) without touching the weights.
+// Step runs one clipped policy-gradient update on batch and advances the
+// version: Begin(Totals(b)), Accumulate(b), Apply. On error nothing
+// changes.
+func (t *Trainer) Step(b Batch) (StepStats, error) {
+	return t.StepMicrobatches(b, [][]int{seqRange(len(b.Sequences))})
+}
+
+// lossGrad computes the batch loss statistics and its gradient without
+// touching the weights. The gradient aliases the trainer's accumulator and
+// is valid until the next Begin.
 func (t *Trainer) lossGrad(b Batch) (StepStats, []float64, error) {
-	nTok, maxLen, err := t.validateBatch(b)
+	tot, err := t.Totals(b)
 	if err != nil {
 		return StepStats{}, nil, err
 	}
-	if t.cfg.ReductionMaxSeqLen > 0 {
-		maxLen = t.cfg.ReductionMaxSeqLen
+	if err := t.Begin(tot); err != nil {
+		return StepStats{}, nil, err
 	}
-	W := min(t.cfg.Workers, len(b.Sequences))
-	stats := make([]tokenStats, W)
-	chunk := (len(b.Sequences) + W - 1) / W
-	work := func(w int) {
-		t.grads[w].Reset()
-		lo, hi := w*chunk, min((w+1)*chunk, len(b.Sequences))
-		for si := lo; si < hi; si++ {
-			t.seqGrad(&b.Sequences[si], len(b.Sequences), nTok, maxLen, w, &stats[w])
-		}
-		t.model.Flatten(t.grads[w])
+	defer t.Discard()
+	if err := t.Accumulate(b); err != nil {
+		return StepStats{}, nil, err
 	}
-	if W == 1 {
-		work(0)
-	} else {
-		var wg sync.WaitGroup
-		for w := range W {
-			wg.Go(func() { work(w) })
-		}
-		wg.Wait()
-	}
-	g := t.grads[0].flat
-	var st tokenStats
-	for w := 0; w < W; w++ {
-		if w > 0 {
-			for i, x := range t.grads[w].flat {
-				g[i] += x
-			}
-		}
-		st.loss += stats[w].loss
-		st.ent += stats[w].ent
-		st.mismatch += stats[w].mismatch
-		st.kl += stats[w].kl
-		st.clipped += stats[w].clipped
-	}
-	n := float64(nTok)
-	return StepStats{
-		Loss: st.loss, Entropy: st.ent / n,
-		Mismatch: st.mismatch / n, KL: st.kl / n, Tokens: nTok,
-		ClipFrac: float64(st.clipped) / n,
-	}, g, nil
+	return t.pend.stats(), t.acc, nil
 }
 
 // seqGrad accumulates one sequence's loss gradient into t.grads[w].
-func (t *Trainer) seqGrad(s *Sequence, batchSize, nTok, maxLen, w int, st *tokenStats) {
+func (t *Trainer) seqGrad(s *Sequence, tot BatchTotals, w int, st *tokenStats) {
 	c := t.cfg
 	ws := t.wss[w]
 	V := t.model.VocabSize()
@@ -381,16 +350,16 @@ func (t *Trainer) seqGrad(s *Sequence, batchSize, nTok, maxLen, w int, st *token
 		}
 	}
 	var weight float64
+	if seqTok == 0 {
+		return // padding, or a sequence with nothing to train
+	}
 	switch c.Reduction {
 	case TokenMean:
-		weight = 1 / float64(nTok)
+		weight = 1 / float64(tot.Tokens)
 	case SequenceMean:
-		if seqTok == 0 {
-			return
-		}
-		weight = 1 / (float64(seqTok) * float64(batchSize))
+		weight = 1 / (float64(seqTok) * float64(tot.Sequences))
 	case SeqMeanTokenSumNorm:
-		weight = 1 / (float64(batchSize) * float64(maxLen))
+		weight = 1 / (float64(tot.Sequences) * float64(tot.MaxLen))
 	}
 	A := float64(s.Advantage)
 	for i := 1; i < len(s.Tokens); i++ {
