@@ -1,0 +1,26 @@
+// Package shell is the weight publisher's actor shell: it serialises calls
+// into the pure version Tracker (package actors/publisher) and carries out
+// what the tracker decides.
+//
+// # Contract
+//
+//   - Join registers an engine (name, URL, served version) with the
+//     tracker and tells the Router the engine's version.
+//   - Publish records a new version, hands every engine behind it a
+//     Command through the Dispatcher (which must not block: each engine's
+//     receiver fetches, applies, pauses, loads, resumes on its own), and
+//     waits until the version is routable on at least one engine, or until
+//     every engine that got the command failed or left, or ctx ends.
+//   - Acks arrive as messages.EngineVersionAck on the bus (Config.Acks) or
+//     through Ack. Each new ack tells the Router the engine's version; the
+//     Router's minimum version rises to the tracker's MinRoutable only once
+//     some engine serves it, so a request is never routed to an engine
+//     below the minimum and the fleet is never left with no routable
+//     engine while the first receiver is still loading.
+//   - Failed records that an engine could not reach a version (it stays
+//     out of rotation until a later ack); Leave forgets an engine (it was
+//     stopped).
+//
+// The shell owns no goroutine: the bus delivers acks on its own, and every
+// method takes one mutex around the tracker.
+package shell

@@ -1,0 +1,252 @@
+package shell
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/rs/zerolog"
+
+	"github.com/asyncrl/asyncrl/actors/publisher"
+	"github.com/asyncrl/asyncrl/messages"
+	"github.com/asyncrl/asyncrl/transport"
+)
+
+// ErrNoEngine: a published version reached no engine (every one that was
+// told to load it failed or left).
+var ErrNoEngine = errors.New("publisher/shell: no engine serves the published version")
+
+// Router is what the shell tells the request router. Both calls must be
+// cheap and must not call back into the shell.
+type Router interface {
+	// SetVersion records the version an engine (by URL) acknowledged.
+	SetVersion(url string, version int64)
+	// SetMinVersion sets the lowest version the router may route to.
+	SetMinVersion(version int64)
+}
+
+// Dispatcher hands a command to an engine's receiver. It must not block:
+// the receiver works on its own and reports with an ack (or Failed).
+type Dispatcher interface {
+	Dispatch(cmd publisher.Command)
+}
+
+// Config configures a Shell.
+type Config struct {
+	// Tracker configures the version tracker core.
+	Tracker publisher.Config
+	// RunID filters acks: acks of other runs are ignored.
+	RunID string
+	// Acks is the subject (pattern) of EngineVersionAck messages; empty
+	// means acks come only through Ack.
+	Acks string
+	// Logger receives ack and failure notices (default zerolog.Nop()).
+	Logger zerolog.Logger
+}
+
+// Shell is the publisher actor shell.
+type Shell struct {
+	cfg    Config
+	router Router
+	disp   Dispatcher
+	sub    transport.Subscription
+
+	mu        sync.Mutex
+	tr        *publisher.Tracker
+	urls      map[string]string
+	failed    map[string]int64 // engine → highest version it failed to reach
+	routerMin int64
+	changed   chan struct{} // closed and replaced on every state change
+}
+
+// New starts a shell; with Config.Acks set it subscribes to acks on bus.
+func New(cfg Config, bus transport.Bus, r Router, d Dispatcher) (*Shell, error) {
+	tr, err := publisher.New(cfg.Tracker)
+	if err != nil {
+		return nil, err
+	}
+	if r == nil || d == nil {
+		return nil, errors.New("publisher/shell: Router and Dispatcher are required")
+	}
+	s := &Shell{cfg: cfg, router: r, disp: d, tr: tr, urls: map[string]string{}, failed: map[string]int64{},
+		changed: make(chan struct{})}
+	if cfg.Acks != "" {
+		if bus == nil {
+			return nil, errors.New("publisher/shell: Config.Acks needs a bus")
+		}
+		if s.sub, err = bus.Subscribe(cfg.Acks, s.onAck); err != nil {
+			return nil, fmt.Errorf("publisher/shell: subscribe %s: %w", cfg.Acks, err)
+		}
+	}
+	return s, nil
+}
+
+// Close stops listening for acks.
+func (s *Shell) Close() error {
+	if s.sub == nil {
+		return nil
+	}
+	return s.sub.Unsubscribe()
+}
+
+func (s *Shell) onAck(msg *transport.Msg) {
+	a, err := messages.DecodeAs[messages.EngineVersionAck](msg.Data)
+	if err != nil || a.RunID != s.cfg.RunID {
+		return
+	}
+	if _, err := s.Ack(a.Engine, a.Version); err != nil {
+		s.cfg.Logger.Warn().Err(err).Str("engine", a.Engine).Int64("version", a.Version).Msg("publisher: ack refused")
+	}
+}
+
+// notifyLocked wakes every Publish waiting for a change.
+func (s *Shell) notifyLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// Join registers an engine serving version and tells the router.
+func (s *Shell) Join(name, url string, serving int64) (publisher.Command, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cmd, err := s.tr.Join(name, serving)
+	if err != nil {
+		return cmd, err
+	}
+	s.urls[name] = url
+	delete(s.failed, name)
+	if serving >= 0 {
+		s.router.SetVersion(url, serving)
+	}
+	s.notifyLocked()
+	return cmd, nil
+}
+
+// Leave forgets an engine (stopped or removed).
+func (s *Shell) Leave(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tr.Leave(name)
+	delete(s.urls, name)
+	delete(s.failed, name)
+	s.notifyLocked()
+}
+
+// Fetching records that an engine's receiver started on version.
+func (s *Shell) Fetching(name string, version int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.tr.Fetching(name, version)
+}
+
+// Failed records that an engine could not reach version.
+func (s *Shell) Failed(name string, version int64, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.urls[name]; !ok {
+		return
+	}
+	s.failed[name] = max(s.failed[name], version)
+	s.cfg.Logger.Warn().Err(err).Str("engine", name).Int64("version", version).Msg("publisher: engine did not load the version")
+	s.notifyLocked()
+}
+
+// Ack records that an engine serves version; it reports whether the ack
+// was new (a late or duplicate ack is ignored and counted by the tracker).
+func (s *Shell) Ack(name string, version int64) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ok, err := s.tr.Ack(name, version)
+	if err != nil || !ok {
+		return ok, err
+	}
+	s.router.SetVersion(s.urls[name], version)
+	s.raiseMinLocked()
+	s.notifyLocked()
+	return true, nil
+}
+
+// raiseMinLocked moves the router's minimum up to the tracker's once some
+// engine serves it (never down, never to a fleet with nothing routable).
+func (s *Shell) raiseMinLocked() {
+	if m := s.tr.MinRoutable(); m > s.routerMin && len(s.tr.RoutableEngines()) > 0 {
+		s.routerMin = m
+		s.router.SetMinVersion(m)
+	}
+}
+
+// Publish records info (the next version), dispatches the catch-up
+// commands and waits until the version is routable somewhere.
+func (s *Shell) Publish(ctx context.Context, info publisher.VersionInfo) error {
+	s.mu.Lock()
+	cmds, err := s.tr.Publish(info)
+	if err != nil {
+		s.mu.Unlock()
+		return err
+	}
+	for _, c := range cmds {
+		s.disp.Dispatch(c)
+	}
+	s.mu.Unlock()
+	for {
+		s.mu.Lock()
+		done, err := s.settledLocked(info.Version)
+		ch := s.changed
+		s.mu.Unlock()
+		if done {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("publisher/shell: waiting for version %d: %w", info.Version, ctx.Err())
+		case <-ch:
+		}
+	}
+}
+
+// settledLocked: version is routable on some engine (nil), or no engine
+// can still get there (ErrNoEngine).
+func (s *Shell) settledLocked(version int64) (bool, error) {
+	pending := 0
+	for _, st := range s.tr.Engines() {
+		if st.Serving >= version {
+			return true, nil
+		}
+		if s.failed[st.Engine] < version {
+			pending++
+		}
+	}
+	if pending == 0 {
+		return true, fmt.Errorf("%w: version %d", ErrNoEngine, version)
+	}
+	return false, nil
+}
+
+// MinRoutable is the tracker's minimum routable version.
+func (s *Shell) MinRoutable() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.tr.MinRoutable()
+}
+
+// RouterMin is the minimum version the router was last given.
+func (s *Shell) RouterMin() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.routerMin
+}
+
+// Engines returns every engine's status in the tracker.
+func (s *Shell) Engines() []publisher.EngineStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.tr.Engines()
+}
+
+// IgnoredAcks counts late or duplicate acks.
+func (s *Shell) IgnoredAcks() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.tr.IgnoredAcks()
+}

@@ -1,0 +1,182 @@
+package shell
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/asyncrl/asyncrl/actors/publisher"
+	"github.com/asyncrl/asyncrl/messages"
+	"github.com/asyncrl/asyncrl/transport/natsbus"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// fakeRouter records what the shell told it, in order.
+type fakeRouter struct {
+	mu       sync.Mutex
+	versions map[string]int64
+	min      int64
+	log      []string
+}
+
+func (r *fakeRouter) SetVersion(url string, v int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.versions == nil {
+		r.versions = map[string]int64{}
+	}
+	r.versions[url] = v
+}
+
+func (r *fakeRouter) SetMinVersion(v int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	// The property the shell promises: some engine serves the new minimum
+	// before the router hears of it.
+	ok := false
+	for _, sv := range r.versions {
+		ok = ok || sv >= v
+	}
+	if !ok {
+		r.log = append(r.log, "min raised above every engine")
+	}
+	r.min = v
+}
+
+type chanDispatcher chan publisher.Command
+
+func (d chanDispatcher) Dispatch(c publisher.Command) { d <- c }
+
+func newShell(t *testing.T, cfg Config) (*Shell, *fakeRouter, chanDispatcher) {
+	t.Helper()
+	r := &fakeRouter{}
+	d := make(chanDispatcher, 16)
+	s, err := New(cfg, nil, r, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range []string{"e0", "e1"} {
+		if _, err := s.Join(e, "http://"+e, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s, r, d
+}
+
+func TestPublishWaitsForTheFirstAckAndGatesTheRouter(t *testing.T) {
+	s, r, d := newShell(t, Config{})
+	done := make(chan error, 1)
+	go func() { done <- s.Publish(context.Background(), publisher.VersionInfo{Version: 1, DeltaBytes: 10}) }()
+	for _, want := range []string{"e0", "e1"} {
+		if c := <-d; c.Engine != want || c.Plan.String() != "plan from=0 target=1 deltas=1 bytes=10" {
+			t.Fatalf("command %+v, want a 1-delta plan for %s", c, want)
+		}
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("Publish returned %v before any engine acked", err)
+	default:
+	}
+	if r.min != 0 {
+		t.Fatalf("router min %d before any ack", r.min)
+	}
+	if ok, err := s.Ack("e1", 1); !ok || err != nil {
+		t.Fatalf("ack: %v %v", ok, err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if r.min != 1 || r.versions["http://e1"] != 1 || r.versions["http://e0"] != 0 {
+		t.Fatalf("router min %d versions %v", r.min, r.versions)
+	}
+	if got := s.Engines(); got[0].Routable || !got[1].Routable {
+		t.Fatalf("e0 must be out of rotation until it acks: %+v", got)
+	}
+	if ok, _ := s.Ack("e1", 1); ok || s.IgnoredAcks() != 1 {
+		t.Fatal("a duplicate ack must be ignored and counted")
+	}
+	if len(r.log) > 0 {
+		t.Fatal(r.log)
+	}
+}
+
+func TestPublishFailsWhenEveryEngineFails(t *testing.T) {
+	s, r, d := newShell(t, Config{})
+	done := make(chan error, 1)
+	go func() { done <- s.Publish(context.Background(), publisher.VersionInfo{Version: 1}) }()
+	<-d
+	<-d
+	s.Failed("e0", 1, errors.New("disk full"))
+	s.Leave("e1")
+	if err := <-done; !errors.Is(err, ErrNoEngine) {
+		t.Fatalf("err = %v, want ErrNoEngine", err)
+	}
+	if r.min != 0 {
+		t.Fatalf("router min raised to %d with nothing serving it", r.min)
+	}
+	// A later version is dispatched to the failed engine again.
+	go func() { done <- s.Publish(context.Background(), publisher.VersionInfo{Version: 2}) }()
+	if c := <-d; c.Engine != "e0" || c.Plan.Target != 2 {
+		t.Fatalf("command %+v", c)
+	}
+	if _, err := s.Ack("e0", 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil || r.min != 2 {
+		t.Fatalf("err %v min %d", err, r.min)
+	}
+}
+
+func TestPublishEndsWithContext(t *testing.T) {
+	s, _, d := newShell(t, Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Publish(ctx, publisher.VersionInfo{Version: 1}) }()
+	<-d
+	<-d
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v", err)
+	}
+	if _, err := s.Ack("e0", 5); !errors.Is(err, publisher.ErrUnknownVersion) {
+		t.Fatalf("ack of an unpublished version: %v", err)
+	}
+}
+
+func TestAcksOverTheBus(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	bus, err := natsbus.Connect(ctx, natsbus.DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bus.Close()
+	r := &fakeRouter{}
+	d := make(chanDispatcher, 4)
+	s, err := New(Config{RunID: "run", Acks: "asyncrl.run.engines.*.ack"}, bus, r, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Join("e0", "http://e0", 0); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		<-d
+		for _, run := range []string{"other", "run"} { // another run's ack is ignored
+			data, _ := messages.Encode(messages.EngineVersionAck{Header: messages.Header{RunID: run, Sender: "e0", Version: 1}, Engine: "e0"})
+			_ = bus.Publish(ctx, "asyncrl.run.engines.e0.ack", data)
+		}
+	}()
+	if err := s.Publish(ctx, publisher.VersionInfo{Version: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if s.RouterMin() != 1 || s.IgnoredAcks() != 0 {
+		t.Fatalf("router min %d ignored %d", s.RouterMin(), s.IgnoredAcks())
+	}
+}
