@@ -71,7 +71,9 @@ func (t *Trainer) Begin(tot BatchTotals) error {
 	if t.cfg.ReductionMaxSeqLen > 0 {
 		tot.MaxLen = t.cfg.ReductionMaxSeqLen
 	}
-	clear(t.acc)
+	for _, g := range t.grads {
+		g.Reset()
+	}
 	t.pend = pending{open: true, tot: tot}
 	return nil
 }
@@ -84,9 +86,9 @@ func (t *Trainer) Begin(tot BatchTotals) error {
 // microbatch split and Workers, never on timing.
 //
 // Memory: besides the microbatch itself, Accumulate uses only buffers the
-// trainer allocated once (one gradient per worker, the accumulator, the
-// workspaces), so peak memory is bounded by the microbatch, whatever the
-// mini-batch size. On error the open step is unchanged.
+// trainer allocated once (one gradient per worker, the workspaces; Apply
+// adds one accumulator), so peak memory is bounded by the microbatch,
+// whatever the mini-batch size. On error the open step is unchanged.
 func (t *Trainer) Accumulate(mb Batch) error {
 	if !t.pend.open {
 		return fmt.Errorf("%w: Accumulate without Begin", ErrBatch)
@@ -108,13 +110,14 @@ func (t *Trainer) Accumulate(mb Batch) error {
 	W := min(t.cfg.Workers, len(mb.Sequences))
 	stats := make([]tokenStats, W)
 	chunk := (len(mb.Sequences) + W - 1) / W
+	// Each worker keeps adding into its own Grad across microbatches; the
+	// first-layer table gradient is folded (Flatten) and the workers summed
+	// once, in gradient(), so a microbatch costs only its tokens.
 	work := func(w int) {
-		t.grads[w].Reset()
 		lo, hi := w*chunk, min((w+1)*chunk, len(mb.Sequences))
 		for si := lo; si < hi; si++ {
 			t.seqGrad(&mb.Sequences[si], tot, w, &stats[w])
 		}
-		t.model.Flatten(t.grads[w])
 	}
 	if W == 1 {
 		work(0)
@@ -126,9 +129,6 @@ func (t *Trainer) Accumulate(mb Batch) error {
 		wg.Wait()
 	}
 	for w := range W {
-		for i, x := range t.grads[w].flat {
-			t.acc[i] += x
-		}
 		t.pend.st.add(stats[w])
 	}
 	t.pend.tokens += tokens
@@ -148,11 +148,23 @@ func (t *Trainer) Apply() (StepStats, error) {
 		return StepStats{}, fmt.Errorf("%w: accumulated %d trained tokens, the mini-batch has %d", ErrBatch, t.pend.tokens, t.pend.tot.Tokens)
 	}
 	st := t.pend.stats()
-	st.GradNorm = t.applyAdam(t.acc)
+	st.GradNorm = t.applyAdam(t.gradient())
 	t.step++
 	st.Version = t.step
 	t.pend = pending{}
 	return st, nil
+}
+
+// gradient folds each worker's gradient and sums them in worker order into
+// t.acc, which it returns. Idempotent while the step is open.
+func (t *Trainer) gradient() []float64 {
+	clear(t.acc)
+	for _, g := range t.grads {
+		for i, x := range t.model.Flatten(g) {
+			t.acc[i] += x
+		}
+	}
+	return t.acc
 }
 
 // Discard drops the open step, if any; the weights are untouched.

@@ -68,7 +68,7 @@ func accumulateSplit(t interface{ Fatal(...any) }, tr *Trainer, b Batch, micro [
 			t.Fatal(err)
 		}
 	}
-	return tr.pend.stats(), slices.Clone(tr.acc)
+	return tr.pend.stats(), slices.Clone(tr.gradient())
 }
 
 func paddingSeq() Sequence {

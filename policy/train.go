@@ -330,7 +330,7 @@ func (t *Trainer) lossGrad(b Batch) (StepStats, []float64, error) {
 	if err := t.Accumulate(b); err != nil {
 		return StepStats{}, nil, err
 	}
-	return t.pend.stats(), t.acc, nil
+	return t.pend.stats(), t.gradient(), nil
 }
 
 // seqGrad accumulates one sequence's loss gradient into t.grads[w].

@@ -178,7 +178,7 @@ func (a *Actor) step(tb messages.TrainBatch) error {
 		return fmt.Errorf("trainer: step %d: %w", tb.Step, err)
 	}
 	t0 := time.Now()
-	st, err := a.tr.Step(p.Batch)
+	st, err := Train(a.tr, p)
 	if err != nil {
 		return fmt.Errorf("trainer: step %d: %w", tb.Step, err)
 	}

@@ -8,9 +8,15 @@
 //     batch for a later step is an error.
 //   - Prepare turns the batch into policy sequences with GRPO advantages
 //     per group ((r − mean)/(std + 1e-6), or r − mean with NormStd false)
-//     and plans microbatches (package trainer/microbatch). The built-in
-//     backend (policy.Trainer) takes the whole mini-batch in one optimiser
-//     step; the plan sizes the work and is what a remote backend follows.
+//     and plans microbatches (package trainer/microbatch). Train follows
+//     the plan on the built-in backend (policy.Trainer): it computes the
+//     mini-batch's loss-reduction totals, accumulates each microbatch's
+//     gradient — ranks in rank order, each rank's microbatches in plan
+//     order, padding microbatches as one loss-mask-0 token — and takes ONE
+//     optimiser step per mini-batch. Peak memory is bounded by
+//     max_tokens_per_microbatch; the gradient equals a single pass over the
+//     mini-batch up to float summation order. A remote backend follows the
+//     same plan.
 //   - After the step the new BF16 serving copy goes to the Publisher (in
 //     process: pause every engine in the configured mode, swap weights,
 //     resume, tell the router), then WeightsPublished and StepDone{Step: s,

@@ -1,0 +1,74 @@
+package trainer
+
+import (
+	"fmt"
+
+	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/policy/tokenizer"
+)
+
+// Backend is what Train needs of the built-in trainer: one optimiser step
+// accumulated over microbatches (policy.Trainer implements it).
+type Backend interface {
+	Totals(b policy.Batch) (policy.BatchTotals, error)
+	Begin(tot policy.BatchTotals) error
+	Accumulate(mb policy.Batch) error
+	Apply() (policy.StepStats, error)
+	Discard()
+}
+
+var _ Backend = (*policy.Trainer)(nil)
+
+// paddingBatch is the plan's padding microbatch materialised as its
+// contract says: one valid token with loss mask 0. It adds nothing to the
+// gradient; running it keeps the built-in backend doing what a real DP
+// rank with a collective must do.
+var paddingBatch = policy.Batch{Sequences: []policy.Sequence{{
+	Tokens: []int32{tokenizer.PAD}, LossMask: []uint8{0}, RolloutLogprobs: []float32{0},
+}}}
+
+// Train takes ONE optimiser step on a prepared mini-batch, following its
+// microbatch plan: the loss is reduced over the whole mini-batch (its
+// totals are computed first), each microbatch's gradient is accumulated,
+// and the step is applied once. In-process DP ranks are accumulated in rank
+// order, each rank's microbatches in plan order, so the result is
+// deterministic; it equals one pass over the whole mini-batch up to float
+// summation order. Peak memory is bounded by the largest microbatch (plus
+// the backend's fixed buffers), not by the mini-batch. On error no step is
+// taken and the backend is left without an open step.
+func Train(be Backend, p Prepared) (policy.StepStats, error) {
+	tot, err := be.Totals(p.Batch)
+	if err != nil {
+		return policy.StepStats{}, err
+	}
+	if err := be.Begin(tot); err != nil {
+		return policy.StepStats{}, err
+	}
+	var mb policy.Batch
+	for r, rank := range p.Plan.Ranks {
+		for k, m := range rank.Microbatches {
+			batch := paddingBatch
+			if !m.Padding {
+				mb.Sequences = mb.Sequences[:0]
+				for _, i := range m.Indices {
+					if i < 0 || i >= len(p.Batch.Sequences) {
+						be.Discard()
+						return policy.StepStats{}, fmt.Errorf("trainer: rank %d microbatch %d: index %d outside the mini-batch of %d", r, k, i, len(p.Batch.Sequences))
+					}
+					mb.Sequences = append(mb.Sequences, p.Batch.Sequences[i])
+				}
+				batch = mb
+			}
+			if err := be.Accumulate(batch); err != nil {
+				be.Discard()
+				return policy.StepStats{}, fmt.Errorf("trainer: rank %d microbatch %d: %w", r, k, err)
+			}
+		}
+	}
+	st, err := be.Apply()
+	if err != nil {
+		be.Discard()
+		return policy.StepStats{}, fmt.Errorf("trainer: apply: %w", err)
+	}
+	return st, nil
+}
