@@ -15,7 +15,9 @@
 //     actors/router/policy (bounded_sticky, version gating, health from
 //     heartbeats and turn timeouts, load from scraped metrics), the
 //     staleness controller (actors/staleness) and the filter
-//     (actors/filter, DAPO mode);
+//     (actors/filter, DAPO mode); after a crash it recovers from its
+//     durable ledger (prompt source, unsettled groups, sent batch, step)
+//     with staleness.Resume;
 //   - node trainer: the trainer stand-in; checks the batch checksum,
 //     decodes its tokens, packs microbatches (actors/trainer/microbatch),
 //     trains for a modelled time, commits durable state, sends StepDone;
