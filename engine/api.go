@@ -80,6 +80,12 @@ type Extensions struct {
 	// survived top-k/top-p/min-p (descending probability); present only
 	// when one of those filters is active.
 	SampleSupport [][]int32 `json:"sample_support,omitempty"`
+	// OutputSupportLogprobs holds, per generated token, its logprob
+	// renormalised over its SampleSupport row at the sampling temperature
+	// (sampler.SupportLogProb on the logits that sampled it): what a trainer
+	// with normalize_over_support compares its own support-normalised
+	// logprob against. Present exactly when SampleSupport is.
+	OutputSupportLogprobs []float32 `json:"output_support_logprobs,omitempty"`
 }
 
 // CompletionLogprobs is the legacy completions logprobs object.

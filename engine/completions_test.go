@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/asyncrl/asyncrl/policy/sampler"
 	"github.com/asyncrl/asyncrl/policy/tokenizer"
 )
 
@@ -99,6 +100,7 @@ func TestSampleSupportIffFilter(t *testing.T) {
 	}{
 		{"plain", map[string]any{}, false, 0},
 		{"top_k", map[string]any{"top_k": 5}, true, 5},
+		{"top_k+T0.7", map[string]any{"top_k": 5, "temperature": 0.7}, true, 5},
 		{"top_p", map[string]any{"top_p": 0.5}, true, 98},
 		{"min_p", map[string]any{"min_p": 0.2}, true, 98},
 		{"top_k_off", map[string]any{"top_k": -1}, false, 0},
@@ -117,8 +119,9 @@ func TestSampleSupportIffFilter(t *testing.T) {
 		}
 		json.Unmarshal(raw, &probe)
 		_, present := probe.Choices[0]["sample_support"]
-		if present != tc.want {
-			t.Fatalf("%s: sample_support present=%v, want %v", tc.name, present, tc.want)
+		_, presentLP := probe.Choices[0]["output_support_logprobs"]
+		if present != tc.want || presentLP != tc.want {
+			t.Fatalf("%s: sample_support present=%v, output_support_logprobs present=%v, want %v", tc.name, present, presentLP, tc.want)
 		}
 		if !tc.want {
 			continue
@@ -129,10 +132,28 @@ func TestSampleSupportIffFilter(t *testing.T) {
 		if len(c.SampleSupport) != len(c.TokenIDs) {
 			t.Fatalf("%s: %d supports for %d tokens", tc.name, len(c.SampleSupport), len(c.TokenIDs))
 		}
+		if len(c.OutputSupportLogprobs) != len(c.TokenIDs) {
+			t.Fatalf("%s: %d support logprobs for %d tokens", tc.name, len(c.OutputSupportLogprobs), len(c.TokenIDs))
+		}
+		ctx := slices.Clone(c.PromptTokenIDs)
+		logits := make([]float32, h.m.VocabSize())
 		for i, sup := range c.SampleSupport {
 			if len(sup) == 0 || len(sup) > tc.maxLen || !slices.Contains(sup, c.TokenIDs[i]) {
 				t.Fatalf("%s: support %v for token %d", tc.name, sup, c.TokenIDs[i])
 			}
+			// The same logits, support and temperature give the same value
+			// a trainer replaying the sample computes.
+			h.m.NextLogits(ctx, logits)
+			temp := 1.0
+			if v, ok := tc.fields["temperature"]; ok {
+				temp = v.(float64)
+			}
+			want := sampler.SupportLogProb(logits, temp, sup, c.TokenIDs[i])
+			got := c.OutputSupportLogprobs[i]
+			if got != want || got > 0 || got < c.OutputLogprobs[i] {
+				t.Fatalf("%s: token %d: support logprob %v, recomputed %v, full-vocabulary %v", tc.name, i, got, want, c.OutputLogprobs[i])
+			}
+			ctx = append(ctx, c.TokenIDs[i])
 		}
 	}
 }

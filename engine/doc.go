@@ -73,6 +73,15 @@
 //   - sample_support: per token, the candidate ids that survived top-k /
 //     top-p / min-p (descending probability, the sampled id always among
 //     them); present iff top_p < 1, top_k > 0 or min_p > 0.
+//   - output_support_logprobs: with sample_support, per token the logprob
+//     renormalised over that token's support set at temperature T —
+//     sampler.SupportLogProb(logits, T, support, token) on the very logits
+//     that sampled it (T = 1 for greedy). A trainer with
+//     normalize_over_support uses it as the rollout logprob and normalises
+//     its own logprob over the same set, so both sides of the ratio are
+//     distributions over the same candidates. Absent when no filter is
+//     active (the support is then the whole vocabulary and the value would
+//     equal output_logprobs).
 //   - Response header X-Weight-Version: the newest version among the
 //     response's last tokens (streams: the version serving at the start).
 //

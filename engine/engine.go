@@ -91,6 +91,7 @@ type seqState struct {
 	lps       []float32
 	vers      []int64
 	support   [][]int32
+	slps      []float32 // support-normalised logprobs (filtered only)
 	top       [][]topEntry
 	text      []byte // decoded completion text, stop string removed
 	params    sampler.Params
@@ -450,6 +451,10 @@ func decodeOne(s *seqState, m Model, b *workerBuf, version int64) {
 			keep = append([]int32(nil), sup...)
 		}
 		s.support = append(s.support, keep)
+		// From the same logits and support the trainer replays: the
+		// support-normalised logprob a normalize_over_support trainer
+		// compares its own against.
+		s.slps = append(s.slps, finiteLP(sampler.SupportLogProb(logits, s.params.Temperature, keep, tok)))
 	}
 	if s.nTop >= 0 {
 		ls := sampler.LogSoftmax(logits, s.params.Temperature, b.lsm)

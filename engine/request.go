@@ -326,6 +326,7 @@ func (s *seqState) extensions(a, b int, current int64) Extensions {
 	}
 	if s.filtered {
 		x.SampleSupport = append([][]int32{}, s.support[a:b]...)
+		x.OutputSupportLogprobs = append([]float32{}, s.slps[a:b]...)
 	}
 	return x
 }

@@ -329,6 +329,9 @@ func (a *Actor) pack(pa messages.PromptAssigned, res []result) (messages.GroupRe
 		ep := r.ep
 		t := messages.Trajectory{ID: ep.ID, GroupID: pa.GroupID, Reward: float32(ep.Reward), PromptLen: int32(ep.PromptLen),
 			TokenIDs: ep.Tokens, Logprobs: ep.Logprobs, LossMask: ep.LossMask, PolicyVersions: ep.Versions}
+		if a.cfg.Episode.SupportLogprobs {
+			t.Logprobs = ep.SupportLogprobs
+		}
 		if a.cfg.SupportK > 0 {
 			t.Support = padSupport(ep.Support, a.cfg.SupportK)
 		}

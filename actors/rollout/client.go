@@ -40,6 +40,10 @@ type TurnOutput struct {
 	// Support is the sample support set of every token (nil when the
 	// engine applied no top-k/top-p filter).
 	Support [][]int32
+	// SupportLogprobs is every token's logprob renormalised over its
+	// support set (the engine's output_support_logprobs); nil when the
+	// engine sent none (no filter active, or an engine without the field).
+	SupportLogprobs []float32
 	// Finish is the engine's finish_reason: stop, length or abort.
 	Finish string
 	// Engine is the replica that answered (X-Asyncrl-Replica), for logs.
@@ -87,7 +91,8 @@ type completionBody struct {
 }
 
 // Generate posts one completion request and decodes the asyncrl
-// extensions (token ids, output logprobs, token versions, support sets).
+// extensions (token ids, output logprobs, token versions, support sets and
+// support-normalised logprobs).
 func (c *HTTPClient) Generate(ctx context.Context, req TurnRequest) (TurnOutput, error) {
 	body, err := json.Marshal(completionBody{Model: c.Model, Prompt: req.Tokens, MaxTokens: req.MaxTokens,
 		Temperature: req.Temperature, TopP: req.TopP, TopK: req.TopK, ReturnTokenIDs: true})
@@ -121,14 +126,15 @@ func (c *HTTPClient) Generate(ctx context.Context, req TurnRequest) (TurnOutput,
 	}
 	ch := cr.Choices[0]
 	out := TurnOutput{Tokens: ch.TokenIDs, Logprobs: ch.OutputLogprobs, Versions: ch.TokenWeightVersions,
-		Support: ch.SampleSupport, Engine: resp.Header.Get("X-Asyncrl-Replica")}
+		Support: ch.SampleSupport, SupportLogprobs: ch.OutputSupportLogprobs, Engine: resp.Header.Get("X-Asyncrl-Replica")}
 	if ch.FinishReason != nil {
 		out.Finish = *ch.FinishReason
 	}
 	n := len(out.Tokens)
-	if len(out.Logprobs) != n || len(out.Versions) != n || (out.Support != nil && len(out.Support) != n) {
-		return TurnOutput{}, fmt.Errorf("%w: %d tokens but %d logprobs, %d versions, %d support rows",
-			ErrEngine, n, len(out.Logprobs), len(out.Versions), len(out.Support))
+	if len(out.Logprobs) != n || len(out.Versions) != n || (out.Support != nil && len(out.Support) != n) ||
+		(out.SupportLogprobs != nil && len(out.SupportLogprobs) != n) {
+		return TurnOutput{}, fmt.Errorf("%w: %d tokens but %d logprobs, %d versions, %d support rows, %d support logprobs",
+			ErrEngine, n, len(out.Logprobs), len(out.Versions), len(out.Support), len(out.SupportLogprobs))
 	}
 	return out, nil
 }

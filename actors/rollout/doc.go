@@ -10,9 +10,14 @@
 //     prompt, earlier turns, environment observations) with X-Session-ID =
 //     the trajectory id, so the router keeps the trajectory on one engine.
 //     Model tokens get loss mask 1, the engine's logprob, the version of the
-//     weights that produced them (token_weight_versions) and their sample
-//     support set; context tokens get loss mask 0. POST /finish_session
-//     releases the session at the end, whatever happened.
+//     weights that produced them (token_weight_versions), their sample
+//     support set and their logprob renormalised over that set (the
+//     engine's output_support_logprobs); context tokens get loss mask 0.
+//     With EpisodeConfig.SupportLogprobs (trainer.normalize_over_support)
+//     the packed trajectory's logprobs are the support-normalised ones,
+//     and an answer with support sets but without them is a failed call.
+//     POST /finish_session releases the session at the end, whatever
+//     happened.
 //   - Failures: a failed call (transport error, non-200, timeout) is
 //     retried with the accumulated tokens up to TurnAttempts times per
 //     turn, RetryBackoff apart — the router sends the retry to a healthy

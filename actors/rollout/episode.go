@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/asyncrl/asyncrl/policy/tokenizer"
@@ -33,6 +34,15 @@ type EpisodeConfig struct {
 	TurnAttempts int
 	// RetryBackoff is the pause before the k-th retry is k·RetryBackoff.
 	RetryBackoff time.Duration
+	// SupportLogprobs makes the support-normalised logprobs
+	// (Episode.SupportLogprobs, the engine's output_support_logprobs) the
+	// trajectory's logprobs when packed: set it when the trainer has
+	// normalize_over_support, so both sides of its ratio are normalised
+	// over the same candidates. An answer with support sets but without
+	// support logprobs (an engine that does not compute them) then fails
+	// like a malformed answer — retried, and the episode aborted if it
+	// persists — instead of yielding logprobs the trainer cannot compare.
+	SupportLogprobs bool
 }
 
 // DefaultEpisodeConfig: task limits, a 256-token context, temperature 1,
@@ -48,15 +58,20 @@ func DefaultEpisodeConfig() EpisodeConfig {
 // model's tokens have loss mask 1, the engine's logprob and the version of
 // the weights that produced them.
 type Episode struct {
-	ID        string
-	Tokens    []int32
-	Logprobs  []float32
-	LossMask  []uint8
-	Versions  []int32
-	Support   [][]int32
-	PromptLen int
-	Reward    float64
-	Turns     int
+	ID       string
+	Tokens   []int32
+	Logprobs []float32
+	LossMask []uint8
+	Versions []int32
+	Support  [][]int32
+	// SupportLogprobs holds each model token's logprob renormalised over
+	// its support set (0 for context tokens). With no filter active the
+	// support is the whole vocabulary and it equals Logprobs; NaN marks a
+	// token whose engine reported a support set without this value.
+	SupportLogprobs []float32
+	PromptLen       int
+	Reward          float64
+	Turns           int
 	// Generated counts model tokens; Resubmits counts calls that continued
 	// a turn after an engine failure or an abort-mode pause.
 	Generated, Resubmits int
@@ -81,6 +96,7 @@ func (e *Episode) addContext(ids []int32) {
 		e.LossMask = append(e.LossMask, 0)
 		e.Versions = append(e.Versions, -1)
 		e.Support = append(e.Support, nil)
+		e.SupportLogprobs = append(e.SupportLogprobs, 0)
 	}
 }
 
@@ -95,6 +111,14 @@ func (e *Episode) addGenerated(out TurnOutput) {
 			sup = out.Support[i]
 		}
 		e.Support = append(e.Support, sup)
+		slp := out.Logprobs[i] // no support set: the full vocabulary
+		switch {
+		case out.SupportLogprobs != nil:
+			slp = out.SupportLogprobs[i]
+		case sup != nil:
+			slp = float32(math.NaN()) // a support set, but its normaliser is unknown
+		}
+		e.SupportLogprobs = append(e.SupportLogprobs, slp)
 	}
 	e.Generated += len(out.Tokens)
 }
@@ -164,6 +188,7 @@ func RunEpisode(ctx context.Context, gen Generator, task tasks.Task, p tasks.Pro
 	if len(ep.Tokens) > cfg.MaxSeqLen { // an observation overflowed the context
 		n := cfg.MaxSeqLen
 		ep.Tokens, ep.Logprobs, ep.LossMask, ep.Versions, ep.Support = ep.Tokens[:n], ep.Logprobs[:n], ep.LossMask[:n], ep.Versions[:n], ep.Support[:n]
+		ep.SupportLogprobs = ep.SupportLogprobs[:n]
 	}
 	ep.fillVersions()
 	return ep, nil
@@ -228,12 +253,18 @@ func generateTurn(ctx context.Context, gen Generator, ep *Episode, budget int, c
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		if err == nil && cfg.SupportLogprobs && out.Support != nil && out.SupportLogprobs == nil {
+			err = fmt.Errorf("%w: the answer has sample_support but no output_support_logprobs, which normalize_over_support needs", ErrEngine)
+		}
 		res := callResult{Failed: err != nil, Failed0: failures}
 		if err == nil {
 			if len(out.Tokens) > budget {
 				out.Tokens, out.Logprobs, out.Versions = out.Tokens[:budget], out.Logprobs[:budget], out.Versions[:budget]
 				if out.Support != nil {
 					out.Support = out.Support[:budget]
+				}
+				if out.SupportLogprobs != nil {
+					out.SupportLogprobs = out.SupportLogprobs[:budget]
 				}
 			}
 			ep.addGenerated(out)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/asyncrl/asyncrl/engine"
+	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/policy/tokenizer"
 	"github.com/asyncrl/asyncrl/tasks"
 )
@@ -233,9 +234,13 @@ func TestHTTPClientAgainstEngine(t *testing.T) {
 	if len(out.Tokens) == 0 || len(out.Tokens) > 5 || len(out.Support) != len(out.Tokens) {
 		t.Fatalf("out = %+v", out)
 	}
+	if len(out.SupportLogprobs) != len(out.Tokens) {
+		t.Fatalf("%d support logprobs for %d tokens", len(out.SupportLogprobs), len(out.Tokens))
+	}
 	for i, v := range out.Versions {
-		if v != 7 || out.Logprobs[i] > 0 {
-			t.Fatalf("token %d: version %d logprob %v", i, v, out.Logprobs[i])
+		// Renormalised over a subset, a logprob can only grow.
+		if v != 7 || out.Logprobs[i] > 0 || out.SupportLogprobs[i] > 0 || out.SupportLogprobs[i] < out.Logprobs[i] {
+			t.Fatalf("token %d: version %d logprob %v support logprob %v", i, v, out.Logprobs[i], out.SupportLogprobs[i])
 		}
 	}
 	if _, err := c.Generate(context.Background(), TurnRequest{Tokens: []int32{1}, MaxTokens: 0}); !errors.Is(err, ErrEngine) {
@@ -273,6 +278,82 @@ func TestDecideTurn(t *testing.T) {
 		got, f := decideTurn(tc.r, tc.attempts)
 		if got != tc.want || f != tc.failures {
 			t.Errorf("%s: decideTurn = %d, %d; want %d, %d", tc.name, got, f, tc.want, tc.failures)
+		}
+	}
+}
+
+// withSupport gives every token of o the support set {token, 3} and a
+// support-normalised logprob of slp (nil slp: the engine sent none).
+func withSupport(o TurnOutput, slp []float32) TurnOutput {
+	for _, id := range o.Tokens {
+		o.Support = append(o.Support, []int32{id, 3})
+	}
+	o.SupportLogprobs = slp
+	return o
+}
+
+// TestSupportLogprobsRecordedAndPacked: the episode records the engine's
+// support-normalised logprobs next to the full-vocabulary ones; with
+// SupportLogprobs set they become the packed trajectory's logprobs, and an
+// answer with support sets but without them is a failed call (retried).
+func TestSupportLogprobsRecordedAndPacked(t *testing.T) {
+	slp := []float32{-0.1, -0.2, -0.3, -0.4}
+	missing := withSupport(text("cba", true, 0, "stop"), nil)
+	good := withSupport(text("cba", true, 0, "stop"), slp)
+	prompt := tasks.Prompt{ID: "p", Text: "rev abc="}
+
+	ep, err := RunEpisode(context.Background(), &scripted{outs: []TurnOutput{missing}}, mustTask(t, "reverse"), prompt, "a", testCfg())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := ep.SupportLogprobs[ep.PromptLen:]; len(g) != 4 || g[0] == g[0] {
+		t.Fatalf("support logprobs without the engine's values: %v, want NaN", g)
+	}
+	cfg := testCfg()
+	cfg.SupportLogprobs = true
+	gen := &scripted{outs: []TurnOutput{missing, good}}
+	ep, err = RunEpisode(context.Background(), gen, mustTask(t, "reverse"), prompt, "a", cfg)
+	if err != nil || ep.Resubmits != 1 || len(gen.calls) != 2 {
+		t.Fatalf("missing support logprobs: err %v, resubmits %d, calls %d; want one retry", err, ep.Resubmits, len(gen.calls))
+	}
+	if !slices.Equal(ep.SupportLogprobs[ep.PromptLen:], slp) || ep.Logprobs[ep.PromptLen] != -0.5 || ep.SupportLogprobs[0] != 0 {
+		t.Fatalf("recorded support logprobs %v, logprobs %v", ep.SupportLogprobs, ep.Logprobs)
+	}
+	cfg.TurnAttempts = 2
+	if _, err := RunEpisode(context.Background(), &scripted{outs: []TurnOutput{missing, missing}}, mustTask(t, "reverse"), prompt, "a", cfg); !errors.Is(err, ErrEngine) {
+		t.Fatalf("an engine that never sends support logprobs: err %v, want ErrEngine", err)
+	}
+	// No filter: no support set, and the support logprob is the full one.
+	ep, err = RunEpisode(context.Background(), &scripted{outs: []TurnOutput{text("cba", true, 0, "stop")}}, mustTask(t, "reverse"), prompt, "a", cfg)
+	if err != nil || ep.SupportLogprobs[ep.PromptLen] != -0.5 {
+		t.Fatalf("unfiltered: err %v, support logprob %v", err, ep.SupportLogprobs)
+	}
+
+	for _, over := range []bool{false, true} {
+		ep, err := RunEpisode(context.Background(), &scripted{outs: []TurnOutput{good}}, mustTask(t, "reverse"), prompt, "g/0", testCfg())
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := &Actor{cfg: Config{RunID: "r", Name: "ro", SupportK: 2}}
+		a.cfg.Episode.SupportLogprobs = over
+		gr, err := a.pack(messages.PromptAssigned{GroupID: "g", PromptID: "p"}, []result{{ep: ep}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tb, err := messages.DecodeTokenBatch(gr.Batch.Inline)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr, err := tb.Trajectory(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := ep.Logprobs
+		if over {
+			want = ep.SupportLogprobs
+		}
+		if !slices.Equal(tr.Logprobs, want) {
+			t.Fatalf("SupportLogprobs=%v: packed logprobs %v, want %v", over, tr.Logprobs, want)
 		}
 	}
 }
