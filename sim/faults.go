@@ -109,12 +109,25 @@ func drawFaults(rng *rand.Rand, cfg Config, wl workload) *faultPlan {
 		add(f)
 	}
 	processes := func(n int) {
+		// Swarm testing: each seed enables a random subset of the kinds,
+		// so a fault that masks another (a crash hiding a hang) is often
+		// absent, and each kind gets runs where it dominates.
+		var kinds []FaultKind
+		for _, k := range processFaults {
+			if rng.Intn(2) == 0 {
+				kinds = append(kinds, k)
+			}
+		}
+		msgs := rng.Intn(3) != 0
+		if len(kinds) == 0 {
+			kinds = append(kinds, processFaults[rng.Intn(len(processFaults))])
+		}
 		for i := 0; i < n; i++ {
-			if rng.Intn(3) == 0 {
+			if msgs && rng.Intn(3) == 0 {
 				msgFault()
 				continue
 			}
-			f := &fault{kind: processFaults[rng.Intn(len(processFaults))], at: at(), engine: rng.Intn(wl.Engines)}
+			f := &fault{kind: kinds[rng.Intn(len(kinds))], at: at(), engine: rng.Intn(wl.Engines)}
 			switch f.kind {
 			case FaultEngineRestart:
 				f.dur = dur(50*msec, 300*msec)
