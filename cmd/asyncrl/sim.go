@@ -1,6 +1,8 @@
 package main
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 
@@ -17,6 +19,7 @@ func newSimCmd(g *globals) *cobra.Command {
 		trace                 int
 		scenario              string
 		minimize, printLog    bool
+		asJSON                bool
 		bugs                  []string
 	)
 	cmd := &cobra.Command{
@@ -58,10 +61,10 @@ func newSimCmd(g *globals) *cobra.Command {
 				for _, l := range res.Log {
 					fmt.Fprintln(g.stdout, l)
 				}
-				return simOutcome(g.stdout, sim.Summary{}, res, err)
+				return simOutcome(g.stdout, sim.Summary{}, res, err, asJSON)
 			}
 			sum, err := sim.RunSeeds(cfg, seeds)
-			return simOutcome(g.stdout, sum, sim.Result{}, err)
+			return simOutcome(g.stdout, sum, sim.Result{}, err, asJSON)
 		},
 	}
 	f := cmd.Flags()
@@ -73,6 +76,7 @@ func newSimCmd(g *globals) *cobra.Command {
 	f.IntVar(&trace, "trace", 40, "events of the trace printed with a violation")
 	f.BoolVar(&minimize, "minimize", true, "on a violation, shrink the fault schedule (delta debugging) before reporting")
 	f.BoolVar(&printLog, "log", false, "print the whole event log of a single seed")
+	f.BoolVar(&asJSON, "json", false, "print the summary and any violation as one JSON object (durations in nanoseconds)")
 	f.StringSliceVar(&bugs, "bug", nil, "plant a bug (tests of the simulator itself)")
 	_ = f.MarkHidden("bug")
 	return cmd
@@ -80,11 +84,22 @@ func newSimCmd(g *globals) *cobra.Command {
 
 // simOutcome prints the summary and turns a violation into exit code 1
 // with the seed, the invariant and the trace.
-func simOutcome(out io.Writer, sum sim.Summary, single sim.Result, err error) error {
+func simOutcome(out io.Writer, sum sim.Summary, single sim.Result, err error, asJSON bool) error {
 	if sum.Seeds == 0 && single.Events > 0 {
 		sum.Add(single)
 	}
-	if sum.Seeds > 0 {
+	if asJSON {
+		var v *sim.Violation
+		errors.As(err, &v)
+		b, jerr := json.MarshalIndent(struct {
+			Summary   sim.Summary    `json:"summary"`
+			Violation *sim.Violation `json:"violation"`
+		}{sum, v}, "", "  ")
+		if jerr != nil {
+			return fail("asyncrl sim: %v", jerr)
+		}
+		fmt.Fprintln(out, string(b))
+	} else if sum.Seeds > 0 {
 		_, _ = sum.WriteTo(out)
 	}
 	if err != nil {
