@@ -1,0 +1,110 @@
+package chaos
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/asyncrl/asyncrl/internal/report"
+)
+
+// FaultCount is how many faults of one kind were injected.
+type FaultCount struct {
+	Kind  string
+	Count int
+	// Hold is the total time faults of this kind lasted.
+	Hold time.Duration
+}
+
+// Report is a chaos session's outcome.
+type Report struct {
+	Seed     int64
+	Duration time.Duration
+	// Faults counts the injected faults per kind (Kinds() order, enabled kinds).
+	Faults []FaultCount
+	// Injected is every fault as played, in order.
+	Injected []Fault
+	// Invariants are the verdicts, in table order.
+	Invariants []Invariant
+	// Summary is the run's summary (steps, groups, trajectories).
+	Summary report.Summary
+	// Wall is the whole session, start-up and stop included.
+	Wall time.Duration
+}
+
+// Total is the number of injected faults.
+func (r Report) Total() int {
+	n := 0
+	for _, f := range r.Faults {
+		n += f.Count
+	}
+	return n
+}
+
+// OK reports whether every invariant held.
+func (r Report) OK() bool {
+	for _, inv := range r.Invariants {
+		if !inv.Held {
+			return false
+		}
+	}
+	return len(r.Invariants) > 0
+}
+
+// Violations lists the broken invariants.
+func (r Report) Violations() []Invariant {
+	var out []Invariant
+	for _, inv := range r.Invariants {
+		if !inv.Held {
+			out = append(out, inv)
+		}
+	}
+	return out
+}
+
+// WriteTable prints the faults injected and the invariants' verdicts.
+func (r Report) WriteTable(w io.Writer) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "chaos seed %d, %v of faults, %.1fs wall: %d steps (v%d), %d groups trained, %d trajectories (%d aborted)\n\n",
+		r.Seed, r.Duration, r.Wall.Seconds(), r.Summary.Steps, r.Summary.FinalVersion, r.Summary.GroupsTrained,
+		r.Summary.TrajectoriesStarted, r.Summary.TrajectoriesAborted)
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "FAULT\tINJECTED\tTOTAL HOLD")
+	for _, f := range r.Faults {
+		fmt.Fprintf(tw, "%s\t%d\t%.1fs\n", f.Kind, f.Count, f.Hold.Seconds())
+	}
+	fmt.Fprintf(tw, "total\t%d\t\n", r.Total())
+	_ = tw.Flush()
+	b.WriteString("\n")
+	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "INVARIANT\tHELD\tDETAIL")
+	for _, inv := range r.Invariants {
+		held := "yes"
+		if !inv.Held {
+			held = "NO"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", inv.Name, held, inv.Detail)
+	}
+	_ = tw.Flush()
+	if !r.OK() {
+		fmt.Fprintf(&b, "\nVIOLATION — reproduce with: asyncrl chaos --seed %d --duration %v\n", r.Seed, r.Duration)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func countFaults(kinds []string, played []Fault) []FaultCount {
+	out := make([]FaultCount, len(kinds))
+	for i, k := range kinds {
+		out[i].Kind = k
+		for _, f := range played {
+			if f.Kind == k {
+				out[i].Count++
+				out[i].Hold += f.Hold
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,369 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asyncrl/asyncrl/chaos/faultproxy"
+	"github.com/asyncrl/asyncrl/cluster/node"
+	"github.com/asyncrl/asyncrl/config"
+	"github.com/asyncrl/asyncrl/messages"
+	"github.com/asyncrl/asyncrl/transport"
+)
+
+// recoverWithin bounds the wait, after every fault healed, for one more
+// trainer step and for every engine to serve the latest version.
+const recoverWithin = 20 * time.Second
+
+// runConfig derives the node's configuration from the chaos config.
+func runConfig(cfg Config, dir string) config.Config {
+	rc := cfg.Run
+	rc.Run.ID = "chaos"
+	rc.Run.Seed = cfg.Seed
+	rc.Run.Steps = 1 << 30 // the session ends on Duration, not on steps
+	rc.Run.DataDir = dir
+	rc.Run.ReportDir = filepath.Join(dir, "report")
+	rc.Bus.NATSURL = "" // embedded
+	rc.Bus.JetStreamDir = filepath.Join(dir, "jetstream")
+	rc.Trainer.Backend = config.BackendRemote // versions become checkpoints the fleet loads
+	rc.Publisher.SyncDir = filepath.Join(dir, "weights")
+	rc.Engines.Count = 1 // required by the node; taken out of the router
+	// A blackholed turn is given up after 3 s and retried elsewhere,
+	// instead of holding its trajectory for a minute.
+	rc.Rollout.TurnTimeout = min(rc.Rollout.TurnTimeout, 3*time.Second)
+	// Probe often so a blackholed or killed engine leaves the rotation
+	// within a fault's hold.
+	rc.Router.HealthCheckInterval = min(rc.Router.HealthCheckInterval, 200*time.Millisecond)
+	rc.Router.HealthCheckTimeout = min(rc.Router.HealthCheckTimeout, 300*time.Millisecond)
+	rc.Router.UnhealthyThreshold = min(rc.Router.UnhealthyThreshold, 2)
+	rc.Metrics.Listen = ""
+	return rc
+}
+
+// Run plays a chaos session (see the package contract). The report is
+// returned whenever the session ran; err is ErrViolation (wrapped) when an
+// invariant failed, or what stopped the session from running.
+func Run(ctx context.Context, cfg Config) (Report, error) {
+	start := time.Now()
+	rep := Report{Seed: cfg.Seed, Duration: cfg.Duration}
+	if err := cfg.Validate(); err != nil {
+		return rep, err
+	}
+	dir := cfg.DataDir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "asyncrl-chaos-*")
+		if err != nil {
+			return rep, fmt.Errorf("chaos: data dir: %w", err)
+		}
+		defer os.RemoveAll(d)
+		dir = d
+	}
+	rc := runConfig(cfg, dir)
+	if err := rc.Validate(); err != nil {
+		return rep, fmt.Errorf("%w: run: %w", ErrConfig, err)
+	}
+	log := cfg.Logger
+	progress := cfg.Progress
+	if progress == nil {
+		progress = io.Discard
+	}
+
+	fl, err := newFleet(cfg.Engines, rc, log)
+	if err != nil {
+		return rep, err
+	}
+	defer fl.close()
+	rc.Engines.ExternalURLs = fl.URLs()
+	n, err := node.New(rc, node.Options{Logger: log, InMemoryBus: true})
+	if err != nil {
+		return rep, fmt.Errorf("chaos: node: %w", err)
+	}
+	if err := n.Start(ctx); err != nil {
+		return rep, fmt.Errorf("chaos: node: %w", err)
+	}
+	defer n.Stop()
+	// The node's own engine is updated by the node; the chaos engines are
+	// the ones under attack, so the router serves only them.
+	for _, u := range n.EngineURLs() {
+		if err := adminCall(fl.httpc, http.MethodDelete, n.RouterURL()+"/admin/replicas?url="+url.QueryEscape(u)); err != nil {
+			return rep, err
+		}
+	}
+	if err := fl.setRouter(n.RouterURL()); err != nil {
+		return rep, err
+	}
+	wsub, err := n.Bus().Subscribe(transport.MustSubject(rc.Run.ID, transport.TopicWeights), fl.onWeights)
+	if err != nil {
+		return rep, fmt.Errorf("chaos: weights subscription: %w", err)
+	}
+	defer func() { _ = wsub.Unsubscribe() }()
+	var steps atomic.Int64
+	ssub, err := n.Bus().Subscribe(transport.MustSubject(rc.Run.ID, transport.TopicSteps), func(m *transport.Msg) {
+		if sd, err := messages.DecodeAs[messages.StepDone](m.Data); err == nil && sd.RunID == rc.Run.ID {
+			for cur := steps.Load(); sd.Step > cur && !steps.CompareAndSwap(cur, sd.Step); cur = steps.Load() {
+			}
+		}
+	})
+	if err != nil {
+		return rep, fmt.Errorf("chaos: steps subscription: %w", err)
+	}
+	defer func() { _ = ssub.Unsubscribe() }()
+
+	wctx, wcancel := context.WithCancel(context.Background())
+	werr := make(chan error, 1)
+	go func() {
+		werr <- node.RunWorker(wctx, rc, node.WorkerOptions{NATSURL: n.BusURL(), Logger: log.With().Str("role", "worker").Logger()})
+	}()
+	stopWorker := sync.OnceValue(func() error {
+		wcancel()
+		select {
+		case err := <-werr:
+			if errors.Is(err, context.Canceled) {
+				return nil
+			}
+			return err
+		case <-time.After(15 * time.Second):
+			return errors.New("chaos: trainer worker did not stop")
+		}
+	})
+	defer func() { _ = stopWorker() }()
+
+	w := newWatcher(fl, n.RouterURL())
+	wdone := make(chan struct{})
+	go func() { defer close(wdone); w.run(wctx) }()
+
+	// Faults are played for Duration; the node's Wait ends early only when
+	// the run fails (for example the filter starves the trainer).
+	dctx, dcancel := context.WithTimeout(ctx, cfg.Duration)
+	defer dcancel()
+	waitErr := make(chan error, 1)
+	go func() {
+		_, err := n.Wait(dctx)
+		waitErr <- err
+		dcancel()
+	}()
+	played, injectErrs := play(dctx, start, Schedule(cfg), fl, progress)
+	healErrs := healAll(fl)
+	runErr := <-waitErr
+	atHeal := int(steps.Load())
+	fmt.Fprintf(progress, "%8.3fs healed every fault; %d steps so far, waiting for recovery\n", time.Since(start).Seconds(), atHeal)
+
+	// Recovery: one more step, and every engine on the latest version.
+	deadline := time.Now().Add(recoverWithin)
+	for runErr == nil && ctx.Err() == nil && time.Now().Before(deadline) {
+		if int(steps.Load()) > atHeal && allAt(fl.engineVersions(), fl.latest()) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	ev := Evidence{StepsAtHeal: atHeal, StepsAtEnd: int(steps.Load()), Latest: fl.latest(), EngineVersions: fl.engineVersions()}
+
+	workerErr := stopWorker()
+	<-wdone
+	n.Stop()
+	rep.Summary = n.Summary(true, runErr)
+	ev.Summary = rep.Summary
+	ev.Groups = n.Ledger().Snapshot()
+	ev.VersionDrops, ev.Overclaims, ev.Samples = w.results()
+	fl.mu.Lock()
+	ev.LoadErrors = append([]string(nil), fl.loadErrs...)
+	fl.mu.Unlock()
+
+	rep.Injected = played
+	rep.Faults = countFaults(cfg.kinds(), played)
+	rep.Invariants = Check(ev)
+	rep.Wall = time.Since(start)
+	if err := errors.Join(runErr, workerErr, errors.Join(injectErrs...), errors.Join(healErrs...)); err != nil {
+		return rep, fmt.Errorf("chaos: the session did not run cleanly: %w", err)
+	}
+	if !rep.OK() {
+		return rep, fmt.Errorf("%w: seed %d: %d of %d invariants broken", ErrViolation, cfg.Seed, len(rep.Violations()), len(rep.Invariants))
+	}
+	return rep, nil
+}
+
+func allAt(vs []int64, v int64) bool {
+	for _, x := range vs {
+		if x != v {
+			return false
+		}
+	}
+	return true
+}
+
+// event is one step of playing the schedule: a fault's start or its heal.
+type event struct {
+	at   time.Duration
+	heal bool
+	f    Fault
+}
+
+// play injects the schedule on the wall clock (offsets from start) until
+// it is done or ctx ends; faults still active then are left to healAll.
+func play(ctx context.Context, start time.Time, sched []Fault, fl *fleet, progress io.Writer) ([]Fault, []error) {
+	var evs []event
+	for _, f := range sched {
+		evs = append(evs, event{at: f.At, f: f}, event{at: f.At + f.Hold, heal: true, f: f})
+	}
+	sort.SliceStable(evs, func(i, j int) bool { return evs[i].at < evs[j].at })
+	var played []Fault
+	var errs []error
+	for _, ev := range evs {
+		t := time.NewTimer(time.Until(start.Add(ev.at)))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return played, errs
+		case <-t.C:
+		}
+		if ev.heal {
+			if err := heal(fl, ev.f); err != nil {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		if err := inject(fl, ev.f); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		played = append(played, ev.f)
+		fmt.Fprintf(progress, "%s\n", ev.f)
+	}
+	return played, errs
+}
+
+func inject(fl *fleet, f Fault) error {
+	p := fl.members[f.Engine].proxy
+	switch f.Kind {
+	case KindEngineKill:
+		return fl.kill(f.Engine)
+	case KindLatency:
+		return p.Set(faultproxy.Fault{Kind: faultproxy.Latency, Delay: f.Delay})
+	case KindReset:
+		return p.Set(faultproxy.Fault{Kind: faultproxy.Reset})
+	case KindBlackhole:
+		return p.Set(faultproxy.Fault{Kind: faultproxy.Blackhole})
+	}
+	return fmt.Errorf("chaos: unknown fault kind %q", f.Kind)
+}
+
+func heal(fl *fleet, f Fault) error {
+	if f.Kind == KindEngineKill {
+		return fl.restart(f.Engine)
+	}
+	return fl.members[f.Engine].proxy.Set(faultproxy.Fault{Kind: faultproxy.Pass})
+}
+
+// healAll ends every fault: proxies pass, killed engines restart.
+func healAll(fl *fleet) []error {
+	var errs []error
+	for i, mb := range fl.members {
+		if err := mb.proxy.Set(faultproxy.Fault{Kind: faultproxy.Pass}); err != nil {
+			errs = append(errs, err)
+		}
+		if err := fl.restart(i); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}
+
+// watcher samples the router's replica list and the engines' versions:
+// a version that goes down, or a router that credits an engine with more
+// than it serves, is a violation.
+type watcher struct {
+	fl     *fleet
+	router string
+	httpc  *http.Client
+
+	mu         sync.Mutex
+	last       map[string]int64
+	lastMin    int64
+	drops      []string
+	overclaims []string
+	samples    int
+}
+
+func newWatcher(fl *fleet, router string) *watcher {
+	return &watcher{fl: fl, router: router, httpc: &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{Proxy: nil}},
+		last: map[string]int64{}}
+}
+
+func (w *watcher) run(ctx context.Context) {
+	defer w.httpc.CloseIdleConnections()
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		w.sample(ctx)
+	}
+}
+
+type replicasJSON struct {
+	MinVersion int64 `json:"min_version"`
+	Replicas   []struct {
+		URL     string `json:"url"`
+		Version int64  `json:"version"`
+	} `json:"replicas"`
+}
+
+func (w *watcher) sample(ctx context.Context) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, w.router+"/admin/replicas", nil)
+	if err != nil {
+		return
+	}
+	resp, err := w.httpc.Do(req)
+	if err != nil {
+		return
+	}
+	var rj replicasJSON
+	err = json.NewDecoder(resp.Body).Decode(&rj)
+	resp.Body.Close()
+	if err != nil {
+		return
+	}
+	// Read after the router: engines only move forward, so a correct
+	// router's version is ≤ what the engine serves by now.
+	served := w.fl.engineVersions()
+	byURL := map[string]int{}
+	for i, u := range w.fl.URLs() {
+		byURL[u] = i
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.samples++
+	if rj.MinVersion < w.lastMin {
+		w.drops = append(w.drops, fmt.Sprintf("router min_version %d → %d", w.lastMin, rj.MinVersion))
+	}
+	w.lastMin = max(w.lastMin, rj.MinVersion)
+	for _, r := range rj.Replicas {
+		if prev, ok := w.last[r.URL]; ok && r.Version < prev {
+			w.drops = append(w.drops, fmt.Sprintf("%s: v%d → v%d", r.URL, prev, r.Version))
+		}
+		w.last[r.URL] = max(w.last[r.URL], r.Version)
+		if i, ok := byURL[r.URL]; ok && served[i] >= 0 && r.Version > served[i] {
+			w.overclaims = append(w.overclaims, fmt.Sprintf("engine %d: router v%d, engine v%d", i, r.Version, served[i]))
+		}
+	}
+}
+
+func (w *watcher) results() (drops, overclaims []string, samples int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]string(nil), w.drops...), append([]string(nil), w.overclaims...), w.samples
+}
