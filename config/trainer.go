@@ -27,7 +27,14 @@ type TrainerConfig struct {
 	// KLCoef weights the k3 KL term against the rollout policy (0 = off).
 	KLCoef float64 `yaml:"kl_coef" doc:"k3 KL penalty weight against the rollout logprobs; 0 = off"`
 	// NormalizeOverSupport renormalises each token's logprob over the
-	// candidates the sampler kept (top-p/top-k replay).
+	// candidates the sampler kept (top-p/top-k replay): the trainer's own
+	// logprob over the token's sample_support, the rollout's from the
+	// engine's output_support_logprobs (built-in engines report it; an
+	// engine that sends sample_support without it fails the turn with
+	// rollout.ErrEngine rather than train on mismatched logprobs). With no
+	// filter active (top_p 1, top_k off) the support is the whole
+	// vocabulary and the setting changes nothing. Valid with any other
+	// setting.
 	NormalizeOverSupport bool `yaml:"normalize_over_support" doc:"normalise each token's logprob over the sampler's kept candidates (top-p/top-k replay)"`
 	// MaxTokensPerMicrobatch caps a microbatch's tokens (-1 = one microbatch
 	// per mini-batch).
