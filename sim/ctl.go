@@ -199,7 +199,7 @@ func (c *ctlNode) restart() {
 		c.batch = nil
 	}
 	sort.Slice(lost, func(i, j int) bool { return lost[i].id < lost[j].id })
-	st, err := staleness.Resume(w.stalenessConfig(), resume)
+	st, err := staleness.Resume(w.stalenessConfig(), resume, int64(c.inc))
 	if err != nil {
 		w.fail(InvProtocol, "staleness: resume: %v", err)
 		return
@@ -355,9 +355,6 @@ func (c *ctlNode) tryAdmit() {
 		}
 		c.popPrompt()
 		g := &rgroup{id: adm.GroupID, cid: adm.GroupID, prompt: p}
-		if c.inc > 0 {
-			g.id = fmt.Sprintf("%s@%d", adm.GroupID, c.inc)
-		}
 		w.orc.admit(g.id, p)
 		// Some prompts are too easy or too hard (every trajectory scores
 		// the same, so the filter drops the group); the rest are mixed.

@@ -123,6 +123,7 @@ type Controller struct {
 
 	groups map[string]*group
 	seq    int64
+	epoch  int64 // 0 for a fresh controller; see Resume
 
 	outbox []Requeue
 
@@ -147,9 +148,18 @@ func New(cfg Config) (*Controller, error) {
 // controller at step j would see (S + j)·B of capacity and flood the
 // engines with groups (AReaL fixes the same burst on recovery by setting
 // accepted = version·batch).
-func Resume(cfg Config, step int64) (*Controller, error) {
+//
+// epoch (≥ 1) numbers this incarnation of the controller (a restart count
+// or the lease's fencing token, kept durably by the caller): group ids
+// become promptID#epoch.seq, so no id admitted before the restart is ever
+// issued again and a late message for a pre-restart group is rejected as
+// ErrUnknownGroup instead of being taken for a new one.
+func Resume(cfg Config, step, epoch int64) (*Controller, error) {
 	if step < 1 {
 		return nil, fmt.Errorf("%w: resume step must be ≥ 1, got %d", ErrInvalidConfig, step)
+	}
+	if epoch < 1 {
+		return nil, fmt.Errorf("%w: resume epoch must be ≥ 1, got %d", ErrInvalidConfig, epoch)
 	}
 	c, err := New(cfg)
 	if err != nil {
@@ -157,9 +167,18 @@ func Resume(cfg Config, step int64) (*Controller, error) {
 	}
 	done := (step - 1) * cfg.MiniBatchSize
 	c.step = step
+	c.epoch = epoch
 	c.submitted, c.accepted, c.trained = done, done, done
 	c.check()
 	return c, nil
+}
+
+// groupID is promptID#seq, or promptID#epoch.seq after a Resume.
+func (c *Controller) groupID(promptID string) string {
+	if c.epoch == 0 {
+		return promptID + "#" + strconv.FormatInt(c.seq, 10)
+	}
+	return promptID + "#" + strconv.FormatInt(c.epoch, 10) + "." + strconv.FormatInt(c.seq, 10)
 }
 
 // Config returns the controller's configuration.
@@ -185,7 +204,7 @@ func (c *Controller) Capacity() int64 {
 
 // TryAcquire admits a new group for promptID if Capacity() > 0: running+1,
 // submitted+1. The group id is promptID + "#" + the admission sequence
-// number, so a requeued prompt gets a fresh id. ok is false (and nothing
+// number (with the epoch after a Resume), so a requeued prompt gets a fresh id. ok is false (and nothing
 // changes) when there is no capacity: the worker should wait.
 func (c *Controller) TryAcquire(promptID string, now time.Time) (adm Admission, ok bool) {
 	c.advance(now)
@@ -194,7 +213,7 @@ func (c *Controller) TryAcquire(promptID string, now time.Time) (adm Admission, 
 	}
 	c.seq++
 	adm = Admission{
-		GroupID:          promptID + "#" + strconv.FormatInt(c.seq, 10),
+		GroupID:          c.groupID(promptID),
 		PromptID:         promptID,
 		ScheduledStep:    c.step,
 		ScheduledVersion: c.Version(),

@@ -361,7 +361,7 @@ func TestIdleAccounting(t *testing.T) {
 
 func TestResume(t *testing.T) {
 	cfg := Config{MaxStalenessSteps: 3, NumParallelGenerationWorkers: 8, MiniBatchSize: 2, StalePolicy: PolicyRequeue}
-	c, err := Resume(cfg, 10)
+	c, err := Resume(cfg, 10, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -380,7 +380,36 @@ func TestResume(t *testing.T) {
 	if c.Capacity() != 0 {
 		t.Fatalf("capacity %d, want 0", c.Capacity())
 	}
-	if _, err := Resume(cfg, 0); !errors.Is(err, ErrInvalidConfig) {
-		t.Fatalf("Resume(0): %v", err)
+	if _, err := Resume(cfg, 0, 1); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("Resume(step 0): %v", err)
+	}
+	if _, err := Resume(cfg, 3, 0); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("Resume(epoch 0): %v", err)
+	}
+}
+
+// A restarted controller never reissues a pre-restart group id, so a late
+// message for an old group cannot be taken for a new one (found by sim).
+func TestResumeNeverReusesGroupIDs(t *testing.T) {
+	cfg := Config{MaxStalenessSteps: 1, NumParallelGenerationWorkers: 2, MiniBatchSize: 2, StalePolicy: PolicyRequeue}
+	before, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := acquire(t, before, "p")
+	seen := map[string]bool{old.GroupID: true}
+	for epoch := int64(1); epoch <= 3; epoch++ {
+		c, err := Resume(cfg, 1, epoch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := acquire(t, c, "p")
+		if seen[a.GroupID] {
+			t.Fatalf("epoch %d reissued group id %q", epoch, a.GroupID)
+		}
+		seen[a.GroupID] = true
+		if err := c.Accept(old.GroupID, UnknownVersion, t0); !errors.Is(err, ErrUnknownGroup) {
+			t.Fatalf("epoch %d: late Accept of pre-restart group %q: err %v, want ErrUnknownGroup", epoch, old.GroupID, err)
+		}
 	}
 }
