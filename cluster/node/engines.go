@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"strconv"
 	"sync"
 	"time"
@@ -16,7 +17,7 @@ import (
 	"github.com/asyncrl/asyncrl/actors/trainer"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/engine"
-	"github.com/asyncrl/asyncrl/engine/latency"
+	"github.com/asyncrl/asyncrl/internal/wiring"
 	pol "github.com/asyncrl/asyncrl/policy"
 )
 
@@ -25,22 +26,26 @@ const servedModel = "asyncrl-policy"
 
 // localEngine is one built-in engine serving on loopback.
 type localEngine struct {
-	e      *engine.Engine
-	url    string
-	cancel context.CancelFunc
-	done   chan error
-	once   sync.Once
+	name string
+	e    *engine.Engine
+	url  string
+	srv  *http.Server
+	done chan error
+	once sync.Once
 }
 
-// stop shuts the engine's listener and loop down (idempotent).
+// stop shuts the engine's listener and loop down (idempotent): in-flight
+// requests end with "abort", then the HTTP server closes.
 func (le *localEngine) stop(ctx context.Context) error {
 	var err error
 	le.once.Do(func() {
 		err = le.e.Shutdown(ctx)
-		le.cancel()
+		err = errors.Join(err, le.srv.Shutdown(ctx))
 		select {
 		case serr := <-le.done:
-			err = errors.Join(err, serr)
+			if !errors.Is(serr, http.ErrServerClosed) {
+				err = errors.Join(err, serr)
+			}
 		case <-ctx.Done():
 			err = errors.Join(err, ctx.Err())
 		}
@@ -48,28 +53,16 @@ func (le *localEngine) stop(ctx context.Context) error {
 	return err
 }
 
-// engineConfig maps the run config's engines section onto engine.Config.
-func engineConfig(c config.EnginesConfig, seed uint64) engine.Config {
-	ec := engine.DefaultConfig()
-	ec.ServedModelName = servedModel
-	ec.MaxModelLen = c.MaxModelLen
-	ec.Seed = seed
-	ec.TimeScale = c.TimeScale
-	ec.Latency = latency.Config{
-		MaxNumSeqs: c.MaxNumSeqs, MaxWaiting: c.MaxWaiting, BlockSize: c.BlockSize, CacheBlocks: c.PrefixCacheBlocks,
-		PrefillPerToken: time.Duration(c.PrefillUSPerToken * float64(time.Microsecond)),
-		DecodeBase:      time.Duration(c.DecodeUSPerToken * float64(time.Microsecond)),
-		DecodePerSeq:    time.Duration(c.DecodeBatchSlope * float64(time.Microsecond)),
-	}
-	return ec
-}
-
-// startEngines starts count built-in engines serving m at version 0.
-func startEngines(c config.EnginesConfig, m *pol.Model, seed int64, log zerolog.Logger) ([]*localEngine, error) {
+// startEngines starts count built-in engines serving m at version 0. They
+// load later versions from checkpoint directories with wiring.LoadPolicy
+// (the receivers' path). wrap, when set, wraps each engine's HTTP handler
+// (a test hook that observes what an engine serves).
+func startEngines(c config.EnginesConfig, m engine.Model, seed int64, log zerolog.Logger, wrap func(i int, e *engine.Engine, h http.Handler) http.Handler) ([]*localEngine, error) {
 	var out []*localEngine
 	for i := range c.Count {
 		id := "engine-" + strconv.Itoa(i)
-		e, err := engine.New(engineConfig(c, uint64(seed)+uint64(i)*0x9e3779b9), m, engine.WithLogger(log.With().Str("engine", id).Logger()))
+		e, err := engine.New(wiring.EngineConfig(c, servedModel, uint64(seed)+uint64(i)*0x9e3779b9), m,
+			engine.WithLogger(log.With().Str("engine", id).Logger()), engine.WithLoader(wiring.LoadPolicy))
 		if err != nil {
 			stopEngines(out)
 			return nil, fmt.Errorf("node: %s: %w", id, err)
@@ -80,9 +73,13 @@ func startEngines(c config.EnginesConfig, m *pol.Model, seed int64, log zerolog.
 			stopEngines(out)
 			return nil, fmt.Errorf("node: %s: listen: %w", id, err)
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		le := &localEngine{e: e, url: "http://" + ln.Addr().String(), cancel: cancel, done: make(chan error, 1)}
-		go func() { le.done <- e.Serve(ctx, ln) }()
+		h := e.Handler()
+		if wrap != nil {
+			h = wrap(i, e, h)
+		}
+		le := &localEngine{name: id, e: e, url: "http://" + ln.Addr().String(), done: make(chan error, 1),
+			srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}}
+		go func() { le.done <- le.srv.Serve(ln) }()
 		out = append(out, le)
 	}
 	return out, nil
@@ -96,32 +93,22 @@ func stopEngines(es []*localEngine) {
 	}
 }
 
-// routerConfig maps the run config's router section onto proxy.Config.
+// routerConfig maps the run config's router section onto proxy.Config
+// (wiring.RouterConfig) for a router inside the node: replicas and logger
+// are the node's, and it serves on a loopback listener the node binds.
 func routerConfig(c config.RouterConfig, replicas []string, log zerolog.Logger) proxy.Config {
-	pc := proxy.DefaultConfig()
-	pc.Policy.Policy = string(c.Policy)
-	pc.Policy.LoadFactor = c.BalanceFactor
-	pc.Policy.SessionTTL = c.SessionTTL
-	pc.Policy.SweepInterval = c.SweepInterval
-	pc.Policy.VirtualNodes = c.VirtualNodes
-	pc.Policy.LagRule = string(c.BehindVersionRule)
-	pc.Policy.FailThreshold = c.UnhealthyThreshold
-	pc.Policy.RecoverThreshold = c.HealthyThreshold
+	pc := wiring.RouterConfig(c)
 	pc.Replicas = replicas
 	pc.ListenAddr = "127.0.0.1:0"
-	pc.MaxBodyBytes = c.MaxBodyBytes
-	pc.HealthInterval = c.HealthCheckInterval
-	pc.HealthTimeout = c.HealthCheckTimeout
-	pc.MaxRetries = c.MaxRetries
-	pc.RetryRatio = c.RetryBudget
 	pc.Logger = log
 	return pc
 }
 
-// inProcPublisher makes a version live on the in-process engines: each
-// engine is paused (keep, abort or wait), gets the new BF16 serving copy and
-// resumes; then the router learns every engine's version and the new
-// minimum. It stands in for the weight publisher until that lands.
+// inProcPublisher is publisher.mode full: each new version is made live on
+// the in-process engines from memory — each engine is paused (keep, abort
+// or wait), gets the new BF16 serving copy and resumes; then the router
+// learns every engine's version and the new minimum. It is also how a
+// remote trainer's versions reach the engines.
 type inProcPublisher struct {
 	mode    string
 	router  *proxy.Router

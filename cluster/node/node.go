@@ -28,7 +28,9 @@ import (
 	"github.com/asyncrl/asyncrl/actors/trainer"
 	"github.com/asyncrl/asyncrl/actors/trainer/microbatch"
 	"github.com/asyncrl/asyncrl/config"
+	"github.com/asyncrl/asyncrl/engine"
 	"github.com/asyncrl/asyncrl/internal/report"
+	"github.com/asyncrl/asyncrl/internal/wiring"
 	"github.com/asyncrl/asyncrl/policy"
 	"github.com/asyncrl/asyncrl/tasks"
 	"github.com/asyncrl/asyncrl/transport"
@@ -89,6 +91,8 @@ type Node struct {
 	rollouts  []*rollout.Actor
 	tr        *trainer.Actor
 	pub       *inProcPublisher
+	wsync     *weightSync // publisher.mode delta (the default)
+	hooks     testHooks
 	httpc     *http.Client
 	// weightsSub loads versions published by a remote trainer.
 	weightsSub  transport.Subscription
@@ -101,6 +105,17 @@ type Node struct {
 
 	start    time.Time
 	stopOnce sync.Once
+}
+
+// testHooks let tests observe and slow parts of a run.
+type testHooks struct {
+	// beforeApply runs in engine i's receiver agent after it fetched
+	// version and before it applies it (a deliberately slow applier).
+	beforeApply func(engine int, version int64)
+	// wrapEngine wraps engine i's HTTP handler.
+	wrapEngine func(i int, e *engine.Engine, h http.Handler) http.Handler
+	// wrapClient wraps the rollout actors' HTTP transport (to the router).
+	wrapClient func(http.RoundTripper) http.RoundTripper
 }
 
 // New checks the configuration and builds the task; Start starts everything.
@@ -130,6 +145,9 @@ func New(cfg config.Config, opts Options) (*Node, error) {
 		// the support-normalised ratio needs rollout logprobs normalised
 		// the same way, which nothing computes yet.
 		return nil, fmt.Errorf("%w: trainer.normalize_over_support: not supported by asyncrl run yet (engines report full-vocabulary logprobs)", ErrConfig)
+	}
+	if cfg.Publisher.Mode == config.PublishLoRA {
+		return nil, fmt.Errorf("%w: publisher.mode: lora is not supported by asyncrl run (the built-in policy has no adapters); use delta or full", ErrConfig)
 	}
 	if cfg.Engines.Count == 0 {
 		return nil, fmt.Errorf("%w: engines.count: the in-process trainer can only update built-in engines; set count ≥ 1", ErrConfig)
@@ -231,9 +249,21 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("%w: trainer: %w", ErrConfig, err)
 	}
-	serving := ptr.ServingCopy()
+	// Engines start from version 0: with delta sync, the base checkpoint
+	// every receiver replays from; otherwise the trainer's serving copy.
+	deltaSync := cfg.Publisher.Mode == config.PublishDelta && cfg.Trainer.Backend != config.BackendRemote
+	baseDir := ""
+	if deltaSync {
+		if baseDir, err = saveBase(cfg, ptr.ServingCopy()); err != nil {
+			return err
+		}
+	}
+	initial, err := wiring.InitialPolicy(baseDir, seed)
+	if err != nil {
+		return fmt.Errorf("node: initial weights: %w", err)
+	}
 	quiet := log.Level(max(log.GetLevel(), zerolog.WarnLevel))
-	if n.engines, err = startEngines(cfg.Engines, serving, cfg.Run.Seed, quiet); err != nil {
+	if n.engines, err = startEngines(cfg.Engines, initial, cfg.Run.Seed, quiet, n.hooks.wrapEngine); err != nil {
 		return err
 	}
 	replicas := append(n.EngineURLs(), cfg.Engines.ExternalURLs...)
@@ -251,6 +281,13 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	n.routerSrv = &http.Server{Handler: n.router.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = n.routerSrv.Serve(ln) }()
 	n.pub = &inProcPublisher{mode: string(cfg.Trainer.PauseMode), router: n.router, engines: n.engines}
+	var tpub trainer.Publisher = n.pub
+	if deltaSync {
+		if n.wsync, err = n.startWeightSync(ctx, baseDir); err != nil {
+			return err
+		}
+		tpub = n.wsync
+	}
 
 	n.sys, err = actors.NewSystem(actors.SystemConfig{Logger: log, RunID: cfg.Run.ID, Registerer: n.reg})
 	if err != nil {
@@ -262,7 +299,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		if n.weightsSub, err = n.bus.Subscribe(n.subj.weights, n.loadWeights); err != nil {
 			return fmt.Errorf("node: weights: %w", err)
 		}
-	} else if n.tr, err = trainer.Start(n.bus, ptr, n.pub, trainer.Config{RunID: cfg.Run.ID, Name: "trainer-0", NormStd: true,
+	} else if n.tr, err = trainer.Start(n.bus, ptr, tpub, trainer.Config{RunID: cfg.Run.ID, Name: "trainer-0", NormStd: true,
 		Microbatch: microbatchConfig(cfg.Trainer), Logger: log.With().Str("actor", "trainer").Logger(),
 		Subjects: trainer.Subjects{Train: n.subj.train, Steps: n.subj.steps, Weights: n.subj.weights}}); err != nil {
 		return err
@@ -340,7 +377,11 @@ func (n *Node) startRollouts() error {
 			supportK = min(supportK, ro.TopK)
 		}
 	}
-	n.httpc = &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 256}}
+	var rt http.RoundTripper = &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 256}
+	if n.hooks.wrapClient != nil {
+		rt = n.hooks.wrapClient(rt)
+	}
+	n.httpc = &http.Client{Transport: rt}
 	gen := &rollout.HTTPClient{BaseURL: n.routerURL, Model: servedModel, Client: n.httpc}
 	for i := range count {
 		name := "rollout-" + strconv.Itoa(i)
@@ -466,6 +507,12 @@ func (n *Node) Stop() {
 		}
 		if n.tr != nil {
 			_ = n.tr.Stop(ctx)
+		}
+		if n.wsync != nil {
+			// Let the receivers finish the versions already published, so
+			// the report sees the engines' final versions.
+			n.wsync.drain(10 * time.Second)
+			n.wsync.close()
 		}
 		if n.weightsSub != nil {
 			_ = n.weightsSub.Unsubscribe()

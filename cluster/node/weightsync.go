@@ -1,0 +1,438 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/asyncrl/asyncrl/actors/publisher"
+	"github.com/asyncrl/asyncrl/actors/publisher/shell"
+	"github.com/asyncrl/asyncrl/actors/router/policy"
+	"github.com/asyncrl/asyncrl/actors/router/proxy"
+	"github.com/asyncrl/asyncrl/actors/trainer"
+	"github.com/asyncrl/asyncrl/config"
+	"github.com/asyncrl/asyncrl/engine"
+	"github.com/asyncrl/asyncrl/messages"
+	pol "github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/transport"
+	"github.com/asyncrl/asyncrl/weights/delta"
+	"github.com/asyncrl/asyncrl/weights/receiver"
+	"github.com/asyncrl/asyncrl/weights/safetensors"
+	"github.com/asyncrl/asyncrl/weights/store"
+)
+
+// weightSync is publisher.mode delta: the trainer's Publish writes the new
+// serving checkpoint, encodes it as a SkyRL delta against the previous one
+// into the run's store, and hands the version to the publisher shell; one
+// engineAgent per engine brings its receiver's copy to the version before
+// the engine pauses, then pauses, loads, resumes and acks over the bus.
+type weightSync struct {
+	log   zerolog.Logger
+	shell *shell.Shell
+	st    store.Store
+	pub   *delta.Publisher
+
+	baseDir string // version 0, every receiver's BaseModelPath
+	stage   string // serving checkpoints being diffed
+	prevDir string // the serving checkpoint of pub.Version()
+
+	agents map[string]*engineAgent
+	list   []*engineAgent
+
+	published, deltaBytes prometheus.Counter
+	encodeSeconds         prometheus.Histogram
+
+	mu        sync.Mutex
+	encodeDur time.Duration // total time spent writing and encoding versions
+}
+
+var _ trainer.Publisher = (*weightSync)(nil)
+var _ shell.Dispatcher = (*weightSync)(nil)
+
+// weightsLayout names the run's directories under run.data_dir.
+type weightsLayout struct {
+	syncDir   string // local store root: <publisher.sync_dir or data_dir/weights>/<run.id>
+	publisher string // base/ and staging/
+	receivers string // one receiver root per engine
+}
+
+func layoutFor(cfg config.Config) weightsLayout {
+	sync := cfg.Publisher.SyncDir
+	if sync == "" {
+		sync = filepath.Join(cfg.Run.DataDir, "weights")
+	}
+	return weightsLayout{
+		syncDir:   filepath.Join(sync, cfg.Run.ID),
+		publisher: filepath.Join(cfg.Run.DataDir, "publisher", cfg.Run.ID),
+		receivers: filepath.Join(cfg.Run.DataDir, "receivers", cfg.Run.ID),
+	}
+}
+
+// routerSink tells the router proxy what the publisher shell decides.
+type routerSink struct{ r *proxy.Router }
+
+func (s routerSink) SetVersion(url string, v int64) {
+	s.r.Do(func(_ time.Time, c *policy.Core) { _ = c.SetVersion(url, v) })
+}
+
+func (s routerSink) SetMinVersion(v int64) {
+	s.r.Do(func(_ time.Time, c *policy.Core) { c.SetMinVersion(v) })
+}
+
+// openWeightStore opens publisher.store for this run, emptied: a run
+// starts from version 0 (its seed), so versions an earlier run with the
+// same run.id left behind would not chain.
+func openWeightStore(ctx context.Context, cfg config.Config, l weightsLayout, n *Node) (store.Store, error) {
+	var st store.Store
+	var err error
+	switch cfg.Publisher.Store {
+	case config.StoreLocal:
+		if err := os.RemoveAll(l.syncDir); err != nil {
+			return nil, fmt.Errorf("node: publisher.sync_dir: %w", err)
+		}
+		return store.NewLocal(l.syncDir)
+	case config.StoreNATS:
+		nc := store.DefaultNATSConfig("asyncrl-weights-" + cfg.Run.ID)
+		if n.opts.InMemoryBus {
+			nc.Storage = jetstream.MemoryStorage
+		}
+		st, err = store.NewNATS(ctx, n.bus.Conn(), nc)
+	case config.StoreS3:
+		sc := store.DefaultS3Config()
+		sc.Bucket, sc.Prefix, sc.CreateBucket = cfg.Publisher.S3Bucket, cfg.Run.ID+"/", true
+		sc.AccessKey, sc.SecretKey = os.Getenv("AWS_ACCESS_KEY_ID"), os.Getenv("AWS_SECRET_ACCESS_KEY")
+		sc.Endpoint, sc.Secure = "s3.amazonaws.com", true
+		if e := cfg.Publisher.S3Endpoint; e != "" {
+			if u, perr := url.Parse(e); perr == nil && u.Host != "" {
+				sc.Endpoint, sc.Secure = u.Host, u.Scheme == "https"
+			} else {
+				sc.Endpoint = strings.TrimSuffix(e, "/")
+			}
+		}
+		st, err = store.NewS3(ctx, sc)
+	default:
+		return nil, fmt.Errorf("%w: publisher.store %q", ErrConfig, cfg.Publisher.Store)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("node: publisher.store %s: %w", cfg.Publisher.Store, err)
+	}
+	keys, err := st.List(ctx, "")
+	if err != nil {
+		return nil, fmt.Errorf("node: publisher.store %s: %w", cfg.Publisher.Store, err)
+	}
+	for _, k := range keys {
+		if err := st.Delete(ctx, k); err != nil {
+			return nil, fmt.Errorf("node: publisher.store %s: %w", cfg.Publisher.Store, err)
+		}
+	}
+	return st, nil
+}
+
+// saveBase writes version 0 (the engines' initial weights) and returns its
+// directory.
+func saveBase(cfg config.Config, serving *pol.Model) (string, error) {
+	l := layoutFor(cfg)
+	if err := os.RemoveAll(l.publisher); err != nil {
+		return "", fmt.Errorf("node: publisher dir: %w", err)
+	}
+	base := filepath.Join(l.publisher, "base")
+	if err := serving.SaveServing(base); err != nil {
+		return "", fmt.Errorf("node: base checkpoint: %w", err)
+	}
+	return base, nil
+}
+
+// startWeightSync builds the delta publisher, the shell and one agent per
+// engine, and registers the engines at version 0.
+func (n *Node) startWeightSync(ctx context.Context, baseDir string) (*weightSync, error) {
+	cfg := n.cfg
+	l := layoutFor(cfg)
+	st, err := openWeightStore(ctx, cfg, l, n)
+	if err != nil {
+		return nil, err
+	}
+	stage := filepath.Join(l.publisher, "staging")
+	if err := os.MkdirAll(stage, 0o755); err != nil {
+		return nil, fmt.Errorf("node: publisher dir: %w", err)
+	}
+	pcfg := delta.DefaultPublisherConfig()
+	pcfg.Encode.Level = cfg.Publisher.ZstdLevel
+	pcfg.Encode.MaxFileSizeGB = cfg.Publisher.MaxFileSizeGB
+	pcfg.Encode.SpoolDir = stage
+	pcfg.FullEvery = int64(cfg.Publisher.FullCheckpointEvery)
+	dp, err := delta.NewPublisher(ctx, st, pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("node: publisher: %w", err)
+	}
+	if err := os.RemoveAll(l.receivers); err != nil {
+		return nil, fmt.Errorf("node: receivers dir: %w", err)
+	}
+	baseBytes, err := dirBytes(baseDir)
+	if err != nil {
+		return nil, err
+	}
+	w := &weightSync{log: n.opts.Logger.With().Str("actor", "publisher").Logger(), st: st, pub: dp,
+		baseDir: baseDir, stage: stage, prevDir: baseDir, agents: map[string]*engineAgent{},
+		published: prometheus.NewCounter(prometheus.CounterOpts{Name: "asyncrl_publisher_versions_published_total",
+			Help: "Weight versions the publisher encoded and announced."}),
+		deltaBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "asyncrl_publisher_delta_bytes_total",
+			Help: "Compressed bytes of the delta versions published."}),
+		encodeSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "asyncrl_publisher_encode_seconds",
+			Help: "Time to write a version's serving checkpoint and encode its delta.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
+	}
+	for _, c := range []prometheus.Collector{w.published, w.deltaBytes, w.encodeSeconds} {
+		if err := n.reg.Register(c); err != nil {
+			return nil, fmt.Errorf("node: publisher metrics: %w", err)
+		}
+	}
+	tc := publisher.DefaultConfig()
+	tc.BaseBytes = baseBytes
+	if w.shell, err = shell.New(shell.Config{Tracker: tc, RunID: cfg.Run.ID, Acks: n.subj.acks, Logger: w.log},
+		n.bus, routerSink{n.router}, w); err != nil {
+		return nil, err
+	}
+	for i, le := range n.engines {
+		rc := receiver.DefaultConfig(filepath.Join(l.receivers, le.name), baseDir)
+		rc.Logger = w.log.With().Str("engine", le.name).Logger()
+		rc.Registerer = prometheus.WrapRegistererWith(prometheus.Labels{"engine": le.name}, n.reg)
+		rcv, err := receiver.New(rc, st)
+		if err != nil {
+			w.close()
+			return nil, fmt.Errorf("node: receiver %s: %w", le.name, err)
+		}
+		a := newEngineAgent(i, le, rcv, w.shell, n.bus, cfg, n.hooks.beforeApply, w.log)
+		w.agents[le.name], w.list = a, append(w.list, a)
+		if _, err := w.shell.Join(le.name, le.url, 0); err != nil {
+			w.close()
+			return nil, err
+		}
+	}
+	return w, nil
+}
+
+func dirBytes(dir string) (int64, error) {
+	var total int64
+	err := filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		fi, err := d.Info()
+		if err == nil {
+			total += fi.Size()
+		}
+		return err
+	})
+	return total, err
+}
+
+// Dispatch implements shell.Dispatcher: the agent brings its engine to the
+// plan's target (a receiver replays every delta up to it).
+func (w *weightSync) Dispatch(cmd publisher.Command) {
+	if a := w.agents[cmd.Engine]; a != nil {
+		a.dispatch(cmd.Plan.Target)
+	}
+}
+
+// Publish implements trainer.Publisher.
+func (w *weightSync) Publish(ctx context.Context, m *pol.Model, version int64) error {
+	if version != w.pub.Version()+1 {
+		return fmt.Errorf("node: publisher: version %d after %d", version, w.pub.Version())
+	}
+	t0 := time.Now()
+	dir := filepath.Join(w.stage, fmt.Sprintf("v%08d", version))
+	if err := m.SaveServing(dir); err != nil {
+		return err
+	}
+	out, err := w.encode(ctx, dir)
+	if err != nil {
+		return fmt.Errorf("node: publisher: version %d: %w", version, err)
+	}
+	if w.prevDir != w.baseDir {
+		_ = os.RemoveAll(w.prevDir)
+	}
+	w.prevDir = dir
+	d := time.Since(t0)
+	w.mu.Lock()
+	w.encodeDur += d
+	w.mu.Unlock()
+	w.encodeSeconds.Observe(d.Seconds())
+	w.published.Inc()
+	w.deltaBytes.Add(float64(out.Manifest.TotalCompressedNumBytes))
+	info := publisher.VersionInfo{Version: out.Version, DeltaBytes: out.Manifest.TotalCompressedNumBytes}
+	if out.Full != nil {
+		info.FullBytes = out.Full.TotalNumBytes
+	}
+	return w.shell.Publish(ctx, info)
+}
+
+func (w *weightSync) encode(ctx context.Context, dir string) (delta.Published, error) {
+	base, err := safetensors.OpenDir(w.prevDir)
+	if err != nil {
+		return delta.Published{}, err
+	}
+	defer base.Close()
+	next, err := safetensors.OpenDir(dir)
+	if err != nil {
+		return delta.Published{}, err
+	}
+	defer next.Close()
+	return w.pub.Publish(ctx, base, next, dir)
+}
+
+// drain waits (up to d) until every agent has loaded what it was told to
+// or gave up, so the run's report sees the engines' final versions.
+func (w *weightSync) drain(d time.Duration) {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		idle := true
+		for _, a := range w.list {
+			idle = idle && a.idle()
+		}
+		if idle {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// close stops the agents and the shell's subscription.
+func (w *weightSync) close() {
+	for _, a := range w.list {
+		a.stop()
+	}
+	if w.shell != nil {
+		_ = w.shell.Close()
+	}
+}
+
+// engineAgent drives one engine's receiver. Targets coalesce: while it
+// works on version v, newer dispatches only raise the next target, and the
+// receiver replays every delta up to it in one go.
+type engineAgent struct {
+	idx     int
+	le      *localEngine
+	rcv     *receiver.Receiver
+	sh      *shell.Shell
+	bus     transport.Bus
+	subject string
+	runID   string
+	mode    string
+	log     zerolog.Logger
+	// beforeApply is a test hook (a deliberately slow applier).
+	beforeApply func(engine int, version int64)
+
+	mu   sync.Mutex
+	want int64 // newest target dispatched
+	have int64 // newest target handled (loaded, or failed)
+	gone bool  // the engine was stopped
+
+	wake   chan struct{}
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func newEngineAgent(i int, le *localEngine, rcv *receiver.Receiver, sh *shell.Shell, bus transport.Bus, cfg config.Config,
+	hook func(int, int64), log zerolog.Logger) *engineAgent {
+	ctx, cancel := context.WithCancel(context.Background())
+	a := &engineAgent{idx: i, le: le, rcv: rcv, sh: sh, bus: bus, runID: cfg.Run.ID, mode: string(cfg.Trainer.PauseMode),
+		subject:     transport.MustSubject(cfg.Run.ID, transport.TopicEngines, le.name, string(transport.EngineAck)),
+		log:         log.With().Str("engine", le.name).Logger(),
+		beforeApply: hook, wake: make(chan struct{}, 1), ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	go a.loop()
+	return a
+}
+
+func (a *engineAgent) dispatch(target int64) {
+	a.mu.Lock()
+	a.want = max(a.want, target)
+	a.mu.Unlock()
+	select {
+	case a.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (a *engineAgent) idle() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.gone || a.want <= a.have
+}
+
+func (a *engineAgent) stop() {
+	a.cancel()
+	<-a.done
+}
+
+func (a *engineAgent) loop() {
+	defer close(a.done)
+	for {
+		select {
+		case <-a.ctx.Done():
+			return
+		case <-a.wake:
+		}
+		for a.ctx.Err() == nil {
+			a.mu.Lock()
+			t := a.want
+			if a.gone || t <= a.have {
+				a.mu.Unlock()
+				break
+			}
+			a.mu.Unlock()
+			err := a.sync(t)
+			a.mu.Lock()
+			a.have = t // a failure is retried by the next version's dispatch
+			a.gone = a.gone || errors.Is(err, engine.ErrClosed)
+			a.mu.Unlock()
+			switch {
+			case err == nil:
+			case errors.Is(err, engine.ErrClosed):
+				a.sh.Leave(a.le.name) // stopped: out of rotation for good
+			case a.ctx.Err() == nil:
+				a.sh.Failed(a.le.name, t, err)
+			}
+		}
+	}
+}
+
+// sync brings the engine to target: fetch and apply to the receiver's
+// copy while the engine still serves, then pause, load, resume, ack.
+func (a *engineAgent) sync(target int64) error {
+	ctx := a.ctx
+	_ = a.sh.Fetching(a.le.name, target)
+	if err := a.rcv.Fetch(ctx, target); err != nil {
+		return err
+	}
+	if a.beforeApply != nil {
+		a.beforeApply(a.idx, target)
+	}
+	if _, err := a.rcv.Apply(ctx, target); err != nil {
+		return err
+	}
+	if err := a.le.e.Pause(ctx, a.mode, false); err != nil {
+		return err
+	}
+	v, err := a.rcv.Load(receiver.LoaderFunc(a.le.e.LoadWeights))
+	a.le.e.Resume()
+	if err != nil {
+		return err
+	}
+	_ = a.rcv.Prune(v - 1) // older deltas are needed again only after a reset, which refetches
+	data, err := messages.Encode(messages.EngineVersionAck{
+		Header: messages.Header{RunID: a.runID, Sender: a.le.name, Version: v}, Engine: a.le.name, URL: a.le.url})
+	if err != nil {
+		return err
+	}
+	return a.bus.Publish(ctx, a.subject, data)
+}
