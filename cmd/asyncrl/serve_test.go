@@ -173,3 +173,17 @@ func TestEnvServeAndList(t *testing.T) {
 		t.Fatalf("unknown task: code %d, stderr %q", code, errOut)
 	}
 }
+
+func TestSimCommand(t *testing.T) {
+	code, out, errOut := cli(t, "sim", "--seed", "1", "--steps", "3")
+	if code != 0 || !strings.Contains(out+errOut, "1 of 1 passed") {
+		t.Fatalf("sim: code %d, out %q, err %q", code, out, errOut)
+	}
+	code, out, errOut = cli(t, "sim", "--seed", "1", "--steps", "8", "--bug", "router-ignores-version-gating")
+	if code != 1 || !strings.Contains(out+errOut, "routing-gate") {
+		t.Fatalf("sim with a planted bug: code %d, out %q, err %q", code, out, errOut)
+	}
+	if code, _, errOut := cli(t, "sim", "--scenario", "nope"); code != 1 || !strings.Contains(errOut, "partitions") {
+		t.Fatalf("bad scenario: code %d, err %q", code, errOut)
+	}
+}
