@@ -78,7 +78,9 @@ type TrainerConfig struct {
 	ReductionMaxSeqLen int `json:"reduction_max_seq_len"`
 	// SupportNorm renormalises each token's trainer logprob over its sample
 	// support set (Sequence.Support) before the ratio, as SkyRL's
-	// sample-support replay does.
+	// sample-support replay does. The rollout logprobs must then be
+	// normalised over the same sets (the engine's output_support_logprobs),
+	// or the ratio compares different distributions.
 	SupportNorm bool `json:"support_norm"`
 	// EntropyCoef subtracts EntropyCoef × entropy from the loss (an entropy
 	// bonus); 0 disables it.
