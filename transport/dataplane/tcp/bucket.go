@@ -53,15 +53,5 @@ func (l *limiter) wait(ctx context.Context, n int) error {
 	l.mu.Lock()
 	d := l.b.take(time.Now(), n)
 	l.mu.Unlock()
-	if d <= 0 {
-		return nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
+	return sleep(ctx, d)
 }
