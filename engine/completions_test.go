@@ -158,6 +158,38 @@ func TestSampleSupportIffFilter(t *testing.T) {
 	}
 }
 
+// TestStreamedSupportLogprobs: streamed chunks carry each chunk's tokens'
+// support sets and support logprobs, and together they equal the
+// non-streamed answer of the same seeded request.
+func TestStreamedSupportLogprobs(t *testing.T) {
+	h := newHarness(t, testConfig())
+	req := map[string]any{"prompt": "abc", "max_tokens": 10, "ignore_eos": true, "return_token_ids": true, "seed": 3, "top_k": 5}
+	want := h.complete(req).Choices[0]
+	req["stream"] = true
+	_, _, body := h.post("/v1/completions", req)
+	var sup [][]int32
+	var slp []float32
+	for _, ev := range sseEvents(t, body) {
+		if ev == "[DONE]" {
+			break
+		}
+		var ch CompletionResponse
+		if err := json.Unmarshal([]byte(ev), &ch); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range ch.Choices {
+			if len(c.SampleSupport) != len(c.OutputSupportLogprobs) || len(c.OutputSupportLogprobs) != len(c.TokenIDs) {
+				t.Fatalf("chunk with %d tokens, %d support rows, %d support logprobs", len(c.TokenIDs), len(c.SampleSupport), len(c.OutputSupportLogprobs))
+			}
+			sup = append(sup, c.SampleSupport...)
+			slp = append(slp, c.OutputSupportLogprobs...)
+		}
+	}
+	if !slices.Equal(slp, want.OutputSupportLogprobs) || len(sup) != len(want.SampleSupport) {
+		t.Fatalf("streamed support logprobs %v, non-streamed %v", slp, want.OutputSupportLogprobs)
+	}
+}
+
 func TestSeedDeterminismAndN(t *testing.T) {
 	h := newHarness(t, testConfig())
 	req := map[string]any{"prompt": "seeded", "max_tokens": 16, "seed": 42, "ignore_eos": true, "return_token_ids": true, "n": 3}
