@@ -88,6 +88,49 @@ func (e *singleEnv) Step(action string) (string, float64, bool, error) {
 	return "", e.score(action), true, nil
 }
 
+// episode is the turn bookkeeping of a multi-turn Env: Reset starts it,
+// every Step counts a turn, and the episode ends when it is solved or after
+// MaxTurns turns.
+type episode struct {
+	turn          int
+	started, done bool
+}
+
+// next admits one Step and counts its turn. It fails with ErrNotReset
+// before a successful Reset and with ErrEpisodeDone after the end; done is
+// the value Step must return alongside the error.
+func (e *episode) next() (done bool, err error) {
+	switch {
+	case !e.started:
+		return false, ErrNotReset
+	case e.done:
+		return true, ErrEpisodeDone
+	}
+	e.turn++
+	return false, nil
+}
+
+// endIfOut ends the episode once it has used all maxTurns turns.
+func (e *episode) endIfOut(maxTurns int) {
+	if e.turn >= maxTurns {
+		e.done = true
+	}
+}
+
+// shapingReward is the per-turn shaping unit of the multi-turn tasks, 0.1/T:
+// at most two units a turn keep all shaping within 0.2.
+func shapingReward(maxTurns int) float64 { return 0.1 / float64(maxTurns) }
+
+// winReward is the multi-turn tasks' reward for solving on 1-based turn
+// of maxTurns: 0.5 + 0.3·(T−t)/(T−1), so winning sooner is worth more; a
+// one-turn episode (T = 1) wins the full 0.8.
+func winReward(turn, maxTurns int) float64 {
+	if maxTurns <= 1 {
+		return 0.8
+	}
+	return 0.5 + 0.3*float64(maxTurns-turn)/float64(maxTurns-1)
+}
+
 // badPrompt wraps ErrBadPrompt with the task name, the text and the expected
 // shape, so a bad dataset line is easy to fix.
 func badPrompt(task, text, want string) error {

@@ -90,10 +90,9 @@ func (t *GridTask) generate(seed int64) string {
 func cell(x, y int) string { return strconv.Itoa(x) + "," + strconv.Itoa(y) }
 
 type gridEnv struct {
-	task          *GridTask
-	x, y, gx, gy  int
-	turn          int
-	started, done bool
+	task         *GridTask
+	x, y, gx, gy int
+	episode
 }
 
 func (e *gridEnv) Reset(p Prompt) (string, error) {
@@ -111,20 +110,16 @@ func (e *gridEnv) Reset(p Prompt) (string, error) {
 		e.started = false
 		return "", badPrompt(cfg.Name, text, fmt.Sprintf("\"walk x,y>gx,gy:\" with distinct cells in 0..%d", cfg.Size-1))
 	}
-	*e = gridEnv{task: e.task, x: x, y: y, gx: gx, gy: gy, started: true}
+	*e = gridEnv{task: e.task, x: x, y: y, gx: gx, gy: gy, episode: episode{started: true}}
 	return text, nil
 }
 
 func (e *gridEnv) Step(action string) (string, float64, bool, error) {
-	if !e.started {
-		return "", 0, false, ErrNotReset
-	}
-	if e.done {
-		return "", 0, true, ErrEpisodeDone
+	if done, err := e.next(); err != nil {
+		return "", 0, done, err
 	}
 	T := e.task.cfg.MaxTurns
-	e.turn++
-	shaping := 0.1 / float64(T)
+	shaping := shapingReward(T)
 	reward := 0.0
 	nx, ny := e.x, e.y
 	if m := firstWord(action); m != "" {
@@ -150,11 +145,9 @@ func (e *gridEnv) Step(action string) (string, float64, bool, error) {
 	obs := " " + cell(e.x, e.y) + ":"
 	if e.x == e.gx && e.y == e.gy {
 		obs, e.done = GridGoal, true
-		reward += 0.5 + 0.3*float64(T-e.turn)/float64(T-1)
+		reward += winReward(e.turn, T)
 	}
-	if e.turn >= T {
-		e.done = true
-	}
+	e.endIfOut(T)
 	return obs, reward, e.done, nil
 }
 

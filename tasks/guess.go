@@ -89,11 +89,10 @@ func (t *GuessTask) Sample(rng *rand.Rand) Prompt {
 func (t *GuessTask) text(n int) string { return "guess 1-" + strconv.Itoa(n) + ":" }
 
 type guessEnv struct {
-	task          *GuessTask
-	n, secret     int
-	lo, hi        int // the interval still consistent with the feedback
-	turn          int
-	started, done bool
+	task      *GuessTask
+	n, secret int
+	lo, hi    int // the interval still consistent with the feedback
+	episode
 }
 
 func (e *guessEnv) Reset(p Prompt) (string, error) {
@@ -114,20 +113,16 @@ func (e *guessEnv) Reset(p Prompt) (string, error) {
 		e.started = false
 		return "", badPrompt(cfg.Name, text, fmt.Sprintf("\"guess 1-<N>:\" with N in 2..%d", cfg.Max))
 	}
-	*e = guessEnv{task: e.task, n: n, secret: 1 + seedRand(p.Seed).IntN(n), lo: 1, hi: n, started: true}
+	*e = guessEnv{task: e.task, n: n, secret: 1 + seedRand(p.Seed).IntN(n), lo: 1, hi: n, episode: episode{started: true}}
 	return text, nil
 }
 
 func (e *guessEnv) Step(action string) (string, float64, bool, error) {
-	if !e.started {
-		return "", 0, false, ErrNotReset
-	}
-	if e.done {
-		return "", 0, true, ErrEpisodeDone
+	if done, err := e.next(); err != nil {
+		return "", 0, done, err
 	}
 	T := e.task.cfg.MaxTurns
-	e.turn++
-	shaping := 0.1 / float64(T)
+	shaping := shapingReward(T)
 	reward, obs := 0.0, GuessInvalid
 	if g, ok := leadingNumber(action); ok && g >= 1 && g <= e.n {
 		reward += shaping
@@ -137,20 +132,14 @@ func (e *guessEnv) Step(action string) (string, float64, bool, error) {
 		switch {
 		case g == e.secret:
 			obs, e.done = GuessCorrect, true
-			win := 0.8
-			if T > 1 {
-				win = 0.5 + 0.3*float64(T-e.turn)/float64(T-1)
-			}
-			reward += win
+			reward += winReward(e.turn, T)
 		case g < e.secret:
 			obs, e.lo = GuessHigher, max(e.lo, g+1)
 		default:
 			obs, e.hi = GuessLower, min(e.hi, g-1)
 		}
 	}
-	if e.turn >= T {
-		e.done = true
-	}
+	e.endIfOut(T)
 	return obs, reward, e.done, nil
 }
 

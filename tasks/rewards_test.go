@@ -152,3 +152,19 @@ func printable(s string) bool {
 	}
 	return true
 }
+
+func TestWinReward(t *testing.T) {
+	for _, c := range []struct {
+		turn, maxTurns int
+		want           float64
+	}{
+		{1, 1, 0.8},   // one-turn episode: the whole win
+		{1, 10, 0.8},  // solved on the first turn
+		{10, 10, 0.5}, // solved on the last turn
+		{4, 7, 0.65},  // halfway: 0.5 + 0.3·3/6
+	} {
+		if got := winReward(c.turn, c.maxTurns); math.Abs(got-c.want) > 1e-12 {
+			t.Errorf("winReward(%d, %d) = %v, want %v", c.turn, c.maxTurns, got, c.want)
+		}
+	}
+}
