@@ -40,3 +40,52 @@ func TestDefaultsLearn(t *testing.T) {
 		t.Errorf("staleness max %d (bound %d), lost %d", s.StalenessMax, s.StalenessBound, s.TrajectoriesLost)
 	}
 }
+
+// TestPublishCost measures what the delta path costs per step against the
+// in-memory path (publisher.mode full) on the default run: the trainer's
+// publish time (write + encode + until an engine serves the version) and
+// the wall time. A measurement, not an assertion of speed: it only checks
+// both runs finish; ASYNCRL_LONG=1 go test -run TestPublishCost -v.
+func TestPublishCost(t *testing.T) {
+	if os.Getenv("ASYNCRL_LONG") == "" {
+		t.Skip("set ASYNCRL_LONG=1 to measure the publish cost on the default run")
+	}
+	for _, mode := range []config.PublishMode{config.PublishDelta, config.PublishFull} {
+		cfg := config.Default()
+		cfg.Run.Steps, cfg.Run.Seed = 30, 1
+		cfg.Run.DataDir = t.TempDir()
+		cfg.Publisher.Mode = mode
+		n, err := New(cfg, Options{InMemoryBus: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		if err := n.Start(ctx); err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		_, err = n.Wait(ctx)
+		n.Stop()
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := n.Summary(false, nil)
+		var pub, train time.Duration
+		steps := n.steps()
+		for _, st := range steps {
+			pub += st.PublishTime
+			train += st.TrainTime
+		}
+		k := time.Duration(len(steps))
+		extra := ""
+		if n.wsync != nil {
+			extra = " (write+encode " + (n.wsync.encodeDur / k).String() + "/step)"
+		}
+		t.Logf("%s: publish %v/step%s, train %v/step, wall %.1fs, reward first5 %.3f last5 %.3f", mode, pub/k, extra, train/k,
+			s.WallSeconds, s.RewardFirst5, s.RewardLast5)
+		if s.Steps != 30 {
+			t.Fatalf("%s: %d steps", mode, s.Steps)
+		}
+	}
+}
