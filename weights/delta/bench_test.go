@@ -12,6 +12,7 @@ import (
 
 	"github.com/asyncrl/asyncrl/weights/delta"
 	"github.com/asyncrl/asyncrl/weights/internal/ckpttest"
+	"github.com/asyncrl/asyncrl/weights/internal/fsutil"
 	"github.com/asyncrl/asyncrl/weights/safetensors"
 	"github.com/asyncrl/asyncrl/weights/store"
 )
@@ -105,7 +106,7 @@ func BenchmarkApply(b *testing.B) {
 			for b.Loop() {
 				b.StopTimer()
 				os.RemoveAll(work)
-				if err := ckpttest.CopyDir(work, baseDir); err != nil {
+				if err := fsutil.CopyDir(work, baseDir); err != nil {
 					b.Fatal(err)
 				}
 				mut, err := delta.OpenMutable(work)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/asyncrl/asyncrl/weights/delta"
 	"github.com/asyncrl/asyncrl/weights/internal/ckpttest"
+	"github.com/asyncrl/asyncrl/weights/internal/fsutil"
 	"github.com/asyncrl/asyncrl/weights/safetensors"
 	"github.com/asyncrl/asyncrl/weights/store"
 )
@@ -79,7 +80,7 @@ func (f *fixture) publish(v int, cfg delta.EncodeConfig) *delta.Manifest {
 // working returns a mutable copy of version 0.
 func (f *fixture) working() (string, *delta.Mutable) {
 	d := filepath.Join(f.t.TempDir(), "weights")
-	if err := ckpttest.CopyDir(d, f.dirs[0]); err != nil {
+	if err := fsutil.CopyDir(d, f.dirs[0]); err != nil {
 		f.t.Fatal(err)
 	}
 	m, err := delta.OpenMutable(d)

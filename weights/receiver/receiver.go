@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -16,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/asyncrl/asyncrl/weights/delta"
+	"github.com/asyncrl/asyncrl/weights/internal/fsutil"
 	"github.com/asyncrl/asyncrl/weights/store"
 )
 
@@ -400,7 +400,7 @@ func (r *Receiver) reset(ctx context.Context, start int64) (State, error) {
 		return s, fmt.Errorf("receiver: reset: %w", err)
 	}
 	defer os.RemoveAll(tmp)
-	if err := copyDir(tmp, src); err != nil {
+	if err := fsutil.CopyDir(tmp, src); err != nil {
 		return s, fmt.Errorf("receiver: reset from %s: %w", src, err)
 	}
 	if err := os.RemoveAll(r.WeightsDir()); err != nil {
@@ -457,40 +457,4 @@ func (r *Receiver) Prune(version int64) error {
 		}
 	}
 	return nil
-}
-
-func copyDir(dst, src string) error {
-	ents, err := os.ReadDir(src)
-	if err != nil {
-		return err
-	}
-	for _, e := range ents {
-		if !e.Type().IsRegular() {
-			continue
-		}
-		if err := copyFile(filepath.Join(dst, e.Name()), filepath.Join(src, e.Name())); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func copyFile(dst, src string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.Create(dst)
-	if err != nil {
-		return err
-	}
-	_, err = io.Copy(out, in)
-	if err == nil {
-		err = out.Sync()
-	}
-	if cerr := out.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/asyncrl/asyncrl/weights/delta"
 	"github.com/asyncrl/asyncrl/weights/internal/ckpttest"
+	"github.com/asyncrl/asyncrl/weights/internal/fsutil"
 	"github.com/asyncrl/asyncrl/weights/receiver"
 	"github.com/asyncrl/asyncrl/weights/safetensors"
 	"github.com/asyncrl/asyncrl/weights/store"
@@ -275,7 +276,7 @@ func TestChangedBasePathResets(t *testing.T) {
 	// Same base bytes at another path: the receiver cannot know they are
 	// the same model, so it resets and replays.
 	other := filepath.Join(t.TempDir(), "base")
-	ckpttest.CopyDir(other, e.dirs[0])
+	fsutil.CopyDir(other, e.dirs[0])
 	r2, err := receiver.New(receiver.DefaultConfig(root, other), e.st)
 	if err != nil {
 		t.Fatal(err)

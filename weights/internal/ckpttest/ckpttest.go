@@ -5,7 +5,6 @@ package ckpttest
 import (
 	"bytes"
 	"fmt"
-	"io"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -98,43 +97,6 @@ func Write(dir string, ts []safetensors.Tensor, shardBytes int64) error {
 	}
 	_, err := safetensors.WriteSharded(dir, ts, shardBytes, nil)
 	return err
-}
-
-// CopyDir copies the regular files of src into dst (created).
-func CopyDir(dst, src string) error {
-	if err := os.MkdirAll(dst, 0o755); err != nil {
-		return err
-	}
-	ents, err := os.ReadDir(src)
-	if err != nil {
-		return err
-	}
-	for _, e := range ents {
-		if !e.Type().IsRegular() {
-			continue
-		}
-		if err := copyFile(filepath.Join(dst, e.Name()), filepath.Join(src, e.Name())); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func copyFile(dst, src string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.Create(dst)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }
 
 // SameDir reports the first difference between two checkpoint directories
