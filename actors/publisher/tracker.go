@@ -263,32 +263,29 @@ func (t *Tracker) Plan(name string) (Plan, error) {
 	return t.plan(e.serving), nil
 }
 
-// plan picks the cheapest way from `from` to the target.
+// plan picks the cheapest way from `from` to the target: replaying every
+// delta, or loading a full checkpoint above `from` (any, from scratch) and
+// replaying the deltas after it. The newest full checkpoint is not always
+// the cheapest (sizes vary), so each is tried. One pass down from the
+// target keeps the cost of the deltas above v as a running sum, so a plan
+// costs O(target − from), not a re-summed tail per candidate; ties go to
+// plain deltas, then to the newest full checkpoint.
 func (t *Tracker) plan(from int64) Plan {
 	target := t.Target()
 	p := Plan{From: from, Target: target, Full: NoVersion}
 	if from >= target {
 		return p
 	}
-	deltaCost := func(a int64) int64 { // replay a+1..target
-		var c int64
-		for v := a + 1; v <= target; v++ {
-			c += t.versions[v].DeltaBytes
-		}
-		return c
-	}
 	best, bestFull := int64(-1), NoVersion
-	if from != NoVersion {
-		best = deltaCost(from)
-	}
-	// A full checkpoint above `from` (or any, from scratch); the newest
-	// one is not always cheapest (sizes vary), so try each.
+	var tail int64 // DeltaBytes of v+1..target
 	for v := target; v > from && v >= 0; v-- {
-		if fb := t.versions[v].FullBytes; fb > 0 {
-			if c := fb + deltaCost(v); best < 0 || c < best {
-				best, bestFull = c, v
-			}
+		if fb := t.versions[v].FullBytes; fb > 0 && (best < 0 || fb+tail < best) {
+			best, bestFull = fb+tail, v
 		}
+		tail += t.versions[v].DeltaBytes
+	}
+	if from != NoVersion && (best < 0 || tail <= best) {
+		best, bestFull = tail, NoVersion
 	}
 	p.Bytes, p.Full = best, bestFull
 	start := from
