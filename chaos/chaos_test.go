@@ -3,6 +3,8 @@ package chaos
 import (
 	"bytes"
 	"context"
+	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +18,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // under every fault kind.
 func TestShortSessionHoldsInvariants(t *testing.T) {
 	cfg := DefaultConfig()
-	cfg.Duration = 6 * time.Second
+	cfg.Duration = 5 * time.Second
 	cfg.MeanGap = 400 * time.Millisecond
 	cfg.MaxHold = 800 * time.Millisecond
 	cfg.Seed = 7
@@ -33,5 +35,36 @@ func TestShortSessionHoldsInvariants(t *testing.T) {
 	}
 	if rep.Total() < 5 {
 		t.Fatalf("only %d faults injected", rep.Total())
+	}
+}
+
+// TestPlantedForgetfulRestartIsCaught plants a bug — a restarted engine
+// comes back with version 0's weights — and wants the session to fail on
+// the version invariant: proof that the checks can fail.
+func TestPlantedForgetfulRestartIsCaught(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Duration = 2500 * time.Millisecond
+	cfg.Faults = []string{KindEngineKill}
+	cfg.MeanGap = 300 * time.Millisecond
+	cfg.MaxHold = 400 * time.Millisecond
+	cfg.Seed = 3
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	rep, err := run(ctx, cfg, true)
+	var table strings.Builder
+	_ = rep.WriteTable(&table)
+	t.Logf("\n%s", table.String())
+	if !errors.Is(err, ErrViolation) {
+		t.Fatalf("want ErrViolation, got %v", err)
+	}
+	var broken []string
+	for _, inv := range rep.Violations() {
+		broken = append(broken, inv.Name)
+	}
+	if !slices.Contains(broken, InvVersionsGrow) {
+		t.Fatalf("violations %v do not include %q", broken, InvVersionsGrow)
+	}
+	if rep.Faults[0].Kind != KindEngineKill || rep.Faults[0].Count == 0 {
+		t.Fatalf("faults %+v", rep.Faults)
 	}
 }

@@ -46,6 +46,15 @@ type fleet struct {
 	version   int64
 	members   []*member
 	loadErrs  []string
+	// drops lists engines seen serving a lower version than before (a
+	// restart that lost its weights, say).
+	drops []string
+
+	// initial is version 0's model; plantForget is a test-only switch that
+	// plants a bug — a restarted engine comes back with version 0's weights
+	// — so a test can prove the version invariant catches it.
+	initial     engine.Model
+	plantForget bool
 }
 
 // member is one chaos engine and its proxy.
@@ -57,6 +66,7 @@ type member struct {
 	cancel   context.CancelFunc
 	done     chan error
 	restarts int
+	served   int64 // highest version this engine slot has served
 }
 
 func newFleet(n int, cfg config.Config, log zerolog.Logger) (*fleet, error) {
@@ -65,7 +75,7 @@ func newFleet(n int, cfg config.Config, log zerolog.Logger) (*fleet, error) {
 		return nil, fmt.Errorf("chaos: initial policy: %w", err)
 	}
 	f := &fleet{cfg: cfg.Engines, runID: cfg.Run.ID, seed: uint64(cfg.Run.Seed), pauseMode: string(cfg.Trainer.PauseMode),
-		log: log, model: m, httpc: &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: nil}}}
+		log: log, model: m, initial: m, httpc: &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: nil}}}
 	for i := range n {
 		mb := &member{idx: i}
 		f.members = append(f.members, mb)
@@ -100,7 +110,10 @@ func (f *fleet) URLs() []string {
 // serve starts an engine on ln with model at version.
 func (f *fleet) serve(mb *member, ln net.Listener, model engine.Model, version int64) error {
 	ecfg := wiring.EngineConfig(f.cfg, servedModel, f.seed+uint64(mb.idx+1)*0x9e3779b9+uint64(mb.restarts))
-	e, err := engine.New(ecfg, model, engine.WithLogger(f.log.With().Str("engine", "chaos-"+strconv.Itoa(mb.idx)).Logger()))
+	// Engines log every weight swap at info; like the node's, they only
+	// speak up for warnings.
+	quiet := f.log.Level(max(f.log.GetLevel(), zerolog.WarnLevel))
+	e, err := engine.New(ecfg, model, engine.WithLogger(quiet.With().Str("engine", "chaos-"+strconv.Itoa(mb.idx)).Logger()))
 	if err != nil {
 		return fmt.Errorf("chaos: engine %d: %w", mb.idx, err)
 	}
@@ -166,11 +179,16 @@ func (f *fleet) restart(i int) error {
 		return fmt.Errorf("chaos: engine %d: relisten on %s: %w", i, mb.addr, err)
 	}
 	mb.restarts++
-	if err := f.serve(mb, ln, f.model, f.version); err != nil {
+	model, version := f.model, f.version
+	if f.plantForget {
+		model, version = f.initial, 0
+	}
+	if err := f.serve(mb, ln, model, version); err != nil {
 		_ = ln.Close()
 		return err
 	}
-	return f.postVersion(mb, f.version)
+	f.observe(mb, version)
+	return f.postVersion(mb, version)
 }
 
 // setRouter tells the fleet where the router's admin API is and records
@@ -233,10 +251,20 @@ func (f *fleet) onWeights(msg *transport.Msg) {
 			f.loadErrs = append(f.loadErrs, fmt.Sprintf("engine %d v%d: %v", mb.idx, wp.Version, err))
 			continue
 		}
+		f.observe(mb, wp.Version)
 		if err := f.postVersion(mb, wp.Version); err != nil {
 			f.log.Warn().Err(err).Int("engine", mb.idx).Int64("version", wp.Version).Msg("chaos: router version not recorded")
 		}
 	}
+}
+
+// observe records that mb now serves v; a lower version than it served
+// before is a violation. Called with f.mu held.
+func (f *fleet) observe(mb *member, v int64) {
+	if v < mb.served {
+		f.drops = append(f.drops, fmt.Sprintf("engine %d: served v%d, now v%d (restart %d)", mb.idx, mb.served, v, mb.restarts))
+	}
+	mb.served = max(mb.served, v)
 }
 
 func (f *fleet) fail(s string) {

@@ -55,6 +55,11 @@ func runConfig(cfg Config, dir string) config.Config {
 // returned whenever the session ran; err is ErrViolation (wrapped) when an
 // invariant failed, or what stopped the session from running.
 func Run(ctx context.Context, cfg Config) (Report, error) {
+	return run(ctx, cfg, false)
+}
+
+// run is Run with the test-only planted bug switch (see fleet.plantForget).
+func run(ctx context.Context, cfg Config, plantForget bool) (Report, error) {
 	start := time.Now()
 	rep := Report{Seed: cfg.Seed, Duration: cfg.Duration}
 	if err := cfg.Validate(); err != nil {
@@ -84,6 +89,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		return rep, err
 	}
 	defer fl.close()
+	fl.plantForget = plantForget
 	rc.Engines.ExternalURLs = fl.URLs()
 	n, err := node.New(rc, node.Options{Logger: log, InMemoryBus: true})
 	if err != nil {
@@ -178,6 +184,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	ev.VersionDrops, ev.Overclaims, ev.Samples = w.results()
 	fl.mu.Lock()
 	ev.LoadErrors = append([]string(nil), fl.loadErrs...)
+	ev.VersionDrops = append(ev.VersionDrops, fl.drops...)
 	fl.mu.Unlock()
 
 	rep.Injected = played

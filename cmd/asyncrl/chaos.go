@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
 	"github.com/asyncrl/asyncrl/chaos"
@@ -31,6 +32,7 @@ func newChaosCmd(g *globals) *cobra.Command {
 			"no prompt trained twice, staleness ≤ S, engine versions only increase, the router never\n" +
 			"ahead of an engine, progress after the faults heal. Prints the faults injected and the\n" +
 			"invariants held; exit code 1 on a violation. The same --seed gives the same schedule.\n" +
+			"Logs below error level are off unless --log-level is given (warnings are expected).\n" +
 			"See docs/chaos.md.",
 		Example: "  asyncrl chaos --duration 60s --seed 3\n  asyncrl chaos --duration 20s --faults engine-kill,blackhole",
 		Args:    cobra.NoArgs,
@@ -50,6 +52,12 @@ func newChaosCmd(g *globals) *cobra.Command {
 			log, err := g.logger(cmd, rc.Log)
 			if err != nil {
 				return fail("asyncrl chaos: %v", err)
+			}
+			if !cmd.Flags().Changed("log-level") {
+				// Under chaos the router's and rollouts' warnings (upstream
+				// failed, replica unhealthy) are the expected echo of every
+				// fault; only errors are news unless asked for.
+				log = log.Level(zerolog.ErrorLevel)
 			}
 			cfg.Logger = logx.For(log, "chaos")
 			cfg.Progress = g.stderr
