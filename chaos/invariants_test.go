@@ -38,7 +38,9 @@ func TestCheck(t *testing.T) {
 		{"unaccounted trajectory", func(e *Evidence) { e.Summary.TrajectoriesStarted = 41 }, InvNothingLost, "started 41"},
 		{"trained and requeued", func(e *Evidence) { e.Groups[0].Requeued = 1 }, InvExactlyOnce, "g1: trained 1 filtered 0 requeued 1"},
 		{"group without a fate", func(e *Evidence) { e.Summary.GroupsInFlightAtStop = 0 }, InvExactlyOnce, "1 consumed groups without a final state"},
-		{"prompt trained twice", func(e *Evidence) { e.Groups[1] = node.GroupRecord{GroupID: "g2", PromptID: "p1", Consumed: true, Trained: 1} },
+		{"prompt trained twice", func(e *Evidence) {
+			e.Groups[1] = node.GroupRecord{GroupID: "g2", PromptID: "p1", Consumed: true, Trained: 1}
+		},
 			InvNoDoubleTrain, "prompt p1 trained 2 times"},
 		{"stale group", func(e *Evidence) { e.Groups[0].Staleness = 3 }, InvStaleness, "g1 trained with staleness 3 > 2"},
 		{"stale max", func(e *Evidence) { e.Summary.StalenessMax = 5 }, InvStaleness, "staleness_max 5 > bound 2"},
