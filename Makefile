@@ -53,3 +53,13 @@ sim: build
 	@for sc in default faults partitions mixed; do \
 		./$(BIN) sim --seed 1 --seeds $(SIM_SEEDS) --steps $(SIM_STEPS) --scenario $$sc || exit 1; \
 	done
+
+# A real chaos session (issue 8): the whole loop for 60 s under engine
+# kills, latency, resets and blackholes; exits non-zero on a violation.
+# CHAOS_SEED, CHAOS_DURATION and CHAOS_FAULTS change it (docs/chaos.md).
+CHAOS_SEED ?= 1
+CHAOS_DURATION ?= 60s
+CHAOS_FAULTS ?= all
+.PHONY: chaos
+chaos: build
+	./$(BIN) chaos --seed $(CHAOS_SEED) --duration $(CHAOS_DURATION) --faults $(CHAOS_FAULTS)
