@@ -46,12 +46,6 @@ func (l *line) i64(k string, v int64) *line {
 	return l
 }
 
-func (l *line) u64(k string, v uint64) *line {
-	l.key(k)
-	l.b.WriteString(strconv.FormatUint(v, 10))
-	return l
-}
-
 func (l *line) f64(k string, v float64) *line {
 	l.key(k)
 	l.b.WriteString(strconv.FormatFloat(v, 'g', -1, 64))
