@@ -122,8 +122,13 @@ func ZeroVarianceMask(samples []Sample, tol float64) []int {
 }
 
 func zeroVariance(samples []Sample, idx []int, tol float64) bool {
-	live := 0
-	var lo, hi float64
+	live, lo, hi := liveRange(samples, idx)
+	return live > 1 && hi-lo <= tol
+}
+
+// liveRange counts the live trajectories among idx and the span [lo, hi]
+// of their scores (0, 0 when none is live).
+func liveRange(samples []Sample, idx []int) (live int, lo, hi float64) {
 	for _, i := range idx {
 		if !samples[i].Live() {
 			continue
@@ -137,7 +142,7 @@ func zeroVariance(samples []Sample, idx []int, tol float64) bool {
 		}
 		live++
 	}
-	return live > 1 && hi-lo <= tol
+	return live, lo, hi
 }
 
 // Reason says why Decide kept or dropped a group.
@@ -197,16 +202,11 @@ func (c Config) Decide(grp []Sample) (GroupDecision, error) {
 			d.Keep, d.Reason = false, ReasonZeroVariance
 		}
 	case ModeZeroVarianceMask:
-		live := 0
-		for _, s := range grp {
-			if s.Live() {
-				live++
-			}
-		}
-		switch {
+		// One pass over the group for both the live count and the score span.
+		switch live, lo, hi := liveRange(grp, idx); {
 		case live <= 1:
 			d.Reason = ReasonFewLive
-		case zeroVariance(grp, idx, c.ZeroVarianceTol):
+		case hi-lo <= c.ZeroVarianceTol:
 			d.Keep, d.Reason = false, ReasonZeroVariance
 		default:
 			d.Reason = ReasonHasVariance
