@@ -146,6 +146,9 @@ func TestConfigValidate(t *testing.T) {
 		func(c *Config) { c.Strategy = "lpt" },
 		func(c *Config) { c.Cost = Cost{} },
 		func(c *Config) { c.Cost = Cost{Linear: -1, Quadratic: 1} },
+		func(c *Config) { c.Cost = Cost{Linear: math.NaN()} },
+		func(c *Config) { c.Cost = Cost{Linear: 1, Quadratic: math.NaN()} },
+		func(c *Config) { c.Cost = Cost{Linear: math.Inf(1)} },
 	}
 	for i, m := range mut {
 		c := DefaultConfig()

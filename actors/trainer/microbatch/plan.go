@@ -1,6 +1,9 @@
 package microbatch
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // Strategy is how a mini-batch is split across data-parallel ranks.
 type Strategy string
@@ -51,8 +54,9 @@ func (c Config) Validate() error {
 	default:
 		return fmt.Errorf("%w: strategy must be %q or %q, got %q", ErrInvalid, StrategyContiguous, StrategyKarmarkarKarp, c.Strategy)
 	}
-	if c.Cost.Linear < 0 || c.Cost.Quadratic < 0 || c.Cost.Linear+c.Cost.Quadratic == 0 {
-		return fmt.Errorf("%w: cost coefficients must be ≥ 0 and not both 0, got linear=%v quadratic=%v", ErrInvalid, c.Cost.Linear, c.Cost.Quadratic)
+	// Written as !(x ≥ 0) so NaN is refused too, and Inf by the finite sum.
+	if lin, quad := c.Cost.Linear, c.Cost.Quadratic; !(lin >= 0) || !(quad >= 0) || !(lin+quad > 0) || math.IsInf(lin+quad, 0) {
+		return fmt.Errorf("%w: cost coefficients must be finite, ≥ 0 and not both 0, got linear=%v quadratic=%v", ErrInvalid, c.Cost.Linear, c.Cost.Quadratic)
 	}
 	return nil
 }
