@@ -101,14 +101,22 @@ func (c Config) Validate() error {
 	switch {
 	case c.MaxBodyBytes <= 0:
 		return fmt.Errorf("%w: MaxBodyBytes %d: want > 0", ErrInvalidConfig, c.MaxBodyBytes)
-	case c.HealthInterval < 0 || c.MetricsInterval < 0:
-		return fmt.Errorf("%w: HealthInterval/MetricsInterval: want ≥ 0", ErrInvalidConfig)
+	case c.HealthInterval < 0:
+		return fmt.Errorf("%w: HealthInterval %v: want ≥ 0 (0 = no active checks)", ErrInvalidConfig, c.HealthInterval)
+	case c.MetricsInterval < 0:
+		return fmt.Errorf("%w: MetricsInterval %v: want ≥ 0 (0 = no scrapes)", ErrInvalidConfig, c.MetricsInterval)
 	case c.HealthInterval > 0 && c.HealthTimeout <= 0:
 		return fmt.Errorf("%w: HealthTimeout %v: want > 0", ErrInvalidConfig, c.HealthTimeout)
-	case !(c.RetryRatio >= 0) || c.RetryBurst < 0 || c.MaxRetries < 0:
-		return fmt.Errorf("%w: RetryRatio/RetryBurst/MaxRetries: want ≥ 0", ErrInvalidConfig)
-	case c.DefaultDecodeTokens < 0 || c.PrefixBytes < 0:
-		return fmt.Errorf("%w: DefaultDecodeTokens/PrefixBytes: want ≥ 0", ErrInvalidConfig)
+	case !(c.RetryRatio >= 0):
+		return fmt.Errorf("%w: RetryRatio %v: want ≥ 0", ErrInvalidConfig, c.RetryRatio)
+	case c.RetryBurst < 0:
+		return fmt.Errorf("%w: RetryBurst %d: want ≥ 0", ErrInvalidConfig, c.RetryBurst)
+	case c.MaxRetries < 0:
+		return fmt.Errorf("%w: MaxRetries %d: want ≥ 0", ErrInvalidConfig, c.MaxRetries)
+	case c.DefaultDecodeTokens < 0:
+		return fmt.Errorf("%w: DefaultDecodeTokens %d: want ≥ 0", ErrInvalidConfig, c.DefaultDecodeTokens)
+	case c.PrefixBytes < 0:
+		return fmt.Errorf("%w: PrefixBytes %d: want ≥ 0", ErrInvalidConfig, c.PrefixBytes)
 	}
 	if !isLoopback(c.ListenAddr) && c.AdminToken == "" {
 		return fmt.Errorf("%w: AdminToken: required when ListenAddr %q is not loopback", ErrInvalidConfig, c.ListenAddr)
