@@ -9,16 +9,36 @@
 // embedded NATS server on 127.0.0.1 with JetStream, or bus.nats_url), the
 // durable ledger stream, the built-in engines on 127.0.0.1:0 serving the
 // policy's BF16 copy at version 0, the router proxy on 127.0.0.1:0, the
-// trainer, the sampling actor, the rollout actors (enough for W groups of
-// n trajectories) and last the controller, whose start admits the first
-// groups. All actor traffic goes over the bus; only turns use HTTP.
+// trainer with the weight publisher, the sampling actor, the rollout
+// actors (enough for W groups of n trajectories) and last the controller,
+// whose start admits the first groups. All actor traffic goes over the
+// bus; only turns use HTTP.
+//
+// # Weights
+//
+// With publisher.mode delta (the default) every trainer step writes the
+// new BF16 serving checkpoint, encodes it as a SkyRL delta against the
+// previous version into publisher.store (a local dir
+// <sync_dir>/<run.id>, the bus's JetStream object store, or S3; emptied at
+// start, since a run starts from version 0) and hands the version to the
+// publisher shell (actors/publisher/shell over the version Tracker). One
+// agent per engine drives a weights/receiver with its own mutable copy
+// under <data_dir>/receivers/<run.id>/<engine>: fetch and apply while the
+// engine serves, then pause (trainer.pause_mode), LoadWeights through
+// wiring.LoadPolicy, resume, and an EngineVersionAck on the bus. The shell
+// tells the router each acked version and raises the router's minimum
+// version once some engine serves it, so no request reaches an engine
+// below the minimum; the trainer's Publish returns once the version is
+// routable. A stopped engine leaves the tracker. publisher.mode full (and
+// a remote trainer's versions) swaps the serving copy in from memory.
 //
 // Wait returns when the trainer finished run.steps steps, the context
 // ended (Ctrl-C: interrupted), training failed, or the filter dropped
 // filter.max_sample_batches·B groups in a row (ErrStalled). Stop stops the
 // rollout actors first — their running episodes are reported aborted, so
 // the controller requeues them — then waits until every group reported on
-// the bus is on the controller's books, and stops the rest. Summary (after
+// the bus is on the controller's books, lets the engines' receivers
+// finish the versions already published, and stops the rest. Summary (after
 // Stop) fills report.Summary; Run does all of it and writes the report.
 //
 // The Ledger is the bus-side view of every group (consumed, reported,

@@ -315,6 +315,9 @@ func (w *weightSync) close() {
 	}
 }
 
+// syncTimeout bounds one engine's fetch, apply and load of a version.
+const syncTimeout = 10 * time.Minute
+
 // engineAgent drives one engine's receiver. Targets coalesce: while it
 // works on version v, newer dispatches only raise the next target, and the
 // receiver replays every delta up to it in one go.
@@ -409,7 +412,11 @@ func (a *engineAgent) loop() {
 // sync brings the engine to target: fetch and apply to the receiver's
 // copy while the engine still serves, then pause, load, resume, ack.
 func (a *engineAgent) sync(target int64) error {
-	ctx := a.ctx
+	// A deadline, because the NATS object store bounds a Get without one
+	// by the client's default timeout (seconds), too short for a full
+	// checkpoint of a real model.
+	ctx, cancel := context.WithTimeout(a.ctx, syncTimeout)
+	defer cancel()
 	_ = a.sh.Fetching(a.le.name, target)
 	if err := a.rcv.Fetch(ctx, target); err != nil {
 		return err

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
@@ -65,7 +66,10 @@ func BenchmarkWeightSync(b *testing.B) {
 const benchReceivers = 4
 
 func benchSync(b *testing.B, mk func(*testing.B, string) ([]safetensors.Tensor, receiver.Loader), where, path string) {
-	ctx := context.Background()
+	// A deadline: without one the NATS object store bounds each Get by the
+	// client's default timeout, too short for 4 concurrent 256 MiB reads.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
 	root := b.TempDir()
 	baseDir := filepath.Join(root, "base")
 	cur, loader := mk(b, baseDir)
