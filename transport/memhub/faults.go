@@ -97,7 +97,7 @@ func (f Fault) validate() error {
 	default:
 		return fmt.Errorf("memhub: Fault.Kind %v unknown (allowed: Drop, Delay, Duplicate, Reorder)", f.Kind)
 	}
-	if f.Probability < 0 || f.Probability > 1 {
+	if !(f.Probability >= 0 && f.Probability <= 1) { // NaN too: it would never hit
 		return fmt.Errorf("memhub: Fault.Probability %v out of range (allowed 0..1, 0 means always)", f.Probability)
 	}
 	if f.Match.Subject != "" {
@@ -106,10 +106,13 @@ func (f Fault) validate() error {
 		}
 	}
 	if f.Kind == Delay && f.Delay <= 0 {
-		return fmt.Errorf("memhub: Fault.Delay must be > 0 for a Delay fault")
+		return fmt.Errorf("memhub: Fault.Delay %v: must be > 0 for a Delay fault", f.Delay)
 	}
-	if f.Copies < 0 || f.Window < 0 || f.Window == 1 {
-		return fmt.Errorf("memhub: Fault.Copies must be >= 0 and Fault.Window 0 (default 4) or >= 2")
+	if f.Copies < 0 {
+		return fmt.Errorf("memhub: Fault.Copies %d: must be >= 0", f.Copies)
+	}
+	if f.Window < 0 || f.Window == 1 {
+		return fmt.Errorf("memhub: Fault.Window %d: must be 0 (default 4) or >= 2", f.Window)
 	}
 	return nil
 }

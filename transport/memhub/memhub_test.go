@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -536,6 +537,8 @@ func TestFaultValidation(t *testing.T) {
 	for _, f := range []memhub.Fault{
 		{},
 		{Kind: memhub.Drop, Probability: 1.5},
+		{Kind: memhub.Drop, Probability: math.NaN()},
+		{Kind: memhub.Duplicate, Copies: -1},
 		{Kind: memhub.Delay},
 		{Kind: memhub.Reorder, Window: 1},
 		{Kind: memhub.Drop, Match: memhub.Selector{Subject: "a..b"}},
