@@ -27,10 +27,23 @@ const (
 	KindLatency    = "latency"     // delay every chunk through the engine's proxy
 	KindReset      = "reset"       // reset the engine's connections (live ones mid-stream) for the hold
 	KindBlackhole  = "blackhole"   // accept connections to the engine and never answer for the hold
+	// KindBusReconnect drops the node's NATS client connection
+	// (nats.Conn.ForceReconnect): subscriptions are re-established after
+	// the reconnect wait, and core-NATS messages in flight to the node in
+	// between are gone. Opt-in: not in DefaultKinds.
+	KindBusReconnect = "bus-reconnect"
 )
 
-// Kinds lists the fault kinds Run can inject, in table order.
-func Kinds() []string { return []string{KindEngineKill, KindLatency, KindReset, KindBlackhole} }
+// Kinds lists every fault kind Run can inject, in table order.
+func Kinds() []string {
+	return []string{KindEngineKill, KindLatency, KindReset, KindBlackhole, KindBusReconnect}
+}
+
+// DefaultKinds are the kinds injected when Config.Faults is empty.
+func DefaultKinds() []string { return []string{KindEngineKill, KindLatency, KindReset, KindBlackhole} }
+
+// busKind: a fault of the bus, not of one engine.
+func busKind(k string) bool { return k == KindBusReconnect }
 
 // unsupported names kinds the issue asks for that need a hook elsewhere,
 // with the reason given to a user who asks for them.
@@ -48,7 +61,7 @@ type Config struct {
 	Duration time.Duration
 	// Seed draws the fault schedule and seeds the run (run.seed).
 	Seed int64
-	// Faults are the kinds to inject (Kinds()); empty means all of them.
+	// Faults are the kinds to inject (Kinds()); empty means DefaultKinds().
 	Faults []string
 	// Engines is the number of engines behind fault proxies (≥ 2, so one
 	// can always serve while another is faulted).
@@ -124,7 +137,7 @@ func (c Config) Validate() error {
 // kinds is the effective list of kinds, in Kinds() order, without repeats.
 func (c Config) kinds() []string {
 	if len(c.Faults) == 0 {
-		return Kinds()
+		return DefaultKinds()
 	}
 	var out []string
 	for _, k := range Kinds() {
@@ -136,7 +149,7 @@ func (c Config) kinds() []string {
 }
 
 // ParseFaults splits a comma-separated list ("engine-kill,latency"),
-// dropping blanks; "" and "all" mean every kind.
+// dropping blanks; "" and "all" mean DefaultKinds().
 func ParseFaults(s string) []string {
 	if strings.TrimSpace(s) == "" || strings.TrimSpace(s) == "all" {
 		return nil

@@ -73,7 +73,7 @@ func TestReportTable(t *testing.T) {
 	ev := clean()
 	ev.Overclaims = []string{"a", "b", "c", "d", "e"}
 	played := []Fault{{Kind: KindReset, Hold: 500e6}, {Kind: KindReset, Hold: 250e6}, {Kind: KindEngineKill, Hold: 1e9}}
-	r := Report{Seed: 9, Duration: 5e9, Faults: countFaults(Kinds(), played), Invariants: Check(ev), Summary: ev.Summary}
+	r := Report{Seed: 9, Duration: 5e9, Faults: countFaults(DefaultKinds(), played), Invariants: Check(ev), Summary: ev.Summary}
 	if r.OK() || r.Total() != 3 || len(r.Violations()) != 1 {
 		t.Fatalf("ok %v total %d violations %v", r.OK(), r.Total(), r.Violations())
 	}

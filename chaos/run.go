@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/asyncrl/asyncrl/chaos/faultproxy"
 	"github.com/asyncrl/asyncrl/cluster/node"
 	"github.com/asyncrl/asyncrl/config"
@@ -159,7 +161,7 @@ func run(ctx context.Context, cfg Config, plantForget bool) (Report, error) {
 		waitErr <- err
 		dcancel()
 	}()
-	played, injectErrs := play(dctx, start, Schedule(cfg), fl, progress)
+	played, injectErrs := play(dctx, start, Schedule(cfg), target{fl: fl, bus: n.Bus()}, progress)
 	healErrs := healAll(fl)
 	runErr := <-waitErr
 	atHeal := int(steps.Load())
@@ -218,10 +220,13 @@ type event struct {
 
 // play injects the schedule on the wall clock (offsets from start) until
 // it is done or ctx ends; faults still active then are left to healAll.
-func play(ctx context.Context, start time.Time, sched []Fault, fl *fleet, progress io.Writer) ([]Fault, []error) {
+func play(ctx context.Context, start time.Time, sched []Fault, tg target, progress io.Writer) ([]Fault, []error) {
 	var evs []event
 	for _, f := range sched {
-		evs = append(evs, event{at: f.At, f: f}, event{at: f.At + f.Hold, heal: true, f: f})
+		evs = append(evs, event{at: f.At, f: f})
+		if !busKind(f.Kind) {
+			evs = append(evs, event{at: f.At + f.Hold, heal: true, f: f})
+		}
 	}
 	sort.SliceStable(evs, func(i, j int) bool { return evs[i].at < evs[j].at })
 	var played []Fault
@@ -235,12 +240,12 @@ func play(ctx context.Context, start time.Time, sched []Fault, fl *fleet, progre
 		case <-t.C:
 		}
 		if ev.heal {
-			if err := heal(fl, ev.f); err != nil {
+			if err := heal(tg.fl, ev.f); err != nil {
 				errs = append(errs, err)
 			}
 			continue
 		}
-		if err := inject(fl, ev.f); err != nil {
+		if err := inject(tg, ev.f); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -250,7 +255,21 @@ func play(ctx context.Context, start time.Time, sched []Fault, fl *fleet, progre
 	return played, errs
 }
 
-func inject(fl *fleet, f Fault) error {
+// target is what faults hit: the fleet, and the node's bus.
+type target struct {
+	fl  *fleet
+	bus transport.Bus
+}
+
+func inject(tg target, f Fault) error {
+	fl := tg.fl
+	if f.Kind == KindBusReconnect {
+		nc, ok := tg.bus.(interface{ Conn() *nats.Conn })
+		if !ok {
+			return fmt.Errorf("chaos: %s: the node's bus is not NATS", f.Kind)
+		}
+		return nc.Conn().ForceReconnect()
+	}
 	p := fl.members[f.Engine].proxy
 	switch f.Kind {
 	case KindEngineKill:

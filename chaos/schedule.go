@@ -13,16 +13,20 @@ type Fault struct {
 	At time.Duration
 	// Kind is one of Kinds().
 	Kind string
-	// Engine is the faulted engine's index.
+	// Engine is the faulted engine's index; -1 for a bus fault.
 	Engine int
-	// Hold is how long the fault lasts (an engine-kill: the downtime).
+	// Hold is how long the fault lasts (an engine-kill: the downtime; 0
+	// for a bus reconnect, which the client heals by itself).
 	Hold time.Duration
 	// Delay is a latency fault's per-chunk delay.
 	Delay time.Duration
 }
 
 func (f Fault) String() string {
-	s := fmt.Sprintf("%8.3fs %-11s engine %d for %v", f.At.Seconds(), f.Kind, f.Engine, f.Hold.Round(time.Millisecond))
+	if f.Engine < 0 {
+		return fmt.Sprintf("%8.3fs %-13s the node's bus connection", f.At.Seconds(), f.Kind)
+	}
+	s := fmt.Sprintf("%8.3fs %-13s engine %d for %v", f.At.Seconds(), f.Kind, f.Engine, f.Hold.Round(time.Millisecond))
 	if f.Kind == KindLatency {
 		s += fmt.Sprintf(" (+%v per chunk)", f.Delay.Round(time.Millisecond))
 	}
@@ -45,6 +49,14 @@ func Schedule(cfg Config) []Fault {
 	at := time.Duration(0)
 	for {
 		at += time.Duration(rng.ExpFloat64() * float64(cfg.MeanGap))
+		kind := kinds[rng.IntN(len(kinds))]
+		if busKind(kind) {
+			if at >= cfg.Duration {
+				return out
+			}
+			out = append(out, Fault{At: at, Kind: kind, Engine: -1}) // instantaneous: the client heals itself
+			continue
+		}
 		// Keep one engine healthy: with this fault at most Engines−1 are
 		// faulted, so wait for the earliest heal while Engines−1 already are.
 		for cfg.Engines-countBusy(busyUntil, at) < 2 {
@@ -59,7 +71,7 @@ func Schedule(cfg Config) []Fault {
 		if at >= cfg.Duration {
 			return out
 		}
-		f := Fault{At: at, Kind: kinds[rng.IntN(len(kinds))], Engine: free[rng.IntN(len(free))]}
+		f := Fault{At: at, Kind: kind, Engine: free[rng.IntN(len(free))]}
 		f.Hold = draw(rng, cfg.MaxHold/4, cfg.MaxHold)
 		if f.Kind == KindLatency {
 			f.Delay = draw(rng, cfg.Latency/4, cfg.Latency)

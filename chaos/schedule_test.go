@@ -40,7 +40,8 @@ func TestScheduleOnlyEnabledKinds(t *testing.T) {
 		faults []string
 		want   []string
 	}{
-		{nil, Kinds()},
+		{nil, DefaultKinds()},
+		{Kinds(), Kinds()},
 		{[]string{KindEngineKill}, []string{KindEngineKill}},
 		{[]string{KindBlackhole, KindReset, KindBlackhole}, []string{KindReset, KindBlackhole}},
 	} {
@@ -73,23 +74,32 @@ func TestScheduleProperties(t *testing.T) {
 		cfg.Duration = time.Duration(rapid.IntRange(1, 120).Draw(t, "duration_s")) * time.Second
 		cfg.MeanGap = time.Duration(rapid.IntRange(10, 3000).Draw(t, "gap_ms")) * time.Millisecond
 		cfg.MaxHold = time.Duration(rapid.IntRange(4, 5000).Draw(t, "hold_ms")) * time.Millisecond
+		if rapid.Bool().Draw(t, "bus") {
+			cfg.Faults = Kinds()
+		}
 		sched := Schedule(cfg)
 		for i, f := range sched {
 			if f.At < 0 || f.At >= cfg.Duration || i > 0 && f.At < sched[i-1].At {
 				t.Fatalf("fault %d at %v out of order or outside [0, %v)", i, f.At, cfg.Duration)
 			}
-			if f.Hold < cfg.MaxHold/4 || f.Hold > cfg.MaxHold {
+			if !busKind(f.Kind) && (f.Hold < cfg.MaxHold/4 || f.Hold > cfg.MaxHold) {
 				t.Fatalf("hold %v outside [%v, %v]", f.Hold, cfg.MaxHold/4, cfg.MaxHold)
 			}
 			if f.Kind == KindLatency && (f.Delay < cfg.Latency/4 || f.Delay > cfg.Latency) {
 				t.Fatalf("delay %v outside range", f.Delay)
+			}
+			if busKind(f.Kind) {
+				if f.Engine != -1 {
+					t.Fatalf("bus fault on engine %d", f.Engine)
+				}
+				continue
 			}
 			if f.Engine < 0 || f.Engine >= cfg.Engines {
 				t.Fatalf("engine %d of %d", f.Engine, cfg.Engines)
 			}
 			active := 1
 			for _, g := range sched[:i] {
-				if g.At+g.Hold > f.At {
+				if !busKind(g.Kind) && g.At+g.Hold > f.At {
 					if g.Engine == f.Engine {
 						t.Fatalf("engine %d faulted twice at %v", f.Engine, f.At)
 					}
@@ -114,7 +124,7 @@ func TestConfigValidate(t *testing.T) {
 		{"gap", func(c *Config) { c.MeanGap = -1 }, "mean_gap: must be positive"},
 		{"hold", func(c *Config) { c.MaxHold = 0 }, "max_hold: must be positive"},
 		{"latency", func(c *Config) { c.Latency = 0 }, "latency: must be positive"},
-		{"unknown kind", func(c *Config) { c.Faults = []string{"meteor"} }, `unknown kind "meteor"; want one of engine-kill, latency, reset, blackhole`},
+		{"unknown kind", func(c *Config) { c.Faults = []string{"meteor"} }, `unknown kind "meteor"; want one of engine-kill, latency, reset, blackhole, bus-reconnect`},
 		{"bus faults", func(c *Config) { c.Faults = []string{"bus-drop"} }, `"bus-drop" is not supported: cluster/node does not accept a transport.Bus decorator`},
 	} {
 		c := DefaultConfig()
