@@ -27,7 +27,8 @@ func newChaosCmd(g *globals) *cobra.Command {
 		Long: "Run the whole loop in this process — embedded NATS, the router, rollout, sampling,\n" +
 			"staleness controller and a trainer worker — with its engines behind fault proxies,\n" +
 			"and inject a seeded schedule of faults for --duration: engine kills with restarts on\n" +
-			"the same port, latency, connection resets (mid-stream too) and blackholes. Then check\n" +
+			"the same port, latency, connection resets (mid-stream too) and blackholes (and, when\n" +
+			"asked for, drops of the node's NATS connection). Then check\n" +
 			"the invariants from the ledger and the router: nothing lost, every group ends once,\n" +
 			"no prompt trained twice, staleness ≤ S, engine versions only increase, the router never\n" +
 			"ahead of an engine, progress after the faults heal. Prints the faults injected and the\n" +
@@ -82,7 +83,7 @@ func newChaosCmd(g *globals) *cobra.Command {
 	fs := cmd.Flags()
 	fs.DurationVar(&duration, "duration", d.Duration, "how long faults are injected")
 	fs.Int64Var(&seed, "seed", d.Seed, "seed of the fault schedule and of the run")
-	fs.StringVar(&faults, "faults", "all", "comma-separated fault `KINDS`: engine-kill, latency, reset, blackhole (all)")
+	fs.StringVar(&faults, "faults", "all", "comma-separated fault `KINDS`: engine-kill, latency, reset, blackhole (all = these four), bus-reconnect (opt-in)")
 	fs.IntVar(&engines, "engines", d.Engines, "engines behind fault proxies (≥ 2)")
 	fs.DurationVar(&gap, "mean-gap", d.MeanGap, "mean time between fault starts")
 	fs.DurationVar(&hold, "max-hold", d.MaxHold, "longest a fault lasts (holds are drawn in [max-hold/4, max-hold])")
