@@ -49,7 +49,7 @@ func applyOne(c *policy.Core, ch Change) error {
 	case OpVersion:
 		err = c.SetVersion(ch.URL, ch.Version)
 	case OpState:
-		err = c.SetState(ch.URL, policy.State(ch.State))
+		err = c.SetState(ch.URL, ch.State)
 	case OpMinVersion:
 		if ch.Version > c.MinVersion() {
 			c.SetMinVersion(ch.Version)

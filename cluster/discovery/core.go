@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/asyncrl/asyncrl/actors/router/policy"
 	"github.com/asyncrl/asyncrl/messages"
 )
 
@@ -44,15 +45,17 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// State is an engine's serving state, as its health announcement says.
-type State int
+// State is an engine's serving state, as its health announcement says. It
+// is the router's own type, so a change carries the value the router sets
+// without a parallel enum to keep in step.
+type State = policy.State
 
-// Serving states (the router's policy.State values, in the same order).
+// Serving states.
 const (
-	Active State = iota
-	Paused
-	Updating
-	Draining
+	Active   = policy.Active
+	Paused   = policy.Paused
+	Updating = policy.Updating
+	Draining = policy.Draining
 )
 
 // Op is one kind of change to the router's table.

@@ -33,9 +33,6 @@ const run = "r1"
 // proxy.Router is what discovery applies changes to.
 var _ discovery.Router = (*proxy.Router)(nil)
 
-// The discovery states are the router's, value for value.
-var _ = [1]int{}[int(discovery.Draining)-int(policy.Draining)]
-
 func setup(t *testing.T, staleAfter time.Duration) (*natsbus.Bus, *proxy.Router, *discovery.Watcher) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
