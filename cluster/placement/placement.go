@@ -3,6 +3,7 @@ package placement
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -40,14 +41,7 @@ func KnownRoles() []string {
 func Singletons() []string { return []string{Trainer, Publisher, Controller} }
 
 // IsSingleton reports whether role must run on exactly one node.
-func IsSingleton(role string) bool {
-	for _, s := range Singletons() {
-		if s == role {
-			return true
-		}
-	}
-	return false
-}
+func IsSingleton(role string) bool { return slices.Contains(Singletons(), role) }
 
 // ParseRoles splits a comma-separated role list ("engine, router"),
 // validates every role and drops duplicates, keeping the first order.
@@ -68,15 +62,11 @@ func ValidateRoles(roles []string) ([]string, error) {
 	if len(roles) == 0 {
 		return nil, fmt.Errorf("%w: empty role list (known roles: %s)", ErrUnknownRole, strings.Join(KnownRoles(), ", "))
 	}
-	known := map[string]bool{}
-	for _, r := range KnownRoles() {
-		known[r] = true
-	}
 	var bad []string
 	seen := map[string]bool{}
 	var out []string
 	for _, r := range roles {
-		if !known[r] {
+		if !slices.Contains(KnownRoles(), r) {
 			bad = append(bad, fmt.Sprintf("%q", r))
 			continue
 		}
@@ -102,12 +92,7 @@ type Node struct {
 }
 
 func (n Node) has(role string) bool {
-	for _, r := range n.Roles {
-		if r == role || r == All {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(n.Roles, func(r string) bool { return r == role || r == All })
 }
 
 // ValidateNodes checks every node (name, roles, GPUs) and that names are
