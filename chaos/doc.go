@@ -26,7 +26,8 @@
 // After Duration every fault is healed, the run is stopped cleanly and the
 // invariants are checked (see Invariants). Report.Table prints the faults
 // injected and each invariant's verdict; Run returns ErrViolation when one
-// is broken. Bus faults (drop, duplicate, delay on subjects) need the node
-// to accept a transport.Bus decorator, which cluster/node does not offer
-// yet; those kinds are refused with ErrConfig.
+// is broken. The opt-in bus-reconnect kind drops the node's NATS
+// connection. Bus faults by subject (drop, duplicate, delay) need the node
+// to accept a transport.Bus decorator (chaos/faultbus is one), which
+// cluster/node does not offer yet; those kinds are refused with ErrConfig.
 package chaos
