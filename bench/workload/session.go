@@ -161,10 +161,11 @@ func (l Lognormal) validate(name string) error {
 	switch {
 	case !(l.MedianRatio > 0 && l.MedianRatio <= 1):
 		return fmt.Errorf("%w: %s.MedianRatio %v: want (0, 1]", ErrInvalidConfig, name, l.MedianRatio)
-	case l.Median < 0 || l.Mean < 0 || (l.Median == 0 && l.Mean == 0):
-		return fmt.Errorf("%w: %s: want Mean > 0 or Median > 0", ErrInvalidConfig, name)
-	case l.Max < 0:
-		return fmt.Errorf("%w: %s.Max %v: want ≥ 0", ErrInvalidConfig, name, l.Max)
+	// Written as !(x ≥ 0) so that NaN, which passes every `< 0`, is refused.
+	case !(l.Median >= 0) || !(l.Mean >= 0) || (l.Median == 0 && l.Mean == 0):
+		return fmt.Errorf("%w: %s.Mean %v / %s.Median %v: want Mean > 0 or Median > 0, neither negative", ErrInvalidConfig, name, l.Mean, name, l.Median)
+	case !(l.Max >= 0):
+		return fmt.Errorf("%w: %s.Max %v: want ≥ 0 (0 = no cap)", ErrInvalidConfig, name, l.Max)
 	}
 	return nil
 }

@@ -292,6 +292,8 @@ func TestValidateNamesTheField(t *testing.T) {
 		{"user range", func(c *AgenticConfig) { c.User = Uniform{160, 120} }, "User"},
 		{"empty reply", func(c *AgenticConfig) { c.Assistant.Min = 0 }, "Assistant.Min"},
 		{"ratio", func(c *AgenticConfig) { c.Context.MedianRatio = 1.5 }, "Context.MedianRatio"},
+		{"NaN mean", func(c *AgenticConfig) { c.Context.Mean = math.NaN() }, "Context.Mean NaN"},
+		{"NaN cap", func(c *AgenticConfig) { c.Context.Max = math.NaN() }, "Context.Max NaN"},
 		{"vocab", func(c *AgenticConfig) { c.MinTokenID = 98 }, "MinTokenID"},
 	}
 	for _, tc := range tests {
