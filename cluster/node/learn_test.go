@@ -2,12 +2,14 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/asyncrl/asyncrl/config"
+	"github.com/asyncrl/asyncrl/weights/delta"
 )
 
 // TestDefaultsLearn is the acceptance run of docs/run.md: the shipped
@@ -80,7 +82,16 @@ func TestPublishCost(t *testing.T) {
 		k := time.Duration(len(steps))
 		extra := ""
 		if n.wsync != nil {
-			extra = " (write+encode " + (n.wsync.encodeDur / k).String() + "/step)"
+			var comp, raw int64
+			for v := int64(1); v <= int64(len(steps)); v++ {
+				m, err := delta.ReadManifestDir(filepath.Join(layoutFor(cfg).syncDir, delta.DeltaDir(v)), v)
+				if err != nil {
+					t.Fatal(err)
+				}
+				comp, raw = comp+m.TotalCompressedNumBytes, raw+m.TotalUncompressedNumBytes
+			}
+			extra = fmt.Sprintf(" (write+encode %v/step; deltas %d B/step, %.3f of the changed tensors' bytes)",
+				n.wsync.encodeDur/k, comp/int64(len(steps)), float64(comp)/float64(max(raw, 1)))
 		}
 		t.Logf("%s: publish %v/step%s, train %v/step, wall %.1fs, reward first5 %.3f last5 %.3f", mode, pub/k, extra, train/k,
 			s.WallSeconds, s.RewardFirst5, s.RewardLast5)
