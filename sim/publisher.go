@@ -16,8 +16,16 @@ func itoa(v int64) string { return strconv.FormatInt(v, 10) }
 
 var (
 	subjMinVersion = transport.MustSubject(runID, transport.TopicWeights, "min")
-	subjAcks       = transport.SubjectRoot + "." + runID + ".engines.*.ack"
+	subjAcks       = mustPattern(transport.EngineWildcard(runID, transport.EngineAck))
 )
+
+// mustPattern is for patterns built from the constant run id.
+func mustPattern(p string, err error) string {
+	if err != nil {
+		panic(err)
+	}
+	return p
+}
 
 func subjLoad(engine string) string {
 	return transport.MustSubject(runID, transport.TopicWeights, engine)

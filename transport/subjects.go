@@ -149,6 +149,24 @@ func RunWildcard(run string) (string, error) {
 	return SubjectRoot + "." + run + ".>", nil
 }
 
+// EngineWildcard is the pattern matching one kind of announcement from every
+// engine of run, asyncrl.<run>.engines.*.<kind>, or every kind,
+// asyncrl.<run>.engines.*.*, when kind is "". Subscribers (discovery, the
+// publisher's ack listener) use it instead of splicing the scheme by hand.
+func EngineWildcard(run string, kind EngineTopic) (string, error) {
+	if err := ValidToken(run); err != nil {
+		return "", fmt.Errorf("run id: %w", err)
+	}
+	switch kind {
+	case "":
+		kind = "*"
+	case EngineHealth, EngineLoad, EngineAck:
+	default:
+		return "", fmt.Errorf("%w: unknown engine topic %q (allowed: health, load, ack, or \"\" for all)", ErrBadSubject, kind)
+	}
+	return SubjectRoot + "." + run + "." + string(TopicEngines) + ".*." + string(kind), nil
+}
+
 // ParsedSubject is a subject split into the parts of the scheme.
 type ParsedSubject struct {
 	Run   string

@@ -145,6 +145,37 @@ func TestRunWildcard(t *testing.T) {
 	}
 }
 
+func TestEngineWildcard(t *testing.T) {
+	ack, err := transport.EngineWildcard("r1", transport.EngineAck)
+	if err != nil || ack != "asyncrl.r1.engines.*.ack" {
+		t.Fatalf("EngineWildcard(ack) = %q, %v", ack, err)
+	}
+	all, err := transport.EngineWildcard("r1", "")
+	if err != nil || all != "asyncrl.r1.engines.*.*" {
+		t.Fatalf("EngineWildcard(\"\") = %q, %v", all, err)
+	}
+	for _, p := range []string{ack, all} {
+		if err := transport.ValidatePattern(p); err != nil {
+			t.Errorf("%q is not a valid pattern: %v", p, err)
+		}
+	}
+	e1ack, _ := transport.EngineSubject("r1", "e1", transport.EngineAck)
+	e1health, _ := transport.EngineSubject("r1", "e1", transport.EngineHealth)
+	r2ack, _ := transport.EngineSubject("r2", "e1", transport.EngineAck)
+	switch {
+	case !transport.SubjectMatches(ack, e1ack), transport.SubjectMatches(ack, e1health), transport.SubjectMatches(ack, r2ack):
+		t.Errorf("%q matches wrongly: want only run r1's acks", ack)
+	case !transport.SubjectMatches(all, e1ack), !transport.SubjectMatches(all, e1health), transport.SubjectMatches(all, r2ack):
+		t.Errorf("%q matches wrongly: want every engine subject of run r1", all)
+	}
+	if _, err := transport.EngineWildcard("a.b", transport.EngineAck); !errors.Is(err, transport.ErrBadSubject) {
+		t.Errorf("dotted run id accepted: %v", err)
+	}
+	if _, err := transport.EngineWildcard("r1", "restart"); !errors.Is(err, transport.ErrBadSubject) {
+		t.Errorf("unknown engine topic accepted: %v", err)
+	}
+}
+
 func TestTopicsAreValidTokens(t *testing.T) {
 	for _, tp := range transport.Topics() {
 		if err := transport.ValidToken(string(tp)); err != nil {

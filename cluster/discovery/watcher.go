@@ -62,8 +62,10 @@ func NewWatcher(bus transport.Bus, r Router, cfg WatcherConfig) (*Watcher, error
 	if err != nil {
 		return nil, fmt.Errorf("discovery: %w", err)
 	}
-	// Subject refuses wildcards; the run token is validated above.
-	engines := transport.SubjectRoot + "." + cfg.Run + "." + string(transport.TopicEngines) + ".*.*"
+	engines, err := transport.EngineWildcard(cfg.Run, "")
+	if err != nil {
+		return nil, fmt.Errorf("discovery: %w", err)
+	}
 	w := &Watcher{cfg: cfg, router: r, log: cfg.Logger, now: time.Now, core: core}
 	for _, s := range []string{engines, weights} {
 		sub, err := bus.Subscribe(s, w.onMsg)
