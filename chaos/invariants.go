@@ -20,6 +20,7 @@ const (
 	InvProgress      = "progress after faults"
 	InvConverged     = "engines reach latest version"
 	InvWeightLoads   = "every version loaded"
+	InvDurable       = "durable ledger = bus view"
 )
 
 // Invariant is one verdict.
@@ -34,8 +35,14 @@ type Invariant struct {
 type Evidence struct {
 	// Summary is the node's summary after Stop.
 	Summary report.Summary
-	// Groups is the ledger's snapshot after Stop.
+	// Groups is every group's history read back from the durable ledger
+	// (the JetStream files) after the node stopped.
 	Groups []node.GroupRecord
+	// LedgerRecords is how many ledger records were read back.
+	LedgerRecords int
+	// LedgerMismatches lists groups whose final states differ between the
+	// durable ledger and the node's live view of the bus.
+	LedgerMismatches []string
 	// VersionDrops lists router or engine versions seen to decrease.
 	VersionDrops []string
 	// Overclaims lists moments the router credited an engine with a version
@@ -130,6 +137,7 @@ func Check(ev Evidence) []Invariant {
 	}
 	add(InvConverged, behind, fmt.Sprintf("all %d at v%d after the heal", len(ev.EngineVersions), ev.Latest))
 	add(InvWeightLoads, ev.LoadErrors, "no load failed")
+	add(InvDurable, ev.LedgerMismatches, fmt.Sprintf("%d records read back from JetStream after stop, every group agrees", ev.LedgerRecords))
 	return out
 }
 

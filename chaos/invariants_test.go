@@ -49,12 +49,13 @@ func TestCheck(t *testing.T) {
 		{"no progress", func(e *Evidence) { e.StepsAtEnd = 1 }, InvProgress, "steps 1 at heal, 1 at stop"},
 		{"engine behind", func(e *Evidence) { e.EngineVersions[2] = -1 }, InvConverged, "engine 2 serves v-1, latest v2"},
 		{"load error", func(e *Evidence) { e.LoadErrors = []string{"version 3: bad file"} }, InvWeightLoads, "bad file"},
+		{"ledgers differ", func(e *Evidence) { e.LedgerMismatches = []string{"g1: durable trained 1, live trained 0"} }, InvDurable, "g1: durable"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ev := clean()
 			tc.edit(&ev)
 			invs := Check(ev)
-			if len(invs) != 9 {
+			if len(invs) != 10 {
 				t.Fatalf("%d invariants", len(invs))
 			}
 			for _, inv := range invs {
@@ -91,5 +92,17 @@ func TestReportTable(t *testing.T) {
 	}
 	if (Report{}).OK() {
 		t.Error("a report without verdicts must not be OK")
+	}
+}
+
+func TestCompareLedgers(t *testing.T) {
+	durable := []node.GroupRecord{{GroupID: "a", Consumed: true, Trained: 1}, {GroupID: "b", Consumed: true, Requeued: 1}}
+	if d := compareLedgers(durable, durable); len(d) != 0 {
+		t.Fatalf("identical views differ: %v", d)
+	}
+	live := []node.GroupRecord{{GroupID: "a", Consumed: true, Trained: 1}, {GroupID: "b", Consumed: true}, {GroupID: "c", FilteredFinal: 1}}
+	d := compareLedgers(durable, live)
+	if len(d) != 2 || !strings.Contains(d[0], "c: ended on the bus") || !strings.Contains(d[1], "b: durable consumed=true trained 0 filtered 0 requeued 1") {
+		t.Fatalf("differences %q", d)
 	}
 }

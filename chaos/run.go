@@ -93,7 +93,9 @@ func run(ctx context.Context, cfg Config, plantForget bool) (Report, error) {
 	defer fl.close()
 	fl.plantForget = plantForget
 	rc.Engines.ExternalURLs = fl.URLs()
-	n, err := node.New(rc, node.Options{Logger: log, InMemoryBus: true})
+	// JetStream on disk (rc.Bus.JetStreamDir): the ledger is read back from
+	// the files after the node stopped.
+	n, err := node.New(rc, node.Options{Logger: log})
 	if err != nil {
 		return rep, fmt.Errorf("chaos: node: %w", err)
 	}
@@ -182,18 +184,24 @@ func run(ctx context.Context, cfg Config, plantForget bool) (Report, error) {
 	n.Stop()
 	rep.Summary = n.Summary(true, runErr)
 	ev.Summary = rep.Summary
-	ev.Groups = n.Ledger().Snapshot()
+	live := n.Ledger().Snapshot()
 	ev.VersionDrops, ev.Overclaims, ev.Samples = w.results()
 	fl.mu.Lock()
 	ev.LoadErrors = append([]string(nil), fl.loadErrs...)
 	ev.VersionDrops = append(ev.VersionDrops, fl.drops...)
 	fl.mu.Unlock()
 
+	actx, acancel := context.WithTimeout(context.Background(), 30*time.Second)
+	durable, records, auditErr := readDurableLedger(actx, rc.Bus.JetStreamDir, rc.Run.ID)
+	acancel()
+	ev.Groups, ev.LedgerRecords = durable, records
+	ev.LedgerMismatches = compareLedgers(durable, live)
+
 	rep.Injected = played
 	rep.Faults = countFaults(cfg.kinds(), played)
 	rep.Invariants = Check(ev)
 	rep.Wall = time.Since(start)
-	if err := errors.Join(runErr, workerErr, errors.Join(injectErrs...), errors.Join(healErrs...)); err != nil {
+	if err := errors.Join(runErr, workerErr, auditErr, errors.Join(injectErrs...), errors.Join(healErrs...)); err != nil {
 		return rep, fmt.Errorf("chaos: the session did not run cleanly: %w", err)
 	}
 	if !rep.OK() {
