@@ -204,8 +204,9 @@ func (c *Controller) Capacity() int64 {
 
 // TryAcquire admits a new group for promptID if Capacity() > 0: running+1,
 // submitted+1. The group id is promptID + "#" + the admission sequence
-// number (with the epoch after a Resume), so a requeued prompt gets a fresh id. ok is false (and nothing
-// changes) when there is no capacity: the worker should wait.
+// number (with the epoch after a Resume), so a requeued prompt gets a
+// fresh id. ok is false (and nothing changes) when there is no capacity:
+// the worker should wait.
 func (c *Controller) TryAcquire(promptID string, now time.Time) (adm Admission, ok bool) {
 	c.advance(now)
 	if c.Capacity() <= 0 {
@@ -326,7 +327,7 @@ func (c *Controller) CheckForTraining(groupID string, now time.Time) (Decision, 
 	c.trainedThisStep++
 	c.stale.observe(lag)
 	if c.trainedThisStep == c.cfg.MiniBatchSize {
-		c.idle.trainerFed(now)
+		c.idle.trainerFed()
 	}
 	c.check()
 	return d, nil
@@ -348,7 +349,7 @@ func (c *Controller) StepDone(step int64, now time.Time) (advanced bool, err err
 	}
 	c.step++
 	c.trainedThisStep = 0
-	c.idle.trainerStarved(now)
+	c.idle.trainerStarved()
 	c.check()
 	return true, nil
 }

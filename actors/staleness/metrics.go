@@ -99,5 +99,5 @@ func (k *idleClock) advance(now time.Time, idleWorkers int64, blocked bool) {
 	}
 }
 
-func (k *idleClock) trainerFed(time.Time)     { k.trainerBusy = true }
-func (k *idleClock) trainerStarved(time.Time) { k.trainerBusy = false }
+func (k *idleClock) trainerFed()     { k.trainerBusy = true }
+func (k *idleClock) trainerStarved() { k.trainerBusy = false }
