@@ -116,9 +116,9 @@ type Progress struct {
 	Holder string `json:"holder,omitempty"`
 }
 
-// NextProgress validates a progress write against the stored one: the
-// token must not be older (lease.CheckFence semantics, wrapped in
-// ErrFenced by the caller) and step and version must not go backwards.
+// NextProgress validates a progress write against the stored one: step
+// and version must not go backwards. It does not look at the tokens: the
+// caller (SaveProgress) checks the fence first with lease.CheckFence.
 func NextProgress(prev Progress, next Progress) error {
 	if next.Step < prev.Step || next.Version < prev.Version {
 		return fmt.Errorf("%w: step %d→%d, version %d→%d", ErrStepRegression, prev.Step, next.Step, prev.Version, next.Version)
