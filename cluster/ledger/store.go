@@ -250,7 +250,7 @@ func (l *Ledger) readProgress(ctx context.Context) (Progress, uint64, bool, erro
 // already claimed it.
 func (l *Ledger) Claim(ctx context.Context, token uint64, holder string) (Progress, error) {
 	var out Progress
-	err := l.casProgress(ctx, func(prev Progress, _ bool) (Progress, error) {
+	err := l.casProgress(ctx, func(prev Progress) (Progress, error) {
 		if err := lease.CheckFence(prev.Token, token); err != nil {
 			return prev, fmt.Errorf("ledger: claim by %s: %w", holder, err)
 		}
@@ -265,7 +265,7 @@ func (l *Ledger) Claim(ctx context.Context, token uint64, holder string) (Progre
 // with lease.ErrFenced when a newer holder claimed the progress, and with
 // ErrStepRegression when step or version would go backwards.
 func (l *Ledger) SaveProgress(ctx context.Context, p Progress) error {
-	return l.casProgress(ctx, func(prev Progress, _ bool) (Progress, error) {
+	return l.casProgress(ctx, func(prev Progress) (Progress, error) {
 		if err := lease.CheckFence(prev.Token, p.Token); err != nil {
 			return prev, fmt.Errorf("ledger: progress step %d by %s: %w", p.Step, p.Holder, err)
 		}
@@ -276,13 +276,15 @@ func (l *Ledger) SaveProgress(ctx context.Context, p Progress) error {
 	})
 }
 
-func (l *Ledger) casProgress(ctx context.Context, f func(prev Progress, exists bool) (Progress, error)) error {
+// casProgress writes f(stored progress) with compare-and-set, re-reading
+// and retrying when another writer got in between (CASRetries times).
+func (l *Ledger) casProgress(ctx context.Context, f func(prev Progress) (Progress, error)) error {
 	for range l.cfg.CASRetries {
 		prev, rev, exists, err := l.readProgress(ctx)
 		if err != nil {
 			return err
 		}
-		next, err := f(prev, exists)
+		next, err := f(prev)
 		if err != nil {
 			return err
 		}
