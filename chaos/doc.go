@@ -23,8 +23,9 @@
 // engine's proxy for the hold. At most Engines−1 engines are faulted at
 // once, so the loop can always make progress.
 //
-// After Duration every fault is healed, the run is stopped cleanly and the
-// invariants are checked (see Invariants). Report.Table prints the faults
+// After Duration every fault is healed, the run is stopped cleanly, the
+// prompt ledger is read back from the JetStream files the node left on disk,
+// and the invariants are checked on it (see Check and Evidence). Report.Table prints the faults
 // injected and each invariant's verdict; Run returns ErrViolation when one
 // is broken. The opt-in bus-reconnect kind drops the node's NATS
 // connection. Bus faults by subject (drop, duplicate, delay) need the node
