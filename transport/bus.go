@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -68,6 +69,31 @@ type StreamConfig struct {
 	MaxBytes int64
 	// Memory keeps the stream in memory instead of on disk (tests).
 	Memory bool
+}
+
+// Validate names the first bad field: a Name that is not a subject token,
+// no Subjects, a subject that is not a valid pattern, a negative MaxAge or
+// MaxBytes. Every Bus's Stream checks it, so both buses refuse the same
+// configurations with the same words.
+func (c StreamConfig) Validate() error {
+	if err := ValidToken(c.Name); err != nil {
+		return fmt.Errorf("stream name: %w", err)
+	}
+	if len(c.Subjects) == 0 {
+		return fmt.Errorf("stream %s: Subjects is empty (want at least one subject pattern)", c.Name)
+	}
+	for _, s := range c.Subjects {
+		if err := ValidatePattern(s); err != nil {
+			return fmt.Errorf("stream %s: %w", c.Name, err)
+		}
+	}
+	if c.MaxAge < 0 {
+		return fmt.Errorf("stream %s: MaxAge %v: must be >= 0 (0 is unlimited)", c.Name, c.MaxAge)
+	}
+	if c.MaxBytes < 0 {
+		return fmt.Errorf("stream %s: MaxBytes %d: must be >= 0 (0 is unlimited)", c.Name, c.MaxBytes)
+	}
+	return nil
 }
 
 // Stream is a durable, ordered log of messages with acknowledged consumers.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -36,6 +37,7 @@ func Run(t *testing.T, newBus func(t *testing.T) (transport.Bus, func())) {
 		{"PayloadTooLarge", testPayloadTooLarge},
 		{"StreamAckRedeliverResume", testStream},
 		{"StreamNak", testStreamNak},
+		{"StreamConfigRefused", testStreamConfigRefused},
 		{"ClosedBus", testClosed},
 	}
 	for _, tc := range tests {
@@ -533,5 +535,31 @@ func testClosed(t *testing.T, b transport.Bus) {
 	}
 	if _, err := b.Request(context.Background(), "asyncrl.r1.steps", nil); !errors.Is(err, transport.ErrClosed) {
 		t.Fatalf("Request after Close = %v, want ErrClosed", err)
+	}
+}
+
+// testStreamConfigRefused: both buses refuse the same bad stream configs
+// (StreamConfig.Validate) and name the field.
+func testStreamConfigRefused(t *testing.T, b transport.Bus) {
+	ctx := context.Background()
+	ok := transport.StreamConfig{Name: "S", Subjects: []string{"asyncrl.r1.s"}, Memory: true}
+	for _, c := range []struct {
+		field string
+		mut   func(*transport.StreamConfig)
+	}{
+		{"stream name", func(c *transport.StreamConfig) { c.Name = "a.b" }},
+		{"Subjects is empty", func(c *transport.StreamConfig) { c.Subjects = nil }},
+		{"bad subject", func(c *transport.StreamConfig) { c.Subjects = []string{"asyncrl..s"} }},
+		{"MaxAge -1s", func(c *transport.StreamConfig) { c.MaxAge = -time.Second }},
+		{"MaxBytes -1", func(c *transport.StreamConfig) { c.MaxBytes = -1 }},
+	} {
+		cfg := ok
+		c.mut(&cfg)
+		if _, err := b.Stream(ctx, cfg); err == nil || !strings.Contains(err.Error(), c.field) {
+			t.Errorf("Stream(%+v) = %v, want an error naming %q", cfg, err, c.field)
+		}
+	}
+	if _, err := b.Stream(ctx, ok); err != nil {
+		t.Fatalf("Stream(%+v): %v", ok, err)
 	}
 }

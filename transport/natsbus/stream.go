@@ -21,19 +21,8 @@ func (b *Bus) Stream(ctx context.Context, cfg transport.StreamConfig) (transport
 	if err := b.checkOpen(); err != nil {
 		return nil, err
 	}
-	if err := transport.ValidToken(cfg.Name); err != nil {
-		return nil, fmt.Errorf("natsbus: stream name: %w", err)
-	}
-	if len(cfg.Subjects) == 0 {
-		return nil, fmt.Errorf("natsbus: stream %s: Subjects is empty (want at least one subject pattern)", cfg.Name)
-	}
-	for _, s := range cfg.Subjects {
-		if err := transport.ValidatePattern(s); err != nil {
-			return nil, fmt.Errorf("natsbus: stream %s: %w", cfg.Name, err)
-		}
-	}
-	if cfg.MaxAge < 0 || cfg.MaxBytes < 0 {
-		return nil, fmt.Errorf("natsbus: stream %s: MaxAge and MaxBytes must be >= 0 (0 is unlimited)", cfg.Name)
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("natsbus: %w", err)
 	}
 	jc := jetstream.StreamConfig{
 		Name:     cfg.Name,
