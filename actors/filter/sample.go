@@ -96,14 +96,7 @@ func good(samples []Sample, idx []int, n int) bool {
 // trajectories whose group has score std > 0 or a single trajectory, or all
 // of them when n == 1.
 func KeepIndices(samples []Sample, n int) []int {
-	var keep []int
-	for _, g := range groupsOf(samples) {
-		if good(samples, g.indices, n) {
-			keep = append(keep, g.indices...)
-		}
-	}
-	slices.Sort(keep)
-	return keep
+	return indicesWhere(samples, func(idx []int) bool { return good(samples, idx, n) })
 }
 
 // ZeroVarianceMask returns the indices (ascending) of the trajectories whose
@@ -111,14 +104,20 @@ func KeepIndices(samples []Sample, n int) []int {
 // (sum(loss_mask) > 0) whose live scores span max − min ≤ tol. A group with
 // one or no live trajectory is kept. The batch size does not change.
 func ZeroVarianceMask(samples []Sample, tol float64) []int {
-	var masked []int
+	return indicesWhere(samples, func(idx []int) bool { return zeroVariance(samples, idx, tol) })
+}
+
+// indicesWhere returns, ascending, the indices of the trajectories whose
+// group (by uid) satisfies pred; nil when none does.
+func indicesWhere(samples []Sample, pred func(idx []int) bool) []int {
+	var out []int
 	for _, g := range groupsOf(samples) {
-		if zeroVariance(samples, g.indices, tol) {
-			masked = append(masked, g.indices...)
+		if pred(g.indices) {
+			out = append(out, g.indices...)
 		}
 	}
-	slices.Sort(masked)
-	return masked
+	slices.Sort(out)
+	return out
 }
 
 func zeroVariance(samples []Sample, idx []int, tol float64) bool {
