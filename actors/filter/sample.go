@@ -89,7 +89,19 @@ func hasVariance(samples []Sample, idx []int) bool {
 // keeps a uid whose value list has length 1; the reference vector
 // [1,2,3,3,5]/[u1,u1,u2,u2,u3] → [0,1,4] keeps the singleton u3).
 func good(samples []Sample, idx []int, n int) bool {
-	return n == 1 || len(idx) == 1 || hasVariance(samples, idx)
+	keep, _ := verdict(samples, idx, n)
+	return keep
+}
+
+// verdict is the keep rule of good with the reason Decide reports.
+func verdict(samples []Sample, idx []int, n int) (keep bool, why Reason) {
+	switch {
+	case n == 1 || len(idx) == 1:
+		return true, ReasonSingleSample
+	case hasVariance(samples, idx):
+		return true, ReasonHasVariance
+	}
+	return false, ReasonZeroVariance
 }
 
 // KeepIndices is DAPO's per-batch filter: the indices (ascending) of the
@@ -192,14 +204,7 @@ func (c Config) Decide(grp []Sample) (GroupDecision, error) {
 	case ModeNone:
 		d.Reason = ReasonModeNone
 	case ModeFilter, ModeReplace:
-		switch {
-		case c.NSamplesPerPrompt == 1 || len(grp) == 1:
-			d.Reason = ReasonSingleSample
-		case hasVariance(grp, idx):
-			d.Reason = ReasonHasVariance
-		default:
-			d.Keep, d.Reason = false, ReasonZeroVariance
-		}
+		d.Keep, d.Reason = verdict(grp, idx, c.NSamplesPerPrompt)
 	case ModeZeroVarianceMask:
 		// One pass over the group for both the live count and the score span.
 		switch live, lo, hi := liveRange(grp, idx); {
