@@ -68,3 +68,21 @@ func TestPlantedForgetfulRestartIsCaught(t *testing.T) {
 		t.Fatalf("faults %+v", rep.Faults)
 	}
 }
+
+// TestInterruptStopsCleanly: Ctrl-C (the context ending) mid-session still
+// heals, stops and reports, and says it was interrupted instead of
+// blaming the loop.
+func TestInterruptStopsCleanly(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Duration = time.Minute
+	cfg.MeanGap = 200 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	rep, err := Run(ctx, cfg)
+	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrViolation) {
+		t.Fatalf("want the context's error, got %v", err)
+	}
+	if !rep.Interrupted || len(rep.Invariants) == 0 {
+		t.Fatalf("interrupted %v, %d verdicts", rep.Interrupted, len(rep.Invariants))
+	}
+}

@@ -32,6 +32,8 @@ type Report struct {
 	Summary report.Summary
 	// Wall is the whole session, start-up and stop included.
 	Wall time.Duration
+	// Interrupted: the caller's context ended before Duration.
+	Interrupted bool
 }
 
 // Total is the number of injected faults.
@@ -88,7 +90,9 @@ func (r Report) WriteTable(w io.Writer) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", inv.Name, held, inv.Detail)
 	}
 	_ = tw.Flush()
-	if !r.OK() {
+	if r.Interrupted {
+		b.WriteString("\ninterrupted before the end: progress and convergence were not waited for\n")
+	} else if !r.OK() {
 		fmt.Fprintf(&b, "\nVIOLATION — reproduce with: asyncrl chaos --seed %d --duration %v\n", r.Seed, r.Duration)
 	}
 	_, err := io.WriteString(w, b.String())

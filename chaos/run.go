@@ -201,6 +201,12 @@ func run(ctx context.Context, cfg Config, plantForget bool) (Report, error) {
 	rep.Faults = countFaults(cfg.kinds(), played)
 	rep.Invariants = Check(ev)
 	rep.Wall = time.Since(start)
+	if err := ctx.Err(); err != nil {
+		// Stopped early (Ctrl-C): the verdicts are printed, but progress
+		// and convergence were not given their chance.
+		rep.Interrupted = true
+		return rep, fmt.Errorf("chaos: interrupted after %v: %w", time.Since(start).Round(time.Millisecond), err)
+	}
 	if err := errors.Join(runErr, workerErr, auditErr, errors.Join(injectErrs...), errors.Join(healErrs...)); err != nil {
 		return rep, fmt.Errorf("chaos: the session did not run cleanly: %w", err)
 	}
