@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,11 +13,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/johannesboyne/gofakes3"
+	"github.com/johannesboyne/gofakes3/backend/s3mem"
+
 	"github.com/asyncrl/asyncrl/actors/router/policy"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/engine"
 	"github.com/asyncrl/asyncrl/weights/delta"
 	"github.com/asyncrl/asyncrl/weights/receiver"
+	"github.com/asyncrl/asyncrl/weights/store"
 )
 
 // minHeader carries the router's minimum version as the rollout client
@@ -178,8 +183,9 @@ func TestDeltaSyncLayout(t *testing.T) {
 	}
 }
 
-// TestFullModeStillWorks runs publisher.mode full (weights from memory)
-// and the nats store for delta; a lora mode is refused up front.
+// TestPublisherModesAndStores runs publisher.mode full (weights from
+// memory), and deltas through the nats and s3 stores; lora is refused up
+// front.
 func TestPublisherModesAndStores(t *testing.T) {
 	cfg := smallConfig(t, 2)
 	cfg.Publisher.Mode = config.PublishFull
@@ -196,6 +202,28 @@ func TestPublisherModesAndStores(t *testing.T) {
 	_, s = runNode(t, cfg, nil)
 	if s.Steps != 2 || s.EngineVersions[0] != 2 || s.EngineVersions[1] != 2 {
 		t.Fatalf("nats store: steps %d engines %v", s.Steps, s.EngineVersions)
+	}
+
+	faker := gofakes3.New(s3mem.New())
+	srv := httptest.NewServer(faker.Server()) // 127.0.0.1, random port
+	defer srv.Close()
+	t.Setenv("AWS_ACCESS_KEY_ID", "test")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "testsecret")
+	cfg = smallConfig(t, 2)
+	cfg.Publisher.Store, cfg.Publisher.S3Bucket, cfg.Publisher.S3Endpoint = config.StoreS3, "weights", srv.URL
+	_, s = runNode(t, cfg, nil)
+	if s.Steps != 2 || s.EngineVersions[0] != 2 || s.EngineVersions[1] != 2 {
+		t.Fatalf("s3 store: steps %d engines %v", s.Steps, s.EngineVersions)
+	}
+	sc := store.DefaultS3Config()
+	sc.Endpoint, sc.Bucket, sc.Prefix = strings.TrimPrefix(srv.URL, "http://"), "weights", cfg.Run.ID+"/"
+	sc.AccessKey, sc.SecretKey = "test", "testsecret"
+	st, err := store.NewS3(context.Background(), sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := delta.Latest(context.Background(), st); err != nil || v != 2 {
+		t.Fatalf("s3 store: newest version %d, %v; want 2 under the run's prefix", v, err)
 	}
 
 	cfg = smallConfig(t, 1)
