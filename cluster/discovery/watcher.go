@@ -51,12 +51,14 @@ type Watcher struct {
 // NewWatcher subscribes to the run's engine announcements and weight
 // versions on bus. Call Run for the staleness ticks and Close to stop.
 func NewWatcher(bus transport.Bus, r Router, cfg WatcherConfig) (*Watcher, error) {
-	if cfg.TickInterval <= 0 {
-		cfg.TickInterval = cfg.Core.StaleAfter / 4
-	}
 	core, err := New(cfg.Core)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.TickInterval <= 0 {
+		// At least 1ns: a StaleAfter under 4ns would otherwise default to a
+		// zero interval, on which Run's ticker panics.
+		cfg.TickInterval = max(cfg.Core.StaleAfter/4, 1)
 	}
 	weights, err := transport.Subject(cfg.Run, transport.TopicWeights)
 	if err != nil {

@@ -277,3 +277,30 @@ func TestDeadNodesEnginesLeaveRoutingWithinTheBound(t *testing.T) {
 	waitFor(t, 6*time.Second, "the dead node's engine to leave the table", func() bool { return len(replicas(r)) == 0 })
 	t.Logf("dead node's engine left routing %s after the kill", time.Since(killed).Round(time.Millisecond))
 }
+
+// A tiny StaleAfter with the default TickInterval must still give Run a
+// positive tick (a zero one made time.NewTicker panic).
+func TestDefaultTickIntervalPositive(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	b, err := natsbus.Connect(ctx, natsbus.DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	r, err := proxy.New(proxy.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Shutdown(context.Background())
+	wc := discovery.DefaultWatcherConfig(run)
+	wc.Core.StaleAfter, wc.TickInterval = 3, 0 // 3ns: StaleAfter/4 is 0
+	w, err := discovery.NewWatcher(b, r, wc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	rctx, rcancel := context.WithCancel(context.Background())
+	rcancel()
+	w.Run(rctx) // returns at once; panicked before
+}
