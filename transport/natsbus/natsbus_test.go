@@ -272,6 +272,7 @@ func TestOptionsValidation(t *testing.T) {
 		{MaxPayload: 1 << 30},
 		{MaxReconnects: -2},
 		{Port: 70000},
+		{DrainTimeout: -time.Second},
 		{Cluster: &natsbus.ClusterOptions{Name: "bad name", Listen: "127.0.0.1:0"}},
 		{Cluster: &natsbus.ClusterOptions{Name: "c", Listen: "nope", Routes: []string{"nats-route://127.0.0.1:1"}}},
 		{Cluster: &natsbus.ClusterOptions{Name: "c", Listen: "127.0.0.1:0"}},
@@ -279,6 +280,9 @@ func TestOptionsValidation(t *testing.T) {
 		if _, err := natsbus.Connect(context.Background(), o); err == nil {
 			t.Errorf("Connect(%+v) succeeded, want a validation error", o)
 		}
+	}
+	if err := (natsbus.Options{ReadyTimeout: -time.Second}).Validate(); err == nil || !strings.Contains(err.Error(), "ReadyTimeout -1s") {
+		t.Errorf("negative ReadyTimeout: %v, want an error naming ReadyTimeout -1s", err)
 	}
 }
 

@@ -129,8 +129,13 @@ func (o Options) Validate() error {
 	if o.MaxPayload < 0 || o.MaxPayload > maxServerPayload {
 		return fmt.Errorf("natsbus: MaxPayload %d out of range (allowed 1..%d bytes, 0 for the default)", o.MaxPayload, maxServerPayload)
 	}
-	if o.ConnectTimeout < 0 || o.ReadyTimeout < 0 || o.ReconnectWait < 0 || o.DrainTimeout < 0 {
-		return fmt.Errorf("natsbus: ConnectTimeout, ReadyTimeout, ReconnectWait and DrainTimeout must be >= 0")
+	for _, d := range []struct {
+		field string
+		v     time.Duration
+	}{{"ConnectTimeout", o.ConnectTimeout}, {"ReadyTimeout", o.ReadyTimeout}, {"ReconnectWait", o.ReconnectWait}, {"DrainTimeout", o.DrainTimeout}} {
+		if d.v < 0 {
+			return fmt.Errorf("natsbus: %s %v out of range (allowed >= 0, 0 for the default)", d.field, d.v)
+		}
 	}
 	if o.Port < -1 || o.Port > 65535 {
 		return fmt.Errorf("natsbus: Port %d out of range (allowed -1 or 0 for random, 1..65535)", o.Port)
