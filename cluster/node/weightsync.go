@@ -197,7 +197,8 @@ func (n *Node) startWeightSync(ctx context.Context, baseDir string) (*weightSync
 	}
 	tc := publisher.DefaultConfig()
 	tc.BaseBytes = baseBytes
-	if w.shell, err = shell.New(shell.Config{Tracker: tc, RunID: cfg.Run.ID, Acks: n.subj.acks, Logger: w.log},
+	if w.shell, err = shell.New(shell.Config{Tracker: tc, RunID: cfg.Run.ID, Acks: n.subj.acks,
+		MinVersion: n.subj.weights, Sender: "publisher-0", Logger: w.log},
 		n.bus, routerSink{n.router}, w); err != nil {
 		return nil, err
 	}

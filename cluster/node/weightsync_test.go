@@ -19,6 +19,8 @@ import (
 	"github.com/asyncrl/asyncrl/actors/router/policy"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/engine"
+	"github.com/asyncrl/asyncrl/messages"
+	"github.com/asyncrl/asyncrl/transport"
 	"github.com/asyncrl/asyncrl/weights/delta"
 	"github.com/asyncrl/asyncrl/weights/receiver"
 	"github.com/asyncrl/asyncrl/weights/store"
@@ -150,15 +152,34 @@ func TestSlowApplierIsNeverRoutedBelowTheMinimum(t *testing.T) {
 	checkLedger(t, n, s)
 }
 
-// TestDeltaSyncLayout checks what the default run leaves on disk: a
+// TestDeltaSyncLayout checks what the default run leaves on disk — a
 // SkyRL-format delta per step in the sync dir, each engine's receiver copy
-// at the final version and not half-applied.
+// at the final version and not half-applied — and that the router's
+// minimum was announced on the bus.
 func TestDeltaSyncLayout(t *testing.T) {
 	cfg := smallConfig(t, 3)
 	if cfg.Publisher.Mode != config.PublishDelta {
 		t.Fatalf("default publisher.mode %q, want delta", cfg.Publisher.Mode)
 	}
-	_, s := runNode(t, cfg, nil)
+	var mu sync.Mutex
+	var announced int64
+	_, s := runNode(t, cfg, func(n *Node) {
+		_, err := n.Bus().Subscribe(n.subj.weights, func(m *transport.Msg) {
+			if mv, err := messages.DecodeAs[messages.MinVersionSet](m.Data); err == nil {
+				mu.Lock()
+				announced = max(announced, mv.MinVersion)
+				mu.Unlock()
+			}
+		})
+		if err != nil {
+			t.Error(err)
+		}
+	})
+	mu.Lock()
+	if announced != 3 {
+		t.Errorf("MinVersionSet on the bus reached %d, want 3", announced)
+	}
+	mu.Unlock()
 	l := layoutFor(cfg)
 	for v := int64(1); v <= 3; v++ {
 		m, err := delta.ReadManifestDir(filepath.Join(l.syncDir, delta.DeltaDir(v)), v)

@@ -16,7 +16,9 @@
 //     Router's minimum version rises to the tracker's MinRoutable only once
 //     some engine serves it, so a request is never routed to an engine
 //     below the minimum and the fleet is never left with no routable
-//     engine while the first receiver is still loading.
+//     engine while the first receiver is still loading. With
+//     Config.MinVersion set, each rise is also published as a
+//     messages.MinVersionSet (for observers and routers elsewhere).
 //   - Failed records that an engine could not reach a version (it stays
 //     out of rotation until a later ack); Leave forgets an engine (it was
 //     stopped).

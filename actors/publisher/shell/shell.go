@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -41,6 +42,12 @@ type Config struct {
 	// Acks is the subject (pattern) of EngineVersionAck messages; empty
 	// means acks come only through Ack.
 	Acks string
+	// MinVersion is the subject a MinVersionSet is published on each time
+	// the router's minimum rises, for observers and routers in other
+	// processes; empty publishes nothing.
+	MinVersion string
+	// Sender names the shell in the messages it publishes.
+	Sender string
 	// Logger receives ack and failure notices (default zerolog.Nop()).
 	Logger zerolog.Logger
 }
@@ -48,6 +55,7 @@ type Config struct {
 // Shell is the publisher actor shell.
 type Shell struct {
 	cfg    Config
+	bus    transport.Bus
 	router Router
 	disp   Dispatcher
 	sub    transport.Subscription
@@ -69,12 +77,12 @@ func New(cfg Config, bus transport.Bus, r Router, d Dispatcher) (*Shell, error) 
 	if r == nil || d == nil {
 		return nil, errors.New("publisher/shell: Router and Dispatcher are required")
 	}
-	s := &Shell{cfg: cfg, router: r, disp: d, tr: tr, urls: map[string]string{}, failed: map[string]int64{},
+	if (cfg.Acks != "" || cfg.MinVersion != "") && bus == nil {
+		return nil, errors.New("publisher/shell: Config.Acks and Config.MinVersion need a bus")
+	}
+	s := &Shell{cfg: cfg, bus: bus, router: r, disp: d, tr: tr, urls: map[string]string{}, failed: map[string]int64{},
 		changed: make(chan struct{})}
 	if cfg.Acks != "" {
-		if bus == nil {
-			return nil, errors.New("publisher/shell: Config.Acks needs a bus")
-		}
 		if s.sub, err = bus.Subscribe(cfg.Acks, s.onAck); err != nil {
 			return nil, fmt.Errorf("publisher/shell: subscribe %s: %w", cfg.Acks, err)
 		}
@@ -156,23 +164,44 @@ func (s *Shell) Failed(name string, version int64, err error) {
 // was new (a late or duplicate ack is ignored and counted by the tracker).
 func (s *Shell) Ack(name string, version int64) (bool, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	ok, err := s.tr.Ack(name, version)
 	if err != nil || !ok {
+		s.mu.Unlock()
 		return ok, err
 	}
 	s.router.SetVersion(s.urls[name], version)
-	s.raiseMinLocked()
+	raised := s.raiseMinLocked()
 	s.notifyLocked()
+	s.mu.Unlock()
+	if raised && s.cfg.MinVersion != "" {
+		s.announceMin(version)
+	}
 	return true, nil
 }
 
 // raiseMinLocked moves the router's minimum up to the tracker's once some
 // engine serves it (never down, never to a fleet with nothing routable).
-func (s *Shell) raiseMinLocked() {
+func (s *Shell) raiseMinLocked() bool {
 	if m := s.tr.MinRoutable(); m > s.routerMin && len(s.tr.RoutableEngines()) > 0 {
 		s.routerMin = m
 		s.router.SetMinVersion(m)
+		return true
+	}
+	return false
+}
+
+// announceMin publishes the router's minimum (outside the lock: bus I/O).
+// Two announcements may pass each other; observers keep the larger.
+func (s *Shell) announceMin(version int64) {
+	m := s.RouterMin()
+	data, err := messages.Encode(messages.MinVersionSet{Header: messages.Header{RunID: s.cfg.RunID, Sender: s.cfg.Sender, Version: version}, MinVersion: m})
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err = s.bus.Publish(ctx, s.cfg.MinVersion, data)
+		cancel()
+	}
+	if err != nil {
+		s.cfg.Logger.Warn().Err(err).Int64("min_version", m).Msg("publisher: MinVersionSet not sent")
 	}
 }
 

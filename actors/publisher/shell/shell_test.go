@@ -11,6 +11,7 @@ import (
 
 	"github.com/asyncrl/asyncrl/actors/publisher"
 	"github.com/asyncrl/asyncrl/messages"
+	"github.com/asyncrl/asyncrl/transport"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
 )
 
@@ -158,11 +159,21 @@ func TestAcksOverTheBus(t *testing.T) {
 	defer bus.Close()
 	r := &fakeRouter{}
 	d := make(chanDispatcher, 4)
-	s, err := New(Config{RunID: "run", Acks: "asyncrl.run.engines.*.ack"}, bus, r, d)
+	s, err := New(Config{RunID: "run", Acks: "asyncrl.run.engines.*.ack", MinVersion: "asyncrl.run.weights", Sender: "publisher-0"}, bus, r, d)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
+	mins := make(chan messages.MinVersionSet, 4)
+	sub, err := bus.Subscribe("asyncrl.run.weights", func(m *transport.Msg) {
+		if mv, err := messages.DecodeAs[messages.MinVersionSet](m.Data); err == nil {
+			mins <- mv
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
 	if _, err := s.Join("e0", "http://e0", 0); err != nil {
 		t.Fatal(err)
 	}
@@ -178,5 +189,13 @@ func TestAcksOverTheBus(t *testing.T) {
 	}
 	if s.RouterMin() != 1 || s.IgnoredAcks() != 0 {
 		t.Fatalf("router min %d ignored %d", s.RouterMin(), s.IgnoredAcks())
+	}
+	select {
+	case mv := <-mins:
+		if mv.MinVersion != 1 || mv.RunID != "run" || mv.Sender != "publisher-0" {
+			t.Fatalf("announced %s", mv)
+		}
+	case <-ctx.Done():
+		t.Fatal("no MinVersionSet on the bus")
 	}
 }
