@@ -44,6 +44,7 @@ func TestShortSessionHoldsInvariants(t *testing.T) {
 func TestPlantedForgetfulRestartIsCaught(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Duration = 2500 * time.Millisecond
+	cfg.WarmupSteps = 2 // a restart at version 0 is then a step back
 	cfg.Faults = []string{KindEngineKill}
 	cfg.MeanGap = 300 * time.Millisecond
 	cfg.MaxHold = 400 * time.Millisecond

@@ -73,6 +73,9 @@ type Config struct {
 	MaxHold time.Duration
 	// Latency bounds the delay of a latency fault, drawn in [Latency/4, Latency].
 	Latency time.Duration
+	// WarmupSteps delays the first fault until the trainer has made this
+	// many steps (0: faults start with the loop); Duration counts from then.
+	WarmupSteps int
 	// Run is the base run configuration; Run overrides the run id, steps,
 	// seed, trainer backend, data directories, engines and turn timeout.
 	Run config.Config
@@ -117,6 +120,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxHold <= 0 {
 		bad("max_hold: must be positive, got %v", c.MaxHold)
+	}
+	if c.WarmupSteps < 0 {
+		bad("warmup_steps: must be ≥ 0, got %d", c.WarmupSteps)
 	}
 	if c.Latency <= 0 {
 		bad("latency: must be positive, got %v", c.Latency)

@@ -28,6 +28,11 @@ import (
 // trainer step and for every engine to serve the latest version.
 const recoverWithin = 20 * time.Second
 
+// warmupWithin bounds the wait for Config.WarmupSteps.
+const warmupWithin = 60 * time.Second
+
+var errNoWarmup = errors.New("the loop made no progress before the faults")
+
 // runConfig derives the node's configuration from the chaos config.
 func runConfig(cfg Config, dir string) config.Config {
 	rc := cfg.Run
@@ -153,8 +158,21 @@ func run(ctx context.Context, cfg Config, plantForget bool) (Report, error) {
 	wdone := make(chan struct{})
 	go func() { defer close(wdone); w.run(wctx) }()
 
+	// Warm-up: faults start once the trainer has made WarmupSteps steps.
+	if cfg.WarmupSteps > 0 {
+		wdeadline := time.Now().Add(warmupWithin)
+		for int(steps.Load()) < cfg.WarmupSteps {
+			if ctx.Err() != nil || time.Now().After(wdeadline) {
+				return rep, fmt.Errorf("chaos: warm-up: %d of %d steps within %v: %w", steps.Load(), cfg.WarmupSteps, warmupWithin, errors.Join(ctx.Err(), errNoWarmup))
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		fmt.Fprintf(progress, "warm-up done after %.3fs (%d steps); faults start\n", time.Since(start).Seconds(), steps.Load())
+	}
 	// Faults are played for Duration; the node's Wait ends early only when
 	// the run fails (for example the filter starves the trainer).
+	// Schedule offsets count from here, as Duration does.
+	faultsStart := time.Now()
 	dctx, dcancel := context.WithTimeout(ctx, cfg.Duration)
 	defer dcancel()
 	waitErr := make(chan error, 1)
@@ -163,11 +181,11 @@ func run(ctx context.Context, cfg Config, plantForget bool) (Report, error) {
 		waitErr <- err
 		dcancel()
 	}()
-	played, injectErrs := play(dctx, start, Schedule(cfg), target{fl: fl, bus: n.Bus()}, progress)
+	played, injectErrs := play(dctx, faultsStart, Schedule(cfg), target{fl: fl, bus: n.Bus()}, progress)
 	healErrs := healAll(fl)
 	runErr := <-waitErr
 	atHeal := int(steps.Load())
-	fmt.Fprintf(progress, "%8.3fs healed every fault; %d steps so far, waiting for recovery\n", time.Since(start).Seconds(), atHeal)
+	fmt.Fprintf(progress, "%8.3fs healed every fault; %d steps so far, waiting for recovery\n", time.Since(faultsStart).Seconds(), atHeal)
 
 	// Recovery: one more step, and every engine on the latest version.
 	deadline := time.Now().Add(recoverWithin)

@@ -19,7 +19,7 @@ func newChaosCmd(g *globals) *cobra.Command {
 		duration, gap, hold time.Duration
 		seed                int64
 		faults, cfgPath     string
-		engines             int
+		engines, warmup     int
 	)
 	cmd := &cobra.Command{
 		Use:   "chaos",
@@ -45,7 +45,7 @@ func newChaosCmd(g *globals) *cobra.Command {
 			}
 			cfg.Run = rc
 			cfg.Duration, cfg.Seed, cfg.Engines = duration, seed, engines
-			cfg.MeanGap, cfg.MaxHold = gap, hold
+			cfg.MeanGap, cfg.MaxHold, cfg.WarmupSteps = gap, hold, warmup
 			cfg.Faults = chaos.ParseFaults(faults)
 			if err := cfg.Validate(); err != nil {
 				return fail("asyncrl chaos: %v", err)
@@ -87,6 +87,7 @@ func newChaosCmd(g *globals) *cobra.Command {
 	fs.IntVar(&engines, "engines", d.Engines, "engines behind fault proxies (≥ 2)")
 	fs.DurationVar(&gap, "mean-gap", d.MeanGap, "mean time between fault starts")
 	fs.DurationVar(&hold, "max-hold", d.MaxHold, "longest a fault lasts (holds are drawn in [max-hold/4, max-hold])")
+	fs.IntVar(&warmup, "warmup-steps", d.WarmupSteps, "trainer steps to let pass before the first fault (--duration counts from then)")
 	fs.StringVar(&cfgPath, "config", "", "run configuration `FILE` (task, B, W, S, engines' latency model, …)")
 	return cmd
 }
