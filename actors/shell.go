@@ -187,16 +187,29 @@ func Spawn[In, Out any](sys *System, cfg ShellConfig, factory func() Core[In, Ou
 	})
 	props := actor.PropsFromProducer(func() actor.Actor { return &shellActor[In, Out]{sh: sh} },
 		actor.WithGuardian(sys.strategy))
+	spawnHook()
 	pid, err := sys.as.Root.SpawnNamed(props, cfg.Name)
 	if err != nil {
-		sys.strategy.forget(cfg.Name)
-		sys.unregister(cfg.Name, sh)
-		sh.cancel()
+		sh.finish() // also releases a Shutdown already waiting on Done
 		return nil, fmt.Errorf("actors: spawn %q: %w", cfg.Name, err)
 	}
+	// Shutdown may have stopped the shell after register and before its
+	// actor existed; Stop then left the actor to us.
+	sh.admit.Lock()
 	sh.pid = pid
+	stopped := sh.state.Load() != stateRunning
+	sh.admit.Unlock()
+	if stopped {
+		sys.strategy.forget(cfg.Name)
+		sys.as.Root.Stop(pid)
+		return nil, fmt.Errorf("spawn %q: %w", cfg.Name, ErrStopped)
+	}
 	return sh, nil
 }
+
+// spawnHook runs between a shell's registration and the spawn of its actor;
+// tests use it to stop the System inside that window.
+var spawnHook = func() {}
 
 // Name is the actor's name.
 func (sh *Shell[In, Out]) Name() string { return sh.cfg.Name }
@@ -251,13 +264,18 @@ func (sh *Shell[In, Out]) deliver(msg In, done func()) error {
 func (sh *Shell[In, Out]) Stop(ctx context.Context) error {
 	sh.admit.Lock()
 	first := sh.state.CompareAndSwap(stateRunning, stateStopping)
+	pid := sh.pid
 	sh.admit.Unlock()
 	if first {
 		sh.stopBridges()
-		if sh.sys.strategy.forget(sh.cfg.Name) {
-			sh.sys.as.Root.Stop(sh.pid)
-		} else {
-			sh.sys.as.Root.Poison(sh.pid)
+		switch {
+		case pid == nil:
+			// Spawn has registered the shell but not yet started its actor:
+			// it sees the stop and stops the actor itself.
+		case sh.sys.strategy.forget(sh.cfg.Name):
+			sh.sys.as.Root.Stop(pid)
+		default:
+			sh.sys.as.Root.Poison(pid)
 		}
 	}
 	select {
@@ -300,17 +318,21 @@ func (sh *Shell[In, Out]) stopBridges() {
 	}
 }
 
-func (sh *Shell[In, Out]) sendTick(name string, gen uint64) {
+// sendTick posts a fired timer to the actor. It takes the actor's own pid
+// (ctx.Self) rather than sh.pid: a timer armed in Start may fire before
+// Spawn has stored the pid.
+func (sh *Shell[In, Out]) sendTick(self *actor.PID, name string, gen uint64) {
 	if sh.state.Load() != stateRunning {
 		return
 	}
-	sh.sys.as.Root.Send(sh.pid, &tick{name: name, gen: gen})
+	sh.sys.as.Root.Send(self, &tick{name: name, gen: gen})
 }
 
 // shellActor is one incarnation: protoactor builds a fresh one (and so a
 // fresh core) on every restart.
 type shellActor[In, Out any] struct {
 	sh     *Shell[In, Out]
+	self   *actor.PID // where timer ticks go
 	core   Core[In, Out]
 	timers map[string]timerSlot
 }
@@ -340,6 +362,7 @@ func (a *shellActor[In, Out]) Receive(ctx actor.Context) {
 		delete(a.timers, m.name)
 		a.run(func(now time.Time) { a.core.Tick(now, m.name) })
 	case *actor.Started:
+		a.self = ctx.Self()
 		a.timers = map[string]timerSlot{}
 		a.run(func(now time.Time) {
 			a.core = a.sh.factory()
@@ -429,7 +452,8 @@ func (a *shellActor[In, Out]) apply(now time.Time, eff Effects[Out]) {
 		name := t.Name
 		// Record the slot before arming: a due timer may fire at once.
 		a.timers[name] = timerSlot{gen: gen, stop: func() bool { return false }}
-		stop := sh.sys.cfg.Clock.AfterFunc(t.At.Sub(now), func() { sh.sendTick(name, gen) })
+		self := a.self
+		stop := sh.sys.cfg.Clock.AfterFunc(t.At.Sub(now), func() { sh.sendTick(self, name, gen) })
 		a.timers[name] = timerSlot{gen: gen, stop: stop}
 	}
 	for _, s := range eff.Sends {
