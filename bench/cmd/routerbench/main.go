@@ -43,7 +43,7 @@ func run() error {
 		turns     = flag.Int("turns", 40, "T: turns per conversation")
 		replicas  = flag.Int("replicas", 4, "N: built-in engines")
 		scale     = flag.Float64("timescale", 0.25, "engine time scale (real sleep = modelled duration × scale)")
-		policies  = flag.String("policies", strings.Join([]string{policy.ConsistentHash, policy.StickyLeastLoaded, policy.BoundedSticky, policy.RoundRobin, policy.LeastRequest}, ","), "comma-separated policies; the first is the ratio baseline")
+		policies  = flag.String("policies", strings.Join([]string{policy.ConsistentHash, policy.StickyLeastLoaded, policy.BoundedSticky, policy.RoundRobin, policy.LeastRequest}, ","), "comma-separated policies, each optionally with bounded_sticky's load factor (bounded_sticky@c=2); the first is the ratio baseline")
 		pressures = flag.String("pressures", "2,1,0.5", "KV capacity / per-replica working set, comma-separated")
 		reps      = flag.Int("reps", 3, "repetitions (medians are taken over them)")
 		seed      = flag.Uint64("seed", 1, "workload seed")
@@ -77,6 +77,23 @@ func run() error {
 		return overhead(ctx, cs, *dur, *rate, *reps, *jsonOut)
 	}
 	return fmt.Errorf("-mode %q: want compare or overhead", *mode)
+}
+
+// policySpec parses "policy" or "policy@c=1.5" (bounded_sticky's load
+// factor c), so a variant can be compared side by side with the default.
+func policySpec(spec string) (name string, c float64, err error) {
+	name, opt, ok := strings.Cut(spec, "@")
+	if !ok {
+		return name, 0, nil
+	}
+	v, found := strings.CutPrefix(opt, "c=")
+	if !found {
+		return "", 0, fmt.Errorf("policy %q: want policy or policy@c=FACTOR", spec)
+	}
+	if c, err = strconv.ParseFloat(v, 64); err != nil || c < 1 {
+		return "", 0, fmt.Errorf("policy %q: c must be a number ≥ 1", spec)
+	}
+	return name, c, nil
 }
 
 func split(s string) []string {
@@ -154,14 +171,19 @@ func compare(ctx context.Context, sessions []workload.Session, shared, replicas 
 			// always runs first (or last) while the host warms up.
 			for i := range pols {
 				name := pols[(i+rep)%len(pols)]
-				cfg := routerbench.DefaultConfig(name, p)
-				cfg.Replicas, cfg.TimeScale, cfg.Sessions, cfg.SharedPrefix, cfg.PrefixBytes = replicas, scale, sessions, shared, prefixBytes
+				pol, c, err := policySpec(name)
+				if err != nil {
+					return err
+				}
+				cfg := routerbench.DefaultConfig(pol, p)
+				cfg.Replicas, cfg.TimeScale, cfg.Sessions, cfg.SharedPrefix, cfg.PrefixBytes, cfg.LoadFactor = replicas, scale, sessions, shared, prefixBytes, c
 				r, err := routerbench.RunAgentic(ctx, cfg)
 				if err != nil {
 					return fmt.Errorf("rep %d %s pressure %g: %w", rep, name, p, err)
 				}
 				fmt.Fprintf(os.Stderr, "rep %d pressure %-4g %-20s wall %5.1fs  modelled %6.1fs  tok/s %6.0f  hit %5.1f%%  ttft p90 %4.0fms  conv p90 %5.1fs (wall %5.1fs)  per-replica %v  blocks %d  outcomes %v\n",
 					rep, p, name, r.Wall.Seconds(), r.Modelled.Seconds(), r.ThroughputModelled, r.HitRate*100, r.TTFT90*1e3, r.Conv90, r.WallConv90, r.PerReplica, r.CacheBlocks, r.Outcomes)
+				r.Policy = name // the spec, so variants get their own rows
 				rs = append(rs, r)
 			}
 		}

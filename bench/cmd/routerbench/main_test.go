@@ -24,6 +24,25 @@ func TestMakeWorkload(t *testing.T) {
 	}
 }
 
+func TestPolicySpec(t *testing.T) {
+	tests := []struct {
+		spec, name string
+		c          float64
+		ok         bool
+	}{
+		{"bounded_sticky", "bounded_sticky", 0, true},
+		{"bounded_sticky@c=2", "bounded_sticky", 2, true},
+		{"bounded_sticky@c=0.5", "", 0, false},
+		{"bounded_sticky@x=2", "", 0, false},
+	}
+	for _, tc := range tests {
+		name, c, err := policySpec(tc.spec)
+		if (err == nil) != tc.ok || name != tc.name || c != tc.c {
+			t.Errorf("policySpec(%q) = %q, %v, %v", tc.spec, name, c, err)
+		}
+	}
+}
+
 func TestIntsRejectsGarbage(t *testing.T) {
 	got, err := ints(" 1, 16 ,,64")
 	if err != nil || len(got) != 3 || got[1] != 16 {
