@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 )
@@ -103,13 +104,7 @@ func Build(cfg Config, m *Model, train, infer Layout) (*Plan, error) {
 					// Least-loaded replicas first; ties to the lowest rank.
 					reps = append(reps[:0], sp...)
 					slices.SortStableFunc(reps, func(a, b holding) int {
-						if c := p.SendBytes[a.rank] - p.SendBytes[b.rank]; c != 0 {
-							if c < 0 {
-								return -1
-							}
-							return 1
-						}
-						return a.rank - b.rank
+						return cmp.Or(cmp.Compare(p.SendBytes[a.rank], p.SendBytes[b.rank]), cmp.Compare(a.rank, b.rank))
 					})
 					k := int64(1)
 					if bytes := outer * (hi - lo) * inner; cfg.SplitBytes > 0 && bytes >= cfg.SplitBytes {
