@@ -2,6 +2,7 @@ package safetensors
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -155,12 +156,7 @@ func (h *Header) validate(dataLen int64) error {
 	}
 	// Stable sort by offset; zero-size tensors keep their header order.
 	slices.SortStableFunc(h.Tensors, func(a, b TensorInfo) int {
-		switch {
-		case a.Begin != b.Begin:
-			return cmpInt(a.Begin, b.Begin)
-		default:
-			return cmpInt(a.End, b.End)
-		}
+		return cmp.Or(cmp.Compare(a.Begin, b.Begin), cmp.Compare(a.End, b.End))
 	})
 	var pos int64
 	for _, t := range h.Tensors {
@@ -177,16 +173,6 @@ func (h *Header) validate(dataLen int64) error {
 		return fmt.Errorf("%w: tensors cover %d data bytes but the file holds %d", ErrFormat, pos, dataLen)
 	}
 	return nil
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // encodeHeader builds the padded JSON header for tensors (whose offsets are
