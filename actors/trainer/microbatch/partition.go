@@ -1,6 +1,7 @@
 package microbatch
 
 import (
+	"cmp"
 	"container/heap"
 	"fmt"
 	"slices"
@@ -63,7 +64,7 @@ func Greedy(costs []float64, k int) [][]int {
 	for i := range order {
 		order[i] = i
 	}
-	slices.SortStableFunc(order, func(a, b int) int { return cmpDesc(costs[a], costs[b]) })
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(costs[b], costs[a]) })
 	for _, i := range order {
 		p := 0
 		for q := range loads {
@@ -78,16 +79,6 @@ func Greedy(costs []float64, k int) [][]int {
 		slices.Sort(p)
 	}
 	return parts
-}
-
-func cmpDesc(a, b float64) int {
-	switch {
-	case a > b:
-		return -1
-	case a < b:
-		return 1
-	}
-	return 0
 }
 
 // KarmarkarKarp is the k-way largest differencing method (as in verl's
@@ -111,7 +102,7 @@ func KarmarkarKarp(costs []float64, k int, equalSize bool) ([][]int, error) {
 		order[i] = i
 	}
 	// Ascending by cost, stable.
-	slices.SortStableFunc(order, func(a, b int) int { return -cmpDesc(costs[a], costs[b]) })
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(costs[a], costs[b]) })
 
 	h := &kkHeap{}
 	newState := func() *kkState {
@@ -173,7 +164,7 @@ type kkState struct {
 }
 
 func (s *kkState) sort() {
-	slices.SortStableFunc(s.parts, func(a, b kkPart) int { return cmpDesc(a.sum, b.sum) })
+	slices.SortStableFunc(s.parts, func(a, b kkPart) int { return cmp.Compare(b.sum, a.sum) })
 }
 
 func (s *kkState) spread() float64 { return s.parts[0].sum - s.parts[len(s.parts)-1].sum }
