@@ -73,7 +73,8 @@ type Options struct {
 // Node runs a set of roles in one process; `asyncrl run` is one node with
 // every role: the embedded NATS server, the built-in engines behind the
 // router, the rollout actors, the sampling (dynamic-sampling) actor, the
-// staleness controller and the trainer with its in-process publisher.
+// staleness controller, the trainer and the weight publisher (SkyRL deltas
+// through a receiver per engine by default; see the package doc).
 type Node struct {
 	cfg  config.Config
 	opts Options
