@@ -73,6 +73,9 @@ type Config struct {
 	MaxHold time.Duration
 	// Latency bounds the delay of a latency fault, drawn in [Latency/4, Latency].
 	Latency time.Duration
+	// RecoverWithin bounds the wait, after every fault healed, for one more
+	// trainer step and for every engine to serve the latest version.
+	RecoverWithin time.Duration
 	// WarmupSteps delays the first fault until the trainer has made this
 	// many steps (0: faults start with the loop); Duration counts from then.
 	WarmupSteps int
@@ -88,20 +91,22 @@ type Config struct {
 	Progress io.Writer
 }
 
-// DefaultConfig is a 60 s session with every kind: 3 engines, a fault
-// every 1.5 s on average (about 40), each lasting up to 2 s, latency up to
-// 300 ms, over the default run configuration with turns that time out after
-// 3 s (a blackholed turn is retried instead of waiting a minute).
+// DefaultConfig is a 60 s session with the default kinds: 3 engines, a
+// fault every 1.5 s on average (about 40), each lasting up to 2 s, latency
+// up to 300 ms, 20 s to recover after the heal, over the default run
+// configuration (whose turns Run caps at 3 s, so a blackholed turn is
+// retried instead of waiting a minute).
 func DefaultConfig() Config {
 	return Config{
-		Duration: 60 * time.Second,
-		Seed:     1,
-		Engines:  3,
-		MeanGap:  1500 * time.Millisecond,
-		MaxHold:  2 * time.Second,
-		Latency:  300 * time.Millisecond,
-		Run:      config.Default(),
-		Logger:   zerolog.Nop(),
+		Duration:      60 * time.Second,
+		Seed:          1,
+		Engines:       3,
+		MeanGap:       1500 * time.Millisecond,
+		MaxHold:       2 * time.Second,
+		Latency:       300 * time.Millisecond,
+		RecoverWithin: 20 * time.Second,
+		Run:           config.Default(),
+		Logger:        zerolog.Nop(),
 	}
 }
 
@@ -120,6 +125,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxHold <= 0 {
 		bad("max_hold: must be positive, got %v", c.MaxHold)
+	}
+	if c.RecoverWithin <= 0 {
+		bad("recover_within: must be positive, got %v", c.RecoverWithin)
 	}
 	if c.WarmupSteps < 0 {
 		bad("warmup_steps: must be ≥ 0, got %d", c.WarmupSteps)

@@ -24,10 +24,6 @@ import (
 	"github.com/asyncrl/asyncrl/transport"
 )
 
-// recoverWithin bounds the wait, after every fault healed, for one more
-// trainer step and for every engine to serve the latest version.
-const recoverWithin = 20 * time.Second
-
 // warmupWithin bounds the wait for Config.WarmupSteps.
 const warmupWithin = 60 * time.Second
 
@@ -188,7 +184,7 @@ func run(ctx context.Context, cfg Config, plantForget bool) (Report, error) {
 	fmt.Fprintf(progress, "%8.3fs healed every fault; %d steps so far, waiting for recovery\n", time.Since(faultsStart).Seconds(), atHeal)
 
 	// Recovery: one more step, and every engine on the latest version.
-	deadline := time.Now().Add(recoverWithin)
+	deadline := time.Now().Add(cfg.RecoverWithin)
 	for runErr == nil && ctx.Err() == nil && time.Now().Before(deadline) {
 		if int(steps.Load()) > atHeal && allAt(fl.engineVersions(), fl.latest()) {
 			break
