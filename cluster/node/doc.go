@@ -29,8 +29,10 @@
 // tells the router each acked version and raises the router's minimum
 // version once some engine serves it, so no request reaches an engine
 // below the minimum; the trainer's Publish returns once the version is
-// routable. A stopped engine leaves the tracker. publisher.mode full (and
-// a remote trainer's versions) swaps the serving copy in from memory.
+// routable. A stopped engine leaves the tracker. A remote trainer's
+// checkpoints (WeightsPublished, file://) take the same path; the
+// engines' acks are what the worker waits for. publisher.mode full swaps
+// the serving copy into each engine from memory instead.
 //
 // Wait returns when the trainer finished run.steps steps, the context
 // ended (Ctrl-C: interrupted), training failed, or the filter dropped

@@ -252,7 +252,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	}
 	// Engines start from version 0: with delta sync, the base checkpoint
 	// every receiver replays from; otherwise the trainer's serving copy.
-	deltaSync := cfg.Publisher.Mode == config.PublishDelta && cfg.Trainer.Backend != config.BackendRemote
+	deltaSync := cfg.Publisher.Mode == config.PublishDelta
 	baseDir := ""
 	if deltaSync {
 		if baseDir, err = saveBase(cfg, ptr.ServingCopy()); err != nil {
@@ -509,14 +509,14 @@ func (n *Node) Stop() {
 		if n.tr != nil {
 			_ = n.tr.Stop(ctx)
 		}
+		if n.weightsSub != nil {
+			_ = n.weightsSub.Unsubscribe() // no new versions from a remote trainer
+		}
 		if n.wsync != nil {
 			// Let the receivers finish the versions already published, so
 			// the report sees the engines' final versions.
 			n.wsync.drain(10 * time.Second)
 			n.wsync.close()
-		}
-		if n.weightsSub != nil {
-			_ = n.weightsSub.Unsubscribe()
 		}
 		if n.sys != nil {
 			_ = n.sys.Shutdown(ctx)

@@ -42,9 +42,10 @@ type weightSync struct {
 	st    store.Store
 	pub   *delta.Publisher
 
-	baseDir string // version 0, every receiver's BaseModelPath
-	stage   string // serving checkpoints being diffed
-	prevDir string // the serving checkpoint of pub.Version()
+	baseDir   string // version 0, every receiver's BaseModelPath
+	stage     string // serving checkpoints being diffed
+	prevDir   string // the serving checkpoint of pub.Version()
+	prevOwned bool   // prevDir is ours to delete (not the base, not a remote trainer's)
 
 	agents map[string]*engineAgent
 	list   []*engineAgent
@@ -244,7 +245,7 @@ func (w *weightSync) Dispatch(cmd publisher.Command) {
 	}
 }
 
-// Publish implements trainer.Publisher.
+// Publish implements trainer.Publisher: the in-process trainer's version.
 func (w *weightSync) Publish(ctx context.Context, m *pol.Model, version int64) error {
 	if version != w.pub.Version()+1 {
 		return fmt.Errorf("node: publisher: version %d after %d", version, w.pub.Version())
@@ -254,14 +255,21 @@ func (w *weightSync) Publish(ctx context.Context, m *pol.Model, version int64) e
 	if err := m.SaveServing(dir); err != nil {
 		return err
 	}
+	return w.publishDir(ctx, dir, version, true, t0)
+}
+
+// publishDir publishes the serving checkpoint in dir as version; owned
+// says whether dir may be deleted once the next version is encoded (a
+// remote trainer's checkpoints are its own).
+func (w *weightSync) publishDir(ctx context.Context, dir string, version int64, owned bool, t0 time.Time) error {
 	out, err := w.encode(ctx, dir)
 	if err != nil {
 		return fmt.Errorf("node: publisher: version %d: %w", version, err)
 	}
-	if w.prevDir != w.baseDir {
+	if w.prevOwned {
 		_ = os.RemoveAll(w.prevDir)
 	}
-	w.prevDir = dir
+	w.prevDir, w.prevOwned = dir, owned
 	d := time.Since(t0)
 	w.mu.Lock()
 	w.encodeDur += d

@@ -32,6 +32,10 @@ func (n *Node) loadWeights(msg *transport.Msg) {
 		n.opts.Logger.Warn().Str("uri", wp.URI).Msg("weights: only file:// versions can be loaded by the node")
 		return
 	}
+	if n.wsync != nil {
+		n.publishRemote(wp.Version, dir)
+		return
+	}
 	m, err := policy.LoadServing(dir)
 	if err != nil {
 		n.opts.Logger.Error().Err(err).Int64("version", wp.Version).Msg("weights: cannot load version")
@@ -50,6 +54,20 @@ func (n *Node) loadWeights(msg *transport.Msg) {
 	}
 	if err != nil {
 		n.opts.Logger.Error().Err(err).Msg("weights: ack not sent")
+	}
+}
+
+// publishRemote ships a remote trainer's version to the engines as a
+// delta (publisher.mode delta): the engines' own acks (on the pattern the
+// worker waits on) tell the worker the version is live.
+func (n *Node) publishRemote(version int64, dir string) {
+	if version <= n.wsync.pub.Version() {
+		return // a redelivered announcement: already published
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := n.wsync.publishDir(ctx, dir, version, false, time.Now()); err != nil {
+		n.opts.Logger.Error().Err(err).Int64("version", version).Msg("weights: version not published to the engines")
 	}
 }
 

@@ -2,15 +2,28 @@ package node
 
 import (
 	"context"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/asyncrl/asyncrl/config"
+	"github.com/asyncrl/asyncrl/weights/delta"
 )
 
+// TestRemoteTrainerWorker runs the trainer as a worker process (here a
+// goroutine with its own bus connection): its versions reach the engines
+// as deltas through the receivers (publisher.mode delta), or from memory
+// (full).
 func TestRemoteTrainerWorker(t *testing.T) {
+	for _, mode := range []config.PublishMode{config.PublishDelta, config.PublishFull} {
+		t.Run(string(mode), func(t *testing.T) { testRemoteTrainerWorker(t, mode) })
+	}
+}
+
+func testRemoteTrainerWorker(t *testing.T, mode config.PublishMode) {
 	cfg := smallConfig(t, 3)
 	cfg.Trainer.Backend = config.BackendRemote
+	cfg.Publisher.Mode = mode
 	n, err := New(cfg, Options{InMemoryBus: true, ResendTrainAfter: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -49,4 +62,8 @@ func TestRemoteTrainerWorker(t *testing.T) {
 		}
 	}
 	checkLedger(t, n, s)
+	_, err = delta.ReadManifestDir(filepath.Join(layoutFor(cfg).syncDir, delta.DeltaDir(3)), 3)
+	if (err == nil) != (mode == config.PublishDelta) {
+		t.Errorf("mode %s: delta version 3 in the sync dir: %v", mode, err)
+	}
 }
