@@ -216,7 +216,9 @@ func (f *fleet) postVersion(mb *member, v int64) error {
 // swap, resume), then records it on the router.
 func (f *fleet) onWeights(msg *transport.Msg) {
 	wp, err := messages.DecodeAs[messages.WeightsPublished](msg.Data)
-	if err != nil || wp.RunID != f.runID {
+	if err != nil || wp.RunID != f.runID || wp.Format != messages.WeightsFull {
+		// Only the trainer's full serving checkpoints: the node re-announces
+		// each version as a delta for its own engines on the same subject.
 		return
 	}
 	dir, ok := strings.CutPrefix(wp.URI, "file://")
