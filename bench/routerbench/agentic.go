@@ -269,6 +269,11 @@ func RunAgentic(ctx context.Context, cfg Config) (Result, error) {
 		return res, err
 	}
 	res.Requests, res.Generated, res.PerReplica, res.Moved = requests, gen, perRep, moved
+	select {
+	case err := <-f.errs: // a server that stopped serving mid-run
+		return res, err
+	default:
+	}
 
 	// Engine-side figures: modelled clocks, and /metrics over HTTP.
 	var hits, queries float64
