@@ -49,6 +49,10 @@ type weightSync struct {
 
 	agents map[string]*engineAgent
 	list   []*engineAgent
+	// ctx ends at close: it bounds what is published outside the trainer
+	// (a remote trainer's versions).
+	ctx    context.Context
+	cancel context.CancelFunc
 
 	published, deltaBytes prometheus.Counter
 	encodeSeconds         prometheus.Histogram
@@ -182,7 +186,8 @@ func (n *Node) startWeightSync(ctx context.Context, baseDir string) (*weightSync
 	if err != nil {
 		return nil, err
 	}
-	w := &weightSync{log: n.opts.Logger.With().Str("actor", "publisher").Logger(), st: st, pub: dp,
+	wctx, wcancel := context.WithCancel(context.Background())
+	w := &weightSync{log: n.opts.Logger.With().Str("actor", "publisher").Logger(), st: st, pub: dp, ctx: wctx, cancel: wcancel,
 		baseDir: baseDir, stage: stage, prevDir: baseDir, agents: map[string]*engineAgent{},
 		published: prometheus.NewCounter(prometheus.CounterOpts{Name: "asyncrl_publisher_versions_published_total",
 			Help: "Weight versions the publisher encoded and announced."}),
@@ -193,6 +198,7 @@ func (n *Node) startWeightSync(ctx context.Context, baseDir string) (*weightSync
 	}
 	for _, c := range []prometheus.Collector{w.published, w.deltaBytes, w.encodeSeconds} {
 		if err := n.reg.Register(c); err != nil {
+			w.close()
 			return nil, fmt.Errorf("node: publisher metrics: %w", err)
 		}
 	}
@@ -201,6 +207,7 @@ func (n *Node) startWeightSync(ctx context.Context, baseDir string) (*weightSync
 	if w.shell, err = shell.New(shell.Config{Tracker: tc, RunID: cfg.Run.ID, Acks: n.subj.acks,
 		MinVersion: n.subj.weights, Sender: "publisher-0", Logger: w.log},
 		n.bus, routerSink{n.router}, w); err != nil {
+		w.close()
 		return nil, err
 	}
 	for i, le := range n.engines {
@@ -316,6 +323,7 @@ func (w *weightSync) drain(d time.Duration) {
 
 // close stops the agents and the shell's subscription.
 func (w *weightSync) close() {
+	w.cancel()
 	for _, a := range w.list {
 		a.stop()
 	}

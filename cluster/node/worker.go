@@ -64,7 +64,7 @@ func (n *Node) publishRemote(version int64, dir string) {
 	if version <= n.wsync.pub.Version() {
 		return // a redelivered announcement: already published
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(n.wsync.ctx, time.Minute)
 	defer cancel()
 	if err := n.wsync.publishDir(ctx, dir, version, false, time.Now()); err != nil {
 		n.opts.Logger.Error().Err(err).Int64("version", version).Msg("weights: version not published to the engines")
