@@ -36,6 +36,17 @@ func TestShortSessionHoldsInvariants(t *testing.T) {
 	if rep.Total() < 5 {
 		t.Fatalf("only %d faults injected", rep.Total())
 	}
+	// The proxy faults must have bitten: traffic was delayed, reset or
+	// held, not just switched on an idle proxy.
+	var bit int64
+	for _, f := range rep.Faults {
+		if f.Kind != KindEngineKill {
+			bit += f.Effect
+		}
+	}
+	if bit == 0 {
+		t.Fatalf("no proxy fault touched any traffic: %+v", rep.Faults)
+	}
 }
 
 // TestPlantedForgetfulRestartIsCaught plants a bug — a restarted engine

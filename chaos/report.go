@@ -16,6 +16,23 @@ type FaultCount struct {
 	Count int
 	// Hold is the total time faults of this kind lasted.
 	Hold time.Duration
+	// Effect sums the faults' effects (Fault.Effect).
+	Effect int64
+}
+
+// effectUnit names what Effect counts for a kind.
+func effectUnit(kind string) string {
+	switch kind {
+	case KindLatency:
+		return "chunks delayed"
+	case KindReset:
+		return "connections reset"
+	case KindBlackhole:
+		return "connections blackholed + chunks held"
+	case KindEngineKill:
+		return "restarts on the same port"
+	}
+	return ""
 }
 
 // Report is a chaos session's outcome.
@@ -73,11 +90,15 @@ func (r Report) WriteTable(w io.Writer) error {
 		r.Seed, r.Duration, r.Wall.Seconds(), r.Summary.Steps, r.Summary.FinalVersion, r.Summary.GroupsTrained,
 		r.Summary.TrajectoriesStarted, r.Summary.TrajectoriesAborted)
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "FAULT\tINJECTED\tTOTAL HOLD")
+	fmt.Fprintln(tw, "FAULT\tINJECTED\tTOTAL HOLD\tEFFECT")
 	for _, f := range r.Faults {
-		fmt.Fprintf(tw, "%s\t%d\t%.1fs\n", f.Kind, f.Count, f.Hold.Seconds())
+		eff := ""
+		if u := effectUnit(f.Kind); u != "" && f.Count > 0 {
+			eff = fmt.Sprintf("%d %s", f.Effect, u)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.1fs\t%s\n", f.Kind, f.Count, f.Hold.Seconds(), eff)
 	}
-	fmt.Fprintf(tw, "total\t%d\t\n", r.Total())
+	fmt.Fprintf(tw, "total\t%d\t\t\n", r.Total())
 	_ = tw.Flush()
 	b.WriteString("\n")
 	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
@@ -107,6 +128,7 @@ func countFaults(kinds []string, played []Fault) []FaultCount {
 			if f.Kind == k {
 				out[i].Count++
 				out[i].Hold += f.Hold
+				out[i].Effect += f.Effect
 			}
 		}
 	}

@@ -259,23 +259,48 @@ func play(ctx context.Context, start time.Time, sched []Fault, tg target, progre
 	sort.SliceStable(evs, func(i, j int) bool { return evs[i].at < evs[j].at })
 	var played []Fault
 	var errs []error
+	// before holds each engine's proxy counters when its fault started, so
+	// the heal can tell what the fault did.
+	before := map[int]faultproxy.Stats{}
+	idx := map[int]int{} // engine → index in played of its active fault
+	healOne := func(engine int) {
+		i, ok := idx[engine]
+		if !ok {
+			return
+		}
+		delete(idx, engine)
+		f := &played[i]
+		if err := heal(tg.fl, *f); err != nil {
+			errs = append(errs, err)
+			return
+		}
+		f.Effect = effect(f.Kind, before[engine], tg.fl.members[engine].proxy.Stats())
+	}
 	for _, ev := range evs {
 		t := time.NewTimer(time.Until(start.Add(ev.at)))
 		select {
 		case <-ctx.Done():
 			t.Stop()
+			// Time is up: heal what is still active, so its effect counts.
+			for engine := range tg.fl.members {
+				healOne(engine)
+			}
 			return played, errs
 		case <-t.C:
 		}
 		if ev.heal {
-			if err := heal(tg.fl, ev.f); err != nil {
-				errs = append(errs, err)
-			}
+			healOne(ev.f.Engine)
 			continue
+		}
+		if ev.f.Engine >= 0 {
+			before[ev.f.Engine] = tg.fl.members[ev.f.Engine].proxy.Stats()
 		}
 		if err := inject(tg, ev.f); err != nil {
 			errs = append(errs, err)
 			continue
+		}
+		if ev.f.Engine >= 0 {
+			idx[ev.f.Engine] = len(played)
 		}
 		played = append(played, ev.f)
 		fmt.Fprintf(progress, "%s\n", ev.f)
@@ -287,6 +312,23 @@ func play(ctx context.Context, start time.Time, sched []Fault, tg target, progre
 type target struct {
 	fl  *fleet
 	bus transport.Bus
+}
+
+// effect is what a healed fault did, from its proxy's counters when it
+// started and when it healed: chunks delayed, connections reset, or
+// connections blackholed plus chunks held; 1 for an engine restarted.
+func effect(kind string, a, b faultproxy.Stats) int64 {
+	switch kind {
+	case KindLatency:
+		return b.Delayed - a.Delayed
+	case KindReset:
+		return b.Reset - a.Reset
+	case KindBlackhole:
+		return b.Blackholed - a.Blackholed + b.Held - a.Held
+	case KindEngineKill:
+		return 1 // healed: restarted on the same port
+	}
+	return 0
 }
 
 func inject(tg target, f Fault) error {

@@ -20,6 +20,11 @@ type Fault struct {
 	Hold time.Duration
 	// Delay is a latency fault's per-chunk delay.
 	Delay time.Duration
+	// Effect is filled in when a played fault heals: chunks delayed
+	// (latency), connections reset (reset), connections blackholed plus
+	// chunks held (blackhole), 1 for a restarted engine. Not part of the
+	// schedule.
+	Effect int64
 }
 
 func (f Fault) String() string {

@@ -19,7 +19,8 @@
 //     vanished and TCP kept retransmitting.
 //
 // Counters (Stats) say how many connections were accepted, reset and
-// blackholed, so a test can prove a fault took effect. Close stops the
+// blackholed and how many chunks were delayed or held, so a test can prove
+// a fault took effect. Close stops the
 // listener and every connection and waits for all of the proxy's
 // goroutines. A Proxy is safe for concurrent use.
 package faultproxy

@@ -54,6 +54,10 @@ type Stats struct {
 	Reset int64
 	// Blackholed connections: accepted during Blackhole, never dialled.
 	Blackholed int64
+	// Delayed chunks: held by a Latency fault before being forwarded.
+	Delayed int64
+	// Held chunks: stalled on a live connection by a Blackhole fault.
+	Held int64
 	// Live connections now (client and upstream sides).
 	Live int
 }
@@ -307,9 +311,17 @@ func (p *Proxy) pump(ctx context.Context, dst, src net.Conn) {
 // gate waits as the current fault says before a chunk is forwarded; false
 // means the connection must end (proxy closing).
 func (p *Proxy) gate(ctx context.Context) bool {
+	counted := false
 	for {
 		p.mu.Lock()
 		f, changed := p.fault, p.changed
+		switch {
+		case f.Kind == Latency:
+			p.stats.Delayed++
+		case f.Kind == Blackhole && !counted:
+			p.stats.Held++
+			counted = true
+		}
 		p.mu.Unlock()
 		switch f.Kind {
 		case Latency:

@@ -105,6 +105,9 @@ func TestLatencyDelaysEveryExchange(t *testing.T) {
 	if el := time.Since(start); el < 2*d {
 		t.Fatalf("took %v, want ≥ %v with %v each way", el, 2*d, d)
 	}
+	if s := p.Stats(); s.Delayed < 2 {
+		t.Fatalf("stats %+v: want the request and the response delayed", s)
+	}
 	if err := p.Set(Fault{Kind: Latency}); !errors.Is(err, ErrFault) {
 		t.Fatalf("latency without delay: %v", err)
 	}
@@ -227,6 +230,9 @@ func TestBlackholeStallsLiveStreamUntilHealed(t *testing.T) {
 		case <-time.After(100 * time.Millisecond):
 			quiet++
 		}
+	}
+	if s := p.Stats(); s.Held < 1 {
+		t.Fatalf("stats %+v: the stalled chunk was not counted", s)
 	}
 	if err := p.Set(Fault{Kind: Pass}); err != nil {
 		t.Fatal(err)
