@@ -141,12 +141,6 @@ func New(cfg config.Config, opts Options) (*Node, error) {
 			return nil, fmt.Errorf("%w: rollout.dataset: %w", ErrConfig, err)
 		}
 	}
-	if cfg.Trainer.NormalizeOverSupport {
-		// The engines report full-vocabulary logprobs (output_logprobs);
-		// the support-normalised ratio needs rollout logprobs normalised
-		// the same way, which nothing computes yet.
-		return nil, fmt.Errorf("%w: trainer.normalize_over_support: not supported by asyncrl run yet (engines report full-vocabulary logprobs)", ErrConfig)
-	}
 	if cfg.Publisher.Mode == config.PublishLoRA {
 		return nil, fmt.Errorf("%w: publisher.mode: lora is not supported by asyncrl run (the built-in policy has no adapters); use delta or full", ErrConfig)
 	}
@@ -371,6 +365,10 @@ func (n *Node) startRollouts() error {
 	}
 	ecfg.Temperature, ecfg.TopP, ecfg.TopK = ro.Temperature, ro.TopP, ro.TopK
 	ecfg.TurnTimeout = ro.TurnTimeout
+	// The trainer normalises over the support set; the rollout logprobs it
+	// compares against must be normalised the same way (the engine's
+	// output_support_logprobs).
+	ecfg.SupportLogprobs = cfg.Trainer.NormalizeOverSupport
 	supportK := 0
 	if ro.TopP < 1 || ro.TopK > 0 {
 		supportK = policy.DefaultConfig().VocabSize
@@ -420,6 +418,7 @@ func microbatchConfig(t config.TrainerConfig) microbatch.Config {
 	mb.MaxTokensPerMicrobatch = t.MaxTokensPerMicrobatch
 	mb.DPSize = t.DPSize
 	mb.Strategy = microbatch.Strategy(t.DPPartition)
+	mb.Packing = microbatch.Packing(t.MicrobatchMode)
 	return mb
 }
 

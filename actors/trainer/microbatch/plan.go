@@ -34,11 +34,24 @@ type Config struct {
 	// sequences (the mini-batch size must be a multiple of DPSize), for
 	// trainers that need equal per-rank batch sizes.
 	EqualSize bool `yaml:"equal_size"`
+	// Packing packs each rank's share: PackingBalanced (RL, the default:
+	// an oversize sequence gets a microbatch of its own) or PackingFFD
+	// (first-fit decreasing, SFT: an oversize sequence is an error).
+	Packing Packing `yaml:"packing"`
 }
+
+// Packing names a microbatch packing algorithm.
+type Packing string
+
+// Packing algorithms.
+const (
+	PackingBalanced Packing = "balanced"
+	PackingFFD      Packing = "ffd"
+)
 
 // DefaultConfig: packing off, one rank, karmarkar_karp on token counts.
 func DefaultConfig() Config {
-	return Config{MaxTokensPerMicrobatch: Off, DPSize: 1, Strategy: StrategyKarmarkarKarp, Cost: Tokens()}
+	return Config{MaxTokensPerMicrobatch: Off, DPSize: 1, Strategy: StrategyKarmarkarKarp, Cost: Tokens(), Packing: PackingBalanced}
 }
 
 // Validate names the offending field and the allowed values.
@@ -53,6 +66,11 @@ func (c Config) Validate() error {
 	case StrategyContiguous, StrategyKarmarkarKarp:
 	default:
 		return fmt.Errorf("%w: strategy must be %q or %q, got %q", ErrInvalid, StrategyContiguous, StrategyKarmarkarKarp, c.Strategy)
+	}
+	switch c.Packing {
+	case "", PackingBalanced, PackingFFD:
+	default:
+		return fmt.Errorf("%w: packing must be %q or %q, got %q", ErrInvalid, PackingBalanced, PackingFFD, c.Packing)
 	}
 	// Written as !(x ≥ 0) so NaN is refused too, and Inf by the finite sum.
 	if lin, quad := c.Cost.Linear, c.Cost.Quadratic; !(lin >= 0) || !(quad >= 0) || !(lin+quad > 0) || math.IsInf(lin+quad, 0) {
@@ -122,6 +140,13 @@ func Partition(tokens []int, k int, strategy Strategy, cost Cost, equalSize bool
 	return nil, fmt.Errorf("%w: strategy %q", ErrInvalid, strategy)
 }
 
+func pack(tokens []int, cfg Config) ([][]int, error) {
+	if cfg.Packing == PackingFFD && cfg.MaxTokensPerMicrobatch != Off {
+		return FirstFitDecreasing(tokens, cfg.MaxTokensPerMicrobatch, 1, 1)
+	}
+	return Balanced(tokens, cfg.MaxTokensPerMicrobatch)
+}
+
 func maxOf(xs []float64) float64 {
 	var m float64
 	for _, x := range xs {
@@ -131,7 +156,8 @@ func maxOf(xs []float64) float64 {
 }
 
 // Build splits a mini-batch (token count per sequence) across cfg.DPSize
-// ranks, packs each rank's share with Balanced, and pads every rank to the
+// ranks, packs each rank's share with Balanced (or FirstFitDecreasing when
+// cfg.Packing is PackingFFD and a cap is set), and pads every rank to the
 // same number of microbatches.
 func Build(tokens []int, cfg Config) (Plan, error) {
 	if err := cfg.Validate(); err != nil {
@@ -149,7 +175,7 @@ func Build(tokens []int, cfg Config) (Plan, error) {
 		for j, i := range idx {
 			local[j] = tokens[i]
 		}
-		bins, err := Balanced(local, cfg.MaxTokensPerMicrobatch)
+		bins, err := pack(local, cfg)
 		if err != nil {
 			return Plan{}, err
 		}
