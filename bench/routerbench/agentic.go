@@ -9,6 +9,7 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -117,6 +118,9 @@ type Result struct {
 	PerReplica []int
 	// Moved counts sessions that were served by more than one replica.
 	Moved int
+	// MoveTurns lists, for every change of replica within a session, the
+	// turn (0-based) that landed on the new replica, sorted.
+	MoveTurns []int
 	// Outcomes counts the router's decisions by outcome.
 	Outcomes map[string]float64
 }
@@ -198,14 +202,15 @@ func RunAgentic(ctx context.Context, cfg Config) (Result, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var (
-		mu       sync.Mutex
-		conv     []float64
-		wallConv []float64
-		perRep   = make([]int, cfg.Replicas)
-		requests int
-		gen      int64
-		moved    int
-		wg       sync.WaitGroup
+		mu        sync.Mutex
+		conv      []float64
+		wallConv  []float64
+		perRep    = make([]int, cfg.Replicas)
+		requests  int
+		gen       int64
+		moved     int
+		moveTurns []int
+		wg        sync.WaitGroup
 	)
 	start := time.Now()
 	for i := range cfg.Sessions {
@@ -215,6 +220,8 @@ func RunAgentic(ctx context.Context, cfg Config) (Result, error) {
 			defer wg.Done()
 			t0 := time.Now()
 			seen := map[int]bool{}
+			last := -1
+			var moves []int
 			var modelled time.Duration
 			before := make([]time.Duration, len(f.engines))
 			tr := s.Start()
@@ -242,6 +249,10 @@ func RunAgentic(ctx context.Context, cfg Config) (Result, error) {
 					return
 				}
 				seen[rep] = true
+				if last >= 0 && rep != last {
+					moves = append(moves, tr.Turn()-1)
+				}
+				last = rep
 				modelled += f.engines[rep].Stats().Now - before[rep]
 				mu.Lock()
 				perRep[rep]++
@@ -260,6 +271,7 @@ func RunAgentic(ctx context.Context, cfg Config) (Result, error) {
 			if len(seen) > 1 {
 				moved++
 			}
+			moveTurns = append(moveTurns, moves...)
 			mu.Unlock()
 		}()
 	}
@@ -269,6 +281,8 @@ func RunAgentic(ctx context.Context, cfg Config) (Result, error) {
 		return res, err
 	}
 	res.Requests, res.Generated, res.PerReplica, res.Moved = requests, gen, perRep, moved
+	slices.Sort(moveTurns)
+	res.MoveTurns = moveTurns
 	select {
 	case err := <-f.errs: // a server that stopped serving mid-run
 		return res, err

@@ -3,6 +3,7 @@ package routerbench
 import (
 	"context"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -88,6 +89,13 @@ func TestStickyRoutingHitsTheCacheMoreThanRoundRobin(t *testing.T) {
 			t.Fatal(err)
 		}
 		hit[pol] = r.HitRate
+		want := []int(nil) // sticky: never changes replica
+		if pol == policy.RoundRobin {
+			want = []int{1, 2, 3, 4, 5} // alternates every turn
+		}
+		if !slices.Equal(r.MoveTurns, want) {
+			t.Fatalf("%s: replica changes at turns %v, want %v", pol, r.MoveTurns, want)
+		}
 	}
 	if !(hit[policy.StickyLeastLoaded] > hit[policy.RoundRobin]+0.1) {
 		t.Fatalf("hit rates %v: sticky should beat round robin", hit)

@@ -181,8 +181,8 @@ func compare(ctx context.Context, sessions []workload.Session, shared, replicas 
 				if err != nil {
 					return fmt.Errorf("rep %d %s pressure %g: %w", rep, name, p, err)
 				}
-				fmt.Fprintf(os.Stderr, "rep %d pressure %-4g %-20s wall %5.1fs  modelled %6.1fs  tok/s %6.0f  hit %5.1f%%  ttft p90 %4.0fms  conv p90 %5.1fs (wall %5.1fs)  per-replica %v  blocks %d  outcomes %v\n",
-					rep, p, name, r.Wall.Seconds(), r.Modelled.Seconds(), r.ThroughputModelled, r.HitRate*100, r.TTFT90*1e3, r.Conv90, r.WallConv90, r.PerReplica, r.CacheBlocks, r.Outcomes)
+				fmt.Fprintf(os.Stderr, "rep %d pressure %-4g %-20s wall %5.1fs  modelled %6.1fs  tok/s %6.0f  hit %5.1f%%  ttft p90 %4.0fms  conv p90 %5.1fs (wall %5.1fs)  per-replica %v  blocks %d  outcomes %v  move turns %v\n",
+					rep, p, name, r.Wall.Seconds(), r.Modelled.Seconds(), r.ThroughputModelled, r.HitRate*100, r.TTFT90*1e3, r.Conv90, r.WallConv90, r.PerReplica, r.CacheBlocks, r.Outcomes, r.MoveTurns)
 				r.Policy = name // the spec, so variants get their own rows
 				rs = append(rs, r)
 			}
