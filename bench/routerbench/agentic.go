@@ -234,8 +234,8 @@ func RunAgentic(ctx context.Context, cfg Config) (Result, error) {
 					return
 				}
 				modelled += pause
-				for i, e := range f.engines {
-					before[i] = e.Stats().Now
+				for j, e := range f.engines {
+					before[j] = e.Stats().Now
 				}
 				r, err := complete(ctx, client, f.url, s.ID, prompt, maxTok)
 				if err != nil {
