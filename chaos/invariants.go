@@ -25,10 +25,10 @@ const (
 
 // Invariant is one verdict.
 type Invariant struct {
-	Name string
-	Held bool
+	Name string `json:"name"`
+	Held bool   `json:"held"`
 	// Detail says what was measured, or the first violations.
-	Detail string
+	Detail string `json:"detail"`
 }
 
 // Evidence is what the shell collected for the checks.

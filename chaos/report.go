@@ -12,12 +12,12 @@ import (
 
 // FaultCount is how many faults of one kind were injected.
 type FaultCount struct {
-	Kind  string
-	Count int
+	Kind  string `json:"kind"`
+	Count int    `json:"count"`
 	// Hold is the total time faults of this kind lasted.
-	Hold time.Duration
+	Hold time.Duration `json:"hold_ns"`
 	// Effect sums the faults' effects (Fault.Effect).
-	Effect int64
+	Effect int64 `json:"effect"`
 }
 
 // effectUnit names what Effect counts for a kind.
@@ -37,20 +37,20 @@ func effectUnit(kind string) string {
 
 // Report is a chaos session's outcome.
 type Report struct {
-	Seed     int64
-	Duration time.Duration
+	Seed     int64         `json:"seed"`
+	Duration time.Duration `json:"duration_ns"`
 	// Faults counts the injected faults per kind (Kinds() order, enabled kinds).
-	Faults []FaultCount
+	Faults []FaultCount `json:"faults"`
 	// Injected is every fault as played, in order.
-	Injected []Fault
+	Injected []Fault `json:"injected"`
 	// Invariants are the verdicts, in table order.
-	Invariants []Invariant
+	Invariants []Invariant `json:"invariants"`
 	// Summary is the run's summary (steps, groups, trajectories).
-	Summary report.Summary
+	Summary report.Summary `json:"summary"`
 	// Wall is the whole session, start-up and stop included.
-	Wall time.Duration
+	Wall time.Duration `json:"wall_ns"`
 	// Interrupted: the caller's context ended before Duration.
-	Interrupted bool
+	Interrupted bool `json:"interrupted"`
 }
 
 // Total is the number of injected faults.

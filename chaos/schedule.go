@@ -10,21 +10,21 @@ import (
 // Fault is one scheduled fault.
 type Fault struct {
 	// At is the offset from the session start.
-	At time.Duration
+	At time.Duration `json:"at_ns"`
 	// Kind is one of Kinds().
-	Kind string
+	Kind string `json:"kind"`
 	// Engine is the faulted engine's index; -1 for a bus fault.
-	Engine int
+	Engine int `json:"engine"`
 	// Hold is how long the fault lasts (an engine-kill: the downtime; 0
 	// for a bus reconnect, which the client heals by itself).
-	Hold time.Duration
+	Hold time.Duration `json:"hold_ns"`
 	// Delay is a latency fault's per-chunk delay.
-	Delay time.Duration
+	Delay time.Duration `json:"delay_ns,omitempty"`
 	// Effect is filled in when a played fault heals: chunks delayed
 	// (latency), connections reset (reset), connections blackholed plus
 	// chunks held (blackhole), 1 for a restarted engine. Not part of the
 	// schedule.
-	Effect int64
+	Effect int64 `json:"effect"`
 }
 
 func (f Fault) String() string {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -20,6 +21,7 @@ func newChaosCmd(g *globals) *cobra.Command {
 		seed                int64
 		faults, cfgPath     string
 		engines, warmup     int
+		asJSON              bool
 	)
 	cmd := &cobra.Command{
 		Use:   "chaos",
@@ -68,7 +70,13 @@ func newChaosCmd(g *globals) *cobra.Command {
 				cfg.Seed, cfg.Duration, cfg.MeanGap, cfg.MaxHold, cfg.Engines)
 			rep, err := chaos.Run(ctx, cfg)
 			if len(rep.Invariants) > 0 {
-				_ = rep.WriteTable(g.stdout)
+				if asJSON {
+					enc := json.NewEncoder(g.stdout)
+					enc.SetIndent("", "  ")
+					_ = enc.Encode(rep)
+				} else {
+					_ = rep.WriteTable(g.stdout)
+				}
 			}
 			if errors.Is(err, chaos.ErrViolation) {
 				return fail("asyncrl chaos: %v (reproduce: asyncrl chaos --seed %d --duration %v)", err, cfg.Seed, cfg.Duration)
@@ -88,6 +96,7 @@ func newChaosCmd(g *globals) *cobra.Command {
 	fs.DurationVar(&gap, "mean-gap", d.MeanGap, "mean time between fault starts")
 	fs.DurationVar(&hold, "max-hold", d.MaxHold, "longest a fault lasts (holds are drawn in [max-hold/4, max-hold])")
 	fs.IntVar(&warmup, "warmup-steps", d.WarmupSteps, "trainer steps to let pass before the first fault (--duration counts from then)")
+	fs.BoolVar(&asJSON, "json", false, "print the report (faults as played, verdicts, run summary) as JSON instead of the table")
 	fs.StringVar(&cfgPath, "config", "", "run configuration `FILE` (task, B, W, S, engines' latency model, …)")
 	return cmd
 }
