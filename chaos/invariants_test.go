@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -88,6 +89,15 @@ func TestReportTable(t *testing.T) {
 		"reproduce with: asyncrl chaos --seed 9 --duration 5s"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	js, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"seed":9`, `"kind":"reset","count":2,"hold_ns":750000000`, `"name":"router never ahead of engine","held":false`} {
+		if !strings.Contains(string(js), want) {
+			t.Errorf("JSON lacks %s: %s", want, js)
 		}
 	}
 	if (Report{}).OK() {
