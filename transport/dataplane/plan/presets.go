@@ -3,6 +3,7 @@ package plan
 import (
 	"fmt"
 	"strconv"
+	"strings"
 )
 
 // Preset is a published model with the layouts its weight sync was
@@ -20,7 +21,7 @@ type Preset struct {
 	Published string
 }
 
-// Presets returns the three reference models.
+// Presets returns the three reference models and the built-in policy.
 func Presets() []Preset {
 	return []Preset{
 		{
@@ -47,7 +48,52 @@ func Presets() []Preset {
 			Infer:     Layout{TP: 8, PP: 1, DP: 4, EP: 32},
 			Published: "BF16 sync 48 s (slime)",
 		},
+		{
+			Name:  "builtin",
+			Model: BuiltinPolicy(98, 16, 16, 128, 1),
+			// One trainer rank, two engines: what `asyncrl run` starts.
+			Train:     Layout{TP: 1, PP: 1, DP: 1, EP: 1},
+			Infer:     Layout{TP: 1, PP: 1, DP: 2, EP: 1},
+			Published: "none (a ~188 KB FP32 checkpoint; syncs are latency, not bandwidth)",
+		},
 	}
+}
+
+// PresetByName finds a preset by name, ignoring case ("qwen3-235b-a22b",
+// "kimi-k2", "glm-4.5", "builtin").
+func PresetByName(name string) (Preset, error) {
+	var names []string
+	for _, p := range Presets() {
+		if strings.EqualFold(p.Name, name) {
+			return p, nil
+		}
+		names = append(names, strings.ToLower(p.Name))
+	}
+	return Preset{}, fmt.Errorf("%w: unknown model %q (presets: %s)", ErrBadLayout, name, strings.Join(names, ", "))
+}
+
+// BuiltinPolicy is the built-in policy model (package policy) as a tensor
+// list: a vocab×embedDim embedding, layers tanh layers (the first reads
+// window embeddings), a vocab×hidden head with bias; FP32 like the model.
+// The arguments are policy.Config's VocabSize, Window, EmbedDim, Hidden and
+// Layers (this core cannot import the policy library; the CLI test checks
+// the defaults agree). The vocabulary (98) splits by no TP, so the
+// embedding and head bias are replicated and the head is row-parallel.
+func BuiltinPolicy(vocab, window, embedDim, hidden, layers int) *Model {
+	b := &builder{m: &Model{Name: "builtin", Layers: layers}}
+	add := func(name string, layer, tpDim int, shape ...int64) {
+		b.m.Tensors = append(b.m.Tensors, Tensor{Name: name, Shape: shape, DType: FP32, Layer: layer, TPDim: tpDim, Expert: -1})
+	}
+	add("embed.weight", LayerEmbed, repl, int64(vocab), int64(embedDim))
+	in := int64(window * embedDim)
+	for l := range layers {
+		add(fmt.Sprintf("layers.%d.weight", l), l, col, int64(hidden), in)
+		add(fmt.Sprintf("layers.%d.bias", l), l, col, int64(hidden))
+		in = int64(hidden)
+	}
+	add("head.weight", LayerHead, row, int64(vocab), int64(hidden))
+	add("head.bias", LayerHead, repl, int64(vocab))
+	return b.m
 }
 
 // builder appends tensors.

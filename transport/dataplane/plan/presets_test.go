@@ -14,6 +14,7 @@ func TestPresets(t *testing.T) {
 		"Qwen3-235B-A22B": {460e9, 480e9},    // "~470 GB per BF16 sync"
 		"Kimi-K2":         {1.95e12, 2.1e12}, // 1T parameters
 		"GLM-4.5":         {690e9, 720e9},    // 355B parameters
+		"builtin":         {188424, 188424},  // policy.DefaultConfig: 47,106 FP32 parameters
 	}
 	for _, ps := range Presets() {
 		t.Run(ps.Name, func(t *testing.T) {
