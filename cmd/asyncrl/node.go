@@ -1,8 +1,115 @@
 package main
 
-import "github.com/spf13/cobra"
+import (
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
 
-// newNodeCmd: asyncrl node. Not built yet (issue 7).
+	"github.com/spf13/cobra"
+
+	"github.com/asyncrl/asyncrl/cluster/node"
+	"github.com/asyncrl/asyncrl/config"
+	"github.com/asyncrl/asyncrl/gpu"
+)
+
+// nodeFlags are asyncrl node's flags.
+type nodeFlags struct {
+	config        string
+	name          string
+	roles         string
+	nats          string
+	join          []string
+	gossip        string
+	clusterListen string
+	routes        []string
+	replicas      int
+	leaseTTL      time.Duration
+	steps         int
+	exitWhenDone  bool
+}
+
+// newNodeCmd: asyncrl node — one member of a multi-node run: bus (embedded
+// and clustered, or external), name claim, gossip membership, and the
+// leases of its singleton roles; the trainer lease's holder trains.
 func newNodeCmd(g *globals) *cobra.Command {
-	return stubCmd("node", "Run this machine as a cluster node (membership, role placement)", 7)
+	var f nodeFlags
+	cmd := &cobra.Command{
+		Use:   "node",
+		Short: "Run this machine as a cluster node (membership, role placement, failover)",
+		Long: "Run one node of a multi-node run. The node connects to NATS (--nats) or hosts an\n" +
+			"embedded nats-server that joins the other nodes' servers as one NATS cluster\n" +
+			"(--cluster-listen, --routes), claims its --name (a second live node with the same name\n" +
+			"is refused), joins gossip membership (--gossip, --join) advertising its roles and GPU\n" +
+			"count, and contends for the trainer lease when it lists the trainer role: the holder\n" +
+			"trains from the last durable step, standbys take over when it dies. Cluster events\n" +
+			"are printed on stdout, one line each. See docs/cluster.md.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			roles, err := node.ParseAgentRoles(f.roles)
+			if err != nil {
+				return fail("asyncrl node: %v", err)
+			}
+			if f.name == "" {
+				return fail("asyncrl node: --name is required (every node needs its own)")
+			}
+			if f.nats != "" && f.clusterListen != "" {
+				return fail("asyncrl node: --cluster-listen configures the embedded server; it cannot be used with --nats")
+			}
+			if f.clusterListen != "" && len(f.routes) == 0 {
+				return fail("asyncrl node: --cluster-listen needs --routes (every member's route URL, this node's too)")
+			}
+			changed := cmd.Flags().Changed
+			cfg, err := loadConfig(f.config, func(c *config.Config) {
+				if changed("steps") {
+					c.Run.Steps = f.steps
+				}
+			})
+			if err != nil {
+				return fail("asyncrl node: %v", err)
+			}
+			log, err := g.logger(cmd, cfg.Log)
+			if err != nil {
+				return fail("asyncrl node: %v", err)
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			inv := gpu.Probe()
+			a, err := node.StartAgent(ctx, node.AgentConfig{Name: f.name, Roles: roles, NATSURL: f.nats,
+				ClusterListen: f.clusterListen, Routes: f.routes, Gossip: f.gossip, Join: f.join,
+				GPUs: len(inv.Devices), Replicas: f.replicas, LeaseTTL: f.leaseTTL, Run: cfg, Logger: log,
+				Events: g.stdout})
+			if err != nil {
+				return fail("asyncrl node: %v", err)
+			}
+			defer a.Stop()
+			select {
+			case <-ctx.Done():
+			case <-doneIf(a.Done(), f.exitWhenDone):
+			}
+			return nil
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&f.config, "config", "", "run configuration `FILE` (YAML; the same file on every node; default: built-in defaults)")
+	fs.StringVar(&f.name, "name", "", "this node's unique `NAME` (required)")
+	fs.StringVar(&f.roles, "roles", "all", "comma-separated `ROLES`: all, bus, engine, router, rollout, filter, trainer, publisher, controller")
+	fs.StringVar(&f.nats, "nats", "", "`URL`s of an existing NATS cluster (comma-separated); empty hosts an embedded nats-server")
+	fs.StringSliceVar(&f.join, "join", nil, "gossip `HOST:PORT` of an existing member (repeat or comma-separate; none for the first node)")
+	fs.StringVar(&f.gossip, "gossip", "127.0.0.1:7946", "gossip (memberlist) listen `ADDR` host:port")
+	fs.StringVar(&f.clusterListen, "cluster-listen", "", "embedded nats-server route listen `ADDR` (host:port) to form a NATS cluster with the other nodes")
+	fs.StringSliceVar(&f.routes, "routes", nil, "every member's route `URL` (nats-route://host:port, comma-separated, this node's included)")
+	fs.IntVar(&f.replicas, "replicas", 1, "JetStream replicas of the leases and the durable ledger (3 on a three-server cluster)")
+	fs.DurationVar(&f.leaseTTL, "lease-ttl", 3*time.Second, "singleton lease TTL: a standby takes over about this long after the holder died")
+	fs.IntVar(&f.steps, "steps", 0, "trainer steps of the whole run (overrides run.steps)")
+	fs.BoolVar(&f.exitWhenDone, "exit-when-done", false, "exit once the durable progress shows run.steps steps (default: keep serving until interrupted)")
+	return cmd
+}
+
+// doneIf returns ch when on, else a channel that never closes.
+func doneIf(ch <-chan struct{}, on bool) <-chan struct{} {
+	if on {
+		return ch
+	}
+	return nil
 }

@@ -1,0 +1,508 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/asyncrl/asyncrl/cluster"
+	"github.com/asyncrl/asyncrl/cluster/lease"
+	"github.com/asyncrl/asyncrl/cluster/ledger"
+	"github.com/asyncrl/asyncrl/cluster/placement"
+	"github.com/asyncrl/asyncrl/config"
+	"github.com/asyncrl/asyncrl/transport/natsbus"
+)
+
+// ErrAgentConfig wraps problems with an AgentConfig (bad roles, addresses).
+var ErrAgentConfig = errors.New("node: invalid agent configuration")
+
+// AgentConfig configures one cluster node (asyncrl node).
+type AgentConfig struct {
+	// Name is the node's unique name; a second live process with the same
+	// name is refused (cluster.ClaimName).
+	Name string
+	// Roles the node runs (placement.ParseRoles: all, bus, engine, router,
+	// rollout, filter, trainer, publisher, controller).
+	Roles []string
+	// NATSURL of an existing NATS cluster (comma-separated URLs). Empty
+	// hosts an embedded nats-server with JetStream.
+	NATSURL string
+	// ClusterListen is the embedded server's route listen address
+	// (host:port); with Routes it makes the embedded servers of several
+	// nodes one NATS cluster. Empty: a standalone embedded server.
+	ClusterListen string
+	// Routes are the route URLs of every member's embedded server
+	// (nats-route://host:port), this node's included.
+	Routes []string
+	// Gossip is the memberlist bind address (host:port; port 0 picks one).
+	Gossip string
+	// Join lists gossip addresses of existing members (empty for the first).
+	Join []string
+	// GPUs is advertised in the node's metadata (gpu.Probe's device count).
+	GPUs int
+	// Replicas is the replication factor of the lease bucket and the
+	// durable ledger (3 on a three-server cluster; default 1).
+	Replicas int
+	// LeaseTTL is the singleton leases' TTL (default 3s): the takeover bound.
+	LeaseTTL time.Duration
+	// Run is the run configuration (the same file on every node).
+	Run config.Config
+	// Logger receives the node's logs.
+	Logger zerolog.Logger
+	// Events, when set, receives one line per cluster event ("node n1:
+	// lease trainer acquired token 7"); operators and tests read it.
+	Events io.Writer
+	// InMemoryBus keeps the embedded server's JetStream files in a
+	// temporary directory (tests).
+	InMemoryBus bool
+}
+
+// Agent is a running cluster node: bus, name claim, gossip membership and
+// the lease of each singleton role it may hold. The holder of the trainer
+// lease runs the training pipeline (see the package doc); standbys wait.
+type Agent struct {
+	cfg    AgentConfig
+	log    zerolog.Logger
+	bus    *natsbus.Bus
+	guard  *cluster.NameGuard
+	ms     *cluster.Membership
+	led    *ledger.Ledger
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	quorum  *cluster.Quorum
+	evMu    sync.Mutex
+	done    chan struct{} // closed when the run's steps are all trained
+	doneOne sync.Once
+	stopOne sync.Once
+}
+
+// ParseAgentRoles validates a --roles value; the error lists the known roles.
+func ParseAgentRoles(s string) ([]string, error) {
+	r, err := placement.ParseRoles(s)
+	if err != nil {
+		return nil, fmt.Errorf("%w: --roles: %w", ErrAgentConfig, err)
+	}
+	return r, nil
+}
+
+func (c AgentConfig) has(role string) bool {
+	return slices.Contains(c.Roles, role) || slices.Contains(c.Roles, placement.All)
+}
+
+// StartAgent validates cfg, connects to (or hosts) the bus, claims the node
+// name, joins gossip and starts contending for the singleton leases of its
+// roles. On error everything started is stopped.
+func StartAgent(ctx context.Context, cfg AgentConfig) (a *Agent, err error) {
+	if _, err := placement.ValidateRoles(cfg.Roles); err != nil {
+		return nil, fmt.Errorf("%w: --roles: %w", ErrAgentConfig, err)
+	}
+	if cfg.Name == "" {
+		return nil, fmt.Errorf("%w: --name is required", ErrAgentConfig)
+	}
+	if err := cfg.Run.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	if cfg.Replicas == 0 {
+		cfg.Replicas = 1
+	}
+	if cfg.LeaseTTL == 0 {
+		cfg.LeaseTTL = 3 * time.Second
+	}
+	host, port := "127.0.0.1", 0
+	if cfg.Gossip != "" {
+		h, p, err := net.SplitHostPort(cfg.Gossip)
+		if err != nil {
+			return nil, fmt.Errorf("%w: --gossip %q: %w", ErrAgentConfig, cfg.Gossip, err)
+		}
+		if port, err = strconv.Atoi(p); err != nil {
+			return nil, fmt.Errorf("%w: --gossip %q: bad port", ErrAgentConfig, cfg.Gossip)
+		}
+		if h != "" {
+			host = h
+		}
+	}
+	a = &Agent{cfg: cfg, log: cfg.Logger, quorum: cluster.NewQuorum(cfg.Name), done: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			a.Stop()
+		}
+	}()
+	bopts := natsbus.DefaultOptions()
+	bopts.URL, bopts.Name = cfg.NATSURL, cfg.Name
+	bopts.MaxPayload = cfg.Run.Bus.MaxPayloadBytes
+	bopts.Logger = a.log.With().Str("component", "bus").Logger()
+	if cfg.NATSURL == "" {
+		if cfg.ClusterListen != "" {
+			bopts.Cluster = &natsbus.ClusterOptions{Name: "asyncrl-" + cfg.Run.Run.ID, Listen: cfg.ClusterListen, Routes: cfg.Routes}
+		}
+		if !cfg.InMemoryBus {
+			bopts.StoreDir = filepath.Join(cfg.Run.Run.DataDir, "jetstream", cfg.Name)
+			if err := os.MkdirAll(bopts.StoreDir, 0o755); err != nil {
+				return a, fmt.Errorf("node: jetstream dir: %w", err)
+			}
+		}
+	}
+	if a.bus, err = natsbus.Connect(ctx, bopts); err != nil {
+		return a, fmt.Errorf("node: bus: %w", err)
+	}
+	a.event("bus %s", a.bus.ClientURL())
+	if err := waitJetStream(ctx, a.bus, 60*time.Second); err != nil {
+		return a, err
+	}
+	host0, _ := os.Hostname()
+	inst := fmt.Sprintf("%s:%d:%d", host0, os.Getpid(), time.Now().UnixNano())
+	// The names bucket is created here with the cluster's replication
+	// (ClaimName would create it with one replica, so the claims of every
+	// node would die with the server that hosts it).
+	if err = retry(ctx, 30*time.Second, func() error {
+		return ensureKV(ctx, a.bus, cluster.NamesBucket, 3*time.Second, cfg.Replicas)
+	}); err != nil {
+		return a, fmt.Errorf("node: names bucket: %w", err)
+	}
+	claim := cluster.NameClaim{Name: cfg.Name, Instance: inst, Logger: a.log, OnLost: func() { a.event("name claim lost") }}
+	// A fresh clustered JetStream can time out creating the names bucket
+	// while its servers settle; only ErrNameInUse is an answer.
+	if err = retry(ctx, 30*time.Second, func() error {
+		a.guard, err = cluster.ClaimName(ctx, a.bus.Conn(), claim)
+		if errors.Is(err, cluster.ErrNameInUse) {
+			return backoff.Permanent(err)
+		}
+		return err
+	}); err != nil {
+		return a, err
+	}
+	meta := cluster.NodeMeta{Roles: cfg.Roles, GPUs: cfg.GPUs, Endpoints: map[string]string{"nats": a.bus.ClientURL()}}
+	if u := a.bus.ClusterURL(); u != "" {
+		meta.Endpoints["route"] = u
+	}
+	mc := cluster.DefaultMembershipConfig(cfg.Name)
+	mc.BindAddr, mc.BindPort, mc.Join, mc.Meta = host, port, cfg.Join, meta
+	a.quorum.Joined(cfg.Name)
+	mc.OnJoin = func(m cluster.Member) {
+		a.mu.Lock()
+		a.quorum.Joined(m.Name)
+		a.mu.Unlock()
+		a.event("member joined %s roles %s", m.Name, strings.Join(m.Meta.Roles, ","))
+	}
+	mc.OnLeave = func(m cluster.Member) {
+		a.mu.Lock()
+		a.quorum.Failed(m.Name)
+		a.mu.Unlock()
+		a.event("member left %s", m.Name)
+	}
+	// The member named by --join may still be starting (three terminals
+	// started at once): retry for a while.
+	if err = retry(ctx, 30*time.Second, func() error {
+		a.ms, err = cluster.JoinCluster(mc, a.log)
+		return err
+	}); err != nil {
+		return a, err
+	}
+	a.event("gossip %s", a.ms.Addr())
+	rctx, cancel := context.WithCancel(context.Background())
+	a.cancel = cancel
+	if a.cfg.has(placement.Trainer) {
+		lcfg := ledger.DefaultConfig(cfg.Run.Run.ID)
+		lcfg.Replicas, lcfg.Logger = cfg.Replicas, a.log
+		if err = retry(ctx, 30*time.Second, func() error {
+			a.led, err = ledger.Open(ctx, a.bus.Conn(), lcfg)
+			return err
+		}); err != nil {
+			return a, err
+		}
+		a.wg.Go(func() { a.contend(rctx) })
+	}
+	return a, nil
+}
+
+// event writes one line to cfg.Events.
+func (a *Agent) event(format string, args ...any) {
+	a.log.Debug().Str("node", a.cfg.Name).Msgf(format, args...)
+	if a.cfg.Events == nil {
+		return
+	}
+	a.evMu.Lock()
+	defer a.evMu.Unlock()
+	fmt.Fprintf(a.cfg.Events, "node %s: %s\n", a.cfg.Name, fmt.Sprintf(format, args...))
+}
+
+// Bus is the node's bus.
+func (a *Agent) Bus() *natsbus.Bus { return a.bus }
+
+// Members lists the live members as this node sees them.
+func (a *Agent) Members() []cluster.Member { return a.ms.Members() }
+
+// Done is closed once the durable progress shows run.steps trained steps.
+func (a *Agent) Done() <-chan struct{} { return a.done }
+
+// quorate reports whether this node's side may train (cluster.Quorum).
+func (a *Agent) quorate() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.quorum.Verdict().Train
+}
+
+// contend runs the trainer lease: while this node holds it (and its side
+// has quorum) it runs the training pipeline; when the lease is lost or the
+// side loses quorum the pipeline stops and the node goes back to standby.
+func (a *Agent) contend(ctx context.Context) {
+	role := a.cfg.Run.Run.ID + "-" + placement.Trainer
+	lc := lease.DefaultConfig(role, a.cfg.Name)
+	lc.Timing, lc.Replicas, lc.Logger = lease.DefaultTiming(a.cfg.LeaseTTL), a.cfg.Replicas, a.log
+	var (
+		e       *lease.Elector
+		err     error
+		leading = make(chan lease.Status, 4)
+	)
+	lc.OnChange = func(st lease.Status) { leading <- st }
+	for {
+		if e, err = lease.New(ctx, a.bus.Conn(), lc); err == nil {
+			break
+		}
+		a.log.Warn().Err(err).Msg("trainer lease: open bucket; retrying")
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	ectx, ecancel := context.WithCancel(ctx)
+	edone := make(chan struct{})
+	go func() { defer close(edone); _ = e.Run(ectx) }()
+	defer func() { ecancel(); <-edone }()
+	var (
+		pcancel context.CancelFunc
+		pdone   chan struct{}
+	)
+	stopPipeline := func() {
+		if pcancel != nil {
+			pcancel()
+			<-pdone
+			pcancel, pdone = nil, nil
+		}
+	}
+	defer stopPipeline()
+	failed := make(chan error, 1)
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			if pcancel != nil && !a.quorate() {
+				a.event("lost quorum: training stops")
+				stopPipeline()
+				// Give the lease up so the majority side's standby can take
+				// over without waiting for it to expire.
+				ecancel()
+				<-edone
+				return
+			}
+		case st := <-leading:
+			if !st.Leader {
+				if pcancel != nil {
+					a.event("lease %s lost", placement.Trainer)
+				}
+				stopPipeline()
+				continue
+			}
+			if !a.quorate() {
+				continue
+			}
+			a.event("lease %s acquired token %d", placement.Trainer, st.Token)
+			pctx, c := context.WithCancel(ctx)
+			pcancel, pdone = c, make(chan struct{})
+			go func(tok uint64, done chan struct{}) {
+				defer close(done)
+				if err := a.train(pctx, tok); err != nil && pctx.Err() == nil {
+					a.event("training failed: %v", err)
+					select {
+					case failed <- err:
+					default:
+					}
+				}
+			}(st.Token, pdone)
+		case <-failed:
+			// Give the lease up so a standby tries instead.
+			stopPipeline()
+			ecancel()
+			<-edone
+			a.event("lease %s resigned after a failure", placement.Trainer)
+			return
+		}
+	}
+}
+
+// train claims the durable progress with token, then runs the remaining
+// steps of the run in a fresh pipeline on the cluster bus, saving the
+// progress (fenced by token) after every step.
+func (a *Agent) train(ctx context.Context, token uint64) error {
+	p, err := a.led.Claim(ctx, token, a.cfg.Name)
+	if err != nil {
+		return err
+	}
+	cfg := a.cfg.Run
+	remaining := int64(cfg.Run.Steps) - p.Step
+	a.event("resume from step %d version %d (%d steps to go)", p.Step, p.Version, max(remaining, 0))
+	if remaining <= 0 {
+		a.doneOne.Do(func() { close(a.done) })
+		a.event("run complete at step %d", p.Step)
+		return nil
+	}
+	// Each term runs its own pipeline under its own subjects and streams
+	// (run.id-t<token>): a dead holder's in-memory buffer may have died
+	// with its server, and a deposed holder's late messages must not reach
+	// the new term.
+	cfg.Run.ID = fmt.Sprintf("%s-t%d", cfg.Run.ID, token)
+	cfg.Run.Steps = int(remaining)
+	cfg.Run.ReportDir = filepath.Join(cfg.Run.ReportDir, fmt.Sprintf("%s-t%d", a.cfg.Name, token))
+	cfg.Bus.NATSURL = a.bus.ClientURL()
+	cfg.Run.DataDir = filepath.Join(cfg.Run.DataDir, a.cfg.Name)
+	n, err := New(cfg, Options{Logger: a.log})
+	if err != nil {
+		return err
+	}
+	if err := n.Start(ctx); err != nil {
+		return err
+	}
+	defer n.Stop()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	saved := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		steps := n.steps()
+		for ; saved < len(steps); saved++ {
+			s := steps[saved]
+			np := ledger.Progress{Step: p.Step + s.Step, Version: p.Version + s.Version, Token: token, Holder: a.cfg.Name}
+			if err := a.led.SaveProgress(ctx, np); err != nil {
+				return fmt.Errorf("node: save progress: %w", err)
+			}
+			a.event("step %d version %d", np.Step, np.Version)
+		}
+		if n.tr != nil {
+			if err := n.tr.Err(); err != nil {
+				return err
+			}
+		}
+		if len(steps) >= cfg.Run.Steps {
+			a.doneOne.Do(func() { close(a.done) })
+			a.event("run complete at step %d", p.Step+int64(len(steps)))
+			<-ctx.Done()
+			return nil
+		}
+	}
+}
+
+// Stop leaves gossip, stops the pipeline (resigning the lease), gives the
+// name up and closes the bus. Idempotent.
+func (a *Agent) Stop() {
+	a.stopOne.Do(func() {
+		if a.cancel != nil {
+			a.cancel()
+		}
+		a.wg.Wait()
+		if a.ms != nil {
+			_ = a.ms.Leave(time.Second)
+		}
+		if a.guard != nil {
+			a.guard.Close()
+		}
+		if a.bus != nil {
+			_ = a.bus.Close()
+		}
+	})
+}
+
+// waitJetStream waits until JetStream answers: a clustered embedded server
+// needs its routes up and a meta leader elected (a few seconds after the
+// majority of servers started) before any bucket can be created.
+func waitJetStream(ctx context.Context, bus *natsbus.Bus, within time.Duration) error {
+	js, err := jetstream.New(bus.Conn())
+	if err != nil {
+		return fmt.Errorf("node: jetstream: %w", err)
+	}
+	deadline := time.Now().Add(within)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := js.AccountInfo(cctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return fmt.Errorf("node: jetstream not ready after %s (a clustered bus needs a majority of the --routes servers up): %w", within, err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// permanentErr stops retry at once.
+type permanentErr struct{ error }
+
+func (p permanentErr) Unwrap() error { return p.error }
+
+// backoff names the helper that marks an error as final for retry.
+var backoff = struct{ Permanent func(error) error }{Permanent: func(err error) error { return permanentErr{err} }}
+
+// retry calls f every 500ms until it succeeds, returns a permanent error,
+// ctx ends or within passed; it returns f's last error.
+func retry(ctx context.Context, within time.Duration, f func() error) error {
+	deadline := time.Now().Add(within)
+	for {
+		err := f()
+		if err == nil {
+			return nil
+		}
+		var p permanentErr
+		if errors.As(err, &p) {
+			return p.error
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+// ensureKV creates the KV bucket name (history 1, ttl, replicas, file
+// storage) unless it exists.
+func ensureKV(ctx context.Context, bus *natsbus.Bus, name string, ttl time.Duration, replicas int) error {
+	js, err := jetstream.New(bus.Conn())
+	if err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err = js.CreateKeyValue(cctx, jetstream.KeyValueConfig{Bucket: name, Description: "asyncrl node-name claims",
+		History: 1, TTL: ttl, Storage: jetstream.FileStorage, Replicas: replicas})
+	if errors.Is(err, jetstream.ErrBucketExists) || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		return nil
+	}
+	return err
+}
