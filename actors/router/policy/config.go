@@ -60,6 +60,12 @@ type Config struct {
 	// PrefixCacheEntries is the size of the per-replica LRU of prefix
 	// hashes the router has sent there (bounded_sticky move target choice).
 	PrefixCacheEntries int
+	// MoveCost weighs the re-prefill a bounded_sticky spill causes: a
+	// session leaves its over-bound replica r for t only if work(r) −
+	// work(t) ≥ MoveCost × the tokens of its history that r holds cached
+	// (t must prefill them again). 1 (default) compares like with like;
+	// 0 moves whenever the bound is exceeded (the rule before v2).
+	MoveCost float64
 	// LagRule is "move" (default) or "hold"; see LagMove and LagHold.
 	LagRule string
 	// FailThreshold consecutive failed health signals (probes or proxied
@@ -84,6 +90,7 @@ func DefaultConfig() Config {
 		QueueTokens:        1024,
 		KVTokens:           8192,
 		PrefixCacheEntries: 4096,
+		MoveCost:           1,
 		LagRule:            LagMove,
 		FailThreshold:      3,
 		RecoverThreshold:   2,
@@ -108,6 +115,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: LoadFactor %v: want ≥ 1", ErrInvalidConfig, c.LoadFactor)
 	case c.MetricsMaxAge < 0:
 		return fmt.Errorf("%w: MetricsMaxAge %v: want ≥ 0", ErrInvalidConfig, c.MetricsMaxAge)
+	case !(c.MoveCost >= 0):
+		return fmt.Errorf("%w: MoveCost %v: want ≥ 0", ErrInvalidConfig, c.MoveCost)
 	case !(c.QueueTokens >= 0) || !(c.KVTokens >= 0):
 		return fmt.Errorf("%w: QueueTokens/KVTokens %v/%v: want ≥ 0", ErrInvalidConfig, c.QueueTokens, c.KVTokens)
 	case c.FailThreshold < 1 || c.RecoverThreshold < 1:

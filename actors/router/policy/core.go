@@ -45,6 +45,10 @@ type session struct {
 	replica    *replica
 	lastAccess time.Time
 	prefix     uint64
+	// history estimates the tokens of this session its replica holds in
+	// KV cache: the last request's prompt plus its expected reply. A
+	// sticky hit is charged only the prompt beyond it; a move loses it.
+	history int64
 }
 
 // New returns a Core with no replicas. rng breaks ties between equally
@@ -328,7 +332,9 @@ func (c *Core) route(now time.Time, req Request) Decision {
 		if req.PrefixHash != 0 {
 			s.prefix = req.PrefixHash
 		}
-		return c.charge(req, r, OutcomeStickyHit, "")
+		cached := s.history
+		s.history = reqTokens(req)
+		return c.chargeCached(req, r, OutcomeStickyHit, "", cached)
 	}
 	if r.healthy && !r.avoid && c.cfg.LagRule == LagHold {
 		s.lastAccess = now // a held session is alive; do not let TTL take it
@@ -347,12 +353,25 @@ func (c *Core) route(now time.Time, req Request) Decision {
 	return c.charge(req, t, OutcomeMoved, r.url)
 }
 
+// reqTokens is a request's prompt plus expected decode tokens.
+func reqTokens(req Request) int64 {
+	return int64(max(req.PromptTokens, 0)) + int64(max(req.ExpectedDecodeTokens, 0))
+}
+
 // charge records an in-flight request on r and returns the decision.
 func (c *Core) charge(req Request, r *replica, o Outcome, from string) Decision {
+	return c.chargeCached(req, r, o, from, 0)
+}
+
+// chargeCached is charge for a request whose first cached prompt tokens
+// r already holds (a sticky hit: the session's previous turn). Only the
+// rest is work for r — prefilling a 12k-token history that is already in
+// KV cache costs the engine almost nothing — so only the rest is charged.
+func (c *Core) chargeCached(req Request, r *replica, o Outcome, from string, cached int64) Decision {
 	if r == nil {
 		return Decision{Outcome: OutcomeNoReplica, From: from}
 	}
-	tok := int64(max(req.PromptTokens, 0)) + int64(max(req.ExpectedDecodeTokens, 0))
+	tok := max(int64(max(req.PromptTokens, 0))-max(cached, 0), 0) + int64(max(req.ExpectedDecodeTokens, 0))
 	r.inflightReqs++
 	r.inflightTokens += tok
 	if req.PrefixHash != 0 {
@@ -363,7 +382,7 @@ func (c *Core) charge(req Request, r *replica, o Outcome, from string) Decision 
 }
 
 func (c *Core) bind(now time.Time, key string, req Request, r *replica) {
-	c.sessions[key] = &session{replica: r, lastAccess: now, prefix: req.PrefixHash}
+	c.sessions[key] = &session{replica: r, lastAccess: now, prefix: req.PrefixHash, history: reqTokens(req)}
 	r.sessions++
 }
 
@@ -412,7 +431,10 @@ func (c *Core) pickNew(now time.Time, req Request, key string) *replica {
 		if key != "" {
 			add = 1
 		}
-		return c.pickMin(key, c.sessionCap(total+add, n)-add, func(r *replica) float64 { return c.load(now, r) })
+		// Fewest sessions first (SkyRL's count), work only among equals:
+		// work-first let a replica whose sessions happened to be shorter
+		// take a ninth session while another kept seven (BENCHMARKS.md).
+		return c.pickFewest(now, key, c.sessionCap(total+add, n)-add)
 	case ConsistentHash:
 		return c.pickLeastRequest()
 	}
@@ -436,6 +458,32 @@ func (c *Core) pickMin(key string, maxSessions int, metric func(*replica) float6
 		case best == nil || c.better(key, m, bestM, r, best):
 			best, bestM, ties = r, m, 1
 		case key == "" && m == bestM && r.sessions == best.sessions:
+			ties++
+			if c.rng != nil && c.rng.Intn(ties) == 0 {
+				best = r
+			}
+		}
+	}
+	return best
+}
+
+// pickFewest is bounded_sticky's placement of a new session: the replica
+// that takes new sessions with at most maxSessions and the fewest
+// sessions, then the least work, then the highest rendezvous weight (rng
+// or URL order without a key).
+func (c *Core) pickFewest(now time.Time, key string, maxSessions int) *replica {
+	var best *replica
+	var bestL float64
+	ties := 0
+	for _, r := range c.order {
+		if !c.takesNew(r) || r.sessions > maxSessions {
+			continue
+		}
+		l := c.load(now, r)
+		switch {
+		case best == nil || r.sessions < best.sessions || (r.sessions == best.sessions && c.better(key, l, bestL, r, best)):
+			best, bestL, ties = r, l, 1
+		case key == "" && l == bestL && r.sessions == best.sessions:
 			ties++
 			if c.rng != nil && c.rng.Intn(ties) == 0 {
 				best = r
@@ -504,7 +552,28 @@ func (c *Core) spillTarget(now time.Time, req Request, key string, s *session) *
 	if prefix == 0 {
 		prefix = s.prefix
 	}
-	return c.bestTarget(now, req, key, prefix, r, capS, limit)
+	if c.cfg.MoveCost == 0 { // the rule before MoveCost: move whenever over
+		return c.bestTarget(now, req, key, prefix, r, capS, limit)
+	}
+	// The target must end with fewer sessions than r keeps: a move for
+	// work alone between equally populated replicas trades a transient
+	// queue (the first turns' prefills) for a lasting imbalance of batch
+	// size and KV footprint that every later turn pays. Over the session
+	// cap this already holds (t ends ≤ cap < r.sessions).
+	t := c.bestTarget(now, req, key, prefix, r, min(capS, r.sessions-1), limit)
+	if t == nil {
+		return nil
+	}
+	// Worth it? Moving loses the session's cached history, which t must
+	// prefill again: MoveCost × history token-equivalents. It saves the
+	// work queued ahead of this request on r rather than on t. When the
+	// fleet drains at the end of a run the averages fall and r looks
+	// over the bound, but its queue is short: the move would only cost.
+	lost := min(s.history, int64(max(req.PromptTokens, 0)))
+	if c.load(now, r)-c.load(now, t) < c.cfg.MoveCost*float64(lost) {
+		return nil
+	}
+	return t
 }
 
 // moveTarget places a session whose replica failed, lags or was avoided.
@@ -531,13 +600,12 @@ func (c *Core) moveTarget(now time.Time, req Request, key string) *replica {
 
 // bestTarget returns the replica other than from that takes new sessions,
 // would hold at most capS sessions and at most loadLimit work with this
-// request, preferring the one that was sent prefix most recently, then
-// least work, fewest sessions, highest rendezvous weight; nil if none.
+// request, preferring one that was sent prefix, then least work, fewest
+// sessions, highest rendezvous weight; nil if none.
 func (c *Core) bestTarget(now time.Time, req Request, key string, prefix uint64, from *replica, capS int, loadLimit float64) *replica {
 	tok := float64(max(req.PromptTokens, 0) + max(req.ExpectedDecodeTokens, 0))
 	var best *replica
 	var bestL float64
-	var bestSeq uint64
 	bestHas := false
 	for _, t := range c.order {
 		if t == from || !c.takesNew(t) || t.sessions+1 > capS {
@@ -547,16 +615,19 @@ func (c *Core) bestTarget(now time.Time, req Request, key string, prefix uint64,
 		if l+tok > loadLimit {
 			continue
 		}
-		seq, has := uint64(0), false
+		has := false
 		if prefix != 0 {
-			seq, has = t.prefixes.get(prefix)
+			_, has = t.prefixes.get(prefix)
 		}
+		// Holders of the prefix first, then by work: not by recency
+		// among holders, because a prefix every replica holds (a long
+		// shared system prompt) says nothing about where this session's
+		// own history is, and recency would pile moves onto one replica.
 		switch {
 		case best == nil,
 			has && !bestHas,
-			has && bestHas && seq > bestSeq,
-			has == bestHas && (!has || seq == bestSeq) && c.better(key, l, bestL, t, best):
-			best, bestL, bestSeq, bestHas = t, l, seq, has
+			has == bestHas && c.better(key, l, bestL, t, best):
+			best, bestL, bestHas = t, l, has
 		}
 	}
 	return best

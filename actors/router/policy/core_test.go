@@ -356,26 +356,57 @@ func TestBoundedStickyLoadAndMetrics(t *testing.T) {
 	if v, _ := c.Replica(a.Replica); v.InflightTokens != 0 || v.InflightRequests != 0 {
 		t.Fatalf("Done did not release: %+v", v)
 	}
-	// Fresh metrics: x's replica has a long engine queue → x spills.
+	// Fresh metrics: x's replica has a long engine queue, but both hold one
+	// session: moving x would only trade places (MoveCost > 0), so it stays.
 	_ = c.ObserveMetrics(t0, a.Replica, 50, 0.9)
 	d := c.Route(t0.Add(500*time.Millisecond), Request{SessionKey: "x", PromptTokens: 10})
-	if d.Outcome != OutcomeSpilled || d.Replica != b.Replica {
-		t.Fatalf("fresh metrics should spill: %+v", d)
+	if d.Outcome != OutcomeStickyHit {
+		t.Fatalf("1 vs 1 session: should stay: %+v", d)
 	}
 	c.Done(t0, d.Replica, d.Tokens)
-	// Stale metrics (> 1 s) are ignored: y stays on its replica even though
-	// a stale scrape claims it is swamped.
-	_ = c.ObserveMetrics(t0, b.Replica, 500, 1)
-	d = c.Route(t0.Add(2*time.Second), Request{SessionKey: "y", PromptTokens: 10})
+	// A second session w next to x (b briefly down so w lands on a), and
+	// y finishes: 2 sessions vs 0. Now x spills to b: the queue saved
+	// exceeds its 10-token history and b ends with fewer sessions than a.
+	_ = c.SetHealth(b.Replica, false)
+	if wd := c.Route(t0, Request{SessionKey: "w"}); wd.Replica != a.Replica {
+		t.Fatalf("setup: w on %s", wd.Replica)
+	} else {
+		c.Done(t0, wd.Replica, wd.Tokens)
+	}
+	_ = c.SetHealth(b.Replica, true)
+	c.Finish(t0, "y")
+	d = c.Route(t0.Add(500*time.Millisecond), Request{SessionKey: "x", PromptTokens: 10})
+	if d.Outcome != OutcomeSpilled || d.Replica != b.Replica {
+		t.Fatalf("fresh metrics, 2 vs 0 sessions: should spill: %+v", d)
+	}
+	c.Done(t0, d.Replica, d.Tokens)
+	// Stale metrics (> 1 s) are ignored: with w, w2, w3 on a and x on b, a
+	// stale scrape claiming a is swamped must not move w (a fresh one
+	// would: 3 vs 1 sessions, a huge queue, a 0-token history).
+	_ = c.SetHealth(b.Replica, false)
+	for _, k := range []string{"w2", "w3"} {
+		wd := c.Route(t0, Request{SessionKey: k})
+		c.Done(t0, wd.Replica, wd.Tokens)
+	}
+	_ = c.SetHealth(b.Replica, true)
+	_ = c.ObserveMetrics(t0, a.Replica, 500, 1)
+	d = c.Route(t0.Add(2*time.Second), Request{SessionKey: "w", PromptTokens: 10})
 	if d.Outcome != OutcomeStickyHit {
 		t.Fatalf("stale metrics used: %+v", d)
 	}
+	c.Done(t0, d.Replica, d.Tokens)
+	_ = c.ObserveMetrics(t0.Add(2*time.Second), a.Replica, 500, 1)
+	d = c.Route(t0.Add(2*time.Second), Request{SessionKey: "w", PromptTokens: 10})
+	if d.Outcome != OutcomeSpilled || d.Replica != b.Replica {
+		t.Fatalf("fresh metrics, 3 vs 1 sessions: should spill: %+v", d)
+	}
 	// New sessions go to the least loaded (in-flight tokens) replica.
 	c.Done(t0, d.Replica, d.Tokens)
-	c.Finish(t0, "x")
-	c.Finish(t0, "y")
-	big := c.Route(t0.Add(3*time.Second), Request{PromptTokens: 5000})
-	n := c.Route(t0.Add(3*time.Second), Request{SessionKey: "z"})
+	for _, k := range []string{"x", "w", "w2", "w3"} {
+		c.Finish(t0, k)
+	}
+	big := c.Route(t0.Add(4*time.Second), Request{PromptTokens: 5000}) // a's scrape is stale by now
+	n := c.Route(t0.Add(4*time.Second), Request{SessionKey: "z"})
 	if n.Replica == big.Replica {
 		t.Fatalf("new session went to the busy replica %s", big.Replica)
 	}
@@ -558,5 +589,109 @@ func TestAvoidMovesAndExcludes(t *testing.T) {
 			t.Fatalf("%s: avoid leaked past the call", p)
 		}
 		checkInvariants(t, c)
+	}
+}
+
+// New sessions go by count first: a replica whose sessions happen to be
+// lighter in work must not take a ninth session while another has seven.
+func TestBoundedStickyNewSessionsByCountThenWork(t *testing.T) {
+	c := newCore(t, policyIs(BoundedSticky), "http://a", "http://b")
+	// a: one long session in flight; b: two short ones.
+	c.Route(t0, Request{SessionKey: "long", PromptTokens: 8000})
+	for c.Replicas()[0].Sessions+c.Replicas()[1].Sessions < 3 {
+		c.Route(t0, Request{SessionKey: fmt.Sprint("short", c.SessionCount()), PromptTokens: 100})
+	}
+	va, _ := c.Replica("http://a")
+	vb, _ := c.Replica("http://b")
+	if va.Sessions+vb.Sessions != 3 || va.Sessions == vb.Sessions {
+		t.Fatalf("setup: %+v %+v", va, vb)
+	}
+	fewer, more := va, vb
+	if vb.Sessions < va.Sessions {
+		fewer, more = vb, va
+	}
+	if fewer.InflightTokens <= more.InflightTokens {
+		t.Skip("setup did not make the emptier replica the busier one")
+	}
+	d := c.Route(t0, Request{SessionKey: "new", PromptTokens: 100})
+	if d.Replica != fewer.URL {
+		t.Fatalf("new session went to %s (%d sessions) instead of %s (%d sessions, more work)", d.Replica, more.Sessions, fewer.URL, fewer.Sessions)
+	}
+	// Among equal counts, the least work wins.
+	c2 := newCore(t, policyIs(BoundedSticky), "http://a", "http://b")
+	c2.Route(t0, Request{PromptTokens: 5000}) // untracked, charges work only
+	busy := c2.Replicas()[0].URL
+	if c2.Replicas()[1].InflightTokens > 0 {
+		busy = c2.Replicas()[1].URL
+	}
+	if d := c2.Route(t0, Request{SessionKey: "z", PromptTokens: 10}); d.Replica == busy {
+		t.Fatalf("equal counts: new session went to the busier %s", busy)
+	}
+}
+
+// A sticky hit is charged only the prompt beyond the history its replica
+// already caches; a new session is charged its whole prompt.
+func TestBoundedStickyChargesUncachedTokens(t *testing.T) {
+	c := newCore(t, policyIs(BoundedSticky), "http://a", "http://b")
+	d := c.Route(t0, Request{SessionKey: "s", PromptTokens: 1000, ExpectedDecodeTokens: 100})
+	if d.Outcome != OutcomeNew || d.Tokens != 1100 {
+		t.Fatalf("first turn: %+v", d)
+	}
+	c.Done(t0, d.Replica, d.Tokens)
+	d = c.Route(t0, Request{SessionKey: "s", PromptTokens: 1250, ExpectedDecodeTokens: 100})
+	if d.Outcome != OutcomeStickyHit || d.Tokens != 150+100 {
+		t.Fatalf("second turn should be charged 1250−1100 prompt + 100 decode: %+v", d)
+	}
+}
+
+// When the fleet drains (sessions finish, the averages fall) a replica
+// still running its last sessions is over the session bound, but moving
+// one would re-prefill its whole history to save almost nothing: with
+// MoveCost 1 the sessions stay; with MoveCost 0 (the old rule) they spill.
+func TestBoundedStickyNoSpillWhenFleetDrains(t *testing.T) {
+	for _, tc := range []struct {
+		moveCost float64
+		spills   bool
+	}{{1, false}, {0, true}} {
+		cfg := DefaultConfig()
+		cfg.MoveCost = tc.moveCost
+		c, err := New(cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, u := range []string{"http://a", "http://b", "http://c", "http://d"} {
+			_ = c.AddReplica(u)
+		}
+		// 16 sessions, 4 per replica, each with a 12k-token history.
+		where := map[string]string{}
+		for i := 0; i < 16; i++ {
+			k := fmt.Sprint("s", i)
+			d := c.Route(t0, Request{SessionKey: k, PromptTokens: 12000, ExpectedDecodeTokens: 100})
+			c.Done(t0, d.Replica, d.Tokens)
+			where[k] = d.Replica
+		}
+		// Every session on b, c and d finishes, and one on a.
+		left := []string{}
+		for k, u := range where {
+			if u != "http://a" {
+				c.Finish(t0, k)
+			} else {
+				left = append(left, k)
+			}
+		}
+		c.Finish(t0, left[0])
+		left = left[1:]
+		// a holds 3 of 3 sessions: cap = ⌈1.25·3/4⌉ = 1.
+		spilled := 0
+		for _, k := range left {
+			d := c.Route(t0, Request{SessionKey: k, PromptTokens: 12250, ExpectedDecodeTokens: 100})
+			if d.Outcome == OutcomeSpilled {
+				spilled++
+			}
+			c.Done(t0, d.Replica, d.Tokens)
+		}
+		if (spilled > 0) != tc.spills {
+			t.Fatalf("MoveCost %v: %d spills, want spills=%v", tc.moveCost, spilled, tc.spills)
+		}
 	}
 }

@@ -40,24 +40,63 @@ func (k Key) HashOnly() bool { return k.Source == SourceBody }
 // characters). Malformed or non-object JSON skips the body fields and
 // falls through to the body text. String and number field values count.
 func ExtractSessionKey(h http.Header, body []byte) Key {
+	if k, ok := HeaderSessionKey(h); ok {
+		return k
+	}
+	var f BodyKeyFields
+	if len(body) == 0 || json.Unmarshal(body, &f) != nil {
+		return SessionKeyFrom(nil, body, nil)
+	}
+	return SessionKeyFrom(nil, body, &f)
+}
+
+// BodyKeyFields are the body fields a session key may come from. A caller
+// that decodes the body anyway (the proxy, for token counts) embeds this
+// in its own struct and calls SessionKeyFrom, so the body is parsed once.
+// Field names match case-insensitively, as encoding/json does.
+type BodyKeyFields struct {
+	SessionParams json.RawMessage `json:"session_params"`
+	User          json.RawMessage `json:"user"`
+	SessionID     json.RawMessage `json:"session_id"`
+	UserID        json.RawMessage `json:"user_id"`
+}
+
+// HeaderSessionKey returns the first non-empty key header, if any.
+func HeaderSessionKey(h http.Header) (Key, bool) {
 	for _, name := range keyHeaders {
 		if v := strings.TrimSpace(h.Get(name)); v != "" {
-			return Key{Value: v, Source: strings.ToLower(name)}
+			return Key{Value: v, Source: strings.ToLower(name)}, true
 		}
 	}
-	var obj map[string]json.RawMessage
-	if len(body) > 0 && json.Unmarshal(body, &obj) == nil && obj != nil {
-		if raw, ok := obj["session_params"]; ok {
-			var sp map[string]json.RawMessage
-			if json.Unmarshal(raw, &sp) == nil {
-				if v := scalar(sp["session_id"]); v != "" {
+	return Key{}, false
+}
+
+// SessionKeyFrom is ExtractSessionKey for a body already decoded into f;
+// f is nil when the body is not a JSON object (then only the body text
+// can be the key). h may be nil when the headers were checked already.
+func SessionKeyFrom(h http.Header, body []byte, f *BodyKeyFields) Key {
+	if h != nil {
+		if k, ok := HeaderSessionKey(h); ok {
+			return k
+		}
+	}
+	if f != nil {
+		if len(f.SessionParams) > 0 {
+			var sp struct {
+				SessionID json.RawMessage `json:"session_id"`
+			}
+			if json.Unmarshal(f.SessionParams, &sp) == nil {
+				if v := scalar(sp.SessionID); v != "" {
 					return Key{Value: v, Source: "session_params.session_id"}
 				}
 			}
 		}
-		for _, f := range []string{"user", "session_id", "user_id"} {
-			if v := scalar(obj[f]); v != "" {
-				return Key{Value: v, Source: f}
+		for _, c := range []struct {
+			raw  json.RawMessage
+			name string
+		}{{f.User, "user"}, {f.SessionID, "session_id"}, {f.UserID, "user_id"}} {
+			if v := scalar(c.raw); v != "" {
+				return Key{Value: v, Source: c.name}
 			}
 		}
 	}

@@ -2,15 +2,47 @@ package proxy
 
 import (
 	"encoding/json"
+	"net/http"
 
 	"github.com/asyncrl/asyncrl/actors/router/policy"
 )
 
 // bodyInfo is what routing needs from an OpenAI-style request body.
 type bodyInfo struct {
+	key          policy.Key
 	promptTokens int
 	decodeTokens int
 	prefixHash   uint64
+}
+
+// requestBody is the part of an OpenAI-style request the router reads:
+// token counts, the prompt for its prefix hash, and the session key
+// fields, decoded in one pass (the body used to be decoded twice, once
+// for the key and once for the counts, plus a third time for token ids).
+type requestBody struct {
+	policy.BodyKeyFields
+	Prompt              json.RawMessage `json:"prompt"`
+	Messages            json.RawMessage `json:"messages"`
+	MaxTokens           *int            `json:"max_tokens"`
+	MaxCompletionTokens *int            `json:"max_completion_tokens"`
+	N                   *int            `json:"n"`
+}
+
+// parseRequest extracts the session key (policy.ExtractSessionKey's
+// priority: headers, then body fields, then body text) and parseBody's
+// estimates from one decode of the body.
+func parseRequest(h http.Header, body []byte, defaultDecode, prefixBytes int) bodyInfo {
+	var req requestBody
+	ok := len(body) > 0 && json.Unmarshal(body, &req) == nil
+	info := fromBody(&req, ok, body, defaultDecode, prefixBytes)
+	if k, found := policy.HeaderSessionKey(h); found {
+		info.key = k
+	} else if ok {
+		info.key = policy.SessionKeyFrom(nil, body, &req.BodyKeyFields)
+	} else {
+		info.key = policy.SessionKeyFrom(nil, body, nil)
+	}
+	return info
 }
 
 // parseBody estimates prompt and decode tokens and hashes the prompt's
@@ -18,15 +50,14 @@ type bodyInfo struct {
 // and no prefix. Token counts are estimates (≈ 4 bytes per token for
 // text) because the router has no tokenizer; they only weigh load.
 func parseBody(body []byte, defaultDecode, prefixBytes int) bodyInfo {
+	var req requestBody
+	ok := json.Unmarshal(body, &req) == nil
+	return fromBody(&req, ok, body, defaultDecode, prefixBytes)
+}
+
+func fromBody(req *requestBody, ok bool, body []byte, defaultDecode, prefixBytes int) bodyInfo {
 	info := bodyInfo{promptTokens: len(body) / 4, decodeTokens: defaultDecode}
-	var req struct {
-		Prompt              json.RawMessage `json:"prompt"`
-		Messages            json.RawMessage `json:"messages"`
-		MaxTokens           *int            `json:"max_tokens"`
-		MaxCompletionTokens *int            `json:"max_completion_tokens"`
-		N                   *int            `json:"n"`
-	}
-	if json.Unmarshal(body, &req) != nil {
+	if !ok {
 		return info
 	}
 	src := req.Prompt
@@ -34,9 +65,8 @@ func parseBody(body []byte, defaultDecode, prefixBytes int) bodyInfo {
 		src = req.Messages
 	}
 	if len(src) > 0 {
-		var ids []int
-		if json.Unmarshal(src, &ids) == nil {
-			info.promptTokens = len(ids)
+		if n, isIDs := countTokenIDs(src); isIDs {
+			info.promptTokens = n
 		} else {
 			info.promptTokens = len(src) / 4
 		}
@@ -59,3 +89,37 @@ func parseBody(body []byte, defaultDecode, prefixBytes int) bodyInfo {
 	}
 	return info
 }
+
+// countTokenIDs counts the integers of a JSON array of token ids without
+// decoding it again (json.Unmarshal already validated the body): it
+// reports false unless raw is an array of plain integers.
+func countTokenIDs(raw json.RawMessage) (int, bool) {
+	i, j := 0, len(raw)
+	for i < j && isSpace(raw[i]) {
+		i++
+	}
+	for j > i && isSpace(raw[j-1]) {
+		j--
+	}
+	if j-i < 2 || raw[i] != '[' || raw[j-1] != ']' {
+		return 0, false
+	}
+	n, digits := 0, false
+	for _, c := range raw[i+1 : j-1] {
+		switch {
+		case c >= '0' && c <= '9':
+			if !digits {
+				n++
+			}
+			digits = true
+		case c == ',':
+			digits = false
+		case c == '-' || isSpace(c):
+		default:
+			return 0, false // floats, strings, nested arrays: not token ids
+		}
+	}
+	return n, true
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }

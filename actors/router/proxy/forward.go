@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/asyncrl/asyncrl/actors/router/policy"
@@ -60,8 +61,8 @@ func (r *Router) proxy(w http.ResponseWriter, req *http.Request) {
 		writeError(w, http.StatusBadRequest, "reading request body: "+err.Error())
 		return
 	}
-	key := policy.ExtractSessionKey(req.Header, body)
-	info := parseBody(body, r.cfg.DefaultDecodeTokens, r.cfg.PrefixBytes)
+	info := parseRequest(req.Header, body, r.cfg.DefaultDecodeTokens, r.cfg.PrefixBytes)
+	key := info.key
 	preq := policy.Request{
 		SessionKey: key.Value, HashOnly: key.HashOnly(),
 		PromptTokens: info.promptTokens, ExpectedDecodeTokens: info.decodeTokens, PrefixHash: info.prefixHash,
@@ -131,6 +132,11 @@ func (r *Router) proxy(w http.ResponseWriter, req *http.Request) {
 	}
 }
 
+// relayBufs recycles relay's 32 KiB copy buffers: allocating one per
+// request was most of the router's 49 KB/op (BENCHMARKS.md). A pointer
+// to the slice is pooled so Put does not allocate.
+var relayBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
 // relay copies the upstream response to the client, flushing every chunk
 // so SSE tokens reach the client as the engine produces them.
 func (r *Router) relay(ctx context.Context, w http.ResponseWriter, resp *http.Response, d policy.Decision, upstreamAt time.Time, overhead time.Duration) {
@@ -144,7 +150,9 @@ func (r *Router) relay(ctx context.Context, w http.ResponseWriter, resp *http.Re
 	r.metrics.overhead.Observe((overhead + time.Since(upstreamAt)).Seconds())
 	r.metrics.requests.WithLabelValues(d.Replica, strconv.Itoa(resp.StatusCode)).Inc()
 
-	buf := make([]byte, 32<<10)
+	bp := relayBufs.Get().(*[]byte)
+	defer relayBufs.Put(bp)
+	buf := *bp
 	for {
 		n, rerr := resp.Body.Read(buf)
 		if n > 0 {

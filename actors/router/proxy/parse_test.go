@@ -1,8 +1,11 @@
 package proxy
 
 import (
+	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/asyncrl/asyncrl/actors/router/policy"
 )
 
 func TestParseEngineMetrics(t *testing.T) {
@@ -53,5 +56,59 @@ func TestParseBody(t *testing.T) {
 	b := parseBody([]byte(`{"prompt":"`+p+` turn B, longer"}`), 0, 2048)
 	if a.prefixHash != b.prefixHash {
 		t.Fatal("shared prefix hashed differently")
+	}
+}
+
+func TestCountTokenIDs(t *testing.T) {
+	cases := []struct {
+		raw  string
+		n    int
+		isID bool
+	}{
+		{`[1,2,3]`, 3, true},
+		{` [ 10 , 200,3 ] `, 3, true},
+		{`[]`, 0, true},
+		{`[-1, 7]`, 2, true},
+		{`[1.5, 2]`, 0, false},
+		{`["a", 2]`, 0, false},
+		{`[[1],[2]]`, 0, false},
+		{`"1,2,3"`, 0, false},
+		{`[`, 0, false},
+	}
+	for _, tc := range cases {
+		n, ok := countTokenIDs([]byte(tc.raw))
+		if n != tc.n || ok != tc.isID {
+			t.Errorf("%s: got %d %v, want %d %v", tc.raw, n, ok, tc.n, tc.isID)
+		}
+	}
+}
+
+// parseRequest decodes the body once; it must agree with the two-pass
+// reference (policy.ExtractSessionKey, then parseBody) on every body.
+func TestParseRequestMatchesTwoPass(t *testing.T) {
+	bodies := []string{
+		`{"prompt":[1,2,3,4,5],"max_tokens":10,"session_id":"s1"}`,
+		`{"prompt":"hello","user":"u1","session_id":"s2"}`,
+		`{"messages":[{"role":"user","content":"hi"}],"session_params":{"session_id":42}}`,
+		`{"prompt":"x","session_params":{"other":1},"user_id":7}`,
+		`{"prompt":"no key at all","max_completion_tokens":3,"n":2}`,
+		`[1,2,3]`,
+		`{"prompt":`,
+		`null`,
+		``,
+	}
+	for _, b := range bodies {
+		for _, hdr := range []string{"", "hdr-key"} {
+			h := http.Header{}
+			if hdr != "" {
+				h.Set("X-Session-ID", hdr)
+			}
+			got := parseRequest(h, []byte(b), 256, 2048)
+			want := parseBody([]byte(b), 256, 2048)
+			want.key = policy.ExtractSessionKey(h, []byte(b))
+			if got != want {
+				t.Errorf("body %q header %q: one pass %+v, two passes %+v", b, hdr, got, want)
+			}
+		}
 	}
 }
