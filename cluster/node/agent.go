@@ -22,6 +22,8 @@ import (
 	"github.com/asyncrl/asyncrl/cluster/ledger"
 	"github.com/asyncrl/asyncrl/cluster/placement"
 	"github.com/asyncrl/asyncrl/config"
+	"github.com/asyncrl/asyncrl/messages"
+	"github.com/asyncrl/asyncrl/transport"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
 )
 
@@ -352,9 +354,22 @@ func (a *Agent) contend(ctx context.Context) {
 // steps of the run in a fresh pipeline on the cluster bus, saving the
 // progress (fenced by token) after every step.
 func (a *Agent) train(ctx context.Context, token uint64) error {
+	prev, _, err := a.led.Progress(ctx)
+	if err != nil {
+		return err
+	}
 	p, err := a.led.Claim(ctx, token, a.cfg.Name)
 	if err != nil {
 		return err
+	}
+	// The previous holder's episodes in flight died with its pipeline:
+	// requeue them in the durable ledger (after the claim, which fenced it).
+	if prev.Holder != "" {
+		rq, err := a.led.RequeueNode(ctx, prev.Holder, a.cfg.Name)
+		if err != nil {
+			return fmt.Errorf("node: requeue %s's prompts: %w", prev.Holder, err)
+		}
+		a.event("requeued %d prompts %s had in flight", len(rq), prev.Holder)
 	}
 	cfg := a.cfg.Run
 	remaining := int64(cfg.Run.Steps) - p.Step
@@ -377,6 +392,12 @@ func (a *Agent) train(ctx context.Context, token uint64) error {
 	if err != nil {
 		return err
 	}
+	// The mirror listens before the controller admits the first prompts.
+	mirror, err := a.mirrorLedger(n, token)
+	if err != nil {
+		return err
+	}
+	defer mirror.stop()
 	if err := n.Start(ctx); err != nil {
 		return err
 	}
@@ -405,8 +426,20 @@ func (a *Agent) train(ctx context.Context, token uint64) error {
 			}
 		}
 		if len(steps) >= cfg.Run.Steps {
-			a.doneOne.Do(func() { close(a.done) })
+			// Stop the pipeline first: its rollouts' running episodes are
+			// aborted and requeued, and the mirror records that.
+			n.Stop()
+			mirror.stop()
 			a.event("run complete at step %d", p.Step+int64(len(steps)))
+			// Groups admitted but not trained when the run ended (waiting
+			// in the buffer or for a rollout) go back to the pool.
+			if _, err := a.led.RequeueNode(ctx, a.cfg.Name, a.cfg.Name); err != nil {
+				return fmt.Errorf("node: requeue at the end: %w", err)
+			}
+			if err := a.reportLedger(ctx, mirror); err != nil {
+				return err
+			}
+			a.doneOne.Do(func() { close(a.done) })
 			<-ctx.Done()
 			return nil
 		}
@@ -505,4 +538,99 @@ func ensureKV(ctx context.Context, bus *natsbus.Bus, name string, ttl time.Durat
 		return nil
 	}
 	return err
+}
+
+// mirror copies one term's prompt ledger from the bus into the durable
+// ledger, validated transition by transition.
+type mirror struct {
+	sub      transport.Subscription
+	mu       sync.Mutex
+	illegal  int // transitions the durable ledger refused (a double train would land here)
+	recorded int
+	once     sync.Once
+	conn     interface{ FlushTimeout(time.Duration) error }
+}
+
+func (m *mirror) stop() {
+	m.once.Do(func() {
+		_ = m.conn.FlushTimeout(2 * time.Second)
+		_ = m.sub.Unsubscribe()
+	})
+}
+
+// mirrorLedger subscribes to the pipeline's PromptLedger subject. Prompt
+// ids are qualified by the term ("t<token>/"): each term draws its prompts
+// afresh, so the ids of two terms must not collide; the sender is this
+// node, so a standby can requeue what it held in flight (RequeueNode).
+func (a *Agent) mirrorLedger(n *Node, token uint64) (*mirror, error) {
+	m := &mirror{conn: a.bus.Conn()}
+	prefix := fmt.Sprintf("t%d/", token)
+	sub, err := a.bus.Subscribe(n.subj.ledger, func(msg *transport.Msg) {
+		v, err := messages.Decode(msg.Data)
+		if err != nil {
+			return
+		}
+		ev, ok := v.(messages.PromptLedger)
+		if !ok {
+			return
+		}
+		ev.PromptID = prefix + ev.PromptID
+		ev.Sender = a.cfg.Name
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, _, err = a.led.Record(ctx, ev)
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.recorded++
+		if errors.Is(err, ledger.ErrIllegalTransition) {
+			m.illegal++
+			a.log.Error().Err(err).Str("prompt", ev.PromptID).Msg("durable ledger refused a transition")
+		} else if err != nil {
+			a.log.Warn().Err(err).Str("prompt", ev.PromptID).Msg("durable ledger write failed")
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("node: ledger mirror: %w", err)
+	}
+	m.sub = sub
+	if err := a.bus.Conn().Flush(); err != nil { // the server knows the subscription
+		_ = sub.Unsubscribe()
+		return nil, fmt.Errorf("node: ledger mirror: %w", err)
+	}
+	return m, nil
+}
+
+// LedgerCounts counts the durable ledger's prompts by state.
+type LedgerCounts struct {
+	Trained, Filtered, Requeued, InFlight int
+	// Refused counts the transitions this node's mirror saw refused
+	// (illegal: e.g. a second train).
+	Refused int
+}
+
+// reportLedger writes the durable ledger's final counts as an event.
+func (a *Agent) reportLedger(ctx context.Context, m *mirror) error {
+	all, err := a.led.Entries(ctx)
+	if err != nil {
+		return err
+	}
+	var c LedgerCounts
+	for _, e := range all {
+		switch e.State {
+		case messages.LedgerTrained:
+			c.Trained++
+		case messages.LedgerFiltered:
+			c.Filtered++
+		case messages.LedgerRequeued:
+			c.Requeued++
+		case messages.LedgerConsumed:
+			c.InFlight++
+		}
+	}
+	m.mu.Lock()
+	c.Refused = m.illegal
+	m.mu.Unlock()
+	a.event("ledger prompts %d trained %d filtered %d requeued %d in_flight %d refused %d",
+		len(all), c.Trained, c.Filtered, c.Requeued, c.InFlight, c.Refused)
+	return nil
 }
