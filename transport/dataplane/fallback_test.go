@@ -7,16 +7,12 @@ import (
 	"strings"
 	"testing"
 
-	"go.uber.org/goleak"
-
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/transport/dataplane"
 	"github.com/asyncrl/asyncrl/transport/dataplane/nccl"
 	"github.com/asyncrl/asyncrl/transport/dataplane/nixl"
 	"github.com/asyncrl/asyncrl/transport/dataplane/tcp"
 )
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // On a host without NCCL and NIXL (this one: no GPU, no libraries) a
 // preference for them ends on TCP, the skip reasons carry the dlopen
