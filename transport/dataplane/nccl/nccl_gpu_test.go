@@ -10,7 +10,7 @@ import (
 	"github.com/asyncrl/asyncrl/transport/dataplane"
 )
 
-// TestNCCLLoads runs on GPU hosts (testdata/gpu_check.sh): the library must
+// TestNCCLLoads runs on GPU hosts (bench/gpu/check.sh): the library must
 // load and report a version, and Available must still refuse transfers.
 func TestNCCLLoads(t *testing.T) {
 	cfg := DefaultConfig()
