@@ -374,9 +374,14 @@ func (c *Core) chargeCached(req Request, r *replica, o Outcome, from string, cac
 	tok := max(int64(max(req.PromptTokens, 0))-max(cached, 0), 0) + int64(max(req.ExpectedDecodeTokens, 0))
 	r.inflightReqs++
 	r.inflightTokens += tok
-	if req.PrefixHash != 0 {
+	if req.PrefixHash != 0 || len(req.PrefixBlocks) > 0 {
 		c.seq++
-		r.prefixes.touch(req.PrefixHash, c.seq)
+		if req.PrefixHash != 0 {
+			r.prefixes.touch(req.PrefixHash, c.seq)
+		}
+		for _, h := range req.PrefixBlocks {
+			r.prefixes.touch(h, c.seq)
+		}
 	}
 	return Decision{Replica: r.url, Outcome: o, From: from, Tokens: tok}
 }
@@ -581,17 +586,15 @@ func (c *Core) spillTarget(now time.Time, req Request, key string, s *session) *
 // the session cap and the work bound; otherwise, and for the other
 // policies, it is placed like a new session.
 func (c *Core) moveTarget(now time.Time, req Request, key string) *replica {
-	if c.cfg.Policy == BoundedSticky && req.PrefixHash != 0 {
+	if c.cfg.Policy == BoundedSticky && (req.PrefixHash != 0 || len(req.PrefixBlocks) > 0) {
 		if n, total, totalL := c.fleet(now); n > 0 {
 			limit := math.Inf(1)
 			if totalL > 0 {
 				limit = c.cfg.LoadFactor * totalL / float64(n)
 			}
 			t := c.bestTarget(now, req, key, req.PrefixHash, nil, c.sessionCap(total+1, n), limit)
-			if t != nil {
-				if _, has := t.prefixes.get(req.PrefixHash); has {
-					return t
-				}
+			if t != nil && matchBlocks(t, req.PrefixHash, req.PrefixBlocks) > 0 {
+				return t
 			}
 		}
 	}
@@ -606,7 +609,7 @@ func (c *Core) bestTarget(now time.Time, req Request, key string, prefix uint64,
 	tok := float64(max(req.PromptTokens, 0) + max(req.ExpectedDecodeTokens, 0))
 	var best *replica
 	var bestL float64
-	bestHas := false
+	bestM := 0
 	for _, t := range c.order {
 		if t == from || !c.takesNew(t) || t.sessions+1 > capS {
 			continue
@@ -615,22 +618,38 @@ func (c *Core) bestTarget(now time.Time, req Request, key string, prefix uint64,
 		if l+tok > loadLimit {
 			continue
 		}
-		has := false
-		if prefix != 0 {
-			_, has = t.prefixes.get(prefix)
-		}
-		// Holders of the prefix first, then by work: not by recency
-		// among holders, because a prefix every replica holds (a long
-		// shared system prompt) says nothing about where this session's
-		// own history is, and recency would pile moves onto one replica.
+		m := matchBlocks(t, prefix, req.PrefixBlocks)
+		// The longest cached run first, then by work: not by recency, as
+		// a prefix every replica holds (a long shared system prompt) says
+		// nothing about where this session's own history is, and recency
+		// would pile moves onto one replica.
 		switch {
 		case best == nil,
-			has && !bestHas,
-			has == bestHas && c.better(key, l, bestL, t, best):
-			best, bestL, bestHas = t, l, has
+			m > bestM,
+			m == bestM && c.better(key, l, bestL, t, best):
+			best, bestL, bestM = t, l, m
 		}
 	}
 	return best
+}
+
+// matchBlocks is how many leading prefix blocks t was sent: the longest
+// k with blocks[k-1] in its LRU (found by binary search — a replica sent
+// block k was sent every block before it), or 1 if it only holds the
+// single prefix hash.
+func matchBlocks(t *replica, prefix uint64, blocks []uint64) int {
+	if n := sort.Search(len(blocks), func(i int) bool {
+		_, has := t.prefixes.get(blocks[i])
+		return !has
+	}); n > 0 {
+		return n
+	}
+	if prefix != 0 {
+		if _, has := t.prefixes.get(prefix); has {
+			return 1
+		}
+	}
+	return 0
 }
 
 // routeHash is consistent_hash: the first ring point ≥ hash(key), walking

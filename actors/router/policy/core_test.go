@@ -695,3 +695,43 @@ func TestBoundedStickyNoSpillWhenFleetDrains(t *testing.T) {
 		}
 	}
 }
+
+// A moved session goes where the longest run of its prompt's leading
+// blocks was sent, not merely to a replica holding the shared first
+// blocks (a system prompt every conversation starts with), and not by
+// recency: b got the shared blocks last, c holds this conversation's.
+func TestBoundedStickyPrefersLongestBlockMatch(t *testing.T) {
+	c := newCore(t, policyIs(BoundedSticky), "http://a", "http://b", "http://c")
+	sys := []uint64{11, 12}              // shared system prompt blocks
+	conv := []uint64{11, 12, 31, 32}     // this conversation
+	fork := []uint64{11, 12, 31, 32, 41} // a sibling forked from it
+	_ = c.SetHealth("http://b", false)
+	_ = c.SetHealth("http://c", false)
+	d := c.Route(t0, Request{SessionKey: "s", PrefixBlocks: conv, PromptTokens: 100})
+	c.Done(t0, d.Replica, d.Tokens)
+	_ = c.SetHealth("http://c", true)
+	_ = c.SetHealth("http://a", false)
+	d = c.Route(t0, Request{SessionKey: "sib", PrefixBlocks: fork, PromptTokens: 100})
+	if d.Replica != "http://c" {
+		t.Fatalf("setup: sibling on %s", d.Replica)
+	}
+	c.Done(t0, d.Replica, d.Tokens)
+	// b is sent the system prompt last (so recency would pick b).
+	_ = c.SetHealth("http://b", true)
+	_ = c.SetHealth("http://c", false)
+	d = c.Route(t0, Request{PrefixBlocks: sys, PromptTokens: 10})
+	c.Done(t0, d.Replica, d.Tokens)
+	_ = c.SetHealth("http://c", true)
+	// a is down: s moves; c holds 4 of its blocks, b 2.
+	d = c.Route(t0, Request{SessionKey: "s", PrefixBlocks: append(conv[:4:4], 33), PromptTokens: 120})
+	if d.Outcome != OutcomeMoved || d.Replica != "http://c" {
+		t.Fatalf("move should go to the longest match c: %+v", d)
+	}
+	// Control: a session with only the shared blocks goes by work, sessions
+	// and rendezvous (b holds no session, c holds two).
+	_ = c.SetHealth("http://a", false)
+	d = c.Route(t0, Request{SessionKey: "other", PrefixBlocks: sys, PromptTokens: 10})
+	if d.Replica != "http://b" {
+		t.Fatalf("new session with shared blocks only: %+v", d)
+	}
+}

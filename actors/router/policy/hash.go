@@ -101,3 +101,23 @@ func ringStart(ring []ringPoint, h uint64) int {
 	}
 	return i
 }
+
+// PrefixBlockHashes appends to dst the cumulative FNV-1a-64 hash of b's
+// first k·block bytes for k = 1, 2, … while k·block ≤ len(b), at most
+// maxBlocks of them (each |1, so never 0), in one pass over b. These are
+// Request.PrefixBlocks: equal for two prompts exactly as far as their
+// leading blocks are equal.
+func PrefixBlockHashes(dst []uint64, b []byte, block, maxBlocks int) []uint64 {
+	if block <= 0 {
+		return dst
+	}
+	h := uint64(fnvOffset64)
+	for k := 1; k <= maxBlocks && k*block <= len(b); k++ {
+		for _, c := range b[(k-1)*block : k*block] {
+			h ^= uint64(c)
+			h *= fnvPrime64
+		}
+		dst = append(dst, h|1)
+	}
+	return dst
+}

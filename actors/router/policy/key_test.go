@@ -60,3 +60,29 @@ func TestHash64IsFNV1a(t *testing.T) {
 		t.Fatal("rendezvous must hash \"key:url\"")
 	}
 }
+
+func TestPrefixBlockHashes(t *testing.T) {
+	a := []byte(strings.Repeat("s", 10) + "conversation A history")
+	b := []byte(strings.Repeat("s", 10) + "conversation B history")
+	ha := PrefixBlockHashes(nil, a, 5, 100)
+	hb := PrefixBlockHashes(nil, b, 5, 100)
+	if len(ha) != len(a)/5 || len(hb) != len(b)/5 {
+		t.Fatalf("block counts %d %d, want %d", len(ha), len(hb), len(a)/5)
+	}
+	// Equal exactly as far as the leading blocks are equal: "sssss",
+	// "sssss", "conve", "rsati", "on " + A/B differ from block 5 on.
+	for i := range ha {
+		if same := ha[i] == hb[i]; same != (i < 4) {
+			t.Errorf("block %d: equal=%v", i, same)
+		}
+	}
+	if ha[1] != HashBytes(a[:10])|1 {
+		t.Error("block 2 is not the FNV-1a hash of the first 10 bytes")
+	}
+	if got := PrefixBlockHashes(nil, a, 5, 2); len(got) != 2 {
+		t.Errorf("maxBlocks ignored: %d", len(got))
+	}
+	if got := PrefixBlockHashes(nil, a, 0, 9); len(got) != 0 {
+		t.Errorf("block 0: %v", got)
+	}
+}

@@ -102,6 +102,14 @@ type Request struct {
 	// PrefixHash identifies the prompt's leading bytes (shared by the
 	// samples of a GRPO group and the turns of a conversation); 0 = unknown.
 	PrefixHash uint64
+	// PrefixBlocks are cumulative hashes of the prompt's leading blocks,
+	// shortest first: block i covers its first (i+1)·B bytes (the proxy's
+	// PrefixBytes), like an engine's prefix-cache block hashes. The
+	// replica holding the longest run of them most likely caches the most
+	// of this prompt: a long system prompt shared by every conversation
+	// matches everywhere for a few blocks, a conversation's own history
+	// only where it ran. Optional; PrefixHash alone counts as one block.
+	PrefixBlocks []uint64
 	// Avoid lists replicas that must not be chosen for this request (a
 	// retry after a connection failure or a 503 there). A session on an
 	// avoided replica moves, as if that replica were unhealthy.

@@ -13,7 +13,13 @@ type bodyInfo struct {
 	promptTokens int
 	decodeTokens int
 	prefixHash   uint64
+	prefixBlocks []uint64 // policy.Request.PrefixBlocks, PrefixBytes each
 }
+
+// maxPrefixBlocks bounds the block hashes of one prompt (64 × 2 KiB =
+// 128 KiB of prompt JSON, the length of a ~20k-token history as ids), so
+// the router's prefix LRUs and lookups stay cheap for huge prompts.
+const maxPrefixBlocks = 64
 
 // requestBody is the part of an OpenAI-style request the router reads:
 // token counts, the prompt for its prefix hash, and the session key
@@ -76,6 +82,7 @@ func fromBody(req *requestBody, ok bool, body []byte, defaultDecode, prefixBytes
 		}
 		if prefixBytes > 0 {
 			info.prefixHash = policy.HashBytes(p) | 1 // never 0 ("unknown")
+			info.prefixBlocks = policy.PrefixBlockHashes(nil, src, prefixBytes, maxPrefixBlocks)
 		}
 	}
 	switch {

@@ -75,6 +75,7 @@ func (r *Router) proxy(w http.ResponseWriter, req *http.Request) {
 	preq := policy.Request{
 		SessionKey: key.Value, HashOnly: key.HashOnly(),
 		PromptTokens: info.promptTokens, ExpectedDecodeTokens: info.decodeTokens, PrefixHash: info.prefixHash,
+		PrefixBlocks: info.prefixBlocks,
 	}
 	overhead := time.Duration(0)
 	r.earnRetryToken()

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
@@ -59,6 +60,22 @@ func TestParseBody(t *testing.T) {
 	if a.prefixHash != b.prefixHash {
 		t.Fatal("shared prefix hashed differently")
 	}
+	// The block hashes tell the two apart beyond the shared part: equal
+	// for the blocks inside the shared prompt, and there are as many as
+	// whole 2 KiB blocks.
+	if len(a.prefixBlocks) != (len(p)+len(` turn A`)+2)/2048 || a.prefixBlocks[0] != b.prefixBlocks[0] {
+		t.Fatalf("blocks: %d, want %d; first equal %v", len(a.prefixBlocks), (len(p)+len(` turn A`)+2)/2048, a.prefixBlocks[0] == b.prefixBlocks[0])
+	}
+	long := strings.Repeat("x", 4096)
+	c := parseBody([]byte(`{"prompt":"`+p+long+`A"}`), 0, 2048)
+	d := parseBody([]byte(`{"prompt":"`+p+long+`B"}`), 0, 2048)
+	if c.prefixBlocks[1] != d.prefixBlocks[1] {
+		t.Fatal("equal leading blocks hashed differently")
+	}
+	e := parseBody([]byte(`{"prompt":"`+p[:2100]+"conversation E"+long+`"}`), 0, 2048)
+	if e.prefixBlocks[0] != c.prefixBlocks[0] || e.prefixBlocks[1] == c.prefixBlocks[1] {
+		t.Fatal("blocks should agree on the shared first block and differ after")
+	}
 }
 
 func TestCountTokenIDs(t *testing.T) {
@@ -108,7 +125,8 @@ func TestParseRequestMatchesTwoPass(t *testing.T) {
 			got := parseRequest(h, []byte(b), 256, 2048)
 			want := parseBody([]byte(b), 256, 2048)
 			want.key = policy.ExtractSessionKey(h, []byte(b))
-			if got != want {
+			if got.key != want.key || got.promptTokens != want.promptTokens || got.decodeTokens != want.decodeTokens ||
+				got.prefixHash != want.prefixHash || !slices.Equal(got.prefixBlocks, want.prefixBlocks) {
 				t.Errorf("body %q header %q: one pass %+v, two passes %+v", b, hdr, got, want)
 			}
 		}
