@@ -53,31 +53,59 @@
 //     react instantly to our own decisions; the engine's numbers see work
 //     from other routers and the true KV pressure, but go stale fast.
 //
-// New session: among replicas in E whose sessions + 1 ≤ cap, the least
-// work, then fewest sessions, then the highest rendezvous weight. The
-// least-sessions replica always qualifies, so this never fails while E is
-// non-empty.
+// Work counts what the engine must still compute: a sticky hit is
+// charged only its prompt beyond the session's history (the previous
+// prompt plus its expected reply, which the replica holds in KV cache),
+// a new or moved session its whole prompt. Counting cached history as
+// work made a replica whose conversations were long look overloaded.
 //
-// Existing session on r: it stays unless r's sessions > cap or r's work >
-// c × average work. Then it moves to a replica t in E \ {r} with sessions
-// + 1 ≤ cap (and, when only the work bound was broken, work + this
-// request's tokens ≤ c × average, so the move cannot make a new hot
-// spot). Among those, the replica most likely to hold the session's
-// prefix wins: each replica keeps an LRU (PrefixCacheEntries) of the
-// prefix hashes the router sent there, and the one that saw the prefix
-// most recently is preferred — the n samples of a GRPO group share their
-// prompt prefix, so a sibling's replica already has it cached. Without a
-// prefix match: least work, fewest sessions, rendezvous. If no t
-// qualifies the session stays (everyone is equally loaded). A draining
-// replica is never balanced: it keeps its sessions until they end.
+// New session: among replicas in E whose sessions + 1 ≤ cap, the fewest
+// sessions (SkyRL's count), then the least work, then the highest
+// rendezvous weight. Why count first: when 32 equal-length conversations
+// arrive together, work-first placement let the replica whose first
+// prompts happened to be short take a ninth session while another kept
+// seven, and at 1× KV the ninth overflowed its cache (−4 to −7 % in
+// exactly those runs, BENCHMARKS.md). Counts are the lasting load (each
+// session's KV footprint and batch slot for all its turns); the first
+// turns' work is transient, so it only breaks ties.
+//
+// Existing session on r: it may move only if r's sessions > cap or r's
+// work > c × average work (the bound), AND the move is worth it:
+//
+//   - a target t in E \ {r} with sessions + 1 ≤ cap and, when only the
+//     work bound was broken, work + this request's tokens ≤ c × average
+//     (no new hot spot) and sessions + 1 < r's sessions (a move for work
+//     between equally populated replicas trades a transient queue for a
+//     lasting imbalance);
+//   - work(r) − work(t) ≥ MoveCost × the session's history on r (capped
+//     by this prompt): the queueing saved must exceed the re-prefill the
+//     move causes. This is what stops moves as the fleet drains: when
+//     conversations finish, the averages fall and r looks over the bound,
+//     but its queue is short while the history (~12k tokens at turn 40)
+//     is long. MoveCost = 0 restores the unconditional move.
+//
+// Among targets, the one holding the longest run of the prompt's leading
+// prefix blocks wins (Request.PrefixBlocks: each replica keeps an LRU,
+// PrefixCacheEntries, of the block hashes the router sent there, like an
+// engine's prefix-cache block hashes): the n samples of a GRPO group
+// share their prompt blocks, so a sibling's replica already has them; a
+// system prompt every conversation shares matches everywhere for the same
+// few blocks and so decides nothing. Then least work, fewest sessions,
+// rendezvous. If no t qualifies the session stays. A draining replica is
+// never balanced: it keeps its sessions until they end.
 //
 // A session whose replica failed, lags (lag rule move) or must be avoided
 // for a retry is placed by the same preference: a replica in E that holds
-// its prefix, within the session cap (counting the session) and the work
-// bound; if none holds it, like a new session.
+// some of its prefix blocks, within the session cap (counting the
+// session) and the work bound; if none holds any, like a new session.
 //
 // After every bounded_sticky decision the chosen replica (when in E) holds
-// at most ⌈c · avg⌉ ≤ c · avg + 1 sessions; the property tests check it.
+// at most ⌈c · avg⌉ ≤ c · avg + 1 sessions, with one exception: a sticky
+// hit whose move was not worth it (MoveCost > 0) stays over the bound,
+// because the bound is a means (balanced batches and KV), and re-prefilling
+// a long history to meet it costs more than the imbalance. New, moved and
+// spilled sessions, and sticky hits with nothing cached to lose, always
+// meet it; the property tests check both.
 //
 // # Version gating and replica states
 //
