@@ -29,6 +29,13 @@ type BusPublisher struct {
 	Weights, Acks string
 	// AckTimeout bounds the wait for the ack (default 60 s).
 	AckTimeout time.Duration
+	// Resend is how often the announcement is repeated until an ack comes
+	// (default 2 s): a plain publish made while the bus reconnects is lost,
+	// and one lost announcement would otherwise stall training until
+	// AckTimeout (found by asyncrl chaos --faults bus-reconnect). The node
+	// treats a repeat of a version it already serves as a request to ack
+	// again.
+	Resend time.Duration
 }
 
 var _ Publisher = (*BusPublisher)(nil)
@@ -68,18 +75,28 @@ func (p *BusPublisher) Publish(ctx context.Context, m *policy.Model, version int
 	if err := p.Bus.Publish(ctx, p.Weights, data); err != nil {
 		return fmt.Errorf("trainer: publish: %w", err)
 	}
-	timeout := p.AckTimeout
+	timeout, resend := p.AckTimeout, p.Resend
 	if timeout <= 0 {
 		timeout = time.Minute
 	}
+	if resend <= 0 {
+		resend = 2 * time.Second
+	}
 	t := time.NewTimer(timeout)
 	defer t.Stop()
-	select {
-	case <-acked:
-		return nil
-	case <-t.C:
-		return fmt.Errorf("trainer: publish: no engine acknowledged version %d within %v", version, timeout)
-	case <-ctx.Done():
-		return ctx.Err()
+	tick := time.NewTicker(resend)
+	defer tick.Stop()
+	for {
+		select {
+		case <-acked:
+			return nil
+		case <-tick.C:
+			// A failed repeat is not fatal: the next tick tries again.
+			_ = p.Bus.Publish(ctx, p.Weights, data)
+		case <-t.C:
+			return fmt.Errorf("trainer: publish: no engine acknowledged version %d within %v", version, timeout)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 }
