@@ -33,6 +33,11 @@
 //     (Registry.ForURI), and Registry.Receive does a destination's whole
 //     step: fetch, then the TransferDone or TransferFailed to publish.
 //
+// Tests: the two-process acceptance tests (twoproc_test.go) move 16 MiB by
+// default and 1 GiB with ASYNCRL_DATAPLANE_1GIB=1; the benchmarks move
+// 64 MiB, or ASYNCRL_DATAPLANE_BENCH_BYTES. bench/gpu/check.sh runs the GPU
+// checks on a GPU host.
+//
 // Subpackages: tcp (parallel resumable streams, sendfile), shm (/dev/shm
 // files mapped on both sides), nccl and nixl (libraries loaded at run time
 // with purego; transfers are the next step), and plan (a pure planner that

@@ -33,5 +33,13 @@
 //     matches the layouts' byte offsets (ErrBadRun).
 //   - Presets (Qwen3-235B-A22B, Kimi K2, GLM-4.5) are synthetic tensor lists
 //     from the public configs — layers, experts, hidden and FFN sizes — with
-//     the published trainer/inference layouts.
+//     the published trainer/inference layouts; "builtin" is the built-in
+//     policy's own tensors (BuiltinPolicy). PresetByName finds one;
+//     ParseLayout reads "tp4,pp2,ep8".
+//   - EstimateSync is the transfer-time model: for a plan on a Cluster
+//     (GPUs and NICs per node, NIC and NVLink rates) it estimates an NCCL
+//     broadcast from trainer rank 0 (gather, then every byte to every
+//     receiver through rank 0's NIC) against the plan's pull (the busiest
+//     rank or node). Bandwidth terms only: a floor to compare the two with,
+//     not a prediction of a measured run.
 package plan
