@@ -86,6 +86,7 @@ type Agent struct {
 
 	mu      sync.Mutex
 	quorum  *cluster.Quorum
+	final   *LedgerCounts // set when this node finished the run
 	evMu    sync.Mutex
 	done    chan struct{} // closed when the run's steps are all trained
 	doneOne sync.Once
@@ -282,7 +283,9 @@ func (a *Agent) contend(ctx context.Context) {
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
-	ectx, ecancel := context.WithCancel(ctx)
+	// The elector outlives ctx until the pipeline stopped: resigning while
+	// it still runs would let a standby start a term next to it.
+	ectx, ecancel := context.WithCancel(context.Background())
 	edone := make(chan struct{})
 	go func() { defer close(edone); _ = e.Run(ectx) }()
 	defer func() { ecancel(); <-edone }()
@@ -405,12 +408,7 @@ func (a *Agent) train(ctx context.Context, token uint64) error {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	saved := 0
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
-		}
+	save := func(ctx context.Context) error {
 		steps := n.steps()
 		for ; saved < len(steps); saved++ {
 			s := steps[saved]
@@ -420,6 +418,25 @@ func (a *Agent) train(ctx context.Context, token uint64) error {
 			}
 			a.event("step %d version %d", np.Step, np.Version)
 		}
+		return nil
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			// A step the trainer finished while the pipeline stopped is
+			// trained: record it (fenced: refused if a newer holder has
+			// claimed the progress meanwhile).
+			n.Stop()
+			mirror.stop()
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			return save(sctx)
+		case <-tick.C:
+		}
+		if err := save(ctx); err != nil {
+			return err
+		}
+		steps := n.steps()
 		if n.tr != nil {
 			if err := n.tr.Err(); err != nil {
 				return err
@@ -432,8 +449,9 @@ func (a *Agent) train(ctx context.Context, token uint64) error {
 			mirror.stop()
 			a.event("run complete at step %d", p.Step+int64(len(steps)))
 			// Groups admitted but not trained when the run ended (waiting
-			// in the buffer or for a rollout) go back to the pool.
-			if _, err := a.led.RequeueNode(ctx, a.cfg.Name, a.cfg.Name); err != nil {
+			// in the buffer or for a rollout, here or on a deposed
+			// holder whose last events landed late) go back to the pool.
+			if err := a.requeueAll(ctx); err != nil {
 				return fmt.Errorf("node: requeue at the end: %w", err)
 			}
 			if err := a.reportLedger(ctx, mirror); err != nil {
@@ -547,13 +565,27 @@ type mirror struct {
 	mu       sync.Mutex
 	illegal  int // transitions the durable ledger refused (a double train would land here)
 	recorded int
+	last     time.Time // when the last event was recorded
 	once     sync.Once
 	conn     interface{ FlushTimeout(time.Duration) error }
 }
 
+// stop waits until the ledger events still on the wire have been
+// recorded (no event for quiet, at most 5s), then unsubscribes.
 func (m *mirror) stop() {
+	const quiet = 300 * time.Millisecond
 	m.once.Do(func() {
 		_ = m.conn.FlushTimeout(2 * time.Second)
+		deadline := time.Now().Add(5 * time.Second)
+		for time.Now().Before(deadline) {
+			m.mu.Lock()
+			idle := time.Since(m.last)
+			m.mu.Unlock()
+			if idle >= quiet {
+				break
+			}
+			time.Sleep(quiet / 4)
+		}
 		_ = m.sub.Unsubscribe()
 	})
 }
@@ -582,6 +614,7 @@ func (a *Agent) mirrorLedger(n *Node, token uint64) (*mirror, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		m.recorded++
+		m.last = time.Now()
 		if errors.Is(err, ledger.ErrIllegalTransition) {
 			m.illegal++
 			a.log.Error().Err(err).Str("prompt", ev.PromptID).Msg("durable ledger refused a transition")
@@ -632,5 +665,39 @@ func (a *Agent) reportLedger(ctx context.Context, m *mirror) error {
 	m.mu.Unlock()
 	a.event("ledger prompts %d trained %d filtered %d requeued %d in_flight %d refused %d",
 		len(all), c.Trained, c.Filtered, c.Requeued, c.InFlight, c.Refused)
+	a.mu.Lock()
+	a.final = &c
+	a.mu.Unlock()
+	return nil
+}
+
+// FinalLedger returns the durable ledger's counts as this node saw them
+// when it finished the run; ok is false unless this node finished it.
+func (a *Agent) FinalLedger() (c LedgerCounts, ok bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.final == nil {
+		return LedgerCounts{}, false
+	}
+	return *a.final, true
+}
+
+// requeueAll requeues every prompt still in flight, whoever consumed it.
+func (a *Agent) requeueAll(ctx context.Context) error {
+	all, err := a.led.Entries(ctx)
+	if err != nil {
+		return err
+	}
+	senders := map[string]bool{}
+	for _, e := range all {
+		if e.State == messages.LedgerConsumed {
+			senders[e.Sender] = true
+		}
+	}
+	for s := range senders {
+		if _, err := a.led.RequeueNode(ctx, s, a.cfg.Name); err != nil {
+			return err
+		}
+	}
 	return nil
 }

@@ -1,0 +1,179 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/asyncrl/asyncrl/cluster"
+	"github.com/asyncrl/asyncrl/cluster/placement"
+	"github.com/asyncrl/asyncrl/config"
+	"github.com/asyncrl/asyncrl/transport/natsbus"
+)
+
+// syncBuf collects an agent's event lines.
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", within, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// externalBus starts an embedded NATS server the agents share (as an
+// existing NATS cluster would be), so stopping one agent keeps the bus.
+func externalBus(t *testing.T) string {
+	t.Helper()
+	opts := natsbus.DefaultOptions()
+	opts.Name = "test-cluster"
+	b, err := natsbus.Connect(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return b.ClientURL()
+}
+
+func agentRunConfig(t *testing.T, steps int) config.Config {
+	cfg := config.Default()
+	cfg.Run.Steps = steps
+	cfg.Run.DataDir = t.TempDir()
+	cfg.Run.ReportDir = t.TempDir()
+	return cfg
+}
+
+func TestAgentRejectsUnknownRole(t *testing.T) {
+	_, err := StartAgent(context.Background(), AgentConfig{Name: "n1", Roles: []string{"engine", "traner"}, Run: config.Default()})
+	if !errors.Is(err, ErrAgentConfig) || !errors.Is(err, placement.ErrUnknownRole) || !strings.Contains(err.Error(), `"traner"`) ||
+		!strings.Contains(err.Error(), "known roles: all, bus, engine") {
+		t.Fatalf("err = %v; want ErrAgentConfig wrapping ErrUnknownRole naming traner and the known roles", err)
+	}
+	if _, err := ParseAgentRoles("router,,engine"); err != nil {
+		t.Fatalf("ParseAgentRoles: %v", err)
+	}
+}
+
+// A second live node with a taken name fails fast and says who holds it;
+// the holder keeps running.
+func TestAgentDuplicateName(t *testing.T) {
+	url := externalBus(t)
+	ctx := context.Background()
+	a1, err := StartAgent(ctx, AgentConfig{Name: "n1", Roles: []string{placement.Engine}, NATSURL: url,
+		Gossip: "127.0.0.1:0", Run: agentRunConfig(t, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a1.Stop()
+	start := time.Now()
+	a2, err := StartAgent(ctx, AgentConfig{Name: "n1", Roles: []string{placement.Engine}, NATSURL: url,
+		Gossip: "127.0.0.1:0", Run: agentRunConfig(t, 1)})
+	if err == nil {
+		a2.Stop()
+		t.Fatal("a second node named n1 started")
+	}
+	if !errors.Is(err, cluster.ErrNameInUse) || !strings.Contains(err.Error(), `"n1"`) {
+		t.Fatalf("err = %v; want ErrNameInUse naming n1", err)
+	}
+	if d := time.Since(start); d > 15*time.Second {
+		t.Errorf("the duplicate took %s to fail; the bound is TTL + renew", d)
+	}
+	if len(a1.Members()) != 1 || a1.Members()[0].Name != "n1" {
+		t.Errorf("members = %v; want only the first n1", a1.Members())
+	}
+}
+
+var stepRe = regexp.MustCompile(`node (\w+): step (\d+) version`)
+
+// lastStep is the last durable step an agent reported.
+func lastStep(events string) int {
+	m := stepRe.FindAllStringSubmatch(events, -1)
+	if len(m) == 0 {
+		return 0
+	}
+	n, _ := strconv.Atoi(m[len(m)-1][2])
+	return n
+}
+
+// Two trainer nodes: the first holds the lease and trains; when it stops,
+// the standby takes over from the last durable step and finishes the run,
+// and the durable ledger shows every prompt trained once, filtered or
+// requeued (none in flight, no transition refused).
+func TestAgentStandbyTakesOver(t *testing.T) {
+	url := externalBus(t)
+	ctx := context.Background()
+	const steps = 8
+	var ev1, ev2 syncBuf
+	mk := func(name string, ev *syncBuf) *Agent {
+		a, err := StartAgent(ctx, AgentConfig{Name: name, Roles: []string{placement.Trainer}, NATSURL: url,
+			Gossip: "127.0.0.1:0", LeaseTTL: time.Second, Run: agentRunConfig(t, steps), Events: ev})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	a1 := mk("n1", &ev1)
+	defer a1.Stop()
+	waitFor(t, 30*time.Second, "n1 to train 3 steps", func() bool { return lastStep(ev1.String()) >= 3 })
+	a2 := mk("n2", &ev2)
+	defer a2.Stop()
+	if strings.Contains(ev2.String(), "lease trainer acquired") {
+		t.Fatalf("the standby acquired the lease while n1 held it:\n%s", ev2.String())
+	}
+	a1.Stop()
+	stopped := lastStep(ev1.String())
+	waitFor(t, 60*time.Second, "n2 to finish the run", func() bool {
+		_, ok := a2.FinalLedger()
+		return ok
+	})
+	out := ev2.String()
+	if !strings.Contains(out, "lease trainer acquired") {
+		t.Fatalf("n2 never took the lease:\n%s", out)
+	}
+	resumed := regexp.MustCompile(`resume from step (\d+)`).FindStringSubmatch(out)
+	if resumed == nil {
+		t.Fatalf("no resume line:\n%s", out)
+	}
+	if from, _ := strconv.Atoi(resumed[1]); from != stopped {
+		t.Errorf("n2 resumed from step %d; n1's last durable step was %d", from, stopped)
+	}
+	if got := lastStep(out); got != steps {
+		t.Errorf("n2's last step %d; want %d", got, steps)
+	}
+	c, _ := a2.FinalLedger()
+	b := config.Default().Trainer.MiniBatchSize
+	if c.InFlight != 0 || c.Refused != 0 || c.Trained != steps*b {
+		t.Errorf("final ledger %+v; want %d trained (B=%d per step, none twice), none in flight, none refused", c, steps*b, b)
+	}
+	select {
+	case <-a2.Done():
+	default:
+		t.Error("Done not closed after the run finished")
+	}
+}
