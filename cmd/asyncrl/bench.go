@@ -18,7 +18,14 @@ func newBenchCmd(g *globals) *cobra.Command {
 		Short: "Run workloads and benchmarks",
 		Long: "Benchmarks and models. The measured suites run with `make bench`\n" +
 			"(results in BENCHMARKS.md); the subcommands here need no cluster.",
-		Args: cobra.NoArgs,
+		Args: cobra.ArbitraryArgs,
+		// A mistyped subcommand is an error, not the help page and exit 0.
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return fail("asyncrl bench: unknown subcommand %q (available: weightsync-plan)", args[0])
+			}
+			return cmd.Help()
+		},
 	}
 	cmd.AddCommand(newBenchWeightSyncPlanCmd(g))
 	return cmd

@@ -97,3 +97,14 @@ func TestBenchWeightSyncPlanBadInput(t *testing.T) {
 		}
 	}
 }
+
+func TestBenchParent(t *testing.T) {
+	code, out, _ := cli(t, "bench")
+	if code != 0 || !strings.Contains(out, "weightsync-plan") {
+		t.Errorf("bench: code %d, stdout %q; want 0 and the subcommand listed", code, out)
+	}
+	code, out, errOut := cli(t, "bench", "weightsync")
+	if want := "asyncrl bench: unknown subcommand \"weightsync\" (available: weightsync-plan)\n"; code != 1 || out != "" || errOut != want {
+		t.Errorf("bench weightsync: code %d, stdout %q, stderr %q; want 1, %q", code, out, errOut, want)
+	}
+}
