@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -92,13 +93,33 @@ func childSource(kind string) int {
 	if err := json.NewEncoder(os.Stdout).Encode(p); err != nil {
 		return die(err)
 	}
+	if kind == "tcp" {
+		// The baseline, side by side: the same bytes as one plain write on
+		// one connection (no framing, checksums or resumption).
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return die(err)
+		}
+		defer ln.Close()
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				c.Write(src)
+				c.Close()
+			}
+		}()
+		fmt.Println(ln.Addr())
+	}
 	io.Copy(io.Discard, os.Stdin) // serve until the parent is done
 	return 0
 }
 
-// startSource runs the child and returns its plan; the child exits when
-// the test ends.
-func startSource(t *testing.T, kind string, n int) *messages.TransferPlan {
+// startSource runs the child and returns its plan, and for tcp the address
+// of its plain single-stream sender; the child exits when the test ends.
+func startSource(t *testing.T, kind string, n int) (*messages.TransferPlan, string) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"="+kind, childBytesEnv+"="+strconv.Itoa(n))
@@ -118,7 +139,8 @@ func startSource(t *testing.T, kind string, n int) *messages.TransferPlan {
 		stdin.Close()
 		cmd.Wait()
 	})
-	line, err := bufio.NewReader(stdout).ReadBytes('\n')
+	r := bufio.NewReader(stdout)
+	line, err := r.ReadBytes('\n')
 	if err != nil {
 		t.Fatalf("the source process printed no plan: %v", err)
 	}
@@ -129,7 +151,14 @@ func startSource(t *testing.T, kind string, n int) *messages.TransferPlan {
 	if len(p.Ranges) == 0 || p.Ranges[0].Checksum == "" {
 		t.Fatalf("plan without checksums: %+v", p)
 	}
-	return &p
+	if kind != "tcp" {
+		return &p, ""
+	}
+	addr, err := r.ReadString('\n')
+	if err != nil {
+		t.Fatalf("the source process printed no plain address: %v", err)
+	}
+	return &p, strings.TrimSpace(addr)
 }
 
 // checkSeeded compares dst with the seeded stream, rebuilt a MiB at a time
@@ -195,10 +224,11 @@ func gbps(n int, d time.Duration) float64 { return float64(n) / d.Seconds() / 1e
 
 // TCP between two processes: the first two connections die a quarter of
 // a range in; the fetch resumes where each broke, arrives checksum-exact,
-// and a second, undisturbed fetch gives the throughput.
+// and a second, undisturbed fetch gives the throughput, next to a plain
+// single-stream copy of the same bytes from the same process.
 func TestTwoProcessTCP(t *testing.T) {
 	n := transferSize(t)
-	p := startSource(t, "tcp", n)
+	p, plainAddr := startSource(t, "tcp", n)
 	var dials atomic.Int32
 	cfg := tcp.DefaultConfig()
 	cfg.Backoff = time.Millisecond
@@ -233,8 +263,22 @@ func TestTwoProcessTCP(t *testing.T) {
 	}
 	clean := time.Since(start)
 	checkSeeded(t, dst)
-	t.Logf("tcp, 2 processes, %d MiB, %d streams: %.2f GB/s undisturbed, %.2f GB/s with 2 connections killed and resumed",
-		n>>20, cfg.Streams, gbps(n, clean), gbps(n, killed))
+
+	clear(dst)
+	conn, err := net.Dial("tcp", plainAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	_, err = io.ReadFull(conn, dst)
+	plain := time.Since(start)
+	conn.Close()
+	if err != nil {
+		t.Fatalf("plain copy: %v", err)
+	}
+	checkSeeded(t, dst)
+	t.Logf("tcp, 2 processes, %d MiB: data plane (%d streams, xxh3) %.2f GB/s undisturbed = %.2f× plain single-stream copy (%.2f GB/s); %.2f GB/s with 2 connections killed and resumed",
+		n>>20, cfg.Streams, gbps(n, clean), plain.Seconds()/clean.Seconds(), gbps(n, plain), gbps(n, killed))
 }
 
 // Shared memory between two processes: a fetch stopped a third of the
@@ -243,7 +287,7 @@ func TestTwoProcessTCP(t *testing.T) {
 // retry re-reads every range (no per-range resume), at memory speed.
 func TestTwoProcessSHM(t *testing.T) {
 	n := transferSize(t)
-	p := startSource(t, "shm", n)
+	p, _ := startSource(t, "shm", n)
 	b, err := shm.New(shm.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
