@@ -179,7 +179,7 @@ func TestSimCommand(t *testing.T) {
 	if code != 0 || !strings.Contains(out+errOut, "1 of 1 passed") {
 		t.Fatalf("sim: code %d, out %q, err %q", code, out, errOut)
 	}
-	code, out, errOut = cli(t, "sim", "--seed", "1", "--steps", "8", "--bug", "router-ignores-version-gating")
+	code, out, errOut = cli(t, "sim", "--seeds", "50", "--steps", "8", "--bug", "router-ignores-version-gating")
 	if code != 1 || !strings.Contains(out+errOut, "routing-gate") {
 		t.Fatalf("sim with a planted bug: code %d, out %q, err %q", code, out, errOut)
 	}
