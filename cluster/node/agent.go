@@ -260,9 +260,24 @@ func (a *Agent) quorate() bool {
 }
 
 // contend runs the trainer lease: while this node holds it (and its side
-// has quorum) it runs the training pipeline; when the lease is lost or the
-// side loses quorum the pipeline stops and the node goes back to standby.
+// has quorum) it runs the training pipeline; when the lease is lost, the
+// side loses quorum or the pipeline fails, the pipeline stops, the lease is
+// given up and the node goes back to standby.
 func (a *Agent) contend(ctx context.Context) {
+	for ctx.Err() == nil {
+		if a.quorate() {
+			a.contendOnce(ctx)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// contendOnce contends for the lease until ctx ends, quorum is lost or
+// the pipeline fails.
+func (a *Agent) contendOnce(ctx context.Context) {
 	role := a.cfg.Run.Run.ID + "-" + placement.Trainer
 	lc := lease.DefaultConfig(role, a.cfg.Name)
 	lc.Timing, lc.Replicas, lc.Logger = lease.DefaultTiming(a.cfg.LeaseTTL), a.cfg.Replicas, a.log
@@ -357,19 +372,32 @@ func (a *Agent) contend(ctx context.Context) {
 // steps of the run in a fresh pipeline on the cluster bus, saving the
 // progress (fenced by token) after every step.
 func (a *Agent) train(ctx context.Context, token uint64) error {
-	prev, _, err := a.led.Progress(ctx)
-	if err != nil {
+	var prev, p ledger.Progress
+	if err := retry(ctx, 30*time.Second, func() (err error) {
+		prev, _, err = a.led.Progress(ctx)
+		return err
+	}); err != nil {
 		return err
 	}
-	p, err := a.led.Claim(ctx, token, a.cfg.Name)
-	if err != nil {
+	if err := retry(ctx, 30*time.Second, func() (err error) {
+		p, err = a.led.Claim(ctx, token, a.cfg.Name)
+		if errors.Is(err, lease.ErrFenced) {
+			return backoff.Permanent(err)
+		}
+		return err
+	}); err != nil {
 		return err
 	}
 	// The previous holder's episodes in flight died with its pipeline:
 	// requeue them in the durable ledger (after the claim, which fenced it).
 	if prev.Holder != "" {
-		rq, err := a.led.RequeueNode(ctx, prev.Holder, a.cfg.Name)
-		if err != nil {
+		// The dead node's JetStream server may have led the ledger's
+		// streams: retry while the survivors elect new leaders.
+		var rq []ledger.Entry
+		if err := retry(ctx, 30*time.Second, func() (err error) {
+			rq, err = a.led.RequeueNode(ctx, prev.Holder, a.cfg.Name)
+			return err
+		}); err != nil {
 			return fmt.Errorf("node: requeue %s's prompts: %w", prev.Holder, err)
 		}
 		a.event("requeued %d prompts %s had in flight", len(rq), prev.Holder)
