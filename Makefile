@@ -63,3 +63,10 @@ CHAOS_FAULTS ?= all
 .PHONY: chaos
 chaos: build
 	./$(BIN) chaos --seed $(CHAOS_SEED) --duration $(CHAOS_DURATION) --faults $(CHAOS_FAULTS)
+
+# The multi-node end-to-end test (issue 7): three asyncrl node processes on
+# loopback with an embedded NATS cluster; SIGKILL the trainer holder and
+# check the standby resumes and the durable ledger loses nothing (~20-40 s).
+.PHONY: test-cluster
+test-cluster:
+	ASYNCRL_CLUSTER_E2E=1 go test -count=1 -run TestCluster -v ./cluster/node/
