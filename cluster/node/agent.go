@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -91,6 +92,8 @@ type Agent struct {
 	done    chan struct{} // closed when the run's steps are all trained
 	doneOne sync.Once
 	stopOne sync.Once
+	// stopping: Stop has begun; the name claim's loss is then expected.
+	stopping atomic.Bool
 }
 
 // ParseAgentRoles validates a --roles value; the error lists the known roles.
@@ -176,7 +179,11 @@ func StartAgent(ctx context.Context, cfg AgentConfig) (a *Agent, err error) {
 	}); err != nil {
 		return a, fmt.Errorf("node: names bucket: %w", err)
 	}
-	claim := cluster.NameClaim{Name: cfg.Name, Instance: inst, Logger: a.log, OnLost: func() { a.event("name claim lost") }}
+	claim := cluster.NameClaim{Name: cfg.Name, Instance: inst, Logger: a.log, OnLost: func() {
+		if !a.stopping.Load() {
+			a.event("name claim lost")
+		}
+	}}
 	// A fresh clustered JetStream can time out creating the names bucket
 	// while its servers settle; only ErrNameInUse is an answer.
 	if err = retry(ctx, 30*time.Second, func() error {
@@ -496,6 +503,7 @@ func (a *Agent) train(ctx context.Context, token uint64) error {
 // name up and closes the bus. Idempotent.
 func (a *Agent) Stop() {
 	a.stopOne.Do(func() {
+		a.stopping.Store(true)
 		if a.cancel != nil {
 			a.cancel()
 		}
@@ -638,7 +646,7 @@ func (a *Agent) mirrorLedger(n *Node, token uint64) (*mirror, error) {
 		ev.Sender = a.cfg.Name
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_, _, err = a.led.Record(ctx, ev)
+		err = a.recordEvent(ctx, ev)
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		m.recorded++
@@ -728,4 +736,35 @@ func (a *Agent) requeueAll(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// recordEvent records ev in the durable ledger. The pipeline's ledger
+// events can arrive out of order when a publish was retried (a clustered
+// stream electing a leader after a node died): a prompt's next attempt
+// consumed before the previous attempt's requeue, and that requeue late.
+// Both are repaired here, since the controller consumes attempt a+1 only
+// after it requeued attempt a; anything else the ledger refuses stays an
+// error (a second train among them).
+func (a *Agent) recordEvent(ctx context.Context, ev messages.PromptLedger) error {
+	_, _, err := a.led.Record(ctx, ev)
+	if err == nil || !errors.Is(err, ledger.ErrIllegalTransition) {
+		return err
+	}
+	cur, ok, gerr := a.led.Get(ctx, ev.PromptID)
+	if gerr != nil || !ok {
+		return err
+	}
+	switch {
+	case ev.State == messages.LedgerRequeued && ev.Attempt < cur.Attempt:
+		return nil // superseded: the repair below recorded it
+	case ev.State == messages.LedgerConsumed && cur.State == messages.LedgerConsumed && cur.Attempt < ev.Attempt:
+		rq := cur
+		rq.State, rq.Sender = messages.LedgerRequeued, a.cfg.Name
+		if _, _, err := a.led.Record(ctx, rq); err != nil {
+			return err
+		}
+		_, _, err = a.led.Record(ctx, ev)
+		return err
+	}
+	return err
 }

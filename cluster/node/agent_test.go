@@ -12,8 +12,10 @@ import (
 	"time"
 
 	"github.com/asyncrl/asyncrl/cluster"
+	"github.com/asyncrl/asyncrl/cluster/ledger"
 	"github.com/asyncrl/asyncrl/cluster/placement"
 	"github.com/asyncrl/asyncrl/config"
+	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
 )
 
@@ -175,5 +177,43 @@ func TestAgentStandbyTakesOver(t *testing.T) {
 	case <-a2.Done():
 	default:
 		t.Error("Done not closed after the run finished")
+	}
+}
+
+// Out-of-order ledger events (a retried publish) are repaired: attempt 1
+// consumed before attempt 0's requeue, and that requeue arriving late.
+// A second train is still refused.
+func TestRecordEventRepairsReorder(t *testing.T) {
+	url := externalBus(t)
+	opts := natsbus.DefaultOptions()
+	opts.URL = url
+	b, err := natsbus.Connect(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx := context.Background()
+	cfg := ledger.DefaultConfig("reorder")
+	cfg.Memory = true
+	l, err := ledger.Open(ctx, b.Conn(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &Agent{cfg: AgentConfig{Name: "n1"}, led: l}
+	ev := func(state messages.LedgerState, attempt int32) messages.PromptLedger {
+		return messages.PromptLedger{Header: messages.Header{Sender: "n1"}, PromptID: "t1/p1", GroupID: "g" + strconv.Itoa(int(attempt)), State: state, Attempt: attempt}
+	}
+	for i, e := range []messages.PromptLedger{ev(messages.LedgerConsumed, 0), ev(messages.LedgerConsumed, 1),
+		ev(messages.LedgerRequeued, 0), ev(messages.LedgerTrained, 1)} {
+		if err := a.recordEvent(ctx, e); err != nil {
+			t.Fatalf("event %d (%s attempt %d): %v", i, e.State, e.Attempt, err)
+		}
+	}
+	got, ok, err := l.Get(ctx, "t1/p1")
+	if err != nil || !ok || got.State != messages.LedgerTrained || got.Attempt != 1 {
+		t.Fatalf("entry %+v ok %v err %v; want trained attempt 1", got, ok, err)
+	}
+	if err := a.recordEvent(ctx, ev(messages.LedgerTrained, 2)); !errors.Is(err, ledger.ErrAlreadyTrained) {
+		t.Errorf("a second train: err %v; want ErrAlreadyTrained", err)
 	}
 }
