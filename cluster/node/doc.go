@@ -48,4 +48,24 @@
 // accounting: trajectories_lost counts trajectories neither finished nor
 // reported aborted, plus those of reported groups that never reached the
 // controller's books.
+//
+// # Cluster agent (asyncrl node)
+//
+// StartAgent runs one member of a multi-node run: the bus (an embedded
+// server, clustered with the other nodes' servers through routes, or an
+// external NATS cluster), the node's name claim (cluster.ClaimName: a
+// duplicate --name fails fast), gossip membership advertising roles, bus
+// and route URLs and the GPU count, and — for nodes listing the trainer
+// role — the trainer lease. The holder claims the durable progress with
+// its fencing token (cluster/ledger), requeues the previous holder's
+// in-flight prompts, and runs the remaining steps as one pipeline of the
+// Node above on the cluster bus under the run id <run>-t<token>, saving
+// the progress after every step and mirroring its prompt ledger into the
+// durable ledger (ids t<token>/<prompt>, each transition validated). A
+// standby takes over when the lease expires; a holder that stops or loses
+// quorum (cluster.Quorum) stops its pipeline before it gives the lease up.
+// The other roles (engine, router, rollout, filter) start no actors of
+// their own yet: the holder's pipeline has its own engines and router.
+// Events (one line each: lease acquired, resume, step, member left, final
+// ledger counts) go to AgentConfig.Events.
 package node
