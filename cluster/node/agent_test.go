@@ -217,3 +217,44 @@ func TestRecordEventRepairsReorder(t *testing.T) {
 		t.Errorf("a second train: err %v; want ErrAlreadyTrained", err)
 	}
 }
+
+// A holder whose side loses quorum stops training and gives the lease up;
+// a node on the majority side takes over.
+func TestAgentMinorityStopsTraining(t *testing.T) {
+	url := externalBus(t)
+	ctx := context.Background()
+	var ev1, ev2 syncBuf
+	mk := func(name string, ev *syncBuf) *Agent {
+		a, err := StartAgent(ctx, AgentConfig{Name: name, Roles: []string{placement.Trainer}, NATSURL: url,
+			Gossip: "127.0.0.1:0", LeaseTTL: time.Second, Run: agentRunConfig(t, 50), Events: ev})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	a1 := mk("n1", &ev1)
+	defer a1.Stop()
+	waitFor(t, 30*time.Second, "n1 to train a step", func() bool { return lastStep(ev1.String()) >= 1 })
+	a2 := mk("n2", &ev2)
+	defer a2.Stop()
+	// n1 knows {n1, m1, m2} and both others died: its side is a minority
+	// (n2 runs its own gossip, so its side keeps quorum).
+	a1.mu.Lock()
+	a1.quorum.Joined("m1")
+	a1.quorum.Joined("m2")
+	a1.quorum.Failed("m1")
+	a1.quorum.Failed("m2")
+	a1.mu.Unlock()
+	waitFor(t, 10*time.Second, "n1 to stop training", func() bool { return strings.Contains(ev1.String(), "lost quorum: training stops") })
+	// n1 resigns only after its pipeline stopped, so its last step is
+	// final once n2 holds the lease.
+	waitFor(t, 20*time.Second, "n2 to take the lease over", func() bool { return strings.Contains(ev2.String(), "lease trainer acquired") })
+	stopped := lastStep(ev1.String())
+	waitFor(t, 20*time.Second, "n2 to train", func() bool { return lastStep(ev2.String()) > stopped })
+	if got := lastStep(ev1.String()); got != stopped {
+		t.Errorf("n1 trained on to step %d after losing quorum at step %d", got, stopped)
+	}
+	if n := strings.Count(ev1.String(), "lease trainer acquired"); n != 1 {
+		t.Errorf("n1 acquired the lease %d times; a minority must not contend", n)
+	}
+}
