@@ -214,8 +214,8 @@ func TestHelpListsEverySubcommand(t *testing.T) {
 
 func TestStubValidatesConfig(t *testing.T) {
 	bad := writeFile(t, "bad.yaml", "routr: {}\n")
-	code, _, errOut := cli(t, "node", "--config", bad)
-	if want := bad + ":1: routr: unknown key (did you mean router?)\n"; code != 1 || errOut != want {
+	code, _, errOut := cli(t, "node", "--name", "n1", "--config", bad)
+	if want := "asyncrl node: " + bad + ":1: routr: unknown key (did you mean router?)\n"; code != 1 || errOut != want {
 		t.Errorf("node --config bad: code %d, stderr %q; want %q", code, errOut, want)
 	}
 }
