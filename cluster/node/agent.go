@@ -235,6 +235,7 @@ func StartAgent(ctx context.Context, cfg AgentConfig) (a *Agent, err error) {
 			return a, err
 		}
 		a.wg.Go(func() { a.contend(rctx) })
+		a.wg.Go(func() { a.watchDone(rctx) })
 	}
 	return a, nil
 }
@@ -482,7 +483,11 @@ func (a *Agent) train(ctx context.Context, token uint64) error {
 			// aborted and requeued, and the mirror records that.
 			n.Stop()
 			mirror.stop()
-			a.event("run complete at step %d", p.Step+int64(len(steps)))
+			// steps may have grown since save: record every step.
+			if err := save(ctx); err != nil {
+				return err
+			}
+			a.event("run complete at step %d", p.Step+int64(saved))
 			// Groups admitted but not trained when the run ended (waiting
 			// in the buffer or for a rollout, here or on a deposed
 			// holder whose last events landed late) go back to the pool.
@@ -644,7 +649,7 @@ func (a *Agent) mirrorLedger(n *Node, token uint64) (*mirror, error) {
 		}
 		ev.PromptID = prefix + ev.PromptID
 		ev.Sender = a.cfg.Name
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		defer cancel()
 		err = a.recordEvent(ctx, ev)
 		m.mu.Lock()
@@ -746,12 +751,33 @@ func (a *Agent) requeueAll(ctx context.Context) error {
 // after it requeued attempt a; anything else the ledger refuses stays an
 // error (a second train among them).
 func (a *Agent) recordEvent(ctx context.Context, ev messages.PromptLedger) error {
+	// Transient failures (a stream electing its leader after a node died)
+	// are retried for a while; the handler runs events one at a time, so
+	// the order is kept.
+	var err error
+	for range 20 {
+		if err = a.recordOnce(ctx, ev); err == nil || errors.Is(err, ledger.ErrIllegalTransition) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	return err
+}
+
+func (a *Agent) recordOnce(ctx context.Context, ev messages.PromptLedger) error {
 	_, _, err := a.led.Record(ctx, ev)
 	if err == nil || !errors.Is(err, ledger.ErrIllegalTransition) {
 		return err
 	}
 	cur, ok, gerr := a.led.Get(ctx, ev.PromptID)
-	if gerr != nil || !ok {
+	if gerr != nil {
+		return gerr // transient: retried
+	}
+	if !ok {
 		return err
 	}
 	switch {
@@ -767,4 +793,30 @@ func (a *Agent) recordEvent(ctx context.Context, ev messages.PromptLedger) error
 		return err
 	}
 	return err
+}
+
+// watchDone closes Done on every trainer node (standbys too) once the
+// durable progress reaches run.steps, so --exit-when-done ends them all.
+func (a *Agent) watchDone(ctx context.Context) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.done:
+			return
+		case <-tick.C:
+		}
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		p, ok, err := a.led.Progress(cctx)
+		cancel()
+		// The holder closes Done itself after its final ledger report;
+		// a standby sees the progress complete and no holder.
+		if err == nil && ok && p.Step >= int64(a.cfg.Run.Run.Steps) && p.Holder != a.cfg.Name {
+			a.doneOne.Do(func() { close(a.done) })
+			a.event("run complete at step %d (trained by %s)", p.Step, p.Holder)
+			return
+		}
+	}
 }

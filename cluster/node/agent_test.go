@@ -166,7 +166,7 @@ func TestAgentStandbyTakesOver(t *testing.T) {
 		t.Errorf("n2 resumed from step %d; n1's last durable step was %d", from, stopped)
 	}
 	if got := lastStep(out); got != steps {
-		t.Errorf("n2's last step %d; want %d", got, steps)
+		t.Errorf("n2's last step %d; want %d\n%s\nn1:\n%s", got, steps, out, ev1.String())
 	}
 	c, _ := a2.FinalLedger()
 	b := config.Default().Trainer.MiniBatchSize
@@ -177,6 +177,21 @@ func TestAgentStandbyTakesOver(t *testing.T) {
 	case <-a2.Done():
 	default:
 		t.Error("Done not closed after the run finished")
+	}
+	// A standby that joins after the end sees the run complete too.
+	var ev3 syncBuf
+	a3 := mk("n3", &ev3)
+	defer a3.Stop()
+	waitFor(t, 10*time.Second, "the late standby's Done", func() bool {
+		select {
+		case <-a3.Done():
+			return true
+		default:
+			return false
+		}
+	})
+	if !strings.Contains(ev3.String(), "run complete at step 8 (trained by n2)") {
+		t.Errorf("late standby events:\n%s", ev3.String())
 	}
 }
 
