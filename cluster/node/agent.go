@@ -294,7 +294,18 @@ func (a *Agent) contendOnce(ctx context.Context) {
 		err     error
 		leading = make(chan lease.Status, 4)
 	)
-	lc.OnChange = func(st lease.Status) { leading <- st }
+	// The elector outlives ctx until the pipeline stopped: resigning while
+	// it still runs would let a standby start a term next to it.
+	ectx, ecancel := context.WithCancel(context.Background())
+	defer ecancel()
+	// Once contendOnce stops reading (ectx cancelled), the elector's last
+	// changes are dropped rather than block its Run.
+	lc.OnChange = func(st lease.Status) {
+		select {
+		case leading <- st:
+		case <-ectx.Done():
+		}
+	}
 	for {
 		if e, err = lease.New(ctx, a.bus.Conn(), lc); err == nil {
 			break
@@ -306,9 +317,6 @@ func (a *Agent) contendOnce(ctx context.Context) {
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
-	// The elector outlives ctx until the pipeline stopped: resigning while
-	// it still runs would let a standby start a term next to it.
-	ectx, ecancel := context.WithCancel(context.Background())
 	edone := make(chan struct{})
 	go func() { defer close(edone); _ = e.Run(ectx) }()
 	defer func() { ecancel(); <-edone }()
@@ -350,7 +358,7 @@ func (a *Agent) contendOnce(ctx context.Context) {
 				continue
 			}
 			if !a.quorate() {
-				continue
+				return // a minority must not sit on the lease: resign (deferred)
 			}
 			a.event("lease %s acquired token %d", placement.Trainer, st.Token)
 			pctx, c := context.WithCancel(ctx)
