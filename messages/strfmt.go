@@ -58,13 +58,6 @@ func (l *line) boolean(k string, v bool) *line {
 	return l
 }
 
-func (l *line) bytes(k string, v []byte) *line {
-	l.key(k)
-	l.b.WriteString(strconv.Itoa(len(v)))
-	l.b.WriteByte('B')
-	return l
-}
-
 // list writes [a b c …+N] with at most maxListed elements.
 func list[T any](l *line, k string, v []T, f func(T) string) *line {
 	l.key(k)

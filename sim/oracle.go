@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"fmt"
 	"math"
 	"sort"
 	"strings"
@@ -327,6 +326,3 @@ func short(s string) string {
 }
 
 // describe is the oracle's one-line account for summaries.
-func (o *oracle) describe() string {
-	return fmt.Sprintf("trained=%d filtered=%d requeued=%d max_staleness=%d", o.trained, o.filtered, o.requeued, o.maxStale)
-}

@@ -121,7 +121,6 @@ type Core struct {
 	lastTrain *messages.TrainBatch
 
 	stats Stats
-	errs  []error
 }
 
 // Stats are the core's own counters (the staleness controller has its own

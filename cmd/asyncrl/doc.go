@@ -2,13 +2,13 @@
 // asynchronous RL post-training.
 //
 // Subcommands: run (a whole run on one machine), node (a cluster member),
-// router, engine, worker, weights, sim, chaos, bench, config (print-defaults,
+// router, engine, env, worker, weights, sim, chaos, bench, config (print-defaults,
 // show, validate) and version. Global flags: --log-level (debug|info|warn|error)
 // and --log-format (auto|json|console); commands that read a run
 // configuration take --config FILE (see package config).
 //
-// Exit codes: 0 success; 1 an error (bad flags, bad config, failure);
-// 2 the subcommand is not built yet (its message names the tracking issue).
+// Exit codes: 0 success; 1 an error (bad flags, bad config, failure, or an
+// invariant violated in sim/chaos).
 // Command output goes to stdout, logs and errors to stderr.
 //
 // main stays thin: each subcommand lives in its own file and only parses

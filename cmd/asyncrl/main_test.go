@@ -92,17 +92,6 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
-func TestNotBuiltSubcommands(t *testing.T) {
-	issues := map[string]int{}
-	for name, issue := range issues {
-		code, out, errOut := cli(t, name)
-		want := fmt.Sprintf("asyncrl %s: not built yet (tracked in issue %d)\n", name, issue)
-		if code != 2 || out != "" || errOut != want {
-			t.Errorf("%s: code %d, stdout %q, stderr %q; want 2, %q", name, code, out, errOut, want)
-		}
-	}
-}
-
 func TestRunLoadsConfigFirst(t *testing.T) {
 	bad := writeFile(t, "bad.yaml", "run:\n  stepz: 3\n")
 	code, _, errOut := cli(t, "run", "--config", bad)

@@ -16,9 +16,8 @@ import (
 
 // Exit codes (see doc.go).
 const (
-	exitOK       = 0
-	exitError    = 1
-	exitNotBuilt = 2
+	exitOK    = 0
+	exitError = 1
 )
 
 // exitErr carries a message for stderr and the process exit code out of a
@@ -33,11 +32,6 @@ func (e *exitErr) Error() string { return e.msg }
 // fail makes an exit-1 error whose message is printed as is.
 func fail(format string, args ...any) error {
 	return &exitErr{code: exitError, msg: fmt.Sprintf(format, args...)}
-}
-
-// notBuilt is the answer of a subcommand whose issue has not landed.
-func notBuilt(name string, issue int) error {
-	return &exitErr{code: exitNotBuilt, msg: fmt.Sprintf("asyncrl %s: not built yet (tracked in issue %d)", name, issue)}
 }
 
 // globals holds the root's persistent flags and output streams.
@@ -149,28 +143,4 @@ func loadConfig(path string, override func(*config.Config)) (config.Config, erro
 		return c, nil
 	}
 	return config.LoadWith(path, override)
-}
-
-// stubCmd is a subcommand whose issue has not landed: it accepts any
-// arguments and flags (so scripts written for the finished command get the
-// clear not-built answer rather than a flag error) and exits 2. A --config
-// given to it is still loaded and validated.
-func stubCmd(name, short string, issue int) *cobra.Command {
-	var cfgPath string
-	cmd := &cobra.Command{
-		Use:                name,
-		Short:              short + " (not built yet)",
-		Args:               cobra.ArbitraryArgs,
-		FParseErrWhitelist: cobra.FParseErrWhitelist{UnknownFlags: true},
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if cfgPath != "" {
-				if _, err := config.Load(cfgPath); err != nil {
-					return fail("%v", err)
-				}
-			}
-			return notBuilt(name, issue)
-		},
-	}
-	cmd.Flags().StringVar(&cfgPath, "config", "", "run configuration `FILE` (YAML; see asyncrl config print-defaults)")
-	return cmd
 }

@@ -63,7 +63,8 @@ func TestObserveHealth(t *testing.T) {
 	for i := 0; i < 100; i++ {
 		b.Request()
 	}
-	if !b.Retry() || !b.Retry() || b.Retry() {
+	r1, r2, r3 := b.Retry(), b.Retry(), b.Retry()
+	if !r1 || !r2 || r3 {
 		t.Fatal("bucket should hold exactly the burst after a quiet period")
 	}
 	if _, err := c.ObserveHealth("http://z", true, true); err == nil {
