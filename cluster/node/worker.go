@@ -47,8 +47,15 @@ func (n *Node) loadWeights(msg *transport.Msg) {
 		n.opts.Logger.Error().Err(err).Int64("version", wp.Version).Msg("weights: engines not updated")
 		return
 	}
+	n.ackVersion(wp.Version)
+}
+
+// ackVersion tells a remote trainer that version is live on this node.
+func (n *Node) ackVersion(version int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	data, err := messages.Encode(messages.EngineVersionAck{
-		Header: messages.Header{RunID: n.cfg.Run.ID, Sender: "node", Version: wp.Version}, Engine: "node", URL: n.routerURL})
+		Header: messages.Header{RunID: n.cfg.Run.ID, Sender: "node", Version: version}, Engine: "node", URL: n.routerURL})
 	if err == nil {
 		err = n.bus.Publish(ctx, n.subj.ack, data)
 	}
@@ -62,7 +69,13 @@ func (n *Node) loadWeights(msg *transport.Msg) {
 // worker waits on) tell the worker the version is live.
 func (n *Node) publishRemote(version int64, dir string) {
 	if version <= n.wsync.pub.Version() {
-		return // a redelivered announcement: already published
+		// A repeated announcement: the worker repeats until it sees an ack,
+		// so its earlier ack may have been lost (bus reconnect). Once the
+		// version is routable, acknowledge it again.
+		if n.wsync.shell.MinRoutable() >= version {
+			n.ackVersion(version)
+		}
+		return
 	}
 	ctx, cancel := context.WithTimeout(n.wsync.ctx, time.Minute)
 	defer cancel()

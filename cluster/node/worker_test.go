@@ -6,9 +6,49 @@ import (
 	"testing"
 	"time"
 
+	"github.com/asyncrl/asyncrl/actors/trainer"
 	"github.com/asyncrl/asyncrl/config"
+	"github.com/asyncrl/asyncrl/messages"
+	"github.com/asyncrl/asyncrl/transport"
 	"github.com/asyncrl/asyncrl/weights/delta"
 )
+
+// checkRepeatIsAcked: a worker repeats an announcement until it sees an
+// ack (its first ack may be lost in a bus reconnect), so the node must ack
+// a repeat of a version it already serves.
+func checkRepeatIsAcked(t *testing.T, n *Node, cfg config.Config, version int64) {
+	t.Helper()
+	acked := make(chan struct{}, 1)
+	sub, err := n.Bus().Subscribe(n.subj.acks, func(m *transport.Msg) {
+		if a, err := messages.DecodeAs[messages.EngineVersionAck](m.Data); err == nil && a.Version >= version {
+			select {
+			case acked <- struct{}{}:
+			default:
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	dir := filepath.Join(cfg.Run.DataDir, "weights")
+	if cfg.Publisher.SyncDir != "" {
+		dir = cfg.Publisher.SyncDir
+	}
+	data, err := messages.Encode(messages.WeightsPublished{Header: messages.Header{RunID: cfg.Run.ID, Sender: "worker", Version: version},
+		BaseVersion: version, Format: messages.WeightsFull, URI: "file://" + trainer.CheckpointDir(dir, version)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Bus().Publish(context.Background(), n.subj.weights, data); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-acked:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("a repeated announcement of version %d got no ack", version)
+	}
+}
 
 // TestRemoteTrainerWorker runs the trainer as a worker process (here a
 // goroutine with its own bus connection): its versions reach the engines
@@ -43,6 +83,7 @@ func testRemoteTrainerWorker(t *testing.T, mode config.PublishMode) {
 	if e := <-werr; e != nil {
 		t.Errorf("worker: %v", e)
 	}
+	checkRepeatIsAcked(t, n, cfg, 3)
 	n.Stop()
 	if err != nil || interrupted {
 		t.Fatalf("wait: interrupted %v err %v", interrupted, err)
