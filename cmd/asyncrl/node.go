@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -75,6 +76,7 @@ func newNodeCmd(g *globals) *cobra.Command {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			inv := gpu.Probe()
+			fmt.Fprintf(g.stdout, "node %s: %s\n", f.name, gpuLine(inv))
 			a, err := node.StartAgent(ctx, node.AgentConfig{Name: f.name, Roles: roles, NATSURL: f.nats,
 				ClusterListen: f.clusterListen, Routes: f.routes, Gossip: f.gossip, Join: f.join,
 				GPUs: len(inv.Devices), Replicas: f.replicas, LeaseTTL: f.leaseTTL, Run: cfg, Logger: log,
@@ -112,4 +114,13 @@ func doneIf(ch <-chan struct{}, on bool) <-chan struct{} {
 		return ch
 	}
 	return nil
+}
+
+// gpuLine says what the node has: "gpu: 8 devices (driver 550.54)" or,
+// on a machine without a GPU or driver, "gpu: none (<why>)" — never an error.
+func gpuLine(inv gpu.Inventory) string {
+	if !inv.Available {
+		return "gpu: none (" + inv.Reason + ")"
+	}
+	return fmt.Sprintf("gpu: %d devices (driver %s)", len(inv.Devices), inv.Driver)
 }
