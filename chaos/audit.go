@@ -80,21 +80,9 @@ func readDurableLedger(ctx context.Context, storeDir, runID string) ([]node.Grou
 			n++
 			switch v := msg.(type) {
 			case messages.PromptLedger:
-				g := get(v.GroupID)
-				g.PromptID, g.Attempt = v.PromptID, v.Attempt
-				switch v.State {
-				case messages.LedgerConsumed:
-					g.Consumed = true
-				case messages.LedgerTrained:
-					g.Trained++
-				case messages.LedgerFiltered:
-					g.FilteredFinal++
-				case messages.LedgerRequeued:
-					g.Requeued++
-				}
+				get(v.GroupID).ApplyLedger(v)
 			case messages.GroupAccepted:
-				g := get(v.GroupID)
-				g.Accepted, g.AcceptedStep, g.Staleness = true, v.Step, v.Staleness
+				get(v.GroupID).ApplyAccepted(v)
 			}
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {

@@ -53,6 +53,29 @@ type GroupRecord struct {
 // Terminal reports whether the group reached a final ledger state.
 func (g *GroupRecord) Terminal() bool { return g.Trained+g.FilteredFinal+g.Requeued > 0 }
 
+// ApplyLedger folds one PromptLedger transition into the record. It is
+// exported so that a reader of the durable ledger stream (the chaos audit)
+// folds events exactly as a live node does, and the two views compare.
+func (g *GroupRecord) ApplyLedger(v messages.PromptLedger) {
+	g.PromptID, g.Attempt = v.PromptID, v.Attempt
+	switch v.State {
+	case messages.LedgerConsumed:
+		g.Consumed = true
+	case messages.LedgerTrained:
+		g.Trained++
+	case messages.LedgerFiltered:
+		g.FilteredFinal++
+	case messages.LedgerRequeued:
+		g.Requeued++
+	}
+}
+
+// ApplyAccepted folds the controller's GroupAccepted into the record (see
+// ApplyLedger for why it is exported).
+func (g *GroupRecord) ApplyAccepted(v messages.GroupAccepted) {
+	g.Accepted, g.AcceptedStep, g.Staleness = true, v.Step, v.Staleness
+}
+
 func newLedger() *Ledger {
 	return &Ledger{groups: map[string]*GroupRecord{}, atStep: map[int64]int64{}}
 }
@@ -105,21 +128,9 @@ func (l *Ledger) observe(m *transport.Msg) {
 	defer l.mu.Unlock()
 	switch v := msg.(type) {
 	case messages.PromptLedger:
-		g := l.get(v.GroupID)
-		g.PromptID, g.Attempt = v.PromptID, v.Attempt
-		switch v.State {
-		case messages.LedgerConsumed:
-			g.Consumed = true
-		case messages.LedgerTrained:
-			g.Trained++
-		case messages.LedgerFiltered:
-			g.FilteredFinal++
-		case messages.LedgerRequeued:
-			g.Requeued++
-		}
+		l.get(v.GroupID).ApplyLedger(v)
 	case messages.GroupAccepted:
-		g := l.get(v.GroupID)
-		g.Accepted, g.AcceptedStep, g.Staleness = true, v.Step, v.Staleness
+		l.get(v.GroupID).ApplyAccepted(v)
 		l.stalenessMax = max(l.stalenessMax, v.Staleness)
 	case messages.GroupReady:
 		// Seen twice: from the rollout (trajectories) and forwarded by
