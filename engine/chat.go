@@ -3,9 +3,7 @@ package engine
 import (
 	"encoding/json"
 	"net/http"
-	"strconv"
 	"strings"
-	"time"
 
 	"github.com/asyncrl/asyncrl/policy/tokenizer"
 )
@@ -60,79 +58,77 @@ func (e *Engine) handleChat(w http.ResponseWriter, r *http.Request) {
 	if !decodeBody(w, r, &req) {
 		return
 	}
-	lora, model, rerr := e.resolveModel(req.Model)
+	gen, rerr := e.chatGeneration(&req)
 	if rerr != nil {
 		writeReqError(w, rerr)
 		return
 	}
+	e.generate(w, r, chatEndpoint, gen)
+}
+
+func (e *Engine) chatGeneration(req *ChatRequest) (generation, *reqError) {
 	maxTok := req.MaxTokens
 	if req.MaxCompletionTokens != nil {
 		maxTok = req.MaxCompletionTokens
 	}
-	sp, rerr := parseSampling(samplingFields{
+	lora, model, sp, rerr := e.samplingFor(req.Model, samplingFields{
 		temperature: req.Temperature, topP: req.TopP, minP: req.MinP, topK: req.TopK,
 		n: req.N, maxTokens: maxTok, seed: req.Seed, stop: req.Stop,
-	})
+	}, req.IgnoreEOS, req.ReturnTokenIDs)
 	if rerr != nil {
-		writeReqError(w, rerr)
-		return
+		return generation{}, rerr
 	}
 	if req.Logprobs {
 		sp.nTop = 0
 		if req.TopLogprobs != nil {
 			if *req.TopLogprobs < 0 || *req.TopLogprobs > model.VocabSize() {
-				writeReqError(w, badRequest("top_logprobs", "top_logprobs must be in [0, %d], got %d", model.VocabSize(), *req.TopLogprobs))
-				return
+				return generation{}, badRequest("top_logprobs", "top_logprobs must be in [0, %d], got %d", model.VocabSize(), *req.TopLogprobs)
 			}
 			sp.nTop = *req.TopLogprobs
 		}
 	}
-	sp.ignoreEOS, sp.returnIDs = req.IgnoreEOS, req.ReturnTokenIDs
 	if len(req.Messages) == 0 {
-		writeReqError(w, badRequest("messages", "messages must not be empty"))
-		return
+		return generation{}, badRequest("messages", "messages must not be empty")
 	}
 	text, rerr := renderChat(req.Messages)
 	if rerr != nil {
-		writeReqError(w, rerr)
-		return
+		return generation{}, rerr
 	}
 	prompt := tokenizer.Encode(text)
 	if e.cfg.AddBOS {
 		prompt = append([]int32{tokenizer.BOS}, prompt...)
 	}
-	id := requestID(r, req.RequestID, "chatcmpl-")
-	g, rerr := e.buildGroup(id, lora, model, [][]int32{prompt}, sp, 0)
-	if rerr != nil {
-		writeReqError(w, rerr)
-		return
-	}
-	if !e.start(w, g) {
-		return
-	}
-	name := req.Model
-	if name == "" {
-		name = e.cfg.ServedModelName
-	}
-	created := time.Now().Unix()
-	if req.Stream {
-		e.streamChat(w, r, g, sp, name, created, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
-		return
-	}
-	if !e.waitDone(r, g) {
-		return
-	}
-	e.mu.Lock()
-	resp := ChatResponse{ID: g.id, Object: "chat.completion", Created: created, Model: name, Usage: usageOf(g, sp.n)}
-	for _, s := range g.seqs {
-		c := chatChoice(s, sp, 0, len(s.out), true, e.version)
-		c.Message = &ChatResponseMessage{Role: "assistant", Content: string(s.text)}
-		resp.Choices = append(resp.Choices, c)
-	}
-	v := lastVersion(g, e.version)
-	e.mu.Unlock()
-	w.Header().Set("X-Weight-Version", strconv.FormatInt(v, 10))
-	writeJSON(w, http.StatusOK, resp)
+	return generation{
+		requestID: req.RequestID, model: req.Model, lora: lora, m: model, prompts: [][]int32{prompt}, sp: sp,
+		stream: req.Stream, usage: req.StreamOptions != nil && req.StreamOptions.IncludeUsage,
+	}, nil
+}
+
+// chatEndpoint renders /v1/chat/completions: a "chat.completion" body, or
+// "chat.completion.chunk"s whose first delta per choice names the role.
+var chatEndpoint = endpoint{
+	idPrefix: "chatcmpl-",
+	greet:    true,
+	whole: func(h respHead, g *group, sp sampling, current int64) any {
+		resp := ChatResponse{ID: h.id, Object: "chat.completion", Created: h.created, Model: h.model, Usage: usageOf(g, sp.n)}
+		for _, s := range g.seqs {
+			c := chatChoice(s, sp, 0, len(s.out), true, current)
+			c.Message = &ChatResponseMessage{Role: "assistant", Content: string(s.text)}
+			resp.Choices = append(resp.Choices, c)
+		}
+		return resp
+	},
+	chunk: func(h respHead, s *seqState, sp sampling, c cursor, vis int, first bool, current int64) any {
+		ch := chatChoice(s, sp, c.tok, len(s.out), first, current)
+		ch.Delta = &ChatResponseMessage{Content: string(s.text[c.text:vis])}
+		if first {
+			ch.Delta.Role = "assistant"
+		}
+		return ChatResponse{ID: h.id, Object: "chat.completion.chunk", Created: h.created, Model: h.model, Choices: []ChatChoice{ch}}
+	},
+	usage: func(h respHead, u *Usage) any {
+		return ChatResponse{ID: h.id, Object: "chat.completion.chunk", Created: h.created, Model: h.model, Choices: []ChatChoice{}, Usage: u}
+	},
 }
 
 func bytesOf(s string) []int {
@@ -165,45 +161,4 @@ func chatChoice(s *seqState, sp sampling, a, b int, first bool, current int64) C
 		c.Logprobs = lp
 	}
 	return c
-}
-
-func (e *Engine) streamChat(w http.ResponseWriter, r *http.Request, g *group, sp sampling, name string, created int64, usage bool) {
-	out := newSSE(w, e.currentVersion())
-	curs := make([]cursor, len(g.seqs))
-	started := make([]bool, len(g.seqs))
-	ok := e.stream(r, out, g, func(current int64) ([]any, bool) {
-		var chunks []any
-		all := true
-		for i, s := range g.seqs {
-			c := &curs[i]
-			if c.done {
-				continue
-			}
-			vis := max(visibleLocked(s), c.text)
-			if started[i] && len(s.out) == c.tok && vis == c.text && s.finish == "" {
-				all = false
-				continue
-			}
-			ch := chatChoice(s, sp, c.tok, len(s.out), !started[i], current)
-			ch.Delta = &ChatResponseMessage{Content: string(s.text[c.text:vis])}
-			if !started[i] {
-				ch.Delta.Role = "assistant"
-				started[i] = true
-			}
-			c.tok, c.text = len(s.out), vis
-			if s.finish != "" {
-				c.done = true
-			} else {
-				all = false
-			}
-			chunks = append(chunks, ChatResponse{ID: g.id, Object: "chat.completion.chunk", Created: created, Model: name, Choices: []ChatChoice{ch}})
-		}
-		if all && usage {
-			chunks = append(chunks, ChatResponse{ID: g.id, Object: "chat.completion.chunk", Created: created, Model: name, Choices: []ChatChoice{}, Usage: usageOf(g, sp.n)})
-		}
-		return chunks, all
-	})
-	if ok {
-		out.done()
-	}
 }

@@ -2,8 +2,6 @@ package engine
 
 import (
 	"net/http"
-	"strconv"
-	"time"
 
 	"github.com/asyncrl/asyncrl/policy/tokenizer"
 )
@@ -13,62 +11,57 @@ func (e *Engine) handleCompletions(w http.ResponseWriter, r *http.Request) {
 	if !decodeBody(w, r, &req) {
 		return
 	}
-	lora, model, rerr := e.resolveModel(req.Model)
+	gen, rerr := e.completionGeneration(&req)
 	if rerr != nil {
 		writeReqError(w, rerr)
 		return
 	}
-	sp, rerr := parseSampling(samplingFields{
+	e.generate(w, r, completionsEndpoint, gen)
+}
+
+func (e *Engine) completionGeneration(req *CompletionRequest) (generation, *reqError) {
+	lora, model, sp, rerr := e.samplingFor(req.Model, samplingFields{
 		temperature: req.Temperature, topP: req.TopP, minP: req.MinP, topK: req.TopK,
 		n: req.N, maxTokens: req.MaxTokens, seed: req.Seed, stop: req.Stop,
-	})
+	}, req.IgnoreEOS, req.ReturnTokenIDs)
 	if rerr != nil {
-		writeReqError(w, rerr)
-		return
+		return generation{}, rerr
 	}
 	if req.Logprobs != nil {
 		if *req.Logprobs < 0 || *req.Logprobs > model.VocabSize() {
-			writeReqError(w, badRequest("logprobs", "logprobs must be in [0, %d], got %d", model.VocabSize(), *req.Logprobs))
-			return
+			return generation{}, badRequest("logprobs", "logprobs must be in [0, %d], got %d", model.VocabSize(), *req.Logprobs)
 		}
 		sp.nTop = *req.Logprobs
 	}
-	sp.ignoreEOS, sp.returnIDs = req.IgnoreEOS, req.ReturnTokenIDs
 	prompts, rerr := e.parsePrompt(req.Prompt, model.VocabSize())
 	if rerr != nil {
-		writeReqError(w, rerr)
-		return
+		return generation{}, rerr
 	}
-	id := requestID(r, req.RequestID, "cmpl-")
-	g, rerr := e.buildGroup(id, lora, model, prompts, sp, e.cfg.DefaultMaxTokens)
-	if rerr != nil {
-		writeReqError(w, rerr)
-		return
-	}
-	if !e.start(w, g) {
-		return
-	}
-	name := req.Model
-	if name == "" {
-		name = e.cfg.ServedModelName
-	}
-	created := time.Now().Unix()
-	if req.Stream {
-		e.streamCompletion(w, r, g, sp, name, created, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
-		return
-	}
-	if !e.waitDone(r, g) {
-		return
-	}
-	e.mu.Lock()
-	resp := CompletionResponse{ID: g.id, Object: "text_completion", Created: created, Model: name, Usage: usageOf(g, sp.n)}
-	for _, s := range g.seqs {
-		resp.Choices = append(resp.Choices, completionChoice(s, sp, 0, len(s.out), 0, len(s.text), true, e.version))
-	}
-	v := lastVersion(g, e.version)
-	e.mu.Unlock()
-	w.Header().Set("X-Weight-Version", strconv.FormatInt(v, 10))
-	writeJSON(w, http.StatusOK, resp)
+	return generation{
+		requestID: req.RequestID, model: req.Model, lora: lora, m: model, prompts: prompts, sp: sp,
+		defaultMax: e.cfg.DefaultMaxTokens, stream: req.Stream,
+		usage: req.StreamOptions != nil && req.StreamOptions.IncludeUsage,
+	}, nil
+}
+
+// completionsEndpoint renders /v1/completions: every body and chunk is a
+// "text_completion".
+var completionsEndpoint = endpoint{
+	idPrefix: "cmpl-",
+	whole: func(h respHead, g *group, sp sampling, current int64) any {
+		resp := CompletionResponse{ID: h.id, Object: "text_completion", Created: h.created, Model: h.model, Usage: usageOf(g, sp.n)}
+		for _, s := range g.seqs {
+			resp.Choices = append(resp.Choices, completionChoice(s, sp, 0, len(s.out), 0, len(s.text), true, current))
+		}
+		return resp
+	},
+	chunk: func(h respHead, s *seqState, sp sampling, c cursor, vis int, first bool, current int64) any {
+		ch := completionChoice(s, sp, c.tok, len(s.out), c.text, vis, first, current)
+		return CompletionResponse{ID: h.id, Object: "text_completion", Created: h.created, Model: h.model, Choices: []CompletionChoice{ch}}
+	},
+	usage: func(h respHead, u *Usage) any {
+		return CompletionResponse{ID: h.id, Object: "text_completion", Created: h.created, Model: h.model, Choices: []CompletionChoice{}, Usage: u}
+	},
 }
 
 // completionChoice renders tokens [a,b) and text [ta,tb) of s.
@@ -102,44 +95,4 @@ func completionChoice(s *seqState, sp sampling, a, b, ta, tb int, first bool, cu
 		c.Logprobs = lp
 	}
 	return c
-}
-
-func (e *Engine) streamCompletion(w http.ResponseWriter, r *http.Request, g *group, sp sampling, name string, created int64, usage bool) {
-	out := newSSE(w, e.currentVersion())
-	curs := make([]cursor, len(g.seqs))
-	first := make([]bool, len(g.seqs))
-	for i := range first {
-		first[i] = true
-	}
-	ok := e.stream(r, out, g, func(current int64) ([]any, bool) {
-		var chunks []any
-		all := true
-		for i, s := range g.seqs {
-			c := &curs[i]
-			if c.done {
-				continue
-			}
-			vis := max(visibleLocked(s), c.text)
-			if len(s.out) == c.tok && vis == c.text && s.finish == "" {
-				all = false
-				continue
-			}
-			ch := completionChoice(s, sp, c.tok, len(s.out), c.text, vis, first[i], current)
-			first[i] = false
-			c.tok, c.text = len(s.out), vis
-			if s.finish != "" {
-				c.done = true
-			} else {
-				all = false
-			}
-			chunks = append(chunks, CompletionResponse{ID: g.id, Object: "text_completion", Created: created, Model: name, Choices: []CompletionChoice{ch}})
-		}
-		if all && usage {
-			chunks = append(chunks, CompletionResponse{ID: g.id, Object: "text_completion", Created: created, Model: name, Choices: []CompletionChoice{}, Usage: usageOf(g, sp.n)})
-		}
-		return chunks, all
-	})
-	if ok {
-		out.done()
-	}
 }
