@@ -215,18 +215,26 @@ func applyTensor(dec *zstd.Decoder, version int64, e TensorEntry, pf *safetensor
 	if info.Size() != e.CompressedNumBytes {
 		return fmt.Errorf("%w: version %d: tensor %q: %d compressed bytes in %s, manifest says %d", ErrCorrupt, version, e.Name, info.Size(), e.PayloadFile, e.CompressedNumBytes)
 	}
-	comp := make([]byte, info.Size())
+	// Scratch from the pool (every byte is overwritten before use).
+	compBuf := getBuf(int(info.Size()))
+	defer putBuf(compBuf)
+	comp := *compBuf
 	if _, err := io.ReadFull(sr, comp); err != nil {
 		return fmt.Errorf("%w: version %d: tensor %q: %v", ErrCorrupt, version, e.Name, err)
 	}
-	patch, err := dec.DecodeAll(comp, make([]byte, 0, e.UncompressedNumBytes))
+	patchBuf := getBuf(int(e.UncompressedNumBytes))
+	defer func() { putBuf(patchBuf) }()
+	patch, err := dec.DecodeAll(comp, (*patchBuf)[:0])
+	*patchBuf = patch
 	if err != nil {
 		return fmt.Errorf("%w: version %d: tensor %q: zstd: %v", ErrCorrupt, version, e.Name, err)
 	}
 	if int64(len(patch)) != e.UncompressedNumBytes {
 		return fmt.Errorf("%w: version %d: tensor %q: patch is %d bytes, want %d", ErrCorrupt, version, e.Name, len(patch), e.UncompressedNumBytes)
 	}
-	cur := make([]byte, len(patch))
+	curBuf := getBuf(len(patch))
+	defer putBuf(curBuf)
+	cur := *curBuf
 	if _, err := t.f.ReadAt(cur, t.off); err != nil {
 		return fmt.Errorf("delta: read %q: %w", e.Name, err)
 	}

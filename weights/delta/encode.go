@@ -82,6 +82,7 @@ func (c EncodeConfig) maxFileBytes() int64 {
 type encoded struct {
 	entry     TensorEntry
 	comp      []byte
+	compBuf   *[]byte // pooled backing of comp, put back once spooled
 	unchanged bool
 	err       error
 }
@@ -176,7 +177,9 @@ func Encode(ctx context.Context, cfg EncodeConfig, base, next Source, version in
 		if r.unchanged {
 			continue
 		}
-		if err := pw.add(r.entry, r.comp); err != nil {
+		err := pw.add(r.entry, r.comp)
+		putBuf(r.compBuf)
+		if err != nil {
 			return nil, err
 		}
 	}
@@ -233,9 +236,15 @@ func encodeTensor(ctx context.Context, cfg EncodeConfig, zenc *zstd.Encoder, bas
 	if err != nil {
 		return encoded{err: err}
 	}
-	patch := make([]byte, len(nb))
+	// Scratch from the pool: XORBytes writes every byte of patch, and
+	// EncodeAll appends to compBuf[:0], so neither needs zeroing.
+	patchBuf := getBuf(len(nb))
+	patch := *patchBuf
 	subtle.XORBytes(patch, nb, bb)
-	comp := zenc.EncodeAll(patch, make([]byte, 0, len(patch)/16+64))
+	compBuf := getBuf(len(patch)/16 + 64)
+	comp := zenc.EncodeAll(patch, (*compBuf)[:0])
+	putBuf(patchBuf)
+	*compBuf = comp // keep the grown backing array if EncodeAll reallocated
 	return encoded{
 		entry: TensorEntry{
 			Name:                 name,
@@ -247,7 +256,8 @@ func encodeTensor(ctx context.Context, cfg EncodeConfig, zenc *zstd.Encoder, bas
 			Checksum:             sum,
 			ChecksumAlgorithm:    cfg.ChecksumAlgorithm,
 		},
-		comp: comp,
+		comp:    comp,
+		compBuf: compBuf,
 	}
 }
 

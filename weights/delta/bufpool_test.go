@@ -1,0 +1,101 @@
+package delta
+
+import (
+	"bytes"
+	"context"
+	"crypto/subtle"
+	"math/rand/v2"
+	"path/filepath"
+	"testing"
+
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/asyncrl/asyncrl/weights/internal/ckpttest"
+	"github.com/asyncrl/asyncrl/weights/safetensors"
+	"github.com/asyncrl/asyncrl/weights/store"
+)
+
+// poisonPool fills the buffer pool with large buffers of 0xA5 so a code
+// path that reads pooled bytes it did not write shows up as wrong output.
+func poisonPool(n int) {
+	for range n {
+		b := bytes.Repeat([]byte{0xA5}, 1<<20)
+		putBuf(&b)
+	}
+}
+
+// The pooled scratch buffers must not change a single output byte: each
+// payload tensor must be exactly the zstd frame a fresh encoder makes of
+// XOR(new, base), as before pooling, with dirty buffers in the pool and
+// several workers sharing it.
+func TestPooledBuffersKeepPayloadBytes(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 3))
+	base := ckpttest.Random(r, 12, 512<<10)
+	next := ckpttest.Update(r, base, 0.03, 5)
+	bs, err := NewMemSource(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := NewMemSource(next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, level := range []int{1, 3} {
+		poisonPool(8)
+		st, err := store.NewLocal(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := DefaultEncodeConfig()
+		cfg.Level, cfg.Workers = level, 3
+		cfg.MaxFileSizeGB = 64.0 / (1 << 20) // 64 KiB: several payload files
+		m, err := Encode(context.Background(), cfg, bs, ns, 1, st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(m.Tensors) == 0 {
+			t.Fatal("no tensor changed")
+		}
+		ref, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.EncoderLevelFromZstd(level)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ref.Close()
+		for _, e := range m.Tensors {
+			pf, err := safetensors.Open(filepath.Join(st.Path(DeltaDir(1)), e.PayloadFile))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _, err := pf.ReadTensor(e.PayloadKey)
+			pf.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			nb, _, _ := ns.ReadTensor(e.Name)
+			bb, _, _ := bs.ReadTensor(e.Name)
+			patch := make([]byte, len(nb))
+			subtle.XORBytes(patch, nb, bb)
+			if want := ref.EncodeAll(patch, nil); !bytes.Equal(got, want) {
+				t.Fatalf("level %d: tensor %q: payload is %d bytes, a fresh encoder of the XOR patch gives %d (or the bytes differ)", level, e.Name, len(got), len(want))
+			}
+			if sum := XXH3Hex(nb); sum != e.Checksum {
+				t.Fatalf("level %d: tensor %q: checksum %s, want %s", level, e.Name, e.Checksum, sum)
+			}
+		}
+	}
+}
+
+func TestGetBufLengthAndReuse(t *testing.T) {
+	b := make([]byte, 100, 4096)
+	putBuf(&b)
+	for _, n := range []int{0, 1, 100, 4096, 5000} {
+		p := getBuf(n)
+		if len(*p) != n {
+			t.Fatalf("getBuf(%d) has length %d", n, len(*p))
+		}
+		putBuf(p)
+	}
+	putBuf(nil) // a nil buffer (a failed decode) is ignored, not pooled
+	empty := []byte{}
+	putBuf(&empty)
+}
