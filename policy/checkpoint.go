@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -143,6 +144,31 @@ func LoadServing(dir string) (*Model, error) {
 	}
 	defer ck.Close()
 	if err := m.readTensors(ck, "", m.params); err != nil {
+		return nil, err
+	}
+	m.refresh()
+	return m, nil
+}
+
+// LoadServingFrom loads the weights of a single-file serving checkpoint
+// (SaveServing's model.safetensors) held in src, size bytes long — bytes
+// that arrived over a data plane, not a directory. cfg is the model
+// configuration (config.json is not part of the bytes); the tensors must
+// match it by name and shape, as in LoadServing.
+func LoadServingFrom(cfg Config, src io.ReaderAt, size int64) (*Model, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrCheckpoint, err)
+	}
+	m, err := newZero(cfg)
+	if err != nil {
+		return nil, err
+	}
+	f, err := safetensors.NewReader(src, size)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrCheckpoint, err)
+	}
+	defer f.Close()
+	if err := m.readTensors(f, "", m.params); err != nil {
 		return nil, err
 	}
 	m.refresh()
