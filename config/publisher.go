@@ -16,6 +16,12 @@ type PublisherConfig struct {
 	// receiver that lost its state resyncs without replaying every delta
 	// (0 = only the base).
 	FullCheckpointEvery int `yaml:"full_checkpoint_every" doc:"also write a full checkpoint every N versions (0 = never), so receivers resync without replaying every delta"`
+	// Transport is how versions reach the engines: through Store (each
+	// engine's receiver fetches and replays the deltas), or in memory over
+	// the TCP data plane (each version's full serving checkpoint, checksummed
+	// per range, pulled by every engine's agent; no store is written). The
+	// data plane needs mode delta's tracked, acknowledged path.
+	Transport PublishTransport `yaml:"transport" doc:"how versions reach engines: store (deltas via publisher.store) or dataplane (full checkpoint bytes in memory over TCP, checksummed; needs mode delta)"`
 	// Store is where versions live.
 	Store WeightStore `yaml:"store" doc:"where versions live: local directory, s3 bucket, or nats object store"`
 	// S3Endpoint is the S3 API endpoint (store: s3), e.g. https://s3.amazonaws.com.
@@ -35,6 +41,7 @@ func DefaultPublisher() PublisherConfig {
 		MaxFileSizeGB:       5,
 		FullCheckpointEvery: 50,
 		Store:               StoreLocal,
+		Transport:           TransportStore,
 	}
 }
 
@@ -47,8 +54,23 @@ func (c PublisherConfig) Validate() error {
 	}
 	v.positiveFloat("max_file_size_gb", c.MaxFileSizeGB)
 	v.atLeast("full_checkpoint_every", int64(c.FullCheckpointEvery), 0)
+	if c.Transport == TransportDataPlane && c.Mode != PublishDelta {
+		v.fail("transport", "dataplane needs mode delta (the acknowledged per-engine path), got mode %s", c.Mode)
+	}
 	if c.Store == StoreS3 && c.S3Bucket == "" {
 		v.fail("s3_bucket", "must be set when store is s3")
 	}
 	return v.err()
 }
+
+// PublishTransport is how published versions reach the engines.
+type PublishTransport string
+
+// Publish transports.
+const (
+	TransportStore     PublishTransport = "store"     // deltas written to publisher.store, fetched by receivers
+	TransportDataPlane PublishTransport = "dataplane" // full checkpoint bytes pulled in memory over TCP
+)
+
+// Values lists the publish transports.
+func (PublishTransport) Values() []string { return []string{"store", "dataplane"} }
