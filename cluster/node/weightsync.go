@@ -40,7 +40,8 @@ type weightSync struct {
 	log   zerolog.Logger
 	shell *shell.Shell
 	st    store.Store
-	pub   *delta.Publisher
+	pub   *delta.Publisher // nil with publisher.transport dataplane
+	dp    *dpPush          // publisher.transport dataplane, else nil
 
 	baseDir   string // version 0, every receiver's BaseModelPath
 	stage     string // serving checkpoints being diffed
@@ -162,13 +163,16 @@ func saveBase(cfg config.Config, serving *pol.Model) (string, error) {
 func (n *Node) startWeightSync(ctx context.Context, baseDir string) (*weightSync, error) {
 	cfg := n.cfg
 	l := layoutFor(cfg)
-	st, err := openWeightStore(ctx, cfg, l, n)
-	if err != nil {
-		return nil, err
-	}
 	stage := filepath.Join(l.publisher, "staging")
 	if err := os.MkdirAll(stage, 0o755); err != nil {
 		return nil, fmt.Errorf("node: publisher dir: %w", err)
+	}
+	if cfg.Publisher.Transport == config.TransportDataPlane {
+		return n.startDataPlaneSync(baseDir, stage)
+	}
+	st, err := openWeightStore(ctx, cfg, l, n)
+	if err != nil {
+		return nil, err
 	}
 	pcfg := delta.DefaultPublisherConfig()
 	pcfg.Encode.Level = cfg.Publisher.ZstdLevel
@@ -182,12 +186,91 @@ func (n *Node) startWeightSync(ctx context.Context, baseDir string) (*weightSync
 	if err := os.RemoveAll(l.receivers); err != nil {
 		return nil, fmt.Errorf("node: receivers dir: %w", err)
 	}
+	w, err := n.newWeightSync(baseDir, stage)
+	if err != nil {
+		return nil, err
+	}
+	w.st, w.pub = st, dp
+	for i, le := range n.engines {
+		rc := receiver.DefaultConfig(filepath.Join(l.receivers, le.name), baseDir)
+		rc.Logger = w.log.With().Str("engine", le.name).Logger()
+		rc.Registerer = prometheus.WrapRegistererWith(prometheus.Labels{"engine": le.name}, n.reg)
+		rcv, err := receiver.New(rc, st)
+		if err != nil {
+			w.close()
+			return nil, fmt.Errorf("node: receiver %s: %w", le.name, err)
+		}
+		if err := w.join(n, i, le, rcv); err != nil {
+			return nil, err
+		}
+	}
+	return w, nil
+}
+
+// startDataPlaneSync is startWeightSync for publisher.transport dataplane:
+// no store and no receivers; the agents pull each version from the
+// publisher's TCP data plane into memory.
+func (n *Node) startDataPlaneSync(baseDir, stage string) (*weightSync, error) {
+	if n.cfg.Trainer.Backend == config.BackendRemote {
+		// A remote trainer's versions would need their own offers and the
+		// worker's version bookkeeping (worker.go reads the delta publisher).
+		return nil, fmt.Errorf("%w: publisher.transport dataplane needs trainer.backend builtin", ErrConfig)
+	}
+	base, err := pol.LoadServing(baseDir)
+	if err != nil {
+		return nil, fmt.Errorf("node: base checkpoint: %w", err)
+	}
+	names := make([]string, len(n.engines))
+	for i, le := range n.engines {
+		names[i] = le.name
+	}
+	d, err := newDPPush(n.cfg.Run.ID, base.Config(), names)
+	if err != nil {
+		return nil, err
+	}
+	w, err := n.newWeightSync(baseDir, stage)
+	if err != nil {
+		d.close()
+		return nil, err
+	}
+	w.dp = d
+	for _, c := range []prometheus.Collector{d.bytes, d.refused} {
+		if err := n.reg.Register(c); err != nil {
+			w.close()
+			return nil, fmt.Errorf("node: publisher metrics: %w", err)
+		}
+	}
+	for i, le := range n.engines {
+		if err := w.join(n, i, le, nil); err != nil {
+			return nil, err
+		}
+	}
+	return w, nil
+}
+
+// join starts engine i's agent (rcv nil: it pulls from the data plane) and
+// registers the engine at version 0; on error w is closed.
+func (w *weightSync) join(n *Node, i int, le *localEngine, rcv *receiver.Receiver) error {
+	a := newEngineAgent(i, le, rcv, w.shell, n.bus, n.cfg, n.hooks.beforeApply, w.log)
+	a.dp = w.dp
+	w.agents[le.name], w.list = a, append(w.list, a)
+	if _, err := w.shell.Join(le.name, le.url, 0); err != nil {
+		w.close()
+		return err
+	}
+	return nil
+}
+
+// newWeightSync builds the parts both transports share: metrics and the
+// publisher shell.
+func (n *Node) newWeightSync(baseDir, stage string) (*weightSync, error) {
+	cfg := n.cfg
 	baseBytes, err := dirBytes(baseDir)
 	if err != nil {
 		return nil, err
 	}
 	wctx, wcancel := context.WithCancel(context.Background())
-	w := &weightSync{log: n.opts.Logger.With().Str("actor", "publisher").Logger(), st: st, pub: dp, ctx: wctx, cancel: wcancel,
+	w := &weightSync{log: n.opts.Logger.With().Str("actor", "publisher").Logger(), ctx: wctx, cancel: wcancel,
 		baseDir: baseDir, stage: stage, prevDir: baseDir, agents: map[string]*engineAgent{},
 		published: prometheus.NewCounter(prometheus.CounterOpts{Name: "asyncrl_publisher_versions_published_total",
 			Help: "Weight versions the publisher encoded and announced."}),
@@ -209,22 +292,6 @@ func (n *Node) startWeightSync(ctx context.Context, baseDir string) (*weightSync
 		n.bus, routerSink{n.router}, w); err != nil {
 		w.close()
 		return nil, err
-	}
-	for i, le := range n.engines {
-		rc := receiver.DefaultConfig(filepath.Join(l.receivers, le.name), baseDir)
-		rc.Logger = w.log.With().Str("engine", le.name).Logger()
-		rc.Registerer = prometheus.WrapRegistererWith(prometheus.Labels{"engine": le.name}, n.reg)
-		rcv, err := receiver.New(rc, st)
-		if err != nil {
-			w.close()
-			return nil, fmt.Errorf("node: receiver %s: %w", le.name, err)
-		}
-		a := newEngineAgent(i, le, rcv, w.shell, n.bus, cfg, n.hooks.beforeApply, w.log)
-		w.agents[le.name], w.list = a, append(w.list, a)
-		if _, err := w.shell.Join(le.name, le.url, 0); err != nil {
-			w.close()
-			return nil, err
-		}
 	}
 	return w, nil
 }
@@ -254,8 +321,8 @@ func (w *weightSync) Dispatch(cmd publisher.Command) {
 
 // Publish implements trainer.Publisher: the in-process trainer's version.
 func (w *weightSync) Publish(ctx context.Context, m *pol.Model, version int64) error {
-	if version != w.pub.Version()+1 {
-		return fmt.Errorf("node: publisher: version %d after %d", version, w.pub.Version())
+	if version != w.current()+1 {
+		return fmt.Errorf("node: publisher: version %d after %d", version, w.current())
 	}
 	t0 := time.Now()
 	dir := filepath.Join(w.stage, fmt.Sprintf("v%08d", version))
@@ -269,6 +336,9 @@ func (w *weightSync) Publish(ctx context.Context, m *pol.Model, version int64) e
 // says whether dir may be deleted once the next version is encoded (a
 // remote trainer's checkpoints are its own).
 func (w *weightSync) publishDir(ctx context.Context, dir string, version int64, owned bool, t0 time.Time) error {
+	if w.dp != nil {
+		return w.publishDataPlane(ctx, dir, version, owned, t0)
+	}
 	out, err := w.encode(ctx, dir)
 	if err != nil {
 		return fmt.Errorf("node: publisher: version %d: %w", version, err)
@@ -289,6 +359,34 @@ func (w *weightSync) publishDir(ctx context.Context, dir string, version int64, 
 		info.FullBytes = out.Full.TotalNumBytes
 	}
 	return w.shell.Publish(ctx, info)
+}
+
+// current is the newest version published.
+func (w *weightSync) current() int64 {
+	if w.dp != nil {
+		return w.dp.current()
+	}
+	return w.pub.Version()
+}
+
+// publishDataPlane offers dir's checkpoint on the data plane and announces
+// the version to the shell, which dispatches it to the agents; the bytes
+// are in memory from then on, so an owned dir is deleted at once.
+func (w *weightSync) publishDataPlane(ctx context.Context, dir string, version int64, owned bool, t0 time.Time) error {
+	size, err := w.dp.publishDir(ctx, dir, version)
+	if owned {
+		_ = os.RemoveAll(dir)
+	}
+	if err != nil {
+		return fmt.Errorf("node: publisher: version %d: %w", version, err)
+	}
+	d := time.Since(t0)
+	w.mu.Lock()
+	w.encodeDur += d
+	w.mu.Unlock()
+	w.encodeSeconds.Observe(d.Seconds())
+	w.published.Inc()
+	return w.shell.Publish(ctx, publisher.VersionInfo{Version: version, FullBytes: size})
 }
 
 func (w *weightSync) encode(ctx context.Context, dir string) (delta.Published, error) {
@@ -330,6 +428,9 @@ func (w *weightSync) close() {
 	if w.shell != nil {
 		_ = w.shell.Close()
 	}
+	if w.dp != nil {
+		w.dp.close()
+	}
 }
 
 // syncTimeout bounds one engine's fetch, apply and load of a version.
@@ -341,7 +442,8 @@ const syncTimeout = 10 * time.Minute
 type engineAgent struct {
 	idx     int
 	le      *localEngine
-	rcv     *receiver.Receiver
+	rcv     *receiver.Receiver // nil when dp is set
+	dp      *dpPush            // publisher.transport dataplane
 	sh      *shell.Shell
 	bus     transport.Bus
 	subject string
@@ -435,6 +537,9 @@ func (a *engineAgent) sync(target int64) error {
 	ctx, cancel := context.WithTimeout(a.ctx, syncTimeout)
 	defer cancel()
 	_ = a.sh.Fetching(a.le.name, target)
+	if a.dp != nil {
+		return a.syncDataPlane(ctx, target)
+	}
 	if err := a.rcv.Fetch(ctx, target); err != nil {
 		return err
 	}
@@ -453,6 +558,33 @@ func (a *engineAgent) sync(target int64) error {
 		return err
 	}
 	_ = a.rcv.Prune(v - 1) // older deltas are needed again only after a reset, which refetches
+	return a.ack(ctx, v)
+}
+
+// syncDataPlane pulls target's bytes from the publisher's data plane into
+// memory (every range checksum-verified; a mismatch fails the version, which
+// is then not served), builds the model while the engine still serves, then
+// pauses, swaps it in, resumes and acks.
+func (a *engineAgent) syncDataPlane(ctx context.Context, target int64) error {
+	m, err := a.dp.fetch(ctx, target)
+	if err != nil {
+		return err
+	}
+	if a.beforeApply != nil {
+		a.beforeApply(a.idx, target)
+	}
+	if err := a.le.e.Pause(ctx, a.mode, false); err != nil {
+		return err
+	}
+	err = a.le.e.SetModel(m, target)
+	a.le.e.Resume()
+	if err != nil {
+		return err
+	}
+	return a.ack(ctx, target)
+}
+
+func (a *engineAgent) ack(ctx context.Context, v int64) error {
 	data, err := messages.Encode(messages.EngineVersionAck{
 		Header: messages.Header{RunID: a.runID, Sender: a.le.name, Version: v}, Engine: a.le.name, URL: a.le.url})
 	if err != nil {
