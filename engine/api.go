@@ -5,28 +5,38 @@ import "encoding/json"
 // Wire types of the vLLM-compatible API. Field names and shapes follow
 // vLLM's OpenAI server; the asyncrl extensions are marked.
 
+// SamplingOptions are the body fields that /v1/completions and
+// /v1/chat/completions share, with the same meaning in both. Both request
+// types embed it, so its fields stay top-level JSON keys and one parser
+// reads them for either endpoint.
+type SamplingOptions struct {
+	MaxTokens     *int            `json:"max_tokens"`
+	Temperature   *float64        `json:"temperature"`
+	TopP          *float64        `json:"top_p"`
+	TopK          *int            `json:"top_k"`
+	MinP          *float64        `json:"min_p"`
+	Seed          *int64          `json:"seed"`
+	N             *int            `json:"n"`
+	Stop          json.RawMessage `json:"stop"`
+	Stream        bool            `json:"stream"`
+	StreamOptions *StreamOptions  `json:"stream_options"`
+	// IgnoreEOS and ReturnTokenIDs are vLLM extensions.
+	IgnoreEOS      bool `json:"ignore_eos"`
+	ReturnTokenIDs bool `json:"return_token_ids"`
+	// RequestID names the request for /abort_requests (vLLM extension;
+	// the X-Request-Id header does the same).
+	RequestID string `json:"request_id"`
+}
+
 // CompletionRequest is the body of POST /v1/completions.
 type CompletionRequest struct {
 	Model string `json:"model"`
 	// Prompt is a string, a list of strings, a list of token ids or a
 	// list of lists of token ids.
-	Prompt         json.RawMessage `json:"prompt"`
-	MaxTokens      *int            `json:"max_tokens"`
-	Temperature    *float64        `json:"temperature"`
-	TopP           *float64        `json:"top_p"`
-	TopK           *int            `json:"top_k"`
-	MinP           *float64        `json:"min_p"`
-	Seed           *int64          `json:"seed"`
-	N              *int            `json:"n"`
-	Stop           json.RawMessage `json:"stop"`
-	Logprobs       *int            `json:"logprobs"`
-	Stream         bool            `json:"stream"`
-	StreamOptions  *StreamOptions  `json:"stream_options"`
-	IgnoreEOS      bool            `json:"ignore_eos"`
-	ReturnTokenIDs bool            `json:"return_token_ids"`
-	// RequestID names the request for /abort_requests (vLLM extension;
-	// the X-Request-Id header does the same).
-	RequestID string `json:"request_id"`
+	Prompt json.RawMessage `json:"prompt"`
+	SamplingOptions
+	// Logprobs is the legacy count of alternatives per token.
+	Logprobs *int `json:"logprobs"`
 }
 
 // StreamOptions is the OpenAI stream_options object.
@@ -43,24 +53,13 @@ type ChatMessage struct {
 
 // ChatRequest is the body of POST /v1/chat/completions.
 type ChatRequest struct {
-	Model               string          `json:"model"`
-	Messages            []ChatMessage   `json:"messages"`
-	MaxTokens           *int            `json:"max_tokens"`
-	MaxCompletionTokens *int            `json:"max_completion_tokens"`
-	Temperature         *float64        `json:"temperature"`
-	TopP                *float64        `json:"top_p"`
-	TopK                *int            `json:"top_k"`
-	MinP                *float64        `json:"min_p"`
-	Seed                *int64          `json:"seed"`
-	N                   *int            `json:"n"`
-	Stop                json.RawMessage `json:"stop"`
-	Logprobs            bool            `json:"logprobs"`
-	TopLogprobs         *int            `json:"top_logprobs"`
-	Stream              bool            `json:"stream"`
-	StreamOptions       *StreamOptions  `json:"stream_options"`
-	IgnoreEOS           bool            `json:"ignore_eos"`
-	ReturnTokenIDs      bool            `json:"return_token_ids"`
-	RequestID           string          `json:"request_id"`
+	Model    string        `json:"model"`
+	Messages []ChatMessage `json:"messages"`
+	SamplingOptions
+	// MaxCompletionTokens, when set, overrides MaxTokens.
+	MaxCompletionTokens *int `json:"max_completion_tokens"`
+	Logprobs            bool `json:"logprobs"`
+	TopLogprobs         *int `json:"top_logprobs"`
 }
 
 // Extensions are the asyncrl fields on every choice (and on every streamed

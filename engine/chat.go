@@ -71,10 +71,7 @@ func (e *Engine) chatGeneration(req *ChatRequest) (generation, *reqError) {
 	if req.MaxCompletionTokens != nil {
 		maxTok = req.MaxCompletionTokens
 	}
-	lora, model, sp, rerr := e.samplingFor(req.Model, samplingFields{
-		temperature: req.Temperature, topP: req.TopP, minP: req.MinP, topK: req.TopK,
-		n: req.N, maxTokens: maxTok, seed: req.Seed, stop: req.Stop,
-	}, req.IgnoreEOS, req.ReturnTokenIDs)
+	lora, model, sp, rerr := e.samplingFor(req.Model, &req.SamplingOptions, maxTok)
 	if rerr != nil {
 		return generation{}, rerr
 	}
@@ -98,10 +95,7 @@ func (e *Engine) chatGeneration(req *ChatRequest) (generation, *reqError) {
 	if e.cfg.AddBOS {
 		prompt = append([]int32{tokenizer.BOS}, prompt...)
 	}
-	return generation{
-		requestID: req.RequestID, model: req.Model, lora: lora, m: model, prompts: [][]int32{prompt}, sp: sp,
-		stream: req.Stream, usage: req.StreamOptions != nil && req.StreamOptions.IncludeUsage,
-	}, nil
+	return newGeneration(req.Model, &req.SamplingOptions, lora, model, [][]int32{prompt}, sp, 0), nil
 }
 
 // chatEndpoint renders /v1/chat/completions: a "chat.completion" body, or

@@ -20,10 +20,7 @@ func (e *Engine) handleCompletions(w http.ResponseWriter, r *http.Request) {
 }
 
 func (e *Engine) completionGeneration(req *CompletionRequest) (generation, *reqError) {
-	lora, model, sp, rerr := e.samplingFor(req.Model, samplingFields{
-		temperature: req.Temperature, topP: req.TopP, minP: req.MinP, topK: req.TopK,
-		n: req.N, maxTokens: req.MaxTokens, seed: req.Seed, stop: req.Stop,
-	}, req.IgnoreEOS, req.ReturnTokenIDs)
+	lora, model, sp, rerr := e.samplingFor(req.Model, &req.SamplingOptions, req.MaxTokens)
 	if rerr != nil {
 		return generation{}, rerr
 	}
@@ -37,11 +34,7 @@ func (e *Engine) completionGeneration(req *CompletionRequest) (generation, *reqE
 	if rerr != nil {
 		return generation{}, rerr
 	}
-	return generation{
-		requestID: req.RequestID, model: req.Model, lora: lora, m: model, prompts: prompts, sp: sp,
-		defaultMax: e.cfg.DefaultMaxTokens, stream: req.Stream,
-		usage: req.StreamOptions != nil && req.StreamOptions.IncludeUsage,
-	}, nil
+	return newGeneration(req.Model, &req.SamplingOptions, lora, model, prompts, sp, e.cfg.DefaultMaxTokens), nil
 }
 
 // completionsEndpoint renders /v1/completions: every body and chunk is a

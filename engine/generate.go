@@ -43,20 +43,31 @@ type endpoint struct {
 	usage func(h respHead, u *Usage) any
 }
 
-// samplingFor resolves the model and parses the sampling fields, the
-// first validation steps both endpoints share, in the order vLLM reports
-// their errors.
-func (e *Engine) samplingFor(model string, f samplingFields, ignoreEOS, returnIDs bool) (string, Model, sampling, *reqError) {
+// samplingFor resolves the model and parses the shared sampling options,
+// the first validation steps of both endpoints, in the order vLLM reports
+// their errors. maxTokens is the endpoint's effective max_tokens.
+func (e *Engine) samplingFor(model string, o *SamplingOptions, maxTokens *int) (string, Model, sampling, *reqError) {
 	lora, m, rerr := e.resolveModel(model)
 	if rerr != nil {
 		return "", nil, sampling{}, rerr
 	}
-	sp, rerr := parseSampling(f)
+	sp, rerr := parseSampling(samplingFields{
+		temperature: o.Temperature, topP: o.TopP, minP: o.MinP, topK: o.TopK,
+		n: o.N, maxTokens: maxTokens, seed: o.Seed, stop: o.Stop,
+	})
 	if rerr != nil {
 		return "", nil, sampling{}, rerr
 	}
-	sp.ignoreEOS, sp.returnIDs = ignoreEOS, returnIDs
+	sp.ignoreEOS, sp.returnIDs = o.IgnoreEOS, o.ReturnTokenIDs
 	return lora, m, sp, nil
+}
+
+// newGeneration assembles a validated request from the shared options.
+func newGeneration(model string, o *SamplingOptions, lora string, m Model, prompts [][]int32, sp sampling, defaultMax int) generation {
+	return generation{
+		requestID: o.RequestID, model: model, lora: lora, m: m, prompts: prompts, sp: sp, defaultMax: defaultMax,
+		stream: o.Stream, usage: o.StreamOptions != nil && o.StreamOptions.IncludeUsage,
+	}
 }
 
 // generate submits gen and answers the client: one JSON body, or an SSE
