@@ -268,12 +268,21 @@ func (e *Engine) waitDone(r *http.Request, g *group) bool {
 		if done {
 			return true
 		}
-		select {
-		case <-g.notify:
-		case <-r.Context().Done():
-			e.Abort([]string{g.id})
+		if !e.awaitProgress(r, g) {
 			return false
 		}
+	}
+}
+
+// awaitProgress blocks until g moves on; false (after aborting g) when the
+// client went away, so an abandoned request stops using the engine.
+func (e *Engine) awaitProgress(r *http.Request, g *group) bool {
+	select {
+	case <-g.notify:
+		return true
+	case <-r.Context().Done():
+		e.Abort([]string{g.id})
+		return false
 	}
 }
 
@@ -397,10 +406,7 @@ func (e *Engine) stream(r *http.Request, out *sse, g *group, chunk func(current 
 		if done {
 			return true
 		}
-		select {
-		case <-g.notify:
-		case <-r.Context().Done():
-			e.Abort([]string{g.id})
+		if !e.awaitProgress(r, g) {
 			return false
 		}
 	}
