@@ -113,8 +113,10 @@ func TestLatencyDelaysEveryExchange(t *testing.T) {
 	}
 }
 
+// isReset: a reset can also reach the client as EPIPE when the proxy drops
+// the connection before the request is fully written.
 func isReset(err error) bool {
-	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) ||
+	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) ||
 		strings.Contains(err.Error(), "connection reset")
 }
 
