@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 	"sync"
@@ -157,5 +158,69 @@ func TestDataPlaneFetchVerifies(t *testing.T) {
 	}
 	if r := testutil.ToFloat64(d.refused); r != 2 {
 		t.Errorf("refused %v, want 2", r)
+	}
+}
+
+// TestPublishCostDataPlane measures the trainer's publish time per step
+// (from the new weights to the version being routable) on the default
+// run, side by side: deltas through the local store, the full checkpoint
+// over the TCP data plane, and the in-memory swap (mode full). A
+// measurement, not a speed assertion: it checks only that every run
+// finishes. ASYNCRL_LONG=1 go test -run TestPublishCostDataPlane -v.
+func TestPublishCostDataPlane(t *testing.T) {
+	if os.Getenv("ASYNCRL_LONG") == "" {
+		t.Skip("set ASYNCRL_LONG=1 to measure the publish cost per transport on the default run")
+	}
+	rounds := 3
+	type variant struct {
+		name      string
+		mode      config.PublishMode
+		transport config.PublishTransport
+	}
+	variants := []variant{{"delta/store", config.PublishDelta, config.TransportStore},
+		{"full/dataplane", config.PublishDelta, config.TransportDataPlane},
+		{"full/in-memory", config.PublishFull, config.TransportStore}}
+	for r := range rounds {
+		for _, v := range variants {
+			cfg := config.Default()
+			cfg.Run.Steps, cfg.Run.Seed = 30, 1
+			cfg.Run.DataDir = t.TempDir()
+			cfg.Publisher.Mode, cfg.Publisher.Transport = v.mode, v.transport
+			n, err := New(cfg, Options{InMemoryBus: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			if err := n.Start(ctx); err != nil {
+				cancel()
+				t.Fatal(err)
+			}
+			_, err = n.Wait(ctx)
+			n.Stop()
+			cancel()
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := n.Summary(false, nil)
+			var pubs []time.Duration
+			for _, st := range n.steps() {
+				pubs = append(pubs, st.PublishTime)
+			}
+			slices.Sort(pubs)
+			var sum time.Duration
+			for _, p := range pubs {
+				sum += p
+			}
+			k := time.Duration(max(len(pubs), 1))
+			prep := ""
+			if n.wsync != nil {
+				prep = fmt.Sprintf(", write+encode/offer %v/step", n.wsync.encodeDur/k)
+			}
+			t.Logf("round %d %-15s publish median %v mean %v%s, wall %.1fs, reward first5 %.3f last5 %.3f, engines %v",
+				r, v.name, pubs[len(pubs)/2], sum/k, prep, s.WallSeconds, s.RewardFirst5, s.RewardLast5, s.EngineVersions)
+			if s.Steps != 30 {
+				t.Fatalf("%s: %d steps", v.name, s.Steps)
+			}
+		}
 	}
 }
