@@ -223,7 +223,7 @@ func applyTensor(dec *zstd.Decoder, version int64, e TensorEntry, pf *safetensor
 		return fmt.Errorf("%w: version %d: tensor %q: %v", ErrCorrupt, version, e.Name, err)
 	}
 	patchBuf := getBuf(int(e.UncompressedNumBytes))
-	defer func() { putBuf(patchBuf) }()
+	defer putBuf(patchBuf) // the pointer is fixed; *patchBuf is updated below
 	patch, err := dec.DecodeAll(comp, (*patchBuf)[:0])
 	*patchBuf = patch
 	if err != nil {

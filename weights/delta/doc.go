@@ -41,7 +41,12 @@
 // output order deterministic; the payload file being filled is the only
 // thing that grows, bounded by MaxFileSizeGB. Apply patches a Mutable
 // checkpoint in place (each tensor at its offset in its shard), tensors in
-// parallel, verifying each tensor's checksum before writing it back.
+// parallel, verifying each tensor's checksum before writing it back. The
+// per-tensor scratch buffers (XOR patch, compressed patch, current bytes)
+// are recycled through a pool rather than allocated, zeroed and collected
+// for every tensor. zstd dominates both directions (≈ 75 % of Encode's CPU
+// time, ≈ 70 % of Apply's): the output must stay byte-identical to
+// klauspost's level-mapped encoder, so its speed bounds the codec's.
 //
 // # Errors
 //
