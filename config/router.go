@@ -1,6 +1,7 @@
 package config
 
 import (
+	"math"
 	"net"
 	"time"
 )
@@ -11,6 +12,10 @@ type RouterConfig struct {
 	Policy RouterPolicy `yaml:"policy" doc:"replica selection policy"`
 	// BalanceFactor is bounded_sticky's c: no replica holds more than
 	// ceil(c · sessions / replicas) sessions.
+	// MoveCost weighs the re-prefill a bounded_sticky move causes: a session
+	// moves off an over-bound replica only when the work queued there minus
+	// the target's is at least move_cost × its cached history (0 = always).
+	MoveCost      float64 `yaml:"move_cost" doc:"bounded_sticky: move a session only when the queued work saved ≥ move_cost × its cached history tokens (0 = move whenever over the bound)"`
 	BalanceFactor float64 `yaml:"balance_factor" doc:"bounded_sticky load bound c: a replica holds at most ceil(c·sessions/replicas) sessions (≥ 1)"`
 	// SessionTTL releases a session not seen for this long (SkyRL: 7200 s).
 	SessionTTL time.Duration `yaml:"session_ttl" doc:"a session idle this long is released"`
@@ -47,6 +52,7 @@ func DefaultRouter() RouterConfig {
 	return RouterConfig{
 		Policy:              PolicyBoundedSticky,
 		BalanceFactor:       1.25,
+		MoveCost:            1,
 		SessionTTL:          7200 * time.Second,
 		SweepInterval:       60 * time.Second,
 		VirtualNodes:        160,
@@ -68,6 +74,9 @@ func (c RouterConfig) Validate() error {
 	v.checkEnums(c)
 	if !(c.BalanceFactor >= 1) {
 		v.fail("balance_factor", "must be ≥ 1, got %g", c.BalanceFactor)
+	}
+	if !(c.MoveCost >= 0) || math.IsInf(c.MoveCost, 0) {
+		v.fail("move_cost", "must be a finite number ≥ 0, got %g", c.MoveCost)
 	}
 	v.positiveDuration("session_ttl", c.SessionTTL)
 	v.positiveDuration("sweep_interval", c.SweepInterval)

@@ -69,6 +69,7 @@ func RouterConfig(c config.RouterConfig) proxy.Config {
 	p := proxy.DefaultConfig()
 	p.Policy.Policy = string(c.Policy)
 	p.Policy.LoadFactor = c.BalanceFactor
+	p.Policy.MoveCost = c.MoveCost
 	p.Policy.SessionTTL = c.SessionTTL
 	p.Policy.SweepInterval = c.SweepInterval
 	p.Policy.VirtualNodes = c.VirtualNodes

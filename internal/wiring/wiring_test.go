@@ -32,9 +32,10 @@ func TestRouterConfigMapsPolicyAndRule(t *testing.T) {
 	c := config.DefaultRouter()
 	c.Policy = config.RouterPolicy(policy.StickyLeastLoaded)
 	c.BalanceFactor = 1.5
+	c.MoveCost = 0.5
 	c.BehindVersionRule = config.BehindHold
 	p := RouterConfig(c)
-	if p.Policy.Policy != policy.StickyLeastLoaded || p.Policy.LoadFactor != 1.5 || p.Policy.LagRule != policy.LagHold {
+	if p.Policy.Policy != policy.StickyLeastLoaded || p.Policy.LoadFactor != 1.5 || p.Policy.MoveCost != 0.5 || p.Policy.LagRule != policy.LagHold {
 		t.Fatalf("policy mapped wrong: %+v", p.Policy)
 	}
 	d := RouterConfig(config.DefaultRouter())
