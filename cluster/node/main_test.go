@@ -12,7 +12,7 @@ func TestMain(m *testing.M) {
 		// resetPendingAcksOnReconnect and cleans up when it returns; when the
 		// cleanup wins the race, the goroutine reads the status channel as
 		// nil and blocks forever. One per unlucky Put, in the library.
-		goleak.IgnoreTopFunction("github.com/nats-io/nats.go/jetstream.(*jetStream).resetPendingAcksOnReconnect"),
+		goleak.IgnoreAnyFunction("github.com/nats-io/nats.go/jetstream.(*jetStream).resetPendingAcksOnReconnect"),
 		// The S3 client (minio-go) keeps idle connections' goroutines until
 		// its transport is garbage; they are not ours to stop.
 		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
