@@ -2,17 +2,15 @@ package staleness
 
 import (
 	"bufio"
-	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
-)
 
-var update = flag.Bool("update", false, "rewrite testdata/*.golden from the scenarios")
+	"github.com/asyncrl/asyncrl/internal/golden"
+)
 
 // TestScenarios replays testdata/*.scenario through a Controller and
 // compares the transcript with the .golden file next to it. Commands (one
@@ -22,29 +20,7 @@ var update = flag.Bool("update", false, "rewrite testdata/*.golden from the scen
 //	filter GROUP @T          abort GROUP @T         check GROUP @T
 //	step N @T                tick @T                metrics
 func TestScenarios(t *testing.T) {
-	files, err := filepath.Glob("testdata/*.scenario")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no scenarios: %v", err)
-	}
-	for _, f := range files {
-		t.Run(filepath.Base(f), func(t *testing.T) {
-			got := runScenario(t, f)
-			golden := strings.TrimSuffix(f, ".scenario") + ".golden"
-			if *update {
-				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run with -update to create)", err)
-			}
-			if got != string(want) {
-				t.Fatalf("transcript differs from %s:\n--- got\n%s--- want\n%s", golden, got, want)
-			}
-		})
-	}
+	golden.Run(t, "testdata/*.scenario", ".scenario", runScenario)
 }
 
 func runScenario(t *testing.T, path string) string {

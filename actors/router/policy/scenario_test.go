@@ -2,17 +2,15 @@ package policy
 
 import (
 	"bufio"
-	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
-)
 
-var update = flag.Bool("update", false, "rewrite testdata/scenarios/*.golden")
+	"github.com/asyncrl/asyncrl/internal/golden"
+)
 
 // TestScenarios replays testdata/scenarios/*.txt against a Core and
 // compares the transcript with the .golden file next to it. Commands (one
@@ -29,28 +27,7 @@ var update = flag.Bool("update", false, "rewrite testdata/scenarios/*.golden")
 //	done URL tokens=N | finish t=D key=K | sweep t=D
 //	show                   per-replica sessions / in-flight, and every session
 func TestScenarios(t *testing.T) {
-	files, _ := filepath.Glob("testdata/scenarios/*.txt")
-	if len(files) == 0 {
-		t.Fatal("no scenarios")
-	}
-	for _, f := range files {
-		t.Run(filepath.Base(f), func(t *testing.T) {
-			got := runScenario(t, f)
-			golden := strings.TrimSuffix(f, ".txt") + ".golden"
-			if *update {
-				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatalf("%v (run with -update to create)", err)
-			}
-			if got != string(want) {
-				t.Fatalf("transcript differs from %s:\n--- got\n%s--- want\n%s", golden, got, want)
-			}
-		})
-	}
+	golden.Run(t, "testdata/scenarios/*.txt", ".txt", runScenario)
 }
 
 func runScenario(t *testing.T, path string) string {
