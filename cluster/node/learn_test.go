@@ -56,23 +56,9 @@ func TestPublishCost(t *testing.T) {
 		cfg := config.Default()
 		cfg.Run.Steps, cfg.Run.Seed = 30, 1
 		cfg.Run.DataDir = t.TempDir()
+		cfg.Run.ReportDir = t.TempDir()
 		cfg.Publisher.Mode = mode
-		n, err := New(cfg, Options{InMemoryBus: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		if err := n.Start(ctx); err != nil {
-			cancel()
-			t.Fatal(err)
-		}
-		_, err = n.Wait(ctx)
-		n.Stop()
-		cancel()
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := n.Summary(false, nil)
+		n, s := runNode(t, cfg, nil)
 		var pub, train time.Duration
 		steps := n.steps()
 		for _, st := range steps {
