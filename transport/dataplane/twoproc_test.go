@@ -22,6 +22,7 @@ import (
 
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/transport/dataplane"
+	"github.com/asyncrl/asyncrl/transport/dataplane/internal/faultconn"
 	"github.com/asyncrl/asyncrl/transport/dataplane/shm"
 	"github.com/asyncrl/asyncrl/transport/dataplane/tcp"
 )
@@ -176,26 +177,6 @@ func checkSeeded(t *testing.T, dst []byte) {
 	}
 }
 
-// killingConn dies after left bytes were read: a connection killed
-// mid-transfer, from the receiving side.
-type killingConn struct {
-	net.Conn
-	left int64
-}
-
-func (c *killingConn) Read(p []byte) (int, error) {
-	if c.left <= 0 {
-		c.Conn.Close()
-		return 0, errors.New("injected: connection killed")
-	}
-	if int64(len(p)) > c.left {
-		p = p[:c.left]
-	}
-	n, err := c.Conn.Read(p)
-	c.left -= int64(n)
-	return n, err
-}
-
 // cancelingSink cancels the fetch once more than left bytes were written.
 type cancelingSink struct {
 	dst    dataplane.Buffer
@@ -237,7 +218,7 @@ func TestTwoProcessTCP(t *testing.T) {
 		if err != nil || dials.Add(1) > 2 {
 			return conn, err
 		}
-		return &killingConn{Conn: conn, left: p.Ranges[0].Length / 4}, nil
+		return faultconn.KillAfter(conn, p.Ranges[0].Length/4), nil
 	}
 	b, err := tcp.New(cfg)
 	if err != nil {

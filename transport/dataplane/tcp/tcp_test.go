@@ -20,6 +20,7 @@ import (
 
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/transport/dataplane"
+	"github.com/asyncrl/asyncrl/transport/dataplane/internal/faultconn"
 )
 
 func TestMain(m *testing.M) {
@@ -142,26 +143,6 @@ func TestTransferFileToFile(t *testing.T) {
 	}
 }
 
-// breakingConn closes the underlying connection once it has read limit
-// bytes, like a peer or a link dying mid-transfer.
-type breakingConn struct {
-	net.Conn
-	left int64
-}
-
-func (c *breakingConn) Read(p []byte) (int, error) {
-	if c.left <= 0 {
-		c.Conn.Close()
-		return 0, fmt.Errorf("injected: connection killed")
-	}
-	if int64(len(p)) > c.left {
-		p = p[:c.left]
-	}
-	n, err := c.Conn.Read(p)
-	c.left -= int64(n)
-	return n, err
-}
-
 func TestKilledConnectionsResume(t *testing.T) {
 	src := randomBytes(3, 32<<20)
 	p := plan(t, "resume", src, 8<<20, dataplane.XXH3)
@@ -178,7 +159,7 @@ func TestKilledConnectionsResume(t *testing.T) {
 			}
 			// The first three connections die after 3 MiB: inside a range.
 			if dials.Add(1) <= 3 {
-				return &breakingConn{Conn: conn, left: 3 << 20}, nil
+				return faultconn.KillAfter(conn, 3<<20), nil
 			}
 			return conn, nil
 		}
@@ -274,7 +255,7 @@ func TestReconnectsExhausted(t *testing.T) {
 		c.Backoff = time.Millisecond
 		c.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
 			conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-			return &breakingConn{Conn: conn, left: 1 << 20}, err
+			return faultconn.KillAfter(conn, 1<<20), err
 		}
 	})
 	dst := make(dataplane.Buffer, len(src))
