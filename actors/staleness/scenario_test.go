@@ -1,9 +1,7 @@
 package staleness
 
 import (
-	"bufio"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -24,21 +22,11 @@ func TestScenarios(t *testing.T) {
 }
 
 func runScenario(t *testing.T, path string) string {
-	fh, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fh.Close()
 	var out strings.Builder
 	var c *Controller
 	now := t0
-	sc := bufio.NewScanner(fh)
-	for line := 1; sc.Scan(); line++ {
-		text := strings.TrimSpace(sc.Text())
-		if text == "" || strings.HasPrefix(text, "#") {
-			continue
-		}
-		f := strings.Fields(text)
+	for _, cmd := range golden.Commands(t, path) {
+		line, text, f := cmd.Line, cmd.Text, cmd.Fields
 		if last := f[len(f)-1]; strings.HasPrefix(last, "@") {
 			sec, err := strconv.Atoi(last[1:])
 			if err != nil {
@@ -64,6 +52,7 @@ func runScenario(t *testing.T, path string) string {
 		var res string
 		switch f[0] {
 		case "config":
+			var err error
 			c, err = New(Config{MaxStalenessSteps: num(1), NumParallelGenerationWorkers: num(2), MiniBatchSize: num(3), StalePolicy: StalePolicy(arg(4))})
 			res = fmt.Sprintf("err=%v", err)
 		case "acquire":
@@ -104,9 +93,6 @@ func runScenario(t *testing.T, path string) string {
 				fmt.Fprintf(&out, "  effect: %v\n", rq)
 			}
 		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
 	}
 	return out.String()
 }

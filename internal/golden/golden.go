@@ -40,3 +40,29 @@ func Run(t *testing.T, glob, ext string, run func(t *testing.T, path string) str
 		})
 	}
 }
+
+// Command is one non-blank, non-comment line of a scenario file.
+type Command struct {
+	Line   int      // 1-based line number
+	Text   string   // the line, trimmed
+	Fields []string // strings.Fields(Text)
+}
+
+// Commands reads a scenario file: one command per line, blank lines and
+// lines starting with '#' skipped.
+func Commands(t *testing.T, path string) []Command {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cmds []Command
+	for i, l := range strings.Split(string(raw), "\n") {
+		text := strings.TrimSpace(l)
+		if text == "" || strings.HasPrefix(text, "#") {
+			continue
+		}
+		cmds = append(cmds, Command{Line: i + 1, Text: text, Fields: strings.Fields(text)})
+	}
+	return cmds
+}

@@ -1,9 +1,7 @@
 package policy
 
 import (
-	"bufio"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -31,11 +29,6 @@ func TestScenarios(t *testing.T) {
 }
 
 func runScenario(t *testing.T, path string) string {
-	fh, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fh.Close()
 	cfg := DefaultConfig()
 	var c *Core
 	core := func() *Core {
@@ -48,13 +41,8 @@ func runScenario(t *testing.T, path string) string {
 		return c
 	}
 	var out strings.Builder
-	sc := bufio.NewScanner(fh)
-	for ln := 1; sc.Scan(); ln++ {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		f := strings.Fields(line)
+	for _, cmd := range golden.Commands(t, path) {
+		ln, line, f := cmd.Line, cmd.Text, cmd.Fields
 		kv := map[string]string{}
 		var pos []string
 		for _, a := range f[1:] {
@@ -172,10 +160,6 @@ func runScenario(t *testing.T, path string) string {
 		} else {
 			fmt.Fprintf(&out, "%s\n    = %s\n", line, res)
 		}
-	}
-	fail := sc.Err()
-	if fail != nil {
-		t.Fatal(fail)
 	}
 	return out.String()
 }
