@@ -59,8 +59,11 @@ func TestRunAgenticDrivesEveryTurnThroughTheRouter(t *testing.T) {
 			}
 			switch pol {
 			case policy.StickyLeastLoaded:
-				// Two sessions per replica, none ever moves.
-				if r.Moved != 0 || r.PerReplica[0] != 10 || r.Outcomes["new"] != 4 || r.Outcomes["sticky_hit"] != 16 {
+				// Every conversation stays on its replica for all 5 turns
+				// (so each replica served a multiple of 5 requests). How
+				// many land where depends on timing: a conversation that
+				// finishes before another starts frees its slot.
+				if r.Moved != 0 || r.PerReplica[0]%5 != 0 || r.Outcomes["new"] != 4 || r.Outcomes["sticky_hit"] != 16 {
 					t.Fatalf("sticky: moved %d per replica %v outcomes %v", r.Moved, r.PerReplica, r.Outcomes)
 				}
 			case policy.RoundRobin:
