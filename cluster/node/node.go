@@ -68,6 +68,14 @@ type Options struct {
 	// RolloutActors overrides the number of rollout actors; 0 sizes it so
 	// W groups of n trajectories can run at once (ceil(W·n/concurrency)).
 	RolloutActors int
+	// TrainerCheckpoint, when set, is a trainer checkpoint directory
+	// (policy.SaveTrainer) the trainer starts from instead of the run
+	// seed's initial weights; version 0 of this run is its serving copy.
+	TrainerCheckpoint string
+	// AfterStep, when set, runs in the trainer's goroutine after each new
+	// version was published, while tr holds exactly that version (the
+	// cluster agent checkpoints it there); an error fails the step.
+	AfterStep func(ctx context.Context, tr *policy.Trainer, version int64) error
 }
 
 // Node runs a set of roles in one process; `asyncrl run` is one node with
