@@ -41,6 +41,14 @@ type Config struct {
 	Microbatch microbatch.Config
 	Subjects   Subjects
 	Logger     zerolog.Logger
+	// VersionBase is the wrapped policy.Trainer's Version() at this run's
+	// version 0. A trainer resumed from a checkpoint keeps its optimiser
+	// step count (Adam's bias correction depends on it), so it cannot be
+	// reset; instead everything the actor says or checks on the bus — the
+	// TrainBatch step it expects, StepDone, WeightsPublished, the
+	// Publisher's version, StepRecord — is local: tr.Version() − VersionBase.
+	// 0 (the default) is a trainer that starts with the run.
+	VersionBase int64
 }
 
 // Validate names the first invalid field.
@@ -50,6 +58,9 @@ func (c Config) Validate() error {
 	}
 	if c.Subjects.Train == "" || c.Subjects.Steps == "" {
 		return fmt.Errorf("%w: Subjects.Train and Steps must be set", ErrInvalidConfig)
+	}
+	if c.VersionBase < 0 {
+		return fmt.Errorf("%w: VersionBase must be >= 0, got %d", ErrInvalidConfig, c.VersionBase)
 	}
 	return nil
 }
@@ -88,11 +99,16 @@ type Actor struct {
 	err   error
 }
 
-// Start subscribes the trainer to cfg.Subjects.Train. tr's version must be
-// the version the engines serve (Step 1 trains it).
+// Start subscribes the trainer to cfg.Subjects.Train. tr's weights must be
+// the ones the engines serve as version 0 (Step 1 trains them), and
+// tr.Version() must be cfg.VersionBase.
 func Start(bus transport.Bus, tr *policy.Trainer, pub Publisher, cfg Config) (*Actor, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if v := tr.Version(); v != cfg.VersionBase {
+		// A mismatch would shift every version the actor announces.
+		return nil, fmt.Errorf("%w: VersionBase %d but the trainer holds version %d", ErrInvalidConfig, cfg.VersionBase, v)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	a := &Actor{bus: bus, tr: tr, pub: pub, cfg: cfg, in: make(chan messages.TrainBatch, 16), ctx: ctx, cancel: cancel, done: make(chan struct{})}
@@ -160,7 +176,8 @@ func (a *Actor) loop() {
 }
 
 func (a *Actor) step(tb messages.TrainBatch) error {
-	cur := a.tr.Version() // the version being trained: step tb.Step trains version Step-1
+	// The local version being trained: step tb.Step trains version Step-1.
+	cur := a.version()
 	if tb.Step <= cur {
 		// A redelivered batch: the step is done; say so again so a
 		// controller that missed StepDone advances.
@@ -182,6 +199,7 @@ func (a *Actor) step(tb messages.TrainBatch) error {
 	if err != nil {
 		return fmt.Errorf("trainer: step %d: %w", tb.Step, err)
 	}
+	st.Version = a.version() // the trainer counts its own steps; the bus speaks the run's
 	t1 := time.Now()
 	serving := a.tr.ServingCopy()
 	if err := a.pub.Publish(a.ctx, serving, st.Version); err != nil {
@@ -203,6 +221,9 @@ func (a *Actor) step(tb messages.TrainBatch) error {
 	}
 	return a.announce(tb.Step, st.Version, rec)
 }
+
+// version is the trainer's version relative to this run's version 0.
+func (a *Actor) version() int64 { return a.tr.Version() - a.cfg.VersionBase }
 
 func (a *Actor) header(v int64) messages.Header {
 	return messages.Header{RunID: a.cfg.RunID, Sender: a.cfg.Name, Version: v}

@@ -1,0 +1,157 @@
+package trainer
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/asyncrl/asyncrl/actors/trainer/microbatch"
+	"github.com/asyncrl/asyncrl/messages"
+	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/transport"
+	"github.com/asyncrl/asyncrl/transport/natsbus"
+)
+
+// A trainer resumed at optimiser step 2 (as from a checkpoint) runs a new
+// run whose version 0 is those weights: with VersionBase 2 the actor
+// expects step 1, publishes and announces version 1, and measures
+// staleness against local versions, while the wrapped trainer counts on
+// (step 3, so Adam's bias correction continues).
+func TestVersionBaseMakesBusVersionsLocal(t *testing.T) {
+	ctx := context.Background()
+	bus, err := natsbus.Connect(ctx, natsbus.DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bus.Close()
+	m, _ := policy.New(policy.DefaultConfig(), 1)
+	ptr, _ := policy.NewTrainer(m, policy.DefaultTrainerConfig())
+	// Two steps before this run starts.
+	for range 2 {
+		tb, err := messages.DecodeAs[messages.TrainBatch](encodeTrain(t, 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		batch, err := messages.DecodeTokenBatch(tb.Batch.Inline)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := Prepare(batch, true, microbatch.DefaultConfig(), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Train(ptr, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ptr.Version() != 2 {
+		t.Fatalf("setup: trainer version %d", ptr.Version())
+	}
+	cfg := Config{RunID: "r", Name: "t", NormStd: true, Microbatch: microbatch.DefaultConfig(),
+		Subjects: Subjects{Train: "T", Steps: "S", Weights: "W"}}
+
+	// A base that is not the trainer's version is refused up front: every
+	// version on the bus would be shifted.
+	pub := &recordingPublisher{}
+	if a, err := Start(bus, ptr, pub, cfg); !errors.Is(err, ErrInvalidConfig) {
+		if a != nil {
+			_ = a.Stop(ctx)
+		}
+		t.Fatalf("VersionBase 0 on a trainer at version 2: err %v, want ErrInvalidConfig", err)
+	}
+	bad := cfg
+	bad.VersionBase = -1
+	if err := bad.Validate(); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("VersionBase -1: err %v", err)
+	}
+
+	steps := make(chan messages.StepDone, 8)
+	published := make(chan messages.WeightsPublished, 8)
+	sub, err := bus.Subscribe("S", func(msg *transport.Msg) {
+		if sd, err := messages.DecodeAs[messages.StepDone](msg.Data); err == nil {
+			steps <- sd
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	wsub, err := bus.Subscribe("W", func(msg *transport.Msg) {
+		if wp, err := messages.DecodeAs[messages.WeightsPublished](msg.Data); err == nil {
+			published <- wp
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wsub.Unsubscribe()
+	cfg.VersionBase = 2
+	a, err := Start(bus, ptr, pub, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Stop(ctx)
+	next := func() messages.StepDone {
+		t.Helper()
+		select {
+		case sd := <-steps:
+			return sd
+		case <-time.After(10 * time.Second):
+			t.Fatal("no StepDone")
+		}
+		return messages.StepDone{}
+	}
+	if err := bus.Publish(ctx, "T", encodeTrain(t, 1)); err != nil {
+		t.Fatal(err)
+	}
+	sd := next()
+	if sd.Step != 1 || sd.NewVersion != 1 || sd.Version != 0 || sd.Stats["staleness_max"] != 0 {
+		t.Fatalf("StepDone = %v; want step 1, version 0 → 1, staleness 0 (tokens of local version 0)", sd)
+	}
+	if ptr.Version() != 3 {
+		t.Fatalf("wrapped trainer version %d, want 3 (its own step count goes on)", ptr.Version())
+	}
+	select {
+	case wp := <-published:
+		if wp.Version != 1 || wp.BaseVersion != 1 || wp.Step != 1 {
+			t.Fatalf("WeightsPublished = %v; want version 1", wp)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no WeightsPublished")
+	}
+	recs := a.Steps()
+	if len(recs) != 1 || recs[0].Version != 1 || recs[0].Stats.Version != 1 {
+		t.Fatalf("step records %+v; want one with version 1", recs)
+	}
+	// A redelivered step 1 re-announces local version 1; step 2 is next.
+	if err := bus.Publish(ctx, "T", encodeTrain(t, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if sd := next(); sd.Step != 1 || sd.NewVersion != 1 {
+		t.Fatalf("redelivery: %v", sd)
+	}
+	if err := bus.Publish(ctx, "T", encodeTrain(t, 2)); err != nil {
+		t.Fatal(err)
+	}
+	if sd := next(); sd.Step != 2 || sd.NewVersion != 2 || ptr.Version() != 4 {
+		t.Fatalf("step 2: %v, trainer version %d", sd, ptr.Version())
+	}
+	// Step 4 is from the future locally (the next is 3); checked against the
+	// global version 4 it would pass for a redelivery.
+	if err := bus.Publish(ctx, "T", encodeTrain(t, 4)); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for a.Err() == nil && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if a.Err() == nil || ptr.Version() != 4 {
+		t.Fatalf("future batch: err %v, version %d", a.Err(), ptr.Version())
+	}
+	pub.mu.Lock()
+	defer pub.mu.Unlock()
+	if len(pub.versions) != 2 || pub.versions[0] != 1 || pub.versions[1] != 2 {
+		t.Fatalf("published versions %v, want [1 2]", pub.versions)
+	}
+}
