@@ -27,6 +27,10 @@ type WatcherConfig struct {
 	TickInterval time.Duration
 	// Logger receives the watcher's logs (default zerolog.Nop()).
 	Logger zerolog.Logger
+	// OnChange, when set, is called with every change applied to the
+	// router except metrics samples, in order, under the watcher's lock
+	// (keep it short; the node agent prints them as events).
+	OnChange func(Change)
 }
 
 // DefaultWatcherConfig returns defaults for run.
@@ -119,6 +123,9 @@ func (w *Watcher) step(f func(now time.Time, c *Core) []Change) {
 	for _, ch := range changes {
 		if ch.Op != OpMetrics {
 			w.log.Debug().Str("change", ch.String()).Msg("discovery")
+			if w.cfg.OnChange != nil {
+				w.cfg.OnChange(ch)
+			}
 		}
 	}
 }

@@ -85,6 +85,28 @@ func NewNATS(ctx context.Context, nc *nats.Conn, cfg NATSConfig) (*NATS, error) 
 	return &NATS{os: obs, cfg: cfg}, nil
 }
 
+// OpenNATS opens an existing bucket without changing its configuration
+// (a reader on another node: NewNATS would try to update the storage and
+// replicas to its own config). A missing bucket is ErrNotFound.
+func OpenNATS(ctx context.Context, nc *nats.Conn, bucket string) (*NATS, error) {
+	cfg := DefaultNATSConfig(bucket)
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("store: nats: %w", err)
+	}
+	obs, err := js.ObjectStore(ctx, bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, fmt.Errorf("%w: bucket %s", ErrNotFound, bucket)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: nats: bucket %s: %w", bucket, err)
+	}
+	return &NATS{os: obs, cfg: cfg}, nil
+}
+
 // Put implements Store.
 func (n *NATS) Put(ctx context.Context, key string, r io.Reader, size int64) error {
 	if err := ValidateKey(key); err != nil {

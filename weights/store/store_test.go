@@ -277,3 +277,45 @@ func TestOpenLocations(t *testing.T) {
 		}
 	}
 }
+
+// OpenNATS reads a bucket another process created (memory storage here)
+// without changing its configuration; a missing bucket is ErrNotFound.
+func TestOpenNATSReadsExistingBucket(t *testing.T) {
+	ctx := context.Background()
+	bus, err := natsbus.Connect(ctx, natsbus.DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bus.Close() })
+	cfg := store.DefaultNATSConfig("open-existing")
+	cfg.Storage = jetstream.MemoryStorage
+	w, err := store.NewNATS(ctx, bus.Conn(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.PutBytes(ctx, w, "base/model.safetensors", []byte("weights")); err != nil {
+		t.Fatal(err)
+	}
+	r, err := store.OpenNATS(ctx, bus.Conn(), "open-existing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := store.ReadAll(ctx, r, "base/model.safetensors"); err != nil || string(b) != "weights" {
+		t.Fatalf("read %q, %v", b, err)
+	}
+	js, _ := jetstream.New(bus.Conn())
+	obs, err := js.ObjectStore(ctx, "open-existing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := obs.Status(ctx)
+	if err != nil || st.BackingStore() != "JetStream" || st.Replicas() != 1 {
+		t.Fatalf("status %v, %v", st, err)
+	}
+	if si, ok := st.(*jetstream.ObjectBucketStatus); ok && si.StreamInfo().Config.Storage != jetstream.MemoryStorage {
+		t.Errorf("opening changed the bucket's storage to %v", si.StreamInfo().Config.Storage)
+	}
+	if _, err := store.OpenNATS(ctx, bus.Conn(), "no-such-bucket"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("missing bucket: %v, want ErrNotFound", err)
+	}
+}
