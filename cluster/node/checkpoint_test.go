@@ -1,0 +1,386 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/asyncrl/asyncrl/cluster/ledger"
+	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/transport/natsbus"
+	"github.com/asyncrl/asyncrl/weights/safetensors"
+)
+
+// trainedTrainer is a trainer that has taken steps optimiser steps, so its
+// Adam moments and step count are not the initial ones.
+func trainedTrainer(t testing.TB, steps int) *policy.Trainer {
+	t.Helper()
+	m, err := policy.New(policy.DefaultConfig(), 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := policy.NewTrainer(m, policy.DefaultTrainerConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := policy.Batch{Sequences: []policy.Sequence{
+		{Tokens: []int32{1, 40, 41, 42}, LossMask: []uint8{0, 1, 1, 1}, RolloutLogprobs: []float32{0, -4, -4, -4}, Advantage: 1},
+		{Tokens: []int32{1, 50, 51}, LossMask: []uint8{0, 1, 1}, RolloutLogprobs: []float32{0, -4, -4}, Advantage: -1},
+	}}
+	for range steps {
+		if _, err := tr.Step(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return tr
+}
+
+// trainerState is everything SaveTrainer writes: each tensor's bytes and
+// the step and RNG metadata (the config is compared separately).
+func trainerState(t testing.TB, tr *policy.Trainer) (map[string][]byte, map[string]string) {
+	t.Helper()
+	dir := t.TempDir()
+	if err := tr.SaveTrainer(dir); err != nil {
+		t.Fatal(err)
+	}
+	f, err := safetensors.Open(filepath.Join(dir, policy.TrainerFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ts := map[string][]byte{}
+	for _, n := range f.Names() {
+		b, _, err := f.ReadTensor(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts[n] = b
+	}
+	return ts, map[string]string{"step": f.Metadata["step"], "rng": f.Metadata["rng"]}
+}
+
+// servingBytes is m's BF16 serving weights, tensor by tensor.
+func servingBytes(t testing.TB, m *policy.Model) map[string][]byte {
+	t.Helper()
+	dir := t.TempDir()
+	if err := m.SaveServing(dir); err != nil {
+		t.Fatal(err)
+	}
+	ck, err := safetensors.OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	out := map[string][]byte{}
+	for _, n := range ck.Names() {
+		b, _, err := ck.ReadTensor(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[n] = b
+	}
+	return out
+}
+
+func sameTensors(a, b map[string][]byte) bool {
+	return maps.EqualFunc(a, b, bytes.Equal)
+}
+
+func testCkptStore(t *testing.T) (*ckptStore, *natsbus.Bus) {
+	t.Helper()
+	b, err := natsbus.Connect(context.Background(), natsbus.DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	st, err := openCkptStore(context.Background(), b.Conn(), "ck", 1, true, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, b
+}
+
+// checkpointNames lists the checkpoints (object prefixes) in the bucket.
+func checkpointNames(t *testing.T, st *ckptStore) []string {
+	t.Helper()
+	infos, err := st.obs.List(context.Background())
+	if errors.Is(err, jetstream.ErrNoObjectsFound) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, in := range infos {
+		if !in.Deleted {
+			p, _, _ := strings.Cut(in.Name, "/")
+			seen[p] = true
+		}
+	}
+	return slices.Sorted(maps.Keys(seen))
+}
+
+// Save → load restores the trainer bit-identically: master weights, Adam
+// moments, step and RNG state; under another run config only the
+// hyperparameters change.
+func TestCheckpointRoundTripIsBitIdentical(t *testing.T) {
+	st, _ := testCkptStore(t)
+	ctx := context.Background()
+	tr := trainedTrainer(t, 3)
+	loc, err := st.save(ctx, tr, 3, 5, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if loc != "nats-os://asyncrl-ckpt-ck/v3-t5" {
+		t.Fatalf("location %q", loc)
+	}
+	dir := filepath.Join(t.TempDir(), "resume")
+	v, err := st.load(ctx, loc, dir)
+	if err != nil || v != 3 {
+		t.Fatalf("load: version %d, err %v", v, err)
+	}
+	got, err := policy.LoadTrainer(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantT, wantMD := trainerState(t, tr)
+	gotT, gotMD := trainerState(t, got)
+	if len(wantT) == 0 || !sameTensors(gotT, wantT) || !maps.Equal(gotMD, wantMD) || got.Version() != 3 {
+		t.Fatalf("restored trainer differs: %d/%d tensors, metadata %v vs %v, version %d", len(gotT), len(wantT), gotMD, wantMD, got.Version())
+	}
+	if !sameTensors(servingBytes(t, got.ServingCopy()), servingBytes(t, tr.ServingCopy())) {
+		t.Fatal("restored serving copy differs")
+	}
+
+	// The run's config replaces the checkpoint's hyperparameters; the
+	// state stays bit-identical.
+	rc := policy.DefaultTrainerConfig()
+	rc.LR, rc.Workers = 1e-4, 3
+	withCfg, err := loadTrainerWithConfig(dir, rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if withCfg.Config() != rc {
+		t.Fatalf("config %+v, want the run's %+v", withCfg.Config(), rc)
+	}
+	if gT, gMD := trainerState(t, withCfg); !sameTensors(gT, wantT) || !maps.Equal(gMD, wantMD) {
+		t.Fatal("state changed when applying the run's config")
+	}
+	// Both copies take the same next step; only the LR differs, so the
+	// weights must differ after it (the config really applies).
+	b := policy.Batch{Sequences: []policy.Sequence{
+		{Tokens: []int32{1, 40, 41}, LossMask: []uint8{0, 1, 1}, RolloutLogprobs: []float32{0, -4, -4}, Advantage: 1},
+		{Tokens: []int32{1, 60, 61}, LossMask: []uint8{0, 1, 1}, RolloutLogprobs: []float32{0, -4, -4}, Advantage: -1},
+	}}
+	if _, err := got.Step(b); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := withCfg.Step(b); err != nil {
+		t.Fatal(err)
+	}
+	if sameTensors(servingBytes(t, got.ServingCopy()), servingBytes(t, withCfg.ServingCopy())) {
+		t.Fatal("a 30x smaller learning rate changed nothing")
+	}
+	if _, err := loadTrainerWithConfig(dir, policy.TrainerConfig{}); err == nil {
+		t.Fatal("an invalid run config was accepted")
+	}
+}
+
+// Saves with the durable progress one version behind keep two
+// checkpoints; an older term's leftovers go, a newer term's stay.
+func TestCheckpointPruningKeepsTwo(t *testing.T) {
+	st, _ := testCkptStore(t)
+	ctx := context.Background()
+	// Each checkpoint holds a trainer of its version, so it loads.
+	trs := map[int64]*policy.Trainer{}
+	tr := func(v int64) *policy.Trainer {
+		if trs[v] == nil {
+			trs[v] = trainedTrainer(t, int(v))
+		}
+		return trs[v]
+	}
+	// A newer term (token 9) exists: term 3 below is deposed.
+	if _, err := st.save(ctx, tr(5), 5, 9, ""); err != nil {
+		t.Fatal(err)
+	}
+	// A previous term (token 1) left v1 (durable when term 3 starts) and
+	// v2 (saved, never recorded: it was deposed).
+	old1, err := st.save(ctx, tr(1), 1, 1, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.save(ctx, tr(2), 2, 1, old1); err != nil {
+		t.Fatal(err)
+	}
+	durable := old1
+	for v := int64(2); v <= 5; v++ {
+		loc, err := st.save(ctx, tr(v), v, 3, durable)
+		if err != nil {
+			t.Fatal(err)
+		}
+		durable = loc // the step's progress is recorded
+	}
+	want := []string{"v4-t3", "v5-t3", "v5-t9"}
+	if got := checkpointNames(t, st); !slices.Equal(got, want) {
+		t.Fatalf("checkpoints %v, want %v", got, want)
+	}
+	// The durable checkpoint survives even when saves run ahead of the
+	// progress (three saves, nothing recorded).
+	for v := int64(6); v <= 8; v++ {
+		if _, err := st.save(ctx, tr(v), v, 3, durable); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want = []string{"v5-t3", "v5-t9", "v6-t3", "v7-t3", "v8-t3"}
+	if got := checkpointNames(t, st); !slices.Equal(got, want) {
+		t.Fatalf("checkpoints %v, want %v", got, want)
+	}
+	if _, err := st.load(ctx, durable, t.TempDir()); err != nil {
+		t.Fatalf("the durable checkpoint: %v", err)
+	}
+}
+
+func TestCkptPrunable(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		token   uint64
+		durable string
+		want    bool
+	}{
+		{"v3-t2", 2, "v3-t2", false}, // the durable one
+		{"v9-t3", 2, "v3-t2", false}, // a newer term's
+		{"v2-t1", 2, "v3-t2", true},  // an older term's
+		{"v4-t1", 2, "v3-t1", true},  // an older term's above the durable one: fenced, never recorded
+		{"v3-t1", 2, "v3-t1", false}, // the older term's durable one
+		{"v2-t2", 2, "v3-t2", true},  // this term's, older than the durable one
+		{"v4-t2", 2, "v3-t2", false}, // this term's, not yet recorded
+		{"v1-t2", 2, "v3-t1", false}, // this term's while none of them is durable
+		{"v1-t2", 2, "", false},
+		{"v1-t1", 2, "", true},
+		{"junk", 2, "", false},
+		{"v1-tx", 2, "", false},
+	} {
+		if got := ckptPrunable(c.name, c.token, c.durable); got != c.want {
+			t.Errorf("ckptPrunable(%q, token %d, durable %q) = %v, want %v", c.name, c.token, c.durable, got, c.want)
+		}
+	}
+}
+
+// A location whose objects are missing, incomplete or corrupt is an
+// ErrCheckpoint at once (not retried for half a minute) naming the cause.
+func TestCheckpointMissingOrCorruptFailsClearly(t *testing.T) {
+	st, _ := testCkptStore(t)
+	ctx := context.Background()
+	tr := trainedTrainer(t, 2)
+	loc, err := st.save(ctx, tr, 2, 1, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	expect := func(what, loc, want string) {
+		t.Helper()
+		start := time.Now()
+		_, err := st.load(ctx, loc, t.TempDir())
+		if !errors.Is(err, ErrCheckpoint) || !strings.Contains(err.Error(), want) {
+			t.Fatalf("%s: err %v; want ErrCheckpoint mentioning %q", what, err, want)
+		}
+		if d := time.Since(start); d > 10*time.Second {
+			t.Errorf("%s: took %s; a missing or corrupt checkpoint is not transient", what, d)
+		}
+	}
+	expect("never saved", st.location("v7-t1"), "no manifest")
+	expect("another bucket", "nats-os://asyncrl-ckpt-other/v2-t1", "is not in")
+	expect("not a checkpoint name", st.location("latest"), "not v<version>-t<token>")
+	// A file replaced by other bytes: the manifest's SHA-256 catches it.
+	if _, err := st.obs.PutBytes(ctx, "v2-t1/"+policy.TrainerFileName, []byte("garbage")); err != nil {
+		t.Fatal(err)
+	}
+	expect("corrupt file", loc, "SHA-256")
+	// A file gone.
+	if err := st.obs.Delete(ctx, "v2-t1/"+policy.ConfigFileName); err != nil {
+		t.Fatal(err)
+	}
+	expect("missing file", loc, "missing")
+	// A manifest that does not describe a loadable trainer of its version.
+	loc3, err := st.save(ctx, tr, 3, 1, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	expect("wrong version", loc3, "holds a trainer at version 2")
+}
+
+// A term whose progress is past version 0 but records no checkpoint
+// refuses to start instead of training on from the seed's weights; a
+// fresh run starts without one; a recorded one is restored.
+func TestTermCheckpointRefusesToRestartFromSeed(t *testing.T) {
+	st, b := testCkptStore(t)
+	ctx := context.Background()
+	a := &Agent{cfg: AgentConfig{Name: "n1", Replicas: 1, InMemoryBus: true, Run: agentRunConfig(t, 4)}, bus: b}
+	a.cfg.Run.Run.ID = "ck"
+	dir := filepath.Join(t.TempDir(), "resume-t2")
+	if _, _, err := startTermCkpt(ctx, a, ledger.Progress{Step: 3, Version: 3}, 2, dir); !errors.Is(err, ErrCheckpoint) ||
+		!strings.Contains(err.Error(), "records no checkpoint") {
+		t.Fatalf("progress at version 3 without a checkpoint: err %v", err)
+	}
+	if _, resume, err := startTermCkpt(ctx, a, ledger.Progress{}, 2, dir); err != nil || resume {
+		t.Fatalf("fresh run: resume %v err %v", resume, err)
+	}
+	loc, err := st.save(ctx, trainedTrainer(t, 2), 2, 1, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := startTermCkpt(ctx, a, ledger.Progress{Step: 3, Version: 3, Checkpoint: loc}, 2, dir); !errors.Is(err, ErrCheckpoint) {
+		t.Fatalf("a checkpoint of version 2 for progress at version 3: err %v", err)
+	}
+	ck, resume, err := startTermCkpt(ctx, a, ledger.Progress{Step: 2, Version: 2, Checkpoint: loc}, 2, dir)
+	if err != nil || !resume {
+		t.Fatalf("resume: %v %v", resume, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, policy.TrainerFileName)); err != nil {
+		t.Fatalf("not downloaded into the resume dir: %v", err)
+	}
+	// The term's first step saves global version 3 and records it.
+	if err := ck.afterStep(ctx, trainedTrainer(t, 3), 1); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ck.location(1)
+	if err != nil || got != st.location("v3-t2") {
+		t.Fatalf("location of local version 1: %q %v", got, err)
+	}
+	if _, err := ck.location(2); !errors.Is(err, ErrCheckpoint) {
+		t.Fatalf("a version never saved: %v", err)
+	}
+}
+
+// BenchmarkCheckpointSave measures one checkpoint upload of the built-in
+// policy (SaveTrainer + put + manifest + prune) to an embedded
+// JetStream's file store.
+func BenchmarkCheckpointSave(b *testing.B) {
+	bus, err := natsbus.Connect(context.Background(), natsbus.DefaultOptions())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer bus.Close()
+	st, err := openCkptStore(context.Background(), bus.Conn(), "bench", 1, false, b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	tr := trainedTrainer(b, 1)
+	durable := ""
+	b.ResetTimer()
+	for i := range b.N {
+		loc, err := st.save(context.Background(), tr, int64(i+1), 1, durable)
+		if err != nil {
+			b.Fatal(err)
+		}
+		durable = loc
+	}
+}
