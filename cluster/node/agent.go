@@ -435,7 +435,29 @@ func (a *Agent) train(ctx context.Context, token uint64) error {
 	cfg.Run.ReportDir = filepath.Join(cfg.Run.ReportDir, fmt.Sprintf("%s-t%d", a.cfg.Name, token))
 	cfg.Bus.NATSURL = a.bus.ClientURL()
 	cfg.Run.DataDir = filepath.Join(cfg.Run.DataDir, a.cfg.Name)
-	n, err := New(cfg, Options{Logger: a.log})
+	// The trainer continues from the weights of the durable step: the
+	// checkpoint the progress records is restored, and every new version
+	// is checkpointed before its step can be recorded.
+	var (
+		ck     *termCkpt
+		resume bool
+		ckOpts Options
+		err    error
+	)
+	if cfg.Trainer.Backend != config.BackendRemote { // a remote worker owns its weights
+		resumeDir := filepath.Join(cfg.Run.DataDir, fmt.Sprintf("resume-t%d", token))
+		defer os.RemoveAll(resumeDir) // read once, by Start
+		if ck, resume, err = startTermCkpt(ctx, a, p, token, resumeDir); err != nil {
+			return err
+		}
+		ckOpts.AfterStep = ck.afterStep
+		if resume {
+			ckOpts.TrainerCheckpoint = resumeDir
+			a.event("resume from checkpoint v%d", p.Version)
+		}
+	}
+	n, err := New(cfg, Options{Logger: a.log,
+		TrainerCheckpoint: ckOpts.TrainerCheckpoint, AfterStep: ckOpts.AfterStep})
 	if err != nil {
 		return err
 	}
@@ -457,8 +479,18 @@ func (a *Agent) train(ctx context.Context, token uint64) error {
 		for ; saved < len(steps); saved++ {
 			s := steps[saved]
 			np := ledger.Progress{Step: p.Step + s.Step, Version: p.Version + s.Version, Token: token, Holder: a.cfg.Name}
+			if ck != nil {
+				loc, err := ck.location(s.Version)
+				if err != nil {
+					return err
+				}
+				np.Checkpoint = loc
+			}
 			if err := a.led.SaveProgress(ctx, np); err != nil {
 				return fmt.Errorf("node: save progress: %w", err)
+			}
+			if ck != nil {
+				ck.recorded(s.Version, np.Checkpoint)
 			}
 			a.event("step %d version %d", np.Step, np.Version)
 		}

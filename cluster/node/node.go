@@ -70,11 +70,17 @@ type Options struct {
 	RolloutActors int
 	// TrainerCheckpoint, when set, is a trainer checkpoint directory
 	// (policy.SaveTrainer) the trainer starts from instead of the run
-	// seed's initial weights; version 0 of this run is its serving copy.
+	// seed's initial weights. From the checkpoint: master weights, Adam
+	// moments, optimiser step and RNG state; from this run's config: every
+	// trainer hyperparameter (and the worker count). Version 0 of this run
+	// is its serving copy; the versions on the bus count from there
+	// (trainer.Config.VersionBase), while the trainer's own step count goes
+	// on for Adam's bias correction. The directory is only read.
 	TrainerCheckpoint string
 	// AfterStep, when set, runs in the trainer's goroutine after each new
-	// version was published, while tr holds exactly that version (the
-	// cluster agent checkpoints it there); an error fails the step.
+	// version was published and before the step is recorded, while tr
+	// holds exactly that version (version is this run's, counted from 0;
+	// the cluster agent checkpoints it there); an error fails the step.
 	AfterStep func(ctx context.Context, tr *policy.Trainer, version int64) error
 }
 
@@ -243,14 +249,22 @@ func (n *Node) Start(ctx context.Context) (err error) {
 
 	// Policy: the trainer owns the FP32 master; engines serve BF16 copies.
 	seed := uint64(cfg.Run.Seed)
-	model, err := policy.New(policy.DefaultConfig(), seed)
-	if err != nil {
-		return err
-	}
 	tcfg := trainerConfig(cfg)
-	ptr, err := policy.NewTrainer(model, tcfg)
-	if err != nil {
-		return fmt.Errorf("%w: trainer: %w", ErrConfig, err)
+	var ptr *policy.Trainer
+	if n.opts.TrainerCheckpoint != "" {
+		// Resumed: weights, Adam moments, step and RNG from the
+		// checkpoint, hyperparameters from this run's config.
+		if ptr, err = loadTrainerWithConfig(n.opts.TrainerCheckpoint, tcfg); err != nil {
+			return fmt.Errorf("node: trainer checkpoint %s: %w", n.opts.TrainerCheckpoint, err)
+		}
+	} else {
+		model, err := policy.New(policy.DefaultConfig(), seed)
+		if err != nil {
+			return err
+		}
+		if ptr, err = policy.NewTrainer(model, tcfg); err != nil {
+			return fmt.Errorf("%w: trainer: %w", ErrConfig, err)
+		}
 	}
 	// Engines start from version 0: with delta sync, the base checkpoint
 	// every receiver replays from; otherwise the trainer's serving copy.
@@ -261,8 +275,10 @@ func (n *Node) Start(ctx context.Context) (err error) {
 			return err
 		}
 	}
-	initial, err := wiring.InitialPolicy(baseDir, seed)
-	if err != nil {
+	var initial engine.Model
+	if baseDir == "" && n.opts.TrainerCheckpoint != "" {
+		initial = ptr.ServingCopy() // InitialPolicy("") would be the seed's weights
+	} else if initial, err = wiring.InitialPolicy(baseDir, seed); err != nil {
 		return fmt.Errorf("node: initial weights: %w", err)
 	}
 	quiet := log.Level(max(log.GetLevel(), zerolog.WarnLevel))
@@ -291,6 +307,9 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		}
 		tpub = n.wsync
 	}
+	if n.opts.AfterStep != nil {
+		tpub = afterStepPublisher{Publisher: tpub, tr: ptr, after: n.opts.AfterStep}
+	}
 
 	n.sys, err = actors.NewSystem(actors.SystemConfig{Logger: log, RunID: cfg.Run.ID, Registerer: n.reg})
 	if err != nil {
@@ -303,7 +322,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 			return fmt.Errorf("node: weights: %w", err)
 		}
 	} else if n.tr, err = trainer.Start(n.bus, ptr, tpub, trainer.Config{RunID: cfg.Run.ID, Name: "trainer-0", NormStd: true,
-		Microbatch: microbatchConfig(cfg.Trainer), Logger: log.With().Str("actor", "trainer").Logger(),
+		VersionBase: ptr.Version(), Microbatch: microbatchConfig(cfg.Trainer), Logger: log.With().Str("actor", "trainer").Logger(),
 		Subjects: trainer.Subjects{Train: n.subj.train, Steps: n.subj.steps, Weights: n.subj.weights}}); err != nil {
 		return err
 	}
