@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/asyncrl/asyncrl/cluster"
 	"github.com/asyncrl/asyncrl/cluster/lease"
+	"github.com/asyncrl/asyncrl/cluster/discovery"
 	"github.com/asyncrl/asyncrl/cluster/ledger"
 	"github.com/asyncrl/asyncrl/cluster/placement"
 	"github.com/asyncrl/asyncrl/config"
@@ -82,6 +84,8 @@ type Agent struct {
 	guard  *cluster.NameGuard
 	ms     *cluster.Membership
 	led    *ledger.Ledger
+	// host runs the node's engines (the engine role) for the holder.
+	host   *engineHost
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
@@ -196,6 +200,15 @@ func StartAgent(ctx context.Context, cfg AgentConfig) (a *Agent, err error) {
 		return a, err
 	}
 	meta := cluster.NodeMeta{Roles: cfg.Roles, GPUs: cfg.GPUs, Endpoints: map[string]string{"nats": a.bus.ClientURL()}}
+	if cfg.has(placement.Engine) {
+		// The engines listen before the node joins gossip: their URLs are
+		// in the metadata the other members learn it from.
+		if a.host, err = startEngineHost(cfg.Run, cfg.Name, a.bus, a.log, a.event); err != nil {
+			return a, err
+		}
+		maps.Copy(meta.Endpoints, a.host.endpoints())
+		a.event("engines %s", strings.Join(slices.Sorted(maps.Values(a.host.endpoints())), " "))
+	}
 	if u := a.bus.ClusterURL(); u != "" {
 		meta.Endpoints["route"] = u
 	}
@@ -435,6 +448,9 @@ func (a *Agent) train(ctx context.Context, token uint64) error {
 	cfg.Run.ReportDir = filepath.Join(cfg.Run.ReportDir, fmt.Sprintf("%s-t%d", a.cfg.Name, token))
 	cfg.Bus.NATSURL = a.bus.ClientURL()
 	cfg.Run.DataDir = filepath.Join(cfg.Run.DataDir, a.cfg.Name)
+	// The term's engines are the engine hosts of the members (this node's
+	// included): its weights go through the bus's object store.
+	cfg.Publisher.Mode, cfg.Publisher.Store, cfg.Publisher.Transport = config.PublishDelta, config.StoreNATS, config.TransportStore
 	// The trainer continues from the weights of the durable step: the
 	// checkpoint the progress records is restored, and every new version
 	// is checkpointed before its step can be recorded.
@@ -456,7 +472,7 @@ func (a *Agent) train(ctx context.Context, token uint64) error {
 			a.event("resume from checkpoint v%d", p.Version)
 		}
 	}
-	n, err := New(cfg, Options{Logger: a.log,
+	n, err := New(cfg, Options{Logger: a.log, InMemoryBus: a.cfg.InMemoryBus, Remote: a.remoteEngines(),
 		TrainerCheckpoint: ckOpts.TrainerCheckpoint, AfterStep: ckOpts.AfterStep})
 	if err != nil {
 		return err
@@ -555,6 +571,9 @@ func (a *Agent) Stop() {
 		a.wg.Wait()
 		if a.ms != nil {
 			_ = a.ms.Leave(time.Second)
+		}
+		if a.host != nil {
+			a.host.stop()
 		}
 		if a.guard != nil {
 			a.guard.Close()
@@ -859,4 +878,24 @@ func (a *Agent) watchDone(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// remoteEngines is how a term's pipeline finds its engines: the members'
+// engine hosts, read from gossip; every change to its router's table is
+// an event ("routing add http://…", "routing remove http://…").
+func (a *Agent) remoteEngines() *RemoteEngines {
+	ready := map[string]bool{} // OnChange runs under the watcher's lock
+	return &RemoteEngines{BaseRun: a.cfg.Run.Run.ID, Members: a.ms.Members, Replicas: a.cfg.Replicas, Event: a.event,
+		OnChange: func(ch discovery.Change) {
+			// Health flips with every version an engine still has to
+			// load: print only the first time an engine becomes routable.
+			switch {
+			case ch.Op == discovery.OpAdd || ch.Op == discovery.OpRemove:
+				delete(ready, ch.URL)
+				a.event("routing %s", ch)
+			case ch.Op == discovery.OpHealth && ch.Healthy && !ready[ch.URL]:
+				ready[ch.URL] = true
+				a.event("routing ready %s", ch.URL)
+			}
+		}}
 }

@@ -133,7 +133,7 @@ func TestAgentStandbyTakesOver(t *testing.T) {
 	const steps = 8
 	var ev1, ev2 syncBuf
 	mk := func(name string, ev *syncBuf) *Agent {
-		a, err := StartAgent(ctx, AgentConfig{Name: name, Roles: []string{placement.Trainer}, NATSURL: url,
+		a, err := StartAgent(ctx, AgentConfig{Name: name, Roles: []string{placement.Trainer, placement.Engine}, NATSURL: url,
 			Gossip: "127.0.0.1:0", LeaseTTL: time.Second, Run: agentRunConfig(t, steps), Events: ev})
 		if err != nil {
 			t.Fatal(err)
@@ -240,7 +240,7 @@ func TestAgentMinorityStopsTraining(t *testing.T) {
 	ctx := context.Background()
 	var ev1, ev2 syncBuf
 	mk := func(name string, ev *syncBuf) *Agent {
-		a, err := StartAgent(ctx, AgentConfig{Name: name, Roles: []string{placement.Trainer}, NATSURL: url,
+		a, err := StartAgent(ctx, AgentConfig{Name: name, Roles: []string{placement.Trainer, placement.Engine}, NATSURL: url,
 			Gossip: "127.0.0.1:0", LeaseTTL: time.Second, Run: agentRunConfig(t, 50), Events: ev})
 		if err != nil {
 			t.Fatal(err)

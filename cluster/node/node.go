@@ -82,6 +82,11 @@ type Options struct {
 	// holds exactly that version (version is this run's, counted from 0;
 	// the cluster agent checkpoints it there); an error fails the step.
 	AfterStep func(ctx context.Context, tr *policy.Trainer, version int64) error
+	// Remote, when set, makes the pipeline start no engines of its own and
+	// serve from the engines of other nodes (the cluster agent's terms;
+	// see RemoteEngines). It needs publisher.mode delta and
+	// publisher.store nats.
+	Remote *RemoteEngines
 }
 
 // Node runs a set of roles in one process; `asyncrl run` is one node with
@@ -117,6 +122,10 @@ type Node struct {
 	metricsURL  string
 	ledger      *Ledger
 	progress    *progress
+	// remote: engines on other nodes (Options.Remote).
+	remote     *remoteSet
+	remoteStop context.CancelFunc
+	remoteWG   sync.WaitGroup
 
 	start    time.Time
 	stopOnce sync.Once
@@ -158,7 +167,11 @@ func New(cfg config.Config, opts Options) (*Node, error) {
 	if cfg.Publisher.Mode == config.PublishLoRA {
 		return nil, fmt.Errorf("%w: publisher.mode: lora is not supported by asyncrl run (the built-in policy has no adapters); use delta or full", ErrConfig)
 	}
-	if cfg.Engines.Count == 0 {
+	if opts.Remote != nil {
+		if cfg.Publisher.Mode != config.PublishDelta || cfg.Publisher.Store != config.StoreNATS || cfg.Publisher.Transport == config.TransportDataPlane {
+			return nil, fmt.Errorf("%w: engines on other nodes need publisher.mode delta, publisher.store nats and the store transport", ErrConfig)
+		}
+	} else if cfg.Engines.Count == 0 {
 		return nil, fmt.Errorf("%w: engines.count: the in-process trainer can only update built-in engines; set count ≥ 1", ErrConfig)
 	}
 	return &Node{cfg: cfg, opts: opts, subj: s, task: task}, nil
@@ -282,8 +295,10 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		return fmt.Errorf("node: initial weights: %w", err)
 	}
 	quiet := log.Level(max(log.GetLevel(), zerolog.WarnLevel))
-	if n.engines, err = startEngines(cfg.Engines, initial, cfg.Run.Seed, quiet, n.hooks.wrapEngine); err != nil {
-		return err
+	if n.opts.Remote == nil {
+		if n.engines, err = startEngines(cfg.Engines, initial, cfg.Run.Seed, quiet, n.hooks.wrapEngine); err != nil {
+			return err
+		}
 	}
 	replicas := append(n.EngineURLs(), cfg.Engines.ExternalURLs...)
 	n.reg = prometheus.NewRegistry()
@@ -367,6 +382,13 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	}
 	if ccfg.ResendTrainAfter <= 0 {
 		ccfg.ResendTrainAfter = 5 * time.Second
+	}
+	if n.remote != nil {
+		// The controller's first prompts would only fail against a router
+		// with nothing routable.
+		if err := n.remote.waitRoutable(ctx); err != nil {
+			return fmt.Errorf("node: waiting for engines: %w", err)
+		}
 	}
 	src := func() controller.Source { return newTaskSource(n.task, cfg.Run.Seed) }
 	if n.ctl, err = controller.Spawn(n.sys, n.bus, actors.DefaultShellConfig("controller-0", "controller"), ccfg,
@@ -537,6 +559,11 @@ func (n *Node) Stop() {
 		}
 		if n.weightsSub != nil {
 			_ = n.weightsSub.Unsubscribe() // no new versions from a remote trainer
+		}
+		if n.remoteStop != nil {
+			n.remoteStop()
+			n.remoteWG.Wait()
+			n.remote.close()
 		}
 		if n.wsync != nil {
 			// Let the receivers finish the versions already published, so

@@ -50,6 +50,8 @@ type weightSync struct {
 
 	agents map[string]*engineAgent
 	list   []*engineAgent
+	// remote receives the commands for engines on other nodes.
+	remote *remoteSet
 	// ctx ends at close: it bounds what is published outside the trainer
 	// (a remote trainer's versions).
 	ctx    context.Context
@@ -111,6 +113,9 @@ func openWeightStore(ctx context.Context, cfg config.Config, l weightsLayout, n 
 		nc := store.DefaultNATSConfig("asyncrl-weights-" + cfg.Run.ID)
 		if n.opts.InMemoryBus {
 			nc.Storage = jetstream.MemoryStorage
+		}
+		if n.opts.Remote != nil {
+			nc.Replicas = max(1, n.opts.Remote.Replicas)
 		}
 		st, err = store.NewNATS(ctx, n.bus.Conn(), nc)
 	case config.StoreS3:
@@ -191,6 +196,17 @@ func (n *Node) startWeightSync(ctx context.Context, baseDir string) (*weightSync
 		return nil, err
 	}
 	w.st, w.pub = st, dp
+	if n.opts.Remote != nil {
+		if err := uploadBase(ctx, st, baseDir); err != nil {
+			w.close()
+			return nil, err
+		}
+		n.wsync = w // startRemote registers the members' engines with it
+		if err := n.startRemote(ctx, "asyncrl-weights-"+cfg.Run.ID); err != nil {
+			w.close()
+			return nil, err
+		}
+	}
 	for i, le := range n.engines {
 		rc := receiver.DefaultConfig(filepath.Join(l.receivers, le.name), baseDir)
 		rc.Logger = w.log.With().Str("engine", le.name).Logger()
@@ -316,6 +332,8 @@ func dirBytes(dir string) (int64, error) {
 func (w *weightSync) Dispatch(cmd publisher.Command) {
 	if a := w.agents[cmd.Engine]; a != nil {
 		a.dispatch(cmd.Plan.Target)
+	} else if w.remote != nil {
+		w.remote.dispatch(cmd.Engine, cmd.Plan.Target)
 	}
 }
 
@@ -444,14 +462,21 @@ type engineAgent struct {
 	le      *localEngine
 	rcv     *receiver.Receiver // nil when dp is set
 	dp      *dpPush            // publisher.transport dataplane
-	sh      *shell.Shell
+	sh      agentReporter
 	bus     transport.Bus
 	subject string
 	runID   string
-	mode    string
-	log     zerolog.Logger
+	// sender is the ack's Header.Sender: the engine's name in process,
+	// the node's name on an engine host (discovery ties engines to
+	// members by it).
+	sender string
+	mode   string
+	log    zerolog.Logger
 	// beforeApply is a test hook (a deliberately slow applier).
 	beforeApply func(engine int, version int64)
+	// onLoaded, when set, is called after the engine loaded and acked a
+	// target (the engine host's catch-up events).
+	onLoaded func(engine string, version int64)
 
 	mu   sync.Mutex
 	want int64 // newest target dispatched
@@ -464,10 +489,18 @@ type engineAgent struct {
 	done   chan struct{}
 }
 
-func newEngineAgent(i int, le *localEngine, rcv *receiver.Receiver, sh *shell.Shell, bus transport.Bus, cfg config.Config,
+// agentReporter is who an engineAgent tells about its progress: the
+// publisher shell in process; an engine host (another node) only logs.
+type agentReporter interface {
+	Fetching(name string, version int64) error
+	Failed(name string, version int64, err error)
+	Leave(name string)
+}
+
+func newEngineAgent(i int, le *localEngine, rcv *receiver.Receiver, sh agentReporter, bus transport.Bus, cfg config.Config,
 	hook func(int, int64), log zerolog.Logger) *engineAgent {
 	ctx, cancel := context.WithCancel(context.Background())
-	a := &engineAgent{idx: i, le: le, rcv: rcv, sh: sh, bus: bus, runID: cfg.Run.ID, mode: string(cfg.Trainer.PauseMode),
+	a := &engineAgent{idx: i, le: le, rcv: rcv, sh: sh, bus: bus, runID: cfg.Run.ID, sender: le.name, mode: string(cfg.Trainer.PauseMode),
 		subject:     transport.MustSubject(cfg.Run.ID, transport.TopicEngines, le.name, string(transport.EngineAck)),
 		log:         log.With().Str("engine", le.name).Logger(),
 		beforeApply: hook, wake: make(chan struct{}, 1), ctx: ctx, cancel: cancel, done: make(chan struct{})}
@@ -519,6 +552,9 @@ func (a *engineAgent) loop() {
 			a.mu.Unlock()
 			switch {
 			case err == nil:
+				if a.onLoaded != nil {
+					a.onLoaded(a.le.name, t)
+				}
 			case errors.Is(err, engine.ErrClosed):
 				a.sh.Leave(a.le.name) // stopped: out of rotation for good
 			case a.ctx.Err() == nil:
@@ -586,7 +622,7 @@ func (a *engineAgent) syncDataPlane(ctx context.Context, target int64) error {
 
 func (a *engineAgent) ack(ctx context.Context, v int64) error {
 	data, err := messages.Encode(messages.EngineVersionAck{
-		Header: messages.Header{RunID: a.runID, Sender: a.le.name, Version: v}, Engine: a.le.name, URL: a.le.url})
+		Header: messages.Header{RunID: a.runID, Sender: a.sender, Version: v}, Engine: a.le.name, URL: a.le.url})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,332 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/asyncrl/asyncrl/actors/publisher"
+	rpolicy "github.com/asyncrl/asyncrl/actors/router/policy"
+	"github.com/asyncrl/asyncrl/cluster"
+	"github.com/asyncrl/asyncrl/cluster/discovery"
+	"github.com/asyncrl/asyncrl/messages"
+	"github.com/asyncrl/asyncrl/weights/store"
+)
+
+// natsObjectScheme prefixes a JetStream object store bucket in a
+// LoadWeights URI.
+const natsObjectScheme = "nats-os://"
+
+// termBasePrefix is where a term's base checkpoint (its version 0) lies
+// in the term's weight bucket, next to the deltas.
+const termBasePrefix = "base/"
+
+// RemoteEngines makes the pipeline serve from engines on other nodes
+// (cluster mode): it starts no engines of its own, publishes its weights
+// through a JetStream object store bucket every node can read, and learns
+// its engines from gossip membership.
+type RemoteEngines struct {
+	// BaseRun is the run id the engine hosts listen under (the cluster
+	// run's id; the pipeline's own run.id is the term's <run>-t<token>).
+	BaseRun string
+	// Members lists the live members (cluster.Membership.Members); the
+	// pipeline polls it every Poll and registers or forgets their engines.
+	Members func() []cluster.Member
+	// Poll is how often Members is read (default 250ms).
+	Poll time.Duration
+	// Replicas of the term's weight bucket (default 1).
+	Replicas int
+	// OnChange receives every change discovery makes to the router's table.
+	OnChange func(discovery.Change)
+	// Event, when set, receives one line per notable event ("waiting for
+	// engines").
+	Event func(format string, args ...any)
+}
+
+// remoteSet is the pipeline's side of its remote engines: the discovery
+// watcher that keeps the router's table, the publisher registrations and
+// the LoadWeights sent to the hosts.
+type remoteSet struct {
+	cfg     RemoteEngines
+	n       *Node
+	bucket  string
+	watcher *discovery.Watcher
+
+	mu      sync.Mutex
+	members map[string]map[string]string // node -> engine name -> url
+	nodeOf  map[string]string            // engine name -> node
+	sent    map[string]int64             // engine name -> last target sent
+}
+
+// uploadBase puts the term's base checkpoint (every file of dir) under
+// termBasePrefix in st, for the engine hosts to start from.
+func uploadBase(ctx context.Context, st store.Store, dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if e.IsDir() {
+			continue
+		}
+		f, err := os.Open(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return err
+		}
+		fi, err := f.Stat()
+		if err == nil {
+			err = st.Put(ctx, termBasePrefix+e.Name(), f, fi.Size())
+		}
+		_ = f.Close()
+		if err != nil {
+			return fmt.Errorf("node: upload base %s: %w", e.Name(), err)
+		}
+	}
+	return nil
+}
+
+// startRemote starts the discovery watcher on the pipeline's (the term's)
+// engine subjects and registers the engines of the current members.
+func (n *Node) startRemote(ctx context.Context, bucket string) error {
+	rc := *n.opts.Remote
+	if rc.Poll <= 0 {
+		rc.Poll = 250 * time.Millisecond
+	}
+	wc := discovery.DefaultWatcherConfig(n.cfg.Run.ID)
+	wc.Logger, wc.OnChange = n.opts.Logger, rc.OnChange
+	w, err := discovery.NewWatcher(n.bus, n.router, wc)
+	if err != nil {
+		return err
+	}
+	r := &remoteSet{cfg: rc, n: n, bucket: bucket, watcher: w, members: map[string]map[string]string{},
+		nodeOf: map[string]string{}, sent: map[string]int64{}}
+	n.remote = r
+	n.wsync.remote = r // before the first Join: its command goes through r
+	rctx, cancel := context.WithCancel(context.Background())
+	n.remoteStop = cancel
+	n.remoteWG.Go(func() { w.Run(rctx) })
+	r.reconcile()
+	n.remoteWG.Go(func() { r.run(rctx) })
+	return nil
+}
+
+// run re-reads membership every Poll and sends the engines that have not
+// acknowledged their target their LoadWeights again (a command lost in a
+// bus reconnect, or sent while the host was switching terms).
+func (r *remoteSet) run(ctx context.Context) {
+	t := time.NewTicker(r.cfg.Poll)
+	defer t.Stop()
+	resend := time.NewTicker(2 * time.Second)
+	defer resend.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			r.reconcile()
+		case <-resend.C:
+			r.resend()
+		}
+	}
+}
+
+// reconcile registers the engines of members that appeared and forgets
+// those of members that are gone (dead, or left).
+func (r *remoteSet) reconcile() {
+	live := map[string]map[string]string{}
+	for _, m := range r.cfg.Members() {
+		eps := map[string]string{}
+		for k, u := range m.Meta.Endpoints {
+			if u != "" && strings.HasPrefix(k, "engine-") {
+				eps[hostedEngineName(m.Name, k)] = u
+			}
+		}
+		if len(eps) > 0 {
+			live[m.Name] = eps
+		}
+	}
+	r.mu.Lock()
+	var gone []string
+	for node := range r.members {
+		if _, ok := live[node]; !ok {
+			gone = append(gone, node)
+		}
+	}
+	var joined []string
+	for node, eps := range live {
+		if cur, ok := r.members[node]; !ok || !sameEndpoints(cur, eps) {
+			joined = append(joined, node)
+		}
+	}
+	r.mu.Unlock()
+	slices.Sort(gone)
+	slices.Sort(joined)
+	for _, node := range gone {
+		r.left(node)
+	}
+	for _, node := range joined {
+		r.left(node) // a restarted node comes back with new URLs
+		r.joined(node, live[node])
+	}
+}
+
+func sameEndpoints(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// joined adds a member's engines to discovery (unhealthy until they
+// announce themselves and ack a version ≥ the minimum) and to the
+// publisher, holding no version of this term: the publisher's command
+// brings them to the current version from the term's base.
+func (r *remoteSet) joined(node string, eps map[string]string) {
+	r.mu.Lock()
+	r.members[node] = eps
+	for name := range eps {
+		r.nodeOf[name] = node
+	}
+	r.mu.Unlock()
+	urls := map[string]string{}
+	for name, u := range eps {
+		urls[strings.TrimPrefix(name, node+"-")] = u
+	}
+	r.watcher.MemberJoined(node, urls)
+	// A new replica holds no version of this term until it acks one: the
+	// router's own health probe may call it healthy before discovery hears
+	// from it, and version 0 would pass the gate at the term's start while
+	// the engine still serves the seed's weights.
+	r.n.router.Do(func(_ time.Time, c *rpolicy.Core) {
+		for _, u := range urls {
+			_ = c.SetVersion(u, publisher.NoVersion)
+		}
+	})
+	names := make([]string, 0, len(eps))
+	for name := range eps {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		cmd, err := r.n.wsync.shell.Join(name, eps[name], publisher.NoVersion)
+		if err != nil {
+			r.n.opts.Logger.Warn().Err(err).Str("engine", name).Msg("node: remote engine not registered")
+			continue
+		}
+		r.n.wsync.Dispatch(cmd)
+	}
+}
+
+// left takes a member's engines out of routing and out of the publisher.
+func (r *remoteSet) left(node string) {
+	r.mu.Lock()
+	eps, ok := r.members[node]
+	delete(r.members, node)
+	for name := range eps {
+		delete(r.nodeOf, name)
+		delete(r.sent, name)
+	}
+	r.mu.Unlock()
+	if !ok {
+		return
+	}
+	r.watcher.MemberLeft(node)
+	for name := range eps {
+		r.n.wsync.shell.Leave(name)
+	}
+}
+
+// dispatch sends engine name its target (a LoadWeights on its host's
+// control subject); false when name is not a remote engine.
+func (r *remoteSet) dispatch(name string, target int64) bool {
+	r.mu.Lock()
+	node, ok := r.nodeOf[name]
+	if ok {
+		r.sent[name] = max(r.sent[name], target)
+	}
+	r.mu.Unlock()
+	if !ok {
+		return false
+	}
+	r.send(node, name, target)
+	return true
+}
+
+func (r *remoteSet) send(node, name string, target int64) {
+	subj, err := engineControlSubject(r.cfg.BaseRun, node)
+	if err != nil {
+		return
+	}
+	data, err := messages.Encode(messages.LoadWeights{
+		Header: messages.Header{RunID: r.n.cfg.Run.ID, Sender: "publisher-0", Version: target},
+		Engine: name, Format: messages.WeightsDelta, URI: natsObjectScheme + r.bucket})
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		err = r.n.bus.Publish(ctx, subj, data)
+		cancel()
+	}
+	if err != nil {
+		r.n.opts.Logger.Warn().Err(err).Str("engine", name).Int64("version", target).Msg("node: LoadWeights not sent")
+	}
+}
+
+// resend repeats the last command to every remote engine that does not
+// serve its target yet.
+func (r *remoteSet) resend() {
+	serving := map[string]int64{}
+	for _, st := range r.n.wsync.shell.Engines() {
+		serving[st.Engine] = st.Serving
+	}
+	type cmd struct {
+		node, name string
+		target     int64
+	}
+	var out []cmd
+	r.mu.Lock()
+	for name, target := range r.sent {
+		if serving[name] < target {
+			out = append(out, cmd{r.nodeOf[name], name, target})
+		}
+	}
+	r.mu.Unlock()
+	for _, c := range out {
+		r.send(c.node, c.name, c.target)
+	}
+}
+
+// waitRoutable blocks until discovery finds some remote engine routable:
+// it announced itself healthy and acked a version of this term (the
+// rollouts would otherwise fail against an empty router).
+func (r *remoteSet) waitRoutable(ctx context.Context) error {
+	said := false
+	for {
+		if len(r.watcher.Routable()) > 0 {
+			return nil
+		}
+		if !said && r.cfg.Event != nil {
+			r.cfg.Event("waiting for an engine (a node with the engine role) to load version 0")
+			said = true
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (r *remoteSet) close() {
+	if r.watcher != nil {
+		_ = r.watcher.Close()
+	}
+}
