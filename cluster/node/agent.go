@@ -20,8 +20,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/asyncrl/asyncrl/cluster"
-	"github.com/asyncrl/asyncrl/cluster/lease"
 	"github.com/asyncrl/asyncrl/cluster/discovery"
+	"github.com/asyncrl/asyncrl/cluster/lease"
 	"github.com/asyncrl/asyncrl/cluster/ledger"
 	"github.com/asyncrl/asyncrl/cluster/placement"
 	"github.com/asyncrl/asyncrl/config"
@@ -78,12 +78,12 @@ type AgentConfig struct {
 // the lease of each singleton role it may hold. The holder of the trainer
 // lease runs the training pipeline (see the package doc); standbys wait.
 type Agent struct {
-	cfg    AgentConfig
-	log    zerolog.Logger
-	bus    *natsbus.Bus
-	guard  *cluster.NameGuard
-	ms     *cluster.Membership
-	led    *ledger.Ledger
+	cfg   AgentConfig
+	log   zerolog.Logger
+	bus   *natsbus.Bus
+	guard *cluster.NameGuard
+	ms    *cluster.Membership
+	led   *ledger.Ledger
 	// host runs the node's engines (the engine role) for the holder.
 	host   *engineHost
 	cancel context.CancelFunc
