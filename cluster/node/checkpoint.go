@@ -442,6 +442,7 @@ func (p afterStepPublisher) Publish(ctx context.Context, m *policy.Model, v int6
 // goroutine, the progress saves in the term's, hence the lock.
 type termCkpt struct {
 	store *ckptStore
+	node  string
 	base  int64 // the global version of this term's version 0
 	token uint64
 
@@ -461,7 +462,7 @@ func startTermCkpt(ctx context.Context, a *Agent, p ledger.Progress, token uint6
 	if err != nil {
 		return nil, false, err
 	}
-	c := &termCkpt{store: st, base: p.Version, token: token, at: map[int64]string{}, durable: p.Checkpoint}
+	c := &termCkpt{store: st, node: a.cfg.Name, base: p.Version, token: token, at: map[int64]string{}, durable: p.Checkpoint}
 	if p.Checkpoint == "" {
 		if p.Version > 0 {
 			return nil, false, fmt.Errorf("%w: the durable progress (step %d version %d) records no checkpoint; refusing to restart the policy from the seed's weights",
@@ -492,8 +493,16 @@ func (c *termCkpt) afterStep(ctx context.Context, tr *policy.Trainer, v int64) e
 	c.mu.Lock()
 	c.at[v] = loc
 	c.mu.Unlock()
+	if h := ckptSavedHook; h != nil {
+		h(c.node, c.base+v, tr)
+	}
 	return nil
 }
+
+// ckptSavedHook, set by tests before any agent starts, sees every trainer
+// a term checkpointed: the node, the global version, the trainer (which
+// holds exactly that version during the call).
+var ckptSavedHook func(node string, version int64, tr *policy.Trainer)
 
 // location is where local version v's checkpoint lives; AfterStep for v
 // returned before v's step was recorded, so a missing one is a bug.

@@ -7,14 +7,18 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/asyncrl/asyncrl/cluster/ledger"
+	"github.com/asyncrl/asyncrl/cluster/placement"
 	"github.com/asyncrl/asyncrl/policy"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
 	"github.com/asyncrl/asyncrl/weights/safetensors"
@@ -382,5 +386,94 @@ func BenchmarkCheckpointSave(b *testing.B) {
 			b.Fatal(err)
 		}
 		durable = loc
+	}
+}
+
+// n1 trains a few steps and stops; n2 takes the lease over and continues
+// from the weights n1 made durable: the version 0 its engines serve (the
+// term's base checkpoint) is bit-identical to n1's serving copy at the
+// durable version, and its trainer's first version continues n1's
+// optimiser step count. Without the restore, n2 would serve and train
+// the seed's initial weights with a fresh Adam.
+func TestAgentTakeoverRestoresCheckpointedWeights(t *testing.T) {
+	url := externalBus(t)
+	ctx := context.Background()
+	const steps = 5
+	type saved struct {
+		serving map[string][]byte
+		trainer int64 // the trainer's own version (optimiser steps)
+	}
+	var mu sync.Mutex
+	seen := map[string]map[int64]saved{} // node → global version → what it checkpointed
+	ckptSavedHook = func(node string, v int64, tr *policy.Trainer) {
+		s := saved{serving: servingBytes(t, tr.ServingCopy()), trainer: tr.Version()}
+		mu.Lock()
+		defer mu.Unlock()
+		if seen[node] == nil {
+			seen[node] = map[int64]saved{}
+		}
+		seen[node][v] = s
+	}
+	defer func() { ckptSavedHook = nil }()
+	dataDirs := map[string]string{}
+	mk := func(name string, ev *syncBuf) *Agent {
+		cfg := agentRunConfig(t, steps)
+		dataDirs[name] = cfg.Run.DataDir
+		a, err := StartAgent(ctx, AgentConfig{Name: name, Roles: []string{placement.Trainer, placement.Engine}, NATSURL: url,
+			Gossip: "127.0.0.1:0", LeaseTTL: time.Second, Run: cfg, Events: ev})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	var ev1, ev2 syncBuf
+	a1 := mk("n1", &ev1)
+	defer a1.Stop()
+	waitFor(t, 30*time.Second, "n1 to train 2 steps", func() bool { return lastStep(ev1.String()) >= 2 })
+	a2 := mk("n2", &ev2)
+	defer a2.Stop()
+	a1.Stop()
+	stopped := int64(lastStep(ev1.String()))
+	waitFor(t, 60*time.Second, "n2 to train a step", func() bool { return int64(lastStep(ev2.String())) > stopped })
+	out := ev2.String()
+	m := regexp.MustCompile(`lease trainer acquired token (\d+)[\s\S]*resume from checkpoint v(\d+)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("n2 did not resume from a checkpoint:\n%s", out)
+	}
+	if from, _ := strconv.ParseInt(m[2], 10, 64); from != stopped {
+		t.Fatalf("n2 resumed from checkpoint v%d; n1's last durable version was %d", from, stopped)
+	}
+	mu.Lock()
+	n1At, n2Next := seen["n1"][stopped], seen["n2"][stopped+1]
+	mu.Unlock()
+	if n1At.serving == nil || n2Next.serving == nil {
+		t.Fatalf("checkpoints seen: n1 v%d %v, n2 v%d %v", stopped, n1At.serving != nil, stopped+1, n2Next.serving != nil)
+	}
+	// What n2's engines serve as the term's version 0.
+	tcfg := agentRunConfig(t, steps)
+	tcfg.Run.DataDir = filepath.Join(dataDirs["n2"], "n2")
+	tcfg.Run.ID = tcfg.Run.ID + "-t" + m[1]
+	base, err := policy.LoadServing(filepath.Join(layoutFor(tcfg).publisher, "base"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sameTensors(servingBytes(t, base), n1At.serving) {
+		t.Fatalf("n2's version 0 is not n1's serving copy at durable version %d", stopped)
+	}
+	seed, err := policy.New(policy.DefaultConfig(), uint64(tcfg.Run.Seed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed.RoundBF16()
+	if sameTensors(servingBytes(t, seed), n1At.serving) {
+		t.Fatal("n1's weights never left the seed's: the comparison above proves nothing")
+	}
+	if sameTensors(n2Next.serving, servingBytes(t, seed)) {
+		t.Fatal("n2's first version is the seed's initial weights")
+	}
+	// The optimiser state came along: n2's first step is optimiser step
+	// stopped+1, not 1.
+	if n1At.trainer != stopped || n2Next.trainer != stopped+1 {
+		t.Fatalf("optimiser steps: n1 at v%d %d, n2 at v%d %d", stopped, n1At.trainer, stopped+1, n2Next.trainer)
 	}
 }
