@@ -61,7 +61,13 @@
 // in-flight prompts, and runs the remaining steps as one pipeline of the
 // Node above on the cluster bus under the run id <run>-t<token>, saving
 // the progress after every step and mirroring its prompt ledger into the
-// durable ledger (ids t<token>/<prompt>, each transition validated). A
+// durable ledger (ids t<token>/<prompt>, each transition validated).
+// Each new version is checkpointed (policy.SaveTrainer: weights, Adam
+// moments, step, RNG) into the object store asyncrl-ckpt-<run> before its
+// step's progress, which records the location, is saved; the next term
+// restores that checkpoint (its serving copy is the term's version 0), so
+// training continues from the durable step's weights, and a missing or
+// corrupt checkpoint fails the term rather than restart from version 0. A
 // standby takes over when the lease expires; a holder that stops or loses
 // quorum (cluster.Quorum) stops its pipeline before it gives the lease up.
 // The other roles (engine, router, rollout, filter) start no actors of
