@@ -290,7 +290,7 @@ func (s *ckptStore) load(ctx context.Context, loc, dir string) (int64, error) {
 		}
 		return err
 	}); err != nil {
-		return 0, fmt.Errorf("node: checkpoint %s: %w", loc, err)
+		return 0, ckptErr(loc, err)
 	}
 	var man ckptManifestFile
 	if err := json.Unmarshal(js, &man); err != nil {
@@ -355,9 +355,17 @@ func (s *ckptStore) download(ctx context.Context, loc, key, dst string, fi ckptF
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("node: checkpoint %s: %w", loc, err)
+		return ckptErr(loc, err)
 	}
 	return nil
+}
+
+// ckptErr adds the location to an error of load that lacks it.
+func ckptErr(loc string, err error) error {
+	if errors.Is(err, ErrCheckpoint) {
+		return err // it names loc already
+	}
+	return fmt.Errorf("node: checkpoint %s: %w", loc, err)
 }
 
 // loadTrainerWithConfig restores the trainer checkpoint in dir

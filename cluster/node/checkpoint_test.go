@@ -477,3 +477,54 @@ func TestAgentTakeoverRestoresCheckpointedWeights(t *testing.T) {
 		t.Fatalf("optimiser steps: n1 at v%d %d, n2 at v%d %d", stopped, n1At.trainer, stopped+1, n2Next.trainer)
 	}
 }
+
+// When the checkpoint the durable progress names is damaged, the standby's
+// term fails with ErrCheckpoint and gives the lease up (to be retried)
+// instead of training on from the seed's weights.
+func TestAgentTakeoverRefusesCorruptCheckpoint(t *testing.T) {
+	url := externalBus(t)
+	ctx := context.Background()
+	mk := func(name string, ev *syncBuf) *Agent {
+		a, err := StartAgent(ctx, AgentConfig{Name: name, Roles: []string{placement.Trainer, placement.Engine}, NATSURL: url,
+			Gossip: "127.0.0.1:0", LeaseTTL: time.Second, Run: agentRunConfig(t, 20), Events: ev})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	var ev1, ev2 syncBuf
+	a1 := mk("n1", &ev1)
+	defer a1.Stop()
+	waitFor(t, 30*time.Second, "n1 to train a step", func() bool { return lastStep(ev1.String()) >= 1 })
+	a1.Stop()
+	stopped := int64(lastStep(ev1.String()))
+	m := regexp.MustCompile(`lease trainer acquired token (\d+)`).FindStringSubmatch(ev1.String())
+	if m == nil {
+		t.Fatalf("n1 events:\n%s", ev1.String())
+	}
+	tok, _ := strconv.ParseUint(m[1], 10, 64)
+	opts := natsbus.DefaultOptions()
+	opts.URL = url
+	b, err := natsbus.Connect(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	st, err := openCkptStore(ctx, b.Conn(), agentRunConfig(t, 1).Run.ID, 1, false, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.obs.Delete(ctx, ckptName(stopped, tok)+"/"+policy.TrainerFileName); err != nil {
+		t.Fatalf("deleting n1's durable checkpoint v%d-t%d: %v", stopped, tok, err)
+	}
+	a2 := mk("n2", &ev2)
+	defer a2.Stop()
+	waitFor(t, 30*time.Second, "n2's term to fail", func() bool { return strings.Contains(ev2.String(), "resigned after a failure") })
+	out := ev2.String()
+	if !strings.Contains(out, "training failed") || !strings.Contains(out, ErrCheckpoint.Error()) || !strings.Contains(out, "missing") {
+		t.Fatalf("n2's failure does not name the damaged checkpoint:\n%s", out)
+	}
+	if strings.Contains(out, "resume from checkpoint") || lastStep(out) != 0 {
+		t.Fatalf("n2 trained without the durable weights:\n%s", out)
+	}
+}
