@@ -12,7 +12,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/asyncrl/asyncrl/actors/trainer"
 	"github.com/asyncrl/asyncrl/cluster/ledger"
@@ -134,14 +134,8 @@ func (s *ckptStore) parseLocation(loc string) (name string, v int64, token uint6
 }
 
 // save uploads tr's complete state (policy.SaveTrainer) as global version
-// v of term token and returns its location. Then it prunes: durable is the
-// location the durable progress references now (kept, whoever wrote it);
-// every other checkpoint of an older term goes, and so does every one of
-// this term older than durable. Checkpoints of newer terms are never
-// touched (this holder may be deposed). In steady state that leaves two:
-// the durable one and the new one, which becomes durable once the step's
-// progress is saved.
-func (s *ckptStore) save(ctx context.Context, tr *policy.Trainer, v int64, token uint64, durable string) (string, error) {
+// v of term token and returns its location.
+func (s *ckptStore) save(ctx context.Context, tr *policy.Trainer, v int64, token uint64) (string, error) {
 	if err := os.MkdirAll(s.scratch, 0o755); err != nil {
 		return "", fmt.Errorf("node: checkpoint: %w", err)
 	}
@@ -179,9 +173,6 @@ func (s *ckptStore) save(ctx context.Context, tr *policy.Trainer, v int64, token
 	}); err != nil {
 		return "", fmt.Errorf("node: checkpoint %s: manifest: %w", name, err)
 	}
-	if err := s.prune(ctx, v, token, durable); err != nil {
-		return "", err
-	}
 	return s.location(name), nil
 }
 
@@ -208,7 +199,10 @@ func (s *ckptStore) upload(ctx context.Context, key, src string) (ckptFileInfo, 
 	return fi, nil
 }
 
-// prune deletes the checkpoints that ckptPrunable lets go.
+// prune runs after term token saved version v: durable is the location
+// the durable progress references now. It deletes what ckptPrunable lets
+// go: in steady state two checkpoints stay, the durable one and the new
+// one, which becomes durable once the step's progress is saved.
 func (s *ckptStore) prune(ctx context.Context, v int64, token uint64, durable string) error {
 	durableName := ""
 	if durable != "" {
@@ -417,7 +411,7 @@ func loadTrainerWithConfig(dir string, tcfg policy.TrainerConfig) (*policy.Train
 	if err != nil {
 		return nil, err
 	}
-	if got := tr.Config(); !reflect.DeepEqual(got, tcfg) {
+	if got := tr.Config(); got != tcfg {
 		return nil, fmt.Errorf("%w: restored trainer config %+v, want this run's %+v (has the checkpoint format changed?)", policy.ErrCheckpoint, got, tcfg)
 	}
 	return tr, nil
@@ -451,6 +445,7 @@ func (p afterStepPublisher) Publish(ctx context.Context, m *policy.Model, v int6
 type termCkpt struct {
 	store *ckptStore
 	node  string
+	log   zerolog.Logger
 	base  int64 // the global version of this term's version 0
 	token uint64
 
@@ -470,7 +465,7 @@ func startTermCkpt(ctx context.Context, a *Agent, p ledger.Progress, token uint6
 	if err != nil {
 		return nil, false, err
 	}
-	c := &termCkpt{store: st, node: a.cfg.Name, base: p.Version, token: token, at: map[int64]string{}, durable: p.Checkpoint}
+	c := &termCkpt{store: st, node: a.cfg.Name, log: a.log, base: p.Version, token: token, at: map[int64]string{}, durable: p.Checkpoint}
 	if p.Checkpoint == "" {
 		if p.Version > 0 {
 			return nil, false, fmt.Errorf("%w: the durable progress (step %d version %d) records no checkpoint; refusing to restart the policy from the seed's weights",
@@ -494,9 +489,13 @@ func (c *termCkpt) afterStep(ctx context.Context, tr *policy.Trainer, v int64) e
 	c.mu.Lock()
 	durable := c.durable
 	c.mu.Unlock()
-	loc, err := c.store.save(ctx, tr, c.base+v, c.token, durable)
+	loc, err := c.store.save(ctx, tr, c.base+v, c.token)
 	if err != nil {
 		return err
+	}
+	// A failed prune costs space, not safety: the step goes on.
+	if err := c.store.prune(ctx, c.base+v, c.token, durable); err != nil {
+		c.log.Warn().Err(err).Msg("checkpoint prune failed; the next save tries again")
 	}
 	c.mu.Lock()
 	c.at[v] = loc

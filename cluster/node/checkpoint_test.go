@@ -95,6 +95,17 @@ func servingBytes(t testing.TB, m *policy.Model) map[string][]byte {
 	return out
 }
 
+// saveAndPrune is what a term does after each step.
+func saveAndPrune(t testing.TB, st *ckptStore, tr *policy.Trainer, v int64, token uint64, durable string) (string, error) {
+	t.Helper()
+	ctx := context.Background()
+	loc, err := st.save(ctx, tr, v, token)
+	if err != nil {
+		return "", err
+	}
+	return loc, st.prune(ctx, v, token, durable)
+}
+
 func sameTensors(a, b map[string][]byte) bool {
 	return maps.EqualFunc(a, b, bytes.Equal)
 }
@@ -140,7 +151,7 @@ func TestCheckpointRoundTripIsBitIdentical(t *testing.T) {
 	st, _ := testCkptStore(t)
 	ctx := context.Background()
 	tr := trainedTrainer(t, 3)
-	loc, err := st.save(ctx, tr, 3, 5, "")
+	loc, err := saveAndPrune(t, st, tr, 3, 5, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,21 +224,21 @@ func TestCheckpointPruningKeepsTwo(t *testing.T) {
 		return trs[v]
 	}
 	// A newer term (token 9) exists: term 3 below is deposed.
-	if _, err := st.save(ctx, tr(5), 5, 9, ""); err != nil {
+	if _, err := saveAndPrune(t, st, tr(5), 5, 9, ""); err != nil {
 		t.Fatal(err)
 	}
 	// A previous term (token 1) left v1 (durable when term 3 starts) and
 	// v2 (saved, never recorded: it was deposed).
-	old1, err := st.save(ctx, tr(1), 1, 1, "")
+	old1, err := saveAndPrune(t, st, tr(1), 1, 1, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.save(ctx, tr(2), 2, 1, old1); err != nil {
+	if _, err := saveAndPrune(t, st, tr(2), 2, 1, old1); err != nil {
 		t.Fatal(err)
 	}
 	durable := old1
 	for v := int64(2); v <= 5; v++ {
-		loc, err := st.save(ctx, tr(v), v, 3, durable)
+		loc, err := saveAndPrune(t, st, tr(v), v, 3, durable)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -240,7 +251,7 @@ func TestCheckpointPruningKeepsTwo(t *testing.T) {
 	// The durable checkpoint survives even when saves run ahead of the
 	// progress (three saves, nothing recorded).
 	for v := int64(6); v <= 8; v++ {
-		if _, err := st.save(ctx, tr(v), v, 3, durable); err != nil {
+		if _, err := saveAndPrune(t, st, tr(v), v, 3, durable); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -285,7 +296,7 @@ func TestCheckpointMissingOrCorruptFailsClearly(t *testing.T) {
 	st, _ := testCkptStore(t)
 	ctx := context.Background()
 	tr := trainedTrainer(t, 2)
-	loc, err := st.save(ctx, tr, 2, 1, "")
+	loc, err := saveAndPrune(t, st, tr, 2, 1, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,7 +325,7 @@ func TestCheckpointMissingOrCorruptFailsClearly(t *testing.T) {
 	}
 	expect("missing file", loc, "missing")
 	// A manifest that does not describe a loadable trainer of its version.
-	loc3, err := st.save(ctx, tr, 3, 1, "")
+	loc3, err := saveAndPrune(t, st, tr, 3, 1, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,7 +348,7 @@ func TestTermCheckpointRefusesToRestartFromSeed(t *testing.T) {
 	if _, resume, err := startTermCkpt(ctx, a, ledger.Progress{}, 2, dir); err != nil || resume {
 		t.Fatalf("fresh run: resume %v err %v", resume, err)
 	}
-	loc, err := st.save(ctx, trainedTrainer(t, 2), 2, 1, "")
+	loc, err := saveAndPrune(t, st, trainedTrainer(t, 2), 2, 1, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -381,7 +392,7 @@ func BenchmarkCheckpointSave(b *testing.B) {
 	durable := ""
 	b.ResetTimer()
 	for i := range b.N {
-		loc, err := st.save(context.Background(), tr, int64(i+1), 1, durable)
+		loc, err := saveAndPrune(b, st, tr, int64(i+1), 1, durable)
 		if err != nil {
 			b.Fatal(err)
 		}
