@@ -86,12 +86,17 @@ func openCkptStore(ctx context.Context, nc *nats.Conn, runID string, replicas in
 		storage = jetstream.MemoryStorage
 	}
 	s := &ckptStore{bucket: ckptBucket(runID), scratch: scratch}
+	// Open first: another node created the bucket, and its config is not
+	// this node's to rewrite.
 	err = retry(ctx, ckptRetry, func() (err error) {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		s.obs, err = js.CreateOrUpdateObjectStore(cctx, jetstream.ObjectStoreConfig{Bucket: s.bucket,
+		if s.obs, err = js.ObjectStore(cctx, s.bucket); !errors.Is(err, jetstream.ErrBucketNotFound) {
+			return err
+		}
+		s.obs, err = js.CreateObjectStore(cctx, jetstream.ObjectStoreConfig{Bucket: s.bucket,
 			Description: "asyncrl trainer checkpoints of run " + runID, Storage: storage, Replicas: max(replicas, 1)})
-		return err
+		return err // ErrBucketExists (a node created it meanwhile) opens it on the retry
 	})
 	if err != nil {
 		return nil, fmt.Errorf("node: checkpoints: bucket %s: %w", s.bucket, err)
