@@ -43,8 +43,12 @@ func newNodeCmd(g *globals) *cobra.Command {
 			"(--cluster-listen, --routes), claims its --name (a second live node with the same name\n" +
 			"is refused), joins gossip membership (--gossip, --join) advertising its roles and GPU\n" +
 			"count, and contends for the trainer lease when it lists the trainer role: the holder\n" +
-			"trains from the last durable step, standbys take over when it dies. Cluster events\n" +
-			"are printed on stdout, one line each. See docs/cluster.md.",
+			"trains from the last durable step and its checkpoint, standbys take over when it dies.\n" +
+			"A node with the engine role serves engines.count built-in engines to whichever node\n" +
+			"holds the trainer lease: they catch up to the current weights (through the bus's\n" +
+			"object store) before they get traffic, and leave routing when the node dies. A run\n" +
+			"needs at least one engine node. Cluster events are printed on stdout, one line each.\n" +
+			"See docs/cluster.md.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			roles, err := node.ParseAgentRoles(f.roles)
@@ -95,7 +99,7 @@ func newNodeCmd(g *globals) *cobra.Command {
 	fs := cmd.Flags()
 	fs.StringVar(&f.config, "config", "", "run configuration `FILE` (YAML; the same file on every node; default: built-in defaults)")
 	fs.StringVar(&f.name, "name", "", "this node's unique `NAME` (required)")
-	fs.StringVar(&f.roles, "roles", "all", "comma-separated `ROLES`: all, bus, engine, router, rollout, filter, trainer, publisher, controller")
+	fs.StringVar(&f.roles, "roles", "all", "comma-separated `ROLES`: all, bus, engine, router, rollout, filter, trainer, publisher, controller (engine: host engines; trainer: contend for the trainer lease, whose holder runs router, rollout, filter, controller, trainer and publisher)")
 	fs.StringVar(&f.nats, "nats", "", "`URL`s of an existing NATS cluster (comma-separated); empty hosts an embedded nats-server")
 	fs.StringSliceVar(&f.join, "join", nil, "gossip `HOST:PORT` of an existing member (repeat or comma-separate; none for the first node)")
 	fs.StringVar(&f.gossip, "gossip", "127.0.0.1:7946", "gossip (memberlist) listen `ADDR` host:port")
