@@ -19,6 +19,7 @@ import (
 
 	"github.com/asyncrl/asyncrl/cluster/ledger"
 	"github.com/asyncrl/asyncrl/cluster/placement"
+	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/policy"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
 	"github.com/asyncrl/asyncrl/weights/safetensors"
@@ -538,4 +539,76 @@ func TestAgentTakeoverRefusesCorruptCheckpoint(t *testing.T) {
 	if strings.Contains(out, "resume from checkpoint") || lastStep(out) != 0 {
 		t.Fatalf("n2 trained without the durable weights:\n%s", out)
 	}
+}
+
+// A Node started from a trainer checkpoint serves its weights as version
+// 0 in both publisher modes: on step 1 (tokens of version 0 only) the
+// train–inference mismatch is BF16 rounding, which it could not be if the
+// engines served the seed's weights (another seed here). AfterStep sees
+// local versions 1, 2 on a trainer whose own step count goes on from the
+// checkpoint's, and an AfterStep error fails the step.
+func TestNodeStartsFromTrainerCheckpoint(t *testing.T) {
+	ck := t.TempDir()
+	if err := trainedTrainer(t, 3).SaveTrainer(ck); err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []config.PublishMode{config.PublishDelta, config.PublishFull} {
+		t.Run(string(mode), func(t *testing.T) {
+			cfg := smallConfig(t, 2)
+			cfg.Publisher.Mode = mode
+			var mu sync.Mutex
+			var got [][2]int64 // (version, trainer's own version)
+			n, err := New(cfg, Options{InMemoryBus: true, TrainerCheckpoint: ck,
+				AfterStep: func(_ context.Context, tr *policy.Trainer, v int64) error {
+					mu.Lock()
+					defer mu.Unlock()
+					got = append(got, [2]int64{v, tr.Version()})
+					return nil
+				}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			if err := n.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			interrupted, err := n.Wait(ctx)
+			n.Stop()
+			if err != nil || interrupted {
+				t.Fatalf("wait: interrupted %v err %v", interrupted, err)
+			}
+			s := n.Summary(false, nil)
+			if len(s.PerStep) != 2 || s.PerStep[0].Version != 1 || s.PerStep[1].Version != 2 {
+				t.Fatalf("steps %+v", s.PerStep)
+			}
+			t.Logf("step 1 mismatch %.2g", s.PerStep[0].Mismatch)
+			if m := s.PerStep[0].Mismatch; !(m < 0.01) {
+				t.Fatalf("step 1 mismatch %v: the engines' version 0 is not the restored trainer's weights", m)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if !slices.Equal(got, [][2]int64{{1, 4}, {2, 5}}) {
+				t.Fatalf("AfterStep saw (version, trainer version) %v, want [[1 4] [2 5]]", got)
+			}
+		})
+	}
+	t.Run("after step error", func(t *testing.T) {
+		boom := errors.New("checkpoint store down")
+		n, err := New(smallConfig(t, 3), Options{InMemoryBus: true, TrainerCheckpoint: ck,
+			AfterStep: func(context.Context, *policy.Trainer, int64) error { return boom }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := n.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		_, err = n.Wait(ctx)
+		n.Stop()
+		if !errors.Is(err, boom) || len(n.steps()) != 0 {
+			t.Fatalf("wait: %v with %d steps recorded; want the AfterStep error and no step", err, len(n.steps()))
+		}
+	})
 }
