@@ -399,7 +399,11 @@ func (a *Agent) contendOnce(ctx context.Context) {
 
 // train claims the durable progress with token, then runs the remaining
 // steps of the run in a fresh pipeline on the cluster bus, saving the
-// progress (fenced by token) after every step.
+// progress (fenced by token) after every step. The pipeline's trainer
+// starts from the checkpoint the progress records (restored, verified;
+// a missing or corrupt one fails the term), and every version it
+// publishes is checkpointed (checkpoint.go) before the step's progress,
+// which records its location, is saved.
 func (a *Agent) train(ctx context.Context, token uint64) error {
 	var prev, p ledger.Progress
 	if err := retry(ctx, 30*time.Second, func() (err error) {

@@ -412,13 +412,14 @@ func TestAgentTakeoverRestoresCheckpointedWeights(t *testing.T) {
 	ctx := context.Background()
 	const steps = 5
 	type saved struct {
-		serving map[string][]byte
+		serving *policy.Model
 		trainer int64 // the trainer's own version (optimiser steps)
 	}
 	var mu sync.Mutex
 	seen := map[string]map[int64]saved{} // node → global version → what it checkpointed
+	// In the trainers' goroutines: copy, compare later in the test's.
 	ckptSavedHook = func(node string, v int64, tr *policy.Trainer) {
-		s := saved{serving: servingBytes(t, tr.ServingCopy()), trainer: tr.Version()}
+		s := saved{serving: tr.ServingCopy(), trainer: tr.Version()}
 		mu.Lock()
 		defer mu.Unlock()
 		if seen[node] == nil {
@@ -469,7 +470,8 @@ func TestAgentTakeoverRestoresCheckpointedWeights(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !sameTensors(servingBytes(t, base), n1At.serving) {
+	n1Serving, n2Serving := servingBytes(t, n1At.serving), servingBytes(t, n2Next.serving)
+	if !sameTensors(servingBytes(t, base), n1Serving) {
 		t.Fatalf("n2's version 0 is not n1's serving copy at durable version %d", stopped)
 	}
 	seed, err := policy.New(policy.DefaultConfig(), uint64(tcfg.Run.Seed))
@@ -477,10 +479,10 @@ func TestAgentTakeoverRestoresCheckpointedWeights(t *testing.T) {
 		t.Fatal(err)
 	}
 	seed.RoundBF16()
-	if sameTensors(servingBytes(t, seed), n1At.serving) {
+	if sameTensors(servingBytes(t, seed), n1Serving) {
 		t.Fatal("n1's weights never left the seed's: the comparison above proves nothing")
 	}
-	if sameTensors(n2Next.serving, servingBytes(t, seed)) {
+	if sameTensors(n2Serving, servingBytes(t, seed)) {
 		t.Fatal("n2's first version is the seed's initial weights")
 	}
 	// The optimiser state came along: n2's first step is optimiser step
