@@ -449,7 +449,8 @@ func TestAgentTakeoverRestoresCheckpointedWeights(t *testing.T) {
 	stopped := int64(lastStep(ev1.String()))
 	waitFor(t, 60*time.Second, "n2 to train a step", func() bool { return int64(lastStep(ev2.String())) > stopped })
 	out := ev2.String()
-	m := regexp.MustCompile(`lease trainer acquired token (\d+)[\s\S]*resume from checkpoint v(\d+)`).FindStringSubmatch(out)
+	// The term that resumed: the last acquisition before a resume line.
+	m := regexp.MustCompile(`(?s).*lease trainer acquired token (\d+).*?resume from checkpoint v(\d+)`).FindStringSubmatch(out)
 	if m == nil {
 		t.Fatalf("n2 did not resume from a checkpoint:\n%s", out)
 	}
