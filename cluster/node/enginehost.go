@@ -48,14 +48,22 @@ type engineHost struct {
 	event   func(format string, args ...any)
 	root    string // <data_dir>/<node>/engines
 	tick    time.Duration
-	engines []*localEngine
+	engines []*localEngine // the slots: name, URL and HTTP server of each engine
+	initial engine.Model   // the seed's weights, a fresh engine's version 0
+	quiet   zerolog.Logger // the engines' logger
 	sub     transport.Subscription
 	loads   chan messages.LoadWeights
 
-	mu     sync.Mutex
-	term   string // the term the engines follow ("" before the first LoadWeights)
-	token  uint64
-	agents map[string]*engineAgent
+	mu sync.Mutex
+	// current is the engine each slot serves with in the current term
+	// (the slot's own until the first switch), handlers its HTTP handler:
+	// a term's versions start at 0 again while an engine's never
+	// decrease, so each new term gets fresh engines behind the same URLs.
+	current  []*localEngine
+	handlers map[int]http.Handler
+	term     string // the term the engines follow ("" before the first LoadWeights)
+	token    uint64
+	agents   map[string]*engineAgent
 	// loaded: engines that serve a version of the current term.
 	loaded map[string]int64
 	served map[string]bool // engines that answered a generation request
@@ -95,7 +103,8 @@ func startEngineHost(cfg config.Config, node string, bus *natsbus.Bus, log zerol
 	}
 	h := &engineHost{node: node, baseRun: cfg.Run.ID, cfg: cfg, bus: bus, log: log.With().Str("component", "engine-host").Logger(),
 		event: event, root: filepath.Join(cfg.Run.DataDir, node, "engines"), tick: time.Second,
-		loads: make(chan messages.LoadWeights, 256), agents: map[string]*engineAgent{}, loaded: map[string]int64{}, served: map[string]bool{}}
+		loads: make(chan messages.LoadWeights, 256), agents: map[string]*engineAgent{}, loaded: map[string]int64{}, served: map[string]bool{},
+		handlers: map[int]http.Handler{}}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
 	if err := os.RemoveAll(h.root); err != nil {
 		return nil, fmt.Errorf("node: engine host dir: %w", err)
@@ -104,13 +113,14 @@ func startEngineHost(cfg config.Config, node string, bus *natsbus.Bus, log zerol
 	if err != nil {
 		return nil, err
 	}
-	quiet := log.Level(max(log.GetLevel(), zerolog.WarnLevel))
-	if h.engines, err = startEngines(cfg.Engines, initial, cfg.Run.Seed, quiet, h.wrap); err != nil {
+	h.initial, h.quiet = initial, log.Level(max(log.GetLevel(), zerolog.WarnLevel))
+	if h.engines, err = startEngines(cfg.Engines, initial, cfg.Run.Seed, h.quiet, h.wrap); err != nil {
 		return nil, err
 	}
 	for i, le := range h.engines {
 		le.name = hostedEngineName(node, engineEndpointKey(i))
 	}
+	h.current = append([]*localEngine(nil), h.engines...)
 	if h.sub, err = bus.Subscribe(subj, h.onLoad); err != nil {
 		h.stop()
 		return nil, fmt.Errorf("node: engine host: %w", err)
@@ -129,10 +139,17 @@ func (h *engineHost) endpoints() map[string]string {
 	return out
 }
 
-// wrap records an engine's first generation request (an event, so an
-// operator or a test sees that traffic came only after the catch-up).
-func (h *engineHost) wrap(i int, e *engine.Engine, next http.Handler) http.Handler {
+// wrap serves slot i's URL with the slot's current engine, and records
+// an engine's first generation request (an event, so an operator or a
+// test sees that traffic came only after the catch-up).
+func (h *engineHost) wrap(i int, _ *engine.Engine, next http.Handler) http.Handler {
+	h.mu.Lock()
+	h.handlers[i] = next
+	h.mu.Unlock()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.mu.Lock()
+		cur := h.handlers[i]
+		h.mu.Unlock()
 		if r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/v1/") && strings.HasSuffix(r.URL.Path, "completions") {
 			name := hostedEngineName(h.node, engineEndpointKey(i))
 			h.mu.Lock()
@@ -147,8 +164,20 @@ func (h *engineHost) wrap(i int, e *engine.Engine, next http.Handler) http.Handl
 				h.event("engine %s got a request before catching up", name)
 			}
 		}
-		next.ServeHTTP(w, r)
+		cur.ServeHTTP(w, r)
 	})
+}
+
+// freshEngine is a new engine for slot i serving the seed's weights at
+// version 0, configured as startEngines configures the slot's first one.
+func (h *engineHost) freshEngine(i int) (*localEngine, error) {
+	le := h.engines[i]
+	e, err := engine.New(wiring.EngineConfig(h.cfg.Engines, servedModel, uint64(h.cfg.Run.Seed)+uint64(i)*0x9e3779b9), h.initial,
+		engine.WithLogger(h.quiet.With().Str("engine", engineEndpointKey(i)).Logger()), engine.WithLoader(wiring.LoadPolicy))
+	if err != nil {
+		return nil, fmt.Errorf("node: %s: %w", le.name, err)
+	}
+	return &localEngine{name: le.name, e: e, url: le.url}, nil
 }
 
 func (h *engineHost) onLoad(m *transport.Msg) {
@@ -235,16 +264,38 @@ func (h *engineHost) switchTerm(lw messages.LoadWeights, tok uint64) error {
 	}
 	tcfg := h.cfg
 	tcfg.Run.ID = lw.RunID
+	h.mu.Lock()
+	served := h.term != ""
+	cur := append([]*localEngine(nil), h.current...)
+	h.mu.Unlock()
 	agents := map[string]*engineAgent{}
+	var fresh []*localEngine
+	fail := func(err error) error {
+		for _, a := range agents {
+			a.stop()
+		}
+		for _, le := range fresh {
+			le.e.Close()
+		}
+		return err
+	}
 	for i, le := range h.engines {
+		// An engine that served a term holds that term's versions and
+		// would refuse this term's version 0 (versions never decrease):
+		// the slot gets a fresh engine.
+		if served {
+			ne, err := h.freshEngine(i)
+			if err != nil {
+				return fail(err)
+			}
+			fresh = append(fresh, ne)
+			cur[i], le = ne, ne
+		}
 		rc := receiver.DefaultConfig(filepath.Join(dir, le.name), base)
 		rc.Logger = h.log.With().Str("engine", le.name).Logger()
 		rcv, err := receiver.New(rc, st)
 		if err != nil {
-			for _, a := range agents {
-				a.stop()
-			}
-			return fmt.Errorf("receiver %s: %w", le.name, err)
+			return fail(fmt.Errorf("receiver %s: %w", le.name, err))
 		}
 		a := newEngineAgent(i, le, rcv, hostReporter{h}, h.bus, tcfg, nil, h.log)
 		a.sender = h.node
@@ -257,12 +308,28 @@ func (h *engineHost) switchTerm(lw messages.LoadWeights, tok uint64) error {
 		agents[le.name] = a
 	}
 	h.mu.Lock()
-	old, oldTerm := h.agents, h.term
+	old, oldTerm, oldCur := h.agents, h.term, h.current
 	h.agents, h.term, h.token = agents, lw.RunID, tok
 	h.loaded = map[string]int64{}
+	h.served = map[string]bool{} // each term's first request is checked against its catch-up
+	h.current = cur
+	for i, le := range cur {
+		if le != oldCur[i] {
+			h.handlers[i] = le.e.Handler()
+		}
+	}
 	h.mu.Unlock()
 	for _, a := range old {
 		a.stop()
+	}
+	if served {
+		// The old term's engines: their requests (a deposed holder's)
+		// end with "abort". A slot's first engine stops with its server.
+		for i, le := range oldCur {
+			if le != h.engines[i] {
+				le.e.Close()
+			}
+		}
 	}
 	if oldTerm != "" {
 		_ = os.RemoveAll(filepath.Join(h.root, oldTerm))
@@ -301,11 +368,12 @@ func (h *engineHost) announce() {
 		for k := range h.loaded {
 			loaded[k] = true
 		}
+		cur := append([]*localEngine(nil), h.current...)
 		h.mu.Unlock()
 		if term == "" {
 			continue
 		}
-		for _, le := range h.engines {
+		for _, le := range cur {
 			h.publishStatus(term, le, loaded[le.name])
 		}
 	}
@@ -349,11 +417,16 @@ func (h *engineHost) stop() {
 	h.cancel()
 	h.wg.Wait()
 	h.mu.Lock()
-	agents := h.agents
-	h.agents = map[string]*engineAgent{}
+	agents, cur := h.agents, h.current
+	h.agents, h.current = map[string]*engineAgent{}, nil
 	h.mu.Unlock()
 	for _, a := range agents {
 		a.stop()
+	}
+	for i, le := range cur {
+		if le != h.engines[i] {
+			le.e.Close()
+		}
 	}
 	stopEngines(h.engines)
 }

@@ -236,3 +236,86 @@ func TestRemoteEnginesJoinAndLeave(t *testing.T) {
 		t.Errorf("n1's last step %d; want %d", got, steps)
 	}
 }
+
+// Engines that served one term serve the next: n1's engines follow n2's
+// term (gossip-joined, so n2 routes to them) up to some version v > 0;
+// when n2 stops, n1's own term starts again at version 0, which an engine
+// serving v would refuse (versions never decrease), so the host gives
+// each slot a fresh engine behind the same URL. Without that, n1's term
+// waits forever for an engine to load its version 0.
+//
+// n2 holds first and n1 survives: with two members a graceful leave
+// counts as a failure in the quorum (see the report), and the survivor
+// of a 1–1 split trains only if it has the lowest name.
+func TestRemoteEnginesFollowNewTerm(t *testing.T) {
+	url := externalBus(t)
+	ctx := context.Background()
+	const steps = 6
+	var ev1, ev2 syncBuf
+	var join []string
+	mk := func(name string, ev *syncBuf) *Agent {
+		a, err := StartAgent(ctx, AgentConfig{Name: name, Roles: []string{placement.Trainer, placement.Engine}, NATSURL: url,
+			Gossip: "127.0.0.1:0", Join: join, LeaseTTL: time.Second, Run: agentRunConfig(t, steps), Events: ev})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	a2 := mk("n2", &ev2)
+	defer a2.Stop()
+	waitFor(t, 10*time.Second, "n2 to hold the lease", func() bool { return strings.Contains(ev2.String(), "lease trainer acquired") })
+	join = []string{a2.ms.Addr()}
+	a1 := mk("n1", &ev1)
+	defer a1.Stop()
+	defer func() {
+		if t.Failed() {
+			t.Logf("n1:\n%s\nn2:\n%s", ev1.String(), ev2.String())
+		}
+	}()
+	urls1 := hostURLs(t, ev1.String())
+	// n1's engines serve n2's term at a version > 0 before n2 stops.
+	waitFor(t, 30*time.Second, "n1's engines to serve a version > 0 of n2's term", func() bool {
+		a1.host.mu.Lock()
+		cur := append([]*localEngine(nil), a1.host.current...)
+		a1.host.mu.Unlock()
+		for _, le := range cur {
+			if le.e.Version() < 1 {
+				return false
+			}
+		}
+		return lastStep(ev2.String()) >= 2
+	})
+	a2.Stop()
+	waitFor(t, 40*time.Second, "n1 to finish the run on its own engines", func() bool {
+		_, ok := a1.FinalLedger()
+		return ok
+	})
+	out1 := ev1.String()
+	terms := regexp.MustCompile(`engines follow term (\S+)`).FindAllStringSubmatch(out1, -1)
+	if len(terms) < 2 {
+		t.Fatalf("n1's engines followed %d terms; want n2's and n1's", len(terms))
+	}
+	last := terms[len(terms)-1][1]
+	if !strings.Contains(out1, "lease trainer acquired") || !strings.HasSuffix(last, "-t"+regexp.MustCompile(`lease trainer acquired token (\d+)`).FindStringSubmatch(out1)[1]) {
+		t.Fatalf("n1's engines last followed %s; want n1's own term", last)
+	}
+	term := out1[strings.Index(out1, "engines follow term "+last):]
+	for i := range urls1 {
+		name := hostedEngineName("n1", engineEndpointKey(i))
+		cu := strings.Index(term, "engine "+name+" caught up to version 0 of term "+last+"\n")
+		if cu < 0 {
+			t.Errorf("%s never loaded version 0 of n1's term %s", name, last)
+		}
+		if fr := firstRequest(term, name); fr >= 0 && fr < cu {
+			t.Errorf("%s served n1's term before it caught up", name)
+		}
+	}
+	if strings.Contains(out1, "got a request before catching up") {
+		t.Errorf("an engine served before catching up")
+	}
+	c, _ := a1.FinalLedger()
+	b := config.Default().Trainer.MiniBatchSize
+	if c.InFlight != 0 || c.Refused != 0 || c.Trained != steps*b {
+		t.Errorf("final ledger %+v; want %d trained, none in flight, none refused", c, steps*b)
+	}
+}
