@@ -40,7 +40,7 @@ func TestNodeHelp(t *testing.T) {
 // Without a GPU or driver the node says so plainly and runs on.
 func TestNodeReportsNoGPUAndTrains(t *testing.T) {
 	cfgPath := writeFile(t, "run.yaml", "run:\n  data_dir: "+t.TempDir()+"\n  report_dir: "+t.TempDir()+"\n")
-	code, out, errOut := cli(t, "node", "--config", cfgPath, "--name", "solo", "--roles", "trainer",
+	code, out, errOut := cli(t, "node", "--config", cfgPath, "--name", "solo", "--roles", "trainer,engine",
 		"--gossip", "127.0.0.1:0", "--steps", "1", "--exit-when-done", "--log-level", "error")
 	if code != 0 {
 		t.Fatalf("code %d, stderr %q", code, errOut)
