@@ -76,6 +76,10 @@ const (
 	KindTransferPlan   Kind = 0x0601
 	KindTransferDone   Kind = 0x0602
 	KindTransferFailed Kind = 0x0603
+
+	// cluster (0x07xx)
+	KindTermAnnounce  Kind = 0x0701
+	KindRolloutStatus Kind = 0x0702
 )
 
 type kindInfo struct {
@@ -124,6 +128,9 @@ var registry = map[Kind]kindInfo{
 	KindTransferPlan:   entry[TransferPlan]("TransferPlan"),
 	KindTransferDone:   entry[TransferDone]("TransferDone"),
 	KindTransferFailed: entry[TransferFailed]("TransferFailed"),
+
+	KindTermAnnounce:  entry[TermAnnounce]("TermAnnounce"),
+	KindRolloutStatus: entry[RolloutStatus]("RolloutStatus"),
 }
 
 // String is the Go type name of the kind, or Kind(0x....) when unregistered.

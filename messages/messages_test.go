@@ -53,6 +53,8 @@ func samples() []Message {
 				{Name: "model.safetensors", Offset: 100, Length: 50, Checksum: "xxh3-128:2"}}, URI: "file:///sync/v6"},
 		TransferDone{Header: hdr(6), TransferID: "x-1", Destination: "node-b", Bytes: 150},
 		TransferFailed{Header: hdr(6), TransferID: "x-1", Destination: "node-c", Reason: "checksum mismatch", Range: 1},
+		TermAnnounce{Header: hdr(7), Term: "run-1-t3", Token: 3, Router: "http://127.0.0.1:8000"},
+		RolloutStatus{Header: hdr(7), GroupIDs: []string{"g-7-0", "g-8-0"}, PromptIDs: []string{"p-7", "p-8"}},
 	}
 }
 
