@@ -377,13 +377,14 @@ func TestClusterEngineNodeRestart(t *testing.T) {
 		before = lastVersion(holder.out.String())
 		restarted = time.Now()
 		p := c.start(2, "engine,rollout")
-		for {
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Now().Before(deadline) {
 			select {
 			case <-p.exited:
 				if !strings.Contains(p.errOut.String()+p.out.String(), "name in use") {
 					t.Fatalf("the restarted n3 exited:\n%s\n%s", p.out.String(), lastLinesOf(p.errOut.String(), 15))
 				}
-				time.Sleep(500 * time.Millisecond) // the claim's TTL runs on
+				time.Sleep(500 * time.Millisecond) // back off: the claim's TTL runs on
 				return false
 			default:
 			}
@@ -393,6 +394,8 @@ func TestClusterEngineNodeRestart(t *testing.T) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
+		t.Fatalf("the restarted n3 neither joined nor exited in 30 s:\n%s", p.out.String())
+		return false
 	})
 	t.Logf("n3 restarted %s after the kill, when %s was at version %d", restarted.Sub(killed).Round(time.Millisecond), hname, before)
 	newURLs := hostURLs(t, n3b.out.String())
