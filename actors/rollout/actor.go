@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -115,6 +116,9 @@ type Actor struct {
 
 	mu       sync.Mutex
 	reported map[string]bool // group id → true when ready, false when aborted
+	// running maps the groups taken and not yet published (ready or
+	// aborted) to their prompts.
+	running map[string]string
 }
 
 // Start subscribes the actor to cfg.Subjects.Prompts.
@@ -124,7 +128,7 @@ func Start(bus transport.Bus, gen Generator, cfg Config) (*Actor, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	a := &Actor{bus: bus, gen: gen, cfg: cfg, sem: make(chan struct{}, cfg.Concurrency), ctx: ctx, cancel: cancel,
-		reported: map[string]bool{}}
+		reported: map[string]bool{}, running: map[string]string{}}
 	sub, err := bus.QueueSubscribe(cfg.Subjects.Prompts, "rollout", a.onPrompt)
 	if err != nil {
 		cancel()
@@ -152,6 +156,24 @@ func (a *Actor) Reported() map[string]bool {
 		out[k] = v
 	}
 	return out
+}
+
+// InFlight lists the groups the actor took and has not published yet
+// (parallel slices, sorted by group id). A cluster node reports them, so
+// that the trainer's holder can requeue them if the node dies.
+func (a *Actor) InFlight() (groups, prompts []string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	groups = make([]string, 0, len(a.running))
+	for g := range a.running {
+		groups = append(groups, g)
+	}
+	slices.Sort(groups)
+	prompts = make([]string, len(groups))
+	for i, g := range groups {
+		prompts[i] = a.running[g]
+	}
+	return groups, prompts
 }
 
 func (a *Actor) report(group string, ready bool) {
@@ -185,9 +207,18 @@ func (a *Actor) onPrompt(m *transport.Msg) {
 	if a.ctx.Err() != nil {
 		return // stopping: the controller sees the group as running at stop
 	}
+	a.mu.Lock()
+	a.running[pa.GroupID] = pa.PromptID
+	a.mu.Unlock()
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
+		// In flight until its outcome is published, not just decided.
+		defer func() {
+			a.mu.Lock()
+			delete(a.running, pa.GroupID)
+			a.mu.Unlock()
+		}()
 		a.runGroup(pa)
 	}()
 }
