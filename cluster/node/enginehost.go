@@ -62,8 +62,11 @@ type engineHost struct {
 	current  []*localEngine
 	handlers map[int]http.Handler
 	term     string // the term the engines follow ("" before the first LoadWeights)
-	token    uint64
-	agents   map[string]*engineAgent
+	// beforeApply, when set, runs before an engine applies a version (a
+	// test hook: a slow catch-up, to check nothing routes to it meanwhile).
+	beforeApply func(engine int, version int64)
+	token       uint64
+	agents      map[string]*engineAgent
 	// loaded: engines that serve a version of the current term.
 	loaded map[string]int64
 	served map[string]bool // engines that answered a generation request
@@ -267,6 +270,7 @@ func (h *engineHost) switchTerm(lw messages.LoadWeights, tok uint64) error {
 	h.mu.Lock()
 	served := h.term != ""
 	cur := append([]*localEngine(nil), h.current...)
+	hook := h.beforeApply
 	h.mu.Unlock()
 	agents := map[string]*engineAgent{}
 	var fresh []*localEngine
@@ -297,7 +301,7 @@ func (h *engineHost) switchTerm(lw messages.LoadWeights, tok uint64) error {
 		if err != nil {
 			return fail(fmt.Errorf("receiver %s: %w", le.name, err))
 		}
-		a := newEngineAgent(i, le, rcv, hostReporter{h}, h.bus, tcfg, nil, h.log)
+		a := newEngineAgent(i, le, rcv, hostReporter{h}, h.bus, tcfg, hook, h.log)
 		a.sender = h.node
 		a.onLoaded = h.loadedVersion
 		// The engine holds no version of this term yet, not its version

@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -161,6 +162,17 @@ func TestRemoteEnginesJoinAndLeave(t *testing.T) {
 	before := lastVersion(ev1.String())
 	a3 := mk("n3", []string{placement.Engine}, &ev3)
 	defer a3.Stop()
+	// n3's catch-up is held for two announcement ticks (n1 polls
+	// membership every 250ms, so it adds n3's engines well before): a
+	// window in which only the gates keep n1's router off them.
+	var held sync.Map // engine index -> true once its first apply was held
+	a3.host.mu.Lock()
+	a3.host.beforeApply = func(i int, _ int64) {
+		if _, done := held.LoadOrStore(i, true); !done {
+			time.Sleep(2 * a3.host.tick)
+		}
+	}
+	a3.host.mu.Unlock()
 	urls3 := hostURLs(t, ev3.String())
 	names3 := map[string]string{} // url -> engine name
 	for k, u := range a3.host.endpoints() {
