@@ -268,7 +268,7 @@ func (h *engineHost) switchTerm(lw messages.LoadWeights, tok uint64) error {
 	tcfg := h.cfg
 	tcfg.Run.ID = lw.RunID
 	h.mu.Lock()
-	served := h.term != ""
+	followed := h.term != "" // the engines served a term already
 	cur := append([]*localEngine(nil), h.current...)
 	hook := h.beforeApply
 	h.mu.Unlock()
@@ -287,7 +287,7 @@ func (h *engineHost) switchTerm(lw messages.LoadWeights, tok uint64) error {
 		// An engine that served a term holds that term's versions and
 		// would refuse this term's version 0 (versions never decrease):
 		// the slot gets a fresh engine.
-		if served {
+		if followed {
 			ne, err := h.freshEngine(i)
 			if err != nil {
 				return fail(err)
@@ -326,7 +326,7 @@ func (h *engineHost) switchTerm(lw messages.LoadWeights, tok uint64) error {
 	for _, a := range old {
 		a.stop()
 	}
-	if served {
+	if followed {
 		// The old term's engines: their requests (a deposed holder's)
 		// end with "abort". A slot's first engine stops with its server.
 		for i, le := range oldCur {
