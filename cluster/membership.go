@@ -146,6 +146,19 @@ func (m *Membership) Leave(timeout time.Duration) error {
 	return err
 }
 
+// Crash stops gossip without telling anyone, as a killed process would:
+// the others declare this node dead after their failure detection (tests
+// and fault injection). Leave after Crash does nothing.
+func (m *Membership) Crash() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.left {
+		return nil
+	}
+	m.left = true
+	return m.ml.Shutdown()
+}
+
 func toMember(n *memberlist.Node) Member {
 	mem := Member{Name: n.Name, Addr: net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))}
 	_ = json.Unmarshal(n.Meta, &mem.Meta) // a peer's bad metadata leaves Meta empty

@@ -10,7 +10,11 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// memberlist's probe of a node that just died waits out its timeout even
+// after Shutdown (it holds no resource and returns within ProbeTimeout).
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/hashicorp/memberlist.(*Memberlist).probeNode"))
+}
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -74,4 +78,36 @@ func TestBadConfig(t *testing.T) {
 	if _, err := JoinCluster(j, zerolog.Nop()); err == nil {
 		t.Fatal("joining a dead address succeeded")
 	}
+}
+
+// A crashed node (gossip stopped, nobody told) is declared dead by the
+// others' failure detection; Leave afterwards is a no-op.
+func TestCrashIsDetectedAsDeath(t *testing.T) {
+	var mu sync.Mutex
+	left := map[string]bool{}
+	a := DefaultMembershipConfig("node-a")
+	a.OnLeave = func(m Member) { mu.Lock(); left[m.Name] = true; mu.Unlock() }
+	ma, err := JoinCluster(a, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ma.Leave(time.Second)
+	b := DefaultMembershipConfig("node-b")
+	b.Join = []string{ma.Addr()}
+	mb, err := JoinCluster(b, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a sees b", func() bool { return len(ma.Members()) == 2 })
+	if err := mb.Crash(); err != nil {
+		t.Fatal(err)
+	}
+	if err := mb.Leave(time.Second); err != nil {
+		t.Fatalf("Leave after Crash: %v", err)
+	}
+	waitFor(t, "a declares b dead", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return left["node-b"] && len(ma.Members()) == 1
+	})
 }

@@ -55,6 +55,10 @@ type Config struct {
 	GroupStream transport.Stream
 	// Logger gets one line per aborted episode (rate-limited by the caller's level).
 	Logger zerolog.Logger
+	// OnTake, when set, is called (on the bus's delivery goroutine) each
+	// time the actor takes a group, before it runs: a cluster node reports
+	// its groups in flight at once, so none is unaccounted if it dies.
+	OnTake func(groupID, promptID string)
 }
 
 // Validate names the first invalid field.
@@ -210,6 +214,9 @@ func (a *Actor) onPrompt(m *transport.Msg) {
 	a.mu.Lock()
 	a.running[pa.GroupID] = pa.PromptID
 	a.mu.Unlock()
+	if a.cfg.OnTake != nil {
+		a.cfg.OnTake(pa.GroupID, pa.PromptID)
+	}
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()

@@ -85,9 +85,12 @@ type Agent struct {
 	ms    *cluster.Membership
 	led   *ledger.Ledger
 	// host runs the node's engines (the engine role) for the holder.
-	host   *engineHost
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	host *engineHost
+	// rollouts runs rollout actors for the holder's term (the rollout
+	// role), unless this node holds the lease.
+	rollouts *rolloutHost
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
 
 	mu      sync.Mutex
 	quorum  *cluster.Quorum
@@ -236,6 +239,11 @@ func StartAgent(ctx context.Context, cfg AgentConfig) (a *Agent, err error) {
 		return a, err
 	}
 	a.event("gossip %s", a.ms.Addr())
+	if cfg.has(placement.Rollout) {
+		if a.rollouts, err = startRolloutHost(cfg.Run, cfg.Name, a.bus, a.log, a.event); err != nil {
+			return a, err
+		}
+	}
 	rctx, cancel := context.WithCancel(context.Background())
 	a.cancel = cancel
 	if a.cfg.has(placement.Trainer) {
@@ -576,6 +584,9 @@ func (a *Agent) Stop() {
 		if a.ms != nil {
 			_ = a.ms.Leave(time.Second)
 		}
+		if a.rollouts != nil {
+			a.rollouts.stop()
+		}
 		if a.host != nil {
 			a.host.stop()
 		}
@@ -889,7 +900,7 @@ func (a *Agent) watchDone(ctx context.Context) {
 // an event ("routing add http://…", "routing remove http://…").
 func (a *Agent) remoteEngines() *RemoteEngines {
 	ready := map[string]bool{} // OnChange runs under the watcher's lock
-	return &RemoteEngines{BaseRun: a.cfg.Run.Run.ID, Members: a.ms.Members, Replicas: a.cfg.Replicas, Event: a.event,
+	return &RemoteEngines{BaseRun: a.cfg.Run.Run.ID, Node: a.cfg.Name, Members: a.ms.Members, Replicas: a.cfg.Replicas, Event: a.event,
 		OnChange: func(ch discovery.Change) {
 			// Health flips with every version an engine still has to
 			// load: print only the first time an engine becomes routable.

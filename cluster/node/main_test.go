@@ -17,5 +17,8 @@ func TestMain(m *testing.M) {
 		// its transport is garbage; they are not ours to stop.
 		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
 		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
+		// memberlist's probe of a node that just crashed waits out its
+		// timeout even after Shutdown (it returns within ProbeTimeout).
+		goleak.IgnoreTopFunction("github.com/hashicorp/memberlist.(*Memberlist).probeNode"),
 	)
 }

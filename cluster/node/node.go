@@ -124,6 +124,7 @@ type Node struct {
 	progress    *progress
 	// remote: engines on other nodes (Options.Remote).
 	remote     *remoteSet
+	termCast   *termCast
 	remoteStop context.CancelFunc
 	remoteWG   sync.WaitGroup
 
@@ -151,6 +152,25 @@ func New(cfg config.Config, opts Options) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: run.id: %w", ErrConfig, err)
 	}
+	task, err := buildTask(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Publisher.Mode == config.PublishLoRA {
+		return nil, fmt.Errorf("%w: publisher.mode: lora is not supported by asyncrl run (the built-in policy has no adapters); use delta or full", ErrConfig)
+	}
+	if opts.Remote != nil {
+		if cfg.Publisher.Mode != config.PublishDelta || cfg.Publisher.Store != config.StoreNATS || cfg.Publisher.Transport == config.TransportDataPlane {
+			return nil, fmt.Errorf("%w: engines on other nodes need publisher.mode delta, publisher.store nats and the store transport", ErrConfig)
+		}
+	} else if cfg.Engines.Count == 0 {
+		return nil, fmt.Errorf("%w: engines.count: the in-process trainer can only update built-in engines; set count ≥ 1", ErrConfig)
+	}
+	return &Node{cfg: cfg, opts: opts, subj: s, task: task}, nil
+}
+
+// buildTask resolves rollout.task and the optional rollout.dataset.
+func buildTask(cfg config.Config) (tasks.Task, error) {
 	task, err := tasks.Get(cfg.Rollout.Task)
 	if err != nil {
 		return nil, fmt.Errorf("%w: rollout.task: %w", ErrConfig, err)
@@ -164,17 +184,7 @@ func New(cfg config.Config, opts Options) (*Node, error) {
 			return nil, fmt.Errorf("%w: rollout.dataset: %w", ErrConfig, err)
 		}
 	}
-	if cfg.Publisher.Mode == config.PublishLoRA {
-		return nil, fmt.Errorf("%w: publisher.mode: lora is not supported by asyncrl run (the built-in policy has no adapters); use delta or full", ErrConfig)
-	}
-	if opts.Remote != nil {
-		if cfg.Publisher.Mode != config.PublishDelta || cfg.Publisher.Store != config.StoreNATS || cfg.Publisher.Transport == config.TransportDataPlane {
-			return nil, fmt.Errorf("%w: engines on other nodes need publisher.mode delta, publisher.store nats and the store transport", ErrConfig)
-		}
-	} else if cfg.Engines.Count == 0 {
-		return nil, fmt.Errorf("%w: engines.count: the in-process trainer can only update built-in engines; set count ≥ 1", ErrConfig)
-	}
-	return &Node{cfg: cfg, opts: opts, subj: s, task: task}, nil
+	return task, nil
 }
 
 // RouterURL is the router's base URL.
@@ -251,8 +261,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	// The trajectory buffer: finished groups wait in JetStream until the
 	// sampling actor has judged them. In memory: it only has to outlive a
 	// restart of the actors, not of the embedded server.
-	if n.groupStream, err = n.bus.Stream(ctx, transport.StreamConfig{Name: "groups-" + cfg.Run.ID,
-		Subjects: []string{n.subj.groupsReady}, MaxAge: time.Hour, Memory: true}); err != nil {
+	if n.groupStream, err = n.bus.Stream(ctx, groupStreamConfig(cfg.Run.ID, n.subj)); err != nil {
 		return fmt.Errorf("node: trajectory buffer stream: %w", err)
 	}
 	n.ledger = newLedger()
@@ -399,14 +408,53 @@ func (n *Node) Start(ctx context.Context) (err error) {
 }
 
 func (n *Node) startRollouts() error {
-	cfg := n.cfg
+	count, ecfg, supportK := rolloutSetup(n.cfg, n.opts.RolloutActors)
+	var rt http.RoundTripper = &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 256}
+	if n.hooks.wrapClient != nil {
+		rt = n.hooks.wrapClient(rt)
+	}
+	n.httpc = &http.Client{Transport: rt}
+	gen := &rollout.HTTPClient{BaseURL: n.routerURL, Model: servedModel, Client: n.httpc}
+	for i := range count {
+		a, err := startRolloutActor(n.bus, gen, n.cfg, n.task, "rollout-"+strconv.Itoa(i), ecfg, supportK, n.subj, n.groupStream, n.opts.Logger, nil)
+		if err != nil {
+			return err
+		}
+		n.rollouts = append(n.rollouts, a)
+	}
+	return nil
+}
+
+// startRolloutActor starts one rollout actor of the run in cfg (its
+// subjects s), sending its turns through gen; onTake may be nil.
+func startRolloutActor(bus transport.Bus, gen rollout.Generator, cfg config.Config, task tasks.Task, name string,
+	ecfg rollout.EpisodeConfig, supportK int, s subjects, groups transport.Stream, log zerolog.Logger,
+	onTake func(group, prompt string)) (*rollout.Actor, error) {
+	return rollout.Start(bus, gen, rollout.Config{RunID: cfg.Run.ID, Name: name, Task: task, Episode: ecfg,
+		Concurrency: cfg.Rollout.Concurrency, SupportK: supportK, Logger: log.With().Str("actor", name).Logger(),
+		Subjects:    rollout.Subjects{Prompts: s.prompts, Groups: s.groupsReady, Aborted: s.aborted},
+		GroupStream: groups, OnTake: onTake})
+}
+
+// groupStreamConfig is the run's trajectory buffer: finished groups wait
+// in JetStream until the sampling actor has judged them. In memory: it
+// only has to outlive a restart of the actors, not of the server. Rollout
+// actors on other nodes open it with the same config.
+func groupStreamConfig(run string, s subjects) transport.StreamConfig {
+	return transport.StreamConfig{Name: "groups-" + run, Subjects: []string{s.groupsReady}, MaxAge: time.Hour, Memory: true}
+}
+
+// rolloutSetup is what every rollout actor of a run shares: how many
+// actors (override, or enough for W groups of n trajectories at once:
+// ceil(W·n/concurrency)), the episode config and the support size.
+func rolloutSetup(cfg config.Config, override int) (count int, ecfg rollout.EpisodeConfig, supportK int) {
 	ro := cfg.Rollout
-	count := n.opts.RolloutActors
+	count = override
 	if count <= 0 {
 		want := cfg.Trainer.NumParallelGenerationWorkers * ro.NSamplesPerPrompt
 		count = max(1, (want+ro.Concurrency-1)/ro.Concurrency)
 	}
-	ecfg := rollout.DefaultEpisodeConfig()
+	ecfg = rollout.DefaultEpisodeConfig()
 	ecfg.MaxTurns, ecfg.MaxTokens = ro.MaxTurns, ro.MaxTokens
 	ecfg.MaxSeqLen = policy.DefaultConfig().MaxSeqLen
 	if cfg.Engines.MaxModelLen > 0 {
@@ -418,31 +466,13 @@ func (n *Node) startRollouts() error {
 	// compares against must be normalised the same way (the engine's
 	// output_support_logprobs).
 	ecfg.SupportLogprobs = cfg.Trainer.NormalizeOverSupport
-	supportK := 0
 	if ro.TopP < 1 || ro.TopK > 0 {
 		supportK = policy.DefaultConfig().VocabSize
 		if ro.TopK > 0 {
 			supportK = min(supportK, ro.TopK)
 		}
 	}
-	var rt http.RoundTripper = &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 256}
-	if n.hooks.wrapClient != nil {
-		rt = n.hooks.wrapClient(rt)
-	}
-	n.httpc = &http.Client{Transport: rt}
-	gen := &rollout.HTTPClient{BaseURL: n.routerURL, Model: servedModel, Client: n.httpc}
-	for i := range count {
-		name := "rollout-" + strconv.Itoa(i)
-		a, err := rollout.Start(n.bus, gen, rollout.Config{RunID: cfg.Run.ID, Name: name, Task: n.task, Episode: ecfg,
-			Concurrency: ro.Concurrency, SupportK: supportK, Logger: n.opts.Logger.With().Str("actor", name).Logger(),
-			Subjects:    rollout.Subjects{Prompts: n.subj.prompts, Groups: n.subj.groupsReady, Aborted: n.subj.aborted},
-			GroupStream: n.groupStream})
-		if err != nil {
-			return err
-		}
-		n.rollouts = append(n.rollouts, a)
-	}
-	return nil
+	return count, ecfg, supportK
 }
 
 // trainerConfig maps the trainer section onto the built-in backend.
@@ -564,6 +594,9 @@ func (n *Node) Stop() {
 			n.remoteStop()
 			n.remoteWG.Wait()
 			n.remote.close()
+			if n.termCast != nil {
+				n.termCast.close()
+			}
 		}
 		if n.wsync != nil {
 			// Let the receivers finish the versions already published, so

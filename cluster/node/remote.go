@@ -34,6 +34,8 @@ type RemoteEngines struct {
 	// BaseRun is the run id the engine hosts listen under (the cluster
 	// run's id; the pipeline's own run.id is the term's <run>-t<token>).
 	BaseRun string
+	// Node is this node's name (the term's announcements say who holds it).
+	Node string
 	// Members lists the live members (cluster.Membership.Members); the
 	// pipeline polls it every Poll and registers or forgets their engines.
 	Members func() []cluster.Member
@@ -112,7 +114,8 @@ func (n *Node) startRemote(ctx context.Context, bucket string) error {
 	n.remoteWG.Go(func() { w.Run(rctx) })
 	r.reconcile()
 	n.remoteWG.Go(func() { r.run(rctx) })
-	return nil
+	// Rollout actors on other nodes join the term once they hear of it.
+	return n.startTermCast(rctx)
 }
 
 // run re-reads membership every Poll and sends the engines that have not

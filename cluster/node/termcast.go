@@ -1,0 +1,159 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/asyncrl/asyncrl/messages"
+	"github.com/asyncrl/asyncrl/transport"
+)
+
+// termAnnounceSubject is where the trainer lease's holder announces its
+// term: asyncrl.<run>.control.term under the run's base id.
+func termAnnounceSubject(run string) (string, error) {
+	return transport.Subject(run, transport.TopicControl, "term")
+}
+
+// rolloutStatusSubject is where node's rollout actors report their groups
+// in flight for term: asyncrl.<term>.control.rollouts.<node>.
+func rolloutStatusSubject(term, node string) (string, error) {
+	return transport.Subject(term, transport.TopicControl, "rollouts", node)
+}
+
+// termCast is the holder's side of the nodes that run rollout actors for
+// its term: it announces the term (run id, token, router URL) once per
+// tick, remembers what every other node last said it holds in flight, and
+// when such a node leaves membership reports those groups aborted, so the
+// controller requeues them (a dead node cannot report its own aborts).
+type termCast struct {
+	n     *Node
+	node  string
+	token uint64
+	tick  time.Duration
+	sub   transport.Subscription
+
+	mu     sync.Mutex
+	status map[string][]groupRef // node -> groups it last reported in flight
+}
+
+type groupRef struct{ group, prompt string }
+
+// startTermCast subscribes to the term's rollout reports and starts the
+// announcements.
+func (n *Node) startTermCast(ctx context.Context) error {
+	rc := n.opts.Remote
+	tc := &termCast{n: n, node: rc.Node, token: termToken(rc.BaseRun, n.cfg.Run.ID), tick: time.Second,
+		status: map[string][]groupRef{}}
+	pattern := transport.SubjectRoot + "." + n.cfg.Run.ID + "." + string(transport.TopicControl) + ".rollouts.*"
+	sub, err := n.bus.Subscribe(pattern, tc.onStatus)
+	if err != nil {
+		return fmt.Errorf("node: rollout reports: %w", err)
+	}
+	tc.sub = sub
+	n.termCast = tc
+	tc.announce(ctx)
+	n.remoteWG.Go(func() { tc.run(ctx) })
+	return nil
+}
+
+func (tc *termCast) onStatus(m *transport.Msg) {
+	st, err := messages.DecodeAs[messages.RolloutStatus](m.Data)
+	if err != nil || st.RunID != tc.n.cfg.Run.ID || st.Sender == "" || len(st.GroupIDs) != len(st.PromptIDs) {
+		return
+	}
+	refs := make([]groupRef, len(st.GroupIDs))
+	for i := range st.GroupIDs {
+		refs[i] = groupRef{st.GroupIDs[i], st.PromptIDs[i]}
+	}
+	tc.mu.Lock()
+	tc.status[st.Sender] = refs
+	tc.mu.Unlock()
+}
+
+func (tc *termCast) run(ctx context.Context) {
+	t := time.NewTicker(tc.tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			tc.announce(ctx)
+			tc.reconcile()
+		}
+	}
+}
+
+func (tc *termCast) announce(ctx context.Context) {
+	subj, err := termAnnounceSubject(tc.n.opts.Remote.BaseRun)
+	if err != nil {
+		return
+	}
+	data, err := messages.Encode(messages.TermAnnounce{Header: messages.Header{RunID: tc.n.opts.Remote.BaseRun, Sender: tc.node},
+		Term: tc.n.cfg.Run.ID, Token: tc.token, Router: tc.n.routerURL})
+	if err == nil {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err = tc.n.bus.Publish(cctx, subj, data)
+		cancel()
+	}
+	if err != nil && ctx.Err() == nil {
+		tc.n.opts.Logger.Debug().Err(err).Msg("node: term announcement not sent")
+	}
+}
+
+// reconcile reports the groups of every node that reported some and is no
+// longer a member as aborted.
+func (tc *termCast) reconcile() {
+	live := map[string]bool{}
+	for _, m := range tc.n.opts.Remote.Members() {
+		live[m.Name] = true
+	}
+	tc.mu.Lock()
+	var gone []string
+	lost := map[string][]groupRef{}
+	for node, refs := range tc.status {
+		if !live[node] {
+			gone = append(gone, node)
+			lost[node] = refs
+			delete(tc.status, node)
+		}
+	}
+	tc.mu.Unlock()
+	slices.Sort(gone)
+	for _, node := range gone {
+		tc.abort(node, lost[node])
+	}
+}
+
+// abort publishes one EpisodeAborted per group (the controller requeues a
+// group on its first abort and ignores the rest, and a group whose
+// GroupReady reached the buffer first is accepted or filtered as usual).
+func (tc *termCast) abort(node string, refs []groupRef) {
+	if len(refs) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, r := range refs {
+		data, err := messages.Encode(messages.EpisodeAborted{Header: messages.Header{RunID: tc.n.cfg.Run.ID, Sender: tc.node},
+			PromptID: r.prompt, GroupID: r.group, Reason: "node " + node + " left the cluster"})
+		if err == nil {
+			err = tc.n.bus.Publish(ctx, tc.n.subj.aborted, data)
+		}
+		if err != nil {
+			tc.n.opts.Logger.Warn().Err(err).Str("group", r.group).Msg("node: a dead node's group not reported aborted")
+		}
+	}
+	if ev := tc.n.opts.Remote.Event; ev != nil {
+		ev("requeued %d groups %s had in flight", len(refs), node)
+	}
+}
+
+func (tc *termCast) close() {
+	if tc.sub != nil {
+		_ = tc.sub.Unsubscribe()
+	}
+}
