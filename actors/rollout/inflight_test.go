@@ -24,8 +24,8 @@ func (g gated) Generate(ctx context.Context, _ TurnRequest) (TurnOutput, error) 
 }
 func (gated) FinishSession(context.Context, string) error { return nil }
 
-// InFlight lists a group from the moment the actor takes it until its
-// outcome is published: what a cluster node reports so the trainer's
+// InFlight lists a group from the moment the actor takes it (OnTake is
+// called then) until its outcome is published: what a cluster node reports so the trainer's
 // holder can requeue a dead node's groups.
 func TestInFlightUntilPublished(t *testing.T) {
 	bus, err := natsbus.Connect(context.Background(), natsbus.DefaultOptions())
@@ -34,9 +34,10 @@ func TestInFlightUntilPublished(t *testing.T) {
 	}
 	defer bus.Close()
 	g := gated{release: make(chan struct{})}
+	taken := make(chan string, 4)
 	subj := Subjects{Prompts: "asyncrl.r.prompts", Groups: "asyncrl.r.groups", Aborted: "asyncrl.r.aborted"}
 	a, err := Start(bus, g, Config{RunID: "r", Name: "rollout-0", Task: mustTask(t, "reverse"), Episode: testCfg(),
-		Concurrency: 4, Subjects: subj})
+		Concurrency: 4, Subjects: subj, OnTake: func(group, _ string) { taken <- group }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,6 +71,9 @@ func TestInFlightUntilPublished(t *testing.T) {
 			t.Fatalf("in flight %v; want [g1 g2] while the episodes run (stats %+v)", gs, a.Stats())
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+	if got := map[string]bool{<-taken: true, <-taken: true}; !got["g1"] || !got["g2"] {
+		t.Fatalf("OnTake saw %v", got)
 	}
 	close(g.release)
 	got := map[string]bool{<-ready: true, <-ready: true}
