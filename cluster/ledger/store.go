@@ -166,6 +166,20 @@ func (l *Ledger) Record(ctx context.Context, ev messages.PromptLedger) (Entry, O
 			return Entry{}, Applied, err
 		}
 		next, out, err := Apply(prev, exists, ev)
+		key := promptKey(ev.PromptID)
+		if errors.Is(err, ErrIllegalTransition) && exists {
+			// With replicas, any server may answer a read (KV direct get)
+			// and a follower can be behind: the verdict stands only if the
+			// entry is still at rev. Rewriting it unchanged at rev tells: a
+			// revision mismatch means the read was stale, so read again.
+			stale, cerr := l.confirm(ctx, key, prev, rev)
+			if cerr != nil {
+				return Entry{}, Applied, cerr
+			}
+			if stale {
+				continue
+			}
+		}
 		if err != nil || out == Duplicate {
 			return next, out, err
 		}
@@ -173,7 +187,6 @@ func (l *Ledger) Record(ctx context.Context, ev messages.PromptLedger) (Entry, O
 		if err != nil {
 			return Entry{}, Applied, fmt.Errorf("ledger: encode: %w", err)
 		}
-		key := promptKey(ev.PromptID)
 		if exists {
 			_, err = l.prompts.Update(ctx, key, data, rev)
 		} else {
@@ -189,6 +202,25 @@ func (l *Ledger) Record(ctx context.Context, ev messages.PromptLedger) (Entry, O
 		}
 	}
 	return Entry{}, Applied, fmt.Errorf("ledger: prompt %s: still contended after %d attempts", ev.PromptID, l.cfg.CASRetries)
+}
+
+// confirm rewrites prev unchanged at rev: stale is true when the bucket
+// has moved past rev (the read that produced prev came from a replica
+// that was behind).
+func (l *Ledger) confirm(ctx context.Context, key string, prev Entry, rev uint64) (stale bool, err error) {
+	data, err := messages.Encode(prev)
+	if err != nil {
+		return false, fmt.Errorf("ledger: encode: %w", err)
+	}
+	_, err = l.prompts.Update(ctx, key, data, rev)
+	switch {
+	case err == nil:
+		return false, nil
+	case errors.Is(err, jetstream.ErrKeyExists), errors.Is(err, jetstream.ErrKeyRevisionMismatch):
+		return true, nil
+	default:
+		return false, fmt.Errorf("ledger: confirm prompt %s: %w", prev.PromptID, err)
+	}
 }
 
 // Entries returns every prompt's entry, sorted by prompt id. It reads the
