@@ -514,7 +514,16 @@ func (a *Agent) train(ctx context.Context, token uint64) error {
 				}
 				np.Checkpoint = loc
 			}
-			if err := a.led.SaveProgress(ctx, np); err != nil {
+			// A server of a clustered bus that died may have led the
+			// progress bucket: retry while the survivors elect a leader
+			// (a fenced write is final: a newer term claimed the progress).
+			if err := retry(ctx, 30*time.Second, func() error {
+				err := a.led.SaveProgress(ctx, np)
+				if errors.Is(err, lease.ErrFenced) {
+					return backoff.Permanent(err)
+				}
+				return err
+			}); err != nil {
 				return fmt.Errorf("node: save progress: %w", err)
 			}
 			if ck != nil {

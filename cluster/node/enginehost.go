@@ -262,6 +262,12 @@ func (h *engineHost) switchTerm(lw messages.LoadWeights, tok uint64) error {
 	}
 	dir := filepath.Join(h.root, lw.RunID)
 	base := filepath.Join(dir, "base")
+	// The receivers ride out a leader election of the bucket (a node
+	// whose server led it died) instead of failing the version.
+	rst, err := store.NewRetrying(st, store.RetryConfig{Attempts: 8, BaseDelay: 200 * time.Millisecond, MaxDelay: 5 * time.Second}, nil)
+	if err != nil {
+		return err
+	}
 	if err := retry(ctx, time.Minute, func() error { return downloadPrefix(ctx, st, termBasePrefix, base) }); err != nil {
 		return fmt.Errorf("base checkpoint: %w", err)
 	}
@@ -297,7 +303,7 @@ func (h *engineHost) switchTerm(lw messages.LoadWeights, tok uint64) error {
 		}
 		rc := receiver.DefaultConfig(filepath.Join(dir, le.name), base)
 		rc.Logger = h.log.With().Str("engine", le.name).Logger()
-		rcv, err := receiver.New(rc, st)
+		rcv, err := receiver.New(rc, rst)
 		if err != nil {
 			return fail(fmt.Errorf("receiver %s: %w", le.name, err))
 		}

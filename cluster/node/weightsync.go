@@ -118,6 +118,12 @@ func openWeightStore(ctx context.Context, cfg config.Config, l weightsLayout, n 
 			nc.Replicas = max(1, n.opts.Remote.Replicas)
 		}
 		st, err = store.NewNATS(ctx, n.bus.Conn(), nc)
+		if err == nil && n.opts.Remote != nil {
+			// A node of the cluster whose server led the bucket may die
+			// mid-run: ride out the leader election instead of failing
+			// the term.
+			st, err = store.NewRetrying(st, store.RetryConfig{Attempts: 8, BaseDelay: 200 * time.Millisecond, MaxDelay: 5 * time.Second}, nil)
+		}
 	case config.StoreS3:
 		sc := store.DefaultS3Config()
 		sc.Bucket, sc.Prefix, sc.CreateBucket = cfg.Publisher.S3Bucket, cfg.Run.ID+"/", true
