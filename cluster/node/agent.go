@@ -72,6 +72,11 @@ type AgentConfig struct {
 	// InMemoryBus keeps the embedded server's JetStream files in a
 	// temporary directory (tests).
 	InMemoryBus bool
+	// RouterListen is where the router of this node's terms listens
+	// (host:port, a specific host: rollout nodes on other machines dial
+	// it); default 127.0.0.1 on a free port. Off loopback
+	// RouterAdminToken is required.
+	RouterListen, RouterAdminToken string
 }
 
 // Agent is a running cluster node: bus, name claim, gossip membership and
@@ -131,6 +136,15 @@ func StartAgent(ctx context.Context, cfg AgentConfig) (a *Agent, err error) {
 	}
 	if cfg.Replicas == 0 {
 		cfg.Replicas = 1
+	}
+	if cfg.RouterListen != "" {
+		h, _, err := net.SplitHostPort(cfg.RouterListen)
+		if err != nil {
+			return nil, fmt.Errorf("%w: --router-listen %q: %w", ErrAgentConfig, cfg.RouterListen, err)
+		}
+		if ip := net.ParseIP(h); h == "" || (ip != nil && ip.IsUnspecified()) {
+			return nil, fmt.Errorf("%w: --router-listen %q: give the address other nodes reach this one at, not a wildcard", ErrAgentConfig, cfg.RouterListen)
+		}
 	}
 	if cfg.LeaseTTL == 0 {
 		cfg.LeaseTTL = 3 * time.Second
@@ -485,6 +499,7 @@ func (a *Agent) train(ctx context.Context, token uint64) error {
 		}
 	}
 	n, err := New(cfg, Options{Logger: a.log, InMemoryBus: a.cfg.InMemoryBus, Remote: a.remoteEngines(),
+		RouterListen: a.cfg.RouterListen, RouterAdminToken: a.cfg.RouterAdminToken,
 		TrainerCheckpoint: ckOpts.TrainerCheckpoint, AfterStep: ckOpts.AfterStep})
 	if err != nil {
 		return err

@@ -82,6 +82,28 @@ func TestAgentRejectsUnknownRole(t *testing.T) {
 	}
 }
 
+// --router-listen must name an address other nodes can dial; off loopback
+// the term's router needs an admin token (checked when a term starts).
+func TestRouterListenValidated(t *testing.T) {
+	for _, addr := range []string{"0.0.0.0:9000", ":9000", "[::]:9000", "nonsense"} {
+		_, err := StartAgent(context.Background(), AgentConfig{Name: "n1", Roles: []string{placement.Trainer},
+			RouterListen: addr, Run: config.Default()})
+		if !errors.Is(err, ErrAgentConfig) || !strings.Contains(err.Error(), "--router-listen") {
+			t.Errorf("--router-listen %q: err = %v; want ErrAgentConfig naming the flag", addr, err)
+		}
+	}
+	cfg := agentRunConfig(t, 1)
+	n, err := New(cfg, Options{InMemoryBus: true, RouterListen: "192.0.2.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = n.Start(context.Background())
+	n.Stop()
+	if err == nil || !strings.Contains(err.Error(), "AdminToken") {
+		t.Fatalf("a router off loopback without an admin token started (err %v)", err)
+	}
+}
+
 // A second live node with a taken name fails fast and says who holds it;
 // the holder keeps running.
 func TestAgentDuplicateName(t *testing.T) {

@@ -82,6 +82,10 @@ type Options struct {
 	// holds exactly that version (version is this run's, counted from 0;
 	// the cluster agent checkpoints it there); an error fails the step.
 	AfterStep func(ctx context.Context, tr *policy.Trainer, version int64) error
+	// RouterListen is the router's address (host:port; default
+	// 127.0.0.1:0). Rollout actors on other machines need a reachable one;
+	// off loopback RouterAdminToken is required (the admin API).
+	RouterListen, RouterAdminToken string
 	// Remote, when set, makes the pipeline start no engines of its own and
 	// serve from the engines of other nodes (the cluster agent's terms;
 	// see RemoteEngines). It needs publisher.mode delta and
@@ -313,10 +317,14 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	n.reg = prometheus.NewRegistry()
 	rcfg := routerConfig(cfg.Router, replicas, quiet.With().Str("component", "router").Logger())
 	rcfg.Registerer = n.reg
+	if n.opts.RouterListen != "" {
+		// Off loopback the proxy refuses to start without an admin token.
+		rcfg.ListenAddr, rcfg.AdminToken = n.opts.RouterListen, n.opts.RouterAdminToken
+	}
 	if n.router, err = proxy.New(rcfg); err != nil {
 		return fmt.Errorf("node: router: %w", err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", rcfg.ListenAddr)
 	if err != nil {
 		return fmt.Errorf("node: router listen: %w", err)
 	}

@@ -28,6 +28,8 @@ type nodeFlags struct {
 	leaseTTL      time.Duration
 	steps         int
 	exitWhenDone  bool
+	routerListen  string
+	routerToken   string
 }
 
 // newNodeCmd: asyncrl node — one member of a multi-node run: bus (embedded
@@ -84,7 +86,7 @@ func newNodeCmd(g *globals) *cobra.Command {
 			a, err := node.StartAgent(ctx, node.AgentConfig{Name: f.name, Roles: roles, NATSURL: f.nats,
 				ClusterListen: f.clusterListen, Routes: f.routes, Gossip: f.gossip, Join: f.join,
 				GPUs: len(inv.Devices), Replicas: f.replicas, LeaseTTL: f.leaseTTL, Run: cfg, Logger: log,
-				Events: g.stdout})
+				Events: g.stdout, RouterListen: f.routerListen, RouterAdminToken: f.routerToken})
 			if err != nil {
 				return fail("asyncrl node: %v", err)
 			}
@@ -108,6 +110,8 @@ func newNodeCmd(g *globals) *cobra.Command {
 	fs.IntVar(&f.replicas, "replicas", 1, "JetStream replicas of the leases and the durable ledger (3 on a three-server cluster)")
 	fs.DurationVar(&f.leaseTTL, "lease-ttl", 3*time.Second, "singleton lease TTL: a standby takes over about this long after the holder died")
 	fs.IntVar(&f.steps, "steps", 0, "trainer steps of the whole run (overrides run.steps)")
+	fs.StringVar(&f.routerListen, "router-listen", "", "`ADDR` (host:port) the router of this node's training terms listens on, reachable by rollout nodes on other machines (default 127.0.0.1, a free port; off loopback --router-admin-token is required)")
+	fs.StringVar(&f.routerToken, "router-admin-token", "", "bearer `TOKEN` for the term router's /admin/ API (required with a non-loopback --router-listen)")
 	fs.BoolVar(&f.exitWhenDone, "exit-when-done", false, "exit once the durable progress shows run.steps steps (default: keep serving until interrupted)")
 	return cmd
 }
