@@ -135,6 +135,9 @@ type engine struct {
 	state         State
 	lastSeen      time.Time
 	applied       *view // nil: not in the router's table
+	// retired: its node advertises a set of engines without it (a
+	// restarted process on new ports); removed, then forgotten.
+	retired bool
 }
 
 // Core is the pure discovery state machine. Every method returns the
@@ -237,15 +240,27 @@ func (c *Core) SetMinVersion(now time.Time, v int64) []Change {
 // MinVersion is the current minimum version.
 func (c *Core) MinVersion() int64 { return c.minVersion }
 
-// MemberJoined records that node is alive and advertises engineURLs.
+// MemberJoined records that node is alive and advertises engineURLs. The
+// advertisement is the node's whole set: engines it advertised before and
+// not now (a restarted process listening on new ports) leave the table
+// for good.
 func (c *Core) MemberJoined(now time.Time, node string, engineURLs []string) []Change {
 	c.nodes[node] = true
+	advertised := map[string]bool{}
 	for _, u := range engineURLs {
 		if u == "" {
 			continue
 		}
+		advertised[u] = true
 		c.owner[u] = node
-		c.engine(u).node = node
+		e := c.engine(u)
+		e.node, e.retired = node, false
+	}
+	for u, o := range c.owner {
+		if o == node && !advertised[u] {
+			delete(c.owner, u)
+			c.engine(u).retired = true
+		}
 	}
 	return c.reconcile(now)
 }
@@ -272,7 +287,7 @@ func (c *Core) alive(node string) bool {
 
 // want is the desired view of e at now; nil when it should not be routed.
 func (c *Core) want(now time.Time, e *engine) *view {
-	if !c.alive(e.node) {
+	if e.retired || !c.alive(e.node) {
 		return nil
 	}
 	_, advertised := c.owner[e.url]
@@ -297,6 +312,9 @@ func (c *Core) reconcile(now time.Time) []Change {
 	for _, u := range urls {
 		e := c.engines[u]
 		w := c.want(now, e)
+		if e.retired && w == nil {
+			defer delete(c.engines, u) // after its removal below
+		}
 		switch {
 		case w == nil && e.applied != nil:
 			out = append(out, Change{Op: OpRemove, URL: u})

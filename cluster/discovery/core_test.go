@@ -184,3 +184,30 @@ func TestEngineURLs(t *testing.T) {
 		t.Fatalf("EngineURLs = %v", got)
 	}
 }
+
+// A node restarted on new ports advertises a new set of engines: the old
+// URLs leave the table for good (they are not back, unhealthy, forever).
+func TestRejoinWithNewEnginesRetiresTheOld(t *testing.T) {
+	c := newCore(t, DefaultConfig())
+	if got, want := str(c.MemberJoined(ms(0), "n3", []string{"a", "b"})), "add a; version a 0; state a 0; health a false; add b; version b 0; state b 0; health b false"; got != want {
+		t.Fatalf("join: %q, want %q", got, want)
+	}
+	c.Health(ms(10), "n3", health("a", true))
+	c.Ack(ms(10), "n3", ack("a", 0))
+	if got := c.Routable(); len(got) != 1 || got[0] != "a" {
+		t.Fatalf("routable %v, want [a]", got)
+	}
+	if got, want := str(c.MemberLeft(ms(20), "n3")), "remove a; remove b"; got != want {
+		t.Fatalf("death: %q, want %q", got, want)
+	}
+	if got, want := str(c.MemberJoined(ms(30), "n3", []string{"c", "d"})), "add c; version c 0; state c 0; health c false; add d; version d 0; state d 0; health d false"; got != want {
+		t.Fatalf("rejoin on new ports: %q, want %q (a and b must stay out)", got, want)
+	}
+	// Still alive but advertising only d: c leaves the table.
+	if got, want := str(c.MemberJoined(ms(40), "n3", []string{"d"})), "remove c"; got != want {
+		t.Fatalf("narrowed advertisement: %q, want %q", got, want)
+	}
+	if got := str(c.Tick(ms(50))); got != "" {
+		t.Fatalf("retired engines came back: %q", got)
+	}
+}

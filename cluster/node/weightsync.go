@@ -487,6 +487,10 @@ type engineAgent struct {
 	mu   sync.Mutex
 	want int64 // newest target dispatched
 	have int64 // newest target handled (loaded, or failed)
+	// failed is the last target that failed, while have is still it: a
+	// repeated dispatch of it (an engine host's LoadWeights is resent
+	// until acked) tries it again.
+	failed int64
 	gone bool  // the engine was stopped
 
 	wake   chan struct{}
@@ -509,13 +513,16 @@ func newEngineAgent(i int, le *localEngine, rcv *receiver.Receiver, sh agentRepo
 	a := &engineAgent{idx: i, le: le, rcv: rcv, sh: sh, bus: bus, runID: cfg.Run.ID, sender: le.name, mode: string(cfg.Trainer.PauseMode),
 		subject:     transport.MustSubject(cfg.Run.ID, transport.TopicEngines, le.name, string(transport.EngineAck)),
 		log:         log.With().Str("engine", le.name).Logger(),
-		beforeApply: hook, wake: make(chan struct{}, 1), ctx: ctx, cancel: cancel, done: make(chan struct{})}
+		beforeApply: hook, failed: publisher.NoVersion - 1, wake: make(chan struct{}, 1), ctx: ctx, cancel: cancel, done: make(chan struct{})}
 	go a.loop()
 	return a
 }
 
 func (a *engineAgent) dispatch(target int64) {
 	a.mu.Lock()
+	if target == a.failed && a.have == target {
+		a.have, a.failed = target-1, publisher.NoVersion-1
+	}
 	a.want = max(a.want, target)
 	a.mu.Unlock()
 	select {
@@ -553,7 +560,11 @@ func (a *engineAgent) loop() {
 			a.mu.Unlock()
 			err := a.sync(t)
 			a.mu.Lock()
-			a.have = t // a failure is retried by the next version's dispatch
+			a.have = t // a failure is retried by the next dispatch (of t again, or newer)
+			a.failed = publisher.NoVersion - 1
+			if err != nil {
+				a.failed = t
+			}
 			a.gone = a.gone || errors.Is(err, engine.ErrClosed)
 			a.mu.Unlock()
 			switch {
