@@ -1,0 +1,193 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/asyncrl/asyncrl/config"
+	"github.com/asyncrl/asyncrl/messages"
+	pol "github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/transport"
+	"github.com/asyncrl/asyncrl/transport/natsbus"
+	"github.com/asyncrl/asyncrl/weights/delta"
+	"github.com/asyncrl/asyncrl/weights/safetensors"
+	"github.com/asyncrl/asyncrl/weights/store"
+)
+
+// ackLog collects the versions engines acked on a term's subjects.
+type ackLog struct {
+	mu   sync.Mutex
+	acks []messages.EngineVersionAck
+}
+
+func (l *ackLog) on(m *transport.Msg) {
+	a, err := messages.DecodeAs[messages.EngineVersionAck](m.Data)
+	if err != nil {
+		return
+	}
+	l.mu.Lock()
+	l.acks = append(l.acks, a)
+	l.mu.Unlock()
+}
+
+// acked reports whether engine acked version on term.
+func (l *ackLog) acked(term, engine string, version int64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, a := range l.acks {
+		if a.RunID == term && a.Engine == engine && a.Version == version {
+			return true
+		}
+	}
+	return false
+}
+
+// An engine host whose engine failed a version (the term's bucket held
+// the base but not yet the delta: a replica's read lagging the write, or
+// a command that raced the upload) loads it when the holder resends the
+// same LoadWeights, and acks it. Without the retry the agent would count
+// the version handled and ignore every resend, and the engine would stay
+// out of routing for the rest of the term.
+func TestEngineHostRetriesFailedVersion(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	opts := natsbus.DefaultOptions()
+	opts.StoreDir = t.TempDir()
+	bus, err := natsbus.Connect(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bus.Close()
+
+	cfg := config.Default()
+	cfg.Run.ID = "rt"
+	cfg.Run.DataDir = t.TempDir()
+	cfg.Engines.Count = 1
+	const node = "n1"
+	term := cfg.Run.ID + "-t1"
+	engineName := hostedEngineName(node, engineEndpointKey(0))
+
+	// The term's bucket with its base (the seed's serving weights), as
+	// the holder's startWeightSync uploads it.
+	nc := store.DefaultNATSConfig("asyncrl-weights-" + term)
+	nc.Storage = jetstream.MemoryStorage
+	st, err := store.NewNATS(ctx, bus.Conn(), nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	baseDir, nextDir := filepath.Join(root, "base"), filepath.Join(root, "v1")
+	base, err := pol.New(pol.DefaultConfig(), uint64(cfg.Run.Seed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := pol.New(pol.DefaultConfig(), uint64(cfg.Run.Seed)+1) // other weights: a real delta
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := base.SaveServing(baseDir); err != nil {
+		t.Fatal(err)
+	}
+	if err := next.SaveServing(nextDir); err != nil {
+		t.Fatal(err)
+	}
+	if err := uploadBase(ctx, st, baseDir); err != nil {
+		t.Fatal(err)
+	}
+
+	var acks ackLog
+	ackSub, err := bus.Subscribe(transport.MustSubject(term, transport.TopicEngines, engineName, string(transport.EngineAck)), acks.on)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ackSub.Unsubscribe() }()
+
+	var logs syncBuf
+	var events syncBuf
+	h, err := startEngineHost(cfg, node, bus, zerolog.New(&logs), func(format string, args ...any) {
+		fmt.Fprintf(&events, format+"\n", args...)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.stop()
+
+	control, err := engineControlSubject(cfg.Run.ID, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	load := func(version int64) {
+		t.Helper()
+		data, err := messages.Encode(messages.LoadWeights{
+			Header: messages.Header{RunID: term, Sender: "publisher-0", Version: version},
+			Engine: engineName, Format: messages.WeightsDelta, URI: natsObjectScheme + nc.Bucket})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := bus.Publish(ctx, control, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Version 1 before its delta is in the bucket: the host follows the
+	// term (the base is there), and the engine fails the version.
+	load(1)
+	waitFor(t, 15*time.Second, "the engine to fail version 1", func() bool {
+		for line := range strings.Lines(logs.String()) {
+			if strings.Contains(line, "version not loaded") && strings.Contains(line, `"version":1`) &&
+				strings.Contains(line, engineName) {
+				return true
+			}
+		}
+		return false
+	})
+	if !strings.Contains(events.String(), "engines follow term "+term) {
+		t.Fatalf("the host did not follow term %s:\n%s", term, events.String())
+	}
+	if acks.acked(term, engineName, 1) {
+		t.Fatal("version 1 acked before its delta was published")
+	}
+
+	// The delta appears; the holder resends the same command (remoteSet
+	// resends every 2 s until the engine acks).
+	pcfg := delta.DefaultPublisherConfig()
+	pcfg.Encode.SpoolDir = t.TempDir()
+	pub, err := delta.NewPublisher(ctx, st, pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bsrc, err := safetensors.OpenDir(baseDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bsrc.Close()
+	nsrc, err := safetensors.OpenDir(nextDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nsrc.Close()
+	if out, err := pub.Publish(ctx, bsrc, nsrc, nextDir); err != nil || out.Version != 1 {
+		t.Fatalf("publish: version %d, err %v; want version 1", out.Version, err)
+	}
+	load(1)
+	waitFor(t, 15*time.Second, "the engine to ack version 1 after the resend", func() bool {
+		return acks.acked(term, engineName, 1)
+	})
+	h.mu.Lock()
+	le := h.current[0]
+	h.mu.Unlock()
+	if v := le.e.Stats().Version; v != 1 {
+		t.Errorf("engine serves version %d after acking 1", v)
+	}
+	if !strings.Contains(events.String(), "engine "+engineName+" caught up to version 1 of term "+term) {
+		t.Errorf("no catch-up event for version 1:\n%s", events.String())
+	}
+}
