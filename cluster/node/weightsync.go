@@ -491,7 +491,7 @@ type engineAgent struct {
 	// repeated dispatch of it (an engine host's LoadWeights is resent
 	// until acked) tries it again.
 	failed int64
-	gone bool  // the engine was stopped
+	gone   bool // the engine was stopped
 
 	wake   chan struct{}
 	ctx    context.Context
