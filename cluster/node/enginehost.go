@@ -309,7 +309,11 @@ func (h *engineHost) switchTerm(lw messages.LoadWeights, tok uint64) error {
 		}
 		a := newEngineAgent(i, le, rcv, hostReporter{h}, h.bus, tcfg, hook, h.log)
 		a.sender = h.node
-		a.onLoaded = h.loadedVersion
+		// The callback names its term: an agent of the previous term that
+		// finishes a version while the host switches must not mark the
+		// slot's fresh engine loaded (announced healthy) in this one.
+		term := lw.RunID
+		a.onLoaded = func(name string, version int64) { h.loadedVersion(term, name, version) }
 		// The engine holds no version of this term yet, not its version
 		// 0: target 0 (the term's base) must be loaded too.
 		a.mu.Lock()
@@ -348,12 +352,17 @@ func (h *engineHost) switchTerm(lw messages.LoadWeights, tok uint64) error {
 	return nil
 }
 
-// loadedVersion is an agent's callback after it loaded and acked version.
-func (h *engineHost) loadedVersion(name string, version int64) {
+// loadedVersion is the callback of term's agent after it loaded and
+// acked version; a callback of a term the host no longer follows is
+// ignored.
+func (h *engineHost) loadedVersion(term, name string, version int64) {
 	h.mu.Lock()
+	if term != h.term {
+		h.mu.Unlock()
+		return
+	}
 	_, before := h.loaded[name]
 	h.loaded[name] = version
-	term := h.term
 	h.mu.Unlock()
 	if !before {
 		h.event("engine %s caught up to version %d of term %s", name, version, term)
