@@ -239,8 +239,34 @@ func (h *engineHost) loop() {
 			h.mu.Unlock()
 			if a != nil {
 				a.dispatch(lw.Version)
+				h.reack(a, lw.Version)
 			}
 		}
+	}
+}
+
+// reack acks again the version engine a serves when a LoadWeights asks
+// for one it has already loaded (the agent does nothing for it): the
+// holder resends a command until it hears an ack, so its ack was lost,
+// or the holder registered the engine afresh (its node left gossip
+// and came back, which makes the holder's discovery forget the engine's
+// version). Without a new ack the engine would stay out of routing until
+// the next version, and with no other engine there is none.
+//
+// Only the loop dispatches to a host's agents, so an agent that is idle
+// here stays so until the ack is out.
+func (h *engineHost) reack(a *engineAgent, version int64) {
+	a.mu.Lock()
+	have := a.have
+	serves := !a.gone && a.want <= have && have >= version && have >= 0 && a.failed != have
+	a.mu.Unlock()
+	if !serves {
+		return
+	}
+	ctx, cancel := context.WithTimeout(h.ctx, 2*time.Second)
+	defer cancel()
+	if err := a.ack(ctx, have); err != nil && h.ctx.Err() == nil {
+		h.log.Debug().Err(err).Str("engine", a.le.name).Int64("version", have).Msg("engine host: ack not repeated")
 	}
 }
 

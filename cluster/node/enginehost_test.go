@@ -40,14 +40,20 @@ func (l *ackLog) on(m *transport.Msg) {
 
 // acked reports whether engine acked version on term.
 func (l *ackLog) acked(term, engine string, version int64) bool {
+	return l.count(term, engine, version) > 0
+}
+
+// count is how many times engine acked version on term.
+func (l *ackLog) count(term, engine string, version int64) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	n := 0
 	for _, a := range l.acks {
 		if a.RunID == term && a.Engine == engine && a.Version == version {
-			return true
+			n++
 		}
 	}
-	return false
+	return n
 }
 
 // An engine host whose engine failed a version (the term's bucket held
@@ -55,7 +61,8 @@ func (l *ackLog) acked(term, engine string, version int64) bool {
 // a command that raced the upload) loads it when the holder resends the
 // same LoadWeights, and acks it. Without the retry the agent would count
 // the version handled and ignore every resend, and the engine would stay
-// out of routing for the rest of the term.
+// out of routing for the rest of the term. A command for a version the
+// engine already serves is acked again.
 func TestEngineHostRetriesFailedVersion(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -190,4 +197,13 @@ func TestEngineHostRetriesFailedVersion(t *testing.T) {
 	if !strings.Contains(events.String(), "engine "+engineName+" caught up to version 1 of term "+term) {
 		t.Errorf("no catch-up event for version 1:\n%s", events.String())
 	}
+
+	// The same command once more, for a version the engine serves: the
+	// holder resends only while it has no ack (lost, or the engine's node
+	// left gossip and came back, which makes the holder forget its
+	// version), so the host acks again instead of ignoring it.
+	load(1)
+	waitFor(t, 15*time.Second, "the engine to ack version 1 again", func() bool {
+		return acks.count(term, engineName, 1) >= 2
+	})
 }
