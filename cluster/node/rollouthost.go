@@ -43,6 +43,12 @@ type rolloutHost struct {
 	term   string
 	actors []*rollout.Actor
 
+	// reportMu orders the reports: they come from the ticker and from
+	// every actor's take at once, and one whose snapshot is older must
+	// not reach the holder after a newer one (the holder keeps the last,
+	// so a group taken in between would not be requeued if the node died).
+	reportMu sync.Mutex
+
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -160,6 +166,8 @@ func (h *rolloutHost) reportOnTake(string, string) { h.report() }
 
 // report publishes the groups in flight on the followed term.
 func (h *rolloutHost) report() {
+	h.reportMu.Lock()
+	defer h.reportMu.Unlock()
 	h.mu.Lock()
 	term, actors := h.term, h.actors
 	h.mu.Unlock()
