@@ -54,8 +54,12 @@ type RemoteEngines struct {
 // watcher that keeps the router's table, the publisher registrations and
 // the LoadWeights sent to the hosts.
 type remoteSet struct {
-	cfg     RemoteEngines
-	n       *Node
+	cfg RemoteEngines
+	n   *Node
+	// ws is the pipeline's weight sync, held here rather than read from
+	// n.wsync: Start assigns n.wsync again (or nil, on an error) after
+	// run started, which would race with run's reads.
+	ws      *weightSync
 	bucket  string
 	watcher *discovery.Watcher
 
@@ -105,7 +109,7 @@ func (n *Node) startRemote(ctx context.Context, bucket string) error {
 	if err != nil {
 		return err
 	}
-	r := &remoteSet{cfg: rc, n: n, bucket: bucket, watcher: w, members: map[string]map[string]string{},
+	r := &remoteSet{cfg: rc, n: n, ws: n.wsync, bucket: bucket, watcher: w, members: map[string]map[string]string{},
 		nodeOf: map[string]string{}, sent: map[string]int64{}}
 	n.remote = r
 	n.wsync.remote = r // before the first Join: its command goes through r
@@ -221,12 +225,12 @@ func (r *remoteSet) joined(node string, eps map[string]string) {
 	}
 	slices.Sort(names)
 	for _, name := range names {
-		cmd, err := r.n.wsync.shell.Join(name, eps[name], publisher.NoVersion)
+		cmd, err := r.ws.shell.Join(name, eps[name], publisher.NoVersion)
 		if err != nil {
 			r.n.opts.Logger.Warn().Err(err).Str("engine", name).Msg("node: remote engine not registered")
 			continue
 		}
-		r.n.wsync.Dispatch(cmd)
+		r.ws.Dispatch(cmd)
 	}
 }
 
@@ -245,7 +249,7 @@ func (r *remoteSet) left(node string) {
 	}
 	r.watcher.MemberLeft(node)
 	for name := range eps {
-		r.n.wsync.shell.Leave(name)
+		r.ws.shell.Leave(name)
 	}
 }
 
@@ -287,7 +291,7 @@ func (r *remoteSet) send(node, name string, target int64) {
 // serve its target yet.
 func (r *remoteSet) resend() {
 	serving := map[string]int64{}
-	for _, st := range r.n.wsync.shell.Engines() {
+	for _, st := range r.ws.shell.Engines() {
 		serving[st.Engine] = st.Serving
 	}
 	type cmd struct {
