@@ -207,3 +207,75 @@ func TestEngineHostRetriesFailedVersion(t *testing.T) {
 		return acks.count(term, engineName, 1) >= 2
 	})
 }
+
+// A rollout host that could not join a term (its trajectory buffer would
+// not open: here a stream that claims the same subjects, in a cluster a
+// JetStream leader election) joins it on the term's next announcement
+// instead of idling for the rest of the term. (A rollout host test: it
+// belongs in rollouthost_test.go, which this change did not own.)
+func TestRolloutHostRetriesTermItCouldNotFollow(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	opts := natsbus.DefaultOptions()
+	opts.StoreDir = t.TempDir()
+	bus, err := natsbus.Connect(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bus.Close()
+	cfg := config.Default()
+	cfg.Run.ID = "rr"
+	cfg.Run.DataDir = t.TempDir()
+	term := cfg.Run.ID + "-t3"
+	s, err := subjectsFor(term)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bus.Stream(ctx, transport.StreamConfig{Name: "squatter", Subjects: []string{s.groupsReady}, Memory: true, MaxAge: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	var events syncBuf
+	h, err := startRolloutHost(cfg, "n2", bus, zerolog.Nop(), func(format string, args ...any) {
+		fmt.Fprintf(&events, format+"\n", args...)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.stop()
+	subj, err := termAnnounceSubject(cfg.Run.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	announce := func() { // what the holder's termCast sends once a second
+		t.Helper()
+		data, err := messages.Encode(messages.TermAnnounce{Header: messages.Header{RunID: cfg.Run.ID, Sender: "n1"},
+			Term: term, Token: 3, Router: "http://127.0.0.1:1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := bus.Publish(ctx, subj, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	announce()
+	waitFor(t, 15*time.Second, "the host to fail to follow the term", func() bool {
+		return strings.Contains(events.String(), "rollouts cannot follow term "+term)
+	})
+	js, err := jetstream.New(bus.Conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteStream(ctx, "squatter"); err != nil {
+		t.Fatal(err)
+	}
+	announce()
+	waitFor(t, 15*time.Second, "the host to follow the term on its next announcement", func() bool {
+		return strings.Contains(events.String(), "rollouts follow term "+term)
+	})
+	h.mu.Lock()
+	n := len(h.actors)
+	h.mu.Unlock()
+	if n == 0 {
+		t.Error("the host follows the term with no rollout actors")
+	}
+}

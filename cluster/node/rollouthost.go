@@ -42,6 +42,10 @@ type rolloutHost struct {
 	token  uint64
 	term   string
 	actors []*rollout.Actor
+	// retry: following term failed (its trajectory buffer or actors could
+	// not start, e.g. while JetStream elects a leader); its next
+	// announcement tries again instead of being skipped as already known.
+	retry bool
 
 	// reportMu orders the reports: they come from the ticker and from
 	// every actor's take at once, and one whose snapshot is older must
@@ -81,7 +85,7 @@ func (h *rolloutHost) onTerm(m *transport.Msg) {
 		return
 	}
 	h.mu.Lock()
-	newer := ta.Token > h.token
+	newer := ta.Token > h.token || ta.Token == h.token && h.retry
 	h.mu.Unlock()
 	if !newer {
 		return // the announcement of the term it follows (once a second), or a deposed holder's
@@ -113,12 +117,13 @@ func (h *rolloutHost) loop() {
 // starts actors for the new one.
 func (h *rolloutHost) follow(ta messages.TermAnnounce) {
 	h.mu.Lock()
-	if ta.Token <= h.token {
+	if ta.Token < h.token || ta.Token == h.token && !h.retry {
 		h.mu.Unlock()
 		return
 	}
+	retrying := ta.Token == h.token
 	old := h.actors
-	h.actors, h.token, h.term = nil, ta.Token, ta.Term
+	h.actors, h.token, h.term, h.retry = nil, ta.Token, ta.Term, false
 	h.mu.Unlock()
 	h.stopActors(old)
 	if ta.Sender == h.node {
@@ -128,14 +133,14 @@ func (h *rolloutHost) follow(ta messages.TermAnnounce) {
 	tcfg.Run.ID = ta.Term
 	s, err := subjectsFor(ta.Term)
 	if err != nil {
-		h.event("rollouts cannot follow term %q: %v", ta.Term, err)
+		h.cannotFollow(ta, retrying, err)
 		return
 	}
 	ctx, cancel := context.WithTimeout(h.ctx, 10*time.Second)
 	defer cancel()
 	groups, err := h.bus.Stream(ctx, groupStreamConfig(ta.Term, s))
 	if err != nil {
-		h.event("rollouts cannot follow term %s: %v", ta.Term, err)
+		h.cannotFollow(ta, retrying, err)
 		return
 	}
 	count, ecfg, supportK := rolloutSetup(tcfg, 0)
@@ -146,7 +151,7 @@ func (h *rolloutHost) follow(ta messages.TermAnnounce) {
 		a, err := startRolloutActor(h.bus, gen, tcfg, h.task, name, ecfg, supportK, s, groups, h.log, h.reportOnTake)
 		if err != nil {
 			h.stopActors(actors)
-			h.event("rollouts cannot follow term %s: %v", ta.Term, err)
+			h.cannotFollow(ta, retrying, err)
 			return
 		}
 		actors = append(actors, a)
@@ -159,6 +164,19 @@ func (h *rolloutHost) follow(ta messages.TermAnnounce) {
 	h.mu.Unlock()
 	h.stopActors(actors) // a newer term arrived meanwhile
 	h.event("rollouts follow term %s (%d actors, router %s)", ta.Term, count, ta.Router)
+}
+
+// cannotFollow reports that the actors could not join ta's term (once,
+// not on every retry) and lets its next announcement try again.
+func (h *rolloutHost) cannotFollow(ta messages.TermAnnounce, retrying bool, err error) {
+	h.mu.Lock()
+	if h.token == ta.Token {
+		h.retry = true
+	}
+	h.mu.Unlock()
+	if !retrying && h.ctx.Err() == nil {
+		h.event("rollouts cannot follow term %s: %v (trying again on its next announcement)", ta.Term, err)
+	}
 }
 
 // reportOnTake reports at once when an actor takes a group.
