@@ -37,6 +37,10 @@ type termCast struct {
 
 	mu     sync.Mutex
 	status map[string][]groupRef // node -> groups it last reported in flight
+	// seen: nodes this holder's membership listed at some point. A node
+	// that reports before the holder's gossip has heard of it (it joined
+	// through another member) has not left: its groups are not aborted.
+	seen map[string]bool
 }
 
 type groupRef struct{ group, prompt string }
@@ -46,13 +50,16 @@ type groupRef struct{ group, prompt string }
 func (n *Node) startTermCast(ctx context.Context) error {
 	rc := n.opts.Remote
 	tc := &termCast{n: n, node: rc.Node, token: termToken(rc.BaseRun, n.cfg.Run.ID), tick: time.Second,
-		status: map[string][]groupRef{}}
+		status: map[string][]groupRef{}, seen: map[string]bool{}}
 	pattern := transport.SubjectRoot + "." + n.cfg.Run.ID + "." + string(transport.TopicControl) + ".rollouts.*"
 	sub, err := n.bus.Subscribe(pattern, tc.onStatus)
 	if err != nil {
 		return fmt.Errorf("node: rollout reports: %w", err)
 	}
 	tc.sub = sub
+	for _, m := range rc.Members() {
+		tc.seen[m.Name] = true
+	}
 	n.termCast = tc
 	tc.announce(ctx)
 	n.remoteWG.Go(func() { tc.run(ctx) })
@@ -112,10 +119,13 @@ func (tc *termCast) reconcile() {
 		live[m.Name] = true
 	}
 	tc.mu.Lock()
+	for node := range live {
+		tc.seen[node] = true
+	}
 	var gone []string
 	lost := map[string][]groupRef{}
 	for node, refs := range tc.status {
-		if !live[node] {
+		if !live[node] && tc.seen[node] {
 			gone = append(gone, node)
 			lost[node] = refs
 			delete(tc.status, node)
