@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -78,6 +79,8 @@ type StepRecord struct {
 	TrainTime     time.Duration
 	PublishTime   time.Duration
 	Done          time.Time
+	// GroupIDs are the groups the step trained (the TrainBatch's).
+	GroupIDs []string
 }
 
 // Actor is the trainer actor: it trains each TrainBatch with the built-in
@@ -209,7 +212,7 @@ func (a *Actor) step(tb messages.TrainBatch) error {
 	for _, r := range p.Plan.Ranks {
 		mbs += len(r.Microbatches)
 	}
-	rec := StepRecord{Step: tb.Step, Version: st.Version, RewardMean: p.RewardMean, Stats: st, Groups: p.Groups,
+	rec := StepRecord{Step: tb.Step, Version: st.Version, RewardMean: p.RewardMean, Stats: st, Groups: p.Groups, GroupIDs: slices.Clone(tb.GroupIDs),
 		Trajectories: p.Trajectories, Tokens: p.Tok, Microbatches: mbs, StalenessMax: p.StalenessMax,
 		TrainTime: t1.Sub(t0), PublishTime: time.Since(t1), Done: time.Now()}
 	a.mu.Lock()

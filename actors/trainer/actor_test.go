@@ -115,4 +115,9 @@ func TestActorTrainsPublishesAndAnnounces(t *testing.T) {
 	if len(pub.versions) != 1 || pub.versions[0] != 1 || len(a.Steps()) != 1 {
 		t.Fatalf("published %v, steps %d", pub.versions, len(a.Steps()))
 	}
+	// The record names the groups the step trained (the cluster agent
+	// records them as trained together with the durable step).
+	if g := a.Steps()[0].GroupIDs; len(g) != 1 || g[0] != "g" {
+		t.Errorf("step 1 trained groups %v, want [g]", g)
+	}
 }

@@ -114,6 +114,18 @@ type Progress struct {
 	Token uint64 `json:"token"`
 	// Holder names that holder (for operators).
 	Holder string `json:"holder,omitempty"`
+	// Prompts are the prompt ids Step trained. They are written with the
+	// step, so a holder that dies before it marks them trained leaves a
+	// record the next holder completes (rather than requeue prompts whose
+	// training the durable weights already hold).
+	Prompts []PromptAttempt `json:"prompts,omitempty"`
+}
+
+// PromptAttempt names one attempt of a prompt.
+type PromptAttempt struct {
+	PromptID string `json:"prompt"`
+	GroupID  string `json:"group,omitempty"`
+	Attempt  int32  `json:"attempt"`
 }
 
 // NextProgress validates a progress write against the stored one: step

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -145,12 +146,14 @@ func TestFencedProgress(t *testing.T) {
 	if err := l.SaveProgress(ctx, ledger.Progress{Step: 0, Version: 1, Token: 9, Holder: "b"}); !errors.Is(err, ledger.ErrStepRegression) {
 		t.Fatalf("step going backwards: %v, want ErrStepRegression", err)
 	}
-	if err := l.SaveProgress(ctx, ledger.Progress{Step: 2, Version: 2, Token: 9, Holder: "b", Checkpoint: "/ckpt/2"}); err != nil {
+	want := ledger.Progress{Step: 2, Version: 2, Token: 9, Holder: "b", Checkpoint: "/ckpt/2",
+		Prompts: []ledger.PromptAttempt{{PromptID: "t9/p1", GroupID: "g1", Attempt: 1}}}
+	if err := l.SaveProgress(ctx, want); err != nil {
 		t.Fatal(err)
 	}
 	p, _, _ = l.Progress(ctx)
-	if p != (ledger.Progress{Step: 2, Version: 2, Token: 9, Holder: "b", Checkpoint: "/ckpt/2"}) {
-		t.Fatalf("stored progress %+v", p)
+	if !reflect.DeepEqual(p, want) {
+		t.Fatalf("stored progress %+v, want %+v", p, want)
 	}
 }
 

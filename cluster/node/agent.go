@@ -446,6 +446,12 @@ func (a *Agent) train(ctx context.Context, token uint64) error {
 	// The previous holder's episodes in flight died with its pipeline:
 	// requeue them in the durable ledger (after the claim, which fenced it).
 	if prev.Holder != "" {
+		// The prompts of the last durable step are trained (the durable
+		// weights hold them) even if the previous holder died before it
+		// marked them so: complete that first, then requeue the rest.
+		if err := retry(ctx, 30*time.Second, func() error { return a.markTrained(ctx, prev.Step, prev.Prompts) }); err != nil {
+			return fmt.Errorf("node: mark step %d's prompts trained: %w", prev.Step, err)
+		}
 		// The dead node's JetStream server may have led the ledger's
 		// streams: retry while the survivors elect new leaders.
 		var rq []ledger.Entry
@@ -521,7 +527,13 @@ func (a *Agent) train(ctx context.Context, token uint64) error {
 		steps := n.steps()
 		for ; saved < len(steps); saved++ {
 			s := steps[saved]
-			np := ledger.Progress{Step: p.Step + s.Step, Version: p.Version + s.Version, Token: token, Holder: a.cfg.Name}
+			prompts, ok := mirror.promptsOf(s.GroupIDs)
+			if !ok {
+				// The step's consumed events are still on their way to
+				// the mirror: record the step at a later tick.
+				return nil
+			}
+			np := ledger.Progress{Step: p.Step + s.Step, Version: p.Version + s.Version, Token: token, Holder: a.cfg.Name, Prompts: prompts}
 			if ck != nil {
 				loc, err := ck.location(s.Version)
 				if err != nil {
@@ -543,6 +555,11 @@ func (a *Agent) train(ctx context.Context, token uint64) error {
 			}
 			if ck != nil {
 				ck.recorded(s.Version, np.Checkpoint)
+			}
+			// The step is durable: its prompts are trained (if this node
+			// dies first, the next holder does this from np.Prompts).
+			if err := a.markTrained(ctx, np.Step, prompts); err != nil {
+				return fmt.Errorf("node: mark step %d's prompts trained: %w", np.Step, err)
 			}
 			a.event("step %d version %d", np.Step, np.Version)
 		}
@@ -707,6 +724,24 @@ type mirror struct {
 	last     time.Time // when the last event was recorded
 	once     sync.Once
 	conn     interface{ FlushTimeout(time.Duration) error }
+	// groups maps the term's groups to the prompt attempts they run (from
+	// the consumed events), so a trained step can name its prompts.
+	groups map[string]ledger.PromptAttempt
+}
+
+// promptsOf names the prompt attempts of groups; ok is false while some
+// group's consumed event has not been mirrored yet.
+func (m *mirror) promptsOf(groups []string) (out []ledger.PromptAttempt, ok bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, g := range groups {
+		pa, found := m.groups[g]
+		if !found {
+			return nil, false
+		}
+		out = append(out, pa)
+	}
+	return out, true
 }
 
 // stop waits until the ledger events still on the wire have been
@@ -734,7 +769,7 @@ func (m *mirror) stop() {
 // afresh, so the ids of two terms must not collide; the sender is this
 // node, so a standby can requeue what it held in flight (RequeueNode).
 func (a *Agent) mirrorLedger(n *Node, token uint64) (*mirror, error) {
-	m := &mirror{conn: a.bus.Conn()}
+	m := &mirror{conn: a.bus.Conn(), groups: map[string]ledger.PromptAttempt{}}
 	prefix := fmt.Sprintf("t%d/", token)
 	sub, err := a.bus.Subscribe(n.subj.ledger, func(msg *transport.Msg) {
 		v, err := messages.Decode(msg.Data)
@@ -747,6 +782,11 @@ func (a *Agent) mirrorLedger(n *Node, token uint64) (*mirror, error) {
 		}
 		ev.PromptID = prefix + ev.PromptID
 		ev.Sender = a.cfg.Name
+		if ev.State == messages.LedgerConsumed {
+			m.mu.Lock()
+			m.groups[ev.GroupID] = ledger.PromptAttempt{PromptID: ev.PromptID, GroupID: ev.GroupID, Attempt: ev.Attempt}
+			m.mu.Unlock()
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		defer cancel()
 		err = a.recordEvent(ctx, ev)
@@ -937,4 +977,18 @@ func (a *Agent) remoteEngines() *RemoteEngines {
 				a.event("routing ready %s", ch.URL)
 			}
 		}}
+}
+
+// markTrained records step's prompt attempts as trained in the durable
+// ledger. The controller's own trained events (mirrored) make the same
+// transitions: whichever lands second is a duplicate.
+func (a *Agent) markTrained(ctx context.Context, step int64, prompts []ledger.PromptAttempt) error {
+	for _, pa := range prompts {
+		err := a.recordEvent(ctx, messages.PromptLedger{Header: messages.Header{Sender: a.cfg.Name}, PromptID: pa.PromptID,
+			GroupID: pa.GroupID, State: messages.LedgerTrained, Step: step, Attempt: pa.Attempt})
+		if err != nil {
+			return fmt.Errorf("prompt %s: %w", pa.PromptID, err)
+		}
+	}
+	return nil
 }

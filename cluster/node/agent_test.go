@@ -295,3 +295,61 @@ func TestAgentMinorityStopsTraining(t *testing.T) {
 		t.Errorf("n1 acquired the lease %d times; a minority must not contend", n)
 	}
 }
+
+// The prompts a durable step names are marked trained — by the holder
+// right after it saved the step, or by the next holder when the first died
+// in between — and the controller's own trained event, landing before or
+// after, is a duplicate rather than a refusal. Without this, a holder
+// killed between saving step S and mirroring its trained events left S's
+// prompts in flight and the next holder requeued prompts whose training
+// the durable weights already hold.
+func TestMarkTrainedCompletesADurableStep(t *testing.T) {
+	url := externalBus(t)
+	opts := natsbus.DefaultOptions()
+	opts.URL = url
+	b, err := natsbus.Connect(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx := context.Background()
+	cfg := ledger.DefaultConfig("marktrained")
+	cfg.Memory = true
+	l, err := ledger.Open(ctx, b.Conn(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &Agent{cfg: AgentConfig{Name: "n2"}, led: l}
+	consumed := func(p, g string, attempt int32) {
+		t.Helper()
+		if _, _, err := l.Record(ctx, messages.PromptLedger{Header: messages.Header{Sender: "n1"}, PromptID: p, GroupID: g,
+			State: messages.LedgerConsumed, Attempt: attempt}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	consumed("t1/a", "ga", 0)
+	consumed("t1/b", "gb", 1)
+	consumed("t1/c", "gc", 0) // not in the step: stays in flight, for RequeueNode
+	// The controller's trained event for a landed first.
+	if err := a.recordEvent(ctx, messages.PromptLedger{Header: messages.Header{Sender: "n1"}, PromptID: "t1/a", GroupID: "ga",
+		State: messages.LedgerTrained, Attempt: 0}); err != nil {
+		t.Fatal(err)
+	}
+	step := []ledger.PromptAttempt{{PromptID: "t1/a", GroupID: "ga", Attempt: 0}, {PromptID: "t1/b", GroupID: "gb", Attempt: 1}}
+	if err := a.markTrained(ctx, 3, step); err != nil {
+		t.Fatalf("markTrained: %v", err)
+	}
+	// Again (a retried takeover): still no error.
+	if err := a.markTrained(ctx, 3, step); err != nil {
+		t.Fatalf("markTrained twice: %v", err)
+	}
+	for _, p := range []string{"t1/a", "t1/b"} {
+		if e, ok, err := l.Get(ctx, p); err != nil || !ok || e.State != messages.LedgerTrained {
+			t.Errorf("%s: %+v %v %v; want trained", p, e, ok, err)
+		}
+	}
+	rq, err := l.RequeueNode(ctx, "n1", "n2")
+	if err != nil || len(rq) != 1 || rq[0].PromptID != "t1/c" {
+		t.Fatalf("requeued %+v, %v; want only t1/c", rq, err)
+	}
+}
