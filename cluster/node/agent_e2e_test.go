@@ -343,7 +343,7 @@ func TestClusterEngineNodeRestart(t *testing.T) {
 		return len(buses) == 2
 	})
 	c.nats = strings.Join(buses, ",")
-	n3 := c.start(2, "engine,rollout")
+	n3 := c.start(2, "engine")
 	holder, _, hname, _ := pickHolder(t, trainers, 3)
 	oldURLs := hostURLs(t, n3.out.String())
 	for _, u := range oldURLs {
@@ -376,7 +376,7 @@ func TestClusterEngineNodeRestart(t *testing.T) {
 	waitFor(t, 30*time.Second, "n3 to restart under its name", func() bool {
 		before = lastVersion(holder.out.String())
 		restarted = time.Now()
-		p := c.start(2, "engine,rollout")
+		p := c.start(2, "engine")
 		deadline := time.Now().Add(30 * time.Second)
 		for time.Now().Before(deadline) {
 			select {
