@@ -41,3 +41,17 @@ func (RolloutStatus) Kind() Kind { return KindRolloutStatus }
 func (m RolloutStatus) String() string {
 	return newLine("RolloutStatus", m.Header).strs("groups", m.GroupIDs).strs("prompts", m.PromptIDs).done()
 }
+
+// NodeLeaving is a node's word, on asyncrl.<run>.control.leaving just
+// before it leaves gossip cleanly, that it is going for good: the others
+// drop it from the quorum's voters instead of counting it as failed
+// (gossip alone reports a clean leave and a death alike). Header.Sender:
+// the node.
+type NodeLeaving struct {
+	Header
+}
+
+func (NodeLeaving) Kind() Kind { return KindNodeLeaving }
+func (m NodeLeaving) String() string {
+	return newLine("NodeLeaving", m.Header).done()
+}

@@ -80,6 +80,7 @@ const (
 	// cluster (0x07xx)
 	KindTermAnnounce  Kind = 0x0701
 	KindRolloutStatus Kind = 0x0702
+	KindNodeLeaving   Kind = 0x0703
 )
 
 type kindInfo struct {
@@ -131,6 +132,7 @@ var registry = map[Kind]kindInfo{
 
 	KindTermAnnounce:  entry[TermAnnounce]("TermAnnounce"),
 	KindRolloutStatus: entry[RolloutStatus]("RolloutStatus"),
+	KindNodeLeaving:   entry[NodeLeaving]("NodeLeaving"),
 }
 
 // String is the Go type name of the kind, or Kind(0x....) when unregistered.

@@ -55,6 +55,7 @@ func samples() []Message {
 		TransferFailed{Header: hdr(6), TransferID: "x-1", Destination: "node-c", Reason: "checksum mismatch", Range: 1},
 		TermAnnounce{Header: hdr(7), Term: "run-1-t3", Token: 3, Router: "http://127.0.0.1:8000"},
 		RolloutStatus{Header: hdr(7), GroupIDs: []string{"g-7-0", "g-8-0"}, PromptIDs: []string{"p-7", "p-8"}},
+		NodeLeaving{Header: hdr(7)},
 	}
 }
 

@@ -89,6 +89,8 @@ type Agent struct {
 	guard *cluster.NameGuard
 	ms    *cluster.Membership
 	led   *ledger.Ledger
+	// leavingSub receives the other members' NodeLeaving.
+	leavingSub transport.Subscription
 	// host runs the node's engines (the engine role) for the holder.
 	host *engineHost
 	// rollouts runs rollout actors for the holder's term (the rollout
@@ -215,6 +217,12 @@ func StartAgent(ctx context.Context, cfg AgentConfig) (a *Agent, err error) {
 		return err
 	}); err != nil {
 		return a, err
+	}
+	// A member that says it is leaving cleanly stops voting; gossip alone
+	// would count it as failed, and with two members the lower-named one's
+	// clean exit would stop the other (cluster.DecideQuorum).
+	if a.leavingSub, err = a.bus.Subscribe(leavingSubject(cfg.Run.Run.ID), a.onLeaving); err != nil {
+		return a, fmt.Errorf("node: leave notices: %w", err)
 	}
 	meta := cluster.NodeMeta{Roles: cfg.Roles, GPUs: cfg.GPUs, Endpoints: map[string]string{"nats": a.bus.ClientURL()}}
 	if cfg.has(placement.Engine) {
@@ -623,7 +631,11 @@ func (a *Agent) Stop() {
 		}
 		a.wg.Wait()
 		if a.ms != nil {
+			a.announceLeaving()
 			_ = a.ms.Leave(time.Second)
+		}
+		if a.leavingSub != nil {
+			_ = a.leavingSub.Unsubscribe()
 		}
 		if a.rollouts != nil {
 			a.rollouts.stop()
@@ -991,4 +1003,35 @@ func (a *Agent) markTrained(ctx context.Context, step int64, prompts []ledger.Pr
 		}
 	}
 	return nil
+}
+
+// leavingSubject carries NodeLeaving: asyncrl.<run>.control.leaving.
+func leavingSubject(run string) string {
+	return transport.MustSubject(run, transport.TopicControl, "leaving")
+}
+
+// onLeaving drops a member that leaves cleanly from the quorum's voters
+// (whether its gossip leave has arrived yet or not).
+func (a *Agent) onLeaving(m *transport.Msg) {
+	nl, err := messages.DecodeAs[messages.NodeLeaving](m.Data)
+	if err != nil || nl.RunID != a.cfg.Run.Run.ID || nl.Sender == "" || nl.Sender == a.cfg.Name {
+		return
+	}
+	a.mu.Lock()
+	a.quorum.Left(nl.Sender)
+	a.mu.Unlock()
+}
+
+// announceLeaving tells the others this node leaves for good, before it
+// leaves gossip.
+func (a *Agent) announceLeaving() {
+	data, err := messages.Encode(messages.NodeLeaving{Header: messages.Header{RunID: a.cfg.Run.Run.ID, Sender: a.cfg.Name}})
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := a.bus.Publish(ctx, leavingSubject(a.cfg.Run.Run.ID), data); err == nil {
+		_ = a.bus.Conn().FlushTimeout(time.Second)
+	}
 }

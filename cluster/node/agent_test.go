@@ -353,3 +353,32 @@ func TestMarkTrainedCompletesADurableStep(t *testing.T) {
 		t.Fatalf("requeued %+v, %v; want only t1/c", rq, err)
 	}
 }
+
+// With two members, the lower-named one leaving cleanly (Ctrl-C) must not
+// stop the other: its NodeLeaving drops it from the voters, where gossip
+// alone would count it as failed and leave the survivor without quorum.
+func TestCleanLeaveKeepsQuorum(t *testing.T) {
+	url := externalBus(t)
+	ctx := context.Background()
+	var ev1, ev2 syncBuf
+	a1, err := StartAgent(ctx, AgentConfig{Name: "n1", Roles: []string{placement.Engine}, NATSURL: url,
+		Gossip: "127.0.0.1:0", LeaseTTL: time.Second, Run: agentRunConfig(t, 200), Events: &ev1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a1.Stop()
+	a2, err := StartAgent(ctx, AgentConfig{Name: "n2", Roles: []string{placement.Trainer, placement.Engine}, NATSURL: url,
+		Gossip: "127.0.0.1:0", Join: []string{a1.ms.Addr()}, LeaseTTL: time.Second, Run: agentRunConfig(t, 200), Events: &ev2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a2.Stop()
+	waitFor(t, 30*time.Second, "n2 to train 2 steps", func() bool { return lastStep(ev2.String()) >= 2 })
+	a1.Stop()
+	waitFor(t, 10*time.Second, "n2 to see n1 leave", func() bool { return strings.Contains(ev2.String(), "member left n1") })
+	at := lastStep(ev2.String())
+	waitFor(t, 30*time.Second, "n2 to train on after n1 left", func() bool { return lastStep(ev2.String()) >= at+3 })
+	if strings.Contains(ev2.String(), "lost quorum") {
+		t.Fatalf("n2 lost quorum when n1 left cleanly:\n%s", ev2.String())
+	}
+}
