@@ -214,6 +214,10 @@ func termToken(baseRun, term string) uint64 {
 // loop handles LoadWeights one at a time: a newer term switches every
 // engine over; an older term's command (a deposed holder) is ignored.
 func (h *engineHost) loop() {
+	// failedTerm is the last term the engines could not follow: its
+	// commands come again every resend, and each retries the switch, but
+	// the failure is an event once per term, not every 2 s per engine.
+	failedTerm := ""
 	for {
 		select {
 		case <-h.ctx.Done():
@@ -228,8 +232,9 @@ func (h *engineHost) loop() {
 			}
 			if lw.RunID != term {
 				if err := h.switchTerm(lw, tok); err != nil {
-					if h.ctx.Err() == nil {
-						h.event("engines could not follow term %s: %v", lw.RunID, err)
+					if h.ctx.Err() == nil && failedTerm != lw.RunID {
+						h.event("engines could not follow term %s: %v (trying again on its next command)", lw.RunID, err)
+						failedTerm = lw.RunID
 					}
 					continue
 				}
