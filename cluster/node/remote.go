@@ -177,9 +177,52 @@ func (r *remoteSet) reconcile() {
 		r.left(node)
 	}
 	for _, node := range joined {
-		r.left(node) // a restarted node comes back with new URLs
+		r.retire(node, live[node]) // a restarted node comes back with new URLs
 		r.joined(node, live[node])
 	}
+}
+
+// retire forgets the engines of node that its new advertisement eps no
+// longer has. The others are registered again by joined, which replaces
+// their URL and version in place: leaving and re-adding them would leave
+// the publisher a moment with no engine, and a version published then
+// would fail (publisher/shell ErrNoEngine).
+func (r *remoteSet) retire(node string, eps map[string]string) {
+	r.mu.Lock()
+	var gone []string
+	for name := range r.members[node] {
+		if _, ok := eps[name]; !ok {
+			gone = append(gone, name)
+			delete(r.nodeOf, name)
+			delete(r.sent, name)
+		}
+	}
+	for name := range eps {
+		delete(r.sent, name) // its new engine holds nothing yet
+	}
+	r.mu.Unlock()
+	for _, name := range gone {
+		r.ws.shell.Leave(name)
+	}
+}
+
+// waitEngines blocks while the publisher has no engine registered (the
+// only engine node died and has not come back): a version published now
+// would fail, and with it the trainer's step and the term.
+func (r *remoteSet) waitEngines(ctx context.Context) error {
+	said := false
+	for len(r.ws.shell.Engines()) == 0 {
+		if !said && r.cfg.Event != nil {
+			r.cfg.Event("no engine to publish to: waiting for a node with the engine role")
+			said = true
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return nil
 }
 
 func sameEndpoints(a, b map[string]string) bool {

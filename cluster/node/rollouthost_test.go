@@ -59,11 +59,16 @@ func TestRolloutNodeCrashRequeuesItsGroups(t *testing.T) {
 	_ = a2.bus.Close()
 	before := map[string]int32{}
 	for _, p := range lost {
-		e, ok, err := a1.led.Get(ctx, fmt.Sprintf("t%s/%s", tok[1], p))
-		if err != nil || !ok {
-			t.Fatalf("ledger entry of %s: %v %v", p, ok, err)
-		}
-		before[p] = e.Attempt
+		// n1's mirror writes the durable entry a moment after the
+		// controller admitted the prompt (slower under -race).
+		id := fmt.Sprintf("t%s/%s", tok[1], p)
+		waitFor(t, 10*time.Second, "the durable ledger entry of "+id, func() bool {
+			e, ok, err := a1.led.Get(ctx, id)
+			if err == nil && ok {
+				before[p] = e.Attempt
+			}
+			return err == nil && ok
+		})
 	}
 	if err := a2.ms.Crash(); err != nil {
 		t.Fatal(err)

@@ -382,6 +382,11 @@ func (w *weightSync) publishDir(ctx context.Context, dir string, version int64, 
 	if out.Full != nil {
 		info.FullBytes = out.Full.TotalNumBytes
 	}
+	if w.remote != nil {
+		if err := w.remote.waitEngines(ctx); err != nil {
+			return fmt.Errorf("node: publisher: version %d: %w", version, err)
+		}
+	}
 	return w.shell.Publish(ctx, info)
 }
 

@@ -1,0 +1,61 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/asyncrl/asyncrl/actors/publisher"
+	"github.com/asyncrl/asyncrl/actors/publisher/shell"
+)
+
+type nopRouter struct{}
+
+func (nopRouter) SetVersion(string, int64) {}
+func (nopRouter) SetMinVersion(int64)      {}
+
+type nopDispatcher struct{}
+
+func (nopDispatcher) Dispatch(publisher.Command) {}
+
+// A term whose every engine node is gone waits for one before it
+// publishes (the shell would fail the version with ErrNoEngine, and the
+// trainer's step and the term with it), and says so once.
+func TestPublishWaitsForAnEngine(t *testing.T) {
+	sh, err := shell.New(shell.Config{Tracker: publisher.DefaultConfig(), RunID: "r"}, nil, nopRouter{}, nopDispatcher{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ev syncBuf
+	r := &remoteSet{cfg: RemoteEngines{Event: func(f string, a ...any) { fmt.Fprintf(&ev, f+"\n", a...) }}, ws: &weightSync{shell: sh}}
+	done := make(chan error, 1)
+	go func() { done <- r.waitEngines(context.Background()) }()
+	select {
+	case err := <-done:
+		t.Fatalf("returned (%v) with no engine registered", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if _, err := sh.Join("n3-engine-0", "http://127.0.0.1:1", publisher.NoVersion); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("still waiting after an engine registered")
+	}
+	if n := strings.Count(ev.String(), "no engine to publish to"); n != 1 {
+		t.Errorf("said it waits %d times, want once:\n%s", n, ev.String())
+	}
+	sh.Leave("n3-engine-0")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := r.waitEngines(ctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled wait: %v", err)
+	}
+}
