@@ -569,7 +569,10 @@ func (a *Agent) train(ctx context.Context, token uint64) error {
 			if err := a.markTrained(ctx, np.Step, prompts); err != nil {
 				return fmt.Errorf("node: mark step %d's prompts trained: %w", np.Step, err)
 			}
-			a.event("step %d version %d", np.Step, np.Version)
+			// Reward and the engines-vs-trainer logprob mismatch tell an
+			// operator the run learns and the engines serve the weights
+			// they claim (a term restored wrongly shows a large mismatch).
+			a.event("step %d version %d reward %.3f mismatch %.4f", np.Step, np.Version, s.RewardMean, s.Stats.Mismatch)
 		}
 		return nil
 	}
