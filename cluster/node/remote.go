@@ -206,6 +206,26 @@ func (r *remoteSet) retire(node string, eps map[string]string) {
 	}
 }
 
+// waitServed blocks until some engine serves version (after every engine
+// left while it was being published).
+func (r *remoteSet) waitServed(ctx context.Context, version int64) error {
+	if r.cfg.Event != nil {
+		r.cfg.Event("no engine serves version %d: waiting for a node with the engine role", version)
+	}
+	for {
+		for _, st := range r.ws.shell.Engines() {
+			if st.Serving >= version {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("node: publisher: version %d: %w", version, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
 // waitEngines blocks while the publisher has no engine registered (the
 // only engine node died and has not come back): a version published now
 // would fail, and with it the trainer's step and the term.

@@ -23,7 +23,8 @@ func (nopDispatcher) Dispatch(publisher.Command) {}
 
 // A term whose every engine node is gone waits for one before it
 // publishes (the shell would fail the version with ErrNoEngine, and the
-// trainer's step and the term with it), and says so once.
+// trainer's step and the term with it), and says so once; a version all
+// engines left while it was published waits until one serves it.
 func TestPublishWaitsForAnEngine(t *testing.T) {
 	sh, err := shell.New(shell.Config{Tracker: publisher.DefaultConfig(), RunID: "r"}, nil, nopRouter{}, nopDispatcher{})
 	if err != nil {
@@ -51,6 +52,26 @@ func TestPublishWaitsForAnEngine(t *testing.T) {
 	}
 	if n := strings.Count(ev.String(), "no engine to publish to"); n != 1 {
 		t.Errorf("said it waits %d times, want once:\n%s", n, ev.String())
+	}
+	// A version every engine left while it was being published: wait
+	// until one that joins serves it.
+	served := make(chan error, 1)
+	go func() { served <- r.waitServed(context.Background(), 0) }()
+	select {
+	case err := <-served:
+		t.Fatalf("returned (%v) before any engine served the version", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if _, err := sh.Ack("n3-engine-0", 0); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("still waiting after the engine acked the version")
 	}
 	sh.Leave("n3-engine-0")
 	ctx, cancel := context.WithCancel(context.Background())

@@ -387,7 +387,14 @@ func (w *weightSync) publishDir(ctx context.Context, dir string, version int64, 
 			return fmt.Errorf("node: publisher: version %d: %w", version, err)
 		}
 	}
-	return w.shell.Publish(ctx, info)
+	err = w.shell.Publish(ctx, info)
+	if w.remote != nil && errors.Is(err, shell.ErrNoEngine) {
+		// Every engine left while the version was on its way (their
+		// node died or stopped): it is published; wait for an engine
+		// (one that joins is brought to it) instead of failing the step.
+		err = w.remote.waitServed(ctx, info.Version)
+	}
+	return err
 }
 
 // current is the newest version published.
