@@ -3,6 +3,8 @@ package node
 import (
 	"context"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -327,6 +329,7 @@ func TestTermCastAbortsOnlyNodesThatLeft(t *testing.T) {
 			return out
 		}}}}
 	n.cfg.Run.ID = term
+	n.reg = prometheus.NewRegistry()
 	rctx, stop := context.WithCancel(ctx)
 	if err := n.startTermCast(rctx); err != nil {
 		t.Fatal(err)
@@ -372,6 +375,9 @@ func TestTermCastAbortsOnlyNodesThatLeft(t *testing.T) {
 	members = []string{"n1"} // n2 leaves
 	mu.Unlock()
 	waitFor(t, 10*time.Second, "n2's group reported aborted", func() bool { return abortedGroups()["g2"] == "p-g2" })
+	if got := testutil.ToFloat64(n.termCast.requeued); got != 1 {
+		t.Errorf("asyncrl_node_dead_node_groups_requeued_total = %v, want 1", got)
+	}
 	// Two more reconciles (one a second) with n3 still unlisted: its group
 	// stays unaborted.
 	n.termCast.reconcile()

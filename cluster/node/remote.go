@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus"
 	"os"
 	"path/filepath"
 	"slices"
@@ -62,6 +63,10 @@ type remoteSet struct {
 	ws      *weightSync
 	bucket  string
 	watcher *discovery.Watcher
+	// engines counts the remote engines registered with the publisher;
+	// commands the LoadWeights sent (resends included).
+	engines  prometheus.Gauge
+	commands prometheus.Counter
 
 	mu      sync.Mutex
 	members map[string]map[string]string // node -> engine name -> url
@@ -110,7 +115,17 @@ func (n *Node) startRemote(ctx context.Context, bucket string) error {
 		return err
 	}
 	r := &remoteSet{cfg: rc, n: n, ws: n.wsync, bucket: bucket, watcher: w, members: map[string]map[string]string{},
-		nodeOf: map[string]string{}, sent: map[string]int64{}}
+		nodeOf: map[string]string{}, sent: map[string]int64{},
+		engines: prometheus.NewGauge(prometheus.GaugeOpts{Name: "asyncrl_node_remote_engines",
+			Help: "Engines of other nodes (engine hosts) registered with this term's publisher and router."}),
+		commands: prometheus.NewCounter(prometheus.CounterOpts{Name: "asyncrl_node_load_weights_sent_total",
+			Help: "LoadWeights commands this term sent to engine hosts, resends included."})}
+	for _, c := range []prometheus.Collector{r.engines, r.commands} {
+		if err := n.reg.Register(c); err != nil {
+			_ = w.Close()
+			return fmt.Errorf("node: remote engine metrics: %w", err)
+		}
+	}
 	n.remote = r
 	n.wsync.remote = r // before the first Join: its command goes through r
 	rctx, cancel := context.WithCancel(context.Background())
@@ -180,6 +195,7 @@ func (r *remoteSet) reconcile() {
 		r.retire(node, live[node]) // a restarted node comes back with new URLs
 		r.joined(node, live[node])
 	}
+	r.count()
 }
 
 // retire forgets the engines of node that its new advertisement eps no
@@ -347,7 +363,16 @@ func (r *remoteSet) send(node, name string, target int64) {
 	}
 	if err != nil {
 		r.n.opts.Logger.Warn().Err(err).Str("engine", name).Int64("version", target).Msg("node: LoadWeights not sent")
+		return
 	}
+	r.commands.Inc()
+}
+
+// count sets the engines gauge from the registrations.
+func (r *remoteSet) count() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.engines.Set(float64(len(r.nodeOf)))
 }
 
 // resend repeats the last command to every remote engine that does not

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus"
 	"slices"
 	"sync"
 	"time"
@@ -41,6 +42,8 @@ type termCast struct {
 	// that reports before the holder's gossip has heard of it (it joined
 	// through another member) has not left: its groups are not aborted.
 	seen map[string]bool
+	// requeued counts the groups reported aborted for nodes that left.
+	requeued prometheus.Counter
 }
 
 type groupRef struct{ group, prompt string }
@@ -50,7 +53,12 @@ type groupRef struct{ group, prompt string }
 func (n *Node) startTermCast(ctx context.Context) error {
 	rc := n.opts.Remote
 	tc := &termCast{n: n, node: rc.Node, token: termToken(rc.BaseRun, n.cfg.Run.ID), tick: time.Second,
-		status: map[string][]groupRef{}, seen: map[string]bool{}}
+		status: map[string][]groupRef{}, seen: map[string]bool{},
+		requeued: prometheus.NewCounter(prometheus.CounterOpts{Name: "asyncrl_node_dead_node_groups_requeued_total",
+			Help: "Groups a node had in flight when it left the cluster, reported aborted by the trainer's holder so they are requeued."})}
+	if err := n.reg.Register(tc.requeued); err != nil {
+		return fmt.Errorf("node: term metrics: %w", err)
+	}
 	pattern := transport.SubjectRoot + "." + n.cfg.Run.ID + "." + string(transport.TopicControl) + ".rollouts.*"
 	sub, err := n.bus.Subscribe(pattern, tc.onStatus)
 	if err != nil {
@@ -145,6 +153,7 @@ func (tc *termCast) abort(node string, refs []groupRef) {
 	if len(refs) == 0 {
 		return
 	}
+	tc.requeued.Add(float64(len(refs)))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	for _, r := range refs {
