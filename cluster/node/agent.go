@@ -470,6 +470,12 @@ func (a *Agent) train(ctx context.Context, token uint64) error {
 			return fmt.Errorf("node: requeue %s's prompts: %w", prev.Holder, err)
 		}
 		a.event("requeued %d prompts %s had in flight", len(rq), prev.Holder)
+		// The previous term's weights are dead: its engines follow this
+		// term from its own base. (Each term deletes its predecessor's, so
+		// a run keeps one bucket of deltas.)
+		if prev.Token != 0 && prev.Token != token {
+			a.deleteTermBucket(ctx, fmt.Sprintf("%s-t%d", a.cfg.Run.Run.ID, prev.Token))
+		}
 	}
 	cfg := a.cfg.Run
 	remaining := int64(cfg.Run.Steps) - p.Step
@@ -1036,5 +1042,19 @@ func (a *Agent) announceLeaving() {
 	defer cancel()
 	if err := a.bus.Publish(ctx, leavingSubject(a.cfg.Run.Run.ID), data); err == nil {
 		_ = a.bus.Conn().FlushTimeout(time.Second)
+	}
+}
+
+// deleteTermBucket removes a finished term's weight bucket; a failure is
+// only logged (the bucket is garbage, not state).
+func (a *Agent) deleteTermBucket(ctx context.Context, term string) {
+	js, err := jetstream.New(a.bus.Conn())
+	if err == nil {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err = js.DeleteObjectStore(cctx, "asyncrl-weights-"+term)
+		cancel()
+	}
+	if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) && !errors.Is(err, jetstream.ErrBucketNotFound) {
+		a.log.Warn().Err(err).Str("term", term).Msg("node: previous term's weight bucket not deleted")
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/nats-io/nats.go/jetstream"
 	"regexp"
 	"strconv"
 	"strings"
@@ -194,6 +195,19 @@ func TestAgentStandbyTakesOver(t *testing.T) {
 	b := config.Default().Trainer.MiniBatchSize
 	if c.InFlight != 0 || c.Refused != 0 || c.Trained != steps*b {
 		t.Errorf("final ledger %+v; want %d trained (B=%d per step, none twice), none in flight, none refused", c, steps*b, b)
+	}
+	// n1's term's weight bucket went with its term; n2's own is there.
+	tok1 := regexp.MustCompile(`lease trainer acquired token (\d+)`).FindStringSubmatch(ev1.String())[1]
+	tok2 := regexp.MustCompile(`lease trainer acquired token (\d+)`).FindStringSubmatch(out)[1]
+	js, err := jetstream.New(a2.bus.Conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.ObjectStore(ctx, "asyncrl-weights-local-t"+tok1); !errors.Is(err, jetstream.ErrBucketNotFound) {
+		t.Errorf("n1's term's weight bucket: %v, want it deleted", err)
+	}
+	if _, err := js.ObjectStore(ctx, "asyncrl-weights-local-t"+tok2); err != nil {
+		t.Errorf("n2's term's weight bucket: %v", err)
 	}
 	select {
 	case <-a2.Done():
