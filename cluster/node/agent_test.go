@@ -231,26 +231,32 @@ func TestAgentStandbyTakesOver(t *testing.T) {
 	}
 }
 
-// Out-of-order ledger events (a retried publish) are repaired: attempt 1
-// consumed before attempt 0's requeue, and that requeue arriving late.
-// A second train is still refused.
-func TestRecordEventRepairsReorder(t *testing.T) {
-	url := externalBus(t)
+// ledgerAgent is an agent named name with only a durable ledger (run id
+// run, in memory) on a bus of its own: enough for its ledger methods.
+func ledgerAgent(t *testing.T, run, name string) (*Agent, *ledger.Ledger) {
+	t.Helper()
 	opts := natsbus.DefaultOptions()
-	opts.URL = url
+	opts.URL = externalBus(t)
 	b, err := natsbus.Connect(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer b.Close()
-	ctx := context.Background()
-	cfg := ledger.DefaultConfig("reorder")
+	t.Cleanup(func() { _ = b.Close() })
+	cfg := ledger.DefaultConfig(run)
 	cfg.Memory = true
-	l, err := ledger.Open(ctx, b.Conn(), cfg)
+	l, err := ledger.Open(context.Background(), b.Conn(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &Agent{cfg: AgentConfig{Name: "n1"}, led: l}
+	return &Agent{cfg: AgentConfig{Name: name}, led: l}, l
+}
+
+// Out-of-order ledger events (a retried publish) are repaired: attempt 1
+// consumed before attempt 0's requeue, and that requeue arriving late.
+// A second train is still refused.
+func TestRecordEventRepairsReorder(t *testing.T) {
+	ctx := context.Background()
+	a, l := ledgerAgent(t, "reorder", "n1")
 	ev := func(state messages.LedgerState, attempt int32) messages.PromptLedger {
 		return messages.PromptLedger{Header: messages.Header{Sender: "n1"}, PromptID: "t1/p1", GroupID: "g" + strconv.Itoa(int(attempt)), State: state, Attempt: attempt}
 	}
@@ -318,22 +324,8 @@ func TestAgentMinorityStopsTraining(t *testing.T) {
 // prompts in flight and the next holder requeued prompts whose training
 // the durable weights already hold.
 func TestMarkTrainedCompletesADurableStep(t *testing.T) {
-	url := externalBus(t)
-	opts := natsbus.DefaultOptions()
-	opts.URL = url
-	b, err := natsbus.Connect(context.Background(), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
 	ctx := context.Background()
-	cfg := ledger.DefaultConfig("marktrained")
-	cfg.Memory = true
-	l, err := ledger.Open(ctx, b.Conn(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := &Agent{cfg: AgentConfig{Name: "n2"}, led: l}
+	a, l := ledgerAgent(t, "marktrained", "n2")
 	consumed := func(p, g string, attempt int32) {
 		t.Helper()
 		if _, _, err := l.Record(ctx, messages.PromptLedger{Header: messages.Header{Sender: "n1"}, PromptID: p, GroupID: g,
