@@ -69,17 +69,9 @@ func (l *ackLog) count(term, engine string, version int64) int {
 func TestEngineHostRetriesFailedVersion(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	opts := natsbus.DefaultOptions()
-	opts.StoreDir = t.TempDir()
-	bus, err := natsbus.Connect(ctx, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bus.Close()
+	bus := embeddedBus(t)
 
-	cfg := config.Default()
-	cfg.Run.ID = "rt"
-	cfg.Run.DataDir = t.TempDir()
+	cfg := hostRunConfig(t, "rt")
 	cfg.Engines.Count = 1
 	const node = "n1"
 	term := cfg.Run.ID + "-t1"
@@ -219,16 +211,8 @@ func TestEngineHostRetriesFailedVersion(t *testing.T) {
 func TestRolloutHostRetriesTermItCouldNotFollow(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	opts := natsbus.DefaultOptions()
-	opts.StoreDir = t.TempDir()
-	bus, err := natsbus.Connect(ctx, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bus.Close()
-	cfg := config.Default()
-	cfg.Run.ID = "rr"
-	cfg.Run.DataDir = t.TempDir()
+	bus := embeddedBus(t)
+	cfg := hostRunConfig(t, "rr")
 	term := cfg.Run.ID + "-t3"
 	s, err := subjectsFor(term)
 	if err != nil {
@@ -292,13 +276,7 @@ func TestRolloutHostRetriesTermItCouldNotFollow(t *testing.T) {
 func TestTermCastAbortsOnlyNodesThatLeft(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	opts := natsbus.DefaultOptions()
-	opts.StoreDir = t.TempDir()
-	bus, err := natsbus.Connect(ctx, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bus.Close()
+	bus := embeddedBus(t)
 	const term = "tc-t1"
 	s, err := subjectsFor(term)
 	if err != nil {
@@ -397,4 +375,27 @@ func TestTermCastAbortsOnlyNodesThatLeft(t *testing.T) {
 	members = []string{"n1"}
 	mu.Unlock()
 	waitFor(t, 10*time.Second, "n3's group reported aborted after it left", func() bool { return abortedGroups()["g3"] == "p-g3" })
+}
+
+// embeddedBus is a bus of its own (embedded server, JetStream on disk in
+// a temporary directory), closed when the test ends.
+func embeddedBus(t *testing.T) *natsbus.Bus {
+	t.Helper()
+	opts := natsbus.DefaultOptions()
+	opts.StoreDir = t.TempDir()
+	bus, err := natsbus.Connect(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = bus.Close() })
+	return bus
+}
+
+// hostRunConfig is the default run config with run id run and a
+// temporary data dir.
+func hostRunConfig(t *testing.T, run string) config.Config {
+	cfg := config.Default()
+	cfg.Run.ID = run
+	cfg.Run.DataDir = t.TempDir()
+	return cfg
 }
