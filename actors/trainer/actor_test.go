@@ -103,10 +103,7 @@ func TestActorTrainsPublishesAndAnnounces(t *testing.T) {
 	if err := bus.Publish(ctx, "T", encodeTrain(t, 5)); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for a.Err() == nil && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitErr(a)
 	if a.Err() == nil || ptr.Version() != 1 {
 		t.Fatalf("future batch: err %v, version %d", a.Err(), ptr.Version())
 	}
@@ -119,5 +116,13 @@ func TestActorTrainsPublishesAndAnnounces(t *testing.T) {
 	// records them as trained together with the durable step).
 	if g := a.Steps()[0].GroupIDs; len(g) != 1 || g[0] != "g" {
 		t.Errorf("step 1 trained groups %v, want [g]", g)
+	}
+}
+
+// waitErr waits (up to 10 s) until the actor reports a failed step.
+func waitErr(a *Actor) {
+	deadline := time.Now().Add(10 * time.Second)
+	for a.Err() == nil && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -142,10 +142,7 @@ func TestVersionBaseMakesBusVersionsLocal(t *testing.T) {
 	if err := bus.Publish(ctx, "T", encodeTrain(t, 4)); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for a.Err() == nil && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitErr(a)
 	if a.Err() == nil || ptr.Version() != 4 {
 		t.Fatalf("future batch: err %v, version %d", a.Err(), ptr.Version())
 	}
