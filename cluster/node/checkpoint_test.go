@@ -62,15 +62,7 @@ func trainerState(t testing.TB, tr *policy.Trainer) (map[string][]byte, map[stri
 		t.Fatal(err)
 	}
 	defer f.Close()
-	ts := map[string][]byte{}
-	for _, n := range f.Names() {
-		b, _, err := f.ReadTensor(n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ts[n] = b
-	}
-	return ts, map[string]string{"step": f.Metadata["step"], "rng": f.Metadata["rng"]}
+	return readTensors(t, f), map[string]string{"step": f.Metadata["step"], "rng": f.Metadata["rng"]}
 }
 
 // servingBytes is m's BF16 serving weights, tensor by tensor.
@@ -85,9 +77,18 @@ func servingBytes(t testing.TB, m *policy.Model) map[string][]byte {
 		t.Fatal(err)
 	}
 	defer ck.Close()
+	return readTensors(t, ck)
+}
+
+// readTensors reads every tensor of a safetensors file or checkpoint.
+func readTensors(t testing.TB, src interface {
+	Names() []string
+	ReadTensor(string) ([]byte, safetensors.TensorInfo, error)
+}) map[string][]byte {
+	t.Helper()
 	out := map[string][]byte{}
-	for _, n := range ck.Names() {
-		b, _, err := ck.ReadTensor(n)
+	for _, n := range src.Names() {
+		b, _, err := src.ReadTensor(n)
 		if err != nil {
 			t.Fatal(err)
 		}
