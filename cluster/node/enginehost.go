@@ -2,9 +2,7 @@ package node
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -505,29 +503,9 @@ func downloadPrefix(ctx context.Context, st store.Store, prefix, dir string) err
 	if err := os.RemoveAll(dir); err != nil {
 		return err
 	}
-	for _, k := range keys {
-		dst := filepath.Join(dir, filepath.FromSlash(strings.TrimPrefix(k, prefix)))
-		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-			return err
-		}
-		if err := copyObject(ctx, st, k, dst); err != nil {
-			return err
-		}
+	files := make([]store.FileObject, len(keys))
+	for i, k := range keys {
+		files[i] = store.FileObject{Key: k, Path: filepath.Join(dir, filepath.FromSlash(strings.TrimPrefix(k, prefix)))}
 	}
-	return nil
-}
-
-func copyObject(ctx context.Context, st store.Store, key, dst string) (err error) {
-	r, err := st.Get(ctx, key)
-	if err != nil {
-		return err
-	}
-	defer r.Close()
-	f, err := os.Create(dst)
-	if err != nil {
-		return err
-	}
-	defer func() { err = errors.Join(err, f.Close()) }()
-	_, err = io.Copy(f, r)
-	return err
+	return store.GetFiles(ctx, st, files, 0)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/prometheus/client_golang/prometheus"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -81,22 +82,14 @@ func uploadBase(ctx context.Context, st store.Store, dir string) error {
 	if err != nil {
 		return err
 	}
+	var files []store.FileObject
 	for _, e := range ents {
-		if e.IsDir() {
-			continue
+		if !e.IsDir() {
+			files = append(files, store.FileObject{Key: termBasePrefix + e.Name(), Path: filepath.Join(dir, e.Name())})
 		}
-		f, err := os.Open(filepath.Join(dir, e.Name()))
-		if err != nil {
-			return err
-		}
-		fi, err := f.Stat()
-		if err == nil {
-			err = st.Put(ctx, termBasePrefix+e.Name(), f, fi.Size())
-		}
-		_ = f.Close()
-		if err != nil {
-			return fmt.Errorf("node: upload base %s: %w", e.Name(), err)
-		}
+	}
+	if err := store.PutFiles(ctx, st, files, 0); err != nil {
+		return fmt.Errorf("node: upload the term's base: %w", err)
 	}
 	return nil
 }
@@ -181,7 +174,7 @@ func (r *remoteSet) reconcile() {
 	}
 	var joined []string
 	for node, eps := range live {
-		if cur, ok := r.members[node]; !ok || !sameEndpoints(cur, eps) {
+		if cur, ok := r.members[node]; !ok || !maps.Equal(cur, eps) {
 			joined = append(joined, node)
 		}
 	}
@@ -259,18 +252,6 @@ func (r *remoteSet) waitEngines(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-func sameEndpoints(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
 }
 
 // joined adds a member's engines to discovery (unhealthy until they
