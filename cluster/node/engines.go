@@ -142,6 +142,9 @@ func (p *inProcPublisher) Publish(ctx context.Context, m *pol.Model, version int
 
 func (p *inProcPublisher) update(ctx context.Context, le *localEngine, m *pol.Model, version int64) error {
 	if err := le.e.Pause(ctx, p.mode, false); err != nil {
+		// A "wait" pause cut short (ctx ended) leaves the engine paused:
+		// let it serve its current weights rather than nothing.
+		le.e.Resume()
 		return err
 	}
 	err := le.e.SetModel(m, version)

@@ -615,6 +615,9 @@ func (a *engineAgent) sync(target int64) error {
 		return err
 	}
 	if err := a.le.e.Pause(ctx, a.mode, false); err != nil {
+		// A "wait" pause cut short (ctx ended) leaves the engine paused:
+		// let it serve its current weights rather than nothing.
+		a.le.e.Resume()
 		return err
 	}
 	v, err := a.rcv.Load(receiver.LoaderFunc(a.le.e.LoadWeights))
@@ -639,6 +642,9 @@ func (a *engineAgent) syncDataPlane(ctx context.Context, target int64) error {
 		a.beforeApply(a.idx, target)
 	}
 	if err := a.le.e.Pause(ctx, a.mode, false); err != nil {
+		// A "wait" pause cut short (ctx ended) leaves the engine paused:
+		// let it serve its current weights rather than nothing.
+		a.le.e.Resume()
 		return err
 	}
 	err = a.le.e.SetModel(m, target)

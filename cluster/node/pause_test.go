@@ -1,0 +1,56 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/asyncrl/asyncrl/config"
+	"github.com/asyncrl/asyncrl/internal/wiring"
+)
+
+// A "wait" pause cut short (its context ended while a request still ran)
+// must not leave the engine paused: the update fails, and the engine goes
+// on serving its current weights instead of nothing.
+func TestCutShortWaitPauseResumes(t *testing.T) {
+	cfg := config.Default()
+	cfg.Engines.Count = 1
+	cfg.Engines.TimeScale = 1 // real time: the request below runs for seconds
+	m, err := wiring.InitialPolicy("", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	es, err := startEngines(cfg.Engines, m, 1, zerolog.Nop(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopEngines(es)
+	le := es[0]
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		body := []byte(`{"model":"` + servedModel + `","prompt":[1,2,3],"max_tokens":250,"ignore_eos":true}`)
+		resp, err := http.Post(le.url+"/v1/completions", "application/json", bytes.NewReader(body))
+		if err == nil {
+			resp.Body.Close()
+		}
+	}()
+	waitFor(t, 10*time.Second, "the request to run", func() bool { return le.e.Stats().Running > 0 })
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	p := &inProcPublisher{mode: "wait"}
+	err = p.update(ctx, le, nil, 1)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("update with a wait pause cut short: %v, want DeadlineExceeded", err)
+	}
+	if le.e.IsPaused() {
+		t.Fatal("the engine was left paused after the wait was cut short")
+	}
+	_ = le.stop(context.Background())
+	<-done
+}
