@@ -247,6 +247,9 @@ func StartAgent(ctx context.Context, cfg AgentConfig) (a *Agent, err error) {
 		a.event("member joined %s roles %s", m.Name, strings.Join(m.Meta.Roles, ","))
 	}
 	mc.OnLeave = func(m cluster.Member) {
+		if m.Name == cfg.Name {
+			return // this node's own leave, at Stop
+		}
 		a.mu.Lock()
 		a.quorum.Failed(m.Name)
 		a.mu.Unlock()
