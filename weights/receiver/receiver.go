@@ -320,7 +320,8 @@ func (r *Receiver) needsReset(s State, ok bool) bool {
 
 // startFor picks where a reset starts: 0 (the local base) or a full
 // checkpoint f ≤ target, when downloading it moves fewer bytes than the
-// deltas 1..f it replaces. The base is local, so it costs only its deltas.
+// deltas 1..f it replaces (or those deltas were pruned). The base is
+// local, so it costs only its deltas.
 func (r *Receiver) startFor(ctx context.Context, target int64) (int64, error) {
 	if !r.cfg.UseFull || target < 1 {
 		return 0, nil
@@ -345,6 +346,9 @@ func (r *Receiver) startFor(ctx context.Context, target int64) (int64, error) {
 	var deltaBytes int64
 	for v := int64(1); v <= f && deltaBytes <= fm.TotalNumBytes; v++ {
 		m, err := delta.ReadManifest(ctx, r.st, v)
+		if errors.Is(err, delta.ErrNoVersion) {
+			return f, nil // the deltas below f were pruned (delta.Prune): the full checkpoint is the way
+		}
 		if err != nil {
 			return 0, err
 		}

@@ -359,3 +359,44 @@ func gather(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Fatalf("metric %s not registered", name)
 	return 0
 }
+
+// After the publisher pruned everything below a full checkpoint
+// (delta.Prune), a late joiner starts from that checkpoint even where the
+// sparse deltas would have been cheaper, and ends bit-identical; a receiver
+// that already serves a version ≥ the full keeps syncing by deltas.
+func TestLateJoinerAfterPruneStartsFromTheFull(t *testing.T) {
+	e := newEnv(t, 6) // sparse 2% updates: deltas are far cheaper than a full checkpoint
+	if _, err := delta.PublishSnapshot(ctx(t), e.st, delta.KindFull, 4, e.dirs[4], 2); err != nil {
+		t.Fatal(err)
+	}
+	early := e.receiver(t.TempDir())
+	l := &loads{}
+	if v, err := early.Sync(ctx(t), 4, l); err != nil || v != 4 {
+		t.Fatalf("early Sync(4) = %d, %v", v, err)
+	}
+	n, err := delta.Prune(ctx(t), e.st, 4)
+	if err != nil || n == 0 {
+		t.Fatalf("Prune(4) = %d, %v", n, err)
+	}
+	for v := int64(1); v < 4; v++ {
+		if _, err := delta.ReadManifest(ctx(t), e.st, v); !errors.Is(err, delta.ErrNoVersion) {
+			t.Fatalf("delta %d still there after Prune(4): %v", v, err)
+		}
+	}
+	if vs, err := delta.SnapshotVersions(ctx(t), e.st, delta.KindFull); err != nil || len(vs) != 1 || vs[0] != 4 {
+		t.Fatalf("fulls after Prune(4) = %v, %v; want [4]", vs, err)
+	}
+	late := e.receiver(t.TempDir())
+	if v, err := late.Sync(ctx(t), 6, l); err != nil || v != 6 {
+		t.Fatalf("late Sync(6) after the prune = %d, %v", v, err)
+	}
+	if d := ckpttest.SameDir(late.WeightsDir(), e.dirs[6]); d != "" {
+		t.Fatal(d)
+	}
+	if v, err := early.Sync(ctx(t), 6, l); err != nil || v != 6 {
+		t.Fatalf("early Sync(6) by deltas = %d, %v", v, err)
+	}
+	if d := ckpttest.SameDir(early.WeightsDir(), e.dirs[6]); d != "" {
+		t.Fatal(d)
+	}
+}
