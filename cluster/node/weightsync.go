@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -62,6 +63,14 @@ type weightSync struct {
 
 	mu        sync.Mutex
 	encodeDur time.Duration // total time spent writing and encoding versions
+
+	// fulls are the full checkpoints published; pruned the version below
+	// which the store was emptied; pruning is true while a prune runs.
+	fulls   []int64
+	pruned  int64
+	pruning bool
+	pruneWG sync.WaitGroup
+	prunedN prometheus.Counter
 }
 
 var _ trainer.Publisher = (*weightSync)(nil)
@@ -300,8 +309,10 @@ func (n *Node) newWeightSync(baseDir, stage string) (*weightSync, error) {
 			Help: "Compressed bytes of the delta versions published."}),
 		encodeSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "asyncrl_publisher_encode_seconds",
 			Help: "Time to write a version's serving checkpoint and encode its delta.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
+		prunedN: prometheus.NewCounter(prometheus.CounterOpts{Name: "asyncrl_publisher_pruned_objects_total",
+			Help: "Store objects of versions every engine had passed, deleted below the newest such full checkpoint."}),
 	}
-	for _, c := range []prometheus.Collector{w.published, w.deltaBytes, w.encodeSeconds} {
+	for _, c := range []prometheus.Collector{w.published, w.deltaBytes, w.encodeSeconds, w.prunedN} {
 		if err := n.reg.Register(c); err != nil {
 			w.close()
 			return nil, fmt.Errorf("node: publisher metrics: %w", err)
@@ -381,6 +392,7 @@ func (w *weightSync) publishDir(ctx context.Context, dir string, version int64, 
 	info := publisher.VersionInfo{Version: out.Version, DeltaBytes: out.Manifest.TotalCompressedNumBytes}
 	if out.Full != nil {
 		info.FullBytes = out.Full.TotalNumBytes
+		defer w.prune(out.Version) // once the version is routable
 	}
 	if w.remote != nil {
 		if err := w.remote.waitEngines(ctx); err != nil {
@@ -395,6 +407,50 @@ func (w *weightSync) publishDir(ctx context.Context, dir string, version int64, 
 		err = w.remote.waitServed(ctx, info.Version)
 	}
 	return err
+}
+
+// prune, after full checkpoint full was published, deletes from the store
+// every version below the newest full checkpoint that every engine has
+// already passed: nobody replays those deltas any more, and a receiver
+// that resets starts from the full one (delta.Prune). Without it a
+// multi-day run's store grows by one delta per step. It runs in the
+// background, one at a time.
+func (w *weightSync) prune(full int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.fulls = append(w.fulls, full)
+	if w.pruning {
+		return
+	}
+	floor := int64(-1)
+	for _, st := range w.shell.Engines() {
+		if st.Serving >= 0 && (floor < 0 || st.Serving < floor) {
+			floor = st.Serving
+		}
+	}
+	before := int64(0)
+	for _, f := range w.fulls {
+		if f <= floor {
+			before = max(before, f)
+		}
+	}
+	if before <= w.pruned {
+		return
+	}
+	w.pruning = true
+	w.pruneWG.Go(func() {
+		n, err := delta.Prune(w.ctx, w.st, before)
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.pruning = false
+		w.prunedN.Add(float64(n))
+		if err != nil {
+			w.log.Warn().Err(err).Int64("before", before).Msg("publisher: pruning old versions failed; retried at the next full checkpoint")
+			return
+		}
+		w.pruned = before
+		w.fulls = slices.DeleteFunc(w.fulls, func(f int64) bool { return f < before })
+	})
 }
 
 // current is the newest version published.
@@ -458,6 +514,7 @@ func (w *weightSync) drain(d time.Duration) {
 // close stops the agents and the shell's subscription.
 func (w *weightSync) close() {
 	w.cancel()
+	w.pruneWG.Wait()
 	for _, a := range w.list {
 		a.stop()
 	}

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/asyncrl/asyncrl/actors/router/policy"
 	"github.com/asyncrl/asyncrl/config"
@@ -263,5 +265,32 @@ func TestPublisherModesAndStores(t *testing.T) {
 	cfg.Publisher.Mode = config.PublishLoRA
 	if _, err := New(cfg, Options{}); err == nil || !strings.Contains(err.Error(), "publisher.mode") {
 		t.Fatalf("lora mode: %v", err)
+	}
+}
+
+// A run keeps its store bounded: each full checkpoint that every engine
+// has passed lets the publisher delete every version below it, while the
+// versions engines may still need stay and the engines end on the final
+// version.
+func TestPublisherPrunesVersionsEveryEnginePassed(t *testing.T) {
+	cfg := smallConfig(t, 8)
+	cfg.Publisher.FullCheckpointEvery = 2
+	n, s := runNode(t, cfg, nil)
+	l := layoutFor(cfg)
+	if _, err := os.Stat(filepath.Join(l.syncDir, delta.DeltaDir(1))); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("delta 1 still in the store after fulls up to 8: %v", err)
+	}
+	for _, d := range []string{delta.DeltaDir(8), delta.SnapshotDir(delta.KindFull, 8)} {
+		if _, err := os.Stat(filepath.Join(l.syncDir, d)); err != nil {
+			t.Errorf("%s: %v (the newest version must stay)", d, err)
+		}
+	}
+	if got := testutil.ToFloat64(n.wsync.prunedN); got < 1 {
+		t.Errorf("asyncrl_publisher_pruned_objects_total = %v", got)
+	}
+	for i, v := range s.EngineVersions {
+		if v != 8 {
+			t.Errorf("engine %d ended at version %d, want 8", i, v)
+		}
 	}
 }
