@@ -59,32 +59,13 @@ func TestActorTrainsPublishesAndAnnounces(t *testing.T) {
 	m, _ := policy.New(policy.DefaultConfig(), 1)
 	ptr, _ := policy.NewTrainer(m, policy.DefaultTrainerConfig())
 	pub := &recordingPublisher{}
-	steps := make(chan messages.StepDone, 8)
-	sub, err := bus.Subscribe("S", func(msg *transport.Msg) {
-		if sd, err := messages.DecodeAs[messages.StepDone](msg.Data); err == nil {
-			steps <- sd
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
+	next := expect[messages.StepDone](t, bus, "S")
 	a, err := Start(bus, ptr, pub, Config{RunID: "r", Name: "t", NormStd: true, Microbatch: microbatch.DefaultConfig(),
 		Subjects: Subjects{Train: "T", Steps: "S"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Stop(ctx)
-	next := func() messages.StepDone {
-		t.Helper()
-		select {
-		case sd := <-steps:
-			return sd
-		case <-time.After(10 * time.Second):
-			t.Fatal("no StepDone")
-		}
-		return messages.StepDone{}
-	}
 	if err := bus.Publish(ctx, "T", encodeTrain(t, 1)); err != nil {
 		t.Fatal(err)
 	}
@@ -124,5 +105,33 @@ func waitErr(a *Actor) {
 	deadline := time.Now().Add(10 * time.Second)
 	for a.Err() == nil && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// expect subscribes to subject and returns a function that waits (up to
+// 10 s) for the next message of type T there; the subscription ends with
+// the test.
+func expect[T messages.Message](t *testing.T, bus transport.Bus, subject string) func() T {
+	t.Helper()
+	ch := make(chan T, 8)
+	sub, err := bus.Subscribe(subject, func(msg *transport.Msg) {
+		if v, err := messages.DecodeAs[T](msg.Data); err == nil {
+			ch <- v
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return func() T {
+		t.Helper()
+		select {
+		case v := <-ch:
+			return v
+		case <-time.After(10 * time.Second):
+			var zero T
+			t.Fatalf("no %T on %s", zero, subject)
+			return zero
+		}
 	}
 }

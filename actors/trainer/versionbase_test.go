@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"testing"
-	"time"
 
 	"github.com/asyncrl/asyncrl/actors/trainer/microbatch"
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/policy"
-	"github.com/asyncrl/asyncrl/transport"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
 )
 
@@ -66,42 +64,14 @@ func TestVersionBaseMakesBusVersionsLocal(t *testing.T) {
 		t.Fatalf("VersionBase -1: err %v", err)
 	}
 
-	steps := make(chan messages.StepDone, 8)
-	published := make(chan messages.WeightsPublished, 8)
-	sub, err := bus.Subscribe("S", func(msg *transport.Msg) {
-		if sd, err := messages.DecodeAs[messages.StepDone](msg.Data); err == nil {
-			steps <- sd
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	wsub, err := bus.Subscribe("W", func(msg *transport.Msg) {
-		if wp, err := messages.DecodeAs[messages.WeightsPublished](msg.Data); err == nil {
-			published <- wp
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer wsub.Unsubscribe()
+	next := expect[messages.StepDone](t, bus, "S")
+	nextPublished := expect[messages.WeightsPublished](t, bus, "W")
 	cfg.VersionBase = 2
 	a, err := Start(bus, ptr, pub, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Stop(ctx)
-	next := func() messages.StepDone {
-		t.Helper()
-		select {
-		case sd := <-steps:
-			return sd
-		case <-time.After(10 * time.Second):
-			t.Fatal("no StepDone")
-		}
-		return messages.StepDone{}
-	}
 	if err := bus.Publish(ctx, "T", encodeTrain(t, 1)); err != nil {
 		t.Fatal(err)
 	}
@@ -112,13 +82,8 @@ func TestVersionBaseMakesBusVersionsLocal(t *testing.T) {
 	if ptr.Version() != 3 {
 		t.Fatalf("wrapped trainer version %d, want 3 (its own step count goes on)", ptr.Version())
 	}
-	select {
-	case wp := <-published:
-		if wp.Version != 1 || wp.BaseVersion != 1 || wp.Step != 1 {
-			t.Fatalf("WeightsPublished = %v; want version 1", wp)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("no WeightsPublished")
+	if wp := nextPublished(); wp.Version != 1 || wp.BaseVersion != 1 || wp.Step != 1 {
+		t.Fatalf("WeightsPublished = %v; want version 1", wp)
 	}
 	recs := a.Steps()
 	if len(recs) != 1 || recs[0].Version != 1 || recs[0].Stats.Version != 1 {
