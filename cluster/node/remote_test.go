@@ -79,6 +79,22 @@ func firstRequest(events, name string) int {
 	return strings.Index(events, "engine "+name+" first request at version")
 }
 
+// servedAfterCatchUp checks, on a node's events, that every engine that
+// served a request had caught up first (versions and at from caughtUp),
+// and returns how many served.
+func servedAfterCatchUp(t *testing.T, events string, versions map[string]int64, at map[string]int) (served int) {
+	t.Helper()
+	for name := range versions {
+		if fr := firstRequest(events, name); fr >= 0 {
+			served++
+			if fr < at[name] {
+				t.Errorf("%s served before it caught up", name)
+			}
+		}
+	}
+	return served
+}
+
 // An engine-only node serves a trainer-only holder; it leaves gracefully
 // and its engines leave the holder's routing table; a new engine node
 // joins mid-run, loads the current version from the term's base and
@@ -132,16 +148,7 @@ func TestRemoteEnginesJoinAndLeave(t *testing.T) {
 	if len(v2) == 0 {
 		t.Fatalf("no n2 engine caught up:\n%s", out2)
 	}
-	served := 0
-	for name := range v2 {
-		if fr := firstRequest(out2, name); fr >= 0 {
-			served++
-			if fr < at2[name] {
-				t.Errorf("%s served before it caught up", name)
-			}
-		}
-	}
-	if served == 0 {
+	if servedAfterCatchUp(t, out2, v2, at2) == 0 {
 		t.Errorf("n1 trained 2 steps and no n2 engine got a request:\n%s", out2)
 	}
 
@@ -190,7 +197,6 @@ func TestRemoteEnginesJoinAndLeave(t *testing.T) {
 	if len(v3) != len(urls3) {
 		t.Fatalf("n3 engines caught up: %v; want all %d:\n%s", v3, len(urls3), out3)
 	}
-	served = 0
 	for name, v := range v3 {
 		// Each engine starts from the run's current version, not the
 		// seed's: the publisher's command to a new engine targets the
@@ -199,14 +205,8 @@ func TestRemoteEnginesJoinAndLeave(t *testing.T) {
 		if v < before {
 			t.Errorf("%s caught up to version %d; n1 was at version %d when n3 started", name, v, before)
 		}
-		if fr := firstRequest(out3, name); fr >= 0 {
-			served++
-			if fr < at3[name] {
-				t.Errorf("%s served before it caught up", name)
-			}
-		}
 	}
-	if served == 0 {
+	if servedAfterCatchUp(t, out3, v3, at3) == 0 {
 		t.Errorf("n1 finished the run and no n3 engine got a request:\n%s", out3)
 	}
 	for _, u := range urls3 {
