@@ -64,6 +64,25 @@ func externalBus(t *testing.T) string {
 	return b.ClientURL()
 }
 
+// testAgent starts an agent on the test's shared bus url with loopback
+// gossip and a 1 s lease (unless c says otherwise); it fails the test if
+// the agent does not start.
+func testAgent(t *testing.T, url string, c AgentConfig) *Agent {
+	t.Helper()
+	c.NATSURL = url
+	if c.Gossip == "" {
+		c.Gossip = "127.0.0.1:0"
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = time.Second
+	}
+	a, err := StartAgent(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
 func agentRunConfig(t *testing.T, steps int) config.Config {
 	cfg := config.Default()
 	cfg.Run.Steps = steps
@@ -110,11 +129,7 @@ func TestRouterListenValidated(t *testing.T) {
 func TestAgentDuplicateName(t *testing.T) {
 	url := externalBus(t)
 	ctx := context.Background()
-	a1, err := StartAgent(ctx, AgentConfig{Name: "n1", Roles: []string{placement.Engine}, NATSURL: url,
-		Gossip: "127.0.0.1:0", Run: agentRunConfig(t, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a1 := testAgent(t, url, AgentConfig{Name: "n1", Roles: []string{placement.Engine}, Run: agentRunConfig(t, 1)})
 	defer a1.Stop()
 	start := time.Now()
 	a2, err := StartAgent(ctx, AgentConfig{Name: "n1", Roles: []string{placement.Engine}, NATSURL: url,
@@ -156,12 +171,7 @@ func TestAgentStandbyTakesOver(t *testing.T) {
 	const steps = 8
 	var ev1, ev2 syncBuf
 	mk := func(name string, ev *syncBuf) *Agent {
-		a, err := StartAgent(ctx, AgentConfig{Name: name, Roles: []string{placement.Trainer, placement.Engine}, NATSURL: url,
-			Gossip: "127.0.0.1:0", LeaseTTL: time.Second, Run: agentRunConfig(t, steps), Events: ev})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return a
+		return testAgent(t, url, AgentConfig{Name: name, Roles: []string{placement.Trainer, placement.Engine}, Run: agentRunConfig(t, steps), Events: ev})
 	}
 	a1 := mk("n1", &ev1)
 	defer a1.Stop()
@@ -279,15 +289,9 @@ func TestRecordEventRepairsReorder(t *testing.T) {
 // a node on the majority side takes over.
 func TestAgentMinorityStopsTraining(t *testing.T) {
 	url := externalBus(t)
-	ctx := context.Background()
 	var ev1, ev2 syncBuf
 	mk := func(name string, ev *syncBuf) *Agent {
-		a, err := StartAgent(ctx, AgentConfig{Name: name, Roles: []string{placement.Trainer, placement.Engine}, NATSURL: url,
-			Gossip: "127.0.0.1:0", LeaseTTL: time.Second, Run: agentRunConfig(t, 50), Events: ev})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return a
+		return testAgent(t, url, AgentConfig{Name: name, Roles: []string{placement.Trainer, placement.Engine}, Run: agentRunConfig(t, 50), Events: ev})
 	}
 	a1 := mk("n1", &ev1)
 	defer a1.Stop()
@@ -365,19 +369,10 @@ func TestMarkTrainedCompletesADurableStep(t *testing.T) {
 // alone would count it as failed and leave the survivor without quorum.
 func TestCleanLeaveKeepsQuorum(t *testing.T) {
 	url := externalBus(t)
-	ctx := context.Background()
 	var ev1, ev2 syncBuf
-	a1, err := StartAgent(ctx, AgentConfig{Name: "n1", Roles: []string{placement.Engine}, NATSURL: url,
-		Gossip: "127.0.0.1:0", LeaseTTL: time.Second, Run: agentRunConfig(t, 200), Events: &ev1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a1 := testAgent(t, url, AgentConfig{Name: "n1", Roles: []string{placement.Engine}, Run: agentRunConfig(t, 200), Events: &ev1})
 	defer a1.Stop()
-	a2, err := StartAgent(ctx, AgentConfig{Name: "n2", Roles: []string{placement.Trainer, placement.Engine}, NATSURL: url,
-		Gossip: "127.0.0.1:0", Join: []string{a1.ms.Addr()}, LeaseTTL: time.Second, Run: agentRunConfig(t, 200), Events: &ev2})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a2 := testAgent(t, url, AgentConfig{Name: "n2", Roles: []string{placement.Trainer, placement.Engine}, Join: []string{a1.ms.Addr()}, Run: agentRunConfig(t, 200), Events: &ev2})
 	defer a2.Stop()
 	waitFor(t, 30*time.Second, "n2 to train 2 steps", func() bool { return lastStep(ev2.String()) >= 2 })
 	a1.Stop()

@@ -410,7 +410,6 @@ func BenchmarkCheckpointSave(b *testing.B) {
 // the seed's initial weights with a fresh Adam.
 func TestAgentTakeoverRestoresCheckpointedWeights(t *testing.T) {
 	url := externalBus(t)
-	ctx := context.Background()
 	const steps = 5
 	type saved struct {
 		serving *policy.Model
@@ -433,12 +432,7 @@ func TestAgentTakeoverRestoresCheckpointedWeights(t *testing.T) {
 	mk := func(name string, ev *syncBuf) *Agent {
 		cfg := agentRunConfig(t, steps)
 		dataDirs[name] = cfg.Run.DataDir
-		a, err := StartAgent(ctx, AgentConfig{Name: name, Roles: []string{placement.Trainer, placement.Engine}, NATSURL: url,
-			Gossip: "127.0.0.1:0", LeaseTTL: time.Second, Run: cfg, Events: ev})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return a
+		return testAgent(t, url, AgentConfig{Name: name, Roles: []string{placement.Trainer, placement.Engine}, Run: cfg, Events: ev})
 	}
 	var ev1, ev2 syncBuf
 	a1 := mk("n1", &ev1)
@@ -501,12 +495,7 @@ func TestAgentTakeoverRefusesCorruptCheckpoint(t *testing.T) {
 	url := externalBus(t)
 	ctx := context.Background()
 	mk := func(name string, ev *syncBuf) *Agent {
-		a, err := StartAgent(ctx, AgentConfig{Name: name, Roles: []string{placement.Trainer, placement.Engine}, NATSURL: url,
-			Gossip: "127.0.0.1:0", LeaseTTL: time.Second, Run: agentRunConfig(t, 20), Events: ev})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return a
+		return testAgent(t, url, AgentConfig{Name: name, Roles: []string{placement.Trainer, placement.Engine}, Run: agentRunConfig(t, 20), Events: ev})
 	}
 	var ev1, ev2 syncBuf
 	a1 := mk("n1", &ev1)

@@ -1,7 +1,6 @@
 package node
 
 import (
-	"context"
 	"io"
 	"regexp"
 	"strconv"
@@ -107,17 +106,11 @@ func servedAfterCatchUp(t *testing.T, events string, versions map[string]int64, 
 // it "caught up" on n3.
 func TestRemoteEnginesJoinAndLeave(t *testing.T) {
 	url := externalBus(t)
-	ctx := context.Background()
 	const steps = 8
 	var ev1, ev2, ev3, all syncBuf
 	var join []string
 	mk := func(name string, roles []string, ev *syncBuf) *Agent {
-		a, err := StartAgent(ctx, AgentConfig{Name: name, Roles: roles, NATSURL: url,
-			Gossip: "127.0.0.1:0", Join: join, LeaseTTL: time.Second, Run: agentRunConfig(t, steps), Events: io.MultiWriter(ev, &all)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return a
+		return testAgent(t, url, AgentConfig{Name: name, Roles: roles, Join: join, Run: agentRunConfig(t, steps), Events: io.MultiWriter(ev, &all)})
 	}
 	a1 := mk("n1", []string{placement.Trainer}, &ev1)
 	defer a1.Stop()
@@ -262,17 +255,11 @@ func TestRemoteEnginesJoinAndLeave(t *testing.T) {
 // of a 1–1 split trains only if it has the lowest name.
 func TestRemoteEnginesFollowNewTerm(t *testing.T) {
 	url := externalBus(t)
-	ctx := context.Background()
 	const steps = 6
 	var ev1, ev2 syncBuf
 	var join []string
 	mk := func(name string, ev *syncBuf) *Agent {
-		a, err := StartAgent(ctx, AgentConfig{Name: name, Roles: []string{placement.Trainer, placement.Engine}, NATSURL: url,
-			Gossip: "127.0.0.1:0", Join: join, LeaseTTL: time.Second, Run: agentRunConfig(t, steps), Events: ev})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return a
+		return testAgent(t, url, AgentConfig{Name: name, Roles: []string{placement.Trainer, placement.Engine}, Join: join, Run: agentRunConfig(t, steps), Events: ev})
 	}
 	a2 := mk("n2", &ev2)
 	defer a2.Stop()

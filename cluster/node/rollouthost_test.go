@@ -25,17 +25,9 @@ func TestRolloutNodeCrashRequeuesItsGroups(t *testing.T) {
 	// dead (≈ 3 s after the crash).
 	const steps = 40
 	var ev1, ev2 syncBuf
-	a1, err := StartAgent(ctx, AgentConfig{Name: "n1", Roles: []string{placement.Trainer, placement.Engine}, NATSURL: url,
-		Gossip: "127.0.0.1:0", LeaseTTL: time.Second, Run: agentRunConfig(t, steps), Events: &ev1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a1 := testAgent(t, url, AgentConfig{Name: "n1", Roles: []string{placement.Trainer, placement.Engine}, Run: agentRunConfig(t, steps), Events: &ev1})
 	defer a1.Stop()
-	a2, err := StartAgent(ctx, AgentConfig{Name: "n2", Roles: []string{placement.Rollout}, NATSURL: url,
-		Gossip: "127.0.0.1:0", Join: []string{a1.ms.Addr()}, LeaseTTL: time.Second, Run: agentRunConfig(t, steps), Events: &ev2})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a2 := testAgent(t, url, AgentConfig{Name: "n2", Roles: []string{placement.Rollout}, Join: []string{a1.ms.Addr()}, Run: agentRunConfig(t, steps), Events: &ev2})
 	defer a2.Stop()
 	waitFor(t, 30*time.Second, "n2's rollouts to follow n1's term", func() bool { return strings.Contains(ev2.String(), "rollouts follow term") })
 	tok := regexp.MustCompile(`lease trainer acquired token (\d+)`).FindStringSubmatch(ev1.String())
