@@ -66,24 +66,18 @@ func TestActorTrainsPublishesAndAnnounces(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Stop(ctx)
-	if err := bus.Publish(ctx, "T", encodeTrain(t, 1)); err != nil {
-		t.Fatal(err)
-	}
+	sendTrain(t, bus, 1)
 	sd := next()
 	if sd.Step != 1 || sd.NewVersion != 1 || sd.RewardMean != 0.5 || sd.Stats["tokens"] != 6 {
 		t.Fatalf("StepDone = %v", sd)
 	}
 	// A redelivered batch for step 1 re-announces without training again.
-	if err := bus.Publish(ctx, "T", encodeTrain(t, 1)); err != nil {
-		t.Fatal(err)
-	}
+	sendTrain(t, bus, 1)
 	if sd := next(); sd.Step != 1 || sd.NewVersion != 1 || ptr.Version() != 1 {
 		t.Fatalf("redelivery: %v, trainer version %d", sd, ptr.Version())
 	}
 	// A batch from the future is an error and trains nothing.
-	if err := bus.Publish(ctx, "T", encodeTrain(t, 5)); err != nil {
-		t.Fatal(err)
-	}
+	sendTrain(t, bus, 5)
 	waitErr(a)
 	if a.Err() == nil || ptr.Version() != 1 {
 		t.Fatalf("future batch: err %v, version %d", a.Err(), ptr.Version())
@@ -133,5 +127,13 @@ func expect[T messages.Message](t *testing.T, bus transport.Bus, subject string)
 			t.Fatalf("no %T on %s", zero, subject)
 			return zero
 		}
+	}
+}
+
+// sendTrain publishes the TrainBatch of step on "T", the tests' train subject.
+func sendTrain(t *testing.T, bus transport.Bus, step int64) {
+	t.Helper()
+	if err := bus.Publish(context.Background(), "T", encodeTrain(t, step)); err != nil {
+		t.Fatal(err)
 	}
 }

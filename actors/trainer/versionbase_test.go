@@ -72,9 +72,7 @@ func TestVersionBaseMakesBusVersionsLocal(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Stop(ctx)
-	if err := bus.Publish(ctx, "T", encodeTrain(t, 1)); err != nil {
-		t.Fatal(err)
-	}
+	sendTrain(t, bus, 1)
 	sd := next()
 	if sd.Step != 1 || sd.NewVersion != 1 || sd.Version != 0 || sd.Stats["staleness_max"] != 0 {
 		t.Fatalf("StepDone = %v; want step 1, version 0 → 1, staleness 0 (tokens of local version 0)", sd)
@@ -90,23 +88,17 @@ func TestVersionBaseMakesBusVersionsLocal(t *testing.T) {
 		t.Fatalf("step records %+v; want one with version 1", recs)
 	}
 	// A redelivered step 1 re-announces local version 1; step 2 is next.
-	if err := bus.Publish(ctx, "T", encodeTrain(t, 1)); err != nil {
-		t.Fatal(err)
-	}
+	sendTrain(t, bus, 1)
 	if sd := next(); sd.Step != 1 || sd.NewVersion != 1 {
 		t.Fatalf("redelivery: %v", sd)
 	}
-	if err := bus.Publish(ctx, "T", encodeTrain(t, 2)); err != nil {
-		t.Fatal(err)
-	}
+	sendTrain(t, bus, 2)
 	if sd := next(); sd.Step != 2 || sd.NewVersion != 2 || ptr.Version() != 4 {
 		t.Fatalf("step 2: %v, trainer version %d", sd, ptr.Version())
 	}
 	// Step 4 is from the future locally (the next is 3); checked against the
 	// global version 4 it would pass for a redelivery.
-	if err := bus.Publish(ctx, "T", encodeTrain(t, 4)); err != nil {
-		t.Fatal(err)
-	}
+	sendTrain(t, bus, 4)
 	waitErr(a)
 	if a.Err() == nil || ptr.Version() != 4 {
 		t.Fatalf("future batch: err %v, version %d", a.Err(), ptr.Version())
