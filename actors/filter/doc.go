@@ -18,7 +18,8 @@
 //   - none: keep everything.
 //   - filter (DAPO): score = sum of token rewards. A group (uid) is kept iff
 //     the population std of its scores is > 0, or n_samples_per_prompt ==
-//     1 (a one-trajectory group counts as such, as SkyRL's vectors show).
+//     1. A group that arrived with one trajectory while n > 1 has std 0 and
+//     is bad; a NaN score makes the std NaN and the group bad.
 //     KeepIndices filters one batch; Accumulator.Add gathers kept groups
 //     across generation batches until ≥ train_batch_size groups, then
 //     returns the first train_batch_size·n trajectories (Refs) and starts
@@ -30,24 +31,31 @@
 //     permutation when good ≥ bad, with replacement otherwise); batch size
 //     unchanged; ReplaceResult.Source[i] says which input trajectory slot i
 //     takes. Otherwise Replaced is false and the batch is discarded.
+//     ReplaceSlots is the same choice over group slots, for the async
+//     loop's mini-batch assembly.
 //   - zero_variance_mask (tol default 1e-6): only live trajectories
 //     (sum(loss_mask) > 0) count; a group with > 1 live trajectory and
-//     max − min ≤ tol is dropped (ZeroVarianceMask returns the indices whose
-//     loss the caller zeroes); one live trajectory → kept.
+//     max − min ≤ tol (or a NaN live score) is masked: it stays in the
+//     batch and ZeroVarianceMask returns the indices whose loss mask the
+//     caller zeroes; one live trajectory → kept unmasked.
 //
 // # Async loop
 //
-// Config.Decide judges one finished group and returns Keep or Drop with a
-// Reason. A dropped group must release its capacity
-// (staleness.Controller.Filter) and its prompt counts as consumed, so
-// filtering can never deadlock the loop. In replace mode Decide drops bad
-// groups: replacement needs a whole batch.
+// Config.Decide judges one finished group and returns Keep or Drop (and,
+// in zero_variance_mask mode, Mask) with a Reason. A dropped group must
+// release its capacity (staleness.Controller.Filter) and its prompt counts
+// as consumed, so filtering can never deadlock the loop. In replace mode
+// Decide drops bad groups too; the controller fills their slots with
+// copies of good groups when it assembles the mini-batch (ReplaceSlots).
 //
 // # Differences from SkyRL
 //
 // "std > 0" is tested as "scores not all equal": identical in exact
 // arithmetic, but numpy can report a std of ~1e-17 for identical floats
-// (e.g. three 0.1s) and keep a group with no signal. SkyRL raises on
+// (e.g. three 0.1s) and keep a group with no signal. A NaN score is bad in
+// every mode (SkyRL's replace leaves a NaN group in the batch as neither
+// good nor bad, and its zero_variance_filter keeps it). SkyRL raises on
 // max_sample_batches; Add returns an error and resets its state instead.
+// docs/semantics.md lists each difference with the input that shows it.
 // GRPO advantages live in package policy, not here.
 package filter

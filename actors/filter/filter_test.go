@@ -2,6 +2,7 @@ package filter
 
 import (
 	"errors"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -23,10 +24,10 @@ func TestKeepIndicesReferenceVectors(t *testing.T) {
 		n       int
 		want    []int
 	}{
-		{"mixed", []float64{1, 2, 3, 3, 5}, []string{"u1", "u1", "u2", "u2", "u3"}, 2, []int{0, 1, 4}},
+		{"mixed", []float64{1, 2, 3, 3, 5}, []string{"u1", "u1", "u2", "u2", "u3"}, 2, []int{0, 1}},
 		{"all flat", []float64{1, 1, 2, 2}, []string{"a", "a", "b", "b"}, 2, nil},
 		{"n=1 keeps all", []float64{1, 1, 1}, []string{"x", "y", "z"}, 1, []int{0, 1, 2}},
-		{"singletons kept even with n=2", []float64{1, 1, 1}, []string{"x", "y", "z"}, 2, []int{0, 1, 2}},
+		{"singletons dropped with n=2", []float64{1, 1, 1}, []string{"x", "y", "z"}, 2, nil},
 		{"flat triple dropped", []float64{2, 2, 2, 0, 1}, []string{"a", "a", "a", "b", "b"}, 3, []int{3, 4}},
 		{"n=1 keeps flat groups too", []float64{1, 1}, []string{"a", "a"}, 1, []int{0, 1}},
 		{"interleaved uids", []float64{1, 0, 2, 0}, []string{"a", "b", "a", "b"}, 2, []int{0, 2}},
@@ -284,9 +285,10 @@ func TestDecide(t *testing.T) {
 		{ModeFilter, 2, flat, false, ReasonZeroVariance},
 		{ModeFilter, 2, varied, true, ReasonHasVariance},
 		{ModeFilter, 1, flat, true, ReasonSingleSample},
-		{ModeFilter, 2, flat[:1], true, ReasonSingleSample},
+		{ModeFilter, 2, flat[:1], false, ReasonSingleTrajectory},
+		{ModeFilter, 2, batch([]float64{math.NaN(), 1}, []string{"u", "u"}), false, ReasonNaN},
 		{ModeReplace, 2, flat, false, ReasonZeroVariance},
-		{ModeZeroVarianceMask, 2, flat, false, ReasonZeroVariance},
+		{ModeZeroVarianceMask, 2, flat, true, ReasonZeroVariance}, // kept, masked
 		{ModeZeroVarianceMask, 2, oneLive, true, ReasonFewLive},
 		{ModeZeroVarianceMask, 2, varied, true, ReasonHasVariance},
 	}
@@ -296,6 +298,9 @@ func TestDecide(t *testing.T) {
 		d, err := cfg.Decide(tc.grp)
 		if err != nil || d.Keep != tc.keep || d.Reason != tc.reason || d.UID != "u" {
 			t.Errorf("%s n=%d: %v %v, want keep=%t %s", tc.mode, tc.n, d, err, tc.keep, tc.reason)
+		}
+		if wantMask := tc.mode == ModeZeroVarianceMask && tc.reason == ReasonZeroVariance; d.Mask != wantMask {
+			t.Errorf("%s n=%d: mask=%t, want %t", tc.mode, tc.n, d.Mask, wantMask)
 		}
 	}
 	if _, err := DefaultConfig().Decide(batch([]float64{1, 2}, []string{"a", "b"})); !errors.Is(err, ErrMixedGroup) {
