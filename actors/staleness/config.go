@@ -32,6 +32,20 @@ const (
 	PolicyAccept StalePolicy = "accept"
 )
 
+// Measure says how CheckForTraining measures a group's staleness.
+type Measure string
+
+const (
+	// MeasureScheduled is SkyRL's measure (default): global_step − the
+	// step at which the group was scheduled (admitted).
+	MeasureScheduled Measure = "scheduled"
+	// MeasureToken is asyncrl's stricter measure: the trainer's version −
+	// the policy version of the group's oldest generated token. It differs
+	// from scheduled whenever an engine lags behind the trainer (its
+	// tokens are older than the version the group was scheduled at).
+	MeasureToken Measure = "token"
+)
+
 // Config configures a Controller. Field names follow SkyRL's fully_async
 // options.
 type Config struct {
@@ -47,6 +61,8 @@ type Config struct {
 	MiniBatchSize int64 `yaml:"mini_batch_size"`
 	// StalePolicy is requeue (default) or accept.
 	StalePolicy StalePolicy `yaml:"stale_policy"`
+	// Measure is scheduled (default; "" means scheduled) or token.
+	Measure Measure `yaml:"measure"`
 	// BaseVersion is the policy version the trainer holds at step 1
 	// (weights after 0 updates); the trainer's version at step j is
 	// BaseVersion + j − 1. Default 0, SkyRL's base version.
@@ -54,14 +70,23 @@ type Config struct {
 }
 
 // DefaultConfig returns S=4, B=4, W=8 (two mini-batches generating at
-// once), PolicyRequeue, BaseVersion 0.
+// once), PolicyRequeue, MeasureScheduled, BaseVersion 0.
 func DefaultConfig() Config {
 	return Config{
 		MaxStalenessSteps:            4,
 		NumParallelGenerationWorkers: 8,
 		MiniBatchSize:                4,
 		StalePolicy:                  PolicyRequeue,
+		Measure:                      MeasureScheduled,
 	}
+}
+
+// measure is the configured measure, "" read as scheduled.
+func (c Config) measure() Measure {
+	if c.Measure == "" {
+		return MeasureScheduled
+	}
+	return c.Measure
 }
 
 // Validate checks the fields and SkyRL's rule B ≤ W ≤ B·(S+1): fewer
@@ -86,6 +111,11 @@ func (c Config) Validate() error {
 	case PolicyRequeue, PolicyAccept:
 	default:
 		return fmt.Errorf("%w: stale_policy must be %q or %q, got %q", ErrInvalidConfig, PolicyRequeue, PolicyAccept, c.StalePolicy)
+	}
+	switch c.Measure {
+	case "", MeasureScheduled, MeasureToken:
+	default:
+		return fmt.Errorf("%w: measure must be %q or %q, got %q", ErrInvalidConfig, MeasureScheduled, MeasureToken, c.Measure)
 	}
 	return nil
 }

@@ -89,9 +89,15 @@ type Decision struct {
 	Verdict  Verdict
 	GroupID  string
 	PromptID string
-	// Staleness = trainer version − version of the group's oldest token
-	// (j − i in SkyRL's terms), clamped at 0.
+	// Staleness is the lag under the configured Measure, the one the bound
+	// is enforced on: Scheduled or Token.
 	Staleness int64
+	// Scheduled = current_global_step − the step the group was scheduled
+	// at (SkyRL's j − i).
+	Scheduled int64
+	// Token = trainer version − version of the group's oldest token,
+	// clamped at 0.
+	Token int64
 	// Violation: Staleness > MaxStalenessSteps (trained anyway under
 	// PolicyAccept, dropped under PolicyRequeue).
 	Violation bool
@@ -100,8 +106,8 @@ type Decision struct {
 }
 
 func (d Decision) String() string {
-	return fmt.Sprintf("%s group=%s prompt=%s staleness=%d violation=%t step=%d",
-		d.Verdict, d.GroupID, d.PromptID, d.Staleness, d.Violation, d.Step)
+	return fmt.Sprintf("%s group=%s prompt=%s staleness=%d (scheduled %d, token %d) violation=%t step=%d",
+		d.Verdict, d.GroupID, d.PromptID, d.Staleness, d.Scheduled, d.Token, d.Violation, d.Step)
 }
 
 type group struct {
@@ -291,8 +297,10 @@ func (c *Controller) Abort(groupID string, now time.Time) error {
 
 // CheckForTraining is the per-group staleness check SkyRL lacks, done when
 // the trainer is about to take an accepted group for the current step.
-// Staleness = Version() − the group's oldest token version (clamped at 0;
-// a token newer than the trainer is counted in FutureVersions). Within the
+// Staleness is measured as Config.Measure says: scheduled (default, SkyRL)
+// = Step() − the step the group was admitted at; token = Version() − the
+// group's oldest token version (clamped at 0; a token newer than the
+// trainer is counted in FutureVersions). Both are reported. Within the
 // bound, or under PolicyAccept, the verdict is Train and the group leaves
 // the controller as trained (it stays in accepted, as in SkyRL). Beyond
 // the bound under PolicyRequeue the verdict is Drop: accepted−1, the
@@ -303,12 +311,17 @@ func (c *Controller) CheckForTraining(groupID string, now time.Time) (Decision, 
 	if err != nil {
 		return Decision{}, err
 	}
-	lag := c.Version() - g.oldestVersion
-	if lag < 0 {
+	tok := c.Version() - g.oldestVersion
+	if tok < 0 {
 		c.futureVersions++
-		lag = 0
+		tok = 0
 	}
-	d := Decision{GroupID: groupID, PromptID: g.adm.PromptID, Staleness: lag, Step: c.step,
+	sched := c.step - g.adm.ScheduledStep
+	lag := sched
+	if c.cfg.measure() == MeasureToken {
+		lag = tok
+	}
+	d := Decision{GroupID: groupID, PromptID: g.adm.PromptID, Staleness: lag, Scheduled: sched, Token: tok, Step: c.step,
 		Violation: lag > c.cfg.MaxStalenessSteps}
 	delete(c.groups, groupID)
 	if d.Violation && c.cfg.StalePolicy == PolicyRequeue {

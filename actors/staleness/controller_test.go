@@ -13,7 +13,12 @@ func at(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
 
 func mustNew(t *testing.T, s, w, b int64, p StalePolicy) *Controller {
 	t.Helper()
-	c, err := New(Config{MaxStalenessSteps: s, NumParallelGenerationWorkers: w, MiniBatchSize: b, StalePolicy: p})
+	return mustNewM(t, s, w, b, p, MeasureScheduled)
+}
+
+func mustNewM(t *testing.T, s, w, b int64, p StalePolicy, m Measure) *Controller {
+	t.Helper()
+	c, err := New(Config{MaxStalenessSteps: s, NumParallelGenerationWorkers: w, MiniBatchSize: b, StalePolicy: p, Measure: m})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,6 +222,7 @@ func TestStepDone(t *testing.T) {
 func TestCheckForTraining(t *testing.T) {
 	cases := []struct {
 		name        string
+		measure     Measure
 		policy      StalePolicy
 		stepsBefore int   // StepDone calls between scheduling and the check
 		oldest      int64 // reported oldest version; UnknownVersion = scheduled
@@ -224,17 +230,23 @@ func TestCheckForTraining(t *testing.T) {
 		wantLag     int64
 		wantViol    bool
 	}{
-		{"fresh", PolicyRequeue, 0, UnknownVersion, Train, 0, false},
-		{"at the bound", PolicyRequeue, 2, UnknownVersion, Train, 2, false},
-		{"over the bound requeues", PolicyRequeue, 3, UnknownVersion, Drop, 3, true},
-		{"over the bound accepted", PolicyAccept, 3, UnknownVersion, Train, 3, true},
-		{"reported version within bound", PolicyRequeue, 2, 1, Train, 1, false},
-		{"future token clamps", PolicyRequeue, 0, 7, Train, 0, false},
+		{"fresh", MeasureToken, PolicyRequeue, 0, UnknownVersion, Train, 0, false},
+		{"at the bound", MeasureToken, PolicyRequeue, 2, UnknownVersion, Train, 2, false},
+		{"over the bound requeues", MeasureToken, PolicyRequeue, 3, UnknownVersion, Drop, 3, true},
+		{"over the bound accepted", MeasureToken, PolicyAccept, 3, UnknownVersion, Train, 3, true},
+		{"reported version within bound", MeasureToken, PolicyRequeue, 2, 1, Train, 1, false},
+		{"future token clamps", MeasureToken, PolicyRequeue, 0, 7, Train, 0, false},
+		{"scheduled: fresh", MeasureScheduled, PolicyRequeue, 0, UnknownVersion, Train, 0, false},
+		{"scheduled: over the bound requeues", MeasureScheduled, PolicyRequeue, 3, UnknownVersion, Drop, 3, true},
+		// The same input as "reported version within bound": scheduled
+		// counts the two steps since admission, not the token's version.
+		{"scheduled: reported version ignored", MeasureScheduled, PolicyRequeue, 2, 1, Train, 2, false},
+		{"scheduled: future token ignored", MeasureScheduled, PolicyRequeue, 0, 7, Train, 0, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			// S=2, B=1, W=3: stepping without training is allowed.
-			c := mustNew(t, 2, 3, 1, tc.policy)
+			c := mustNewM(t, 2, 3, 1, tc.policy, tc.measure)
 			a := acquire(t, c, "p")
 			for range tc.stepsBefore {
 				if _, err := c.StepDone(c.Step(), t0); err != nil {
@@ -276,7 +288,7 @@ func TestCheckForTraining(t *testing.T) {
 // An engine that lagged behind: the group was scheduled at step 4 (version
 // 3) but its oldest token came from version 0 — staleness 3 > S=2.
 func TestOldestTokenNotSchedulingStep(t *testing.T) {
-	c := mustNew(t, 2, 3, 1, PolicyRequeue)
+	c := mustNewM(t, 2, 3, 1, PolicyRequeue, MeasureToken)
 	for range 3 {
 		if _, err := c.StepDone(c.Step(), t0); err != nil {
 			t.Fatal(err)
@@ -298,8 +310,40 @@ func TestOldestTokenNotSchedulingStep(t *testing.T) {
 	}
 }
 
+// An engine that lags (it served version 0 to a group scheduled at step 4,
+// version 3): SkyRL's scheduled measure sees staleness 0 and trains the
+// group; the token measure sees 3 > S=2 and requeues it. Both are reported.
+func TestMeasuresDisagreeWhenAnEngineLags(t *testing.T) {
+	for _, tc := range []struct {
+		m       Measure
+		verdict Verdict
+		lag     int64
+	}{{MeasureScheduled, Train, 0}, {MeasureToken, Drop, 3}, {"", Train, 0}} {
+		c := mustNewM(t, 2, 3, 1, PolicyRequeue, tc.m)
+		for range 3 {
+			if _, err := c.StepDone(c.Step(), t0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		a := acquire(t, c, "p")
+		if err := c.Accept(a.GroupID, 0, t0); err != nil {
+			t.Fatal(err)
+		}
+		d, err := c.CheckForTraining(a.GroupID, t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Verdict != tc.verdict || d.Staleness != tc.lag || d.Scheduled != 0 || d.Token != 3 {
+			t.Fatalf("measure %q: %v, want %v staleness %d (scheduled 0, token 3)", tc.m, d, tc.verdict, tc.lag)
+		}
+	}
+	if _, err := New(Config{MaxStalenessSteps: 1, NumParallelGenerationWorkers: 1, MiniBatchSize: 1, StalePolicy: PolicyRequeue, Measure: "oldest"}); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "measure") {
+		t.Fatalf("bad measure: %v", err)
+	}
+}
+
 func TestStalenessHistogramAndMean(t *testing.T) {
-	c := mustNew(t, 1, 2, 1, PolicyAccept)
+	c := mustNewM(t, 1, 2, 1, PolicyAccept, MeasureToken)
 	// lags 0, 1, 3 → hist [1,1,1] (last bucket is > S), mean 4/3, max 3.
 	lags := []int64{0, 1, 3}
 	for range 3 {

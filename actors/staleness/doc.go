@@ -38,17 +38,21 @@
 //     prompt, so an engine failure loses no prompt. SkyRL has no such
 //     path; the identity submitted = running + accepted + filtered +
 //     aborted + stale-dropped holds at all times.
-//   - CheckForTraining(group, now) enforces the bound SkyRL only counts.
-//     Staleness = j − i where j is the trainer's current version
-//     (BaseVersion + step − 1) and i the policy version of the group's
-//     OLDEST token, as reported to Accept (UnknownVersion falls back to the
-//     version at scheduling). Measuring the oldest token rather than the
-//     scheduling step catches engines that served old weights. With
-//     PolicyRequeue (default) a violator is Dropped: accepted−1 (capacity
-//     released) and a Requeue{Reason: ReasonStale} is emitted; with
-//     PolicyAccept it is trained and counted in Violations. A token newer
-//     than the trainer (version message racing StepDone) counts as
-//     staleness 0 and in FutureVersions.
+//   - CheckForTraining(group, now) enforces the bound SkyRL only counts,
+//     on the lag Config.Measure names (both are reported in Decision):
+//     scheduled (default, SkyRL's) = current_global_step − the step the
+//     group was admitted at (j − i); token = the trainer's current version
+//     (BaseVersion + step − 1) − the policy version of the group's OLDEST
+//     token, as reported to Accept (UnknownVersion falls back to the
+//     version at scheduling). The two agree unless an engine served older
+//     weights than the trainer held when the group was scheduled; token
+//     catches that, scheduled matches SkyRL (testdata/engine_lag.scenario
+//     shows the input on which they disagree). With PolicyRequeue
+//     (default) a violator is Dropped: accepted−1 (capacity released) and
+//     a Requeue{Reason: ReasonStale} is emitted; with PolicyAccept it is
+//     trained and counted in Violations. A token newer than the trainer
+//     (version message racing StepDone) counts as token staleness 0 and in
+//     FutureVersions.
 //   - Metrics: staleness mean, max and histogram (buckets 0..S and >S) of
 //     trained groups; violations; capacity; EngineIdle (∫(W − running)dt),
 //     EngineBlocked (the part of it while capacity ≤ 0, i.e. caused by the

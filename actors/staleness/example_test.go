@@ -27,6 +27,6 @@ func ExampleController() {
 	fmt.Println(c.Step(), c.Capacity())
 	// Output:
 	// true prompt-1#1 3
-	// train group=prompt-1#1 prompt=prompt-1 staleness=0 violation=false step=1
+	// train group=prompt-1#1 prompt=prompt-1 staleness=0 (scheduled 0, token 0) violation=false step=1
 	// 2 4
 }

@@ -14,7 +14,8 @@ import (
 // compares the transcript with the .golden file next to it. Commands (one
 // per line, '#' comments; @T sets the time to T seconds):
 //
-//	config S W B policy      acquire PROMPT @T      accept GROUP VERSION|- @T
+//	config S W B policy [measure]                   (measure: scheduled by default)
+//	acquire PROMPT @T        accept GROUP VERSION|- @T
 //	filter GROUP @T          abort GROUP @T         check GROUP @T
 //	step N @T                tick @T                metrics
 func TestScenarios(t *testing.T) {
@@ -53,7 +54,11 @@ func runScenario(t *testing.T, path string) string {
 		switch f[0] {
 		case "config":
 			var err error
-			c, err = New(Config{MaxStalenessSteps: num(1), NumParallelGenerationWorkers: num(2), MiniBatchSize: num(3), StalePolicy: StalePolicy(arg(4))})
+			var m Measure
+			if len(f) > 5 {
+				m = Measure(f[5])
+			}
+			c, err = New(Config{MaxStalenessSteps: num(1), NumParallelGenerationWorkers: num(2), MiniBatchSize: num(3), StalePolicy: StalePolicy(arg(4)), Measure: m})
 			res = fmt.Sprintf("err=%v", err)
 		case "acquire":
 			a, ok := c.TryAcquire(arg(1), now)
