@@ -27,6 +27,34 @@ const (
 	LagHold = "hold"
 )
 
+// Version rules accepted by Config.VersionRule: how a replica behind the
+// newest acknowledged version (lag = newest − its version) is treated.
+const (
+	// VersionStaleness (default, issue 15): a lagging replica takes no new
+	// sessions while an up-to-date one can, and keeps its sessions while
+	// its lag ≤ MaxVersionLag (the run's staleness budget); SkyRL never
+	// breaks stickiness for a version.
+	VersionStaleness = "staleness"
+	// VersionNewest is the rule before issue 15: a replica behind the
+	// newest acknowledged version is treated as below the minimum (its
+	// sessions follow LagRule the moment another replica acks a newer
+	// version). Equivalent to VersionStaleness with MaxVersionLag 0; kept
+	// by name so comparisons (bench/routerbench) are reproducible.
+	VersionNewest = "newest"
+)
+
+// Consistent-hash fallbacks accepted by Config.HashFallback: where a key
+// goes when its ring point's replica may not take it.
+const (
+	// HashWalk (default) walks on to the next ring point whose replica may
+	// take the request, so a dead replica's keys spread over the ring.
+	HashWalk = "walk"
+	// HashFirstHealthy is vllm-router's behaviour (src/policies/
+	// consistent_hash.rs): the first replica, in replica order, that may
+	// take the request — every key of a dead replica lands on one replica.
+	HashFirstHealthy = "first_healthy"
+)
+
 // Policies lists every policy name, in the order documentation shows them.
 var Policies = []string{BoundedSticky, StickyLeastLoaded, ConsistentHash, RoundRobin, LeastRequest}
 
@@ -68,6 +96,17 @@ type Config struct {
 	MoveCost float64
 	// LagRule is "move" (default) or "hold"; see LagMove and LagHold.
 	LagRule string
+	// VersionRule is "staleness" (default) or "newest"; see
+	// VersionStaleness and VersionNewest.
+	VersionRule string
+	// MaxVersionLag is the staleness budget of VersionStaleness: how many
+	// versions a replica may lag behind the newest acknowledged version
+	// and keep its sessions (default 4, SkyRL's max_staleness_steps; the
+	// run wires its own trainer.max_staleness_steps). Must be ≥ 0.
+	MaxVersionLag int64
+	// HashFallback is consistent_hash's "walk" (default) or
+	// "first_healthy" (vllm-router); see HashWalk and HashFirstHealthy.
+	HashFallback string
 	// FailThreshold consecutive failed health signals (probes or proxied
 	// connection failures) mark a replica unhealthy. Must be ≥ 1.
 	FailThreshold int
@@ -78,7 +117,8 @@ type Config struct {
 
 // DefaultConfig returns the defaults: bounded_sticky, 160 virtual nodes,
 // TTL 7200 s swept at most every 60 s, c = 1.25, metrics ≤ 1 s old, lag
-// rule move, unhealthy after 3 failures and healthy again after 2 probes.
+// rule move, version rule staleness with a budget of 4 versions,
+// consistent_hash walking the ring, unhealthy after 3 failures and healthy again after 2 probes.
 func DefaultConfig() Config {
 	return Config{
 		Policy:             BoundedSticky,
@@ -92,6 +132,9 @@ func DefaultConfig() Config {
 		PrefixCacheEntries: 4096,
 		MoveCost:           1,
 		LagRule:            LagMove,
+		VersionRule:        VersionStaleness,
+		MaxVersionLag:      4,
+		HashFallback:       HashWalk,
 		FailThreshold:      3,
 		RecoverThreshold:   2,
 	}
@@ -126,6 +169,15 @@ func (c Config) Validate() error {
 	}
 	if c.LagRule != LagMove && c.LagRule != LagHold {
 		return fmt.Errorf("%w: LagRule %q: want %q or %q", ErrInvalidConfig, c.LagRule, LagMove, LagHold)
+	}
+	if c.VersionRule != VersionStaleness && c.VersionRule != VersionNewest {
+		return fmt.Errorf("%w: VersionRule %q: want %q or %q", ErrInvalidConfig, c.VersionRule, VersionStaleness, VersionNewest)
+	}
+	if c.MaxVersionLag < 0 {
+		return fmt.Errorf("%w: MaxVersionLag %d: want ≥ 0", ErrInvalidConfig, c.MaxVersionLag)
+	}
+	if c.HashFallback != HashWalk && c.HashFallback != HashFirstHealthy {
+		return fmt.Errorf("%w: HashFallback %q: want %q or %q", ErrInvalidConfig, c.HashFallback, HashWalk, HashFirstHealthy)
 	}
 	return nil
 }

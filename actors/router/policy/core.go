@@ -19,10 +19,14 @@ type Core struct {
 	ring       []ringPoint
 	sessions   map[string]*session
 	minVersion int64
-	lastSweep  time.Time
-	swept      bool
-	rr         int    // round_robin cursor
-	seq        uint64 // logical time for prefix LRUs
+	// newest and newFloor are derived by refresh at the start of every
+	// Route and snapshot: the newest version any replica acknowledged, and
+	// the lowest version that may take new sessions now.
+	newest, newFloor int64
+	lastSweep        time.Time
+	swept            bool
+	rr               int    // round_robin cursor
+	seq              uint64 // logical time for prefix LRUs
 }
 
 type replica struct {
@@ -247,15 +251,49 @@ func (c *Core) ObserveMetrics(now time.Time, url string, queueLen int, kvUsage f
 
 // ---- eligibility and load ----------------------------------------------
 
-// takesNew: may receive new sessions and untracked requests.
+// budget is how many versions a replica may lag behind the newest
+// acknowledged one and keep its sessions (0 under VersionNewest).
+func (c *Core) budget() int64 {
+	if c.cfg.VersionRule == VersionNewest {
+		return 0
+	}
+	return c.cfg.MaxVersionLag
+}
+
+// refresh derives newest and newFloor from the replicas (O(n), once per
+// Route: cheaper to recompute than to keep right through every setter).
+// New sessions go to up-to-date replicas while one of them could take
+// them; only when none can (down, paused, avoided) does the floor drop to
+// the staleness budget, so a publish never turns into "no replica".
+func (c *Core) refresh() {
+	c.newest = c.minVersion
+	for _, r := range c.order {
+		c.newest = max(c.newest, r.version)
+	}
+	c.newFloor = max(c.minVersion, c.newest-c.budget())
+	for _, r := range c.order {
+		if r.healthy && !r.avoid && r.state == Active && r.version >= c.newest {
+			c.newFloor = c.newest
+			break
+		}
+	}
+}
+
+// takesNew: may receive new sessions and untracked requests: healthy,
+// active, at or above the hard minimum and at the new-session floor (the
+// newest version while an up-to-date replica can take them). Valid after
+// refresh.
 func (c *Core) takesNew(r *replica) bool {
-	return r.healthy && !r.avoid && r.state == Active && r.version >= c.minVersion
+	return r.healthy && !r.avoid && r.state == Active && r.version >= c.minVersion && r.version >= c.newFloor
 }
 
 // keepsExisting: may keep serving the sessions it already has. A draining
-// replica does; a paused, updating or lagging one does not (lag rule).
+// replica does, and so does one whose lag behind the newest acknowledged
+// version is within the staleness budget; a paused or updating one, one
+// beyond the budget or below the hard minimum does not (lag rule).
 func (c *Core) keepsExisting(r *replica) bool {
-	return r.healthy && !r.avoid && (r.state == Active || r.state == Draining) && r.version >= c.minVersion
+	return r.healthy && !r.avoid && (r.state == Active || r.state == Draining) &&
+		r.version >= c.minVersion && c.newest-r.version <= c.budget()
 }
 
 // load is the bounded_sticky load in token-equivalents: router-local
@@ -290,6 +328,7 @@ func (c *Core) Route(now time.Time, req Request) Decision {
 			}
 		}()
 	}
+	c.refresh()
 	return c.route(now, req)
 }
 
@@ -652,9 +691,11 @@ func matchBlocks(t *replica, prefix uint64, blocks []uint64) int {
 	return 0
 }
 
-// routeHash is consistent_hash: the first ring point ≥ hash(key), walking
-// on past points whose replica may not take the request (not to a fixed
-// fallback replica, which would make a hot spot).
+// routeHash is consistent_hash: the first ring point ≥ hash(key); if its
+// replica may not take the request, HashWalk walks on past such points
+// (no fixed fallback replica, which would make a hot spot) and
+// HashFirstHealthy takes the first replica in URL order that may
+// (vllm-router's fallback).
 func (c *Core) routeHash(now time.Time, req Request, tracked bool) Decision {
 	if req.SessionKey == "" {
 		return c.charge(req, c.pickLeastRequest(), OutcomeUntracked, "")
@@ -670,14 +711,31 @@ func (c *Core) routeHash(now time.Time, req Request, tracked bool) Decision {
 			return Decision{Outcome: OutcomeGated, From: o.url}
 		}
 	}
+	ok := func(cand *replica) bool {
+		return c.takesNew(cand) || (s != nil && s.replica == cand && c.keepsExisting(cand))
+	}
 	var r *replica
 	if len(c.ring) > 0 {
 		start := ringStart(c.ring, RingHash(key))
-		for i := 0; i < len(c.ring); i++ {
-			cand := c.replicas[c.ring[(start+i)%len(c.ring)].url]
-			if c.takesNew(cand) || (s != nil && s.replica == cand && c.keepsExisting(cand)) {
+		if c.cfg.HashFallback == HashFirstHealthy {
+			// vllm-router: the ring point's replica, else the first one
+			// (in replica order) that may take the request.
+			if cand := c.replicas[c.ring[start].url]; ok(cand) {
 				r = cand
-				break
+			} else {
+				for _, cand := range c.order {
+					if ok(cand) {
+						r = cand
+						break
+					}
+				}
+			}
+		} else {
+			for i := 0; i < len(c.ring); i++ {
+				if cand := c.replicas[c.ring[(start+i)%len(c.ring)].url]; ok(cand) {
+					r = cand
+					break
+				}
 			}
 		}
 	}
@@ -749,7 +807,7 @@ func (c *Core) Sweep(now time.Time) int {
 
 func (c *Core) view(r *replica) ReplicaView {
 	return ReplicaView{
-		URL: r.url, Healthy: r.healthy, State: r.state, Version: r.version,
+		URL: r.url, Healthy: r.healthy, State: r.state, Version: r.version, Lag: c.newest - r.version,
 		Sessions: r.sessions, InflightRequests: r.inflightReqs, InflightTokens: r.inflightTokens,
 		QueueLen: r.queueLen, KVUsage: r.kvUsage, MetricsAt: r.metricsAt, Eligible: c.takesNew(r),
 	}
@@ -757,6 +815,7 @@ func (c *Core) view(r *replica) ReplicaView {
 
 // Replicas returns a snapshot of every replica, in URL order.
 func (c *Core) Replicas() []ReplicaView {
+	c.refresh()
 	out := make([]ReplicaView, len(c.order))
 	for i, r := range c.order {
 		out[i] = c.view(r)
@@ -770,6 +829,7 @@ func (c *Core) Replica(url string) (ReplicaView, bool) {
 	if !ok {
 		return ReplicaView{}, false
 	}
+	c.refresh()
 	return c.view(r), true
 }
 

@@ -735,3 +735,56 @@ func TestBoundedStickyPrefersLongestBlockMatch(t *testing.T) {
 		t.Fatalf("new session with shared blocks only: %+v", d)
 	}
 }
+
+// TestConsistentHashFirstHealthyFallback is vllm-router's fallback
+// (vllm-project/router src/policies/consistent_hash.rs,
+// select_worker_with_headers: "Target worker is unhealthy, fall back to
+// first healthy worker", healthy_indices[0]): every key whose ring point's
+// replica is down goes to the first healthy replica — one hot spot —
+// where the default walk spreads them over the ring.
+func TestConsistentHashFirstHealthyFallback(t *testing.T) {
+	for _, tc := range []struct {
+		fallback string
+		want     map[string]bool // where the dead replica's keys may go
+		spread   int             // how many replicas they must reach
+	}{
+		{HashFirstHealthy, map[string]bool{"http://a": true}, 1},
+		{HashWalk, map[string]bool{"http://a": true, "http://c": true}, 2},
+	} {
+		t.Run(tc.fallback, func(t *testing.T) {
+			c := newCore(t, func(cfg *Config) { cfg.Policy = ConsistentHash; cfg.HashFallback = tc.fallback }, three...)
+			_ = c.SetHealth("http://b", false)
+			got := map[string]int{}
+			for i := range 300 {
+				key := fmt.Sprint("k-", i)
+				owner := c.ring[ringStart(c.ring, RingHash(key))].url
+				d := c.Route(t0, Request{SessionKey: key})
+				if owner != "http://b" {
+					if d.Replica != owner {
+						t.Fatalf("%s: %v, want its ring owner %s", key, d, owner)
+					}
+					continue
+				}
+				if !tc.want[d.Replica] {
+					t.Fatalf("%s (owner down) → %v", key, d)
+				}
+				got[d.Replica]++
+			}
+			if len(got) != tc.spread {
+				t.Fatalf("dead replica's keys went to %v, want %d replica(s)", got, tc.spread)
+			}
+			// The owner recovers: its keys go back (no session table in
+			// vllm-router's consistent_hash; ours follows the ring too).
+			_ = c.SetHealth("http://b", true)
+			for i := range 300 {
+				key := fmt.Sprint("k-", i)
+				if owner := c.ring[ringStart(c.ring, RingHash(key))].url; owner == "http://b" {
+					if d := c.Route(t0, Request{SessionKey: key}); d.Replica != owner || d.Outcome != OutcomeMoved {
+						t.Fatalf("%s after recovery: %v", key, d)
+					}
+				}
+			}
+			checkInvariants(t, c)
+		})
+	}
+}

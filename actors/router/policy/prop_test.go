@@ -28,6 +28,13 @@ func newMachine(t *rapid.T, pol string) *machine {
 	cfg.SweepInterval = time.Duration(rapid.IntRange(0, 120).Draw(t, "sweep")) * time.Second
 	cfg.LoadFactor = rapid.SampledFrom([]float64{1, 1.1, 1.25, 2}).Draw(t, "c")
 	cfg.MoveCost = rapid.SampledFrom([]float64{0, 1}).Draw(t, "movecost")
+	cfg.MaxVersionLag = int64(rapid.IntRange(0, 3).Draw(t, "maxlag"))
+	if rapid.IntRange(0, 3).Draw(t, "newest") == 0 {
+		cfg.VersionRule = VersionNewest
+	}
+	if rapid.Bool().Draw(t, "firsthealthy") {
+		cfg.HashFallback = HashFirstHealthy
+	}
 	hold := rapid.Bool().Draw(t, "hold")
 	if hold {
 		cfg.LagRule = LagHold
@@ -272,11 +279,55 @@ func contains(list []string, s string) bool {
 	return false
 }
 
+// newest is the newest acknowledged version (never below the minimum).
+func (m *stickyModel) newest() int64 {
+	n := m.min
+	for _, r := range m.replicas {
+		n = max(n, r.version)
+	}
+	return n
+}
+
+// budget: versions a replica may lag and keep its sessions.
+func (m *stickyModel) budget() int64 {
+	if m.cfg.VersionRule == VersionNewest {
+		return 0
+	}
+	return m.cfg.MaxVersionLag
+}
+
+// keeps: the session may stay on u (healthy, not avoided, active or
+// draining, ≥ min, lag within the budget).
+func (m *stickyModel) keeps(u string, avoid []string) bool {
+	r := m.replicas[u]
+	return r.healthy && !contains(avoid, u) && (r.state == Active || r.state == Draining) &&
+		r.version >= m.min && m.newest()-r.version <= m.budget()
+}
+
+// takes: u may take a new session: healthy, active, not avoided, ≥ min and
+// up to date — or, when no up-to-date replica may, within the budget.
+func (m *stickyModel) takes(u string, avoid []string) bool {
+	open := func(u string) bool {
+		r := m.replicas[u]
+		return r.healthy && r.state == Active && !contains(avoid, u) && r.version >= m.min
+	}
+	if !open(u) {
+		return false
+	}
+	n := m.newest()
+	for o, r := range m.replicas {
+		if open(o) && r.version >= n {
+			return m.replicas[u].version >= n
+		}
+	}
+	return n-m.replicas[u].version <= m.budget()
+}
+
 func (m *stickyModel) pick(key string, avoid []string) []string {
 	best := -1
 	var tied []string
-	for u, r := range m.replicas {
-		if !r.healthy || r.state != Active || r.version < m.min || contains(avoid, u) {
+	for u := range m.replicas {
+		if !m.takes(u, avoid) {
 			continue
 		}
 		n := m.count(u)
@@ -327,7 +378,7 @@ func (m *stickyModel) route1(now time.Time, req Request) Decision {
 	if s, ok := m.sessions[key]; ok {
 		r := m.replicas[s.url]
 		avoided := contains(req.Avoid, s.url)
-		if r.healthy && !avoided && (r.state == Active || r.state == Draining) && r.version >= m.min {
+		if m.keeps(s.url, req.Avoid) {
 			s.last = now
 			return Decision{Replica: s.url, Outcome: OutcomeStickyHit}
 		}

@@ -14,7 +14,8 @@ import (
 // compares the transcript with the .golden file next to it. Commands (one
 // per line, # comments; t=<duration> is time since the scenario start):
 //
-//	config key=value…      policy, lag, ttl, sweep, c, vnodes (must come first)
+//	config key=value…      policy, lag, ttl, sweep, c, vnodes, versions,
+//	                       maxlag, fallback (must come first)
 //	replicas URL…          SetReplicas
 //	add URL | remove URL
 //	health URL up|down
@@ -94,6 +95,12 @@ func runScenario(t *testing.T, path string) string {
 					cfg.LoadFactor, err = strconv.ParseFloat(v, 64)
 				case "vnodes":
 					cfg.VirtualNodes, err = strconv.Atoi(v)
+				case "versions":
+					cfg.VersionRule = v
+				case "maxlag":
+					cfg.MaxVersionLag, err = strconv.ParseInt(v, 10, 64)
+				case "fallback":
+					cfg.HashFallback = v
 				default:
 					err = fmt.Errorf("unknown config key %q", k)
 				}

@@ -147,17 +147,21 @@ func (d Decision) OK() bool { return d.Replica != "" }
 
 // ReplicaView is a read-only snapshot of one replica.
 type ReplicaView struct {
-	URL              string
-	Healthy          bool
-	State            State
-	Version          int64
+	URL     string
+	Healthy bool
+	State   State
+	Version int64
+	// Lag is how many versions the replica is behind the newest one any
+	// replica acknowledged (0 = up to date).
+	Lag              int64
 	Sessions         int
 	InflightRequests int
 	InflightTokens   int64
 	QueueLen         int
 	KVUsage          float64
 	MetricsAt        time.Time
-	// Eligible: may take new sessions right now (healthy, active, ≥ min version).
+	// Eligible: may take new sessions right now (healthy, active, ≥ min
+	// version, and up to date unless no up-to-date replica can take them).
 	Eligible bool
 }
 
