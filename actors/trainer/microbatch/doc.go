@@ -13,17 +13,24 @@
 // # Semantics (SkyRL)
 //
 //   - Balanced(tokens, max_tokens_per_microbatch): sort by token count
-//     descending (stable); each sequence goes to the least-loaded bin
-//     where it fits (ties: the earliest bin), else a new bin; a sequence
-//     over the cap gets a bin of its own. Off (−1) = one microbatch.
-//     Vectors: cap 15 [10,10,5,5] → [[0,2],[1,3]]; cap 10 [10,1,1,1,1,1] →
-//     [[0],[1,2,3,4,5]]; cap 50 [100,10,10] → [[0],[1,2]]; [100] → [[0]].
-//   - FirstFitDecreasing (SFT packing): first bin where it fits; a sequence
-//     over the cap is ErrOversize; the bin count is raised to ≥
-//     min_bin_count and to a multiple of bin_count_multiple (the DP size);
-//     more bins than sequences is ErrTooFewSequences. SkyRL only says it
-//     reaches the count; we split the fullest multi-sequence bin in two
-//     balanced halves, which can never break the cap.
+//     descending (stable: equal counts by ascending index); each sequence
+//     goes to the least-loaded bin if it fits there (ties: the earliest
+//     bin), else a new bin; a sequence over the cap gets a bin of its own.
+//     Off (−1) = one microbatch. Vectors: cap 15 [10,10,5,5] →
+//     [[0,2],[1,3]]; cap 10 [10,1,1,1,1,1] → [[0],[1,2,3,4,5]]; cap 50
+//     [100,10,10] → [[0],[1,2]]; [100] → [[0]]; cap 10 [3,5,2] → [[1,0,2]].
+//   - FirstFitDecreasing (SFT packing): sort (length, index) pairs
+//     descending (equal lengths by DESCENDING index), first bin where it
+//     fits; a sequence over the cap is ErrOversize; the bin count is raised
+//     to ≥ min_bin_count and to a multiple of bin_count_multiple (the DP
+//     size) as SkyRL's _adjust_bin_count: bins ranked by (size, index)
+//     descending, each new bin takes one sequence popped from the end of
+//     the first ranked bin still holding more than one. More bins than
+//     sequences is ErrTooFewSequences. [10,10,10] with min_bin_count 3 →
+//     [[2],[0],[1]].
+//   - Every bin lists its indices in insertion order and bins come in
+//     opening order — exactly SkyRL's answer (skyrl/train/dataset/
+//     bin_packing.py), so a plan can be compared with SkyRL's bin for bin.
 //   - Across DP ranks: Contiguous is SkyRL's equal contiguous chunks (when
 //     the mini-batch is not a multiple of the DP size we allow chunks one
 //     apart instead of failing). Build pads every rank to the same number of

@@ -49,12 +49,14 @@ func byTokensDesc(tokens []int) []int {
 }
 
 // Balanced packs sequences (by token count) into microbatches of at most
-// maxTokens tokens, SkyRL's balanced algorithm: sort descending (stable);
-// put each sequence into the least-loaded bin where it fits (ties: the
-// earliest bin), else open a new bin; a sequence longer than maxTokens gets
-// a bin of its own, which then takes nothing else. maxTokens == Off gives
-// one bin with everything. Bins are in opening order; indices within a bin
-// ascending, so each microbatch keeps the input order.
+// maxTokens tokens, SkyRL's balanced algorithm (skyrl/train/dataset/
+// bin_packing.py, Balanced): sort by length only, descending and stable
+// (equal lengths keep ascending index order); put each sequence into the
+// least-loaded bin if it fits there (ties: the earliest bin), else open a
+// new bin; a sequence longer than maxTokens gets a bin of its own, which
+// then takes nothing else. maxTokens == Off gives one bin with everything,
+// in input order. Bins are in opening order and each lists its indices in
+// insertion order, exactly as SkyRL returns them.
 func Balanced(tokens []int, maxTokens int) ([][]int, error) {
 	if err := checkTokens(tokens); err != nil {
 		return nil, err
@@ -89,20 +91,19 @@ func Balanced(tokens []int, maxTokens int) ([][]int, error) {
 		bins[best] = append(bins[best], i)
 		loads[best] += tokens[i]
 	}
-	for _, b := range bins {
-		slices.Sort(b)
-	}
 	return bins, nil
 }
 
-// FirstFitDecreasing packs for SFT: sort descending (stable), put each
-// sequence into the first bin where it fits, else open one. A sequence
-// over maxTokens is an error (ErrOversize). The bin count is then raised
-// to at least minBinCount and to a multiple of binCountMultiple (the DP
-// size, so every rank gets the same number of microbatches) by splitting
-// the fullest bin holding ≥ 2 sequences into two balanced halves —
-// splitting never breaks the cap. More bins than sequences is
-// ErrTooFewSequences. maxTokens == Off starts from one bin.
+// FirstFitDecreasing packs for SFT, SkyRL's FirstFitDecreasing
+// (skyrl/train/dataset/bin_packing.py): sort the (length, index) pairs
+// descending — so equal lengths go by DESCENDING index — and put each
+// sequence into the first bin where it fits, else open one; each bin lists
+// its indices in insertion order. A sequence over maxTokens is an error
+// (ErrOversize). The bin count is then raised to at least minBinCount and
+// to a multiple of binCountMultiple (the DP size, so every rank gets the
+// same number of microbatches) as SkyRL's _adjust_bin_count does (see
+// adjustBinCount); more bins than sequences is ErrTooFewSequences.
+// maxTokens == Off starts from one bin.
 func FirstFitDecreasing(tokens []int, maxTokens, minBinCount, binCountMultiple int) ([][]int, error) {
 	if err := checkTokens(tokens); err != nil {
 		return nil, err
@@ -113,9 +114,20 @@ func FirstFitDecreasing(tokens []int, maxTokens, minBinCount, binCountMultiple i
 	if minBinCount < 0 || binCountMultiple < 1 {
 		return nil, fmt.Errorf("%w: min_bin_count must be ≥ 0 and bin_count_multiple ≥ 1, got %d and %d", ErrInvalid, minBinCount, binCountMultiple)
 	}
+	order := make([]int, len(tokens))
+	for i := range order {
+		order[i] = i
+	}
+	// (length, index) descending: Python's sort(reverse=True) on tuples.
+	slices.SortFunc(order, func(a, b int) int {
+		if tokens[a] != tokens[b] {
+			return tokens[b] - tokens[a]
+		}
+		return b - a
+	})
 	var bins [][]int
 	var loads []int
-	for _, i := range byTokensDesc(tokens) {
+	for _, i := range order {
 		if maxTokens != Off && tokens[i] > maxTokens {
 			return nil, fmt.Errorf("%w: sequence %d has %d tokens, cap %d", ErrOversize, i, tokens[i], maxTokens)
 		}
@@ -128,39 +140,49 @@ func FirstFitDecreasing(tokens []int, maxTokens, minBinCount, binCountMultiple i
 		bins[b] = append(bins[b], i)
 		loads[b] += tokens[i]
 	}
-	target := max(len(bins), minBinCount)
+	return adjustBinCount(bins, len(tokens), minBinCount, binCountMultiple)
+}
+
+// adjustBinCount raises the bin count to at least minBinCount and to a
+// multiple of binCountMultiple exactly as SkyRL's SeqPacker._adjust_bin_count:
+// the existing bins are ranked by (size, index) descending; each new bin
+// takes ONE sequence popped from the end of the first bin in that ranking
+// that still holds more than one, moving down the ranking when a bin is
+// down to a single sequence. Moving a sequence out of a bin never breaks
+// the cap. Every bin must keep a sequence, so more bins than sequences is
+// ErrTooFewSequences.
+func adjustBinCount(bins [][]int, n, minBinCount, binCountMultiple int) ([][]int, error) {
+	cur := len(bins)
+	target := max(cur, minBinCount)
 	if r := target % binCountMultiple; r != 0 {
 		target += binCountMultiple - r
 	}
-	if target > len(tokens) {
+	if target == cur {
+		return bins, nil
+	}
+	if target > n {
 		return nil, fmt.Errorf("%w: need %d bins (min_bin_count %d, multiple %d) for %d sequences",
-			ErrTooFewSequences, target, minBinCount, binCountMultiple, len(tokens))
+			ErrTooFewSequences, target, minBinCount, binCountMultiple, n)
 	}
+	rank := make([]int, cur)
+	for i := range rank {
+		rank[i] = i
+	}
+	slices.SortFunc(rank, func(a, b int) int {
+		if len(bins[a]) != len(bins[b]) {
+			return len(bins[b]) - len(bins[a])
+		}
+		return b - a
+	})
+	src := 0
 	for len(bins) < target {
-		split := -1
-		for b := range bins {
-			if len(bins[b]) >= 2 && (split < 0 || loads[b] > loads[split]) {
-				split = b
-			}
+		for len(bins[rank[src]]) <= 1 {
+			src++ // cannot run out: fewer bins than sequences means one holds two
 		}
-		// Items of a bin are in descending order already; deal them LPT
-		// into two halves.
-		var halves [2][]int
-		var hl [2]int
-		for _, i := range bins[split] {
-			h := 0
-			if hl[1] < hl[0] || (hl[1] == hl[0] && len(halves[1]) < len(halves[0])) {
-				h = 1
-			}
-			halves[h] = append(halves[h], i)
-			hl[h] += tokens[i]
-		}
-		bins[split], loads[split] = halves[0], hl[0]
-		bins = append(bins, halves[1])
-		loads = append(loads, hl[1])
-	}
-	for _, b := range bins {
-		slices.Sort(b)
+		from := bins[rank[src]]
+		last := from[len(from)-1]
+		bins[rank[src]] = from[:len(from)-1]
+		bins = append(bins, []int{last})
 	}
 	return bins, nil
 }

@@ -55,9 +55,9 @@ func TestFirstFitDecreasing(t *testing.T) {
 		err               error
 	}{
 		{"oversize raises", []int{150}, 100, 0, 1, nil, ErrOversize},
-		{"min_bin_count 3", []int{10, 10, 10}, 100, 3, 1, [][]int{{0}, {1}, {2}}, nil},
+		{"min_bin_count 3", []int{10, 10, 10}, 100, 3, 1, [][]int{{2}, {0}, {1}}, nil},
 		{"min_bin_count 5 with 2 sequences", []int{10, 10}, 100, 5, 1, nil, ErrTooFewSequences},
-		{"first fit, not least loaded", []int{60, 30, 30, 10}, 100, 0, 1, [][]int{{0, 1, 3}, {2}}, nil},
+		{"first fit, not least loaded", []int{60, 30, 30, 10}, 100, 0, 1, [][]int{{0, 2, 3}, {1}}, nil},
 		{"rounded to a multiple", []int{60, 50, 40}, 100, 0, 2, [][]int{{0, 2}, {1}}, nil},
 		{"multiple needs more than n", []int{60, 50, 40}, 100, 0, 4, nil, ErrTooFewSequences},
 		{"bad multiple", []int{1}, 100, 0, 0, nil, ErrInvalid},

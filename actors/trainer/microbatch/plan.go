@@ -81,7 +81,8 @@ func (c Config) Validate() error {
 
 // Microbatch is one forward/backward pass on one rank.
 type Microbatch struct {
-	// Indices into the mini-batch, ascending.
+	// Indices into the mini-batch, in the packer's insertion order (SkyRL's
+	// order: longest first for balanced and ffd).
 	Indices []int
 	// Tokens is the sum of the sequences' token counts (1 for padding).
 	Tokens int

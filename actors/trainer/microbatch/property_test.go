@@ -58,9 +58,6 @@ func balancedRef(tokens []int, cap int) [][]int {
 		}
 		bins[best] = append(bins[best], i)
 	}
-	for _, b := range bins {
-		slices.Sort(b)
-	}
 	return bins
 }
 
