@@ -108,6 +108,9 @@ type Agent struct {
 	stopOne sync.Once
 	// stopping: Stop has begun; the name claim's loss is then expected.
 	stopping atomic.Bool
+	// beforeSave, when set (tests), runs before each step's progress is
+	// saved: a test deposes the holder there.
+	beforeSave func(ctx context.Context, step int64)
 }
 
 // ParseAgentRoles validates a --roles value; the error lists the known roles.
@@ -551,6 +554,9 @@ func (a *Agent) train(ctx context.Context, token uint64) error {
 				return nil
 			}
 			np := ledger.Progress{Step: p.Step + s.Step, Version: p.Version + s.Version, Token: token, Holder: a.cfg.Name, Prompts: prompts}
+			if a.beforeSave != nil {
+				a.beforeSave(ctx, np.Step)
+			}
 			if ck != nil {
 				loc, err := ck.location(s.Version)
 				if err != nil {
@@ -806,6 +812,17 @@ func (a *Agent) mirrorLedger(n *Node, token uint64) (*mirror, error) {
 		}
 		ev.PromptID = prefix + ev.PromptID
 		ev.Sender = a.cfg.Name
+		if ev.State == messages.LedgerTrained {
+			// A prompt counts as trained only together with the durable
+			// step that trained it: the holder marks a step's prompts after
+			// its fenced SaveProgress (markTrained), and the next holder
+			// does so for the last durable step. The controller's own
+			// trained event comes before that write, so a holder deposed in
+			// between would leave trained marks for a step no durable
+			// weights hold, and the next term would train as many prompts
+			// again (issue 20: "trained 100" for 24 steps × 4).
+			return
+		}
 		if ev.State == messages.LedgerConsumed {
 			m.mu.Lock()
 			m.groups[ev.GroupID] = ledger.PromptAttempt{PromptID: ev.PromptID, GroupID: ev.GroupID, Attempt: ev.Attempt}
@@ -1004,8 +1021,9 @@ func (a *Agent) remoteEngines() *RemoteEngines {
 }
 
 // markTrained records step's prompt attempts as trained in the durable
-// ledger. The controller's own trained events (mirrored) make the same
-// transitions: whichever lands second is a duplicate.
+// ledger: the only writer of trained marks (the mirror drops the
+// controller's), called once the step is durable. Marking twice (the
+// holder and, after its death, the next holder) is a duplicate.
 func (a *Agent) markTrained(ctx context.Context, step int64, prompts []ledger.PromptAttempt) error {
 	for _, pa := range prompts {
 		err := a.recordEvent(ctx, messages.PromptLedger{Header: messages.Header{Sender: a.cfg.Name}, PromptID: pa.PromptID,
