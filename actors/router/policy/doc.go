@@ -17,11 +17,13 @@
 //     RingHash(key), where RingHash = FNV-1a-64 then the murmur3 fmix64
 //     finaliser (FNV alone clusters the points of URLs differing in one
 //     byte). A request goes to the first point ≥ hash(key),
-//     wrapping; a point whose replica may not take it is skipped and the
-//     walk continues to the NEXT point, so the load of a dead replica is
-//     spread over the ring instead of piling onto one fallback (which is
-//     what vllm-router's "first healthy worker" does). Sessions are
-//     recorded only for bookkeeping (counts, lookup, outcome).
+//     wrapping. HashFallback says where a key goes when that point's
+//     replica may not take it: "walk" (default) skips to the NEXT point,
+//     so the load of a dead replica is spread over the ring; "first_healthy"
+//     is vllm-router's fallback (src/policies/consistent_hash.rs): the
+//     first replica, in URL order (vllm-router: registration order), that
+//     may — one hot spot. Sessions are recorded only for bookkeeping
+//     (counts, lookup, outcome).
 //   - sticky_least_loaded: SkyRL semantics. Load = sessions per replica.
 //     A new session goes to the eligible replica with the fewest sessions,
 //     ties to the highest mix64(FNV-1a-64("session_id:url")) (rendezvous). An
@@ -109,11 +111,23 @@
 //
 // # Version gating and replica states
 //
-// A replica takes new sessions (and untracked requests) only while it is
-// healthy, Active and serves version ≥ MinVersion. Existing sessions stay
-// on a healthy Active or Draining replica at ≥ MinVersion. A session whose
-// replica is healthy but Paused, Updating or behind MinVersion follows
-// LagRule: "move" places it again now (KV cache lost, no wait); "hold"
+// Two versions gate traffic: MinVersion, the hard minimum the publisher
+// sets (MinVersionSet: no request ever goes to a replica below it), and
+// the newest version any replica acknowledged; a replica's lag is newest −
+// its version. Under VersionRule "staleness" (default, issue 15) a
+// replica takes new sessions (and untracked requests) only while it is
+// healthy, Active, ≥ MinVersion and up to date — unless no up-to-date
+// replica can take them, when any within the budget may. Existing
+// sessions stay on a healthy Active or Draining replica at ≥ MinVersion
+// whose lag ≤ MaxVersionLag (the staleness budget; the run wires
+// trainer.max_staleness_steps): SkyRL never breaks stickiness for a
+// version, and with delta sync the replicas ack a publish at staggered
+// times, so moving sessions off the ones still loading drained their KV
+// caches and piled sessions onto the first one updated (BENCHMARKS.md).
+// A lagging replica is not balanced (like a draining one). VersionRule
+// "newest" is the rule before: budget 0. A session whose replica is
+// healthy but Paused, Updating, behind MinVersion or beyond the budget
+// follows LagRule: "move" places it again now (KV cache lost, no wait); "hold"
 // answers OutcomeGated ("retry later": the proxy returns 503 with
 // Retry-After) until the replica catches up, keeping the cache — right
 // when weight syncs are short and prefixes long. A session on an
@@ -122,7 +136,9 @@
 //
 // # Session keys
 //
-// ExtractSessionKey implements the reference key priority over headers
-// and body bytes; a body-text key is HashOnly: consistent_hash places by
-// it, sticky policies treat the request as untracked.
+// SessionKey implements vllm-router's key priority (src/policies/
+// hash_key.rs) over a header lookup and the body bytes; a body-text key is
+// HashOnly: consistent_hash places by it, sticky policies treat the
+// request as untracked. The core never imports net/http: the proxy passes
+// its header lookup.
 package policy

@@ -34,19 +34,20 @@ type requestBody struct {
 	N                   *int            `json:"n"`
 }
 
-// parseRequest extracts the session key (policy.ExtractSessionKey's
-// priority: headers, then body fields, then body text) and parseBody's
-// estimates from one decode of the body.
+// parseRequest extracts the session key (policy.SessionKey's priority:
+// headers, then body fields, then body text) and parseBody's estimates
+// from one decode of the body. The HTTP side of key extraction lives here
+// so that the routing core never imports net/http: it gets h.Get.
 func parseRequest(h http.Header, body []byte, defaultDecode, prefixBytes int) bodyInfo {
 	var req requestBody
 	ok := len(body) > 0 && json.Unmarshal(body, &req) == nil
 	info := fromBody(&req, ok, body, defaultDecode, prefixBytes)
-	if k, found := policy.HeaderSessionKey(h); found {
+	if k, found := policy.HeaderKey(h.Get); found {
 		info.key = k
 	} else if ok {
-		info.key = policy.SessionKeyFrom(nil, body, &req.BodyKeyFields)
+		info.key = policy.BodyKey(body, &req.BodyKeyFields)
 	} else {
-		info.key = policy.SessionKeyFrom(nil, body, nil)
+		info.key = policy.BodyKey(body, nil)
 	}
 	return info
 }

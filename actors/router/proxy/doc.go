@@ -5,7 +5,8 @@
 // Contract:
 //   - Every path except /admin/ and /finish_session is forwarded to the
 //     replica the core chooses, with the session key taken from
-//     X-Session-ID and the other sources of policy.ExtractSessionKey. The
+//     X-Session-ID and the other sources of policy.SessionKey (vllm-router's
+//     rules; the proxy hands the core its header lookup, h.Get). The
 //     response carries X-Asyncrl-Replica: <replica URL>. Responses stream
 //     through with a flush per chunk (SSE works); hop-by-hop headers are
 //     stripped both ways; bodies over MaxBodyBytes get 413 with a

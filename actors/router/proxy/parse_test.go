@@ -103,13 +103,15 @@ func TestCountTokenIDs(t *testing.T) {
 }
 
 // parseRequest decodes the body once; it must agree with the two-pass
-// reference (policy.ExtractSessionKey, then parseBody) on every body.
+// reference (policy.SessionKey, then parseBody) on every body.
 func TestParseRequestMatchesTwoPass(t *testing.T) {
 	bodies := []string{
 		`{"prompt":[1,2,3,4,5],"max_tokens":10,"session_id":"s1"}`,
 		`{"prompt":"hello","user":"u1","session_id":"s2"}`,
 		`{"messages":[{"role":"user","content":"hi"}],"session_params":{"session_id":42}}`,
 		`{"prompt":"x","session_params":{"other":1},"user_id":7}`,
+		`{"prompt":"x","user":null,"session_id":"s"}`,
+		`{"prompt":"x","user":"","session_id":"s"}`,
 		`{"prompt":"no key at all","max_completion_tokens":3,"n":2}`,
 		`[1,2,3]`,
 		`{"prompt":`,
@@ -124,7 +126,7 @@ func TestParseRequestMatchesTwoPass(t *testing.T) {
 			}
 			got := parseRequest(h, []byte(b), 256, 2048)
 			want := parseBody([]byte(b), 256, 2048)
-			want.key = policy.ExtractSessionKey(h, []byte(b))
+			want.key = policy.SessionKey(h.Get, []byte(b))
 			if got.key != want.key || got.promptTokens != want.promptTokens || got.decodeTokens != want.decodeTokens ||
 				got.prefixHash != want.prefixHash || !slices.Equal(got.prefixBlocks, want.prefixBlocks) {
 				t.Errorf("body %q header %q: one pass %+v, two passes %+v", b, hdr, got, want)

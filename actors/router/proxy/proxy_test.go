@@ -598,3 +598,32 @@ func TestPassiveFailureMarksUnhealthy(t *testing.T) {
 		t.Fatalf("retries %v, want exactly FailThreshold = 2", got)
 	}
 }
+
+// TestBodySessionKeysOverHTTP: the proxy reads body keys by vllm-router's
+// rules (vllm-project/router src/policies/hash_key.rs): a null user is the
+// key "null", an empty user ends the search (the request is untracked,
+// session_id is not used), a nested session_params.session_id wins.
+func TestBodySessionKeysOverHTTP(t *testing.T) {
+	a, b := named(t, "a", nil), named(t, "b", nil)
+	h := start(t, testConfig(a, b))
+	for _, tc := range []struct{ body, tracked, untracked string }{
+		{`{"prompt":"x","user":null,"session_id":"s1"}`, "null", "s1"},
+		{`{"prompt":"x","user":"","session_id":"s2"}`, "", "s2"},
+		{`{"prompt":"x","session_id":"s3","session_params":{"session_id":9}}`, "9", "s3"},
+	} {
+		readAll(t, h.post("/v1/completions", "", tc.body))
+		if tc.tracked != "" {
+			if _, ok := h.r.Lookup(tc.tracked); !ok {
+				t.Errorf("%s: session %q not tracked", tc.body, tc.tracked)
+			}
+		}
+		if _, ok := h.r.Lookup(tc.untracked); ok {
+			t.Errorf("%s: session %q tracked", tc.body, tc.untracked)
+		}
+	}
+	n := 0
+	h.r.Do(func(_ time.Time, c *policy.Core) { n = c.SessionCount() })
+	if n != 2 {
+		t.Fatalf("%d sessions, want 2 (null, 9)", n)
+	}
+}
