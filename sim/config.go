@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/asyncrl/asyncrl/actors/staleness"
 )
 
 // Sentinel errors.
@@ -67,7 +69,8 @@ const (
 	// BugStalenessFromSchedule: the controller reports no token versions
 	// to the staleness controller, which then measures a group's lag from
 	// the version it was scheduled at — blind to engines that served
-	// older weights.
+	// older weights. A bug only under MeasureToken (planting it with no
+	// Measure set selects token); under scheduled that is the rule.
 	BugStalenessFromSchedule Bug = "staleness-from-schedule"
 	// BugPublisherAnnouncesEarly: the publisher announces a version
 	// (tracker, LoadWeights, minimum version) before its manifest is
@@ -128,6 +131,11 @@ type Config struct {
 	SyncBound time.Duration
 	// Bugs plants bugs (tests only; see Bug).
 	Bugs []Bug
+	// Measure is the staleness measure the controller enforces and the
+	// oracle checks (staleness ≤ S): scheduled (SkyRL: step − the step the
+	// group was scheduled at; the default) or token (trainer version − the
+	// group's oldest token version).
+	Measure staleness.Measure
 
 	// faultMask, when non-nil, disables the faults whose index is false
 	// (delta debugging). The schedule is still drawn in full, so the
@@ -161,6 +169,12 @@ func (c Config) withDefaults() Config {
 	if c.SyncBound == 0 {
 		c.SyncBound = d.SyncBound
 	}
+	if c.Measure == "" {
+		c.Measure = staleness.MeasureScheduled
+		if c.has(BugStalenessFromSchedule) {
+			c.Measure = staleness.MeasureToken
+		}
+	}
 	return c
 }
 
@@ -180,6 +194,11 @@ func (c Config) Validate() error {
 	}
 	if c.ProgressBound < time.Second || c.SyncBound < time.Second {
 		return fmt.Errorf("%w: ProgressBound %v / SyncBound %v: want ≥ 1s", ErrInvalidConfig, c.ProgressBound, c.SyncBound)
+	}
+	switch c.Measure {
+	case "", staleness.MeasureScheduled, staleness.MeasureToken:
+	default:
+		return fmt.Errorf("%w: Measure %q: want %q or %q", ErrInvalidConfig, c.Measure, staleness.MeasureScheduled, staleness.MeasureToken)
 	}
 	for _, b := range c.Bugs {
 		if !slices.Contains(Bugs, b) {

@@ -105,7 +105,7 @@ type ctlNode struct {
 
 func (w *world) stalenessConfig() staleness.Config {
 	return staleness.Config{MaxStalenessSteps: w.wl.S, NumParallelGenerationWorkers: w.wl.W,
-		MiniBatchSize: w.wl.B, StalePolicy: staleness.PolicyRequeue}
+		MiniBatchSize: w.wl.B, StalePolicy: staleness.PolicyRequeue, Measure: w.cfg.Measure}
 }
 
 func newCtl(w *world) (*ctlNode, error) {

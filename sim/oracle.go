@@ -5,6 +5,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/asyncrl/asyncrl/actors/staleness"
 )
 
 // Invariant names a property the simulator checks after every event.
@@ -12,8 +14,9 @@ type Invariant string
 
 // The invariants.
 const (
-	// InvStaleness: every trained group's staleness (trainer version −
-	// its oldest token's version) is ≤ S.
+	// InvStaleness: every trained group's staleness under the configured
+	// measure is ≤ S — token: trainer version − its oldest token's version;
+	// scheduled: the trainer step − the step at which it was admitted.
 	InvStaleness Invariant = "staleness-bound"
 	// InvTrainedTwice: no group is trained twice.
 	InvTrainedTwice Invariant = "group-trained-once"
@@ -48,10 +51,14 @@ var Invariants = []Invariant{InvStaleness, InvTrainedTwice, InvLedger, InvRoutin
 	InvChecksum, InvInvisible, InvSync, InvProgress, InvWire, InvProtocol}
 
 type oGroup struct {
-	prompt  string
-	oldest  int64
-	outcome string
-	trained int
+	prompt string
+	oldest int64
+	// scheduled is SkyRL's global_step when the group was admitted: the
+	// trainer's committed steps + 1, as the oracle saw the trainer commit
+	// (not the controller's view, which a crash can leave behind).
+	scheduled int64
+	outcome   string
+	trained   int
 }
 
 type oPrompt struct {
@@ -69,6 +76,7 @@ type oracle struct {
 	lastServe  []int64
 	lastStepAt time.Duration
 	steps      int64
+	committed  int64 // the highest step the trainer committed
 	checks     int64
 	trained    int64
 	filtered   int64
@@ -102,7 +110,7 @@ func (o *oracle) admit(g, p string) {
 		o.w.fail(InvLedger, "group id %s admitted twice", g)
 	}
 	op.live, op.queued = g, false
-	o.groups[g] = &oGroup{prompt: p, oldest: math.MaxInt64}
+	o.groups[g] = &oGroup{prompt: p, oldest: math.MaxInt64, scheduled: o.committed + 1}
 }
 
 // tokens: the controller accepted a turn of group g whose tokens were
@@ -151,6 +159,7 @@ func (o *oracle) settle(g, outcome string) {
 // seen is the oldest generated-token version per group as the trainer
 // read it from the batch's token data.
 func (o *oracle) trainedBatch(step, version int64, groups []string, seen map[string]int64) {
+	o.committed = max(o.committed, step)
 	for _, g := range groups {
 		o.checks += 2
 		og := o.groups[g]
@@ -171,11 +180,20 @@ func (o *oracle) trainedBatch(step, version int64, groups []string, seen map[str
 			o.w.fail(InvStaleness, "group %s: the trainer's token data says oldest version %d, the engines produced %d", g, s, og.oldest)
 			return
 		}
-		lag := version - og.oldest
-		o.maxStale = max(o.maxStale, lag)
-		if lag > o.w.wl.S {
-			o.w.fail(InvStaleness, "group %s trained on version %d with oldest token version %d: staleness %d > S=%d", g, version, og.oldest, lag, o.w.wl.S)
-			return
+		if o.w.cfg.Measure == staleness.MeasureToken {
+			lag := version - og.oldest
+			o.maxStale = max(o.maxStale, lag)
+			if lag > o.w.wl.S {
+				o.w.fail(InvStaleness, "group %s trained on version %d with oldest token version %d: token staleness %d > S=%d", g, version, og.oldest, lag, o.w.wl.S)
+				return
+			}
+		} else {
+			lag := step - og.scheduled
+			o.maxStale = max(o.maxStale, lag)
+			if lag > o.w.wl.S {
+				o.w.fail(InvStaleness, "group %s trained at step %d, scheduled at step %d: scheduled staleness %d > S=%d", g, step, og.scheduled, lag, o.w.wl.S)
+				return
+			}
 		}
 		o.trained++
 		o.settle(g, "trained")

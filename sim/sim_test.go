@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/asyncrl/asyncrl/actors/staleness"
 )
 
 // seedBudget is the number of seeds the default test run simulates,
@@ -21,10 +23,12 @@ func TestSeedsHoldInvariants(t *testing.T) {
 	var trained, filtered, requeued int64
 	for i := 0; i < seedBudget; i++ {
 		sc := Scenarios[i%len(Scenarios)]
+		// Both staleness measures, each over every scenario.
+		m := []staleness.Measure{staleness.MeasureScheduled, staleness.MeasureToken}[(i/len(Scenarios))%2]
 		seed := int64(1000 + i)
-		res, err := Run(Config{Seed: seed, Scenario: sc, Steps: 8})
+		res, err := Run(Config{Seed: seed, Scenario: sc, Steps: 8, Measure: m})
 		if err != nil {
-			t.Fatalf("seed %d scenario %s: %v", seed, sc, err)
+			t.Fatalf("seed %d scenario %s measure %s: %v", seed, sc, m, err)
 		}
 		if res.StepsTrained != 8 {
 			t.Fatalf("seed %d: trained %d steps, want 8", seed, res.StepsTrained)
@@ -246,6 +250,7 @@ func TestConfigValidate(t *testing.T) {
 		{"trace", func(c *Config) { c.TraceEvents = -1 }, "TraceEvents"},
 		{"bounds", func(c *Config) { c.SyncBound = 0 }, "SyncBound"},
 		{"bug", func(c *Config) { c.Bugs = []Bug{"nope"} }, "Bugs"},
+		{"measure", func(c *Config) { c.Measure = "oldest" }, "Measure"},
 	} {
 		c := DefaultConfig()
 		tc.mod(&c)

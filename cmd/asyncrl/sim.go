@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/asyncrl/asyncrl/actors/staleness"
 	"github.com/asyncrl/asyncrl/sim"
 )
 
@@ -17,7 +18,7 @@ func newSimCmd(g *globals) *cobra.Command {
 		seed                  int64
 		steps, seeds, engines int
 		trace                 int
-		scenario              string
+		scenario, measure     string
 		minimize, printLog    bool
 		asJSON                bool
 		bugs                  []string
@@ -42,7 +43,7 @@ func newSimCmd(g *globals) *cobra.Command {
 				return fail("asyncrl sim: --scenario: %v", err)
 			}
 			cfg := sim.Config{Seed: seed, Steps: steps, Scenario: sc, Engines: engines, TraceEvents: trace,
-				Minimize: minimize, KeepLog: printLog && seeds == 1}
+				Minimize: minimize, KeepLog: printLog && seeds == 1, Measure: staleness.Measure(measure)}
 			for _, b := range bugs {
 				bug, err := sim.ParseBug(b)
 				if err != nil {
@@ -77,6 +78,7 @@ func newSimCmd(g *globals) *cobra.Command {
 	f.BoolVar(&minimize, "minimize", true, "on a violation, shrink the fault schedule (delta debugging) before reporting")
 	f.BoolVar(&printLog, "log", false, "print the whole event log of a single seed")
 	f.BoolVar(&asJSON, "json", false, "print the summary and any violation as one JSON object (durations in nanoseconds)")
+	f.StringVar(&measure, "staleness-measure", "", "staleness measure the controller enforces and the oracle checks: scheduled (SkyRL, default) or token")
 	f.StringSliceVar(&bugs, "bug", nil, "plant a bug (tests of the simulator itself)")
 	_ = f.MarkHidden("bug")
 	return cmd
