@@ -242,9 +242,14 @@ func newWeightsApplyCmd(g *globals) *cobra.Command {
 					p.done()
 					return fail("asyncrl weights apply: %v", err)
 				}
-				if err := delta.Apply(ctx, delta.ApplyConfig{Workers: workers}, m, dir, mut); err != nil {
+				res, err := delta.Apply(ctx, delta.ApplyConfig{Workers: workers}, m, dir, mut)
+				if err != nil {
 					p.done()
 					return fail("asyncrl weights apply: %v\n%s is now half-applied: restore it from the base checkpoint and pass --from 0", err, ckpt)
+				}
+				if len(res.Skipped) > 0 {
+					p.done()
+					fmt.Fprintf(g.stderr, "asyncrl weights apply: warning: version %d: skipped %d tensor(s) absent from %s: %s\n", v, len(res.Skipped), ckpt, strings.Join(res.Skipped[:min(10, len(res.Skipped))], ", "))
 				}
 				lv = localVersion{Version: v}
 				if err := writeLocalVersion(ckpt, lv); err != nil {

@@ -126,34 +126,54 @@ func (c ApplyConfig) Validate() error {
 	return nil
 }
 
+// ApplyResult says what Apply did.
+type ApplyResult struct {
+	// Patched is the number of tensors XOR-patched and verified.
+	Patched int
+	// Skipped lists (sorted) the manifest's tensors the local checkpoint
+	// lacks. They are skipped instead of failing the version: real
+	// checkpoints leave tied weights (lm_head tied to the embedding) and
+	// buffers out of their safetensors files while a trainer's state dict
+	// has them, and SkyRL's publisher skips such tensors with a warning
+	// (delta_checkpoint.py, DeltaCheckpointPublisher._publish_local,
+	// skipped_tensors). The caller warns and counts them.
+	Skipped []string
+}
+
 // Apply patches ck in place with the delta whose manifest is man and whose
 // payload files are in payloadDir: for each tensor it decompresses the
 // patch, XORs it into the current bytes, verifies the new bytes' checksum
 // and writes them back, then syncs. A tensor whose checksum does not match
 // is not written and Apply returns ErrChecksum; tensors patched before the
 // failure stay patched, so the caller must treat ck as dirty (the receiver
-// resets it from the base). Apply checks the manifest against ck (names,
-// dtypes, shapes) before touching anything. Version chaining is the
-// caller's business.
-func Apply(ctx context.Context, cfg ApplyConfig, man *Manifest, payloadDir string, ck *Mutable) error {
+// resets it from the base). Apply checks the manifest against ck (dtypes,
+// shapes) before touching anything; a tensor the checkpoint lacks is
+// skipped and listed in ApplyResult.Skipped (a tensor it has with another
+// dtype or shape is ErrMismatch). Version chaining is the caller's business.
+func Apply(ctx context.Context, cfg ApplyConfig, man *Manifest, payloadDir string, ck *Mutable) (ApplyResult, error) {
+	var res ApplyResult
 	if err := cfg.Validate(); err != nil {
-		return err
+		return res, err
 	}
 	if err := man.Validate(); err != nil {
-		return err
+		return res, err
 	}
 	var maxSize int64
+	todo := make([]TensorEntry, 0, len(man.Tensors))
 	for _, e := range man.Tensors {
 		t, ok := ck.tensors[e.Name]
 		if !ok {
-			return fmt.Errorf("%w: version %d patches tensor %q, which the checkpoint lacks", ErrMismatch, man.Version, e.Name)
+			res.Skipped = append(res.Skipped, e.Name)
+			continue
 		}
 		dt, _ := NormalizeDType(e.DType)
 		if dt != t.info.DType || !slices.Equal(e.Shape, t.info.Shape) {
-			return fmt.Errorf("%w: version %d: tensor %q is %s%v in the manifest, %s%v in the checkpoint", ErrMismatch, man.Version, e.Name, dt, e.Shape, t.info.DType, t.info.Shape)
+			return res, fmt.Errorf("%w: version %d: tensor %q is %s%v in the manifest, %s%v in the checkpoint", ErrMismatch, man.Version, e.Name, dt, e.Shape, t.info.DType, t.info.Shape)
 		}
 		maxSize = max(maxSize, e.UncompressedNumBytes)
+		todo = append(todo, e)
 	}
+	slices.Sort(res.Skipped)
 	payloads := map[string]*safetensors.File{}
 	defer func() {
 		for _, f := range payloads {
@@ -163,7 +183,7 @@ func Apply(ctx context.Context, cfg ApplyConfig, man *Manifest, payloadDir strin
 	for _, name := range man.PayloadFiles {
 		f, err := safetensors.Open(filepath.Join(payloadDir, name))
 		if err != nil {
-			return fmt.Errorf("%w: version %d: payload %s: %v", ErrCorrupt, man.Version, name, err)
+			return res, fmt.Errorf("%w: version %d: payload %s: %v", ErrCorrupt, man.Version, name, err)
 		}
 		payloads[name] = f
 	}
@@ -171,7 +191,7 @@ func Apply(ctx context.Context, cfg ApplyConfig, man *Manifest, payloadDir strin
 		zstd.WithDecoderConcurrency(cfg.Workers),
 		zstd.WithDecoderMaxMemory(uint64(maxSize)+1<<20))
 	if err != nil {
-		return fmt.Errorf("delta: zstd: %w", err)
+		return res, fmt.Errorf("delta: zstd: %w", err)
 	}
 	defer dec.Close()
 
@@ -179,7 +199,7 @@ func Apply(ctx context.Context, cfg ApplyConfig, man *Manifest, payloadDir strin
 	g.SetLimit(cfg.Workers)
 	var mu sync.Mutex
 	var bad []error
-	for _, e := range man.Tensors {
+	for _, e := range todo {
 		g.Go(func() error {
 			if err := gctx.Err(); err != nil {
 				return err
@@ -196,15 +216,16 @@ func Apply(ctx context.Context, cfg ApplyConfig, man *Manifest, payloadDir strin
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return err
+		return res, err
 	}
 	if len(bad) > 0 {
-		return errors.Join(bad...)
+		return res, errors.Join(bad...)
 	}
 	if err := ck.Sync(); err != nil {
-		return fmt.Errorf("delta: sync checkpoint: %w", err)
+		return res, fmt.Errorf("delta: sync checkpoint: %w", err)
 	}
-	return nil
+	res.Patched = len(todo)
+	return res, nil
 }
 
 func applyTensor(dec *zstd.Decoder, version int64, e TensorEntry, pf *safetensors.File, t mutTensor) error {

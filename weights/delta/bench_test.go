@@ -128,7 +128,7 @@ func BenchmarkApply(b *testing.B) {
 				}
 				b.StartTimer()
 				cpu0 := cpuTime()
-				if err := delta.Apply(context.Background(), delta.DefaultApplyConfig(), m, payloads, mut); err != nil {
+				if _, err := delta.Apply(context.Background(), delta.DefaultApplyConfig(), m, payloads, mut); err != nil {
 					b.Fatal(err)
 				}
 				cpu += cpuTime() - cpu0

@@ -97,7 +97,59 @@ func (f *fixture) fetchApply(mut *delta.Mutable, v int) error {
 	if err != nil {
 		return err
 	}
-	return delta.Apply(context.Background(), delta.DefaultApplyConfig(), man, cache, mut)
+	_, err = delta.Apply(context.Background(), delta.DefaultApplyConfig(), man, cache, mut)
+	return err
+}
+
+// A tensor the delta patches but the local checkpoint lacks (a tied
+// lm_head, a buffer) is skipped and reported, not a failed version: SkyRL's
+// publisher skips such tensors with a warning (NovaSky-AI/SkyRL
+// skyrl/backends/skyrl_train/weight_sync/delta_checkpoint.py,
+// DeltaCheckpointPublisher._publish_local, "skipped_tensors").
+func TestApplySkipsTensorAbsentFromCheckpoint(t *testing.T) {
+	f := newFixture(t, 7, 1)
+	m := f.publish(1, delta.DefaultEncodeConfig())
+	if len(m.Tensors) < 2 {
+		t.Fatalf("fixture changed %d tensors, want ≥ 2", len(m.Tensors))
+	}
+	missing := m.Tensors[0].Name
+	without := func(ts []safetensors.Tensor) []safetensors.Tensor {
+		var out []safetensors.Tensor
+		for _, x := range ts {
+			if x.Name != missing {
+				out = append(out, x)
+			}
+		}
+		return out
+	}
+	dir := filepath.Join(t.TempDir(), "weights")
+	if err := ckpttest.Write(dir, without(f.ckpts[0]), f.shardB); err != nil {
+		t.Fatal(err)
+	}
+	want := filepath.Join(t.TempDir(), "want")
+	if err := ckpttest.Write(want, without(f.ckpts[1]), f.shardB); err != nil {
+		t.Fatal(err)
+	}
+	mut, err := delta.OpenMutable(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mut.Close()
+	cache := filepath.Join(t.TempDir(), delta.DeltaDir(1))
+	man, err := delta.Fetch(context.Background(), f.st, 1, cache, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := delta.Apply(context.Background(), delta.DefaultApplyConfig(), man, cache, mut)
+	if err != nil {
+		t.Fatalf("apply with a tensor absent locally: %v, want it skipped", err)
+	}
+	if !slices.Equal(res.Skipped, []string{missing}) || res.Patched != len(m.Tensors)-1 {
+		t.Fatalf("result %+v, want %q skipped and %d patched", res, missing, len(m.Tensors)-1)
+	}
+	if d := ckpttest.SameDir(dir, want); d != "" {
+		t.Fatalf("the other tensors were not patched to v1: %s", d)
+	}
 }
 
 func TestRoundTripByteForByte(t *testing.T) {

@@ -38,7 +38,7 @@ func Example() {
 	mut, _ := delta.OpenMutable(ckpt)
 	defer mut.Close()
 	man, _ := delta.Fetch(context.Background(), st, 1, filepath.Join(tmp, "cache"), 2)
-	if err := delta.Apply(context.Background(), delta.DefaultApplyConfig(), man, filepath.Join(tmp, "cache"), mut); err != nil {
+	if _, err := delta.Apply(context.Background(), delta.DefaultApplyConfig(), man, filepath.Join(tmp, "cache"), mut); err != nil {
 		fmt.Println(err)
 		return
 	}

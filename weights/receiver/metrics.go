@@ -12,6 +12,7 @@ type metrics struct {
 	rejected     prometheus.Counter
 	resets       prometheus.Counter
 	appliedBytes prometheus.Counter
+	skipped      prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -26,9 +27,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "asyncrl_weights_receiver_resets_total", Help: "Resets of the local copy from the base or a full checkpoint."}),
 		appliedBytes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "asyncrl_weights_receiver_compressed_bytes_applied_total", Help: "Compressed delta bytes applied."}),
+		skipped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "asyncrl_weights_receiver_tensors_skipped_total", Help: "Delta tensors skipped because the local checkpoint lacks them (tied weights, buffers)."}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.version, m.applied, m.rejected, m.resets, m.appliedBytes} {
+		for _, c := range []prometheus.Collector{m.version, m.applied, m.rejected, m.resets, m.appliedBytes, m.skipped} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

@@ -289,7 +289,8 @@ func (r *Receiver) Apply(ctx context.Context, target int64) (int64, error) {
 		if err := r.saveState(s); err != nil {
 			return s.Version, err
 		}
-		if err := delta.Apply(ctx, acfg, m, r.cacheDir(v), mut); err != nil {
+		res, err := delta.Apply(ctx, acfg, m, r.cacheDir(v), mut)
+		if err != nil {
 			if errors.Is(err, delta.ErrChecksum) || errors.Is(err, delta.ErrCorrupt) {
 				// The cached copy is bad (or the store's is): drop it so the
 				// next try refetches; weights/ stays marked dirty.
@@ -298,6 +299,14 @@ func (r *Receiver) Apply(ctx context.Context, target int64) (int64, error) {
 				r.cfg.Logger.Error().Err(err).Int64("version", v).Msg("weight sync: rejected version; the next sync resets from the base")
 			}
 			return s.Version, fmt.Errorf("receiver: version %d rejected, weights/ left write_in_progress: %w", v, err)
+		}
+		if len(res.Skipped) > 0 {
+			// Once per version, not per tensor: the names are the same
+			// every version, so the first ten say enough.
+			r.met.skipped.Add(float64(len(res.Skipped)))
+			r.cfg.Logger.Warn().Int64("version", v).Int("skipped", len(res.Skipped)).
+				Strs("first", res.Skipped[:min(10, len(res.Skipped))]).
+				Msg("weight sync: skipped delta tensors absent from the local checkpoint")
 		}
 		s.Version, s.WriteInProgress = v, false
 		r.met.applied.Inc()

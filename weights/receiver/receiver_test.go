@@ -400,3 +400,48 @@ func TestLateJoinerAfterPruneStartsFromTheFull(t *testing.T) {
 		t.Fatal(d)
 	}
 }
+
+// A checkpoint without a tensor the delta patches (tied weights, buffers)
+// still advances: the tensor is skipped, warned about and counted in
+// asyncrl_weights_receiver_tensors_skipped_total.
+func TestTensorAbsentLocallyIsSkippedAndCounted(t *testing.T) {
+	e := newEnv(t, 1)
+	m, err := delta.ReadManifest(ctx(t), e.st, 1)
+	if err != nil || len(m.Tensors) == 0 {
+		t.Fatalf("manifest v1: %v (%d tensors)", err, len(m.Tensors))
+	}
+	missing := m.Tensors[0].Name
+	src, err := safetensors.OpenDir(e.dirs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept []safetensors.Tensor
+	for _, name := range src.Names() {
+		if name == missing {
+			continue
+		}
+		b, info, err := src.ReadTensor(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kept = append(kept, safetensors.Tensor{Name: name, DType: info.DType, Shape: info.Shape, Data: b})
+	}
+	src.Close()
+	base := filepath.Join(t.TempDir(), "base")
+	if err := ckpttest.Write(base, kept, 48<<10); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	cfg := receiver.DefaultConfig(t.TempDir(), base)
+	cfg.Registerer = reg
+	r, err := receiver.New(cfg, e.st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := r.Sync(ctx(t), 1, &loads{}); err != nil || v != 1 {
+		t.Fatalf("sync to v1 without %q = %d, %v; want the tensor skipped", missing, v, err)
+	}
+	if got := gather(t, reg, "asyncrl_weights_receiver_tensors_skipped_total"); got != 1 {
+		t.Fatalf("skipped counter %v, want 1", got)
+	}
+}
