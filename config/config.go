@@ -18,6 +18,8 @@ type Config struct {
 	Filter FilterConfig `yaml:"filter" doc:"dynamic sampling of groups"`
 	// Trainer is the fully async trainer.
 	Trainer TrainerConfig `yaml:"trainer" doc:"fully async trainer: staleness, loss, microbatching"`
+	// Staleness says how a group's staleness is measured.
+	Staleness StalenessConfig `yaml:"staleness" doc:"how the staleness bound trainer.max_staleness_steps is measured"`
 	// Publisher ships new weights to the engines.
 	Publisher PublisherConfig `yaml:"publisher" doc:"weight publisher"`
 	// Cluster places this node in a cluster.
@@ -40,6 +42,7 @@ func Default() Config {
 		Rollout:   DefaultRollout(),
 		Filter:    DefaultFilter(),
 		Trainer:   DefaultTrainer(),
+		Staleness: DefaultStaleness(),
 		Publisher: DefaultPublisher(),
 		Cluster:   DefaultCluster(),
 		Log:       DefaultLog(),
@@ -53,7 +56,7 @@ func (c Config) Validate() error {
 	var errs []*Error
 	for _, err := range []error{
 		c.Run.Validate(), c.Bus.Validate(), c.Engines.Validate(), c.Router.Validate(),
-		c.Rollout.Validate(), c.Filter.Validate(), c.Trainer.Validate(),
+		c.Rollout.Validate(), c.Filter.Validate(), c.Trainer.Validate(), c.Staleness.Validate(),
 		c.Publisher.Validate(), c.Cluster.Validate(), c.Log.Validate(), c.Metrics.Validate(),
 	} {
 		errs = append(errs, flatten(err)...)
