@@ -611,12 +611,86 @@ func TestManifestReadsSkyRLSpellings(t *testing.T) {
 	if dt, _ := delta.NormalizeDType(e.DType); dt != safetensors.F16 {
 		t.Fatalf("torch.float16 normalised to %s", dt)
 	}
-	for d, want := range map[safetensors.DType]string{safetensors.BF16: "bfloat16", safetensors.F32: "float32", safetensors.I64: "int64", safetensors.BOOL: "bool"} {
+	for d, want := range map[safetensors.DType]string{safetensors.BF16: "bfloat16", safetensors.F32: "float32", safetensors.I64: "int64", safetensors.BOOL: "bool",
+		safetensors.F8E4M3: "float8_e4m3fn", safetensors.F8E5M2: "float8_e5m2"} {
 		if got := delta.TorchDTypeName(d); got != want {
 			t.Errorf("TorchDTypeName(%s) = %s, want %s", d, got, want)
 		}
 		if back, err := delta.NormalizeDType(want); err != nil || back != d {
 			t.Errorf("NormalizeDType(%s) = %s, %v", want, back, err)
 		}
+	}
+}
+
+// An FP8 checkpoint (F8_E4M3 weights, an F8_E5M2 tensor) round-trips
+// through encode and apply byte for byte; the manifest spells the dtypes
+// as torch does (float8_e4m3fn, float8_e5m2).
+func TestFP8CheckpointRoundTrip(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 3))
+	mk := func(names ...string) []safetensors.Tensor {
+		var ts []safetensors.Tensor
+		for i, n := range names {
+			d := safetensors.F8E4M3
+			if i == 1 {
+				d = safetensors.F8E5M2
+			}
+			b := make([]byte, 4096)
+			for j := range b {
+				b[j] = byte(r.UintN(256))
+			}
+			ts = append(ts, safetensors.Tensor{Name: n, DType: d, Shape: []int64{64, 64}, Data: b})
+		}
+		return ts
+	}
+	v0 := mk("a", "b")
+	v1 := []safetensors.Tensor{}
+	for _, x := range v0 {
+		y := x
+		y.Data = slices.Clone(x.Data)
+		y.Data[7] ^= 0x41
+		v1 = append(v1, y)
+	}
+	root := t.TempDir()
+	d0, d1 := filepath.Join(root, "v0"), filepath.Join(root, "v1")
+	if err := ckpttest.Write(d0, v0, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	if err := ckpttest.Write(d1, v1, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.NewLocal(filepath.Join(root, "sync"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := safetensors.OpenDir(d0)
+	b, _ := safetensors.OpenDir(d1)
+	defer a.Close()
+	defer b.Close()
+	m, err := delta.Encode(context.Background(), delta.DefaultEncodeConfig(), a, b, 1, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Tensors) != 2 || m.Tensors[0].DType != "float8_e4m3fn" || m.Tensors[1].DType != "float8_e5m2" {
+		t.Fatalf("manifest tensors %+v", m.Tensors)
+	}
+	work := filepath.Join(root, "work")
+	if err := fsutil.CopyDir(work, d0); err != nil {
+		t.Fatal(err)
+	}
+	mut, err := delta.OpenMutable(work)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mut.Close()
+	cache := filepath.Join(root, "cache")
+	man, err := delta.Fetch(context.Background(), st, 1, cache, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := delta.Apply(context.Background(), delta.DefaultApplyConfig(), man, cache, mut); err != nil {
+		t.Fatal(err)
+	}
+	if d := ckpttest.SameDir(work, d1); d != "" {
+		t.Fatalf("applied FP8 checkpoint differs: %s", d)
 	}
 }

@@ -215,6 +215,10 @@ func TorchDTypeName(d safetensors.DType) string {
 		return "uint64"
 	case safetensors.BOOL:
 		return "bool"
+	case safetensors.F8E4M3:
+		return "float8_e4m3fn" // torch's name, as SkyRL's _torch_dtype_name writes it
+	case safetensors.F8E5M2:
+		return "float8_e5m2"
 	}
 	return string(d)
 }
@@ -274,6 +278,10 @@ func NormalizeDType(s string) (safetensors.DType, error) {
 		return safetensors.I64, nil
 	case "bool":
 		return safetensors.BOOL, nil
+	case "float8_e4m3fn", "f8_e4m3":
+		return safetensors.F8E4M3, nil
+	case "float8_e5m2", "f8_e5m2":
+		return safetensors.F8E5M2, nil
 	}
 	if d := safetensors.DType(strings.ToUpper(s)); d.Valid() {
 		return d, nil

@@ -102,11 +102,37 @@ func EncodeF16(xs []float32) []byte {
 	return out
 }
 
-// DecodeFloat32 decodes F32, BF16 or F16 bytes into out (which must have
-// room for len(b)/size elements) and returns the filled slice.
+// Float32FromF8E4M3 widens an 8-bit E4M3 "fn" float exactly: bias 7,
+// subnormals m/8·2^−6, exponent 15 with mantissa 7 is NaN (there is no
+// infinity).
+func Float32FromF8E4M3(b uint8) float32 {
+	sign := float32(1)
+	if b&0x80 != 0 {
+		sign = -1
+	}
+	exp, man := int(b>>3)&0xf, float32(b&7)
+	switch {
+	case exp == 0xf && man == 7:
+		return float32(math.NaN())
+	case exp == 0:
+		return sign * man / 8 * float32(math.Ldexp(1, -6))
+	}
+	return sign * (1 + man/8) * float32(math.Ldexp(1, exp-7))
+}
+
+// Float32FromF8E5M2 widens an 8-bit E5M2 float exactly: bias 15,
+// subnormals m/4·2^−14, exponent 31 is ±Inf (mantissa 0) or NaN.
+func Float32FromF8E5M2(b uint8) float32 {
+	// E5M2 is the top byte of an IEEE half.
+	return Float32FromF16(uint16(b) << 8)
+}
+
+// DecodeFloat32 decodes F32, BF16, F16, F8_E4M3 or F8_E5M2 bytes into out
+// (which must have room for len(b)/size elements) and returns the filled
+// slice.
 func DecodeFloat32(d DType, b []byte, out []float32) ([]float32, error) {
 	sz := d.Size()
-	if d != F32 && d != BF16 && d != F16 {
+	if d != F32 && d != BF16 && d != F16 && d != F8E4M3 && d != F8E5M2 {
 		return nil, fmt.Errorf("%w: cannot decode dtype %q as float32", ErrFormat, string(d))
 	}
 	if len(b)%sz != 0 {
@@ -125,6 +151,10 @@ func DecodeFloat32(d DType, b []byte, out []float32) ([]float32, error) {
 			out[i] = Float32FromBF16(binary.LittleEndian.Uint16(b[2*i:]))
 		case F16:
 			out[i] = Float32FromF16(binary.LittleEndian.Uint16(b[2*i:]))
+		case F8E4M3:
+			out[i] = Float32FromF8E4M3(b[i])
+		case F8E5M2:
+			out[i] = Float32FromF8E5M2(b[i])
 		}
 	}
 	return out, nil

@@ -25,7 +25,9 @@
 // to be held in memory at once.
 //
 // Numeric helpers convert float32 to and from BF16 (round to nearest even,
-// NaN kept quiet) and F16, and encode/decode little-endian byte slices.
+// NaN kept quiet) and F16, widen the spec's 8-bit floats F8_E4M3 (E4M3
+// "fn", torch.float8_e4m3fn) and F8_E5M2 exactly, and encode/decode
+// little-endian byte slices.
 //
 // Errors wrap ErrFormat (a malformed file) or ErrNotFound (a missing tensor)
 // and name the tensor or field at fault.

@@ -20,11 +20,20 @@ const (
 	F64  DType = "F64"
 	I64  DType = "I64"
 	U64  DType = "U64"
+	// F8E4M3 is 8-bit float E4M3 "fn" (torch.float8_e4m3fn: bias 7, no
+	// infinities, S.1111.111 is NaN, max 448), spelled as the safetensors
+	// spec spells it. FP8 checkpoints (DeepSeek-V3, Qwen FP8) store their
+	// weights in it.
+	F8E4M3 DType = "F8_E4M3"
+	// F8E5M2 is 8-bit float E5M2 (torch.float8_e5m2: bias 15, IEEE-style
+	// infinities and NaNs, max 57344).
+	F8E5M2 DType = "F8_E5M2"
 )
 
 var dtypeSizes = map[DType]int{
 	BOOL: 1, U8: 1, I8: 1, I16: 2, U16: 2, F16: 2, BF16: 2,
 	I32: 4, U32: 4, F32: 4, F64: 8, I64: 8, U64: 8,
+	F8E4M3: 1, F8E5M2: 1,
 }
 
 // Size returns the element size in bytes, or 0 for an unknown dtype.
