@@ -48,6 +48,9 @@ const (
 	ReasonAborted RequeueReason = "aborted"
 	// ReasonStale: the group broke the staleness bound under PolicyRequeue.
 	ReasonStale RequeueReason = "stale"
+	// ReasonReleased: an accepted group was handed back untrained
+	// (Release), e.g. when dynamic sampling gave up on a mini-batch.
+	ReasonReleased RequeueReason = "released"
 )
 
 // Requeue is an effect: the shell must put PromptID back in the prompt
@@ -124,6 +127,7 @@ type Controller struct {
 
 	submitted, running, accepted, filtered int64
 	aborted, staleDropped, trained         int64
+	released                               int64
 	violations, futureVersions             int64
 	trainedThisStep                        int64
 
@@ -279,6 +283,24 @@ func (c *Controller) Filter(groupID string, now time.Time) error {
 	return nil
 }
 
+// Release hands an accepted group back untrained: accepted−1 (capacity
+// released) and a Requeue{Reason: ReasonReleased} of its prompt, so its
+// prompt is generated again instead of lost. Used when dynamic sampling
+// gives up on the mini-batch the group was waiting in.
+func (c *Controller) Release(groupID string, now time.Time) error {
+	c.advance(now)
+	g, err := c.lookup(groupID, StateAccepted, "release")
+	if err != nil {
+		return err
+	}
+	delete(c.groups, groupID)
+	c.accepted--
+	c.released++
+	c.outbox = append(c.outbox, Requeue{PromptID: g.adm.PromptID, GroupID: groupID, Reason: ReasonReleased})
+	c.check()
+	return nil
+}
+
 // Abort records that a running group's generation was abandoned:
 // running−1, and a Requeue of its prompt is emitted.
 func (c *Controller) Abort(groupID string, now time.Time) error {
@@ -391,9 +413,9 @@ func (c *Controller) check() {
 	if c.running < 0 || c.accepted < 0 || c.Capacity() < 0 {
 		panic(fmt.Sprintf("staleness: negative counter: running=%d accepted=%d capacity=%d", c.running, c.accepted, c.Capacity()))
 	}
-	if c.submitted != c.running+c.accepted+c.filtered+c.aborted+c.staleDropped {
-		panic(fmt.Sprintf("staleness: submitted %d != running %d + accepted %d + filtered %d + aborted %d + stale %d",
-			c.submitted, c.running, c.accepted, c.filtered, c.aborted, c.staleDropped))
+	if c.submitted != c.running+c.accepted+c.filtered+c.aborted+c.staleDropped+c.released {
+		panic(fmt.Sprintf("staleness: submitted %d != running %d + accepted %d + filtered %d + aborted %d + stale %d + released %d",
+			c.submitted, c.running, c.accepted, c.filtered, c.aborted, c.staleDropped, c.released))
 	}
 	if int64(len(c.groups)) != c.running+c.accepted-c.trained {
 		panic(fmt.Sprintf("staleness: %d groups held, want running %d + accepted %d − trained %d",

@@ -457,3 +457,29 @@ func TestResumeNeverReusesGroupIDs(t *testing.T) {
 		}
 	}
 }
+
+// Release hands an accepted group back: its capacity returns, its prompt is
+// requeued, and a second Release (or one of a running group) changes nothing.
+func TestRelease(t *testing.T) {
+	c := mustNew(t, 0, 1, 1, PolicyRequeue)
+	a := acquire(t, c, "p")
+	if err := c.Release(a.GroupID, t0); !errors.Is(err, ErrWrongState) {
+		t.Fatalf("release of a running group: %v", err)
+	}
+	if err := c.Accept(a.GroupID, UnknownVersion, t0); err != nil {
+		t.Fatal(err)
+	}
+	if c.Capacity() != 0 {
+		t.Fatalf("capacity %d before release", c.Capacity())
+	}
+	if err := c.Release(a.GroupID, t0); err != nil {
+		t.Fatal(err)
+	}
+	rq := c.Drain()
+	if len(rq) != 1 || rq[0].Reason != ReasonReleased || rq[0].PromptID != "p" || c.Capacity() != 1 || c.Metrics().Released != 1 {
+		t.Fatalf("requeues %v capacity %d metrics %+v", rq, c.Capacity(), c.Metrics())
+	}
+	if err := c.Release(a.GroupID, t0); !errors.Is(err, ErrUnknownGroup) {
+		t.Fatalf("second release: %v", err)
+	}
+}

@@ -8,8 +8,9 @@ type Metrics struct {
 	Step, Version int64
 	// SkyRL's counters. Accepted includes trained groups (see StepDone).
 	Submitted, Running, Accepted, Filtered int64
-	// Aborted groups and groups dropped for staleness (both requeued).
-	Aborted, StaleDropped int64
+	// Aborted groups, groups dropped for staleness and groups released
+	// untrained (Release) — all requeued.
+	Aborted, StaleDropped, Released int64
 	// Trained groups (CheckForTraining said Train).
 	Trained int64
 	// Violations: groups trained beyond the bound (PolicyAccept only).
@@ -40,7 +41,7 @@ func (c *Controller) Metrics() Metrics {
 	m := Metrics{
 		Step: c.step, Version: c.Version(),
 		Submitted: c.submitted, Running: c.running, Accepted: c.accepted, Filtered: c.filtered,
-		Aborted: c.aborted, StaleDropped: c.staleDropped, Trained: c.trained,
+		Aborted: c.aborted, StaleDropped: c.staleDropped, Released: c.released, Trained: c.trained,
 		Violations: c.violations, FutureVersions: c.futureVersions, Capacity: c.Capacity(),
 		StalenessMax:       c.stale.max,
 		StalenessHistogram: append([]int64(nil), c.stale.hist...),
