@@ -8,10 +8,13 @@ type PublisherConfig struct {
 	// SyncDir holds published versions (delta-00000001/ …); empty =
 	// <run.data_dir>/weights.
 	SyncDir string `yaml:"sync_dir" doc:"directory of published versions; empty = <run.data_dir>/weights"`
-	// ZstdLevel is the delta compression level (zstd's 1–22 scale).
-	ZstdLevel int `yaml:"zstd_level" doc:"zstd compression level of delta patches (1–22)"`
-	// MaxFileSizeGB rolls payload files over at this many compressed GB.
-	MaxFileSizeGB float64 `yaml:"max_file_size_gb" doc:"payload files roll over at this many compressed GB"`
+	// ZstdLevel is the delta compression level (zstd's 1–22 scale). SkyRL
+	// compresses with level 1; 3 (the default before issue 15) is still
+	// allowed and buys a slightly smaller delta for more CPU.
+	ZstdLevel int `yaml:"zstd_level" doc:"zstd compression level of delta patches (1–22; SkyRL: 1)"`
+	// MaxFileSizeGB rolls payload files over at this many compressed GB
+	// (SkyRL's max_file_size_in_gb, default 1; 5 before issue 15).
+	MaxFileSizeGB float64 `yaml:"max_file_size_gb" doc:"payload files roll over at this many compressed GB (SkyRL max_file_size_in_gb: 1)"`
 	// FullCheckpointEvery also writes a full checkpoint every N versions so a
 	// receiver that lost its state resyncs without replaying every delta
 	// (0 = only the base).
@@ -32,13 +35,15 @@ type PublisherConfig struct {
 
 // DefaultPublisher ships SkyRL-format deltas to a local directory: real
 // updates change ~1–3% of the weights, so deltas are far smaller than full
-// copies. zstd level 3 is zstd's own default (fast, near-best ratio on the
-// sparse XOR patches).
+// copies. zstd level 1 and 1 GB payload files are SkyRL's own run defaults
+// (DeltaCheckpointPublisher: compress_bytes(level=1), max_file_size_in_gb
+// 1.0); level 1 costs little ratio on the sparse XOR patches (BENCHMARKS.md,
+// delta encode by zstd level).
 func DefaultPublisher() PublisherConfig {
 	return PublisherConfig{
 		Mode:                PublishDelta,
-		ZstdLevel:           3,
-		MaxFileSizeGB:       5,
+		ZstdLevel:           1,
+		MaxFileSizeGB:       1,
 		FullCheckpointEvery: 50,
 		Store:               StoreLocal,
 		Transport:           TransportStore,
