@@ -171,9 +171,9 @@ func (c *ctlNode) crash() {
 }
 
 // restart recovers from the ledger: the staleness controller resumes at
-// the step after the last acknowledged one (after the in-flight batch's
-// step, if one was sent — its groups are counted as accepted, and the
-// controller waits for its StepDone before the next batch); every other
+// the step after the last acknowledged one (at the in-flight batch's step,
+// if one was sent — ResumeInFlight counts its groups as accepted, and its
+// StepDone advances the step before the next batch); every other
 // admitted, unsettled group is requeued; the router starts blind and
 // routes nothing until the publisher's minimum version arrives.
 func (c *ctlNode) restart() {
@@ -191,15 +191,21 @@ func (c *ctlNode) restart() {
 	if c.batchSent && w.cfg.has(BugCtlForgetsSentBatch) {
 		c.batchSent = false
 	}
+	resumeAt := staleness.Resume
 	if c.batchSent {
+		// The batch's step is still the trainer's current step: the
+		// staleness controller stays there (its groups counted) and
+		// advances on its StepDone, so scheduled staleness is not
+		// under-counted for groups admitted meanwhile.
 		c.awaitStep = c.batchStep
-		resume = c.batchStep + 1
+		resume = c.batchStep
+		resumeAt = staleness.ResumeInFlight
 	} else {
 		lost = append(lost, c.batch...)
 		c.batch = nil
 	}
 	sort.Slice(lost, func(i, j int) bool { return lost[i].id < lost[j].id })
-	st, err := staleness.Resume(w.stalenessConfig(), resume, int64(c.inc))
+	st, err := resumeAt(w.stalenessConfig(), resume, int64(c.inc))
 	if err != nil {
 		w.fail(InvProtocol, "staleness: resume: %v", err)
 		return
@@ -635,17 +641,16 @@ func (c *ctlNode) onStepDone(m messages.StepDone) {
 	w := c.w
 	if c.awaitStep != 0 && m.Step == c.awaitStep {
 		// The batch sent before a crash: the resumed staleness controller
-		// already counts it, so only the bookkeeping advances.
+		// (ResumeInFlight) counts it and advances on this StepDone.
 		c.awaitStep = 0
-	} else {
-		advanced, err := c.st.StepDone(m.Step, c.t())
-		if err != nil {
-			w.fail(InvProtocol, "staleness: %v", err)
-			return
-		}
-		if !advanced {
-			return
-		}
+	}
+	advanced, err := c.st.StepDone(m.Step, c.t())
+	if err != nil {
+		w.fail(InvProtocol, "staleness: %v", err)
+		return
+	}
+	if !advanced {
+		return
 	}
 	if !c.batchSent || c.batchStep != m.Step {
 		w.fail(InvProtocol, "StepDone %d without a batch sent for it", m.Step)

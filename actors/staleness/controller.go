@@ -183,6 +183,24 @@ func Resume(cfg Config, step, epoch int64) (*Controller, error) {
 	return c, nil
 }
 
+// ResumeInFlight is Resume for a restart while the mini-batch of `step`
+// is out (sent to the trainer, its StepDone not yet seen): the step·B
+// groups up to and including that batch count as submitted, accepted and
+// trained, and the current step stays `step`, so StepDone(step) advances it
+// as usual. Resuming at step+1 instead would admit groups as if `step`
+// were done: one step too fresh under MeasureScheduled (SkyRL's
+// global_step is the step the trainer is working on).
+func ResumeInFlight(cfg Config, step, epoch int64) (*Controller, error) {
+	c, err := Resume(cfg, step, epoch)
+	if err != nil {
+		return nil, err
+	}
+	done := step * cfg.MiniBatchSize
+	c.submitted, c.accepted, c.trained = done, done, done
+	c.check()
+	return c, nil
+}
+
 // groupID is promptID#seq, or promptID#epoch.seq after a Resume.
 func (c *Controller) groupID(promptID string) string {
 	if c.epoch == 0 {

@@ -483,3 +483,25 @@ func TestRelease(t *testing.T) {
 		t.Fatalf("second release: %v", err)
 	}
 }
+
+// ResumeInFlight: restarted while step 3's batch is out, the controller
+// stays at step 3 (a group admitted now is scheduled at 3, as SkyRL's
+// global_step says) with the same capacity the uninterrupted controller
+// had, and StepDone(3) advances it.
+func TestResumeInFlight(t *testing.T) {
+	cfg := Config{MaxStalenessSteps: 1, NumParallelGenerationWorkers: 2, MiniBatchSize: 2, StalePolicy: PolicyRequeue}
+	c, err := ResumeInFlight(cfg, 3, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Step() != 3 || c.Capacity() != 2 {
+		t.Fatalf("step %d capacity %d, want 3 and (S+3)·B − 3·B = 2", c.Step(), c.Capacity())
+	}
+	a := acquire(t, c, "p")
+	if a.ScheduledStep != 3 {
+		t.Fatalf("scheduled at %d, want 3", a.ScheduledStep)
+	}
+	if ok, err := c.StepDone(3, t0); !ok || err != nil || c.Step() != 4 {
+		t.Fatalf("StepDone(3): %t %v step %d", ok, err, c.Step())
+	}
+}
