@@ -54,6 +54,40 @@ const (
 // Values lists the behind-version rules.
 func (BehindVersionRule) Values() []string { return []string{"move", "hold"} }
 
+// VersionRule says how the router treats a replica behind the newest
+// version some replica acknowledged (issue 15).
+type VersionRule string
+
+// Version rules.
+const (
+	// VersionStaleness keeps a lagging replica's sessions while its lag is
+	// within router.max_version_lag; it takes no new sessions while an
+	// up-to-date replica can (SkyRL never breaks stickiness for a version).
+	VersionStaleness VersionRule = "staleness"
+	// VersionNewest is the rule before issue 15: a replica behind the newest
+	// acknowledged version loses its sessions (behind_version_rule) the
+	// moment another replica acks it; the publisher routes only the newest.
+	VersionNewest VersionRule = "newest"
+)
+
+// Values lists the version rules.
+func (VersionRule) Values() []string { return []string{"staleness", "newest"} }
+
+// HashFallback says where consistent_hash sends a key whose ring point's
+// replica cannot take it.
+type HashFallback string
+
+// Consistent-hash fallbacks.
+const (
+	// HashWalk walks on to the next ring point's replica (spreads the load).
+	HashWalk HashFallback = "walk"
+	// HashFirstHealthy is vllm-router's: the first healthy replica (one hot spot).
+	HashFirstHealthy HashFallback = "first_healthy"
+)
+
+// Values lists the consistent-hash fallbacks.
+func (HashFallback) Values() []string { return []string{"walk", "first_healthy"} }
+
 // FilterMode is the dynamic-sampling mode.
 type FilterMode string
 

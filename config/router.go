@@ -42,6 +42,19 @@ type RouterConfig struct {
 	// BehindVersionRule is what happens to sessions on a replica that falls
 	// behind the minimum policy version.
 	BehindVersionRule BehindVersionRule `yaml:"behind_version_rule" doc:"sessions on a replica behind the minimum version: move (reassign) or hold (wait for it)"`
+	// VersionRule is how a replica behind the newest acknowledged version
+	// is treated: staleness (keeps its sessions within max_version_lag,
+	// takes no new ones) or newest (the rule before issue 15).
+	VersionRule VersionRule `yaml:"version_rule" doc:"a replica behind the newest acked version: staleness (keeps its sessions while its lag ≤ max_version_lag, takes no new ones) or newest (loses them at once)"`
+	// MaxVersionLag is the staleness budget in versions: how far a replica
+	// may lag the newest acknowledged version and keep its sessions; the
+	// publisher routes to replicas down to the newest version minus it.
+	// -1 (default) follows trainer.max_staleness_steps.
+	MaxVersionLag int `yaml:"max_version_lag" doc:"versions a replica may lag the newest and keep its sessions; -1 = trainer.max_staleness_steps"`
+	// HashFallback is where consistent_hash sends a key whose ring point's
+	// replica cannot take it: walk (next ring point) or first_healthy
+	// (vllm-router: the first healthy replica).
+	HashFallback HashFallback `yaml:"hash_fallback" doc:"consistent_hash, target down: walk (next ring point) or first_healthy (vllm-router)"`
 	// Listen is the router's HTTP address.
 	Listen string `yaml:"listen" doc:"router HTTP address (host:port; port 0 = any free port)"`
 }
@@ -64,6 +77,9 @@ func DefaultRouter() RouterConfig {
 		MaxRetries:          2,
 		RetryBudget:         0.2,
 		BehindVersionRule:   BehindMove,
+		VersionRule:         VersionStaleness,
+		MaxVersionLag:       -1,
+		HashFallback:        HashWalk,
 		Listen:              "127.0.0.1:8000",
 	}
 }
@@ -87,6 +103,7 @@ func (c RouterConfig) Validate() error {
 	v.atLeast("healthy_threshold", int64(c.HealthyThreshold), 1)
 	v.atLeast("max_body_bytes", c.MaxBodyBytes, 1)
 	v.atLeast("max_retries", int64(c.MaxRetries), 0)
+	v.atLeast("max_version_lag", int64(c.MaxVersionLag), -1)
 	v.inRange("retry_budget", c.RetryBudget, 0, 1)
 	v.hostPort("listen", c.Listen, false)
 	return v.err()

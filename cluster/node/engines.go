@@ -94,10 +94,11 @@ func stopEngines(es []*localEngine) {
 }
 
 // routerConfig maps the run config's router section onto proxy.Config
-// (wiring.RouterConfig) for a router inside the node: replicas and logger
-// are the node's, and it serves on a loopback listener the node binds.
-func routerConfig(c config.RouterConfig, replicas []string, log zerolog.Logger) proxy.Config {
-	pc := wiring.RouterConfig(c)
+// (wiring.RunRouterConfig: the staleness budget follows the run's) for a
+// router inside the node: replicas and logger are the node's, and it
+// serves on a loopback listener the node binds.
+func routerConfig(c config.Config, replicas []string, log zerolog.Logger) proxy.Config {
+	pc := wiring.RunRouterConfig(c)
 	pc.Replicas = replicas
 	pc.ListenAddr = "127.0.0.1:0"
 	pc.Logger = log

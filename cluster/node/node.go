@@ -315,7 +315,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	}
 	replicas := append(n.EngineURLs(), cfg.Engines.ExternalURLs...)
 	n.reg = prometheus.NewRegistry()
-	rcfg := routerConfig(cfg.Router, replicas, quiet.With().Str("component", "router").Logger())
+	rcfg := routerConfig(cfg, replicas, quiet.With().Str("component", "router").Logger())
 	rcfg.Registerer = n.reg
 	if n.opts.RouterListen != "" {
 		// Off loopback the proxy refuses to start without an admin token.

@@ -23,6 +23,7 @@ import (
 	"github.com/asyncrl/asyncrl/actors/trainer"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/engine"
+	"github.com/asyncrl/asyncrl/internal/wiring"
 	"github.com/asyncrl/asyncrl/messages"
 	pol "github.com/asyncrl/asyncrl/policy"
 	"github.com/asyncrl/asyncrl/transport"
@@ -318,7 +319,10 @@ func (n *Node) newWeightSync(baseDir, stage string) (*weightSync, error) {
 			return nil, fmt.Errorf("node: publisher metrics: %w", err)
 		}
 	}
-	tc := publisher.DefaultConfig()
+	// The publisher keeps routing engines within the run's staleness budget
+	// (router.max_version_lag), so that the router's hard minimum leaves
+	// a replica that is still loading a publish its sessions (issue 15).
+	tc := wiring.PublisherTracker(cfg)
 	tc.BaseBytes = baseBytes
 	if w.shell, err = shell.New(shell.Config{Tracker: tc, RunID: cfg.Run.ID, Acks: n.subj.acks,
 		MinVersion: n.subj.weights, Sender: "publisher-0", Logger: w.log},

@@ -21,6 +21,7 @@ import (
 	"github.com/asyncrl/asyncrl/actors/router/policy"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/engine"
+	"github.com/asyncrl/asyncrl/internal/wiring"
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/transport"
 	"github.com/asyncrl/asyncrl/weights/delta"
@@ -73,6 +74,10 @@ func (n *Node) routerVersion(url string) int64 {
 // the turn arrives), and the run still finishes with both engines current.
 func TestSlowApplierIsNeverRoutedBelowTheMinimum(t *testing.T) {
 	cfg := smallConfig(t, 6)
+	// The strict rule: the minimum follows the newest version, so engine 1
+	// falls behind it at every publish (under the default staleness rule
+	// a lag within the budget keeps it in rotation: TestDeltaSyncLayout).
+	cfg.Router.VersionRule = config.VersionNewest
 	n, err := New(cfg, Options{InMemoryBus: true})
 	if err != nil {
 		t.Fatal(err)
@@ -190,8 +195,10 @@ func TestDeltaSyncLayout(t *testing.T) {
 		}
 	})
 	mu.Lock()
-	if announced != 3 {
-		t.Errorf("MinVersionSet on the bus reached %d, want 3", announced)
+	// The publisher keeps routing engines within the staleness budget: the
+	// hard minimum trails the target by it (issue 15).
+	if want := 3 - wiring.MaxVersionLag(cfg); announced != want {
+		t.Errorf("MinVersionSet on the bus reached %d, want %d", announced, want)
 	}
 	mu.Unlock()
 	l := layoutFor(cfg)

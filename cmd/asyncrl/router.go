@@ -55,7 +55,7 @@ func newRouterCmd(g *globals) *cobra.Command {
 				return fail("asyncrl router: %v", err)
 			}
 			reg := prometheus.NewRegistry()
-			pc := wiring.RouterConfig(cfg.Router)
+			pc := wiring.RunRouterConfig(cfg)
 			pc.Replicas = engines
 			pc.AdminToken = token
 			pc.Registerer = reg

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/asyncrl/asyncrl/actors/publisher"
 	"github.com/asyncrl/asyncrl/actors/router/policy"
 	"github.com/asyncrl/asyncrl/actors/router/proxy"
 	"github.com/asyncrl/asyncrl/config"
@@ -79,6 +80,17 @@ func RouterConfig(c config.RouterConfig) proxy.Config {
 	if c.BehindVersionRule == config.BehindHold {
 		p.Policy.LagRule = policy.LagHold
 	}
+	p.Policy.VersionRule = policy.VersionStaleness
+	if c.VersionRule == config.VersionNewest {
+		p.Policy.VersionRule = policy.VersionNewest
+	}
+	if c.MaxVersionLag >= 0 { // -1: the run's trainer.max_staleness_steps (RunRouterConfig)
+		p.Policy.MaxVersionLag = int64(c.MaxVersionLag)
+	}
+	p.Policy.HashFallback = policy.HashWalk
+	if c.HashFallback == config.HashFirstHealthy {
+		p.Policy.HashFallback = policy.HashFirstHealthy
+	}
 	p.ListenAddr = c.Listen
 	p.MaxBodyBytes = c.MaxBodyBytes
 	p.HealthInterval = c.HealthCheckInterval
@@ -86,4 +98,38 @@ func RouterConfig(c config.RouterConfig) proxy.Config {
 	p.MaxRetries = c.MaxRetries
 	p.RetryRatio = c.RetryBudget
 	return p
+}
+
+// MaxVersionLag is the run's staleness budget in versions: how far an
+// engine may lag the newest acknowledged version and keep serving (the
+// router keeps its sessions; the publisher keeps routing to it, so the
+// hard minimum it announces is target − MaxVersionLag). It is
+// router.max_version_lag, or trainer.max_staleness_steps when that is -1,
+// and 0 under router.version_rule newest (the rule before issue 15: only
+// the newest version is routed).
+func MaxVersionLag(c config.Config) int64 {
+	switch {
+	case c.Router.VersionRule == config.VersionNewest:
+		return 0
+	case c.Router.MaxVersionLag >= 0:
+		return int64(c.Router.MaxVersionLag)
+	}
+	return int64(max(c.Trainer.MaxStalenessSteps, 0))
+}
+
+// RunRouterConfig is RouterConfig for a run: the staleness budget
+// defaults to the run's trainer.max_staleness_steps (MaxVersionLag).
+func RunRouterConfig(c config.Config) proxy.Config {
+	p := RouterConfig(c.Router)
+	p.Policy.MaxVersionLag = MaxVersionLag(c)
+	return p
+}
+
+// PublisherTracker is the publisher's version-tracker config for a run:
+// it routes engines down to target − MaxVersionLag(c), so the router's
+// hard minimum (MinVersionSet) leaves room for the staleness budget.
+func PublisherTracker(c config.Config) publisher.Config {
+	t := publisher.DefaultConfig()
+	t.MaxLag = MaxVersionLag(c)
+	return t
 }

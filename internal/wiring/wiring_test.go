@@ -54,3 +54,41 @@ func TestInitialPolicyFreshAndMissingDir(t *testing.T) {
 		t.Fatal("loading a missing checkpoint dir succeeded")
 	}
 }
+
+// TestVersionRuleWiring: the staleness budget reaches both the router
+// (a lagging replica keeps its sessions) and the publisher (it keeps
+// routing to such replicas, so its hard minimum is target − budget), and
+// defaults to the run's trainer.max_staleness_steps.
+func TestVersionRuleWiring(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		mut  func(*config.Config)
+		want int64
+		rule string
+	}{
+		{"default follows max_staleness_steps", func(c *config.Config) { c.Trainer.MaxStalenessSteps = 3 }, 3, policy.VersionStaleness},
+		{"explicit budget", func(c *config.Config) { c.Trainer.MaxStalenessSteps = 3; c.Router.MaxVersionLag = 1 }, 1, policy.VersionStaleness},
+		{"budget 0", func(c *config.Config) { c.Router.MaxVersionLag = 0 }, 0, policy.VersionStaleness},
+		{"newest rule", func(c *config.Config) { c.Trainer.MaxStalenessSteps = 3; c.Router.VersionRule = config.VersionNewest }, 0, policy.VersionNewest},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := config.Default()
+			tc.mut(&c)
+			p := RunRouterConfig(c)
+			if p.Policy.MaxVersionLag != tc.want && tc.rule == policy.VersionStaleness || p.Policy.VersionRule != tc.rule {
+				t.Fatalf("router policy: budget %d rule %s, want %d %s", p.Policy.MaxVersionLag, p.Policy.VersionRule, tc.want, tc.rule)
+			}
+			if got := PublisherTracker(c).MaxLag; got != tc.want {
+				t.Fatalf("publisher MaxLag %d, want %d", got, tc.want)
+			}
+			if err := PublisherTracker(c).Validate(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	c := config.DefaultRouter()
+	c.HashFallback = config.HashFirstHealthy
+	if p := RouterConfig(c); p.Policy.HashFallback != policy.HashFirstHealthy {
+		t.Fatalf("hash fallback: %q", p.Policy.HashFallback)
+	}
+}
