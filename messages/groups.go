@@ -49,10 +49,13 @@ func (m GroupAccepted) String() string {
 type FilterReason string
 
 const (
-	FilterZeroVariance FilterReason = "zero_variance" // all scores equal (DAPO filter)
-	FilterReplaced     FilterReason = "replaced"      // overwritten by a good group (POLARIS replace)
-	FilterSurplus      FilterReason = "surplus"       // beyond train_batch_size after truncation
-	FilterEmpty        FilterReason = "empty"         // no live trajectory (loss mask all zero)
+	FilterZeroVariance     FilterReason = "zero_variance"     // all scores equal (DAPO filter)
+	FilterSingleTrajectory FilterReason = "single_trajectory" // one trajectory while n_samples_per_prompt > 1 (std 0)
+	FilterNaN              FilterReason = "nan_score"         // a NaN score (std NaN)
+	FilterReplaced         FilterReason = "replaced"          // overwritten by a good group (POLARIS replace)
+	FilterResampled        FilterReason = "resampled"         // its generation batch had too few good groups (replace: discard and sample again)
+	FilterSurplus          FilterReason = "surplus"           // beyond train_batch_size after truncation
+	FilterEmpty            FilterReason = "empty"             // no live trajectory (loss mask all zero)
 )
 
 // GroupFiltered: the filter dropped the group and released its capacity
@@ -79,6 +82,9 @@ const (
 	RequeueStale        RequeueReason = "stale"         // lag beyond max staleness at train time
 	RequeueAborted      RequeueReason = "aborted"       // a trajectory was aborted
 	RequeueEngineFailed RequeueReason = "engine_failed" // its engine died mid-rollout
+	// RequeueSampling: dynamic sampling reached max_sample_batches before
+	// the group's mini-batch was full; the group is handed back untrained.
+	RequeueSampling RequeueReason = "max_sample_batches"
 )
 
 // GroupRequeued: the group is discarded and its prompt will be assigned again.
@@ -97,6 +103,34 @@ func (GroupRequeued) Kind() Kind { return KindGroupRequeued }
 func (m GroupRequeued) String() string {
 	return newLine("GroupRequeued", m.Header).str("group", m.GroupID).str("prompt", m.PromptID).
 		str("reason", string(m.Reason)).i64("attempt", int64(m.Attempt)).str("detail", m.Detail).done()
+}
+
+// SamplingExhausted: dynamic sampling (filter or replace) sampled
+// max_sample_batches generation batches for one trainer step and still
+// had too few good groups (SkyRL raises here). The groups it held untrained
+// were requeued (GroupRequeued reason max_sample_batches), so nothing is
+// lost; a run stops on it. Version: current policy version.
+type SamplingExhausted struct {
+	Header
+	// Mode is the dynamic-sampling mode (filter or replace).
+	Mode string `cbor:"10,keyasint,omitempty"`
+	// Step is the trainer step the mini-batch was for.
+	Step int64 `cbor:"11,keyasint,omitempty"`
+	// SampleBatches generation batches of MiniBatch groups were sampled.
+	SampleBatches int64 `cbor:"12,keyasint,omitempty"`
+	MiniBatch     int64 `cbor:"13,keyasint,omitempty"`
+	// Good is the number of good groups collected (filter) or in the last
+	// generation batch (replace).
+	Good int64 `cbor:"14,keyasint,omitempty"`
+	// Requeued is the number of held groups handed back.
+	Requeued int64 `cbor:"15,keyasint,omitempty"`
+}
+
+func (SamplingExhausted) Kind() Kind { return KindSamplingExhausted }
+func (m SamplingExhausted) String() string {
+	return newLine("SamplingExhausted", m.Header).str("mode", m.Mode).i64("step", m.Step).
+		i64("sample_batches", m.SampleBatches).i64("mini_batch", m.MiniBatch).i64("good", m.Good).
+		i64("requeued", m.Requeued).done()
 }
 
 // CapacityChanged publishes the staleness controller's counters after every

@@ -51,12 +51,13 @@ const (
 	KindSessionFinished Kind = 0x0106
 
 	// groups, staleness, ledger (0x02xx)
-	KindGroupReady      Kind = 0x0201
-	KindGroupAccepted   Kind = 0x0202
-	KindGroupFiltered   Kind = 0x0203
-	KindGroupRequeued   Kind = 0x0204
-	KindCapacityChanged Kind = 0x0205
-	KindPromptLedger    Kind = 0x0206
+	KindGroupReady        Kind = 0x0201
+	KindGroupAccepted     Kind = 0x0202
+	KindGroupFiltered     Kind = 0x0203
+	KindGroupRequeued     Kind = 0x0204
+	KindCapacityChanged   Kind = 0x0205
+	KindPromptLedger      Kind = 0x0206
+	KindSamplingExhausted Kind = 0x0207
 
 	// trainer (0x03xx)
 	KindTrainBatch Kind = 0x0301
@@ -108,12 +109,13 @@ var registry = map[Kind]kindInfo{
 	KindEpisodeAborted:  entry[EpisodeAborted]("EpisodeAborted"),
 	KindSessionFinished: entry[SessionFinished]("SessionFinished"),
 
-	KindGroupReady:      entry[GroupReady]("GroupReady"),
-	KindGroupAccepted:   entry[GroupAccepted]("GroupAccepted"),
-	KindGroupFiltered:   entry[GroupFiltered]("GroupFiltered"),
-	KindGroupRequeued:   entry[GroupRequeued]("GroupRequeued"),
-	KindCapacityChanged: entry[CapacityChanged]("CapacityChanged"),
-	KindPromptLedger:    entry[PromptLedger]("PromptLedger"),
+	KindGroupReady:        entry[GroupReady]("GroupReady"),
+	KindGroupAccepted:     entry[GroupAccepted]("GroupAccepted"),
+	KindGroupFiltered:     entry[GroupFiltered]("GroupFiltered"),
+	KindGroupRequeued:     entry[GroupRequeued]("GroupRequeued"),
+	KindCapacityChanged:   entry[CapacityChanged]("CapacityChanged"),
+	KindPromptLedger:      entry[PromptLedger]("PromptLedger"),
+	KindSamplingExhausted: entry[SamplingExhausted]("SamplingExhausted"),
 
 	KindTrainBatch: entry[TrainBatch]("TrainBatch"),
 	KindStepDone:   entry[StepDone]("StepDone"),

@@ -56,6 +56,7 @@ func samples() []Message {
 		TermAnnounce{Header: hdr(7), Term: "run-1-t3", Token: 3, Router: "http://127.0.0.1:8000"},
 		RolloutStatus{Header: hdr(7), GroupIDs: []string{"g-7-0", "g-8-0"}, PromptIDs: []string{"p-7", "p-8"}},
 		NodeLeaving{Header: hdr(7)},
+		SamplingExhausted{Header: hdr(7), Mode: "filter", Step: 7, SampleBatches: 30, MiniBatch: 4, Good: 3, Requeued: 3},
 	}
 }
 
