@@ -99,11 +99,25 @@ func (c *Core) Step(_ time.Time, in messages.Message) {
 	}
 	c.stats.ByReason[d.Reason]++
 	if d.Keep {
+		// zero_variance_mask keeps every group: the controller zeroes the
+		// loss masks when it assembles the mini-batch, judging the group on
+		// the real per-token loss masks in its token batch.
 		c.stats.Kept++
 		c.Send(c.cfg.Kept, g)
 		return
 	}
-	c.drop(g, messages.FilterZeroVariance)
+	c.drop(g, dropReason(d.Reason))
+}
+
+// dropReason maps the filter's verdict to the wire's FilterReason.
+func dropReason(r filter.Reason) messages.FilterReason {
+	switch r {
+	case filter.ReasonSingleTrajectory:
+		return messages.FilterSingleTrajectory
+	case filter.ReasonNaN:
+		return messages.FilterNaN
+	}
+	return messages.FilterZeroVariance
 }
 
 func (c *Core) drop(g messages.GroupReady, reason messages.FilterReason) {

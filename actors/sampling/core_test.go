@@ -2,6 +2,7 @@ package sampling
 
 import (
 	"errors"
+	"math"
 	"testing"
 	"time"
 
@@ -23,6 +24,13 @@ func TestDecisions(t *testing.T) {
 		{"all zero dropped", filter.ModeFilter, []float64{0, 0, 0, 0}, false, messages.FilterZeroVariance},
 		{"all one dropped", filter.ModeFilter, []float64{1, 1, 1, 1}, false, messages.FilterZeroVariance},
 		{"mode none keeps", filter.ModeNone, []float64{0, 0, 0, 0}, true, ""},
+		// SkyRL (skyrl-train trainer_utils.py handle_filter_sampling):
+		// np.std of one value is 0, of a NaN is NaN — both dropped.
+		{"one trajectory with n 4 dropped", filter.ModeFilter, []float64{1}, false, messages.FilterSingleTrajectory},
+		{"NaN reward dropped", filter.ModeFilter, []float64{0, math.NaN(), 1, 0}, false, messages.FilterNaN},
+		{"replace: bad group dropped (its slot is refilled at assembly)", filter.ModeReplace, []float64{1, 1, 1, 1}, false, messages.FilterZeroVariance},
+		// zero_variance_mask keeps the group; the controller masks its loss.
+		{"zero_variance_mask keeps a flat group", filter.ModeZeroVarianceMask, []float64{1, 1, 1, 1}, true, ""},
 		{"empty group dropped", filter.ModeFilter, nil, false, messages.FilterEmpty},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -9,11 +9,16 @@
 //     mailbox or a crash means redelivery, not loss) or a plain queue
 //     subscription (queue "sampling"). A redelivered group is forwarded
 //     again; the controller ignores the duplicate.
-//   - A kept group is forwarded unchanged on Config.Kept; a dropped one
-//     (zero reward variance under filter/replace/zero_variance_mask, or a
-//     group that cannot be judged) becomes a GroupFiltered on
-//     Config.Filtered, which makes the controller release its capacity and
-//     count its prompt as consumed.
+//   - A kept group is forwarded unchanged on Config.Kept; a bad one under
+//     filter or replace (zero reward variance, one trajectory while
+//     n_samples_per_prompt > 1, a NaN reward), or a group that cannot be
+//     judged, becomes a GroupFiltered on Config.Filtered, which makes the
+//     controller release its capacity and count its prompt as consumed.
+//     The controller counts it in its generation batch: replace mode fills
+//     its slot with a good group's copy at mini-batch assembly. Under
+//     zero_variance_mask every group is forwarded; the controller zeroes
+//     the loss masks of the zero-variance ones (judged on their real loss
+//     masks) when it merges the mini-batch.
 //   - Decisions use the rewards in GroupReady; the token batch is never
 //     decoded here.
 package sampling
