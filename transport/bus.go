@@ -67,8 +67,14 @@ type StreamConfig struct {
 	MaxAge time.Duration
 	// MaxBytes bounds the stream's size; 0 is unbounded.
 	MaxBytes int64
-	// Memory keeps the stream in memory instead of on disk (tests).
+	// Memory keeps the stream in memory instead of on disk (tests, and
+	// buffers that only have to outlive the actors, not the servers).
 	Memory bool
+	// Replicas is the stream's replication factor on a clustered bus
+	// (1..5; 0 means 1): with 3, the stream and its consumers survive the
+	// loss of any one server (a new leader is elected among the others).
+	// A bus without servers of its own (memhub) ignores it.
+	Replicas int
 }
 
 // Validate names the first bad field: a Name that is not a subject token,
@@ -92,6 +98,9 @@ func (c StreamConfig) Validate() error {
 	}
 	if c.MaxBytes < 0 {
 		return fmt.Errorf("stream %s: MaxBytes %d: must be >= 0 (0 is unlimited)", c.Name, c.MaxBytes)
+	}
+	if c.Replicas < 0 || c.Replicas > 5 {
+		return fmt.Errorf("stream %s: Replicas %d: allowed 1..5 (0 for 1)", c.Name, c.Replicas)
 	}
 	return nil
 }

@@ -53,6 +53,10 @@ type Config struct {
 	// trajectory buffer): Publish returns once JetStream has it, and the
 	// sampling actor acks it only after judging it. nil publishes plainly.
 	GroupStream transport.Stream
+	// StoreRetry bounds one store of a group in GroupStream (default 5s);
+	// a failed store is retried until StoreFor (default 60s) has passed,
+	// then the group is reported aborted (requeued), never dropped.
+	StoreRetry, StoreFor time.Duration
 	// Logger gets one line per aborted episode (rate-limited by the caller's level).
 	Logger zerolog.Logger
 	// OnTake, when set, is called (on the bus's delivery goroutine) each
@@ -96,11 +100,15 @@ type Stats struct {
 	// BadPrompts counts PromptAssigned messages that could not be decoded
 	// or belong to another run.
 	BadPrompts int64
+	// StoreRetries counts retried stores in the trajectory buffer;
+	// GroupsUnstored the groups it never took (reported aborted instead).
+	StoreRetries, GroupsUnstored int64
 }
 
 type counters struct {
 	started, finished, aborted, groupsReady, groupsAborted atomic.Int64
 	tokens, generated, resubmits, mixed, badPrompts        atomic.Int64
+	storeRetries, groupsUnstored                           atomic.Int64
 }
 
 // Actor is a rollout actor: it takes prompts from the bus, plays a group
@@ -130,6 +138,12 @@ func Start(bus transport.Bus, gen Generator, cfg Config) (*Actor, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.StoreRetry <= 0 {
+		cfg.StoreRetry = 5 * time.Second
+	}
+	if cfg.StoreFor <= 0 {
+		cfg.StoreFor = time.Minute
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	a := &Actor{bus: bus, gen: gen, cfg: cfg, sem: make(chan struct{}, cfg.Concurrency), ctx: ctx, cancel: cancel,
 		reported: map[string]bool{}, running: map[string]string{}}
@@ -147,7 +161,8 @@ func (a *Actor) Stats() Stats {
 	return Stats{Started: a.c.started.Load(), Finished: a.c.finished.Load(), Aborted: a.c.aborted.Load(),
 		GroupsReady: a.c.groupsReady.Load(), GroupsAborted: a.c.groupsAborted.Load(),
 		Tokens: a.c.tokens.Load(), Generated: a.c.generated.Load(), Resubmits: a.c.resubmits.Load(),
-		MixedVersions: a.c.mixed.Load(), BadPrompts: a.c.badPrompts.Load()}
+		MixedVersions: a.c.mixed.Load(), BadPrompts: a.c.badPrompts.Load(),
+		StoreRetries: a.c.storeRetries.Load(), GroupsUnstored: a.c.groupsUnstored.Load()}
 }
 
 // Reported returns every group the actor published: true for GroupReady,
@@ -283,18 +298,69 @@ func (a *Actor) runGroup(pa messages.PromptAssigned) {
 			GroupID: pa.GroupID, Reason: "pack: " + err.Error()})
 		return
 	}
-	a.c.groupsReady.Add(1)
-	a.report(pa.GroupID, true)
 	if a.cfg.GroupStream == nil {
+		a.c.groupsReady.Add(1)
+		a.report(pa.GroupID, true)
 		a.publish(pctx, a.cfg.Subjects.Groups, gr)
 		return
 	}
 	data, err := messages.Encode(gr)
 	if err == nil {
-		_, err = a.cfg.GroupStream.Publish(pctx, a.cfg.Subjects.Groups, data)
+		err = a.storeGroup(pa.GroupID, data)
 	}
-	if err != nil {
-		a.cfg.Logger.Error().Err(err).Str("group", pa.GroupID).Msg("group not stored in the trajectory buffer")
+	if err == nil {
+		a.c.groupsReady.Add(1)
+		a.report(pa.GroupID, true)
+	} else {
+		a.c.groupsAborted.Add(1)
+		a.report(pa.GroupID, false)
+		// Not stored: nobody would ever judge the group, and the
+		// controller would hold its slot for good (the stall of issue
+		// 20). Report it aborted so the controller requeues the prompt;
+		// if the store did land after all, the group is judged as usual
+		// and the abort ignored.
+		a.c.groupsUnstored.Add(1)
+		a.cfg.Logger.Error().Err(err).Str("group", pa.GroupID).Msg("group not stored in the trajectory buffer; reported aborted")
+		actx, acancel := context.WithTimeout(context.Background(), 10*time.Second) // pctx may be spent by the retries
+		defer acancel()
+		a.publish(actx, a.cfg.Subjects.Aborted, messages.EpisodeAborted{Header: h, PromptID: pa.PromptID,
+			GroupID: pa.GroupID, Reason: "trajectory buffer: " + err.Error()})
+	}
+}
+
+// idPublisher is a stream that drops a message whose id it stored within
+// its duplicate window (JetStream's Nats-Msg-Id): a retried store after a
+// lost ack lands once.
+type idPublisher interface {
+	PublishMsgID(ctx context.Context, subject, id string, data []byte) (uint64, error)
+}
+
+// storeGroup stores a finished group in the trajectory buffer, retrying a
+// failed store (a clustered stream electing a new leader after its server
+// died takes 4–9 s) every StoreRetry until StoreFor has passed or the
+// actor stops. The group id is the message id where the stream
+// de-duplicates, so a retry whose first try did land is dropped.
+func (a *Actor) storeGroup(groupID string, data []byte) error {
+	deadline := time.Now().Add(a.cfg.StoreFor)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), a.cfg.StoreRetry)
+		var err error
+		if p, ok := a.cfg.GroupStream.(idPublisher); ok {
+			_, err = p.PublishMsgID(ctx, a.cfg.Subjects.Groups, groupID, data)
+		} else {
+			_, err = a.cfg.GroupStream.Publish(ctx, a.cfg.Subjects.Groups, data)
+		}
+		cancel()
+		if err == nil || errors.Is(err, transport.ErrClosed) || errors.Is(err, transport.ErrPayloadTooLarge) || time.Now().After(deadline) {
+			return err
+		}
+		a.c.storeRetries.Add(1)
+		a.cfg.Logger.Warn().Err(err).Str("group", groupID).Msg("trajectory buffer store failed; retrying")
+		select {
+		case <-a.ctx.Done():
+			return err
+		case <-time.After(a.cfg.StoreRetry / 10):
+		}
 	}
 }
 

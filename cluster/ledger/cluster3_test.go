@@ -3,8 +3,6 @@ package ledger_test
 import (
 	"context"
 	"fmt"
-	"net"
-	"strconv"
 	"testing"
 	"time"
 
@@ -12,63 +10,12 @@ import (
 	"github.com/asyncrl/asyncrl/cluster/ledger"
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
+	"github.com/asyncrl/asyncrl/transport/natsbus/natstest"
 )
-
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-}
 
 // startCluster starts three embedded servers joined by routes (a
 // clustered JetStream, as three `asyncrl node` processes would run).
-func startCluster(t *testing.T) []*natsbus.Bus {
-	t.Helper()
-	ports := []string{freePort(t), freePort(t), freePort(t)}
-	var routes []string
-	for _, p := range ports {
-		routes = append(routes, "nats-route://127.0.0.1:"+p)
-	}
-	type res struct {
-		i   int
-		b   *natsbus.Bus
-		err error
-	}
-	out := make(chan res, 3)
-	for i, p := range ports {
-		go func() {
-			o := natsbus.DefaultOptions()
-			o.Name, o.StoreDir = fmt.Sprint("node-", i), t.TempDir()
-			o.Cluster = &natsbus.ClusterOptions{Name: "asyncrl", Listen: "127.0.0.1:" + p, Routes: routes}
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			b, err := natsbus.Connect(ctx, o)
-			out <- res{i, b, err}
-		}()
-	}
-	buses := make([]*natsbus.Bus, 3)
-	var firstErr error
-	for range 3 {
-		r := <-out
-		if r.err != nil && firstErr == nil {
-			firstErr = r.err
-		}
-		buses[r.i] = r.b
-	}
-	for _, b := range buses {
-		if b != nil {
-			t.Cleanup(func() { _ = b.Close() })
-		}
-	}
-	if firstErr != nil {
-		t.Fatal(firstErr)
-	}
-	return buses
-}
+func startCluster(t *testing.T) []*natsbus.Bus { return natstest.Cluster(t, 3) }
 
 // Three nodes, replicated state: kill the node whose server holds the
 // trainer lease; a standby on another node takes over, resumes from the

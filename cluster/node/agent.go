@@ -268,7 +268,7 @@ func StartAgent(ctx context.Context, cfg AgentConfig) (a *Agent, err error) {
 	}
 	a.event("gossip %s", a.ms.Addr())
 	if cfg.has(placement.Rollout) {
-		if a.rollouts, err = startRolloutHost(cfg.Run, cfg.Name, a.bus, a.log, a.event); err != nil {
+		if a.rollouts, err = startRolloutHost(cfg.Run, cfg.Name, cfg.Replicas, a.bus, a.log, a.event); err != nil {
 			return a, err
 		}
 	}

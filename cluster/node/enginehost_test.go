@@ -222,7 +222,7 @@ func TestRolloutHostRetriesTermItCouldNotFollow(t *testing.T) {
 		t.Fatal(err)
 	}
 	var events syncBuf
-	h, err := startRolloutHost(cfg, "n2", bus, zerolog.Nop(), func(format string, args ...any) {
+	h, err := startRolloutHost(cfg, "n2", 1, bus, zerolog.Nop(), func(format string, args ...any) {
 		fmt.Fprintf(&events, format+"\n", args...)
 	})
 	if err != nil {

@@ -258,14 +258,17 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	}
 	// The prompt ledger is durable: every PromptLedger, GroupAccepted and
 	// GroupRequeued lands in JetStream as well as on the live subjects.
-	if _, err := n.bus.Stream(ctx, transport.StreamConfig{Name: "ledger-" + cfg.Run.ID,
+	// A cluster term replicates it (and the trajectory buffer) like the
+	// rest of the run's state, so losing the server that led it loses
+	// nothing and stalls nothing beyond a leader election.
+	if _, err := n.bus.Stream(ctx, transport.StreamConfig{Name: "ledger-" + cfg.Run.ID, Replicas: n.streamReplicas(),
 		Subjects: []string{n.subj.ledger, n.subj.ledger + ".>"}, MaxAge: 7 * 24 * time.Hour, Memory: n.opts.InMemoryBus}); err != nil {
 		return fmt.Errorf("node: ledger stream: %w", err)
 	}
 	// The trajectory buffer: finished groups wait in JetStream until the
 	// sampling actor has judged them. In memory: it only has to outlive a
 	// restart of the actors, not of the embedded server.
-	if n.groupStream, err = n.bus.Stream(ctx, groupStreamConfig(cfg.Run.ID, n.subj)); err != nil {
+	if n.groupStream, err = n.bus.Stream(ctx, groupStreamConfig(cfg.Run.ID, n.subj, n.streamReplicas())); err != nil {
 		return fmt.Errorf("node: trajectory buffer stream: %w", err)
 	}
 	n.ledger = newLedger()
@@ -446,10 +449,22 @@ func startRolloutActor(bus transport.Bus, gen rollout.Generator, cfg config.Conf
 
 // groupStreamConfig is the run's trajectory buffer: finished groups wait
 // in JetStream until the sampling actor has judged them. In memory: it
-// only has to outlive a restart of the actors, not of the server. Rollout
+// only has to outlive a restart of the actors, not of every server; on a
+// clustered bus it has replicas copies (--replicas), so the loss of the
+// server that led it costs a leader election, not the buffer. Rollout
 // actors on other nodes open it with the same config.
-func groupStreamConfig(run string, s subjects) transport.StreamConfig {
-	return transport.StreamConfig{Name: "groups-" + run, Subjects: []string{s.groupsReady}, MaxAge: time.Hour, Memory: true}
+func groupStreamConfig(run string, s subjects, replicas int) transport.StreamConfig {
+	return transport.StreamConfig{Name: "groups-" + run, Subjects: []string{s.groupsReady}, MaxAge: time.Hour, Memory: true,
+		Replicas: max(1, replicas)}
+}
+
+// streamReplicas is the replication of the run's own streams: a cluster
+// term's (Options.Remote.Replicas), else 1.
+func (n *Node) streamReplicas() int {
+	if n.opts.Remote != nil {
+		return max(1, n.opts.Remote.Replicas)
+	}
+	return 1
 }
 
 // rolloutSetup is what every rollout actor of a run shares: how many

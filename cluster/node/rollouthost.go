@@ -29,14 +29,17 @@ import (
 type rolloutHost struct {
 	node    string
 	baseRun string
-	cfg     config.Config
-	task    tasks.Task
-	bus     *natsbus.Bus
-	log     zerolog.Logger
-	event   func(format string, args ...any)
-	sub     transport.Subscription
-	httpc   *http.Client
-	terms   chan messages.TermAnnounce
+	// replicas of the term's trajectory buffer (the agent's --replicas:
+	// the holder creates it with as many).
+	replicas int
+	cfg      config.Config
+	task     tasks.Task
+	bus      *natsbus.Bus
+	log      zerolog.Logger
+	event    func(format string, args ...any)
+	sub      transport.Subscription
+	httpc    *http.Client
+	terms    chan messages.TermAnnounce
 
 	mu     sync.Mutex
 	token  uint64
@@ -58,7 +61,7 @@ type rolloutHost struct {
 	wg     sync.WaitGroup
 }
 
-func startRolloutHost(cfg config.Config, node string, bus *natsbus.Bus, log zerolog.Logger, event func(string, ...any)) (*rolloutHost, error) {
+func startRolloutHost(cfg config.Config, node string, replicas int, bus *natsbus.Bus, log zerolog.Logger, event func(string, ...any)) (*rolloutHost, error) {
 	task, err := buildTask(cfg)
 	if err != nil {
 		return nil, err
@@ -67,7 +70,7 @@ func startRolloutHost(cfg config.Config, node string, bus *natsbus.Bus, log zero
 	if err != nil {
 		return nil, fmt.Errorf("%w: run.id: %w", ErrAgentConfig, err)
 	}
-	h := &rolloutHost{node: node, baseRun: cfg.Run.ID, cfg: cfg, task: task, bus: bus,
+	h := &rolloutHost{node: node, baseRun: cfg.Run.ID, cfg: cfg, task: task, bus: bus, replicas: replicas,
 		log: log.With().Str("component", "rollout-host").Logger(), event: event,
 		httpc: &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 256}},
 		terms: make(chan messages.TermAnnounce, 16)}
@@ -138,7 +141,7 @@ func (h *rolloutHost) follow(ta messages.TermAnnounce) {
 	}
 	ctx, cancel := context.WithTimeout(h.ctx, 10*time.Second)
 	defer cancel()
-	groups, err := h.bus.Stream(ctx, groupStreamConfig(ta.Term, s))
+	groups, err := h.bus.Stream(ctx, groupStreamConfig(ta.Term, s, h.replicas))
 	if err != nil {
 		h.cannotFollow(ta, retrying, err)
 		return

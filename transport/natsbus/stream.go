@@ -30,6 +30,7 @@ func (b *Bus) Stream(ctx context.Context, cfg transport.StreamConfig) (transport
 		MaxAge:   cfg.MaxAge,
 		MaxBytes: -1,
 		Storage:  jetstream.FileStorage,
+		Replicas: max(1, cfg.Replicas),
 	}
 	if cfg.MaxBytes > 0 {
 		jc.MaxBytes = cfg.MaxBytes
@@ -54,6 +55,17 @@ func (s *stream) Name() string { return s.name }
 
 // Publish waits for JetStream's ack, so a returned sequence is stored.
 func (s *stream) Publish(ctx context.Context, subject string, data []byte) (uint64, error) {
+	return s.publish(ctx, subject, data)
+}
+
+// PublishMsgID is Publish with a message id: JetStream stores a message
+// whose id it stored within its duplicate window (2 minutes) only once,
+// so a retry after a lost ack does not store the message twice.
+func (s *stream) PublishMsgID(ctx context.Context, subject, id string, data []byte) (uint64, error) {
+	return s.publish(ctx, subject, data, jetstream.WithMsgID(id))
+}
+
+func (s *stream) publish(ctx context.Context, subject string, data []byte, opts ...jetstream.PublishOpt) (uint64, error) {
 	if err := s.b.checkOpen(); err != nil {
 		return 0, err
 	}
@@ -63,7 +75,7 @@ func (s *stream) Publish(ctx context.Context, subject string, data []byte) (uint
 	if err := s.b.checkPayload(subject, len(data)); err != nil {
 		return 0, err
 	}
-	ack, err := s.b.js.Publish(ctx, subject, data, jetstream.WithExpectStream(s.name))
+	ack, err := s.b.js.Publish(ctx, subject, data, append(opts, jetstream.WithExpectStream(s.name))...)
 	if err != nil {
 		return 0, fmt.Errorf("natsbus: stream %s publish %s: %w", s.name, subject, mapErr(err))
 	}

@@ -1,0 +1,142 @@
+package rollout
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/asyncrl/asyncrl/messages"
+	"github.com/asyncrl/asyncrl/transport"
+	"github.com/asyncrl/asyncrl/transport/natsbus"
+)
+
+// lossyStream is a real JetStream stream whose first acks are lost: the
+// first lose stores land, but the store is answered with a timeout (what a
+// rollout actor sees while the stream's leader server dies). broken fails
+// every store without storing.
+type lossyStream struct {
+	transport.Stream
+	lose   int32
+	broken bool
+	calls  atomic.Int32
+}
+
+var errLostAck = errors.New("nats: timeout")
+
+func (s *lossyStream) PublishMsgID(ctx context.Context, subject, id string, data []byte) (uint64, error) {
+	n := s.calls.Add(1)
+	if s.broken {
+		return 0, errLostAck
+	}
+	seq, err := s.Stream.(idPublisher).PublishMsgID(ctx, subject, id, data)
+	if err == nil && n <= s.lose {
+		return 0, errLostAck
+	}
+	return seq, err
+}
+
+func storeRig(t *testing.T, s *lossyStream) (*natsbus.Bus, Subjects, transport.Stream) {
+	t.Helper()
+	bus, err := natsbus.Connect(context.Background(), natsbus.DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = bus.Close() })
+	subj := Subjects{Prompts: "asyncrl.r.prompts", Groups: "asyncrl.r.groups", Aborted: "asyncrl.r.aborted"}
+	st, err := bus.Stream(context.Background(), transport.StreamConfig{Name: "groups-r", Subjects: []string{subj.Groups}, Memory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Stream = st
+	return bus, subj, st
+}
+
+func assign(t *testing.T, bus transport.Bus, subj Subjects, group string) {
+	t.Helper()
+	data, _ := messages.Encode(messages.PromptAssigned{Header: messages.Header{RunID: "r"}, PromptID: PromptID("p-"+group, 7),
+		GroupID: group, Text: "rev ab=", NSamples: 2})
+	if err := bus.Publish(context.Background(), subj.Prompts, data); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A store whose ack was lost is retried under the group's id: the buffer
+// holds the group once, and the actor reports it ready.
+func TestGroupStoreRetriedOnce(t *testing.T) {
+	ls := &lossyStream{lose: 2}
+	bus, subj, st := storeRig(t, ls)
+	g := gated{release: make(chan struct{})}
+	close(g.release)
+	a, err := Start(bus, g, Config{RunID: "r", Name: "rollout-0", Task: mustTask(t, "reverse"), Episode: testCfg(), Concurrency: 2,
+		Subjects: subj, GroupStream: ls, StoreRetry: 200 * time.Millisecond, StoreFor: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Stop(context.Background())
+	assign(t, bus, subj, "g1")
+	deadline := time.Now().Add(10 * time.Second)
+	for a.Reported()["g1"] != true {
+		if time.Now().After(deadline) {
+			t.Fatalf("g1 not reported ready; stats %+v", a.Stats())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if s := a.Stats(); s.StoreRetries != 2 || s.GroupsUnstored != 0 || s.GroupsReady != 1 {
+		t.Errorf("stats %+v; want 2 store retries, 1 group ready, none unstored", s)
+	}
+	// Three stores landed at JetStream under one id: one message.
+	js, err := jetstream.New(bus.Conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := js.Stream(context.Background(), st.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := info.CachedInfo().State.Msgs; n != 1 {
+		t.Errorf("the buffer holds g1 %d times; want once", n)
+	}
+}
+
+// A group the buffer never takes is reported aborted once the retries are
+// spent, so the controller requeues its prompt instead of holding its
+// slot for good (the stall of issue 20).
+func TestUnstoredGroupReportedAborted(t *testing.T) {
+	ls := &lossyStream{broken: true}
+	bus, subj, _ := storeRig(t, ls)
+	aborted := make(chan messages.EpisodeAborted, 4)
+	if _, err := bus.Subscribe(subj.Aborted, func(m *transport.Msg) {
+		if ab, err := messages.DecodeAs[messages.EpisodeAborted](m.Data); err == nil {
+			aborted <- ab
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	g := gated{release: make(chan struct{})}
+	close(g.release)
+	a, err := Start(bus, g, Config{RunID: "r", Name: "rollout-0", Task: mustTask(t, "reverse"), Episode: testCfg(), Concurrency: 2,
+		Subjects: subj, GroupStream: ls, StoreRetry: 50 * time.Millisecond, StoreFor: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Stop(context.Background())
+	assign(t, bus, subj, "g1")
+	select {
+	case ab := <-aborted:
+		if ab.GroupID != "g1" || ab.PromptID != PromptID("p-g1", 7) {
+			t.Errorf("aborted %+v; want group g1", ab)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no abort for the unstored group; stats %+v", a.Stats())
+	}
+	if s := a.Stats(); s.GroupsUnstored != 1 || s.GroupsReady != 0 || ls.calls.Load() < 2 {
+		t.Errorf("stats %+v after %d stores; want 1 unstored, none ready, retried", s, ls.calls.Load())
+	}
+	if r, ok := a.Reported()["g1"]; !ok || r {
+		t.Errorf("g1 reported %v (%v); want aborted", r, ok)
+	}
+}

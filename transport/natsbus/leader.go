@@ -1,0 +1,114 @@
+package natsbus
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ServerName is the name of the server this bus's connection is attached
+// to: its own embedded server, or the one of an external cluster it
+// reached (it changes when the connection fails over).
+func (b *Bus) ServerName() string { return b.nc.ConnectedServerName() }
+
+// StreamHealth is what a probe of a stream found.
+type StreamHealth struct {
+	// Leader is the server leading the stream ("" while it elects one; the
+	// server's own name on a single server).
+	Leader string
+	// Replicas counts the stream's copies; Current how many are current
+	// (the leader included).
+	Replicas, Current int
+	// Moved lists what PreferLeader asked to move to this bus's server:
+	// the stream ("") and consumer names.
+	Moved []string
+}
+
+// PreferLeader probes stream and, on a clustered JetStream, asks the
+// leaders of the stream and of its replicated consumers to hand over to
+// the server this bus's connection is attached to, where that server holds
+// a current replica: a node that keeps the leaders of the state it writes
+// on its own server loses nothing but followers when another server dies,
+// so its writes never wait for a leader election (4–9 s in nats-server)
+// that would outlast a lease. An error means the stream could not be
+// read (missing, or no leader to answer).
+func (b *Bus) PreferLeader(ctx context.Context, stream string) (StreamHealth, error) {
+	var h StreamHealth
+	s, err := b.js.Stream(ctx, stream)
+	if err != nil {
+		return h, fmt.Errorf("natsbus: stream %s: %w", stream, mapErr(err))
+	}
+	info := s.CachedInfo()
+	h.Replicas, h.Current = max(1, info.Config.Replicas), 1
+	cl := info.Cluster
+	if cl == nil || len(cl.Replicas) == 0 {
+		if cl != nil {
+			h.Leader = cl.Leader
+		}
+		return h, nil // one copy: nothing to move
+	}
+	h.Leader = cl.Leader
+	for _, r := range cl.Replicas {
+		if r.Current {
+			h.Current++
+		}
+	}
+	me := b.ServerName()
+	if me == "" {
+		return h, nil
+	}
+	if h.Leader != me && hasCurrent(cl, me) {
+		if err := b.stepDown(ctx, "$JS.API.STREAM.LEADER.STEPDOWN."+stream, me); err != nil {
+			return h, fmt.Errorf("natsbus: stream %s leader to %s: %w", stream, me, err)
+		}
+		h.Moved = append(h.Moved, "")
+	}
+	names := s.ListConsumers(ctx)
+	for ci := range names.Info() {
+		ccl := ci.Cluster
+		if ccl == nil || len(ccl.Replicas) == 0 || ccl.Leader == me || !hasCurrent(ccl, me) {
+			continue
+		}
+		if err := b.stepDown(ctx, "$JS.API.CONSUMER.LEADER.STEPDOWN."+stream+"."+ci.Name, me); err != nil {
+			return h, fmt.Errorf("natsbus: stream %s consumer %s leader to %s: %w", stream, ci.Name, me, err)
+		}
+		h.Moved = append(h.Moved, ci.Name)
+	}
+	if err := names.Err(); err != nil && !errors.Is(err, jetstream.ErrEndOfData) {
+		return h, fmt.Errorf("natsbus: stream %s consumers: %w", stream, mapErr(err))
+	}
+	return h, nil
+}
+
+// hasCurrent: server is cl's leader or one of its current replicas.
+func hasCurrent(cl *jetstream.ClusterInfo, server string) bool {
+	return cl.Leader == server || slices.ContainsFunc(cl.Replicas, func(p *jetstream.PeerInfo) bool { return p.Name == server && p.Current })
+}
+
+// stepDown asks a raft group's leader (subject: the JetStream API's
+// stepdown request) to hand over to the server named preferred.
+func (b *Bus) stepDown(ctx context.Context, subject, preferred string) error {
+	req, _ := json.Marshal(map[string]any{"placement": map[string]string{"preferred": preferred}})
+	msg, err := b.nc.RequestWithContext(ctx, subject, req)
+	if err != nil {
+		return mapErr(err)
+	}
+	var resp struct {
+		Success bool `json:"success"`
+		Error   *struct {
+			Code        int    `json:"code"`
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return fmt.Errorf("stepdown answer: %w", err)
+	}
+	if resp.Error != nil {
+		return fmt.Errorf("stepdown refused: %s (%d)", resp.Error.Description, resp.Error.Code)
+	}
+	return nil
+}
