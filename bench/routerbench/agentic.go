@@ -52,6 +52,9 @@ type Config struct {
 	PrefixBytes int
 	// LoadFactor, when > 0, overrides bounded_sticky's c.
 	LoadFactor float64
+	// Publish, when set, publishes weight versions during the run with
+	// staggered acks and sets the router's version rule (PublishConfig).
+	Publish *PublishConfig
 }
 
 // DefaultConfig returns the comparison cell used in BENCHMARKS.md for a
@@ -123,6 +126,10 @@ type Result struct {
 	MoveTurns []int
 	// Outcomes counts the router's decisions by outcome.
 	Outcomes map[string]float64
+	// Rule is the router's version rule when Config.Publish was set, and
+	// Publishes how many versions every replica acknowledged during the run.
+	Rule      string `json:",omitempty"`
+	Publishes int    `json:",omitempty"`
 }
 
 var engineMetrics = map[string]bool{
@@ -168,9 +175,11 @@ func RunAgentic(ctx context.Context, cfg Config) (Result, error) {
 		c.Latency.CacheBlocks = res.CacheBlocks
 		ecfgs[i] = c
 	}
-	model := func(int) engine.Model {
+	models := make([]engine.Model, cfg.Replicas)
+	model := func(i int) engine.Model {
 		m := engine.NewHashModel(1) // one weight version everywhere: same replies on every replica
 		m.MaxLen = longest + 64
+		models[i] = m
 		return m
 	}
 	pc := proxy.DefaultConfig()
@@ -180,6 +189,10 @@ func RunAgentic(ctx context.Context, cfg Config) (Result, error) {
 	}
 	if cfg.PrefixBytes > 0 {
 		pc.PrefixBytes = cfg.PrefixBytes
+	}
+	if cfg.Publish != nil {
+		applyPublish(&pc, cfg.Publish)
+		res.Rule = cfg.Publish.VersionRule
 	}
 	// The router's view of the engines ages in modelled time: scale the
 	// scrape period and the freshness limit like every other duration.
@@ -212,6 +225,20 @@ func RunAgentic(ctx context.Context, cfg Config) (Result, error) {
 		moveTurns []int
 		wg        sync.WaitGroup
 	)
+	pubCtx, stopPub := context.WithCancel(ctx)
+	defer stopPub()
+	pubDone := make(chan error, 1)
+	if cfg.Publish != nil {
+		go func() {
+			n, err := runPublisher(pubCtx, cfg.Publish, cfg.TimeScale, f, models)
+			mu.Lock()
+			res.Publishes = n
+			mu.Unlock()
+			pubDone <- err
+		}()
+	} else {
+		pubDone <- nil
+	}
 	start := time.Now()
 	for i := range cfg.Sessions {
 		s := &cfg.Sessions[i]
@@ -277,6 +304,10 @@ func RunAgentic(ctx context.Context, cfg Config) (Result, error) {
 	}
 	wg.Wait()
 	res.Wall = time.Since(start)
+	stopPub()
+	if err := <-pubDone; err != nil {
+		return res, fmt.Errorf("routerbench: publisher: %w", err)
+	}
 	if err := context.Cause(ctx); err != nil {
 		return res, err
 	}

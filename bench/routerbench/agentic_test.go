@@ -168,3 +168,36 @@ func TestRunOverheadMeasuresBothTargets(t *testing.T) {
 		t.Fatalf("targets %v", targets)
 	}
 }
+
+// TestPublishesUnderBothVersionRules drives the publish scenario: with
+// staggered acks, the rule before issue 15 (newest) moves sessions off the
+// replicas still loading; the staleness rule moves none (every lag stays
+// within the budget), and both serve every turn.
+func TestPublishesUnderBothVersionRules(t *testing.T) {
+	ss, wc := smallWorkload(t, 4, 30)
+	for _, rule := range []string{policy.VersionNewest, policy.VersionStaleness} {
+		t.Run(rule, func(t *testing.T) {
+			cfg := DefaultConfig(policy.StickyLeastLoaded, 2)
+			cfg.Replicas, cfg.TimeScale, cfg.Sessions, cfg.SharedPrefix = 3, 0.1, ss, wc.PrefixTokens
+			cfg.Publish = &PublishConfig{Every: 300 * time.Millisecond, Stagger: 100 * time.Millisecond,
+				VersionRule: rule, MaxVersionLag: 2, Seed: 1}
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			r, err := RunAgentic(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Requests != 120 || r.Publishes < 2 || r.Rule != rule {
+				t.Fatalf("requests %d publishes %d rule %q", r.Requests, r.Publishes, r.Rule)
+			}
+			t.Logf("%s: %d publishes, hit %.1f%%, outcomes %v, per replica %v", rule, r.Publishes, r.HitRate*100, r.Outcomes, r.PerReplica)
+			moved := r.Outcomes["moved"]
+			if rule == policy.VersionNewest && moved == 0 {
+				t.Fatalf("newest rule: no session moved over %d publishes: %v", r.Publishes, r.Outcomes)
+			}
+			if rule == policy.VersionStaleness && (moved != 0 || r.Moved != 0) {
+				t.Fatalf("staleness rule moved sessions: %v (sessions on >1 replica: %d)", r.Outcomes, r.Moved)
+			}
+		})
+	}
+}
