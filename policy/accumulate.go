@@ -18,17 +18,29 @@ type BatchTotals struct {
 	// divides by it, and Apply checks that exactly this many were
 	// accumulated.
 	Tokens int
-	// MaxLen is the longest sequence: seq_mean_token_sum_norm divides by
-	// Sequences × MaxLen unless TrainerConfig.ReductionMaxSeqLen is set.
+	// MaxLen is the longest sequence (checked against the model; the
+	// seq_mean_token_sum_norm denominator is the configured max_seq_len,
+	// not this).
 	MaxLen int
+	// PromptTokens maps each prompt (Sequence.Group) to its trained
+	// tokens: prompt_mean divides a token's loss by the number of prompts
+	// times its prompt's tokens.
+	PromptTokens map[string]int
+	// Microbatches is the number of microbatches holding trained tokens
+	// that the step will accumulate: token_mean_legacy averages the
+	// per-microbatch token means over them, and Apply checks the count.
+	// Totals sets 1; a caller splitting the mini-batch sets its own count.
+	Microbatches int
 }
 
 // pending is the step being accumulated.
 type pending struct {
-	open   bool
-	tot    BatchTotals // MaxLen already replaced by ReductionMaxSeqLen
-	st     tokenStats
-	tokens int // trained tokens accumulated so far
+	open      bool
+	tot       BatchTotals
+	maxSeqLen int // seq_mean_token_sum_norm's denominator per sequence
+	st        tokenStats
+	tokens    int // trained tokens accumulated so far
+	micro     int // microbatches with trained tokens accumulated so far
 }
 
 func (p *pending) stats() StepStats {
@@ -39,12 +51,14 @@ func (p *pending) stats() StepStats {
 	return StepStats{
 		Loss: p.st.loss, Entropy: p.st.ent / n,
 		Mismatch: p.st.mismatch / n, KL: p.st.kl / n, Tokens: p.tokens,
-		ClipFrac: float64(p.st.clipped) / n,
+		ClipFrac: float64(p.st.clipped) / n, ISRatio: p.st.isRatio / n,
 	}
 }
 
 // Totals validates a whole mini-batch and returns its reduction
-// denominators. A mini-batch without a trained token is an error.
+// denominators (Microbatches 1: the mini-batch in one piece). A mini-batch
+// without a trained token is an error, and so is a trained sequence without
+// a Group under prompt_mean.
 func (t *Trainer) Totals(b Batch) (BatchTotals, error) {
 	tokens, maxLen, err := t.validateBatch(b)
 	if err != nil {
@@ -53,7 +67,19 @@ func (t *Trainer) Totals(b Batch) (BatchTotals, error) {
 	if tokens == 0 {
 		return BatchTotals{}, fmt.Errorf("%w: no trained tokens (every loss mask is 0)", ErrBatch)
 	}
-	return BatchTotals{Sequences: len(b.Sequences), Tokens: tokens, MaxLen: maxLen}, nil
+	prompts := map[string]int{}
+	for si := range b.Sequences {
+		s := &b.Sequences[si]
+		n := s.TrainedTokens()
+		if s.Group == "" {
+			if n > 0 && t.cfg.Reduction == PromptMean {
+				return BatchTotals{}, fmt.Errorf("%w: sequence %d has no Group; prompt_mean averages per prompt", ErrBatch, si)
+			}
+			continue
+		}
+		prompts[s.Group] += n
+	}
+	return BatchTotals{Sequences: len(b.Sequences), Tokens: tokens, MaxLen: maxLen, PromptTokens: prompts, Microbatches: 1}, nil
 }
 
 // Begin opens an optimiser step whose loss is reduced over a mini-batch
@@ -67,14 +93,22 @@ func (t *Trainer) Begin(tot BatchTotals) error {
 		return fmt.Errorf("%w: totals need ≥ 1 sequence, trained token and max length, got %+v", ErrBatch, tot)
 	case tot.MaxLen > t.model.MaxSeqLen():
 		return fmt.Errorf("%w: totals max length %d exceeds max_seq_len %d", ErrBatch, tot.MaxLen, t.model.MaxSeqLen())
+	case t.cfg.Reduction == PromptMean && len(tot.PromptTokens) == 0:
+		return fmt.Errorf("%w: prompt_mean needs the totals' PromptTokens (from Totals)", ErrBatch)
+	case tot.Microbatches < 0:
+		return fmt.Errorf("%w: totals microbatch count %d", ErrBatch, tot.Microbatches)
 	}
-	if t.cfg.ReductionMaxSeqLen > 0 {
-		tot.MaxLen = t.cfg.ReductionMaxSeqLen
+	if tot.Microbatches == 0 {
+		tot.Microbatches = 1
+	}
+	msl := t.cfg.ReductionMaxSeqLen
+	if msl == 0 {
+		msl = t.model.MaxSeqLen()
 	}
 	for _, g := range t.grads {
 		g.Reset()
 	}
-	t.pend = pending{open: true, tot: tot}
+	t.pend = pending{open: true, tot: tot, maxSeqLen: msl}
 	return nil
 }
 
@@ -101,12 +135,25 @@ func (t *Trainer) Accumulate(mb Batch) error {
 	if t.pend.tokens+tokens > tot.Tokens {
 		return fmt.Errorf("%w: microbatches hold %d trained tokens so far, more than the mini-batch's %d", ErrBatch, t.pend.tokens+tokens, tot.Tokens)
 	}
-	if t.cfg.ReductionMaxSeqLen == 0 && maxLen > tot.MaxLen {
+	if maxLen > tot.MaxLen {
 		return fmt.Errorf("%w: microbatch sequence of length %d is longer than the mini-batch's max %d", ErrBatch, maxLen, tot.MaxLen)
 	}
 	if tokens == 0 {
 		return nil // padding: nothing to add (and nothing to compute)
 	}
+	if t.cfg.Reduction == TokenMeanLegacy && t.pend.micro >= tot.Microbatches {
+		return fmt.Errorf("%w: more microbatches with trained tokens than the %d announced (token_mean_legacy divides by the count)", ErrBatch, tot.Microbatches)
+	}
+	if t.cfg.Reduction == PromptMean {
+		for si := range mb.Sequences {
+			if s := &mb.Sequences[si]; s.TrainedTokens() > 0 {
+				if _, ok := tot.PromptTokens[s.Group]; !ok {
+					return fmt.Errorf("%w: microbatch sequence %d: prompt %q is not in the mini-batch's totals", ErrBatch, si, s.Group)
+				}
+			}
+		}
+	}
+	info := mbInfo{tokens: tokens}
 	W := min(t.cfg.Workers, len(mb.Sequences))
 	stats := make([]tokenStats, W)
 	chunk := (len(mb.Sequences) + W - 1) / W
@@ -116,7 +163,7 @@ func (t *Trainer) Accumulate(mb Batch) error {
 	work := func(w int) {
 		lo, hi := w*chunk, min((w+1)*chunk, len(mb.Sequences))
 		for si := lo; si < hi; si++ {
-			t.seqGrad(&mb.Sequences[si], tot, w, &stats[w])
+			t.seqGrad(&mb.Sequences[si], tot, info, w, &stats[w])
 		}
 	}
 	if W == 1 {
@@ -132,6 +179,7 @@ func (t *Trainer) Accumulate(mb Batch) error {
 		t.pend.st.add(stats[w])
 	}
 	t.pend.tokens += tokens
+	t.pend.micro++
 	return nil
 }
 
@@ -146,6 +194,9 @@ func (t *Trainer) Apply() (StepStats, error) {
 	}
 	if t.pend.tokens != t.pend.tot.Tokens {
 		return StepStats{}, fmt.Errorf("%w: accumulated %d trained tokens, the mini-batch has %d", ErrBatch, t.pend.tokens, t.pend.tot.Tokens)
+	}
+	if t.cfg.Reduction == TokenMeanLegacy && t.pend.micro != t.pend.tot.Microbatches {
+		return StepStats{}, fmt.Errorf("%w: accumulated %d microbatches with trained tokens, %d announced", ErrBatch, t.pend.micro, t.pend.tot.Microbatches)
 	}
 	st := t.pend.stats()
 	st.GradNorm = t.applyAdam(t.gradient())
@@ -193,6 +244,15 @@ func (t *Trainer) StepMicrobatches(b Batch, micro [][]int) (StepStats, error) {
 	}
 	if covered != len(seen) {
 		return StepStats{}, fmt.Errorf("%w: microbatches cover %d of %d sequences", ErrBatch, covered, len(seen))
+	}
+	tot.Microbatches = 0
+	for _, mb := range micro {
+		for _, i := range mb {
+			if b.Sequences[i].TrainedTokens() > 0 {
+				tot.Microbatches++
+				break
+			}
+		}
 	}
 	if err := t.Begin(tot); err != nil {
 		return StepStats{}, err

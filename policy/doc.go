@@ -42,11 +42,19 @@
 //
 // Trainer.Step takes a Batch of sequences (tokens, loss mask, the logprobs
 // the engine reported, a per-sequence advantage from Advantages) and runs one
-// clipped PPO/GRPO update: ratio exp(logp_train − logp_rollout) clipped to
-// [1−EpsLow, 1+EpsHigh], SkyRL's loss reductions, optional renormalisation
-// over the sample support set, entropy bonus and k3 KL against the rollout
-// logprobs, global-norm clipping and AdamW. StepStats reports the
-// train–inference mismatch mean |logp_train − logp_rollout|.
+// PPO/GRPO update with SkyRL's semantics (skyrl_train ppo_utils.py): the
+// ratio is exp(logp_train − logp_old) where the "old" logprobs are the
+// trainer's own forward pass on its weights before the update (SkyRL's
+// fwd_logprobs_values_reward; or Sequence.OldLogprobs when given), so with
+// one update per mini-batch it starts at 1. The rollout (engine) logprobs
+// enter only through the off-policy correction — truncated importance
+// sampling by min(exp(logp_old − logp_rollout), cap), per token or per
+// sequence — the k3 KL term and the statistics. Policy losses regular
+// (clip to [1−EpsLow, 1+EpsHigh]), dual_clip, gspo and cispo; SkyRL's five
+// loss reductions; optional renormalisation over the sample support set;
+// entropy bonus; global-norm clipping and AdamW. StepStats reports the
+// train–inference mismatch mean |logp_train − logp_rollout| and the mean
+// importance ratio exp(logp_old − logp_rollout).
 //
 // # Gradient accumulation over microbatches
 //

@@ -10,17 +10,58 @@ import (
 // ErrBatch is wrapped by errors about a malformed training batch.
 var ErrBatch = errors.New("policy: invalid batch")
 
-// Loss reductions (SkyRL names).
+// Loss reductions (SkyRL names and definitions: NovaSky-AI/SkyRL
+// skyrl/backends/skyrl_train/utils/ppo_utils.py,
+// apply_loss_reduction_to_advantages_minibatch, which scales each token's
+// loss so that summing gives the reduction).
 const (
 	// TokenMean divides the summed token losses by the number of trained
-	// tokens in the whole batch.
+	// tokens in the whole mini-batch.
 	TokenMean = "token_mean"
 	// SequenceMean averages each sequence's token losses over its own trained
 	// tokens, then averages over sequences.
 	SequenceMean = "sequence_mean"
 	// SeqMeanTokenSumNorm divides the summed token losses by
-	// batch size × max sequence length (Dr. GRPO).
+	// batch size × max_seq_len (Dr. GRPO), max_seq_len a constant from the
+	// config (TrainerConfig.ReductionMaxSeqLen), never the batch's longest.
 	SeqMeanTokenSumNorm = "seq_mean_token_sum_norm"
+	// PromptMean takes the token mean within each prompt's group of
+	// sequences (Sequence.Group), then the mean over prompts.
+	PromptMean = "prompt_mean"
+	// TokenMeanLegacy takes the token mean within each microbatch, then the
+	// mean over microbatches (SkyRL's pre-v0.3 behaviour: the result depends
+	// on the microbatch split).
+	TokenMeanLegacy = "token_mean_legacy"
+)
+
+// Policy loss types (SkyRL's policy_loss_type).
+const (
+	// LossRegular is PPO's clipped surrogate −min(r·A, clip(r, 1−εlow,
+	// 1+εhigh)·A) with r = exp(logp − logp_old).
+	LossRegular = "regular"
+	// LossDualClip is LossRegular, but for A < 0 the loss is capped at
+	// −A·clip_ratio_c (dual-clip PPO).
+	LossDualClip = "dual_clip"
+	// LossGSPO uses one sequence-level ratio exp(mean_t(logp − logp_old))
+	// for every token of a sequence (GSPO-token), clipped like LossRegular.
+	LossGSPO = "gspo"
+	// LossCISPO is −A·sg(clip(r, 1−cispo_eps_clip_low,
+	// 1+cispo_eps_clip_high))·logp: clipped importance weights, so clipped
+	// tokens still get a gradient.
+	LossCISPO = "cispo"
+)
+
+// Truncated importance sampling types (SkyRL's
+// off_policy_correction.tis_ratio_type; SkyRL's null is TISNone).
+const (
+	// TISNone applies no off-policy correction.
+	TISNone = "none"
+	// TISToken multiplies each token's policy loss by
+	// min(exp(logp_old − logp_rollout), token_tis_ratio_clip_high).
+	TISToken = "token"
+	// TISSequence multiplies every token of a sequence by
+	// min(exp(Σ_t(logp_old − logp_rollout)), sequence_tis_ratio_clip_high).
+	TISSequence = "sequence"
 )
 
 // Sequence is one trajectory to train on.
@@ -34,8 +75,19 @@ type Sequence struct {
 	// (log_softmax(logits/T) over the full vocabulary, as policy/sampler
 	// returns it; with TrainerConfig.SupportNorm, the logprob renormalised
 	// over Support[i], as sampler.SupportLogProb computes it, so the ratio
-	// compares like with like). Only entries under LossMask are read.
+	// compares like with like). Only entries under LossMask are read. They
+	// enter the loss only through the off-policy correction (truncated
+	// importance sampling, TrainerConfig.TISRatioType), the k3 KL term and
+	// the mismatch statistic — never the PPO ratio.
 	RolloutLogprobs []float32
+	// OldLogprobs optionally holds the PPO "old" logprobs (same form as
+	// RolloutLogprobs). nil — the normal case — means the trainer's own
+	// forward pass on its current weights before the update, as SkyRL's
+	// fwd_logprobs_values_reward computes them: with one update per
+	// mini-batch the ratio then starts at exactly 1. A caller running
+	// several updates on one batch computes them once with
+	// Trainer.Logprobs and passes them here.
+	OldLogprobs []float32
 	// Advantage is the sequence's advantage (e.g. from Advantages).
 	Advantage float32
 	// Support optionally holds, per token, the candidate ids that survived
@@ -46,6 +98,20 @@ type Sequence struct {
 	// Version optionally holds, per token, the policy version that
 	// generated it. Not used by the loss; kept for accounting.
 	Version []int64
+	// Group names the prompt the sequence answers (the GRPO group id);
+	// required by the prompt_mean reduction, which averages per prompt.
+	Group string
+}
+
+// TrainedTokens is the number of tokens under the loss mask.
+func (s *Sequence) TrainedTokens() int {
+	n := 0
+	for _, m := range s.LossMask {
+		if m != 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // Batch is one optimiser step's worth of sequences.
@@ -70,12 +136,34 @@ type TrainerConfig struct {
 	// 0.28).
 	EpsLow  float64 `json:"eps_clip_low"`
 	EpsHigh float64 `json:"eps_clip_high"`
-	// Reduction is token_mean, sequence_mean or seq_mean_token_sum_norm.
+	// Reduction is token_mean, sequence_mean, seq_mean_token_sum_norm,
+	// prompt_mean or token_mean_legacy (SkyRL's loss_reduction).
 	Reduction string `json:"loss_reduction"`
-	// ReductionMaxSeqLen is the max_seq_len of seq_mean_token_sum_norm; 0
-	// uses the longest sequence in the batch (SkyRL's fallback, the padded
-	// length).
+	// ReductionMaxSeqLen is the max_seq_len of seq_mean_token_sum_norm, a
+	// constant so the loss has no length bias; 0 uses the model's
+	// MaxSeqLen (SkyRL derives it from the generator's input and output
+	// limits when unset). Never the batch's longest sequence.
 	ReductionMaxSeqLen int `json:"reduction_max_seq_len"`
+	// PolicyLoss is regular, dual_clip, gspo or cispo (SkyRL's
+	// policy_loss_type).
+	PolicyLoss string `json:"policy_loss_type"`
+	// ClipRatioC caps dual_clip's loss for negative advantages at
+	// −A·ClipRatioC (SkyRL clip_ratio_c, default 3). Must be > 1.
+	ClipRatioC float64 `json:"clip_ratio_c"`
+	// CISPOEpsLow and CISPOEpsHigh bound cispo's importance weight to
+	// [1−CISPOEpsLow, 1+CISPOEpsHigh] (SkyRL defaults 0 and 5).
+	CISPOEpsLow  float64 `json:"cispo_eps_clip_low"`
+	CISPOEpsHigh float64 `json:"cispo_eps_clip_high"`
+	// TISRatioType is none, token or sequence: truncated importance
+	// sampling by exp(logp_old − logp_rollout), capped at TokenTISCap or
+	// SequenceTISCap (SkyRL's off_policy_correction).
+	TISRatioType string `json:"tis_ratio_type"`
+	// TokenTISCap caps the token-level TIS ratio (SkyRL
+	// token_tis_ratio_clip_high, default 2).
+	TokenTISCap float64 `json:"token_tis_ratio_clip_high"`
+	// SequenceTISCap caps the sequence-level TIS ratio (SkyRL
+	// sequence_tis_ratio_clip_high, default 5).
+	SequenceTISCap float64 `json:"sequence_tis_ratio_clip_high"`
 	// SupportNorm renormalises each token's trainer logprob over its sample
 	// support set (Sequence.Support) before the ratio, as SkyRL's
 	// sample-support replay does. The rollout logprobs must then be
@@ -105,6 +193,8 @@ func DefaultTrainerConfig() TrainerConfig {
 		LR: 3e-3, Beta1: 0.9, Beta2: 0.99, Eps: 1e-8,
 		MaxGradNorm: 1.0, EpsLow: 0.2, EpsHigh: 0.2,
 		Reduction: TokenMean, Temperature: 1, Workers: 1,
+		PolicyLoss: LossRegular, ClipRatioC: 3, CISPOEpsLow: 0, CISPOEpsHigh: 5,
+		TISRatioType: TISNone, TokenTISCap: 2, SequenceTISCap: 5,
 		// Without a small entropy bonus the tiny policy collapses to a
 		// deterministic answer within ~100 steps and stops learning.
 		EntropyCoef: 0.01,
@@ -133,10 +223,25 @@ func (c TrainerConfig) Validate() error {
 		return bad("eps_clip_low", "in [0, 1)", c.EpsLow)
 	case !(c.EpsHigh >= 0):
 		return bad("eps_clip_high", ">= 0", c.EpsHigh)
-	case c.Reduction != TokenMean && c.Reduction != SequenceMean && c.Reduction != SeqMeanTokenSumNorm:
-		return bad("loss_reduction", "one of token_mean, sequence_mean, seq_mean_token_sum_norm", c.Reduction)
+	case c.Reduction != TokenMean && c.Reduction != SequenceMean && c.Reduction != SeqMeanTokenSumNorm &&
+		c.Reduction != PromptMean && c.Reduction != TokenMeanLegacy:
+		return bad("loss_reduction", "one of token_mean, sequence_mean, seq_mean_token_sum_norm, prompt_mean, token_mean_legacy", c.Reduction)
 	case c.ReductionMaxSeqLen < 0:
-		return bad("reduction_max_seq_len", ">= 0 (0 = longest in batch)", c.ReductionMaxSeqLen)
+		return bad("reduction_max_seq_len", ">= 0 (0 = the model's max_seq_len)", c.ReductionMaxSeqLen)
+	case c.PolicyLoss != LossRegular && c.PolicyLoss != LossDualClip && c.PolicyLoss != LossGSPO && c.PolicyLoss != LossCISPO:
+		return bad("policy_loss_type", "one of regular, dual_clip, gspo, cispo", c.PolicyLoss)
+	case !(c.ClipRatioC > 1) || math.IsInf(c.ClipRatioC, 0):
+		return bad("clip_ratio_c", "> 1 and finite", c.ClipRatioC)
+	case !(c.CISPOEpsLow >= 0 && c.CISPOEpsLow <= 1):
+		return bad("cispo_eps_clip_low", "in [0, 1]", c.CISPOEpsLow)
+	case !(c.CISPOEpsHigh >= 0) || math.IsInf(c.CISPOEpsHigh, 0):
+		return bad("cispo_eps_clip_high", ">= 0 and finite", c.CISPOEpsHigh)
+	case c.TISRatioType != TISNone && c.TISRatioType != TISToken && c.TISRatioType != TISSequence:
+		return bad("tis_ratio_type", "one of none, token, sequence", c.TISRatioType)
+	case !(c.TokenTISCap > 0) || math.IsInf(c.TokenTISCap, 0):
+		return bad("token_tis_ratio_clip_high", "> 0 and finite", c.TokenTISCap)
+	case !(c.SequenceTISCap > 0) || math.IsInf(c.SequenceTISCap, 0):
+		return bad("sequence_tis_ratio_clip_high", "> 0 and finite", c.SequenceTISCap)
 	case !(c.EntropyCoef >= 0):
 		return bad("entropy_coef", ">= 0", c.EntropyCoef)
 	case !(c.KLCoef >= 0):
@@ -164,8 +269,13 @@ type StepStats struct {
 	// Tokens is the number of trained tokens.
 	Tokens int
 	// ClipFrac is the fraction of trained tokens whose ratio was clipped
-	// (the clipped branch of the PPO min was the active one).
+	// (the clipped branch of the PPO min was the active one; for cispo, the
+	// importance weight outside its band), SkyRL's clip_ratio.
 	ClipFrac float64
+	// ISRatio is the mean importance ratio exp(logp_old − logp_rollout)
+	// over trained tokens (before any TIS cap), SkyRL's is_ratio_mean: how
+	// far off-policy the batch was.
+	ISRatio float64
 }
 
 // Trainer owns the master (FP32) model and its optimiser state.
@@ -234,6 +344,9 @@ func (t *Trainer) validateBatch(b Batch) (tokens, maxLen int, err error) {
 		if len(s.LossMask) != n || len(s.RolloutLogprobs) != n {
 			return 0, 0, fmt.Errorf("%w: sequence %d: %d tokens but %d loss-mask and %d logprob entries", ErrBatch, si, n, len(s.LossMask), len(s.RolloutLogprobs))
 		}
+		if s.OldLogprobs != nil && len(s.OldLogprobs) != n {
+			return 0, 0, fmt.Errorf("%w: sequence %d: %d tokens but %d old logprobs", ErrBatch, si, n, len(s.OldLogprobs))
+		}
 		if s.Support != nil && len(s.Support) != n {
 			return 0, 0, fmt.Errorf("%w: sequence %d: %d tokens but %d support rows", ErrBatch, si, n, len(s.Support))
 		}
@@ -250,6 +363,11 @@ func (t *Trainer) validateBatch(b Batch) (tokens, maxLen int, err error) {
 				}
 				if lp := s.RolloutLogprobs[i]; lp != lp || lp > 0 {
 					return 0, 0, fmt.Errorf("%w: sequence %d token %d: rollout logprob %v is not a log-probability", ErrBatch, si, i, lp)
+				}
+				if s.OldLogprobs != nil {
+					if lp := s.OldLogprobs[i]; lp != lp || lp > 0 {
+						return 0, 0, fmt.Errorf("%w: sequence %d token %d: old logprob %v is not a log-probability", ErrBatch, si, i, lp)
+					}
 				}
 				if seen != nil && s.Support != nil && s.Support[i] != nil {
 					if err := checkSupport(s.Support[i], tok, seen); err != nil {
@@ -298,8 +416,8 @@ func checkSupport(sup []int32, tok int32, seen []bool) error {
 
 // tokenStats are per-worker sums, reduced in worker order.
 type tokenStats struct {
-	loss, ent, mismatch, kl float64
-	clipped                 int
+	loss, ent, mismatch, kl, isRatio float64
+	clipped                          int
 }
 
 func (a *tokenStats) add(b tokenStats) {
@@ -307,6 +425,7 @@ func (a *tokenStats) add(b tokenStats) {
 	a.ent += b.ent
 	a.mismatch += b.mismatch
 	a.kl += b.kl
+	a.isRatio += b.isRatio
 	a.clipped += b.clipped
 }
 
@@ -335,8 +454,81 @@ func (t *Trainer) lossGrad(b Batch) (StepStats, []float64, error) {
 	return t.pend.stats(), t.gradient(), nil
 }
 
+// mbInfo describes the microbatch a sequence is trained in (what
+// token_mean_legacy divides by).
+type mbInfo struct{ tokens int }
+
+// tokenWeight is the factor SkyRL's apply_loss_reduction_to_advantages_minibatch
+// scales a token's loss by, so that the sum over the mini-batch is the
+// reduction.
+func (t *Trainer) tokenWeight(s *Sequence, seqTok int, tot BatchTotals, mb mbInfo) float64 {
+	switch t.cfg.Reduction {
+	case SequenceMean:
+		return 1 / (float64(seqTok) * float64(tot.Sequences))
+	case SeqMeanTokenSumNorm:
+		return 1 / (float64(tot.Sequences) * float64(t.pend.maxSeqLen))
+	case PromptMean:
+		return 1 / (float64(len(tot.PromptTokens)) * float64(max(tot.PromptTokens[s.Group], 1)))
+	case TokenMeanLegacy:
+		return 1 / (float64(max(mb.tokens, 1)) * float64(max(tot.Microbatches, 1)))
+	}
+	return 1 / float64(tot.Tokens)
+}
+
+// safeExp is SkyRL's safe_exp_delta: exp of x clamped to [−20, 20].
+func safeExp(x float64) float64 { return math.Exp(min(max(x, -20), 20)) }
+
+// policyToken is one token's policy loss (before the reduction weight and
+// the TIS factor) and its derivative by the token's logprob lp, following
+// SkyRL's ppo_utils.py: old is logp_old, adv the advantage; logIW is GSPO's
+// sequence-level log importance weight sg(mean_t(lp − old)) (ignored by the
+// other losses). clipped reports the clip statistic SkyRL logs.
+func (c *TrainerConfig) policyToken(lp, old, adv, logIW float64) (loss, dlp float64, clipped bool) {
+	switch c.PolicyLoss {
+	case LossCISPO:
+		// loss = −A·sg(clamp(r))·lp: the clamped weight carries no gradient.
+		r := safeExp(lp - old)
+		w := min(max(r, 1-c.CISPOEpsLow), 1+c.CISPOEpsHigh)
+		return -adv * w * lp, -adv * w, r < 1-c.CISPOEpsLow || r > 1+c.CISPOEpsHigh
+	case LossGSPO:
+		// ratio = exp(min(lp − sg(lp) + sg(logIW), 10)): value exp(logIW),
+		// d ratio/d lp = ratio unless the clamp at 10 is active.
+		r, dr := math.Exp(min(logIW, 10)), math.Exp(logIW)
+		if logIW > 10 {
+			dr = 0
+		}
+		surr1, surr2 := r*adv, min(max(r, 1-c.EpsLow), 1+c.EpsHigh)*adv
+		if surr1 <= surr2 {
+			return -surr1, -adv * dr, false
+		}
+		return -surr2, 0, true
+	}
+	r := safeExp(lp - old)
+	dr := r
+	if lp-old > 20 || lp-old < -20 {
+		dr = 0 // the clamp inside safe_exp_delta
+	}
+	surr1, surr2 := r*adv, min(max(r, 1-c.EpsLow), 1+c.EpsHigh)*adv
+	loss, dlp = -surr1, -adv*dr
+	if surr2 < surr1 {
+		loss, dlp, clipped = -surr2, 0, true // no gradient through the clipped branch
+	}
+	if c.PolicyLoss == LossDualClip && adv < 0 {
+		if cap := -adv * c.ClipRatioC; cap < loss {
+			loss, dlp = cap, 0
+		}
+	}
+	return loss, dlp, clipped
+}
+
+// tisToken is SkyRL's token-level TIS factor
+// min(exp(old − rollout), token_tis_ratio_clip_high) (detached).
+func (c *TrainerConfig) tisToken(old, rollout float64) float64 {
+	return min(safeExp(old-rollout), c.TokenTISCap)
+}
+
 // seqGrad accumulates one sequence's loss gradient into t.grads[w].
-func (t *Trainer) seqGrad(s *Sequence, tot BatchTotals, w int, st *tokenStats) {
+func (t *Trainer) seqGrad(s *Sequence, tot BatchTotals, mb mbInfo, w int, st *tokenStats) {
 	c := t.cfg
 	ws := t.wss[w]
 	V := t.model.VocabSize()
@@ -345,49 +537,60 @@ func (t *Trainer) seqGrad(s *Sequence, tot BatchTotals, w int, st *tokenStats) {
 	dlogits := make32(ws, V)
 	invT := 1 / c.Temperature
 
-	seqTok := 0
-	for _, m := range s.LossMask {
-		if m != 0 {
-			seqTok++
-		}
-	}
-	var weight float64
+	seqTok := s.TrainedTokens()
 	if seqTok == 0 {
 		return // padding, or a sequence with nothing to train
 	}
-	switch c.Reduction {
-	case TokenMean:
-		weight = 1 / float64(tot.Tokens)
-	case SequenceMean:
-		weight = 1 / (float64(seqTok) * float64(tot.Sequences))
-	case SeqMeanTokenSumNorm:
-		weight = 1 / (float64(tot.Sequences) * float64(tot.MaxLen))
-	}
+	weight := t.tokenWeight(s, seqTok, tot, mb)
 	A := float64(s.Advantage)
+
+	// Sequence-level quantities need every token's logprob before the
+	// first token's gradient: GSPO's importance weight (zero when the old
+	// logprobs are the current weights' own) and the sequence TIS ratio.
+	var pre []float64
+	if (c.PolicyLoss == LossGSPO && s.OldLogprobs != nil) || (c.TISRatioType == TISSequence && s.OldLogprobs == nil) {
+		pre = t.seqLogprobs(s, w)
+	}
+	oldAt := func(i int, lp float64) float64 {
+		switch {
+		case s.OldLogprobs != nil:
+			return float64(s.OldLogprobs[i])
+		case pre != nil:
+			return pre[i]
+		}
+		return lp // the own forward pass before the update: same weights, same value
+	}
+	var logIW float64
+	seqTIS := 1.0
+	if pre != nil || c.TISRatioType == TISSequence {
+		var sumIW, sumTIS float64
+		for i, m := range s.LossMask {
+			if m == 0 {
+				continue
+			}
+			lp := 0.0
+			if pre != nil {
+				lp = pre[i]
+			}
+			old := oldAt(i, lp)
+			sumIW += lp - old
+			sumTIS += old - float64(s.RolloutLogprobs[i])
+		}
+		if c.PolicyLoss == LossGSPO && s.OldLogprobs != nil {
+			logIW = sumIW / float64(seqTok)
+		}
+		if c.TISRatioType == TISSequence {
+			seqTIS = min(safeExp(sumTIS), c.SequenceTISCap)
+		}
+	}
+
 	for i := 1; i < len(s.Tokens); i++ {
 		if s.LossMask[i] == 0 {
 			continue
 		}
 		logits := t.model.Forward(s.Tokens[:i], ws)
 		tok := s.Tokens[i]
-		// Full-vocabulary softmax at temperature T (float64).
-		maxV := math.Inf(-1)
-		for _, l := range logits {
-			maxV = max(maxV, float64(l)*invT)
-		}
-		var sum float64
-		for v, l := range logits {
-			p[v] = math.Exp(float64(l)*invT - maxV)
-			sum += p[v]
-		}
-		lse := maxV + math.Log(sum)
-		var ent float64
-		for v := range p {
-			p[v] /= sum
-			if p[v] > 0 {
-				ent -= p[v] * (float64(logits[v])*invT - lse)
-			}
-		}
+		lse, ent := softmaxT(logits, invT, p)
 		lpFull := float64(logits[tok])*invT - lse
 		// The logprob the objective uses: full vocabulary, or over the
 		// sample support. dl = d lp / d(logits/T).
@@ -417,27 +620,29 @@ func (t *Trainer) seqGrad(s *Sequence, tot BatchTotals, w int, st *tokenStats) {
 		}
 		dl[tok] += 1
 
-		old := float64(s.RolloutLogprobs[i])
-		logRatio := lp - old
-		ratio := math.Exp(logRatio)
-		clipped := min(max(ratio, 1-c.EpsLow), 1+c.EpsHigh)
-		unc, clp := ratio*A, clipped*A
-		var pg, dLossDlp float64
-		if unc <= clp {
-			pg = -unc
-			dLossDlp = -A * ratio
-		} else {
-			pg = -clp // gradient is zero through the clipped branch
+		rollout := float64(s.RolloutLogprobs[i])
+		old := oldAt(i, lp)
+		pg, dLossDlp, clipped := c.policyToken(lp, old, A, logIW)
+		if clipped {
 			st.clipped++
 		}
-		x := old - lp
+		tis := 1.0
+		switch c.TISRatioType {
+		case TISToken:
+			tis = c.tisToken(old, rollout)
+		case TISSequence:
+			tis = seqTIS
+		}
+		pg, dLossDlp = pg*tis, dLossDlp*tis
+		x := rollout - lp
 		k3 := math.Exp(x) - x - 1
 		dLossDlp += c.KLCoef * (1 - math.Exp(x))
 		tokLoss := pg + c.KLCoef*k3 - c.EntropyCoef*ent
 		st.loss += weight * tokLoss
 		st.ent += ent
 		st.kl += k3
-		st.mismatch += math.Abs(lp - old)
+		st.mismatch += math.Abs(lp - rollout)
+		st.isRatio += safeExp(old - rollout)
 
 		// d loss/d logits = weight·[dLoss/dlp · dlp/du − coef·dH/du] / T,
 		// with dH/du_v = −p_v (log p_v + H).
@@ -451,6 +656,85 @@ func (t *Trainer) seqGrad(s *Sequence, tot BatchTotals, w int, st *tokenStats) {
 		}
 		t.model.Backward(ws, dlogits, t.grads[w])
 	}
+}
+
+// softmaxT fills p with softmax(logits/T) (invT = 1/T) and returns the
+// log-sum-exp of logits/T and the distribution's entropy.
+func softmaxT(logits []float32, invT float64, p []float64) (lse, ent float64) {
+	maxV := math.Inf(-1)
+	for _, l := range logits {
+		maxV = max(maxV, float64(l)*invT)
+	}
+	var sum float64
+	for v, l := range logits {
+		p[v] = math.Exp(float64(l)*invT - maxV)
+		sum += p[v]
+	}
+	lse = maxV + math.Log(sum)
+	for v := range p {
+		p[v] /= sum
+		if p[v] > 0 {
+			ent -= p[v] * (float64(logits[v])*invT - lse)
+		}
+	}
+	return lse, ent
+}
+
+// tokenLogprob is the logprob the objective uses for Tokens[i] (support
+// normalised when configured), by a forward pass on the current weights.
+func (t *Trainer) tokenLogprob(s *Sequence, i, w int) float64 {
+	V := t.model.VocabSize()
+	p := t.scratch[w][2*V : 3*V]
+	invT := 1 / t.cfg.Temperature
+	logits := t.model.Forward(s.Tokens[:i], t.wss[w])
+	lse, _ := softmaxT(logits, invT, p)
+	lp := float64(logits[s.Tokens[i]])*invT - lse
+	if t.cfg.SupportNorm && s.Support != nil && s.Support[i] != nil {
+		var ssum float64
+		for _, id := range s.Support[i] {
+			if id >= 0 {
+				ssum += p[id]
+			}
+		}
+		lp -= math.Log(ssum)
+	}
+	return lp
+}
+
+// seqLogprobs returns the current weights' logprob of every trained token
+// of s (zero elsewhere), computed as the loss computes them.
+func (t *Trainer) seqLogprobs(s *Sequence, w int) []float64 {
+	out := make([]float64, len(s.Tokens))
+	for i, m := range s.LossMask {
+		if m != 0 && i > 0 {
+			out[i] = t.tokenLogprob(s, i, w)
+		}
+	}
+	return out
+}
+
+// Logprobs is the trainer's own forward pass: the logprob of every trained
+// token of every sequence under the current weights (0 where the loss mask
+// is 0), as the loss computes it (temperature, support normalisation). It
+// is what SkyRL's fwd_logprobs_values_reward computes for the PPO "old"
+// logprobs; a caller taking several updates on one batch passes its result
+// as Sequence.OldLogprobs. It does not change the trainer.
+func (t *Trainer) Logprobs(b Batch) ([][]float32, error) {
+	if t.pend.open {
+		return nil, fmt.Errorf("%w: Logprobs while a step is being accumulated", ErrBatch)
+	}
+	if _, _, err := t.validateBatch(b); err != nil {
+		return nil, err
+	}
+	out := make([][]float32, len(b.Sequences))
+	for si := range b.Sequences {
+		lps := t.seqLogprobs(&b.Sequences[si], 0)
+		out[si] = make([]float32, len(lps))
+		for i, x := range lps {
+			out[si][i] = float32(x)
+		}
+	}
+	return out, nil
 }
 
 // make32 returns a float32 scratch of length n kept in the workspace.

@@ -51,8 +51,11 @@ func rollout(t testing.TB, serve *Model, n, gen int, rng *rand.Rand, p sampler.P
 }
 
 // TestGradientCheck compares the analytic gradient of the full trainer loss
-// (PPO clip, KL, entropy bonus, support renormalisation, each reduction)
-// with central finite differences on a tiny model.
+// (PPO clip, dual clip, TIS, KL, entropy bonus, support renormalisation,
+// each reduction) with central finite differences on a tiny model. The old
+// logprobs are given explicitly (a fixed behaviour policy): with the own
+// forward pass they would move with the weights, and the surrogate's value
+// would not show its gradient.
 func TestGradientCheck(t *testing.T) {
 	cases := []struct {
 		name string
@@ -64,6 +67,12 @@ func TestGradientCheck(t *testing.T) {
 		}},
 		{"seq_mean_token_sum_norm+support+T0.7", func(c *TrainerConfig) {
 			c.Reduction, c.SupportNorm, c.Temperature = SeqMeanTokenSumNorm, true, 0.7
+		}},
+		{"prompt_mean+dual_clip+tis_token", func(c *TrainerConfig) {
+			c.Reduction, c.PolicyLoss, c.TISRatioType, c.TokenTISCap = PromptMean, LossDualClip, TISToken, 1.05
+		}},
+		{"token_mean_legacy+tis_sequence", func(c *TrainerConfig) {
+			c.Reduction, c.TISRatioType, c.SequenceTISCap = TokenMeanLegacy, TISSequence, 1.1
 		}},
 	}
 	for _, tc := range cases {
@@ -98,13 +107,18 @@ func TestGradientCheck(t *testing.T) {
 					}
 				}
 			}
-			// Perturb the recorded logprobs so ratios differ from 1 but stay
-			// inside the clip band (the clipped branch has zero gradient and
-			// a kink at its edge).
+			// Old logprobs: the recorded ones perturbed so ratios differ from
+			// 1 but stay inside the clip band (the clipped branch has zero
+			// gradient and a kink at its edge); the rollout logprobs move a
+			// little further, so TIS ratios differ from 1 too.
 			for si := range seqs {
-				for i := range seqs[si].RolloutLogprobs {
-					if seqs[si].LossMask[i] != 0 {
-						seqs[si].RolloutLogprobs[i] -= float32(0.1 * rng.Float64())
+				sq := &seqs[si]
+				sq.Group = string(rune('a' + si%2))
+				sq.OldLogprobs = slices.Clone(sq.RolloutLogprobs)
+				for i := range sq.RolloutLogprobs {
+					if sq.LossMask[i] != 0 {
+						sq.OldLogprobs[i] -= float32(0.1 * rng.Float64())
+						sq.RolloutLogprobs[i] = sq.OldLogprobs[i] - float32(0.1*rng.Float64()-0.05)
 					}
 				}
 			}
@@ -212,7 +226,8 @@ func TestReductions(t *testing.T) {
 	}{
 		{TokenMean, 0, -(1 + 1 + 0.5) / 3.0},
 		{SequenceMean, 0, -((1+1)/2.0 + 0.5/1) / 2},
-		{SeqMeanTokenSumNorm, 0, -(1 + 1 + 0.5) / (2 * 4.0)},
+		// 0: the model's max_seq_len (16), not the longest sequence (4).
+		{SeqMeanTokenSumNorm, 0, -(1 + 1 + 0.5) / (2 * 16.0)},
 		{SeqMeanTokenSumNorm, 10, -(1 + 1 + 0.5) / (2 * 10.0)},
 	}
 	for _, c := range cases {
@@ -239,12 +254,13 @@ func TestClippingEngages(t *testing.T) {
 	m, _ := New(tinyConfig(), 2)
 	rng := rand.New(rand.NewPCG(1, 2))
 	seqs := rollout(t, m, 4, 3, rng, sampler.DefaultParams())
-	// Rollout logprobs one nat below the trainer's: ratio e ≈ 2.72 > 1.2.
+	// Old logprobs one nat below the trainer's: ratio e ≈ 2.72 > 1.2.
 	for si := range seqs {
 		seqs[si].Advantage = 1
-		for i := range seqs[si].RolloutLogprobs {
+		seqs[si].OldLogprobs = slices.Clone(seqs[si].RolloutLogprobs)
+		for i := range seqs[si].OldLogprobs {
 			if seqs[si].LossMask[i] != 0 {
-				seqs[si].RolloutLogprobs[i] -= 1
+				seqs[si].OldLogprobs[i] -= 1
 			}
 		}
 	}

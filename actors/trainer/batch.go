@@ -38,7 +38,7 @@ func Prepare(tb *messages.TokenBatch, normStd bool, mb microbatch.Config, versio
 			return Prepared{}, fmt.Errorf("trainer: %w", err)
 		}
 		seq := policy.Sequence{Tokens: t.TokenIDs, LossMask: t.LossMask, RolloutLogprobs: t.Logprobs,
-			Version: make([]int64, len(t.PolicyVersions))}
+			Version: make([]int64, len(t.PolicyVersions)), Group: t.GroupID}
 		oldest := int64(-1)
 		for j, v := range t.PolicyVersions {
 			seq.Version[j] = int64(v)

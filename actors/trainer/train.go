@@ -41,6 +41,19 @@ func Train(be Backend, p Prepared) (policy.StepStats, error) {
 	if err != nil {
 		return policy.StepStats{}, err
 	}
+	// token_mean_legacy averages per-microbatch token means over the
+	// microbatches that hold trained tokens (padding ones hold none).
+	tot.Microbatches = 0
+	for _, rank := range p.Plan.Ranks {
+		for _, m := range rank.Microbatches {
+			for _, i := range m.Indices {
+				if i >= 0 && i < len(p.Batch.Sequences) && p.Batch.Sequences[i].TrainedTokens() > 0 {
+					tot.Microbatches++
+					break
+				}
+			}
+		}
+	}
 	if err := be.Begin(tot); err != nil {
 		return policy.StepStats{}, err
 	}
