@@ -3,9 +3,11 @@ package controller
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/asyncrl/asyncrl/actors"
+	"github.com/asyncrl/asyncrl/actors/filter"
 	"github.com/asyncrl/asyncrl/actors/staleness"
 	"github.com/asyncrl/asyncrl/messages"
 )
@@ -35,7 +37,7 @@ type Subjects struct {
 	Train    string // TrainBatch (trainer)
 	Capacity string // CapacityChanged
 	Ledger   string // PromptLedger (durable prompt ledger)
-	Settled  string // GroupAccepted / GroupRequeued (observers)
+	Settled  string // GroupAccepted / GroupRequeued / SamplingExhausted (observers)
 }
 
 // Config configures the core.
@@ -56,6 +58,16 @@ type Config struct {
 	// listening yet, a lost message); trainers ignore a batch for a step
 	// they already trained and only announce StepDone again. 0 = never.
 	ResendTrainAfter time.Duration
+	// Sampling is dynamic sampling at mini-batch assembly (package filter;
+	// Mode, NSamplesPerPrompt, MaxSampleBatches, MinReplaceRatio,
+	// ZeroVarianceTol — TrainBatchSize is Staleness.MiniBatchSize). The
+	// sampling actor has already judged each group (a bad one arrives as
+	// GroupFiltered); the controller counts generation batches of B
+	// arrivals, fills bad slots with good groups (replace) and zeroes loss
+	// masks (zero_variance_mask). A zero Mode is none.
+	Sampling filter.Config
+	// Rand draws replace mode's donor groups; required in replace mode.
+	Rand *rand.Rand
 	// Subjects to publish on.
 	Subjects Subjects
 }
@@ -74,6 +86,16 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: MaxSteps must be ≥ 0 (0 = unbounded), got %d", ErrInvalidConfig, c.MaxSteps)
 	case c.Subjects.Prompts == "" || c.Subjects.Train == "" || c.Subjects.Ledger == "":
 		return fmt.Errorf("%w: Subjects.Prompts, Train and Ledger must be set", ErrInvalidConfig)
+	}
+	if c.Sampling.Mode != "" {
+		s := c.Sampling
+		s.TrainBatchSize = int(c.Staleness.MiniBatchSize)
+		if err := s.Validate(); err != nil {
+			return fmt.Errorf("%w: Sampling: %w", ErrInvalidConfig, err)
+		}
+		if s.Mode == filter.ModeReplace && c.Rand == nil {
+			return fmt.Errorf("%w: Rand must be set in replace mode (it draws the donor groups)", ErrInvalidConfig)
+		}
 	}
 	return nil
 }
@@ -119,6 +141,12 @@ type Core struct {
 	// lastTrain is the TrainBatch out for the current step (resent by the
 	// "train" timer until its StepDone arrives).
 	lastTrain *messages.TrainBatch
+	// arrivals are the groups (kept and filtered) that arrived since the
+	// last dispatch, in order: the generation batches of dynamic sampling.
+	arrivals []arrival
+	// sampled counts the generation batches sampled (replace mode) for
+	// the current step.
+	sampled int
 
 	stats Stats
 }
@@ -132,6 +160,15 @@ type Stats struct {
 	Duplicates int64
 	// Resent counts TrainBatch messages sent again for want of a StepDone.
 	Resent int64
+	// Dynamic sampling: groups whose slot took a good group's copy
+	// (replace); generation batches discarded for too few good groups
+	// (replace); trajectories whose loss mask was zeroed
+	// (zero_variance_mask); times max_sample_batches was reached; groups
+	// requeued then.
+	Replaced, Resampled, Masked, SamplingExhausted, RequeuedSampling int64
+	// GenerationBatches is, per dispatched step, the number of generation
+	// batches (B finished groups each, kept or filtered) sampled to fill it.
+	GenerationBatches []int
 }
 
 var _ actors.Core[messages.Message, messages.Message] = (*Core)(nil)
@@ -228,6 +265,7 @@ func (c *Core) ready(now time.Time, m messages.GroupReady) {
 		return
 	}
 	c.batch = append(c.batch, m) // checked for training in dispatch
+	c.arrivals = append(c.arrivals, arrival{id: m.GroupID, good: true})
 }
 
 func (c *Core) filtered(now time.Time, m messages.GroupFiltered) {
@@ -242,6 +280,7 @@ func (c *Core) filtered(now time.Time, m messages.GroupFiltered) {
 	delete(c.groups, m.GroupID)
 	c.stats.Filtered++
 	c.ledger(m.PromptID, m.GroupID, messages.LedgerFiltered, a.attempt)
+	c.arrivals = append(c.arrivals, arrival{id: m.GroupID})
 }
 
 func (c *Core) aborted(now time.Time, m messages.EpisodeAborted) {
@@ -261,11 +300,15 @@ func (c *Core) requeues(detail string) {
 		}
 		delete(c.groups, r.GroupID)
 		reason := messages.RequeueAborted
-		if r.Reason == staleness.ReasonStale {
+		switch r.Reason {
+		case staleness.ReasonStale:
 			reason = messages.RequeueStale
 			c.stats.RequeuedStale++
 			detail = fmt.Sprintf("staleness %d > %d", r.Staleness, c.cfg.Staleness.MaxStalenessSteps)
-		} else {
+		case staleness.ReasonReleased:
+			reason = messages.RequeueSampling
+			c.stats.RequeuedSampling++
+		default:
 			c.stats.RequeuedAborted++
 		}
 		next := a.attempt + 1
@@ -300,15 +343,38 @@ func (c *Core) stepDone(now time.Time, m messages.StepDone) {
 	}
 }
 
-// dispatch checks waiting groups for the current step and sends the
-// mini-batch once B groups passed. Groups are checked in arrival order;
-// a stale one is requeued and the next one takes its place.
+// dispatch assembles the current step's mini-batch, by the dynamic
+// sampling mode (replace: dispatchReplace; otherwise dispatchKept), unless
+// one is out already.
 func (c *Core) dispatch(now time.Time) {
 	step := c.ctl.Step()
 	if c.dispatched >= step || (c.cfg.MaxSteps > 0 && step > c.cfg.MaxSteps) {
 		return
 	}
+	if c.cfg.Sampling.Mode == filter.ModeReplace {
+		c.dispatchReplace(now, step)
+		return
+	}
+	c.dispatchKept(now, step)
+	if c.dispatched < step {
+		c.checkExhausted(now, step)
+	}
+}
+
+// dispatchKept checks waiting groups for the current step and sends the
+// mini-batch once B groups passed. Groups are checked in arrival order;
+// a stale one is requeued and the next one takes its place. In filter mode
+// this is DAPO's accumulation across generation batches: the kept groups
+// of as many generation batches as it takes.
+func (c *Core) dispatchKept(now time.Time, step int64) {
 	b := int(c.cfg.Staleness.MiniBatchSize)
+	if len(c.batch) < b {
+		// Check only once B groups wait: until then a group is merely
+		// accepted, so dynamic sampling that gives up on the step can
+		// hand it back untrained (staleness.Controller.Release), and the
+		// check happens as close to training as possible.
+		return
+	}
 	for c.checked < len(c.batch) && c.checked < b {
 		g := c.batch[c.checked]
 		d, err := c.ctl.CheckForTraining(g.GroupID, now)
@@ -330,7 +396,14 @@ func (c *Core) dispatch(now time.Time) {
 	chosen := append([]messages.GroupReady(nil), c.batch[:b]...)
 	c.batch = append([]messages.GroupReady(nil), c.batch[b:]...)
 	c.checked = 0
-	tb, err := mergeGroups(chosen)
+	c.send(now, step, chosen, nil, c.consume(chosen[len(chosen)-1].GroupID))
+}
+
+// send merges the mini-batch (slots: the group each slot takes, nil =
+// chosen in order) and sends its TrainBatch; batches is the number of
+// generation batches it took.
+func (c *Core) send(now time.Time, step int64, chosen []messages.GroupReady, slots []slot, batches int) {
+	tb, err := c.merge(chosen, slots)
 	if err != nil {
 		c.Log(actors.LevelError, "merge", "cannot merge group batches; step skipped",
 			actors.Field{Key: "err", Value: err.Error()})
@@ -338,6 +411,7 @@ func (c *Core) dispatch(now time.Time) {
 	}
 	c.dispatched = step
 	c.training[step] = chosen
+	c.stats.GenerationBatches = append(c.stats.GenerationBatches, batches)
 	train := messages.TrainBatch{Header: c.header(), Step: step, GroupIDs: ids(chosen),
 		Batch: messages.BatchRef{Inline: tb.data, Bytes: int64(len(tb.data))}, Tokens: tb.tokens, Trajectories: tb.trajs}
 	c.Send(c.cfg.Subjects.Train, train)
@@ -405,38 +479,4 @@ type merged struct {
 	data   []byte
 	tokens int64
 	trajs  int32
-}
-
-// mergeGroups concatenates the groups' token batches into one, so the
-// trainer receives one Arrow record batch per step.
-func mergeGroups(gs []messages.GroupReady) (merged, error) {
-	var out *messages.TokenBatch
-	for _, g := range gs {
-		tb, err := messages.DecodeTokenBatch(g.Batch.Inline)
-		if err != nil {
-			return merged{}, fmt.Errorf("group %s: %w", g.GroupID, err)
-		}
-		if out == nil {
-			if out, err = messages.NewTokenBatch(tb.Spec()); err != nil {
-				return merged{}, err
-			}
-		}
-		for i := range tb.Len() {
-			t, err := tb.Trajectory(i)
-			if err != nil {
-				return merged{}, fmt.Errorf("group %s: %w", g.GroupID, err)
-			}
-			if err := out.Append(t); err != nil {
-				return merged{}, fmt.Errorf("group %s: %w", g.GroupID, err)
-			}
-		}
-	}
-	if out == nil {
-		return merged{}, fmt.Errorf("controller: no groups to merge")
-	}
-	data, err := messages.EncodeTokenBatch(out)
-	if err != nil {
-		return merged{}, err
-	}
-	return merged{data: data, tokens: int64(out.NumTokens()), trajs: int32(out.Len())}, nil
 }

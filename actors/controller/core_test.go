@@ -199,8 +199,11 @@ func TestAbortRequeuesPromptOnce(t *testing.T) {
 }
 
 func TestStaleGroupRequeuedAtTrainingTime(t *testing.T) {
-	// S=0: a group must be trained at the version it was generated with.
-	c, _ := New(testConfig(1, 1, 0), &seqSource{})
+	// S=0 under the token measure: a group must be trained at the version
+	// it was generated with.
+	cfg := testConfig(1, 1, 0)
+	cfg.Staleness.Measure = staleness.MeasureToken
+	c, _ := New(cfg, &seqSource{})
 	c.Start(t0)
 	pa := assigned(t, sent(c)["P"])
 	c.Step(t0, groupReady(t, pa[0].GroupID, pa[0].PromptID, 0, 0, 1))

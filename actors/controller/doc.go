@@ -18,11 +18,28 @@
 //     deadlock the loop. EpisodeAborted: Abort — the prompt is requeued
 //     (GroupRequeued, ledger "requeued"); further aborts of the same group
 //     are duplicates and change nothing.
-//   - Training: while no TrainBatch is out for the current step, queued
-//     groups are checked with CheckForTraining in arrival order; a stale
-//     one is requeued (reason stale), a fresh one is announced with
-//     GroupAccepted. When B groups passed, their token batches are merged
-//     into one Arrow batch and sent inline in a TrainBatch for the step.
+//   - Training: while no TrainBatch is out for the current step and at
+//     least B groups wait, they are checked with CheckForTraining in
+//     arrival order (Config.Staleness.Measure: scheduled, SkyRL's, or
+//     token); a stale one is requeued (reason stale), a fresh one is
+//     announced with GroupAccepted. When B groups passed, their token
+//     batches are merged into one Arrow batch and sent inline in a
+//     TrainBatch for the step.
+//   - Dynamic sampling (Config.Sampling, SkyRL's trainer_utils semantics;
+//     sampling.go): a generation batch is B consecutive finished groups,
+//     kept or filtered. filter: kept groups accumulate across generation
+//     batches until B are kept (Stats.GenerationBatches per step); once
+//     max_sample_batches (−1 unbounded) arrived without a full step, the
+//     held unchecked groups are handed back (Release → GroupRequeued
+//     reason max_sample_batches: nothing lost) and SamplingExhausted is
+//     published on Subjects.Settled. replace: each generation batch is
+//     judged whole; if good > B × min_replace_ratio every bad (or stale)
+//     slot takes a copy of a fresh good group, donors from Config.Rand,
+//     all per-trajectory data moving together; else the batch is
+//     discarded (its good groups filtered) and sampled again, up to
+//     max_sample_batches. zero_variance_mask: groups stay, and the loss
+//     mask of a zero-variance group's live trajectories is zeroed when
+//     the mini-batch is merged, judged on the real loss masks.
 //   - StepDone(step) advances the step and marks that step's groups
 //     trained in the ledger. A duplicate StepDone is ignored.
 //   - After every message a CapacityChanged carries the counters.

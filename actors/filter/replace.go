@@ -55,6 +55,11 @@ func Replace(samples []Sample, n int, ratio float64, rng *rand.Rand) ReplaceResu
 	return res
 }
 
+// EnoughGood is POLARIS' test: good > total × ratio, strictly.
+func EnoughGood(good, total int, ratio float64) bool {
+	return float64(good) > float64(total)*ratio
+}
+
 // ReplaceSlots is POLARIS replacement at the level of group slots, as the
 // async loop's mini-batch assembly uses it: good[i] says whether slot i of
 // a generation batch holds a good group. ok is good > len(good) × ratio
@@ -75,7 +80,7 @@ func ReplaceSlots(good []bool, ratio float64, rng *rand.Rand) (ok bool, donor []
 			bads = append(bads, i)
 		}
 	}
-	if !(float64(len(goods)) > float64(len(good))*ratio) {
+	if !EnoughGood(len(goods), len(good), ratio) {
 		return false, nil
 	}
 	donor = make([]int, len(good))
