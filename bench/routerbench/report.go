@@ -236,3 +236,128 @@ func WriteOverheadMarkdown(w io.Writer, reps [][]OverheadResult) {
 			errs)
 	}
 }
+
+// PublishSummary compares the version rules for one (pressure, policy)
+// under the publish scenario: medians over repetitions per rule, and the
+// median of the per-repetition ratios rule / baseline rule.
+type PublishSummary struct {
+	Pressure float64
+	Policy   string // the routing policy (Result.Policy)
+	Rule     string // the version rule (Result.Rule)
+	Runs     int
+	// Medians.
+	HitRate, Throughput, Conv90, Moves, Publishes float64
+	PerReplica                                    []float64
+	// Ratios to the baseline rule in the same repetition (median).
+	RHitRate, RThroughput, RConv90 float64
+}
+
+// SummarizePublish groups publish-scenario results by (pressure, policy,
+// rule) and takes medians; ratios divide each repetition's value by the
+// same (pressure, policy) cell's value under baseline rule in that
+// repetition.
+func SummarizePublish(reps [][]Result, baseline string) []PublishSummary {
+	type key struct {
+		p         float64
+		pol, rule string
+	}
+	type bkey struct {
+		p   float64
+		pol string
+		rep int
+	}
+	by := map[key][]Result{}
+	base := map[bkey]Result{}
+	var order []key
+	repOf := map[key][]int{}
+	for ri, rs := range reps {
+		for _, r := range rs {
+			k := key{r.Pressure, r.Policy, r.Rule}
+			if _, ok := by[k]; !ok {
+				order = append(order, k)
+			}
+			by[k] = append(by[k], r)
+			repOf[k] = append(repOf[k], ri)
+			if r.Rule == baseline {
+				base[bkey{r.Pressure, r.Policy, ri}] = r
+			}
+		}
+	}
+	var out []PublishSummary
+	for _, k := range order {
+		rs := by[k]
+		col := func(f func(Result) float64) float64 {
+			xs := make([]float64, len(rs))
+			for i, r := range rs {
+				xs[i] = f(r)
+			}
+			return Median(xs)
+		}
+		rcol := func(f func(Result) float64) float64 {
+			var xs []float64
+			for i, r := range rs {
+				b, ok := base[bkey{k.p, k.pol, repOf[k][i]}]
+				if ok && f(b) != 0 {
+					xs = append(xs, f(r)/f(b))
+				}
+			}
+			if len(xs) == 0 {
+				return math.NaN()
+			}
+			return Median(xs)
+		}
+		s := PublishSummary{Pressure: k.p, Policy: k.pol, Rule: k.rule, Runs: len(rs)}
+		s.HitRate = col(func(r Result) float64 { return r.HitRate })
+		s.Throughput = col(func(r Result) float64 { return r.ThroughputModelled })
+		s.Conv90 = col(func(r Result) float64 { return r.Conv90 })
+		s.Moves = col(func(r Result) float64 { return r.Outcomes["moved"] + r.Outcomes["spilled"] })
+		s.Publishes = col(func(r Result) float64 { return float64(r.Publishes) })
+		n := 0
+		for _, r := range rs {
+			n = max(n, len(r.PerReplica))
+		}
+		for i := range n {
+			s.PerReplica = append(s.PerReplica, col(func(r Result) float64 {
+				if sorted := sortedDesc(r.PerReplica); i < len(sorted) {
+					return sorted[i]
+				}
+				return 0
+			}))
+		}
+		s.RHitRate = rcol(func(r Result) float64 { return r.HitRate })
+		s.RThroughput = rcol(func(r Result) float64 { return r.ThroughputModelled })
+		s.RConv90 = rcol(func(r Result) float64 { return r.Conv90 })
+		out = append(out, s)
+	}
+	return out
+}
+
+// WritePublishMarkdown writes the version-rule comparison, one table per
+// pressure.
+func WritePublishMarkdown(w io.Writer, ss []PublishSummary, baseline string) {
+	var pressures []float64
+	seen := map[float64]bool{}
+	for _, s := range ss {
+		if !seen[s.Pressure] {
+			seen[s.Pressure] = true
+			pressures = append(pressures, s.Pressure)
+		}
+	}
+	for _, p := range pressures {
+		fmt.Fprintf(w, "\nKV pressure %s\n\n", PressureName(p))
+		fmt.Fprintf(w, "| policy | version rule | prefix hit | hit ×%s | tok/s (modelled) | tok/s ×%s | conv p90 s (modelled) | conv p90 × | moved + spilled | publishes | requests per replica |\n", baseline, baseline)
+		fmt.Fprintf(w, "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n")
+		for _, s := range ss {
+			if s.Pressure != p {
+				continue
+			}
+			reps := make([]string, len(s.PerReplica))
+			for i, x := range s.PerReplica {
+				reps[i] = fmt.Sprintf("%.0f", x)
+			}
+			fmt.Fprintf(w, "| %s | %s | %.1f %% | %.3f | %.0f | %.3f | %.1f | %.3f | %.0f | %.0f | %s |\n",
+				s.Policy, s.Rule, s.HitRate*100, s.RHitRate, s.Throughput, s.RThroughput, s.Conv90, s.RConv90,
+				s.Moves, s.Publishes, strings.Join(reps, " / "))
+		}
+	}
+}

@@ -1,10 +1,12 @@
 // Command routerbench runs the router benchmarks of BENCHMARKS.md: the
-// policy comparison on the 40-turn agentic workload (-mode compare) and
-// the router's added latency (-mode overhead). It prints markdown tables
+// policy comparison on the 40-turn agentic workload (-mode compare), the
+// version rules under periodic publishes with staggered acks (-mode
+// publish) and the router's added latency (-mode overhead). It prints markdown tables
 // (medians over -reps repetitions, policies interleaved within each
 // repetition) and, with -json, every raw result.
 //
 //	go run ./bench/cmd/routerbench -mode compare -reps 3
+//	go run ./bench/cmd/routerbench -mode publish -reps 3 -policies bounded_sticky,sticky_least_loaded -pressures 1
 //	go run ./bench/cmd/routerbench -mode overhead -reps 3
 package main
 
@@ -35,7 +37,7 @@ func main() {
 
 func run() error {
 	var (
-		mode      = flag.String("mode", "compare", "compare (policies on the agentic workload) or overhead (router added latency)")
+		mode      = flag.String("mode", "compare", "compare (policies on the agentic workload), publish (version rules under periodic publishes) or overhead (router added latency)")
 		wl        = flag.String("workload", "agentic", "compare: agentic (C conversations × T turns) or groups (G groups × n samples, 10–40 turns, tool latency)")
 		convs     = flag.Int("conversations", 32, "C: concurrent conversations")
 		groups    = flag.Int("groups", 4, "G: groups of the groups workload")
@@ -51,6 +53,10 @@ func run() error {
 		clients   = flag.String("clients", "1,16,64,256", "overhead: concurrent clients, comma-separated")
 		dur       = flag.Duration("duration", 3*time.Second, "overhead: measuring time per level and target")
 		rate      = flag.Float64("rate", 2000, "overhead: open-loop request rate for the fixed-rate test (0 = skip)")
+		pubEvery  = flag.Duration("publish-every", 8*time.Second, "publish: modelled time between two publishes")
+		stagger   = flag.Duration("ack-stagger", 1500*time.Millisecond, "publish: modelled time between two replicas' acks of a version")
+		rules     = flag.String("version-rules", policy.VersionNewest+","+policy.VersionStaleness, "publish: router version rules, comma-separated; the first is the ratio baseline")
+		maxLag    = flag.Int64("max-version-lag", 2, "publish: staleness budget in versions (router and publisher; the run default is trainer.max_staleness_steps = 2)")
 		jsonOut   = flag.String("json", "", "write raw results as JSON to this file")
 		fromJSON  = flag.String("from-json", "", "print the tables of raw results written by -json instead of running")
 	)
@@ -62,12 +68,17 @@ func run() error {
 		return render(*mode, *fromJSON, split(*policies)[0])
 	}
 	switch *mode {
-	case "compare":
+	case "compare", "publish":
 		sessions, shared, desc, err := makeWorkload(*wl, *convs, *turns, *groups, *samples, *seed)
 		if err != nil {
 			return err
 		}
 		fmt.Printf("workload: %s; %d replicas, time scale %g\n", desc, *replicas, *scale)
+		if *mode == "publish" {
+			pub := routerbench.PublishConfig{Every: *pubEvery, Stagger: *stagger, MaxVersionLag: *maxLag, Seed: *seed}
+			fmt.Printf("publish: every %v (modelled), acks %v apart in a seeded random order, staleness budget %d\n", *pubEvery, *stagger, *maxLag)
+			return publishCompare(ctx, sessions, shared, *replicas, *scale, split(*policies), split(*rules), *pressures, *reps, pub, *jsonOut)
+		}
 		return compare(ctx, sessions, shared, *replicas, *scale, split(*policies), *pressures, *reps, *prefixB, *jsonOut)
 	case "overhead":
 		cs, err := ints(*clients)
@@ -76,7 +87,7 @@ func run() error {
 		}
 		return overhead(ctx, cs, *dur, *rate, *reps, *jsonOut)
 	}
-	return fmt.Errorf("-mode %q: want compare or overhead", *mode)
+	return fmt.Errorf("-mode %q: want compare, publish or overhead", *mode)
 }
 
 // policySpec parses "policy" or "policy@c=1.5" (bounded_sticky's load
@@ -193,6 +204,48 @@ func compare(ctx context.Context, sessions []workload.Session, shared, replicas 
 	return writeJSON(jsonOut, all)
 }
 
+// publishCompare runs every (pressure, policy, version rule) cell under
+// periodic publishes, the rules interleaved (order rotated) within each
+// repetition, and prints the rule comparison.
+func publishCompare(ctx context.Context, sessions []workload.Session, shared, replicas int, scale float64, pols, rules []string, pressures string, reps int, pub routerbench.PublishConfig, jsonOut string) error {
+	var ps []float64
+	for _, f := range split(pressures) {
+		p, err := strconv.ParseFloat(f, 64)
+		if err != nil {
+			return fmt.Errorf("-pressures: %w", err)
+		}
+		ps = append(ps, p)
+	}
+	if len(rules) == 0 {
+		return fmt.Errorf("-version-rules: none given")
+	}
+	var all [][]routerbench.Result
+	for rep := range reps {
+		var rs []routerbench.Result
+		for _, p := range ps {
+			for _, pol := range pols {
+				for i := range rules {
+					rule := rules[(i+rep)%len(rules)]
+					pc := pub
+					pc.VersionRule = rule
+					cfg := routerbench.DefaultConfig(pol, p)
+					cfg.Replicas, cfg.TimeScale, cfg.Sessions, cfg.SharedPrefix, cfg.Publish = replicas, scale, sessions, shared, &pc
+					r, err := routerbench.RunAgentic(ctx, cfg)
+					if err != nil {
+						return fmt.Errorf("rep %d %s %s pressure %g: %w", rep, pol, rule, p, err)
+					}
+					fmt.Fprintf(os.Stderr, "rep %d pressure %-4g %-20s %-9s publishes %2d  hit %5.1f%%  tok/s %6.0f  conv p90 %5.1fs  per-replica %v  outcomes %v\n",
+						rep, p, pol, rule, r.Publishes, r.HitRate*100, r.ThroughputModelled, r.Conv90, r.PerReplica, r.Outcomes)
+					rs = append(rs, r)
+				}
+			}
+		}
+		all = append(all, rs)
+	}
+	routerbench.WritePublishMarkdown(os.Stdout, routerbench.SummarizePublish(all, rules[0]), rules[0])
+	return writeJSON(jsonOut, all)
+}
+
 func writeJSON(path string, v any) error {
 	if path == "" {
 		return nil
@@ -229,6 +282,18 @@ func render(mode, path, baseline string) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return err
+	}
+	if mode == "publish" {
+		var all [][]routerbench.Result
+		if err := json.Unmarshal(b, &all); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		base := ""
+		if len(all) > 0 && len(all[0]) > 0 {
+			base = policy.VersionNewest
+		}
+		routerbench.WritePublishMarkdown(os.Stdout, routerbench.SummarizePublish(all, base), base)
+		return nil
 	}
 	if mode == "overhead" {
 		var all [][]routerbench.OverheadResult
