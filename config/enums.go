@@ -120,17 +120,49 @@ func (StalePolicy) Values() []string { return []string{"requeue", "accept"} }
 // LossReduction is how per-token losses are reduced to one number.
 type LossReduction string
 
-// Loss reductions (SkyRL definitions).
+// Loss reductions (SkyRL definitions, ppo_utils.py
+// apply_loss_reduction_to_advantages_minibatch).
 const (
-	LossTokenMean           LossReduction = "token_mean"
-	LossSequenceMean        LossReduction = "sequence_mean"
-	LossSeqMeanTokenSumNorm LossReduction = "seq_mean_token_sum_norm"
+	LossTokenMean           LossReduction = "token_mean"              // ÷ the mini-batch's trained tokens
+	LossSequenceMean        LossReduction = "sequence_mean"           // each sequence's token mean, then the mean over sequences
+	LossSeqMeanTokenSumNorm LossReduction = "seq_mean_token_sum_norm" // ÷ (sequences × trainer.max_seq_len), Dr. GRPO
+	LossPromptMean          LossReduction = "prompt_mean"             // token mean within each prompt's group, then the mean over prompts
+	LossTokenMeanLegacy     LossReduction = "token_mean_legacy"       // token mean within each microbatch, then the mean over microbatches
 )
 
 // Values lists the loss reductions.
 func (LossReduction) Values() []string {
-	return []string{"token_mean", "sequence_mean", "seq_mean_token_sum_norm"}
+	return []string{"token_mean", "sequence_mean", "seq_mean_token_sum_norm", "prompt_mean", "token_mean_legacy"}
 }
+
+// PolicyLossType is the PPO-family policy loss (SkyRL policy_loss_type).
+type PolicyLossType string
+
+// Policy loss types.
+const (
+	PolicyLossRegular  PolicyLossType = "regular"   // PPO clipped surrogate
+	PolicyLossDualClip PolicyLossType = "dual_clip" // plus a cap −A·clip_ratio_c for negative advantages
+	PolicyLossGSPO     PolicyLossType = "gspo"      // one sequence-level ratio per sequence (GSPO-token)
+	PolicyLossCISPO    PolicyLossType = "cispo"     // clipped importance weight times logp; clipped tokens keep a gradient
+)
+
+// Values lists the policy loss types.
+func (PolicyLossType) Values() []string { return []string{"regular", "dual_clip", "gspo", "cispo"} }
+
+// TISRatioType is the truncated-importance-sampling correction for
+// off-policy rollouts (SkyRL off_policy_correction.tis_ratio_type; SkyRL's
+// null is none).
+type TISRatioType string
+
+// TIS ratio types.
+const (
+	TISNone     TISRatioType = "none"     // no correction
+	TISToken    TISRatioType = "token"    // per token: min(exp(logp_old − logp_rollout), token_tis_ratio_clip_high)
+	TISSequence TISRatioType = "sequence" // per sequence: min(exp(Σ(logp_old − logp_rollout)), sequence_tis_ratio_clip_high)
+)
+
+// Values lists the TIS ratio types.
+func (TISRatioType) Values() []string { return []string{"none", "token", "sequence"} }
 
 // MicrobatchMode is the microbatch packing algorithm.
 type MicrobatchMode string

@@ -17,7 +17,34 @@ type TrainerConfig struct {
 	// GradClip is the global gradient-norm clip (0 = off).
 	GradClip float64 `yaml:"grad_clip" doc:"global gradient-norm clip; 0 = off"`
 	// LossReduction is how token losses become one number (SkyRL definitions).
-	LossReduction LossReduction `yaml:"loss_reduction" doc:"how token losses are reduced"`
+	LossReduction LossReduction `yaml:"loss_reduction" doc:"how token losses are reduced (SkyRL loss_reduction)"`
+	// MaxSeqLen is the constant seq_mean_token_sum_norm divides each
+	// sequence's token sum by (SkyRL algorithm.max_seq_len). 0 = the longest
+	// sequence an engine serves: engines.max_model_len, or the built-in
+	// model's max_seq_len when that is 0 (SkyRL likewise derives it from the
+	// generator's input and output limits).
+	MaxSeqLen int `yaml:"max_seq_len" doc:"seq_mean_token_sum_norm divisor per sequence; 0 = engines.max_model_len, else the model's max_seq_len"`
+	// PolicyLossType is the policy loss (SkyRL policy_loss_type). Every type
+	// takes the PPO "old" logprobs from the trainer's own forward pass before
+	// the update, so with one update per mini-batch the ratio starts at 1.
+	PolicyLossType PolicyLossType `yaml:"policy_loss_type" doc:"policy loss (SkyRL policy_loss_type); old logprobs come from the trainer's own forward pass"`
+	// ClipRatioC caps dual_clip's loss for negative advantages at
+	// −A·clip_ratio_c (SkyRL default 3; must be > 1).
+	ClipRatioC float64 `yaml:"clip_ratio_c" doc:"dual_clip: loss for A < 0 is at most -A·clip_ratio_c (> 1)"`
+	// CISPOEpsClipLow and CISPOEpsClipHigh bound cispo's importance weight
+	// to [1 − low, 1 + high] (SkyRL cispo.cispo_eps_clip_low/high: 0 and 5).
+	CISPOEpsClipLow  float64 `yaml:"cispo_eps_clip_low" doc:"cispo: importance weight ≥ 1 - cispo_eps_clip_low, in [0, 1]"`
+	CISPOEpsClipHigh float64 `yaml:"cispo_eps_clip_high" doc:"cispo: importance weight ≤ 1 + cispo_eps_clip_high"`
+	// TISRatioType corrects for rollouts from older (or differently rounded)
+	// weights with truncated importance sampling: each token's policy loss is
+	// multiplied by min(exp(logp_old − logp_rollout), cap) — the only place
+	// the rollout logprobs enter the policy loss (SkyRL
+	// off_policy_correction.tis_ratio_type; its null is none).
+	TISRatioType TISRatioType `yaml:"tis_ratio_type" doc:"truncated importance sampling by exp(logp_old - logp_rollout): none, per token or per sequence"`
+	// TokenTISRatioClipHigh caps the token TIS ratio (SkyRL default 2).
+	TokenTISRatioClipHigh float64 `yaml:"token_tis_ratio_clip_high" doc:"cap of the token TIS ratio (SkyRL: 2; 1.5–5 recommended)"`
+	// SequenceTISRatioClipHigh caps the sequence TIS ratio (SkyRL default 5).
+	SequenceTISRatioClipHigh float64 `yaml:"sequence_tis_ratio_clip_high" doc:"cap of the sequence TIS ratio (SkyRL: 5; 2–10 recommended)"`
 	// EpsClipLow is the PPO ratio clip below 1: ratio ≥ 1 - eps_clip_low.
 	EpsClipLow float64 `yaml:"eps_clip_low" doc:"PPO clip: ratio ≥ 1 - eps_clip_low"`
 	// EpsClipHigh is the PPO ratio clip above 1 (DAPO's clip-higher uses 0.28).
@@ -65,6 +92,14 @@ func DefaultTrainer() TrainerConfig {
 		LearningRate:                 3e-3, // issue 5: the rate internal/syncloop learns with; 1e-3 barely moved the reward in 30 steps
 		GradClip:                     1,
 		LossReduction:                LossTokenMean,
+		MaxSeqLen:                    0,
+		PolicyLossType:               PolicyLossRegular,
+		ClipRatioC:                   3,
+		CISPOEpsClipLow:              0,
+		CISPOEpsClipHigh:             5,
+		TISRatioType:                 TISNone,
+		TokenTISRatioClipHigh:        2,
+		SequenceTISRatioClipHigh:     5,
 		EpsClipLow:                   0.2,
 		EpsClipHigh:                  0.2,
 		EntropyCoef:                  0,
@@ -98,6 +133,14 @@ func (c TrainerConfig) Validate() error {
 	v.nonNegativeFloat("eps_clip_high", c.EpsClipHigh)
 	v.nonNegativeFloat("entropy_coef", c.EntropyCoef)
 	v.nonNegativeFloat("kl_coef", c.KLCoef)
+	v.atLeast("max_seq_len", int64(c.MaxSeqLen), 0)
+	if !(c.ClipRatioC > 1) {
+		v.fail("clip_ratio_c", "must be > 1, got %g", c.ClipRatioC)
+	}
+	v.inRange("cispo_eps_clip_low", c.CISPOEpsClipLow, 0, 1)
+	v.nonNegativeFloat("cispo_eps_clip_high", c.CISPOEpsClipHigh)
+	v.positiveFloat("token_tis_ratio_clip_high", c.TokenTISRatioClipHigh)
+	v.positiveFloat("sequence_tis_ratio_clip_high", c.SequenceTISRatioClipHigh)
 	v.unboundedOrAtLeast("max_tokens_per_microbatch", int64(c.MaxTokensPerMicrobatch), 1)
 	v.atLeast("dp_size", int64(c.DPSize), 1)
 	return v.err()

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -41,8 +40,10 @@ import (
 var (
 	// ErrConfig wraps configuration problems found while starting.
 	ErrConfig = errors.New("node: invalid configuration")
-	// ErrStalled: the filter dropped filter.max_sample_batches mini-batches'
-	// worth of groups in a row without a trainer step.
+	// ErrStalled: dynamic sampling (filter or replace) sampled
+	// filter.max_sample_batches generation batches for one trainer step
+	// without filling it (the controller's SamplingExhausted; SkyRL raises
+	// there). The groups it held were requeued.
 	ErrStalled = errors.New("node: no trainable groups")
 )
 
@@ -386,7 +387,9 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	ccfg := controller.Config{
 		Staleness: staleness.Config{MaxStalenessSteps: int64(cfg.Trainer.MaxStalenessSteps),
 			NumParallelGenerationWorkers: int64(cfg.Trainer.NumParallelGenerationWorkers),
-			MiniBatchSize:                int64(cfg.Trainer.MiniBatchSize), StalePolicy: staleness.StalePolicy(cfg.Trainer.StalePolicy)},
+			MiniBatchSize:                int64(cfg.Trainer.MiniBatchSize), StalePolicy: staleness.StalePolicy(cfg.Trainer.StalePolicy),
+			Measure: staleness.Measure(cfg.Staleness.Measure)},
+		Sampling: fcfg, Rand: rand.New(rand.NewPCG(uint64(cfg.Run.Seed), 0x5a4d)), // replace mode's donor draws
 		RunID: cfg.Run.ID, Sender: "controller-0", Task: n.task.Name(), NSamples: cfg.Rollout.NSamplesPerPrompt,
 		MaxSteps: int64(cfg.Run.Steps), ResendTrainAfter: n.opts.ResendTrainAfter,
 		Subjects: controller.Subjects{Prompts: n.subj.prompts, Train: n.subj.train, Capacity: n.subj.capacity,
@@ -499,21 +502,7 @@ func rolloutSetup(cfg config.Config, override int) (count int, ecfg rollout.Epis
 }
 
 // trainerConfig maps the trainer section onto the built-in backend.
-func trainerConfig(cfg config.Config) policy.TrainerConfig {
-	t := policy.DefaultTrainerConfig()
-	t.LR = cfg.Trainer.LearningRate
-	t.MaxGradNorm = cfg.Trainer.GradClip
-	t.EpsLow, t.EpsHigh = cfg.Trainer.EpsClipLow, cfg.Trainer.EpsClipHigh
-	t.Reduction = string(cfg.Trainer.LossReduction)
-	t.EntropyCoef, t.KLCoef = cfg.Trainer.EntropyCoef, cfg.Trainer.KLCoef
-	t.SupportNorm = cfg.Trainer.NormalizeOverSupport
-	if cfg.Rollout.Temperature > 0 {
-		t.Temperature = cfg.Rollout.Temperature // the rollout logprobs were computed at it
-	}
-	t.Workers = max(1, min(runtime.GOMAXPROCS(0), 4))
-	t.Seed = uint64(cfg.Run.Seed)
-	return t
-}
+func trainerConfig(cfg config.Config) policy.TrainerConfig { return wiring.PolicyTrainer(cfg) }
 
 func microbatchConfig(t config.TrainerConfig) microbatch.Config {
 	mb := microbatch.DefaultConfig()
@@ -555,10 +544,6 @@ func (n *Node) steps() []trainer.StepRecord {
 func (n *Node) Wait(ctx context.Context) (interrupted bool, err error) {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
-	limit := int64(-1)
-	if m := n.cfg.Filter.MaxSampleBatches; m > 0 {
-		limit = int64(m) * int64(n.cfg.Trainer.MiniBatchSize)
-	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -575,9 +560,9 @@ func (n *Node) Wait(ctx context.Context) (interrupted bool, err error) {
 				return false, err
 			}
 		}
-		if _, _, dropped, _ := n.ledger.counts(); limit > 0 && dropped >= limit {
-			return false, fmt.Errorf("%w: the filter dropped %d groups in a row (filter.max_sample_batches %d × mini_batch_size %d); every group had zero reward variance",
-				ErrStalled, dropped, n.cfg.Filter.MaxSampleBatches, n.cfg.Trainer.MiniBatchSize)
+		if ex, ok := n.ledger.samplingExhausted(); ok {
+			return false, fmt.Errorf("%w: dynamic sampling (filter.mode %s) sampled %d generation batches of %d groups for step %d and kept only %d good groups (filter.max_sample_batches %d); the %d groups it held were requeued — check the task's difficulty",
+				ErrStalled, ex.Mode, ex.SampleBatches, ex.MiniBatch, ex.Step, ex.Good, n.cfg.Filter.MaxSampleBatches, ex.Requeued)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package wiring
 
 import (
 	"fmt"
+	"runtime"
 	"time"
 
 	"github.com/asyncrl/asyncrl/actors/publisher"
@@ -62,6 +63,37 @@ func InitialPolicy(dir string, seed uint64) (engine.Model, error) {
 	}
 	m.RoundBF16()
 	return m, nil
+}
+
+// PolicyTrainer maps the trainer section (with the rollout temperature the
+// logprobs were sampled at, the engines' max_model_len and the run seed)
+// onto the built-in trainer's config.
+func PolicyTrainer(c config.Config) pmodel.TrainerConfig {
+	tc := c.Trainer
+	t := pmodel.DefaultTrainerConfig()
+	t.LR = tc.LearningRate
+	t.MaxGradNorm = tc.GradClip
+	t.EpsLow, t.EpsHigh = tc.EpsClipLow, tc.EpsClipHigh
+	t.Reduction = string(tc.LossReduction)
+	// seq_mean_token_sum_norm's constant: the configured max_seq_len, else
+	// the longest sequence the engines serve (0 leaves the model's own).
+	t.ReductionMaxSeqLen = tc.MaxSeqLen
+	if t.ReductionMaxSeqLen == 0 {
+		t.ReductionMaxSeqLen = c.Engines.MaxModelLen
+	}
+	t.PolicyLoss = string(tc.PolicyLossType)
+	t.ClipRatioC = tc.ClipRatioC
+	t.CISPOEpsLow, t.CISPOEpsHigh = tc.CISPOEpsClipLow, tc.CISPOEpsClipHigh
+	t.TISRatioType = string(tc.TISRatioType)
+	t.TokenTISCap, t.SequenceTISCap = tc.TokenTISRatioClipHigh, tc.SequenceTISRatioClipHigh
+	t.EntropyCoef, t.KLCoef = tc.EntropyCoef, tc.KLCoef
+	t.SupportNorm = tc.NormalizeOverSupport
+	if c.Rollout.Temperature > 0 {
+		t.Temperature = c.Rollout.Temperature // the rollout logprobs were computed at it
+	}
+	t.Workers = max(1, min(runtime.GOMAXPROCS(0), 4))
+	t.Seed = uint64(c.Run.Seed)
+	return t
 }
 
 // RouterConfig maps the router section onto the proxy's config. Replicas,

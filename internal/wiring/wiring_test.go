@@ -92,3 +92,30 @@ func TestVersionRuleWiring(t *testing.T) {
 		t.Fatalf("hash fallback: %q", p.Policy.HashFallback)
 	}
 }
+
+// The trainer section reaches the built-in trainer, SkyRL knobs included,
+// and seq_mean_token_sum_norm's max_seq_len falls back to the engines'
+// max_model_len.
+func TestPolicyTrainerMapsSkyRLKnobs(t *testing.T) {
+	c := config.Default()
+	c.Trainer.LossReduction = config.LossSeqMeanTokenSumNorm
+	c.Trainer.PolicyLossType = config.PolicyLossDualClip
+	c.Trainer.ClipRatioC = 4
+	c.Trainer.TISRatioType = config.TISSequence
+	c.Trainer.TokenTISRatioClipHigh, c.Trainer.SequenceTISRatioClipHigh = 1.5, 7
+	c.Trainer.CISPOEpsClipLow, c.Trainer.CISPOEpsClipHigh = 0.1, 4
+	c.Engines.MaxModelLen = 48
+	got := PolicyTrainer(c)
+	if got.Reduction != "seq_mean_token_sum_norm" || got.PolicyLoss != "dual_clip" || got.ClipRatioC != 4 ||
+		got.TISRatioType != "sequence" || got.TokenTISCap != 1.5 || got.SequenceTISCap != 7 ||
+		got.CISPOEpsLow != 0.1 || got.CISPOEpsHigh != 4 || got.ReductionMaxSeqLen != 48 {
+		t.Fatalf("mapped %+v", got)
+	}
+	c.Trainer.MaxSeqLen = 100
+	if got := PolicyTrainer(c); got.ReductionMaxSeqLen != 100 {
+		t.Fatalf("trainer.max_seq_len 100 mapped to %d", got.ReductionMaxSeqLen)
+	}
+	if err := PolicyTrainer(config.Default()).Validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+}
