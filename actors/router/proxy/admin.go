@@ -17,6 +17,7 @@ type replicaJSON struct {
 	Healthy          bool    `json:"healthy"`
 	State            string  `json:"state"`
 	Version          int64   `json:"version"`
+	Lag              int64   `json:"lag"` // versions behind the newest acknowledged one
 	Eligible         bool    `json:"eligible"`
 	Sessions         int     `json:"sessions"`
 	InflightRequests int     `json:"inflight_requests"`
@@ -156,7 +157,7 @@ func (r *Router) listReplicas(w http.ResponseWriter) {
 	})
 	out := make([]replicaJSON, len(vs))
 	for i, v := range vs {
-		out[i] = replicaJSON{URL: v.URL, Healthy: v.Healthy, State: v.State.String(), Version: v.Version, Eligible: v.Eligible,
+		out[i] = replicaJSON{URL: v.URL, Healthy: v.Healthy, State: v.State.String(), Version: v.Version, Lag: v.Lag, Eligible: v.Eligible,
 			Sessions: v.Sessions, InflightRequests: v.InflightRequests, InflightTokens: v.InflightTokens, QueueLen: v.QueueLen, KVUsage: v.KVUsage}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"policy": r.cfg.Policy.Policy, "min_version": minV, "sessions": sessions, "replicas": out})

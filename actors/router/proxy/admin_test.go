@@ -47,6 +47,17 @@ func TestAdminAPI(t *testing.T) {
 	if code, _ := h.admin("POST", "/admin/replicas?url="+b.URL+"&version=3", ""); code != 201 {
 		t.Fatalf("add: %d", code)
 	}
+	// a (version 0) lags b (version 3) by 3 versions.
+	if _, out := h.admin("GET", "/admin/replicas", ""); len(out["replicas"].([]any)) != 2 {
+		t.Fatalf("list after add: %v", out)
+	} else {
+		for _, r := range out["replicas"].([]any) {
+			row := r.(map[string]any)
+			if want := map[string]float64{a.URL: 3, b.URL: 0}[row["url"].(string)]; row["lag"].(float64) != want {
+				t.Fatalf("lag of %v: %v, want %v", row["url"], row["lag"], want)
+			}
+		}
+	}
 	if code, _ := h.admin("POST", "/admin/replicas?url="+b.URL, ""); code != 409 {
 		t.Fatalf("duplicate add: %d", code)
 	}
