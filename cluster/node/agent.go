@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/asyncrl/asyncrl/cluster"
@@ -24,6 +25,7 @@ import (
 	"github.com/asyncrl/asyncrl/cluster/lease"
 	"github.com/asyncrl/asyncrl/cluster/ledger"
 	"github.com/asyncrl/asyncrl/cluster/placement"
+	"github.com/asyncrl/asyncrl/cluster/termwatch"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/transport"
@@ -62,6 +64,12 @@ type AgentConfig struct {
 	Replicas int
 	// LeaseTTL is the singleton leases' TTL (default 3s): the takeover bound.
 	LeaseTTL time.Duration
+	// StallAfter: a trainer holder whose term completed no step for this
+	// long steps down, so a clean term starts from the durable step
+	// (default 10m; keep it above the slowest step). UnhealthyAfter: the
+	// same when a JetStream stream the term depends on failed every probe
+	// for this long (default 30s; an election takes 4–9 s).
+	StallAfter, UnhealthyAfter time.Duration
 	// Run is the run configuration (the same file on every node).
 	Run config.Config
 	// Logger receives the node's logs.
@@ -108,6 +116,9 @@ type Agent struct {
 	stopOne sync.Once
 	// stopping: Stop has begun; the name claim's loss is then expected.
 	stopping atomic.Bool
+	// stepdowns counts the terms this node gave up as stalled; registered
+	// on each term's registry.
+	stepdowns *prometheus.CounterVec
 	// beforeSave, when set (tests), runs before each step's progress is
 	// saved: a test deposes the holder there.
 	beforeSave func(ctx context.Context, step int64)
@@ -154,6 +165,15 @@ func StartAgent(ctx context.Context, cfg AgentConfig) (a *Agent, err error) {
 	if cfg.LeaseTTL == 0 {
 		cfg.LeaseTTL = 3 * time.Second
 	}
+	if cfg.StallAfter == 0 {
+		cfg.StallAfter = termwatch.DefaultConfig().StallAfter
+	}
+	if cfg.UnhealthyAfter == 0 {
+		cfg.UnhealthyAfter = termwatch.DefaultConfig().UnhealthyAfter
+	}
+	if err := (termwatch.Config{StallAfter: cfg.StallAfter, UnhealthyAfter: cfg.UnhealthyAfter}).Validate(); err != nil {
+		return nil, fmt.Errorf("%w: --stall-after/--unhealthy-after: %w", ErrAgentConfig, err)
+	}
 	host, port := "127.0.0.1", 0
 	if cfg.Gossip != "" {
 		h, p, err := net.SplitHostPort(cfg.Gossip)
@@ -167,7 +187,9 @@ func StartAgent(ctx context.Context, cfg AgentConfig) (a *Agent, err error) {
 			host = h
 		}
 	}
-	a = &Agent{cfg: cfg, log: cfg.Logger, quorum: cluster.NewQuorum(cfg.Name), done: make(chan struct{})}
+	a = &Agent{cfg: cfg, log: cfg.Logger, quorum: cluster.NewQuorum(cfg.Name), done: make(chan struct{}),
+		stepdowns: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "asyncrl_node_term_stepdowns_total",
+			Help: "Terms this node gave up because they stalled (reason no_step or dependency)."}, []string{"reason"})}
 	defer func() {
 		if err != nil {
 			a.Stop()
@@ -540,6 +562,14 @@ func (a *Agent) train(ctx context.Context, token uint64) error {
 		return err
 	}
 	defer n.Stop()
+	// The term's health: the streams it depends on are probed (and their
+	// leaders kept on this node's server); no step or a failing stream
+	// beyond its bound is an event and ends the term (ErrTermStalled).
+	th, err := a.startTermHealth(ctx, cfg.Run.ID, n.reg)
+	if err != nil {
+		return err
+	}
+	defer th.stop()
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	saved := 0
@@ -579,6 +609,7 @@ func (a *Agent) train(ctx context.Context, token uint64) error {
 			if ck != nil {
 				ck.recorded(s.Version, np.Checkpoint)
 			}
+			th.stepDone(time.Now())
 			// The step is durable: its prompts are trained (if this node
 			// dies first, the next holder does this from np.Prompts).
 			if err := a.markTrained(ctx, np.Step, prompts); err != nil {
@@ -605,6 +636,9 @@ func (a *Agent) train(ctx context.Context, token uint64) error {
 		case <-tick.C:
 		}
 		if err := save(ctx); err != nil {
+			return err
+		}
+		if err := a.checkTerm(th, time.Now()); err != nil {
 			return err
 		}
 		steps := n.steps()

@@ -2,10 +2,14 @@ package node
 
 import (
 	"context"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/asyncrl/asyncrl/cluster/ledger"
 	"github.com/asyncrl/asyncrl/cluster/placement"
@@ -106,5 +110,53 @@ func TestDeposedHolderLeavesNoTrainedMarks(t *testing.T) {
 		if perStep[s] != bsz {
 			t.Errorf("step %d: %d prompts trained; want %d (all steps: %v)", s, perStep[s], bsz, perStep)
 		}
+	}
+}
+
+// The term's trajectory buffer vanishes mid-run (its server's copy lost:
+// here deleted). The holder's probes see it, the term steps down after
+// UnhealthyAfter with an event (never a silent stall), a new term starts
+// from the durable step with a fresh buffer, and the run finishes with
+// every durable step's prompts trained once.
+func TestLostBufferEndsTheTermNotTheRun(t *testing.T) {
+	url := externalBus(t)
+	const steps = 6
+	var ev syncBuf
+	a := testAgent(t, url, AgentConfig{Name: "n1", Roles: []string{placement.Trainer, placement.Engine}, Run: agentRunConfig(t, steps),
+		Events: &ev, UnhealthyAfter: 2 * time.Second})
+	defer a.Stop()
+	waitFor(t, 30*time.Second, "n1 to train 2 steps", func() bool { return lastStep(ev.String()) >= 2 })
+	tok := regexp.MustCompile(`lease trainer acquired token (\d+)`).FindStringSubmatch(ev.String())
+	if tok == nil {
+		t.Fatalf("no lease line:\n%s", ev.String())
+	}
+	js, err := jetstream.New(a.bus.Conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream := "groups-local-t" + tok[1]
+	if err := js.DeleteStream(context.Background(), stream); err != nil {
+		t.Fatalf("delete %s: %v", stream, err)
+	}
+	waitFor(t, 90*time.Second, "n1 to finish the run", func() bool {
+		_, ok := a.FinalLedger()
+		return ok
+	})
+	out := ev.String()
+	for _, want := range []string{"term dependency " + stream + " failing", "term stalled: " + stream + " failing for", "training failed: node: term stalled (dependency)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q event:\n%s", want, out)
+		}
+	}
+	if n := strings.Count(out, "lease trainer acquired"); n < 2 {
+		t.Errorf("%d terms; want a second one after the stall:\n%s", n, out)
+	}
+	c, _ := a.FinalLedger()
+	bsz := config.Default().Trainer.MiniBatchSize
+	if c.Trained != steps*bsz || c.InFlight != 0 || c.Refused != 0 {
+		t.Errorf("final ledger %+v; want %d trained, none in flight, none refused\n%s", c, steps*bsz, out)
+	}
+	if got := testutil.ToFloat64(a.stepdowns.WithLabelValues("dependency")); got < 1 {
+		t.Errorf("asyncrl_node_term_stepdowns_total{reason=dependency} = %v; want ≥ 1", got)
 	}
 }

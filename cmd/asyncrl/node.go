@@ -16,20 +16,22 @@ import (
 
 // nodeFlags are asyncrl node's flags.
 type nodeFlags struct {
-	config        string
-	name          string
-	roles         string
-	nats          string
-	join          []string
-	gossip        string
-	clusterListen string
-	routes        []string
-	replicas      int
-	leaseTTL      time.Duration
-	steps         int
-	exitWhenDone  bool
-	routerListen  string
-	routerToken   string
+	config         string
+	name           string
+	roles          string
+	nats           string
+	join           []string
+	gossip         string
+	clusterListen  string
+	routes         []string
+	replicas       int
+	leaseTTL       time.Duration
+	stallAfter     time.Duration
+	unhealthyAfter time.Duration
+	steps          int
+	exitWhenDone   bool
+	routerListen   string
+	routerToken    string
 }
 
 // newNodeCmd: asyncrl node — one member of a multi-node run: bus (embedded
@@ -85,7 +87,8 @@ func newNodeCmd(g *globals) *cobra.Command {
 			fmt.Fprintf(g.stdout, "node %s: %s\n", f.name, gpuLine(inv))
 			a, err := node.StartAgent(ctx, node.AgentConfig{Name: f.name, Roles: roles, NATSURL: f.nats,
 				ClusterListen: f.clusterListen, Routes: f.routes, Gossip: f.gossip, Join: f.join,
-				GPUs: len(inv.Devices), Replicas: f.replicas, LeaseTTL: f.leaseTTL, Run: cfg, Logger: log,
+				GPUs: len(inv.Devices), Replicas: f.replicas, LeaseTTL: f.leaseTTL,
+				StallAfter: f.stallAfter, UnhealthyAfter: f.unhealthyAfter, Run: cfg, Logger: log,
 				Events: g.stdout, RouterListen: f.routerListen, RouterAdminToken: f.routerToken})
 			if err != nil {
 				return fail("asyncrl node: %v", err)
@@ -107,8 +110,10 @@ func newNodeCmd(g *globals) *cobra.Command {
 	fs.StringVar(&f.gossip, "gossip", "127.0.0.1:7946", "gossip (memberlist) listen `ADDR` host:port")
 	fs.StringVar(&f.clusterListen, "cluster-listen", "", "embedded nats-server route listen `ADDR` (host:port) to form a NATS cluster with the other nodes")
 	fs.StringSliceVar(&f.routes, "routes", nil, "every member's route `URL` (nats-route://host:port, comma-separated, this node's included)")
-	fs.IntVar(&f.replicas, "replicas", 1, "JetStream replicas of the leases and the durable ledger (3 on a three-server cluster)")
+	fs.IntVar(&f.replicas, "replicas", 1, "JetStream replicas of every stream the run keeps: leases, name claims, durable ledger, checkpoints, each term's trajectory buffer and weights (3 on a three-server cluster)")
 	fs.DurationVar(&f.leaseTTL, "lease-ttl", 3*time.Second, "singleton lease TTL: a standby takes over about this long after the holder died")
+	fs.DurationVar(&f.stallAfter, "stall-after", 10*time.Minute, "the trainer holder gives its term up when no step completed for this long (a clean term resumes from the durable step); keep it above the slowest step")
+	fs.DurationVar(&f.unhealthyAfter, "unhealthy-after", 30*time.Second, "the trainer holder gives its term up when a stream it depends on failed every probe for this long")
 	fs.IntVar(&f.steps, "steps", 0, "trainer steps of the whole run (overrides run.steps)")
 	fs.StringVar(&f.routerListen, "router-listen", "", "`ADDR` (host:port) the router of this node's training terms listens on, reachable by rollout nodes on other machines (default 127.0.0.1, a free port; off loopback --router-admin-token is required)")
 	fs.StringVar(&f.routerToken, "router-admin-token", "", "bearer `TOKEN` for the term router's /admin/ API (required with a non-loopback --router-listen)")

@@ -30,7 +30,7 @@ func TestNodeHelp(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("code %d", code)
 	}
-	for _, f := range []string{"--config", "--name", "--roles", "--nats", "--join", "--gossip", "--cluster-listen", "--routes", "--replicas", "--lease-ttl", "--steps", "--exit-when-done"} {
+	for _, f := range []string{"--config", "--name", "--roles", "--nats", "--join", "--gossip", "--cluster-listen", "--routes", "--replicas", "--lease-ttl", "--stall-after", "--unhealthy-after", "--steps", "--exit-when-done"} {
 		if !strings.Contains(out, f) {
 			t.Errorf("--help lacks %s:\n%s", f, out)
 		}
