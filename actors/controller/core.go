@@ -383,6 +383,7 @@ func (c *Core) dispatchKept(now time.Time, step int64) {
 		}
 		if d.Verdict == staleness.Drop {
 			c.batch = append(c.batch[:c.checked], c.batch[c.checked+1:]...)
+			c.forget(g.GroupID) // a stale group is requeued, not a sampled one
 			c.requeues("")
 			continue
 		}

@@ -41,6 +41,17 @@ func (c *Core) consume(lastID string) int {
 	return max(1, (n+c.b()-1)/c.b())
 }
 
+// forget removes a group requeued for staleness from the arrivals: it
+// will be generated again, so it counts in no generation batch.
+func (c *Core) forget(id string) {
+	for i, a := range c.arrivals {
+		if a.id == id {
+			c.arrivals = append(c.arrivals[:i], c.arrivals[i+1:]...)
+			return
+		}
+	}
+}
+
 // checkExhausted is filter mode's max_sample_batches: once that many
 // generation batches arrived for the step and it still could not be
 // filled, sampling is exhausted (SkyRL raises).

@@ -35,8 +35,9 @@
 // the serving copy into each engine from memory instead.
 //
 // Wait returns when the trainer finished run.steps steps, the context
-// ended (Ctrl-C: interrupted), training failed, or the filter dropped
-// filter.max_sample_batches·B groups in a row (ErrStalled). Stop stops the
+// ended (Ctrl-C: interrupted), training failed, or dynamic sampling
+// sampled filter.max_sample_batches generation batches without filling a
+// step (the controller's SamplingExhausted: ErrStalled). Stop stops the
 // rollout actors first — their running episodes are reported aborted, so
 // the controller requeues them — then waits until every group reported on
 // the bus is on the controller's books, lets the engines' receivers

@@ -26,6 +26,8 @@ type Ledger struct {
 	steps                           []stepSeen
 	subs                            []transport.Subscription
 	keptSubject                     string
+	// exhausted is the controller's first SamplingExhausted, if any.
+	exhausted *messages.SamplingExhausted
 	// tokens, when set, reads the rollout tokens finished so far; it is
 	// sampled when each StepDone arrives (per-step rollout throughput).
 	tokens func() int64
@@ -150,6 +152,10 @@ func (l *Ledger) observe(m *transport.Msg) {
 	case messages.EpisodeAborted:
 		g := l.get(v.GroupID)
 		g.Reported, g.Aborted = true, true
+	case messages.SamplingExhausted:
+		if l.exhausted == nil {
+			l.exhausted = &v
+		}
 	case messages.StepDone:
 		// A re-announced step (redelivered TrainBatch) is recorded once.
 		if n := len(l.steps); n == 0 || v.Step > l.steps[n-1].msg.Step {
@@ -160,6 +166,16 @@ func (l *Ledger) observe(m *transport.Msg) {
 		}
 		l.droppedSinceStep = 0
 	}
+}
+
+// samplingExhausted returns the controller's first SamplingExhausted.
+func (l *Ledger) samplingExhausted() (messages.SamplingExhausted, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.exhausted == nil {
+		return messages.SamplingExhausted{}, false
+	}
+	return *l.exhausted, true
 }
 
 // stepSeen is a StepDone and when the node saw it.

@@ -14,6 +14,7 @@ func (n *Node) Summary(interrupted bool, runErr error) report.Summary {
 	wall := time.Since(n.start).Seconds()
 	s := report.Summary{RunID: cfg.Run.ID, Task: n.task.Name(), Seed: cfg.Run.Seed, StepsRequested: cfg.Run.Steps,
 		StalenessBound: int64(cfg.Trainer.MaxStalenessSteps), PauseMode: string(cfg.Trainer.PauseMode),
+		StalenessMeasure: string(cfg.Staleness.Measure), FilterMode: string(cfg.Filter.Mode), GenerationBatchesPerStep: []int{},
 		Interrupted: interrupted, WallSeconds: wall, RewardMeanPerStep: []float64{}, PerStep: []report.StepRow{}}
 	if runErr != nil {
 		s.Error = runErr.Error()
@@ -52,6 +53,16 @@ func (n *Node) Summary(interrupted bool, runErr error) report.Summary {
 		s.GroupsTrained = st.Trained
 		s.GroupsDroppedZeroVariance = st.Filtered
 		s.GroupsRequeuedStale = st.RequeuedStale
+		s.GroupsReplaced, s.GenerationBatchesResampled, s.TrajectoriesMasked = st.Replaced, st.Resampled, st.Masked
+		s.GroupsRequeuedSampling = st.RequeuedSampling
+		s.GenerationBatchesPerStep = append(s.GenerationBatchesPerStep, st.GenerationBatches...)
+		if k := len(st.GenerationBatches); k > 0 {
+			sum := 0
+			for _, b := range st.GenerationBatches {
+				sum += b
+			}
+			s.GenerationBatchesMean = float64(sum) / float64(k)
+		}
 		s.GroupsRequeuedAborted = st.RequeuedAborted
 		s.GroupsInFlightAtStop = int64(core.InFlight())
 	}

@@ -23,9 +23,11 @@ type Summary struct {
 	// RewardFirst5/Last5 are the means of the first and last five entries.
 	RewardFirst5 float64 `json:"reward_first5"`
 	RewardLast5  float64 `json:"reward_last5"`
-	// Staleness of trained groups in steps (trainer version − oldest token
-	// version), the bound S, and the histogram (index k = staleness k, the
-	// last bucket > S).
+	// Staleness of trained groups in steps under StalenessMeasure
+	// (scheduled: trainer step − the step the group was scheduled at;
+	// token: trainer version − oldest token version), the bound S, and the
+	// histogram (index k = staleness k, the last bucket > S).
+	StalenessMeasure   string  `json:"staleness_measure"`
 	StalenessMax       int64   `json:"staleness_max"`
 	StalenessMean      float64 `json:"staleness_mean"`
 	StalenessBound     int64   `json:"staleness_bound"`
@@ -35,6 +37,20 @@ type Summary struct {
 	GroupsTrained             int64 `json:"groups_trained"`
 	GroupsDroppedZeroVariance int64 `json:"groups_dropped_zero_variance"`
 	GroupsRequeuedStale       int64 `json:"groups_requeued_stale"`
+	// Dynamic sampling (FilterMode: none, filter, replace,
+	// zero_variance_mask): groups whose slot took a copy of a good group
+	// (replace), generation batches discarded for too few good groups
+	// (replace), trajectories whose loss mask was zeroed
+	// (zero_variance_mask), groups requeued when max_sample_batches was
+	// reached, and per trained step the generation batches (B finished
+	// groups each) it took to fill, with their mean.
+	FilterMode                 string  `json:"filter_mode"`
+	GroupsReplaced             int64   `json:"groups_replaced"`
+	GenerationBatchesResampled int64   `json:"generation_batches_resampled"`
+	TrajectoriesMasked         int64   `json:"trajectories_masked"`
+	GroupsRequeuedSampling     int64   `json:"groups_requeued_sampling"`
+	GenerationBatchesPerStep   []int   `json:"generation_batches_per_step"`
+	GenerationBatchesMean      float64 `json:"generation_batches_mean"`
 	// GroupsRequeuedAborted includes the groups whose episodes were
 	// cancelled when the run stopped (their prompts are requeued in the
 	// durable ledger, not lost).
