@@ -92,16 +92,21 @@ func (c *Core) exhaust(now time.Time, step, batches, good int64) {
 }
 
 // dispatchReplace is POLARIS replacement: each generation batch of B
-// arrivals is judged as a whole. If good groups > B × min_replace_ratio,
-// the good ones are checked for staleness and every other slot (a bad
-// group, or a good one found stale) takes a copy of a fresh good group
+// arrivals is judged as a whole (groups already too stale are requeued
+// first and take no slot). If good groups > B × min_replace_ratio, the
+// good ones are checked for staleness and every other slot (a bad group,
+// or a good one found stale) takes a copy of a fresh good group
 // (filter.ReplaceSlots, donors drawn from Config.Rand), so the mini-batch
 // keeps B slots; otherwise the batch is discarded — its good groups are
 // filtered (reason resampled) — and the next one is sampled, up to
 // max_sample_batches.
 func (c *Core) dispatchReplace(now time.Time, step int64) {
 	b := c.b()
-	for c.dispatched < step && len(c.arrivals) >= b {
+	for c.dispatched < step {
+		c.requeueStale(now)
+		if len(c.arrivals) < b {
+			return
+		}
 		gen := c.arrivals[:b]
 		k := 0
 		for _, a := range gen {
@@ -176,6 +181,30 @@ func (c *Core) dispatchReplace(now time.Time, step int64) {
 type slot struct {
 	group int
 	copy  bool
+}
+
+// requeueStale requeues every waiting group that is already too stale to
+// train (staleness.Controller.WouldDrop), so it takes no slot in a
+// generation batch: replace mode judges a batch whole and must not copy
+// good groups over slots that staleness, not the reward, emptied.
+func (c *Core) requeueStale(now time.Time) {
+	for i := 0; i < len(c.batch); {
+		g := c.batch[i]
+		drop, err := c.ctl.WouldDrop(g.GroupID)
+		if err != nil {
+			panic(fmt.Sprintf("controller: peek of accepted group %s: %v", g.GroupID, err)) // broken invariant
+		}
+		if !drop {
+			i++
+			continue
+		}
+		if _, err := c.ctl.CheckForTraining(g.GroupID, now); err != nil {
+			panic(fmt.Sprintf("controller: check of accepted group %s: %v", g.GroupID, err))
+		}
+		c.batch = append(c.batch[:i], c.batch[i+1:]...)
+		c.forget(g.GroupID)
+		c.requeues("")
+	}
 }
 
 // merge concatenates the groups' token batches into one Arrow batch for

@@ -305,3 +305,34 @@ func groupReadyMasks(t *testing.T, groupID, promptID string, masks [][]uint8, re
 	g.Batch = messages.BatchRef{Inline: data}
 	return g
 }
+
+// replace: a group already too stale to train is requeued before the
+// generation batch is judged, so it takes no slot (it would otherwise be
+// papered over with a copy of a good group).
+func TestReplaceStaleGroupTakesNoSlot(t *testing.T) {
+	cfg := samplingConfig(2, 2, 0, filter.ModeReplace, 30) // S=0, token measure
+	cfg.Staleness.Measure = "token"
+	c, _ := New(cfg, &seqSource{})
+	c.Start(t0)
+	pa := assigned(t, sent(c)["P"])
+	c.Step(t0, groupReady(t, pa[0].GroupID, pa[0].PromptID, 0, 0, 1))
+	c.Step(t0, groupReady(t, pa[1].GroupID, pa[1].PromptID, 0, 1, 0))
+	if tb := trains(t, sent(c)["T"]); len(tb) != 1 {
+		t.Fatalf("step 1: %v", tb)
+	}
+	c.Step(t0, messages.StepDone{Step: 1, NewVersion: 1})
+	next := assigned(t, sent(c)["P"])
+	// A lagging engine: version-0 tokens at trainer version 1 — stale.
+	c.Step(t0, groupReady(t, next[0].GroupID, next[0].PromptID, 0, 0, 1))
+	out := sent(c)
+	if len(out["T"]) != 0 || c.Stats().RequeuedStale != 1 {
+		t.Fatalf("stale group dispatched or not requeued: %v %+v", out["T"], c.Stats())
+	}
+	re := assigned(t, out["P"])
+	c.Step(t0, groupReady(t, next[1].GroupID, next[1].PromptID, 1, 0, 1))
+	c.Step(t0, groupReady(t, re[0].GroupID, re[0].PromptID, 1, 1, 0))
+	tb := trains(t, sent(c)["T"])
+	if len(tb) != 1 || len(tb[0].GroupIDs) != 2 || c.Stats().Replaced != 0 {
+		t.Fatalf("step 2: %v %+v", tb, c.Stats())
+	}
+}

@@ -32,6 +32,10 @@ func TestSkyRLFilterVectors(t *testing.T) {
 		// np.std([1, nan]) is nan and nan > 0 is False.
 		{"NaN score dropped", []float64{1, nan, 0, 1}, []string{"a", "a", "b", "b"}, 2, []int{2, 3}},
 		{"NaN with n=1 kept (n==1 short-circuits)", []float64{nan}, []string{"a"}, 1, []int{0}},
+		// Deliberate difference: np.std([0.1, 0.1, 0.1]) is ~1.4e-17 > 0,
+		// so SkyRL keeps this group although it carries no signal; we test
+		// "scores not all equal" and drop it (docs/semantics.md).
+		{"three 0.1s dropped (numpy keeps them)", []float64{0.1, 0.1, 0.1}, []string{"a", "a", "a"}, 3, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := KeepIndices(batch(tc.rewards, tc.uids), tc.n); !slices.Equal(got, tc.want) {

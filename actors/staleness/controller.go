@@ -351,24 +351,18 @@ func (c *Controller) CheckForTraining(groupID string, now time.Time) (Decision, 
 	if err != nil {
 		return Decision{}, err
 	}
-	tok := c.Version() - g.oldestVersion
-	if tok < 0 {
+	d := c.measure(g)
+	if d.Token < 0 {
 		c.futureVersions++
-		tok = 0
+		d.Token = 0
+		d = c.decide(d)
 	}
-	sched := c.step - g.adm.ScheduledStep
-	lag := sched
-	if c.cfg.measure() == MeasureToken {
-		lag = tok
-	}
-	d := Decision{GroupID: groupID, PromptID: g.adm.PromptID, Staleness: lag, Scheduled: sched, Token: tok, Step: c.step,
-		Violation: lag > c.cfg.MaxStalenessSteps}
 	delete(c.groups, groupID)
 	if d.Violation && c.cfg.StalePolicy == PolicyRequeue {
 		d.Verdict = Drop
 		c.accepted--
 		c.staleDropped++
-		c.outbox = append(c.outbox, Requeue{PromptID: g.adm.PromptID, GroupID: groupID, Reason: ReasonStale, Staleness: lag})
+		c.outbox = append(c.outbox, Requeue{PromptID: g.adm.PromptID, GroupID: groupID, Reason: ReasonStale, Staleness: d.Staleness})
 		c.check()
 		return d, nil
 	}
@@ -378,12 +372,43 @@ func (c *Controller) CheckForTraining(groupID string, now time.Time) (Decision, 
 	}
 	c.trained++
 	c.trainedThisStep++
-	c.stale.observe(lag)
+	c.stale.observe(d.Staleness)
 	if c.trainedThisStep == c.cfg.MiniBatchSize {
 		c.idle.trainerFed()
 	}
 	c.check()
 	return d, nil
+}
+
+// WouldDrop reports, without changing anything, whether CheckForTraining
+// of the accepted group would drop it now (stale under PolicyRequeue).
+// Mini-batch assembly that judges a whole generation batch (replace mode)
+// uses it to requeue stale groups before it decides on the batch.
+func (c *Controller) WouldDrop(groupID string) (bool, error) {
+	g, err := c.lookup(groupID, StateAccepted, "peek")
+	if err != nil {
+		return false, err
+	}
+	d := c.measure(g)
+	return d.Violation && c.cfg.StalePolicy == PolicyRequeue, nil
+}
+
+// measure computes a group's staleness under both measures (Token may be
+// negative: a token newer than the trainer).
+func (c *Controller) measure(g *group) Decision {
+	d := Decision{GroupID: g.adm.GroupID, PromptID: g.adm.PromptID, Step: c.step,
+		Scheduled: c.step - g.adm.ScheduledStep, Token: c.Version() - g.oldestVersion}
+	return c.decide(d)
+}
+
+// decide fills Staleness and Violation from the configured measure.
+func (c *Controller) decide(d Decision) Decision {
+	d.Staleness = d.Scheduled
+	if c.cfg.measure() == MeasureToken {
+		d.Staleness = max(d.Token, 0)
+	}
+	d.Violation = d.Staleness > c.cfg.MaxStalenessSteps
+	return d
 }
 
 // StepDone records that the trainer finished step `step` (its mini-batch
