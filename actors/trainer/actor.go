@@ -236,7 +236,7 @@ func (a *Actor) announce(step, newVersion int64, rec StepRecord) error {
 	sd := messages.StepDone{Header: a.header(newVersion - 1), Step: step, NewVersion: newVersion,
 		Loss: rec.Stats.Loss, RewardMean: rec.RewardMean, Stats: map[string]float64{
 			"grad_norm": rec.Stats.GradNorm, "entropy": rec.Stats.Entropy, "mismatch": rec.Stats.Mismatch,
-			"kl": rec.Stats.KL, "clip_frac": rec.Stats.ClipFrac, "tokens": float64(rec.Tokens),
+			"kl": rec.Stats.KL, "clip_frac": rec.Stats.ClipFrac, "is_ratio": rec.Stats.ISRatio, "tokens": float64(rec.Tokens),
 			"trajectories": float64(rec.Trajectories), "microbatches": float64(rec.Microbatches),
 			"staleness_max": float64(rec.StalenessMax),
 		}}

@@ -15,8 +15,14 @@
 //     order, padding microbatches as one loss-mask-0 token — and takes ONE
 //     optimiser step per mini-batch. Peak memory is bounded by
 //     max_tokens_per_microbatch; the gradient equals a single pass over the
-//     mini-batch up to float summation order. A remote backend follows the
-//     same plan.
+//     mini-batch up to float summation order. The loss is SkyRL's: the PPO
+//     "old" logprobs are the trainer's own forward pass before the step
+//     (ratio 1), the rollout logprobs only weight tokens through truncated
+//     importance sampling (trainer.tis_ratio_type); each sequence carries
+//     its group id for prompt_mean, and the totals count the microbatches
+//     holding trained tokens for token_mean_legacy. StepDone's stats add
+//     is_ratio, the mean exp(logp_old − logp_rollout). A remote backend
+//     follows the same plan.
 //   - After the step the new BF16 serving copy goes to the Publisher (in
 //     process: pause every engine in the configured mode, swap weights,
 //     resume, tell the router), then WeightsPublished and StepDone{Step: s,
