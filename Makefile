@@ -69,4 +69,4 @@ chaos: build
 # check the standby resumes and the durable ledger loses nothing (~20-40 s).
 .PHONY: test-cluster
 test-cluster:
-	ASYNCRL_CLUSTER_E2E=1 go test -count=1 -run TestCluster -v ./cluster/node/
+	ASYNCRL_CLUSTER_E2E=1 go test -count=1 -timeout 60m -run TestCluster -v ./cluster/node/

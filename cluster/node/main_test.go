@@ -1,12 +1,16 @@
 package node
 
 import (
+	"os"
 	"testing"
 
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) {
+	if spec := os.Getenv(natsServerEnv); spec != "" {
+		os.Exit(runTestNATSServer(spec)) // a NATS server process of the node-loss tests
+	}
 	goleak.VerifyTestMain(m,
 		// nats.go v1.55 jetstream: every object-store Put starts
 		// resetPendingAcksOnReconnect and cleans up when it returns; when the

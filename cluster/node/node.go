@@ -262,14 +262,20 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	// A cluster term replicates it (and the trajectory buffer) like the
 	// rest of the run's state, so losing the server that led it loses
 	// nothing and stalls nothing beyond a leader election.
-	if _, err := n.bus.Stream(ctx, transport.StreamConfig{Name: "ledger-" + cfg.Run.ID, Replicas: n.streamReplicas(),
-		Subjects: []string{n.subj.ledger, n.subj.ledger + ".>"}, MaxAge: 7 * 24 * time.Hour, Memory: n.opts.InMemoryBus}); err != nil {
+	if err := n.clusterRetry(ctx, func() error {
+		_, err := n.bus.Stream(ctx, transport.StreamConfig{Name: "ledger-" + cfg.Run.ID, Replicas: n.streamReplicas(),
+			Subjects: []string{n.subj.ledger, n.subj.ledger + ".>"}, MaxAge: 7 * 24 * time.Hour, Memory: n.opts.InMemoryBus})
+		return err
+	}); err != nil {
 		return fmt.Errorf("node: ledger stream: %w", err)
 	}
 	// The trajectory buffer: finished groups wait in JetStream until the
 	// sampling actor has judged them. In memory: it only has to outlive a
 	// restart of the actors, not of the embedded server.
-	if n.groupStream, err = n.bus.Stream(ctx, groupStreamConfig(cfg.Run.ID, n.subj, n.streamReplicas())); err != nil {
+	if err = n.clusterRetry(ctx, func() (err error) {
+		n.groupStream, err = n.bus.Stream(ctx, groupStreamConfig(cfg.Run.ID, n.subj, n.streamReplicas()))
+		return err
+	}); err != nil {
 		return fmt.Errorf("node: trajectory buffer stream: %w", err)
 	}
 	n.ledger = newLedger()
@@ -459,6 +465,16 @@ func startRolloutActor(bus transport.Bus, gen rollout.Generator, cfg config.Conf
 func groupStreamConfig(run string, s subjects, replicas int) transport.StreamConfig {
 	return transport.StreamConfig{Name: "groups-" + run, Subjects: []string{s.groupsReady}, MaxAge: time.Hour, Memory: true,
 		Replicas: max(1, replicas)}
+}
+
+// clusterRetry runs f once, or, in a cluster term, retries it for 30 s:
+// creating a stream needs JetStream's meta leader, which a clustered bus
+// elects anew (4–9 s) when the server that led it died.
+func (n *Node) clusterRetry(ctx context.Context, f func() error) error {
+	if n.opts.Remote == nil {
+		return f()
+	}
+	return retry(ctx, 30*time.Second, f)
 }
 
 // streamReplicas is the replication of the run's own streams: a cluster

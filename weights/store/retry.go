@@ -64,6 +64,8 @@ func ContextSleep(ctx context.Context, d time.Duration) error {
 
 // Retrying wraps a Store and retries failed calls with exponential backoff.
 // Not-found, invalid keys and an ended context are final and not retried.
+// A call's own deadline while ctx is still alive (the NATS client's
+// default timeout while a stream elects a new leader) is transient.
 // A Put is retried only when its reader is an io.Seeker (it is rewound to
 // where it started); otherwise the bytes are gone and the first error stands.
 type Retrying struct {
@@ -89,15 +91,14 @@ func NewRetrying(s Store, cfg RetryConfig, sleep SleepFunc) (*Retrying, error) {
 	return &Retrying{Store: s, cfg: cfg, sleep: sleep}, nil
 }
 
-func final(err error) bool {
-	return errors.Is(err, ErrNotFound) || errors.Is(err, ErrInvalidKey) ||
-		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+func final(ctx context.Context, err error) bool {
+	return errors.Is(err, ErrNotFound) || errors.Is(err, ErrInvalidKey) || ctx.Err() != nil || errors.Is(err, context.Canceled)
 }
 
 func (r *Retrying) do(ctx context.Context, f func() error) error {
 	var err error
 	for attempt := 1; ; attempt++ {
-		if err = f(); err == nil || final(err) || attempt >= r.cfg.Attempts {
+		if err = f(); err == nil || final(ctx, err) || attempt >= r.cfg.Attempts {
 			if err != nil && attempt > 1 {
 				return fmt.Errorf("after %d tries: %w", attempt, err)
 			}

@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http/httptest"
 	"os"
@@ -187,6 +188,23 @@ func TestRetryingBacksOffAndRewinds(t *testing.T) {
 	if _, err := r.Get(ctx, "missing"); !errors.Is(err, store.ErrNotFound) || len(slept) != 0 {
 		t.Fatalf("Get(missing) = %v after %d sleeps; want ErrNotFound at once", err, len(slept))
 	}
+	// A call's own timeout while the caller's context lives (the NATS
+	// client's default while a stream elects a leader) is retried; once the
+	// caller's context has ended it is final.
+	fs.err = fmt.Errorf("nats: put: %w", context.DeadlineExceeded)
+	fs.failures.Store(2)
+	slept = nil
+	if err := r.Delete(ctx, "k"); err != nil || len(slept) != 2 {
+		t.Fatalf("Delete after 2 call timeouts = %v after %d sleeps; want success after 2 retries", err, len(slept))
+	}
+	fs.failures.Store(2)
+	slept = nil
+	dead, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := r.Delete(dead, "k"); !errors.Is(err, context.DeadlineExceeded) || len(slept) != 0 {
+		t.Fatalf("Delete with an ended context = %v after %d sleeps; want the error at once", err, len(slept))
+	}
+	fs.err = nil
 	// Too many failures: the error comes back, wrapped.
 	fs.failures.Store(10)
 	if err := r.Delete(ctx, "k"); !errors.Is(err, errFlaky) {
@@ -199,21 +217,29 @@ func TestRetryingBacksOffAndRewinds(t *testing.T) {
 type failingStore struct {
 	store.Store
 	failures atomic.Int64
+	err      error // returned by a failing call (nil: errFlaky)
 }
 
 func (f *failingStore) fail() bool { return f.failures.Add(-1) >= 0 }
 
+func (f *failingStore) failure() error {
+	if f.err != nil {
+		return f.err
+	}
+	return errFlaky
+}
+
 func (f *failingStore) Put(ctx context.Context, key string, r io.Reader, size int64) error {
 	if f.fail() {
 		_, _ = r.Read(make([]byte, 3))
-		return errFlaky
+		return f.failure()
 	}
 	return f.Store.Put(ctx, key, r, size)
 }
 
 func (f *failingStore) Delete(ctx context.Context, key string) error {
 	if f.fail() {
-		return errFlaky
+		return f.failure()
 	}
 	return f.Store.Delete(ctx, key)
 }

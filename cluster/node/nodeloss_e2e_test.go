@@ -1,0 +1,257 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/asyncrl/asyncrl/transport/natsbus"
+)
+
+// The node-loss acceptance tests (issue 20), in make test-cluster: the
+// three-node walkthrough of docs/cluster.md — n1 and n2 trainer+engine,
+// n3 engine+rollout, each hosting one of the three embedded NATS servers,
+// everything replicated 3 ways — loses one node to SIGKILL mid-run: the
+// holder, the standby, or n3, ASYNCRL_CLUSTER_REPS times each (default 3).
+// Every run must finish with the ledger check (steps × B trained, none in
+// flight, none refused); losing a node other than the holder must not cost
+// the holder its lease. The time from the kill to the next completed step
+// is logged per run, with the median and max per victim (BENCHMARKS.md).
+// TestClusterNATSServerLoss does the same with the nodes on an external
+// three-server NATS cluster (processes started by the test), killing one
+// server per run.
+
+const lossSteps = 16
+
+func reps(t *testing.T) int {
+	if v := os.Getenv("ASYNCRL_CLUSTER_REPS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("ASYNCRL_CLUSTER_REPS=%q: want a count ≥ 1", v)
+		}
+		return n
+	}
+	return 3
+}
+
+// lossRun is one run's measurements.
+type lossRun struct {
+	killToStep time.Duration
+	leases     int // lease acquisitions over the run, all nodes
+}
+
+func summarize(t *testing.T, what string, runs []lossRun) {
+	t.Helper()
+	if len(runs) == 0 {
+		return
+	}
+	ds := make([]time.Duration, len(runs))
+	for i, r := range runs {
+		ds[i] = r.killToStep
+	}
+	slices.Sort(ds)
+	t.Logf("SUMMARY %s: kill → next completed step over %d runs: median %s, max %s (all: %v)", what, len(ds),
+		ds[len(ds)/2].Round(10*time.Millisecond), ds[len(ds)-1].Round(10*time.Millisecond), ds)
+}
+
+func TestClusterNodeLoss(t *testing.T) {
+	e2eEnabled(t)
+	results := map[string][]lossRun{}
+	victims := []string{"holder", "standby", "n3"}
+	for _, victim := range victims {
+		for r := range reps(t) {
+			t.Run(fmt.Sprintf("kill-%s-%d", victim, r+1), func(t *testing.T) {
+				c := newE2ECluster(t, lossSteps)
+				results[victim] = append(results[victim], nodeLossRun(t, c, func(n []*proc, holder, standby int) (*proc, string) {
+					switch victim {
+					case "holder":
+						return n[holder], fmt.Sprintf("n%d", holder+1)
+					case "standby":
+						return n[standby], fmt.Sprintf("n%d", standby+1)
+					}
+					return n[2], "n3"
+				}, victim != "holder"))
+			})
+		}
+	}
+	for _, v := range victims {
+		summarize(t, "embedded servers, kill "+v, results[v])
+	}
+}
+
+func TestClusterNATSServerLoss(t *testing.T) {
+	e2eEnabled(t)
+	var runs []lossRun
+	for r := range reps(t) {
+		t.Run(fmt.Sprintf("kill-server-%d", r%3), func(t *testing.T) {
+			servers, urls := startNATSServers(t, 3)
+			c := newE2EClusterServers(t, lossSteps, 0, 3)
+			c.nats = strings.Join(urls, ",")
+			runs = append(runs, nodeLossRun(t, c, func([]*proc, int, int) (*proc, string) {
+				return servers[r%3], fmt.Sprintf("nats-server %d", r%3)
+			}, false))
+		})
+	}
+	summarize(t, "external NATS cluster, kill one server", runs)
+}
+
+// nodeLossRun starts the walkthrough's three nodes on c, waits until a
+// holder trained 4 steps with n3's rollout actors in its term, kills the
+// process pick names, and checks the run finishes cleanly. keepLease: the
+// holder must keep its one term throughout.
+func nodeLossRun(t *testing.T, c *e2eCluster, pick func(nodes []*proc, holder, standby int) (*proc, string), keepLease bool) lossRun {
+	nodes := []*proc{c.start(0, "trainer,engine"), c.start(1, "trainer,engine"), c.start(2, "engine,rollout")}
+	holderP, _, hname, _ := pickHolder(t, nodes[:2], 4)
+	holder := slices.Index(nodes, holderP)
+	standby := 1 - holder
+	waitFor(t, 30*time.Second, "n3's rollout actors to follow the term", func() bool {
+		return strings.Contains(nodes[2].out.String(), "rollouts follow term")
+	})
+	victim, vname := pick(nodes, holder, standby)
+	offsets := make([]int, 2)
+	for i := range 2 {
+		offsets[i] = len(nodes[i].out.String())
+	}
+	if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	<-victim.exited
+	// The next completed step: the first step line any surviving trainer
+	// node prints after the kill.
+	var next time.Duration
+	waitFor(t, 120*time.Second, "a step after the kill of "+vname, func() bool {
+		for i := range 2 {
+			if nodes[i] == victim {
+				continue
+			}
+			if stepRe.MatchString(nodes[i].out.String()[offsets[i]:]) {
+				next = time.Since(killed)
+				return true
+			}
+		}
+		return false
+	})
+	var fin *proc
+	waitFor(t, 180*time.Second, "a node to finish the run", func() bool {
+		for i := range 2 {
+			if nodes[i] != victim && strings.Contains(nodes[i].out.String(), "ledger prompts") {
+				fin = nodes[i]
+				return true
+			}
+		}
+		return false
+	})
+	out := fin.out.String()
+	checkLedgerLine(t, out, lossSteps)
+	if lastStep(out) != lossSteps {
+		t.Errorf("the finishing node's last step %d; want %d", lastStep(out), lossSteps)
+	}
+	leases := strings.Count(nodes[0].out.String(), "lease trainer acquired") + strings.Count(nodes[1].out.String(), "lease trainer acquired")
+	hout := nodes[holder].out.String()
+	if keepLease {
+		if n := strings.Count(hout, "lease trainer acquired"); n != 1 || strings.Contains(hout, "lease trainer lost") || leases != 1 {
+			t.Errorf("%s lost its term when %s died (%d acquisitions by it, %d in all); a holder on a surviving node must keep its lease:\n%s",
+				hname, vname, n, leases, hout)
+		}
+	}
+	// What the trainer nodes did about the loss (leases, leader moves,
+	// failing streams, step-downs), for the log.
+	for i := range 2 {
+		var keep []string
+		for _, l := range strings.Split(nodes[i].out.String(), "\n") {
+			if strings.Contains(l, "lease ") || strings.Contains(l, "leader of") || strings.Contains(l, "term ") ||
+				strings.Contains(l, "member left") || strings.Contains(l, "requeued") || strings.Contains(l, "training failed") {
+				keep = append(keep, l)
+			}
+		}
+		t.Logf("n%d:\n%s", i+1, strings.Join(keep, "\n"))
+	}
+	t.Logf("killed %s (holder %s) after step %d; next step %s after the kill; %d lease acquisitions in all",
+		vname, hname, lastStep(hout[:min(len(hout), offsets[holder])]), next.Round(10*time.Millisecond), leases)
+	return lossRun{killToStep: next, leases: leases}
+}
+
+// natsServerEnv makes the test binary run one clustered NATS server
+// (TestMain): "name clientPort routePort route,route,… storeDir".
+const natsServerEnv = "ASYNCRL_TEST_NATS_SERVER"
+
+// runTestNATSServer runs the server spec describes until SIGTERM (or a
+// SIGKILL from the test); it is a process of its own so the test can kill
+// it like a real nats-server.
+func runTestNATSServer(spec string) int {
+	f := strings.Fields(spec)
+	if len(f) != 5 {
+		fmt.Fprintf(os.Stderr, "%s=%q: want name clientPort routePort routes storeDir\n", natsServerEnv, spec)
+		return 2
+	}
+	port, _ := strconv.Atoi(f[1])
+	o := natsbus.DefaultOptions()
+	o.Name, o.Port, o.StoreDir = f[0], port, f[4]
+	o.Cluster = &natsbus.ClusterOptions{Name: "external", Listen: "127.0.0.1:" + f[2], Routes: strings.Split(f[3], ",")}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	b, err := natsbus.Connect(ctx, o)
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer b.Close()
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, os.Interrupt)
+	<-sig
+	return 0
+}
+
+// startNATSServers starts n clustered NATS server processes (the test
+// binary in server mode) and returns them with their client URLs.
+func startNATSServers(t *testing.T, n int) ([]*proc, []string) {
+	t.Helper()
+	ports := freePorts(t, 2*n)
+	var routes, urls []string
+	for i := range n {
+		routes = append(routes, "nats-route://127.0.0.1:"+strconv.Itoa(ports[n+i]))
+		urls = append(urls, "nats://127.0.0.1:"+strconv.Itoa(ports[i]))
+	}
+	var out []*proc
+	for i := range n {
+		p := &proc{out: &syncBuf{}, errOut: &syncBuf{}, exited: make(chan struct{})}
+		p.cmd = exec.Command(os.Args[0], "-test.run=^$")
+		p.cmd.Env = append(os.Environ(), fmt.Sprintf("%s=nats-%d %d %d %s %s", natsServerEnv, i, ports[i], ports[n+i],
+			strings.Join(routes, ","), t.TempDir()))
+		p.cmd.Stdout, p.cmd.Stderr = p.out, p.errOut
+		if err := p.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() { _ = p.cmd.Wait(); close(p.exited) }()
+		t.Cleanup(func() {
+			_ = p.cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-p.exited:
+			case <-time.After(10 * time.Second):
+				_ = p.cmd.Process.Kill()
+				<-p.exited
+			}
+		})
+		out = append(out, p)
+	}
+	for i, u := range urls {
+		waitFor(t, 30*time.Second, "nats server "+strconv.Itoa(i), func() bool {
+			conn, err := net.DialTimeout("tcp", strings.TrimPrefix(u, "nats://"), time.Second)
+			if err == nil {
+				_ = conn.Close()
+			}
+			return err == nil
+		})
+	}
+	return out, urls
+}
