@@ -111,6 +111,9 @@ func newWeightsDiffCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return fail("asyncrl weights diff: %v", err)
 			}
+			if len(m.Skipped) > 0 {
+				fmt.Fprintf(g.stderr, "asyncrl weights diff: warning: skipped %d tensor(s) absent from the base checkpoint: %s\n", len(m.Skipped), strings.Join(m.Skipped[:min(10, len(m.Skipped))], ", "))
+			}
 			secs := time.Since(start).Seconds()
 			if asJSON {
 				return writeJSON(g.stdout, map[string]any{

@@ -106,6 +106,30 @@ func (f *fixture) fetchApply(mut *delta.Mutable, v int) error {
 // publisher skips such tensors with a warning (NovaSky-AI/SkyRL
 // skyrl/backends/skyrl_train/weight_sync/delta_checkpoint.py,
 // DeltaCheckpointPublisher._publish_local, "skipped_tensors").
+// The publishing side, as SkyRL's DeltaCheckpointPublisher (skipped_tensors):
+// a tensor of the new checkpoint that the base lacks is skipped and listed,
+// and manifest.json stays SkyRL's (no extra key).
+func TestEncodeSkipsTensorAbsentFromBase(t *testing.T) {
+	f := newFixture(t, 8, 1)
+	base, _ := delta.NewMemSource(f.ckpts[0][1:])
+	m, err := delta.Encode(context.Background(), delta.DefaultEncodeConfig(), base, f.open(1), 1, f.st)
+	if err != nil {
+		t.Fatalf("encode with a tensor only the new checkpoint has: %v, want it skipped", err)
+	}
+	if !slices.Equal(m.Skipped, []string{f.ckpts[0][0].Name}) {
+		t.Fatalf("skipped %v, want [%s]", m.Skipped, f.ckpts[0][0].Name)
+	}
+	for _, e := range m.Tensors {
+		if e.Name == f.ckpts[0][0].Name {
+			t.Fatal("the skipped tensor is in the manifest")
+		}
+	}
+	js, err := m.Marshal()
+	if err != nil || bytes.Contains(js, []byte("kipped")) {
+		t.Fatalf("manifest.json %s (%v) carries the skip list", js, err)
+	}
+}
+
 func TestApplySkipsTensorAbsentFromCheckpoint(t *testing.T) {
 	f := newFixture(t, 7, 1)
 	m := f.publish(1, delta.DefaultEncodeConfig())
@@ -336,9 +360,10 @@ func TestEncodeRefusesCommittedVersionAndMismatch(t *testing.T) {
 	if _, err := delta.Encode(context.Background(), delta.DefaultEncodeConfig(), f.open(0), f.open(1), 1, f.st); err == nil {
 		t.Fatal("re-encoding a committed version succeeded")
 	}
-	other, _ := delta.NewMemSource(f.ckpts[0][:3])
-	if _, err := delta.Encode(context.Background(), delta.DefaultEncodeConfig(), other, f.open(1), 2, f.st); !errors.Is(err, delta.ErrMismatch) {
-		t.Fatalf("different tensor sets: %v, want ErrMismatch", err)
+	// A base tensor the new checkpoint lacks cannot be expressed as a delta.
+	fewer, _ := delta.NewMemSource(f.ckpts[1][:3])
+	if _, err := delta.Encode(context.Background(), delta.DefaultEncodeConfig(), f.open(1), fewer, 2, f.st); !errors.Is(err, delta.ErrMismatch) {
+		t.Fatalf("new checkpoint missing base tensors: %v, want ErrMismatch", err)
 	}
 	reshaped := slices.Clone(f.ckpts[1])
 	reshaped[0].Shape = []int64{reshaped[0].Shape[0] * reshaped[0].Shape[1]}

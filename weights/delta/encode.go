@@ -92,9 +92,11 @@ type encoded struct {
 // cast to base's dtypes, zstd-compressed, in payload files, then
 // manifest.json last via dst.Commit. Tensors are read from the sources one
 // at a time by a bounded pool of workers, so two full checkpoints are never
-// in memory when the sources stream from disk. The two checkpoints must have
-// the same tensor names and shapes. Output is deterministic: the same
-// inputs give the same payload files and manifest.
+// in memory when the sources stream from disk. Every base tensor must be in
+// the new checkpoint with the same shape; a new tensor the base lacks is
+// skipped and listed in Manifest.Skipped (SkyRL's publisher does the same).
+// Output is deterministic: the same inputs give the same payload files and
+// manifest.
 //
 // Encode refuses to overwrite a committed version. A failure before the
 // manifest is committed leaves the version invisible (orphan payloads are
@@ -106,9 +108,21 @@ func Encode(ctx context.Context, cfg EncodeConfig, base, next Source, version in
 	if version < 1 {
 		return nil, fmt.Errorf("delta: encode: version %d: deltas start at 1 (0 is the base)", version)
 	}
-	names := next.Names()
-	if bn := base.Names(); !slices.Equal(bn, names) {
-		return nil, fmt.Errorf("%w: base has %d tensors, new has %d, or their names differ (first difference: %s)", ErrMismatch, len(bn), len(names), firstDiff(bn, names))
+	// A tensor only the new checkpoint has (a trainer's tied lm_head or a
+	// buffer the served checkpoint leaves out) is skipped, as SkyRL's
+	// DeltaCheckpointPublisher skips tensors absent from its base
+	// checkpoint; one only the base has cannot be expressed as a delta.
+	bn := base.Names()
+	var names, skipped []string
+	for _, n := range next.Names() {
+		if _, ok := slices.BinarySearch(bn, n); ok {
+			names = append(names, n)
+		} else {
+			skipped = append(skipped, n)
+		}
+	}
+	if len(names) != len(bn) {
+		return nil, fmt.Errorf("%w: the base has %d tensors the new checkpoint lacks (first difference: %s)", ErrMismatch, len(bn)-len(names), firstDiff(bn, names))
 	}
 	if rc, err := dst.Get(ctx, ManifestKey(version)); err == nil {
 		rc.Close()
@@ -153,7 +167,7 @@ func Encode(ctx context.Context, cfg EncodeConfig, base, next Source, version in
 	defer wg.Wait() // after cancel (deferred later, runs first)
 	defer cancel()
 
-	m := &Manifest{Version: version, BaseVersion: version - 1, Tensors: []TensorEntry{}, PayloadFiles: []string{}}
+	m := &Manifest{Version: version, BaseVersion: version - 1, Tensors: []TensorEntry{}, PayloadFiles: []string{}, Skipped: skipped}
 	spool, err := os.CreateTemp(cfg.SpoolDir, "asyncrl-delta-spool-*")
 	if err != nil {
 		return nil, fmt.Errorf("delta: spool file: %w", err)

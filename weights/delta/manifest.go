@@ -36,6 +36,10 @@ type Manifest struct {
 	// PayloadFiles lists the payload file names (relative to the version
 	// directory) in write order.
 	PayloadFiles []string `json:"payload_files"`
+	// Skipped lists (sorted) the tensors of the new checkpoint that the
+	// base checkpoint lacks, which Encode skipped as SkyRL's publisher does
+	// (tied weights, buffers). Not part of manifest.json; the caller warns.
+	Skipped []string `json:"-"`
 }
 
 // TensorEntry describes one changed tensor.
