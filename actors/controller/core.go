@@ -147,6 +147,9 @@ type Core struct {
 	// sampled counts the generation batches sampled (replace mode) for
 	// the current step.
 	sampled int
+	// bad holds replace mode's bad groups, accepted and unsettled, in
+	// arrival order.
+	bad []messages.GroupFiltered
 
 	stats Stats
 }
@@ -271,6 +274,14 @@ func (c *Core) ready(now time.Time, m messages.GroupReady) {
 func (c *Core) filtered(now time.Time, m messages.GroupFiltered) {
 	if err := c.ctl.Accept(m.GroupID, staleness.UnknownVersion, now); err != nil {
 		c.duplicate("filter", m.GroupID, err)
+		return
+	}
+	if c.cfg.Sampling.Mode == filter.ModeReplace {
+		// Its slot in the generation batch is filled with a good group's
+		// copy (it is consumed by the step), or released if the batch is
+		// discarded: dispatchReplace settles it.
+		c.bad = append(c.bad, m)
+		c.arrivals = append(c.arrivals, arrival{id: m.GroupID})
 		return
 	}
 	if err := c.ctl.Filter(m.GroupID, now); err != nil {

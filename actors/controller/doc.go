@@ -35,9 +35,12 @@
 //     published on Subjects.Settled. replace: each generation batch is
 //     judged whole; if good > B × min_replace_ratio every bad (or stale)
 //     slot takes a copy of a fresh good group, donors from Config.Rand,
-//     all per-trajectory data moving together; else the batch is
-//     discarded (its good groups filtered) and sampled again, up to
-//     max_sample_batches. zero_variance_mask: groups stay, and the loss
+//     all per-trajectory data moving together, and the bad groups are
+//     consumed by the step (staleness Consume: they keep their place in
+//     the bound, as trained groups do, so replace generates B groups per
+//     step like SkyRL); else the batch is discarded — all B slots
+//     released (Filter), so the loop cannot deadlock — and sampled again,
+//     up to max_sample_batches. zero_variance_mask: groups stay, and the loss
 //     mask of a zero-variance group's live trajectories is zeroed when
 //     the mini-batch is merged, judged on the real loss masks.
 //   - StepDone(step) advances the step and marks that step's groups

@@ -76,6 +76,10 @@ func (c *Core) exhaust(now time.Time, step, batches, good int64) {
 		}
 	}
 	c.batch = c.batch[:c.checked]
+	for _, g := range c.bad { // replace mode: judged bad, so filtered, not requeued
+		c.settleFiltered(now, g.GroupID, g.PromptID, true)
+	}
+	c.bad = nil
 	c.arrivals = c.arrivals[:0]
 	for _, g := range c.batch {
 		c.arrivals = append(c.arrivals, arrival{id: g.GroupID, good: true})
@@ -119,17 +123,18 @@ func (c *Core) dispatchReplace(now time.Time, step int64) {
 		}
 		goods := append([]messages.GroupReady(nil), c.batch[:k]...)
 		c.batch = append([]messages.GroupReady(nil), c.batch[k:]...)
+		bads := append([]messages.GroupFiltered(nil), c.bad[:b-k]...)
+		c.bad = append([]messages.GroupFiltered(nil), c.bad[b-k:]...)
 		c.sampled++
 		if !filter.EnoughGood(k, b, c.cfg.Sampling.MinReplaceRatio) {
+			// Discard and sample again: every group of the batch releases
+			// its slot (the good ones as resampled, the bad as filtered).
 			c.stats.Resampled++
 			for _, g := range goods {
-				if err := c.ctl.Filter(g.GroupID, now); err != nil {
-					panic(fmt.Sprintf("controller: filter of held group %s: %v", g.GroupID, err)) // broken invariant
-				}
-				a := c.groups[g.GroupID]
-				delete(c.groups, g.GroupID)
-				c.stats.Filtered++
-				c.ledger(g.PromptID, g.GroupID, messages.LedgerFiltered, a.attempt)
+				c.settleFiltered(now, g.GroupID, g.PromptID, true)
+			}
+			for _, g := range bads {
+				c.settleFiltered(now, g.GroupID, g.PromptID, true)
 			}
 			c.arrivals = append([]arrival(nil), c.arrivals[b:]...)
 			if m := c.cfg.Sampling.MaxSampleBatches; m > 0 && c.sampled >= m {
@@ -170,6 +175,9 @@ func (c *Core) dispatchReplace(now time.Time, step int64) {
 			slots[i] = slot{group: pos[donor[i]], copy: donor[i] != i}
 		}
 		c.stats.Replaced += int64(b - len(chosen))
+		for _, g := range bads {
+			c.settleFiltered(now, g.GroupID, g.PromptID, false) // its slot holds a copy
+		}
 		batches := c.sampled
 		c.sampled = 0
 		c.send(now, step, chosen, slots, batches)
@@ -181,6 +189,23 @@ func (c *Core) dispatchReplace(now time.Time, step int64) {
 type slot struct {
 	group int
 	copy  bool
+}
+
+// settleFiltered settles a bad (or discarded) group of replace mode as
+// filtered: release gives its slot back (staleness Filter: the batch was
+// discarded), otherwise the step consumed it (Consume: a copy fills it).
+func (c *Core) settleFiltered(now time.Time, id, prompt string, release bool) {
+	op, err := c.ctl.Consume, error(nil)
+	if release {
+		op = c.ctl.Filter
+	}
+	if err = op(id, now); err != nil {
+		panic(fmt.Sprintf("controller: settle of held group %s: %v", id, err)) // broken invariant
+	}
+	a := c.groups[id]
+	delete(c.groups, id)
+	c.stats.Filtered++
+	c.ledger(prompt, id, messages.LedgerFiltered, a.attempt)
 }
 
 // requeueStale requeues every waiting group that is already too stale to

@@ -336,3 +336,34 @@ func TestReplaceStaleGroupTakesNoSlot(t *testing.T) {
 		t.Fatalf("step 2: %v %+v", tb, c.Stats())
 	}
 }
+
+// replace: a bad group whose slot took a copy is consumed by the step
+// (it keeps its place in the bound, as a trained group does), so replace
+// generates B groups per step as SkyRL does; a discarded batch releases
+// all of its slots, so the loop cannot deadlock.
+func TestReplaceCapacity(t *testing.T) {
+	c, _ := New(samplingConfig(2, 2, 0, filter.ModeReplace, 30), &seqSource{})
+	c.Start(t0)
+	pa := assigned(t, sent(c)["P"])
+	c.Step(t0, groupReady(t, pa[0].GroupID, pa[0].PromptID, 0, 0, 1))
+	c.Step(t0, bad(pa[1]))
+	out := sent(c)
+	if len(trains(t, out["T"])) != 1 || len(out["P"]) != 0 {
+		t.Fatalf("want the step dispatched and nothing admitted before StepDone: %v", out)
+	}
+	if m := c.Staleness(); m.Filtered != 0 || m.Trained != 2 || m.Capacity != 0 {
+		t.Fatalf("replaced slot released capacity: %+v", m)
+	}
+	c.Step(t0, messages.StepDone{Step: 1, NewVersion: 1})
+	next := assigned(t, sent(c)["P"])
+	if len(next) != 2 {
+		t.Fatalf("admitted %d after StepDone, want B=2", len(next))
+	}
+	// 0 good of 2: discarded, both slots released and refilled.
+	c.Step(t0, bad(next[0]))
+	c.Step(t0, bad(next[1]))
+	out = sent(c)
+	if m := c.Staleness(); m.Filtered != 2 || len(assigned(t, out["P"])) != 2 || c.Stats().Resampled != 1 {
+		t.Fatalf("discarded batch: %+v %v", m, out["P"])
+	}
+}

@@ -319,6 +319,27 @@ func (c *Controller) Release(groupID string, now time.Time) error {
 	return nil
 }
 
+// Consume records that an accepted group was used up by the current
+// step without being trained on itself: replace mode fills its slot in
+// the mini-batch with a copy of a good group. Like a trained group it
+// stays in accepted (the step's B slots are what the bound (S + step)·B
+// pays for), so replacement generates no more groups per step than SkyRL
+// does; no staleness is measured.
+func (c *Controller) Consume(groupID string, now time.Time) error {
+	c.advance(now)
+	if _, err := c.lookup(groupID, StateAccepted, "consume"); err != nil {
+		return err
+	}
+	delete(c.groups, groupID)
+	c.trained++
+	c.trainedThisStep++
+	if c.trainedThisStep == c.cfg.MiniBatchSize {
+		c.idle.trainerFed()
+	}
+	c.check()
+	return nil
+}
+
 // Abort records that a running group's generation was abandoned:
 // running−1, and a Requeue of its prompt is emitted.
 func (c *Controller) Abort(groupID string, now time.Time) error {
