@@ -680,7 +680,10 @@ func (n *Node) unsettled() []string {
 	for _, r := range n.rollouts {
 		for id := range r.Reported() {
 			g := recs[id]
-			if g.Terminal() || g.Kept || g.Accepted {
+			// Kept or Filtered: the sampling actor passed it to the
+			// controller (replace mode holds a bad group until its
+			// generation batch is judged).
+			if g.Terminal() || g.Kept || g.Filtered || g.Accepted {
 				continue
 			}
 			out = append(out, id)
