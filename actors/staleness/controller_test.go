@@ -505,3 +505,35 @@ func TestResumeInFlight(t *testing.T) {
 		t.Fatalf("StepDone(3): %t %v step %d", ok, err, c.Step())
 	}
 }
+
+// Consume: an accepted group used up by the step without training keeps
+// its place in accepted (no capacity back), leaves the books, and is not a
+// staleness observation; WouldDrop changes nothing.
+func TestConsumeAndWouldDrop(t *testing.T) {
+	c := mustNew(t, 0, 2, 2, PolicyRequeue)
+	a, b := acquire(t, c, "a"), acquire(t, c, "b")
+	for _, id := range []string{a.GroupID, b.GroupID} {
+		if err := c.Accept(id, UnknownVersion, t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if drop, err := c.WouldDrop(a.GroupID); drop || err != nil {
+		t.Fatalf("fresh group: drop=%t %v", drop, err)
+	}
+	if err := c.Consume(b.GroupID, t0); err != nil {
+		t.Fatal(err)
+	}
+	m := c.Metrics()
+	if m.Accepted != 2 || m.Trained != 1 || m.Capacity != 0 || len(m.StalenessHistogram) == 0 || m.StalenessHistogram[0] != 0 {
+		t.Fatalf("after consume: %+v", m)
+	}
+	if err := c.Consume(b.GroupID, t0); !errors.Is(err, ErrUnknownGroup) {
+		t.Fatalf("second consume: %v", err)
+	}
+	if _, err := c.StepDone(1, t0); err != nil {
+		t.Fatal(err)
+	}
+	if drop, err := c.WouldDrop(a.GroupID); !drop || err != nil || c.Groups() != 1 {
+		t.Fatalf("a group one step old with S=0: drop=%t %v groups %d", drop, err, c.Groups())
+	}
+}

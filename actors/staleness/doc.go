@@ -53,6 +53,14 @@
 //     trained and counted in Violations. A token newer than the trainer
 //     (version message racing StepDone) counts as token staleness 0 and in
 //     FutureVersions.
+//   - For dynamic sampling at mini-batch assembly: Release(group) hands an
+//     accepted group back untrained (accepted−1, Requeue{Reason:
+//     ReasonReleased}); Consume(group) counts an accepted group as used by
+//     the step without training it (replace mode's bad group whose slot
+//     took a copy; it stays in accepted like a trained group); WouldDrop
+//     tells, without changing anything, whether CheckForTraining would
+//     drop a group now. The identity becomes submitted = running +
+//     accepted + filtered + aborted + stale-dropped + released.
 //   - Metrics: staleness mean, max and histogram (buckets 0..S and >S) of
 //     trained groups; violations; capacity; EngineIdle (∫(W − running)dt),
 //     EngineBlocked (the part of it while capacity ≤ 0, i.e. caused by the
@@ -60,7 +68,9 @@
 //     of the step passed CheckForTraining), all from the passed-in times.
 //
 // Resume(cfg, step) restarts from a checkpoint with the (step−1)·B trained
-// groups counted as accepted, so a restart does not flood the engines.
+// groups counted as accepted, so a restart does not flood the engines;
+// ResumeInFlight(cfg, step) restarts while step's batch is still out,
+// staying at that step with its B groups counted.
 //
 // Group ids are promptID + "#" + an admission sequence number, so a
 // requeued prompt gets a new id and a late duplicate for the old one is
