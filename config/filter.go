@@ -4,16 +4,20 @@ package config
 // trajectories all scored the same (they carry no GRPO signal).
 type FilterConfig struct {
 	// Mode picks the dynamic-sampling algorithm.
-	Mode FilterMode `yaml:"mode" doc:"dynamic sampling: none, filter (DAPO: drop zero-variance groups), replace (POLARIS: overwrite them with good groups) or zero_variance_mask (mask their loss)"`
+	// A group is bad when its scores are all equal, when it holds one
+	// trajectory while n_samples_per_prompt > 1, or when a score is NaN.
+	Mode FilterMode `yaml:"mode" doc:"dynamic sampling (SkyRL semantics, docs/run.md): none, filter (DAPO: drop bad groups, accumulate good ones across generation batches), replace (POLARIS: fill bad groups' slots with copies of good groups) or zero_variance_mask (keep zero-variance groups, zero their loss mask)"`
 	// MaxSampleBatches stops the run with an error after this many generation
-	// batches fail to yield a full mini-batch (-1 = never give up).
-	MaxSampleBatches int `yaml:"max_sample_batches" doc:"give up after this many generation batches without a full mini-batch; -1 = unbounded"`
-	// MinReplaceRatio: replace mode only resamples a batch when good groups
-	// are at most this fraction of it.
-	MinReplaceRatio float64 `yaml:"min_replace_ratio" doc:"replace mode: good groups must exceed this fraction of the batch, else resample"`
-	// ZeroVarianceTol: zero_variance_mask drops a group whose live scores
-	// differ by at most this much.
-	ZeroVarianceTol float64 `yaml:"zero_variance_tol" doc:"zero_variance_mask: a group whose scores span at most this is dropped"`
+	// batches (mini_batch_size finished groups each) fail to fill one
+	// trainer step; the groups held for it are requeued first (-1 = never
+	// give up). filter and replace modes.
+	MaxSampleBatches int `yaml:"max_sample_batches" doc:"filter/replace: stop after this many generation batches (mini_batch_size finished groups each) without filling a step, requeuing the held groups; -1 = unbounded"`
+	// MinReplaceRatio: replace mode only replaces when good groups exceed
+	// this fraction of the generation batch; otherwise it resamples.
+	MinReplaceRatio float64 `yaml:"min_replace_ratio" doc:"replace: good groups must exceed this fraction of the generation batch, else it is discarded and sampled again"`
+	// ZeroVarianceTol: zero_variance_mask masks the loss of a group whose
+	// live trajectories' scores differ by at most this much.
+	ZeroVarianceTol float64 `yaml:"zero_variance_tol" doc:"zero_variance_mask: a group with > 1 live trajectory whose live scores span at most this has its loss mask zeroed"`
 }
 
 // DefaultFilter drops zero-variance groups (DAPO), with SkyRL's constants.
