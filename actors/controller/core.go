@@ -386,6 +386,9 @@ func (c *Core) dispatchKept(now time.Time, step int64) {
 		// check happens as close to training as possible.
 		return
 	}
+	if c.cfg.Sampling.Mode == filter.ModeZeroVarianceMask && c.checked == 0 && !c.discardMasked(now) {
+		return
+	}
 	for c.checked < len(c.batch) && c.checked < b {
 		g := c.batch[c.checked]
 		d, err := c.ctl.CheckForTraining(g.GroupID, now)

@@ -42,7 +42,9 @@
 //     released (Filter), so the loop cannot deadlock — and sampled again,
 //     up to max_sample_batches. zero_variance_mask: groups stay, and the loss
 //     mask of a zero-variance group's live trajectories is zeroed when
-//     the mini-batch is merged, judged on the real loss masks.
+//     the mini-batch is merged, judged on the real loss masks; B groups
+//     that would leave nothing to train are filtered instead of sent, and
+//     count toward max_sample_batches.
 //   - StepDone(step) advances the step and marks that step's groups
 //     trained in the ledger. A duplicate StepDone is ignored.
 //   - After every message a CapacityChanged carries the counters.

@@ -57,7 +57,8 @@ func (c *Core) forget(id string) {
 // filled, sampling is exhausted (SkyRL raises).
 func (c *Core) checkExhausted(now time.Time, step int64) {
 	m := c.cfg.Sampling.MaxSampleBatches
-	if c.cfg.Sampling.Mode != filter.ModeFilter || m <= 0 || len(c.arrivals) < m*c.b() {
+	mode := c.cfg.Sampling.Mode
+	if (mode != filter.ModeFilter && mode != filter.ModeZeroVarianceMask) || m <= 0 || len(c.arrivals) < m*c.b() {
 		return
 	}
 	c.exhaust(now, step, int64(len(c.arrivals)/c.b()), int64(len(c.batch)))
@@ -206,6 +207,58 @@ func (c *Core) settleFiltered(now time.Time, id, prompt string, release bool) {
 	delete(c.groups, id)
 	c.stats.Filtered++
 	c.ledger(prompt, id, messages.LedgerFiltered, a.attempt)
+}
+
+// discardMasked is zero_variance_mask's guard: while the next B waiting
+// groups would have no trained token left once masked (every group flat,
+// or no live trajectory), they are filtered — their slots released — and
+// the step waits for the next B. It reports whether B groups with
+// something to train wait. SkyRL would run that step on a zero loss; the
+// built-in trainer refuses a mini-batch without a trained token, and such
+// a step changes nothing. The discarded groups count as generation
+// batches, so max_sample_batches bounds this as it bounds filter mode.
+func (c *Core) discardMasked(now time.Time) bool {
+	b := c.b()
+	for len(c.batch) >= b {
+		if c.trainable(c.batch[:b]) {
+			return true
+		}
+		c.stats.Resampled++
+		for _, g := range c.batch[:b] {
+			c.settleFiltered(now, g.GroupID, g.PromptID, true)
+		}
+		c.batch = append([]messages.GroupReady(nil), c.batch[b:]...)
+	}
+	return false
+}
+
+// trainable reports whether any trajectory of gs keeps a trained token
+// after zero-variance masking. A batch that cannot be decoded counts as
+// trainable: merge reports it.
+func (c *Core) trainable(gs []messages.GroupReady) bool {
+	for _, g := range gs {
+		tb, err := messages.DecodeTokenBatch(g.Batch.Inline)
+		if err != nil {
+			return true
+		}
+		ts := make([]messages.Trajectory, 0, tb.Len())
+		for i := range tb.Len() {
+			t, err := tb.Trajectory(i)
+			if err != nil {
+				return true
+			}
+			ts = append(ts, t)
+		}
+		maskZeroVariance(ts, c.cfg.Sampling.ZeroVarianceTol)
+		for _, t := range ts {
+			for _, m := range t.LossMask {
+				if m != 0 {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // requeueStale requeues every waiting group that is already too stale to

@@ -367,3 +367,49 @@ func TestReplaceCapacity(t *testing.T) {
 		t.Fatalf("discarded batch: %+v %v", m, out["P"])
 	}
 }
+
+// zero_variance_mask: a mini-batch that masking would leave without a
+// trained token is not sent (the built-in trainer refuses it; SkyRL would
+// step on a zero loss): its groups are filtered, their slots released, and
+// the step waits for groups with something to train — bounded by
+// max_sample_batches.
+func TestZeroVarianceMaskNeverSendsAnEmptyBatch(t *testing.T) {
+	c, _ := New(samplingConfig(2, 4, 1, filter.ModeZeroVarianceMask, 2), &seqSource{})
+	c.Start(t0)
+	pa := assigned(t, sent(c)["P"])
+	c.Step(t0, groupReady(t, pa[0].GroupID, pa[0].PromptID, 0, 1, 1))
+	c.Step(t0, groupReady(t, pa[1].GroupID, pa[1].PromptID, 0, 0, 0))
+	out := sent(c)
+	if len(out["T"]) != 0 || c.Stats().Resampled != 1 || c.Staleness().Filtered != 2 {
+		t.Fatalf("all-masked batch: %v %+v %+v", out["T"], c.Stats(), c.Staleness())
+	}
+	if got := ledgerStates(out["L"])[messages.LedgerFiltered]; len(got) != 2 {
+		t.Fatalf("ledger filtered %v", got)
+	}
+	c.Step(t0, groupReady(t, pa[2].GroupID, pa[2].PromptID, 0, 1, 1))
+	c.Step(t0, groupReady(t, pa[3].GroupID, pa[3].PromptID, 0, 0, 1))
+	tb := trains(t, sent(c)["T"])
+	if len(tb) != 1 || c.Stats().Masked != 2 || !slices.Equal(c.Stats().GenerationBatches, []int{2}) {
+		t.Fatalf("train %v stats %+v", tb, c.Stats())
+	}
+	// Flat forever: max_sample_batches (2) ends it.
+	c.Step(t0, messages.StepDone{Step: 1, NewVersion: 1})
+	next := assigned(t, sent(c)["P"])
+	var ex int
+	for range 8 {
+		if len(next) == 0 {
+			break
+		}
+		c.Step(t0, groupReady(t, next[0].GroupID, next[0].PromptID, 1, 1, 1))
+		out := sent(c)
+		for _, m := range out["S"] {
+			if _, ok := m.(messages.SamplingExhausted); ok {
+				ex++
+			}
+		}
+		next = append(next[1:], assigned(t, out["P"])...)
+	}
+	if ex == 0 {
+		t.Fatal("flat groups forever never exhausted max_sample_batches")
+	}
+}
