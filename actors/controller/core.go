@@ -165,7 +165,8 @@ type Stats struct {
 	Resent int64
 	// Dynamic sampling: groups whose slot took a good group's copy
 	// (replace); generation batches discarded for too few good groups
-	// (replace); trajectories whose loss mask was zeroed
+	// (replace) or for nothing left to train once masked
+	// (zero_variance_mask); trajectories whose loss mask was zeroed
 	// (zero_variance_mask); times max_sample_batches was reached; groups
 	// requeued then.
 	Replaced, Resampled, Masked, SamplingExhausted, RequeuedSampling int64

@@ -40,7 +40,8 @@ type Summary struct {
 	// Dynamic sampling (FilterMode: none, filter, replace,
 	// zero_variance_mask): groups whose slot took a copy of a good group
 	// (replace), generation batches discarded for too few good groups
-	// (replace), trajectories whose loss mask was zeroed
+	// (replace) or for nothing left to train after masking
+	// (zero_variance_mask), trajectories whose loss mask was zeroed
 	// (zero_variance_mask), groups requeued when max_sample_batches was
 	// reached, and per trained step the generation batches (B finished
 	// groups each) it took to fill, with their mean.
