@@ -27,7 +27,8 @@ const (
 	ScenarioDefault Scenario = "default"
 	// ScenarioFaults: engine crash/hang/slowdown/restart, message
 	// drop/duplicate/delay/reorder, trainer crash, publisher crash between
-	// payload and manifest, corrupted deltas, stale metrics.
+	// payload and manifest, controller crash, corrupted deltas, stale
+	// metrics, loss of the server holding the trajectory buffer.
 	ScenarioFaults Scenario = "faults"
 	// ScenarioPartitions: network partitions between nodes, with some
 	// message faults on top.
@@ -90,12 +91,16 @@ const (
 	// sent before crashing as lost and requeues its groups, although the
 	// trainer may still train it.
 	BugCtlForgetsSentBatch Bug = "controller-forgets-sent-batch"
+	// BugTermIgnoresLostBuffer: the controller never feeds its buffer's
+	// failed probes to the term's watch, so a term whose trajectory
+	// buffer was lost never steps down and the run stalls.
+	BugTermIgnoresLostBuffer Bug = "term-ignores-lost-buffer"
 )
 
 // Bugs lists every planted bug.
 var Bugs = []Bug{BugRouterIgnoresGating, BugFilterLeaksCapacity, BugTrainerRetrainsOnRestart, BugEngineSkipsChecksum,
 	BugStalenessFromSchedule, BugPublisherAnnouncesEarly, BugRequeueLosesPrompt, BugEngineRestartsFromBase,
-	BugPublisherForgetsLaggards, BugCtlForgetsSentBatch}
+	BugPublisherForgetsLaggards, BugCtlForgetsSentBatch, BugTermIgnoresLostBuffer}
 
 // Config configures one simulated run. The workload shape (staleness
 // bound, batch size, workers, group size, engines, turn counts) and the

@@ -9,6 +9,7 @@ import (
 	"github.com/asyncrl/asyncrl/actors/filter"
 	"github.com/asyncrl/asyncrl/actors/router/policy"
 	"github.com/asyncrl/asyncrl/actors/staleness"
+	"github.com/asyncrl/asyncrl/cluster/termwatch"
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/transport"
 	"github.com/asyncrl/asyncrl/transport/memhub"
@@ -101,6 +102,16 @@ type ctlNode struct {
 	inc        int
 	recovering bool  // restarted: routes nothing until the first MinVersionSet
 	awaitStep  int64 // a batch sent before the crash, still unacknowledged
+
+	// The term (term.go): its trajectory buffer, the groups the ledger
+	// holds unsettled whose buffered copy was lost, and the termwatch
+	// core that decides when the term steps down. A restart is a new
+	// term with a fresh buffer and watch.
+	buf        *trajBuffer
+	orphans    []*rgroup
+	watch      *termwatch.Watch
+	stepDowns  int
+	lostGroups int
 }
 
 func (w *world) stalenessConfig() staleness.Config {
@@ -187,6 +198,9 @@ func (c *ctlNode) restart() {
 		lost = append(lost, g)
 	}
 	lost = append(lost, c.pending...)
+	lost = append(lost, c.buf.groups...)
+	lost = append(lost, c.orphans...)
+	c.orphans = nil
 	resume := c.stepsDone + 1
 	if c.batchSent && w.cfg.has(BugCtlForgetsSentBatch) {
 		c.batchSent = false
@@ -215,12 +229,17 @@ func (c *ctlNode) restart() {
 		w.fail(InvProtocol, "router: %v", err)
 		return
 	}
+	old := c.buf
+	c.startTerm()
 	for _, g := range lost {
 		w.logf("ctl: recovery requeues %s", g.id)
 		w.orc.settle(g.id, "requeued")
 		c.source = append(c.source, g.prompt)
 	}
 	w.logf("ctl: recovered at step %d (awaiting step %d), %d groups requeued", resume, c.awaitStep, len(lost))
+	for _, f := range old.lostBy {
+		w.faults.end(w, f) // the lost buffer is replaced: that fault has healed
+	}
 	c.sweep()
 	if c.batchSent {
 		c.sendBatch()
@@ -277,6 +296,7 @@ func (c *ctlNode) start() {
 			c.tryAdmit()
 		}
 	}))
+	c.startTerm()
 	c.sweep()
 	c.after(0, "ctl: start", c.tryAdmit)
 }
@@ -547,9 +567,9 @@ func (c *ctlNode) drainRequeues(g *rgroup) {
 
 // ---- groups: staleness controller, filter, mini-batches -------------------
 
-func (c *ctlNode) groupReady(g *rgroup) {
+// judge takes a group from the buffer: staleness controller, then filter.
+func (c *ctlNode) judge(g *rgroup) {
 	w := c.w
-	delete(c.groups, g.id)
 	oldest := int64(math.MaxInt64)
 	samples := make([]filter.Sample, len(g.trajs))
 	for i, t := range g.trajs {
@@ -657,6 +677,7 @@ func (c *ctlNode) onStepDone(m messages.StepDone) {
 		return
 	}
 	c.stepsDone = m.Step
+	c.watch.StepDone(c.t())
 	c.batch, c.batchSent, c.batchData = nil, false, nil
 	w.orc.stepDone(m.Step)
 	w.logf("ctl: step %d done (trainer version %d)", m.Step, m.NewVersion)
@@ -678,6 +699,11 @@ func (c *ctlNode) heldGroups() map[string]bool {
 		h[g.id] = true
 	}
 	for _, g := range c.batch {
+		h[g.id] = true
+	}
+	// Buffered groups, and those lost with a buffer: the ledger has them
+	// unsettled, and the next term would requeue them.
+	for _, g := range append(append([]*rgroup(nil), c.buf.groups...), c.orphans...) {
 		h[g.id] = true
 	}
 	return h

@@ -30,15 +30,21 @@ const (
 	FaultMsgDelay       FaultKind = "msg-delay"        // hub delays matching deliveries
 	FaultMsgReorder     FaultKind = "msg-reorder"      // hub shuffles matching deliveries in windows
 	FaultPartition      FaultKind = "partition"        // nodes split into groups that cannot talk
+	// FaultStreamLoss: the server holding the controller's trajectory
+	// buffer dies. Replicated (drawn per fault): the buffer has no leader
+	// for a 4–9 s election, then works again, nothing lost. Unreplicated:
+	// the buffered groups are lost and every store fails until a new term
+	// replaces the buffer — the fault heals then (see ctlNode.probe).
+	FaultStreamLoss FaultKind = "stream-loss"
 )
 
 // FaultKinds lists every kind, for summaries.
 var FaultKinds = []FaultKind{FaultEngineCrash, FaultEngineRestart, FaultEngineHang, FaultEngineSlowdown,
 	FaultStaleMetrics, FaultCorruptDelta, FaultTrainerCrash, FaultPublisherCrash, FaultCtlCrash, FaultMsgDrop,
-	FaultMsgDuplicate, FaultMsgDelay, FaultMsgReorder, FaultPartition}
+	FaultMsgDuplicate, FaultMsgDelay, FaultMsgReorder, FaultPartition, FaultStreamLoss}
 
 var processFaults = []FaultKind{FaultEngineCrash, FaultEngineRestart, FaultEngineHang, FaultEngineSlowdown,
-	FaultStaleMetrics, FaultCorruptDelta, FaultTrainerCrash, FaultPublisherCrash, FaultCtlCrash}
+	FaultStaleMetrics, FaultCorruptDelta, FaultTrainerCrash, FaultPublisherCrash, FaultCtlCrash, FaultStreamLoss}
 
 var msgFaults = []FaultKind{FaultMsgDrop, FaultMsgDuplicate, FaultMsgDelay, FaultMsgReorder}
 
@@ -56,6 +62,10 @@ type fault struct {
 	prob    float64
 	delay   time.Duration
 	groups  [][]string
+	// replicated: a stream-loss fault's buffer had replicas (an election)
+	// rather than none (lost); buf is the buffer it struck.
+	replicated bool
+	buf        *trajBuffer
 
 	enabled, started, ended bool
 	rule                    memhub.FaultID
@@ -73,6 +83,12 @@ func (f *fault) String() string {
 		}
 	case FaultPartition:
 		s += fmt.Sprintf(" %v", f.groups)
+	case FaultStreamLoss:
+		if f.replicated {
+			s = fmt.Sprintf("#%d %s at %.3fs: replicated buffer, leader election for %v", f.idx, f.kind, f.at.Seconds(), f.dur)
+		} else {
+			s = fmt.Sprintf("#%d %s at %.3fs: unreplicated buffer lost until the term is replaced", f.idx, f.kind, f.at.Seconds())
+		}
 	}
 	return s
 }
@@ -133,6 +149,12 @@ func drawFaults(rng *rand.Rand, cfg Config, wl workload) *faultPlan {
 				f.dur = dur(50*msec, 300*msec)
 			case FaultEngineSlowdown, FaultStaleMetrics:
 				f.dur = dur(time.Second, 5*time.Second)
+			case FaultStreamLoss:
+				// A JetStream leader election takes 4–9 s; a buffer
+				// without replicas stays lost until a new term.
+				if f.replicated = rng.Intn(2) == 0; f.replicated {
+					f.dur = dur(4*time.Second, 9*time.Second)
+				}
 			default:
 				f.dur = dur(300*msec, 4*time.Second)
 			}
@@ -224,6 +246,15 @@ func (p *faultPlan) start(w *world, f *fault) {
 		w.trainer.crash()
 	case FaultCtlCrash:
 		w.ctl.crash()
+	case FaultStreamLoss:
+		f.buf = w.ctl.buf
+		if !f.replicated {
+			// Heals when a new term replaces the buffer
+			// (ctlNode.restart), or at the end of the run.
+			w.ctl.loseBuffer(f)
+			return
+		}
+		f.buf.electing++
 	case FaultPublisherCrash:
 		// Armed now; strikes at the next publish, between the payload
 		// and the manifest, and restarts dur later.
@@ -296,6 +327,10 @@ func (p *faultPlan) end(w *world, f *fault) {
 		w.trainer.restart()
 	case FaultCtlCrash:
 		w.ctl.restart()
+	case FaultStreamLoss:
+		if f.replicated {
+			f.buf.electing-- // a replaced buffer is unaffected: the new term has its own
+		}
 	case FaultPublisherCrash:
 		if w.pub.down > 0 {
 			w.pub.restart()

@@ -39,6 +39,10 @@ const (
 	// InvProgress: once faults have healed, a trainer step completes
 	// within ProgressBound (no deadlock).
 	InvProgress Invariant = "progress"
+	// InvTermStepDown: a term whose trajectory buffer was lost steps down
+	// within the watch's UnhealthyAfter plus the probe interval (a stuck
+	// term is found long before the run's time limit).
+	InvTermStepDown Invariant = "term-steps-down"
 	// InvWire: every message on the bus decodes.
 	InvWire Invariant = "wire-decode"
 	// InvProtocol: a component answered with an error its peers never
@@ -48,7 +52,7 @@ const (
 
 // Invariants lists what is checked, for summaries.
 var Invariants = []Invariant{InvStaleness, InvTrainedTwice, InvLedger, InvRouting, InvMonotonic,
-	InvChecksum, InvInvisible, InvSync, InvProgress, InvWire, InvProtocol}
+	InvChecksum, InvInvisible, InvSync, InvProgress, InvTermStepDown, InvWire, InvProtocol}
 
 type oGroup struct {
 	prompt string
@@ -237,6 +241,14 @@ func (o *oracle) checkAll() {
 	}
 	if w.finished {
 		return
+	}
+	if b := w.ctl.buf; b.lost && w.ctl.down == 0 {
+		o.checks++
+		if bound := stepDownBound(w.cfg); now-b.lostAt > bound {
+			w.fail(InvTermStepDown, "the controller's trajectory buffer was lost at %.3fs and its term has not stepped down %v later (bound %v: UnhealthyAfter + probe interval)",
+				b.lostAt.Seconds(), (now - b.lostAt).Round(time.Millisecond), bound)
+			return
+		}
 	}
 	f := w.faults
 	o.checks++

@@ -111,6 +111,7 @@ var plantedBugs = []struct {
 	{BugEngineRestartsFromBase, ScenarioFaults, InvMonotonic},
 	{BugPublisherForgetsLaggards, ScenarioFaults, InvSync},
 	{BugCtlForgetsSentBatch, ScenarioFaults, InvLedger},
+	{BugTermIgnoresLostBuffer, ScenarioFaults, InvTermStepDown},
 }
 
 // findBug searches seeds from 1 until the planted bug breaks an

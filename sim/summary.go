@@ -23,6 +23,8 @@ type Summary struct {
 	Filtered        int64
 	Requeued        int64
 	MaxStaleness    int64
+	StepDowns       int
+	BufferLost      int
 	// Workload and LogHash are set for a single seed.
 	Workload, LogHash string
 }
@@ -52,6 +54,8 @@ func (s *Summary) Add(r Result) {
 	s.Filtered += r.Filtered
 	s.Requeued += r.Requeued
 	s.MaxStaleness = max(s.MaxStaleness, r.MaxStaleness)
+	s.StepDowns += r.StepDowns
+	s.BufferLost += r.BufferLost
 }
 
 // RunSeeds runs seeds cfg.Seed … cfg.Seed+n−1 and stops at the first
@@ -106,6 +110,9 @@ func (s Summary) Format() string {
 		fmt.Fprintf(&b, "  faults injected   none\n")
 	} else {
 		fmt.Fprintf(&b, "  faults injected   %d: %s\n", total, strings.Join(fs, ", "))
+	}
+	if s.StepDowns > 0 || s.BufferLost > 0 {
+		fmt.Fprintf(&b, "  terms             %d stepped down; %d buffered groups lost with a buffer (requeued by the next term)\n", s.StepDowns, s.BufferLost)
 	}
 	if s.LogHash != "" {
 		fmt.Fprintf(&b, "  event log sha256  %s\n", s.LogHash)

@@ -318,7 +318,7 @@ func (w *world) related(detail string) []string {
 
 // isRoutineLine spots heartbeat and engine-step lines in the full log.
 func isRoutineLine(l string) bool {
-	for _, s := range []string{"<- EngineLoad", "<- EngineVersionAck", "<- MinVersionSet", "<- StepDone", " step batch="} {
+	for _, s := range []string{"<- EngineLoad", "<- EngineVersionAck", "<- MinVersionSet", "<- StepDone", " step batch=", " (retrying)"} {
 		if strings.Contains(l, s) {
 			return true
 		}
