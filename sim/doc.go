@@ -15,9 +15,14 @@
 //     actors/router/policy (bounded_sticky, version gating, health from
 //     heartbeats and turn timeouts, load from scraped metrics), the
 //     staleness controller (actors/staleness) and the filter
-//     (actors/filter, DAPO mode); after a crash it recovers from its
+//     (actors/filter, DAPO mode), which takes finished groups from the
+//     term's trajectory buffer; after a crash it recovers from its
 //     durable ledger (prompt source, unsettled groups, sent batch, step)
-//     with staleness.Resume;
+//     with staleness.Resume, as a new term with a fresh buffer. The term
+//     runs the real cluster/termwatch core: it probes its buffer every
+//     virtual second, tells the watch each step, and steps down (the
+//     same recovery) when the watch says so — a stream-loss fault that
+//     loses an unreplicated buffer needs exactly that;
 //   - node trainer: the trainer stand-in; checks the batch checksum,
 //     decodes its tokens, packs microbatches (actors/trainer/microbatch),
 //     trains for a modelled time, commits durable state, sends StepDone;

@@ -30,8 +30,9 @@ func newSimCmd(g *globals) *cobra.Command {
 			"version tracker, rollout scheduler, a trainer stand-in and engines as latency models —\n" +
 			"in one goroutine on a virtual clock over the in-memory bus. The seed draws the workload\n" +
 			"and a fault schedule (scenario faults: crashes, hangs, slowdowns, message drop/duplicate/\n" +
-			"delay/reorder, trainer and publisher crashes, corrupted deltas, stale metrics; scenario\n" +
-			"partitions: network partitions; mixed: both). Every invariant is checked after every\n" +
+			"delay/reorder, trainer, publisher and controller crashes, corrupted deltas, stale\n" +
+			"metrics, the loss of the server holding the trajectory buffer; scenario partitions:\n" +
+			"network partitions; mixed: both). Every invariant is checked after every\n" +
 			"event; on a violation the seed, the invariant and a minimised event trace are printed\n" +
 			"and the exit code is 1. The same seed always gives the same run.",
 		Example: "  asyncrl sim --seed 42 --steps 10 --scenario faults\n" +
