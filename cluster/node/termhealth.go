@@ -19,15 +19,25 @@ import (
 // the durable step.
 var ErrTermStalled = errors.New("node: term stalled")
 
-// termDeps names the JetStream streams a term depends on: its trajectory
-// buffer and ledger stream, the run's durable ledger, trainer checkpoints,
-// the term's weight bucket, the leases and the name claims.
-func termDeps(run, term string) []string {
-	return []string{
-		"groups-" + term, "ledger-" + term, "OBJ_asyncrl-weights-" + term,
+// termDep is a JetStream stream a term depends on, with the durable
+// consumers of it that matter.
+type termDep struct {
+	stream    string
+	consumers []string
+}
+
+// termDeps names the streams a term depends on: its trajectory buffer
+// (and the sampling actor's consumer of it) and ledger stream, the run's
+// durable ledger, trainer checkpoints, the term's weight bucket, the
+// leases and the name claims.
+func termDeps(run, term string) []termDep {
+	deps := []termDep{{stream: "groups-" + term, consumers: []string{"sampling"}}}
+	for _, s := range []string{"ledger-" + term, "OBJ_asyncrl-weights-" + term,
 		"KV_asyncrl_" + run + "_prompts", "KV_asyncrl_" + run + "_progress", "asyncrl_" + run + "_groupbuf",
-		"OBJ_" + ckptBucket(run), "KV_" + lease.DefaultBucket, "KV_" + cluster.NamesBucket,
+		"OBJ_" + ckptBucket(run), "KV_" + lease.DefaultBucket, "KV_" + cluster.NamesBucket} {
+		deps = append(deps, termDep{stream: s})
 	}
+	return deps
 }
 
 // probeResult is one probe of one dependency.
@@ -46,19 +56,19 @@ var errNoLeader = errors.New("no leader (electing)")
 // (natsbus.PreferLeader): the holder's own writes then never wait for an
 // election when another node dies, and the lease outlives the loss of any
 // server but its own. Results go to out (the term's loop owns the watch).
-func (a *Agent) keepLeaders(ctx context.Context, deps []string, interval time.Duration, out chan<- probeResult) {
+func (a *Agent) keepLeaders(ctx context.Context, deps []termDep, interval time.Duration, out chan<- probeResult) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		for _, d := range deps {
 			pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			h, err := a.bus.PreferLeader(pctx, d)
+			h, err := a.bus.PreferLeader(pctx, d.stream, d.consumers...)
 			cancel()
 			if err == nil && h.Leader == "" {
 				err = errNoLeader
 			}
 			select {
-			case out <- probeResult{dep: d, at: time.Now(), err: err, moved: h.Moved}:
+			case out <- probeResult{dep: d.stream, at: time.Now(), err: err, moved: h.Moved}:
 			case <-ctx.Done():
 				return
 			}

@@ -127,7 +127,12 @@ func openWeightStore(ctx context.Context, cfg config.Config, l weightsLayout, n 
 		if n.opts.Remote != nil {
 			nc.Replicas = max(1, n.opts.Remote.Replicas)
 		}
-		st, err = store.NewNATS(ctx, n.bus.Conn(), nc)
+		// A term's bucket is created through JetStream's meta leader,
+		// which a clustered bus elects anew when its server died.
+		err = n.clusterRetry(ctx, func() (err error) {
+			st, err = store.NewNATS(ctx, n.bus.Conn(), nc)
+			return err
+		})
 		if err == nil && n.opts.Remote != nil {
 			// A node of the cluster whose server led the bucket may die
 			// mid-run: ride out the leader election instead of failing

@@ -3,7 +3,6 @@ package natsbus
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 
@@ -28,15 +27,17 @@ type StreamHealth struct {
 	Moved []string
 }
 
-// PreferLeader probes stream and, on a clustered JetStream, asks the
-// leaders of the stream and of its replicated consumers to hand over to
-// the server this bus's connection is attached to, where that server holds
-// a current replica: a node that keeps the leaders of the state it writes
-// on its own server loses nothing but followers when another server dies,
-// so its writes never wait for a leader election (4–9 s in nats-server)
-// that would outlast a lease. An error means the stream could not be
-// read (missing, or no leader to answer).
-func (b *Bus) PreferLeader(ctx context.Context, stream string) (StreamHealth, error) {
+// PreferLeader probes stream and the named durable consumers of it and,
+// on a clustered JetStream, asks their leaders to hand over to the server
+// this bus's connection is attached to, where that server holds a current
+// replica: a node that keeps the leaders of the state it writes on its own
+// server loses nothing but followers when another server dies, so its
+// writes never wait for a leader election (4–9 s in nats-server) that
+// would outlast a lease. An error means the stream or a consumer could not
+// be read (missing, or no leader to answer). Only the named consumers are
+// read: listing a stream's consumers asks every server that hosts one,
+// and ephemeral ones (KV and object-store watchers) may sit on a dead one.
+func (b *Bus) PreferLeader(ctx context.Context, stream string, consumers ...string) (StreamHealth, error) {
 	var h StreamHealth
 	s, err := b.js.Stream(ctx, stream)
 	if err != nil {
@@ -67,19 +68,19 @@ func (b *Bus) PreferLeader(ctx context.Context, stream string) (StreamHealth, er
 		}
 		h.Moved = append(h.Moved, "")
 	}
-	names := s.ListConsumers(ctx)
-	for ci := range names.Info() {
-		ccl := ci.Cluster
+	for _, name := range consumers {
+		c, err := s.Consumer(ctx, name)
+		if err != nil {
+			return h, fmt.Errorf("natsbus: stream %s consumer %s: %w", stream, name, mapErr(err))
+		}
+		ccl := c.CachedInfo().Cluster
 		if ccl == nil || len(ccl.Replicas) == 0 || ccl.Leader == me || !hasCurrent(ccl, me) {
 			continue
 		}
-		if err := b.stepDown(ctx, "$JS.API.CONSUMER.LEADER.STEPDOWN."+stream+"."+ci.Name, me); err != nil {
-			return h, fmt.Errorf("natsbus: stream %s consumer %s leader to %s: %w", stream, ci.Name, me, err)
+		if err := b.stepDown(ctx, "$JS.API.CONSUMER.LEADER.STEPDOWN."+stream+"."+name, me); err != nil {
+			return h, fmt.Errorf("natsbus: stream %s consumer %s leader to %s: %w", stream, name, me, err)
 		}
-		h.Moved = append(h.Moved, ci.Name)
-	}
-	if err := names.Err(); err != nil && !errors.Is(err, jetstream.ErrEndOfData) {
-		return h, fmt.Errorf("natsbus: stream %s consumers: %w", stream, mapErr(err))
+		h.Moved = append(h.Moved, name)
 	}
 	return h, nil
 }

@@ -59,9 +59,12 @@ func TestPreferLeaderSurvivesAnotherServersDeath(t *testing.T) {
 		t.Fatalf("bus 1 attached to %q", me.ServerName())
 	}
 	waitUntil(t, 20*time.Second, "node-1 to lead the stream and its consumer", func() bool {
-		h, err := me.PreferLeader(ctx, "groups-r")
+		h, err := me.PreferLeader(ctx, "groups-r", "sampling")
 		return err == nil && h.Leader == "node-1" && len(h.Moved) == 0 && h.Replicas == 3
 	})
+	if _, err := me.PreferLeader(ctx, "groups-r", "nobody"); err == nil {
+		t.Error("PreferLeader of a missing consumer answered no error")
+	}
 	if h, _ := me.PreferLeader(ctx, "groups-r"); h.Current != 3 {
 		t.Errorf("health %+v; want 3 current replicas", h)
 	}
