@@ -70,10 +70,14 @@ func (n *Node) ackVersion(version int64) {
 func (n *Node) publishRemote(version int64, dir string) {
 	if version <= n.wsync.pub.Version() {
 		// A repeated announcement: the worker repeats until it sees an ack,
-		// so its earlier ack may have been lost (bus reconnect). Once the
-		// version is routable, acknowledge it again.
-		if n.wsync.shell.MinRoutable() >= version {
-			n.ackVersion(version)
+		// so its earlier ack may have been lost (bus reconnect). Once some
+		// engine serves the version (it is routable; the minimum itself
+		// trails the target by the staleness budget), acknowledge it again.
+		for _, st := range n.wsync.shell.Engines() {
+			if st.Serving >= version {
+				n.ackVersion(version)
+				break
+			}
 		}
 		return
 	}
