@@ -107,11 +107,12 @@ type ctlNode struct {
 	// holds unsettled whose buffered copy was lost, and the termwatch
 	// core that decides when the term steps down. A restart is a new
 	// term with a fresh buffer and watch.
-	buf        *trajBuffer
-	orphans    []*rgroup
-	watch      *termwatch.Watch
-	stepDowns  int
-	lostGroups int
+	buf     *trajBuffer
+	orphans []*rgroup
+	watch   *termwatch.Watch
+	// Counts for the summary: terms that stepped down (and of them for
+	// no step), unreplicated buffers lost, groups lost with them.
+	stepDowns, noStepDowns, buffersLost, lostGroups int
 }
 
 func (w *world) stalenessConfig() staleness.Config {

@@ -28,9 +28,11 @@ type Result struct {
 	// the largest staleness a trained group had.
 	Trained, Filtered, Requeued, MaxStaleness int64
 	// StepDowns counts controller terms that stepped down (their watch
-	// said so); BufferLost counts finished groups lost with a trajectory
-	// buffer (each requeued by the next term).
-	StepDowns, BufferLost int
+	// said so), NoStepDowns those of them for going without a step;
+	// BuffersLost counts stream-loss faults that struck an unreplicated
+	// buffer, LostGroups the finished groups lost with one (each requeued
+	// by the next term).
+	StepDowns, NoStepDowns, BuffersLost, LostGroups int
 	// LogHash is the SHA-256 of the event log: equal seeds give equal hashes.
 	LogHash string
 	// Log is the whole event log when Config.KeepLog is set.
@@ -134,7 +136,8 @@ func runOnce(cfg Config) (res Result, v *Violation) {
 	res = Result{Seed: cfg.Seed, Scenario: cfg.Scenario, Workload: w.wl.String(), Events: w.events,
 		InvariantChecks: w.orc.checks, VirtualTime: w.now(), StepsTrained: w.orc.steps,
 		Faults: map[FaultKind]int{}, Trained: w.orc.trained, Filtered: w.orc.filtered, Requeued: w.orc.requeued,
-		MaxStaleness: w.orc.maxStale, StepDowns: w.ctl.stepDowns, BufferLost: w.ctl.lostGroups, LogHash: hexsum(w.logHash)}
+		MaxStaleness: w.orc.maxStale, StepDowns: w.ctl.stepDowns, NoStepDowns: w.ctl.noStepDowns,
+		BuffersLost: w.ctl.buffersLost, LostGroups: w.ctl.lostGroups, LogHash: hexsum(w.logHash)}
 	if cfg.KeepLog {
 		res.Log = w.full
 	}

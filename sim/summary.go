@@ -24,7 +24,9 @@ type Summary struct {
 	Requeued        int64
 	MaxStaleness    int64
 	StepDowns       int
-	BufferLost      int
+	NoStepDowns     int
+	BuffersLost     int
+	LostGroups      int
 	// Workload and LogHash are set for a single seed.
 	Workload, LogHash string
 }
@@ -55,7 +57,9 @@ func (s *Summary) Add(r Result) {
 	s.Requeued += r.Requeued
 	s.MaxStaleness = max(s.MaxStaleness, r.MaxStaleness)
 	s.StepDowns += r.StepDowns
-	s.BufferLost += r.BufferLost
+	s.NoStepDowns += r.NoStepDowns
+	s.BuffersLost += r.BuffersLost
+	s.LostGroups += r.LostGroups
 }
 
 // RunSeeds runs seeds cfg.Seed … cfg.Seed+n−1 and stops at the first
@@ -111,8 +115,9 @@ func (s Summary) Format() string {
 	} else {
 		fmt.Fprintf(&b, "  faults injected   %d: %s\n", total, strings.Join(fs, ", "))
 	}
-	if s.StepDowns > 0 || s.BufferLost > 0 {
-		fmt.Fprintf(&b, "  terms             %d stepped down; %d buffered groups lost with a buffer (requeued by the next term)\n", s.StepDowns, s.BufferLost)
+	if s.StepDowns > 0 || s.BuffersLost > 0 {
+		fmt.Fprintf(&b, "  terms             %d stepped down (%d for no step); %d unreplicated buffers lost, with %d finished groups (requeued by the next term)\n",
+			s.StepDowns, s.NoStepDowns, s.BuffersLost, s.LostGroups)
 	}
 	if s.LogHash != "" {
 		fmt.Fprintf(&b, "  event log sha256  %s\n", s.LogHash)

@@ -119,6 +119,9 @@ func (c *ctlNode) probe() bool {
 		return true
 	}
 	c.stepDowns++
+	if e.Reason == termwatch.NoStep {
+		c.noStepDowns++
+	}
 	w.logf("ctl: term %d steps down (%s): the next term starts from the ledger in %v", c.inc, e.Reason, termHandover)
 	c.crash()
 	w.after(termHandover, "ctl: next term", c.restart)
@@ -175,6 +178,7 @@ func retryNote(retry bool) string {
 // unsettled, so whichever term comes next requeues them.
 func (c *ctlNode) loseBuffer(f *fault) {
 	b := c.buf
+	c.buffersLost++
 	b.lostBy = append(b.lostBy, f)
 	if b.lost {
 		return

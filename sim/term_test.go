@@ -80,7 +80,7 @@ func TestLostBufferStepsTermDown(t *testing.T) {
 	if res.StepsTrained != 8 {
 		t.Fatalf("trained %d steps, want 8", res.StepsTrained)
 	}
-	t.Logf("seed %d: buffer lost at %s, term stepped down %v later; %d groups lost with it", seed, strings.Fields(lost)[0], took, res.BufferLost)
+	t.Logf("seed %d: buffer lost at %s, term stepped down %v later; %d groups lost with it", seed, strings.Fields(lost)[0], took, res.LostGroups)
 }
 
 // TestReplicatedBufferElectionLosesNothing: a replicated buffer's leader
@@ -110,9 +110,9 @@ func TestReplicatedBufferElectionLosesNothing(t *testing.T) {
 		if _, ok := firstLine(res.Log, "store", "failed: no leader"); !ok {
 			continue // the election struck while no group finished
 		}
-		if res.StepDowns != 0 || res.BufferLost != 0 || res.Faults[FaultStreamLoss] != 1 || res.StepsTrained != 8 {
+		if res.StepDowns != 0 || res.LostGroups != 0 || res.Faults[FaultStreamLoss] != 1 || res.StepsTrained != 8 {
 			t.Fatalf("seed %d: step-downs %d, groups lost %d, faults %v, steps %d; want 0, 0, one stream loss, 8",
-				seed, res.StepDowns, res.BufferLost, res.Faults, res.StepsTrained)
+				seed, res.StepDowns, res.LostGroups, res.Faults, res.StepsTrained)
 		}
 		if _, ok := firstLine(res.Log, "term dependency groups recovered after"); !ok {
 			t.Fatalf("seed %d: the watch never saw the buffer recover", seed)
