@@ -16,7 +16,8 @@ const (
 
 // Lag rules accepted by Config.LagRule: what happens to an existing session
 // whose replica is healthy but may not take it right now (paused, updating,
-// or serving a version below the minimum).
+// serving a version below the minimum, or lagging the newest version by
+// more than the staleness budget).
 const (
 	// LagMove reassigns the session on its next request (KV cache lost,
 	// latency kept).
