@@ -570,6 +570,9 @@ func (a *Agent) train(ctx context.Context, token uint64) error {
 		return err
 	}
 	defer th.stop()
+	mirror.mu.Lock()
+	mirror.health = th
+	mirror.mu.Unlock()
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	saved := 0
@@ -791,6 +794,8 @@ type mirror struct {
 	// groups maps the term's groups to the prompt attempts they run (from
 	// the consumed events), so a trained step can name its prompts.
 	groups map[string]ledger.PromptAttempt
+	// health hears every write's outcome once the term's watch runs.
+	health *termHealth
 }
 
 // promptsOf names the prompt attempts of groups; ok is false while some
@@ -872,8 +877,12 @@ func (a *Agent) mirrorLedger(n *Node, token uint64) (*mirror, error) {
 		if errors.Is(err, ledger.ErrIllegalTransition) {
 			m.illegal++
 			a.log.Error().Err(err).Str("prompt", ev.PromptID).Msg("durable ledger refused a transition")
+			err = nil // the ledger answered: a refusal is not ill health
 		} else if err != nil {
 			a.log.Warn().Err(err).Str("prompt", ev.PromptID).Msg("durable ledger write failed")
+		}
+		if m.health != nil {
+			m.health.ledgerWrite(err)
 		}
 	})
 	if err != nil {

@@ -20,25 +20,35 @@ import (
 var ErrTermStalled = errors.New("node: term stalled")
 
 // termDep is a JetStream stream a term depends on, with the durable
-// consumers of it that matter.
+// consumers of it that matter; lead: the holder keeps its leader (and the
+// consumers') on its own server.
 type termDep struct {
 	stream    string
 	consumers []string
+	lead      bool
 }
 
-// termDeps names the streams a term depends on: its trajectory buffer
-// (and the sampling actor's consumer of it) and ledger stream, the run's
-// durable ledger, trainer checkpoints, the term's weight bucket, the
-// leases and the name claims.
+// termDeps names the streams a term depends on: the leases (led by the
+// holder, so a renewal never waits for an election while the holder's
+// server lives), its trajectory buffer and the sampling actor's consumer
+// of it (led by the holder: the buffer's stores and deliveries are the
+// term's hot path), its ledger stream, the run's durable ledger, trainer
+// checkpoints, the term's weight bucket and the name claims (probed only:
+// their writes are retried through an election).
 func termDeps(run, term string) []termDep {
-	deps := []termDep{{stream: "groups-" + term, consumers: []string{"sampling"}}}
+	deps := []termDep{{stream: "KV_" + lease.DefaultBucket, lead: true},
+		{stream: "groups-" + term, consumers: []string{"sampling"}, lead: true}}
 	for _, s := range []string{"ledger-" + term, "OBJ_asyncrl-weights-" + term,
 		"KV_asyncrl_" + run + "_prompts", "KV_asyncrl_" + run + "_progress", "asyncrl_" + run + "_groupbuf",
-		"OBJ_" + ckptBucket(run), "KV_" + lease.DefaultBucket, "KV_" + cluster.NamesBucket} {
+		"OBJ_" + ckptBucket(run), "KV_" + cluster.NamesBucket} {
 		deps = append(deps, termDep{stream: s})
 	}
 	return deps
 }
+
+// ledgerWrites names the durable ledger's writes as a dependency of the
+// term: a stream can answer probes while its writes time out.
+const ledgerWrites = "durable ledger writes"
 
 // probeResult is one probe of one dependency.
 type probeResult struct {
@@ -62,7 +72,11 @@ func (a *Agent) keepLeaders(ctx context.Context, deps []termDep, interval time.D
 	for {
 		for _, d := range deps {
 			pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			h, err := a.bus.PreferLeader(pctx, d.stream, d.consumers...)
+			probe := a.bus.ProbeStream
+			if d.lead {
+				probe = a.bus.PreferLeader
+			}
+			h, err := probe(pctx, d.stream, d.consumers...)
 			cancel()
 			if err == nil && h.Leader == "" {
 				err = errNoLeader
@@ -119,6 +133,16 @@ func (a *Agent) startTermHealth(ctx context.Context, term string, reg prometheus
 		a.keepLeaders(pctx, termDeps(a.cfg.Run.Run.ID, term), time.Second, th.probes)
 	}()
 	return th, nil
+}
+
+// ledgerWrite reports a durable-ledger write's outcome to the watch (from
+// the mirror's goroutine; dropped if the loop is behind: the next write
+// reports again).
+func (th *termHealth) ledgerWrite(err error) {
+	select {
+	case th.probes <- probeResult{dep: ledgerWrites, at: time.Now(), err: err}:
+	default:
+	}
 }
 
 // stop ends the prober.

@@ -27,17 +27,29 @@ type StreamHealth struct {
 	Moved []string
 }
 
-// PreferLeader probes stream and the named durable consumers of it and,
-// on a clustered JetStream, asks their leaders to hand over to the server
-// this bus's connection is attached to, where that server holds a current
-// replica: a node that keeps the leaders of the state it writes on its own
-// server loses nothing but followers when another server dies, so its
-// writes never wait for a leader election (4–9 s in nats-server) that
-// would outlast a lease. An error means the stream or a consumer could not
-// be read (missing, or no leader to answer). Only the named consumers are
+// ProbeStream reads stream's health and that of the named durable
+// consumers of it. An error means the stream or a consumer could not be
+// read (missing, or no leader to answer). Only the named consumers are
 // read: listing a stream's consumers asks every server that hosts one,
 // and ephemeral ones (KV and object-store watchers) may sit on a dead one.
+func (b *Bus) ProbeStream(ctx context.Context, stream string, consumers ...string) (StreamHealth, error) {
+	return b.probe(ctx, stream, consumers, false)
+}
+
+// PreferLeader is ProbeStream that, on a clustered JetStream whose copies
+// of stream are all current, also asks the leaders of the stream and of
+// the named consumers to hand over to the server this bus's connection
+// is attached to: a node that keeps the leaders of what it writes on its
+// own server loses nothing but followers when another server dies, so
+// those writes never wait for a leader election (4–9 s in nats-server)
+// that would outlast a lease. A degraded group (a copy offline or behind)
+// is left alone: moving a leader then risks an election without a quorum
+// to spare.
 func (b *Bus) PreferLeader(ctx context.Context, stream string, consumers ...string) (StreamHealth, error) {
+	return b.probe(ctx, stream, consumers, true)
+}
+
+func (b *Bus) probe(ctx context.Context, stream string, consumers []string, move bool) (StreamHealth, error) {
 	var h StreamHealth
 	s, err := b.js.Stream(ctx, stream)
 	if err != nil {
@@ -46,23 +58,17 @@ func (b *Bus) PreferLeader(ctx context.Context, stream string, consumers ...stri
 	info := s.CachedInfo()
 	h.Replicas, h.Current = max(1, info.Config.Replicas), 1
 	cl := info.Cluster
-	if cl == nil || len(cl.Replicas) == 0 {
-		if cl != nil {
-			h.Leader = cl.Leader
-		}
-		return h, nil // one copy: nothing to move
-	}
-	h.Leader = cl.Leader
-	for _, r := range cl.Replicas {
-		if r.Current {
-			h.Current++
+	if cl != nil {
+		h.Leader = cl.Leader
+		for _, r := range cl.Replicas {
+			if r.Current {
+				h.Current++
+			}
 		}
 	}
 	me := b.ServerName()
-	if me == "" {
-		return h, nil
-	}
-	if h.Leader != me && hasCurrent(cl, me) {
+	move = move && me != "" && cl != nil && len(cl.Replicas) > 0 && h.Current == h.Replicas
+	if move && h.Leader != me && hasCurrent(cl, me) {
 		if err := b.stepDown(ctx, "$JS.API.STREAM.LEADER.STEPDOWN."+stream, me); err != nil {
 			return h, fmt.Errorf("natsbus: stream %s leader to %s: %w", stream, me, err)
 		}
@@ -74,7 +80,7 @@ func (b *Bus) PreferLeader(ctx context.Context, stream string, consumers ...stri
 			return h, fmt.Errorf("natsbus: stream %s consumer %s: %w", stream, name, mapErr(err))
 		}
 		ccl := c.CachedInfo().Cluster
-		if ccl == nil || len(ccl.Replicas) == 0 || ccl.Leader == me || !hasCurrent(ccl, me) {
+		if !move || ccl == nil || len(ccl.Replicas) == 0 || ccl.Leader == me || !hasCurrent(ccl, me) || !allCurrent(ccl) {
 			continue
 		}
 		if err := b.stepDown(ctx, "$JS.API.CONSUMER.LEADER.STEPDOWN."+stream+"."+name, me); err != nil {
@@ -83,6 +89,11 @@ func (b *Bus) PreferLeader(ctx context.Context, stream string, consumers ...stri
 		h.Moved = append(h.Moved, name)
 	}
 	return h, nil
+}
+
+// allCurrent: every copy of cl is current.
+func allCurrent(cl *jetstream.ClusterInfo) bool {
+	return cl.Leader != "" && !slices.ContainsFunc(cl.Replicas, func(p *jetstream.PeerInfo) bool { return !p.Current || p.Offline })
 }
 
 // hasCurrent: server is cl's leader or one of its current replicas.
