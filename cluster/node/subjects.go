@@ -15,7 +15,7 @@ type subjects struct {
 	weights     string // WeightsPublished: trainer → observers
 	capacity    string // CapacityChanged: controller → observers
 	ledger      string // PromptLedger (JetStream)
-	settled     string // GroupAccepted / GroupRequeued (JetStream, under ledger)
+	settled     string // GroupAccepted / GroupRequeued / SamplingExhausted (JetStream, under ledger)
 	ack         string // EngineVersionAck of this node's engines
 	acks        string // pattern of every EngineVersionAck
 }
