@@ -55,6 +55,22 @@ func storeRig(t *testing.T, s *lossyStream) (*natsbus.Bus, Subjects, transport.S
 	return bus, subj, st
 }
 
+// storeActor starts a rollout actor whose episodes finish at once and
+// whose groups go to ls, retried every retry for storeFor; it is stopped
+// at the end of the test.
+func storeActor(t *testing.T, bus transport.Bus, subj Subjects, ls *lossyStream, retry, storeFor time.Duration) *Actor {
+	t.Helper()
+	g := gated{release: make(chan struct{})}
+	close(g.release)
+	a, err := Start(bus, g, Config{RunID: "r", Name: "rollout-0", Task: mustTask(t, "reverse"), Episode: testCfg(), Concurrency: 2,
+		Subjects: subj, GroupStream: ls, StoreRetry: retry, StoreFor: storeFor})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Stop(context.Background()) })
+	return a
+}
+
 func assign(t *testing.T, bus transport.Bus, subj Subjects, group string) {
 	t.Helper()
 	data, _ := messages.Encode(messages.PromptAssigned{Header: messages.Header{RunID: "r"}, PromptID: PromptID("p-"+group, 7),
@@ -69,14 +85,7 @@ func assign(t *testing.T, bus transport.Bus, subj Subjects, group string) {
 func TestGroupStoreRetriedOnce(t *testing.T) {
 	ls := &lossyStream{lose: 2}
 	bus, subj, st := storeRig(t, ls)
-	g := gated{release: make(chan struct{})}
-	close(g.release)
-	a, err := Start(bus, g, Config{RunID: "r", Name: "rollout-0", Task: mustTask(t, "reverse"), Episode: testCfg(), Concurrency: 2,
-		Subjects: subj, GroupStream: ls, StoreRetry: 200 * time.Millisecond, StoreFor: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Stop(context.Background())
+	a := storeActor(t, bus, subj, ls, 200*time.Millisecond, 10*time.Second)
 	assign(t, bus, subj, "g1")
 	deadline := time.Now().Add(10 * time.Second)
 	for a.Reported()["g1"] != true {
@@ -116,14 +125,7 @@ func TestUnstoredGroupReportedAborted(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	g := gated{release: make(chan struct{})}
-	close(g.release)
-	a, err := Start(bus, g, Config{RunID: "r", Name: "rollout-0", Task: mustTask(t, "reverse"), Episode: testCfg(), Concurrency: 2,
-		Subjects: subj, GroupStream: ls, StoreRetry: 50 * time.Millisecond, StoreFor: 300 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Stop(context.Background())
+	a := storeActor(t, bus, subj, ls, 50*time.Millisecond, 300*time.Millisecond)
 	assign(t, bus, subj, "g1")
 	select {
 	case ab := <-aborted:

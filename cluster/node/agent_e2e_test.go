@@ -70,8 +70,15 @@ type proc struct {
 
 func startNode(t *testing.T, bin string, args ...string) *proc {
 	t.Helper()
-	p := &proc{out: &syncBuf{}, errOut: &syncBuf{}, exited: make(chan struct{})}
-	p.cmd = exec.Command(bin, append([]string{"node", "--log-level", "warn"}, args...)...)
+	return startProc(t, exec.Command(bin, append([]string{"node", "--log-level", "warn"}, args...)...), args[1])
+}
+
+// startProc starts cmd with its output captured; at the end of the test
+// it is stopped (SIGTERM, then SIGKILL after 20 s) and, if the test
+// failed, its output logged under name.
+func startProc(t *testing.T, cmd *exec.Cmd, name string) *proc {
+	t.Helper()
+	p := &proc{cmd: cmd, out: &syncBuf{}, errOut: &syncBuf{}, exited: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.errOut
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -86,7 +93,7 @@ func startNode(t *testing.T, bin string, args ...string) *proc {
 			<-p.exited
 		}
 		if t.Failed() {
-			t.Logf("%s stdout:\n%s\nstderr (tail):\n%s", args[1], p.out.String(), lastLinesOf(p.errOut.String(), 15))
+			t.Logf("%s stdout:\n%s\nstderr (tail):\n%s", name, p.out.String(), lastLinesOf(p.errOut.String(), 15))
 		}
 	})
 	return p

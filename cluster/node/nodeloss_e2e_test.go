@@ -224,25 +224,10 @@ func startNATSServers(t *testing.T, n int) ([]*proc, []string) {
 	}
 	var out []*proc
 	for i := range n {
-		p := &proc{out: &syncBuf{}, errOut: &syncBuf{}, exited: make(chan struct{})}
-		p.cmd = exec.Command(os.Args[0], "-test.run=^$")
-		p.cmd.Env = append(os.Environ(), fmt.Sprintf("%s=nats-%d %d %d %s %s", natsServerEnv, i, ports[i], ports[n+i],
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=nats-%d %d %d %s %s", natsServerEnv, i, ports[i], ports[n+i],
 			strings.Join(routes, ","), t.TempDir()))
-		p.cmd.Stdout, p.cmd.Stderr = p.out, p.errOut
-		if err := p.cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		go func() { _ = p.cmd.Wait(); close(p.exited) }()
-		t.Cleanup(func() {
-			_ = p.cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-p.exited:
-			case <-time.After(10 * time.Second):
-				_ = p.cmd.Process.Kill()
-				<-p.exited
-			}
-		})
-		out = append(out, p)
+		out = append(out, startProc(t, cmd, fmt.Sprintf("nats-%d", i)))
 	}
 	for i, u := range urls {
 		waitFor(t, 30*time.Second, "nats server "+strconv.Itoa(i), func() bool {

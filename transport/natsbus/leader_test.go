@@ -35,17 +35,9 @@ func leaderOf(t *testing.T, b *natsbus.Bus, stream string) string {
 // leader's server costs one election (measured and logged: the figure in
 // docs/cluster.md), after which the stream takes stores again.
 func TestPreferLeaderSurvivesAnotherServersDeath(t *testing.T) {
-	if testing.Short() {
-		t.Skip("clustered JetStream takes seconds to form")
-	}
-	buses := natstest.Cluster(t, 3)
+	buses, st := r3Stream(t, "groups-r", "asyncrl.r.groups")
 	ctx := context.Background()
-	var st transport.Stream
 	var err error
-	waitUntil(t, 20*time.Second, "the R3 stream", func() bool {
-		st, err = buses[0].Stream(ctx, transport.StreamConfig{Name: "groups-r", Subjects: []string{"asyncrl.r.groups"}, Memory: true, Replicas: 3})
-		return err == nil
-	})
 	got := make(chan uint64, 64)
 	var sub transport.Subscription
 	waitUntil(t, 20*time.Second, "the consumer", func() bool {
@@ -102,17 +94,9 @@ func TestPreferLeaderSurvivesAnotherServersDeath(t *testing.T) {
 // once, with nothing lost. (A crashed leader, SIGKILL, costs an election
 // of 4–9 s instead; make test-cluster measures that on processes.)
 func TestStreamLeaderShutdownHandsOver(t *testing.T) {
-	if testing.Short() {
-		t.Skip("clustered JetStream takes seconds to form")
-	}
-	buses := natstest.Cluster(t, 3)
+	buses, st := r3Stream(t, "buf", "asyncrl.r.buf")
 	ctx := context.Background()
-	var st transport.Stream
 	var err error
-	waitUntil(t, 20*time.Second, "the R3 stream", func() bool {
-		st, err = buses[0].Stream(ctx, transport.StreamConfig{Name: "buf", Subjects: []string{"asyncrl.r.buf"}, Memory: true, Replicas: 3})
-		return err == nil
-	})
 	waitUntil(t, 20*time.Second, "node-1 to lead the stream", func() bool {
 		h, err := buses[1].PreferLeader(ctx, "buf")
 		return err == nil && h.Leader == "node-1"
@@ -147,6 +131,23 @@ func TestStreamLeaderShutdownHandsOver(t *testing.T) {
 	if n := s.CachedInfo().State.Msgs; n != 11 {
 		t.Errorf("the stream holds %d messages after the election; want all 11", n)
 	}
+}
+
+// r3Stream starts three clustered servers and an R3 memory stream name
+// on subject, created through the first.
+func r3Stream(t *testing.T, name, subject string) ([]*natsbus.Bus, transport.Stream) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("clustered JetStream takes seconds to form")
+	}
+	buses := natstest.Cluster(t, 3)
+	var st transport.Stream
+	waitUntil(t, 20*time.Second, "the R3 stream", func() bool {
+		var err error
+		st, err = buses[0].Stream(context.Background(), transport.StreamConfig{Name: name, Subjects: []string{subject}, Memory: true, Replicas: 3})
+		return err == nil
+	})
+	return buses, st
 }
 
 func waitUntil(t *testing.T, within time.Duration, what string, cond func() bool) {
