@@ -46,7 +46,10 @@ func reps(t *testing.T) int {
 // lossRun is one run's measurements.
 type lossRun struct {
 	killToStep time.Duration
-	leases     int // lease acquisitions over the run, all nodes
+	// killToLease: kill → a new lease acquisition printed (0: none
+	// before the next step).
+	killToLease time.Duration
+	leases      int // lease acquisitions over the run, all nodes
 }
 
 func summarize(t *testing.T, what string, runs []lossRun) {
@@ -54,13 +57,23 @@ func summarize(t *testing.T, what string, runs []lossRun) {
 	if len(runs) == 0 {
 		return
 	}
-	ds := make([]time.Duration, len(runs))
-	for i, r := range runs {
-		ds[i] = r.killToStep
+	var ds, ls []time.Duration
+	for _, r := range runs {
+		ds = append(ds, r.killToStep)
+		if r.killToLease > 0 {
+			ls = append(ls, r.killToLease)
+		}
 	}
-	slices.Sort(ds)
-	t.Logf("SUMMARY %s: kill → next completed step over %d runs: median %s, max %s (all: %v)", what, len(ds),
-		ds[len(ds)/2].Round(10*time.Millisecond), ds[len(ds)-1].Round(10*time.Millisecond), ds)
+	line := func(label string, ds []time.Duration) {
+		if len(ds) == 0 {
+			return
+		}
+		slices.Sort(ds)
+		t.Logf("SUMMARY %s: kill → %s over %d runs: median %s, max %s (all: %v)", what, label, len(ds),
+			ds[len(ds)/2].Round(10*time.Millisecond), ds[len(ds)-1].Round(10*time.Millisecond), ds)
+	}
+	line("next completed step", ds)
+	line("a new lease holder", ls)
 }
 
 func TestClusterNodeLoss(t *testing.T) {
@@ -127,14 +140,18 @@ func nodeLossRun(t *testing.T, c *e2eCluster, pick func(nodes []*proc, holder, s
 	killed := time.Now()
 	<-victim.exited
 	// The next completed step: the first step line any surviving trainer
-	// node prints after the kill.
-	var next time.Duration
+	// node prints after the kill (and the first new lease on the way).
+	var next, lease time.Duration
 	waitFor(t, 120*time.Second, "a step after the kill of "+vname, func() bool {
 		for i := range 2 {
 			if nodes[i] == victim {
 				continue
 			}
-			if stepRe.MatchString(nodes[i].out.String()[offsets[i]:]) {
+			after := nodes[i].out.String()[offsets[i]:]
+			if lease == 0 && strings.Contains(after, "lease trainer acquired") {
+				lease = time.Since(killed)
+			}
+			if stepRe.MatchString(after) {
 				next = time.Since(killed)
 				return true
 			}
@@ -176,9 +193,9 @@ func nodeLossRun(t *testing.T, c *e2eCluster, pick func(nodes []*proc, holder, s
 		}
 		t.Logf("n%d:\n%s", i+1, strings.Join(keep, "\n"))
 	}
-	t.Logf("killed %s (holder %s) after step %d; next step %s after the kill; %d lease acquisitions in all",
-		vname, hname, lastStep(hout[:min(len(hout), offsets[holder])]), next.Round(10*time.Millisecond), leases)
-	return lossRun{killToStep: next, leases: leases}
+	t.Logf("killed %s (holder %s) after step %d; next step %s after the kill (new lease holder: %s); %d lease acquisitions in all",
+		vname, hname, lastStep(hout[:min(len(hout), offsets[holder])]), next.Round(10*time.Millisecond), lease.Round(10*time.Millisecond), leases)
+	return lossRun{killToStep: next, killToLease: lease, leases: leases}
 }
 
 // natsServerEnv makes the test binary run one clustered NATS server
