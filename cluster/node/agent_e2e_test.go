@@ -147,7 +147,10 @@ func (c *e2eCluster) start(i int, roles string) *proc {
 		t.Fatal(err)
 	}
 	args := []string{"--name", fmt.Sprintf("n%d", i+1), "--config", cfg, "--roles", roles, "--steps", strconv.Itoa(c.steps),
-		"--gossip", c.gossip(i), "--replicas", strconv.Itoa(c.replicas), "--lease-ttl", "2s"}
+		"--gossip", c.gossip(i), "--replicas", strconv.Itoa(c.replicas), "--lease-ttl", "2s",
+		// A step here takes about a second: a term without one for 90 s is
+		// stuck, and steps down (printed "term stalled") so the run goes on.
+		"--stall-after", "90s"}
 	if i < c.servers {
 		args = append(args, "--cluster-listen", strings.TrimPrefix(c.routes[i], "nats-route://"), "--routes", strings.Join(c.routes, ","))
 	} else {

@@ -8,6 +8,8 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -26,11 +28,16 @@ type NATSConfig struct {
 	// 128 KiB, the client's default); it must stay below the server's
 	// max_payload.
 	ChunkSize uint32
+	// IdleTimeout ends a Get whose reader got no byte for this long
+	// (default 30s): the client reads an object through a consumer, and
+	// one that sat on a server that died can stop delivering without an
+	// error, leaving the reader blocked until its context's deadline.
+	IdleTimeout time.Duration
 }
 
 // DefaultNATSConfig returns a file-backed, single-replica bucket config.
 func DefaultNATSConfig(bucket string) NATSConfig {
-	return NATSConfig{Bucket: bucket, Storage: jetstream.FileStorage, Replicas: 1, ChunkSize: 128 << 10}
+	return NATSConfig{Bucket: bucket, Storage: jetstream.FileStorage, Replicas: 1, ChunkSize: 128 << 10, IdleTimeout: 30 * time.Second}
 }
 
 // Validate names the first bad field.
@@ -143,7 +150,49 @@ func (n *NATS) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: nats: get %s: %w", key, err)
 	}
-	return res, nil
+	idle := n.cfg.IdleTimeout
+	if idle <= 0 {
+		idle = DefaultNATSConfig("").IdleTimeout
+	}
+	return newIdleReader(res, idle, "store: nats: get "+key), nil
+}
+
+// ErrStalled: a read got no data within its idle timeout.
+var ErrStalled = errors.New("store: read stalled")
+
+// idleReader closes rc when no Read returned data for idle, so a blocked
+// Read ends with ErrStalled instead of waiting for its context.
+type idleReader struct {
+	rc      io.ReadCloser
+	idle    time.Duration
+	what    string
+	timer   *time.Timer
+	stalled atomic.Bool
+}
+
+func newIdleReader(rc io.ReadCloser, idle time.Duration, what string) *idleReader {
+	r := &idleReader{rc: rc, idle: idle, what: what}
+	r.timer = time.AfterFunc(idle, func() {
+		r.stalled.Store(true)
+		_ = rc.Close()
+	})
+	return r
+}
+
+func (r *idleReader) Read(p []byte) (int, error) {
+	n, err := r.rc.Read(p)
+	if n > 0 {
+		r.timer.Reset(r.idle)
+	}
+	if err != nil && err != io.EOF && r.stalled.Load() {
+		err = fmt.Errorf("%s: no data for %s: %w", r.what, r.idle, ErrStalled)
+	}
+	return n, err
+}
+
+func (r *idleReader) Close() error {
+	r.timer.Stop()
+	return r.rc.Close()
 }
 
 // List implements Store.
