@@ -1,10 +1,13 @@
 package store
 
 import (
+	"context"
 	"errors"
 	"io"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // A reader that stops delivering (an object-store consumer on a server
@@ -47,5 +50,36 @@ func TestIdleReaderPassesEOF(t *testing.T) {
 	b, err := io.ReadAll(r)
 	if err != nil || string(b) != "ab" {
 		t.Fatalf("ReadAll = %q, %v; want ab", b, err)
+	}
+}
+
+// silentOS is an object store whose Get is never answered until its
+// context ends: a consumer-create request that reached a server as it died.
+type silentOS struct{ jetstream.ObjectStore }
+
+func (silentOS) Get(ctx context.Context, _ string, _ ...jetstream.GetObjectOpt) (jetstream.ObjectResult, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// A Get that gets no answer ends after OpenTimeout with ErrStalled (which
+// a Retrying store tries again), not at the caller's deadline; the
+// caller's own cancellation stays final.
+func TestGetWithoutAnswerStalls(t *testing.T) {
+	n := &NATS{os: silentOS{}, cfg: NATSConfig{OpenTimeout: 50 * time.Millisecond}}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	start := time.Now()
+	_, err := n.Get(ctx, "k")
+	if !errors.Is(err, ErrStalled) || time.Since(start) > 10*time.Second {
+		t.Fatalf("Get = %v after %s; want ErrStalled after the open timeout", err, time.Since(start))
+	}
+	if final(ctx, err) {
+		t.Errorf("a stalled open is final for Retrying; want it retried")
+	}
+	dead, stop := context.WithCancel(context.Background())
+	stop()
+	if _, err := n.Get(dead, "k"); errors.Is(err, ErrStalled) || !final(dead, err) {
+		t.Errorf("Get on an ended context = %v; want the context's error, final", err)
 	}
 }

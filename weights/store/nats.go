@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -33,11 +34,18 @@ type NATSConfig struct {
 	// one that sat on a server that died can stop delivering without an
 	// error, leaving the reader blocked until its context's deadline.
 	IdleTimeout time.Duration
+	// OpenTimeout ends a Get whose object has not started to arrive after
+	// this long (default 10s): the client asks the server for a consumer
+	// first, and a request that reached a server as it died (JetStream's
+	// meta leader, say) is never answered; the call fails with
+	// ErrStalled, which a Retrying store tries again.
+	OpenTimeout time.Duration
 }
 
 // DefaultNATSConfig returns a file-backed, single-replica bucket config.
 func DefaultNATSConfig(bucket string) NATSConfig {
-	return NATSConfig{Bucket: bucket, Storage: jetstream.FileStorage, Replicas: 1, ChunkSize: 128 << 10, IdleTimeout: 30 * time.Second}
+	return NATSConfig{Bucket: bucket, Storage: jetstream.FileStorage, Replicas: 1, ChunkSize: 128 << 10,
+		IdleTimeout: 30 * time.Second, OpenTimeout: 10 * time.Second}
 }
 
 // Validate names the first bad field.
@@ -143,18 +151,31 @@ func (n *NATS) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 	if err := ValidateKey(key); err != nil {
 		return nil, err
 	}
-	res, err := n.os.Get(ctx, key)
+	def := DefaultNATSConfig("")
+	idle, open := cmp.Or(n.cfg.IdleTimeout, def.IdleTimeout), cmp.Or(n.cfg.OpenTimeout, def.OpenTimeout)
+	// The object's chunks arrive under gctx for as long as it is read, so
+	// the open bound cancels it only if Get has not returned by then.
+	gctx, cancel := context.WithCancel(ctx)
+	timer := time.AfterFunc(open, cancel)
+	res, err := n.os.Get(gctx, key)
+	if !timer.Stop() && ctx.Err() == nil {
+		cancel()
+		if err == nil {
+			_ = res.Close()
+		}
+		return nil, fmt.Errorf("store: nats: get %s: no answer for %s: %w", key, open, ErrStalled)
+	}
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		cancel()
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, key)
 	}
 	if err != nil {
+		cancel()
 		return nil, fmt.Errorf("store: nats: get %s: %w", key, err)
 	}
-	idle := n.cfg.IdleTimeout
-	if idle <= 0 {
-		idle = DefaultNATSConfig("").IdleTimeout
-	}
-	return newIdleReader(res, idle, "store: nats: get "+key), nil
+	r := newIdleReader(res, idle, "store: nats: get "+key)
+	r.onClose = cancel
+	return r, nil
 }
 
 // ErrStalled: a read got no data within its idle timeout.
@@ -168,6 +189,7 @@ type idleReader struct {
 	what    string
 	timer   *time.Timer
 	stalled atomic.Bool
+	onClose func() // may be nil
 }
 
 func newIdleReader(rc io.ReadCloser, idle time.Duration, what string) *idleReader {
@@ -192,7 +214,11 @@ func (r *idleReader) Read(p []byte) (int, error) {
 
 func (r *idleReader) Close() error {
 	r.timer.Stop()
-	return r.rc.Close()
+	err := r.rc.Close()
+	if r.onClose != nil {
+		r.onClose()
+	}
+	return err
 }
 
 // List implements Store.
