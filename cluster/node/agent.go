@@ -558,14 +558,12 @@ func (a *Agent) train(ctx context.Context, token uint64) error {
 		return err
 	}
 	defer mirror.stop()
-	if err := n.Start(ctx); err != nil {
-		return err
-	}
-	defer n.Stop()
-	// The term's health: the streams it depends on are probed (and their
-	// leaders kept on this node's server); no step or a failing stream
-	// beyond its bound is an event and ends the term (ErrTermStalled).
-	th, err := a.startTermHealth(ctx, cfg.Run.ID, n.reg)
+	// The term's health: the streams it depends on are probed (and the
+	// lease's and buffer's leaders kept on this node's server); no step or
+	// a failing stream beyond its bound is an event and ends the term
+	// (ErrTermStalled) — from the start, so a term stuck while it starts
+	// (a stream that cannot be created) is not a silent stall either.
+	th, err := a.startTermHealth(ctx, cfg.Run.ID)
 	if err != nil {
 		return err
 	}
@@ -575,6 +573,13 @@ func (a *Agent) train(ctx context.Context, token uint64) error {
 	mirror.mu.Unlock()
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
+	if err := a.startWatched(ctx, n, th, tick.C); err != nil {
+		return err
+	}
+	defer n.Stop()
+	if err := th.register(n.reg, a.stepdowns); err != nil {
+		return err
+	}
 	saved := 0
 	save := func(ctx context.Context) error {
 		steps := n.steps()
@@ -672,6 +677,28 @@ func (a *Agent) train(ctx context.Context, token uint64) error {
 			a.doneOne.Do(func() { close(a.done) })
 			<-ctx.Done()
 			return nil
+		}
+	}
+}
+
+// startWatched starts the term's pipeline while its watch ticks: a start
+// that outlasts the watch's bounds is cancelled and ends the term.
+func (a *Agent) startWatched(ctx context.Context, n *Node, th *termHealth, tick <-chan time.Time) error {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	started := make(chan error, 1)
+	go func() { started <- n.Start(sctx) }()
+	for {
+		select {
+		case err := <-started:
+			th.running.Store(err == nil)
+			return err
+		case <-tick:
+			if err := a.checkTerm(th, time.Now()); err != nil {
+				cancel()
+				<-started // Start stops what it started when it fails
+				return err
+			}
 		}
 	}
 }

@@ -26,6 +26,9 @@ type termDep struct {
 	stream    string
 	consumers []string
 	lead      bool
+	// term: created by the term's pipeline as it starts; probed once the
+	// pipeline runs.
+	term bool
 }
 
 // termDeps names the streams a term depends on: the leases (led by the
@@ -37,9 +40,9 @@ type termDep struct {
 // their writes are retried through an election).
 func termDeps(run, term string) []termDep {
 	deps := []termDep{{stream: "KV_" + lease.DefaultBucket, lead: true},
-		{stream: "groups-" + term, consumers: []string{"sampling"}, lead: true}}
-	for _, s := range []string{"ledger-" + term, "OBJ_asyncrl-weights-" + term,
-		"KV_asyncrl_" + run + "_prompts", "KV_asyncrl_" + run + "_progress", "asyncrl_" + run + "_groupbuf",
+		{stream: "groups-" + term, consumers: []string{"sampling"}, lead: true, term: true},
+		{stream: "ledger-" + term, term: true}, {stream: "OBJ_asyncrl-weights-" + term, term: true}}
+	for _, s := range []string{"KV_asyncrl_" + run + "_prompts", "KV_asyncrl_" + run + "_progress", "asyncrl_" + run + "_groupbuf",
 		"OBJ_" + ckptBucket(run), "KV_" + cluster.NamesBucket} {
 		deps = append(deps, termDep{stream: s})
 	}
@@ -66,11 +69,14 @@ var errNoLeader = errors.New("no leader (electing)")
 // (natsbus.PreferLeader): the holder's own writes then never wait for an
 // election when another node dies, and the lease outlives the loss of any
 // server but its own. Results go to out (the term's loop owns the watch).
-func (a *Agent) keepLeaders(ctx context.Context, deps []termDep, interval time.Duration, out chan<- probeResult) {
+func (a *Agent) keepLeaders(ctx context.Context, deps []termDep, running *atomic.Bool, interval time.Duration, out chan<- probeResult) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		for _, d := range deps {
+			if d.term && !running.Load() {
+				continue
+			}
 			pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			probe := a.bus.ProbeStream
 			if d.lead {
@@ -104,11 +110,12 @@ type termHealth struct {
 	done    chan struct{}
 	lastNs  atomic.Int64 // the watch's last step, for the gauge
 	failing prometheus.Gauge
+	// running: the term's pipeline started (its own streams exist).
+	running atomic.Bool
 }
 
-// startTermHealth starts the term's watch and its prober, and registers
-// the term's health metrics on reg.
-func (a *Agent) startTermHealth(ctx context.Context, term string, reg prometheus.Registerer) (*termHealth, error) {
+// startTermHealth starts the term's watch and its prober.
+func (a *Agent) startTermHealth(ctx context.Context, term string) (*termHealth, error) {
 	now := time.Now()
 	w, err := termwatch.New(termwatch.Config{StallAfter: a.cfg.StallAfter, UnhealthyAfter: a.cfg.UnhealthyAfter}, now)
 	if err != nil {
@@ -118,21 +125,27 @@ func (a *Agent) startTermHealth(ctx context.Context, term string, reg prometheus
 		failing: prometheus.NewGauge(prometheus.GaugeOpts{Name: "asyncrl_node_term_dependencies_failing",
 			Help: "JetStream streams the trainer holder's term depends on that failed their last probe."})}
 	th.lastNs.Store(now.UnixNano())
-	since := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "asyncrl_node_term_seconds_since_step",
-		Help: "Seconds since the trainer holder's term last completed a step (it steps down at --stall-after)."},
-		func() float64 { return time.Since(time.Unix(0, th.lastNs.Load())).Seconds() })
-	for _, c := range []prometheus.Collector{since, th.failing, a.stepdowns} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("node: term health metrics: %w", err)
-		}
-	}
 	pctx, cancel := context.WithCancel(ctx)
 	th.cancel = cancel
 	go func() {
 		defer close(th.done)
-		a.keepLeaders(pctx, termDeps(a.cfg.Run.Run.ID, term), time.Second, th.probes)
+		a.keepLeaders(pctx, termDeps(a.cfg.Run.Run.ID, term), &th.running, time.Second, th.probes)
 	}()
 	return th, nil
+}
+
+// register adds the term's health metrics (and the node's step-down
+// count) to the term's registry.
+func (th *termHealth) register(reg prometheus.Registerer, stepdowns prometheus.Collector) error {
+	since := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "asyncrl_node_term_seconds_since_step",
+		Help: "Seconds since the trainer holder's term last completed a step (it steps down at --stall-after)."},
+		func() float64 { return time.Since(time.Unix(0, th.lastNs.Load())).Seconds() })
+	for _, c := range []prometheus.Collector{since, th.failing, stepdowns} {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("node: term health metrics: %w", err)
+		}
+	}
+	return nil
 }
 
 // ledgerWrite reports a durable-ledger write's outcome to the watch (from
