@@ -148,9 +148,9 @@ func (c *e2eCluster) start(i int, roles string) *proc {
 	}
 	args := []string{"--name", fmt.Sprintf("n%d", i+1), "--config", cfg, "--roles", roles, "--steps", strconv.Itoa(c.steps),
 		"--gossip", c.gossip(i), "--replicas", strconv.Itoa(c.replicas), "--lease-ttl", "2s",
-		// A step here takes about a second: a term without one for 90 s is
+		// A step here takes about a second: a term without one for 60 s is
 		// stuck, and steps down (printed "term stalled") so the run goes on.
-		"--stall-after", "90s"}
+		"--stall-after", "60s"}
 	if i < c.servers {
 		args = append(args, "--cluster-listen", strings.TrimPrefix(c.routes[i], "nats-route://"), "--routes", strings.Join(c.routes, ","))
 	} else {
@@ -166,7 +166,9 @@ func (c *e2eCluster) start(i int, roles string) *proc {
 // minSteps and returns it (holder) and the other (standby) with names.
 func pickHolder(t *testing.T, trainers []*proc, minSteps int) (holder, standby *proc, hname, sname string) {
 	t.Helper()
-	waitFor(t, 60*time.Second, fmt.Sprintf("a trainer node to hold the lease and train %d steps", minSteps), func() bool {
+	// Within --stall-after plus a second term's start: a first term stuck
+	// while starting steps down and the next one trains.
+	waitFor(t, 150*time.Second, fmt.Sprintf("a trainer node to hold the lease and train %d steps", minSteps), func() bool {
 		for i, p := range trainers {
 			if lastStep(p.out.String()) >= minSteps {
 				holder, standby = p, trainers[1-i]
