@@ -1,10 +1,6 @@
 package microbatch
 
-import (
-	"errors"
-	"reflect"
-	"testing"
-)
+import "testing"
 
 // The vectors below are SkyRL's own (tests/backends/skyrl_train/
 // test_token_based_batching_utils.py and tests/backends/skyrl_train/
@@ -17,12 +13,7 @@ import (
 // bin that still holds more than one.
 
 func TestBalancedSkyRLOrder(t *testing.T) {
-	cases := []struct {
-		name   string
-		cap    int
-		tokens []int
-		want   [][]int
-	}{
+	runBalanced(t, []balancedCase{
 		// Order within a bin is insertion order: 1 (5 tokens) first, then
 		// 0 (3), then 2 (2).
 		{"insertion order", 10, []int{3, 5, 2}, [][]int{{1, 0, 2}}},
@@ -33,28 +24,11 @@ func TestBalancedSkyRLOrder(t *testing.T) {
 		// test_reorder_and_combine input: 0(10) b0, 2(8) b1, 3(5) b2, 1(3) → b2.
 		{"skyrl reorder", 12, []int{10, 3, 8, 5}, [][]int{{0}, {2}, {3, 1}}},
 		{"skyrl all equal", 10, []int{5, 5, 5, 5}, [][]int{{0, 1}, {2, 3}}},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := Balanced(tc.tokens, tc.cap)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !reflect.DeepEqual(got, tc.want) {
-				t.Fatalf("bins %v, want %v", got, tc.want)
-			}
-		})
-	}
+	})
 }
 
 func TestFirstFitDecreasingSkyRLOrder(t *testing.T) {
-	cases := []struct {
-		name              string
-		tokens            []int
-		cap, minBins, mul int
-		want              [][]int
-		err               error
-	}{
+	runFFD(t, []ffdCase{
 		// test_deterministic input: (820,0) b0, (700,5) b1, (520,2) b2,
 		// (410,1) → b2 (930), (250,4) → b1 (950), (110,3) → b0 (930),
 		// (50,6) → b0 (980).
@@ -81,22 +55,5 @@ func TestFirstFitDecreasingSkyRLOrder(t *testing.T) {
 		{"equal sizes rank by index", []int{6, 6, 4, 4}, 10, 3, 1, [][]int{{1, 3}, {0}, {2}}, nil},
 		{"skyrl overflow raises", []int{150}, 100, 0, 1, nil, ErrOversize},
 		{"skyrl too few sequences", []int{10, 20}, 100, 5, 1, nil, ErrTooFewSequences},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := FirstFitDecreasing(tc.tokens, tc.cap, tc.minBins, tc.mul)
-			if tc.err != nil {
-				if !errors.Is(err, tc.err) {
-					t.Fatalf("err %v, want %v", err, tc.err)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !reflect.DeepEqual(got, tc.want) {
-				t.Fatalf("bins %v, want %v", got, tc.want)
-			}
-		})
-	}
+	})
 }
