@@ -64,13 +64,7 @@ func Summarize(reps [][]Result, baseline string) []Summary {
 	var out []Summary
 	for _, k := range order {
 		rs := byCell[k]
-		col := func(f func(Result) float64) float64 {
-			xs := make([]float64, len(rs))
-			for i, r := range rs {
-				xs[i] = f(r)
-			}
-			return Median(xs)
-		}
+		col := func(f func(Result) float64) float64 { return medianOf(rs, f) }
 		rcol := func(f func(Result) float64) float64 {
 			var xs []float64
 			for ri, rep := range reps {
@@ -96,24 +90,41 @@ func Summarize(reps [][]Result, baseline string) []Summary {
 		s.Preemptions = col(func(r Result) float64 { return r.Preemptions })
 		s.Moved = col(func(r Result) float64 { return float64(r.Moved) })
 		s.Spills = col(func(r Result) float64 { return r.Outcomes["spilled"] + r.Outcomes["moved"] })
-		n := 0
-		for _, r := range rs {
-			n = max(n, len(r.PerReplica))
-		}
-		for i := range n {
-			s.PerReplica = append(s.PerReplica, col(func(r Result) float64 {
-				sorted := sortedDesc(r.PerReplica)
-				if i < len(sorted) {
-					return sorted[i]
-				}
-				return 0
-			}))
-		}
+		s.PerReplica = perReplicaMedians(rs)
 		s.RThroughput = rcol(func(r Result) float64 { return r.ThroughputModelled })
 		s.RTTFT90 = rcol(func(r Result) float64 { return r.TTFT90 })
 		s.RConv90 = rcol(func(r Result) float64 { return r.Conv90 })
 		s.RConvMax = rcol(func(r Result) float64 { return r.ConvMax })
 		out = append(out, s)
+	}
+	return out
+}
+
+// medianOf is the median of f over rs.
+func medianOf(rs []Result, f func(Result) float64) float64 {
+	xs := make([]float64, len(rs))
+	for i, r := range rs {
+		xs[i] = f(r)
+	}
+	return Median(xs)
+}
+
+// perReplicaMedians is the median over rs of each rank of the per-replica
+// request counts sorted descending (replica identities differ between
+// runs); a run with fewer replicas counts 0 at the ranks it lacks.
+func perReplicaMedians(rs []Result) []float64 {
+	n := 0
+	for _, r := range rs {
+		n = max(n, len(r.PerReplica))
+	}
+	var out []float64
+	for i := range n {
+		out = append(out, medianOf(rs, func(r Result) float64 {
+			if sorted := sortedDesc(r.PerReplica); i < len(sorted) {
+				return sorted[i]
+			}
+			return 0
+		}))
 	}
 	return out
 }
@@ -125,6 +136,29 @@ func sortedDesc(xs []int) []float64 {
 	}
 	sort.Sort(sort.Reverse(sort.Float64Slice(out)))
 	return out
+}
+
+// pressures lists the distinct pressures of ss in first-seen order: one
+// table each.
+func pressures[S any](ss []S, pressure func(S) float64) []float64 {
+	var out []float64
+	seen := map[float64]bool{}
+	for _, s := range ss {
+		if p := pressure(s); !seen[p] {
+			seen[p] = true
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// joinCounts writes per-replica counts as a table cell: "12 / 9 / 3".
+func joinCounts(xs []float64) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = fmt.Sprintf("%.0f", x)
+	}
+	return strings.Join(parts, " / ")
 }
 
 // PressureName names a KV pressure factor as workloads.md does.
@@ -142,15 +176,7 @@ func PressureName(p float64) string {
 
 // WriteMarkdown writes one table per pressure.
 func WriteMarkdown(w io.Writer, ss []Summary, baseline string) {
-	var pressures []float64
-	seen := map[float64]bool{}
-	for _, s := range ss {
-		if !seen[s.Pressure] {
-			seen[s.Pressure] = true
-			pressures = append(pressures, s.Pressure)
-		}
-	}
-	for _, p := range pressures {
+	for _, p := range pressures(ss, func(s Summary) float64 { return s.Pressure }) {
 		fmt.Fprintf(w, "\nKV pressure %s\n\n", PressureName(p))
 		fmt.Fprintf(w, "| policy | tok/s (modelled) | ×%s | tok/s (wall÷scale) | TTFT p50/p90/p99 ms (modelled) | conv p50/p90/max s (modelled) | conv p90 ×, max × | conv p90 s (wall÷scale) | prefix hit | preempt | requests per replica | sessions on >1 replica |\n", baseline)
 		fmt.Fprintf(w, "| --- | ---: | ---: | ---: | --- | --- | --- | ---: | ---: | ---: | --- | ---: |\n")
@@ -158,15 +184,11 @@ func WriteMarkdown(w io.Writer, ss []Summary, baseline string) {
 			if s.Pressure != p {
 				continue
 			}
-			reps := make([]string, len(s.PerReplica))
-			for i, x := range s.PerReplica {
-				reps[i] = fmt.Sprintf("%.0f", x)
-			}
 			fmt.Fprintf(w, "| %s | %.0f | %.2f | %.0f | %.0f / %.0f / %.0f | %.1f / %.1f / %.1f | %.2f, %.2f | %.1f | %.1f %% | %.0f | %s | %.0f |\n",
 				s.Policy, s.ThroughputModelled, s.RThroughput, s.ThroughputWall,
 				s.TTFT50*1e3, s.TTFT90*1e3, s.TTFT99*1e3,
 				s.Conv50, s.Conv90, s.ConvMax, s.RConv90, s.RConvMax, s.WallConv90,
-				s.HitRate*100, s.Preemptions, strings.Join(reps, " / "), s.Moved)
+				s.HitRate*100, s.Preemptions, joinCounts(s.PerReplica), s.Moved)
 		}
 	}
 }
@@ -286,13 +308,7 @@ func SummarizePublish(reps [][]Result, baseline string) []PublishSummary {
 	var out []PublishSummary
 	for _, k := range order {
 		rs := by[k]
-		col := func(f func(Result) float64) float64 {
-			xs := make([]float64, len(rs))
-			for i, r := range rs {
-				xs[i] = f(r)
-			}
-			return Median(xs)
-		}
+		col := func(f func(Result) float64) float64 { return medianOf(rs, f) }
 		rcol := func(f func(Result) float64) float64 {
 			var xs []float64
 			for i, r := range rs {
@@ -312,18 +328,7 @@ func SummarizePublish(reps [][]Result, baseline string) []PublishSummary {
 		s.Conv90 = col(func(r Result) float64 { return r.Conv90 })
 		s.Moves = col(func(r Result) float64 { return r.Outcomes["moved"] + r.Outcomes["spilled"] })
 		s.Publishes = col(func(r Result) float64 { return float64(r.Publishes) })
-		n := 0
-		for _, r := range rs {
-			n = max(n, len(r.PerReplica))
-		}
-		for i := range n {
-			s.PerReplica = append(s.PerReplica, col(func(r Result) float64 {
-				if sorted := sortedDesc(r.PerReplica); i < len(sorted) {
-					return sorted[i]
-				}
-				return 0
-			}))
-		}
+		s.PerReplica = perReplicaMedians(rs)
 		s.RHitRate = rcol(func(r Result) float64 { return r.HitRate })
 		s.RThroughput = rcol(func(r Result) float64 { return r.ThroughputModelled })
 		s.RConv90 = rcol(func(r Result) float64 { return r.Conv90 })
@@ -335,15 +340,7 @@ func SummarizePublish(reps [][]Result, baseline string) []PublishSummary {
 // WritePublishMarkdown writes the version-rule comparison, one table per
 // pressure.
 func WritePublishMarkdown(w io.Writer, ss []PublishSummary, baseline string) {
-	var pressures []float64
-	seen := map[float64]bool{}
-	for _, s := range ss {
-		if !seen[s.Pressure] {
-			seen[s.Pressure] = true
-			pressures = append(pressures, s.Pressure)
-		}
-	}
-	for _, p := range pressures {
+	for _, p := range pressures(ss, func(s PublishSummary) float64 { return s.Pressure }) {
 		fmt.Fprintf(w, "\nKV pressure %s\n\n", PressureName(p))
 		fmt.Fprintf(w, "| policy | version rule | prefix hit | hit ×%s | tok/s (modelled) | tok/s ×%s | conv p90 s (modelled) | conv p90 × | moved + spilled | publishes | requests per replica |\n", baseline, baseline)
 		fmt.Fprintf(w, "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n")
@@ -351,13 +348,9 @@ func WritePublishMarkdown(w io.Writer, ss []PublishSummary, baseline string) {
 			if s.Pressure != p {
 				continue
 			}
-			reps := make([]string, len(s.PerReplica))
-			for i, x := range s.PerReplica {
-				reps[i] = fmt.Sprintf("%.0f", x)
-			}
 			fmt.Fprintf(w, "| %s | %s | %.1f %% | %.3f | %.0f | %.3f | %.1f | %.3f | %.0f | %.0f | %s |\n",
 				s.Policy, s.Rule, s.HitRate*100, s.RHitRate, s.Throughput, s.RThroughput, s.Conv90, s.RConv90,
-				s.Moves, s.Publishes, strings.Join(reps, " / "))
+				s.Moves, s.Publishes, joinCounts(s.PerReplica))
 		}
 	}
 }
