@@ -129,6 +129,20 @@ func ints(s string) ([]int, error) {
 	return out, nil
 }
 
+// floats parses a comma-separated list of numbers; strconv's error names
+// the bad one.
+func floats(s string) ([]float64, error) {
+	var out []float64
+	for _, f := range split(s) {
+		x, err := strconv.ParseFloat(f, 64)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, x)
+	}
+	return out, nil
+}
+
 // makeWorkload generates the named workload and describes it.
 func makeWorkload(name string, convs, turns, groups, samples int, seed uint64) ([]workload.Session, int, string, error) {
 	rng := rand.New(rand.NewPCG(seed, 0))
@@ -166,13 +180,9 @@ func makeWorkload(name string, convs, turns, groups, samples int, seed uint64) (
 }
 
 func compare(ctx context.Context, sessions []workload.Session, shared, replicas int, scale float64, pols []string, pressures string, reps int, prefixBytes int, jsonOut string) error {
-	var ps []float64
-	for _, f := range split(pressures) {
-		p, err := strconv.ParseFloat(f, 64)
-		if err != nil {
-			return fmt.Errorf("-pressures: %w", err)
-		}
-		ps = append(ps, p)
+	ps, err := floats(pressures)
+	if err != nil {
+		return fmt.Errorf("-pressures: %w", err)
 	}
 	var all [][]routerbench.Result
 	for rep := range reps {
@@ -208,13 +218,9 @@ func compare(ctx context.Context, sessions []workload.Session, shared, replicas 
 // periodic publishes, the rules interleaved (order rotated) within each
 // repetition, and prints the rule comparison.
 func publishCompare(ctx context.Context, sessions []workload.Session, shared, replicas int, scale float64, pols, rules []string, pressures string, reps int, pub routerbench.PublishConfig, jsonOut string) error {
-	var ps []float64
-	for _, f := range split(pressures) {
-		p, err := strconv.ParseFloat(f, 64)
-		if err != nil {
-			return fmt.Errorf("-pressures: %w", err)
-		}
-		ps = append(ps, p)
+	ps, err := floats(pressures)
+	if err != nil {
+		return fmt.Errorf("-pressures: %w", err)
 	}
 	if len(rules) == 0 {
 		return fmt.Errorf("-version-rules: none given")
