@@ -25,6 +25,18 @@ func samplingConfig(b, w, s int64, mode filter.Mode, maxBatches int) Config {
 	return cfg
 }
 
+// startSampling builds a core from cfg, starts it and returns the groups
+// it admitted.
+func startSampling(t *testing.T, cfg Config) (*Core, []messages.PromptAssigned) {
+	t.Helper()
+	c, err := New(cfg, &seqSource{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Start(t0)
+	return c, assigned(t, sent(c)["P"])
+}
+
 func bad(p messages.PromptAssigned) messages.GroupFiltered {
 	return messages.GroupFiltered{GroupID: p.GroupID, PromptID: p.PromptID, Reason: messages.FilterZeroVariance}
 }
@@ -58,9 +70,7 @@ func decode(t *testing.T, tb messages.TrainBatch) []messages.Trajectory {
 // filter: kept groups accumulate across generation batches (B arrivals
 // each) until B are kept; the step records how many batches it took.
 func TestFilterAccumulatesAcrossGenerationBatches(t *testing.T) {
-	c, _ := New(samplingConfig(2, 4, 1, filter.ModeFilter, 30), &seqSource{})
-	c.Start(t0)
-	pa := assigned(t, sent(c)["P"])
+	c, pa := startSampling(t, samplingConfig(2, 4, 1, filter.ModeFilter, 30))
 	// Generation batch 1: one good, one bad. Batch 2: bad, good.
 	c.Step(t0, groupReady(t, pa[0].GroupID, pa[0].PromptID, 0, 0, 1))
 	c.Step(t0, bad(pa[1]))
@@ -82,9 +92,7 @@ func TestFilterAccumulatesAcrossGenerationBatches(t *testing.T) {
 // held good groups go back to the queue (nothing lost) and the run hears
 // SamplingExhausted.
 func TestFilterMaxSampleBatchesRequeuesHeldGroups(t *testing.T) {
-	c, _ := New(samplingConfig(2, 4, 1, filter.ModeFilter, 2), &seqSource{})
-	c.Start(t0)
-	pa := assigned(t, sent(c)["P"])
+	c, pa := startSampling(t, samplingConfig(2, 4, 1, filter.ModeFilter, 2))
 	c.Step(t0, groupReady(t, pa[0].GroupID, pa[0].PromptID, 0, 0, 1))
 	c.Step(t0, bad(pa[1]))
 	c.Step(t0, bad(pa[2]))
@@ -123,9 +131,7 @@ func TestFilterMaxSampleBatchesRequeuesHeldGroups(t *testing.T) {
 }
 
 func TestFilterUnboundedNeverExhausts(t *testing.T) {
-	c, _ := New(samplingConfig(2, 4, 1, filter.ModeFilter, -1), &seqSource{})
-	c.Start(t0)
-	next := assigned(t, sent(c)["P"])
+	c, next := startSampling(t, samplingConfig(2, 4, 1, filter.ModeFilter, -1))
 	for range 100 {
 		c.Step(t0, bad(next[0]))
 		out := sent(c)
@@ -142,9 +148,7 @@ func TestFilterUnboundedNeverExhausts(t *testing.T) {
 // 4 slots; the bad slots take whole copies of good groups — tokens,
 // logprobs, loss masks, versions and the group id move together.
 func TestReplaceFillsBadSlotsWithGoodGroups(t *testing.T) {
-	c, _ := New(samplingConfig(4, 4, 1, filter.ModeReplace, 30), &seqSource{})
-	c.Start(t0)
-	pa := assigned(t, sent(c)["P"])
+	c, pa := startSampling(t, samplingConfig(4, 4, 1, filter.ModeReplace, 30))
 	g0 := groupReady(t, pa[0].GroupID, pa[0].PromptID, 0, 0, 1)
 	g2 := groupReady(t, pa[2].GroupID, pa[2].PromptID, 0, 1, 0)
 	c.Step(t0, g0)
@@ -182,9 +186,7 @@ func TestReplaceFillsBadSlotsWithGoodGroups(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 	// The same inputs with the same seed choose the same donors.
-	c2, _ := New(samplingConfig(4, 4, 1, filter.ModeReplace, 30), &seqSource{})
-	c2.Start(t0)
-	pa2 := assigned(t, sent(c2)["P"])
+	c2, pa2 := startSampling(t, samplingConfig(4, 4, 1, filter.ModeReplace, 30))
 	c2.Step(t0, groupReady(t, pa2[0].GroupID, pa2[0].PromptID, 0, 0, 1))
 	c2.Step(t0, bad(pa2[1]))
 	c2.Step(t0, groupReady(t, pa2[2].GroupID, pa2[2].PromptID, 0, 1, 0))
@@ -199,9 +201,7 @@ func TestReplaceFillsBadSlotsWithGoodGroups(t *testing.T) {
 // (its good group is filtered, reason resampled) and samples again; the
 // SkyRL vector [1,1,2,2]/[u1,u1,u2,u2] with ratio 0.3 keeps sampling.
 func TestReplaceTooFewGoodResamples(t *testing.T) {
-	c, _ := New(samplingConfig(4, 8, 1, filter.ModeReplace, 30), &seqSource{})
-	c.Start(t0)
-	pa := assigned(t, sent(c)["P"])
+	c, pa := startSampling(t, samplingConfig(4, 8, 1, filter.ModeReplace, 30))
 	c.Step(t0, groupReady(t, pa[0].GroupID, pa[0].PromptID, 0, 0, 1)) // 1 good of 4: 1 > 1.2 is false
 	for _, p := range pa[1:4] {
 		c.Step(t0, bad(p))
@@ -228,9 +228,7 @@ func TestReplaceTooFewGoodResamples(t *testing.T) {
 
 // replace: max_sample_batches counts discarded generation batches too.
 func TestReplaceMaxSampleBatches(t *testing.T) {
-	c, _ := New(samplingConfig(2, 4, 1, filter.ModeReplace, 2), &seqSource{})
-	c.Start(t0)
-	next := assigned(t, sent(c)["P"])
+	c, next := startSampling(t, samplingConfig(2, 4, 1, filter.ModeReplace, 2))
 	var ex []messages.SamplingExhausted
 	for range 4 {
 		c.Step(t0, bad(next[0]))
@@ -251,9 +249,7 @@ func TestReplaceMaxSampleBatches(t *testing.T) {
 // trajectories' loss masks are zeroed; a group with one live trajectory
 // is kept unmasked (zero_variance_filter keeps it).
 func TestZeroVarianceMaskZeroesLossMasks(t *testing.T) {
-	c, _ := New(samplingConfig(2, 4, 1, filter.ModeZeroVarianceMask, 30), &seqSource{})
-	c.Start(t0)
-	pa := assigned(t, sent(c)["P"])
+	c, pa := startSampling(t, samplingConfig(2, 4, 1, filter.ModeZeroVarianceMask, 30))
 	flat := groupReady(t, pa[0].GroupID, pa[0].PromptID, 0, 1, 1)
 	oneLive := groupReadyMasks(t, pa[1].GroupID, pa[1].PromptID, [][]uint8{{0, 1, 1}, {0, 0, 0}}, 1, 1)
 	c.Step(t0, flat)
@@ -312,9 +308,7 @@ func groupReadyMasks(t *testing.T, groupID, promptID string, masks [][]uint8, re
 func TestReplaceStaleGroupTakesNoSlot(t *testing.T) {
 	cfg := samplingConfig(2, 2, 0, filter.ModeReplace, 30) // S=0, token measure
 	cfg.Staleness.Measure = "token"
-	c, _ := New(cfg, &seqSource{})
-	c.Start(t0)
-	pa := assigned(t, sent(c)["P"])
+	c, pa := startSampling(t, cfg)
 	c.Step(t0, groupReady(t, pa[0].GroupID, pa[0].PromptID, 0, 0, 1))
 	c.Step(t0, groupReady(t, pa[1].GroupID, pa[1].PromptID, 0, 1, 0))
 	if tb := trains(t, sent(c)["T"]); len(tb) != 1 {
@@ -342,9 +336,7 @@ func TestReplaceStaleGroupTakesNoSlot(t *testing.T) {
 // generates B groups per step as SkyRL does; a discarded batch releases
 // all of its slots, so the loop cannot deadlock.
 func TestReplaceCapacity(t *testing.T) {
-	c, _ := New(samplingConfig(2, 2, 0, filter.ModeReplace, 30), &seqSource{})
-	c.Start(t0)
-	pa := assigned(t, sent(c)["P"])
+	c, pa := startSampling(t, samplingConfig(2, 2, 0, filter.ModeReplace, 30))
 	c.Step(t0, groupReady(t, pa[0].GroupID, pa[0].PromptID, 0, 0, 1))
 	c.Step(t0, bad(pa[1]))
 	out := sent(c)
@@ -374,9 +366,7 @@ func TestReplaceCapacity(t *testing.T) {
 // the step waits for groups with something to train — bounded by
 // max_sample_batches.
 func TestZeroVarianceMaskNeverSendsAnEmptyBatch(t *testing.T) {
-	c, _ := New(samplingConfig(2, 4, 1, filter.ModeZeroVarianceMask, 2), &seqSource{})
-	c.Start(t0)
-	pa := assigned(t, sent(c)["P"])
+	c, pa := startSampling(t, samplingConfig(2, 4, 1, filter.ModeZeroVarianceMask, 2))
 	c.Step(t0, groupReady(t, pa[0].GroupID, pa[0].PromptID, 0, 1, 1))
 	c.Step(t0, groupReady(t, pa[1].GroupID, pa[1].PromptID, 0, 0, 0))
 	out := sent(c)
