@@ -39,8 +39,19 @@ func sent(c *Core) map[string][]messages.Message {
 	return out
 }
 
-// groupReady builds a finished group with a real token batch.
+// groupReady builds a finished group with a real token batch: one
+// trajectory per reward, every token from version oldest, loss mask 0 1 1.
 func groupReady(t *testing.T, groupID, promptID string, oldest int64, rewards ...float64) messages.GroupReady {
+	t.Helper()
+	masks := make([][]uint8, len(rewards))
+	for i := range masks {
+		masks[i] = []uint8{0, 1, 1}
+	}
+	return groupReadyMasks(t, groupID, promptID, oldest, masks, rewards...)
+}
+
+// groupReadyMasks is groupReady with explicit per-trajectory loss masks.
+func groupReadyMasks(t *testing.T, groupID, promptID string, oldest int64, masks [][]uint8, rewards ...float64) messages.GroupReady {
 	t.Helper()
 	tb, err := messages.NewTokenBatch(messages.BatchSpec{Vocab: 98})
 	if err != nil {
@@ -50,7 +61,7 @@ func groupReady(t *testing.T, groupID, promptID string, oldest int64, rewards ..
 	for i, r := range rewards {
 		id := fmt.Sprintf("%s/%d", groupID, i)
 		if err := tb.Append(messages.Trajectory{ID: id, GroupID: groupID, Reward: float32(r), PromptLen: 1,
-			TokenIDs: []int32{1, 5, 6}, Logprobs: []float32{0, -1, -2}, LossMask: []uint8{0, 1, 1},
+			TokenIDs: []int32{1, 5, 6}, Logprobs: []float32{0, -1, -2}, LossMask: masks[i],
 			PolicyVersions: []int32{int32(oldest), int32(oldest), int32(oldest)}}); err != nil {
 			t.Fatal(err)
 		}

@@ -251,7 +251,7 @@ func TestReplaceMaxSampleBatches(t *testing.T) {
 func TestZeroVarianceMaskZeroesLossMasks(t *testing.T) {
 	c, pa := startSampling(t, samplingConfig(2, 4, 1, filter.ModeZeroVarianceMask, 30))
 	flat := groupReady(t, pa[0].GroupID, pa[0].PromptID, 0, 1, 1)
-	oneLive := groupReadyMasks(t, pa[1].GroupID, pa[1].PromptID, [][]uint8{{0, 1, 1}, {0, 0, 0}}, 1, 1)
+	oneLive := groupReadyMasks(t, pa[1].GroupID, pa[1].PromptID, 0, [][]uint8{{0, 1, 1}, {0, 0, 0}}, 1, 1)
 	c.Step(t0, flat)
 	c.Step(t0, oneLive)
 	tb := trains(t, sent(c)["T"])
@@ -275,31 +275,6 @@ func TestReplaceNeedsRand(t *testing.T) {
 	if _, err := New(cfg, &seqSource{}); err == nil {
 		t.Fatal("replace mode without Rand accepted")
 	}
-}
-
-// groupReadyMasks is groupReady with explicit per-trajectory loss masks.
-func groupReadyMasks(t *testing.T, groupID, promptID string, masks [][]uint8, rewards ...float64) messages.GroupReady {
-	t.Helper()
-	tb, err := messages.NewTokenBatch(messages.BatchSpec{Vocab: 98})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := messages.GroupReady{GroupID: groupID, PromptID: promptID, Rewards: rewards}
-	for i, r := range rewards {
-		id := fmt.Sprintf("%s/%d", groupID, i)
-		if err := tb.Append(messages.Trajectory{ID: id, GroupID: groupID, Reward: float32(r), PromptLen: 1,
-			TokenIDs: []int32{1, 5, 6}, Logprobs: []float32{0, -1, -2}, LossMask: masks[i],
-			PolicyVersions: []int32{0, 0, 0}}); err != nil {
-			t.Fatal(err)
-		}
-		g.TrajectoryIDs = append(g.TrajectoryIDs, id)
-	}
-	data, err := messages.EncodeTokenBatch(tb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.Batch = messages.BatchRef{Inline: data}
-	return g
 }
 
 // replace: a group already too stale to train is requeued before the
