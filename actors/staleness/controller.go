@@ -165,22 +165,7 @@ func New(cfg Config) (*Controller, error) {
 // issued again and a late message for a pre-restart group is rejected as
 // ErrUnknownGroup instead of being taken for a new one.
 func Resume(cfg Config, step, epoch int64) (*Controller, error) {
-	if step < 1 {
-		return nil, fmt.Errorf("%w: resume step must be ≥ 1, got %d", ErrInvalidConfig, step)
-	}
-	if epoch < 1 {
-		return nil, fmt.Errorf("%w: resume epoch must be ≥ 1, got %d", ErrInvalidConfig, epoch)
-	}
-	c, err := New(cfg)
-	if err != nil {
-		return nil, err
-	}
-	done := (step - 1) * cfg.MiniBatchSize
-	c.step = step
-	c.epoch = epoch
-	c.submitted, c.accepted, c.trained = done, done, done
-	c.check()
-	return c, nil
+	return resume(cfg, step, epoch, step-1)
 }
 
 // ResumeInFlight is Resume for a restart while the mini-batch of `step`
@@ -191,11 +176,25 @@ func Resume(cfg Config, step, epoch int64) (*Controller, error) {
 // were done: one step too fresh under MeasureScheduled (SkyRL's
 // global_step is the step the trainer is working on).
 func ResumeInFlight(cfg Config, step, epoch int64) (*Controller, error) {
-	c, err := Resume(cfg, step, epoch)
+	return resume(cfg, step, epoch, step)
+}
+
+// resume is a controller at `step` in `epoch` with the doneSteps·B groups
+// of the first doneSteps steps counted as submitted, accepted and trained.
+func resume(cfg Config, step, epoch, doneSteps int64) (*Controller, error) {
+	if step < 1 {
+		return nil, fmt.Errorf("%w: resume step must be ≥ 1, got %d", ErrInvalidConfig, step)
+	}
+	if epoch < 1 {
+		return nil, fmt.Errorf("%w: resume epoch must be ≥ 1, got %d", ErrInvalidConfig, epoch)
+	}
+	c, err := New(cfg)
 	if err != nil {
 		return nil, err
 	}
-	done := step * cfg.MiniBatchSize
+	done := doneSteps * cfg.MiniBatchSize
+	c.step = step
+	c.epoch = epoch
 	c.submitted, c.accepted, c.trained = done, done, done
 	c.check()
 	return c, nil
