@@ -613,8 +613,12 @@ func (c *Core) spillTarget(now time.Time, req Request, key string, s *session) *
 	// work queued ahead of this request on r rather than on t. When the
 	// fleet drains at the end of a run the averages fall and r looks
 	// over the bound, but its queue is short: the move would only cost.
+	// A session with nothing cached loses nothing by moving: over the
+	// session cap it moves even to a replica with more work queued (the cap
+	// is the bound; found by the property test: 3 sessions on one replica
+	// of two, cap 2, the other busier by one in-flight token).
 	lost := min(s.history, int64(max(req.PromptTokens, 0)))
-	if c.load(now, r)-c.load(now, t) < c.cfg.MoveCost*float64(lost) {
+	if lost > 0 && c.load(now, r)-c.load(now, t) < c.cfg.MoveCost*float64(lost) {
 		return nil
 	}
 	return t
