@@ -1,0 +1,264 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/asyncrl/asyncrl/cluster/ledger"
+	"github.com/asyncrl/asyncrl/messages"
+	"github.com/asyncrl/asyncrl/transport"
+)
+
+// mirror copies one term's prompt ledger from the bus into the durable
+// ledger, validated transition by transition.
+type mirror struct {
+	sub      transport.Subscription
+	mu       sync.Mutex
+	illegal  int // transitions the durable ledger refused (a double train would land here)
+	recorded int
+	last     time.Time // when the last event was recorded
+	once     sync.Once
+	conn     interface{ FlushTimeout(time.Duration) error }
+	// groups maps the term's groups to the prompt attempts they run (from
+	// the consumed events), so a trained step can name its prompts.
+	groups map[string]ledger.PromptAttempt
+	// health hears every write's outcome once the term's watch runs.
+	health *termHealth
+}
+
+// promptsOf names the prompt attempts of groups; ok is false while some
+// group's consumed event has not been mirrored yet.
+func (m *mirror) promptsOf(groups []string) (out []ledger.PromptAttempt, ok bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, g := range groups {
+		pa, found := m.groups[g]
+		if !found {
+			return nil, false
+		}
+		out = append(out, pa)
+	}
+	return out, true
+}
+
+// stop waits until the ledger events still on the wire have been
+// recorded (no event for quiet, at most 5s), then unsubscribes.
+func (m *mirror) stop() {
+	const quiet = 300 * time.Millisecond
+	m.once.Do(func() {
+		_ = m.conn.FlushTimeout(2 * time.Second)
+		deadline := time.Now().Add(5 * time.Second)
+		for time.Now().Before(deadline) {
+			m.mu.Lock()
+			idle := time.Since(m.last)
+			m.mu.Unlock()
+			if idle >= quiet {
+				break
+			}
+			time.Sleep(quiet / 4)
+		}
+		_ = m.sub.Unsubscribe()
+	})
+}
+
+// mirrorLedger subscribes to the pipeline's PromptLedger subject. Prompt
+// ids are qualified by the term ("t<token>/"): each term draws its prompts
+// afresh, so the ids of two terms must not collide; the sender is this
+// node, so a standby can requeue what it held in flight (RequeueNode).
+func (a *Agent) mirrorLedger(n *Node, token uint64) (*mirror, error) {
+	m := &mirror{conn: a.bus.Conn(), groups: map[string]ledger.PromptAttempt{}}
+	prefix := fmt.Sprintf("t%d/", token)
+	sub, err := a.bus.Subscribe(n.subj.ledger, func(msg *transport.Msg) {
+		v, err := messages.Decode(msg.Data)
+		if err != nil {
+			return
+		}
+		ev, ok := v.(messages.PromptLedger)
+		if !ok {
+			return
+		}
+		ev.PromptID = prefix + ev.PromptID
+		ev.Sender = a.cfg.Name
+		if ev.State == messages.LedgerTrained {
+			// A prompt counts as trained only together with the durable
+			// step that trained it: the holder marks a step's prompts after
+			// its fenced SaveProgress (markTrained), and the next holder
+			// does so for the last durable step. The controller's own
+			// trained event comes before that write, so a holder deposed in
+			// between would leave trained marks for a step no durable
+			// weights hold, and the next term would train as many prompts
+			// again (issue 20: "trained 100" for 24 steps × 4).
+			return
+		}
+		if ev.State == messages.LedgerConsumed {
+			m.mu.Lock()
+			m.groups[ev.GroupID] = ledger.PromptAttempt{PromptID: ev.PromptID, GroupID: ev.GroupID, Attempt: ev.Attempt}
+			m.mu.Unlock()
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		err = a.recordEvent(ctx, ev)
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.recorded++
+		m.last = time.Now()
+		if errors.Is(err, ledger.ErrIllegalTransition) {
+			m.illegal++
+			a.log.Error().Err(err).Str("prompt", ev.PromptID).Msg("durable ledger refused a transition")
+			err = nil // the ledger answered: a refusal is not ill health
+		} else if err != nil {
+			a.log.Warn().Err(err).Str("prompt", ev.PromptID).Msg("durable ledger write failed")
+		}
+		if m.health != nil {
+			m.health.ledgerWrite(err)
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("node: ledger mirror: %w", err)
+	}
+	m.sub = sub
+	if err := a.bus.Conn().Flush(); err != nil { // the server knows the subscription
+		_ = sub.Unsubscribe()
+		return nil, fmt.Errorf("node: ledger mirror: %w", err)
+	}
+	return m, nil
+}
+
+// LedgerCounts counts the durable ledger's prompts by state.
+type LedgerCounts struct {
+	Trained, Filtered, Requeued, InFlight int
+	// Refused counts the transitions this node's mirror saw refused
+	// (illegal: e.g. a second train).
+	Refused int
+}
+
+// reportLedger writes the durable ledger's final counts as an event.
+func (a *Agent) reportLedger(ctx context.Context, m *mirror) error {
+	all, err := a.led.Entries(ctx)
+	if err != nil {
+		return err
+	}
+	var c LedgerCounts
+	for _, e := range all {
+		switch e.State {
+		case messages.LedgerTrained:
+			c.Trained++
+		case messages.LedgerFiltered:
+			c.Filtered++
+		case messages.LedgerRequeued:
+			c.Requeued++
+		case messages.LedgerConsumed:
+			c.InFlight++
+		}
+	}
+	m.mu.Lock()
+	c.Refused = m.illegal
+	m.mu.Unlock()
+	a.event("ledger prompts %d trained %d filtered %d requeued %d in_flight %d refused %d",
+		len(all), c.Trained, c.Filtered, c.Requeued, c.InFlight, c.Refused)
+	a.mu.Lock()
+	a.final = &c
+	a.mu.Unlock()
+	return nil
+}
+
+// FinalLedger returns the durable ledger's counts as this node saw them
+// when it finished the run; ok is false unless this node finished it.
+func (a *Agent) FinalLedger() (c LedgerCounts, ok bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.final == nil {
+		return LedgerCounts{}, false
+	}
+	return *a.final, true
+}
+
+// requeueAll requeues every prompt still in flight, whoever consumed it.
+func (a *Agent) requeueAll(ctx context.Context) error {
+	all, err := a.led.Entries(ctx)
+	if err != nil {
+		return err
+	}
+	senders := map[string]bool{}
+	for _, e := range all {
+		if e.State == messages.LedgerConsumed {
+			senders[e.Sender] = true
+		}
+	}
+	for s := range senders {
+		if _, err := a.led.RequeueNode(ctx, s, a.cfg.Name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// recordEvent records ev in the durable ledger. The pipeline's ledger
+// events can arrive out of order when a publish was retried (a clustered
+// stream electing a leader after a node died): a prompt's next attempt
+// consumed before the previous attempt's requeue, and that requeue late.
+// Both are repaired here, since the controller consumes attempt a+1 only
+// after it requeued attempt a; anything else the ledger refuses stays an
+// error (a second train among them).
+func (a *Agent) recordEvent(ctx context.Context, ev messages.PromptLedger) error {
+	// Transient failures (a stream electing its leader after a node died)
+	// are retried for a while; the handler runs events one at a time, so
+	// the order is kept.
+	var err error
+	for range 20 {
+		if err = a.recordOnce(ctx, ev); err == nil || errors.Is(err, ledger.ErrIllegalTransition) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	return err
+}
+
+func (a *Agent) recordOnce(ctx context.Context, ev messages.PromptLedger) error {
+	_, _, err := a.led.Record(ctx, ev)
+	if err == nil || !errors.Is(err, ledger.ErrIllegalTransition) {
+		return err
+	}
+	cur, ok, gerr := a.led.Get(ctx, ev.PromptID)
+	if gerr != nil {
+		return gerr // transient: retried
+	}
+	if !ok {
+		return err
+	}
+	switch {
+	case ev.State == messages.LedgerRequeued && ev.Attempt < cur.Attempt:
+		return nil // superseded: the repair below recorded it
+	case ev.State == messages.LedgerConsumed && cur.State == messages.LedgerConsumed && cur.Attempt < ev.Attempt:
+		rq := cur
+		rq.State, rq.Sender = messages.LedgerRequeued, a.cfg.Name
+		if _, _, err := a.led.Record(ctx, rq); err != nil {
+			return err
+		}
+		_, _, err = a.led.Record(ctx, ev)
+		return err
+	}
+	return err
+}
+
+// markTrained records step's prompt attempts as trained in the durable
+// ledger: the only writer of trained marks (the mirror drops the
+// controller's), called once the step is durable. Marking twice (the
+// holder and, after its death, the next holder) is a duplicate.
+func (a *Agent) markTrained(ctx context.Context, step int64, prompts []ledger.PromptAttempt) error {
+	for _, pa := range prompts {
+		err := a.recordEvent(ctx, messages.PromptLedger{Header: messages.Header{Sender: a.cfg.Name}, PromptID: pa.PromptID,
+			GroupID: pa.GroupID, State: messages.LedgerTrained, Step: step, Attempt: pa.Attempt})
+		if err != nil {
+			return fmt.Errorf("prompt %s: %w", pa.PromptID, err)
+		}
+	}
+	return nil
+}
