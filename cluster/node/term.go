@@ -294,15 +294,17 @@ func (a *Agent) train(ctx context.Context, token uint64) error {
 				ck.recorded(s.Version, np.Checkpoint)
 			}
 			th.stepDone(time.Now())
-			// The step is durable: its prompts are trained (if this node
-			// dies first, the next holder does this from np.Prompts).
+			// The step is durable: say so at once (a stop that interrupts
+			// the marks below must not hide a durable step). Reward and the
+			// engines-vs-trainer logprob mismatch tell an operator the run
+			// learns and the engines serve the weights they claim (a term
+			// restored wrongly shows a large mismatch).
+			a.event("step %d version %d reward %.3f mismatch %.4f", np.Step, np.Version, s.RewardMean, s.Stats.Mismatch)
+			// Its prompts are trained (if this node dies or stops first,
+			// the next holder does this from np.Prompts).
 			if err := a.markTrained(ctx, np.Step, prompts); err != nil {
 				return fmt.Errorf("node: mark step %d's prompts trained: %w", np.Step, err)
 			}
-			// Reward and the engines-vs-trainer logprob mismatch tell an
-			// operator the run learns and the engines serve the weights
-			// they claim (a term restored wrongly shows a large mismatch).
-			a.event("step %d version %d reward %.3f mismatch %.4f", np.Step, np.Version, s.RewardMean, s.Stats.Mismatch)
 		}
 		return nil
 	}

@@ -354,7 +354,11 @@ func TestClusterRoutes(t *testing.T) {
 		t.Fatalf("publish from node b: seq %d err %v", seq, err)
 	}
 	got2 := make(chan string, 1)
-	s, err := st.Consume(ctx, "d", time.Minute, func(m *transport.StreamMsg) { _ = m.Ack(); got2 <- string(m.Data) })
+	// A fresh bound for the consumer: creating it, like the stream, waits
+	// for the clustered JetStream, which may have spent ctx's time above.
+	cctx, ccancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer ccancel()
+	s, err := st.Consume(cctx, "d", time.Minute, func(m *transport.StreamMsg) { _ = m.Ack(); got2 <- string(m.Data) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -364,7 +368,7 @@ func TestClusterRoutes(t *testing.T) {
 		if d != "x" {
 			t.Fatalf("got %q", d)
 		}
-	case <-ctx.Done():
+	case <-cctx.Done():
 		t.Fatal("stream message from node b not consumed on node a")
 	}
 }
