@@ -327,21 +327,23 @@ func (a *Agent) train(ctx context.Context, token uint64) error {
 		if err := a.checkTerm(th, time.Now()); err != nil {
 			return err
 		}
-		steps := n.steps()
 		if n.tr != nil {
 			if err := n.tr.Err(); err != nil {
 				return err
 			}
 		}
-		if len(steps) >= cfg.Run.Steps {
+		// Complete only once every step is durable: the trainer may finish
+		// its last step while the mirror still waits out a stream's
+		// election, and a step whose prompts the mirror has not seen
+		// cannot be saved yet (the watch bounds the wait: no step saved
+		// for --stall-after ends the term, and the next resumes from the
+		// durable step). Before, the term stopped the mirror and declared
+		// the run complete at the last step it had saved (seen: 6 of 16).
+		if saved >= cfg.Run.Steps {
 			// Stop the pipeline first: its rollouts' running episodes are
 			// aborted and requeued, and the mirror records that.
 			n.Stop()
 			mirror.stop()
-			// steps may have grown since save: record every step.
-			if err := save(ctx); err != nil {
-				return err
-			}
 			a.event("run complete at step %d", p.Step+int64(saved))
 			// Groups admitted but not trained when the run ended (waiting
 			// in the buffer or for a rollout, here or on a deposed
