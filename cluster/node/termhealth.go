@@ -174,21 +174,16 @@ func (th *termHealth) stepDone(now time.Time) {
 // watch's events are printed, and a step-down is returned as
 // ErrTermStalled (counted by reason).
 func (a *Agent) checkTerm(th *termHealth, now time.Time) error {
-	for {
-		select {
-		case r := <-th.probes:
-			th.w.Probe(r.at, r.dep, r.err)
-			for _, m := range r.moved {
-				what := "stream " + r.dep
-				if m != "" {
-					what = "consumer " + r.dep + "/" + m
-				}
-				a.event("leader of %s moved to %s", what, a.bus.ServerName())
+	for n := len(th.probes); n > 0; n-- { // those queued now; later ones wait for the next tick
+		r := <-th.probes
+		th.w.Probe(r.at, r.dep, r.err)
+		for _, m := range r.moved {
+			what := "stream " + r.dep
+			if m != "" {
+				what = "consumer " + r.dep + "/" + m
 			}
-			continue
-		default:
+			a.event("leader of %s moved to %s", what, a.bus.ServerName())
 		}
-		break
 	}
 	th.w.Tick(now)
 	th.failing.Set(float64(len(th.w.Failing())))
