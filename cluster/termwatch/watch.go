@@ -183,9 +183,6 @@ func (w *Watch) Down() (Event, bool) {
 	return *w.down, true
 }
 
-// SinceStep is how long the term has gone without a step at now.
-func (w *Watch) SinceStep(now time.Time) time.Duration { return now.Sub(w.lastStep) }
-
 // Failing lists the dependencies failing now, by name.
 func (w *Watch) Failing() []string {
 	var out []string

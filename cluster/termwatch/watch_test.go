@@ -91,7 +91,7 @@ func TestConfigValidated(t *testing.T) {
 	}
 }
 
-func TestFailingAndSinceStep(t *testing.T) {
+func TestFailing(t *testing.T) {
 	w, _ := New(DefaultConfig(), t0)
 	w.Probe(at(1), "b", errors.New("x"))
 	w.Probe(at(1), "a", errors.New("x"))
@@ -99,9 +99,13 @@ func TestFailingAndSinceStep(t *testing.T) {
 	if f := w.Failing(); len(f) != 1 || f[0] != "a" {
 		t.Errorf("failing %v; want [a]", f)
 	}
+	// An out-of-order StepDone does not move the last step back: the
+	// stall bound counts from the newest step.
+	w, _ = New(DefaultConfig(), t0)
 	w.StepDone(at(5))
-	w.StepDone(at(3)) // out of order: ignored
-	if d := w.SinceStep(at(7)); d != 2*time.Second {
-		t.Errorf("since step %s; want 2s", d)
+	w.StepDone(at(3))
+	w.Tick(at(5).Add(DefaultConfig().StallAfter - time.Second))
+	if _, down := w.Down(); down {
+		t.Errorf("down %s after the newest step; the bound is %s", DefaultConfig().StallAfter-time.Second, DefaultConfig().StallAfter)
 	}
 }
