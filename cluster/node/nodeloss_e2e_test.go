@@ -49,7 +49,6 @@ type lossRun struct {
 	// killToLease: kill → a new lease acquisition printed (0: none
 	// before the next step).
 	killToLease time.Duration
-	leases      int // lease acquisitions over the run, all nodes
 }
 
 func summarize(t *testing.T, what string, runs []lossRun) {
@@ -195,7 +194,7 @@ func nodeLossRun(t *testing.T, c *e2eCluster, pick func(nodes []*proc, holder, s
 	}
 	t.Logf("killed %s (holder %s) after step %d; next step %s after the kill (new lease holder: %s); %d lease acquisitions in all",
 		vname, hname, lastStep(hout[:min(len(hout), offsets[holder])]), next.Round(10*time.Millisecond), lease.Round(10*time.Millisecond), leases)
-	return lossRun{killToStep: next, killToLease: lease, leases: leases}
+	return lossRun{killToStep: next, killToLease: lease}
 }
 
 // natsServerEnv makes the test binary run one clustered NATS server
