@@ -148,6 +148,26 @@ func TestValidateMessages(t *testing.T) {
 		{"payload", func(c *Config) { c.Bus.MaxPayloadBytes = 128 << 20 }, "bus.max_payload_bytes: must be in [1, 67108864], got 134217728"},
 		{"external url", func(c *Config) { c.Engines.ExternalURLs = []string{"10.0.0.1:8000"} },
 			`engines.external_urls[0]: "10.0.0.1:8000" is not an http:// or https:// URL with a host`},
+		{"external engine url", func(c *Config) {
+			c.Engines.External = []ExternalEngine{{URL: "vllm:8000", Kind: EngineVLLM, WeightLoad: LoadDelta}}
+		}, `engines.external[0].url: "vllm:8000" is not an http:// or https:// URL with a host`},
+		{"external engine kind", func(c *Config) {
+			c.Engines.External = []ExternalEngine{{URL: "http://a:8000", Kind: "trt", WeightLoad: LoadDelta}}
+		}, `engines.external[0].kind: "trt" is not one of vllm, sglang, builtin`},
+		{"external engine duplicate", func(c *Config) {
+			c.Engines.External = []ExternalEngine{{URL: "http://a:8000", Kind: EngineVLLM, WeightLoad: LoadFull},
+				{URL: "http://a:8000", Kind: EngineVLLM, WeightLoad: LoadFull}}
+		}, `engines.external[1].url: http://a:8000 is also external[0]`},
+		{"sglang delta", func(c *Config) {
+			c.Engines.External = []ExternalEngine{{URL: "http://a:30000", Kind: EngineSGLang, WeightLoad: LoadDelta}}
+		}, "engines.external[0].weight_load: SGLang cannot apply asyncrl deltas in place; use full (it loads the checkpoint from disk with /update_weights_from_disk)"},
+		{"external model", func(c *Config) {
+			c.Engines.External = []ExternalEngine{{URL: "http://a:8000", Kind: EngineVLLM, WeightLoad: LoadFull, Model: "qwen"}}
+		}, `engines.external[0].model: "qwen" differs from engines.served_model_name "asyncrl-policy": rollouts send one model name through the router to every engine`},
+		{"external tokenizers", func(c *Config) {
+			c.Engines.External = []ExternalEngine{{URL: "http://a:8000", Kind: EngineVLLM, WeightLoad: LoadFull, Tokenizer: "a.json"},
+				{URL: "http://b:8000", Kind: EngineVLLM, WeightLoad: LoadFull, Tokenizer: "b.json"}}
+		}, `engines.external[1].tokenizer: "b.json" differs from external[0].tokenizer "a.json": every engine of a run serves one model`},
 		{"cache too small", func(c *Config) { c.Engines.MaxModelLen = 4096; c.Engines.PrefixCacheBlocks = 100 },
 			"engines.prefix_cache_blocks: 100 blocks × 16 tokens = 1600 tokens cannot hold one max_model_len (4096) sequence"},
 		{"run id", func(c *Config) { c.Run.ID = "a b" }, `run.id: "a b" must be 1–64 characters of A-Z, a-z, 0-9, '-' or '_'`},

@@ -3,6 +3,8 @@ package config
 import (
 	"fmt"
 	"net/url"
+	"slices"
+	"strings"
 )
 
 // EnginesConfig describes the inference engines: how many built-in engines
@@ -15,7 +17,15 @@ type EnginesConfig struct {
 	ListenHost string `yaml:"listen_host" doc:"host the built-in engines bind, each on a free port"`
 	// ExternalURLs are engines started elsewhere (vLLM or asyncrl engine),
 	// e.g. http://10.0.0.5:8000; they are routed to alongside built-in ones.
-	ExternalURLs []string `yaml:"external_urls" doc:"base URLs of engines started elsewhere (vLLM or asyncrl engine), e.g. http://10.0.0.5:8000"`
+	ExternalURLs []string `yaml:"external_urls" doc:"base URLs of engines the run only routes to (their weights are someone else's to update), e.g. http://10.0.0.5:8000; engines the run drives are listed under external"`
+	// External are engines started elsewhere (vLLM, SGLang or asyncrl
+	// engine) that the run drives over their HTTP APIs: it pauses them,
+	// loads every version into them, resumes them and routes to them only
+	// once they serve a version within the staleness budget.
+	External []ExternalEngine `yaml:"external" doc:"engines started elsewhere that the run drives over HTTP (weights included): a list of {url, kind, model, tokenizer, weight_load}; see docs/engines.md"`
+	// ServedModelName is the model name the built-in engines serve and the
+	// rollouts send; external engines must serve it too.
+	ServedModelName string `yaml:"served_model_name" doc:"model name the built-in engines serve and rollouts request (vLLM --served-model-name); external engines must serve it"`
 	// MaxNumSeqs caps the sequences decoded together (vLLM max_num_seqs).
 	MaxNumSeqs int `yaml:"max_num_seqs" doc:"most sequences decoded together per engine (vLLM max_num_seqs)"`
 	// MaxModelLen caps prompt+output tokens; 0 uses the model's own limit.
@@ -50,6 +60,8 @@ func DefaultEngines() EnginesConfig {
 		Count:             2,
 		ListenHost:        "127.0.0.1",
 		ExternalURLs:      []string{},
+		External:          []ExternalEngine{},
+		ServedModelName:   "asyncrl-policy",
 		MaxNumSeqs:        16,
 		MaxModelLen:       0,
 		MaxWaiting:        256,
@@ -66,9 +78,11 @@ func DefaultEngines() EnginesConfig {
 func (c EnginesConfig) Validate() error {
 	v := checker{section: "engines"}
 	v.atLeast("count", int64(c.Count), 0)
-	if c.Count >= 0 && c.Count+len(c.ExternalURLs) < 1 {
-		v.fail("", "no engines: set count ≥ 1 or list external_urls")
+	if c.Count >= 0 && c.Count+len(c.ExternalURLs)+len(c.External) < 1 {
+		v.fail("", "no engines: set count ≥ 1 or list external (or external_urls)")
 	}
+	v.notEmpty("served_model_name", c.ServedModelName)
+	c.validateExternal(&v)
 	v.notEmpty("listen_host", c.ListenHost)
 	for i, raw := range c.ExternalURLs {
 		u, err := url.Parse(raw)
@@ -93,4 +107,83 @@ func (c EnginesConfig) Validate() error {
 			c.PrefixCacheBlocks, c.BlockSize, c.PrefixCacheBlocks*c.BlockSize, c.MaxModelLen)
 	}
 	return v.err()
+}
+
+// EngineKind is which server an external engine is: it picks the driver.
+type EngineKind string
+
+// Engine kinds.
+const (
+	EngineVLLM    EngineKind = "vllm"    // vLLM's OpenAI server with its dev-mode RL routes
+	EngineSGLang  EngineKind = "sglang"  // SGLang's HTTP server
+	EngineBuiltin EngineKind = "builtin" // asyncrl engine: speaks vLLM's routes
+)
+
+// Values lists the engine kinds.
+func (EngineKind) Values() []string { return []string{"vllm", "sglang", "builtin"} }
+
+// WeightLoad is how a driven engine receives a new version.
+type WeightLoad string
+
+// Weight loads.
+const (
+	// LoadDelta: the engine applies each SkyRL-format delta in place (vLLM
+	// with asyncrl_vllm's worker extension; the built-in engine).
+	LoadDelta WeightLoad = "delta"
+	// LoadFull: the engine loads a full Hugging Face checkpoint directory
+	// the node rebuilt from the deltas (same file system as the node).
+	LoadFull WeightLoad = "full"
+	// LoadLoRA: the engine loads each version as a LoRA adapter in place.
+	LoadLoRA WeightLoad = "lora"
+)
+
+// Values lists the weight loads.
+func (WeightLoad) Values() []string { return []string{"delta", "full", "lora"} }
+
+// ExternalEngine is one engine the run drives over HTTP.
+type ExternalEngine struct {
+	// URL is the engine's base URL, e.g. http://10.0.0.5:8000.
+	URL string `yaml:"url" doc:"engine base URL, e.g. http://10.0.0.5:8000"`
+	// Kind picks the driver.
+	Kind EngineKind `yaml:"kind" doc:"which server it is"`
+	// Model is the served model name; empty means engines.served_model_name.
+	Model string `yaml:"model" doc:"served model name (empty = engines.served_model_name, which it must equal)"`
+	// Tokenizer is a Hugging Face tokenizer.json for the engine's model;
+	// empty means the built-in character tokenizer (the built-in policy).
+	Tokenizer string `yaml:"tokenizer" doc:"path of the model's Hugging Face tokenizer.json (empty = the built-in policy's character vocabulary)"`
+	// WeightLoad is how new versions reach it.
+	WeightLoad WeightLoad `yaml:"weight_load" doc:"how versions reach it"`
+}
+
+// validateExternal checks engines.external: every entry a driven engine
+// with a URL, one model and one tokenizer for the whole run (the router
+// forwards one request body to any replica).
+func (c EnginesConfig) validateExternal(v *checker) {
+	seen := map[string]int{}
+	for i, e := range c.External {
+		f := fmt.Sprintf("external[%d]", i)
+		u, err := url.Parse(e.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			v.fail(f+".url", "%q is not an http:// or https:// URL with a host", e.URL)
+		}
+		if j, dup := seen[e.URL]; dup {
+			v.fail(f+".url", "%s is also external[%d]", e.URL, j)
+		}
+		seen[e.URL] = i
+		if !slices.Contains(EngineKind("").Values(), string(e.Kind)) {
+			v.fail(f+".kind", "%q is not one of %s", e.Kind, strings.Join(EngineKind("").Values(), ", "))
+		}
+		if !slices.Contains(WeightLoad("").Values(), string(e.WeightLoad)) {
+			v.fail(f+".weight_load", "%q is not one of %s", e.WeightLoad, strings.Join(WeightLoad("").Values(), ", "))
+		}
+		if e.Kind == EngineSGLang && e.WeightLoad == LoadDelta {
+			v.fail(f+".weight_load", "SGLang cannot apply asyncrl deltas in place; use full (it loads the checkpoint from disk with /update_weights_from_disk)")
+		}
+		if e.Model != "" && e.Model != c.ServedModelName {
+			v.fail(f+".model", "%q differs from engines.served_model_name %q: rollouts send one model name through the router to every engine", e.Model, c.ServedModelName)
+		}
+		if i > 0 && e.Tokenizer != c.External[0].Tokenizer {
+			v.fail(f+".tokenizer", "%q differs from external[0].tokenizer %q: every engine of a run serves one model", e.Tokenizer, c.External[0].Tokenizer)
+		}
+	}
 }

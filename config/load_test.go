@@ -72,7 +72,7 @@ func TestParseErrors(t *testing.T) {
 		{"staleness rule", "trainer:\n  mini_batch_size: 8\n  num_parallel_generation_workers: 4\n  max_staleness_steps: 1\n",
 			"run.yaml:1: trainer: invalid staleness setup: need mini_batch_size ≤ num_parallel_generation_workers ≤ mini_batch_size·(max_staleness_steps+1), got B=8 W=4 S=1", ErrInvalid},
 		{"cross-field error on a section", "engines:\n  count: 0\n",
-			"run.yaml:1: engines: no engines: set count ≥ 1 or list external_urls", ErrInvalid},
+			"run.yaml:1: engines: no engines: set count ≥ 1 or list external (or external_urls)", ErrInvalid},
 		{"invalid default exposed by another key has no line", "publisher:\n  store: s3\n",
 			"run.yaml: publisher.s3_bucket: must be set when store is s3", ErrInvalid},
 		{"several errors, one per line", "run:\n  stepz: 3\nrouter:\n  policyy: x\n",
@@ -245,5 +245,35 @@ func TestLoadWithOverride(t *testing.T) {
 	}
 	if got.Run.Steps != 7 || got.Run.Seed != 9 {
 		t.Errorf("steps, seed = %d, %d; want 7, 9", got.Run.Steps, got.Run.Seed)
+	}
+}
+
+// TestParseExternalEngines reads engines.external as a list of mappings,
+// with count 0 (the run drives only engines started elsewhere), and
+// refuses an unknown key inside an entry with its path.
+func TestParseExternalEngines(t *testing.T) {
+	cfg, err := Parse("run.yaml", []byte(`engines:
+  count: 0
+  external:
+    - {url: "http://127.0.0.1:8001", kind: vllm, weight_load: delta, tokenizer: /models/qwen/tokenizer.json}
+    - url: http://10.0.0.7:8000
+      kind: vllm
+      model: asyncrl-policy
+      tokenizer: /models/qwen/tokenizer.json
+      weight_load: full
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []ExternalEngine{
+		{URL: "http://127.0.0.1:8001", Kind: EngineVLLM, WeightLoad: LoadDelta, Tokenizer: "/models/qwen/tokenizer.json"},
+		{URL: "http://10.0.0.7:8000", Kind: EngineVLLM, Model: "asyncrl-policy", Tokenizer: "/models/qwen/tokenizer.json", WeightLoad: LoadFull},
+	}
+	if !reflect.DeepEqual(cfg.Engines.External, want) || cfg.Engines.Count != 0 {
+		t.Fatalf("engines = count %d external %+v, want count 0 external %+v", cfg.Engines.Count, cfg.Engines.External, want)
+	}
+	_, err = Parse("run.yaml", []byte("engines:\n  external:\n    - {url: \"http://a:1\", kind: vllm, weight_load: full, port: 3}\n"))
+	if err == nil || !strings.Contains(err.Error(), "engines.external[0].port") {
+		t.Fatalf("unknown key in an entry: err = %v, want one naming engines.external[0].port", err)
 	}
 }
