@@ -1,0 +1,258 @@
+package driver
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// SGLang hints.
+const (
+	HintSGLangDelta   = "SGLang cannot apply a SkyRL delta in place: set weight_load to full for SGLang engines"
+	HintSGLangLoRA    = "start SGLang with --enable-lora (and --max-loras-per-batch, --max-lora-rank, --lora-target-modules for adapters loaded at run time)"
+	HintSGLangMetrics = "start SGLang with --enable-metrics"
+	HintSGLangSleep   = "start SGLang with --enable-memory-saver"
+)
+
+func sglangHint(route string, status int, msg string) string {
+	low := strings.ToLower(msg)
+	switch {
+	case strings.HasSuffix(route, "_lora_adapter") && (status == http.StatusNotFound || strings.Contains(low, "lora")):
+		return HintSGLangLoRA
+	case route == "/metrics" && status == http.StatusNotFound:
+		return HintSGLangMetrics
+	case (route == "/release_memory_occupation" || route == "/resume_memory_occupation") && strings.Contains(low, "memory_saver"):
+		return HintSGLangSleep
+	case route == "/flush_cache" && status == http.StatusBadRequest:
+		return "SGLang flushes its cache only with no running or waiting requests: pause with mode abort first"
+	}
+	return ""
+}
+
+// sglangDriver drives SGLang over its native HTTP API
+// (python/sglang/srt/entrypoints/http_server.py).
+type sglangDriver struct{ *base }
+
+func newSGLang(url string, opts Options) (Driver, error) {
+	b, err := newBase(KindSGLang, url, opts, sglangHint)
+	if err != nil {
+		return nil, err
+	}
+	return &sglangDriver{b}, nil
+}
+
+// sglangPauseModes maps our modes onto PauseGenerationReqInput.mode.
+var sglangPauseModes = map[PauseMode]string{PauseAbort: "abort", PauseKeep: "in_place"}
+
+func (d *sglangDriver) Pause(ctx context.Context, mode PauseMode, clearCache bool) error {
+	m, ok := sglangPauseModes[mode]
+	if !ok {
+		return &UnsupportedError{Engine: d.url, Kind: KindSGLang, Op: fmt.Sprintf("pause mode %q", mode),
+			Hint: "SGLang pauses with abort (abort) or in_place (keep); it has no wait mode"}
+	}
+	if _, err := d.do(ctx, http.MethodPost, "/pause_generation", nil, map[string]string{"mode": m}, true); err != nil {
+		return err
+	}
+	if clearCache {
+		return d.ResetPrefixCache(ctx)
+	}
+	return nil
+}
+
+func (d *sglangDriver) Resume(ctx context.Context) error {
+	_, err := d.do(ctx, http.MethodPost, "/continue_generation", nil, map[string]any{}, false)
+	return err
+}
+
+func (d *sglangDriver) IsPaused(ctx context.Context) (bool, error) {
+	return false, &UnsupportedError{Engine: d.url, Kind: KindSGLang, Op: "is_paused",
+		Hint: "SGLang has no pause-status route; the driver's caller knows whether it paused"}
+}
+
+func (d *sglangDriver) ResetPrefixCache(ctx context.Context) error {
+	_, err := d.do(ctx, http.MethodPost, "/flush_cache", nil, nil, false)
+	return err
+}
+
+// Sleep maps onto /release_memory_occupation (SGLang has no levels: it
+// releases weights and KV cache; level 1 and 2 both do that).
+func (d *sglangDriver) Sleep(ctx context.Context, level int) error {
+	if level != 1 && level != 2 {
+		return fmt.Errorf("engine %s: sleep level %d (want 1 or 2)", d.url, level)
+	}
+	_, err := d.do(ctx, http.MethodPost, "/release_memory_occupation", nil, map[string]any{}, true)
+	return err
+}
+
+func (d *sglangDriver) WakeUp(ctx context.Context) error {
+	_, err := d.do(ctx, http.MethodPost, "/resume_memory_occupation", nil, map[string]any{}, true)
+	return err
+}
+
+// UpdateWeightsFromDiskRequest is SGLang's UpdateWeightFromDiskReqInput
+// (python/sglang/srt/managers/io_struct.py), the fields the driver sets.
+type UpdateWeightsFromDiskRequest struct {
+	ModelPath     string `json:"model_path"`
+	WeightVersion string `json:"weight_version,omitempty"`
+	FlushCache    bool   `json:"flush_cache"`
+}
+
+// SGLangResult is the {"success","message"} answer of SGLang's weight and
+// LoRA routes (they answer 400 with success false on failure).
+type SGLangResult struct {
+	Success *bool  `json:"success"`
+	Message string `json:"message"`
+}
+
+func (d *sglangDriver) LoadCheckpoint(ctx context.Context, dir string, version int64) error {
+	if dir == "" {
+		return fmt.Errorf("engine %s: load checkpoint: empty directory", d.url)
+	}
+	start := d.opts.Now()
+	var out SGLangResult
+	body := UpdateWeightsFromDiskRequest{ModelPath: dir, WeightVersion: strconv.FormatInt(version, 10), FlushCache: true}
+	if err := d.doJSON(ctx, http.MethodPost, "/update_weights_from_disk", nil, body, &out, true); err != nil {
+		return err
+	}
+	if out.Success == nil || !*out.Success {
+		return d.shapeError("POST /update_weights_from_disk", "success is not true: %s", out.Message)
+	}
+	d.recordSwap(version, start, d.opts.Now())
+	return nil
+}
+
+func (d *sglangDriver) ApplyDelta(ctx context.Context, dir string, version int64) error {
+	return &UnsupportedError{Engine: d.url, Kind: KindSGLang, Op: "apply_delta", Hint: HintSGLangDelta}
+}
+
+func (d *sglangDriver) LoadLoRA(ctx context.Context, name, path string) error {
+	if name == "" || path == "" {
+		return fmt.Errorf("engine %s: LoRA name and path are required", d.url)
+	}
+	// SGLang has no in-place replace: unload the old adapter first (a
+	// missing one is fine), then load.
+	_ = d.UnloadLoRA(ctx, name)
+	var out SGLangResult
+	return d.doJSON(ctx, http.MethodPost, "/load_lora_adapter", nil,
+		map[string]string{"lora_name": name, "lora_path": path}, &out, true)
+}
+
+func (d *sglangDriver) UnloadLoRA(ctx context.Context, name string) error {
+	var out SGLangResult
+	return d.doJSON(ctx, http.MethodPost, "/unload_lora_adapter", nil, map[string]string{"lora_name": name}, &out, false)
+}
+
+// ServedVersion is the driver's own record for SGLang.
+func (d *sglangDriver) ServedVersion(ctx context.Context) (int64, error) {
+	v := d.lastVersion()
+	if v < 0 {
+		return 0, fmt.Errorf("engine %s: no weights loaded through this driver yet (SGLang's served version is the driver's own record)", d.url)
+	}
+	return v, nil
+}
+
+func (d *sglangDriver) Metrics(ctx context.Context) (Metrics, error) {
+	data, err := d.do(ctx, http.MethodGet, "/metrics", nil, nil, false)
+	if err != nil {
+		return Metrics{}, err
+	}
+	raw, err := parsePrometheus(data)
+	if err != nil {
+		return Metrics{}, d.shapeError("GET /metrics", "%v", err)
+	}
+	return sglangMetrics(raw), nil
+}
+
+// sglangMetrics maps SGLang's metric names (python/sglang/srt/metrics/
+// collector.py) onto Metrics.
+func sglangMetrics(raw map[string]float64) Metrics {
+	return Metrics{
+		Running:       raw["sglang:num_running_reqs"],
+		Waiting:       raw["sglang:num_queue_reqs"],
+		KVCacheUsage:  raw["sglang:token_usage"],
+		PrefixHitRate: raw["sglang:cache_hit_rate"],
+		Raw:           raw,
+	}
+}
+
+// SGLangGenerateRequest is the body of SGLang's native POST /generate
+// (GenerateReqInput) as the driver sends it.
+type SGLangGenerateRequest struct {
+	InputIDs       []int32        `json:"input_ids"`
+	SamplingParams map[string]any `json:"sampling_params"`
+	ReturnLogprob  bool           `json:"return_logprob"`
+	LoRAPath       string         `json:"lora_path,omitempty"`
+	RID            string         `json:"rid,omitempty"`
+}
+
+// SGLangGenerateResponse is the part of /generate's answer the driver reads.
+type SGLangGenerateResponse struct {
+	Text      string  `json:"text"`
+	OutputIDs []int32 `json:"output_ids"`
+	MetaInfo  struct {
+		ID           string `json:"id"`
+		FinishReason *struct {
+			Type string `json:"type"`
+		} `json:"finish_reason"`
+		PromptTokens        int                 `json:"prompt_tokens"`
+		CompletionTokens    int                 `json:"completion_tokens"`
+		OutputTokenLogprobs [][]json.RawMessage `json:"output_token_logprobs"`
+	} `json:"meta_info"`
+}
+
+// Generate uses SGLang's native /generate: it takes token ids and returns
+// output_ids and per-token [logprob, token_id, text] triples.
+func (d *sglangDriver) Generate(ctx context.Context, req GenerateRequest) (GenerateResult, error) {
+	if len(req.PromptIDs) == 0 || req.MaxTokens < 1 {
+		return GenerateResult{}, fmt.Errorf("engine %s: generate needs a prompt and max_tokens >= 1", d.url)
+	}
+	sp := map[string]any{"max_new_tokens": req.MaxTokens, "temperature": req.Temperature}
+	if req.TopP > 0 {
+		sp["top_p"] = req.TopP
+	}
+	if req.TopK > 0 {
+		sp["top_k"] = req.TopK
+	}
+	if len(req.Stop) > 0 {
+		sp["stop"] = req.Stop
+	}
+	if req.Seed != nil {
+		sp["sampling_seed"] = *req.Seed
+	}
+	body := SGLangGenerateRequest{InputIDs: req.PromptIDs, SamplingParams: sp, ReturnLogprob: true, RID: req.RequestID}
+	if req.Model != "" && req.Model != d.opts.Model {
+		body.LoRAPath = req.Model // a loaded adapter is selected by its name
+	}
+	start := d.opts.Now()
+	var out SGLangGenerateResponse
+	if err := d.doJSON(ctx, http.MethodPost, "/generate", nil, body, &out, true); err != nil {
+		return GenerateResult{}, err
+	}
+	res := GenerateResult{PromptIDs: append([]int32(nil), req.PromptIDs...), TokenIDs: out.OutputIDs, Start: start, End: d.opts.Now()}
+	if out.MetaInfo.FinishReason != nil {
+		res.FinishReason = out.MetaInfo.FinishReason.Type
+	}
+	const route = "POST /generate"
+	if out.OutputIDs == nil {
+		return res, d.shapeError(route, "answer lacks output_ids")
+	}
+	if len(out.MetaInfo.OutputTokenLogprobs) != len(out.OutputIDs) {
+		return res, d.shapeError(route, "meta_info.output_token_logprobs has %d entries for %d tokens", len(out.MetaInfo.OutputTokenLogprobs), len(out.OutputIDs))
+	}
+	res.Logprobs = make([]float32, len(out.OutputIDs))
+	for i, t := range out.MetaInfo.OutputTokenLogprobs {
+		var lp float32
+		var id int32
+		if len(t) < 2 || json.Unmarshal(t[0], &lp) != nil || json.Unmarshal(t[1], &id) != nil {
+			return res, d.shapeError(route, "meta_info.output_token_logprobs[%d] is not [logprob, token_id, ...]", i)
+		}
+		if id != out.OutputIDs[i] {
+			return res, d.shapeError(route, "meta_info.output_token_logprobs[%d] is for token %d, output_ids has %d", i, id, out.OutputIDs[i])
+		}
+		res.Logprobs[i] = lp
+	}
+	return res, nil
+}
