@@ -225,6 +225,18 @@ func (c *Core) SetVersion(url string, v int64) error {
 	return nil
 }
 
+// Version returns the weight version a replica serves, as last recorded
+// by SetVersion (0 for a replica never told), and whether the replica is
+// known. The proxy reads it to stamp responses with the versions a
+// replica served while a request was on it.
+func (c *Core) Version(url string) (int64, bool) {
+	r, ok := c.replicas[url]
+	if !ok {
+		return 0, false
+	}
+	return r.version, true
+}
+
 // SetMinVersion sets the minimum version a replica must serve to take
 // traffic.
 func (c *Core) SetMinVersion(v int64) { c.minVersion = v }

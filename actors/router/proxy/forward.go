@@ -81,7 +81,7 @@ func (r *Router) proxy(w http.ResponseWriter, req *http.Request) {
 	r.earnRetryToken()
 
 	for attempt := 0; ; attempt++ {
-		d := r.route(preq)
+		d, span := r.route(preq)
 		if !d.OK() {
 			overhead += time.Since(start)
 			r.metrics.overhead.Observe(overhead.Seconds())
@@ -96,6 +96,7 @@ func (r *Router) proxy(w http.ResponseWriter, req *http.Request) {
 		}
 		out, err := http.NewRequestWithContext(req.Context(), req.Method, d.Replica+req.URL.RequestURI(), bytes.NewReader(body))
 		if err != nil {
+			r.span(span, true)
 			r.done(d)
 			writeError(w, http.StatusBadGateway, "building upstream request: "+err.Error())
 			return
@@ -108,6 +109,7 @@ func (r *Router) proxy(w http.ResponseWriter, req *http.Request) {
 		resp, err := r.tr.RoundTrip(out)
 		upstreamAt := time.Now()
 		if err != nil {
+			r.span(span, true)
 			r.done(d)
 			if req.Context().Err() != nil { // the client went away; nothing to answer
 				r.metrics.errors.WithLabelValues(d.Replica, "client_gone").Inc()
@@ -129,6 +131,7 @@ func (r *Router) proxy(w http.ResponseWriter, req *http.Request) {
 		if resp.StatusCode == http.StatusServiceUnavailable && attempt < r.cfg.MaxRetries && r.spendRetryToken() {
 			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 			resp.Body.Close()
+			r.span(span, true)
 			r.done(d)
 			r.metrics.requests.WithLabelValues(d.Replica, "503").Inc()
 			r.metrics.retries.WithLabelValues("status_503").Inc()
@@ -137,7 +140,7 @@ func (r *Router) proxy(w http.ResponseWriter, req *http.Request) {
 			continue
 		}
 		r.passiveSuccess(d.Replica)
-		r.relay(req.Context(), w, resp, d, upstreamAt, overhead)
+		r.relay(req.Context(), w, resp, d, span, upstreamAt, overhead)
 		return
 	}
 }
@@ -173,11 +176,29 @@ var relayBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b
 
 // relay copies the upstream response to the client, flushing every chunk
 // so SSE tokens reach the client as the engine produces them.
-func (r *Router) relay(ctx context.Context, w http.ResponseWriter, resp *http.Response, d policy.Decision, upstreamAt time.Time, overhead time.Duration) {
+//
+// The version headers are computed when the upstream's response headers
+// arrive. For a non-streaming answer that is the end of generation, so
+// they cover the whole request. A streaming answer (text/event-stream)
+// sends its headers before the first token, so its headers cover only
+// routing to the first byte; the final span, up to the end of the
+// stream, follows as HTTP trailers of the same names (declared in a
+// Trailer header; a client that ignores trailers sees the start values).
+func (r *Router) relay(ctx context.Context, w http.ResponseWriter, resp *http.Response, d policy.Decision, span *versionSpan,
+	upstreamAt time.Time, overhead time.Duration) {
 	defer resp.Body.Close()
 	defer r.done(d)
+	streaming := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") && resp.ContentLength < 0
+	vs := r.span(span, !streaming)
+	if streaming {
+		defer func() { setVersionHeaders(w.Header(), r.span(span, true)) }() // the trailers
+	}
 	copyHeaders(w.Header(), resp.Header)
 	w.Header().Set(ReplicaHeader, d.Replica)
+	setVersionHeaders(w.Header(), vs)
+	if streaming {
+		w.Header().Set("Trailer", VersionMinHeader+", "+VersionMaxHeader)
+	}
 	w.WriteHeader(resp.StatusCode)
 	rc := http.NewResponseController(w)
 	_ = rc.Flush()
@@ -215,12 +236,19 @@ func (r *Router) relay(ctx context.Context, w http.ResponseWriter, resp *http.Re
 	}
 }
 
-func (r *Router) route(preq policy.Request) policy.Decision {
+// route asks the core for a replica and, when it names one, opens the
+// request's version span there (in the same critical section, so no
+// version change falls between the two).
+func (r *Router) route(preq policy.Request) (policy.Decision, *versionSpan) {
 	r.mu.Lock()
 	d := r.core.Route(time.Now(), preq)
+	var span *versionSpan
+	if d.OK() {
+		span = r.openSpan(d.Replica)
+	}
 	r.mu.Unlock()
 	r.metrics.decisions.WithLabelValues(d.Outcome.String()).Inc()
-	return d
+	return d, span
 }
 
 func (r *Router) done(d policy.Decision) {

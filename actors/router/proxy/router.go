@@ -28,6 +28,7 @@ type Router struct {
 	mu       sync.Mutex
 	core     *policy.Core
 	budget   *policy.RetryBudget
+	spans    map[string]map[*versionSpan]struct{} // open version spans by replica URL
 	inflight int
 	closing  bool
 	drained  chan struct{} // closed when closing and inflight reaches 0
@@ -55,6 +56,7 @@ func New(cfg Config) (*Router, error) {
 	r := &Router{
 		cfg: cfg, log: cfg.Logger, tr: cfg.Transport, core: core,
 		budget: policy.NewRetryBudget(cfg.RetryRatio, cfg.RetryBurst),
+		spans:  make(map[string]map[*versionSpan]struct{}),
 	}
 	if r.tr == nil {
 		r.tr = &http.Transport{
@@ -137,10 +139,13 @@ func (r *Router) Lookup(sessionID string) (policy.SessionView, bool) {
 
 // Do runs f with exclusive access to the core, for the actor shell that
 // feeds versions and states from the bus (e.g. SetVersion on an ack).
+// Afterwards every in-flight request's version span takes in the versions
+// its replica now serves (the X-Asyncrl-Weight-Version-* headers).
 func (r *Router) Do(f func(now time.Time, c *policy.Core)) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	f(time.Now(), r.core)
+	r.observeVersions(r.core)
 }
 
 // finishSession handles POST /finish_session?session_id=… (SkyRL).

@@ -1,0 +1,86 @@
+package proxy
+
+import (
+	"net/http"
+	"strconv"
+
+	"github.com/asyncrl/asyncrl/actors/router/policy"
+)
+
+// Version headers: the oldest and newest weight version the replica was
+// known to serve (policy.Core's SetVersion, from acks or the admin API)
+// while the request was on it. A request that straddled a weight swap
+// carries both versions; the rollout client stamps every generated token
+// with the minimum (staleness counts from the oldest) when the engine
+// reports no per-token versions of its own (vLLM).
+const (
+	VersionMinHeader = "X-Asyncrl-Weight-Version-Min"
+	VersionMaxHeader = "X-Asyncrl-Weight-Version-Max"
+)
+
+// versionSpan is the range of versions one replica was known to serve
+// between a request's routing and its end. It is written only under
+// Router.mu.
+type versionSpan struct {
+	replica  string
+	min, max int64
+}
+
+func (s *versionSpan) widen(v int64) {
+	s.min, s.max = min(s.min, v), max(s.max, v)
+}
+
+// openSpan starts tracking the versions url serves, from its current one.
+// Caller holds r.mu.
+func (r *Router) openSpan(url string) *versionSpan {
+	v, _ := r.core.Version(url)
+	s := &versionSpan{replica: url, min: v, max: v}
+	set := r.spans[url]
+	if set == nil {
+		set = make(map[*versionSpan]struct{})
+		r.spans[url] = set
+	}
+	set[s] = struct{}{}
+	return s
+}
+
+// observeVersions widens every open span to its replica's current
+// version. Every version change goes through Router.Do (the actor shell's
+// acks, the admin API), which calls it after the change, under r.mu; so a
+// span sees every version its replica was recorded as serving while it
+// was open, in the order the mutex serialises them. Cost: one lookup per
+// replica with requests in flight.
+func (r *Router) observeVersions(c *policy.Core) {
+	for url, set := range r.spans {
+		v, ok := c.Version(url)
+		if !ok {
+			continue // removed; its spans keep what they saw
+		}
+		for s := range set {
+			s.widen(v)
+		}
+	}
+}
+
+// span returns a snapshot of s, and ends it when end is set.
+func (r *Router) span(s *versionSpan, end bool) versionSpan {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := *s
+	if end {
+		set := r.spans[s.replica]
+		delete(set, s)
+		if len(set) == 0 {
+			if _, ok := r.core.Version(s.replica); !ok {
+				delete(r.spans, s.replica) // replica gone: drop its empty set
+			}
+		}
+	}
+	return out
+}
+
+// setVersionHeaders writes s into h (response headers or trailers).
+func setVersionHeaders(h http.Header, s versionSpan) {
+	h.Set(VersionMinHeader, strconv.FormatInt(s.min, 10))
+	h.Set(VersionMaxHeader, strconv.FormatInt(s.max, 10))
+}
