@@ -23,6 +23,9 @@ type SamplingOptions struct {
 	// IgnoreEOS and ReturnTokenIDs are vLLM extensions.
 	IgnoreEOS      bool `json:"ignore_eos"`
 	ReturnTokenIDs bool `json:"return_token_ids"`
+	// ReturnTokensAsTokenIDs names logprob tokens "token_id:N" (vLLM
+	// extension; for token-in/token-out clients).
+	ReturnTokensAsTokenIDs bool `json:"return_tokens_as_token_ids"`
 	// RequestID names the request for /abort_requests (vLLM extension;
 	// the X-Request-Id header does the same).
 	RequestID string `json:"request_id"`

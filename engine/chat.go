@@ -144,10 +144,10 @@ func chatChoice(s *seqState, sp sampling, a, b int, first bool, current int64) C
 	if sp.nTop >= 0 {
 		lp := &ChatLogprobs{Content: []ChatTokenLogprob{}}
 		for i := a; i < b; i++ {
-			t := tokenText(s.out[i])
+			t := sp.logprobToken(s.out[i])
 			entry := ChatTokenLogprob{Token: t, Logprob: s.lps[i], Bytes: bytesOf(t), TopLogprobs: []ChatTopLogprob{}}
 			for _, alt := range s.top[i] {
-				at := tokenText(alt.id)
+				at := sp.logprobToken(alt.id)
 				entry.TopLogprobs = append(entry.TopLogprobs, ChatTopLogprob{Token: at, Logprob: alt.lp, Bytes: bytesOf(at)})
 			}
 			lp.Content = append(lp.Content, entry)

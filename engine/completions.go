@@ -74,13 +74,13 @@ func completionChoice(s *seqState, sp sampling, a, b, ta, tb int, first bool, cu
 		}
 		for i := a; i < b; i++ {
 			tok := s.out[i]
-			lp.Tokens = append(lp.Tokens, tokenText(tok))
+			lp.Tokens = append(lp.Tokens, sp.logprobToken(tok))
 			lp.TokenLogprobs = append(lp.TokenLogprobs, s.lps[i])
 			top := make(map[string]float32, len(s.top[i])+1)
 			for _, t := range s.top[i] {
-				top[tokenText(t.id)] = t.lp
+				top[sp.logprobToken(t.id)] = t.lp
 			}
-			top[tokenText(tok)] = s.lps[i] // vLLM always lists the sampled token
+			top[sp.logprobToken(tok)] = s.lps[i] // vLLM always lists the sampled token
 			lp.TopLogprobs = append(lp.TopLogprobs, top)
 			lp.TextOffset = append(lp.TextOffset, off)
 			off += len(tokenizer.Piece(tok))

@@ -22,7 +22,10 @@
 //     top_p, top_k (-1 or 0 = off), min_p, seed, n, stop (string or list),
 //     logprobs k, stream (SSE, ends with "data: [DONE]"),
 //     stream_options.include_usage, ignore_eos, return_token_ids
-//     (prompt_token_ids and token_ids on the choice), request_id.
+//     (prompt_token_ids and token_ids on the choice),
+//     return_tokens_as_token_ids (logprob tokens and top_logprobs keys
+//     "token_id:N"), request_id. logprobs: 0 gives the sampled token's
+//     logprob in logprobs.token_logprobs.
 //     Text prompts get BOS prepended (Config.AddBOS); token ids are used
 //     verbatim. Choices are prompt-major: index = prompt·n + k.
 //   - POST /v1/chat/completions: messages rendered by the template
@@ -31,8 +34,10 @@
 //     true + top_logprobs k; max_tokens or max_completion_tokens (default:
 //     the rest of the context).
 //   - GET /v1/models, GET /health, GET /metrics.
-//   - RL control: POST /pause?mode=keep|abort|wait&clear_cache=bool,
-//     POST /resume, GET /is_paused, POST /abort_requests {"request_ids"}
+//   - RL control: POST /pause?mode=keep|abort|wait&clear_cache=bool with
+//     vLLM's defaults (mode=abort, clear_cache=true, clear_cache ignored
+//     with keep) → {"status":"paused"}; POST /resume → {"status":"resumed"};
+//     GET /is_paused, POST /abort_requests {"request_ids"}
 //     (empty = all; ids are the request_id field, the X-Request-Id header,
 //     or the generated response id), POST /reset_prefix_cache.
 //   - Weights: /init_weight_transfer_engine, /start_weight_update and
@@ -42,7 +47,18 @@
 //     POST /v1/load_lora_adapter {"lora_name","lora_path"} serves the loaded
 //     model as `model: lora_name` (its prefix-cache keys are salted by the
 //     name); /v1/unload_lora_adapter aborts its live requests.
-//     POST /sleep, /wake_up, GET /is_sleeping.
+//     POST /sleep?level=1|2&mode=abort|keep (defaults 1, abort; empty 200),
+//     POST /wake_up (empty 200), GET /is_sleeping.
+//   - POST /collective_rpc {"method","args","kwargs","timeout"} →
+//     {"results":["<version>"]} (one worker; vLLM stringifies ints) for
+//     the methods of asyncrl's vLLM worker extension:
+//     asyncrl_load_checkpoint(dir, version) loads through the loader;
+//     asyncrl_apply_delta(dir, version) patches a copy of the served
+//     checkpoint (WithWorkDir) with the SkyRL delta in dir (manifest
+//     version = version, base_version = the served version, else 409) and
+//     loads it; asyncrl_loaded_version() reports the served version. An
+//     unknown method answers 500 with "... has no attribute '<method>'"
+//     as vLLM's workers do.
 //   - Errors use vLLM's envelope {"error":{"message","type","param","code"}}:
 //     400 malformed JSON or bad fields (max_tokens < 1, prompt + max_tokens
 //     over max_model_len, top_p ∉ (0,1], temperature < 0, top_k < -1,

@@ -68,6 +68,9 @@ type Engine struct {
 	tick      chan struct{} // closed and replaced after every change
 	prompts   int64
 	servers   []*http.Server
+	ckptDir   string // the checkpoint the served weights came from ("" = unknown)
+
+	delta deltaState // ApplyDelta's working copy
 
 	wake chan struct{}
 	stop chan struct{}
@@ -175,7 +178,7 @@ func (e *Engine) SetModel(m Model, version int64) error {
 	if e.model != nil && version < e.version {
 		return fmt.Errorf("%w: serving %d, got %d", ErrVersionDecrease, e.version, version)
 	}
-	e.model, e.version = m, version
+	e.model, e.version, e.ckptDir = m, version, ""
 	e.core.ResetPrefixCache()
 	e.log.Info().Int64("version", version).Msg("weights updated")
 	e.changedLocked()
@@ -197,7 +200,15 @@ func (e *Engine) LoadWeights(dir string, version int64) error {
 	if err != nil {
 		return fmt.Errorf("engine: load weights from %s: %w", dir, err)
 	}
-	return e.SetModel(m, version)
+	if err := e.SetModel(m, version); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	if e.version == version {
+		e.ckptDir = dir
+	}
+	e.mu.Unlock()
+	return nil
 }
 
 // Serve serves the HTTP API on ln until ctx ends or Shutdown is called,
@@ -271,6 +282,7 @@ func (e *Engine) Close() {
 	e.mu.Unlock()
 	close(e.stop)
 	<-e.done
+	e.removeWorkDir()
 }
 
 func (e *Engine) abortAll() {

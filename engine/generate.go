@@ -58,7 +58,7 @@ func (e *Engine) samplingFor(model string, o *SamplingOptions, maxTokens *int) (
 	if rerr != nil {
 		return "", nil, sampling{}, rerr
 	}
-	sp.ignoreEOS, sp.returnIDs = o.IgnoreEOS, o.ReturnTokenIDs
+	sp.ignoreEOS, sp.returnIDs, sp.tokIDs = o.IgnoreEOS, o.ReturnTokenIDs, o.ReturnTokensAsTokenIDs
 	return lora, m, sp, nil
 }
 

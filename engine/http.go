@@ -22,7 +22,7 @@ func (e *Engine) Handler() http.Handler {
 	mux.HandleFunc("POST /pause", e.handlePause)
 	mux.HandleFunc("POST /resume", func(w http.ResponseWriter, r *http.Request) {
 		e.Resume()
-		writeJSON(w, http.StatusOK, map[string]any{"status": "ok"})
+		writeJSON(w, http.StatusOK, map[string]any{"status": "resumed"})
 	})
 	mux.HandleFunc("GET /is_paused", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]bool{"is_paused": e.IsPaused()})
@@ -43,8 +43,12 @@ func (e *Engine) Handler() http.Handler {
 	})
 	mux.HandleFunc("POST /v1/load_lora_adapter", e.handleLoadLoRA)
 	mux.HandleFunc("POST /v1/unload_lora_adapter", e.handleUnloadLoRA)
-	mux.HandleFunc("POST /sleep", e.okHandler(e.Sleep))
-	mux.HandleFunc("POST /wake_up", e.okHandler(e.WakeUp))
+	mux.HandleFunc("POST /sleep", e.handleSleep)
+	mux.HandleFunc("POST /wake_up", func(w http.ResponseWriter, r *http.Request) {
+		e.WakeUp()
+		w.WriteHeader(http.StatusOK) // vLLM answers an empty 200
+	})
+	mux.HandleFunc("POST /collective_rpc", e.handleCollectiveRPC)
 	mux.HandleFunc("GET /is_sleeping", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]bool{"is_sleeping": e.IsSleeping()})
 	})
@@ -133,9 +137,16 @@ func (e *Engine) handleHealth(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 }
 
+// handlePause answers POST /pause with vLLM's defaults: mode=abort,
+// clear_cache=true, and clear_cache ignored in keep mode
+// (vllm/entrypoints/serve/dev/rlhf/api_router.py). Go callers of Pause
+// keep their own defaults ("" = keep).
 func (e *Engine) handlePause(w http.ResponseWriter, r *http.Request) {
 	mode := r.URL.Query().Get("mode")
-	clear := false
+	if mode == "" {
+		mode = "abort"
+	}
+	clear := true
 	if v := r.URL.Query().Get("clear_cache"); v != "" {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
@@ -144,6 +155,9 @@ func (e *Engine) handlePause(w http.ResponseWriter, r *http.Request) {
 		}
 		clear = b
 	}
+	if mode == "keep" {
+		clear = false
+	}
 	if err := e.Pause(r.Context(), mode, clear); err != nil {
 		if r.Context().Err() != nil {
 			return // client gone
@@ -151,7 +165,37 @@ func (e *Engine) handlePause(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "mode", "%v", err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "is_paused": true})
+	writeJSON(w, http.StatusOK, map[string]any{"status": "paused"})
+}
+
+// handleSleep answers POST /sleep?level=1|2&mode=abort|keep as vLLM does
+// (vllm/entrypoints/serve/dev/sleep/api_router.py): level defaults to 1,
+// mode to abort (in-flight requests end now; with keep they freeze), and
+// the answer is an empty 200. The built-in engine holds no GPU memory, so
+// both levels freeze the engine and drop the prefix cache; the weights
+// stay (vLLM's level 2 discards them and needs a reload after wake_up).
+func (e *Engine) handleSleep(w http.ResponseWriter, r *http.Request) {
+	level := r.URL.Query().Get("level")
+	if level == "" {
+		level = "1"
+	}
+	if level != "1" && level != "2" {
+		writeError(w, http.StatusBadRequest, "level", "sleep level must be 1 or 2, got %q", level)
+		return
+	}
+	mode := r.URL.Query().Get("mode")
+	switch mode {
+	case "", "abort":
+		e.mu.Lock()
+		e.abortLocked(nil, false)
+		e.mu.Unlock()
+	case "keep":
+	default:
+		writeError(w, http.StatusBadRequest, "mode", "sleep mode must be abort or keep, got %q", mode)
+		return
+	}
+	e.Sleep()
+	w.WriteHeader(http.StatusOK)
 }
 
 func (e *Engine) handleAbort(w http.ResponseWriter, r *http.Request) {

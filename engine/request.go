@@ -39,6 +39,9 @@ type sampling struct {
 	ignoreEOS bool
 	nTop      int // -1 = no logprobs object
 	returnIDs bool
+	// tokIDs renders logprob tokens as "token_id:N"
+	// (return_tokens_as_token_ids).
+	tokIDs bool
 }
 
 type samplingFields struct {
@@ -287,6 +290,15 @@ func (e *Engine) awaitProgress(r *http.Request, g *group) bool {
 }
 
 // tokenText is the display form of a token in logprobs.
+// logprobToken is a token as the logprobs objects name it: its text, or
+// "token_id:N" with return_tokens_as_token_ids (as vLLM renders it).
+func (sp sampling) logprobToken(id int32) string {
+	if sp.tokIDs {
+		return "token_id:" + strconv.Itoa(int(id))
+	}
+	return tokenText(id)
+}
+
 func tokenText(id int32) string {
 	switch id {
 	case tokenizer.PAD:
