@@ -9,9 +9,9 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
-
-	"github.com/asyncrl/asyncrl/engine"
 )
 
 // ErrEngine wraps failures of one generation call (transport errors,
@@ -59,12 +59,21 @@ type Generator interface {
 }
 
 // HTTPClient calls a vLLM-compatible /v1/completions endpoint (the router,
-// or one engine) with token-id prompts.
+// or one engine) token-in/token-out: the prompt goes as token ids and the
+// answer is read from choices[0].token_ids and the sampled tokens'
+// logprobs, as vLLM returns them (see Generate).
 type HTTPClient struct {
 	// BaseURL is the router's (or engine's) base URL, e.g. http://127.0.0.1:8000.
 	BaseURL string
-	// Model is the served model name sent in every request.
+	// Model is the served model name sent in every request (vLLM's
+	// --served-model-name, or a LoRA adapter's name); empty omits the
+	// field, and vLLM then serves its default model.
 	Model string
+	// Stop and StopTokenIDs end generation at these strings or token ids
+	// (vLLM's stop and stop_token_ids; the model's EOS stops it anyway
+	// unless the server ignores it). Empty sends none.
+	Stop         []string
+	StopTokenIDs []int32
 	// Client sends the requests; nil uses a client without proxies.
 	Client *http.Client
 }
@@ -80,22 +89,71 @@ func (c *HTTPClient) client() *http.Client {
 
 var defaultClient = &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 256}}
 
+// Router headers with the oldest and newest weight version the replica
+// served while the call was on it (actors/router/proxy VersionMinHeader
+// and VersionMaxHeader; the names are repeated here because rollout
+// imports no router package).
+const (
+	versionMinHeader = "X-Asyncrl-Weight-Version-Min"
+	versionMaxHeader = "X-Asyncrl-Weight-Version-Max"
+)
+
 type completionBody struct {
-	Model          string  `json:"model"`
-	Prompt         []int32 `json:"prompt"`
-	MaxTokens      int     `json:"max_tokens"`
-	Temperature    float64 `json:"temperature"`
-	TopP           float64 `json:"top_p"`
-	TopK           int     `json:"top_k"`
-	ReturnTokenIDs bool    `json:"return_token_ids"`
+	Model        string   `json:"model,omitempty"`
+	Prompt       []int32  `json:"prompt"`
+	MaxTokens    int      `json:"max_tokens"`
+	Temperature  float64  `json:"temperature"`
+	TopP         float64  `json:"top_p"`
+	TopK         int      `json:"top_k"`
+	Stop         []string `json:"stop,omitempty"`
+	StopTokenIDs []int32  `json:"stop_token_ids,omitempty"`
+	// Logprobs 0 asks for the sampled token's logprob alone (no
+	// alternatives) in choices[].logprobs.token_logprobs.
+	Logprobs               int  `json:"logprobs"`
+	ReturnTokenIDs         bool `json:"return_token_ids"`
+	ReturnTokensAsTokenIDs bool `json:"return_tokens_as_token_ids"`
 }
 
-// Generate posts one completion request and decodes the asyncrl
-// extensions (token ids, output logprobs, token versions, support sets and
-// support-normalised logprobs).
+// completionAnswer is the part of a /v1/completions answer Generate reads:
+// vLLM's fields, and the asyncrl engine's optional extensions.
+type completionAnswer struct {
+	Choices []struct {
+		FinishReason   *string `json:"finish_reason"`
+		TokenIDs       []int32 `json:"token_ids"`
+		PromptTokenIDs []int32 `json:"prompt_token_ids"`
+		Logprobs       *struct {
+			// Entries are null where vLLM has no logprob (the first
+			// prompt token in echo mode); never for a generated token.
+			TokenLogprobs []*float64 `json:"token_logprobs"`
+		} `json:"logprobs"`
+		// asyncrl extensions (engine.Extensions), absent from vLLM.
+		OutputLogprobs        []float32 `json:"output_logprobs"`
+		TokenWeightVersions   []int64   `json:"token_weight_versions"`
+		SampleSupport         [][]int32 `json:"sample_support"`
+		OutputSupportLogprobs []float32 `json:"output_support_logprobs"`
+	} `json:"choices"`
+	Usage *struct {
+		CompletionTokens int `json:"completion_tokens"`
+	} `json:"usage"`
+}
+
+// Generate posts one completion request and decodes the answer:
+//   - tokens from choices[0].token_ids (return_token_ids);
+//   - logprobs from the engine's output_logprobs when present, otherwise
+//     from logprobs.token_logprobs (requested with logprobs: 0);
+//   - versions from the engine's token_weight_versions when present,
+//     otherwise every token gets the router's X-Asyncrl-Weight-Version-Min
+//     (the oldest version the replica served during the call: staleness
+//     counts from the oldest); neither is an error;
+//   - sample_support and output_support_logprobs when the engine sends them.
+//
+// Every per-token array must have one entry per token, and prompt_token_ids,
+// when present, must equal the prompt sent (a truncated prompt would
+// misalign the trajectory).
 func (c *HTTPClient) Generate(ctx context.Context, req TurnRequest) (TurnOutput, error) {
 	body, err := json.Marshal(completionBody{Model: c.Model, Prompt: req.Tokens, MaxTokens: req.MaxTokens,
-		Temperature: req.Temperature, TopP: req.TopP, TopK: req.TopK, ReturnTokenIDs: true})
+		Temperature: req.Temperature, TopP: req.TopP, TopK: req.TopK, Stop: c.Stop, StopTokenIDs: c.StopTokenIDs,
+		Logprobs: 0, ReturnTokenIDs: true, ReturnTokensAsTokenIDs: true})
 	if err != nil {
 		return TurnOutput{}, err
 	}
@@ -117,24 +175,86 @@ func (c *HTTPClient) Generate(ctx context.Context, req TurnRequest) (TurnOutput,
 	if resp.StatusCode != http.StatusOK {
 		return TurnOutput{}, fmt.Errorf("%w: HTTP %d: %s", ErrEngine, resp.StatusCode, bytes.TrimSpace(data))
 	}
-	var cr engine.CompletionResponse
+	out, err := decodeAnswer(data, resp.Header, req.Tokens)
+	if err != nil {
+		return TurnOutput{}, fmt.Errorf("%w: %s: %w", ErrEngine, resp.Request.URL, err)
+	}
+	out.Engine = resp.Header.Get("X-Asyncrl-Replica")
+	return out, nil
+}
+
+// decodeAnswer turns a /v1/completions body (and the router's headers)
+// into a TurnOutput; prompt is the token ids sent.
+func decodeAnswer(data []byte, h http.Header, prompt []int32) (TurnOutput, error) {
+	var cr completionAnswer
 	if err := json.Unmarshal(data, &cr); err != nil {
-		return TurnOutput{}, fmt.Errorf("%w: decode response: %w", ErrEngine, err)
+		return TurnOutput{}, fmt.Errorf("decode response: %w", err)
 	}
 	if len(cr.Choices) != 1 {
-		return TurnOutput{}, fmt.Errorf("%w: %d choices, want 1", ErrEngine, len(cr.Choices))
+		return TurnOutput{}, fmt.Errorf("%d choices, want 1", len(cr.Choices))
 	}
 	ch := cr.Choices[0]
-	out := TurnOutput{Tokens: ch.TokenIDs, Logprobs: ch.OutputLogprobs, Versions: ch.TokenWeightVersions,
-		Support: ch.SampleSupport, SupportLogprobs: ch.OutputSupportLogprobs, Engine: resp.Header.Get("X-Asyncrl-Replica")}
+	out := TurnOutput{Tokens: ch.TokenIDs, Support: ch.SampleSupport, SupportLogprobs: ch.OutputSupportLogprobs}
 	if ch.FinishReason != nil {
 		out.Finish = *ch.FinishReason
 	}
+	if ch.TokenIDs == nil && (cr.Usage == nil || cr.Usage.CompletionTokens > 0) {
+		return TurnOutput{}, errors.New("no choices[0].token_ids in the answer (vLLM needs return_token_ids, vLLM ≥ 0.10.2)")
+	}
 	n := len(out.Tokens)
-	if len(out.Logprobs) != n || len(out.Versions) != n || (out.Support != nil && len(out.Support) != n) ||
-		(out.SupportLogprobs != nil && len(out.SupportLogprobs) != n) {
-		return TurnOutput{}, fmt.Errorf("%w: %d tokens but %d logprobs, %d versions, %d support rows, %d support logprobs",
-			ErrEngine, n, len(out.Logprobs), len(out.Versions), len(out.Support), len(out.SupportLogprobs))
+	if ch.PromptTokenIDs != nil && !slices.Equal(ch.PromptTokenIDs, prompt) {
+		return TurnOutput{}, fmt.Errorf("choices[0].prompt_token_ids (%d tokens) differ from the %d prompt tokens sent", len(ch.PromptTokenIDs), len(prompt))
+	}
+
+	switch {
+	case ch.OutputLogprobs != nil:
+		out.Logprobs = ch.OutputLogprobs
+	case ch.Logprobs != nil && ch.Logprobs.TokenLogprobs != nil:
+		out.Logprobs = make([]float32, len(ch.Logprobs.TokenLogprobs))
+		for i, lp := range ch.Logprobs.TokenLogprobs {
+			if lp == nil {
+				return TurnOutput{}, fmt.Errorf("choices[0].logprobs.token_logprobs[%d] is null for generated token %d", i, i)
+			}
+			out.Logprobs[i] = float32(*lp)
+		}
+	case n > 0:
+		return TurnOutput{}, fmt.Errorf("no logprobs for %d tokens: neither choices[0].output_logprobs nor choices[0].logprobs.token_logprobs", n)
+	}
+
+	switch {
+	case ch.TokenWeightVersions != nil:
+		out.Versions = ch.TokenWeightVersions
+	case h.Get(versionMinHeader) != "":
+		v, err := strconv.ParseInt(h.Get(versionMinHeader), 10, 64)
+		if err != nil {
+			return TurnOutput{}, fmt.Errorf("header %s: %w", versionMinHeader, err)
+		}
+		out.Versions = make([]int64, n)
+		for i := range out.Versions {
+			out.Versions[i] = v
+		}
+	case n > 0:
+		return TurnOutput{}, fmt.Errorf("no weight versions for %d tokens: neither choices[0].token_weight_versions nor a %s header (call the engine through the router)", n, versionMinHeader)
+	}
+
+	var bad []string
+	check := func(name string, got int, present bool) {
+		if present && got != n {
+			bad = append(bad, fmt.Sprintf("%d %s", got, name))
+		}
+	}
+	check("logprobs", len(out.Logprobs), out.Logprobs != nil)
+	check("token_weight_versions", len(out.Versions), out.Versions != nil)
+	check("sample_support rows", len(out.Support), out.Support != nil)
+	check("output_support_logprobs", len(out.SupportLogprobs), out.SupportLogprobs != nil)
+	if bad != nil {
+		return TurnOutput{}, fmt.Errorf("%d token_ids but %s", n, strings.Join(bad, ", "))
+	}
+	if out.Logprobs == nil {
+		out.Logprobs = []float32{}
+	}
+	if out.Versions == nil {
+		out.Versions = []int64{}
 	}
 	return out, nil
 }

@@ -10,9 +10,21 @@
 //     prompt, earlier turns, environment observations) with X-Session-ID =
 //     the trajectory id, so the router keeps the trajectory on one engine.
 //     Model tokens get loss mask 1, the engine's logprob, the version of the
-//     weights that produced them (token_weight_versions), their sample
-//     support set and their logprob renormalised over that set (the
-//     engine's output_support_logprobs); context tokens get loss mask 0.
+//     weights that produced them, their sample support set and their
+//     logprob renormalised over that set; context tokens get loss mask 0.
+//   - Wire (HTTPClient): vLLM's token-in/token-out form of /v1/completions:
+//     prompt as token ids, return_token_ids, logprobs: 0,
+//     return_tokens_as_token_ids, model/stop/stop_token_ids from the
+//     client's fields. Tokens come from choices[0].token_ids; logprobs
+//     from the engine's output_logprobs when present, else vLLM's
+//     logprobs.token_logprobs (a null entry is an error naming its index);
+//     versions from the engine's token_weight_versions when present, else
+//     the router's X-Asyncrl-Weight-Version-Min for every token (a call
+//     that straddled a weight swap counts from the older version), and an
+//     answer with neither is an error; sample_support and
+//     output_support_logprobs only from the built-in engine. Any per-token
+//     array of the wrong length, or prompt_token_ids differing from the
+//     prompt sent, fails the call (ErrEngine).
 //     With EpisodeConfig.SupportLogprobs (trainer.normalize_over_support)
 //     the packed trajectory's logprobs are the support-normalised ones,
 //     and an answer with support sets but without them is a failed call.

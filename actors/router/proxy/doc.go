@@ -7,7 +7,11 @@
 //     replica the core chooses, with the session key taken from
 //     X-Session-ID and the other sources of policy.SessionKey (vllm-router's
 //     rules; the proxy hands the core its header lookup, h.Get). The
-//     response carries X-Asyncrl-Replica: <replica URL>. Responses stream
+//     response carries X-Asyncrl-Replica: <replica URL>, and
+//     X-Asyncrl-Weight-Version-Min/-Max: the oldest and newest version the
+//     replica was recorded as serving (Router.Do's SetVersion calls, the
+//     admin API) from routing until the upstream's headers arrived; a
+//     streamed answer repeats them as trailers covering the whole stream. Responses stream
 //     through with a flush per chunk (SSE works); hop-by-hop headers are
 //     stripped both ways; bodies over MaxBodyBytes get 413 with a
 //     vLLM-style JSON error.
