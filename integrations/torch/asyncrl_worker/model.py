@@ -1,0 +1,172 @@
+"""A torch port of asyncrl's built-in policy (policy/model.go, policy/checkpoint.go).
+
+The network is a windowed MLP. To predict the token after tokens[:i] it looks at
+the last `window` tokens, slot k = tokens[i-1-k] (slot 0 the most recent); slots
+before the sequence start (and ids outside the vocabulary) read as PAD (id 0).
+x = concat_k embed[ctx_k] (slot 0 first, so layer 0's weight columns
+[k*embed_dim, (k+1)*embed_dim) belong to slot k); h = tanh(W_l x + b_l) for each
+of `layers` layers; logits = head.weight h + head.bias.
+
+Tensor names and shapes (policy.layout): embed.weight [V, D];
+layers.{l}.weight [H, in_l] (in_0 = window*D, else H); layers.{l}.bias [H];
+head.weight [V, H]; head.bias [V]. config.json: {"model_type":
+"asyncrl-window-mlp", vocab_size, window, embed_dim, hidden, layers,
+max_seq_len, "torch_dtype": "bfloat16" (serving) | "float32" (trainer)}.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import torch
+from torch import nn
+
+from . import safetensors as st
+
+MODEL_TYPE = "asyncrl-window-mlp"
+PAD = 0
+CONFIG_FIELDS = ("vocab_size", "window", "embed_dim", "hidden", "layers", "max_seq_len")
+# policy.Config.Validate bounds.
+_BOUNDS = {"vocab_size": (3, 1 << 20), "window": (1, 4096), "embed_dim": (1, 4096),
+           "hidden": (1, 16384), "layers": (1, 64), "max_seq_len": (1, 1 << 24)}
+DEFAULT_CONFIG = {"vocab_size": 98, "window": 16, "embed_dim": 16, "hidden": 128, "layers": 1, "max_seq_len": 256}
+
+
+def validate_config(cfg: dict) -> dict:
+    """Return the shape fields of cfg; raise ValueError naming the first bad one.
+    model_type and torch_dtype may be present; other keys are rejected."""
+    extra = set(cfg) - set(CONFIG_FIELDS) - {"model_type", "torch_dtype"}
+    if extra:
+        raise ValueError(f"unknown config key {sorted(extra)[0]!r}")
+    if cfg.get("model_type", MODEL_TYPE) != MODEL_TYPE:
+        raise ValueError(f"model_type {cfg.get('model_type')!r}, want {MODEL_TYPE!r}")
+    out = {}
+    for k in CONFIG_FIELDS:
+        v = cfg.get(k)
+        lo, hi = _BOUNDS[k]
+        if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
+            raise ValueError(f"{k} must be an integer in [{lo}, {hi}], got {v!r}")
+        out[k] = v
+    return out
+
+
+class WindowMLP(nn.Module):
+    def __init__(self, cfg: dict):
+        super().__init__()
+        self.cfg = validate_config(cfg)
+        c = self.cfg
+        self.embed = nn.Embedding(c["vocab_size"], c["embed_dim"])
+        dims = [c["window"] * c["embed_dim"]] + [c["hidden"]] * c["layers"]
+        self.layers = nn.ModuleList(nn.Linear(dims[l], c["hidden"]) for l in range(c["layers"]))
+        self.head = nn.Linear(c["hidden"], c["vocab_size"])
+
+    @property
+    def vocab_size(self) -> int:
+        return self.cfg["vocab_size"]
+
+    @property
+    def max_seq_len(self) -> int:
+        return self.cfg["max_seq_len"]
+
+    def init_weights(self, seed: int) -> None:
+        """policy.New's distributions (not its RNG stream): embeddings N(0,1),
+        hidden N(0, 1/fan_in), head N(0, 0.1/sqrt(H)), zero biases."""
+        g = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            self.embed.weight.normal_(0, 1, generator=g)
+            for lin in self.layers:
+                lin.weight.normal_(0, 1 / math.sqrt(lin.in_features), generator=g)
+                lin.bias.zero_()
+            self.head.weight.normal_(0, 0.1 / math.sqrt(self.cfg["hidden"]), generator=g)
+            self.head.bias.zero_()
+
+    def contexts(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Window ids [P, window] for predicting tokens[p] for each p in positions
+        (slot k = tokens[p-1-k], PAD before the start or outside the vocabulary)."""
+        W = self.cfg["window"]
+        tokens = tokens.long()
+        tokens = torch.where((tokens >= 0) & (tokens < self.vocab_size), tokens, torch.full_like(tokens, PAD))
+        padded = torch.cat([torch.full((W,), PAD, dtype=torch.long), tokens])
+        # tokens[p-1-k] is padded[W + p - 1 - k]
+        idx = (W + positions.long() - 1).unsqueeze(1) - torch.arange(W).unsqueeze(0)
+        return padded[idx]
+
+    def forward_ctx(self, ctx: torch.Tensor) -> torch.Tensor:
+        """Logits [P, V] for window ids ctx [P, window]."""
+        x = self.embed(ctx).reshape(ctx.shape[0], -1)
+        for lin in self.layers:
+            x = torch.tanh(lin(x))
+        return self.head(x)
+
+    def logits_at(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        return self.forward_ctx(self.contexts(tokens, positions))
+
+    def next_logits(self, tokens) -> torch.Tensor:
+        """Logits of the token following tokens (policy.Model.NextLogits)."""
+        t = torch.as_tensor(list(tokens) + [PAD], dtype=torch.long)
+        return self.logits_at(t, torch.tensor([len(t) - 1]))[0]
+
+    # --- checkpoints -------------------------------------------------------
+
+    def named_tensors(self) -> dict[str, torch.Tensor]:
+        """Parameters under policy.layout's names, in its fixed order."""
+        out = {"embed.weight": self.embed.weight}
+        for l, lin in enumerate(self.layers):
+            out[f"layers.{l}.weight"] = lin.weight
+            out[f"layers.{l}.bias"] = lin.bias
+        out["head.weight"] = self.head.weight
+        out["head.bias"] = self.head.bias
+        return out
+
+    def load_named(self, tensors: dict[str, torch.Tensor], prefix: str = "") -> None:
+        """Copy tensors (names prefixed) into the parameters; shapes must match."""
+        with torch.no_grad():
+            for name, p in self.named_tensors().items():
+                t = tensors.get(prefix + name)
+                if t is None:
+                    raise ValueError(f"tensor {prefix + name!r} not found")
+                if tuple(t.shape) != tuple(p.shape):
+                    raise ValueError(f"tensor {prefix + name!r} has shape {list(t.shape)}, config implies {list(p.shape)}")
+                p.copy_(t.float())
+
+    def save_serving(self, d: str, metadata: dict[str, str] | None = None) -> None:
+        """BF16 model.safetensors + config.json, as policy.Model.SaveServing."""
+        os.makedirs(d, exist_ok=True)
+        md = {"format": "pt", **(metadata or {})}
+        ts = self.named_tensors()
+        st.save_file(os.path.join(d, "model.safetensors"), ts, {n: "BF16" for n in ts}, md)
+        write_config(d, self.cfg, "bfloat16")
+
+
+def write_config(d: str, cfg: dict, dtype: str) -> None:
+    """config.json as Go's writeConfig: model_type, the shape fields, torch_dtype."""
+    body = {"model_type": MODEL_TYPE, **{k: cfg[k] for k in CONFIG_FIELDS}, "torch_dtype": dtype}
+    st.atomic_write(os.path.join(d, "config.json"), (json.dumps(body, indent=2) + "\n").encode())
+
+
+def read_config(d: str) -> dict:
+    with open(os.path.join(d, "config.json")) as f:
+        cfg = json.load(f)
+    if not isinstance(cfg, dict):
+        raise ValueError(f"{d}/config.json is not a JSON object")
+    return validate_config(cfg)
+
+
+def load_serving(d: str) -> WindowMLP:
+    """Load a checkpoint Go's SaveServing (or save_serving) wrote: config.json +
+    model.safetensors (F32/BF16/F16, or sharded with an index)."""
+    m = WindowMLP(read_config(d))
+    tensors, _ = st.load_dir(d, as_float32=True)
+    m.load_named(tensors)
+    return m
+
+
+def load_hf_causal_lm(path: str):
+    """Any Hugging Face causal LM (kind "hf"); needs transformers (guarded)."""
+    try:
+        from transformers import AutoModelForCausalLM  # type: ignore
+    except ImportError as e:  # pragma: no cover - not installed here
+        raise RuntimeError("model.kind hf needs the transformers package, which is not importable") from e
+    return AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32)  # pragma: no cover

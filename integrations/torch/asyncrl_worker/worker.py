@@ -1,0 +1,588 @@
+"""The frame loop: Init, TrainBatch, SaveCheckpoint, Shutdown (docs/protocol.md,
+worker bridge frames v1).
+
+Nothing is half-applied: every field of a request is validated before the
+model is touched; a failure during the step (non-finite loss or gradient, an
+exception, a checkpoint that cannot be written) zeroes the gradients, puts the
+previous weights and optimiser state back and answers Error{internal}.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import os
+import shutil
+import tempfile
+import traceback
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from . import model as mdl
+from . import safetensors as st
+from .frames import EOF, PROTOCOL_VERSION, FrameError, error_frame, parse_tensor, read_frame, write_frame
+from .loss import LossConfig, grpo_advantages, sequence_weights, token_loss
+
+log = logging.getLogger("asyncrl_worker")
+
+WORKER_NAME = "asyncrl_worker"
+OPTIMIZER_FILE = "optimizer.pt"
+SERVING_DIR = "v{:08d}"
+STATE_DIR = "state-v{:08d}"
+
+
+def bad(field: str, message: str) -> FrameError:
+    return FrameError("bad_field", field, message)
+
+
+def _check_keys(obj, allowed: set[str], where: str, required: set[str] = frozenset()) -> dict:
+    if not isinstance(obj, dict):
+        raise bad(where, "must be a map")
+    for k in obj:
+        if k not in allowed:
+            raise bad(f"{where}.{k}" if where else k, "unknown key")
+    for k in sorted(required):
+        if k not in obj:
+            raise bad(f"{where}.{k}" if where else k, "missing")
+    return obj
+
+
+def _int(v, field: str, lo: int | None = None) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise bad(field, f"must be an integer, got {v!r}")
+    if lo is not None and v < lo:
+        raise bad(field, f"must be >= {lo}, got {v}")
+    return v
+
+
+def _float(v, field: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise bad(field, f"must be a finite number, got {v!r}")
+    return float(v)
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 3e-3
+    betas: tuple = (0.9, 0.99)
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+
+
+def parse_optimizer(o) -> OptimConfig:
+    _check_keys(o, {"name", "lr", "betas", "eps", "weight_decay", "max_grad_norm"}, "optimizer", {"name"})
+    if o["name"] != "adamw":
+        raise bad("optimizer.name", f"only adamw is supported, got {o['name']!r}")
+    c = OptimConfig()
+    if "lr" in o:
+        c.lr = _float(o["lr"], "optimizer.lr")
+    if "betas" in o:
+        b = o["betas"]
+        if not isinstance(b, list) or len(b) != 2:
+            raise bad("optimizer.betas", "must be [beta1, beta2]")
+        c.betas = (_float(b[0], "optimizer.betas[0]"), _float(b[1], "optimizer.betas[1]"))
+    for k in ("eps", "weight_decay", "max_grad_norm"):
+        if k in o:
+            setattr(c, k, _float(o[k], f"optimizer.{k}"))
+    # policy.TrainerConfig.Validate's rules
+    if not c.lr > 0:
+        raise bad("optimizer.lr", f"must be > 0, got {c.lr}")
+    for i, b in enumerate(c.betas):
+        if not 0 <= b < 1:
+            raise bad(f"optimizer.betas[{i}]", f"must be in [0, 1), got {b}")
+    if not c.eps > 0:
+        raise bad("optimizer.eps", f"must be > 0, got {c.eps}")
+    if c.weight_decay < 0:
+        raise bad("optimizer.weight_decay", f"must be >= 0, got {c.weight_decay}")
+    if c.max_grad_norm < 0:
+        raise bad("optimizer.max_grad_norm", f"must be >= 0 (0 = off), got {c.max_grad_norm}")
+    return c
+
+
+@dataclass
+class AdvConfig:
+    estimator: str = "grpo"
+    norm_adv_by_std: bool = True
+    epsilon: float = 1e-6
+
+
+def parse_loss(o) -> tuple[LossConfig, AdvConfig]:
+    allowed = LossConfig.keys() | {"advantage"}
+    _check_keys(o, allowed, "loss")
+    cfg = LossConfig()
+    for k, v in o.items():
+        if k == "advantage":
+            continue
+        if k == "tis_ratio_type" and v is None:
+            v = "none"
+        setattr(cfg, k, v)
+    try:
+        cfg.validate()
+    except ValueError as e:
+        field, msg = e.args if len(e.args) == 2 else ("", str(e))
+        raise bad(f"loss.{field}", msg) from None
+    adv = AdvConfig()
+    if "advantage" in o:
+        a = _check_keys(o["advantage"], {"estimator", "norm_adv_by_std", "epsilon"}, "loss.advantage")
+        if a.get("estimator", "grpo") != "grpo":
+            raise bad("loss.advantage.estimator", f"only grpo is supported, got {a['estimator']!r}")
+        if "norm_adv_by_std" in a:
+            if not isinstance(a["norm_adv_by_std"], bool):
+                raise bad("loss.advantage.norm_adv_by_std", "must be a bool")
+            adv.norm_adv_by_std = a["norm_adv_by_std"]
+        if "epsilon" in a:
+            adv.epsilon = _float(a["epsilon"], "loss.advantage.epsilon")
+            if adv.epsilon < 0:
+                raise bad("loss.advantage.epsilon", "must be >= 0")
+    return cfg, adv
+
+
+class BuiltinPolicy:
+    """asyncrl's windowed MLP (model.WindowMLP)."""
+
+    kind = "builtin"
+
+    def __init__(self, net: mdl.WindowMLP):
+        self.net = net
+
+    @property
+    def vocab_size(self):
+        return self.net.vocab_size
+
+    @property
+    def max_seq_len(self):
+        return self.net.max_seq_len
+
+    def parameters(self):
+        return list(self.net.parameters())
+
+    def logits_at(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        return self.net.logits_at(tokens, positions)
+
+    def save_serving(self, d: str, step: int) -> None:
+        self.net.save_serving(d, {"version": str(step)})
+
+    def save_weights_f32(self, d: str) -> None:
+        ts = self.net.named_tensors()
+        st.save_file(os.path.join(d, "model.safetensors"), ts, {n: "F32" for n in ts}, {"format": "pt"})
+        mdl.write_config(d, self.net.cfg, "float32")
+
+
+class HFPolicy:  # pragma: no cover - needs transformers, not installed in asyncrl's CI
+    """Any Hugging Face causal LM (model.kind "hf")."""
+
+    kind = "hf"
+
+    def __init__(self, path: str):
+        self.net = mdl.load_hf_causal_lm(path)
+        cfg = self.net.config
+        self.vocab_size = cfg.vocab_size
+        self.max_seq_len = getattr(cfg, "max_position_embeddings", 1 << 24)
+
+    def parameters(self):
+        return [p for p in self.net.parameters() if p.requires_grad]
+
+    def logits_at(self, tokens, positions):
+        out = self.net(input_ids=tokens.long().unsqueeze(0)).logits[0]
+        return out[positions.long() - 1]
+
+    def save_serving(self, d, step):
+        bf = copy.deepcopy(self.net).to(torch.bfloat16)
+        bf.save_pretrained(d, safe_serialization=True)
+
+    def save_weights_f32(self, d):
+        self.net.save_pretrained(d, safe_serialization=True)
+
+
+def _load_builtin(path: str | None, config: dict | None, seed: int, field: str) -> BuiltinPolicy:
+    if path:
+        try:
+            net = mdl.load_serving(path)
+        except (OSError, ValueError) as e:
+            raise bad(field, f"cannot load the checkpoint in {path}: {e}") from None
+        if config is not None:
+            try:
+                want = mdl.validate_config(config)
+            except ValueError as e:
+                raise bad("model.config", str(e)) from None
+            if want != net.cfg:
+                raise bad("model.config", f"{want} disagrees with {path}/config.json {net.cfg}")
+        return BuiltinPolicy(net)
+    if config is None:
+        raise bad("model.path", "neither a checkpoint path nor a config to initialise from")
+    try:
+        net = mdl.WindowMLP(config)
+    except ValueError as e:
+        raise bad("model.config", str(e)) from None
+    net.init_weights(seed)
+    return BuiltinPolicy(net)
+
+
+@dataclass
+class Batch:
+    tokens: torch.Tensor  # int64 [T]
+    offsets: list[int]  # [S+1]
+    mask: np.ndarray  # uint8 [T]
+    rollout: torch.Tensor  # float64 [T]
+    advantages: torch.Tensor  # float64 [S]
+    groups: list[str]
+    micro: list[list[int]]
+    seq_tokens: list[int]  # trained tokens per sequence
+
+
+class Worker:
+    def __init__(self):
+        self.policy = None
+        self.opt = None
+        self.optim_cfg: OptimConfig | None = None
+        self.loss_cfg: LossConfig | None = None
+        self.adv_cfg: AdvConfig | None = None
+        self.step = 0
+        self.out_dir = ""
+        self.done = False
+
+    # --- dispatch ------------------------------------------------------------
+
+    def handle(self, req: dict) -> dict:
+        rid = req.get("id", 0)
+        if isinstance(rid, bool) or not isinstance(rid, int) or rid < 0:
+            return error_frame(0, "bad_field", "id", f"id must be an unsigned integer, got {rid!r}")
+        try:
+            if "v" not in req:
+                raise bad("v", "missing protocol version")
+            if req["v"] != PROTOCOL_VERSION:
+                raise FrameError("unsupported_version", "v", f"protocol version {req['v']!r}; this worker speaks {PROTOCOL_VERSION}")
+            typ = req.get("type")
+            fn = {"Init": self.init, "TrainBatch": self.train_batch, "SaveCheckpoint": self.save_checkpoint,
+                  "Shutdown": self.shutdown}.get(typ)
+            if fn is None:
+                raise bad("type", f"unknown request type {typ!r}")
+            reply = fn(req)
+            reply.update({"v": PROTOCOL_VERSION, "id": rid})
+            return reply
+        except FrameError as e:
+            return error_frame(rid, e.code, e.field, e.message)
+        except Exception as e:  # anything unexpected: internal, nothing applied
+            log.error("internal error:\n%s", traceback.format_exc())
+            return error_frame(rid, "internal", "", f"{type(e).__name__}: {e}")
+
+    # --- Init ------------------------------------------------------------------
+
+    def init(self, req: dict) -> dict:
+        _check_keys(req, {"v", "type", "id", "model", "optimizer", "loss", "seed", "resume", "step", "out_dir"}, "",
+                    {"model", "optimizer", "loss", "out_dir"})
+        m = _check_keys(req["model"], {"kind", "path", "config"}, "model", {"kind"})
+        kind = m["kind"]
+        if kind not in ("builtin", "hf"):
+            raise bad("model.kind", f"must be builtin or hf, got {kind!r}")
+        path, config = m.get("path"), m.get("config")
+        if path is not None and not isinstance(path, str):
+            raise bad("model.path", "must be a directory path")
+        if config is not None and not isinstance(config, dict):
+            raise bad("model.config", "must be a map (config.json contents)")
+        optim_cfg = parse_optimizer(req["optimizer"])
+        loss_cfg, adv_cfg = parse_loss(req["loss"])
+        seed = _int(req.get("seed", 0), "seed")
+        step = _int(req.get("step", 0), "step", 0)
+        resume = req.get("resume")
+        if resume is not None and (not isinstance(resume, str) or not resume):
+            raise bad("resume", "must be a directory path or null")
+        out_dir = req["out_dir"]
+        if not isinstance(out_dir, str) or not out_dir:
+            raise bad("out_dir", "must be a directory path")
+
+        torch.manual_seed(seed)
+        np.random.seed(seed % (1 << 32))
+        saved = None
+        if resume:
+            opt_path = os.path.join(resume, OPTIMIZER_FILE)
+            try:
+                saved = torch.load(opt_path, map_location="cpu")
+            except (OSError, RuntimeError, EOFError) as e:
+                raise bad("resume", f"cannot read {opt_path}: {e}") from None
+            if saved.get("step") != step:
+                raise bad("step", f"step {step} but the resume state {resume} is at step {saved.get('step')}")
+            if saved.get("kind", "builtin") != kind:
+                raise bad("model.kind", f"{kind} but the resume state holds a {saved.get('kind')} model")
+        if kind == "hf":  # pragma: no cover
+            try:
+                policy = HFPolicy(resume or path)
+            except RuntimeError as e:
+                raise bad("model.kind", str(e)) from None
+        else:
+            policy = _load_builtin(resume or path, config, seed, "resume" if resume else "model.path")
+        try:
+            os.makedirs(out_dir, exist_ok=True)
+        except OSError as e:
+            raise bad("out_dir", f"cannot create {out_dir}: {e}") from None
+        opt = torch.optim.AdamW(policy.parameters(), lr=optim_cfg.lr, betas=optim_cfg.betas,
+                                eps=optim_cfg.eps, weight_decay=optim_cfg.weight_decay)
+        if saved is not None:
+            try:
+                opt.load_state_dict(saved["optimizer"])
+            except (KeyError, ValueError) as e:
+                raise bad("resume", f"optimizer state does not fit the model: {e}") from None
+            for g in opt.param_groups:  # this Init's hyper-parameters win
+                g.update(lr=optim_cfg.lr, betas=optim_cfg.betas, eps=optim_cfg.eps, weight_decay=optim_cfg.weight_decay)
+            if "torch_rng" in saved:
+                torch.set_rng_state(saved["torch_rng"])
+        self.policy, self.opt = policy, opt
+        self.optim_cfg, self.loss_cfg, self.adv_cfg = optim_cfg, loss_cfg, adv_cfg
+        self.step, self.out_dir = step, out_dir
+        log.info("init: %s model, step %d, out_dir %s", kind, step, out_dir)
+        return {"type": "Ready", "step": step,
+                "worker": {"name": WORKER_NAME, "protocol": PROTOCOL_VERSION, "torch": torch.__version__}}
+
+    # --- TrainBatch ------------------------------------------------------------
+
+    def _need_init(self):
+        if self.policy is None:
+            raise bad("type", "no Init yet")
+
+    def parse_batch(self, req: dict) -> Batch:
+        """Validate a TrainBatch completely; raises FrameError(bad_field)."""
+        _check_keys(req, {"v", "type", "id", "step", "arrays", "groups", "microbatches"}, "", {"step", "arrays"})
+        step = _int(req["step"], "step")
+        if step != self.step + 1:
+            raise bad("step", f"step {step} but the weights are at version {self.step} (expected {self.step + 1})")
+        arr = _check_keys(req["arrays"], {"tokens", "seq_offsets", "loss_mask", "rollout_logprobs", "versions",
+                                          "advantages", "rewards"}, "arrays",
+                          {"tokens", "seq_offsets", "loss_mask", "rollout_logprobs", "versions"})
+        tokens = parse_tensor(arr["tokens"], "arrays.tokens", "int32", 1)
+        off = parse_tensor(arr["seq_offsets"], "arrays.seq_offsets", "int64", 1)
+        mask = parse_tensor(arr["loss_mask"], "arrays.loss_mask", "uint8", 1)
+        roll = parse_tensor(arr["rollout_logprobs"], "arrays.rollout_logprobs", "float32", 1)
+        vers = parse_tensor(arr["versions"], "arrays.versions", "int64", 1)
+        T = len(tokens)
+        for name, a in (("loss_mask", mask), ("rollout_logprobs", roll), ("versions", vers)):
+            if len(a) != T:
+                raise bad(f"arrays.{name}", f"{len(a)} values but tokens has {T}")
+        if len(off) < 2:
+            raise bad("arrays.seq_offsets", f"needs at least 2 entries (one sequence), got {len(off)}")
+        S = len(off) - 1
+        if off[0] != 0 or off[-1] != T:
+            raise bad("arrays.seq_offsets", f"must start at 0 and end at len(tokens) = {T}, got {int(off[0])} … {int(off[-1])}")
+        lens = np.diff(off)
+        if (lens < 1).any():
+            i = int(np.argmax(lens < 1))
+            raise bad("arrays.seq_offsets", f"sequence {i} is empty or the offsets decrease ({int(off[i])} → {int(off[i + 1])})")
+        V, L = self.policy.vocab_size, self.policy.max_seq_len
+        if (lens > L).any():
+            i = int(np.argmax(lens > L))
+            raise bad("arrays.seq_offsets", f"sequence {i} has {int(lens[i])} tokens, more than max_seq_len {L}")
+        badtok = (tokens < 0) | (tokens >= V)
+        if badtok.any():
+            i = int(np.argmax(badtok))
+            raise bad("arrays.tokens", f"token {i}: id {int(tokens[i])} outside the vocabulary [0, {V})")
+        if (mask > 1).any():
+            raise bad("arrays.loss_mask", f"values must be 0 or 1, found {int(mask.max())}")
+        if mask[off[:-1]].any():
+            i = int(np.argmax(mask[off[:-1]] != 0))
+            raise bad("arrays.loss_mask", f"sequence {i}: the first token is masked for training, but nothing predicts it")
+        m = mask.astype(bool)
+        badlp = m & (np.isnan(roll) | (roll > 0))
+        if badlp.any():
+            i = int(np.argmax(badlp))
+            raise bad("arrays.rollout_logprobs", f"token {i}: {float(roll[i])} is not a log-probability")
+        if not m.any():
+            raise bad("arrays.loss_mask", "no trained tokens (every loss mask is 0)")
+        seq_tokens = [int(mask[off[i]:off[i + 1]].sum()) for i in range(S)]
+
+        groups = req.get("groups")
+        if groups is not None:
+            if not isinstance(groups, list) or not all(isinstance(g, str) for g in groups):
+                raise bad("groups", "must be a list of text group ids")
+            if len(groups) != S:
+                raise bad("groups", f"{len(groups)} group ids but seq_offsets describes {S} sequences")
+        if "rewards" in arr:
+            rewards = parse_tensor(arr["rewards"], "arrays.rewards", "float32", 1)
+            if len(rewards) != S:
+                raise bad("arrays.rewards", f"{len(rewards)} values but seq_offsets describes {S} sequences")
+            if not np.isfinite(rewards).all():
+                raise bad("arrays.rewards", "must be finite")
+        else:
+            rewards = None
+        if "advantages" in arr:
+            adv = parse_tensor(arr["advantages"], "arrays.advantages", "float32", 1)
+            if len(adv) != S:
+                raise bad("arrays.advantages", f"{len(adv)} values but seq_offsets describes {S} sequences")
+            if not np.isfinite(adv).all():
+                raise bad("arrays.advantages", "must be finite")
+            advantages = torch.from_numpy(adv.astype(np.float64))
+        else:
+            if rewards is None:
+                raise bad("arrays.rewards", "missing (needed to compute advantages when arrays.advantages is absent)")
+            if groups is None:
+                raise bad("groups", "missing (GRPO advantages need a group id per sequence)")
+            a = self.adv_cfg
+            advantages = grpo_advantages(rewards.astype(np.float64), groups, a.norm_adv_by_std, a.epsilon)
+        if self.loss_cfg.loss_reduction == "prompt_mean":
+            if groups is None:
+                raise bad("groups", "missing (prompt_mean averages per prompt)")
+            for i, g in enumerate(groups):
+                if g == "" and seq_tokens[i] > 0:
+                    raise bad("groups", f"sequence {i} has no group id; prompt_mean averages per prompt")
+
+        micro = req.get("microbatches")
+        if micro is None:
+            micro = [list(range(S))]
+        if not isinstance(micro, list):
+            raise bad("microbatches", "must be a list of lists of sequence indices")
+        seen = [False] * S
+        for k, mb in enumerate(micro):
+            if not isinstance(mb, list):
+                raise bad(f"microbatches[{k}]", "must be a list of sequence indices")
+            for i in mb:
+                if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < S or seen[i]:
+                    raise bad(f"microbatches[{k}]", f"index {i!r} out of range or repeated (mini-batch of {S})")
+                seen[i] = True
+        if not all(seen):
+            raise bad("microbatches", f"cover {sum(seen)} of {S} sequences")
+        return Batch(tokens=torch.from_numpy(tokens.astype(np.int64)), offsets=[int(x) for x in off], mask=mask,
+                     rollout=torch.from_numpy(roll.astype(np.float64)), advantages=advantages,
+                     groups=groups if groups is not None else [""] * S, micro=micro, seq_tokens=seq_tokens)
+
+    def train_batch(self, req: dict) -> dict:
+        self._need_init()
+        b = self.parse_batch(req)
+        step = self.step + 1
+        params = self.policy.parameters()
+        before_params = [p.detach().clone() for p in params]
+        before_opt = copy.deepcopy(self.opt.state_dict())
+        try:
+            metrics = self._step(b)
+            serving, state = self._write_checkpoints(step)
+        except Exception as e:
+            self.opt.zero_grad(set_to_none=True)
+            with torch.no_grad():
+                for p, q in zip(params, before_params):
+                    p.copy_(q)
+            self.opt.load_state_dict(before_opt)
+            if isinstance(e, FrameError):
+                raise
+            log.error("step %d failed, weights kept at version %d:\n%s", step, self.step, traceback.format_exc())
+            raise FrameError("internal", "", f"step {step} failed, nothing applied: {type(e).__name__}: {e}") from None
+        self.step = step
+        return {"type": "StepResult", "step": step, "metrics": metrics, "checkpoint": serving, "state": state}
+
+    def _step(self, b: Batch) -> dict:
+        cfg = self.loss_cfg
+        S = len(b.seq_tokens)
+        seq_mb = [0] * S
+        for k, mb in enumerate(b.micro):
+            for i in mb:
+                seq_mb[i] = k
+        w = sequence_weights(cfg, b.seq_tokens, b.groups, seq_mb, self.policy.max_seq_len)
+        self.opt.zero_grad(set_to_none=True)
+        tot = {"loss": 0.0, "pg": 0.0, "clipped": 0, "kl": 0.0, "ent": 0.0, "mismatch": 0.0, "tokens": 0}
+        for mb in b.micro:
+            idx = [i for i in mb if b.seq_tokens[i] > 0]
+            if not idx:
+                continue  # padding: adds nothing
+            logits, targets, roll, adv, wt, sid = [], [], [], [], [], []
+            for j, i in enumerate(idx):
+                lo, hi = b.offsets[i], b.offsets[i + 1]
+                seq = b.tokens[lo:hi]
+                pos = torch.from_numpy(np.nonzero(b.mask[lo:hi])[0].astype(np.int64))
+                logits.append(self.policy.logits_at(seq, pos))
+                targets.append(seq[pos])
+                roll.append(b.rollout[lo:hi][pos])
+                n = len(pos)
+                adv.append(b.advantages[i].expand(n))
+                wt.append(torch.full((n,), w[i], dtype=torch.float64))
+                sid.append(torch.full((n,), j, dtype=torch.long))
+            tl = token_loss(cfg, torch.cat(logits), torch.cat(targets), torch.cat(roll), torch.cat(adv),
+                            torch.cat(wt), torch.cat(sid), len(idx))
+            if not torch.isfinite(tl.total):
+                raise FloatingPointError(f"non-finite loss {float(tl.total)}")
+            tl.total.backward()
+            tot["loss"] += float(tl.total.detach())
+            tot["pg"] += float(tl.pg)
+            tot["clipped"] += tl.clipped
+            tot["kl"] += tl.kl_sum
+            tot["ent"] += tl.ent_sum
+            tot["mismatch"] += tl.mismatch_sum
+            tot["tokens"] += int(sum(b.seq_tokens[i] for i in idx))
+        params = [p for p in self.policy.parameters() if p.grad is not None]
+        norm = float(torch.sqrt(sum((p.grad.double() ** 2).sum() for p in params)))
+        if not math.isfinite(norm):
+            raise FloatingPointError(f"non-finite gradient norm {norm}")
+        mg = self.optim_cfg.max_grad_norm
+        if mg > 0 and norm > mg:
+            # policy/train.go applyAdam: scale by max_grad_norm / (norm + 1e-6)
+            scale = mg / (norm + 1e-6)
+            for p in params:
+                p.grad.mul_(scale)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        n = tot["tokens"]
+        return {"loss": tot["loss"], "pg_loss": tot["pg"], "clip_frac": tot["clipped"] / n, "kl": tot["kl"] / n,
+                "grad_norm": norm, "entropy": tot["ent"] / n, "mismatch": tot["mismatch"] / n, "tokens": n}
+
+    # --- checkpoints -----------------------------------------------------------
+
+    def _write_dir(self, final: str, write) -> str:
+        """Write into a temp dir next to final, then rename: a reader sees a
+        complete directory or none. An existing final (a retried step) is replaced."""
+        parent = os.path.dirname(os.path.abspath(final))
+        os.makedirs(parent, exist_ok=True)
+        tmp = tempfile.mkdtemp(dir=parent, prefix="." + os.path.basename(final) + ".tmp-")
+        try:
+            write(tmp)
+            os.chmod(tmp, 0o755)
+            if os.path.exists(final):
+                shutil.rmtree(final)
+            os.replace(tmp, final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return final
+
+    def _write_state(self, d: str, step: int) -> None:
+        self.policy.save_weights_f32(d)
+        torch.save({"step": step, "kind": self.policy.kind, "optimizer": self.opt.state_dict(),
+                    "torch_rng": torch.get_rng_state()}, os.path.join(d, OPTIMIZER_FILE))
+
+    def _write_checkpoints(self, step: int) -> tuple[str, str]:
+        serving = self._write_dir(os.path.join(self.out_dir, SERVING_DIR.format(step)),
+                                  lambda d: self.policy.save_serving(d, step))
+        state = self._write_dir(os.path.join(self.out_dir, STATE_DIR.format(step)),
+                                lambda d: self._write_state(d, step))
+        return serving, state
+
+    def save_checkpoint(self, req: dict) -> dict:
+        _check_keys(req, {"v", "type", "id", "dir"}, "", {"dir"})
+        self._need_init()
+        d = req["dir"]
+        if not isinstance(d, str) or not d:
+            raise bad("dir", "must be a directory path")
+        try:
+            self._write_dir(d, lambda t: self._write_state(t, self.step))
+        except OSError as e:
+            raise FrameError("internal", "dir", f"cannot write {d}: {e}") from None
+        return {"type": "Saved", "dir": d, "step": self.step}
+
+    def shutdown(self, req: dict) -> dict:
+        _check_keys(req, {"v", "type", "id"}, "")
+        self.done = True
+        return {"type": "Bye"}
+
+
+def serve(rd, wr, worker: Worker | None = None) -> int:
+    """Answer frames from rd on wr until Shutdown or end of input; returns the exit status."""
+    w = worker or Worker()
+    while not w.done:
+        try:
+            req = read_frame(rd)
+        except EOF:
+            log.info("stdin closed; exiting")
+            return 0
+        except FrameError as e:
+            write_frame(wr, error_frame(0, e.code, e.field, e.message))
+            continue
+        write_frame(wr, w.handle(req))
+    return 0
