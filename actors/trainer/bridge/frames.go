@@ -1,0 +1,153 @@
+package bridge
+
+import (
+	"fmt"
+	"math"
+	"reflect"
+)
+
+var mapType = reflect.TypeOf(map[string]any(nil))
+
+// Frame types.
+const (
+	TypeInit           = "Init"
+	TypeReady          = "Ready"
+	TypeTrainBatch     = "TrainBatch"
+	TypeStepResult     = "StepResult"
+	TypeSaveCheckpoint = "SaveCheckpoint"
+	TypeSaved          = "Saved"
+	TypeShutdown       = "Shutdown"
+	TypeBye            = "Bye"
+	TypeError          = "Error"
+)
+
+// Error codes of an Error frame.
+const (
+	CodeBadFrame           = "bad_frame"
+	CodeBadField           = "bad_field"
+	CodeUnsupportedVersion = "unsupported_version"
+	CodeInternal           = "internal"
+)
+
+// Model names the initial weights.
+type Model struct {
+	// Kind is "builtin" (the built-in policy's layout) or "hf".
+	Kind string `cbor:"kind"`
+	// Path is an HF-layout directory: config.json + model.safetensors.
+	Path string `cbor:"path"`
+	// Config is config.json's content (kind builtin).
+	Config map[string]any `cbor:"config,omitempty"`
+}
+
+// Optimizer is AdamW's settings.
+type Optimizer struct {
+	Name        string     `cbor:"name"`
+	LR          float64    `cbor:"lr"`
+	Betas       [2]float64 `cbor:"betas"`
+	Eps         float64    `cbor:"eps"`
+	WeightDecay float64    `cbor:"weight_decay"`
+	MaxGradNorm float64    `cbor:"max_grad_norm"`
+}
+
+// Init starts (or restarts) a child.
+type Init struct {
+	Header
+	Model     Model          `cbor:"model"`
+	Optimizer Optimizer      `cbor:"optimizer"`
+	Loss      map[string]any `cbor:"loss"`
+	Seed      int64          `cbor:"seed"`
+	// Resume is a state directory of a StepResult (nil: start from Model.Path).
+	Resume *string `cbor:"resume"`
+	// Step is the version the weights are at (steps already done).
+	Step   int64  `cbor:"step"`
+	OutDir string `cbor:"out_dir"`
+}
+
+// TrainBatch is one mini-batch: one optimiser step that produces version Step.
+type TrainBatch struct {
+	Header
+	Step   int64             `cbor:"step"`
+	Arrays map[string]Tensor `cbor:"arrays"`
+	Groups []string          `cbor:"groups"`
+	// Microbatches is the plan (sequence indices, in order); nil: one
+	// microbatch of every sequence.
+	Microbatches [][]int `cbor:"microbatches,omitempty"`
+}
+
+// SaveCheckpoint asks for the full resume state in Dir.
+type SaveCheckpoint struct {
+	Header
+	Dir string `cbor:"dir"`
+}
+
+// Shutdown asks the child to answer Bye and exit 0.
+type Shutdown struct{ Header }
+
+// Reply is any child → Go frame; which fields are set depends on Type.
+type Reply struct {
+	Header
+	Step       int64          `cbor:"step"`
+	Worker     map[string]any `cbor:"worker,omitempty"`
+	Metrics    map[string]any `cbor:"metrics,omitempty"`
+	Checkpoint string         `cbor:"checkpoint,omitempty"`
+	State      string         `cbor:"state,omitempty"`
+	Dir        string         `cbor:"dir,omitempty"`
+	Code       string         `cbor:"code,omitempty"`
+	Field      string         `cbor:"field,omitempty"`
+	Message    string         `cbor:"message,omitempty"`
+}
+
+// StepResult is a trained step as the Go side keeps it.
+type StepResult struct {
+	Step int64
+	// Metrics are the child's numbers (loss, pg_loss, clip_frac, kl,
+	// grad_norm, entropy, mismatch, tokens, …); keys a child does not
+	// compute are absent.
+	Metrics map[string]float64
+	// Checkpoint is the serving checkpoint of version Step; State the
+	// full resume state of it.
+	Checkpoint, State string
+}
+
+func stepResult(r Reply) (StepResult, error) {
+	if r.Checkpoint == "" || r.State == "" {
+		return StepResult{}, fmt.Errorf("%w: StepResult for step %d without checkpoint or state", ErrProtocol, r.Step)
+	}
+	m := make(map[string]float64, len(r.Metrics))
+	for k, v := range r.Metrics {
+		if f, ok := number(v); ok {
+			m[k] = f
+		}
+	}
+	return StepResult{Step: r.Step, Metrics: m, Checkpoint: r.Checkpoint, State: r.State}, nil
+}
+
+// number reads a CBOR number decoded into any.
+func number(v any) (float64, bool) {
+	switch x := v.(type) {
+	case float64:
+		return x, true
+	case float32:
+		return float64(x), true
+	case uint64:
+		return float64(x), true
+	case int64:
+		return float64(x), true
+	case int:
+		return float64(x), true
+	}
+	return math.NaN(), false
+}
+
+// ChildError is the child's Error frame: nothing was applied, and (except
+// after "internal" errors it cannot recover from) the child keeps serving.
+type ChildError struct {
+	Code, Field, Message string
+}
+
+func (e *ChildError) Error() string {
+	if e.Field != "" {
+		return fmt.Sprintf("trainer child: %s: %s: %s", e.Code, e.Field, e.Message)
+	}
+	return fmt.Sprintf("trainer child: %s: %s", e.Code, e.Message)
+}

@@ -1,0 +1,154 @@
+package bridge
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+
+	"github.com/asyncrl/asyncrl/policy"
+)
+
+// Loss keys of Init.loss: the trainer section's YAML names, plus
+// temperature and advantage.
+var lossKeys = []string{"policy_loss_type", "eps_clip_low", "eps_clip_high", "clip_ratio_c",
+	"cispo_eps_clip_low", "cispo_eps_clip_high", "loss_reduction", "max_seq_len", "tis_ratio_type",
+	"token_tis_ratio_clip_high", "sequence_tis_ratio_clip_high", "entropy_coef", "kl_coef",
+	"normalize_over_support", "temperature", "advantage"}
+
+// InitFor fills Init's model, optimizer, loss and seed from the built-in
+// trainer's config (internal/wiring.PolicyTrainer of the run config: the
+// one mapping of the trainer section) and the initial weights in
+// modelDir (an HF-layout dir; for kind builtin config.json is embedded).
+// normStd is the GRPO advantage's division by the group's std.
+func InitFor(t policy.TrainerConfig, normStd bool, kind, modelDir, outDir string) (Init, error) {
+	in := Init{
+		Model: Model{Kind: kind, Path: modelDir},
+		Optimizer: Optimizer{Name: "adamw", LR: t.LR, Betas: [2]float64{t.Beta1, t.Beta2}, Eps: t.Eps,
+			WeightDecay: t.WeightDecay, MaxGradNorm: t.MaxGradNorm},
+		Loss: map[string]any{
+			"policy_loss_type": t.PolicyLoss, "eps_clip_low": t.EpsLow, "eps_clip_high": t.EpsHigh,
+			"clip_ratio_c": t.ClipRatioC, "cispo_eps_clip_low": t.CISPOEpsLow, "cispo_eps_clip_high": t.CISPOEpsHigh,
+			"loss_reduction": t.Reduction, "max_seq_len": int64(t.ReductionMaxSeqLen), "tis_ratio_type": t.TISRatioType,
+			"token_tis_ratio_clip_high": t.TokenTISCap, "sequence_tis_ratio_clip_high": t.SequenceTISCap,
+			"entropy_coef": t.EntropyCoef, "kl_coef": t.KLCoef, "normalize_over_support": t.SupportNorm,
+			"temperature": t.Temperature,
+			"advantage":   map[string]any{"estimator": "grpo", "norm_adv_by_std": normStd, "epsilon": 1e-6},
+		},
+		Seed:   int64(t.Seed),
+		OutDir: outDir,
+	}
+	if kind == "builtin" {
+		js, err := os.ReadFile(filepath.Join(modelDir, policy.ConfigFileName))
+		if err != nil {
+			return Init{}, fmt.Errorf("bridge: model config: %w", err)
+		}
+		if err := json.Unmarshal(js, &in.Model.Config); err != nil {
+			return Init{}, fmt.Errorf("bridge: model config %s: %w", modelDir, err)
+		}
+	}
+	return in, nil
+}
+
+// trainerConfigOf is InitFor's inverse for the built-in child; a bad key
+// or value is a *ChildError naming it.
+func trainerConfigOf(in Init) (policy.TrainerConfig, bool, *ChildError) {
+	bad := func(field, format string, a ...any) *ChildError {
+		return &ChildError{Code: CodeBadField, Field: field, Message: fmt.Sprintf(format, a...)}
+	}
+	t := policy.DefaultTrainerConfig()
+	o := in.Optimizer
+	if o.Name != "adamw" {
+		return t, false, bad("optimizer.name", "%q: the built-in trainer runs adamw", o.Name)
+	}
+	t.LR, t.Beta1, t.Beta2, t.Eps, t.WeightDecay, t.MaxGradNorm = o.LR, o.Betas[0], o.Betas[1], o.Eps, o.WeightDecay, o.MaxGradNorm
+	normStd := true
+	for k, v := range in.Loss {
+		f, isNum := number(v)
+		str, isStr := v.(string)
+		b, isBool := v.(bool)
+		field := "loss." + k
+		switch k {
+		case "policy_loss_type", "loss_reduction", "tis_ratio_type":
+			if !isStr {
+				return t, false, bad(field, "want text, got %T", v)
+			}
+			switch k {
+			case "policy_loss_type":
+				t.PolicyLoss = str
+			case "loss_reduction":
+				t.Reduction = str
+			default:
+				t.TISRatioType = str
+			}
+		case "normalize_over_support":
+			if !isBool {
+				return t, false, bad(field, "want a bool, got %T", v)
+			}
+			t.SupportNorm = b
+		case "advantage":
+			adv, ok := v.(map[string]any)
+			if !ok {
+				return t, false, bad(field, "want a map, got %T", v)
+			}
+			for ak, av := range adv {
+				switch ak {
+				case "estimator":
+					if av != "grpo" {
+						return t, false, bad("loss.advantage.estimator", "%v: only grpo", av)
+					}
+				case "norm_adv_by_std":
+					nb, ok := av.(bool)
+					if !ok {
+						return t, false, bad("loss.advantage.norm_adv_by_std", "want a bool, got %T", av)
+					}
+					normStd = nb
+				case "epsilon":
+					if e, ok := number(av); !ok || e != 1e-6 {
+						return t, false, bad("loss.advantage.epsilon", "%v: the built-in advantages use 1e-6", av)
+					}
+				default:
+					return t, false, bad("loss.advantage."+ak, "unknown key")
+				}
+			}
+		default:
+			if !contains(lossKeys, k) {
+				return t, false, bad(field, "unknown key")
+			}
+			if !isNum {
+				return t, false, bad(field, "want a number, got %T", v)
+			}
+			switch k {
+			case "eps_clip_low":
+				t.EpsLow = f
+			case "eps_clip_high":
+				t.EpsHigh = f
+			case "clip_ratio_c":
+				t.ClipRatioC = f
+			case "cispo_eps_clip_low":
+				t.CISPOEpsLow = f
+			case "cispo_eps_clip_high":
+				t.CISPOEpsHigh = f
+			case "max_seq_len":
+				t.ReductionMaxSeqLen = int(f)
+			case "token_tis_ratio_clip_high":
+				t.TokenTISCap = f
+			case "sequence_tis_ratio_clip_high":
+				t.SequenceTISCap = f
+			case "entropy_coef":
+				t.EntropyCoef = f
+			case "kl_coef":
+				t.KLCoef = f
+			case "temperature":
+				t.Temperature = f
+			}
+		}
+	}
+	t.Seed = uint64(in.Seed)
+	t.Workers = max(1, min(runtime.GOMAXPROCS(0), 4))
+	if err := t.Validate(); err != nil {
+		return t, false, &ChildError{Code: CodeBadField, Field: "loss", Message: err.Error()}
+	}
+	return t, normStd, nil
+}

@@ -1,0 +1,260 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// ErrRestartsExhausted: a step (or the start) failed more times in a row
+// than Options.Restarts allows.
+var ErrRestartsExhausted = errors.New("bridge: trainer child restarts exhausted")
+
+// Options configures a Supervisor.
+type Options struct {
+	Spec Spec
+	// Init is the Init frame's content (model, optimizer, loss, seed,
+	// out_dir; Resume and Step say where the first child starts). Each
+	// restart sends it again with the last completed step's state.
+	Init Init
+	// StepTimeout is the per-TrainBatch deadline (trainer.exec_step_timeout;
+	// default 10 min).
+	StepTimeout time.Duration
+	// InitTimeout bounds Init, SaveCheckpoint and Shutdown (default
+	// StepTimeout: loading a large model takes a while).
+	InitTimeout time.Duration
+	// Restarts is how many times in a row a failed child is replaced
+	// before the step fails with ErrRestartsExhausted
+	// (trainer.exec_restarts; a successful step resets the count).
+	Restarts int
+	// Backoff is the wait before the first restart (default 1 s); it
+	// doubles per consecutive failure up to MaxBackoff (default 30 s).
+	Backoff, MaxBackoff time.Duration
+	// Logger receives restarts and the child's stderr.
+	Logger zerolog.Logger
+}
+
+func (o *Options) defaults() {
+	if o.StepTimeout <= 0 {
+		o.StepTimeout = 10 * time.Minute
+	}
+	if o.InitTimeout <= 0 {
+		o.InitTimeout = o.StepTimeout
+	}
+	if o.Backoff <= 0 {
+		o.Backoff = time.Second
+	}
+	if o.MaxBackoff <= 0 {
+		o.MaxBackoff = 30 * time.Second
+	}
+	o.Restarts = max(o.Restarts, 0)
+}
+
+// Supervisor keeps one child alive and trains steps through it exactly
+// once each: a child that exits or misses a deadline is killed and
+// replaced by one that resumes from the last completed step's state, and
+// the step is sent again. It is not safe for concurrent use.
+type Supervisor struct {
+	opts  Options
+	child *Child
+	step  int64  // the last completed step (the version the weights are at)
+	state string // its state directory ("" before the first step: Init.Resume)
+	ready Reply
+	// Started counts children started (1 + restarts).
+	started int
+}
+
+// Start starts the first child and initialises it; a child that dies or
+// hangs during Init is replaced like during a step.
+func Start(ctx context.Context, opts Options) (*Supervisor, error) {
+	opts.defaults()
+	if len(opts.Spec.Argv) == 0 {
+		return nil, fmt.Errorf("bridge: no command (trainer.exec)")
+	}
+	s := &Supervisor{opts: opts, step: opts.Init.Step}
+	if opts.Init.Resume != nil {
+		s.state = *opts.Init.Resume
+	}
+	if err := s.ensure(ctx, "start"); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Step is the last completed step: the version the child's weights are at.
+func (s *Supervisor) Step() int64 { return s.step }
+
+// Started is how many children were started (1 + restarts).
+func (s *Supervisor) Started() int { return s.started }
+
+// Worker is the running child's Ready.worker (name, protocol, torch…).
+func (s *Supervisor) Worker() map[string]any { return s.ready.Worker }
+
+// ensure makes sure a child runs and is initialised, restarting up to
+// Restarts times; what is the operation for the error message.
+func (s *Supervisor) ensure(ctx context.Context, what string) error {
+	var last error
+	for failures := 0; ; failures++ {
+		if s.child != nil {
+			return nil
+		}
+		if failures > 0 {
+			if failures > s.opts.Restarts {
+				return fmt.Errorf("%w: %s failed %d times in a row (trainer.exec_restarts %d); last: %w",
+					ErrRestartsExhausted, what, failures, s.opts.Restarts, last)
+			}
+			if err := s.backoff(ctx, failures); err != nil {
+				return err
+			}
+		}
+		err := s.spawn(ctx)
+		if err == nil {
+			return nil
+		}
+		var ce *ChildError
+		if errors.As(err, &ce) || ctx.Err() != nil || (s.started == 1 && errors.Is(err, errStart)) {
+			// The child refused its Init (a configuration problem a restart
+			// would repeat), or the command cannot be started at all.
+			return err
+		}
+		last = err
+	}
+}
+
+var errStart = errors.New("bridge: cannot start the trainer child")
+
+func (s *Supervisor) spawn(ctx context.Context) error {
+	s.started++
+	c, err := StartChild(s.opts.Spec, s.opts.Logger)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errStart, err)
+	}
+	init := s.opts.Init
+	init.Step = s.step
+	init.Resume = nil
+	if s.state != "" {
+		st := s.state
+		init.Resume = &st
+	}
+	rep, err := c.Call(ctx, TypeInit, &init, TypeReady, s.opts.InitTimeout)
+	if err == nil && rep.Step != s.step {
+		err = fmt.Errorf("%w: Ready at step %d after Init at step %d", ErrProtocol, rep.Step, s.step)
+	}
+	if err != nil {
+		c.Kill()
+		return fmt.Errorf("bridge: init %s (step %d): %w", s.opts.Spec, s.step, err)
+	}
+	s.child, s.ready = c, rep
+	s.opts.Logger.Info().Int("pid", c.Pid()).Int64("step", s.step).Str("resume", s.state).
+		Interface("worker", rep.Worker).Msg("trainer child ready")
+	return nil
+}
+
+func (s *Supervisor) backoff(ctx context.Context, failures int) error {
+	d := s.opts.Backoff
+	for i := 1; i < failures && d < s.opts.MaxBackoff; i++ {
+		d *= 2
+	}
+	d = min(d, s.opts.MaxBackoff)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *Supervisor) drop() {
+	if s.child != nil {
+		s.child.Kill()
+		s.child = nil
+	}
+}
+
+// Train trains tb (its Step must be Step()+1). A child that exits, misses
+// StepTimeout or breaks the protocol is killed and replaced (resumed from
+// the last completed step's state) and tb is sent again, up to Restarts
+// times in a row; then ErrRestartsExhausted. A *ChildError (the child
+// refused the batch; nothing applied) is returned as it is, the child
+// keeps serving.
+func (s *Supervisor) Train(ctx context.Context, tb *TrainBatch) (StepResult, error) {
+	if tb.Step != s.step+1 {
+		return StepResult{}, fmt.Errorf("bridge: TrainBatch for step %d but the child is at step %d", tb.Step, s.step)
+	}
+	var last error
+	for failures := 0; ; failures++ {
+		if failures > 0 {
+			if failures > s.opts.Restarts {
+				return StepResult{}, fmt.Errorf("%w: step %d failed %d times in a row (trainer.exec_restarts %d); last: %w",
+					ErrRestartsExhausted, tb.Step, failures, s.opts.Restarts, last)
+			}
+			s.opts.Logger.Warn().Err(last).Int64("step", tb.Step).Int("failures", failures).
+				Str("resume", s.state).Msg("trainer child failed; restarting it from the last completed step")
+			if err := s.backoff(ctx, failures); err != nil {
+				return StepResult{}, err
+			}
+		}
+		if s.child == nil {
+			if err := s.spawn(ctx); err != nil {
+				var ce *ChildError
+				if errors.As(err, &ce) || ctx.Err() != nil {
+					return StepResult{}, err
+				}
+				last = err
+				continue
+			}
+		}
+		rep, err := s.child.Call(ctx, TypeTrainBatch, tb, TypeStepResult, s.opts.StepTimeout)
+		var res StepResult
+		if err == nil {
+			if rep.Step != tb.Step {
+				err = fmt.Errorf("%w: StepResult for step %d, sent step %d", ErrProtocol, rep.Step, tb.Step)
+			} else {
+				res, err = stepResult(rep)
+			}
+		}
+		if err == nil {
+			s.step, s.state = res.Step, res.State
+			return res, nil
+		}
+		var ce *ChildError
+		if errors.As(err, &ce) {
+			return StepResult{}, fmt.Errorf("bridge: step %d: %w", tb.Step, err)
+		}
+		s.drop()
+		if ctx.Err() != nil {
+			return StepResult{}, ctx.Err()
+		}
+		last = err
+	}
+}
+
+// SaveCheckpoint asks the child for its full state in dir.
+func (s *Supervisor) SaveCheckpoint(ctx context.Context, dir string) (Reply, error) {
+	if err := s.ensure(ctx, "save checkpoint"); err != nil {
+		return Reply{}, err
+	}
+	rep, err := s.child.Call(ctx, TypeSaveCheckpoint, &SaveCheckpoint{Dir: dir}, TypeSaved, s.opts.InitTimeout)
+	var ce *ChildError
+	if err != nil && !errors.As(err, &ce) {
+		s.drop()
+	}
+	return rep, err
+}
+
+// Close shuts the child down (Shutdown → Bye → exit), killing it if it
+// does not exit in time.
+func (s *Supervisor) Close(ctx context.Context) error {
+	if s.child == nil {
+		return nil
+	}
+	c := s.child
+	s.child = nil
+	timeout := min(s.opts.InitTimeout, 30*time.Second)
+	return c.Shutdown(ctx, timeout)
+}
