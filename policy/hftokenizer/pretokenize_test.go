@@ -61,14 +61,14 @@ func TestPretokenizeQwen2Cases(t *testing.T) {
 		in   string
 		want []string
 	}{
-		{"we'll DON'T", []string{"we", "'ll", " DON", "'T"}},             // contractions, any case
-		{"x 2024", []string{"x", " ", "2", "0", "2", "4"}},               // one digit per piece
-		{"a   word", []string{"a", "  ", " word"}},                       // a space run leaves one space to the word
-		{"a\n\n  b", []string{"a", "\n\n", " ", " b"}},                   // newline run, then spaces before a word
-		{"end;}\n", []string{"end", ";}\n"}},                             // punctuation keeps its trailing newline
-		{"tail  ", []string{"tail", "  "}},                               // trailing whitespace is one piece
-		{"\tx", []string{"\tx"}},                                         // one non-newline space char prefixes a word
-		{"<|im_start|>", []string{"<|", "im", "_start", "|>"}},           // (added tokens are matched before this)
+		{"we'll DON'T", []string{"we", "'ll", " DON", "'T"}},   // contractions, any case
+		{"x 2024", []string{"x", " ", "2", "0", "2", "4"}},     // one digit per piece
+		{"a   word", []string{"a", "  ", " word"}},             // a space run leaves one space to the word
+		{"a\n\n  b", []string{"a", "\n\n", " ", " b"}},         // newline run, then spaces before a word
+		{"end;}\n", []string{"end", ";}\n"}},                   // punctuation keeps its trailing newline
+		{"tail  ", []string{"tail", "  "}},                     // trailing whitespace is one piece
+		{"\tx", []string{"\tx"}},                               // one non-newline space char prefixes a word
+		{"<|im_start|>", []string{"<|", "im", "_start", "|>"}}, // (added tokens are matched before this)
 	}
 	for _, c := range cases {
 		if got := pretokenize(nil, c.in, splitQwen2); !slices.Equal(got, c.want) {
