@@ -18,5 +18,5 @@ var _ Encoder = Local{}
 // Encode is T.Encode.
 func (l Local) Encode(_ context.Context, text string) ([]int32, error) { return l.T.Encode(text), nil }
 
-// Decode is T.Decode (special tokens kept, like vLLM's /detokenize).
+// Decode is T.Decode (special tokens kept).
 func (l Local) Decode(_ context.Context, ids []int32) (string, error) { return l.T.Decode(ids), nil }
