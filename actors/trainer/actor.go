@@ -83,11 +83,12 @@ type StepRecord struct {
 	GroupIDs []string
 }
 
-// Actor is the trainer actor: it trains each TrainBatch with the built-in
-// backend, publishes the new version and announces StepDone.
+// Actor is the trainer actor: it trains each TrainBatch with its Stepper
+// (the built-in trainer, or the exec backend's child process), publishes
+// the new version and announces StepDone.
 type Actor struct {
 	bus transport.Bus
-	tr  *policy.Trainer
+	tr  Stepper
 	pub Publisher
 	cfg Config
 
@@ -106,6 +107,12 @@ type Actor struct {
 // the ones the engines serve as version 0 (Step 1 trains them), and
 // tr.Version() must be cfg.VersionBase.
 func Start(bus transport.Bus, tr *policy.Trainer, pub Publisher, cfg Config) (*Actor, error) {
+	return StartStepper(bus, builtinStepper{tr}, pub, cfg)
+}
+
+// StartStepper is Start with any Stepper (the exec backend: NewExec).
+// tr.Version() must be cfg.VersionBase.
+func StartStepper(bus transport.Bus, tr Stepper, pub Publisher, cfg Config) (*Actor, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -198,13 +205,12 @@ func (a *Actor) step(tb messages.TrainBatch) error {
 		return fmt.Errorf("trainer: step %d: %w", tb.Step, err)
 	}
 	t0 := time.Now()
-	st, err := Train(a.tr, p)
+	st, serving, err := a.tr.Step(a.ctx, p)
 	if err != nil {
 		return fmt.Errorf("trainer: step %d: %w", tb.Step, err)
 	}
 	st.Version = a.version() // the trainer counts its own steps; the bus speaks the run's
 	t1 := time.Now()
-	serving := a.tr.ServingCopy()
 	if err := a.pub.Publish(a.ctx, serving, st.Version); err != nil {
 		return fmt.Errorf("trainer: publish version %d: %w", st.Version, err)
 	}

@@ -2,6 +2,7 @@ package trainer
 
 import (
 	"context"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -15,7 +16,12 @@ import (
 	"github.com/asyncrl/asyncrl/transport/natsbus"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(execChildEnv) != "" {
+		os.Exit(runExecChild()) // the test binary as the exec backend's child (exec_test.go)
+	}
+	goleak.VerifyTestMain(m)
+}
 
 type recordingPublisher struct {
 	mu       sync.Mutex

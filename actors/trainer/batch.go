@@ -18,6 +18,9 @@ type Prepared struct {
 	RewardMean                float64
 	StalenessMax              int64
 	Groups, Trajectories, Tok int
+	// Rewards are the trajectories' rewards, in Batch order (the exec
+	// backend sends them to the child).
+	Rewards []float32
 }
 
 // Prepare turns a packed token batch into training sequences with GRPO
@@ -54,6 +57,7 @@ func Prepare(tb *messages.TokenBatch, normStd bool, mb microbatch.Config, versio
 		}
 		p.Batch.Sequences = append(p.Batch.Sequences, seq)
 		scores[i] = float64(t.Reward)
+		p.Rewards = append(p.Rewards, t.Reward)
 		tokens[i] = len(t.TokenIDs)
 		p.RewardMean += float64(t.Reward)
 		p.Tok += len(t.TokenIDs)
