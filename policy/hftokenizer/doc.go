@@ -45,8 +45,10 @@
 //
 // Encode accepts any Go string. Invalid UTF-8 bytes are kept as single bytes
 // (classed as punctuation by the pre-tokenizer), so Decode(Encode(s)) == s
-// holds for every NFC-normalised s when the vocabulary covers all 256 bytes
-// and no added token strips whitespace.
+// holds for every NFC-normalised s when the vocabulary covers all 256 bytes,
+// no added token strips whitespace and ByteLevel's add_prefix_space is off
+// (as it is for Qwen2 and Llama-3; GPT-2-style files that set it gain a
+// leading space per text segment, as in tokenizers).
 //
 // A Tokenizer is immutable after Load and safe for concurrent use; it keeps no
 // cache. Encoder is the small interface rollouts use: Local adapts a
