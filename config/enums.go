@@ -208,10 +208,11 @@ type TrainerBackend string
 const (
 	BackendBuiltin TrainerBackend = "builtin" // the in-process tiny policy trainer
 	BackendRemote  TrainerBackend = "remote"  // an external worker over the bus
+	BackendExec    TrainerBackend = "exec"    // a child process over the worker bridge (trainer.exec)
 )
 
 // Values lists the trainer backends.
-func (TrainerBackend) Values() []string { return []string{"builtin", "remote"} }
+func (TrainerBackend) Values() []string { return []string{"builtin", "remote", "exec"} }
 
 // PublishMode is how new weights are shipped to engines.
 type PublishMode string

@@ -1,5 +1,11 @@
 package config
 
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
 // TrainerConfig configures the fully asynchronous trainer: the staleness
 // bound, the loss, microbatching and the backend that runs the steps.
 type TrainerConfig struct {
@@ -75,7 +81,21 @@ type TrainerConfig struct {
 	// PauseMode is what engines do with in-flight requests during a weight update.
 	PauseMode PauseMode `yaml:"pause_mode" doc:"in-flight requests during a weight update: keep, abort or wait"`
 	// Backend runs the gradient steps.
-	Backend TrainerBackend `yaml:"backend" doc:"where steps run: builtin (in-process tiny policy) or remote (worker over the bus)"`
+	Backend TrainerBackend `yaml:"backend" doc:"where steps run: builtin (in-process tiny policy), remote (worker over the bus) or exec (a child process over the worker bridge)"`
+	// Exec is the trainer child's command and arguments (backend exec):
+	// it speaks the worker-bridge frames on its stdin/stdout
+	// (docs/protocol.md), e.g. ["/usr/bin/python3", "-m", "asyncrl_worker"].
+	Exec []string `yaml:"exec" doc:"backend exec: the trainer child's argv, e.g. [/usr/bin/python3, -m, asyncrl_worker]; it speaks the worker-bridge frames on stdin/stdout"`
+	// ExecEnv is added to the child's environment (KEY=VALUE). Relative
+	// paths in it are the child's business: it runs in asyncrl's working
+	// directory.
+	ExecEnv []string `yaml:"exec_env" doc:"backend exec: KEY=VALUE entries added to the child's environment (e.g. PYTHONPATH=integrations/torch; the child runs in asyncrl's working directory)"`
+	// ExecStepTimeout is how long one step may take the child before it is
+	// killed and restarted from the last completed step.
+	ExecStepTimeout time.Duration `yaml:"exec_step_timeout" doc:"backend exec: a step not answered within this is failed; the child is killed and restarted from the last completed step"`
+	// ExecRestarts is how many times in a row a dead or hung child is
+	// replaced before the run fails (a completed step resets the count).
+	ExecRestarts int `yaml:"exec_restarts" doc:"backend exec: consecutive child restarts before the run fails; a completed step resets the count"`
 }
 
 // DefaultTrainer is sized for `make run` on 2 cores: B=4 groups per step,
@@ -111,6 +131,10 @@ func DefaultTrainer() TrainerConfig {
 		DPSize:                       1,
 		PauseMode:                    PauseKeep,
 		Backend:                      BackendBuiltin,
+		Exec:                         []string{},
+		ExecEnv:                      []string{},
+		ExecStepTimeout:              10 * time.Minute,
+		ExecRestarts:                 3,
 	}
 }
 
@@ -143,5 +167,20 @@ func (c TrainerConfig) Validate() error {
 	v.positiveFloat("sequence_tis_ratio_clip_high", c.SequenceTISRatioClipHigh)
 	v.unboundedOrAtLeast("max_tokens_per_microbatch", int64(c.MaxTokensPerMicrobatch), 1)
 	v.atLeast("dp_size", int64(c.DPSize), 1)
+	v.positiveDuration("exec_step_timeout", c.ExecStepTimeout)
+	v.atLeast("exec_restarts", int64(c.ExecRestarts), 0)
+	for i, kv := range c.ExecEnv {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			v.fail(fmt.Sprintf("exec_env[%d]", i), "want KEY=VALUE, got %q", kv)
+		}
+	}
+	if c.Backend == BackendExec {
+		if len(c.Exec) == 0 || c.Exec[0] == "" {
+			v.fail("exec", "required with backend exec: the trainer child's command, e.g. [/usr/bin/python3, -m, asyncrl_worker]")
+		}
+		if c.NormalizeOverSupport {
+			v.fail("normalize_over_support", "not supported with backend exec (the worker-bridge frames v1 carry no sample support sets)")
+		}
+	}
 	return v.err()
 }
