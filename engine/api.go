@@ -207,6 +207,9 @@ type UpdateWeightsRequest struct {
 type LoRARequest struct {
 	LoRAName string `json:"lora_name"`
 	LoRAPath string `json:"lora_path"`
+	// LoadInplace replaces an adapter already loaded under LoRAName
+	// (without it, loading a loaded name is a 400, as in vLLM).
+	LoadInplace bool `json:"load_inplace,omitempty"`
 }
 
 // AbortRequest is the body of /abort_requests; empty RequestIDs = all.

@@ -44,7 +44,9 @@
 //     /finish_weight_update are accepted (no transfer group is needed
 //     in-process); POST /update_weights {"checkpoint_dir","version"} loads
 //     through the loader; GET /get_world_size → {"world_size": 1}.
-//     POST /v1/load_lora_adapter {"lora_name","lora_path"} serves the loaded
+//     POST /v1/load_lora_adapter {"lora_name","lora_path","load_inplace"}
+//     (a loaded name needs load_inplace: true, else 400; plain-text 200 as
+//     in vLLM) serves the loaded
 //     model as `model: lora_name` (its prefix-cache keys are salted by the
 //     name); /v1/unload_lora_adapter aborts its live requests.
 //     POST /sleep?level=1|2&mode=abort|keep (defaults 1, abort; empty 200),

@@ -108,6 +108,22 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 
 func (e *Engine) handleModels(w http.ResponseWriter, r *http.Request) {
 	e.mu.Lock()
+	// perm is vLLM's ModelPermission (vllm/entrypoints/openai/protocol.py).
+	type perm struct {
+		ID                 string  `json:"id"`
+		Object             string  `json:"object"`
+		Created            int64   `json:"created"`
+		AllowCreateEngine  bool    `json:"allow_create_engine"`
+		AllowSampling      bool    `json:"allow_sampling"`
+		AllowLogprobs      bool    `json:"allow_logprobs"`
+		AllowSearchIndices bool    `json:"allow_search_indices"`
+		AllowView          bool    `json:"allow_view"`
+		AllowFineTuning    bool    `json:"allow_fine_tuning"`
+		Organization       string  `json:"organization"`
+		Group              *string `json:"group"`
+		IsBlocking         bool    `json:"is_blocking"`
+	}
+	perms := []perm{{ID: "modelperm-asyncrl", Object: "model_permission", AllowSampling: true, AllowLogprobs: true, AllowView: true, Organization: "*"}}
 	type card struct {
 		ID          string  `json:"id"`
 		Object      string  `json:"object"`
@@ -116,11 +132,12 @@ func (e *Engine) handleModels(w http.ResponseWriter, r *http.Request) {
 		Root        string  `json:"root"`
 		Parent      *string `json:"parent"`
 		MaxModelLen int     `json:"max_model_len"`
+		Permission  []perm  `json:"permission"`
 	}
 	base := e.cfg.ServedModelName
-	data := []card{{ID: base, Object: "model", OwnedBy: "asyncrl", Root: base, MaxModelLen: e.maxLen(e.model)}}
+	data := []card{{ID: base, Object: "model", OwnedBy: "asyncrl", Root: base, MaxModelLen: e.maxLen(e.model), Permission: perms}}
 	for name := range e.loras {
-		data = append(data, card{ID: name, Object: "model", OwnedBy: "asyncrl", Root: name, Parent: &base, MaxModelLen: e.maxLen(e.loras[name])})
+		data = append(data, card{ID: name, Object: "model", OwnedBy: "asyncrl", Root: name, Parent: &base, MaxModelLen: e.maxLen(e.loras[name]), Permission: perms})
 	}
 	e.mu.Unlock()
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": data})
@@ -250,11 +267,24 @@ func (e *Engine) handleLoadLoRA(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "lora_name", "lora_name %q is the base model's name", req.LoRAName)
 		return
 	}
+	if !req.LoadInplace && e.hasLoRA(req.LoRAName) {
+		writeError(w, http.StatusBadRequest, "lora_name", "The lora adapter '%s' has already been loaded. If you want to load the adapter in place, set 'load_inplace' to True.", req.LoRAName)
+		return
+	}
 	if err := e.LoadLoRA(req.LoRAName, req.LoRAPath); err != nil {
 		e.writeEngineError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"status": "ok"})
+	// vLLM answers a plain-text 200 (vllm/entrypoints/serve/lora/api_router.py).
+	w.WriteHeader(http.StatusOK)
+	fmt.Fprintf(w, "Success: LoRA adapter '%s' added successfully.", req.LoRAName)
+}
+
+func (e *Engine) hasLoRA(name string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	_, ok := e.loras[name]
+	return ok
 }
 
 func (e *Engine) handleUnloadLoRA(w http.ResponseWriter, r *http.Request) {
@@ -266,5 +296,6 @@ func (e *Engine) handleUnloadLoRA(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "lora_name", "LoRA adapter %q is not loaded", req.LoRAName)
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"status": "ok"})
+	w.WriteHeader(http.StatusOK)
+	fmt.Fprintf(w, "Success: LoRA adapter '%s' removed successfully.", req.LoRAName)
 }

@@ -46,7 +46,9 @@ func vllmHint(route string, status int, msg string) string {
 		return HintLoRA
 	case strings.HasSuffix(route, "_lora_adapter") && strings.Contains(low, "lora") && strings.Contains(low, "not enabled"):
 		return HintLoRA
-	case route == "/collective_rpc" && strings.Contains(low, "asyncrl_"):
+	case route == "/collective_rpc" && strings.Contains(low, "asyncrl_") &&
+		(strings.Contains(low, "no attribute") || strings.Contains(low, "not found") || strings.Contains(low, "unknown method")):
+		// The worker lacks the method: the extension is not loaded.
 		return HintExtension
 	case route == "/sleep" && strings.Contains(low, "sleep mode"):
 		return HintSleep
@@ -151,13 +153,21 @@ func (d *vllmDriver) rpc(ctx context.Context, method string, args ...string) ([]
 }
 
 // rpcVersion calls a method whose per-worker result is a version and
-// requires every worker to report the same one.
+// requires every worker to report the same one. ok is false when no worker
+// reported one (an empty answer, or every result null: the method returned
+// None).
 func (d *vllmDriver) rpcVersion(ctx context.Context, method string, args ...string) (int64, bool, error) {
 	results, err := d.rpc(ctx, method, args...)
 	if err != nil {
 		return 0, false, err
 	}
-	if len(results) == 0 {
+	nulls := 0
+	for _, r := range results {
+		if strings.TrimSpace(string(r)) == "null" {
+			nulls++
+		}
+	}
+	if nulls == len(results) {
 		return 0, false, nil
 	}
 	var v int64
