@@ -173,7 +173,7 @@ func (h *engineHost) wrap(i int, _ *engine.Engine, next http.Handler) http.Handl
 // version 0, configured as startEngines configures the slot's first one.
 func (h *engineHost) freshEngine(i int) (*localEngine, error) {
 	le := h.engines[i]
-	e, err := engine.New(wiring.EngineConfig(h.cfg.Engines, servedModel, uint64(h.cfg.Run.Seed)+uint64(i)*0x9e3779b9), h.initial,
+	e, err := engine.New(wiring.EngineConfig(h.cfg.Engines, h.cfg.Engines.ServedModelName, uint64(h.cfg.Run.Seed)+uint64(i)*0x9e3779b9), h.initial,
 		engine.WithLogger(h.quiet.With().Str("engine", engineEndpointKey(i)).Logger()), engine.WithLoader(wiring.LoadPolicy))
 	if err != nil {
 		return nil, fmt.Errorf("node: %s: %w", le.name, err)
@@ -269,7 +269,7 @@ func (h *engineHost) reack(a *engineAgent, version int64) {
 	ctx, cancel := context.WithTimeout(h.ctx, 2*time.Second)
 	defer cancel()
 	if err := a.ack(ctx, have); err != nil && h.ctx.Err() == nil {
-		h.log.Debug().Err(err).Str("engine", a.le.name).Int64("version", have).Msg("engine host: ack not repeated")
+		h.log.Debug().Err(err).Str("engine", a.eng.name).Int64("version", have).Msg("engine host: ack not repeated")
 	}
 }
 
@@ -336,7 +336,11 @@ func (h *engineHost) switchTerm(lw messages.LoadWeights, tok uint64) error {
 		if err != nil {
 			return fail(fmt.Errorf("receiver %s: %w", le.name, err))
 		}
-		a := newEngineAgent(i, le, rcv, hostReporter{h}, h.bus, tcfg, hook, h.log)
+		de, err := driveLocal(le, h.cfg.Engines.ServedModelName)
+		if err != nil {
+			return fail(err)
+		}
+		a := newEngineAgent(i, de, rcv, hostReporter{h}, h.bus, tcfg, hook, h.log)
 		a.sender = h.node
 		// The callback names its term: an agent of the previous term that
 		// finishes a version while the host switches must not mark the

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -21,9 +22,6 @@ import (
 	pol "github.com/asyncrl/asyncrl/policy"
 )
 
-// servedModel is the model name the built-in engines serve.
-const servedModel = "asyncrl-policy"
-
 // localEngine is one built-in engine serving on loopback.
 type localEngine struct {
 	name string
@@ -32,6 +30,9 @@ type localEngine struct {
 	srv  *http.Server
 	done chan error
 	once sync.Once
+	// closed is set once stop began: calls that fail after it mean the
+	// engine is gone, not that it failed.
+	closed atomic.Bool
 }
 
 // stop shuts the engine's listener and loop down (idempotent): in-flight
@@ -39,6 +40,7 @@ type localEngine struct {
 func (le *localEngine) stop(ctx context.Context) error {
 	var err error
 	le.once.Do(func() {
+		le.closed.Store(true)
 		err = le.e.Shutdown(ctx)
 		err = errors.Join(err, le.srv.Shutdown(ctx))
 		select {
@@ -61,7 +63,7 @@ func startEngines(c config.EnginesConfig, m engine.Model, seed int64, log zerolo
 	var out []*localEngine
 	for i := range c.Count {
 		id := "engine-" + strconv.Itoa(i)
-		e, err := engine.New(wiring.EngineConfig(c, servedModel, uint64(seed)+uint64(i)*0x9e3779b9), m,
+		e, err := engine.New(wiring.EngineConfig(c, c.ServedModelName, uint64(seed)+uint64(i)*0x9e3779b9), m,
 			engine.WithLogger(log.With().Str("engine", id).Logger()), engine.WithLoader(wiring.LoadPolicy))
 		if err != nil {
 			stopEngines(out)

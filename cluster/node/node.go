@@ -107,6 +107,9 @@ type Node struct {
 
 	bus       *natsbus.Bus
 	engines   []*localEngine
+	// driven are the engines the node updates over HTTP: its own, then
+	// engines.external.
+	driven    []*drivenEngine
 	router    *proxy.Router
 	routerSrv *http.Server
 	routerURL string
@@ -168,8 +171,11 @@ func New(cfg config.Config, opts Options) (*Node, error) {
 		if cfg.Publisher.Mode != config.PublishDelta || cfg.Publisher.Store != config.StoreNATS || cfg.Publisher.Transport == config.TransportDataPlane {
 			return nil, fmt.Errorf("%w: engines on other nodes need publisher.mode delta, publisher.store nats and the store transport", ErrConfig)
 		}
-	} else if cfg.Engines.Count == 0 {
-		return nil, fmt.Errorf("%w: engines.count: the in-process trainer can only update built-in engines; set count ≥ 1", ErrConfig)
+	} else if cfg.Engines.Count == 0 && len(cfg.Engines.External) == 0 {
+		return nil, fmt.Errorf("%w: engines.count: 0 engines to update: set count ≥ 1 or list engines.external (engines.external_urls are only routed to)", ErrConfig)
+	}
+	if err := checkExternal(cfg, opts.Remote != nil); err != nil {
+		return nil, err
 	}
 	return &Node{cfg: cfg, opts: opts, subj: s, task: task}, nil
 }
@@ -323,7 +329,13 @@ func (n *Node) Start(ctx context.Context) (err error) {
 			return err
 		}
 	}
+	if err := n.driveEngines(ctx); err != nil {
+		return err
+	}
 	replicas := append(n.EngineURLs(), cfg.Engines.ExternalURLs...)
+	for _, d := range n.driven[len(n.engines):] {
+		replicas = append(replicas, d.url)
+	}
 	n.reg = prometheus.NewRegistry()
 	rcfg := routerConfig(cfg, replicas, quiet.With().Str("component", "router").Logger())
 	rcfg.Registerer = n.reg
@@ -362,6 +374,13 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		// node only loads the versions it announces onto its engines.
 		if n.weightsSub, err = n.bus.Subscribe(n.subj.weights, n.loadWeights); err != nil {
 			return fmt.Errorf("node: weights: %w", err)
+		}
+	} else if cfg.Trainer.Backend == config.BackendExec {
+		// The steps run in a child process over the worker bridge.
+		if n.tr, err = n.startExecTrainer(ctx, ptr.ServingCopy(), tpub, trainer.Config{RunID: cfg.Run.ID, Name: "trainer-0", NormStd: true,
+			Microbatch: microbatchConfig(cfg.Trainer), Logger: log.With().Str("actor", "trainer").Logger(),
+			Subjects: trainer.Subjects{Train: n.subj.train, Steps: n.subj.steps, Weights: n.subj.weights}}); err != nil {
+			return err
 		}
 	} else if n.tr, err = trainer.Start(n.bus, ptr, tpub, trainer.Config{RunID: cfg.Run.ID, Name: "trainer-0", NormStd: true,
 		VersionBase: ptr.Version(), Microbatch: microbatchConfig(cfg.Trainer), Logger: log.With().Str("actor", "trainer").Logger(),
@@ -434,7 +453,7 @@ func (n *Node) startRollouts() error {
 		rt = n.hooks.wrapClient(rt)
 	}
 	n.httpc = &http.Client{Transport: rt}
-	gen := &rollout.HTTPClient{BaseURL: n.routerURL, Model: servedModel, Client: n.httpc}
+	gen := &rollout.HTTPClient{BaseURL: n.routerURL, Model: n.cfg.Engines.ServedModelName, Client: n.httpc}
 	for i := range count {
 		a, err := startRolloutActor(n.bus, gen, n.cfg, n.task, "rollout-"+strconv.Itoa(i), ecfg, supportK, n.subj, n.groupStream, n.opts.Logger, nil)
 		if err != nil {

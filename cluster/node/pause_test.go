@@ -34,7 +34,7 @@ func TestCutShortWaitPauseResumes(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		body := []byte(`{"model":"` + servedModel + `","prompt":[1,2,3],"max_tokens":250,"ignore_eos":true}`)
+		body := []byte(`{"model":"` + config.DefaultEngines().ServedModelName + `","prompt":[1,2,3],"max_tokens":250,"ignore_eos":true}`)
 		resp, err := http.Post(le.url+"/v1/completions", "application/json", bytes.NewReader(body))
 		if err == nil {
 			resp.Body.Close()

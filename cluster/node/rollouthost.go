@@ -147,7 +147,7 @@ func (h *rolloutHost) follow(ta messages.TermAnnounce) {
 		return
 	}
 	count, ecfg, supportK := rolloutSetup(tcfg, 0)
-	gen := &rollout.HTTPClient{BaseURL: ta.Router, Model: servedModel, Client: h.httpc}
+	gen := &rollout.HTTPClient{BaseURL: ta.Router, Model: h.cfg.Engines.ServedModelName, Client: h.httpc}
 	var actors []*rollout.Actor
 	for i := range count {
 		name := h.node + "-rollout-" + strconv.Itoa(i)

@@ -228,16 +228,24 @@ func (n *Node) startWeightSync(ctx context.Context, baseDir string) (*weightSync
 			return nil, err
 		}
 	}
-	for i, le := range n.engines {
-		rc := receiver.DefaultConfig(filepath.Join(l.receivers, le.name), baseDir)
-		rc.Logger = w.log.With().Str("engine", le.name).Logger()
-		rc.Registerer = prometheus.WrapRegistererWith(prometheus.Labels{"engine": le.name}, n.reg)
+	for i, d := range n.driven {
+		if d.local == nil {
+			// An engine started elsewhere serves weights of its own: the
+			// run's version 0 goes in before it is registered.
+			if err := loadBase(ctx, d, baseDir, string(cfg.Trainer.PauseMode)); err != nil {
+				w.close()
+				return nil, err
+			}
+		}
+		rc := receiver.DefaultConfig(filepath.Join(l.receivers, d.name), baseDir)
+		rc.Logger = w.log.With().Str("engine", d.name).Logger()
+		rc.Registerer = prometheus.WrapRegistererWith(prometheus.Labels{"engine": d.name}, n.reg)
 		rcv, err := receiver.New(rc, st)
 		if err != nil {
 			w.close()
-			return nil, fmt.Errorf("node: receiver %s: %w", le.name, err)
+			return nil, fmt.Errorf("node: receiver %s: %w", d.name, err)
 		}
-		if err := w.join(n, i, le, rcv); err != nil {
+		if err := w.join(n, i, d, rcv); err != nil {
 			return nil, err
 		}
 	}
@@ -277,8 +285,8 @@ func (n *Node) startDataPlaneSync(baseDir, stage string) (*weightSync, error) {
 			return nil, fmt.Errorf("node: publisher metrics: %w", err)
 		}
 	}
-	for i, le := range n.engines {
-		if err := w.join(n, i, le, nil); err != nil {
+	for i, d := range n.driven { // only the node's own: checkExternal refuses external engines here
+		if err := w.join(n, i, d, nil); err != nil {
 			return nil, err
 		}
 	}
@@ -287,11 +295,11 @@ func (n *Node) startDataPlaneSync(baseDir, stage string) (*weightSync, error) {
 
 // join starts engine i's agent (rcv nil: it pulls from the data plane) and
 // registers the engine at version 0; on error w is closed.
-func (w *weightSync) join(n *Node, i int, le *localEngine, rcv *receiver.Receiver) error {
-	a := newEngineAgent(i, le, rcv, w.shell, n.bus, n.cfg, n.hooks.beforeApply, w.log)
+func (w *weightSync) join(n *Node, i int, d *drivenEngine, rcv *receiver.Receiver) error {
+	a := newEngineAgent(i, d, rcv, w.shell, n.bus, n.cfg, n.hooks.beforeApply, w.log)
 	a.dp = w.dp
-	w.agents[le.name], w.list = a, append(w.list, a)
-	if _, err := w.shell.Join(le.name, le.url, 0); err != nil {
+	w.agents[d.name], w.list = a, append(w.list, a)
+	if _, err := w.shell.Join(d.name, d.url, 0); err != nil {
 		w.close()
 		return err
 	}
@@ -543,7 +551,7 @@ const syncTimeout = 10 * time.Minute
 // receiver replays every delta up to it in one go.
 type engineAgent struct {
 	idx     int
-	le      *localEngine
+	eng     *drivenEngine
 	rcv     *receiver.Receiver // nil when dp is set
 	dp      *dpPush            // publisher.transport dataplane
 	sh      agentReporter
@@ -585,12 +593,12 @@ type agentReporter interface {
 	Leave(name string)
 }
 
-func newEngineAgent(i int, le *localEngine, rcv *receiver.Receiver, sh agentReporter, bus transport.Bus, cfg config.Config,
+func newEngineAgent(i int, eng *drivenEngine, rcv *receiver.Receiver, sh agentReporter, bus transport.Bus, cfg config.Config,
 	hook func(int, int64), log zerolog.Logger) *engineAgent {
 	ctx, cancel := context.WithCancel(context.Background())
-	a := &engineAgent{idx: i, le: le, rcv: rcv, sh: sh, bus: bus, runID: cfg.Run.ID, sender: le.name, mode: string(cfg.Trainer.PauseMode),
-		subject:     transport.MustSubject(cfg.Run.ID, transport.TopicEngines, le.name, string(transport.EngineAck)),
-		log:         log.With().Str("engine", le.name).Logger(),
+	a := &engineAgent{idx: i, eng: eng, rcv: rcv, sh: sh, bus: bus, runID: cfg.Run.ID, sender: eng.name, mode: string(cfg.Trainer.PauseMode),
+		subject:     transport.MustSubject(cfg.Run.ID, transport.TopicEngines, eng.name, string(transport.EngineAck)),
+		log:         log.With().Str("engine", eng.name).Logger(),
 		beforeApply: hook, failed: publisher.NoVersion - 1, wake: make(chan struct{}, 1), ctx: ctx, cancel: cancel, done: make(chan struct{})}
 	go a.loop()
 	return a
@@ -648,26 +656,30 @@ func (a *engineAgent) loop() {
 			switch {
 			case err == nil:
 				if a.onLoaded != nil {
-					a.onLoaded(a.le.name, t)
+					a.onLoaded(a.eng.name, t)
 				}
 			case errors.Is(err, engine.ErrClosed):
-				a.sh.Leave(a.le.name) // stopped: out of rotation for good
+				a.sh.Leave(a.eng.name) // stopped: out of rotation for good
 			case a.ctx.Err() == nil:
-				a.sh.Failed(a.le.name, t, err)
+				a.sh.Failed(a.eng.name, t, err)
 			}
 		}
 	}
 }
 
 // sync brings the engine to target: fetch and apply to the receiver's
-// copy while the engine still serves, then pause, load, resume, ack.
+// copy while the engine still serves, then pause, load, resume, ack — all
+// through the engine's driver over HTTP. An engine on weight_load delta
+// gets the deltas since the version it reports instead of the whole
+// checkpoint; one that cannot take them (a gap, a refused delta) loads the
+// receiver's full copy in the same pause.
 func (a *engineAgent) sync(target int64) error {
 	// A deadline, because the NATS object store bounds a Get without one
 	// by the client's default timeout (seconds), too short for a full
 	// checkpoint of a real model.
 	ctx, cancel := context.WithTimeout(a.ctx, syncTimeout)
 	defer cancel()
-	_ = a.sh.Fetching(a.le.name, target)
+	_ = a.sh.Fetching(a.eng.name, target)
 	if a.dp != nil {
 		return a.syncDataPlane(ctx, target)
 	}
@@ -680,14 +692,19 @@ func (a *engineAgent) sync(target int64) error {
 	if _, err := a.rcv.Apply(ctx, target); err != nil {
 		return err
 	}
-	if err := a.le.e.Pause(ctx, a.mode, false); err != nil {
-		// A "wait" pause cut short (ctx ended) leaves the engine paused:
-		// let it serve its current weights rather than nothing.
-		a.le.e.Resume()
+	var v int64
+	err := a.eng.swap(ctx, a.mode, func() (err error) {
+		if a.eng.load == config.LoadDelta {
+			if v, err = a.applyDeltas(ctx, target); err == nil {
+				return nil
+			}
+			a.log.Warn().Err(err).Int64("version", target).Msg("weight sync: deltas not applied in place; loading the full checkpoint")
+		}
+		v, err = a.rcv.Load(receiver.LoaderFunc(func(dir string, version int64) error {
+			return a.eng.drv.LoadCheckpoint(ctx, dir, version)
+		}))
 		return err
-	}
-	v, err := a.rcv.Load(receiver.LoaderFunc(a.le.e.LoadWeights))
-	a.le.e.Resume()
+	})
 	if err != nil {
 		return err
 	}
@@ -695,10 +712,34 @@ func (a *engineAgent) sync(target int64) error {
 	return a.ack(ctx, v)
 }
 
+// applyDeltas sends the engine every delta after the version it serves up
+// to the receiver's (the engine checks each against its own copy and
+// refuses a bad one, changing nothing).
+func (a *engineAgent) applyDeltas(ctx context.Context, target int64) (int64, error) {
+	served, err := a.eng.drv.ServedVersion(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if served > target {
+		return 0, fmt.Errorf("engine serves version %d, newer than the target %d", served, target)
+	}
+	for v := served + 1; v <= target; v++ {
+		dir := a.rcv.DeltaDir(v)
+		if _, err := os.Stat(dir); err != nil {
+			return 0, fmt.Errorf("delta %d is not cached (engine at %d): %w", v, served, err)
+		}
+		if err := a.eng.drv.ApplyDelta(ctx, dir, v); err != nil {
+			return 0, err
+		}
+	}
+	return target, nil
+}
+
 // syncDataPlane pulls target's bytes from the publisher's data plane into
 // memory (every range checksum-verified; a mismatch fails the version, which
 // is then not served), builds the model while the engine still serves, then
-// pauses, swaps it in, resumes and acks.
+// pauses, swaps it in, resumes and acks. The swap is in process: the data
+// plane serves only engines the node started.
 func (a *engineAgent) syncDataPlane(ctx context.Context, target int64) error {
 	m, err := a.dp.fetch(ctx, target)
 	if err != nil {
@@ -707,14 +748,15 @@ func (a *engineAgent) syncDataPlane(ctx context.Context, target int64) error {
 	if a.beforeApply != nil {
 		a.beforeApply(a.idx, target)
 	}
-	if err := a.le.e.Pause(ctx, a.mode, false); err != nil {
+	le := a.eng.local
+	if err := le.e.Pause(ctx, a.mode, false); err != nil {
 		// A "wait" pause cut short (ctx ended) leaves the engine paused:
 		// let it serve its current weights rather than nothing.
-		a.le.e.Resume()
+		le.e.Resume()
 		return err
 	}
-	err = a.le.e.SetModel(m, target)
-	a.le.e.Resume()
+	err = le.e.SetModel(m, target)
+	le.e.Resume()
 	if err != nil {
 		return err
 	}
@@ -723,7 +765,7 @@ func (a *engineAgent) syncDataPlane(ctx context.Context, target int64) error {
 
 func (a *engineAgent) ack(ctx context.Context, v int64) error {
 	data, err := messages.Encode(messages.EngineVersionAck{
-		Header: messages.Header{RunID: a.runID, Sender: a.sender, Version: v}, Engine: a.le.name, URL: a.le.url})
+		Header: messages.Header{RunID: a.runID, Sender: a.sender, Version: v}, Engine: a.eng.name, URL: a.eng.url})
 	if err != nil {
 		return err
 	}

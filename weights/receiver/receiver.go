@@ -135,6 +135,10 @@ func New(cfg Config, st store.Store) (*Receiver, error) {
 // WeightsDir is the mutable checkpoint copy an engine loads.
 func (r *Receiver) WeightsDir() string { return filepath.Join(r.cfg.Root, WeightsDirName) }
 
+// DeltaDir is where Fetch caches delta version v (a SkyRL delta
+// directory: manifest and zstd files), until Prune removes it.
+func (r *Receiver) DeltaDir(v int64) string { return r.cacheDir(v) }
+
 func (r *Receiver) syncDir() string { return filepath.Join(r.cfg.Root, SyncDirName) }
 
 func (r *Receiver) cacheDir(v int64) string {

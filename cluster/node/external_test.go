@@ -1,0 +1,166 @@
+package node
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/asyncrl/asyncrl/config"
+	"github.com/asyncrl/asyncrl/engine"
+	"github.com/asyncrl/asyncrl/engine/driver"
+	"github.com/asyncrl/asyncrl/internal/wiring"
+)
+
+// externalEngine is an engine started outside the run, as `asyncrl
+// engine` starts one: its own weights (another seed), its own HTTP server.
+// completions counts the generation requests it answered.
+type externalEngine struct {
+	url         string
+	completions atomic.Int64
+}
+
+// startExternalEngine serves a built-in engine on loopback the way
+// `asyncrl engine --seed seed` does, until the test ends.
+func startExternalEngine(t *testing.T, cfg config.Config, seed int64) *externalEngine {
+	t.Helper()
+	m, err := wiring.InitialPolicy("", uint64(seed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := engine.New(wiring.EngineConfig(cfg.Engines, cfg.Engines.ServedModelName, uint64(seed)), m, engine.WithLoader(wiring.LoadPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := &externalEngine{url: "http://" + ln.Addr().String()}
+	h := e.Handler()
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/completions" {
+			x.completions.Add(1)
+		}
+		h.ServeHTTP(w, r)
+	}), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = e.Shutdown(ctx)
+		_ = srv.Shutdown(ctx)
+	})
+	return x
+}
+
+// TestExternalEngines runs the loop with engines.count 0 on three engines
+// it did not start, driven only over their HTTP API, in each pause mode:
+// every engine first loads the run's version 0 (it started on other
+// weights), every version is acknowledged by every engine after a load
+// over HTTP (two apply deltas in place, one loads full checkpoints), each
+// engine serves the final version, every engine answered rollouts, and no
+// trajectory is lost.
+func TestExternalEngines(t *testing.T) {
+	for _, mode := range config.PauseMode("").Values() {
+		t.Run(mode, func(t *testing.T) {
+			cfg := smallConfig(t, 4)
+			cfg.Trainer.PauseMode = config.PauseMode(mode)
+			cfg.Engines.Count = 0
+			var es []*externalEngine
+			for i, load := range []config.WeightLoad{config.LoadDelta, config.LoadFull, config.LoadDelta} {
+				x := startExternalEngine(t, cfg, 100+int64(i))
+				es = append(es, x)
+				cfg.Engines.External = append(cfg.Engines.External, config.ExternalEngine{URL: x.url, Kind: config.EngineBuiltin, WeightLoad: load})
+			}
+			var acks ackLog
+			n, s := runNode(t, cfg, func(n *Node) {
+				sub, err := n.Bus().Subscribe(n.subj.acks, acks.on)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = sub.Unsubscribe() })
+			})
+			checkLedger(t, n, s)
+			if s.Steps != 4 || s.TrajectoriesLost != 0 {
+				t.Fatalf("steps %d lost %d, want 4 and 0", s.Steps, s.TrajectoriesLost)
+			}
+			if len(n.engines) != 0 {
+				t.Fatalf("the node started %d engines with engines.count 0", len(n.engines))
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			for i, x := range es {
+				name := n.driven[i].name
+				for v := int64(1); v <= 4; v++ {
+					if !acks.acked(cfg.Run.ID, name, v) {
+						t.Errorf("%s: version %d never acknowledged", name, v)
+					}
+				}
+				d, err := driver.New(driver.KindBuiltin, x.url, driver.Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if v, err := d.ServedVersion(ctx); err != nil || v != 4 {
+					t.Errorf("%s serves version %d (%v), want 4", name, v, err)
+				}
+				if x.completions.Load() == 0 {
+					t.Errorf("%s answered no rollout", name)
+				}
+			}
+		})
+	}
+}
+
+// TestExternalEngineMissingRoute: an external engine without a route the
+// run needs fails the start, naming the engine and the fix, before
+// anything is routed to it.
+func TestExternalEngineMissingRoute(t *testing.T) {
+	cfg := smallConfig(t, 1)
+	cfg.Engines.Count = 0
+	x := startExternalEngine(t, cfg, 7)
+	// A vLLM without VLLM_SERVER_DEV_MODE: the RL routes answer 404.
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /is_paused", http.NotFound)
+	mux.Handle("/", proxyTo(t, x.url))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	addr := "http://" + ln.Addr().String()
+	cfg.Engines.External = []config.ExternalEngine{{URL: addr, Kind: config.EngineVLLM, WeightLoad: config.LoadDelta}}
+	n, err := New(cfg, Options{InMemoryBus: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err = n.Start(ctx)
+	if err == nil {
+		n.Stop()
+		t.Fatal("the run started on an engine without /is_paused")
+	}
+	for _, want := range []string{"engines.external[0]", addr, "/is_paused", "VLLM_SERVER_DEV_MODE=1"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %q", err, want)
+		}
+	}
+}
+
+// proxyTo forwards every request to base.
+func proxyTo(t *testing.T, base string) http.Handler {
+	t.Helper()
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return httputil.NewSingleHostReverseProxy(u)
+}
