@@ -105,8 +105,8 @@ type Node struct {
 	subj subjects
 	task tasks.Task
 
-	bus       *natsbus.Bus
-	engines   []*localEngine
+	bus     *natsbus.Bus
+	engines []*localEngine
 	// driven are the engines the node updates over HTTP: its own, then
 	// engines.external.
 	driven    []*drivenEngine
