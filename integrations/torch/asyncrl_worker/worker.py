@@ -38,13 +38,14 @@ def bad(field: str, message: str) -> FrameError:
     return FrameError("bad_field", field, message)
 
 
-def _check_keys(obj, allowed: set[str], where: str, required: set[str] = frozenset()) -> dict:
+def _check_keys(obj, allowed: set[str], where: str, required=()) -> dict:
+    """Reject unknown keys, then missing required ones (in the order given)."""
     if not isinstance(obj, dict):
         raise bad(where, "must be a map")
     for k in obj:
         if k not in allowed:
             raise bad(f"{where}.{k}" if where else k, "unknown key")
-    for k in sorted(required):
+    for k in required:
         if k not in obj:
             raise bad(f"{where}.{k}" if where else k, "missing")
     return obj
@@ -74,7 +75,7 @@ class OptimConfig:
 
 
 def parse_optimizer(o) -> OptimConfig:
-    _check_keys(o, {"name", "lr", "betas", "eps", "weight_decay", "max_grad_norm"}, "optimizer", {"name"})
+    _check_keys(o, {"name", "lr", "betas", "eps", "weight_decay", "max_grad_norm"}, "optimizer", ("name",))
     if o["name"] != "adamw":
         raise bad("optimizer.name", f"only adamw is supported, got {o['name']!r}")
     c = OptimConfig()
@@ -274,8 +275,8 @@ class Worker:
 
     def init(self, req: dict) -> dict:
         _check_keys(req, {"v", "type", "id", "model", "optimizer", "loss", "seed", "resume", "step", "out_dir"}, "",
-                    {"model", "optimizer", "loss", "out_dir"})
-        m = _check_keys(req["model"], {"kind", "path", "config"}, "model", {"kind"})
+                    ("model", "optimizer", "loss", "out_dir"))
+        m = _check_keys(req["model"], {"kind", "path", "config"}, "model", ("kind",))
         kind = m["kind"]
         if kind not in ("builtin", "hf"):
             raise bad("model.kind", f"must be builtin or hf, got {kind!r}")
@@ -345,13 +346,13 @@ class Worker:
 
     def parse_batch(self, req: dict) -> Batch:
         """Validate a TrainBatch completely; raises FrameError(bad_field)."""
-        _check_keys(req, {"v", "type", "id", "step", "arrays", "groups", "microbatches"}, "", {"step", "arrays"})
+        _check_keys(req, {"v", "type", "id", "step", "arrays", "groups", "microbatches"}, "", ("step", "arrays"))
         step = _int(req["step"], "step")
         if step != self.step + 1:
             raise bad("step", f"step {step} but the weights are at version {self.step} (expected {self.step + 1})")
         arr = _check_keys(req["arrays"], {"tokens", "seq_offsets", "loss_mask", "rollout_logprobs", "versions",
                                           "advantages", "rewards"}, "arrays",
-                          {"tokens", "seq_offsets", "loss_mask", "rollout_logprobs", "versions"})
+                          ("tokens", "seq_offsets", "loss_mask", "rollout_logprobs", "versions"))
         tokens = parse_tensor(arr["tokens"], "arrays.tokens", "int32", 1)
         off = parse_tensor(arr["seq_offsets"], "arrays.seq_offsets", "int64", 1)
         mask = parse_tensor(arr["loss_mask"], "arrays.loss_mask", "uint8", 1)
@@ -555,7 +556,7 @@ class Worker:
         return serving, state
 
     def save_checkpoint(self, req: dict) -> dict:
-        _check_keys(req, {"v", "type", "id", "dir"}, "", {"dir"})
+        _check_keys(req, {"v", "type", "id", "dir"}, "", ("dir",))
         self._need_init()
         d = req["dir"]
         if not isinstance(d, str) or not d:
