@@ -14,7 +14,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/asyncrl/asyncrl/messages"
-	"github.com/asyncrl/asyncrl/policy/tokenizer"
 	"github.com/asyncrl/asyncrl/tasks"
 	"github.com/asyncrl/asyncrl/transport"
 )
@@ -424,7 +423,7 @@ func (e *Episode) mixed() bool {
 
 // pack builds the group's GroupReady with its Arrow token batch inline.
 func (a *Actor) pack(pa messages.PromptAssigned, res []result) (messages.GroupReady, error) {
-	tb, err := messages.NewTokenBatch(messages.BatchSpec{Vocab: tokenizer.VocabSize, SupportK: int32(a.cfg.SupportK)})
+	tb, err := messages.NewTokenBatch(messages.BatchSpec{Vocab: a.cfg.Episode.vocab().Size(), SupportK: int32(a.cfg.SupportK)})
 	if err != nil {
 		return messages.GroupReady{}, err
 	}

@@ -43,6 +43,56 @@ type EpisodeConfig struct {
 	// like a malformed answer — retried, and the episode aborted if it
 	// persists — instead of yielding logprobs the trainer cannot compare.
 	SupportLogprobs bool
+	// Vocab turns text into the model's tokens and back; nil is the
+	// built-in policy's character vocabulary (BuiltinVocab).
+	Vocab Vocabulary
+}
+
+// Vocabulary is the model's tokenizer as the episode runner needs it:
+// observations are encoded and appended to the token history (the history
+// itself is never re-tokenised, as SkyRL's multi-turn generator does), and
+// each turn's generated tokens are decoded for the environment.
+type Vocabulary interface {
+	// Encode turns text into token ids (no special tokens added).
+	Encode(text string) []int32
+	// Decode turns generated ids into the text the environment reads.
+	Decode(ids []int32) string
+	// Prefix is what every episode starts with before the first
+	// observation (the built-in policy's BOS; empty for a chat model
+	// whose template carries its own markers).
+	Prefix() []int32
+	// IsEOS reports whether id ends generation (the turn then stops).
+	IsEOS(id int32) bool
+	// Size bounds token ids: every id is in [0, Size).
+	Size() int32
+}
+
+// BuiltinVocab is the built-in policy's character vocabulary.
+type BuiltinVocab struct{}
+
+var _ Vocabulary = BuiltinVocab{}
+
+// Encode implements Vocabulary.
+func (BuiltinVocab) Encode(text string) []int32 { return tokenizer.Encode(text) }
+
+// Decode implements Vocabulary.
+func (BuiltinVocab) Decode(ids []int32) string { return tokenizer.Decode(ids) }
+
+// Prefix implements Vocabulary: BOS.
+func (BuiltinVocab) Prefix() []int32 { return []int32{tokenizer.BOS} }
+
+// IsEOS implements Vocabulary.
+func (BuiltinVocab) IsEOS(id int32) bool { return id == tokenizer.EOS }
+
+// Size implements Vocabulary.
+func (BuiltinVocab) Size() int32 { return tokenizer.VocabSize }
+
+// vocab is cfg.Vocab or the built-in one.
+func (c EpisodeConfig) vocab() Vocabulary {
+	if c.Vocab == nil {
+		return BuiltinVocab{}
+	}
+	return c.Vocab
 }
 
 // DefaultEpisodeConfig: task limits, a 256-token context, temperature 1,
@@ -165,9 +215,10 @@ func RunEpisode(ctx context.Context, gen Generator, task tasks.Task, p tasks.Pro
 	if cfg.MaxTokens > 0 {
 		maxTok = cfg.MaxTokens
 	}
+	vocab := cfg.vocab()
 	ep := Episode{ID: id}
-	ep.addContext([]int32{tokenizer.BOS})
-	ep.addContext(tokenizer.Encode(obs))
+	ep.addContext(vocab.Prefix())
+	ep.addContext(vocab.Encode(obs))
 	ep.PromptLen = len(ep.Tokens)
 	for turn := 0; turn < maxTurns && len(ep.Tokens) < cfg.MaxSeqLen; turn++ {
 		start := len(ep.Tokens)
@@ -175,7 +226,7 @@ func RunEpisode(ctx context.Context, gen Generator, task tasks.Task, p tasks.Pro
 			return Episode{}, err
 		}
 		ep.Turns++
-		o, r, done, err := env.Step(tokenizer.Decode(ep.Tokens[start:]))
+		o, r, done, err := env.Step(vocab.Decode(ep.Tokens[start:]))
 		if err != nil {
 			return Episode{}, fmt.Errorf("%w: env step %s: %w", ErrAborted, p.ID, err)
 		}
@@ -183,7 +234,7 @@ func RunEpisode(ctx context.Context, gen Generator, task tasks.Task, p tasks.Pro
 		if done {
 			break
 		}
-		ep.addContext(tokenizer.Encode(o))
+		ep.addContext(vocab.Encode(o))
 	}
 	if len(ep.Tokens) > cfg.MaxSeqLen { // an observation overflowed the context
 		n := cfg.MaxSeqLen
@@ -270,7 +321,7 @@ func generateTurn(ctx context.Context, gen Generator, ep *Episode, budget int, c
 			ep.addGenerated(out)
 			budget -= len(out.Tokens)
 			res.Tokens, res.Finish, res.Left = len(out.Tokens), out.Finish, budget
-			res.EOS = len(out.Tokens) > 0 && out.Tokens[len(out.Tokens)-1] == tokenizer.EOS
+			res.EOS = len(out.Tokens) > 0 && cfg.vocab().IsEOS(out.Tokens[len(out.Tokens)-1])
 		} else {
 			last = err
 		}

@@ -126,6 +126,9 @@ func checkExternal(cfg config.Config, remote bool) error {
 	case cfg.Publisher.Transport == config.TransportDataPlane:
 		return fmt.Errorf("%w: engines.external need publisher.transport store (the data plane swaps built-in engines in memory)", ErrConfig)
 	}
+	if tok := cfg.Engines.External[0].Tokenizer; tok != "" && cfg.Trainer.Backend == config.BackendBuiltin {
+		return fmt.Errorf("%w: engines.external[0].tokenizer: the built-in trainer trains the built-in policy (its character vocabulary); a model with %s needs trainer.backend exec or remote", ErrConfig, tok)
+	}
 	for i, e := range cfg.Engines.External {
 		if e.WeightLoad == config.LoadLoRA {
 			return fmt.Errorf("%w: engines.external[%d].weight_load: lora needs a LoRA publisher; the built-in policy has no adapters (use delta or full)", ErrConfig, i)

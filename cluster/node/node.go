@@ -448,6 +448,11 @@ func (n *Node) Start(ctx context.Context) (err error) {
 
 func (n *Node) startRollouts() error {
 	count, ecfg, supportK := rolloutSetup(n.cfg, n.opts.RolloutActors)
+	vocab, err := wiring.Vocabulary(n.cfg.Engines)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	ecfg.Vocab = vocab
 	var rt http.RoundTripper = &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 256}
 	if n.hooks.wrapClient != nil {
 		rt = n.hooks.wrapClient(rt)

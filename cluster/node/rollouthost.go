@@ -12,6 +12,7 @@ import (
 
 	"github.com/asyncrl/asyncrl/actors/rollout"
 	"github.com/asyncrl/asyncrl/config"
+	"github.com/asyncrl/asyncrl/internal/wiring"
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/tasks"
 	"github.com/asyncrl/asyncrl/transport"
@@ -147,6 +148,12 @@ func (h *rolloutHost) follow(ta messages.TermAnnounce) {
 		return
 	}
 	count, ecfg, supportK := rolloutSetup(tcfg, 0)
+	vocab, err := wiring.Vocabulary(tcfg.Engines)
+	if err != nil {
+		h.cannotFollow(ta, retrying, err)
+		return
+	}
+	ecfg.Vocab = vocab
 	gen := &rollout.HTTPClient{BaseURL: ta.Router, Model: h.cfg.Engines.ServedModelName, Client: h.httpc}
 	var actors []*rollout.Actor
 	for i := range count {

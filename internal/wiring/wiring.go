@@ -6,11 +6,13 @@ import (
 	"time"
 
 	"github.com/asyncrl/asyncrl/actors/publisher"
+	"github.com/asyncrl/asyncrl/actors/rollout"
 	"github.com/asyncrl/asyncrl/actors/router/policy"
 	"github.com/asyncrl/asyncrl/actors/router/proxy"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/engine"
 	pmodel "github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/policy/hftokenizer"
 )
 
 // EngineConfig maps the engines section onto one built-in engine's config.
@@ -165,3 +167,28 @@ func PublisherTracker(c config.Config) publisher.Config {
 	t.MaxLag = MaxVersionLag(c)
 	return t
 }
+
+// Vocabulary is the rollouts' tokenizer: the engines' Hugging Face
+// tokenizer.json when engines.external names one (all entries name the
+// same, config validation checks it), else the built-in policy's character
+// vocabulary. A Hugging Face vocabulary adds no BOS (a chat model's prompt
+// carries its own markers), decodes without special tokens (what vLLM's
+// text shows and rewards read) and ends a turn on any special token.
+func Vocabulary(c config.EnginesConfig) (rollout.Vocabulary, error) {
+	if len(c.External) == 0 || c.External[0].Tokenizer == "" {
+		return rollout.BuiltinVocab{}, nil
+	}
+	tok, err := hftokenizer.Load(c.External[0].Tokenizer)
+	if err != nil {
+		return nil, fmt.Errorf("engines.external[0].tokenizer: %w", err)
+	}
+	return hfVocab{tok}, nil
+}
+
+type hfVocab struct{ t *hftokenizer.Tokenizer }
+
+func (v hfVocab) Encode(text string) []int32 { return v.t.Encode(text) }
+func (v hfVocab) Decode(ids []int32) string  { return v.t.DecodeSkipSpecial(ids) }
+func (v hfVocab) Prefix() []int32            { return nil }
+func (v hfVocab) IsEOS(id int32) bool        { return v.t.IsSpecial(id) }
+func (v hfVocab) Size() int32                { return int32(v.t.VocabSize()) }
