@@ -142,12 +142,17 @@ func StartStepper(bus transport.Bus, tr Stepper, pub Publisher, cfg Config) (*Ac
 	return a, nil
 }
 
-// Stop unsubscribes and waits for the step in progress.
+// Stop unsubscribes and waits for the step in progress. A Stepper with a
+// Close(context.Context) error method (the exec backend's child) is closed
+// once no step runs.
 func (a *Actor) Stop(ctx context.Context) error {
 	err := a.sub.Unsubscribe()
 	a.cancel()
 	select {
 	case <-a.done:
+		if c, ok := a.tr.(interface{ Close(context.Context) error }); ok {
+			err = errors.Join(err, c.Close(ctx))
+		}
 		return err
 	case <-ctx.Done():
 		return errors.Join(err, ctx.Err())

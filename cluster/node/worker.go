@@ -94,6 +94,11 @@ type WorkerOptions struct {
 	NATSURL string
 	// Logger receives the worker's logs.
 	Logger zerolog.Logger
+	// Exec runs the steps in a child process over the worker bridge (the
+	// exec backend) instead of in this process: ExecArgv, or trainer.exec
+	// when ExecArgv is empty. The bus side is unchanged.
+	Exec     bool
+	ExecArgv []string
 }
 
 // RunWorker runs a remote trainer worker until ctx ends: it takes the
@@ -133,10 +138,21 @@ func RunWorker(ctx context.Context, cfg config.Config, opts WorkerOptions) error
 		dir = filepath.Join(cfg.Run.DataDir, "weights")
 	}
 	pub := &trainer.BusPublisher{Bus: bus, RunID: cfg.Run.ID, Sender: "worker", Dir: dir, Weights: s.weights, Acks: s.acks}
-	tr, err := trainer.Start(bus, ptr, pub, trainer.Config{RunID: cfg.Run.ID, Name: "worker", NormStd: true,
+	tcfg := trainer.Config{RunID: cfg.Run.ID, Name: "worker", NormStd: true,
 		Microbatch: microbatchConfig(cfg.Trainer), Logger: opts.Logger,
-		Subjects: trainer.Subjects{Train: s.train, Steps: s.steps}})
-	if err != nil {
+		Subjects: trainer.Subjects{Train: s.train, Steps: s.steps}}
+	var tr *trainer.Actor
+	if opts.Exec {
+		ex, err := startExec(ctx, cfg, ptr.ServingCopy(), opts.ExecArgv, opts.Logger)
+		if err != nil {
+			return err
+		}
+		if tr, err = trainer.StartStepper(bus, ex, pub, tcfg); err != nil {
+			cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			return errors.Join(err, ex.Close(cctx))
+		}
+	} else if tr, err = trainer.Start(bus, ptr, pub, tcfg); err != nil {
 		return err
 	}
 	opts.Logger.Info().Str("nats", opts.NATSURL).Str("run", cfg.Run.ID).Str("weights", dir).Msg("trainer worker ready")

@@ -1,0 +1,81 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/asyncrl/asyncrl/actors/trainer"
+	"github.com/asyncrl/asyncrl/actors/trainer/bridge"
+	"github.com/asyncrl/asyncrl/config"
+	"github.com/asyncrl/asyncrl/policy"
+)
+
+// execDir is where the exec backend keeps its files for the run:
+// init/ (version 0's weights, HF layout) and the child's out_dir (its
+// checkpoints and resume state).
+func execDir(cfg config.Config) string {
+	return filepath.Join(cfg.Run.DataDir, "trainer-exec", cfg.Run.ID)
+}
+
+// startExec starts the exec backend (trainer.backend exec, or `asyncrl
+// worker trainer --exec`): version 0's weights — initial, the serving
+// copy the engines start from — are written to execDir/init as the
+// child's model.path, and argv (trainer.exec when empty) is started with
+// trainer.exec_env, Init from the trainer section through
+// wiring.PolicyTrainer, trainer.exec_step_timeout and exec_restarts. The
+// trainer actor that gets the returned Stepper closes it on Stop.
+func startExec(ctx context.Context, cfg config.Config, initial *policy.Model, argv []string, log zerolog.Logger) (*trainer.Exec, error) {
+	if len(argv) == 0 {
+		argv = cfg.Trainer.Exec
+	}
+	if len(argv) == 0 {
+		return nil, fmt.Errorf("%w: trainer.exec: the exec backend needs the trainer child's command", ErrConfig)
+	}
+	dir := execDir(cfg)
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, fmt.Errorf("node: exec trainer dir: %w", err)
+	}
+	initDir := filepath.Join(dir, "init")
+	if err := initial.SaveServing(initDir); err != nil {
+		return nil, fmt.Errorf("node: exec trainer initial weights: %w", err)
+	}
+	in, err := bridge.InitFor(trainerConfig(cfg), true, "builtin", initDir, filepath.Join(dir, "out"))
+	if err != nil {
+		return nil, err
+	}
+	ex, err := trainer.NewExec(ctx, bridge.Options{
+		Spec: bridge.Spec{Argv: argv, Env: cfg.Trainer.ExecEnv}, Init: in,
+		StepTimeout: cfg.Trainer.ExecStepTimeout, Restarts: cfg.Trainer.ExecRestarts,
+		Backoff: time.Second, Logger: log.With().Str("component", "trainer-child").Logger(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("node: trainer.exec %v: %w", argv, err)
+	}
+	return ex, nil
+}
+
+// startExecTrainer is the node's trainer actor on the exec backend. The
+// cluster agent's trainer terms (checkpoint after each step, resume from
+// one) need the in-process trainer's state and are not supported yet.
+func (n *Node) startExecTrainer(ctx context.Context, initial *policy.Model, pub trainer.Publisher, tcfg trainer.Config) (*trainer.Actor, error) {
+	if n.opts.AfterStep != nil || n.opts.TrainerCheckpoint != "" {
+		return nil, fmt.Errorf("%w: trainer.backend exec is not supported by asyncrl node's trainer terms yet (use asyncrl run)", ErrConfig)
+	}
+	ex, err := startExec(ctx, n.cfg, initial, nil, tcfg.Logger)
+	if err != nil {
+		return nil, err
+	}
+	a, err := trainer.StartStepper(n.bus, ex, pub, tcfg)
+	if err != nil {
+		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = ex.Close(cctx)
+		return nil, err
+	}
+	return a, nil
+}
