@@ -382,13 +382,6 @@ func (n *Node) Start(ctx context.Context) (err error) {
 			Subjects: trainer.Subjects{Train: n.subj.train, Steps: n.subj.steps, Weights: n.subj.weights}}); err != nil {
 			return err
 		}
-	} else if cfg.Trainer.Backend == config.BackendExec {
-		// The steps run in a child process over the worker bridge.
-		if n.tr, err = n.startExecTrainer(ctx, ptr.ServingCopy(), tpub, trainer.Config{RunID: cfg.Run.ID, Name: "trainer-0", NormStd: true,
-			Microbatch: microbatchConfig(cfg.Trainer), Logger: log.With().Str("actor", "trainer").Logger(),
-			Subjects: trainer.Subjects{Train: n.subj.train, Steps: n.subj.steps, Weights: n.subj.weights}}); err != nil {
-			return err
-		}
 	} else if n.tr, err = trainer.Start(n.bus, ptr, tpub, trainer.Config{RunID: cfg.Run.ID, Name: "trainer-0", NormStd: true,
 		VersionBase: ptr.Version(), Microbatch: microbatchConfig(cfg.Trainer), Logger: log.With().Str("actor", "trainer").Logger(),
 		Subjects: trainer.Subjects{Train: n.subj.train, Steps: n.subj.steps, Weights: n.subj.weights}}); err != nil {
