@@ -69,6 +69,12 @@ chaos: build
 # the standby or the engine+rollout node (ASYNCRL_CLUSTER_REPS times each,
 # default 3), or one server of an external three-server NATS cluster; every
 # run must end with the ledger check (~15 min on 2 cores).
+# Issue 13's acceptance: the default run on three `asyncrl engine` processes
+# it drives only over HTTP, in each pause mode (about a minute each).
+.PHONY: test-engines
+test-engines:
+	ASYNCRL_ENGINES_E2E=1 go test -count=1 -timeout 20m -run TestExternalEngineProcessesLearn -v ./cluster/node/
+
 .PHONY: test-cluster
 test-cluster:
 	ASYNCRL_CLUSTER_E2E=1 go test -count=1 -timeout 60m -run TestCluster -v ./cluster/node/

@@ -61,6 +61,9 @@ type weightSync struct {
 
 	published, deltaBytes prometheus.Counter
 	encodeSeconds         prometheus.Histogram
+	// swapSeconds is the control path of one engine update over HTTP:
+	// pause → load → resume (the ack follows at once).
+	swapSeconds *prometheus.HistogramVec
 
 	mu        sync.Mutex
 	encodeDur time.Duration // total time spent writing and encoding versions
@@ -298,6 +301,7 @@ func (n *Node) startDataPlaneSync(baseDir, stage string) (*weightSync, error) {
 func (w *weightSync) join(n *Node, i int, d *drivenEngine, rcv *receiver.Receiver) error {
 	a := newEngineAgent(i, d, rcv, w.shell, n.bus, n.cfg, n.hooks.beforeApply, w.log)
 	a.dp = w.dp
+	a.swapped = w.swapSeconds.WithLabelValues(d.name)
 	w.agents[d.name], w.list = a, append(w.list, a)
 	if _, err := w.shell.Join(d.name, d.url, 0); err != nil {
 		w.close()
@@ -323,10 +327,13 @@ func (n *Node) newWeightSync(baseDir, stage string) (*weightSync, error) {
 			Help: "Compressed bytes of the delta versions published."}),
 		encodeSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "asyncrl_publisher_encode_seconds",
 			Help: "Time to write a version's serving checkpoint and encode its delta.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
+		swapSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "asyncrl_engine_weight_swap_seconds",
+			Help:    "One engine's weight update over its HTTP API: pause, load (delta or full checkpoint), resume.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18)}, []string{"engine"}),
 		prunedN: prometheus.NewCounter(prometheus.CounterOpts{Name: "asyncrl_publisher_pruned_objects_total",
 			Help: "Store objects of versions every engine had passed, deleted below the newest such full checkpoint."}),
 	}
-	for _, c := range []prometheus.Collector{w.published, w.deltaBytes, w.encodeSeconds, w.prunedN} {
+	for _, c := range []prometheus.Collector{w.published, w.deltaBytes, w.encodeSeconds, w.swapSeconds, w.prunedN} {
 		if err := n.reg.Register(c); err != nil {
 			w.close()
 			return nil, fmt.Errorf("node: publisher metrics: %w", err)
@@ -566,6 +573,8 @@ type engineAgent struct {
 	log    zerolog.Logger
 	// beforeApply is a test hook (a deliberately slow applier).
 	beforeApply func(engine int, version int64)
+	// swapped, when set, observes each successful pause → load → resume.
+	swapped prometheus.Observer
 	// onLoaded, when set, is called after the engine loaded and acked a
 	// target (the engine host's catch-up events).
 	onLoaded func(engine string, version int64)
@@ -693,6 +702,7 @@ func (a *engineAgent) sync(target int64) error {
 		return err
 	}
 	var v int64
+	t0 := time.Now()
 	err := a.eng.swap(ctx, a.mode, func() (err error) {
 		if a.eng.load == config.LoadDelta {
 			if v, err = a.applyDeltas(ctx, target); err == nil {
@@ -707,6 +717,9 @@ func (a *engineAgent) sync(target int64) error {
 	})
 	if err != nil {
 		return err
+	}
+	if a.swapped != nil {
+		a.swapped.Observe(time.Since(t0).Seconds())
 	}
 	_ = a.rcv.Prune(v - 1) // older deltas are needed again only after a reset, which refetches
 	return a.ack(ctx, v)

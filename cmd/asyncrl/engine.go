@@ -59,7 +59,7 @@ func newEngineCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return fail("asyncrl engine: %v", err)
 			}
-			eng, err := engine.New(wiring.EngineConfig(cfg.Engines, "", uint64(f.Seed)), model,
+			eng, err := engine.New(wiring.EngineConfig(cfg.Engines, cfg.Engines.ServedModelName, uint64(f.Seed)), model,
 				engine.WithLoader(wiring.LoadPolicy), engine.WithLogger(logx.For(log, "engine")))
 			if err != nil {
 				return fail("asyncrl engine: %v", err)
