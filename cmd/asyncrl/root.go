@@ -90,6 +90,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newNodeCmd(g),
 		newRouterCmd(g),
 		newEngineCmd(g),
+		newEnginesCmd(g),
 		newEnvCmd(g),
 		newWorkerCmd(g),
 		newWeightsCmd(g),
