@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -44,9 +45,22 @@ func InitFor(t policy.TrainerConfig, normStd bool, kind, modelDir, outDir string
 		if err != nil {
 			return Init{}, fmt.Errorf("bridge: model config: %w", err)
 		}
-		if err := json.Unmarshal(js, &in.Model.Config); err != nil {
+		d := json.NewDecoder(bytes.NewReader(js))
+		d.UseNumber() // integers stay CBOR integers (vocab_size 98, not 98.0)
+		var cfg map[string]any
+		if err := d.Decode(&cfg); err != nil {
 			return Init{}, fmt.Errorf("bridge: model config %s: %w", modelDir, err)
 		}
+		for k, v := range cfg {
+			if n, ok := v.(json.Number); ok {
+				if i, err := n.Int64(); err == nil {
+					cfg[k] = i
+				} else if f, err := n.Float64(); err == nil {
+					cfg[k] = f
+				}
+			}
+		}
+		in.Model.Config = cfg
 	}
 	return in, nil
 }

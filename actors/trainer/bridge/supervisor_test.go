@@ -152,6 +152,10 @@ func TestChildTrainsSteps(t *testing.T) {
 	if res.Metrics["tokens"] != 8 || res.Metrics["grad_norm"] <= 0 {
 		t.Errorf("metrics %v", res.Metrics)
 	}
+	// config.json's integers reach the child as CBOR integers.
+	if v, ok := h.opts.Init.Model.Config["vocab_size"].(int64); !ok || v != int64(policy.DefaultConfig().VocabSize) {
+		t.Errorf("model.config vocab_size %#v, want an int64", h.opts.Init.Model.Config["vocab_size"])
+	}
 	if s.Worker()["name"] != "asyncrl-builtin" {
 		t.Errorf("worker %v", s.Worker())
 	}
