@@ -257,3 +257,56 @@ def test_config_validation_names_the_field():
     c = LossConfig(tis_ratio_type="")
     c.validate()
     assert c.tis_ratio_type == "none"
+
+
+E = math.exp
+# The table of asyncrl's Go test policy/skyrl_loss_test.go
+# (TestPolicyTokenSkyRLFormulas: worked by hand from SkyRL's formulas): the Go
+# trainer and this worker must agree token by token.
+# (policy type, lp, old, A, sequence log-importance weight for gspo, loss, d loss/d lp, clipped)
+GO_TABLE = [
+    ("regular", -1, -1, 2, None, -2, -2, False),
+    ("regular", -1, -1.5, 1, None, -1.2, 0, True),
+    ("regular", -1, -1.5, -1, None, E(0.5), E(0.5), False),
+    ("regular", -1.5, -1, -1, None, 0.8, 0, True),
+    ("regular", 0, -25, -1, None, E(20), 0, False),  # safe_exp_delta's clamp at 20
+    ("dual_clip", -1, -3, -1, None, 3, 0, False),
+    ("dual_clip", -1, -1.5, -1, None, E(0.5), E(0.5), False),
+    ("dual_clip", -1, -3, 1, None, -1.2, 0, True),
+    ("cispo", -1, -3, 1, None, 6, -6, True),
+    ("cispo", -0.5, -0.7, 2, None, E(0.2), -2 * E(0.2), False),
+    ("cispo", -1, -0.5, 1, None, 1, -1, True),
+]
+
+
+@pytest.mark.parametrize("row", GO_TABLE, ids=lambda r: f"{r[0]}-{r[1]}-{r[2]}-{r[3]}")
+def test_agrees_with_go_policy_token_table(row):
+    ptype, lp, old, adv, _, want_loss, want_grad, want_clipped = row
+    loss, grad, clipped = one(ptype, float(lp), float(old), float(adv))
+    assert loss == pytest.approx(want_loss, rel=1e-9)
+    assert grad == pytest.approx(want_grad, rel=1e-9, abs=1e-12)
+    assert clipped == want_clipped
+
+
+@pytest.mark.parametrize("log_iw,want_loss,want_grad,want_clipped", [(0.1, -E(0.1), -E(0.1), False),
+                                                                      (0.3, -1.2, 0.0, True)])
+def test_agrees_with_go_gspo_rows(log_iw, want_loss, want_grad, want_clipped):
+    # Go's gspo rows: one token, A = 1, the sequence's log-importance weight given.
+    # A second token carries the sequence mean: lp - old = 2*log_iw - 0 on token 2.
+    cfg = LossConfig(policy_loss_type="gspo")
+    lp = torch.tensor([-1.0, -1.0], dtype=torch.float64, requires_grad=True)
+    old = torch.tensor([-1.0, -1.0 - 2 * log_iw], dtype=torch.float64)
+    loss, clipped = policy_loss(cfg, lp, old, torch.ones(2, dtype=torch.float64), torch.zeros(2, dtype=torch.long), 1)
+    loss[0].backward()
+    assert float(loss[0]) == pytest.approx(want_loss) and float(lp.grad[0]) == pytest.approx(want_grad, abs=1e-12)
+    assert bool(clipped[0]) == want_clipped
+
+
+@pytest.mark.parametrize("old,rollout,want", [(-1, -2, 2), (-1, -0.5, E(-0.5)), (-1, -1, 1), (0, -30, 2)])
+def test_agrees_with_go_tis_table(old, rollout, want):
+    # policy/skyrl_loss_test.go TestTISRatioSkyRLFormula (token cap 2)
+    from asyncrl_worker.loss import tis_factor
+    cfg = LossConfig(tis_ratio_type="token", token_tis_ratio_clip_high=2.0)
+    got = tis_factor(cfg, torch.tensor([float(old)], dtype=torch.float64), torch.tensor([float(rollout)], dtype=torch.float64),
+                     torch.zeros(1, dtype=torch.long), 1)
+    assert float(got) == pytest.approx(want, rel=1e-12)
