@@ -105,3 +105,20 @@ def test_go_engine_serves_the_torch_checkpoint_with_equal_logprobs(engine, tmp_p
             assert diff < 1e-4, (temp, p, diff)
             # far from uniform (log 1/98 = -4.58 everywhere), so the comparison is not trivial
             assert float(ours.max() - ours.min()) > 3
+
+
+def test_go_engine_agrees_with_the_committed_fixture(engine):
+    """The fixture tests/testdata/torch_serving (make_fixture.py) is served by Go
+    with the logprobs its JSON's logits imply, so a Go-side test may rely on it."""
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "testdata")
+    with open(os.path.join(here, "torch_serving_logits.json")) as f:
+        fx = json.load(f)
+    url = engine(os.path.join(here, fx["checkpoint"]))
+    ctxs = [c for c in fx["contexts"] if c["tokens"]]  # the engine needs a non-empty prompt
+    resp = post(url + "/v1/completions", {"model": "asyncrl-policy", "prompt": [c["tokens"] for c in ctxs],
+                                          "max_tokens": 1, "logprobs": 98, "temperature": 1.0,
+                                          "return_tokens_as_token_ids": True})
+    for ch in resp["choices"]:
+        want = torch.log_softmax(torch.tensor(ctxs[ch["index"]]["logits"], dtype=torch.float64), -1)
+        got = {int(k.split(":")[1]): v for k, v in ch["logprobs"]["top_logprobs"][0].items()}
+        assert max(abs(got[i] - float(want[i])) for i in range(98)) < 1e-4

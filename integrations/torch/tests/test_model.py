@@ -126,3 +126,15 @@ def test_sharded_checkpoint_loads(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "asyncrl-window-mlp", **TOY_CONFIG, "torch_dtype": "float32"}))
     back = load_serving(str(tmp_path))
     assert all(torch.equal(a, b.detach()) for a, b in zip(named.values(), back.named_tensors().values()))
+
+
+def test_committed_fixture_matches_the_model():
+    """tests/testdata/torch_serving is what a Go test can LoadServing; its
+    expected logits must stay what this port computes from it."""
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "testdata")
+    with open(os.path.join(here, "torch_serving_logits.json")) as f:
+        fx = json.load(f)
+    m = load_serving(os.path.join(here, fx["checkpoint"]))
+    for c in fx["contexts"]:
+        got = m.next_logits(c["tokens"]).detach().double().numpy()
+        assert np.allclose(got, c["logits"], atol=1e-6), c["tokens"]
