@@ -141,9 +141,15 @@ func checkEngine(ctx context.Context, kind driver.Kind, url string, f *enginesCh
 	if kind == driver.KindBuiltin {
 		gen.PromptIDs = []int32{1, 40, 41} // BOS and two characters of the built-in tokenizer
 	}
-	if res, err := d.Generate(ctx, gen); err != nil {
-		add("token ids and logprobs", verdictFail, errDetail(err), hintOr(err, "an engine version that returns token ids and the sampled token's logprob (vLLM: return_token_ids, logprobs: 0)"))
-	} else {
+	const genFix = "an engine version that returns token ids and the sampled token's logprob (vLLM: return_token_ids, logprobs: 0)"
+	switch res, err := d.Generate(ctx, gen); {
+	case err != nil:
+		add("token ids and logprobs", verdictFail, errDetail(err), hintOr(err, genFix))
+	case len(res.TokenIDs) != 1:
+		add("token ids and logprobs", verdictFail, fmt.Sprintf("asked for 1 token, got %d", len(res.TokenIDs)), genFix)
+	case !slices.Equal(res.PromptIDs, gen.PromptIDs):
+		add("token ids and logprobs", verdictFail, fmt.Sprintf("prompt ids %v, sent %v", res.PromptIDs, gen.PromptIDs), genFix)
+	default:
 		add("token ids and logprobs", verdictPass, fmt.Sprintf("1-token generation: token_ids %v, logprob %.4g, prompt ids echoed", res.TokenIDs, res.Logprobs[0]), "")
 	}
 	if kind == driver.KindVLLM {

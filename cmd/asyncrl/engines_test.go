@@ -52,6 +52,7 @@ func TestEnginesCheckDevModeOff(t *testing.T) {
 	f := enginetest.NewFake(driver.KindVLLM, enginetest.FakeOptions{LoRA: true, Extension: true})
 	defer f.Close()
 	code, out, errOut := cli(t, "engines", "check", "--kind", "vllm", f.URL)
+	t.Log("\n" + out)
 	if code != 1 || !strings.Contains(errOut, "failed") {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}

@@ -147,6 +147,12 @@ func (f *Fake) handler(fix *Fixture, all map[string]*Fixture) http.HandlerFunc {
 		case "/collective_rpc":
 			f.collectiveRPC(w, r, all)
 			return
+		case "/v1/completions":
+			completion(w, r, fix)
+			return
+		case "/generate":
+			generate(w, r, fix)
+			return
 		}
 		writeFixture(w, fix)
 	}
@@ -202,4 +208,54 @@ func (f *Fake) collectiveRPC(w http.ResponseWriter, r *http.Request, all map[str
 		results[i] = strconv.FormatInt(wv, 10)
 	}
 	writeJSON(w, map[string]any{"results": results})
+}
+
+// completion answers the completions fixture as vLLM would answer the
+// request: the prompt echoed in prompt_token_ids and at most max_tokens
+// tokens (the fixture's, cut).
+func completion(w http.ResponseWriter, r *http.Request, fix *Fixture) {
+	var req struct {
+		Prompt    []int32 `json:"prompt"`
+		MaxTokens int     `json:"max_tokens"`
+	}
+	var resp map[string]any
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || json.Unmarshal(fix.Response, &resp) != nil {
+		w.WriteHeader(http.StatusBadRequest)
+		writeJSON(w, map[string]any{"error": map[string]any{"message": "bad request", "type": "BadRequestError", "param": nil, "code": 400}})
+		return
+	}
+	ch := resp["choices"].([]any)[0].(map[string]any)
+	ch["prompt_token_ids"] = req.Prompt
+	n := len(ch["token_ids"].([]any))
+	if req.MaxTokens > 0 && req.MaxTokens < n {
+		n = req.MaxTokens
+		ch["token_ids"] = ch["token_ids"].([]any)[:n]
+		lp := ch["logprobs"].(map[string]any)
+		for _, k := range []string{"text_offset", "token_logprobs", "tokens", "top_logprobs"} {
+			lp[k] = lp[k].([]any)[:n]
+		}
+	}
+	writeJSON(w, resp)
+}
+
+// generate answers SGLang's /generate fixture cut to max_new_tokens.
+func generate(w http.ResponseWriter, r *http.Request, fix *Fixture) {
+	var req struct {
+		SamplingParams struct {
+			MaxNewTokens int `json:"max_new_tokens"`
+		} `json:"sampling_params"`
+	}
+	var resp map[string]any
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || json.Unmarshal(fix.Response, &resp) != nil {
+		w.WriteHeader(http.StatusBadRequest)
+		writeJSON(w, map[string]any{"object": "error", "message": "bad request", "type": "Bad Request", "param": nil, "code": 400})
+		return
+	}
+	if n := req.SamplingParams.MaxNewTokens; n > 0 && n < len(resp["output_ids"].([]any)) {
+		resp["output_ids"] = resp["output_ids"].([]any)[:n]
+		meta := resp["meta_info"].(map[string]any)
+		meta["output_token_logprobs"] = meta["output_token_logprobs"].([]any)[:n]
+		meta["completion_tokens"] = n
+	}
+	writeJSON(w, resp)
 }
