@@ -52,12 +52,14 @@
 //     POST /sleep?level=1|2&mode=abort|keep (defaults 1, abort; empty 200),
 //     POST /wake_up (empty 200), GET /is_sleeping.
 //   - POST /collective_rpc {"method","args","kwargs","timeout"} →
-//     {"results":["<version>"]} (one worker; vLLM stringifies ints) for
-//     the methods of asyncrl's vLLM worker extension:
+//     {"results":[...]} (one worker) for the methods of asyncrl's vLLM
+//     worker extension (integrations/vllm), answering as it does: loads
+//     {"version": v}, the version query "v" (vLLM stringifies ints):
 //     asyncrl_load_checkpoint(dir, version) loads through the loader;
 //     asyncrl_apply_delta(dir, version) patches a copy of the served
 //     checkpoint (WithWorkDir) with the SkyRL delta in dir (manifest
-//     version = version, base_version = the served version, else 409) and
+//     version = version, base_version = the served version, else 409; the
+//     served version again is a no-op) and
 //     loads it; asyncrl_loaded_version() reports the served version. An
 //     unknown method answers 500 with "... has no attribute '<method>'"
 //     as vLLM's workers do.

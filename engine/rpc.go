@@ -41,7 +41,8 @@ type CollectiveRPCRequest struct {
 
 // CollectiveRPCResponse is its answer: one result per worker (the built-in
 // engine has one). vLLM stringifies a result that is not null, a dict or a
-// list, so a version comes back as "7".
+// list, so asyncrl_loaded_version's int comes back as "7"; the loads answer
+// {"version": 7} as asyncrl_vllm's methods return.
 type CollectiveRPCResponse struct {
 	Results []any `json:"results"`
 }
@@ -93,6 +94,8 @@ func (e *Engine) ApplyDelta(ctx context.Context, dir string, version int64) erro
 	switch {
 	case man.Version != version:
 		return fmt.Errorf("engine: apply delta %s: %w: manifest says version %d, asked for %d", dir, delta.ErrChain, man.Version, version)
+	case loaded && version == cur && ckpt != "":
+		return nil // already applied: a no-op, as in asyncrl_vllm
 	case loaded && version < cur:
 		return fmt.Errorf("%w: serving %d, got %d", ErrVersionDecrease, cur, version)
 	case ckpt == "":
@@ -289,7 +292,13 @@ func (e *Engine) handleCollectiveRPC(w http.ResponseWriter, r *http.Request) {
 	}
 	v := e.Version()
 	w.Header().Set("X-Weight-Version", strconv.FormatInt(v, 10))
-	writeJSON(w, http.StatusOK, CollectiveRPCResponse{Results: []any{strconv.FormatInt(v, 10)}})
+	// As asyncrl_vllm answers: loads return {"version": v}; the version
+	// query returns an int, which vLLM's route stringifies.
+	var res any = map[string]int64{"version": v}
+	if *req.Method == RPCLoadedVersion {
+		res = strconv.FormatInt(v, 10)
+	}
+	writeJSON(w, http.StatusOK, CollectiveRPCResponse{Results: []any{res}})
 }
 
 func (e *Engine) writeRPCError(w http.ResponseWriter, method string, err error) {

@@ -169,8 +169,9 @@ func writeJSON(w http.ResponseWriter, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// collectiveRPC answers like vLLM with asyncrl's extension: loads set the
-// version, every method answers the version per worker, stringified.
+// collectiveRPC answers like vLLM with asyncrl's extension
+// (integrations/vllm): loads set the version and answer {"version": v} per
+// worker; asyncrl_loaded_version answers the int, stringified by vLLM.
 func (f *Fake) collectiveRPC(w http.ResponseWriter, r *http.Request, all map[string]*Fixture) {
 	var req struct {
 		Method string            `json:"method"`
@@ -205,7 +206,11 @@ func (f *Fake) collectiveRPC(w http.ResponseWriter, r *http.Request, all map[str
 		if f.Opts.Skew && f.Opts.Workers > 1 && i == f.Opts.Workers-1 {
 			wv = v - 1
 		}
-		results[i] = strconv.FormatInt(wv, 10)
+		if req.Method == driver.RPCLoadedVersion {
+			results[i] = strconv.FormatInt(wv, 10) // an int, stringified by vLLM
+		} else {
+			results[i] = map[string]int64{"version": wv} // asyncrl_vllm's load result
+		}
 	}
 	writeJSON(w, map[string]any{"results": results})
 }
