@@ -17,6 +17,11 @@ How an extension reaches the live model, as upstream does it:
 the full checkpoint bytes and hands it whole tensors: live parameters are
 not 1:1 with checkpoint tensors.
 
+Over HTTP, vLLM's dev-mode route answers {"results": [one per worker]} and
+passes dict/list/None results through as JSON but str() of anything else,
+so ``asyncrl_loaded_version``'s int arrives as a JSON string ("3", "-1").
+The Go driver sends ``version`` as a JSON number; a numeric string works too.
+
 vLLM does not call an extension's ``__init__``; the state is created on
 first use. Not importable-tested here (vLLM is not installed in CI); the
 logic lives in state.py, delta.py and safetensors_io.py, which are.
