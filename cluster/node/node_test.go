@@ -67,8 +67,8 @@ func checkLedger(t *testing.T, n *Node, s report.Summary) {
 	if int64(open) != s.GroupsInFlightAtStop {
 		t.Errorf("%d consumed groups without a final state, controller held %d at stop", open, s.GroupsInFlightAtStop)
 	}
-	if int64(trained) != s.GroupsTrained || trained != s.Steps*2 {
-		t.Errorf("trained groups: ledger %d, controller %d, want steps·B = %d", trained, s.GroupsTrained, s.Steps*2)
+	if b := n.cfg.Trainer.MiniBatchSize; int64(trained) != s.GroupsTrained || trained != s.Steps*b {
+		t.Errorf("trained groups: ledger %d, controller %d, want steps·B = %d", trained, s.GroupsTrained, s.Steps*b)
 	}
 	if u := n.unsettled(); len(u) > 0 {
 		t.Errorf("groups reported but never on the controller's books: %+v", u)
