@@ -138,3 +138,21 @@ def test_committed_fixture_matches_the_model():
     for c in fx["contexts"]:
         got = m.next_logits(c["tokens"]).detach().double().numpy()
         assert np.allclose(got, c["logits"], atol=1e-6), c["tokens"]
+
+
+def test_go_written_checkpoint_gives_go_logprobs():
+    """Go → torch: tests/testdata/go_serving is a serving checkpoint Go's
+    SaveServing wrote (the default 47k-parameter policy), and
+    go_serving_logprobs.json holds the next-token logprobs Go's engine served
+    from it. Loading it here must give the same distribution."""
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "testdata")
+    with open(os.path.join(here, "go_serving_logprobs.json")) as f:
+        fx = json.load(f)
+    m = load_serving(os.path.join(here, fx["checkpoint"]))
+    assert m.cfg == {"vocab_size": 98, "window": 16, "embed_dim": 16, "hidden": 128, "layers": 1, "max_seq_len": 256}
+    for c in fx["contexts"]:
+        want = torch.tensor(c["logprobs"], dtype=torch.float64)
+        with torch.no_grad():
+            got = torch.log_softmax(m.next_logits(c["tokens"]).double(), -1)
+        assert float((got - want).abs().max()) < 1e-5, c["tokens"]
+        assert float(want.max() - want.min()) > 0.2  # not uniform: slot order or a wrong tensor would show
