@@ -223,8 +223,14 @@ func (d *sglangDriver) Generate(ctx context.Context, req GenerateRequest) (Gener
 		sp["sampling_seed"] = *req.Seed
 	}
 	body := SGLangGenerateRequest{InputIDs: req.PromptIDs, SamplingParams: sp, ReturnLogprob: true, RID: req.RequestID}
-	if req.Model != "" && req.Model != d.opts.Model {
-		body.LoRAPath = req.Model // a loaded adapter is selected by its name
+	if req.Model != "" {
+		base, err := d.servedModel(ctx)
+		if err != nil {
+			return GenerateResult{}, err
+		}
+		if req.Model != base {
+			body.LoRAPath = req.Model // a loaded adapter is selected by its name
+		}
 	}
 	start := d.opts.Now()
 	var out SGLangGenerateResponse
