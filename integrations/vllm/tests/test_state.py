@@ -192,3 +192,16 @@ def test_load_weights_that_stops_early_is_detected(chain):
     with pytest.raises(StateError, match="consumed 1 of"):
         st.apply_delta(root, 1, lambda ws: model.load_weights([next(iter(ws))]))
     assert st.loaded_version() == -1
+
+
+def test_unchanged_publish_advances_the_version(chain, tmp_path):
+    ck, _, vs = chain
+    root = str(tmp_path / "same")
+    _, man = encode_delta(raw(vs[0]), raw(vs[0]), 1, root)
+    assert man["tensors"] == [] and man["payload_files"] == []
+    w = worker()
+    w.asyncrl_load_checkpoint(ck, 0)
+    w.model_runner.model.loaded.clear()
+    assert w.asyncrl_apply_delta(root, 1) == {"version": 1, "patched": 0, "skipped": []}
+    assert w.model_runner.model.loaded == [] and params(w) == expect(vs[0])
+    assert w.asyncrl_loaded_version() == 1
