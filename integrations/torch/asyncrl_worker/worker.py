@@ -13,6 +13,7 @@ import copy
 import logging
 import math
 import os
+import re
 import shutil
 import tempfile
 import traceback
@@ -320,6 +321,10 @@ class Worker:
             os.makedirs(out_dir, exist_ok=True)
         except OSError as e:
             raise bad("out_dir", f"cannot create {out_dir}: {e}") from None
+        # a child killed mid-write leaves its temporary directories behind
+        for name in os.listdir(out_dir):
+            if re.fullmatch(r"\.(state-)?v\d{8}\.tmp-.*", name):
+                shutil.rmtree(os.path.join(out_dir, name), ignore_errors=True)
         opt = torch.optim.AdamW(policy.parameters(), lr=optim_cfg.lr, betas=optim_cfg.betas,
                                 eps=optim_cfg.eps, weight_decay=optim_cfg.weight_decay)
         if saved is not None:

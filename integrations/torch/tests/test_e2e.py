@@ -146,3 +146,13 @@ def test_init_config_must_agree_with_the_checkpoint(tmp_path):
     assert (r["code"], r["field"]) == ("bad_field", "model.config")
     r = Worker().handle(init_frame(tmp_path / "b", path=str(tmp_path / "nope"), config=None))
     assert (r["code"], r["field"]) == ("bad_field", "model.path")
+
+
+def test_init_removes_temporaries_of_a_killed_child(tmp_path):
+    out = tmp_path / "out"
+    (out / ".v00000003.tmp-abc").mkdir(parents=True)
+    (out / ".state-v00000003.tmp-xyz").mkdir()
+    (out / "v00000002").mkdir()
+    (out / ".keep.tmp-1").mkdir()
+    assert Worker().handle(init_frame(out))["type"] == "Ready"
+    assert sorted(os.listdir(out)) == [".keep.tmp-1", "v00000002"]
