@@ -103,7 +103,7 @@ func (c *counterCore) Step(now time.Time, in cmsg) {
 	if c.count%c.every == 0 {
 		c.Send("out.batch", cout{Kind: "batch", Count: c.count})
 		c.SetTimer("flush", now.Add(time.Second))
-		c.Log(LevelWarn, "batch", "batch done", Field{"count", strconv.Itoa(c.count)})
+		c.Log(LevelWarn, "batch", "batch done", Field{Key: "count", Value: strconv.Itoa(c.count)})
 	}
 }
 

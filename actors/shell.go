@@ -28,13 +28,6 @@ func (f SenderFunc[Out]) Send(ctx context.Context, subject string, msg Out) erro
 	return f(ctx, subject, msg)
 }
 
-// Starter is an optional Core method called once per incarnation, right
-// after the factory built the core and before any message, so a fresh core
-// can arm its first timers or announce itself.
-type Starter interface {
-	Start(now time.Time)
-}
-
 // ShellConfig configures one shell.
 type ShellConfig struct {
 	// Name is the actor's unique name within the System (required); it is

@@ -6,7 +6,7 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/asyncrl/asyncrl/actors"
+	"github.com/asyncrl/asyncrl/actors/effect"
 	"github.com/asyncrl/asyncrl/actors/filter"
 	"github.com/asyncrl/asyncrl/actors/staleness"
 	"github.com/asyncrl/asyncrl/messages"
@@ -121,7 +121,7 @@ type queued struct {
 // GroupRequeued. It is a pure core (see package actors): no goroutines, I/O
 // or clock; the token batches it merges are plain bytes.
 type Core struct {
-	actors.Effects[messages.Message]
+	effect.Effects[messages.Message]
 
 	cfg Config
 	ctl *staleness.Controller
@@ -175,7 +175,7 @@ type Stats struct {
 	GenerationBatches []int
 }
 
-var _ actors.Core[messages.Message, messages.Message] = (*Core)(nil)
+var _ effect.Core[messages.Message, messages.Message] = (*Core)(nil)
 
 // New builds a core at step 1.
 func New(cfg Config, src Source) (*Core, error) {
@@ -209,8 +209,8 @@ func (c *Core) Tick(now time.Time, name string) {
 		return
 	}
 	c.stats.Resent++
-	c.Log(actors.LevelWarn, "resend", "no StepDone yet; TrainBatch sent again",
-		actors.Field{Key: "step", Value: fmt.Sprint(c.lastTrain.Step)})
+	c.Log(effect.LevelWarn, "resend", "no StepDone yet; TrainBatch sent again",
+		effect.Field{Key: "step", Value: fmt.Sprint(c.lastTrain.Step)})
 	c.Send(c.cfg.Subjects.Train, *c.lastTrain)
 	c.SetTimer(timerResend, now.Add(c.cfg.ResendTrainAfter))
 }
@@ -227,7 +227,7 @@ func (c *Core) Step(now time.Time, in messages.Message) {
 	case messages.StepDone:
 		c.stepDone(now, m)
 	default:
-		c.Log(actors.LevelWarn, "unexpected", "controller ignores message", actors.Field{Key: "kind", Value: in.Kind().String()})
+		c.Log(effect.LevelWarn, "unexpected", "controller ignores message", effect.Field{Key: "kind", Value: in.Kind().String()})
 		return
 	}
 	c.dispatch(now)
@@ -259,8 +259,8 @@ func (c *Core) ledger(promptID, groupID string, state messages.LedgerState, atte
 // per key, never fatal (at-least-once delivery makes it normal).
 func (c *Core) duplicate(op, groupID string, err error) {
 	c.stats.Duplicates++
-	c.Log(actors.LevelDebug, "dup:"+op, "message for a settled or unknown group ignored",
-		actors.Field{Key: "op", Value: op}, actors.Field{Key: "group", Value: groupID}, actors.Field{Key: "err", Value: err.Error()})
+	c.Log(effect.LevelDebug, "dup:"+op, "message for a settled or unknown group ignored",
+		effect.Field{Key: "op", Value: op}, effect.Field{Key: "group", Value: groupID}, effect.Field{Key: "err", Value: err.Error()})
 }
 
 func (c *Core) ready(now time.Time, m messages.GroupReady) {
@@ -334,8 +334,8 @@ func (c *Core) requeues(detail string) {
 func (c *Core) stepDone(now time.Time, m messages.StepDone) {
 	advanced, err := c.ctl.StepDone(m.Step, now)
 	if err != nil {
-		c.Log(actors.LevelError, "stepahead", "step done ahead of the controller ignored",
-			actors.Field{Key: "err", Value: err.Error()})
+		c.Log(effect.LevelError, "stepahead", "step done ahead of the controller ignored",
+			effect.Field{Key: "err", Value: err.Error()})
 		return
 	}
 	if !advanced {
@@ -421,8 +421,8 @@ func (c *Core) dispatchKept(now time.Time, step int64) {
 func (c *Core) send(now time.Time, step int64, chosen []messages.GroupReady, slots []slot, batches int) {
 	tb, err := c.merge(chosen, slots)
 	if err != nil {
-		c.Log(actors.LevelError, "merge", "cannot merge group batches; step skipped",
-			actors.Field{Key: "err", Value: err.Error()})
+		c.Log(effect.LevelError, "merge", "cannot merge group batches; step skipped",
+			effect.Field{Key: "err", Value: err.Error()})
 		return
 	}
 	c.dispatched = step

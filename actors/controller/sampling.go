@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/asyncrl/asyncrl/actors"
+	"github.com/asyncrl/asyncrl/actors/effect"
 	"github.com/asyncrl/asyncrl/actors/filter"
 	"github.com/asyncrl/asyncrl/actors/staleness"
 	"github.com/asyncrl/asyncrl/messages"
@@ -87,9 +87,9 @@ func (c *Core) exhaust(now time.Time, step, batches, good int64) {
 	}
 	c.sampled = 0
 	c.requeues(fmt.Sprintf("max_sample_batches %d reached for step %d", c.cfg.Sampling.MaxSampleBatches, step))
-	c.Log(actors.LevelError, "exhausted", "dynamic sampling reached max_sample_batches without a full mini-batch; held groups requeued",
-		actors.Field{Key: "mode", Value: string(c.cfg.Sampling.Mode)}, actors.Field{Key: "step", Value: fmt.Sprint(step)},
-		actors.Field{Key: "batches", Value: fmt.Sprint(batches)}, actors.Field{Key: "good", Value: fmt.Sprint(good)})
+	c.Log(effect.LevelError, "exhausted", "dynamic sampling reached max_sample_batches without a full mini-batch; held groups requeued",
+		effect.Field{Key: "mode", Value: string(c.cfg.Sampling.Mode)}, effect.Field{Key: "step", Value: fmt.Sprint(step)},
+		effect.Field{Key: "batches", Value: fmt.Sprint(batches)}, effect.Field{Key: "good", Value: fmt.Sprint(good)})
 	if c.cfg.Subjects.Settled != "" {
 		c.Send(c.cfg.Subjects.Settled, messages.SamplingExhausted{Header: c.header(), Mode: string(c.cfg.Sampling.Mode),
 			Step: step, SampleBatches: batches, MiniBatch: int64(c.b()), Good: good, Requeued: int64(len(held))})

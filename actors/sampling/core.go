@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/asyncrl/asyncrl/actors"
+	"github.com/asyncrl/asyncrl/actors/effect"
 	"github.com/asyncrl/asyncrl/actors/filter"
 	"github.com/asyncrl/asyncrl/messages"
 )
@@ -49,12 +49,12 @@ type Stats struct {
 // GroupReady carries; the token batch passes through untouched. Pure (see
 // package actors).
 type Core struct {
-	actors.Effects[messages.Message]
+	effect.Effects[messages.Message]
 	cfg   Config
 	stats Stats
 }
 
-var _ actors.Core[messages.Message, messages.Message] = (*Core)(nil)
+var _ effect.Core[messages.Message, messages.Message] = (*Core)(nil)
 
 // New builds a core.
 func New(cfg Config) (*Core, error) {
@@ -92,8 +92,8 @@ func (c *Core) Step(_ time.Time, in messages.Message) {
 		// An empty group cannot be trained; dropping it releases its
 		// capacity instead of leaking it.
 		c.stats.Invalid++
-		c.Log(actors.LevelWarn, "invalid", "group cannot be judged; dropped",
-			actors.Field{Key: "group", Value: g.GroupID}, actors.Field{Key: "err", Value: err.Error()})
+		c.Log(effect.LevelWarn, "invalid", "group cannot be judged; dropped",
+			effect.Field{Key: "group", Value: g.GroupID}, effect.Field{Key: "err", Value: err.Error()})
 		c.drop(g, messages.FilterEmpty)
 		return
 	}
