@@ -7,17 +7,25 @@ LDFLAGS   := -X github.com/asyncrl/asyncrl/internal/buildinfo.Version=$(VERSION)
 RACE_PKGS ?= ./transport/... ./actors/... ./messages/...
 FUZZTIME  ?= 30s
 
-.PHONY: all build test test-long lint fuzz bench run clean
+.PHONY: all build test test-python test-long lint fuzz bench run clean
 
 all: build
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/asyncrl
 
+PYTHON    ?= /usr/bin/python3
+
 test:
 	$(GO) vet ./...
 	$(GO) test -count=1 ./...
 	$(GO) test -count=1 -race $(RACE_PKGS)
+	$(MAKE) test-python
+
+# The Python integrations (PyTorch trainer worker, vLLM worker extension),
+# with Debian's packages (.ci/python-deps installs them).
+test-python:
+	$(PYTHON) -m pytest -q -p no:cacheprovider integrations/torch integrations/vllm
 
 # Slow learning checks: a full 30-step default run must learn (cluster/node).
 test-long:

@@ -64,8 +64,12 @@ func (d *drivenEngine) gone(err error) error {
 // swap pauses the engine in mode, runs load and resumes it, whatever load
 // did: an engine is never left paused by a failed load (it keeps serving
 // the weights it had, which the router's version gate accounts for).
+// Pausing in abort or wait mode also drops the prefix cache: its KV blocks
+// were computed by the old weights (SkyRL resets it after every sync). In
+// keep mode the frozen requests keep theirs, as vLLM does (it ignores
+// clear_cache with keep).
 func (d *drivenEngine) swap(ctx context.Context, mode string, load func() error) error {
-	if err := d.drv.Pause(ctx, driver.PauseMode(mode), false); err != nil {
+	if err := d.drv.Pause(ctx, driver.PauseMode(mode), mode != string(config.PauseKeep)); err != nil {
 		// A "wait" pause cut short (ctx ended) leaves the engine paused:
 		// let it serve its current weights rather than nothing.
 		rerr := d.resume()
@@ -90,7 +94,7 @@ func (d *drivenEngine) preflight(ctx context.Context, model string) error {
 	if err := d.drv.Health(ctx); err != nil {
 		return fmt.Errorf("%s (%s): %w", d.name, d.url, err)
 	}
-	if _, err := d.drv.IsPaused(ctx); err != nil {
+	if _, err := d.drv.IsPaused(ctx); err != nil && !errors.Is(err, driver.ErrUnsupported) {
 		return fmt.Errorf("%s (%s): %w", d.name, d.url, err)
 	}
 	names, err := d.drv.Models(ctx)
@@ -130,6 +134,9 @@ func checkExternal(cfg config.Config, remote bool) error {
 		return fmt.Errorf("%w: engines.external[0].tokenizer: the built-in trainer trains the built-in policy (its character vocabulary); a model with %s needs trainer.backend exec or remote", ErrConfig, tok)
 	}
 	for i, e := range cfg.Engines.External {
+		if e.Kind == config.EngineSGLang && cfg.Trainer.PauseMode == config.PauseWait {
+			return fmt.Errorf("%w: engines.external[%d]: SGLang's /pause_generation has no wait mode (abort or in_place); set trainer.pause_mode keep or abort", ErrConfig, i)
+		}
 		if e.WeightLoad == config.LoadLoRA {
 			return fmt.Errorf("%w: engines.external[%d].weight_load: lora needs a LoRA publisher; the built-in policy has no adapters (use delta or full)", ErrConfig, i)
 		}

@@ -164,3 +164,50 @@ func proxyTo(t *testing.T, base string) http.Handler {
 	}
 	return httputil.NewSingleHostReverseProxy(u)
 }
+
+// TestCheckExternal: the run refuses, before it starts anything, external
+// engines it could not drive, naming the setting to change.
+func TestCheckExternal(t *testing.T) {
+	ext := func(k config.EngineKind, l config.WeightLoad) []config.ExternalEngine {
+		return []config.ExternalEngine{{URL: "http://127.0.0.1:9", Kind: k, WeightLoad: l}}
+	}
+	cases := []struct {
+		name   string
+		mod    func(*config.Config)
+		remote bool
+		want   string // "" = accepted
+	}{
+		{"vllm delta", func(c *config.Config) { c.Engines.External = ext(config.EngineVLLM, config.LoadDelta) }, false, ""},
+		{"sglang full keep", func(c *config.Config) {
+			c.Engines.External, c.Trainer.PauseMode = ext(config.EngineSGLang, config.LoadFull), config.PauseKeep
+		}, false, ""},
+		{"sglang wait", func(c *config.Config) {
+			c.Engines.External, c.Trainer.PauseMode = ext(config.EngineSGLang, config.LoadFull), config.PauseWait
+		}, false, "no wait mode"},
+		{"lora", func(c *config.Config) { c.Engines.External = ext(config.EngineVLLM, config.LoadLoRA) }, false, "weight_load: lora"},
+		{"mode full", func(c *config.Config) {
+			c.Engines.External, c.Publisher.Mode = ext(config.EngineVLLM, config.LoadDelta), config.PublishFull
+		}, false, "publisher.mode delta"},
+		{"data plane", func(c *config.Config) {
+			c.Engines.External, c.Publisher.Transport = ext(config.EngineVLLM, config.LoadDelta), config.TransportDataPlane
+		}, false, "publisher.transport store"},
+		{"cluster", func(c *config.Config) { c.Engines.External = ext(config.EngineVLLM, config.LoadDelta) }, true, "engine role"},
+		{"tokenizer with the built-in trainer", func(c *config.Config) {
+			c.Engines.External = ext(config.EngineVLLM, config.LoadDelta)
+			c.Engines.External[0].Tokenizer = "/m/tokenizer.json"
+		}, false, "trainer.backend exec or remote"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := config.Default()
+			tc.mod(&c)
+			err := checkExternal(c, tc.remote)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("err = %v, want one saying %q", err, tc.want)
+			}
+		})
+	}
+}
