@@ -75,20 +75,15 @@ func (r *Router) admin(w http.ResponseWriter, req *http.Request) {
 			if !ok {
 				return
 			}
-			r.change(w, http.StatusCreated, func(c *policy.Core) error {
-				if err := c.AddReplica(u); err != nil {
-					return err
-				}
-				return c.SetVersion(u, v)
-			})
+			r.change(w, http.StatusCreated, policy.AddReplica{URL: u, Version: v})
 		case http.MethodDelete:
 			u := strings.TrimRight(q.Get("url"), "/")
-			r.change(w, http.StatusOK, func(c *policy.Core) error { return c.RemoveReplica(u) })
+			r.change(w, http.StatusOK, policy.RemoveReplica{URL: u})
 		}
 	case "/admin/replicas/drain":
 		if method(http.MethodPost) {
 			u := strings.TrimRight(q.Get("url"), "/")
-			r.change(w, http.StatusOK, func(c *policy.Core) error { return c.SetState(u, policy.Draining) })
+			r.change(w, http.StatusOK, policy.SetState{URL: u, State: policy.Draining})
 		}
 	case "/admin/replicas/state":
 		if method(http.MethodPost) {
@@ -98,7 +93,7 @@ func (r *Router) admin(w http.ResponseWriter, req *http.Request) {
 				return
 			}
 			u := strings.TrimRight(q.Get("url"), "/")
-			r.change(w, http.StatusOK, func(c *policy.Core) error { return c.SetState(u, s) })
+			r.change(w, http.StatusOK, policy.SetState{URL: u, State: s})
 		}
 	case "/admin/replicas/version":
 		if method(http.MethodPost) {
@@ -107,7 +102,7 @@ func (r *Router) admin(w http.ResponseWriter, req *http.Request) {
 				return
 			}
 			u := strings.TrimRight(q.Get("url"), "/")
-			r.change(w, http.StatusOK, func(c *policy.Core) error { return c.SetVersion(u, v) })
+			r.change(w, http.StatusOK, policy.SetVersion{URL: u, Version: v})
 		}
 	case "/admin/sessions":
 		if method(http.MethodGet) {
@@ -128,11 +123,12 @@ func (r *Router) admin(w http.ResponseWriter, req *http.Request) {
 			if !ok {
 				return
 			}
-			r.Do(func(_ time.Time, c *policy.Core) { c.SetMinVersion(v) })
+			if err := r.Apply(policy.SetMinVersion{Version: v}); err != nil {
+				writeError(w, http.StatusBadRequest, err.Error())
+				return
+			}
 		}
-		var v int64
-		r.Do(func(_ time.Time, c *policy.Core) { v = c.MinVersion() })
-		writeJSON(w, http.StatusOK, map[string]any{"min_version": v})
+		writeJSON(w, http.StatusOK, map[string]any{"min_version": r.MinVersion()})
 	default:
 		writeError(w, http.StatusNotFound, "unknown admin path "+req.URL.Path)
 	}
@@ -152,9 +148,9 @@ func (r *Router) listReplicas(w http.ResponseWriter) {
 		minV     int64
 		sessions int
 	)
-	r.Do(func(_ time.Time, c *policy.Core) {
-		vs, minV, sessions = c.Replicas(), c.MinVersion(), c.SessionCount()
-	})
+	r.mu.Lock()
+	vs, minV, sessions = r.core.Replicas(), r.core.MinVersion(), r.core.SessionCount()
+	r.mu.Unlock()
 	out := make([]replicaJSON, len(vs))
 	for i, v := range vs {
 		out[i] = replicaJSON{URL: v.URL, Healthy: v.Healthy, State: v.State.String(), Version: v.Version, Lag: v.Lag, Eligible: v.Eligible,
@@ -163,11 +159,10 @@ func (r *Router) listReplicas(w http.ResponseWriter) {
 	writeJSON(w, http.StatusOK, map[string]any{"policy": r.cfg.Policy.Policy, "min_version": minV, "sessions": sessions, "replicas": out})
 }
 
-// change applies f to the core and answers ok, 404 (unknown replica), 409
+// change applies ch to the core and answers ok, 404 (unknown replica), 409
 // (duplicate) or 400.
-func (r *Router) change(w http.ResponseWriter, ok int, f func(*policy.Core) error) {
-	var err error
-	r.Do(func(_ time.Time, c *policy.Core) { err = f(c) })
+func (r *Router) change(w http.ResponseWriter, ok int, ch policy.Change) {
+	err := r.Apply(ch)
 	switch {
 	case err == nil:
 		writeJSON(w, ok, map[string]any{"ok": true})

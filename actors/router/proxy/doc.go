@@ -9,7 +9,7 @@
 //     rules; the proxy hands the core its header lookup, h.Get). The
 //     response carries X-Asyncrl-Replica: <replica URL>, and
 //     X-Asyncrl-Weight-Version-Min/-Max: the oldest and newest version the
-//     replica was recorded as serving (Router.Do's SetVersion calls, the
+//     replica was recorded as serving (policy.SetVersion changes through Router.Apply, the
 //     admin API) from routing until the upstream's headers arrived; a
 //     streamed answer repeats them as trailers covering the whole stream. Responses stream
 //     through with a flush per chunk (SSE works); hop-by-hop headers are

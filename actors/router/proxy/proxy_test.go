@@ -460,7 +460,9 @@ func TestGatedAndNoReplica(t *testing.T) {
 	cfg.Policy.LagRule = policy.LagHold
 	h := start(t, cfg)
 	readAll(t, h.post("/v1/completions", "s", `{}`))
-	h.r.Do(func(_ time.Time, c *policy.Core) { _ = c.SetState(a.URL, policy.Updating) })
+	if err := h.r.Apply(policy.SetState{URL: a.URL, State: policy.Updating}); err != nil {
+		t.Fatal(err)
+	}
 	resp := h.post("/v1/completions", "s", `{}`)
 	readAll(t, resp)
 	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" {
@@ -621,9 +623,7 @@ func TestBodySessionKeysOverHTTP(t *testing.T) {
 			t.Errorf("%s: session %q tracked", tc.body, tc.untracked)
 		}
 	}
-	n := 0
-	h.r.Do(func(_ time.Time, c *policy.Core) { n = c.SessionCount() })
-	if n != 2 {
+	if n := h.r.SessionCount(); n != 2 {
 		t.Fatalf("%d sessions, want 2 (null, 9)", n)
 	}
 }

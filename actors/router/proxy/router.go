@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand"
 	"net"
@@ -137,15 +138,47 @@ func (r *Router) Lookup(sessionID string) (policy.SessionView, bool) {
 	return r.core.Lookup(sessionID)
 }
 
-// Do runs f with exclusive access to the core, for the actor shell that
-// feeds versions and states from the bus (e.g. SetVersion on an ack).
-// Afterwards every in-flight request's version span takes in the versions
-// its replica now serves (the X-Asyncrl-Weight-Version-* headers).
-func (r *Router) Do(f func(now time.Time, c *policy.Core)) {
+// Apply steps the routing core with changes, in order, under one lock, so
+// a batch (add, version, state, health) is seen whole by every request.
+// Each change applies whole or not at all and does not stop the ones after
+// it; the errors of those the core refused are joined, each a
+// *policy.ChangeError naming its change. Afterwards every in-flight request
+// on a replica whose version changed takes the new version into its span
+// (the X-Asyncrl-Weight-Version-* headers).
+func (r *Router) Apply(changes ...policy.Change) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	f(time.Now(), r.core)
-	r.observeVersions(r.core)
+	now := time.Now()
+	var errs []error
+	for _, ch := range changes {
+		if err := r.core.Step(now, ch); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		r.observeVersion(ch)
+	}
+	return errors.Join(errs...)
+}
+
+// MinVersion returns the minimum version a replica must serve.
+func (r *Router) MinVersion() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.core.MinVersion()
+}
+
+// SessionCount returns the number of sessions the router tracks.
+func (r *Router) SessionCount() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.core.SessionCount()
+}
+
+// Replica returns a snapshot of one replica, if present.
+func (r *Router) Replica(url string) (policy.ReplicaView, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.core.Replica(url)
 }
 
 // finishSession handles POST /finish_session?session_id=… (SkyRL).

@@ -8,7 +8,7 @@ import (
 )
 
 // Version headers: the oldest and newest weight version the replica was
-// known to serve (policy.Core's SetVersion, from acks or the admin API)
+// known to serve (a policy.SetVersion change, from acks, discovery or the admin API)
 // while the request was on it. A request that straddled a weight swap
 // carries both versions; the rollout client stamps every generated token
 // with the minimum (staleness counts from the oldest) when the engine
@@ -44,21 +44,26 @@ func (r *Router) openSpan(url string) *versionSpan {
 	return s
 }
 
-// observeVersions widens every open span to its replica's current
-// version. Every version change goes through Router.Do (the actor shell's
-// acks, the admin API), which calls it after the change, under r.mu; so a
-// span sees every version its replica was recorded as serving while it
-// was open, in the order the mutex serialises them. Cost: one lookup per
-// replica with requests in flight.
-func (r *Router) observeVersions(c *policy.Core) {
-	for url, set := range r.spans {
-		v, ok := c.Version(url)
-		if !ok {
-			continue // removed; its spans keep what they saw
-		}
-		for s := range set {
-			s.widen(v)
-		}
+// observeVersion widens the open spans of the replica a change gave a
+// version (SetVersion, or AddReplica of a replica that was removed while
+// requests were on it) to that version. Every version change is a typed
+// change through Router.Apply (the actor shells' acks, discovery, the
+// admin API), which calls it after the change, under r.mu; so a span sees
+// every version its replica was recorded as serving while it was open, in
+// the order the mutex serialises them.
+func (r *Router) observeVersion(ch policy.Change) {
+	switch ch.(type) {
+	case policy.SetVersion, policy.AddReplica:
+	default:
+		return
+	}
+	url := ch.Replica()
+	v, ok := r.core.Version(url)
+	if !ok {
+		return
+	}
+	for s := range r.spans[url] {
+		s.widen(v)
 	}
 }
 

@@ -7,17 +7,14 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/asyncrl/asyncrl/actors/router/policy"
 )
 
-// setVersion records v for url the way the actor shell does (Router.Do).
+// setVersion records v for url the way the actor shell does (Router.Apply).
 func (h *harness) setVersion(url string, v int64) {
 	h.t.Helper()
-	var err error
-	h.r.Do(func(_ time.Time, c *policy.Core) { err = c.SetVersion(url, v) })
-	if err != nil {
+	if err := h.r.Apply(policy.SetVersion{URL: url, Version: v}); err != nil {
 		h.t.Fatal(err)
 	}
 }
@@ -72,7 +69,9 @@ func TestVersionHeadersSteady(t *testing.T) {
 func TestVersionHeadersStraddleSwap(t *testing.T) {
 	u, started, release := gated(t, false)
 	h := start(t, testConfig())
-	h.r.Do(func(_ time.Time, c *policy.Core) { _ = c.AddReplica(u()) })
+	if err := h.r.Apply(policy.AddReplica{URL: u()}); err != nil {
+		t.Fatal(err)
+	}
 	h.setVersion(u(), 4)
 	type result struct {
 		lo, hi string
@@ -121,7 +120,9 @@ func TestVersionHeadersStraddleSwap(t *testing.T) {
 func TestVersionTrailersOnStream(t *testing.T) {
 	u, started, release := gated(t, true)
 	h := start(t, testConfig())
-	h.r.Do(func(_ time.Time, c *policy.Core) { _ = c.AddReplica(u()) })
+	if err := h.r.Apply(policy.AddReplica{URL: u()}); err != nil {
+		t.Fatal(err)
+	}
 	h.setVersion(u(), 2)
 	resp := h.post("/v1/completions", "s", `{"prompt":"x","stream":true}`)
 	defer resp.Body.Close()
