@@ -52,9 +52,13 @@ func newRunCmd(g *globals) *cobra.Command {
 			if fl, ok := g.stderr.(*os.File); ok {
 				tty = term.IsTerminal(int(fl.Fd()))
 			}
-			fmt.Fprintf(g.stderr, "asyncrl run %s: task %s, %d steps, seed %d, B=%d W=%d S=%d, %d engines, pause %s\n",
+			engines := fmt.Sprintf("%d engines", cfg.Engines.Count)
+			if k := len(cfg.Engines.External); k > 0 {
+				engines += fmt.Sprintf(" + %d external", k)
+			}
+			fmt.Fprintf(g.stderr, "asyncrl run %s: task %s, %d steps, seed %d, B=%d W=%d S=%d, %s, pause %s, trainer %s\n",
 				cfg.Run.ID, cfg.Rollout.Task, cfg.Run.Steps, cfg.Run.Seed, cfg.Trainer.MiniBatchSize,
-				cfg.Trainer.NumParallelGenerationWorkers, cfg.Trainer.MaxStalenessSteps, cfg.Engines.Count, cfg.Trainer.PauseMode)
+				cfg.Trainer.NumParallelGenerationWorkers, cfg.Trainer.MaxStalenessSteps, engines, cfg.Trainer.PauseMode, cfg.Trainer.Backend)
 			opts := node.Options{Logger: log, Progress: g.stderr, Terminal: tty}
 			if cfg.Trainer.Backend == config.BackendRemote {
 				opts.OnStart = func(n *node.Node) {
