@@ -3,64 +3,84 @@ package discovery
 import (
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/asyncrl/asyncrl/actors/router/policy"
 )
 
-// Router is what Apply needs from the router: exclusive access to its
-// routing core (proxy.Router implements it).
+// Router is what Apply needs from the router: a step of its routing core
+// with typed changes, errors returned (proxy.Router implements it).
 type Router interface {
-	Do(f func(now time.Time, c *policy.Core))
+	Apply(changes ...policy.Change) error
 }
 
-// Apply applies changes to the router's core in one critical section, so
-// a new engine is never routable between its Add and its health and
-// version. Changes about replicas the router does not know (removed by an
-// operator meanwhile) and duplicate adds are not errors: the table ends up
-// as discovery wants it either way. Other errors are joined and returned.
+// Apply applies changes to the router's core in one step, so a new engine
+// is never routable between its Add and its health and version. Changes
+// about replicas the router does not know (removed by an operator
+// meanwhile) and duplicate adds are not errors: the table ends up as
+// discovery wants it either way. Other errors are joined and returned.
 func Apply(r Router, changes []Change) error {
 	if len(changes) == 0 {
 		return nil
 	}
+	pcs := make([]policy.Change, 0, len(changes))
 	var errs []error
-	r.Do(func(_ time.Time, c *policy.Core) {
-		for _, ch := range changes {
-			if err := applyOne(c, ch); err != nil {
-				errs = append(errs, fmt.Errorf("discovery: %s: %w", ch, err))
-			}
+	for _, ch := range changes {
+		pc, err := ch.policyChange()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("discovery: %s: %w", ch, err))
+			continue
 		}
-	})
+		pcs = append(pcs, pc)
+	}
+	for _, err := range split(r.Apply(pcs...)) {
+		if !tolerated(err) {
+			errs = append(errs, fmt.Errorf("discovery: %w", err))
+		}
+	}
 	return errors.Join(errs...)
 }
 
-func applyOne(c *policy.Core, ch Change) error {
-	var err error
+// policyChange is the router's typed change for ch.
+func (ch Change) policyChange() (policy.Change, error) {
 	switch ch.Op {
 	case OpAdd:
-		if err = c.AddReplica(ch.URL); errors.Is(err, policy.ErrDuplicateReplica) {
-			err = nil
-		}
-		return err
+		return policy.AddReplica{URL: ch.URL}, nil
 	case OpRemove:
-		err = c.RemoveReplica(ch.URL)
+		return policy.RemoveReplica{URL: ch.URL}, nil
 	case OpHealth:
-		err = c.SetHealth(ch.URL, ch.Healthy)
+		return policy.SetHealth{URL: ch.URL, Healthy: ch.Healthy}, nil
 	case OpVersion:
-		err = c.SetVersion(ch.URL, ch.Version)
+		return policy.SetVersion{URL: ch.URL, Version: ch.Version}, nil
 	case OpState:
-		err = c.SetState(ch.URL, ch.State)
+		return policy.SetState{URL: ch.URL, State: ch.State}, nil
 	case OpMinVersion:
-		if ch.Version > c.MinVersion() {
-			c.SetMinVersion(ch.Version)
-		}
+		return policy.RaiseMinVersion{Version: ch.Version}, nil
 	case OpMetrics:
-		err = c.ObserveMetrics(ch.At, ch.URL, ch.Queue, ch.KVUsage)
-	default:
-		return fmt.Errorf("unknown op %d", ch.Op)
+		return policy.ObserveMetrics{URL: ch.URL, Queue: ch.Queue, KVUsage: ch.KVUsage, At: ch.At}, nil
 	}
-	if errors.Is(err, policy.ErrUnknownReplica) {
+	return nil, fmt.Errorf("unknown op %d", ch.Op)
+}
+
+// split returns the errors a joined error holds (err itself otherwise).
+func split(err error) []error {
+	if err == nil {
 		return nil
 	}
-	return err
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}
+
+// tolerated: a duplicate add, or a change about a replica the router does
+// not know (other than adding one with an empty URL).
+func tolerated(err error) bool {
+	var ce *policy.ChangeError
+	if !errors.As(err, &ce) {
+		return false
+	}
+	if _, add := ce.Change.(policy.AddReplica); add {
+		return errors.Is(err, policy.ErrDuplicateReplica)
+	}
+	return errors.Is(err, policy.ErrUnknownReplica)
 }

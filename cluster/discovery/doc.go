@@ -27,9 +27,11 @@
 // for StaleAfter, whichever comes first; an engine that hangs while its
 // node stays alive is unhealthy after StaleAfter.
 //
-// Changes are applied to the router under its lock with Apply (one Do()
-// for a batch, so a new engine is never routable between its Add and its
-// health/version). Watcher is the shell: it subscribes to the engine
+// Changes are applied to the router as typed policy changes with Apply
+// (one Router.Apply for a batch, under the router's lock, so a new engine
+// is never routable between its Add and its health/version; the router's
+// errors come back, and those that leave the table as discovery wants it
+// — duplicate add, unknown replica — are dropped). Watcher is the shell: it subscribes to the engine
 // subjects and MinVersionSet on the bus, feeds the core and applies the
 // changes; the node agent feeds it membership events.
 package discovery

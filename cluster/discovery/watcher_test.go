@@ -13,7 +13,6 @@ import (
 	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 
-	"github.com/asyncrl/asyncrl/actors/router/policy"
 	"github.com/asyncrl/asyncrl/actors/router/proxy"
 	"github.com/asyncrl/asyncrl/cluster"
 	"github.com/asyncrl/asyncrl/cluster/discovery"
@@ -206,9 +205,7 @@ func TestRejoiningEngineRoutableOnlyAtMinVersion(t *testing.T) {
 	if len(eligible(r)) != 0 {
 		t.Fatalf("engine at v3 eligible with min version 4: %+v", r.Replicas())
 	}
-	var minV int64
-	r.Do(func(_ time.Time, c *policy.Core) { minV = c.MinVersion() })
-	if minV != 4 {
+	if minV := r.MinVersion(); minV != 4 {
 		t.Fatalf("router's min version %d, want 4", minV)
 	}
 	publish(t, b, "e1", transport.EngineAck, messages.EngineVersionAck{Header: messages.Header{RunID: run, Sender: "n1", Version: 4}, Engine: "e1", URL: url})
