@@ -37,7 +37,8 @@ func NewExec(ctx context.Context, opts bridge.Options) (*Exec, error) {
 // Version is the number of steps whose weights Step returned.
 func (e *Exec) Version() int64 { return e.done }
 
-// Restarts is how many times a child was replaced.
+// Restarts is how many times a child was replaced; safe to call
+// concurrently with Step.
 func (e *Exec) Restarts() int { return e.sup.Started() - 1 }
 
 // Step sends p as TrainBatch step Version()+1 and loads the result.

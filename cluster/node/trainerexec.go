@@ -2,11 +2,13 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/asyncrl/asyncrl/actors/trainer"
@@ -21,6 +23,10 @@ import (
 func execDir(cfg config.Config) string {
 	return filepath.Join(cfg.Run.DataDir, "trainer-exec", cfg.Run.ID)
 }
+
+// execOnSent is bridge.Options.OnSent for the exec backends this package
+// starts: nil but in tests, which kill the child mid-step with it.
+var execOnSent func(typ string, pid int)
 
 // startExec starts the exec backend (trainer.backend exec, or `asyncrl
 // worker trainer --exec`): version 0's weights — initial, the serving
@@ -52,6 +58,7 @@ func startExec(ctx context.Context, cfg config.Config, initial *policy.Model, ar
 		Spec: bridge.Spec{Argv: argv, Env: cfg.Trainer.ExecEnv}, Init: in,
 		StepTimeout: cfg.Trainer.ExecStepTimeout, Restarts: cfg.Trainer.ExecRestarts,
 		Backoff: time.Second, Logger: log.With().Str("component", "trainer-child").Logger(),
+		OnSent: execOnSent,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("node: trainer.exec %v: %w", argv, err)
@@ -69,6 +76,16 @@ func (n *Node) startExecTrainer(ctx context.Context, initial *policy.Model, pub 
 	ex, err := startExec(ctx, n.cfg, initial, nil, tcfg.Logger)
 	if err != nil {
 		return nil, err
+	}
+	if n.reg != nil {
+		restarts := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "asyncrl_trainer_exec_restarts_total",
+			Help: "Trainer children (trainer.backend exec) replaced after dying, hanging or breaking the protocol."},
+			func() float64 { return float64(ex.Restarts()) })
+		if err := n.reg.Register(restarts); err != nil {
+			cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			return nil, errors.Join(fmt.Errorf("node: metrics: %w", err), ex.Close(cctx))
+		}
 	}
 	a, err := trainer.StartStepper(n.bus, ex, pub, tcfg)
 	if err != nil {

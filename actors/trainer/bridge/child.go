@@ -62,6 +62,7 @@ type Child struct {
 	stop     chan struct{} // closed by Kill: the reader stops delivering
 	killOnce sync.Once
 	logDone  chan struct{}
+	sent     func(typ string, pid int) // Options.OnSent
 }
 
 // StartChild starts spec with its stdin and stdout as the frame channel
@@ -199,6 +200,9 @@ func (c *Child) Call(ctx context.Context, typ string, req frame, want string, ti
 				return Reply{}, fmt.Errorf("%s: %w", c.exitErr(), err)
 			}
 			werr = nil
+			if c.sent != nil {
+				c.sent(typ, c.Pid())
+			}
 		case res := <-c.replies:
 			return c.check(res, h.ID, typ, want)
 		case <-c.readDone:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -35,6 +36,10 @@ type Options struct {
 	Backoff, MaxBackoff time.Duration
 	// Logger receives restarts and the child's stderr.
 	Logger zerolog.Logger
+	// OnSent, if set, is called on the calling goroutine after a frame of
+	// type typ has been written to the child (pid), before its reply is
+	// awaited: tests kill the child there to fail a step mid-TrainBatch.
+	OnSent func(typ string, pid int)
 }
 
 func (o *Options) defaults() {
@@ -63,8 +68,8 @@ type Supervisor struct {
 	step  int64  // the last completed step (the version the weights are at)
 	state string // its state directory ("" before the first step: Init.Resume)
 	ready Reply
-	// Started counts children started (1 + restarts).
-	started int
+	// started counts children started (1 + restarts).
+	started atomic.Int64
 }
 
 // Start starts the first child and initialises it; a child that dies or
@@ -87,8 +92,9 @@ func Start(ctx context.Context, opts Options) (*Supervisor, error) {
 // Step is the last completed step: the version the child's weights are at.
 func (s *Supervisor) Step() int64 { return s.step }
 
-// Started is how many children were started (1 + restarts).
-func (s *Supervisor) Started() int { return s.started }
+// Started is how many children were started (1 + restarts). Unlike the
+// rest of Supervisor it is safe to call concurrently (metrics scrapes).
+func (s *Supervisor) Started() int { return int(s.started.Load()) }
 
 // Worker is the running child's Ready.worker (name, protocol, torch…).
 func (s *Supervisor) Worker() map[string]any { return s.ready.Worker }
@@ -115,7 +121,7 @@ func (s *Supervisor) ensure(ctx context.Context, what string) error {
 			return nil
 		}
 		var ce *ChildError
-		if errors.As(err, &ce) || ctx.Err() != nil || (s.started == 1 && errors.Is(err, errStart)) {
+		if errors.As(err, &ce) || ctx.Err() != nil || (s.started.Load() == 1 && errors.Is(err, errStart)) {
 			// The child refused its Init (a configuration problem a restart
 			// would repeat), or the command cannot be started at all.
 			return err
@@ -127,11 +133,12 @@ func (s *Supervisor) ensure(ctx context.Context, what string) error {
 var errStart = errors.New("bridge: cannot start the trainer child")
 
 func (s *Supervisor) spawn(ctx context.Context) error {
-	s.started++
+	s.started.Add(1)
 	c, err := StartChild(s.opts.Spec, s.opts.Logger)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errStart, err)
 	}
+	c.sent = s.opts.OnSent
 	init := s.opts.Init
 	init.Step = s.step
 	init.Resume = nil
