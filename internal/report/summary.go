@@ -106,6 +106,11 @@ type StepRow struct {
 	ElapsedSeconds       float64 `json:"elapsed_seconds"`
 	TokensPerSecond      float64 `json:"tokens_per_second"`
 	TrainTokensPerSecond float64 `json:"train_tokens_per_second"`
+	// TrainSeconds is the trainer's time in the step itself (the backend's
+	// Step: in-process, or the exec child's TrainBatch and the checkpoint
+	// load); PublishSeconds the time to publish the new version.
+	TrainSeconds   float64 `json:"train_seconds"`
+	PublishSeconds float64 `json:"publish_seconds"`
 }
 
 // Mean5 returns the means of the first and last min(5, len) values.
