@@ -48,11 +48,16 @@ func (p *pending) stats() StepStats {
 	if n == 0 {
 		return StepStats{Loss: p.st.loss}
 	}
-	return StepStats{
+	st := StepStats{
 		Loss: p.st.loss, Entropy: p.st.ent / n,
 		Mismatch: p.st.mismatch / n, KL: p.st.kl / n, Tokens: p.tokens,
 		ClipFrac: float64(p.st.clipped) / n, ISRatio: p.st.isRatio / n,
+		SameVersionTokens: p.st.same,
 	}
+	if p.st.same > 0 {
+		st.MismatchSameVersion = p.st.mismatchSame / float64(p.st.same)
+	}
+	return st
 }
 
 // Totals validates a whole mini-batch and returns its reduction

@@ -294,7 +294,8 @@ func (b *BuiltinChild) train(h Header, body []byte) any {
 	return Reply{Header: Header{V: ProtocolVersion, Type: TypeStepResult, ID: h.ID}, Step: tb.Step,
 		Checkpoint: ckpt, State: state, Metrics: map[string]any{
 			"loss": st.Loss, "clip_frac": st.ClipFrac, "kl": st.KL, "grad_norm": st.GradNorm,
-			"entropy": st.Entropy, "mismatch": st.Mismatch, "is_ratio": st.ISRatio, "tokens": int64(st.Tokens)}}
+			"entropy": st.Entropy, "mismatch": st.Mismatch, "is_ratio": st.ISRatio, "tokens": int64(st.Tokens),
+			"mismatch_same_version": st.MismatchSameVersion, "same_version_tokens": int64(st.SameVersionTokens)}}
 }
 
 // writeDir writes a directory through a temporary sibling and a rename,

@@ -160,6 +160,7 @@ class TokenLoss:
     kl_sum: float  # sum of k3 over tokens
     ent_sum: float
     mismatch_sum: float  # sum |lp - rollout|
+    mismatch_tok: torch.Tensor  # |lp - rollout| per token (detached, [N])
     is_ratio_sum: float  # sum exp(old - rollout) (before any cap)
 
 
@@ -233,5 +234,6 @@ def token_loss(cfg: LossConfig, logits: torch.Tensor, targets: torch.Tensor, rol
         kl_sum=float(k3.detach().sum()),
         ent_sum=float(ent.detach().sum()),
         mismatch_sum=float((lp.detach() - rollout).abs().sum()),
+        mismatch_tok=(lp.detach() - rollout).abs(),
         is_ratio_sum=float(safe_exp_delta(old - rollout).sum()),
     )

@@ -61,7 +61,8 @@ def test_worker_process_end_to_end(tmp_path):
             r = call(train_frame(step, rid=10 + step, arrays=arrays))
             assert r["type"] == "StepResult", r
             assert r["step"] == step and r["metrics"]["tokens"] == 12
-            assert set(r["metrics"]) == {"loss", "pg_loss", "clip_frac", "kl", "grad_norm", "entropy", "mismatch", "tokens"}
+            assert set(r["metrics"]) == {"loss", "pg_loss", "clip_frac", "kl", "grad_norm", "entropy", "mismatch", "is_ratio",
+                                         "mismatch_same_version", "same_version_tokens", "tokens"}
             assert r["checkpoint"] == str(out / f"v{step:08d}") and r["state"] == str(out / f"state-v{step:08d}")
             assert sorted(os.listdir(r["checkpoint"])) == ["config.json", "model.safetensors"]
             assert sorted(os.listdir(r["state"])) == ["config.json", "model.safetensors", "optimizer.pt"]
