@@ -15,8 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
+	"github.com/asyncrl/asyncrl/cluster/ckpt"
 	"github.com/asyncrl/asyncrl/cluster/ledger"
 	"github.com/asyncrl/asyncrl/cluster/placement"
 	"github.com/asyncrl/asyncrl/config"
@@ -97,87 +96,43 @@ func readTensors(t testing.TB, src interface {
 	return out
 }
 
-// saveAndPrune is what a term does after each step.
-func saveAndPrune(t testing.TB, st *ckptStore, tr *policy.Trainer, v int64, token uint64, durable string) (string, error) {
-	t.Helper()
-	ctx := context.Background()
-	loc, err := st.save(ctx, tr, v, token)
-	if err != nil {
-		return "", err
-	}
-	return loc, st.prune(ctx, v, token, durable)
-}
-
 func sameTensors(a, b map[string][]byte) bool {
 	return maps.EqualFunc(a, b, bytes.Equal)
 }
 
-func testCkptStore(t *testing.T) (*ckptStore, *natsbus.Bus) {
+// testCkptStore is run "ck"'s checkpoint store on an embedded bus.
+func testCkptStore(t *testing.T) (*ckpt.Store, *natsbus.Bus) {
 	t.Helper()
 	b, err := natsbus.Connect(context.Background(), natsbus.DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = b.Close() })
-	st, err := openCkptStore(context.Background(), b.Conn(), "ck", 1, true, t.TempDir())
+	raw, root, err := ckpt.OpenNATS(context.Background(), b.Conn(), "ck", 1, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := ckpt.New(raw, root, ckpt.Options{Scratch: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return st, b
 }
 
-// checkpointNames lists the checkpoints (object prefixes) in the bucket.
-func checkpointNames(t *testing.T, st *ckptStore) []string {
-	t.Helper()
-	infos, err := st.obs.List(context.Background())
-	if errors.Is(err, jetstream.ErrNoObjectsFound) {
-		return nil
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	seen := map[string]bool{}
-	for _, in := range infos {
-		if !in.Deleted {
-			p, _, _ := strings.Cut(in.Name, "/")
-			seen[p] = true
-		}
-	}
-	return slices.Sorted(maps.Keys(seen))
-}
-
-// Save → load restores the trainer bit-identically: master weights, Adam
-// moments, step and RNG state; under another run config only the
-// hyperparameters change.
-func TestCheckpointRoundTripIsBitIdentical(t *testing.T) {
-	st, _ := testCkptStore(t)
-	ctx := context.Background()
+// A trainer checkpoint restored under another run config keeps its state
+// bit-identical (master weights, Adam moments, step, RNG) and takes only
+// the run's hyperparameters. (cluster/ckpt tests the store round trip.)
+func TestLoadTrainerWithConfigKeepsStateTakesRunConfig(t *testing.T) {
 	tr := trainedTrainer(t, 3)
-	loc, err := saveAndPrune(t, st, tr, 3, 5, "")
-	if err != nil {
+	dir := t.TempDir()
+	if err := tr.SaveTrainer(dir); err != nil {
 		t.Fatal(err)
-	}
-	if loc != "nats-os://asyncrl-ckpt-ck/v3-t5" {
-		t.Fatalf("location %q", loc)
-	}
-	dir := filepath.Join(t.TempDir(), "resume")
-	v, err := st.load(ctx, loc, dir)
-	if err != nil || v != 3 {
-		t.Fatalf("load: version %d, err %v", v, err)
 	}
 	got, err := policy.LoadTrainer(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	wantT, wantMD := trainerState(t, tr)
-	gotT, gotMD := trainerState(t, got)
-	if len(wantT) == 0 || !sameTensors(gotT, wantT) || !maps.Equal(gotMD, wantMD) || got.Version() != 3 {
-		t.Fatalf("restored trainer differs: %d/%d tensors, metadata %v vs %v, version %d", len(gotT), len(wantT), gotMD, wantMD, got.Version())
-	}
-	if !sameTensors(servingBytes(t, got.ServingCopy()), servingBytes(t, tr.ServingCopy())) {
-		t.Fatal("restored serving copy differs")
-	}
-
 	// The run's config replaces the checkpoint's hyperparameters; the
 	// state stays bit-identical.
 	rc := policy.DefaultTrainerConfig()
@@ -212,128 +167,6 @@ func TestCheckpointRoundTripIsBitIdentical(t *testing.T) {
 	}
 }
 
-// Saves with the durable progress one version behind keep two
-// checkpoints; an older term's leftovers go, a newer term's stay.
-func TestCheckpointPruningKeepsTwo(t *testing.T) {
-	st, _ := testCkptStore(t)
-	ctx := context.Background()
-	// Each checkpoint holds a trainer of its version, so it loads.
-	trs := map[int64]*policy.Trainer{}
-	tr := func(v int64) *policy.Trainer {
-		if trs[v] == nil {
-			trs[v] = trainedTrainer(t, int(v))
-		}
-		return trs[v]
-	}
-	// A newer term (token 9) exists: term 3 below is deposed.
-	if _, err := saveAndPrune(t, st, tr(5), 5, 9, ""); err != nil {
-		t.Fatal(err)
-	}
-	// A previous term (token 1) left v1 (durable when term 3 starts) and
-	// v2 (saved, never recorded: it was deposed).
-	old1, err := saveAndPrune(t, st, tr(1), 1, 1, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := saveAndPrune(t, st, tr(2), 2, 1, old1); err != nil {
-		t.Fatal(err)
-	}
-	durable := old1
-	for v := int64(2); v <= 5; v++ {
-		loc, err := saveAndPrune(t, st, tr(v), v, 3, durable)
-		if err != nil {
-			t.Fatal(err)
-		}
-		durable = loc // the step's progress is recorded
-	}
-	want := []string{"v4-t3", "v5-t3", "v5-t9"}
-	if got := checkpointNames(t, st); !slices.Equal(got, want) {
-		t.Fatalf("checkpoints %v, want %v", got, want)
-	}
-	// The durable checkpoint survives even when saves run ahead of the
-	// progress (three saves, nothing recorded).
-	for v := int64(6); v <= 8; v++ {
-		if _, err := saveAndPrune(t, st, tr(v), v, 3, durable); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want = []string{"v5-t3", "v5-t9", "v6-t3", "v7-t3", "v8-t3"}
-	if got := checkpointNames(t, st); !slices.Equal(got, want) {
-		t.Fatalf("checkpoints %v, want %v", got, want)
-	}
-	if _, err := st.load(ctx, durable, t.TempDir()); err != nil {
-		t.Fatalf("the durable checkpoint: %v", err)
-	}
-}
-
-func TestCkptPrunable(t *testing.T) {
-	for _, c := range []struct {
-		name    string
-		token   uint64
-		durable string
-		want    bool
-	}{
-		{"v3-t2", 2, "v3-t2", false}, // the durable one
-		{"v9-t3", 2, "v3-t2", false}, // a newer term's
-		{"v2-t1", 2, "v3-t2", true},  // an older term's
-		{"v4-t1", 2, "v3-t1", true},  // an older term's above the durable one: fenced, never recorded
-		{"v3-t1", 2, "v3-t1", false}, // the older term's durable one
-		{"v2-t2", 2, "v3-t2", true},  // this term's, older than the durable one
-		{"v4-t2", 2, "v3-t2", false}, // this term's, not yet recorded
-		{"v1-t2", 2, "v3-t1", false}, // this term's while none of them is durable
-		{"v1-t2", 2, "", false},
-		{"v1-t1", 2, "", true},
-		{"junk", 2, "", false},
-		{"v1-tx", 2, "", false},
-	} {
-		if got := ckptPrunable(c.name, c.token, c.durable); got != c.want {
-			t.Errorf("ckptPrunable(%q, token %d, durable %q) = %v, want %v", c.name, c.token, c.durable, got, c.want)
-		}
-	}
-}
-
-// A location whose objects are missing, incomplete or corrupt is an
-// ErrCheckpoint at once (not retried for half a minute) naming the cause.
-func TestCheckpointMissingOrCorruptFailsClearly(t *testing.T) {
-	st, _ := testCkptStore(t)
-	ctx := context.Background()
-	tr := trainedTrainer(t, 2)
-	loc, err := saveAndPrune(t, st, tr, 2, 1, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	expect := func(what, loc, want string) {
-		t.Helper()
-		start := time.Now()
-		_, err := st.load(ctx, loc, t.TempDir())
-		if !errors.Is(err, ErrCheckpoint) || !strings.Contains(err.Error(), want) {
-			t.Fatalf("%s: err %v; want ErrCheckpoint mentioning %q", what, err, want)
-		}
-		if d := time.Since(start); d > 10*time.Second {
-			t.Errorf("%s: took %s; a missing or corrupt checkpoint is not transient", what, d)
-		}
-	}
-	expect("never saved", st.location("v7-t1"), "no manifest")
-	expect("another bucket", "nats-os://asyncrl-ckpt-other/v2-t1", "is not in")
-	expect("not a checkpoint name", st.location("latest"), "not v<version>-t<token>")
-	// A file replaced by other bytes: the manifest's SHA-256 catches it.
-	if _, err := st.obs.PutBytes(ctx, "v2-t1/"+policy.TrainerFileName, []byte("garbage")); err != nil {
-		t.Fatal(err)
-	}
-	expect("corrupt file", loc, "SHA-256")
-	// A file gone.
-	if err := st.obs.Delete(ctx, "v2-t1/"+policy.ConfigFileName); err != nil {
-		t.Fatal(err)
-	}
-	expect("missing file", loc, "missing")
-	// A manifest that does not describe a loadable trainer of its version.
-	loc3, err := saveAndPrune(t, st, tr, 3, 1, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	expect("wrong version", loc3, "holds a trainer at version 2")
-}
-
 // A term whose progress is past version 0 but records no checkpoint
 // refuses to start instead of training on from the seed's weights; a
 // fresh run starts without one; a recorded one is restored.
@@ -343,18 +176,18 @@ func TestTermCheckpointRefusesToRestartFromSeed(t *testing.T) {
 	a := &Agent{cfg: AgentConfig{Name: "n1", Replicas: 1, InMemoryBus: true, Run: agentRunConfig(t, 4)}, bus: b}
 	a.cfg.Run.Run.ID = "ck"
 	dir := filepath.Join(t.TempDir(), "resume-t2")
-	if _, _, err := startTermCkpt(ctx, a, ledger.Progress{Step: 3, Version: 3}, 2, dir); !errors.Is(err, ErrCheckpoint) ||
+	if _, _, err := startTermCkpt(ctx, a, ledger.Progress{Step: 3, Version: 3}, 2, dir); !errors.Is(err, ckpt.ErrCheckpoint) ||
 		!strings.Contains(err.Error(), "records no checkpoint") {
 		t.Fatalf("progress at version 3 without a checkpoint: err %v", err)
 	}
 	if _, resume, err := startTermCkpt(ctx, a, ledger.Progress{}, 2, dir); err != nil || resume {
 		t.Fatalf("fresh run: resume %v err %v", resume, err)
 	}
-	loc, err := saveAndPrune(t, st, trainedTrainer(t, 2), 2, 1, "")
+	loc, err := st.Save(ctx, trainedTrainer(t, 2), 2, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := startTermCkpt(ctx, a, ledger.Progress{Step: 3, Version: 3, Checkpoint: loc}, 2, dir); !errors.Is(err, ErrCheckpoint) {
+	if _, _, err := startTermCkpt(ctx, a, ledger.Progress{Step: 3, Version: 3, Checkpoint: loc}, 2, dir); !errors.Is(err, ckpt.ErrCheckpoint) {
 		t.Fatalf("a checkpoint of version 2 for progress at version 3: err %v", err)
 	}
 	ck, resume, err := startTermCkpt(ctx, a, ledger.Progress{Step: 2, Version: 2, Checkpoint: loc}, 2, dir)
@@ -369,36 +202,11 @@ func TestTermCheckpointRefusesToRestartFromSeed(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := ck.location(1)
-	if err != nil || got != st.location("v3-t2") {
+	if err != nil || got != st.Location(ckpt.Name(3, 2)) {
 		t.Fatalf("location of local version 1: %q %v", got, err)
 	}
-	if _, err := ck.location(2); !errors.Is(err, ErrCheckpoint) {
+	if _, err := ck.location(2); !errors.Is(err, ckpt.ErrCheckpoint) {
 		t.Fatalf("a version never saved: %v", err)
-	}
-}
-
-// BenchmarkCheckpointSave measures one checkpoint upload of the built-in
-// policy (SaveTrainer + put + manifest + prune) to an embedded
-// JetStream's file store.
-func BenchmarkCheckpointSave(b *testing.B) {
-	bus, err := natsbus.Connect(context.Background(), natsbus.DefaultOptions())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer bus.Close()
-	st, err := openCkptStore(context.Background(), bus.Conn(), "bench", 1, false, b.TempDir())
-	if err != nil {
-		b.Fatal(err)
-	}
-	tr := trainedTrainer(b, 1)
-	durable := ""
-	b.ResetTimer()
-	for i := range b.N {
-		loc, err := saveAndPrune(b, st, tr, int64(i+1), 1, durable)
-		if err != nil {
-			b.Fatal(err)
-		}
-		durable = loc
 	}
 }
 
@@ -489,7 +297,7 @@ func TestAgentTakeoverRestoresCheckpointedWeights(t *testing.T) {
 }
 
 // When the checkpoint the durable progress names is damaged, the standby's
-// term fails with ErrCheckpoint and gives the lease up (to be retried)
+// term fails with ckpt.ErrCheckpoint and gives the lease up (to be retried)
 // instead of training on from the seed's weights.
 func TestAgentTakeoverRefusesCorruptCheckpoint(t *testing.T) {
 	url := externalBus(t)
@@ -515,18 +323,18 @@ func TestAgentTakeoverRefusesCorruptCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	st, err := openCkptStore(ctx, b.Conn(), agentRunConfig(t, 1).Run.ID, 1, false, t.TempDir())
+	raw, _, err := ckpt.OpenNATS(ctx, b.Conn(), agentRunConfig(t, 1).Run.ID, 1, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.obs.Delete(ctx, ckptName(stopped, tok)+"/"+policy.TrainerFileName); err != nil {
+	if err := raw.Delete(ctx, ckpt.Name(stopped, tok)+"/"+policy.TrainerFileName); err != nil {
 		t.Fatalf("deleting n1's durable checkpoint v%d-t%d: %v", stopped, tok, err)
 	}
 	a2 := mk("n2", &ev2)
 	defer a2.Stop()
 	waitFor(t, 30*time.Second, "n2's term to fail", func() bool { return strings.Contains(ev2.String(), "resigned after a failure") })
 	out := ev2.String()
-	if !strings.Contains(out, "training failed") || !strings.Contains(out, ErrCheckpoint.Error()) || !strings.Contains(out, "missing") {
+	if !strings.Contains(out, "training failed") || !strings.Contains(out, ckpt.ErrCheckpoint.Error()) || !strings.Contains(out, "missing") {
 		t.Fatalf("n2's failure does not name the damaged checkpoint:\n%s", out)
 	}
 	if strings.Contains(out, "resume from checkpoint") || lastStep(out) != 0 {

@@ -64,7 +64,7 @@
 // the progress after every step and mirroring its prompt ledger into the
 // durable ledger (ids t<token>/<prompt>, each transition validated).
 // Each new version is checkpointed (policy.SaveTrainer: weights, Adam
-// moments, step, RNG) into the object store asyncrl-ckpt-<run> before its
+// moments, step, RNG; cluster/ckpt) into the object store asyncrl-ckpt-<run> before its
 // step's progress, which records the location, is saved; the next term
 // restores that checkpoint (its serving copy is the term's version 0), so
 // training continues from the durable step's weights, and a missing or

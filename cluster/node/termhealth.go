@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/asyncrl/asyncrl/cluster"
+	"github.com/asyncrl/asyncrl/cluster/ckpt"
 	"github.com/asyncrl/asyncrl/cluster/lease"
 	"github.com/asyncrl/asyncrl/cluster/termwatch"
 )
@@ -43,7 +44,7 @@ func termDeps(run, term string) []termDep {
 		{stream: "groups-" + term, consumers: []string{"sampling"}, lead: true, term: true},
 		{stream: "ledger-" + term, term: true}, {stream: "OBJ_asyncrl-weights-" + term, term: true}}
 	for _, s := range []string{"KV_asyncrl_" + run + "_prompts", "KV_asyncrl_" + run + "_progress", "asyncrl_" + run + "_groupbuf",
-		"OBJ_" + ckptBucket(run), "KV_" + cluster.NamesBucket} {
+		"OBJ_" + ckpt.Bucket(run), "KV_" + cluster.NamesBucket} {
 		deps = append(deps, termDep{stream: s})
 	}
 	return deps

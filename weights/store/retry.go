@@ -105,7 +105,7 @@ func (r *Retrying) do(ctx context.Context, f func() error) error {
 			return err
 		}
 		if serr := r.sleep(ctx, r.cfg.Delay(attempt)); serr != nil {
-			return fmt.Errorf("%w (while retrying: %v)", serr, err)
+			return fmt.Errorf("%w (while retrying: %w)", serr, err)
 		}
 		r.retries.Add(1)
 	}
