@@ -216,7 +216,9 @@ func startRouter(t *testing.T, replicas ...string) (*proxy.Router, string) {
 func TestHTTPClientVersionsFromRouter(t *testing.T) {
 	f := newFakeVLLM(t, vllmFixture(t), nil)
 	r, url := startRouter(t, f.srv.URL)
-	r.Do(func(_ time.Time, c *policy.Core) { _ = c.SetVersion(f.srv.URL, 11) })
+	if err := r.Apply(policy.SetVersion{URL: f.srv.URL, Version: 11}); err != nil {
+		t.Fatal(err)
+	}
 	out, err := (&HTTPClient{BaseURL: url}).Generate(context.Background(), fixtureTurn())
 	if err != nil {
 		t.Fatal(err)

@@ -48,12 +48,12 @@ type PublishConfig struct {
 // proxy's lock.
 type routerSink struct{ r *proxy.Router }
 
-func (s routerSink) SetVersion(url string, v int64) {
-	s.r.Do(func(_ time.Time, c *policy.Core) { _ = c.SetVersion(url, v) })
+func (s routerSink) SetVersion(url string, v int64) error {
+	return s.r.Apply(policy.SetVersion{URL: url, Version: v})
 }
 
-func (s routerSink) SetMinVersion(v int64) {
-	s.r.Do(func(_ time.Time, c *policy.Core) { c.SetMinVersion(v) })
+func (s routerSink) SetMinVersion(v int64) error {
+	return s.r.Apply(policy.SetMinVersion{Version: v})
 }
 
 // noDispatch drops the shell's catch-up commands: the publisher driver

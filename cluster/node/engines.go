@@ -138,7 +138,9 @@ func (p *inProcPublisher) Publish(ctx context.Context, m *pol.Model, version int
 		live++
 	}
 	if live > 0 {
-		p.router.Do(func(_ time.Time, c *policy.Core) { c.SetMinVersion(version) })
+		if err := p.router.Apply(policy.SetMinVersion{Version: version}); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -155,6 +157,5 @@ func (p *inProcPublisher) update(ctx context.Context, le *localEngine, m *pol.Mo
 	if err != nil {
 		return err
 	}
-	p.router.Do(func(_ time.Time, c *policy.Core) { _ = c.SetVersion(le.url, version) })
-	return nil
+	return p.router.Apply(policy.SetVersion{URL: le.url, Version: version})
 }

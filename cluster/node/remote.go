@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"fmt"
-	"github.com/prometheus/client_golang/prometheus"
 	"maps"
 	"os"
 	"path/filepath"
@@ -11,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/asyncrl/asyncrl/actors/publisher"
 	rpolicy "github.com/asyncrl/asyncrl/actors/router/policy"
@@ -274,11 +275,13 @@ func (r *remoteSet) joined(node string, eps map[string]string) {
 	// router's own health probe may call it healthy before discovery hears
 	// from it, and version 0 would pass the gate at the term's start while
 	// the engine still serves the seed's weights.
-	r.n.router.Do(func(_ time.Time, c *rpolicy.Core) {
-		for _, u := range urls {
-			_ = c.SetVersion(u, publisher.NoVersion)
-		}
-	})
+	noVersion := make([]rpolicy.Change, 0, len(urls))
+	for _, u := range urls {
+		noVersion = append(noVersion, rpolicy.SetVersion{URL: u, Version: publisher.NoVersion})
+	}
+	if err := r.n.router.Apply(noVersion...); err != nil {
+		r.n.opts.Logger.Warn().Err(err).Str("node", node).Msg("node: remote engines' version not reset in the router")
+	}
 	names := make([]string, 0, len(eps))
 	for name := range eps {
 		names = append(names, name)

@@ -14,8 +14,8 @@ import (
 
 type nopRouter struct{}
 
-func (nopRouter) SetVersion(string, int64) {}
-func (nopRouter) SetMinVersion(int64)      {}
+func (nopRouter) SetVersion(string, int64) error { return nil }
+func (nopRouter) SetMinVersion(int64) error      { return nil }
 
 type nopDispatcher struct{}
 

@@ -102,12 +102,12 @@ func layoutFor(cfg config.Config) weightsLayout {
 // routerSink tells the router proxy what the publisher shell decides.
 type routerSink struct{ r *proxy.Router }
 
-func (s routerSink) SetVersion(url string, v int64) {
-	s.r.Do(func(_ time.Time, c *policy.Core) { _ = c.SetVersion(url, v) })
+func (s routerSink) SetVersion(url string, v int64) error {
+	return s.r.Apply(policy.SetVersion{URL: url, Version: v})
 }
 
-func (s routerSink) SetMinVersion(v int64) {
-	s.r.Do(func(_ time.Time, c *policy.Core) { c.SetMinVersion(v) })
+func (s routerSink) SetMinVersion(v int64) error {
+	return s.r.Apply(policy.SetMinVersion{Version: v})
 }
 
 // openWeightStore opens publisher.store for this run, emptied: a run

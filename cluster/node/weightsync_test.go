@@ -18,7 +18,6 @@ import (
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/asyncrl/asyncrl/actors/router/policy"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/engine"
 	"github.com/asyncrl/asyncrl/internal/wiring"
@@ -50,20 +49,13 @@ func (m minStamper) CloseIdleConnections() {
 	}
 }
 
-func (n *Node) routerMin() int64 {
-	var m int64
-	n.router.Do(func(_ time.Time, c *policy.Core) { m = c.MinVersion() })
-	return m
-}
+func (n *Node) routerMin() int64 { return n.router.MinVersion() }
 
 func (n *Node) routerVersion(url string) int64 {
-	var v int64 = -1
-	n.router.Do(func(_ time.Time, c *policy.Core) {
-		if r, ok := c.Replica(url); ok {
-			v = r.Version
-		}
-	})
-	return v
+	if r, ok := n.router.Replica(url); ok {
+		return r.Version
+	}
+	return -1
 }
 
 // TestSlowApplierIsNeverRoutedBelowTheMinimum slows engine 1's receiver:

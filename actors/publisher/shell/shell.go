@@ -19,12 +19,13 @@ import (
 var ErrNoEngine = errors.New("publisher/shell: no engine serves the published version")
 
 // Router is what the shell tells the request router. Both calls must be
-// cheap and must not call back into the shell.
+// cheap and must not call back into the shell; an error (e.g. the router
+// does not know the engine's URL) is logged with the engine's URL.
 type Router interface {
 	// SetVersion records the version an engine (by URL) acknowledged.
-	SetVersion(url string, version int64)
+	SetVersion(url string, version int64) error
 	// SetMinVersion sets the lowest version the router may route to.
-	SetMinVersion(version int64)
+	SetMinVersion(version int64) error
 }
 
 // Dispatcher hands a command to an engine's receiver. It must not block:
@@ -125,7 +126,7 @@ func (s *Shell) Join(name, url string, serving int64) (publisher.Command, error)
 	s.urls[name] = url
 	delete(s.failed, name)
 	if serving >= 0 {
-		s.router.SetVersion(url, serving)
+		s.setRouterVersion(name, url, serving)
 	}
 	s.notifyLocked()
 	return cmd, nil
@@ -169,7 +170,7 @@ func (s *Shell) Ack(name string, version int64) (bool, error) {
 		s.mu.Unlock()
 		return ok, err
 	}
-	s.router.SetVersion(s.urls[name], version)
+	s.setRouterVersion(name, s.urls[name], version)
 	raised := s.raiseMinLocked()
 	s.notifyLocked()
 	s.mu.Unlock()
@@ -184,10 +185,20 @@ func (s *Shell) Ack(name string, version int64) (bool, error) {
 func (s *Shell) raiseMinLocked() bool {
 	if m := s.tr.MinRoutable(); m > s.routerMin && len(s.tr.RoutableEngines()) > 0 {
 		s.routerMin = m
-		s.router.SetMinVersion(m)
+		if err := s.router.SetMinVersion(m); err != nil {
+			s.cfg.Logger.Warn().Err(err).Int64("min_version", m).Msg("publisher: router refused the minimum version")
+		}
 		return true
 	}
 	return false
+}
+
+// setRouterVersion tells the router that engine name (at url) serves
+// version, logging a refusal (an engine the router does not know).
+func (s *Shell) setRouterVersion(name, url string, version int64) {
+	if err := s.router.SetVersion(url, version); err != nil {
+		s.cfg.Logger.Warn().Err(err).Str("engine", name).Str("url", url).Int64("version", version).Msg("publisher: router refused the engine's version")
+	}
 }
 
 // announceMin publishes the router's minimum (outside the lock: bus I/O).

@@ -25,16 +25,17 @@ type fakeRouter struct {
 	log      []string
 }
 
-func (r *fakeRouter) SetVersion(url string, v int64) {
+func (r *fakeRouter) SetVersion(url string, v int64) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.versions == nil {
 		r.versions = map[string]int64{}
 	}
 	r.versions[url] = v
+	return nil
 }
 
-func (r *fakeRouter) SetMinVersion(v int64) {
+func (r *fakeRouter) SetMinVersion(v int64) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	// The property the shell promises: some engine serves the new minimum
@@ -47,6 +48,7 @@ func (r *fakeRouter) SetMinVersion(v int64) {
 		r.log = append(r.log, "min raised above every engine")
 	}
 	r.min = v
+	return nil
 }
 
 type chanDispatcher chan publisher.Command
