@@ -3,12 +3,11 @@ package sim
 import (
 	"fmt"
 	"math"
-	"sort"
 	"time"
 
-	"github.com/asyncrl/asyncrl/actors/filter"
+	"github.com/asyncrl/asyncrl/actors/controller"
 	"github.com/asyncrl/asyncrl/actors/router/policy"
-	"github.com/asyncrl/asyncrl/actors/staleness"
+	"github.com/asyncrl/asyncrl/actors/sampling"
 	"github.com/asyncrl/asyncrl/cluster/termwatch"
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/transport"
@@ -39,11 +38,9 @@ type engineKnow struct {
 }
 
 type rgroup struct {
-	// id names the group everywhere outside the staleness controller;
-	// cid is the controller's own id. They differ after a restart: the
-	// resumed controller numbers admissions from 1 again, so its ids
-	// would repeat ones already in the ledger (see restart).
-	id, cid string
+	// id is the controller core's group id (promptID#seq, or
+	// promptID#epoch.seq after a restart: never reused).
+	id      string
 	prompt  string
 	trajs   []*rtraj
 	done    int
@@ -71,66 +68,67 @@ type rtraj struct {
 	reward   float64
 }
 
-// ctlNode is the control node: prompt source, rollout scheduler, router
-// shell over the routing core, staleness controller and dynamic-sampling
-// filter. It talks to engines, trainer and publisher over the hub only.
+// ctlNode is the control node. Its decisions are the real cores': the
+// controller core (actors/controller: prompt queue, staleness controller,
+// mini-batch assembly, ledger entries, requeues, TrainBatch resends), the
+// sampling core (actors/sampling over actors/filter) and the routing core
+// (actors/router/policy). ctlNode is their shell, as the actor shells are
+// in production: it steps them with the messages the simulated rollouts,
+// trainer, engines and publisher produce, and carries out their effects —
+// a PromptAssigned starts a group's rollout (one turn at a time through
+// the router), a TrainBatch goes to the trainer over the hub, a ledger
+// entry is written to the durable ledger (ledger.go), the resend timer
+// runs on the virtual clock. It talks to engines, trainer and publisher
+// over the hub only.
 type ctlNode struct {
 	w    *world
 	bus  *memhub.Bus
-	st   *staleness.Controller
-	filt filter.Config
+	core *controller.Core
+	smp  *sampling.Core
 	rt   *policy.Core
 
-	source     []string // requeued prompts, served first
-	nextPrompt int
-	groups     map[string]*rgroup
+	// src is the dataset cursor (durable: a restart does not hand out
+	// the same fresh prompts again); led is the durable prompt ledger,
+	// written from the core's PromptLedger and TrainBatch effects.
+	src *promptSource
+	led *ctlLedger
+	// timers: the core's armed timers, by name → arming generation.
+	timers map[string]int
+
+	groups     map[string]*rgroup // groups being rolled out
 	trajs      map[string]*rtraj
-	pending    []*rgroup // accepted and kept, waiting for a batch
-	batch      []*rgroup
-	batchData  []byte // the batch's Arrow IPC stream, kept for retransmission
-	batchSent  bool
-	batchStep  int64
-	stepsDone  int64
 	know       map[string]*engineKnow
 	minVersion int64
 
-	// Crash and recovery. The controller's ledger — the prompt source,
-	// the groups admitted and not settled, the batch sent and its step —
-	// is durable (JetStream in the real system), written through on every
-	// transition; everything else is lost in a crash.
+	// Crash and recovery. The ledger is durable (JetStream in the real
+	// system), written through on every transition; everything else is
+	// lost in a crash, the cores included.
 	down       int
 	inc        int
-	recovering bool  // restarted: routes nothing until the first MinVersionSet
-	awaitStep  int64 // a batch sent before the crash, still unacknowledged
+	recovering bool // restarted: routes nothing until the first MinVersionSet
 
-	// The term (term.go): its trajectory buffer, the groups the ledger
-	// holds unsettled whose buffered copy was lost, and the termwatch
-	// core that decides when the term steps down. A restart is a new
-	// term with a fresh buffer and watch.
-	buf     *trajBuffer
-	orphans []*rgroup
-	watch   *termwatch.Watch
+	// The term (term.go): its trajectory buffer and the termwatch core
+	// that decides when the term steps down. A restart is a new term with
+	// a fresh buffer and watch.
+	buf   *trajBuffer
+	watch *termwatch.Watch
 	// Counts for the summary: terms that stepped down (and of them for
 	// no step), unreplicated buffers lost, groups lost with them.
 	stepDowns, noStepDowns, buffersLost, lostGroups int
 }
 
-func (w *world) stalenessConfig() staleness.Config {
-	return staleness.Config{MaxStalenessSteps: w.wl.S, NumParallelGenerationWorkers: w.wl.W,
-		MiniBatchSize: w.wl.B, StalePolicy: staleness.PolicyRequeue, Measure: w.cfg.Measure}
-}
-
 func newCtl(w *world) (*ctlNode, error) {
-	st, err := staleness.New(w.stalenessConfig())
+	c := &ctlNode{w: w, bus: w.hub.Connect("ctl"), src: &promptSource{}, led: newLedger()}
+	smp, err := sampling.New(sampling.Config{Filter: c.filterConfig(), RunID: runID, Sender: "ctl",
+		Kept: subjKept, Filtered: subjFiltered})
 	if err != nil {
 		return nil, err
 	}
-	fc := filter.DefaultConfig()
-	fc.NSamplesPerPrompt = w.wl.N
-	if err := fc.Validate(); err != nil {
+	core, err := controller.New(c.coreConfig(), c.src)
+	if err != nil {
 		return nil, err
 	}
-	c := &ctlNode{w: w, bus: w.hub.Connect("ctl"), st: st, filt: fc}
+	c.smp, c.core, c.timers = smp, core, map[string]int{}
 	return c, c.newRouter()
 }
 
@@ -182,69 +180,48 @@ func (c *ctlNode) crash() {
 	c.inc++
 }
 
-// restart recovers from the ledger: the staleness controller resumes at
-// the step after the last acknowledged one (at the in-flight batch's step,
-// if one was sent — ResumeInFlight counts its groups as accepted, and its
-// StepDone advances the step before the next batch); every other
-// admitted, unsettled group is requeued; the router starts blind and
-// routes nothing until the publisher's minimum version arrives.
+// restart recovers from the ledger (ledger.go: recovery): a new
+// controller core resumes at the step after the last acknowledged one, or
+// at the in-flight batch's step, which it sends again; every other
+// admitted, unsettled group is requeued by the core; the router starts
+// blind and routes nothing until the publisher's minimum version arrives.
 func (c *ctlNode) restart() {
 	c.down--
 	if c.down > 0 {
 		return
 	}
 	w := c.w
-	var lost []*rgroup
-	for _, g := range c.groups {
-		lost = append(lost, g)
-	}
-	lost = append(lost, c.pending...)
-	lost = append(lost, c.buf.groups...)
-	lost = append(lost, c.orphans...)
-	c.orphans = nil
-	resume := c.stepsDone + 1
-	if c.batchSent && w.cfg.has(BugCtlForgetsSentBatch) {
-		c.batchSent = false
-	}
-	resumeAt := staleness.Resume
-	if c.batchSent {
-		// The batch's step is still the trainer's current step: the
-		// staleness controller stays there (its groups counted) and
-		// advances on its StepDone, so scheduled staleness is not
-		// under-counted for groups admitted meanwhile.
-		c.awaitStep = c.batchStep
-		resume = c.batchStep
-		resumeAt = staleness.ResumeInFlight
-	} else {
-		lost = append(lost, c.batch...)
-		c.batch = nil
-	}
-	sort.Slice(lost, func(i, j int) bool { return lost[i].id < lost[j].id })
-	st, err := resumeAt(w.stalenessConfig(), resume, int64(c.inc))
+	r, err := c.recovery()
 	if err != nil {
-		w.fail(InvProtocol, "staleness: resume: %v", err)
+		w.fail(InvProtocol, "ctl: ledger: %v", err)
 		return
 	}
-	c.st, c.pending, c.minVersion, c.recovering = st, nil, 0, true
+	core, err := controller.Resume(c.coreConfig(), c.src, r)
+	if err != nil {
+		w.fail(InvProtocol, "controller: resume: %v", err)
+		return
+	}
+	smp, err := sampling.New(sampling.Config{Filter: c.filterConfig(), RunID: runID, Sender: "ctl",
+		Kept: subjKept, Filtered: subjFiltered})
+	if err != nil {
+		w.fail(InvProtocol, "sampling: %v", err)
+		return
+	}
+	c.core, c.smp, c.timers = core, smp, map[string]int{}
+	c.minVersion, c.recovering = 0, true
 	if err := c.newRouter(); err != nil {
 		w.fail(InvProtocol, "router: %v", err)
 		return
 	}
 	old := c.buf
 	c.startTerm()
-	for _, g := range lost {
-		w.logf("ctl: recovery requeues %s", g.id)
-		w.orc.settle(g.id, "requeued")
-		c.source = append(c.source, g.prompt)
-	}
-	w.logf("ctl: recovered at step %d (awaiting step %d), %d groups requeued", resume, c.awaitStep, len(lost))
+	w.logf("ctl: recovered at step %d (batch in flight: %v), %d groups to requeue", r.Step, r.InFlight != nil, len(r.Lost))
 	for _, f := range old.lostBy {
 		w.faults.end(w, f) // the lost buffer is replaced: that fault has healed
 	}
 	c.sweep()
-	if c.batchSent {
-		c.sendBatch()
-	}
+	c.core.Start(c.t())
+	c.apply(c.core.Drain())
 }
 
 func (c *ctlNode) t() time.Time { return c.w.hub.Now() }
@@ -293,13 +270,14 @@ func (c *ctlNode) start() {
 		if c.recovering {
 			c.recovering = false
 			w.logf("ctl: minimum version %d known: routing again", c.minVersion)
-			c.tryBatch()
-			c.tryAdmit()
 		}
 	}))
 	c.startTerm()
 	c.sweep()
-	c.after(0, "ctl: start", c.tryAdmit)
+	c.after(0, "ctl: start", func() {
+		c.core.Start(c.t())
+		c.apply(c.core.Drain())
+	})
 }
 
 func (c *ctlNode) onHealth(h messages.EngineHealth) {
@@ -341,22 +319,7 @@ func (c *ctlNode) sweep() {
 	})
 }
 
-// ---- prompt source and admission -----------------------------------------
-
-func (c *ctlNode) peekPrompt() string {
-	if len(c.source) > 0 {
-		return c.source[0]
-	}
-	return fmt.Sprintf("p%d", c.nextPrompt)
-}
-
-func (c *ctlNode) popPrompt() {
-	if len(c.source) > 0 {
-		c.source = c.source[1:]
-		return
-	}
-	c.nextPrompt++
-}
+// ---- rollout: a PromptAssigned starts a group -----------------------------
 
 func promptTokens(p string) []int32 {
 	h := policy.Hash64(p)
@@ -368,47 +331,36 @@ func promptTokens(p string) []int32 {
 	return toks
 }
 
-// tryAdmit starts groups while the staleness controller has capacity.
-func (c *ctlNode) tryAdmit() {
+// launch starts the rollout of a group the controller core admitted: n
+// trajectories of 1..MaxTurns turns, each routed one turn at a time.
+func (c *ctlNode) launch(m messages.PromptAssigned) {
 	w := c.w
-	if c.stepsDone >= int64(w.cfg.Steps) || c.recovering {
-		return
+	g := &rgroup{id: m.GroupID, prompt: m.PromptID}
+	// Some prompts are too easy or too hard (every trajectory scores the
+	// same, so the filter drops the group); the rest are mixed.
+	switch w.rng.Intn(6) {
+	case 0:
+		g.p = 0
+	case 1:
+		g.p = 1
+	default:
+		g.p = 0.25 + 0.5*w.rng.Float64()
 	}
-	for {
-		p := c.peekPrompt()
-		adm, ok := c.st.TryAcquire(p, c.t())
-		if !ok {
-			return
+	w.logf("ctl: admit %s (scheduled v%d, attempt %d)", g.id, m.Version, m.Attempt)
+	c.groups[g.id] = g
+	for i := 0; i < int(m.NSamples); i++ {
+		t := &rtraj{id: fmt.Sprintf("%s.%d", g.id, i), g: g, turns: 1 + w.rng.Intn(w.wl.MaxTurns),
+			ctx: promptTokens(g.prompt), minV: math.MaxInt64}
+		t.promptN = len(t.ctx)
+		t.vers, t.mask = make([]int32, len(t.ctx)), make([]uint8, len(t.ctx))
+		for j := 0; j < t.turns; j++ {
+			t.maxTok = append(t.maxTok, 4+w.rng.Intn(13))
 		}
-		c.popPrompt()
-		g := &rgroup{id: adm.GroupID, cid: adm.GroupID, prompt: p}
-		w.orc.admit(g.id, p)
-		// Some prompts are too easy or too hard (every trajectory scores
-		// the same, so the filter drops the group); the rest are mixed.
-		switch w.rng.Intn(6) {
-		case 0:
-			g.p = 0
-		case 1:
-			g.p = 1
-		default:
-			g.p = 0.25 + 0.5*w.rng.Float64()
-		}
-		w.logf("ctl: admit %s (scheduled v%d, capacity now %d)", g.id, adm.ScheduledVersion, c.st.Capacity())
-		c.groups[g.id] = g
-		for i := 0; i < w.wl.N; i++ {
-			t := &rtraj{id: fmt.Sprintf("%s.%d", g.id, i), g: g, turns: 1 + w.rng.Intn(w.wl.MaxTurns),
-				ctx: promptTokens(p), minV: math.MaxInt64}
-			t.promptN = len(t.ctx)
-			t.vers, t.mask = make([]int32, len(t.ctx)), make([]uint8, len(t.ctx))
-			for j := 0; j < t.turns; j++ {
-				t.maxTok = append(t.maxTok, 4+w.rng.Intn(13))
-			}
-			g.trajs = append(g.trajs, t)
-			c.trajs[t.id] = t
-		}
-		for _, t := range g.trajs {
-			c.routeTurn(t)
-		}
+		g.trajs = append(g.trajs, t)
+		c.trajs[t.id] = t
+	}
+	for _, t := range g.trajs {
+		c.routeTurn(t)
 	}
 }
 
@@ -417,6 +369,10 @@ func (c *ctlNode) tryAdmit() {
 func (c *ctlNode) routeTurn(t *rtraj) {
 	w := c.w
 	if t.g.aborted || t.inflight {
+		return
+	}
+	if c.recovering {
+		c.after(routeBackoff, "", func() { c.routeTurn(t) })
 		return
 	}
 	if len(t.avoid) >= w.wl.Engines {
@@ -543,177 +499,14 @@ func (c *ctlNode) abortGroup(g *rgroup, why string) {
 	}
 	delete(c.groups, g.id)
 	w.logf("ctl: abort %s: %s", g.id, why)
-	if err := c.st.Abort(g.cid, c.t()); err != nil {
-		w.fail(InvProtocol, "staleness: %v", err)
-		return
-	}
-	c.drainRequeues(g)
-	c.tryAdmit()
+	c.stepCore(messages.EpisodeAborted{Header: messages.Header{RunID: runID, Sender: "ctl"},
+		PromptID: g.prompt, GroupID: g.id, Reason: why})
 }
 
-// drainRequeues carries out the staleness controller's requeue of g.
-func (c *ctlNode) drainRequeues(g *rgroup) {
-	for _, r := range c.st.Drain() {
-		c.w.logf("ctl: %s", r)
-		if r.GroupID != g.cid {
-			c.w.fail(InvProtocol, "staleness: requeue of %s while settling %s", r.GroupID, g.cid)
-			return
-		}
-		c.w.orc.settle(g.id, "requeued")
-		if !c.w.cfg.has(BugRequeueLosesPrompt) {
-			c.source = append(c.source, r.PromptID)
-		}
-	}
-}
-
-// ---- groups: staleness controller, filter, mini-batches -------------------
-
-// judge takes a group from the buffer: staleness controller, then filter.
-func (c *ctlNode) judge(g *rgroup) {
-	w := c.w
-	oldest := int64(math.MaxInt64)
-	samples := make([]filter.Sample, len(g.trajs))
-	for i, t := range g.trajs {
-		oldest = min(oldest, t.minV)
-		samples[i] = filter.Scalar(g.id, t.reward)
-	}
-	if w.cfg.has(BugStalenessFromSchedule) {
-		oldest = staleness.UnknownVersion
-	}
-	if err := c.st.Accept(g.cid, oldest, c.t()); err != nil {
-		w.fail(InvProtocol, "staleness: %v", err)
-		return
-	}
-	d, err := c.filt.Decide(samples)
-	if err != nil {
-		w.fail(InvProtocol, "filter: %v", err)
-		return
-	}
-	w.logf("ctl: group %s oldest v%d: %s", g.id, oldest, d)
-	if d.Keep {
-		c.pending = append(c.pending, g)
-		c.tryBatch()
-	} else {
-		if !w.cfg.has(BugFilterLeaksCapacity) {
-			if err := c.st.Filter(g.cid, c.t()); err != nil {
-				w.fail(InvProtocol, "staleness: %v", err)
-				return
-			}
-		}
-		w.orc.settle(g.id, "filtered")
-	}
-	c.tryAdmit()
-}
-
-// tryBatch checks pending groups for the current step until B passed,
-// then sends the batch to the trainer.
-func (c *ctlNode) tryBatch() {
-	w := c.w
-	if c.batchSent || c.stepsDone >= int64(w.cfg.Steps) || c.recovering {
-		return
-	}
-	for int64(len(c.batch)) < w.wl.B && len(c.pending) > 0 {
-		g := c.pending[0]
-		c.pending = c.pending[1:]
-		d, err := c.st.CheckForTraining(g.cid, c.t())
-		if err != nil {
-			w.fail(InvProtocol, "staleness: %v", err)
-			return
-		}
-		w.logf("ctl: check %s", d)
-		if d.Verdict == staleness.Train {
-			c.batch = append(c.batch, g)
-		} else {
-			c.drainRequeues(g)
-		}
-	}
-	if int64(len(c.batch)) < w.wl.B {
-		return
-	}
-	data, err := encodeBatch(c.batch)
-	if err != nil {
-		w.fail(InvWire, "encode token batch: %v", err)
-		return
-	}
-	c.batchSent, c.batchStep, c.batchData = true, c.st.Step(), data
-	c.sendBatch()
-	c.tryAdmit()
-}
-
-func (c *ctlNode) sendBatch() {
-	w := c.w
-	step := c.batchStep
-	ids := make([]string, len(c.batch))
-	for i, g := range c.batch {
-		ids[i] = g.id
-	}
-	w.send(c.bus, subjTrain, messages.TrainBatch{Header: messages.Header{RunID: runID, Sender: "ctl", Version: step - 1},
-		Step: step, GroupIDs: ids, Trajectories: int32(len(c.batch) * w.wl.N),
-		Batch: messages.BatchRef{Inline: c.batchData, Bytes: int64(len(c.batchData)), Checksum: checksumOf(c.batchData)}})
-	c.after(retransmit, "", func() {
-		if c.batchSent && c.batchStep == step {
-			w.logf("ctl: no StepDone for step %d: resend batch", step)
-			c.sendBatch()
-		}
-	})
-}
-
-func (c *ctlNode) onStepDone(m messages.StepDone) {
-	w := c.w
-	if c.awaitStep != 0 && m.Step == c.awaitStep {
-		// The batch sent before a crash: the resumed staleness controller
-		// (ResumeInFlight) counts it and advances on this StepDone.
-		c.awaitStep = 0
-	}
-	advanced, err := c.st.StepDone(m.Step, c.t())
-	if err != nil {
-		w.fail(InvProtocol, "staleness: %v", err)
-		return
-	}
-	if !advanced {
-		return
-	}
-	if !c.batchSent || c.batchStep != m.Step {
-		w.fail(InvProtocol, "StepDone %d without a batch sent for it", m.Step)
-		return
-	}
-	c.stepsDone = m.Step
-	c.watch.StepDone(c.t())
-	c.batch, c.batchSent, c.batchData = nil, false, nil
-	w.orc.stepDone(m.Step)
-	w.logf("ctl: step %d done (trainer version %d)", m.Step, m.NewVersion)
-	if c.stepsDone >= int64(w.cfg.Steps) {
-		w.finish()
-		return
-	}
-	c.tryBatch()
-	c.tryAdmit()
-}
-
-// heldGroups is every group the controller still holds in flight.
-func (c *ctlNode) heldGroups() map[string]bool {
-	h := map[string]bool{}
-	for id := range c.groups {
-		h[id] = true
-	}
-	for _, g := range c.pending {
-		h[g.id] = true
-	}
-	for _, g := range c.batch {
-		h[g.id] = true
-	}
-	// Buffered groups, and those lost with a buffer: the ledger has them
-	// unsettled, and the next term would requeue them.
-	for _, g := range append(append([]*rgroup(nil), c.buf.groups...), c.orphans...) {
-		h[g.id] = true
-	}
-	return h
-}
-
-// encodeBatch packs the batch's trajectories (tokens, loss mask, policy
-// version per token) as an Arrow IPC token batch, as the real trainer
-// receives them.
-func encodeBatch(groups []*rgroup) ([]byte, error) {
+// encodeBatch packs the groups' trajectories (tokens, loss mask, policy
+// version per token) as an Arrow IPC token batch, as a rollout actor
+// hands a finished group on.
+func encodeBatch(groups ...*rgroup) ([]byte, error) {
 	tb, err := messages.NewTokenBatch(messages.BatchSpec{})
 	if err != nil {
 		return nil, err

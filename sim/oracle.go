@@ -204,6 +204,20 @@ func (o *oracle) trainedBatch(step, version int64, groups []string, seen map[str
 	}
 }
 
+// markedTrained: the controller's ledger marks group g trained (its
+// step's StepDone arrived); the trainer must have trained it, once.
+func (o *oracle) markedTrained(g string) {
+	o.checks++
+	og := o.groups[g]
+	if og == nil || og.trained != 1 || og.outcome != "trained" {
+		n, outcome := 0, "never admitted"
+		if og != nil {
+			n, outcome = og.trained, og.outcome
+		}
+		o.w.fail(InvLedger, "the controller marked group %s trained, but the trainer trained it %d times (outcome %q)", g, n, outcome)
+	}
+}
+
 // stepDone: the controller saw step `step` complete.
 func (o *oracle) stepDone(step int64) {
 	o.steps = step
@@ -255,8 +269,8 @@ func (o *oracle) checkAll() {
 	if f.active == 0 {
 		since := now - max(o.lastStepAt, f.lastHeal)
 		if since > w.cfg.ProgressBound {
-			w.fail(InvProgress, "no trainer step completed for %v with every fault healed (last step %d at %.3fs; running=%d pending=%d batch=%d)",
-				since.Round(time.Millisecond), o.steps, o.lastStepAt.Seconds(), len(w.ctl.groups), len(w.ctl.pending), len(w.ctl.batch))
+			w.fail(InvProgress, "no trainer step completed for %v with every fault healed (last step %d at %.3fs; rolling out %d, unsettled %d)",
+				since.Round(time.Millisecond), o.steps, o.lastStepAt.Seconds(), len(w.ctl.groups), len(w.ctl.led.unsettled))
 			return
 		}
 		if now-f.lastHeal >= w.cfg.SyncBound {
@@ -296,7 +310,7 @@ func (o *oracle) final() {
 	// filtered, requeued and waiting in the controller's source, or held
 	// in flight by the controller.
 	queued := map[string]int{}
-	for _, p := range w.ctl.source {
+	for _, p := range w.ctl.queuedPrompts() {
 		queued[p]++
 	}
 	held := w.ctl.heldGroups()

@@ -187,7 +187,6 @@ func (c *ctlNode) loseBuffer(f *fault) {
 	for _, g := range b.groups {
 		c.w.logf("ctl: %s lost with the buffer; the ledger has it unsettled", g.id)
 	}
-	c.orphans = append(c.orphans, b.groups...)
 	c.lostGroups += len(b.groups)
 	b.groups = nil
 }

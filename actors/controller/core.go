@@ -70,6 +70,9 @@ type Config struct {
 	Rand *rand.Rand
 	// Subjects to publish on.
 	Subjects Subjects
+	// Plant plants bugs for the simulator (resume.go); production leaves
+	// it zero.
+	Plant Plant
 }
 
 // Validate names the first invalid field.
@@ -151,6 +154,9 @@ type Core struct {
 	// arrival order.
 	bad []messages.GroupFiltered
 
+	// lost are the groups Resume was given to requeue at Start.
+	lost []Held
+
 	stats Stats
 }
 
@@ -192,8 +198,10 @@ func New(cfg Config, src Source) (*Core, error) {
 	return &Core{cfg: cfg, ctl: ctl, src: src, groups: map[string]admitted{}, training: map[int64][]messages.GroupReady{}}, nil
 }
 
-// Start admits the first groups.
+// Start admits the first groups (after a Resume: requeues the lost groups
+// and sends the in-flight batch again first).
 func (c *Core) Start(now time.Time) {
+	c.recover(now)
 	c.admit(now)
 	c.capacity()
 }
@@ -324,7 +332,7 @@ func (c *Core) requeues(detail string) {
 			c.stats.RequeuedAborted++
 		}
 		next := a.attempt + 1
-		c.requeue = append(c.requeue, queued{prompt: a.prompt, attempt: next})
+		c.enqueue(queued{prompt: a.prompt, attempt: next})
 		c.Send(c.cfg.Subjects.Settled, messages.GroupRequeued{Header: c.header(), GroupID: r.GroupID,
 			PromptID: r.PromptID, Reason: reason, Attempt: next, Detail: detail})
 		c.ledger(r.PromptID, r.GroupID, messages.LedgerRequeued, a.attempt)
