@@ -249,7 +249,8 @@ func (a *Actor) announce(step, newVersion int64, rec StepRecord) error {
 			"grad_norm": rec.Stats.GradNorm, "entropy": rec.Stats.Entropy, "mismatch": rec.Stats.Mismatch,
 			"kl": rec.Stats.KL, "clip_frac": rec.Stats.ClipFrac, "is_ratio": rec.Stats.ISRatio, "tokens": float64(rec.Tokens),
 			"trajectories": float64(rec.Trajectories), "microbatches": float64(rec.Microbatches),
-			"staleness_max": float64(rec.StalenessMax),
+			"staleness_max":         float64(rec.StalenessMax),
+			"mismatch_same_version": rec.Stats.MismatchSameVersion, "same_version_tokens": float64(rec.Stats.SameVersionTokens),
 		}}
 	return a.send(a.cfg.Subjects.Steps, sd)
 }

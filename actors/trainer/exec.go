@@ -60,7 +60,8 @@ func (e *Exec) Step(ctx context.Context, p Prepared) (policy.StepStats, *policy.
 	e.trained, e.done = nil, step
 	mt := res.Metrics
 	return policy.StepStats{Version: step, Loss: mt["loss"], Entropy: mt["entropy"], GradNorm: mt["grad_norm"],
-		Mismatch: mt["mismatch"], KL: mt["kl"], Tokens: int(mt["tokens"]), ClipFrac: mt["clip_frac"], ISRatio: mt["is_ratio"]}, m, nil
+		Mismatch: mt["mismatch"], KL: mt["kl"], Tokens: int(mt["tokens"]), ClipFrac: mt["clip_frac"], ISRatio: mt["is_ratio"],
+		MismatchSameVersion: mt["mismatch_same_version"], SameVersionTokens: int(mt["same_version_tokens"])}, m, nil
 }
 
 // Close shuts the child down.

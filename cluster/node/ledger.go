@@ -194,7 +194,8 @@ func (l *Ledger) stepRecords() []trainer.StepRecord {
 		m := s.msg
 		out = append(out, trainer.StepRecord{Step: m.Step, Version: m.NewVersion, RewardMean: m.RewardMean,
 			Stats: policy.StepStats{Version: m.NewVersion, Loss: m.Loss, Entropy: m.Stats["entropy"], GradNorm: m.Stats["grad_norm"],
-				Mismatch: m.Stats["mismatch"], KL: m.Stats["kl"], ClipFrac: m.Stats["clip_frac"], Tokens: int(m.Stats["tokens"])},
+				Mismatch: m.Stats["mismatch"], KL: m.Stats["kl"], ClipFrac: m.Stats["clip_frac"], Tokens: int(m.Stats["tokens"]),
+				MismatchSameVersion: m.Stats["mismatch_same_version"], SameVersionTokens: int(m.Stats["same_version_tokens"])},
 			Trajectories: int(m.Stats["trajectories"]), Tokens: int(m.Stats["tokens"]), Microbatches: int(m.Stats["microbatches"]),
 			StalenessMax: int64(m.Stats["staleness_max"]), Done: s.at})
 	}

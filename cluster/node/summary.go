@@ -30,6 +30,7 @@ func (n *Node) Summary(interrupted bool, runErr error) report.Summary {
 			el := st.Done.Sub(n.start).Seconds()
 			row := report.StepRow{Step: st.Step, Version: st.Version, RewardMean: st.RewardMean, Loss: st.Stats.Loss,
 				Entropy: st.Stats.Entropy, GradNorm: st.Stats.GradNorm, Mismatch: st.Stats.Mismatch, Tokens: st.Tokens,
+				MismatchSameVersion: st.Stats.MismatchSameVersion, SameVersionTokens: st.Stats.SameVersionTokens,
 				Microbatches: st.Microbatches, StalenessMax: st.StalenessMax, ElapsedSeconds: el,
 				TrainSeconds: st.TrainTime.Seconds(), PublishSeconds: st.PublishTime.Seconds()}
 			// Throughput per step: rollout tokens finished and the step's

@@ -299,7 +299,8 @@ func (a *Agent) train(ctx context.Context, token uint64) error {
 			// engines-vs-trainer logprob mismatch tell an operator the run
 			// learns and the engines serve the weights they claim (a term
 			// restored wrongly shows a large mismatch).
-			a.event("step %d version %d reward %.3f mismatch %.4f", np.Step, np.Version, s.RewardMean, s.Stats.Mismatch)
+			a.event("step %d version %d reward %.3f mismatch %.4f (same-version %.2g over %d tokens)", np.Step, np.Version,
+				s.RewardMean, s.Stats.Mismatch, s.Stats.MismatchSameVersion, s.Stats.SameVersionTokens)
 			// Its prompts are trained (if this node dies or stops first,
 			// the next holder does this from np.Prompts).
 			if err := a.markTrained(ctx, np.Step, prompts); err != nil {

@@ -139,8 +139,8 @@ trajectories lost: <b>{{.TrajectoriesLost}}</b>.</p>
 <tr><th>tokens / s (all, generated)</th><td>{{printf "%.0f" .TokensPerSecond}} / {{printf "%.0f" .GeneratedTokensPerSec}}</td></tr>
 </table>
 <h2>Steps</h2>
-<table><tr><th>step</th><th>version</th><th>reward</th><th>loss</th><th>entropy</th><th>grad norm</th><th>mismatch</th><th>tokens</th><th>staleness max</th><th>t (s)</th></tr>
-{{range .PerStep}}<tr><td>{{.Step}}</td><td>{{.Version}}</td><td>{{printf "%.3f" .RewardMean}}</td><td>{{printf "%.4f" .Loss}}</td><td>{{printf "%.3f" .Entropy}}</td><td>{{printf "%.3f" .GradNorm}}</td><td>{{printf "%.2g" .Mismatch}}</td><td>{{.Tokens}}</td><td>{{.StalenessMax}}</td><td>{{printf "%.1f" .ElapsedSeconds}}</td></tr>
+<table><tr><th>step</th><th>version</th><th>reward</th><th>loss</th><th>entropy</th><th>grad norm</th><th>mismatch</th><th>same-version mismatch (tokens)</th><th>tokens</th><th>staleness max</th><th>t (s)</th></tr>
+{{range .PerStep}}<tr><td>{{.Step}}</td><td>{{.Version}}</td><td>{{printf "%.3f" .RewardMean}}</td><td>{{printf "%.4f" .Loss}}</td><td>{{printf "%.3f" .Entropy}}</td><td>{{printf "%.3f" .GradNorm}}</td><td>{{printf "%.2g" .Mismatch}}</td><td>{{if .SameVersionTokens}}{{printf "%.2g" .MismatchSameVersion}} ({{.SameVersionTokens}}){{else}}–{{end}}</td><td>{{.Tokens}}</td><td>{{.StalenessMax}}</td><td>{{printf "%.1f" .ElapsedSeconds}}</td></tr>
 {{end}}</table>
 </body></html>
 `))
