@@ -1,0 +1,410 @@
+package term
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/asyncrl/asyncrl/cluster/termwatch"
+)
+
+// ErrBadConfig wraps invalid configurations.
+var ErrBadConfig = errors.New("term: bad config")
+
+// LedgerWrites names the durable ledger's writes as a dependency of the
+// term's watch.
+const LedgerWrites = "durable ledger writes"
+
+// Config configures a node's core.
+type Config struct {
+	// Node is this node's name (the progress's Holder).
+	Node string
+	// Run is the run's base id; term Token runs as "<Run>-t<Token>".
+	Run string
+	// Steps is run.steps: the run is complete at that durable step.
+	Steps int64
+	// Checkpoints: the trainer is checkpointed with every step (not a
+	// remote trainer backend); a step is saved with its checkpoint's
+	// location, and progress past version 0 without one is refused.
+	Checkpoints bool
+	// Watch bounds a term's stall (termwatch).
+	Watch termwatch.Config
+	// AnnounceEvery is how often the term is announced (default 1s);
+	// ResendEvery how often an engine that has not acked its target is
+	// sent it again (default 2s).
+	AnnounceEvery, ResendEvery time.Duration
+}
+
+// Validate names the field at fault.
+func (c Config) Validate() error {
+	switch {
+	case c.Node == "":
+		return fmt.Errorf("%w: Node is empty", ErrBadConfig)
+	case c.Run == "":
+		return fmt.Errorf("%w: Run is empty", ErrBadConfig)
+	case c.Steps <= 0:
+		return fmt.Errorf("%w: Steps %d (want > 0)", ErrBadConfig, c.Steps)
+	case c.AnnounceEvery < 0 || c.ResendEvery < 0:
+		return fmt.Errorf("%w: AnnounceEvery %s, ResendEvery %s (want >= 0; 0 is the default)", ErrBadConfig, c.AnnounceEvery, c.ResendEvery)
+	}
+	if err := c.Watch.Validate(); err != nil {
+		return fmt.Errorf("%w: Watch: %w", ErrBadConfig, err)
+	}
+	return nil
+}
+
+// TermName is the run id of term token.
+func TermName(run string, token uint64) string { return fmt.Sprintf("%s-t%d", run, token) }
+
+// PromptID qualifies a term's prompt id in the durable ledger: each term
+// draws its prompts afresh, so two terms' ids must not collide.
+func PromptID(token uint64, id string) string { return fmt.Sprintf("t%d/%s", token, id) }
+
+// phase is where a node stands with the trainer lease.
+type phase int
+
+const (
+	standby  phase = iota // not holding the lease
+	claiming              // holding; the progress claim is outstanding
+	running               // holding; the pipeline was started
+	stopping              // holding; Stop: saving what is left, then resign
+	finished              // holding; the run is complete
+)
+
+// Core is a node's trainer-lease agent, decisions only. It is not safe
+// for concurrent use: one goroutine steps it and applies its Ready.
+type Core struct {
+	cfg     Config
+	quorate bool
+	phase   phase
+	token   uint64 // the lease's token while holding
+	done    bool
+	live    map[string]Member // the latest membership
+	t       *termState        // the running term (nil in standby and claiming)
+	ready   Ready
+}
+
+// New returns a standby core; this node's side starts quorate (it knows
+// only itself).
+func New(cfg Config) (*Core, error) {
+	if cfg.AnnounceEvery == 0 {
+		cfg.AnnounceEvery = time.Second
+	}
+	if cfg.ResendEvery == 0 {
+		cfg.ResendEvery = 2 * time.Second
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Core{cfg: cfg, quorate: true, live: map[string]Member{}}, nil
+}
+
+// Ready returns the effects to apply, in order, and the events since the
+// last Advance. Calling it again before Advance returns the same.
+func (c *Core) Ready() Ready { return c.ready }
+
+// Advance tells the core the last Ready was applied.
+func (c *Core) Advance() { c.ready = Ready{} }
+
+// Holding reports whether this node holds the trainer lease, and its token.
+func (c *Core) Holding() (uint64, bool) { return c.token, c.phase != standby }
+
+// Quorate reports whether this node's side may train (contend).
+func (c *Core) Quorate() bool { return c.quorate }
+
+// Running reports whether the term's pipeline started (its streams exist).
+func (c *Core) Running() bool { return c.t != nil && c.t.started }
+
+// Remote reports whether engine is a remote engine of the running term.
+func (c *Core) Remote(engine string) bool {
+	if c.t == nil {
+		return false
+	}
+	_, ok := c.t.engines[engine]
+	return ok
+}
+
+// Durable is the durable progress the running term last saved (its
+// claimed progress before the first save); ok false without a term.
+func (c *Core) Durable() (Progress, bool) {
+	if c.t == nil {
+		return Progress{}, false
+	}
+	return c.t.durable, true
+}
+
+func (c *Core) effect(e Effect) { c.ready.Effects = append(c.ready.Effects, e) }
+func (c *Core) event(e Event)   { c.ready.Events = append(c.ready.Events, e) }
+
+func (c *Core) ignore(format string, args ...any) {
+	c.event(Event{Kind: Ignored, Err: fmt.Sprintf(format, args...)})
+}
+
+// Step feeds one input that happened at now.
+func (c *Core) Step(now time.Time, in Input) {
+	if tok, scoped := tokenOf(in); scoped {
+		if c.phase == standby || tok != c.token {
+			c.ignore("%T of token %d (holding token %d: %v)", in, tok, c.token, c.phase != standby)
+			return
+		}
+	}
+	switch v := in.(type) {
+	case LeaseChanged:
+		c.leaseChanged(now, v)
+	case QuorumChanged:
+		c.quorumChanged(v.Train)
+	case MembersChanged:
+		c.membersChanged(v.Members)
+	case ProgressObserved:
+		c.progressObserved(v.Progress)
+	case Stop:
+		c.stop()
+	case ProgressClaimed:
+		c.claimed(now, v)
+	case NodeRequeued:
+		c.event(Event{Kind: PromptsRequeued, Token: v.Token, Node: v.Node, Count: v.Count})
+	case Failed:
+		c.fail(v.Err, ReasonFailed)
+	default:
+		if c.t == nil {
+			c.ignore("%T before the term's pipeline was started", in)
+			return
+		}
+		c.termInput(now, in)
+	}
+}
+
+// termInput handles the inputs of a running term.
+func (c *Core) termInput(now time.Time, in Input) {
+	t := c.t
+	switch v := in.(type) {
+	case RouterListening:
+		t.router = v.URL
+		c.announce(now)
+	case PipelineStarted:
+		t.started = true
+	case StepTrained:
+		c.stepTrained(v)
+	case CheckpointSaved:
+		c.checkpointSaved(v)
+	case ProgressSaved:
+		c.progressSaved(now, v)
+	case SaveFailed:
+		reason := ReasonFailed
+		if v.Fenced {
+			reason = ReasonFenced
+		}
+		c.fail(fmt.Sprintf("save progress of step %d: %s", v.Step, v.Err), reason)
+	case PromptConsumed:
+		t.groups[v.Attempt.Group] = v.Attempt
+		c.trySave()
+	case LedgerWrite:
+		c.probe(now, LedgerWrites, v.Err)
+	case Probe:
+		c.probe(now, v.Dep, v.Err)
+		for _, m := range v.Moved {
+			c.event(Event{Kind: LeaderMoved, Dep: v.Dep, Consumer: m, Node: c.cfg.Node})
+		}
+	case RolloutStatus:
+		c.rolloutStatus(v)
+	case EngineTarget:
+		c.engineTarget(v)
+	case EngineServing:
+		c.engineServing(v)
+	}
+}
+
+func (c *Core) probe(now time.Time, dep, err string) {
+	var e error
+	if err != "" {
+		e = errors.New(err)
+	}
+	c.t.watch.Probe(now, dep, e)
+	c.watchEvents()
+}
+
+func (c *Core) watchEvents() {
+	for _, e := range c.t.watch.Ready() {
+		c.event(Event{Kind: Watch, Token: c.token, Watch: e})
+	}
+}
+
+// Tick advances time: the term's watch, its announcements and the
+// resends to engines that have not acked their target.
+func (c *Core) Tick(now time.Time) {
+	t := c.t
+	if t == nil || (c.phase != running && c.phase != stopping) {
+		return
+	}
+	t.watch.Tick(now)
+	c.watchEvents()
+	if e, down := t.watch.Down(); down {
+		c.fail(fmt.Sprintf("term stalled (%s)", e.Reason), ReasonStalled)
+		return
+	}
+	if c.phase != running {
+		return
+	}
+	if now.Sub(t.lastAnnounce) >= c.cfg.AnnounceEvery {
+		c.announce(now)
+	}
+	if now.Sub(t.lastResend) >= c.cfg.ResendEvery {
+		t.lastResend = now
+		c.resend()
+	}
+}
+
+func (c *Core) announce(now time.Time) {
+	if t := c.t; t.router != "" {
+		t.lastAnnounce = now
+		c.effect(Announce{Term: t.name, Token: c.token, Router: t.router})
+	}
+}
+
+// leaseChanged: acquired → claim the progress (unless this side is a
+// minority, which must not sit on the lease); lost → stop the pipeline
+// and forget the term: nothing else is done for it.
+func (c *Core) leaseChanged(now time.Time, v LeaseChanged) {
+	if !v.Leader {
+		if c.phase == standby {
+			return
+		}
+		if c.phase == running || c.phase == stopping {
+			c.event(Event{Kind: LeaseLost, Token: c.token})
+			c.effect(StopPipeline{Token: c.token})
+		}
+		c.toStandby()
+		return
+	}
+	if c.phase != standby {
+		if v.Token == c.token {
+			return // a repeated status
+		}
+		// A new token without a loss in between: the old term is over.
+		if c.phase == running || c.phase == stopping {
+			c.effect(StopPipeline{Token: c.token})
+		}
+		c.toStandby()
+	}
+	if !c.quorate {
+		c.phase, c.token = claiming, v.Token // held until the StepDown is applied
+		c.stepDown(ReasonQuorum)
+		return
+	}
+	c.phase, c.token = claiming, v.Token
+	c.event(Event{Kind: LeaseAcquired, Token: v.Token})
+	c.effect(ClaimProgress{Token: v.Token})
+}
+
+func (c *Core) toStandby() { c.phase, c.token, c.t = standby, 0, nil }
+
+// stepDown gives the lease up (after StopPipeline, where one runs).
+func (c *Core) stepDown(r Reason) {
+	c.effect(StepDown{Reason: r})
+	c.event(Event{Kind: Resigned, Token: c.token, Reason: r})
+	c.toStandby()
+}
+
+func (c *Core) quorumChanged(train bool) {
+	c.quorate = train
+	if train || c.phase == standby {
+		return
+	}
+	c.event(Event{Kind: QuorumLost, Token: c.token})
+	if c.phase == running || c.phase == stopping {
+		c.effect(StopPipeline{Token: c.token})
+	}
+	c.stepDown(ReasonQuorum)
+}
+
+// fail ends the term: stop its pipeline, give the lease up so a standby
+// (or this node, later) starts a clean term from the durable step.
+func (c *Core) fail(err string, r Reason) {
+	if c.phase == standby {
+		return
+	}
+	if c.phase == stopping && r == ReasonFailed {
+		r = ReasonStopping
+	}
+	c.event(Event{Kind: TermFailed, Token: c.token, Err: err, Reason: r})
+	if c.phase == running || c.phase == stopping {
+		c.effect(StopPipeline{Token: c.token})
+	}
+	c.stepDown(r)
+}
+
+// claimed: the previous holder's last durable step is trained (its
+// durable weights hold it) even if it died before it said so; the rest of
+// what it held is requeued; then the term starts from the claimed step.
+func (c *Core) claimed(now time.Time, v ProgressClaimed) {
+	if c.phase != claiming {
+		c.ignore("ProgressClaimed while not claiming")
+		return
+	}
+	p, prev := v.Claimed, v.Prev
+	if prev.Holder != "" {
+		if len(prev.Prompts) > 0 {
+			c.effect(MarkTrained{Step: prev.Step, Prompts: prev.Prompts})
+		}
+		c.effect(RequeueNode{Node: prev.Holder})
+		if prev.Token != 0 && prev.Token != c.token {
+			c.effect(DeleteTermBucket{Term: TermName(c.cfg.Run, prev.Token)})
+		}
+	}
+	remaining := c.cfg.Steps - p.Step
+	c.event(Event{Kind: Resumed, Token: c.token, Step: p.Step, Version: p.Version, Count: int(max(remaining, 0))})
+	if remaining <= 0 {
+		c.phase = finished
+		c.event(Event{Kind: RunComplete, Token: c.token, Step: p.Step})
+		c.markDone()
+		return
+	}
+	if c.cfg.Checkpoints && p.Checkpoint == "" && p.Version > 0 {
+		c.fail(fmt.Sprintf("the durable progress (step %d version %d) records no checkpoint; refusing to restart the policy from the seed's weights", p.Step, p.Version), ReasonFailed)
+		return
+	}
+	w, err := termwatch.New(c.cfg.Watch, now)
+	if err != nil { // validated in New
+		panic(err)
+	}
+	c.phase = running
+	c.t = newTermState(TermName(c.cfg.Run, c.token), p, remaining, w, now, c.live)
+	c.effect(StartPipeline{Term: c.t.name, Token: c.token, From: p, Steps: remaining})
+	c.startEngines()
+}
+
+func (c *Core) markDone() {
+	if !c.done {
+		c.done = true
+		c.effect(Done{})
+	}
+}
+
+// progressObserved: a node that does not hold the lease learns the run
+// is complete from the durable progress.
+func (c *Core) progressObserved(p Progress) {
+	if c.done || p.Step < c.cfg.Steps || p.Holder == c.cfg.Node {
+		return
+	}
+	c.event(Event{Kind: RunComplete, Step: p.Step, Node: p.Holder})
+	c.markDone()
+}
+
+// stop: a clean stop. A running term saves the steps it finished (the
+// lease is still held: the saves are fenced as always), then resigns.
+func (c *Core) stop() {
+	switch c.phase {
+	case standby:
+		return
+	case running:
+		c.phase = stopping
+		c.effect(StopPipeline{Token: c.token})
+		c.trySave()
+		if c.t.saving == nil {
+			c.stepDown(ReasonStopping)
+		}
+	case stopping:
+	default:
+		c.stepDown(ReasonStopping)
+	}
+}
