@@ -5,7 +5,10 @@
 //
 // # Core contract
 //
-// A Core[In, Out] is a plain struct with Step(now, msg), Tick(now, timer) and
+// The contract types live in package effect (actors/effect), which imports
+// only time, so cores depend on them without depending on this shell; this
+// package re-exports them as aliases. docs/cores.md gives the contract for
+// every core, actor cores and embedded ones. A Core[In, Out] is a plain struct with Step(now, msg), Tick(now, timer) and
 // Drain() Effects[Out]. It never starts goroutines, blocks, locks, does I/O,
 // reads the wall clock or uses global randomness: time comes in as an
 // argument and a *rand.Rand, if needed, through its constructor. Everything
