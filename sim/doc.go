@@ -10,19 +10,25 @@
 // messages codec (CBOR frames; the trainer's batch as an Arrow token
 // batch):
 //
-//   - node ctl: prompt source, rollout scheduler (episodes of 1..3 turns
-//     per trajectory, n trajectories per group), router shell over
-//     actors/router/policy (bounded_sticky, version gating, health from
-//     heartbeats and turn timeouts, load from scraped metrics), the
-//     staleness controller (actors/staleness) and the filter
-//     (actors/filter, DAPO mode), which takes finished groups from the
-//     term's trajectory buffer; after a crash it recovers from its
-//     durable ledger (prompt source, unsettled groups, sent batch, step)
-//     with staleness.Resume, as a new term with a fresh buffer. The term
-//     runs the real cluster/termwatch core: it probes its buffer every
-//     virtual second, tells the watch each step, and steps down (the
-//     same recovery) when the watch says so — a stream-loss fault that
-//     loses an unreplicated buffer needs exactly that;
+//   - node ctl: the real controller core (actors/controller, with the
+//     real staleness controller inside), the real sampling core
+//     (actors/sampling over actors/filter, DAPO filter mode) and the
+//     routing core (actors/router/policy: bounded_sticky, version gating,
+//     health from heartbeats and turn timeouts, load from scraped
+//     metrics), driven by a sim-side shell (ctl.go, ctlcore.go) that
+//     steps them and carries out their effects: PromptAssigned starts a
+//     rollout (episodes of 1..3 turns per trajectory, n trajectories per
+//     group, routed one turn at a time), a PromptLedger entry is written
+//     to the durable ledger, a TrainBatch goes to the trainer, the resend
+//     timer runs on the virtual clock. Finished groups reach the sampling
+//     core from the term's trajectory buffer. After a crash a new core
+//     is built with controller.Resume from the ledger (step, batch in
+//     flight, unsettled groups, queued prompts), as a new term with a
+//     fresh buffer. The term runs the real cluster/termwatch core: it
+//     probes its buffer every virtual second, tells the watch each step,
+//     and steps down (the same recovery) when the watch says so — a
+//     stream-loss fault that loses an unreplicated buffer needs exactly
+//     that;
 //   - node trainer: the trainer stand-in; checks the batch checksum,
 //     decodes its tokens, packs microbatches (actors/trainer/microbatch),
 //     trains for a modelled time, commits durable state, sends StepDone;
@@ -47,5 +53,7 @@
 // violation of InvProtocol.
 //
 // Planted bugs (Config.Bugs) exist only to prove the simulator finds
-// them; the CLI reaches them through a hidden flag.
+// them; the CLI reaches them through a hidden flag. Those in controller
+// decisions reach the real core, by perturbing its inputs or through
+// controller.Config.Plant, which production never sets.
 package sim
