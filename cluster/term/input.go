@@ -165,7 +165,7 @@ func (MembersChanged) isInput()   {}
 func (ProgressObserved) isInput() {}
 func (Stop) isInput()             {}
 func (ProgressClaimed) isInput()  {}
-func (NodeRequeued) isInput()  {}
+func (NodeRequeued) isInput()     {}
 func (RouterListening) isInput()  {}
 func (PipelineStarted) isInput()  {}
 func (Failed) isInput()           {}
