@@ -37,6 +37,7 @@ var cores = []core{
 	{dir: "cluster/discovery", files: []string{"core.go", "apply.go"}},
 	{dir: "cluster/placement"},
 	{dir: "cluster/termwatch"},
+	{dir: "cluster/term"},
 	{dir: "bench/workload"},
 	{dir: "transport/dataplane/plan"},
 	{dir: "policy/sampler"},
