@@ -57,43 +57,11 @@ func (w *world) check(in Input, r Ready) {
 			}
 		}
 		w.stats[fmt.Sprintf("%T", e)]++
-		if sd, ok := e.(StepDown); ok {
-			w.stats[fmt.Sprintf("%s on %T", sd.Reason, in)]++
-		}
 		switch v := e.(type) {
 		case SaveProgress:
-			p := v.Progress
-			if p.Token != w.held {
-				w.t.Fatalf("SaveProgress with token %d; the lease's is %d", p.Token, w.held)
-			}
-			if s, ok := w.outstanding[p.Token]; ok && s != 0 {
-				w.t.Fatalf("SaveProgress of step %d while step %d's is outstanding", p.Step, s)
-			}
-			if p.Step <= w.lastSaved[p.Token] {
-				w.t.Fatalf("SaveProgress of step %d after step %d", p.Step, w.lastSaved[p.Token])
-			}
-			if !w.trained[[2]uint64{p.Token, uint64(p.Step - w.base[p.Token])}] {
-				w.t.Fatalf("SaveProgress of step %d, which the trainer never completed", p.Step)
-			}
-			w.saves[[2]uint64{p.Token, uint64(p.Step)}] = p.Prompts
-			w.outstanding[p.Token] = p.Step
-			w.lastSaved[p.Token] = p.Step
+			w.checkSave(v.Progress)
 		case MarkTrained:
-			// Trained only for a durable step: the acknowledged save of
-			// this term, or the previous holder's step found at the claim.
-			switch x := in.(type) {
-			case ProgressSaved:
-				prompts, ok := w.saves[[2]uint64{x.Token, uint64(v.Step)}]
-				if !ok || x.Step != v.Step || fmt.Sprint(prompts) != fmt.Sprint(v.Prompts) {
-					w.t.Fatalf("MarkTrained %+v on the acknowledgement of step %d (saved: %v %v)", v, x.Step, ok, prompts)
-				}
-			case ProgressClaimed:
-				if v.Step != x.Prev.Step {
-					w.t.Fatalf("MarkTrained of step %d at a claim of the previous holder's step %d", v.Step, x.Prev.Step)
-				}
-			default:
-				w.t.Fatalf("MarkTrained %+v on %T", v, in)
-			}
+			w.checkMark(in, v)
 		case AbortGroups:
 			for _, g := range v.Groups {
 				k := fmt.Sprintf("%d/%s", w.held, g.Group)
@@ -117,6 +85,44 @@ func (w *world) check(in Input, r Ready) {
 	}
 }
 
+// checkSave: with the lease's token, one at a time, in order, and only a
+// step the trainer completed.
+func (w *world) checkSave(p Progress) {
+	if p.Token != w.held {
+		w.t.Fatalf("SaveProgress with token %d; the lease's is %d", p.Token, w.held)
+	}
+	if s, ok := w.outstanding[p.Token]; ok && s != 0 {
+		w.t.Fatalf("SaveProgress of step %d while step %d's is outstanding", p.Step, s)
+	}
+	if p.Step <= w.lastSaved[p.Token] {
+		w.t.Fatalf("SaveProgress of step %d after step %d", p.Step, w.lastSaved[p.Token])
+	}
+	if !w.trained[[2]uint64{p.Token, uint64(p.Step - w.base[p.Token])}] {
+		w.t.Fatalf("SaveProgress of step %d, which the trainer never completed", p.Step)
+	}
+	w.saves[[2]uint64{p.Token, uint64(p.Step)}] = p.Prompts
+	w.outstanding[p.Token] = p.Step
+	w.lastSaved[p.Token] = p.Step
+}
+
+// checkMark: trained only for a durable step: the acknowledged save of
+// this term, or the previous holder's step found at the claim.
+func (w *world) checkMark(in Input, v MarkTrained) {
+	switch x := in.(type) {
+	case ProgressSaved:
+		prompts, ok := w.saves[[2]uint64{x.Token, uint64(v.Step)}]
+		if !ok || x.Step != v.Step || fmt.Sprint(prompts) != fmt.Sprint(v.Prompts) {
+			w.t.Fatalf("MarkTrained %+v on the acknowledgement of step %d (saved: %v %v)", v, x.Step, ok, prompts)
+		}
+	case ProgressClaimed:
+		if v.Step != x.Prev.Step {
+			w.t.Fatalf("MarkTrained of step %d at a claim of the previous holder's step %d", v.Step, x.Prev.Step)
+		}
+	default:
+		w.t.Fatalf("MarkTrained %+v on %T", v, in)
+	}
+}
+
 // draw picks the next input.
 func (w *world) draw(c *Core) Input {
 	tok := pick(w.r, []uint64{w.held, w.held, w.held, w.tok, w.held - 1})
@@ -133,6 +139,17 @@ func (w *world) draw(c *Core) Input {
 	case claiming && c.t == nil && w.r.IntN(2) == 0:
 		kind, tok = 4, w.held
 	}
+	switch {
+	case kind <= 3:
+		return w.drawNode(kind)
+	case kind <= 8:
+		return w.drawSteps(kind, tok)
+	}
+	return w.drawOther(kind, tok)
+}
+
+// drawNode draws a node-scoped input.
+func (w *world) drawNode(kind int) Input {
 	switch kind {
 	case 0:
 		if !w.holding || w.r.IntN(4) == 0 { // each acquisition has a new token
@@ -155,6 +172,13 @@ func (w *world) draw(c *Core) Input {
 			}
 		}
 		return MembersChanged{Members: ms}
+	}
+	return nil
+}
+
+// drawSteps draws a claim, a step, a consumed event or a checkpoint.
+func (w *world) drawSteps(kind int, tok uint64) Input {
+	switch kind {
 	case 4:
 		step := int64(w.r.IntN(12))
 		var prompts []PromptAttempt
@@ -192,6 +216,14 @@ func (w *world) draw(c *Core) Input {
 			v, w.ckptNext[tok] = n, n
 		}
 		return CheckpointSaved{Token: tok, Version: v, Location: fmt.Sprintf("L%d", v)}
+	}
+	return nil
+}
+
+// drawOther draws an acknowledgement, a failure, a report of rollouts or
+// engines, a probe or an observed progress.
+func (w *world) drawOther(kind int, tok uint64) Input {
+	switch kind {
 	case 9:
 		if s := w.outstanding[w.held]; s != 0 && w.r.IntN(4) > 0 {
 			return ProgressSaved{Token: w.held, Step: s}
