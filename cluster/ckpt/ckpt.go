@@ -327,19 +327,9 @@ func (s *Store) Load(ctx context.Context, loc, dir string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	js, err := store.ReadAll(s.bound(ctx), s.st, path.Join(name, ManifestName))
-	if errors.Is(err, store.ErrNotFound) {
-		return 0, fmt.Errorf("%w: %s has no manifest (never completed, or deleted)", ErrCheckpoint, loc)
-	}
+	man, err := s.manifest(ctx, loc, name, v, token)
 	if err != nil {
-		return 0, fmt.Errorf("ckpt: %s: manifest: %w", loc, err)
-	}
-	var man manifest
-	if err := json.Unmarshal(js, &man); err != nil {
-		return 0, fmt.Errorf("%w: %s: manifest: %v", ErrCheckpoint, loc, err)
-	}
-	if man.Version != v || man.Token != token || len(man.Files) == 0 {
-		return 0, fmt.Errorf("%w: %s: manifest says version %d token %d with %d files", ErrCheckpoint, loc, man.Version, man.Token, len(man.Files))
+		return 0, err
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		return 0, fmt.Errorf("ckpt: %w", err)
@@ -363,6 +353,26 @@ func (s *Store) Load(ctx context.Context, loc, dir string) (int64, error) {
 		return 0, fmt.Errorf("%w: %s holds a trainer at version %d", ErrCheckpoint, loc, tr.Version())
 	}
 	return v, nil
+}
+
+// manifest reads and checks checkpoint name's manifest (at loc, of
+// version v and token).
+func (s *Store) manifest(ctx context.Context, loc, name string, v int64, token uint64) (manifest, error) {
+	var man manifest
+	js, err := store.ReadAll(s.bound(ctx), s.st, path.Join(name, ManifestName))
+	if errors.Is(err, store.ErrNotFound) {
+		return man, fmt.Errorf("%w: %s has no manifest (never completed, or deleted)", ErrCheckpoint, loc)
+	}
+	if err != nil {
+		return man, fmt.Errorf("ckpt: %s: manifest: %w", loc, err)
+	}
+	if err := json.Unmarshal(js, &man); err != nil {
+		return man, fmt.Errorf("%w: %s: manifest: %v", ErrCheckpoint, loc, err)
+	}
+	if man.Version != v || man.Token != token || len(man.Files) == 0 {
+		return man, fmt.Errorf("%w: %s: manifest says version %d token %d with %d files", ErrCheckpoint, loc, man.Version, man.Token, len(man.Files))
+	}
+	return man, nil
 }
 
 // download fetches object key into the file dst and checks it against fi.
