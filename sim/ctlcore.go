@@ -212,16 +212,13 @@ func (c *ctlNode) onStepDone(m messages.StepDone) {
 // judge takes a finished group from the buffer as the rollout side hands
 // it on: a GroupReady with the group's token batch, stepped through the
 // sampling core (the filter) and, kept or filtered, into the controller
-// core.
+// core. The sampling core judges on the rewards and passes the token
+// batch through untouched, so the batch is encoded only for a kept group
+// (most groups are filtered; encoding theirs would only cost time).
 func (c *ctlNode) judge(g *rgroup) {
 	w := c.w
-	data, err := encodeBatch(g)
-	if err != nil {
-		w.fail(InvWire, "encode token batch of %s: %v", g.id, err)
-		return
-	}
 	gr := messages.GroupReady{Header: messages.Header{RunID: runID, Sender: "ctl"}, GroupID: g.id, PromptID: g.prompt,
-		OldestVersion: math.MaxInt64, Batch: messages.BatchRef{Inline: data, Bytes: int64(len(data))}}
+		OldestVersion: math.MaxInt64}
 	for _, t := range g.trajs {
 		gr.TrajectoryIDs = append(gr.TrajectoryIDs, t.id)
 		gr.Rewards = append(gr.Rewards, t.reward)
@@ -240,6 +237,14 @@ func (c *ctlNode) judge(g *rgroup) {
 		switch m := s.Msg.(type) {
 		case messages.GroupReady:
 			w.logf("ctl: group %s oldest v%d: kept", m.GroupID, m.OldestVersion)
+			data, err := encodeBatch(g)
+			if err != nil {
+				w.fail(InvWire, "encode token batch of %s: %v", g.id, err)
+				return
+			}
+			m.Batch = messages.BatchRef{Inline: data, Bytes: int64(len(data))}
+			c.stepCore(m)
+			continue
 		case messages.GroupFiltered:
 			w.logf("ctl: group %s: filtered (%s)", m.GroupID, m.Reason)
 			if w.cfg.has(BugFilterLeaksCapacity) {
