@@ -133,6 +133,15 @@ func (c *Core) Durable() (Progress, bool) {
 	return c.t.durable, true
 }
 
+// Failing lists the dependencies of the running term that failed their
+// last probe (for a gauge); nil without a term.
+func (c *Core) Failing() []string {
+	if c.t == nil {
+		return nil
+	}
+	return c.t.watch.Failing()
+}
+
 func (c *Core) effect(e Effect) { c.ready.Effects = append(c.ready.Effects, e) }
 func (c *Core) event(e Event)   { c.ready.Events = append(c.ready.Events, e) }
 

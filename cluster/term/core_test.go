@@ -188,7 +188,7 @@ func TestTrainedOnlyAfterDurableSave(t *testing.T) {
 	h.want("step 4 durable", h.in(ProgressSaved{Token: 5, Step: 4}),
 		"effect term.MarkTrained {Step:4 Prompts:[{Prompt:t5/p1 Group:g1 Attempt:0} {Prompt:t5/p2 Group:g2 Attempt:2}]}",
 		"effect term.SaveProgress {Progress:{Step:5 Version:5 Checkpoint:L5 Token:5 Holder:n1 Prompts:[{Prompt:t5/p3 Group:g3 Attempt:0}]}}",
-		"event step 4 version 4 reward 0.500 mismatch 0.0100")
+		"event step 4 version 4 reward 0.500 mismatch 0.0100 (same-version 0 over 0 tokens)")
 	if p, _ := h.c.Durable(); p.Step != 4 || p.Checkpoint != "L4" {
 		t.Errorf("durable %+v; want step 4 at L4", p)
 	}
@@ -384,7 +384,7 @@ func TestRunComplete(t *testing.T) {
 		"effect term.StopPipeline {Token:5}",
 		"effect term.Finish {Token:5}",
 		"effect term.Done {}",
-		"event step 4 version 4 reward 0.000 mismatch 0.0000",
+		"event step 4 version 4 reward 0.000 mismatch 0.0000 (same-version 0 over 0 tokens)",
 		"event run complete at step 4")
 	h.want("its own progress", h.in(ProgressObserved{Progress: Progress{Step: 4, Holder: "n1"}}))
 
@@ -412,7 +412,7 @@ func TestCleanStopSavesThenResigns(t *testing.T) {
 	h.want("saved", h.in(ProgressSaved{Token: 5, Step: 4}),
 		"effect term.MarkTrained {Step:4 Prompts:[{Prompt:t5/p1 Group:g1 Attempt:0}]}",
 		"effect term.StepDown {Reason:stopping}",
-		"event step 4 version 4 reward 0.000 mismatch 0.0000",
+		"event step 4 version 4 reward 0.000 mismatch 0.0000 (same-version 0 over 0 tokens)",
 		"event lease trainer resigned (stopping)")
 	// Nothing to save: resign at once.
 	h = runningTerm(t, testConfig())

@@ -184,7 +184,11 @@ type Event struct {
 	Err           string
 	Reward        float64
 	Mismatch      float64
-	Watch         termwatch.Event
+	// SameVersion is the mismatch over the SameVersionTokens sampled at
+	// the version trained (StepDurable).
+	SameVersion       float64
+	SameVersionTokens int64
+	Watch             termwatch.Event
 }
 
 // String is the line the node prints (the prose of the agent's events).
@@ -203,7 +207,8 @@ func (e Event) String() string {
 	case Resumed:
 		return fmt.Sprintf("resume from step %d version %d (%d steps to go)", e.Step, e.Version, e.Count)
 	case StepDurable:
-		return fmt.Sprintf("step %d version %d reward %.3f mismatch %.4f", e.Step, e.Version, e.Reward, e.Mismatch)
+		return fmt.Sprintf("step %d version %d reward %.3f mismatch %.4f (same-version %.2g over %d tokens)", e.Step, e.Version,
+			e.Reward, e.Mismatch, e.SameVersion, e.SameVersionTokens)
 	case RunComplete:
 		if e.Node != "" {
 			return fmt.Sprintf("run complete at step %d (trained by %s)", e.Step, e.Node)

@@ -92,8 +92,11 @@ type (
 		Step, Version int64
 		Groups        []string
 		// Reward and Mismatch are the step's mean reward and the
-		// engines-vs-trainer logprob mismatch (for the event).
-		Reward, Mismatch float64
+		// engines-vs-trainer logprob mismatch; SameVersion the mismatch over
+		// the SameVersionTokens sampled at the version trained (for the
+		// event).
+		Reward, Mismatch, SameVersion float64
+		SameVersionTokens             int64
 	}
 	// CheckpointSaved: the trainer checkpoint of local version Version is
 	// stored at Location.

@@ -140,7 +140,8 @@ func (c *Core) progressSaved(now time.Time, v ProgressSaved) {
 		}
 	}
 	t.watch.StepDone(now)
-	c.event(Event{Kind: StepDurable, Token: c.token, Step: p.Step, Version: p.Version, Reward: s.Reward, Mismatch: s.Mismatch})
+	c.event(Event{Kind: StepDurable, Token: c.token, Step: p.Step, Version: p.Version, Reward: s.Reward, Mismatch: s.Mismatch,
+		SameVersion: s.SameVersion, SameVersionTokens: s.SameVersionTokens})
 	c.effect(MarkTrained{Step: p.Step, Prompts: p.Prompts})
 	if t.saved >= t.steps {
 		wasStopping := c.phase == stopping
