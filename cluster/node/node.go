@@ -244,13 +244,55 @@ func (n *Node) Start(ctx context.Context) (err error) {
 			n.Stop()
 		}
 	}()
-	log := n.opts.Logger
+	if err := n.startBus(ctx); err != nil {
+		return err
+	}
+	ptr, err := n.newTrainerPolicy()
+	if err != nil {
+		return err
+	}
+	baseDir, initial, err := n.initialWeights(ptr)
+	if err != nil {
+		return err
+	}
+	if err := n.startServing(ctx, initial); err != nil {
+		return err
+	}
+	tpub, err := n.startPublisher(ctx, baseDir, ptr)
+	if err != nil {
+		return err
+	}
+	if n.sys, err = actors.NewSystem(actors.SystemConfig{Logger: n.opts.Logger, RunID: n.cfg.Run.ID, Registerer: n.reg}); err != nil {
+		return err
+	}
+	if err := n.startTrainer(ctx, ptr, tpub); err != nil {
+		return err
+	}
+	fcfg := filterConfig(n.cfg)
+	if err := n.startSampling(fcfg); err != nil {
+		return err
+	}
+	if err := n.startRollouts(); err != nil {
+		return err
+	}
+	n.countTokens()
+	n.progress = newProgress(n)
+	if err := n.startMetrics(); err != nil {
+		return err
+	}
+	return n.startController(ctx, fcfg)
+}
+
+// startBus connects the bus (embedded or cfg.Bus.NATSURL), creates the
+// run's durable ledger stream and trajectory buffer, and starts the
+// in-memory ledger.
+func (n *Node) startBus(ctx context.Context) (err error) {
 	cfg := n.cfg
 	bopts := natsbus.DefaultOptions()
 	bopts.URL = cfg.Bus.NATSURL
 	bopts.MaxPayload = cfg.Bus.MaxPayloadBytes
 	bopts.Name = "asyncrl-" + cfg.Run.ID
-	bopts.Logger = log.With().Str("component", "bus").Logger()
+	bopts.Logger = n.opts.Logger.With().Str("component", "bus").Logger()
 	if !n.opts.InMemoryBus && cfg.Bus.NATSURL == "" {
 		bopts.StoreDir = cfg.Bus.JetStreamDir
 		if bopts.StoreDir == "" {
@@ -288,42 +330,56 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	if err := n.ledger.subscribe(n.bus, n.subj); err != nil {
 		return fmt.Errorf("node: ledger: %w", err)
 	}
+	return nil
+}
 
-	// Policy: the trainer owns the FP32 master; engines serve BF16 copies.
-	seed := uint64(cfg.Run.Seed)
-	tcfg := trainerConfig(cfg)
-	var ptr *policy.Trainer
+// newTrainerPolicy is the trainer's policy: the trainer owns the FP32
+// master; engines serve BF16 copies. Resumed from Options.TrainerCheckpoint
+// (weights, Adam moments, step and RNG from the checkpoint,
+// hyperparameters from this run's config), else the run seed's.
+func (n *Node) newTrainerPolicy() (*policy.Trainer, error) {
+	tcfg := trainerConfig(n.cfg)
 	if n.opts.TrainerCheckpoint != "" {
-		// Resumed: weights, Adam moments, step and RNG from the
-		// checkpoint, hyperparameters from this run's config.
-		if ptr, err = loadTrainerWithConfig(n.opts.TrainerCheckpoint, tcfg); err != nil {
-			return fmt.Errorf("node: trainer checkpoint %s: %w", n.opts.TrainerCheckpoint, err)
-		}
-	} else {
-		model, err := policy.New(policy.DefaultConfig(), seed)
+		ptr, err := loadTrainerWithConfig(n.opts.TrainerCheckpoint, tcfg)
 		if err != nil {
-			return err
+			return nil, fmt.Errorf("node: trainer checkpoint %s: %w", n.opts.TrainerCheckpoint, err)
 		}
-		if ptr, err = policy.NewTrainer(model, tcfg); err != nil {
-			return fmt.Errorf("%w: trainer: %w", ErrConfig, err)
+		return ptr, nil
+	}
+	model, err := policy.New(policy.DefaultConfig(), uint64(n.cfg.Run.Seed))
+	if err != nil {
+		return nil, err
+	}
+	ptr, err := policy.NewTrainer(model, tcfg)
+	if err != nil {
+		return nil, fmt.Errorf("%w: trainer: %w", ErrConfig, err)
+	}
+	return ptr, nil
+}
+
+// initialWeights is version 0: with delta sync, the base checkpoint every
+// receiver replays from (baseDir); otherwise the trainer's serving copy.
+func (n *Node) initialWeights(ptr *policy.Trainer) (baseDir string, initial engine.Model, err error) {
+	if n.cfg.Publisher.Mode == config.PublishDelta {
+		if baseDir, err = saveBase(n.cfg, ptr.ServingCopy()); err != nil {
+			return "", nil, err
 		}
 	}
-	// Engines start from version 0: with delta sync, the base checkpoint
-	// every receiver replays from; otherwise the trainer's serving copy.
-	deltaSync := cfg.Publisher.Mode == config.PublishDelta
-	baseDir := ""
-	if deltaSync {
-		if baseDir, err = saveBase(cfg, ptr.ServingCopy()); err != nil {
-			return err
-		}
-	}
-	var initial engine.Model
 	if baseDir == "" && n.opts.TrainerCheckpoint != "" {
-		initial = ptr.ServingCopy() // InitialPolicy("") would be the seed's weights
-	} else if initial, err = wiring.InitialPolicy(baseDir, seed); err != nil {
-		return fmt.Errorf("node: initial weights: %w", err)
+		return "", ptr.ServingCopy(), nil // InitialPolicy("") would be the seed's weights
 	}
-	quiet := log.Level(max(log.GetLevel(), zerolog.WarnLevel))
+	if initial, err = wiring.InitialPolicy(baseDir, uint64(n.cfg.Run.Seed)); err != nil {
+		return "", nil, fmt.Errorf("node: initial weights: %w", err)
+	}
+	return baseDir, initial, nil
+}
+
+// startServing starts the built-in engines (none with Options.Remote),
+// drives them and engines.external, and starts the router in front of
+// them (and engines.external_urls).
+func (n *Node) startServing(ctx context.Context, initial engine.Model) (err error) {
+	cfg := n.cfg
+	quiet := n.opts.Logger.Level(max(n.opts.Logger.GetLevel(), zerolog.WarnLevel))
 	if n.opts.Remote == nil {
 		if n.engines, err = startEngines(cfg.Engines, initial, cfg.Run.Seed, quiet, n.hooks.wrapEngine); err != nil {
 			return err
@@ -353,51 +409,67 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	n.routerURL = "http://" + ln.Addr().String()
 	n.routerSrv = &http.Server{Handler: n.router.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = n.routerSrv.Serve(ln) }()
-	n.pub = &inProcPublisher{mode: string(cfg.Trainer.PauseMode), router: n.router, engines: n.engines}
-	var tpub trainer.Publisher = n.pub
-	if deltaSync {
+	return nil
+}
+
+// startPublisher is what the trainer publishes its versions through:
+// publisher.mode full swaps the in-process engines from memory, delta
+// (the default) starts the weight sync; Options.AfterStep wraps either.
+func (n *Node) startPublisher(ctx context.Context, baseDir string, ptr *policy.Trainer) (tpub trainer.Publisher, err error) {
+	n.pub = &inProcPublisher{mode: string(n.cfg.Trainer.PauseMode), router: n.router, engines: n.engines}
+	tpub = n.pub
+	if n.cfg.Publisher.Mode == config.PublishDelta {
 		if n.wsync, err = n.startWeightSync(ctx, baseDir); err != nil {
-			return err
+			return nil, err
 		}
 		tpub = n.wsync
 	}
 	if n.opts.AfterStep != nil {
 		tpub = afterStepPublisher{Publisher: tpub, tr: ptr, after: n.opts.AfterStep}
 	}
+	return tpub, nil
+}
 
-	n.sys, err = actors.NewSystem(actors.SystemConfig{Logger: log, RunID: cfg.Run.ID, Registerer: n.reg})
-	if err != nil {
-		return err
-	}
-	if cfg.Trainer.Backend == config.BackendRemote {
-		// The trainer is a worker process (asyncrl worker trainer); this
-		// node only loads the versions it announces onto its engines.
+// startTrainer starts trainer.backend: builtin (in process), exec (a
+// child process over the worker bridge) or remote (a worker process; this
+// node only loads the versions it announces onto its engines).
+func (n *Node) startTrainer(ctx context.Context, ptr *policy.Trainer, tpub trainer.Publisher) (err error) {
+	cfg := n.cfg
+	tc := trainer.Config{RunID: cfg.Run.ID, Name: "trainer-0", NormStd: true,
+		Microbatch: microbatchConfig(cfg.Trainer), Logger: n.opts.Logger.With().Str("actor", "trainer").Logger(),
+		Subjects: trainer.Subjects{Train: n.subj.train, Steps: n.subj.steps, Weights: n.subj.weights}}
+	switch cfg.Trainer.Backend {
+	case config.BackendRemote:
 		if n.weightsSub, err = n.bus.Subscribe(n.subj.weights, n.loadWeights); err != nil {
 			return fmt.Errorf("node: weights: %w", err)
 		}
-	} else if cfg.Trainer.Backend == config.BackendExec {
-		// The steps run in a child process over the worker bridge.
-		if n.tr, err = n.startExecTrainer(ctx, ptr.ServingCopy(), tpub, trainer.Config{RunID: cfg.Run.ID, Name: "trainer-0", NormStd: true,
-			Microbatch: microbatchConfig(cfg.Trainer), Logger: log.With().Str("actor", "trainer").Logger(),
-			Subjects: trainer.Subjects{Train: n.subj.train, Steps: n.subj.steps, Weights: n.subj.weights}}); err != nil {
-			return err
-		}
-	} else if n.tr, err = trainer.Start(n.bus, ptr, tpub, trainer.Config{RunID: cfg.Run.ID, Name: "trainer-0", NormStd: true,
-		VersionBase: ptr.Version(), Microbatch: microbatchConfig(cfg.Trainer), Logger: log.With().Str("actor", "trainer").Logger(),
-		Subjects: trainer.Subjects{Train: n.subj.train, Steps: n.subj.steps, Weights: n.subj.weights}}); err != nil {
+		return nil
+	case config.BackendExec:
+		n.tr, err = n.startExecTrainer(ctx, ptr.ServingCopy(), tpub, tc)
+		return err
+	default:
+		tc.VersionBase = ptr.Version()
+		n.tr, err = trainer.Start(n.bus, ptr, tpub, tc)
 		return err
 	}
-	fcfg := filter.Config{Mode: filter.Mode(cfg.Filter.Mode), TrainBatchSize: cfg.Trainer.MiniBatchSize,
+}
+
+// filterConfig is the dynamic-sampling filter of the run.
+func filterConfig(cfg config.Config) filter.Config {
+	return filter.Config{Mode: filter.Mode(cfg.Filter.Mode), TrainBatchSize: cfg.Trainer.MiniBatchSize,
 		NSamplesPerPrompt: cfg.Rollout.NSamplesPerPrompt, MaxSampleBatches: cfg.Filter.MaxSampleBatches,
 		MinReplaceRatio: cfg.Filter.MinReplaceRatio, ZeroVarianceTol: cfg.Filter.ZeroVarianceTol}
-	if n.smp, err = sampling.Spawn(n.sys, n.bus, actors.DefaultShellConfig("sampling-0", "sampling"),
-		sampling.Config{Filter: fcfg, RunID: cfg.Run.ID, Sender: "sampling-0", Kept: n.subj.kept, Filtered: n.subj.filtered},
-		n.subj.groupsReady, n.groupStream); err != nil {
-		return err
-	}
-	if err := n.startRollouts(); err != nil {
-		return err
-	}
+}
+
+func (n *Node) startSampling(fcfg filter.Config) (err error) {
+	n.smp, err = sampling.Spawn(n.sys, n.bus, actors.DefaultShellConfig("sampling-0", "sampling"),
+		sampling.Config{Filter: fcfg, RunID: n.cfg.Run.ID, Sender: "sampling-0", Kept: n.subj.kept, Filtered: n.subj.filtered},
+		n.subj.groupsReady, n.groupStream)
+	return err
+}
+
+// countTokens lets the ledger read the rollout actors' token counts.
+func (n *Node) countTokens() {
 	rollouts := n.rollouts // fixed from here on; read by the ledger's goroutine
 	n.ledger.mu.Lock()
 	n.ledger.tokens = func() int64 {
@@ -408,7 +480,23 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		return t
 	}
 	n.ledger.mu.Unlock()
-	n.progress = newProgress(n)
+}
+
+// startMetrics registers the loop's figures and serves them on
+// metrics.listen when set.
+func (n *Node) startMetrics() error {
+	if err := n.registerMetrics(n.reg); err != nil {
+		return err
+	}
+	if n.cfg.Metrics.Listen != "" {
+		return n.serveMetrics(n.cfg.Metrics.Listen, n.reg)
+	}
+	return nil
+}
+
+// controllerConfig is the staleness controller's config for the run.
+func (n *Node) controllerConfig(fcfg filter.Config) controller.Config {
+	cfg := n.cfg
 	ccfg := controller.Config{
 		Staleness: staleness.Config{MaxStalenessSteps: int64(cfg.Trainer.MaxStalenessSteps),
 			NumParallelGenerationWorkers: int64(cfg.Trainer.NumParallelGenerationWorkers),
@@ -420,30 +508,26 @@ func (n *Node) Start(ctx context.Context) (err error) {
 		Subjects: controller.Subjects{Prompts: n.subj.prompts, Train: n.subj.train, Capacity: n.subj.capacity,
 			Ledger: n.subj.ledger, Settled: n.subj.settled},
 	}
-	if err := n.registerMetrics(n.reg); err != nil {
-		return err
-	}
-	if cfg.Metrics.Listen != "" {
-		if err := n.serveMetrics(cfg.Metrics.Listen, n.reg); err != nil {
-			return err
-		}
-	}
 	if ccfg.ResendTrainAfter <= 0 {
 		ccfg.ResendTrainAfter = 5 * time.Second
 	}
+	return ccfg
+}
+
+// startController starts the staleness controller, which starts handing
+// out prompts; with remote engines, once one of them is routable (the
+// controller's first prompts would only fail against a router with
+// nothing routable).
+func (n *Node) startController(ctx context.Context, fcfg filter.Config) (err error) {
 	if n.remote != nil {
-		// The controller's first prompts would only fail against a router
-		// with nothing routable.
 		if err := n.remote.waitRoutable(ctx); err != nil {
 			return fmt.Errorf("node: waiting for engines: %w", err)
 		}
 	}
-	src := func() controller.Source { return newTaskSource(n.task, cfg.Run.Seed) }
-	if n.ctl, err = controller.Spawn(n.sys, n.bus, actors.DefaultShellConfig("controller-0", "controller"), ccfg,
-		controller.Inputs{Aborted: n.subj.aborted, Groups: n.subj.groups, Steps: n.subj.steps}, src); err != nil {
-		return err
-	}
-	return nil
+	src := func() controller.Source { return newTaskSource(n.task, n.cfg.Run.Seed) }
+	n.ctl, err = controller.Spawn(n.sys, n.bus, actors.DefaultShellConfig("controller-0", "controller"), n.controllerConfig(fcfg),
+		controller.Inputs{Aborted: n.subj.aborted, Groups: n.subj.groups, Steps: n.subj.steps}, src)
+	return err
 }
 
 func (n *Node) startRollouts() error {
