@@ -49,14 +49,7 @@ func TestExternalEngineProcessesLearn(t *testing.T) {
 				cfg.Engines.External = append(cfg.Engines.External,
 					config.ExternalEngine{URL: "http://" + addr, Kind: config.EngineBuiltin, WeightLoad: loads[i]})
 			}
-			var acks ackLog
-			n, s := runNode(t, cfg, func(n *Node) {
-				sub, err := n.Bus().Subscribe(n.subj.acks, acks.on)
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { _ = sub.Unsubscribe() })
-			})
+			n, s, acks := runNodeAcks(t, cfg)
 			checkLedger(t, n, s)
 			t.Logf("pause %s: reward first5 %.3f last5 %.3f, staleness max %d (bound %d), lost %d, wall %.1fs",
 				mode, s.RewardFirst5, s.RewardLast5, s.StalenessMax, s.StalenessBound, s.TrajectoriesLost, s.WallSeconds)

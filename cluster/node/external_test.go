@@ -14,6 +14,7 @@ import (
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/engine"
 	"github.com/asyncrl/asyncrl/engine/driver"
+	"github.com/asyncrl/asyncrl/internal/report"
 	"github.com/asyncrl/asyncrl/internal/wiring"
 )
 
@@ -78,14 +79,7 @@ func TestExternalEngines(t *testing.T) {
 				es = append(es, x)
 				cfg.Engines.External = append(cfg.Engines.External, config.ExternalEngine{URL: x.url, Kind: config.EngineBuiltin, WeightLoad: load})
 			}
-			var acks ackLog
-			n, s := runNode(t, cfg, func(n *Node) {
-				sub, err := n.Bus().Subscribe(n.subj.acks, acks.on)
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { _ = sub.Unsubscribe() })
-			})
+			n, s, acks := runNodeAcks(t, cfg)
 			checkLedger(t, n, s)
 			if s.Steps != 4 || s.TrajectoriesLost != 0 {
 				t.Fatalf("steps %d lost %d, want 4 and 0", s.Steps, s.TrajectoriesLost)
@@ -115,6 +109,20 @@ func TestExternalEngines(t *testing.T) {
 			}
 		})
 	}
+}
+
+// runNodeAcks is runNode recording every EngineVersionAck of the run.
+func runNodeAcks(t *testing.T, cfg config.Config) (*Node, report.Summary, *ackLog) {
+	t.Helper()
+	acks := &ackLog{}
+	n, s := runNode(t, cfg, func(n *Node) {
+		sub, err := n.Bus().Subscribe(n.subj.acks, acks.on)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sub.Unsubscribe() })
+	})
+	return n, s, acks
 }
 
 // TestExternalEngineMissingRoute: an external engine without a route the
