@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -13,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/asyncrl/asyncrl/internal/fsutil"
 	"github.com/asyncrl/asyncrl/weights/delta"
 )
 
@@ -181,36 +181,7 @@ func copyCheckpoint(src, dst string) error {
 			return err
 		}
 	}
-	ents, err := os.ReadDir(src)
-	if err != nil {
-		return err
-	}
-	for _, f := range ents {
-		if !f.Type().IsRegular() {
-			continue
-		}
-		if err := copyFile(filepath.Join(src, f.Name()), filepath.Join(dst, f.Name())); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func copyFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.Create(dst)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
+	return fsutil.CopyDir(dst, src)
 }
 
 // rpcArgs reads (dir, version) from positional args or kwargs; version may

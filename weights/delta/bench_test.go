@@ -13,7 +13,7 @@ import (
 
 	"github.com/asyncrl/asyncrl/weights/delta"
 	"github.com/asyncrl/asyncrl/weights/internal/ckpttest"
-	"github.com/asyncrl/asyncrl/weights/internal/fsutil"
+	"github.com/asyncrl/asyncrl/internal/fsutil"
 	"github.com/asyncrl/asyncrl/weights/safetensors"
 	"github.com/asyncrl/asyncrl/weights/store"
 )

@@ -15,7 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/asyncrl/asyncrl/weights/delta"
-	"github.com/asyncrl/asyncrl/weights/internal/fsutil"
+	"github.com/asyncrl/asyncrl/internal/fsutil"
 	"github.com/asyncrl/asyncrl/weights/store"
 )
 

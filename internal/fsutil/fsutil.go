@@ -1,4 +1,4 @@
-// Package fsutil holds the file helpers the weights packages share: one
+// Package fsutil holds the file helpers the weights packages and the engine share: one
 // checkpoint-directory copy that the receiver's reset and the tests' fixtures
 // both use.
 package fsutil
