@@ -205,6 +205,19 @@ func (b *base) Models(ctx context.Context) ([]string, error) {
 }
 
 // Health answers nil on a 2xx GET /health.
+// metrics reads GET /metrics and maps the engine's metric names with name.
+func (b *base) metrics(ctx context.Context, name func(map[string]float64) Metrics) (Metrics, error) {
+	data, err := b.do(ctx, http.MethodGet, "/metrics", nil, nil, false)
+	if err != nil {
+		return Metrics{}, err
+	}
+	raw, err := parsePrometheus(data)
+	if err != nil {
+		return Metrics{}, b.shapeError("GET /metrics", "%v", err)
+	}
+	return name(raw), nil
+}
+
 func (b *base) Health(ctx context.Context) error {
 	_, err := b.do(ctx, http.MethodGet, "/health", nil, nil, false)
 	return err

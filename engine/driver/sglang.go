@@ -155,15 +155,7 @@ func (d *sglangDriver) ServedVersion(ctx context.Context) (int64, error) {
 }
 
 func (d *sglangDriver) Metrics(ctx context.Context) (Metrics, error) {
-	data, err := d.do(ctx, http.MethodGet, "/metrics", nil, nil, false)
-	if err != nil {
-		return Metrics{}, err
-	}
-	raw, err := parsePrometheus(data)
-	if err != nil {
-		return Metrics{}, d.shapeError("GET /metrics", "%v", err)
-	}
-	return sglangMetrics(raw), nil
+	return d.metrics(ctx, sglangMetrics)
 }
 
 // sglangMetrics maps SGLang's metric names (python/sglang/srt/metrics/

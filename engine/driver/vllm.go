@@ -262,15 +262,7 @@ func (d *vllmDriver) UnloadLoRA(ctx context.Context, name string) error {
 }
 
 func (d *vllmDriver) Metrics(ctx context.Context) (Metrics, error) {
-	data, err := d.do(ctx, http.MethodGet, "/metrics", nil, nil, false)
-	if err != nil {
-		return Metrics{}, err
-	}
-	raw, err := parsePrometheus(data)
-	if err != nil {
-		return Metrics{}, d.shapeError("GET /metrics", "%v", err)
-	}
-	return vllmMetrics(raw), nil
+	return d.metrics(ctx, vllmMetrics)
 }
 
 // vllmMetrics maps vLLM's metric names onto Metrics.
