@@ -8,12 +8,16 @@ import (
 	"time"
 
 	"github.com/asyncrl/asyncrl/cluster/ledger"
+	"github.com/asyncrl/asyncrl/cluster/term"
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/transport"
 )
 
 // mirror copies one term's prompt ledger from the bus into the durable
-// ledger, validated transition by transition.
+// ledger, validated transition by transition, and tells the term's core
+// which prompt attempt each group runs (PromptConsumed, so a trained step
+// can name its prompts) and how each write went (LedgerWrite, for the
+// term's watch).
 type mirror struct {
 	sub      transport.Subscription
 	mu       sync.Mutex
@@ -22,26 +26,6 @@ type mirror struct {
 	last     time.Time // when the last event was recorded
 	once     sync.Once
 	conn     interface{ FlushTimeout(time.Duration) error }
-	// groups maps the term's groups to the prompt attempts they run (from
-	// the consumed events), so a trained step can name its prompts.
-	groups map[string]ledger.PromptAttempt
-	// health hears every write's outcome once the term's watch runs.
-	health *termHealth
-}
-
-// promptsOf names the prompt attempts of groups; ok is false while some
-// group's consumed event has not been mirrored yet.
-func (m *mirror) promptsOf(groups []string) (out []ledger.PromptAttempt, ok bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, g := range groups {
-		pa, found := m.groups[g]
-		if !found {
-			return nil, false
-		}
-		out = append(out, pa)
-	}
-	return out, true
 }
 
 // stop waits until the ledger events still on the wire have been
@@ -68,9 +52,8 @@ func (m *mirror) stop() {
 // ids are qualified by the term ("t<token>/"): each term draws its prompts
 // afresh, so the ids of two terms must not collide; the sender is this
 // node, so a standby can requeue what it held in flight (RequeueNode).
-func (a *Agent) mirrorLedger(n *Node, token uint64) (*mirror, error) {
-	m := &mirror{conn: a.bus.Conn(), groups: map[string]ledger.PromptAttempt{}}
-	prefix := fmt.Sprintf("t%d/", token)
+func (a *Agent) mirrorLedger(n *Node, token uint64, report func(term.Input)) (*mirror, error) {
+	m := &mirror{conn: a.bus.Conn()}
 	sub, err := a.bus.Subscribe(n.subj.ledger, func(msg *transport.Msg) {
 		v, err := messages.Decode(msg.Data)
 		if err != nil {
@@ -80,7 +63,7 @@ func (a *Agent) mirrorLedger(n *Node, token uint64) (*mirror, error) {
 		if !ok {
 			return
 		}
-		ev.PromptID = prefix + ev.PromptID
+		ev.PromptID = term.PromptID(token, ev.PromptID)
 		ev.Sender = a.cfg.Name
 		if ev.State == messages.LedgerTrained {
 			// A prompt counts as trained only together with the durable
@@ -94,27 +77,25 @@ func (a *Agent) mirrorLedger(n *Node, token uint64) (*mirror, error) {
 			return
 		}
 		if ev.State == messages.LedgerConsumed {
-			m.mu.Lock()
-			m.groups[ev.GroupID] = ledger.PromptAttempt{PromptID: ev.PromptID, GroupID: ev.GroupID, Attempt: ev.Attempt}
-			m.mu.Unlock()
+			report(term.PromptConsumed{Token: token, Attempt: term.PromptAttempt{Prompt: ev.PromptID, Group: ev.GroupID, Attempt: ev.Attempt}})
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		defer cancel()
 		err = a.recordEvent(ctx, ev)
 		m.mu.Lock()
-		defer m.mu.Unlock()
 		m.recorded++
 		m.last = time.Now()
+		w := term.LedgerWrite{Token: token}
 		if errors.Is(err, ledger.ErrIllegalTransition) {
 			m.illegal++
 			a.log.Error().Err(err).Str("prompt", ev.PromptID).Msg("durable ledger refused a transition")
-			err = nil // the ledger answered: a refusal is not ill health
+			// the ledger answered: a refusal is not ill health
 		} else if err != nil {
 			a.log.Warn().Err(err).Str("prompt", ev.PromptID).Msg("durable ledger write failed")
+			w.Err = err.Error()
 		}
-		if m.health != nil {
-			m.health.ledgerWrite(err)
-		}
+		m.mu.Unlock()
+		report(w)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("node: ledger mirror: %w", err)

@@ -7,13 +7,11 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"sync"
-
-	"github.com/rs/zerolog"
 
 	"github.com/asyncrl/asyncrl/actors/trainer"
 	"github.com/asyncrl/asyncrl/cluster/ckpt"
 	"github.com/asyncrl/asyncrl/cluster/ledger"
+	"github.com/asyncrl/asyncrl/cluster/term"
 	"github.com/asyncrl/asyncrl/policy"
 	"github.com/asyncrl/asyncrl/weights/safetensors"
 	"github.com/asyncrl/asyncrl/weights/store"
@@ -95,20 +93,18 @@ func (p afterStepPublisher) Publish(ctx context.Context, m *policy.Model, v int6
 	return nil
 }
 
-// termCkpt is one trainer term's checkpointing (Agent.train): the restore
-// at its start, an upload after every step (AfterStep) and the location
-// each step's durable progress records. AfterStep runs in the trainer's
-// goroutine, the progress saves in the term's, hence the lock.
+// termCkpt is one trainer term's checkpointing: the restore at its start
+// and an upload after every step (AfterStep), reported to the term's core
+// (CheckpointSaved) so the step's durable progress records its location.
+// What may be pruned, and when, is the core's decision (term.Prune).
 type termCkpt struct {
 	store *ckpt.Store
 	node  string
-	log   zerolog.Logger
 	base  int64 // the global version of this term's version 0
 	token uint64
-
-	mu      sync.Mutex
-	at      map[int64]string // local version → location, until recorded
-	durable string           // the location the durable progress references
+	// report hands the core its inputs (the term's inbox; AfterStep runs
+	// in the trainer's goroutine).
+	report func(term.Input)
 }
 
 // startTermCkpt opens the run's checkpoint bucket for the term that
@@ -116,7 +112,7 @@ type termCkpt struct {
 // downloaded into resumeDir and verified; its global version must be
 // p.Version. Progress past version 0 without a checkpoint is refused: the
 // term would silently restart the policy from the seed's weights.
-func startTermCkpt(ctx context.Context, a *Agent, p ledger.Progress, token uint64, resumeDir string) (*termCkpt, bool, error) {
+func startTermCkpt(ctx context.Context, a *Agent, p ledger.Progress, token uint64, resumeDir string, report func(term.Input)) (*termCkpt, bool, error) {
 	var (
 		raw  store.Store
 		root string
@@ -132,7 +128,7 @@ func startTermCkpt(ctx context.Context, a *Agent, p ledger.Progress, token uint6
 	if err != nil {
 		return nil, false, err
 	}
-	c := &termCkpt{store: st, node: a.cfg.Name, log: a.log, base: p.Version, token: token, at: map[int64]string{}, durable: p.Checkpoint}
+	c := &termCkpt{store: st, node: a.cfg.Name, base: p.Version, token: token, report: report}
 	if p.Checkpoint == "" {
 		if p.Version > 0 {
 			return nil, false, fmt.Errorf("%w: the durable progress (step %d version %d) records no checkpoint; refusing to restart the policy from the seed's weights",
@@ -151,22 +147,13 @@ func startTermCkpt(ctx context.Context, a *Agent, p ledger.Progress, token uint6
 }
 
 // afterStep is Options.AfterStep: upload local version v as global
-// version base+v.
+// version base+v, and tell the core where it lies.
 func (c *termCkpt) afterStep(ctx context.Context, tr *policy.Trainer, v int64) error {
-	c.mu.Lock()
-	durable := c.durable
-	c.mu.Unlock()
 	loc, err := c.store.Save(ctx, tr, c.base+v, c.token)
 	if err != nil {
 		return err
 	}
-	// A failed prune costs space, not safety: the step goes on.
-	if err := c.store.Prune(ctx, c.base+v, c.token, durable); err != nil {
-		c.log.Warn().Err(err).Msg("checkpoint prune failed; the next save tries again")
-	}
-	c.mu.Lock()
-	c.at[v] = loc
-	c.mu.Unlock()
+	c.report(term.CheckpointSaved{Token: c.token, Version: v, Location: loc})
 	if h := ckptSavedHook; h != nil {
 		h(c.node, c.base+v, tr)
 	}
@@ -177,24 +164,3 @@ func (c *termCkpt) afterStep(ctx context.Context, tr *policy.Trainer, v int64) e
 // a term checkpointed: the node, the global version, the trainer (which
 // holds exactly that version during the call).
 var ckptSavedHook func(node string, version int64, tr *policy.Trainer)
-
-// location is where local version v's checkpoint lives; AfterStep for v
-// returned before v's step was recorded, so a missing one is a bug.
-func (c *termCkpt) location(v int64) (string, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	loc, ok := c.at[v]
-	if !ok {
-		return "", fmt.Errorf("%w: no checkpoint saved for version %d", ckpt.ErrCheckpoint, c.base+v)
-	}
-	return loc, nil
-}
-
-// recorded notes that the durable progress now references local version
-// v's checkpoint at loc (the next save prunes against it).
-func (c *termCkpt) recorded(v int64, loc string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.at, v)
-	c.durable = loc
-}

@@ -18,6 +18,7 @@ import (
 	"github.com/asyncrl/asyncrl/cluster/ckpt"
 	"github.com/asyncrl/asyncrl/cluster/ledger"
 	"github.com/asyncrl/asyncrl/cluster/placement"
+	"github.com/asyncrl/asyncrl/cluster/term"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/policy"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
@@ -176,37 +177,36 @@ func TestTermCheckpointRefusesToRestartFromSeed(t *testing.T) {
 	a := &Agent{cfg: AgentConfig{Name: "n1", Replicas: 1, InMemoryBus: true, Run: agentRunConfig(t, 4)}, bus: b}
 	a.cfg.Run.Run.ID = "ck"
 	dir := filepath.Join(t.TempDir(), "resume-t2")
-	if _, _, err := startTermCkpt(ctx, a, ledger.Progress{Step: 3, Version: 3}, 2, dir); !errors.Is(err, ckpt.ErrCheckpoint) ||
+	if _, _, err := startTermCkpt(ctx, a, ledger.Progress{Step: 3, Version: 3}, 2, dir, nil); !errors.Is(err, ckpt.ErrCheckpoint) ||
 		!strings.Contains(err.Error(), "records no checkpoint") {
 		t.Fatalf("progress at version 3 without a checkpoint: err %v", err)
 	}
-	if _, resume, err := startTermCkpt(ctx, a, ledger.Progress{}, 2, dir); err != nil || resume {
+	if _, resume, err := startTermCkpt(ctx, a, ledger.Progress{}, 2, dir, nil); err != nil || resume {
 		t.Fatalf("fresh run: resume %v err %v", resume, err)
 	}
 	loc, err := st.Save(ctx, trainedTrainer(t, 2), 2, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := startTermCkpt(ctx, a, ledger.Progress{Step: 3, Version: 3, Checkpoint: loc}, 2, dir); !errors.Is(err, ckpt.ErrCheckpoint) {
+	if _, _, err := startTermCkpt(ctx, a, ledger.Progress{Step: 3, Version: 3, Checkpoint: loc}, 2, dir, nil); !errors.Is(err, ckpt.ErrCheckpoint) {
 		t.Fatalf("a checkpoint of version 2 for progress at version 3: err %v", err)
 	}
-	ck, resume, err := startTermCkpt(ctx, a, ledger.Progress{Step: 2, Version: 2, Checkpoint: loc}, 2, dir)
+	var got []term.Input
+	ck, resume, err := startTermCkpt(ctx, a, ledger.Progress{Step: 2, Version: 2, Checkpoint: loc}, 2, dir, func(in term.Input) { got = append(got, in) })
 	if err != nil || !resume {
 		t.Fatalf("resume: %v %v", resume, err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, policy.TrainerFileName)); err != nil {
 		t.Fatalf("not downloaded into the resume dir: %v", err)
 	}
-	// The term's first step saves global version 3 and records it.
+	// The term's first step saves global version 3 and tells the term's
+	// core where it lies (local version 1, the term's token).
 	if err := ck.afterStep(ctx, trainedTrainer(t, 3), 1); err != nil {
 		t.Fatal(err)
 	}
-	got, err := ck.location(1)
-	if err != nil || got != st.Location(ckpt.Name(3, 2)) {
-		t.Fatalf("location of local version 1: %q %v", got, err)
-	}
-	if _, err := ck.location(2); !errors.Is(err, ckpt.ErrCheckpoint) {
-		t.Fatalf("a version never saved: %v", err)
+	want := term.CheckpointSaved{Token: 2, Version: 1, Location: st.Location(ckpt.Name(3, 2))}
+	if len(got) != 1 || got[0] != want {
+		t.Fatalf("after local version 1 the core got %+v; want [%+v]", got, want)
 	}
 }
 
@@ -332,7 +332,7 @@ func TestAgentTakeoverRefusesCorruptCheckpoint(t *testing.T) {
 	}
 	a2 := mk("n2", &ev2)
 	defer a2.Stop()
-	waitFor(t, 30*time.Second, "n2's term to fail", func() bool { return strings.Contains(ev2.String(), "resigned after a failure") })
+	waitFor(t, 30*time.Second, "n2's term to fail", func() bool { return strings.Contains(ev2.String(), "lease trainer resigned (failed)") })
 	out := ev2.String()
 	if !strings.Contains(out, "training failed") || !strings.Contains(out, ckpt.ErrCheckpoint.Error()) || !strings.Contains(out, "missing") {
 		t.Fatalf("n2's failure does not name the damaged checkpoint:\n%s", out)

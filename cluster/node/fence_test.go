@@ -143,7 +143,7 @@ func TestLostBufferEndsTheTermNotTheRun(t *testing.T) {
 		return ok
 	})
 	out := ev.String()
-	for _, want := range []string{"term dependency " + stream + " failing", "term stalled: " + stream + " failing for", "training failed: node: term stalled (dependency)"} {
+	for _, want := range []string{"term dependency " + stream + " failing", "term stalled: " + stream + " failing for", "training failed: term stalled (dependency)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %q event:\n%s", want, out)
 		}

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/asyncrl/asyncrl/cluster/lease"
 	"github.com/asyncrl/asyncrl/cluster/ledger"
 	"github.com/asyncrl/asyncrl/cluster/placement"
+	"github.com/asyncrl/asyncrl/cluster/term"
+	"github.com/asyncrl/asyncrl/cluster/termwatch"
 	"github.com/asyncrl/asyncrl/config"
 )
 
@@ -110,276 +112,378 @@ func (a *Agent) contendOnce(ctx context.Context) {
 			a.event("lease %s acquired token %d", placement.Trainer, st.Token)
 			pctx, c := context.WithCancel(ctx)
 			pcancel, pdone = c, make(chan struct{})
-			go func(tok uint64, done chan struct{}) {
-				defer close(done)
-				if err := a.train(pctx, tok); err != nil && pctx.Err() == nil {
-					a.event("training failed: %v", err)
-					select {
-					case failed <- err:
-					default:
-					}
-				}
-			}(st.Token, pdone)
-		case <-failed:
+			go a.runTerm(pctx, st.Token, pdone, failed)
+		case err := <-failed:
 			// Give the lease up so a standby tries instead.
 			stopPipeline()
 			ecancel()
 			<-edone
-			a.event("lease %s resigned after a failure", placement.Trainer)
+			if !errors.Is(err, errTermOver) {
+				a.event("lease %s resigned after a failure", placement.Trainer)
+			}
 			return
 		}
 	}
 }
 
-// train claims the durable progress with token, then runs the remaining
+// runTerm runs term tok until ctx ends; a failure goes to failed.
+func (a *Agent) runTerm(ctx context.Context, tok uint64, done chan struct{}, failed chan<- error) {
+	defer close(done)
+	if err := a.train(ctx, tok); err != nil && ctx.Err() == nil {
+		if !errors.Is(err, errTermOver) { // the term's core said why
+			a.event("training failed: %v", err)
+		}
+		select {
+		case failed <- err:
+		default:
+		}
+	}
+}
+
+// errTermOver: the term's core ended the term and said why (its events).
+var errTermOver = errors.New("node: term over")
+
+// inbox is the term loop's mailbox: the mirror, the checkpointer and the
+// prober (other goroutines) push the core's inputs; the loop takes them
+// in order. Never full: a slow loop must not stall the bus's handlers.
+type inbox struct {
+	mu    sync.Mutex
+	q     []term.Input
+	ready chan struct{}
+}
+
+func newInbox() *inbox { return &inbox{ready: make(chan struct{}, 1)} }
+
+func (b *inbox) push(in term.Input) {
+	b.mu.Lock()
+	b.q = append(b.q, in)
+	b.mu.Unlock()
+	select {
+	case b.ready <- struct{}{}:
+	default:
+	}
+}
+
+func (b *inbox) take() []term.Input {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	q := b.q
+	b.q = nil
+	return q
+}
+
+// termRun is one term of this node's trainer lease: the decisions are a
+// term.Core's (claim, requeue, what to save when, what is trained, the
+// watch, run complete); train's goroutine is the only one that steps it,
+// and it applies the core's Ready (the I/O, with its retries).
+type termRun struct {
+	a     *Agent
+	token uint64
+	core  *term.Core
+	box   *inbox
+	// The term's pieces, once StartPipeline built them.
+	n         *Node
+	ck        *termCkpt
+	mirror    *mirror
+	th        *termHealth
+	resumeDir string
+	stopped   bool // StopPipeline applied
+	fed       int  // the trainer's steps fed to the core
+	// down: the core gave the lease up (StepDown applied).
+	down *term.StepDown
+}
+
+// train runs term token: its core claims the durable progress with the
+// token, requeues what the previous holder held, and runs the remaining
 // steps of the run in a fresh pipeline on the cluster bus, saving the
-// progress (fenced by token) after every step. The pipeline's trainer
-// starts from the checkpoint the progress records (restored, verified;
-// a missing or corrupt one fails the term), and every version it
-// publishes is checkpointed (checkpoint.go) before the step's progress,
-// which records its location, is saved.
+// progress (fenced by token) after every step, each step with the
+// location of its trainer checkpoint (checkpoint.go). It returns when ctx
+// ends (nil) or the core gives the term up (errTermOver).
 func (a *Agent) train(ctx context.Context, token uint64) error {
+	core, err := term.New(term.Config{Node: a.cfg.Name, Run: a.cfg.Run.Run.ID, Steps: int64(a.cfg.Run.Run.Steps),
+		Checkpoints: a.cfg.Run.Trainer.Backend != config.BackendRemote,
+		Watch:       termwatch.Config{StallAfter: a.cfg.StallAfter, UnhealthyAfter: a.cfg.UnhealthyAfter}})
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrAgentConfig, err)
+	}
+	r := &termRun{a: a, token: token, core: core, box: newInbox()}
+	defer r.close()
+	r.core.Step(time.Now(), term.LeaseChanged{Leader: true, Token: token})
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		r.apply(ctx)
+		if r.down != nil {
+			return r.result()
+		}
+		select {
+		case <-ctx.Done():
+			r.stop()
+			return nil
+		case <-tick.C:
+			r.poll(time.Now())
+		case <-r.box.ready:
+			r.feed(time.Now())
+		}
+	}
+}
+
+func (r *termRun) result() error {
+	if r.down.Reason == term.ReasonStopping {
+		return nil
+	}
+	if r.down.Reason == term.ReasonStalled {
+		return fmt.Errorf("%w: %w", errTermOver, ErrTermStalled)
+	}
+	return fmt.Errorf("%w (%s)", errTermOver, r.down.Reason)
+}
+
+// stop: the term's context ended (the lease lost, quorum lost, the node
+// stops). A step the trainer finished while the pipeline stopped is
+// trained: the core saves it (fenced: refused if a newer holder has
+// claimed the progress meanwhile), then gives the term up.
+func (r *termRun) stop() {
+	r.stopPipeline()
+	now := time.Now()
+	r.feed(now)
+	r.feedSteps(now)
+	r.core.Step(now, term.Stop{})
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r.apply(sctx)
+}
+
+func (r *termRun) close() {
+	r.stopPipeline()
+	if r.th != nil {
+		r.th.stop()
+	}
+	if r.resumeDir != "" {
+		_ = os.RemoveAll(r.resumeDir) // read once, by Start
+	}
+}
+
+// feed steps the core with what the other goroutines reported.
+func (r *termRun) feed(now time.Time) {
+	for _, in := range r.box.take() {
+		r.core.Step(now, in)
+	}
+}
+
+// feedSteps steps the core with the trainer's steps it has not seen.
+func (r *termRun) feedSteps(now time.Time) {
+	if r.n == nil {
+		return
+	}
+	steps := r.n.steps()
+	for ; r.fed < len(steps); r.fed++ {
+		s := steps[r.fed]
+		r.core.Step(now, term.StepTrained{Token: r.token, Step: s.Step, Version: s.Version, Groups: s.GroupIDs,
+			Reward: s.RewardMean, Mismatch: s.Stats.Mismatch, SameVersion: s.Stats.MismatchSameVersion, SameVersionTokens: int64(s.Stats.SameVersionTokens)})
+	}
+}
+
+// poll feeds the inbox, the trainer's steps and its failure, then ticks
+// the core (its watch).
+func (r *termRun) poll(now time.Time) {
+	r.feed(now)
+	if r.n != nil && !r.stopped {
+		r.feedSteps(now)
+		if r.n.tr != nil {
+			if err := r.n.tr.Err(); err != nil {
+				r.core.Step(now, term.Failed{Token: r.token, Err: err.Error()})
+			}
+		}
+	}
+	r.core.Tick(now)
+	if r.th != nil {
+		r.th.failing.Set(float64(len(r.core.Failing())))
+	}
+}
+
+// apply applies the core's Ready until it has nothing more to say; the
+// effects' answers are stepped as they come.
+func (r *termRun) apply(ctx context.Context) {
+	for {
+		rd := r.core.Ready()
+		if rd.Empty() {
+			return
+		}
+		r.core.Advance()
+		for _, e := range rd.Events {
+			r.say(e)
+		}
+		for _, e := range rd.Effects {
+			r.do(ctx, e)
+		}
+	}
+}
+
+// say prints an event (the lines an operator and the tests read), counts
+// the watch's step-downs and keeps the step gauge.
+func (r *termRun) say(e term.Event) {
+	a := r.a
+	switch {
+	case e.Kind == term.Ignored:
+		a.log.Debug().Str("node", a.cfg.Name).Msg("term: " + e.String())
+		return
+	case e.Kind == term.LeaseAcquired: // contendOnce said so
+		return
+	case e.Kind == term.Resigned && e.Reason == term.ReasonStopping: // a clean stop is no news
+		return
+	case e.Kind == term.TermFailed && e.Reason == term.ReasonStopping:
+		a.log.Warn().Str("node", a.cfg.Name).Msg("term: while stopping: " + e.Err)
+		return
+	case e.Kind == term.LeaderMoved:
+		e.Node = a.bus.ServerName()
+	case e.Kind == term.Watch && e.Watch.Kind == termwatch.StepDown:
+		a.stepdowns.WithLabelValues(string(e.Watch.Reason)).Inc()
+	case e.Kind == term.StepDurable && r.th != nil:
+		r.th.lastNs.Store(time.Now().UnixNano())
+	}
+	a.event("%s", e)
+}
+
+// do applies one effect.
+func (r *termRun) do(ctx context.Context, e term.Effect) {
+	a := r.a
+	switch v := e.(type) {
+	case term.ClaimProgress:
+		r.claim(ctx)
+	case term.MarkTrained:
+		if err := retry(ctx, 30*time.Second, func() error { return a.markTrained(ctx, v.Step, toLedgerPrompts(v.Prompts)) }); err != nil {
+			r.failed(ctx, fmt.Errorf("node: mark step %d's prompts trained: %w", v.Step, err))
+		}
+	case term.RequeueNode:
+		r.requeue(ctx, v.Node)
+	case term.DeleteTermBucket:
+		a.deleteTermBucket(ctx, v.Term)
+	case term.StartPipeline:
+		if err := r.start(ctx, v); err != nil && !errors.Is(err, errTermOver) {
+			r.failed(ctx, err)
+		}
+	case term.StopPipeline:
+		r.stopPipeline()
+	case term.SaveProgress:
+		r.save(ctx, v.Progress)
+	case term.Prune:
+		// A failed prune costs space, not safety: the next one tries again.
+		if r.ck != nil {
+			if err := r.ck.store.Prune(ctx, v.Version, v.Token, v.Durable); err != nil {
+				a.log.Warn().Err(err).Msg("checkpoint prune failed; the next save tries again")
+			}
+		}
+	case term.Finish:
+		r.finish(ctx)
+	case term.Done:
+		a.doneOne.Do(func() { close(a.done) })
+	case term.StepDown:
+		r.down = &v
+	default:
+		// Announce, AbortGroups and the engines' effects: the pipeline's
+		// own termCast and remoteSet still make those decisions.
+		a.log.Debug().Str("node", a.cfg.Name).Msgf("term: effect %T not wired", e)
+	}
+}
+
+// failed tells the core the term cannot go on, unless the term's context
+// ended (the error is then that, and the core is told Stop instead).
+func (r *termRun) failed(ctx context.Context, err error) {
+	if ctx.Err() == nil {
+		r.core.Step(time.Now(), term.Failed{Token: r.token, Err: err.Error()})
+	}
+}
+
+// claim reads the durable progress and claims it with the term's token.
+func (r *termRun) claim(ctx context.Context) {
+	a := r.a
 	var prev, p ledger.Progress
 	if err := retry(ctx, 30*time.Second, func() (err error) {
 		prev, _, err = a.led.Progress(ctx)
 		return err
 	}); err != nil {
-		return err
+		r.failed(ctx, err)
+		return
 	}
 	if err := retry(ctx, 30*time.Second, func() (err error) {
-		p, err = a.led.Claim(ctx, token, a.cfg.Name)
+		p, err = a.led.Claim(ctx, r.token, a.cfg.Name)
 		if errors.Is(err, lease.ErrFenced) {
 			return backoff.Permanent(err)
 		}
 		return err
 	}); err != nil {
+		r.failed(ctx, err)
+		return
+	}
+	r.core.Step(time.Now(), term.ProgressClaimed{Token: r.token, Prev: toTermProgress(prev), Claimed: toTermProgress(p)})
+}
+
+// requeue requeues node's prompts in flight. The dead node's JetStream
+// server may have led the ledger's streams: retry while the survivors
+// elect new leaders.
+func (r *termRun) requeue(ctx context.Context, node string) {
+	var rq []ledger.Entry
+	if err := retry(ctx, 30*time.Second, func() (err error) {
+		rq, err = r.a.led.RequeueNode(ctx, node, r.a.cfg.Name)
 		return err
+	}); err != nil {
+		r.failed(ctx, fmt.Errorf("node: requeue %s's prompts: %w", node, err))
+		return
 	}
-	// The previous holder's episodes in flight died with its pipeline:
-	// requeue them in the durable ledger (after the claim, which fenced it).
-	if prev.Holder != "" {
-		// The prompts of the last durable step are trained (the durable
-		// weights hold them) even if the previous holder died before it
-		// marked them so: complete that first, then requeue the rest.
-		if err := retry(ctx, 30*time.Second, func() error { return a.markTrained(ctx, prev.Step, prev.Prompts) }); err != nil {
-			return fmt.Errorf("node: mark step %d's prompts trained: %w", prev.Step, err)
-		}
-		// The dead node's JetStream server may have led the ledger's
-		// streams: retry while the survivors elect new leaders.
-		var rq []ledger.Entry
-		if err := retry(ctx, 30*time.Second, func() (err error) {
-			rq, err = a.led.RequeueNode(ctx, prev.Holder, a.cfg.Name)
-			return err
-		}); err != nil {
-			return fmt.Errorf("node: requeue %s's prompts: %w", prev.Holder, err)
-		}
-		a.event("requeued %d prompts %s had in flight", len(rq), prev.Holder)
-		// The previous term's weights are dead: its engines follow this
-		// term from its own base. (Each term deletes its predecessor's, so
-		// a run keeps one bucket of deltas.)
-		if prev.Token != 0 && prev.Token != token {
-			a.deleteTermBucket(ctx, fmt.Sprintf("%s-t%d", a.cfg.Run.Run.ID, prev.Token))
-		}
+	r.core.Step(time.Now(), term.NodeRequeued{Token: r.token, Node: node, Count: len(rq)})
+}
+
+// save writes the step's progress, fenced by the token. A server of a
+// clustered bus that died may have led the progress bucket: retry while
+// the survivors elect a leader (a fenced write is final: a newer term
+// claimed the progress).
+func (r *termRun) save(ctx context.Context, tp term.Progress) {
+	a, p := r.a, toLedgerProgress(tp)
+	if a.beforeSave != nil {
+		a.beforeSave(ctx, p.Step)
 	}
-	cfg := a.cfg.Run
-	remaining := int64(cfg.Run.Steps) - p.Step
-	a.event("resume from step %d version %d (%d steps to go)", p.Step, p.Version, max(remaining, 0))
-	if remaining <= 0 {
-		a.doneOne.Do(func() { close(a.done) })
-		a.event("run complete at step %d", p.Step)
-		return nil
-	}
-	// Each term runs its own pipeline under its own subjects and streams
-	// (run.id-t<token>): a dead holder's in-memory buffer may have died
-	// with its server, and a deposed holder's late messages must not reach
-	// the new term.
-	cfg.Run.ID = fmt.Sprintf("%s-t%d", cfg.Run.ID, token)
-	cfg.Run.Steps = int(remaining)
-	cfg.Run.ReportDir = filepath.Join(cfg.Run.ReportDir, fmt.Sprintf("%s-t%d", a.cfg.Name, token))
-	cfg.Bus.NATSURL = a.bus.ClientURL()
-	cfg.Run.DataDir = filepath.Join(cfg.Run.DataDir, a.cfg.Name)
-	// The term's engines are the engine hosts of the members (this node's
-	// included): its weights go through the bus's object store.
-	cfg.Publisher.Mode, cfg.Publisher.Store, cfg.Publisher.Transport = config.PublishDelta, config.StoreNATS, config.TransportStore
-	// The trainer continues from the weights of the durable step: the
-	// checkpoint the progress records is restored, and every new version
-	// is checkpointed before its step can be recorded.
-	var (
-		ck     *termCkpt
-		resume bool
-		ckOpts Options
-		err    error
-	)
-	if cfg.Trainer.Backend != config.BackendRemote { // a remote worker owns its weights
-		resumeDir := filepath.Join(cfg.Run.DataDir, fmt.Sprintf("resume-t%d", token))
-		defer os.RemoveAll(resumeDir) // read once, by Start
-		if ck, resume, err = startTermCkpt(ctx, a, p, token, resumeDir); err != nil {
-			return err
+	err := retry(ctx, 30*time.Second, func() error {
+		err := a.led.SaveProgress(ctx, p)
+		if errors.Is(err, lease.ErrFenced) {
+			return backoff.Permanent(err)
 		}
-		ckOpts.AfterStep = ck.afterStep
-		if resume {
-			ckOpts.TrainerCheckpoint = resumeDir
-			a.event("resume from checkpoint v%d", p.Version)
-		}
-	}
-	n, err := New(cfg, Options{Logger: a.log, InMemoryBus: a.cfg.InMemoryBus, Remote: a.remoteEngines(),
-		RouterListen: a.cfg.RouterListen, RouterAdminToken: a.cfg.RouterAdminToken,
-		TrainerCheckpoint: ckOpts.TrainerCheckpoint, AfterStep: ckOpts.AfterStep})
+		return err
+	})
 	if err != nil {
-		return err
+		r.core.Step(time.Now(), term.SaveFailed{Token: r.token, Step: p.Step, Fenced: errors.Is(err, lease.ErrFenced), Err: "node: save progress: " + err.Error()})
+		return
 	}
-	// The mirror listens before the controller admits the first prompts.
-	mirror, err := a.mirrorLedger(n, token)
-	if err != nil {
-		return err
+	r.core.Step(time.Now(), term.ProgressSaved{Token: r.token, Step: p.Step})
+}
+
+// finish: the run is complete. Groups admitted but not trained (waiting
+// in the buffer or for a rollout, here or on a deposed holder whose last
+// events landed late) go back to the pool; the ledger's counts are
+// reported.
+func (r *termRun) finish(ctx context.Context) {
+	r.stopPipeline()
+	if err := r.a.requeueAll(ctx); err != nil {
+		r.failed(ctx, fmt.Errorf("node: requeue at the end: %w", err))
+		return
 	}
-	defer mirror.stop()
-	// The term's health: the streams it depends on are probed (and the
-	// lease's and buffer's leaders kept on this node's server); no step or
-	// a failing stream beyond its bound is an event and ends the term
-	// (ErrTermStalled) — from the start, so a term stuck while it starts
-	// (a stream that cannot be created) is not a silent stall either.
-	th, err := a.startTermHealth(ctx, cfg.Run.ID)
-	if err != nil {
-		return err
-	}
-	defer th.stop()
-	mirror.mu.Lock()
-	mirror.health = th
-	mirror.mu.Unlock()
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	if err := a.startWatched(ctx, n, th, tick.C); err != nil {
-		return err
-	}
-	defer n.Stop()
-	if err := th.register(n.reg, a.stepdowns); err != nil {
-		return err
-	}
-	saved := 0
-	save := func(ctx context.Context) error {
-		steps := n.steps()
-		for ; saved < len(steps); saved++ {
-			s := steps[saved]
-			prompts, ok := mirror.promptsOf(s.GroupIDs)
-			if !ok {
-				// The step's consumed events are still on their way to
-				// the mirror: record the step at a later tick.
-				return nil
-			}
-			np := ledger.Progress{Step: p.Step + s.Step, Version: p.Version + s.Version, Token: token, Holder: a.cfg.Name, Prompts: prompts}
-			if a.beforeSave != nil {
-				a.beforeSave(ctx, np.Step)
-			}
-			if ck != nil {
-				loc, err := ck.location(s.Version)
-				if err != nil {
-					return err
-				}
-				np.Checkpoint = loc
-			}
-			// A server of a clustered bus that died may have led the
-			// progress bucket: retry while the survivors elect a leader
-			// (a fenced write is final: a newer term claimed the progress).
-			if err := retry(ctx, 30*time.Second, func() error {
-				err := a.led.SaveProgress(ctx, np)
-				if errors.Is(err, lease.ErrFenced) {
-					return backoff.Permanent(err)
-				}
-				return err
-			}); err != nil {
-				return fmt.Errorf("node: save progress: %w", err)
-			}
-			if ck != nil {
-				ck.recorded(s.Version, np.Checkpoint)
-			}
-			th.stepDone(time.Now())
-			// The step is durable: say so at once (a stop that interrupts
-			// the marks below must not hide a durable step). Reward and the
-			// engines-vs-trainer logprob mismatch tell an operator the run
-			// learns and the engines serve the weights they claim (a term
-			// restored wrongly shows a large mismatch).
-			a.event("step %d version %d reward %.3f mismatch %.4f (same-version %.2g over %d tokens)", np.Step, np.Version,
-				s.RewardMean, s.Stats.Mismatch, s.Stats.MismatchSameVersion, s.Stats.SameVersionTokens)
-			// Its prompts are trained (if this node dies or stops first,
-			// the next holder does this from np.Prompts).
-			if err := a.markTrained(ctx, np.Step, prompts); err != nil {
-				return fmt.Errorf("node: mark step %d's prompts trained: %w", np.Step, err)
-			}
-		}
-		return nil
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			// A step the trainer finished while the pipeline stopped is
-			// trained: record it (fenced: refused if a newer holder has
-			// claimed the progress meanwhile).
-			n.Stop()
-			mirror.stop()
-			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			return save(sctx)
-		case <-tick.C:
-		}
-		if err := save(ctx); err != nil {
-			return err
-		}
-		if err := a.checkTerm(th, time.Now()); err != nil {
-			return err
-		}
-		if n.tr != nil {
-			if err := n.tr.Err(); err != nil {
-				return err
-			}
-		}
-		// Complete only once every step is durable: the trainer may finish
-		// its last step while the mirror still waits out a stream's
-		// election, and a step whose prompts the mirror has not seen
-		// cannot be saved yet (the watch bounds the wait: no step saved
-		// for --stall-after ends the term, and the next resumes from the
-		// durable step). Before, the term stopped the mirror and declared
-		// the run complete at the last step it had saved (seen: 6 of 16).
-		if saved >= cfg.Run.Steps {
-			// Stop the pipeline first: its rollouts' running episodes are
-			// aborted and requeued, and the mirror records that.
-			n.Stop()
-			mirror.stop()
-			a.event("run complete at step %d", p.Step+int64(saved))
-			// Groups admitted but not trained when the run ended (waiting
-			// in the buffer or for a rollout, here or on a deposed
-			// holder whose last events landed late) go back to the pool.
-			if err := a.requeueAll(ctx); err != nil {
-				return fmt.Errorf("node: requeue at the end: %w", err)
-			}
-			if err := a.reportLedger(ctx, mirror); err != nil {
-				return err
-			}
-			a.doneOne.Do(func() { close(a.done) })
-			<-ctx.Done()
-			return nil
+	if r.mirror != nil {
+		if err := r.a.reportLedger(ctx, r.mirror); err != nil {
+			r.failed(ctx, err)
 		}
 	}
 }
 
-// startWatched starts the term's pipeline while its watch ticks: a start
-// that outlasts the watch's bounds is cancelled and ends the term.
-func (a *Agent) startWatched(ctx context.Context, n *Node, th *termHealth, tick <-chan time.Time) error {
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	started := make(chan error, 1)
-	go func() { started <- n.Start(sctx) }()
-	for {
-		select {
-		case err := <-started:
-			th.running.Store(err == nil)
-			return err
-		case <-tick:
-			if err := a.checkTerm(th, time.Now()); err != nil {
-				cancel()
-				<-started // Start stops what it started when it fails
-				return err
-			}
-		}
+// stopPipeline stops the term's pipeline (its rollouts' running episodes
+// are aborted and requeued) and then its mirror, which records that.
+func (r *termRun) stopPipeline() {
+	if r.stopped {
+		return
+	}
+	r.stopped = true
+	if r.n != nil {
+		r.n.Stop()
+	}
+	if r.mirror != nil {
+		r.mirror.stop()
 	}
 }

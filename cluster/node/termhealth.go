@@ -12,7 +12,7 @@ import (
 	"github.com/asyncrl/asyncrl/cluster"
 	"github.com/asyncrl/asyncrl/cluster/ckpt"
 	"github.com/asyncrl/asyncrl/cluster/lease"
-	"github.com/asyncrl/asyncrl/cluster/termwatch"
+	"github.com/asyncrl/asyncrl/cluster/term"
 )
 
 // ErrTermStalled: the term made no progress within its bounds
@@ -50,18 +50,6 @@ func termDeps(run, term string) []termDep {
 	return deps
 }
 
-// ledgerWrites names the durable ledger's writes as a dependency of the
-// term: a stream can answer probes while its writes time out.
-const ledgerWrites = "durable ledger writes"
-
-// probeResult is one probe of one dependency.
-type probeResult struct {
-	dep   string
-	at    time.Time
-	err   error
-	moved []string
-}
-
 // errNoLeader: a replicated stream is electing its leader.
 var errNoLeader = errors.New("no leader (electing)")
 
@@ -69,8 +57,9 @@ var errNoLeader = errors.New("no leader (electing)")
 // clustered bus, moves their leaders to this node's server
 // (natsbus.PreferLeader): the holder's own writes then never wait for an
 // election when another node dies, and the lease outlives the loss of any
-// server but its own. Results go to out (the term's loop owns the watch).
-func (a *Agent) keepLeaders(ctx context.Context, deps []termDep, running *atomic.Bool, interval time.Duration, out chan<- probeResult) {
+// server but its own. Results go to report as term.Probe inputs (the
+// term's loop steps the core, whose watch judges them).
+func (a *Agent) keepLeaders(ctx context.Context, token uint64, deps []termDep, running *atomic.Bool, interval time.Duration, report func(term.Input)) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -88,11 +77,14 @@ func (a *Agent) keepLeaders(ctx context.Context, deps []termDep, running *atomic
 			if err == nil && h.Leader == "" {
 				err = errNoLeader
 			}
-			select {
-			case out <- probeResult{dep: d.stream, at: time.Now(), err: err, moved: h.Moved}:
-			case <-ctx.Done():
+			if ctx.Err() != nil {
 				return
 			}
+			pr := term.Probe{Token: token, Dep: d.stream, Moved: h.Moved}
+			if err != nil {
+				pr.Err = err.Error()
+			}
+			report(pr)
 		}
 		select {
 		case <-ctx.Done():
@@ -102,37 +94,30 @@ func (a *Agent) keepLeaders(ctx context.Context, deps []termDep, running *atomic
 	}
 }
 
-// termHealth is a term's watch and what it reports. The watch belongs to
-// the term's loop (train); the prober only sends it results.
+// termHealth is a term's prober and its gauges; the watch itself is the
+// term core's (cluster/term), stepped by the term's loop.
 type termHealth struct {
-	w       *termwatch.Watch
-	probes  chan probeResult
 	cancel  context.CancelFunc
 	done    chan struct{}
-	lastNs  atomic.Int64 // the watch's last step, for the gauge
+	lastNs  atomic.Int64 // the term's last durable step, for the gauge
 	failing prometheus.Gauge
 	// running: the term's pipeline started (its own streams exist).
 	running atomic.Bool
 }
 
-// startTermHealth starts the term's watch and its prober.
-func (a *Agent) startTermHealth(ctx context.Context, term string) (*termHealth, error) {
-	now := time.Now()
-	w, err := termwatch.New(termwatch.Config{StallAfter: a.cfg.StallAfter, UnhealthyAfter: a.cfg.UnhealthyAfter}, now)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrAgentConfig, err)
-	}
-	th := &termHealth{w: w, probes: make(chan probeResult, 64), done: make(chan struct{}),
+// startTermHealth starts the term's prober; its results go to report.
+func (a *Agent) startTermHealth(ctx context.Context, termName string, token uint64, report func(term.Input)) *termHealth {
+	th := &termHealth{done: make(chan struct{}),
 		failing: prometheus.NewGauge(prometheus.GaugeOpts{Name: "asyncrl_node_term_dependencies_failing",
 			Help: "JetStream streams the trainer holder's term depends on that failed their last probe."})}
-	th.lastNs.Store(now.UnixNano())
+	th.lastNs.Store(time.Now().UnixNano())
 	pctx, cancel := context.WithCancel(ctx)
 	th.cancel = cancel
 	go func() {
 		defer close(th.done)
-		a.keepLeaders(pctx, termDeps(a.cfg.Run.Run.ID, term), &th.running, time.Second, th.probes)
+		a.keepLeaders(pctx, token, termDeps(a.cfg.Run.Run.ID, termName), &th.running, time.Second, report)
 	}()
-	return th, nil
+	return th
 }
 
 // register adds the term's health metrics (and the node's step-down
@@ -149,51 +134,8 @@ func (th *termHealth) register(reg prometheus.Registerer, stepdowns prometheus.C
 	return nil
 }
 
-// ledgerWrite reports a durable-ledger write's outcome to the watch (from
-// the mirror's goroutine; dropped if the loop is behind: the next write
-// reports again).
-func (th *termHealth) ledgerWrite(err error) {
-	select {
-	case th.probes <- probeResult{dep: ledgerWrites, at: time.Now(), err: err}:
-	default:
-	}
-}
-
 // stop ends the prober.
 func (th *termHealth) stop() {
 	th.cancel()
 	<-th.done
-}
-
-// stepDone tells the watch a step completed.
-func (th *termHealth) stepDone(now time.Time) {
-	th.w.StepDone(now)
-	th.lastNs.Store(now.UnixNano())
-}
-
-// check feeds the probes that arrived to the watch and ticks it; the
-// watch's events are printed, and a step-down is returned as
-// ErrTermStalled (counted by reason).
-func (a *Agent) checkTerm(th *termHealth, now time.Time) error {
-	for n := len(th.probes); n > 0; n-- { // those queued now; later ones wait for the next tick
-		r := <-th.probes
-		th.w.Probe(r.at, r.dep, r.err)
-		for _, m := range r.moved {
-			what := "stream " + r.dep
-			if m != "" {
-				what = "consumer " + r.dep + "/" + m
-			}
-			a.event("leader of %s moved to %s", what, a.bus.ServerName())
-		}
-	}
-	th.w.Tick(now)
-	th.failing.Set(float64(len(th.w.Failing())))
-	for _, e := range th.w.Ready() {
-		a.event("%s", e)
-	}
-	if e, down := th.w.Down(); down {
-		a.stepdowns.WithLabelValues(string(e.Reason)).Inc()
-		return fmt.Errorf("%w (%s)", ErrTermStalled, e.Reason)
-	}
-	return nil
 }

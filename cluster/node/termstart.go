@@ -1,0 +1,118 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/asyncrl/asyncrl/cluster/ledger"
+	"github.com/asyncrl/asyncrl/cluster/term"
+	"github.com/asyncrl/asyncrl/config"
+)
+
+// start applies StartPipeline: the term's pipeline, its trainer restored
+// from the checkpoint the claimed progress records, its ledger mirror and
+// its prober. Each term runs its own pipeline under its own subjects and
+// streams (run.id-t<token>): a dead holder's in-memory buffer may have
+// died with its server, and a deposed holder's late messages must not
+// reach the new term.
+func (r *termRun) start(ctx context.Context, v term.StartPipeline) error {
+	a := r.a
+	cfg := a.cfg.Run
+	cfg.Run.ID = v.Term
+	cfg.Run.Steps = int(v.Steps)
+	cfg.Run.ReportDir = filepath.Join(cfg.Run.ReportDir, fmt.Sprintf("%s-t%d", a.cfg.Name, v.Token))
+	cfg.Bus.NATSURL = a.bus.ClientURL()
+	cfg.Run.DataDir = filepath.Join(cfg.Run.DataDir, a.cfg.Name)
+	// The term's engines are the engine hosts of the members (this node's
+	// included): its weights go through the bus's object store.
+	cfg.Publisher.Mode, cfg.Publisher.Store, cfg.Publisher.Transport = config.PublishDelta, config.StoreNATS, config.TransportStore
+	opts := Options{Logger: a.log, InMemoryBus: a.cfg.InMemoryBus, Remote: a.remoteEngines(),
+		RouterListen: a.cfg.RouterListen, RouterAdminToken: a.cfg.RouterAdminToken}
+	// The trainer continues from the weights of the durable step: the
+	// checkpoint the progress records is restored, and every new version
+	// is checkpointed before its step can be recorded.
+	if cfg.Trainer.Backend != config.BackendRemote { // a remote worker owns its weights
+		from := toLedgerProgress(v.From)
+		r.resumeDir = filepath.Join(cfg.Run.DataDir, fmt.Sprintf("resume-t%d", v.Token))
+		ck, resume, err := startTermCkpt(ctx, a, from, v.Token, r.resumeDir, r.box.push)
+		if err != nil {
+			return err
+		}
+		r.ck, opts.AfterStep = ck, ck.afterStep
+		if resume {
+			opts.TrainerCheckpoint = r.resumeDir
+			a.event("resume from checkpoint v%d", from.Version)
+		}
+	}
+	n, err := New(cfg, opts)
+	if err != nil {
+		return err
+	}
+	// The mirror listens before the controller admits the first prompts.
+	if r.mirror, err = a.mirrorLedger(n, v.Token, r.box.push); err != nil {
+		return err
+	}
+	// The term's health: the streams it depends on are probed (and the
+	// lease's and buffer's leaders kept on this node's server); the core's
+	// watch ends the term when no step or a failing stream outlasts its
+	// bound — from the start, so a term stuck while it starts (a stream
+	// that cannot be created) is not a silent stall either.
+	r.th = a.startTermHealth(ctx, cfg.Run.ID, v.Token, r.box.push)
+	if err := r.startWatched(ctx, n); err != nil {
+		return err
+	}
+	r.n = n
+	r.th.running.Store(true)
+	r.core.Step(time.Now(), term.PipelineStarted{Token: v.Token})
+	return r.th.register(n.reg, a.stepdowns)
+}
+
+// startWatched starts the term's pipeline while the core's watch ticks: a
+// start that outlasts the watch's bounds is cancelled and ends the term
+// (errTermOver: the core said why).
+func (r *termRun) startWatched(ctx context.Context, n *Node) error {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	started := make(chan error, 1)
+	go func() { started <- n.Start(sctx) }()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-started:
+			return err
+		case <-r.box.ready:
+			r.feed(time.Now())
+		case <-tick.C:
+			r.poll(time.Now())
+		}
+		if _, holding := r.core.Holding(); !holding {
+			cancel()
+			<-started // Start stops what it started when it fails
+			return errTermOver
+		}
+	}
+}
+
+func toTermProgress(p ledger.Progress) term.Progress {
+	out := term.Progress{Step: p.Step, Version: p.Version, Checkpoint: p.Checkpoint, Token: p.Token, Holder: p.Holder}
+	for _, pa := range p.Prompts {
+		out.Prompts = append(out.Prompts, term.PromptAttempt{Prompt: pa.PromptID, Group: pa.GroupID, Attempt: pa.Attempt})
+	}
+	return out
+}
+
+func toLedgerProgress(p term.Progress) ledger.Progress {
+	return ledger.Progress{Step: p.Step, Version: p.Version, Checkpoint: p.Checkpoint, Token: p.Token, Holder: p.Holder,
+		Prompts: toLedgerPrompts(p.Prompts)}
+}
+
+func toLedgerPrompts(ps []term.PromptAttempt) []ledger.PromptAttempt {
+	var out []ledger.PromptAttempt
+	for _, pa := range ps {
+		out = append(out, ledger.PromptAttempt{PromptID: pa.Prompt, GroupID: pa.Group, Attempt: pa.Attempt})
+	}
+	return out
+}
