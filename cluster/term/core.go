@@ -33,6 +33,33 @@ type Config struct {
 	// ResendEvery how often an engine that has not acked its target is
 	// sent it again (default 2s).
 	AnnounceEvery, ResendEvery time.Duration
+	// Plant plants bugs for the simulator (sim's failover scenario);
+	// production leaves it zero, the correct core.
+	Plant Plant
+}
+
+// Plant holds planted bugs: switches that break the core on purpose, so
+// the simulator can prove its invariants find them (like
+// controller.Config.Plant). The zero value plants nothing.
+type Plant struct {
+	// ForgetDeadNodeGroups: a rollout node that left is forgotten without
+	// reporting its groups aborted (no AbortGroups).
+	ForgetDeadNodeGroups bool
+	// ForgetPrevHolder: a claim does not requeue what the previous holder
+	// had in flight (no RequeueNode).
+	ForgetPrevHolder bool
+	// MarkBeforeDurable: a step's prompts are marked trained with its
+	// SaveProgress, before the save is acknowledged.
+	MarkBeforeDurable bool
+	// IgnoreFencedSave: a save refused by the fence (SaveFailed Fenced) is
+	// taken as acknowledged; the deposed term goes on.
+	IgnoreFencedSave bool
+	// TwoSavesOutstanding: the next step's SaveProgress goes out without
+	// waiting for the outstanding one's answer.
+	TwoSavesOutstanding bool
+	// NeverResend: an engine that has not acked its target is never sent
+	// it again.
+	NeverResend bool
 }
 
 // Validate names the field at fault.
@@ -199,6 +226,10 @@ func (c *Core) termInput(now time.Time, in Input) {
 	case ProgressSaved:
 		c.progressSaved(now, v)
 	case SaveFailed:
+		if v.Fenced && c.cfg.Plant.IgnoreFencedSave && t.saving != nil {
+			c.progressSaved(now, ProgressSaved{Token: v.Token, Step: t.saving.p.Step})
+			return
+		}
 		reason := ReasonFailed
 		if v.Fenced {
 			reason = ReasonFenced
@@ -355,7 +386,9 @@ func (c *Core) claimed(now time.Time, v ProgressClaimed) {
 		if len(prev.Prompts) > 0 {
 			c.effect(MarkTrained{Step: prev.Step, Prompts: prev.Prompts})
 		}
-		c.effect(RequeueNode{Node: prev.Holder})
+		if !c.cfg.Plant.ForgetPrevHolder {
+			c.effect(RequeueNode{Node: prev.Holder})
+		}
 		if prev.Token != 0 && prev.Token != c.token {
 			c.effect(DeleteTermBucket{Term: TermName(c.cfg.Run, prev.Token)})
 		}

@@ -25,6 +25,9 @@ type termState struct {
 	trained []StepTrained
 	// saving: the outstanding SaveProgress, nil when none.
 	saving *pendingSave
+	// sent: saves asked for and not answered (Plant.TwoSavesOutstanding
+	// only; the correct core has at most saving).
+	sent []*pendingSave
 	// saved counts the term's durable steps.
 	saved int64
 	// durable is the last durable progress (base before the first save).
@@ -97,15 +100,56 @@ func (c *Core) checkpointSaved(v CheckpointSaved) {
 // are saved one at a time, in order.
 func (c *Core) trySave() {
 	t := c.t
-	if t == nil || t.saving != nil || len(t.trained) == 0 || (c.phase != running && c.phase != stopping) {
+	if t == nil || len(t.trained) == 0 || (c.phase != running && c.phase != stopping) {
 		return
 	}
-	s := t.trained[0]
+	if c.cfg.Plant.TwoSavesOutstanding {
+		c.trySaveAll()
+		return
+	}
+	if t.saving != nil {
+		return
+	}
+	if ps, ok := c.nextSave(t.trained[0]); ok {
+		t.saving = ps
+		c.saveEffects(ps)
+	}
+}
+
+// saveEffects asks for one save (with a planted early MarkTrained).
+func (c *Core) saveEffects(ps *pendingSave) {
+	c.effect(SaveProgress{Progress: ps.p})
+	if c.cfg.Plant.MarkBeforeDurable {
+		c.effect(MarkTrained{Step: ps.p.Step, Prompts: ps.p.Prompts})
+	}
+}
+
+// trySaveAll is the planted TwoSavesOutstanding: every trained step whose
+// prompts are known is saved at once; saving is the oldest unanswered.
+func (c *Core) trySaveAll() {
+	t := c.t
+	for i := len(t.sent); i < len(t.trained); i++ {
+		ps, ok := c.nextSave(t.trained[i])
+		if !ok {
+			return
+		}
+		t.sent = append(t.sent, ps)
+		c.saveEffects(ps)
+	}
+	if len(t.sent) > 0 {
+		t.saving = t.sent[0]
+	}
+}
+
+// nextSave is the save of trained step s, once its prompts (and
+// checkpoint) are known.
+func (c *Core) nextSave(s StepTrained) (*pendingSave, bool) {
+	t := c.t
 	prompts := make([]PromptAttempt, 0, len(s.Groups))
 	for _, g := range s.Groups {
 		pa, ok := t.groups[g]
 		if !ok {
-			return // its consumed event is still on its way
+			return nil, false // its consumed event is still on its way
 		}
 		prompts = append(prompts, pa)
 	}
@@ -113,12 +157,11 @@ func (c *Core) trySave() {
 	if c.cfg.Checkpoints {
 		loc, ok := t.ckpts[s.Version]
 		if !ok {
-			return // the trainer's checkpoint is still on its way
+			return nil, false // the trainer's checkpoint is still on its way
 		}
 		p.Checkpoint = loc
 	}
-	t.saving = &pendingSave{st: s, p: p}
-	c.effect(SaveProgress{Progress: p})
+	return &pendingSave{st: s, p: p}, true
 }
 
 // progressSaved: the step is durable. Say so, mark its prompts trained
@@ -133,6 +176,9 @@ func (c *Core) progressSaved(now time.Time, v ProgressSaved) {
 	}
 	s, p := t.saving.st, t.saving.p
 	t.saving, t.trained = nil, t.trained[1:]
+	if len(t.sent) > 0 {
+		t.sent = t.sent[1:]
+	}
 	t.saved, t.durable = s.Step, p
 	for ver := range t.ckpts {
 		if ver <= s.Version {
@@ -142,7 +188,9 @@ func (c *Core) progressSaved(now time.Time, v ProgressSaved) {
 	t.watch.StepDone(now)
 	c.event(Event{Kind: StepDurable, Token: c.token, Step: p.Step, Version: p.Version, Reward: s.Reward, Mismatch: s.Mismatch,
 		SameVersion: s.SameVersion, SameVersionTokens: s.SameVersionTokens})
-	c.effect(MarkTrained{Step: p.Step, Prompts: p.Prompts})
+	if !c.cfg.Plant.MarkBeforeDurable {
+		c.effect(MarkTrained{Step: p.Step, Prompts: p.Prompts})
+	}
 	if t.saved >= t.steps {
 		wasStopping := c.phase == stopping
 		if !wasStopping {
@@ -207,7 +255,7 @@ func (c *Core) reconcileRollouts() {
 			}
 		}
 		delete(t.rollouts, node)
-		if len(lost) > 0 {
+		if len(lost) > 0 && !c.cfg.Plant.ForgetDeadNodeGroups {
 			c.effect(AbortGroups{Node: node, Groups: lost})
 			c.event(Event{Kind: GroupsRequeued, Token: c.token, Node: node, Count: len(lost)})
 		}
@@ -278,6 +326,9 @@ func (c *Core) engineServing(v EngineServing) {
 // resend repeats the target of every remote engine that does not serve it
 // yet (a command lost in a reconnect, or sent while the host switched terms).
 func (c *Core) resend() {
+	if c.cfg.Plant.NeverResend {
+		return
+	}
 	for _, n := range slices.Sorted(maps.Keys(c.t.engines)) {
 		if e := c.t.engines[n]; e.target >= 0 && e.serving < e.target {
 			c.effect(SendLoadWeights{Node: e.node, Engine: n, Version: e.target})
