@@ -51,6 +51,11 @@ type RemoteEngines struct {
 	// Event, when set, receives one line per notable event ("waiting for
 	// engines").
 	Event func(format string, args ...any)
+	// Cast, when set, is told the router's URL once it listens, and takes
+	// the term's announcements and the aborts of the groups of rollout
+	// nodes that leave over (the agent's term core, cluster/term); unset,
+	// the pipeline runs its own termCast.
+	Cast func(routerURL string)
 }
 
 // remoteSet is the pipeline's side of its remote engines: the discovery
@@ -128,6 +133,10 @@ func (n *Node) startRemote(ctx context.Context, bucket string) error {
 	r.reconcile()
 	n.remoteWG.Go(func() { r.run(rctx) })
 	// Rollout actors on other nodes join the term once they hear of it.
+	if rc.Cast != nil {
+		rc.Cast(n.routerURL)
+		return nil
+	}
 	return n.startTermCast(rctx)
 }
 

@@ -14,6 +14,8 @@ import (
 	"github.com/asyncrl/asyncrl/cluster/term"
 	"github.com/asyncrl/asyncrl/cluster/termwatch"
 	"github.com/asyncrl/asyncrl/config"
+	"github.com/asyncrl/asyncrl/transport"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // contend runs the trainer lease: while this node holds it (and its side
@@ -187,8 +189,14 @@ type termRun struct {
 	mirror    *mirror
 	th        *termHealth
 	resumeDir string
-	stopped   bool // StopPipeline applied
-	fed       int  // the trainer's steps fed to the core
+	// term and subj: the term's run id and subjects; rolloutSub its
+	// rollout reports; requeued counts the groups of nodes that left.
+	term       string
+	subj       subjects
+	rolloutSub transport.Subscription
+	requeued   prometheus.Counter
+	stopped    bool // StopPipeline applied
+	fed        int  // the trainer's steps fed to the core
 	// down: the core gave the lease up (StepDown applied).
 	down *term.StepDown
 }
@@ -258,6 +266,9 @@ func (r *termRun) close() {
 	if r.th != nil {
 		r.th.stop()
 	}
+	if r.rolloutSub != nil {
+		_ = r.rolloutSub.Unsubscribe()
+	}
 	if r.resumeDir != "" {
 		_ = os.RemoveAll(r.resumeDir) // read once, by Start
 	}
@@ -287,6 +298,9 @@ func (r *termRun) feedSteps(now time.Time) {
 // the core (its watch).
 func (r *termRun) poll(now time.Time) {
 	r.feed(now)
+	if r.term != "" && !r.stopped {
+		r.members(now)
+	}
 	if r.n != nil && !r.stopped {
 		r.feedSteps(now)
 		if r.n.tr != nil {
@@ -373,6 +387,10 @@ func (r *termRun) do(ctx context.Context, e term.Effect) {
 				a.log.Warn().Err(err).Msg("checkpoint prune failed; the next save tries again")
 			}
 		}
+	case term.Announce:
+		r.announce(ctx, v)
+	case term.AbortGroups:
+		r.abortGroups(v)
 	case term.Finish:
 		r.finish(ctx)
 	case term.Done:
@@ -380,8 +398,8 @@ func (r *termRun) do(ctx context.Context, e term.Effect) {
 	case term.StepDown:
 		r.down = &v
 	default:
-		// Announce, AbortGroups and the engines' effects: the pipeline's
-		// own termCast and remoteSet still make those decisions.
+		// The engines' effects: the pipeline's remoteSet still makes
+		// those decisions.
 		a.log.Debug().Str("node", a.cfg.Name).Msgf("term: effect %T not wired", e)
 	}
 }

@@ -3,11 +3,13 @@ package node
 import (
 	"context"
 	"fmt"
-	"github.com/prometheus/client_golang/prometheus"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/asyncrl/asyncrl/cluster/term"
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/transport"
 )
@@ -174,5 +176,85 @@ func (tc *termCast) abort(node string, refs []groupRef) {
 func (tc *termCast) close() {
 	if tc.sub != nil {
 		_ = tc.sub.Unsubscribe()
+	}
+}
+
+// The agent's terms (termRun) leave these decisions to the term core:
+// the pipeline hands it its router's URL (RemoteEngines.Cast), the
+// rollout reports and the membership are the core's inputs
+// (RolloutStatus, MembersChanged), and its Announce and AbortGroups are
+// applied here.
+
+// subscribeRollouts feeds the core the rollout nodes' reports of term.
+func (r *termRun) subscribeRollouts(termName string, token uint64) error {
+	pattern := transport.SubjectRoot + "." + termName + "." + string(transport.TopicControl) + ".rollouts.*"
+	sub, err := r.a.bus.Subscribe(pattern, func(m *transport.Msg) {
+		st, err := messages.DecodeAs[messages.RolloutStatus](m.Data)
+		if err != nil || st.RunID != termName || st.Sender == "" || len(st.GroupIDs) != len(st.PromptIDs) {
+			return
+		}
+		refs := make([]term.GroupRef, len(st.GroupIDs))
+		for i := range st.GroupIDs {
+			refs[i] = term.GroupRef{Group: st.GroupIDs[i], Prompt: st.PromptIDs[i]}
+		}
+		r.box.push(term.RolloutStatus{Token: token, Node: st.Sender, Groups: refs})
+	})
+	if err != nil {
+		return fmt.Errorf("node: rollout reports: %w", err)
+	}
+	r.rolloutSub = sub
+	return nil
+}
+
+// members feeds the core the live membership.
+func (r *termRun) members(now time.Time) {
+	ms := r.a.ms.Members()
+	out := make([]term.Member, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, term.Member{Name: m.Name})
+	}
+	r.core.Step(now, term.MembersChanged{Members: out})
+}
+
+// announce applies Announce: the term (run id, token, router URL) on the
+// run's term subject, for the engine and rollout hosts to follow.
+func (r *termRun) announce(ctx context.Context, v term.Announce) {
+	a := r.a
+	subj, err := termAnnounceSubject(a.cfg.Run.Run.ID)
+	if err != nil {
+		return
+	}
+	data, err := messages.Encode(messages.TermAnnounce{Header: messages.Header{RunID: a.cfg.Run.Run.ID, Sender: a.cfg.Name},
+		Term: v.Term, Token: v.Token, Router: v.Router})
+	if err == nil {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err = a.bus.Publish(cctx, subj, data)
+		cancel()
+	}
+	if err != nil && ctx.Err() == nil {
+		a.log.Debug().Err(err).Msg("node: term announcement not sent")
+	}
+}
+
+// abortGroups applies AbortGroups: one EpisodeAborted per group of a node
+// that left (the controller requeues a group on its first abort and
+// ignores the rest, and a group whose GroupReady reached the buffer first
+// is accepted or filtered as usual).
+func (r *termRun) abortGroups(v term.AbortGroups) {
+	a := r.a
+	if r.requeued != nil {
+		r.requeued.Add(float64(len(v.Groups)))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, g := range v.Groups {
+		data, err := messages.Encode(messages.EpisodeAborted{Header: messages.Header{RunID: r.term, Sender: a.cfg.Name},
+			PromptID: g.Prompt, GroupID: g.Group, Reason: "node " + v.Node + " left the cluster"})
+		if err == nil {
+			err = a.bus.Publish(ctx, r.subj.aborted, data)
+		}
+		if err != nil {
+			a.log.Warn().Err(err).Str("group", g.Group).Msg("node: a dead node's group not reported aborted")
+		}
 	}
 }

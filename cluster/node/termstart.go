@@ -9,6 +9,7 @@ import (
 	"github.com/asyncrl/asyncrl/cluster/ledger"
 	"github.com/asyncrl/asyncrl/cluster/term"
 	"github.com/asyncrl/asyncrl/config"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // start applies StartPipeline: the term's pipeline, its trainer restored
@@ -28,7 +29,16 @@ func (r *termRun) start(ctx context.Context, v term.StartPipeline) error {
 	// The term's engines are the engine hosts of the members (this node's
 	// included): its weights go through the bus's object store.
 	cfg.Publisher.Mode, cfg.Publisher.Store, cfg.Publisher.Transport = config.PublishDelta, config.StoreNATS, config.TransportStore
-	opts := Options{Logger: a.log, InMemoryBus: a.cfg.InMemoryBus, Remote: a.remoteEngines(),
+	subj, err := subjectsFor(v.Term)
+	if err != nil {
+		return err
+	}
+	r.term, r.subj = v.Term, subj
+	// The core announces the term once the router listens, and reports
+	// the groups of rollout nodes that leave aborted (termcast.go).
+	rc := a.remoteEngines()
+	rc.Cast = func(url string) { r.box.push(term.RouterListening{Token: v.Token, URL: url}) }
+	opts := Options{Logger: a.log, InMemoryBus: a.cfg.InMemoryBus, Remote: rc,
 		RouterListen: a.cfg.RouterListen, RouterAdminToken: a.cfg.RouterAdminToken}
 	// The trainer continues from the weights of the durable step: the
 	// checkpoint the progress records is restored, and every new version
@@ -50,6 +60,9 @@ func (r *termRun) start(ctx context.Context, v term.StartPipeline) error {
 	if err != nil {
 		return err
 	}
+	if err := r.subscribeRollouts(v.Term, v.Token); err != nil {
+		return err
+	}
 	// The mirror listens before the controller admits the first prompts.
 	if r.mirror, err = a.mirrorLedger(n, v.Token, r.box.push); err != nil {
 		return err
@@ -66,6 +79,11 @@ func (r *termRun) start(ctx context.Context, v term.StartPipeline) error {
 	r.n = n
 	r.th.running.Store(true)
 	r.core.Step(time.Now(), term.PipelineStarted{Token: v.Token})
+	r.requeued = prometheus.NewCounter(prometheus.CounterOpts{Name: "asyncrl_node_dead_node_groups_requeued_total",
+		Help: "Groups a node had in flight when it left the cluster, reported aborted by the trainer's holder so they are requeued."})
+	if err := n.reg.Register(r.requeued); err != nil {
+		return fmt.Errorf("node: term metrics: %w", err)
+	}
 	return r.th.register(n.reg, a.stepdowns)
 }
 
