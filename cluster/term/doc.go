@@ -87,6 +87,20 @@
 //     Tick (ResendEvery).
 //   - agent.go watchDone: the progress poll → ProgressObserved (Done).
 //
+// Wired so far (cluster/node term.go termRun, termstart.go, termcast.go):
+// each term the agent runs has its own Core, fed LeaseChanged{Leader} for
+// the term's token and Stop when the term's context ends, and stepped by
+// the term's goroutine, which applies its Ready: the claim, the previous
+// holder's trained marks and requeue, the term bucket's deletion, the
+// pipeline's start, the save loop, MarkTrained, Prune, run complete
+// (Finish, Done), the watch (Probe, LedgerWrite, Tick), the term's
+// announcements and the aborts of a departed rollout node's groups. The
+// mirror, the checkpointer and the prober report through the term's
+// inbox. Not wired yet: contend (the elector, quorum and resign still in
+// contendOnce, which prints the lease lines), remote.go's LoadWeights
+// dispatch and resend (AddEngines, RemoveEngines, SendLoadWeights are
+// ignored by the shell), and watchDone (ProgressObserved).
+//
 // The e2e tests then assert Events (Kind, Step, Token, Node) instead of
 // matching the printed prose.
 package term
