@@ -3,18 +3,20 @@ package node
 import (
 	"context"
 	"fmt"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/asyncrl/asyncrl/cluster"
+	"github.com/asyncrl/asyncrl/cluster/enginehost"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/messages"
 	pol "github.com/asyncrl/asyncrl/policy"
@@ -130,7 +132,7 @@ func TestEngineHostRetriesFailedVersion(t *testing.T) {
 		t.Helper()
 		data, err := messages.Encode(messages.LoadWeights{
 			Header: messages.Header{RunID: term, Sender: "publisher-0", Version: version},
-			Engine: engineName, Format: messages.WeightsDelta, URI: natsObjectScheme + nc.Bucket})
+			Engine: engineName, Format: messages.WeightsDelta, URI: enginehost.ObjectScheme + nc.Bucket})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -183,10 +185,8 @@ func TestEngineHostRetriesFailedVersion(t *testing.T) {
 	waitFor(t, 15*time.Second, "the engine to ack version 1 after the resend", func() bool {
 		return acks.acked(term, engineName, 1)
 	})
-	h.mu.Lock()
-	le := h.current[0]
-	h.mu.Unlock()
-	if v := le.e.Stats().Version; v != 1 {
+	le := h.Current()[0]
+	if v := le.E.Stats().Version; v != 1 {
 		t.Errorf("engine serves version %d after acking 1", v)
 	}
 	if !strings.Contains(events.String(), "engine "+engineName+" caught up to version 1 of term "+term) {
@@ -259,9 +259,7 @@ func TestRolloutHostRetriesTermItCouldNotFollow(t *testing.T) {
 	waitFor(t, 15*time.Second, "the host to follow the term on its next announcement", func() bool {
 		return strings.Contains(events.String(), "rollouts follow term "+term)
 	})
-	h.mu.Lock()
-	n := len(h.actors)
-	h.mu.Unlock()
+	n := len(h.Actors())
 	if n == 0 {
 		t.Error("the host follows the term with no rollout actors")
 	}
@@ -398,4 +396,12 @@ func hostRunConfig(t *testing.T, run string) config.Config {
 	cfg.Run.ID = run
 	cfg.Run.DataDir = t.TempDir()
 	return cfg
+}
+
+// The engine host reads the LoadWeights URI and the term's base with the
+// scheme and prefix the holder's remote.go writes them with.
+func TestEngineHostSharesTheHolderProtocol(t *testing.T) {
+	if natsObjectScheme != enginehost.ObjectScheme || termBasePrefix != enginehost.BasePrefix {
+		t.Fatalf("holder writes %q/%q, engine host reads %q/%q", natsObjectScheme, termBasePrefix, enginehost.ObjectScheme, enginehost.BasePrefix)
+	}
 }

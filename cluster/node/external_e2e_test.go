@@ -62,12 +62,12 @@ func TestExternalEngineProcessesLearn(t *testing.T) {
 			for _, d := range n.driven {
 				missing := 0
 				for v := int64(1); v <= 30; v++ {
-					if !acks.acked(cfg.Run.ID, d.name, v) {
+					if !acks.acked(cfg.Run.ID, d.Name, v) {
 						missing++
 					}
 				}
 				if missing > 0 {
-					t.Errorf("%s: %d of 30 versions never acknowledged", d.name, missing)
+					t.Errorf("%s: %d of 30 versions never acknowledged", d.Name, missing)
 				}
 			}
 			logSwaps(t, n)

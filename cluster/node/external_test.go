@@ -90,7 +90,7 @@ func TestExternalEngines(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			for i, x := range es {
-				name := n.driven[i].name
+				name := n.driven[i].Name
 				for v := int64(1); v <= 4; v++ {
 					if !acks.acked(cfg.Run.ID, name, v) {
 						t.Errorf("%s: version %d never acknowledged", name, v)

@@ -77,7 +77,7 @@ func TestPublishCost(t *testing.T) {
 				comp, raw = comp+m.TotalCompressedNumBytes, raw+m.TotalUncompressedNumBytes
 			}
 			extra = fmt.Sprintf(" (write+encode %v/step; deltas %d B/step, %.3f of the changed tensors' bytes)",
-				n.wsync.encodeDur/k, comp/int64(len(steps)), float64(comp)/float64(max(raw, 1)))
+				n.wsync.EncodeTime()/k, comp/int64(len(steps)), float64(comp)/float64(max(raw, 1)))
 		}
 		t.Logf("%s: publish %v/step%s, train %v/step, wall %.1fs, reward first5 %.3f last5 %.3f", mode, pub/k, extra, train/k,
 			s.WallSeconds, s.RewardFirst5, s.RewardLast5)

@@ -48,7 +48,7 @@ func (n *Node) registerMetrics(reg prometheus.Registerer) error {
 		e := e
 		cs = append(cs, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "asyncrl_engine_weight_version",
 			Help: "Policy version a built-in engine serves.", ConstLabels: prometheus.Labels{"engine": strconv.Itoa(i)}},
-			func() float64 { return float64(e.e.Version()) }))
+			func() float64 { return float64(e.E.Version()) }))
 	}
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {

@@ -26,6 +26,9 @@ import (
 	"github.com/asyncrl/asyncrl/actors/staleness"
 	"github.com/asyncrl/asyncrl/actors/trainer"
 	"github.com/asyncrl/asyncrl/actors/trainer/microbatch"
+	"github.com/asyncrl/asyncrl/cluster/localengine"
+	"github.com/asyncrl/asyncrl/cluster/rollouthost"
+	"github.com/asyncrl/asyncrl/cluster/weightsync"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/engine"
 	"github.com/asyncrl/asyncrl/internal/report"
@@ -106,10 +109,10 @@ type Node struct {
 	task tasks.Task
 
 	bus     *natsbus.Bus
-	engines []*localEngine
+	engines []*localengine.Engine
 	// driven are the engines the node updates over HTTP: its own, then
 	// engines.external.
-	driven    []*drivenEngine
+	driven    []*weightsync.Driven
 	router    *proxy.Router
 	routerSrv *http.Server
 	routerURL string
@@ -149,6 +152,9 @@ type testHooks struct {
 	wrapEngine func(i int, e *engine.Engine, h http.Handler) http.Handler
 	// wrapClient wraps the rollout actors' HTTP transport (to the router).
 	wrapClient func(http.RoundTripper) http.RoundTripper
+	// corrupt changes a version's bytes on the data plane after their
+	// checksums were computed (publisher.transport dataplane).
+	corrupt func(version int64, b []byte)
 }
 
 // New checks the configuration and builds the task; Start starts everything.
@@ -214,7 +220,7 @@ func (n *Node) BusURL() string {
 func (n *Node) EngineURLs() []string {
 	out := make([]string, len(n.engines))
 	for i, e := range n.engines {
-		out[i] = e.url
+		out[i] = e.URL
 	}
 	return out
 }
@@ -226,7 +232,7 @@ func (n *Node) StopEngine(ctx context.Context, i int) error {
 	if i < 0 || i >= len(n.engines) {
 		return fmt.Errorf("node: no engine %d", i)
 	}
-	return n.engines[i].stop(ctx)
+	return n.engines[i].Stop(ctx)
 }
 
 // Bus returns the node's bus.
@@ -321,7 +327,7 @@ func (n *Node) startBus(ctx context.Context) (err error) {
 	// sampling actor has judged them. In memory: it only has to outlive a
 	// restart of the actors, not of the embedded server.
 	if err = n.clusterRetry(ctx, func() (err error) {
-		n.groupStream, err = n.bus.Stream(ctx, groupStreamConfig(cfg.Run.ID, n.subj, n.streamReplicas()))
+		n.groupStream, err = n.bus.Stream(ctx, rollouthost.GroupStream(cfg.Run.ID, n.subj.groupsReady, n.streamReplicas()))
 		return err
 	}); err != nil {
 		return fmt.Errorf("node: trajectory buffer stream: %w", err)
@@ -390,7 +396,7 @@ func (n *Node) startServing(ctx context.Context, initial engine.Model) (err erro
 	}
 	replicas := append(n.EngineURLs(), cfg.Engines.ExternalURLs...)
 	for _, d := range n.driven[len(n.engines):] {
-		replicas = append(replicas, d.url)
+		replicas = append(replicas, d.URL)
 	}
 	n.reg = prometheus.NewRegistry()
 	rcfg := routerConfig(cfg, replicas, quiet.With().Str("component", "router").Logger())
@@ -531,7 +537,7 @@ func (n *Node) startController(ctx context.Context, fcfg filter.Config) (err err
 }
 
 func (n *Node) startRollouts() error {
-	count, ecfg, supportK := rolloutSetup(n.cfg, n.opts.RolloutActors)
+	count, ecfg, supportK := rollouthost.Setup(n.cfg, n.opts.RolloutActors)
 	vocab, err := wiring.Vocabulary(n.cfg.Engines)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrConfig, err)
@@ -544,35 +550,13 @@ func (n *Node) startRollouts() error {
 	n.httpc = &http.Client{Transport: rt}
 	gen := &rollout.HTTPClient{BaseURL: n.routerURL, Model: n.cfg.Engines.ServedModelName, Client: n.httpc}
 	for i := range count {
-		a, err := startRolloutActor(n.bus, gen, n.cfg, n.task, "rollout-"+strconv.Itoa(i), ecfg, supportK, n.subj, n.groupStream, n.opts.Logger, nil)
+		a, err := rollouthost.StartActor(n.bus, gen, n.cfg, n.task, "rollout-"+strconv.Itoa(i), ecfg, supportK, n.subj.rollout(), n.groupStream, n.opts.Logger, nil)
 		if err != nil {
 			return err
 		}
 		n.rollouts = append(n.rollouts, a)
 	}
 	return nil
-}
-
-// startRolloutActor starts one rollout actor of the run in cfg (its
-// subjects s), sending its turns through gen; onTake may be nil.
-func startRolloutActor(bus transport.Bus, gen rollout.Generator, cfg config.Config, task tasks.Task, name string,
-	ecfg rollout.EpisodeConfig, supportK int, s subjects, groups transport.Stream, log zerolog.Logger,
-	onTake func(group, prompt string)) (*rollout.Actor, error) {
-	return rollout.Start(bus, gen, rollout.Config{RunID: cfg.Run.ID, Name: name, Task: task, Episode: ecfg,
-		Concurrency: cfg.Rollout.Concurrency, SupportK: supportK, Logger: log.With().Str("actor", name).Logger(),
-		Subjects:    rollout.Subjects{Prompts: s.prompts, Groups: s.groupsReady, Aborted: s.aborted},
-		GroupStream: groups, OnTake: onTake})
-}
-
-// groupStreamConfig is the run's trajectory buffer: finished groups wait
-// in JetStream until the sampling actor has judged them. In memory: it
-// only has to outlive a restart of the actors, not of every server; on a
-// clustered bus it has replicas copies (--replicas), so the loss of the
-// server that led it costs a leader election, not the buffer. Rollout
-// actors on other nodes open it with the same config.
-func groupStreamConfig(run string, s subjects, replicas int) transport.StreamConfig {
-	return transport.StreamConfig{Name: "groups-" + run, Subjects: []string{s.groupsReady}, MaxAge: time.Hour, Memory: true,
-		Replicas: max(1, replicas)}
 }
 
 // clusterRetry runs f once, or, in a cluster term, retries it for 30 s:
@@ -592,37 +576,6 @@ func (n *Node) streamReplicas() int {
 		return max(1, n.opts.Remote.Replicas)
 	}
 	return 1
-}
-
-// rolloutSetup is what every rollout actor of a run shares: how many
-// actors (override, or enough for W groups of n trajectories at once:
-// ceil(W·n/concurrency)), the episode config and the support size.
-func rolloutSetup(cfg config.Config, override int) (count int, ecfg rollout.EpisodeConfig, supportK int) {
-	ro := cfg.Rollout
-	count = override
-	if count <= 0 {
-		want := cfg.Trainer.NumParallelGenerationWorkers * ro.NSamplesPerPrompt
-		count = max(1, (want+ro.Concurrency-1)/ro.Concurrency)
-	}
-	ecfg = rollout.DefaultEpisodeConfig()
-	ecfg.MaxTurns, ecfg.MaxTokens = ro.MaxTurns, ro.MaxTokens
-	ecfg.MaxSeqLen = policy.DefaultConfig().MaxSeqLen
-	if cfg.Engines.MaxModelLen > 0 {
-		ecfg.MaxSeqLen = min(ecfg.MaxSeqLen, cfg.Engines.MaxModelLen)
-	}
-	ecfg.Temperature, ecfg.TopP, ecfg.TopK = ro.Temperature, ro.TopP, ro.TopK
-	ecfg.TurnTimeout = ro.TurnTimeout
-	// The trainer normalises over the support set; the rollout logprobs it
-	// compares against must be normalised the same way (the engine's
-	// output_support_logprobs).
-	ecfg.SupportLogprobs = cfg.Trainer.NormalizeOverSupport
-	if ro.TopP < 1 || ro.TopK > 0 {
-		supportK = policy.DefaultConfig().VocabSize
-		if ro.TopK > 0 {
-			supportK = min(supportK, ro.TopK)
-		}
-	}
-	return count, ecfg, supportK
 }
 
 // trainerConfig maps the trainer section onto the built-in backend.
@@ -733,8 +686,8 @@ func (n *Node) Stop() {
 		if n.wsync != nil {
 			// Let the receivers finish the versions already published, so
 			// the report sees the engines' final versions.
-			n.wsync.drain(10 * time.Second)
-			n.wsync.close()
+			n.wsync.Drain(10 * time.Second)
+			n.wsync.Close()
 		}
 		if n.sys != nil {
 			_ = n.sys.Shutdown(ctx)

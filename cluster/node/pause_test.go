@@ -35,12 +35,12 @@ func TestCutShortWaitPauseResumes(t *testing.T) {
 	go func() {
 		defer close(done)
 		body := []byte(`{"model":"` + config.DefaultEngines().ServedModelName + `","prompt":[1,2,3],"max_tokens":250,"ignore_eos":true}`)
-		resp, err := http.Post(le.url+"/v1/completions", "application/json", bytes.NewReader(body))
+		resp, err := http.Post(le.URL+"/v1/completions", "application/json", bytes.NewReader(body))
 		if err == nil {
 			resp.Body.Close()
 		}
 	}()
-	waitFor(t, 10*time.Second, "the request to run", func() bool { return le.e.Stats().Running > 0 })
+	waitFor(t, 10*time.Second, "the request to run", func() bool { return le.E.Stats().Running > 0 })
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	p := &inProcPublisher{mode: "wait"}
@@ -48,9 +48,9 @@ func TestCutShortWaitPauseResumes(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("update with a wait pause cut short: %v, want DeadlineExceeded", err)
 	}
-	if le.e.IsPaused() {
+	if le.E.IsPaused() {
 		t.Fatal("the engine was left paused after the wait was cut short")
 	}
-	_ = le.stop(context.Background())
+	_ = le.Stop(context.Background())
 	<-done
 }

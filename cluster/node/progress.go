@@ -46,7 +46,7 @@ func (p *progress) line(last trainer.StepRecord) string {
 	tot := n.rolloutTotals()
 	vs := make([]string, len(n.engines))
 	for i, e := range n.engines {
-		vs[i] = strconv.FormatInt(e.e.Version(), 10)
+		vs[i] = strconv.FormatInt(e.E.Version(), 10)
 	}
 	return fmt.Sprintf("step %d/%d  v%d  reward %.3f  groups kept %d dropped %d  staleness max %d/%d  %.0f tok/s  engines v[%s]  %.0fs",
 		last.Step, n.cfg.Run.Steps, last.Version, last.RewardMean, kept, dropped, stale, n.cfg.Trainer.MaxStalenessSteps,

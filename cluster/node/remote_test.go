@@ -166,13 +166,11 @@ func TestRemoteEnginesJoinAndLeave(t *testing.T) {
 	// membership every 250ms, so it adds n3's engines well before): a
 	// window in which only the gates keep n1's router off them.
 	var held sync.Map // engine index -> true once its first apply was held
-	a3.host.mu.Lock()
-	a3.host.beforeApply = func(i int, _ int64) {
+	a3.host.SetBeforeApply(func(i int, _ int64) {
 		if _, done := held.LoadOrStore(i, true); !done {
-			time.Sleep(2 * a3.host.tick)
+			time.Sleep(2 * a3.host.Tick())
 		}
-	}
-	a3.host.mu.Unlock()
+	})
 	urls3 := hostURLs(t, ev3.String())
 	names3 := map[string]string{} // url -> engine name
 	for k, u := range a3.host.endpoints() {
@@ -275,11 +273,8 @@ func TestRemoteEnginesFollowNewTerm(t *testing.T) {
 	urls1 := hostURLs(t, ev1.String())
 	// n1's engines serve n2's term at a version > 0 before n2 stops.
 	waitFor(t, 30*time.Second, "n1's engines to serve a version > 0 of n2's term", func() bool {
-		a1.host.mu.Lock()
-		cur := append([]*localEngine(nil), a1.host.current...)
-		a1.host.mu.Unlock()
-		for _, le := range cur {
-			if le.e.Version() < 1 {
+		for _, le := range a1.host.Current() {
+			if le.E.Version() < 1 {
 				return false
 			}
 		}

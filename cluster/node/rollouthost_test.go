@@ -35,9 +35,7 @@ func TestRolloutNodeCrashRequeuesItsGroups(t *testing.T) {
 		t.Fatalf("n1 holds no lease:\n%s", ev1.String())
 	}
 	inFlight := func() (prompts []string) {
-		a2.rollouts.mu.Lock()
-		defer a2.rollouts.mu.Unlock()
-		for _, a := range a2.rollouts.actors {
+		for _, a := range a2.rollouts.Actors() {
 			_, p := a.InFlight()
 			prompts = append(prompts, p...)
 		}

@@ -1,6 +1,9 @@
 package node
 
-import "github.com/asyncrl/asyncrl/transport"
+import (
+	"github.com/asyncrl/asyncrl/cluster/rollouthost"
+	"github.com/asyncrl/asyncrl/transport"
+)
 
 // subjects is the run's subject plan (see docs/protocol.md).
 type subjects struct {
@@ -41,4 +44,9 @@ func subjectsFor(run string) (subjects, error) {
 		ack:         m(run, transport.TopicEngines, "node", string(transport.EngineAck)),
 		acks:        transport.SubjectRoot + "." + run + "." + string(transport.TopicEngines) + ".*." + string(transport.EngineAck),
 	}, nil
+}
+
+// rollout are the subjects the rollout actors use.
+func (s subjects) rollout() rollouthost.Subjects {
+	return rollouthost.Subjects{Prompts: s.prompts, Groups: s.groupsReady, Aborted: s.aborted}
 }

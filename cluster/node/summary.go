@@ -86,7 +86,7 @@ func (n *Node) Summary(interrupted bool, runErr error) report.Summary {
 		s.TrajectoriesLost += int64(len(n.unsettled()) * cfg.Rollout.NSamplesPerPrompt)
 	}
 	for _, e := range n.engines {
-		s.EngineVersions = append(s.EngineVersions, e.e.Version())
+		s.EngineVersions = append(s.EngineVersions, e.E.Version())
 	}
 	return s
 }

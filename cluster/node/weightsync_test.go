@@ -16,7 +16,6 @@ import (
 
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/engine"
@@ -101,10 +100,10 @@ func TestSlowApplierIsNeverRoutedBelowTheMinimum(t *testing.T) {
 			return
 		}
 		deadline := time.Now().Add(10 * time.Second)
-		for (n.routerMin() < v || n.engines[0].e.Version() < v) && time.Now().Before(deadline) {
+		for (n.routerMin() < v || n.engines[0].E.Version() < v) && time.Now().Before(deadline) {
 			time.Sleep(time.Millisecond)
 		}
-		if n.routerMin() >= v && n.routerVersion(n.engines[1].url) < v {
+		if n.routerMin() >= v && n.routerVersion(n.engines[1].URL) < v {
 			mu.Lock()
 			windows++
 			mu.Unlock()
@@ -123,7 +122,7 @@ func TestSlowApplierIsNeverRoutedBelowTheMinimum(t *testing.T) {
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
 		caught := n.routerMin() == 6
 		for _, e := range n.engines {
-			caught = caught && n.routerVersion(e.url) == 6
+			caught = caught && n.routerVersion(e.URL) == 6
 		}
 		if caught {
 			break
@@ -153,8 +152,8 @@ func TestSlowApplierIsNeverRoutedBelowTheMinimum(t *testing.T) {
 	// Back in rotation: once the slow receiver caught up, its ack reached
 	// the router.
 	for _, e := range n.engines {
-		if v := n.routerVersion(e.url); v != 6 || n.routerMin() != 6 {
-			t.Errorf("router: %s at version %d, minimum %d; want both 6", e.name, v, n.routerMin())
+		if v := n.routerVersion(e.URL); v != 6 || n.routerMin() != 6 {
+			t.Errorf("router: %s at version %d, minimum %d; want both 6", e.Name, v, n.routerMin())
 		}
 	}
 	if len(served[0]) < 3 || served[1][0] == 0 {
@@ -284,7 +283,7 @@ func TestPublisherPrunesVersionsEveryEnginePassed(t *testing.T) {
 			t.Errorf("%s: %v (the newest version must stay)", d, err)
 		}
 	}
-	if got := testutil.ToFloat64(n.wsync.prunedN); got < 1 {
+	if got := counterValue(t, n, "asyncrl_publisher_pruned_objects_total"); got < 1 {
 		t.Errorf("asyncrl_publisher_pruned_objects_total = %v", got)
 	}
 	for i, v := range s.EngineVersions {

@@ -68,7 +68,7 @@ func (n *Node) ackVersion(version int64) {
 // delta (publisher.mode delta): the engines' own acks (on the pattern the
 // worker waits on) tell the worker the version is live.
 func (n *Node) publishRemote(version int64, dir string) {
-	if version <= n.wsync.pub.Version() {
+	if version <= n.wsync.Current() {
 		// A repeated announcement: the worker repeats until it sees an ack,
 		// so its earlier ack may have been lost (bus reconnect). Once some
 		// engine serves the version (it is routable; the minimum itself
@@ -81,9 +81,9 @@ func (n *Node) publishRemote(version int64, dir string) {
 		}
 		return
 	}
-	ctx, cancel := context.WithTimeout(n.wsync.ctx, time.Minute)
+	ctx, cancel := context.WithTimeout(n.wsync.Context(), time.Minute)
 	defer cancel()
-	if err := n.wsync.publishDir(ctx, dir, version, false, time.Now()); err != nil {
+	if err := n.wsync.PublishDir(ctx, dir, version, time.Now()); err != nil {
 		n.opts.Logger.Error().Err(err).Int64("version", version).Msg("weights: version not published to the engines")
 	}
 }

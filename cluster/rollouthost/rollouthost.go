@@ -1,4 +1,8 @@
-package node
+// Package rollouthost is the rollout role of asyncrl node on a node that
+// does not hold the trainer lease: rollout actors that follow the
+// holder's term. It also builds the rollout actors of a run for the
+// holder's own pipeline (Setup, StartActor, GroupStream).
+package rollouthost
 
 import (
 	"context"
@@ -14,12 +18,13 @@ import (
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/internal/wiring"
 	"github.com/asyncrl/asyncrl/messages"
+	"github.com/asyncrl/asyncrl/policy"
 	"github.com/asyncrl/asyncrl/tasks"
 	"github.com/asyncrl/asyncrl/transport"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
 )
 
-// rolloutHost is the rollout role of asyncrl node on a node that does not
+// Host is the rollout role of asyncrl node on a node that does not
 // hold the trainer lease: rollout actors that join the current term's
 // prompt queue group, send their turns to the term's router and store
 // their groups in the term's trajectory buffer, like the holder's own. The
@@ -27,7 +32,8 @@ import (
 // node's own term is skipped: its pipeline runs its own actors). The host
 // reports its groups in flight on every take and once a second
 // (RolloutStatus), so the holder requeues them if this node dies.
-type rolloutHost struct {
+type Host struct {
+	c       Config
 	node    string
 	baseRun string
 	// replicas of the term's trajectory buffer (the agent's --replicas:
@@ -62,28 +68,58 @@ type rolloutHost struct {
 	wg     sync.WaitGroup
 }
 
-func startRolloutHost(cfg config.Config, node string, replicas int, bus *natsbus.Bus, log zerolog.Logger, event func(string, ...any)) (*rolloutHost, error) {
-	task, err := buildTask(cfg)
-	if err != nil {
-		return nil, err
-	}
-	subj, err := termAnnounceSubject(cfg.Run.ID)
-	if err != nil {
-		return nil, fmt.Errorf("%w: run.id: %w", ErrAgentConfig, err)
-	}
-	h := &rolloutHost{node: node, baseRun: cfg.Run.ID, cfg: cfg, task: task, bus: bus, replicas: replicas,
-		log: log.With().Str("component", "rollout-host").Logger(), event: event,
+// Subjects are the subjects of a term the rollout actors use.
+type Subjects struct {
+	Prompts string // PromptAssigned: controller → rollout (queue "rollout")
+	Groups  string // GroupReady: rollout → sampling (the trajectory buffer's)
+	Aborted string // EpisodeAborted: rollout → controller
+}
+
+// Config configures a Host.
+type Config struct {
+	// Run is the cluster run's config (Run.ID its base id); Task its task.
+	Run  config.Config
+	Task tasks.Task
+	// Node is this node's name; Replicas of a term's trajectory buffer
+	// (the holder creates it with as many).
+	Node     string
+	Replicas int
+	Bus      *natsbus.Bus
+	Logger   zerolog.Logger
+	// Event receives one line per notable event.
+	Event func(format string, args ...any)
+	// Announce is the subject the holder's TermAnnounce arrive on.
+	Announce string
+	// SubjectsOf is a term's subjects; StatusSubject where node reports
+	// its groups in flight on term.
+	SubjectsOf    func(term string) (Subjects, error)
+	StatusSubject func(term, node string) (string, error)
+}
+
+// Start subscribes to the term announcements; the actors start with the
+// first term of another node.
+func Start(c Config) (*Host, error) {
+	h := &Host{c: c, node: c.Node, baseRun: c.Run.Run.ID, cfg: c.Run, task: c.Task, bus: c.Bus, replicas: c.Replicas,
+		log: c.Logger.With().Str("component", "rollout-host").Logger(), event: c.Event,
 		httpc: &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 256}},
 		terms: make(chan messages.TermAnnounce, 16)}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
-	if h.sub, err = bus.Subscribe(subj, h.onTerm); err != nil {
+	var err error
+	if h.sub, err = c.Bus.Subscribe(c.Announce, h.onTerm); err != nil {
 		return nil, fmt.Errorf("node: rollout host: %w", err)
 	}
 	h.wg.Go(h.loop)
 	return h, nil
 }
 
-func (h *rolloutHost) onTerm(m *transport.Msg) {
+// Actors are the rollout actors of the term the host follows.
+func (h *Host) Actors() []*rollout.Actor {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]*rollout.Actor(nil), h.actors...)
+}
+
+func (h *Host) onTerm(m *transport.Msg) {
 	ta, err := messages.DecodeAs[messages.TermAnnounce](m.Data)
 	if err != nil || ta.RunID != h.baseRun || ta.Term == "" || ta.Router == "" {
 		return
@@ -101,7 +137,7 @@ func (h *rolloutHost) onTerm(m *transport.Msg) {
 }
 
 // loop switches to each newer term and reports the groups in flight.
-func (h *rolloutHost) loop() {
+func (h *Host) loop() {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
@@ -119,7 +155,7 @@ func (h *rolloutHost) loop() {
 // follow stops the actors of the previous term (their running episodes
 // are reported aborted to it) and, unless this node is the new holder,
 // starts actors for the new one.
-func (h *rolloutHost) follow(ta messages.TermAnnounce) {
+func (h *Host) follow(ta messages.TermAnnounce) {
 	h.mu.Lock()
 	if ta.Token < h.token || ta.Token == h.token && !h.retry {
 		h.mu.Unlock()
@@ -135,19 +171,19 @@ func (h *rolloutHost) follow(ta messages.TermAnnounce) {
 	}
 	tcfg := h.cfg
 	tcfg.Run.ID = ta.Term
-	s, err := subjectsFor(ta.Term)
+	s, err := h.c.SubjectsOf(ta.Term)
 	if err != nil {
 		h.cannotFollow(ta, retrying, err)
 		return
 	}
 	ctx, cancel := context.WithTimeout(h.ctx, 10*time.Second)
 	defer cancel()
-	groups, err := h.bus.Stream(ctx, groupStreamConfig(ta.Term, s, h.replicas))
+	groups, err := h.bus.Stream(ctx, GroupStream(ta.Term, s.Groups, h.replicas))
 	if err != nil {
 		h.cannotFollow(ta, retrying, err)
 		return
 	}
-	count, ecfg, supportK := rolloutSetup(tcfg, 0)
+	count, ecfg, supportK := Setup(tcfg, 0)
 	vocab, err := wiring.Vocabulary(tcfg.Engines)
 	if err != nil {
 		h.cannotFollow(ta, retrying, err)
@@ -158,7 +194,7 @@ func (h *rolloutHost) follow(ta messages.TermAnnounce) {
 	var actors []*rollout.Actor
 	for i := range count {
 		name := h.node + "-rollout-" + strconv.Itoa(i)
-		a, err := startRolloutActor(h.bus, gen, tcfg, h.task, name, ecfg, supportK, s, groups, h.log, h.reportOnTake)
+		a, err := StartActor(h.bus, gen, tcfg, h.task, name, ecfg, supportK, s, groups, h.log, h.reportOnTake)
 		if err != nil {
 			h.stopActors(actors)
 			h.cannotFollow(ta, retrying, err)
@@ -178,7 +214,7 @@ func (h *rolloutHost) follow(ta messages.TermAnnounce) {
 
 // cannotFollow reports that the actors could not join ta's term (once,
 // not on every retry) and lets its next announcement try again.
-func (h *rolloutHost) cannotFollow(ta messages.TermAnnounce, retrying bool, err error) {
+func (h *Host) cannotFollow(ta messages.TermAnnounce, retrying bool, err error) {
 	h.mu.Lock()
 	if h.token == ta.Token {
 		h.retry = true
@@ -190,10 +226,10 @@ func (h *rolloutHost) cannotFollow(ta messages.TermAnnounce, retrying bool, err 
 }
 
 // reportOnTake reports at once when an actor takes a group.
-func (h *rolloutHost) reportOnTake(string, string) { h.report() }
+func (h *Host) reportOnTake(string, string) { h.report() }
 
 // report publishes the groups in flight on the followed term.
-func (h *rolloutHost) report() {
+func (h *Host) report() {
 	h.reportMu.Lock()
 	defer h.reportMu.Unlock()
 	h.mu.Lock()
@@ -207,7 +243,7 @@ func (h *rolloutHost) report() {
 		g, p := a.InFlight()
 		st.GroupIDs, st.PromptIDs = append(st.GroupIDs, g...), append(st.PromptIDs, p...)
 	}
-	subj, err := rolloutStatusSubject(term, h.node)
+	subj, err := h.c.StatusSubject(term, h.node)
 	if err != nil {
 		return
 	}
@@ -222,7 +258,7 @@ func (h *rolloutHost) report() {
 	}
 }
 
-func (h *rolloutHost) stopActors(as []*rollout.Actor) {
+func (h *Host) stopActors(as []*rollout.Actor) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	for _, a := range as {
@@ -232,9 +268,9 @@ func (h *rolloutHost) stopActors(as []*rollout.Actor) {
 	}
 }
 
-// stop stops the actors (their running episodes are reported aborted to
+// Stop stops the actors (their running episodes are reported aborted to
 // the term) and the subscription. Idempotent.
-func (h *rolloutHost) stop() {
+func (h *Host) Stop() {
 	if h.sub != nil {
 		_ = h.sub.Unsubscribe()
 	}
@@ -246,4 +282,57 @@ func (h *rolloutHost) stop() {
 	h.mu.Unlock()
 	h.stopActors(as)
 	h.httpc.CloseIdleConnections()
+}
+
+// StartActor starts one rollout actor of the run in cfg (its subjects s),
+// sending its turns through gen; onTake may be nil.
+func StartActor(bus transport.Bus, gen rollout.Generator, cfg config.Config, task tasks.Task, name string,
+	ecfg rollout.EpisodeConfig, supportK int, s Subjects, groups transport.Stream, log zerolog.Logger,
+	onTake func(group, prompt string)) (*rollout.Actor, error) {
+	return rollout.Start(bus, gen, rollout.Config{RunID: cfg.Run.ID, Name: name, Task: task, Episode: ecfg,
+		Concurrency: cfg.Rollout.Concurrency, SupportK: supportK, Logger: log.With().Str("actor", name).Logger(),
+		Subjects:    rollout.Subjects{Prompts: s.Prompts, Groups: s.Groups, Aborted: s.Aborted},
+		GroupStream: groups, OnTake: onTake})
+}
+
+// GroupStream is the run's trajectory buffer: finished groups wait
+// in JetStream until the sampling actor has judged them. In memory: it
+// only has to outlive a restart of the actors, not of every server; on a
+// clustered bus it has replicas copies (--replicas), so the loss of the
+// server that led it costs a leader election, not the buffer. Rollout
+// actors on other nodes open it with the same config.
+func GroupStream(run, groups string, replicas int) transport.StreamConfig {
+	return transport.StreamConfig{Name: "groups-" + run, Subjects: []string{groups}, MaxAge: time.Hour, Memory: true,
+		Replicas: max(1, replicas)}
+}
+
+// Setup is what every rollout actor of a run shares: how many
+// actors (override, or enough for W groups of n trajectories at once:
+// ceil(W·n/concurrency)), the episode config and the support size.
+func Setup(cfg config.Config, override int) (count int, ecfg rollout.EpisodeConfig, supportK int) {
+	ro := cfg.Rollout
+	count = override
+	if count <= 0 {
+		want := cfg.Trainer.NumParallelGenerationWorkers * ro.NSamplesPerPrompt
+		count = max(1, (want+ro.Concurrency-1)/ro.Concurrency)
+	}
+	ecfg = rollout.DefaultEpisodeConfig()
+	ecfg.MaxTurns, ecfg.MaxTokens = ro.MaxTurns, ro.MaxTokens
+	ecfg.MaxSeqLen = policy.DefaultConfig().MaxSeqLen
+	if cfg.Engines.MaxModelLen > 0 {
+		ecfg.MaxSeqLen = min(ecfg.MaxSeqLen, cfg.Engines.MaxModelLen)
+	}
+	ecfg.Temperature, ecfg.TopP, ecfg.TopK = ro.Temperature, ro.TopP, ro.TopK
+	ecfg.TurnTimeout = ro.TurnTimeout
+	// The trainer normalises over the support set; the rollout logprobs it
+	// compares against must be normalised the same way (the engine's
+	// output_support_logprobs).
+	ecfg.SupportLogprobs = cfg.Trainer.NormalizeOverSupport
+	if ro.TopP < 1 || ro.TopK > 0 {
+		supportK = policy.DefaultConfig().VocabSize
+		if ro.TopK > 0 {
+			supportK = min(supportK, ro.TopK)
+		}
+	}
+	return count, ecfg, supportK
 }

@@ -1,7 +1,12 @@
-package node
+// Package enginehost is the engine role of asyncrl node: built-in engines
+// that serve whichever node holds the trainer lease, brought to each term's
+// versions by weight-sync agents (cluster/weightsync) on the holder's
+// LoadWeights.
+package enginehost
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -13,7 +18,9 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/asyncrl/asyncrl/actors/publisher"
+	"github.com/asyncrl/asyncrl/cluster/internal/retry"
+	"github.com/asyncrl/asyncrl/cluster/localengine"
+	"github.com/asyncrl/asyncrl/cluster/weightsync"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/engine"
 	"github.com/asyncrl/asyncrl/internal/wiring"
@@ -24,11 +31,11 @@ import (
 	"github.com/asyncrl/asyncrl/weights/store"
 )
 
-// engineHost is the engine role of asyncrl node: engines.count built-in
+// Host is the engine role of asyncrl node: engines.count built-in
 // engines that serve whichever node holds the trainer lease. They are
 // advertised in the node's gossip metadata (Endpoints "engine-<i>"); the
 // holder's pipeline registers them with its publisher and router (see
-// remote.go) and sends each a LoadWeights on the node's control subject.
+// cluster/node's remote.go) and sends each a LoadWeights on the node's control subject.
 // A LoadWeights of a new term (its RunID, <run>-t<token>) makes the host
 // download that term's base checkpoint from the term's object store and
 // give every engine a fresh receiver over the store; from then on the
@@ -37,7 +44,7 @@ import (
 // and load there once a second. Until an engine has loaded a version of
 // the current term it announces itself unhealthy, so the router sends it
 // nothing (discovery also wants an ack ≥ the minimum version).
-type engineHost struct {
+type Host struct {
 	node    string
 	baseRun string
 	cfg     config.Config
@@ -46,9 +53,9 @@ type engineHost struct {
 	event   func(format string, args ...any)
 	root    string // <data_dir>/<node>/engines
 	tick    time.Duration
-	engines []*localEngine // the slots: name, URL and HTTP server of each engine
-	initial engine.Model   // the seed's weights, a fresh engine's version 0
-	quiet   zerolog.Logger // the engines' logger
+	engines []*localengine.Engine // the slots: name, URL and HTTP server of each engine
+	initial engine.Model          // the seed's weights, a fresh engine's version 0
+	quiet   zerolog.Logger        // the engines' logger
 	sub     transport.Subscription
 	loads   chan messages.LoadWeights
 
@@ -57,14 +64,14 @@ type engineHost struct {
 	// (the slot's own until the first switch), handlers its HTTP handler:
 	// a term's versions start at 0 again while an engine's never
 	// decrease, so each new term gets fresh engines behind the same URLs.
-	current  []*localEngine
+	current  []*localengine.Engine
 	handlers map[int]http.Handler
 	term     string // the term the engines follow ("" before the first LoadWeights)
 	// beforeApply, when set, runs before an engine applies a version (a
 	// test hook: a slow catch-up, to check nothing routes to it meanwhile).
 	beforeApply func(engine int, version int64)
 	token       uint64
-	agents      map[string]*engineAgent
+	agents      map[string]*weightsync.Agent
 	// loaded: engines that serve a version of the current term.
 	loaded map[string]int64
 	served map[string]bool // engines that answered a generation request
@@ -78,33 +85,44 @@ type engineHost struct {
 // engines their LoadWeights: asyncrl.<run>.control.engines.<node>, under
 // the run's base id, because a host does not know the current term before
 // the first command arrives.
-func engineControlSubject(run, node string) (string, error) {
+func ControlSubject(run, node string) (string, error) {
 	return transport.Subject(run, transport.TopicControl, "engines", node)
 }
 
 // engineEndpointKey is the gossip metadata key of engine i's URL.
-func engineEndpointKey(i int) string { return "engine-" + strconv.Itoa(i) }
+func EndpointKey(i int) string { return "engine-" + strconv.Itoa(i) }
 
 // hostedEngineName is the cluster-wide name of a node's engine (its
 // endpoint key prefixed with the node), used on the bus and by the
 // publisher.
-func hostedEngineName(node, key string) string { return node + "-" + key }
+func EngineName(node, key string) string { return node + "-" + key }
 
-// startEngineHost starts the node's engines on cfg.Engines.ListenHost
+// ErrConfig wraps problems with the host's configuration.
+var ErrConfig = errors.New("invalid engine host configuration")
+
+// ObjectScheme prefixes a JetStream object store bucket in a LoadWeights
+// URI.
+const ObjectScheme = "nats-os://"
+
+// BasePrefix is where a term's base checkpoint (its version 0) lies in
+// the term's weight bucket, next to the deltas.
+const BasePrefix = "base/"
+
+// Start starts the node's engines on cfg.Engines.ListenHost
 // (loopback by default) serving the run seed's initial weights, and
 // subscribes to the node's control subject. Call endpoints() for the
 // gossip metadata, then run() once the node has joined.
-func startEngineHost(cfg config.Config, node string, bus *natsbus.Bus, log zerolog.Logger, event func(string, ...any)) (*engineHost, error) {
+func Start(cfg config.Config, node string, bus *natsbus.Bus, log zerolog.Logger, event func(string, ...any)) (*Host, error) {
 	if cfg.Engines.Count < 1 {
-		return nil, fmt.Errorf("%w: the engine role needs engines.count ≥ 1", ErrAgentConfig)
+		return nil, fmt.Errorf("%w: the engine role needs engines.count ≥ 1", ErrConfig)
 	}
-	subj, err := engineControlSubject(cfg.Run.ID, node)
+	subj, err := ControlSubject(cfg.Run.ID, node)
 	if err != nil {
-		return nil, fmt.Errorf("%w: --name: %w", ErrAgentConfig, err)
+		return nil, fmt.Errorf("%w: --name: %w", ErrConfig, err)
 	}
-	h := &engineHost{node: node, baseRun: cfg.Run.ID, cfg: cfg, bus: bus, log: log.With().Str("component", "engine-host").Logger(),
+	h := &Host{node: node, baseRun: cfg.Run.ID, cfg: cfg, bus: bus, log: log.With().Str("component", "engine-host").Logger(),
 		event: event, root: filepath.Join(cfg.Run.DataDir, node, "engines"), tick: time.Second,
-		loads: make(chan messages.LoadWeights, 256), agents: map[string]*engineAgent{}, loaded: map[string]int64{}, served: map[string]bool{},
+		loads: make(chan messages.LoadWeights, 256), agents: map[string]*weightsync.Agent{}, loaded: map[string]int64{}, served: map[string]bool{},
 		handlers: map[int]http.Handler{}}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
 	if err := os.RemoveAll(h.root); err != nil {
@@ -115,15 +133,15 @@ func startEngineHost(cfg config.Config, node string, bus *natsbus.Bus, log zerol
 		return nil, err
 	}
 	h.initial, h.quiet = initial, log.Level(max(log.GetLevel(), zerolog.WarnLevel))
-	if h.engines, err = startEngines(cfg.Engines, initial, cfg.Run.Seed, h.quiet, h.wrap); err != nil {
+	if h.engines, err = localengine.Start(cfg.Engines, initial, cfg.Run.Seed, h.quiet, h.wrap); err != nil {
 		return nil, err
 	}
 	for i, le := range h.engines {
-		le.name = hostedEngineName(node, engineEndpointKey(i))
+		le.Name = EngineName(node, EndpointKey(i))
 	}
-	h.current = append([]*localEngine(nil), h.engines...)
+	h.current = append([]*localengine.Engine(nil), h.engines...)
 	if h.sub, err = bus.Subscribe(subj, h.onLoad); err != nil {
-		h.stop()
+		h.Stop()
 		return nil, fmt.Errorf("node: engine host: %w", err)
 	}
 	h.wg.Go(h.loop)
@@ -131,19 +149,37 @@ func startEngineHost(cfg config.Config, node string, bus *natsbus.Bus, log zerol
 	return h, nil
 }
 
-// endpoints are the engines' URLs for the gossip metadata.
-func (h *engineHost) endpoints() map[string]string {
+// Endpoints are the engines' URLs for the gossip metadata.
+func (h *Host) Endpoints() map[string]string {
 	out := map[string]string{}
 	for i, le := range h.engines {
-		out[engineEndpointKey(i)] = le.url
+		out[EndpointKey(i)] = le.URL
 	}
 	return out
+}
+
+// Current is the engine each slot serves with in the current term.
+func (h *Host) Current() []*localengine.Engine {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]*localengine.Engine(nil), h.current...)
+}
+
+// Tick is how often the engines' health and load are announced.
+func (h *Host) Tick() time.Duration { return h.tick }
+
+// SetBeforeApply sets a hook that runs before an engine of a later term
+// applies a version (a test's slow catch-up).
+func (h *Host) SetBeforeApply(f func(engine int, version int64)) {
+	h.mu.Lock()
+	h.beforeApply = f
+	h.mu.Unlock()
 }
 
 // wrap serves slot i's URL with the slot's current engine, and records
 // an engine's first generation request (an event, so an operator or a
 // test sees that traffic came only after the catch-up).
-func (h *engineHost) wrap(i int, _ *engine.Engine, next http.Handler) http.Handler {
+func (h *Host) wrap(i int, _ *engine.Engine, next http.Handler) http.Handler {
 	h.mu.Lock()
 	h.handlers[i] = next
 	h.mu.Unlock()
@@ -152,7 +188,7 @@ func (h *engineHost) wrap(i int, _ *engine.Engine, next http.Handler) http.Handl
 		cur := h.handlers[i]
 		h.mu.Unlock()
 		if r.Method == http.MethodPost && strings.HasPrefix(r.URL.Path, "/v1/") && strings.HasSuffix(r.URL.Path, "completions") {
-			name := hostedEngineName(h.node, engineEndpointKey(i))
+			name := EngineName(h.node, EndpointKey(i))
 			h.mu.Lock()
 			first := !h.served[name]
 			h.served[name] = true
@@ -171,17 +207,16 @@ func (h *engineHost) wrap(i int, _ *engine.Engine, next http.Handler) http.Handl
 
 // freshEngine is a new engine for slot i serving the seed's weights at
 // version 0, configured as startEngines configures the slot's first one.
-func (h *engineHost) freshEngine(i int) (*localEngine, error) {
+func (h *Host) freshEngine(i int) (*localengine.Engine, error) {
 	le := h.engines[i]
-	e, err := engine.New(wiring.EngineConfig(h.cfg.Engines, h.cfg.Engines.ServedModelName, uint64(h.cfg.Run.Seed)+uint64(i)*0x9e3779b9), h.initial,
-		engine.WithLogger(h.quiet.With().Str("engine", engineEndpointKey(i)).Logger()), engine.WithLoader(wiring.LoadPolicy))
+	e, err := localengine.New(h.cfg.Engines, h.initial, h.cfg.Run.Seed, i, h.quiet)
 	if err != nil {
-		return nil, fmt.Errorf("node: %s: %w", le.name, err)
+		return nil, fmt.Errorf("node: %s: %w", le.Name, err)
 	}
-	return &localEngine{name: le.name, e: e, url: le.url}, nil
+	return localengine.Detached(le.Name, le.URL, e), nil
 }
 
-func (h *engineHost) onLoad(m *transport.Msg) {
+func (h *Host) onLoad(m *transport.Msg) {
 	lw, err := messages.DecodeAs[messages.LoadWeights](m.Data)
 	if err != nil {
 		h.log.Warn().Err(err).Msg("engine host: undecodable LoadWeights")
@@ -197,7 +232,7 @@ func (h *engineHost) onLoad(m *transport.Msg) {
 }
 
 // termToken is the token of a term run id <run>-t<token> (0 if malformed).
-func termToken(baseRun, term string) uint64 {
+func TermToken(baseRun, term string) uint64 {
 	rest, ok := strings.CutPrefix(term, baseRun+"-t")
 	if !ok {
 		return 0
@@ -211,7 +246,7 @@ func termToken(baseRun, term string) uint64 {
 
 // loop handles LoadWeights one at a time: a newer term switches every
 // engine over; an older term's command (a deposed holder) is ignored.
-func (h *engineHost) loop() {
+func (h *Host) loop() {
 	// failedTerm is the last term the engines could not follow: its
 	// commands come again every resend, and each retries the switch, but
 	// the failure is an event once per term, not every 2 s per engine.
@@ -221,7 +256,7 @@ func (h *engineHost) loop() {
 		case <-h.ctx.Done():
 			return
 		case lw := <-h.loads:
-			tok := termToken(h.baseRun, lw.RunID)
+			tok := TermToken(h.baseRun, lw.RunID)
 			h.mu.Lock()
 			cur, term := h.token, h.term
 			h.mu.Unlock()
@@ -241,7 +276,7 @@ func (h *engineHost) loop() {
 			a := h.agents[lw.Engine]
 			h.mu.Unlock()
 			if a != nil {
-				a.dispatch(lw.Version)
+				a.Dispatch(lw.Version)
 				h.reack(a, lw.Version)
 			}
 		}
@@ -258,32 +293,25 @@ func (h *engineHost) loop() {
 //
 // Only the loop dispatches to a host's agents, so an agent that is idle
 // here stays so until the ack is out.
-func (h *engineHost) reack(a *engineAgent, version int64) {
-	a.mu.Lock()
-	have := a.have
-	serves := !a.gone && a.want <= have && have >= version && have >= 0 && a.failed != have
-	a.mu.Unlock()
-	if !serves {
-		return
-	}
+func (h *Host) reack(a *weightsync.Agent, version int64) {
 	ctx, cancel := context.WithTimeout(h.ctx, 2*time.Second)
 	defer cancel()
-	if err := a.ack(ctx, have); err != nil && h.ctx.Err() == nil {
-		h.log.Debug().Err(err).Str("engine", a.eng.name).Int64("version", have).Msg("engine host: ack not repeated")
+	if sent, err := a.Reack(ctx, version); sent && err != nil && h.ctx.Err() == nil {
+		h.log.Debug().Err(err).Str("engine", a.Name()).Int64("version", version).Msg("engine host: ack not repeated")
 	}
 }
 
 // switchTerm downloads the term's base checkpoint and gives every engine
 // a fresh receiver and agent for the term.
-func (h *engineHost) switchTerm(lw messages.LoadWeights, tok uint64) error {
-	bucket, ok := strings.CutPrefix(lw.URI, natsObjectScheme)
+func (h *Host) switchTerm(lw messages.LoadWeights, tok uint64) error {
+	bucket, ok := strings.CutPrefix(lw.URI, ObjectScheme)
 	if !ok || bucket == "" {
-		return fmt.Errorf("LoadWeights URI %q is not %s<bucket>", lw.URI, natsObjectScheme)
+		return fmt.Errorf("LoadWeights URI %q is not %s<bucket>", lw.URI, ObjectScheme)
 	}
 	ctx, cancel := context.WithTimeout(h.ctx, time.Minute)
 	defer cancel()
 	var st *store.NATS
-	if err := retry(ctx, time.Minute, func() (err error) {
+	if err := retry.Do(ctx, time.Minute, func() (err error) {
 		st, err = store.OpenNATS(ctx, h.bus.Conn(), bucket)
 		return err
 	}); err != nil {
@@ -297,24 +325,22 @@ func (h *engineHost) switchTerm(lw messages.LoadWeights, tok uint64) error {
 	if err != nil {
 		return err
 	}
-	if err := retry(ctx, time.Minute, func() error { return downloadPrefix(ctx, st, termBasePrefix, base) }); err != nil {
+	if err := retry.Do(ctx, time.Minute, func() error { return DownloadPrefix(ctx, st, BasePrefix, base) }); err != nil {
 		return fmt.Errorf("base checkpoint: %w", err)
 	}
-	tcfg := h.cfg
-	tcfg.Run.ID = lw.RunID
 	h.mu.Lock()
 	followed := h.term != "" // the engines served a term already
-	cur := append([]*localEngine(nil), h.current...)
+	cur := append([]*localengine.Engine(nil), h.current...)
 	hook := h.beforeApply
 	h.mu.Unlock()
-	agents := map[string]*engineAgent{}
-	var fresh []*localEngine
+	agents := map[string]*weightsync.Agent{}
+	var fresh []*localengine.Engine
 	fail := func(err error) error {
 		for _, a := range agents {
-			a.stop()
+			a.Stop()
 		}
 		for _, le := range fresh {
-			le.e.Close()
+			le.E.Close()
 		}
 		return err
 	}
@@ -330,29 +356,27 @@ func (h *engineHost) switchTerm(lw messages.LoadWeights, tok uint64) error {
 			fresh = append(fresh, ne)
 			cur[i], le = ne, ne
 		}
-		rc := receiver.DefaultConfig(filepath.Join(dir, le.name), base)
-		rc.Logger = h.log.With().Str("engine", le.name).Logger()
+		rc := receiver.DefaultConfig(filepath.Join(dir, le.Name), base)
+		rc.Logger = h.log.With().Str("engine", le.Name).Logger()
 		rcv, err := receiver.New(rc, rst)
 		if err != nil {
-			return fail(fmt.Errorf("receiver %s: %w", le.name, err))
+			return fail(fmt.Errorf("receiver %s: %w", le.Name, err))
 		}
-		de, err := driveLocal(le, h.cfg.Engines.ServedModelName)
+		de, err := weightsync.DriveLocal(le, h.cfg.Engines.ServedModelName)
 		if err != nil {
 			return fail(err)
 		}
-		a := newEngineAgent(i, de, rcv, hostReporter{h}, h.bus, tcfg, hook, h.log)
-		a.sender = h.node
 		// The callback names its term: an agent of the previous term that
 		// finishes a version while the host switches must not mark the
 		// slot's fresh engine loaded (announced healthy) in this one.
 		term := lw.RunID
-		a.onLoaded = func(name string, version int64) { h.loadedVersion(term, name, version) }
 		// The engine holds no version of this term yet, not its version
-		// 0: target 0 (the term's base) must be loaded too.
-		a.mu.Lock()
-		a.have, a.want = publisher.NoVersion, publisher.NoVersion
-		a.mu.Unlock()
-		agents[le.name] = a
+		// 0: target 0 (the term's base) must be loaded too (Fresh).
+		a := weightsync.StartAgent(weightsync.AgentConfig{Index: i, Engine: de, Source: weightsync.ReceiverSource(rcv),
+			Reporter: hostReporter{h}, Bus: h.bus, RunID: lw.RunID, Sender: h.node, PauseMode: string(h.cfg.Trainer.PauseMode),
+			Logger: h.log, BeforeApply: hook, Fresh: true,
+			OnLoaded: func(name string, version int64) { h.loadedVersion(term, name, version) }})
+		agents[le.Name] = a
 	}
 	h.mu.Lock()
 	old, oldTerm, oldCur := h.agents, h.term, h.current
@@ -362,19 +386,19 @@ func (h *engineHost) switchTerm(lw messages.LoadWeights, tok uint64) error {
 	h.current = cur
 	for i, le := range cur {
 		if le != oldCur[i] {
-			h.handlers[i] = le.e.Handler()
+			h.handlers[i] = le.E.Handler()
 		}
 	}
 	h.mu.Unlock()
 	for _, a := range old {
-		a.stop()
+		a.Stop()
 	}
 	if followed {
 		// The old term's engines: their requests (a deposed holder's)
 		// end with "abort". A slot's first engine stops with its server.
 		for i, le := range oldCur {
 			if le != h.engines[i] {
-				le.e.Close()
+				le.E.Close()
 			}
 		}
 	}
@@ -388,7 +412,7 @@ func (h *engineHost) switchTerm(lw messages.LoadWeights, tok uint64) error {
 // loadedVersion is the callback of term's agent after it loaded and
 // acked version; a callback of a term the host no longer follows is
 // ignored.
-func (h *engineHost) loadedVersion(term, name string, version int64) {
+func (h *Host) loadedVersion(term, name string, version int64) {
 	h.mu.Lock()
 	if term != h.term {
 		h.mu.Unlock()
@@ -405,7 +429,7 @@ func (h *engineHost) loadedVersion(term, name string, version int64) {
 // announce publishes every engine's health and load on the current
 // term's subjects once per tick (discovery marks an engine unhealthy
 // when its announcements stop for StaleAfter).
-func (h *engineHost) announce() {
+func (h *Host) announce() {
 	t := time.NewTicker(h.tick)
 	defer t.Stop()
 	for {
@@ -420,26 +444,26 @@ func (h *engineHost) announce() {
 		for k := range h.loaded {
 			loaded[k] = true
 		}
-		cur := append([]*localEngine(nil), h.current...)
+		cur := append([]*localengine.Engine(nil), h.current...)
 		h.mu.Unlock()
 		if term == "" {
 			continue
 		}
 		for _, le := range cur {
-			h.publishStatus(term, le, loaded[le.name])
+			h.publishStatus(term, le, loaded[le.Name])
 		}
 	}
 }
 
-func (h *engineHost) publishStatus(term string, le *localEngine, loaded bool) {
-	st := le.e.Stats()
+func (h *Host) publishStatus(term string, le *localengine.Engine, loaded bool) {
+	st := le.E.Stats()
 	hdr := messages.Header{RunID: term, Sender: h.node, Version: st.Version}
-	health := messages.EngineHealth{Header: hdr, Engine: le.name, URL: le.url, Healthy: loaded && !st.Sleeping,
+	health := messages.EngineHealth{Header: hdr, Engine: le.Name, URL: le.URL, Healthy: loaded && !st.Sleeping,
 		Paused: st.Paused, Updating: st.Updating}
 	if !loaded {
 		health.Reason = "catching up to the current version"
 	}
-	load := messages.EngineLoad{Header: hdr, Engine: le.name, URL: le.url, Running: int32(st.Running),
+	load := messages.EngineLoad{Header: hdr, Engine: le.Name, URL: le.URL, Running: int32(st.Running),
 		Waiting: int32(st.Waiting + st.Held), KVUsage: st.KVUsage}
 	ctx, cancel := context.WithTimeout(h.ctx, 2*time.Second)
 	defer cancel()
@@ -447,7 +471,7 @@ func (h *engineHost) publishStatus(term string, le *localEngine, loaded bool) {
 		kind transport.EngineTopic
 		msg  messages.Message
 	}{{transport.EngineHealth, health}, {transport.EngineLoad, load}} {
-		subj, err := transport.EngineSubject(term, le.name, p.kind)
+		subj, err := transport.EngineSubject(term, le.Name, p.kind)
 		if err != nil {
 			continue
 		}
@@ -461,8 +485,8 @@ func (h *engineHost) publishStatus(term string, le *localEngine, loaded bool) {
 	}
 }
 
-// stop stops the agents, the engines and the subscription. Idempotent.
-func (h *engineHost) stop() {
+// Stop stops the agents, the engines and the subscription. Idempotent.
+func (h *Host) Stop() {
 	if h.sub != nil {
 		_ = h.sub.Unsubscribe()
 	}
@@ -470,23 +494,23 @@ func (h *engineHost) stop() {
 	h.wg.Wait()
 	h.mu.Lock()
 	agents, cur := h.agents, h.current
-	h.agents, h.current = map[string]*engineAgent{}, nil
+	h.agents, h.current = map[string]*weightsync.Agent{}, nil
 	h.mu.Unlock()
 	for _, a := range agents {
-		a.stop()
+		a.Stop()
 	}
 	for i, le := range cur {
 		if le != h.engines[i] {
-			le.e.Close()
+			le.E.Close()
 		}
 	}
-	stopEngines(h.engines)
+	localengine.StopAll(h.engines)
 }
 
-// hostReporter is the engine host's agentReporter: there is no publisher
+// hostReporter is the engine host's weightsync.Reporter: there is no publisher
 // shell on this node, so progress is only logged (the holder's publisher
 // learns from the acks on the bus).
-type hostReporter struct{ h *engineHost }
+type hostReporter struct{ h *Host }
 
 func (hostReporter) Fetching(string, int64) error { return nil }
 func (r hostReporter) Failed(name string, version int64, err error) {
@@ -496,7 +520,7 @@ func (r hostReporter) Leave(name string) { r.h.event("engine %s stopped", name) 
 
 // downloadPrefix copies every object under prefix into dir (keys relative
 // to prefix), replacing dir.
-func downloadPrefix(ctx context.Context, st store.Store, prefix, dir string) error {
+func DownloadPrefix(ctx context.Context, st store.Store, prefix, dir string) error {
 	keys, err := st.List(ctx, prefix)
 	if err != nil {
 		return err

@@ -10,13 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
-
 	"github.com/asyncrl/asyncrl/actors/publisher/shell"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/internal/wiring"
-	pol "github.com/asyncrl/asyncrl/policy"
-	"github.com/asyncrl/asyncrl/transport/dataplane"
 )
 
 // TestDataPlaneSync runs the loop with publisher.transport dataplane: every
@@ -43,10 +39,10 @@ func TestDataPlaneSync(t *testing.T) {
 	if _, err := os.Stat(layoutFor(cfg).syncDir); !os.IsNotExist(err) {
 		t.Errorf("dataplane transport wrote a sync dir: %v", err)
 	}
-	if b := testutil.ToFloat64(n.wsync.dp.bytes); b <= 0 {
+	if b := counterValue(t, n, "asyncrl_publisher_dataplane_bytes_total"); b <= 0 {
 		t.Errorf("data plane bytes %v", b)
 	}
-	if r := testutil.ToFloat64(n.wsync.dp.refused); r != 0 {
+	if r := counterValue(t, n, "asyncrl_publisher_dataplane_refused_total"); r != 0 {
 		t.Errorf("%v fetches refused in a clean run", r)
 	}
 }
@@ -57,17 +53,16 @@ func TestDataPlaneSync(t *testing.T) {
 // publish of version 2 fails as for any version no engine can load
 // (shell.ErrNoEngine), instead of serving damaged weights.
 func TestDataPlaneRefusesCorruptRange(t *testing.T) {
-	dpCorruptHook = func(v int64, b []byte) {
-		if v == 2 {
-			b[len(b)/2] ^= 0xff
-		}
-	}
-	defer func() { dpCorruptHook = nil }()
 	cfg := smallConfig(t, 2)
 	cfg.Publisher.Transport = config.TransportDataPlane
 	n, err := New(cfg, Options{InMemoryBus: true})
 	if err != nil {
 		t.Fatal(err)
+	}
+	n.hooks.corrupt = func(v int64, b []byte) {
+		if v == 2 {
+			b[len(b)/2] ^= 0xff
+		}
 	}
 	var mu sync.Mutex
 	var applied []int64
@@ -97,69 +92,8 @@ func TestDataPlaneRefusesCorruptRange(t *testing.T) {
 	if slices.Contains(applied, 2) {
 		t.Errorf("version 2 passed the fetch: %v", applied)
 	}
-	if r := testutil.ToFloat64(n.wsync.dp.refused); r < float64(cfg.Engines.Count) {
+	if r := counterValue(t, n, "asyncrl_publisher_dataplane_refused_total"); r < float64(cfg.Engines.Count) {
 		t.Errorf("%v fetches refused, want at least one per engine (%d)", r, cfg.Engines.Count)
-	}
-}
-
-// TestDataPlaneFetchVerifies: the fetch side alone — a clean version loads
-// to the published weights, a corrupted one fails with ErrChecksum, a
-// withdrawn one with ErrUnknownTransfer.
-func TestDataPlaneFetchVerifies(t *testing.T) {
-	m, err := pol.New(pol.DefaultConfig(), 7)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := newDPPush("t", m.Config(), []string{"engine-0"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.close()
-	d.corrupt = func(v int64, b []byte) {
-		if v == 2 {
-			b[len(b)-1] ^= 1
-		}
-	}
-	ctx := context.Background()
-	for v := int64(1); v <= 2; v++ {
-		dir := t.TempDir()
-		if err := m.SaveServing(dir); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := d.publishDir(ctx, dir, v); err != nil {
-			t.Fatal(err)
-		}
-	}
-	got, err := d.fetch(ctx, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := m.Clone()
-	want.RoundBF16()
-	probe := []int32{1, 2, 3}
-	a, b := make([]float32, got.VocabSize()), make([]float32, want.VocabSize())
-	got.NextLogits(probe, a)
-	want.NextLogits(probe, b)
-	if !slices.Equal(a, b) {
-		t.Error("version 1 fetched from the data plane differs from the published weights")
-	}
-	if _, err := d.fetch(ctx, 2); !errors.Is(err, dataplane.ErrChecksum) {
-		t.Errorf("corrupt version 2: %v, want ErrChecksum", err)
-	}
-	for v := int64(3); v <= 4; v++ { // versions 1 and 2 drop out of the offer window
-		dir := t.TempDir()
-		if err := m.SaveServing(dir); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := d.publishDir(ctx, dir, v); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := d.fetch(ctx, 1); !errors.Is(err, dataplane.ErrUnknownTransfer) {
-		t.Errorf("withdrawn version 1: %v, want ErrUnknownTransfer", err)
-	}
-	if r := testutil.ToFloat64(d.refused); r != 2 {
-		t.Errorf("refused %v, want 2", r)
 	}
 }
 
@@ -202,7 +136,7 @@ func TestPublishCostDataPlane(t *testing.T) {
 			k := time.Duration(max(len(pubs), 1))
 			prep := ""
 			if n.wsync != nil {
-				prep = fmt.Sprintf(", write+encode/offer %v/step", n.wsync.encodeDur/k)
+				prep = fmt.Sprintf(", write+encode/offer %v/step", n.wsync.EncodeTime()/k)
 			}
 			t.Logf("round %d %-15s publish median %v mean %v%s, wall %.1fs, reward first5 %.3f last5 %.3f, engines %v",
 				r, v.name, pubs[len(pubs)/2], sum/k, prep, s.WallSeconds, s.RewardFirst5, s.RewardLast5, s.EngineVersions)
@@ -211,4 +145,23 @@ func TestPublishCostDataPlane(t *testing.T) {
 			}
 		}
 	}
+}
+
+// counterValue is the value of the counter name in n's registry (0 when
+// it is not there).
+func counterValue(t *testing.T, n *Node, name string) float64 {
+	t.Helper()
+	mfs, err := n.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v float64
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				v += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return v
 }

@@ -1,0 +1,127 @@
+package weightsync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/asyncrl/asyncrl/cluster/localengine"
+	"github.com/asyncrl/asyncrl/config"
+	"github.com/asyncrl/asyncrl/engine"
+	"github.com/asyncrl/asyncrl/engine/driver"
+)
+
+// Driven is an engine kept on the run's weights through its driver, over
+// the engine's HTTP API: a built-in engine this process started (Local)
+// or one started elsewhere (engines.external: vLLM, SGLang or an asyncrl
+// engine). Pause, load and resume are HTTP calls for both.
+type Driven struct {
+	Name, URL string
+	Driver    driver.Driver
+	// Load is how versions reach it: full (the receiver rebuilds the
+	// checkpoint and the engine loads the directory) or delta (the
+	// engine applies each delta in place; a gap falls back to full).
+	Load config.WeightLoad
+	// Local is the engine this process started, nil for an external one.
+	Local *localengine.Engine
+}
+
+// engineHTTP is the client engines are driven with: no proxies (the
+// engines are on this machine or the cluster's network), pooled.
+var engineHTTP = &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 16}}
+
+// DriveLocal wraps a built-in engine this process started: the vLLM
+// driver on its URL, loading full checkpoints a receiver rebuilt.
+func DriveLocal(le *localengine.Engine, model string) (*Driven, error) {
+	d, err := driver.New(driver.KindBuiltin, le.URL, driver.Options{Client: engineHTTP, Model: model})
+	if err != nil {
+		return nil, fmt.Errorf("node: %s: %w", le.Name, err)
+	}
+	return &Driven{Name: le.Name, URL: le.URL, Driver: d, Load: config.LoadFull, Local: le}, nil
+}
+
+// DriveExternal builds the driver of engines.external[i]; its name is
+// external-<i>.
+func DriveExternal(i int, e config.ExternalEngine, model string) (*Driven, error) {
+	d, err := driver.New(driver.Kind(e.Kind), e.URL, driver.Options{Client: engineHTTP, Model: model})
+	if err != nil {
+		return nil, err
+	}
+	return &Driven{Name: fmt.Sprintf("external-%d", i), URL: d.URL(), Driver: d, Load: e.WeightLoad}, nil
+}
+
+// gone maps a failed call to engine.ErrClosed when the engine is one this
+// process stopped (a chaos test's kill): it leaves rotation for good. An
+// external engine's failures are never final: the next dispatch retries.
+func (d *Driven) gone(err error) error {
+	if err != nil && d.Local != nil && d.Local.Closed() {
+		return fmt.Errorf("%w: %w", engine.ErrClosed, err)
+	}
+	return err
+}
+
+// swap pauses the engine in mode, runs load and resumes it, whatever load
+// did: an engine is never left paused by a failed load (it keeps serving
+// the weights it had, which the router's version gate accounts for).
+// Pausing in abort or wait mode also drops the prefix cache: its KV blocks
+// were computed by the old weights (SkyRL resets it after every sync). In
+// keep mode the frozen requests keep theirs, as vLLM does (it ignores
+// clear_cache with keep).
+func (d *Driven) swap(ctx context.Context, mode string, load func() error) error {
+	if err := d.Driver.Pause(ctx, driver.PauseMode(mode), mode != string(config.PauseKeep)); err != nil {
+		// A "wait" pause cut short (ctx ended) leaves the engine paused:
+		// let it serve its current weights rather than nothing.
+		rerr := d.resume()
+		return d.gone(errors.Join(err, rerr))
+	}
+	err := load()
+	return d.gone(errors.Join(err, d.resume()))
+}
+
+// resume resumes with its own deadline: the swap's context may be the
+// one that ended.
+func (d *Driven) resume() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return d.Driver.Resume(ctx)
+}
+
+// Preflight checks, before the run starts, that an external engine
+// answers every route the run will use, so a missing flag fails the start
+// with the engine's name and the fix instead of the first publish.
+func (d *Driven) Preflight(ctx context.Context, model string) error {
+	if err := d.Driver.Health(ctx); err != nil {
+		return fmt.Errorf("%s (%s): %w", d.Name, d.URL, err)
+	}
+	if _, err := d.Driver.IsPaused(ctx); err != nil && !errors.Is(err, driver.ErrUnsupported) {
+		return fmt.Errorf("%s (%s): %w", d.Name, d.URL, err)
+	}
+	names, err := d.Driver.Models(ctx)
+	if err != nil {
+		return fmt.Errorf("%s (%s): %w", d.Name, d.URL, err)
+	}
+	found := false
+	for _, n := range names {
+		found = found || n == model
+	}
+	if !found {
+		return fmt.Errorf("%s (%s) serves %q, not %q: start it with --served-model-name %s or set engines.served_model_name", d.Name, d.URL, names, model, model)
+	}
+	if _, err := d.Driver.ServedVersion(ctx); err != nil && d.Driver.Kind() != driver.KindSGLang {
+		return fmt.Errorf("%s (%s): %w", d.Name, d.URL, err)
+	}
+	return nil
+}
+
+// LoadBase makes an external engine serve the run's version 0 (the base
+// checkpoint directory, which it must be able to read).
+func (d *Driven) LoadBase(ctx context.Context, baseDir, mode string) error {
+	lctx, cancel := context.WithTimeout(ctx, SyncTimeout)
+	defer cancel()
+	if err := d.swap(lctx, mode, func() error { return d.Driver.LoadCheckpoint(lctx, baseDir, 0) }); err != nil {
+		return fmt.Errorf("node: %s (%s): loading the run's version 0 from %s: %w", d.Name, d.URL, baseDir, err)
+	}
+	return nil
+}

@@ -1,0 +1,296 @@
+// Package weightsync brings a run's engines to the trainer's versions
+// (publisher.mode delta): the trainer's Publish writes each version's
+// serving checkpoint and hands it to a Mode — through the run's store as
+// a SkyRL delta (Store) or over the TCP data plane (DataPlane) — and to
+// the publisher shell, whose commands reach one Agent per engine; the
+// agent brings its engine to the target (pause, load, resume over the
+// engine's HTTP API) and acks it on the bus. Engines of other nodes get
+// their commands through a Remote.
+package weightsync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/asyncrl/asyncrl/actors/publisher"
+	"github.com/asyncrl/asyncrl/actors/publisher/shell"
+	"github.com/asyncrl/asyncrl/actors/trainer"
+	pol "github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/transport"
+)
+
+// Mode is how versions travel from the publisher to the engines: Store
+// or DataPlane.
+type Mode interface {
+	// current is the newest version published.
+	current() int64
+	// publishVersion publishes the serving checkpoint in dir as version
+	// through w's shell; owned says whether dir may be deleted.
+	publishVersion(ctx context.Context, w *Sync, dir string, version int64, owned bool, t0 time.Time) error
+	// source is engine e's Source.
+	source(w *Sync, e *Driven) (Source, error)
+	// collectors are the mode's own metrics.
+	collectors() []prometheus.Collector
+	close()
+}
+
+// Remote receives the commands for engines that are not this process's
+// agents (engines on other nodes).
+type Remote interface {
+	// Dispatch sends engine its target; false when engine is not one of
+	// the remote's.
+	Dispatch(engine string, target int64) bool
+	// WaitEngines blocks while the publisher has no engine registered.
+	WaitEngines(ctx context.Context) error
+	// WaitServed blocks until some engine serves version (after every
+	// engine left while it was being published).
+	WaitServed(ctx context.Context, version int64) error
+}
+
+// Config configures a Sync.
+type Config struct {
+	RunID     string
+	PauseMode string
+	Logger    zerolog.Logger
+	// Registerer receives the publisher's and the mode's metrics.
+	Registerer prometheus.Registerer
+	Bus        transport.Bus
+	// Router is told what the publisher shell decides.
+	Router shell.Router
+	// Tracker is the publisher core's config (BaseBytes is set from
+	// BaseDir).
+	Tracker publisher.Config
+	// Acks is the pattern of every EngineVersionAck; MinVersion the
+	// subject the shell announces the minimum version on.
+	Acks, MinVersion string
+	// BaseDir is version 0 (every receiver's BaseModelPath); Stage the
+	// directory the serving checkpoints are written to.
+	BaseDir, Stage string
+	// BeforeApply is a test hook: it runs in engine i's agent before it
+	// applies a version.
+	BeforeApply func(engine int, version int64)
+	// Remote, when set, returns the remote engines (nil while there are
+	// none); it is read at each use.
+	Remote func() Remote
+}
+
+// Sync is the publisher side of weight sync: trainer.Publisher (the
+// in-process trainer's versions), shell.Dispatcher (the shell's commands
+// to the agents) and the agents.
+type Sync struct {
+	c     Config
+	log   zerolog.Logger
+	shell *shell.Shell
+	mode  Mode
+
+	agents map[string]*Agent
+	list   []*Agent
+	// ctx ends at Close: it bounds what is published outside the trainer
+	// (a remote trainer's versions).
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	published, deltaBytes prometheus.Counter
+	encodeSeconds         prometheus.Histogram
+	// swapSeconds is the control path of one engine update over HTTP:
+	// pause → load → resume (the ack follows at once).
+	swapSeconds *prometheus.HistogramVec
+	prunedN     prometheus.Counter
+
+	mu        sync.Mutex
+	encodeDur time.Duration // total time spent writing and encoding versions
+}
+
+var _ trainer.Publisher = (*Sync)(nil)
+var _ shell.Dispatcher = (*Sync)(nil)
+
+// New builds the metrics and the publisher shell over mode; Join adds
+// the engines. On error mode is closed.
+func New(c Config, mode Mode) (*Sync, error) {
+	baseBytes, err := dirBytes(c.BaseDir)
+	if err != nil {
+		mode.close()
+		return nil, err
+	}
+	wctx, wcancel := context.WithCancel(context.Background())
+	w := &Sync{c: c, log: c.Logger.With().Str("actor", "publisher").Logger(), ctx: wctx, cancel: wcancel, mode: mode,
+		agents: map[string]*Agent{},
+		published: prometheus.NewCounter(prometheus.CounterOpts{Name: "asyncrl_publisher_versions_published_total",
+			Help: "Weight versions the publisher encoded and announced."}),
+		deltaBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "asyncrl_publisher_delta_bytes_total",
+			Help: "Compressed bytes of the delta versions published."}),
+		encodeSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "asyncrl_publisher_encode_seconds",
+			Help: "Time to write a version's serving checkpoint and encode its delta.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
+		swapSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "asyncrl_engine_weight_swap_seconds",
+			Help:    "One engine's weight update over its HTTP API: pause, load (delta or full checkpoint), resume.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18)}, []string{"engine"}),
+		prunedN: prometheus.NewCounter(prometheus.CounterOpts{Name: "asyncrl_publisher_pruned_objects_total",
+			Help: "Store objects of versions every engine had passed, deleted below the newest such full checkpoint."}),
+	}
+	cs := append([]prometheus.Collector{w.published, w.deltaBytes, w.encodeSeconds, w.swapSeconds, w.prunedN}, mode.collectors()...)
+	for _, col := range cs {
+		if err := c.Registerer.Register(col); err != nil {
+			w.Close()
+			return nil, fmt.Errorf("node: publisher metrics: %w", err)
+		}
+	}
+	tc := c.Tracker
+	tc.BaseBytes = baseBytes
+	if w.shell, err = shell.New(shell.Config{Tracker: tc, RunID: c.RunID, Acks: c.Acks,
+		MinVersion: c.MinVersion, Sender: "publisher-0", Logger: w.log}, c.Bus, c.Router, w); err != nil {
+		w.Close()
+		return nil, err
+	}
+	return w, nil
+}
+
+// Shell is the publisher shell (engines join and leave through it).
+func (w *Sync) Shell() *shell.Shell { return w.shell }
+
+// Context ends at Close.
+func (w *Sync) Context() context.Context { return w.ctx }
+
+// EncodeTime is the total time spent writing and encoding versions.
+func (w *Sync) EncodeTime() time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.encodeDur
+}
+
+// Current is the newest version published.
+func (w *Sync) Current() int64 { return w.mode.current() }
+
+// Join starts engine i's agent and registers the engine at version 0;
+// on error w is closed.
+func (w *Sync) Join(i int, d *Driven) error {
+	src, err := w.mode.source(w, d)
+	if err != nil {
+		w.Close()
+		return err
+	}
+	a := StartAgent(AgentConfig{Index: i, Engine: d, Source: src, Reporter: w.shell, Bus: w.c.Bus, RunID: w.c.RunID,
+		PauseMode: w.c.PauseMode, Logger: w.log, BeforeApply: w.c.BeforeApply, Swapped: w.swapSeconds.WithLabelValues(d.Name)})
+	w.agents[d.Name], w.list = a, append(w.list, a)
+	if _, err := w.shell.Join(d.Name, d.URL, 0); err != nil {
+		w.Close()
+		return err
+	}
+	return nil
+}
+
+// remote is the current Remote, nil without one.
+func (w *Sync) remote() Remote {
+	if w.c.Remote == nil {
+		return nil
+	}
+	return w.c.Remote()
+}
+
+// Dispatch implements shell.Dispatcher: the agent brings its engine to the
+// plan's target (a receiver replays every delta up to it).
+func (w *Sync) Dispatch(cmd publisher.Command) {
+	if a := w.agents[cmd.Engine]; a != nil {
+		a.Dispatch(cmd.Plan.Target)
+	} else if r := w.remote(); r != nil {
+		r.Dispatch(cmd.Engine, cmd.Plan.Target)
+	}
+}
+
+// Publish implements trainer.Publisher: the in-process trainer's version.
+func (w *Sync) Publish(ctx context.Context, m *pol.Model, version int64) error {
+	if version != w.Current()+1 {
+		return fmt.Errorf("node: publisher: version %d after %d", version, w.Current())
+	}
+	t0 := time.Now()
+	dir := filepath.Join(w.c.Stage, fmt.Sprintf("v%08d", version))
+	if err := m.SaveServing(dir); err != nil {
+		return err
+	}
+	return w.mode.publishVersion(ctx, w, dir, version, true, t0)
+}
+
+// PublishDir publishes the serving checkpoint in dir as version (a remote
+// trainer's: it is not deleted); t0 is when the version arrived.
+func (w *Sync) PublishDir(ctx context.Context, dir string, version int64, t0 time.Time) error {
+	return w.mode.publishVersion(ctx, w, dir, version, false, t0)
+}
+
+// observePublish records a published version that took d to write and
+// encode.
+func (w *Sync) observePublish(d time.Duration) {
+	w.mu.Lock()
+	w.encodeDur += d
+	w.mu.Unlock()
+	w.encodeSeconds.Observe(d.Seconds())
+	w.published.Inc()
+}
+
+// announce hands version info to the shell, first waiting for an engine
+// when every remote engine is gone.
+func (w *Sync) announce(ctx context.Context, info publisher.VersionInfo) error {
+	r := w.remote()
+	if r != nil {
+		if err := r.WaitEngines(ctx); err != nil {
+			return fmt.Errorf("node: publisher: version %d: %w", info.Version, err)
+		}
+	}
+	err := w.shell.Publish(ctx, info)
+	if r != nil && errors.Is(err, shell.ErrNoEngine) {
+		// Every engine left while the version was on its way (their
+		// node died or stopped): it is published; wait for an engine
+		// (one that joins is brought to it) instead of failing the step.
+		err = r.WaitServed(ctx, info.Version)
+	}
+	return err
+}
+
+// Drain waits (up to d) until every agent has loaded what it was told to
+// or gave up, so the run's report sees the engines' final versions.
+func (w *Sync) Drain(d time.Duration) {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		idle := true
+		for _, a := range w.list {
+			idle = idle && a.Idle()
+		}
+		if idle {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Close stops the agents, the shell's subscription and the mode.
+func (w *Sync) Close() {
+	w.cancel()
+	for _, a := range w.list {
+		a.Stop()
+	}
+	if w.shell != nil {
+		_ = w.shell.Close()
+	}
+	w.mode.close()
+}
+
+func dirBytes(dir string) (int64, error) {
+	var total int64
+	err := filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		fi, err := d.Info()
+		if err == nil {
+			total += fi.Size()
+		}
+		return err
+	})
+	return total, err
+}
