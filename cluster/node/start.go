@@ -1,0 +1,302 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/asyncrl/asyncrl/actors"
+	"github.com/asyncrl/asyncrl/actors/controller"
+	"github.com/asyncrl/asyncrl/actors/filter"
+	"github.com/asyncrl/asyncrl/actors/rollout"
+	"github.com/asyncrl/asyncrl/actors/router/proxy"
+	"github.com/asyncrl/asyncrl/actors/sampling"
+	"github.com/asyncrl/asyncrl/actors/staleness"
+	"github.com/asyncrl/asyncrl/actors/trainer"
+	"github.com/asyncrl/asyncrl/cluster/rollouthost"
+	"github.com/asyncrl/asyncrl/config"
+	"github.com/asyncrl/asyncrl/engine"
+	"github.com/asyncrl/asyncrl/internal/wiring"
+	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/transport"
+	"github.com/asyncrl/asyncrl/transport/natsbus"
+)
+
+// startBus connects the bus (embedded or cfg.Bus.NATSURL), creates the
+// run's durable ledger stream and trajectory buffer, and starts the
+// in-memory ledger.
+func (n *Node) startBus(ctx context.Context) (err error) {
+	cfg := n.cfg
+	bopts := natsbus.DefaultOptions()
+	bopts.URL = cfg.Bus.NATSURL
+	bopts.MaxPayload = cfg.Bus.MaxPayloadBytes
+	bopts.Name = "asyncrl-" + cfg.Run.ID
+	bopts.Logger = n.opts.Logger.With().Str("component", "bus").Logger()
+	if !n.opts.InMemoryBus && cfg.Bus.NATSURL == "" {
+		bopts.StoreDir = cfg.Bus.JetStreamDir
+		if bopts.StoreDir == "" {
+			bopts.StoreDir = filepath.Join(cfg.Run.DataDir, "jetstream")
+		}
+		if err := os.MkdirAll(bopts.StoreDir, 0o755); err != nil {
+			return fmt.Errorf("node: jetstream dir: %w", err)
+		}
+	}
+	if n.bus, err = natsbus.Connect(ctx, bopts); err != nil {
+		return fmt.Errorf("node: bus: %w", err)
+	}
+	// The prompt ledger is durable: every PromptLedger, GroupAccepted and
+	// GroupRequeued lands in JetStream as well as on the live subjects.
+	// A cluster term replicates it (and the trajectory buffer) like the
+	// rest of the run's state, so losing the server that led it loses
+	// nothing and stalls nothing beyond a leader election.
+	if err := n.clusterRetry(ctx, func() error {
+		_, err := n.bus.Stream(ctx, transport.StreamConfig{Name: "ledger-" + cfg.Run.ID, Replicas: n.streamReplicas(),
+			Subjects: []string{n.subj.ledger, n.subj.ledger + ".>"}, MaxAge: 7 * 24 * time.Hour, Memory: n.opts.InMemoryBus})
+		return err
+	}); err != nil {
+		return fmt.Errorf("node: ledger stream: %w", err)
+	}
+	// The trajectory buffer: finished groups wait in JetStream until the
+	// sampling actor has judged them. In memory: it only has to outlive a
+	// restart of the actors, not of the embedded server.
+	if err = n.clusterRetry(ctx, func() (err error) {
+		n.groupStream, err = n.bus.Stream(ctx, rollouthost.GroupStream(cfg.Run.ID, n.subj.groupsReady, n.streamReplicas()))
+		return err
+	}); err != nil {
+		return fmt.Errorf("node: trajectory buffer stream: %w", err)
+	}
+	n.ledger = newLedger()
+	if err := n.ledger.subscribe(n.bus, n.subj); err != nil {
+		return fmt.Errorf("node: ledger: %w", err)
+	}
+	return nil
+}
+
+// newTrainerPolicy is the trainer's policy: the trainer owns the FP32
+// master; engines serve BF16 copies. Resumed from Options.TrainerCheckpoint
+// (weights, Adam moments, step and RNG from the checkpoint,
+// hyperparameters from this run's config), else the run seed's.
+func (n *Node) newTrainerPolicy() (*policy.Trainer, error) {
+	tcfg := trainerConfig(n.cfg)
+	if n.opts.TrainerCheckpoint != "" {
+		ptr, err := loadTrainerWithConfig(n.opts.TrainerCheckpoint, tcfg)
+		if err != nil {
+			return nil, fmt.Errorf("node: trainer checkpoint %s: %w", n.opts.TrainerCheckpoint, err)
+		}
+		return ptr, nil
+	}
+	model, err := policy.New(policy.DefaultConfig(), uint64(n.cfg.Run.Seed))
+	if err != nil {
+		return nil, err
+	}
+	ptr, err := policy.NewTrainer(model, tcfg)
+	if err != nil {
+		return nil, fmt.Errorf("%w: trainer: %w", ErrConfig, err)
+	}
+	return ptr, nil
+}
+
+// initialWeights is version 0: with delta sync, the base checkpoint every
+// receiver replays from (baseDir); otherwise the trainer's serving copy.
+func (n *Node) initialWeights(ptr *policy.Trainer) (baseDir string, initial engine.Model, err error) {
+	if n.cfg.Publisher.Mode == config.PublishDelta {
+		if baseDir, err = saveBase(n.cfg, ptr.ServingCopy()); err != nil {
+			return "", nil, err
+		}
+	}
+	if baseDir == "" && n.opts.TrainerCheckpoint != "" {
+		return "", ptr.ServingCopy(), nil // InitialPolicy("") would be the seed's weights
+	}
+	if initial, err = wiring.InitialPolicy(baseDir, uint64(n.cfg.Run.Seed)); err != nil {
+		return "", nil, fmt.Errorf("node: initial weights: %w", err)
+	}
+	return baseDir, initial, nil
+}
+
+// startServing starts the built-in engines (none with Options.Remote),
+// drives them and engines.external, and starts the router in front of
+// them (and engines.external_urls).
+func (n *Node) startServing(ctx context.Context, initial engine.Model) (err error) {
+	cfg := n.cfg
+	quiet := n.opts.Logger.Level(max(n.opts.Logger.GetLevel(), zerolog.WarnLevel))
+	if n.opts.Remote == nil {
+		if n.engines, err = startEngines(cfg.Engines, initial, cfg.Run.Seed, quiet, n.hooks.wrapEngine); err != nil {
+			return err
+		}
+	}
+	if err := n.driveEngines(ctx); err != nil {
+		return err
+	}
+	replicas := append(n.EngineURLs(), cfg.Engines.ExternalURLs...)
+	for _, d := range n.driven[len(n.engines):] {
+		replicas = append(replicas, d.URL)
+	}
+	n.reg = prometheus.NewRegistry()
+	rcfg := routerConfig(cfg, replicas, quiet.With().Str("component", "router").Logger())
+	rcfg.Registerer = n.reg
+	if n.opts.RouterListen != "" {
+		// Off loopback the proxy refuses to start without an admin token.
+		rcfg.ListenAddr, rcfg.AdminToken = n.opts.RouterListen, n.opts.RouterAdminToken
+	}
+	if n.router, err = proxy.New(rcfg); err != nil {
+		return fmt.Errorf("node: router: %w", err)
+	}
+	ln, err := net.Listen("tcp", rcfg.ListenAddr)
+	if err != nil {
+		return fmt.Errorf("node: router listen: %w", err)
+	}
+	n.routerURL = "http://" + ln.Addr().String()
+	n.routerSrv = &http.Server{Handler: n.router.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = n.routerSrv.Serve(ln) }()
+	return nil
+}
+
+// startPublisher is what the trainer publishes its versions through:
+// publisher.mode full swaps the in-process engines from memory, delta
+// (the default) starts the weight sync; Options.AfterStep wraps either.
+func (n *Node) startPublisher(ctx context.Context, baseDir string, ptr *policy.Trainer) (tpub trainer.Publisher, err error) {
+	n.pub = &inProcPublisher{mode: string(n.cfg.Trainer.PauseMode), router: n.router, engines: n.engines}
+	tpub = n.pub
+	if n.cfg.Publisher.Mode == config.PublishDelta {
+		if n.wsync, err = n.startWeightSync(ctx, baseDir); err != nil {
+			return nil, err
+		}
+		tpub = n.wsync
+	}
+	if n.opts.AfterStep != nil {
+		tpub = afterStepPublisher{Publisher: tpub, tr: ptr, after: n.opts.AfterStep}
+	}
+	return tpub, nil
+}
+
+// startTrainer starts trainer.backend: builtin (in process), exec (a
+// child process over the worker bridge) or remote (a worker process; this
+// node only loads the versions it announces onto its engines).
+func (n *Node) startTrainer(ctx context.Context, ptr *policy.Trainer, tpub trainer.Publisher) (err error) {
+	cfg := n.cfg
+	tc := trainer.Config{RunID: cfg.Run.ID, Name: "trainer-0", NormStd: true,
+		Microbatch: microbatchConfig(cfg.Trainer), Logger: n.opts.Logger.With().Str("actor", "trainer").Logger(),
+		Subjects: trainer.Subjects{Train: n.subj.train, Steps: n.subj.steps, Weights: n.subj.weights}}
+	switch cfg.Trainer.Backend {
+	case config.BackendRemote:
+		if n.weightsSub, err = n.bus.Subscribe(n.subj.weights, n.loadWeights); err != nil {
+			return fmt.Errorf("node: weights: %w", err)
+		}
+		return nil
+	case config.BackendExec:
+		n.tr, err = n.startExecTrainer(ctx, ptr.ServingCopy(), tpub, tc)
+		return err
+	default:
+		tc.VersionBase = ptr.Version()
+		n.tr, err = trainer.Start(n.bus, ptr, tpub, tc)
+		return err
+	}
+}
+
+// filterConfig is the dynamic-sampling filter of the run.
+func filterConfig(cfg config.Config) filter.Config {
+	return filter.Config{Mode: filter.Mode(cfg.Filter.Mode), TrainBatchSize: cfg.Trainer.MiniBatchSize,
+		NSamplesPerPrompt: cfg.Rollout.NSamplesPerPrompt, MaxSampleBatches: cfg.Filter.MaxSampleBatches,
+		MinReplaceRatio: cfg.Filter.MinReplaceRatio, ZeroVarianceTol: cfg.Filter.ZeroVarianceTol}
+}
+
+func (n *Node) startSampling(fcfg filter.Config) (err error) {
+	n.smp, err = sampling.Spawn(n.sys, n.bus, actors.DefaultShellConfig("sampling-0", "sampling"),
+		sampling.Config{Filter: fcfg, RunID: n.cfg.Run.ID, Sender: "sampling-0", Kept: n.subj.kept, Filtered: n.subj.filtered},
+		n.subj.groupsReady, n.groupStream)
+	return err
+}
+
+// countTokens lets the ledger read the rollout actors' token counts.
+func (n *Node) countTokens() {
+	rollouts := n.rollouts // fixed from here on; read by the ledger's goroutine
+	n.ledger.mu.Lock()
+	n.ledger.tokens = func() int64 {
+		var t int64
+		for _, r := range rollouts {
+			t += r.Stats().Tokens
+		}
+		return t
+	}
+	n.ledger.mu.Unlock()
+}
+
+// startMetrics registers the loop's figures and serves them on
+// metrics.listen when set.
+func (n *Node) startMetrics() error {
+	if err := n.registerMetrics(n.reg); err != nil {
+		return err
+	}
+	if n.cfg.Metrics.Listen != "" {
+		return n.serveMetrics(n.cfg.Metrics.Listen, n.reg)
+	}
+	return nil
+}
+
+// controllerConfig is the staleness controller's config for the run.
+func (n *Node) controllerConfig(fcfg filter.Config) controller.Config {
+	cfg := n.cfg
+	ccfg := controller.Config{
+		Staleness: staleness.Config{MaxStalenessSteps: int64(cfg.Trainer.MaxStalenessSteps),
+			NumParallelGenerationWorkers: int64(cfg.Trainer.NumParallelGenerationWorkers),
+			MiniBatchSize:                int64(cfg.Trainer.MiniBatchSize), StalePolicy: staleness.StalePolicy(cfg.Trainer.StalePolicy),
+			Measure: staleness.Measure(cfg.Staleness.Measure)},
+		Sampling: fcfg, Rand: rand.New(rand.NewPCG(uint64(cfg.Run.Seed), 0x5a4d)), // replace mode's donor draws
+		RunID: cfg.Run.ID, Sender: "controller-0", Task: n.task.Name(), NSamples: cfg.Rollout.NSamplesPerPrompt,
+		MaxSteps: int64(cfg.Run.Steps), ResendTrainAfter: n.opts.ResendTrainAfter,
+		Subjects: controller.Subjects{Prompts: n.subj.prompts, Train: n.subj.train, Capacity: n.subj.capacity,
+			Ledger: n.subj.ledger, Settled: n.subj.settled},
+	}
+	if ccfg.ResendTrainAfter <= 0 {
+		ccfg.ResendTrainAfter = 5 * time.Second
+	}
+	return ccfg
+}
+
+// startController starts the staleness controller, which starts handing
+// out prompts; with remote engines, once one of them is routable (the
+// controller's first prompts would only fail against a router with
+// nothing routable).
+func (n *Node) startController(ctx context.Context, fcfg filter.Config) (err error) {
+	if n.remote != nil {
+		if err := n.remote.waitRoutable(ctx); err != nil {
+			return fmt.Errorf("node: waiting for engines: %w", err)
+		}
+	}
+	src := func() controller.Source { return newTaskSource(n.task, n.cfg.Run.Seed) }
+	n.ctl, err = controller.Spawn(n.sys, n.bus, actors.DefaultShellConfig("controller-0", "controller"), n.controllerConfig(fcfg),
+		controller.Inputs{Aborted: n.subj.aborted, Groups: n.subj.groups, Steps: n.subj.steps}, src)
+	return err
+}
+
+func (n *Node) startRollouts() error {
+	count, ecfg, supportK := rollouthost.Setup(n.cfg, n.opts.RolloutActors)
+	vocab, err := wiring.Vocabulary(n.cfg.Engines)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	ecfg.Vocab = vocab
+	var rt http.RoundTripper = &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 256}
+	if n.hooks.wrapClient != nil {
+		rt = n.hooks.wrapClient(rt)
+	}
+	n.httpc = &http.Client{Transport: rt}
+	gen := &rollout.HTTPClient{BaseURL: n.routerURL, Model: n.cfg.Engines.ServedModelName, Client: n.httpc}
+	for i := range count {
+		a, err := rollouthost.StartActor(n.bus, gen, n.cfg, n.task, "rollout-"+strconv.Itoa(i), ecfg, supportK, n.subj.rollout(), n.groupStream, n.opts.Logger, nil)
+		if err != nil {
+			return err
+		}
+		n.rollouts = append(n.rollouts, a)
+	}
+	return nil
+}
