@@ -35,10 +35,17 @@ const (
 	ScenarioPartitions Scenario = "partitions"
 	// ScenarioMixed: the faults of both, overlapping.
 	ScenarioMixed Scenario = "mixed"
+	// ScenarioFailover: trainer nodes contending for the trainer lease,
+	// each deciding with the real cluster/term core, over a simulated
+	// lease, progress store and ledger; the holder killed, a standby
+	// taking over, rollout nodes with groups in flight dying, partitions
+	// from the lease and the store, zombie holders, lossy messages
+	// (failover.go).
+	ScenarioFailover Scenario = "failover"
 )
 
 // Scenarios lists every scenario, in documentation order.
-var Scenarios = []Scenario{ScenarioDefault, ScenarioFaults, ScenarioPartitions, ScenarioMixed}
+var Scenarios = []Scenario{ScenarioDefault, ScenarioFaults, ScenarioPartitions, ScenarioMixed, ScenarioFailover}
 
 // ParseScenario parses a scenario name.
 func ParseScenario(s string) (Scenario, error) {
@@ -95,12 +102,37 @@ const (
 	// failed probes to the term's watch, so a term whose trajectory
 	// buffer was lost never steps down and the run stalls.
 	BugTermIgnoresLostBuffer Bug = "term-ignores-lost-buffer"
+
+	// Planted in the cluster/term core (term.Config.Plant), found by the
+	// failover scenario.
+
+	// BugTermForgetsDeadNodeGroups: a rollout node that left is forgotten
+	// without its groups reported aborted (Plant.ForgetDeadNodeGroups).
+	BugTermForgetsDeadNodeGroups Bug = "term-forgets-dead-node-groups"
+	// BugTermForgetsPrevHolder: a claim does not requeue what the previous
+	// holder had in flight (Plant.ForgetPrevHolder).
+	BugTermForgetsPrevHolder Bug = "term-forgets-previous-holder"
+	// BugTermMarksBeforeDurable: a step's prompts are marked trained with
+	// its SaveProgress, before the store acknowledged it
+	// (Plant.MarkBeforeDurable).
+	BugTermMarksBeforeDurable Bug = "term-marks-trained-before-durable"
+	// BugTermIgnoresFencing: a save the store refused as fenced is taken
+	// as acknowledged; the deposed term goes on (Plant.IgnoreFencedSave).
+	BugTermIgnoresFencing Bug = "term-ignores-fencing"
+	// BugTermTwoSaves: the next step's save goes out before the
+	// outstanding one was answered (Plant.TwoSavesOutstanding).
+	BugTermTwoSaves Bug = "term-two-saves-outstanding"
+	// BugTermNeverResends: an engine that has not acked its target is
+	// never sent it again (Plant.NeverResend).
+	BugTermNeverResends Bug = "term-never-resends-loadweights"
 )
 
 // Bugs lists every planted bug.
 var Bugs = []Bug{BugRouterIgnoresGating, BugFilterLeaksCapacity, BugTrainerRetrainsOnRestart, BugEngineSkipsChecksum,
 	BugStalenessFromSchedule, BugPublisherAnnouncesEarly, BugRequeueLosesPrompt, BugEngineRestartsFromBase,
-	BugPublisherForgetsLaggards, BugCtlForgetsSentBatch, BugTermIgnoresLostBuffer}
+	BugPublisherForgetsLaggards, BugCtlForgetsSentBatch, BugTermIgnoresLostBuffer,
+	BugTermForgetsDeadNodeGroups, BugTermForgetsPrevHolder, BugTermMarksBeforeDurable, BugTermIgnoresFencing,
+	BugTermTwoSaves, BugTermNeverResends}
 
 // Config configures one simulated run. The workload shape (staleness
 // bound, batch size, workers, group size, engines, turn counts) and the

@@ -36,12 +36,33 @@ const (
 	// the buffered groups are lost and every store fails until a new term
 	// replaces the buffer — the fault heals then (see ctlNode.probe).
 	FaultStreamLoss FaultKind = "stream-loss"
+
+	// Faults of the failover scenario (failover_check.go).
+
+	// FaultHolderKill: the trainer-lease holder is killed (its core, its
+	// elector and its pipeline stop); it restarts, as a standby, at the end.
+	FaultHolderKill FaultKind = "holder-kill"
+	// FaultRolloutKill: a rollout node dies with its groups in flight (and
+	// its engine); it restarts at the end.
+	FaultRolloutKill FaultKind = "rollout-node-kill"
+	// FaultLeaseCut: a trainer node cannot reach the lease's KV.
+	FaultLeaseCut FaultKind = "lease-partition"
+	// FaultStoreCut: a trainer node cannot reach the progress store (its
+	// claims and saves wait, then fail).
+	FaultStoreCut FaultKind = "store-partition"
+	// FaultZombie: the holder is cut from the lease and its elector's
+	// notices come seconds late, so it runs on while a standby takes over.
+	FaultZombie FaultKind = "zombie-holder"
+	// FaultLossy: LoadWeights, their acks and periodic rollout statuses are
+	// lost, duplicated or delayed.
+	FaultLossy FaultKind = "lossy-messages"
 )
 
 // FaultKinds lists every kind, for summaries.
 var FaultKinds = []FaultKind{FaultEngineCrash, FaultEngineRestart, FaultEngineHang, FaultEngineSlowdown,
 	FaultStaleMetrics, FaultCorruptDelta, FaultTrainerCrash, FaultPublisherCrash, FaultCtlCrash, FaultMsgDrop,
-	FaultMsgDuplicate, FaultMsgDelay, FaultMsgReorder, FaultPartition, FaultStreamLoss}
+	FaultMsgDuplicate, FaultMsgDelay, FaultMsgReorder, FaultPartition, FaultStreamLoss,
+	FaultHolderKill, FaultRolloutKill, FaultLeaseCut, FaultStoreCut, FaultZombie, FaultLossy}
 
 var processFaults = []FaultKind{FaultEngineCrash, FaultEngineRestart, FaultEngineHang, FaultEngineSlowdown,
 	FaultStaleMetrics, FaultCorruptDelta, FaultTrainerCrash, FaultPublisherCrash, FaultCtlCrash, FaultStreamLoss}

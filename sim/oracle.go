@@ -43,6 +43,20 @@ const (
 	// within the watch's UnhealthyAfter plus the probe interval (a stuck
 	// term is found long before the run's time limit).
 	InvTermStepDown Invariant = "term-steps-down"
+	// InvFencing (failover): no two live nodes hold the same token, and a
+	// term whose save the store refused as fenced asks for nothing but
+	// stopping its pipeline and giving the lease up.
+	InvFencing Invariant = "fencing"
+	// InvTrainedDurable (failover): a step's prompts are marked trained
+	// only once the store holds that step durably, with those prompts.
+	InvTrainedDurable Invariant = "trained-after-durable"
+	// InvDeadNodeRequeue (failover): once the holder saw a rollout node
+	// leave, each group it ran for the term was requeued, and no group is
+	// reported aborted twice.
+	InvDeadNodeRequeue Invariant = "dead-node-groups-requeued-once"
+	// InvDurableMonotonic (failover): the durable progress never goes
+	// back, and advances one step at a time.
+	InvDurableMonotonic Invariant = "durable-progress-monotonic"
 	// InvWire: every message on the bus decodes.
 	InvWire Invariant = "wire-decode"
 	// InvProtocol: a component answered with an error its peers never
@@ -52,7 +66,8 @@ const (
 
 // Invariants lists what is checked, for summaries.
 var Invariants = []Invariant{InvStaleness, InvTrainedTwice, InvLedger, InvRouting, InvMonotonic,
-	InvChecksum, InvInvisible, InvSync, InvProgress, InvTermStepDown, InvWire, InvProtocol}
+	InvChecksum, InvInvisible, InvSync, InvProgress, InvTermStepDown, InvFencing, InvTrainedDurable,
+	InvDeadNodeRequeue, InvDurableMonotonic, InvWire, InvProtocol}
 
 type oGroup struct {
 	prompt string

@@ -121,6 +121,9 @@ func Run(cfg Config) (Result, error) {
 // violation. A panic inside a core — a broken internal invariant — is a
 // violation too.
 func runOnce(cfg Config) (res Result, v *Violation) {
+	if cfg.Scenario == ScenarioFailover {
+		return runFailover(cfg)
+	}
 	w, err := newWorld(cfg)
 	if err != nil {
 		panic(fmt.Sprintf("sim: drawn workload is invalid: %v", err)) // drawWorkload only draws valid shapes

@@ -1,0 +1,384 @@
+package sim
+
+import (
+	"container/heap"
+	"crypto/sha256"
+	"fmt"
+	"hash"
+	"math/rand"
+	"runtime/debug"
+	"slices"
+	"time"
+
+	"github.com/asyncrl/asyncrl/cluster/term"
+)
+
+// The failover scenario (issue 16): trainer nodes contending for the
+// trainer lease, each deciding with the real cluster/term core, over a
+// simulated lease (fencing tokens, TTL on the virtual clock), a simulated
+// durable progress store and prompt ledger, rollout nodes that pull
+// groups, report RolloutStatus and host an engine that acks LoadWeights.
+// The shell here answers each of the core's effects with the matching
+// input, as cluster/node's agent does; the term's pipeline (controller,
+// trainer, publisher) is modelled minimally inside StartPipeline and
+// StopPipeline. Faults kill the holder, kill a rollout node with groups
+// in flight, cut a node off the lease or the store, make a holder a
+// zombie (its elector's loss notice comes late), and drop, duplicate or
+// delay messages. It shares Config, Result and Violation with the other
+// scenarios, but not their world: no controller core runs here.
+
+// Timing of the failover world.
+const (
+	leaseTTL      = 2 * time.Second
+	electorEvery  = 200 * msec
+	giveUpMargin  = 500 * msec // the elector gives up this long before the TTL runs out
+	resignBackoff = 500 * msec
+	tickEvery     = 250 * msec
+	observeEvery  = time.Second
+	statusEvery   = 500 * msec
+	storeRetry    = 250 * msec
+	storeBudget   = 3 * time.Second // a store op fails after this long unreachable
+	foTimeLimit   = 600 * time.Second
+)
+
+// fo is one failover run.
+type fo struct {
+	cfg   Config
+	rng   *rand.Rand
+	clock time.Duration
+	tmrs  timerHeap
+	tseq  uint64
+	t0    time.Time
+
+	batch, prompts int // groups per step; prompts in the run (steps × batch)
+	trainers       []*tnode
+	rollouts       []*rnode
+	lease          foLease
+	store          foStore
+	ledger         map[string]*foPrompt // prompt → state
+	queue          []string             // prompts waiting, in order
+	faults         []*foFault
+	injected       map[FaultKind]int
+	active         int           // faults in progress
+	quietSince     time.Duration // when the last fault ended (or 0)
+	msgActive      int           // message faults in progress
+	msgQuietSince  time.Duration
+	lastDurableAt  time.Duration
+	trained        int64
+	requeued       int64
+	orphaned       int
+
+	events    int
+	checks    int64
+	logHash   hash.Hash
+	ring      []string
+	ringNext  int
+	full      []string
+	violation *Violation
+	finished  bool
+	done      bool
+}
+
+// foLease is the trainer lease's KV: holder, fencing token, expiry.
+type foLease struct {
+	holder string
+	token  uint64
+	expiry time.Duration
+}
+
+// foStore is the durable progress, fenced by the latest claim's token.
+type foStore struct {
+	prog      term.Progress
+	claimed   uint64                         // the token of the latest claim
+	history   map[int64][]term.PromptAttempt // accepted saves: step → prompts
+	historyBy map[int64]uint64               // step → the token that saved it
+}
+
+// foPrompt is a prompt's state in the durable ledger.
+type foPrompt struct {
+	id      string
+	attempt int
+	// owner is the holder whose term has it in flight ("" queued or
+	// trained); group the attempt's group id.
+	owner, group string
+	token        uint64
+	trainedAt    int64 // durable step that trained it (0: not yet)
+	trainedGroup string
+}
+
+func (p *foPrompt) inFlight() bool { return p.owner != "" }
+
+// runFailover runs one failover seed.
+func runFailover(cfg Config) (res Result, v *Violation) {
+	w := newFailover(cfg)
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				w.fail(InvProtocol, "panic: %v\n%s", r, firstLines(string(debug.Stack()), 12))
+			}
+		}()
+		w.run()
+	}()
+	res = Result{Seed: cfg.Seed, Scenario: cfg.Scenario, Workload: w.workload(), Events: w.events,
+		InvariantChecks: w.checks, VirtualTime: w.clock, StepsTrained: w.store.prog.Step, Faults: map[FaultKind]int{},
+		Trained: w.trained, Requeued: w.requeued, LogHash: hexsum(w.logHash)}
+	if cfg.KeepLog {
+		res.Log = w.full
+	}
+	for k, n := range w.injected {
+		res.Faults[k] = n
+	}
+	if w.violation != nil {
+		v = w.violation
+		for _, f := range w.faults {
+			if f.enabled {
+				v.Faults = append(v.Faults, f.String())
+			}
+		}
+		v.OriginalFaults = len(w.faults)
+		res.Violation = v
+	}
+	return res, v
+}
+
+func newFailover(cfg Config) *fo {
+	w := &fo{cfg: cfg, rng: rand.New(rand.NewSource(cfg.Seed)), logHash: sha256.New(), t0: time.Unix(1_700_000_000, 0),
+		ledger: map[string]*foPrompt{}, injected: map[FaultKind]int{},
+		store: foStore{history: map[int64][]term.PromptAttempt{}, historyBy: map[int64]uint64{}}}
+	nt, nr := 2+w.rng.Intn(2), 1+w.rng.Intn(2)
+	w.batch = 2 + w.rng.Intn(3)
+	w.prompts = cfg.Steps * w.batch // queued at the start; more are drawn as needed
+	for i := range w.prompts {
+		id := fmt.Sprintf("p%d", i)
+		w.ledger[id] = &foPrompt{id: id}
+		w.queue = append(w.queue, id)
+	}
+	for i := range nt {
+		w.trainers = append(w.trainers, &tnode{w: w, name: fmt.Sprintf("n%d", i+1)})
+	}
+	for i := range nr {
+		w.rollouts = append(w.rollouts, &rnode{w: w, name: fmt.Sprintf("r%d", i+1), slots: 1 + w.rng.Intn(2)})
+	}
+	w.faults = drawFailoverFaults(w.rng, cfg, nt, nr)
+	w.logf("start seed=%d scenario=%s %s faults=%d", cfg.Seed, cfg.Scenario, w.workload(), len(w.faults))
+	for _, f := range w.faults {
+		if f.enabled {
+			w.after(f.at, "", func() { w.startFault(f) })
+		}
+	}
+	for _, n := range w.trainers {
+		n.boot()
+	}
+	for _, r := range w.rollouts {
+		r.boot()
+	}
+	return w
+}
+
+func (w *fo) workload() string {
+	return fmt.Sprintf("trainers=%d rollouts=%d batch=%d prompts=%d", len(w.trainers), len(w.rollouts), w.batch, w.prompts)
+}
+
+// now is the core's clock.
+func (w *fo) now() time.Time { return w.t0.Add(w.clock) }
+
+func (w *fo) after(d time.Duration, label string, fn func()) {
+	w.tseq++
+	heap.Push(&w.tmrs, &timer{at: w.clock + d, seq: w.tseq, label: label, fn: fn})
+}
+
+func (w *fo) afterRoutine(d time.Duration, fn func()) {
+	w.tseq++
+	heap.Push(&w.tmrs, &timer{at: w.clock + d, seq: w.tseq, routine: true, fn: fn})
+}
+
+// jitter draws a duration in [lo, hi].
+func (w *fo) jitter(lo, hi time.Duration) time.Duration {
+	return lo + time.Duration(w.rng.Int63n(int64(hi-lo)+1))
+}
+
+func (w *fo) logf(format string, args ...any) { w.record(false, format, args...) }
+
+func (w *fo) record(routine bool, format string, args ...any) {
+	line := fmt.Sprintf("%10.3fs %s", w.clock.Seconds(), fmt.Sprintf(format, args...))
+	w.logHash.Write([]byte(line))
+	w.logHash.Write([]byte{'\n'})
+	w.full = append(w.full, line)
+	if routine {
+		return
+	}
+	if n := w.cfg.TraceEvents; n > 0 {
+		if len(w.ring) < n {
+			w.ring = append(w.ring, line)
+		} else {
+			w.ring[w.ringNext] = line
+			w.ringNext = (w.ringNext + 1) % n
+		}
+	}
+}
+
+func (w *fo) trace() []string {
+	if len(w.ring) < w.cfg.TraceEvents {
+		return slices.Clone(w.ring)
+	}
+	return append(slices.Clone(w.ring[w.ringNext:]), w.ring[:w.ringNext]...)
+}
+
+func (w *fo) fail(inv Invariant, format string, args ...any) {
+	if w.violation != nil {
+		return
+	}
+	msg := fmt.Sprintf(format, args...)
+	w.logf("VIOLATION %s: %s", inv, msg)
+	w.violation = &Violation{Seed: w.cfg.Seed, Scenario: w.cfg.Scenario, Steps: w.cfg.Steps, Invariant: inv, Detail: msg,
+		At: w.clock, Bugs: w.cfg.Bugs, Trace: w.trace(), Related: w.related(msg)}
+}
+
+func (w *fo) related(detail string) []string {
+	keys := groupRe.FindAllString(detail, -1)
+	if len(keys) == 0 {
+		return nil
+	}
+	var out []string
+	for _, l := range w.full {
+		for _, k := range keys {
+			if containsWord(l, k) {
+				out = append(out, l)
+				break
+			}
+		}
+	}
+	if n := w.cfg.TraceEvents; len(out) > n {
+		out = out[len(out)-n:]
+	}
+	return out
+}
+
+func containsWord(l, k string) bool { return slices.Contains(groupRe.FindAllString(l, -1), k) }
+
+// run drives the loop until the run finishes or an invariant breaks.
+func (w *fo) run() {
+	for !w.done && w.violation == nil {
+		if len(w.tmrs) == 0 {
+			panic("sim: failover: no timers left")
+		}
+		t := heap.Pop(&w.tmrs).(*timer)
+		w.clock = t.at
+		if t.label != "" {
+			w.record(t.routine, "%s", t.label)
+		}
+		t.fn()
+		w.events++
+		if w.violation == nil {
+			w.checkAll()
+		}
+	}
+}
+
+// plant is the term core's Plant for the configured bugs.
+func (w *fo) plant() term.Plant {
+	return term.Plant{
+		ForgetDeadNodeGroups: w.cfg.has(BugTermForgetsDeadNodeGroups),
+		ForgetPrevHolder:     w.cfg.has(BugTermForgetsPrevHolder),
+		MarkBeforeDurable:    w.cfg.has(BugTermMarksBeforeDurable),
+		IgnoreFencedSave:     w.cfg.has(BugTermIgnoresFencing),
+		TwoSavesOutstanding:  w.cfg.has(BugTermTwoSaves),
+		NeverResend:          w.cfg.has(BugTermNeverResends),
+	}
+}
+
+// members is the live membership, as gossip will tell it.
+func (w *fo) members() []term.Member {
+	var ms []term.Member
+	for _, n := range w.trainers {
+		if n.alive {
+			ms = append(ms, term.Member{Name: n.name})
+		}
+	}
+	for _, r := range w.rollouts {
+		if r.alive {
+			ms = append(ms, term.Member{Name: r.name, Engines: map[string]string{r.engine(): fmt.Sprintf("http://%s/%d", r.name, r.inc)}})
+		}
+	}
+	return ms
+}
+
+// gossip tells every live trainer node the membership as it is now,
+// after a failure detector's delay (each node in order of what it heard).
+func (w *fo) gossip(lo, hi time.Duration) {
+	ms := w.members()
+	for _, n := range w.trainers {
+		if !n.alive {
+			continue
+		}
+		at := max(w.clock+w.jitter(lo, hi), n.gossipAt)
+		n.gossipAt = at
+		inc := n.inc
+		w.after(at-w.clock, "", func() {
+			if n.alive && n.inc == inc {
+				w.logf("%s: members %s", n.name, memberNames(ms))
+				n.step(term.MembersChanged{Members: ms})
+			}
+		})
+	}
+}
+
+func memberNames(ms []term.Member) []string {
+	var s []string
+	for _, m := range ms {
+		s = append(s, m.Name)
+	}
+	return s
+}
+
+// holder is the trainer node the lease names now, or nil.
+func (w *fo) holder() *tnode {
+	for _, n := range w.trainers {
+		if n.alive && w.lease.holder == n.name && w.clock < w.lease.expiry {
+			return n
+		}
+	}
+	return nil
+}
+
+// take pulls the next queued prompt for a term's rollout (fenced: only
+// the term of the latest claim may take).
+func (w *fo) take(p *pipe, r *rnode) (*foPrompt, bool) {
+	if p.token != w.store.claimed {
+		return nil, false
+	}
+	if len(w.queue) == 0 { // the prompt source is endless, as a dataset's epochs are
+		id := fmt.Sprintf("p%d", len(w.ledger))
+		w.ledger[id] = &foPrompt{id: id}
+		w.queue = append(w.queue, id)
+	}
+	id := w.queue[0]
+	w.queue = w.queue[1:]
+	pr := w.ledger[id]
+	pr.attempt++
+	pr.owner, pr.token, pr.group = p.node.name, p.token, fmt.Sprintf("%s#%d", id, pr.attempt)
+	return pr, true
+}
+
+// requeue puts an in-flight prompt back in the queue.
+func (w *fo) requeue(pr *foPrompt, why string) {
+	w.logf("ledger: %s requeued (%s)", pr.group, why)
+	pr.owner, pr.token = "", 0
+	w.queue = append(w.queue, pr.id)
+	w.requeued++
+}
+
+// finish: the durable progress reached the run's steps: heal, settle,
+// final checks.
+func (w *fo) finish() {
+	if w.finished {
+		return
+	}
+	w.finished = true
+	w.healAll()
+	w.logf("all %d steps durable: faults healed, settling for %v", w.cfg.Steps, w.cfg.SyncBound+time.Second)
+	w.after(w.cfg.SyncBound+time.Second, "final checks", func() {
+		w.finalChecks()
+		w.done = true
+	})
+}

@@ -1,0 +1,627 @@
+package sim
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/asyncrl/asyncrl/cluster/term"
+	"github.com/asyncrl/asyncrl/cluster/termwatch"
+)
+
+// tnode is a trainer node: its term core, its lease elector and, while it
+// runs a term, the term's pipeline. The shell answers every effect.
+type tnode struct {
+	w     *fo
+	name  string
+	alive bool
+	inc   int // incarnation: timers of an earlier one do nothing
+	core  *term.Core
+
+	// The elector's view: leader with token since lastRenew.
+	leader    bool
+	token     uint64
+	lastRenew time.Duration
+	backoff   time.Duration // no contending before this (after a resign)
+	// noticeAt orders the elector's notices; slowNotice delays them (the
+	// zombie fault); leaseCut/storeCut count partitions from the lease KV
+	// and the progress store.
+	noticeAt, gossipAt time.Duration
+	slowNotice         time.Duration
+	leaseCut, storeCut int
+
+	pipe *pipe
+}
+
+// pipe is a term's pipeline, minimal: its controller's groups, its
+// trainer, its publisher and its router's view of the engines.
+type pipe struct {
+	node    *tnode
+	token   uint64
+	base    term.Progress
+	steps   int64
+	stopped bool
+	// groups: group → state, for the groups taken in this term.
+	groups   map[string]*pgroup
+	finished []*pgroup // delivered, not trained yet
+	training bool
+	local    int64 // local steps trained
+	// router: engine → acked version of this term (-1: registered, none);
+	// regAt: when it was registered; targets: (time, version) published.
+	router  map[string]int64
+	regAt   map[string]time.Duration
+	targets []target
+	aborted map[string]int
+}
+
+type target struct {
+	at      time.Duration
+	version int64
+}
+
+type pgroup struct {
+	id, prompt string
+	attempt    int
+	rollout    *rnode
+	token      uint64
+	state      string // running, finished, aborted, trained
+}
+
+func (n *tnode) boot() {
+	w := n.w
+	n.alive, n.inc = true, n.inc+1
+	n.leader, n.token, n.pipe, n.slowNotice, n.leaseCut, n.storeCut = false, 0, nil, 0, 0, 0
+	c, err := term.New(term.Config{Node: n.name, Run: runID, Steps: int64(w.cfg.Steps), Checkpoints: true,
+		Watch: termwatch.Config{StallAfter: 3 * w.cfg.ProgressBound, UnhealthyAfter: termwatch.DefaultConfig().UnhealthyAfter},
+		Plant: w.plant()})
+	if err != nil {
+		panic(fmt.Sprintf("sim: failover: term config: %v", err))
+	}
+	n.core = c
+	w.logf("%s: up (incarnation %d)", n.name, n.inc)
+	w.gossip(200*msec, time.Second)
+	n.loop(w.jitter(0, electorEvery), electorEvery, n.elect)
+	n.loop(w.jitter(0, tickEvery), tickEvery, func() { n.core.Tick(w.now()); n.drain(nil) })
+	n.loop(observeEvery, observeEvery, func() { n.step(term.ProgressObserved{Progress: w.store.prog}) })
+}
+
+// loop runs fn every period while this incarnation lives.
+func (n *tnode) loop(first, period time.Duration, fn func()) {
+	inc := n.inc
+	n.w.afterRoutine(first, func() {
+		if !n.alive || n.inc != inc {
+			return
+		}
+		fn()
+		n.loop(period, period, fn)
+	})
+}
+
+// later runs fn after d if this incarnation still lives.
+func (n *tnode) later(d time.Duration, label string, fn func()) {
+	inc := n.inc
+	n.w.after(d, label, func() {
+		if n.alive && n.inc == inc {
+			fn()
+		}
+	})
+}
+
+func (n *tnode) kill() {
+	w := n.w
+	w.logf("%s: killed (lease %v token %d, %s)", n.name, n.leader, n.token, n.core)
+	n.alive, n.inc = false, n.inc+1
+	if n.pipe != nil {
+		n.pipe.stopped = true
+	}
+	n.pipe = nil
+	w.gossip(time.Second, 3*time.Second)
+}
+
+// elect is the lease elector: renew while holding, give up when it could
+// not renew in time, acquire a free or expired lease.
+func (n *tnode) elect() {
+	w := n.w
+	l := &w.lease
+	if n.leaseCut == 0 {
+		switch {
+		case n.leader && l.holder == n.name && l.token == n.token:
+			l.expiry, n.lastRenew = w.clock+leaseTTL, w.clock
+		case n.leader:
+			n.lose("the lease names another holder")
+			return
+		case (l.holder == "" || w.clock >= l.expiry) && w.clock >= n.backoff:
+			l.holder, l.token, l.expiry = n.name, l.token+1, w.clock+leaseTTL
+			n.leader, n.token, n.lastRenew = true, l.token, w.clock
+			w.logf("lease: %s acquired token %d", n.name, l.token)
+			n.notice(term.LeaseChanged{Leader: true, Token: l.token})
+			return
+		}
+	}
+	if n.leader && w.clock-n.lastRenew >= leaseTTL-giveUpMargin {
+		n.lose("could not renew")
+	}
+}
+
+func (n *tnode) lose(why string) {
+	n.w.logf("lease: %s lost token %d (%s)", n.name, n.token, why)
+	n.leader = false
+	n.notice(term.LeaseChanged{Leader: false})
+}
+
+// notice hands the elector's change to the core, in order, late when the
+// zombie fault is on.
+func (n *tnode) notice(in term.LeaseChanged) {
+	w := n.w
+	at := max(w.clock+n.slowNotice, n.noticeAt)
+	n.noticeAt = at
+	n.later(at-w.clock, "", func() { n.step(in) })
+}
+
+// step feeds one input to the core and applies its Ready.
+func (n *tnode) step(in term.Input) {
+	n.core.Step(n.w.now(), in)
+	n.drain(in)
+}
+
+func (n *tnode) drain(in term.Input) {
+	w := n.w
+	r := n.core.Ready()
+	if r.Empty() {
+		return
+	}
+	for _, e := range r.Events {
+		if e.Kind != term.Ignored {
+			w.logf("%s: %s", n.name, e)
+		}
+	}
+	tok, _ := n.core.Holding()
+	w.checkReady(n, in, r)
+	for _, e := range r.Effects {
+		if w.violation != nil {
+			break
+		}
+		n.apply(e, tok)
+	}
+	n.core.Advance()
+	switch v := in.(type) {
+	case term.MembersChanged:
+		w.checkDeadNodes(n, v)
+	case term.ProgressClaimed:
+		w.checkClaim(n, v)
+	}
+}
+
+// apply carries out one effect.
+func (n *tnode) apply(e term.Effect, tok uint64) {
+	w := n.w
+	switch v := e.(type) {
+	case term.ClaimProgress:
+		n.storeOp(fmt.Sprintf("claim token %d", v.Token), func() { n.claim(v.Token) }, func() { n.step(term.Failed{Token: v.Token, Err: "store unreachable"}) })
+	case term.MarkTrained:
+		w.markTrained(n, v)
+	case term.RequeueNode:
+		count := 0
+		for _, id := range slices.Sorted(maps.Keys(w.ledger)) {
+			if pr := w.ledger[id]; pr.owner == v.Node {
+				w.requeue(pr, "requeue node "+v.Node)
+				count++
+			}
+		}
+		n.later(w.jitter(msec, 20*msec), "", func() { n.step(term.NodeRequeued{Token: tok, Node: v.Node, Count: count}) })
+	case term.StartPipeline:
+		n.startPipeline(v)
+	case term.StopPipeline:
+		if p := n.pipe; p != nil && p.token == v.Token {
+			p.stopped = true
+			w.logf("%s: pipeline of token %d stopped", n.name, v.Token)
+		}
+	case term.SaveProgress:
+		p := v.Progress
+		n.storeOp(fmt.Sprintf("save step %d token %d", p.Step, p.Token), func() { n.save(p) },
+			func() { n.step(term.SaveFailed{Token: p.Token, Step: p.Step, Err: "store unreachable"}) })
+	case term.Announce:
+		for _, r := range w.rollouts {
+			r.send(w.jitter(msec, 30*msec), true, func() { r.announced(v.Token, n) })
+		}
+	case term.AbortGroups:
+		n.abort(v)
+	case term.AddEngines:
+		n.addEngines(v)
+	case term.RemoveEngines:
+		if p := n.pipe; p != nil {
+			for _, e := range v.Names {
+				delete(p.router, e)
+				delete(p.regAt, e)
+			}
+		}
+	case term.SendLoadWeights:
+		n.sendLoadWeights(v, tok)
+	case term.Finish:
+		w.logf("%s: run finished (token %d)", n.name, v.Token)
+		for _, id := range slices.Sorted(maps.Keys(w.ledger)) {
+			if pr := w.ledger[id]; pr.inFlight() {
+				w.requeue(pr, "run finished")
+			}
+		}
+	case term.StepDown:
+		if w.lease.holder == n.name && w.lease.token == n.token && n.leaseCut == 0 {
+			w.lease.holder = ""
+		}
+		n.leader, n.backoff = false, w.clock+resignBackoff
+	case term.Done, term.DeleteTermBucket, term.Prune:
+	}
+}
+
+// storeOp runs op at the store after a delay, retrying while this node is
+// cut off from it; after storeBudget it gives up with failed.
+func (n *tnode) storeOp(what string, op, failed func()) {
+	w := n.w
+	start := w.clock
+	var try func()
+	try = func() {
+		if n.storeCut > 0 {
+			if w.clock-start >= storeBudget {
+				w.logf("%s: %s failed: store unreachable", n.name, what)
+				failed()
+				return
+			}
+			n.later(storeRetry, "", try)
+			return
+		}
+		op()
+	}
+	n.later(w.jitter(5*msec, 150*msec), "", try)
+}
+
+// claim is ledger.Progress+Claim at the store, fenced by the token.
+func (n *tnode) claim(tok uint64) {
+	w := n.w
+	s := &w.store
+	if tok < s.claimed {
+		w.logf("store: claim of token %d by %s refused (claimed by token %d)", tok, n.name, s.claimed)
+		n.later(w.jitter(msec, 20*msec), "", func() { n.step(term.Failed{Token: tok, Err: "fenced"}) })
+		return
+	}
+	prev := s.prog
+	s.claimed = tok
+	s.prog.Token, s.prog.Holder = tok, n.name
+	cl := s.prog
+	w.logf("store: %s claimed token %d at step %d (previous holder %q token %d)", n.name, tok, cl.Step, prev.Holder, prev.Token)
+	n.later(w.jitter(msec, 20*msec), "", func() { n.step(term.ProgressClaimed{Token: tok, Prev: prev, Claimed: cl}) })
+}
+
+// save is a fenced progress write.
+func (n *tnode) save(p term.Progress) {
+	w := n.w
+	s := &w.store
+	if p.Token != s.claimed {
+		w.logf("store: save of step %d with token %d refused (claimed by token %d)", p.Step, p.Token, s.claimed)
+		n.later(w.jitter(msec, 20*msec), "", func() {
+			n.step(term.SaveFailed{Token: p.Token, Step: p.Step, Fenced: true, Err: "fenced"})
+		})
+		return
+	}
+	w.durable(n, p)
+	n.later(w.jitter(msec, 20*msec), "", func() { n.step(term.ProgressSaved{Token: p.Token, Step: p.Step}) })
+	if w.rng.Intn(20) == 0 { // a duplicated answer
+		n.later(w.jitter(20*msec, 200*msec), "", func() { n.step(term.ProgressSaved{Token: p.Token, Step: p.Step}) })
+	}
+}
+
+func (n *tnode) startPipeline(v term.StartPipeline) {
+	w := n.w
+	p := &pipe{node: n, token: v.Token, base: v.From, steps: v.Steps, groups: map[string]*pgroup{},
+		router: map[string]int64{}, regAt: map[string]time.Duration{}, aborted: map[string]int{}}
+	p.targets = []target{{w.clock, v.From.Version}}
+	if n.pipe != nil {
+		n.pipe.stopped = true
+	}
+	n.pipe = p
+	w.logf("%s: pipeline %s from step %d version %d for %d steps", n.name, v.Term, v.From.Step, v.From.Version, v.Steps)
+	n.later(w.jitter(5*msec, 50*msec), "", func() {
+		n.step(term.RouterListening{Token: v.Token, URL: "http://" + n.name + "/router"})
+		n.step(term.PipelineStarted{Token: v.Token})
+	})
+}
+
+// addEngines registers engines with the router (not routable until they
+// ack this term's version) and has the publisher target them.
+func (n *tnode) addEngines(v term.AddEngines) {
+	w, p := n.w, n.pipe
+	if p == nil {
+		return
+	}
+	ver := p.targets[len(p.targets)-1].version
+	for _, e := range slices.Sorted(maps.Keys(v.Engines)) {
+		p.router[e], p.regAt[e] = -1, w.clock
+		tok := p.token
+		n.later(0, "", func() { n.step(term.EngineTarget{Token: tok, Engine: e, Version: ver}) })
+	}
+}
+
+func (n *tnode) sendLoadWeights(v term.SendLoadWeights, tok uint64) {
+	w := n.w
+	r := w.rolloutByEngine(v.Engine)
+	if r == nil {
+		return
+	}
+	w.logf("%s: LoadWeights %s version %d token %d", n.name, v.Engine, v.Version, tok)
+	w.lossy(func() { r.loadWeights(n, tok, v.Version) })
+}
+
+// abort: the controller requeues the groups a dead rollout node held
+// (fenced: a deposed term's ledger writes are refused).
+func (n *tnode) abort(v term.AbortGroups) {
+	w, p := n.w, n.pipe
+	for _, g := range v.Groups {
+		if p == nil {
+			continue
+		}
+		if p.aborted[g.Group]++; p.aborted[g.Group] > 1 {
+			w.fail(InvDeadNodeRequeue, "group %s of dead node %s reported aborted twice in term %d", g.Group, v.Node, p.token)
+			return
+		}
+		pg := p.groups[g.Group]
+		if pg == nil || pg.state != "running" {
+			continue // finished before it died: the trainer has it
+		}
+		pg.state = "aborted"
+		if pr := w.ledger[pg.prompt]; pr.group == pg.id && pr.token == p.token && p.token == w.store.claimed {
+			w.requeue(pr, "dead node "+v.Node)
+		}
+	}
+}
+
+// deliver: a rollout node's finished group reaches the term's trainer.
+func (p *pipe) deliver(g *pgroup) {
+	if p.stopped || g.state != "running" || p.node.pipe != p {
+		return
+	}
+	g.state = "finished"
+	p.finished = append(p.finished, g)
+	p.train()
+}
+
+// train runs one step when a batch is ready.
+func (p *pipe) train() {
+	n, w := p.node, p.node.w
+	if p.training || p.stopped || p.local >= p.steps || len(p.finished) < w.batch {
+		return
+	}
+	batch := p.finished[:w.batch]
+	p.finished = slices.Clone(p.finished[w.batch:])
+	p.training = true
+	n.later(w.jitter(200*msec, 800*msec), "", func() {
+		p.training = false
+		p.local++
+		var ids []string
+		for _, g := range batch {
+			g.state = "trained"
+			ids = append(ids, g.id)
+		}
+		ver := p.base.Version + p.local
+		w.logf("%s: trainer step %d (version %d) of token %d from %v", n.name, p.local, ver, p.token, ids)
+		n.step(term.StepTrained{Token: p.token, Step: p.local, Version: p.local, Groups: ids})
+		n.step(term.CheckpointSaved{Token: p.token, Version: p.local, Location: fmt.Sprintf("ckpt/t%d/v%d", p.token, p.local)})
+		if !p.stopped {
+			p.targets = append(p.targets, target{w.clock, ver})
+			for _, e := range slices.Sorted(maps.Keys(p.router)) {
+				n.step(term.EngineTarget{Token: p.token, Engine: e, Version: ver})
+			}
+		}
+		p.train()
+	})
+}
+
+// rnode is a rollout node hosting one engine.
+type rnode struct {
+	w     *fo
+	name  string
+	alive bool
+	inc   int
+	slots int
+	// term: the term it serves (from announcements).
+	token  uint64
+	holder *tnode
+	// running groups, and the engine's loaded weights (token, version).
+	running []*pgroup
+	bootAt  time.Duration
+	engTok  uint64
+	engVer  int64
+	linkAt  time.Duration // FIFO link to the holder
+}
+
+func (r *rnode) engine() string { return r.name + "-e0" }
+
+func (w *fo) rolloutByEngine(e string) *rnode {
+	for _, r := range w.rollouts {
+		if r.engine() == e && r.alive {
+			return r
+		}
+	}
+	return nil
+}
+
+func (r *rnode) boot() {
+	w := r.w
+	r.alive, r.inc, r.running, r.engTok, r.engVer, r.token, r.holder, r.bootAt = true, r.inc+1, nil, 0, -1, 0, nil, w.clock
+	w.logf("%s: up (incarnation %d)", r.name, r.inc)
+	w.gossip(200*msec, time.Second)
+	r.loop(w.jitter(50*msec, 150*msec), 100*msec, r.pull)
+	r.loop(statusEvery, statusEvery, func() { r.status(true) })
+}
+
+func (r *rnode) loop(first, period time.Duration, fn func()) {
+	inc := r.inc
+	r.w.afterRoutine(first, func() {
+		if !r.alive || r.inc != inc {
+			return
+		}
+		fn()
+		r.loop(period, period, fn)
+	})
+}
+
+func (r *rnode) kill() {
+	w := r.w
+	var ids []string
+	for _, g := range r.running {
+		ids = append(ids, g.id)
+	}
+	w.logf("%s: killed with groups %v in flight", r.name, ids)
+	r.alive, r.inc, r.running = false, r.inc+1, nil
+	w.gossip(time.Second, 3*time.Second)
+	// The routers' health checks find the engine gone.
+	w.after(w.jitter(0, 500*msec), "", func() {
+		for _, n := range w.trainers {
+			if p := n.pipe; p != nil {
+				if _, ok := p.router[r.engine()]; ok {
+					p.router[r.engine()] = -1
+				}
+			}
+		}
+	})
+}
+
+// send delivers fn at the holder after d; fifo keeps the link's order.
+// The message was sent: it arrives even if this node dies meanwhile.
+func (r *rnode) send(d time.Duration, fifo bool, fn func()) {
+	w := r.w
+	at := w.clock + d
+	if fifo {
+		at = max(at, r.linkAt)
+		r.linkAt = at
+	}
+	w.after(at-w.clock, "", fn)
+}
+
+func (r *rnode) announced(tok uint64, n *tnode) {
+	if r.alive && tok > r.token {
+		r.token, r.holder = tok, n
+		r.w.logf("%s: serves term token %d of %s", r.name, tok, n.name)
+	}
+}
+
+// pull takes a group from the term's queue when a slot is free and its
+// engine is routable in the term (acked the term's version).
+func (r *rnode) pull() {
+	w := r.w
+	n := r.holder
+	if n == nil || !n.alive || n.pipe == nil || n.pipe.token != r.token || n.pipe.stopped || len(r.running) >= r.slots {
+		return
+	}
+	p := n.pipe
+	if v, ok := p.router[r.engine()]; !ok || v < 0 {
+		return
+	}
+	pr, ok := w.take(p, r)
+	if !ok {
+		return
+	}
+	if r.engTok != p.token {
+		w.fail(InvRouting, "%s (%s) routed to %s in term %d, which serves term %d's weights", pr.group, r.name, r.engine(), p.token, r.engTok)
+		return
+	}
+	g := &pgroup{id: pr.group, prompt: pr.id, attempt: pr.attempt, rollout: r, token: p.token, state: "running"}
+	p.groups[g.id] = g
+	r.running = append(r.running, g)
+	w.logf("%s: runs %s for term %d", r.name, g.id, p.token)
+	tok := p.token
+	att := term.PromptAttempt{Prompt: pr.id, Group: g.id, Attempt: int32(pr.attempt)}
+	n.later(w.jitter(5*msec, 100*msec), "", func() { n.step(term.PromptConsumed{Token: tok, Attempt: att}) })
+	r.status(false)
+	inc := r.inc
+	w.after(w.jitter(200*msec, 1200*msec), "", func() {
+		if !r.alive || r.inc != inc {
+			return
+		}
+		r.running = slices.DeleteFunc(r.running, func(x *pgroup) bool { return x == g })
+		w.logf("%s: finished %s", r.name, g.id)
+		r.send(w.jitter(msec, 30*msec), true, func() { p.deliver(g) })
+	})
+}
+
+// status reports the groups this node runs to the holder (messages.
+// RolloutStatus); the periodic ones may be lost or duplicated.
+func (r *rnode) status(periodic bool) {
+	w := r.w
+	n := r.holder
+	if n == nil {
+		return
+	}
+	var gs []term.GroupRef
+	for _, g := range r.running {
+		if g.token == r.token {
+			gs = append(gs, term.GroupRef{Group: g.id, Prompt: g.prompt})
+		}
+	}
+	in := term.RolloutStatus{Token: r.token, Node: r.name, Groups: gs}
+	inc := n.inc
+	deliver := func() {
+		if n.alive && n.inc == inc {
+			n.step(in)
+		}
+	}
+	copies := 1
+	if periodic && w.msgActive > 0 {
+		switch w.rng.Intn(4) {
+		case 0:
+			copies = 0
+		case 1:
+			copies = 2
+		}
+	}
+	for range copies {
+		r.send(w.jitter(msec, 30*msec), true, deliver)
+	}
+}
+
+// loadWeights: the engine loads version of term tok and acks it.
+func (r *rnode) loadWeights(n *tnode, tok uint64, ver int64) {
+	w := r.w
+	if !r.alive || tok < r.engTok {
+		return
+	}
+	inc := r.inc
+	w.after(w.jitter(50*msec, 300*msec), "", func() {
+		if !r.alive || r.inc != inc || tok < r.engTok {
+			return
+		}
+		if tok > r.engTok || ver > r.engVer {
+			r.engTok, r.engVer = tok, ver
+		}
+		got := r.engVer
+		w.logf("%s: engine %s serves version %d of term %d", r.name, r.engine(), got, tok)
+		w.lossy(func() {
+			if n.pipe != nil && n.pipe.token == tok {
+				if v, ok := n.pipe.router[r.engine()]; ok && got > v {
+					n.pipe.router[r.engine()] = got
+				}
+			}
+			if n.alive {
+				n.step(term.EngineServing{Token: tok, Engine: r.engine(), Version: got})
+			}
+		})
+	})
+}
+
+// lossy delivers a weights-path message (LoadWeights or its ack): lost,
+// duplicated or delayed while a message fault is on.
+func (w *fo) lossy(fn func()) {
+	d, copies := w.jitter(msec, 30*msec), 1
+	if w.msgActive > 0 {
+		switch w.rng.Intn(4) {
+		case 0:
+			copies = 0
+		case 1:
+			copies = 2
+		case 2:
+			d += w.jitter(100*msec, 800*msec)
+		}
+	}
+	for range copies {
+		w.after(d, "", fn)
+	}
+}
