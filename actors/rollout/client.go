@@ -117,24 +117,27 @@ type completionBody struct {
 // completionAnswer is the part of a /v1/completions answer Generate reads:
 // vLLM's fields, and the asyncrl engine's optional extensions.
 type completionAnswer struct {
-	Choices []struct {
-		FinishReason   *string `json:"finish_reason"`
-		TokenIDs       []int32 `json:"token_ids"`
-		PromptTokenIDs []int32 `json:"prompt_token_ids"`
-		Logprobs       *struct {
-			// Entries are null where vLLM has no logprob (the first
-			// prompt token in echo mode); never for a generated token.
-			TokenLogprobs []*float64 `json:"token_logprobs"`
-		} `json:"logprobs"`
-		// asyncrl extensions (engine.Extensions), absent from vLLM.
-		OutputLogprobs        []float32 `json:"output_logprobs"`
-		TokenWeightVersions   []int64   `json:"token_weight_versions"`
-		SampleSupport         [][]int32 `json:"sample_support"`
-		OutputSupportLogprobs []float32 `json:"output_support_logprobs"`
-	} `json:"choices"`
-	Usage *struct {
+	Choices []completionChoice `json:"choices"`
+	Usage   *struct {
 		CompletionTokens int `json:"completion_tokens"`
 	} `json:"usage"`
+}
+
+// completionChoice is one choice of a completionAnswer.
+type completionChoice struct {
+	FinishReason   *string `json:"finish_reason"`
+	TokenIDs       []int32 `json:"token_ids"`
+	PromptTokenIDs []int32 `json:"prompt_token_ids"`
+	Logprobs       *struct {
+		// Entries are null where vLLM has no logprob (the first
+		// prompt token in echo mode); never for a generated token.
+		TokenLogprobs []*float64 `json:"token_logprobs"`
+	} `json:"logprobs"`
+	// asyncrl extensions (engine.Extensions), absent from vLLM.
+	OutputLogprobs        []float32 `json:"output_logprobs"`
+	TokenWeightVersions   []int64   `json:"token_weight_versions"`
+	SampleSupport         [][]int32 `json:"sample_support"`
+	OutputSupportLogprobs []float32 `json:"output_support_logprobs"`
 }
 
 // Generate posts one completion request and decodes the answer:
@@ -206,49 +209,15 @@ func decodeAnswer(data []byte, h http.Header, prompt []int32) (TurnOutput, error
 		return TurnOutput{}, fmt.Errorf("choices[0].prompt_token_ids (%d tokens) differ from the %d prompt tokens sent", len(ch.PromptTokenIDs), len(prompt))
 	}
 
-	switch {
-	case ch.OutputLogprobs != nil:
-		out.Logprobs = ch.OutputLogprobs
-	case ch.Logprobs != nil && ch.Logprobs.TokenLogprobs != nil:
-		out.Logprobs = make([]float32, len(ch.Logprobs.TokenLogprobs))
-		for i, lp := range ch.Logprobs.TokenLogprobs {
-			if lp == nil {
-				return TurnOutput{}, fmt.Errorf("choices[0].logprobs.token_logprobs[%d] is null for generated token %d", i, i)
-			}
-			out.Logprobs[i] = float32(*lp)
-		}
-	case n > 0:
-		return TurnOutput{}, fmt.Errorf("no logprobs for %d tokens: neither choices[0].output_logprobs nor choices[0].logprobs.token_logprobs", n)
+	var err error
+	if out.Logprobs, err = answerLogprobs(ch, n); err != nil {
+		return TurnOutput{}, err
 	}
-
-	switch {
-	case ch.TokenWeightVersions != nil:
-		out.Versions = ch.TokenWeightVersions
-	case h.Get(versionMinHeader) != "":
-		v, err := strconv.ParseInt(h.Get(versionMinHeader), 10, 64)
-		if err != nil {
-			return TurnOutput{}, fmt.Errorf("header %s: %w", versionMinHeader, err)
-		}
-		out.Versions = make([]int64, n)
-		for i := range out.Versions {
-			out.Versions[i] = v
-		}
-	case n > 0:
-		return TurnOutput{}, fmt.Errorf("no weight versions for %d tokens: neither choices[0].token_weight_versions nor a %s header (call the engine through the router)", n, versionMinHeader)
+	if out.Versions, err = answerVersions(ch, h, n); err != nil {
+		return TurnOutput{}, err
 	}
-
-	var bad []string
-	check := func(name string, got int, present bool) {
-		if present && got != n {
-			bad = append(bad, fmt.Sprintf("%d %s", got, name))
-		}
-	}
-	check("logprobs", len(out.Logprobs), out.Logprobs != nil)
-	check("token_weight_versions", len(out.Versions), out.Versions != nil)
-	check("sample_support rows", len(out.Support), out.Support != nil)
-	check("output_support_logprobs", len(out.SupportLogprobs), out.SupportLogprobs != nil)
-	if bad != nil {
-		return TurnOutput{}, fmt.Errorf("%d token_ids but %s", n, strings.Join(bad, ", "))
+	if err := checkLengths(out, n); err != nil {
+		return TurnOutput{}, err
 	}
 	if out.Logprobs == nil {
 		out.Logprobs = []float32{}
@@ -273,5 +242,67 @@ func (c *HTTPClient) FinishSession(ctx context.Context, sessionID string) error 
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
+	return nil
+}
+
+// answerLogprobs are the n generated tokens' logprobs: the engine's
+// output_logprobs, else vLLM's logprobs.token_logprobs; nil for none.
+func answerLogprobs(ch completionChoice, n int) ([]float32, error) {
+	switch {
+	case ch.OutputLogprobs != nil:
+		return ch.OutputLogprobs, nil
+	case ch.Logprobs != nil && ch.Logprobs.TokenLogprobs != nil:
+		out := make([]float32, len(ch.Logprobs.TokenLogprobs))
+		for i, lp := range ch.Logprobs.TokenLogprobs {
+			if lp == nil {
+				return nil, fmt.Errorf("choices[0].logprobs.token_logprobs[%d] is null for generated token %d", i, i)
+			}
+			out[i] = float32(*lp)
+		}
+		return out, nil
+	case n > 0:
+		return nil, fmt.Errorf("no logprobs for %d tokens: neither choices[0].output_logprobs nor choices[0].logprobs.token_logprobs", n)
+	}
+	return nil, nil
+}
+
+// answerVersions are the n generated tokens' weight versions: the
+// engine's token_weight_versions, else the router's minimum-version
+// header for every token; nil for none.
+func answerVersions(ch completionChoice, h http.Header, n int) ([]int64, error) {
+	switch {
+	case ch.TokenWeightVersions != nil:
+		return ch.TokenWeightVersions, nil
+	case h.Get(versionMinHeader) != "":
+		v, err := strconv.ParseInt(h.Get(versionMinHeader), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("header %s: %w", versionMinHeader, err)
+		}
+		out := make([]int64, n)
+		for i := range out {
+			out[i] = v
+		}
+		return out, nil
+	case n > 0:
+		return nil, fmt.Errorf("no weight versions for %d tokens: neither choices[0].token_weight_versions nor a %s header (call the engine through the router)", n, versionMinHeader)
+	}
+	return nil, nil
+}
+
+// checkLengths: every per-token array present has one entry per token.
+func checkLengths(out TurnOutput, n int) error {
+	var bad []string
+	check := func(name string, got int, present bool) {
+		if present && got != n {
+			bad = append(bad, fmt.Sprintf("%d %s", got, name))
+		}
+	}
+	check("logprobs", len(out.Logprobs), out.Logprobs != nil)
+	check("token_weight_versions", len(out.Versions), out.Versions != nil)
+	check("sample_support rows", len(out.Support), out.Support != nil)
+	check("output_support_logprobs", len(out.SupportLogprobs), out.SupportLogprobs != nil)
+	if bad != nil {
+		return fmt.Errorf("%d token_ids but %s", n, strings.Join(bad, ", "))
+	}
 	return nil
 }

@@ -730,31 +730,7 @@ func (c *Core) routeHash(now time.Time, req Request, tracked bool) Decision {
 	ok := func(cand *replica) bool {
 		return c.takesNew(cand) || (s != nil && s.replica == cand && c.keepsExisting(cand))
 	}
-	var r *replica
-	if len(c.ring) > 0 {
-		start := ringStart(c.ring, RingHash(key))
-		if c.cfg.HashFallback == HashFirstHealthy {
-			// vllm-router: the ring point's replica, else the first one
-			// (in replica order) that may take the request.
-			if cand := c.replicas[c.ring[start].url]; ok(cand) {
-				r = cand
-			} else {
-				for _, cand := range c.order {
-					if ok(cand) {
-						r = cand
-						break
-					}
-				}
-			}
-		} else {
-			for i := 0; i < len(c.ring); i++ {
-				if cand := c.replicas[c.ring[(start+i)%len(c.ring)].url]; ok(cand) {
-					r = cand
-					break
-				}
-			}
-		}
-	}
+	r := c.hashPick(key, ok)
 	if !tracked {
 		return c.charge(req, r, OutcomeUntracked, "")
 	}
@@ -777,6 +753,34 @@ func (c *Core) routeHash(now time.Time, req Request, tracked bool) Decision {
 		c.bind(now, key, req, r)
 		return c.charge(req, r, OutcomeMoved, from)
 	}
+}
+
+// hashPick is the replica key's ring point leads to among those ok
+// accepts (nil for none), after cfg.HashFallback.
+func (c *Core) hashPick(key string, ok func(*replica) bool) *replica {
+	if len(c.ring) == 0 {
+		return nil
+	}
+	start := ringStart(c.ring, RingHash(key))
+	if c.cfg.HashFallback == HashFirstHealthy {
+		// vllm-router: the ring point's replica, else the first one
+		// (in replica order) that may take the request.
+		if cand := c.replicas[c.ring[start].url]; ok(cand) {
+			return cand
+		}
+		for _, cand := range c.order {
+			if ok(cand) {
+				return cand
+			}
+		}
+		return nil
+	}
+	for i := 0; i < len(c.ring); i++ {
+		if cand := c.replicas[c.ring[(start+i)%len(c.ring)].url]; ok(cand) {
+			return cand
+		}
+	}
+	return nil
 }
 
 // Done records that a request routed to url finished, releasing the

@@ -4,6 +4,8 @@ import (
 	"crypto/subtle"
 	"errors"
 	"net/http"
+	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -46,92 +48,101 @@ func (r *Router) admin(w http.ResponseWriter, req *http.Request) {
 		writeError(w, http.StatusUnauthorized, "admin token required")
 		return
 	}
-	q := req.URL.Query()
-	method := func(allowed ...string) bool {
-		for _, m := range allowed {
-			if req.Method == m {
-				return true
-			}
-		}
-		w.Header().Set("Allow", strings.Join(allowed, ", "))
-		writeError(w, http.StatusMethodNotAllowed, req.Method+" not allowed on "+req.URL.Path)
-		return false
-	}
-	switch strings.TrimSuffix(req.URL.Path, "/") {
-	case "/admin/replicas":
-		if !method(http.MethodGet, http.MethodPost, http.MethodDelete) {
-			return
-		}
-		switch req.Method {
-		case http.MethodGet:
-			r.listReplicas(w)
-		case http.MethodPost:
-			u := strings.TrimRight(q.Get("url"), "/")
-			if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
-				writeError(w, http.StatusBadRequest, "url must be an http(s) base URL")
-				return
-			}
-			v, ok := optInt(w, q, "version")
-			if !ok {
-				return
-			}
-			r.change(w, http.StatusCreated, policy.AddReplica{URL: u, Version: v})
-		case http.MethodDelete:
-			u := strings.TrimRight(q.Get("url"), "/")
-			r.change(w, http.StatusOK, policy.RemoveReplica{URL: u})
-		}
-	case "/admin/replicas/drain":
-		if method(http.MethodPost) {
-			u := strings.TrimRight(q.Get("url"), "/")
-			r.change(w, http.StatusOK, policy.SetState{URL: u, State: policy.Draining})
-		}
-	case "/admin/replicas/state":
-		if method(http.MethodPost) {
-			s, err := policy.ParseState(q.Get("state"))
-			if err != nil {
-				writeError(w, http.StatusBadRequest, err.Error())
-				return
-			}
-			u := strings.TrimRight(q.Get("url"), "/")
-			r.change(w, http.StatusOK, policy.SetState{URL: u, State: s})
-		}
-	case "/admin/replicas/version":
-		if method(http.MethodPost) {
-			v, ok := reqInt(w, q, "version")
-			if !ok {
-				return
-			}
-			u := strings.TrimRight(q.Get("url"), "/")
-			r.change(w, http.StatusOK, policy.SetVersion{URL: u, Version: v})
-		}
-	case "/admin/sessions":
-		if method(http.MethodGet) {
-			id := q.Get("session_id")
-			s, ok := r.Lookup(id)
-			if !ok {
-				writeError(w, http.StatusNotFound, "unknown session "+strconv.Quote(id))
-				return
-			}
-			writeJSON(w, http.StatusOK, map[string]any{"session_id": s.Key, "replica": s.Replica, "last_access": s.LastAccess.UTC().Format(time.RFC3339Nano)})
-		}
-	case "/admin/min_version":
-		if !method(http.MethodGet, http.MethodPost) {
-			return
-		}
-		if req.Method == http.MethodPost {
-			v, ok := reqInt(w, q, "version")
-			if !ok {
-				return
-			}
-			if err := r.Apply(policy.SetMinVersion{Version: v}); err != nil {
-				writeError(w, http.StatusBadRequest, err.Error())
-				return
-			}
-		}
-		writeJSON(w, http.StatusOK, map[string]any{"min_version": r.MinVersion()})
-	default:
+	route, ok := adminRoutes[strings.TrimSuffix(req.URL.Path, "/")]
+	if !ok {
 		writeError(w, http.StatusNotFound, "unknown admin path "+req.URL.Path)
+		return
 	}
+	if !slices.Contains(route.methods, req.Method) {
+		w.Header().Set("Allow", strings.Join(route.methods, ", "))
+		writeError(w, http.StatusMethodNotAllowed, req.Method+" not allowed on "+req.URL.Path)
+		return
+	}
+	route.serve(r, w, req, req.URL.Query())
+}
+
+// adminRoute is one admin path: the methods it allows and its handler.
+type adminRoute struct {
+	methods []string
+	serve   func(r *Router, w http.ResponseWriter, req *http.Request, q url.Values)
+}
+
+var adminRoutes = map[string]adminRoute{
+	"/admin/replicas":         {[]string{http.MethodGet, http.MethodPost, http.MethodDelete}, (*Router).adminReplicas},
+	"/admin/replicas/drain":   {[]string{http.MethodPost}, (*Router).adminDrain},
+	"/admin/replicas/state":   {[]string{http.MethodPost}, (*Router).adminState},
+	"/admin/replicas/version": {[]string{http.MethodPost}, (*Router).adminVersion},
+	"/admin/sessions":         {[]string{http.MethodGet}, (*Router).adminSessions},
+	"/admin/min_version":      {[]string{http.MethodGet, http.MethodPost}, (*Router).adminMinVersion},
+}
+
+func (r *Router) adminReplicas(w http.ResponseWriter, req *http.Request, q url.Values) {
+	switch req.Method {
+	case http.MethodGet:
+		r.listReplicas(w)
+	case http.MethodPost:
+		u := strings.TrimRight(q.Get("url"), "/")
+		if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+			writeError(w, http.StatusBadRequest, "url must be an http(s) base URL")
+			return
+		}
+		v, ok := optInt(w, q, "version")
+		if !ok {
+			return
+		}
+		r.change(w, http.StatusCreated, policy.AddReplica{URL: u, Version: v})
+	case http.MethodDelete:
+		u := strings.TrimRight(q.Get("url"), "/")
+		r.change(w, http.StatusOK, policy.RemoveReplica{URL: u})
+	}
+}
+
+func (r *Router) adminDrain(w http.ResponseWriter, _ *http.Request, q url.Values) {
+	u := strings.TrimRight(q.Get("url"), "/")
+	r.change(w, http.StatusOK, policy.SetState{URL: u, State: policy.Draining})
+}
+
+func (r *Router) adminState(w http.ResponseWriter, _ *http.Request, q url.Values) {
+	s, err := policy.ParseState(q.Get("state"))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	u := strings.TrimRight(q.Get("url"), "/")
+	r.change(w, http.StatusOK, policy.SetState{URL: u, State: s})
+}
+
+func (r *Router) adminVersion(w http.ResponseWriter, _ *http.Request, q url.Values) {
+	v, ok := reqInt(w, q, "version")
+	if !ok {
+		return
+	}
+	u := strings.TrimRight(q.Get("url"), "/")
+	r.change(w, http.StatusOK, policy.SetVersion{URL: u, Version: v})
+}
+
+func (r *Router) adminSessions(w http.ResponseWriter, _ *http.Request, q url.Values) {
+	id := q.Get("session_id")
+	s, ok := r.Lookup(id)
+	if !ok {
+		writeError(w, http.StatusNotFound, "unknown session "+strconv.Quote(id))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"session_id": s.Key, "replica": s.Replica, "last_access": s.LastAccess.UTC().Format(time.RFC3339Nano)})
+}
+
+func (r *Router) adminMinVersion(w http.ResponseWriter, req *http.Request, q url.Values) {
+	if req.Method == http.MethodPost {
+		v, ok := reqInt(w, q, "version")
+		if !ok {
+			return
+		}
+		if err := r.Apply(policy.SetMinVersion{Version: v}); err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"min_version": r.MinVersion()})
 }
 
 func (r *Router) authorized(req *http.Request) bool {

@@ -144,105 +144,146 @@ func fieldErr(field string, err error) *ChildError {
 
 // batchOf validates a TrainBatch's arrays and builds the policy batch.
 func (b *BuiltinChild) batchOf(tb TrainBatch) (policy.Batch, *ChildError) {
-	bad := func(field, format string, a ...any) *ChildError {
-		return &ChildError{Code: CodeBadField, Field: field, Message: fmt.Sprintf(format, a...)}
+	a, cerr := batchArraysOf(tb)
+	if cerr != nil {
+		return policy.Batch{}, cerr
 	}
-	for k := range tb.Arrays {
-		if !contains(arrayKeys, k) {
-			return policy.Batch{}, bad("arrays."+k, "unknown array")
-		}
-	}
-	get := func(name, dtype string, n int, required bool) (Tensor, bool, *ChildError) {
-		t, ok := tb.Arrays[name]
-		if !ok {
-			if required {
-				return t, false, bad("arrays."+name, "required")
-			}
-			return t, false, nil
-		}
-		if err := t.Check(dtype, n); err != nil {
-			return t, false, bad("arrays."+name, "%v", err)
-		}
-		return t, true, nil
-	}
-	tokT, _, e := get("tokens", Int32, -1, true)
-	if e != nil {
-		return policy.Batch{}, e
-	}
-	n := len(tokT.Data) / 4
-	offT, _, e := get("seq_offsets", Int64, -1, true)
-	if e != nil {
-		return policy.Batch{}, e
-	}
-	off := offT.Int64s()
-	if len(off) < 2 || off[0] != 0 || off[len(off)-1] != int64(n) {
-		return policy.Batch{}, bad("arrays.seq_offsets", "want [0 … %d] with at least one sequence, got %d offsets", n, len(off))
-	}
-	for i := 1; i < len(off); i++ {
-		if off[i] <= off[i-1] {
-			return policy.Batch{}, bad("arrays.seq_offsets", "offset %d (%d) not above offset %d (%d)", i, off[i], i-1, off[i-1])
-		}
-	}
-	s := len(off) - 1
-	maskT, _, e := get("loss_mask", Uint8, n, true)
-	if e != nil {
-		return policy.Batch{}, e
-	}
-	lpT, _, e := get("rollout_logprobs", Float32, n, true)
-	if e != nil {
-		return policy.Batch{}, e
-	}
-	verT, hasVer, e := get("versions", Int64, n, false)
-	if e != nil {
-		return policy.Batch{}, e
-	}
-	rewT, _, e := get("rewards", Float32, s, true)
-	if e != nil {
-		return policy.Batch{}, e
-	}
-	advT, hasAdv, e := get("advantages", Float32, s, false)
-	if e != nil {
-		return policy.Batch{}, e
-	}
-	if len(tb.Groups) != s {
-		return policy.Batch{}, bad("groups", "%d group ids for %d sequences", len(tb.Groups), s)
-	}
-	for k, mb := range tb.Microbatches {
-		for _, i := range mb {
-			if i < 0 || i >= s {
-				return policy.Batch{}, bad("microbatches", "microbatch %d: index %d outside %d sequences", k, i, s)
-			}
-		}
-	}
-	tok, mask, lp := tokT.Int32s(), maskT.Data, lpT.Float32s()
-	var ver []int64
-	if hasVer {
-		ver = verT.Int64s()
-	}
-	var adv []float32
-	if hasAdv {
-		adv = advT.Float32s()
-	} else {
-		rew := rewT.Float32s()
+	s := len(a.off) - 1
+	adv := a.adv
+	if adv == nil {
 		scores := make([]float64, s)
-		for i, r := range rew {
+		for i, r := range a.rew {
 			scores[i] = float64(r)
 		}
-		for _, a := range policy.Advantages(scores, tb.Groups, b.normStd) {
-			adv = append(adv, float32(a))
+		for _, x := range policy.Advantages(scores, tb.Groups, b.normStd) {
+			adv = append(adv, float32(x))
 		}
 	}
 	batch := policy.Batch{Sequences: make([]policy.Sequence, s)}
 	for i := range s {
-		lo, hi := off[i], off[i+1]
-		seq := policy.Sequence{Tokens: tok[lo:hi], LossMask: mask[lo:hi], RolloutLogprobs: lp[lo:hi],
+		lo, hi := a.off[i], a.off[i+1]
+		seq := policy.Sequence{Tokens: a.tok[lo:hi], LossMask: a.mask[lo:hi], RolloutLogprobs: a.lp[lo:hi],
 			Advantage: adv[i], Group: tb.Groups[i]}
-		if ver != nil {
-			seq.Version = ver[lo:hi]
+		if a.ver != nil {
+			seq.Version = a.ver[lo:hi]
 		}
 		batch.Sequences[i] = seq
 	}
 	return batch, nil
+}
+
+// batchArrays are a TrainBatch's arrays, checked; ver and adv are nil
+// when the batch has none.
+type batchArrays struct {
+	off      []int64
+	tok      []int32
+	mask     []byte
+	lp       []float32
+	ver      []int64
+	rew, adv []float32
+}
+
+// batchArrayOf is tb's array name, checked for dtype and n elements (n
+// < 0: any); ok is false when an optional one is absent.
+func batchArrayOf(tb TrainBatch, name, dtype string, n int, required bool) (t Tensor, ok bool, cerr *ChildError) {
+	t, ok = tb.Arrays[name]
+	if !ok {
+		if required {
+			return t, false, badField("arrays."+name, "required")
+		}
+		return t, false, nil
+	}
+	if err := t.Check(dtype, n); err != nil {
+		return t, false, badField("arrays."+name, "%v", err)
+	}
+	return t, true, nil
+}
+
+// batchArraysOf checks tb's arrays against each other (one offset per
+// sequence boundary, one token-level value per token, one reward per
+// sequence) and its groups and microbatches against the sequences.
+func batchArraysOf(tb TrainBatch) (batchArrays, *ChildError) {
+	var a batchArrays
+	for k := range tb.Arrays {
+		if !contains(arrayKeys, k) {
+			return a, badField("arrays."+k, "unknown array")
+		}
+	}
+	tokT, _, e := batchArrayOf(tb, "tokens", Int32, -1, true)
+	if e != nil {
+		return a, e
+	}
+	n := len(tokT.Data) / 4
+	offT, _, e := batchArrayOf(tb, "seq_offsets", Int64, -1, true)
+	if e != nil {
+		return a, e
+	}
+	a.tok, a.off = tokT.Int32s(), offT.Int64s()
+	if e := checkOffsets(a.off, n); e != nil {
+		return a, e
+	}
+	s := len(a.off) - 1
+	maskT, _, e := batchArrayOf(tb, "loss_mask", Uint8, n, true)
+	if e != nil {
+		return a, e
+	}
+	lpT, _, e := batchArrayOf(tb, "rollout_logprobs", Float32, n, true)
+	if e != nil {
+		return a, e
+	}
+	verT, hasVer, e := batchArrayOf(tb, "versions", Int64, n, false)
+	if e != nil {
+		return a, e
+	}
+	rewT, _, e := batchArrayOf(tb, "rewards", Float32, s, true)
+	if e != nil {
+		return a, e
+	}
+	advT, hasAdv, e := batchArrayOf(tb, "advantages", Float32, s, false)
+	if e != nil {
+		return a, e
+	}
+	if e := checkSequences(tb, s); e != nil {
+		return a, e
+	}
+	a.mask, a.lp, a.rew = maskT.Data, lpT.Float32s(), rewT.Float32s()
+	if hasVer {
+		a.ver = verT.Int64s()
+	}
+	if hasAdv {
+		a.adv = advT.Float32s()
+	}
+	return a, nil
+}
+
+// checkOffsets: seq_offsets run from 0 to the n tokens, strictly rising,
+// with at least one sequence.
+func checkOffsets(off []int64, n int) *ChildError {
+	if len(off) < 2 || off[0] != 0 || off[len(off)-1] != int64(n) {
+		return badField("arrays.seq_offsets", "want [0 … %d] with at least one sequence, got %d offsets", n, len(off))
+	}
+	for i := 1; i < len(off); i++ {
+		if off[i] <= off[i-1] {
+			return badField("arrays.seq_offsets", "offset %d (%d) not above offset %d (%d)", i, off[i], i-1, off[i-1])
+		}
+	}
+	return nil
+}
+
+// checkSequences: one group id per sequence, and microbatches index
+// sequences.
+func checkSequences(tb TrainBatch, s int) *ChildError {
+	if len(tb.Groups) != s {
+		return badField("groups", "%d group ids for %d sequences", len(tb.Groups), s)
+	}
+	for k, mb := range tb.Microbatches {
+		for _, i := range mb {
+			if i < 0 || i >= s {
+				return badField("microbatches", "microbatch %d: index %d outside %d sequences", k, i, s)
+			}
+		}
+	}
+	return nil
 }
 
 func (b *BuiltinChild) train(h Header, body []byte) any {

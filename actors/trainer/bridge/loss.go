@@ -68,95 +68,16 @@ func InitFor(t policy.TrainerConfig, normStd bool, kind, modelDir, outDir string
 // trainerConfigOf is InitFor's inverse for the built-in child; a bad key
 // or value is a *ChildError naming it.
 func trainerConfigOf(in Init) (policy.TrainerConfig, bool, *ChildError) {
-	bad := func(field, format string, a ...any) *ChildError {
-		return &ChildError{Code: CodeBadField, Field: field, Message: fmt.Sprintf(format, a...)}
-	}
 	t := policy.DefaultTrainerConfig()
 	o := in.Optimizer
 	if o.Name != "adamw" {
-		return t, false, bad("optimizer.name", "%q: the built-in trainer runs adamw", o.Name)
+		return t, false, badField("optimizer.name", "%q: the built-in trainer runs adamw", o.Name)
 	}
 	t.LR, t.Beta1, t.Beta2, t.Eps, t.WeightDecay, t.MaxGradNorm = o.LR, o.Betas[0], o.Betas[1], o.Eps, o.WeightDecay, o.MaxGradNorm
 	normStd := true
 	for k, v := range in.Loss {
-		f, isNum := number(v)
-		str, isStr := v.(string)
-		b, isBool := v.(bool)
-		field := "loss." + k
-		switch k {
-		case "policy_loss_type", "loss_reduction", "tis_ratio_type":
-			if !isStr {
-				return t, false, bad(field, "want text, got %T", v)
-			}
-			switch k {
-			case "policy_loss_type":
-				t.PolicyLoss = str
-			case "loss_reduction":
-				t.Reduction = str
-			default:
-				t.TISRatioType = str
-			}
-		case "normalize_over_support":
-			if !isBool {
-				return t, false, bad(field, "want a bool, got %T", v)
-			}
-			t.SupportNorm = b
-		case "advantage":
-			adv, ok := v.(map[string]any)
-			if !ok {
-				return t, false, bad(field, "want a map, got %T", v)
-			}
-			for ak, av := range adv {
-				switch ak {
-				case "estimator":
-					if av != "grpo" {
-						return t, false, bad("loss.advantage.estimator", "%v: only grpo", av)
-					}
-				case "norm_adv_by_std":
-					nb, ok := av.(bool)
-					if !ok {
-						return t, false, bad("loss.advantage.norm_adv_by_std", "want a bool, got %T", av)
-					}
-					normStd = nb
-				case "epsilon":
-					if e, ok := number(av); !ok || e != 1e-6 {
-						return t, false, bad("loss.advantage.epsilon", "%v: the built-in advantages use 1e-6", av)
-					}
-				default:
-					return t, false, bad("loss.advantage."+ak, "unknown key")
-				}
-			}
-		default:
-			if !contains(lossKeys, k) {
-				return t, false, bad(field, "unknown key")
-			}
-			if !isNum {
-				return t, false, bad(field, "want a number, got %T", v)
-			}
-			switch k {
-			case "eps_clip_low":
-				t.EpsLow = f
-			case "eps_clip_high":
-				t.EpsHigh = f
-			case "clip_ratio_c":
-				t.ClipRatioC = f
-			case "cispo_eps_clip_low":
-				t.CISPOEpsLow = f
-			case "cispo_eps_clip_high":
-				t.CISPOEpsHigh = f
-			case "max_seq_len":
-				t.ReductionMaxSeqLen = int(f)
-			case "token_tis_ratio_clip_high":
-				t.TokenTISCap = f
-			case "sequence_tis_ratio_clip_high":
-				t.SequenceTISCap = f
-			case "entropy_coef":
-				t.EntropyCoef = f
-			case "kl_coef":
-				t.KLCoef = f
-			case "temperature":
-				t.Temperature = f
-			}
+		if err := setLossKey(&t, &normStd, k, v); err != nil {
+			return t, false, err
 		}
 	}
 	t.Seed = uint64(in.Seed)
@@ -165,4 +86,109 @@ func trainerConfigOf(in Init) (policy.TrainerConfig, bool, *ChildError) {
 		return t, false, &ChildError{Code: CodeBadField, Field: "loss", Message: err.Error()}
 	}
 	return t, normStd, nil
+}
+
+func badField(field, format string, a ...any) *ChildError {
+	return &ChildError{Code: CodeBadField, Field: field, Message: fmt.Sprintf(format, a...)}
+}
+
+// setLossKey sets loss key k of the Init to v in t (normStd for the
+// advantage's norm_adv_by_std).
+func setLossKey(t *policy.TrainerConfig, normStd *bool, k string, v any) *ChildError {
+	field := "loss." + k
+	switch k {
+	case "policy_loss_type", "loss_reduction", "tis_ratio_type":
+		str, ok := v.(string)
+		if !ok {
+			return badField(field, "want text, got %T", v)
+		}
+		switch k {
+		case "policy_loss_type":
+			t.PolicyLoss = str
+		case "loss_reduction":
+			t.Reduction = str
+		default:
+			t.TISRatioType = str
+		}
+	case "normalize_over_support":
+		b, ok := v.(bool)
+		if !ok {
+			return badField(field, "want a bool, got %T", v)
+		}
+		t.SupportNorm = b
+	case "advantage":
+		adv, ok := v.(map[string]any)
+		if !ok {
+			return badField(field, "want a map, got %T", v)
+		}
+		return setAdvantage(normStd, adv)
+	default:
+		if !contains(lossKeys, k) {
+			return badField(field, "unknown key")
+		}
+		f, ok := number(v)
+		if !ok {
+			return badField(field, "want a number, got %T", v)
+		}
+		if k == "max_seq_len" {
+			t.ReductionMaxSeqLen = int(f)
+		} else if p := numericLossField(t, k); p != nil {
+			*p = f
+		}
+	}
+	return nil
+}
+
+// setAdvantage checks loss.advantage: GRPO with the built-in epsilon;
+// norm_adv_by_std goes to normStd.
+func setAdvantage(normStd *bool, adv map[string]any) *ChildError {
+	for ak, av := range adv {
+		switch ak {
+		case "estimator":
+			if av != "grpo" {
+				return badField("loss.advantage.estimator", "%v: only grpo", av)
+			}
+		case "norm_adv_by_std":
+			nb, ok := av.(bool)
+			if !ok {
+				return badField("loss.advantage.norm_adv_by_std", "want a bool, got %T", av)
+			}
+			*normStd = nb
+		case "epsilon":
+			if e, ok := number(av); !ok || e != 1e-6 {
+				return badField("loss.advantage.epsilon", "%v: the built-in advantages use 1e-6", av)
+			}
+		default:
+			return badField("loss.advantage."+ak, "unknown key")
+		}
+	}
+	return nil
+}
+
+// numericLossField is the field of t that numeric loss key k sets (nil
+// for a key the built-in trainer ignores).
+func numericLossField(t *policy.TrainerConfig, k string) *float64 {
+	switch k {
+	case "eps_clip_low":
+		return &t.EpsLow
+	case "eps_clip_high":
+		return &t.EpsHigh
+	case "clip_ratio_c":
+		return &t.ClipRatioC
+	case "cispo_eps_clip_low":
+		return &t.CISPOEpsLow
+	case "cispo_eps_clip_high":
+		return &t.CISPOEpsHigh
+	case "token_tis_ratio_clip_high":
+		return &t.TokenTISCap
+	case "sequence_tis_ratio_clip_high":
+		return &t.SequenceTISCap
+	case "entropy_coef":
+		return &t.EntropyCoef
+	case "kl_coef":
+		return &t.KLCoef
+	case "temperature":
+		return &t.Temperature
+	}
+	return nil
 }
