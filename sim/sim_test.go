@@ -112,6 +112,13 @@ var plantedBugs = []struct {
 	{BugPublisherForgetsLaggards, ScenarioFaults, InvSync},
 	{BugCtlForgetsSentBatch, ScenarioFaults, InvLedger},
 	{BugTermIgnoresLostBuffer, ScenarioFaults, InvTermStepDown},
+	// In the cluster/term core (term.Config.Plant), by the failover scenario.
+	{BugTermForgetsDeadNodeGroups, ScenarioFailover, InvDeadNodeRequeue},
+	{BugTermForgetsPrevHolder, ScenarioFailover, InvDeadNodeRequeue},
+	{BugTermMarksBeforeDurable, ScenarioFailover, InvTrainedDurable},
+	{BugTermIgnoresFencing, ScenarioFailover, InvFencing},
+	{BugTermTwoSaves, ScenarioFailover, InvDurableMonotonic},
+	{BugTermNeverResends, ScenarioFailover, InvSync},
 }
 
 // findBug searches seeds from 1 until the planted bug breaks an
