@@ -72,7 +72,7 @@ SIM_SEEDS ?= 5000
 SIM_STEPS ?= 10
 .PHONY: sim
 sim: build
-	@for sc in default faults partitions mixed; do \
+	@for sc in default faults partitions mixed failover; do \
 		./$(BIN) sim --seed 1 --seeds $(SIM_SEEDS) --steps $(SIM_STEPS) --scenario $$sc || exit 1; \
 	done
 

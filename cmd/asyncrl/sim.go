@@ -32,11 +32,14 @@ func newSimCmd(g *globals) *cobra.Command {
 			"and a fault schedule (scenario faults: crashes, hangs, slowdowns, message drop/duplicate/\n" +
 			"delay/reorder, trainer, publisher and controller crashes, corrupted deltas, stale\n" +
 			"metrics, the loss of the server holding the trajectory buffer; scenario partitions:\n" +
-			"network partitions; mixed: both). Every invariant is checked after every\n" +
+			"network partitions; mixed: both; failover: trainer nodes deciding with the real\n" +
+			"cluster/term core — the lease holder killed or turned zombie, a standby taking over,\n" +
+			"rollout nodes dying with groups in flight). Every invariant is checked after every\n" +
 			"event; on a violation the seed, the invariant and a minimised event trace are printed\n" +
 			"and the exit code is 1. The same seed always gives the same run.",
 		Example: "  asyncrl sim --seed 42 --steps 10 --scenario faults\n" +
-			"  asyncrl sim --seed 1 --seeds 5000 --scenario partitions",
+			"  asyncrl sim --seed 1 --seeds 5000 --scenario partitions\n" +
+			"  asyncrl sim --seed 1 --seeds 5000 --scenario failover",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			sc, err := sim.ParseScenario(scenario)
@@ -72,7 +75,7 @@ func newSimCmd(g *globals) *cobra.Command {
 	f := cmd.Flags()
 	f.Int64Var(&seed, "seed", 1, "seed of the (first) run; it draws the workload and the fault schedule")
 	f.IntVar(&steps, "steps", 10, "trainer steps each run must complete")
-	f.StringVar(&scenario, "scenario", string(sim.ScenarioDefault), "default (no faults), faults, partitions or mixed (both)")
+	f.StringVar(&scenario, "scenario", string(sim.ScenarioDefault), "default (no faults), faults, partitions, mixed (both) or failover (the trainer lease's, over cluster/term)")
 	f.IntVar(&seeds, "seeds", 1, "number of consecutive seeds to run, from --seed; stops at the first violation")
 	f.IntVar(&engines, "engines", 0, "number of engines (0: drawn from the seed, 2–4)")
 	f.IntVar(&trace, "trace", 40, "events of the trace printed with a violation")
