@@ -39,6 +39,14 @@
 //     they fetch weight chains, verify each version's xxh3-128 checksum
 //     (weights/delta's format) and report health, load and version.
 //
+// The failover scenario (failover.go) has a world of its own: 2–3 trainer
+// nodes, each stepping the real cluster/term core as cluster/node's lease
+// agent does, over a simulated lease (fencing tokens, TTL on the virtual
+// clock), progress store and prompt ledger, with rollout nodes that pull
+// groups and host engines; the term's pipeline is modelled minimally
+// inside the shell's StartPipeline/StopPipeline. Its planted bugs reach
+// the term core through term.Config.Plant.
+//
 // # Contract
 //
 // Run(cfg) is a pure function of cfg: the same Config gives the same

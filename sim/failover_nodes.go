@@ -195,21 +195,11 @@ func (n *tnode) drain(in term.Input) {
 
 // apply carries out one effect.
 func (n *tnode) apply(e term.Effect, tok uint64) {
+	if n.applyDurable(e, tok) {
+		return
+	}
 	w := n.w
 	switch v := e.(type) {
-	case term.ClaimProgress:
-		n.storeOp(fmt.Sprintf("claim token %d", v.Token), func() { n.claim(v.Token) }, func() { n.step(term.Failed{Token: v.Token, Err: "store unreachable"}) })
-	case term.MarkTrained:
-		w.markTrained(n, v)
-	case term.RequeueNode:
-		count := 0
-		for _, id := range slices.Sorted(maps.Keys(w.ledger)) {
-			if pr := w.ledger[id]; pr.owner == v.Node {
-				w.requeue(pr, "requeue node "+v.Node)
-				count++
-			}
-		}
-		n.later(w.jitter(msec, 20*msec), "", func() { n.step(term.NodeRequeued{Token: tok, Node: v.Node, Count: count}) })
 	case term.StartPipeline:
 		n.startPipeline(v)
 	case term.StopPipeline:
@@ -217,10 +207,6 @@ func (n *tnode) apply(e term.Effect, tok uint64) {
 			p.stopped = true
 			w.logf("%s: pipeline of token %d stopped", n.name, v.Token)
 		}
-	case term.SaveProgress:
-		p := v.Progress
-		n.storeOp(fmt.Sprintf("save step %d token %d", p.Step, p.Token), func() { n.save(p) },
-			func() { n.step(term.SaveFailed{Token: p.Token, Step: p.Step, Err: "store unreachable"}) })
 	case term.Announce:
 		for _, r := range w.rollouts {
 			r.send(w.jitter(msec, 30*msec), true, func() { r.announced(v.Token, n) })
@@ -238,13 +224,6 @@ func (n *tnode) apply(e term.Effect, tok uint64) {
 		}
 	case term.SendLoadWeights:
 		n.sendLoadWeights(v, tok)
-	case term.Finish:
-		w.logf("%s: run finished (token %d)", n.name, v.Token)
-		for _, id := range slices.Sorted(maps.Keys(w.ledger)) {
-			if pr := w.ledger[id]; pr.inFlight() {
-				w.requeue(pr, "run finished")
-			}
-		}
 	case term.StepDown:
 		if w.lease.holder == n.name && w.lease.token == n.token && n.leaseCut == 0 {
 			w.lease.holder = ""
@@ -252,6 +231,41 @@ func (n *tnode) apply(e term.Effect, tok uint64) {
 		n.leader, n.backoff = false, w.clock+resignBackoff
 	case term.Done, term.DeleteTermBucket, term.Prune:
 	}
+}
+
+// applyDurable carries out the effects on the progress store and the
+// ledger; false for any other effect.
+func (n *tnode) applyDurable(e term.Effect, tok uint64) bool {
+	w := n.w
+	switch v := e.(type) {
+	case term.ClaimProgress:
+		n.storeOp(fmt.Sprintf("claim token %d", v.Token), func() { n.claim(v.Token) }, func() { n.step(term.Failed{Token: v.Token, Err: "store unreachable"}) })
+	case term.SaveProgress:
+		p := v.Progress
+		n.storeOp(fmt.Sprintf("save step %d token %d", p.Step, p.Token), func() { n.save(p) },
+			func() { n.step(term.SaveFailed{Token: p.Token, Step: p.Step, Err: "store unreachable"}) })
+	case term.MarkTrained:
+		w.markTrained(n, v)
+	case term.RequeueNode:
+		count := 0
+		for _, id := range slices.Sorted(maps.Keys(w.ledger)) {
+			if pr := w.ledger[id]; pr.owner == v.Node {
+				w.requeue(pr, "requeue node "+v.Node)
+				count++
+			}
+		}
+		n.later(w.jitter(msec, 20*msec), "", func() { n.step(term.NodeRequeued{Token: tok, Node: v.Node, Count: count}) })
+	case term.Finish:
+		w.logf("%s: run finished (token %d)", n.name, v.Token)
+		for _, id := range slices.Sorted(maps.Keys(w.ledger)) {
+			if pr := w.ledger[id]; pr.inFlight() {
+				w.requeue(pr, "run finished")
+			}
+		}
+	default:
+		return false
+	}
+	return true
 }
 
 // storeOp runs op at the store after a delay, retrying while this node is
