@@ -4,13 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"github.com/nats-io/nats.go/jetstream"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/asyncrl/asyncrl/cluster"
 	"github.com/asyncrl/asyncrl/cluster/ledger"
