@@ -16,9 +16,9 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/asyncrl/asyncrl/internal/fsutil"
 	"github.com/asyncrl/asyncrl/weights/delta"
 	"github.com/asyncrl/asyncrl/weights/internal/ckpttest"
-	"github.com/asyncrl/asyncrl/internal/fsutil"
 	"github.com/asyncrl/asyncrl/weights/safetensors"
 	"github.com/asyncrl/asyncrl/weights/store"
 )

@@ -14,8 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/asyncrl/asyncrl/weights/delta"
 	"github.com/asyncrl/asyncrl/internal/fsutil"
+	"github.com/asyncrl/asyncrl/weights/delta"
 	"github.com/asyncrl/asyncrl/weights/store"
 )
 

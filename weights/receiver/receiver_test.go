@@ -14,9 +14,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 
+	"github.com/asyncrl/asyncrl/internal/fsutil"
 	"github.com/asyncrl/asyncrl/weights/delta"
 	"github.com/asyncrl/asyncrl/weights/internal/ckpttest"
-	"github.com/asyncrl/asyncrl/internal/fsutil"
 	"github.com/asyncrl/asyncrl/weights/receiver"
 	"github.com/asyncrl/asyncrl/weights/safetensors"
 	"github.com/asyncrl/asyncrl/weights/store"
