@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -281,7 +280,7 @@ func TestStartNamesAMissingCommand(t *testing.T) {
 func TestTrainRefusesAnOutOfOrderStep(t *testing.T) {
 	h := newHarness(t)
 	s, _ := h.run(t, 1)
-	if _, err := s.Train(context.Background(), batch(3)); err == nil || !strings.Contains(err.Error(), fmt.Sprint("step 3")) {
+	if _, err := s.Train(context.Background(), batch(3)); err == nil || !strings.Contains(err.Error(), "step 3") {
 		t.Fatalf("step 3 after 1: %v", err)
 	}
 }
