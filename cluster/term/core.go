@@ -3,6 +3,8 @@ package term
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/asyncrl/asyncrl/cluster/termwatch"
@@ -46,8 +48,12 @@ type Plant struct {
 	// reporting its groups aborted (no AbortGroups).
 	ForgetDeadNodeGroups bool
 	// ForgetPrevHolder: a claim does not requeue what the previous holder
-	// had in flight (no RequeueNode).
+	// had in flight (no RequeueStale).
 	ForgetPrevHolder bool
+	// RequeuePrevHolderOnly: a claim requeues only what the progress's
+	// Holder had in flight (RequeueNode), not what the holders before it
+	// left when a claimer died between its claim and its requeue.
+	RequeuePrevHolderOnly bool
 	// MarkBeforeDurable: a step's prompts are marked trained with its
 	// SaveProgress, before the save is acknowledged.
 	MarkBeforeDurable bool
@@ -86,6 +92,21 @@ func TermName(run string, token uint64) string { return fmt.Sprintf("%s-t%d", ru
 // PromptID qualifies a term's prompt id in the durable ledger: each term
 // draws its prompts afresh, so two terms' ids must not collide.
 func PromptID(token uint64, id string) string { return fmt.Sprintf("t%d/%s", token, id) }
+
+// PromptTokenOf is the token a qualified prompt id (PromptID) names; ok
+// false for an id PromptID did not make.
+func PromptTokenOf(qualified string) (token uint64, ok bool) {
+	rest, found := strings.CutPrefix(qualified, "t")
+	if !found {
+		return 0, false
+	}
+	num, _, found := strings.Cut(rest, "/")
+	if !found || num == "" {
+		return 0, false
+	}
+	tok, err := strconv.ParseUint(num, 10, 64)
+	return tok, err == nil
+}
 
 // phase is where a node stands with the trainer lease.
 type phase int
@@ -199,6 +220,8 @@ func (c *Core) Step(now time.Time, in Input) {
 		c.claimed(now, v)
 	case NodeRequeued:
 		c.event(Event{Kind: PromptsRequeued, Token: v.Token, Node: v.Node, Count: v.Count})
+	case StaleRequeued:
+		c.event(Event{Kind: PromptsRequeued, Token: v.Token, Count: v.Count})
 	case Failed:
 		c.fail(v.Err, ReasonFailed)
 	default:
@@ -375,7 +398,9 @@ func (c *Core) fail(err string, r Reason) {
 
 // claimed: the previous holder's last durable step is trained (its
 // durable weights hold it) even if it died before it said so; the rest of
-// what it held is requeued; then the term starts from the claimed step.
+// what older terms hold in flight is requeued (before the pipeline
+// starts, so nothing of this term is in flight yet); then the term starts
+// from the claimed step.
 func (c *Core) claimed(now time.Time, v ProgressClaimed) {
 	if c.phase != claiming {
 		c.ignore("ProgressClaimed while not claiming")
@@ -386,8 +411,15 @@ func (c *Core) claimed(now time.Time, v ProgressClaimed) {
 		if len(prev.Prompts) > 0 {
 			c.effect(MarkTrained{Step: prev.Step, Prompts: prev.Prompts})
 		}
-		if !c.cfg.Plant.ForgetPrevHolder {
+		switch {
+		case c.cfg.Plant.ForgetPrevHolder:
+		case c.cfg.Plant.RequeuePrevHolderOnly:
 			c.effect(RequeueNode{Node: prev.Holder})
+		default:
+			// Every older term's prompts, not just prev.Holder's: a claimer
+			// that died before its requeue overwrote Holder with its own
+			// name, and the holders before it left prompts in flight too.
+			c.effect(RequeueStale{Token: c.token})
 		}
 		if prev.Token != 0 && prev.Token != c.token {
 			c.effect(DeleteTermBucket{Term: TermName(c.cfg.Run, prev.Token)})

@@ -114,11 +114,11 @@ func TestTermSwitchStartsFromDurableStep(t *testing.T) {
 		"event lease trainer acquired token 5")
 	h.want("claimed", h.in(ProgressClaimed{Token: 5, Prev: prev3, Claimed: claimed3}),
 		"effect term.MarkTrained {Step:3 Prompts:[{Prompt:t4/p1 Group:g1 Attempt:0} {Prompt:t4/p2 Group:g2 Attempt:1}]}",
-		"effect term.RequeueNode {Node:n0}",
+		"effect term.RequeueStale {Token:5}",
 		"effect term.DeleteTermBucket {Term:run-t4}",
 		"effect term.StartPipeline {Term:run-t5 Token:5 From:{Step:3 Version:3 Checkpoint:nats-os://ckpt/v3-t4 Token:5 Holder:n1 Prompts:[{Prompt:t4/p1 Group:g1 Attempt:0} {Prompt:t4/p2 Group:g2 Attempt:1}]} Steps:7}",
 		"event resume from step 3 version 3 (7 steps to go)")
-	h.want("requeue answered", h.in(NodeRequeued{Token: 5, Node: "n0", Count: 4}), "event requeued 4 prompts n0 had in flight")
+	h.want("requeue answered", h.in(StaleRequeued{Token: 5, Count: 4}), "event requeued 4 prompts terms before token 5 had in flight")
 	// The term's first step is the run's step 4, version 4.
 	r := h.in(StepTrained{Token: 5, Step: 1, Version: 1, Groups: []string{"ga"}},
 		PromptConsumed{Token: 5, Attempt: PromptAttempt{Prompt: "t5/pa", Group: "ga"}},
@@ -126,6 +126,50 @@ func TestTermSwitchStartsFromDurableStep(t *testing.T) {
 	sp := effectsOf[SaveProgress](r)
 	if len(sp) != 1 || sp[0].Progress.Step != 4 || sp[0].Progress.Version != 4 || sp[0].Progress.Token != 5 || sp[0].Progress.Checkpoint != "nats-os://ckpt/v4-t5" {
 		t.Errorf("saves %+v; want step 4 version 4 token 5 with its checkpoint", sp)
+	}
+}
+
+// n0 (token 4) saved step 3 and died; n2 won token 6, claimed, and died
+// before its requeue, so the progress names n2 although n0's prompts are
+// still in flight. The next claimer (token 7) still marks n0's durable
+// step trained first, then requeues what every older term holds in
+// flight — n0's and n2's alike — before its pipeline starts. With the
+// planted bug it requeues only n2's (none), and n0's stay in flight.
+func TestClaimAfterDeadClaimerRequeuesEveryOlderTerm(t *testing.T) {
+	deadClaim := prev3
+	deadClaim.Token, deadClaim.Holder = 6, "n2"
+	claimed := prev3
+	claimed.Token, claimed.Holder = 7, "n1"
+	h := newHarness(t, testConfig())
+	h.in(LeaseChanged{Leader: true, Token: 7})
+	h.want("claimed after a dead claimer", h.in(ProgressClaimed{Token: 7, Prev: deadClaim, Claimed: claimed}),
+		"effect term.MarkTrained {Step:3 Prompts:[{Prompt:t4/p1 Group:g1 Attempt:0} {Prompt:t4/p2 Group:g2 Attempt:1}]}",
+		"effect term.RequeueStale {Token:7}",
+		"effect term.DeleteTermBucket {Term:run-t6}",
+		"effect term.StartPipeline {Term:run-t7 Token:7 From:{Step:3 Version:3 Checkpoint:nats-os://ckpt/v3-t4 Token:7 Holder:n1 Prompts:[{Prompt:t4/p1 Group:g1 Attempt:0} {Prompt:t4/p2 Group:g2 Attempt:1}]} Steps:7}",
+		"event resume from step 3 version 3 (7 steps to go)")
+	h.want("a late answer of an older term", h.in(StaleRequeued{Token: 6, Count: 2}),
+		"event ignored: term.StaleRequeued of token 6 (holding token 7: true)")
+
+	cfg := testConfig()
+	cfg.Plant.RequeuePrevHolderOnly = true
+	p := newHarness(t, cfg)
+	p.in(LeaseChanged{Leader: true, Token: 7})
+	r := p.in(ProgressClaimed{Token: 7, Prev: deadClaim, Claimed: claimed})
+	if rq, rs := effectsOf[RequeueNode](r), effectsOf[RequeueStale](r); len(rq) != 1 || rq[0].Node != "n2" || len(rs) != 0 {
+		t.Errorf("planted RequeuePrevHolderOnly: RequeueNode %v RequeueStale %v, want RequeueNode of n2 only", rq, rs)
+	}
+}
+
+// PromptTokenOf reads back the token PromptID qualified an id with.
+func TestPromptTokenOf(t *testing.T) {
+	if tok, ok := PromptTokenOf(PromptID(42, "gsm8k/7")); !ok || tok != 42 {
+		t.Errorf("PromptTokenOf(PromptID(42, gsm8k/7)) = %d %v", tok, ok)
+	}
+	for _, id := range []string{"gsm8k/7", "t/7", "tx/7", "t42", "", "t-1/7"} {
+		if tok, ok := PromptTokenOf(id); ok {
+			t.Errorf("PromptTokenOf(%q) = %d, want not a qualified id", id, tok)
+		}
 	}
 }
 

@@ -43,6 +43,14 @@ type (
 	// RequeueNode: requeue every prompt Node holds in flight in the
 	// durable ledger (ledger.RequeueNode); answer NodeRequeued.
 	RequeueNode struct{ Node string }
+	// RequeueStale: requeue every prompt in flight in the durable ledger
+	// that a term older than Token consumed (its id qualified by an older
+	// token, PromptTokenOf), whichever node held it; answer StaleRequeued.
+	// A claim asks for it rather than RequeueNode of the previous holder:
+	// a claimer that died between its claim and its requeue overwrote the
+	// progress's Holder, and what the holders before it had in flight
+	// must not stay in flight.
+	RequeueStale struct{ Token uint64 }
 	// DeleteTermBucket: the finished term Term's weight bucket is garbage.
 	DeleteTermBucket struct{ Term string }
 	// StartPipeline: run the term Term (run id <run>-t<Token>) for Steps
@@ -110,6 +118,7 @@ type (
 func (ClaimProgress) isEffect()    {}
 func (MarkTrained) isEffect()      {}
 func (RequeueNode) isEffect()      {}
+func (RequeueStale) isEffect()     {}
 func (DeleteTermBucket) isEffect() {}
 func (StartPipeline) isEffect()    {}
 func (StopPipeline) isEffect()     {}
@@ -146,7 +155,8 @@ const (
 	// RunComplete: the durable progress reached the run's steps (Step;
 	// Node: the holder that trained it, when another node).
 	RunComplete
-	// PromptsRequeued: Count prompts Node held in flight were requeued.
+	// PromptsRequeued: Count prompts Node held in flight were requeued
+	// (Node "": the prompts terms before Token held, RequeueStale).
 	PromptsRequeued
 	// GroupsRequeued: Count groups of Node, which left, reported aborted.
 	GroupsRequeued
@@ -215,6 +225,9 @@ func (e Event) String() string {
 		}
 		return fmt.Sprintf("run complete at step %d", e.Step)
 	case PromptsRequeued:
+		if e.Node == "" {
+			return fmt.Sprintf("requeued %d prompts terms before token %d had in flight", e.Count, e.Token)
+		}
 		return fmt.Sprintf("requeued %d prompts %s had in flight", e.Count, e.Node)
 	case GroupsRequeued:
 		return fmt.Sprintf("requeued %d groups %s had in flight", e.Count, e.Node)

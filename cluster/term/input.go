@@ -72,6 +72,12 @@ type (
 		Node  string
 		Count int
 	}
+	// StaleRequeued answers RequeueStale: Count prompts of older terms
+	// went back.
+	StaleRequeued struct {
+		Token uint64
+		Count int
+	}
 	// RouterListening: the term's router listens at URL (announced).
 	RouterListening struct {
 		Token uint64
@@ -169,6 +175,7 @@ func (ProgressObserved) isInput() {}
 func (Stop) isInput()             {}
 func (ProgressClaimed) isInput()  {}
 func (NodeRequeued) isInput()     {}
+func (StaleRequeued) isInput()    {}
 func (RouterListening) isInput()  {}
 func (PipelineStarted) isInput()  {}
 func (Failed) isInput()           {}
@@ -189,6 +196,8 @@ func tokenOf(in Input) (uint64, bool) {
 	case ProgressClaimed:
 		return v.Token, true
 	case NodeRequeued:
+		return v.Token, true
+	case StaleRequeued:
 		return v.Token, true
 	case RouterListening:
 		return v.Token, true
