@@ -347,12 +347,26 @@ func (l *Ledger) casProgress(ctx context.Context, f func(prev Progress) (Progres
 // after all) is skipped, not an error: the ledger's compare-and-set
 // decides who was first.
 func (l *Ledger) RequeueNode(ctx context.Context, node, by string) ([]Entry, error) {
+	return l.RequeueInFlight(ctx, by, func(e Entry) bool { return e.Sender == node })
+}
+
+// RequeueInFlight requeues every prompt in flight (consumed, not settled)
+// whose entry match accepts, whoever consumed it, recording by, and
+// returns them sorted by prompt id. A new trainer-lease holder uses it
+// at its claim to requeue what every older term left in flight: the
+// progress names only the last claimer, which may have died before it
+// requeued its predecessors' prompts. Settled concurrently: skipped, as
+// in RequeueNode.
+func (l *Ledger) RequeueInFlight(ctx context.Context, by string, match func(Entry) bool) ([]Entry, error) {
 	all, err := l.Entries(ctx)
 	if err != nil {
 		return nil, err
 	}
 	var out []Entry
-	for _, e := range InFlightOf(all, node) {
+	for _, e := range all {
+		if e.State != messages.LedgerConsumed || !match(e) {
+			continue
+		}
 		ev := e
 		ev.State, ev.Sender = messages.LedgerRequeued, by
 		got, out1, err := l.Record(ctx, ev)

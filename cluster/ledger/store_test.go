@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -348,4 +349,45 @@ func TestRequeueNodeRequeuesOnlyItsInFlightPrompts(t *testing.T) {
 		t.Fatalf("second sweep: %v %v", again, err)
 	}
 	mustRecord(t, l, by("n3", rec("p1", messages.LedgerConsumed, 1)))
+}
+
+// The failover gap: n0 (term 4) dies with p1 and p2 in flight; n2 claims
+// (term 6) and dies before it requeues them, so the progress names n2.
+// Requeuing n2's prompts alone leaves n0's in flight; the next claimer
+// requeues every in-flight prompt an older term consumed, whoever held
+// it, and leaves the rest alone (a settled prompt, its own term's).
+func TestRequeueInFlightTakesEveryOlderTerm(t *testing.T) {
+	b := connect(t, t.TempDir())
+	defer b.Close()
+	l := open(t, b)
+	ctx := context.Background()
+	by := func(node string, ev messages.PromptLedger) messages.PromptLedger { ev.Sender = node; return ev }
+	mustRecord(t, l, by("n0", rec("t4/p1", messages.LedgerConsumed, 0)))
+	mustRecord(t, l, by("n0", rec("t4/p2", messages.LedgerConsumed, 0)))
+	mustRecord(t, l, by("n0", rec("t4/p3", messages.LedgerConsumed, 0)))
+	mustRecord(t, l, by("n0", rec("t4/p3", messages.LedgerTrained, 0)))
+	mustRecord(t, l, by("n1", rec("t7/p1", messages.LedgerConsumed, 0)))
+	if got, err := l.RequeueNode(ctx, "n2", "n1"); err != nil || len(got) != 0 {
+		t.Fatalf("requeue of the dead claimer n2: %v %v, want nothing (it held nothing)", statesOf(got), err)
+	}
+	older := func(e ledger.Entry) bool { return !strings.HasPrefix(e.PromptID, "t7/") }
+	got, err := l.RequeueInFlight(ctx, "n1", older)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := fmt.Sprint(statesOf(got)); s != "[t4/p1:requeued t4/p2:requeued]" {
+		t.Fatalf("requeued %s, want n0's t4/p1 and t4/p2", s)
+	}
+	es, _ := l.Entries(ctx)
+	if s := fmt.Sprint(statesOf(es)); s != "[t4/p1:requeued t4/p2:requeued t4/p3:trained t7/p1:consumed]" {
+		t.Fatalf("ledger %s", s)
+	}
+	for _, e := range es {
+		if e.State == messages.LedgerRequeued && e.Sender != "n1" {
+			t.Errorf("%s requeued by %q, want the claimer n1", e.PromptID, e.Sender)
+		}
+	}
+	if again, err := l.RequeueInFlight(ctx, "n1", older); err != nil || len(again) != 0 {
+		t.Fatalf("second sweep: %v %v", statesOf(again), err)
+	}
 }
