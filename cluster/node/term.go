@@ -370,6 +370,8 @@ func (r *termRun) do(ctx context.Context, e term.Effect) {
 		}
 	case term.RequeueNode:
 		r.requeue(ctx, v.Node)
+	case term.RequeueStale:
+		r.requeueStale(ctx, v.Token)
 	case term.DeleteTermBucket:
 		a.deleteTermBucket(ctx, v.Term)
 	case term.StartPipeline:
