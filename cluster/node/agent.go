@@ -5,13 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
-	"net"
-	"os"
-	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,7 +18,6 @@ import (
 	"github.com/asyncrl/asyncrl/cluster/discovery"
 	"github.com/asyncrl/asyncrl/cluster/ledger"
 	"github.com/asyncrl/asyncrl/cluster/placement"
-	"github.com/asyncrl/asyncrl/cluster/termwatch"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/transport"
@@ -134,180 +127,6 @@ func ParseAgentRoles(s string) ([]string, error) {
 
 func (c AgentConfig) has(role string) bool {
 	return slices.Contains(c.Roles, role) || slices.Contains(c.Roles, placement.All)
-}
-
-// StartAgent validates cfg, connects to (or hosts) the bus, claims the node
-// name, joins gossip and starts contending for the singleton leases of its
-// roles. On error everything started is stopped.
-func StartAgent(ctx context.Context, cfg AgentConfig) (a *Agent, err error) {
-	if _, err := placement.ValidateRoles(cfg.Roles); err != nil {
-		return nil, fmt.Errorf("%w: --roles: %w", ErrAgentConfig, err)
-	}
-	if cfg.Name == "" {
-		return nil, fmt.Errorf("%w: --name is required", ErrAgentConfig)
-	}
-	if err := cfg.Run.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
-	}
-	if cfg.Replicas == 0 {
-		cfg.Replicas = 1
-	}
-	if cfg.RouterListen != "" {
-		h, _, err := net.SplitHostPort(cfg.RouterListen)
-		if err != nil {
-			return nil, fmt.Errorf("%w: --router-listen %q: %w", ErrAgentConfig, cfg.RouterListen, err)
-		}
-		if ip := net.ParseIP(h); h == "" || (ip != nil && ip.IsUnspecified()) {
-			return nil, fmt.Errorf("%w: --router-listen %q: give the address other nodes reach this one at, not a wildcard", ErrAgentConfig, cfg.RouterListen)
-		}
-	}
-	if cfg.LeaseTTL == 0 {
-		cfg.LeaseTTL = 3 * time.Second
-	}
-	if cfg.StallAfter == 0 {
-		cfg.StallAfter = termwatch.DefaultConfig().StallAfter
-	}
-	if cfg.UnhealthyAfter == 0 {
-		cfg.UnhealthyAfter = termwatch.DefaultConfig().UnhealthyAfter
-	}
-	if err := (termwatch.Config{StallAfter: cfg.StallAfter, UnhealthyAfter: cfg.UnhealthyAfter}).Validate(); err != nil {
-		return nil, fmt.Errorf("%w: --stall-after/--unhealthy-after: %w", ErrAgentConfig, err)
-	}
-	host, port := "127.0.0.1", 0
-	if cfg.Gossip != "" {
-		h, p, err := net.SplitHostPort(cfg.Gossip)
-		if err != nil {
-			return nil, fmt.Errorf("%w: --gossip %q: %w", ErrAgentConfig, cfg.Gossip, err)
-		}
-		if port, err = strconv.Atoi(p); err != nil {
-			return nil, fmt.Errorf("%w: --gossip %q: bad port", ErrAgentConfig, cfg.Gossip)
-		}
-		if h != "" {
-			host = h
-		}
-	}
-	a = &Agent{cfg: cfg, log: cfg.Logger, quorum: cluster.NewQuorum(cfg.Name), done: make(chan struct{}),
-		stepdowns: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "asyncrl_node_term_stepdowns_total",
-			Help: "Terms this node gave up because they stalled (reason no_step or dependency)."}, []string{"reason"})}
-	defer func() {
-		if err != nil {
-			a.Stop()
-		}
-	}()
-	bopts := natsbus.DefaultOptions()
-	bopts.URL, bopts.Name = cfg.NATSURL, cfg.Name
-	bopts.MaxPayload = cfg.Run.Bus.MaxPayloadBytes
-	bopts.Logger = a.log.With().Str("component", "bus").Logger()
-	if cfg.NATSURL == "" {
-		if cfg.ClusterListen != "" {
-			bopts.Cluster = &natsbus.ClusterOptions{Name: "asyncrl-" + cfg.Run.Run.ID, Listen: cfg.ClusterListen, Routes: cfg.Routes}
-		}
-		if !cfg.InMemoryBus {
-			bopts.StoreDir = filepath.Join(cfg.Run.Run.DataDir, "jetstream", cfg.Name)
-			if err := os.MkdirAll(bopts.StoreDir, 0o755); err != nil {
-				return a, fmt.Errorf("node: jetstream dir: %w", err)
-			}
-		}
-	}
-	if a.bus, err = natsbus.Connect(ctx, bopts); err != nil {
-		return a, fmt.Errorf("node: bus: %w", err)
-	}
-	a.event("bus %s", a.bus.ClientURL())
-	if err := waitJetStream(ctx, a.bus, 60*time.Second); err != nil {
-		return a, err
-	}
-	host0, _ := os.Hostname()
-	inst := fmt.Sprintf("%s:%d:%d", host0, os.Getpid(), time.Now().UnixNano())
-	// The names bucket is created here with the cluster's replication
-	// (ClaimName would create it with one replica, so the claims of every
-	// node would die with the server that hosts it).
-	if err = retry(ctx, 30*time.Second, func() error {
-		return ensureKV(ctx, a.bus, cluster.NamesBucket, 3*time.Second, cfg.Replicas)
-	}); err != nil {
-		return a, fmt.Errorf("node: names bucket: %w", err)
-	}
-	claim := cluster.NameClaim{Name: cfg.Name, Instance: inst, Logger: a.log, OnLost: func() {
-		if !a.stopping.Load() {
-			a.event("name claim lost")
-		}
-	}}
-	// A fresh clustered JetStream can time out creating the names bucket
-	// while its servers settle; only ErrNameInUse is an answer.
-	if err = retry(ctx, 30*time.Second, func() error {
-		a.guard, err = cluster.ClaimName(ctx, a.bus.Conn(), claim)
-		if errors.Is(err, cluster.ErrNameInUse) {
-			return backoff.Permanent(err)
-		}
-		return err
-	}); err != nil {
-		return a, err
-	}
-	// A member that says it is leaving cleanly stops voting; gossip alone
-	// would count it as failed, and with two members the lower-named one's
-	// clean exit would stop the other (cluster.DecideQuorum).
-	if a.leavingSub, err = a.bus.Subscribe(leavingSubject(cfg.Run.Run.ID), a.onLeaving); err != nil {
-		return a, fmt.Errorf("node: leave notices: %w", err)
-	}
-	meta := cluster.NodeMeta{Roles: cfg.Roles, GPUs: cfg.GPUs, Endpoints: map[string]string{"nats": a.bus.ClientURL()}}
-	if cfg.has(placement.Engine) {
-		// The engines listen before the node joins gossip: their URLs are
-		// in the metadata the other members learn it from.
-		if a.host, err = startEngineHost(cfg.Run, cfg.Name, a.bus, a.log, a.event); err != nil {
-			return a, err
-		}
-		maps.Copy(meta.Endpoints, a.host.endpoints())
-		a.event("engines %s", strings.Join(slices.Sorted(maps.Values(a.host.endpoints())), " "))
-	}
-	if u := a.bus.ClusterURL(); u != "" {
-		meta.Endpoints["route"] = u
-	}
-	mc := cluster.DefaultMembershipConfig(cfg.Name)
-	mc.BindAddr, mc.BindPort, mc.Join, mc.Meta = host, port, cfg.Join, meta
-	a.quorum.Joined(cfg.Name)
-	mc.OnJoin = func(m cluster.Member) {
-		a.mu.Lock()
-		a.quorum.Joined(m.Name)
-		a.mu.Unlock()
-		a.event("member joined %s roles %s", m.Name, strings.Join(m.Meta.Roles, ","))
-	}
-	mc.OnLeave = func(m cluster.Member) {
-		if m.Name == cfg.Name {
-			return // this node's own leave, at Stop
-		}
-		a.mu.Lock()
-		a.quorum.Failed(m.Name)
-		a.mu.Unlock()
-		a.event("member left %s", m.Name)
-	}
-	// The member named by --join may still be starting (three terminals
-	// started at once): retry for a while.
-	if err = retry(ctx, 30*time.Second, func() error {
-		a.ms, err = cluster.JoinCluster(mc, a.log)
-		return err
-	}); err != nil {
-		return a, err
-	}
-	a.event("gossip %s", a.ms.Addr())
-	if cfg.has(placement.Rollout) {
-		if a.rollouts, err = startRolloutHost(cfg.Run, cfg.Name, cfg.Replicas, a.bus, a.log, a.event); err != nil {
-			return a, err
-		}
-	}
-	rctx, cancel := context.WithCancel(context.Background())
-	a.cancel = cancel
-	if a.cfg.has(placement.Trainer) {
-		lcfg := ledger.DefaultConfig(cfg.Run.Run.ID)
-		lcfg.Replicas, lcfg.Logger = cfg.Replicas, a.log
-		if err = retry(ctx, 30*time.Second, func() error {
-			a.led, err = ledger.Open(ctx, a.bus.Conn(), lcfg)
-			return err
-		}); err != nil {
-			return a, err
-		}
-		a.wg.Go(func() { a.contend(rctx) })
-		a.wg.Go(func() { a.watchDone(rctx) })
-	}
-	return a, nil
 }
 
 // event writes one line to cfg.Events.

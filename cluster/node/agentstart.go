@@ -1,0 +1,273 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/asyncrl/asyncrl/cluster"
+	"github.com/asyncrl/asyncrl/cluster/ledger"
+	"github.com/asyncrl/asyncrl/cluster/placement"
+	"github.com/asyncrl/asyncrl/cluster/termwatch"
+	"github.com/asyncrl/asyncrl/transport/natsbus"
+)
+
+// StartAgent validates cfg, connects to (or hosts) the bus, claims the node
+// name, joins gossip and starts contending for the singleton leases of its
+// roles. On error everything started is stopped.
+func StartAgent(ctx context.Context, cfg AgentConfig) (a *Agent, err error) {
+	if err := cfg.normalize(); err != nil {
+		return nil, err
+	}
+	host, port, err := cfg.gossipAddr()
+	if err != nil {
+		return nil, err
+	}
+	a = &Agent{cfg: cfg, log: cfg.Logger, quorum: cluster.NewQuorum(cfg.Name), done: make(chan struct{}),
+		stepdowns: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "asyncrl_node_term_stepdowns_total",
+			Help: "Terms this node gave up because they stalled (reason no_step or dependency)."}, []string{"reason"})}
+	defer func() {
+		if err != nil {
+			a.Stop()
+		}
+	}()
+	if err = a.connectBus(ctx); err != nil {
+		return a, err
+	}
+	if err = a.claimName(ctx); err != nil {
+		return a, err
+	}
+	// A member that says it is leaving cleanly stops voting; gossip alone
+	// would count it as failed, and with two members the lower-named one's
+	// clean exit would stop the other (cluster.DecideQuorum).
+	if a.leavingSub, err = a.bus.Subscribe(leavingSubject(cfg.Run.Run.ID), a.onLeaving); err != nil {
+		return a, fmt.Errorf("node: leave notices: %w", err)
+	}
+	if err = a.joinGossip(ctx, host, port); err != nil {
+		return a, err
+	}
+	if cfg.has(placement.Rollout) {
+		if a.rollouts, err = startRolloutHost(cfg.Run, cfg.Name, cfg.Replicas, a.bus, a.log, a.event); err != nil {
+			return a, err
+		}
+	}
+	rctx, cancel := context.WithCancel(context.Background())
+	a.cancel = cancel
+	if a.cfg.has(placement.Trainer) {
+		if err = a.startTrainer(ctx, rctx); err != nil {
+			return a, err
+		}
+	}
+	return a, nil
+}
+
+// normalize validates the configuration and fills its defaults.
+func (c *AgentConfig) normalize() error {
+	if _, err := placement.ValidateRoles(c.Roles); err != nil {
+		return fmt.Errorf("%w: --roles: %w", ErrAgentConfig, err)
+	}
+	if c.Name == "" {
+		return fmt.Errorf("%w: --name is required", ErrAgentConfig)
+	}
+	if err := c.Run.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if err := c.checkRouterListen(); err != nil {
+		return err
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = 3 * time.Second
+	}
+	if c.StallAfter == 0 {
+		c.StallAfter = termwatch.DefaultConfig().StallAfter
+	}
+	if c.UnhealthyAfter == 0 {
+		c.UnhealthyAfter = termwatch.DefaultConfig().UnhealthyAfter
+	}
+	if err := (termwatch.Config{StallAfter: c.StallAfter, UnhealthyAfter: c.UnhealthyAfter}).Validate(); err != nil {
+		return fmt.Errorf("%w: --stall-after/--unhealthy-after: %w", ErrAgentConfig, err)
+	}
+	return nil
+}
+
+// checkRouterListen refuses a --router-listen that other nodes cannot
+// dial (no host, or a wildcard).
+func (c *AgentConfig) checkRouterListen() error {
+	if c.RouterListen == "" {
+		return nil
+	}
+	h, _, err := net.SplitHostPort(c.RouterListen)
+	if err != nil {
+		return fmt.Errorf("%w: --router-listen %q: %w", ErrAgentConfig, c.RouterListen, err)
+	}
+	if ip := net.ParseIP(h); h == "" || (ip != nil && ip.IsUnspecified()) {
+		return fmt.Errorf("%w: --router-listen %q: give the address other nodes reach this one at, not a wildcard", ErrAgentConfig, c.RouterListen)
+	}
+	return nil
+}
+
+// gossipAddr is the memberlist bind host and port (--gossip; default
+// 127.0.0.1 on a free port).
+func (c *AgentConfig) gossipAddr() (string, int, error) {
+	host, port := "127.0.0.1", 0
+	if c.Gossip == "" {
+		return host, port, nil
+	}
+	h, p, err := net.SplitHostPort(c.Gossip)
+	if err != nil {
+		return "", 0, fmt.Errorf("%w: --gossip %q: %w", ErrAgentConfig, c.Gossip, err)
+	}
+	if port, err = strconv.Atoi(p); err != nil {
+		return "", 0, fmt.Errorf("%w: --gossip %q: bad port", ErrAgentConfig, c.Gossip)
+	}
+	if h != "" {
+		host = h
+	}
+	return host, port, nil
+}
+
+// busOptions are the options of the node's bus connection (or embedded
+// server).
+func (c *AgentConfig) busOptions(log zerolog.Logger) (natsbus.Options, error) {
+	bopts := natsbus.DefaultOptions()
+	bopts.URL, bopts.Name = c.NATSURL, c.Name
+	bopts.MaxPayload = c.Run.Bus.MaxPayloadBytes
+	bopts.Logger = log.With().Str("component", "bus").Logger()
+	if c.NATSURL != "" {
+		return bopts, nil
+	}
+	if c.ClusterListen != "" {
+		bopts.Cluster = &natsbus.ClusterOptions{Name: "asyncrl-" + c.Run.Run.ID, Listen: c.ClusterListen, Routes: c.Routes}
+	}
+	if !c.InMemoryBus {
+		bopts.StoreDir = filepath.Join(c.Run.Run.DataDir, "jetstream", c.Name)
+		if err := os.MkdirAll(bopts.StoreDir, 0o755); err != nil {
+			return bopts, fmt.Errorf("node: jetstream dir: %w", err)
+		}
+	}
+	return bopts, nil
+}
+
+// connectBus connects to (or hosts) the bus and waits for JetStream.
+func (a *Agent) connectBus(ctx context.Context) (err error) {
+	bopts, err := a.cfg.busOptions(a.log)
+	if err != nil {
+		return err
+	}
+	if a.bus, err = natsbus.Connect(ctx, bopts); err != nil {
+		return fmt.Errorf("node: bus: %w", err)
+	}
+	a.event("bus %s", a.bus.ClientURL())
+	return waitJetStream(ctx, a.bus, 60*time.Second)
+}
+
+// claimName claims the node's name in the replicated names bucket.
+func (a *Agent) claimName(ctx context.Context) (err error) {
+	host0, _ := os.Hostname()
+	inst := fmt.Sprintf("%s:%d:%d", host0, os.Getpid(), time.Now().UnixNano())
+	// The names bucket is created here with the cluster's replication
+	// (ClaimName would create it with one replica, so the claims of every
+	// node would die with the server that hosts it).
+	if err = retry(ctx, 30*time.Second, func() error {
+		return ensureKV(ctx, a.bus, cluster.NamesBucket, 3*time.Second, a.cfg.Replicas)
+	}); err != nil {
+		return fmt.Errorf("node: names bucket: %w", err)
+	}
+	claim := cluster.NameClaim{Name: a.cfg.Name, Instance: inst, Logger: a.log, OnLost: func() {
+		if !a.stopping.Load() {
+			a.event("name claim lost")
+		}
+	}}
+	// A fresh clustered JetStream can time out creating the names bucket
+	// while its servers settle; only ErrNameInUse is an answer.
+	return retry(ctx, 30*time.Second, func() error {
+		a.guard, err = cluster.ClaimName(ctx, a.bus.Conn(), claim)
+		if errors.Is(err, cluster.ErrNameInUse) {
+			return backoff.Permanent(err)
+		}
+		return err
+	})
+}
+
+// joinGossip starts the node's engines (the engine role) and joins gossip
+// with the metadata that advertises them.
+func (a *Agent) joinGossip(ctx context.Context, host string, port int) (err error) {
+	cfg := a.cfg
+	meta := cluster.NodeMeta{Roles: cfg.Roles, GPUs: cfg.GPUs, Endpoints: map[string]string{"nats": a.bus.ClientURL()}}
+	if cfg.has(placement.Engine) {
+		// The engines listen before the node joins gossip: their URLs are
+		// in the metadata the other members learn it from.
+		if a.host, err = startEngineHost(cfg.Run, cfg.Name, a.bus, a.log, a.event); err != nil {
+			return err
+		}
+		maps.Copy(meta.Endpoints, a.host.endpoints())
+		a.event("engines %s", strings.Join(slices.Sorted(maps.Values(a.host.endpoints())), " "))
+	}
+	if u := a.bus.ClusterURL(); u != "" {
+		meta.Endpoints["route"] = u
+	}
+	mc := cluster.DefaultMembershipConfig(cfg.Name)
+	mc.BindAddr, mc.BindPort, mc.Join, mc.Meta = host, port, cfg.Join, meta
+	a.quorum.Joined(cfg.Name)
+	mc.OnJoin, mc.OnLeave = a.onJoin, a.onLeave
+	// The member named by --join may still be starting (three terminals
+	// started at once): retry for a while.
+	if err = retry(ctx, 30*time.Second, func() error {
+		a.ms, err = cluster.JoinCluster(mc, a.log)
+		return err
+	}); err != nil {
+		return err
+	}
+	a.event("gossip %s", a.ms.Addr())
+	return nil
+}
+
+// onJoin counts a member that joined gossip as a voter.
+func (a *Agent) onJoin(m cluster.Member) {
+	a.mu.Lock()
+	a.quorum.Joined(m.Name)
+	a.mu.Unlock()
+	a.event("member joined %s roles %s", m.Name, strings.Join(m.Meta.Roles, ","))
+}
+
+// onLeave counts a member that left gossip (without a leave notice) as
+// failed.
+func (a *Agent) onLeave(m cluster.Member) {
+	if m.Name == a.cfg.Name {
+		return // this node's own leave, at Stop
+	}
+	a.mu.Lock()
+	a.quorum.Failed(m.Name)
+	a.mu.Unlock()
+	a.event("member left %s", m.Name)
+}
+
+// startTrainer opens the durable ledger and starts contending for the
+// trainer lease and watching for the run's end.
+func (a *Agent) startTrainer(ctx, rctx context.Context) (err error) {
+	lcfg := ledger.DefaultConfig(a.cfg.Run.Run.ID)
+	lcfg.Replicas, lcfg.Logger = a.cfg.Replicas, a.log
+	if err = retry(ctx, 30*time.Second, func() error {
+		a.led, err = ledger.Open(ctx, a.bus.Conn(), lcfg)
+		return err
+	}); err != nil {
+		return err
+	}
+	a.wg.Go(func() { a.contend(rctx) })
+	a.wg.Go(func() { a.watchDone(rctx) })
+	return nil
+}
