@@ -112,6 +112,11 @@ const (
 	// BugTermForgetsPrevHolder: a claim does not requeue what the previous
 	// holder had in flight (Plant.ForgetPrevHolder).
 	BugTermForgetsPrevHolder Bug = "term-forgets-previous-holder"
+	// BugTermRequeuesPrevHolderOnly: a claim requeues only what the
+	// progress's Holder had in flight, not what the holders before it
+	// left when a claimer died between its claim and its requeue
+	// (Plant.RequeuePrevHolderOnly).
+	BugTermRequeuesPrevHolderOnly Bug = "term-requeues-previous-holder-only"
 	// BugTermMarksBeforeDurable: a step's prompts are marked trained with
 	// its SaveProgress, before the store acknowledged it
 	// (Plant.MarkBeforeDurable).
@@ -131,7 +136,7 @@ const (
 var Bugs = []Bug{BugRouterIgnoresGating, BugFilterLeaksCapacity, BugTrainerRetrainsOnRestart, BugEngineSkipsChecksum,
 	BugStalenessFromSchedule, BugPublisherAnnouncesEarly, BugRequeueLosesPrompt, BugEngineRestartsFromBase,
 	BugPublisherForgetsLaggards, BugCtlForgetsSentBatch, BugTermIgnoresLostBuffer,
-	BugTermForgetsDeadNodeGroups, BugTermForgetsPrevHolder, BugTermMarksBeforeDurable, BugTermIgnoresFencing,
+	BugTermForgetsDeadNodeGroups, BugTermForgetsPrevHolder, BugTermRequeuesPrevHolderOnly, BugTermMarksBeforeDurable, BugTermIgnoresFencing,
 	BugTermTwoSaves, BugTermNeverResends}
 
 // Config configures one simulated run. The workload shape (staleness

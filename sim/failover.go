@@ -66,7 +66,6 @@ type fo struct {
 	lastDurableAt  time.Duration
 	trained        int64
 	requeued       int64
-	orphaned       int
 
 	events    int
 	checks    int64
@@ -278,12 +277,13 @@ func (w *fo) run() {
 // plant is the term core's Plant for the configured bugs.
 func (w *fo) plant() term.Plant {
 	return term.Plant{
-		ForgetDeadNodeGroups: w.cfg.has(BugTermForgetsDeadNodeGroups),
-		ForgetPrevHolder:     w.cfg.has(BugTermForgetsPrevHolder),
-		MarkBeforeDurable:    w.cfg.has(BugTermMarksBeforeDurable),
-		IgnoreFencedSave:     w.cfg.has(BugTermIgnoresFencing),
-		TwoSavesOutstanding:  w.cfg.has(BugTermTwoSaves),
-		NeverResend:          w.cfg.has(BugTermNeverResends),
+		ForgetDeadNodeGroups:  w.cfg.has(BugTermForgetsDeadNodeGroups),
+		ForgetPrevHolder:      w.cfg.has(BugTermForgetsPrevHolder),
+		RequeuePrevHolderOnly: w.cfg.has(BugTermRequeuesPrevHolderOnly),
+		MarkBeforeDurable:     w.cfg.has(BugTermMarksBeforeDurable),
+		IgnoreFencedSave:      w.cfg.has(BugTermIgnoresFencing),
+		TwoSavesOutstanding:   w.cfg.has(BugTermTwoSaves),
+		NeverResend:           w.cfg.has(BugTermNeverResends),
 	}
 }
 

@@ -52,15 +52,16 @@ func (w *fo) checkDeadNodes(n *tnode, v term.MembersChanged) {
 	}
 }
 
-// checkClaim: once a claim was applied, nothing the previous holder's
-// terms had in flight is still in flight (a dead holder's prompts are
-// requeued at the takeover, after its last durable step was marked).
+// checkClaim: once a claim was applied, nothing an older term had in
+// flight is still in flight — the previous holder's, and those of the
+// holders before it when a claimer died between its claim and its
+// requeue (a dead holder's prompts are requeued at the takeover, after
+// its last durable step was marked).
 func (w *fo) checkClaim(n *tnode, v term.ProgressClaimed) {
 	w.checks++
 	if tok, ok := n.core.Holding(); !ok || tok != v.Token || v.Prev.Holder == "" {
 		return
 	}
-	orphans := 0
 	for _, id := range slices.Sorted(maps.Keys(w.ledger)) {
 		pr := w.ledger[id]
 		switch {
@@ -68,15 +69,10 @@ func (w *fo) checkClaim(n *tnode, v term.ProgressClaimed) {
 			w.fail(InvDeadNodeRequeue, "%s claimed token %d from %s, whose %s (token %d) is still in flight", n.name, v.Token, v.Prev.Holder, pr.group, pr.token)
 			return
 		case pr.inFlight() && pr.token < v.Token:
-			orphans++
+			w.fail(InvDeadNodeRequeue, "%s claimed token %d from %s (token %d), but %s of %s (token %d), a holder before it, is still in flight",
+				n.name, v.Token, v.Prev.Holder, v.Prev.Token, pr.group, pr.owner, pr.token)
+			return
 		}
-	}
-	if orphans > 0 {
-		// A claimer that died between its Claim and its RequeueNode
-		// overwrote the progress's Holder: what the holder before it had
-		// in flight stays in flight until Finish (docs/sim.md).
-		w.orphaned += orphans
-		w.logf("ledger: %d prompts of holders before %s stay in flight (a claimer died before requeuing them)", orphans, v.Prev.Holder)
 	}
 }
 

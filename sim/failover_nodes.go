@@ -255,6 +255,15 @@ func (n *tnode) applyDurable(e term.Effect, tok uint64) bool {
 			}
 		}
 		n.later(w.jitter(msec, 20*msec), "", func() { n.step(term.NodeRequeued{Token: tok, Node: v.Node, Count: count}) })
+	case term.RequeueStale:
+		count := 0
+		for _, id := range slices.Sorted(maps.Keys(w.ledger)) {
+			if pr := w.ledger[id]; pr.inFlight() && pr.token < v.Token {
+				w.requeue(pr, fmt.Sprintf("terms before token %d", v.Token))
+				count++
+			}
+		}
+		n.later(w.jitter(msec, 20*msec), "", func() { n.step(term.StaleRequeued{Token: tok, Count: count}) })
 	case term.Finish:
 		w.logf("%s: run finished (token %d)", n.name, v.Token)
 		for _, id := range slices.Sorted(maps.Keys(w.ledger)) {

@@ -14,7 +14,7 @@ func TestFailoverTakesOver(t *testing.T) {
 	seen := map[string]int{}
 	marks := map[string]func(string) bool{
 		"takeover":    func(l string) bool { return strings.Contains(l, "claimed token") && !strings.Contains(l, `holder ""`) },
-		"requeued":    func(l string) bool { return strings.Contains(l, "requeued (requeue node ") },
+		"requeued":    func(l string) bool { return strings.Contains(l, "requeued (terms before token ") },
 		"fenced":      func(l string) bool { return strings.Contains(l, "refused (claimed by token") },
 		"dead-groups": func(l string) bool { return strings.Contains(l, "requeued (dead node ") },
 	}

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"strings"
@@ -115,18 +116,31 @@ var plantedBugs = []struct {
 	// In the cluster/term core (term.Config.Plant), by the failover scenario.
 	{BugTermForgetsDeadNodeGroups, ScenarioFailover, InvDeadNodeRequeue},
 	{BugTermForgetsPrevHolder, ScenarioFailover, InvDeadNodeRequeue},
+	{BugTermRequeuesPrevHolderOnly, ScenarioFailover, InvDeadNodeRequeue},
 	{BugTermMarksBeforeDurable, ScenarioFailover, InvTrainedDurable},
 	{BugTermIgnoresFencing, ScenarioFailover, InvFencing},
 	{BugTermTwoSaves, ScenarioFailover, InvDurableMonotonic},
 	{BugTermNeverResends, ScenarioFailover, InvSync},
 }
 
+// plantSteps: the run's steps for a bug searched over longer runs than 8.
+// term-requeues-previous-holder-only needs a claimer killed in the few
+// milliseconds between its claim and its requeue: a rare draw, likelier
+// over a longer run (the fault window grows with the steps).
+var plantSteps = map[Bug]int{BugTermRequeuesPrevHolderOnly: 10}
+
 // findBug searches seeds from 1 until the planted bug breaks an
 // invariant, up to limit seeds.
 func findBug(t *testing.T, bug Bug, sc Scenario, limit int) (*Violation, int64) {
 	t.Helper()
+	return findBugAt(t, bug, sc, 8, limit)
+}
+
+// findBugAt is findBug over runs of steps steps.
+func findBugAt(t *testing.T, bug Bug, sc Scenario, steps, limit int) (*Violation, int64) {
+	t.Helper()
 	for seed := int64(1); seed <= int64(limit); seed++ {
-		_, err := Run(Config{Seed: seed, Scenario: sc, Steps: 8, Bugs: []Bug{bug}})
+		_, err := Run(Config{Seed: seed, Scenario: sc, Steps: steps, Bugs: []Bug{bug}})
 		if err == nil {
 			continue
 		}
@@ -146,7 +160,8 @@ func findBug(t *testing.T, bug Bug, sc Scenario, limit int) (*Violation, int64) 
 func TestPlantedBugsAreFound(t *testing.T) {
 	for _, tc := range plantedBugs {
 		t.Run(string(tc.bug), func(t *testing.T) {
-			v, seed := findBug(t, tc.bug, tc.scenario, 300)
+			steps := cmp.Or(plantSteps[tc.bug], 8)
+			v, seed := findBugAt(t, tc.bug, tc.scenario, steps, 300)
 			if v == nil {
 				t.Fatalf("planted bug %s not found in 300 %s seeds", tc.bug, tc.scenario)
 			}
@@ -162,7 +177,7 @@ func TestPlantedBugsAreFound(t *testing.T) {
 					t.Fatalf("report lacks %q:\n%s", want, msg)
 				}
 			}
-			if _, err := Run(Config{Seed: seed, Scenario: tc.scenario, Steps: 8}); err != nil {
+			if _, err := Run(Config{Seed: seed, Scenario: tc.scenario, Steps: steps}); err != nil {
 				t.Fatalf("seed %d fails without the planted bug too: %v", seed, err)
 			}
 			t.Logf("found at seed %d: %s", seed, v.Detail)
