@@ -16,7 +16,8 @@
 //
 //  1. feeds what happened with Step(now, input) — LeaseChanged,
 //     QuorumChanged, MembersChanged, ProgressObserved, Stop (node-scoped);
-//     ProgressClaimed, NodeRequeued, RouterListening, PipelineStarted,
+//     ProgressClaimed, NodeRequeued, StaleRequeued, RouterListening,
+//     PipelineStarted,
 //     Failed, StepTrained, CheckpointSaved, ProgressSaved, SaveFailed,
 //     PromptConsumed, LedgerWrite, Probe, RolloutStatus, EngineTarget,
 //     EngineServing (term-scoped: they carry the term's token, and one of
@@ -26,14 +27,15 @@
 //     the watch, the announcements (AnnounceEvery) and the LoadWeights
 //     resends (ResendEvery);
 //  3. reads Ready(): the Effects to apply, in order (ClaimProgress,
-//     MarkTrained, RequeueNode, DeleteTermBucket, StartPipeline,
+//     MarkTrained, RequeueStale (RequeueNode only planted),
+//     DeleteTermBucket, StartPipeline,
 //     StopPipeline, SaveProgress, Prune, Announce, AbortGroups, AddEngines,
 //     RemoveEngines, SendLoadWeights, Finish, Done, StepDown), and the
 //     typed Events (for logs — Event.String is the line the node prints —
 //     metrics and tests);
 //  4. applies them, and calls Advance(). The answers of effects that have
 //     one (ClaimProgress → ProgressClaimed, SaveProgress → ProgressSaved or
-//     SaveFailed, RequeueNode → NodeRequeued, StartPipeline →
+//     SaveFailed, RequeueStale → StaleRequeued, StartPipeline →
 //     RouterListening, PipelineStarted, the steps…) come back as inputs;
 //     an effect that fails after its retries comes back as Failed.
 //
@@ -64,7 +66,8 @@
 //     the lease → StepDown{quorum}; ctx end (Agent.Stop) → Stop.
 //   - term.go train: Progress+Claim → ClaimProgress/ProgressClaimed;
 //     markTrained(prev) / RequeueNode / deleteTermBucket → MarkTrained,
-//     RequeueNode (answer NodeRequeued), DeleteTermBucket; "resume from…"
+//     RequeueStale (answer StaleRequeued: every older term's in-flight
+//     prompts, not just Holder's), DeleteTermBucket; "resume from…"
 //     and "run complete" → Resumed, RunComplete; New+startWatched →
 //     StartPipeline (answer RouterListening, PipelineStarted, Failed);
 //     the save loop over n.steps() → StepTrained, and its SaveProgress /
