@@ -56,6 +56,14 @@ type RemoteEngines struct {
 	// nodes that leave over (the agent's term core, cluster/term); unset,
 	// the pipeline runs its own termCast.
 	Cast func(routerURL string)
+	// Target, when set, is told each LoadWeights target the publisher
+	// wants a remote engine at (the term core's EngineTarget): the core
+	// then decides the engines (AddEngines, RemoveEngines: add, remove),
+	// the commands and their resends (SendLoadWeights: send), and the
+	// remote set neither polls Members nor resends. Unset, it does both.
+	Target func(engine string, version int64)
+	// attach, with Target, receives the remote set once it exists.
+	attach func(*remoteSet)
 }
 
 // remoteSet is the pipeline's side of its remote engines: the discovery
@@ -130,8 +138,12 @@ func (n *Node) startRemote(ctx context.Context, bucket string) error {
 	rctx, cancel := context.WithCancel(context.Background())
 	n.remoteStop = cancel
 	n.remoteWG.Go(func() { w.Run(rctx) })
-	r.reconcile()
-	n.remoteWG.Go(func() { r.run(rctx) })
+	if rc.Target != nil && rc.attach != nil {
+		rc.attach(r) // the term core registers the engines (add, remove)
+	} else {
+		r.reconcile()
+		n.remoteWG.Go(func() { r.run(rctx) })
+	}
 	// Rollout actors on other nodes join the term once they hear of it.
 	if rc.Cast != nil {
 		rc.Cast(n.routerURL)
@@ -330,15 +342,61 @@ func (r *remoteSet) left(node string) {
 func (r *remoteSet) dispatch(name string, target int64) bool {
 	r.mu.Lock()
 	node, ok := r.nodeOf[name]
-	if ok {
+	if ok && r.cfg.Target == nil {
 		r.sent[name] = max(r.sent[name], target)
 	}
 	r.mu.Unlock()
 	if !ok {
 		return false
 	}
+	if r.cfg.Target != nil {
+		r.cfg.Target(name, target) // the core's SendLoadWeights sends it
+		return true
+	}
 	r.send(node, name, target)
 	return true
+}
+
+// add applies the term core's AddEngines: node's engines (name → URL),
+// new or advertised anew (a restarted node's hold nothing yet).
+func (r *remoteSet) add(node string, eps map[string]string) {
+	r.joined(node, eps)
+	r.count()
+}
+
+// remove applies the term core's RemoveEngines: node's engines names
+// leave routing and the publisher; a node left with none leaves
+// discovery.
+func (r *remoteSet) remove(node string, names []string) {
+	r.mu.Lock()
+	cur, known := r.members[node]
+	for _, name := range names {
+		delete(cur, name)
+		delete(r.nodeOf, name)
+		delete(r.sent, name)
+	}
+	empty := known && len(cur) == 0
+	if empty {
+		delete(r.members, node)
+	}
+	r.mu.Unlock()
+	if empty {
+		r.watcher.MemberLeft(node)
+	}
+	for _, name := range names {
+		r.ws.shell.Leave(name)
+	}
+	r.count()
+}
+
+// serving lists what each registered engine serves (the publisher's
+// acks).
+func (r *remoteSet) serving() map[string]int64 {
+	out := map[string]int64{}
+	for _, st := range r.ws.shell.Engines() {
+		out[st.Engine] = st.Serving
+	}
+	return out
 }
 
 func (r *remoteSet) send(node, name string, target int64) {

@@ -199,6 +199,15 @@ type termRun struct {
 	fed        int  // the trainer's steps fed to the core
 	// down: the core gave the lease up (StepDown applied).
 	down *term.StepDown
+	// rs: the pipeline's remote engines (termengines.go), attached by
+	// Start's goroutine; acked the acks fed to the core.
+	rsMu  sync.Mutex
+	rs    *remoteSet
+	acked map[string]int64
+	// starting: startWatched applies the engines' effects while Start
+	// runs; held, the term's first announcement, sent once it returns.
+	starting bool
+	held     *term.Announce
 }
 
 // train runs term token: its core claims the durable progress with the
@@ -301,6 +310,7 @@ func (r *termRun) poll(now time.Time) {
 	if r.term != "" && !r.stopped {
 		r.members(now)
 	}
+	r.feedServing(now)
 	if r.n != nil && !r.stopped {
 		r.feedSteps(now)
 		if r.n.tr != nil {
@@ -383,13 +393,12 @@ func (r *termRun) do(ctx context.Context, e term.Effect) {
 	case term.SaveProgress:
 		r.save(ctx, v.Progress)
 	case term.Prune:
-		// A failed prune costs space, not safety: the next one tries again.
-		if r.ck != nil {
-			if err := r.ck.store.Prune(ctx, v.Version, v.Token, v.Durable); err != nil {
-				a.log.Warn().Err(err).Msg("checkpoint prune failed; the next save tries again")
-			}
-		}
+		r.prune(ctx, v)
 	case term.Announce:
+		if r.starting {
+			r.held = &v // sent once Start returns
+			return
+		}
 		r.announce(ctx, v)
 	case term.AbortGroups:
 		r.abortGroups(v)
@@ -400,9 +409,19 @@ func (r *termRun) do(ctx context.Context, e term.Effect) {
 	case term.StepDown:
 		r.down = &v
 	default:
-		// The engines' effects: the pipeline's remoteSet still makes
-		// those decisions.
-		a.log.Debug().Str("node", a.cfg.Name).Msgf("term: effect %T not wired", e)
+		if !r.doEngines(e) {
+			a.log.Debug().Str("node", a.cfg.Name).Msgf("term: effect %T not wired", e)
+		}
+	}
+}
+
+// prune applies Prune. A failed prune costs space, not safety: the next
+// one tries again.
+func (r *termRun) prune(ctx context.Context, v term.Prune) {
+	if r.ck != nil {
+		if err := r.ck.store.Prune(ctx, v.Version, v.Token, v.Durable); err != nil {
+			r.a.log.Warn().Err(err).Msg("checkpoint prune failed; the next save tries again")
+		}
 	}
 }
 

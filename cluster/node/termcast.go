@@ -209,9 +209,10 @@ func (r *termRun) subscribeRollouts(termName string, token uint64) error {
 // members feeds the core the live membership.
 func (r *termRun) members(now time.Time) {
 	ms := r.a.ms.Members()
+	remote := r.remote() != nil
 	out := make([]term.Member, 0, len(ms))
 	for _, m := range ms {
-		out = append(out, term.Member{Name: m.Name})
+		out = append(out, r.memberEngines(m, remote))
 	}
 	r.core.Step(now, term.MembersChanged{Members: out})
 }

@@ -38,6 +38,12 @@ func (r *termRun) start(ctx context.Context, v term.StartPipeline) error {
 	// the groups of rollout nodes that leave aborted (termcast.go).
 	rc := a.remoteEngines()
 	rc.Cast = func(url string) { r.box.push(term.RouterListening{Token: v.Token, URL: url}) }
+	// The core decides the term's engines and their LoadWeights
+	// (termengines.go).
+	rc.Target = func(engine string, version int64) {
+		r.box.push(term.EngineTarget{Token: v.Token, Engine: engine, Version: version})
+	}
+	rc.attach = r.attachRemote
 	opts := Options{Logger: a.log, InMemoryBus: a.cfg.InMemoryBus, Remote: rc,
 		RouterListen: a.cfg.RouterListen, RouterAdminToken: a.cfg.RouterAdminToken}
 	// The trainer continues from the weights of the durable step: the
@@ -90,22 +96,33 @@ func (r *termRun) start(ctx context.Context, v term.StartPipeline) error {
 // startWatched starts the term's pipeline while the core's watch ticks: a
 // start that outlasts the watch's bounds is cancelled and ends the term
 // (errTermOver: the core said why).
-func (r *termRun) startWatched(ctx context.Context, n *Node) error {
+func (r *termRun) startWatched(ctx context.Context, n *Node) (err error) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	started := make(chan error, 1)
 	go func() { started <- n.Start(sctx) }()
+	r.starting = true
+	defer func() {
+		r.starting = false
+		if err == nil && r.held != nil && !r.stopped {
+			r.announce(ctx, *r.held)
+		}
+		r.held = nil
+	}()
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		select {
-		case err := <-started:
+		case err = <-started:
 			return err
 		case <-r.box.ready:
 			r.feed(time.Now())
 		case <-tick.C:
 			r.poll(time.Now())
 		}
+		// The engines' effects cannot wait for Start: it waits for an
+		// engine to load version 0.
+		r.apply(ctx)
 		if _, holding := r.core.Holding(); !holding {
 			cancel()
 			<-started // Start stops what it started when it fails

@@ -97,12 +97,15 @@
 // holder's trained marks and requeue, the term bucket's deletion, the
 // pipeline's start, the save loop, MarkTrained, Prune, run complete
 // (Finish, Done), the watch (Probe, LedgerWrite, Tick), the term's
-// announcements and the aborts of a departed rollout node's groups. The
-// mirror, the checkpointer and the prober report through the term's
-// inbox. Not wired yet: contend (the elector, quorum and resign still in
-// contendOnce, which prints the lease lines), remote.go's LoadWeights
-// dispatch and resend (AddEngines, RemoveEngines, SendLoadWeights are
-// ignored by the shell), and watchDone (ProgressObserved).
+// announcements, the aborts of a departed rollout node's groups, and the
+// term's remote engines (termengines.go: the members' engines fed with
+// MembersChanged, AddEngines/RemoveEngines applied to the pipeline's
+// remoteSet, the publisher's dispatch fed as EngineTarget and its acks as
+// EngineServing, SendLoadWeights sent, the resends the core's Tick). The
+// mirror, the checkpointer, the prober and the publisher report through
+// the term's inbox. Not wired yet: contend (the elector, quorum and resign
+// still in contendOnce, which prints the lease lines) and watchDone
+// (ProgressObserved).
 //
 // The e2e tests then assert Events (Kind, Step, Token, Node) instead of
 // matching the printed prose.
