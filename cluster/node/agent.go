@@ -18,6 +18,8 @@ import (
 	"github.com/asyncrl/asyncrl/cluster/discovery"
 	"github.com/asyncrl/asyncrl/cluster/ledger"
 	"github.com/asyncrl/asyncrl/cluster/placement"
+	"github.com/asyncrl/asyncrl/cluster/term"
+	"github.com/asyncrl/asyncrl/cluster/termwatch"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/transport"
@@ -262,8 +264,17 @@ func ensureKV(ctx context.Context, bus *natsbus.Bus, name string, ttl time.Durat
 }
 
 // watchDone closes Done on every trainer node (standbys too) once the
-// durable progress reaches run.steps, so --exit-when-done ends them all.
+// durable progress reaches run.steps, so --exit-when-done ends them all:
+// the progress it polls is the agent core's ProgressObserved, which says
+// when the run is complete (RunComplete, Done). The holder closes Done
+// itself after its final ledger report; a standby sees the progress
+// complete and no holder.
 func (a *Agent) watchDone(ctx context.Context) {
+	core, err := term.New(a.termConfig())
+	if err != nil { // the same configuration every term's core takes
+		a.log.Error().Err(err).Msg("node: run-complete watch")
+		return
+	}
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
@@ -277,14 +288,39 @@ func (a *Agent) watchDone(ctx context.Context) {
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		p, ok, err := a.led.Progress(cctx)
 		cancel()
-		// The holder closes Done itself after its final ledger report;
-		// a standby sees the progress complete and no holder.
-		if err == nil && ok && p.Step >= int64(a.cfg.Run.Run.Steps) && p.Holder != a.cfg.Name {
-			a.doneOne.Do(func() { close(a.done) })
-			a.event("run complete at step %d (trained by %s)", p.Step, p.Holder)
+		if err != nil || !ok {
+			continue
+		}
+		core.Step(time.Now(), term.ProgressObserved{Progress: toTermProgress(p)})
+		if a.applyWatch(core) {
 			return
 		}
 	}
+}
+
+// applyWatch applies the run-complete watch's Ready; true once Done.
+func (a *Agent) applyWatch(core *term.Core) (done bool) {
+	rd := core.Ready()
+	core.Advance()
+	for _, e := range rd.Events {
+		if e.Kind != term.Ignored {
+			a.event("%s", e)
+		}
+	}
+	for _, e := range rd.Effects {
+		if _, ok := e.(term.Done); ok {
+			a.doneOne.Do(func() { close(a.done) })
+			done = true
+		}
+	}
+	return done
+}
+
+// termConfig is the configuration of the agent's term cores.
+func (a *Agent) termConfig() term.Config {
+	return term.Config{Node: a.cfg.Name, Run: a.cfg.Run.Run.ID, Steps: int64(a.cfg.Run.Run.Steps),
+		Checkpoints: a.cfg.Run.Trainer.Backend != config.BackendRemote,
+		Watch:       termwatch.Config{StallAfter: a.cfg.StallAfter, UnhealthyAfter: a.cfg.UnhealthyAfter}}
 }
 
 // remoteEngines is how a term's pipeline finds its engines: the members'

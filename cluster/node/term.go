@@ -13,7 +13,6 @@ import (
 	"github.com/asyncrl/asyncrl/cluster/placement"
 	"github.com/asyncrl/asyncrl/cluster/term"
 	"github.com/asyncrl/asyncrl/cluster/termwatch"
-	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/transport"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -217,9 +216,7 @@ type termRun struct {
 // location of its trainer checkpoint (checkpoint.go). It returns when ctx
 // ends (nil) or the core gives the term up (errTermOver).
 func (a *Agent) train(ctx context.Context, token uint64) error {
-	core, err := term.New(term.Config{Node: a.cfg.Name, Run: a.cfg.Run.Run.ID, Steps: int64(a.cfg.Run.Run.Steps),
-		Checkpoints: a.cfg.Run.Trainer.Backend != config.BackendRemote,
-		Watch:       termwatch.Config{StallAfter: a.cfg.StallAfter, UnhealthyAfter: a.cfg.UnhealthyAfter}})
+	core, err := term.New(a.termConfig())
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrAgentConfig, err)
 	}

@@ -103,9 +103,10 @@
 // remoteSet, the publisher's dispatch fed as EngineTarget and its acks as
 // EngineServing, SendLoadWeights sent, the resends the core's Tick). The
 // mirror, the checkpointer, the prober and the publisher report through
-// the term's inbox. Not wired yet: contend (the elector, quorum and resign
-// still in contendOnce, which prints the lease lines) and watchDone
-// (ProgressObserved).
+// the term's inbox. The agent's watchDone (agent.go) steps a core of its
+// own with ProgressObserved, which says when a standby sees the run
+// complete (RunComplete, Done). Not wired yet: contend (the elector,
+// quorum and resign still in contendOnce, which prints the lease lines).
 //
 // The e2e tests then assert Events (Kind, Step, Token, Node) instead of
 // matching the printed prose.
