@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"fmt"
-	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -39,11 +38,9 @@ type RemoteEngines struct {
 	BaseRun string
 	// Node is this node's name (the term's announcements say who holds it).
 	Node string
-	// Members lists the live members (cluster.Membership.Members); the
-	// pipeline polls it every Poll and registers or forgets their engines.
+	// Members lists the live members (cluster.Membership.Members), for a
+	// pipeline that runs its own termCast (Cast unset).
 	Members func() []cluster.Member
-	// Poll is how often Members is read (default 250ms).
-	Poll time.Duration
 	// Replicas of the term's weight bucket (default 1).
 	Replicas int
 	// OnChange receives every change discovery makes to the router's table.
@@ -56,19 +53,20 @@ type RemoteEngines struct {
 	// nodes that leave over (the agent's term core, cluster/term); unset,
 	// the pipeline runs its own termCast.
 	Cast func(routerURL string)
-	// Target, when set, is told each LoadWeights target the publisher
-	// wants a remote engine at (the term core's EngineTarget): the core
-	// then decides the engines (AddEngines, RemoveEngines: add, remove),
-	// the commands and their resends (SendLoadWeights: send), and the
-	// remote set neither polls Members nor resends. Unset, it does both.
+	// Target is told each LoadWeights target the publisher wants a remote
+	// engine at (the agent's term core's EngineTarget). The core decides
+	// the engines (its AddEngines and RemoveEngines are applied with add
+	// and remove), the commands and their resends (SendLoadWeights: send);
+	// the remote set makes none of these decisions. Required.
 	Target func(engine string, version int64)
-	// attach, with Target, receives the remote set once it exists.
+	// attach receives the remote set once it exists (required).
 	attach func(*remoteSet)
 }
 
-// remoteSet is the pipeline's side of its remote engines: the discovery
-// watcher that keeps the router's table, the publisher registrations and
-// the LoadWeights sent to the hosts.
+// remoteSet is the pipeline's side of its remote engines, the shell of
+// the term core's engine decisions: the discovery watcher that keeps the
+// router's table, the publisher registrations and the LoadWeights sent to
+// the hosts.
 type remoteSet struct {
 	cfg RemoteEngines
 	n   *Node
@@ -86,7 +84,6 @@ type remoteSet struct {
 	mu      sync.Mutex
 	members map[string]map[string]string // node -> engine name -> url
 	nodeOf  map[string]string            // engine name -> node
-	sent    map[string]int64             // engine name -> last target sent
 }
 
 // uploadBase puts the term's base checkpoint (every file of dir) under
@@ -109,11 +106,13 @@ func uploadBase(ctx context.Context, st store.Store, dir string) error {
 }
 
 // startRemote starts the discovery watcher on the pipeline's (the term's)
-// engine subjects and registers the engines of the current members.
+// engine subjects and hands the remote set to the term core's shell,
+// which registers the members' engines as the core decides
+// (termengines.go).
 func (n *Node) startRemote(ctx context.Context, bucket string) error {
 	rc := *n.opts.Remote
-	if rc.Poll <= 0 {
-		rc.Poll = 250 * time.Millisecond
+	if rc.Target == nil || rc.attach == nil {
+		return fmt.Errorf("%w: remote engines without the term core that decides them (RemoteEngines.Target)", ErrConfig)
 	}
 	wc := discovery.DefaultWatcherConfig(n.cfg.Run.ID)
 	wc.Logger, wc.OnChange = n.opts.Logger, rc.OnChange
@@ -122,7 +121,7 @@ func (n *Node) startRemote(ctx context.Context, bucket string) error {
 		return err
 	}
 	r := &remoteSet{cfg: rc, n: n, ws: n.wsync, bucket: bucket, watcher: w, members: map[string]map[string]string{},
-		nodeOf: map[string]string{}, sent: map[string]int64{},
+		nodeOf: map[string]string{},
 		engines: prometheus.NewGauge(prometheus.GaugeOpts{Name: "asyncrl_node_remote_engines",
 			Help: "Engines of other nodes (engine hosts) registered with this term's publisher and router."}),
 		commands: prometheus.NewCounter(prometheus.CounterOpts{Name: "asyncrl_node_load_weights_sent_total",
@@ -138,103 +137,13 @@ func (n *Node) startRemote(ctx context.Context, bucket string) error {
 	rctx, cancel := context.WithCancel(context.Background())
 	n.remoteStop = cancel
 	n.remoteWG.Go(func() { w.Run(rctx) })
-	if rc.Target != nil && rc.attach != nil {
-		rc.attach(r) // the term core registers the engines (add, remove)
-	} else {
-		r.reconcile()
-		n.remoteWG.Go(func() { r.run(rctx) })
-	}
+	rc.attach(r) // the term core registers the engines (add, remove)
 	// Rollout actors on other nodes join the term once they hear of it.
 	if rc.Cast != nil {
 		rc.Cast(n.routerURL)
 		return nil
 	}
 	return n.startTermCast(rctx)
-}
-
-// run re-reads membership every Poll and sends the engines that have not
-// acknowledged their target their LoadWeights again (a command lost in a
-// bus reconnect, or sent while the host was switching terms).
-func (r *remoteSet) run(ctx context.Context) {
-	t := time.NewTicker(r.cfg.Poll)
-	defer t.Stop()
-	resend := time.NewTicker(2 * time.Second)
-	defer resend.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			r.reconcile()
-		case <-resend.C:
-			r.resend()
-		}
-	}
-}
-
-// reconcile registers the engines of members that appeared and forgets
-// those of members that are gone (dead, or left).
-func (r *remoteSet) reconcile() {
-	live := map[string]map[string]string{}
-	for _, m := range r.cfg.Members() {
-		eps := map[string]string{}
-		for k, u := range m.Meta.Endpoints {
-			if u != "" && strings.HasPrefix(k, "engine-") {
-				eps[hostedEngineName(m.Name, k)] = u
-			}
-		}
-		if len(eps) > 0 {
-			live[m.Name] = eps
-		}
-	}
-	r.mu.Lock()
-	var gone []string
-	for node := range r.members {
-		if _, ok := live[node]; !ok {
-			gone = append(gone, node)
-		}
-	}
-	var joined []string
-	for node, eps := range live {
-		if cur, ok := r.members[node]; !ok || !maps.Equal(cur, eps) {
-			joined = append(joined, node)
-		}
-	}
-	r.mu.Unlock()
-	slices.Sort(gone)
-	slices.Sort(joined)
-	for _, node := range gone {
-		r.left(node)
-	}
-	for _, node := range joined {
-		r.retire(node, live[node]) // a restarted node comes back with new URLs
-		r.joined(node, live[node])
-	}
-	r.count()
-}
-
-// retire forgets the engines of node that its new advertisement eps no
-// longer has. The others are registered again by joined, which replaces
-// their URL and version in place: leaving and re-adding them would leave
-// the publisher a moment with no engine, and a version published then
-// would fail (publisher/shell ErrNoEngine).
-func (r *remoteSet) retire(node string, eps map[string]string) {
-	r.mu.Lock()
-	var gone []string
-	for name := range r.members[node] {
-		if _, ok := eps[name]; !ok {
-			gone = append(gone, name)
-			delete(r.nodeOf, name)
-			delete(r.sent, name)
-		}
-	}
-	for name := range eps {
-		delete(r.sent, name) // its new engine holds nothing yet
-	}
-	r.mu.Unlock()
-	for _, name := range gone {
-		r.ws.shell.Leave(name)
-	}
 }
 
 // waitServed blocks until some engine serves version (after every engine
@@ -318,43 +227,16 @@ func (r *remoteSet) joined(node string, eps map[string]string) {
 	}
 }
 
-// left takes a member's engines out of routing and out of the publisher.
-func (r *remoteSet) left(node string) {
-	r.mu.Lock()
-	eps, ok := r.members[node]
-	delete(r.members, node)
-	for name := range eps {
-		delete(r.nodeOf, name)
-		delete(r.sent, name)
-	}
-	r.mu.Unlock()
-	if !ok {
-		return
-	}
-	r.watcher.MemberLeft(node)
-	for name := range eps {
-		r.ws.shell.Leave(name)
-	}
-}
-
-// dispatch sends engine name its target (a LoadWeights on its host's
-// control subject); false when name is not a remote engine.
+// dispatch hands the term core engine name's target (the core's
+// SendLoadWeights sends it); false when name is not a remote engine.
 func (r *remoteSet) dispatch(name string, target int64) bool {
 	r.mu.Lock()
-	node, ok := r.nodeOf[name]
-	if ok && r.cfg.Target == nil {
-		r.sent[name] = max(r.sent[name], target)
-	}
+	_, ok := r.nodeOf[name]
 	r.mu.Unlock()
-	if !ok {
-		return false
+	if ok {
+		r.cfg.Target(name, target)
 	}
-	if r.cfg.Target != nil {
-		r.cfg.Target(name, target) // the core's SendLoadWeights sends it
-		return true
-	}
-	r.send(node, name, target)
-	return true
+	return ok
 }
 
 // add applies the term core's AddEngines: node's engines (name → URL),
@@ -373,7 +255,6 @@ func (r *remoteSet) remove(node string, names []string) {
 	for _, name := range names {
 		delete(cur, name)
 		delete(r.nodeOf, name)
-		delete(r.sent, name)
 	}
 	empty := known && len(cur) == 0
 	if empty {
@@ -424,30 +305,6 @@ func (r *remoteSet) count() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.engines.Set(float64(len(r.nodeOf)))
-}
-
-// resend repeats the last command to every remote engine that does not
-// serve its target yet.
-func (r *remoteSet) resend() {
-	serving := map[string]int64{}
-	for _, st := range r.ws.shell.Engines() {
-		serving[st.Engine] = st.Serving
-	}
-	type cmd struct {
-		node, name string
-		target     int64
-	}
-	var out []cmd
-	r.mu.Lock()
-	for name, target := range r.sent {
-		if serving[name] < target {
-			out = append(out, cmd{r.nodeOf[name], name, target})
-		}
-	}
-	r.mu.Unlock()
-	for _, c := range out {
-		r.send(c.node, c.name, c.target)
-	}
 }
 
 // waitRoutable blocks until discovery finds some remote engine routable:
