@@ -2,9 +2,7 @@ package sim
 
 import (
 	"container/heap"
-	"crypto/sha256"
 	"fmt"
-	"hash"
 	"math/rand"
 	"runtime/debug"
 	"slices"
@@ -67,12 +65,9 @@ type fo struct {
 	trained        int64
 	requeued       int64
 
-	events    int
-	checks    int64
-	logHash   hash.Hash
-	ring      []string
-	ringNext  int
-	full      []string
+	events int
+	checks int64
+	eventLog
 	violation *Violation
 	finished  bool
 	done      bool
@@ -141,7 +136,7 @@ func runFailover(cfg Config) (res Result, v *Violation) {
 }
 
 func newFailover(cfg Config) *fo {
-	w := &fo{cfg: cfg, rng: rand.New(rand.NewSource(cfg.Seed)), logHash: sha256.New(), t0: time.Unix(1_700_000_000, 0),
+	w := &fo{cfg: cfg, rng: rand.New(rand.NewSource(cfg.Seed)), eventLog: newEventLog(cfg.TraceEvents), t0: time.Unix(1_700_000_000, 0),
 		ledger: map[string]*foPrompt{}, injected: map[FaultKind]int{},
 		store: foStore{history: map[int64][]term.PromptAttempt{}, historyBy: map[int64]uint64{}}}
 	nt, nr := 2+w.rng.Intn(2), 1+w.rng.Intn(2)
@@ -199,28 +194,7 @@ func (w *fo) jitter(lo, hi time.Duration) time.Duration {
 func (w *fo) logf(format string, args ...any) { w.record(false, format, args...) }
 
 func (w *fo) record(routine bool, format string, args ...any) {
-	line := fmt.Sprintf("%10.3fs %s", w.clock.Seconds(), fmt.Sprintf(format, args...))
-	w.logHash.Write([]byte(line))
-	w.logHash.Write([]byte{'\n'})
-	w.full = append(w.full, line)
-	if routine {
-		return
-	}
-	if n := w.cfg.TraceEvents; n > 0 {
-		if len(w.ring) < n {
-			w.ring = append(w.ring, line)
-		} else {
-			w.ring[w.ringNext] = line
-			w.ringNext = (w.ringNext + 1) % n
-		}
-	}
-}
-
-func (w *fo) trace() []string {
-	if len(w.ring) < w.cfg.TraceEvents {
-		return slices.Clone(w.ring)
-	}
-	return append(slices.Clone(w.ring[w.ringNext:]), w.ring[:w.ringNext]...)
+	w.eventLog.add(w.clock, routine, format, args...)
 }
 
 func (w *fo) fail(inv Invariant, format string, args ...any) {

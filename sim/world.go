@@ -3,7 +3,6 @@ package sim
 import (
 	"container/heap"
 	"context"
-	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"hash"
@@ -69,11 +68,8 @@ type world struct {
 	orc     *oracle
 	faults  *faultPlan
 
-	events    int
-	logHash   hash.Hash
-	ring      []string
-	ringNext  int
-	full      []string
+	events int
+	eventLog
 	violation *Violation
 	finished  bool
 	done      bool
@@ -97,34 +93,9 @@ func (w *world) afterRoutine(d time.Duration, label string, fn func()) {
 // logf records one event line: hashed always, kept in the trace ring.
 func (w *world) logf(format string, args ...any) { w.record(false, format, args...) }
 
-// record logs a line. Routine lines (heartbeats that report nothing new,
-// engine steps) are hashed and kept in the full log but left out of the
-// violation trace, so the trace shows the events that matter.
+// record logs a line (routine lines stay out of the violation trace).
 func (w *world) record(routine bool, format string, args ...any) {
-	line := fmt.Sprintf("%10.3fs %s", w.now().Seconds(), fmt.Sprintf(format, args...))
-	w.logHash.Write([]byte(line))
-	w.logHash.Write([]byte{'\n'})
-	// The whole log is kept (the lines exist anyway for the hash): a
-	// violation's related events are searched in it.
-	w.full = append(w.full, line)
-	if routine {
-		return
-	}
-	if n := w.cfg.TraceEvents; n > 0 {
-		if len(w.ring) < n {
-			w.ring = append(w.ring, line)
-		} else {
-			w.ring[w.ringNext] = line
-			w.ringNext = (w.ringNext + 1) % n
-		}
-	}
-}
-
-func (w *world) trace() []string {
-	if len(w.ring) < w.cfg.TraceEvents {
-		return append([]string(nil), w.ring...)
-	}
-	return append(append([]string(nil), w.ring[w.ringNext:]...), w.ring[:w.ringNext]...)
+	w.eventLog.add(w.now(), routine, format, args...)
 }
 
 // event marks the end of one event: it counts it and checks every
@@ -241,7 +212,7 @@ func (w *world) run() {
 // newWorld builds a run: draws the workload and the fault schedule from
 // the seed, connects every node to the hub and starts their timers.
 func newWorld(cfg Config) (*world, error) {
-	w := &world{cfg: cfg, rng: rand.New(rand.NewSource(cfg.Seed)), logHash: sha256.New()}
+	w := &world{cfg: cfg, rng: rand.New(rand.NewSource(cfg.Seed)), eventLog: newEventLog(cfg.TraceEvents)}
 	w.wl = drawWorkload(w.rng, cfg)
 	w.faults = drawFaults(w.rng, cfg, w.wl)
 	w.hub = memhub.New(w.rng.Int63())
