@@ -10,136 +10,10 @@ import (
 
 	"github.com/asyncrl/asyncrl/cluster/lease"
 	"github.com/asyncrl/asyncrl/cluster/ledger"
-	"github.com/asyncrl/asyncrl/cluster/placement"
 	"github.com/asyncrl/asyncrl/cluster/term"
-	"github.com/asyncrl/asyncrl/cluster/termwatch"
 	"github.com/asyncrl/asyncrl/transport"
 	"github.com/prometheus/client_golang/prometheus"
 )
-
-// contend runs the trainer lease: while this node holds it (and its side
-// has quorum) it runs the training pipeline; when the lease is lost, the
-// side loses quorum or the pipeline fails, the pipeline stops, the lease is
-// given up and the node goes back to standby.
-func (a *Agent) contend(ctx context.Context) {
-	for ctx.Err() == nil {
-		if a.quorate() {
-			a.contendOnce(ctx)
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(time.Second):
-		}
-	}
-}
-
-// contendOnce contends for the lease until ctx ends, quorum is lost or
-// the pipeline fails.
-func (a *Agent) contendOnce(ctx context.Context) {
-	role := a.cfg.Run.Run.ID + "-" + placement.Trainer
-	lc := lease.DefaultConfig(role, a.cfg.Name)
-	lc.Timing, lc.Replicas, lc.Logger = lease.DefaultTiming(a.cfg.LeaseTTL), a.cfg.Replicas, a.log
-	var (
-		e       *lease.Elector
-		err     error
-		leading = make(chan lease.Status, 4)
-	)
-	// The elector outlives ctx until the pipeline stopped: resigning while
-	// it still runs would let a standby start a term next to it.
-	ectx, ecancel := context.WithCancel(context.Background())
-	defer ecancel()
-	// Once contendOnce stops reading (ectx cancelled), the elector's last
-	// changes are dropped rather than block its Run.
-	lc.OnChange = func(st lease.Status) {
-		select {
-		case leading <- st:
-		case <-ectx.Done():
-		}
-	}
-	for {
-		if e, err = lease.New(ctx, a.bus.Conn(), lc); err == nil {
-			break
-		}
-		a.log.Warn().Err(err).Msg("trainer lease: open bucket; retrying")
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
-	edone := make(chan struct{})
-	go func() { defer close(edone); _ = e.Run(ectx) }()
-	defer func() { ecancel(); <-edone }()
-	var (
-		pcancel context.CancelFunc
-		pdone   chan struct{}
-	)
-	stopPipeline := func() {
-		if pcancel != nil {
-			pcancel()
-			<-pdone
-			pcancel, pdone = nil, nil
-		}
-	}
-	defer stopPipeline()
-	failed := make(chan error, 1)
-	tick := time.NewTicker(250 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-			if pcancel != nil && !a.quorate() {
-				a.event("lost quorum: training stops")
-				stopPipeline()
-				// Give the lease up so the majority side's standby can take
-				// over without waiting for it to expire.
-				ecancel()
-				<-edone
-				return
-			}
-		case st := <-leading:
-			if !st.Leader {
-				if pcancel != nil {
-					a.event("lease %s lost", placement.Trainer)
-				}
-				stopPipeline()
-				continue
-			}
-			if !a.quorate() {
-				return // a minority must not sit on the lease: resign (deferred)
-			}
-			a.event("lease %s acquired token %d", placement.Trainer, st.Token)
-			pctx, c := context.WithCancel(ctx)
-			pcancel, pdone = c, make(chan struct{})
-			go a.runTerm(pctx, st.Token, pdone, failed)
-		case err := <-failed:
-			// Give the lease up so a standby tries instead.
-			stopPipeline()
-			ecancel()
-			<-edone
-			if !errors.Is(err, errTermOver) {
-				a.event("lease %s resigned after a failure", placement.Trainer)
-			}
-			return
-		}
-	}
-}
-
-// runTerm runs term tok until ctx ends; a failure goes to failed.
-func (a *Agent) runTerm(ctx context.Context, tok uint64, done chan struct{}, failed chan<- error) {
-	defer close(done)
-	if err := a.train(ctx, tok); err != nil && ctx.Err() == nil {
-		if !errors.Is(err, errTermOver) { // the term's core said why
-			a.event("training failed: %v", err)
-		}
-		select {
-		case failed <- err:
-		default:
-		}
-	}
-}
 
 // errTermOver: the term's core ended the term and said why (its events).
 var errTermOver = errors.New("node: term over")
@@ -173,10 +47,11 @@ func (b *inbox) take() []term.Input {
 	return q
 }
 
-// termRun is one term of this node's trainer lease: the decisions are a
-// term.Core's (claim, requeue, what to save when, what is trained, the
-// watch, run complete); train's goroutine is the only one that steps it,
-// and it applies the core's Ready (the I/O, with its retries).
+// termRun is one term of this node's trainer lease: the decisions are the
+// contention's term.Core's (claim, requeue, what to save when, what is
+// trained, the watch, run complete); the contention's goroutine is the
+// only one that steps it, and it applies the core's Ready (the I/O, with
+// its retries) through the term that runs.
 type termRun struct {
 	a     *Agent
 	token uint64
@@ -196,8 +71,11 @@ type termRun struct {
 	requeued   prometheus.Counter
 	stopped    bool // StopPipeline applied
 	fed        int  // the trainer's steps fed to the core
-	// down: the core gave the lease up (StepDown applied).
-	down *term.StepDown
+	// ctx is the term's: cancelled when the term is over, or at once
+	// when the lease or quorum is lost (its I/O ends); applyAll applies the
+	// contention core's Ready (contend.go).
+	ctx      context.Context
+	applyAll func()
 	// rs: the pipeline's remote engines (termengines.go), attached by
 	// Start's goroutine; acked the acks fed to the core.
 	rsMu  sync.Mutex
@@ -207,64 +85,6 @@ type termRun struct {
 	// runs; held, the term's first announcement, sent once it returns.
 	starting bool
 	held     *term.Announce
-}
-
-// train runs term token: its core claims the durable progress with the
-// token, requeues what the previous holder held, and runs the remaining
-// steps of the run in a fresh pipeline on the cluster bus, saving the
-// progress (fenced by token) after every step, each step with the
-// location of its trainer checkpoint (checkpoint.go). It returns when ctx
-// ends (nil) or the core gives the term up (errTermOver).
-func (a *Agent) train(ctx context.Context, token uint64) error {
-	core, err := term.New(a.termConfig())
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrAgentConfig, err)
-	}
-	r := &termRun{a: a, token: token, core: core, box: newInbox()}
-	defer r.close()
-	r.core.Step(time.Now(), term.LeaseChanged{Leader: true, Token: token})
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		r.apply(ctx)
-		if r.down != nil {
-			return r.result()
-		}
-		select {
-		case <-ctx.Done():
-			r.stop()
-			return nil
-		case <-tick.C:
-			r.poll(time.Now())
-		case <-r.box.ready:
-			r.feed(time.Now())
-		}
-	}
-}
-
-func (r *termRun) result() error {
-	if r.down.Reason == term.ReasonStopping {
-		return nil
-	}
-	if r.down.Reason == term.ReasonStalled {
-		return fmt.Errorf("%w: %w", errTermOver, ErrTermStalled)
-	}
-	return fmt.Errorf("%w (%s)", errTermOver, r.down.Reason)
-}
-
-// stop: the term's context ended (the lease lost, quorum lost, the node
-// stops). A step the trainer finished while the pipeline stopped is
-// trained: the core saves it (fenced: refused if a newer holder has
-// claimed the progress meanwhile), then gives the term up.
-func (r *termRun) stop() {
-	r.stopPipeline()
-	now := time.Now()
-	r.feed(now)
-	r.feedSteps(now)
-	r.core.Step(now, term.Stop{})
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	r.apply(sctx)
 }
 
 func (r *termRun) close() {
@@ -322,49 +142,6 @@ func (r *termRun) poll(now time.Time) {
 	}
 }
 
-// apply applies the core's Ready until it has nothing more to say; the
-// effects' answers are stepped as they come.
-func (r *termRun) apply(ctx context.Context) {
-	for {
-		rd := r.core.Ready()
-		if rd.Empty() {
-			return
-		}
-		r.core.Advance()
-		for _, e := range rd.Events {
-			r.say(e)
-		}
-		for _, e := range rd.Effects {
-			r.do(ctx, e)
-		}
-	}
-}
-
-// say prints an event (the lines an operator and the tests read), counts
-// the watch's step-downs and keeps the step gauge.
-func (r *termRun) say(e term.Event) {
-	a := r.a
-	switch {
-	case e.Kind == term.Ignored:
-		a.log.Debug().Str("node", a.cfg.Name).Msg("term: " + e.String())
-		return
-	case e.Kind == term.LeaseAcquired: // contendOnce said so
-		return
-	case e.Kind == term.Resigned && e.Reason == term.ReasonStopping: // a clean stop is no news
-		return
-	case e.Kind == term.TermFailed && e.Reason == term.ReasonStopping:
-		a.log.Warn().Str("node", a.cfg.Name).Msg("term: while stopping: " + e.Err)
-		return
-	case e.Kind == term.LeaderMoved:
-		e.Node = a.bus.ServerName()
-	case e.Kind == term.Watch && e.Watch.Kind == termwatch.StepDown:
-		a.stepdowns.WithLabelValues(string(e.Watch.Reason)).Inc()
-	case e.Kind == term.StepDurable && r.th != nil:
-		r.th.lastNs.Store(time.Now().UnixNano())
-	}
-	a.event("%s", e)
-}
-
 // do applies one effect.
 func (r *termRun) do(ctx context.Context, e term.Effect) {
 	a := r.a
@@ -403,8 +180,6 @@ func (r *termRun) do(ctx context.Context, e term.Effect) {
 		r.finish(ctx)
 	case term.Done:
 		a.doneOne.Do(func() { close(a.done) })
-	case term.StepDown:
-		r.down = &v
 	default:
 		if !r.doEngines(e) {
 			a.log.Debug().Str("node", a.cfg.Name).Msgf("term: effect %T not wired", e)
@@ -485,6 +260,11 @@ func (r *termRun) save(ctx context.Context, tp term.Progress) {
 		}
 		return err
 	})
+	if err != nil && ctx.Err() != nil {
+		// Interrupted: the lease or quorum loss that did it is in the
+		// inbox; the core hears it first (and ignores the failure).
+		r.feed(time.Now())
+	}
 	if err != nil {
 		r.core.Step(time.Now(), term.SaveFailed{Token: r.token, Step: p.Step, Fenced: errors.Is(err, lease.ErrFenced), Err: "node: save progress: " + err.Error()})
 		return

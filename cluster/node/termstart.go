@@ -121,14 +121,24 @@ func (r *termRun) startWatched(ctx context.Context, n *Node) (err error) {
 			r.poll(time.Now())
 		}
 		// The engines' effects cannot wait for Start: it waits for an
-		// engine to load version 0.
-		r.apply(ctx)
-		if _, holding := r.core.Holding(); !holding {
+		// engine to load version 0. A term the core gave up (the lease or
+		// quorum lost, the watch) has its Ready applied by the contention
+		// once Start stopped.
+		if r.holding() {
+			r.applyAll()
+		}
+		if !r.holding() {
 			cancel()
 			<-started // Start stops what it started when it fails
 			return errTermOver
 		}
 	}
+}
+
+// holding reports whether the core still runs this term.
+func (r *termRun) holding() bool {
+	tok, holding := r.core.Holding()
+	return holding && tok == r.token
 }
 
 func toTermProgress(p ledger.Progress) term.Progress {

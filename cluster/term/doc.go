@@ -55,9 +55,9 @@
 //
 // # Wiring (cluster/node)
 //
-// The agent today makes these decisions inside goroutines; moving it onto
-// the core maps its branches as follows (the shell keeps the I/O, its
-// retries and its timers):
+// The agent made these decisions inside goroutines; on the core its
+// branches map as follows (the shell keeps the I/O, its retries and its
+// timers):
 //
 //   - term.go contendOnce: the elector's OnChange → LeaseChanged; the
 //     250 ms quorum check → QuorumChanged (from cluster.Quorum, fed by
@@ -90,23 +90,29 @@
 //     Tick (ResendEvery).
 //   - agent.go watchDone: the progress poll → ProgressObserved (Done).
 //
-// Wired so far (cluster/node term.go termRun, termstart.go, termcast.go):
-// each term the agent runs has its own Core, fed LeaseChanged{Leader} for
-// the term's token and Stop when the term's context ends, and stepped by
-// the term's goroutine, which applies its Ready: the claim, the previous
-// holder's trained marks and requeue, the term bucket's deletion, the
-// pipeline's start, the save loop, MarkTrained, Prune, run complete
-// (Finish, Done), the watch (Probe, LedgerWrite, Tick), the term's
-// announcements, the aborts of a departed rollout node's groups, and the
-// term's remote engines (termengines.go: the members' engines fed with
-// MembersChanged, AddEngines/RemoveEngines applied to the pipeline's
-// remoteSet, the publisher's dispatch fed as EngineTarget and its acks as
-// EngineServing, SendLoadWeights sent, the resends the core's Tick). The
-// mirror, the checkpointer, the prober and the publisher report through
-// the term's inbox. The agent's watchDone (agent.go) steps a core of its
-// own with ProgressObserved, which says when a standby sees the run
-// complete (RunComplete, Done). Not wired yet: contend (the elector,
-// quorum and resign still in contendOnce, which prints the lease lines).
+// Wired (cluster/node contend.go, term.go, termstart.go, termcast.go,
+// termengines.go): each contention for the lease (contendOnce) has one
+// Core, fed the elector's OnChange (LeaseChanged), the quorum's verdict
+// when it changes (QuorumChanged) and Stop when the agent stops, and
+// stepped by the contention's goroutine, which applies its Ready — the
+// lease's effects itself (StepDown: contendOnce returns and resigns),
+// each term's through that term's shell (termRun, made at its
+// ClaimProgress): the claim, the previous holder's trained marks and
+// requeue, the term bucket's deletion, the pipeline's start, the save
+// loop, MarkTrained, Prune, run complete (Finish, Done), the watch
+// (Probe, LedgerWrite, Tick), the term's announcements, the aborts of a
+// departed rollout node's groups, and the term's remote engines (the
+// members' engines fed with MembersChanged, AddEngines/RemoveEngines
+// applied to the pipeline's remoteSet, the publisher's dispatch fed as
+// EngineTarget and its acks as EngineServing, SendLoadWeights sent, the
+// resends the core's Tick). The elector, the quorum watch, the mirror,
+// the checkpointer, the prober and the publisher report through the
+// contention's inbox; a lost lease or quorum also cancels the running
+// term's I/O at once (the decision stays the core's). The lease lines
+// (lease trainer acquired/lost, lost quorum) are the core's events. The
+// agent's watchDone (agent.go) steps a core of its own with
+// ProgressObserved, which says when a standby sees the run complete
+// (RunComplete, Done).
 //
 // The e2e tests then assert Events (Kind, Step, Token, Node) instead of
 // matching the printed prose.
