@@ -149,9 +149,7 @@ func (r *termRun) do(ctx context.Context, e term.Effect) {
 	case term.ClaimProgress:
 		r.claim(ctx)
 	case term.MarkTrained:
-		if err := retry(ctx, 30*time.Second, func() error { return a.markTrained(ctx, v.Step, toLedgerPrompts(v.Prompts)) }); err != nil {
-			r.failed(ctx, fmt.Errorf("node: mark step %d's prompts trained: %w", v.Step, err))
-		}
+		r.markTrained(ctx, v)
 	case term.RequeueNode:
 		r.requeue(ctx, v.Node)
 	case term.RequeueStale:
@@ -194,6 +192,23 @@ func (r *termRun) prune(ctx context.Context, v term.Prune) {
 		if err := r.ck.store.Prune(ctx, v.Version, v.Token, v.Durable); err != nil {
 			r.a.log.Warn().Err(err).Msg("checkpoint prune failed; the next save tries again")
 		}
+	}
+}
+
+// markTrained applies MarkTrained. The step is durable, so its marks are
+// facts that must land even when the term's context ends meanwhile (a
+// stop, a lost lease): marks cut short there would leave the step's
+// prompts in flight, and the next holder marks only the last durable
+// step's, so it would requeue these as if never trained (seen as 21 of
+// 24 trained in TestRemoteEnginesFollowNewTerm after a clean stop). A
+// failure is reported even then, so the term saves no later step over
+// unmarked prompts.
+func (r *termRun) markTrained(ctx context.Context, v term.MarkTrained) {
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	err := retry(mctx, 30*time.Second, func() error { return r.a.markTrained(mctx, v.Step, toLedgerPrompts(v.Prompts)) })
+	if err != nil {
+		r.failed(mctx, fmt.Errorf("node: mark step %d's prompts trained: %w", v.Step, err))
 	}
 }
 
