@@ -71,6 +71,10 @@ type AgentConfig struct {
 	// Events, when set, receives one line per cluster event ("node n1:
 	// lease trainer acquired token 7"); operators and tests read it.
 	Events io.Writer
+	// EventsJSON, when set, receives the same events as JSON, one
+	// EventRecord a line: the term core's typed (kind, token, step,
+	// version, count, node, reason), the agent's other lines as "text".
+	EventsJSON io.Writer
 	// InMemoryBus keeps the embedded server's JetStream files in a
 	// temporary directory (tests).
 	InMemoryBus bool
@@ -131,15 +135,36 @@ func (c AgentConfig) has(role string) bool {
 	return slices.Contains(c.Roles, role) || slices.Contains(c.Roles, placement.All)
 }
 
-// event writes one line to cfg.Events.
+// event writes one line to cfg.Events (a "text" record to cfg.EventsJSON).
 func (a *Agent) event(format string, args ...any) {
 	a.log.Debug().Str("node", a.cfg.Name).Msgf(format, args...)
-	if a.cfg.Events == nil {
+	line := fmt.Sprintf(format, args...)
+	a.emit(line, EventRecord{Kind: TextKind, Agent: a.cfg.Name, Line: line})
+}
+
+// termEvent writes a term core's event: its line to cfg.Events, its
+// record to cfg.EventsJSON.
+func (a *Agent) termEvent(e term.Event) {
+	a.log.Debug().Str("node", a.cfg.Name).Msg(e.String())
+	a.emit(e.String(), termRecord(a.cfg.Name, time.Time{}, e))
+}
+
+// emit writes line and r (stamped now) to the event writers that are set.
+func (a *Agent) emit(line string, r EventRecord) {
+	if a.cfg.Events == nil && a.cfg.EventsJSON == nil {
 		return
 	}
 	a.evMu.Lock()
 	defer a.evMu.Unlock()
-	fmt.Fprintf(a.cfg.Events, "node %s: %s\n", a.cfg.Name, fmt.Sprintf(format, args...))
+	if a.cfg.Events != nil {
+		fmt.Fprintf(a.cfg.Events, "node %s: %s\n", a.cfg.Name, line)
+	}
+	if a.cfg.EventsJSON != nil {
+		r.Time = time.Now()
+		if err := writeRecord(a.cfg.EventsJSON, r); err != nil {
+			a.log.Warn().Err(err).Str("node", a.cfg.Name).Msg("node: events json")
+		}
+	}
 }
 
 // Bus is the node's bus.
@@ -304,7 +329,7 @@ func (a *Agent) applyWatch(core *term.Core) (done bool) {
 	core.Advance()
 	for _, e := range rd.Events {
 		if e.Kind != term.Ignored {
-			a.event("%s", e)
+			a.termEvent(e)
 		}
 	}
 	for _, e := range rd.Effects {

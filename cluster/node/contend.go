@@ -267,5 +267,5 @@ func (c *contention) say(e term.Event) {
 	case e.Kind == term.StepDurable && c.cur != nil && c.cur.th != nil:
 		c.cur.th.lastNs.Store(time.Now().UnixNano())
 	}
-	a.event("%s", e)
+	a.termEvent(e)
 }

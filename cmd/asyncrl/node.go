@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -32,6 +33,7 @@ type nodeFlags struct {
 	exitWhenDone   bool
 	routerListen   string
 	routerToken    string
+	eventsJSON     string
 }
 
 // newNodeCmd: asyncrl node — one member of a multi-node run: bus (embedded
@@ -85,11 +87,17 @@ func newNodeCmd(g *globals) *cobra.Command {
 			defer stop()
 			inv := gpu.Probe()
 			fmt.Fprintf(g.stdout, "node %s: %s\n", f.name, gpuLine(inv))
+			evj, closeEvj, err := openEventsJSON(f.eventsJSON)
+			if err != nil {
+				return fail("asyncrl node: %v", err)
+			}
+			defer closeEvj()
 			a, err := node.StartAgent(ctx, node.AgentConfig{Name: f.name, Roles: roles, NATSURL: f.nats,
 				ClusterListen: f.clusterListen, Routes: f.routes, Gossip: f.gossip, Join: f.join,
 				GPUs: len(inv.Devices), Replicas: f.replicas, LeaseTTL: f.leaseTTL,
 				StallAfter: f.stallAfter, UnhealthyAfter: f.unhealthyAfter, Run: cfg, Logger: log,
-				Events: g.stdout, RouterListen: f.routerListen, RouterAdminToken: f.routerToken})
+				Events: g.stdout, RouterListen: f.routerListen, RouterAdminToken: f.routerToken,
+				EventsJSON: evj})
 			if err != nil {
 				return fail("asyncrl node: %v", err)
 			}
@@ -117,8 +125,21 @@ func newNodeCmd(g *globals) *cobra.Command {
 	fs.IntVar(&f.steps, "steps", 0, "trainer steps of the whole run (overrides run.steps)")
 	fs.StringVar(&f.routerListen, "router-listen", "", "`ADDR` (host:port) the router of this node's training terms listens on, reachable by rollout nodes on other machines (default 127.0.0.1, a free port; off loopback --router-admin-token is required)")
 	fs.StringVar(&f.routerToken, "router-admin-token", "", "bearer `TOKEN` for the term router's /admin/ API (required with a non-loopback --router-listen)")
+	fs.StringVar(&f.eventsJSON, "events-json", "", "also write the cluster events to `FILE` as JSON, one object a line (kind, token, step, version, count, node, reason, time, line; see docs/cluster.md)")
 	fs.BoolVar(&f.exitWhenDone, "exit-when-done", false, "exit once the durable progress shows run.steps steps (default: keep serving until interrupted)")
 	return cmd
+}
+
+// openEventsJSON creates path for --events-json (nil writer when empty).
+func openEventsJSON(path string) (io.Writer, func(), error) {
+	if path == "" {
+		return nil, func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--events-json: %w", err)
+	}
+	return f, func() { _ = f.Close() }, nil
 }
 
 // doneIf returns ch when on, else a channel that never closes.
