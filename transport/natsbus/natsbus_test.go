@@ -217,6 +217,9 @@ func TestDurableSurvivesRestart(t *testing.T) {
 }
 
 func TestTempStoreDirRemovedOnClose(t *testing.T) {
+	// A private temp dir: other packages' tests start embedded servers
+	// (and their asyncrl-nats-* dirs) in parallel with this one.
+	t.Setenv("TMPDIR", t.TempDir())
 	before, _ := os.ReadDir(os.TempDir())
 	b, err := natsbus.Connect(context.Background(), natsbus.DefaultOptions())
 	if err != nil {
