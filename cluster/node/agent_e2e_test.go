@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/asyncrl/asyncrl/cluster/term"
 	"github.com/asyncrl/asyncrl/config"
 )
 
@@ -66,6 +67,8 @@ type proc struct {
 	out    *syncBuf
 	errOut *syncBuf
 	exited chan struct{}
+	// evPath is the node's --events-json file ("": none).
+	evPath string
 }
 
 func startNode(t *testing.T, bin string, args ...string) *proc {
@@ -120,6 +123,8 @@ type e2eCluster struct {
 	nats string
 	// yaml is appended to every node's config file.
 	yaml string
+	// starts counts the nodes started (each start its own events file).
+	starts int
 }
 
 func newE2ECluster(t *testing.T, steps int) *e2eCluster {
@@ -151,6 +156,9 @@ func (c *e2eCluster) start(i int, roles string) *proc {
 		// A step here takes about a second: a term without one for 60 s is
 		// stuck, and steps down (printed "term stalled") so the run goes on.
 		"--stall-after", "60s"}
+	c.starts++
+	ev := filepath.Join(c.dir, fmt.Sprintf("n%d-%d.events.jsonl", i+1, c.starts))
+	args = append(args, "--events-json", ev)
 	if i < c.servers {
 		args = append(args, "--cluster-listen", strings.TrimPrefix(c.routes[i], "nats-route://"), "--routes", strings.Join(c.routes, ","))
 	} else {
@@ -159,7 +167,9 @@ func (c *e2eCluster) start(i int, roles string) *proc {
 	if i > 0 {
 		args = append(args, "--join", c.gossip(0))
 	}
-	return startNode(t, c.bin, args...)
+	p := startNode(t, c.bin, args...)
+	p.evPath = ev
+	return p
 }
 
 // pickHolder waits until one of the trainer nodes (n1, n2) trained
@@ -170,7 +180,7 @@ func pickHolder(t *testing.T, trainers []*proc, minSteps int) (holder, standby *
 	// while starting steps down and the next one trains.
 	waitFor(t, 150*time.Second, fmt.Sprintf("a trainer node to hold the lease and train %d steps", minSteps), func() bool {
 		for i, p := range trainers {
-			if lastStep(p.out.String()) >= minSteps {
+			if lastDurable(p.records(t)) >= minSteps {
 				holder, standby = p, trainers[1-i]
 				hname, sname = fmt.Sprintf("n%d", i+1), fmt.Sprintf("n%d", 2-i)
 				return true
@@ -240,7 +250,7 @@ func TestClusterKillTrainerNode(t *testing.T) {
 	trainers := []*proc{c.start(0, "trainer,engine,controller,publisher"), c.start(1, "trainer,engine,controller,publisher")}
 	n3 := c.start(2, "engine,rollout")
 	holder, standby, hname, sname := pickHolder(t, trainers, 3)
-	if strings.Contains(standby.out.String(), "lease trainer acquired") {
+	if countKind(standby.records(t), term.LeaseAcquired) > 0 {
 		t.Fatalf("%s acquired the trainer lease while %s held it", sname, hname)
 	}
 	deadURLs := hostURLs(t, holder.out.String())
@@ -249,7 +259,7 @@ func TestClusterKillTrainerNode(t *testing.T) {
 	}
 	killed := time.Now()
 	<-holder.exited
-	printed := lastStep(holder.out.String())
+	printed := lastDurable(holder.records(t))
 	// The standby's removals count from its lease acquisition (its term's
 	// router starts empty); sampled while the test waits.
 	rm := &removedAt{p: standby, from: -1, t0: killed, at: map[string]time.Duration{}}
@@ -286,18 +296,18 @@ func TestClusterKillTrainerNode(t *testing.T) {
 	})
 	t.Logf("standby %s acquired the lease %s after the kill, finished %s after it", sname,
 		acquired.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond))
-	out := standby.out.String()
-	m := regexp.MustCompile(`resume from step (\d+)`).FindStringSubmatch(out)
-	if m == nil {
+	out, recs := standby.out.String(), standby.records(t)
+	resumed := ofKind(recs, term.Resumed)
+	if len(resumed) == 0 {
 		t.Fatalf("the standby never resumed:\n%s", out)
 	}
-	// The holder prints a step after saving it, so the durable step is the last
-	// printed one or, if the kill fell between save and print, the next.
-	if from, _ := strconv.Atoi(m[1]); from != printed && from != printed+1 {
+	// The holder reports a step after saving it, so the durable step is the last
+	// reported one or, if the kill fell between save and report, the next.
+	if from := int(resumed[0].Step); from != printed && from != printed+1 {
 		t.Errorf("the standby resumed from step %d; the holder's last durable step was %d", from, printed)
 	}
-	if !strings.Contains(out, "requeued") || lastStep(out) != steps {
-		t.Errorf("the standby did not requeue the holder's prompts or did not reach step %d:\n%s", steps, out)
+	if requeued(recs) == 0 || lastDurable(recs) != steps || countKind(recs, term.RunComplete) == 0 {
+		t.Errorf("the standby did not requeue the holder's prompts, did not reach step %d or did not complete the run:\n%s", steps, out)
 	}
 	// The dead holder's engines: never routed by the standby's term, or
 	// removed within the failure-detection bound (≈ 3 s + one 250ms poll
@@ -368,7 +378,7 @@ func TestClusterEngineNodeRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	killed := time.Now()
-	atKill := lastStep(holder.out.String())
+	atKill := lastDurable(holder.records(t))
 	<-n3.exited
 	rm := &removedAt{p: holder, from: len(holder.out.String()), t0: killed, at: map[string]time.Duration{}}
 	waitFor(t, 8*time.Second, hname+" to stop routing to the dead n3's engines", func() bool {
@@ -426,7 +436,8 @@ func TestClusterEngineNodeRestart(t *testing.T) {
 		return strings.Contains(holder.out.String(), "ledger prompts")
 	})
 	out, out3 := holder.out.String(), n3b.out.String()
-	if n := strings.Count(out, "lease trainer acquired"); n != 1 {
+	hrecs := holder.records(t)
+	if n := countKind(hrecs, term.LeaseAcquired); n != 1 {
 		t.Errorf("%s acquired the lease %d times; losing an engine node must not end its term", hname, n)
 	}
 	v3, at3 := caughtUp(t, out3, "n3", termBases(out))
@@ -448,8 +459,8 @@ func TestClusterEngineNodeRestart(t *testing.T) {
 			t.Errorf("%s: routing add of n3's new %s at %d, ready at %d; want add, then ready", hname, u, add, ready)
 		}
 	}
-	if lastStep(out) != steps {
-		t.Errorf("%s's last step %d; want %d", hname, lastStep(out), steps)
+	if lastDurable(hrecs) != steps {
+		t.Errorf("%s's last step %d; want %d", hname, lastDurable(hrecs), steps)
 	}
 	checkLedgerLine(t, out, steps)
 }

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/asyncrl/asyncrl/cluster/term"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
 )
 
@@ -131,7 +132,7 @@ func nodeLossRun(t *testing.T, c *e2eCluster, pick func(nodes []*proc, holder, s
 	victim, vname := pick(nodes, holder, standby)
 	offsets := make([]int, 2)
 	for i := range 2 {
-		offsets[i] = len(nodes[i].out.String())
+		offsets[i] = len(nodes[i].records(t))
 	}
 	if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -146,11 +147,11 @@ func nodeLossRun(t *testing.T, c *e2eCluster, pick func(nodes []*proc, holder, s
 			if nodes[i] == victim {
 				continue
 			}
-			after := nodes[i].out.String()[offsets[i]:]
-			if lease == 0 && strings.Contains(after, "lease trainer acquired") {
+			after := nodes[i].records(t)[offsets[i]:]
+			if lease == 0 && countKind(after, term.LeaseAcquired) > 0 {
 				lease = time.Since(killed)
 			}
-			if stepRe.MatchString(after) {
+			if countKind(after, term.StepDurable) > 0 {
 				next = time.Since(killed)
 				return true
 			}
@@ -167,15 +168,18 @@ func nodeLossRun(t *testing.T, c *e2eCluster, pick func(nodes []*proc, holder, s
 		}
 		return false
 	})
-	out := fin.out.String()
+	out, frecs := fin.out.String(), fin.records(t)
 	checkLedgerLine(t, out, lossSteps)
-	if lastStep(out) != lossSteps {
-		t.Errorf("the finishing node's last step %d; want %d", lastStep(out), lossSteps)
+	if lastDurable(frecs) != lossSteps {
+		t.Errorf("the finishing node's last step %d; want %d", lastDurable(frecs), lossSteps)
 	}
-	leases := strings.Count(nodes[0].out.String(), "lease trainer acquired") + strings.Count(nodes[1].out.String(), "lease trainer acquired")
-	hout := nodes[holder].out.String()
+	if countKind(frecs, term.RunComplete) == 0 {
+		t.Errorf("the finishing node reported no run-complete event")
+	}
+	leases := countKind(nodes[0].records(t), term.LeaseAcquired) + countKind(nodes[1].records(t), term.LeaseAcquired)
+	hout, hrecs := nodes[holder].out.String(), nodes[holder].records(t)
 	if keepLease {
-		if n := strings.Count(hout, "lease trainer acquired"); n != 1 || strings.Contains(hout, "lease trainer lost") || leases != 1 {
+		if n := countKind(hrecs, term.LeaseAcquired); n != 1 || countKind(hrecs, term.LeaseLost) > 0 || leases != 1 {
 			t.Errorf("%s lost its term when %s died (%d acquisitions by it, %d in all); a holder on a surviving node must keep its lease:\n%s",
 				hname, vname, n, leases, hout)
 		}
@@ -183,17 +187,10 @@ func nodeLossRun(t *testing.T, c *e2eCluster, pick func(nodes []*proc, holder, s
 	// What the trainer nodes did about the loss (leases, leader moves,
 	// failing streams, step-downs), for the log.
 	for i := range 2 {
-		var keep []string
-		for _, l := range strings.Split(nodes[i].out.String(), "\n") {
-			if strings.Contains(l, "lease ") || strings.Contains(l, "leader of") || strings.Contains(l, "term ") ||
-				strings.Contains(l, "member left") || strings.Contains(l, "requeued") || strings.Contains(l, "training failed") {
-				keep = append(keep, l)
-			}
-		}
-		t.Logf("n%d:\n%s", i+1, strings.Join(keep, "\n"))
+		t.Logf("n%d:\n%s", i+1, lossLines(nodes[i].records(t)))
 	}
 	t.Logf("killed %s (holder %s) after step %d; next step %s after the kill (new lease holder: %s); %d lease acquisitions in all",
-		vname, hname, lastStep(hout[:min(len(hout), offsets[holder])]), next.Round(10*time.Millisecond), lease.Round(10*time.Millisecond), leases)
+		vname, hname, lastDurable(hrecs[:min(len(hrecs), offsets[holder])]), next.Round(10*time.Millisecond), lease.Round(10*time.Millisecond), leases)
 	return lossRun{killToStep: next, killToLease: lease}
 }
 
