@@ -111,6 +111,9 @@ type Agent struct {
 	evMu    sync.Mutex
 	done    chan struct{} // closed when the run's steps are all trained
 	doneOne sync.Once
+	// marks are the trained marks still being written (term.go): a
+	// durable step's marks must not hold up the term's goroutine.
+	marks sync.WaitGroup
 	stopOne sync.Once
 	// stopping: Stop has begun; the name claim's loss is then expected.
 	stopping atomic.Bool

@@ -233,11 +233,17 @@ func (a *Agent) recordOnce(ctx context.Context, ev messages.PromptLedger) error 
 // ledger: the only writer of trained marks (the mirror drops the
 // controller's), called once the step is durable. Marking twice (the
 // holder and, after its death, the next holder) is a duplicate.
+//
+// A prompt whose mark the ledger refuses (it already ended otherwise) does
+// not stop the others; it is logged, and not retried.
 func (a *Agent) markTrained(ctx context.Context, step int64, prompts []ledger.PromptAttempt) error {
 	for _, pa := range prompts {
 		err := a.recordEvent(ctx, messages.PromptLedger{Header: messages.Header{Sender: a.cfg.Name}, PromptID: pa.PromptID,
 			GroupID: pa.GroupID, State: messages.LedgerTrained, Step: step, Attempt: pa.Attempt})
-		if err != nil {
+		switch {
+		case errors.Is(err, ledger.ErrIllegalTransition):
+			a.log.Warn().Err(err).Str("prompt", pa.PromptID).Int64("step", step).Msg("ledger: trained mark refused")
+		case err != nil:
 			return fmt.Errorf("prompt %s: %w", pa.PromptID, err)
 		}
 	}

@@ -172,6 +172,7 @@ func (c *contention) stop() {
 		r.ctx = sctx
 	}
 	c.apply()
+	c.a.waitMarks(30 * time.Second) // before the lease is given up
 }
 
 // feed steps the core with what the other goroutines reported.

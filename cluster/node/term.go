@@ -195,20 +195,48 @@ func (r *termRun) prune(ctx context.Context, v term.Prune) {
 	}
 }
 
-// markTrained applies MarkTrained. The step is durable, so its marks are
-// facts that must land even when the term's context ends meanwhile (a
-// stop, a lost lease): marks cut short there would leave the step's
-// prompts in flight, and the next holder marks only the last durable
-// step's, so it would requeue these as if never trained (seen as 21 of
-// 24 trained in TestRemoteEnginesFollowNewTerm after a clean stop). A
-// failure is reported even then, so the term saves no later step over
-// unmarked prompts.
-func (r *termRun) markTrained(ctx context.Context, v term.MarkTrained) {
-	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
-	err := retry(mctx, 30*time.Second, func() error { return r.a.markTrained(mctx, v.Step, toLedgerPrompts(v.Prompts)) })
-	if err != nil {
-		r.failed(mctx, fmt.Errorf("node: mark step %d's prompts trained: %w", v.Step, err))
+// markWithin bounds the writes of one durable step's trained marks;
+// markAttempt one try (a request to a stream whose leader just died can
+// hang until its deadline).
+const (
+	markWithin  = 2 * time.Minute
+	markAttempt = 10 * time.Second
+)
+
+// markTrained applies MarkTrained off the term's goroutine. The step is
+// durable, so its marks are facts that must land even when the term's
+// context ends meanwhile (a stop, a lost lease) — marks cut short there
+// left the step's prompts in flight, and the next holder, which marks only
+// the last durable step's, requeued them as never trained (21 of 24 in
+// TestRemoteEnginesFollowNewTerm). And they must not stall the term: a
+// ledger stream electing a leader after a node died held the goroutine
+// (so the trainer's steps and the dead node's engines waited) for the
+// whole retry, then dropped the marks (60 of 64 in the node-loss e2e). A
+// clean stop waits for them before it resigns (contention.stop).
+func (r *termRun) markTrained(_ context.Context, v term.MarkTrained) {
+	a, prompts := r.a, toLedgerPrompts(v.Prompts)
+	a.marks.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), markWithin)
+		defer cancel()
+		err := retry(ctx, markWithin, func() error {
+			actx, acancel := context.WithTimeout(ctx, markAttempt)
+			defer acancel()
+			return a.markTrained(actx, v.Step, prompts)
+		})
+		if err != nil {
+			a.log.Error().Err(err).Int64("step", v.Step).Str("node", a.cfg.Name).
+				Msg("term: a durable step's prompts not marked trained; the next claim requeues them")
+		}
+	})
+}
+
+// waitMarks waits for the trained marks being written, at most d.
+func (a *Agent) waitMarks(d time.Duration) {
+	done := make(chan struct{})
+	go func() { a.marks.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(d):
 	}
 }
 
