@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	retrypkg "github.com/asyncrl/asyncrl/cluster/internal/retry"
+
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -113,7 +115,7 @@ type Agent struct {
 	doneOne sync.Once
 	// marks are the trained marks still being written (term.go): a
 	// durable step's marks must not hold up the term's goroutine.
-	marks sync.WaitGroup
+	marks   sync.WaitGroup
 	stopOne sync.Once
 	// stopping: Stop has begun; the name claim's loss is then expected.
 	stopping atomic.Bool
@@ -243,35 +245,13 @@ func waitJetStream(ctx context.Context, bus *natsbus.Bus, within time.Duration) 
 	}
 }
 
-// permanentErr stops retry at once.
-type permanentErr struct{ error }
-
-func (p permanentErr) Unwrap() error { return p.error }
-
 // backoff names the helper that marks an error as final for retry.
-var backoff = struct{ Permanent func(error) error }{Permanent: func(err error) error { return permanentErr{err} }}
+var backoff = struct{ Permanent func(error) error }{Permanent: retrypkg.Permanent}
 
 // retry calls f every 500ms until it succeeds, returns a permanent error,
-// ctx ends or within passed; it returns f's last error.
+// ctx ends or within passed; it returns f's last error (cluster/internal/retry).
 func retry(ctx context.Context, within time.Duration, f func() error) error {
-	deadline := time.Now().Add(within)
-	for {
-		err := f()
-		if err == nil {
-			return nil
-		}
-		var p permanentErr
-		if errors.As(err, &p) {
-			return p.error
-		}
-		if ctx.Err() != nil || time.Now().After(deadline) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
+	return retrypkg.Do(ctx, within, f)
 }
 
 // ensureKV creates the KV bucket name (history 1, ttl, replicas, file
