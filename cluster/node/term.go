@@ -321,6 +321,9 @@ func (r *termRun) save(ctx context.Context, tp term.Progress) {
 // reported.
 func (r *termRun) finish(ctx context.Context) {
 	r.stopPipeline()
+	// The last steps' trained marks first: the sweep below would take
+	// their prompts, still unmarked, for prompts in flight.
+	r.a.waitMarks(markWithin)
 	if err := r.a.requeueAll(ctx); err != nil {
 		r.failed(ctx, fmt.Errorf("node: requeue at the end: %w", err))
 		return
