@@ -1,7 +1,6 @@
 package ckpt
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,59 +16,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/asyncrl/asyncrl/internal/trainertest"
 	"github.com/asyncrl/asyncrl/policy"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
-	"github.com/asyncrl/asyncrl/weights/safetensors"
 	"github.com/asyncrl/asyncrl/weights/store"
 )
-
-// trainedTrainer is a trainer that has taken steps optimiser steps, so its
-// Adam moments and step count are not the initial ones.
-func trainedTrainer(t testing.TB, steps int) *policy.Trainer {
-	t.Helper()
-	m, err := policy.New(policy.DefaultConfig(), 7)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr, err := policy.NewTrainer(m, policy.DefaultTrainerConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := policy.Batch{Sequences: []policy.Sequence{
-		{Tokens: []int32{1, 40, 41, 42}, LossMask: []uint8{0, 1, 1, 1}, RolloutLogprobs: []float32{0, -4, -4, -4}, Advantage: 1},
-		{Tokens: []int32{1, 50, 51}, LossMask: []uint8{0, 1, 1}, RolloutLogprobs: []float32{0, -4, -4}, Advantage: -1},
-	}}
-	for range steps {
-		if _, err := tr.Step(b); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return tr
-}
-
-// trainerState is everything SaveTrainer writes: each tensor's bytes and
-// the step and RNG metadata.
-func trainerState(t testing.TB, tr *policy.Trainer) (map[string][]byte, map[string]string) {
-	t.Helper()
-	dir := t.TempDir()
-	if err := tr.SaveTrainer(dir); err != nil {
-		t.Fatal(err)
-	}
-	f, err := safetensors.Open(filepath.Join(dir, policy.TrainerFileName))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	ts := map[string][]byte{}
-	for _, n := range f.Names() {
-		b, _, err := f.ReadTensor(n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ts[n] = b
-	}
-	return ts, map[string]string{"step": f.Metadata["step"], "rng": f.Metadata["rng"]}
-}
 
 // saveAndPrune is what a term does after each step.
 func saveAndPrune(t testing.TB, st *Store, tr *policy.Trainer, v int64, token uint64, durable string) (string, error) {
@@ -122,7 +73,7 @@ func checkpointNames(t *testing.T, raw store.Store) []string {
 func TestCheckpointRoundTripIsBitIdentical(t *testing.T) {
 	st, raw := natsStore(t, "ck", true)
 	ctx := context.Background()
-	tr := trainedTrainer(t, 3)
+	tr := trainertest.Trained(t, 3)
 	loc, err := saveAndPrune(t, st, tr, 3, 5, "")
 	if err != nil {
 		t.Fatal(err)
@@ -148,9 +99,9 @@ func TestCheckpointRoundTripIsBitIdentical(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantT, wantMD := trainerState(t, tr)
-	gotT, gotMD := trainerState(t, got)
-	if len(wantT) == 0 || !maps.EqualFunc(gotT, wantT, bytes.Equal) || !maps.Equal(gotMD, wantMD) || got.Version() != 3 {
+	wantT, wantMD := trainertest.State(t, tr)
+	gotT, gotMD := trainertest.State(t, got)
+	if len(wantT) == 0 || !trainertest.Same(gotT, wantT) || !maps.Equal(gotMD, wantMD) || got.Version() != 3 {
 		t.Fatalf("restored trainer differs: %d/%d tensors, metadata %v vs %v, version %d", len(gotT), len(wantT), gotMD, wantMD, got.Version())
 	}
 }
@@ -164,7 +115,7 @@ func TestCheckpointPruningKeepsTwo(t *testing.T) {
 	trs := map[int64]*policy.Trainer{}
 	tr := func(v int64) *policy.Trainer {
 		if trs[v] == nil {
-			trs[v] = trainedTrainer(t, int(v))
+			trs[v] = trainertest.Trained(t, int(v))
 		}
 		return trs[v]
 	}
@@ -240,7 +191,7 @@ func TestPrunable(t *testing.T) {
 func TestCheckpointMissingOrCorruptFailsClearly(t *testing.T) {
 	st, raw := natsStore(t, "ck", true)
 	ctx := context.Background()
-	tr := trainedTrainer(t, 2)
+	tr := trainertest.Trained(t, 2)
 	loc, err := saveAndPrune(t, st, tr, 2, 1, "")
 	if err != nil {
 		t.Fatal(err)
@@ -377,7 +328,7 @@ func localStore(t *testing.T) (*Store, *flaky, *fakeClock) {
 func TestCheckpointStalledStoreGivesUpAfterRetryBound(t *testing.T) {
 	st, fl, clk := localStore(t)
 	ctx := context.Background()
-	loc, err := st.Save(ctx, trainedTrainer(t, 1), 1, 1)
+	loc, err := st.Save(ctx, trainertest.Trained(t, 1), 1, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -415,7 +366,7 @@ func TestCheckpointStalledStoreGivesUpAfterRetryBound(t *testing.T) {
 func TestCheckpointSaveRetriesAndCommitsManifestLast(t *testing.T) {
 	st, fl, _ := localStore(t)
 	ctx := context.Background()
-	tr := trainedTrainer(t, 2)
+	tr := trainertest.Trained(t, 2)
 	fails := map[string]int{}
 	fl.setFail(func(op, key string) error {
 		if op == "put" && fails[key] < 2 {
@@ -462,7 +413,7 @@ func TestCheckpointSaveRetriesAndCommitsManifestLast(t *testing.T) {
 func TestCheckpointManifestMismatchRefused(t *testing.T) {
 	st, fl, _ := localStore(t)
 	ctx := context.Background()
-	loc, err := st.Save(ctx, trainedTrainer(t, 1), 1, 2)
+	loc, err := st.Save(ctx, trainertest.Trained(t, 1), 1, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -543,7 +494,7 @@ func TestOpenNATSSharesTheBucket(t *testing.T) {
 		}
 		return st
 	}
-	loc, err := open(true).Save(ctx, trainedTrainer(t, 1), 1, 1)
+	loc, err := open(true).Save(ctx, trainertest.Trained(t, 1), 1, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -561,7 +512,7 @@ func TestOpenNATSSharesTheBucket(t *testing.T) {
 // JetStream's file store.
 func BenchmarkCheckpointSave(b *testing.B) {
 	st, _ := natsStore(b, "bench", false)
-	tr := trainedTrainer(b, 1)
+	tr := trainertest.Trained(b, 1)
 	durable := ""
 	b.ResetTimer()
 	for i := range b.N {

@@ -1,7 +1,6 @@
 package node
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"maps"
@@ -20,50 +19,11 @@ import (
 	"github.com/asyncrl/asyncrl/cluster/placement"
 	"github.com/asyncrl/asyncrl/cluster/term"
 	"github.com/asyncrl/asyncrl/config"
+	"github.com/asyncrl/asyncrl/internal/trainertest"
 	"github.com/asyncrl/asyncrl/policy"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
 	"github.com/asyncrl/asyncrl/weights/safetensors"
 )
-
-// trainedTrainer is a trainer that has taken steps optimiser steps, so its
-// Adam moments and step count are not the initial ones.
-func trainedTrainer(t testing.TB, steps int) *policy.Trainer {
-	t.Helper()
-	m, err := policy.New(policy.DefaultConfig(), 7)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr, err := policy.NewTrainer(m, policy.DefaultTrainerConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := policy.Batch{Sequences: []policy.Sequence{
-		{Tokens: []int32{1, 40, 41, 42}, LossMask: []uint8{0, 1, 1, 1}, RolloutLogprobs: []float32{0, -4, -4, -4}, Advantage: 1},
-		{Tokens: []int32{1, 50, 51}, LossMask: []uint8{0, 1, 1}, RolloutLogprobs: []float32{0, -4, -4}, Advantage: -1},
-	}}
-	for range steps {
-		if _, err := tr.Step(b); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return tr
-}
-
-// trainerState is everything SaveTrainer writes: each tensor's bytes and
-// the step and RNG metadata (the config is compared separately).
-func trainerState(t testing.TB, tr *policy.Trainer) (map[string][]byte, map[string]string) {
-	t.Helper()
-	dir := t.TempDir()
-	if err := tr.SaveTrainer(dir); err != nil {
-		t.Fatal(err)
-	}
-	f, err := safetensors.Open(filepath.Join(dir, policy.TrainerFileName))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	return readTensors(t, f), map[string]string{"step": f.Metadata["step"], "rng": f.Metadata["rng"]}
-}
 
 // servingBytes is m's BF16 serving weights, tensor by tensor.
 func servingBytes(t testing.TB, m *policy.Model) map[string][]byte {
@@ -77,28 +37,7 @@ func servingBytes(t testing.TB, m *policy.Model) map[string][]byte {
 		t.Fatal(err)
 	}
 	defer ck.Close()
-	return readTensors(t, ck)
-}
-
-// readTensors reads every tensor of a safetensors file or checkpoint.
-func readTensors(t testing.TB, src interface {
-	Names() []string
-	ReadTensor(string) ([]byte, safetensors.TensorInfo, error)
-}) map[string][]byte {
-	t.Helper()
-	out := map[string][]byte{}
-	for _, n := range src.Names() {
-		b, _, err := src.ReadTensor(n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[n] = b
-	}
-	return out
-}
-
-func sameTensors(a, b map[string][]byte) bool {
-	return maps.EqualFunc(a, b, bytes.Equal)
+	return trainertest.Tensors(t, ck)
 }
 
 // testCkptStore is run "ck"'s checkpoint store on an embedded bus.
@@ -124,7 +63,7 @@ func testCkptStore(t *testing.T) (*ckpt.Store, *natsbus.Bus) {
 // bit-identical (master weights, Adam moments, step, RNG) and takes only
 // the run's hyperparameters. (cluster/ckpt tests the store round trip.)
 func TestLoadTrainerWithConfigKeepsStateTakesRunConfig(t *testing.T) {
-	tr := trainedTrainer(t, 3)
+	tr := trainertest.Trained(t, 3)
 	dir := t.TempDir()
 	if err := tr.SaveTrainer(dir); err != nil {
 		t.Fatal(err)
@@ -133,7 +72,7 @@ func TestLoadTrainerWithConfigKeepsStateTakesRunConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantT, wantMD := trainerState(t, tr)
+	wantT, wantMD := trainertest.State(t, tr)
 	// The run's config replaces the checkpoint's hyperparameters; the
 	// state stays bit-identical.
 	rc := policy.DefaultTrainerConfig()
@@ -145,7 +84,7 @@ func TestLoadTrainerWithConfigKeepsStateTakesRunConfig(t *testing.T) {
 	if withCfg.Config() != rc {
 		t.Fatalf("config %+v, want the run's %+v", withCfg.Config(), rc)
 	}
-	if gT, gMD := trainerState(t, withCfg); !sameTensors(gT, wantT) || !maps.Equal(gMD, wantMD) {
+	if gT, gMD := trainertest.State(t, withCfg); !trainertest.Same(gT, wantT) || !maps.Equal(gMD, wantMD) {
 		t.Fatal("state changed when applying the run's config")
 	}
 	// Both copies take the same next step; only the LR differs, so the
@@ -160,7 +99,7 @@ func TestLoadTrainerWithConfigKeepsStateTakesRunConfig(t *testing.T) {
 	if _, err := withCfg.Step(b); err != nil {
 		t.Fatal(err)
 	}
-	if sameTensors(servingBytes(t, got.ServingCopy()), servingBytes(t, withCfg.ServingCopy())) {
+	if trainertest.Same(servingBytes(t, got.ServingCopy()), servingBytes(t, withCfg.ServingCopy())) {
 		t.Fatal("a 30x smaller learning rate changed nothing")
 	}
 	if _, err := loadTrainerWithConfig(dir, policy.TrainerConfig{}); err == nil {
@@ -184,7 +123,7 @@ func TestTermCheckpointRefusesToRestartFromSeed(t *testing.T) {
 	if _, resume, err := startTermCkpt(ctx, a, ledger.Progress{}, 2, dir, nil); err != nil || resume {
 		t.Fatalf("fresh run: resume %v err %v", resume, err)
 	}
-	loc, err := st.Save(ctx, trainedTrainer(t, 2), 2, 1)
+	loc, err := st.Save(ctx, trainertest.Trained(t, 2), 2, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +140,7 @@ func TestTermCheckpointRefusesToRestartFromSeed(t *testing.T) {
 	}
 	// The term's first step saves global version 3 and tells the term's
 	// core where it lies (local version 1, the term's token).
-	if err := ck.afterStep(ctx, trainedTrainer(t, 3), 1); err != nil {
+	if err := ck.afterStep(ctx, trainertest.Trained(t, 3), 1); err != nil {
 		t.Fatal(err)
 	}
 	want := term.CheckpointSaved{Token: 2, Version: 1, Location: st.Location(ckpt.Name(3, 2))}
@@ -275,7 +214,7 @@ func TestAgentTakeoverRestoresCheckpointedWeights(t *testing.T) {
 		t.Fatal(err)
 	}
 	n1Serving, n2Serving := servingBytes(t, n1At.serving), servingBytes(t, n2Next.serving)
-	if !sameTensors(servingBytes(t, base), n1Serving) {
+	if !trainertest.Same(servingBytes(t, base), n1Serving) {
 		t.Fatalf("n2's version 0 is not n1's serving copy at durable version %d", stopped)
 	}
 	seed, err := policy.New(policy.DefaultConfig(), uint64(tcfg.Run.Seed))
@@ -283,10 +222,10 @@ func TestAgentTakeoverRestoresCheckpointedWeights(t *testing.T) {
 		t.Fatal(err)
 	}
 	seed.RoundBF16()
-	if sameTensors(servingBytes(t, seed), n1Serving) {
+	if trainertest.Same(servingBytes(t, seed), n1Serving) {
 		t.Fatal("n1's weights never left the seed's: the comparison above proves nothing")
 	}
-	if sameTensors(n2Serving, servingBytes(t, seed)) {
+	if trainertest.Same(n2Serving, servingBytes(t, seed)) {
 		t.Fatal("n2's first version is the seed's initial weights")
 	}
 	// The optimiser state came along: n2's first step is optimiser step
@@ -350,7 +289,7 @@ func TestAgentTakeoverRefusesCorruptCheckpoint(t *testing.T) {
 // checkpoint's, and an AfterStep error fails the step.
 func TestNodeStartsFromTrainerCheckpoint(t *testing.T) {
 	ck := t.TempDir()
-	if err := trainedTrainer(t, 3).SaveTrainer(ck); err != nil {
+	if err := trainertest.Trained(t, 3).SaveTrainer(ck); err != nil {
 		t.Fatal(err)
 	}
 	for _, mode := range []config.PublishMode{config.PublishDelta, config.PublishFull} {
