@@ -209,6 +209,20 @@ func (r *runner) fixturePrompt() []int32 {
 }
 
 // checkGenerated checks a driver result's token-in/token-out invariants.
+// checkMetrics asserts the driver reads every one of names from /metrics.
+func (r *runner) checkMetrics(t *testing.T, names ...string) {
+	t.Helper()
+	m, err := r.drv.Metrics(r.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range names {
+		if _, ok := m.Raw[name]; !ok {
+			t.Errorf("/metrics lacks %s", name)
+		}
+	}
+}
+
 func checkGenerated(t *testing.T, res driver.GenerateResult, prompt []int32, maxTokens int) {
 	t.Helper()
 	if !slices.Equal(res.PromptIDs, prompt) {
@@ -271,16 +285,8 @@ func (r *runner) vllm() {
 		checkGenerated(t, res, r.c.prompt, maxTokens)
 	})
 	t.Run("metrics", func(t *testing.T) {
-		m, err := r.drv.Metrics(r.ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, name := range []string{"vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
-			"vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total"} {
-			if _, ok := m.Raw[name]; !ok {
-				t.Errorf("/metrics lacks %s", name)
-			}
-		}
+		r.checkMetrics(t, "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+			"vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total")
 	})
 	t.Run("pause", func(t *testing.T) {
 		r.route(t, "pause", nil, nil)
@@ -418,15 +424,7 @@ func (r *runner) sglang() {
 		checkGenerated(t, res, r.c.prompt, maxTokens)
 	})
 	t.Run("metrics", func(t *testing.T) {
-		m, err := r.drv.Metrics(r.ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, name := range []string{"sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage", "sglang:cache_hit_rate"} {
-			if _, ok := m.Raw[name]; !ok {
-				t.Errorf("/metrics lacks %s", name)
-			}
-		}
+		r.checkMetrics(t, "sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage", "sglang:cache_hit_rate")
 	})
 	t.Run("pause", func(t *testing.T) {
 		r.route(t, "pause_generation", nil, nil)
