@@ -1,7 +1,6 @@
 package actors
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"strconv"
@@ -10,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/asyncrl/asyncrl/internal/syncbuf"
 	"github.com/asyncrl/asyncrl/transport"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -144,23 +144,8 @@ func (s *sendRec) get() []Send[cout] {
 
 // ---- harness --------------------------------------------------------------
 
-// syncBuf is a goroutine-safe log sink.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuf is a goroutine-safe log sink that counts what it holds.
+type syncBuf struct{ syncbuf.Buffer }
 
 func (s *syncBuf) count(substr string) int { return strings.Count(s.String(), substr) }
 

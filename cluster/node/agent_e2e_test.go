@@ -16,6 +16,7 @@ import (
 
 	"github.com/asyncrl/asyncrl/cluster/term"
 	"github.com/asyncrl/asyncrl/config"
+	"github.com/asyncrl/asyncrl/internal/syncbuf"
 )
 
 // The end-to-end cluster test builds the asyncrl binary and runs three
@@ -64,8 +65,8 @@ func freePorts(t *testing.T, n int) []int {
 // proc is one asyncrl node process.
 type proc struct {
 	cmd    *exec.Cmd
-	out    *syncBuf
-	errOut *syncBuf
+	out    *syncbuf.Buffer
+	errOut *syncbuf.Buffer
 	exited chan struct{}
 	// evPath is the node's --events-json file ("": none).
 	evPath string
@@ -81,7 +82,7 @@ func startNode(t *testing.T, bin string, args ...string) *proc {
 // failed, its output logged under name.
 func startProc(t *testing.T, cmd *exec.Cmd, name string) *proc {
 	t.Helper()
-	p := &proc{cmd: cmd, out: &syncBuf{}, errOut: &syncBuf{}, exited: make(chan struct{})}
+	p := &proc{cmd: cmd, out: &syncbuf.Buffer{}, errOut: &syncbuf.Buffer{}, exited: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.errOut
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -1,13 +1,11 @@
 package node
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,27 +15,10 @@ import (
 	"github.com/asyncrl/asyncrl/cluster/ledger"
 	"github.com/asyncrl/asyncrl/cluster/placement"
 	"github.com/asyncrl/asyncrl/config"
+	"github.com/asyncrl/asyncrl/internal/syncbuf"
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
 )
-
-// syncBuf collects an agent's event lines.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
@@ -170,8 +151,8 @@ func TestAgentStandbyTakesOver(t *testing.T) {
 	url := externalBus(t)
 	ctx := context.Background()
 	const steps = 8
-	var ev1, ev2 syncBuf
-	mk := func(name string, ev *syncBuf) *Agent {
+	var ev1, ev2 syncbuf.Buffer
+	mk := func(name string, ev *syncbuf.Buffer) *Agent {
 		return testAgent(t, url, AgentConfig{Name: name, Roles: []string{placement.Trainer, placement.Engine}, Run: agentRunConfig(t, steps), Events: ev})
 	}
 	a1 := mk("n1", &ev1)
@@ -226,7 +207,7 @@ func TestAgentStandbyTakesOver(t *testing.T) {
 		t.Error("Done not closed after the run finished")
 	}
 	// A standby that joins after the end sees the run complete too.
-	var ev3 syncBuf
+	var ev3 syncbuf.Buffer
 	a3 := mk("n3", &ev3)
 	defer a3.Stop()
 	waitFor(t, 10*time.Second, "the late standby's Done", func() bool {
@@ -290,8 +271,8 @@ func TestRecordEventRepairsReorder(t *testing.T) {
 // a node on the majority side takes over.
 func TestAgentMinorityStopsTraining(t *testing.T) {
 	url := externalBus(t)
-	var ev1, ev2 syncBuf
-	mk := func(name string, ev *syncBuf) *Agent {
+	var ev1, ev2 syncbuf.Buffer
+	mk := func(name string, ev *syncbuf.Buffer) *Agent {
 		return testAgent(t, url, AgentConfig{Name: name, Roles: []string{placement.Trainer, placement.Engine}, Run: agentRunConfig(t, 50), Events: ev})
 	}
 	a1 := mk("n1", &ev1)
@@ -370,7 +351,7 @@ func TestMarkTrainedCompletesADurableStep(t *testing.T) {
 // alone would count it as failed and leave the survivor without quorum.
 func TestCleanLeaveKeepsQuorum(t *testing.T) {
 	url := externalBus(t)
-	var ev1, ev2 syncBuf
+	var ev1, ev2 syncbuf.Buffer
 	a1 := testAgent(t, url, AgentConfig{Name: "n1", Roles: []string{placement.Engine}, Run: agentRunConfig(t, 200), Events: &ev1})
 	defer a1.Stop()
 	a2 := testAgent(t, url, AgentConfig{Name: "n2", Roles: []string{placement.Trainer, placement.Engine}, Join: []string{a1.ms.Addr()}, Run: agentRunConfig(t, 200), Events: &ev2})

@@ -19,6 +19,7 @@ import (
 	"github.com/asyncrl/asyncrl/cluster/placement"
 	"github.com/asyncrl/asyncrl/cluster/term"
 	"github.com/asyncrl/asyncrl/config"
+	"github.com/asyncrl/asyncrl/internal/syncbuf"
 	"github.com/asyncrl/asyncrl/internal/trainertest"
 	"github.com/asyncrl/asyncrl/policy"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
@@ -176,12 +177,12 @@ func TestAgentTakeoverRestoresCheckpointedWeights(t *testing.T) {
 	}
 	defer func() { ckptSavedHook = nil }()
 	dataDirs := map[string]string{}
-	mk := func(name string, ev *syncBuf) *Agent {
+	mk := func(name string, ev *syncbuf.Buffer) *Agent {
 		cfg := agentRunConfig(t, steps)
 		dataDirs[name] = cfg.Run.DataDir
 		return testAgent(t, url, AgentConfig{Name: name, Roles: []string{placement.Trainer, placement.Engine}, Run: cfg, Events: ev})
 	}
-	var ev1, ev2 syncBuf
+	var ev1, ev2 syncbuf.Buffer
 	a1 := mk("n1", &ev1)
 	defer a1.Stop()
 	waitFor(t, 30*time.Second, "n1 to train 2 steps", func() bool { return lastStep(ev1.String()) >= 2 })
@@ -241,10 +242,10 @@ func TestAgentTakeoverRestoresCheckpointedWeights(t *testing.T) {
 func TestAgentTakeoverRefusesCorruptCheckpoint(t *testing.T) {
 	url := externalBus(t)
 	ctx := context.Background()
-	mk := func(name string, ev *syncBuf) *Agent {
+	mk := func(name string, ev *syncbuf.Buffer) *Agent {
 		return testAgent(t, url, AgentConfig{Name: name, Roles: []string{placement.Trainer, placement.Engine}, Run: agentRunConfig(t, 20), Events: ev})
 	}
-	var ev1, ev2 syncBuf
+	var ev1, ev2 syncbuf.Buffer
 	a1 := mk("n1", &ev1)
 	defer a1.Stop()
 	waitFor(t, 30*time.Second, "n1 to train a step", func() bool { return lastStep(ev1.String()) >= 1 })

@@ -18,6 +18,7 @@ import (
 	"github.com/asyncrl/asyncrl/cluster"
 	"github.com/asyncrl/asyncrl/cluster/enginehost"
 	"github.com/asyncrl/asyncrl/config"
+	"github.com/asyncrl/asyncrl/internal/syncbuf"
 	"github.com/asyncrl/asyncrl/messages"
 	pol "github.com/asyncrl/asyncrl/policy"
 	"github.com/asyncrl/asyncrl/transport"
@@ -114,8 +115,8 @@ func TestEngineHostRetriesFailedVersion(t *testing.T) {
 	}
 	defer func() { _ = ackSub.Unsubscribe() }()
 
-	var logs syncBuf
-	var events syncBuf
+	var logs syncbuf.Buffer
+	var events syncbuf.Buffer
 	h, err := startEngineHost(cfg, node, bus, zerolog.New(&logs), func(format string, args ...any) {
 		fmt.Fprintf(&events, format+"\n", args...)
 	})
@@ -221,7 +222,7 @@ func TestRolloutHostRetriesTermItCouldNotFollow(t *testing.T) {
 	if _, err := bus.Stream(ctx, transport.StreamConfig{Name: "squatter", Subjects: []string{s.groupsReady}, Memory: true, MaxAge: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	var events syncBuf
+	var events syncbuf.Buffer
 	h, err := startRolloutHost(cfg, "n2", 1, bus, zerolog.Nop(), func(format string, args ...any) {
 		fmt.Fprintf(&events, format+"\n", args...)
 	})

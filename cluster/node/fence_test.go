@@ -14,6 +14,7 @@ import (
 	"github.com/asyncrl/asyncrl/cluster/ledger"
 	"github.com/asyncrl/asyncrl/cluster/placement"
 	"github.com/asyncrl/asyncrl/config"
+	"github.com/asyncrl/asyncrl/internal/syncbuf"
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
 )
@@ -29,7 +30,7 @@ import (
 func TestDeposedHolderLeavesNoTrainedMarks(t *testing.T) {
 	url := externalBus(t)
 	const steps, deposeAt = 6, 3
-	var ev syncBuf
+	var ev syncbuf.Buffer
 	cfg := agentRunConfig(t, steps)
 	// The intruder's ledger handle, on a connection of its own.
 	opts := natsbus.DefaultOptions()
@@ -121,7 +122,7 @@ func TestDeposedHolderLeavesNoTrainedMarks(t *testing.T) {
 func TestLostBufferEndsTheTermNotTheRun(t *testing.T) {
 	url := externalBus(t)
 	const steps = 6
-	var ev syncBuf
+	var ev syncbuf.Buffer
 	a := testAgent(t, url, AgentConfig{Name: "n1", Roles: []string{placement.Trainer, placement.Engine}, Run: agentRunConfig(t, steps),
 		Events: &ev, UnhealthyAfter: 2 * time.Second})
 	defer a.Stop()

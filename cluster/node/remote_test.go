@@ -11,6 +11,7 @@ import (
 
 	"github.com/asyncrl/asyncrl/cluster/placement"
 	"github.com/asyncrl/asyncrl/config"
+	"github.com/asyncrl/asyncrl/internal/syncbuf"
 )
 
 var (
@@ -107,9 +108,9 @@ func servedAfterCatchUp(t *testing.T, events string, versions map[string]int64, 
 func TestRemoteEnginesJoinAndLeave(t *testing.T) {
 	url := externalBus(t)
 	const steps = 8
-	var ev1, ev2, ev3, all syncBuf
+	var ev1, ev2, ev3, all syncbuf.Buffer
 	var join []string
-	mk := func(name string, roles []string, ev *syncBuf) *Agent {
+	mk := func(name string, roles []string, ev *syncbuf.Buffer) *Agent {
 		return testAgent(t, url, AgentConfig{Name: name, Roles: roles, Join: join, Run: agentRunConfig(t, steps), Events: io.MultiWriter(ev, &all)})
 	}
 	a1 := mk("n1", []string{placement.Trainer}, &ev1)
@@ -254,9 +255,9 @@ func TestRemoteEnginesJoinAndLeave(t *testing.T) {
 func TestRemoteEnginesFollowNewTerm(t *testing.T) {
 	url := externalBus(t)
 	const steps = 6
-	var ev1, ev2 syncBuf
+	var ev1, ev2 syncbuf.Buffer
 	var join []string
-	mk := func(name string, ev *syncBuf) *Agent {
+	mk := func(name string, ev *syncbuf.Buffer) *Agent {
 		return testAgent(t, url, AgentConfig{Name: name, Roles: []string{placement.Trainer, placement.Engine}, Join: join, Run: agentRunConfig(t, steps), Events: ev})
 	}
 	a2 := mk("n2", &ev2)

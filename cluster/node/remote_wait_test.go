@@ -10,6 +10,7 @@ import (
 
 	"github.com/asyncrl/asyncrl/actors/publisher"
 	"github.com/asyncrl/asyncrl/actors/publisher/shell"
+	"github.com/asyncrl/asyncrl/internal/syncbuf"
 )
 
 type nopRouter struct{}
@@ -30,7 +31,7 @@ func TestPublishWaitsForAnEngine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ev syncBuf
+	var ev syncbuf.Buffer
 	r := &remoteSet{cfg: RemoteEngines{Event: func(f string, a ...any) { fmt.Fprintf(&ev, f+"\n", a...) }}, ws: &weightSync{shell: sh}}
 	done := make(chan error, 1)
 	go func() { done <- r.waitEngines(context.Background()) }()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/asyncrl/asyncrl/cluster/placement"
 	"github.com/asyncrl/asyncrl/config"
+	"github.com/asyncrl/asyncrl/internal/syncbuf"
 )
 
 // A rollout-only node serves the holder's term; when it crashes (its bus
@@ -24,7 +25,7 @@ func TestRolloutNodeCrashRequeuesItsGroups(t *testing.T) {
 	// Long enough that the run is still going when membership declares n2
 	// dead (≈ 3 s after the crash).
 	const steps = 40
-	var ev1, ev2 syncBuf
+	var ev1, ev2 syncbuf.Buffer
 	a1 := testAgent(t, url, AgentConfig{Name: "n1", Roles: []string{placement.Trainer, placement.Engine}, Run: agentRunConfig(t, steps), Events: &ev1})
 	defer a1.Stop()
 	a2 := testAgent(t, url, AgentConfig{Name: "n2", Roles: []string{placement.Rollout}, Join: []string{a1.ms.Addr()}, Run: agentRunConfig(t, steps), Events: &ev2})

@@ -1,35 +1,17 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/asyncrl/asyncrl/internal/syncbuf"
 )
-
-// syncBuffer is a bytes.Buffer safe for a command writing while the test reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 var listenRE = regexp.MustCompile(`asyncrl (\w+): listening on (http://[0-9.:]+)`)
 
@@ -38,7 +20,7 @@ var listenRE = regexp.MustCompile(`asyncrl (\w+): listening on (http://[0-9.:]+)
 func startServer(t *testing.T, what string, args ...string) (url string, stop func() int) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	var out, errb syncBuffer
+	var out, errb syncbuf.Buffer
 	codec := make(chan int, 1)
 	go func() { codec <- executeContext(ctx, args, &out, &errb) }()
 	deadline := time.Now().Add(15 * time.Second)

@@ -7,37 +7,19 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/asyncrl/asyncrl/internal/syncbuf"
 	"github.com/asyncrl/asyncrl/policy"
 )
-
-// syncBuffer is a log sink the child's stderr goroutine and the test share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 type harness struct {
 	dir   string
 	steps string // the child's record of replied steps
-	log   *syncBuffer
+	log   *syncbuf.Buffer
 	opts  Options
 }
 
@@ -58,7 +40,7 @@ func newHarness(t *testing.T, env ...string) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{dir: dir, steps: filepath.Join(dir, "steps.txt"), log: &syncBuffer{}}
+	h := &harness{dir: dir, steps: filepath.Join(dir, "steps.txt"), log: &syncbuf.Buffer{}}
 	marks := filepath.Join(dir, "marks")
 	if err := os.Mkdir(marks, 0o755); err != nil {
 		t.Fatal(err)
