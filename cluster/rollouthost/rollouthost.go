@@ -41,6 +41,7 @@ type Host struct {
 	replicas int
 	cfg      config.Config
 	task     tasks.Task
+	vocab    rollout.Vocabulary
 	bus      *natsbus.Bus
 	log      zerolog.Logger
 	event    func(format string, args ...any)
@@ -103,8 +104,13 @@ func Start(c Config) (*Host, error) {
 		log: c.Logger.With().Str("component", "rollout-host").Logger(), event: c.Event,
 		httpc: &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 256}},
 		terms: make(chan messages.TermAnnounce, 16)}
-	h.ctx, h.cancel = context.WithCancel(context.Background())
+	// The model's vocabulary is the run's, whichever term follows: read
+	// once, and a bad tokenizer fails the start, not every term.
 	var err error
+	if h.vocab, err = wiring.Vocabulary(c.Run.Engines); err != nil {
+		return nil, fmt.Errorf("node: rollout host: %w", err)
+	}
+	h.ctx, h.cancel = context.WithCancel(context.Background())
 	if h.sub, err = c.Bus.Subscribe(c.Announce, h.onTerm); err != nil {
 		return nil, fmt.Errorf("node: rollout host: %w", err)
 	}
@@ -184,12 +190,7 @@ func (h *Host) follow(ta messages.TermAnnounce) {
 		return
 	}
 	count, ecfg, supportK := Setup(tcfg, 0)
-	vocab, err := wiring.Vocabulary(tcfg.Engines)
-	if err != nil {
-		h.cannotFollow(ta, retrying, err)
-		return
-	}
-	ecfg.Vocab = vocab
+	ecfg.Vocab = h.vocab
 	gen := &rollout.HTTPClient{BaseURL: ta.Router, Model: h.cfg.Engines.ServedModelName, Client: h.httpc}
 	var actors []*rollout.Actor
 	for i := range count {
