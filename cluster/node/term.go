@@ -276,6 +276,7 @@ func (r *termRun) claim(ctx context.Context) {
 // server may have led the ledger's streams: retry while the survivors
 // elect new leaders.
 func (r *termRun) requeue(ctx context.Context, node string) {
+	r.a.waitMarks(markWithin) // as requeueStale: marks in flight are trained prompts
 	var rq []ledger.Entry
 	if err := retry(ctx, 30*time.Second, func() (err error) {
 		rq, err = r.a.led.RequeueNode(ctx, node, r.a.cfg.Name)

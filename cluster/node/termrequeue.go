@@ -20,6 +20,11 @@ func (r *termRun) requeueStale(ctx context.Context, token uint64) {
 		tok, ok := term.PromptTokenOf(e.PromptID)
 		return !ok || tok < token
 	}
+	// The marks of the durable step the claim completes (MarkTrained, in
+	// the same Ready and written off this goroutine) first: the sweep
+	// would take their prompts, still unmarked, for prompts in flight
+	// (TestAgentStandbyTakesOver: trained 31 of 32, 1 run in 8).
+	r.a.waitMarks(markWithin)
 	var rq []ledger.Entry
 	if err := retry(ctx, 30*time.Second, func() (err error) {
 		rq, err = r.a.led.RequeueInFlight(ctx, r.a.cfg.Name, older)
