@@ -74,6 +74,7 @@ func OpenNATS(ctx context.Context, nc *nats.Conn, runID string, replicas int, me
 	if errors.Is(err, store.ErrNotFound) {
 		cfg := store.DefaultNATSConfig(bucket)
 		cfg.Replicas = max(replicas, 1)
+		cfg.VerifyPuts = cfg.Replicas > 1 // store.NATSConfig.VerifyPuts
 		if memory {
 			cfg.Storage = jetstream.MemoryStorage
 		}
@@ -396,7 +397,7 @@ func (s *Store) download(ctx context.Context, loc, key, dst string, fi fileInfo)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	if errors.Is(err, jetstream.ErrDigestMismatch) {
+	if errors.Is(err, store.ErrCorrupt) {
 		return fmt.Errorf("%w: %s: object %s: %v", ErrCheckpoint, loc, key, err)
 	}
 	if err != nil {

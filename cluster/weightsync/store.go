@@ -117,6 +117,9 @@ func openNATS(ctx context.Context, cfg config.Config, o StoreOptions) (store.Sto
 	}
 	if o.Clustered {
 		nc.Replicas = max(1, o.Replicas)
+		// A Put across a leader election can store misordered chunks
+		// (store.NATSConfig.VerifyPuts): read each back.
+		nc.VerifyPuts = nc.Replicas > 1
 	}
 	retry := o.Retry
 	if retry == nil {

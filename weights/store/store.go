@@ -15,6 +15,9 @@ var (
 	ErrNotFound = errors.New("store: not found")
 	// ErrInvalidKey: the key breaks the key rules in the package doc.
 	ErrInvalidKey = errors.New("store: invalid key")
+	// ErrCorrupt: the stored bytes fail the object's own digest (a NATS
+	// object whose chunks do not match its metadata).
+	ErrCorrupt = errors.New("store: object corrupt")
 )
 
 // Store is an object store of weight-version files. See the package doc for
