@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -85,6 +87,7 @@ func (c NATSConfig) Validate() error {
 // so Commit is a Put.
 type NATS struct {
 	os  jetstream.ObjectStore
+	js  jetstream.JetStream
 	cfg NATSConfig
 }
 
@@ -111,7 +114,7 @@ func NewNATS(ctx context.Context, nc *nats.Conn, cfg NATSConfig) (*NATS, error) 
 	if err != nil {
 		return nil, fmt.Errorf("store: nats: bucket %s: %w", cfg.Bucket, err)
 	}
-	return &NATS{os: obs, cfg: cfg}, nil
+	return &NATS{os: obs, js: js, cfg: cfg}, nil
 }
 
 // OpenNATS opens an existing bucket without changing its configuration
@@ -133,7 +136,7 @@ func OpenNATS(ctx context.Context, nc *nats.Conn, bucket string) (*NATS, error) 
 	if err != nil {
 		return nil, fmt.Errorf("store: nats: bucket %s: %w", bucket, err)
 	}
-	return &NATS{os: obs, cfg: cfg}, nil
+	return &NATS{os: obs, js: js, cfg: cfg}, nil
 }
 
 // Put implements Store.
@@ -156,20 +159,55 @@ func (n *NATS) Put(ctx context.Context, key string, r io.Reader, size int64) err
 		n.cfg.afterPut(ctx, info)
 	}
 	if n.cfg.VerifyPuts {
-		return n.verify(ctx, key)
+		return n.verify(ctx, info)
 	}
 	return nil
 }
 
-// verify reads key back through the client's digest check.
-func (n *NATS) verify(ctx context.Context, key string) error {
-	rc, err := n.Get(ctx, key)
-	if err != nil {
-		return fmt.Errorf("store: nats: put %s: reading it back: %w", key, err)
+// verify reads the chunks Put stored back from the stream's leader (an
+// ordered consumer: a Get starts from the metadata, which a replica that
+// lags behind the leader does not have yet) and checks their count, size
+// and digest against info.
+func (n *NATS) verify(ctx context.Context, info *jetstream.ObjectInfo) error {
+	fail := func(err error) error { return fmt.Errorf("store: nats: put %s: reading it back: %w", info.Name, err) }
+	if info.Chunks == 0 {
+		return nil
 	}
-	defer rc.Close()
-	if _, err := io.Copy(io.Discard, rc); err != nil {
-		return fmt.Errorf("store: nats: put %s: reading it back: %w", key, err)
+	cons, err := n.js.OrderedConsumer(ctx, "OBJ_"+n.cfg.Bucket, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{"$O." + n.cfg.Bucket + ".C." + info.NUID}})
+	if err != nil {
+		return fail(err)
+	}
+	h, chunks, size := sha256.New(), uint32(0), uint64(0)
+	// Fetch waits for as many as it asks for: ask for the chunks still
+	// due (one when they are all in but more are pending: a stray).
+	for done := false; !done && chunks <= info.Chunks; {
+		due := max(1, int(info.Chunks)-int(chunks))
+		batch, err := cons.Fetch(min(due, 256), jetstream.FetchMaxWait(cmp.Or(n.cfg.IdleTimeout, 30*time.Second)))
+		if err != nil {
+			return fail(err)
+		}
+		got := 0
+		for m := range batch.Messages() {
+			got++
+			chunks++
+			size += uint64(len(m.Data()))
+			h.Write(m.Data())
+			if md, err := m.Metadata(); err != nil || md.NumPending == 0 {
+				done = true
+			}
+		}
+		if err := batch.Error(); err != nil {
+			return fail(err)
+		}
+		if got == 0 && !done {
+			return fail(fmt.Errorf("no chunk arrived: %w", ErrStalled))
+		}
+	}
+	digest := "SHA-256=" + base64.URLEncoding.EncodeToString(h.Sum(nil))
+	if chunks != info.Chunks || size != info.Size || digest != info.Digest {
+		return fail(fmt.Errorf("%w: %d chunks, %d bytes, %s stored; the metadata says %d, %d, %s",
+			ErrCorrupt, chunks, size, digest, info.Chunks, info.Size, info.Digest))
 	}
 	return nil
 }
