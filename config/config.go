@@ -28,6 +28,8 @@ type Config struct {
 	Log LogConfig `yaml:"log" doc:"logging"`
 	// Metrics configures the Prometheus endpoint.
 	Metrics MetricsConfig `yaml:"metrics" doc:"Prometheus metrics endpoint"`
+	// Tinker configures the Tinker-compatible API server.
+	Tinker TinkerConfig `yaml:"tinker" doc:"Tinker-compatible API server (asyncrl tinker serve)"`
 }
 
 // Default returns the shipped defaults: a short single-node run of the tiny
@@ -47,6 +49,7 @@ func Default() Config {
 		Cluster:   DefaultCluster(),
 		Log:       DefaultLog(),
 		Metrics:   DefaultMetrics(),
+		Tinker:    DefaultTinker(),
 	}
 }
 
@@ -58,6 +61,7 @@ func (c Config) Validate() error {
 		c.Run.Validate(), c.Bus.Validate(), c.Engines.Validate(), c.Router.Validate(),
 		c.Rollout.Validate(), c.Filter.Validate(), c.Trainer.Validate(), c.Staleness.Validate(),
 		c.Publisher.Validate(), c.Cluster.Validate(), c.Log.Validate(), c.Metrics.Validate(),
+		c.Tinker.Validate(),
 	} {
 		errs = append(errs, flatten(err)...)
 	}

@@ -1,0 +1,97 @@
+package config
+
+import (
+	"net/url"
+	"time"
+)
+
+// TinkerConfig configures `asyncrl tinker serve`, the Tinker-compatible API
+// server (docs/tinker.md). The run's engines section says which built-in
+// engines it starts when engine_urls is empty; run.seed seeds a fresh base
+// model.
+type TinkerConfig struct {
+	// Listen is the API address. A non-loopback address needs an API key
+	// (--api-key or ASYNCRL_TINKER_API_KEY).
+	Listen string `yaml:"listen" doc:"Tinker API address (host:port); a non-loopback address needs an API key"`
+	// BaseModel is the name clients pass as base_model; empty = the
+	// engines' served_model_name.
+	BaseModel string `yaml:"base_model" doc:"base model name clients create models on; empty = engines.served_model_name"`
+	// BaseWeights is a serving checkpoint of the built-in policy; empty = a
+	// fresh model from run.seed.
+	BaseWeights string `yaml:"base_weights" doc:"serving checkpoint DIR of the base model; empty = a fresh built-in policy from run.seed"`
+	// DataDir holds checkpoints (tinker:// paths) and the JetStream store of
+	// training futures; empty = <run.data_dir>/tinker.
+	DataDir string `yaml:"data_dir" doc:"checkpoints and the training-future store; empty = <run.data_dir>/tinker"`
+	// EngineURLs are vLLM-compatible engines to sample on; empty starts
+	// engines.count built-in engines in the server's process.
+	EngineURLs []string `yaml:"engine_urls" doc:"vLLM-compatible engine base URLs to sample on; empty = start engines.count built-in engines"`
+	// SessionTimeout unloads a session's models when no heartbeat arrived
+	// for this long (SkyRL: 300 s; the SDK beats every 10 s).
+	SessionTimeout time.Duration `yaml:"session_timeout" doc:"a session without a heartbeat for this long is closed and its models unloaded"`
+	// LongPoll is how long one retrieve_future call waits for a result
+	// before answering try_again (the SDK's own call timeout is 45 s).
+	LongPoll time.Duration `yaml:"long_poll" doc:"longest wait of one retrieve_future call before it answers try_again"`
+	// SampleResultTTL is how long a finished sample result is kept.
+	SampleResultTTL time.Duration `yaml:"sample_result_ttl" doc:"how long a finished sample result stays retrievable"`
+	// SampleResultMaxBytes bounds the memory of finished sample results;
+	// the oldest are evicted first.
+	SampleResultMaxBytes int64 `yaml:"sample_result_max_bytes" doc:"memory bound of finished sample results (oldest evicted first)"`
+	// SampleQueue bounds sample requests waiting for an engine slot; a full
+	// queue answers 429.
+	SampleQueue int `yaml:"sample_queue" doc:"sample requests waiting for an engine slot (429 when full)"`
+	// SampleConcurrency bounds the requests in flight to the engines.
+	SampleConcurrency int `yaml:"sample_concurrency" doc:"sample requests in flight to the engines at once"`
+	// MaxRequestBytes caps a request body (413 above).
+	MaxRequestBytes int64 `yaml:"max_request_bytes" doc:"largest request body accepted (413 above)"`
+	// MaxModelsPerSession caps create_model per session.
+	MaxModelsPerSession int `yaml:"max_models_per_session" doc:"models one session may hold"`
+	// MaxPendingPerSession caps a session's unfinished futures (429 above).
+	MaxPendingPerSession int `yaml:"max_pending_per_session" doc:"unfinished futures one session may hold (429 above)"`
+	// MaxLoRARank caps lora_config.rank.
+	MaxLoRARank int `yaml:"max_lora_rank" doc:"largest lora_config.rank accepted"`
+}
+
+// DefaultTinker serves on 127.0.0.1:8100 with SkyRL's session timeout and
+// room for 131,072 sample futures in flight.
+func DefaultTinker() TinkerConfig {
+	return TinkerConfig{
+		Listen:               "127.0.0.1:8100",
+		EngineURLs:           []string{},
+		SessionTimeout:       300 * time.Second,
+		LongPoll:             20 * time.Second,
+		SampleResultTTL:      10 * time.Minute,
+		SampleResultMaxBytes: 1 << 30,
+		SampleQueue:          262144,
+		SampleConcurrency:    256,
+		MaxRequestBytes:      64 << 20,
+		MaxModelsPerSession:  16,
+		MaxPendingPerSession: 262144,
+		MaxLoRARank:          128,
+	}
+}
+
+// Validate checks the tinker section.
+func (c TinkerConfig) Validate() error {
+	v := checker{section: "tinker"}
+	v.hostPort("listen", c.Listen, false)
+	for i, u := range c.EngineURLs {
+		p, err := url.Parse(u)
+		if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
+			v.fail("engine_urls", "entry %d %q is not an http:// or https:// URL with a host", i, u)
+		}
+	}
+	v.positiveDuration("session_timeout", c.SessionTimeout)
+	v.positiveDuration("long_poll", c.LongPoll)
+	if c.LongPoll >= 45*time.Second {
+		v.fail("long_poll", "must be under the SDK's 45 s call timeout, got %s", formatDuration(c.LongPoll))
+	}
+	v.positiveDuration("sample_result_ttl", c.SampleResultTTL)
+	v.atLeast("sample_result_max_bytes", c.SampleResultMaxBytes, 1<<20)
+	v.atLeast("sample_queue", int64(c.SampleQueue), 1)
+	v.atLeast("sample_concurrency", int64(c.SampleConcurrency), 1)
+	v.atLeast("max_request_bytes", c.MaxRequestBytes, 1<<10)
+	v.atLeast("max_models_per_session", int64(c.MaxModelsPerSession), 1)
+	v.atLeast("max_pending_per_session", int64(c.MaxPendingPerSession), 1)
+	v.atLeast("max_lora_rank", int64(c.MaxLoRARank), 1)
+	return v.err()
+}
