@@ -31,6 +31,9 @@ type BatchTotals struct {
 	// per-microbatch token means over them, and Apply checks the count.
 	// Totals sets 1; a caller splitting the mini-batch sets its own count.
 	Microbatches int
+	// Loss is the mini-batch's objective (Batch.Loss): every microbatch
+	// accumulated into the step is trained with it.
+	Loss string
 }
 
 // pending is the step being accumulated.
@@ -84,7 +87,7 @@ func (t *Trainer) Totals(b Batch) (BatchTotals, error) {
 		}
 		prompts[s.Group] += n
 	}
-	return BatchTotals{Sequences: len(b.Sequences), Tokens: tokens, MaxLen: maxLen, PromptTokens: prompts, Microbatches: 1}, nil
+	return BatchTotals{Sequences: len(b.Sequences), Tokens: tokens, MaxLen: maxLen, PromptTokens: prompts, Microbatches: 1, Loss: b.Loss}, nil
 }
 
 // Begin opens an optimiser step whose loss is reduced over a mini-batch
@@ -102,6 +105,9 @@ func (t *Trainer) Begin(tot BatchTotals) error {
 		return fmt.Errorf("%w: prompt_mean needs the totals' PromptTokens (from Totals)", ErrBatch)
 	case tot.Microbatches < 0:
 		return fmt.Errorf("%w: totals microbatch count %d", ErrBatch, tot.Microbatches)
+	}
+	if _, err := checkLoss(tot.Loss); err != nil {
+		return err
 	}
 	if tot.Microbatches == 0 {
 		tot.Microbatches = 1
@@ -132,11 +138,15 @@ func (t *Trainer) Accumulate(mb Batch) error {
 	if !t.pend.open {
 		return fmt.Errorf("%w: Accumulate without Begin", ErrBatch)
 	}
+	tot := t.pend.tot
+	if mb.Loss != "" && mb.Loss != tot.Loss {
+		return fmt.Errorf("%w: microbatch loss %q in a step opened for %q", ErrBatch, mb.Loss, tot.Loss)
+	}
+	mb.Loss = tot.Loss
 	tokens, maxLen, err := t.validateBatch(mb)
 	if err != nil {
 		return err
 	}
-	tot := t.pend.tot
 	if t.pend.tokens+tokens > tot.Tokens {
 		return fmt.Errorf("%w: microbatches hold %d trained tokens so far, more than the mini-batch's %d", ErrBatch, t.pend.tokens+tokens, tot.Tokens)
 	}
@@ -262,7 +272,7 @@ func (t *Trainer) StepMicrobatches(b Batch, micro [][]int) (StepStats, error) {
 	if err := t.Begin(tot); err != nil {
 		return StepStats{}, err
 	}
-	var view Batch
+	view := Batch{Loss: b.Loss}
 	for _, mb := range micro {
 		view.Sequences = view.Sequences[:0]
 		for _, i := range mb {

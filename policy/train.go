@@ -118,6 +118,10 @@ func (s *Sequence) TrainedTokens() int {
 // Batch is one optimiser step's worth of sequences.
 type Batch struct {
 	Sequences []Sequence
+	// Loss is the objective: "" (the configured policy loss, RL) or
+	// LossCrossEntropy (supervised fine-tuning: the NLL of the loss-masked
+	// tokens; RolloutLogprobs, Advantage and the RL terms are not read).
+	Loss string
 }
 
 // TrainerConfig configures the built-in trainer.
@@ -349,9 +353,13 @@ func (t *Trainer) validateBatch(b Batch) (tokens, maxLen int, err error) {
 	if t.cfg.SupportNorm {
 		seen = make([]bool, V)
 	}
+	ce, err := checkLoss(b.Loss)
+	if err != nil {
+		return 0, 0, err
+	}
 	for si, s := range b.Sequences {
 		n := len(s.Tokens)
-		if len(s.LossMask) != n || len(s.RolloutLogprobs) != n {
+		if len(s.LossMask) != n || (len(s.RolloutLogprobs) != n && !(ce && s.RolloutLogprobs == nil)) {
 			return 0, 0, fmt.Errorf("%w: sequence %d: %d tokens but %d loss-mask and %d logprob entries", ErrBatch, si, n, len(s.LossMask), len(s.RolloutLogprobs))
 		}
 		if s.OldLogprobs != nil && len(s.OldLogprobs) != n {
@@ -370,6 +378,10 @@ func (t *Trainer) validateBatch(b Batch) (tokens, maxLen int, err error) {
 			if s.LossMask[i] != 0 {
 				if i == 0 {
 					return 0, 0, fmt.Errorf("%w: sequence %d: loss mask set on the first token, which nothing predicts", ErrBatch, si)
+				}
+				if ce {
+					tokens++
+					continue // the RL inputs are not read
 				}
 				if lp := s.RolloutLogprobs[i]; lp != lp || lp > 0 {
 					return 0, 0, fmt.Errorf("%w: sequence %d token %d: rollout logprob %v is not a log-probability", ErrBatch, si, i, lp)
@@ -555,6 +567,10 @@ func (t *Trainer) seqGrad(s *Sequence, tot BatchTotals, mb mbInfo, w int, st *to
 		return // padding, or a sequence with nothing to train
 	}
 	weight := t.tokenWeight(s, seqTok, tot, mb)
+	if tot.Loss == LossCrossEntropy {
+		t.seqGradCE(s, weight, w, st)
+		return
+	}
 	A := float64(s.Advantage)
 
 	// Sequence-level quantities need every token's logprob before the
