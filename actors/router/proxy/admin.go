@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"crypto/subtle"
 	"errors"
 	"net/http"
 	"net/url"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/asyncrl/asyncrl/actors/router/policy"
+	"github.com/asyncrl/asyncrl/internal/netx"
 )
 
 // replicaJSON is one replica in GET /admin/replicas.
@@ -147,10 +147,10 @@ func (r *Router) adminMinVersion(w http.ResponseWriter, req *http.Request, q url
 
 func (r *Router) authorized(req *http.Request) bool {
 	tok := req.Header.Get("X-Admin-Token")
-	if a := req.Header.Get("Authorization"); strings.HasPrefix(a, "Bearer ") {
-		tok = strings.TrimPrefix(a, "Bearer ")
+	if t, ok := netx.BearerToken(req.Header.Get("Authorization")); ok {
+		tok = t
 	}
-	return subtle.ConstantTimeCompare([]byte(tok), []byte(r.cfg.AdminToken)) == 1
+	return netx.TokenEqual(tok, r.cfg.AdminToken)
 }
 
 func (r *Router) listReplicas(w http.ResponseWriter) {

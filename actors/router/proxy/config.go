@@ -3,7 +3,6 @@ package proxy
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"time"
 
@@ -11,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/asyncrl/asyncrl/actors/router/policy"
+	"github.com/asyncrl/asyncrl/internal/netx"
 )
 
 // Sentinel errors.
@@ -124,18 +124,6 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// isLoopback reports whether addr (host:port or host) binds loopback only.
-func isLoopback(addr string) bool {
-	if addr == "" {
-		return true
-	}
-	host := addr
-	if h, _, err := net.SplitHostPort(addr); err == nil {
-		host = h
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
+// isLoopback reports whether addr (host:port or host) binds loopback only
+// (internal/netx: the one check every asyncrl listener uses).
+func isLoopback(addr string) bool { return netx.IsLoopback(addr) }

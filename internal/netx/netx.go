@@ -1,0 +1,55 @@
+// Package netx holds the two checks every asyncrl listener shares: whether
+// an address binds loopback only (off loopback a listener needs its
+// credentials: the router's admin token, the engine's API key, the bus's
+// TLS and users) and a constant-time bearer-token check.
+package netx
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"net"
+	"strings"
+)
+
+// IsLoopback reports whether addr (host:port or host) binds loopback only.
+// "" and "localhost" count as loopback; a wildcard ("0.0.0.0", "::", ":80")
+// does not.
+func IsLoopback(addr string) bool {
+	if addr == "" {
+		return true
+	}
+	host := addr
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		host = h
+		if host == "" {
+			return false // ":8000" listens on every interface
+		}
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// BearerToken is the token of an "Authorization: Bearer <token>" header
+// value (the scheme is case-insensitive, as vLLM's AuthenticationMiddleware
+// reads it); ok is false for another scheme or an empty header.
+func BearerToken(header string) (tok string, ok bool) {
+	scheme, param, found := strings.Cut(header, " ")
+	if !found || !strings.EqualFold(scheme, "bearer") {
+		return "", false
+	}
+	return param, true
+}
+
+// TokenEqual compares a presented token with the expected one in constant
+// time (both hashed first, so neither length leaks). An empty want never
+// matches.
+func TokenEqual(got, want string) bool {
+	if want == "" {
+		return false
+	}
+	g, w := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(want))
+	return subtle.ConstantTimeCompare(g[:], w[:]) == 1
+}
