@@ -1,0 +1,326 @@
+package tinker
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"regexp"
+	"strconv"
+)
+
+// FieldError is one entry of FastAPI's 422 body {"detail":[...]} that
+// SkyRL's server answers for a bad body: loc names the field from "body".
+type FieldError struct {
+	Loc  []any  `json:"loc"`
+	Msg  string `json:"msg"`
+	Type string `json:"type"`
+}
+
+// FieldErrors is a request's list of problems; empty means valid.
+type FieldErrors []FieldError
+
+func (e FieldErrors) Error() string {
+	if len(e) == 0 {
+		return "tinker: valid"
+	}
+	s := "tinker: invalid request:"
+	for _, f := range e {
+		s += fmt.Sprintf(" %v: %s;", f.Loc, f.Msg)
+	}
+	return s
+}
+
+func (e *FieldErrors) add(typ, msg string, loc ...any) {
+	*e = append(*e, FieldError{Loc: append([]any{"body"}, loc...), Msg: msg, Type: typ})
+}
+
+func (e *FieldErrors) missing(loc ...any) { e.add("missing", "Field required", loc...) }
+
+func (e FieldErrors) orNil() error {
+	if len(e) == 0 {
+		return nil
+	}
+	return e
+}
+
+// DecodeError turns a json decoding error into the 422 entry naming the
+// field it concerns.
+func DecodeError(err error) FieldErrors {
+	var e FieldErrors
+	switch t := err.(type) {
+	case *json.UnmarshalTypeError:
+		loc := []any{}
+		if t.Field != "" {
+			loc = append(loc, t.Field)
+		}
+		e.add("type_error", fmt.Sprintf("expected %s, got JSON %s", t.Type, t.Value), loc...)
+	case *json.SyntaxError:
+		e.add("json_invalid", fmt.Sprintf("JSON decode error at byte %d: %v", t.Offset, t))
+	default:
+		e.add("json_invalid", err.Error())
+	}
+	return e
+}
+
+// checkpointName is SkyRL's rule for save names.
+var checkpointName = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+
+// ValidName reports whether a checkpoint name is allowed.
+func ValidName(s string) bool { return checkpointName.MatchString(s) && len(s) <= 128 }
+
+func (e *FieldErrors) seq(p *int64, field string) {
+	switch {
+	case p == nil:
+		e.missing(field)
+	case *p < 0:
+		e.add("value_error", "must be ≥ 0", field)
+	}
+}
+
+// ValidateCreateModel checks create_model against the server's rank limit.
+func ValidateCreateModel(r *CreateModelRequest, maxRank int) error {
+	var e FieldErrors
+	if r.SessionID == "" {
+		e.missing("session_id")
+	}
+	e.seq(r.ModelSeqID, "model_seq_id")
+	if r.BaseModel == "" {
+		e.missing("base_model")
+	}
+	switch {
+	case r.LoraConfig == nil:
+		e.missing("lora_config")
+	case r.LoraConfig.Rank < 1 || r.LoraConfig.Rank > maxRank:
+		e.add("value_error", fmt.Sprintf("rank must be in [1, %d], got %d", maxRank, r.LoraConfig.Rank), "lora_config", "rank")
+	}
+	return e.orNil()
+}
+
+// ValidateFwdBwd checks a forward or forward_backward input: known loss,
+// encoded_text chunks only, and every loss input the loss needs, of the
+// datum's target length.
+func ValidateFwdBwd(modelID string, seq *int64, in *ForwardBackwardInput, field string, vocab int) error {
+	var e FieldErrors
+	if modelID == "" {
+		e.missing("model_id")
+	}
+	e.seq(seq, "seq_id")
+	if in == nil {
+		e.missing(field)
+		return e
+	}
+	need, ok := LossInputs[in.LossFn]
+	if !ok {
+		e.add("value_error", fmt.Sprintf("unsupported loss_fn %q (supported: cross_entropy, importance_sampling, ppo, cispo)", in.LossFn), field, "loss_fn")
+	}
+	for k, v := range in.LossFnConfig {
+		if !allowedConfig[in.LossFn][k] {
+			e.add("value_error", fmt.Sprintf("unknown loss_fn_config key %q for %s", k, in.LossFn), field, "loss_fn_config", k)
+		} else if math.IsNaN(v) || math.IsInf(v, 0) {
+			e.add("value_error", "must be finite", field, "loss_fn_config", k)
+		}
+	}
+	if len(in.Data) == 0 {
+		e.add("value_error", "must hold at least one datum", field, "data")
+	}
+	for i, d := range in.Data {
+		n := 0
+		for j, c := range d.ModelInput.Chunks {
+			if c.Type != "encoded_text" && c.Type != "" {
+				e.add("value_error", fmt.Sprintf("chunk type %q is not supported (encoded_text only)", c.Type), field, "data", i, "model_input", "chunks", j, "type")
+				continue
+			}
+			for k, t := range c.Tokens {
+				if t < 0 || int(t) >= vocab {
+					e.add("value_error", fmt.Sprintf("token %d is outside the vocabulary [0, %d)", t, vocab), field, "data", i, "model_input", "chunks", j, "tokens", k)
+					break
+				}
+			}
+			n += len(c.Tokens)
+		}
+		if n == 0 {
+			e.add("value_error", "model_input holds no tokens", field, "data", i, "model_input")
+		}
+		if !ok {
+			continue
+		}
+		for _, name := range need {
+			td, have := d.LossFnInputs[name]
+			if !have {
+				if name == "weights" {
+					continue // weights default to 1, as SkyRL does
+				}
+				e.missing(field, "data", i, "loss_fn_inputs", name)
+				continue
+			}
+			if len(td.Data) != n {
+				e.add("value_error", fmt.Sprintf("has %d entries, model_input has %d tokens", len(td.Data), n), field, "data", i, "loss_fn_inputs", name)
+			}
+			if name == "target_tokens" {
+				for k, t := range td.Data {
+					if t != math.Trunc(t) || t < 0 || int(t) >= vocab {
+						e.add("value_error", fmt.Sprintf("target %v is not a token id in [0, %d)", t, vocab), field, "data", i, "loss_fn_inputs", name, "data", k)
+						break
+					}
+				}
+			}
+		}
+		for name := range d.LossFnInputs {
+			if !knownInput[name] {
+				e.add("value_error", fmt.Sprintf("unknown loss input %q", name), field, "data", i, "loss_fn_inputs", name)
+			}
+		}
+	}
+	return e.orNil()
+}
+
+// LossInputs lists each supported loss's loss_fn_inputs (Tinker's loss
+// docs; SkyRL skyrl/tinker/loss_fns).
+var LossInputs = map[string][]string{
+	"cross_entropy":       {"target_tokens", "weights"},
+	"importance_sampling": {"target_tokens", "logprobs", "advantages"},
+	"ppo":                 {"target_tokens", "logprobs", "advantages"},
+	"cispo":               {"target_tokens", "logprobs", "advantages"},
+}
+
+var knownInput = map[string]bool{"target_tokens": true, "weights": true, "logprobs": true, "advantages": true}
+
+// allowedConfig is each loss's loss_fn_config keys (SkyRL's names).
+var allowedConfig = map[string]map[string]bool{
+	"ppo":   {"clip_low_threshold": true, "clip_high_threshold": true},
+	"cispo": {"clip_low_threshold": true, "clip_high_threshold": true},
+}
+
+// ValidateOptim checks optim_step.
+func ValidateOptim(r *OptimStepRequest) error {
+	var e FieldErrors
+	if r.ModelID == "" {
+		e.missing("model_id")
+	}
+	e.seq(r.SeqID, "seq_id")
+	if r.AdamParams == nil {
+		e.missing("adam_params")
+		return e
+	}
+	a := r.AdamParams
+	for _, f := range []struct {
+		name   string
+		v      float64
+		lo, hi float64
+		loOpen bool
+	}{
+		{"learning_rate", a.LearningRate, 0, 10, false},
+		{"beta1", a.Beta1, 0, 1, false},
+		{"beta2", a.Beta2, 0, 1, false},
+		{"eps", a.Eps, 0, 1, true},
+		{"weight_decay", a.WeightDecay, 0, 10, false},
+		{"grad_clip_norm", a.GradClipNorm, 0, math.MaxFloat64, false},
+	} {
+		if math.IsNaN(f.v) || f.v < f.lo || f.v > f.hi || (f.loOpen && f.v == f.lo) || (f.name[:4] == "beta" && f.v >= 1) {
+			e.add("value_error", fmt.Sprintf("%s = %v is out of range", f.name, f.v), "adam_params", f.name)
+		}
+	}
+	return e.orNil()
+}
+
+// ValidateSample checks asample against the engines' context length.
+func ValidateSample(r *SampleRequest, vocab, maxLen int) error {
+	var e FieldErrors
+	n := 0
+	if r.SamplingSessionID == nil && r.ModelPath == nil && r.BaseModel == nil {
+		e.add("value_error", "one of sampling_session_id, model_path or base_model is required", "sampling_session_id")
+	}
+	if r.SamplingSessionID != nil && r.SeqID == nil {
+		e.missing("seq_id")
+	}
+	if r.NumSamples != nil && (*r.NumSamples < 1 || *r.NumSamples > 128) {
+		e.add("value_error", fmt.Sprintf("must be in [1, 128], got %d", *r.NumSamples), "num_samples")
+	}
+	if r.Prompt == nil {
+		e.missing("prompt")
+	} else {
+		for j, c := range r.Prompt.Chunks {
+			if c.Type != "encoded_text" && c.Type != "" {
+				e.add("value_error", fmt.Sprintf("chunk type %q is not supported (encoded_text only)", c.Type), "prompt", "chunks", j, "type")
+			}
+			for k, t := range c.Tokens {
+				if t < 0 || int(t) >= vocab {
+					e.add("value_error", fmt.Sprintf("token %d is outside the vocabulary [0, %d)", t, vocab), "prompt", "chunks", j, "tokens", k)
+					break
+				}
+			}
+			n += len(c.Tokens)
+		}
+		if n == 0 {
+			e.add("value_error", "prompt holds no tokens", "prompt")
+		}
+	}
+	if r.PromptLogprobs != nil && *r.PromptLogprobs || r.TopkPromptLogprobs > 0 {
+		e.add("value_error", "prompt logprobs are not supported", "prompt_logprobs")
+	}
+	sp := r.SamplingParams
+	switch {
+	case sp == nil:
+		e.missing("sampling_params")
+	case sp.MaxTokens == nil:
+		e.add("missing", "max_tokens is required", "sampling_params", "max_tokens")
+	case *sp.MaxTokens < 1 || n+*sp.MaxTokens > maxLen:
+		e.add("value_error", fmt.Sprintf("must be ≥ 1 with prompt + max_tokens ≤ %d (prompt has %d tokens), got %d", maxLen, n, *sp.MaxTokens), "sampling_params", "max_tokens")
+	}
+	if sp != nil {
+		if sp.Temperature != nil && (*sp.Temperature < 0 || math.IsNaN(*sp.Temperature)) {
+			e.add("value_error", "must be ≥ 0", "sampling_params", "temperature")
+		}
+		if sp.TopP != nil && !(*sp.TopP > 0 && *sp.TopP <= 1) {
+			e.add("value_error", "must be in (0, 1]", "sampling_params", "top_p")
+		}
+		if sp.TopK != nil && *sp.TopK < -1 {
+			e.add("value_error", "must be -1 (off) or ≥ 0", "sampling_params", "top_k")
+		}
+		if _, err := StopList(sp.Stop); err != nil {
+			e.add("value_error", err.Error(), "sampling_params", "stop")
+		}
+	}
+	return e.orNil()
+}
+
+// Stop is a parsed sampling_params.stop: strings or token ids.
+type Stop struct {
+	Strings []string
+	Tokens  []int32
+}
+
+// StopList parses stop: null, a string, a list of strings or a list of
+// token ids.
+func StopList(raw json.RawMessage) (Stop, error) {
+	var s Stop
+	if len(raw) == 0 || string(raw) == "null" {
+		return s, nil
+	}
+	var one string
+	if json.Unmarshal(raw, &one) == nil {
+		s.Strings = []string{one}
+		return s, nil
+	}
+	if json.Unmarshal(raw, &s.Strings) == nil {
+		return s, nil
+	}
+	s.Strings = nil
+	if json.Unmarshal(raw, &s.Tokens) == nil {
+		return s, nil
+	}
+	return Stop{}, fmt.Errorf("must be a string, a list of strings or a list of token ids, got %s", strconv.Quote(string(raw)))
+}
+
+// Tokens concatenates a model input's encoded_text chunks.
+func (m ModelInput) Tokens() []int32 {
+	n := 0
+	for _, c := range m.Chunks {
+		n += len(c.Tokens)
+	}
+	out := make([]int32, 0, n)
+	for _, c := range m.Chunks {
+		out = append(out, c.Tokens...)
+	}
+	return out
+}
