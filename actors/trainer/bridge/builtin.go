@@ -37,7 +37,7 @@ type BuiltinChild struct {
 
 var (
 	initKeys  = []string{"v", "type", "id", "model", "optimizer", "loss", "seed", "resume", "step", "out_dir"}
-	trainKeys = []string{"v", "type", "id", "step", "arrays", "groups", "microbatches"}
+	trainKeys = []string{"v", "type", "id", "step", "arrays", "groups", "microbatches", "loss"}
 	arrayKeys = []string{"tokens", "seq_offsets", "loss_mask", "rollout_logprobs", "versions", "advantages", "rewards"}
 )
 
@@ -144,12 +144,20 @@ func fieldErr(field string, err error) *ChildError {
 
 // batchOf validates a TrainBatch's arrays and builds the policy batch.
 func (b *BuiltinChild) batchOf(tb TrainBatch) (policy.Batch, *ChildError) {
+	switch tb.Loss {
+	case "", LossCrossEntropy:
+	default:
+		return policy.Batch{}, badField("loss", "%q: want absent (the Init's policy loss) or %q", tb.Loss, LossCrossEntropy)
+	}
 	a, cerr := batchArraysOf(tb)
 	if cerr != nil {
 		return policy.Batch{}, cerr
 	}
 	s := len(a.off) - 1
 	adv := a.adv
+	if adv == nil && tb.Loss == LossCrossEntropy {
+		adv = make([]float32, s) // not read
+	}
 	if adv == nil {
 		scores := make([]float64, s)
 		for i, r := range a.rew {
@@ -159,11 +167,13 @@ func (b *BuiltinChild) batchOf(tb TrainBatch) (policy.Batch, *ChildError) {
 			adv = append(adv, float32(x))
 		}
 	}
-	batch := policy.Batch{Sequences: make([]policy.Sequence, s)}
+	batch := policy.Batch{Sequences: make([]policy.Sequence, s), Loss: tb.Loss}
 	for i := range s {
 		lo, hi := a.off[i], a.off[i+1]
-		seq := policy.Sequence{Tokens: a.tok[lo:hi], LossMask: a.mask[lo:hi], RolloutLogprobs: a.lp[lo:hi],
-			Advantage: adv[i], Group: tb.Groups[i]}
+		seq := policy.Sequence{Tokens: a.tok[lo:hi], LossMask: a.mask[lo:hi], Advantage: adv[i], Group: tb.Groups[i]}
+		if a.lp != nil {
+			seq.RolloutLogprobs = a.lp[lo:hi]
+		}
 		if a.ver != nil {
 			seq.Version = a.ver[lo:hi]
 		}
@@ -227,7 +237,9 @@ func batchArraysOf(tb TrainBatch) (batchArrays, *ChildError) {
 	if e != nil {
 		return a, e
 	}
-	lpT, _, e := batchArrayOf(tb, "rollout_logprobs", Float32, n, true)
+	// a supervised step reads no RL input
+	rl := tb.Loss != LossCrossEntropy
+	lpT, hasLP, e := batchArrayOf(tb, "rollout_logprobs", Float32, n, rl)
 	if e != nil {
 		return a, e
 	}
@@ -235,7 +247,7 @@ func batchArraysOf(tb TrainBatch) (batchArrays, *ChildError) {
 	if e != nil {
 		return a, e
 	}
-	rewT, _, e := batchArrayOf(tb, "rewards", Float32, s, true)
+	rewT, hasRew, e := batchArrayOf(tb, "rewards", Float32, s, rl)
 	if e != nil {
 		return a, e
 	}
@@ -246,7 +258,13 @@ func batchArraysOf(tb TrainBatch) (batchArrays, *ChildError) {
 	if e := checkSequences(tb, s); e != nil {
 		return a, e
 	}
-	a.mask, a.lp, a.rew = maskT.Data, lpT.Float32s(), rewT.Float32s()
+	a.mask = maskT.Data
+	if hasLP {
+		a.lp = lpT.Float32s()
+	}
+	if hasRew {
+		a.rew = rewT.Float32s()
+	}
 	if hasVer {
 		a.ver = verT.Int64s()
 	}

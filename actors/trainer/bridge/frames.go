@@ -72,7 +72,16 @@ type TrainBatch struct {
 	// Microbatches is the plan (sequence indices, in order); nil: one
 	// microbatch of every sequence.
 	Microbatches [][]int `cbor:"microbatches,omitempty"`
+	// Loss is the step's objective: "" (absent: the Init's policy loss)
+	// or LossCrossEntropy (SFT: the NLL of the loss-masked tokens; the
+	// rollout_logprobs, versions, rewards and advantages arrays are then
+	// optional and not read). Optional field of frames v1.
+	Loss string `cbor:"loss,omitempty"`
 }
+
+// LossCrossEntropy is TrainBatch.Loss for supervised steps
+// (policy.LossCrossEntropy).
+const LossCrossEntropy = "cross_entropy"
 
 // SaveCheckpoint asks for the full resume state in Dir.
 type SaveCheckpoint struct {

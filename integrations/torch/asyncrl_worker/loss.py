@@ -237,3 +237,18 @@ def token_loss(cfg: LossConfig, logits: torch.Tensor, targets: torch.Tensor, rol
         mismatch_tok=(lp.detach() - rollout).abs(),
         is_ratio_sum=float(safe_exp_delta(old - rollout).sum()),
     )
+
+
+def cross_entropy_loss(logits: torch.Tensor, targets: torch.Tensor, weight: torch.Tensor) -> TokenLoss:
+    """SFT's objective (TrainBatch loss "cross_entropy"): the NLL of N trained
+    tokens, -log_softmax(logits)[target] at temperature 1, weighted by the
+    reduction's per-token factors (token_mean: the mean NLL), as Go's
+    policy.LossCrossEntropy. No rollout logprobs, advantages, clipping, TIS,
+    KL or entropy bonus; the RL statistics are zero."""
+    logp_all = torch.log_softmax(logits.double(), dim=-1)
+    lp = logp_all.gather(1, targets.long().unsqueeze(1)).squeeze(1)
+    ent = -(logp_all.exp() * logp_all).sum(-1)
+    total = -(weight.double() * lp).sum()
+    zero = torch.zeros_like(lp)
+    return TokenLoss(total=total, pg=total.detach(), clipped=0, kl_sum=0.0, ent_sum=float(ent.detach().sum()),
+                     mismatch_sum=0.0, mismatch_tok=zero, is_ratio_sum=0.0)

@@ -25,7 +25,7 @@ import torch
 from . import model as mdl
 from . import safetensors as st
 from .frames import EOF, PROTOCOL_VERSION, FrameError, error_frame, parse_tensor, read_frame, write_frame
-from .loss import LossConfig, grpo_advantages, sequence_weights, token_loss
+from .loss import LossConfig, cross_entropy_loss, grpo_advantages, sequence_weights, token_loss
 
 log = logging.getLogger("asyncrl_worker")
 
@@ -235,6 +235,7 @@ class Batch:
     micro: list[list[int]]
     seq_tokens: list[int]  # trained tokens per sequence
     versions: np.ndarray | None = None  # int64 [T]: policy version that generated each token
+    loss: str = ""  # "" = the Init's policy loss; "cross_entropy" = SFT's NLL
 
 
 class Worker:
@@ -352,19 +353,28 @@ class Worker:
 
     def parse_batch(self, req: dict) -> Batch:
         """Validate a TrainBatch completely; raises FrameError(bad_field)."""
-        _check_keys(req, {"v", "type", "id", "step", "arrays", "groups", "microbatches"}, "", ("step", "arrays"))
+        _check_keys(req, {"v", "type", "id", "step", "arrays", "groups", "microbatches", "loss"}, "", ("step", "arrays"))
         step = _int(req["step"], "step")
         if step != self.step + 1:
             raise bad("step", f"step {step} but the weights are at version {self.step} (expected {self.step + 1})")
+        # optional field of frames v1: absent = the Init's policy loss
+        loss = req.get("loss", "")
+        if loss not in ("", "cross_entropy"):
+            raise bad("loss", f"must be absent (the Init's policy loss) or 'cross_entropy', got {loss!r}")
+        ce = loss == "cross_entropy"
         arr = _check_keys(req["arrays"], {"tokens", "seq_offsets", "loss_mask", "rollout_logprobs", "versions",
                                           "advantages", "rewards"}, "arrays",
+                          ("tokens", "seq_offsets", "loss_mask") if ce else
                           ("tokens", "seq_offsets", "loss_mask", "rollout_logprobs", "versions"))
         tokens = parse_tensor(arr["tokens"], "arrays.tokens", "int32", 1)
         off = parse_tensor(arr["seq_offsets"], "arrays.seq_offsets", "int64", 1)
         mask = parse_tensor(arr["loss_mask"], "arrays.loss_mask", "uint8", 1)
-        roll = parse_tensor(arr["rollout_logprobs"], "arrays.rollout_logprobs", "float32", 1)
-        vers = parse_tensor(arr["versions"], "arrays.versions", "int64", 1)
         T = len(tokens)
+        # a supervised step reads no rollout logprobs or versions
+        roll = (parse_tensor(arr["rollout_logprobs"], "arrays.rollout_logprobs", "float32", 1)
+                if "rollout_logprobs" in arr else np.zeros(T, dtype=np.float32))
+        vers = (parse_tensor(arr["versions"], "arrays.versions", "int64", 1)
+                if "versions" in arr else np.full(T, -1, dtype=np.int64))
         for name, a in (("loss_mask", mask), ("rollout_logprobs", roll), ("versions", vers)):
             if len(a) != T:
                 raise bad(f"arrays.{name}", f"{len(a)} values but tokens has {T}")
@@ -420,6 +430,8 @@ class Worker:
             if not np.isfinite(adv).all():
                 raise bad("arrays.advantages", "must be finite")
             advantages = torch.from_numpy(adv.astype(np.float64))
+        elif ce:
+            advantages = torch.zeros(S, dtype=torch.float64)  # not read
         else:
             if rewards is None:
                 raise bad("arrays.rewards", "missing (needed to compute advantages when arrays.advantages is absent)")
@@ -452,7 +464,7 @@ class Worker:
         return Batch(tokens=torch.from_numpy(tokens.astype(np.int64)), offsets=[int(x) for x in off], mask=mask,
                      rollout=torch.from_numpy(roll.astype(np.float64)), advantages=advantages,
                      groups=groups if groups is not None else [""] * S, micro=micro, seq_tokens=seq_tokens,
-                     versions=vers)
+                     versions=vers, loss=loss)
 
     def train_batch(self, req: dict) -> dict:
         self._need_init()
@@ -505,8 +517,11 @@ class Worker:
                 adv.append(b.advantages[i].expand(n))
                 wt.append(torch.full((n,), w[i], dtype=torch.float64))
                 sid.append(torch.full((n,), j, dtype=torch.long))
-            tl = token_loss(cfg, torch.cat(logits), torch.cat(targets), torch.cat(roll), torch.cat(adv),
-                            torch.cat(wt), torch.cat(sid), len(idx))
+            if b.loss == "cross_entropy":
+                tl = cross_entropy_loss(torch.cat(logits), torch.cat(targets), torch.cat(wt))
+            else:
+                tl = token_loss(cfg, torch.cat(logits), torch.cat(targets), torch.cat(roll), torch.cat(adv),
+                                torch.cat(wt), torch.cat(sid), len(idx))
             if not torch.isfinite(tl.total):
                 raise FloatingPointError(f"non-finite loss {float(tl.total)}")
             tl.total.backward()
