@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -28,6 +30,8 @@ type Bus struct {
 	tmpDir string         // removed on Close when we created it
 
 	closedCh chan struct{} // closed by the connection's ClosedHandler
+
+	permViolations atomic.Int64 // the server's Permissions Violation errors
 
 	mu        sync.Mutex
 	closed    bool
@@ -60,7 +64,7 @@ func Connect(ctx context.Context, opts Options) (*Bus, error) {
 		timeout = max(time.Until(dl), time.Millisecond)
 	}
 	log := b.log
-	nc, err := nats.Connect(url,
+	nopts := append([]nats.Option{
 		nats.Name(opts.Name),
 		nats.Timeout(timeout),
 		nats.ReconnectWait(opts.ReconnectWait),
@@ -80,12 +84,22 @@ func Connect(ctx context.Context, opts Options) (*Bus, error) {
 			if s != nil {
 				ev = ev.Str("subject", s.Subject)
 			}
+			if errors.Is(err, nats.ErrPermissionViolation) {
+				b.permViolations.Add(1)
+				ev = log.Error().Err(err)
+				if s != nil {
+					ev = ev.Str("subject", s.Subject)
+				}
+				ev.Msg("natsbus: the server refused a publish or subscription outside this user's permissions")
+				return
+			}
 			ev.Msg("natsbus: async error")
 		}),
-	)
+	}, opts.clientOptions()...)
+	nc, err := nats.Connect(url, nopts...)
 	if err != nil {
 		b.stopServer()
-		return nil, fmt.Errorf("natsbus: connect %s: %w", redact(url), err)
+		return nil, fmt.Errorf("natsbus: connect %s: %w", redact(url), authError(err, opts.Auth))
 	}
 	b.nc = nc
 	js, err := jetstream.New(nc)
@@ -130,6 +144,10 @@ func (b *Bus) startServer(ctx context.Context) error {
 		if len(c.Routes) > 0 {
 			sopts.Routes = server.RoutesFromStr(strings.Join(c.Routes, ","))
 		}
+	}
+	if err := o.applyServerSecurity(sopts); err != nil {
+		b.removeTmp()
+		return err
 	}
 	bridge := b.log.GetLevel() <= zerolog.DebugLevel
 	if bridge {
@@ -195,6 +213,41 @@ func (b *Bus) ClusterURL() string {
 	}
 	return "nats-route://" + addr.String()
 }
+
+// Routes is how many cluster routes the embedded server has (0 without an
+// embedded clustered server).
+func (b *Bus) Routes() int {
+	if b.srv == nil {
+		return 0
+	}
+	return b.srv.NumRoutes()
+}
+
+// RoutePeers are the server names of the cluster members this embedded
+// server has a route to (sorted, each once; route pooling opens several
+// connections per peer).
+func (b *Bus) RoutePeers() []string {
+	if b.srv == nil {
+		return nil
+	}
+	rz, err := b.srv.Routez(nil)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, r := range rz.Routes {
+		if r.RemoteName != "" && !slices.Contains(out, r.RemoteName) {
+			out = append(out, r.RemoteName)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// PermissionViolations counts the publishes and subscriptions the server
+// refused because they fall outside this client's permissions (each is
+// also logged at error level with its subject).
+func (b *Bus) PermissionViolations() int64 { return b.permViolations.Load() }
 
 // Embedded reports whether this bus owns an in-process server.
 func (b *Bus) Embedded() bool { return b.srv != nil }

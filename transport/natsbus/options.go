@@ -59,6 +59,17 @@ type Options struct {
 	// Cluster, when set, makes the embedded server join a NATS cluster
 	// (multi-node). Ignored with an external URL.
 	Cluster *ClusterOptions
+	// Auth is this client's credentials (an external server's user, or one
+	// of the embedded server's Users). Never printed.
+	Auth Auth
+	// TLS: with an external URL, the CA that verifies the server and this
+	// client's certificate (when the server asks for one). With an embedded
+	// server, its client listener's certificate and key (required with a
+	// Host off loopback) and the CA this client verifies it with.
+	TLS TLSFiles
+	// Users of the embedded server, each with its subject permissions.
+	// Empty: no client authentication (loopback only).
+	Users []User
 }
 
 // ClusterOptions configures route clustering of the embedded server.
@@ -73,6 +84,13 @@ type ClusterOptions struct {
 	// to itself is detected and ignored). Members' Options.Name must differ:
 	// it is the JetStream server name.
 	Routes []string
+	// TLS secures the routes: this member's certificate and key, and the CA
+	// every member's certificate must verify against (mutual TLS). Required
+	// with a Listen off loopback.
+	TLS TLSFiles
+	// User and Password authenticate routes: every member sends them and
+	// accepts only them. Required with a Listen off loopback. Never printed.
+	User, Password string
 }
 
 // DefaultOptions returns options for an embedded server with defaults.
@@ -142,6 +160,9 @@ func (o Options) Validate() error {
 	}
 	if o.MaxReconnects < -1 {
 		return fmt.Errorf("natsbus: MaxReconnects %d out of range (allowed -1 for forever, or >= 0)", o.MaxReconnects)
+	}
+	if err := o.validateSecurity(); err != nil {
+		return err
 	}
 	if c := o.Cluster; c != nil && o.URL == "" {
 		if err := transport.ValidToken(c.Name); err != nil {
