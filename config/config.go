@@ -30,6 +30,8 @@ type Config struct {
 	Metrics MetricsConfig `yaml:"metrics" doc:"Prometheus metrics endpoint"`
 	// Tinker configures the Tinker-compatible API server.
 	Tinker TinkerConfig `yaml:"tinker" doc:"Tinker-compatible API server (asyncrl tinker serve)"`
+	// SFT is supervised fine-tuning (`asyncrl sft`).
+	SFT SFTConfig `yaml:"sft" doc:"supervised fine-tuning (asyncrl sft): data, step size, packing, optimiser, checkpoints"`
 }
 
 // Default returns the shipped defaults: a short single-node run of the tiny
@@ -50,6 +52,7 @@ func Default() Config {
 		Log:       DefaultLog(),
 		Metrics:   DefaultMetrics(),
 		Tinker:    DefaultTinker(),
+		SFT:       DefaultSFT(),
 	}
 }
 
@@ -62,6 +65,7 @@ func (c Config) Validate() error {
 		c.Rollout.Validate(), c.Filter.Validate(), c.Trainer.Validate(), c.Staleness.Validate(),
 		c.Publisher.Validate(), c.Cluster.Validate(), c.Log.Validate(), c.Metrics.Validate(),
 		c.Tinker.Validate(),
+		c.SFT.Validate(),
 	} {
 		errs = append(errs, flatten(err)...)
 	}
