@@ -6,6 +6,7 @@ import (
 	"math"
 	"regexp"
 	"strconv"
+	"strings"
 )
 
 // FieldError is one entry of FastAPI's 422 body {"detail":[...]} that
@@ -216,7 +217,7 @@ func ValidateOptim(r *OptimStepRequest) error {
 		{"weight_decay", a.WeightDecay, 0, 10, false},
 		{"grad_clip_norm", a.GradClipNorm, 0, math.MaxFloat64, false},
 	} {
-		if math.IsNaN(f.v) || f.v < f.lo || f.v > f.hi || (f.loOpen && f.v == f.lo) || (f.name[:4] == "beta" && f.v >= 1) {
+		if math.IsNaN(f.v) || f.v < f.lo || f.v > f.hi || (f.loOpen && f.v == f.lo) || (strings.HasPrefix(f.name, "beta") && f.v >= 1) {
 			e.add("value_error", fmt.Sprintf("%s = %v is out of range", f.name, f.v), "adam_params", f.name)
 		}
 	}

@@ -1,0 +1,136 @@
+package server
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/asyncrl/asyncrl/tinker"
+)
+
+// apiError is an HTTP error answered as FastAPI does: {"detail": ...}.
+type apiError struct {
+	code   int
+	detail any
+}
+
+func (e *apiError) Error() string {
+	b, _ := json.Marshal(e.detail)
+	return strconv.Itoa(e.code) + " " + string(b)
+}
+
+func httpErr(code int, format string, a ...any) *apiError {
+	return &apiError{code: code, detail: errf(format, a...).Error()}
+}
+
+// coreErr maps the core's sentinel errors onto status codes.
+func coreErr(err error) *apiError {
+	var fe tinker.FieldErrors
+	switch {
+	case errors.As(err, &fe):
+		return &apiError{code: http.StatusUnprocessableEntity, detail: fe}
+	case errors.Is(err, tinker.ErrUnknownSession), errors.Is(err, tinker.ErrUnknownModel), errors.Is(err, tinker.ErrUnknownSampler):
+		return &apiError{code: http.StatusNotFound, detail: err.Error()}
+	case errors.Is(err, tinker.ErrConflict), errors.Is(err, tinker.ErrExists):
+		return &apiError{code: http.StatusConflict, detail: err.Error()}
+	case errors.Is(err, tinker.ErrQuota):
+		return &apiError{code: http.StatusTooManyRequests, detail: err.Error()}
+	}
+	return &apiError{code: http.StatusInternalServerError, detail: err.Error()}
+}
+
+type handlerFunc func(w http.ResponseWriter, r *http.Request, body []byte) (any, error)
+
+// route wraps a handler: method, API key, body limit, protobuf refusal,
+// metrics, and the JSON answer.
+func (s *Server) route(mux *http.ServeMux, method, path string, h handlerFunc) {
+	name := path
+	mux.HandleFunc(method+" /api/v1/"+path, func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		code := s.serve(w, r, path, h)
+		s.met.requests.WithLabelValues(name, strconv.Itoa(code)).Inc()
+		s.met.latency.WithLabelValues(name).Observe(time.Since(start).Seconds())
+	})
+}
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request, path string, h handlerFunc) int {
+	if s.cfg.APIKey != "" && path != "healthz" {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("X-API-Key")), []byte(s.cfg.APIKey)) != 1 {
+			return writeErr(w, httpErr(http.StatusUnauthorized, "missing or wrong X-API-Key"))
+		}
+	}
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		if mt, _, _ := mime.ParseMediaType(ct); mt == "application/x-protobuf" {
+			return writeErr(w, httpErr(http.StatusUnsupportedMediaType,
+				"application/x-protobuf bodies are not supported: use tinker SDK ≤ 0.24.1, which sends JSON (docs/tinker.md)"))
+		}
+	}
+	if r.Header.Get("Accept") == "application/x-protobuf" {
+		return writeErr(w, httpErr(http.StatusNotAcceptable,
+			"protobuf responses are not supported: use tinker SDK ≤ 0.24.1, which accepts JSON (docs/tinker.md)"))
+	}
+	var body []byte
+	if r.Method == http.MethodPost {
+		var err error
+		body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.Tinker.MaxRequestBytes))
+		if err != nil {
+			var mb *http.MaxBytesError
+			if errors.As(err, &mb) {
+				return writeErr(w, httpErr(http.StatusRequestEntityTooLarge, "request body exceeds tinker.max_request_bytes (%d bytes)", mb.Limit))
+			}
+			return writeErr(w, httpErr(http.StatusBadRequest, "reading the body: %v", err))
+		}
+	}
+	out, err := h(w, r, body)
+	if err != nil {
+		var ae *apiError
+		if !errors.As(err, &ae) {
+			ae = coreErr(err)
+		}
+		return writeErr(w, ae)
+	}
+	if raw, ok := out.(rawJSON); ok {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(raw)
+		return http.StatusOK
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+// rawJSON is an already-encoded answer (a stored future result): written
+// as is, never decoded and re-encoded.
+type rawJSON []byte
+
+func writeJSON(w http.ResponseWriter, code int, v any) int {
+	b, err := json.Marshal(v)
+	if err != nil {
+		code, b = http.StatusInternalServerError, []byte(`{"detail":"encoding the answer failed"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_, _ = w.Write(b)
+	return code
+}
+
+func writeErr(w http.ResponseWriter, e *apiError) int {
+	return writeJSON(w, e.code, map[string]any{"detail": e.detail})
+}
+
+// decode parses body into v; a bad body is a 422 naming the field.
+func decode(body []byte, v any) error {
+	if len(body) == 0 {
+		return tinker.FieldErrors{{Loc: []any{"body"}, Msg: "Field required", Type: "missing"}}
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return tinker.DecodeError(err)
+	}
+	return nil
+}
+
+func hash(body []byte) [32]byte { return sha256.Sum256(body) }

@@ -1,0 +1,136 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/asyncrl/asyncrl/cluster/localengine"
+	"github.com/asyncrl/asyncrl/config"
+	"github.com/asyncrl/asyncrl/internal/wiring"
+	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/transport/natsbus"
+)
+
+// Running is a started server with everything it owns: the NATS bus
+// (embedded unless bus.nats_url is set), built-in engines (unless
+// tinker.engine_urls is set) and the HTTP listener.
+type Running struct {
+	// URL is the API root (http://host:port).
+	URL     string
+	Server  *Server
+	Engines []*localengine.Engine
+	bus     *natsbus.Bus
+	srv     *http.Server
+	done    chan error
+}
+
+// Options are Start's inputs besides the run config.
+type Options struct {
+	// Listen overrides tinker.listen.
+	Listen string
+	// APIKey is required in X-API-Key; mandatory off loopback.
+	APIKey string
+	Log    zerolog.Logger
+}
+
+// ErrAPIKey is returned when a non-loopback listen address has no API key.
+var ErrAPIKey = errors.New("tinker: listening beyond loopback needs an API key (--api-key or ASYNCRL_TINKER_API_KEY)")
+
+// Start wires and starts `asyncrl tinker serve`.
+func Start(ctx context.Context, c config.Config, o Options) (*Running, error) {
+	t := c.Tinker
+	if o.Listen != "" {
+		t.Listen = o.Listen
+	}
+	host, _, err := net.SplitHostPort(t.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("tinker: listen %q: %w", t.Listen, err)
+	}
+	if ip := net.ParseIP(host); (ip == nil || !ip.IsLoopback()) && host != "localhost" && o.APIKey == "" {
+		return nil, fmt.Errorf("%w: listen %s", ErrAPIKey, t.Listen)
+	}
+	dataDir := t.DataDir
+	if dataDir == "" {
+		dataDir = filepath.Join(c.Run.DataDir, "tinker")
+	}
+	base := t.BaseModel
+	if base == "" {
+		base = c.Engines.ServedModelName
+	}
+	em, err := wiring.InitialPolicy(t.BaseWeights, uint64(c.Run.Seed))
+	if err != nil {
+		return nil, fmt.Errorf("tinker: base model: %w", err)
+	}
+	pm := em.(*policy.Model)
+	r := &Running{done: make(chan error, 1)}
+	ok := false
+	defer func() {
+		if !ok {
+			r.Close()
+		}
+	}()
+	bopts := natsbus.DefaultOptions()
+	bopts.URL, bopts.Logger, bopts.MaxPayload = c.Bus.NATSURL, o.Log, c.Bus.MaxPayloadBytes
+	bopts.StoreDir = c.Bus.JetStreamDir
+	if bopts.StoreDir == "" && bopts.URL == "" {
+		bopts.StoreDir = filepath.Join(dataDir, "jetstream")
+	}
+	if r.bus, err = natsbus.Connect(ctx, bopts); err != nil {
+		return nil, fmt.Errorf("tinker: bus: %w", err)
+	}
+	urls := t.EngineURLs
+	if len(urls) == 0 {
+		ec := c.Engines
+		ec.ServedModelName = base
+		if r.Engines, err = localengine.Start(ec, pm.Clone(), c.Run.Seed, o.Log, nil); err != nil {
+			return nil, err
+		}
+		for _, e := range r.Engines {
+			urls = append(urls, e.URL)
+		}
+	}
+	if r.Server, err = New(ctx, Config{Tinker: t, BaseModel: base, Backend: GoBackend(pm), EngineURLs: urls,
+		DataDir: dataDir, NATS: r.bus.Conn(), APIKey: o.APIKey, Log: o.Log}); err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", t.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("tinker: listen %s: %w", t.Listen, err)
+	}
+	r.URL = "http://" + ln.Addr().String()
+	r.srv = &http.Server{Handler: r.Server.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() { r.done <- r.srv.Serve(ln) }()
+	ok = true
+	o.Log.Info().Str("url", r.URL).Str("base_model", base).Strs("engines", urls).Str("data_dir", dataDir).Msg("tinker API serving")
+	return r, nil
+}
+
+// Done is closed with the HTTP server's error when it stops by itself.
+func (r *Running) Done() <-chan error { return r.done }
+
+// Close stops the listener, the server, the engines and the bus.
+func (r *Running) Close() {
+	if r.srv != nil {
+		// Long polls end when the server closes; give them a second.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = r.srv.Shutdown(ctx)
+		cancel()
+	}
+	if r.Server != nil {
+		r.Server.Close()
+	}
+	if r.srv != nil {
+		_ = r.srv.Close()
+	}
+	localengine.StopAll(r.Engines)
+	if r.bus != nil {
+		_ = r.bus.Close()
+	}
+}

@@ -1,0 +1,211 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/asyncrl/asyncrl/config"
+	"github.com/asyncrl/asyncrl/tinker"
+)
+
+// Trainer is one trainable model, as a training backend provides it
+// (tinker/gotrain's Model; the torch worker bridge later).
+type Trainer interface {
+	ForwardBackward(in *tinker.ForwardBackwardInput, backward bool) (tinker.ForwardBackwardOutput, error)
+	OptimStep(p tinker.AdamParams) (map[string]float64, error)
+	SaveState(dir string) error
+	LoadState(dir string, optimizer bool) error
+	SaveSampler(dir string) error
+}
+
+// Backend makes trainable models on the base model.
+type Backend interface {
+	NewModel(rank int, seed int64) (Trainer, error)
+	// VocabSize and MaxSeqLen bound token ids and lengths in requests.
+	VocabSize() int
+	MaxSeqLen() int
+	// Arch and TokenizerID describe the base model (get_info).
+	Arch() string
+	TokenizerID() string
+}
+
+// Config is what the server needs besides config.TinkerConfig.
+type Config struct {
+	Tinker config.TinkerConfig
+	// BaseModel is the name of the one base model served.
+	BaseModel string
+	// Backend trains models.
+	Backend Backend
+	// EngineURLs are the vLLM-compatible engines sampled on (at least one).
+	EngineURLs []string
+	// DataDir holds checkpoints and spilled future results.
+	DataDir string
+	// NATS is the connection to the JetStream that stores training futures.
+	NATS *nats.Conn
+	// APIKey, when set, is required in X-API-Key on every route but healthz.
+	APIKey string
+	// FutureTTL is how long training futures stay in JetStream (default 7 days).
+	FutureTTL time.Duration
+	Log       zerolog.Logger
+	// Registry receives the asyncrl_tinker_* metrics (nil: a private one).
+	Registry *prometheus.Registry
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// Server is the Tinker API shell: HTTP handlers over the tinker core.
+type Server struct {
+	cfg   Config
+	now   func() time.Time
+	log   zerolog.Logger
+	store *futureStore
+
+	mu      sync.Mutex
+	core    *tinker.Core
+	waiters map[string]chan struct{}
+	models  map[string]*modelWorker
+
+	samples  *samplePool
+	met      *metrics
+	stop     chan struct{}
+	wg       sync.WaitGroup
+	closed   atomic.Bool
+	handler  http.Handler
+	adapters sync.Map // adapter name → *adapterLoad
+}
+
+// New opens the training-future store (marking futures a previous process
+// left pending as failed) and starts the sample workers and the session
+// sweeper.
+func New(ctx context.Context, cfg Config) (*Server, error) {
+	if cfg.Backend == nil || len(cfg.EngineURLs) == 0 || cfg.NATS == nil || cfg.DataDir == "" || cfg.BaseModel == "" {
+		return nil, errors.New("tinker: server needs a backend, engine URLs, a NATS connection, a data dir and a base model name")
+	}
+	if err := cfg.Tinker.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.FutureTTL == 0 {
+		cfg.FutureTTL = 7 * 24 * time.Hour
+	}
+	if cfg.Registry == nil {
+		cfg.Registry = prometheus.NewRegistry()
+	}
+	st, err := openStore(ctx, cfg.NATS, cfg.DataDir+"/futures", cfg.FutureTTL)
+	if err != nil {
+		return nil, err
+	}
+	n, err := st.recover(ctx, cfg.Now())
+	if err != nil {
+		return nil, err
+	}
+	t := cfg.Tinker
+	s := &Server{cfg: cfg, now: cfg.Now, log: cfg.Log, store: st,
+		core: tinker.NewCore(tinker.Limits{SessionTimeout: t.SessionTimeout, ResultTTL: t.SampleResultTTL,
+			ResultMaxBytes: t.SampleResultMaxBytes, MaxModelsPerSession: t.MaxModelsPerSession,
+			MaxPendingPerSession: t.MaxPendingPerSession}),
+		waiters: map[string]chan struct{}{}, models: map[string]*modelWorker{}, stop: make(chan struct{})}
+	if n > 0 {
+		s.log.Warn().Int("futures", n).Msg("training futures left pending by the previous server marked failed")
+	}
+	s.met = newMetrics(cfg.Registry, s)
+	s.met.recovered.Add(float64(n))
+	s.samples = newSamplePool(s, t.SampleQueue, t.SampleConcurrency, cfg.EngineURLs)
+	s.handler = s.routes()
+	s.wg.Add(1)
+	go s.sweep()
+	return s, nil
+}
+
+// Handler is the HTTP API.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Close stops the workers; pending training futures stay pending in the
+// store (the next server marks them failed).
+func (s *Server) Close() {
+	if s.closed.Swap(true) {
+		return
+	}
+	close(s.stop)
+	s.samples.close()
+	s.mu.Lock()
+	ws := s.models
+	s.models = map[string]*modelWorker{}
+	s.mu.Unlock()
+	for _, w := range ws {
+		w.close(nil)
+	}
+	s.wg.Wait()
+}
+
+// sweep ticks the core: session timeouts unload models, old results go.
+func (s *Server) sweep() {
+	defer s.wg.Done()
+	tk := time.NewTicker(time.Second)
+	defer tk.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-tk.C:
+		}
+		s.mu.Lock()
+		exp := s.core.Tick(s.now())
+		var stop []*modelWorker
+		for _, e := range exp {
+			for _, m := range e.Models {
+				if w := s.models[m]; w != nil {
+					stop = append(stop, w)
+					delete(s.models, m)
+				}
+			}
+		}
+		s.mu.Unlock()
+		for _, w := range stop {
+			w.close(errf("the model's session timed out (no heartbeat for %s) and the model was unloaded", s.cfg.Tinker.SessionTimeout))
+		}
+		for _, e := range exp {
+			s.log.Info().Str("session", e.SessionID).Strs("models", e.Models).Msg("session timed out without a heartbeat; its models are unloaded")
+			s.met.sessionsExpired.Inc()
+		}
+	}
+}
+
+// newID returns prefix + 16 random hex digits.
+func newID(prefix string) string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// complete records a result in the core and wakes retrieve_future calls
+// waiting for it.
+func (s *Server) complete(id string, body []byte, failed bool) {
+	s.mu.Lock()
+	s.core.Complete(s.now(), id, body, failed)
+	ch := s.waiters[id]
+	delete(s.waiters, id)
+	s.mu.Unlock()
+	if ch != nil {
+		close(ch)
+	}
+}
+
+func failure(msg, category string) tinker.RequestFailedResponse {
+	return tinker.RequestFailedResponse{Error: msg, Category: category}
+}
+
+func errf(format string, a ...any) error { return fmt.Errorf(format, a...) }
