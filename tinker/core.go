@@ -3,6 +3,8 @@ package tinker
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"sort"
 	"time"
 )
 
@@ -363,7 +365,9 @@ func (c *Core) Tick(now time.Time) []Expired {
 			}
 		}
 		delete(c.sessions, id)
+		slices.Sort(e.Models)
 		out = append(out, e)
 	}
+	sort.Slice(out, func(i, j int) bool { return out[i].SessionID < out[j].SessionID })
 	return out
 }
