@@ -7,10 +7,7 @@
 // docs/sft.md, section "Data".
 package data
 
-import (
-	"context"
-	"errors"
-)
+import "context"
 
 // ExampleID names one row of one shard of one dataset; stable across runs.
 type ExampleID struct{ Dataset, Shard, Row uint32 }
@@ -39,6 +36,9 @@ type Config struct {
 	Sampler   SamplerConfig   `yaml:"sampler"`
 	VocabSize int             `yaml:"vocab_size"` // 0 = not checked
 	MaxLen    int             `yaml:"max_len"`    // examples longer are truncated (0 = no limit)
+	// IndexDir caches shard indexes; "" = next to each shard (or the user
+	// cache dir where that folder is read-only).
+	IndexDir string `yaml:"index_dir"`
 }
 
 // DatasetConfig names one dataset: one file, a directory of shards, or a glob.
@@ -74,6 +74,3 @@ type PackConfig struct {
 	Budget, DP int
 	Strategy   string /* ffd | balanced */
 }
-
-// ErrNotImplemented is returned by parts of the API not built yet.
-var ErrNotImplemented = errors.New("sft/data: not implemented yet")

@@ -1,0 +1,21 @@
+//go:build !linux
+
+package data
+
+import (
+	"io"
+	"os"
+)
+
+// mapFile reads the file whole where this package does not memory-map.
+func mapFile(f *os.File, size int64) ([]byte, error) {
+	b := make([]byte, size)
+	_, err := io.ReadFull(f, b)
+	return b, err
+}
+
+func unmapFile([]byte) error { return nil }
+
+func dropPages([]byte) {}
+
+const memoryMapped = false

@@ -1,0 +1,110 @@
+package data
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/asyncrl/asyncrl/actors/trainer/microbatch"
+)
+
+// Packing strategies.
+const (
+	PackFFD      = "ffd"
+	PackBalanced = "balanced"
+)
+
+// ErrPack is wrapped by Pack's errors (bad config, an example over budget).
+var ErrPack = errors.New("sft/data: pack")
+
+// Pack lays examples end to end in bins of exactly Budget tokens (the
+// tail is padding: token 0, loss mask 0, segment -1, position 0) using the
+// microbatch core's packers: "ffd" is microbatch.FirstFitDecreasing, which
+// also raises the bin count to a multiple of DP by splitting the fullest
+// bins; "balanced" is microbatch.Balanced (least-loaded bin first). Where
+// there are too few examples to split, padding-only bins make up the
+// multiple of DP.
+//
+// Loss mask: LossMask[i] = 1 means token i is a training target, predicted
+// from the tokens before it in its own segment. An example's nil mask is
+// 1 everywhere but its first token; an explicit mask is copied, except
+// that every segment's first token is 0 (nothing before it predicts it).
+// Examples keep their order inside each bin as the packer placed them.
+func Pack(examples []Example, cfg PackConfig) ([]Bin, error) {
+	if cfg.Budget < 1 {
+		return nil, fmt.Errorf("%w: budget %d: want ≥ 1", ErrPack, cfg.Budget)
+	}
+	if cfg.DP < 1 {
+		return nil, fmt.Errorf("%w: dp %d: want ≥ 1", ErrPack, cfg.DP)
+	}
+	lens := make([]int, len(examples))
+	for i, ex := range examples {
+		if len(ex.Tokens) == 0 || len(ex.Tokens) > cfg.Budget {
+			return nil, fmt.Errorf("%w: example %v has %d tokens: want 1..%d (the budget; set max_len ≤ budget)", ErrPack, ex.ID, len(ex.Tokens), cfg.Budget)
+		}
+		if ex.LossMask != nil && len(ex.LossMask) != len(ex.Tokens) {
+			return nil, fmt.Errorf("%w: example %v: loss mask of %d for %d tokens", ErrPack, ex.ID, len(ex.LossMask), len(ex.Tokens))
+		}
+		lens[i] = len(ex.Tokens)
+	}
+	if len(examples) == 0 {
+		return nil, nil
+	}
+	var groups [][]int
+	var err error
+	switch cfg.Strategy {
+	case PackFFD, "":
+		groups, err = microbatch.FirstFitDecreasing(lens, cfg.Budget, 0, cfg.DP)
+		if errors.Is(err, microbatch.ErrTooFewSequences) {
+			groups, err = microbatch.FirstFitDecreasing(lens, cfg.Budget, 0, 1)
+		}
+	case PackBalanced:
+		groups, err = microbatch.Balanced(lens, cfg.Budget)
+	default:
+		return nil, fmt.Errorf("%w: strategy %q: want ffd or balanced", ErrPack, cfg.Strategy)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrPack, err)
+	}
+	for len(groups)%cfg.DP != 0 {
+		groups = append(groups, nil)
+	}
+	bins := make([]Bin, len(groups))
+	for bi, g := range groups {
+		bins[bi] = fill(examples, g, cfg.Budget)
+	}
+	return bins, nil
+}
+
+// fill builds one bin from the examples at indices g.
+func fill(examples []Example, g []int, budget int) Bin {
+	b := Bin{
+		Tokens:    make([]int32, budget),
+		LossMask:  make([]uint8, budget),
+		Segments:  make([]int32, budget),
+		Positions: make([]int32, budget),
+		IDs:       make([]ExampleID, len(g)),
+	}
+	at := 0
+	for seg, i := range g {
+		ex := examples[i]
+		b.IDs[seg] = ex.ID
+		n := copy(b.Tokens[at:], ex.Tokens)
+		if ex.LossMask != nil {
+			copy(b.LossMask[at:at+n], ex.LossMask)
+		} else {
+			for j := at; j < at+n; j++ {
+				b.LossMask[j] = 1
+			}
+		}
+		b.LossMask[at] = 0
+		for j := 0; j < n; j++ {
+			b.Segments[at+j] = int32(seg)
+			b.Positions[at+j] = int32(j)
+		}
+		at += n
+	}
+	for j := at; j < budget; j++ {
+		b.Segments[j] = -1
+	}
+	return b
+}

@@ -1,0 +1,239 @@
+package data
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+)
+
+// stateVersion is the version of a Stream's State blob.
+const stateVersion = 1
+
+// arenaTokens is the size of the blocks examples' token slices are cut
+// from: one allocation per ~1M tokens instead of one per example. A block
+// is freed when no example cut from it is referenced any more.
+const arenaTokens = 1 << 20
+
+// dropEvery: after this many bytes read from memory-mapped shards the
+// stream drops their pages from its resident set (madvise DONTNEED), so
+// RSS does not grow with the dataset.
+const dropEvery = 16 << 20
+
+// Open opens cfg's datasets and the sampler cfg.Sampler names.
+func Open(ctx context.Context, cfg Config) (Stream, error) {
+	return OpenWith(ctx, cfg, func(sizes []int64, weights []float64) (Sampler, error) {
+		return NewSampler(cfg.Sampler, sizes, weights)
+	})
+}
+
+// OpenWith is Open with a sampler of the caller's (cfg.Sampler.Kind is
+// then not consulted).
+func OpenWith(ctx context.Context, cfg Config, newSampler SamplerFactory) (*DataStream, error) {
+	if err := cfg.validate(newSampler != nil); err != nil {
+		return nil, err
+	}
+	s := &DataStream{cfg: cfg}
+	sizes := make([]int64, len(cfg.Datasets))
+	weights := make([]float64, len(cfg.Datasets))
+	for i, dc := range cfg.Datasets {
+		d, err := OpenDataset(ctx, dc, IndexOptions{Dir: cfg.IndexDir})
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("sft/data: dataset %q: %w", dc.Name, err)
+		}
+		s.sets = append(s.sets, d)
+		sizes[i], weights[i] = d.Rows, dc.Weight
+		if d.Rows == 0 {
+			s.Close()
+			return nil, fmt.Errorf("sft/data: dataset %q (%s): no rows", dc.Name, dc.Path)
+		}
+	}
+	sm, err := newSampler(sizes, weights)
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	s.sampler = sm
+	s.fingerprint = fingerprint(s.sets)
+	return s, nil
+}
+
+// DataStream is the Stream Open returns; besides Stream it reports what
+// it has read (Counts) and the datasets (Datasets).
+type DataStream struct {
+	cfg         Config
+	sets        []*Dataset
+	sampler     Sampler
+	fingerprint string
+	arena       []int32
+	touched     int64
+	counts      []int64
+	tokens      []int64
+}
+
+var _ Stream = (*DataStream)(nil)
+
+// Datasets are the open datasets, in config order.
+func (s *DataStream) Datasets() []*Dataset { return s.sets }
+
+// Counts are the examples and tokens (after truncation) yielded from each
+// dataset since Open: the mixture proportions actually seen.
+func (s *DataStream) Counts() (examples, tokens []int64) {
+	if s.counts == nil {
+		s.counts = make([]int64, len(s.sets))
+		s.tokens = make([]int64, len(s.sets))
+	}
+	return append([]int64(nil), s.counts...), append([]int64(nil), s.tokens...)
+}
+
+// Next implements Stream.
+func (s *DataStream) Next(ctx context.Context) (Example, error) {
+	if err := ctx.Err(); err != nil {
+		return Example{}, err
+	}
+	p, err := s.sampler.Next()
+	if err != nil {
+		return Example{}, err
+	}
+	if p.Dataset < 0 || p.Dataset >= len(s.sets) || p.Index < 0 || p.Index >= s.sets[p.Dataset].Rows {
+		return Example{}, fmt.Errorf("sft/data: sampler picked row %d of dataset %d, outside the datasets", p.Index, p.Dataset)
+	}
+	d := s.sets[p.Dataset]
+	k, row := d.Locate(p.Index)
+	sh := d.Shards[k]
+	if err := sh.load(ctx); err != nil {
+		return Example{}, err
+	}
+	if got := sh.starts[len(sh.starts)-1]; got != sh.Index.Rows {
+		return Example{}, fmt.Errorf("%w: %s: %d rows, its index says %d", ErrCorrupt, sh.Path, got, sh.Index.Rows)
+	}
+	b, i := sh.at(row)
+	if err := b.checkOffsets(i); err != nil {
+		return Example{}, fmt.Errorf("%w: %w", ErrCorrupt, &RowError{Path: sh.Path, Row: row, Err: err})
+	}
+	n := b.rowLen(i)
+	if n == 0 {
+		return Example{}, &RowError{Path: sh.Path, Row: row, Err: errors.New("empty example")}
+	}
+	if len(s.arena) < n {
+		s.arena = make([]int32, max(arenaTokens, n))
+	}
+	toks, minID, maxID := b.appendIDs(s.arena[:0:n], i)
+	s.arena = s.arena[n:]
+	if minID < 0 || (s.cfg.VocabSize > 0 && maxID >= int64(s.cfg.VocabSize)) {
+		bad := maxID
+		if minID < 0 {
+			bad = minID
+		}
+		return Example{}, &RowError{Path: sh.Path, Row: row, Err: fmt.Errorf("token id %d outside the vocabulary [0, %d)", bad, s.cfg.VocabSize)}
+	}
+	ex := Example{ID: ExampleID{Dataset: uint32(p.Dataset), Shard: uint32(k), Row: uint32(row)}, Tokens: toks}
+	if ml := b.maskLen(i); ml >= 0 {
+		if ml != n {
+			return Example{}, &RowError{Path: sh.Path, Row: row, Err: fmt.Errorf("%s has %d values, %s %d", b.maskName(), ml, ColInputIDs, n)}
+		}
+		mask, bad := b.appendMask(make([]uint8, 0, n), i)
+		if bad >= 0 {
+			return Example{}, &RowError{Path: sh.Path, Row: row, Err: fmt.Errorf("%s[%d] = %d: want 0 or 1", ColLossMask, bad, mask[bad])}
+		}
+		ex.LossMask = mask
+	}
+	if s.cfg.MaxLen > 0 && len(ex.Tokens) > s.cfg.MaxLen {
+		ex.Tokens = ex.Tokens[:s.cfg.MaxLen]
+		if ex.LossMask != nil {
+			ex.LossMask = ex.LossMask[:s.cfg.MaxLen]
+		}
+	}
+	if sh.mapping != nil {
+		s.touched += int64(n) * int64(idsWidth(b.kind))
+		if s.touched >= dropEvery {
+			s.dropPages()
+		}
+	}
+	if s.counts == nil {
+		s.counts = make([]int64, len(s.sets))
+		s.tokens = make([]int64, len(s.sets))
+	}
+	s.counts[p.Dataset]++
+	s.tokens[p.Dataset] += int64(len(ex.Tokens))
+	return ex, nil
+}
+
+func idsWidth(k idsKind) int {
+	switch k {
+	case idsUint16:
+		return 2
+	case idsInt64:
+		return 8
+	}
+	return 4
+}
+
+func (s *DataStream) dropPages() {
+	s.touched = 0
+	for _, d := range s.sets {
+		for _, sh := range d.Shards {
+			dropPages(sh.mapping)
+		}
+	}
+}
+
+type streamState struct {
+	Version     int    `json:"version"`
+	Fingerprint string `json:"fingerprint"`
+	Sampler     []byte `json:"sampler"`
+}
+
+// State implements Stream: a versioned JSON blob with the datasets'
+// fingerprint (names, shard file names, row counts) and the sampler's state.
+func (s *DataStream) State() ([]byte, error) {
+	st, err := s.sampler.State()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(streamState{Version: stateVersion, Fingerprint: s.fingerprint, Sampler: st})
+}
+
+// Restore implements Stream. The datasets must be the ones the state was
+// taken over (same names, shard files and row counts).
+func (s *DataStream) Restore(state []byte) error {
+	var st streamState
+	if err := json.Unmarshal(state, &st); err != nil {
+		return fmt.Errorf("%w: %v", ErrBadState, err)
+	}
+	if st.Version != stateVersion {
+		return fmt.Errorf("%w: version %d, this build reads %d", ErrBadState, st.Version, stateVersion)
+	}
+	if st.Fingerprint != s.fingerprint {
+		return fmt.Errorf("%w: taken over other datasets (fingerprint %s, these are %s)", ErrBadState, st.Fingerprint, s.fingerprint)
+	}
+	return s.sampler.Restore(st.Sampler)
+}
+
+// Close implements Stream.
+func (s *DataStream) Close() error {
+	for _, d := range s.sets {
+		d.Close()
+	}
+	s.sets = nil
+	return nil
+}
+
+func fingerprint(sets []*Dataset) string {
+	h := sha256.New()
+	var buf [8]byte
+	for _, d := range sets {
+		fmt.Fprintf(h, "%s\x00%d\x00", d.Name, len(d.Shards))
+		for _, sh := range d.Shards {
+			fmt.Fprintf(h, "%s\x00", filepath.Base(sh.Path))
+			binary.LittleEndian.PutUint64(buf[:], uint64(sh.Index.Rows))
+			h.Write(buf[:])
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)[:12])
+}
