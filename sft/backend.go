@@ -1,0 +1,193 @@
+package sft
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/rs/zerolog"
+
+	"github.com/asyncrl/asyncrl/actors/trainer/bridge"
+	"github.com/asyncrl/asyncrl/internal/fsutil"
+	"github.com/asyncrl/asyncrl/policy"
+)
+
+// backend trains steps and saves checkpoints: the built-in policy in
+// process, or a child over the worker bridge.
+type backend interface {
+	// Step trains one optimiser step (the loss is cross-entropy) and
+	// returns the loss under the weights before it.
+	Step(ctx context.Context, st Step, step int64) (policy.StepStats, error)
+	// Save writes the serving weights to dir/serving and the resume state
+	// to dir/trainer.
+	Save(ctx context.Context, dir string) error
+	Close(ctx context.Context) error
+}
+
+// Checkpoint layout inside a step directory.
+const (
+	ServingDir = "serving"
+	TrainerDir = "trainer"
+	StateFile  = "state.json"
+)
+
+// builtin is the in-process built-in policy trainer.
+type builtin struct{ tr *policy.Trainer }
+
+var _ backend = (*builtin)(nil)
+
+func (b *builtin) Step(_ context.Context, st Step, step int64) (policy.StepStats, error) {
+	if v := b.tr.Version() + 1; v != step {
+		return policy.StepStats{}, fmt.Errorf("sft: trainer at version %d cannot train step %d", v-1, step)
+	}
+	return b.tr.StepMicrobatches(st.Batch, st.Micro)
+}
+
+func (b *builtin) Save(_ context.Context, dir string) error {
+	if err := b.tr.ServingCopy().SaveServing(filepath.Join(dir, ServingDir)); err != nil {
+		return err
+	}
+	return b.tr.SaveTrainer(filepath.Join(dir, TrainerDir))
+}
+
+func (b *builtin) Close(context.Context) error { return nil }
+
+// initialModel is the starting weights: InitCheckpoint (serving or
+// trainer checkpoint) or fresh ones from the seed.
+func initialModel(cfg Config) (*policy.Model, error) {
+	dir := cfg.InitCheckpoint
+	if dir == "" {
+		return policy.New(cfg.Model, cfg.Seed)
+	}
+	if _, err := os.Stat(filepath.Join(dir, policy.TrainerFileName)); err == nil {
+		tr, err := policy.LoadTrainer(dir)
+		if err != nil {
+			return nil, fmt.Errorf("sft: sft.init_checkpoint %s: %w", dir, err)
+		}
+		return tr.Model(), nil
+	}
+	m, err := policy.LoadServing(dir)
+	if err != nil {
+		return nil, fmt.Errorf("sft: sft.init_checkpoint %s: %w", dir, err)
+	}
+	return m, nil
+}
+
+// newBuiltin starts the built-in backend: from resumeDir's trainer state
+// (a checkpoint's trainer/), else the initial weights with a new trainer.
+func newBuiltin(cfg Config, resumeDir string) (*builtin, *policy.Model, error) {
+	if resumeDir != "" {
+		tr, err := policy.LoadTrainer(filepath.Join(resumeDir, TrainerDir))
+		if err != nil {
+			return nil, nil, fmt.Errorf("sft: resume from %s: %w", resumeDir, err)
+		}
+		return &builtin{tr: tr}, tr.Model(), nil
+	}
+	m, err := initialModel(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	tr, err := policy.NewTrainer(m, cfg.Trainer)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	return &builtin{tr: tr}, m, nil
+}
+
+// execBackend is a trainer child over the worker bridge.
+type execBackend struct {
+	sup  *bridge.Supervisor
+	last string // serving checkpoint dir of the last step
+}
+
+var _ backend = (*execBackend)(nil)
+
+// newExec starts the child. Fresh: the initial weights are written to
+// OutputDir/exec/init as its model.path. Resumed: Init.resume is the
+// checkpoint's trainer/ (the child's own state) at step.
+func newExec(ctx context.Context, cfg Config, resumeDir string, step int64, log zerolog.Logger) (*execBackend, *policy.Model, error) {
+	work := filepath.Join(cfg.OutputDir, "exec")
+	initDir := filepath.Join(work, "init")
+	var m *policy.Model
+	var err error
+	if resumeDir != "" {
+		m, err = policy.LoadServing(filepath.Join(resumeDir, ServingDir))
+	} else {
+		m, err = initialModel(cfg)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := os.RemoveAll(initDir); err != nil {
+		return nil, nil, fmt.Errorf("sft: %w", err)
+	}
+	if err := m.SaveServing(initDir); err != nil {
+		return nil, nil, fmt.Errorf("sft: exec initial weights: %w", err)
+	}
+	in, err := bridge.InitFor(cfg.Trainer, true, "builtin", initDir, filepath.Join(work, "out"))
+	if err != nil {
+		return nil, nil, err
+	}
+	if resumeDir != "" {
+		state := filepath.Join(resumeDir, TrainerDir)
+		in.Resume, in.Step = &state, step
+	}
+	sup, err := bridge.Start(ctx, bridge.Options{Spec: bridge.Spec{Argv: cfg.Exec, Env: cfg.ExecEnv}, Init: in,
+		StepTimeout: cfg.ExecStepTimeout, Restarts: cfg.ExecRestarts,
+		Logger: log.With().Str("component", "trainer-child").Logger()})
+	if err != nil {
+		return nil, nil, fmt.Errorf("sft: trainer.exec %v: %w", cfg.Exec, err)
+	}
+	return &execBackend{sup: sup, last: initDir}, m, nil
+}
+
+func (e *execBackend) Step(ctx context.Context, st Step, step int64) (policy.StepStats, error) {
+	res, err := e.sup.Train(ctx, FrameBatch(st, step))
+	if err != nil {
+		return policy.StepStats{}, err
+	}
+	e.last = res.Checkpoint
+	mt := res.Metrics
+	return policy.StepStats{Version: step, Loss: mt["loss"], Entropy: mt["entropy"], GradNorm: mt["grad_norm"],
+		Tokens: int(mt["tokens"])}, nil
+}
+
+func (e *execBackend) Save(ctx context.Context, dir string) error {
+	if err := fsutil.CopyDir(filepath.Join(dir, ServingDir), e.last); err != nil {
+		return fmt.Errorf("sft: serving checkpoint %s: %w", e.last, err)
+	}
+	if _, err := e.sup.SaveCheckpoint(ctx, filepath.Join(dir, TrainerDir)); err != nil {
+		return fmt.Errorf("sft: trainer child state: %w", err)
+	}
+	return nil
+}
+
+func (e *execBackend) Close(ctx context.Context) error { return e.sup.Close(ctx) }
+
+// FrameBatch is a step as the bridge's TrainBatch (loss cross_entropy):
+// tokens, offsets and loss masks of every example, the example ids as
+// group ids, and one microbatch per non-padding bin.
+func FrameBatch(st Step, step int64) *bridge.TrainBatch {
+	seqs := st.Batch.Sequences
+	var tok []int32
+	var mask []uint8
+	off := make([]int64, 0, len(seqs)+1)
+	groups := make([]string, len(seqs))
+	for i, s := range seqs {
+		off = append(off, int64(len(tok)))
+		tok = append(tok, s.Tokens...)
+		mask = append(mask, s.LossMask...)
+		groups[i] = s.Group
+	}
+	off = append(off, int64(len(tok)))
+	var micro [][]int
+	for _, m := range st.Micro {
+		if len(m) > 0 {
+			micro = append(micro, m)
+		}
+	}
+	return &bridge.TrainBatch{Step: step, Loss: bridge.LossCrossEntropy, Groups: groups, Microbatches: micro,
+		Arrays: map[string]bridge.Tensor{"tokens": bridge.Int32Tensor(tok), "seq_offsets": bridge.Int64Tensor(off),
+			"loss_mask": bridge.Uint8Tensor(mask)}}
+}
