@@ -87,6 +87,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 
 	root.AddCommand(
 		newRunCmd(g),
+		newSFTCmd(g),
 		newNodeCmd(g),
 		newRouterCmd(g),
 		newEngineCmd(g),
@@ -99,6 +100,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newBenchCmd(g),
 		newConfigCmd(g),
 		newVersionCmd(g),
+		newTinkerCmd(g),
 	)
 	return root
 }
