@@ -88,7 +88,6 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	root.AddCommand(
 		newRunCmd(g),
 		newSFTCmd(g),
-		newSFTCmd(g),
 		newNodeCmd(g),
 		newRouterCmd(g),
 		newEngineCmd(g),
