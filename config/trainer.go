@@ -96,6 +96,13 @@ type TrainerConfig struct {
 	// ExecRestarts is how many times in a row a dead or hung child is
 	// replaced before the run fails (a completed step resets the count).
 	ExecRestarts int `yaml:"exec_restarts" doc:"backend exec: consecutive child restarts before the run fails; a completed step resets the count"`
+	// InitCheckpoint is a trainer checkpoint (policy.SaveTrainer's
+	// layout: trainer.safetensors + config.json) `asyncrl run` starts
+	// from instead of run.seed's fresh weights — e.g. an SFT run's
+	// <sft.output_dir>/latest/trainer. Weights, Adam moments and step come
+	// from it, every hyperparameter from this config; the engines serve
+	// its BF16 copy as version 0.
+	InitCheckpoint string `yaml:"init_checkpoint" doc:"backend builtin: trainer checkpoint dir asyncrl run starts from (e.g. an SFT run's <sft.output_dir>/latest/trainer); empty = fresh weights from run.seed"`
 }
 
 // DefaultTrainer is sized for `make run` on 2 cores: B=4 groups per step,
@@ -135,6 +142,7 @@ func DefaultTrainer() TrainerConfig {
 		ExecEnv:                      []string{},
 		ExecStepTimeout:              10 * time.Minute,
 		ExecRestarts:                 3,
+		InitCheckpoint:               "",
 	}
 }
 
@@ -173,6 +181,9 @@ func (c TrainerConfig) Validate() error {
 		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
 			v.fail(fmt.Sprintf("exec_env[%d]", i), "want KEY=VALUE, got %q", kv)
 		}
+	}
+	if c.InitCheckpoint != "" && c.Backend != BackendBuiltin {
+		v.fail("init_checkpoint", "is a built-in trainer checkpoint: only with backend builtin, got backend %s", c.Backend)
 	}
 	if c.Backend == BackendExec {
 		if len(c.Exec) == 0 || c.Exec[0] == "" {
