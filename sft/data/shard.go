@@ -185,8 +185,12 @@ func (s *Shard) loadParquet(ctx context.Context) ([]arrow.RecordBatch, *arrow.Sc
 	var recs []arrow.RecordBatch
 	var rows int64
 	var schema *arrow.Schema
+	cols := make([]int, pr.MetaData().Schema.NumColumns()) // leaf columns: all of them
+	for i := range cols {
+		cols[i] = i
+	}
 	for g := 0; g < pr.NumRowGroups(); g++ {
-		tbl, err := fr.RowGroup(g).ReadTable(ctx, nil)
+		tbl, err := fr.ReadRowGroups(ctx, cols, []int{g})
 		if err != nil {
 			for _, x := range recs {
 				x.Release()
