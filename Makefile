@@ -7,7 +7,7 @@ LDFLAGS   := -X github.com/asyncrl/asyncrl/internal/buildinfo.Version=$(VERSION)
 RACE_PKGS ?= ./transport/... ./actors/... ./messages/...
 FUZZTIME  ?= 30s
 
-.PHONY: all build test test-python test-long lint fuzz bench run clean
+.PHONY: all build test test-python test-long lint fuzz bench bench-tinker run clean
 
 all: build
 
@@ -59,6 +59,12 @@ fuzz:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 ./bench/... | tee bench/last.txt
+
+# The Tinker server's load benchmark (BENCHMARKS.md "Tinker server"):
+# 1,024 and 131,072 sample futures in flight through one server process.
+bench-tinker:
+	$(GO) run ./bench/cmd/tinkerload -n 1024
+	$(GO) run ./bench/cmd/tinkerload -n 131072
 
 run: build
 	./$(BIN) run

@@ -209,3 +209,11 @@ func failure(msg, category string) tinker.RequestFailedResponse {
 }
 
 func errf(format string, a ...any) error { return fmt.Errorf(format, a...) }
+
+// PendingFutures is the number of unfinished futures (the load benchmark
+// reads its peak).
+func (s *Server) PendingFutures() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.core.Pending()
+}

@@ -1,0 +1,292 @@
+// Package tinkerload is the Tinker server's load benchmark: N sample
+// futures in flight through one server process at once (the stub engine
+// holds its requests until all N are submitted, then answers each after a
+// delay), polled over a bounded number of connections. It reports errors, futures lost, RSS per in-flight sample,
+// retrieve_future latency percentiles and requests per second
+// (bench/cmd/tinkerload, `make bench-tinker`, BENCHMARKS.md "Tinker
+// server").
+package tinkerload
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/asyncrl/asyncrl/config"
+	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/tinker"
+	"github.com/asyncrl/asyncrl/tinker/client"
+	"github.com/asyncrl/asyncrl/tinker/server"
+	"github.com/asyncrl/asyncrl/transport/natsbus"
+)
+
+// Options configure one run.
+type Options struct {
+	// N is the number of sample futures submitted (all before any is read).
+	N int
+	// Delay is how long the stub engine takes per completion.
+	Delay time.Duration
+	// EngineConcurrency is tinker.sample_concurrency (server → engine).
+	EngineConcurrency int
+	// Conns bounds the client's connections (submitters and pollers).
+	Conns int
+	// Tokens is the completion length the stub returns.
+	Tokens int
+	// Dir holds the JetStream store (a temp dir).
+	Dir string
+}
+
+// Result is one run's figures.
+type Result struct {
+	N, Errors, Lost, TryAgain   int
+	PeakPending                 int
+	RSSBaseMB, RSSPeakMB        float64
+	RSSPerInFlightKB            float64
+	HeapPerInFlightKB           float64
+	SubmitSeconds, TotalSeconds float64
+	RetrieveP50ms, RetrieveP99  float64
+	Requests                    int64
+	RequestsPerSec              float64
+}
+
+func (r Result) String() string {
+	return fmt.Sprintf("n=%d errors=%d lost=%d peak_pending=%d rss_base=%.0fMB rss_peak=%.0fMB rss/inflight=%.2fKB heap/inflight=%.2fKB submit=%.2fs total=%.2fs retrieve_p50=%.2fms retrieve_p99=%.2fms try_again=%d requests=%d req/s=%.0f",
+		r.N, r.Errors, r.Lost, r.PeakPending, r.RSSBaseMB, r.RSSPeakMB, r.RSSPerInFlightKB, r.HeapPerInFlightKB,
+		r.SubmitSeconds, r.TotalSeconds, r.RetrieveP50ms, r.RetrieveP99, r.TryAgain, r.Requests, r.RequestsPerSec)
+}
+
+// stubEngine answers /v1/completions with tokens ids and logprobs after
+// gate is closed and delay has passed, and accepts LoRA loads.
+func stubEngine(delay time.Duration, tokens int, gate <-chan struct{}) (string, func(), error) {
+	ids := make([]int32, tokens)
+	lps := make([]float32, tokens)
+	for i := range ids {
+		ids[i], lps[i] = int32(3+i%90), -1.5
+	}
+	choice := map[string]any{"index": 0, "text": "", "token_ids": ids, "output_logprobs": lps, "finish_reason": "length"}
+	body, _ := json.Marshal(map[string]any{"id": "cmpl", "object": "text_completion", "choices": []any{choice}})
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			N int `json:"n"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&req)
+		<-gate
+		time.Sleep(delay)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(body)
+	})
+	mux.HandleFunc("POST /v1/load_lora_adapter", func(w http.ResponseWriter, _ *http.Request) {})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	srv := &http.Server{Handler: mux}
+	go func() { _ = srv.Serve(ln) }()
+	return "http://" + ln.Addr().String(), func() { _ = srv.Close() }, nil
+}
+
+// rssMB reads VmRSS from /proc/self/status (0 where there is none).
+func rssMB() float64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+func heapMB() float64 {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return float64(ms.HeapInuse) / (1 << 20)
+}
+
+// Run runs the benchmark.
+func Run(ctx context.Context, o Options) (Result, error) {
+	gate := make(chan struct{})
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			close(gate)
+		}
+	}
+	defer release()
+	engURL, stopEngine, err := stubEngine(o.Delay, o.Tokens, gate)
+	if err != nil {
+		return Result{}, err
+	}
+	defer stopEngine()
+	bopts := natsbus.DefaultOptions()
+	bopts.StoreDir = o.Dir
+	bus, err := natsbus.Connect(ctx, bopts)
+	if err != nil {
+		return Result{}, err
+	}
+	defer bus.Close()
+	base, err := policy.New(policy.DefaultConfig(), 1)
+	if err != nil {
+		return Result{}, err
+	}
+	tc := config.DefaultTinker()
+	tc.SampleQueue = max(o.N, 1024)
+	tc.SampleConcurrency = o.EngineConcurrency
+	tc.MaxPendingPerSession = max(o.N, 1024)
+	tc.LongPoll = 5 * time.Second
+	srv, err := server.New(ctx, server.Config{Tinker: tc, BaseModel: "asyncrl-policy", Backend: server.GoBackend(base),
+		EngineURLs: []string{engURL}, DataDir: o.Dir, NATS: bus.Conn(), Log: zerolog.Nop()})
+	if err != nil {
+		return Result{}, err
+	}
+	defer srv.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return Result{}, err
+	}
+	hs := &http.Server{Handler: srv.Handler()}
+	go func() { _ = hs.Serve(ln) }()
+	defer hs.Close()
+
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxConnsPerHost, tr.MaxIdleConnsPerHost = o.Conns, o.Conns
+	c := &client.Client{BaseURL: "http://" + ln.Addr().String(), HTTP: &http.Client{Transport: tr}}
+	sess, err := c.CreateSession(ctx)
+	if err != nil {
+		return Result{}, err
+	}
+	sampler, err := c.CreateSamplingSession(ctx, sess, 0, "asyncrl-policy", "")
+	if err != nil {
+		return Result{}, err
+	}
+	runtime.GC()
+	res := Result{N: o.N, RSSBaseMB: rssMB()}
+	heap0 := heapMB()
+	var requests atomic.Int64
+	var errs atomic.Int64
+	var firstErr atomic.Value
+	noteErr := func(err error) {
+		errs.Add(1)
+		firstErr.CompareAndSwap(nil, err.Error())
+	}
+
+	// Phase 1: submit every sample; the futures answer at once.
+	ids := make([]string, o.N)
+	start := time.Now()
+	var wg sync.WaitGroup
+	next := atomic.Int64{}
+	prompt := []int32{1, 5, 6, 7, 8}
+	for range o.Conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= o.N {
+					return
+				}
+				id, err := c.ASample(ctx, client.SampleRequest(sampler, int64(i), prompt, 1, o.Tokens, 1))
+				requests.Add(1)
+				if err != nil {
+					noteErr(err)
+					continue
+				}
+				ids[i] = id
+			}
+		}()
+	}
+	var peakRSS, peakHeap float64
+	wg.Wait()
+	res.SubmitSeconds = time.Since(start).Seconds()
+	// Every future is in flight now: the engine holds its first
+	// engine-concurrency requests until released, the rest are queued.
+	runtime.GC()
+	res.PeakPending = srv.PendingFutures()
+	peakRSS, peakHeap = rssMB(), heapMB()
+	release()
+
+	// Phase 2: long-poll every future to its result.
+	lat := make([][]time.Duration, o.Conns)
+	var tryAgain atomic.Int64
+	var got atomic.Int64
+	next.Store(0)
+	for w := range o.Conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= o.N {
+					return
+				}
+				if ids[i] == "" {
+					continue
+				}
+				for {
+					t0 := time.Now()
+					raw, done, err := c.Poll(ctx, ids[i])
+					lat[w] = append(lat[w], time.Since(t0))
+					requests.Add(1)
+					if err != nil {
+						noteErr(err)
+						break
+					}
+					if !done {
+						tryAgain.Add(1)
+						continue
+					}
+					var out tinker.SampleResponse
+					if err := json.Unmarshal(raw, &out); err != nil || len(out.Sequences) != 1 || len(out.Sequences[0].Tokens) != o.Tokens {
+						noteErr(fmt.Errorf("future %s: bad result %.100s", ids[i], raw))
+						break
+					}
+					got.Add(1)
+					break
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	res.TotalSeconds = time.Since(start).Seconds()
+	res.Errors = int(errs.Load())
+	res.Lost = o.N - int(got.Load())
+	res.TryAgain = int(tryAgain.Load())
+	res.Requests = requests.Load()
+	res.RequestsPerSec = float64(res.Requests) / res.TotalSeconds
+	res.RSSPeakMB = peakRSS
+	if res.PeakPending > 0 {
+		res.RSSPerInFlightKB = (peakRSS - res.RSSBaseMB) * 1024 / float64(res.PeakPending)
+		res.HeapPerInFlightKB = (peakHeap - heap0) * 1024 / float64(res.PeakPending)
+	}
+	var all []time.Duration
+	for _, l := range lat {
+		all = append(all, l...)
+	}
+	slices.Sort(all)
+	if len(all) > 0 {
+		res.RetrieveP50ms = float64(all[len(all)/2]) / 1e6
+		res.RetrieveP99 = float64(all[len(all)*99/100]) / 1e6
+	}
+	if e, ok := firstErr.Load().(string); ok {
+		return res, errors.New("first error: " + e)
+	}
+	return res, nil
+}
