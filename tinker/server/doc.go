@@ -1,0 +1,24 @@
+// Package server is the HTTP shell of the Tinker-compatible API
+// (`asyncrl tinker serve`, docs/tinker.md) over the tinker core.
+//
+// Every route lives under /api/v1/ with the SDK's JSON bodies. Training
+// calls (create_model, forward, forward_backward, optim_step,
+// save_weights, save_weights_for_sampler, load_weights, unload_model) run
+// in arrival order on one goroutine per model over a Backend (GoBackend:
+// tinker/gotrain on the built-in policy; the torch worker bridge can
+// implement the same Trainer interface); their futures are written to the
+// JetStream KV bucket asyncrl_tinker_futures as pending before the call
+// answers and again with the result, so a restarted server answers them
+// all: finished ones with their result, the rest failed naming the
+// restart. Sample futures live only in memory: asample reserves a slot of
+// tinker.sample_queue (429 when full) and a fixed pool of
+// tinker.sample_concurrency workers calls the engines' /v1/completions
+// round robin, so in-flight samples hold no sockets. Sampler checkpoints
+// are loaded on every engine as LoRA adapters (/v1/load_lora_adapter)
+// named tinker-<model>-<name>. retrieve_future long-polls for
+// tinker.long_poll, then answers try_again.
+//
+// Start wires the whole server as the CLI runs it: the bus (embedded NATS
+// unless bus.nats_url), built-in engines unless tinker.engine_urls, the
+// listener (loopback unless an API key is given).
+package server
