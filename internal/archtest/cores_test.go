@@ -41,6 +41,7 @@ var cores = []core{
 	{dir: "bench/workload"},
 	{dir: "transport/dataplane/plan"},
 	{dir: "policy/sampler"},
+	{dir: "tinker"},
 }
 
 // forbiddenDep reports why a package may not be anywhere in a core's
