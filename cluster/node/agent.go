@@ -23,6 +23,7 @@ import (
 	"github.com/asyncrl/asyncrl/cluster/term"
 	"github.com/asyncrl/asyncrl/cluster/termwatch"
 	"github.com/asyncrl/asyncrl/config"
+	"github.com/asyncrl/asyncrl/internal/wiring"
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/transport"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
@@ -49,6 +50,12 @@ type AgentConfig struct {
 	// Routes are the route URLs of every member's embedded server
 	// (nats-route://host:port), this node's included.
 	Routes []string
+	// BusSecurity is the bus's credentials and TLS (wiring.BusSecurityFrom
+	// of the config's bus section, flags applied): the client's user or
+	// credentials, the routes' mutual TLS and authentication (required
+	// with a ClusterListen off loopback), and whether the embedded server
+	// admits only this node's role user (cluster/access).
+	BusSecurity wiring.BusSecurity
 	// Gossip is the memberlist bind address (host:port; port 0 picks one).
 	Gossip string
 	// Join lists gossip addresses of existing members (empty for the first).
@@ -91,12 +98,15 @@ type AgentConfig struct {
 // the lease of each singleton role it may hold. The holder of the trainer
 // lease runs the training pipeline (see the package doc); standbys wait.
 type Agent struct {
-	cfg   AgentConfig
-	log   zerolog.Logger
-	bus   *natsbus.Bus
-	guard *cluster.NameGuard
-	ms    *cluster.Membership
-	led   *ledger.Ledger
+	cfg AgentConfig
+	log zerolog.Logger
+	bus *natsbus.Bus
+	// termBus is the credentials the term's pipeline connects with (this
+	// node's own).
+	termBus wiring.BusSecurity
+	guard   *cluster.NameGuard
+	ms      *cluster.Membership
+	led     *ledger.Ledger
 	// leavingSub receives the other members' NodeLeaving.
 	leavingSub transport.Subscription
 	// host runs the node's engines (the engine role) for the holder.

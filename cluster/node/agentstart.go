@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"maps"
@@ -17,9 +18,12 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/asyncrl/asyncrl/cluster"
+	"github.com/asyncrl/asyncrl/cluster/access"
 	"github.com/asyncrl/asyncrl/cluster/ledger"
 	"github.com/asyncrl/asyncrl/cluster/placement"
 	"github.com/asyncrl/asyncrl/cluster/termwatch"
+	"github.com/asyncrl/asyncrl/internal/netx"
+	"github.com/asyncrl/asyncrl/internal/wiring"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
 )
 
@@ -89,6 +93,9 @@ func (c *AgentConfig) normalize() error {
 	if err := c.checkRouterListen(); err != nil {
 		return err
 	}
+	if err := c.checkClusterListen(); err != nil {
+		return err
+	}
 	if c.LeaseTTL == 0 {
 		c.LeaseTTL = 3 * time.Second
 	}
@@ -116,6 +123,27 @@ func (c *AgentConfig) checkRouterListen() error {
 	}
 	if ip := net.ParseIP(h); h == "" || (ip != nil && ip.IsUnspecified()) {
 		return fmt.Errorf("%w: --router-listen %q: give the address other nodes reach this one at, not a wildcard", ErrAgentConfig, c.RouterListen)
+	}
+	return nil
+}
+
+// checkClusterListen refuses routes off loopback without mutual TLS and
+// route authentication, naming the flags (and config keys) that set them.
+func (c *AgentConfig) checkClusterListen() error {
+	if c.ClusterListen == "" || netx.IsLoopback(c.ClusterListen) {
+		return nil
+	}
+	s := c.BusSecurity
+	var miss []string
+	if s.RouteTLS.CAFile == "" || s.RouteTLS.CertFile == "" || s.RouteTLS.KeyFile == "" {
+		miss = append(miss, "--cluster-tls-ca, --cluster-tls-cert and --cluster-tls-key (bus.cluster_tls_*)")
+	}
+	if s.RouteUser == "" || s.RoutePassword == "" {
+		miss = append(miss, "--route-user and --route-password-file (bus.route_user, bus.route_password_file)")
+	}
+	if len(miss) > 0 {
+		return fmt.Errorf("%w: --cluster-listen %s is off loopback: anyone who reaches it would join the NATS cluster; its routes need %s (docs/security.md; asyncrl security mkcerts makes the certificates)",
+			ErrAgentConfig, c.ClusterListen, strings.Join(miss, " and "))
 	}
 	return nil
 }
@@ -148,10 +176,22 @@ func (c *AgentConfig) busOptions(log zerolog.Logger) (natsbus.Options, error) {
 	bopts.MaxPayload = c.Run.Bus.MaxPayloadBytes
 	bopts.Logger = log.With().Str("component", "bus").Logger()
 	if c.NATSURL != "" {
+		c.BusSecurity.Apply(&bopts)
 		return bopts, nil
 	}
 	if c.ClusterListen != "" {
 		bopts.Cluster = &natsbus.ClusterOptions{Name: "asyncrl-" + c.Run.Run.ID, Listen: c.ClusterListen, Routes: c.Routes}
+	}
+	c.BusSecurity.Apply(&bopts)
+	if c.BusSecurity.RolePermissions {
+		// The embedded server admits one user, this node's, allowed only
+		// its roles' subjects; its password is made here and never leaves
+		// the process.
+		pw := rand.Text()
+		perms := access.Permissions(c.Roles)
+		user := access.UserName(c.Name, c.Roles)
+		bopts.Users = []natsbus.User{{Name: user, Password: pw, Permissions: &perms}}
+		bopts.Auth = natsbus.Auth{User: user, Password: pw}
 	}
 	if !c.InMemoryBus {
 		bopts.StoreDir = filepath.Join(c.Run.Run.DataDir, "jetstream", c.Name)
@@ -171,6 +211,8 @@ func (a *Agent) connectBus(ctx context.Context) (err error) {
 	if a.bus, err = natsbus.Connect(ctx, bopts); err != nil {
 		return fmt.Errorf("node: bus: %w", err)
 	}
+	// The term's pipeline connects to the same server as this node does.
+	a.termBus = wiring.BusSecurity{Auth: bopts.Auth, TLS: bopts.TLS}
 	a.event("bus %s", a.bus.ClientURL())
 	return waitJetStream(ctx, a.bus, 60*time.Second)
 }

@@ -56,6 +56,10 @@ type Options struct {
 	// InMemoryBus keeps the embedded JetStream store in a temporary
 	// directory (tests) instead of bus.jetstream_dir / run.data_dir.
 	InMemoryBus bool
+	// BusSecurity, when set, is the bus connection's credentials and TLS
+	// instead of the config's bus section (an agent's term connects as the
+	// agent does).
+	BusSecurity *wiring.BusSecurity
 	// ResendTrainAfter is how long the controller waits for a StepDone
 	// before sending the step's TrainBatch again (a remote worker that
 	// connected late); 0 means 5 s.

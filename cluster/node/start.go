@@ -41,6 +41,15 @@ func (n *Node) startBus(ctx context.Context) (err error) {
 	bopts.MaxPayload = cfg.Bus.MaxPayloadBytes
 	bopts.Name = "asyncrl-" + cfg.Run.ID
 	bopts.Logger = n.opts.Logger.With().Str("component", "bus").Logger()
+	if n.opts.BusSecurity != nil {
+		n.opts.BusSecurity.Apply(&bopts)
+	} else {
+		sec, err := wiring.BusSecurityFrom(cfg.Bus)
+		if err != nil {
+			return fmt.Errorf("node: %w", err)
+		}
+		sec.Apply(&bopts)
+	}
 	if !n.opts.InMemoryBus && cfg.Bus.NATSURL == "" {
 		bopts.StoreDir = cfg.Bus.JetStreamDir
 		if bopts.StoreDir == "" {

@@ -44,7 +44,7 @@ func (r *termRun) start(ctx context.Context, v term.StartPipeline) error {
 		r.box.push(term.EngineTarget{Token: v.Token, Engine: engine, Version: version})
 	}
 	rc.attach = r.attachRemote
-	opts := Options{Logger: a.log, InMemoryBus: a.cfg.InMemoryBus, Remote: rc,
+	opts := Options{Logger: a.log, InMemoryBus: a.cfg.InMemoryBus, Remote: rc, BusSecurity: &a.termBus,
 		RouterListen: a.cfg.RouterListen, RouterAdminToken: a.cfg.RouterAdminToken}
 	// The trainer continues from the weights of the durable step: the
 	// checkpoint the progress records is restored, and every new version

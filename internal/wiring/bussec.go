@@ -1,0 +1,90 @@
+package wiring
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/asyncrl/asyncrl/config"
+	"github.com/asyncrl/asyncrl/transport/natsbus"
+)
+
+// BusSecurity is the bus section's credentials and TLS, secrets read from
+// their files. It never prints a secret (%v shows what is set).
+type BusSecurity struct {
+	// Auth and TLS of this node's client connection (TLS also the embedded
+	// server's client listener).
+	Auth natsbus.Auth
+	TLS  natsbus.TLSFiles
+	// RouteTLS, RouteUser and RoutePassword secure a clustered embedded
+	// server's routes.
+	RouteTLS                 natsbus.TLSFiles
+	RouteUser, RoutePassword string
+	// RolePermissions: the embedded server admits only this node's role
+	// user (cluster/access).
+	RolePermissions bool
+}
+
+// String says what is set, never a secret.
+func (s BusSecurity) String() string {
+	route := "no route auth"
+	if s.RouteUser != "" {
+		route = fmt.Sprintf("route user %q with a password", s.RouteUser)
+	}
+	return fmt.Sprintf("client %s, client TLS %v, route TLS %v, %s, role permissions %v",
+		s.Auth, s.TLS.Set(), s.RouteTLS.Set(), route, s.RolePermissions)
+}
+
+// GoString keeps %#v from printing secrets.
+func (s BusSecurity) GoString() string { return "wiring.BusSecurity{" + s.String() + "}" }
+
+// BusSecurityFrom reads the bus section's secret files (password_file,
+// token_file, route_password_file). Errors name the config key and the
+// file, never its contents.
+func BusSecurityFrom(c config.BusConfig) (BusSecurity, error) {
+	s := BusSecurity{
+		Auth:            natsbus.Auth{CredsFile: c.CredsFile, NKeySeedFile: c.NKeySeedFile, User: c.User},
+		TLS:             natsbus.TLSFiles{CAFile: c.TLSCA, CertFile: c.TLSCert, KeyFile: c.TLSKey},
+		RouteTLS:        natsbus.TLSFiles{CAFile: c.ClusterTLSCA, CertFile: c.ClusterTLSCert, KeyFile: c.ClusterTLSKey},
+		RouteUser:       c.RouteUser,
+		RolePermissions: c.RolePermissions,
+	}
+	var err error
+	if s.Auth.Password, err = ReadSecret("bus.password_file", c.PasswordFile); err != nil {
+		return s, err
+	}
+	if s.Auth.Token, err = ReadSecret("bus.token_file", c.TokenFile); err != nil {
+		return s, err
+	}
+	if s.RoutePassword, err = ReadSecret("bus.route_password_file", c.RoutePasswordFile); err != nil {
+		return s, err
+	}
+	return s, nil
+}
+
+// ReadSecret reads a secret from path (surrounding whitespace trimmed);
+// "" for an empty path. An empty file is an error: an empty secret would
+// silently mean "no authentication". key names the setting in errors.
+func ReadSecret(key, path string) (string, error) {
+	if path == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", key, err)
+	}
+	s := strings.TrimSpace(string(b))
+	if s == "" {
+		return "", fmt.Errorf("%s: %s is empty", key, path)
+	}
+	return s, nil
+}
+
+// Apply sets the client's credentials and TLS on o, and for an embedded
+// clustered server the routes' TLS and authentication.
+func (s BusSecurity) Apply(o *natsbus.Options) {
+	o.Auth, o.TLS = s.Auth, s.TLS
+	if o.Cluster != nil {
+		o.Cluster.TLS, o.Cluster.User, o.Cluster.Password = s.RouteTLS, s.RouteUser, s.RoutePassword
+	}
+}
