@@ -99,6 +99,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newChaosCmd(g),
 		newBenchCmd(g),
 		newConfigCmd(g),
+		newSecurityCmd(g),
 		newDataCmd(g),
 		newVersionCmd(g),
 		newTinkerCmd(g),
