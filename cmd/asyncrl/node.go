@@ -9,10 +9,12 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/asyncrl/asyncrl/cluster/node"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/gpu"
+	"github.com/asyncrl/asyncrl/internal/wiring"
 )
 
 // nodeFlags are asyncrl node's flags.
@@ -34,6 +36,54 @@ type nodeFlags struct {
 	routerListen   string
 	routerToken    string
 	eventsJSON     string
+	bus            busSecurityFlags
+}
+
+// busSecurityFlags override the config's bus credentials and TLS (each
+// flag its bus.* key); secrets are read from files only.
+type busSecurityFlags struct {
+	user, passwordFile, tokenFile, creds, nkey string
+	ca, cert, key                              string
+	clusterCA, clusterCert, clusterKey         string
+	routeUser, routePasswordFile               string
+	rolePermissions                            bool
+}
+
+func (b *busSecurityFlags) add(fs *pflag.FlagSet) {
+	fs.StringVar(&b.user, "nats-user", "", "NATS `USER` to connect as (bus.user; password in --nats-password-file)")
+	fs.StringVar(&b.passwordFile, "nats-password-file", "", "`FILE` holding the NATS user's password (bus.password_file)")
+	fs.StringVar(&b.tokenFile, "nats-token-file", "", "`FILE` holding a NATS token (bus.token_file)")
+	fs.StringVar(&b.creds, "nats-creds", "", "NATS credentials `FILE` (bus.creds_file)")
+	fs.StringVar(&b.nkey, "nats-nkey", "", "`FILE` holding a NATS user nkey seed (bus.nkey_seed_file)")
+	fs.StringVar(&b.ca, "nats-tls-ca", "", "PEM CA `FILE` verifying the NATS server (bus.tls_ca)")
+	fs.StringVar(&b.cert, "nats-tls-cert", "", "PEM client certificate `FILE` (bus.tls_cert)")
+	fs.StringVar(&b.key, "nats-tls-key", "", "PEM key `FILE` of --nats-tls-cert (bus.tls_key)")
+	fs.StringVar(&b.clusterCA, "cluster-tls-ca", "", "PEM CA `FILE` the route certificates of every member verify against (bus.cluster_tls_ca; required with --cluster-listen off loopback)")
+	fs.StringVar(&b.clusterCert, "cluster-tls-cert", "", "PEM certificate `FILE` of this member's routes (bus.cluster_tls_cert)")
+	fs.StringVar(&b.clusterKey, "cluster-tls-key", "", "PEM key `FILE` of --cluster-tls-cert (bus.cluster_tls_key)")
+	fs.StringVar(&b.routeUser, "route-user", "", "`USER` every member authenticates its routes with (bus.route_user; required with --cluster-listen off loopback)")
+	fs.StringVar(&b.routePasswordFile, "route-password-file", "", "`FILE` holding the route password, the same on every member (bus.route_password_file)")
+	fs.BoolVar(&b.rolePermissions, "role-permissions", false, "the embedded server admits only this node's role user, allowed only its roles' subjects (bus.role_permissions; docs/security.md)")
+}
+
+// apply sets the flags given on the command line over c's bus section.
+func (b *busSecurityFlags) apply(c *config.BusConfig, changed func(string) bool) {
+	for _, f := range []struct {
+		flag string
+		dst  *string
+		v    string
+	}{{"nats-user", &c.User, b.user}, {"nats-password-file", &c.PasswordFile, b.passwordFile}, {"nats-token-file", &c.TokenFile, b.tokenFile},
+		{"nats-creds", &c.CredsFile, b.creds}, {"nats-nkey", &c.NKeySeedFile, b.nkey}, {"nats-tls-ca", &c.TLSCA, b.ca},
+		{"nats-tls-cert", &c.TLSCert, b.cert}, {"nats-tls-key", &c.TLSKey, b.key}, {"cluster-tls-ca", &c.ClusterTLSCA, b.clusterCA},
+		{"cluster-tls-cert", &c.ClusterTLSCert, b.clusterCert}, {"cluster-tls-key", &c.ClusterTLSKey, b.clusterKey},
+		{"route-user", &c.RouteUser, b.routeUser}, {"route-password-file", &c.RoutePasswordFile, b.routePasswordFile}} {
+		if changed(f.flag) {
+			*f.dst = f.v
+		}
+	}
+	if changed("role-permissions") {
+		c.RolePermissions = b.rolePermissions
+	}
 }
 
 // newNodeCmd: asyncrl node — one member of a multi-node run: bus (embedded
@@ -75,6 +125,7 @@ func newNodeCmd(g *globals) *cobra.Command {
 				if changed("steps") {
 					c.Run.Steps = f.steps
 				}
+				f.bus.apply(&c.Bus, changed)
 			})
 			if err != nil {
 				return fail("asyncrl node: %v", err)
@@ -82,6 +133,13 @@ func newNodeCmd(g *globals) *cobra.Command {
 			log, err := g.logger(cmd, cfg.Log)
 			if err != nil {
 				return fail("asyncrl node: %v", err)
+			}
+			sec, err := wiring.BusSecurityFrom(cfg.Bus)
+			if err != nil {
+				return fail("asyncrl node: %v", err)
+			}
+			if f.nats != "" && sec.RolePermissions {
+				return fail("asyncrl node: --role-permissions configures the embedded server; with --nats connect as a role user (--nats-user, --nats-password-file) your server defines (docs/security.md)")
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
@@ -93,7 +151,7 @@ func newNodeCmd(g *globals) *cobra.Command {
 			}
 			defer closeEvj()
 			a, err := node.StartAgent(ctx, node.AgentConfig{Name: f.name, Roles: roles, NATSURL: f.nats,
-				ClusterListen: f.clusterListen, Routes: f.routes, Gossip: f.gossip, Join: f.join,
+				ClusterListen: f.clusterListen, Routes: f.routes, BusSecurity: sec, Gossip: f.gossip, Join: f.join,
 				GPUs: len(inv.Devices), Replicas: f.replicas, LeaseTTL: f.leaseTTL,
 				StallAfter: f.stallAfter, UnhealthyAfter: f.unhealthyAfter, Run: cfg, Logger: log,
 				Events: g.stdout, RouterListen: f.routerListen, RouterAdminToken: f.routerToken,
@@ -126,6 +184,7 @@ func newNodeCmd(g *globals) *cobra.Command {
 	fs.StringVar(&f.routerListen, "router-listen", "", "`ADDR` (host:port) the router of this node's training terms listens on, reachable by rollout nodes on other machines (default 127.0.0.1, a free port; off loopback --router-admin-token is required)")
 	fs.StringVar(&f.routerToken, "router-admin-token", "", "bearer `TOKEN` for the term router's /admin/ API (required with a non-loopback --router-listen)")
 	fs.StringVar(&f.eventsJSON, "events-json", "", "also write the cluster events to `FILE` as JSON, one object a line (kind, token, step, version, count, node, reason, time, line; see docs/cluster.md)")
+	f.bus.add(fs)
 	fs.BoolVar(&f.exitWhenDone, "exit-when-done", false, "exit once the durable progress shows run.steps steps (default: keep serving until interrupted)")
 	return cmd
 }
