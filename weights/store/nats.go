@@ -164,6 +164,9 @@ func (n *NATS) Put(ctx context.Context, key string, r io.Reader, size int64) err
 	return nil
 }
 
+// verifyCall bounds each request of a Put's check.
+const verifyCall = 10 * time.Second
+
 // verify reads the chunks Put stored back from the stream's leader (an
 // ordered consumer: a Get starts from the metadata, which a replica that
 // lags behind the leader does not have yet) and checks their count, size
@@ -173,17 +176,32 @@ func (n *NATS) verify(ctx context.Context, info *jetstream.ObjectInfo) error {
 	if info.Chunks == 0 {
 		return nil
 	}
-	cons, err := n.js.OrderedConsumer(ctx, "OBJ_"+n.cfg.Bucket, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{"$O." + n.cfg.Bucket + ".C." + info.NUID}})
+	// A plain ephemeral consumer, not an ordered one: an ordered
+	// consumer whose creation fails (the stream's leader just died)
+	// retries for ever, whatever the context (nats.go v1.55
+	// jetstream/ordered.go reset; the trainer's publish hung there in the
+	// node-loss e2e). Each call here is bounded; a Retrying store tries
+	// the Put again.
+	stream := "OBJ_" + n.cfg.Bucket
+	cctx, cancel := context.WithTimeout(ctx, verifyCall)
+	cons, err := n.js.CreateConsumer(cctx, stream, jetstream.ConsumerConfig{
+		FilterSubject: "$O." + n.cfg.Bucket + ".C." + info.NUID, AckPolicy: jetstream.AckNonePolicy,
+		MemoryStorage: true, Replicas: 1, InactiveThreshold: time.Minute})
+	cancel()
 	if err != nil {
 		return fail(err)
 	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.Background(), verifyCall)
+		_ = n.js.DeleteConsumer(dctx, stream, cons.CachedInfo().Name)
+		cancel()
+	}()
 	h, chunks, size := sha256.New(), uint32(0), uint64(0)
 	// Fetch waits for as many as it asks for: ask for the chunks still
 	// due (one when they are all in but more are pending: a stray).
 	for done := false; !done && chunks <= info.Chunks; {
 		due := max(1, int(info.Chunks)-int(chunks))
-		batch, err := cons.Fetch(min(due, 256), jetstream.FetchMaxWait(cmp.Or(n.cfg.IdleTimeout, 30*time.Second)))
+		batch, err := cons.Fetch(min(due, 256), jetstream.FetchMaxWait(verifyCall))
 		if err != nil {
 			return fail(err)
 		}
