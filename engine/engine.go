@@ -44,6 +44,10 @@ type Engine struct {
 	log    zerolog.Logger
 	loader ModelLoader
 	reg    *prometheus.Registry
+	// apiKey (WithAPIKey) guards every route; roots (WithWeightRoots)
+	// bound the paths weights load from.
+	apiKey string
+	roots  []string
 	met    *metrics
 
 	mu        sync.Mutex
@@ -190,6 +194,9 @@ func (e *Engine) LoadWeights(dir string, version int64) error {
 	if e.loader == nil {
 		return ErrNoLoader
 	}
+	if err := e.allowPath("checkpoint", dir); err != nil {
+		return err
+	}
 	e.mu.Lock()
 	cur, loaded := e.version, e.model != nil
 	e.mu.Unlock()
@@ -214,6 +221,9 @@ func (e *Engine) LoadWeights(dir string, version int64) error {
 // Serve serves the HTTP API on ln until ctx ends or Shutdown is called,
 // then shuts the server down gracefully. It returns nil on a clean stop.
 func (e *Engine) Serve(ctx context.Context, ln net.Listener) error {
+	if err := e.CheckListen(ln.Addr().String()); err != nil {
+		return err
+	}
 	srv := &http.Server{Handler: e.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	e.mu.Lock()
 	if e.closed {
@@ -760,6 +770,9 @@ func (e *Engine) ResetPrefixCache() {
 func (e *Engine) LoadLoRA(name, path string) error {
 	if e.loader == nil {
 		return ErrNoLoader
+	}
+	if err := e.allowPath("LoRA adapter", path); err != nil {
+		return err
 	}
 	m, err := e.loader(path)
 	if err != nil {

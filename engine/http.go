@@ -52,7 +52,7 @@ func (e *Engine) Handler() http.Handler {
 	mux.HandleFunc("GET /is_sleeping", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]bool{"is_sleeping": e.IsSleeping()})
 	})
-	return mux
+	return e.authorize(mux)
 }
 
 func (e *Engine) setUpdating(v bool) {
@@ -81,6 +81,7 @@ func writeError(w http.ResponseWriter, status int, param, format string, args ..
 	typ := map[int]string{
 		http.StatusBadRequest:          "BadRequestError",
 		http.StatusNotFound:            "NotFoundError",
+		http.StatusForbidden:           "PermissionDeniedError",
 		http.StatusConflict:            "ConflictError",
 		http.StatusTooManyRequests:     "RateLimitError",
 		http.StatusServiceUnavailable:  "ServiceUnavailableError",
@@ -247,6 +248,8 @@ func (e *Engine) writeEngineError(w http.ResponseWriter, err error) {
 		writeError(w, http.StatusConflict, "version", "%v", err)
 	case errors.Is(err, ErrNoLoader):
 		writeError(w, http.StatusNotImplemented, "", "%v", err)
+	case errors.Is(err, ErrPathNotAllowed):
+		writeError(w, http.StatusForbidden, "", "%v", err)
 	case errors.Is(err, ErrClosed):
 		writeError(w, http.StatusServiceUnavailable, "", "%v", err)
 	default:

@@ -15,6 +15,9 @@ import (
 type metrics struct {
 	ttft prometheus.Histogram
 	e2e  prometheus.Histogram
+	// unauthorized counts requests refused for a missing or wrong API
+	// key; refusedPaths weight loads refused outside the weight roots.
+	unauthorized, refusedPaths prometheus.Counter
 }
 
 func newMetrics(e *Engine) (*metrics, error) {
@@ -38,8 +41,12 @@ func newMetrics(e *Engine) (*metrics, error) {
 			Buckets:     []float64{0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120, 240, 480, 960},
 		}),
 	}
+	m.unauthorized = prometheus.NewCounter(prometheus.CounterOpts{Name: "asyncrl_engine_unauthorized_requests_total",
+		Help: "Requests refused with 401: no or a wrong API key.", ConstLabels: labels})
+	m.refusedPaths = prometheus.NewCounter(prometheus.CounterOpts{Name: "asyncrl_engine_refused_weight_paths_total",
+		Help: "Weight and LoRA loads refused because the path is outside the weight roots.", ConstLabels: labels})
 	cs := []prometheus.Collector{
-		m.ttft, m.e2e,
+		m.ttft, m.e2e, m.unauthorized, m.refusedPaths,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "vllm:num_requests_running", Help: "Sequences in the running batch.", ConstLabels: labels},
 			stats(func(s latency.Stats) float64 { return float64(s.Running) })),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "vllm:num_requests_waiting", Help: "Sequences waiting (queued or held by a pause).", ConstLabels: labels},

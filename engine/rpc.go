@@ -78,6 +78,9 @@ func (e *Engine) ApplyDelta(ctx context.Context, dir string, version int64) erro
 	if e.loader == nil {
 		return ErrNoLoader
 	}
+	if err := e.allowPath("delta", dir); err != nil {
+		return err
+	}
 	data, err := os.ReadFile(filepath.Join(dir, delta.ManifestName))
 	if err != nil {
 		return fmt.Errorf("engine: apply delta %d: %w", version, err)
@@ -278,6 +281,8 @@ func (e *Engine) writeRPCError(w http.ResponseWriter, method string, err error) 
 		writeError(w, http.StatusConflict, "version", "%s: %v", method, err)
 	case errors.Is(err, ErrNoLoader):
 		writeError(w, http.StatusNotImplemented, "", "%s: %v", method, err)
+	case errors.Is(err, ErrPathNotAllowed):
+		writeError(w, http.StatusForbidden, "args", "%s: %v", method, err)
 	case errors.Is(err, ErrClosed):
 		writeError(w, http.StatusServiceUnavailable, "", "%s: %v", method, err)
 	default:
