@@ -5,6 +5,8 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+
+	"github.com/asyncrl/asyncrl/internal/netx"
 )
 
 // EnginesConfig describes the inference engines: how many built-in engines
@@ -46,6 +48,15 @@ type EnginesConfig struct {
 	PrefixCacheBlocks int `yaml:"prefix_cache_blocks" doc:"KV/prefix cache capacity per engine, in blocks"`
 	// BlockSize is the tokens per cache block (vLLM uses 16).
 	BlockSize int `yaml:"block_size" doc:"tokens per prefix cache block (vLLM: 16)"`
+	// APIKeyFile holds the built-in engines' API key: every route wants
+	// "Authorization: Bearer <key>", and the run's router and drivers send
+	// it. Required when listen_host is off loopback. The same file on
+	// every node (each node's router reaches the others' engines).
+	APIKeyFile string `yaml:"api_key_file" doc:"file holding the built-in engines' API key (Authorization: Bearer, as vLLM --api-key); required when listen_host is off loopback; never printed"`
+	// WeightRoots bound where built-in engines load weights from; a load
+	// outside them is refused before it is opened. Empty: the run's own
+	// directories only decide (loopback use).
+	WeightRoots []string `yaml:"weight_roots" doc:"directories the built-in engines may load weights and LoRA adapters from (empty = any path; set it when engines are reachable by others)"`
 }
 
 // DefaultEngines starts 2 built-in engines: the fewest that exercise routing
@@ -59,6 +70,7 @@ func DefaultEngines() EnginesConfig {
 	return EnginesConfig{
 		Count:             2,
 		ListenHost:        "127.0.0.1",
+		WeightRoots:       []string{},
 		ExternalURLs:      []string{},
 		External:          []ExternalEngine{},
 		ServedModelName:   "asyncrl-policy",
@@ -84,6 +96,9 @@ func (c EnginesConfig) Validate() error {
 	v.notEmpty("served_model_name", c.ServedModelName)
 	c.validateExternal(&v)
 	v.notEmpty("listen_host", c.ListenHost)
+	if c.Count > 0 && c.ListenHost != "" && c.APIKeyFile == "" && !netx.IsLoopback(c.ListenHost) {
+		v.fail("api_key_file", "required when listen_host %q is off loopback: anyone who reaches the engines could pause them or load weights", c.ListenHost)
+	}
 	for i, raw := range c.ExternalURLs {
 		u, err := url.Parse(raw)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -153,6 +168,9 @@ type ExternalEngine struct {
 	Tokenizer string `yaml:"tokenizer" doc:"path of the model's Hugging Face tokenizer.json (empty = the built-in policy's character vocabulary)"`
 	// WeightLoad is how new versions reach it.
 	WeightLoad WeightLoad `yaml:"weight_load" doc:"how versions reach it"`
+	// APIKeyFile holds the key the engine was started with (vLLM
+	// --api-key); the drivers and the router send it as a bearer token.
+	APIKeyFile string `yaml:"api_key_file" doc:"file holding the engine's API key (vLLM --api-key), sent as Authorization: Bearer; never printed"`
 }
 
 // validateExternal checks engines.external: every entry a driven engine
