@@ -55,6 +55,8 @@ type SFTDataConfig struct {
 	VocabSize int `yaml:"vocab_size" doc:"token ids must be below this; 0 = the model's vocab_size"`
 	// MaxLen truncates longer examples (0 = the model's max_seq_len).
 	MaxLen int `yaml:"max_len" doc:"longer examples are truncated; 0 = the model's max_seq_len"`
+	// IndexDir caches the shards' indexes (built once per shard).
+	IndexDir string `yaml:"index_dir" doc:"where shard indexes are cached; empty = next to each shard (or the user cache dir where that is read-only)"`
 }
 
 // SFTDataset is one dataset: one file, a directory of shards, or a glob.

@@ -24,7 +24,7 @@ func SFTData(c config.Config) data.Config {
 	}
 	out.Sampler = data.SamplerConfig{Kind: string(d.Sampler.Kind), Seed: uint64(seed), Epochs: d.Sampler.Epochs,
 		Replacement: d.Sampler.Replacement, Temperature: d.Sampler.Temperature}
-	out.VocabSize, out.MaxLen = d.VocabSize, d.MaxLen
+	out.VocabSize, out.MaxLen, out.IndexDir = d.VocabSize, d.MaxLen, d.IndexDir
 	return out
 }
 
