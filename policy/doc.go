@@ -56,6 +56,11 @@
 // train–inference mismatch mean |logp_train − logp_rollout| and the mean
 // importance ratio exp(logp_old − logp_rollout).
 //
+// Batch.Loss LossCrossEntropy makes a step supervised (SFT, package sft):
+// the loss is the negative log-likelihood of every loss-masked token at
+// temperature 1, reduced as configured; rollout logprobs, advantages and
+// the RL terms are not read. Trainer.NLL evaluates it without a step.
+//
 // # Gradient accumulation over microbatches
 //
 // A mini-batch too large for one pass is trained as microbatches with ONE
