@@ -362,7 +362,11 @@ func (h *Host) switchTerm(lw messages.LoadWeights, tok uint64) error {
 		if err != nil {
 			return fail(fmt.Errorf("receiver %s: %w", le.Name, err))
 		}
-		de, err := weightsync.DriveLocal(le, h.cfg.Engines.ServedModelName)
+		key, err := wiring.ReadSecret("engines.api_key_file", h.cfg.Engines.APIKeyFile)
+		if err != nil {
+			return fail(err)
+		}
+		de, err := weightsync.DriveLocal(le, h.cfg.Engines.ServedModelName, key)
 		if err != nil {
 			return fail(err)
 		}

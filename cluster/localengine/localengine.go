@@ -80,9 +80,18 @@ type Wrap func(i int, e *engine.Engine, h http.Handler) http.Handler
 // New builds engine i of c (the seed and logger of slot i, loading later
 // versions from checkpoint directories with wiring.LoadPolicy) serving m
 // at version 0, without a listener.
+//
+// With engines.api_key_file every route wants the key, and
+// engines.weight_roots bound the loads (engine.WithAPIKey,
+// engine.WithWeightRoots).
 func New(c config.EnginesConfig, m engine.Model, seed int64, i int, log zerolog.Logger) (*engine.Engine, error) {
+	key, err := wiring.ReadSecret("engines.api_key_file", c.APIKeyFile)
+	if err != nil {
+		return nil, err
+	}
 	return engine.New(wiring.EngineConfig(c, c.ServedModelName, uint64(seed)+uint64(i)*0x9e3779b9), m,
-		engine.WithLogger(log.With().Str("engine", "engine-"+strconv.Itoa(i)).Logger()), engine.WithLoader(wiring.LoadPolicy))
+		engine.WithLogger(log.With().Str("engine", "engine-"+strconv.Itoa(i)).Logger()), engine.WithLoader(wiring.LoadPolicy),
+		engine.WithAPIKey(key), engine.WithWeightRoots(c.WeightRoots...))
 }
 
 // Start starts c.Count built-in engines on c.ListenHost serving m at
@@ -95,6 +104,11 @@ func Start(c config.EnginesConfig, m engine.Model, seed int64, log zerolog.Logge
 		id := "engine-" + strconv.Itoa(i)
 		e, err := New(c, m, seed, i, log)
 		if err != nil {
+			StopAll(out)
+			return nil, fmt.Errorf("node: %s: %w", id, err)
+		}
+		if err := e.CheckListen(net.JoinHostPort(c.ListenHost, "0")); err != nil {
+			e.Close()
 			StopAll(out)
 			return nil, fmt.Errorf("node: %s: %w", id, err)
 		}

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"github.com/asyncrl/asyncrl/internal/wiring"
 	"time"
 
 	"github.com/asyncrl/asyncrl/cluster/weightsync"
@@ -44,8 +45,12 @@ func checkExternal(cfg config.Config, remote bool) error {
 // and loads the run's version 0 into them (they start with weights of
 // their own).
 func (n *Node) driveEngines(ctx context.Context) error {
+	key, err := wiring.ReadSecret("engines.api_key_file", n.cfg.Engines.APIKeyFile)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
 	for _, le := range n.engines {
-		d, err := weightsync.DriveLocal(le, n.cfg.Engines.ServedModelName)
+		d, err := weightsync.DriveLocal(le, n.cfg.Engines.ServedModelName, key)
 		if err != nil {
 			return err
 		}

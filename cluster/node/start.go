@@ -3,11 +3,13 @@ package node
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -25,6 +27,7 @@ import (
 	"github.com/asyncrl/asyncrl/cluster/rollouthost"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/engine"
+	"github.com/asyncrl/asyncrl/internal/netx"
 	"github.com/asyncrl/asyncrl/internal/wiring"
 	"github.com/asyncrl/asyncrl/policy"
 	"github.com/asyncrl/asyncrl/transport"
@@ -152,6 +155,15 @@ func (n *Node) startServing(ctx context.Context, initial engine.Model) (err erro
 	n.reg = prometheus.NewRegistry()
 	rcfg := routerConfig(cfg, replicas, quiet.With().Str("component", "router").Logger())
 	rcfg.Registerer = n.reg
+	// The router sends each engine its key: the built-in engines' (this
+	// node's and the other nodes'), or an external engine's own.
+	bkey, hkeys, err := wiring.EngineKeys(cfg.Engines)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	if bkey != "" || slices.ContainsFunc(slices.Collect(maps.Values(hkeys)), func(k string) bool { return k != "" }) {
+		rcfg.Transport = netx.KeyTransport(nil, bkey, hkeys)
+	}
 	if n.opts.RouterListen != "" {
 		// Off loopback the proxy refuses to start without an admin token.
 		rcfg.ListenAddr, rcfg.AdminToken = n.opts.RouterListen, n.opts.RouterAdminToken

@@ -11,6 +11,7 @@ import (
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/engine"
 	"github.com/asyncrl/asyncrl/engine/driver"
+	"github.com/asyncrl/asyncrl/internal/wiring"
 )
 
 // Driven is an engine kept on the run's weights through its driver, over
@@ -33,9 +34,10 @@ type Driven struct {
 var engineHTTP = &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 16}}
 
 // DriveLocal wraps a built-in engine this process started: the vLLM
-// driver on its URL, loading full checkpoints a receiver rebuilt.
-func DriveLocal(le *localengine.Engine, model string) (*Driven, error) {
-	d, err := driver.New(driver.KindBuiltin, le.URL, driver.Options{Client: engineHTTP, Model: model})
+// driver on its URL (sending apiKey, the built-in engines' key, when set),
+// loading full checkpoints a receiver rebuilt.
+func DriveLocal(le *localengine.Engine, model, apiKey string) (*Driven, error) {
+	d, err := driver.New(driver.KindBuiltin, le.URL, driver.Options{Client: engineHTTP, Model: model, APIKey: apiKey})
 	if err != nil {
 		return nil, fmt.Errorf("node: %s: %w", le.Name, err)
 	}
@@ -45,7 +47,11 @@ func DriveLocal(le *localengine.Engine, model string) (*Driven, error) {
 // DriveExternal builds the driver of engines.external[i]; its name is
 // external-<i>.
 func DriveExternal(i int, e config.ExternalEngine, model string) (*Driven, error) {
-	d, err := driver.New(driver.Kind(e.Kind), e.URL, driver.Options{Client: engineHTTP, Model: model})
+	key, err := wiring.ReadSecret(fmt.Sprintf("engines.external[%d].api_key_file", i), e.APIKeyFile)
+	if err != nil {
+		return nil, err
+	}
+	d, err := driver.New(driver.Kind(e.Kind), e.URL, driver.Options{Client: engineHTTP, Model: model, APIKey: key})
 	if err != nil {
 		return nil, err
 	}

@@ -87,6 +87,11 @@ func (b *base) do(ctx context.Context, method, path string, query url.Values, bo
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	if b.opts.APIKey != "" {
+		// vLLM's --api-key scheme (and the built-in engine's); SGLang's
+		// --api-key reads the same header.
+		req.Header.Set("Authorization", "Bearer "+b.opts.APIKey)
+	}
 	resp, err := b.client.Do(req)
 	if err != nil {
 		return nil, &RouteError{Engine: b.url, Route: route, Message: err.Error(), Err: err,
@@ -102,6 +107,12 @@ func (b *base) do(ctx context.Context, method, path string, query url.Values, bo
 		re := &RouteError{Engine: b.url, Route: route, Status: resp.StatusCode, Message: msg}
 		if b.hints != nil {
 			re.Hint = b.hints(path, resp.StatusCode, msg)
+		}
+		if resp.StatusCode == http.StatusUnauthorized && re.Hint == "" {
+			re.Hint = "the engine wants an API key: set engines.external[].api_key_file (or --api-key-file), the key the engine was started with"
+			if b.opts.APIKey != "" {
+				re.Hint = "the engine refused this API key: check engines.external[].api_key_file against the engine's --api-key"
+			}
 		}
 		return nil, re
 	}

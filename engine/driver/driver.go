@@ -187,6 +187,10 @@ type Options struct {
 	LoadTimeout time.Duration
 	// Now is the clock for the swap record (default time.Now).
 	Now func() time.Time
+	// APIKey, when set, is sent on every request as "Authorization:
+	// Bearer <key>" (vLLM --api-key, the built-in engine's key). Never
+	// logged or put in an error.
+	APIKey string
 }
 
 // ErrUnsupported is matched (errors.Is) by errors for operations an engine

@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"net"
+	"net/http"
 	"strings"
 )
 
@@ -52,4 +53,43 @@ func TokenEqual(got, want string) bool {
 	}
 	g, w := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(want))
 	return subtle.ConstantTimeCompare(g[:], w[:]) == 1
+}
+
+// KeyTransport wraps base (nil: a proxy-less clone of
+// http.DefaultTransport) so every request carries "Authorization: Bearer
+// <key>": perHost's key for the request's host:port when listed (an empty
+// value sends none), else def (empty: none). It replaces whatever
+// Authorization the caller set: the key is the sender's secret, not the
+// client's. Keys never appear in errors.
+func KeyTransport(base http.RoundTripper, def string, perHost map[string]string) http.RoundTripper {
+	if base == nil {
+		// As the router's own: no env proxy for engine traffic, pooled,
+		// Accept-Encoding passed through untouched.
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.Proxy, t.MaxIdleConnsPerHost, t.DisableCompression = nil, 256, true
+		base = t
+	}
+	if def == "" && len(perHost) == 0 {
+		return base
+	}
+	return keyTransport{base: base, def: def, hosts: perHost}
+}
+
+type keyTransport struct {
+	base  http.RoundTripper
+	def   string
+	hosts map[string]string
+}
+
+func (k keyTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	key, listed := k.hosts[r.URL.Host]
+	if !listed {
+		key = k.def
+	}
+	if key == "" {
+		return k.base.RoundTrip(r)
+	}
+	r2 := r.Clone(r.Context())
+	r2.Header.Set("Authorization", "Bearer "+key)
+	return k.base.RoundTrip(r2)
 }

@@ -1,6 +1,11 @@
 package netx
 
-import "testing"
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
 
 func TestIsLoopback(t *testing.T) {
 	for addr, want := range map[string]bool{
@@ -29,5 +34,37 @@ func TestBearerToken(t *testing.T) {
 func TestTokenEqual(t *testing.T) {
 	if !TokenEqual("k1", "k1") || TokenEqual("k1", "k2") || TokenEqual("", "") || TokenEqual("k", "") {
 		t.Error("TokenEqual wrong")
+	}
+}
+
+func TestKeyTransport(t *testing.T) {
+	var got []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = append(got, r.Header.Get("Authorization"))
+	}))
+	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "http://")
+	for _, c := range []struct {
+		def   string
+		hosts map[string]string
+		want  string
+	}{{"d", nil, "Bearer d"}, {"d", map[string]string{host: "h"}, "Bearer h"}, {"d", map[string]string{host: ""}, ""}, {"", nil, ""}} {
+		got = nil
+		cl := &http.Client{Transport: KeyTransport(nil, c.def, c.hosts)}
+		req, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
+		req.Header.Set("Authorization", "Bearer from-client")
+		resp, err := cl.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		want := c.want
+		if want == "" {
+			want = "Bearer from-client" // no key: the request is passed as it is
+		}
+		if len(got) != 1 || got[0] != want {
+			t.Errorf("%+v: sent %q, want %q", c, got, want)
+		}
+		cl.CloseIdleConnections()
 	}
 }

@@ -2,6 +2,7 @@ package wiring
 
 import (
 	"fmt"
+	"net/url"
 	"os"
 	"strings"
 
@@ -87,4 +88,33 @@ func (s BusSecurity) Apply(o *natsbus.Options) {
 	if o.Cluster != nil {
 		o.Cluster.TLS, o.Cluster.User, o.Cluster.Password = s.RouteTLS, s.RouteUser, s.RoutePassword
 	}
+}
+
+// EngineKeys reads the engines' API keys: builtin is the built-in
+// engines' (engines.api_key_file), perHost each engines.external[] key by
+// host:port (an entry with no file maps to "": send none).
+func EngineKeys(c config.EnginesConfig) (builtin string, perHost map[string]string, err error) {
+	if builtin, err = ReadSecret("engines.api_key_file", c.APIKeyFile); err != nil {
+		return "", nil, err
+	}
+	perHost = map[string]string{}
+	for i, e := range c.External {
+		k, err := ReadSecret(fmt.Sprintf("engines.external[%d].api_key_file", i), e.APIKeyFile)
+		if err != nil {
+			return "", nil, err
+		}
+		u, err := url.Parse(e.URL)
+		if err != nil {
+			return "", nil, fmt.Errorf("engines.external[%d].url: %w", i, err)
+		}
+		perHost[u.Host] = k
+	}
+	for _, raw := range c.ExternalURLs {
+		if u, err := url.Parse(raw); err == nil {
+			if _, ok := perHost[u.Host]; !ok {
+				perHost[u.Host] = "" // routed-only engines get no key of ours
+			}
+		}
+	}
+	return builtin, perHost, nil
 }
