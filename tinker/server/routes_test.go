@@ -192,6 +192,19 @@ func TestRouteFixtures(t *testing.T) {
 	c.wait(out["request_id"].(string))
 	code, out = c.do("POST", "get_info", `{"model_id":"`+model+`","type":"get_info"}`)
 	want(t, "get_info after unload", code, 404, out, "detail")
+
+	resp, err := http.Get(r.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, m := range []string{`asyncrl_tinker_requests_total{code="200",route="asample"}`, `asyncrl_tinker_train_finished_total{op="forward_backward",state="done"} 1`,
+		`asyncrl_tinker_samples_finished_total{ok="true"} 2`, "asyncrl_tinker_futures_pending 0", "asyncrl_tinker_models 0"} {
+		if !bytes.Contains(b, []byte(m)) {
+			t.Errorf("/metrics lacks %s", m)
+		}
+	}
 }
 
 func TestBadRequests(t *testing.T) {
