@@ -19,6 +19,10 @@ type engineFlags struct {
 	Weights string // --weights DIR: serving checkpoint (safetensors); "" = fresh model from --seed
 	Seed    int64  // --seed: initial weights when --weights is empty, and sampling
 	Config  string // --config FILE: engines section (limits, latency model)
+	// APIKeyFile: --api-key-file FILE, the key every route wants
+	// (required off loopback); WeightRoots: --weight-roots DIR,...
+	APIKeyFile  string
+	WeightRoots string
 }
 
 // addEngineFlags defines the engine flags on fs; the engine wiring (and any
@@ -29,6 +33,8 @@ func addEngineFlags(fs *pflag.FlagSet) *engineFlags {
 	fs.StringVar(&f.Weights, "weights", "", "serving checkpoint `DIR` (safetensors); empty = a fresh model from --seed")
 	fs.Int64Var(&f.Seed, "seed", 1, "seed for fresh weights and sampling")
 	fs.StringVar(&f.Config, "config", "", "run configuration `FILE`; its engines section sets limits and the latency model")
+	fs.StringVar(&f.APIKeyFile, "api-key-file", "", "`FILE` holding the API key every route wants as Authorization: Bearer (vLLM --api-key); required when --listen is off loopback (default: engines.api_key_file)")
+	fs.StringVar(&f.WeightRoots, "weight-roots", "", "`DIRS` weights and LoRA adapters may be loaded from (comma-separated; a path outside is refused; default: engines.weight_roots, empty = any)")
 	return f
 }
 
@@ -59,10 +65,27 @@ func newEngineCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return fail("asyncrl engine: %v", err)
 			}
-			eng, err := engine.New(wiring.EngineConfig(cfg.Engines, cfg.Engines.ServedModelName, uint64(f.Seed)), model,
-				engine.WithLoader(wiring.LoadPolicy), engine.WithLogger(logx.For(log, "engine")))
+			keyFile, keyFlag := cfg.Engines.APIKeyFile, "engines.api_key_file"
+			if f.APIKeyFile != "" {
+				keyFile, keyFlag = f.APIKeyFile, "--api-key-file"
+			}
+			key, err := wiring.ReadSecret(keyFlag, keyFile)
 			if err != nil {
 				return fail("asyncrl engine: %v", err)
+			}
+			roots := cfg.Engines.WeightRoots
+			if r := splitList(f.WeightRoots); len(r) > 0 {
+				roots = r
+			}
+			eng, err := engine.New(wiring.EngineConfig(cfg.Engines, cfg.Engines.ServedModelName, uint64(f.Seed)), model,
+				engine.WithLoader(wiring.LoadPolicy), engine.WithLogger(logx.For(log, "engine")),
+				engine.WithAPIKey(key), engine.WithWeightRoots(roots...))
+			if err != nil {
+				return fail("asyncrl engine: %v", err)
+			}
+			if err := eng.CheckListen(f.Listen); err != nil {
+				eng.Close()
+				return fail("asyncrl engine: --listen %s: %v", f.Listen, err)
 			}
 			ln, err := listen(g.stderr, "engine", f.Listen)
 			if err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/asyncrl/asyncrl/engine/driver"
+	"github.com/asyncrl/asyncrl/internal/wiring"
 )
 
 // newEnginesCmd: asyncrl engines — tools for the inference engines a run
@@ -31,6 +32,7 @@ type enginesCheckFlags struct {
 	model       string
 	requireLoRA bool
 	timeout     time.Duration
+	apiKeyFile  string
 }
 
 func newEnginesCheckCmd(g *globals) *cobra.Command {
@@ -76,6 +78,7 @@ func newEnginesCheckCmd(g *globals) *cobra.Command {
 	fs.StringVar(&f.model, "model", "", "served model name the run will use (default: the first /v1/models lists)")
 	fs.BoolVar(&f.requireLoRA, "require-lora", false, "fail (not warn) when runtime LoRA loading is off")
 	fs.DurationVar(&f.timeout, "timeout", 30*time.Second, "timeout of each check")
+	fs.StringVar(&f.apiKeyFile, "api-key-file", "", "`FILE` holding the engine's API key (vLLM --api-key), sent as Authorization: Bearer")
 	return cmd
 }
 
@@ -97,7 +100,11 @@ type checkRow struct {
 // checkEngine runs the checks against one engine. It returns an error only
 // for a bad URL; an unreachable engine is a FAIL row.
 func checkEngine(ctx context.Context, kind driver.Kind, url string, f *enginesCheckFlags) ([]checkRow, error) {
-	d, err := driver.New(kind, url, driver.Options{Model: f.model, Timeout: f.timeout, LoadTimeout: f.timeout})
+	key, err := wiring.ReadSecret("--api-key-file", f.apiKeyFile)
+	if err != nil {
+		return nil, err
+	}
+	d, err := driver.New(kind, url, driver.Options{Model: f.model, Timeout: f.timeout, LoadTimeout: f.timeout, APIKey: key})
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/asyncrl/asyncrl/actors/router/proxy"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/internal/logx"
+	"github.com/asyncrl/asyncrl/internal/netx"
 	"github.com/asyncrl/asyncrl/internal/wiring"
 )
 
@@ -60,6 +61,15 @@ func newRouterCmd(g *globals) *cobra.Command {
 			pc.AdminToken = token
 			pc.Registerer = reg
 			pc.Logger = logx.For(log, "router")
+			// engines.api_key_file and engines.external[].api_key_file:
+			// the router sends each engine its key.
+			bkey, hkeys, err := wiring.EngineKeys(cfg.Engines)
+			if err != nil {
+				return fail("asyncrl router: %v", err)
+			}
+			if bkey != "" || len(hkeys) > 0 {
+				pc.Transport = netx.KeyTransport(nil, bkey, hkeys)
+			}
 			r, err := proxy.New(pc)
 			if err != nil {
 				return fail("asyncrl router: %v", err)

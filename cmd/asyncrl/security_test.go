@@ -53,3 +53,16 @@ func TestSecurityMkcertsAndOffLoopbackNode(t *testing.T) {
 		t.Errorf("security roles: code %d:\n%s", code, out)
 	}
 }
+
+// asyncrl engine off loopback without a key refuses to start, naming the
+// flag; a key file that is missing is named too.
+func TestEngineOffLoopbackNeedsKey(t *testing.T) {
+	code, _, errOut := cli(t, "engine", "--listen", "0.0.0.0:0")
+	if code != 1 || !strings.Contains(errOut, "--api-key-file") || !strings.Contains(errOut, "off loopback") {
+		t.Errorf("no key: code %d, stderr %q", code, errOut)
+	}
+	code, _, errOut = cli(t, "engine", "--listen", "0.0.0.0:0", "--api-key-file", filepath.Join(t.TempDir(), "none"))
+	if code != 1 || !strings.Contains(errOut, "--api-key-file") {
+		t.Errorf("missing key file: code %d, stderr %q", code, errOut)
+	}
+}
