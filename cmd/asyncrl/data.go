@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -327,6 +328,7 @@ func newDataBenchCmd(g *globals) *cobra.Command {
 		cfg               = data.DefaultConfig()
 		tokens, indexDir  string
 		rebuild, asJSON   bool
+		pipelined         bool
 		budget, dp, batch int
 		strategy          string
 	)
@@ -340,12 +342,14 @@ func newDataBenchCmd(g *globals) *cobra.Command {
 				return fail("asyncrl data bench: --tokens %v", err)
 			}
 			ctx := cmd.Context()
+			var rebuilt *data.Dataset
 			if rebuild {
 				d, err := data.OpenDataset(ctx, data.DatasetConfig{Name: "bench", Path: args[0]}, data.IndexOptions{Dir: indexDir, Rebuild: true})
 				if err != nil {
 					return fail("asyncrl data bench: %v", err)
 				}
 				d.Close()
+				rebuilt = d
 			}
 			cfg.Datasets = []data.DatasetConfig{{Name: "bench", Path: args[0]}}
 			cfg.IndexDir = indexDir
@@ -359,18 +363,24 @@ func newDataBenchCmd(g *globals) *cobra.Command {
 			defer s.Close()
 			openTime := time.Since(t0)
 			d := s.Datasets()[0]
+			if rebuilt != nil {
+				d.IndexBuilt, d.IndexTime = rebuilt.IndexBuilt, rebuilt.IndexTime
+			}
 			runtime.GC()
 			before := readMem()
-			r, err := data.Throughput(ctx, s, data.ThroughputOptions{Tokens: n, Batch: batch, Pack: data.PackConfig{Budget: budget, DP: dp, Strategy: strategy}})
+			cpu0 := cpuSeconds()
+			r, err := data.Throughput(ctx, s, data.ThroughputOptions{Tokens: n, Batch: batch, Pipelined: pipelined, Pack: data.PackConfig{Budget: budget, DP: dp, Strategy: strategy}})
 			if err != nil {
 				return fail("asyncrl data bench: %v", err)
 			}
+			cpu := cpuSeconds() - cpu0
 			after := readMem()
 			out := map[string]any{
 				"dataset_rows": d.Rows, "dataset_tokens": d.Tokens, "shards": len(d.Shards),
 				"open_seconds": openTime.Seconds(), "index_built": d.IndexBuilt, "index_seconds": d.IndexTime.Seconds(),
 				"examples": r.Examples, "tokens": r.Tokens, "bins": r.Bins, "padding_tokens": r.PaddingTokens,
 				"seconds": r.Elapsed.Seconds(), "tokens_per_second": r.TokensPerSecond(),
+				"cpu_seconds": cpu, "tokens_per_cpu_second": float64(r.Tokens) / max(cpu, 1e-9), "pipelined": pipelined,
 				"rss_before_kib": before["VmRSS"], "rss_kib": after["VmRSS"], "hwm_kib": after["VmHWM"],
 				"rss_anon_kib": after["RssAnon"], "rss_file_kib": after["RssFile"], "gomaxprocs": runtime.GOMAXPROCS(0),
 			}
@@ -382,6 +392,7 @@ func newDataBenchCmd(g *globals) *cobra.Command {
 			fmt.Fprintf(g.stdout, "path      %d examples, %d tokens → %d bins of %d in %s: %.1f M tokens/s (padding %.1f%%)\n",
 				r.Examples, r.Tokens, r.Bins, budget, r.Elapsed.Round(time.Millisecond), r.TokensPerSecond()/1e6,
 				100*float64(r.PaddingTokens)/float64(max(1, r.Bins*int64(budget))))
+			fmt.Fprintf(g.stdout, "cpu       %.2f s (%.1f M tokens per CPU-second)\n", cpu, float64(r.Tokens)/max(cpu, 1e-9)/1e6)
 			fmt.Fprintf(g.stdout, "memory    RSS %d KiB (anon %d, file %d), peak %d KiB\n", after["VmRSS"], after["RssAnon"], after["RssFile"], after["VmHWM"])
 			return nil
 		},
@@ -396,10 +407,20 @@ func newDataBenchCmd(g *globals) *cobra.Command {
 	f.IntVar(&batch, "batch", 1024, "examples per pack call")
 	f.StringVar(&strategy, "strategy", data.PackFFD, "ffd or balanced")
 	f.StringVar(&indexDir, "index-dir", "", "where shard indexes are cached (default: next to each shard)")
+	f.BoolVar(&pipelined, "pipelined", false, "pack on a second goroutine while reading (two cores)")
 	f.BoolVar(&rebuild, "rebuild-index", false, "build the indexes anew first (measures index build time)")
 	f.BoolVar(&asJSON, "json", false, "print JSON")
 	cfg.Sampler.Epochs = 1
 	return cmd
+}
+
+// cpuSeconds is the process's user + system CPU time.
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
 
 // readMem reads the memory lines of /proc/self/status in KiB (empty off Linux).

@@ -15,6 +15,9 @@ type ThroughputOptions struct {
 	Pack   PackConfig // bins
 	// Clock is the time source (time.Now when nil): a bench is a shell.
 	Clock func() time.Time
+	// Pipelined packs on a second goroutine while the stream reads the
+	// next batch (two cores: one reading, one packing).
+	Pipelined bool
 }
 
 // ThroughputResult is what one pass measured.
@@ -33,7 +36,8 @@ func (r ThroughputResult) TokensPerSecond() float64 {
 	return float64(r.Tokens) / r.Elapsed.Seconds()
 }
 
-// Throughput runs the data path — sample, read, pack — with no trainer,
+// Throughput runs the data path — sample, read, pack (a Packer reusing
+// its buffers, as a training loop would) — with no trainer,
 // for benchmarks and `asyncrl data bench`.
 func Throughput(ctx context.Context, s Stream, o ThroughputOptions) (ThroughputResult, error) {
 	var r ThroughputResult
@@ -46,19 +50,60 @@ func Throughput(ctx context.Context, s Stream, o ThroughputOptions) (ThroughputR
 	}
 	t0 := now()
 	batch := make([]Example, 0, o.Batch)
+	var packer Packer
+	pack := func(batch []Example) (int64, int64, error) {
+		bins, err := packer.Pack(batch, o.Pack)
+		if err != nil {
+			return 0, 0, err
+		}
+		return int64(len(bins)), int64(len(bins))*int64(o.Pack.Budget) - sumTokens(batch), nil
+	}
+	var packed chan [2]int64
+	var work chan []Example
+	var packErr error
+	if o.Pipelined {
+		work, packed = make(chan []Example, 1), make(chan [2]int64, 1)
+		go func() {
+			var bins, pad int64
+			for b := range work {
+				nb, np, err := pack(b)
+				if err != nil && packErr == nil {
+					packErr = err
+				}
+				bins, pad = bins+nb, pad+np
+			}
+			packed <- [2]int64{bins, pad}
+		}()
+	}
 	flush := func() error {
 		if len(batch) == 0 {
 			return nil
 		}
-		bins, err := Pack(batch, o.Pack)
+		if o.Pipelined {
+			work <- batch
+			batch = make([]Example, 0, o.Batch)
+			return nil
+		}
+		nb, np, err := pack(batch)
 		if err != nil {
 			return err
 		}
-		r.Bins += int64(len(bins))
-		r.PaddingTokens += int64(len(bins))*int64(o.Pack.Budget) - sumTokens(batch)
+		r.Bins += nb
+		r.PaddingTokens += np
 		batch = batch[:0]
 		return nil
 	}
+	finish := func() error {
+		if !o.Pipelined {
+			return nil
+		}
+		close(work)
+		t := <-packed
+		r.Bins, r.PaddingTokens = t[0], t[1]
+		o.Pipelined = false
+		return packErr
+	}
+	defer finish()
 	for o.Tokens == 0 || r.Tokens < o.Tokens {
 		ex, err := s.Next(ctx)
 		if errors.Is(err, io.EOF) {
@@ -77,6 +122,9 @@ func Throughput(ctx context.Context, s Stream, o ThroughputOptions) (ThroughputR
 		}
 	}
 	if err := flush(); err != nil {
+		return r, err
+	}
+	if err := finish(); err != nil {
 		return r, err
 	}
 	r.Elapsed = now().Sub(t0)

@@ -144,12 +144,15 @@ type batch struct {
 	li32  []int32
 	li64  []int64
 	mkind maskKind
+	// idsNulls, maskNulls: the column has nulls (else IsNull is skipped)
+	idsNulls, maskNulls bool
 }
 
 func newBatch(rec arrow.RecordBatch, lay layout) batch {
 	b := batch{rec: rec, kind: lay.idsKind, mkind: lay.maskKind}
 	b.ids = rec.Column(lay.ids).(*array.List)
 	b.offs = b.ids.Offsets()
+	b.idsNulls = b.ids.NullN() > 0
 	switch v := b.ids.ListValues().(type) {
 	case *array.Int32:
 		b.i32 = v.Int32Values()
@@ -163,6 +166,7 @@ func newBatch(rec arrow.RecordBatch, lay layout) batch {
 	if lay.mask >= 0 {
 		b.mask = rec.Column(lay.mask).(*array.List)
 		b.moffs = b.mask.Offsets()
+		b.maskNulls = b.mask.NullN() > 0
 		switch v := b.mask.ListValues().(type) {
 		case *array.Uint8:
 			b.mu8 = v.Uint8Values()
@@ -195,14 +199,14 @@ func (b *batch) valuesLen() int {
 // checkOffsets verifies that row i's offsets are in order and inside the
 // values: a corrupt shard fails here, not with a panic later.
 func (b *batch) checkOffsets(i int) error {
-	if b.ids.IsNull(i) {
+	if b.idsNulls && b.ids.IsNull(i) {
 		return fmt.Errorf("%s is null", ColInputIDs)
 	}
 	lo, hi := b.offs[i], b.offs[i+1]
 	if lo < 0 || hi < lo || int(hi) > b.valuesLen() {
 		return fmt.Errorf("%s offsets [%d, %d) outside the %d values", ColInputIDs, lo, hi, b.valuesLen())
 	}
-	if b.mask != nil && !b.mask.IsNull(i) {
+	if b.mask != nil && !(b.maskNulls && b.mask.IsNull(i)) {
 		mlo, mhi := b.moffs[i], b.moffs[i+1]
 		n := 0
 		switch b.mkind {
@@ -273,7 +277,7 @@ func (b *batch) appendIDs(dst []int32, i int) ([]int32, int64, int64) {
 
 // maskLen is the length of row i's mask (-1: no mask for this row).
 func (b *batch) maskLen(i int) int {
-	if b.mask == nil || b.mask.IsNull(i) {
+	if b.mask == nil || (b.maskNulls && b.mask.IsNull(i)) {
 		return -1
 	}
 	return int(b.moffs[i+1] - b.moffs[i])

@@ -30,6 +30,30 @@ var ErrPack = errors.New("sft/data: pack")
 // that every segment's first token is 0 (nothing before it predicts it).
 // Examples keep their order inside each bin as the packer placed them.
 func Pack(examples []Example, cfg PackConfig) ([]Bin, error) {
+	var p Packer
+	return p.Pack(examples, cfg)
+}
+
+// Packer is Pack with buffers kept between calls: the bins a call returns
+// share memory with the next call's, so use them (or copy them) before
+// packing again. A data loop that hands bins to a trainer step by step
+// saves the allocation and zeroing of every bin this way.
+type Packer struct {
+	toks, segs, pos []int32
+	mask            []uint8
+	ids             []ExampleID
+	bins            []Bin
+}
+
+func grow[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
+}
+
+// Pack packs as the package-level Pack does, into the Packer's buffers.
+func (p *Packer) Pack(examples []Example, cfg PackConfig) ([]Bin, error) {
 	if cfg.Budget < 1 {
 		return nil, fmt.Errorf("%w: budget %d: want ≥ 1", ErrPack, cfg.Budget)
 	}
@@ -68,22 +92,25 @@ func Pack(examples []Example, cfg PackConfig) ([]Bin, error) {
 	for len(groups)%cfg.DP != 0 {
 		groups = append(groups, nil)
 	}
-	bins := make([]Bin, len(groups))
+	// one buffer per field for all bins (each bin a capped window)
+	nb, w := len(groups), cfg.Budget
+	p.toks, p.mask = grow(p.toks, nb*w), grow(p.mask, nb*w)
+	p.segs, p.pos = grow(p.segs, nb*w), grow(p.pos, nb*w)
+	p.ids, p.bins = grow(p.ids, len(examples)), grow(p.bins, nb)
+	toks, mask, segs, pos, idSlab, bins := p.toks, p.mask, p.segs, p.pos, p.ids, p.bins
+	used := 0
 	for bi, g := range groups {
-		bins[bi] = fill(examples, g, cfg.Budget)
+		lo, hi := bi*w, (bi+1)*w
+		bins[bi] = Bin{Tokens: toks[lo:hi:hi], LossMask: mask[lo:hi:hi], Segments: segs[lo:hi:hi], Positions: pos[lo:hi:hi],
+			IDs: idSlab[used : used+len(g) : used+len(g)]}
+		used += len(g)
+		fill(&bins[bi], examples, g, w)
 	}
 	return bins, nil
 }
 
-// fill builds one bin from the examples at indices g.
-func fill(examples []Example, g []int, budget int) Bin {
-	b := Bin{
-		Tokens:    make([]int32, budget),
-		LossMask:  make([]uint8, budget),
-		Segments:  make([]int32, budget),
-		Positions: make([]int32, budget),
-		IDs:       make([]ExampleID, len(g)),
-	}
+// fill lays the examples at indices g into b (budget long), padding after.
+func fill(b *Bin, examples []Example, g []int, budget int) {
 	at := 0
 	for seg, i := range g {
 		ex := examples[i]
@@ -103,8 +130,10 @@ func fill(examples []Example, g []int, budget int) Bin {
 		}
 		at += n
 	}
+	clear(b.Tokens[at:])
+	clear(b.LossMask[at:])
+	clear(b.Positions[at:])
 	for j := at; j < budget; j++ {
 		b.Segments[j] = -1
 	}
-	return b
 }

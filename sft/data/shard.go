@@ -55,7 +55,7 @@ type Shard struct {
 	mapping []byte
 	batches []batch
 	starts  []int64 // row starts of batches, len(batches)+1
-	release func()
+	dirty   bool    // rows read since the stream last dropped the mapped pages
 }
 
 // load opens the shard's data (idempotent).

@@ -150,6 +150,7 @@ func (s *DataStream) Next(ctx context.Context) (Example, error) {
 		}
 	}
 	if sh.mapping != nil {
+		sh.dirty = true
 		s.touched += int64(n) * int64(idsWidth(b.kind))
 		if s.touched >= dropEvery {
 			s.dropPages()
@@ -178,7 +179,10 @@ func (s *DataStream) dropPages() {
 	s.touched = 0
 	for _, d := range s.sets {
 		for _, sh := range d.Shards {
-			dropPages(sh.mapping)
+			if sh.dirty {
+				dropPages(sh.mapping)
+				sh.dirty = false
+			}
 		}
 	}
 }
