@@ -69,6 +69,14 @@ bench-tinker:
 run: build
 	./$(BIN) run
 
+# The SFT data path at scale (issue 18; not in `make test`): a 2^30-token
+# dataset in 64 shards on disk (~2.2 GB under SFT_DATA_DIR, deleted after),
+# index build time, sample → pack tokens/s, RSS vs a 2^24-token dataset.
+SFT_DATA_DIR ?= $(or $(TMPDIR),/tmp)/asyncrl-sft-data
+.PHONY: bench-sft-data
+bench-sft-data: build
+	./bench/sft-data.sh ./$(BIN) $(SFT_DATA_DIR)
+
 clean:
 	rm -rf bin
 
