@@ -31,4 +31,3 @@ func dropPages(b []byte) {
 	}
 }
 
-const memoryMapped = true

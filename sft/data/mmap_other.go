@@ -18,4 +18,3 @@ func unmapFile([]byte) error { return nil }
 
 func dropPages([]byte) {}
 
-const memoryMapped = false

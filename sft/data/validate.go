@@ -2,8 +2,8 @@ package data
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"strings"
 )
 
 // ValidateOptions are the checks Validate makes beyond the structure.
@@ -113,16 +113,12 @@ func Validate(ctx context.Context, path string, o ValidateOptions) (ValidationRe
 	return rep, nil
 }
 
-// shardReason is a load error without the sentinel and path prefixes.
+// shardReason is a load error without the sentinel and path prefixes
+// (the BadRow names the path).
 func shardReason(err error, path string) string {
 	msg := err.Error()
 	for _, pre := range []string{ErrCorrupt.Error() + ": ", path + ": "} {
-		if len(msg) >= len(pre) && msg[:len(pre)] == pre {
-			msg = msg[len(pre):]
-		}
-	}
-	if !errors.Is(err, ErrCorrupt) {
-		return msg
+		msg = strings.TrimPrefix(msg, pre)
 	}
 	return msg
 }
