@@ -30,4 +30,3 @@ func dropPages(b []byte) {
 		_ = syscall.Madvise(b, syscall.MADV_DONTNEED)
 	}
 }
-
