@@ -101,6 +101,11 @@ type Submission struct {
 	BodyHash  [32]byte
 }
 
+type idemRec struct {
+	id   string
+	hash [32]byte
+}
+
 // View is what retrieve_future learns about an id.
 type View struct {
 	Found  bool
@@ -133,6 +138,11 @@ type Core struct {
 	doneHead  int
 	doneBytes int64
 	gone      map[string]string
+	// trainIdem keeps the idempotency keys of training futures evicted
+	// from memory (their results stay in the shell's durable store), per
+	// model, until the model is unloaded: a late retry still gets its
+	// original future, never a second run.
+	trainIdem map[string]map[string]idemRec
 	goneOrder []string
 	goneHead  int
 	evicted   int64
@@ -145,7 +155,7 @@ func NewCore(lim Limits) *Core {
 	}
 	return &Core{lim: lim, sessions: map[string]*Session{}, models: map[string]*Model{},
 		samplers: map[string]*Sampler{}, futures: map[string]*Future{}, idem: map[string]string{},
-		gone: map[string]string{}}
+		gone: map[string]string{}, trainIdem: map[string]map[string]idemRec{}}
 }
 
 // CreateSession opens session id.
@@ -211,6 +221,7 @@ func (c *Core) UnloadModel(id string) error {
 		return fmt.Errorf("%w %q", ErrUnknownModel, id)
 	}
 	delete(c.models, id)
+	delete(c.trainIdem, id)
 	if s, ok := c.sessions[m.SessionID]; ok {
 		delete(s.Models, id)
 	}
@@ -250,6 +261,12 @@ func (c *Core) Submit(now time.Time, sub Submission) (id string, dup bool, err e
 				return "", false, fmt.Errorf("%w: %s was already used by request %s", ErrConflict, sub.IdemKey, prev)
 			}
 			return prev, true, nil
+		}
+		if rec, ok := c.trainIdem[sub.ModelID][sub.IdemKey]; ok {
+			if rec.hash != sub.BodyHash {
+				return "", false, fmt.Errorf("%w: %s was already used by request %s", ErrConflict, sub.IdemKey, rec.id)
+			}
+			return rec.id, true, nil
 		}
 	}
 	var s *Session
@@ -323,6 +340,12 @@ func (c *Core) evictHead(reason string) {
 	c.doneBytes -= int64(len(f.Result))
 	if f.idemKey != "" && c.idem[f.idemKey] == id {
 		delete(c.idem, f.idemKey)
+		if _, loaded := c.models[f.ModelID]; f.Kind == KindTrain && loaded {
+			if c.trainIdem[f.ModelID] == nil {
+				c.trainIdem[f.ModelID] = map[string]idemRec{}
+			}
+			c.trainIdem[f.ModelID][f.idemKey] = idemRec{id: id, hash: f.bodyHash}
+		}
 	}
 	c.evicted++
 	c.gone[id] = reason
@@ -357,6 +380,7 @@ func (c *Core) Tick(now time.Time) []Expired {
 		e := Expired{SessionID: id}
 		for m := range s.Models {
 			delete(c.models, m)
+			delete(c.trainIdem, m)
 			e.Models = append(e.Models, m)
 		}
 		for sid, sp := range c.samplers {

@@ -93,3 +93,31 @@ func TestResultRetentionTTLAndBytes(t *testing.T) {
 		t.Fatalf("held %d results, %d bytes", n, b)
 	}
 }
+
+// TestTrainingIdempotencyOutlivesEviction: a training future evicted from
+// memory (its result is in the durable store) still answers a retry of
+// its (model, seq_id) with the original id, and a different body with
+// ErrConflict — until the model is unloaded.
+func TestTrainingIdempotencyOutlivesEviction(t *testing.T) {
+	h := [32]byte{7}
+	c2 := NewCore(lim())
+	c2.CreateSession(t0, "s")
+	c2.CreateModel(t0, "s", "m", "base", 4)
+	c2.Submit(t0, Submission{ID: "t1", Kind: KindTrain, SessionID: "s", ModelID: "m", IdemKey: "m/1", BodyHash: h})
+	c2.Complete(t0, "t1", []byte("{}"), false)
+	c2.Heartbeat(t0.Add(30*time.Second), "s")
+	c2.Tick(t0.Add(40 * time.Second))
+	if v := c2.Lookup("t1"); v.Found {
+		t.Fatal("t1 not evicted after its TTL")
+	}
+	if id, dup, err := c2.Submit(t0, Submission{ID: "t2", Kind: KindTrain, SessionID: "s", ModelID: "m", IdemKey: "m/1", BodyHash: h}); err != nil || !dup || id != "t1" {
+		t.Fatalf("retry after eviction: %s dup=%v err=%v, want t1", id, dup, err)
+	}
+	if _, _, err := c2.Submit(t0, Submission{ID: "t3", Kind: KindTrain, SessionID: "s", ModelID: "m", IdemKey: "m/1", BodyHash: [32]byte{8}}); !errors.Is(err, ErrConflict) {
+		t.Fatalf("other body after eviction: %v", err)
+	}
+	c2.UnloadModel("m")
+	if len(c2.trainIdem) != 0 {
+		t.Fatal("unloading the model kept its idempotency keys")
+	}
+}
