@@ -18,7 +18,9 @@ func TestDataCommands(t *testing.T) {
 	code, out, errOut := cli(t, "data", "inspect", "--json", dir)
 	var ins struct {
 		Rows, Tokens int64
-		Shards       []struct{ IDsType string `json:"ids_type"` }
+		Shards       []struct {
+			IDsType string `json:"ids_type"`
+		}
 	}
 	if code != 0 || json.Unmarshal([]byte(out), &ins) != nil || ins.Tokens != 1<<14 || len(ins.Shards) != 3 || ins.Shards[0].IDsType != "uint16" {
 		t.Fatalf("inspect: %d %q %q", code, out, errOut)
