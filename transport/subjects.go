@@ -109,7 +109,12 @@ func Subject(run string, topic Topic, more ...string) (string, error) {
 			return "", err
 		}
 	}
+	n := len(SubjectRoot) + 1 + len(run) + 1 + len(topic)
+	for _, m := range more {
+		n += 1 + len(m)
+	}
 	var b strings.Builder
+	b.Grow(n)
 	b.WriteString(SubjectRoot)
 	b.WriteByte('.')
 	b.WriteString(run)
@@ -214,8 +219,10 @@ func validate(s string, wildcards bool) error {
 	if s == "" {
 		return fmt.Errorf("%w: empty subject", ErrBadSubject)
 	}
-	toks := strings.Split(s, ".")
-	for i, t := range toks {
+	// Token by token with strings.Cut, not strings.Split: every publish
+	// validates its subject, and this allocates nothing.
+	for rest := s; ; {
+		t, next, more := strings.Cut(rest, ".")
 		if t == "" {
 			return fmt.Errorf("%w: %q has an empty token", ErrBadSubject, s)
 		}
@@ -223,19 +230,22 @@ func validate(s string, wildcards bool) error {
 			if !wildcards {
 				return fmt.Errorf("%w: %q: wildcards are not allowed when publishing", ErrBadSubject, s)
 			}
-			if t == ">" && i != len(toks)-1 {
+			if t == ">" && more {
 				return fmt.Errorf("%w: %q: '>' must be the last token", ErrBadSubject, s)
 			}
-			continue
-		}
-		for j := 0; j < len(t); j++ {
-			c := t[j]
-			if c <= ' ' || c == 0x7f || c == '*' || c == '>' {
-				return fmt.Errorf("%w: %q: token %q has %q", ErrBadSubject, s, t, c)
+		} else {
+			for j := 0; j < len(t); j++ {
+				c := t[j]
+				if c <= ' ' || c == 0x7f || c == '*' || c == '>' {
+					return fmt.Errorf("%w: %q: token %q has %q", ErrBadSubject, s, t, c)
+				}
 			}
 		}
+		if !more {
+			return nil
+		}
+		rest = next
 	}
-	return nil
 }
 
 // SubjectMatches reports whether subject matches pattern with NATS wildcard
