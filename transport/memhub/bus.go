@@ -2,11 +2,13 @@ package memhub
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/asyncrl/asyncrl/transport"
@@ -40,6 +42,17 @@ type subscription struct {
 	h      transport.Handler
 	active bool // guarded by h.mu
 	inbox  bool // a Request's private reply subscription
+	// literal: subj has no wildcard, so it matches exactly itself (a
+	// string compare instead of a token walk on every publish).
+	literal bool
+}
+
+// matches reports whether the subscription's subject matches subject.
+func (s *subscription) matches(subject string) bool {
+	if s.literal {
+		return s.subj == subject
+	}
+	return transport.SubjectMatches(s.subj, subject)
 }
 
 type delivery struct {
@@ -57,23 +70,24 @@ func (s *subscription) Unsubscribe() error {
 	defer h.mu.Unlock()
 	if s.active {
 		s.active = false
-		delete(h.subs, s.id)
+		h.removeSubLocked(s.id)
 	}
 	return nil
 }
 
-func (h *Hub) prepareDeliveryLocked(d *delivery) func() {
+func (h *Hub) prepareDeliveryLocked(d *delivery) run {
 	s := d.sub
 	if !s.active {
-		return nil
+		return run{}
 	}
 	detail := ""
 	if d.copy > 0 {
 		detail = fmt.Sprintf("copy %d", d.copy)
 	}
 	h.logLocked(Event{Kind: EvDeliver, Msg: d.id, Subject: d.msg.Subject, From: d.from, To: s.node, Sub: s.id, Detail: detail})
-	m := *d.msg // each delivery gets its own Msg; Data is shared read-only
-	return func() { s.h(&m) }
+	m := new(transport.Msg)
+	*m = *d.msg // each delivery gets its own Msg; Data is shared read-only
+	return run{h: s.h, m: m}
 }
 
 func (b *Bus) checkLocked() error {
@@ -142,22 +156,19 @@ func (h *Hub) routeLocked(from string, m *transport.Msg, capture bool) int {
 			}
 		}
 	}
-	ids := make([]uint64, 0, len(h.subs))
-	for id := range h.subs {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids) // map order is random; deliveries must not be
 	var plain []*subscription
-	groups := map[string][]*subscription{}
+	var groups map[string][]*subscription
 	var groupNames []string
-	for _, sid := range ids {
-		s := h.subs[sid]
-		if !transport.SubjectMatches(s.subj, m.Subject) {
+	for _, s := range h.subsInOrderLocked() {
+		if !s.matches(m.Subject) {
 			continue
 		}
 		if s.queue == "" {
 			plain = append(plain, s)
 			continue
+		}
+		if groups == nil {
+			groups = map[string][]*subscription{}
 		}
 		if _, ok := groups[s.queue]; !ok {
 			groupNames = append(groupNames, s.queue)
@@ -226,9 +237,33 @@ func (b *Bus) subscribe(subject, queue string, handler transport.Handler) (trans
 
 func (h *Hub) addSubLocked(b *Bus, subject, queue string, handler transport.Handler, inbox bool) *subscription {
 	h.nextSub++
-	s := &subscription{id: h.nextSub, bus: b, node: b.node, subj: subject, queue: queue, h: handler, active: true, inbox: inbox}
+	s := &subscription{id: h.nextSub, bus: b, node: b.node, subj: subject, queue: queue, h: handler, active: true, inbox: inbox,
+		literal: !strings.ContainsAny(subject, "*>")}
 	h.subs[s.id] = s
+	h.subOrder = nil
 	return s
+}
+
+// removeSubLocked forgets a subscription.
+func (h *Hub) removeSubLocked(id uint64) {
+	delete(h.subs, id)
+	h.subOrder = nil
+}
+
+// subsInOrderLocked is every subscription in id order (map order is
+// random; deliveries must not be), rebuilt only after the set changed:
+// every publish walks it.
+func (h *Hub) subsInOrderLocked() []*subscription {
+	if h.subOrder != nil {
+		return h.subOrder
+	}
+	order := make([]*subscription, 0, len(h.subs)+1) // never nil once built
+	for _, s := range h.subs {
+		order = append(order, s)
+	}
+	slices.SortFunc(order, func(a, b *subscription) int { return cmp.Compare(a.id, b.id) })
+	h.subOrder = order
+	return order
 }
 
 type reqResult struct {
@@ -270,7 +305,7 @@ func (b *Bus) Request(ctx context.Context, subject string, data []byte) (*transp
 	}, true)
 	if n := h.routeLocked(b.node, &transport.Msg{Subject: subject, Reply: inbox, Data: bytes.Clone(data)}, true); n == 0 {
 		sub.active = false
-		delete(h.subs, sub.id)
+		h.removeSubLocked(sub.id)
 		h.logLocked(Event{Kind: EvNoResponders, Subject: subject, From: b.node})
 		h.mu.Unlock()
 		return nil, fmt.Errorf("memhub: request %s: %w", subject, transport.ErrNoResponders)
@@ -298,7 +333,7 @@ func (b *Bus) Request(ctx context.Context, subject string, data []byte) (*transp
 	h.mu.Lock()
 	timer.cancelled = true
 	sub.active = false
-	delete(h.subs, sub.id)
+	h.removeSubLocked(sub.id)
 	h.mu.Unlock()
 	return r.m, r.err
 }
@@ -325,7 +360,7 @@ func (b *Bus) Close() error {
 	for id, s := range h.subs {
 		if s.bus == b {
 			s.active = false
-			delete(h.subs, id)
+			h.removeSubLocked(id)
 		}
 	}
 	for _, st := range h.streams {

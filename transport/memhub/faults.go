@@ -227,6 +227,12 @@ func (h *Hub) applyFaultsLocked(d *delivery) {
 		h.logLocked(Event{Kind: EvDrop, Msg: d.id, Subject: subj, From: from, To: to, Sub: d.sub.id, Detail: "partition"})
 		return
 	}
+	if len(h.faults) == 0 {
+		// No rules: one copy, due now (what the loops below come to).
+		d.at = h.now
+		h.pushDeliveryLocked(d)
+		return
+	}
 	for _, r := range h.faults {
 		if r.f.Kind == Drop && h.hitsLocked(r, subj, from, to) {
 			h.logLocked(Event{Kind: EvDrop, Msg: d.id, Subject: subj, From: from, To: to, Sub: d.sub.id, Detail: fmt.Sprintf("rule %d", r.id)})

@@ -31,6 +31,7 @@ type Hub struct {
 	seq        uint64 // tie-break for items due at the same time
 
 	subs      map[uint64]*subscription
+	subOrder  []*subscription // subs by id; nil when it must be rebuilt
 	nextSub   uint64
 	nextMsg   uint64
 	nextInbox uint64
@@ -278,29 +279,41 @@ func (h *Hub) process(limit *time.Time, max int) int {
 			h.mu.Unlock()
 			return n
 		}
-		run := h.prepareLocked(it)
+		r := h.prepareLocked(it)
 		h.mu.Unlock()
-		if run != nil {
-			run()
+		switch {
+		case r.h != nil:
+			r.h(r.m)
+		case r.fn != nil:
+			r.fn()
 		}
 		n++
 	}
 	return n
 }
 
+// run is the user code an item leads to, called outside the lock: a
+// subscription's handler with its message (no closure to allocate per
+// delivery), or fn; neither when there is none.
+type run struct {
+	h  transport.Handler
+	m  *transport.Msg
+	fn func()
+}
+
 // prepareLocked records the event for an item and returns the user code to
-// run outside the lock (nil when there is none).
-func (h *Hub) prepareLocked(it *item) func() {
+// run outside the lock.
+func (h *Hub) prepareLocked(it *item) run {
 	switch {
 	case it.timer != nil:
 		it.timer()
-		return nil
+		return run{}
 	case it.d != nil:
 		return h.prepareDeliveryLocked(it.d)
 	case it.sd != nil:
-		return h.prepareStreamDeliveryLocked(it.sd)
+		return run{fn: h.prepareStreamDeliveryLocked(it.sd)}
 	}
-	return nil
+	return run{}
 }
 
 // Step delivers the single next item due now. It reports whether there was
