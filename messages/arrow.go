@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -54,8 +55,37 @@ func expertArrowType(d ExpertDType) arrow.DataType {
 	}
 }
 
+// schemas caches tokenBatchSchema: every encode and decode needs one, and
+// building it costs dozens of allocations. Schemas are immutable; the cache
+// is bounded because decoded specs come from the input.
+var schemas struct {
+	sync.Mutex
+	m map[BatchSpec]*arrow.Schema
+}
+
+const maxCachedSchemas = 64
+
 // tokenBatchSchema is the exact schema for a spec; decoding compares against it.
 func tokenBatchSchema(s BatchSpec) *arrow.Schema {
+	schemas.Lock()
+	sc, ok := schemas.m[s]
+	schemas.Unlock()
+	if ok {
+		return sc
+	}
+	sc = newTokenBatchSchema(s)
+	schemas.Lock()
+	if schemas.m == nil {
+		schemas.m = map[BatchSpec]*arrow.Schema{}
+	}
+	if len(schemas.m) < maxCachedSchemas {
+		schemas.m[s] = sc
+	}
+	schemas.Unlock()
+	return sc
+}
+
+func newTokenBatchSchema(s BatchSpec) *arrow.Schema {
 	keys := []string{MetaSchemaVersion}
 	vals := []string{TokenBatchSchemaVersion}
 	add := func(k string, v int32) {
@@ -148,9 +178,8 @@ func EncodeTokenBatch(b *TokenBatch) ([]byte, error) {
 	}
 	defer rec.Release()
 
-	var out bytes.Buffer
 	// One allocation for the whole stream: buffers (8-byte padded) plus
-	// schema and flatbuffer metadata.
+	// schema and flatbuffer metadata, an upper bound.
 	size := 4096 + 8*len(cols)*3 + 4*len(b.Offsets)*len(cols) + 4*B + 13*T
 	for _, id := range b.TrajectoryIDs {
 		size += len(id)
@@ -167,16 +196,36 @@ func EncodeTokenBatch(b *TokenBatch) ([]byte, error) {
 	if b.Support != nil {
 		size += 4 * len(b.Support.Values)
 	}
+	// A small batch (a group's, typically) is written into a pooled buffer
+	// and copied out at its exact size: the bound is loose for small
+	// batches (4 KiB of it is for metadata) and the result may live long.
+	// A large one is written in place.
+	var out *bytes.Buffer
+	if size <= maxPooledBatchBuf {
+		out = batchBufs.Get().(*bytes.Buffer)
+		defer batchBufs.Put(out)
+		out.Reset()
+	} else {
+		out = new(bytes.Buffer)
+	}
 	out.Grow(size)
-	w := ipc.NewWriter(&out, ipc.WithSchema(schema))
+	w := ipc.NewWriter(out, ipc.WithSchema(schema))
 	if err := w.Write(rec); err != nil {
 		return nil, fmt.Errorf("messages: encode token batch: %w", err)
 	}
 	if err := w.Close(); err != nil {
 		return nil, fmt.Errorf("messages: encode token batch: %w", err)
 	}
+	if size <= maxPooledBatchBuf {
+		return bytes.Clone(out.Bytes()), nil
+	}
 	return out.Bytes(), nil
 }
+
+// batchBufs holds the buffers small token batches are encoded into.
+var batchBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+const maxPooledBatchBuf = 256 << 10
 
 func stringArray(v []string) arrow.Array {
 	bld := array.NewStringBuilder(memory.DefaultAllocator)

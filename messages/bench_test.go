@@ -86,3 +86,60 @@ func BenchmarkEnvelopeGroupReady(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkEnvelopeSmall is the frame of a heartbeat-sized control message
+// (EngineHealth), encoded and decoded: the per-message cost of the wire
+// codec on a bus (and in the simulator, for every message).
+func BenchmarkEnvelopeSmall(b *testing.B) {
+	m := EngineHealth{Header: hdr(3), Engine: "e1", URL: "http://127.0.0.1:8001", Healthy: true}
+	b.ReportAllocs()
+	for b.Loop() {
+		enc, err := Encode(m)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := Decode(enc); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkString is String() of one message of every kind: what a shell's
+// log line or the simulator's event log pays per message.
+func BenchmarkString(b *testing.B) {
+	ms := samples()
+	b.ReportAllocs()
+	for b.Loop() {
+		for _, m := range ms {
+			_ = m.String()
+		}
+	}
+}
+
+// BenchmarkTokenBatchGroup encodes and decodes one GRPO group's batch (4
+// trajectories × 64 tokens): the size a rollout hands on per group and the
+// controller merges.
+func BenchmarkTokenBatchGroup(b *testing.B) {
+	tb, err := NewTokenBatch(BatchSpec{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range 4 {
+		n := 64
+		tr := Trajectory{ID: "p7#3." + string(rune('0'+i)), GroupID: "p7#3", PromptLen: 16,
+			TokenIDs: make([]int32, n), Logprobs: make([]float32, n), LossMask: make([]uint8, n), PolicyVersions: make([]int32, n)}
+		if err := tb.Append(tr); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		enc, err := EncodeTokenBatch(tb)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := DecodeTokenBatch(enc); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

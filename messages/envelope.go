@@ -1,9 +1,11 @@
 package messages
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"reflect"
+	"sync"
 
 	"github.com/fxamacker/cbor/v2"
 )
@@ -72,7 +74,7 @@ func (c CodecConfig) Validate() error {
 // concurrent use.
 type Codec struct {
 	cfg CodecConfig
-	em  cbor.EncMode
+	em  cbor.UserBufferEncMode
 	dm  cbor.DecMode
 }
 
@@ -83,7 +85,7 @@ func NewCodec(cfg CodecConfig) (*Codec, error) {
 	}
 	// Core deterministic encoding (sorted map keys, shortest integer forms)
 	// makes encode(decode(x)) byte-stable, which golden files and fuzzing rely on.
-	em, err := cbor.EncOptions{Sort: cbor.SortCoreDeterministic}.EncMode()
+	em, err := cbor.EncOptions{Sort: cbor.SortCoreDeterministic}.UserBufferEncMode()
 	if err != nil {
 		return nil, fmt.Errorf("messages: cbor enc mode: %w", err)
 	}
@@ -169,17 +171,36 @@ func (c *Codec) Encode(m Message) ([]byte, error) {
 		// receiver would decode a different shape.
 		return nil, fmt.Errorf("%w: encode %T as %s", ErrUnknownType, m, k)
 	}
-	payload, err := c.em.Marshal(rv.Interface())
-	if err != nil {
+	// The payload is encoded after a blank header in a pooled buffer, and
+	// the frame copied out once: one allocation per frame. m is marshalled
+	// as given (a pointer encodes as the value it points to).
+	buf := frameBufs.Get().(*bytes.Buffer)
+	defer putFrameBuf(buf)
+	buf.Reset()
+	buf.Write(make([]byte, FrameHeaderLen))
+	if err := c.em.MarshalToBuffer(m, buf); err != nil {
 		return nil, fmt.Errorf("messages: encode %s: %w", info.name, err)
 	}
-	n := FrameHeaderLen + len(payload)
+	n := buf.Len()
 	if n > c.cfg.MaxFrameBytes {
 		return nil, fmt.Errorf("%w: encode %s: frame %d bytes > limit %d", ErrTooLarge, info.name, n, c.cfg.MaxFrameBytes)
 	}
-	out := make([]byte, FrameHeaderLen, n)
-	putHeader(out, k, len(payload))
-	return append(out, payload...), nil
+	out := make([]byte, n)
+	copy(out, buf.Bytes())
+	putHeader(out, k, n-FrameHeaderLen)
+	return out, nil
+}
+
+// frameBufs holds the buffers Encode marshals into; buffers that grew past
+// maxPooledFrameBuf (a bulk frame) are left to the collector.
+var frameBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+const maxPooledFrameBuf = 64 << 10
+
+func putFrameBuf(b *bytes.Buffer) {
+	if b.Cap() <= maxPooledFrameBuf {
+		frameBufs.Put(b)
+	}
 }
 
 func putHeader(out []byte, k Kind, n int) {

@@ -159,22 +159,21 @@ type BatchRef struct {
 }
 
 func (l *line) ref(k string, r *BatchRef) *line {
+	l.key(k)
 	if r == nil {
-		l.key(k)
-		l.b.WriteString("nil")
+		l.b = append(l.b, "nil"...)
 		return l
 	}
-	l.key(k)
-	l.b.WriteString("{subject=")
-	l.b.WriteString(strconv.Quote(r.Subject))
-	l.b.WriteString(" seq=")
-	l.b.WriteString(strconv.FormatUint(r.Seq, 10))
-	l.b.WriteString(" inline=")
-	l.b.WriteString(strconv.Itoa(len(r.Inline)))
-	l.b.WriteString("B bytes=")
-	l.b.WriteString(strconv.FormatInt(r.Bytes, 10))
-	l.b.WriteString(" checksum=")
-	l.b.WriteString(strconv.Quote(r.Checksum))
-	l.b.WriteByte('}')
+	l.b = append(l.b, "{subject="...)
+	l.b = strconv.AppendQuote(l.b, r.Subject)
+	l.b = append(l.b, " seq="...)
+	l.b = strconv.AppendUint(l.b, r.Seq, 10)
+	l.b = append(l.b, " inline="...)
+	l.b = strconv.AppendInt(l.b, int64(len(r.Inline)), 10)
+	l.b = append(l.b, "B bytes="...)
+	l.b = strconv.AppendInt(l.b, r.Bytes, 10)
+	l.b = append(l.b, " checksum="...)
+	l.b = strconv.AppendQuote(l.b, r.Checksum)
+	l.b = append(l.b, '}')
 	return l
 }

@@ -34,7 +34,7 @@ func (TransferPlan) Kind() Kind { return KindTransferPlan }
 func (m TransferPlan) String() string {
 	l := newLine("TransferPlan", m.Header).str("id", m.TransferID).str("source", m.Source).
 		strs("dests", m.Destinations)
-	return list(l, "ranges", m.Ranges, ByteRange.String).str("uri", m.URI).done()
+	return list(l, "ranges", m.Ranges, func(b []byte, r ByteRange) []byte { return append(b, r.String()...) }).str("uri", m.URI).done()
 }
 
 // TransferDone: one destination received and verified the whole transfer.
