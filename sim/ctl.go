@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"math"
+	"strconv"
 	"time"
 
 	"github.com/asyncrl/asyncrl/actors/controller"
@@ -29,6 +30,27 @@ const (
 	subjHealthAll = "asyncrl.sim.engines.*.health"
 	subjLoadAll   = "asyncrl.sim.engines.*.load"
 )
+
+// subjTurnResults is where engines send TurnResults.
+var subjTurnResults = transport.MustSubject(runID, transport.TopicTurns, "results")
+
+// turnSubjects are the engines' turn subjects (engines are e0..e15).
+var turnSubjects = func() map[string]string {
+	m := map[string]string{}
+	for i := range 16 {
+		id := "e" + strconv.Itoa(i)
+		m[id] = transport.MustSubject(runID, transport.TopicTurns, id)
+	}
+	return m
+}()
+
+// turnSubject is the subject engine's turn requests go to.
+func turnSubject(engine string) string {
+	if s, ok := turnSubjects[engine]; ok {
+		return s
+	}
+	return transport.MustSubject(runID, transport.TopicTurns, engine)
+}
 
 // engineKnow is what the router shell has been told about an engine.
 type engineKnow struct {
@@ -390,7 +412,7 @@ func (c *ctlNode) routeTurn(t *rtraj) {
 	t.seq++
 	seq := t.seq
 	w.logf("ctl: route %s/%d %s", t.id, t.turn, d)
-	w.send(c.bus, transport.MustSubject(runID, transport.TopicTurns, d.Replica), messages.TurnRequest{
+	w.send(c.bus, turnSubject(d.Replica), messages.TurnRequest{
 		Header:       messages.Header{RunID: runID, Sender: "ctl", Version: c.minVersion},
 		TrajectoryID: t.id, GroupID: t.g.id, TurnIndex: int32(t.turn), Engine: d.Replica,
 		Tokens: t.ctx, MaxTokens: int32(t.maxTok[t.turn])})

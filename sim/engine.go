@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/asyncrl/asyncrl/engine/latency"
@@ -41,6 +42,7 @@ type engineNode struct {
 	updating, paused, stepping        bool
 	stalled                           func()
 	frozenLoad                        *messages.EngineLoad
+	subjects                          map[transport.EngineTopic]string
 }
 
 func latencyConfig() latency.Config {
@@ -82,11 +84,20 @@ func (e *engineNode) heartbeat() {
 	})
 }
 
+// subject is the engine's subject for kind, built once per engine (every
+// heartbeat sends on three of them).
 func (e *engineNode) subject(kind transport.EngineTopic) string {
+	if s, ok := e.subjects[kind]; ok {
+		return s
+	}
 	s, err := transport.EngineSubject(runID, e.id, kind)
 	if err != nil {
 		panic(err)
 	}
+	if e.subjects == nil {
+		e.subjects = map[transport.EngineTopic]string{}
+	}
+	e.subjects[kind] = s
 	return s
 }
 
@@ -157,7 +168,7 @@ func (e *engineNode) kick() {
 	if e.slow > 0 {
 		d *= 10
 	}
-	e.w.afterRoutine(d, fmt.Sprintf("%s step batch=%d", e.id, len(ids)), func() {
+	e.w.afterRoutine(d, e.id+" step batch="+strconv.Itoa(len(ids)), func() {
 		if e.inc == inc {
 			e.completeStep(ids)
 		}
@@ -182,7 +193,7 @@ func (e *engineNode) completeStep(ids []uint64) {
 		if len(r.out) >= r.max {
 			e.sched.Finish(id)
 			delete(e.reqs, id)
-			e.w.send(e.bus, transport.MustSubject(runID, transport.TopicTurns, "results"), messages.TurnResult{
+			e.w.send(e.bus, subjTurnResults, messages.TurnResult{
 				Header: e.header(), TrajectoryID: r.traj, TurnIndex: r.turn, Engine: e.id, Tokens: r.out,
 				FinishReason: "length", ServingVersion: e.serving, TokenVersions: r.versions})
 		}

@@ -117,7 +117,7 @@ func runFailover(cfg Config) (res Result, v *Violation) {
 		InvariantChecks: w.checks, VirtualTime: w.clock, StepsTrained: w.store.prog.Step, Faults: map[FaultKind]int{},
 		Trained: w.trained, Requeued: w.requeued, LogHash: hexsum(w.logHash)}
 	if cfg.KeepLog {
-		res.Log = w.full
+		res.Log = w.full()
 	}
 	for k, n := range w.injected {
 		res.Faults[k] = n
@@ -213,7 +213,7 @@ func (w *fo) related(detail string) []string {
 		return nil
 	}
 	var out []string
-	for _, l := range w.full {
+	for _, l := range w.full() {
 		for _, k := range keys {
 			if containsWord(l, k) {
 				out = append(out, l)
@@ -238,7 +238,7 @@ func (w *fo) run() {
 		t := heap.Pop(&w.tmrs).(*timer)
 		w.clock = t.at
 		if t.label != "" {
-			w.record(t.routine, "%s", t.label)
+			w.eventLog.addStrings(w.clock, t.routine, t.label)
 		}
 		t.fn()
 		w.events++

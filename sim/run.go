@@ -142,7 +142,7 @@ func runOnce(cfg Config) (res Result, v *Violation) {
 		MaxStaleness: w.orc.maxStale, StepDowns: w.ctl.stepDowns, NoStepDowns: w.ctl.noStepDowns,
 		BuffersLost: w.ctl.buffersLost, LostGroups: w.ctl.lostGroups, LogHash: hexsum(w.logHash)}
 	if cfg.KeepLog {
-		res.Log = w.full
+		res.Log = w.full()
 	}
 	for k, n := range w.faults.injected {
 		res.Faults[k] = n

@@ -8,6 +8,7 @@ import (
 	"hash"
 	"math/rand"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -143,7 +144,7 @@ func (w *world) subscribe(bus *memhub.Bus, subject string, h func(m messages.Mes
 			w.event()
 			return
 		}
-		w.record(routine(m), "%s <- %s", bus.Node(), brief(m))
+		w.eventLog.addDelivery(w.now(), routine(m), bus.Node(), m)
 		h(m)
 		w.event()
 	})
@@ -164,16 +165,28 @@ func routine(m messages.Message) bool {
 	return false
 }
 
-// brief is a message's String without the long token lists.
-func brief(m messages.Message) string {
+// appendBrief appends a message's String without the long token lists.
+func appendBrief(b []byte, m messages.Message) []byte {
 	switch v := m.(type) {
 	case messages.TurnRequest:
-		return fmt.Sprintf("TurnRequest traj=%s turn=%d engine=%s ctx=%d max=%d min_v=%d", v.TrajectoryID, v.TurnIndex, v.Engine, len(v.Tokens), v.MaxTokens, v.Version)
+		// "TurnRequest traj=%s turn=%d engine=%s ctx=%d max=%d min_v=%d"
+		b = append(append(b, "TurnRequest traj="...), v.TrajectoryID...)
+		b = strconv.AppendInt(append(b, " turn="...), int64(v.TurnIndex), 10)
+		b = append(append(b, " engine="...), v.Engine...)
+		b = strconv.AppendInt(append(b, " ctx="...), int64(len(v.Tokens)), 10)
+		b = strconv.AppendInt(append(b, " max="...), int64(v.MaxTokens), 10)
+		return strconv.AppendInt(append(b, " min_v="...), v.Version, 10)
 	case messages.TurnResult:
+		// "TurnResult traj=%s turn=%d engine=%s tokens=%d v=%d..%d"
 		lo, hi := versionSpan(v)
-		return fmt.Sprintf("TurnResult traj=%s turn=%d engine=%s tokens=%d v=%d..%d", v.TrajectoryID, v.TurnIndex, v.Engine, len(v.Tokens), lo, hi)
+		b = append(append(b, "TurnResult traj="...), v.TrajectoryID...)
+		b = strconv.AppendInt(append(b, " turn="...), int64(v.TurnIndex), 10)
+		b = append(append(b, " engine="...), v.Engine...)
+		b = strconv.AppendInt(append(b, " tokens="...), int64(len(v.Tokens)), 10)
+		b = strconv.AppendInt(append(b, " v="...), lo, 10)
+		return strconv.AppendInt(append(b, ".."...), hi, 10)
 	}
-	return m.String()
+	return append(b, m.String()...)
 }
 
 // run drives the loop until the run finishes or an invariant breaks.
@@ -198,7 +211,7 @@ func (w *world) run() {
 		for len(w.tmrs) > 0 && w.tmrs[0].at <= w.now() && !w.done {
 			t := heap.Pop(&w.tmrs).(*timer)
 			if t.label != "" {
-				w.record(t.routine, "%s", t.label)
+				w.eventLog.addStrings(w.now(), t.routine, t.label)
 			}
 			t.fn()
 			w.event()
@@ -273,7 +286,7 @@ func (w *world) related(detail string) []string {
 		return nil
 	}
 	var out []string
-	for _, l := range w.full {
+	for _, l := range w.full() {
 		for _, k := range keys {
 			if strings.Contains(l, k) && !isRoutineLine(l) {
 				out = append(out, l)
