@@ -126,6 +126,9 @@ type e2eCluster struct {
 	yaml string
 	// starts counts the nodes started (each start its own events file).
 	starts int
+	// extra, when set, gives node i's further flags (the secure
+	// walkthrough's TLS, route auth and role permissions).
+	extra func(i int) []string
 }
 
 func newE2ECluster(t *testing.T, steps int) *e2eCluster {
@@ -167,6 +170,9 @@ func (c *e2eCluster) start(i int, roles string) *proc {
 	}
 	if i > 0 {
 		args = append(args, "--join", c.gossip(0))
+	}
+	if c.extra != nil {
+		args = append(args, c.extra(i)...)
 	}
 	p := startNode(t, c.bin, args...)
 	p.evPath = ev

@@ -25,6 +25,9 @@ func (r *termRun) start(ctx context.Context, v term.StartPipeline) error {
 	cfg.Run.Steps = int(v.Steps)
 	cfg.Run.ReportDir = filepath.Join(cfg.Run.ReportDir, fmt.Sprintf("%s-t%d", a.cfg.Name, v.Token))
 	cfg.Bus.NATSURL = a.bus.ClientURL()
+	// The term connects as this node does (Options.BusSecurity): the role
+	// permissions were this node's server's to apply.
+	cfg.Bus.RolePermissions = false
 	cfg.Run.DataDir = filepath.Join(cfg.Run.DataDir, a.cfg.Name)
 	// The term's engines are the engine hosts of the members (this node's
 	// included): its weights go through the bus's object store.
