@@ -44,12 +44,12 @@ func TestSFTThenRL(t *testing.T) {
 	}
 
 	// RL from the SFT checkpoint: two real steps of the default run
-	rl := writeFile(t, "rl.yaml", "run:\n  data_dir: "+filepath.Join(dir, "rl")+"\ntrainer:\n  init_checkpoint: "+filepath.Join(out, sft.LatestName, sft.TrainerDir)+"\n")
+	rl := writeFile(t, "rl.yaml", "run:\n  data_dir: "+filepath.Join(dir, "rl")+"\n  report_dir: "+filepath.Join(dir, "rl-report")+"\ntrainer:\n  init_checkpoint: "+filepath.Join(out, sft.LatestName, sft.TrainerDir)+"\n")
 	code, stdout, stderr = cli(t, "run", "--config", rl, "--steps", "2", "--log-level", "warn")
 	if code != 0 || !strings.Contains(stdout, "steps 2, final version 2") {
 		t.Fatalf("run from the SFT checkpoint: code %d\nstdout %s\nstderr %s", code, stdout, lastLines(stderr, 5))
 	}
-	missing := writeFile(t, "missing.yaml", "run:\n  data_dir: "+filepath.Join(dir, "rl2")+"\ntrainer:\n  init_checkpoint: "+filepath.Join(dir, "nope")+"\n")
+	missing := writeFile(t, "missing.yaml", "run:\n  data_dir: "+filepath.Join(dir, "rl2")+"\n  report_dir: "+filepath.Join(dir, "rl2-report")+"\ntrainer:\n  init_checkpoint: "+filepath.Join(dir, "nope")+"\n")
 	if code, _, stderr = cli(t, "run", "--config", missing, "--steps", "1", "--log-level", "warn"); code != 1 || !strings.Contains(stderr, filepath.Join(dir, "nope")) {
 		t.Fatalf("missing init_checkpoint: code %d, stderr %s", code, lastLines(stderr, 3))
 	}
