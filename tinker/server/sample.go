@@ -2,14 +2,12 @@ package server
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/asyncrl/asyncrl/tinker"
@@ -77,48 +75,10 @@ func (s *Server) resolve(path string) (string, ckptPath, error) {
 		return "", p, httpErr(http.StatusNotFound, "sampler checkpoint %s not found", p)
 	}
 	name := adapterName(p)
-	if err := s.ensureAdapter(name, dir); err != nil {
+	if err := s.ensureAdapter(name, dir, false); err != nil {
 		return "", p, httpErr(http.StatusBadGateway, "loading %s on the engines: %v", p, err)
 	}
 	return name, p, nil
-}
-
-type adapterLoad struct {
-	once sync.Once
-	err  error
-}
-
-// ensureAdapter loads checkpoint dir on every engine as LoRA adapter name
-// (vLLM's /v1/load_lora_adapter; the built-in engine loads it with its
-// checkpoint loader), once per name; a failed load is retried next time.
-func (s *Server) ensureAdapter(name, dir string) error {
-	v, _ := s.adapters.LoadOrStore(name, &adapterLoad{})
-	al := v.(*adapterLoad)
-	al.once.Do(func() {
-		body, _ := json.Marshal(map[string]any{"lora_name": name, "lora_path": dir, "load_inplace": true})
-		for _, u := range s.cfg.EngineURLs {
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, u+"/v1/load_lora_adapter", bytes.NewReader(body))
-			req.Header.Set("Content-Type", "application/json")
-			resp, err := s.samples.client.Do(req)
-			if err == nil {
-				msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-				resp.Body.Close()
-				if resp.StatusCode != http.StatusOK {
-					err = fmt.Errorf("%s: %d %s", u, resp.StatusCode, bytes.TrimSpace(msg))
-				}
-			}
-			cancel()
-			if err != nil {
-				al.err = err
-				break
-			}
-		}
-		if al.err != nil {
-			s.adapters.Delete(name)
-		}
-	})
-	return al.err
 }
 
 func (s *Server) asample(_ http.ResponseWriter, _ *http.Request, body []byte) (any, error) {
@@ -133,7 +93,7 @@ func (s *Server) asample(_ http.ResponseWriter, _ *http.Request, body []byte) (a
 	if len(stop.Tokens) > 0 {
 		return nil, badField("sampling_params", "stop token ids are not supported (the engines' completions API takes stop strings); pass strings")
 	}
-	model, session, idem := s.cfg.BaseModel, "", ""
+	model, session, idem, key := s.cfg.BaseModel, "", "", ""
 	path := ""
 	if req.SamplingSessionID != nil {
 		s.mu.Lock()
@@ -142,7 +102,7 @@ func (s *Server) asample(_ http.ResponseWriter, _ *http.Request, body []byte) (a
 		if err != nil {
 			return nil, err
 		}
-		session, path = sp.SessionID, sp.ModelPath
+		session, path, key = sp.SessionID, sp.ModelPath, sp.ID
 		idem = sp.ID + "/" + strconv.FormatInt(*req.SeqID, 10)
 	} else if req.ModelPath != nil {
 		path = *req.ModelPath
@@ -177,7 +137,7 @@ func (s *Server) asample(_ http.ResponseWriter, _ *http.Request, body []byte) (a
 	if req.NumSamples != nil {
 		n = *req.NumSamples
 	}
-	s.samples.jobs <- &sampleJob{id: id, req: engineRequest{Model: model, Prompt: req.Prompt.Tokens(), MaxTokens: *req.SamplingParams.MaxTokens,
+	s.samples.jobs <- &sampleJob{id: id, session: key, req: engineRequest{Model: model, Prompt: req.Prompt.Tokens(), MaxTokens: *req.SamplingParams.MaxTokens,
 		N: n, Temperature: req.SamplingParams.Temperature, TopP: req.SamplingParams.TopP, TopK: req.SamplingParams.TopK,
 		Seed: req.SamplingParams.Seed, Stop: stop.Strings, ReturnTokenIDs: true}}
 	return tinker.UntypedAPIFuture{RequestID: id}, nil
@@ -212,29 +172,31 @@ type engineResponse struct {
 }
 
 type sampleJob struct {
-	id  string
-	req engineRequest
+	id string
+	// session is the sampling session id, the router's sticky key ("" for
+	// a sample without one: the router places it by load alone).
+	session string
+	req     engineRequest
 }
 
 // samplePool bounds the server → engine side: at most sem's capacity
 // requests queued or running, and a fixed number of workers calling the
-// engines (round robin), so in-flight futures never hold sockets.
+// engines through the server's router (route.go), so in-flight futures
+// never hold sockets.
 type samplePool struct {
 	s       *Server
 	sem     chan struct{}
 	jobs    chan *sampleJob
-	urls    []string
-	next    atomic.Uint64
 	client  *http.Client
 	wg      sync.WaitGroup
 	stopped chan struct{}
 }
 
-func newSamplePool(s *Server, queue, workers int, urls []string) *samplePool {
+func newSamplePool(s *Server, queue, workers int) *samplePool {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConns = workers + 16
 	tr.MaxIdleConnsPerHost = workers + 16
-	p := &samplePool{s: s, sem: make(chan struct{}, queue), jobs: make(chan *sampleJob, queue), urls: urls,
+	p := &samplePool{s: s, sem: make(chan struct{}, queue), jobs: make(chan *sampleJob, queue),
 		client: &http.Client{Transport: tr, Timeout: 10 * time.Minute}, stopped: make(chan struct{})}
 	for range workers {
 		p.wg.Add(1)
@@ -257,6 +219,11 @@ func (p *samplePool) release() { <-p.sem }
 func (p *samplePool) queued() int { return len(p.sem) }
 
 func (p *samplePool) close() {
+	select {
+	case <-p.stopped:
+		return
+	default:
+	}
 	close(p.stopped)
 	p.wg.Wait()
 	// Jobs never started: fail them so none is silently lost.
@@ -287,13 +254,13 @@ func (p *samplePool) work() {
 	}
 }
 
-// run calls an engine (retrying once on another engine after a transport
-// error or 5xx) and encodes the SampleResponse once.
+// run sends the request to the router (which retries on another replica
+// after a refused connection or a 503), once more after a transport error
+// reaching the router itself, and encodes the SampleResponse once.
 func (p *samplePool) run(j *sampleJob, buf *bytes.Buffer) ([]byte, bool) {
 	var lastErr error
 	for try := 0; try < 2; try++ {
-		u := p.urls[int(p.next.Add(1)-1)%len(p.urls)]
-		out, retry, err := p.call(u, &j.req, buf)
+		out, retry, err := p.call(p.s.routerURL, j, buf)
 		if err == nil {
 			b, _ := json.Marshal(out)
 			return b, false
@@ -307,22 +274,33 @@ func (p *samplePool) run(j *sampleJob, buf *bytes.Buffer) ([]byte, bool) {
 	return b, true
 }
 
-func (p *samplePool) call(url string, r *engineRequest, buf *bytes.Buffer) (tinker.SampleResponse, bool, error) {
+func (p *samplePool) call(router string, j *sampleJob, buf *bytes.Buffer) (tinker.SampleResponse, bool, error) {
 	buf.Reset()
-	_ = json.NewEncoder(buf).Encode(r)
-	resp, err := p.client.Post(url+"/v1/completions", "application/json", bytes.NewReader(buf.Bytes()))
+	_ = json.NewEncoder(buf).Encode(&j.req)
+	req, _ := http.NewRequest(http.MethodPost, router+"/v1/completions", bytes.NewReader(buf.Bytes()))
+	req.Header.Set("Content-Type", "application/json")
+	if j.session != "" {
+		req.Header.Set("X-Session-ID", j.session)
+	}
+	resp, err := p.client.Do(req)
 	if err != nil {
-		return tinker.SampleResponse{}, true, fmt.Errorf("engine %s: %w", url, err)
+		return tinker.SampleResponse{}, true, fmt.Errorf("router %s: %w", router, err)
 	}
 	defer resp.Body.Close()
+	// The engine that answered (the router's X-Asyncrl-Replica) names it
+	// in errors; before one answered, the router does.
+	url := resp.Header.Get("X-Asyncrl-Replica")
+	if url == "" {
+		url = "router " + router
+	}
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		return tinker.SampleResponse{}, resp.StatusCode >= 500 || resp.StatusCode == 429,
-			fmt.Errorf("engine %s answered %d: %s", url, resp.StatusCode, bytes.TrimSpace(msg))
+			fmt.Errorf("%s answered %d: %s", url, resp.StatusCode, bytes.TrimSpace(msg))
 	}
 	var er engineResponse
 	if err := json.NewDecoder(resp.Body).Decode(&er); err != nil {
-		return tinker.SampleResponse{}, true, fmt.Errorf("engine %s: decoding the completion: %w", url, err)
+		return tinker.SampleResponse{}, true, fmt.Errorf("%s: decoding the completion: %w", url, err)
 	}
 	out := tinker.SampleResponse{Type: "sample", Sequences: make([]tinker.SampledSequence, 0, len(er.Choices))}
 	for _, c := range er.Choices {
@@ -335,7 +313,7 @@ func (p *samplePool) call(url string, r *engineRequest, buf *bytes.Buffer) (tink
 			stop = "stop"
 		}
 		if len(lp) != len(c.TokenIDs) {
-			return tinker.SampleResponse{}, false, fmt.Errorf("engine %s returned %d tokens but %d logprobs", url, len(c.TokenIDs), len(lp))
+			return tinker.SampleResponse{}, false, fmt.Errorf("%s returned %d tokens but %d logprobs", url, len(c.TokenIDs), len(lp))
 		}
 		out.Sequences = append(out.Sequences, tinker.SampledSequence{StopReason: stop, Tokens: c.TokenIDs, Logprobs: lp})
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/asyncrl/asyncrl/actors/router/proxy"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/tinker"
 )
@@ -47,7 +48,10 @@ type Config struct {
 	BaseModel string
 	// Backend trains models.
 	Backend Backend
-	// EngineURLs are the vLLM-compatible engines sampled on (at least one).
+	// EngineURLs are the vLLM-compatible engines sampled on at the start
+	// (AddEngine and RemoveEngine change the set: a cluster node's tinker
+	// role follows its members' engines). Requests reach them through
+	// the server's router (route.go).
 	EngineURLs []string
 	// DataDir holds checkpoints and spilled future results.
 	DataDir string
@@ -76,21 +80,31 @@ type Server struct {
 	waiters map[string]chan struct{}
 	models  map[string]*modelWorker
 
-	samples  *samplePool
-	met      *metrics
-	stop     chan struct{}
-	wg       sync.WaitGroup
-	closed   atomic.Bool
-	handler  http.Handler
-	adapters sync.Map // adapter name → *adapterLoad
+	samples *samplePool
+	met     *metrics
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	closed  atomic.Bool
+	handler http.Handler
+
+	// router is the sampling router, served at routerURL by routerSrv.
+	router    *proxy.Router
+	routerURL string
+	routerSrv *http.Server
+	// engMu guards the engine set and the adapters loaded on all of it
+	// (held across the loads, so an engine that joins while an adapter
+	// loads gets it too).
+	engMu       sync.Mutex
+	engines     []string
+	adapterDirs map[string]string // adapter name → checkpoint dir
 }
 
 // New opens the training-future store (marking futures a previous process
 // left pending as failed) and starts the sample workers and the session
 // sweeper.
 func New(ctx context.Context, cfg Config) (*Server, error) {
-	if cfg.Backend == nil || len(cfg.EngineURLs) == 0 || cfg.NATS == nil || cfg.DataDir == "" || cfg.BaseModel == "" {
-		return nil, errors.New("tinker: server needs a backend, engine URLs, a NATS connection, a data dir and a base model name")
+	if cfg.Backend == nil || cfg.NATS == nil || cfg.DataDir == "" || cfg.BaseModel == "" {
+		return nil, errors.New("tinker: server needs a backend, a NATS connection, a data dir and a base model name")
 	}
 	if err := cfg.Tinker.Validate(); err != nil {
 		return nil, err
@@ -117,13 +131,19 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		core: tinker.NewCore(tinker.Limits{SessionTimeout: t.SessionTimeout, ResultTTL: t.SampleResultTTL,
 			ResultMaxBytes: t.SampleResultMaxBytes, MaxModelsPerSession: t.MaxModelsPerSession,
 			MaxPendingPerSession: t.MaxPendingPerSession}),
-		waiters: map[string]chan struct{}{}, models: map[string]*modelWorker{}, stop: make(chan struct{})}
+		waiters: map[string]chan struct{}{}, models: map[string]*modelWorker{}, stop: make(chan struct{}),
+		adapterDirs: map[string]string{}}
 	if n > 0 {
 		s.log.Warn().Int("futures", n).Msg("training futures left pending by the previous server marked failed")
 	}
 	s.met = newMetrics(cfg.Registry, s)
 	s.met.recovered.Add(float64(n))
-	s.samples = newSamplePool(s, t.SampleQueue, t.SampleConcurrency, cfg.EngineURLs)
+	s.samples = newSamplePool(s, t.SampleQueue, t.SampleConcurrency)
+	if err := s.startRouter(cfg.EngineURLs); err != nil {
+		s.samples.close()
+		s.stopRouter()
+		return nil, err
+	}
 	s.handler = s.routes()
 	s.wg.Add(1)
 	go s.sweep()
@@ -141,6 +161,7 @@ func (s *Server) Close() {
 	}
 	close(s.stop)
 	s.samples.close()
+	s.stopRouter()
 	s.mu.Lock()
 	ws := s.models
 	s.models = map[string]*modelWorker{}

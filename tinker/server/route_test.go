@@ -1,0 +1,140 @@
+package server_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/asyncrl/asyncrl/cluster/localengine"
+	"github.com/asyncrl/asyncrl/internal/wiring"
+	"github.com/asyncrl/asyncrl/tinker/client"
+	"github.com/asyncrl/asyncrl/tinker/server"
+)
+
+// engineTokens is the tokens each of r's engines generated so far.
+func engineTokens(r *server.Running) map[string]int64 {
+	out := map[string]int64{}
+	for _, e := range r.Engines {
+		out[e.URL] = e.E.Stats().GenerationTokens
+	}
+	return out
+}
+
+// TestSamplingSessionsStickToReplicas: samples of a sampling session go
+// through the router with the session id as its sticky key, so every one
+// lands on the replica the router placed the session on (only that
+// engine generates tokens for it); when that replica dies, the session's
+// next sample is answered by the other one and the session moves there.
+func TestSamplingSessionsStickToReplicas(t *testing.T) {
+	c := testConfig(t.TempDir())
+	c.Engines.Count = 2
+	r, cl := start(t, c, "")
+	ctx := ctxT(t)
+	sess, err := cl.CreateSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	samplers := make([]string, 2)
+	for i := range samplers {
+		if samplers[i], err = cl.CreateSamplingSession(ctx, sess, int64(i), "asyncrl-policy", ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	home := map[string]string{}
+	for round := range 3 {
+		for _, sp := range samplers {
+			before := engineTokens(r)
+			out, err := cl.Sample(ctx, client.SampleRequest(sp, int64(round), []int32{1, 5, 6}, 2, 4, 1))
+			if err != nil || len(out.Sequences) != 2 {
+				t.Fatalf("sample %s round %d: %+v %v", sp, round, out, err)
+			}
+			rep, ok := r.Server.SessionReplica(sp)
+			if !ok {
+				t.Fatalf("the router does not track sampling session %s (no X-Session-ID?)", sp)
+			}
+			if home[sp] == "" {
+				home[sp] = rep
+			} else if rep != home[sp] {
+				t.Fatalf("round %d: session %s moved from %s to %s", round, sp, home[sp], rep)
+			}
+			after := engineTokens(r)
+			for u := range after {
+				if grew := after[u] > before[u]; grew != (u == rep) {
+					t.Fatalf("round %d, session %s on %s: engine %s generated %d tokens", round, sp, rep, u, after[u]-before[u])
+				}
+			}
+		}
+	}
+	// Kill the replica of the first session: its next sample is answered
+	// by the other engine (the router retries a refused connection
+	// elsewhere) and the session sticks there from then on.
+	dead := home[samplers[0]]
+	for _, e := range r.Engines {
+		if e.URL == dead {
+			sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			_ = e.Stop(sctx)
+			cancel()
+		}
+	}
+	for round := 3; round < 5; round++ {
+		out, err := cl.Sample(ctx, client.SampleRequest(samplers[0], int64(round), []int32{1, 5, 6}, 1, 4, 1))
+		if err != nil || len(out.Sequences) != 1 {
+			t.Fatalf("sample after its replica died: %+v %v", out, err)
+		}
+		if rep, ok := r.Server.SessionReplica(samplers[0]); !ok || rep == dead {
+			t.Fatalf("session still on the dead replica %s (%s, %v)", dead, rep, ok)
+		}
+	}
+}
+
+// TestEngineJoinsWithAdapters: an engine added after a sampler checkpoint
+// was saved loads it before it takes traffic, so a sampling session on
+// that checkpoint is served by it once the first engine is gone.
+func TestEngineJoinsWithAdapters(t *testing.T) {
+	c := testConfig(t.TempDir())
+	r, cl := start(t, c, "")
+	ctx := ctxT(t)
+	sess, err := cl.CreateSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	model, err := cl.CreateModel(ctx, sess, "asyncrl-policy", 0, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path, _, err := cl.SaveForSampler(ctx, model, 1, "s1", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp, err := cl.CreateSamplingSession(ctx, sess, 1, "", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := wiring.InitialPolicy("", uint64(c.Run.Seed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ec := c.Engines
+	extra, err := localengine.Start(ec, m, c.Run.Seed, zerolog.Nop(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { localengine.StopAll(extra) })
+	if err := r.Server.AddEngine(extra[0].URL); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Server.Engines(); len(got) != 2 {
+		t.Fatalf("engines %v", got)
+	}
+	r.Server.RemoveEngine(r.Engines[0].URL)
+	localengine.StopAll(r.Engines[:1])
+	out, err := cl.Sample(ctx, client.SampleRequest(sp, 0, []int32{1, 5, 6}, 1, 4, 1))
+	if err != nil || len(out.Sequences) != 1 {
+		t.Fatalf("sample on the engine that joined: %+v %v", out, err)
+	}
+	if rep, _ := r.Server.SessionReplica(sp); rep != extra[0].URL {
+		t.Fatalf("served by %q, want the new engine %s", rep, extra[0].URL)
+	}
+}
