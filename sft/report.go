@@ -51,8 +51,9 @@ type StepPoint struct {
 // MixtureRow is one dataset's share.
 type MixtureRow struct {
 	Dataset string `json:"dataset"`
-	// Configured is the normalised configured weight; absent when the
-	// weights are not all set (the sampler derives them from the sizes).
+	// Configured is the normalised configured weight; absent unless the
+	// sampler is a mixture with every weight set (else the proportions
+	// follow from the sizes).
 	Configured   *float64 `json:"configured,omitempty"`
 	SeenExamples int64    `json:"seen_examples"`
 	SeenTokens   int64    `json:"seen_tokens"`
@@ -68,6 +69,7 @@ func newReport(cfg Config) Report {
 		sum += d.Weight
 		all = all && d.Weight > 0
 	}
+	all = all && cfg.Data.Sampler.Kind == "mixture" // other samplers ignore the weights
 	for i, d := range cfg.Data.Datasets {
 		row := MixtureRow{Dataset: d.Name}
 		if row.Dataset == "" {

@@ -311,3 +311,28 @@ func TestExecBackendMatchesBuiltin(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestInitCheckpoint: sft.init_checkpoint starts from another run's
+// weights (its serving or its trainer checkpoint), not from the seed's.
+func TestInitCheckpoint(t *testing.T) {
+	ctx := context.Background()
+	cfg := testConfig(t)
+	cfg.Steps = 15
+	_, trained := runIDs(t, cfg, newFake(), ctx)
+	for _, sub := range []string{ServingDir, TrainerDir} {
+		next := testConfig(t)
+		next.Steps = 1
+		next.InitCheckpoint = filepath.Join(cfg.OutputDir, LatestName, sub)
+		rec, _ := runIDs(t, next, newFake(), ctx)
+		// step 1 draws the fresh run's step-1 examples; on trained weights
+		// their loss is far below the fresh model's
+		if !(rec[0].Loss < 0.6*trained.Report.FirstLoss) {
+			t.Fatalf("%s: first loss %.4f, a fresh start's %.4f: the checkpoint was not used", sub, rec[0].Loss, trained.Report.FirstLoss)
+		}
+	}
+	bad := testConfig(t)
+	bad.InitCheckpoint = t.TempDir()
+	if _, err := Run(ctx, bad, fakeOpts(newFake(), nil)); err == nil || !strings.Contains(err.Error(), "sft.init_checkpoint") {
+		t.Fatalf("empty init_checkpoint dir: %v", err)
+	}
+}
