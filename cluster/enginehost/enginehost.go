@@ -56,6 +56,7 @@ type Host struct {
 	engines []*localengine.Engine // the slots: name, URL and HTTP server of each engine
 	initial engine.Model          // the seed's weights, a fresh engine's version 0
 	quiet   zerolog.Logger        // the engines' logger
+	apiKey  string                // engines.api_key_file's key, sent by the drivers
 	sub     transport.Subscription
 	loads   chan messages.LoadWeights
 
@@ -124,6 +125,9 @@ func Start(cfg config.Config, node string, bus *natsbus.Bus, log zerolog.Logger,
 		event: event, root: filepath.Join(cfg.Run.DataDir, node, "engines"), tick: time.Second,
 		loads: make(chan messages.LoadWeights, 256), agents: map[string]*weightsync.Agent{}, loaded: map[string]int64{}, served: map[string]bool{},
 		handlers: map[int]http.Handler{}}
+	if h.apiKey, err = wiring.ReadSecret("engines.api_key_file", cfg.Engines.APIKeyFile); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
 	if err := os.RemoveAll(h.root); err != nil {
 		return nil, fmt.Errorf("node: engine host dir: %w", err)
@@ -362,11 +366,7 @@ func (h *Host) switchTerm(lw messages.LoadWeights, tok uint64) error {
 		if err != nil {
 			return fail(fmt.Errorf("receiver %s: %w", le.Name, err))
 		}
-		key, err := wiring.ReadSecret("engines.api_key_file", h.cfg.Engines.APIKeyFile)
-		if err != nil {
-			return fail(err)
-		}
-		de, err := weightsync.DriveLocal(le, h.cfg.Engines.ServedModelName, key)
+		de, err := weightsync.DriveLocal(le, h.cfg.Engines.ServedModelName, h.apiKey)
 		if err != nil {
 			return fail(err)
 		}
