@@ -31,6 +31,7 @@ func (s *Server) startRouter(urls []string) error {
 	rc := proxy.DefaultConfig()
 	rc.ListenAddr = "127.0.0.1:0"
 	rc.Logger = s.log.With().Str("component", "tinker-router").Logger()
+	rc.Registerer = s.cfg.Registry // asyncrl_router_* next to asyncrl_tinker_* on /metrics
 	// Bodies are bounded by the API's own limit; the router adds nothing.
 	rc.MaxBodyBytes = max(s.cfg.Tinker.MaxRequestBytes, rc.MaxBodyBytes)
 	r, err := proxy.New(rc)

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/asyncrl/asyncrl/cluster/localengine"
@@ -38,6 +40,22 @@ type Options struct {
 	// APIKey is required in X-API-Key; mandatory off loopback.
 	APIKey string
 	Log    zerolog.Logger
+	// NATS, when set, is the connection training futures are kept
+	// through (a cluster node's bus); Start then connects no bus of its
+	// own and leaves the connection open at Close.
+	NATS *nats.Conn
+	// FutureKeyPrefix and FutureReplicas are Config's (a cluster node
+	// prefixes its keys with its name and replicates the bucket as its
+	// streams).
+	FutureKeyPrefix string
+	FutureReplicas  int
+	// NoLocalEngines: with tinker.engine_urls empty, start no built-in
+	// engines; the caller adds engines with Server.AddEngine (a cluster
+	// node's tinker role adds its members' engines).
+	NoLocalEngines bool
+	// Registry receives the asyncrl_tinker_* metrics (nil: a private one,
+	// served at /metrics).
+	Registry *prometheus.Registry
 }
 
 // ErrAPIKey is returned when a non-loopback listen address has no API key.
@@ -76,17 +94,21 @@ func Start(ctx context.Context, c config.Config, o Options) (*Running, error) {
 			r.Close()
 		}
 	}()
-	bopts := natsbus.DefaultOptions()
-	bopts.URL, bopts.Logger, bopts.MaxPayload = c.Bus.NATSURL, o.Log, c.Bus.MaxPayloadBytes
-	bopts.StoreDir = c.Bus.JetStreamDir
-	if bopts.StoreDir == "" && bopts.URL == "" {
-		bopts.StoreDir = filepath.Join(dataDir, "jetstream")
-	}
-	if r.bus, err = natsbus.Connect(ctx, bopts); err != nil {
-		return nil, fmt.Errorf("tinker: bus: %w", err)
+	nc := o.NATS
+	if nc == nil {
+		bopts := natsbus.DefaultOptions()
+		bopts.URL, bopts.Logger, bopts.MaxPayload = c.Bus.NATSURL, o.Log, c.Bus.MaxPayloadBytes
+		bopts.StoreDir = c.Bus.JetStreamDir
+		if bopts.StoreDir == "" && bopts.URL == "" {
+			bopts.StoreDir = filepath.Join(dataDir, "jetstream")
+		}
+		if r.bus, err = natsbus.Connect(ctx, bopts); err != nil {
+			return nil, fmt.Errorf("tinker: bus: %w", err)
+		}
+		nc = r.bus.Conn()
 	}
 	urls := t.EngineURLs
-	if len(urls) == 0 {
+	if len(urls) == 0 && !o.NoLocalEngines {
 		ec := c.Engines
 		ec.ServedModelName = base
 		if r.Engines, err = localengine.Start(ec, pm.Clone(), c.Run.Seed, o.Log, nil); err != nil {
@@ -97,7 +119,8 @@ func Start(ctx context.Context, c config.Config, o Options) (*Running, error) {
 		}
 	}
 	if r.Server, err = New(ctx, Config{Tinker: t, BaseModel: base, Backend: GoBackend(pm), EngineURLs: urls,
-		DataDir: dataDir, NATS: r.bus.Conn(), APIKey: o.APIKey, Log: o.Log}); err != nil {
+		DataDir: dataDir, NATS: nc, APIKey: o.APIKey, Log: o.Log, FutureKeyPrefix: o.FutureKeyPrefix,
+		FutureReplicas: o.FutureReplicas, Registry: o.Registry}); err != nil {
 		return nil, err
 	}
 	ln, err := net.Listen("tcp", t.Listen)

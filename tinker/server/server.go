@@ -61,7 +61,14 @@ type Config struct {
 	APIKey string
 	// FutureTTL is how long training futures stay in JetStream (default 7 days).
 	FutureTTL time.Duration
-	Log       zerolog.Logger
+	// FutureKeyPrefix prefixes this server's keys in the futures bucket
+	// ("<node>." on a cluster node, "" standalone): servers sharing the
+	// bucket never recover each other's futures.
+	FutureKeyPrefix string
+	// FutureReplicas is the bucket's replication (default 1; a cluster
+	// node's --replicas).
+	FutureReplicas int
+	Log            zerolog.Logger
 	// Registry receives the asyncrl_tinker_* metrics (nil: a private one).
 	Registry *prometheus.Registry
 	// Now is the clock (default time.Now).
@@ -118,7 +125,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
 	}
-	st, err := openStore(ctx, cfg.NATS, cfg.DataDir+"/futures", cfg.FutureTTL)
+	st, err := openStore(ctx, cfg.NATS, cfg.FutureKeyPrefix, cfg.FutureReplicas, cfg.DataDir+"/futures", cfg.FutureTTL)
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -28,26 +29,31 @@ type record struct {
 // and the record points at it.
 type futureStore struct {
 	kv       jetstream.KeyValue
+	prefix   string // of every key this server writes
 	dir      string
 	maxValue int
 }
 
+// bucketName is the KV bucket of the training futures. A server marks
+// every future it finds pending at its start failed, so servers sharing
+// the bucket (the tinker roles of a cluster's nodes) each keep their keys
+// under their own prefix ("<node>.").
 const bucketName = "asyncrl_tinker_futures"
 
-func openStore(ctx context.Context, nc *nats.Conn, dir string, ttl time.Duration) (*futureStore, error) {
+func openStore(ctx context.Context, nc *nats.Conn, prefix string, replicas int, dir string, ttl time.Duration) (*futureStore, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("tinker: jetstream: %w", err)
 	}
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucketName,
-		Description: "asyncrl tinker training futures", TTL: ttl, Storage: jetstream.FileStorage})
+		Description: "asyncrl tinker training futures", TTL: ttl, Storage: jetstream.FileStorage, Replicas: max(replicas, 1)})
 	if err != nil {
 		return nil, fmt.Errorf("tinker: future bucket %s: %w", bucketName, err)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("tinker: %w", err)
 	}
-	return &futureStore{kv: kv, dir: dir, maxValue: int(nc.MaxPayload()) - 4096}, nil
+	return &futureStore{kv: kv, prefix: prefix, dir: dir, maxValue: int(nc.MaxPayload()) - 4096}, nil
 }
 
 func (s *futureStore) put(ctx context.Context, id string, r record) error {
@@ -65,7 +71,7 @@ func (s *futureStore) put(ctx context.Context, id string, r record) error {
 			return err
 		}
 	}
-	if _, err := s.kv.Put(ctx, id, b); err != nil {
+	if _, err := s.kv.Put(ctx, s.prefix+id, b); err != nil {
 		return fmt.Errorf("tinker: store future %s: %w", id, err)
 	}
 	return nil
@@ -73,7 +79,7 @@ func (s *futureStore) put(ctx context.Context, id string, r record) error {
 
 // get returns id's record and result; found false for an unknown id.
 func (s *futureStore) get(ctx context.Context, id string) (record, bool, error) {
-	e, err := s.kv.Get(ctx, id)
+	e, err := s.kv.Get(ctx, s.prefix+id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return record{}, false, nil
 	}
@@ -97,13 +103,17 @@ func (s *futureStore) get(ctx context.Context, id string) (record, bool, error) 
 // recover marks every future still pending as failed: the server that
 // held it stopped before it finished. It returns how many it marked.
 func (s *futureStore) recover(ctx context.Context, now time.Time) (int, error) {
-	lister, err := s.kv.ListKeys(ctx)
+	filter := "*" // a standalone server's keys are one token; nodes' are "<node>.<id>"
+	if s.prefix != "" {
+		filter = s.prefix + ">"
+	}
+	lister, err := s.kv.ListKeysFiltered(ctx, filter)
 	if err != nil {
 		return 0, fmt.Errorf("tinker: list futures: %w", err)
 	}
 	var ids []string
 	for k := range lister.Keys() {
-		ids = append(ids, k)
+		ids = append(ids, strings.TrimPrefix(k, s.prefix))
 	}
 	n := 0
 	for _, id := range ids {
