@@ -2,6 +2,7 @@ package data
 
 import (
 	"fmt"
+	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -314,4 +315,48 @@ func (b *batch) appendMask(dst []uint8, i int) (out []uint8, bad int) {
 		dst = append(dst, m)
 	}
 	return dst, bad
+}
+
+// fileOffset is where in mapping the slice data at p starts (-1: not in it).
+func fileOffset(mapping []byte, p unsafe.Pointer) int64 {
+	if len(mapping) == 0 || p == nil {
+		return -1
+	}
+	m0 := uintptr(unsafe.Pointer(unsafe.SliceData(mapping)))
+	if uintptr(p) < m0 || uintptr(p) >= m0+uintptr(len(mapping)) {
+		return -1
+	}
+	return int64(uintptr(p) - m0)
+}
+
+// filePlan says where a mapped batch's buffers lie in its file, so rows
+// can be read with pread instead of through the mapping (see readRow).
+type filePlan struct {
+	offs, vals   int64 // file offsets of the ids' offsets and values (-1: not mapped)
+	width        int   // bytes per id
+	moffs, mvals int64 // the loss_mask's (uint8 only; -1: none or not mapped)
+}
+
+func (b *batch) plan(mapping []byte) filePlan {
+	p := filePlan{offs: -1, vals: -1, moffs: -1, mvals: -1}
+	if b.idsNulls || len(b.offs) == 0 {
+		return p
+	}
+	switch b.kind {
+	case idsUint16:
+		p.vals, p.width = fileOffset(mapping, unsafe.Pointer(unsafe.SliceData(b.u16))), 2
+	case idsInt32:
+		p.vals, p.width = fileOffset(mapping, unsafe.Pointer(unsafe.SliceData(b.i32))), 4
+	default:
+		return p // uint32/int64 ids are read through the mapping
+	}
+	if p.vals < 0 && b.valuesLen() > 0 {
+		return filePlan{offs: -1, vals: -1, moffs: -1, mvals: -1}
+	}
+	p.offs = fileOffset(mapping, unsafe.Pointer(unsafe.SliceData(b.offs)))
+	if b.mask != nil && b.mu8 != nil && !b.maskNulls && len(b.moffs) > 0 {
+		p.moffs = fileOffset(mapping, unsafe.Pointer(unsafe.SliceData(b.moffs)))
+		p.mvals = fileOffset(mapping, unsafe.Pointer(unsafe.SliceData(b.mu8)))
+	}
+	return p
 }

@@ -177,6 +177,11 @@ func (o IndexOptions) indexShard(ctx context.Context, s *Shard) (ix ShardIndex, 
 		return ix, false, 0, err
 	}
 	took = time.Since(t0)
+	if s.Format == FormatArrow {
+		// the pass paged the offsets in; unmap so they leave the resident
+		// set (the stream maps the shard again when it first reads it)
+		s.close()
+	}
 	if err := o.saveIndex(s, ix); err != nil {
 		return ix, true, took, err
 	}

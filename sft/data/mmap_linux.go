@@ -21,12 +21,3 @@ func unmapFile(b []byte) error {
 	}
 	return syscall.Munmap(b)
 }
-
-// dropPages tells the kernel the process no longer needs the mapped pages:
-// they leave its resident set (they stay in the page cache, and a later
-// read maps them again), which keeps RSS flat however large the dataset.
-func dropPages(b []byte) {
-	if len(b) > 0 {
-		_ = syscall.Madvise(b, syscall.MADV_DONTNEED)
-	}
-}

@@ -15,5 +15,3 @@ func mapFile(f *os.File, size int64) ([]byte, error) {
 }
 
 func unmapFile([]byte) error { return nil }
-
-func dropPages([]byte) {}

@@ -3,6 +3,7 @@ package data
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -53,9 +55,10 @@ type Shard struct {
 
 	loaded  bool
 	mapping []byte
+	file    *os.File   // arrow: rows are pread from it (see readRow)
+	plans   []filePlan // arrow: where each batch's buffers lie in file
 	batches []batch
 	starts  []int64 // row starts of batches, len(batches)+1
-	dirty   bool    // rows read since the stream last dropped the mapped pages
 }
 
 // load opens the shard's data (idempotent).
@@ -97,8 +100,12 @@ func (s *Shard) load(ctx context.Context) (err error) {
 	}
 	s.starts = []int64{0}
 	for _, r := range recs {
-		s.batches = append(s.batches, newBatch(r, lay))
+		b := newBatch(r, lay)
+		s.batches = append(s.batches, b)
 		s.starts = append(s.starts, s.starts[len(s.starts)-1]+r.NumRows())
+		if s.mapping != nil && littleEndian {
+			s.plans = append(s.plans, b.plan(s.mapping))
+		}
 	}
 	s.loaded = true
 	return nil
@@ -109,7 +116,7 @@ func (s *Shard) loadArrow() ([]arrow.RecordBatch, *arrow.Schema, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("sft/data: %w", err)
 	}
-	defer f.Close()
+	s.file = f // closed by close
 	st, err := f.Stat()
 	if err != nil {
 		return nil, nil, fmt.Errorf("sft/data: %w", err)
@@ -221,7 +228,11 @@ func (s *Shard) close() {
 	for _, b := range s.batches {
 		b.rec.Release()
 	}
-	s.batches, s.starts = nil, nil
+	s.batches, s.starts, s.plans = nil, nil, nil
+	if s.file != nil {
+		s.file.Close()
+		s.file = nil
+	}
 	if s.mapping != nil {
 		_ = unmapFile(s.mapping)
 		s.mapping = nil
@@ -229,10 +240,95 @@ func (s *Shard) close() {
 	s.loaded = false
 }
 
-// at finds row's batch and the row within it.
-func (s *Shard) at(row int64) (*batch, int) {
+// at finds row's batch (and its number) and the row within it.
+func (s *Shard) at(row int64) (*batch, int, int) {
 	b := sort.Search(len(s.batches), func(i int) bool { return s.starts[i+1] > row })
-	return &s.batches[b], int(row - s.starts[b])
+	return &s.batches[b], b, int(row - s.starts[b])
+}
+
+// littleEndian: pread rows are reinterpreted in place, which needs the
+// host to share Arrow's (little-endian) byte order.
+var littleEndian = func() bool {
+	x := uint16(1)
+	return *(*byte)(unsafe.Pointer(&x)) == 1
+}()
+
+// readRow reads row i of batch bi of a memory-mapped shard with pread
+// (offsets, then values, then the mask's): the stream never faults the
+// mapping's pages in, so the process's RSS does not grow with the dataset
+// (random reads through a file mapping each map up to 64 KiB of page
+// cache into the process, and dropping them with madvise costs more than
+// the reads; BENCHMARKS.md "SFT data path"). ok is false when the batch
+// has no plan (nulls, other types): the caller reads through the mapping.
+func (s *Shard) readRow(bi, i int, dst []int32, scratch *[]byte) (toks []int32, mask []uint8, maxID int64, ok bool, err error) {
+	if bi >= len(s.plans) || s.plans[bi].offs < 0 {
+		return dst, nil, 0, false, nil
+	}
+	p, b := s.plans[bi], &s.batches[bi]
+	var ob [8]byte
+	if _, err := s.file.ReadAt(ob[:], p.offs+int64(i)*4); err != nil {
+		return dst, nil, 0, true, err
+	}
+	lo, hi := int32(binary.LittleEndian.Uint32(ob[:4])), int32(binary.LittleEndian.Uint32(ob[4:]))
+	if lo < 0 || hi < lo || int(hi) > b.valuesLen() {
+		return dst, nil, 0, true, fmt.Errorf("%s offsets [%d, %d) outside the %d values", ColInputIDs, lo, hi, b.valuesLen())
+	}
+	n := int(hi - lo)
+	if cap(*scratch) < n*p.width {
+		*scratch = make([]byte, n*p.width*2)
+	}
+	raw := (*scratch)[:n*p.width]
+	if n > 0 {
+		if _, err := s.file.ReadAt(raw, p.vals+int64(lo)*int64(p.width)); err != nil {
+			return dst, nil, 0, true, err
+		}
+	}
+	maxID = -1
+	if p.width == 2 {
+		var mx uint16
+		for _, v := range unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(raw))), n) {
+			dst = append(dst, int32(v))
+			mx = max(mx, v)
+		}
+		if n > 0 {
+			maxID = int64(mx)
+		}
+	} else {
+		mx := int32(-1)
+		for _, v := range unsafe.Slice((*int32)(unsafe.Pointer(unsafe.SliceData(raw))), n) {
+			dst = append(dst, v)
+			mx = max(mx, v)
+			if v < 0 {
+				return dst, nil, 0, true, fmt.Errorf("token id %d is negative", v)
+			}
+		}
+		maxID = int64(mx)
+	}
+	if p.moffs < 0 {
+		return dst, nil, maxID, true, nil
+	}
+	if _, err := s.file.ReadAt(ob[:], p.moffs+int64(i)*4); err != nil {
+		return dst, nil, 0, true, err
+	}
+	mlo, mhi := int32(binary.LittleEndian.Uint32(ob[:4])), int32(binary.LittleEndian.Uint32(ob[4:]))
+	if mlo < 0 || mhi < mlo || int(mhi) > len(b.mu8) {
+		return dst, nil, 0, true, fmt.Errorf("%s offsets [%d, %d) outside the %d values", ColLossMask, mlo, mhi, len(b.mu8))
+	}
+	if int(mhi-mlo) != n {
+		return dst, nil, 0, true, fmt.Errorf("%s has %d values, %s %d", ColLossMask, mhi-mlo, ColInputIDs, n)
+	}
+	mask = make([]uint8, n)
+	if n > 0 {
+		if _, err := s.file.ReadAt(mask, p.mvals+int64(mlo)); err != nil {
+			return dst, nil, 0, true, err
+		}
+	}
+	for j, m := range mask {
+		if m > 1 {
+			return dst, nil, 0, true, fmt.Errorf("%s[%d] = %d: want 0 or 1", ColLossMask, j, m)
+		}
+	}
+	return dst, mask, maxID, true, nil
 }
 
 // rowError names a bad row.

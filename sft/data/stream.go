@@ -19,11 +19,6 @@ const stateVersion = 1
 // is freed when no example cut from it is referenced any more.
 const arenaTokens = 1 << 20
 
-// dropEvery: after this many bytes read from memory-mapped shards the
-// stream drops their pages from its resident set (madvise DONTNEED), so
-// RSS does not grow with the dataset.
-const dropEvery = 16 << 20
-
 // Open opens cfg's datasets and the sampler cfg.Sampler names.
 func Open(ctx context.Context, cfg Config) (Stream, error) {
 	return OpenWith(ctx, cfg, func(sizes []int64, weights []float64) (Sampler, error) {
@@ -71,7 +66,7 @@ type DataStream struct {
 	sampler     Sampler
 	fingerprint string
 	arena       []int32
-	touched     int64
+	scratch     []byte
 	counts      []int64
 	tokens      []int64
 }
@@ -89,6 +84,34 @@ func (s *DataStream) Counts() (examples, tokens []int64) {
 		s.tokens = make([]int64, len(s.sets))
 	}
 	return append([]int64(nil), s.counts...), append([]int64(nil), s.tokens...)
+}
+
+// readMapped reads row i through the mapping (or decoded memory).
+func (s *DataStream) readMapped(b *batch, i int) ([]int32, []uint8, int64, error) {
+	if err := b.checkOffsets(i); err != nil {
+		return nil, nil, 0, err
+	}
+	n := b.rowLen(i)
+	if len(s.arena) < n {
+		s.arena = make([]int32, max(arenaTokens, n))
+	}
+	toks, minID, maxID := b.appendIDs(s.arena[:0:n], i)
+	s.arena = s.arena[n:]
+	if minID < 0 {
+		return nil, nil, 0, fmt.Errorf("token id %d is negative", minID)
+	}
+	var mask []uint8
+	if ml := b.maskLen(i); ml >= 0 {
+		if ml != n {
+			return nil, nil, 0, fmt.Errorf("%s has %d values, %s %d", b.maskName(), ml, ColInputIDs, n)
+		}
+		m, bad := b.appendMask(make([]uint8, 0, n), i)
+		if bad >= 0 {
+			return nil, nil, 0, fmt.Errorf("%s[%d] = %d: want 0 or 1", ColLossMask, bad, m[bad])
+		}
+		mask = m
+	}
+	return toks, mask, maxID, nil
 }
 
 // Next implements Stream.
@@ -112,48 +135,34 @@ func (s *DataStream) Next(ctx context.Context) (Example, error) {
 	if got := sh.starts[len(sh.starts)-1]; got != sh.Index.Rows {
 		return Example{}, fmt.Errorf("%w: %s: %d rows, its index says %d", ErrCorrupt, sh.Path, got, sh.Index.Rows)
 	}
-	b, i := sh.at(row)
-	if err := b.checkOffsets(i); err != nil {
+	b, bi, i := sh.at(row)
+	ex := Example{ID: ExampleID{Dataset: uint32(p.Dataset), Shard: uint32(k), Row: uint32(row)}}
+	if len(s.arena) < 1<<16 {
+		s.arena = make([]int32, arenaTokens)
+	}
+	toks, mask, maxID, ok, err := sh.readRow(bi, i, s.arena[:0], &s.scratch)
+	if err != nil {
 		return Example{}, fmt.Errorf("%w: %w", ErrCorrupt, &RowError{Path: sh.Path, Row: row, Err: err})
 	}
-	n := b.rowLen(i)
-	if n == 0 {
+	if !ok {
+		if toks, mask, maxID, err = s.readMapped(b, i); err != nil {
+			return Example{}, &RowError{Path: sh.Path, Row: row, Err: err}
+		}
+	} else if len(toks) <= len(s.arena) && len(toks) > 0 && &toks[0] == &s.arena[0] {
+		s.arena = s.arena[len(toks):]
+		toks = toks[:len(toks):len(toks)]
+	}
+	if len(toks) == 0 {
 		return Example{}, &RowError{Path: sh.Path, Row: row, Err: errors.New("empty example")}
 	}
-	if len(s.arena) < n {
-		s.arena = make([]int32, max(arenaTokens, n))
+	if s.cfg.VocabSize > 0 && maxID >= int64(s.cfg.VocabSize) {
+		return Example{}, &RowError{Path: sh.Path, Row: row, Err: fmt.Errorf("token id %d outside the vocabulary [0, %d)", maxID, s.cfg.VocabSize)}
 	}
-	toks, minID, maxID := b.appendIDs(s.arena[:0:n], i)
-	s.arena = s.arena[n:]
-	if minID < 0 || (s.cfg.VocabSize > 0 && maxID >= int64(s.cfg.VocabSize)) {
-		bad := maxID
-		if minID < 0 {
-			bad = minID
-		}
-		return Example{}, &RowError{Path: sh.Path, Row: row, Err: fmt.Errorf("token id %d outside the vocabulary [0, %d)", bad, s.cfg.VocabSize)}
-	}
-	ex := Example{ID: ExampleID{Dataset: uint32(p.Dataset), Shard: uint32(k), Row: uint32(row)}, Tokens: toks}
-	if ml := b.maskLen(i); ml >= 0 {
-		if ml != n {
-			return Example{}, &RowError{Path: sh.Path, Row: row, Err: fmt.Errorf("%s has %d values, %s %d", b.maskName(), ml, ColInputIDs, n)}
-		}
-		mask, bad := b.appendMask(make([]uint8, 0, n), i)
-		if bad >= 0 {
-			return Example{}, &RowError{Path: sh.Path, Row: row, Err: fmt.Errorf("%s[%d] = %d: want 0 or 1", ColLossMask, bad, mask[bad])}
-		}
-		ex.LossMask = mask
-	}
+	ex.Tokens, ex.LossMask = toks, mask
 	if s.cfg.MaxLen > 0 && len(ex.Tokens) > s.cfg.MaxLen {
 		ex.Tokens = ex.Tokens[:s.cfg.MaxLen]
 		if ex.LossMask != nil {
 			ex.LossMask = ex.LossMask[:s.cfg.MaxLen]
-		}
-	}
-	if sh.mapping != nil {
-		sh.dirty = true
-		s.touched += int64(n) * int64(idsWidth(b.kind))
-		if s.touched >= dropEvery {
-			s.dropPages()
 		}
 	}
 	if s.counts == nil {
@@ -163,28 +172,6 @@ func (s *DataStream) Next(ctx context.Context) (Example, error) {
 	s.counts[p.Dataset]++
 	s.tokens[p.Dataset] += int64(len(ex.Tokens))
 	return ex, nil
-}
-
-func idsWidth(k idsKind) int {
-	switch k {
-	case idsUint16:
-		return 2
-	case idsInt64:
-		return 8
-	}
-	return 4
-}
-
-func (s *DataStream) dropPages() {
-	s.touched = 0
-	for _, d := range s.sets {
-		for _, sh := range d.Shards {
-			if sh.dirty {
-				dropPages(sh.mapping)
-				sh.dirty = false
-			}
-		}
-	}
 }
 
 type streamState struct {
