@@ -186,23 +186,30 @@ func readParams(t *testing.T, file, prefix string, names []string) []float32 {
 	return out
 }
 
-func TestGoAndTorchTrainersAgree(t *testing.T) {
-	torchSpec := torchChildSpec(t)
-	dir := t.TempDir()
-	mcfg := crossModel()
-	initM, err := policy.New(mcfg, 11)
+// servingInit saves a fresh model of mcfg as a BF16 serving checkpoint and
+// loads it back: both trainers start from that checkpoint, so the rollout
+// logprobs come from the weights they start with.
+func servingInit(t *testing.T, mcfg policy.Config, seed uint64) (*policy.Model, string) {
+	t.Helper()
+	m, err := policy.New(mcfg, seed)
 	if err != nil {
 		t.Fatal(err)
 	}
-	initDir := filepath.Join(dir, "init")
-	if err := initM.SaveServing(initDir); err != nil {
+	dir := filepath.Join(t.TempDir(), "init")
+	if err := m.SaveServing(dir); err != nil {
 		t.Fatal(err)
 	}
-	// Both start from the BF16 serving checkpoint: load it back so the
-	// rollout logprobs come from the weights the trainers start with.
-	if initM, err = policy.LoadServing(initDir); err != nil {
+	if m, err = policy.LoadServing(dir); err != nil {
 		t.Fatal(err)
 	}
+	return m, dir
+}
+
+func TestGoAndTorchTrainersAgree(t *testing.T) {
+	torchSpec := torchChildSpec(t)
+	mcfg := crossModel()
+	initM, initDir := servingInit(t, mcfg, 11)
+	dir := t.TempDir()
 	names := initM.TensorNames()
 	seqs := crossSequences(mcfg.VocabSize)
 	trained := 0

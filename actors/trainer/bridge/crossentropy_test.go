@@ -63,19 +63,9 @@ func refNLL(m *policy.Model, seqs []crossSeq) float64 {
 // before the step, and repeated steps lower it; an unknown loss name and an
 // RL batch without its rollout logprobs are refused with the field named.
 func TestBuiltinChildCrossEntropy(t *testing.T) {
-	dir := t.TempDir()
 	mcfg := crossModel()
-	initM, err := policy.New(mcfg, 5)
-	if err != nil {
-		t.Fatal(err)
-	}
-	initDir := filepath.Join(dir, "init")
-	if err := initM.SaveServing(initDir); err != nil {
-		t.Fatal(err)
-	}
-	if initM, err = policy.LoadServing(initDir); err != nil {
-		t.Fatal(err)
-	}
+	initM, initDir := servingInit(t, mcfg, 5)
+	dir := t.TempDir()
 	seqs := crossSequences(mcfg.VocabSize)
 	c := startChild(t, goChildSpec())
 	ctx := context.Background()
@@ -130,19 +120,9 @@ func TestBuiltinChildCrossEntropy(t *testing.T) {
 // step (skips where /usr/bin/python3 lacks torch, like the RL cross-check).
 func TestGoAndTorchCrossEntropyAgree(t *testing.T) {
 	torchSpec := torchChildSpec(t)
-	dir := t.TempDir()
 	mcfg := crossModel()
-	initM, err := policy.New(mcfg, 11)
-	if err != nil {
-		t.Fatal(err)
-	}
-	initDir := filepath.Join(dir, "init")
-	if err := initM.SaveServing(initDir); err != nil {
-		t.Fatal(err)
-	}
-	if initM, err = policy.LoadServing(initDir); err != nil {
-		t.Fatal(err)
-	}
+	initM, initDir := servingInit(t, mcfg, 11)
+	dir := t.TempDir()
 	seqs := crossSequences(mcfg.VocabSize)
 	ctx := context.Background()
 	goC, torchC := startChild(t, goChildSpec()), startChild(t, torchSpec)
