@@ -28,6 +28,10 @@ const (
 	RolloutHost Kind = "rollout"
 	// BusOnly: a node that only hosts a server (and claims its name).
 	BusOnly Kind = "bus"
+	// TinkerAPI: a node serving the Tinker API keeps its training futures
+	// in the asyncrl_tinker_futures KV bucket (its keys under its name);
+	// it samples on engines over HTTP, never on the bus.
+	TinkerAPI Kind = "tinker"
 )
 
 // KindOf is the permission set of one role.
@@ -39,6 +43,8 @@ func KindOf(role string) Kind {
 		return RolloutHost
 	case placement.Bus:
 		return BusOnly
+	case placement.Tinker:
+		return TinkerAPI
 	default: // all, trainer, router, filter, controller, publisher
 		return Pipeline
 	}
@@ -105,6 +111,9 @@ func Table() []Row {
 		{Kind: BusOnly, Roles: []string{placement.Bus},
 			Publish: slices.Clone(common), Deny: destructive, Subscribe: subscribeAll,
 			Why: "its name claim and leave notice only"},
+		{Kind: TinkerAPI, Roles: []string{placement.Tinker},
+			Publish: append(slices.Clone(common), "$KV.asyncrl_tinker_futures.>"), Deny: destructive, Subscribe: subscribeAll,
+			Why: "training futures in the asyncrl_tinker_futures bucket; sampling goes to the engines over HTTP"},
 	}
 }
 

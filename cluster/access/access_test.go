@@ -52,7 +52,7 @@ func TestEngineAndRolloutCannotPublishPipelineSubjects(t *testing.T) {
 		m(run, transport.TopicLedger), m(run, transport.TopicPrompts), m(run, transport.TopicControl, "term"),
 		m(run, transport.TopicControl, "engines", "n2"), "$KV.asyncrl_leases.trainer", "$JS.API.STREAM.DELETE.ledger-r1",
 		"$JS.API.STREAM.PURGE.groups-r1-t3", "$O.asyncrl-weights-r1-t3.C.x"}
-	for _, role := range []string{placement.Engine, placement.Rollout, placement.Bus} {
+	for _, role := range []string{placement.Engine, placement.Rollout, placement.Bus, placement.Tinker} {
 		p := Permissions([]string{role})
 		for _, s := range pipelineOnly {
 			if may(p.Publish.Allow, p.Publish.Deny, s) {
@@ -70,6 +70,20 @@ func TestEngineAndRolloutCannotPublishPipelineSubjects(t *testing.T) {
 	ro := Permissions([]string{placement.Rollout})
 	if !may(ro.Publish.Allow, ro.Publish.Deny, m(run, transport.TopicTrajectories)) || may(eng.Publish.Allow, eng.Publish.Deny, m(run, transport.TopicTrajectories)) {
 		t.Error("trajectories: want rollout yes, engine no")
+	}
+}
+
+// The tinker role writes its training futures and nothing of the run's.
+func TestTinkerPermissions(t *testing.T) {
+	p := Permissions([]string{placement.Tinker})
+	if !may(p.Publish.Allow, p.Publish.Deny, "$KV.asyncrl_tinker_futures.n3.t-1a2b") || !may(p.Publish.Allow, p.Publish.Deny, "$JS.API.STREAM.CREATE.KV_asyncrl_tinker_futures") {
+		t.Error("tinker may not write its futures")
+	}
+	if may(p.Publish.Allow, p.Publish.Deny, "$KV.asyncrl_leases.trainer") || may(p.Publish.Allow, p.Publish.Deny, transport.MustSubject("r", transport.TopicTrajectories)) {
+		t.Error("tinker may publish pipeline or rollout subjects")
+	}
+	if got := UserName("n3", []string{placement.Tinker, placement.Engine}); got != "engine+tinker-n3" {
+		t.Errorf("UserName = %q", got)
 	}
 }
 

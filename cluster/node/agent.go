@@ -92,6 +92,11 @@ type AgentConfig struct {
 	// it); default 127.0.0.1 on a free port. Off loopback
 	// RouterAdminToken is required.
 	RouterListen, RouterAdminToken string
+	// TinkerListen overrides tinker.listen for the tinker role (host:port;
+	// off loopback TinkerAPIKey is required). TinkerAPIKey, when set, is
+	// required in X-API-Key on the Tinker API (asyncrl node
+	// --tinker-api-key-file).
+	TinkerListen, TinkerAPIKey string
 }
 
 // Agent is a running cluster node: bus, name claim, gossip membership and
@@ -114,8 +119,10 @@ type Agent struct {
 	// rollouts runs rollout actors for the holder's term (the rollout
 	// role), unless this node holds the lease.
 	rollouts *rolloutHost
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
+	// tinker serves the Tinker API (the tinker role).
+	tinker *tinkerRole
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 
 	mu      sync.Mutex
 	quorum  *cluster.Quorum
@@ -207,6 +214,9 @@ func (a *Agent) Stop() {
 			a.cancel()
 		}
 		a.wg.Wait()
+		if a.tinker != nil {
+			a.tinker.run.Close()
+		}
 		if a.ms != nil {
 			a.announceLeaving()
 			_ = a.ms.Leave(time.Second)

@@ -58,6 +58,13 @@ func StartAgent(ctx context.Context, cfg AgentConfig) (a *Agent, err error) {
 	if a.leavingSub, err = a.bus.Subscribe(leavingSubject(cfg.Run.Run.ID), a.onLeaving); err != nil {
 		return a, fmt.Errorf("node: leave notices: %w", err)
 	}
+	// The tinker role's server exists before gossip calls onJoin, which
+	// reads a.tinker; its engine sync starts once the node has joined.
+	if cfg.hasTinker() {
+		if err = a.startTinker(ctx); err != nil {
+			return a, err
+		}
+	}
 	if err = a.joinGossip(ctx, host, port); err != nil {
 		return a, err
 	}
@@ -68,6 +75,9 @@ func StartAgent(ctx context.Context, cfg AgentConfig) (a *Agent, err error) {
 	}
 	rctx, cancel := context.WithCancel(context.Background())
 	a.cancel = cancel
+	if a.tinker != nil {
+		a.wg.Go(func() { a.syncTinkerEngines(rctx) })
+	}
 	if a.cfg.has(placement.Trainer) {
 		if err = a.startTrainer(ctx, rctx); err != nil {
 			return a, err
@@ -283,6 +293,7 @@ func (a *Agent) onJoin(m cluster.Member) {
 	a.mu.Lock()
 	a.quorum.Joined(m.Name)
 	a.mu.Unlock()
+	a.kickTinker()
 	a.event("member joined %s roles %s", m.Name, strings.Join(m.Meta.Roles, ","))
 }
 
@@ -295,6 +306,7 @@ func (a *Agent) onLeave(m cluster.Member) {
 	a.mu.Lock()
 	a.quorum.Failed(m.Name)
 	a.mu.Unlock()
+	a.kickTinker()
 	a.event("member left %s", m.Name)
 }
 

@@ -29,11 +29,15 @@ const (
 	Trainer    = "trainer"
 	Publisher  = "publisher"
 	Controller = "controller"
+	// Tinker serves the Tinker API (tinker/server) on the cluster's
+	// engines. "all" does not include it: it listens on tinker.listen,
+	// so a node runs it only when its --roles name it.
+	Tinker = "tinker"
 )
 
 // KnownRoles lists every role a node may run, in a fixed order.
 func KnownRoles() []string {
-	return []string{All, Bus, Engine, Router, Rollout, Filter, Trainer, Publisher, Controller}
+	return []string{All, Bus, Engine, Router, Rollout, Filter, Trainer, Publisher, Controller, Tinker}
 }
 
 // Singletons lists the roles exactly one node may run at a time, in the
@@ -92,7 +96,7 @@ type Node struct {
 }
 
 func (n Node) has(role string) bool {
-	return slices.ContainsFunc(n.Roles, func(r string) bool { return r == role || r == All })
+	return slices.ContainsFunc(n.Roles, func(r string) bool { return r == role || (r == All && role != Tinker) })
 }
 
 // ValidateNodes checks every node (name, roles, GPUs) and that names are

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -14,6 +17,7 @@ import (
 	"github.com/asyncrl/asyncrl/cluster/node"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/gpu"
+	"github.com/asyncrl/asyncrl/internal/netx"
 	"github.com/asyncrl/asyncrl/internal/wiring"
 )
 
@@ -36,6 +40,8 @@ type nodeFlags struct {
 	routerListen   string
 	routerToken    string
 	eventsJSON     string
+	tinkerListen   string
+	tinkerKeyFile  string
 	bus            busSecurityFlags
 }
 
@@ -150,12 +156,19 @@ func newNodeCmd(g *globals) *cobra.Command {
 				return fail("asyncrl node: %v", err)
 			}
 			defer closeEvj()
+			tinkerKey, err := readTinkerKey(f.tinkerKeyFile)
+			if err != nil {
+				return fail("asyncrl node: %v", err)
+			}
+			if tl := cmp.Or(f.tinkerListen, cfg.Tinker.Listen); slices.Contains(roles, "tinker") && tinkerKey == "" && !netx.IsLoopback(tl) {
+				return fail("asyncrl node: the tinker role listens on %s, off loopback: give its API key with --tinker-api-key-file", tl)
+			}
 			a, err := node.StartAgent(ctx, node.AgentConfig{Name: f.name, Roles: roles, NATSURL: f.nats,
 				ClusterListen: f.clusterListen, Routes: f.routes, BusSecurity: sec, Gossip: f.gossip, Join: f.join,
 				GPUs: len(inv.Devices), Replicas: f.replicas, LeaseTTL: f.leaseTTL,
 				StallAfter: f.stallAfter, UnhealthyAfter: f.unhealthyAfter, Run: cfg, Logger: log,
 				Events: g.stdout, RouterListen: f.routerListen, RouterAdminToken: f.routerToken,
-				EventsJSON: evj})
+				EventsJSON: evj, TinkerListen: f.tinkerListen, TinkerAPIKey: tinkerKey})
 			if err != nil {
 				return fail("asyncrl node: %v", err)
 			}
@@ -170,7 +183,7 @@ func newNodeCmd(g *globals) *cobra.Command {
 	fs := cmd.Flags()
 	fs.StringVar(&f.config, "config", "", "run configuration `FILE` (YAML; the same file on every node; default: built-in defaults)")
 	fs.StringVar(&f.name, "name", "", "this node's unique `NAME` (required)")
-	fs.StringVar(&f.roles, "roles", "all", "comma-separated `ROLES`: all, bus, engine, router, rollout, filter, trainer, publisher, controller (engine: host engines; trainer: contend for the trainer lease, whose holder runs router, rollout, filter, controller, trainer and publisher)")
+	fs.StringVar(&f.roles, "roles", "all", "comma-separated `ROLES`: all, bus, engine, router, rollout, filter, trainer, publisher, controller, tinker (engine: host engines; trainer: contend for the trainer lease, whose holder runs router, rollout, filter, controller, trainer and publisher; tinker: serve the Tinker API on the cluster's engines, not part of all)")
 	fs.StringVar(&f.nats, "nats", "", "`URL`s of an existing NATS cluster (comma-separated); empty hosts an embedded nats-server")
 	fs.StringSliceVar(&f.join, "join", nil, "gossip `HOST:PORT` of an existing member (repeat or comma-separate; none for the first node)")
 	fs.StringVar(&f.gossip, "gossip", "127.0.0.1:7946", "gossip (memberlist) listen `ADDR` host:port")
@@ -184,9 +197,27 @@ func newNodeCmd(g *globals) *cobra.Command {
 	fs.StringVar(&f.routerListen, "router-listen", "", "`ADDR` (host:port) the router of this node's training terms listens on, reachable by rollout nodes on other machines (default 127.0.0.1, a free port; off loopback --router-admin-token is required)")
 	fs.StringVar(&f.routerToken, "router-admin-token", "", "bearer `TOKEN` for the term router's /admin/ API (required with a non-loopback --router-listen)")
 	fs.StringVar(&f.eventsJSON, "events-json", "", "also write the cluster events to `FILE` as JSON, one object a line (kind, token, step, version, count, node, reason, time, line; see docs/cluster.md)")
+	fs.StringVar(&f.tinkerListen, "tinker-listen", "", "`ADDR` (host:port) of the tinker role's Tinker API (default tinker.listen; off loopback --tinker-api-key-file is required)")
+	fs.StringVar(&f.tinkerKeyFile, "tinker-api-key-file", "", "`FILE` holding the X-API-Key the tinker role's API requires")
 	f.bus.add(fs)
 	fs.BoolVar(&f.exitWhenDone, "exit-when-done", false, "exit once the durable progress shows run.steps steps (default: keep serving until interrupted)")
 	return cmd
+}
+
+// readTinkerKey reads --tinker-api-key-file ("" when unset).
+func readTinkerKey(path string) (string, error) {
+	if path == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("--tinker-api-key-file: %w", err)
+	}
+	k := strings.TrimSpace(string(b))
+	if k == "" {
+		return "", fmt.Errorf("--tinker-api-key-file %s is empty", path)
+	}
+	return k, nil
 }
 
 // openEventsJSON creates path for --events-json (nil writer when empty).

@@ -22,6 +22,9 @@ func TestNodeBadInput(t *testing.T) {
 	if code, _, errOut := cli(t, "node", "--name", "n1", "--cluster-listen", "127.0.0.1:6222"); code != 1 || !strings.Contains(errOut, "needs --routes") {
 		t.Errorf("--cluster-listen without --routes: code %d, stderr %q", code, errOut)
 	}
+	if code, _, errOut := cli(t, "node", "--name", "n1", "--roles", "tinker", "--tinker-listen", "0.0.0.0:8100"); code != 1 || !strings.Contains(errOut, "--tinker-api-key-file") {
+		t.Errorf("tinker role off loopback without a key: code %d, stderr %q", code, errOut)
+	}
 }
 
 // --help documents every flag.
@@ -30,7 +33,7 @@ func TestNodeHelp(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("code %d", code)
 	}
-	for _, f := range []string{"--config", "--name", "--roles", "--nats", "--join", "--gossip", "--cluster-listen", "--routes", "--replicas", "--lease-ttl", "--stall-after", "--unhealthy-after", "--steps", "--exit-when-done"} {
+	for _, f := range []string{"--config", "--name", "--roles", "--nats", "--join", "--gossip", "--cluster-listen", "--routes", "--replicas", "--lease-ttl", "--stall-after", "--unhealthy-after", "--steps", "--exit-when-done", "--tinker-listen", "--tinker-api-key-file"} {
 		if !strings.Contains(out, f) {
 			t.Errorf("--help lacks %s:\n%s", f, out)
 		}
