@@ -12,6 +12,7 @@ import (
 
 	"github.com/asyncrl/asyncrl/actors/trainer"
 	"github.com/asyncrl/asyncrl/config"
+	"github.com/asyncrl/asyncrl/internal/wiring"
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/policy"
 	"github.com/asyncrl/asyncrl/transport"
@@ -120,6 +121,13 @@ func RunWorker(ctx context.Context, cfg config.Config, opts WorkerOptions) error
 	}
 	bopts := natsbus.DefaultOptions()
 	bopts.URL, bopts.Name, bopts.Logger = opts.NATSURL, "asyncrl-worker-"+cfg.Run.ID, opts.Logger
+	// The config's bus credentials and TLS (a worker is a pipeline
+	// client: it publishes StepDone and reads the trainer's subjects).
+	sec, err := wiring.BusSecurityFrom(cfg.Bus)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	sec.Apply(&bopts)
 	bus, err := natsbus.Connect(ctx, bopts)
 	if err != nil {
 		return fmt.Errorf("worker: bus: %w", err)
