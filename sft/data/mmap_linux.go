@@ -3,6 +3,7 @@
 package data
 
 import (
+	"io"
 	"os"
 	"syscall"
 )
@@ -20,4 +21,24 @@ func unmapFile(b []byte) error {
 		return nil
 	}
 	return syscall.Munmap(b)
+}
+
+// preadFull reads len(b) bytes at off with pread(2) directly (no poller
+// round trip: this is on every row's path).
+func preadFull(f *os.File, b []byte, off int64) error {
+	fd := int(f.Fd())
+	for len(b) > 0 {
+		n, err := syscall.Pread(fd, b, off)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return io.ErrUnexpectedEOF
+		}
+		b, off = b[n:], off+int64(n)
+	}
+	return nil
 }

@@ -15,3 +15,8 @@ func mapFile(f *os.File, size int64) ([]byte, error) {
 }
 
 func unmapFile([]byte) error { return nil }
+
+func preadFull(f *os.File, b []byte, off int64) error {
+	_, err := f.ReadAt(b, off)
+	return err
+}

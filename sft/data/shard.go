@@ -266,7 +266,7 @@ func (s *Shard) readRow(bi, i int, dst []int32, scratch *[]byte) (toks []int32, 
 	}
 	p, b := s.plans[bi], &s.batches[bi]
 	var ob [8]byte
-	if _, err := s.file.ReadAt(ob[:], p.offs+int64(i)*4); err != nil {
+	if err := preadFull(s.file, ob[:], p.offs+int64(i)*4); err != nil {
 		return dst, nil, 0, true, err
 	}
 	lo, hi := int32(binary.LittleEndian.Uint32(ob[:4])), int32(binary.LittleEndian.Uint32(ob[4:]))
@@ -279,7 +279,7 @@ func (s *Shard) readRow(bi, i int, dst []int32, scratch *[]byte) (toks []int32, 
 	}
 	raw := (*scratch)[:n*p.width]
 	if n > 0 {
-		if _, err := s.file.ReadAt(raw, p.vals+int64(lo)*int64(p.width)); err != nil {
+		if err := preadFull(s.file, raw, p.vals+int64(lo)*int64(p.width)); err != nil {
 			return dst, nil, 0, true, err
 		}
 	}
@@ -307,7 +307,7 @@ func (s *Shard) readRow(bi, i int, dst []int32, scratch *[]byte) (toks []int32, 
 	if p.moffs < 0 {
 		return dst, nil, maxID, true, nil
 	}
-	if _, err := s.file.ReadAt(ob[:], p.moffs+int64(i)*4); err != nil {
+	if err := preadFull(s.file, ob[:], p.moffs+int64(i)*4); err != nil {
 		return dst, nil, 0, true, err
 	}
 	mlo, mhi := int32(binary.LittleEndian.Uint32(ob[:4])), int32(binary.LittleEndian.Uint32(ob[4:]))
@@ -319,7 +319,7 @@ func (s *Shard) readRow(bi, i int, dst []int32, scratch *[]byte) (toks []int32, 
 	}
 	mask = make([]uint8, n)
 	if n > 0 {
-		if _, err := s.file.ReadAt(mask, p.mvals+int64(mlo)); err != nil {
+		if err := preadFull(s.file, mask, p.mvals+int64(mlo)); err != nil {
 			return dst, nil, 0, true, err
 		}
 	}
