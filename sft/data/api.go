@@ -1,11 +1,6 @@
-// Package data is the SFT data path: datasets of pretokenized shards
-// (Arrow IPC read memory-mapped, Parquet, JSONL), their cached index,
-// validation, samplers (sequential, shuffled, weighted mixture) with
-// exact-resume state, and packing of examples into token-budget bins.
-//
-// This file is the contract the SFT runner (package sft) codes to; see
-// docs/sft.md, section "Data".
 package data
+
+// This file is the API the SFT runner (package sft) codes to; see doc.go.
 
 import "context"
 
