@@ -49,7 +49,26 @@ type TinkerConfig struct {
 	MaxPendingPerSession int `yaml:"max_pending_per_session" doc:"unfinished futures one session may hold (429 above)"`
 	// MaxLoRARank caps lora_config.rank.
 	MaxLoRARank int `yaml:"max_lora_rank" doc:"largest lora_config.rank accepted"`
+	// SamplerWeights says how save_weights_for_sampler reaches the engines:
+	// adapter loads each checkpoint as a LoRA adapter beside the base
+	// (several models and checkpoints served at once); version publishes
+	// it as the engines' next weight version, a full checkpoint load, and
+	// raises the router's minimum version to it (one model: sampling never
+	// reaches an engine that has not loaded it).
+	SamplerWeights SamplerWeightsMode `yaml:"sampler_weights" doc:"how save_weights_for_sampler reaches the engines: adapter (a LoRA adapter per checkpoint, many models side by side) or version (the engines' next weight version, the router's version gate; one model)"`
 }
+
+// SamplerWeightsMode is tinker.sampler_weights.
+type SamplerWeightsMode string
+
+// Sampler weight modes.
+const (
+	SamplerAdapter SamplerWeightsMode = "adapter"
+	SamplerVersion SamplerWeightsMode = "version"
+)
+
+// Values lists the sampler weight modes.
+func (SamplerWeightsMode) Values() []string { return []string{"adapter", "version"} }
 
 // DefaultTinker serves on 127.0.0.1:8100 with SkyRL's session timeout and
 // room for 131,072 sample futures in flight.
@@ -67,6 +86,7 @@ func DefaultTinker() TinkerConfig {
 		MaxModelsPerSession:  16,
 		MaxPendingPerSession: 262144,
 		MaxLoRARank:          128,
+		SamplerWeights:       SamplerAdapter,
 	}
 }
 
@@ -93,5 +113,6 @@ func (c TinkerConfig) Validate() error {
 	v.atLeast("max_models_per_session", int64(c.MaxModelsPerSession), 1)
 	v.atLeast("max_pending_per_session", int64(c.MaxPendingPerSession), 1)
 	v.atLeast("max_lora_rank", int64(c.MaxLoRARank), 1)
+	v.checkEnums(c)
 	return v.err()
 }

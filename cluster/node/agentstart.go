@@ -22,6 +22,7 @@ import (
 	"github.com/asyncrl/asyncrl/cluster/ledger"
 	"github.com/asyncrl/asyncrl/cluster/placement"
 	"github.com/asyncrl/asyncrl/cluster/termwatch"
+	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/internal/netx"
 	"github.com/asyncrl/asyncrl/internal/wiring"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
@@ -96,6 +97,9 @@ func (c *AgentConfig) normalize() error {
 	}
 	if err := c.Run.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	if c.hasTinker() && c.Run.Tinker.SamplerWeights == config.SamplerVersion {
+		return fmt.Errorf("%w: tinker.sampler_weights: version is for a standalone asyncrl tinker serve: a cluster's engines take their versions from the run's publisher; the tinker role needs adapter", ErrAgentConfig)
 	}
 	if c.Replicas == 0 {
 		c.Replicas = 1

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/internal/syncbuf"
 	"github.com/asyncrl/asyncrl/tinker"
 	"github.com/asyncrl/asyncrl/tinker/client"
@@ -107,3 +109,14 @@ func TestTinkerRole(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// The tinker role refuses sampler_weights: version (the cluster's engine
+// versions belong to the run's publisher), before anything starts.
+func TestTinkerRoleRefusesVersionMode(t *testing.T) {
+	cfg := agentRunConfig(t, 1)
+	cfg.Tinker.SamplerWeights = config.SamplerVersion
+	_, err := StartAgent(context.Background(), AgentConfig{Name: "t1", Roles: []string{"tinker"}, Run: cfg})
+	if !errors.Is(err, ErrAgentConfig) || !strings.Contains(err.Error(), "tinker.sampler_weights") {
+		t.Fatalf("err = %v, want ErrAgentConfig naming tinker.sampler_weights", err)
+	}
+}

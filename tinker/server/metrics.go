@@ -17,6 +17,7 @@ type metrics struct {
 	samplesRefused  prometheus.Counter
 	sessionsExpired prometheus.Counter
 	recovered       prometheus.Counter
+	samplerVersion  prometheus.Gauge
 }
 
 func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
@@ -40,6 +41,8 @@ func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
 			Help: "Sessions closed after tinker.session_timeout without a heartbeat."}),
 		recovered: prometheus.NewCounter(prometheus.CounterOpts{Name: "asyncrl_tinker_futures_recovered_failed_total",
 			Help: "Training futures a previous server left pending, marked failed at start."}),
+		samplerVersion: prometheus.NewGauge(prometheus.GaugeOpts{Name: "asyncrl_tinker_sampler_version",
+			Help: "The weight version the last published sampler checkpoint got (tinker.sampler_weights: version; 0 otherwise)."}),
 	}
 	gauge := func(name, help string, f func() float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
@@ -48,7 +51,7 @@ func newMetrics(reg *prometheus.Registry, s *Server) *metrics {
 		return func() float64 { s.mu.Lock(); defer s.mu.Unlock(); return f() }
 	}
 	reg.MustRegister(m.requests, m.latency, m.retrieve, m.trainSubmitted, m.trainDone, m.samplesDone,
-		m.samplesRefused, m.sessionsExpired, m.recovered,
+		m.samplesRefused, m.sessionsExpired, m.recovered, m.samplerVersion,
 		gauge("asyncrl_tinker_futures_pending", "Futures not finished yet.", locked(func() float64 { return float64(s.core.Pending()) })),
 		gauge("asyncrl_tinker_results_held", "Finished results held in memory.", locked(func() float64 { n, _ := s.core.Held(); return float64(n) })),
 		gauge("asyncrl_tinker_results_held_bytes", "Bytes of finished results held in memory.", locked(func() float64 { _, b := s.core.Held(); return float64(b) })),

@@ -82,7 +82,11 @@ func (s *Server) AddEngine(url string) error {
 			return fmt.Errorf("tinker: engine %s joins sampling: %w", url, err)
 		}
 	}
-	if err := s.router.Apply(policy.AddReplica{URL: url}); err != nil && !errors.Is(err, policy.ErrDuplicateReplica) {
+	v, err := s.joinVersion(url)
+	if err != nil {
+		return fmt.Errorf("tinker: engine %s joins sampling: loading the published sampler checkpoint: %w", url, err)
+	}
+	if err := s.router.Apply(policy.AddReplica{URL: url, Version: v}); err != nil && !errors.Is(err, policy.ErrDuplicateReplica) {
 		return fmt.Errorf("tinker: engine %s: %w", url, err)
 	}
 	s.engines = append(s.engines, url)

@@ -74,6 +74,10 @@ func (s *Server) resolve(path string) (string, ckptPath, error) {
 	if !exists(dir) {
 		return "", p, httpErr(http.StatusNotFound, "sampler checkpoint %s not found", p)
 	}
+	if s.versionMode() {
+		name, err := s.versionModel(p)
+		return name, p, err
+	}
 	name := adapterName(p)
 	if err := s.ensureAdapter(name, dir, false); err != nil {
 		return "", p, httpErr(http.StatusBadGateway, "loading %s on the engines: %v", p, err)

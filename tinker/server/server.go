@@ -104,6 +104,7 @@ type Server struct {
 	engMu       sync.Mutex
 	engines     []string
 	adapterDirs map[string]string // adapter name → checkpoint dir
+	published   versionState      // sampler_weights: version
 }
 
 // New opens the training-future store (marking futures a previous process

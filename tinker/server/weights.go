@@ -133,7 +133,7 @@ func (s *Server) saveForSampler(_ http.ResponseWriter, _ *http.Request, body []b
 		}
 		// The engines load the checkpoint now, so sampling from it right
 		// after the future completes never waits for (or misses) weights.
-		if err := s.ensureAdapter(adapterName(p), dir, true); err != nil {
+		if err := s.publishSampler(p, dir); err != nil {
 			return nil, err
 		}
 		if named {

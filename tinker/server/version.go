@@ -1,0 +1,120 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/asyncrl/asyncrl/actors/router/policy"
+	"github.com/asyncrl/asyncrl/config"
+	"github.com/asyncrl/asyncrl/engine/driver"
+)
+
+// tinker.sampler_weights: version. For one model on its own engines, a
+// sampler checkpoint is published the way a run publishes a trained step:
+// every engine loads it as a full checkpoint with the next version
+// number (the vLLM driver's load_checkpoint, the path a run's weight sync
+// takes for a full version), the router records each engine's version as
+// the engine confirms it, and once all have loaded (or failed), the
+// router's minimum version is raised to it. From then on the router sends
+// no sample to an engine that did not load it — the version gate of a run
+// — so a sample never comes from older weights. The engines serve one
+// checkpoint at a time: sampling a path published earlier is refused.
+
+// versionState is the published sampler checkpoint (engMu).
+type versionState struct {
+	version int64
+	path    string // tinker://… of the checkpoint the engines serve
+	dir     string
+}
+
+func (s *Server) versionMode() bool { return s.cfg.Tinker.SamplerWeights == config.SamplerVersion }
+
+// publishSampler makes the sampler checkpoint at dir servable: a LoRA
+// adapter on every engine, or (version mode) the engines' next version.
+func (s *Server) publishSampler(p ckptPath, dir string) error {
+	if !s.versionMode() {
+		return s.ensureAdapter(adapterName(p), dir, true)
+	}
+	_, err := s.publishVersion(p, dir)
+	return err
+}
+
+// publishVersion loads dir on every engine as the next version, records
+// each load in the router and then raises its minimum version. Engines
+// that fail keep their old version and get no traffic; it is an error
+// only when none loaded it.
+func (s *Server) publishVersion(p ckptPath, dir string) (int64, error) {
+	s.engMu.Lock()
+	defer s.engMu.Unlock()
+	if len(s.engines) == 0 {
+		return 0, errors.New("no engine is in sampling yet")
+	}
+	v := s.published.version + 1
+	var errs []error
+	loaded := 0
+	for _, u := range s.engines {
+		if err := s.loadVersionOn(u, dir, v); err != nil {
+			s.log.Warn().Err(err).Str("engine", u).Int64("version", v).Msg("engine did not load the sampler checkpoint; the router's version gate keeps samples off it")
+			errs = append(errs, err)
+			continue
+		}
+		if err := s.router.Apply(policy.SetVersion{URL: u, Version: v}); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		loaded++
+	}
+	if loaded == 0 {
+		return 0, fmt.Errorf("no engine loaded %s as version %d: %w", p, v, errors.Join(errs...))
+	}
+	if err := s.router.Apply(policy.RaiseMinVersion{Version: v}); err != nil {
+		return 0, fmt.Errorf("raising the router's minimum version to %d: %w", v, err)
+	}
+	s.published = versionState{version: v, path: p.String(), dir: dir}
+	s.met.samplerVersion.Set(float64(v))
+	s.log.Info().Str("path", p.String()).Int64("version", v).Int("engines", loaded).Msg("sampler checkpoint published as a version")
+	return v, nil
+}
+
+// loadVersionOn loads the full checkpoint dir on engine url as version v
+// through the vLLM driver (the built-in engine is driven the same way).
+func (s *Server) loadVersionOn(url, dir string, v int64) error {
+	d, err := driver.New(driver.KindVLLM, url, driver.Options{Client: s.samples.client, Model: s.cfg.BaseModel})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	return d.LoadCheckpoint(ctx, dir, v)
+}
+
+// joinVersion brings an engine that joins to the published version
+// before the router may route to it (engMu held); it returns the version
+// the engine serves.
+func (s *Server) joinVersion(url string) (int64, error) {
+	if !s.versionMode() || s.published.version == 0 {
+		return 0, nil
+	}
+	if err := s.loadVersionOn(url, s.published.dir, s.published.version); err != nil {
+		return 0, err
+	}
+	return s.published.version, nil
+}
+
+// versionModel is the engine model name serving sampler path p in version
+// mode: the base name while p is the published checkpoint.
+func (s *Server) versionModel(p ckptPath) (string, error) {
+	s.engMu.Lock()
+	cur := s.published
+	s.engMu.Unlock()
+	if cur.path != p.String() {
+		if cur.path == "" {
+			return "", httpErr(http.StatusConflict, "sampler checkpoint %s is not published (tinker.sampler_weights: version; the server restarted?): save_weights_for_sampler again", p)
+		}
+		return "", httpErr(http.StatusConflict, "the engines serve %s (version %d), not %s: with tinker.sampler_weights: version one sampler checkpoint is served at a time (adapter mode serves many)", cur.path, cur.version, p)
+	}
+	return s.cfg.BaseModel, nil
+}
