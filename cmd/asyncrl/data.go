@@ -381,6 +381,7 @@ func newDataBenchCmd(g *globals) *cobra.Command {
 				"examples": r.Examples, "tokens": r.Tokens, "bins": r.Bins, "padding_tokens": r.PaddingTokens,
 				"seconds": r.Elapsed.Seconds(), "tokens_per_second": r.TokensPerSecond(),
 				"cpu_seconds": cpu, "tokens_per_cpu_second": float64(r.Tokens) / max(cpu, 1e-9), "pipelined": pipelined,
+				"sampler": cfg.Sampler.Kind, "page_drops": s.Drops,
 				"rss_before_kib": before["VmRSS"], "rss_kib": after["VmRSS"], "hwm_kib": after["VmHWM"],
 				"rss_anon_kib": after["RssAnon"], "rss_file_kib": after["RssFile"], "gomaxprocs": runtime.GOMAXPROCS(0),
 			}
@@ -393,14 +394,17 @@ func newDataBenchCmd(g *globals) *cobra.Command {
 				r.Examples, r.Tokens, r.Bins, budget, r.Elapsed.Round(time.Millisecond), r.TokensPerSecond()/1e6,
 				100*float64(r.PaddingTokens)/float64(max(1, r.Bins*int64(budget))))
 			fmt.Fprintf(g.stdout, "cpu       %.2f s (%.1f M tokens per CPU-second)\n", cpu, float64(r.Tokens)/max(cpu, 1e-9)/1e6)
+			fmt.Fprintf(g.stdout, "sampler   %s (%d page drops)\n", cfg.Sampler.Kind, s.Drops)
 			fmt.Fprintf(g.stdout, "memory    RSS %d KiB (anon %d, file %d), peak %d KiB\n", after["VmRSS"], after["RssAnon"], after["RssFile"], after["VmHWM"])
 			return nil
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&tokens, "tokens", "0", "tokens to stream (0: one epoch of the dataset)")
-	f.StringVar(&cfg.Sampler.Kind, "sampler", "shuffle", "sequential or shuffle")
+	f.StringVar(&cfg.Sampler.Kind, "sampler", "shuffle", "sequential, shuffle or block_shuffle")
 	f.Uint64Var(&cfg.Sampler.Seed, "seed", 1, "sampler seed")
+	f.IntVar(&cfg.Sampler.BlockRows, "block-rows", data.DefaultBlockRows, "block_shuffle: rows per block")
+	f.IntVar(&cfg.Sampler.Window, "window", data.DefaultWindowBlocks, "block_shuffle: blocks drawn from at a time")
 	f.IntVar(&cfg.MaxLen, "max-len", 0, "truncate examples to this length (0: none; must be ≤ --budget)")
 	f.IntVar(&budget, "budget", 8192, "tokens per packed bin")
 	f.IntVar(&dp, "dp", 8, "bins per pack are a multiple of this")

@@ -46,11 +46,17 @@ type DatasetConfig struct {
 
 // SamplerConfig chooses the order examples are drawn in.
 type SamplerConfig struct {
-	Kind        string  `yaml:"kind"` // sequential | shuffle | mixture
+	Kind        string  `yaml:"kind"` // sequential | shuffle | block_shuffle | mixture
 	Seed        uint64  `yaml:"seed"`
 	Epochs      int     `yaml:"epochs"`      // 0 = endless
 	Replacement bool    `yaml:"replacement"` // mixture
 	Temperature float64 `yaml:"temperature"` // mixture: weights ∝ size^(1/T) when weights unset
+	// BlockRows: block_shuffle cuts the rows into blocks of this many
+	// consecutive rows (0 = 4096).
+	BlockRows int `yaml:"block_rows"`
+	// Window: block_shuffle draws from this many blocks at a time, in a
+	// permutation of their rows, before moving on (0 = 16).
+	Window int `yaml:"window"`
 }
 
 // Bin is one packed sequence: examples laid end to end, at most Budget

@@ -10,7 +10,7 @@ import (
 // a mixture without weights), no vocabulary check, no length limit, and
 // no datasets: a run's config must name at least one.
 func DefaultConfig() Config {
-	return Config{Sampler: SamplerConfig{Kind: "shuffle", Temperature: 1}}
+	return Config{Sampler: SamplerConfig{Kind: "shuffle", Temperature: 1, BlockRows: DefaultBlockRows, Window: DefaultWindowBlocks}}
 }
 
 // ErrConfig is wrapped by every config validation error.
@@ -61,11 +61,17 @@ func (c Config) validate(customSampler bool) error {
 	if s.Epochs < 0 {
 		return bad("sampler.epochs %d: want ≥ 0 (0 = endless)", s.Epochs)
 	}
+	if s.BlockRows < 0 {
+		return bad("sampler.block_rows %d: want ≥ 0 (0 = %d)", s.BlockRows, DefaultBlockRows)
+	}
+	if s.Window < 0 {
+		return bad("sampler.window %d: want ≥ 0 (0 = %d)", s.Window, DefaultWindowBlocks)
+	}
 	if customSampler {
 		return nil
 	}
 	switch s.Kind {
-	case "sequential", "shuffle":
+	case "sequential", "shuffle", "block_shuffle":
 		if weighted > 0 {
 			return bad("datasets[].weight: only the mixture sampler uses weights (sampler.kind is %q)", s.Kind)
 		}
@@ -80,7 +86,7 @@ func (c Config) validate(customSampler bool) error {
 			return bad("sampler.temperature %v: want > 0 (weights ∝ size^(1/T) when no weight is set)", s.Temperature)
 		}
 	default:
-		return bad("sampler.kind %q: want sequential, shuffle or mixture", s.Kind)
+		return bad("sampler.kind %q: want sequential, shuffle, block_shuffle or mixture", s.Kind)
 	}
 	return nil
 }

@@ -42,3 +42,12 @@ func preadFull(f *os.File, b []byte, off int64) error {
 	}
 	return nil
 }
+
+// dropPages releases a mapping's resident pages from the process (the
+// page cache keeps them; the next access faults them back in).
+func dropPages(b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	return syscall.Madvise(b, syscall.MADV_DONTNEED)
+}

@@ -45,6 +45,8 @@ func NewSampler(cfg SamplerConfig, sizes []int64, weights []float64) (Sampler, e
 		return &Sequential{sizes: sizes, total: sum(sizes), epochs: cfg.Epochs}, nil
 	case "shuffle", "":
 		return NewShuffle(sizes, cfg.Seed, cfg.Epochs), nil
+	case "block_shuffle":
+		return NewBlockShuffle(sizes, cfg.Seed, cfg.Epochs, cfg.BlockRows, cfg.Window), nil
 	case "mixture":
 		w, err := MixtureWeights(sizes, weights, cfg.Temperature)
 		if err != nil {
@@ -52,7 +54,7 @@ func NewSampler(cfg SamplerConfig, sizes []int64, weights []float64) (Sampler, e
 		}
 		return NewMixture(sizes, w, cfg.Seed, cfg.Epochs, cfg.Replacement), nil
 	}
-	return nil, fmt.Errorf("sft/data: sampler.kind %q: want sequential, shuffle or mixture", cfg.Kind)
+	return nil, fmt.Errorf("sft/data: sampler.kind %q: want sequential, shuffle, block_shuffle or mixture", cfg.Kind)
 }
 
 func sum(xs []int64) int64 {

@@ -67,6 +67,9 @@ func TestSamplerExactResume(t *testing.T) {
 	cfgs := map[string]SamplerConfig{
 		"sequential":  {Kind: "sequential"},
 		"shuffle":     {Kind: "shuffle", Seed: 3},
+		"block":       {Kind: "block_shuffle", Seed: 3, BlockRows: 4, Window: 3},
+		"block-fin":   {Kind: "block_shuffle", Seed: 3, BlockRows: 5, Window: 2, Epochs: 2},
+		"block-wide":  {Kind: "block_shuffle", Seed: 3, BlockRows: 1000, Window: 16},
 		"mixture":     {Kind: "mixture", Seed: 3, Temperature: 1},
 		"mixture-rep": {Kind: "mixture", Seed: 3, Replacement: true, Temperature: 0.5},
 		"mixture-fin": {Kind: "mixture", Seed: 3, Epochs: 2, Temperature: 2},

@@ -54,6 +54,7 @@ type Shard struct {
 	Index  ShardIndex
 
 	loaded  bool
+	touched bool // read through the mapping since the stream last dropped its pages
 	mapping []byte
 	file    *os.File   // arrow: rows are pread from it (see readRow)
 	plans   []filePlan // arrow: where each batch's buffers lie in file

@@ -54,6 +54,7 @@ func OpenWith(ctx context.Context, cfg Config, newSampler SamplerFactory) (*Data
 		return nil, err
 	}
 	s.sampler = sm
+	s.win, s.local = sm.(windowed)
 	s.fingerprint = fingerprint(s.sets)
 	return s, nil
 }
@@ -69,6 +70,16 @@ type DataStream struct {
 	scratch     []byte
 	counts      []int64
 	tokens      []int64
+
+	// A windowed sampler (block_shuffle) reads rows through the mapping:
+	// touched are the shards read since the window last changed, whose
+	// pages are dropped (one madvise each) when it changes again.
+	win     windowed
+	local   bool
+	window  int64
+	touched []*Shard
+	// Drops counts those madvise calls (for benchmarks).
+	Drops int64
 }
 
 var _ Stream = (*DataStream)(nil)
@@ -126,6 +137,12 @@ func (s *DataStream) Next(ctx context.Context) (Example, error) {
 	if p.Dataset < 0 || p.Dataset >= len(s.sets) || p.Index < 0 || p.Index >= s.sets[p.Dataset].Rows {
 		return Example{}, fmt.Errorf("sft/data: sampler picked row %d of dataset %d, outside the datasets", p.Index, p.Dataset)
 	}
+	if s.local {
+		if w := s.win.Window(); w != s.window {
+			s.dropTouched()
+			s.window = w
+		}
+	}
 	d := s.sets[p.Dataset]
 	k, row := d.Locate(p.Index)
 	sh := d.Shards[k]
@@ -140,7 +157,18 @@ func (s *DataStream) Next(ctx context.Context) (Example, error) {
 	if len(s.arena) < 1<<16 {
 		s.arena = make([]int32, arenaTokens)
 	}
-	toks, mask, maxID, ok, err := sh.readRow(bi, i, s.arena[:0], &s.scratch)
+	var toks []int32
+	var mask []uint8
+	var maxID int64
+	ok := false
+	if s.local && sh.mapping != nil {
+		if !sh.touched {
+			sh.touched = true
+			s.touched = append(s.touched, sh)
+		}
+	} else {
+		toks, mask, maxID, ok, err = sh.readRow(bi, i, s.arena[:0], &s.scratch)
+	}
 	if err != nil {
 		return Example{}, fmt.Errorf("%w: %w", ErrCorrupt, &RowError{Path: sh.Path, Row: row, Err: err})
 	}
@@ -204,6 +232,19 @@ func (s *DataStream) Restore(state []byte) error {
 		return fmt.Errorf("%w: taken over other datasets (fingerprint %s, these are %s)", ErrBadState, st.Fingerprint, s.fingerprint)
 	}
 	return s.sampler.Restore(st.Sampler)
+}
+
+// dropTouched drops the mapped pages of the shards read in the last
+// window: they stay in the page cache, not in the process's RSS.
+func (s *DataStream) dropTouched() {
+	for _, sh := range s.touched {
+		if sh.mapping != nil {
+			_ = dropPages(sh.mapping)
+			s.Drops++
+		}
+		sh.touched = false
+	}
+	s.touched = s.touched[:0]
 }
 
 // Close implements Stream.
