@@ -1,6 +1,7 @@
 package data
 
 import (
+	"slices"
 	"fmt"
 	"unsafe"
 
@@ -248,11 +249,25 @@ func (b *batch) appendIDs(dst []int32, i int) ([]int32, int64, int64) {
 	}
 	switch b.kind {
 	case idsUint16:
-		var mx uint16
-		for _, v := range b.u16[lo:hi] {
-			dst = append(dst, int32(v))
-			mx = max(mx, v)
+		// convert into place (no append per value); four running maxima
+		// keep the loop free of a serial dependency
+		src := b.u16[lo:hi]
+		n0 := len(dst)
+		dst = slices.Grow(dst, len(src))[:n0+len(src)]
+		out := dst[n0:]
+		out = out[:len(src)]
+		var m0, m1, m2, m3 uint16
+		j := 0
+		for ; j+4 <= len(src); j += 4 {
+			s, o := src[j:j+4:j+4], out[j:j+4:j+4]
+			o[0], o[1], o[2], o[3] = int32(s[0]), int32(s[1]), int32(s[2]), int32(s[3])
+			m0, m1, m2, m3 = max(m0, s[0]), max(m1, s[1]), max(m2, s[2]), max(m3, s[3])
 		}
+		for ; j < len(src); j++ {
+			out[j] = int32(src[j])
+			m0 = max(m0, src[j])
+		}
+		mx := max(m0, m1, m2, m3)
 		if hi > lo {
 			minID, maxID = 0, int64(mx)
 		}

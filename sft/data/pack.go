@@ -43,6 +43,10 @@ type Packer struct {
 	mask            []uint8
 	ids             []ExampleID
 	bins            []Bin
+	// iota (0, 1, …) and ones, Budget long: copied into positions and
+	// loss masks instead of filled value by value
+	iota []int32
+	ones []uint8
 }
 
 func grow[T any](s []T, n int) []T {
@@ -97,6 +101,12 @@ func (p *Packer) Pack(examples []Example, cfg PackConfig) ([]Bin, error) {
 	p.toks, p.mask = grow(p.toks, nb*w), grow(p.mask, nb*w)
 	p.segs, p.pos = grow(p.segs, nb*w), grow(p.pos, nb*w)
 	p.ids, p.bins = grow(p.ids, len(examples)), grow(p.bins, nb)
+	if len(p.iota) != w {
+		p.iota, p.ones = make([]int32, w), make([]uint8, w)
+		for j := range p.iota {
+			p.iota[j], p.ones[j] = int32(j), 1
+		}
+	}
 	toks, mask, segs, pos, idSlab, bins := p.toks, p.mask, p.segs, p.pos, p.ids, p.bins
 	used := 0
 	for bi, g := range groups {
@@ -104,13 +114,13 @@ func (p *Packer) Pack(examples []Example, cfg PackConfig) ([]Bin, error) {
 		bins[bi] = Bin{Tokens: toks[lo:hi:hi], LossMask: mask[lo:hi:hi], Segments: segs[lo:hi:hi], Positions: pos[lo:hi:hi],
 			IDs: idSlab[used : used+len(g) : used+len(g)]}
 		used += len(g)
-		fill(&bins[bi], examples, g, w)
+		p.fill(&bins[bi], examples, g, w)
 	}
 	return bins, nil
 }
 
 // fill lays the examples at indices g into b (budget long), padding after.
-func fill(b *Bin, examples []Example, g []int, budget int) {
+func (p *Packer) fill(b *Bin, examples []Example, g []int, budget int) {
 	at := 0
 	for seg, i := range g {
 		ex := examples[i]
@@ -119,21 +129,21 @@ func fill(b *Bin, examples []Example, g []int, budget int) {
 		if ex.LossMask != nil {
 			copy(b.LossMask[at:at+n], ex.LossMask)
 		} else {
-			for j := at; j < at+n; j++ {
-				b.LossMask[j] = 1
-			}
+			copy(b.LossMask[at:at+n], p.ones)
 		}
 		b.LossMask[at] = 0
-		for j := 0; j < n; j++ {
-			b.Segments[at+j] = int32(seg)
-			b.Positions[at+j] = int32(j)
+		copy(b.Positions[at:at+n], p.iota)
+		sg := b.Segments[at : at+n]
+		for j := range sg {
+			sg[j] = int32(seg)
 		}
 		at += n
 	}
 	clear(b.Tokens[at:])
 	clear(b.LossMask[at:])
 	clear(b.Positions[at:])
-	for j := at; j < budget; j++ {
-		b.Segments[j] = -1
+	pad := b.Segments[at:budget]
+	for j := range pad {
+		pad[j] = -1
 	}
 }
