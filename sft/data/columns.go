@@ -1,8 +1,8 @@
 package data
 
 import (
-	"slices"
 	"fmt"
+	"slices"
 	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow"
