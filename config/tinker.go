@@ -41,6 +41,10 @@ type TinkerConfig struct {
 	SampleQueue int `yaml:"sample_queue" doc:"sample requests waiting for an engine slot (429 when full)"`
 	// SampleConcurrency bounds the requests in flight to the engines.
 	SampleConcurrency int `yaml:"sample_concurrency" doc:"sample requests in flight to the engines at once"`
+	// SampleEngineWait is how long a sample waits while no engine can take
+	// it (none added yet, all unhealthy, all behind the published
+	// version) before its future fails; 0 fails it at once.
+	SampleEngineWait time.Duration `yaml:"sample_engine_wait" doc:"how long a sample waits while no engine can take it before its future fails (0 = at once)"`
 	// MaxRequestBytes caps a request body (413 above).
 	MaxRequestBytes int64 `yaml:"max_request_bytes" doc:"largest request body accepted (413 above)"`
 	// MaxModelsPerSession caps create_model per session.
@@ -82,6 +86,7 @@ func DefaultTinker() TinkerConfig {
 		SampleResultMaxBytes: 1 << 30,
 		SampleQueue:          262144,
 		SampleConcurrency:    256,
+		SampleEngineWait:     30 * time.Second,
 		MaxRequestBytes:      64 << 20,
 		MaxModelsPerSession:  16,
 		MaxPendingPerSession: 262144,
@@ -109,6 +114,9 @@ func (c TinkerConfig) Validate() error {
 	v.atLeast("sample_result_max_bytes", c.SampleResultMaxBytes, 1<<20)
 	v.atLeast("sample_queue", int64(c.SampleQueue), 1)
 	v.atLeast("sample_concurrency", int64(c.SampleConcurrency), 1)
+	if c.SampleEngineWait < 0 {
+		v.fail("sample_engine_wait", "must be ≥ 0, got %s", formatDuration(c.SampleEngineWait))
+	}
 	v.atLeast("max_request_bytes", c.MaxRequestBytes, 1<<10)
 	v.atLeast("max_models_per_session", int64(c.MaxModelsPerSession), 1)
 	v.atLeast("max_pending_per_session", int64(c.MaxPendingPerSession), 1)

@@ -69,7 +69,8 @@ func (r Result) String() string {
 }
 
 // stubEngine answers /v1/completions with tokens ids and logprobs after
-// gate is closed and delay has passed, and accepts LoRA loads.
+// gate is closed and delay has passed, accepts LoRA loads and answers
+// the router's health probes.
 func stubEngine(delay time.Duration, tokens int, gate <-chan struct{}) (string, func(), error) {
 	ids := make([]int32, tokens)
 	lps := make([]float32, tokens)
@@ -90,6 +91,8 @@ func stubEngine(delay time.Duration, tokens int, gate <-chan struct{}) (string, 
 		_, _ = w.Write(body)
 	})
 	mux.HandleFunc("POST /v1/load_lora_adapter", func(w http.ResponseWriter, _ *http.Request) {})
+	// The server's router probes it like any vLLM (an empty 200).
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", nil, err

@@ -9,6 +9,7 @@ import (
 
 	"github.com/asyncrl/asyncrl/cluster/localengine"
 	"github.com/asyncrl/asyncrl/internal/wiring"
+	"github.com/asyncrl/asyncrl/tinker"
 	"github.com/asyncrl/asyncrl/tinker/client"
 	"github.com/asyncrl/asyncrl/tinker/server"
 )
@@ -136,5 +137,40 @@ func TestEngineJoinsWithAdapters(t *testing.T) {
 	}
 	if rep, _ := r.Server.SessionReplica(sp); rep != extra[0].URL {
 		t.Fatalf("served by %q, want the new engine %s", rep, extra[0].URL)
+	}
+}
+
+// TestSampleWaitsForAnEngine: a sample submitted while no engine is in
+// sampling waits (tinker.sample_engine_wait) and is answered once an
+// engine joins, instead of failing.
+func TestSampleWaitsForAnEngine(t *testing.T) {
+	c := testConfig(t.TempDir())
+	c.Tinker.SampleEngineWait = 20 * time.Second
+	c.Tinker.LongPoll = 300 * time.Millisecond
+	r, cl := start(t, c, "")
+	ctx := ctxT(t)
+	u := r.Engines[0].URL
+	r.Server.RemoveEngine(u)
+	sess, err := cl.CreateSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp, err := cl.CreateSamplingSession(ctx, sess, 0, "asyncrl-policy", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := cl.ASample(ctx, client.SampleRequest(sp, 0, []int32{1, 5, 6}, 1, 4, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, done, err := cl.Poll(ctx, id); err != nil || done {
+		t.Fatalf("the sample finished (%v, %v) with no engine in sampling", done, err)
+	}
+	if err := r.Server.AddEngine(u); err != nil {
+		t.Fatal(err)
+	}
+	var out tinker.SampleResponse
+	if err := cl.Wait(ctx, id, &out); err != nil || len(out.Sequences) != 1 {
+		t.Fatalf("sample after the engine joined: %+v %v", out, err)
 	}
 }

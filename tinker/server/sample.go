@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -258,19 +259,36 @@ func (p *samplePool) work() {
 	}
 }
 
+// errNoReplica marks the router's own 503 (no replica could take the
+// request), as opposed to an engine's.
+var errNoReplica = errors.New("no engine available")
+
 // run sends the request to the router (which retries on another replica
 // after a refused connection or a 503), once more after a transport error
-// reaching the router itself, and encodes the SampleResponse once.
+// reaching the router itself, waits up to tinker.sample_engine_wait while
+// the router has no replica for it (an engine that is restarting or still
+// loading delays samples rather than failing them), and encodes the
+// SampleResponse once.
 func (p *samplePool) run(j *sampleJob, buf *bytes.Buffer) ([]byte, bool) {
 	var lastErr error
-	for try := 0; try < 2; try++ {
+	deadline := time.Now().Add(p.s.cfg.Tinker.SampleEngineWait)
+	wait := 100 * time.Millisecond
+	for try := 0; ; try++ {
 		out, retry, err := p.call(p.s.routerURL, j, buf)
 		if err == nil {
 			b, _ := json.Marshal(out)
 			return b, false
 		}
 		lastErr = err
-		if !retry {
+		if errors.Is(err, errNoReplica) && time.Now().Before(deadline) {
+			select {
+			case <-p.stopped:
+			case <-time.After(wait):
+				wait = min(2*wait, 2*time.Second)
+				continue
+			}
+		}
+		if !retry || try >= 1 {
 			break
 		}
 	}
@@ -296,6 +314,10 @@ func (p *samplePool) call(router string, j *sampleJob, buf *bytes.Buffer) (tinke
 	url := resp.Header.Get("X-Asyncrl-Replica")
 	if url == "" {
 		url = "router " + router
+	}
+	if resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("X-Asyncrl-Replica") == "" {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return tinker.SampleResponse{}, false, fmt.Errorf("%w: %s answered 503: %s (tinker.sample_engine_wait %s)", errNoReplica, url, bytes.TrimSpace(msg), p.s.cfg.Tinker.SampleEngineWait)
 	}
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))

@@ -2,7 +2,9 @@ package server_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -22,6 +24,7 @@ import (
 func TestSamplerWeightsAsVersion(t *testing.T) {
 	c := testConfig(t.TempDir())
 	c.Tinker.SamplerWeights = config.SamplerVersion
+	c.Tinker.SampleEngineWait = 500 * time.Millisecond
 	r, cl := start(t, c, "")
 	ctx := ctxT(t)
 	good := r.Engines[0]
@@ -93,8 +96,8 @@ func TestSamplerWeightsAsVersion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, err := cl.Sample(ctx, client.SampleRequest(sp, 0, []int32{1, 5, 6}, 1, 4, 1)); err == nil {
-		t.Fatalf("sampled %+v with no engine at the published version", out)
+	if out, err := cl.Sample(ctx, client.SampleRequest(sp, 0, []int32{1, 5, 6}, 1, 4, 1)); err == nil || !strings.Contains(err.Error(), "tinker.sample_engine_wait") {
+		t.Fatalf("sampled %+v (%v) with no engine at the published version; want a failure after tinker.sample_engine_wait", out, err)
 	}
 	if got := bad[0].E.Stats().GenerationTokens; got != badBefore {
 		t.Fatalf("the engine behind the minimum version generated %d tokens", got-badBefore)
