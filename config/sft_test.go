@@ -29,7 +29,7 @@ trainer:
 		t.Fatalf("parsed %+v", c.SFT)
 	}
 	for _, tc := range []struct{ yaml, want string }{
-		{"sft:\n  data:\n    sampler: {kind: random}\n", `sft.data.sampler.kind: "random" is not one of sequential, shuffle, mixture`},
+		{"sft:\n  data:\n    sampler: {kind: random}\n", `sft.data.sampler.kind: "random" is not one of sequential, shuffle, block_shuffle, mixture`},
 		{"sft:\n  data:\n    datasets: [{name: a, path: x, format: csv}]\n", `sft.data.datasets[0].format`},
 		{"sft:\n  data:\n    datasets: [{name: a, path: x}, {name: a, path: y}]\n", `is also datasets[0]'s name`},
 		{"sft:\n  data:\n    datasets: [{name: a}]\n", `sft.data.datasets[0].path`},

@@ -23,7 +23,8 @@ func SFTData(c config.Config) data.Config {
 		seed = c.Run.Seed
 	}
 	out.Sampler = data.SamplerConfig{Kind: string(d.Sampler.Kind), Seed: uint64(seed), Epochs: d.Sampler.Epochs,
-		Replacement: d.Sampler.Replacement, Temperature: d.Sampler.Temperature}
+		Replacement: d.Sampler.Replacement, Temperature: d.Sampler.Temperature,
+		BlockRows: d.Sampler.BlockRows, Window: d.Sampler.Window}
 	out.VocabSize, out.MaxLen, out.IndexDir = d.VocabSize, d.MaxLen, d.IndexDir
 	return out
 }

@@ -52,10 +52,10 @@ type SamplerConfig struct {
 	Replacement bool    `yaml:"replacement"` // mixture
 	Temperature float64 `yaml:"temperature"` // mixture: weights ∝ size^(1/T) when weights unset
 	// BlockRows: block_shuffle cuts the rows into blocks of this many
-	// consecutive rows (0 = 4096).
+	// consecutive rows (0 = 8192).
 	BlockRows int `yaml:"block_rows"`
 	// Window: block_shuffle draws from this many blocks at a time, in a
-	// permutation of their rows, before moving on (0 = 16).
+	// permutation of their rows, before moving on (0 = 8).
 	Window int `yaml:"window"`
 }
 

@@ -6,11 +6,14 @@ import (
 	"io"
 )
 
-// Block-shuffle defaults: 4096-row blocks, 16 blocks in a window (65,536
-// rows, ~14 MB of uint16 tokens at the benchmark's mean length).
+// Block-shuffle defaults: 8192-row blocks, 8 blocks in a window (65,536
+// rows, ~14 MB of uint16 tokens at the benchmark's mean length). Fewer,
+// larger blocks keep RSS flatter (each touched block maps up to a large
+// folio more than it reads) but draw a window from fewer places; see
+// docs/sft.md "Samplers" and BENCHMARKS.md "SFT data path".
 const (
-	DefaultBlockRows    = 4096
-	DefaultWindowBlocks = 16
+	DefaultBlockRows    = 8192
+	DefaultWindowBlocks = 8
 )
 
 // BlockShuffle yields every row once per epoch, like Shuffle, but

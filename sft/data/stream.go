@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"path/filepath"
 )
 
@@ -132,6 +133,9 @@ func (s *DataStream) Next(ctx context.Context) (Example, error) {
 	}
 	p, err := s.sampler.Next()
 	if err != nil {
+		if s.local && errors.Is(err, io.EOF) {
+			s.dropTouched() // the last window is done too
+		}
 		return Example{}, err
 	}
 	if p.Dataset < 0 || p.Dataset >= len(s.sets) || p.Index < 0 || p.Index >= s.sets[p.Dataset].Rows {
