@@ -30,6 +30,13 @@ const torchPython = "/usr/bin/python3"
 // python cannot import torch (the only reason to skip).
 func torchChildSpec(t *testing.T) Spec {
 	t.Helper()
+	if raceEnabled {
+		// The cross-checks compare numbers with a Python process; the Go
+		// side's concurrency is the Go child's tests' under -race. They
+		// ran in the plain pass of make test already (and cost ~30 s
+		// more here).
+		t.Skip("torch cross-checks run in the plain suite, not under -race")
+	}
 	if out, err := exec.Command(torchPython, "-c", "import torch, cbor2, numpy").CombinedOutput(); err != nil {
 		t.Skipf("%s cannot import torch, cbor2 and numpy (the torch worker's dependencies; .ci/python-deps installs them): %v: %s", torchPython, err, out)
 	}
