@@ -15,6 +15,7 @@ import (
 
 	"github.com/asyncrl/asyncrl/actors/router/policy"
 	"github.com/asyncrl/asyncrl/actors/router/proxy"
+	"github.com/asyncrl/asyncrl/internal/netx"
 )
 
 // The server samples through asyncrl's router (actors/router/proxy), run
@@ -32,6 +33,7 @@ func (s *Server) startRouter(urls []string) error {
 	rc.ListenAddr = "127.0.0.1:0"
 	rc.Logger = s.log.With().Str("component", "tinker-router").Logger()
 	rc.Registerer = s.cfg.Registry // asyncrl_router_* next to asyncrl_tinker_* on /metrics
+	rc.Transport = netx.KeyTransport(nil, s.cfg.EngineAPIKey, nil)
 	// Bodies are bounded by the API's own limit; the router adds nothing.
 	rc.MaxBodyBytes = max(s.cfg.Tinker.MaxRequestBytes, rc.MaxBodyBytes)
 	r, err := proxy.New(rc)

@@ -2,6 +2,10 @@ package server_test
 
 import (
 	"context"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -172,5 +176,42 @@ func TestSampleWaitsForAnEngine(t *testing.T) {
 	var out tinker.SampleResponse
 	if err := cl.Wait(ctx, id, &out); err != nil || len(out.Sequences) != 1 {
 		t.Fatalf("sample after the engine joined: %+v %v", out, err)
+	}
+}
+
+// TestEnginesWithAPIKey: with engines.api_key_file set the built-in
+// engines refuse keyless requests, and the server sends the key on
+// samples and adapter loads (through its router and its own client).
+func TestEnginesWithAPIKey(t *testing.T) {
+	c := testConfig(t.TempDir())
+	keyFile := filepath.Join(t.TempDir(), "engine.key")
+	if err := os.WriteFile(keyFile, []byte("engine-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.Engines.APIKeyFile = keyFile
+	r, cl := start(t, c, "")
+	ctx := ctxT(t)
+	resp, err := http.Post(r.Engines[0].URL+"/v1/completions", "application/json", strings.NewReader(`{"prompt":[1,5],"max_tokens":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("a keyless completion got %d, want 401 (the engine is not guarded)", resp.StatusCode)
+	}
+	sess, err := cl.CreateSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	model, err := cl.CreateModel(ctx, sess, "asyncrl-policy", 0, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sp, err := cl.SaveForSampler(ctx, model, 1, "", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := cl.Sample(ctx, client.SampleRequest(sp, 0, []int32{1, 5, 6}, 1, 4, 1)); err != nil || len(out.Sequences) != 1 {
+		t.Fatalf("sample on key-guarded engines: %+v %v", out, err)
 	}
 }

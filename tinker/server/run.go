@@ -82,6 +82,10 @@ func Start(ctx context.Context, c config.Config, o Options) (*Running, error) {
 	if base == "" {
 		base = c.Engines.ServedModelName
 	}
+	engineKey, err := wiring.ReadSecret("engines.api_key_file", c.Engines.APIKeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("tinker: %w", err)
+	}
 	em, err := wiring.InitialPolicy(t.BaseWeights, uint64(c.Run.Seed))
 	if err != nil {
 		return nil, fmt.Errorf("tinker: base model: %w", err)
@@ -119,7 +123,7 @@ func Start(ctx context.Context, c config.Config, o Options) (*Running, error) {
 		}
 	}
 	if r.Server, err = New(ctx, Config{Tinker: t, BaseModel: base, Backend: GoBackend(pm), EngineURLs: urls,
-		DataDir: dataDir, NATS: nc, APIKey: o.APIKey, Log: o.Log, FutureKeyPrefix: o.FutureKeyPrefix,
+		DataDir: dataDir, NATS: nc, APIKey: o.APIKey, EngineAPIKey: engineKey, Log: o.Log, FutureKeyPrefix: o.FutureKeyPrefix,
 		FutureReplicas: o.FutureReplicas, Registry: o.Registry}); err != nil {
 		return nil, err
 	}

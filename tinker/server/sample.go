@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/asyncrl/asyncrl/internal/netx"
 	"github.com/asyncrl/asyncrl/tinker"
 )
 
@@ -202,7 +203,7 @@ func newSamplePool(s *Server, queue, workers int) *samplePool {
 	tr.MaxIdleConns = workers + 16
 	tr.MaxIdleConnsPerHost = workers + 16
 	p := &samplePool{s: s, sem: make(chan struct{}, queue), jobs: make(chan *sampleJob, queue),
-		client: &http.Client{Transport: tr, Timeout: 10 * time.Minute}, stopped: make(chan struct{})}
+		client: &http.Client{Transport: netx.KeyTransport(tr, s.cfg.EngineAPIKey, nil), Timeout: 10 * time.Minute}, stopped: make(chan struct{})}
 	for range workers {
 		p.wg.Add(1)
 		go p.work()

@@ -59,6 +59,10 @@ type Config struct {
 	NATS *nats.Conn
 	// APIKey, when set, is required in X-API-Key on every route but healthz.
 	APIKey string
+	// EngineAPIKey, when set, is sent to the engines as "Authorization:
+	// Bearer" (engines.api_key_file: the built-in engines' key, vLLM's
+	// --api-key), on samples, adapter and checkpoint loads.
+	EngineAPIKey string
 	// FutureTTL is how long training futures stay in JetStream (default 7 days).
 	FutureTTL time.Duration
 	// FutureKeyPrefix prefixes this server's keys in the futures bucket

@@ -82,7 +82,7 @@ func (s *Server) publishVersion(p ckptPath, dir string) (int64, error) {
 // loadVersionOn loads the full checkpoint dir on engine url as version v
 // through the vLLM driver (the built-in engine is driven the same way).
 func (s *Server) loadVersionOn(url, dir string, v int64) error {
-	d, err := driver.New(driver.KindVLLM, url, driver.Options{Client: s.samples.client, Model: s.cfg.BaseModel})
+	d, err := driver.New(driver.KindVLLM, url, driver.Options{Client: s.samples.client, Model: s.cfg.BaseModel, APIKey: s.cfg.EngineAPIKey})
 	if err != nil {
 		return err
 	}
