@@ -31,6 +31,8 @@ trainer:
 	for _, tc := range []struct{ yaml, want string }{
 		{"sft:\n  data:\n    sampler: {kind: random}\n", `sft.data.sampler.kind: "random" is not one of sequential, shuffle, block_shuffle, mixture`},
 		{"sft:\n  data:\n    datasets: [{name: a, path: x, format: csv}]\n", `sft.data.datasets[0].format`},
+		{"sft:\n  data:\n    sampler: {kind: block_shuffle, window: -1}\n", `sft.data.sampler.window`},
+		{"sft:\n  data:\n    sampler: {kind: block_shuffle, block_rows: -2}\n", `sft.data.sampler.block_rows`},
 		{"sft:\n  data:\n    datasets: [{name: a, path: x}, {name: a, path: y}]\n", `is also datasets[0]'s name`},
 		{"sft:\n  data:\n    datasets: [{name: a}]\n", `sft.data.datasets[0].path`},
 		{"sft:\n  pack: {microbatch_tokens: 0}\n", `sft.pack.microbatch_tokens`},

@@ -31,6 +31,10 @@ func TestSFTMapsTheRunConfig(t *testing.T) {
 	if err := s.Validate(); err != nil {
 		t.Fatal(err)
 	}
+	c.SFT.Data.Sampler.Kind, c.SFT.Data.Sampler.BlockRows, c.SFT.Data.Sampler.Window = "block_shuffle", 1024, 3
+	if got := SFT(c).Data.Sampler; got.Kind != "block_shuffle" || got.BlockRows != 1024 || got.Window != 3 {
+		t.Errorf("block_shuffle sampler mapped to %+v", got)
+	}
 	c.SFT.Data.Sampler.Seed = 4
 	if SFT(c).Data.Sampler.Seed != 4 {
 		t.Error("an explicit sampler seed was replaced")
