@@ -87,6 +87,11 @@ const LossCrossEntropy = "cross_entropy"
 type SaveCheckpoint struct {
 	Header
 	Dir string `cbor:"dir"`
+	// Serving asks for the BF16 serving checkpoint (StepResult.checkpoint's
+	// layout) instead of the resume state. Optional field of frames v1
+	// (Tinker's save_weights_for_sampler); a child that does not know it
+	// answers Error{bad_field, field: "serving"}.
+	Serving bool `cbor:"serving,omitempty"`
 }
 
 // Shutdown asks the child to answer Bye and exit 0.
@@ -104,6 +109,9 @@ type Reply struct {
 	Code       string         `cbor:"code,omitempty"`
 	Field      string         `cbor:"field,omitempty"`
 	Message    string         `cbor:"message,omitempty"`
+	// Loss and Arrays are a ForwardBackwardResult's.
+	Loss   float64           `cbor:"loss,omitempty"`
+	Arrays map[string]Tensor `cbor:"arrays,omitempty"`
 }
 
 // StepResult is a trained step as the Go side keeps it.

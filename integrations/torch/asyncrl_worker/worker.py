@@ -1,4 +1,5 @@
-"""The frame loop: Init, TrainBatch, SaveCheckpoint, Shutdown (docs/protocol.md,
+"""The frame loop: Init, TrainBatch, SaveCheckpoint, Shutdown, and Tinker's
+ForwardBackward and OptimStep (docs/protocol.md,
 worker bridge frames v1).
 
 Nothing is half-applied: every field of a request is validated before the
@@ -25,6 +26,7 @@ import torch
 from . import model as mdl
 from . import safetensors as st
 from .frames import EOF, PROTOCOL_VERSION, FrameError, error_frame, parse_tensor, read_frame, write_frame
+from . import tinker
 from .loss import LossConfig, cross_entropy_loss, grpo_advantages, sequence_weights, token_loss
 
 log = logging.getLogger("asyncrl_worker")
@@ -262,7 +264,8 @@ class Worker:
                 raise FrameError("unsupported_version", "v", f"protocol version {req['v']!r}; this worker speaks {PROTOCOL_VERSION}")
             typ = req.get("type")
             fn = {"Init": self.init, "TrainBatch": self.train_batch, "SaveCheckpoint": self.save_checkpoint,
-                  "Shutdown": self.shutdown}.get(typ)
+                  "Shutdown": self.shutdown, "ForwardBackward": self.forward_backward,
+                  "OptimStep": self.optim_step}.get(typ)
             if fn is None:
                 raise bad("type", f"unknown request type {typ!r}")
             reply = fn(req)
@@ -588,16 +591,34 @@ class Worker:
         return serving, state
 
     def save_checkpoint(self, req: dict) -> dict:
-        _check_keys(req, {"v", "type", "id", "dir"}, "", ("dir",))
+        _check_keys(req, {"v", "type", "id", "dir", "serving"}, "", ("dir",))
         self._need_init()
         d = req["dir"]
         if not isinstance(d, str) or not d:
             raise bad("dir", "must be a directory path")
+        # optional field of v1 (Tinker's save_weights_for_sampler): the BF16
+        # serving checkpoint instead of the resume state
+        serving = req.get("serving", False)
+        if not isinstance(serving, bool):
+            raise bad("serving", "must be a bool")
         try:
-            self._write_dir(d, lambda t: self._write_state(t, self.step))
+            if serving:
+                self._write_dir(d, lambda t: self.policy.save_serving(t, self.step))
+            else:
+                self._write_dir(d, lambda t: self._write_state(t, self.step))
         except OSError as e:
             raise FrameError("internal", "dir", f"cannot write {d}: {e}") from None
         return {"type": "Saved", "dir": d, "step": self.step}
+
+    # --- Tinker's split calls (asyncrl_worker.tinker) ------------------------
+
+    def forward_backward(self, req: dict) -> dict:
+        self._need_init()
+        return tinker.forward_backward(self, req)
+
+    def optim_step(self, req: dict) -> dict:
+        self._need_init()
+        return tinker.optim_step(self, req)
 
     def shutdown(self, req: dict) -> dict:
         _check_keys(req, {"v", "type", "id"}, "")

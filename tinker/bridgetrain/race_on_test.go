@@ -1,0 +1,5 @@
+//go:build race
+
+package bridgetrain
+
+const raceEnabled = true
