@@ -1,7 +1,9 @@
 package config
 
 import (
+	"fmt"
 	"net/url"
+	"strings"
 	"time"
 )
 
@@ -60,7 +62,31 @@ type TinkerConfig struct {
 	// raises the router's minimum version to it (one model: sampling never
 	// reaches an engine that has not loaded it).
 	SamplerWeights SamplerWeightsMode `yaml:"sampler_weights" doc:"how save_weights_for_sampler reaches the engines: adapter (a LoRA adapter per checkpoint, many models side by side) or version (the engines' next weight version, the router's version gate; one model)"`
+	// Trainer is the training backend: builtin (tinker/gotrain, in
+	// process) or exec (one trainer child per model over the worker
+	// bridge, tinker/bridgetrain; e.g. the PyTorch worker).
+	Trainer TinkerTrainer `yaml:"trainer" doc:"training backend: builtin (the Go policy in process) or exec (one trainer child per model over the worker bridge, e.g. the PyTorch worker)"`
+	// TrainerExec is the child's command and arguments (trainer exec), as
+	// trainer.exec: it must speak the ForwardBackward and OptimStep frames.
+	TrainerExec []string `yaml:"trainer_exec" doc:"trainer exec: the child's argv, e.g. [/usr/bin/python3, -m, asyncrl_worker]; it speaks the worker-bridge frames incl. ForwardBackward/OptimStep"`
+	// TrainerExecEnv is added to the child's environment (KEY=VALUE).
+	TrainerExecEnv []string `yaml:"trainer_exec_env" doc:"trainer exec: KEY=VALUE entries added to the child's environment (e.g. PYTHONPATH=integrations/torch)"`
+	// TrainerExecTimeout bounds each call to the child; a child that misses
+	// it is killed and the model must be reloaded from a saved state.
+	TrainerExecTimeout time.Duration `yaml:"trainer_exec_timeout" doc:"trainer exec: a call the child does not answer within this fails; the child is killed and the model needs load_state"`
 }
+
+// TinkerTrainer is tinker.trainer.
+type TinkerTrainer string
+
+// Tinker training backends.
+const (
+	TinkerTrainerBuiltin TinkerTrainer = "builtin"
+	TinkerTrainerExec    TinkerTrainer = "exec"
+)
+
+// Values lists the Tinker training backends.
+func (TinkerTrainer) Values() []string { return []string{"builtin", "exec"} }
 
 // SamplerWeightsMode is tinker.sampler_weights.
 type SamplerWeightsMode string
@@ -92,6 +118,10 @@ func DefaultTinker() TinkerConfig {
 		MaxPendingPerSession: 262144,
 		MaxLoRARank:          128,
 		SamplerWeights:       SamplerAdapter,
+		Trainer:              TinkerTrainerBuiltin,
+		TrainerExec:          []string{},
+		TrainerExecEnv:       []string{},
+		TrainerExecTimeout:   10 * time.Minute,
 	}
 }
 
@@ -121,6 +151,15 @@ func (c TinkerConfig) Validate() error {
 	v.atLeast("max_models_per_session", int64(c.MaxModelsPerSession), 1)
 	v.atLeast("max_pending_per_session", int64(c.MaxPendingPerSession), 1)
 	v.atLeast("max_lora_rank", int64(c.MaxLoRARank), 1)
+	v.positiveDuration("trainer_exec_timeout", c.TrainerExecTimeout)
+	for i, kv := range c.TrainerExecEnv {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			v.fail(fmt.Sprintf("trainer_exec_env[%d]", i), "want KEY=VALUE, got %q", kv)
+		}
+	}
+	if c.Trainer == TinkerTrainerExec && (len(c.TrainerExec) == 0 || c.TrainerExec[0] == "") {
+		v.fail("trainer_exec", "required with trainer exec: the child's command, e.g. [/usr/bin/python3, -m, asyncrl_worker]")
+	}
 	v.checkEnums(c)
 	return v.err()
 }
