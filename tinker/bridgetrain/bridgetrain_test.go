@@ -91,9 +91,9 @@ func relClose(a, b, tol float64) bool { return math.Abs(a-b) <= tol*math.Max(1, 
 
 // TestTorchChildMatchesGotrainAndLearns: forward_backward + optim_step
 // through the torch child lowers the loss, and its first loss and
-// per-datum logprobs match gotrain's on the same checkpoint.
+// per-datum logprobs match gotrain's on the same checkpoint; then saveLoad.
 func TestTorchChildMatchesGotrainAndLearns(t *testing.T) {
-	bm, gm, _ := setup(t)
+	bm, gm, dir := setup(t)
 	in := sft("abcabc", "hello", "12+3=15")
 	p := tinker.DefaultAdamParams()
 	p.LearningRate = 1e-2
@@ -152,12 +152,14 @@ func TestTorchChildMatchesGotrainAndLearns(t *testing.T) {
 	if !relClose(losses[3], last, 0.02) {
 		t.Fatalf("loss after 3 steps: torch %v, gotrain %v", losses[3], last)
 	}
+	// one child per test binary: starting torch costs seconds
+	saveLoad(t, bm, dir)
 }
 
-// TestSaveLoadStateAndSampler: a refused call changes nothing; a saved state loads back (with the optimiser
-// the next step repeats exactly); the sampler checkpoint loads in Go.
-func TestSaveLoadStateAndSampler(t *testing.T) {
-	bm, _, dir := setup(t)
+// saveLoad: a refused call changes nothing; a saved state loads back (with
+// the optimiser the next steps repeat exactly, without it the weights); the
+// sampler checkpoint loads in Go.
+func saveLoad(t *testing.T, bm *Model, dir string) {
 	in := sft("hello", "abcabc")
 	p := tinker.DefaultAdamParams()
 	p.LearningRate = 1e-2

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -13,10 +14,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/asyncrl/asyncrl/actors/trainer/bridge"
 	"github.com/asyncrl/asyncrl/cluster/localengine"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/internal/wiring"
 	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/tinker/bridgetrain"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
 )
 
@@ -122,7 +125,11 @@ func Start(ctx context.Context, c config.Config, o Options) (*Running, error) {
 			urls = append(urls, e.URL)
 		}
 	}
-	if r.Server, err = New(ctx, Config{Tinker: t, BaseModel: base, Backend: GoBackend(pm), EngineURLs: urls,
+	backend, err := trainBackend(t, pm, dataDir, o.Log)
+	if err != nil {
+		return nil, err
+	}
+	if r.Server, err = New(ctx, Config{Tinker: t, BaseModel: base, Backend: backend, EngineURLs: urls,
 		DataDir: dataDir, NATS: nc, APIKey: o.APIKey, EngineAPIKey: engineKey, Log: o.Log, FutureKeyPrefix: o.FutureKeyPrefix,
 		FutureReplicas: o.FutureReplicas, Registry: o.Registry}); err != nil {
 		return nil, err
@@ -160,4 +167,30 @@ func (r *Running) Close() {
 	if r.bus != nil {
 		_ = r.bus.Close()
 	}
+}
+
+// trainBackend is tinker.trainer's backend: builtin trains pm in process;
+// exec writes pm as the base serving checkpoint (<data_dir>/exec/base) every
+// model's child starts from.
+func trainBackend(t config.TinkerConfig, pm *policy.Model, dataDir string, log zerolog.Logger) (Backend, error) {
+	if t.Trainer != config.TinkerTrainerExec {
+		return GoBackend(pm), nil
+	}
+	dir := filepath.Join(dataDir, "exec")
+	baseDir := filepath.Join(dir, "base")
+	if err := os.RemoveAll(baseDir); err != nil {
+		return nil, fmt.Errorf("tinker: exec backend: %w", err)
+	}
+	if err := pm.SaveServing(baseDir); err != nil {
+		return nil, fmt.Errorf("tinker: exec backend: base checkpoint: %w", err)
+	}
+	cfg, err := bridgetrain.ReadConfig(baseDir)
+	if err != nil {
+		return nil, fmt.Errorf("tinker: exec backend: %w", err)
+	}
+	return ExecBackend(&bridgetrain.Backend{
+		Opts: bridgetrain.Options{Spec: bridge.Spec{Argv: t.TrainerExec, Env: t.TrainerExecEnv}, Base: baseDir, Config: cfg,
+			OutDir: filepath.Join(dir, "models"), Timeout: t.TrainerExecTimeout, Logger: log.With().Str("component", "tinker-trainer").Logger()},
+		Vocab: pm.VocabSize(), MaxLen: pm.MaxSeqLen(), ArchName: "asyncrl-policy", Tokenizer: "asyncrl/char-ascii",
+	}), nil
 }

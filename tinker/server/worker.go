@@ -1,6 +1,9 @@
 package server
 
-import "sync"
+import (
+	"io"
+	"sync"
+)
 
 // job is one training request: run on the trainer, or fail if the model
 // goes away first.
@@ -70,6 +73,11 @@ func (w *modelWorker) close(reason error) {
 	w.cond.Signal()
 	w.mu.Unlock()
 	<-w.done
+	// A backend whose models hold a process (tinker/bridgetrain's child)
+	// releases it here: unload, session expiry, server close.
+	if c, ok := w.t.(io.Closer); ok {
+		_ = c.Close()
+	}
 	if reason != nil {
 		for _, j := range q {
 			j.fail(reason)
