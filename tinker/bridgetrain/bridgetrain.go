@@ -85,7 +85,7 @@ func (m *Model) ctx() (context.Context, context.CancelFunc) {
 func (m *Model) ForwardBackward(in *tinker.ForwardBackwardInput, backward bool) (tinker.ForwardBackwardOutput, error) {
 	// The server validated in (tinker.ValidateFwdBwd); what a loss needs is
 	// the child's to check, so every per-token input present is sent.
-	var toks []int32
+	var toks, ids []int32
 	off := []int64{0}
 	f32 := map[string][]float32{}
 	for di := range in.Data {
@@ -100,6 +100,13 @@ func (m *Model) ForwardBackward(in *tinker.ForwardBackwardInput, backward bool) 
 			if di > 0 && f32[k] == nil {
 				return tinker.ForwardBackwardOutput{}, fmt.Errorf("bridgetrain: datum %d has loss_fn_inputs.%s, datum 0 does not", di, k)
 			}
+			if k == "target_tokens" {
+				for _, v := range x.Data { // ids, exactly (float32 holds only 2^24)
+					ids = append(ids, int32(v))
+				}
+				f32[k] = append(f32[k], make([]float32, len(x.Data))...) // length bookkeeping only
+				continue
+			}
 			f32[k] = append(f32[k], f64to32(x.Data)...)
 		}
 		for k, v := range f32 {
@@ -111,10 +118,6 @@ func (m *Model) ForwardBackward(in *tinker.ForwardBackwardInput, backward bool) 
 	arrays := map[string]bridge.Tensor{"tokens": bridge.Int32Tensor(toks), "seq_offsets": bridge.Int64Tensor(off)}
 	for k, v := range f32 {
 		if k == "target_tokens" {
-			ids := make([]int32, len(v))
-			for i, x := range v {
-				ids[i] = int32(x)
-			}
 			arrays[k] = bridge.Int32Tensor(ids)
 			continue
 		}
