@@ -20,7 +20,7 @@ const torchPython = "/usr/bin/python3"
 
 // torchSpec is the torch worker's command, or a skip when Debian's python
 // cannot import torch (as actors/trainer/bridge's torchChildSpec).
-func torchSpec(t *testing.T) bridge.Spec {
+func torchSpec(t testing.TB) bridge.Spec {
 	t.Helper()
 	if raceEnabled {
 		t.Skip("the torch child's numbers are compared in the plain suite, not under -race")
@@ -38,7 +38,9 @@ func torchSpec(t *testing.T) bridge.Spec {
 
 // setup writes one serving checkpoint both backends start from: gotrain
 // gets it through policy.LoadServing (the BF16 values the child loads).
-func setup(t *testing.T) (*Model, *gotrain.Model, string) {
+func setup(t *testing.T) (*Model, *gotrain.Model, string) { return setupB(t) }
+
+func setupB(t testing.TB) (*Model, *gotrain.Model, string) {
 	t.Helper()
 	spec := torchSpec(t)
 	dir := t.TempDir()
