@@ -5,8 +5,9 @@
 // calls (create_model, forward, forward_backward, optim_step,
 // save_weights, save_weights_for_sampler, load_weights, unload_model) run
 // in arrival order on one goroutine per model over a Backend (GoBackend:
-// tinker/gotrain on the built-in policy; the torch worker bridge can
-// implement the same Trainer interface); their futures are written to the
+// tinker/gotrain on the built-in policy; ExecBackend: tinker/bridgetrain,
+// one trainer child per model over the worker bridge, closed with the
+// model); their futures are written to the
 // JetStream KV bucket asyncrl_tinker_futures as pending before the call
 // answers and again with the result, so a restarted server answers them
 // all: finished ones with their result, the rest failed naming the

@@ -21,7 +21,8 @@ import (
 )
 
 // Trainer is one trainable model, as a training backend provides it
-// (tinker/gotrain's Model; the torch worker bridge later).
+// (tinker/gotrain's Model, tinker/bridgetrain's). A Trainer that is an
+// io.Closer is closed when its model goes away.
 type Trainer interface {
 	ForwardBackward(in *tinker.ForwardBackwardInput, backward bool) (tinker.ForwardBackwardOutput, error)
 	OptimStep(p tinker.AdamParams) (map[string]float64, error)
