@@ -40,6 +40,8 @@ type Options struct {
 	Timeout  time.Duration
 	Restarts int
 	Logger   zerolog.Logger
+	// OnSent is bridge.Options.OnSent (tests kill a child mid-call there).
+	OnSent func(typ string, pid int)
 }
 
 // Model is one Tinker model trained by a child process.
@@ -64,7 +66,7 @@ func New(ctx context.Context, opts Options, name string, seed int64) (*Model, er
 		OutDir:    filepath.Join(opts.OutDir, name),
 	}
 	sup, err := bridge.Start(ctx, bridge.Options{Spec: opts.Spec, Init: init, StepTimeout: opts.Timeout,
-		Restarts: opts.Restarts, Logger: opts.Logger})
+		Restarts: opts.Restarts, Logger: opts.Logger, OnSent: opts.OnSent})
 	if err != nil {
 		return nil, fmt.Errorf("bridgetrain: start %s: %w", opts.Spec, err)
 	}

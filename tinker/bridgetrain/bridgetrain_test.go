@@ -3,8 +3,10 @@ package bridgetrain
 import (
 	"errors"
 	"math"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 
 	"github.com/rs/zerolog"
@@ -17,6 +19,12 @@ import (
 )
 
 const torchPython = "/usr/bin/python3"
+
+// killOn names the next frame type whose child is killed right after the
+// frame is sent ("" = none).
+var killOn atomic.Value
+
+func init() { killOn.Store("") }
 
 // torchSpec is the torch worker's command, or a skip when Debian's python
 // cannot import torch (as actors/trainer/bridge's torchChildSpec).
@@ -61,7 +69,14 @@ func setupB(t testing.TB) (*Model, *gotrain.Model, string) {
 		t.Fatal(err)
 	}
 	b := &Backend{Opts: Options{Spec: spec, Base: base, Config: cfg, OutDir: filepath.Join(dir, "models"),
-		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)}}
+		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
+		OnSent: func(typ string, pid int) {
+			if killOn.CompareAndSwap(typ, "") {
+				if pr, err := os.FindProcess(pid); err == nil {
+					_ = pr.Kill()
+				}
+			}
+		}}}
 	bm, err := b.NewModel(32, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -190,6 +205,15 @@ func saveLoad(t *testing.T, bm *Model, dir string) {
 		t.Fatal(err)
 	}
 	a, b := step(), step()
+	// a child killed during a call: the call and every later one fail as
+	// lost (nothing is replayed) until a state is loaded
+	killOn.Store(bridge.TypeForwardBackward)
+	if _, err := bm.ForwardBackward(in, true); !errors.Is(err, bridge.ErrChildLost) {
+		t.Fatalf("forward_backward on a killed child: %v", err)
+	}
+	if _, err := bm.OptimStep(p); !errors.Is(err, bridge.ErrChildLost) {
+		t.Fatalf("optim_step after the child was lost: %v", err)
+	}
 	if err := bm.LoadState(st, true); err != nil {
 		t.Fatal(err)
 	}
