@@ -55,24 +55,7 @@ func TestKilledServer(t *testing.T) {
 	}
 	c := &client.Client{BaseURL: strings.TrimSpace(strings.TrimPrefix(line, "URL "))}
 	ctx := ctxT(t)
-	sess, _ := c.CreateSession(ctx)
-	model, err := c.CreateModel(ctx, sess, "asyncrl-policy", 0, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	in := tinker.ForwardBackwardInput{LossFn: "cross_entropy"}
-	for range 16 {
-		in.Data = append(in.Data, sftDatum("rev abcd=", "dcba"))
-	}
-	var ids []string
-	for i := range 30 {
-		seq := int64(i + 1)
-		id, err := c.Submit(ctx, "forward_backward", tinker.ForwardBackwardRequest{ModelID: model, SeqID: &seq, ForwardBackwardInput: &in})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, id)
-	}
+	_, ids := queueForwardBackward(t, ctx, c, 30)
 	if err := c.Wait(ctx, ids[0], nil); err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +71,7 @@ func TestKilledServer(t *testing.T) {
 		err := c2.Wait(ctx, id, &res)
 		var fe *client.FutureError
 		switch {
-		case err == nil && len(res.LossFnOutputs) == len(in.Data):
+		case err == nil && len(res.LossFnOutputs) == queuedData:
 			done++
 		case errors.As(err, &fe) && strings.Contains(fe.RequestFailedResponse.Error, "restarted"):
 			failed++

@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -13,22 +14,23 @@ import (
 // futures queued; a new server on the same JetStream store answers every
 // one of them — done with its result, or failed naming the restart — and
 // none is unknown.
-func TestTrainingFuturesSurviveRestart(t *testing.T) {
-	dir := t.TempDir()
-	cfg := testConfig(dir)
-	r1, c := start(t, cfg, "")
-	ctx := ctxT(t)
+// queuedData is the data of each call queueForwardBackward submits.
+const queuedData = 16
+
+// queueForwardBackward creates a session and a model and submits n
+// cross-entropy forward_backward calls (seq ids 1…n) without waiting.
+func queueForwardBackward(t *testing.T, ctx context.Context, c *client.Client, n int) (model string, ids []string) {
+	t.Helper()
 	sess, _ := c.CreateSession(ctx)
 	model, err := c.CreateModel(ctx, sess, "asyncrl-policy", 0, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
 	in := tinker.ForwardBackwardInput{LossFn: "cross_entropy"}
-	for range 16 {
+	for range queuedData {
 		in.Data = append(in.Data, sftDatum("rev abcd=", "dcba"))
 	}
-	var ids []string
-	for i := range 40 {
+	for i := range n {
 		seq := int64(i + 1)
 		id, err := c.Submit(ctx, "forward_backward", tinker.ForwardBackwardRequest{ModelID: model, SeqID: &seq, ForwardBackwardInput: &in})
 		if err != nil {
@@ -36,6 +38,15 @@ func TestTrainingFuturesSurviveRestart(t *testing.T) {
 		}
 		ids = append(ids, id)
 	}
+	return model, ids
+}
+
+func TestTrainingFuturesSurviveRestart(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig(dir)
+	r1, c := start(t, cfg, "")
+	ctx := ctxT(t)
+	model, ids := queueForwardBackward(t, ctx, c, 40)
 	// The first finishes before the stop: its result must survive as is.
 	var firstOut tinker.ForwardBackwardOutput
 	if err := c.Wait(ctx, ids[0], &firstOut); err != nil {
@@ -51,8 +62,8 @@ func TestTrainingFuturesSurviveRestart(t *testing.T) {
 		var fe *client.FutureError
 		switch {
 		case err == nil:
-			if len(out.LossFnOutputs) != len(in.Data) {
-				t.Fatalf("%s: done with %d outputs, want %d", id, len(out.LossFnOutputs), len(in.Data))
+			if len(out.LossFnOutputs) != queuedData {
+				t.Fatalf("%s: done with %d outputs, want %d", id, len(out.LossFnOutputs), queuedData)
 			}
 			done++
 		case errors.As(err, &fe):
