@@ -29,14 +29,7 @@ func TestExecTrainerTrainsThroughTorch(t *testing.T) {
 	cfg.Tinker.TrainerExecEnv = []string{"PYTHONPATH=" + pkg, "OMP_NUM_THREADS=1", "ASYNCRL_WORKER_LOG=WARNING"}
 	_, c := start(t, cfg, "")
 	ctx := ctxT(t)
-	sess, err := c.CreateSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	model, err := c.CreateModel(ctx, sess, "asyncrl-policy", 0, 8)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, model := newModel(t, ctx, c, 8)
 	in := tinker.ForwardBackwardInput{LossFn: "cross_entropy"}
 	for _, q := range [][2]string{{"rev abc=", "cba"}, {"rev de=", "ed"}} {
 		in.Data = append(in.Data, sftDatum(q[0], q[1]))

@@ -19,11 +19,7 @@ func TestExpiry(t *testing.T) {
 	cfg.Tinker.SampleResultTTL = time.Second
 	_, c := start(t, cfg, "")
 	ctx := ctxT(t)
-	sess, _ := c.CreateSession(ctx)
-	model, err := c.CreateModel(ctx, sess, "asyncrl-policy", 0, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sess, model := newModel(t, ctx, c, 4)
 	sampler, err := c.CreateSamplingSession(ctx, sess, 0, "asyncrl-policy", "")
 	if err != nil {
 		t.Fatal(err)

@@ -46,3 +46,18 @@ func ctxT(t *testing.T) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// newModel opens a session and creates a model of the built-in base with
+// LoRA rank on it through the client.
+func newModel(t *testing.T, ctx context.Context, c *client.Client, rank int) (sess, model string) {
+	t.Helper()
+	sess, err := c.CreateSession(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	model, err = c.CreateModel(ctx, sess, "asyncrl-policy", 0, rank)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sess, model
+}

@@ -43,14 +43,7 @@ func sftDatum(prompt, answer string) tinker.Datum {
 func TestSLLoopLowersLoss(t *testing.T) {
 	_, c := start(t, testConfig(t.TempDir()), "")
 	ctx := ctxT(t)
-	sess, err := c.CreateSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	model, err := c.CreateModel(ctx, sess, "asyncrl-policy", 0, 8)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, model := newModel(t, ctx, c, 8)
 	in := tinker.ForwardBackwardInput{LossFn: "cross_entropy"}
 	for _, q := range [][2]string{{"rev abc=", "cba"}, {"rev de=", "ed"}, {"rev bad=", "dab"}, {"rev ace=", "eca"}} {
 		in.Data = append(in.Data, sftDatum(q[0], q[1]))
@@ -98,11 +91,7 @@ func TestRLLoopRaisesReward(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sess, _ := c.CreateSession(ctx)
-	model, err := c.CreateModel(ctx, sess, "asyncrl-policy", 0, 8)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, model := newModel(t, ctx, c, 8)
 	rng := rand.New(rand.NewPCG(1, 2))
 	seq := int64(1)
 	_, sampler, err := c.SaveForSampler(ctx, model, seq, "", 0)

@@ -21,11 +21,7 @@ const queuedData = 16
 // cross-entropy forward_backward calls (seq ids 1…n) without waiting.
 func queueForwardBackward(t *testing.T, ctx context.Context, c *client.Client, n int) (model string, ids []string) {
 	t.Helper()
-	sess, _ := c.CreateSession(ctx)
-	model, err := c.CreateModel(ctx, sess, "asyncrl-policy", 0, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, model = newModel(t, ctx, c, 4)
 	in := tinker.ForwardBackwardInput{LossFn: "cross_entropy"}
 	for range queuedData {
 		in.Data = append(in.Data, sftDatum("rev abcd=", "dcba"))

@@ -101,14 +101,7 @@ func TestEngineJoinsWithAdapters(t *testing.T) {
 	c := testConfig(t.TempDir())
 	r, cl := start(t, c, "")
 	ctx := ctxT(t)
-	sess, err := cl.CreateSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	model, err := cl.CreateModel(ctx, sess, "asyncrl-policy", 0, 8)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sess, model := newModel(t, ctx, cl, 8)
 	path, _, err := cl.SaveForSampler(ctx, model, 1, "s1", 0)
 	if err != nil {
 		t.Fatal(err)
@@ -199,14 +192,7 @@ func TestEnginesWithAPIKey(t *testing.T) {
 	if resp.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("a keyless completion got %d, want 401 (the engine is not guarded)", resp.StatusCode)
 	}
-	sess, err := cl.CreateSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	model, err := cl.CreateModel(ctx, sess, "asyncrl-policy", 0, 8)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, model := newModel(t, ctx, cl, 8)
 	_, sp, err := cl.SaveForSampler(ctx, model, 1, "", 1)
 	if err != nil {
 		t.Fatal(err)

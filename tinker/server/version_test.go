@@ -42,14 +42,7 @@ func TestSamplerWeightsAsVersion(t *testing.T) {
 	if err := r.Server.AddEngine(bad[0].URL); err != nil {
 		t.Fatal(err)
 	}
-	sess, err := cl.CreateSession(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	model, err := cl.CreateModel(ctx, sess, "asyncrl-policy", 0, 8)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sess, model := newModel(t, ctx, cl, 8)
 	p1, sp1, err := cl.SaveForSampler(ctx, model, 1, "", 1)
 	if err != nil {
 		t.Fatal(err)
