@@ -23,17 +23,7 @@ func base(t *testing.T) *policy.Model {
 func sft(texts ...string) *tinker.ForwardBackwardInput {
 	in := &tinker.ForwardBackwardInput{LossFn: "cross_entropy"}
 	for _, s := range texts {
-		toks := append([]int32{tokenizer.BOS}, tokenizer.Encode(s)...)
-		tg := make([]float64, len(toks)-1)
-		w := make([]float64, len(toks)-1)
-		for i := range tg {
-			tg[i] = float64(toks[i+1])
-			w[i] = 1
-		}
-		in.Data = append(in.Data, tinker.Datum{
-			ModelInput:   tinker.ModelInput{Chunks: []tinker.Chunk{{Type: "encoded_text", Tokens: toks[:len(toks)-1]}}},
-			LossFnInputs: map[string]tinker.TensorData{"target_tokens": {Data: tg, DType: "int64"}, "weights": {Data: w, DType: "float32"}},
-		})
+		in.Data = append(in.Data, tinker.NextTokenDatum(append([]int32{tokenizer.BOS}, tokenizer.Encode(s)...), 0))
 	}
 	return in
 }

@@ -27,15 +27,7 @@ func datum(input []int32, inputs map[string][]float64) tinker.Datum {
 // answer only.
 func sftDatum(prompt, answer string) tinker.Datum {
 	p := append([]int32{tokenizer.BOS}, tokenizer.Encode(prompt)...)
-	full := append(append(p, tokenizer.Encode(answer)...), tokenizer.EOS)
-	tg, w := make([]float64, len(full)-1), make([]float64, len(full)-1)
-	for i := range tg {
-		tg[i] = float64(full[i+1])
-		if i+1 >= len(p) {
-			w[i] = 1
-		}
-	}
-	return datum(full[:len(full)-1], map[string][]float64{"target_tokens": tg, "weights": w})
+	return tinker.NextTokenDatum(append(append(p, tokenizer.Encode(answer)...), tokenizer.EOS), len(p)-1)
 }
 
 // TestSLLoopLowersLoss: forward_backward(cross_entropy) + optim_step over a
