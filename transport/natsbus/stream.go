@@ -82,6 +82,16 @@ func (s *stream) publish(ctx context.Context, subject string, data []byte, opts 
 	return ack.Sequence, nil
 }
 
+// consumePullExpiry bounds how long one pull request waits on the server.
+// nats.go's default (30 s, heartbeat 15 s) means a pull request lost
+// while a clustered consumer is still being placed — the consumer exists,
+// its first pull reached a server that did not know it yet — is noticed
+// only after two missed heartbeats: 30 s with nothing delivered (seen as
+// a CI failure of TestClusterRoutes). 5 s (heartbeat 2.5 s) re-pulls
+// within about 5 s at the cost of one pull request per consumer per 5 s
+// when idle.
+const consumePullExpiry = 5 * time.Second
+
 // Consume creates (or updates) the durable pull consumer and delivers to h on
 // one goroutine, in stream order apart from redeliveries. ctx bounds only
 // the set-up; the subscription lives until Unsubscribe or Close.
@@ -112,7 +122,7 @@ func (s *stream) Consume(ctx context.Context, durable string, ackWait time.Durat
 			return
 		}
 		h(transport.NewStreamMsg(m.Subject(), m.Data(), md.Sequence.Stream, md.NumDelivered, m.Ack, m.Nak))
-	}, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+	}, jetstream.PullExpiry(consumePullExpiry), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		if errors.Is(err, jetstream.ErrConnectionClosed) {
 			return
 		}
