@@ -1,6 +1,10 @@
 package engine
 
-import "encoding/json"
+import (
+	"encoding/json"
+
+	"github.com/asyncrl/asyncrl/messages/vllmwire"
+)
 
 // Wire types of the vLLM-compatible API. Field names and shapes follow
 // vLLM's OpenAI server; the asyncrl extensions are marked.
@@ -29,6 +33,15 @@ type SamplingOptions struct {
 	// RequestID names the request for /abort_requests (vLLM extension;
 	// the X-Request-Id header does the same).
 	RequestID string `json:"request_id"`
+	// ReturnRoutedExperts asks for each choice's routed_experts (R3): the
+	// served model must implement RoutesModel. vLLM returns them whenever
+	// the server runs with --enable-return-routed-experts; SGLang has this
+	// per-request flag.
+	ReturnRoutedExperts bool `json:"return_routed_experts"`
+	// RoutedExpertsPromptStart skips the routes of the first N prompt
+	// tokens (vLLM's routed_experts_prompt_start: the rows a multi-turn
+	// client already holds); it must be below the prompt's length.
+	RoutedExpertsPromptStart int `json:"routed_experts_prompt_start"`
 }
 
 // CompletionRequest is the body of POST /v1/completions.
@@ -108,6 +121,11 @@ type CompletionChoice struct {
 	// (prompt ids only on the first chunk of a stream).
 	PromptTokenIDs []int32 `json:"prompt_token_ids,omitempty"`
 	TokenIDs       []int32 `json:"token_ids,omitempty"`
+	// RoutedExperts, with return_routed_experts, is vLLM's base64 .npy of
+	// the routes of positions [routed_experts_prompt_start, prompt +
+	// generated − 1) (messages/vllmwire); null when nothing was generated.
+	// Non-streamed answers only, as in vLLM.
+	RoutedExperts *vllmwire.RoutedExperts `json:"routed_experts,omitempty"`
 	Extensions
 }
 

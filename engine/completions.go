@@ -34,6 +34,9 @@ func (e *Engine) completionGeneration(req *CompletionRequest) (generation, *reqE
 	if rerr != nil {
 		return generation{}, rerr
 	}
+	if rerr := checkRouteStart(sp, prompts); rerr != nil {
+		return generation{}, rerr
+	}
 	return newGeneration(req.Model, &req.SamplingOptions, lora, model, prompts, sp, e.cfg.DefaultMaxTokens), nil
 }
 
@@ -44,7 +47,9 @@ var completionsEndpoint = endpoint{
 	whole: func(h respHead, g *group, sp sampling, current int64) any {
 		resp := CompletionResponse{ID: h.id, Object: "text_completion", Created: h.created, Model: h.model, Usage: usageOf(g, sp.n)}
 		for _, s := range g.seqs {
-			resp.Choices = append(resp.Choices, completionChoice(s, sp, 0, len(s.out), 0, len(s.text), true, current))
+			c := completionChoice(s, sp, 0, len(s.out), 0, len(s.text), true, current)
+			c.RoutedExperts = s.routedExperts()
+			resp.Choices = append(resp.Choices, c)
 		}
 		return resp
 	},

@@ -25,7 +25,11 @@
 //     (prompt_token_ids and token_ids on the choice),
 //     return_tokens_as_token_ids (logprob tokens and top_logprobs keys
 //     "token_id:N"), request_id. logprobs: 0 gives the sampled token's
-//     logprob in logprobs.token_logprobs.
+//     logprob in logprobs.token_logprobs. return_routed_experts (a model
+//     implementing RoutesModel; non-streamed) adds each choice's
+//     routed_experts in vLLM's form (base64 .npy [prompt + generated − 1 −
+//     routed_experts_prompt_start, layers, top_k], messages/vllmwire),
+//     captured step by step with the weights of each step.
 //     Text prompts get BOS prepended (Config.AddBOS); token ids are used
 //     verbatim. Choices are prompt-major: index = prompt·n + k.
 //   - POST /v1/chat/completions: messages rendered by the template

@@ -110,6 +110,12 @@ type seqState struct {
 	nTop      int // top alternatives per token; -1 = none
 	cached    int
 	finish    string // "" while live
+	// routes: return_routed_experts; routeRows holds the rows of positions
+	// [routeStart, len(all)-1), captured with the model of each step.
+	routes     bool
+	routeStart int
+	routeRows  []int32
+	routeShape [3]int // layers, top_k, experts of the route model
 }
 
 type topEntry struct {
@@ -461,6 +467,9 @@ func decodeOne(s *seqState, m Model, b *workerBuf, version int64) {
 	}
 	logits := b.logits[:v]
 	m.NextLogits(s.all, logits)
+	if s.routes {
+		captureRoutes(s, m)
+	}
 	tok, lp, sup := sampler.Sample(logits, s.params, s.rng, &b.scratch)
 	if s.filtered {
 		var keep []int32

@@ -59,6 +59,9 @@ func (e *Engine) samplingFor(model string, o *SamplingOptions, maxTokens *int) (
 		return "", nil, sampling{}, rerr
 	}
 	sp.ignoreEOS, sp.returnIDs, sp.tokIDs = o.IgnoreEOS, o.ReturnTokenIDs, o.ReturnTokensAsTokenIDs
+	if rerr := routeOptions(o, m, &sp); rerr != nil {
+		return "", nil, sampling{}, rerr
+	}
 	return lora, m, sp, nil
 }
 

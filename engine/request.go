@@ -42,6 +42,9 @@ type sampling struct {
 	// tokIDs renders logprob tokens as "token_id:N"
 	// (return_tokens_as_token_ids).
 	tokIDs bool
+	// routes: capture routed experts from position routeStart on.
+	routes     bool
+	routeStart int
 }
 
 type samplingFields struct {
@@ -210,6 +213,7 @@ func (e *Engine) buildGroup(id, lora string, m Model, prompts [][]int32, sp samp
 				prompt: p, all: append(make([]int32, 0, len(p)+maxTok), p...),
 				params: sp.params, filtered: sp.filtered, maxTokens: maxTok,
 				ignoreEOS: sp.ignoreEOS, stops: sp.stops, nTop: sp.nTop,
+				routes: sp.routes, routeStart: sp.routeStart,
 			}
 			g.seqs = append(g.seqs, s)
 		}
