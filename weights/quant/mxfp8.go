@@ -1,0 +1,121 @@
+package quant
+
+import (
+	"fmt"
+	"math"
+)
+
+// MXBlock is the MX block size: 32 consecutive elements along the last
+// dimension share one scale (OCP Microscaling Formats v1.0).
+const MXBlock = 32
+
+// MXFP8 is OCP MXFP8 with E4M3 elements: each run of 32 elements of a row
+// shares a power-of-two scale stored as an E8M0 byte (2^(b−127); 255 is
+// NaN), as "<weight>_scale", shape [rows, ⌈cols/32⌉] — vLLM's ModelOpt
+// MXFP8 layout (ModelOptMxFp8LinearMethod.create_weights registers
+// "weight_scale" [N, K/32] next to the float8_e4m3fn "weight";
+// dequant_mxfp8_to_bf16 multiplies by exp2(scale − 127); vllm-project/vllm,
+// vllm/model_executor/layers/quantization/utils/mxfp8_utils.py). The scale
+// dtype written is the safetensors spec's F8_E8M0 (torch.float8_e8m0fnu);
+// Dequantize also takes U8 bytes, which is how vLLM's ModelOpt path holds
+// them in memory.
+//
+// The exponent is chosen so the block's amax lands at or below 448:
+// 2^⌈log2(amax/448)⌉, as TransformerEngine's MXFP8 quantiser rounds the
+// scale up. The OCP spec's 2^(⌊log2 amax⌋−8) maps amax into [256, 512)
+// and clamps everything above 448, up to 12.5 % off; both decode the same
+// way, so any MXFP8 reader serves these checkpoints.
+type MXFP8 struct{}
+
+var _ Scheme = MXFP8{}
+
+// Name implements Scheme.
+func (MXFP8) Name() string { return "mxfp8" }
+
+// ScaleName implements Scheme.
+func (MXFP8) ScaleName(weight string) string { return weight + "_scale" }
+
+// QuantizationConfig implements Scheme: ModelOpt's form, which vLLM maps
+// to its modelopt_mxfp8 method (ModelOptMxFp8Config.override_quantization_method
+// looks for "MXFP8" in quant_algo).
+func (MXFP8) QuantizationConfig(unquantised []string) map[string]any {
+	return map[string]any{
+		"quant_method":        "modelopt",
+		"quant_algo":          "MXFP8",
+		"kv_cache_quant_algo": nil,
+		"exclude_modules":     nonNil(unquantised),
+	}
+}
+
+// DecodeE8M0 widens an E8M0 scale byte: 2^(b−127), NaN for 255.
+func DecodeE8M0(b uint8) float32 {
+	if b == 0xff {
+		return float32(math.NaN())
+	}
+	return float32(math.Ldexp(1, int(b)-127))
+}
+
+// mxExponent is the unbiased E8M0 exponent E of the smallest power of two
+// with amax/2^E ≤ 448, clamped to E8M0's finite range [−127, 127].
+func mxExponent(amax float32) int {
+	if amax == 0 {
+		return -127
+	}
+	frac, exp := math.Frexp(float64(amax) / E4M3Max) // r = frac·2^exp, frac ∈ [0.5, 1)
+	e := exp
+	if frac == 0.5 { // r is a power of two: 2^(exp−1)
+		e = exp - 1
+	}
+	return min(max(e, -127), 127)
+}
+
+func mxScale(amax float32) (s, inv float32) {
+	e := mxExponent(amax)
+	return float32(math.Ldexp(1, e)), float32(math.Ldexp(1, -e))
+}
+
+// Quantize implements Scheme.
+func (m MXFP8) Quantize(name string, rows, cols int, w []float32) (Tensor, Tensor, Stats, error) {
+	if rows < 0 || cols < 0 || len(w) != rows*cols {
+		return Tensor{}, Tensor{}, Stats{}, fmt.Errorf("%w: tensor %q: %d values for %d×%d", ErrFormat, name, len(w), rows, cols)
+	}
+	nbj := (cols + MXBlock - 1) / MXBlock
+	q := make([]uint8, rows*cols)
+	scales := make([]float32, rows*nbj)
+	st := quantizeGrid(q, scales, w, rows, cols, 1, MXBlock, mxScale)
+	sb := make([]byte, len(scales))
+	for i, s := range scales {
+		_, exp := math.Frexp(float64(s)) // s = 0.5·2^exp = 2^(exp−1)
+		sb[i] = uint8(exp - 1 + 127)
+	}
+	weight := Tensor{Name: name, DType: "F8_E4M3", Shape: []int64{int64(rows), int64(cols)}, Data: q}
+	scale := Tensor{Name: m.ScaleName(name), DType: "F8_E8M0", Shape: []int64{int64(rows), int64(nbj)}, Data: sb}
+	return weight, scale, st, nil
+}
+
+// Dequantize implements Scheme.
+func (MXFP8) Dequantize(weight, scale Tensor, out []float32) ([]float32, error) {
+	rows, cols, err := matrixShape(weight, "F8_E4M3", 1)
+	if err != nil {
+		return nil, err
+	}
+	dt := scale.DType
+	if dt == "U8" {
+		dt = "F8_E8M0"
+		scale.DType = dt
+	}
+	if _, _, err := matrixShape(scale, "F8_E8M0", 1); err != nil {
+		return nil, err
+	}
+	nbj := (cols + MXBlock - 1) / MXBlock
+	if err := checkScaleShape(scale, []int64{int64(rows), int64(nbj)}); err != nil {
+		return nil, err
+	}
+	scales := make([]float32, len(scale.Data))
+	for i, b := range scale.Data {
+		scales[i] = DecodeE8M0(b)
+	}
+	out = grow(out, rows*cols)
+	dequantizeGrid(out, weight.Data, scales, rows, cols, 1, MXBlock)
+	return out, nil
+}
