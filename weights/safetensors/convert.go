@@ -127,12 +127,21 @@ func Float32FromF8E5M2(b uint8) float32 {
 	return Float32FromF16(uint16(b) << 8)
 }
 
-// DecodeFloat32 decodes F32, BF16, F16, F8_E4M3 or F8_E5M2 bytes into out
+// Float32FromF8E8M0 widens an 8-bit E8M0 scale exactly: 2^(b−127), and
+// NaN for 255.
+func Float32FromF8E8M0(b uint8) float32 {
+	if b == 0xff {
+		return float32(math.NaN())
+	}
+	return float32(math.Ldexp(1, int(b)-127))
+}
+
+// DecodeFloat32 decodes F32, BF16, F16, F8_E4M3, F8_E5M2 or F8_E8M0 bytes into out
 // (which must have room for len(b)/size elements) and returns the filled
 // slice.
 func DecodeFloat32(d DType, b []byte, out []float32) ([]float32, error) {
 	sz := d.Size()
-	if d != F32 && d != BF16 && d != F16 && d != F8E4M3 && d != F8E5M2 {
+	if d != F32 && d != BF16 && d != F16 && d != F8E4M3 && d != F8E5M2 && d != F8E8M0 {
 		return nil, fmt.Errorf("%w: cannot decode dtype %q as float32", ErrFormat, string(d))
 	}
 	if len(b)%sz != 0 {
@@ -155,6 +164,8 @@ func DecodeFloat32(d DType, b []byte, out []float32) ([]float32, error) {
 			out[i] = Float32FromF8E4M3(b[i])
 		case F8E5M2:
 			out[i] = Float32FromF8E5M2(b[i])
+		case F8E8M0:
+			out[i] = Float32FromF8E8M0(b[i])
 		}
 	}
 	return out, nil

@@ -26,7 +26,8 @@
 //
 // Numeric helpers convert float32 to and from BF16 (round to nearest even,
 // NaN kept quiet) and F16, widen the spec's 8-bit floats F8_E4M3 (E4M3
-// "fn", torch.float8_e4m3fn) and F8_E5M2 exactly, and encode/decode
+// "fn", torch.float8_e4m3fn) and F8_E5M2 exactly, as well as the MX
+// formats' exponent-only scale F8_E8M0 (torch.float8_e8m0fnu), and encode/decode
 // little-endian byte slices.
 //
 // Errors wrap ErrFormat (a malformed file) or ErrNotFound (a missing tensor)

@@ -28,12 +28,16 @@ const (
 	// F8E5M2 is 8-bit float E5M2 (torch.float8_e5m2: bias 15, IEEE-style
 	// infinities and NaNs, max 57344).
 	F8E5M2 DType = "F8_E5M2"
+	// F8E8M0 is the 8-bit exponent-only scale of the OCP MX formats
+	// (torch.float8_e8m0fnu: 2^(b−127), 255 is NaN, no zero, no sign).
+	// MXFP8 checkpoints store their per-32-element scales in it.
+	F8E8M0 DType = "F8_E8M0"
 )
 
 var dtypeSizes = map[DType]int{
 	BOOL: 1, U8: 1, I8: 1, I16: 2, U16: 2, F16: 2, BF16: 2,
 	I32: 4, U32: 4, F32: 4, F64: 8, I64: 8, U64: 8,
-	F8E4M3: 1, F8E5M2: 1,
+	F8E4M3: 1, F8E5M2: 1, F8E8M0: 1,
 }
 
 // Size returns the element size in bytes, or 0 for an unknown dtype.

@@ -13,13 +13,16 @@ func TestFP8RoundTripWithSpecNames(t *testing.T) {
 	in := []Tensor{
 		{Name: "w.e4m3", DType: F8E4M3, Shape: []int64{2, 3}, Data: []byte{0x00, 0x38, 0x7e, 0x01, 0xb8, 0x7f}},
 		{Name: "w.e5m2", DType: F8E5M2, Shape: []int64{4}, Data: []byte{0x3c, 0x7b, 0x7c, 0xc0}},
+		// MXFP8 scales: the spec's F8_E8M0 (huggingface/safetensors
+		// Dtype::F8_E8M0, safetensors ≥ 0.6), one byte each.
+		{Name: "w.e4m3_scale", DType: F8E8M0, Shape: []int64{2, 1}, Data: []byte{127, 0xff}},
 	}
 	b, err := Marshal(in, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	hdr := string(b[8:200])
-	if !strings.Contains(hdr, `"dtype":"F8_E4M3"`) || !strings.Contains(hdr, `"dtype":"F8_E5M2"`) {
+	if !strings.Contains(hdr, `"dtype":"F8_E4M3"`) || !strings.Contains(hdr, `"dtype":"F8_E5M2"`) || !strings.Contains(hdr, `"dtype":"F8_E8M0"`) {
 		t.Fatalf("header does not spell the spec's dtype names: %s", hdr)
 	}
 	f, err := NewReader(bytes.NewReader(b), int64(len(b)))
@@ -59,6 +62,12 @@ func TestFP8DecodeTable(t *testing.T) {
 		{F8E5M2, 0x7c, math.Inf(1)},
 		{F8E5M2, 0xfc, math.Inf(-1)},
 		{F8E5M2, 0x7d, math.NaN()},
+		// E8M0 (OCP MX spec, torch.float8_e8m0fnu): 2^(b−127), 255 NaN.
+		{F8E8M0, 127, 1},
+		{F8E8M0, 0, math.Ldexp(1, -127)},
+		{F8E8M0, 254, math.Ldexp(1, 127)},
+		{F8E8M0, 120, 1.0 / 128},
+		{F8E8M0, 0xff, math.NaN()},
 	}
 	for _, tc := range cases {
 		got, err := DecodeFloat32(tc.d, []byte{tc.b}, nil)
