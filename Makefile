@@ -69,6 +69,14 @@ bench-tinker:
 run: build
 	./$(BIN) run
 
+# 131,072 concurrent multi-turn trajectories in one process (issue 22; not
+# in `make test`): the real rollout actors, router, controller, filter and
+# built-in engines, ramped 1,024 → 8,192 → 32,768 → 131,072 in flight
+# (BENCHMARKS.md "131,072 trajectories in one process").
+.PHONY: bench-scale
+bench-scale:
+	$(GO) run ./bench/cmd/scale -v -json bench/results/scale.json
+
 # The SFT data path at scale (issue 18; not in `make test`): a 2^30-token
 # dataset in 64 shards on disk (~2.2 GB under SFT_DATA_DIR, deleted after),
 # index build time, sample → pack tokens/s, RSS vs a 2^24-token dataset.

@@ -1,0 +1,69 @@
+// Command scale runs the scale benchmark of issue 22 (bench/scale): the
+// real rollout actors, router, controller, filter and built-in engines in
+// one process holding 1,024 → 8,192 → 32,768 → 131,072 multi-turn
+// trajectories in flight. It prints a table and, with -json, writes the
+// per-level figures.
+//
+//	go run ./bench/cmd/scale -max-level 1024
+//	go run ./bench/cmd/scale -transport tcp -max-level 32768
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+
+	"github.com/rs/zerolog"
+
+	"github.com/asyncrl/asyncrl/bench/scale"
+)
+
+func main() {
+	var o scale.Options
+	levels := flag.String("levels", "", "comma-separated levels (default 1024,8192,32768,131072)")
+	flag.IntVar(&o.MaxLevel, "max-level", 0, "run no level above this (0: all)")
+	flag.StringVar(&o.Transport, "transport", "inproc", "router and engine hops: inproc (no sockets) or tcp (loopback listeners)")
+	flag.IntVar(&o.Engines, "engines", 0, "built-in engines (0: level/4096, at least 2)")
+	flag.Float64Var(&o.TimeScale, "time-scale", 0.02, "latency model time scale")
+	flag.IntVar(&o.MaxTurns, "max-turns", 4, "turns per trajectory")
+	flag.Float64Var(&o.Rounds, "rounds", 1.5, "groups admitted per level, in multiples of the level's groups")
+	flag.StringVar(&o.HeapProfile, "heap-profile", "", "write the heap profile at the peak of the largest level here")
+	jsonOut := flag.String("json", "", "write the results as JSON here")
+	verbose := flag.Bool("v", false, "progress every second and the components' warnings")
+	flag.Parse()
+	if *levels != "" {
+		for _, f := range strings.Split(*levels, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 {
+				fmt.Fprintf(os.Stderr, "scale: -levels: %q is not a positive integer\n", f)
+				os.Exit(2)
+			}
+			o.Levels = append(o.Levels, n)
+		}
+	}
+	o.Logger = zerolog.Nop()
+	if *verbose {
+		o.Logger = zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr}).Level(zerolog.WarnLevel).With().Timestamp().Logger()
+		o.Progress = func(s string) { fmt.Fprintln(os.Stderr, s) }
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	res, err := scale.Run(ctx, o)
+	fmt.Print(scale.Table(res))
+	if *jsonOut != "" {
+		b, _ := json.MarshalIndent(res, "", "  ")
+		if werr := os.WriteFile(*jsonOut, append(b, '\n'), 0o644); werr != nil {
+			fmt.Fprintln(os.Stderr, "scale:", werr)
+			os.Exit(1)
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "scale:", err)
+		os.Exit(1)
+	}
+}

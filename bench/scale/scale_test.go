@@ -1,0 +1,44 @@
+package scale
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// The smoke level: 1,024 multi-turn trajectories in flight through the
+// real actors, router and engines in process, with nothing lost and the
+// counters consistent. Larger levels run in `make bench-scale`.
+func TestSmokeLevelLosesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a pipeline")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := Run(ctx, Options{MaxLevel: 1024, Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 1 {
+		t.Fatalf("%d levels run, want the 1,024 one only", len(res))
+	}
+	r := res[0]
+	t.Logf("%+v", r)
+	if r.Failure != "" || r.Errors != 0 || r.Lost != 0 {
+		t.Fatalf("failure %q, %d errors, %d lost", r.Failure, r.Errors, r.Lost)
+	}
+	if r.PeakInFlight < 1014 {
+		t.Errorf("peak in flight %d, want ≥ 99 %% of 1,024", r.PeakInFlight)
+	}
+	// Every trajectory started ended finished; every group admitted was
+	// judged; every turn went through the router in process.
+	if r.Started != r.Finished || r.Started != (r.GroupsKept+r.GroupsFiltered)*8 || r.GroupsAdmitted != r.GroupsKept+r.GroupsFiltered {
+		t.Errorf("started %d finished %d, admitted %d, kept %d + filtered %d", r.Started, r.Finished, r.GroupsAdmitted, r.GroupsKept, r.GroupsFiltered)
+	}
+	if r.Turns < r.Started || r.NetRequests != 0 || r.InProcRequests < 2*r.Turns {
+		t.Errorf("turns %d for %d trajectories; %d requests in process, %d over the network", r.Turns, r.Started, r.InProcRequests, r.NetRequests)
+	}
+	if r.FDsPeak > 64 {
+		t.Errorf("%d file descriptors at the peak: the in-process path holds no socket per request", r.FDsPeak)
+	}
+}
