@@ -38,7 +38,7 @@ func (t *Trainer) seqGradCE(s *Sequence, weight float64, w int, st *tokenStats) 
 		if s.LossMask[i] == 0 {
 			continue
 		}
-		logits := t.model.Forward(s.Tokens[:i], ws)
+		logits := t.model.ForwardReplay(s.Tokens[:i], s.replayRow(i, t.model.RoutesLen()), ws)
 		tok := s.Tokens[i]
 		lse, ent := softmaxT(logits, 1, p)
 		lp := float64(logits[tok]) - lse
@@ -82,7 +82,7 @@ func (t *Trainer) NLL(b Batch) (float64, error) {
 			if s.LossMask[i] == 0 {
 				continue
 			}
-			logits := t.model.Forward(s.Tokens[:i], t.wss[0])
+			logits := t.model.ForwardReplay(s.Tokens[:i], s.replayRow(i, t.model.RoutesLen()), t.wss[0])
 			lse, _ := softmaxT(logits, 1, p)
 			sum -= weight * (float64(logits[s.Tokens[i]]) - lse)
 		}

@@ -31,6 +31,15 @@ type Config struct {
 	// MaxSeqLen is the longest sequence (prompt + generation) the model
 	// accepts; engines use it as max_model_len.
 	MaxSeqLen int `json:"max_seq_len"`
+	// Experts, when > 0, makes every hidden layer a mixture of Experts
+	// tanh MLPs (Mixtral style, moe.go): a bias-free linear router, the
+	// TopK experts with the largest router logits (ties to the lower id),
+	// their outputs summed with the softmax of their router logits. 0 (the
+	// default) is the dense model, unchanged; its config.json omits both.
+	Experts int `json:"experts,omitempty"`
+	// TopK is how many experts each token uses per layer (1 ≤ TopK ≤
+	// Experts); 0 when Experts is 0.
+	TopK int `json:"top_k,omitempty"`
 }
 
 // DefaultConfig is sized so the single-turn tasks learn within a minute on
@@ -63,6 +72,7 @@ func (c Config) Validate() error {
 		check("hidden", c.Hidden, 1, 16384),
 		check("layers", c.Layers, 1, 64),
 		check("max_seq_len", c.MaxSeqLen, 1, 1<<24),
+		c.validateMoE(),
 	)
 }
 
@@ -112,6 +122,15 @@ func layout(cfg Config) (ts []tensor, total int) {
 	add("embed.weight", cfg.VocabSize, cfg.EmbedDim)
 	in := cfg.Window * cfg.EmbedDim
 	for l := 0; l < cfg.Layers; l++ {
+		if cfg.Experts > 0 {
+			// experts.weight and router.weight adjacent: one
+			// [Experts·Hidden + Experts, in] matrix (layerRows).
+			add(fmt.Sprintf("layers.%d.experts.weight", l), cfg.Experts, cfg.Hidden, in)
+			add(fmt.Sprintf("layers.%d.router.weight", l), cfg.Experts, in)
+			add(fmt.Sprintf("layers.%d.experts.bias", l), cfg.Experts, cfg.Hidden)
+			in = cfg.Hidden
+			continue
+		}
 		add(fmt.Sprintf("layers.%d.weight", l), cfg.Hidden, in)
 		add(fmt.Sprintf("layers.%d.bias", l), cfg.Hidden)
 		in = cfg.Hidden
@@ -131,8 +150,13 @@ func newZero(cfg Config) (*Model, error) {
 	m.embOff = ts[0].off
 	in := cfg.Window * cfg.EmbedDim
 	for l := 0; l < cfg.Layers; l++ {
-		m.wOff = append(m.wOff, ts[1+2*l].off)
-		m.bOff = append(m.bOff, ts[2+2*l].off)
+		if cfg.Experts > 0 {
+			m.wOff = append(m.wOff, ts[1+3*l].off)
+			m.bOff = append(m.bOff, ts[3+3*l].off)
+		} else {
+			m.wOff = append(m.wOff, ts[1+2*l].off)
+			m.bOff = append(m.bOff, ts[2+2*l].off)
+		}
 		m.inDim = append(m.inDim, in)
 		in = cfg.Hidden
 	}
@@ -159,7 +183,8 @@ func New(cfg Config, seed uint64) (*Model, error) {
 	}
 	fill(m.embOff, cfg.VocabSize*cfg.EmbedDim, 1)
 	for l := range m.wOff {
-		fill(m.wOff[l], cfg.Hidden*m.inDim[l], 1/math.Sqrt(float64(m.inDim[l])))
+		// MoE: every expert and the router N(0, 1/fan_in).
+		fill(m.wOff[l], cfg.layerRows()*m.inDim[l], 1/math.Sqrt(float64(m.inDim[l])))
 	}
 	fill(m.headW, cfg.VocabSize*cfg.Hidden, 0.1/math.Sqrt(float64(cfg.Hidden)))
 	m.refresh()
@@ -210,7 +235,7 @@ func (m *Model) RoundBF16() {
 // code path that changes params must call it.
 func (m *Model) refresh() {
 	c := m.cfg
-	H, D, V := c.Hidden, c.EmbedDim, c.VocabSize
+	H, D, V := c.layerRows(), c.EmbedDim, c.VocabSize // H: the rows of layer 0's matrix
 	n := m.inDim[0]
 	if len(m.tab) != c.Window*V*H {
 		m.tab = make([]float32, c.Window*V*H)
@@ -249,6 +274,7 @@ type Workspace struct {
 	dx    []float32   // gradient w.r.t. the current layer input
 	Logit []float32   // logits of the last forward pass
 	dlog  []float32   // trainer scratch for d loss / d logits
+	moe   *moeWorkspace
 }
 
 // NewWorkspace allocates buffers for this model's shape.
@@ -263,6 +289,9 @@ func (m *Model) NewWorkspace() *Workspace {
 	}
 	for range c.Layers {
 		ws.h = append(ws.h, make([]float32, c.Hidden))
+	}
+	if c.Experts > 0 {
+		ws.moe = newMoEWorkspace(c)
 	}
 	return ws
 }
@@ -285,6 +314,12 @@ func (m *Model) Forward(tokens []int32, ws *Workspace) []float32 {
 }
 
 func (m *Model) forward(tokens []int32, ws *Workspace) {
+	m.forwardReplay(tokens, nil, ws)
+}
+
+// forwardReplay is forward; for a mixture of experts a non-nil routes row
+// ([Layers·TopK], checked by CheckRoutes) replaces the router's choice.
+func (m *Model) forwardReplay(tokens, routes []int32, ws *Workspace) {
 	c := m.cfg
 	D := c.EmbedDim
 	for k := 0; k < c.Window; k++ {
@@ -297,6 +332,10 @@ func (m *Model) forward(tokens []int32, ws *Workspace) {
 		}
 		ws.ctx[k] = id
 		copy(ws.x[k*D:(k+1)*D], m.params[m.embOff+int(id)*D:m.embOff+int(id+1)*D])
+	}
+	if ws.moe != nil {
+		m.forwardMoE(routes, ws)
+		return
 	}
 	H, V := c.Hidden, c.VocabSize
 	// Layer 0 through the table: bias + Σ_k tab[k][ctx_k], slots in order.
@@ -362,7 +401,7 @@ func (m *Model) NewGrad() *Grad {
 	c := m.cfg
 	return &Grad{
 		flat:    make([]float64, len(m.params)),
-		tab:     make([]float64, c.Window*c.VocabSize*c.Hidden),
+		tab:     make([]float64, c.Window*c.VocabSize*c.layerRows()),
 		touched: make([]bool, c.Window*c.VocabSize),
 	}
 }
@@ -379,7 +418,7 @@ func (g *Grad) Reset() {
 // parameters' layout. The slice aliases g; call Reset before reuse.
 func (m *Model) Flatten(g *Grad) []float64 {
 	c := m.cfg
-	H, D, V := c.Hidden, c.EmbedDim, c.VocabSize
+	H, D, V := c.layerRows(), c.EmbedDim, c.VocabSize // H: the rows of layer 0's matrix
 	n := m.inDim[0]
 	W := m.params[m.wOff[0] : m.wOff[0]+H*n]
 	gW := g.flat[m.wOff[0] : m.wOff[0]+H*n]
@@ -432,6 +471,10 @@ func (m *Model) Backward(ws *Workspace, dlogits []float32, g *Grad) {
 			gw[j] += float64(gv * a)
 		}
 		axpy(gv, W[v*H:(v+1)*H], dh)
+	}
+	if ws.moe != nil {
+		m.backwardMoE(ws, dh, g)
+		return
 	}
 	for l := c.Layers - 1; l >= 1; l-- {
 		n := m.inDim[l]

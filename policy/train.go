@@ -102,6 +102,23 @@ type Sequence struct {
 	// Group names the prompt the sequence answers (the GRPO group id);
 	// required by the prompt_mean reduction, which averages per prompt.
 	Group string
+	// Routes optionally holds the engine's routed experts for a mixture
+	// of experts model (route replay, R3): [len(Tokens) × Layers·TopK]
+	// row-major, vLLM's routed_experts layout; row p is the routing of the
+	// forward pass whose window ends at Tokens[p], so the trainer predicts
+	// Tokens[i] with row i−1's experts instead of re-choosing them (the
+	// gates still come from its own router logits). Only the rows the loss
+	// reads (before a loss-masked token) are read and validated; the others
+	// may hold padding. nil: the trainer routes itself.
+	Routes []int32
+}
+
+// replayRow is the routes row that predicts Tokens[i] (nil without routes).
+func (s *Sequence) replayRow(i, rowLen int) []int32 {
+	if s.Routes == nil || rowLen == 0 {
+		return nil
+	}
+	return s.Routes[(i-1)*rowLen : i*rowLen]
 }
 
 // TrainedTokens is the number of tokens under the loss mask.
@@ -190,6 +207,14 @@ type TrainerConfig struct {
 	Workers int `json:"workers"`
 	// Seed seeds the trainer's RNG (saved in trainer checkpoints).
 	Seed uint64 `json:"seed"`
+	// FakeQuant is none (or empty), int4_g32 or int4_g128: the forward and
+	// backward passes run on the weights an engine serving that
+	// quantisation computes with (Model.Quantized), and the gradient goes
+	// to the FP32 masters unchanged (straight-through estimator), so the
+	// trainer's logprobs are the quantised engine's. While a step is open
+	// Model() holds those weights; ServingCopy and SaveTrainer use the
+	// masters.
+	FakeQuant string `json:"fake_quant,omitempty"`
 }
 
 // DefaultTrainerConfig returns the settings the synchronous loop learns with.
@@ -255,6 +280,8 @@ func (c TrainerConfig) Validate() error {
 		return bad("temperature", "> 0 and finite", c.Temperature)
 	case c.Workers < 1 || c.Workers > 256:
 		return bad("workers", "in [1, 256]", c.Workers)
+	case Quant(c.FakeQuant).Validate() != nil:
+		return bad("fake_quant", "one of none, int4_g32, int4_g128", c.FakeQuant)
 	}
 	return nil
 }
@@ -305,6 +332,8 @@ type Trainer struct {
 	scratch [][]float64 // per-worker per-vocab scratch
 	acc     []float64   // the pending step's gradient (see Accumulate)
 	pend    pending
+	master  []float32 // the FP32 masters while fake-quantised weights are in (quant.go)
+	fqIn    bool
 }
 
 // NewTrainer wraps model (which it then owns and mutates) with Adam state.
@@ -341,6 +370,7 @@ func (t *Trainer) Config() TrainerConfig { return t.cfg }
 // exact weights an engine loading a BF16 checkpoint serves.
 func (t *Trainer) ServingCopy() *Model {
 	c := t.model.Clone()
+	copy(c.params, t.masterParams())
 	c.RoundBF16()
 	return c
 }
@@ -370,6 +400,9 @@ func (t *Trainer) validateBatch(b Batch) (tokens, maxLen int, err error) {
 		}
 		if n > t.model.MaxSeqLen() {
 			return 0, 0, fmt.Errorf("%w: sequence %d: length %d exceeds max_seq_len %d", ErrBatch, si, n, t.model.MaxSeqLen())
+		}
+		if err := t.checkRoutes(&b.Sequences[si]); err != nil {
+			return 0, 0, fmt.Errorf("%w: sequence %d: %w", ErrBatch, si, err)
 		}
 		for i, tok := range s.Tokens {
 			if tok < 0 || tok >= V {
@@ -617,7 +650,7 @@ func (t *Trainer) seqGrad(s *Sequence, tot BatchTotals, mb mbInfo, w int, st *to
 		if s.LossMask[i] == 0 {
 			continue
 		}
-		logits := t.model.Forward(s.Tokens[:i], ws)
+		logits := t.model.ForwardReplay(s.Tokens[:i], s.replayRow(i, t.model.RoutesLen()), ws)
 		tok := s.Tokens[i]
 		lse, ent := softmaxT(logits, invT, p)
 		lpFull := float64(logits[tok])*invT - lse
@@ -721,7 +754,7 @@ func (t *Trainer) tokenLogprob(s *Sequence, i, w int) float64 {
 	V := t.model.VocabSize()
 	p := t.scratch[w][2*V : 3*V]
 	invT := 1 / t.cfg.Temperature
-	logits := t.model.Forward(s.Tokens[:i], t.wss[w])
+	logits := t.model.ForwardReplay(s.Tokens[:i], s.replayRow(i, t.model.RoutesLen()), t.wss[w])
 	lse, _ := softmaxT(logits, invT, p)
 	lp := float64(logits[s.Tokens[i]])*invT - lse
 	if t.cfg.SupportNorm && s.Support != nil && s.Support[i] != nil {
@@ -761,6 +794,10 @@ func (t *Trainer) Logprobs(b Batch) ([][]float32, error) {
 	if _, _, err := t.validateBatch(b); err != nil {
 		return nil, err
 	}
+	if err := t.fakeQuantIn(); err != nil {
+		return nil, err
+	}
+	defer t.fakeQuantOut()
 	out := make([][]float32, len(b.Sequences))
 	for si := range b.Sequences {
 		lps := t.seqLogprobs(&b.Sequences[si], 0)
