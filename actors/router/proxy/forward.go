@@ -115,7 +115,7 @@ func (r *Router) proxy(w http.ResponseWriter, req *http.Request) {
 				r.metrics.errors.WithLabelValues(d.Replica, "client_gone").Inc()
 				return
 			}
-			r.passiveFailure(d.Replica)
+			r.upstreamFailed(d.Replica, err)
 			r.metrics.errors.WithLabelValues(d.Replica, "upstream_connect").Inc()
 			r.log.Warn().Err(err).Str("replica", d.Replica).Msg("upstream request failed")
 			if attempt < r.cfg.MaxRetries && r.spendRetryToken() {

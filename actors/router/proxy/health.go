@@ -57,7 +57,11 @@ func (r *Router) checkHealth(ctx context.Context) {
 		defer cancel()
 		ok := false
 		if req, err := http.NewRequestWithContext(cctx, http.MethodGet, u+"/health", nil); err == nil {
-			if resp, err := r.tr.RoundTrip(req); err == nil {
+			resp, err := r.tr.RoundTrip(req)
+			if localResourceError(err) {
+				return // this process is out of sockets: says nothing about u
+			}
+			if err == nil {
 				_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
 				resp.Body.Close()
 				ok = resp.StatusCode == http.StatusOK
