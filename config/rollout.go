@@ -26,6 +26,24 @@ type RolloutConfig struct {
 	TopK int `yaml:"top_k" doc:"sample among the k most likely tokens; -1 = off"`
 	// MaxTokens caps the tokens generated per turn; 0 uses the task's limit.
 	MaxTokens int `yaml:"max_tokens" doc:"most tokens generated per turn; 0 = the task's own limit"`
+	// RoutedExperts asks the engines for each token's mixture-of-experts
+	// routing (R3, rollout routing replay) and packs it into the token
+	// batch's routed_experts column (messages/vllmwire has the wire form).
+	RoutedExperts RoutedExpertsConfig `yaml:"routed_experts" doc:"R3: ask the engines for routed experts (MoE models) and pack them for the trainer"`
+	// SupportFromLogprobs > 0 asks for that many top logprobs per token and,
+	// where the engine sends no sample_support (vLLM), builds the sample
+	// support sets from them: serve vLLM with --logprobs-mode
+	// processed_logprobs so filtered candidates show as -9999.
+	SupportFromLogprobs int `yaml:"support_from_logprobs" doc:"top logprobs per token to rebuild sample support sets from (vLLM with --logprobs-mode processed_logprobs); 0 = off"`
+}
+
+// RoutedExpertsConfig is rollout.routed_experts: off by default; when on,
+// the served model's routing shape, which the wire form is checked against.
+type RoutedExpertsConfig struct {
+	Enabled    bool `yaml:"enabled" doc:"send return_routed_experts and routed_experts_prompt_start, pack the routes (default off)"`
+	Layers     int  `yaml:"layers" doc:"MoE layers L of the served model"`
+	TopK       int  `yaml:"top_k" doc:"experts chosen per token per layer (K)"`
+	NumExperts int  `yaml:"num_experts" doc:"experts per layer N (every id is < N; fixes the packed dtype)"`
 }
 
 // DefaultRollout samples the multi-turn gridwalk task with n=8 (SkyRL's
@@ -63,5 +81,11 @@ func (c RolloutConfig) Validate() error {
 	}
 	v.unboundedOrAtLeast("top_k", int64(c.TopK), 1)
 	v.atLeast("max_tokens", int64(c.MaxTokens), 0)
+	v.atLeast("support_from_logprobs", int64(c.SupportFromLogprobs), 0)
+	if r := c.RoutedExperts; r.Enabled {
+		v.atLeast("routed_experts.layers", int64(r.Layers), 1)
+		v.atLeast("routed_experts.top_k", int64(r.TopK), 1)
+		v.atLeast("routed_experts.num_experts", int64(r.NumExperts), int64(max(1, r.TopK)))
+	}
 	return v.err()
 }

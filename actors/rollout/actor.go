@@ -77,6 +77,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: Episode.TurnTimeout must be > 0, got %v", ErrInvalidConfig, c.Episode.TurnTimeout)
 	case c.SupportK < 0:
 		return fmt.Errorf("%w: SupportK must be ≥ 0, got %d", ErrInvalidConfig, c.SupportK)
+	case c.Episode.Routes != (RouteSpec{}) && (!c.Episode.Routes.On() || c.Episode.Routes.TopK > c.Episode.Routes.NumExperts):
+		return fmt.Errorf("%w: Episode.Routes %+v: want layers, top_k > 0 and top_k ≤ num_experts", ErrInvalidConfig, c.Episode.Routes)
 	case c.Subjects.Prompts == "" || c.Subjects.Groups == "" || c.Subjects.Aborted == "":
 		return fmt.Errorf("%w: Subjects.Prompts, Groups and Aborted must be set", ErrInvalidConfig)
 	}
@@ -423,7 +425,9 @@ func (e *Episode) mixed() bool {
 
 // pack builds the group's GroupReady with its Arrow token batch inline.
 func (a *Actor) pack(pa messages.PromptAssigned, res []result) (messages.GroupReady, error) {
-	tb, err := messages.NewTokenBatch(messages.BatchSpec{Vocab: a.cfg.Episode.vocab().Size(), SupportK: int32(a.cfg.SupportK)})
+	rs := a.cfg.Episode.Routes
+	tb, err := messages.NewTokenBatch(messages.BatchSpec{Vocab: a.cfg.Episode.vocab().Size(), SupportK: int32(a.cfg.SupportK),
+		RouteLayers: int32(rs.Layers), RouteTopK: int32(rs.TopK), NumExperts: int32(rs.NumExperts)})
 	if err != nil {
 		return messages.GroupReady{}, err
 	}
@@ -437,6 +441,9 @@ func (a *Actor) pack(pa messages.PromptAssigned, res []result) (messages.GroupRe
 		}
 		if a.cfg.SupportK > 0 {
 			t.Support = padSupport(ep.Support, a.cfg.SupportK)
+		}
+		if rs.On() {
+			t.Routes = ep.Routes
 		}
 		if err := tb.Append(t); err != nil {
 			return messages.GroupReady{}, err

@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/asyncrl/asyncrl/messages/vllmwire"
 )
 
 // ErrEngine wraps failures of one generation call (transport errors,
@@ -29,7 +31,21 @@ type TurnRequest struct {
 	Temperature float64
 	TopP        float64
 	TopK        int
+	// Routes, when its shape is set, asks for the routed experts of
+	// positions [RoutesStart, prompt + generated − 1) (vLLM's
+	// routed_experts_prompt_start: the rows the trajectory already holds).
+	Routes      RouteSpec
+	RoutesStart int
 }
+
+// RouteSpec is the served MoE model's routing shape; the zero value asks
+// for no routes.
+type RouteSpec struct {
+	Layers, TopK, NumExperts int
+}
+
+// On reports whether routes are asked for.
+func (r RouteSpec) On() bool { return r.Layers > 0 && r.TopK > 0 && r.NumExperts > 0 }
 
 // TurnOutput is what the engine generated.
 type TurnOutput struct {
@@ -44,10 +60,18 @@ type TurnOutput struct {
 	// support set (the engine's output_support_logprobs); nil when the
 	// engine sent none (no filter active, or an engine without the field).
 	SupportLogprobs []float32
+	// Routes holds the routed experts the engine returned for positions
+	// [RoutesStart, RoutesStart + rows): C-order [rows, layers, top_k]
+	// (nil when none were asked for or the engine sent none).
+	Routes []int32
 	// Finish is the engine's finish_reason: stop, length or abort.
 	Finish string
 	// Engine is the replica that answered (X-Asyncrl-Replica), for logs.
 	Engine string
+
+	// The undecoded replay fields, for replayFields.
+	wireRoutes  *vllmwire.RoutedExperts
+	topLogprobs []map[string]float64
 }
 
 // Generator runs one generation call. The HTTP client is the production
@@ -76,6 +100,10 @@ type HTTPClient struct {
 	StopTokenIDs []int32
 	// Client sends the requests; nil uses a client without proxies.
 	Client *http.Client
+	// SupportFromLogprobs > 0 asks for that many top logprobs per token
+	// and, when the answer has no sample_support, builds the support sets
+	// (and support-normalised logprobs) from them (messages/vllmwire).
+	SupportFromLogprobs int
 }
 
 var _ Generator = (*HTTPClient)(nil)
@@ -112,6 +140,11 @@ type completionBody struct {
 	Logprobs               int  `json:"logprobs"`
 	ReturnTokenIDs         bool `json:"return_token_ids"`
 	ReturnTokensAsTokenIDs bool `json:"return_tokens_as_token_ids"`
+	// R3 (sent only when routes are asked for): SGLang's and the built-in
+	// engine's per-request flag (vLLM returns routes whenever it runs with
+	// --enable-return-routed-experts) and vLLM's prompt start.
+	ReturnRoutedExperts      bool `json:"return_routed_experts,omitempty"`
+	RoutedExpertsPromptStart int  `json:"routed_experts_prompt_start,omitempty"`
 }
 
 // completionAnswer is the part of a /v1/completions answer Generate reads:
@@ -132,7 +165,12 @@ type completionChoice struct {
 		// Entries are null where vLLM has no logprob (the first
 		// prompt token in echo mode); never for a generated token.
 		TokenLogprobs []*float64 `json:"token_logprobs"`
+		// TopLogprobs are read only with SupportFromLogprobs.
+		TopLogprobs []map[string]float64 `json:"top_logprobs"`
 	} `json:"logprobs"`
+	// RoutedExperts is vLLM's base64 .npy (or the {data, shape, dtype}
+	// object), decoded only when routes were asked for.
+	RoutedExperts *vllmwire.RoutedExperts `json:"routed_experts"`
 	// asyncrl extensions (engine.Extensions), absent from vLLM.
 	OutputLogprobs        []float32 `json:"output_logprobs"`
 	TokenWeightVersions   []int64   `json:"token_weight_versions"`
@@ -154,9 +192,13 @@ type completionChoice struct {
 // when present, must equal the prompt sent (a truncated prompt would
 // misalign the trajectory).
 func (c *HTTPClient) Generate(ctx context.Context, req TurnRequest) (TurnOutput, error) {
-	body, err := json.Marshal(completionBody{Model: c.Model, Prompt: req.Tokens, MaxTokens: req.MaxTokens,
+	cb := completionBody{Model: c.Model, Prompt: req.Tokens, MaxTokens: req.MaxTokens,
 		Temperature: req.Temperature, TopP: req.TopP, TopK: req.TopK, Stop: c.Stop, StopTokenIDs: c.StopTokenIDs,
-		Logprobs: 0, ReturnTokenIDs: true, ReturnTokensAsTokenIDs: true})
+		Logprobs: max(c.SupportFromLogprobs, 0), ReturnTokenIDs: true, ReturnTokensAsTokenIDs: true}
+	if req.Routes.On() {
+		cb.ReturnRoutedExperts, cb.RoutedExpertsPromptStart = true, req.RoutesStart
+	}
+	body, err := json.Marshal(cb)
 	if err != nil {
 		return TurnOutput{}, err
 	}
@@ -179,6 +221,9 @@ func (c *HTTPClient) Generate(ctx context.Context, req TurnRequest) (TurnOutput,
 		return TurnOutput{}, fmt.Errorf("%w: HTTP %d: %s", ErrEngine, resp.StatusCode, bytes.TrimSpace(data))
 	}
 	out, err := decodeAnswer(data, resp.Header, req.Tokens)
+	if err == nil {
+		err = c.replayFields(&out, req)
+	}
 	if err != nil {
 		return TurnOutput{}, fmt.Errorf("%w: %s: %w", ErrEngine, resp.Request.URL, err)
 	}
@@ -224,6 +269,10 @@ func decodeAnswer(data []byte, h http.Header, prompt []int32) (TurnOutput, error
 	}
 	if out.Versions == nil {
 		out.Versions = []int64{}
+	}
+	out.wireRoutes = ch.RoutedExperts
+	if ch.Logprobs != nil {
+		out.topLogprobs = ch.Logprobs.TopLogprobs
 	}
 	return out, nil
 }

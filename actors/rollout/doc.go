@@ -30,6 +30,17 @@
 //     and an answer with support sets but without them is a failed call.
 //     POST /finish_session releases the session at the end, whatever
 //     happened.
+//   - Replay data (issue 19, messages/vllmwire): with EpisodeConfig.Routes
+//     (rollout.routed_experts) every call sends return_routed_experts and
+//     routed_experts_prompt_start = the rows the trajectory holds; the
+//     client decodes vLLM's base64 .npy rows once and the episode appends
+//     them, so its routes are the concatenation of its calls' rows; the
+//     positions no call routed (the last token, a trailing observation)
+//     get arange(top_k) padding rows, which feed no trained token. With
+//     HTTPClient.SupportFromLogprobs (rollout.support_from_logprobs) the
+//     client rebuilds support sets from vLLM's top logprob rows when the
+//     answer has no sample_support. Both are packed into the token batch's
+//     routed_experts / sample_support columns.
 //   - Failures: a failed call (transport error, non-200, timeout) is
 //     retried with the accumulated tokens up to TurnAttempts times per
 //     turn, RetryBackoff apart — the router sends the retry to a healthy

@@ -43,6 +43,11 @@ type EpisodeConfig struct {
 	// like a malformed answer — retried, and the episode aborted if it
 	// persists — instead of yielding logprobs the trainer cannot compare.
 	SupportLogprobs bool
+	// Routes, when set, asks every call for the routed experts (R3) of the
+	// positions the trajectory does not hold yet (routed_experts_prompt_start
+	// = rows held) and appends the answer's rows: the episode's routes are
+	// the concatenation of its turns' rows (Episode.Routes).
+	Routes RouteSpec
 	// Vocab turns text into the model's tokens and back; nil is the
 	// built-in policy's character vocabulary (BuiltinVocab).
 	Vocab Vocabulary
@@ -119,9 +124,16 @@ type Episode struct {
 	// support is the whole vocabulary and it equals Logprobs; NaN marks a
 	// token whose engine reported a support set without this value.
 	SupportLogprobs []float32
-	PromptLen       int
-	Reward          float64
-	Turns           int
+	// Routes (with EpisodeConfig.Routes) holds C-order [len(Tokens),
+	// layers, top_k] expert ids: the engines' rows, then padding rows
+	// (0, 1, …, top_k−1 per layer) for the positions no engine routed
+	// (the last token, which is never forwarded, and any tail the last call
+	// did not cover). RoutesPadded counts those padded positions.
+	Routes       []int32
+	RoutesPadded int
+	PromptLen    int
+	Reward       float64
+	Turns        int
 	// Generated counts model tokens; Resubmits counts calls that continued
 	// a turn after an engine failure or an abort-mode pause.
 	Generated, Resubmits int
@@ -242,6 +254,7 @@ func RunEpisode(ctx context.Context, gen Generator, task tasks.Task, p tasks.Pro
 		ep.SupportLogprobs = ep.SupportLogprobs[:n]
 	}
 	ep.fillVersions()
+	ep.padRoutes(cfg.Routes)
 	return ep, nil
 }
 
@@ -298,8 +311,9 @@ func generateTurn(ctx context.Context, gen Generator, ep *Episode, budget int, c
 			ep.Resubmits++
 		}
 		cctx, cancel := context.WithTimeout(ctx, cfg.TurnTimeout)
+		start := ep.routeRows(cfg.Routes)
 		out, err := gen.Generate(cctx, TurnRequest{SessionID: ep.ID, Tokens: ep.Tokens, MaxTokens: budget,
-			Temperature: cfg.Temperature, TopP: cfg.TopP, TopK: cfg.TopK})
+			Temperature: cfg.Temperature, TopP: cfg.TopP, TopK: cfg.TopK, Routes: cfg.Routes, RoutesStart: start})
 		cancel()
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -319,6 +333,7 @@ func generateTurn(ctx context.Context, gen Generator, ep *Episode, budget int, c
 				}
 			}
 			ep.addGenerated(out)
+			ep.addRoutes(cfg.Routes, out.Routes)
 			budget -= len(out.Tokens)
 			res.Tokens, res.Finish, res.Left = len(out.Tokens), out.Finish, budget
 			res.EOS = len(out.Tokens) > 0 && cfg.vocab().IsEOS(out.Tokens[len(out.Tokens)-1])

@@ -311,7 +311,8 @@ func (n *Node) startRollouts() error {
 		rt = n.hooks.wrapClient(rt)
 	}
 	n.httpc = &http.Client{Transport: rt}
-	gen := &rollout.HTTPClient{BaseURL: n.routerURL, Model: n.cfg.Engines.ServedModelName, Client: n.httpc}
+	gen := &rollout.HTTPClient{BaseURL: n.routerURL, Model: n.cfg.Engines.ServedModelName, Client: n.httpc,
+		SupportFromLogprobs: n.cfg.Rollout.SupportFromLogprobs}
 	for i := range count {
 		a, err := rollouthost.StartActor(n.bus, gen, n.cfg, n.task, "rollout-"+strconv.Itoa(i), ecfg, supportK, n.subj.rollout(), n.groupStream, n.opts.Logger, nil)
 		if err != nil {

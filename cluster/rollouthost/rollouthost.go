@@ -191,7 +191,8 @@ func (h *Host) follow(ta messages.TermAnnounce) {
 	}
 	count, ecfg, supportK := Setup(tcfg, 0)
 	ecfg.Vocab = h.vocab
-	gen := &rollout.HTTPClient{BaseURL: ta.Router, Model: h.cfg.Engines.ServedModelName, Client: h.httpc}
+	gen := &rollout.HTTPClient{BaseURL: ta.Router, Model: h.cfg.Engines.ServedModelName, Client: h.httpc,
+		SupportFromLogprobs: h.cfg.Rollout.SupportFromLogprobs}
 	var actors []*rollout.Actor
 	for i := range count {
 		name := h.node + "-rollout-" + strconv.Itoa(i)
@@ -329,6 +330,9 @@ func Setup(cfg config.Config, override int) (count int, ecfg rollout.EpisodeConf
 	// compares against must be normalised the same way (the engine's
 	// output_support_logprobs).
 	ecfg.SupportLogprobs = cfg.Trainer.NormalizeOverSupport
+	if r := ro.RoutedExperts; r.Enabled {
+		ecfg.Routes = rollout.RouteSpec{Layers: r.Layers, TopK: r.TopK, NumExperts: r.NumExperts}
+	}
 	if ro.TopP < 1 || ro.TopK > 0 {
 		supportK = policy.DefaultConfig().VocabSize
 		if ro.TopK > 0 {
