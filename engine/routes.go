@@ -28,7 +28,9 @@ func routeOptions(o *SamplingOptions, m Model, sp *sampling) *reqError {
 	if !o.ReturnRoutedExperts {
 		return nil
 	}
-	if _, ok := m.(RoutesModel); !ok {
+	// A model type may implement RoutesModel yet be dense in this
+	// instance (policy.Model without experts: RouteShape all zero).
+	if rm, ok := m.(RoutesModel); !ok || !hasRoutes(rm) {
 		return badRequest("return_routed_experts", "the served model does not report routed experts (not a mixture-of-experts model)")
 	}
 	if o.Stream {
@@ -36,6 +38,11 @@ func routeOptions(o *SamplingOptions, m Model, sp *sampling) *reqError {
 	}
 	sp.routes, sp.routeStart = true, o.RoutedExpertsPromptStart
 	return nil
+}
+
+func hasRoutes(rm RoutesModel) bool {
+	l, k, _ := rm.RouteShape()
+	return l > 0 && k > 0
 }
 
 // checkRouteStart: vLLM requires routed_experts_prompt_start < the prompt's length.

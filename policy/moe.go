@@ -365,3 +365,25 @@ func (t *Trainer) checkRoutes(s *Sequence) error {
 	}
 	return nil
 }
+
+// Routes returns the routes of positions [from, len(tokens)):
+// C-order [len(tokens)−from, Layers, TopK], row i the routing of the forward
+// pass whose window ends at tokens[from+i] (the pass that predicts
+// tokens[from+i+1]), as vLLM's routed_experts. nil for a dense model or an
+// empty range. With RouteShape it is engine.RoutesModel; safe for
+// concurrent use, as NextLogits is.
+func (m *Model) Routes(tokens []int32, from int) []int32 {
+	rl := m.RoutesLen()
+	from = max(from, 0)
+	if rl == 0 || from >= len(tokens) {
+		return nil
+	}
+	out := make([]int32, 0, (len(tokens)-from)*rl)
+	ws := m.wsPool.Get().(*Workspace)
+	for p := from; p < len(tokens); p++ {
+		m.forward(tokens[:p+1], ws)
+		out = append(out, ws.Routes()...)
+	}
+	m.wsPool.Put(ws)
+	return out
+}
