@@ -12,6 +12,16 @@ layers.{l}.weight [H, in_l] (in_0 = window*D, else H); layers.{l}.bias [H];
 head.weight [V, H]; head.bias [V]. config.json: {"model_type":
 "asyncrl-window-mlp", vocab_size, window, embed_dim, hidden, layers,
 max_seq_len, "torch_dtype": "bfloat16" (serving) | "float32" (trainer)}.
+
+Mixture of experts (config experts > 0, top_k; policy/moe.go; both keys absent
+from a dense model's config.json): every hidden layer is E tanh experts and a
+bias-free router. r = R x; S = the top_k largest r (largest first, ties to the
+lower id); g = softmax(r[S]); h = sum_s g_s tanh(W_s x + b_s). Tensors per
+layer: layers.{l}.experts.weight [E, H, in_l], layers.{l}.router.weight
+[E, in_l], layers.{l}.experts.bias [E, H]. Routes of a position are the S of
+every layer, [layers, top_k]; route replay (R3) passes the engine's routes so
+the experts are not re-chosen (the gates still come from this router's logits
+over them).
 """
 
 from __future__ import annotations
@@ -28,6 +38,8 @@ from . import safetensors as st
 MODEL_TYPE = "asyncrl-window-mlp"
 PAD = 0
 CONFIG_FIELDS = ("vocab_size", "window", "embed_dim", "hidden", "layers", "max_seq_len")
+MOE_FIELDS = ("experts", "top_k")  # optional; 0 / absent = dense (policy.Config omitempty)
+MAX_EXPERTS = 1024  # policy.maxExperts
 # policy.Config.Validate bounds.
 _BOUNDS = {"vocab_size": (3, 1 << 20), "window": (1, 4096), "embed_dim": (1, 4096),
            "hidden": (1, 16384), "layers": (1, 64), "max_seq_len": (1, 1 << 24)}
@@ -37,7 +49,7 @@ DEFAULT_CONFIG = {"vocab_size": 98, "window": 16, "embed_dim": 16, "hidden": 128
 def validate_config(cfg: dict) -> dict:
     """Return the shape fields of cfg; raise ValueError naming the first bad one.
     model_type and torch_dtype may be present; other keys are rejected."""
-    extra = set(cfg) - set(CONFIG_FIELDS) - {"model_type", "torch_dtype"}
+    extra = set(cfg) - set(CONFIG_FIELDS) - set(MOE_FIELDS) - {"model_type", "torch_dtype"}
     if extra:
         raise ValueError(f"unknown config key {sorted(extra)[0]!r}")
     if cfg.get("model_type", MODEL_TYPE) != MODEL_TYPE:
@@ -49,7 +61,46 @@ def validate_config(cfg: dict) -> dict:
         if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
             raise ValueError(f"{k} must be an integer in [{lo}, {hi}], got {v!r}")
         out[k] = v
+    e, k = cfg.get("experts", 0), cfg.get("top_k", 0)
+    for name, v in (("experts", e), ("top_k", k)):
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise ValueError(f"{name} must be an integer, got {v!r}")
+    if not 0 <= e <= MAX_EXPERTS:
+        raise ValueError(f"experts must be in [0, {MAX_EXPERTS}] (0 = dense), got {e}")
+    if e == 0 and k != 0:
+        raise ValueError(f"top_k must be 0 for a dense model (experts 0), got {k}")
+    if e > 0 and not 1 <= k <= e:
+        raise ValueError(f"top_k must be in [1, experts={e}], got {k}")
+    if e > 0:
+        out["experts"], out["top_k"] = e, k
     return out
+
+
+def top_k_routes(r: torch.Tensor, k: int) -> torch.Tensor:
+    """The k largest router logits' ids per row, largest first, ties to the
+    lower id (policy.topK): a stable descending sort keeps equal ids in order."""
+    return torch.sort(r, dim=-1, descending=True, stable=True).indices[..., :k]
+
+
+class MoELayer(nn.Module):
+    """One mixture layer (policy/moe.go): E tanh experts, a bias-free router."""
+
+    def __init__(self, in_features: int, hidden: int, experts: int, top_k: int):
+        super().__init__()
+        self.in_features, self.top_k = in_features, top_k
+        self.experts_weight = nn.Parameter(torch.empty(experts, hidden, in_features))
+        self.router_weight = nn.Parameter(torch.empty(experts, in_features))
+        self.experts_bias = nn.Parameter(torch.zeros(experts, hidden))
+
+    def forward(self, x: torch.Tensor, routes: torch.Tensor | None = None):
+        """x [P, in] → (h [P, H], routes [P, top_k]); routes given = replay."""
+        r = x @ self.router_weight.T  # [P, E]
+        sel = top_k_routes(r, self.top_k) if routes is None else routes.long()
+        g = torch.softmax(r.gather(1, sel), dim=-1)  # [P, K]
+        # every expert's pre-activation, then the chosen ones (tiny E)
+        z = torch.einsum("ehi,pi->peh", self.experts_weight, x) + self.experts_bias  # [P, E, H]
+        a = torch.tanh(z.gather(1, sel.unsqueeze(-1).expand(-1, -1, z.shape[-1])))  # [P, K, H]
+        return (g.unsqueeze(-1) * a).sum(1), sel
 
 
 class WindowMLP(nn.Module):
@@ -59,7 +110,11 @@ class WindowMLP(nn.Module):
         c = self.cfg
         self.embed = nn.Embedding(c["vocab_size"], c["embed_dim"])
         dims = [c["window"] * c["embed_dim"]] + [c["hidden"]] * c["layers"]
-        self.layers = nn.ModuleList(nn.Linear(dims[l], c["hidden"]) for l in range(c["layers"]))
+        self.experts = c.get("experts", 0)
+        if self.experts:
+            self.layers = nn.ModuleList(MoELayer(dims[l], c["hidden"], self.experts, c["top_k"]) for l in range(c["layers"]))
+        else:
+            self.layers = nn.ModuleList(nn.Linear(dims[l], c["hidden"]) for l in range(c["layers"]))
         self.head = nn.Linear(c["hidden"], c["vocab_size"])
 
     @property
@@ -77,6 +132,11 @@ class WindowMLP(nn.Module):
         with torch.no_grad():
             self.embed.weight.normal_(0, 1, generator=g)
             for lin in self.layers:
+                if isinstance(lin, MoELayer):
+                    lin.experts_weight.normal_(0, 1 / math.sqrt(lin.in_features), generator=g)
+                    lin.router_weight.normal_(0, 1 / math.sqrt(lin.in_features), generator=g)
+                    lin.experts_bias.zero_()
+                    continue
                 lin.weight.normal_(0, 1 / math.sqrt(lin.in_features), generator=g)
                 lin.bias.zero_()
             self.head.weight.normal_(0, 0.1 / math.sqrt(self.cfg["hidden"]), generator=g)
@@ -93,20 +153,53 @@ class WindowMLP(nn.Module):
         idx = (W + positions.long() - 1).unsqueeze(1) - torch.arange(W).unsqueeze(0)
         return padded[idx]
 
-    def forward_ctx(self, ctx: torch.Tensor) -> torch.Tensor:
-        """Logits [P, V] for window ids ctx [P, window]."""
-        x = self.embed(ctx).reshape(ctx.shape[0], -1)
-        for lin in self.layers:
-            x = torch.tanh(lin(x))
-        return self.head(x)
+    def forward_ctx(self, ctx: torch.Tensor, routes: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits [P, V] for window ids ctx [P, window]; for a mixture,
+        routes [P, layers, top_k] replays those experts (None: route)."""
+        return self.forward_routes(ctx, routes)[0]
 
-    def logits_at(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        return self.forward_ctx(self.contexts(tokens, positions))
+    def forward_routes(self, ctx: torch.Tensor, routes: torch.Tensor | None = None):
+        """(logits [P, V], routes [P, layers, top_k] or None for a dense model)."""
+        x = self.embed(ctx).reshape(ctx.shape[0], -1)
+        if not self.experts:
+            if routes is not None:
+                raise ValueError("routes given but the model is dense (experts 0)")
+            for lin in self.layers:
+                x = torch.tanh(lin(x))
+            return self.head(x), None
+        if routes is not None:
+            routes = check_routes(routes, ctx.shape[0], len(self.layers), self.cfg["top_k"], self.experts)
+        used = []
+        for l, layer in enumerate(self.layers):
+            x, sel = layer(x, None if routes is None else routes[:, l])
+            used.append(sel)
+        return self.head(x), torch.stack(used, 1)
+
+    def logits_at(self, tokens: torch.Tensor, positions: torch.Tensor, routes=None) -> torch.Tensor:
+        """Logits predicting tokens[p] for p in positions. routes (a mixture's
+        replay): the sequence's rows [len(tokens), layers, top_k] (or
+        [len(tokens), layers*top_k]) in vLLM's layout, row q the routing of the
+        pass whose window ends at tokens[q]; tokens[p] is predicted with row
+        p-1, as policy.Sequence.Routes."""
+        ctx = self.contexts(tokens, positions)
+        if routes is None:
+            return self.forward_ctx(ctx)
+        routes = torch.as_tensor(routes).long()
+        if routes.shape[0] != len(tokens):
+            raise ValueError(f"{routes.shape[0]} route rows for {len(tokens)} tokens")
+        return self.forward_ctx(ctx, routes.reshape(len(tokens), -1)[positions.long() - 1])
 
     def next_logits(self, tokens) -> torch.Tensor:
         """Logits of the token following tokens (policy.Model.NextLogits)."""
         t = torch.as_tensor(list(tokens) + [PAD], dtype=torch.long)
         return self.logits_at(t, torch.tensor([len(t) - 1]))[0]
+
+    def routes(self, tokens) -> torch.Tensor:
+        """The routes of every position of tokens [len, layers, top_k], row q
+        the pass whose window ends at tokens[q] (policy.Model.Routes(tokens, 0))."""
+        t = torch.as_tensor(list(tokens) + [PAD], dtype=torch.long)
+        with torch.no_grad():
+            return self.forward_routes(self.contexts(t, torch.arange(1, len(t))))[1]
 
     # --- checkpoints -------------------------------------------------------
 
@@ -114,6 +207,11 @@ class WindowMLP(nn.Module):
         """Parameters under policy.layout's names, in its fixed order."""
         out = {"embed.weight": self.embed.weight}
         for l, lin in enumerate(self.layers):
+            if isinstance(lin, MoELayer):
+                out[f"layers.{l}.experts.weight"] = lin.experts_weight
+                out[f"layers.{l}.router.weight"] = lin.router_weight
+                out[f"layers.{l}.experts.bias"] = lin.experts_bias
+                continue
             out[f"layers.{l}.weight"] = lin.weight
             out[f"layers.{l}.bias"] = lin.bias
         out["head.weight"] = self.head.weight
@@ -142,8 +240,26 @@ class WindowMLP(nn.Module):
 
 def write_config(d: str, cfg: dict, dtype: str) -> None:
     """config.json as Go's writeConfig: model_type, the shape fields, torch_dtype."""
-    body = {"model_type": MODEL_TYPE, **{k: cfg[k] for k in CONFIG_FIELDS}, "torch_dtype": dtype}
+    body = {"model_type": MODEL_TYPE, **{k: cfg[k] for k in CONFIG_FIELDS}}
+    if cfg.get("experts", 0):
+        body.update({k: cfg[k] for k in MOE_FIELDS})
+    body["torch_dtype"] = dtype
     st.atomic_write(os.path.join(d, "config.json"), (json.dumps(body, indent=2) + "\n").encode())
+
+
+def check_routes(routes: torch.Tensor, rows: int, layers: int, top_k: int, experts: int) -> torch.Tensor:
+    """routes as [rows, layers, top_k] long; ValueError (policy.ErrRoutes'
+    checks) for a wrong shape, an id outside [0, experts) or one listed twice
+    in a layer."""
+    routes = torch.as_tensor(routes).long()
+    if routes.numel() != rows * layers * top_k:
+        raise ValueError(f"routes of shape {list(routes.shape)}: want [{rows}, {layers}, {top_k}]")
+    routes = routes.reshape(rows, layers, top_k)
+    if bool(((routes < 0) | (routes >= experts)).any()):
+        raise ValueError(f"route id outside [0, {experts})")
+    if top_k > 1 and bool((routes.sort(-1).values.diff(dim=-1) == 0).any()):
+        raise ValueError("an expert listed twice in a layer's routes")
+    return routes
 
 
 def read_config(d: str) -> dict:
