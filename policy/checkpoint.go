@@ -31,10 +31,18 @@ type configFile struct {
 	ModelType string `json:"model_type"`
 	Config
 	TorchDType string `json:"torch_dtype"`
+	// QuantizationConfig is Hugging Face's quantization_config of a
+	// quantised serving checkpoint (SaveServingQuantized), what vLLM reads
+	// to pick its FP8/MXFP8 linear method.
+	QuantizationConfig map[string]any `json:"quantization_config,omitempty"`
 }
 
 func writeConfig(dir string, cfg Config, dtype string) error {
-	js, err := json.MarshalIndent(configFile{ModelType: modelType, Config: cfg, TorchDType: dtype}, "", "  ")
+	return writeConfigFile(dir, configFile{ModelType: modelType, Config: cfg, TorchDType: dtype})
+}
+
+func writeConfigFile(dir string, cf configFile) error {
+	js, err := json.MarshalIndent(cf, "", "  ")
 	if err != nil {
 		return err
 	}
@@ -128,7 +136,9 @@ func (m *Model) SaveServingSharded(dir string, maxShardBytes int64, metadata map
 
 // LoadServing loads a model saved by SaveServing (or any checkpoint with the
 // same tensor names in F32/BF16/F16). From a BF16 file the weights are
-// exactly the BF16-rounded master weights.
+// exactly the BF16-rounded master weights; from a SaveServingQuantized
+// one they are the dequantised FP8/MXFP8 values (code · scale), exactly
+// what an FP8 engine computes with.
 func LoadServing(dir string) (*Model, error) {
 	cfg, err := readConfig(dir)
 	if err != nil {
@@ -143,7 +153,7 @@ func LoadServing(dir string) (*Model, error) {
 		return nil, fmt.Errorf("%w: %w", ErrCheckpoint, err)
 	}
 	defer ck.Close()
-	if err := m.readTensors(ck, "", m.params); err != nil {
+	if err := m.readServing(ck, ck.Metadata()); err != nil {
 		return nil, err
 	}
 	m.refresh()
@@ -168,7 +178,7 @@ func LoadServingFrom(cfg Config, src io.ReaderAt, size int64) (*Model, error) {
 		return nil, fmt.Errorf("%w: %w", ErrCheckpoint, err)
 	}
 	defer f.Close()
-	if err := m.readTensors(f, "", m.params); err != nil {
+	if err := m.readServing(f, f.Metadata); err != nil {
 		return nil, err
 	}
 	m.refresh()
@@ -214,7 +224,7 @@ func (t *Trainer) SaveTrainer(dir string) error {
 		return fmt.Errorf("policy: %w", err)
 	}
 	m := t.model
-	ts := m.tensorsAs("model.", safetensors.F32, m.params)
+	ts := m.tensorsAs("model.", safetensors.F32, t.masterParams())
 	ts = append(ts, m.tensorsAs("adam.m.", safetensors.F32, t.m)...)
 	ts = append(ts, m.tensorsAs("adam.v.", safetensors.F32, t.v)...)
 	md := map[string]string{
