@@ -31,7 +31,28 @@ type PublisherConfig struct {
 	S3Endpoint string `yaml:"s3_endpoint" doc:"S3 API endpoint when store is s3; empty = AWS"`
 	// S3Bucket is the bucket (required for store: s3).
 	S3Bucket string `yaml:"s3_bucket" doc:"S3 bucket when store is s3 (required then)"`
+	// Quantize quantises every published version's linear weights for the
+	// engines (weights/quant): fp8 is block-wise E4M3 with an FP32 scale
+	// per 128×128 block (vLLM quant_method fp8), mxfp8 E4M3 with an E8M0
+	// scale per 32 elements of a row (vLLM ModelOpt MXFP8). The trainer
+	// keeps its float32 masters; version 0 and every later version are the
+	// quantised checkpoint, so deltas are XOR over the quantised bytes.
+	// Needs mode delta.
+	Quantize Quantization `yaml:"quantize" doc:"quantise published weights: none, fp8 (E4M3, FP32 scale per 128x128 block) or mxfp8 (E4M3, E8M0 scale per 32); the trainer keeps float32 masters; needs mode delta"`
 }
+
+// Quantization is the weight format published to the engines.
+type Quantization string
+
+// Quantizations.
+const (
+	QuantizeNone  Quantization = "none"  // BF16 serving checkpoints
+	QuantizeFP8   Quantization = "fp8"   // block-wise FP8 E4M3, 128×128 FP32 scales
+	QuantizeMXFP8 Quantization = "mxfp8" // OCP MXFP8: E4M3, E8M0 scale per 32 elements
+)
+
+// Values lists the quantizations.
+func (Quantization) Values() []string { return []string{"none", "fp8", "mxfp8"} }
 
 // DefaultPublisher ships SkyRL-format deltas to a local directory: real
 // updates change ~1–3% of the weights, so deltas are far smaller than full
@@ -47,6 +68,7 @@ func DefaultPublisher() PublisherConfig {
 		FullCheckpointEvery: 50,
 		Store:               StoreLocal,
 		Transport:           TransportStore,
+		Quantize:            QuantizeNone,
 	}
 }
 
@@ -61,6 +83,9 @@ func (c PublisherConfig) Validate() error {
 	v.atLeast("full_checkpoint_every", int64(c.FullCheckpointEvery), 0)
 	if c.Transport == TransportDataPlane && c.Mode != PublishDelta {
 		v.fail("transport", "dataplane needs mode delta (the acknowledged per-engine path), got mode %s", c.Mode)
+	}
+	if c.Quantize != QuantizeNone && c.Mode != PublishDelta {
+		v.fail("quantize", "%s needs mode delta (the quantised checkpoints are what the engines load), got mode %s", c.Quantize, c.Mode)
 	}
 	if c.Store == StoreS3 && c.S3Bucket == "" {
 		v.fail("s3_bucket", "must be set when store is s3")
