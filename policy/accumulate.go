@@ -119,6 +119,9 @@ func (t *Trainer) Begin(tot BatchTotals) error {
 	for _, g := range t.grads {
 		g.Reset()
 	}
+	if err := t.fakeQuantIn(); err != nil {
+		return err
+	}
 	t.pend = pending{open: true, tot: tot, maxSeqLen: msl}
 	return nil
 }
@@ -214,7 +217,9 @@ func (t *Trainer) Apply() (StepStats, error) {
 		return StepStats{}, fmt.Errorf("%w: accumulated %d microbatches with trained tokens, %d announced", ErrBatch, t.pend.micro, t.pend.tot.Microbatches)
 	}
 	st := t.pend.stats()
-	st.GradNorm = t.applyAdam(t.gradient())
+	g := t.gradient() // at the fake-quantised weights, if any
+	t.fakeQuantOut()
+	st.GradNorm = t.applyAdam(g)
 	t.step++
 	st.Version = t.step
 	t.pend = pending{}
@@ -234,7 +239,10 @@ func (t *Trainer) gradient() []float64 {
 }
 
 // Discard drops the open step, if any; the weights are untouched.
-func (t *Trainer) Discard() { t.pend = pending{} }
+func (t *Trainer) Discard() {
+	t.fakeQuantOut()
+	t.pend = pending{}
+}
 
 // StepMicrobatches runs one optimiser step on b, accumulating the gradient
 // over microbatches of b in the order given (each a list of indices into

@@ -1,0 +1,218 @@
+package policy
+
+import (
+	"errors"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/asyncrl/asyncrl/policy/sampler"
+	"github.com/asyncrl/asyncrl/weights/quant"
+)
+
+// TestQuantizedServesINT4: Quantized replaces exactly the Linear weight
+// matrices (layers.*.weight, head.weight) by FakeQuantINT4 of their BF16
+// rounding with the scheme's group, leaves embeddings and biases and the
+// source model alone, and refuses an unknown name.
+func TestQuantizedServesINT4(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Layers = 2
+	m, _ := New(cfg, 3)
+	orig := slices.Clone(m.params)
+	for _, tc := range []struct {
+		q     Quant
+		group int
+	}{{QuantINT4G32, 32}, {QuantINT4G128, 128}} {
+		qm, err := m.Quantized(tc.q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		changed := 0
+		for _, ts := range m.tensors {
+			src, got := m.params[ts.off:ts.off+ts.n], qm.params[ts.off:ts.off+ts.n]
+			if !ts.quantized() {
+				if !slices.Equal(src, got) {
+					t.Fatalf("%s: %s changed", tc.q, ts.name)
+				}
+				continue
+			}
+			changed++
+			want := make([]float32, ts.n)
+			for i, v := range src {
+				want[i] = roundBF16(v)
+			}
+			if err := quant.FakeQuantINT4(want, want, ts.shape[0], ts.shape[1], tc.group); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("%s: %s is not FakeQuantINT4(BF16(W)) with group %d", tc.q, ts.name, tc.group)
+			}
+		}
+		if changed != cfg.Layers+1 {
+			t.Fatalf("%s: %d matrices quantised, want %d", tc.q, changed, cfg.Layers+1)
+		}
+		// The derived first-layer table follows the quantised weights.
+		fresh := qm.Clone()
+		fresh.refresh()
+		if !slices.Equal(fresh.tab, qm.tab) {
+			t.Fatalf("%s: first-layer table not rebuilt", tc.q)
+		}
+	}
+	if !slices.Equal(m.params, orig) {
+		t.Fatal("Quantized modified its source")
+	}
+	if none, err := m.Quantized(QuantNone); err != nil || !slices.Equal(none.params, m.params) {
+		t.Fatalf("none: %v", err)
+	}
+	if _, err := m.Quantized("int3"); !errors.Is(err, ErrConfig) {
+		t.Fatalf("unknown quantisation: %v, want ErrConfig", err)
+	}
+	tc := DefaultTrainerConfig()
+	tc.FakeQuant = "fp4"
+	if _, err := NewTrainer(m, tc); !errors.Is(err, ErrConfig) {
+		t.Fatalf("trainer fake_quant fp4: %v, want ErrConfig", err)
+	}
+}
+
+// fqFixture: BF16 weights (what the engine loads), a batch sampled from
+// the INT4-served copy, a fake-quantising trainer on those weights and a
+// dense trainer on the engine's INT4 weights.
+func fqFixture(t *testing.T, q Quant) (fq, onServed *Trainer, served *Model, b Batch) {
+	t.Helper()
+	m, _ := New(DefaultConfig(), 11)
+	m.RoundBF16()
+	served, err := m.Quantized(q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultTrainerConfig()
+	cfg.FakeQuant = string(q)
+	fq, err = NewTrainer(m.Clone(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.FakeQuant = ""
+	onServed, _ = NewTrainer(served.Clone(), cfg)
+	rng := rand.New(rand.NewPCG(11, 2))
+	b = Batch{Sequences: withVersion(rollout(t, served, 8, 8, rng, sampler.DefaultParams()), 0)}
+	return fq, onServed, served, b
+}
+
+// TestFakeQuantForwardIsINT4Serving: the fake-quantising trainer's
+// logprobs are bit-identical to those of the INT4 weights the engine
+// serves, its masters are untouched by the pass, and the rollout
+// logprobs the engine reported agree with them to float32 rounding.
+func TestFakeQuantForwardIsINT4Serving(t *testing.T) {
+	fq, onServed, _, b := fqFixture(t, QuantINT4G32)
+	masters := slices.Clone(fq.Model().params)
+	got, err := fq.Logprobs(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := onServed.Logprobs(b)
+	for i := range got {
+		if !slices.Equal(got[i], want[i]) {
+			t.Fatalf("sequence %d: fake-quant logprobs %v, served INT4 %v", i, got[i], want[i])
+		}
+	}
+	if !slices.Equal(fq.Model().params, masters) || fq.fqIn {
+		t.Fatal("Logprobs left fake-quantised weights in the masters")
+	}
+	rollouts := make([][]float32, len(b.Sequences))
+	for i, s := range b.Sequences {
+		rollouts[i] = s.RolloutLogprobs
+	}
+	if d, _ := meanAbsDiff(b.Sequences, got, rollouts, -1); d > 1e-6 {
+		t.Fatalf("fake-quant trainer vs INT4 engine: mean |Δlogprob| %g", d)
+	}
+}
+
+// TestFakeQuantSTEGradient: the straight-through gradient is the dense
+// gradient evaluated at FakeQuant(W) (bit for bit), which differs from
+// the dense gradient at W; the AdamW step applies it to the FP32 masters,
+// which stay unquantised; a checkpoint and the serving copy carry the
+// masters even while a step is open.
+func TestFakeQuantSTEGradient(t *testing.T) {
+	fq, onServed, served, b := fqFixture(t, QuantINT4G128)
+	masters := slices.Clone(fq.Model().params)
+	_, g, err := fq.lossGrad(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g = slices.Clone(g)
+	_, want, _ := onServed.lossGrad(b)
+	if !slices.Equal(g, want) {
+		t.Fatal("STE gradient differs from the dense gradient at FakeQuant(W)")
+	}
+	dense, _ := NewTrainer(fq.Model().Clone(), DefaultTrainerConfig())
+	_, gd, _ := dense.lossGrad(b)
+	if slices.Equal(g, gd) {
+		t.Fatal("the gradient at FakeQuant(W) equals the one at W: quantisation had no effect")
+	}
+
+	// While a step is open the model holds the INT4 weights, the serving
+	// copy the masters.
+	tot, _ := fq.Totals(b)
+	if err := fq.Begin(tot); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(fq.Model().params, served.params) {
+		t.Fatal("open step: the model does not hold the served INT4 weights")
+	}
+	if sc := fq.ServingCopy(); !slices.Equal(sc.params, masters) { // masters are BF16 already
+		t.Fatal("open step: ServingCopy is not the masters")
+	}
+	if err := fq.Accumulate(b); err != nil {
+		t.Fatal(err)
+	}
+	st, err := fq.Apply()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// First AdamW step (no weight decay): w − lr·ĝ/(|ĝ| + eps), ĝ the
+	// clipped gradient, from the masters, not from FakeQuant(W).
+	c := fq.Config()
+	scale := 1.0
+	if st.GradNorm > c.MaxGradNorm {
+		scale = c.MaxGradNorm / (st.GradNorm + 1e-6)
+	}
+	moved := 0
+	for i, w := range fq.Model().params {
+		gi := g[i] * scale
+		m1 := (1 - c.Beta1) * gi
+		v1 := (1 - c.Beta2) * gi * gi
+		exp := float64(masters[i]) - c.LR*(m1/(1-c.Beta1))/(math.Sqrt(v1/(1-c.Beta2))+c.Eps)
+		if math.Abs(float64(w)-exp) > 1e-6*math.Max(1, math.Abs(exp)) {
+			t.Fatalf("param %d after the step: %v, want %v", i, w, exp)
+		}
+		if w != served.params[i] {
+			moved++
+		}
+	}
+	if moved < len(masters)/2 {
+		t.Fatalf("only %d of %d masters differ from the INT4 grid: masters were quantised", moved, len(masters))
+	}
+}
+
+// TestMismatchINT4FakeQuant: tokens sampled from an INT4 engine; the
+// dense trainer's train–inference mismatch is the quantisation's, the
+// fake-quantising trainer's is float32 rounding — by construction, as the
+// trainer's quantiser is the engine's (the point, and what
+// BENCHMARKS.md measures over a training run).
+func TestMismatchINT4FakeQuant(t *testing.T) {
+	for _, q := range []Quant{QuantINT4G32, QuantINT4G128} {
+		fq, _, _, b := fqFixture(t, q)
+		dense, _ := NewTrainer(fq.Model().Clone(), DefaultTrainerConfig())
+		sf, _, err := fq.lossGrad(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sd, _, _ := dense.lossGrad(b)
+		t.Logf("%s: mismatch dense trainer %.3g (IS ratio %.4f), fake-quant trainer %.3g (IS ratio %.6f)",
+			q, sd.Mismatch, sd.ISRatio, sf.Mismatch, sf.ISRatio)
+		if !(sf.Mismatch < 1e-6) || !(sd.Mismatch > 100*sf.Mismatch) || math.Abs(sf.ISRatio-1) > 1e-5 {
+			t.Errorf("%s: mismatch fake-quant %.3g vs dense %.3g, IS ratio %v", q, sf.Mismatch, sd.Mismatch, sf.ISRatio)
+		}
+	}
+}
