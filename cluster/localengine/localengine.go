@@ -19,6 +19,7 @@ import (
 
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/engine"
+	"github.com/asyncrl/asyncrl/internal/inproc"
 	"github.com/asyncrl/asyncrl/internal/wiring"
 )
 
@@ -34,6 +35,9 @@ type Engine struct {
 
 	srv  *http.Server
 	done chan error
+	// unregister takes the engine out of inproc.Default (Start registers
+	// it there, so callers of this process reach it without a socket).
+	unregister func()
 	once sync.Once
 	// closed is set once Stop began: calls that fail after it mean the
 	// engine is gone, not that it failed.
@@ -56,6 +60,9 @@ func (le *Engine) Stop(ctx context.Context) error {
 	var err error
 	le.once.Do(func() {
 		le.closed.Store(true)
+		if le.unregister != nil {
+			le.unregister() // from now on its URL is reached, and refused, over the network
+		}
 		err = le.E.Shutdown(ctx)
 		if le.srv == nil {
 			return
@@ -95,7 +102,9 @@ func New(c config.EnginesConfig, m engine.Model, seed int64, i int, log zerolog.
 }
 
 // Start starts c.Count built-in engines on c.ListenHost serving m at
-// version 0. They load later versions from checkpoint directories with
+// version 0. Each is also registered in inproc.Default under its URL, so
+// an inproc.Transport of this process serves it without a socket; Stop
+// unregisters it. They load later versions from checkpoint directories with
 // wiring.LoadPolicy (the receivers' path). wrap, when set, wraps each
 // engine's HTTP handler.
 func Start(c config.EnginesConfig, m engine.Model, seed int64, log zerolog.Logger, wrap Wrap) ([]*Engine, error) {
@@ -124,6 +133,9 @@ func Start(c config.EnginesConfig, m engine.Model, seed int64, log zerolog.Logge
 		}
 		le := &Engine{Name: id, E: e, URL: "http://" + ln.Addr().String(), done: make(chan error, 1),
 			srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}}
+		// Callers in this process (the node's router) reach it through
+		// inproc.Transport without a socket (issue 22).
+		le.unregister = inproc.Default.Register(le.URL, h)
 		go func() { le.done <- le.srv.Serve(ln) }()
 		out = append(out, le)
 	}

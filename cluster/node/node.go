@@ -25,6 +25,7 @@ import (
 	"github.com/asyncrl/asyncrl/cluster/weightsync"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/engine"
+	"github.com/asyncrl/asyncrl/internal/inproc"
 	"github.com/asyncrl/asyncrl/internal/report"
 	"github.com/asyncrl/asyncrl/internal/wiring"
 	"github.com/asyncrl/asyncrl/policy"
@@ -113,16 +114,21 @@ type Node struct {
 	driven    []*weightsync.Driven
 	router    *proxy.Router
 	routerSrv *http.Server
-	routerURL string
-	sys       *actors.System
-	ctl       *controller.Actor
-	smp       *sampling.Actor
-	rollouts  []*rollout.Actor
-	tr        *trainer.Actor
-	pub       *inProcPublisher
-	wsync     *weightSync // publisher.mode delta (the default)
-	hooks     testHooks
-	httpc     *http.Client
+	// routerUnreg takes the router out of inproc.Default; routerUp is
+	// the router's transport to the engines, rolloutUp the rollout
+	// actors' to the router (both serve this process's peers in process).
+	routerUnreg         func()
+	routerUp, rolloutUp *inproc.Transport
+	routerURL           string
+	sys                 *actors.System
+	ctl                 *controller.Actor
+	smp                 *sampling.Actor
+	rollouts            []*rollout.Actor
+	tr                  *trainer.Actor
+	pub                 *inProcPublisher
+	wsync               *weightSync // publisher.mode delta (the default)
+	hooks               testHooks
+	httpc               *http.Client
 	// weightsSub loads versions published by a remote trainer.
 	weightsSub  transport.Subscription
 	groupStream transport.Stream
@@ -424,6 +430,9 @@ func (n *Node) Stop() {
 			n.ledger.stop()
 		}
 		log.Debug().Msg("node: stopping router and engines")
+		if n.routerUnreg != nil {
+			n.routerUnreg()
+		}
 		if n.routerSrv != nil {
 			_ = n.router.Shutdown(ctx)
 			_ = n.routerSrv.Shutdown(ctx)

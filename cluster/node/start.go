@@ -27,6 +27,7 @@ import (
 	"github.com/asyncrl/asyncrl/cluster/rollouthost"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/engine"
+	"github.com/asyncrl/asyncrl/internal/inproc"
 	"github.com/asyncrl/asyncrl/internal/netx"
 	"github.com/asyncrl/asyncrl/internal/wiring"
 	"github.com/asyncrl/asyncrl/policy"
@@ -161,8 +162,11 @@ func (n *Node) startServing(ctx context.Context, initial engine.Model) (err erro
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
+	// This process's engines are served in process (no socket per turn).
+	n.routerUp = routerUpstream()
+	rcfg.Transport = n.routerUp
 	if bkey != "" || slices.ContainsFunc(slices.Collect(maps.Values(hkeys)), func(k string) bool { return k != "" }) {
-		rcfg.Transport = netx.KeyTransport(nil, bkey, hkeys)
+		rcfg.Transport = netx.KeyTransport(rcfg.Transport, bkey, hkeys)
 	}
 	if n.opts.RouterListen != "" {
 		// Off loopback the proxy refuses to start without an admin token.
@@ -177,6 +181,7 @@ func (n *Node) startServing(ctx context.Context, initial engine.Model) (err erro
 	}
 	n.routerURL = "http://" + ln.Addr().String()
 	n.routerSrv = &http.Server{Handler: n.router.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	n.routerUnreg = inproc.Default.Register(n.routerURL, n.router.Handler())
 	go func() { _ = n.routerSrv.Serve(ln) }()
 	return nil
 }
@@ -306,7 +311,8 @@ func (n *Node) startRollouts() error {
 		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	ecfg.Vocab = vocab
-	var rt http.RoundTripper = &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 256}
+	n.rolloutUp = rolloutTransport()
+	var rt http.RoundTripper = n.rolloutUp
 	if n.hooks.wrapClient != nil {
 		rt = n.hooks.wrapClient(rt)
 	}
