@@ -38,7 +38,7 @@ type Engine struct {
 	// unregister takes the engine out of inproc.Default (Start registers
 	// it there, so callers of this process reach it without a socket).
 	unregister func()
-	once sync.Once
+	once       sync.Once
 	// closed is set once Stop began: calls that fail after it mean the
 	// engine is gone, not that it failed.
 	closed atomic.Bool
