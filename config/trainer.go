@@ -189,9 +189,6 @@ func (c TrainerConfig) Validate() error {
 		if len(c.Exec) == 0 || c.Exec[0] == "" {
 			v.fail("exec", "required with backend exec: the trainer child's command, e.g. [/usr/bin/python3, -m, asyncrl_worker]")
 		}
-		if c.NormalizeOverSupport {
-			v.fail("normalize_over_support", "not supported with backend exec (the worker-bridge frames v1 carry no sample support sets)")
-		}
 	}
 	return v.err()
 }

@@ -21,6 +21,9 @@ type Prepared struct {
 	// Rewards are the trajectories' rewards, in Batch order (the exec
 	// backend sends them to the child).
 	Rewards []float32
+	// RouteLayers and RouteTopK are the routed-experts shape when the
+	// token batch carries routes (R3; Sequence.Routes), else 0.
+	RouteLayers, RouteTopK int
 }
 
 // Prepare turns a packed token batch into training sequences with GRPO
@@ -54,6 +57,10 @@ func Prepare(tb *messages.TokenBatch, normStd bool, mb microbatch.Config, versio
 		}
 		if t.Support != nil {
 			seq.Support = supportRows(t.Support, t.LossMask, len(t.Support)/max(len(t.TokenIDs), 1))
+		}
+		if t.Routes != nil { // R3: replay the engine's experts
+			seq.Routes = t.Routes
+			p.RouteLayers, p.RouteTopK = int(tb.Routes.Layers), int(tb.Routes.TopK)
 		}
 		p.Batch.Sequences = append(p.Batch.Sequences, seq)
 		scores[i] = float64(t.Reward)

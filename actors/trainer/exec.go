@@ -112,10 +112,17 @@ func FrameBatch(p Prepared, step int64) *bridge.TrainBatch {
 			}
 		}
 	}
-	return &bridge.TrainBatch{Step: step, Arrays: map[string]bridge.Tensor{
+	arrays := map[string]bridge.Tensor{
 		"tokens": bridge.Int32Tensor(tok), "seq_offsets": bridge.Int64Tensor(off),
 		"loss_mask": bridge.Uint8Tensor(mask), "rollout_logprobs": bridge.Float32Tensor(lp),
 		"versions": bridge.Int64Tensor(ver), "advantages": bridge.Float32Tensor(adv),
 		"rewards": bridge.Float32Tensor(rewards),
-	}, Groups: groups, Microbatches: micro}
+	}
+	if r, ok := bridge.RoutesTensor(seqs, p.RouteLayers, p.RouteTopK); ok {
+		arrays["routes"] = r
+	}
+	if s, ok := bridge.SupportTensor(seqs); ok {
+		arrays["support"] = s
+	}
+	return &bridge.TrainBatch{Step: step, Arrays: arrays, Groups: groups, Microbatches: micro}
 }

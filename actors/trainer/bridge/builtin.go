@@ -38,7 +38,7 @@ type BuiltinChild struct {
 var (
 	initKeys  = []string{"v", "type", "id", "model", "optimizer", "loss", "seed", "resume", "step", "out_dir"}
 	trainKeys = []string{"v", "type", "id", "step", "arrays", "groups", "microbatches", "loss"}
-	arrayKeys = []string{"tokens", "seq_offsets", "loss_mask", "rollout_logprobs", "versions", "advantages", "rewards"}
+	arrayKeys = []string{"tokens", "seq_offsets", "loss_mask", "rollout_logprobs", "versions", "advantages", "rewards", "routes", "support"}
 )
 
 // Serve answers frames from r on w until Shutdown (nil after Bye), a clean
@@ -177,6 +177,7 @@ func (b *BuiltinChild) batchOf(tb TrainBatch) (policy.Batch, *ChildError) {
 		if a.ver != nil {
 			seq.Version = a.ver[lo:hi]
 		}
+		replayOf(&a, &seq, int(lo), int(hi))
 		batch.Sequences[i] = seq
 	}
 	return batch, nil
@@ -191,6 +192,10 @@ type batchArrays struct {
 	lp       []float32
 	ver      []int64
 	rew, adv []float32
+	// routes [T·routeStride] and support [T·supportK]: the optional
+	// replay arrays (replay.go), nil when absent.
+	routes, support       []int32
+	routeStride, supportK int
 }
 
 // batchArrayOf is tb's array name, checked for dtype and n elements (n
@@ -256,6 +261,9 @@ func batchArraysOf(tb TrainBatch) (batchArrays, *ChildError) {
 		return a, e
 	}
 	if e := checkSequences(tb, s); e != nil {
+		return a, e
+	}
+	if e := replayArraysOf(tb, n, &a); e != nil {
 		return a, e
 	}
 	a.mask = maskT.Data

@@ -306,6 +306,7 @@ func TestGoAndTorchTrainersAgree(t *testing.T) {
 	}
 	t.Logf("worst metric rel: step 1 %.2g, later %.2g; worst fp32 |Δw| %.3g·lr; most fp32 |Δw| > 1e-3·lr in one step %.2g%%; BF16 serving weights differing: %d of %d (%d by more than one ulp)",
 		worstMetric[0], worstMetric[1], worstState, 100*worstBulk, ulpDiffs, params, multiUlp)
+	checkReplayAgree(t, goC, torchC) // routes and support sets (replay_test.go)
 }
 
 type weightStats struct {

@@ -89,8 +89,6 @@ class LossConfig:
             raise ValueError("max_seq_len", f"max_seq_len must be an integer >= 0 (0 = the model's), got {self.max_seq_len!r}")
         if not isinstance(self.normalize_over_support, bool):
             raise ValueError("normalize_over_support", "normalize_over_support must be a bool")
-        if self.normalize_over_support:
-            raise ValueError("normalize_over_support", "normalize_over_support: frames v1 carry no per-token support sets, so it must be false")
 
 
 def safe_exp_delta(x: torch.Tensor, clip: float = 20.0) -> torch.Tensor:
@@ -206,17 +204,35 @@ def tis_factor(cfg: LossConfig, old: torch.Tensor, rollout: torch.Tensor, seq_id
     return None
 
 
+def support_lse(logp_all: torch.Tensor, support: torch.Tensor) -> torch.Tensor:
+    """log sum_{v in support} p_v per row ([N]) of log-probabilities logp_all
+    [N, V] over support ids [N, K] (-1 padding); 0 for a row without ids
+    (the full vocabulary). Go's Trainer.tokenLogprob subtracts log(ssum)."""
+    valid = support >= 0
+    g = logp_all.gather(1, support.clamp(min=0).long())
+    g = torch.where(valid, g, torch.full_like(g, -math.inf))
+    lse = torch.logsumexp(g, dim=1)
+    return torch.where(valid.any(1), lse, torch.zeros_like(lse))
+
+
 def token_loss(cfg: LossConfig, logits: torch.Tensor, targets: torch.Tensor, rollout: torch.Tensor,
                adv: torch.Tensor, weight: torch.Tensor, seq_id: torch.Tensor, n_seq: int,
-               old: torch.Tensor | None = None) -> TokenLoss:
+               old: torch.Tensor | None = None, support: torch.Tensor | None = None) -> TokenLoss:
     """The loss of N trained tokens given their logits [N, V] (float64 math).
 
     old is the PPO "old" logprob; None means the trainer's own forward pass
     before the update (trainer.fwd_logprobs_values_reward in SkyRL), i.e. the
     detached logprobs of these very logits. rollout (the engine's logprobs)
-    enters only through TIS, the k3 KL term and the mismatch statistic."""
+    enters only through TIS, the k3 KL term and the mismatch statistic.
+
+    With cfg.normalize_over_support and support ([N, K] sample support ids,
+    -1 padding), each logprob is renormalised over its token's support set
+    (policy/train.go SupportNorm: lp - log sum_{v in S} p_v); the entropy
+    bonus stays over the full vocabulary, as in Go."""
     logp_all = torch.log_softmax(logits.double() / cfg.temperature, dim=-1)
     lp = logp_all.gather(1, targets.long().unsqueeze(1)).squeeze(1)
+    if cfg.normalize_over_support and support is not None:
+        lp = lp - support_lse(logp_all, support)
     ent = -(logp_all.exp() * logp_all).sum(-1)
     old = lp.detach() if old is None else old.double()
     rollout, adv, weight = rollout.double(), adv.double(), weight.double()

@@ -164,8 +164,15 @@ class BuiltinPolicy:
     def parameters(self):
         return list(self.net.parameters())
 
-    def logits_at(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        return self.net.logits_at(tokens, positions)
+    def logits_at(self, tokens: torch.Tensor, positions: torch.Tensor, routes=None) -> torch.Tensor:
+        """routes: a mixture's replayed rows for the sequence (model.WindowMLP.logits_at)."""
+        return self.net.logits_at(tokens, positions, routes)
+
+    def route_shape(self):
+        """(layers, top_k, experts) of a mixture-of-experts net, None for a
+        dense one: what arrays.routes of a TrainBatch must match (R3)."""
+        e = getattr(self.net, "experts", 0)
+        return (len(self.net.layers), self.net.cfg["top_k"], e) if e else None
 
     def save_serving(self, d: str, step: int) -> None:
         self.net.save_serving(d, {"version": str(step)})
@@ -193,6 +200,9 @@ class HFPolicy:  # pragma: no cover - needs transformers, not installed in async
     def logits_at(self, tokens, positions):
         out = self.net(input_ids=tokens.long().unsqueeze(0)).logits[0]
         return out[positions.long() - 1]
+
+    def route_shape(self):
+        return None  # no route replay for hf models: arrays.routes is refused
 
     def save_serving(self, d, step):
         bf = copy.deepcopy(self.net).to(torch.bfloat16)
@@ -238,6 +248,11 @@ class Batch:
     seq_tokens: list[int]  # trained tokens per sequence
     versions: np.ndarray | None = None  # int64 [T]: policy version that generated each token
     loss: str = ""  # "" = the Init's policy loss; "cross_entropy" = SFT's NLL
+    # optional replay arrays (frames v1, issue 19): routes int32 [T, L, K]
+    # (row p = the forward pass whose input ends at token p) and support
+    # int32 [T, K] (-1 padding)
+    routes: torch.Tensor | None = None
+    support: torch.Tensor | None = None
 
 
 class Worker:
@@ -366,7 +381,7 @@ class Worker:
             raise bad("loss", f"must be absent (the Init's policy loss) or 'cross_entropy', got {loss!r}")
         ce = loss == "cross_entropy"
         arr = _check_keys(req["arrays"], {"tokens", "seq_offsets", "loss_mask", "rollout_logprobs", "versions",
-                                          "advantages", "rewards"}, "arrays",
+                                          "advantages", "rewards", "routes", "support"}, "arrays",
                           ("tokens", "seq_offsets", "loss_mask") if ce else
                           ("tokens", "seq_offsets", "loss_mask", "rollout_logprobs", "versions"))
         tokens = parse_tensor(arr["tokens"], "arrays.tokens", "int32", 1)
@@ -464,10 +479,41 @@ class Worker:
                 seen[i] = True
         if not all(seen):
             raise bad("microbatches", f"cover {sum(seen)} of {S} sequences")
+        routes, support = self.parse_replay(arr, tokens, mask, T)
         return Batch(tokens=torch.from_numpy(tokens.astype(np.int64)), offsets=[int(x) for x in off], mask=mask,
                      rollout=torch.from_numpy(roll.astype(np.float64)), advantages=advantages,
                      groups=groups if groups is not None else [""] * S, micro=micro, seq_tokens=seq_tokens,
-                     versions=vers, loss=loss)
+                     versions=vers, loss=loss, routes=routes, support=support)
+
+    def parse_replay(self, arr: dict, tokens: np.ndarray, mask: np.ndarray, T: int):
+        """The optional routes and support arrays (None when absent)."""
+        routes = support = None
+        if "routes" in arr:
+            r = parse_tensor(arr["routes"], "arrays.routes", "int32", 3)
+            shape = self.policy.route_shape()
+            if shape is None:
+                raise bad("arrays.routes", "the model has no routed experts to replay")
+            if r.shape[0] != T or tuple(r.shape[1:]) != tuple(shape[:2]):
+                raise bad("arrays.routes", f"shape {list(r.shape)}, want [{T}, {shape[0]}, {shape[1]}]")
+            if ((r < 0) | (r >= shape[2])).any():
+                raise bad("arrays.routes", f"expert ids must lie in [0, {shape[2]})")
+            routes = torch.from_numpy(r.astype(np.int64))
+        if "support" in arr:
+            s = parse_tensor(arr["support"], "arrays.support", "int32", 2)
+            if s.shape[0] != T or s.shape[1] < 1:
+                raise bad("arrays.support", f"shape {list(s.shape)}, want [{T}, K]")
+            m = mask.astype(bool)
+            sm = s[m]
+            if ((sm < -1) | (sm >= self.policy.vocab_size)).any():
+                raise bad("arrays.support", f"ids must be -1 or in [0, {self.policy.vocab_size})")
+            # a trained token's non-empty set must contain it (Go: checkSupport)
+            has = (sm >= 0).any(1)
+            inset = (sm == tokens[m][:, None]).any(1)
+            if (has & ~inset).any():
+                i = int(np.nonzero(m)[0][np.argmax(has & ~inset)])
+                raise bad("arrays.support", f"token {i}: sampled id {int(tokens[i])} is not in its support set")
+            support = torch.from_numpy(s.astype(np.int64))
+        return routes, support
 
     def train_batch(self, req: dict) -> dict:
         self._need_init()
@@ -507,13 +553,18 @@ class Worker:
             idx = [i for i in mb if b.seq_tokens[i] > 0]
             if not idx:
                 continue  # padding: adds nothing
-            logits, targets, roll, adv, wt, sid, ver = [], [], [], [], [], [], []
+            logits, targets, roll, adv, wt, sid, ver, sup = [], [], [], [], [], [], [], []
             for j, i in enumerate(idx):
                 lo, hi = b.offsets[i], b.offsets[i + 1]
                 seq = b.tokens[lo:hi]
                 pos = torch.from_numpy(np.nonzero(b.mask[lo:hi])[0].astype(np.int64))
-                logits.append(self.policy.logits_at(seq, pos))
+                if b.routes is not None:
+                    logits.append(self.policy.logits_at(seq, pos, routes=b.routes[lo:hi]))
+                else:
+                    logits.append(self.policy.logits_at(seq, pos))
                 targets.append(seq[pos])
+                if b.support is not None:
+                    sup.append(b.support[lo:hi][pos])
                 roll.append(b.rollout[lo:hi][pos])
                 ver.append(torch.from_numpy(b.versions[lo:hi].astype(np.int64))[pos])
                 n = len(pos)
@@ -524,7 +575,7 @@ class Worker:
                 tl = cross_entropy_loss(torch.cat(logits), torch.cat(targets), torch.cat(wt))
             else:
                 tl = token_loss(cfg, torch.cat(logits), torch.cat(targets), torch.cat(roll), torch.cat(adv),
-                                torch.cat(wt), torch.cat(sid), len(idx))
+                                torch.cat(wt), torch.cat(sid), len(idx), support=torch.cat(sup) if sup else None)
             if not torch.isfinite(tl.total):
                 raise FloatingPointError(f"non-finite loss {float(tl.total)}")
             tl.total.backward()
