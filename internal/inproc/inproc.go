@@ -165,6 +165,27 @@ func (t *Transport) CloseIdleConnections() {
 	}
 }
 
+// NotAnsweredError: the caller's context ended before the in-process
+// handler answered. Over a network that can mean a dead peer; in process
+// the peer cannot be partitioned or crash apart from the caller (a
+// stopped one is unregistered and refused over the network), so it means
+// this process was too busy — a caller judging the peer's health (the
+// router's probes) should not count it.
+type NotAnsweredError struct {
+	Method, URL string
+	Err         error // the context's error
+}
+
+func (e *NotAnsweredError) Error() string {
+	return "inproc: " + e.Method + " " + e.URL + ": not answered: " + e.Err.Error()
+}
+
+// Unwrap returns the context's error.
+func (e *NotAnsweredError) Unwrap() error { return e.Err }
+
+// InProcess marks the error as one of a peer in this process.
+func (e *NotAnsweredError) InProcess() bool { return true }
+
 // ErrHandlerPanic ends a response whose handler panicked.
 var ErrHandlerPanic = errors.New("inproc: handler panicked")
 
@@ -181,7 +202,7 @@ func Serve(h http.Handler, req *http.Request) (*http.Response, error) {
 	case <-rw.ready:
 	case <-req.Context().Done():
 		rw.body.abandon()
-		return nil, fmt.Errorf("inproc: %s %s: %w", req.Method, req.URL, req.Context().Err())
+		return nil, &NotAnsweredError{Method: req.Method, URL: req.URL.String(), Err: req.Context().Err()}
 	}
 	if rw.resp == nil {
 		return nil, rw.err

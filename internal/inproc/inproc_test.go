@@ -182,8 +182,9 @@ func TestCancelledClientCancelsTheHandler(t *testing.T) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://e:1/slow", nil)
 	go func() { <-started; cancel() }()
 	_, err := tr.RoundTrip(req)
-	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("RoundTrip: %v, want context.Canceled", err)
+	var na *NotAnsweredError
+	if !errors.Is(err, context.Canceled) || !errors.As(err, &na) || !na.InProcess() {
+		t.Fatalf("RoundTrip: %v, want a NotAnsweredError wrapping context.Canceled", err)
 	}
 	if err := <-seen; !errors.Is(err, context.Canceled) {
 		t.Errorf("handler saw %v", err)

@@ -58,8 +58,8 @@ func (r *Router) checkHealth(ctx context.Context) {
 		ok := false
 		if req, err := http.NewRequestWithContext(cctx, http.MethodGet, u+"/health", nil); err == nil {
 			resp, err := r.tr.RoundTrip(req)
-			if localResourceError(err) {
-				return // this process is out of sockets: says nothing about u
+			if localResourceError(err) || inProcessTimeout(err) {
+				return // this process is out of sockets or busy: says nothing about u
 			}
 			if err == nil {
 				_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))

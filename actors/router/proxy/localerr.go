@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"errors"
 	"syscall"
 )
@@ -30,4 +31,17 @@ func (r *Router) upstreamFailed(replica string, err error) {
 		return
 	}
 	r.passiveFailure(replica)
+}
+
+// inProcessTimeout reports whether err is a call to a replica served in
+// this process (internal/inproc marks its errors with InProcess) that
+// ran out of time. Such a replica cannot be partitioned or crash apart
+// from the router — a stopped one is refused over the network — so the
+// timeout measures this process's load, not the replica: under overload
+// (issue 22, thousands of trajectories on 2 cores) one-second probes
+// timed out and every engine was marked unhealthy, failing every turn
+// with "no replica available".
+func inProcessTimeout(err error) bool {
+	var ip interface{ InProcess() bool }
+	return errors.Is(err, context.DeadlineExceeded) && errors.As(err, &ip) && ip.InProcess()
 }

@@ -63,3 +63,42 @@ func TestLocalDialErrorsDoNotMarkReplicasUnhealthy(t *testing.T) {
 		t.Fatal("localResourceError misclassifies")
 	}
 }
+
+// inProcessSlow answers /health only after the probe's deadline, with the
+// error an in-process transport (internal/inproc) gives then.
+type inProcessSlow struct{}
+
+type notAnswered struct{ err error }
+
+func (e notAnswered) Error() string   { return "not answered: " + e.err.Error() }
+func (e notAnswered) Unwrap() error   { return e.err }
+func (e notAnswered) InProcess() bool { return true }
+
+func (inProcessSlow) RoundTrip(r *http.Request) (*http.Response, error) {
+	<-r.Context().Done()
+	return nil, notAnswered{r.Context().Err()}
+}
+
+// A probe of an engine in this process that times out (the process is
+// busy) leaves it healthy; the same timeout from over the network counts.
+func TestInProcessProbeTimeoutIsNotAFailure(t *testing.T) {
+	for _, inProc := range []bool{true, false} {
+		cfg := DefaultConfig()
+		cfg.MetricsInterval = 0
+		cfg.HealthInterval = time.Hour
+		cfg.HealthTimeout = 10 * time.Millisecond
+		cfg.Policy.FailThreshold = 2
+		cfg.Replicas = []string{"http://engine-0.inproc:80"}
+		cfg.Transport = inProcessSlow{}
+		if !inProc {
+			cfg.Transport = dialFails{host: "engine-0.inproc:80", err: syscall.ETIMEDOUT, base: nil}
+		}
+		h := start(t, cfg)
+		for range 3 {
+			h.r.checkHealth(context.Background())
+		}
+		if got := h.r.Replicas()[0].Healthy; got != inProc {
+			t.Errorf("in process %v: healthy %v after 3 timed-out probes", inProc, got)
+		}
+	}
+}
