@@ -84,6 +84,9 @@ type Options struct {
 	// HeapProfile, when set, is where the heap profile at the peak of the
 	// largest level is written.
 	HeapProfile string
+	// CPUProfile, when set, is where the CPU profile of the largest
+	// level is written.
+	CPUProfile string
 	// Logger gets the components' warnings (default: none).
 	Logger zerolog.Logger
 	// Progress, when set, gets one line per second while a level runs.
@@ -167,10 +170,13 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 		}
 		lo := o
 		if i != len(o.Levels)-1 && !(o.MaxLevel > 0 && nextAbove(o.Levels, i, o.MaxLevel)) {
-			lo.HeapProfile = "" // the profile is of the largest level run
+			lo.HeapProfile, lo.CPUProfile = "", "" // the profiles are of the largest level run
 		}
 		r, err := RunLevel(ctx, lo, l)
 		out = append(out, r)
+		if o.Progress != nil {
+			o.Progress(Table([]Result{r}))
+		}
 		if err != nil {
 			return out, err
 		}
@@ -275,6 +281,17 @@ func RunLevel(ctx context.Context, o Options, n int) (Result, error) {
 		return res, err
 	}
 	res.Engines = len(l.engs)
+	if o.CPUProfile != "" {
+		f, err := os.Create(o.CPUProfile)
+		if err != nil {
+			return res, err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return res, err
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
 	p0 := gcPauses()
 	msgs0 := l.bus.Conn().Stats().OutMsgs
 	start := time.Now()
