@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/asyncrl/asyncrl/weights/quant"
@@ -23,56 +24,84 @@ const (
 	QuantINT4G128 Quant = "int4_g128"
 )
 
+// QuantFP8 and QuantMXFP8 are weights/quant's block-wise FP8 (128×128
+// blocks, FP32 scales) and MXFP8 (32-element blocks, E8M0 scales):
+// serving only, the trainer fakes INT4.
+const (
+	QuantFP8   Quant = "fp8"
+	QuantMXFP8 Quant = "mxfp8"
+)
+
 // Quants lists the quantisations Model.Quantized knows.
-func Quants() []Quant { return []Quant{QuantNone, QuantINT4G32, QuantINT4G128} }
+func Quants() []Quant { return []Quant{QuantNone, QuantINT4G32, QuantINT4G128, QuantFP8, QuantMXFP8} }
+
+// FakeQuants lists the quantisations a trainer can fake
+// (TrainerConfig.FakeQuant).
+func FakeQuants() []Quant { return []Quant{QuantNone, QuantINT4G32, QuantINT4G128} }
+
+// fakeQuantable reports whether TrainerConfig.FakeQuant may be q.
+func fakeQuantable(q string) bool { return q == "" || slices.Contains(FakeQuants(), Quant(q)) }
+
+func quantNames(qs []Quant) string {
+	names := make([]string, 0, len(qs))
+	for _, k := range qs {
+		names = append(names, string(k))
+	}
+	return strings.Join(names, ", ")
+}
 
 // Validate refuses a name Quantized does not know ("" means none).
 func (q Quant) Validate() error {
-	for _, k := range Quants() {
-		if q == k || q == "" {
-			return nil
-		}
+	if q == "" || slices.Contains(Quants(), q) {
+		return nil
 	}
-	names := make([]string, 0, len(Quants()))
-	for _, k := range Quants() {
-		names = append(names, string(k))
-	}
-	return fmt.Errorf("%w: quantisation must be one of %s, got %q", ErrConfig, strings.Join(names, ", "), q)
+	return fmt.Errorf("%w: quantisation must be one of %s, got %q", ErrConfig, quantNames(Quants()), q)
 }
 
 func (q Quant) off() bool { return q == "" || q == QuantNone }
 
-// quantized reports whether tensor ts is one Quantized changes: a Linear
-// layer's weight matrix. The embedding is a table lookup, not a matmul,
-// and biases stay as they are, as in compressed-tensors W4A16
-// checkpoints; the head is quantised (in this small model it is a third
-// of the matmul weights, and a quantised lm_head is what makes its
-// logits move).
-func (ts tensor) quantized() bool {
-	return len(ts.shape) == 2 && strings.HasSuffix(ts.name, ".weight") && ts.name != "embed.weight"
-}
-
-// quantizeWeights replaces every Linear weight matrix of m by what an
-// engine serving q computes with: the matrix rounded to BF16 (a serving
-// checkpoint's precision) then quantised and dequantised. Other tensors
-// are left alone. It rebuilds the derived tables.
+// quantizeWeights replaces every Linear weight matrix of m (quantizable:
+// layers.*.weight and head.weight; the embedding is a lookup and biases
+// are added in full precision, as in compressed-tensors and FP8
+// checkpoints) by what an engine serving q computes with: the matrix
+// rounded to BF16 (a serving checkpoint's precision) then quantised and
+// dequantised. Other tensors are left alone. It rebuilds the derived
+// tables.
 func (m *Model) quantizeWeights(q Quant) error {
 	if q.off() {
 		return nil
 	}
+	var scheme quant.Scheme
 	group := 32
-	if q == QuantINT4G128 {
+	switch q {
+	case QuantINT4G128:
 		group = 128
+	case QuantFP8, QuantMXFP8:
+		var err error
+		if scheme, err = quant.Lookup(string(q)); err != nil {
+			return err
+		}
 	}
 	for _, ts := range m.tensors {
-		if !ts.quantized() {
+		if !quantizable(ts) {
 			continue
 		}
 		w := m.params[ts.off : ts.off+ts.n]
 		for i, v := range w {
 			w[i] = roundBF16(v)
 		}
-		if err := quant.FakeQuantINT4(w, w, ts.shape[0], ts.shape[1], group); err != nil {
+		rows, cols := ts.shape[0], ts.shape[1]
+		if scheme == nil {
+			if err := quant.FakeQuantINT4(w, w, rows, cols, group); err != nil {
+				return fmt.Errorf("policy: quantising %s to %s: %w", ts.name, q, err)
+			}
+			continue
+		}
+		qw, sc, _, err := scheme.Quantize(ts.name, rows, cols, w)
+		if err == nil {
+			_, err = scheme.Dequantize(qw, sc, w[:0])
+		}
+		if err != nil {
 			return fmt.Errorf("policy: quantising %s to %s: %w", ts.name, q, err)
 		}
 	}

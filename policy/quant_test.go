@@ -31,7 +31,7 @@ func TestQuantizedServesINT4(t *testing.T) {
 		changed := 0
 		for _, ts := range m.tensors {
 			src, got := m.params[ts.off:ts.off+ts.n], qm.params[ts.off:ts.off+ts.n]
-			if !ts.quantized() {
+			if !quantizable(ts) {
 				if !slices.Equal(src, got) {
 					t.Fatalf("%s: %s changed", tc.q, ts.name)
 				}
@@ -213,6 +213,31 @@ func TestMismatchINT4FakeQuant(t *testing.T) {
 			q, sd.Mismatch, sd.ISRatio, sf.Mismatch, sf.ISRatio)
 		if !(sf.Mismatch < 1e-6) || !(sd.Mismatch > 100*sf.Mismatch) || math.Abs(sf.ISRatio-1) > 1e-5 {
 			t.Errorf("%s: mismatch fake-quant %.3g vs dense %.3g, IS ratio %v", q, sf.Mismatch, sd.Mismatch, sf.ISRatio)
+		}
+	}
+}
+
+// TestQuantizedFP8IsPublishedFP8: an engine quantising a BF16 checkpoint
+// to fp8 or mxfp8 on load serves what it would load from the publisher's
+// quantised checkpoint of the same weights (QuantizedCopy).
+func TestQuantizedFP8IsPublishedFP8(t *testing.T) {
+	m, _ := New(DefaultConfig(), 4)
+	m.RoundBF16()
+	for _, q := range []Quant{QuantFP8, QuantMXFP8} {
+		s, err := quant.Lookup(string(q))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _, err := m.QuantizedCopy(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := m.Quantized(q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got.params, want.params) || slices.Equal(got.params, m.params) {
+			t.Fatalf("%s: Quantized differs from QuantizedCopy (or changed nothing)", q)
 		}
 	}
 }

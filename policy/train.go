@@ -280,8 +280,8 @@ func (c TrainerConfig) Validate() error {
 		return bad("temperature", "> 0 and finite", c.Temperature)
 	case c.Workers < 1 || c.Workers > 256:
 		return bad("workers", "in [1, 256]", c.Workers)
-	case Quant(c.FakeQuant).Validate() != nil:
-		return bad("fake_quant", "one of none, int4_g32, int4_g128", c.FakeQuant)
+	case !fakeQuantable(c.FakeQuant):
+		return bad("fake_quant", "one of "+quantNames(FakeQuants()), c.FakeQuant)
 	}
 	return nil
 }
