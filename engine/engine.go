@@ -49,6 +49,10 @@ type Engine struct {
 	apiKey string
 	roots  []string
 	met    *metrics
+	// xform (WithModelTransform) turns every model given to the engine
+	// into the one it serves.
+	xformName string
+	xform     ModelTransform
 
 	mu        sync.Mutex
 	core      *latency.Scheduler
@@ -150,6 +154,10 @@ func New(cfg Config, model Model, opts ...Option) (*Engine, error) {
 	if e.reg == nil {
 		e.reg = prometheus.NewRegistry()
 	}
+	model, err := e.transform(model)
+	if err != nil {
+		return nil, err
+	}
 	if model != nil {
 		e.model = model
 	}
@@ -179,6 +187,10 @@ func (e *Engine) Version() int64 {
 func (e *Engine) SetModel(m Model, version int64) error {
 	if m == nil {
 		return fmt.Errorf("engine: SetModel with a nil model")
+	}
+	m, err := e.transform(m)
+	if err != nil {
+		return err
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -784,6 +796,9 @@ func (e *Engine) LoadLoRA(name, path string) error {
 		return err
 	}
 	m, err := e.loader(path)
+	if err == nil {
+		m, err = e.transform(m)
+	}
 	if err != nil {
 		return fmt.Errorf("engine: load LoRA %q from %s: %w", name, path, err)
 	}
