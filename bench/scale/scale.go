@@ -13,7 +13,9 @@
 //
 // Transport "inproc" (the default) serves the router and the engines in
 // process (internal/inproc, no socket); "tcp" puts each behind a loopback
-// listener as before issue 22, for the before/after comparison.
+// listener with the unbounded pools of before issue 22 (a connection per
+// request in flight), and "tcp-bounded" with at most 1,024 connections per
+// engine and 4,096 to the router, for the before/after comparison.
 package scale
 
 import (
@@ -77,7 +79,7 @@ type Options struct {
 	SeqsPerEngine, Engines int
 	// TimeScale scales the latency model's step durations (default 0.02).
 	TimeScale float64
-	// Transport is "inproc" (default) or "tcp".
+	// Transport is "inproc" (default), "tcp" or "tcp-bounded".
 	Transport string
 	// Timeout bounds one level (default 15 min).
 	Timeout time.Duration
@@ -616,6 +618,11 @@ func (l *level) startRouter() (string, error) {
 	rcfg.Replicas = urls
 	rcfg.Logger = l.o.Logger
 	var engTr, cliTr http.RoundTripper = netTransport(1024), netTransport(4096)
+	if l.o.Transport == "tcp" {
+		// As before issue 22: pooled, but one connection per request in flight.
+		engTr = &http.Transport{Proxy: nil, MaxIdleConns: 1024, MaxIdleConnsPerHost: 256, DisableCompression: true}
+		cliTr = &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 256}
+	}
 	if l.o.Transport == "inproc" {
 		l.engTr = &inproc.Transport{Registry: reg, Base: engTr}
 		l.cliTr = &inproc.Transport{Registry: reg, Base: cliTr}

@@ -27,7 +27,7 @@ func main() {
 	var o scale.Options
 	levels := flag.String("levels", "", "comma-separated levels (default 1024,8192,32768,131072)")
 	flag.IntVar(&o.MaxLevel, "max-level", 0, "run no level above this (0: all)")
-	flag.StringVar(&o.Transport, "transport", "inproc", "router and engine hops: inproc (no sockets) or tcp (loopback listeners)")
+	flag.StringVar(&o.Transport, "transport", "inproc", "router and engine hops: inproc (no sockets), tcp (loopback listeners, a connection per request as before issue 22) or tcp-bounded (MaxConnsPerHost)")
 	flag.IntVar(&o.Engines, "engines", 0, "built-in engines (0: level/4096, at least 2)")
 	flag.Float64Var(&o.TimeScale, "time-scale", 0.02, "latency model time scale")
 	flag.IntVar(&o.MaxTurns, "max-turns", 4, "turns per trajectory")
