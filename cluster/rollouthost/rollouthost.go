@@ -338,6 +338,9 @@ func Setup(cfg config.Config, override int) (count int, ecfg rollout.EpisodeConf
 		if ro.TopK > 0 {
 			supportK = min(supportK, ro.TopK)
 		}
+		// sets rebuilt from logprob rows hold up to that many ids (the
+		// sampled one may take the last slot): never cut them
+		supportK = max(supportK, ro.SupportFromLogprobs)
 	}
 	return count, ecfg, supportK
 }
