@@ -78,6 +78,9 @@ func TestR3Compare(t *testing.T) {
 					flat = append(flat, got.Values...)
 				}
 			}
+			if len(flat) != benchSeqs*benchTokens*stride {
+				t.Fatal("routes lost")
+			}
 			return n
 		}},
 		{"JSON lists per token", func() int {
@@ -93,6 +96,9 @@ func TestR3Compare(t *testing.T) {
 						flat = append(flat, l...)
 					}
 				}
+			}
+			if len(flat) != benchSeqs*benchTokens*stride {
+				t.Fatal("routes lost")
 			}
 			return len(data)
 		}},
