@@ -57,6 +57,12 @@ type EnginesConfig struct {
 	// outside them is refused before it is opened. Empty: the run's own
 	// directories only decide (loopback use).
 	WeightRoots []string `yaml:"weight_roots" doc:"directories the built-in engines may load weights and LoRA adapters from (empty = any path; set it when engines are reachable by others)"`
+	// Quantize makes built-in engines quantise every version they load
+	// and serve the dequantised weights (what an INT4 or FP8 kernel
+	// computes with): the linear weights only, embedding and biases stay
+	// BF16. Pair int4 with trainer.fake_quant to keep the train–inference
+	// mismatch low (BENCHMARKS.md).
+	Quantize ServingQuantization `yaml:"quantize" doc:"weights built-in engines serve: none (BF16), int4_g32 / int4_g128 (symmetric INT4, BF16 scale per 32/128 inputs), fp8 (E4M3, 128x128 blocks) or mxfp8; quantised on every load"`
 }
 
 // DefaultEngines starts 2 built-in engines: the fewest that exercise routing
@@ -83,12 +89,14 @@ func DefaultEngines() EnginesConfig {
 		DecodeBatchSlope:  50,
 		PrefixCacheBlocks: 1024,
 		BlockSize:         16,
+		Quantize:          ServeNone,
 	}
 }
 
 // Validate checks the engines section.
 func (c EnginesConfig) Validate() error {
 	v := checker{section: "engines"}
+	v.checkEnums(c)
 	v.atLeast("count", int64(c.Count), 0)
 	if c.Count >= 0 && c.Count+len(c.ExternalURLs)+len(c.External) < 1 {
 		v.fail("", "no engines: set count ≥ 1 or list external (or external_urls)")

@@ -103,6 +103,12 @@ type TrainerConfig struct {
 	// from it, every hyperparameter from this config; the engines serve
 	// its BF16 copy as version 0.
 	InitCheckpoint string `yaml:"init_checkpoint" doc:"backend builtin: trainer checkpoint dir asyncrl run starts from (e.g. an SFT run's <sft.output_dir>/latest/trainer); empty = fresh weights from run.seed"`
+	// FakeQuant runs the built-in trainer's forward and backward passes on
+	// the INT4 weights an engine with engines.quantize of the same name
+	// serves, the gradient applied to the float32 masters unchanged
+	// (straight-through estimator), so the trainer's logprobs are the
+	// engine.s.
+	FakeQuant FakeQuantization `yaml:"fake_quant" doc:"fake quantisation in the trainer's forward pass with a straight-through gradient: none, int4_g32 or int4_g128 (match engines.quantize)"`
 }
 
 // DefaultTrainer is sized for `make run` on 2 cores: B=4 groups per step,
@@ -141,6 +147,7 @@ func DefaultTrainer() TrainerConfig {
 		Exec:                         []string{},
 		ExecEnv:                      []string{},
 		ExecStepTimeout:              10 * time.Minute,
+		FakeQuant:                    FakeQuantNone,
 		ExecRestarts:                 3,
 		InitCheckpoint:               "",
 	}

@@ -96,9 +96,10 @@ func New(c config.EnginesConfig, m engine.Model, seed int64, i int, log zerolog.
 	if err != nil {
 		return nil, err
 	}
-	return engine.New(wiring.EngineConfig(c, c.ServedModelName, uint64(seed)+uint64(i)*0x9e3779b9), m,
+	opts := append([]engine.Option{
 		engine.WithLogger(log.With().Str("engine", "engine-"+strconv.Itoa(i)).Logger()), engine.WithLoader(wiring.LoadPolicy),
-		engine.WithAPIKey(key), engine.WithWeightRoots(c.WeightRoots...))
+		engine.WithAPIKey(key), engine.WithWeightRoots(c.WeightRoots...)}, wiring.EngineQuantize(c.Quantize)...)
+	return engine.New(wiring.EngineConfig(c, c.ServedModelName, uint64(seed)+uint64(i)*0x9e3779b9), m, opts...)
 }
 
 // Start starts c.Count built-in engines on c.ListenHost serving m at

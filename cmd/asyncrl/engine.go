@@ -77,9 +77,9 @@ func newEngineCmd(g *globals) *cobra.Command {
 			if r := splitList(f.WeightRoots); len(r) > 0 {
 				roots = r
 			}
-			eng, err := engine.New(wiring.EngineConfig(cfg.Engines, cfg.Engines.ServedModelName, uint64(f.Seed)), model,
-				engine.WithLoader(wiring.LoadPolicy), engine.WithLogger(logx.For(log, "engine")),
-				engine.WithAPIKey(key), engine.WithWeightRoots(roots...))
+			opts := append([]engine.Option{engine.WithLoader(wiring.LoadPolicy), engine.WithLogger(logx.For(log, "engine")),
+				engine.WithAPIKey(key), engine.WithWeightRoots(roots...)}, wiring.EngineQuantize(cfg.Engines.Quantize)...)
+			eng, err := engine.New(wiring.EngineConfig(cfg.Engines, cfg.Engines.ServedModelName, uint64(f.Seed)), model, opts...)
 			if err != nil {
 				return fail("asyncrl engine: %v", err)
 			}

@@ -95,6 +95,7 @@ func PolicyTrainer(c config.Config) pmodel.TrainerConfig {
 	}
 	t.Workers = max(1, min(runtime.GOMAXPROCS(0), 4))
 	t.Seed = uint64(c.Run.Seed)
+	t.FakeQuant = string(tc.FakeQuant)
 	return t
 }
 
