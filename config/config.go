@@ -32,6 +32,8 @@ type Config struct {
 	Tinker TinkerConfig `yaml:"tinker" doc:"Tinker-compatible API server (asyncrl tinker serve)"`
 	// SFT is supervised fine-tuning (`asyncrl sft`).
 	SFT SFTConfig `yaml:"sft" doc:"supervised fine-tuning (asyncrl sft): data, step size, packing, optimiser, checkpoints"`
+	// Policy is the built-in policy's shape (mixture of experts).
+	Policy PolicyConfig `yaml:"policy" doc:"built-in policy shape: mixture of experts (experts, top_k)"`
 }
 
 // Default returns the shipped defaults: a short single-node run of the tiny
@@ -53,6 +55,7 @@ func Default() Config {
 		Metrics:   DefaultMetrics(),
 		Tinker:    DefaultTinker(),
 		SFT:       DefaultSFT(),
+		Policy:    DefaultPolicy(),
 	}
 }
 
@@ -66,6 +69,7 @@ func (c Config) Validate() error {
 		c.Publisher.Validate(), c.Cluster.Validate(), c.Log.Validate(), c.Metrics.Validate(),
 		c.Tinker.Validate(),
 		c.SFT.Validate(),
+		c.Policy.Validate(),
 	} {
 		errs = append(errs, flatten(err)...)
 	}

@@ -107,7 +107,7 @@ func (n *Node) newTrainerPolicy() (*policy.Trainer, error) {
 		}
 		return ptr, nil
 	}
-	model, err := policy.New(policy.DefaultConfig(), uint64(n.cfg.Run.Seed))
+	model, err := policy.New(wiring.PolicyModel(n.cfg), uint64(n.cfg.Run.Seed))
 	if err != nil {
 		return nil, err
 	}
@@ -129,7 +129,7 @@ func (n *Node) initialWeights(ptr *policy.Trainer) (baseDir string, initial engi
 	if baseDir == "" && n.opts.TrainerCheckpoint != "" {
 		return "", ptr.ServingCopy(), nil // InitialPolicy("") would be the seed's weights
 	}
-	if initial, err = wiring.InitialPolicy(baseDir, uint64(n.cfg.Run.Seed)); err != nil {
+	if initial, err = wiring.InitialPolicyFor(baseDir, wiring.PolicyModel(n.cfg), uint64(n.cfg.Run.Seed)); err != nil {
 		return "", nil, fmt.Errorf("node: initial weights: %w", err)
 	}
 	return baseDir, initial, nil

@@ -133,7 +133,7 @@ func RunWorker(ctx context.Context, cfg config.Config, opts WorkerOptions) error
 		return fmt.Errorf("worker: bus: %w", err)
 	}
 	defer bus.Close()
-	model, err := policy.New(policy.DefaultConfig(), uint64(cfg.Run.Seed))
+	model, err := policy.New(wiring.PolicyModel(cfg), uint64(cfg.Run.Seed))
 	if err != nil {
 		return err
 	}
