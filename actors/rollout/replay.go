@@ -12,6 +12,12 @@ import (
 func (c *HTTPClient) replayFields(out *TurnOutput, req TurnRequest) error {
 	wire, top := out.wireRoutes, out.topLogprobs
 	out.wireRoutes, out.topLogprobs = nil, nil
+	if rs := req.Routes; rs.On() && wire == nil && len(out.Tokens) > 0 {
+		// vLLM sends null only for a request aborted before any forward
+		// pass; tokens without routes mean an engine not returning them,
+		// and padding rows would be replayed on trained tokens.
+		return fmt.Errorf("routed experts asked for but the answer has no routed_experts for its %d tokens (vLLM: --enable-return-routed-experts)", len(out.Tokens))
+	}
 	if rs := req.Routes; rs.On() && wire != nil {
 		rows, err := vllmwire.DecodeRoutedExperts(*wire, int32(rs.NumExperts), rs.Layers, rs.TopK)
 		if err != nil {

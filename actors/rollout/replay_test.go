@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -66,6 +67,14 @@ func TestHTTPClientDecodesVLLMRoutesAndSupport(t *testing.T) {
 	req.RoutesStart, req.Routes.Layers = 0, 3
 	if _, err := c.Generate(context.Background(), req); !errors.Is(err, ErrEngine) {
 		t.Fatalf("wrong layer count: err %v, want ErrEngine", err)
+	}
+	// An engine that does not return routes (vLLM without
+	// --enable-return-routed-experts) fails the call instead of leaving
+	// padding rows under trained tokens.
+	f.body = vllmFixture(t)
+	req.Routes.Layers, req.Tokens = 2, fixturePrompt
+	if _, err := c.Generate(context.Background(), req); !errors.Is(err, ErrEngine) || !strings.Contains(err.Error(), "no routed_experts") {
+		t.Fatalf("answer without routes: err %v", err)
 	}
 	defaultClient.CloseIdleConnections()
 }
