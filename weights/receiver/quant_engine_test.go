@@ -1,0 +1,138 @@
+package receiver_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net"
+	"net/http"
+	"path/filepath"
+	"testing"
+
+	"github.com/asyncrl/asyncrl/engine"
+	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/weights/delta"
+	"github.com/asyncrl/asyncrl/weights/quant"
+	"github.com/asyncrl/asyncrl/weights/receiver"
+	"github.com/asyncrl/asyncrl/weights/safetensors"
+	"github.com/asyncrl/asyncrl/weights/store"
+)
+
+// TestBuiltInEngineServesQuantisedVersion is quantise-on-publish end to
+// end for each scheme: versions 0 and 1 are quantised serving
+// checkpoints, version 1 travels as a delta over the quantised bytes, the
+// receiver replays it and the real built-in engine loads it; the logprobs
+// the engine returns over HTTP equal those of the dequantised model
+// (policy.QuantizedCopy of the trainer's weights) and not the BF16 ones'.
+func TestBuiltInEngineServesQuantisedVersion(t *testing.T) {
+	for _, name := range quant.Names() {
+		t.Run(name, func(t *testing.T) {
+			s, _ := quant.Lookup(name)
+			root := t.TempDir()
+			var masters []*policy.Model
+			dirs := []string{filepath.Join(root, "v0"), filepath.Join(root, "v1")}
+			for i, d := range dirs {
+				m, err := policy.New(policy.DefaultConfig(), uint64(i+1))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := m.SaveServingQuantized(d, s, nil); err != nil {
+					t.Fatal(err)
+				}
+				masters = append(masters, m)
+			}
+			st, err := store.NewLocal(filepath.Join(root, "sync"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, _ := safetensors.OpenDir(dirs[0])
+			b, _ := safetensors.OpenDir(dirs[1])
+			_, err = delta.Encode(ctx(t), delta.DefaultEncodeConfig(), a, b, 1, st)
+			a.Close()
+			b.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			load := func(dir string) (engine.Model, error) { return policy.LoadServing(dir) }
+			m0, err := load(dirs[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			eng, err := engine.New(engine.DefaultConfig(), m0, engine.WithLoader(load))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer eng.Close()
+			r, err := receiver.New(receiver.DefaultConfig(filepath.Join(root, "engine0"), dirs[0]), st)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v, err := r.Sync(ctx(t), 1, receiver.LoaderFunc(eng.LoadWeights)); err != nil || v != 1 {
+				t.Fatalf("Sync = %d, %v", v, err)
+			}
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			sctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go func() { _ = eng.Serve(sctx, ln) }()
+
+			prompt := []int32{1, 20, 33, 41, 52, 60}
+			body, _ := json.Marshal(map[string]any{"model": "asyncrl-policy", "prompt": prompt, "max_tokens": 8,
+				"temperature": 0, "logprobs": 1, "ignore_eos": true, "return_token_ids": true})
+			resp, err := http.Post(fmt.Sprintf("http://%s/v1/completions", ln.Addr()), "application/json", bytes.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var cr engine.CompletionResponse
+			if err := json.NewDecoder(resp.Body).Decode(&cr); err != nil || resp.StatusCode != http.StatusOK || len(cr.Choices) != 1 {
+				t.Fatalf("status %d, %v, %+v", resp.StatusCode, err, cr)
+			}
+			c := cr.Choices[0]
+			if c.Logprobs == nil || len(c.TokenIDs) != 8 || len(c.Logprobs.TokenLogprobs) != 8 {
+				t.Fatalf("choice %+v", c)
+			}
+			served, _, err := masters[1].QuantizedCopy(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			bf16 := masters[1].Clone()
+			bf16.RoundBF16()
+			ctxToks := append([]int32{}, c.PromptTokenIDs...)
+			var offBF16 float64
+			for i, tok := range c.TokenIDs {
+				want := logSoftmax(served, ctxToks)[tok]
+				if d := math.Abs(float64(c.Logprobs.TokenLogprobs[i]) - want); d > 1e-5 {
+					t.Fatalf("token %d: engine logprob %v, dequantised model %v", i, c.Logprobs.TokenLogprobs[i], want)
+				}
+				offBF16 = max(offBF16, math.Abs(float64(c.Logprobs.TokenLogprobs[i])-logSoftmax(bf16, ctxToks)[tok]))
+				ctxToks = append(ctxToks, tok)
+			}
+			if offBF16 < 1e-4 {
+				t.Fatalf("the engine's logprobs match the BF16 model's too (max diff %g): the version was not served quantised", offBF16)
+			}
+		})
+	}
+}
+
+func logSoftmax(m *policy.Model, toks []int32) []float64 {
+	logits := make([]float32, m.VocabSize())
+	m.NextLogits(toks, logits)
+	mx := math.Inf(-1)
+	for _, l := range logits {
+		mx = max(mx, float64(l))
+	}
+	var sum float64
+	for _, l := range logits {
+		sum += math.Exp(float64(l) - mx)
+	}
+	out := make([]float64, len(logits))
+	for i, l := range logits {
+		out[i] = float64(l) - mx - math.Log(sum)
+	}
+	return out
+}
