@@ -60,13 +60,12 @@ func (q Quant) Validate() error {
 
 func (q Quant) off() bool { return q == "" || q == QuantNone }
 
-// quantizeWeights replaces every Linear weight matrix of m (quantizable:
-// layers.*.weight and head.weight; the embedding is a lookup and biases
-// are added in full precision, as in compressed-tensors and FP8
-// checkpoints) by what an engine serving q computes with: the matrix
-// rounded to BF16 (a serving checkpoint's precision) then quantised and
-// dequantised. Other tensors are left alone. It rebuilds the derived
-// tables.
+// quantizeWeights turns m into the model an engine serving q computes
+// with: every tensor rounded to BF16 (a serving checkpoint's precision),
+// then every Linear weight matrix (quantizable: layers.*.weight and
+// head.weight; the embedding is a lookup and biases are added in full
+// precision, as in compressed-tensors and FP8 checkpoints) quantised and
+// dequantised. It rebuilds the derived tables.
 func (m *Model) quantizeWeights(q Quant) error {
 	if q.off() {
 		return nil
@@ -83,12 +82,12 @@ func (m *Model) quantizeWeights(q Quant) error {
 		}
 	}
 	for _, ts := range m.tensors {
-		if !quantizable(ts) {
-			continue
-		}
 		w := m.params[ts.off : ts.off+ts.n]
 		for i, v := range w {
 			w[i] = roundBF16(v)
+		}
+		if !quantizable(ts) {
+			continue
 		}
 		rows, cols := ts.shape[0], ts.shape[1]
 		if scheme == nil {
@@ -109,10 +108,10 @@ func (m *Model) quantizeWeights(q Quant) error {
 	return nil
 }
 
-// Quantized returns a copy of m whose Linear weight matrices are what an
-// engine serving q multiplies by (BF16, then quantised and dequantised);
-// embeddings and biases are copied unchanged. QuantNone gives a plain
-// Clone. m is not modified.
+// Quantized returns the copy of m an engine serving q computes with:
+// every tensor rounded to BF16, the Linear weight matrices then quantised
+// and dequantised. QuantNone gives a plain Clone (no rounding). m is not
+// modified.
 func (m *Model) Quantized(q Quant) (*Model, error) {
 	if err := q.Validate(); err != nil {
 		return nil, err
@@ -127,9 +126,10 @@ func (m *Model) Quantized(q Quant) (*Model, error) {
 // Fake quantisation in the trainer (TrainerConfig.FakeQuant) with a
 // straight-through estimator: while a step is open (Begin … Apply or
 // Discard) and during Logprobs, the model holds Quantized's weights, so
-// forward and backward run on FakeQuant(W) exactly as the engine serves
-// them; the gradient with respect to FakeQuant(W) is applied to the FP32
-// masters unchanged, which are restored before the AdamW step.
+// forward and backward run on exactly the weights the engine serves
+// (FakeQuant(W) for the Linear matrices, BF16 for the rest); the gradient
+// with respect to them is applied to the FP32 masters unchanged, which are
+// restored before the AdamW step.
 
 // fakeQuantIn swaps the fake-quantised weights in, keeping the masters.
 func (t *Trainer) fakeQuantIn() error {

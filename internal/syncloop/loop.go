@@ -3,6 +3,7 @@ package syncloop
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strconv"
 
@@ -34,6 +35,13 @@ type Config struct {
 	Trainer policy.TrainerConfig
 	// Seed seeds model initialisation, prompts and sampling.
 	Seed uint64
+	// Serve is the weights the engine serves: the BF16 serving copy as it
+	// is (none, "") or quantised (policy.Model.Quantized: int4_g32,
+	// int4_g128, fp8, mxfp8). Trainer.FakeQuant fakes the INT4 ones.
+	Serve policy.Quant
+	// MeasureRatio computes StepResult.RatioDev, at the cost of one more
+	// forward pass over the batch per step.
+	MeasureRatio bool
 }
 
 // DefaultConfig is the configuration the acceptance test measures.
@@ -57,6 +65,10 @@ type StepResult struct {
 	Solved     float64 // fraction of episodes with score 1
 	MeanLen    float64 // mean generated tokens per episode
 	Stats      policy.StepStats
+	// RatioDev is the mean |exp(logp_trainer − logp_rollout) − 1| over
+	// trained tokens before the step (Config.MeasureRatio; else 0): how far
+	// the importance ratios stray from 1.
+	RatioDev float64
 }
 
 // Loop is one synchronous training run on one task.
@@ -82,6 +94,9 @@ func New(task tasks.Task, cfg Config) (*Loop, error) {
 	if err := sampler.Validate(cfg.Sampling); err != nil {
 		return nil, fmt.Errorf("syncloop: %w", err)
 	}
+	if err := cfg.Serve.Validate(); err != nil {
+		return nil, fmt.Errorf("syncloop: Serve: %w", err)
+	}
 	if cfg.Sampling.Temperature > 0 && cfg.Sampling.Temperature != cfg.Trainer.Temperature {
 		return nil, fmt.Errorf("%w: Trainer.Temperature %v must equal Sampling.Temperature %v", ErrConfig, cfg.Trainer.Temperature, cfg.Sampling.Temperature)
 	}
@@ -93,11 +108,15 @@ func New(task tasks.Task, cfg Config) (*Loop, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Loop{
-		cfg: cfg, task: task, trainer: tr, serve: tr.ServingCopy(),
+	l := &Loop{
+		cfg: cfg, task: task, trainer: tr,
 		rng:    rand.New(rand.NewPCG(cfg.Seed, 0x6c6f6f70)),
 		logits: make([]float32, m.VocabSize()),
-	}, nil
+	}
+	if l.serve, err = tr.ServingCopy().Quantized(cfg.Serve); err != nil {
+		return nil, err
+	}
+	return l, nil
 }
 
 // Trainer exposes the trainer (e.g. to save checkpoints).
@@ -131,21 +150,52 @@ func (l *Loop) Step() (StepResult, error) {
 	for i := range seqs {
 		seqs[i].Advantage = float32(adv[i])
 	}
+	var dev float64
+	if l.cfg.MeasureRatio {
+		var err error
+		if dev, err = l.ratioDev(seqs); err != nil {
+			return StepResult{}, err
+		}
+	}
 	st, err := l.trainer.Step(policy.Batch{Sequences: seqs})
 	if err != nil {
 		return StepResult{}, fmt.Errorf("syncloop: step %d: %w", l.step, err)
 	}
-	if err := l.serve.CopyFrom(l.trainer.Model()); err != nil {
+	if l.cfg.Serve == "" || l.cfg.Serve == policy.QuantNone {
+		if err := l.serve.CopyFrom(l.trainer.Model()); err != nil {
+			return StepResult{}, err
+		}
+		l.serve.RoundBF16()
+	} else if l.serve, err = l.trainer.ServingCopy().Quantized(l.cfg.Serve); err != nil {
 		return StepResult{}, err
 	}
-	l.serve.RoundBF16()
 	var sum float64
 	for _, s := range scores {
 		sum += s
 	}
 	n := float64(len(scores))
 	return StepResult{Step: l.step, MeanReward: sum / n, Solved: float64(solved) / n,
-		MeanLen: float64(genTokens) / n, Stats: st}, nil
+		MeanLen: float64(genTokens) / n, Stats: st, RatioDev: dev}, nil
+}
+
+// ratioDev is the mean |exp(logp_trainer − logp_rollout) − 1| over the
+// trained tokens of seqs under the trainer's current weights.
+func (l *Loop) ratioDev(seqs []policy.Sequence) (float64, error) {
+	lps, err := l.trainer.Logprobs(policy.Batch{Sequences: seqs})
+	if err != nil {
+		return 0, fmt.Errorf("syncloop: step %d: %w", l.step, err)
+	}
+	var sum float64
+	var n int
+	for si, s := range seqs {
+		for i, m := range s.LossMask {
+			if m != 0 {
+				sum += math.Abs(math.Exp(float64(lps[si][i])-float64(s.RolloutLogprobs[i])) - 1)
+				n++
+			}
+		}
+	}
+	return sum / float64(max(n, 1)), nil
 }
 
 // episode runs one (possibly multi-turn) episode on the serving copy and
