@@ -21,8 +21,9 @@
 // routes are the concatenation of its turns' rows.
 //
 // This differs from the {"data", "shape", "dtype"} object the project's
-// reference notes described (and SGLang/Dynamo-style producers send): the
-// decoder accepts both, the encoder writes vLLM's string.
+// reference notes described (Dynamo-style producers send it): the decoder
+// accepts both, the encoder writes vLLM's string. SGLang's /generate sends
+// base64 of the raw int32 bytes without a shape (DecodeSGLangRoutes).
 //
 // # Sample support
 //

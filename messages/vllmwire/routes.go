@@ -253,3 +253,24 @@ func (r *RoutedExperts) UnmarshalJSON(b []byte) error {
 	}
 	return fmt.Errorf("%w: routed_experts: want a base64 .npy string or a {data, shape, dtype} object", ErrMalformed)
 }
+
+// DecodeSGLangRoutes reads SGLang's routed experts: meta_info
+// ["routed_experts"] of /generate with return_routed_experts, base64 of the
+// raw int32 tensor bytes without a shape
+// (sgl-project/sglang python/sglang/srt/managers/tokenizer_manager.py:
+// pybase64.b64encode(routed_experts_tensor.numpy().tobytes())), rows
+// [routed_experts_start_len, …) of layers × topK ids each.
+func DecodeSGLangRoutes(s string, numExperts int32, layers, topK int) (Rows, error) {
+	if err := checkShape(0, layers, topK); err != nil {
+		return Rows{}, err
+	}
+	raw, err := base64.StdEncoding.DecodeString(s)
+	if err != nil {
+		return Rows{}, fmt.Errorf("%w: routed_experts: base64: %w", ErrMalformed, err)
+	}
+	row := 4 * layers * topK
+	if len(raw)%row != 0 {
+		return Rows{}, fmt.Errorf("%w: routed_experts: %d bytes is not a whole number of %d-byte rows (int32 × %d layers × top-%d)", ErrMalformed, len(raw), row, layers, topK)
+	}
+	return DecodeRoutedExperts(RoutedExperts{DType: "int32", Shape: [3]int{len(raw) / row, layers, topK}, Data: raw}, numExperts, layers, topK)
+}

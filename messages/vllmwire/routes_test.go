@@ -256,3 +256,19 @@ func FuzzRoutedExpertsJSON(f *testing.F) {
 		}
 	})
 }
+
+func TestDecodeSGLangRoutes(t *testing.T) {
+	// SGLang: base64 of the int32 tensor's raw bytes (np.int32 [2, 1, 2]
+	// = 0 1 2 3), shape from the model.
+	s := base64.StdEncoding.EncodeToString([]byte{0, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0})
+	rows, err := DecodeSGLangRoutes(s, 4, 1, 2)
+	if err != nil || rows.Tokens != 2 || !slices.Equal(rows.Values, []int32{0, 1, 2, 3}) {
+		t.Fatalf("rows %+v, err %v", rows, err)
+	}
+	if _, err := DecodeSGLangRoutes(s, 4, 3, 1); err == nil || !strings.Contains(err.Error(), "whole number") {
+		t.Fatalf("16 bytes as 12-byte rows: %v", err)
+	}
+	if _, err := DecodeSGLangRoutes(s, 3, 1, 2); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("id 3 of 3 experts: %v", err)
+	}
+}
