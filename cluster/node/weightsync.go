@@ -81,6 +81,10 @@ func saveBase(cfg config.Config, serving *pol.Model) (string, error) {
 func (n *Node) startWeightSync(ctx context.Context, baseDir string) (*weightSync, error) {
 	cfg := n.cfg
 	l := weightsync.LayoutFor(cfg)
+	qs, err := weightsync.SchemeFor(cfg) // publisher.quantize
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
 	stage := filepath.Join(l.Publisher, "staging")
 	if err := os.MkdirAll(stage, 0o755); err != nil {
 		return nil, fmt.Errorf("node: publisher dir: %w", err)
@@ -90,7 +94,7 @@ func (n *Node) startWeightSync(ctx context.Context, baseDir string) (*weightSync
 		return nil, err
 	}
 	w := &weightSync{}
-	s, err := weightsync.New(weightsync.Config{RunID: cfg.Run.ID, PauseMode: string(cfg.Trainer.PauseMode), Logger: n.opts.Logger,
+	s, err := weightsync.New(weightsync.Config{RunID: cfg.Run.ID, Quantize: qs, PauseMode: string(cfg.Trainer.PauseMode), Logger: n.opts.Logger,
 		Registerer: n.reg, Bus: n.bus, Router: routerSink{n.router},
 		// The publisher keeps routing engines within the run's staleness
 		// budget (router.max_version_lag), so that the router's hard

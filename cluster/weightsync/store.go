@@ -44,15 +44,20 @@ func LayoutFor(cfg config.Config) Layout {
 	}
 }
 
-// SaveBase writes version 0 (the engines' initial weights) and returns its
-// directory.
+// SaveBase writes version 0 (the engines' initial weights; quantised as
+// publisher.quantize says, so every delta is over quantised bytes) and
+// returns its directory.
 func SaveBase(cfg config.Config, serving *pol.Model) (string, error) {
 	l := LayoutFor(cfg)
 	if err := os.RemoveAll(l.Publisher); err != nil {
 		return "", fmt.Errorf("node: publisher dir: %w", err)
 	}
 	base := filepath.Join(l.Publisher, "base")
-	if err := serving.SaveServing(base); err != nil {
+	s, err := SchemeFor(cfg)
+	if err != nil {
+		return "", err
+	}
+	if _, _, err := saveServing(serving, base, s); err != nil {
 		return "", fmt.Errorf("node: base checkpoint: %w", err)
 	}
 	return base, nil

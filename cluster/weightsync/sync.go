@@ -25,6 +25,7 @@ import (
 	"github.com/asyncrl/asyncrl/actors/trainer"
 	pol "github.com/asyncrl/asyncrl/policy"
 	"github.com/asyncrl/asyncrl/transport"
+	"github.com/asyncrl/asyncrl/weights/quant"
 )
 
 // Mode is how versions travel from the publisher to the engines: Store
@@ -80,6 +81,11 @@ type Config struct {
 	// Remote, when set, returns the remote engines (nil while there are
 	// none); it is read at each use.
 	Remote func() Remote
+	// Quantize, when set (publisher.quantize, SchemeFor), quantises every
+	// version the engines load from the trainer's weights; BaseDir must
+	// then be quantised too (SaveBase), so deltas chain over quantised
+	// bytes.
+	Quantize quant.Scheme
 }
 
 // Sync is the publisher side of weight sync: trainer.Publisher (the
@@ -104,6 +110,7 @@ type Sync struct {
 	// pause → load → resume (the ack follows at once).
 	swapSeconds *prometheus.HistogramVec
 	prunedN     prometheus.Counter
+	quant       *quantMetrics // nil without Config.Quantize
 
 	mu        sync.Mutex
 	encodeDur time.Duration // total time spent writing and encoding versions
@@ -136,6 +143,10 @@ func New(c Config, mode Mode) (*Sync, error) {
 			Help: "Store objects of versions every engine had passed, deleted below the newest such full checkpoint."}),
 	}
 	cs := append([]prometheus.Collector{w.published, w.deltaBytes, w.encodeSeconds, w.swapSeconds, w.prunedN}, mode.collectors()...)
+	if c.Quantize != nil {
+		w.quant = newQuantMetrics()
+		cs = append(cs, w.quant.collectors()...)
+	}
 	for _, col := range cs {
 		if err := c.Registerer.Register(col); err != nil {
 			w.Close()
@@ -211,15 +222,24 @@ func (w *Sync) Publish(ctx context.Context, m *pol.Model, version int64) error {
 	}
 	t0 := time.Now()
 	dir := filepath.Join(w.c.Stage, fmt.Sprintf("v%08d", version))
-	if err := m.SaveServing(dir); err != nil {
+	if err := w.save(m, dir, version); err != nil {
 		return err
 	}
 	return w.mode.publishVersion(ctx, w, dir, version, true, t0)
 }
 
 // PublishDir publishes the serving checkpoint in dir as version (a remote
-// trainer's: it is not deleted); t0 is when the version arrived.
+// trainer's: it is not deleted); t0 is when the version arrived. With
+// Config.Quantize the BF16 checkpoint is quantised into the stage
+// directory first, and that copy is published.
 func (w *Sync) PublishDir(ctx context.Context, dir string, version int64, t0 time.Time) error {
+	if w.c.Quantize != nil {
+		qdir, err := w.requantize(dir, version)
+		if err != nil {
+			return err
+		}
+		return w.mode.publishVersion(ctx, w, qdir, version, true, t0)
+	}
 	return w.mode.publishVersion(ctx, w, dir, version, false, t0)
 }
 
