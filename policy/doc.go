@@ -38,6 +38,23 @@
 // plus Adam moments, step and RNG state for resuming training bit-identically
 // (Trainer.SaveTrainer / LoadTrainer).
 //
+// # Mixture of experts and route replay
+//
+// Config.Experts > 0 (with TopK) makes every hidden layer a mixture of tanh
+// experts with a bias-free linear router, Mixtral style (moe.go): the TopK
+// largest router logits choose the experts (ties to the lower id, so the
+// choice is deterministic), their outputs are summed with the softmax of
+// their logits. The experts chosen at each position are its routes,
+// [Layers·TopK] ids; Model.Routes reports them as vLLM's routed_experts
+// rows, which makes *Model an engine.RoutesModel. A dense model (Experts 0)
+// is bit-for-bit the model it was before, and so are its checkpoints.
+// Route replay (R3): Sequence.Routes hands the trainer the engine's routes,
+// and the trainer predicts each token with those experts instead of
+// re-choosing them; the gates still come from its own router over the
+// replayed experts, so the router keeps a gradient. Without it, a weight
+// change or BF16 rounding that flips a near-tie sends a token through other
+// experts in the trainer than the ones that sampled it.
+//
 // # Training
 //
 // Trainer.Step takes a Batch of sequences (tokens, loss mask, the logprobs
