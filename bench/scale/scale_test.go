@@ -27,8 +27,11 @@ func TestSmokeLevelLosesNothing(t *testing.T) {
 	if r.Failure != "" || r.Errors != 0 || r.Lost != 0 {
 		t.Fatalf("failure %q, %d errors, %d lost", r.Failure, r.Errors, r.Lost)
 	}
-	if r.PeakInFlight < 1014 {
-		t.Errorf("peak in flight %d, want ≥ 99 %% of 1,024", r.PeakInFlight)
+	if r.PeakInFlight < 973 {
+		t.Errorf("peak in flight %d, want ≥ 95 %% of 1,024", r.PeakInFlight)
+	}
+	if r.MailboxDrops != 0 {
+		t.Errorf("%d messages refused by full mailboxes", r.MailboxDrops)
 	}
 	// Every trajectory started ended finished; every group admitted was
 	// judged; every turn went through the router in process.

@@ -34,6 +34,7 @@ func main() {
 	flag.Float64Var(&o.Rounds, "rounds", 1.5, "groups admitted per level, in multiples of the level's groups")
 	flag.StringVar(&o.HeapProfile, "heap-profile", "", "write the heap profile at the peak of the largest level here")
 	flag.StringVar(&o.CPUProfile, "cpu-profile", "", "write the CPU profile of the largest level here")
+	flag.StringVar(&o.MutexProfile, "mutex-profile", "", "write the mutex contention profile of the largest level here")
 	jsonOut := flag.String("json", "", "write the results as JSON here")
 	verbose := flag.Bool("v", false, "progress every second and the components' warnings")
 	flag.Parse()
