@@ -36,11 +36,13 @@ type requestBody struct {
 
 // parseRequest extracts the session key (policy.SessionKey's priority:
 // headers, then body fields, then body text) and parseBody's estimates
-// from one decode of the body. The HTTP side of key extraction lives here
-// so that the routing core never imports net/http: it gets h.Get.
+// from one pass over the body (scanBody; encoding/json only for the odd
+// bodies scanBody leaves to it). The HTTP side of key extraction lives
+// here so that the routing core never imports net/http: it gets h.Get.
 func parseRequest(h http.Header, body []byte, defaultDecode, prefixBytes int) bodyInfo {
 	var req requestBody
-	ok := len(body) > 0 && json.Unmarshal(body, &req) == nil
+	var ints [3]int
+	ok := decodeBody(body, &req, &ints)
 	info := fromBody(&req, ok, body, defaultDecode, prefixBytes)
 	if k, found := policy.HeaderKey(h.Get); found {
 		info.key = k
@@ -52,10 +54,28 @@ func parseRequest(h http.Header, body []byte, defaultDecode, prefixBytes int) bo
 	return info
 }
 
+// decodeBody fills req as json.Unmarshal(body, req) would and reports
+// whether that succeeds: scanBody's single pass, or encoding/json where
+// scanBody declines.
+func decodeBody(body []byte, req *requestBody, ints *[3]int) bool {
+	if len(body) == 0 {
+		return false
+	}
+	switch scanBody(body, req, ints) {
+	case scanOK:
+		return true
+	case scanInvalid:
+		return false
+	}
+	*req = requestBody{}
+	return json.Unmarshal(body, req) == nil
+}
+
 // parseBody estimates prompt and decode tokens and hashes the prompt's
 // leading bytes. It never fails: malformed JSON gives a size-based guess
 // and no prefix. Token counts are estimates (≈ 4 bytes per token for
-// text) because the router has no tokenizer; they only weigh load.
+// text) because the router has no tokenizer; they only weigh load. It is
+// the reference decode (encoding/json) the tests hold parseRequest to.
 func parseBody(body []byte, defaultDecode, prefixBytes int) bodyInfo {
 	var req requestBody
 	ok := json.Unmarshal(body, &req) == nil
