@@ -191,27 +191,34 @@ func (s *scanner) str(i int) (int, bool) {
 			return i + 1, escaped
 		}
 		escaped = true
-		i++ // the backslash
-		if i >= len(b) {
-			return -1, escaped
-		}
-		switch b[i] {
-		case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-			i++
-		case 'u':
-			if len(b)-i < 5 {
-				return -1, escaped
-			}
-			for _, h := range b[i+1 : i+5] {
-				if !(h >= '0' && h <= '9' || h >= 'a' && h <= 'f' || h >= 'A' && h <= 'F') {
-					return -1, escaped
-				}
-			}
-			i += 5
-		default:
+		if i = escape(b, i); i < 0 {
 			return -1, escaped
 		}
 	}
+}
+
+// escape checks the escape sequence at b[i] == '\\' and returns the index
+// after it, or -1.
+func escape(b []byte, i int) int {
+	i++
+	if i >= len(b) {
+		return -1
+	}
+	switch b[i] {
+	case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+		return i + 1
+	case 'u':
+		if len(b)-i < 5 {
+			return -1
+		}
+		for _, h := range b[i+1 : i+5] {
+			if !(h >= '0' && h <= '9' || h >= 'a' && h <= 'f' || h >= 'A' && h <= 'F') {
+				return -1
+			}
+		}
+		return i + 5
+	}
+	return -1
 }
 
 func (s *scanner) array(i, depth int) int {
