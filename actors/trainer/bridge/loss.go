@@ -16,7 +16,7 @@ import (
 var lossKeys = []string{"policy_loss_type", "eps_clip_low", "eps_clip_high", "clip_ratio_c",
 	"cispo_eps_clip_low", "cispo_eps_clip_high", "loss_reduction", "max_seq_len", "tis_ratio_type",
 	"token_tis_ratio_clip_high", "sequence_tis_ratio_clip_high", "entropy_coef", "kl_coef",
-	"normalize_over_support", "temperature", "advantage"}
+	"normalize_over_support", "temperature", "advantage", "fake_quant"}
 
 // InitFor fills Init's model, optimizer, loss and seed from the built-in
 // trainer's config (internal/wiring.PolicyTrainer of the run config: the
@@ -39,6 +39,11 @@ func InitFor(t policy.TrainerConfig, normStd bool, kind, modelDir, outDir string
 		},
 		Seed:   int64(t.Seed),
 		OutDir: outDir,
+	}
+	if t.FakeQuant != "" && t.FakeQuant != string(policy.QuantNone) {
+		// only when on: a child that cannot fake-quantise refuses the key
+		// instead of silently training dense
+		in.Loss["fake_quant"] = t.FakeQuant
 	}
 	if kind == "builtin" {
 		js, err := os.ReadFile(filepath.Join(modelDir, policy.ConfigFileName))
@@ -97,12 +102,14 @@ func badField(field, format string, a ...any) *ChildError {
 func setLossKey(t *policy.TrainerConfig, normStd *bool, k string, v any) *ChildError {
 	field := "loss." + k
 	switch k {
-	case "policy_loss_type", "loss_reduction", "tis_ratio_type":
+	case "policy_loss_type", "loss_reduction", "tis_ratio_type", "fake_quant":
 		str, ok := v.(string)
 		if !ok {
 			return badField(field, "want text, got %T", v)
 		}
 		switch k {
+		case "fake_quant":
+			t.FakeQuant = str
 		case "policy_loss_type":
 			t.PolicyLoss = str
 		case "loss_reduction":

@@ -103,6 +103,44 @@ class MoELayer(nn.Module):
         return (g.unsqueeze(-1) * a).sum(1), sel
 
 
+# Fake quantisation (trainer.fake_quant), as Go's policy.Model.Quantized and
+# weights/quant.FakeQuantINT4: symmetric INT4 per group of `group` inputs of
+# a row, scale = max(amax * float32(1/7), 1e-5) in float32, q = round half
+# to even of w/scale (so |q| <= 7), served weight BF16(q * BF16(scale)) -- the
+# symmetric branch of THUDM/slime
+# slime/backends/megatron_utils/kernels/int4_qat/fake_int4_quant_cuda.cu and
+# vLLM's uint4b8 (vllm/model_executor/layers/quantization/compressed_tensors/
+# schemes/compressed_tensors_wNa16.py).
+FAKE_QUANT_GROUPS = {"none": 0, "int4_g32": 32, "int4_g128": 128}
+
+
+def bf16(x: torch.Tensor) -> torch.Tensor:
+    return x.to(torch.bfloat16).to(torch.float32)
+
+
+def fake_int4(w: torch.Tensor, group: int) -> torch.Tensor:
+    """The INT4 weights an engine serves for BF16(w) [rows, cols], float32."""
+    rows, cols = w.shape
+    x = torch.nn.functional.pad(bf16(w.detach()), (0, (-cols) % group)).view(rows, -1, group)
+    amax = x.abs().amax(-1, keepdim=True)
+    s = torch.clamp(amax * torch.tensor(1 / 7, dtype=torch.float32), min=1e-5)
+    q = torch.round(x / s).clamp(-8, 7)
+    return bf16(q * bf16(s)).view(rows, -1)[:, :cols]
+
+
+class _STE(torch.autograd.Function):
+    """Forward: the served weights (exactly); backward: the gradient passes
+    to the float32 master unchanged (straight-through estimator)."""
+
+    @staticmethod
+    def forward(ctx, w, served):
+        return served
+
+    @staticmethod
+    def backward(ctx, g):
+        return g, None
+
+
 class WindowMLP(nn.Module):
     def __init__(self, cfg: dict):
         super().__init__()
@@ -116,6 +154,8 @@ class WindowMLP(nn.Module):
         else:
             self.layers = nn.ModuleList(nn.Linear(dims[l], c["hidden"]) for l in range(c["layers"]))
         self.head = nn.Linear(c["hidden"], c["vocab_size"])
+        # "none" or a key of FAKE_QUANT_GROUPS (worker Init loss.fake_quant)
+        self.fake_quant = "none"
 
     @property
     def vocab_size(self) -> int:
@@ -160,6 +200,8 @@ class WindowMLP(nn.Module):
 
     def forward_routes(self, ctx: torch.Tensor, routes: torch.Tensor | None = None):
         """(logits [P, V], routes [P, layers, top_k] or None for a dense model)."""
+        if self.fake_quant != "none":
+            return self._forward_fake_quant(ctx, routes)
         x = self.embed(ctx).reshape(ctx.shape[0], -1)
         if not self.experts:
             if routes is not None:
@@ -174,6 +216,23 @@ class WindowMLP(nn.Module):
             x, sel = layer(x, None if routes is None else routes[:, l])
             used.append(sel)
         return self.head(x), torch.stack(used, 1)
+
+    def _forward_fake_quant(self, ctx: torch.Tensor, routes=None):
+        """The dense forward pass on the weights an engine with
+        engines.quantize = self.fake_quant serves (Linear weights INT4,
+        embedding and biases BF16), gradients straight through to the masters."""
+        group = FAKE_QUANT_GROUPS[self.fake_quant]
+        if self.experts or routes is not None:
+            raise ValueError("fake quantisation is implemented for the dense model only")
+
+        def served(w, quantize):
+            return _STE.apply(w, fake_int4(w, group) if quantize else bf16(w.detach()))
+
+        lin = torch.nn.functional.linear
+        x = torch.nn.functional.embedding(ctx, served(self.embed.weight, False)).reshape(ctx.shape[0], -1)
+        for layer in self.layers:
+            x = torch.tanh(lin(x, served(layer.weight, True), served(layer.bias, False)))
+        return lin(x, served(self.head.weight, True), served(self.head.bias, False)), None
 
     def logits_at(self, tokens: torch.Tensor, positions: torch.Tensor, routes=None) -> torch.Tensor:
         """Logits predicting tokens[p] for p in positions. routes (a mixture's

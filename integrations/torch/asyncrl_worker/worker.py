@@ -115,11 +115,11 @@ class AdvConfig:
 
 
 def parse_loss(o) -> tuple[LossConfig, AdvConfig]:
-    allowed = LossConfig.keys() | {"advantage"}
+    allowed = LossConfig.keys() | {"advantage", "fake_quant"}
     _check_keys(o, allowed, "loss")
     cfg = LossConfig()
     for k, v in o.items():
-        if k == "advantage":
+        if k in ("advantage", "fake_quant"):  # fake_quant: Worker.init
             continue
         if k == "tis_ratio_type" and v is None:
             v = "none"
@@ -356,6 +356,13 @@ class Worker:
                 g.update(lr=optim_cfg.lr, betas=optim_cfg.betas, eps=optim_cfg.eps, weight_decay=optim_cfg.weight_decay)
             if "torch_rng" in saved:
                 torch.set_rng_state(saved["torch_rng"])
+        fq = req["loss"].get("fake_quant", "none")
+        if fq not in mdl.FAKE_QUANT_GROUPS:
+            raise bad("loss.fake_quant", f"must be one of {', '.join(mdl.FAKE_QUANT_GROUPS)}, got {fq!r}")
+        if fq != "none":
+            if policy.kind != "builtin" or getattr(policy.net, "experts", 0):
+                raise bad("loss.fake_quant", "fake quantisation needs the dense built-in model")
+            policy.net.fake_quant = fq
         self.policy, self.opt = policy, opt
         self.optim_cfg, self.loss_cfg, self.adv_cfg = optim_cfg, loss_cfg, adv_cfg
         self.step, self.out_dir = step, out_dir
