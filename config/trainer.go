@@ -107,7 +107,8 @@ type TrainerConfig struct {
 	// the INT4 weights an engine with engines.quantize of the same name
 	// serves, the gradient applied to the float32 masters unchanged
 	// (straight-through estimator), so the trainer's logprobs are the
-	// engine.s.
+	// engine's. The exec backend sends it to its child (Init
+	// loss.fake_quant, docs/protocol.md).
 	FakeQuant FakeQuantization `yaml:"fake_quant" doc:"fake quantisation in the trainer's forward pass with a straight-through gradient: none, int4_g32 or int4_g128 (match engines.quantize)"`
 }
 
