@@ -31,4 +31,14 @@
 // subnormal range (step 2^−9). Stats.MaxRel is measured over the normal
 // range only, so it is ≤ 2^−4; the tests assert the bound element-wise on
 // random and adversarial tensors.
+//
+// # INT4
+//
+// int4.go is symmetric group-wise INT4 (engines.quantize int4_g32 /
+// int4_g128, trainer.fake_quant): per group of 32 or 128 inputs of a row,
+// scale = max(amax·(1/7), 1e-5) stored as BF16, q = round-half-even(w/s)
+// in [−7, 7], packed as q+8 two per byte (element 2k in the low nibble),
+// served BF16(q·scale) — THUDM/slime's Kimi INT4 QAT and vLLM's
+// compressed-tensors uint4b8 (the file cites both). FakeQuantINT4 is
+// quantise-then-dequantise, what a trainer's forward pass runs on.
 package quant
