@@ -103,6 +103,7 @@ _DTYPE_ALIASES = {
     "bool": "BOOL",
     "float8_e4m3fn": "F8_E4M3", "f8_e4m3": "F8_E4M3",
     "float8_e5m2": "F8_E5M2", "f8_e5m2": "F8_E5M2",
+    "float8_e8m0fnu": "F8_E8M0", "f8_e8m0": "F8_E8M0",
 }
 
 

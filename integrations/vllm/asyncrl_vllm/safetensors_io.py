@@ -38,6 +38,9 @@ DTYPE_SIZES: Dict[str, int] = {
     "I8": 1,
     "F8_E4M3": 1,
     "F8_E5M2": 1,
+    # The OCP MX formats' exponent-only scale (torch.float8_e8m0fnu):
+    # MXFP8 checkpoints store their per-32-element weight_scale in it.
+    "F8_E8M0": 1,
     "I16": 2,
     "U16": 2,
     "F16": 2,
@@ -306,6 +309,7 @@ _TORCH_NAMES = {
     "F64": "float64",
     "F8_E4M3": "float8_e4m3fn",
     "F8_E5M2": "float8_e5m2",
+    "F8_E8M0": "float8_e8m0fnu",
     "U16": "uint16",
     "U32": "uint32",
     "U64": "uint64",
