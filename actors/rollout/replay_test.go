@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http/httptest"
 	"os"
 	"slices"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/asyncrl/asyncrl/engine"
 	"github.com/asyncrl/asyncrl/messages"
+	"github.com/asyncrl/asyncrl/policy"
 )
 
 // A vLLM answer with routed_experts (base64 .npy, 7 rows for 5 prompt + 3
@@ -195,14 +197,37 @@ func (m moeHash) Routes(tokens []int32, from int) []int32 {
 	return out
 }
 
+// routesModel is an engine model that reports routes (engine.RoutesModel).
+type routesModel interface {
+	engine.Model
+	RouteShape() (int, int, int)
+	Routes(tokens []int32, from int) []int32
+}
+
 // TestRoutesEndToEndBuiltinEngine: a multi-turn episode against the
-// built-in engine (a RoutesModel) over HTTP, packed into the Arrow token
-// batch: the routes column equals the engine's routing of every position.
+// built-in engine over HTTP, packed into the Arrow token batch: the routes
+// column equals the served model's routing of every position the engine
+// ran. Two models: a hash stand-in with 300 experts (uint16 on the wire,
+// an int16 column) and the built-in policy as a mixture of experts
+// (helper B's policy.Model routing; uint8).
 func TestRoutesEndToEndBuiltinEngine(t *testing.T) {
-	rs := RouteSpec{Layers: 3, TopK: 2, NumExperts: 300} // int16 column, uint16 on the wire
+	pcfg := policy.DefaultConfig()
+	pcfg.Experts, pcfg.TopK = 4, 2
+	moe, err := policy.New(pcfg, 9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []routesModel{moeHash{engine.NewHashModel(3), RouteSpec{Layers: 3, TopK: 2, NumExperts: 300}}, moe} {
+		l, k, x := m.RouteShape()
+		rs := RouteSpec{Layers: l, TopK: k, NumExperts: x}
+		t.Run(fmt.Sprintf("%d-experts", x), func(t *testing.T) { routesEndToEnd(t, m, rs) })
+	}
+}
+
+func routesEndToEnd(t *testing.T, m routesModel, rs RouteSpec) {
 	ecfg := engine.DefaultConfig()
 	ecfg.TimeScale = 0
-	e, err := engine.New(ecfg, moeHash{engine.NewHashModel(3), rs})
+	e, err := engine.New(ecfg, m)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,12 +253,12 @@ func TestRoutesEndToEndBuiltinEngine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tb.Routes == nil || tb.Routes.DType != messages.ExpertInt16 {
-		t.Fatalf("routes column %+v, want int16 for 300 experts", tb.Routes)
+	if tb.Routes == nil || tb.Routes.DType != messages.ExpertDTypeFor(int32(rs.NumExperts)) {
+		t.Fatalf("routes column %+v for %d experts", tb.Routes, rs.NumExperts)
 	}
 	n, stride := len(tr.TokenIDs), rs.Layers*rs.TopK
 	held := n - ep.RoutesPadded
-	want := moeHash{rs: rs}.Routes(tr.TokenIDs[:held], 0)
+	want := m.Routes(tr.TokenIDs[:held], 0)
 	if ep.Turns < 2 || held < ep.PromptLen || !slices.Equal(tr.Routes[:held*stride], want) || !slices.Equal(tr.Routes, ep.Routes) {
 		t.Fatalf("%d turns; packed routes (%d values, %d tokens × %d, %d held) differ from the engine's routing", ep.Turns, len(tr.Routes), n, stride, held)
 	}
