@@ -94,19 +94,8 @@ func (r *Router) proxy(w http.ResponseWriter, req *http.Request) {
 			writeError(w, http.StatusServiceUnavailable, "no replica available")
 			return
 		}
-		out, err := http.NewRequestWithContext(req.Context(), req.Method, d.Replica+req.URL.RequestURI(), bytes.NewReader(body))
-		if err != nil {
-			r.span(span, true)
-			r.done(d)
-			writeError(w, http.StatusBadGateway, "building upstream request: "+err.Error())
-			return
-		}
-		copyHeaders(out.Header, req.Header)
-		out.ContentLength = int64(len(body))
-		out.Host = ""
 		overhead += time.Since(start)
-
-		resp, err := r.tr.RoundTrip(out)
+		resp, err := r.send(req, d.Replica, body)
 		upstreamAt := time.Now()
 		if err != nil {
 			r.span(span, true)
@@ -143,6 +132,25 @@ func (r *Router) proxy(w http.ResponseWriter, req *http.Request) {
 		r.relay(req.Context(), w, resp, d, span, upstreamAt, overhead)
 		return
 	}
+}
+
+// send forwards the request with body to replica: through the lean
+// upstream client for a plain-http replica when no Transport was
+// configured, else through the Transport.
+func (r *Router) send(req *http.Request, replica string, body []byte) (*http.Response, error) {
+	if r.up != nil {
+		if host, ok := strings.CutPrefix(replica, "http://"); ok && !strings.Contains(host, "/") {
+			return r.up.roundTrip(req.Context(), req.Method, host, req.URL.RequestURI(), req.Header, body)
+		}
+	}
+	out, err := http.NewRequestWithContext(req.Context(), req.Method, replica+req.URL.RequestURI(), bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	copyHeaders(out.Header, req.Header)
+	out.ContentLength = int64(len(body))
+	out.Host = ""
+	return r.tr.RoundTrip(out)
 }
 
 // readBody reads the whole body into one buffer sized from the declared

@@ -24,6 +24,7 @@ type Router struct {
 	cfg     Config
 	log     zerolog.Logger
 	tr      http.RoundTripper
+	up      *upstream // proxied requests when no Transport is configured; nil otherwise
 	metrics *metrics
 
 	mu       sync.Mutex
@@ -60,6 +61,7 @@ func New(cfg Config) (*Router, error) {
 		spans:  make(map[string]map[*versionSpan]struct{}),
 	}
 	if r.tr == nil {
+		r.up = newUpstream()
 		r.tr = &http.Transport{
 			Proxy:                 nil, // never route engine traffic through an env proxy
 			DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
@@ -120,6 +122,9 @@ func (r *Router) Shutdown(ctx context.Context) error {
 	r.wg.Wait()
 	if t, ok := r.tr.(interface{ CloseIdleConnections() }); ok {
 		t.CloseIdleConnections()
+	}
+	if r.up != nil {
+		r.up.CloseIdleConnections()
 	}
 	return err
 }

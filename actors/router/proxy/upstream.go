@@ -1,0 +1,259 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// upstream is the router's lean HTTP/1.1 client for plain-http replicas
+// when no Transport is configured: the request is written and the
+// response read on the handler's own goroutine, over a pooled keep-alive
+// connection. http.Transport hands every request to two goroutines per
+// connection (writeLoop, readLoop) and back over channels; on the hop
+// those switches and their wake-ups cost about as much as the syscalls.
+//
+// It keeps what the Transport gave the router: keep-alive reuse (up to
+// maxIdle idle connections per replica), a bounded dial, cancellation
+// (the client going away aborts the upstream read, through
+// context.AfterFunc, no goroutine), streaming bodies (resp.Body reads
+// the connection as the replica writes), and one retry on a fresh
+// connection when a reused idle one turns out closed before any byte of
+// the answer (the body is in memory, so it is replayed exactly; the
+// Transport does the same for a request with GetBody).
+type upstream struct {
+	dialer  net.Dialer
+	maxIdle int
+
+	mu     sync.Mutex
+	idle   map[string][]*upConn // by host:port
+	closed bool
+}
+
+type upConn struct {
+	c    net.Conn
+	br   *bufio.Reader
+	bw   *bufio.Writer
+	host string
+}
+
+func newUpstream() *upstream {
+	return &upstream{
+		dialer:  net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second},
+		maxIdle: 256,
+		idle:    make(map[string][]*upConn),
+	}
+}
+
+func (u *upstream) get(ctx context.Context, host string) (*upConn, bool, error) {
+	u.mu.Lock()
+	if l := u.idle[host]; len(l) > 0 {
+		c := l[len(l)-1]
+		u.idle[host] = l[:len(l)-1]
+		u.mu.Unlock()
+		return c, true, nil
+	}
+	u.mu.Unlock()
+	nc, err := u.dialer.DialContext(ctx, "tcp", host)
+	if err != nil {
+		return nil, false, err
+	}
+	return &upConn{c: nc, br: bufio.NewReaderSize(nc, 16<<10), bw: bufio.NewWriterSize(nc, 16<<10), host: host}, false, nil
+}
+
+func (u *upstream) put(c *upConn) {
+	u.mu.Lock()
+	if !u.closed && len(u.idle[c.host]) < u.maxIdle {
+		u.idle[c.host] = append(u.idle[c.host], c)
+		u.mu.Unlock()
+		return
+	}
+	u.mu.Unlock()
+	_ = c.c.Close()
+}
+
+// CloseIdleConnections closes the pooled connections (Router.Shutdown);
+// connections in use close when their request ends.
+func (u *upstream) CloseIdleConnections() {
+	u.mu.Lock()
+	idle := u.idle
+	u.idle = make(map[string][]*upConn)
+	u.closed = true
+	u.mu.Unlock()
+	for _, l := range idle {
+		for _, c := range l {
+			_ = c.c.Close()
+		}
+	}
+}
+
+// roundTrip sends method uri with body to host (host:port) and returns the
+// response; its Body returns the connection to the pool when read to the
+// end and closed.
+func (u *upstream) roundTrip(ctx context.Context, method, host, uri string, h http.Header, body []byte) (*http.Response, error) {
+	for try := 0; ; try++ {
+		c, reused, err := u.get(ctx, host)
+		if err != nil {
+			return nil, err
+		}
+		stop := context.AfterFunc(ctx, c.abort)
+		resp, err := c.exchange(method, host, uri, h, body)
+		if err == nil {
+			resp.Body = &upBody{rc: resp.Body, c: c, u: u, resp: resp, stop: stop}
+			return resp, nil
+		}
+		stop()
+		_ = c.c.Close()
+		if ctx.Err() != nil {
+			return nil, context.Cause(ctx)
+		}
+		if !reused || try > 0 || !errors.Is(err, errNoAnswer) {
+			return nil, err
+		}
+		// A reused idle connection the replica had closed: replay once on a new one.
+	}
+}
+
+// abort unblocks the connection's reads and writes (the client went away).
+func (c *upConn) abort() { _ = c.c.SetDeadline(time.Unix(1, 0)) }
+
+// errNoAnswer marks a failure before any byte of an answer was read.
+var errNoAnswer = errors.New("proxy: upstream connection closed before answering")
+
+func (c *upConn) exchange(method, host, uri string, h http.Header, body []byte) (*http.Response, error) {
+	if err := c.write(method, host, uri, h, body); err != nil {
+		return nil, errors.Join(errNoAnswer, err)
+	}
+	if _, err := c.br.Peek(1); err != nil {
+		return nil, errors.Join(errNoAnswer, err)
+	}
+	return c.read(method)
+}
+
+func (c *upConn) write(method, host, uri string, h http.Header, body []byte) error {
+	w := c.bw
+	w.WriteString(method)
+	w.WriteByte(' ')
+	w.WriteString(uri)
+	w.WriteString(" HTTP/1.1\r\nHost: ")
+	w.WriteString(host)
+	w.WriteString("\r\n")
+	writeHeaders(w, h)
+	w.WriteString("Content-Length: ")
+	var nb [20]byte
+	w.Write(strconv.AppendInt(nb[:0], int64(len(body)), 10))
+	w.WriteString("\r\n\r\n")
+	w.Write(body)
+	return w.Flush()
+}
+
+// writeHeaders writes the client's end-to-end headers (as copyHeaders
+// keeps them), minus those this hop sets itself: Host, Content-Length,
+// and Expect (the body is already read; a 100-continue would only
+// delay it).
+func writeHeaders(w *bufio.Writer, h http.Header) {
+	var named []string
+	for _, v := range h["Connection"] {
+		for _, f := range strings.Split(v, ",") {
+			named = append(named, http.CanonicalHeaderKey(strings.TrimSpace(f)))
+		}
+	}
+	for k, vs := range h {
+		if isHopHeader(k) || k == "Host" || k == "Content-Length" || k == "Expect" || contains(named, k) {
+			continue
+		}
+		for _, v := range vs {
+			w.WriteString(k)
+			w.WriteString(": ")
+			w.WriteString(headerValue(v))
+			w.WriteString("\r\n")
+		}
+	}
+}
+
+func contains(l []string, s string) bool {
+	for _, x := range l {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// headerValue drops CR and LF (net/http's server never passes them in a
+// value; this keeps a header from ever splitting the request).
+func headerValue(v string) string {
+	if !strings.ContainsAny(v, "\r\n") {
+		return v
+	}
+	return strings.Map(func(r rune) rune {
+		if r == '\r' || r == '\n' {
+			return ' '
+		}
+		return r
+	}, v)
+}
+
+var methodStubs sync.Map // method → *http.Request, what http.ReadResponse reads of the request
+
+func (c *upConn) read(method string) (*http.Response, error) {
+	stub, ok := methodStubs.Load(method)
+	if !ok {
+		stub, _ = methodStubs.LoadOrStore(method, &http.Request{Method: method})
+	}
+	for {
+		resp, err := http.ReadResponse(c.br, stub.(*http.Request))
+		if err != nil {
+			return nil, err
+		}
+		// 1xx (other than 101) are interim: the answer follows.
+		if resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {
+			continue
+		}
+		return resp, nil
+	}
+}
+
+// upBody is an upstream response body: the connection goes back to the
+// pool when the body was read to its end without error and the replica
+// did not ask to close; otherwise it is closed.
+type upBody struct {
+	rc      io.ReadCloser
+	c       *upConn
+	u       *upstream
+	resp    *http.Response
+	stop    func() bool
+	eof     bool
+	failed  bool
+	release sync.Once
+}
+
+func (b *upBody) Read(p []byte) (int, error) {
+	n, err := b.rc.Read(p)
+	if err == io.EOF {
+		b.eof = true
+	} else if err != nil {
+		b.failed = true
+	}
+	return n, err
+}
+
+func (b *upBody) Close() error {
+	b.release.Do(func() {
+		_ = b.rc.Close()
+		live := b.stop() // false: cancelled, the deadline is set
+		if live && b.eof && !b.failed && !b.resp.Close {
+			b.u.put(b.c)
+			return
+		}
+		_ = b.c.c.Close()
+	})
+	return nil
+}
