@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"syscall"
 	"testing"
 
 	"github.com/asyncrl/asyncrl/policy/sampler"
@@ -218,5 +219,91 @@ func TestMeasureR3Drift(t *testing.T) {
 			t.Logf("%-6s drift %d: mean |Δlogprob| own routing %.5f, replayed %.5f (×%.2f); rows routed differently %.1f%%",
 				c.name, k, own[k], rep[k], own[k]/rep[k], 100*flips[k])
 		}
+	}
+}
+
+// TestMeasureMoEStepCPU: Trainer.Step (one worker, the 64 × 8-token batch
+// of BenchmarkMoEStep) dense vs mixtures in process CPU time, the configs
+// interleaved in each round and the per-step median over rounds reported:
+// on the shared 2-core machine wall-clock benchmarks of the same code
+// swing 2–5× between runs. Measurement only:
+// ASYNCRL_MEASURE=1 go test ./policy -run TestMeasureMoEStepCPU -v.
+func TestMeasureMoEStepCPU(t *testing.T) {
+	if os.Getenv("ASYNCRL_MEASURE") == "" {
+		t.Skip("measurement: set ASYNCRL_MEASURE=1")
+	}
+	type arm struct {
+		name string
+		tr   *Trainer
+		b    Batch
+		cpu  []float64
+	}
+	var arms []*arm
+	for _, c := range moeBenchConfigs() {
+		for _, replay := range []bool{false, true} {
+			if replay && c.cfg.Experts == 0 {
+				continue
+			}
+			m, _ := New(c.cfg, 1)
+			tr, _ := NewTrainer(m, DefaultTrainerConfig())
+			serve := tr.ServingCopy()
+			seqs := rollout(t, serve, 64, 8, rand.New(rand.NewPCG(1, 1)), sampler.DefaultParams())
+			if replay {
+				for i := range seqs {
+					seqs[i].Routes = serve.Routes(seqs[i].Tokens, 0)
+				}
+			}
+			arms = append(arms, &arm{name: fmt.Sprintf("%s/replay=%v", c.name, replay), tr: tr, b: Batch{Sequences: seqs}})
+		}
+	}
+	cpu := func() float64 {
+		var ru syscall.Rusage
+		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+			t.Fatal(err)
+		}
+		return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e6
+	}
+	const rounds, steps = 7, 5
+	for range rounds {
+		for _, a := range arms {
+			t0 := cpu()
+			for range steps {
+				if _, err := a.tr.Step(a.b); err != nil {
+					t.Fatal(err)
+				}
+			}
+			a.cpu = append(a.cpu, (cpu()-t0)/steps)
+		}
+	}
+	median := func(x []float64) float64 {
+		s := slices.Clone(x)
+		slices.Sort(s)
+		return s[len(s)/2]
+	}
+	base := median(arms[0].cpu)
+	for _, a := range arms {
+		t.Logf("%-16s %6.1f CPU ms/step (×%.2f dense)", a.name, median(a.cpu), median(a.cpu)/base)
+	}
+	// the engine's side: NextLogits per token
+	toks := []int32{1, 10, 20, 30, 40, 50, 60, 70, 80, 90, 5, 6, 7, 8, 9, 11, 12, 13}
+	out := make([]float32, DefaultConfig().VocabSize)
+	var serve []*Model
+	for _, c := range moeBenchConfigs() {
+		m, _ := New(c.cfg, 1)
+		serve = append(serve, m)
+	}
+	us := make([][]float64, len(serve))
+	const calls = 4000
+	for range rounds {
+		for i, m := range serve {
+			t0 := cpu()
+			for range calls {
+				m.NextLogits(toks, out)
+			}
+			us[i] = append(us[i], (cpu()-t0)*1000/calls)
+		}
+	}
+	for i, c := range moeBenchConfigs() {
+		t.Logf("NextLogits %-6s %5.2f CPU µs/token (×%.2f dense)", c.name, median(us[i]), median(us[i])/median(us[0]))
 	}
 }
