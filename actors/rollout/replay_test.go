@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http/httptest"
 	"os"
 	"slices"
@@ -263,4 +264,39 @@ func routesEndToEnd(t *testing.T, m routesModel, rs RouteSpec) {
 		t.Fatalf("%d turns; packed routes (%d values, %d tokens × %d, %d held) differ from the engine's routing", ep.Turns, len(tr.Routes), n, stride, held)
 	}
 	checkPadding(t, ep, held, stride, rs.TopK)
+	if pm, ok := m.(*policy.Model); ok {
+		trainerReplays(t, pm, tr, cfg.Temperature, stride)
+	}
+}
+
+// trainerReplays: the built-in trainer replaying the packed routes
+// computes the engine's logprobs of every generated token of the
+// multi-turn trajectory (same weights), and routes one row off do not —
+// so the rows line up with the positions they route.
+func trainerReplays(t *testing.T, m *policy.Model, tr messages.Trajectory, temp float64, stride int) {
+	t.Helper()
+	tc := policy.DefaultTrainerConfig()
+	tc.Temperature = temp
+	trn, err := policy.NewTrainer(m, tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq := policy.Sequence{Tokens: tr.TokenIDs, LossMask: tr.LossMask, RolloutLogprobs: tr.Logprobs, Routes: tr.Routes}
+	lps, err := trn.Logprobs(policy.Batch{Sequences: []policy.Sequence{seq}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, mk := range tr.LossMask {
+		if mk == 1 && math.Abs(float64(lps[0][i]-tr.Logprobs[i])) > 1e-4 {
+			t.Fatalf("token %d: trainer logprob %v, engine %v", i, lps[0][i], tr.Logprobs[i])
+		}
+	}
+	seq.Routes = append(slices.Clone(tr.Routes[stride:]), tr.Routes[:stride]...) // rows shifted by one
+	off, err := trn.Logprobs(policy.Batch{Sequences: []policy.Sequence{seq}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Equal(off[0], lps[0]) {
+		t.Fatal("routes shifted by one row give the same logprobs: the trainer did not replay them")
+	}
 }
