@@ -56,21 +56,27 @@ func DecodeE8M0(b uint8) float32 {
 }
 
 // mxExponent is the unbiased E8M0 exponent E of the smallest power of two
-// with amax/2^E ≤ 448, clamped to E8M0's finite range [−127, 127].
+// with amax/2^E ≤ 448, clamped to E8M0's finite range [−127, 127]. It
+// reads E off the bits of r = amax/448 in float64 (exact enough that r is
+// a power of two exactly when its mantissa bits are zero): r's exponent,
+// plus one unless r is a power of two.
 func mxExponent(amax float32) int {
 	if amax == 0 {
 		return -127
 	}
-	frac, exp := math.Frexp(float64(amax) / E4M3Max) // r = frac·2^exp, frac ∈ [0.5, 1)
-	e := exp
-	if frac == 0.5 { // r is a power of two: 2^(exp−1)
-		e = exp - 1
+	r := math.Float64bits(float64(amax) / E4M3Max) // normal: amax ≥ 2^−149
+	e := int(r>>52&0x7ff) - 1023
+	if r&(1<<52-1) != 0 {
+		e++
 	}
 	return min(max(e, -127), 127)
 }
 
 func mxScale(amax float32) (s, inv float32) {
 	e := mxExponent(amax)
+	if e > -127 && e < 127 { // both 2^e and 2^−e are normal float32
+		return math.Float32frombits(uint32(e+127) << 23), math.Float32frombits(uint32(127-e) << 23)
+	}
 	return float32(math.Ldexp(1, e)), float32(math.Ldexp(1, -e))
 }
 
@@ -85,8 +91,9 @@ func (m MXFP8) Quantize(name string, rows, cols int, w []float32) (Tensor, Tenso
 	st := quantizeGrid(q, scales, w, rows, cols, 1, MXBlock, mxScale)
 	sb := make([]byte, len(scales))
 	for i, s := range scales {
-		_, exp := math.Frexp(float64(s)) // s = 0.5·2^exp = 2^(exp−1)
-		sb[i] = uint8(exp - 1 + 127)
+		// s = 2^E: its float32 exponent field is E+127 (and 0 for the
+		// subnormal 2^−127), which is the E8M0 byte.
+		sb[i] = uint8(math.Float32bits(s) >> 23)
 	}
 	weight := Tensor{Name: name, DType: "F8_E4M3", Shape: []int64{int64(rows), int64(cols)}, Data: q}
 	scale := Tensor{Name: m.ScaleName(name), DType: "F8_E8M0", Shape: []int64{int64(rows), int64(nbj)}, Data: sb}
