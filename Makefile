@@ -85,6 +85,14 @@ SFT_DATA_DIR ?= $(or $(TMPDIR),/tmp)/asyncrl-sft-data
 bench-sft-data: build
 	./bench/sft-data.sh ./$(BIN) $(SFT_DATA_DIR)
 
+# The delta codec against C zstd (issue 22; not in `make test`): the same
+# XOR patches through Debian's zstd (-1, -3, -T2, -d; installed with apt-get
+# if missing) and through klauspost / delta.Encode, interleaved rounds
+# (BENCHMARKS.md "Delta codec vs C zstd"). ZSTD_BENCH_MB sets the size.
+.PHONY: bench-codec-zstd
+bench-codec-zstd:
+	GO=$(GO) ./bench/zstd.sh
+
 clean:
 	rm -rf bin
 
@@ -122,6 +130,14 @@ test-engines:
 .PHONY: test-cluster
 test-cluster:
 	ASYNCRL_CLUSTER_E2E=1 go test -count=1 -timeout 60m -run TestCluster -v ./cluster/node/
+
+# FP8/MXFP8 quantise-on-publish (BENCHMARKS.md "FP8/MXFP8 publish"): bytes
+# per version (full and delta) vs BF16 for the built-in policy and a
+# synthetic 8 × 4096×4096 model, error stats, quantise throughput.
+.PHONY: bench-quant
+bench-quant:
+	ASYNCRL_QUANT_BENCH=1 $(GO) test -count=1 -timeout 30m -v -run 'TestPublishBytes' ./weights/quant/
+	$(GO) test -count=1 -run '^$$' -bench BenchmarkQuantize -benchtime 5x -count 3 ./weights/quant/
 
 # The router's HTTP hop against HAProxy 2.6 side by side (issue 22; not in
 # `make test`): installs haproxy and wrk if missing, 10 s wrk cells at
