@@ -115,7 +115,11 @@ func (c *HTTPClient) client() *http.Client {
 	return defaultClient
 }
 
-var defaultClient = &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 256}}
+// defaultClient keeps at most 1,024 connections per host: with thousands
+// of trajectories in flight, turns beyond them wait for a free connection
+// instead of each taking a socket (issue 22: ~16k in flight ran out of
+// file descriptors).
+var defaultClient = &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 256, MaxConnsPerHost: 1024}}
 
 // Router headers with the oldest and newest weight version the replica
 // served while the call was on it (actors/router/proxy VersionMinHeader

@@ -102,7 +102,9 @@ type Config struct {
 func Start(c Config) (*Host, error) {
 	h := &Host{c: c, node: c.Node, baseRun: c.Run.Run.ID, cfg: c.Run, task: c.Task, bus: c.Bus, replicas: c.Replicas,
 		log: c.Logger.With().Str("component", "rollout-host").Logger(), event: c.Event,
-		httpc: &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 256}},
+		// At most 1,024 connections to the term's router: turns beyond them
+		// wait for a free one instead of each taking a socket (issue 22).
+		httpc: &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 256, MaxConnsPerHost: 1024}},
 		terms: make(chan messages.TermAnnounce, 16)}
 	// The model's vocabulary is the run's, whichever term follows: read
 	// once, and a bad tokenizer fails the start, not every term.
