@@ -39,26 +39,33 @@ func DecodeE4M3(b uint8) float32 { return e4m3Table[b] }
 // with y's sign). This is torch's y.clamp(-448, 448).to(float8_e4m3fn)
 // for finite y, the "satfinite" conversion of CUDA's __nv_cvt_float_to_fp8.
 func EncodeE4M3(y float32) uint8 {
-	b := math.Float32bits(y)
-	sign := uint8(b>>24) & 0x80
-	abs := b & 0x7fffffff
-	switch {
-	case abs > 0x7f800000: // NaN
-		return sign | e4m3NaN
-	case abs >= 0x43e00000: // ≥ 448, ±Inf: saturate
-		return sign | 0x7e
-	case abs >= 0x3c800000: // ≥ 2^−6: normal
-		// Round the 23-bit mantissa to 3 bits, to nearest even; a carry
-		// moves into the exponent, which is what rounding up does. Then
-		// rebias the exponent from 127 to 7: the code is the top 12 bits
-		// minus 120<<3. Nothing below 448 rounds past 448 (1.75·2^8).
-		v := abs + 0x7ffff + (abs>>20)&1
-		return sign | uint8(v>>20-120<<3)
+	if b := math.Float32bits(y); b&0x7fffffff > 0x7f800000 { // NaN
+		return uint8(b>>24)&0x80 | e4m3NaN
 	}
-	// Subnormal: the code is m = round(|y|·2^9), 0…8 (8 is 0x08, the
-	// smallest normal 2^−6). Adding 2^14, whose float32 ulp is 2^−9,
-	// makes the FPU round |y| to that step, ties to even; the low bits of
-	// the sum are m.
-	s := math.Float32frombits(abs) + 0x1p14
-	return sign | uint8(math.Float32bits(s)-0x46800000)
+	return encodeNotNaN(y)
+}
+
+// encodeNotNaN is EncodeE4M3 for y that is not NaN, small enough for the
+// compiler to inline into the quantiser's loop.
+func encodeNotNaN(y float32) uint8 {
+	b := math.Float32bits(y)
+	abs := b & 0x7fffffff
+	var c uint32
+	if abs >= 0x3c800000 { // ≥ 2^−6: normal
+		// Saturate at 448 (±Inf included), then round the 23-bit
+		// mantissa to 3 bits, to nearest even; a carry moves into the
+		// exponent, which is what rounding up does. Rebias the exponent
+		// from 127 to 7: the code is the top 12 bits minus 120<<3. Nothing
+		// below 448 rounds past 448 (1.75·2^8).
+		v := min(abs, 0x43e00000)
+		v += 0x7ffff + (v>>20)&1
+		c = v>>20 - 120<<3
+	} else {
+		// Subnormal: the code is m = round(|y|·2^9), 0…8 (8 is 0x08,
+		// the smallest normal 2^−6). Adding 2^14, whose float32 ulp is
+		// 2^−9, makes the FPU round |y| to that step, ties to even; the
+		// low bits of the sum are m.
+		c = math.Float32bits(math.Float32frombits(abs)+0x1p14) - 0x46800000
+	}
+	return uint8(b>>24)&0x80 | uint8(c)
 }
