@@ -55,6 +55,9 @@ type Config struct {
 	// Publish, when set, publishes weight versions during the run with
 	// staggered acks and sets the router's version rule (PublishConfig).
 	Publish *PublishConfig
+	// HAProxy, when set, puts HAProxy in front of the same engines instead
+	// of the router: Policy is then HAProxyStick or HAProxyChash.
+	HAProxy *HAProxyConfig
 }
 
 // DefaultConfig returns the comparison cell used in BENCHMARKS.md for a
@@ -183,7 +186,9 @@ func RunAgentic(ctx context.Context, cfg Config) (Result, error) {
 		return m
 	}
 	pc := proxy.DefaultConfig()
-	pc.Policy.Policy = cfg.Policy
+	if cfg.HAProxy == nil { // else the router is started but idle: HAProxy fronts the engines
+		pc.Policy.Policy = cfg.Policy
+	}
 	if cfg.LoadFactor > 0 {
 		pc.Policy.LoadFactor = cfg.LoadFactor
 	}
@@ -211,6 +216,17 @@ func RunAgentic(ctx context.Context, cfg Config) (Result, error) {
 	index := map[string]int{}
 	for i, u := range f.urls {
 		index[u] = i
+	}
+	if cfg.HAProxy != nil { // HAProxy in front instead of the router
+		hp, err := startHAProxy(*cfg.HAProxy, cfg.Policy, f.urls)
+		if err != nil {
+			return res, err
+		}
+		defer hp.stop()
+		f.url = hp.url
+		for i := range f.urls {
+			index[haproxyServer(i)] = i
+		}
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)

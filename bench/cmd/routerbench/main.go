@@ -45,7 +45,7 @@ func run() error {
 		turns     = flag.Int("turns", 40, "T: turns per conversation")
 		replicas  = flag.Int("replicas", 4, "N: built-in engines")
 		scale     = flag.Float64("timescale", 0.25, "engine time scale (real sleep = modelled duration × scale)")
-		policies  = flag.String("policies", strings.Join([]string{policy.ConsistentHash, policy.StickyLeastLoaded, policy.BoundedSticky, policy.RoundRobin, policy.LeastRequest}, ","), "comma-separated policies, each optionally with bounded_sticky's load factor (bounded_sticky@c=2); the first is the ratio baseline")
+		policies  = flag.String("policies", strings.Join([]string{policy.ConsistentHash, policy.StickyLeastLoaded, policy.BoundedSticky, policy.RoundRobin, policy.LeastRequest}, ","), "comma-separated policies, each optionally with bounded_sticky's load factor (bounded_sticky@c=2), or haproxy_stick / haproxy_chash (HAProxy in front instead, see -haproxy); the first is the ratio baseline")
 		pressures = flag.String("pressures", "2,1,0.5", "KV capacity / per-replica working set, comma-separated")
 		reps      = flag.Int("reps", 3, "repetitions (medians are taken over them)")
 		seed      = flag.Uint64("seed", 1, "workload seed")
@@ -57,6 +57,8 @@ func run() error {
 		stagger   = flag.Duration("ack-stagger", 1500*time.Millisecond, "publish: modelled time between two replicas' acks of a version")
 		rules     = flag.String("version-rules", policy.VersionNewest+","+policy.VersionStaleness, "publish: router version rules, comma-separated; the first is the ratio baseline")
 		maxLag    = flag.Int64("max-version-lag", 2, "publish: staleness budget in versions (router and publisher; the run default is trainer.max_staleness_steps = 2)")
+		haproxy   = flag.String("haproxy", "haproxy", "compare: the HAProxy binary for the haproxy_stick and haproxy_chash entries of -policies (HAProxy 2.6 in front of the same engines instead of the router)")
+		haTmpl    = flag.String("haproxy-template", "bench/haproxy/haproxy.cfg.tmpl", "compare: HAProxy config template")
 		jsonOut   = flag.String("json", "", "write raw results as JSON to this file")
 		fromJSON  = flag.String("from-json", "", "print the tables of raw results written by -json instead of running")
 	)
@@ -79,7 +81,8 @@ func run() error {
 			fmt.Printf("publish: every %v (modelled), acks %v apart in a seeded random order, staleness budget %d\n", *pubEvery, *stagger, *maxLag)
 			return publishCompare(ctx, sessions, shared, *replicas, *scale, split(*policies), split(*rules), *pressures, *reps, pub, *jsonOut)
 		}
-		return compare(ctx, sessions, shared, *replicas, *scale, split(*policies), *pressures, *reps, *prefixB, *jsonOut)
+		hp := routerbench.HAProxyConfig{Binary: *haproxy, Template: *haTmpl}
+		return compare(ctx, sessions, shared, *replicas, *scale, split(*policies), *pressures, *reps, *prefixB, hp, *jsonOut)
 	case "overhead":
 		cs, err := ints(*clients)
 		if err != nil {
@@ -179,7 +182,8 @@ func makeWorkload(name string, convs, turns, groups, samples int, seed uint64) (
 	return ss, shared, desc, nil
 }
 
-func compare(ctx context.Context, sessions []workload.Session, shared, replicas int, scale float64, pols []string, pressures string, reps int, prefixBytes int, jsonOut string) error {
+func compare(ctx context.Context, sessions []workload.Session, shared, replicas int, scale float64, pols []string, pressures string, reps int, prefixBytes int,
+	hp routerbench.HAProxyConfig, jsonOut string) error {
 	ps, err := floats(pressures)
 	if err != nil {
 		return fmt.Errorf("-pressures: %w", err)
@@ -198,6 +202,9 @@ func compare(ctx context.Context, sessions []workload.Session, shared, replicas 
 				}
 				cfg := routerbench.DefaultConfig(pol, p)
 				cfg.Replicas, cfg.TimeScale, cfg.Sessions, cfg.SharedPrefix, cfg.PrefixBytes, cfg.LoadFactor = replicas, scale, sessions, shared, prefixBytes, c
+				if routerbench.IsHAProxy(pol) {
+					cfg.HAProxy = &hp
+				}
 				r, err := routerbench.RunAgentic(ctx, cfg)
 				if err != nil {
 					return fmt.Errorf("rep %d %s pressure %g: %w", rep, name, p, err)
