@@ -3,7 +3,6 @@ package delta
 import (
 	"bytes"
 	"context"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
@@ -12,8 +11,6 @@ import (
 	"runtime"
 	"slices"
 	"sync"
-
-	"github.com/klauspost/compress/zstd"
 
 	"github.com/asyncrl/asyncrl/weights/safetensors"
 	"github.com/asyncrl/asyncrl/weights/store"
@@ -130,13 +127,11 @@ func Encode(ctx context.Context, cfg EncodeConfig, base, next Source, version in
 	} else if !errors.Is(err, store.ErrNotFound) {
 		return nil, fmt.Errorf("delta: encode: checking %s: %w", ManifestKey(version), err)
 	}
-	zenc, err := zstd.NewWriter(nil,
-		zstd.WithEncoderLevel(zstd.EncoderLevelFromZstd(cfg.Level)),
-		zstd.WithEncoderConcurrency(cfg.Workers))
+	encs, err := newPatchEncoders(cfg.Level, cfg.Workers)
 	if err != nil {
-		return nil, fmt.Errorf("delta: zstd: %w", err)
+		return nil, err
 	}
-	defer zenc.Close()
+	defer encs.close()
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -160,7 +155,9 @@ func Encode(ctx context.Context, cfg EncodeConfig, base, next Source, version in
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				slots[i] <- encodeTensor(ctx, cfg, zenc, base, next, name)
+				pe := <-encs
+				defer func() { encs <- pe }()
+				slots[i] <- encodeTensor(ctx, cfg, pe, base, next, name)
 			}()
 		}
 	}()
@@ -225,7 +222,7 @@ func firstDiff(a, b []string) string {
 	return "none"
 }
 
-func encodeTensor(ctx context.Context, cfg EncodeConfig, zenc *zstd.Encoder, base, next Source, name string) encoded {
+func encodeTensor(ctx context.Context, cfg EncodeConfig, pe *patchEncoder, base, next Source, name string) encoded {
 	if err := ctx.Err(); err != nil {
 		return encoded{err: err}
 	}
@@ -250,21 +247,21 @@ func encodeTensor(ctx context.Context, cfg EncodeConfig, zenc *zstd.Encoder, bas
 	if err != nil {
 		return encoded{err: err}
 	}
-	// Scratch from the pool: XORBytes writes every byte of patch, and
-	// EncodeAll appends to compBuf[:0], so neither needs zeroing.
-	patchBuf := getBuf(len(nb))
-	patch := *patchBuf
-	subtle.XORBytes(patch, nb, bb)
-	compBuf := getBuf(len(patch)/16 + 64)
-	comp := zenc.EncodeAll(patch, (*compBuf)[:0])
-	putBuf(patchBuf)
-	*compBuf = comp // keep the grown backing array if EncodeAll reallocated
+	// The compressed patch goes to a pooled buffer (appended to from
+	// [:0], so it needs no zeroing).
+	compBuf := getBuf(len(nb)/16 + 64)
+	comp, err := pe.encode((*compBuf)[:0], nb, bb)
+	*compBuf = comp // keep the grown backing array if append reallocated
+	if err != nil {
+		putBuf(compBuf)
+		return encoded{err: fmt.Errorf("delta: zstd: tensor %q: %w", name, err)}
+	}
 	return encoded{
 		entry: TensorEntry{
 			Name:                 name,
 			DType:                TorchDTypeName(bi.DType),
 			Shape:                append([]int64{}, bi.Shape...),
-			UncompressedNumBytes: int64(len(patch)),
+			UncompressedNumBytes: int64(len(nb)),
 			CompressedNumBytes:   int64(len(comp)),
 			PayloadKey:           name,
 			Checksum:             sum,
