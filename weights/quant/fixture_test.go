@@ -51,7 +51,7 @@ func pythonFixture(t *testing.T, name string) []byte {
 // (ASYNCRL_WRITE_FIXTURES=1 rewrites them), so the Python side is tested
 // against Go's current format.
 func TestPythonFixtureUpToDate(t *testing.T) {
-	for _, name := range quant.Names() {
+	for _, name := range []string{"fp8", "mxfp8"} {
 		want := pythonFixture(t, name)
 		path := filepath.Join(pythonFixtureDir, "quant_"+name+".safetensors")
 		if os.Getenv("ASYNCRL_WRITE_FIXTURES") != "" {

@@ -27,7 +27,7 @@ import (
 // the engine returns over HTTP equal those of the dequantised model
 // (policy.QuantizedCopy of the trainer's weights) and not the BF16 ones'.
 func TestBuiltInEngineServesQuantisedVersion(t *testing.T) {
-	for _, name := range quant.Names() {
+	for _, name := range []string{"fp8", "mxfp8"} {
 		t.Run(name, func(t *testing.T) {
 			s, _ := quant.Lookup(name)
 			root := t.TempDir()
