@@ -11,7 +11,8 @@
 // new bytes are cast to the base checkpoint's dtype, XORed with the bytes
 // previously published, and the patch is compressed as one zstd frame
 // (klauspost/compress; the frame records its content size so Python's
-// zstandard.decompress reads it); tensors with no changed byte are omitted.
+// zstandard.decompress reads it, and has no zstd checksum: the manifest's
+// xxh3-128 covers the tensor); tensors with no changed byte are omitted.
 // The patches are uint8 tensors, keyed by payload_key (asyncrl uses the
 // tensor name), in safetensors payload files named
 // delta-rank{r:05d}-file{i:06d}.safetensors, rolled over when the next
@@ -42,11 +43,18 @@
 // thing that grows, bounded by MaxFileSizeGB. Apply patches a Mutable
 // checkpoint in place (each tensor at its offset in its shard), tensors in
 // parallel, verifying each tensor's checksum before writing it back. The
-// per-tensor scratch buffers (XOR patch, compressed patch, current bytes)
-// are recycled through a pool rather than allocated, zeroed and collected
-// for every tensor. zstd dominates both directions (≈ 75 % of Encode's CPU
-// time, ≈ 70 % of Apply's): the output must stay byte-identical to
-// klauspost's level-mapped encoder, so its speed bounds the codec's.
+// per-tensor scratch buffers (compressed patch, current bytes) are
+// recycled through a pool rather than allocated, zeroed and collected for
+// every tensor. Encode never materialises a tensor's XOR patch: it XORs
+// 256 KiB chunks straight into a stream encoder (patchenc.go), which made
+// the old XOR-to-a-tensor-sized-buffer step (a pass out to memory and back,
+// page faults on a fresh buffer) disappear; what is left is mostly zstd:
+// per CPU-second Encode runs at 0.8–1.2× C zstd -1 on sparse BF16 updates
+// (1–3 % of weights), ~1.5× on FP8 ones, and ~0.5× on dense Adam-like
+// ones, where klauspost's entropy coding is the gap (BENCHMARKS.md "Delta
+// codec vs C zstd", bench/zstd.sh). Any zstd decoder reads the frames;
+// they are deterministic for a given level, not byte-identical to other
+// encoders'.
 //
 // # Errors
 //
