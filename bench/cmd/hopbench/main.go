@@ -101,7 +101,8 @@ type Cell struct {
 	Errors     int64
 	P50us      int64
 	P99us      int64
-	// CPUSeconds is the proxy process's utime+stime over the cell (0 for direct).
+	// CPUSeconds is the proxy process's utime+stime over the cell; for
+	// direct, the backend's (a Go net/http server answering at once).
 	CPUSeconds float64
 }
 
@@ -249,8 +250,12 @@ func run(c runConfig) ([]Cell, error) {
 		return nil, err
 	}
 	var backends []string
+	backendPid := 0
 	for range c.backends {
-		_, out, err := ps.start(self, nil, "backend", "-listen", "127.0.0.1:0")
+		cmd, out, err := ps.start(self, nil, "backend", "-listen", "127.0.0.1:0")
+		if backendPid == 0 && err == nil {
+			backendPid = cmd.Process.Pid
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -265,7 +270,9 @@ func run(c runConfig) ([]Cell, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(tmp)
-	targets := map[string]target{"direct": {url: backends[0]}}
+	// direct's CPU is the backend's: what Go's net/http server alone
+	// costs per request, one side of the router's hop.
+	targets := map[string]target{"direct": {url: backends[0], pid: backendPid}}
 	if slices.Contains(c.targets, "haproxy_stick") || slices.Contains(c.targets, "haproxy_chash") {
 		t, err := startHAProxy(&ps, c, tmp, backends)
 		if err != nil {

@@ -9,7 +9,8 @@ import (
 // Table renders the cells as markdown: per connection count and target,
 // medians over repetitions of req/s, latency added over direct (p50 /
 // p99, each taken within a repetition), the proxy's CPU seconds per 10^5
-// requests, and the ratios to the first HAProxy target present
+// requests (for direct: the backend's, a Go net/http server alone), and
+// the ratios to the first HAProxy target present
 // (haproxy_stick, else haproxy_chash), each taken within a repetition.
 func Table(cells []Cell, targets []string, conns []int) string {
 	base := ""
@@ -47,12 +48,10 @@ func Table(cells []Cell, targets []string, conns []int) string {
 					a50 = append(a50, float64(c.P50us-d.P50us))
 					a99 = append(a99, float64(c.P99us-d.P99us))
 				}
-				if t != "direct" {
-					cpu = append(cpu, c.CPUPer1e5())
-				}
+				cpu = append(cpu, c.CPUPer1e5())
 				if b, ok := byKey[key{rep, n, base}]; ok && base != "" {
 					rr = append(rr, c.RPS()/b.RPS())
-					if t != "direct" && b.CPUPer1e5() > 0 {
+					if b.CPUPer1e5() > 0 {
 						cr = append(cr, c.CPUPer1e5()/b.CPUPer1e5())
 					}
 				}
