@@ -29,3 +29,34 @@ func (c PolicyConfig) Validate() error {
 	}
 	return v.err()
 }
+
+// BuiltinPolicyLayers is the built-in policy's hidden layers
+// (policy.DefaultConfig().Layers, which config cannot import; a test in
+// internal/wiring checks they agree): its routes' L.
+const BuiltinPolicyLayers = 1
+
+// validatePolicyRoutes: when the run's own engines serve the built-in
+// policy (engines.count > 0), rollout.routed_experts must describe that
+// policy's routes, or every answer would be refused (a dense policy has
+// none; another shape fails the wire check).
+func (c Config) validatePolicyRoutes() error {
+	r := c.Rollout.RoutedExperts
+	if !r.Enabled || c.Engines.Count <= 0 {
+		return nil
+	}
+	v := checker{section: "rollout.routed_experts"}
+	if c.Policy.Experts == 0 {
+		v.fail("enabled", "the built-in engines serve the dense policy, which reports no routes: set policy.experts and policy.top_k, or turn routed_experts off")
+		return v.err()
+	}
+	if r.Layers != BuiltinPolicyLayers {
+		v.fail("layers", "must be %d (the built-in policy's hidden layers) when engines.count > 0, got %d", BuiltinPolicyLayers, r.Layers)
+	}
+	if r.TopK != c.Policy.TopK {
+		v.fail("top_k", "must equal policy.top_k (%d) when engines.count > 0, got %d", c.Policy.TopK, r.TopK)
+	}
+	if r.NumExperts != c.Policy.Experts {
+		v.fail("num_experts", "must equal policy.experts (%d) when engines.count > 0, got %d", c.Policy.Experts, r.NumExperts)
+	}
+	return v.err()
+}

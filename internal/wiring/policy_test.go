@@ -26,6 +26,9 @@ func TestMoEExample(t *testing.T) {
 	if E == 0 || !r.Enabled || r.Layers != L || r.TopK != K || r.NumExperts != E {
 		t.Fatalf("policy routes %d×%d of %d, rollout.routed_experts %+v", L, K, E, r)
 	}
+	if config.BuiltinPolicyLayers != pmodel.DefaultConfig().Layers {
+		t.Fatalf("config.BuiltinPolicyLayers %d, policy.DefaultConfig().Layers %d", config.BuiltinPolicyLayers, pmodel.DefaultConfig().Layers)
+	}
 	if dense := PolicyModel(config.Default()); dense != pmodel.DefaultConfig() {
 		t.Fatalf("default config maps to %+v, not the dense default policy", dense)
 	}
