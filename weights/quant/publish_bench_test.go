@@ -186,9 +186,9 @@ func TestPublishBytesBuiltInPolicy(t *testing.T) {
 
 // TestPublishBytesLarge (ASYNCRL_QUANT_BENCH=1; make bench-quant): a
 // synthetic 8 × 4096×4096 model (134 M parameters, N(0, 0.02)) and an
-// AdamW-like update, every element ±lr (lr 1e-5; about 16 % of BF16
-// values move by an ulp at 0.02), rounded to BF16 as the trainer's
-// serving copy is, then published in each format.
+// AdamW-like update, every element ±lr (lr 1e-5, ASYNCRL_QUANT_LR to
+// change it), rounded to BF16 as the trainer's serving copy is, then
+// published in each format.
 func TestPublishBytesLarge(t *testing.T) {
 	if os.Getenv("ASYNCRL_QUANT_BENCH") == "" {
 		t.Skip("set ASYNCRL_QUANT_BENCH=1 (make bench-quant)")
