@@ -2,13 +2,15 @@ package delta
 
 import "sync"
 
-// bufPool recycles the per-tensor scratch buffers (XOR patch, compressed
-// patch, current bytes) that Encode and Apply otherwise allocate for every
-// tensor. Profiles showed those allocations costing a full extra pass over
-// every tensor (the runtime zeroes each fresh buffer, which the XOR then
-// overwrites) plus GC work proportional to the checkpoint; recycling keeps
-// the passes to the ones the format needs. Buffers are pointers to slices
-// so Put does not allocate.
+// bufPool recycles the per-tensor scratch buffers (compressed patch; for
+// Apply also the decoded patch and current bytes) that Encode and Apply
+// otherwise allocate for every tensor. Profiles showed those allocations
+// costing a full extra pass over every tensor (the runtime zeroes each
+// fresh buffer, which the XOR then overwrites) plus GC work proportional
+// to the checkpoint; recycling keeps the passes to the ones the format
+// needs. A GC empties the pool, so the first tensors after one still get
+// fresh buffers: Encode therefore no longer needs a tensor-sized one
+// (patchenc.go). Buffers are pointers to slices so Put does not allocate.
 var bufPool sync.Pool
 
 // getBuf returns a slice of length n, reused when a pooled one is big

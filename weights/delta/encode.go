@@ -24,7 +24,9 @@ type EncodeConfig struct {
 	Level int
 	// Workers is how many tensors are diffed and compressed at once (default
 	// min(4, GOMAXPROCS)). Memory grows with it: each worker holds one
-	// tensor of each checkpoint, its patch and the compressed patch.
+	// tensor of each checkpoint, the compressed patch and a zstd encoder
+	// (its 256 KiB XOR chunk and window history; the patch itself is
+	// never held whole).
 	Workers int
 	// MaxFileSizeGB rolls payload files over once they would exceed this
 	// many GiB of compressed bytes (fractions allowed). A single
