@@ -122,7 +122,7 @@ func (r *Router) proxy(w http.ResponseWriter, req *http.Request) {
 			resp.Body.Close()
 			r.span(span, true)
 			r.done(d)
-			r.metrics.requests.WithLabelValues(d.Replica, "503").Inc()
+			r.metrics.request(d.Replica, http.StatusServiceUnavailable)
 			r.metrics.retries.WithLabelValues("status_503").Inc()
 			preq.Avoid = append(preq.Avoid, d.Replica)
 			start = time.Now()
@@ -222,7 +222,7 @@ func (r *Router) relay(ctx context.Context, w http.ResponseWriter, resp *http.Re
 		_ = rc.Flush()
 	}
 	r.metrics.overhead.Observe((overhead + time.Since(upstreamAt)).Seconds())
-	r.metrics.requests.WithLabelValues(d.Replica, strconv.Itoa(resp.StatusCode)).Inc()
+	r.metrics.request(d.Replica, resp.StatusCode)
 
 	bp := relayBufs.Get().(*[]byte)
 	defer relayBufs.Put(bp)
@@ -268,7 +268,7 @@ func (r *Router) route(preq policy.Request) (policy.Decision, *versionSpan) {
 		span = r.openSpan(d.Replica)
 	}
 	r.mu.Unlock()
-	r.metrics.decisions.WithLabelValues(d.Outcome.String()).Inc()
+	r.metrics.decision(d.Outcome)
 	return d, span
 }
 

@@ -1,6 +1,9 @@
 package proxy
 
 import (
+	"strconv"
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/asyncrl/asyncrl/actors/router/policy"
@@ -12,6 +15,36 @@ type metrics struct {
 	retries   *prometheus.CounterVec // reason
 	decisions *prometheus.CounterVec // outcome
 	overhead  prometheus.Histogram
+
+	// Pre-resolved children for the per-request counters, so the hot
+	// path skips the label hashing and strconv of WithLabelValues.
+	decisionBy [256]prometheus.Counter // by policy.Outcome
+	requestBy  sync.Map                // requestKey → prometheus.Counter
+}
+
+type requestKey struct {
+	replica string
+	code    int
+}
+
+// request counts one answer of replica with status code.
+func (m *metrics) request(replica string, code int) {
+	k := requestKey{replica, code}
+	if c, ok := m.requestBy.Load(k); ok {
+		c.(prometheus.Counter).Inc()
+		return
+	}
+	c, _ := m.requestBy.LoadOrStore(k, m.requests.WithLabelValues(replica, strconv.Itoa(code)))
+	c.(prometheus.Counter).Inc()
+}
+
+// decision counts one routing decision.
+func (m *metrics) decision(o policy.Outcome) {
+	if c := m.decisionBy[o]; c != nil {
+		c.Inc()
+		return
+	}
+	m.decisions.WithLabelValues(o.String()).Inc()
 }
 
 func newMetrics(reg prometheus.Registerer, r *Router) (*metrics, error) {
@@ -35,7 +68,7 @@ func newMetrics(reg prometheus.Registerer, r *Router) (*metrics, error) {
 		}),
 	}
 	for _, o := range policy.Outcomes {
-		m.decisions.WithLabelValues(o.String())
+		m.decisionBy[o] = m.decisions.WithLabelValues(o.String())
 	}
 	if reg == nil {
 		return m, nil
