@@ -78,7 +78,6 @@ func (r *Router) proxy(w http.ResponseWriter, req *http.Request) {
 		PrefixBlocks: info.prefixBlocks,
 	}
 	overhead := time.Duration(0)
-	r.earnRetryToken()
 
 	for attempt := 0; ; attempt++ {
 		d, span := r.route(preq)
@@ -128,7 +127,6 @@ func (r *Router) proxy(w http.ResponseWriter, req *http.Request) {
 			start = time.Now()
 			continue
 		}
-		r.passiveSuccess(d.Replica)
 		r.relay(req.Context(), w, resp, d, span, upstreamAt, overhead)
 		return
 	}
@@ -205,7 +203,7 @@ func (r *Router) relay(ctx context.Context, w http.ResponseWriter, resp *http.Re
 	sse := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
 	streaming := sse && resp.ContentLength < 0
 	flush := sse || resp.ContentLength < 0
-	vs := r.span(span, !streaming)
+	vs := r.answered(span, !streaming)
 	if streaming {
 		defer func() { setVersionHeaders(w.Header(), r.span(span, true)) }() // the trailers
 	}
@@ -278,7 +276,10 @@ func (r *Router) done(d policy.Decision) {
 	r.mu.Unlock()
 }
 
-// enter admits a request unless shutting down.
+// enter admits a request unless shutting down, and earns the retry
+// budget's share for it in the same critical section (the router's one
+// mutex was taken about seven times per request; at 8,192 trajectories in
+// flight 82 % of all lock waiting was on it — issue 22).
 func (r *Router) enter() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -286,6 +287,7 @@ func (r *Router) enter() bool {
 		return false
 	}
 	r.inflight++
+	r.budget.Request()
 	return true
 }
 
@@ -296,12 +298,6 @@ func (r *Router) leave() {
 	if r.closing && r.inflight == 0 {
 		close(r.drained)
 	}
-}
-
-func (r *Router) earnRetryToken() {
-	r.mu.Lock()
-	r.budget.Request()
-	r.mu.Unlock()
 }
 
 func (r *Router) spendRetryToken() bool {

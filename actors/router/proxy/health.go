@@ -96,9 +96,6 @@ func (r *Router) passiveFailure(u string) {
 	}
 }
 
-// passiveSuccess resets the failure streak (only probes restore health).
-func (r *Router) passiveSuccess(u string) { r.observeHealth(u, true, false) }
-
 // scrapeMetrics reads the engine's queue length and KV usage from GET
 // /metrics of every replica.
 func (r *Router) scrapeMetrics(ctx context.Context) {

@@ -71,6 +71,26 @@ func (r *Router) observeVersion(ch policy.Change) {
 func (r *Router) span(s *versionSpan, end bool) versionSpan {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.spanLocked(s, end)
+}
+
+// answered is span for the replica's answer (its headers are in): in the
+// same critical section it counts the answer as a passive success, which
+// resets the replica's failure streak, so the answer costs one lock, not
+// two. A transition it causes is logged after the lock is released.
+func (r *Router) answered(s *versionSpan, end bool) versionSpan {
+	r.mu.Lock()
+	changed, err := r.core.ObserveHealth(s.replica, true, false)
+	out := r.spanLocked(s, end)
+	r.mu.Unlock()
+	if err == nil && changed {
+		r.log.Info().Str("replica", s.replica).Msg("replica healthy again")
+	}
+	return out
+}
+
+// spanLocked is span with r.mu held.
+func (r *Router) spanLocked(s *versionSpan, end bool) versionSpan {
 	out := *s
 	if end {
 		set := r.spans[s.replica]
