@@ -106,6 +106,22 @@ type Stats struct {
 	StoreRetries, GroupsUnstored int64
 }
 
+// Add sums o into s, field by field (the totals over a node's actors).
+func (s *Stats) Add(o Stats) {
+	s.Started += o.Started
+	s.Finished += o.Finished
+	s.Aborted += o.Aborted
+	s.GroupsReady += o.GroupsReady
+	s.GroupsAborted += o.GroupsAborted
+	s.Tokens += o.Tokens
+	s.Generated += o.Generated
+	s.Resubmits += o.Resubmits
+	s.MixedVersions += o.MixedVersions
+	s.BadPrompts += o.BadPrompts
+	s.StoreRetries += o.StoreRetries
+	s.GroupsUnstored += o.GroupsUnstored
+}
+
 type counters struct {
 	started, finished, aborted, groupsReady, groupsAborted atomic.Int64
 	tokens, generated, resubmits, mixed, badPrompts        atomic.Int64

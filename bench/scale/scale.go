@@ -733,13 +733,7 @@ func (l *level) observe(s subjects) error {
 func (l *level) stats() rollout.Stats {
 	var t rollout.Stats
 	for _, a := range l.ros {
-		s := a.Stats()
-		t.Started += s.Started
-		t.Finished += s.Finished
-		t.Aborted += s.Aborted
-		t.GroupsReady += s.GroupsReady
-		t.GroupsAborted += s.GroupsAborted
-		t.GroupsUnstored += s.GroupsUnstored
+		t.Add(a.Stats())
 	}
 	return t
 }

@@ -24,17 +24,7 @@ func newProgress(n *Node) *progress { return &progress{n: n} }
 func (n *Node) rolloutTotals() rollout.Stats {
 	var t rollout.Stats
 	for _, r := range n.rollouts {
-		s := r.Stats()
-		t.Started += s.Started
-		t.Finished += s.Finished
-		t.Aborted += s.Aborted
-		t.GroupsReady += s.GroupsReady
-		t.GroupsAborted += s.GroupsAborted
-		t.Tokens += s.Tokens
-		t.Generated += s.Generated
-		t.Resubmits += s.Resubmits
-		t.MixedVersions += s.MixedVersions
-		t.BadPrompts += s.BadPrompts
+		t.Add(r.Stats())
 	}
 	return t
 }
