@@ -230,19 +230,28 @@ func (s *scanner) array(i, depth int) int {
 		if i = s.value(i, depth+1); i < 0 {
 			return -1
 		}
-		i = s.ws(i)
-		if i >= len(s.b) {
-			return -1
-		}
-		switch s.b[i] {
-		case ',':
-			i = s.ws(i + 1)
-		case ']':
-			return i + 1
-		default:
-			return -1
+		var done bool
+		if i, done = s.sep(i, ']'); done {
+			return i
 		}
 	}
+}
+
+// sep reads what follows a member that ends at i: a comma gives the next
+// member's start (done false); close gives the index after it (done
+// true); anything else is -1 (done true).
+func (s *scanner) sep(i int, close byte) (next int, done bool) {
+	i = s.ws(i)
+	if i >= len(s.b) {
+		return -1, true
+	}
+	switch s.b[i] {
+	case ',':
+		return s.ws(i + 1), false
+	case close:
+		return i + 1, true
+	}
+	return -1, true
 }
 
 // object checks the object at i; the top-level one's members the router
@@ -275,17 +284,9 @@ func (s *scanner) object(i, depth int, top bool) int {
 				return -1 // not mirrored: encoding/json decides
 			}
 		}
-		i = s.ws(i)
-		if i >= len(s.b) {
-			return -1
-		}
-		switch s.b[i] {
-		case ',':
-			i = s.ws(i + 1)
-		case '}':
-			return i + 1
-		default:
-			return -1
+		var done bool
+		if i, done = s.sep(i, '}'); done {
+			return i
 		}
 	}
 }
