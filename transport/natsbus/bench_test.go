@@ -17,10 +17,17 @@ func BenchmarkPublishDeliver(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer bus.Close()
+	benchPublishDeliver(b, bus, "asyncrl.b.steps")
+}
+
+// benchPublishDeliver publishes b.N 256-byte messages on subj and returns
+// when the bus's own subscription has received them all.
+func benchPublishDeliver(b *testing.B, bus *natsbus.Bus, subj string) {
+	b.Helper()
 	var n atomic.Int64
 	done := make(chan struct{})
 	target := int64(b.N)
-	if _, err := bus.Subscribe("asyncrl.b.steps", func(*transport.Msg) {
+	if _, err := bus.Subscribe(subj, func(*transport.Msg) {
 		if n.Add(1) == target {
 			close(done)
 		}
@@ -33,7 +40,7 @@ func BenchmarkPublishDeliver(b *testing.B) {
 	b.SetBytes(int64(len(data)))
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if err := bus.Publish(ctx, "asyncrl.b.steps", data); err != nil {
+		if err := bus.Publish(ctx, subj, data); err != nil {
 			b.Fatal(err)
 		}
 	}

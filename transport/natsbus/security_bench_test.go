@@ -2,7 +2,6 @@ package natsbus_test
 
 import (
 	"context"
-	"sync/atomic"
 	"testing"
 
 	"github.com/asyncrl/asyncrl/cluster/access"
@@ -47,27 +46,7 @@ func BenchmarkSecurePublishDeliver(b *testing.B) {
 			}
 			defer bus.Close()
 			subj := transport.MustSubject("b", transport.TopicEngines, "e0", "ack") // allowed for the engine role
-			var n atomic.Int64
-			done := make(chan struct{})
-			target := int64(b.N)
-			if _, err := bus.Subscribe(subj, func(*transport.Msg) {
-				if n.Add(1) == target {
-					close(done)
-				}
-			}); err != nil {
-				b.Fatal(err)
-			}
-			_ = bus.Conn().Flush()
-			data := make([]byte, 256)
-			ctx := context.Background()
-			b.SetBytes(int64(len(data)))
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				if err := bus.Publish(ctx, subj, data); err != nil {
-					b.Fatal(err)
-				}
-			}
-			<-done
+			benchPublishDeliver(b, bus, subj)
 		})
 	}
 }
