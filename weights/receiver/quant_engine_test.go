@@ -8,16 +8,11 @@ import (
 	"math"
 	"net"
 	"net/http"
-	"path/filepath"
 	"testing"
 
 	"github.com/asyncrl/asyncrl/engine"
 	"github.com/asyncrl/asyncrl/policy"
-	"github.com/asyncrl/asyncrl/weights/delta"
 	"github.com/asyncrl/asyncrl/weights/quant"
-	"github.com/asyncrl/asyncrl/weights/receiver"
-	"github.com/asyncrl/asyncrl/weights/safetensors"
-	"github.com/asyncrl/asyncrl/weights/store"
 )
 
 // TestBuiltInEngineServesQuantisedVersion is quantise-on-publish end to
@@ -30,48 +25,12 @@ func TestBuiltInEngineServesQuantisedVersion(t *testing.T) {
 	for _, name := range []string{"fp8", "mxfp8"} {
 		t.Run(name, func(t *testing.T) {
 			s, _ := quant.Lookup(name)
-			root := t.TempDir()
 			var masters []*policy.Model
-			dirs := []string{filepath.Join(root, "v0"), filepath.Join(root, "v1")}
-			for i, d := range dirs {
-				m, err := policy.New(policy.DefaultConfig(), uint64(i+1))
-				if err != nil {
-					t.Fatal(err)
-				}
-				if _, err := m.SaveServingQuantized(d, s, nil); err != nil {
-					t.Fatal(err)
-				}
+			eng, _, _ := syncedEngine(t, t.TempDir(), func(m *policy.Model, dir string) error {
 				masters = append(masters, m)
-			}
-			st, err := store.NewLocal(filepath.Join(root, "sync"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			a, _ := safetensors.OpenDir(dirs[0])
-			b, _ := safetensors.OpenDir(dirs[1])
-			_, err = delta.Encode(ctx(t), delta.DefaultEncodeConfig(), a, b, 1, st)
-			a.Close()
-			b.Close()
-			if err != nil {
-				t.Fatal(err)
-			}
-			load := func(dir string) (engine.Model, error) { return policy.LoadServing(dir) }
-			m0, err := load(dirs[0])
-			if err != nil {
-				t.Fatal(err)
-			}
-			eng, err := engine.New(engine.DefaultConfig(), m0, engine.WithLoader(load))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer eng.Close()
-			r, err := receiver.New(receiver.DefaultConfig(filepath.Join(root, "engine0"), dirs[0]), st)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if v, err := r.Sync(ctx(t), 1, receiver.LoaderFunc(eng.LoadWeights)); err != nil || v != 1 {
-				t.Fatalf("Sync = %d, %v", v, err)
-			}
+				_, err := m.SaveServingQuantized(dir, s, nil)
+				return err
+			})
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
 				t.Fatal(err)
