@@ -72,10 +72,10 @@ run: build
 # 131,072 concurrent multi-turn trajectories in one process (issue 22; not
 # in `make test`): the real rollout actors, router, controller, filter and
 # built-in engines, ramped 1,024 → 8,192 → 32,768 → 131,072 in flight
-# (BENCHMARKS.md "131,072 trajectories in one process"). On a quiet machine
-# the default latency scale finishes the first trajectories before the last
-# start; the 131,072 pass in BENCHMARKS.md used
-# SCALE_FLAGS="-levels 131072 -rounds 1 -max-turns 3 -time-scale 0.6".
+# (BENCHMARKS.md "131,072 trajectories in one process"). The latency
+# model's time scale grows with the level (0.8 × level/131072, at least
+# 0.02) so a level's first trajectories outlast its ramp; e.g.
+# SCALE_FLAGS="-levels 131072 -rounds 1 -max-turns 3" for the top level alone.
 SCALE_FLAGS ?=
 .PHONY: bench-scale
 bench-scale:

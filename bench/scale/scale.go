@@ -78,7 +78,8 @@ type Options struct {
 	// SeqsPerEngine is each engine's max_num_seqs (default 256); Engines
 	// is the engine count (0: level/4096, at least 2).
 	SeqsPerEngine, Engines int
-	// TimeScale scales the latency model's step durations (default 0.02).
+	// TimeScale scales the latency model's step durations; 0 (the
+	// default) picks one per level, TimeScaleFor.
 	TimeScale float64
 	// Transport is "inproc" (default), "tcp" or "tcp-bounded".
 	Transport string
@@ -97,6 +98,20 @@ type Options struct {
 	Logger zerolog.Logger
 	// Progress, when set, gets one line per second while a level runs.
 	Progress func(string)
+}
+
+// TimeScaleFor is the latency model's time scale at level n: TimeScale
+// when set, else 0.8 × n/131,072 and at least 0.02. A level passes only
+// when ≥ 95 % of it is in flight at once, and starting n trajectories
+// takes time proportional to n; with one fixed scale, a quiet machine
+// finished the first trajectories of 32,768 before the last had started
+// (70 % at 0.02) while 0.2 held 98.6 %. Scaling the turns with the level
+// keeps a trajectory's length in proportion to the ramp.
+func (o *Options) TimeScaleFor(n int) float64 {
+	if o.TimeScale > 0 {
+		return o.TimeScale
+	}
+	return max(0.02, 0.8*float64(n)/131072)
 }
 
 func (o *Options) defaults() {
@@ -118,9 +133,6 @@ func (o *Options) defaults() {
 	if o.SeqsPerEngine <= 0 {
 		o.SeqsPerEngine = 256
 	}
-	if o.TimeScale == 0 {
-		o.TimeScale = 0.02
-	}
 	if o.Transport == "" {
 		o.Transport = "inproc"
 	}
@@ -134,6 +146,8 @@ type Result struct {
 	Level     int    `json:"level"`
 	Transport string `json:"transport"`
 	Engines   int    `json:"engines"`
+	// TimeScale is the latency model's time scale the level ran at.
+	TimeScale float64 `json:"time_scale"`
 	// PeakInFlight is the most trajectories started and not finished at once.
 	PeakInFlight int64 `json:"peak_in_flight"`
 	// Started, Finished, Aborted are the rollout actors' trajectories.
@@ -278,7 +292,7 @@ func subjectsOf(run string) subjects {
 // Rounds × n/NSamples groups were judged, stops it and reports.
 func RunLevel(ctx context.Context, o Options, n int) (Result, error) {
 	o.defaults()
-	res := Result{Level: n, Transport: o.Transport}
+	res := Result{Level: n, Transport: o.Transport, TimeScale: o.TimeScaleFor(n)}
 	runtime.GC()
 	debug.FreeOSMemory()
 	base := rssBytes()
@@ -586,7 +600,7 @@ func (l *level) startEngines() error {
 	}
 	for i := range count {
 		cfg := engine.DefaultConfig()
-		cfg.TimeScale = o.TimeScale
+		cfg.TimeScale = o.TimeScaleFor(l.n)
 		cfg.MaxModelLen = policy.DefaultConfig().MaxSeqLen
 		cfg.Seed = uint64(i)
 		cfg.Latency = latency.DefaultConfig()

@@ -45,3 +45,24 @@ func TestSmokeLevelLosesNothing(t *testing.T) {
 		t.Errorf("%d file descriptors at the peak: the in-process path holds no socket per request", r.FDsPeak)
 	}
 }
+
+// The automatic time scale keeps trajectories in proportion to the ramp:
+// it grows with the level, never below the floor, and a set scale wins.
+func TestTimeScaleForGrowsWithLevel(t *testing.T) {
+	var o Options
+	prev := 0.0
+	for _, n := range []int{1, 1024, 8192, 32768, 131072} {
+		s := o.TimeScaleFor(n)
+		if s < 0.02 || s < prev {
+			t.Fatalf("TimeScaleFor(%d) = %v after %v: below the floor or shrinking", n, s, prev)
+		}
+		prev = s
+	}
+	if o.TimeScaleFor(131072) <= 4*o.TimeScaleFor(8192) {
+		t.Fatalf("131,072 runs at %v, 8,192 at %v: not proportional to the level", o.TimeScaleFor(131072), o.TimeScaleFor(8192))
+	}
+	o.TimeScale = 0.3
+	if got := o.TimeScaleFor(131072); got != 0.3 {
+		t.Fatalf("a set TimeScale is overridden: %v", got)
+	}
+}

@@ -29,7 +29,7 @@ func main() {
 	flag.IntVar(&o.MaxLevel, "max-level", 0, "run no level above this (0: all)")
 	flag.StringVar(&o.Transport, "transport", "inproc", "router and engine hops: inproc (no sockets), tcp (loopback listeners, a connection per request as before issue 22) or tcp-bounded (MaxConnsPerHost)")
 	flag.IntVar(&o.Engines, "engines", 0, "built-in engines (0: level/4096, at least 2)")
-	flag.Float64Var(&o.TimeScale, "time-scale", 0.02, "latency model time scale")
+	flag.Float64Var(&o.TimeScale, "time-scale", 0, "latency model time scale (0: 0.8 × level/131072, at least 0.02, so a level's first trajectories outlast its ramp)")
 	flag.IntVar(&o.MaxTurns, "max-turns", 4, "turns per trajectory")
 	flag.Float64Var(&o.Rounds, "rounds", 1.5, "groups admitted per level, in multiples of the level's groups")
 	flag.StringVar(&o.HeapProfile, "heap-profile", "", "write the heap profile at the peak of the largest level here")
