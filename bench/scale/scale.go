@@ -178,6 +178,9 @@ type Result struct {
 	// MailboxDrops counts messages the actor shells refused (mailbox
 	// full); each is an error.
 	MailboxDrops int64 `json:"mailbox_drops"`
+	// StoreRetries counts trajectory-buffer stores that timed out or
+	// failed and were tried again (not errors: the group id de-duplicates).
+	StoreRetries int64 `json:"store_retries"`
 	// Failure says why the level failed (empty: it passed).
 	Failure string `json:"failure,omitempty"`
 }
@@ -779,6 +782,7 @@ func (l *level) finish(r *Result) {
 	r.Turns = l.turns.Load()
 	r.Steps = int64(len(l.tr.Steps()))
 	r.MailboxDrops = l.mailboxDrops()
+	r.StoreRetries = st.StoreRetries
 	r.Errors = st.Aborted + l.routerErrs.Load() + st.GroupsUnstored + r.MailboxDrops
 	r.Lost = st.Started - st.Finished - st.Aborted
 	if c := l.ctl.Core(); c != nil {
