@@ -37,3 +37,23 @@ func TestPublisherQuantize(t *testing.T) {
 		t.Fatalf("loaded quantize %q", cfg.Publisher.Quantize)
 	}
 }
+
+// TestQuantizeOnce: publisher.quantize and engines.quantize are each
+// accepted alone, and refused together for built-in engines (they would
+// quantise twice); external engines (count 0) are not the built-in ones.
+func TestQuantizeOnce(t *testing.T) {
+	c := Default()
+	c.Publisher.Quantize = QuantizeFP8
+	if err := c.Validate(); err != nil {
+		t.Fatalf("publisher.quantize alone: %v", err)
+	}
+	c.Engines.Quantize = ServeINT4G32
+	err := c.Validate()
+	if err == nil || !strings.Contains(err.Error(), "engines.quantize: int4_g32 would quantise again the weights publisher.quantize (fp8)") {
+		t.Fatalf("both set: %v", err)
+	}
+	c.Publisher.Quantize = QuantizeNone
+	if err := c.Validate(); err != nil {
+		t.Fatalf("engines.quantize alone: %v", err)
+	}
+}

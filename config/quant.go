@@ -32,3 +32,18 @@ const (
 
 // Values lists the fake quantizations.
 func (FakeQuantization) Values() []string { return []string{"none", "int4_g32", "int4_g128"} }
+
+// validateQuantizeOnce refuses publisher.quantize and engines.quantize
+// together: the built-in engines would quantise again what the publisher
+// already quantised (the engine loads the dequantised values), so the
+// served weights carry both rounding errors and match neither the
+// publisher's error metrics nor a trainer faking one of the two.
+func (c Config) validateQuantizeOnce() error {
+	if c.Publisher.Quantize == QuantizeNone || c.Engines.Quantize == ServeNone || c.Engines.Count <= 0 {
+		return nil
+	}
+	v := checker{section: "engines"}
+	v.fail("quantize", "%s would quantise again the weights publisher.quantize (%s) already quantised; set one of the two to none",
+		c.Engines.Quantize, c.Publisher.Quantize)
+	return v.err()
+}
