@@ -56,6 +56,13 @@ type Config struct {
 	// a failed store is retried until StoreFor (default 60s) has passed,
 	// then the group is reported aborted (requeued), never dropped.
 	StoreRetry, StoreFor time.Duration
+	// StoreConcurrency bounds this actor's stores waiting on GroupStream at
+	// once (default 32). A group waits for a slot untimed (up to StoreFor),
+	// so StoreRetry times the stream, not the queue in front of it: at
+	// 131,072 trajectories thousands of groups finished within seconds and
+	// their stores, all sent at once, timed out behind each other and were
+	// sent again (issue 22).
+	StoreConcurrency int
 	// Logger gets one line per aborted episode (rate-limited by the caller's level).
 	Logger zerolog.Logger
 	// OnTake, when set, is called (on the bus's delivery goroutine) each
@@ -136,6 +143,11 @@ type Actor struct {
 	gen Generator
 	cfg Config
 	sem chan struct{}
+	// stores holds a slot per store waiting on GroupStream.
+	stores chan struct{}
+	// retryLogAt is when a store retry was last logged (unix ns); the
+	// warning is rate-limited to one per storeLogEvery.
+	retryLogAt atomic.Int64
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -161,8 +173,12 @@ func Start(bus transport.Bus, gen Generator, cfg Config) (*Actor, error) {
 	if cfg.StoreFor <= 0 {
 		cfg.StoreFor = time.Minute
 	}
+	if cfg.StoreConcurrency <= 0 {
+		cfg.StoreConcurrency = 32
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	a := &Actor{bus: bus, gen: gen, cfg: cfg, sem: make(chan struct{}, cfg.Concurrency), ctx: ctx, cancel: cancel,
+	a := &Actor{bus: bus, gen: gen, cfg: cfg, sem: make(chan struct{}, cfg.Concurrency), stores: make(chan struct{}, cfg.StoreConcurrency),
+		ctx: ctx, cancel: cancel,
 		reported: map[string]bool{}, running: map[string]string{}}
 	sub, err := bus.QueueSubscribe(cfg.Subjects.Prompts, "rollout", a.onPrompt)
 	if err != nil {
@@ -359,6 +375,17 @@ type idPublisher interface {
 // de-duplicates, so a retry whose first try did land is dropped.
 func (a *Actor) storeGroup(groupID string, data []byte) error {
 	deadline := time.Now().Add(a.cfg.StoreFor)
+	wait := time.NewTimer(a.cfg.StoreFor)
+	select {
+	case a.stores <- struct{}{}:
+		wait.Stop()
+	case <-a.ctx.Done():
+		wait.Stop()
+		return fmt.Errorf("rollout: storing group %s: %w", groupID, transport.ErrClosed)
+	case <-wait.C:
+		return fmt.Errorf("rollout: storing group %s: no store slot free within %v", groupID, a.cfg.StoreFor)
+	}
+	defer func() { <-a.stores }()
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), a.cfg.StoreRetry)
 		var err error
@@ -371,14 +398,26 @@ func (a *Actor) storeGroup(groupID string, data []byte) error {
 		if err == nil || errors.Is(err, transport.ErrClosed) || errors.Is(err, transport.ErrPayloadTooLarge) || time.Now().After(deadline) {
 			return err
 		}
-		a.c.storeRetries.Add(1)
-		a.cfg.Logger.Warn().Err(err).Str("group", groupID).Msg("trajectory buffer store failed; retrying")
+		if n := a.c.storeRetries.Add(1); a.retryLogDue() {
+			a.cfg.Logger.Warn().Err(err).Str("group", groupID).Int64("retries_so_far", n).
+				Msg("trajectory buffer store failed; retrying (logged at most once per 10s)")
+		}
 		select {
 		case <-a.ctx.Done():
 			return err
 		case <-time.After(a.cfg.StoreRetry / 10):
 		}
 	}
+}
+
+// storeLogEvery is the least time between two logged store retries.
+const storeLogEvery = 10 * time.Second
+
+// retryLogDue reports whether a store retry may be logged now.
+func (a *Actor) retryLogDue() bool {
+	now := time.Now().UnixNano()
+	last := a.retryLogAt.Load()
+	return now-last >= int64(storeLogEvery) && a.retryLogAt.CompareAndSwap(last, now)
 }
 
 func (a *Actor) publish(ctx context.Context, subject string, m messages.Message) {

@@ -142,3 +142,64 @@ func TestUnstoredGroupReportedAborted(t *testing.T) {
 		t.Errorf("g1 reported %v (%v); want aborted", r, ok)
 	}
 }
+
+// slowStream stores after a pause and records how many stores it held at
+// once.
+type slowStream struct {
+	transport.Stream
+	pause      time.Duration
+	now, most  atomic.Int32
+	storedOnce atomic.Int32
+}
+
+func (s *slowStream) PublishMsgID(ctx context.Context, subject, id string, data []byte) (uint64, error) {
+	n := s.now.Add(1)
+	defer s.now.Add(-1)
+	for {
+		m := s.most.Load()
+		if n <= m || s.most.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	select {
+	case <-time.After(s.pause):
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	s.storedOnce.Add(1)
+	return s.Stream.(idPublisher).PublishMsgID(ctx, subject, id, data)
+}
+
+// Groups finishing together queue for StoreConcurrency store slots
+// instead of all waiting on the stream at once: the stream never holds
+// more than the bound, every group is stored once, and none is retried.
+func TestGroupStoresBounded(t *testing.T) {
+	ls := &lossyStream{}
+	bus, subj, _ := storeRig(t, ls)
+	slow := &slowStream{Stream: ls.Stream, pause: 50 * time.Millisecond}
+	g := gated{release: make(chan struct{})}
+	close(g.release)
+	a, err := Start(bus, g, Config{RunID: "r", Name: "rollout-0", Task: mustTask(t, "reverse"), Episode: testCfg(), Concurrency: 16,
+		Subjects: subj, GroupStream: slow, StoreConcurrency: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Stop(context.Background()) })
+	const groups = 8
+	for i := range groups {
+		assign(t, bus, subj, "g"+string(rune('a'+i)))
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for a.Stats().GroupsReady < groups {
+		if time.Now().After(deadline) {
+			t.Fatalf("stats %+v; want %d groups ready", a.Stats(), groups)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if m := slow.most.Load(); m > 2 || m < 1 {
+		t.Errorf("the stream held %d stores at once; want at most StoreConcurrency (2)", m)
+	}
+	if s := a.Stats(); s.StoreRetries != 0 || slow.storedOnce.Load() != groups {
+		t.Errorf("stats %+v, %d stores; want %d stores and no retries", s, slow.storedOnce.Load(), groups)
+	}
+}
