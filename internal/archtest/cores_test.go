@@ -42,6 +42,7 @@ var cores = []core{
 	{dir: "transport/dataplane/plan"},
 	{dir: "policy/sampler"},
 	{dir: "tinker"},
+	{dir: "internal/h1"},
 }
 
 // forbiddenDep reports why a package may not be anywhere in a core's

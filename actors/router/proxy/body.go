@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"encoding/json"
-	"net/http"
 
 	"github.com/asyncrl/asyncrl/actors/router/policy"
 )
@@ -38,13 +37,14 @@ type requestBody struct {
 // headers, then body fields, then body text) and parseBody's estimates
 // from one pass over the body (scanBody; encoding/json only for the odd
 // bodies scanBody leaves to it). The HTTP side of key extraction lives
-// here so that the routing core never imports net/http: it gets h.Get.
-func parseRequest(h http.Header, body []byte, defaultDecode, prefixBytes int) bodyInfo {
+// here so that the routing core never imports net/http: it gets the
+// front end's header lookup.
+func parseRequest(header func(name string) string, body []byte, defaultDecode, prefixBytes int) bodyInfo {
 	var req requestBody
 	var ints [3]int
 	ok := decodeBody(body, &req, &ints)
 	info := fromBody(&req, ok, body, defaultDecode, prefixBytes)
-	if k, found := policy.HeaderKey(h.Get); found {
+	if k, found := policy.HeaderKey(header); found {
 		info.key = k
 	} else if ok {
 		info.key = policy.BodyKey(body, &req.BodyKeyFields)

@@ -69,6 +69,10 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Logger logs health transitions and upstream failures.
 	Logger zerolog.Logger
+	// Front is the HTTP front end Serve runs: FrontFast (default; the
+	// router's own HTTP/1.1 server on the proxied path, net/http for the
+	// rest) or FrontNetHTTP (net/http's server for everything).
+	Front string
 }
 
 // DefaultConfig returns a loopback router with the default policy
@@ -90,6 +94,7 @@ func DefaultConfig() Config {
 		DefaultDecodeTokens: 256,
 		PrefixBytes:         2048,
 		Logger:              zerolog.Nop(),
+		Front:               FrontFast,
 	}
 }
 
@@ -117,6 +122,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: DefaultDecodeTokens %d: want ≥ 0", ErrInvalidConfig, c.DefaultDecodeTokens)
 	case c.PrefixBytes < 0:
 		return fmt.Errorf("%w: PrefixBytes %d: want ≥ 0", ErrInvalidConfig, c.PrefixBytes)
+	case c.Front != "" && c.Front != FrontFast && c.Front != FrontNetHTTP:
+		return fmt.Errorf("%w: Front %q: want %q or %q", ErrInvalidConfig, c.Front, FrontFast, FrontNetHTTP)
 	}
 	if !isLoopback(c.ListenAddr) && c.AdminToken == "" {
 		return fmt.Errorf("%w: AdminToken: required when ListenAddr %q is not loopback", ErrInvalidConfig, c.ListenAddr)

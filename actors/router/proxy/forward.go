@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -48,11 +49,104 @@ func isHopHeader(k string) bool {
 	return false
 }
 
-// proxy forwards one request to the replica the core chooses.
+// inbound is a request as the route/retry loop (forward) needs it,
+// whichever front end read it: net/http's server (httpIn) or the fast
+// HTTP/1.1 front (front.go).
+type inbound interface {
+	// reqCtx ends when the client goes away.
+	reqCtx() context.Context
+	method() string
+	// uri is the request target (path and query) to send upstream.
+	uri() string
+	// header returns the first value of the named header (any case), "" if none.
+	header(name string) string
+	// writeHeaders writes the end-to-end headers for the lean upstream
+	// client (writeHeaders' rules: hop-by-hop, Host, Content-Length and
+	// Expect left out).
+	writeHeaders(w *bufio.Writer)
+	// httpHeader returns the headers for a configured Transport.
+	httpHeader() http.Header
+}
+
+// answer is where forward answers, whichever front end writes it.
+type answer interface {
+	// fail writes a local vLLM-style JSON error; retryAfter (seconds)
+	// adds a Retry-After header when > 0.
+	fail(code int, msg string, retryAfter int)
+	// head writes the replica's status and end-to-end headers plus the
+	// router's (replica, versions; the version trailers declared when
+	// trailers is set); with flush, the head and every later write are
+	// flushed to the client at once.
+	head(resp *http.Response, replica string, vs versionSpan, trailers, flush bool) error
+	write(p []byte) error
+	// end finishes the body; vs, when not nil, goes out as the trailers.
+	end(vs *versionSpan)
+	// abort cuts the client connection: the replica failed mid-response.
+	abort()
+}
+
+// httpIn and httpOut are the net/http front end's request and answer.
+type httpIn struct{ r *http.Request }
+
+func (in httpIn) reqCtx() context.Context      { return in.r.Context() }
+func (in httpIn) method() string               { return in.r.Method }
+func (in httpIn) uri() string                  { return in.r.URL.RequestURI() }
+func (in httpIn) header(name string) string    { return in.r.Header.Get(name) }
+func (in httpIn) writeHeaders(w *bufio.Writer) { writeHeaders(w, in.r.Header) }
+func (in httpIn) httpHeader() http.Header      { return in.r.Header }
+
+type httpOut struct {
+	w  http.ResponseWriter
+	rc *http.ResponseController // set when flushing
+}
+
+func (o *httpOut) fail(code int, msg string, retryAfter int) {
+	if retryAfter > 0 {
+		o.w.Header().Set("Retry-After", strconv.Itoa(retryAfter))
+	}
+	writeError(o.w, code, msg)
+}
+
+func (o *httpOut) head(resp *http.Response, replica string, vs versionSpan, trailers, flush bool) error {
+	h := o.w.Header()
+	copyHeaders(h, resp.Header)
+	h.Set(ReplicaHeader, replica)
+	setVersionHeaders(h, vs)
+	if trailers {
+		h.Set("Trailer", VersionMinHeader+", "+VersionMaxHeader)
+	}
+	o.w.WriteHeader(resp.StatusCode)
+	if flush {
+		o.rc = http.NewResponseController(o.w)
+		return o.rc.Flush()
+	}
+	return nil
+}
+
+func (o *httpOut) write(p []byte) error {
+	if _, err := o.w.Write(p); err != nil {
+		return err
+	}
+	if o.rc != nil {
+		return o.rc.Flush()
+	}
+	return nil
+}
+
+func (o *httpOut) end(vs *versionSpan) {
+	if vs != nil {
+		setVersionHeaders(o.w.Header(), *vs) // declared in Trailer: sent as trailers
+	}
+}
+
+func (o *httpOut) abort() { panic(http.ErrAbortHandler) }
+
+// proxy is the net/http front end: it reads the body and forwards.
 func (r *Router) proxy(w http.ResponseWriter, req *http.Request) {
 	start := time.Now()
+	out := &httpOut{w: w}
 	if !r.enter() {
-		writeError(w, http.StatusServiceUnavailable, "router is shutting down")
+		out.fail(http.StatusServiceUnavailable, "router is shutting down", 0)
 		return
 	}
 	defer r.leave()
@@ -61,16 +155,27 @@ func (r *Router) proxy(w http.ResponseWriter, req *http.Request) {
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			r.metrics.errors.WithLabelValues("", "body_too_large").Inc()
-			writeError(w, http.StatusRequestEntityTooLarge,
-				"request body exceeds "+strconv.FormatInt(r.cfg.MaxBodyBytes, 10)+" bytes")
+			r.tooLarge(out)
 			return
 		}
 		r.metrics.errors.WithLabelValues("", "read_body").Inc()
-		writeError(w, http.StatusBadRequest, "reading request body: "+err.Error())
+		out.fail(http.StatusBadRequest, "reading request body: "+err.Error(), 0)
 		return
 	}
-	info := parseRequest(req.Header, body, r.cfg.DefaultDecodeTokens, r.cfg.PrefixBytes)
+	r.forward(httpIn{req}, out, body, start)
+}
+
+// tooLarge answers a body over MaxBodyBytes.
+func (r *Router) tooLarge(out answer) {
+	r.metrics.errors.WithLabelValues("", "body_too_large").Inc()
+	out.fail(http.StatusRequestEntityTooLarge, "request body exceeds "+strconv.FormatInt(r.cfg.MaxBodyBytes, 10)+" bytes", 0)
+}
+
+// forward routes one admitted request (body read whole) to the replica
+// the core chooses, retries as the contract says, and relays the answer:
+// the one route/retry loop both front ends share.
+func (r *Router) forward(in inbound, out answer, body []byte, start time.Time) {
+	info := parseRequest(in.header, body, r.cfg.DefaultDecodeTokens, r.cfg.PrefixBytes)
 	key := info.key
 	preq := policy.Request{
 		SessionKey: key.Value, HashOnly: key.HashOnly(),
@@ -85,27 +190,27 @@ func (r *Router) proxy(w http.ResponseWriter, req *http.Request) {
 			overhead += time.Since(start)
 			r.metrics.overhead.Observe(overhead.Seconds())
 			if d.Outcome == policy.OutcomeGated {
-				w.Header().Set("Retry-After", strconv.Itoa(max(int(r.cfg.RetryAfter.Round(time.Second)/time.Second), 1)))
-				writeError(w, http.StatusServiceUnavailable, "session "+key.Value+" waits for replica "+d.From+" to catch up; retry later")
+				out.fail(http.StatusServiceUnavailable, "session "+key.Value+" waits for replica "+d.From+" to catch up; retry later",
+					max(int(r.cfg.RetryAfter.Round(time.Second)/time.Second), 1))
 				return
 			}
 			r.metrics.errors.WithLabelValues("", "no_replica").Inc()
-			writeError(w, http.StatusServiceUnavailable, "no replica available")
+			out.fail(http.StatusServiceUnavailable, "no replica available", 0)
 			return
 		}
 		overhead += time.Since(start)
-		resp, err := r.send(req, d.Replica, body)
+		resp, err := r.send(in, d.Replica, body)
 		upstreamAt := time.Now()
 		if err != nil {
 			r.span(span, true)
 			r.done(d)
-			if req.Context().Err() != nil { // the client went away; nothing to answer
+			if in.reqCtx().Err() != nil { // the client went away; nothing to answer
 				r.metrics.errors.WithLabelValues(d.Replica, "client_gone").Inc()
 				return
 			}
 			r.upstreamFailed(d.Replica, err)
 			r.metrics.errors.WithLabelValues(d.Replica, "upstream_connect").Inc()
-			r.log.Warn().Err(err).Str("replica", d.Replica).Msg("upstream request failed")
+			r.warn(d.Replica, "upstream request failed", err)
 			if attempt < r.cfg.MaxRetries && r.spendRetryToken() {
 				r.metrics.retries.WithLabelValues("connect").Inc()
 				preq.Avoid = append(preq.Avoid, d.Replica)
@@ -113,7 +218,7 @@ func (r *Router) proxy(w http.ResponseWriter, req *http.Request) {
 				continue
 			}
 			r.metrics.overhead.Observe(overhead.Seconds())
-			writeError(w, http.StatusBadGateway, "upstream "+d.Replica+" unreachable")
+			out.fail(http.StatusBadGateway, "upstream "+d.Replica+" unreachable", 0)
 			return
 		}
 		if resp.StatusCode == http.StatusServiceUnavailable && attempt < r.cfg.MaxRetries && r.spendRetryToken() {
@@ -127,7 +232,7 @@ func (r *Router) proxy(w http.ResponseWriter, req *http.Request) {
 			start = time.Now()
 			continue
 		}
-		r.relay(req.Context(), w, resp, d, span, upstreamAt, overhead)
+		r.relay(in.reqCtx(), out, resp, d, span, upstreamAt, overhead)
 		return
 	}
 }
@@ -135,17 +240,17 @@ func (r *Router) proxy(w http.ResponseWriter, req *http.Request) {
 // send forwards the request with body to replica: through the lean
 // upstream client for a plain-http replica when no Transport was
 // configured, else through the Transport.
-func (r *Router) send(req *http.Request, replica string, body []byte) (*http.Response, error) {
+func (r *Router) send(in inbound, replica string, body []byte) (*http.Response, error) {
 	if r.up != nil {
 		if host, ok := strings.CutPrefix(replica, "http://"); ok && !strings.Contains(host, "/") {
-			return r.up.roundTrip(req.Context(), req.Method, host, req.URL.RequestURI(), req.Header, body)
+			return r.up.roundTrip(in.reqCtx(), in.method(), host, in.uri(), in, body)
 		}
 	}
-	out, err := http.NewRequestWithContext(req.Context(), req.Method, replica+req.URL.RequestURI(), bytes.NewReader(body))
+	out, err := http.NewRequestWithContext(in.reqCtx(), in.method(), replica+in.uri(), bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
-	copyHeaders(out.Header, req.Header)
+	copyHeaders(out.Header, in.httpHeader())
 	out.ContentLength = int64(len(body))
 	out.Host = ""
 	return r.tr.RoundTrip(out)
@@ -184,10 +289,10 @@ var relayBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b
 // stream — text/event-stream, or no declared Content-Length (chunked) —
 // is flushed at its headers and at every chunk, so SSE tokens reach the
 // client as the engine produces them. A response with a declared length
-// (a plain JSON answer) is not flushed: net/http writes its headers and
-// body in one write at the end of the handler instead of one for the
-// headers and one per chunk (flushing every response cost a fifth of the
-// router's CPU under load: one more write syscall per request).
+// (a plain JSON answer) is not flushed: the front end writes its head
+// and body in one write at the end instead of one for the head and one
+// per chunk (flushing every response cost a fifth of the router's CPU
+// under load: one more write syscall per request).
 //
 // The version headers are computed when the upstream's response headers
 // arrive. For a non-streaming answer that is the end of generation, so
@@ -196,7 +301,7 @@ var relayBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b
 // routing to the first byte; the final span, up to the end of the
 // stream, follows as HTTP trailers of the same names (declared in a
 // Trailer header; a client that ignores trailers sees the start values).
-func (r *Router) relay(ctx context.Context, w http.ResponseWriter, resp *http.Response, d policy.Decision, span *versionSpan,
+func (r *Router) relay(ctx context.Context, out answer, resp *http.Response, d policy.Decision, span *versionSpan,
 	upstreamAt time.Time, overhead time.Duration) {
 	defer resp.Body.Close()
 	defer r.done(d)
@@ -204,23 +309,13 @@ func (r *Router) relay(ctx context.Context, w http.ResponseWriter, resp *http.Re
 	streaming := sse && resp.ContentLength < 0
 	flush := sse || resp.ContentLength < 0
 	vs := r.answered(span, !streaming)
-	if streaming {
-		defer func() { setVersionHeaders(w.Header(), r.span(span, true)) }() // the trailers
-	}
-	copyHeaders(w.Header(), resp.Header)
-	w.Header().Set(ReplicaHeader, d.Replica)
-	setVersionHeaders(w.Header(), vs)
-	if streaming {
-		w.Header().Set("Trailer", VersionMinHeader+", "+VersionMaxHeader)
-	}
-	w.WriteHeader(resp.StatusCode)
-	var rc *http.ResponseController
-	if flush {
-		rc = http.NewResponseController(w)
-		_ = rc.Flush()
-	}
+	herr := out.head(resp, d.Replica, vs, streaming, flush)
 	r.metrics.overhead.Observe((overhead + time.Since(upstreamAt)).Seconds())
 	r.metrics.request(d.Replica, resp.StatusCode)
+	if herr != nil {
+		r.endStream(span, streaming)
+		return // client gone; closing the body ends the upstream request
+	}
 
 	bp := relayBufs.Get().(*[]byte)
 	defer relayBufs.Put(bp)
@@ -228,19 +323,22 @@ func (r *Router) relay(ctx context.Context, w http.ResponseWriter, resp *http.Re
 	for {
 		n, rerr := resp.Body.Read(buf)
 		if n > 0 {
-			if _, werr := w.Write(buf[:n]); werr != nil {
-				return // client gone; ctx cancellation ends the upstream request
-			}
-			if rc != nil {
-				if err := rc.Flush(); err != nil {
-					return
-				}
+			if werr := out.write(buf[:n]); werr != nil {
+				r.endStream(span, streaming)
+				return // client gone; closing the body ends the upstream request
 			}
 		}
 		if rerr == io.EOF {
+			var tr *versionSpan
+			if streaming {
+				s := r.span(span, true)
+				tr = &s
+			}
+			out.end(tr)
 			return
 		}
 		if rerr != nil {
+			r.endStream(span, streaming)
 			if ctx.Err() != nil {
 				r.metrics.errors.WithLabelValues(d.Replica, "client_gone").Inc()
 				return
@@ -249,9 +347,18 @@ func (r *Router) relay(ctx context.Context, w http.ResponseWriter, resp *http.Re
 			// only honest signal is to abort the client connection.
 			r.metrics.errors.WithLabelValues(d.Replica, "upstream_stream").Inc()
 			r.passiveFailure(d.Replica)
-			r.log.Warn().Err(rerr).Str("replica", d.Replica).Msg("upstream failed mid-response")
-			panic(http.ErrAbortHandler)
+			r.warn(d.Replica, "upstream failed mid-response", rerr)
+			out.abort()
+			return
 		}
+	}
+}
+
+// endStream closes a streaming answer's version span that ends without
+// its trailers.
+func (r *Router) endStream(span *versionSpan, streaming bool) {
+	if streaming {
+		r.span(span, true)
 	}
 }
 

@@ -124,7 +124,7 @@ func TestParseRequestMatchesTwoPass(t *testing.T) {
 			if hdr != "" {
 				h.Set("X-Session-ID", hdr)
 			}
-			got := parseRequest(h, []byte(b), 256, 2048)
+			got := parseRequest(h.Get, []byte(b), 256, 2048)
 			want := parseBody([]byte(b), 256, 2048)
 			want.key = policy.SessionKey(h.Get, []byte(b))
 			if got.key != want.key || got.promptTokens != want.promptTokens || got.decodeTokens != want.decodeTokens ||

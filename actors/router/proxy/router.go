@@ -26,6 +26,8 @@ type Router struct {
 	tr      http.RoundTripper
 	up      *upstream // proxied requests when no Transport is configured; nil otherwise
 	metrics *metrics
+	warns   warnLimiter
+	front   frontState // Serve's listeners and connections
 
 	mu       sync.Mutex
 	core     *policy.Core
@@ -98,8 +100,9 @@ func New(cfg Config) (*Router, error) {
 func (r *Router) Handler() http.Handler { return r.mux }
 
 // Shutdown stops admitting requests (new ones get 503), waits for the
-// in-flight ones to finish or ctx to end, then stops the background loops
-// and closes idle upstream connections. It returns ctx's error if in-flight
+// in-flight ones to finish or ctx to end, then stops serving (Serve
+// returns), stops the background loops and closes idle upstream
+// connections. It returns ctx's error if in-flight
 // requests were still running.
 func (r *Router) Shutdown(ctx context.Context) error {
 	r.mu.Lock()
@@ -118,6 +121,7 @@ func (r *Router) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		err = ctx.Err()
 	}
+	r.stopFront(ctx)
 	r.stop()
 	r.wg.Wait()
 	if t, ok := r.tr.(interface{ CloseIdleConnections() }); ok {
@@ -205,6 +209,11 @@ func (r *Router) finishSession(w http.ResponseWriter, req *http.Request) {
 
 // writeError writes a vLLM/OpenAI-style JSON error.
 func writeError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, errorValue(code, msg))
+}
+
+// errorValue is the JSON of a vLLM/OpenAI-style error (both front ends).
+func errorValue(code int, msg string) map[string]any {
 	typ := "BadRequestError"
 	switch {
 	case code == http.StatusNotFound:
@@ -214,7 +223,7 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 	case code >= 500:
 		typ = "ServiceUnavailableError"
 	}
-	writeJSON(w, code, map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": code}})
+	return map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": code}}
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

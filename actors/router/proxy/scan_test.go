@@ -170,7 +170,7 @@ func TestParseRequestLargeBody(t *testing.T) {
 		t.Fatalf("body is %d bytes, want > 100 KiB", len(body))
 	}
 	checkScan(t, body)
-	got := parseRequest(http.Header{}, body, 256, 2048)
+	got := parseRequest(http.Header{}.Get, body, 256, 2048)
 	want := parseBody(body, 256, 2048)
 	if got.key.Value != "u-42" || got.promptTokens != want.promptTokens || got.decodeTokens != 128 ||
 		got.prefixHash != want.prefixHash || !slices.Equal(got.prefixBlocks, want.prefixBlocks) || len(got.prefixBlocks) != maxPrefixBlocks {
@@ -206,7 +206,7 @@ func BenchmarkParseRequest(b *testing.B) {
 			b.SetBytes(int64(len(c.body)))
 			b.ReportAllocs()
 			for b.Loop() {
-				parseRequest(h, c.body, 256, 2048)
+				parseRequest(h.Get, c.body, 256, 2048)
 			}
 		})
 		b.Run(c.name+"/encoding_json", func(b *testing.B) {

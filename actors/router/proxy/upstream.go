@@ -97,7 +97,7 @@ func (u *upstream) CloseIdleConnections() {
 // roundTrip sends method uri with body to host (host:port) and returns the
 // response; its Body returns the connection to the pool when read to the
 // end and closed.
-func (u *upstream) roundTrip(ctx context.Context, method, host, uri string, h http.Header, body []byte) (*http.Response, error) {
+func (u *upstream) roundTrip(ctx context.Context, method, host, uri string, h headerWriter, body []byte) (*http.Response, error) {
 	for try := 0; ; try++ {
 		c, reused, err := u.get(ctx, host)
 		if err != nil {
@@ -127,7 +127,7 @@ func (c *upConn) abort() { _ = c.c.SetDeadline(time.Unix(1, 0)) }
 // errNoAnswer marks a failure before any byte of an answer was read.
 var errNoAnswer = errors.New("proxy: upstream connection closed before answering")
 
-func (c *upConn) exchange(method, host, uri string, h http.Header, body []byte) (*http.Response, error) {
+func (c *upConn) exchange(method, host, uri string, h headerWriter, body []byte) (*http.Response, error) {
 	if err := c.write(method, host, uri, h, body); err != nil {
 		return nil, errors.Join(errNoAnswer, err)
 	}
@@ -137,7 +137,15 @@ func (c *upConn) exchange(method, host, uri string, h http.Header, body []byte) 
 	return c.read(method)
 }
 
-func (c *upConn) write(method, host, uri string, h http.Header, body []byte) error {
+// headerWriter writes a request's end-to-end headers (inbound does).
+type headerWriter interface{ writeHeaders(w *bufio.Writer) }
+
+// httpHeaders is an http.Header as a headerWriter.
+type httpHeaders http.Header
+
+func (h httpHeaders) writeHeaders(w *bufio.Writer) { writeHeaders(w, http.Header(h)) }
+
+func (c *upConn) write(method, host, uri string, h headerWriter, body []byte) error {
 	w := c.bw
 	w.WriteString(method)
 	w.WriteByte(' ')
@@ -145,7 +153,7 @@ func (c *upConn) write(method, host, uri string, h http.Header, body []byte) err
 	w.WriteString(" HTTP/1.1\r\nHost: ")
 	w.WriteString(host)
 	w.WriteString("\r\n")
-	writeHeaders(w, h)
+	h.writeHeaders(w)
 	w.WriteString("Content-Length: ")
 	var nb [20]byte
 	w.Write(strconv.AppendInt(nb[:0], int64(len(body)), 10))

@@ -1,0 +1,730 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/asyncrl/asyncrl/internal/h1"
+)
+
+// Front ends Serve can run (Config.Front).
+const (
+	// FrontFast is the router's own HTTP/1.1 server for the proxied path
+	// (this file): the request head parsed in place without net/http's
+	// maps, the answer relayed as bytes, no per-request background read
+	// or deadline. Everything it does not serve (admin, finish_session,
+	// chunked or Expect requests, HTTP/1.0, odd or oversized heads) is
+	// handed to net/http's server on the same connection.
+	FrontFast = "fast"
+	// FrontNetHTTP serves Handler with net/http's server.
+	FrontNetHTTP = "net_http"
+)
+
+// Buffer sizes of the fast front: a request head longer than the read
+// buffer is handed off to net/http (which allows 1 MB and answers 431
+// above); the write buffer holds a small answer's head and body, so they
+// leave in one write.
+const (
+	frontReadBuf  = 8 << 10
+	frontWriteBuf = 8 << 10
+)
+
+// watchDelay is how long a request waits on its replica before the fast
+// front starts watching the client's connection for a disconnect (which
+// cancels the upstream request). A request answered sooner pays nothing
+// for the watch (no goroutine, no read); a disconnect is noticed at most
+// this late. net/http's server starts that read for every request.
+const watchDelay = 5 * time.Millisecond
+
+// aLongTimeAgo is a deadline in the past: it unblocks a read at once.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// frontState is what Serve and Shutdown share: listeners, the fast
+// front's connections, net/http servers (the net_http front, and the
+// fast front's hand-off server).
+type frontState struct {
+	mu      sync.Mutex
+	stopped bool
+	lns     map[net.Listener]struct{}
+	conns   map[*fastConn]struct{}
+	servers []*http.Server
+	hand    *handoffListener // nil until the first fast Serve
+}
+
+// Serve serves the router on ln with the front end Config.Front names
+// until Shutdown; it then returns http.ErrServerClosed. Shutdown refuses
+// new requests with 503 while in-flight ones finish, then closes the
+// listeners and the connections. The in-process path (internal/inproc)
+// uses Handler instead.
+func (r *Router) Serve(ln net.Listener) error {
+	if r.cfg.Front == FrontNetHTTP {
+		srv := &http.Server{Handler: r.mux, ReadHeaderTimeout: 10 * time.Second}
+		if !r.addServer(srv) {
+			return http.ErrServerClosed
+		}
+		return srv.Serve(ln)
+	}
+	hand, ok := r.trackListener(ln)
+	if !ok {
+		return http.ErrServerClosed
+	}
+	defer r.untrackListener(ln)
+	var backoff time.Duration
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if r.frontStopped() {
+				return http.ErrServerClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				time.Sleep(backoff)
+				continue
+			}
+			return err
+		}
+		backoff = 0
+		fc := r.newFastConn(c, hand)
+		if fc == nil {
+			_ = c.Close()
+			return http.ErrServerClosed
+		}
+		go fc.serve()
+	}
+}
+
+func (r *Router) addServer(srv *http.Server) bool {
+	f := &r.front
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.stopped {
+		return false
+	}
+	f.servers = append(f.servers, srv)
+	return true
+}
+
+// trackListener registers ln and returns the hand-off listener, starting
+// its net/http server on first use.
+func (r *Router) trackListener(ln net.Listener) (*handoffListener, bool) {
+	f := &r.front
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.stopped {
+		return nil, false
+	}
+	if f.lns == nil {
+		f.lns = make(map[net.Listener]struct{})
+		f.conns = make(map[*fastConn]struct{})
+	}
+	f.lns[ln] = struct{}{}
+	if f.hand == nil {
+		f.hand = newHandoffListener(ln.Addr())
+		srv := &http.Server{Handler: r.mux, ReadHeaderTimeout: 10 * time.Second}
+		f.servers = append(f.servers, srv)
+		go func() { _ = srv.Serve(f.hand) }()
+	}
+	return f.hand, true
+}
+
+func (r *Router) untrackListener(ln net.Listener) {
+	r.front.mu.Lock()
+	delete(r.front.lns, ln)
+	r.front.mu.Unlock()
+}
+
+func (r *Router) frontStopped() bool {
+	r.front.mu.Lock()
+	defer r.front.mu.Unlock()
+	return r.front.stopped
+}
+
+// stopFront closes the listeners, wakes the idle fast connections (they
+// close), and shuts the net/http servers down within ctx.
+func (r *Router) stopFront(ctx context.Context) {
+	f := &r.front
+	f.mu.Lock()
+	f.stopped = true
+	lns, servers := f.lns, f.servers
+	conns := make([]*fastConn, 0, len(f.conns))
+	for c := range f.conns {
+		conns = append(conns, c)
+	}
+	f.mu.Unlock()
+	for ln := range lns {
+		_ = ln.Close()
+	}
+	for _, c := range conns {
+		c.stop()
+	}
+	for _, s := range servers {
+		_ = s.Shutdown(ctx)
+	}
+}
+
+// fastConn is one client connection of the fast front. Its goroutine
+// reads a request, forwards it and writes the answer, then the next.
+type fastConn struct {
+	r    *Router
+	c    net.Conn
+	hand *handoffListener
+	cr   connReader
+	br   *bufio.Reader
+	head h1.Head
+	hbuf []byte // the current head, copied out of br (its slices alias it)
+	ctx  context.Context
+	done context.CancelFunc // the client went away (or the connection ended)
+	out  fastOut
+
+	// The disconnect watch (watch, unwatch, backgroundRead).
+	timer     *time.Timer
+	wmu       sync.Mutex
+	wcond     sync.Cond
+	watching  bool
+	reading   bool // a background read is running
+	unblocked bool // unwatch set the past deadline that ends it
+	closing   bool // stop: close after the current request
+}
+
+func (r *Router) newFastConn(c net.Conn, hand *handoffListener) *fastConn {
+	fc := &fastConn{r: r, c: c, hand: hand}
+	fc.cr.c = c
+	fc.br = readers.Get().(*bufio.Reader)
+	fc.br.Reset(&fc.cr)
+	fc.ctx, fc.done = context.WithCancel(context.Background())
+	fc.wcond.L = &fc.wmu
+	fc.out.fc = fc
+	f := &r.front
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.stopped {
+		fc.release()
+		return nil
+	}
+	f.conns[fc] = struct{}{}
+	return fc
+}
+
+var (
+	readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, frontReadBuf) }}
+	writers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, frontWriteBuf) }}
+)
+
+func (fc *fastConn) release() {
+	fc.done()
+	if fc.timer != nil {
+		fc.timer.Stop()
+	}
+	fc.br.Reset(nil)
+	readers.Put(fc.br)
+	fc.br = nil
+}
+
+func (fc *fastConn) untrack() {
+	fc.r.front.mu.Lock()
+	delete(fc.r.front.conns, fc)
+	fc.r.front.mu.Unlock()
+}
+
+// stop makes the connection close: at once when it waits for a request,
+// after the current one otherwise.
+func (fc *fastConn) stop() {
+	fc.wmu.Lock()
+	fc.closing = true
+	busy := fc.watching
+	fc.wmu.Unlock()
+	if !busy {
+		_ = fc.c.SetReadDeadline(aLongTimeAgo)
+	}
+}
+
+func (fc *fastConn) serve() {
+	handedOff := false
+	defer func() {
+		if p := recover(); p != nil && p != http.ErrAbortHandler {
+			fc.r.log.Error().Interface("panic", p).Msg("router front: request panicked")
+		}
+		fc.untrack()
+		if !handedOff {
+			_ = fc.c.Close()
+		}
+		fc.release()
+	}()
+	for {
+		n, v := fc.readHead()
+		switch v {
+		case h1.HandOff:
+			handedOff = fc.handOff()
+			return
+		case h1.Incomplete: // the client closed or broke the connection
+			return
+		}
+		if _, err := fc.br.Discard(n); err != nil || !fc.request() {
+			return
+		}
+		fc.wmu.Lock()
+		closing := fc.closing
+		fc.wmu.Unlock()
+		if closing {
+			return
+		}
+	}
+}
+
+// readHead reads until br holds a whole request head and parses it; its
+// length is returned with h1.OK. h1.HandOff: net/http takes the
+// connection, buffered bytes included; h1.Incomplete: the connection
+// ended or failed.
+func (fc *fastConn) readHead() (int, h1.Verdict) {
+	for {
+		buf, _ := fc.br.Peek(fc.br.Buffered())
+		if end := indexHeadEnd(buf); end >= 0 {
+			fc.hbuf = append(fc.hbuf[:0], buf[:end]...)
+			n, v := h1.Parse(fc.hbuf, &fc.head)
+			if v == h1.OK && handOffPath(fc.head.Target) {
+				v = h1.HandOff
+			}
+			return n, v
+		}
+		if _, v := h1.Parse(buf, &fc.head); v == h1.HandOff {
+			return 0, v
+		}
+		if fc.br.Buffered() == fc.br.Size() {
+			return 0, h1.HandOff // a head longer than the buffer: net/http's limits apply
+		}
+		if _, err := fc.br.Peek(fc.br.Buffered() + 1); err != nil {
+			return 0, h1.Incomplete
+		}
+	}
+}
+
+func indexHeadEnd(b []byte) int {
+	for i := 0; i+3 < len(b); i++ {
+		if b[i] == '\r' && b[i+1] == '\n' && b[i+2] == '\r' && b[i+3] == '\n' {
+			return i + 4
+		}
+	}
+	return -1
+}
+
+// handOffPath reports whether a target goes to net/http's handlers
+// rather than the proxied path: the admin API and /finish_session.
+func handOffPath(target []byte) bool {
+	t := string(target) // no allocation: compared only
+	return strings.HasPrefix(t, "/admin") || strings.HasPrefix(t, "/finish_session")
+}
+
+// handOff gives the connection, with the bytes read but not consumed, to
+// the net/http server; it reports whether that server took it.
+func (fc *fastConn) handOff() bool {
+	pre, _ := fc.br.Peek(fc.br.Buffered())
+	data := append([]byte(nil), pre...)
+	if fc.cr.has {
+		data = append(data, fc.cr.b)
+		fc.cr.has = false
+	}
+	return fc.hand.give(&prefixConn{Conn: fc.c, pre: data})
+}
+
+// request serves one parsed request; false ends the connection.
+func (fc *fastConn) request() bool {
+	r, h := fc.r, &fc.head
+	start := time.Now()
+	fc.out.reset()
+	if !r.enter() {
+		fc.out.fail(http.StatusServiceUnavailable, "router is shutting down", 0)
+		return fc.skipBody() && fc.out.ok()
+	}
+	defer r.leave()
+	if h.ContentLength > r.cfg.MaxBodyBytes {
+		fc.out.closeAfter = true // the body stays unread
+		r.tooLarge(&fc.out)
+		return false
+	}
+	var body []byte
+	if h.ContentLength > 0 {
+		var err error
+		body, err = readBody(&io.LimitedReader{R: fc.br, N: h.ContentLength}, h.ContentLength, r.cfg.MaxBodyBytes)
+		if err != nil || int64(len(body)) < h.ContentLength {
+			r.metrics.errors.WithLabelValues("", "read_body").Inc()
+			return false // the client went away mid-body
+		}
+	}
+	fc.watch()
+	r.forward(fc, &fc.out, body, start)
+	fc.unwatch()
+	return fc.out.ok()
+}
+
+// skipBody discards a refused request's body, so the connection can go
+// on; a large one closes it instead.
+func (fc *fastConn) skipBody() bool {
+	if fc.head.ContentLength > 1<<20 {
+		return false
+	}
+	_, err := fc.br.Discard(int(fc.head.ContentLength))
+	return err == nil
+}
+
+// The fast front as an inbound request.
+
+func (fc *fastConn) reqCtx() context.Context { return fc.ctx }
+
+func (fc *fastConn) method() string {
+	if string(fc.head.Method) == http.MethodGet {
+		return http.MethodGet
+	}
+	return http.MethodPost
+}
+
+func (fc *fastConn) uri() string { return string(fc.head.Target) }
+
+func (fc *fastConn) header(name string) string {
+	v, _ := fc.head.Get(name)
+	return string(v)
+}
+
+func (fc *fastConn) writeHeaders(w *bufio.Writer) {
+	for _, f := range fc.head.Headers {
+		if f.Hop || isFieldName(f.Name, "Host") || isFieldName(f.Name, "Content-Length") || isFieldName(f.Name, "Expect") {
+			continue
+		}
+		w.Write(f.Name)
+		w.WriteString(": ")
+		w.Write(f.Value)
+		w.WriteString("\r\n")
+	}
+}
+
+func (fc *fastConn) httpHeader() http.Header {
+	h := make(http.Header, len(fc.head.Headers))
+	for _, f := range fc.head.Headers {
+		k := http.CanonicalHeaderKey(string(f.Name))
+		h[k] = append(h[k], string(f.Value))
+	}
+	return h
+}
+
+func isFieldName(b []byte, name string) bool {
+	return len(b) == len(name) && strings.EqualFold(string(b), name)
+}
+
+// watch starts the disconnect watch for a request waiting on its
+// replica: after watchDelay a background read of one byte runs; EOF or
+// an error there means the client went away (fc.ctx ends, which aborts
+// the upstream request); a byte read is the next pipelined request's
+// and is kept (connReader).
+func (fc *fastConn) watch() {
+	fc.wmu.Lock()
+	fc.watching = true
+	fc.wmu.Unlock()
+	if fc.timer == nil {
+		fc.timer = time.AfterFunc(watchDelay, fc.backgroundRead)
+		return
+	}
+	fc.timer.Reset(watchDelay)
+}
+
+func (fc *fastConn) backgroundRead() {
+	fc.wmu.Lock()
+	if !fc.watching || fc.reading || fc.cr.has {
+		fc.wmu.Unlock()
+		return
+	}
+	fc.reading = true
+	fc.wmu.Unlock()
+	var b [1]byte
+	n, err := fc.c.Read(b[:])
+	fc.wmu.Lock()
+	if n == 1 {
+		fc.cr.b, fc.cr.has = b[0], true
+	} else if err != nil && !fc.unblocked {
+		fc.done() // the client closed or reset the connection
+	}
+	fc.reading = false
+	fc.wcond.Broadcast()
+	fc.wmu.Unlock()
+}
+
+// unwatch ends the watch: it stops a background read still blocked
+// (a past read deadline) and waits for it.
+func (fc *fastConn) unwatch() {
+	stopped := fc.timer.Stop()
+	fc.wmu.Lock()
+	fc.watching = false
+	if !stopped && fc.reading {
+		fc.unblocked = true
+		_ = fc.c.SetReadDeadline(aLongTimeAgo)
+		for fc.reading {
+			fc.wcond.Wait()
+		}
+		fc.unblocked = false
+		if !fc.closing {
+			_ = fc.c.SetReadDeadline(time.Time{})
+		}
+	}
+	fc.wmu.Unlock()
+}
+
+// connReader is the connection under the fast front's bufio.Reader: it
+// returns first the byte a background read took.
+type connReader struct {
+	c   net.Conn
+	b   byte
+	has bool
+}
+
+func (cr *connReader) Read(p []byte) (int, error) {
+	if cr.has && len(p) > 0 {
+		p[0], cr.has = cr.b, false
+		return 1, nil
+	}
+	return cr.c.Read(p)
+}
+
+// fastOut writes the fast front's answers as bytes: the head and a small
+// body leave in one write; a streamed answer is re-chunked and flushed per
+// chunk, with the version trailers at its end.
+type fastOut struct {
+	fc         *fastConn
+	bw         *bufio.Writer
+	scratch    []byte
+	chunked    bool
+	flush      bool
+	closeAfter bool
+	err        error
+}
+
+func (o *fastOut) reset() {
+	o.chunked, o.flush, o.closeAfter, o.err = false, false, o.fc.head.Close, nil
+}
+
+// ok reports whether the connection can carry the next request.
+func (o *fastOut) ok() bool { return o.err == nil && !o.closeAfter }
+
+func (o *fastOut) writer() *bufio.Writer {
+	if o.bw == nil {
+		o.bw = writers.Get().(*bufio.Writer)
+		o.bw.Reset(o.fc.c)
+	}
+	return o.bw
+}
+
+// finish flushes and returns the write buffer to its pool.
+func (o *fastOut) finish() {
+	if o.bw == nil {
+		return
+	}
+	if err := o.bw.Flush(); err != nil && o.err == nil {
+		o.err = err
+	}
+	o.bw.Reset(nil)
+	writers.Put(o.bw)
+	o.bw = nil
+}
+
+func (o *fastOut) fail(code int, msg string, retryAfter int) {
+	body, _ := json.Marshal(errorValue(code, msg))
+	body = append(body, '\n')
+	b := h1.AppendStatusLine(o.scratch[:0], code, statusText(code))
+	b = append(b, "Content-Type: application/json\r\n"...)
+	if retryAfter > 0 {
+		b = append(b, "Retry-After: "...)
+		b = strconv.AppendInt(b, int64(retryAfter), 10)
+		b = append(b, "\r\n"...)
+	}
+	b = append(b, "Content-Length: "...)
+	b = strconv.AppendInt(b, int64(len(body)), 10)
+	b = append(b, "\r\n"...)
+	if o.closeAfter {
+		b = append(b, "Connection: close\r\n"...)
+	}
+	b = append(b, "\r\n"...)
+	b = append(b, body...)
+	o.scratch = b
+	w := o.writer()
+	_, _ = w.Write(b)
+	o.finish()
+}
+
+func statusText(code int) string {
+	if t := http.StatusText(code); t != "" {
+		return t
+	}
+	return "status code " + strconv.Itoa(code)
+}
+
+func (o *fastOut) head(resp *http.Response, replica string, vs versionSpan, trailers, flush bool) error {
+	b := h1.AppendStatusLine(o.scratch[:0], resp.StatusCode, statusText(resp.StatusCode))
+	b = appendHeaders(b, resp.Header)
+	b = h1.AppendHeader(b, ReplicaHeader, replica)
+	b = append(b, VersionMinHeader+": "...)
+	b = strconv.AppendInt(b, vs.min, 10)
+	b = append(b, "\r\n"+VersionMaxHeader+": "...)
+	b = strconv.AppendInt(b, vs.max, 10)
+	b = append(b, "\r\n"...)
+	switch {
+	case h1.Bodiless(resp.StatusCode):
+	case resp.ContentLength >= 0:
+		b = append(b, "Content-Length: "...)
+		b = strconv.AppendInt(b, resp.ContentLength, 10)
+		b = append(b, "\r\n"...)
+	default:
+		o.chunked = true
+		b = append(b, "Transfer-Encoding: chunked\r\n"...)
+		if trailers {
+			b = append(b, "Trailer: "+VersionMinHeader+", "+VersionMaxHeader+"\r\n"...)
+		}
+	}
+	if o.closeAfter {
+		b = append(b, "Connection: close\r\n"...)
+	}
+	b = append(b, "\r\n"...)
+	o.scratch = b
+	o.flush = flush
+	w := o.writer()
+	if _, err := w.Write(b); err != nil {
+		o.err = err
+		return err
+	}
+	if flush {
+		o.err = w.Flush()
+	}
+	return o.err
+}
+
+// appendHeaders appends the replica's end-to-end headers (copyHeaders'
+// rules), less the framing and the router's own, which head writes.
+func appendHeaders(b []byte, h http.Header) []byte {
+	var named []string
+	for _, v := range h["Connection"] {
+		for _, f := range strings.Split(v, ",") {
+			named = append(named, http.CanonicalHeaderKey(strings.TrimSpace(f)))
+		}
+	}
+	for k, vs := range h {
+		if isHopHeader(k) || k == "Content-Length" || k == ReplicaHeader || k == VersionMinHeader ||
+			k == VersionMaxHeader || contains(named, k) {
+			continue
+		}
+		for _, v := range vs {
+			b = h1.AppendHeader(b, k, v)
+		}
+	}
+	return b
+}
+
+func (o *fastOut) write(p []byte) error {
+	if o.err != nil {
+		return o.err
+	}
+	w := o.writer()
+	if o.chunked {
+		o.scratch = h1.AppendChunkSize(o.scratch[:0], len(p))
+		_, _ = w.Write(o.scratch)
+	}
+	_, _ = w.Write(p)
+	if o.chunked {
+		_, _ = w.WriteString("\r\n")
+	}
+	if o.flush {
+		o.err = w.Flush()
+	}
+	return o.err
+}
+
+func (o *fastOut) end(vs *versionSpan) {
+	if o.chunked && o.err == nil {
+		b := append(o.scratch[:0], "0\r\n"...)
+		if vs != nil {
+			b = append(b, VersionMinHeader+": "...)
+			b = strconv.AppendInt(b, vs.min, 10)
+			b = append(b, "\r\n"+VersionMaxHeader+": "...)
+			b = strconv.AppendInt(b, vs.max, 10)
+			b = append(b, "\r\n"...)
+		}
+		b = append(b, "\r\n"...)
+		o.scratch = b
+		_, _ = o.writer().Write(b)
+	}
+	o.finish()
+}
+
+// abort drops what is buffered and closes the connection: the client
+// sees it end before the answer does, never a clean short answer.
+func (o *fastOut) abort() {
+	if o.bw != nil {
+		o.bw.Reset(nil)
+		writers.Put(o.bw)
+		o.bw = nil
+	}
+	o.err = errAborted
+	_ = o.fc.c.Close()
+}
+
+var errAborted = errors.New("proxy: answer aborted")
+
+// handoffListener hands connections the fast front gives up on to a
+// net/http server.
+type handoffListener struct {
+	addr net.Addr
+	ch   chan net.Conn
+	done chan struct{}
+	once sync.Once
+}
+
+func newHandoffListener(addr net.Addr) *handoffListener {
+	return &handoffListener{addr: addr, ch: make(chan net.Conn), done: make(chan struct{})}
+}
+
+func (l *handoffListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.ch:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *handoffListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *handoffListener) Addr() net.Addr { return l.addr }
+
+// give passes c to the server; false when the listener is closed.
+func (l *handoffListener) give(c net.Conn) bool {
+	select {
+	case l.ch <- c:
+		return true
+	case <-l.done:
+		return false
+	}
+}
+
+// prefixConn is a connection whose first reads return pre: the bytes the
+// fast front had read before handing the connection off.
+type prefixConn struct {
+	net.Conn
+	pre []byte
+}
+
+func (c *prefixConn) Read(p []byte) (int, error) {
+	if len(c.pre) > 0 {
+		n := copy(p, c.pre)
+		c.pre = c.pre[n:]
+		return n, nil
+	}
+	return c.Conn.Read(p)
+}
