@@ -34,6 +34,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
@@ -181,6 +182,11 @@ type Result struct {
 	// StoreRetries counts trajectory-buffer stores that timed out or
 	// failed and were tried again (not errors: the group id de-duplicates).
 	StoreRetries int64 `json:"store_retries"`
+	// BufferMsgs and BufferMB are what the trajectory buffer (a JetStream
+	// stream in memory) still held when the level settled, every group
+	// judged: messages the buffer keeps after the sampling actor acked them.
+	BufferMsgs uint64  `json:"buffer_msgs"`
+	BufferMB   float64 `json:"buffer_mb"`
 	// Failure says why the level failed (empty: it passed).
 	Failure string `json:"failure,omitempty"`
 }
@@ -222,6 +228,7 @@ type level struct {
 	n      int
 	run    string
 	bus    *natsbus.Bus
+	groups transport.Stream // the trajectory buffer
 	sys    *actors.System
 	engs   []*engine.Engine
 	srvs   []*http.Server
@@ -394,6 +401,7 @@ func RunLevel(ctx context.Context, o Options, n int) (Result, error) {
 		es, cs := l.engTr.Stats(), l.cliTr.Stats()
 		res.InProcRequests, res.NetRequests = es.Served+cs.Served, es.Passed+cs.Passed
 	}
+	res.BufferMsgs, res.BufferMB = l.bufferHeld()
 	l.finish(&res)
 	if res.Failure == "" && (res.Errors > 0 || res.Lost > 0) {
 		res.Failure = fmt.Sprintf("%d errors, %d trajectories lost", res.Errors, res.Lost)
@@ -405,6 +413,23 @@ func RunLevel(ctx context.Context, o Options, n int) (Result, error) {
 		res.Failure = fmt.Sprintf("peak in flight %d < 95%% of %d", res.PeakInFlight, n)
 	}
 	return res, nil
+}
+
+// bufferHeld reads the trajectory buffer's message count and bytes from
+// JetStream (0, 0 if it cannot be read).
+func (l *level) bufferHeld() (uint64, float64) {
+	js, err := jetstream.New(l.bus.Conn())
+	if err != nil {
+		return 0, 0
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := js.Stream(ctx, l.groups.Name())
+	if err != nil {
+		return 0, 0
+	}
+	info := st.CachedInfo()
+	return info.State.Msgs, float64(info.State.Bytes) / (1 << 20)
 }
 
 func writeHeap(path string) error {
@@ -522,6 +547,7 @@ func (l *level) start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("scale: trajectory buffer: %w", err)
 	}
+	l.groups = groups
 	if err := l.startEngines(); err != nil {
 		return err
 	}
