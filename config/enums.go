@@ -73,6 +73,23 @@ const (
 // Values lists the version rules.
 func (VersionRule) Values() []string { return []string{"staleness", "newest"} }
 
+// RouterFront is the router's HTTP front end (issue 22).
+type RouterFront string
+
+// Router front ends.
+const (
+	// FrontFast: the router's own HTTP/1.1 server on the proxied path;
+	// anything unusual (admin, chunked requests, HTTP/1.0…) is handed to
+	// net/http on the same connection.
+	FrontFast RouterFront = "fast"
+	// FrontNetHTTP: net/http's server for everything (the front before
+	// issue 22's work; kept for side-by-side benchmarks).
+	FrontNetHTTP RouterFront = "net_http"
+)
+
+// Values lists the router front ends.
+func (RouterFront) Values() []string { return []string{"fast", "net_http"} }
+
 // HashFallback says where consistent_hash sends a key whose ring point's
 // replica cannot take it.
 type HashFallback string

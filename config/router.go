@@ -57,6 +57,8 @@ type RouterConfig struct {
 	HashFallback HashFallback `yaml:"hash_fallback" doc:"consistent_hash, target down: walk (next ring point) or first_healthy (vllm-router)"`
 	// Listen is the router's HTTP address.
 	Listen string `yaml:"listen" doc:"router HTTP address (host:port; port 0 = any free port)"`
+	// Front is the HTTP front end serving Listen.
+	Front RouterFront `yaml:"front" doc:"HTTP front end: fast (the router's own HTTP/1.1 server on the proxied path, net/http for the rest) or net_http"`
 }
 
 // DefaultRouter uses bounded_sticky with SkyRL's and vllm-router's constants
@@ -81,6 +83,7 @@ func DefaultRouter() RouterConfig {
 		MaxVersionLag:       -1,
 		HashFallback:        HashWalk,
 		Listen:              "127.0.0.1:8000",
+		Front:               FrontFast,
 	}
 }
 

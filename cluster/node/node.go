@@ -111,9 +111,9 @@ type Node struct {
 	engines []*localengine.Engine
 	// driven are the engines the node updates over HTTP: its own, then
 	// engines.external.
-	driven    []*weightsync.Driven
-	router    *proxy.Router
-	routerSrv *http.Server
+	driven     []*weightsync.Driven
+	router     *proxy.Router
+	routerDone chan struct{} // closed when the router's Serve returned
 	// routerUnreg takes the router out of inproc.Default; routerUp is
 	// the router's transport to the engines, rolloutUp the rollout
 	// actors' to the router (both serve this process's peers in process).
@@ -433,9 +433,9 @@ func (n *Node) Stop() {
 		if n.routerUnreg != nil {
 			n.routerUnreg()
 		}
-		if n.routerSrv != nil {
-			_ = n.router.Shutdown(ctx)
-			_ = n.routerSrv.Shutdown(ctx)
+		if n.routerDone != nil {
+			_ = n.router.Shutdown(ctx) // refuses new requests, drains, then stops Serve
+			<-n.routerDone
 		}
 		n.stopMetrics(ctx)
 		stopEngines(n.engines)

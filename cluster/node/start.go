@@ -180,9 +180,12 @@ func (n *Node) startServing(ctx context.Context, initial engine.Model) (err erro
 		return fmt.Errorf("node: router listen: %w", err)
 	}
 	n.routerURL = "http://" + ln.Addr().String()
-	n.routerSrv = &http.Server{Handler: n.router.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	n.routerUnreg = inproc.Default.Register(n.routerURL, n.router.Handler())
-	go func() { _ = n.routerSrv.Serve(ln) }()
+	n.routerDone = make(chan struct{})
+	go func() {
+		defer close(n.routerDone)
+		_ = n.router.Serve(ln) // router.front: fast or net_http (proxy.Config.Front)
+	}()
 	return nil
 }
 

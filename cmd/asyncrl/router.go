@@ -2,6 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
+	"net"
+	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,8 +21,8 @@ import (
 // proxy in front of any vLLM-compatible servers.
 func newRouterCmd(g *globals) *cobra.Command {
 	var (
-		cfgPath, listen_, policyName, token, metricsAddr string
-		engines                                          []string
+		cfgPath, listen_, policyName, token, metricsAddr, front string
+		engines                                                 []string
 	)
 	cmd := &cobra.Command{
 		Use:   "router",
@@ -40,6 +43,9 @@ func newRouterCmd(g *globals) *cobra.Command {
 				}
 				if cmd.Flags().Changed("metrics-listen") {
 					c.Metrics.Listen = metricsAddr
+				}
+				if cmd.Flags().Changed("front") {
+					c.Router.Front = config.RouterFront(front)
 				}
 			})
 			if err != nil {
@@ -88,12 +94,7 @@ func newRouterCmd(g *globals) *cobra.Command {
 				_ = r.Shutdown(context.Background())
 				return fail("asyncrl router: %v", err)
 			}
-			err = serveHTTP(ctx, ln, r.Handler(), 10*time.Second)
-			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			if serr := r.Shutdown(sctx); err == nil {
-				err = serr
-			}
+			err = serveRouter(ctx, r, ln, 10*time.Second)
 			stop()
 			<-mdone
 			if err != nil {
@@ -109,5 +110,31 @@ func newRouterCmd(g *globals) *cobra.Command {
 	fs.StringVar(&policyName, "policy", "bounded_sticky", "routing policy: bounded_sticky, sticky_least_loaded, consistent_hash, round_robin or least_request")
 	fs.StringVar(&token, "admin-token", "", "bearer token for /admin/ (required when --listen is not loopback)")
 	fs.StringVar(&metricsAddr, "metrics-listen", "", "serve the router's Prometheus /metrics on this address (empty = off)")
+	fs.StringVar(&front, "front", "fast", "HTTP front end: fast (the router's own HTTP/1.1 server on the proxied path) or net_http")
 	return cmd
+}
+
+// serveRouter serves r on ln until ctx ends, then shuts it down within
+// grace: new requests get 503 while in-flight ones finish, then Serve
+// returns.
+func serveRouter(ctx context.Context, r *proxy.Router, ln net.Listener, grace time.Duration) error {
+	errc := make(chan error, 1)
+	go func() { errc <- r.Serve(ln) }()
+	var err error
+	select {
+	case err = <-errc: // Serve failed before any shutdown
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	serr := r.Shutdown(sctx)
+	if err == nil {
+		if err = <-errc; errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+	}
+	if err == nil {
+		err = serr
+	}
+	return err
 }

@@ -127,6 +127,7 @@ func RouterConfig(c config.RouterConfig) proxy.Config {
 		p.Policy.HashFallback = policy.HashFirstHealthy
 	}
 	p.ListenAddr = c.Listen
+	p.Front = string(c.Front)
 	p.MaxBodyBytes = c.MaxBodyBytes
 	p.HealthInterval = c.HealthCheckInterval
 	p.HealthTimeout = c.HealthCheckTimeout

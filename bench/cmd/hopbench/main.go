@@ -123,7 +123,7 @@ type runConfig struct {
 	conns                                                 []int
 	dur                                                   time.Duration
 	reps, backends, routerProcs                           int
-	jsonOut, profileDir                                   string
+	jsonOut, profileDir, profileFront                     string
 }
 
 func runMain(args []string) error {
@@ -137,13 +137,14 @@ func runMain(args []string) error {
 	fs.StringVar(&c.tmpl, "template", "bench/haproxy/haproxy.cfg.tmpl", "HAProxy config template")
 	fs.StringVar(&c.lua, "lua", "bench/haproxy/session.lua", "wrk script")
 	fs.StringVar(&c.policy, "policy", "sticky_least_loaded", "policy of the router target")
-	fs.StringVar(&targets, "targets", "direct,haproxy_stick,router,haproxy_chash,router_chash", "targets, comma-separated (direct, haproxy_stick, haproxy_chash, router, router_chash, router_base: -asyncrl-base with -policy)")
+	fs.StringVar(&targets, "targets", "direct,haproxy_stick,router,haproxy_chash,router_chash", "targets, comma-separated (direct, haproxy_stick, haproxy_chash, router, router_chash, router_base: -asyncrl-base with -policy, router_nethttp: -policy with --front net_http)")
 	fs.StringVar(&conns, "conns", "1,16,64,256", "wrk connections per level, comma-separated")
 	fs.DurationVar(&c.dur, "duration", 10*time.Second, "wrk duration of one cell")
 	fs.IntVar(&c.reps, "reps", 3, "repetitions (target order rotates between them; medians over them)")
 	fs.IntVar(&c.backends, "backends", 2, "trivial backends behind the proxies")
 	fs.IntVar(&c.routerProcs, "router-procs", 1, "GOMAXPROCS of the router process (HAProxy runs one thread); 0 = Go's default")
 	fs.StringVar(&c.jsonOut, "json", "", "write every cell as JSON to this file")
+	fs.StringVar(&c.profileFront, "profile-front", "fast", "front end of the profiled router (fast or net_http)")
 	fs.StringVar(&c.profileDir, "profile", "", "after the cells, profile the router (-policy, CPU and allocations under wrk at the largest level) into this directory")
 	_ = fs.Parse(args)
 	c.targets = split(targets)
@@ -280,7 +281,7 @@ func run(c runConfig) ([]Cell, error) {
 		}
 		targets["haproxy_stick"], targets["haproxy_chash"] = t[0], t[1]
 	}
-	for name, pol := range map[string]string{"router": c.policy, "router_chash": "consistent_hash", "router_base": c.policy} {
+	for name, pol := range map[string]string{"router": c.policy, "router_chash": "consistent_hash", "router_base": c.policy, "router_nethttp": c.policy} {
 		if !slices.Contains(c.targets, name) {
 			continue
 		}
@@ -291,7 +292,11 @@ func run(c runConfig) ([]Cell, error) {
 			}
 			rc.asyncrl = c.asyncrlBase
 		}
-		t, err := startRouter(&ps, rc, pol, backends, "")
+		front := ""
+		if name == "router_nethttp" { // the same binary on net/http's server: before/after the fast front in one run
+			front = "net_http"
+		}
+		t, err := startRouter(&ps, rc, pol, backends, "", front)
 		if err != nil {
 			return nil, err
 		}
@@ -381,7 +386,7 @@ func startHAProxy(ps *procs, c runConfig, tmp string, backends []string) ([2]tar
 	return out, nil
 }
 
-func startRouter(ps *procs, c runConfig, pol string, backends []string, pprof string) (target, error) {
+func startRouter(ps *procs, c runConfig, pol string, backends []string, pprof, front string) (target, error) {
 	p, err := freePort()
 	if err != nil {
 		return target{}, err
@@ -389,6 +394,9 @@ func startRouter(ps *procs, c runConfig, pol string, backends []string, pprof st
 	args := []string{"router", "--listen", fmt.Sprintf("127.0.0.1:%d", p), "--policy", pol}
 	for _, b := range backends {
 		args = append(args, "--engine", b)
+	}
+	if front != "" {
+		args = append(args, "--front", front)
 	}
 	var env []string
 	if c.routerProcs > 0 {
@@ -417,7 +425,7 @@ func profileRouter(ps *procs, c runConfig, backends []string) error {
 		return err
 	}
 	pprofAddr := fmt.Sprintf("127.0.0.1:%d", pp)
-	t, err := startRouter(ps, c, c.policy, backends, pprofAddr)
+	t, err := startRouter(ps, c, c.policy, backends, pprofAddr, c.profileFront)
 	if err != nil {
 		return err
 	}
