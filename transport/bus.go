@@ -75,6 +75,14 @@ type StreamConfig struct {
 	// loss of any one server (a new leader is elected among the others).
 	// A bus without servers of its own (memhub) ignores it.
 	Replicas int
+	// WorkQueue deletes a message once a consumer acked it (JetStream's
+	// work-queue retention), instead of keeping it until MaxAge/MaxBytes;
+	// only one durable consumer may read the stream. For buffers that are
+	// consumed once (the trajectory buffer: each group judged by the
+	// sampling actor): otherwise a run holds every acked group for MaxAge.
+	// An existing stream created without it keeps its retention (JetStream
+	// cannot change a stream's retention to or from work-queue).
+	WorkQueue bool
 }
 
 // Validate names the first bad field: a Name that is not a subject token,

@@ -300,13 +300,15 @@ func StartActor(bus transport.Bus, gen rollout.Generator, cfg config.Config, tas
 }
 
 // GroupStream is the run's trajectory buffer: finished groups wait
-// in JetStream until the sampling actor has judged them. In memory: it
+// in JetStream until the sampling actor has judged them, and a judged
+// (acked) group is deleted (a work queue: with limits retention a run held
+// every group it ever judged for the hour of MaxAge, in memory). In memory: it
 // only has to outlive a restart of the actors, not of every server; on a
 // clustered bus it has replicas copies (--replicas), so the loss of the
 // server that led it costs a leader election, not the buffer. Rollout
 // actors on other nodes open it with the same config.
 func GroupStream(run, groups string, replicas int) transport.StreamConfig {
-	return transport.StreamConfig{Name: "groups-" + run, Subjects: []string{groups}, MaxAge: time.Hour, Memory: true,
+	return transport.StreamConfig{Name: "groups-" + run, Subjects: []string{groups}, MaxAge: time.Hour, Memory: true, WorkQueue: true,
 		Replicas: max(1, replicas)}
 }
 

@@ -38,6 +38,7 @@ func Run(t *testing.T, newBus func(t *testing.T) (transport.Bus, func())) {
 		{"StreamAckRedeliverResume", testStream},
 		{"StreamNak", testStreamNak},
 		{"StreamConfigRefused", testStreamConfigRefused},
+		{"StreamWorkQueue", testStreamWorkQueue},
 		{"ClosedBus", testClosed},
 	}
 	for _, tc := range tests {
@@ -561,5 +562,40 @@ func testStreamConfigRefused(t *testing.T, b transport.Bus) {
 	}
 	if _, err := b.Stream(ctx, ok); err != nil {
 		t.Fatalf("Stream(%+v): %v", ok, err)
+	}
+}
+
+// testStreamWorkQueue: a work-queue stream delivers to its one durable
+// consumer as any stream does, and refuses a second durable (JetStream's
+// rule; the acked messages are gone, so a new reader could not replay
+// them anyway).
+func testStreamWorkQueue(t *testing.T, b transport.Bus) {
+	ctx, cancel := context.WithTimeout(context.Background(), Wait)
+	defer cancel()
+	st, err := b.Stream(ctx, transport.StreamConfig{Name: "WQ", Subjects: []string{"asyncrl.r1.wq"}, Memory: true, WorkQueue: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if _, err := st.Publish(ctx, "asyncrl.r1.wq", []byte{byte('a' + i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var c streamCollector
+	s, err := st.Consume(ctx, "sampling", time.Hour, func(m *transport.StreamMsg) { c.handler(m); _ = m.Ack() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	Eventually(t, Wait, "three deliveries", func() bool { return len(c.snapshot()) == 3 })
+	if _, err := st.Consume(ctx, "auditor", time.Hour, func(m *transport.StreamMsg) {}); err == nil {
+		t.Fatal("a second durable on a work-queue stream was accepted")
+	}
+	if _, err := st.Publish(ctx, "asyncrl.r1.wq", []byte("d")); err != nil {
+		t.Fatal(err)
+	}
+	Eventually(t, Wait, "the fourth delivery", func() bool { return len(c.snapshot()) == 4 })
+	_ = s.Unsubscribe()
+	if got := c.snapshot(); string(got[3].Data) != "d" || got[3].Delivered != 1 {
+		t.Fatalf("fourth delivery %q delivered %d; want d, once", got[3].Data, got[3].Delivered)
 	}
 }

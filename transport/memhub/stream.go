@@ -186,6 +186,30 @@ func (st *memStream) trimLocked() {
 	}
 }
 
+// dropAckedLocked deletes, on a work-queue stream, the acked messages at
+// its front (stored messages stay contiguous by sequence, so one acked
+// behind an unacked one waits for it).
+func (st *memStream) dropAckedLocked(c *consumer) {
+	if !st.cfg.WorkQueue {
+		return
+	}
+	for len(st.msgs) > 0 && c.acked[st.msgs[0].seq] {
+		delete(c.acked, st.msgs[0].seq)
+		st.bytes -= int64(len(st.msgs[0].data))
+		st.msgs = st.msgs[1:]
+	}
+}
+
+// deletedLocked reports whether seq was stored and is gone (trimmed by
+// limits or, on a work queue, acked and deleted).
+func (st *memStream) deletedLocked(seq uint64) bool {
+	first := st.lastSeq + 1
+	if len(st.msgs) > 0 {
+		first = st.msgs[0].seq
+	}
+	return seq < first
+}
+
 func (st *memStream) get(seq uint64) (storedMsg, bool) {
 	if len(st.msgs) == 0 || seq < st.msgs[0].seq || seq > st.lastSeq {
 		return storedMsg{}, false
@@ -216,6 +240,11 @@ func (s *streamHandle) Consume(ctx context.Context, durable string, ackWait time
 		return nil, err
 	}
 	c, ok := s.st.consumers[durable]
+	if !ok && s.st.cfg.WorkQueue && len(s.st.consumers) > 0 {
+		h.mu.Unlock()
+		return nil, fmt.Errorf("memhub: stream %s is a work queue read by consumer %s: a second durable (%s) is refused, as JetStream does",
+			s.st.cfg.Name, s.st.consumerNames()[0], durable)
+	}
 	if !ok {
 		c = &consumer{st: s.st, name: durable, next: 1, delivered: map[uint64]uint64{}, acked: map[uint64]bool{}, deadline: map[uint64]*item{}}
 		s.st.consumers[durable] = c
@@ -293,11 +322,12 @@ func (h *Hub) prepareStreamDeliveryLocked(sd *streamDelivery) func() {
 	ack := func() error {
 		h.mu.Lock()
 		defer h.mu.Unlock()
-		if c.acked[seq] {
+		if c.acked[seq] || c.st.deletedLocked(seq) {
 			return nil
 		}
 		c.acked[seq] = true
 		delete(c.delivered, seq)
+		defer c.st.dropAckedLocked(c)
 		if t := c.deadline[seq]; t != nil {
 			t.cancelled = true
 			delete(c.deadline, seq)

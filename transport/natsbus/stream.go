@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -38,12 +39,28 @@ func (b *Bus) Stream(ctx context.Context, cfg transport.StreamConfig) (transport
 	if cfg.Memory {
 		jc.Storage = jetstream.MemoryStorage
 	}
+	if cfg.WorkQueue {
+		jc.Retention = jetstream.WorkQueuePolicy
+	}
 	s, err := b.js.CreateOrUpdateStream(ctx, jc)
+	var apiErr *jetstream.APIError
+	if cfg.WorkQueue && errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrInvalidConfig && strings.Contains(apiErr.Description, "retention") {
+		// The stream exists with limits retention (created by an older
+		// asyncrl, servers still up): keep it as it is.
+		jc.Retention = jetstream.LimitsPolicy
+		s, err = b.js.CreateOrUpdateStream(ctx, jc)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("natsbus: stream %s: %w", cfg.Name, mapErr(err))
 	}
 	return &stream{b: b, s: s, name: cfg.Name}, nil
 }
+
+// jsErrInvalidConfig is JetStream's code for an invalid stream
+// configuration (JSStreamInvalidConfigF); with "retention" in its
+// description it is "stream configuration update can not change retention
+// policy to/from workqueue".
+const jsErrInvalidConfig jetstream.ErrorCode = 10052
 
 type stream struct {
 	b    *Bus
