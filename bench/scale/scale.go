@@ -360,7 +360,7 @@ func RunLevel(ctx context.Context, o Options, n int) (Result, error) {
 		}
 		st := l.stats()
 		inFlight := st.Started - st.Finished - st.Aborted
-		if inFlight > pk.inFlight && inFlight >= int64(float64(n)*0.98) && !profiled {
+		if inFlight > pk.inFlight && inFlight >= int64(float64(n)*0.95) && !profiled {
 			// At the peak: the heap that holds the trajectories in flight.
 			var ms runtime.MemStats
 			runtime.ReadMemStats(&ms)
