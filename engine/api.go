@@ -188,6 +188,13 @@ type ChatChoice struct {
 	FinishReason   *string              `json:"finish_reason"`
 	PromptTokenIDs []int32              `json:"prompt_token_ids,omitempty"`
 	TokenIDs       []int32              `json:"token_ids,omitempty"`
+	// RoutedExperts is CompletionChoice.RoutedExperts for a chat choice:
+	// vLLM's ChatCompletionResponseChoice carries the same base64 .npy
+	// (vllm/entrypoints/openai/chat_completion/protocol.py, filled in
+	// serving.py's non-streamed chat_completion_full_generator), and its
+	// ChatCompletionRequest takes routed_experts_prompt_start. Rows start
+	// at the rendered chat prompt's first token.
+	RoutedExperts *vllmwire.RoutedExperts `json:"routed_experts,omitempty"`
 	Extensions
 }
 

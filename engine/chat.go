@@ -95,6 +95,9 @@ func (e *Engine) chatGeneration(req *ChatRequest) (generation, *reqError) {
 	if e.cfg.AddBOS {
 		prompt = append([]int32{tokenizer.BOS}, prompt...)
 	}
+	if rerr := checkRouteStart(sp, [][]int32{prompt}); rerr != nil {
+		return generation{}, rerr
+	}
 	return newGeneration(req.Model, &req.SamplingOptions, lora, model, [][]int32{prompt}, sp, 0), nil
 }
 
@@ -108,6 +111,7 @@ var chatEndpoint = endpoint{
 		for _, s := range g.seqs {
 			c := chatChoice(s, sp, 0, len(s.out), true, current)
 			c.Message = &ChatResponseMessage{Role: "assistant", Content: string(s.text)}
+			c.RoutedExperts = s.routedExperts()
 			resp.Choices = append(resp.Choices, c)
 		}
 		return resp

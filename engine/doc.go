@@ -36,7 +36,10 @@
 //     "<|role|>content" per message followed by "<|assistant|>" (plain
 //     text: the character tokenizer has no special chat tokens); logprobs
 //     true + top_logprobs k; max_tokens or max_completion_tokens (default:
-//     the rest of the context).
+//     the rest of the context). return_routed_experts and
+//     routed_experts_prompt_start as in completions (rows from the first
+//     token of the rendered prompt; vLLM's chat choice has the same
+//     routed_experts).
 //   - GET /v1/models, GET /health, GET /metrics.
 //   - RL control: POST /pause?mode=keep|abort|wait&clear_cache=bool with
 //     vLLM's defaults (mode=abort, clear_cache=true, clear_cache ignored
