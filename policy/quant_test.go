@@ -243,3 +243,41 @@ func TestQuantizedFP8IsPublishedFP8(t *testing.T) {
 		}
 	}
 }
+
+// TestQuantizedMoEKeepsBiases: in a mixture of experts the quantised
+// tensors are the routers' and the head's weights; the experts' biases,
+// 2-D [Experts, Hidden], are biases and stay BF16 like every other, and
+// the 3-D expert weights stay BF16 too (quantizable).
+func TestQuantizedMoEKeepsBiases(t *testing.T) {
+	cfg := Config{VocabSize: 98, Window: 4, EmbedDim: 8, Hidden: 32, Layers: 2, MaxSeqLen: 64, Experts: 4, TopK: 2}
+	m, err := New(cfg, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	for l := range cfg.Layers {
+		for i := m.bOff[l]; i < m.bOff[l]+cfg.Experts*cfg.Hidden; i++ {
+			m.params[i] = float32(rng.NormFloat64())
+		}
+	}
+	m.refresh()
+	want := []string{"layers.0.router.weight", "layers.1.router.weight", "head.weight"}
+	if got := m.QuantizedTensors(); !slices.Equal(got, want) {
+		t.Fatalf("QuantizedTensors %v, want %v", got, want)
+	}
+	qm, err := m.Quantized(QuantINT4G32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ts := range m.tensors {
+		if slices.Contains(want, ts.name) {
+			continue
+		}
+		src, got := m.params[ts.off:ts.off+ts.n], qm.params[ts.off:ts.off+ts.n]
+		for i, v := range src {
+			if got[i] != roundBF16(v) {
+				t.Fatalf("%s[%d] served %v, want BF16(%v) = %v", ts.name, i, got[i], v, roundBF16(v))
+			}
+		}
+	}
+}

@@ -17,12 +17,19 @@ import (
 // (over a data plane) still loads.
 const QuantizationKey = "quantization"
 
-// quantizable reports whether SaveServingQuantized quantises t: the 2-D
-// linear weights (layers.*.weight and head.weight). The embedding stays
+// quantizable reports whether SaveServingQuantized (and Quantized)
+// quantises t: the 2-D linear weights (layers.*.weight and head.weight;
+// in a mixture of experts layers.*.router.weight). The embedding stays
 // BF16 (a lookup table, not a matmul: FP8 checkpoints such as DeepSeek-V3
-// keep embed_tokens unquantised) and so do the biases (1-D, added in
-// full precision by every FP8 kernel).
-func quantizable(t tensor) bool { return len(t.shape) == 2 && t.name != "embed.weight" }
+// keep embed_tokens unquantised) and so do the biases (added in full
+// precision by every FP8 kernel) — by name, as a mixture's
+// layers.*.experts.bias [Experts, Hidden] is 2-D. A mixture's
+// layers.*.experts.weight is 3-D [Experts, Hidden, in] and stays BF16:
+// quantising it per expert needs a 3-D scale layout the checkpoint
+// readers (here and asyncrl_vllm.quant) do not have.
+func quantizable(t tensor) bool {
+	return len(t.shape) == 2 && strings.HasSuffix(t.name, ".weight") && t.name != "embed.weight"
+}
 
 // QuantizedTensors lists the tensors SaveServingQuantized quantises.
 func (m *Model) QuantizedTensors() []string {
