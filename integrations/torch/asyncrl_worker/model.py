@@ -94,13 +94,19 @@ class MoELayer(nn.Module):
 
     def forward(self, x: torch.Tensor, routes: torch.Tensor | None = None):
         """x [P, in] → (h [P, H], routes [P, top_k]); routes given = replay."""
-        r = x @ self.router_weight.T  # [P, E]
-        sel = top_k_routes(r, self.top_k) if routes is None else routes.long()
-        g = torch.softmax(r.gather(1, sel), dim=-1)  # [P, K]
-        # every expert's pre-activation, then the chosen ones (tiny E)
-        z = torch.einsum("ehi,pi->peh", self.experts_weight, x) + self.experts_bias  # [P, E, H]
-        a = torch.tanh(z.gather(1, sel.unsqueeze(-1).expand(-1, -1, z.shape[-1])))  # [P, K, H]
-        return (g.unsqueeze(-1) * a).sum(1), sel
+        return moe_layer(x, self.experts_weight, self.router_weight, self.experts_bias, self.top_k, routes)
+
+
+def moe_layer(x, experts_weight, router_weight, experts_bias, top_k: int, routes=None):
+    """MoELayer.forward on the given tensors (the parameters, or the served
+    copies of a fake-quantised pass)."""
+    r = x @ router_weight.T  # [P, E]
+    sel = top_k_routes(r, top_k) if routes is None else routes.long()
+    g = torch.softmax(r.gather(1, sel), dim=-1)  # [P, K]
+    # every expert's pre-activation, then the chosen ones (tiny E)
+    z = torch.einsum("ehi,pi->peh", experts_weight, x) + experts_bias  # [P, E, H]
+    a = torch.tanh(z.gather(1, sel.unsqueeze(-1).expand(-1, -1, z.shape[-1])))  # [P, K, H]
+    return (g.unsqueeze(-1) * a).sum(1), sel
 
 
 # Fake quantisation (trainer.fake_quant), as Go's policy.Model.Quantized and
@@ -116,6 +122,16 @@ FAKE_QUANT_GROUPS = {"none": 0, "int4_g32": 32, "int4_g128": 128}
 
 def bf16(x: torch.Tensor) -> torch.Tensor:
     return x.to(torch.bfloat16).to(torch.float32)
+
+
+def fake_quantized(name: str, t: torch.Tensor) -> bool:
+    """Whether the engine quantises tensor `name` (policy.quantizable, listed
+    by policy.Model.QuantizedTensors): the 2-D weights but the embedding --
+    layers.{l}.weight and head.weight, and for a mixture
+    layers.{l}.router.weight. A mixture's layers.{l}.experts.weight is 3-D
+    [E, H, in] and stays BF16, as do the embedding and every bias (a
+    mixture's layers.{l}.experts.bias [E, H] too)."""
+    return t.dim() == 2 and name.endswith(".weight") and name != "embed.weight"
 
 
 def fake_int4(w: torch.Tensor, group: int) -> torch.Tensor:
@@ -199,40 +215,36 @@ class WindowMLP(nn.Module):
         return self.forward_routes(ctx, routes)[0]
 
     def forward_routes(self, ctx: torch.Tensor, routes: torch.Tensor | None = None):
-        """(logits [P, V], routes [P, layers, top_k] or None for a dense model)."""
-        if self.fake_quant != "none":
-            return self._forward_fake_quant(ctx, routes)
-        x = self.embed(ctx).reshape(ctx.shape[0], -1)
+        """(logits [P, V], routes [P, layers, top_k] or None for a dense model).
+        With fake_quant on, the pass runs on served_tensors()."""
+        t = self.named_tensors() if self.fake_quant == "none" else self.served_tensors()
+        lin = torch.nn.functional.linear
+        x = torch.nn.functional.embedding(ctx, t["embed.weight"]).reshape(ctx.shape[0], -1)
+        head = (t["head.weight"], t["head.bias"])
         if not self.experts:
             if routes is not None:
                 raise ValueError("routes given but the model is dense (experts 0)")
-            for lin in self.layers:
-                x = torch.tanh(lin(x))
-            return self.head(x), None
+            for l in range(len(self.layers)):
+                x = torch.tanh(lin(x, t[f"layers.{l}.weight"], t[f"layers.{l}.bias"]))
+            return lin(x, *head), None
         if routes is not None:
             routes = check_routes(routes, ctx.shape[0], len(self.layers), self.cfg["top_k"], self.experts)
         used = []
-        for l, layer in enumerate(self.layers):
-            x, sel = layer(x, None if routes is None else routes[:, l])
+        for l in range(len(self.layers)):
+            x, sel = moe_layer(x, t[f"layers.{l}.experts.weight"], t[f"layers.{l}.router.weight"],
+                               t[f"layers.{l}.experts.bias"], self.cfg["top_k"], None if routes is None else routes[:, l])
             used.append(sel)
-        return self.head(x), torch.stack(used, 1)
+        return lin(x, *head), torch.stack(used, 1)
 
-    def _forward_fake_quant(self, ctx: torch.Tensor, routes=None):
-        """The dense forward pass on the weights an engine with
-        engines.quantize = self.fake_quant serves (Linear weights INT4,
-        embedding and biases BF16), gradients straight through to the masters."""
+    def served_tensors(self) -> dict[str, torch.Tensor]:
+        """The weights an engine with engines.quantize = self.fake_quant
+        serves (policy.Model.Quantized: every tensor BF16, the
+        fake_quantized ones INT4), each the forward value of a
+        straight-through node whose gradient goes to the float32 master
+        unchanged. Dense and mixture alike; routes replay as usual."""
         group = FAKE_QUANT_GROUPS[self.fake_quant]
-        if self.experts or routes is not None:
-            raise ValueError("fake quantisation is implemented for the dense model only")
-
-        def served(w, quantize):
-            return _STE.apply(w, fake_int4(w, group) if quantize else bf16(w.detach()))
-
-        lin = torch.nn.functional.linear
-        x = torch.nn.functional.embedding(ctx, served(self.embed.weight, False)).reshape(ctx.shape[0], -1)
-        for layer in self.layers:
-            x = torch.tanh(lin(x, served(layer.weight, True), served(layer.bias, False)))
-        return lin(x, served(self.head.weight, True), served(self.head.bias, False)), None
+        return {name: _STE.apply(w, fake_int4(w, group) if fake_quantized(name, w) else bf16(w.detach()))
+                for name, w in self.named_tensors().items()}
 
     def logits_at(self, tokens: torch.Tensor, positions: torch.Tensor, routes=None) -> torch.Tensor:
         """Logits predicting tokens[p] for p in positions. routes (a mixture's

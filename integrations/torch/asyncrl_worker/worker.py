@@ -360,8 +360,8 @@ class Worker:
         if fq not in mdl.FAKE_QUANT_GROUPS:
             raise bad("loss.fake_quant", f"must be one of {', '.join(mdl.FAKE_QUANT_GROUPS)}, got {fq!r}")
         if fq != "none":
-            if policy.kind != "builtin" or getattr(policy.net, "experts", 0):
-                raise bad("loss.fake_quant", "fake quantisation needs the dense built-in model")
+            if policy.kind != "builtin":
+                raise bad("loss.fake_quant", "fake quantisation needs the built-in model (dense or mixture of experts)")
             policy.net.fake_quant = fq
         self.policy, self.opt = policy, opt
         self.optim_cfg, self.loss_cfg, self.adv_cfg = optim_cfg, loss_cfg, adv_cfg
