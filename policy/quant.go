@@ -62,10 +62,11 @@ func (q Quant) off() bool { return q == "" || q == QuantNone }
 
 // quantizeWeights turns m into the model an engine serving q computes
 // with: every tensor rounded to BF16 (a serving checkpoint's precision),
-// then every Linear weight matrix (quantizable: layers.*.weight and
-// head.weight; the embedding is a lookup and biases are added in full
-// precision, as in compressed-tensors and FP8 checkpoints) quantised and
-// dequantised. It rebuilds the derived tables.
+// then every Linear weight matrix (quantizable: layers.*.weight,
+// head.weight and each expert's matrix of a mixture; the embedding is a
+// lookup, biases are added in full precision, as in compressed-tensors
+// and FP8 checkpoints, and an MoE router stays unquantised, as in vLLM)
+// quantised and dequantised. It rebuilds the derived tables.
 func (m *Model) quantizeWeights(q Quant) error {
 	if q.off() {
 		return nil
@@ -89,16 +90,17 @@ func (m *Model) quantizeWeights(q Quant) error {
 		if !quantizable(ts) {
 			continue
 		}
-		rows, cols := ts.shape[0], ts.shape[1]
+		var err error
 		if scheme == nil {
-			if err := quant.FakeQuantINT4(w, w, rows, cols, group); err != nil {
-				return fmt.Errorf("policy: quantising %s to %s: %w", ts.name, q, err)
+			// group-wise along a row: a 3-D tensor's matrices stacked
+			// are one [n·rows, cols] matrix
+			n, rows, cols := ts.matrices()
+			err = quant.FakeQuantINT4(w, w, n*rows, cols, group)
+		} else {
+			var qw, sc quant.Tensor
+			if qw, sc, _, err = quantizeTensor(scheme, ts, w); err == nil {
+				err = dequantizeTensor(scheme, ts, qw, sc, w)
 			}
-			continue
-		}
-		qw, sc, _, err := scheme.Quantize(ts.name, rows, cols, w)
-		if err == nil {
-			_, err = scheme.Dequantize(qw, sc, w[:0])
 		}
 		if err != nil {
 			return fmt.Errorf("policy: quantising %s to %s: %w", ts.name, q, err)

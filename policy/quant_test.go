@@ -244,12 +244,12 @@ func TestQuantizedFP8IsPublishedFP8(t *testing.T) {
 	}
 }
 
-// TestQuantizedMoEKeepsBiases: in a mixture of experts the quantised
-// tensors are the routers' and the head's weights; the experts' biases,
-// 2-D [Experts, Hidden], are biases and stay BF16 like every other, and
-// the 3-D expert weights stay BF16 too (quantizable).
-func TestQuantizedMoEKeepsBiases(t *testing.T) {
-	cfg := Config{VocabSize: 98, Window: 4, EmbedDim: 8, Hidden: 32, Layers: 2, MaxSeqLen: 64, Experts: 4, TopK: 2}
+// moeQuantModel is a small mixture with non-zero biases (so quantising
+// one would show) and Hidden 24, not a multiple of 128: an FP8 block over
+// the stacked experts would span two of them.
+func moeQuantModel(t *testing.T) (*Model, Config) {
+	t.Helper()
+	cfg := Config{VocabSize: 98, Window: 4, EmbedDim: 8, Hidden: 24, Layers: 2, MaxSeqLen: 64, Experts: 4, TopK: 2}
 	m, err := New(cfg, 5)
 	if err != nil {
 		t.Fatal(err)
@@ -261,23 +261,79 @@ func TestQuantizedMoEKeepsBiases(t *testing.T) {
 		}
 	}
 	m.refresh()
-	want := []string{"layers.0.router.weight", "layers.1.router.weight", "head.weight"}
+	return m, cfg
+}
+
+// TestQuantizedMoE: in a mixture of experts the quantised tensors are the
+// experts' weights, each expert's [Hidden, in] matrix on its own, and the
+// head's; the routers' weights (vLLM's gate stays unquantised) and the
+// experts' biases, 2-D [Experts, Hidden], stay BF16 like every bias. INT4
+// and FP8 alike; the FP8 checkpoint (3-D codes and scales) loads as
+// QuantizedCopy serves.
+func TestQuantizedMoE(t *testing.T) {
+	m, cfg := moeQuantModel(t)
+	want := []string{"layers.0.experts.weight", "layers.1.experts.weight", "head.weight"}
 	if got := m.QuantizedTensors(); !slices.Equal(got, want) {
 		t.Fatalf("QuantizedTensors %v, want %v", got, want)
 	}
-	qm, err := m.Quantized(QuantINT4G32)
+	fp8, _ := quant.Lookup("fp8")
+	for _, q := range []Quant{QuantINT4G32, QuantFP8} {
+		qm, err := m.Quantized(q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ts := range m.tensors {
+			src, got := m.params[ts.off:ts.off+ts.n], qm.params[ts.off:ts.off+ts.n]
+			bf := make([]float32, ts.n)
+			for i, v := range src {
+				bf[i] = roundBF16(v)
+			}
+			if !slices.Contains(want, ts.name) {
+				if !slices.Equal(got, bf) {
+					t.Fatalf("%s: %s is not served BF16", q, ts.name)
+				}
+				continue
+			}
+			n, rows, cols := ts.matrices()
+			for e := range n { // each expert quantised on its own
+				mat, rc := bf[e*rows*cols:(e+1)*rows*cols], rows*cols
+				exp := make([]float32, rc)
+				if q == QuantFP8 {
+					w, sc, _, err := fp8.Quantize(ts.name, rows, cols, mat)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if exp, err = fp8.Dequantize(w, sc, nil); err != nil {
+						t.Fatal(err)
+					}
+				} else if err := quant.FakeQuantINT4(exp, mat, rows, cols, 32); err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(got[e*rc:(e+1)*rc], exp) {
+					t.Fatalf("%s: %s matrix %d is not its own quantisation", q, ts.name, e)
+				}
+				if slices.Equal(exp, mat) {
+					t.Fatalf("%s: %s matrix %d unchanged by quantisation", q, ts.name, e)
+				}
+			}
+		}
+	}
+	dir := t.TempDir()
+	if _, err := m.SaveServingQuantized(dir, fp8, nil); err != nil {
+		t.Fatal(err)
+	}
+	loaded, err := LoadServing(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, ts := range m.tensors {
-		if slices.Contains(want, ts.name) {
-			continue
-		}
-		src, got := m.params[ts.off:ts.off+ts.n], qm.params[ts.off:ts.off+ts.n]
-		for i, v := range src {
-			if got[i] != roundBF16(v) {
-				t.Fatalf("%s[%d] served %v, want BF16(%v) = %v", ts.name, i, got[i], v, roundBF16(v))
-			}
-		}
+	cp, _, err := m.QuantizedCopy(fp8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(loaded.params, cp.params) {
+		t.Fatal("the FP8 checkpoint loads other weights than QuantizedCopy serves")
+	}
+	if _, _, e := loaded.RouteShape(); e != cfg.Experts {
+		t.Fatalf("loaded %d experts", e)
 	}
 }

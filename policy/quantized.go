@@ -18,17 +18,96 @@ import (
 const QuantizationKey = "quantization"
 
 // quantizable reports whether SaveServingQuantized (and Quantized)
-// quantises t: the 2-D linear weights (layers.*.weight and head.weight;
-// in a mixture of experts layers.*.router.weight). The embedding stays
-// BF16 (a lookup table, not a matmul: FP8 checkpoints such as DeepSeek-V3
-// keep embed_tokens unquantised) and so do the biases (added in full
-// precision by every FP8 kernel) — by name, as a mixture's
-// layers.*.experts.bias [Experts, Hidden] is 2-D. A mixture's
-// layers.*.experts.weight is 3-D [Experts, Hidden, in] and stays BF16:
-// quantising it per expert needs a 3-D scale layout the checkpoint
-// readers (here and asyncrl_vllm.quant) do not have.
+// quantises t: the Linear weights — layers.*.weight, head.weight and a
+// mixture's layers.*.experts.weight, each expert's [Hidden, in] matrix on
+// its own (matrices). The embedding stays BF16 (a lookup table, not a
+// matmul: FP8 checkpoints such as DeepSeek-V3 keep embed_tokens
+// unquantised), so do the biases (added in full precision by every FP8
+// kernel; by name, as a mixture's experts.bias [Experts, Hidden] is 2-D)
+// and a mixture's router.weight: vLLM builds an MoE's gate without the
+// checkpoint's quantisation method (vllm-project/vllm
+// vllm/model_executor/models/mixtral.py, MixtralMoE.gate), so the
+// routing is computed in full precision.
 func quantizable(t tensor) bool {
-	return len(t.shape) == 2 && strings.HasSuffix(t.name, ".weight") && t.name != "embed.weight"
+	switch {
+	case t.name == "embed.weight", !strings.HasSuffix(t.name, ".weight"), strings.HasSuffix(t.name, ".router.weight"):
+		return false
+	}
+	return len(t.shape) == 2 || len(t.shape) == 3
+}
+
+// matrices reports the weight matrices a quantizable t holds: one
+// [rows, cols], or a mixture's experts.weight [Experts, Hidden, in] as
+// Experts matrices [Hidden, in], quantised one by one (per-expert blocks
+// and scales, as vLLM's fused-MoE weights: a 128×128 FP8 block never spans
+// two experts).
+func (t tensor) matrices() (n, rows, cols int) {
+	if len(t.shape) == 3 {
+		return t.shape[0], t.shape[1], t.shape[2]
+	}
+	return 1, t.shape[0], t.shape[1]
+}
+
+// quantizeTensor quantises the values of a quantizable t with s: a 2-D
+// tensor as Quantize does; a 3-D one matrix by matrix, the codes and the
+// scales of its n matrices stacked along a leading n dimension
+// ([n, Hidden, in] codes, [n, …scale shape] scales).
+func quantizeTensor(s quant.Scheme, t tensor, vals []float32) (w, sc quant.Tensor, st quant.Stats, err error) {
+	n, rows, cols := t.matrices()
+	if len(t.shape) == 2 {
+		return s.Quantize(t.name, rows, cols, vals)
+	}
+	for e := range n {
+		we, se, est, err := s.Quantize(t.name, rows, cols, vals[e*rows*cols:(e+1)*rows*cols])
+		if err != nil {
+			return w, sc, st, fmt.Errorf("expert %d: %w", e, err)
+		}
+		st.Merge(est)
+		if e == 0 {
+			w, sc = we, se
+			w.Shape = append([]int64{int64(n)}, we.Shape...)
+			sc.Shape = append([]int64{int64(n)}, se.Shape...)
+			w.Data = make([]byte, 0, n*len(we.Data))
+			sc.Data = make([]byte, 0, n*len(se.Data))
+		}
+		w.Data = append(w.Data, we.Data...)
+		sc.Data = append(sc.Data, se.Data...)
+	}
+	return w, sc, st, nil
+}
+
+// dequantizeTensor writes into out (t.n values) what quantizeTensor's w
+// and sc dequantise to.
+func dequantizeTensor(s quant.Scheme, t tensor, w, sc quant.Tensor, out []float32) error {
+	n, rows, cols := t.matrices()
+	if len(t.shape) == 2 {
+		got, err := s.Dequantize(w, sc, out[:0])
+		if err == nil && len(got) != len(out) {
+			err = fmt.Errorf("%d values, want %d", len(got), len(out))
+		}
+		if err == nil {
+			copy(out, got)
+		}
+		return err
+	}
+	if len(w.Shape) != 3 || w.Shape[0] != int64(n) || len(sc.Shape) < 2 || sc.Shape[0] != int64(n) ||
+		len(w.Data)%n != 0 || len(sc.Data)%n != 0 {
+		return fmt.Errorf("codes %v and scales %v are not %d stacked expert matrices", w.Shape, sc.Shape, n)
+	}
+	wb, sb, rc := len(w.Data)/n, len(sc.Data)/n, rows*cols
+	for e := range n {
+		we := quant.Tensor{Name: w.Name, DType: w.DType, Shape: w.Shape[1:], Data: w.Data[e*wb : (e+1)*wb]}
+		se := quant.Tensor{Name: sc.Name, DType: sc.DType, Shape: sc.Shape[1:], Data: sc.Data[e*sb : (e+1)*sb]}
+		got, err := s.Dequantize(we, se, out[e*rc:e*rc])
+		if err == nil && len(got) != rc {
+			err = fmt.Errorf("%d values, want %d", len(got), rc)
+		}
+		if err != nil {
+			return fmt.Errorf("expert %d: %w", e, err)
+		}
+		copy(out[e*rc:], got)
+	}
+	return nil
 }
 
 // QuantizedTensors lists the tensors SaveServingQuantized quantises.
@@ -68,7 +147,7 @@ func (m *Model) SaveServingQuantized(dir string, s quant.Scheme, metadata map[st
 			}
 			continue
 		}
-		w, sc, tst, err := s.Quantize(t.name, t.shape[0], t.shape[1], vals)
+		w, sc, tst, err := quantizeTensor(s, t, vals)
 		if err != nil {
 			return st, fmt.Errorf("policy: quantising %s: %w", t.name, err)
 		}
@@ -96,12 +175,12 @@ func (m *Model) QuantizedCopy(s quant.Scheme) (*Model, quant.Stats, error) {
 			}
 			continue
 		}
-		w, sc, tst, err := s.Quantize(t.name, t.shape[0], t.shape[1], vals)
+		w, sc, tst, err := quantizeTensor(s, t, vals)
 		if err != nil {
 			return nil, st, fmt.Errorf("policy: quantising %s: %w", t.name, err)
 		}
 		st.Merge(tst)
-		if _, err := s.Dequantize(w, sc, vals[:0]); err != nil {
+		if err := dequantizeTensor(s, t, w, sc, vals); err != nil {
 			return nil, st, fmt.Errorf("policy: dequantising %s: %w", t.name, err)
 		}
 	}
@@ -150,8 +229,8 @@ func (m *Model) readServing(src rawSource, md map[string]string) error {
 		if err != nil {
 			return err
 		}
-		if _, err := s.Dequantize(w, sc, dst[:0]); err != nil {
-			return fmt.Errorf("%w: %s checkpoint: %w", ErrCheckpoint, s.Name(), err)
+		if err := dequantizeTensor(s, t, w, sc, dst); err != nil {
+			return fmt.Errorf("%w: %s checkpoint: %s: %w", ErrCheckpoint, s.Name(), t.name, err)
 		}
 	}
 	return nil

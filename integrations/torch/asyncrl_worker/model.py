@@ -126,16 +126,21 @@ def bf16(x: torch.Tensor) -> torch.Tensor:
 
 def fake_quantized(name: str, t: torch.Tensor) -> bool:
     """Whether the engine quantises tensor `name` (policy.quantizable, listed
-    by policy.Model.QuantizedTensors): the 2-D weights but the embedding --
-    layers.{l}.weight and head.weight, and for a mixture
-    layers.{l}.router.weight. A mixture's layers.{l}.experts.weight is 3-D
-    [E, H, in] and stays BF16, as do the embedding and every bias (a
-    mixture's layers.{l}.experts.bias [E, H] too)."""
-    return t.dim() == 2 and name.endswith(".weight") and name != "embed.weight"
+    by policy.Model.QuantizedTensors): the Linear weights -- layers.{l}.weight,
+    head.weight and a mixture's layers.{l}.experts.weight (each expert's
+    [H, in] matrix). The embedding, every bias (a mixture's
+    layers.{l}.experts.bias [E, H] too) and a mixture's router.weight (vLLM
+    keeps an MoE gate unquantised) stay BF16."""
+    return (t.dim() in (2, 3) and name.endswith(".weight") and name != "embed.weight"
+            and not name.endswith(".router.weight"))
 
 
 def fake_int4(w: torch.Tensor, group: int) -> torch.Tensor:
-    """The INT4 weights an engine serves for BF16(w) [rows, cols], float32."""
+    """The INT4 weights an engine serves for BF16(w) [rows, cols], float32;
+    a mixture's [E, H, in] expert weights as E matrices [H, in] (groups run
+    along a row, so that is the [E*H, in] matrix)."""
+    if w.dim() == 3:
+        return fake_int4(w.reshape(-1, w.shape[-1]), group).view(w.shape)
     rows, cols = w.shape
     x = torch.nn.functional.pad(bf16(w.detach()), (0, (-cols) % group)).view(rows, -1, group)
     amax = x.abs().amax(-1, keepdim=True)

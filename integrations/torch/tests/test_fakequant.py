@@ -127,10 +127,10 @@ MOE_CONFIG = {**TOY_CONFIG, "hidden": 32, "experts": 4, "top_k": 2}
 @pytest.mark.parametrize("replay", [False, True])
 def test_moe_ste_gradient_is_dense_gradient_at_served_weights(replay):
     """For a mixture the fake-quantised net's gradient equals, tensor for
-    tensor, that of a plain net holding the served weights (INT4 router and
+    tensor, that of a plain net holding the served weights (INT4 expert and
     head weights, BF16 rest), under its own routing and with routes
     replayed; the masters stay float32 off the INT4 grid, and the served
-    biases are BF16, not INT4."""
+    router weights and biases are BF16, not INT4."""
     net = mdl.WindowMLP(MOE_CONFIG)
     net.init_weights(5)
     with torch.no_grad():
@@ -157,10 +157,10 @@ def test_moe_ste_gradient_is_dense_gradient_at_served_weights(replay):
     for (name, p), q in zip(net.named_tensors().items(), served.named_tensors().values()):
         assert p.grad is not None and torch.equal(p.grad, q.grad), name
         assert float(p.grad.abs().sum()) > 0, name
-    w = net.layers[0].router_weight
+    w = net.layers[0].experts_weight
     assert not torch.equal(w, mdl.fake_int4(w, 32))
-    b = served.layers[0].experts_bias
-    assert not torch.equal(b, mdl.fake_int4(b, 32))
+    for t in (served.layers[0].experts_bias, served.layers[0].router_weight):
+        assert not torch.equal(t, mdl.fake_int4(t, 32))
 
 
 def test_init_fake_quant_moe(tmp_path):

@@ -88,9 +88,21 @@ def dequantize_file(f) -> Dict[str, np.ndarray]:
         if scheme == "fp8":
             if si.dtype != "F32":
                 raise SafetensorsError(f"{name}{suffix} is {si.dtype}, want F32")
-            out[name] = dequantize_fp8_block(codes, raw.view("<f4").reshape(si.shape))
+            scales, one = raw.view("<f4").reshape(si.shape), dequantize_fp8_block
         else:
             if si.dtype not in ("F8_E8M0", "U8"):
                 raise SafetensorsError(f"{name}{suffix} is {si.dtype}, want F8_E8M0")
-            out[name] = dequantize_mxfp8(codes, raw.view(np.uint8).reshape(si.shape))
+            scales, one = raw.view(np.uint8).reshape(si.shape), dequantize_mxfp8
+        out[name] = dequantize_stacked(codes, scales, one)
     return out
+
+
+def dequantize_stacked(codes: np.ndarray, scales: np.ndarray, one) -> np.ndarray:
+    """one(codes, scales) for a 2-D weight; a 3-D one is a mixture's
+    experts.weight [E, H, in] whose E matrices Go quantised one by one
+    (policy.quantizeTensor: codes [E, H, in], scales [E, ...])."""
+    if codes.ndim == 2:
+        return one(codes, scales)
+    if codes.ndim != 3 or scales.ndim != 3 or scales.shape[0] != codes.shape[0]:
+        raise SafetensorsError(f"codes {codes.shape} and scales {scales.shape} are not stacked expert matrices")
+    return np.stack([one(c, s) for c, s in zip(codes, scales)])

@@ -48,3 +48,23 @@ def test_wrong_scale_shape_is_refused():
         quant.dequantize_mxfp8(np.zeros((2, 64), np.uint8), np.zeros((2, 3), np.uint8))
     with pytest.raises(sio.SafetensorsError):
         quant.dequantize_fp8_block(np.zeros((2, 64), np.uint8), np.zeros((2, 1), np.float32))
+
+
+@pytest.mark.parametrize("scheme", ["fp8", "mxfp8"])
+def test_stacked_expert_matrices(scheme, tmp_path):
+    """A mixture's experts.weight [E, H, in] holds E matrices quantised one
+    by one, codes and scales stacked along E (Go's policy.quantizeTensor):
+    each dequantises as the 2-D matrix it is."""
+    f = sio.SafetensorsFile(os.path.join(TESTDATA, f"quant_{scheme}.safetensors"))
+    scale = "w_scale_inv" if scheme == "fp8" else "w_scale"
+    w, s = f.info("w"), f.info(scale)
+    codes, scales = f.read("w").tobytes(), f.read(scale).tobytes()
+    p = str(tmp_path / "moe.safetensors")
+    sio.write_file(p, [("e", "F8_E4M3", (2, *w.shape), codes * 2), ("e" + scale[1:], s.dtype, (2, *s.shape), scales * 2)],
+                   metadata={"quantization": scheme})
+    got = quant.dequantize_file(sio.SafetensorsFile(p))
+    want = f.read("w.expected").view("<f4").reshape(f.info("w.expected").shape)
+    assert got["e"].shape == (2, *w.shape)
+    assert np.array_equal(got["e"][0], want, equal_nan=True) and np.array_equal(got["e"][1], want, equal_nan=True)
+    with pytest.raises(sio.SafetensorsError):
+        quant.dequantize_stacked(np.zeros((2, 2, 64), np.uint8), np.zeros((3, 2, 2), np.uint8), quant.dequantize_mxfp8)
