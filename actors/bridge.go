@@ -24,6 +24,7 @@ type Bridge struct {
 	once    sync.Once
 	sub     transport.Subscription
 	err     error
+	stopped chan struct{} // closed by Stop: ends a handler's wait for room
 }
 
 // Subject is the subject (or pattern) the bridge listens on.
@@ -33,6 +34,9 @@ func (b *Bridge) Subject() string { return b.subject }
 // Unsubscribe error.
 func (b *Bridge) Stop() error {
 	b.once.Do(func() {
+		if b.stopped != nil {
+			close(b.stopped)
+		}
 		if b.sub != nil {
 			b.err = b.sub.Unsubscribe()
 		}
@@ -43,22 +47,36 @@ func (b *Bridge) Stop() error {
 // BridgeSubject subscribes sh to subject on bus: every payload is decoded
 // and told to the shell. queue non-empty makes it a queue subscription (each
 // message goes to one member of the queue). Undecodable payloads are counted
-// in asyncrl_actor_decode_errors_total and logged (rate-limited); messages
-// refused because the mailbox is full are counted as drops. Plain
-// subscriptions are at-most-once: use BridgeStream when loss matters.
+// in asyncrl_actor_decode_errors_total and logged (rate-limited).
+//
+// Overload slows admission, it loses nothing: when the mailbox is full the
+// handler waits (no polling: the actor signals when its core takes a
+// message) until there is room, the shell stops or the bridge stops; the
+// subscription's later messages wait in the bus meanwhile (handlers of one
+// subscription run one at a time). Each wait is counted in
+// asyncrl_actor_mailbox_waits_total and _wait_seconds_total and logged
+// (rate-limited). A bus that runs the handler inside the publisher's Publish
+// (transport.Msg.Inline: memhub in auto mode) gets no wait, which could
+// deadlock an actor publishing to itself: the message is admitted over the
+// bound (asyncrl_actor_mailbox_overflow_total). What a plain subscription
+// can still lose is what the bus loses: messages published while nobody is
+// subscribed, a NATS client disconnected, or a NATS subscription past its
+// pending limits (natsbus counts those as slow-consumer drops). Use
+// BridgeStream when even that matters.
 func BridgeSubject[In, Out any](bus transport.Bus, subject, queue string, decode Decoder[In], sh *Shell[In, Out]) (*Bridge, error) {
 	if decode == nil {
 		return nil, fmt.Errorf("%w: decode must not be nil", ErrInvalidConfig)
 	}
-	b := &Bridge{subject: subject}
+	b := &Bridge{subject: subject, stopped: make(chan struct{})}
 	h := func(m *transport.Msg) {
 		msg, err := decode(m.Data)
 		if err != nil {
 			sh.decodeFailed(subject, m.Subject, err)
 			return
 		}
-		// A refusal is already counted and logged by the shell.
-		_ = sh.Tell(msg)
+		// Only a stopping shell or bridge refuses; that is the end of the
+		// subscription, not overload.
+		_ = sh.tellWait(msg, subject, b.stopped, m.Inline)
 	}
 	var err error
 	if queue == "" {

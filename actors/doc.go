@@ -57,12 +57,18 @@
 // # Mailbox policy
 //
 // MailboxCapacity bounds the messages accepted and not yet started. A full
-// actor refuses: Tell returns ErrMailboxFull at once, the refusal is counted
-// in asyncrl_actor_mailbox_dropped_total{actor} and logged (rate-limited).
-// Nothing blocks, so a slow actor pushes back on its caller instead of
-// stalling a bus goroutine. Plain subject bridges therefore drop when full;
-// stream bridges leave the message unacked so the stream redelivers it after
-// AckWait. Timer ticks and protoactor system messages are not counted.
+// actor refuses Tell: it returns ErrMailboxFull at once, the refusal is
+// counted in asyncrl_actor_mailbox_dropped_total{actor} and logged
+// (rate-limited), so a slow actor pushes back on a direct caller. Bridges
+// never lose a message to a full mailbox: a subject bridge's handler waits
+// until the core takes a message (the actor wakes it through a channel; one
+// atomic load per message when nobody waits), so admission slows and the
+// bus holds the backlog (asyncrl_actor_mailbox_waits_total{actor},
+// _wait_seconds_total; when the bus runs the handler inside the publisher's
+// Publish, as memhub's auto mode does, it admits over the bound instead:
+// _overflow_total); a stream bridge leaves the message unacked so the
+// stream redelivers it after AckWait. Timer ticks and protoactor system
+// messages are not counted.
 // (protoactor's own bounded mailboxes are not used: their ring buffer rounds
 // the capacity up to a power of two, blocks by spinning, or drops the oldest
 // message without telling anyone.)

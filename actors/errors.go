@@ -9,6 +9,9 @@ var (
 	ErrMailboxFull = errors.New("actors: mailbox full")
 	// ErrStopped is returned when telling or bridging to a stopped actor.
 	ErrStopped = errors.New("actors: actor stopped")
+	// ErrBridgeStopped ends a bridge handler's wait for mailbox room when
+	// the bridge was stopped meanwhile.
+	ErrBridgeStopped = errors.New("actors: bridge stopped")
 	// ErrEscalated wraps the failure passed to OnEscalate when an actor
 	// failed too often (or its Decider said Escalate) and was stopped.
 	ErrEscalated = errors.New("actors: failure escalated")

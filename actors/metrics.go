@@ -10,12 +10,15 @@ import (
 // shellMetrics are the counters every shell and bridge keeps, labelled by
 // actor name.
 type shellMetrics struct {
-	dropped   *prometheus.CounterVec
-	decodeErr *prometheus.CounterVec
-	restarts  *prometheus.CounterVec
-	escalated *prometheus.CounterVec
-	sendErr   *prometheus.CounterVec
-	panics    *prometheus.CounterVec
+	dropped     *prometheus.CounterVec
+	waits       *prometheus.CounterVec
+	waitSeconds *prometheus.CounterVec
+	overflow    *prometheus.CounterVec
+	decodeErr   *prometheus.CounterVec
+	restarts    *prometheus.CounterVec
+	escalated   *prometheus.CounterVec
+	sendErr     *prometheus.CounterVec
+	panics      *prometheus.CounterVec
 }
 
 func newShellMetrics(reg prometheus.Registerer) (*shellMetrics, error) {
@@ -23,6 +26,18 @@ func newShellMetrics(reg prometheus.Registerer) (*shellMetrics, error) {
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "asyncrl_actor_mailbox_dropped_total",
 			Help: "Messages refused because the actor's mailbox was full.",
+		}, []string{"actor"}),
+		waits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "asyncrl_actor_mailbox_waits_total",
+			Help: "Bus messages a subject bridge held back until the actor's full mailbox had room (nothing lost).",
+		}, []string{"actor"}),
+		waitSeconds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "asyncrl_actor_mailbox_wait_seconds_total",
+			Help: "Seconds subject bridges spent waiting for room in the actor's full mailbox.",
+		}, []string{"actor"}),
+		overflow: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "asyncrl_actor_mailbox_overflow_total",
+			Help: "Bus messages admitted over the mailbox bound because the bus ran the bridge on the publisher's goroutine (waiting could deadlock).",
 		}, []string{"actor"}),
 		decodeErr: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "asyncrl_actor_decode_errors_total",
@@ -48,7 +63,7 @@ func newShellMetrics(reg prometheus.Registerer) (*shellMetrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []**prometheus.CounterVec{&m.dropped, &m.decodeErr, &m.restarts, &m.escalated, &m.sendErr, &m.panics} {
+	for _, c := range []**prometheus.CounterVec{&m.dropped, &m.waits, &m.waitSeconds, &m.overflow, &m.decodeErr, &m.restarts, &m.escalated, &m.sendErr, &m.panics} {
 		if err := reg.Register(*c); err != nil {
 			// A second System on the same registry shares the counters.
 			var are prometheus.AlreadyRegisteredError

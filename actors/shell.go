@@ -40,7 +40,9 @@ type ShellConfig struct {
 	// MailboxCapacity bounds the messages accepted by Tell (and bridges) and
 	// not yet started by the core; 0 means unbounded. When full, Tell
 	// returns ErrMailboxFull and asyncrl_actor_mailbox_dropped_total counts
-	// the refusal. Timer ticks are not counted. Default 1024.
+	// the refusal; a subject bridge waits for room instead (counted in
+	// asyncrl_actor_mailbox_waits_total). Timer ticks are not counted.
+	// Default 1024.
 	MailboxCapacity int
 	// Supervision is the restart policy when the core panics.
 	Supervision SupervisionConfig
@@ -115,6 +117,15 @@ type Shell[In, Out any] struct {
 
 	bmu     sync.Mutex
 	bridges []*Bridge
+
+	// Bridge handlers waiting for mailbox room (tellWait): waiters counts
+	// them, so the actor signals only when someone waits; room is closed
+	// (and replaced) when the core takes a message while they wait.
+	waiters  atomic.Int32
+	roomMu   sync.Mutex
+	room     chan struct{}
+	stopping chan struct{} // closed once Stop began or the actor stopped
+	stopOnce sync.Once
 }
 
 var _ stopper = (*Shell[int, int])(nil)
@@ -154,13 +165,15 @@ func Spawn[In, Out any](sys *System, cfg ShellConfig, factory func() Core[In, Ou
 	}
 	log := sys.cfg.Logger.With().Str("actor", cfg.Name).Str("role", cfg.Role).Str("run_id", cfg.RunID).Logger()
 	sh := &Shell[In, Out]{
-		sys:     sys,
-		cfg:     cfg,
-		factory: factory,
-		sender:  sender,
-		log:     log,
-		limited: NewLimitedLogger(log, sys.cfg.Clock, cfg.LogInterval),
-		done:    make(chan struct{}),
+		sys:      sys,
+		cfg:      cfg,
+		factory:  factory,
+		sender:   sender,
+		log:      log,
+		limited:  NewLimitedLogger(log, sys.cfg.Clock, cfg.LogInterval),
+		done:     make(chan struct{}),
+		room:     make(chan struct{}),
+		stopping: make(chan struct{}),
 	}
 	sh.ctx, sh.cancel = context.WithCancel(context.Background())
 	if err := sys.register(cfg.Name, sh); err != nil {
@@ -231,6 +244,21 @@ func (sh *Shell[In, Out]) Tell(msg In) error {
 }
 
 func (sh *Shell[In, Out]) deliver(msg In, done func()) error {
+	err := sh.offer(msg, done, false)
+	if err == ErrMailboxFull {
+		c := sh.cfg.MailboxCapacity
+		sh.sys.metrics.dropped.WithLabelValues(sh.cfg.Name).Inc()
+		sh.limited.Warn("mailbox-full").Int("capacity", c).Msg("mailbox full; message refused")
+		return fmt.Errorf("tell %q: %w (capacity %d)", sh.cfg.Name, ErrMailboxFull, c)
+	}
+	return err
+}
+
+// offer enqueues msg unless the shell stopped (ErrStopped, wrapped) or,
+// without over, the mailbox is full (the bare ErrMailboxFull, uncounted:
+// callers wrap or count it). over admits past
+// MailboxCapacity; the message still holds a unit of it until stepped.
+func (sh *Shell[In, Out]) offer(msg In, done func(), over bool) error {
 	sh.admit.RLock()
 	defer sh.admit.RUnlock()
 	if sh.state.Load() != stateRunning {
@@ -238,16 +266,79 @@ func (sh *Shell[In, Out]) deliver(msg In, done func()) error {
 	}
 	d := &delivery[In]{msg: msg, done: done}
 	if c := sh.cfg.MailboxCapacity; c > 0 {
-		if sh.queued.Add(1) > int64(c) {
+		if sh.queued.Add(1) > int64(c) && !over {
 			sh.queued.Add(-1)
-			sh.sys.metrics.dropped.WithLabelValues(sh.cfg.Name).Inc()
-			sh.limited.Warn("mailbox-full").Int("capacity", c).Msg("mailbox full; message refused")
-			return fmt.Errorf("tell %q: %w (capacity %d)", sh.cfg.Name, ErrMailboxFull, c)
+			return ErrMailboxFull
 		}
 		d.counted = true
 	}
 	sh.sys.as.Root.Send(sh.pid, d)
 	return nil
+}
+
+// tellWait is a subject bridge's Tell: when the mailbox is full it waits
+// until the core takes a message, the shell stops (ErrStopped) or stop is
+// closed (ErrBridgeStopped), so overload slows admission instead of losing
+// messages. The bus buffers what arrives meanwhile (natsbus: up to the
+// subscription's pending limits). inline (transport.Msg.Inline) means the
+// handler runs inside the publisher's Publish, possibly on this shell's own
+// actor goroutine: waiting could never end, so the message is admitted over
+// the bound instead (asyncrl_actor_mailbox_overflow_total).
+func (sh *Shell[In, Out]) tellWait(msg In, subject string, stop <-chan struct{}, inline bool) error {
+	err := sh.offer(msg, nil, false)
+	if err != ErrMailboxFull {
+		return err
+	}
+	name, c := sh.cfg.Name, sh.cfg.MailboxCapacity
+	if inline {
+		sh.sys.metrics.overflow.WithLabelValues(name).Inc()
+		sh.limited.Warn("mailbox-overflow:"+subject).Int("capacity", c).Str("subject", subject).
+			Msg("mailbox full and the bus delivers on the publisher's goroutine; admitted over capacity")
+		return sh.offer(msg, nil, true)
+	}
+	sh.sys.metrics.waits.WithLabelValues(name).Inc()
+	sh.limited.Warn("mailbox-wait:"+subject).Int("capacity", c).Str("subject", subject).
+		Msg("mailbox full; bridge waits for room (admission slows)")
+	start := time.Now()
+	sh.waiters.Add(1)
+	defer func() {
+		sh.waiters.Add(-1)
+		sh.sys.metrics.waitSeconds.WithLabelValues(name).Add(time.Since(start).Seconds())
+	}()
+	for {
+		// Take the room channel before retrying: a message the core takes
+		// after the retry closes this very channel.
+		sh.roomMu.Lock()
+		room := sh.room
+		sh.roomMu.Unlock()
+		if err := sh.offer(msg, nil, false); err != ErrMailboxFull {
+			return err
+		}
+		select {
+		case <-room:
+		case <-sh.stopping:
+			return fmt.Errorf("tell %q: %w", name, ErrStopped)
+		case <-stop:
+			return fmt.Errorf("bridge %q to %q: %w", subject, name, ErrBridgeStopped)
+		}
+	}
+}
+
+// tookOne runs on the actor after it released a unit of capacity: it wakes
+// the bridges waiting for room, if any (one atomic load otherwise).
+func (sh *Shell[In, Out]) tookOne() {
+	if sh.waiters.Load() == 0 {
+		return
+	}
+	sh.roomMu.Lock()
+	close(sh.room)
+	sh.room = make(chan struct{})
+	sh.roomMu.Unlock()
+}
+
+// markStopping releases the bridges waiting for room.
+func (sh *Shell[In, Out]) markStopping() {
+	sh.stopOnce.Do(func() { close(sh.stopping) })
 }
 
 // Stop stops the actor gracefully: bridges unsubscribe first, Tell starts
@@ -260,6 +351,7 @@ func (sh *Shell[In, Out]) Stop(ctx context.Context) error {
 	pid := sh.pid
 	sh.admit.Unlock()
 	if first {
+		sh.markStopping()
 		sh.stopBridges()
 		switch {
 		case pid == nil:
@@ -283,6 +375,7 @@ func (sh *Shell[In, Out]) Stop(ctx context.Context) error {
 func (sh *Shell[In, Out]) finish() {
 	sh.doneOnce.Do(func() {
 		sh.state.Store(stateStopped)
+		sh.markStopping()
 		sh.sys.strategy.forget(sh.cfg.Name)
 		sh.stopBridges()
 		sh.cancel()
@@ -342,6 +435,7 @@ func (a *shellActor[In, Out]) Receive(ctx actor.Context) {
 			// Released before stepping, so a message that panics the core
 			// does not hold capacity forever.
 			a.sh.queued.Add(-1)
+			a.sh.tookOne()
 		}
 		a.run(func(now time.Time) { a.core.Step(now, m.msg) })
 		if m.done != nil {

@@ -18,6 +18,12 @@ type Msg struct {
 	Data []byte
 	// Header carries optional metadata (e.g. the sender node); may be nil.
 	Header map[string]string
+	// Inline is set by a Bus that calls this handler on the publisher's
+	// goroutine, inside its Publish (memhub in auto mode). Such a handler
+	// must not wait for anything the publisher does after Publish returns:
+	// the publisher may be the very actor whose mailbox the handler would
+	// wait on (actors' bridges admit over the mailbox bound instead).
+	Inline bool
 }
 
 // Handler receives messages for a subscription. Handlers of one subscription

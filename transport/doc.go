@@ -15,7 +15,13 @@
 //   - Messages from one publisher on one subject reach a subscriber in
 //     publish order (memhub's reorder fault breaks this on purpose).
 //   - A subscription's handler is called sequentially; handlers of different
-//     subscriptions may run concurrently (NATS) and must not block for long.
+//     subscriptions may run concurrently (NATS). A handler may block to push
+//     back (actors' bridges wait for mailbox room): the bus then holds that
+//     subscription's later messages (natsbus: up to Options.PendingMsgs and
+//     PendingBytes per subscription, beyond which NATS drops them and
+//     natsbus counts and logs them as slow-consumer drops). A handler whose
+//     Msg.Inline is set runs inside the publisher's Publish (memhub in auto
+//     mode) and must not wait for the publisher.
 //   - QueueSubscribe hands each message to exactly one member of the group.
 //   - Request fails fast with ErrNoResponders when nobody subscribes, and with
 //     ErrTimeout when no reply arrives before ctx's deadline (memhub: its

@@ -50,6 +50,11 @@ func (n *Node) registerMetrics(reg prometheus.Registerer) error {
 			Help: "Policy version a built-in engine serves.", ConstLabels: prometheus.Labels{"engine": strconv.Itoa(i)}},
 			func() float64 { return float64(e.E.Version()) }))
 	}
+	if n.bus != nil {
+		// asyncrl_bus_slow_consumer_dropped_total: what a subscription lost
+		// past its pending limits while its handler waited.
+		cs = append(cs, n.bus.Collectors()...)
+	}
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("node: metrics: %w", err)

@@ -21,7 +21,12 @@
 //     conformance suite; not deterministic).
 //
 // Handlers are never called concurrently. Do not call drivers or Request
-// from inside a handler (the handler's own run holds the turn).
+// from inside a handler (the handler's own run holds the turn). In auto mode
+// a handler runs on the publisher's goroutine, inside its Publish, and its
+// message carries transport.Msg.Inline: it must not block waiting for the
+// publisher (actors' bridges then admit over the mailbox bound rather than
+// wait, so an actor publishing to its own full mailbox cannot deadlock).
+// Driven runs (Step, Drain, Advance, RunRealtime) are not inline.
 //
 // # Faults
 //

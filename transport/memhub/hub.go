@@ -230,7 +230,7 @@ func (h *Hub) release() {
 		h.mu.Lock()
 		if h.auto && h.dueLocked() {
 			h.mu.Unlock()
-			h.process(nil, -1)
+			h.process(nil, -1, true)
 			continue
 		}
 		h.delivering = false
@@ -259,14 +259,18 @@ func (h *Hub) kick() {
 	}
 	h.delivering = true
 	h.mu.Unlock()
-	h.process(nil, -1)
+	h.process(nil, -1, true)
 	h.release()
 }
 
 // process delivers due items one at a time, up to max (-1: no limit), with
 // limit as the latest due time (nil: the current virtual time). Handlers run
-// without the hub lock. It returns how many items it processed.
-func (h *Hub) process(limit *time.Time, max int) int {
+// without the hub lock. inline marks the runs made on a publisher's
+// goroutine (auto mode): their messages carry transport.Msg.Inline, so a
+// handler knows it must not wait for the publisher (an actor publishing to
+// its own full mailbox would wait for itself). It returns how many items it
+// processed.
+func (h *Hub) process(limit *time.Time, max int, inline bool) int {
 	n := 0
 	for max < 0 || n < max {
 		h.mu.Lock()
@@ -281,6 +285,9 @@ func (h *Hub) process(limit *time.Time, max int) int {
 		}
 		r := h.prepareLocked(it)
 		h.mu.Unlock()
+		if r.m != nil {
+			r.m.Inline = inline
+		}
 		switch {
 		case r.h != nil:
 			r.h(r.m)
@@ -320,7 +327,7 @@ func (h *Hub) prepareLocked(it *item) run {
 // one.
 func (h *Hub) Step() bool {
 	h.acquire()
-	n := h.process(nil, 1)
+	n := h.process(nil, 1, false)
 	h.release()
 	return n == 1
 }
@@ -333,7 +340,7 @@ func (h *Hub) Drain() int {
 	defer h.release()
 	total := 0
 	for {
-		total += h.process(nil, -1)
+		total += h.process(nil, -1, false)
 		h.mu.Lock()
 		flushed := h.flushReorderLocked()
 		h.mu.Unlock()
@@ -363,13 +370,13 @@ func (h *Hub) Advance(d time.Duration) int {
 	h.mu.Lock()
 	target := h.now.Add(d)
 	h.mu.Unlock()
-	n := h.process(&target, -1)
+	n := h.process(&target, -1, false)
 	h.mu.Lock()
 	if target.After(h.now) {
 		h.now = target
 	}
 	h.mu.Unlock()
-	return n + h.process(nil, -1)
+	return n + h.process(nil, -1, false)
 }
 
 // RunRealtime starts a goroutine that advances the virtual clock in step

@@ -36,6 +36,11 @@ type Bus struct {
 	mu        sync.Mutex
 	closed    bool
 	consumers map[*consumeSub]struct{}
+	// subs are the live plain and queue subscriptions; retiredDrops the
+	// slow-consumer drops of those already gone (slowconsumer.go).
+	subs         map[*sub]struct{}
+	retiredDrops int64
+	slowLog      rateLimited
 }
 
 var _ transport.Bus = (*Bus)(nil)
@@ -47,7 +52,8 @@ func Connect(ctx context.Context, opts Options) (*Bus, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	b := &Bus{opts: opts, log: opts.Logger, closedCh: make(chan struct{}), consumers: map[*consumeSub]struct{}{}}
+	b := &Bus{opts: opts, log: opts.Logger, closedCh: make(chan struct{}), consumers: map[*consumeSub]struct{}{},
+		subs: map[*sub]struct{}{}}
 	url := opts.URL
 	if url == "" {
 		if err := b.startServer(ctx); err != nil {
@@ -91,6 +97,10 @@ func Connect(ctx context.Context, opts Options) (*Bus, error) {
 					ev = ev.Str("subject", s.Subject)
 				}
 				ev.Msg("natsbus: the server refused a publish or subscription outside this user's permissions")
+				return
+			}
+			if errors.Is(err, nats.ErrSlowConsumer) {
+				b.slowConsumer(s)
 				return
 			}
 			ev.Msg("natsbus: async error")
@@ -323,12 +333,24 @@ func (b *Bus) subscribe(subject, queue string, h transport.Handler) (transport.S
 	if err != nil {
 		return nil, fmt.Errorf("natsbus: subscribe %s: %w", subject, mapErr(err))
 	}
-	return &sub{s: s}, nil
+	if err := s.SetPendingLimits(b.opts.PendingMsgs, b.opts.PendingBytes); err != nil {
+		_ = s.Unsubscribe()
+		return nil, fmt.Errorf("natsbus: subscribe %s: pending limits: %w", subject, mapErr(err))
+	}
+	out := &sub{s: s, b: b}
+	b.mu.Lock()
+	b.subs[out] = struct{}{}
+	b.mu.Unlock()
+	return out, nil
 }
 
-type sub struct{ s *nats.Subscription }
+type sub struct {
+	s *nats.Subscription
+	b *Bus
+}
 
 func (s *sub) Unsubscribe() error {
+	s.b.retire(s)
 	err := s.s.Unsubscribe()
 	if errors.Is(err, nats.ErrBadSubscription) || errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrConnectionDraining) {
 		return nil
@@ -405,6 +427,9 @@ func (b *Bus) Close() error {
 		return nil
 	}
 	b.closed = true
+	for s := range b.subs {
+		b.retireLocked(s)
+	}
 	cons := make([]*consumeSub, 0, len(b.consumers))
 	for c := range b.consumers {
 		cons = append(cons, c)

@@ -276,6 +276,8 @@ func TestOptionsValidation(t *testing.T) {
 		{MaxReconnects: -2},
 		{Port: 70000},
 		{DrainTimeout: -time.Second},
+		{PendingMsgs: -2},
+		{PendingBytes: -2},
 		{Cluster: &natsbus.ClusterOptions{Name: "bad name", Listen: "127.0.0.1:0"}},
 		{Cluster: &natsbus.ClusterOptions{Name: "c", Listen: "nope", Routes: []string{"nats-route://127.0.0.1:1"}}},
 		{Cluster: &natsbus.ClusterOptions{Name: "c", Listen: "127.0.0.1:0"}},

@@ -56,6 +56,16 @@ type Options struct {
 	MaxReconnects int
 	// DrainTimeout bounds draining subscriptions on Close (default 5s).
 	DrainTimeout time.Duration
+	// PendingMsgs and PendingBytes bound what the client buffers for one
+	// subscription while its handler is busy (an actor bridge waits for
+	// mailbox room: overload slows admission and the backlog waits here).
+	// Past either limit NATS drops the subscription's messages; natsbus
+	// counts them (SlowConsumerDrops, asyncrl_bus_slow_consumer_dropped_total)
+	// and logs them (rate-limited). Defaults 1,048,576 messages and 256 MiB,
+	// above nats.go's 500,000 and 64 MiB: a backlog of finished groups
+	// (tens of KiB each at 131,072 trajectories in flight) must wait, not be
+	// dropped. -1 is unlimited (memory is then the bound); 0 the default.
+	PendingMsgs, PendingBytes int
 	// Cluster, when set, makes the embedded server join a NATS cluster
 	// (multi-node). Ignored with an external URL.
 	Cluster *ClusterOptions
@@ -105,8 +115,16 @@ func DefaultOptions() Options {
 		ReconnectWait:  250 * time.Millisecond,
 		MaxReconnects:  -1,
 		DrainTimeout:   5 * time.Second,
+		PendingMsgs:    DefaultPendingMsgs,
+		PendingBytes:   DefaultPendingBytes,
 	}
 }
+
+// Default per-subscription pending limits (Options.PendingMsgs, PendingBytes).
+const (
+	DefaultPendingMsgs  = 1 << 20
+	DefaultPendingBytes = 256 << 20
+)
 
 // withDefaults fills zero fields, so callers that build Options by hand get
 // the same behaviour as DefaultOptions.
@@ -136,6 +154,12 @@ func (o Options) withDefaults() Options {
 	if o.DrainTimeout == 0 {
 		o.DrainTimeout = d.DrainTimeout
 	}
+	if o.PendingMsgs == 0 {
+		o.PendingMsgs = d.PendingMsgs
+	}
+	if o.PendingBytes == 0 {
+		o.PendingBytes = d.PendingBytes
+	}
 	return o
 }
 
@@ -157,6 +181,12 @@ func (o Options) Validate() error {
 	}
 	if o.Port < -1 || o.Port > 65535 {
 		return fmt.Errorf("natsbus: Port %d out of range (allowed -1 or 0 for random, 1..65535)", o.Port)
+	}
+	if o.PendingMsgs < -1 {
+		return fmt.Errorf("natsbus: PendingMsgs %d out of range (allowed -1 for unlimited, 0 for the default, or > 0)", o.PendingMsgs)
+	}
+	if o.PendingBytes < -1 {
+		return fmt.Errorf("natsbus: PendingBytes %d out of range (allowed -1 for unlimited, 0 for the default, or > 0)", o.PendingBytes)
 	}
 	if o.MaxReconnects < -1 {
 		return fmt.Errorf("natsbus: MaxReconnects %d out of range (allowed -1 for forever, or >= 0)", o.MaxReconnects)
