@@ -84,6 +84,10 @@ type Options struct {
 	TimeScale float64
 	// Transport is "inproc" (default), "tcp" or "tcp-bounded".
 	Transport string
+	// ControllerMailbox is the controller shell's MailboxCapacity (0: the
+	// default 1,024); a small one overloads it on purpose: its subject
+	// bridges then wait for room (MailboxWaits) and nothing may be lost.
+	ControllerMailbox int
 	// Timeout bounds one level (default 15 min).
 	Timeout time.Duration
 	// HeapProfile, when set, is where the heap profile at the peak of the
@@ -179,6 +183,14 @@ type Result struct {
 	// MailboxDrops counts messages the actor shells refused (mailbox
 	// full); each is an error.
 	MailboxDrops int64 `json:"mailbox_drops"`
+	// MailboxWaits counts bus messages a bridge held back until a full
+	// mailbox had room (admission slowed, nothing lost); MailboxWaitSeconds
+	// is the time spent waiting.
+	MailboxWaits       int64   `json:"mailbox_waits"`
+	MailboxWaitSeconds float64 `json:"mailbox_wait_seconds"`
+	// SlowConsumerDrops counts what NATS dropped past a subscription's
+	// pending limits; each is an error.
+	SlowConsumerDrops int64 `json:"slow_consumer_drops"`
 	// StoreRetries counts trajectory-buffer stores that timed out or
 	// failed and were tried again (not errors: the group id de-duplicates).
 	StoreRetries int64 `json:"store_retries"`
@@ -617,7 +629,11 @@ func (l *level) startRollouts(s subjects, groups transport.Stream, task tasks.Ta
 		l.ros = append(l.ros, a)
 	}
 	var err error
-	l.ctl, err = controller.Spawn(l.sys, l.bus, actors.DefaultShellConfig("controller-0", "controller"), ccfg, controller.Inputs{Aborted: s.aborted, Groups: s.groups, Steps: s.steps}, func() controller.Source { return l.src })
+	ctlShell := actors.DefaultShellConfig("controller-0", "controller")
+	if o.ControllerMailbox > 0 {
+		ctlShell.MailboxCapacity = o.ControllerMailbox
+	}
+	l.ctl, err = controller.Spawn(l.sys, l.bus, ctlShell, ccfg, controller.Inputs{Aborted: s.aborted, Groups: s.groups, Steps: s.steps}, func() controller.Source { return l.src })
 	return err
 }
 
@@ -807,9 +823,12 @@ func (l *level) finish(r *Result) {
 	r.GroupsKept, r.GroupsFiltered, r.GroupsAdmitted = l.kept.Load(), l.filtered.Load(), l.admitted.Load()
 	r.Turns = l.turns.Load()
 	r.Steps = int64(len(l.tr.Steps()))
-	r.MailboxDrops = l.mailboxDrops()
+	r.MailboxDrops = int64(l.metricSum("asyncrl_actor_mailbox_dropped_total"))
+	r.MailboxWaits = int64(l.metricSum("asyncrl_actor_mailbox_waits_total"))
+	r.MailboxWaitSeconds = l.metricSum("asyncrl_actor_mailbox_wait_seconds_total")
+	r.SlowConsumerDrops = l.bus.SlowConsumerDrops()
 	r.StoreRetries = st.StoreRetries
-	r.Errors = st.Aborted + l.routerErrs.Load() + st.GroupsUnstored + r.MailboxDrops
+	r.Errors = st.Aborted + l.routerErrs.Load() + st.GroupsUnstored + r.MailboxDrops + r.SlowConsumerDrops
 	r.Lost = st.Started - st.Finished - st.Aborted
 	if c := l.ctl.Core(); c != nil {
 		m := c.Staleness()
@@ -826,21 +845,21 @@ func (l *level) finish(r *Result) {
 	}
 }
 
-// mailboxDrops sums asyncrl_actor_mailbox_dropped_total.
-func (l *level) mailboxDrops() int64 {
+// metricSum sums the counter name over its labels (the actor shells').
+func (l *level) metricSum(name string) float64 {
 	mfs, err := l.reg.Gather()
 	if err != nil {
 		return 0
 	}
 	var n float64
 	for _, mf := range mfs {
-		if mf.GetName() == "asyncrl_actor_mailbox_dropped_total" {
+		if mf.GetName() == name {
 			for _, m := range mf.GetMetric() {
 				n += m.GetCounter().GetValue()
 			}
 		}
 	}
-	return int64(n)
+	return n
 }
 
 // stopActors stops the rollout actors, controller, sampling and trainer

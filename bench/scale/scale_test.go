@@ -66,3 +66,29 @@ func TestTimeScaleForGrowsWithLevel(t *testing.T) {
 		t.Fatalf("a set TimeScale is overridden: %v", got)
 	}
 }
+
+// Overload (issue 22: at 131,072 the controller's mailbox refused messages
+// and 2,152 trajectories were lost): with a controller mailbox of 4 the
+// bridges wait for room and the level still loses nothing.
+func TestOverloadedControllerLosesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a pipeline")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := Run(ctx, Options{MaxLevel: 1024, Timeout: time.Minute, ControllerMailbox: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := res[0]
+	t.Logf("waits %d (%.2fs), drops %d, slow-consumer drops %d, %.1fs", r.MailboxWaits, r.MailboxWaitSeconds, r.MailboxDrops, r.SlowConsumerDrops, r.Seconds)
+	if r.Failure != "" || r.Errors != 0 || r.Lost != 0 || r.MailboxDrops != 0 || r.SlowConsumerDrops != 0 {
+		t.Fatalf("failure %q, %d errors, %d lost, %d refused by the mailbox, %d dropped by NATS", r.Failure, r.Errors, r.Lost, r.MailboxDrops, r.SlowConsumerDrops)
+	}
+	if r.MailboxWaits == 0 {
+		t.Fatal("the controller's mailbox of 4 never filled: the test did not overload it")
+	}
+	if r.Started != (r.GroupsKept+r.GroupsFiltered)*8 || r.GroupsAdmitted != r.GroupsKept+r.GroupsFiltered {
+		t.Errorf("started %d, admitted %d, kept %d + filtered %d", r.Started, r.GroupsAdmitted, r.GroupsKept, r.GroupsFiltered)
+	}
+}
