@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -155,13 +156,17 @@ func (r *Router) stopFront(ctx context.Context) {
 	f := &r.front
 	f.mu.Lock()
 	f.stopped = true
-	lns, servers := f.lns, f.servers
+	servers := slices.Clone(f.servers)
+	lns := make([]net.Listener, 0, len(f.lns))
+	for ln := range f.lns {
+		lns = append(lns, ln)
+	}
 	conns := make([]*fastConn, 0, len(f.conns))
 	for c := range f.conns {
 		conns = append(conns, c)
 	}
 	f.mu.Unlock()
-	for ln := range lns {
+	for _, ln := range lns {
 		_ = ln.Close()
 	}
 	for _, c := range conns {
@@ -328,6 +333,7 @@ func handOffPath(target []byte) bool {
 // the net/http server; it reports whether that server took it.
 func (fc *fastConn) handOff() bool {
 	pre, _ := fc.br.Peek(fc.br.Buffered())
+
 	data := append([]byte(nil), pre...)
 	if fc.cr.has {
 		data = append(data, fc.cr.b)
@@ -459,10 +465,12 @@ func (fc *fastConn) backgroundRead() {
 // unwatch ends the watch: it stops a background read still blocked
 // (a past read deadline) and waits for it.
 func (fc *fastConn) unwatch() {
-	stopped := fc.timer.Stop()
+	fc.timer.Stop()
 	fc.wmu.Lock()
 	fc.watching = false
-	if !stopped && fc.reading {
+	// A read may run even when Stop stopped this request's timer: the
+	// previous request's callback can start late, in this one's watch.
+	if fc.reading {
 		fc.unblocked = true
 		_ = fc.c.SetReadDeadline(aLongTimeAgo)
 		for fc.reading {
@@ -718,6 +726,16 @@ func (l *handoffListener) give(c net.Conn) bool {
 type prefixConn struct {
 	net.Conn
 	pre []byte
+}
+
+// CloseWrite lets net/http half-close before closing after an error
+// answer (its 400s and 431s), so the client reads the answer instead of
+// a reset.
+func (c *prefixConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
 }
 
 func (c *prefixConn) Read(p []byte) (int, error) {

@@ -140,11 +140,6 @@ func (c *upConn) exchange(method, host, uri string, h headerWriter, body []byte)
 // headerWriter writes a request's end-to-end headers (inbound does).
 type headerWriter interface{ writeHeaders(w *bufio.Writer) }
 
-// httpHeaders is an http.Header as a headerWriter.
-type httpHeaders http.Header
-
-func (h httpHeaders) writeHeaders(w *bufio.Writer) { writeHeaders(w, http.Header(h)) }
-
 func (c *upConn) write(method, host, uri string, h headerWriter, body []byte) error {
 	w := c.bw
 	w.WriteString(method)

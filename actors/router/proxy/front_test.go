@@ -1,0 +1,302 @@
+package proxy
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// Tests of the fast front end itself (Router.Serve with FrontFast); the
+// behaviour tests run against both fronts through eachFront.
+
+// dial opens a raw connection to the harness's router.
+func (h *harness) dial() (net.Conn, *bufio.Reader) {
+	h.t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(func() { c.Close() })
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	return c, bufio.NewReader(c)
+}
+
+func rawPost(session, body string) string {
+	return fmt.Sprintf("POST /v1/completions HTTP/1.1\r\nHost: r\r\nX-Session-ID: %s\r\nContent-Length: %d\r\n\r\n%s", session, len(body), body)
+}
+
+func readResp(t *testing.T, br *bufio.Reader) (*http.Response, string) {
+	t.Helper()
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, string(b)
+}
+
+// echo answers with the request's session header and body; slow makes it
+// wait longer than watchDelay first, so the disconnect watch runs.
+func echo(t *testing.T, slow time.Duration) *harness {
+	a := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		time.Sleep(slow)
+		fmt.Fprintf(w, "%s:%s", r.Header.Get("X-Session-ID"), b)
+	})
+	return start(t, testConfig(a))
+}
+
+// Pipelined requests on one connection are answered in order, also when
+// the disconnect watch's background read takes the first byte of the
+// next request while the replica works (it must be kept).
+func TestFrontPipelined(t *testing.T) {
+	for _, slow := range []time.Duration{0, 3 * watchDelay} {
+		h := echo(t, slow)
+		c, br := h.dial()
+		if _, err := io.WriteString(c, rawPost("a", `{"n":1}`)+rawPost("b", `{"n":2}`)+rawPost("c", `{"n":3}`)); err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{`a:{"n":1}`, `b:{"n":2}`, `c:{"n":3}`} {
+			resp, body := readResp(t, br)
+			if resp.StatusCode != 200 || body != want || resp.Header.Get(ReplicaHeader) == "" {
+				t.Fatalf("slow %v: %d %q, want %q", slow, resp.StatusCode, body, want)
+			}
+		}
+		// Sent one at a time after slow answers, each request is whole too.
+		for i := range 3 {
+			if _, err := io.WriteString(c, rawPost("d", fmt.Sprint(i))); err != nil {
+				t.Fatal(err)
+			}
+			if _, body := readResp(t, br); body != fmt.Sprintf("d:%d", i) {
+				t.Fatalf("slow %v: request %d: %q", slow, i, body)
+			}
+		}
+	}
+}
+
+// What the fast front does not serve goes to net/http on the same
+// connection, which serves it or writes its own error.
+func TestFrontHandOff(t *testing.T) {
+	h := echo(t, 0)
+	cases := []struct {
+		name, req string
+		code      int
+		body      string
+	}{
+		{"chunked body", "POST /v1/completions HTTP/1.1\r\nHost: r\r\nX-Session-ID: c\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n", 200, "c:{}"},
+		{"expect", "POST /v1/completions HTTP/1.1\r\nHost: r\r\nX-Session-ID: e\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n{}", 200, "e:{}"},
+		{"http/1.0", "POST /v1/completions HTTP/1.0\r\nHost: r\r\nX-Session-ID: o\r\nContent-Length: 2\r\n\r\n{}", 200, "o:{}"},
+		{"finish_session", "POST /finish_session?session_id=o HTTP/1.1\r\nHost: r\r\n\r\n", 200, `{"released":true,"session_id":"o"}` + "\n"},
+		{"garbage", "HELLO\r\n\r\n", 400, ""},
+		{"no host", "GET /v1/models HTTP/1.1\r\n\r\n", 400, ""},
+		{"huge head", "GET /v1/models HTTP/1.1\r\nHost: r\r\nX-Big: " + strings.Repeat("b", 2<<20) + "\r\n\r\n", 431, ""},
+	}
+	for _, tc := range cases {
+		c, br := h.dial()
+		go func() { _, _ = io.WriteString(c, tc.req) }()
+		resp, body := readResp(t, br)
+		if resp.StatusCode == http.StatusContinue {
+			resp, body = readResp(t, br)
+		}
+		if resp.StatusCode != tc.code || (tc.body != "" && body != tc.body) {
+			t.Errorf("%s: %d %q, want %d %q", tc.name, resp.StatusCode, body, tc.code, tc.body)
+		}
+	}
+	// After a hand-off the connection stays with net/http: a second
+	// request on it is served (by net/http, through the same forward).
+	c, br := h.dial()
+	if _, err := io.WriteString(c, "GET /admin/replicas HTTP/1.1\r\nHost: r\r\n\r\n"+rawPost("z", "{}")); err != nil {
+		t.Fatal(err)
+	}
+	if resp, body := readResp(t, br); resp.StatusCode != 200 || !strings.Contains(body, `"replicas"`) {
+		t.Fatalf("admin: %d %q", resp.StatusCode, body)
+	}
+	if resp, body := readResp(t, br); resp.StatusCode != 200 || body != "z:{}" {
+		t.Fatalf("after the hand-off: %d %q", resp.StatusCode, body)
+	}
+}
+
+// /admin/ with a token set is handed off and checked by net/http's handler.
+func TestFrontAdminToken(t *testing.T) {
+	cfg := testConfig(named(t, "a", nil))
+	cfg.AdminToken = "tok"
+	h := start(t, cfg)
+	for _, tc := range []struct {
+		auth string
+		code int
+	}{{"", 401}, {"Authorization: Bearer tok\r\n", 200}} {
+		c, br := h.dial()
+		if _, err := io.WriteString(c, "GET /admin/replicas HTTP/1.1\r\nHost: r\r\n"+tc.auth+"\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		if resp, _ := readResp(t, br); resp.StatusCode != tc.code {
+			t.Fatalf("auth %q: %d, want %d", tc.auth, resp.StatusCode, tc.code)
+		}
+	}
+}
+
+// Connection: close is honoured: the answer says so and the connection ends.
+func TestFrontConnectionClose(t *testing.T) {
+	h := echo(t, 0)
+	c, br := h.dial()
+	req := "POST /v1/completions HTTP/1.1\r\nHost: r\r\nX-Session-ID: k\r\nConnection: close\r\nContent-Length: 2\r\n\r\n{}"
+	if _, err := io.WriteString(c, req); err != nil {
+		t.Fatal(err)
+	}
+	resp, body := readResp(t, br)
+	if body != "k:{}" || !resp.Close {
+		t.Fatalf("%q close %v", body, resp.Close)
+	}
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("connection still open: %v", err)
+	}
+}
+
+// A client that goes away while a non-streaming request waits on the
+// replica (no byte of the answer yet) cancels the upstream request: the
+// disconnect watch's background read sees the close.
+func TestFrontDisconnectWhileWaiting(t *testing.T) {
+	entered, cancelled := make(chan struct{}), make(chan struct{})
+	a := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body) // net/http watches for the close only after the body
+		close(entered)
+		select {
+		case <-r.Context().Done():
+			close(cancelled)
+		case <-t.Context().Done(): // the test failed: let cleanup end
+		}
+	})
+	h := start(t, testConfig(a))
+	c, _ := h.dial()
+	if _, err := io.WriteString(c, rawPost("w", "{}")); err != nil {
+		t.Fatal(err)
+	}
+	<-entered
+	c.Close()
+	select {
+	case <-cancelled:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the replica never saw the cancellation")
+	}
+	eventually(t, "in-flight released", func() bool { return h.r.Replicas()[0].InflightRequests == 0 })
+}
+
+// A replica that dies inside a declared-length answer aborts the client
+// connection: the client reads an error, not a clean short body.
+func TestFrontUpstreamDiesInKnownLength(t *testing.T) {
+	a := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "100")
+		_, _ = io.WriteString(w, "0123456789")
+		w.(http.Flusher).Flush()
+		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+			conn.Close()
+		}
+	})
+	h := start(t, testConfig(a))
+	c, br := h.dial()
+	if _, err := io.WriteString(c, rawPost("d", "{}")); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(br, nil)
+	if err == nil {
+		_, err = io.ReadAll(resp.Body)
+	}
+	if err == nil {
+		t.Fatal("client got a clean answer from a replica that died mid-body")
+	}
+}
+
+// A body over MaxBodyBytes gets 413 without being read, and the
+// connection closes (its unread body cannot be skipped).
+func TestFrontTooLarge(t *testing.T) {
+	cfg := testConfig(named(t, "a", nil))
+	cfg.MaxBodyBytes = 10
+	h := start(t, cfg)
+	c, br := h.dial()
+	if _, err := io.WriteString(c, rawPost("l", strings.Repeat("x", 11))); err != nil {
+		t.Fatal(err)
+	}
+	resp, body := readResp(t, br)
+	if resp.StatusCode != 413 || !resp.Close || !strings.Contains(body, "exceeds 10 bytes") {
+		t.Fatalf("%d close %v %q", resp.StatusCode, resp.Close, body)
+	}
+}
+
+func TestPrefixConn(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	go func() { _, _ = io.WriteString(b, "world") }()
+	pc := &prefixConn{Conn: a, pre: []byte("hello ")}
+	got := make([]byte, 11)
+	if _, err := io.ReadFull(pc, got); err != nil || string(got) != "hello world" {
+		t.Fatalf("%q %v", got, err)
+	}
+}
+
+// Upstream warnings: at most one per replica and message per interval,
+// the rest counted into the next one logged.
+func TestWarnLimiter(t *testing.T) {
+	var l warnLimiter
+	t0 := time.Unix(1000, 0)
+	k, other := warnKey{"http://a", "upstream request failed"}, warnKey{"http://b", "upstream request failed"}
+	if ok, n := l.allow(k, t0, time.Second); !ok || n != 0 {
+		t.Fatal("first warning not logged")
+	}
+	for i := range 999 {
+		if ok, _ := l.allow(k, t0.Add(time.Duration(i)*time.Millisecond), time.Second); ok {
+			t.Fatalf("warning %d within the interval logged", i)
+		}
+	}
+	if ok, _ := l.allow(other, t0, time.Second); !ok {
+		t.Fatal("another replica's warning suppressed")
+	}
+	if ok, n := l.allow(k, t0.Add(time.Second), time.Second); !ok || n != 999 {
+		t.Fatalf("after the interval: %v, suppressed %d, want 999", ok, n)
+	}
+}
+
+// The router logs one warning, not one per request, when a replica is
+// unreachable for many requests in a row.
+func TestUpstreamWarningsRateLimited(t *testing.T) {
+	dead := backend(t, func(http.ResponseWriter, *http.Request) {})
+	url := dead.URL
+	dead.Close()
+	cfg := testConfig()
+	cfg.Replicas = []string{url}
+	cfg.MaxRetries = 0
+	var lines atomic.Int64
+	cfg.Logger = zerolog.New(writerFunc(func(p []byte) (int, error) {
+		if strings.Contains(string(p), "upstream request failed") {
+			lines.Add(1)
+		}
+		return len(p), nil
+	}))
+	h := start(t, cfg)
+	for i := range 20 {
+		resp := h.post("/v1/completions", fmt.Sprint("s", i), "{}")
+		readAll(t, resp)
+		if resp.StatusCode != http.StatusBadGateway {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+	}
+	if n := lines.Load(); n != 1 {
+		t.Fatalf("%d warnings for 20 failures, want 1", n)
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
