@@ -69,6 +69,12 @@ type Config struct {
 	// time the actor takes a group, before it runs: a cluster node reports
 	// its groups in flight at once, so none is unaccounted if it dies.
 	OnTake func(groupID, promptID string)
+	// OnReport, when set, is called once per group the actor publishes, on
+	// the group's goroutine just before the outcome goes out: ready true for
+	// GroupReady, false for EpisodeAborted. A cluster node keeps the groups
+	// whose fate it has not seen yet, so that at stop it waits for them
+	// (the actor itself keeps nothing per group once it is published).
+	OnReport func(groupID string, ready bool)
 }
 
 // Validate names the first invalid field.
@@ -155,10 +161,11 @@ type Actor struct {
 	sub    transport.Subscription
 	c      counters
 
-	mu       sync.Mutex
-	reported map[string]bool // group id → true when ready, false when aborted
+	mu sync.Mutex
 	// running maps the groups taken and not yet published (ready or
-	// aborted) to their prompts.
+	// aborted) to their prompts: the actor's only per-group state, so it
+	// is bounded by the groups in flight (a run of any length holds no
+	// record of its finished groups here; OnReport hands them out).
 	running map[string]string
 }
 
@@ -179,7 +186,7 @@ func Start(bus transport.Bus, gen Generator, cfg Config) (*Actor, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	a := &Actor{bus: bus, gen: gen, cfg: cfg, sem: make(chan struct{}, cfg.Concurrency), stores: make(chan struct{}, cfg.StoreConcurrency),
 		ctx: ctx, cancel: cancel,
-		reported: map[string]bool{}, running: map[string]string{}}
+		running: map[string]string{}}
 	sub, err := bus.QueueSubscribe(cfg.Subjects.Prompts, "rollout", a.onPrompt)
 	if err != nil {
 		cancel()
@@ -196,18 +203,6 @@ func (a *Actor) Stats() Stats {
 		Tokens: a.c.tokens.Load(), Generated: a.c.generated.Load(), Resubmits: a.c.resubmits.Load(),
 		MixedVersions: a.c.mixed.Load(), BadPrompts: a.c.badPrompts.Load(),
 		StoreRetries: a.c.storeRetries.Load(), GroupsUnstored: a.c.groupsUnstored.Load()}
-}
-
-// Reported returns every group the actor published: true for GroupReady,
-// false for aborted (EpisodeAborted). After Stop it is complete.
-func (a *Actor) Reported() map[string]bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	out := make(map[string]bool, len(a.reported))
-	for k, v := range a.reported {
-		out[k] = v
-	}
-	return out
 }
 
 // InFlight lists the groups the actor took and has not published yet
@@ -229,9 +224,9 @@ func (a *Actor) InFlight() (groups, prompts []string) {
 }
 
 func (a *Actor) report(group string, ready bool) {
-	a.mu.Lock()
-	a.reported[group] = ready
-	a.mu.Unlock()
+	if a.cfg.OnReport != nil {
+		a.cfg.OnReport(group, ready)
+	}
 }
 
 // Stop unsubscribes, cancels running episodes (each is reported aborted

@@ -3,6 +3,7 @@ package rollout
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -58,17 +59,39 @@ func storeRig(t *testing.T, s *lossyStream) (*natsbus.Bus, Subjects, transport.S
 // storeActor starts a rollout actor whose episodes finish at once and
 // whose groups go to ls, retried every retry for storeFor; it is stopped
 // at the end of the test.
-func storeActor(t *testing.T, bus transport.Bus, subj Subjects, ls *lossyStream, retry, storeFor time.Duration) *Actor {
+func storeActor(t *testing.T, bus transport.Bus, subj Subjects, ls *lossyStream, retry, storeFor time.Duration) (*Actor, *reports) {
 	t.Helper()
 	g := gated{release: make(chan struct{})}
 	close(g.release)
+	rep := &reports{m: map[string]bool{}}
 	a, err := Start(bus, g, Config{RunID: "r", Name: "rollout-0", Task: mustTask(t, "reverse"), Episode: testCfg(), Concurrency: 2,
-		Subjects: subj, GroupStream: ls, StoreRetry: retry, StoreFor: storeFor})
+		Subjects: subj, GroupStream: ls, StoreRetry: retry, StoreFor: storeFor, OnReport: rep.add})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = a.Stop(context.Background()) })
-	return a
+	return a, rep
+}
+
+// reports records OnReport calls: group → ready, and how many calls.
+type reports struct {
+	mu    sync.Mutex
+	m     map[string]bool
+	calls int
+}
+
+func (r *reports) add(group string, ready bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.m[group] = ready
+	r.calls++
+}
+
+func (r *reports) get(group string) (ready, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ready, ok = r.m[group]
+	return ready, ok
 }
 
 func assign(t *testing.T, bus transport.Bus, subj Subjects, group string) {
@@ -85,10 +108,10 @@ func assign(t *testing.T, bus transport.Bus, subj Subjects, group string) {
 func TestGroupStoreRetriedOnce(t *testing.T) {
 	ls := &lossyStream{lose: 2}
 	bus, subj, st := storeRig(t, ls)
-	a := storeActor(t, bus, subj, ls, 200*time.Millisecond, 10*time.Second)
+	a, rep := storeActor(t, bus, subj, ls, 200*time.Millisecond, 10*time.Second)
 	assign(t, bus, subj, "g1")
 	deadline := time.Now().Add(10 * time.Second)
-	for a.Reported()["g1"] != true {
+	for r, _ := rep.get("g1"); !r; r, _ = rep.get("g1") {
 		if time.Now().After(deadline) {
 			t.Fatalf("g1 not reported ready; stats %+v", a.Stats())
 		}
@@ -125,7 +148,7 @@ func TestUnstoredGroupReportedAborted(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	a := storeActor(t, bus, subj, ls, 50*time.Millisecond, 300*time.Millisecond)
+	a, rep := storeActor(t, bus, subj, ls, 50*time.Millisecond, 300*time.Millisecond)
 	assign(t, bus, subj, "g1")
 	select {
 	case ab := <-aborted:
@@ -138,7 +161,7 @@ func TestUnstoredGroupReportedAborted(t *testing.T) {
 	if s := a.Stats(); s.GroupsUnstored != 1 || s.GroupsReady != 0 || ls.calls.Load() < 2 {
 		t.Errorf("stats %+v after %d stores; want 1 unstored, none ready, retried", s, ls.calls.Load())
 	}
-	if r, ok := a.Reported()["g1"]; !ok || r {
+	if r, ok := rep.get("g1"); !ok || r {
 		t.Errorf("g1 reported %v (%v); want aborted", r, ok)
 	}
 }

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -32,6 +33,10 @@ type Ledger struct {
 	// sampled when each StepDone arrives (per-step rollout throughput).
 	tokens func() int64
 	atStep map[int64]int64
+	// local are the groups this node's rollout actors published whose
+	// fate (settled) the ledger has not seen yet: what Stop waits for.
+	// Bounded by the groups in flight: an entry leaves once settled.
+	local map[string]struct{}
 }
 
 // GroupRecord is one group's history.
@@ -79,7 +84,38 @@ func (g *GroupRecord) ApplyAccepted(v messages.GroupAccepted) {
 }
 
 func newLedger() *Ledger {
-	return &Ledger{groups: map[string]*GroupRecord{}, atStep: map[int64]int64{}}
+	return &Ledger{groups: map[string]*GroupRecord{}, atStep: map[int64]int64{}, local: map[string]struct{}{}}
+}
+
+// settled: the sampling actor passed the group to the controller (kept or
+// filtered; replace mode holds a bad group until its generation batch is
+// judged), or the controller accepted it or gave it a final ledger state.
+func (g *GroupRecord) settled() bool {
+	return g.Terminal() || g.Kept || g.Filtered || g.Accepted
+}
+
+// published is a local rollout actor's OnReport: the group's outcome is
+// going out; remember it until the ledger sees it settled.
+func (l *Ledger) published(id string, _ bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if g, ok := l.groups[id]; ok && g.settled() {
+		return // its fate overtook the report
+	}
+	l.local[id] = struct{}{}
+}
+
+// unsettledLocal lists the groups local actors published whose fate the
+// ledger has not seen (sorted).
+func (l *Ledger) unsettledLocal() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]string, 0, len(l.local))
+	for id := range l.local {
+		out = append(out, id)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // tokensAt returns the rollout tokens finished when step's StepDone
@@ -128,6 +164,9 @@ func (l *Ledger) observe(m *transport.Msg) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if id := groupOf(msg); id != "" {
+		defer l.forgetIfSettled(id)
+	}
 	switch v := msg.(type) {
 	case messages.PromptLedger:
 		l.get(v.GroupID).ApplyLedger(v)
@@ -219,4 +258,29 @@ func (l *Ledger) counts() (kept, dropped, droppedSinceStep, stalenessMax int64) 
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.kept, l.dropped, l.droppedSinceStep, l.stalenessMax
+}
+
+// forgetIfSettled drops id from local once its record is settled (l.mu held).
+func (l *Ledger) forgetIfSettled(id string) {
+	if _, ok := l.local[id]; !ok {
+		return
+	}
+	if g, ok := l.groups[id]; ok && g.settled() {
+		delete(l.local, id)
+	}
+}
+
+// groupOf is the group a ledger message is about ("" for none).
+func groupOf(m messages.Message) string {
+	switch v := m.(type) {
+	case messages.PromptLedger:
+		return v.GroupID
+	case messages.GroupAccepted:
+		return v.GroupID
+	case messages.GroupReady:
+		return v.GroupID
+	case messages.GroupFiltered:
+		return v.GroupID
+	}
+	return ""
 }

@@ -466,28 +466,14 @@ func (n *Node) settle(ctx context.Context) {
 	}
 }
 
-// unsettled lists the groups rollout actors published (ready or aborted)
-// whose fate the controller has not announced: not kept for training and
-// not filtered, trained or requeued.
+// unsettled lists the groups this node's rollout actors published (ready
+// or aborted) whose fate the controller has not announced: not kept for
+// training and not filtered, trained or requeued.
 func (n *Node) unsettled() []string {
-	recs := map[string]GroupRecord{}
-	for _, g := range n.ledger.Snapshot() {
-		recs[g.GroupID] = g
+	if n.ledger == nil {
+		return nil
 	}
-	var out []string
-	for _, r := range n.rollouts {
-		for id := range r.Reported() {
-			g := recs[id]
-			// Kept or Filtered: the sampling actor passed it to the
-			// controller (replace mode holds a bad group until its
-			// generation batch is judged).
-			if g.Terminal() || g.Kept || g.Filtered || g.Accepted {
-				continue
-			}
-			out = append(out, id)
-		}
-	}
-	return out
+	return n.ledger.unsettledLocal()
 }
 
 // Run starts the node, waits for the run to finish (or ctx to end), stops

@@ -323,7 +323,7 @@ func (n *Node) startRollouts() error {
 	gen := &rollout.HTTPClient{BaseURL: n.routerURL, Model: n.cfg.Engines.ServedModelName, Client: n.httpc,
 		SupportFromLogprobs: n.cfg.Rollout.SupportFromLogprobs}
 	for i := range count {
-		a, err := rollouthost.StartActor(n.bus, gen, n.cfg, n.task, "rollout-"+strconv.Itoa(i), ecfg, supportK, n.subj.rollout(), n.groupStream, n.opts.Logger, nil)
+		a, err := rollouthost.StartActor(n.bus, gen, n.cfg, n.task, "rollout-"+strconv.Itoa(i), ecfg, supportK, n.subj.rollout(), n.groupStream, n.opts.Logger, nil, n.ledger.published)
 		if err != nil {
 			return err
 		}

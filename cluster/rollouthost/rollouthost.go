@@ -198,7 +198,7 @@ func (h *Host) follow(ta messages.TermAnnounce) {
 	var actors []*rollout.Actor
 	for i := range count {
 		name := h.node + "-rollout-" + strconv.Itoa(i)
-		a, err := StartActor(h.bus, gen, tcfg, h.task, name, ecfg, supportK, s, groups, h.log, h.reportOnTake)
+		a, err := StartActor(h.bus, gen, tcfg, h.task, name, ecfg, supportK, s, groups, h.log, h.reportOnTake, nil)
 		if err != nil {
 			h.stopActors(actors)
 			h.cannotFollow(ta, retrying, err)
@@ -289,14 +289,15 @@ func (h *Host) Stop() {
 }
 
 // StartActor starts one rollout actor of the run in cfg (its subjects s),
-// sending its turns through gen; onTake may be nil.
+// sending its turns through gen; onTake and onReport (rollout.Config's
+// OnTake and OnReport) may be nil.
 func StartActor(bus transport.Bus, gen rollout.Generator, cfg config.Config, task tasks.Task, name string,
 	ecfg rollout.EpisodeConfig, supportK int, s Subjects, groups transport.Stream, log zerolog.Logger,
-	onTake func(group, prompt string)) (*rollout.Actor, error) {
+	onTake func(group, prompt string), onReport func(group string, ready bool)) (*rollout.Actor, error) {
 	return rollout.Start(bus, gen, rollout.Config{RunID: cfg.Run.ID, Name: name, Task: task, Episode: ecfg,
 		Concurrency: cfg.Rollout.Concurrency, SupportK: supportK, Logger: log.With().Str("actor", name).Logger(),
 		Subjects:    rollout.Subjects{Prompts: s.Prompts, Groups: s.Groups, Aborted: s.Aborted},
-		GroupStream: groups, OnTake: onTake})
+		GroupStream: groups, OnTake: onTake, OnReport: onReport})
 }
 
 // GroupStream is the run's trajectory buffer: finished groups wait
