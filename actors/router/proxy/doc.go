@@ -38,6 +38,18 @@
 //   - Shutdown refuses new requests with 503, waits for in-flight ones,
 //     then stops the background loops.
 //
+// Front ends: Handler is net/http's; Serve runs Config.Front on a
+// listener: FrontFast (front.go) reads plain HTTP/1.1 requests itself
+// (internal/h1), relays answers as bytes (a small answer's head and body
+// in one write; streamed ones re-chunked and flushed per chunk, with the
+// version trailers) and hands everything else (/admin/, /finish_session,
+// chunked or Expect requests, HTTP/1.0, odd or oversized heads) to
+// net/http's server on the same connection; FrontNetHTTP serves Handler.
+// Both share one route/retry loop (forward.go: inbound, answer). The fast
+// front watches for a client disconnect only once a request has waited
+// watchDelay on its replica; it sets no per-request deadlines (slow or
+// idle clients hold a goroutine, as with net/http without timeouts).
+//
 // The core is not goroutine-safe; Router holds one mutex around every
 // core call and never holds it across I/O.
 package proxy
