@@ -71,47 +71,56 @@ func Parse(buf []byte, h *Head) (int, Verdict) {
 	if !ok || !parseRequestLine(line, h) {
 		return n, HandOff
 	}
-	hosts, lengths, conn := 0, 0, false
+	var c counts
 	for len(rest) > 0 {
 		line, rest, ok = cutLine(rest)
 		if !ok || len(h.Headers) == MaxHeaders {
 			return n, HandOff
 		}
 		name, value, ok := splitField(line)
-		if !ok {
+		if !ok || !h.field(name, value, &c) {
 			return n, HandOff
 		}
-		hop := isHop(name)
-		switch {
-		case equalFold(name, "host"):
-			hosts++
-			if !validHost(value) {
-				return n, HandOff
-			}
-		case equalFold(name, "content-length"):
-			lengths++
-			if h.ContentLength, ok = parseLength(value); !ok {
-				return n, HandOff
-			}
-		case equalFold(name, "transfer-encoding"), equalFold(name, "expect"), equalFold(name, "upgrade"):
-			return n, HandOff
-		case equalFold(name, "connection"):
-			conn = true
-			eachToken(value, func(t []byte) {
-				if equalFold(t, "close") {
-					h.Close = true
-				}
-			})
-		}
-		h.Headers = append(h.Headers, Header{Name: name, Value: value, Hop: hop})
+		h.Headers = append(h.Headers, Header{Name: name, Value: value, Hop: isHop(name)})
 	}
-	if hosts != 1 || lengths > 1 {
+	if c.hosts != 1 || c.lengths > 1 {
 		return n, HandOff
 	}
-	if conn {
+	if c.conn {
 		markNamed(h.Headers)
 	}
 	return n, OK
+}
+
+// counts are the fields Parse counts across a head.
+type counts struct {
+	hosts, lengths int
+	conn           bool
+}
+
+// field checks one header field for the framing and routing rules; false
+// means hand off.
+func (h *Head) field(name, value []byte, c *counts) bool {
+	var ok bool
+	switch {
+	case equalFold(name, "host"):
+		c.hosts++
+		return validHost(value)
+	case equalFold(name, "content-length"):
+		c.lengths++
+		h.ContentLength, ok = parseLength(value)
+		return ok
+	case equalFold(name, "transfer-encoding"), equalFold(name, "expect"), equalFold(name, "upgrade"):
+		return false
+	case equalFold(name, "connection"):
+		c.conn = true
+		eachToken(value, func(t []byte) {
+			if equalFold(t, "close") {
+				h.Close = true
+			}
+		})
+	}
+	return true
 }
 
 var (
