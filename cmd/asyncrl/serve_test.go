@@ -90,19 +90,21 @@ func TestEngineAndRouterCommandsServe(t *testing.T) {
 		t.Fatalf("engine answered %v", out)
 	}
 
-	routerURL, stopRouter := startServer(t, "router", "router", "--listen", "127.0.0.1:0", "--engine", engineURL,
-		"--policy", "sticky_least_loaded", "--log-level", "error")
-	for i := 0; i < 3; i++ {
-		resp, out := complete(t, routerURL, "traj-1")
-		if got := resp.Header.Get("X-Asyncrl-Replica"); got != engineURL {
-			t.Fatalf("X-Asyncrl-Replica = %q, want %q", got, engineURL)
+	for _, front := range []string{"fast", "net_http"} { // --front: both HTTP front ends serve and stop cleanly
+		routerURL, stopRouter := startServer(t, "router", "router", "--listen", "127.0.0.1:0", "--engine", engineURL,
+			"--policy", "sticky_least_loaded", "--log-level", "error", "--front", front)
+		for i := 0; i < 3; i++ {
+			resp, out := complete(t, routerURL, "traj-1")
+			if got := resp.Header.Get("X-Asyncrl-Replica"); got != engineURL {
+				t.Fatalf("%s: X-Asyncrl-Replica = %q, want %q", front, got, engineURL)
+			}
+			if out["object"] != "text_completion" {
+				t.Fatalf("%s: router passed through %v", front, out)
+			}
 		}
-		if out["object"] != "text_completion" {
-			t.Fatalf("router passed through %v", out)
+		if code := stopRouter(); code != 0 {
+			t.Fatalf("%s: router exit code %d", front, code)
 		}
-	}
-	if code := stopRouter(); code != 0 {
-		t.Fatalf("router exit code %d", code)
 	}
 	if code := stopEngine(); code != 0 {
 		t.Fatalf("engine exit code %d", code)
@@ -116,6 +118,10 @@ func TestRouterCommandRejectsBadInput(t *testing.T) {
 	if code, _, errOut := cli(t, "router", "--engine", "http://127.0.0.1:1", "--policy", "fastest"); code != 1 ||
 		!strings.Contains(errOut, `router.policy: "fastest" is not one of`) {
 		t.Errorf("bad policy: code %d, stderr %q", code, errOut)
+	}
+	if code, _, errOut := cli(t, "router", "--engine", "http://127.0.0.1:1", "--front", "nginx"); code != 1 ||
+		!strings.Contains(errOut, `router.front: "nginx" is not one of`) {
+		t.Errorf("bad front: code %d, stderr %q", code, errOut)
 	}
 	if code, _, errOut := cli(t, "router", "--engine", "http://127.0.0.1:1", "--listen", "0.0.0.0:0"); code != 1 ||
 		!strings.Contains(strings.ToLower(errOut), "token") {
