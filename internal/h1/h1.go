@@ -343,3 +343,95 @@ func init() {
 		targetByte[c] = alnum || bytes.IndexByte([]byte("-._~!$&'()*+,;=:@/?"), byte(c)) >= 0
 	}
 }
+
+// RespHead is a parsed response head (Headers alias the parsed buffer).
+type RespHead struct {
+	Code    int
+	Headers []Header
+	// ContentLength is the declared body length (-1: none declared).
+	ContentLength int64
+	// Close is set when the replica sent Connection: close.
+	Close bool
+}
+
+// ParseResponse parses the response head at the start of buf into h and
+// returns its length. It accepts only a plain final answer: HTTP/1.1, a
+// status of 200–599 other than 204 and 304, exactly one Content-Length,
+// no Transfer-Encoding, CRLF lines with token names and clean values.
+// HandOff means: read it with net/http (interim and bodiless answers,
+// chunked or close-delimited bodies, anything odd).
+func ParseResponse(buf []byte, h *RespHead) (int, Verdict) {
+	end := bytes.Index(buf, crlfcrlf)
+	if end < 0 {
+		if bytes.Contains(buf, lflf) {
+			return 0, HandOff
+		}
+		return 0, Incomplete
+	}
+	n := end + 4
+	h.Code, h.Headers, h.ContentLength, h.Close = 0, h.Headers[:0], -1, false
+	line, rest, ok := cutLine(buf[:end+2])
+	if !ok || len(line) < 12 || string(line[:9]) != "HTTP/1.1 " || (len(line) > 12 && line[12] != ' ') {
+		return n, HandOff
+	}
+	for _, c := range line[9:12] {
+		if c < '0' || c > '9' {
+			return n, HandOff
+		}
+		h.Code = h.Code*10 + int(c-'0')
+	}
+	if h.Code < 200 || h.Code > 599 || h.Code == 204 || h.Code == 304 {
+		return n, HandOff
+	}
+	var c counts
+	for len(rest) > 0 {
+		line, rest, ok = cutLine(rest)
+		if !ok || len(h.Headers) == MaxHeaders {
+			return n, HandOff
+		}
+		name, value, ok := splitField(line)
+		if !ok || !h.field(name, value, &c) {
+			return n, HandOff
+		}
+		h.Headers = append(h.Headers, Header{Name: name, Value: value, Hop: isHop(name)})
+	}
+	if c.lengths != 1 {
+		return n, HandOff
+	}
+	if c.conn {
+		markNamed(h.Headers)
+	}
+	return n, OK
+}
+
+// field is Head.field for a response: Content-Length, Connection: close;
+// Transfer-Encoding and Upgrade hand off.
+func (h *RespHead) field(name, value []byte, c *counts) bool {
+	var ok bool
+	switch {
+	case equalFold(name, "content-length"):
+		c.lengths++
+		h.ContentLength, ok = parseLength(value)
+		return ok
+	case equalFold(name, "transfer-encoding"), equalFold(name, "upgrade"):
+		return false
+	case equalFold(name, "connection"):
+		c.conn = true
+		eachToken(value, func(t []byte) {
+			if equalFold(t, "close") {
+				h.Close = true
+			}
+		})
+	}
+	return true
+}
+
+// Get returns the value of the first header named name (any case).
+func (h *RespHead) Get(name string) ([]byte, bool) {
+	for i := range h.Headers {
+		if len(h.Headers[i].Name) == len(name) && bytes.EqualFold(h.Headers[i].Name, []byte(name)) {
+			return h.Headers[i].Value, true
+		}
+	}
+	return nil, false
+}

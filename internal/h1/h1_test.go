@@ -142,3 +142,65 @@ func TestWrite(t *testing.T) {
 		t.Fatal("Bodiless")
 	}
 }
+
+func TestParseResponse(t *testing.T) {
+	var h RespHead
+	ok := "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close, X-A\r\nX-A: 1\r\nContent-Length: 2\r\n\r\n{}"
+	n, v := ParseResponse([]byte(ok), &h)
+	if v != OK || n != len(ok)-2 || h.Code != 200 || h.ContentLength != 2 || !h.Close || len(h.Headers) != 4 || !h.Headers[2].Hop {
+		t.Fatalf("%v %d %+v", v, n, h)
+	}
+	if ct, _ := h.Get("content-type"); string(ct) != "application/json" {
+		t.Fatalf("content-type %q", ct)
+	}
+	for name, head := range map[string]string{
+		"interim":    "HTTP/1.1 100 Continue\r\n\r\n",
+		"no content": "HTTP/1.1 204 No Content\r\n\r\n",
+		"chunked":    "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+		"no length":  "HTTP/1.1 200 OK\r\n\r\n",
+		"two":        "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\n",
+		"http/1.0":   "HTTP/1.0 200 OK\r\nContent-Length: 1\r\n\r\n",
+		"bad code":   "HTTP/1.1 2x0 OK\r\nContent-Length: 1\r\n\r\n",
+		"folded":     "HTTP/1.1 200 OK\r\nContent-Length: 1\r\nX: a\r\n b\r\n\r\n",
+	} {
+		if _, v := ParseResponse([]byte(head), &h); v != HandOff {
+			t.Errorf("%s: %v, want HandOff", name, v)
+		}
+	}
+}
+
+// FuzzParseResponse holds ParseResponse to http.ReadResponse on what it accepts.
+func FuzzParseResponse(f *testing.F) {
+	f.Add([]byte("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"))
+	f.Add([]byte("HTTP/1.1 503 Service Unavailable\r\nconnection: close\r\ncontent-length: 0\r\nX: \t1 \r\n\r\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var h RespHead
+		n, v := ParseResponse(b, &h)
+		if v != OK {
+			return
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(b[:n])), nil)
+		if err != nil {
+			t.Fatalf("ParseResponse accepted %q, ReadResponse: %v", b[:n], err)
+		}
+		if resp.StatusCode != h.Code || resp.ContentLength != h.ContentLength || resp.Close != h.Close {
+			t.Fatalf("%q: %d %d %v vs %d %d %v", b[:n], resp.StatusCode, resp.ContentLength, resp.Close, h.Code, h.ContentLength, h.Close)
+		}
+		got := http.Header{}
+		for _, f := range h.Headers {
+			k := http.CanonicalHeaderKey(string(f.Name))
+			got[k] = append(got[k], string(f.Value))
+		}
+		if h.Close {
+			delete(got, "Connection") // ReadResponse drops it once it set Close (hop-by-hop either way)
+		}
+		for k, vs := range resp.Header {
+			if strings.Join(vs, "\x00") != strings.Join(got[k], "\x00") {
+				t.Fatalf("%q: header %s = %q, ParseResponse %q", b[:n], k, vs, got[k])
+			}
+		}
+		if len(got) != len(resp.Header) {
+			t.Fatalf("%q: %d headers vs %d", b[:n], len(got), len(resp.Header))
+		}
+	})
+}

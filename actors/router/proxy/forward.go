@@ -109,7 +109,7 @@ func (o *httpOut) fail(code int, msg string, retryAfter int) {
 
 func (o *httpOut) head(resp *http.Response, replica string, vs versionSpan, trailers, flush bool) error {
 	h := o.w.Header()
-	copyHeaders(h, resp.Header)
+	copyHeaders(h, respHeader(resp))
 	h.Set(ReplicaHeader, replica)
 	setVersionHeaders(h, vs)
 	if trailers {
@@ -305,7 +305,7 @@ func (r *Router) relay(ctx context.Context, out answer, resp *http.Response, d p
 	upstreamAt time.Time, overhead time.Duration) {
 	defer resp.Body.Close()
 	defer r.done(d)
-	sse := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
+	sse := isSSE(resp)
 	streaming := sse && resp.ContentLength < 0
 	flush := sse || resp.ContentLength < 0
 	vs := r.answered(span, !streaming)

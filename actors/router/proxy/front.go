@@ -574,7 +574,11 @@ func statusText(code int) string {
 
 func (o *fastOut) head(resp *http.Response, replica string, vs versionSpan, trailers, flush bool) error {
 	b := h1.AppendStatusLine(o.scratch[:0], resp.StatusCode, statusText(resp.StatusCode))
-	b = appendHeaders(b, resp.Header)
+	if lh := leanHead(resp); lh != nil {
+		b = appendLean(b, lh)
+	} else {
+		b = appendHeaders(b, resp.Header)
+	}
 	b = h1.AppendHeader(b, ReplicaHeader, replica)
 	b = append(b, VersionMinHeader+": "...)
 	b = strconv.AppendInt(b, vs.min, 10)
@@ -628,6 +632,22 @@ func appendHeaders(b []byte, h http.Header) []byte {
 		for _, v := range vs {
 			b = h1.AppendHeader(b, k, v)
 		}
+	}
+	return b
+}
+
+// appendLean appends a lean answer's end-to-end header lines as the
+// replica sent them (appendHeaders' rules).
+func appendLean(b []byte, lh *h1.RespHead) []byte {
+	for _, f := range lh.Headers {
+		if f.Hop || isFieldName(f.Name, "Content-Length") || isFieldName(f.Name, ReplicaHeader) ||
+			isFieldName(f.Name, VersionMinHeader) || isFieldName(f.Name, VersionMaxHeader) {
+			continue
+		}
+		b = append(b, f.Name...)
+		b = append(b, ": "...)
+		b = append(b, f.Value...)
+		b = append(b, "\r\n"...)
 	}
 	return b
 }

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/asyncrl/asyncrl/internal/h1"
 )
 
 // upstream is the router's lean HTTP/1.1 client for plain-http replicas
@@ -42,6 +44,10 @@ type upConn struct {
 	br   *bufio.Reader
 	bw   *bufio.Writer
 	host string
+	// The head of the current answer when read without net/http
+	// (readLean): rhead's slices alias raw.
+	rhead h1.RespHead
+	raw   []byte
 }
 
 func newUpstream() *upstream {
@@ -207,6 +213,11 @@ func headerValue(v string) string {
 var methodStubs sync.Map // method → *http.Request, what http.ReadResponse reads of the request
 
 func (c *upConn) read(method string) (*http.Response, error) {
+	if method != http.MethodHead {
+		if resp := c.readLean(); resp != nil {
+			return resp, nil
+		}
+	}
 	stub, ok := methodStubs.Load(method)
 	if !ok {
 		stub, _ = methodStubs.LoadOrStore(method, &http.Request{Method: method})
@@ -259,4 +270,101 @@ func (b *upBody) Close() error {
 		_ = b.c.c.Close()
 	})
 	return nil
+}
+
+// readLean reads a plain answer with a Content-Length (what an engine's
+// JSON answer is) without http.ReadResponse, whose header map and strings
+// were half of the router's allocations per request: the head is parsed
+// in place (h1.ParseResponse) and kept as bytes, resp.Header stays nil
+// (leanHead, respHeader). Anything else — interim, chunked, bodiless or
+// odd answers — returns nil before consuming a byte, for net/http.
+func (c *upConn) readLean() *http.Response {
+	for {
+		buf, _ := c.br.Peek(c.br.Buffered())
+		n, v := h1.ParseResponse(buf, &c.rhead)
+		switch v {
+		case h1.HandOff:
+			return nil
+		case h1.OK:
+			c.raw = append(c.raw[:0], buf[:n]...)
+			h1.ParseResponse(c.raw, &c.rhead) // the same head, now aliasing raw
+			_, _ = c.br.Discard(n)
+			return &http.Response{
+				Status: strconv.Itoa(c.rhead.Code) + " " + http.StatusText(c.rhead.Code), StatusCode: c.rhead.Code,
+				Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+				ContentLength: c.rhead.ContentLength, Close: c.rhead.Close,
+				Body: &clBody{r: c.br, n: c.rhead.ContentLength},
+			}
+		}
+		if c.br.Buffered() == c.br.Size() {
+			return nil
+		}
+		if _, err := c.br.Peek(c.br.Buffered() + 1); err != nil {
+			return nil // http.ReadResponse meets the same error
+		}
+	}
+}
+
+// clBody is a Content-Length body; the connection ending early is
+// io.ErrUnexpectedEOF (a replica that died mid-answer), never a clean EOF.
+type clBody struct {
+	r *bufio.Reader
+	n int64
+}
+
+func (b *clBody) Read(p []byte) (int, error) {
+	if b.n <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > b.n {
+		p = p[:b.n]
+	}
+	n, err := b.r.Read(p)
+	b.n -= int64(n)
+	switch {
+	case b.n == 0:
+		err = io.EOF
+	case err == io.EOF:
+		err = io.ErrUnexpectedEOF
+	}
+	return n, err
+}
+
+func (b *clBody) Close() error { return nil }
+
+// leanHead is the head of an answer readLean read (resp.Header nil), or nil.
+func leanHead(resp *http.Response) *h1.RespHead {
+	if resp.Header != nil {
+		return nil
+	}
+	if b, ok := resp.Body.(*upBody); ok {
+		return &b.c.rhead
+	}
+	return nil
+}
+
+// respHeader is resp.Header, built from a lean answer's head on demand
+// (the net/http front end needs the map; the fast one writes the bytes).
+func respHeader(resp *http.Response) http.Header {
+	lh := leanHead(resp)
+	if lh == nil {
+		return resp.Header
+	}
+	h := make(http.Header, len(lh.Headers))
+	for _, f := range lh.Headers {
+		k := http.CanonicalHeaderKey(string(f.Name))
+		h[k] = append(h[k], string(f.Value))
+	}
+	resp.Header = h
+	return h
+}
+
+// isSSE reports whether the answer is text/event-stream.
+func isSSE(resp *http.Response) bool {
+	const sse = "text/event-stream"
+	if lh := leanHead(resp); lh != nil {
+		v, _ := lh.Get("Content-Type")
+		return len(v) >= len(sse) && string(v[:len(sse)]) == sse
+	}
+	return strings.HasPrefix(resp.Header.Get("Content-Type"), sse)
 }
