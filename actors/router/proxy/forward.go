@@ -26,18 +26,26 @@ var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy
 func copyHeaders(dst, src http.Header) {
 	// Only a Connection header names extra hop-by-hop fields; without one
 	// (the common case) no set of dropped names is built per request.
-	var named []string
-	for _, v := range src.Values("Connection") {
-		for _, f := range strings.Split(v, ",") {
-			named = append(named, http.CanonicalHeaderKey(strings.TrimSpace(f)))
-		}
-	}
+	named := connectionNamed(src)
 	for k, vs := range src {
 		if isHopHeader(k) || slices.Contains(named, k) {
 			continue
 		}
 		dst[k] = append(dst[k][:0:0], vs...)
 	}
+}
+
+// connectionNamed returns the (canonical) fields h's Connection headers
+// name: hop-by-hop too. Without a Connection header (the common case) it
+// allocates nothing.
+func connectionNamed(h http.Header) []string {
+	var named []string
+	for _, v := range h["Connection"] {
+		for _, f := range strings.Split(v, ",") {
+			named = append(named, http.CanonicalHeaderKey(strings.TrimSpace(f)))
+		}
+	}
+	return named
 }
 
 func isHopHeader(k string) bool {

@@ -580,11 +580,7 @@ func (o *fastOut) head(resp *http.Response, replica string, vs versionSpan, trai
 		b = appendHeaders(b, resp.Header)
 	}
 	b = h1.AppendHeader(b, ReplicaHeader, replica)
-	b = append(b, VersionMinHeader+": "...)
-	b = strconv.AppendInt(b, vs.min, 10)
-	b = append(b, "\r\n"+VersionMaxHeader+": "...)
-	b = strconv.AppendInt(b, vs.max, 10)
-	b = append(b, "\r\n"...)
+	b = appendVersions(b, vs)
 	switch {
 	case h1.Bodiless(resp.StatusCode):
 	case resp.ContentLength >= 0:
@@ -618,12 +614,7 @@ func (o *fastOut) head(resp *http.Response, replica string, vs versionSpan, trai
 // appendHeaders appends the replica's end-to-end headers (copyHeaders'
 // rules), less the framing and the router's own, which head writes.
 func appendHeaders(b []byte, h http.Header) []byte {
-	var named []string
-	for _, v := range h["Connection"] {
-		for _, f := range strings.Split(v, ",") {
-			named = append(named, http.CanonicalHeaderKey(strings.TrimSpace(f)))
-		}
-	}
+	named := connectionNamed(h)
 	for k, vs := range h {
 		if isHopHeader(k) || k == "Content-Length" || k == ReplicaHeader || k == VersionMinHeader ||
 			k == VersionMaxHeader || contains(named, k) {
@@ -634,6 +625,15 @@ func appendHeaders(b []byte, h http.Header) []byte {
 		}
 	}
 	return b
+}
+
+// appendVersions appends the version header (or trailer) lines of vs.
+func appendVersions(b []byte, vs versionSpan) []byte {
+	b = append(b, VersionMinHeader+": "...)
+	b = strconv.AppendInt(b, vs.min, 10)
+	b = append(b, "\r\n"+VersionMaxHeader+": "...)
+	b = strconv.AppendInt(b, vs.max, 10)
+	return append(b, "\r\n"...)
 }
 
 // appendLean appends a lean answer's end-to-end header lines as the
@@ -675,11 +675,7 @@ func (o *fastOut) end(vs *versionSpan) {
 	if o.chunked && o.err == nil {
 		b := append(o.scratch[:0], "0\r\n"...)
 		if vs != nil {
-			b = append(b, VersionMinHeader+": "...)
-			b = strconv.AppendInt(b, vs.min, 10)
-			b = append(b, "\r\n"+VersionMaxHeader+": "...)
-			b = strconv.AppendInt(b, vs.max, 10)
-			b = append(b, "\r\n"...)
+			b = appendVersions(b, *vs)
 		}
 		b = append(b, "\r\n"...)
 		o.scratch = b

@@ -168,12 +168,7 @@ func (c *upConn) write(method, host, uri string, h headerWriter, body []byte) er
 // and Expect (the body is already read; a 100-continue would only
 // delay it).
 func writeHeaders(w *bufio.Writer, h http.Header) {
-	var named []string
-	for _, v := range h["Connection"] {
-		for _, f := range strings.Split(v, ",") {
-			named = append(named, http.CanonicalHeaderKey(strings.TrimSpace(f)))
-		}
-	}
+	named := connectionNamed(h)
 	for k, vs := range h {
 		if isHopHeader(k) || k == "Host" || k == "Content-Length" || k == "Expect" || contains(named, k) {
 			continue
