@@ -371,16 +371,10 @@ func ParseResponse(buf []byte, h *RespHead) (int, Verdict) {
 	n := end + 4
 	h.Code, h.Headers, h.ContentLength, h.Close = 0, h.Headers[:0], -1, false
 	line, rest, ok := cutLine(buf[:end+2])
-	if !ok || len(line) < 12 || string(line[:9]) != "HTTP/1.1 " || (len(line) > 12 && line[12] != ' ') {
+	if !ok {
 		return n, HandOff
 	}
-	for _, c := range line[9:12] {
-		if c < '0' || c > '9' {
-			return n, HandOff
-		}
-		h.Code = h.Code*10 + int(c-'0')
-	}
-	if h.Code < 200 || h.Code > 599 || h.Code == 204 || h.Code == 304 {
+	if h.Code, ok = parseStatus(line); !ok {
 		return n, HandOff
 	}
 	var c counts
@@ -402,6 +396,22 @@ func ParseResponse(buf []byte, h *RespHead) (int, Verdict) {
 		markNamed(h.Headers)
 	}
 	return n, OK
+}
+
+// parseStatus reads the code of an HTTP/1.1 status line; only final
+// answers with a body (200–599 but 204 and 304) pass.
+func parseStatus(line []byte) (int, bool) {
+	if len(line) < 12 || string(line[:9]) != "HTTP/1.1 " || (len(line) > 12 && line[12] != ' ') {
+		return 0, false
+	}
+	code := 0
+	for _, c := range line[9:12] {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		code = code*10 + int(c-'0')
+	}
+	return code, code >= 200 && code <= 599 && code != 204 && code != 304
 }
 
 // field is Head.field for a response: Content-Length, Connection: close;
