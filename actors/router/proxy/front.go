@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -314,13 +315,13 @@ func (fc *fastConn) readHead() (int, h1.Verdict) {
 }
 
 func indexHeadEnd(b []byte) int {
-	for i := 0; i+3 < len(b); i++ {
-		if b[i] == '\r' && b[i+1] == '\n' && b[i+2] == '\r' && b[i+3] == '\n' {
-			return i + 4
-		}
+	if i := bytes.Index(b, headEnd); i >= 0 {
+		return i + len(headEnd)
 	}
 	return -1
 }
+
+var headEnd = []byte("\r\n\r\n")
 
 // handOffPath reports whether a target goes to net/http's handlers
 // rather than the proxied path: the admin API and /finish_session.
