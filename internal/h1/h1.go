@@ -71,25 +71,35 @@ func Parse(buf []byte, h *Head) (int, Verdict) {
 	if !ok || !parseRequestLine(line, h) {
 		return n, HandOff
 	}
-	var c counts
-	for len(rest) > 0 {
-		line, rest, ok = cutLine(rest)
-		if !ok || len(h.Headers) == MaxHeaders {
-			return n, HandOff
-		}
-		name, value, ok := splitField(line)
-		if !ok || !h.field(name, value, &c) {
-			return n, HandOff
-		}
-		h.Headers = append(h.Headers, Header{Name: name, Value: value, Hop: isHop(name)})
-	}
-	if c.hosts != 1 || c.lengths > 1 {
+	c, ok := parseFields(rest, &h.Headers, h.field)
+	if !ok || c.hosts != 1 || c.lengths > 1 {
 		return n, HandOff
 	}
 	if c.conn {
 		markNamed(h.Headers)
 	}
 	return n, OK
+}
+
+// parseFields parses the header lines of a head (each with its CRLF)
+// into hs, checking each with field (the request's or the answer's
+// rules); false: a line to hand off.
+func parseFields(rest []byte, hs *[]Header, field func(name, value []byte, c *counts) bool) (counts, bool) {
+	var c counts
+	for len(rest) > 0 {
+		var line []byte
+		var ok bool
+		line, rest, ok = cutLine(rest)
+		if !ok || len(*hs) == MaxHeaders {
+			return c, false
+		}
+		name, value, ok := splitField(line)
+		if !ok || !field(name, value, &c) {
+			return c, false
+		}
+		*hs = append(*hs, Header{Name: name, Value: value, Hop: isHop(name)})
+	}
+	return c, true
 }
 
 // counts are the fields Parse counts across a head.
@@ -377,19 +387,8 @@ func ParseResponse(buf []byte, h *RespHead) (int, Verdict) {
 	if h.Code, ok = parseStatus(line); !ok {
 		return n, HandOff
 	}
-	var c counts
-	for len(rest) > 0 {
-		line, rest, ok = cutLine(rest)
-		if !ok || len(h.Headers) == MaxHeaders {
-			return n, HandOff
-		}
-		name, value, ok := splitField(line)
-		if !ok || !h.field(name, value, &c) {
-			return n, HandOff
-		}
-		h.Headers = append(h.Headers, Header{Name: name, Value: value, Hop: isHop(name)})
-	}
-	if c.lengths != 1 {
+	c, ok := parseFields(rest, &h.Headers, h.field)
+	if !ok || c.lengths != 1 {
 		return n, HandOff
 	}
 	if c.conn {
