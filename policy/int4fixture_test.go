@@ -55,20 +55,7 @@ func TestINT4TorchFixture(t *testing.T) {
 		}
 	}
 	path := filepath.Join(dir, "go_int4_logits.json")
-	if os.Getenv("ASYNCRL_WRITE_FIXTURES") != "" {
-		js, _ := json.MarshalIndent(fx, "", " ")
-		if err := os.WriteFile(path, append(js, '\n'), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	js, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var old int4Fixture
-	if err := json.Unmarshal(js, &old); err != nil {
-		t.Fatal(err)
-	}
+	old := goldenJSON(t, path, fx)
 	if len(old.Schemes) != len(fx.Schemes) {
 		t.Fatalf("fixture has %d schemes, Go serves %d: rerun with ASYNCRL_WRITE_FIXTURES=1", len(old.Schemes), len(fx.Schemes))
 	}
@@ -82,4 +69,25 @@ func TestINT4TorchFixture(t *testing.T) {
 			}
 		}
 	}
+}
+
+// goldenJSON returns the fixture stored at path, after writing fresh there
+// first when ASYNCRL_WRITE_FIXTURES is set; the caller compares the two.
+func goldenJSON[T any](t *testing.T, path string, fresh T) T {
+	t.Helper()
+	if os.Getenv("ASYNCRL_WRITE_FIXTURES") != "" {
+		js, _ := json.MarshalIndent(fresh, "", " ")
+		if err := os.WriteFile(path, append(js, '\n'), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	js, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stored T
+	if err := json.Unmarshal(js, &stored); err != nil {
+		t.Fatal(err)
+	}
+	return stored
 }

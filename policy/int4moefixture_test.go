@@ -1,9 +1,7 @@
 package policy
 
 import (
-	"encoding/json"
 	"math"
-	"os"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -60,20 +58,7 @@ func TestINT4MoETorchFixture(t *testing.T) {
 		fx.Schemes = append(fx.Schemes, s)
 	}
 	path := filepath.Join(torchTestdata, "go_moe_int4.json")
-	if os.Getenv("ASYNCRL_WRITE_FIXTURES") != "" {
-		js, _ := json.MarshalIndent(fx, "", " ")
-		if err := os.WriteFile(path, append(js, '\n'), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	js, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var old int4MoEFixture
-	if err := json.Unmarshal(js, &old); err != nil {
-		t.Fatal(err)
-	}
+	old := goldenJSON(t, path, fx)
 	if len(old.Schemes) != len(fx.Schemes) {
 		t.Fatalf("fixture has %d schemes, Go serves %d: rerun with ASYNCRL_WRITE_FIXTURES=1", len(old.Schemes), len(fx.Schemes))
 	}
