@@ -88,6 +88,9 @@ type Options struct {
 	// default 1,024); a small one overloads it on purpose: its subject
 	// bridges then wait for room (MailboxWaits) and nothing may be lost.
 	ControllerMailbox int
+	// StoreConcurrency is each rollout actor's bound on stores waiting on
+	// the trajectory buffer (0: rollout's default, 32).
+	StoreConcurrency int
 	// Timeout bounds one level (default 15 min).
 	Timeout time.Duration
 	// HeapProfile, when set, is where the heap profile at the peak of the
@@ -621,7 +624,7 @@ func (l *level) startRollouts(s subjects, groups transport.Stream, task tasks.Ta
 	const conc = 4096
 	for i := range (2*l.n + conc - 1) / conc {
 		a, err := rollout.Start(l.bus, gen, rollout.Config{RunID: l.run, Name: "rollout-" + strconv.Itoa(i), Task: task, Episode: ecfg,
-			Concurrency: conc, Logger: o.Logger, GroupStream: timedStream{Stream: groups, l: l},
+			Concurrency: conc, Logger: o.Logger, GroupStream: timedStream{Stream: groups, l: l}, StoreConcurrency: o.StoreConcurrency,
 			Subjects: rollout.Subjects{Prompts: s.prompts, Groups: s.groupsReady, Aborted: s.aborted}})
 		if err != nil {
 			return err
