@@ -50,11 +50,15 @@ lint-size:
 		n=$$(wc -l < $$f); if [ $$n -gt $(MAX_FILE_LINES) ]; then echo "$$f: $$n lines (over $(MAX_FILE_LINES))"; bad=1; fi; \
 	done; exit $$bad
 
-# Longer fuzzing of every decoder; the seed corpora also run in `make test`.
+# Longer fuzzing of every decoder and parser that takes bytes from the
+# network (wire messages, the router's body scanner, its HTTP/1.1 heads);
+# the seed corpora also run in `make test`.
+FUZZ_PKGS ?= $$($(GO) list ./messages/...) ./actors/router/proxy ./internal/h1
 fuzz:
-	@for t in $$($(GO) test -list '^Fuzz' ./messages/... 2>/dev/null | grep '^Fuzz'); do \
-		pkg=$$(grep -rl "func $$t(" --include='*_test.go' . | head -1 | xargs dirname); \
-		echo "== $$pkg $$t"; $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	@for pkg in $(FUZZ_PKGS); do \
+		for t in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz'); do \
+			echo "== $$pkg $$t"; $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+		done; \
 	done
 
 bench:
