@@ -73,7 +73,19 @@ type Config struct {
 	// router's own HTTP/1.1 server on the proxied path, net/http for the
 	// rest) or FrontNetHTTP (net/http's server for everything).
 	Front string
+	// IdleTimeout is how long the fast front lets a connection wait for,
+	// or trickle in, the head of its next request before closing it (0:
+	// DefaultIdleTimeout). A request being served is never cut: a
+	// generation may take minutes. (The net_http front gives a started
+	// head 10 s and an idle connection no limit.)
+	IdleTimeout time.Duration
 }
+
+// DefaultIdleTimeout is the fast front's IdleTimeout: longer than the
+// idle timeouts clients keep their own pooled connections for (Go's
+// http.Transport: 90 s), so a client, not the router, normally closes
+// an idle keep-alive connection.
+const DefaultIdleTimeout = 2 * time.Minute
 
 // DefaultConfig returns a loopback router with the default policy
 // (bounded_sticky), 32 MiB bodies, health checks every 2 s (unhealthy
@@ -122,6 +134,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: DefaultDecodeTokens %d: want ≥ 0", ErrInvalidConfig, c.DefaultDecodeTokens)
 	case c.PrefixBytes < 0:
 		return fmt.Errorf("%w: PrefixBytes %d: want ≥ 0", ErrInvalidConfig, c.PrefixBytes)
+	case c.IdleTimeout < 0:
+		return fmt.Errorf("%w: IdleTimeout %v: want ≥ 0", ErrInvalidConfig, c.IdleTimeout)
 	case c.Front != "" && c.Front != FrontFast && c.Front != FrontNetHTTP:
 		return fmt.Errorf("%w: Front %q: want %q or %q", ErrInvalidConfig, c.Front, FrontFast, FrontNetHTTP)
 	}

@@ -47,8 +47,10 @@
 // net/http's server on the same connection; FrontNetHTTP serves Handler.
 // Both share one route/retry loop (forward.go: inbound, answer). The fast
 // front watches for a client disconnect only once a request has waited
-// watchDelay on its replica; it sets no per-request deadlines (slow or
-// idle clients hold a goroutine, as with net/http without timeouts).
+// watchDelay on its replica; it sets no per-request deadlines: one reaper
+// per router closes connections that waited for (or trickled) their next
+// request head longer than Config.IdleTimeout (default 2 min), and never
+// a request being served.
 //
 // The core is not goroutine-safe; Router holds one mutex around every
 // core call and never holds it across I/O.

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asyncrl/asyncrl/internal/h1"
@@ -60,6 +61,7 @@ type frontState struct {
 	conns   map[*fastConn]struct{}
 	servers []*http.Server
 	hand    *handoffListener // nil until the first fast Serve
+	quit    chan struct{}    // closed by stopFront: ends the idle reaper
 }
 
 // Serve serves the router on ln with the front end Config.Front names
@@ -135,6 +137,8 @@ func (r *Router) trackListener(ln net.Listener) (*handoffListener, bool) {
 		srv := &http.Server{Handler: r.mux, ReadHeaderTimeout: 10 * time.Second}
 		f.servers = append(f.servers, srv)
 		go func() { _ = srv.Serve(f.hand) }()
+		f.quit = make(chan struct{})
+		go r.reapIdle(f.quit)
 	}
 	return f.hand, true
 }
@@ -151,11 +155,52 @@ func (r *Router) frontStopped() bool {
 	return r.front.stopped
 }
 
+// reapIdle closes, every quarter of the idle timeout, the fast
+// connections that have waited for (or trickled) their next request head
+// longer than it. It claims a connection by swapping its idleSince for
+// reaped, so a connection that finished its head first keeps it, and only
+// then unblocks its read with a past deadline: a request being served
+// (idleSince 0), and its disconnect watch, are never touched.
+func (r *Router) reapIdle(quit <-chan struct{}) {
+	idle := r.cfg.IdleTimeout
+	if idle <= 0 {
+		idle = DefaultIdleTimeout
+	}
+	t := time.NewTicker(idle / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-quit:
+			return
+		case now := <-t.C:
+			f := &r.front
+			f.mu.Lock()
+			conns := make([]*fastConn, 0, len(f.conns))
+			for c := range f.conns {
+				conns = append(conns, c)
+			}
+			f.mu.Unlock()
+			for _, c := range conns {
+				since := c.idleSince.Load()
+				if since > 0 && now.UnixNano()-since > int64(idle) && c.idleSince.CompareAndSwap(since, reaped) {
+					_ = c.c.SetReadDeadline(aLongTimeAgo)
+				}
+			}
+		}
+	}
+}
+
+// reaped marks a fastConn's idleSince once reapIdle claimed it.
+const reaped = -1
+
 // stopFront closes the listeners, wakes the idle fast connections (they
 // close), and shuts the net/http servers down within ctx.
 func (r *Router) stopFront(ctx context.Context) {
 	f := &r.front
 	f.mu.Lock()
+	if !f.stopped && f.quit != nil {
+		close(f.quit)
+	}
 	f.stopped = true
 	servers := slices.Clone(f.servers)
 	lns := make([]net.Listener, 0, len(f.lns))
@@ -200,6 +245,11 @@ type fastConn struct {
 	reading   bool // a background read is running
 	unblocked bool // unwatch set the past deadline that ends it
 	closing   bool // stop: close after the current request
+
+	// idleSince is when the connection began waiting for its next request
+	// head (unix ns); 0 while a request is served, reaped once reapIdle
+	// closed it for idling past Config.IdleTimeout.
+	idleSince atomic.Int64
 }
 
 func (r *Router) newFastConn(c net.Conn, hand *handoffListener) *fastConn {
@@ -267,7 +317,12 @@ func (fc *fastConn) serve() {
 		fc.release()
 	}()
 	for {
+		since := time.Now().UnixNano()
+		fc.idleSince.Store(since)
 		n, v := fc.readHead()
+		if !fc.idleSince.CompareAndSwap(since, 0) {
+			return // reapIdle closed it: idle past Config.IdleTimeout
+		}
 		switch v {
 		case h1.HandOff:
 			handedOff = fc.handOff()

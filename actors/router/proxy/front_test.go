@@ -303,3 +303,60 @@ func TestUpstreamWarningsRateLimited(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// idleEcho is echo with the fast front's IdleTimeout set to idle.
+func idleEcho(t *testing.T, slow, idle time.Duration) *harness {
+	a := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		time.Sleep(slow)
+		fmt.Fprintf(w, "%s:%s", r.Header.Get("X-Session-ID"), b)
+	})
+	cfg := testConfig(a)
+	cfg.IdleTimeout = idle
+	return start(t, cfg)
+}
+
+// expectClosed reads from c until the router closes it (EOF), failing
+// when the 5 s deadline dial set passes first.
+func expectClosed(t *testing.T, br *bufio.Reader, what string) {
+	t.Helper()
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("%s: read %v; want the router to close the connection (EOF)", what, err)
+	}
+}
+
+// A keep-alive connection idle past IdleTimeout, and one trickling a
+// head for longer, are closed by the fast front.
+func TestFrontIdleTimeout(t *testing.T) {
+	h := idleEcho(t, 0, 100*time.Millisecond)
+	c, br := h.dial()
+	if _, err := io.WriteString(c, rawPost("s1", "hi")); err != nil {
+		t.Fatal(err)
+	}
+	if resp, body := readResp(t, br); resp.StatusCode != http.StatusOK || body != "s1:hi" {
+		t.Fatalf("answer %d %q", resp.StatusCode, body)
+	}
+	expectClosed(t, br, "idle keep-alive connection")
+
+	c2, br2 := h.dial()
+	if _, err := io.WriteString(c2, "POST /v1/completions HTTP/1.1\r\nHost: r\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	expectClosed(t, br2, "half-sent head")
+}
+
+// A request waiting on its replica far longer than IdleTimeout is never
+// cut: the timeout covers waiting for a head, not serving one (a
+// generation may take minutes).
+func TestFrontIdleTimeoutSparesServedRequests(t *testing.T) {
+	h := idleEcho(t, 500*time.Millisecond, 50*time.Millisecond)
+	c, br := h.dial()
+	for i := range 2 {
+		if _, err := io.WriteString(c, rawPost("s", fmt.Sprint(i))); err != nil {
+			t.Fatal(err)
+		}
+		if resp, body := readResp(t, br); resp.StatusCode != http.StatusOK || body != fmt.Sprintf("s:%d", i) {
+			t.Fatalf("request %d: answer %d %q", i, resp.StatusCode, body)
+		}
+	}
+}
