@@ -49,14 +49,7 @@ func readResp(t *testing.T, br *bufio.Reader) (*http.Response, string) {
 
 // echo answers with the request's session header and body; slow makes it
 // wait longer than watchDelay first, so the disconnect watch runs.
-func echo(t *testing.T, slow time.Duration) *harness {
-	a := backend(t, func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		time.Sleep(slow)
-		fmt.Fprintf(w, "%s:%s", r.Header.Get("X-Session-ID"), b)
-	})
-	return start(t, testConfig(a))
-}
+func echo(t *testing.T, slow time.Duration) *harness { return idleEcho(t, slow, 0) }
 
 // Pipelined requests on one connection are answered in order, also when
 // the disconnect watch's background read takes the first byte of the
@@ -304,7 +297,8 @@ type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
-// idleEcho is echo with the fast front's IdleTimeout set to idle.
+// idleEcho is echo with the fast front's IdleTimeout set to idle (0: the
+// default).
 func idleEcho(t *testing.T, slow, idle time.Duration) *harness {
 	a := backend(t, func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
