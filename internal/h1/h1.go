@@ -335,10 +335,13 @@ func equalFold(b []byte, lower string) bool {
 
 // Get returns the value of the first header named name (any case), and
 // whether there is one.
-func (h *Head) Get(name string) ([]byte, bool) {
-	for i := range h.Headers {
-		if len(h.Headers[i].Name) == len(name) && bytes.EqualFold(h.Headers[i].Name, []byte(name)) {
-			return h.Headers[i].Value, true
+func (h *Head) Get(name string) ([]byte, bool) { return get(h.Headers, name) }
+
+// get finds the first header named name (any case) in hs.
+func get(hs []Header, name string) ([]byte, bool) {
+	for i := range hs {
+		if len(hs[i].Name) == len(name) && bytes.EqualFold(hs[i].Name, []byte(name)) {
+			return hs[i].Value, true
 		}
 	}
 	return nil, false
@@ -436,11 +439,4 @@ func (h *RespHead) field(name, value []byte, c *counts) bool {
 }
 
 // Get returns the value of the first header named name (any case).
-func (h *RespHead) Get(name string) ([]byte, bool) {
-	for i := range h.Headers {
-		if len(h.Headers[i].Name) == len(name) && bytes.EqualFold(h.Headers[i].Name, []byte(name)) {
-			return h.Headers[i].Value, true
-		}
-	}
-	return nil, false
-}
+func (h *RespHead) Get(name string) ([]byte, bool) { return get(h.Headers, name) }
