@@ -260,11 +260,18 @@ type level struct {
 	decisions, filterLat, ctlLat durations
 	stored, verdict              sync.Map // group id → time.Time
 	kept, filtered, admitted     atomic.Int64
-	routerErrs, turns            atomic.Int64
-	src                          *source
-	stopped                      bool
-	reg                          *prometheus.Registry
-	sessions                     *sessionCounter
+	// requeued counts the controller's requeues (ledger), reconsumed the
+	// re-admissions of requeued prompts (attempt > 0): while they differ a
+	// requeued prompt is still to be assigned again.
+	requeued, reconsumed atomic.Int64
+	// settleKey and settleAt: settled's counters, and since when they hold.
+	settleKey         [5]int64
+	settleAt          time.Time
+	routerErrs, turns atomic.Int64
+	src               *source
+	stopped           bool
+	reg               *prometheus.Registry
+	sessions          *sessionCounter
 }
 
 // sessionCounter counts the trajectories in flight exactly: from a
@@ -776,6 +783,11 @@ func (l *level) observe(s subjects) error {
 		switch pl.State {
 		case messages.LedgerConsumed:
 			l.admitted.Add(1)
+			if pl.Attempt > 0 {
+				l.reconsumed.Add(1)
+			}
+		case messages.LedgerRequeued:
+			l.requeued.Add(1)
 		case messages.LedgerFiltered:
 			if at, ok := l.verdict.LoadAndDelete(pl.GroupID); ok {
 				l.ctlLat.add(time.Since(at.(time.Time)))
@@ -807,7 +819,13 @@ func (l *level) settled() bool {
 		return false
 	}
 	st := l.stats()
-	if l.kept.Load()+l.filtered.Load() < st.GroupsReady || st.GroupsReady+st.GroupsAborted < l.src.total {
+	judged, reported := l.kept.Load()+l.filtered.Load(), st.GroupsReady+st.GroupsAborted
+	if judged < st.GroupsReady || reported < l.src.total {
+		return false
+	}
+	// Every group the controller admitted was reported by a rollout
+	// actor, and no requeued prompt waits to be admitted again.
+	if reported < l.admitted.Load() || l.requeued.Load() != l.reconsumed.Load() {
 		return false
 	}
 	for _, a := range l.ros {
@@ -815,8 +833,21 @@ func (l *level) settled() bool {
 			return false
 		}
 	}
-	return true
+	// The controller may still be stepping a verdict or a step that
+	// requeues a group (an overloaded one, late): settled only once all of
+	// this held still for settleQuiet.
+	key := [5]int64{judged, reported, l.admitted.Load(), l.requeued.Load(), int64(len(l.tr.Steps()))}
+	if key != l.settleKey || l.settleAt.IsZero() {
+		l.settleKey, l.settleAt = key, time.Now()
+		return false
+	}
+	return time.Since(l.settleAt) >= settleQuiet
 }
+
+// settleQuiet is how long settled's counters must hold still (a
+// controller with a mailbox of 4 once requeued a group after the level
+// looked settled: TestOverloadedControllerLosesNothing lost it).
+const settleQuiet = 300 * time.Millisecond
 
 // finish stops the pipeline and fills the counters.
 func (l *level) finish(r *Result) {
