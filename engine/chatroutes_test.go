@@ -24,15 +24,7 @@ import (
 
 func postChat(t *testing.T, srv *httptest.Server, body map[string]any) (int, []byte) {
 	t.Helper()
-	buf, _ := json.Marshal(body)
-	resp, err := http.Post(srv.URL+"/v1/chat/completions", "application/json", bytes.NewReader(buf))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var out bytes.Buffer
-	_, _ = out.ReadFrom(resp.Body)
-	return resp.StatusCode, out.Bytes()
+	return postTo(t, srv, "/v1/chat/completions", body)
 }
 
 func moePolicy(t *testing.T) (*policy.Model, policy.Config) {

@@ -37,8 +37,14 @@ func serve(t *testing.T, m engine.Model) *httptest.Server {
 
 func post(t *testing.T, srv *httptest.Server, body map[string]any) (int, []byte) {
 	t.Helper()
+	return postTo(t, srv, "/v1/completions", body)
+}
+
+// postTo posts body as JSON to path on srv and returns the status and body.
+func postTo(t *testing.T, srv *httptest.Server, path string, body map[string]any) (int, []byte) {
+	t.Helper()
 	buf, _ := json.Marshal(body)
-	resp, err := http.Post(srv.URL+"/v1/completions", "application/json", bytes.NewReader(buf))
+	resp, err := http.Post(srv.URL+path, "application/json", bytes.NewReader(buf))
 	if err != nil {
 		t.Fatal(err)
 	}
