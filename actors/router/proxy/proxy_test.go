@@ -385,13 +385,7 @@ func TestRetryOn503GoesToDifferentReplica(t *testing.T) {
 
 func TestRetryOnConnectionFailureAndBudget(t *testing.T) {
 	eachFront(t, func(t *testing.T) {
-		// A port nobody listens on.
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		dead := "http://" + l.Addr().String()
-		l.Close()
+		dead := deadURL(t)
 		good := named(t, "good", nil)
 		cfg := DefaultConfig()
 		cfg.HealthInterval, cfg.MetricsInterval = 0, 0
@@ -632,12 +626,7 @@ func TestConcurrentRequests(t *testing.T) {
 
 func TestPassiveFailureMarksUnhealthy(t *testing.T) {
 	eachFront(t, func(t *testing.T) {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		dead := "http://" + l.Addr().String()
-		l.Close()
+		dead := deadURL(t)
 		good := named(t, "good", nil)
 		cfg := DefaultConfig()
 		cfg.MetricsInterval = 0
@@ -690,4 +679,15 @@ func TestBodySessionKeysOverHTTP(t *testing.T) {
 			t.Fatalf("%d sessions, want 2 (null, 9)", n)
 		}
 	})
+}
+
+// deadURL is the URL of a loopback port nobody listens on.
+func deadURL(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return "http://" + l.Addr().String()
 }
