@@ -189,7 +189,7 @@ func Apply(ctx context.Context, cfg ApplyConfig, man *Manifest, payloadDir strin
 	}
 	dec, err := zstd.NewReader(nil,
 		zstd.WithDecoderConcurrency(cfg.Workers),
-		zstd.WithDecoderMaxMemory(uint64(maxSize)+1<<20))
+		zstd.WithDecoderMaxMemory(decoderMaxMemory(maxSize)))
 	if err != nil {
 		return res, fmt.Errorf("delta: zstd: %w", err)
 	}
@@ -226,6 +226,20 @@ func Apply(ctx context.Context, cfg ApplyConfig, man *Manifest, payloadDir strin
 	}
 	res.Patched = len(todo)
 	return res, nil
+}
+
+// maxPatchWindow is the largest window our encoder writes into a frame
+// (klauspost's default, 8 MiB, which no level exceeds); a libzstd level-1
+// frame (SkyRL's) stays below it too.
+const maxPatchWindow = 8 << 20
+
+// decoderMaxMemory bounds a patch decoder's memory: the largest patch or
+// the frame's window, whichever is larger, plus slack. A streamed frame
+// declares its encoder's window even when the tensor is smaller: bounded
+// by the largest patch alone, a 2 MiB tensor's frame was refused ("window
+// size exceeded").
+func decoderMaxMemory(maxPatch int64) uint64 {
+	return uint64(max(maxPatch, maxPatchWindow)) + 1<<20
 }
 
 func applyTensor(dec *zstd.Decoder, version int64, e TensorEntry, pf *safetensors.File, t mutTensor) error {

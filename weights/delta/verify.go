@@ -24,7 +24,7 @@ func VerifyPayloads(ctx context.Context, man *Manifest, dir string) error {
 	for _, e := range man.Tensors {
 		maxSize = max(maxSize, e.UncompressedNumBytes)
 	}
-	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(uint64(maxSize)+1<<20))
+	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(decoderMaxMemory(maxSize)))
 	if err != nil {
 		return fmt.Errorf("delta: zstd: %w", err)
 	}
