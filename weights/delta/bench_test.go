@@ -3,7 +3,6 @@ package delta_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -28,18 +27,6 @@ func benchBytes() int64 {
 	}
 	return 64 << 20
 }
-
-// discard is a store that drops payloads: encode speed without disk I/O.
-type discard struct{}
-
-func (discard) Put(_ context.Context, _ string, r io.Reader, _ int64) error {
-	_, err := io.Copy(io.Discard, r)
-	return err
-}
-func (discard) Get(context.Context, string) (io.ReadCloser, error) { return nil, store.ErrNotFound }
-func (discard) List(context.Context, string) ([]string, error)     { return nil, nil }
-func (discard) Delete(context.Context, string) error               { return nil }
-func (discard) Commit(context.Context, string, []byte) error       { return nil }
 
 // reportCPU reports MB per CPU-second ("MB/cpu-s", decimal MB like
 // SetBytes's MB/s): the per-core speed, which unlike MB/s does not depend
@@ -77,7 +64,7 @@ func BenchmarkEncode(b *testing.B) {
 				cpu0 := cpuTime()
 				for b.Loop() {
 					var err error
-					if m, err = delta.Encode(context.Background(), cfg, bs, ns, 1, discard{}); err != nil {
+					if m, err = delta.Encode(context.Background(), cfg, bs, ns, 1, store.Discard{}); err != nil {
 						b.Fatal(err)
 					}
 				}

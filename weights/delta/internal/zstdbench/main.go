@@ -26,7 +26,6 @@ import (
 	"crypto/subtle"
 	"flag"
 	"fmt"
-	"io"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -402,7 +401,7 @@ func goMethods() []method {
 			cfg := delta.DefaultEncodeConfig()
 			cfg.Workers = w
 			var m *delta.Manifest
-			s := measure(func() { m, err = delta.Encode(context.Background(), cfg, bs, ns, 1, discard{}) })
+			s := measure(func() { m, err = delta.Encode(context.Background(), cfg, bs, ns, 1, store.Discard{}) })
 			if err != nil {
 				return 0, s, err
 			}
@@ -502,15 +501,3 @@ func toFP8(base, next []safetensors.Tensor) (qb, qn []safetensors.Tensor) {
 	}
 	return qb, qn
 }
-
-// discard is a store that drops payloads: encode cost without disk I/O.
-type discard struct{}
-
-func (discard) Put(_ context.Context, _ string, r io.Reader, _ int64) error {
-	_, err := io.Copy(io.Discard, r)
-	return err
-}
-func (discard) Get(context.Context, string) (io.ReadCloser, error) { return nil, store.ErrNotFound }
-func (discard) List(context.Context, string) ([]string, error)     { return nil, nil }
-func (discard) Delete(context.Context, string) error               { return nil }
-func (discard) Commit(context.Context, string, []byte) error       { return nil }
