@@ -242,28 +242,6 @@ func TestPrefixConn(t *testing.T) {
 	}
 }
 
-// Upstream warnings: at most one per replica and message per interval,
-// the rest counted into the next one logged.
-func TestWarnLimiter(t *testing.T) {
-	var l warnLimiter
-	t0 := time.Unix(1000, 0)
-	k, other := warnKey{"http://a", "upstream request failed"}, warnKey{"http://b", "upstream request failed"}
-	if ok, n := l.allow(k, t0, time.Second); !ok || n != 0 {
-		t.Fatal("first warning not logged")
-	}
-	for i := range 999 {
-		if ok, _ := l.allow(k, t0.Add(time.Duration(i)*time.Millisecond), time.Second); ok {
-			t.Fatalf("warning %d within the interval logged", i)
-		}
-	}
-	if ok, _ := l.allow(other, t0, time.Second); !ok {
-		t.Fatal("another replica's warning suppressed")
-	}
-	if ok, n := l.allow(k, t0.Add(time.Second), time.Second); !ok || n != 999 {
-		t.Fatalf("after the interval: %v, suppressed %d, want 999", ok, n)
-	}
-}
-
 // The router logs one warning, not one per request, when a replica is
 // unreachable for many requests in a row.
 func TestUpstreamWarningsRateLimited(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/asyncrl/asyncrl/actors"
 	"github.com/asyncrl/asyncrl/actors/router/policy"
 )
 
@@ -26,8 +27,8 @@ type Router struct {
 	tr      http.RoundTripper
 	up      *upstream // proxied requests when no Transport is configured; nil otherwise
 	metrics *metrics
-	warns   warnLimiter
-	front   frontState // Serve's listeners and connections
+	warns   *actors.LimitedLogger // upstream warnings, per replica and message
+	front   frontState            // Serve's listeners and connections
 
 	mu       sync.Mutex
 	core     *policy.Core
@@ -61,6 +62,7 @@ func New(cfg Config) (*Router, error) {
 		cfg: cfg, log: cfg.Logger, tr: cfg.Transport, core: core,
 		budget: policy.NewRetryBudget(cfg.RetryRatio, cfg.RetryBurst),
 		spans:  make(map[string]map[*versionSpan]struct{}),
+		warns:  actors.NewLimitedLogger(cfg.Logger, actors.RealClock{}, warnInterval),
 	}
 	if r.tr == nil {
 		r.up = newUpstream()
