@@ -13,6 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/asyncrl/asyncrl/actors"
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/tasks"
 	"github.com/asyncrl/asyncrl/transport"
@@ -151,9 +152,9 @@ type Actor struct {
 	sem chan struct{}
 	// stores holds a slot per store waiting on GroupStream.
 	stores chan struct{}
-	// retryLogAt is when a store retry was last logged (unix ns); the
-	// warning is rate-limited to one per storeLogEvery.
-	retryLogAt atomic.Int64
+	// limited rate-limits the store-retry warning (one per storeLogEvery,
+	// with the count suppressed in between).
+	limited *actors.LimitedLogger
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -185,7 +186,7 @@ func Start(bus transport.Bus, gen Generator, cfg Config) (*Actor, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	a := &Actor{bus: bus, gen: gen, cfg: cfg, sem: make(chan struct{}, cfg.Concurrency), stores: make(chan struct{}, cfg.StoreConcurrency),
-		ctx: ctx, cancel: cancel,
+		ctx: ctx, cancel: cancel, limited: actors.NewLimitedLogger(cfg.Logger, actors.RealClock{}, storeLogEvery),
 		running: map[string]string{}}
 	sub, err := bus.QueueSubscribe(cfg.Subjects.Prompts, "rollout", a.onPrompt)
 	if err != nil {
@@ -393,10 +394,9 @@ func (a *Actor) storeGroup(groupID string, data []byte) error {
 		if err == nil || errors.Is(err, transport.ErrClosed) || errors.Is(err, transport.ErrPayloadTooLarge) || time.Now().After(deadline) {
 			return err
 		}
-		if n := a.c.storeRetries.Add(1); a.retryLogDue() {
-			a.cfg.Logger.Warn().Err(err).Str("group", groupID).Int64("retries_so_far", n).
-				Msg("trajectory buffer store failed; retrying (logged at most once per 10s)")
-		}
+		n := a.c.storeRetries.Add(1)
+		a.limited.Warn("store-retry").Err(err).Str("group", groupID).Int64("retries_so_far", n).
+			Msg("trajectory buffer store failed; retrying (logged at most once per 10s)")
 		select {
 		case <-a.ctx.Done():
 			return err
@@ -407,13 +407,6 @@ func (a *Actor) storeGroup(groupID string, data []byte) error {
 
 // storeLogEvery is the least time between two logged store retries.
 const storeLogEvery = 10 * time.Second
-
-// retryLogDue reports whether a store retry may be logged now.
-func (a *Actor) retryLogDue() bool {
-	now := time.Now().UnixNano()
-	last := a.retryLogAt.Load()
-	return now-last >= int64(storeLogEvery) && a.retryLogAt.CompareAndSwap(last, now)
-}
 
 func (a *Actor) publish(ctx context.Context, subject string, m messages.Message) {
 	data, err := messages.Encode(m)

@@ -3,12 +3,14 @@ package rollout
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/transport"
@@ -226,3 +228,38 @@ func TestGroupStoresBounded(t *testing.T) {
 		t.Errorf("stats %+v, %d stores; want %d stores and no retries", s, slow.storedOnce.Load(), groups)
 	}
 }
+
+// Store retries are logged once per interval, not once each.
+func TestStoreRetryWarningRateLimited(t *testing.T) {
+	ls := &lossyStream{lose: 3}
+	bus, subj, _ := storeRig(t, ls)
+	var lines atomic.Int32
+	log := zerolog.New(lineCounter(func(p []byte) {
+		if strings.Contains(string(p), "trajectory buffer store failed") {
+			lines.Add(1)
+		}
+	}))
+	g := gated{release: make(chan struct{})}
+	close(g.release)
+	a, err := Start(bus, g, Config{RunID: "r", Name: "rollout-0", Task: mustTask(t, "reverse"), Episode: testCfg(), Concurrency: 2,
+		Subjects: subj, GroupStream: ls, StoreRetry: 20 * time.Millisecond, StoreFor: 10 * time.Second, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Stop(context.Background()) })
+	assign(t, bus, subj, "g1")
+	deadline := time.Now().Add(10 * time.Second)
+	for a.Stats().GroupsReady < 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("g1 not stored; stats %+v", a.Stats())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if s := a.Stats(); s.StoreRetries != 3 || lines.Load() != 1 {
+		t.Fatalf("%d retries, %d warnings; want 3 retries, 1 warning", s.StoreRetries, lines.Load())
+	}
+}
+
+type lineCounter func([]byte)
+
+func (f lineCounter) Write(p []byte) (int, error) { f(p); return len(p), nil }
