@@ -47,10 +47,16 @@
 // net/http's server on the same connection; FrontNetHTTP serves Handler.
 // Both share one route/retry loop (forward.go: inbound, answer). The fast
 // front watches for a client disconnect only once a request has waited
-// watchDelay on its replica; it sets no per-request deadlines: one reaper
+// watchDelay (100 ms) on its replica; it sets no per-request deadlines: one reaper
 // per router closes connections that waited for (or trickled) their next
 // request head longer than Config.IdleTimeout (default 2 min), and never
 // a request being served.
+//
+// Both sides of the hop, the fast front's client connections and the
+// upstream client's, read and write with raw non-blocking system calls
+// (internal/rawio: no scheduler hooks, so no sysmon wake-ups), and each
+// write after which an answer is due (a request upstream, a whole answer
+// to the client) waits for readability itself, so no read fails first.
 //
 // The core is not goroutine-safe; Router holds one mutex around every
 // core call and never holds it across I/O.

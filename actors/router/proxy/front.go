@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/asyncrl/asyncrl/internal/h1"
+	"github.com/asyncrl/asyncrl/internal/rawio"
 )
 
 // Front ends Serve can run (Config.Front).
@@ -45,8 +46,13 @@ const (
 // front starts watching the client's connection for a disconnect (which
 // cancels the upstream request). A request answered sooner pays nothing
 // for the watch (no goroutine, no read); a disconnect is noticed at most
-// this late. net/http's server starts that read for every request.
-const watchDelay = 5 * time.Millisecond
+// this late. net/http's server starts that read for every request. It was
+// 5 ms, but under load every request queues that long on a 2-core
+// machine, and the watch's goroutine, read and deadlines were then 15 %
+// of the router's CPU per request at 256 connections (BENCHMARKS.md "Raw
+// system calls"); a generation outlives 100 ms by far, so cancelling it
+// that late costs an engine little.
+const watchDelay = 100 * time.Millisecond
 
 // aLongTimeAgo is a deadline in the past: it unblocks a read at once.
 var aLongTimeAgo = time.Unix(1, 0)
@@ -229,12 +235,12 @@ type fastConn struct {
 	r    *Router
 	c    net.Conn
 	hand *handoffListener
+	rw   rawio.Writer // reads (cr) and writes (out) go through rw.C
 	cr   connReader
 	br   *bufio.Reader
 	head h1.Head
-	hbuf []byte // the current head, copied out of br (its slices alias it)
-	ctx  context.Context
-	done context.CancelFunc // the client went away (or the connection ended)
+	hbuf []byte   // the current head, copied out of br (its slices alias it)
+	ctx  *connCtx // ends when the client goes away (or the connection ends)
 	out  fastOut
 
 	// The disconnect watch (watch, unwatch, backgroundRead).
@@ -254,10 +260,11 @@ type fastConn struct {
 
 func (r *Router) newFastConn(c net.Conn, hand *handoffListener) *fastConn {
 	fc := &fastConn{r: r, c: c, hand: hand}
-	fc.cr.c = c
+	fc.rw.C = rawio.New(c)
+	fc.cr.c = fc.rw.C
 	fc.br = readers.Get().(*bufio.Reader)
 	fc.br.Reset(&fc.cr)
-	fc.ctx, fc.done = context.WithCancel(context.Background())
+	fc.ctx = newConnCtx()
 	fc.wcond.L = &fc.wmu
 	fc.out.fc = fc
 	f := &r.front
@@ -277,7 +284,7 @@ var (
 )
 
 func (fc *fastConn) release() {
-	fc.done()
+	fc.ctx.cancel()
 	if fc.timer != nil {
 		fc.timer.Stop()
 	}
@@ -312,6 +319,7 @@ func (fc *fastConn) serve() {
 		}
 		fc.untrack()
 		if !handedOff {
+			fc.out.flushHeld(false)
 			_ = fc.c.Close()
 		}
 		fc.release()
@@ -319,6 +327,14 @@ func (fc *fastConn) serve() {
 	for {
 		since := time.Now().UnixNano()
 		fc.idleSince.Store(since)
+		if fc.out.held {
+			// The last answer leaves now, and with nothing pipelined
+			// behind it the write waits for the next request (its first
+			// read then finds it).
+			if fc.out.flushHeld(fc.br.Buffered() == 0 && !fc.cr.has); fc.out.err != nil {
+				return
+			}
+		}
 		n, v := fc.readHead()
 		if !fc.idleSince.CompareAndSwap(since, 0) {
 			return // reapIdle closed it: idle past Config.IdleTimeout
@@ -511,7 +527,7 @@ func (fc *fastConn) backgroundRead() {
 	if n == 1 {
 		fc.cr.b, fc.cr.has = b[0], true
 	} else if err != nil && !fc.unblocked {
-		fc.done() // the client closed or reset the connection
+		fc.ctx.cancel() // the client closed or reset the connection
 	}
 	fc.reading = false
 	fc.wcond.Broadcast()
@@ -543,7 +559,7 @@ func (fc *fastConn) unwatch() {
 // connReader is the connection under the fast front's bufio.Reader: it
 // returns first the byte a background read took.
 type connReader struct {
-	c   net.Conn
+	c   io.Reader
 	b   byte
 	has bool
 }
@@ -566,7 +582,11 @@ type fastOut struct {
 	chunked    bool
 	flush      bool
 	closeAfter bool
-	err        error
+	// held: a whole answer waits in bw until the connection's goroutine
+	// is back for the next request (serve, flushHeld), so its write
+	// can wait for that request.
+	held bool
+	err  error
 }
 
 func (o *fastOut) reset() {
@@ -579,17 +599,40 @@ func (o *fastOut) ok() bool { return o.err == nil && !o.closeAfter }
 func (o *fastOut) writer() *bufio.Writer {
 	if o.bw == nil {
 		o.bw = writers.Get().(*bufio.Writer)
-		o.bw.Reset(o.fc.c)
+		o.bw.Reset(&o.fc.rw)
 	}
 	return o.bw
 }
 
-// finish flushes and returns the write buffer to its pool.
+// finish ends an answer: one that is whole in bw (not streamed, the
+// connection stays open) is held for flushHeld; otherwise it is flushed
+// and the buffer goes back to its pool.
 func (o *fastOut) finish() {
 	if o.bw == nil {
 		return
 	}
-	if err := o.bw.Flush(); err != nil && o.err == nil {
+	if !o.flush && !o.closeAfter && o.err == nil {
+		o.held = true
+		return
+	}
+	o.flushHeld(false)
+}
+
+// flushHeld flushes what bw holds and returns it to its pool; with
+// await, the write then waits until the connection is readable
+// (rawio.WriteAwait).
+func (o *fastOut) flushHeld(await bool) {
+	o.held = false
+	if o.bw == nil {
+		return
+	}
+	var err error
+	if await {
+		err = o.fc.rw.FlushAwait(o.bw)
+	} else {
+		err = o.bw.Flush()
+	}
+	if err != nil && o.err == nil {
 		o.err = err
 	}
 	o.bw.Reset(nil)
@@ -743,6 +786,7 @@ func (o *fastOut) end(vs *versionSpan) {
 // abort drops what is buffered and closes the connection: the client
 // sees it end before the answer does, never a clean short answer.
 func (o *fastOut) abort() {
+	o.held = false
 	if o.bw != nil {
 		o.bw.Reset(nil)
 		writers.Put(o.bw)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/asyncrl/asyncrl/internal/h1"
+	"github.com/asyncrl/asyncrl/internal/rawio"
 )
 
 // upstream is the router's lean HTTP/1.1 client for plain-http replicas
@@ -43,7 +44,10 @@ type upConn struct {
 	c    net.Conn
 	br   *bufio.Reader
 	bw   *bufio.Writer
+	w    rawio.Writer // under bw: the request's last write waits for the answer
 	host string
+	// abortFn is abort, bound once (a method value per request allocated).
+	abortFn func()
 	// The head of the current answer when read without net/http
 	// (readLean): rhead's slices alias raw.
 	rhead h1.RespHead
@@ -71,7 +75,11 @@ func (u *upstream) get(ctx context.Context, host string) (*upConn, bool, error) 
 	if err != nil {
 		return nil, false, err
 	}
-	return &upConn{c: nc, br: bufio.NewReaderSize(nc, 16<<10), bw: bufio.NewWriterSize(nc, 16<<10), host: host}, false, nil
+	rc := rawio.New(nc)
+	c := &upConn{c: nc, br: bufio.NewReaderSize(rc, 16<<10), w: rawio.Writer{C: rc}, host: host}
+	c.bw = bufio.NewWriterSize(&c.w, 16<<10)
+	c.abortFn = c.abort
+	return c, false, nil
 }
 
 func (u *upstream) put(c *upConn) {
@@ -109,7 +117,7 @@ func (u *upstream) roundTrip(ctx context.Context, method, host, uri string, h he
 		if err != nil {
 			return nil, err
 		}
-		stop := context.AfterFunc(ctx, c.abort)
+		stop := afterFunc(ctx, c.abortFn)
 		resp, err := c.exchange(method, host, uri, h, body)
 		if err == nil {
 			resp.Body = &upBody{rc: resp.Body, c: c, u: u, resp: resp, stop: stop}
@@ -125,6 +133,17 @@ func (u *upstream) roundTrip(ctx context.Context, method, host, uri string, h he
 		}
 		// A reused idle connection the replica had closed: replay once on a new one.
 	}
+}
+
+// afterFunc is context.AfterFunc, through the context's own AfterFunc
+// method when it has one: the fast front's connCtx registers without an
+// allocation, where context.AfterFunc allocates its own context and two
+// closures per call even then.
+func afterFunc(ctx context.Context, f func()) (stop func() bool) {
+	if a, ok := ctx.(interface{ AfterFunc(func()) func() bool }); ok {
+		return a.AfterFunc(f)
+	}
+	return context.AfterFunc(ctx, f)
 }
 
 // abort unblocks the connection's reads and writes (the client went away).
@@ -160,7 +179,10 @@ func (c *upConn) write(method, host, uri string, h headerWriter, body []byte) er
 	w.Write(strconv.AppendInt(nb[:0], int64(len(body)), 10))
 	w.WriteString("\r\n\r\n")
 	w.Write(body)
-	return w.Flush()
+	// The answer cannot come before the request: the last write is made
+	// with the connection armed for reading, so reading the answer does
+	// not start with a read that fails (rawio.WriteAwait).
+	return c.w.FlushAwait(w)
 }
 
 // writeHeaders writes the client's end-to-end headers (as copyHeaders
