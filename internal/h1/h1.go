@@ -27,6 +27,7 @@ type Head struct {
 	ContentLength int64
 	// Close is set when the client sent Connection: close.
 	Close bool
+	cnt   counts // Parse's tally, kept here: a local passed to field escaped (one allocation per head)
 }
 
 // Verdict is what Parse made of a buffer.
@@ -65,17 +66,17 @@ func Parse(buf []byte, h *Head) (int, Verdict) {
 	}
 	n := end + 4
 	head := buf[:end+2] // every line with its CRLF
-	h.Method, h.Target, h.Headers, h.ContentLength, h.Close = nil, nil, h.Headers[:0], 0, false
+	h.Method, h.Target, h.Headers, h.ContentLength, h.Close, h.cnt = nil, nil, h.Headers[:0], 0, false, counts{}
 
 	line, rest, ok := cutLine(head)
 	if !ok || !parseRequestLine(line, h) {
 		return n, HandOff
 	}
-	c, ok := parseFields(rest, &h.Headers, h.field)
-	if !ok || c.hosts != 1 || c.lengths > 1 {
+	ok = parseFields(rest, &h.Headers, h.field)
+	if c := h.cnt; !ok || c.hosts != 1 || c.lengths > 1 {
 		return n, HandOff
 	}
-	if c.conn {
+	if h.cnt.conn {
 		markNamed(h.Headers)
 	}
 	return n, OK
@@ -84,22 +85,21 @@ func Parse(buf []byte, h *Head) (int, Verdict) {
 // parseFields parses the header lines of a head (each with its CRLF)
 // into hs, checking each with field (the request's or the answer's
 // rules); false: a line to hand off.
-func parseFields(rest []byte, hs *[]Header, field func(name, value []byte, c *counts) bool) (counts, bool) {
-	var c counts
+func parseFields(rest []byte, hs *[]Header, field func(name, value []byte) bool) bool {
 	for len(rest) > 0 {
 		var line []byte
 		var ok bool
 		line, rest, ok = cutLine(rest)
 		if !ok || len(*hs) == MaxHeaders {
-			return c, false
+			return false
 		}
 		name, value, ok := splitField(line)
-		if !ok || !field(name, value, &c) {
-			return c, false
+		if !ok || !field(name, value) {
+			return false
 		}
 		*hs = append(*hs, Header{Name: name, Value: value, Hop: isHop(name)})
 	}
-	return c, true
+	return true
 }
 
 // counts are the fields Parse counts across a head.
@@ -110,8 +110,9 @@ type counts struct {
 
 // field checks one header field for the framing and routing rules; false
 // means hand off.
-func (h *Head) field(name, value []byte, c *counts) bool {
+func (h *Head) field(name, value []byte) bool {
 	var ok bool
+	c := &h.cnt
 	switch {
 	case equalFold(name, "host"):
 		c.hosts++
@@ -365,6 +366,7 @@ type RespHead struct {
 	ContentLength int64
 	// Close is set when the replica sent Connection: close.
 	Close bool
+	cnt   counts
 }
 
 // ParseResponse parses the response head at the start of buf into h and
@@ -382,7 +384,7 @@ func ParseResponse(buf []byte, h *RespHead) (int, Verdict) {
 		return 0, Incomplete
 	}
 	n := end + 4
-	h.Code, h.Headers, h.ContentLength, h.Close = 0, h.Headers[:0], -1, false
+	h.Code, h.Headers, h.ContentLength, h.Close, h.cnt = 0, h.Headers[:0], -1, false, counts{}
 	line, rest, ok := cutLine(buf[:end+2])
 	if !ok {
 		return n, HandOff
@@ -390,11 +392,11 @@ func ParseResponse(buf []byte, h *RespHead) (int, Verdict) {
 	if h.Code, ok = parseStatus(line); !ok {
 		return n, HandOff
 	}
-	c, ok := parseFields(rest, &h.Headers, h.field)
-	if !ok || c.lengths != 1 {
+	ok = parseFields(rest, &h.Headers, h.field)
+	if !ok || h.cnt.lengths != 1 {
 		return n, HandOff
 	}
-	if c.conn {
+	if h.cnt.conn {
 		markNamed(h.Headers)
 	}
 	return n, OK
@@ -418,8 +420,9 @@ func parseStatus(line []byte) (int, bool) {
 
 // field is Head.field for a response: Content-Length, Connection: close;
 // Transfer-Encoding and Upgrade hand off.
-func (h *RespHead) field(name, value []byte, c *counts) bool {
+func (h *RespHead) field(name, value []byte) bool {
 	var ok bool
+	c := &h.cnt
 	switch {
 	case equalFold(name, "content-length"):
 		c.lengths++

@@ -52,6 +52,13 @@ type upConn struct {
 	// (readLean): rhead's slices alias raw.
 	rhead h1.RespHead
 	raw   []byte
+	// The answer in flight and its bodies, reused for each request on
+	// this connection (three allocations per request otherwise): the
+	// connection goes back to the pool only when body is closed, and
+	// nothing reads the answer after that.
+	resp http.Response
+	lean clBody
+	body upBody
 }
 
 func newUpstream() *upstream {
@@ -120,7 +127,8 @@ func (u *upstream) roundTrip(ctx context.Context, method, host, uri string, h he
 		stop := afterFunc(ctx, c.abortFn)
 		resp, err := c.exchange(method, host, uri, h, body)
 		if err == nil {
-			resp.Body = &upBody{rc: resp.Body, c: c, u: u, resp: resp, stop: stop}
+			c.body = upBody{rc: resp.Body, c: c, u: u, resp: resp, stop: stop}
+			resp.Body = &c.body
 			return resp, nil
 		}
 		stop()
@@ -175,8 +183,7 @@ func (c *upConn) write(method, host, uri string, h headerWriter, body []byte) er
 	w.WriteString("\r\n")
 	h.writeHeaders(w)
 	w.WriteString("Content-Length: ")
-	var nb [20]byte
-	w.Write(strconv.AppendInt(nb[:0], int64(len(body)), 10))
+	w.Write(strconv.AppendInt(w.AvailableBuffer(), int64(len(body)), 10))
 	w.WriteString("\r\n\r\n")
 	w.Write(body)
 	// The answer cannot come before the request: the last write is made
@@ -256,14 +263,14 @@ func (c *upConn) read(method string) (*http.Response, error) {
 // pool when the body was read to its end without error and the replica
 // did not ask to close; otherwise it is closed.
 type upBody struct {
-	rc      io.ReadCloser
-	c       *upConn
-	u       *upstream
-	resp    *http.Response
-	stop    func() bool
-	eof     bool
-	failed  bool
-	release sync.Once
+	rc     io.ReadCloser
+	c      *upConn
+	u      *upstream
+	resp   *http.Response
+	stop   func() bool
+	eof    bool
+	failed bool
+	closed bool // Close is called by the one goroutine relaying the answer
 }
 
 func (b *upBody) Read(p []byte) (int, error) {
@@ -277,15 +284,17 @@ func (b *upBody) Read(p []byte) (int, error) {
 }
 
 func (b *upBody) Close() error {
-	b.release.Do(func() {
-		_ = b.rc.Close()
-		live := b.stop() // false: cancelled, the deadline is set
-		if live && b.eof && !b.failed && !b.resp.Close {
-			b.u.put(b.c)
-			return
-		}
-		_ = b.c.c.Close()
-	})
+	if b.closed {
+		return nil
+	}
+	b.closed = true
+	_ = b.rc.Close()
+	live := b.stop() // false: cancelled, the deadline is set
+	if live && b.eof && !b.failed && !b.resp.Close {
+		b.u.put(b.c) // the last touch: another request may take c now
+		return nil
+	}
+	_ = b.c.c.Close()
 	return nil
 }
 
@@ -306,12 +315,14 @@ func (c *upConn) readLean() *http.Response {
 			c.raw = append(c.raw[:0], buf[:n]...)
 			h1.ParseResponse(c.raw, &c.rhead) // the same head, now aliasing raw
 			_, _ = c.br.Discard(n)
-			return &http.Response{
-				Status: strconv.Itoa(c.rhead.Code) + " " + http.StatusText(c.rhead.Code), StatusCode: c.rhead.Code,
+			c.lean = clBody{r: c.br, n: c.rhead.ContentLength}
+			c.resp = http.Response{
+				Status: statusString(c.rhead.Code), StatusCode: c.rhead.Code,
 				Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
 				ContentLength: c.rhead.ContentLength, Close: c.rhead.Close,
-				Body: &clBody{r: c.br, n: c.rhead.ContentLength},
+				Body: &c.lean,
 			}
+			return &c.resp
 		}
 		if c.br.Buffered() == c.br.Size() {
 			return nil
@@ -320,6 +331,24 @@ func (c *upConn) readLean() *http.Response {
 			return nil // http.ReadResponse meets the same error
 		}
 	}
+}
+
+// statusStrings are the Status strings of the codes net/http names
+// ("200 OK"), made once rather than per answer.
+var statusStrings = func() (s [600]string) {
+	for code := 100; code < len(s); code++ {
+		if t := http.StatusText(code); t != "" {
+			s[code] = strconv.Itoa(code) + " " + t
+		}
+	}
+	return s
+}()
+
+func statusString(code int) string {
+	if code >= 100 && code < len(statusStrings) && statusStrings[code] != "" {
+		return statusStrings[code]
+	}
+	return strconv.Itoa(code) + " " + http.StatusText(code)
 }
 
 // clBody is a Content-Length body; the connection ending early is
