@@ -17,7 +17,7 @@ import (
 // the routes of every position and the logprobs with other routes replayed;
 // integrations/torch/tests/test_moe.py checks torch against them, and
 // TestGoMoEFixture checks Go still computes them (regenerate with
-// ASYNCRL_UPDATE_FIXTURES=1 go test ./policy -run TestGoMoEFixture).
+// ASYNCRL_WRITE_FIXTURES=1 go test ./policy -run TestGoMoEFixture).
 // torch → Go: torch_moe/ and torch_moe_logits.json come from
 // integrations/torch/tests/make_moe_fixture.py (TestLoadTorchMoECheckpoint).
 
@@ -83,7 +83,7 @@ func TestGoMoEFixture(t *testing.T) {
 	contexts := [][]int32{{1}, {1, 40, 41, 42}, {1, 70, 71, 72, 80, 81, 3, 4, 5}, {1, 33, 90, 12, 12, 12}}
 	dir := filepath.Join(torchTestdata, "go_moe")
 	fxPath := filepath.Join(torchTestdata, "go_moe_fixture.json")
-	if os.Getenv("ASYNCRL_UPDATE_FIXTURES") != "" {
+	if os.Getenv("ASYNCRL_WRITE_FIXTURES") != "" {
 		if err := moeFixtureModel(t).SaveServing(dir); err != nil {
 			t.Fatal(err)
 		}
