@@ -96,7 +96,7 @@ func run(ctx context.Context, cfg Config, plantForget bool) (Report, error) {
 	rc.Engines.ExternalURLs = fl.URLs()
 	// JetStream on disk (rc.Bus.JetStreamDir): the ledger is read back from
 	// the files after the node stopped.
-	n, err := node.New(rc, node.Options{Logger: log})
+	n, err := node.New(rc, node.Options{Logger: log, KeepGroupRecords: true})
 	if err != nil {
 		return rep, fmt.Errorf("chaos: node: %w", err)
 	}

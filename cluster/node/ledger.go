@@ -37,7 +37,19 @@ type Ledger struct {
 	// fate (settled) the ledger has not seen yet: what Stop waits for.
 	// Bounded by the groups in flight: an entry leaves once settled.
 	local map[string]struct{}
+	// step is the newest step a StepDone announced; keepAll keeps every
+	// record (Options.KeepGroupRecords), else prune drops settled records
+	// RecordSteps steps after their last news.
+	step    int64
+	keepAll bool
 }
+
+// RecordSteps is how many steps a settled group's record stays in the
+// ledger view after its last message (unless Options.KeepGroupRecords):
+// late messages about it (a redelivered ledger transition) still find
+// it, and the view stays bounded by the groups of the last RecordSteps
+// steps plus those in flight.
+const RecordSteps = 100
 
 // GroupRecord is one group's history.
 type GroupRecord struct {
@@ -55,6 +67,8 @@ type GroupRecord struct {
 	// Terminal ledger states (each must be seen at most once, and at most
 	// one of them).
 	Trained, FilteredFinal, Requeued int
+	// lastStep is the ledger's step when the record last changed.
+	lastStep int64
 }
 
 // Terminal reports whether the group reached a final ledger state.
@@ -134,7 +148,28 @@ func (l *Ledger) get(id string) *GroupRecord {
 		l.groups[id] = g
 		l.order = append(l.order, id)
 	}
+	g.lastStep = l.step
 	return g
+}
+
+// prune drops the records of settled groups without news for more than
+// RecordSteps steps, unless every record is kept (l.mu held). A group a
+// local actor published and the ledger has not seen settle stays.
+func (l *Ledger) prune() {
+	if l.keepAll {
+		return
+	}
+	kept := l.order[:0]
+	for _, id := range l.order {
+		g := l.groups[id]
+		if _, mine := l.local[id]; !mine && g.settled() && l.step-g.lastStep > RecordSteps {
+			delete(l.groups, id)
+			continue
+		}
+		kept = append(kept, id)
+	}
+	clear(l.order[len(kept):])
+	l.order = kept
 }
 
 func (l *Ledger) subscribe(bus transport.Bus, s subjects) error {
@@ -202,6 +237,8 @@ func (l *Ledger) observe(m *transport.Msg) {
 			if l.tokens != nil {
 				l.atStep[v.Step] = l.tokens()
 			}
+			l.step = max(l.step, v.Step)
+			l.prune()
 		}
 		l.droppedSinceStep = 0
 	}
@@ -241,7 +278,9 @@ func (l *Ledger) stepRecords() []trainer.StepRecord {
 	return out
 }
 
-// Snapshot returns copies of every group record in first-seen order.
+// Snapshot returns copies of the group records in first-seen order: every
+// group's with Options.KeepGroupRecords, else those in flight and those
+// with news in the last RecordSteps steps.
 func (l *Ledger) Snapshot() []GroupRecord {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -53,3 +53,62 @@ func TestLedgerForgetsSettledLocalGroups(t *testing.T) {
 		t.Fatalf("unsettled %v after a settled group's late report", got)
 	}
 }
+
+// The ledger view keeps a settled group's record for RecordSteps steps
+// after its last news, then drops it, so a days-long run does not grow it
+// by a record per group; groups still in flight (and a local actor's
+// published ones not yet settled) stay however old. KeepGroupRecords
+// keeps everything (the chaos audit).
+func TestLedgerPrunesSettledRecords(t *testing.T) {
+	const steps, perStep = 3 * RecordSteps, 10
+	for _, keepAll := range []bool{false, true} {
+		l := newLedger()
+		l.keepAll = keepAll
+		see := func(subject string, m messages.Message) {
+			data, err := messages.Encode(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l.observe(&transport.Msg{Subject: subject, Data: data})
+		}
+		l.published("mine", true) // published here, never settled
+		for s := 1; s <= steps; s++ {
+			for i := range perStep {
+				id := "g" + strconv.Itoa(s) + "-" + strconv.Itoa(i)
+				see("asyncrl.r.ledger", messages.GroupAccepted{GroupID: id, Step: int64(s)})
+				see("asyncrl.r.ledger", messages.PromptLedger{GroupID: id, State: messages.LedgerTrained})
+			}
+			// Reported by its rollout actor, not settled yet.
+			see("asyncrl.r.trajectories", messages.GroupReady{GroupID: "open" + strconv.Itoa(s)})
+			see("asyncrl.r.steps", messages.StepDone{Step: int64(s)})
+		}
+		ids := map[string]bool{}
+		for _, g := range l.Snapshot() {
+			ids[g.GroupID] = true
+		}
+		if keepAll {
+			if want := steps*perStep + steps; len(ids) != want {
+				t.Fatalf("kept %d records, want all %d", len(ids), want)
+			}
+			continue
+		}
+		if max := (RecordSteps+1)*perStep + steps; len(ids) > max {
+			t.Fatalf("%d records after %d steps of %d groups, want at most %d", len(ids), steps, perStep, max)
+		}
+		if ids["g1-0"] {
+			t.Error("a group trained at step 1 is still in the view at step", steps)
+		}
+		if !ids["g"+strconv.Itoa(steps)+"-0"] {
+			t.Error("a group trained at the last step was dropped")
+		}
+		if !ids["open1"] {
+			t.Error("a group in flight since step 1 was dropped")
+		}
+		if got := l.unsettledLocal(); len(got) != 1 || got[0] != "mine" {
+			t.Errorf("unsettled local groups %v, want [mine]", got)
+		}
+		if len(l.order) != len(l.groups) {
+			t.Errorf("order holds %d ids for %d records", len(l.order), len(l.groups))
+		}
+	}
+}

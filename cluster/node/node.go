@@ -94,6 +94,12 @@ type Options struct {
 	// see RemoteEngines). It needs publisher.mode delta and
 	// publisher.store nats.
 	Remote *RemoteEngines
+	// KeepGroupRecords keeps every group's record in the ledger view for
+	// the whole run (Ledger.Snapshot: the chaos audit compares it with the
+	// durable ledger). By default a settled group's record is dropped once
+	// RecordSteps steps passed without news of it: a days-long run kept
+	// ~200 B per group, forever.
+	KeepGroupRecords bool
 }
 
 // Node runs a set of roles in one process; `asyncrl run` is one node with

@@ -88,6 +88,7 @@ func (n *Node) startBus(ctx context.Context) (err error) {
 		return fmt.Errorf("node: trajectory buffer stream: %w", err)
 	}
 	n.ledger = newLedger()
+	n.ledger.keepAll = n.opts.KeepGroupRecords
 	if err := n.ledger.subscribe(n.bus, n.subj); err != nil {
 		return fmt.Errorf("node: ledger: %w", err)
 	}
