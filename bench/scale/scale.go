@@ -93,6 +93,14 @@ type Options struct {
 	StoreConcurrency int
 	// Timeout bounds one level (default 15 min).
 	Timeout time.Duration
+	// StartHold, when > 0, is a start barrier: the engines hold every
+	// request (paused in vLLM's "wait" mode, which stays healthy) until
+	// the whole level is in flight, or StartHold passed, and then release
+	// them together. Without it, on a loaded 2-core machine the level's
+	// first trajectories can finish before its last ones started, and the
+	// peak in flight lands anywhere from 70 to 99 % of the level from run
+	// to run (BENCHMARKS.md "131,072 again"). 0: no hold.
+	StartHold time.Duration
 	// HeapProfile, when set, is where the heap profile at the peak of the
 	// largest level is written.
 	HeapProfile string
@@ -156,6 +164,9 @@ type Result struct {
 	Engines   int    `json:"engines"`
 	// TimeScale is the latency model's time scale the level ran at.
 	TimeScale float64 `json:"time_scale"`
+	// HoldSeconds is how long the start barrier held the engines (0: no
+	// hold); Seconds includes it.
+	HoldSeconds float64 `json:"hold_seconds"`
 	// PeakInFlight is the most trajectories started and not finished at once.
 	PeakInFlight int64 `json:"peak_in_flight"`
 	// Started, Finished, Aborted are the rollout actors' trajectories.
@@ -361,6 +372,7 @@ func RunLevel(ctx context.Context, o Options, n int) (Result, error) {
 	p0 := gcPauses()
 	msgs0 := l.bus.Conn().Stats().OutMsgs
 	start := time.Now()
+	holding := l.hold(ctx)
 	pk := peaks{}
 	var heapAtPeak uint64
 	profiled := false
@@ -395,6 +407,11 @@ func RunLevel(ctx context.Context, o Options, n int) (Result, error) {
 			profiled = true
 		}
 		pk.sample(inFlight)
+		if holding && (inFlight >= int64(n) || time.Since(start) >= o.StartHold) {
+			l.release()
+			holding = false
+			res.HoldSeconds = time.Since(start).Seconds()
+		}
 		if o.Progress != nil && time.Since(lastProgress) >= time.Second {
 			lastProgress = time.Now()
 			o.Progress(fmt.Sprintf("level %d: %.0fs in flight %d (peak %d) finished %d aborted %d judged %d/%d rss %.0f MB goroutines %d fds %d",
@@ -919,7 +936,30 @@ func (l *level) stopActors() {
 	}
 }
 
+// hold pauses every engine for the start barrier (Options.StartHold) and
+// reports whether it did.
+func (l *level) hold(ctx context.Context) bool {
+	if l.o.StartHold <= 0 {
+		return false
+	}
+	for _, e := range l.engs {
+		if err := e.Pause(ctx, "wait", false); err != nil {
+			l.release()
+			return false
+		}
+	}
+	return true
+}
+
+// release ends the start barrier: the held requests go to the engines.
+func (l *level) release() {
+	for _, e := range l.engs {
+		e.Resume()
+	}
+}
+
 func (l *level) stop() {
+	l.release()
 	l.stopActors()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -92,3 +92,34 @@ func TestOverloadedControllerLosesNothing(t *testing.T) {
 		t.Errorf("started %d, admitted %d, kept %d + filtered %d", r.Started, r.GroupsAdmitted, r.GroupsKept, r.GroupsFiltered)
 	}
 }
+
+// The start barrier: the engines hold every request until the whole level
+// is in flight, then release them together, so the peak is the level
+// itself, not wherever the machine's pace puts it; and the level then
+// settles with nothing lost.
+func TestStartHoldPutsTheWholeLevelInFlight(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a pipeline")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const hold = 45 * time.Second
+	res, err := Run(ctx, Options{MaxLevel: 1024, Timeout: time.Minute, StartHold: hold, Rounds: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := res[0]
+	t.Logf("held %.1fs of %.1fs, peak %d", r.HoldSeconds, r.Seconds, r.PeakInFlight)
+	if r.Failure != "" || r.Errors != 0 || r.Lost != 0 {
+		t.Fatalf("failure %q, %d errors, %d lost", r.Failure, r.Errors, r.Lost)
+	}
+	if r.HoldSeconds <= 0 || r.HoldSeconds >= hold.Seconds() {
+		t.Fatalf("held %.1fs: want released by the whole level in flight, before the %v cap", r.HoldSeconds, hold)
+	}
+	if r.PeakInFlight < 1024 {
+		t.Fatalf("peak in flight %d with the barrier, want the whole level (1,024)", r.PeakInFlight)
+	}
+	if r.Started != r.Finished {
+		t.Errorf("started %d, finished %d", r.Started, r.Finished)
+	}
+}

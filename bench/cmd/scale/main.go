@@ -17,6 +17,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -33,6 +34,7 @@ func main() {
 	flag.IntVar(&o.MaxTurns, "max-turns", 4, "turns per trajectory")
 	flag.IntVar(&o.StoreConcurrency, "store-concurrency", 0, "each rollout actor's bound on stores waiting on the trajectory buffer (0: 32)")
 	flag.IntVar(&o.ControllerMailbox, "controller-mailbox", 0, "the controller shell's mailbox capacity (0: 1,024); small values overload it on purpose")
+	flag.DurationVar(&o.StartHold, "start-hold", 3*time.Minute, "start barrier: the engines hold requests until the whole level is in flight or this long passed, then release them together (0: no hold; the peak then depends on the machine's pace)")
 	flag.Float64Var(&o.Rounds, "rounds", 1.5, "groups admitted per level, in multiples of the level's groups")
 	flag.StringVar(&o.HeapProfile, "heap-profile", "", "write the heap profile at the peak of the largest level here")
 	flag.StringVar(&o.CPUProfile, "cpu-profile", "", "write the CPU profile of the largest level here")
