@@ -78,8 +78,10 @@ run: build
 # built-in engines, ramped 1,024 → 8,192 → 32,768 → 131,072 in flight
 # (BENCHMARKS.md "131,072 trajectories in one process"). The latency
 # model's time scale grows with the level (0.8 × level/131072, at least
-# 0.02) so a level's first trajectories outlast its ramp; e.g.
-# SCALE_FLAGS="-levels 131072 -rounds 1 -max-turns 3" for the top level alone.
+# 0.02) so a level's first trajectories outlast its ramp, and a start
+# barrier (-start-hold 3m) holds the engines until the whole level is in
+# flight; e.g. SCALE_FLAGS="-levels 131072 -rounds 1 -max-turns 3" for the
+# top level alone.
 SCALE_FLAGS ?=
 .PHONY: bench-scale
 bench-scale:

@@ -141,6 +141,12 @@ func (c *Conn) write(fd uintptr) bool { return c.wr.write(fd) }
 // close that ends the wait shows on the next Read. It holds the read
 // side (no concurrent Read) and writes without the write lock, so the
 // caller must not write concurrently either.
+//
+// Nothing may be readable before p is written (the peer speaks only in
+// answer to p): RawRead's prepareRead resets the poller's readiness
+// (runtime_pollReset), and the callback writes without reading, so data
+// or an EOF that arrived earlier is not seen until the next edge — the
+// wait then lasts until a deadline or close.
 func (c *Conn) WriteAwait(p []byte) (int, error) {
 	if c.rc == nil {
 		return c.c.Write(p)
@@ -191,13 +197,20 @@ func opError(op string, c net.Conn, err error) error {
 type Writer struct {
 	C     *Conn
 	await bool
+	// wrote: part of the message left in a plain Write since the last
+	// FlushAwait (bufio flushed a full buffer), so the peer may already
+	// have answered; FlushAwait then writes plainly.
+	wrote bool
 }
 
 func (w *Writer) Write(p []byte) (int, error) {
 	if w.await {
 		w.await = false
-		return w.C.WriteAwait(p)
+		if !w.wrote {
+			return w.C.WriteAwait(p)
+		}
 	}
+	w.wrote = true
 	return w.C.Write(p)
 }
 
@@ -207,6 +220,6 @@ func (w *Writer) Write(p []byte) (int, error) {
 func (w *Writer) FlushAwait(b *bufio.Writer) error {
 	w.await = true
 	err := b.Flush()
-	w.await = false
+	w.await, w.wrote = false, false
 	return err
 }

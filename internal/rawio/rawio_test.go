@@ -1,6 +1,7 @@
 package rawio
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"io"
@@ -201,5 +202,31 @@ func TestFallbackForOtherConns(t *testing.T) {
 	buf := make([]byte, 2)
 	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "hi" {
 		t.Fatalf("read back %q, %v", buf, err)
+	}
+}
+
+// A message bufio flushed partly before FlushAwait may be answered
+// before its last write (a replica rejecting a large request early):
+// FlushAwait must not wait then.
+func TestFlushAwaitAfterPartialWriteDoesNotWait(t *testing.T) {
+	c, srv := pair(t)
+	w := &Writer{C: c}
+	b := bufio.NewWriterSize(w, 16)
+	_, _ = b.WriteString("01")
+	_, _ = b.Write([]byte("23456789abcdefXYZ")) // 16 bytes leave now, 3 stay
+	if _, err := io.ReadFull(srv, make([]byte, 16)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.Write([]byte("early answer")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	_ = c.Net().SetReadDeadline(time.Now().Add(2 * time.Second))
+	start := time.Now()
+	if err := w.FlushAwait(b); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("FlushAwait waited %v with the answer already in", d)
 	}
 }

@@ -54,9 +54,12 @@
 //
 // Both sides of the hop, the fast front's client connections and the
 // upstream client's, read and write with raw non-blocking system calls
-// (internal/rawio: no scheduler hooks, so no sysmon wake-ups), and each
-// write after which an answer is due (a request upstream, a whole answer
-// to the client) waits for readability itself, so no read fails first.
+// (internal/rawio: no scheduler hooks, so no sysmon wake-ups). A request
+// upstream that leaves in one write waits for readability itself
+// (rawio.WriteAwait), so reading its answer does not start with a failed
+// read; a replica speaks only in answer. Answers to clients are plain
+// writes: a client may pipeline or half-close while its request is
+// served, input WriteAwait would not see.
 //
 // The core is not goroutine-safe; Router holds one mutex around every
 // core call and never holds it across I/O.

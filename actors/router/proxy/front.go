@@ -319,7 +319,6 @@ func (fc *fastConn) serve() {
 		}
 		fc.untrack()
 		if !handedOff {
-			fc.out.flushHeld(false)
 			_ = fc.c.Close()
 		}
 		fc.release()
@@ -327,14 +326,6 @@ func (fc *fastConn) serve() {
 	for {
 		since := time.Now().UnixNano()
 		fc.idleSince.Store(since)
-		if fc.out.held {
-			// The last answer leaves now, and with nothing pipelined
-			// behind it the write waits for the next request (its first
-			// read then finds it).
-			if fc.out.flushHeld(fc.br.Buffered() == 0 && !fc.cr.has); fc.out.err != nil {
-				return
-			}
-		}
 		n, v := fc.readHead()
 		if !fc.idleSince.CompareAndSwap(since, 0) {
 			return // reapIdle closed it: idle past Config.IdleTimeout
@@ -582,11 +573,7 @@ type fastOut struct {
 	chunked    bool
 	flush      bool
 	closeAfter bool
-	// held: a whole answer waits in bw until the connection's goroutine
-	// is back for the next request (serve, flushHeld), so its write
-	// can wait for that request.
-	held bool
-	err  error
+	err        error
 }
 
 func (o *fastOut) reset() {
@@ -604,35 +591,16 @@ func (o *fastOut) writer() *bufio.Writer {
 	return o.bw
 }
 
-// finish ends an answer: one that is whole in bw (not streamed, the
-// connection stays open) is held for flushHeld; otherwise it is flushed
-// and the buffer goes back to its pool.
+// finish flushes the answer and returns the write buffer to its pool.
+// It does not wait for readability (rawio.WriteAwait): a client may
+// have pipelined its next request, or half-closed, while this one was
+// served, and WriteAwait would not see that input (RawRead's
+// prepareRead drops the poller's recorded readiness).
 func (o *fastOut) finish() {
 	if o.bw == nil {
 		return
 	}
-	if !o.flush && !o.closeAfter && o.err == nil {
-		o.held = true
-		return
-	}
-	o.flushHeld(false)
-}
-
-// flushHeld flushes what bw holds and returns it to its pool; with
-// await, the write then waits until the connection is readable
-// (rawio.WriteAwait).
-func (o *fastOut) flushHeld(await bool) {
-	o.held = false
-	if o.bw == nil {
-		return
-	}
-	var err error
-	if await {
-		err = o.fc.rw.FlushAwait(o.bw)
-	} else {
-		err = o.bw.Flush()
-	}
-	if err != nil && o.err == nil {
+	if err := o.bw.Flush(); err != nil && o.err == nil {
 		o.err = err
 	}
 	o.bw.Reset(nil)
@@ -786,7 +754,6 @@ func (o *fastOut) end(vs *versionSpan) {
 // abort drops what is buffered and closes the connection: the client
 // sees it end before the answer does, never a clean short answer.
 func (o *fastOut) abort() {
-	o.held = false
 	if o.bw != nil {
 		o.bw.Reset(nil)
 		writers.Put(o.bw)
