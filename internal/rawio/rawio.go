@@ -13,12 +13,15 @@
 // connection's own poller (syscall.RawConn), keeping deadlines, Close and
 // the read/write locks exactly as net.Conn has them.
 //
-// WriteAwait writes a request (or an answer) and then waits for the
-// connection to become readable without first trying a read that would
-// fail with EAGAIN: the answer to what was just written cannot be there
-// before it was written, so the write happens after the poller was armed
-// for reading, and the next Read finds data. That is one system call
-// fewer per exchange.
+// WriteAwait writes a request and then waits for the connection to
+// become readable without first trying a read that would fail with
+// EAGAIN: the answer to what was just written cannot be there before it
+// was written, so the write happens after the poller was armed for
+// reading, and the next Read finds data. That is one system call fewer
+// per exchange. It is only for a peer that speaks in answer (the router's
+// replicas): input that arrived before the call is not seen (see
+// WriteAwait), so a client that may pipeline or half-close gets plain
+// writes.
 //
 // Off Linux, or for a connection that is not a syscall.Conn, Conn falls
 // back to the connection's own Read and Write.
