@@ -111,23 +111,34 @@ type counts struct {
 // field checks one header field for the framing and routing rules; false
 // means hand off.
 func (h *Head) field(name, value []byte) bool {
-	var ok bool
-	c := &h.cnt
 	switch {
 	case equalFold(name, "host"):
-		c.hosts++
+		h.cnt.hosts++
 		return validHost(value)
+	case equalFold(name, "expect"):
+		return false
+	}
+	return h.cnt.framing(name, value, &h.ContentLength, &h.Close)
+}
+
+// framing applies the rules a request head and an answer's share:
+// Content-Length is counted and parsed into length, Connection is noted
+// and its close token sets closed, Transfer-Encoding and Upgrade hand off
+// (false); any other field passes.
+func (c *counts) framing(name, value []byte, length *int64, closed *bool) bool {
+	var ok bool
+	switch {
 	case equalFold(name, "content-length"):
 		c.lengths++
-		h.ContentLength, ok = parseLength(value)
+		*length, ok = parseLength(value)
 		return ok
-	case equalFold(name, "transfer-encoding"), equalFold(name, "expect"), equalFold(name, "upgrade"):
+	case equalFold(name, "transfer-encoding"), equalFold(name, "upgrade"):
 		return false
 	case equalFold(name, "connection"):
 		c.conn = true
 		eachToken(value, func(t []byte) {
 			if equalFold(t, "close") {
-				h.Close = true
+				*closed = true
 			}
 		})
 	}
@@ -418,27 +429,9 @@ func parseStatus(line []byte) (int, bool) {
 	return code, code >= 200 && code <= 599 && code != 204 && code != 304
 }
 
-// field is Head.field for a response: Content-Length, Connection: close;
-// Transfer-Encoding and Upgrade hand off.
+// field is Head.field for an answer: the shared framing rules only.
 func (h *RespHead) field(name, value []byte) bool {
-	var ok bool
-	c := &h.cnt
-	switch {
-	case equalFold(name, "content-length"):
-		c.lengths++
-		h.ContentLength, ok = parseLength(value)
-		return ok
-	case equalFold(name, "transfer-encoding"), equalFold(name, "upgrade"):
-		return false
-	case equalFold(name, "connection"):
-		c.conn = true
-		eachToken(value, func(t []byte) {
-			if equalFold(t, "close") {
-				h.Close = true
-			}
-		})
-	}
-	return true
+	return h.cnt.framing(name, value, &h.ContentLength, &h.Close)
 }
 
 // Get returns the value of the first header named name (any case).
