@@ -49,11 +49,10 @@ type Conn struct {
 }
 
 type op struct {
-	p      []byte
-	n      int
-	err    error
-	called bool // WriteAwait: the callback ran
-	wrote  bool // WriteAwait: p is written, waiting to be readable
+	p     []byte
+	n     int
+	err   error
+	wrote bool // WriteAwait: p is written, waiting to be readable
 }
 
 // New wraps c; Read and Write act on c's descriptor.
@@ -170,10 +169,9 @@ func (c *Conn) WriteAwait(p []byte) (int, error) {
 
 func (c *Conn) await(fd uintptr) bool {
 	o := &c.rd
-	if o.wrote || o.err != nil || o.called {
+	if o.wrote {
 		return true // woken: readable (or a spurious wake; Read copes)
 	}
-	o.called = true
 	if !o.write(fd) || o.err != nil {
 		return true // the buffer is full (WriteAwait finishes with Write), or failed
 	}
