@@ -20,6 +20,7 @@ package scale
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -49,6 +50,7 @@ import (
 	"github.com/asyncrl/asyncrl/actors/trainer/microbatch"
 	"github.com/asyncrl/asyncrl/cluster/rollouthost"
 	"github.com/asyncrl/asyncrl/engine"
+	"github.com/asyncrl/asyncrl/engine/driver"
 	"github.com/asyncrl/asyncrl/engine/latency"
 	"github.com/asyncrl/asyncrl/internal/inproc"
 	"github.com/asyncrl/asyncrl/messages"
@@ -94,7 +96,8 @@ type Options struct {
 	// Timeout bounds one level (default 15 min).
 	Timeout time.Duration
 	// StartHold, when > 0, is a start barrier: the engines hold every
-	// request (paused in vLLM's "wait" mode, which stays healthy) until
+	// request (paused over their HTTP API, POST /pause?mode=wait, which
+	// keeps them healthy; POST /resume releases) until
 	// the whole level is in flight, or StartHold passed, and then release
 	// them together. Without it, on a loaded 2-core machine the level's
 	// first trajectories can finish before its last ones started, and the
@@ -267,6 +270,10 @@ type level struct {
 	client *http.Client
 	engTr  *inproc.Transport
 	cliTr  *inproc.Transport
+	// drivers drive the engines over their HTTP API (the start barrier's
+	// pause and resume, as weight sync drives any vLLM); held: paused now.
+	drivers []driver.Driver
+	held    bool
 
 	decisions, filterLat, ctlLat durations
 	stored, verdict              sync.Map // group id → time.Time
@@ -372,7 +379,10 @@ func RunLevel(ctx context.Context, o Options, n int) (Result, error) {
 	p0 := gcPauses()
 	msgs0 := l.bus.Conn().Stats().OutMsgs
 	start := time.Now()
-	holding := l.hold(ctx)
+	holding, err := l.hold(ctx)
+	if err != nil {
+		return res, err
+	}
 	pk := peaks{}
 	var heapAtPeak uint64
 	profiled := false
@@ -408,7 +418,10 @@ func RunLevel(ctx context.Context, o Options, n int) (Result, error) {
 		}
 		pk.sample(inFlight)
 		if holding && (inFlight >= int64(n) || time.Since(start) >= o.StartHold) {
-			l.release()
+			if err := l.release(ctx); err != nil {
+				res.Failure = err.Error()
+				break
+			}
 			holding = false
 			res.HoldSeconds = time.Since(start).Seconds()
 		}
@@ -739,6 +752,19 @@ func (l *level) startRouter() (string, error) {
 		return "", err
 	}
 	l.client = &http.Client{Transport: countingClient{base: cliTr, l: l}}
+	// The engines' control calls get their own client, out of the turn
+	// and request counts.
+	ctlTr := http.RoundTripper(netTransport(len(urls)))
+	if l.o.Transport == "inproc" {
+		ctlTr = &inproc.Transport{Registry: reg, Base: ctlTr}
+	}
+	for _, eu := range urls {
+		d, err := driver.New(driver.KindBuiltin, eu, driver.Options{Client: &http.Client{Transport: ctlTr}})
+		if err != nil {
+			return "", err
+		}
+		l.drivers = append(l.drivers, d)
+	}
 	return u, nil
 }
 
@@ -938,28 +964,38 @@ func (l *level) stopActors() {
 
 // hold pauses every engine for the start barrier (Options.StartHold) and
 // reports whether it did.
-func (l *level) hold(ctx context.Context) bool {
+func (l *level) hold(ctx context.Context) (bool, error) {
 	if l.o.StartHold <= 0 {
-		return false
+		return false, nil
 	}
-	for _, e := range l.engs {
-		if err := e.Pause(ctx, "wait", false); err != nil {
-			l.release()
-			return false
+	l.held = true
+	for _, d := range l.drivers {
+		if err := d.Pause(ctx, driver.PauseWait, false); err != nil {
+			return false, errors.Join(fmt.Errorf("scale: start barrier: %w", err), l.release(ctx))
 		}
 	}
-	return true
+	return true, nil
 }
 
 // release ends the start barrier: the held requests go to the engines.
-func (l *level) release() {
-	for _, e := range l.engs {
-		e.Resume()
+func (l *level) release(ctx context.Context) error {
+	if !l.held {
+		return nil
 	}
+	l.held = false
+	var errs []error
+	for _, d := range l.drivers {
+		if err := d.Resume(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("scale: releasing the start barrier: %w", err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func (l *level) stop() {
-	l.release()
+	rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	_ = l.release(rctx) // a level that failed while held; the engines close below anyway
+	rcancel()
 	l.stopActors()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
