@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/asyncrl/asyncrl/transport"
 	"github.com/asyncrl/asyncrl/transport/memhub"
 )
 
@@ -45,13 +46,23 @@ func (h *harness) drops(name string) float64 {
 	return testutil.ToFloat64(h.sys.metrics.dropped.WithLabelValues(name))
 }
 
-// floodAndRelease publishes n messages through publish while the core is
-// parked, checks that a bridge handler waits for room, opens the gate and
-// checks that every message was stepped, in order, none dropped.
-func floodAndRelease(t *testing.T, h *harness, name string, rec *recorder, n int, publish func(i int), then func()) {
+// floodAndRelease bridges subject on bus to a flood shell named name,
+// publishes n messages while its core is parked, checks that the bridge
+// handler waits for room, opens the gate and checks that every message
+// was stepped, in order, none dropped. then, when set, runs after the
+// publishes (memhub: the driver that delivers them).
+func floodAndRelease(t *testing.T, bus transport.Bus, subject, name string, n int, then func()) {
 	t.Helper()
+	h := newHarness(t)
+	sh, rec := floodShell(t, h, name)
+	if _, err := BridgeSubject(bus, subject, "", decodeCmsg, sh); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
 	for i := range n {
-		publish(i)
+		if err := bus.Publish(ctx, subject, []byte(strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if then != nil {
 		then()
@@ -78,22 +89,12 @@ func floodAndRelease(t *testing.T, h *harness, name string, rec *recorder, n int
 
 // memhub, driven: the driver's goroutine runs the handler, which waits.
 func TestBridgeWaitsForRoomMemhub(t *testing.T) {
-	h := newHarness(t)
 	hub := memhub.New(1)
 	bus := hub.Connect("node-a")
 	defer bus.Close()
-	sh, rec := floodShell(t, h, "flood-mem")
-	if _, err := BridgeSubject(bus, "asyncrl.t.in", "", decodeCmsg, sh); err != nil {
-		t.Fatal(err)
-	}
 	n := 50 * floodCap
-	ctx := context.Background()
 	drained := make(chan int, 1)
-	floodAndRelease(t, h, "flood-mem", rec, n, func(i int) {
-		if err := bus.Publish(ctx, "asyncrl.t.in", []byte(strconv.Itoa(i))); err != nil {
-			t.Fatal(err)
-		}
-	}, func() { go func() { drained <- hub.Drain() }() })
+	floodAndRelease(t, bus, "asyncrl.t.in", "flood-mem", n, func() { go func() { drained <- hub.Drain() }() })
 	if got := <-drained; got != n {
 		t.Fatalf("hub delivered %d of %d", got, n)
 	}
@@ -103,17 +104,7 @@ func TestBridgeWaitsForRoomMemhub(t *testing.T) {
 // in the client's pending buffer.
 func TestBridgeWaitsForRoomNATS(t *testing.T) {
 	bus := natsBus(t)
-	h := newHarness(t)
-	sh, rec := floodShell(t, h, "flood-nats")
-	if _, err := BridgeSubject(bus, "asyncrl.test.flood", "", decodeCmsg, sh); err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	floodAndRelease(t, h, "flood-nats", rec, 100*floodCap, func(i int) {
-		if err := bus.Publish(ctx, "asyncrl.test.flood", []byte(strconv.Itoa(i))); err != nil {
-			t.Fatal(err)
-		}
-	}, nil)
+	floodAndRelease(t, bus, "asyncrl.test.flood", "flood-nats", 100*floodCap, nil)
 	if d := bus.SlowConsumerDrops(); d != 0 {
 		t.Fatalf("NATS dropped %d messages", d)
 	}
