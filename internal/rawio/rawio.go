@@ -69,9 +69,6 @@ func New(c net.Conn) *Conn {
 	return rc
 }
 
-// Net is the wrapped connection.
-func (c *Conn) Net() net.Conn { return c.c }
-
 // Read reads as net.Conn.Read does: it waits for data, returns io.EOF
 // at the end, and the connection's deadline applies.
 func (c *Conn) Read(p []byte) (int, error) {

@@ -124,7 +124,7 @@ func TestWriteAwaitWaitsForTheAnswer(t *testing.T) {
 // succeeded); the next Read reports it.
 func TestWriteAwaitDeadline(t *testing.T) {
 	c, srv := pair(t)
-	if err := c.Net().SetReadDeadline(time.Now().Add(50 * time.Millisecond)); err != nil {
+	if err := c.c.SetReadDeadline(time.Now().Add(50 * time.Millisecond)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.WriteAwait([]byte("ping")); err != nil {
@@ -154,7 +154,7 @@ func TestCloseUnblocksRead(t *testing.T) {
 		errc <- err
 	}()
 	time.Sleep(20 * time.Millisecond)
-	_ = c.Net().Close()
+	_ = c.c.Close()
 	select {
 	case err := <-errc:
 		if !errors.Is(err, net.ErrClosed) {
@@ -221,7 +221,7 @@ func TestFlushAwaitAfterPartialWriteDoesNotWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(50 * time.Millisecond)
-	_ = c.Net().SetReadDeadline(time.Now().Add(2 * time.Second))
+	_ = c.c.SetReadDeadline(time.Now().Add(2 * time.Second))
 	start := time.Now()
 	if err := w.FlushAwait(b); err != nil {
 		t.Fatal(err)
