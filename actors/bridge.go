@@ -97,7 +97,12 @@ func BridgeSubject[In, Out any](bus transport.Bus, subject, queue string, decode
 // BridgeStream consumes stream through the durable consumer durable and
 // tells each decoded message to sh. A message is acked only after the core
 // stepped it without panicking, so nothing accepted is lost:
-//   - mailbox full or shell stopped: not acked, redelivered after ackWait;
+//   - mailbox full: refused with a delay (StreamMsg.NakDelay), 50 ms on
+//     the first delivery, doubling per delivery up to ackWait
+//     (refusedDelay), so an actor that is only briefly behind gets it back
+//     soon instead of after ackWait (30 s for the sampling filter), and
+//     one that stays full is not handed it over and over;
+//   - shell stopped: not acked, redelivered after ackWait;
 //   - core panicked on it: not acked, redelivered after ackWait (a message
 //     that always panics ends in escalation once MaxFailures is reached);
 //   - undecodable: acked (redelivery cannot help), counted and logged.
@@ -121,7 +126,12 @@ func BridgeStream[In, Out any](ctx context.Context, stream transport.Stream, dur
 				sh.limited.Warn("ack:"+name).Err(aerr).Uint64("seq", m.Sequence).Msg("ack failed; message will be redelivered")
 			}
 		})
-		if err != nil && !errors.Is(err, ErrMailboxFull) {
+		switch {
+		case errors.Is(err, ErrMailboxFull):
+			if nerr := m.NakDelay(refusedDelay(m.Delivered, ackWait)); nerr != nil {
+				sh.limited.Warn("nak:"+name).Err(nerr).Uint64("seq", m.Sequence).Msg("refusing a message failed; it comes back after AckWait")
+			}
+		case err != nil:
 			sh.limited.Warn("bridge:" + name).Err(err).Msg("stream message not delivered; left for redelivery")
 		}
 	}
@@ -136,6 +146,19 @@ func BridgeStream[In, Out any](ctx context.Context, stream transport.Stream, dur
 	}
 	return b, nil
 }
+
+// refusedDelay is how long a message refused by a full mailbox waits
+// before it comes back: 50 ms on its first delivery, doubling with each
+// delivery, never more than ackWait (<= 0: the stream's default, 30 s).
+func refusedDelay(delivered uint64, ackWait time.Duration) time.Duration {
+	if ackWait <= 0 {
+		ackWait = 30 * time.Second
+	}
+	d := refusedDelayBase << min(max(delivered, 1)-1, 20)
+	return min(d, ackWait)
+}
+
+const refusedDelayBase = 50 * time.Millisecond
 
 func (sh *Shell[In, Out]) decodeFailed(pattern, subject string, err error) {
 	sh.sys.metrics.decodeErr.WithLabelValues(sh.cfg.Name, pattern).Inc()

@@ -124,7 +124,7 @@ func TestBridgeStreamAcksAfterStep(t *testing.T) {
 	}
 }
 
-func TestBridgeStreamLeavesRefusedForRedelivery(t *testing.T) {
+func TestBridgeStreamRefusesWithDelay(t *testing.T) {
 	h := newHarness(t)
 	cfg := DefaultShellConfig("durable-full", "test")
 	cfg.MailboxCapacity = 1
@@ -145,7 +145,12 @@ func TestBridgeStreamLeavesRefusedForRedelivery(t *testing.T) {
 	if st.isAcked(2) {
 		t.Fatal("refused message was acked: it would be lost")
 	}
-	st.redeliver() // what the stream does after AckWait
+	// Refused with a short delay (first delivery: 50 ms), not left for
+	// AckWait (1 s here).
+	if got := st.nakked(); len(got) != 1 || got[0] != (fakeNak{2, refusedDelayBase}) {
+		t.Fatalf("naks %+v, want seq 2 with %v", got, refusedDelayBase)
+	}
+	st.redeliver() // what the stream does after the delay
 	eventually(t, "seq 2 acked after redelivery", func() bool { return st.isAcked(2) })
 	if s, _, _, _ := rec.snapshot(); fmt.Sprint(s) != "[0 1 2]" {
 		t.Fatalf("steps %v", s)
@@ -182,5 +187,30 @@ func TestStreamSenderStores(t *testing.T) {
 	}
 	if len(st.msgs) != 1 || string(st.msgs[0]) != "k:1" {
 		t.Fatalf("stored %q", st.msgs)
+	}
+}
+
+// A refused message comes back sooner than AckWait, later with each
+// refusal, and never later than AckWait.
+func TestRefusedDelayBacksOff(t *testing.T) {
+	for _, c := range []struct {
+		delivered uint64
+		ackWait   time.Duration
+		want      time.Duration
+	}{
+		{0, time.Minute, 50 * time.Millisecond},
+		{1, time.Minute, 50 * time.Millisecond},
+		{2, time.Minute, 100 * time.Millisecond},
+		{5, time.Minute, 800 * time.Millisecond},
+		{11, time.Minute, 51200 * time.Millisecond},
+		{12, time.Minute, time.Minute},
+		{1 << 40, time.Minute, time.Minute},
+		{3, 0, 200 * time.Millisecond},
+		{30, 0, 30 * time.Second},
+		{1, 10 * time.Millisecond, 10 * time.Millisecond},
+	} {
+		if got := refusedDelay(c.delivered, c.ackWait); got != c.want {
+			t.Errorf("refusedDelay(%d, %v) = %v, want %v", c.delivered, c.ackWait, got, c.want)
+		}
 	}
 }

@@ -66,9 +66,11 @@
 // bus holds the backlog (asyncrl_actor_mailbox_waits_total{actor},
 // _wait_seconds_total; when the bus runs the handler inside the publisher's
 // Publish, as memhub's auto mode does, it admits over the bound instead:
-// _overflow_total); a stream bridge leaves the message unacked so the
-// stream redelivers it after AckWait. Timer ticks and protoactor system
-// messages are not counted.
+// _overflow_total); a stream bridge refuses the message with a delay
+// (StreamMsg.NakDelay: 50 ms, doubling with each delivery, at most
+// AckWait) so the stream redelivers it once the actor had time to catch
+// up, not only after AckWait. Timer ticks and protoactor system messages
+// are not counted.
 // (protoactor's own bounded mailboxes are not used: their ring buffer rounds
 // the capacity up to a power of two, blocks by spinning, or drops the oldest
 // message without telling anyone.)

@@ -3,6 +3,7 @@ package actors
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -299,6 +300,7 @@ type fakeStream struct {
 	mu     sync.Mutex
 	msgs   [][]byte
 	acked  map[uint64]bool
+	naks   []fakeNak
 	h      transport.StreamHandler
 	closed bool
 }
@@ -331,7 +333,13 @@ func (s *fakeStream) deliver(h transport.StreamHandler, subject string, seq uint
 		s.acked[seq] = true
 		return nil
 	}
-	h(transport.NewStreamMsg(subject, data, seq, 1, ack, func() error { return nil }))
+	nak := func(d time.Duration) error {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.naks = append(s.naks, fakeNak{seq, d})
+		return nil
+	}
+	h(transport.NewStreamMsg(subject, data, seq, 1, ack, nak))
 }
 
 // redeliver hands every unacked message to the consumer again.
@@ -348,6 +356,18 @@ func (s *fakeStream) redeliver() {
 	for _, seq := range seqs {
 		s.deliver(h, "s.in", seq)
 	}
+}
+
+// fakeNak is one refusal: the message and the delay asked for.
+type fakeNak struct {
+	seq   uint64
+	delay time.Duration
+}
+
+func (s *fakeStream) nakked() []fakeNak {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.naks)
 }
 
 func (s *fakeStream) isAcked(seq uint64) bool {

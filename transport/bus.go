@@ -141,11 +141,12 @@ type StreamMsg struct {
 	// Delivered counts deliveries of this message (1 on first delivery).
 	Delivered uint64
 	ack       func() error
-	nak       func() error
+	nak       func(delay time.Duration) error
 }
 
-// NewStreamMsg builds a StreamMsg for Bus implementations.
-func NewStreamMsg(subject string, data []byte, seq, delivered uint64, ack, nak func() error) *StreamMsg {
+// NewStreamMsg builds a StreamMsg for Bus implementations; nak asks for
+// redelivery after delay (0: now).
+func NewStreamMsg(subject string, data []byte, seq, delivered uint64, ack func() error, nak func(delay time.Duration) error) *StreamMsg {
 	return &StreamMsg{Subject: subject, Data: data, Sequence: seq, Delivered: delivered, ack: ack, nak: nak}
 }
 
@@ -153,7 +154,13 @@ func NewStreamMsg(subject string, data []byte, seq, delivered uint64, ack, nak f
 func (m *StreamMsg) Ack() error { return m.ack() }
 
 // Nak asks for redelivery now.
-func (m *StreamMsg) Nak() error { return m.nak() }
+func (m *StreamMsg) Nak() error { return m.nak(0) }
+
+// NakDelay asks for redelivery after d (JetStream's NakWithDelay), not
+// after the consumer's AckWait: for a consumer that cannot take the
+// message now but will soon (a full mailbox), so that it neither comes
+// back at once, over and over, nor only after AckWait.
+func (m *StreamMsg) NakDelay(d time.Duration) error { return m.nak(max(d, 0)) }
 
 // StreamHandler receives stored messages.
 type StreamHandler func(m *StreamMsg)

@@ -37,6 +37,7 @@ func Run(t *testing.T, newBus func(t *testing.T) (transport.Bus, func())) {
 		{"PayloadTooLarge", testPayloadTooLarge},
 		{"StreamAckRedeliverResume", testStream},
 		{"StreamNak", testStreamNak},
+		{"StreamNakDelay", testStreamNakDelay},
 		{"StreamConfigRefused", testStreamConfigRefused},
 		{"StreamWorkQueue", testStreamWorkQueue},
 		{"ClosedBus", testClosed},
@@ -503,6 +504,49 @@ func testStreamNak(t *testing.T, b transport.Bus) {
 	Eventually(t, Wait, "redelivery after Nak", func() bool { return len(c.snapshot()) == 2 })
 	if got := c.snapshot(); got[1].Delivered != 2 || got[1].Sequence != 1 {
 		t.Fatalf("second delivery: seq %d delivered %d, want seq 1 delivered 2", got[1].Sequence, got[1].Delivered)
+	}
+}
+
+// testStreamNakDelay: a message refused with NakDelay comes back once
+// the delay has passed on the bus's clock, neither at once nor only after
+// AckWait (an hour here).
+func testStreamNakDelay(t *testing.T, b transport.Bus) {
+	ctx, cancel := context.WithTimeout(context.Background(), Wait)
+	defer cancel()
+	st, err := b.Stream(ctx, transport.StreamConfig{Name: "NAKD", Subjects: []string{"asyncrl.r1.groups"}, Memory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Publish(ctx, "asyncrl.r1.groups", []byte("g")); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now
+	if c, ok := b.(interface{ Now() time.Time }); ok {
+		now = c.Now
+	}
+	const delay = 300 * time.Millisecond
+	var mu sync.Mutex
+	var at []time.Time
+	s, err := st.Consume(ctx, "filter", time.Hour, func(m *transport.StreamMsg) {
+		mu.Lock()
+		at = append(at, now())
+		mu.Unlock()
+		if m.Delivered == 1 {
+			_ = m.NakDelay(delay)
+		} else {
+			_ = m.Ack()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Unsubscribe()
+	Eventually(t, Wait, "redelivery after NakDelay", func() bool { mu.Lock(); defer mu.Unlock(); return len(at) == 2 })
+	mu.Lock()
+	gap := at[1].Sub(at[0])
+	mu.Unlock()
+	if gap < delay {
+		t.Fatalf("redelivered %v after NakDelay(%v)", gap, delay)
 	}
 }
 

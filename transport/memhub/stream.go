@@ -335,7 +335,7 @@ func (h *Hub) prepareStreamDeliveryLocked(sd *streamDelivery) func() {
 		h.logLocked(Event{Kind: EvAck, Subject: m.subject, From: sub.bus.node, Detail: fmt.Sprintf("%s/%s seq %d", c.st.cfg.Name, c.name, seq)})
 		return nil
 	}
-	nak := func() error {
+	nak := func(delay time.Duration) error {
 		h.mu.Lock()
 		if c.acked[seq] {
 			h.mu.Unlock()
@@ -345,8 +345,23 @@ func (h *Hub) prepareStreamDeliveryLocked(sd *streamDelivery) func() {
 			t.cancelled = true
 			delete(c.deadline, seq)
 		}
-		h.logLocked(Event{Kind: EvNak, Subject: m.subject, From: sub.bus.node, Detail: fmt.Sprintf("%s/%s seq %d", c.st.cfg.Name, c.name, seq)})
-		h.pushLocked(&item{at: h.now, sd: &streamDelivery{c: c, seq: seq}})
+		detail := fmt.Sprintf("%s/%s seq %d", c.st.cfg.Name, c.name, seq)
+		if delay > 0 {
+			detail += " delay " + delay.String()
+		}
+		h.logLocked(Event{Kind: EvNak, Subject: m.subject, From: sub.bus.node, Detail: detail})
+		if delay <= 0 {
+			h.pushLocked(&item{at: h.now, sd: &streamDelivery{c: c, seq: seq}})
+		} else {
+			// As JetStream's NakWithDelay: the message comes back after
+			// delay of virtual time (an ack before that cancels it).
+			c.deadline[seq] = h.timerLocked(delay, func() {
+				delete(c.deadline, seq)
+				if !c.acked[seq] {
+					h.pushLocked(&item{at: h.now, sd: &streamDelivery{c: c, seq: seq}})
+				}
+			})
+		}
 		h.mu.Unlock()
 		h.kick()
 		return nil

@@ -138,7 +138,13 @@ func (s *stream) Consume(ctx context.Context, durable string, ackWait time.Durat
 			log.Warn().Err(err).Str("stream", s.name).Msg("natsbus: message without metadata")
 			return
 		}
-		h(transport.NewStreamMsg(m.Subject(), m.Data(), md.Sequence.Stream, md.NumDelivered, m.Ack, m.Nak))
+		nak := func(d time.Duration) error {
+			if d <= 0 {
+				return m.Nak()
+			}
+			return m.NakWithDelay(d)
+		}
+		h(transport.NewStreamMsg(m.Subject(), m.Data(), md.Sequence.Stream, md.NumDelivered, m.Ack, nak))
 	}, jetstream.PullExpiry(consumePullExpiry), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		if errors.Is(err, jetstream.ErrConnectionClosed) {
 			return
