@@ -71,7 +71,9 @@ type Config struct {
 	Logger zerolog.Logger
 	// Front is the HTTP front end Serve runs: FrontFast (default; the
 	// router's own HTTP/1.1 server on the proxied path, net/http for the
-	// rest) or FrontNetHTTP (net/http's server for everything).
+	// rest), FrontLoop (the same, with plain requests served from one
+	// event loop per listener: less CPU per request, one core per
+	// listener) or FrontNetHTTP (net/http's server for everything).
 	Front string
 	// IdleTimeout is how long the fast front lets a connection wait for,
 	// or trickle in, the head of its next request before closing it (0:
@@ -136,8 +138,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: PrefixBytes %d: want ≥ 0", ErrInvalidConfig, c.PrefixBytes)
 	case c.IdleTimeout < 0:
 		return fmt.Errorf("%w: IdleTimeout %v: want ≥ 0", ErrInvalidConfig, c.IdleTimeout)
-	case c.Front != "" && c.Front != FrontFast && c.Front != FrontNetHTTP:
-		return fmt.Errorf("%w: Front %q: want %q or %q", ErrInvalidConfig, c.Front, FrontFast, FrontNetHTTP)
+	case c.Front != "" && c.Front != FrontFast && c.Front != FrontNetHTTP && c.Front != FrontLoop:
+		return fmt.Errorf("%w: Front %q: want %q, %q or %q", ErrInvalidConfig, c.Front, FrontFast, FrontLoop, FrontNetHTTP)
 	}
 	if !isLoopback(c.ListenAddr) && c.AdminToken == "" {
 		return fmt.Errorf("%w: AdminToken: required when ListenAddr %q is not loopback", ErrInvalidConfig, c.ListenAddr)

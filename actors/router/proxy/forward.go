@@ -196,53 +196,86 @@ func (r *Router) forward(in inbound, out answer, body []byte, start time.Time) {
 		d, span := r.route(preq)
 		if !d.OK() {
 			overhead += time.Since(start)
-			r.metrics.overhead.Observe(overhead.Seconds())
-			if d.Outcome == policy.OutcomeGated {
-				out.fail(http.StatusServiceUnavailable, "session "+key.Value+" waits for replica "+d.From+" to catch up; retry later",
-					max(int(r.cfg.RetryAfter.Round(time.Second)/time.Second), 1))
-				return
-			}
-			r.metrics.errors.WithLabelValues("", "no_replica").Inc()
-			out.fail(http.StatusServiceUnavailable, "no replica available", 0)
+			r.unrouted(out, d, key.Value, overhead)
 			return
 		}
 		overhead += time.Since(start)
 		resp, err := r.send(in, d.Replica, body)
 		upstreamAt := time.Now()
 		if err != nil {
-			r.span(span, true)
-			r.done(d)
-			if in.reqCtx().Err() != nil { // the client went away; nothing to answer
-				r.metrics.errors.WithLabelValues(d.Replica, "client_gone").Inc()
-				return
-			}
-			r.upstreamFailed(d.Replica, err)
-			r.metrics.errors.WithLabelValues(d.Replica, "upstream_connect").Inc()
-			r.warn(d.Replica, "upstream request failed", err)
-			if attempt < r.cfg.MaxRetries && r.spendRetryToken() {
-				r.metrics.retries.WithLabelValues("connect").Inc()
-				preq.Avoid = append(preq.Avoid, d.Replica)
+			switch r.sendFailed(d, span, err, attempt, &preq, in.reqCtx().Err() != nil) {
+			case sendRetry:
 				start = time.Now()
 				continue
+			case sendFail:
+				r.metrics.overhead.Observe(overhead.Seconds())
+				out.fail(http.StatusBadGateway, "upstream "+d.Replica+" unreachable", 0)
 			}
-			r.metrics.overhead.Observe(overhead.Seconds())
-			out.fail(http.StatusBadGateway, "upstream "+d.Replica+" unreachable", 0)
 			return
 		}
 		if resp.StatusCode == http.StatusServiceUnavailable && attempt < r.cfg.MaxRetries && r.spendRetryToken() {
 			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 			resp.Body.Close()
-			r.span(span, true)
-			r.done(d)
-			r.metrics.request(d.Replica, http.StatusServiceUnavailable)
-			r.metrics.retries.WithLabelValues("status_503").Inc()
-			preq.Avoid = append(preq.Avoid, d.Replica)
+			r.retry503(d, span, &preq)
 			start = time.Now()
 			continue
 		}
 		r.relay(in.reqCtx(), out, resp, d, span, upstreamAt, overhead)
 		return
 	}
+}
+
+// unrouted answers a request the core placed nowhere: 503, with
+// Retry-After when the session is gated on its replica catching up.
+func (r *Router) unrouted(out answer, d policy.Decision, key string, overhead time.Duration) {
+	r.metrics.overhead.Observe(overhead.Seconds())
+	if d.Outcome == policy.OutcomeGated {
+		out.fail(http.StatusServiceUnavailable, "session "+key+" waits for replica "+d.From+" to catch up; retry later",
+			max(int(r.cfg.RetryAfter.Round(time.Second)/time.Second), 1))
+		return
+	}
+	r.metrics.errors.WithLabelValues("", "no_replica").Inc()
+	out.fail(http.StatusServiceUnavailable, "no replica available", 0)
+}
+
+// What to do after a send to a replica failed before any answer.
+type sendOutcome int
+
+const (
+	sendGone  sendOutcome = iota // the client went away: nothing to answer
+	sendRetry                    // try another replica (preq.Avoid has this one)
+	sendFail                     // answer 502
+)
+
+// sendFailed closes the attempt on d.Replica that failed with err before
+// any answer (its span and load), counts it against the replica's health
+// and decides, by the retry rules of the contract, whether to try another.
+func (r *Router) sendFailed(d policy.Decision, span *versionSpan, err error, attempt int, preq *policy.Request, clientGone bool) sendOutcome {
+	r.span(span, true)
+	r.done(d)
+	if clientGone {
+		r.metrics.errors.WithLabelValues(d.Replica, "client_gone").Inc()
+		return sendGone
+	}
+	r.upstreamFailed(d.Replica, err)
+	r.metrics.errors.WithLabelValues(d.Replica, "upstream_connect").Inc()
+	r.warn(d.Replica, "upstream request failed", err)
+	if attempt < r.cfg.MaxRetries && r.spendRetryToken() {
+		r.metrics.retries.WithLabelValues("connect").Inc()
+		preq.Avoid = append(preq.Avoid, d.Replica)
+		return sendRetry
+	}
+	return sendFail
+}
+
+// retry503 closes an attempt the replica answered 503 (its body already
+// drained) when a retry token was spent on it: another replica is tried.
+func (r *Router) retry503(d policy.Decision, span *versionSpan, preq *policy.Request) {
+	r.span(span, true)
+	r.done(d)
+	r.metrics.request(d.Replica, http.StatusServiceUnavailable)
+	r.metrics.retries.WithLabelValues("status_503").Inc()
+	preq.Avoid = append(preq.Avoid, d.Replica)
 }
 
 // send forwards the request with body to replica: through the lean

@@ -31,6 +31,9 @@ const (
 	FrontFast = "fast"
 	// FrontNetHTTP serves Handler with net/http's server.
 	FrontNetHTTP = "net_http"
+	// FrontLoop serves the fast front's plain requests from one event
+	// loop per listener (loop_linux.go; elsewhere it is FrontFast).
+	FrontLoop = "loop"
 )
 
 // Buffer sizes of the fast front: a request head longer than the read
@@ -68,6 +71,30 @@ type frontState struct {
 	servers []*http.Server
 	hand    *handoffListener // nil until the first fast Serve
 	quit    chan struct{}    // closed by stopFront: ends the idle reaper
+	loops   map[frontLoop]struct{}
+}
+
+// frontLoop is a running loop front (loop_linux.go), which stopFront stops.
+type frontLoop interface{ stop() }
+
+func (r *Router) addLoop(l frontLoop) bool {
+	f := &r.front
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.stopped {
+		return false
+	}
+	if f.loops == nil {
+		f.loops = make(map[frontLoop]struct{})
+	}
+	f.loops[l] = struct{}{}
+	return true
+}
+
+func (r *Router) removeLoop(l frontLoop) {
+	r.front.mu.Lock()
+	delete(r.front.loops, l)
+	r.front.mu.Unlock()
 }
 
 // Serve serves the router on ln with the front end Config.Front names
@@ -76,13 +103,21 @@ type frontState struct {
 // listeners and the connections. The in-process path (internal/inproc)
 // uses Handler instead.
 func (r *Router) Serve(ln net.Listener) error {
-	if r.cfg.Front == FrontNetHTTP {
+	switch r.cfg.Front {
+	case FrontNetHTTP:
 		srv := &http.Server{Handler: r.mux, ReadHeaderTimeout: 10 * time.Second}
 		if !r.addServer(srv) {
 			return http.ErrServerClosed
 		}
 		return srv.Serve(ln)
+	case FrontLoop:
+		return r.serveLoop(ln)
 	}
+	return r.serveFast(ln)
+}
+
+// serveFast runs the fast front on ln: a goroutine per connection.
+func (r *Router) serveFast(ln net.Listener) error {
 	hand, ok := r.trackListener(ln)
 	if !ok {
 		return http.ErrServerClosed
@@ -217,9 +252,16 @@ func (r *Router) stopFront(ctx context.Context) {
 	for c := range f.conns {
 		conns = append(conns, c)
 	}
+	loops := make([]frontLoop, 0, len(f.loops))
+	for l := range f.loops {
+		loops = append(loops, l)
+	}
 	f.mu.Unlock()
 	for _, ln := range lns {
 		_ = ln.Close()
+	}
+	for _, l := range loops {
+		l.stop()
 	}
 	for _, c := range conns {
 		c.stop()
@@ -465,7 +507,7 @@ func (fc *fastConn) header(name string) string {
 
 func (fc *fastConn) writeHeaders(w *bufio.Writer) {
 	for _, f := range fc.head.Headers {
-		if f.Hop || isFieldName(f.Name, "Host") || isFieldName(f.Name, "Content-Length") || isFieldName(f.Name, "Expect") {
+		if !forwarded(f) {
 			continue
 		}
 		w.Write(f.Name)
@@ -482,6 +524,13 @@ func (fc *fastConn) httpHeader() http.Header {
 		h[k] = append(h[k], string(f.Value))
 	}
 	return h
+}
+
+// forwarded reports whether a client's header field goes upstream: not
+// hop-by-hop, and not one the hop sets itself (Host, Content-Length;
+// Expect: the body is already read).
+func forwarded(f h1.Header) bool {
+	return !f.Hop && !isFieldName(f.Name, "Host") && !isFieldName(f.Name, "Content-Length") && !isFieldName(f.Name, "Expect")
 }
 
 func isFieldName(b []byte, name string) bool {
@@ -609,9 +658,18 @@ func (o *fastOut) finish() {
 }
 
 func (o *fastOut) fail(code int, msg string, retryAfter int) {
+	b := appendError(o.scratch[:0], code, msg, retryAfter, o.closeAfter)
+	o.scratch = b
+	w := o.writer()
+	_, _ = w.Write(b)
+	o.finish()
+}
+
+// appendError appends a local vLLM-style JSON error answer (fail).
+func appendError(b []byte, code int, msg string, retryAfter int, closeAfter bool) []byte {
 	body, _ := json.Marshal(errorValue(code, msg))
 	body = append(body, '\n')
-	b := h1.AppendStatusLine(o.scratch[:0], code, statusText(code))
+	b = h1.AppendStatusLine(b, code, statusText(code))
 	b = append(b, "Content-Type: application/json\r\n"...)
 	if retryAfter > 0 {
 		b = append(b, "Retry-After: "...)
@@ -621,15 +679,11 @@ func (o *fastOut) fail(code int, msg string, retryAfter int) {
 	b = append(b, "Content-Length: "...)
 	b = strconv.AppendInt(b, int64(len(body)), 10)
 	b = append(b, "\r\n"...)
-	if o.closeAfter {
+	if closeAfter {
 		b = append(b, "Connection: close\r\n"...)
 	}
 	b = append(b, "\r\n"...)
-	b = append(b, body...)
-	o.scratch = b
-	w := o.writer()
-	_, _ = w.Write(b)
-	o.finish()
+	return append(b, body...)
 }
 
 func statusText(code int) string {

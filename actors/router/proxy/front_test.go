@@ -55,135 +55,145 @@ func echo(t *testing.T, slow time.Duration) *harness { return idleEcho(t, slow, 
 // the disconnect watch's background read takes the first byte of the
 // next request while the replica works (it must be kept).
 func TestFrontPipelined(t *testing.T) {
-	for _, slow := range []time.Duration{0, 3 * watchDelay} {
-		h := echo(t, slow)
-		c, br := h.dial()
-		if _, err := io.WriteString(c, rawPost("a", `{"n":1}`)+rawPost("b", `{"n":2}`)+rawPost("c", `{"n":3}`)); err != nil {
-			t.Fatal(err)
-		}
-		for _, want := range []string{`a:{"n":1}`, `b:{"n":2}`, `c:{"n":3}`} {
-			resp, body := readResp(t, br)
-			if resp.StatusCode != 200 || body != want || resp.Header.Get(ReplicaHeader) == "" {
-				t.Fatalf("slow %v: %d %q, want %q", slow, resp.StatusCode, body, want)
-			}
-		}
-		// Sent one at a time after slow answers, each request is whole too.
-		for i := range 3 {
-			if _, err := io.WriteString(c, rawPost("d", fmt.Sprint(i))); err != nil {
+	fastFronts(t, func(t *testing.T) {
+		for _, slow := range []time.Duration{0, 3 * watchDelay} {
+			h := echo(t, slow)
+			c, br := h.dial()
+			if _, err := io.WriteString(c, rawPost("a", `{"n":1}`)+rawPost("b", `{"n":2}`)+rawPost("c", `{"n":3}`)); err != nil {
 				t.Fatal(err)
 			}
-			if _, body := readResp(t, br); body != fmt.Sprintf("d:%d", i) {
-				t.Fatalf("slow %v: request %d: %q", slow, i, body)
+			for _, want := range []string{`a:{"n":1}`, `b:{"n":2}`, `c:{"n":3}`} {
+				resp, body := readResp(t, br)
+				if resp.StatusCode != 200 || body != want || resp.Header.Get(ReplicaHeader) == "" {
+					t.Fatalf("slow %v: %d %q, want %q", slow, resp.StatusCode, body, want)
+				}
+			}
+			// Sent one at a time after slow answers, each request is whole too.
+			for i := range 3 {
+				if _, err := io.WriteString(c, rawPost("d", fmt.Sprint(i))); err != nil {
+					t.Fatal(err)
+				}
+				if _, body := readResp(t, br); body != fmt.Sprintf("d:%d", i) {
+					t.Fatalf("slow %v: request %d: %q", slow, i, body)
+				}
 			}
 		}
-	}
+	})
 }
 
 // What the fast front does not serve goes to net/http on the same
 // connection, which serves it or writes its own error.
 func TestFrontHandOff(t *testing.T) {
-	h := echo(t, 0)
-	cases := []struct {
-		name, req string
-		code      int
-		body      string
-	}{
-		{"chunked body", "POST /v1/completions HTTP/1.1\r\nHost: r\r\nX-Session-ID: c\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n", 200, "c:{}"},
-		{"expect", "POST /v1/completions HTTP/1.1\r\nHost: r\r\nX-Session-ID: e\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n{}", 200, "e:{}"},
-		{"http/1.0", "POST /v1/completions HTTP/1.0\r\nHost: r\r\nX-Session-ID: o\r\nContent-Length: 2\r\n\r\n{}", 200, "o:{}"},
-		{"finish_session", "POST /finish_session?session_id=o HTTP/1.1\r\nHost: r\r\n\r\n", 200, `{"released":true,"session_id":"o"}` + "\n"},
-		{"garbage", "HELLO\r\n\r\n", 400, ""},
-		{"no host", "GET /v1/models HTTP/1.1\r\n\r\n", 400, ""},
-		{"huge head", "GET /v1/models HTTP/1.1\r\nHost: r\r\nX-Big: " + strings.Repeat("b", 2<<20) + "\r\n\r\n", 431, ""},
-	}
-	for _, tc := range cases {
+	fastFronts(t, func(t *testing.T) {
+		h := echo(t, 0)
+		cases := []struct {
+			name, req string
+			code      int
+			body      string
+		}{
+			{"chunked body", "POST /v1/completions HTTP/1.1\r\nHost: r\r\nX-Session-ID: c\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n", 200, "c:{}"},
+			{"expect", "POST /v1/completions HTTP/1.1\r\nHost: r\r\nX-Session-ID: e\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n{}", 200, "e:{}"},
+			{"http/1.0", "POST /v1/completions HTTP/1.0\r\nHost: r\r\nX-Session-ID: o\r\nContent-Length: 2\r\n\r\n{}", 200, "o:{}"},
+			{"finish_session", "POST /finish_session?session_id=o HTTP/1.1\r\nHost: r\r\n\r\n", 200, `{"released":true,"session_id":"o"}` + "\n"},
+			{"garbage", "HELLO\r\n\r\n", 400, ""},
+			{"no host", "GET /v1/models HTTP/1.1\r\n\r\n", 400, ""},
+			{"huge head", "GET /v1/models HTTP/1.1\r\nHost: r\r\nX-Big: " + strings.Repeat("b", 2<<20) + "\r\n\r\n", 431, ""},
+		}
+		for _, tc := range cases {
+			c, br := h.dial()
+			go func() { _, _ = io.WriteString(c, tc.req) }()
+			resp, body := readResp(t, br)
+			if resp.StatusCode == http.StatusContinue {
+				resp, body = readResp(t, br)
+			}
+			if resp.StatusCode != tc.code || (tc.body != "" && body != tc.body) {
+				t.Errorf("%s: %d %q, want %d %q", tc.name, resp.StatusCode, body, tc.code, tc.body)
+			}
+		}
+		// After a hand-off the connection stays with net/http: a second
+		// request on it is served (by net/http, through the same forward).
 		c, br := h.dial()
-		go func() { _, _ = io.WriteString(c, tc.req) }()
-		resp, body := readResp(t, br)
-		if resp.StatusCode == http.StatusContinue {
-			resp, body = readResp(t, br)
+		if _, err := io.WriteString(c, "GET /admin/replicas HTTP/1.1\r\nHost: r\r\n\r\n"+rawPost("z", "{}")); err != nil {
+			t.Fatal(err)
 		}
-		if resp.StatusCode != tc.code || (tc.body != "" && body != tc.body) {
-			t.Errorf("%s: %d %q, want %d %q", tc.name, resp.StatusCode, body, tc.code, tc.body)
+		if resp, body := readResp(t, br); resp.StatusCode != 200 || !strings.Contains(body, `"replicas"`) {
+			t.Fatalf("admin: %d %q", resp.StatusCode, body)
 		}
-	}
-	// After a hand-off the connection stays with net/http: a second
-	// request on it is served (by net/http, through the same forward).
-	c, br := h.dial()
-	if _, err := io.WriteString(c, "GET /admin/replicas HTTP/1.1\r\nHost: r\r\n\r\n"+rawPost("z", "{}")); err != nil {
-		t.Fatal(err)
-	}
-	if resp, body := readResp(t, br); resp.StatusCode != 200 || !strings.Contains(body, `"replicas"`) {
-		t.Fatalf("admin: %d %q", resp.StatusCode, body)
-	}
-	if resp, body := readResp(t, br); resp.StatusCode != 200 || body != "z:{}" {
-		t.Fatalf("after the hand-off: %d %q", resp.StatusCode, body)
-	}
+		if resp, body := readResp(t, br); resp.StatusCode != 200 || body != "z:{}" {
+			t.Fatalf("after the hand-off: %d %q", resp.StatusCode, body)
+		}
+	})
 }
 
 // /admin/ with a token set is handed off and checked by net/http's handler.
 func TestFrontAdminToken(t *testing.T) {
-	cfg := testConfig(named(t, "a", nil))
-	cfg.AdminToken = "tok"
-	h := start(t, cfg)
-	for _, tc := range []struct {
-		auth string
-		code int
-	}{{"", 401}, {"Authorization: Bearer tok\r\n", 200}} {
-		c, br := h.dial()
-		if _, err := io.WriteString(c, "GET /admin/replicas HTTP/1.1\r\nHost: r\r\n"+tc.auth+"\r\n"); err != nil {
-			t.Fatal(err)
+	fastFronts(t, func(t *testing.T) {
+		cfg := testConfig(named(t, "a", nil))
+		cfg.AdminToken = "tok"
+		h := start(t, cfg)
+		for _, tc := range []struct {
+			auth string
+			code int
+		}{{"", 401}, {"Authorization: Bearer tok\r\n", 200}} {
+			c, br := h.dial()
+			if _, err := io.WriteString(c, "GET /admin/replicas HTTP/1.1\r\nHost: r\r\n"+tc.auth+"\r\n"); err != nil {
+				t.Fatal(err)
+			}
+			if resp, _ := readResp(t, br); resp.StatusCode != tc.code {
+				t.Fatalf("auth %q: %d, want %d", tc.auth, resp.StatusCode, tc.code)
+			}
 		}
-		if resp, _ := readResp(t, br); resp.StatusCode != tc.code {
-			t.Fatalf("auth %q: %d, want %d", tc.auth, resp.StatusCode, tc.code)
-		}
-	}
+	})
 }
 
 // Connection: close is honoured: the answer says so and the connection ends.
 func TestFrontConnectionClose(t *testing.T) {
-	h := echo(t, 0)
-	c, br := h.dial()
-	req := "POST /v1/completions HTTP/1.1\r\nHost: r\r\nX-Session-ID: k\r\nConnection: close\r\nContent-Length: 2\r\n\r\n{}"
-	if _, err := io.WriteString(c, req); err != nil {
-		t.Fatal(err)
-	}
-	resp, body := readResp(t, br)
-	if body != "k:{}" || !resp.Close {
-		t.Fatalf("%q close %v", body, resp.Close)
-	}
-	if _, err := br.ReadByte(); err != io.EOF {
-		t.Fatalf("connection still open: %v", err)
-	}
+	fastFronts(t, func(t *testing.T) {
+		h := echo(t, 0)
+		c, br := h.dial()
+		req := "POST /v1/completions HTTP/1.1\r\nHost: r\r\nX-Session-ID: k\r\nConnection: close\r\nContent-Length: 2\r\n\r\n{}"
+		if _, err := io.WriteString(c, req); err != nil {
+			t.Fatal(err)
+		}
+		resp, body := readResp(t, br)
+		if body != "k:{}" || !resp.Close {
+			t.Fatalf("%q close %v", body, resp.Close)
+		}
+		if _, err := br.ReadByte(); err != io.EOF {
+			t.Fatalf("connection still open: %v", err)
+		}
+	})
 }
 
 // A client that goes away while a non-streaming request waits on the
 // replica (no byte of the answer yet) cancels the upstream request: the
 // disconnect watch's background read sees the close.
 func TestFrontDisconnectWhileWaiting(t *testing.T) {
-	entered, cancelled := make(chan struct{}), make(chan struct{})
-	a := backend(t, func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.ReadAll(r.Body) // net/http watches for the close only after the body
-		close(entered)
-		select {
-		case <-r.Context().Done():
-			close(cancelled)
-		case <-t.Context().Done(): // the test failed: let cleanup end
+	fastFronts(t, func(t *testing.T) {
+		entered, cancelled := make(chan struct{}), make(chan struct{})
+		a := backend(t, func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.ReadAll(r.Body) // net/http watches for the close only after the body
+			close(entered)
+			select {
+			case <-r.Context().Done():
+				close(cancelled)
+			case <-t.Context().Done(): // the test failed: let cleanup end
+			}
+		})
+		h := start(t, testConfig(a))
+		c, _ := h.dial()
+		if _, err := io.WriteString(c, rawPost("w", "{}")); err != nil {
+			t.Fatal(err)
 		}
+		<-entered
+		c.Close()
+		select {
+		case <-cancelled:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the replica never saw the cancellation")
+		}
+		eventually(t, "in-flight released", func() bool { return h.r.Replicas()[0].InflightRequests == 0 })
 	})
-	h := start(t, testConfig(a))
-	c, _ := h.dial()
-	if _, err := io.WriteString(c, rawPost("w", "{}")); err != nil {
-		t.Fatal(err)
-	}
-	<-entered
-	c.Close()
-	select {
-	case <-cancelled:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the replica never saw the cancellation")
-	}
-	eventually(t, "in-flight released", func() bool { return h.r.Replicas()[0].InflightRequests == 0 })
 }
 
 // A replica that dies inside a declared-length answer aborts the client
@@ -217,17 +227,19 @@ func TestUpstreamDiesInKnownLength(t *testing.T) {
 // A body over MaxBodyBytes gets 413 without being read, and the
 // connection closes (its unread body cannot be skipped).
 func TestFrontTooLarge(t *testing.T) {
-	cfg := testConfig(named(t, "a", nil))
-	cfg.MaxBodyBytes = 10
-	h := start(t, cfg)
-	c, br := h.dial()
-	if _, err := io.WriteString(c, rawPost("l", strings.Repeat("x", 11))); err != nil {
-		t.Fatal(err)
-	}
-	resp, body := readResp(t, br)
-	if resp.StatusCode != 413 || !resp.Close || !strings.Contains(body, "exceeds 10 bytes") {
-		t.Fatalf("%d close %v %q", resp.StatusCode, resp.Close, body)
-	}
+	fastFronts(t, func(t *testing.T) {
+		cfg := testConfig(named(t, "a", nil))
+		cfg.MaxBodyBytes = 10
+		h := start(t, cfg)
+		c, br := h.dial()
+		if _, err := io.WriteString(c, rawPost("l", strings.Repeat("x", 11))); err != nil {
+			t.Fatal(err)
+		}
+		resp, body := readResp(t, br)
+		if resp.StatusCode != 413 || !resp.Close || !strings.Contains(body, "exceeds 10 bytes") {
+			t.Fatalf("%d close %v %q", resp.StatusCode, resp.Close, body)
+		}
+	})
 }
 
 func TestPrefixConn(t *testing.T) {
@@ -300,35 +312,39 @@ func expectClosed(t *testing.T, br *bufio.Reader, what string) {
 // A keep-alive connection idle past IdleTimeout, and one trickling a
 // head for longer, are closed by the fast front.
 func TestFrontIdleTimeout(t *testing.T) {
-	h := idleEcho(t, 0, 100*time.Millisecond)
-	c, br := h.dial()
-	if _, err := io.WriteString(c, rawPost("s1", "hi")); err != nil {
-		t.Fatal(err)
-	}
-	if resp, body := readResp(t, br); resp.StatusCode != http.StatusOK || body != "s1:hi" {
-		t.Fatalf("answer %d %q", resp.StatusCode, body)
-	}
-	expectClosed(t, br, "idle keep-alive connection")
+	fastFronts(t, func(t *testing.T) {
+		h := idleEcho(t, 0, 100*time.Millisecond)
+		c, br := h.dial()
+		if _, err := io.WriteString(c, rawPost("s1", "hi")); err != nil {
+			t.Fatal(err)
+		}
+		if resp, body := readResp(t, br); resp.StatusCode != http.StatusOK || body != "s1:hi" {
+			t.Fatalf("answer %d %q", resp.StatusCode, body)
+		}
+		expectClosed(t, br, "idle keep-alive connection")
 
-	c2, br2 := h.dial()
-	if _, err := io.WriteString(c2, "POST /v1/completions HTTP/1.1\r\nHost: r\r\n"); err != nil {
-		t.Fatal(err)
-	}
-	expectClosed(t, br2, "half-sent head")
+		c2, br2 := h.dial()
+		if _, err := io.WriteString(c2, "POST /v1/completions HTTP/1.1\r\nHost: r\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		expectClosed(t, br2, "half-sent head")
+	})
 }
 
 // A request waiting on its replica far longer than IdleTimeout is never
 // cut: the timeout covers waiting for a head, not serving one (a
 // generation may take minutes).
 func TestFrontIdleTimeoutSparesServedRequests(t *testing.T) {
-	h := idleEcho(t, 500*time.Millisecond, 50*time.Millisecond)
-	c, br := h.dial()
-	for i := range 2 {
-		if _, err := io.WriteString(c, rawPost("s", fmt.Sprint(i))); err != nil {
-			t.Fatal(err)
+	fastFronts(t, func(t *testing.T) {
+		h := idleEcho(t, 500*time.Millisecond, 50*time.Millisecond)
+		c, br := h.dial()
+		for i := range 2 {
+			if _, err := io.WriteString(c, rawPost("s", fmt.Sprint(i))); err != nil {
+				t.Fatal(err)
+			}
+			if resp, body := readResp(t, br); resp.StatusCode != http.StatusOK || body != fmt.Sprintf("s:%d", i) {
+				t.Fatalf("request %d: answer %d %q", i, resp.StatusCode, body)
+			}
 		}
-		if resp, body := readResp(t, br); resp.StatusCode != http.StatusOK || body != fmt.Sprintf("s:%d", i) {
-			t.Fatalf("request %d: answer %d %q", i, resp.StatusCode, body)
-		}
-	}
+	})
 }

@@ -43,7 +43,7 @@ func testConfig(backends ...*httptest.Server) Config {
 }
 
 // fronts are the front ends every behaviour test runs against.
-var fronts = []string{FrontFast, FrontNetHTTP}
+var fronts = []string{FrontFast, FrontLoop, FrontNetHTTP}
 
 // eachFront runs test once per front end, as subtests named after them;
 // start serves the router with the front its subtest names.
@@ -53,12 +53,20 @@ func eachFront(t *testing.T, test func(t *testing.T)) {
 	}
 }
 
+// fastFronts runs test against the fronts that read HTTP/1.1 themselves
+// (fast and loop), as subtests named after them.
+func fastFronts(t *testing.T, test func(t *testing.T)) {
+	for _, f := range []string{FrontFast, FrontLoop} {
+		t.Run(f, test)
+	}
+}
+
 // frontOf is the front end a (sub)test runs under: the eachFront
 // subtest in its name; FrontFast outside eachFront.
 func frontOf(t *testing.T) string {
 	for _, part := range strings.Split(t.Name(), "/") {
-		if part == FrontNetHTTP {
-			return FrontNetHTTP
+		if part == FrontNetHTTP || part == FrontLoop {
+			return part
 		}
 	}
 	return FrontFast

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -82,11 +83,21 @@ func (u *upstream) get(ctx context.Context, host string) (*upConn, bool, error) 
 	if err != nil {
 		return nil, false, err
 	}
+	return newUpConn(nc, host, nil), false, nil
+}
+
+// newUpConn wraps a connection to host; its first reads return pre (an
+// answer the loop front began to read).
+func newUpConn(nc net.Conn, host string, pre []byte) *upConn {
 	rc := rawio.New(nc)
-	c := &upConn{c: nc, br: bufio.NewReaderSize(rc, 16<<10), w: rawio.Writer{C: rc}, host: host}
+	var rd io.Reader = rc
+	if len(pre) > 0 {
+		rd = io.MultiReader(bytes.NewReader(pre), rc)
+	}
+	c := &upConn{c: nc, br: bufio.NewReaderSize(rd, 16<<10), w: rawio.Writer{C: rc}, host: host}
 	c.bw = bufio.NewWriterSize(&c.w, 16<<10)
 	c.abortFn = c.abort
-	return c, false, nil
+	return c
 }
 
 func (u *upstream) put(c *upConn) {

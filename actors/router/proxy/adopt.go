@@ -1,0 +1,74 @@
+package proxy
+
+import (
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/asyncrl/asyncrl/actors/router/policy"
+	"github.com/asyncrl/asyncrl/internal/h1"
+)
+
+// adopted is an exchange the loop front hands to a goroutine because its
+// answer is not one the loop relays (streamed, chunked, large, interim):
+// the client connection and the request's head, the bytes the client
+// sent after it, the upstream connection and the answer's bytes read so
+// far, and the request's routing state.
+type adopted struct {
+	client, up net.Conn
+	head, rest []byte
+	answer     []byte
+	host       string
+	d          policy.Decision
+	span       *versionSpan
+	upAt       time.Time
+	overhd     time.Duration
+	closeAf    bool
+}
+
+// relayAdopted relays an adopted exchange's answer with the fast front's
+// relay (forward's rules for a failed or streamed answer), then serves
+// the client connection as a fastConn. It ends the request's admission
+// (leave) as forward's callers do.
+func (r *Router) relayAdopted(ex *adopted, hand *handoffListener) {
+	fc := r.newFastConn(&prefixConn{Conn: ex.client, pre: ex.rest}, hand)
+	if fc == nil { // shutting down
+		_ = ex.client.Close()
+		_ = ex.up.Close()
+		r.span(ex.span, true)
+		r.done(ex.d)
+		r.leave()
+		return
+	}
+	fc.hbuf = ex.head
+	h1.Parse(fc.hbuf, &fc.head)
+	fc.out.reset()
+	fc.out.closeAfter = fc.out.closeAfter || ex.closeAf
+	uc := newUpConn(ex.up, ex.host, ex.answer)
+	fc.watch()
+	stop := afterFunc(fc.ctx, uc.abortFn)
+	resp, err := uc.read(fc.method())
+	if err != nil {
+		stop()
+		_ = ex.up.Close()
+		// Bytes of the answer were read: no retry (attempt = MaxRetries).
+		noRetry := policy.Request{}
+		if r.sendFailed(ex.d, ex.span, err, r.cfg.MaxRetries, &noRetry, fc.ctx.Err() != nil) == sendFail {
+			r.metrics.overhead.Observe(ex.overhd.Seconds())
+			fc.out.fail(http.StatusBadGateway, "upstream "+ex.d.Replica+" unreachable", 0)
+		}
+	} else {
+		uc.body = upBody{rc: resp.Body, c: uc, u: r.up, resp: resp, stop: stop}
+		resp.Body = &uc.body
+		r.relay(fc.ctx, &fc.out, resp, ex.d, ex.span, ex.upAt, ex.overhd)
+	}
+	fc.unwatch()
+	r.leave()
+	if fc.out.ok() {
+		fc.serve()
+		return
+	}
+	fc.untrack()
+	_ = fc.c.Close()
+	fc.release()
+}

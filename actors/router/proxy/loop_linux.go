@@ -1,0 +1,972 @@
+//go:build linux
+
+package proxy
+
+import (
+	"errors"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/asyncrl/asyncrl/actors/router/policy"
+	"github.com/asyncrl/asyncrl/internal/h1"
+)
+
+// The loop front (FrontLoop): one goroutine serves every client
+// connection of a listener and every upstream connection it uses, from
+// one epoll set, as an event-driven proxy (HAProxy, nginx) does. A
+// request costs no goroutine switch: the goroutine-per-connection fronts
+// park twice per request (waiting for the request, then for the answer),
+// and on the hop benchmark that scheduling, not the proxying, was what
+// separated the router from HAProxy (BENCHMARKS.md, issue 22).
+//
+// The loop waits on its epoll descriptor through Go's own poller
+// (os.File + RawConn.Read), so an idle loop parks like any goroutine and
+// the process never blocks in a system call; inside, every read, write,
+// accept and epoll_wait is a raw non-blocking system call.
+//
+// It serves the plain case itself: a GET or POST h1.Parse accepts, body
+// by Content-Length, to a plain-http replica, answered with a
+// Content-Length body of at most loopMaxAnswer that is not an event
+// stream — an engine's JSON answer. Everything else leaves the loop on
+// the goroutine path with the bytes already read: a request the fast
+// front would hand off (admin, /finish_session, chunked, Expect, odd
+// heads) becomes a fastConn; an answer that is not plain (streamed,
+// chunked, large, interim) is relayed by a goroutine with the fast
+// front's relay, after which that connection stays a fastConn. Retries,
+// health accounting, versions and metrics are forward's (sendFailed,
+// retry503, unrouted, answered).
+
+// loopMaxAnswer is the largest answer body the loop buffers whole;
+// larger ones are relayed by a goroutine.
+const loopMaxAnswer = 1 << 20
+
+// loopBuf is the initial input buffer of a connection (grown to a
+// request's or answer's size).
+const loopBuf = 16 << 10
+
+type loop struct {
+	r    *Router
+	hand *handoffListener
+	ln   net.Listener
+	epfd int
+	ef   *os.File
+	erc  syscall.RawConn
+	evs  []syscall.EpollEvent
+	nev  int
+	wait func(uintptr) bool
+	lfd  int // the listener (a duplicate; -1 once closed)
+	wake int // eventfd: commands posted
+
+	conns   map[int32]*lconn
+	ups     map[int32]*lup
+	idle    map[string][]*lup
+	gone    []*lconn // half-closed while waiting: aborted once they waited watchDelay
+	stopped bool
+	scratch []byte
+
+	cmu  sync.Mutex
+	cmds []func()
+	quit chan struct{}
+}
+
+// lconn is a client connection of the loop.
+type lconn struct {
+	fd         int
+	in         []byte
+	fill       int
+	head       h1.Head
+	reqLen     int // bytes of the request being served (head and body)
+	out        []byte
+	outOff     int
+	ev         uint32
+	busy       bool // a request is being served
+	closeAfter bool
+	rdhup      bool
+	idleSince  time.Time
+
+	// The request being served.
+	preq      policy.Request
+	key       string
+	d         policy.Decision
+	span      *versionSpan
+	attempt   int
+	start     time.Time
+	upAt      time.Time
+	overhead  time.Duration
+	up        *lup
+	dialing   bool
+	replayed  bool
+	hostOfReq string
+}
+
+// lup is an upstream connection of the loop.
+type lup struct {
+	fd     int
+	host   string
+	in     []byte
+	fill   int
+	rhead  h1.RespHead
+	out    []byte
+	outOff int
+	ev     uint32
+	c      *lconn // the request it carries; nil when idle
+	reused bool
+}
+
+func (r *Router) serveLoop(ln net.Listener) error {
+	tl, ok := ln.(*net.TCPListener)
+	if !ok || r.up == nil {
+		return r.serveFast(ln) // the loop needs a TCP listener and the lean upstream client
+	}
+	hand, ok := r.trackListener(ln)
+	if !ok {
+		return http.ErrServerClosed
+	}
+	defer r.untrackListener(ln)
+	l, err := newLoop(r, hand, tl)
+	if err != nil {
+		return err
+	}
+	if !r.addLoop(l) {
+		l.close()
+		return http.ErrServerClosed
+	}
+	defer r.removeLoop(l)
+	go l.tick()
+	return l.run()
+}
+
+func newLoop(r *Router, hand *handoffListener, tl *net.TCPListener) (*loop, error) {
+	l := &loop{r: r, hand: hand, ln: tl, lfd: -1, wake: -1, conns: map[int32]*lconn{}, ups: map[int32]*lup{},
+		idle: map[string][]*lup{}, evs: make([]syscall.EpollEvent, 256), quit: make(chan struct{})}
+	var err error
+	if l.epfd, err = syscall.EpollCreate1(syscall.EPOLL_CLOEXEC); err != nil {
+		return nil, os.NewSyscallError("epoll_create1", err)
+	}
+	if err = syscall.SetNonblock(l.epfd, true); err == nil {
+		l.ef = os.NewFile(uintptr(l.epfd), "router-loop")
+		l.erc, err = l.ef.SyscallConn()
+	}
+	if err == nil {
+		l.lfd, err = dupFD(tl)
+	}
+	if err == nil {
+		w, _, e := syscall.RawSyscall(syscall.SYS_EVENTFD2, 0, syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+		if e != 0 {
+			err = os.NewSyscallError("eventfd2", e)
+		}
+		l.wake = int(w)
+	}
+	if err == nil {
+		err = l.ctl(syscall.EPOLL_CTL_ADD, l.lfd, syscall.EPOLLIN)
+	}
+	if err == nil {
+		err = l.ctl(syscall.EPOLL_CTL_ADD, l.wake, syscall.EPOLLIN)
+	}
+	if err != nil {
+		l.close()
+		return nil, err
+	}
+	l.wait = func(fd uintptr) bool {
+		n, _, e := syscall.RawSyscall6(syscall.SYS_EPOLL_WAIT, fd, uintptr(unsafe.Pointer(&l.evs[0])), uintptr(len(l.evs)), 0, 0, 0)
+		l.nev = int(n)
+		return e != 0 && e != syscall.EINTR && e != syscall.EAGAIN || l.nev > 0
+	}
+	return l, nil
+}
+
+// dupFD duplicates a connection's or listener's descriptor (close-on-exec;
+// non-blocking like the original, whose file description it shares).
+func dupFD(sc syscall.Conn) (int, error) {
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	nfd := -1
+	var derr error
+	if err := rc.Control(func(fd uintptr) {
+		r, _, e := syscall.RawSyscall(syscall.SYS_FCNTL, fd, syscall.F_DUPFD_CLOEXEC, 0)
+		if e != 0 {
+			derr = os.NewSyscallError("fcntl", e)
+			return
+		}
+		nfd = int(r)
+	}); err != nil {
+		return -1, err
+	}
+	return nfd, derr
+}
+
+func (l *loop) ctl(op, fd int, ev uint32) error {
+	e := syscall.EpollEvent{Events: ev, Fd: int32(fd)}
+	if err := syscall.EpollCtl(l.epfd, op, fd, &e); err != nil {
+		return os.NewSyscallError("epoll_ctl", err)
+	}
+	return nil
+}
+
+// close releases the loop's own descriptors (run's end, or a failed start).
+func (l *loop) close() {
+	if l.lfd >= 0 {
+		_ = syscall.Close(l.lfd)
+		l.lfd = -1
+	}
+	l.cmu.Lock() // post writes to wake under cmu: never to a closed (or reused) descriptor
+	if l.wake >= 0 {
+		_ = syscall.Close(l.wake)
+		l.wake = -1
+	}
+	l.cmu.Unlock()
+	if l.ef != nil {
+		_ = l.ef.Close()
+	} else if l.epfd > 0 {
+		_ = syscall.Close(l.epfd)
+	}
+}
+
+// post runs f on the loop's goroutine (from any goroutine).
+// Once the loop ended, f is dropped and post returns false.
+func (l *loop) post(f func()) bool {
+	l.cmu.Lock()
+	defer l.cmu.Unlock()
+	if l.wake < 0 {
+		return false
+	}
+	l.cmds = append(l.cmds, f)
+	one := [8]byte{1}
+	_, _, _ = syscall.RawSyscall(syscall.SYS_WRITE, uintptr(l.wake), uintptr(unsafe.Pointer(&one[0])), 8)
+	return true
+}
+
+// stop makes the loop stop accepting, close its idle connections, and
+// close the others after their current answer; run then returns.
+func (l *loop) stop() { l.post(l.stopNow) }
+
+// tick posts the loop's housekeeping every watchDelay until it ends.
+func (l *loop) tick() {
+	t := time.NewTicker(watchDelay)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.quit:
+			return
+		case <-t.C:
+			l.post(l.housekeep)
+		}
+	}
+}
+
+func (l *loop) run() (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			l.r.log.Error().Interface("panic", p).Msg("router loop front: panicked; its connections are closed")
+			err = errors.New("proxy: loop front panicked")
+		}
+		l.closeAll()
+		close(l.quit)
+		l.close()
+	}()
+	for {
+		if err := l.erc.Read(l.wait); err != nil {
+			return err
+		}
+		for i := range l.nev {
+			ev := l.evs[i]
+			switch {
+			case l.conns[ev.Fd] != nil:
+				l.client(l.conns[ev.Fd], ev.Events)
+			case l.ups[ev.Fd] != nil:
+				l.upstream(l.ups[ev.Fd], ev.Events)
+			case int(ev.Fd) == l.wake:
+				l.commands()
+			case int(ev.Fd) == l.lfd:
+				l.accept()
+			}
+		}
+		l.nev = 0
+		if l.stopped && len(l.conns) == 0 {
+			return http.ErrServerClosed
+		}
+	}
+}
+
+func (l *loop) commands() {
+	var b [8]byte
+	_, _, _ = syscall.RawSyscall(syscall.SYS_READ, uintptr(l.wake), uintptr(unsafe.Pointer(&b[0])), 8)
+	l.cmu.Lock()
+	cmds := l.cmds
+	l.cmds = nil
+	l.cmu.Unlock()
+	for _, f := range cmds {
+		f()
+	}
+}
+
+func (l *loop) accept() {
+	for range 64 {
+		fd, _, err := syscall.Accept4(l.lfd, syscall.SOCK_NONBLOCK|syscall.SOCK_CLOEXEC)
+		if err != nil {
+			return // EAGAIN, or an error the next readiness retries
+		}
+		_ = syscall.SetsockoptInt(fd, syscall.IPPROTO_TCP, syscall.TCP_NODELAY, 1)
+		c := &lconn{fd: fd, in: make([]byte, loopBuf), idleSince: time.Now()}
+		c.ev = syscall.EPOLLIN | syscall.EPOLLRDHUP
+		if l.ctl(syscall.EPOLL_CTL_ADD, fd, c.ev) != nil {
+			_ = syscall.Close(fd)
+			continue
+		}
+		l.conns[int32(fd)] = c
+	}
+}
+
+// setEv changes what the loop waits for on fd.
+func (l *loop) setEv(fd int, cur *uint32, ev uint32) {
+	if *cur != ev {
+		*cur = ev
+		_ = l.ctl(syscall.EPOLL_CTL_MOD, fd, ev)
+	}
+}
+
+func (l *loop) client(c *lconn, ev uint32) {
+	if ev&syscall.EPOLLOUT != 0 && c.outOff < len(c.out) {
+		l.flush(c)
+		return
+	}
+	if c.busy {
+		// Waiting on the replica: only a hang-up matters; pipelined bytes
+		// stay in the socket until the answer is out.
+		if ev&(syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) != 0 && !c.rdhup {
+			c.rdhup = true
+			l.setEv(c.fd, &c.ev, 0)
+			if time.Since(c.start) >= watchDelay {
+				l.abort(c)
+			} else {
+				l.gone = append(l.gone, c)
+			}
+		}
+		return
+	}
+	if len(c.in) == c.fill {
+		l.handOff(c) // a head longer than the buffer: net/http's limits apply
+		return
+	}
+	n, err := rawRecv(c.fd, c.in[c.fill:])
+	if err == syscall.EAGAIN {
+		return
+	}
+	if err != nil || n == 0 {
+		l.closeClient(c)
+		return
+	}
+	c.fill += n
+	l.next(c)
+}
+
+// next serves the request at the start of c.in once it is whole.
+func (l *loop) next(c *lconn) {
+	r := l.r
+	n, v := h1.Parse(c.in[:c.fill], &c.head)
+	if v == h1.Incomplete {
+		return
+	}
+	if v == h1.HandOff || handOffPath(c.head.Target) {
+		l.handOff(c)
+		return
+	}
+	cl := c.head.ContentLength
+	c.closeAfter = c.head.Close || l.stopped
+	if cl > r.cfg.MaxBodyBytes {
+		c.closeAfter = true // the body stays unread
+		r.tooLarge(l.out(c))
+		return
+	}
+	need := n + int(cl)
+	if c.fill < need {
+		if len(c.in) < need {
+			c.in = append(c.in[:c.fill], make([]byte, need-c.fill)...)
+		}
+		return
+	}
+	c.reqLen = need
+	c.busy, c.start, c.attempt, c.overhead, c.replayed = true, time.Now(), 0, 0, false
+	if !r.enter() {
+		c.busy, c.closeAfter = false, true
+		l.out(c).fail(http.StatusServiceUnavailable, "router is shutting down", 0)
+		return
+	}
+	info := parseRequest(c.header, c.in[n:need], r.cfg.DefaultDecodeTokens, r.cfg.PrefixBytes)
+	c.key = info.key.Value
+	c.preq = policy.Request{
+		SessionKey: info.key.Value, HashOnly: info.key.HashOnly(),
+		PromptTokens: info.promptTokens, ExpectedDecodeTokens: info.decodeTokens, PrefixHash: info.prefixHash,
+		PrefixBlocks: info.prefixBlocks,
+	}
+	l.attempt(c)
+}
+
+func (c *lconn) header(name string) string {
+	v, _ := c.head.Get(name)
+	return string(v)
+}
+
+// attempt routes the request and sends it to the chosen replica.
+func (l *loop) attempt(c *lconn) {
+	r := l.r
+	d, span := r.route(c.preq)
+	c.overhead += time.Since(c.start)
+	if !d.OK() {
+		c.busy = false
+		r.unrouted(l.out(c), d, c.key, c.overhead)
+		r.leave()
+		return
+	}
+	host, ok := strings.CutPrefix(d.Replica, "http://")
+	if !ok || strings.Contains(host, "/") {
+		// Not a plain-http replica: the goroutine path (a configured
+		// replica URL with a scheme or path) routes it again.
+		r.span(span, true)
+		r.done(d)
+		r.leave()
+		c.busy = false
+		l.handOff(c)
+		return
+	}
+	c.d, c.span, c.hostOfReq = d, span, host
+	if up := l.idleUp(host); up != nil {
+		l.send(c, up)
+		return
+	}
+	l.dial(c, host)
+}
+
+func (l *loop) idleUp(host string) *lup {
+	ups := l.idle[host]
+	if len(ups) == 0 {
+		return nil
+	}
+	up := ups[len(ups)-1]
+	l.idle[host] = ups[:len(ups)-1]
+	return up
+}
+
+// dial connects to host on a goroutine (a dial may take up to its
+// timeout) and sends c's request there from the loop.
+func (l *loop) dial(c *lconn, host string) {
+	c.dialing = true
+	d := &l.r.up.dialer
+	go func() {
+		nc, err := d.Dial("tcp", host)
+		fd := -1
+		if err == nil {
+			fd, err = dupFD(nc.(*net.TCPConn))
+			_ = nc.Close()
+		}
+		if !l.post(func() { l.dialed(c, host, fd, err) }) && fd >= 0 {
+			_ = syscall.Close(fd) // the loop ended meanwhile
+		}
+	}()
+}
+
+func (l *loop) dialed(c *lconn, host string, fd int, err error) {
+	c.dialing = false
+	if l.conns[int32(c.fd)] != c { // the client went away meanwhile
+		if fd >= 0 {
+			_ = syscall.Close(fd)
+		}
+		return
+	}
+	if err == nil {
+		up := &lup{fd: fd, host: host, in: make([]byte, loopBuf), ev: syscall.EPOLLIN | syscall.EPOLLRDHUP}
+		if err = l.ctl(syscall.EPOLL_CTL_ADD, fd, up.ev); err == nil {
+			l.ups[int32(fd)] = up
+			l.send(c, up)
+			return
+		}
+		_ = syscall.Close(fd)
+	}
+	l.sendFailed(c, err)
+}
+
+// send writes c's request to up.
+func (l *loop) send(c *lconn, up *lup) {
+	c.up, up.c = up, c
+	up.fill = 0
+	b := up.out[:0]
+	b = append(b, c.head.Method...)
+	b = append(b, ' ')
+	b = append(b, c.head.Target...)
+	b = append(b, " HTTP/1.1\r\nHost: "...)
+	b = append(b, c.hostOfReq...)
+	b = append(b, "\r\n"...)
+	for _, f := range c.head.Headers {
+		if forwarded(f) {
+			b = append(b, f.Name...)
+			b = append(b, ": "...)
+			b = append(b, f.Value...)
+			b = append(b, "\r\n"...)
+		}
+	}
+	b = append(b, "Content-Length: "...)
+	b = strconv.AppendInt(b, c.head.ContentLength, 10)
+	b = append(b, "\r\n\r\n"...)
+	b = append(b, c.in[c.reqLen-int(c.head.ContentLength):c.reqLen]...)
+	up.out, up.outOff = b, 0
+	l.flushUp(up)
+}
+
+func (l *loop) flushUp(up *lup) {
+	for up.outOff < len(up.out) {
+		n, err := rawSend(up.fd, up.out[up.outOff:])
+		if err == syscall.EAGAIN {
+			l.setEv(up.fd, &up.ev, syscall.EPOLLOUT|syscall.EPOLLRDHUP)
+			return
+		}
+		if err != nil {
+			l.upFailed(up, err)
+			return
+		}
+		up.outOff += n
+	}
+	l.setEv(up.fd, &up.ev, syscall.EPOLLIN|syscall.EPOLLRDHUP)
+	if up.c != nil {
+		up.c.upAt = time.Now()
+	}
+}
+
+func (l *loop) upstream(up *lup, ev uint32) {
+	if up.c == nil { // idle: the replica closed it (or spoke out of turn)
+		l.dropIdle(up)
+		return
+	}
+	if up.outOff < len(up.out) {
+		if ev&(syscall.EPOLLOUT|syscall.EPOLLERR|syscall.EPOLLHUP) != 0 {
+			l.flushUp(up)
+		}
+		return
+	}
+	if up.fill == len(up.in) {
+		l.relayAway(up.c) // a head longer than the buffer: net/http reads it
+		return
+	}
+	n, err := rawRecv(up.fd, up.in[up.fill:])
+	if err == syscall.EAGAIN {
+		return
+	}
+	if err == nil && n == 0 {
+		err = errNoAnswer
+	}
+	if err != nil {
+		l.upFailed(up, err)
+		return
+	}
+	up.fill += n
+	l.answer(up)
+}
+
+// answer relays the replica's answer once it is whole, or hands the
+// exchange to a goroutine when it is not a plain one.
+func (l *loop) answer(up *lup) {
+	c := up.c
+	n, v := h1.ParseResponse(up.in[:up.fill], &up.rhead)
+	switch v {
+	case h1.Incomplete:
+		return
+	case h1.HandOff:
+		l.relayAway(c)
+		return
+	}
+	if up.rhead.ContentLength > loopMaxAnswer || isEventStream(&up.rhead) {
+		l.relayAway(c)
+		return
+	}
+	total := n + int(up.rhead.ContentLength)
+	if up.fill < total {
+		if len(up.in) < total {
+			up.in = append(up.in[:up.fill], make([]byte, total-up.fill)...)
+		}
+		return
+	}
+	r, d := l.r, c.d
+	code := up.rhead.Code
+	keep := up.fill == total && !up.rhead.Close
+	if code == http.StatusServiceUnavailable && c.attempt < r.cfg.MaxRetries && r.spendRetryToken() {
+		l.release(up, keep)
+		r.retry503(d, c.span, &c.preq)
+		c.attempt++
+		c.start = time.Now()
+		l.attempt(c)
+		return
+	}
+	vs := r.answered(c.span, true)
+	b := h1.AppendStatusLine(l.scratch[:0], code, statusText(code))
+	b = appendLean(b, &up.rhead)
+	b = h1.AppendHeader(b, ReplicaHeader, d.Replica)
+	b = appendVersions(b, vs)
+	b = append(b, "Content-Length: "...)
+	b = strconv.AppendInt(b, up.rhead.ContentLength, 10)
+	b = append(b, "\r\n"...)
+	if c.closeAfter || c.rdhup {
+		c.closeAfter = true
+		b = append(b, "Connection: close\r\n"...)
+	}
+	b = append(b, "\r\n"...)
+	b = append(b, up.in[n:total]...)
+	l.scratch = b[:0]
+	r.metrics.overhead.Observe((c.overhead + time.Since(c.upAt)).Seconds())
+	r.metrics.request(d.Replica, code)
+	r.done(d)
+	l.release(up, keep)
+	l.finish(c)
+	l.write(c, b)
+}
+
+func isEventStream(h *h1.RespHead) bool {
+	const sse = "text/event-stream"
+	v, _ := h.Get("Content-Type")
+	return len(v) >= len(sse) && string(v[:len(sse)]) == sse
+}
+
+// finish ends the request being served (its bytes leave c.in).
+func (l *loop) finish(c *lconn) {
+	l.r.leave()
+	c.busy, c.up = false, nil
+	l.consume(c)
+}
+
+func (l *loop) consume(c *lconn) {
+	c.fill = copy(c.in, c.in[c.reqLen:c.fill])
+	c.reqLen = 0
+	if len(c.in) > 4*loopBuf && c.fill <= loopBuf {
+		c.in = append(make([]byte, 0, loopBuf), c.in[:c.fill]...)[:loopBuf]
+	}
+}
+
+// release puts up back in the idle pool (keep) or closes it.
+func (l *loop) release(up *lup, keep bool) {
+	up.c, up.fill = nil, 0
+	if !keep || l.stopped || len(l.idle[up.host]) >= l.r.up.maxIdle {
+		l.closeUp(up)
+		return
+	}
+	up.reused = true
+	l.idle[up.host] = append(l.idle[up.host], up)
+}
+
+func (l *loop) dropIdle(up *lup) {
+	ups := l.idle[up.host]
+	for i, x := range ups {
+		if x == up {
+			l.idle[up.host] = append(ups[:i], ups[i+1:]...)
+			break
+		}
+	}
+	l.closeUp(up)
+}
+
+func (l *loop) closeUp(up *lup) {
+	delete(l.ups, int32(up.fd))
+	_ = syscall.Close(up.fd) // leaves the epoll set with its last descriptor
+	up.fd = -1
+}
+
+// upFailed handles a failed upstream read or write: before any byte of
+// the answer, a reused connection is replayed once on a new one (the
+// replica had closed it), else forward's retry rules apply; after one,
+// the client connection is cut (it must not see a short answer).
+func (l *loop) upFailed(up *lup, err error) {
+	c := up.c
+	fresh := up.fill == 0
+	reused := up.reused
+	up.c = nil
+	l.closeUp(up)
+	if !fresh {
+		r := l.r
+		r.metrics.errors.WithLabelValues(c.d.Replica, "upstream_stream").Inc()
+		r.passiveFailure(c.d.Replica)
+		r.warn(c.d.Replica, "upstream failed mid-response", err)
+		r.span(c.span, true)
+		r.done(c.d)
+		r.leave()
+		c.busy = false
+		l.closeClient(c)
+		return
+	}
+	if reused && !c.replayed {
+		c.replayed = true
+		l.dial(c, c.hostOfReq)
+		return
+	}
+	l.sendFailed(c, err)
+}
+
+func (l *loop) sendFailed(c *lconn, err error) {
+	r := l.r
+	c.up = nil
+	switch r.sendFailed(c.d, c.span, err, c.attempt, &c.preq, c.rdhup) {
+	case sendRetry:
+		c.attempt++
+		c.replayed = false
+		c.start = time.Now()
+		l.attempt(c)
+	case sendFail:
+		r.metrics.overhead.Observe(c.overhead.Seconds())
+		c.busy = false
+		r.leave()
+		l.out(c).fail(http.StatusBadGateway, "upstream "+c.d.Replica+" unreachable", 0)
+	case sendGone:
+		c.busy = false
+		r.leave()
+		l.closeClient(c)
+	}
+}
+
+// abort ends a request whose client went away while it waited: the
+// upstream connection is closed (the replica sees the request
+// cancelled), nothing is answered.
+func (l *loop) abort(c *lconn) {
+	if !c.busy {
+		return
+	}
+	r := l.r
+	if c.up != nil {
+		c.up.c = nil
+		l.closeUp(c.up)
+		c.up = nil
+	}
+	r.metrics.errors.WithLabelValues(c.d.Replica, "client_gone").Inc()
+	r.span(c.span, true) // a dial in flight finds the client gone (dialed)
+	r.done(c.d)
+	r.leave()
+	c.busy = false
+	l.closeClient(c)
+}
+
+// write sends an answer to c; what the socket does not take is sent
+// when it becomes writable.
+func (l *loop) write(c *lconn, b []byte) {
+	c.out = append(c.out[:0], b...)
+	c.outOff = 0
+	l.flush(c)
+}
+
+func (l *loop) flush(c *lconn) {
+	for c.outOff < len(c.out) {
+		n, err := rawSend(c.fd, c.out[c.outOff:])
+		if err == syscall.EAGAIN {
+			l.setEv(c.fd, &c.ev, syscall.EPOLLOUT)
+			return
+		}
+		if err != nil {
+			l.closeClient(c)
+			return
+		}
+		c.outOff += n
+	}
+	c.out, c.outOff = c.out[:0], 0
+	if c.closeAfter {
+		l.closeClient(c)
+		return
+	}
+	l.setEv(c.fd, &c.ev, syscall.EPOLLIN|syscall.EPOLLRDHUP)
+	c.idleSince = time.Now()
+	if c.fill > 0 {
+		l.next(c) // a pipelined request
+	}
+}
+
+func (l *loop) closeClient(c *lconn) {
+	if l.conns[int32(c.fd)] != c {
+		return
+	}
+	delete(l.conns, int32(c.fd))
+	_ = syscall.Close(c.fd)
+}
+
+// detach takes fd out of the loop as a net.Conn.
+func (l *loop) detach(fd int) (net.Conn, error) {
+	_ = l.ctl(syscall.EPOLL_CTL_DEL, fd, 0)
+	f := os.NewFile(uintptr(fd), "")
+	nc, err := net.FileConn(f)
+	_ = f.Close()
+	return nc, err
+}
+
+// handOff gives c, with every byte read, to the goroutine path (a
+// fastConn, which hands it to net/http when it must).
+func (l *loop) handOff(c *lconn) {
+	delete(l.conns, int32(c.fd))
+	pre := append([]byte(nil), c.in[:c.fill]...)
+	nc, err := l.detach(c.fd)
+	if err != nil {
+		return
+	}
+	go func() {
+		fc := l.r.newFastConn(&prefixConn{Conn: nc, pre: pre}, l.hand)
+		if fc == nil {
+			_ = nc.Close()
+			return
+		}
+		fc.serve()
+	}()
+}
+
+// relayAway hands an exchange whose answer is not plain to a goroutine:
+// the fast front's relay reads the answer from the bytes read so far and
+// the upstream connection; the client connection then stays a fastConn.
+func (l *loop) relayAway(c *lconn) {
+	up := c.up
+	delete(l.conns, int32(c.fd))
+	delete(l.ups, int32(up.fd))
+	ex := &adopted{
+		head:    append([]byte(nil), c.in[:c.reqLen-int(c.head.ContentLength)]...),
+		rest:    append([]byte(nil), c.in[c.reqLen:c.fill]...),
+		answer:  append([]byte(nil), up.in[:up.fill]...),
+		host:    up.host,
+		d:       c.d,
+		span:    c.span,
+		upAt:    c.upAt,
+		overhd:  c.overhead,
+		closeAf: c.closeAfter,
+	}
+	var err error
+	if ex.up, err = l.detach(up.fd); err == nil {
+		ex.client, err = l.detach(c.fd)
+	}
+	if err != nil {
+		if ex.up != nil {
+			_ = ex.up.Close()
+		}
+		l.r.span(c.span, true)
+		l.r.done(c.d)
+		l.r.leave()
+		return
+	}
+	go l.r.relayAdopted(ex, l.hand)
+}
+
+// housekeeping, every watchDelay: requests whose client half-closed and
+// that waited watchDelay are aborted (the fast front's disconnect
+// watch); connections idle past Config.IdleTimeout are closed.
+func (l *loop) housekeep() {
+	gone := l.gone[:0]
+	for _, c := range l.gone {
+		switch {
+		case !c.busy || l.conns[int32(c.fd)] != c:
+		case time.Since(c.start) >= watchDelay:
+			l.abort(c)
+		default:
+			gone = append(gone, c)
+		}
+	}
+	l.gone = gone
+	idle := l.r.cfg.IdleTimeout
+	if idle <= 0 {
+		idle = DefaultIdleTimeout
+	}
+	now := time.Now()
+	for _, c := range l.conns {
+		if !c.busy && c.outOff >= len(c.out) && now.Sub(c.idleSince) > idle {
+			l.closeClient(c)
+		}
+	}
+}
+
+func (l *loop) stopNow() {
+	if l.stopped {
+		return
+	}
+	l.stopped = true
+	if l.lfd >= 0 {
+		_ = syscall.Close(l.lfd)
+		l.lfd = -1
+	}
+	for _, c := range l.conns {
+		if !c.busy && c.outOff >= len(c.out) {
+			l.closeClient(c)
+		} else {
+			c.closeAfter = true
+		}
+	}
+	for host, ups := range l.idle {
+		for _, up := range ups {
+			l.closeUp(up)
+		}
+		delete(l.idle, host)
+	}
+}
+
+// closeAll closes every connection (run's end).
+func (l *loop) closeAll() {
+	for _, c := range l.conns {
+		if c.busy {
+			l.abort(c)
+		} else {
+			l.closeClient(c)
+		}
+	}
+	for _, up := range l.ups {
+		l.closeUp(up)
+	}
+}
+
+// out is the answer writer for a local answer on c (fail).
+func (l *loop) out(c *lconn) answer { return &loopOut{l: l, c: c} }
+
+// loopOut writes the loop's local answers (errors) through fastOut's
+// bytes.
+type loopOut struct {
+	l *loop
+	c *lconn
+}
+
+func (o *loopOut) fail(code int, msg string, retryAfter int) {
+	c := o.c
+	b := appendError(o.l.scratch[:0], code, msg, retryAfter, c.closeAfter)
+	o.l.scratch = b[:0]
+	if c.reqLen > 0 {
+		o.l.consume(c)
+	} else if !c.closeAfter {
+		c.closeAfter = true // the request's bytes were not all read
+	}
+	o.l.write(c, b)
+}
+
+func (o *loopOut) head(*http.Response, string, versionSpan, bool, bool) error { return errLoopAnswer }
+func (o *loopOut) write([]byte) error                                         { return errLoopAnswer }
+func (o *loopOut) end(*versionSpan)                                           {}
+func (o *loopOut) abort()                                                     { o.l.closeClient(o.c) }
+
+var errLoopAnswer = errors.New("proxy: the loop front writes only local answers")
+
+func rawRecv(fd int, p []byte) (int, error) {
+	for {
+		n, _, e := syscall.RawSyscall6(syscall.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)), 0, 0, 0)
+		switch e {
+		case 0:
+			return int(n), nil
+		case syscall.EINTR:
+			continue
+		}
+		return 0, e
+	}
+}
+
+func rawSend(fd int, p []byte) (int, error) {
+	for {
+		n, _, e := syscall.RawSyscall6(syscall.SYS_SENDTO, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)), syscall.MSG_NOSIGNAL, 0, 0)
+		switch e {
+		case 0:
+			return int(n), nil
+		case syscall.EINTR:
+			continue
+		}
+		return 0, e
+	}
+}
