@@ -137,14 +137,14 @@ func runMain(args []string) error {
 	fs.StringVar(&c.tmpl, "template", "bench/haproxy/haproxy.cfg.tmpl", "HAProxy config template")
 	fs.StringVar(&c.lua, "lua", "bench/haproxy/session.lua", "wrk script")
 	fs.StringVar(&c.policy, "policy", "sticky_least_loaded", "policy of the router target")
-	fs.StringVar(&targets, "targets", "direct,haproxy_stick,router,haproxy_chash,router_chash", "targets, comma-separated (direct, haproxy_stick, haproxy_chash, router, router_chash, router_base: -asyncrl-base with -policy, router_nethttp: -policy with --front net_http)")
+	fs.StringVar(&targets, "targets", "direct,haproxy_stick,router,haproxy_chash,router_chash", "targets, comma-separated (direct, haproxy_stick, haproxy_chash, router, router_chash, router_base: -asyncrl-base with -policy, router_nethttp: -policy with --front net_http, router_loop: -policy with --front loop)")
 	fs.StringVar(&conns, "conns", "1,16,64,256", "wrk connections per level, comma-separated")
 	fs.DurationVar(&c.dur, "duration", 10*time.Second, "wrk duration of one cell")
 	fs.IntVar(&c.reps, "reps", 3, "repetitions (target order rotates between them; medians over them)")
 	fs.IntVar(&c.backends, "backends", 2, "trivial backends behind the proxies")
 	fs.IntVar(&c.routerProcs, "router-procs", 1, "GOMAXPROCS of the router process (HAProxy runs one thread); 0 = Go's default")
 	fs.StringVar(&c.jsonOut, "json", "", "write every cell as JSON to this file")
-	fs.StringVar(&c.profileFront, "profile-front", "fast", "front end of the profiled router (fast or net_http)")
+	fs.StringVar(&c.profileFront, "profile-front", "fast", "front end of the profiled router (fast, loop or net_http)")
 	fs.StringVar(&c.profileDir, "profile", "", "after the cells, profile the router (-policy, CPU and allocations under wrk at the largest level) into this directory")
 	_ = fs.Parse(args)
 	c.targets = split(targets)
@@ -281,7 +281,7 @@ func run(c runConfig) ([]Cell, error) {
 		}
 		targets["haproxy_stick"], targets["haproxy_chash"] = t[0], t[1]
 	}
-	for name, pol := range map[string]string{"router": c.policy, "router_chash": "consistent_hash", "router_base": c.policy, "router_nethttp": c.policy} {
+	for name, pol := range map[string]string{"router": c.policy, "router_chash": "consistent_hash", "router_base": c.policy, "router_nethttp": c.policy, "router_loop": c.policy} {
 		if !slices.Contains(c.targets, name) {
 			continue
 		}
@@ -293,8 +293,11 @@ func run(c runConfig) ([]Cell, error) {
 			rc.asyncrl = c.asyncrlBase
 		}
 		front := ""
-		if name == "router_nethttp" { // the same binary on net/http's server: before/after the fast front in one run
+		switch name {
+		case "router_nethttp": // the same binary on net/http's server: before/after the fast front in one run
 			front = "net_http"
+		case "router_loop": // the same binary with the event-loop front
+			front = "loop"
 		}
 		t, err := startRouter(&ps, rc, pol, backends, "", front)
 		if err != nil {
