@@ -1,8 +1,13 @@
 package proxy
 
 import (
+	"bufio"
 	"io"
 	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -51,5 +56,51 @@ func TestFrontHalfCloseAfterRequest(t *testing.T) {
 			t.Fatalf("answer %q", body)
 		}
 		expectClosed(t, br, "half-closed client after its answer")
+	})
+}
+
+// A client slower to read than the router is to answer: an answer larger
+// than the sockets hold leaves in several writes (the loop front waits
+// for writability), arrives whole, and the pipelined request behind it
+// is answered after it, in order.
+func TestFrontSlowReader(t *testing.T) {
+	// 8 MiB: more than loopback's send buffers take at once, buffered
+	// whole by the loop front (its limit raised for the test).
+	defer func(m int64) { loopMaxAnswer = m }(loopMaxAnswer)
+	loopMaxAnswer = 16 << 20
+	fastFronts(t, func(t *testing.T) {
+		big := strings.Repeat("z", 8<<20)
+		a := backend(t, func(w http.ResponseWriter, r *http.Request) {
+			b, _ := io.ReadAll(r.Body)
+			if string(b) == "big" { // with its length: the loop front buffers it (under loopMaxAnswer)
+				w.Header().Set("Content-Length", strconv.Itoa(len(big)))
+				_, _ = io.WriteString(w, big)
+				return
+			}
+			_, _ = w.Write(b)
+		})
+		h := start(t, testConfig(a))
+		// A small receive buffer, set before connecting (set after, the
+		// window shrinks under the sender and TCP stalls for seconds).
+		d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+			return rc.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 8<<10) })
+		}}
+		c, err := d.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.WriteString(c, rawPost("s", "big")+rawPost("s", "after")); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond) // the router's writes fill the sockets
+		br := bufio.NewReaderSize(c, 1<<10)
+		if _, body := readResp(t, br); body != big {
+			t.Fatalf("big answer: %d bytes, want %d", len(body), len(big))
+		}
+		if _, body := readResp(t, br); body != "after" {
+			t.Fatalf("pipelined answer %q", body)
+		}
 	})
 }

@@ -44,8 +44,8 @@ import (
 // retry503, unrouted, answered).
 
 // loopMaxAnswer is the largest answer body the loop buffers whole;
-// larger ones are relayed by a goroutine.
-const loopMaxAnswer = 1 << 20
+// larger ones are relayed by a goroutine. (A variable for the tests.)
+var loopMaxAnswer int64 = 1 << 20
 
 // loopBuf is the initial input buffer of a connection (grown to a
 // request's or answer's size).
@@ -64,12 +64,13 @@ type loop struct {
 	lfd  int // the listener (a duplicate; -1 once closed)
 	wake int // eventfd: commands posted
 
-	conns   map[int32]*lconn
-	ups     map[int32]*lup
+	conns   fdTable[lconn]
+	ups     fdTable[lup]
 	idle    map[string][]*lup
 	gone    []*lconn // half-closed while waiting: aborted once they waited watchDelay
 	stopped bool
 	scratch []byte
+	swept   time.Time // the last idle sweep (housekeep)
 
 	cmu  sync.Mutex
 	cmds []func()
@@ -144,7 +145,7 @@ func (r *Router) serveLoop(ln net.Listener) error {
 }
 
 func newLoop(r *Router, hand *handoffListener, tl *net.TCPListener) (*loop, error) {
-	l := &loop{r: r, hand: hand, ln: tl, lfd: -1, wake: -1, conns: map[int32]*lconn{}, ups: map[int32]*lup{},
+	l := &loop{r: r, hand: hand, ln: tl, lfd: -1, wake: -1,
 		idle: map[string][]*lup{}, evs: make([]syscall.EpollEvent, 256), quit: make(chan struct{})}
 	var err error
 	if l.epfd, err = syscall.EpollCreate1(syscall.EPOLL_CLOEXEC); err != nil {
@@ -279,11 +280,15 @@ func (l *loop) run() (err error) {
 		}
 		for i := range l.nev {
 			ev := l.evs[i]
+			if c := l.conns.get(ev.Fd); c != nil {
+				l.client(c, ev.Events)
+				continue
+			}
+			if up := l.ups.get(ev.Fd); up != nil {
+				l.upstream(up, ev.Events)
+				continue
+			}
 			switch {
-			case l.conns[ev.Fd] != nil:
-				l.client(l.conns[ev.Fd], ev.Events)
-			case l.ups[ev.Fd] != nil:
-				l.upstream(l.ups[ev.Fd], ev.Events)
 			case int(ev.Fd) == l.wake:
 				l.commands()
 			case int(ev.Fd) == l.lfd:
@@ -291,7 +296,7 @@ func (l *loop) run() (err error) {
 			}
 		}
 		l.nev = 0
-		if l.stopped && len(l.conns) == 0 {
+		if l.stopped && l.conns.n == 0 {
 			return http.ErrServerClosed
 		}
 	}
@@ -322,7 +327,7 @@ func (l *loop) accept() {
 			_ = syscall.Close(fd)
 			continue
 		}
-		l.conns[int32(fd)] = c
+		l.conns.set(fd, c)
 	}
 }
 
@@ -476,7 +481,7 @@ func (l *loop) dial(c *lconn, host string) {
 
 func (l *loop) dialed(c *lconn, host string, fd int, err error) {
 	c.dialing = false
-	if l.conns[int32(c.fd)] != c { // the client went away meanwhile
+	if l.conns.get(int32(c.fd)) != c { // the client went away meanwhile
 		if fd >= 0 {
 			_ = syscall.Close(fd)
 		}
@@ -485,7 +490,7 @@ func (l *loop) dialed(c *lconn, host string, fd int, err error) {
 	if err == nil {
 		up := &lup{fd: fd, host: host, in: make([]byte, loopBuf), ev: syscall.EPOLLIN | syscall.EPOLLRDHUP}
 		if err = l.ctl(syscall.EPOLL_CTL_ADD, fd, up.ev); err == nil {
-			l.ups[int32(fd)] = up
+			l.ups.set(fd, up)
 			l.send(c, up)
 			return
 		}
@@ -535,9 +540,6 @@ func (l *loop) flushUp(up *lup) {
 		up.outOff += n
 	}
 	l.setEv(up.fd, &up.ev, syscall.EPOLLIN|syscall.EPOLLRDHUP)
-	if up.c != nil {
-		up.c.upAt = time.Now()
-	}
 }
 
 func (l *loop) upstream(up *lup, ev uint32) {
@@ -594,10 +596,12 @@ func (l *loop) answer(up *lup) {
 		return
 	}
 	r, d := l.r, c.d
+	c.upAt = time.Now() // the answer is in: forward's upstreamAt
 	code := up.rhead.Code
 	keep := up.fill == total && !up.rhead.Close
 	if code == http.StatusServiceUnavailable && c.attempt < r.cfg.MaxRetries && r.spendRetryToken() {
 		l.release(up, keep)
+		c.up = nil
 		r.retry503(d, c.span, &c.preq)
 		c.attempt++
 		c.start = time.Now()
@@ -643,14 +647,19 @@ func (l *loop) finish(c *lconn) {
 func (l *loop) consume(c *lconn) {
 	c.fill = copy(c.in, c.in[c.reqLen:c.fill])
 	c.reqLen = 0
-	if len(c.in) > 4*loopBuf && c.fill <= loopBuf {
-		c.in = append(make([]byte, 0, loopBuf), c.in[:c.fill]...)[:loopBuf]
+	if len(c.in) > loopBuf && c.fill <= loopBuf {
+		in := make([]byte, loopBuf)
+		copy(in, c.in[:c.fill])
+		c.in = in
 	}
 }
 
 // release puts up back in the idle pool (keep) or closes it.
 func (l *loop) release(up *lup, keep bool) {
 	up.c, up.fill = nil, 0
+	if len(up.in) > loopBuf {
+		up.in = make([]byte, loopBuf)
+	}
 	if !keep || l.stopped || len(l.idle[up.host]) >= l.r.up.maxIdle {
 		l.closeUp(up)
 		return
@@ -671,7 +680,7 @@ func (l *loop) dropIdle(up *lup) {
 }
 
 func (l *loop) closeUp(up *lup) {
-	delete(l.ups, int32(up.fd))
+	l.ups.del(up.fd)
 	_ = syscall.Close(up.fd) // leaves the epoll set with its last descriptor
 	up.fd = -1
 }
@@ -684,7 +693,7 @@ func (l *loop) upFailed(up *lup, err error) {
 	c := up.c
 	fresh := up.fill == 0
 	reused := up.reused
-	up.c = nil
+	up.c, c.up = nil, nil
 	l.closeUp(up)
 	if !fresh {
 		r := l.r
@@ -782,10 +791,10 @@ func (l *loop) flush(c *lconn) {
 }
 
 func (l *loop) closeClient(c *lconn) {
-	if l.conns[int32(c.fd)] != c {
+	if l.conns.get(int32(c.fd)) != c {
 		return
 	}
-	delete(l.conns, int32(c.fd))
+	l.conns.del(c.fd)
 	_ = syscall.Close(c.fd)
 }
 
@@ -801,7 +810,7 @@ func (l *loop) detach(fd int) (net.Conn, error) {
 // handOff gives c, with every byte read, to the goroutine path (a
 // fastConn, which hands it to net/http when it must).
 func (l *loop) handOff(c *lconn) {
-	delete(l.conns, int32(c.fd))
+	l.conns.del(c.fd)
 	pre := append([]byte(nil), c.in[:c.fill]...)
 	nc, err := l.detach(c.fd)
 	if err != nil {
@@ -822,8 +831,8 @@ func (l *loop) handOff(c *lconn) {
 // the upstream connection; the client connection then stays a fastConn.
 func (l *loop) relayAway(c *lconn) {
 	up := c.up
-	delete(l.conns, int32(c.fd))
-	delete(l.ups, int32(up.fd))
+	l.conns.del(c.fd)
+	l.ups.del(up.fd)
 	ex := &adopted{
 		head:    append([]byte(nil), c.in[:c.reqLen-int(c.head.ContentLength)]...),
 		rest:    append([]byte(nil), c.in[c.reqLen:c.fill]...),
@@ -831,17 +840,18 @@ func (l *loop) relayAway(c *lconn) {
 		host:    up.host,
 		d:       c.d,
 		span:    c.span,
-		upAt:    c.upAt,
+		upAt:    time.Now(),
 		overhd:  c.overhead,
 		closeAf: c.closeAfter,
 	}
-	var err error
-	if ex.up, err = l.detach(up.fd); err == nil {
-		ex.client, err = l.detach(c.fd)
-	}
-	if err != nil {
-		if ex.up != nil {
-			_ = ex.up.Close()
+	var uerr, cerr error
+	ex.up, uerr = l.detach(up.fd) // detach closes the loop's descriptor either way
+	ex.client, cerr = l.detach(c.fd)
+	if uerr != nil || cerr != nil {
+		for _, nc := range []net.Conn{ex.up, ex.client} {
+			if nc != nil {
+				_ = nc.Close()
+			}
 		}
 		l.r.span(c.span, true)
 		l.r.done(c.d)
@@ -851,14 +861,15 @@ func (l *loop) relayAway(c *lconn) {
 	go l.r.relayAdopted(ex, l.hand)
 }
 
-// housekeeping, every watchDelay: requests whose client half-closed and
+// housekeep runs every watchDelay: requests whose client half-closed and
 // that waited watchDelay are aborted (the fast front's disconnect
-// watch); connections idle past Config.IdleTimeout are closed.
+// watch); every quarter of Config.IdleTimeout, connections idle past it
+// are closed (reapIdle's rule).
 func (l *loop) housekeep() {
 	gone := l.gone[:0]
 	for _, c := range l.gone {
 		switch {
-		case !c.busy || l.conns[int32(c.fd)] != c:
+		case !c.busy || l.conns.get(int32(c.fd)) != c:
 		case time.Since(c.start) >= watchDelay:
 			l.abort(c)
 		default:
@@ -871,7 +882,11 @@ func (l *loop) housekeep() {
 		idle = DefaultIdleTimeout
 	}
 	now := time.Now()
-	for _, c := range l.conns {
+	if now.Sub(l.swept) < idle/4 {
+		return
+	}
+	l.swept = now
+	for _, c := range l.conns.all() {
 		if !c.busy && c.outOff >= len(c.out) && now.Sub(c.idleSince) > idle {
 			l.closeClient(c)
 		}
@@ -887,7 +902,7 @@ func (l *loop) stopNow() {
 		_ = syscall.Close(l.lfd)
 		l.lfd = -1
 	}
-	for _, c := range l.conns {
+	for _, c := range l.conns.all() {
 		if !c.busy && c.outOff >= len(c.out) {
 			l.closeClient(c)
 		} else {
@@ -904,14 +919,14 @@ func (l *loop) stopNow() {
 
 // closeAll closes every connection (run's end).
 func (l *loop) closeAll() {
-	for _, c := range l.conns {
+	for _, c := range l.conns.all() {
 		if c.busy {
 			l.abort(c)
 		} else {
 			l.closeClient(c)
 		}
 	}
-	for _, up := range l.ups {
+	for _, up := range l.ups.all() {
 		l.closeUp(up)
 	}
 }
@@ -969,4 +984,46 @@ func rawSend(fd int, p []byte) (int, error) {
 		}
 		return 0, e
 	}
+}
+
+// fdTable maps descriptors to the loop's connections: a slice indexed by
+// descriptor, one bounds check per event instead of a map lookup.
+type fdTable[T any] struct {
+	s []*T
+	n int
+}
+
+func (t *fdTable[T]) get(fd int32) *T {
+	if fd >= 0 && int(fd) < len(t.s) {
+		return t.s[fd]
+	}
+	return nil
+}
+
+func (t *fdTable[T]) set(fd int, v *T) {
+	if fd >= len(t.s) {
+		t.s = append(t.s, make([]*T, fd+1-len(t.s)+len(t.s)/2)...)
+	}
+	if t.s[fd] == nil {
+		t.n++
+	}
+	t.s[fd] = v
+}
+
+func (t *fdTable[T]) del(fd int) {
+	if fd >= 0 && fd < len(t.s) && t.s[fd] != nil {
+		t.s[fd] = nil
+		t.n--
+	}
+}
+
+// all returns the entries (a copy: the caller may delete while it ranges).
+func (t *fdTable[T]) all() []*T {
+	out := make([]*T, 0, t.n)
+	for _, v := range t.s {
+		if v != nil {
+			out = append(out, v)
+		}
+	}
+	return out
 }

@@ -7,7 +7,9 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 // A chunked answer that is not text/event-stream (no Content-Length) may
@@ -51,7 +53,8 @@ func TestChunkedNonSSEStreams(t *testing.T) {
 // smaller and larger than the relay buffer.
 func TestKnownLengthAnswerWhole(t *testing.T) {
 	eachFront(t, func(t *testing.T) {
-		for _, size := range []int{0, 220, 32 << 10, 200 << 10} {
+		// 3 MiB: over the loop front's loopMaxAnswer, relayed by a goroutine.
+		for _, size := range []int{0, 220, 32 << 10, 200 << 10, 3 << 20} {
 			body := strings.Repeat("x", size)
 			a := backend(t, func(w http.ResponseWriter, r *http.Request) {
 				w.Header().Set("Content-Type", "application/json")
@@ -68,6 +71,35 @@ func TestKnownLengthAnswerWhole(t *testing.T) {
 			if resp.ContentLength != int64(size) || resp.Header.Get(ReplicaHeader) != a.URL ||
 				resp.Header.Get(VersionMinHeader) == "" || resp.Header.Get("Trailer") != "" {
 				t.Fatalf("size %d: length %d, headers %v", size, resp.ContentLength, resp.Header)
+			}
+		}
+	})
+}
+
+// A request body larger than the fronts' read buffers reaches the
+// replica whole, with its length, on a connection that then serves the
+// next (smaller) request.
+func TestLargeRequestBodyForwarded(t *testing.T) {
+	eachFront(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var got []int
+		a := backend(t, func(w http.ResponseWriter, r *http.Request) {
+			time.Sleep(50 * time.Millisecond) // the router's writes fill the sockets first
+			b, _ := io.ReadAll(r.Body)
+			mu.Lock()
+			got = append(got, len(b))
+			mu.Unlock()
+			fmt.Fprintf(w, "%d:%d:%t", r.ContentLength, len(b), strings.Count(string(b), "y") == len(b)-len(`{"prompt":""}`))
+		})
+		h := start(t, testConfig(a))
+		// 8 MiB: more than loopback's socket buffers take at once.
+		for _, size := range []int{300 << 10, 8 << 20, 10} {
+			body := `{"prompt":"` + strings.Repeat("y", size) + `"}`
+			resp := h.post("/v1/completions", "big", body)
+			ans, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if want := fmt.Sprintf("%d:%d:true", len(body), len(body)); string(ans) != want {
+				t.Fatalf("size %d: replica saw %q, want %q", size, ans, want)
 			}
 		}
 	})
