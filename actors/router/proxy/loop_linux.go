@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -69,8 +70,11 @@ type loop struct {
 	idle    map[string][]*lup
 	gone    []*lconn // half-closed while waiting: aborted once they waited watchDelay
 	stopped bool
-	scratch []byte
-	swept   time.Time // the last idle sweep (housekeep)
+	// acceptPaused: the listener left the epoll set after accept failed
+	// for want of resources; housekeep puts it back.
+	acceptPaused bool
+	scratch      []byte
+	swept        time.Time // the last idle sweep (housekeep)
 
 	cmu  sync.Mutex
 	cmds []func()
@@ -131,17 +135,35 @@ func (r *Router) serveLoop(ln net.Listener) error {
 		return http.ErrServerClosed
 	}
 	defer r.untrackListener(ln)
-	l, err := newLoop(r, hand, tl)
-	if err != nil {
-		return err
+	// One loop per P: each accepts from the listener (registered
+	// EPOLLEXCLUSIVE, so a connection wakes one loop) and serves what it
+	// accepted.
+	n := runtime.GOMAXPROCS(0)
+	errs := make(chan error, n)
+	for range n {
+		l, err := newLoop(r, hand, tl)
+		if err != nil {
+			errs <- err
+			continue
+		}
+		if !r.addLoop(l) {
+			l.close()
+			errs <- http.ErrServerClosed
+			continue
+		}
+		go l.tick()
+		go func() {
+			defer r.removeLoop(l)
+			errs <- l.run()
+		}()
 	}
-	if !r.addLoop(l) {
-		l.close()
-		return http.ErrServerClosed
+	var first error
+	for range n {
+		if err := <-errs; first == nil || errors.Is(first, http.ErrServerClosed) {
+			first = err
+		}
 	}
-	defer r.removeLoop(l)
-	go l.tick()
-	return l.run()
+	return first
 }
 
 func newLoop(r *Router, hand *handoffListener, tl *net.TCPListener) (*loop, error) {
@@ -166,7 +188,7 @@ func newLoop(r *Router, hand *handoffListener, tl *net.TCPListener) (*loop, erro
 		l.wake = int(w)
 	}
 	if err == nil {
-		err = l.ctl(syscall.EPOLL_CTL_ADD, l.lfd, syscall.EPOLLIN)
+		err = l.listen(syscall.EPOLL_CTL_ADD)
 	}
 	if err == nil {
 		err = l.ctl(syscall.EPOLL_CTL_ADD, l.wake, syscall.EPOLLIN)
@@ -314,11 +336,31 @@ func (l *loop) commands() {
 	}
 }
 
+// epollExclusive is EPOLLEXCLUSIVE (Linux 4.5), which package syscall
+// does not name: of the loops waiting on the listener, one is woken.
+const epollExclusive = 1 << 28
+
+// listen adds the listener to the loop's epoll set (op ADD).
+func (l *loop) listen(op int) error {
+	return l.ctl(op, l.lfd, syscall.EPOLLIN|epollExclusive)
+}
+
 func (l *loop) accept() {
 	for range 64 {
 		fd, _, err := syscall.Accept4(l.lfd, syscall.SOCK_NONBLOCK|syscall.SOCK_CLOEXEC)
-		if err != nil {
-			return // EAGAIN, or an error the next readiness retries
+		switch err {
+		case nil:
+		case syscall.EAGAIN, syscall.EINTR, syscall.ECONNABORTED:
+			return
+		default:
+			// Out of descriptors or memory (EMFILE, ENFILE, ENOBUFS):
+			// the listener stays readable, and waiting on it would spin.
+			// It leaves the epoll set until the next housekeeping.
+			l.r.warn("", "router loop front: accept failed; pausing accepts for "+watchDelay.String(), err)
+			if l.ctl(syscall.EPOLL_CTL_DEL, l.lfd, 0) == nil {
+				l.acceptPaused = true
+			}
+			return
 		}
 		_ = syscall.SetsockoptInt(fd, syscall.IPPROTO_TCP, syscall.TCP_NODELAY, 1)
 		c := &lconn{fd: fd, in: make([]byte, loopBuf), idleSince: time.Now()}
@@ -866,6 +908,9 @@ func (l *loop) relayAway(c *lconn) {
 // watch); every quarter of Config.IdleTimeout, connections idle past it
 // are closed (reapIdle's rule).
 func (l *loop) housekeep() {
+	if l.acceptPaused && !l.stopped && l.listen(syscall.EPOLL_CTL_ADD) == nil {
+		l.acceptPaused = false
+	}
 	gone := l.gone[:0]
 	for _, c := range l.gone {
 		switch {
