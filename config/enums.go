@@ -82,9 +82,9 @@ const (
 	// anything unusual (admin, chunked requests, HTTP/1.0…) is handed to
 	// net/http on the same connection.
 	FrontFast RouterFront = "fast"
-	// FrontLoop: the fast front with its plain requests served from one
-	// event loop per listener (Linux; elsewhere fast): less CPU per
-	// request, one core.
+	// FrontLoop (default): the fast front with its plain requests served
+	// from event loops, one per CPU (Linux; elsewhere fast): less CPU
+	// per request than a goroutine per connection.
 	FrontLoop RouterFront = "loop"
 	// FrontNetHTTP: net/http's server for everything (the front before
 	// issue 22's work; kept for side-by-side benchmarks).

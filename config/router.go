@@ -58,7 +58,7 @@ type RouterConfig struct {
 	// Listen is the router's HTTP address.
 	Listen string `yaml:"listen" doc:"router HTTP address (host:port; port 0 = any free port)"`
 	// Front is the HTTP front end serving Listen.
-	Front RouterFront `yaml:"front" doc:"HTTP front end: fast (the router's own HTTP/1.1 server on the proxied path, net/http for the rest), loop (fast, with plain requests served from one event loop: less CPU per request, one core) or net_http"`
+	Front RouterFront `yaml:"front" doc:"HTTP front end: loop (plain requests served from event loops, one per CPU; the rest as fast), fast (the router's own HTTP/1.1 server on the proxied path, a goroutine per connection, net/http for the rest) or net_http"`
 }
 
 // DefaultRouter uses bounded_sticky with SkyRL's and vllm-router's constants
@@ -83,7 +83,7 @@ func DefaultRouter() RouterConfig {
 		MaxVersionLag:       -1,
 		HashFallback:        HashWalk,
 		Listen:              "127.0.0.1:8000",
-		Front:               FrontFast,
+		Front:               FrontLoop,
 	}
 }
 

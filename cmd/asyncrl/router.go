@@ -110,7 +110,7 @@ func newRouterCmd(g *globals) *cobra.Command {
 	fs.StringVar(&policyName, "policy", "bounded_sticky", "routing policy: bounded_sticky, sticky_least_loaded, consistent_hash, round_robin or least_request")
 	fs.StringVar(&token, "admin-token", "", "bearer token for /admin/ (required when --listen is not loopback)")
 	fs.StringVar(&metricsAddr, "metrics-listen", "", "serve the router's Prometheus /metrics on this address (empty = off)")
-	fs.StringVar(&front, "front", "fast", "HTTP front end: fast (the router's own HTTP/1.1 server on the proxied path), loop (fast with an event loop: less CPU per request, one core) or net_http")
+	fs.StringVar(&front, "front", "loop", "HTTP front end: loop (plain requests served from event loops, one per CPU; the rest as fast), fast (the router's own HTTP/1.1 server on the proxied path, a goroutine per connection) or net_http")
 	return cmd
 }
 

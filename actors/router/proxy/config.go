@@ -69,11 +69,12 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Logger logs health transitions and upstream failures.
 	Logger zerolog.Logger
-	// Front is the HTTP front end Serve runs: FrontFast (default; the
-	// router's own HTTP/1.1 server on the proxied path, net/http for the
-	// rest), FrontLoop (the same, with plain requests served from one
-	// event loop per listener: less CPU per request, one core per
-	// listener) or FrontNetHTTP (net/http's server for everything).
+	// Front is the HTTP front end Serve runs: FrontLoop (default, "" too:
+	// plain requests served from event loops, one per P, everything else
+	// as FrontFast does; FrontFast off Linux), FrontFast (the router's
+	// own HTTP/1.1 server on the proxied path, a goroutine per
+	// connection, net/http for the rest) or FrontNetHTTP (net/http's
+	// server for everything).
 	Front string
 	// IdleTimeout is how long the fast front lets a connection wait for,
 	// or trickle in, the head of its next request before closing it (0:
@@ -108,7 +109,7 @@ func DefaultConfig() Config {
 		DefaultDecodeTokens: 256,
 		PrefixBytes:         2048,
 		Logger:              zerolog.Nop(),
-		Front:               FrontFast,
+		Front:               FrontLoop,
 	}
 }
 

@@ -31,8 +31,9 @@ const (
 	FrontFast = "fast"
 	// FrontNetHTTP serves Handler with net/http's server.
 	FrontNetHTTP = "net_http"
-	// FrontLoop serves the fast front's plain requests from one event
-	// loop per listener (loop_linux.go; elsewhere it is FrontFast).
+	// FrontLoop (the default) serves the fast front's plain requests
+	// from event loops, one per P (loop_linux.go; elsewhere it is
+	// FrontFast).
 	FrontLoop = "loop"
 )
 
@@ -110,10 +111,10 @@ func (r *Router) Serve(ln net.Listener) error {
 			return http.ErrServerClosed
 		}
 		return srv.Serve(ln)
-	case FrontLoop:
-		return r.serveLoop(ln)
+	case FrontFast:
+		return r.serveFast(ln)
 	}
-	return r.serveFast(ln)
+	return r.serveLoop(ln) // FrontLoop, the default ("")
 }
 
 // serveFast runs the fast front on ln: a goroutine per connection.
