@@ -39,7 +39,13 @@
 //     then stops the background loops.
 //
 // Front ends: Handler is net/http's; Serve runs Config.Front on a
-// listener: FrontFast (front.go) reads plain HTTP/1.1 requests itself
+// listener. FrontLoop (loop_linux.go, the default) runs an event loop per
+// P over one epoll set each: the plain request/answer exchange (GET or
+// POST with a Content-Length body to a plain-http replica, a
+// Content-Length answer of at most 1 MiB that is not an event stream) is
+// served without a goroutine switch; anything else leaves the loop with
+// the bytes already read for the fast front's path (a fastConn, or
+// relayAdopted for an answer that streams). FrontFast (front.go) reads plain HTTP/1.1 requests itself
 // (internal/h1), relays answers as bytes (a small answer's head and body
 // in one write; streamed ones re-chunked and flushed per chunk, with the
 // version trailers) and hands everything else (/admin/, /finish_session,

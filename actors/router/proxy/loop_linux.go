@@ -362,7 +362,7 @@ func (l *loop) accept() {
 			}
 			return
 		}
-		_ = syscall.SetsockoptInt(fd, syscall.IPPROTO_TCP, syscall.TCP_NODELAY, 1)
+		setClientOpts(fd)
 		c := &lconn{fd: fd, in: make([]byte, loopBuf), idleSince: time.Now()}
 		c.ev = syscall.EPOLLIN | syscall.EPOLLRDHUP
 		if l.ctl(syscall.EPOLL_CTL_ADD, fd, c.ev) != nil {
@@ -371,6 +371,16 @@ func (l *loop) accept() {
 		}
 		l.conns.set(fd, c)
 	}
+}
+
+// setClientOpts sets what Go's listener sets on an accepted connection:
+// no Nagle delay, and TCP keep-alive probes after 15 s idle every 15 s,
+// so a client that vanished without a FIN is noticed.
+func setClientOpts(fd int) {
+	_ = syscall.SetsockoptInt(fd, syscall.IPPROTO_TCP, syscall.TCP_NODELAY, 1)
+	_ = syscall.SetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_KEEPALIVE, 1)
+	_ = syscall.SetsockoptInt(fd, syscall.IPPROTO_TCP, syscall.TCP_KEEPIDLE, 15)
+	_ = syscall.SetsockoptInt(fd, syscall.IPPROTO_TCP, syscall.TCP_KEEPINTVL, 15)
 }
 
 // setEv changes what the loop waits for on fd.
