@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -74,6 +75,7 @@ type loop struct {
 	// for want of resources; housekeep puts it back.
 	acceptPaused bool
 	scratch      []byte
+	wakes        atomic.Int64 // batches of events handled (the tests check the loop does not spin)
 	swept        time.Time // the last idle sweep (housekeep)
 
 	cmu  sync.Mutex
@@ -300,6 +302,7 @@ func (l *loop) run() (err error) {
 		if err := l.erc.Read(l.wait); err != nil {
 			return err
 		}
+		l.wakes.Add(1)
 		for i := range l.nev {
 			ev := l.evs[i]
 			if c := l.conns.get(ev.Fd); c != nil {
@@ -398,8 +401,15 @@ func (l *loop) client(c *lconn, ev uint32) {
 	}
 	if c.busy {
 		// Waiting on the replica: only a hang-up matters; pipelined bytes
-		// stay in the socket until the answer is out.
-		if ev&(syscall.EPOLLRDHUP|syscall.EPOLLHUP|syscall.EPOLLERR) != 0 && !c.rdhup {
+		// stay in the socket until the answer is out. A reset or closed
+		// socket (HUP, ERR: reported whatever the interest, so it would
+		// fire on every wait) ends the request at once; a half-close
+		// (RDHUP) once the request waited watchDelay, as the fast front's
+		// disconnect watch does: an answer due sooner is still written.
+		switch {
+		case ev&(syscall.EPOLLHUP|syscall.EPOLLERR) != 0:
+			l.abort(c)
+		case ev&syscall.EPOLLRDHUP != 0 && !c.rdhup:
 			c.rdhup = true
 			l.setEv(c.fd, &c.ev, 0)
 			if time.Since(c.start) >= watchDelay {
@@ -407,6 +417,11 @@ func (l *loop) client(c *lconn, ev uint32) {
 			} else {
 				l.gone = append(l.gone, c)
 			}
+		case ev&syscall.EPOLLIN != 0:
+			// A pipelined request: level-triggered, it would wake every
+			// wait until read. The loop stops waiting for input until the
+			// answer is out (flush waits for it again).
+			l.setEv(c.fd, &c.ev, syscall.EPOLLRDHUP)
 		}
 		return
 	}

@@ -1,0 +1,50 @@
+//go:build linux
+
+package proxy
+
+import (
+	"io"
+	"testing"
+	"time"
+)
+
+// loopWakes sums the event batches the harness's loops handled.
+func loopWakes(h *harness) int64 {
+	f := &h.r.front
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var n int64
+	for l := range f.loops {
+		n += l.(*loop).wakes.Load()
+	}
+	return n
+}
+
+// A request pipelined while the previous one waits 300 ms on its replica
+// must not make the loop spin: level-triggered, unread input reports
+// readiness on every wait unless the loop stops asking for it.
+func TestLoopDoesNotSpinOnPipelinedInput(t *testing.T) {
+	t.Run(FrontLoop, func(t *testing.T) {
+		h := echo(t, 300*time.Millisecond)
+		c, br := h.dial()
+		if _, err := io.WriteString(c, rawPost("a", "1")); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond) // the first request is with the replica
+		before := loopWakes(h)
+		if _, err := io.WriteString(c, rawPost("a", "2")); err != nil {
+			t.Fatal(err)
+		}
+		if _, body := readResp(t, br); body != "a:1" {
+			t.Fatalf("first answer %q", body)
+		}
+		// A handful of wakes (the input, the answer, housekeeping ticks);
+		// a spinning loop makes tens of thousands in 300 ms.
+		if n := loopWakes(h) - before; n > 100 {
+			t.Fatalf("%d event batches while one request waited 300 ms: the loop spins", n)
+		}
+		if _, body := readResp(t, br); body != "a:2" {
+			t.Fatalf("pipelined answer %q", body)
+		}
+	})
+}
