@@ -137,7 +137,7 @@ func runMain(args []string) error {
 	fs.StringVar(&c.tmpl, "template", "bench/haproxy/haproxy.cfg.tmpl", "HAProxy config template")
 	fs.StringVar(&c.lua, "lua", "bench/haproxy/session.lua", "wrk script")
 	fs.StringVar(&c.policy, "policy", "sticky_least_loaded", "policy of the router target")
-	fs.StringVar(&targets, "targets", "direct,haproxy_stick,router,haproxy_chash,router_chash", "targets, comma-separated (direct, haproxy_stick, haproxy_chash, router, router_chash, router_base: -asyncrl-base with -policy, router_nethttp: -policy with --front net_http, router_loop: -policy with --front loop)")
+	fs.StringVar(&targets, "targets", "direct,haproxy_stick,router,haproxy_chash,router_chash", "targets, comma-separated (direct, haproxy_stick, haproxy_chash, router, router_chash, router_base: -asyncrl-base with -policy, router_nethttp: -policy with --front net_http, router_loop: -policy with --front loop, router_fast: -policy with --front fast)")
 	fs.StringVar(&conns, "conns", "1,16,64,256", "wrk connections per level, comma-separated")
 	fs.DurationVar(&c.dur, "duration", 10*time.Second, "wrk duration of one cell")
 	fs.IntVar(&c.reps, "reps", 3, "repetitions (target order rotates between them; medians over them)")
@@ -281,7 +281,7 @@ func run(c runConfig) ([]Cell, error) {
 		}
 		targets["haproxy_stick"], targets["haproxy_chash"] = t[0], t[1]
 	}
-	for name, pol := range map[string]string{"router": c.policy, "router_chash": "consistent_hash", "router_base": c.policy, "router_nethttp": c.policy, "router_loop": c.policy} {
+	for name, pol := range map[string]string{"router": c.policy, "router_chash": "consistent_hash", "router_base": c.policy, "router_nethttp": c.policy, "router_loop": c.policy, "router_fast": c.policy} {
 		if !slices.Contains(c.targets, name) {
 			continue
 		}
@@ -298,6 +298,8 @@ func run(c runConfig) ([]Cell, error) {
 			front = "net_http"
 		case "router_loop": // the same binary with the event-loop front
 			front = "loop"
+		case "router_fast": // the same binary with a goroutine per connection
+			front = "fast"
 		}
 		t, err := startRouter(&ps, rc, pol, backends, "", front)
 		if err != nil {
