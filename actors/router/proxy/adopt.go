@@ -31,6 +31,13 @@ type adopted struct {
 // the client connection as a fastConn. It ends the request's admission
 // (leave) as forward's callers do.
 func (r *Router) relayAdopted(ex *adopted, hand *handoffListener) {
+	defer func() {
+		if p := recover(); p != nil && p != http.ErrAbortHandler {
+			r.log.Error().Interface("panic", p).Msg("router loop front: relaying an answer panicked")
+			_ = ex.client.Close()
+			_ = ex.up.Close()
+		}
+	}()
 	fc := r.newFastConn(&prefixConn{Conn: ex.client, pre: ex.rest}, hand)
 	if fc == nil { // shutting down
 		_ = ex.client.Close()

@@ -75,7 +75,13 @@ type loop struct {
 	// for want of resources; housekeep puts it back.
 	acceptPaused bool
 	scratch      []byte
-	wakes        atomic.Int64 // batches of events handled (the tests check the loop does not spin)
+	wakes        atomic.Int64  // batches of events handled (the tests check the loop does not spin)
+	werr         syscall.Errno // a failed epoll_wait: run returns it
+	// served receives the loop's result for Serve once: when it stops
+	// accepting (Shutdown; it then drains its connections in the
+	// background, as the fast front's goroutines do) or when run ends.
+	served       chan<- error
+	stopReported atomic.Bool
 	swept        time.Time // the last idle sweep (housekeep)
 
 	cmu  sync.Mutex
@@ -125,6 +131,9 @@ type lup struct {
 	ev     uint32
 	c      *lconn // the request it carries; nil when idle
 	reused bool
+	// headDone: the answer's head is parsed (a failure after it cuts the
+	// client; before it, forward's retry rules apply).
+	headDone bool
 }
 
 func (r *Router) serveLoop(ln net.Listener) error {
@@ -153,10 +162,14 @@ func (r *Router) serveLoop(ln net.Listener) error {
 			errs <- http.ErrServerClosed
 			continue
 		}
+		l.served = errs
 		go l.tick()
 		go func() {
 			defer r.removeLoop(l)
-			errs <- l.run()
+			err := l.run()
+			if l.stopReported.CompareAndSwap(false, true) {
+				errs <- err
+			}
 		}()
 	}
 	var first error
@@ -201,8 +214,15 @@ func newLoop(r *Router, hand *handoffListener, tl *net.TCPListener) (*loop, erro
 	}
 	l.wait = func(fd uintptr) bool {
 		n, _, e := syscall.RawSyscall6(syscall.SYS_EPOLL_WAIT, fd, uintptr(unsafe.Pointer(&l.evs[0])), uintptr(len(l.evs)), 0, 0, 0)
-		l.nev = int(n)
-		return e != 0 && e != syscall.EINTR && e != syscall.EAGAIN || l.nev > 0
+		switch e {
+		case 0:
+			l.nev = int(n)
+			return l.nev > 0
+		case syscall.EINTR, syscall.EAGAIN:
+			return false
+		}
+		l.werr = e // not a condition that passes: run ends with it
+		return true
 	}
 	return l, nil
 }
@@ -239,16 +259,18 @@ func (l *loop) ctl(op, fd int, ev uint32) error {
 
 // close releases the loop's own descriptors (run's end, or a failed start).
 func (l *loop) close() {
-	if l.lfd >= 0 {
-		_ = syscall.Close(l.lfd)
-		l.lfd = -1
-	}
+	l.closeListener()
 	l.cmu.Lock() // post writes to wake under cmu: never to a closed (or reused) descriptor
 	if l.wake >= 0 {
 		_ = syscall.Close(l.wake)
 		l.wake = -1
 	}
+	left := l.cmds
+	l.cmds = nil
 	l.cmu.Unlock()
+	for _, f := range left {
+		f() // a dial's result finds its client gone and closes the descriptor
+	}
 	if l.ef != nil {
 		_ = l.ef.Close()
 	} else if l.epfd > 0 {
@@ -302,6 +324,9 @@ func (l *loop) run() (err error) {
 		if err := l.erc.Read(l.wait); err != nil {
 			return err
 		}
+		if l.werr != 0 {
+			return os.NewSyscallError("epoll_wait", l.werr)
+		}
 		l.wakes.Add(1)
 		for i := range l.nev {
 			ev := l.evs[i]
@@ -345,7 +370,11 @@ const epollExclusive = 1 << 28
 
 // listen adds the listener to the loop's epoll set (op ADD).
 func (l *loop) listen(op int) error {
-	return l.ctl(op, l.lfd, syscall.EPOLLIN|epollExclusive)
+	err := l.ctl(op, l.lfd, syscall.EPOLLIN|epollExclusive)
+	if errors.Is(err, syscall.EINVAL) { // a kernel before 4.5: every loop wakes, one accepts
+		err = l.ctl(op, l.lfd, syscall.EPOLLIN)
+	}
+	return err
 }
 
 func (l *loop) accept() {
@@ -409,7 +438,9 @@ func (l *loop) client(c *lconn, ev uint32) {
 		switch {
 		case ev&(syscall.EPOLLHUP|syscall.EPOLLERR) != 0:
 			l.abort(c)
-		case ev&syscall.EPOLLRDHUP != 0 && !c.rdhup:
+		case c.rdhup:
+			l.setEv(c.fd, &c.ev, 0) // known half-closed: nothing more to learn from it
+		case ev&syscall.EPOLLRDHUP != 0:
 			c.rdhup = true
 			l.setEv(c.fd, &c.ev, 0)
 			if time.Since(c.start) >= watchDelay {
@@ -453,6 +484,7 @@ func (l *loop) next(c *lconn) {
 		return
 	}
 	cl := c.head.ContentLength
+	c.idleSince = time.Time{} // a request's body is being read: not idle (housekeep)
 	c.closeAfter = c.head.Close || l.stopped
 	if cl > r.cfg.MaxBodyBytes {
 		c.closeAfter = true // the body stays unread
@@ -569,7 +601,7 @@ func (l *loop) dialed(c *lconn, host string, fd int, err error) {
 // send writes c's request to up.
 func (l *loop) send(c *lconn, up *lup) {
 	c.up, up.c = up, c
-	up.fill = 0
+	up.fill, up.headDone = 0, false
 	b := up.out[:0]
 	b = append(b, c.head.Method...)
 	b = append(b, ' ')
@@ -597,7 +629,10 @@ func (l *loop) flushUp(up *lup) {
 	for up.outOff < len(up.out) {
 		n, err := rawSend(up.fd, up.out[up.outOff:])
 		if err == syscall.EAGAIN {
-			l.setEv(up.fd, &up.ev, syscall.EPOLLOUT|syscall.EPOLLRDHUP)
+			// Writable is all that matters now (ERR and HUP are reported
+			// anyway); a replica's half-close (net/http's after an early
+			// answer) would otherwise report RDHUP on every wait.
+			l.setEv(up.fd, &up.ev, syscall.EPOLLOUT)
 			return
 		}
 		if err != nil {
@@ -605,6 +640,9 @@ func (l *loop) flushUp(up *lup) {
 			return
 		}
 		up.outOff += n
+	}
+	if cap(up.out) > 4*loopBuf {
+		up.out = nil // a large request's buffer is not kept per pooled connection
 	}
 	l.setEv(up.fd, &up.ev, syscall.EPOLLIN|syscall.EPOLLRDHUP)
 }
@@ -651,6 +689,7 @@ func (l *loop) answer(up *lup) {
 		l.relayAway(c)
 		return
 	}
+	up.headDone = true
 	if up.rhead.ContentLength > loopMaxAnswer || isEventStream(&up.rhead) {
 		l.relayAway(c)
 		return
@@ -754,15 +793,16 @@ func (l *loop) closeUp(up *lup) {
 
 // upFailed handles a failed upstream read or write: before any byte of
 // the answer, a reused connection is replayed once on a new one (the
-// replica had closed it), else forward's retry rules apply; after one,
-// the client connection is cut (it must not see a short answer).
+// replica had closed it); before the answer's head was whole, forward's
+// retry rules apply (as the fast front's failed ReadResponse); after it,
+// the client connection is cut (the fast front has the head out by then:
+// the client must not see a short answer).
 func (l *loop) upFailed(up *lup, err error) {
 	c := up.c
-	fresh := up.fill == 0
-	reused := up.reused
+	fresh, headDone, reused := up.fill == 0, up.headDone, up.reused
 	up.c, c.up = nil, nil
 	l.closeUp(up)
-	if !fresh {
+	if headDone {
 		r := l.r
 		r.metrics.errors.WithLabelValues(c.d.Replica, "upstream_stream").Inc()
 		r.passiveFailure(c.d.Replica)
@@ -774,12 +814,12 @@ func (l *loop) upFailed(up *lup, err error) {
 		l.closeClient(c)
 		return
 	}
-	if reused && !c.replayed {
+	if fresh && reused && !c.replayed {
 		c.replayed = true
 		l.dial(c, c.hostOfReq)
 		return
 	}
-	l.sendFailed(c, err)
+	l.sendFailed(c, err) // no byte reached the client: retried as forward does
 }
 
 func (l *loop) sendFailed(c *lconn, err error) {
@@ -846,6 +886,9 @@ func (l *loop) flush(c *lconn) {
 		c.outOff += n
 	}
 	c.out, c.outOff = c.out[:0], 0
+	if cap(c.out) > 4*loopBuf {
+		c.out = nil // a large answer's buffer is not kept per connection
+	}
 	if c.closeAfter {
 		l.closeClient(c)
 		return
@@ -957,7 +1000,7 @@ func (l *loop) housekeep() {
 	}
 	l.swept = now
 	for _, c := range l.conns.all() {
-		if !c.busy && c.outOff >= len(c.out) && now.Sub(c.idleSince) > idle {
+		if !c.busy && c.outOff >= len(c.out) && !c.idleSince.IsZero() && now.Sub(c.idleSince) > idle {
 			l.closeClient(c)
 		}
 	}
@@ -968,9 +1011,9 @@ func (l *loop) stopNow() {
 		return
 	}
 	l.stopped = true
-	if l.lfd >= 0 {
-		_ = syscall.Close(l.lfd)
-		l.lfd = -1
+	l.closeListener()
+	if l.stopReported.CompareAndSwap(false, true) && l.served != nil {
+		l.served <- http.ErrServerClosed // Serve returns; this loop drains in the background
 	}
 	for _, c := range l.conns.all() {
 		if !c.busy && c.outOff >= len(c.out) {
@@ -985,6 +1028,21 @@ func (l *loop) stopNow() {
 		}
 		delete(l.idle, host)
 	}
+}
+
+// closeListener takes the loop's copy of the listener out of its epoll
+// set, then closes it: the registration belongs to the socket, which the
+// other loops' copies keep open, so closing alone would leave events
+// reported under a dead (or reused) descriptor number.
+func (l *loop) closeListener() {
+	if l.lfd < 0 {
+		return
+	}
+	if !l.acceptPaused {
+		_ = l.ctl(syscall.EPOLL_CTL_DEL, l.lfd, 0)
+	}
+	_ = syscall.Close(l.lfd)
+	l.lfd = -1
 }
 
 // closeAll closes every connection (run's end).
@@ -1013,6 +1071,9 @@ type loopOut struct {
 
 func (o *loopOut) fail(code int, msg string, retryAfter int) {
 	c := o.c
+	if c.rdhup {
+		c.closeAfter = true // half-closed: this is its last answer (as answer does)
+	}
 	b := appendError(o.l.scratch[:0], code, msg, retryAfter, c.closeAfter)
 	o.l.scratch = b[:0]
 	if c.reqLen > 0 {

@@ -699,3 +699,93 @@ func deadURL(t *testing.T) string {
 	defer l.Close()
 	return "http://" + l.Addr().String()
 }
+
+// A replica that breaks off inside its answer's head has sent the client
+// nothing yet: the request is retried on another replica (forward's rule
+// for a failed send), on every front.
+func TestReplicaDiesInsideAnswerHead(t *testing.T) {
+	eachFront(t, func(t *testing.T) {
+		broken := backend(t, func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/health" {
+				return
+			}
+			_, _ = io.Copy(io.Discard, r.Body)
+			c, bw, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			_, _ = bw.WriteString("HTTP/1.1 200 OK\r\nContent-Le")
+			_ = bw.Flush()
+			_ = c.Close()
+		})
+		good := named(t, "good", nil)
+		cfg := DefaultConfig()
+		cfg.HealthInterval, cfg.MetricsInterval = 0, 0
+		cfg.Replicas = []string{broken.URL, good.URL}
+		cfg.Policy.Policy = policy.RoundRobin
+		h := start(t, cfg)
+		for i := range 2 { // round robin: one of the two starts on the broken replica
+			resp := h.post("/v1/completions", "", `{}`)
+			if body := readAll(t, resp); resp.StatusCode != http.StatusOK || body != "good" {
+				t.Fatalf("request %d: %d %q, want the good replica's answer", i, resp.StatusCode, body)
+			}
+		}
+		if got := testutil.ToFloat64(h.r.metrics.retries.WithLabelValues("connect")); got < 1 {
+			t.Fatalf("retries %v: the broken replica's failure was not retried", got)
+		}
+	})
+}
+
+// Serve returns once Shutdown has stopped the front, even while a
+// request still waits on a replica that never answers (the connection
+// drains in the background, as the fast front's goroutines do).
+func TestServeReturnsAfterShutdownWithRequestInFlight(t *testing.T) {
+	fastFronts(t, func(t *testing.T) {
+		release := make(chan struct{})
+		defer close(release)
+		stuck := backend(t, func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/health" {
+				return
+			}
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		})
+		cfg := testConfig(stuck)
+		cfg.Front = frontOf(t)
+		r, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		served := make(chan error, 1)
+		go func() { served <- r.Serve(ln) }()
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := io.WriteString(c, rawPost("s", "x")); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond) // the request is with the replica
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		if err := r.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Shutdown = %v, want the deadline (a request in flight)", err)
+		}
+		select {
+		case err := <-served:
+			if !errors.Is(err, http.ErrServerClosed) {
+				t.Fatalf("Serve = %v", err)
+			}
+		case <-time.After(2 * time.Second):
+			t.Fatal("Serve still running 2 s after Shutdown returned")
+		}
+	})
+}
