@@ -28,6 +28,15 @@ func writeFD(fd uintptr, p []byte) (n int, again bool, err error) {
 	return call(syscall.SYS_SENDTO, fd, p, syscall.MSG_NOSIGNAL)
 }
 
+// Recv reads once from the non-blocking socket fd into p (len > 0): n
+// bytes, or io.EOF at the end; again reports EAGAIN. For a caller that
+// owns the descriptor and its waiting (the router's loop front).
+func Recv(fd int, p []byte) (n int, again bool, err error) { return readFD(uintptr(fd), p) }
+
+// Send writes once from p (len > 0) to the non-blocking socket fd, as
+// Recv reads (MSG_NOSIGNAL: a vanished peer is an EPIPE).
+func Send(fd int, p []byte) (n int, again bool, err error) { return writeFD(uintptr(fd), p) }
+
 // call makes a recvfrom or sendto system call on p (no address) without
 // the scheduler's hooks, retrying EINTR; again reports EAGAIN (the socket
 // would block).

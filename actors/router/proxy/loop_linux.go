@@ -4,6 +4,7 @@ package proxy
 
 import (
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/asyncrl/asyncrl/actors/router/policy"
 	"github.com/asyncrl/asyncrl/internal/h1"
+	"github.com/asyncrl/asyncrl/internal/rawio"
 )
 
 // The loop front (FrontLoop): one goroutine serves every client
@@ -460,11 +462,11 @@ func (l *loop) client(c *lconn, ev uint32) {
 		l.handOff(c) // a head longer than the buffer: net/http's limits apply
 		return
 	}
-	n, err := rawRecv(c.fd, c.in[c.fill:])
-	if err == syscall.EAGAIN {
+	n, again, err := rawio.Recv(c.fd, c.in[c.fill:])
+	if again {
 		return
 	}
-	if err != nil || n == 0 {
+	if err != nil { // io.EOF too
 		l.closeClient(c)
 		return
 	}
@@ -625,21 +627,31 @@ func (l *loop) send(c *lconn, up *lup) {
 	l.flushUp(up)
 }
 
+// sendOut writes out from *off on until it is all out, the socket is
+// full (again) or the write failed.
+func sendOut(fd int, out []byte, off *int) (again bool, err error) {
+	for *off < len(out) {
+		n, again, err := rawio.Send(fd, out[*off:])
+		if again || err != nil {
+			return again, err
+		}
+		*off += n
+	}
+	return false, nil
+}
+
 func (l *loop) flushUp(up *lup) {
-	for up.outOff < len(up.out) {
-		n, err := rawSend(up.fd, up.out[up.outOff:])
-		if err == syscall.EAGAIN {
-			// Writable is all that matters now (ERR and HUP are reported
-			// anyway); a replica's half-close (net/http's after an early
-			// answer) would otherwise report RDHUP on every wait.
-			l.setEv(up.fd, &up.ev, syscall.EPOLLOUT)
-			return
-		}
-		if err != nil {
-			l.upFailed(up, err)
-			return
-		}
-		up.outOff += n
+	again, err := sendOut(up.fd, up.out, &up.outOff)
+	switch {
+	case again:
+		// Writable is all that matters now (ERR and HUP are reported
+		// anyway); a replica's half-close (net/http's after an early
+		// answer) would otherwise report RDHUP on every wait.
+		l.setEv(up.fd, &up.ev, syscall.EPOLLOUT)
+		return
+	case err != nil:
+		l.upFailed(up, err)
+		return
 	}
 	if cap(up.out) > 4*loopBuf {
 		up.out = nil // a large request's buffer is not kept per pooled connection
@@ -662,11 +674,11 @@ func (l *loop) upstream(up *lup, ev uint32) {
 		l.relayAway(up.c) // a head longer than the buffer: net/http reads it
 		return
 	}
-	n, err := rawRecv(up.fd, up.in[up.fill:])
-	if err == syscall.EAGAIN {
+	n, again, err := rawio.Recv(up.fd, up.in[up.fill:])
+	if again {
 		return
 	}
-	if err == nil && n == 0 {
+	if err == io.EOF {
 		err = errNoAnswer
 	}
 	if err != nil {
@@ -873,17 +885,14 @@ func (l *loop) write(c *lconn, b []byte) {
 }
 
 func (l *loop) flush(c *lconn) {
-	for c.outOff < len(c.out) {
-		n, err := rawSend(c.fd, c.out[c.outOff:])
-		if err == syscall.EAGAIN {
-			l.setEv(c.fd, &c.ev, syscall.EPOLLOUT)
-			return
-		}
-		if err != nil {
-			l.closeClient(c)
-			return
-		}
-		c.outOff += n
+	again, err := sendOut(c.fd, c.out, &c.outOff)
+	switch {
+	case again:
+		l.setEv(c.fd, &c.ev, syscall.EPOLLOUT)
+		return
+	case err != nil:
+		l.closeClient(c)
+		return
 	}
 	c.out, c.outOff = c.out[:0], 0
 	if cap(c.out) > 4*loopBuf {
@@ -1090,32 +1099,6 @@ func (o *loopOut) end(*versionSpan)                                           {}
 func (o *loopOut) abort()                                                     { o.l.closeClient(o.c) }
 
 var errLoopAnswer = errors.New("proxy: the loop front writes only local answers")
-
-func rawRecv(fd int, p []byte) (int, error) {
-	for {
-		n, _, e := syscall.RawSyscall6(syscall.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)), 0, 0, 0)
-		switch e {
-		case 0:
-			return int(n), nil
-		case syscall.EINTR:
-			continue
-		}
-		return 0, e
-	}
-}
-
-func rawSend(fd int, p []byte) (int, error) {
-	for {
-		n, _, e := syscall.RawSyscall6(syscall.SYS_SENDTO, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)), syscall.MSG_NOSIGNAL, 0, 0)
-		switch e {
-		case 0:
-			return int(n), nil
-		case syscall.EINTR:
-			continue
-		}
-		return 0, e
-	}
-}
 
 // fdTable maps descriptors to the loop's connections: a slice indexed by
 // descriptor, one bounds check per event instead of a map lookup.
