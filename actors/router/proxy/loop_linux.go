@@ -22,13 +22,14 @@ import (
 	"github.com/asyncrl/asyncrl/internal/rawio"
 )
 
-// The loop front (FrontLoop): one goroutine serves every client
-// connection of a listener and every upstream connection it uses, from
-// one epoll set, as an event-driven proxy (HAProxy, nginx) does. A
-// request costs no goroutine switch: the goroutine-per-connection fronts
-// park twice per request (waiting for the request, then for the answer),
-// and on the hop benchmark that scheduling, not the proxying, was what
-// separated the router from HAProxy (BENCHMARKS.md, issue 22).
+// The loop front (FrontLoop): event loops, one per P, each accepting
+// from the listener and serving the client connections it accepted and
+// the upstream connections it uses from one epoll set, as an
+// event-driven proxy (HAProxy, nginx) does. A request costs no goroutine
+// switch: the goroutine-per-connection fronts park twice per request
+// (waiting for the request, then for the answer), and on the hop
+// benchmark that scheduling was about a third of what separated the
+// router from HAProxy (BENCHMARKS.md, issue 22).
 //
 // The loop waits on its epoll descriptor through Go's own poller
 // (os.File + RawConn.Read), so an idle loop parks like any goroutine and
