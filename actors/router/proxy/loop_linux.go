@@ -59,7 +59,6 @@ const loopBuf = 16 << 10
 type loop struct {
 	r    *Router
 	hand *handoffListener
-	ln   net.Listener
 	epfd int
 	ef   *os.File
 	erc  syscall.RawConn
@@ -117,7 +116,6 @@ type lconn struct {
 	upAt      time.Time
 	overhead  time.Duration
 	up        *lup
-	dialing   bool
 	replayed  bool
 	hostOfReq string
 }
@@ -185,7 +183,7 @@ func (r *Router) serveLoop(ln net.Listener) error {
 }
 
 func newLoop(r *Router, hand *handoffListener, tl *net.TCPListener) (*loop, error) {
-	l := &loop{r: r, hand: hand, ln: tl, lfd: -1, wake: -1,
+	l := &loop{r: r, hand: hand, lfd: -1, wake: -1,
 		idle: map[string][]*lup{}, evs: make([]syscall.EpollEvent, 256), quit: make(chan struct{})}
 	var err error
 	if l.epfd, err = syscall.EpollCreate1(syscall.EPOLL_CLOEXEC); err != nil {
@@ -566,7 +564,6 @@ func (l *loop) idleUp(host string) *lup {
 // dial connects to host on a goroutine (a dial may take up to its
 // timeout) and sends c's request there from the loop.
 func (l *loop) dial(c *lconn, host string) {
-	c.dialing = true
 	d := &l.r.up.dialer
 	go func() {
 		nc, err := d.Dial("tcp", host)
@@ -582,7 +579,6 @@ func (l *loop) dial(c *lconn, host string) {
 }
 
 func (l *loop) dialed(c *lconn, host string, fd int, err error) {
-	c.dialing = false
 	if l.conns.get(int32(c.fd)) != c { // the client went away meanwhile
 		if fd >= 0 {
 			_ = syscall.Close(fd)
