@@ -746,12 +746,6 @@ func (l *loop) answer(up *lup) {
 	l.write(c, b)
 }
 
-func isEventStream(h *h1.RespHead) bool {
-	const sse = "text/event-stream"
-	v, _ := h.Get("Content-Type")
-	return len(v) >= len(sse) && string(v[:len(sse)]) == sse
-}
-
 // finish ends the request being served (its bytes leave c.in).
 func (l *loop) finish(c *lconn) {
 	l.r.leave()

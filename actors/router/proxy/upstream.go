@@ -416,12 +416,18 @@ func respHeader(resp *http.Response) http.Header {
 	return h
 }
 
+const eventStream = "text/event-stream"
+
 // isSSE reports whether the answer is text/event-stream.
 func isSSE(resp *http.Response) bool {
-	const sse = "text/event-stream"
 	if lh := leanHead(resp); lh != nil {
-		v, _ := lh.Get("Content-Type")
-		return len(v) >= len(sse) && string(v[:len(sse)]) == sse
+		return isEventStream(lh)
 	}
-	return strings.HasPrefix(resp.Header.Get("Content-Type"), sse)
+	return strings.HasPrefix(resp.Header.Get("Content-Type"), eventStream)
+}
+
+// isEventStream reports whether a parsed answer head is text/event-stream.
+func isEventStream(h *h1.RespHead) bool {
+	v, _ := h.Get("Content-Type")
+	return len(v) >= len(eventStream) && string(v[:len(eventStream)]) == eventStream
 }
