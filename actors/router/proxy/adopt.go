@@ -42,8 +42,7 @@ func (r *Router) relayAdopted(ex *adopted, hand *handoffListener) {
 	if fc == nil { // shutting down
 		_ = ex.client.Close()
 		_ = ex.up.Close()
-		r.span(ex.span, true)
-		r.done(ex.d)
+		r.endAttempt(ex.d, ex.span)
 		r.leave()
 		return
 	}

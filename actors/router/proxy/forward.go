@@ -251,8 +251,7 @@ const (
 // any answer (its span and load), counts it against the replica's health
 // and decides, by the retry rules of the contract, whether to try another.
 func (r *Router) sendFailed(d policy.Decision, span *versionSpan, err error, attempt int, preq *policy.Request, clientGone bool) sendOutcome {
-	r.span(span, true)
-	r.done(d)
+	r.endAttempt(d, span)
 	if clientGone {
 		r.metrics.errors.WithLabelValues(d.Replica, "client_gone").Inc()
 		return sendGone
@@ -271,8 +270,7 @@ func (r *Router) sendFailed(d policy.Decision, span *versionSpan, err error, att
 // retry503 closes an attempt the replica answered 503 (its body already
 // drained) when a retry token was spent on it: another replica is tried.
 func (r *Router) retry503(d policy.Decision, span *versionSpan, preq *policy.Request) {
-	r.span(span, true)
-	r.done(d)
+	r.endAttempt(d, span)
 	r.metrics.request(d.Replica, http.StatusServiceUnavailable)
 	r.metrics.retries.WithLabelValues("status_503").Inc()
 	preq.Avoid = append(preq.Avoid, d.Replica)
@@ -416,6 +414,14 @@ func (r *Router) route(preq policy.Request) (policy.Decision, *versionSpan) {
 	r.mu.Unlock()
 	r.metrics.decision(d.Outcome)
 	return d, span
+}
+
+// endAttempt closes an attempt on d.Replica that answered nothing to the
+// client (failed, retried, abandoned): its version span ends and its
+// load on the replica is released.
+func (r *Router) endAttempt(d policy.Decision, span *versionSpan) {
+	r.span(span, true)
+	r.done(d)
 }
 
 func (r *Router) done(d policy.Decision) {

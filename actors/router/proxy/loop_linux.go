@@ -536,8 +536,7 @@ func (l *loop) attempt(c *lconn) {
 	if !ok || strings.Contains(host, "/") {
 		// Not a plain-http replica: the goroutine path (a configured
 		// replica URL with a scheme or path) routes it again.
-		r.span(span, true)
-		r.done(d)
+		r.endAttempt(d, span)
 		r.leave()
 		c.busy = false
 		l.handOff(c)
@@ -810,8 +809,7 @@ func (l *loop) upFailed(up *lup, err error) {
 		r.metrics.errors.WithLabelValues(c.d.Replica, "upstream_stream").Inc()
 		r.passiveFailure(c.d.Replica)
 		r.warn(c.d.Replica, "upstream failed mid-response", err)
-		r.span(c.span, true)
-		r.done(c.d)
+		r.endAttempt(c.d, c.span)
 		r.leave()
 		c.busy = false
 		l.closeClient(c)
@@ -860,8 +858,7 @@ func (l *loop) abort(c *lconn) {
 		c.up = nil
 	}
 	r.metrics.errors.WithLabelValues(c.d.Replica, "client_gone").Inc()
-	r.span(c.span, true) // a dial in flight finds the client gone (dialed)
-	r.done(c.d)
+	r.endAttempt(c.d, c.span) // a dial in flight finds the client gone (dialed)
 	r.leave()
 	c.busy = false
 	l.closeClient(c)
@@ -963,8 +960,7 @@ func (l *loop) relayAway(c *lconn) {
 				_ = nc.Close()
 			}
 		}
-		l.r.span(c.span, true)
-		l.r.done(c.d)
+		l.r.endAttempt(c.d, c.span)
 		l.r.leave()
 		return
 	}
