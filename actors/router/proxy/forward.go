@@ -76,11 +76,16 @@ type inbound interface {
 	httpHeader() http.Header
 }
 
+// failer writes a local vLLM-style JSON error; retryAfter (seconds)
+// adds a Retry-After header when > 0. The loop front's local answers are
+// only these.
+type failer interface {
+	fail(code int, msg string, retryAfter int)
+}
+
 // answer is where forward answers, whichever front end writes it.
 type answer interface {
-	// fail writes a local vLLM-style JSON error; retryAfter (seconds)
-	// adds a Retry-After header when > 0.
-	fail(code int, msg string, retryAfter int)
+	failer
 	// head writes the replica's status and end-to-end headers plus the
 	// router's (replica, versions; the version trailers declared when
 	// trailers is set); with flush, the head and every later write are
@@ -174,7 +179,7 @@ func (r *Router) proxy(w http.ResponseWriter, req *http.Request) {
 }
 
 // tooLarge answers a body over MaxBodyBytes.
-func (r *Router) tooLarge(out answer) {
+func (r *Router) tooLarge(out failer) {
 	r.metrics.errors.WithLabelValues("", "body_too_large").Inc()
 	out.fail(http.StatusRequestEntityTooLarge, "request body exceeds "+strconv.FormatInt(r.cfg.MaxBodyBytes, 10)+" bytes", 0)
 }
@@ -227,7 +232,7 @@ func (r *Router) forward(in inbound, out answer, body []byte, start time.Time) {
 
 // unrouted answers a request the core placed nowhere: 503, with
 // Retry-After when the session is gated on its replica catching up.
-func (r *Router) unrouted(out answer, d policy.Decision, key string, overhead time.Duration) {
+func (r *Router) unrouted(out failer, d policy.Decision, key string, overhead time.Duration) {
 	r.metrics.overhead.Observe(overhead.Seconds())
 	if d.Outcome == policy.OutcomeGated {
 		out.fail(http.StatusServiceUnavailable, "session "+key+" waits for replica "+d.From+" to catch up; retry later",

@@ -1055,11 +1055,10 @@ func (l *loop) closeAll() {
 	}
 }
 
-// out is the answer writer for a local answer on c (fail).
-func (l *loop) out(c *lconn) answer { return &loopOut{l: l, c: c} }
+// out is where a local answer (an error) on c is written.
+func (l *loop) out(c *lconn) failer { return &loopOut{l: l, c: c} }
 
-// loopOut writes the loop's local answers (errors) through fastOut's
-// bytes.
+// loopOut writes the loop's local answers (appendError's bytes).
 type loopOut struct {
 	l *loop
 	c *lconn
@@ -1079,13 +1078,6 @@ func (o *loopOut) fail(code int, msg string, retryAfter int) {
 	}
 	o.l.write(c, b)
 }
-
-func (o *loopOut) head(*http.Response, string, versionSpan, bool, bool) error { return errLoopAnswer }
-func (o *loopOut) write([]byte) error                                         { return errLoopAnswer }
-func (o *loopOut) end(*versionSpan)                                           {}
-func (o *loopOut) abort()                                                     { o.l.closeClient(o.c) }
-
-var errLoopAnswer = errors.New("proxy: the loop front writes only local answers")
 
 // fdTable maps descriptors to the loop's connections: a slice indexed by
 // descriptor, one bounds check per event instead of a map lookup.
