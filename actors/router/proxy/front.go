@@ -677,14 +677,37 @@ func appendError(b []byte, code int, msg string, retryAfter int, closeAfter bool
 		b = strconv.AppendInt(b, int64(retryAfter), 10)
 		b = append(b, "\r\n"...)
 	}
-	b = append(b, "Content-Length: "...)
-	b = strconv.AppendInt(b, int64(len(body)), 10)
-	b = append(b, "\r\n"...)
+	b = appendHeadEnd(b, int64(len(body)), closeAfter)
+	return append(b, body...)
+}
+
+// appendRelayedHead appends a relayed answer's head up to its framing:
+// the status line, the replica's end-to-end headers (from its parsed
+// head lh when not nil, else from h) and the router's own (replica,
+// versions).
+func appendRelayedHead(b []byte, code int, lh *h1.RespHead, h http.Header, replica string, vs versionSpan) []byte {
+	b = h1.AppendStatusLine(b, code, statusText(code))
+	if lh != nil {
+		b = appendLean(b, lh)
+	} else {
+		b = appendHeaders(b, h)
+	}
+	b = h1.AppendHeader(b, ReplicaHeader, replica)
+	return appendVersions(b, vs)
+}
+
+// appendHeadEnd ends a head: Content-Length when length >= 0,
+// Connection: close when closeAfter, and the blank line.
+func appendHeadEnd(b []byte, length int64, closeAfter bool) []byte {
+	if length >= 0 {
+		b = append(b, "Content-Length: "...)
+		b = strconv.AppendInt(b, length, 10)
+		b = append(b, "\r\n"...)
+	}
 	if closeAfter {
 		b = append(b, "Connection: close\r\n"...)
 	}
-	b = append(b, "\r\n"...)
-	return append(b, body...)
+	return append(b, "\r\n"...)
 }
 
 func statusText(code int) string {
@@ -695,20 +718,12 @@ func statusText(code int) string {
 }
 
 func (o *fastOut) head(resp *http.Response, replica string, vs versionSpan, trailers, flush bool) error {
-	b := h1.AppendStatusLine(o.scratch[:0], resp.StatusCode, statusText(resp.StatusCode))
-	if lh := leanHead(resp); lh != nil {
-		b = appendLean(b, lh)
-	} else {
-		b = appendHeaders(b, resp.Header)
-	}
-	b = h1.AppendHeader(b, ReplicaHeader, replica)
-	b = appendVersions(b, vs)
+	b := appendRelayedHead(o.scratch[:0], resp.StatusCode, leanHead(resp), resp.Header, replica, vs)
+	length := int64(-1)
 	switch {
 	case h1.Bodiless(resp.StatusCode):
 	case resp.ContentLength >= 0:
-		b = append(b, "Content-Length: "...)
-		b = strconv.AppendInt(b, resp.ContentLength, 10)
-		b = append(b, "\r\n"...)
+		length = resp.ContentLength
 	default:
 		o.chunked = true
 		b = append(b, "Transfer-Encoding: chunked\r\n"...)
@@ -716,10 +731,7 @@ func (o *fastOut) head(resp *http.Response, replica string, vs versionSpan, trai
 			b = append(b, "Trailer: "+VersionMinHeader+", "+VersionMaxHeader+"\r\n"...)
 		}
 	}
-	if o.closeAfter {
-		b = append(b, "Connection: close\r\n"...)
-	}
-	b = append(b, "\r\n"...)
+	b = appendHeadEnd(b, length, o.closeAfter)
 	o.scratch = b
 	o.flush = flush
 	w := o.writer()

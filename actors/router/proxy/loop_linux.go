@@ -723,18 +723,9 @@ func (l *loop) answer(up *lup) {
 		return
 	}
 	vs := r.answered(c.span, true)
-	b := h1.AppendStatusLine(l.scratch[:0], code, statusText(code))
-	b = appendLean(b, &up.rhead)
-	b = h1.AppendHeader(b, ReplicaHeader, d.Replica)
-	b = appendVersions(b, vs)
-	b = append(b, "Content-Length: "...)
-	b = strconv.AppendInt(b, up.rhead.ContentLength, 10)
-	b = append(b, "\r\n"...)
-	if c.closeAfter || c.rdhup {
-		c.closeAfter = true
-		b = append(b, "Connection: close\r\n"...)
-	}
-	b = append(b, "\r\n"...)
+	c.closeAfter = c.closeAfter || c.rdhup // a half-closed client's last answer
+	b := appendRelayedHead(l.scratch[:0], code, &up.rhead, nil, d.Replica, vs)
+	b = appendHeadEnd(b, up.rhead.ContentLength, c.closeAfter)
 	b = append(b, up.in[n:total]...)
 	l.scratch = b[:0]
 	r.metrics.overhead.Observe((c.overhead + time.Since(c.upAt)).Seconds())
