@@ -507,15 +507,7 @@ func (fc *fastConn) header(name string) string {
 }
 
 func (fc *fastConn) writeHeaders(w *bufio.Writer) {
-	for _, f := range fc.head.Headers {
-		if !forwarded(f) {
-			continue
-		}
-		w.Write(f.Name)
-		w.WriteString(": ")
-		w.Write(f.Value)
-		w.WriteString("\r\n")
-	}
+	w.Write(appendFields(w.AvailableBuffer(), fc.head.Headers, forwarded))
 }
 
 func (fc *fastConn) httpHeader() http.Header {
@@ -772,16 +764,26 @@ func appendVersions(b []byte, vs versionSpan) []byte {
 
 // appendLean appends a lean answer's end-to-end header lines as the
 // replica sent them (appendHeaders' rules).
-func appendLean(b []byte, lh *h1.RespHead) []byte {
-	for _, f := range lh.Headers {
-		if f.Hop || isFieldName(f.Name, "Content-Length") || isFieldName(f.Name, ReplicaHeader) ||
-			isFieldName(f.Name, VersionMinHeader) || isFieldName(f.Name, VersionMaxHeader) {
-			continue
+func appendLean(b []byte, lh *h1.RespHead) []byte { return appendFields(b, lh.Headers, relayed) }
+
+// relayed reports whether a replica's answer field goes to the client:
+// not hop-by-hop, and not one the router writes itself (the length, the
+// replica, the versions).
+func relayed(f h1.Header) bool {
+	return !f.Hop && !isFieldName(f.Name, "Content-Length") && !isFieldName(f.Name, ReplicaHeader) &&
+		!isFieldName(f.Name, VersionMinHeader) && !isFieldName(f.Name, VersionMaxHeader)
+}
+
+// appendFields appends the header lines of hs that keep accepts, as the
+// peer sent them.
+func appendFields(b []byte, hs []h1.Header, keep func(h1.Header) bool) []byte {
+	for _, f := range hs {
+		if keep(f) {
+			b = append(b, f.Name...)
+			b = append(b, ": "...)
+			b = append(b, f.Value...)
+			b = append(b, "\r\n"...)
 		}
-		b = append(b, f.Name...)
-		b = append(b, ": "...)
-		b = append(b, f.Value...)
-		b = append(b, "\r\n"...)
 	}
 	return b
 }

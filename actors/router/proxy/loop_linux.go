@@ -607,14 +607,7 @@ func (l *loop) send(c *lconn, up *lup) {
 	b = append(b, " HTTP/1.1\r\nHost: "...)
 	b = append(b, c.hostOfReq...)
 	b = append(b, "\r\n"...)
-	for _, f := range c.head.Headers {
-		if forwarded(f) {
-			b = append(b, f.Name...)
-			b = append(b, ": "...)
-			b = append(b, f.Value...)
-			b = append(b, "\r\n"...)
-		}
-	}
+	b = appendFields(b, c.head.Headers, forwarded)
 	b = append(b, "Content-Length: "...)
 	b = strconv.AppendInt(b, c.head.ContentLength, 10)
 	b = append(b, "\r\n\r\n"...)
