@@ -23,13 +23,9 @@ func TestFrontPipelinedDuringUpstreamWait(t *testing.T) {
 		h := echo(t, watchDelay/2)
 		c, br := h.dial()
 		_ = c.SetDeadline(time.Now().Add(3 * time.Second))
-		if _, err := io.WriteString(c, rawPost("a", "1")); err != nil {
-			t.Fatal(err)
-		}
+		send(t, c, rawPost("a", "1"))
 		time.Sleep(watchDelay / 5) // the router has read a and waits on the replica
-		if _, err := io.WriteString(c, rawPost("b", "2")); err != nil {
-			t.Fatal(err)
-		}
+		send(t, c, rawPost("b", "2"))
 		for _, want := range []string{"a:1", "b:2"} {
 			if _, body := readResp(t, br); body != want {
 				t.Fatalf("answer %q, want %q", body, want)
@@ -46,9 +42,7 @@ func TestFrontHalfCloseAfterRequest(t *testing.T) {
 		h := echo(t, watchDelay/2)
 		c, br := h.dial()
 		_ = c.SetDeadline(time.Now().Add(3 * time.Second))
-		if _, err := io.WriteString(c, rawPost("a", "1")); err != nil {
-			t.Fatal(err)
-		}
+		send(t, c, rawPost("a", "1"))
 		if err := c.(*net.TCPConn).CloseWrite(); err != nil {
 			t.Fatal(err)
 		}
@@ -91,9 +85,7 @@ func TestFrontSlowReader(t *testing.T) {
 		}
 		defer c.Close()
 		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-		if _, err := io.WriteString(c, rawPost("s", "big")+rawPost("s", "after")); err != nil {
-			t.Fatal(err)
-		}
+		send(t, c, rawPost("s", "big")+rawPost("s", "after"))
 		time.Sleep(200 * time.Millisecond) // the router's writes fill the sockets
 		br := bufio.NewReaderSize(c, 1<<10)
 		if _, body := readResp(t, br); body != big {

@@ -29,6 +29,14 @@ func (h *harness) dial() (net.Conn, *bufio.Reader) {
 	return c, bufio.NewReader(c)
 }
 
+// send writes raw request bytes to the router's connection c.
+func send(t *testing.T, c net.Conn, raw string) {
+	t.Helper()
+	if _, err := io.WriteString(c, raw); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func rawPost(session, body string) string {
 	return fmt.Sprintf("POST /v1/completions HTTP/1.1\r\nHost: r\r\nX-Session-ID: %s\r\nContent-Length: %d\r\n\r\n%s", session, len(body), body)
 }
@@ -59,9 +67,7 @@ func TestFrontPipelined(t *testing.T) {
 		for _, slow := range []time.Duration{0, 3 * watchDelay} {
 			h := echo(t, slow)
 			c, br := h.dial()
-			if _, err := io.WriteString(c, rawPost("a", `{"n":1}`)+rawPost("b", `{"n":2}`)+rawPost("c", `{"n":3}`)); err != nil {
-				t.Fatal(err)
-			}
+			send(t, c, rawPost("a", `{"n":1}`)+rawPost("b", `{"n":2}`)+rawPost("c", `{"n":3}`))
 			for _, want := range []string{`a:{"n":1}`, `b:{"n":2}`, `c:{"n":3}`} {
 				resp, body := readResp(t, br)
 				if resp.StatusCode != 200 || body != want || resp.Header.Get(ReplicaHeader) == "" {
@@ -70,9 +76,7 @@ func TestFrontPipelined(t *testing.T) {
 			}
 			// Sent one at a time after slow answers, each request is whole too.
 			for i := range 3 {
-				if _, err := io.WriteString(c, rawPost("d", fmt.Sprint(i))); err != nil {
-					t.Fatal(err)
-				}
+				send(t, c, rawPost("d", fmt.Sprint(i)))
 				if _, body := readResp(t, br); body != fmt.Sprintf("d:%d", i) {
 					t.Fatalf("slow %v: request %d: %q", slow, i, body)
 				}
@@ -113,9 +117,7 @@ func TestFrontHandOff(t *testing.T) {
 		// After a hand-off the connection stays with net/http: a second
 		// request on it is served (by net/http, through the same forward).
 		c, br := h.dial()
-		if _, err := io.WriteString(c, "GET /admin/replicas HTTP/1.1\r\nHost: r\r\n\r\n"+rawPost("z", "{}")); err != nil {
-			t.Fatal(err)
-		}
+		send(t, c, "GET /admin/replicas HTTP/1.1\r\nHost: r\r\n\r\n"+rawPost("z", "{}"))
 		if resp, body := readResp(t, br); resp.StatusCode != 200 || !strings.Contains(body, `"replicas"`) {
 			t.Fatalf("admin: %d %q", resp.StatusCode, body)
 		}
@@ -136,9 +138,7 @@ func TestFrontAdminToken(t *testing.T) {
 			code int
 		}{{"", 401}, {"Authorization: Bearer tok\r\n", 200}} {
 			c, br := h.dial()
-			if _, err := io.WriteString(c, "GET /admin/replicas HTTP/1.1\r\nHost: r\r\n"+tc.auth+"\r\n"); err != nil {
-				t.Fatal(err)
-			}
+			send(t, c, "GET /admin/replicas HTTP/1.1\r\nHost: r\r\n"+tc.auth+"\r\n")
 			if resp, _ := readResp(t, br); resp.StatusCode != tc.code {
 				t.Fatalf("auth %q: %d, want %d", tc.auth, resp.StatusCode, tc.code)
 			}
@@ -152,9 +152,7 @@ func TestFrontConnectionClose(t *testing.T) {
 		h := echo(t, 0)
 		c, br := h.dial()
 		req := "POST /v1/completions HTTP/1.1\r\nHost: r\r\nX-Session-ID: k\r\nConnection: close\r\nContent-Length: 2\r\n\r\n{}"
-		if _, err := io.WriteString(c, req); err != nil {
-			t.Fatal(err)
-		}
+		send(t, c, req)
 		resp, body := readResp(t, br)
 		if body != "k:{}" || !resp.Close {
 			t.Fatalf("%q close %v", body, resp.Close)
@@ -182,9 +180,7 @@ func TestFrontDisconnectWhileWaiting(t *testing.T) {
 		})
 		h := start(t, testConfig(a))
 		c, _ := h.dial()
-		if _, err := io.WriteString(c, rawPost("w", "{}")); err != nil {
-			t.Fatal(err)
-		}
+		send(t, c, rawPost("w", "{}"))
 		<-entered
 		c.Close()
 		select {
@@ -211,9 +207,7 @@ func TestUpstreamDiesInKnownLength(t *testing.T) {
 		})
 		h := start(t, testConfig(a))
 		c, br := h.dial()
-		if _, err := io.WriteString(c, rawPost("d", "{}")); err != nil {
-			t.Fatal(err)
-		}
+		send(t, c, rawPost("d", "{}"))
 		resp, err := http.ReadResponse(br, nil)
 		if err == nil {
 			_, err = io.ReadAll(resp.Body)
@@ -232,9 +226,7 @@ func TestFrontTooLarge(t *testing.T) {
 		cfg.MaxBodyBytes = 10
 		h := start(t, cfg)
 		c, br := h.dial()
-		if _, err := io.WriteString(c, rawPost("l", strings.Repeat("x", 11))); err != nil {
-			t.Fatal(err)
-		}
+		send(t, c, rawPost("l", strings.Repeat("x", 11)))
 		resp, body := readResp(t, br)
 		if resp.StatusCode != 413 || !resp.Close || !strings.Contains(body, "exceeds 10 bytes") {
 			t.Fatalf("%d close %v %q", resp.StatusCode, resp.Close, body)
@@ -315,9 +307,7 @@ func TestFrontIdleTimeout(t *testing.T) {
 	fastFronts(t, func(t *testing.T) {
 		h := idleEcho(t, 0, 100*time.Millisecond)
 		c, br := h.dial()
-		if _, err := io.WriteString(c, rawPost("s1", "hi")); err != nil {
-			t.Fatal(err)
-		}
+		send(t, c, rawPost("s1", "hi"))
 		if resp, body := readResp(t, br); resp.StatusCode != http.StatusOK || body != "s1:hi" {
 			t.Fatalf("answer %d %q", resp.StatusCode, body)
 		}
@@ -339,9 +329,7 @@ func TestFrontIdleTimeoutSparesServedRequests(t *testing.T) {
 		h := idleEcho(t, 500*time.Millisecond, 50*time.Millisecond)
 		c, br := h.dial()
 		for i := range 2 {
-			if _, err := io.WriteString(c, rawPost("s", fmt.Sprint(i))); err != nil {
-				t.Fatal(err)
-			}
+			send(t, c, rawPost("s", fmt.Sprint(i)))
 			if resp, body := readResp(t, br); resp.StatusCode != http.StatusOK || body != fmt.Sprintf("s:%d", i) {
 				t.Fatalf("request %d: answer %d %q", i, resp.StatusCode, body)
 			}

@@ -3,7 +3,6 @@
 package proxy
 
 import (
-	"io"
 	"testing"
 	"time"
 )
@@ -27,14 +26,10 @@ func TestLoopDoesNotSpinOnPipelinedInput(t *testing.T) {
 	t.Run(FrontLoop, func(t *testing.T) {
 		h := echo(t, 300*time.Millisecond)
 		c, br := h.dial()
-		if _, err := io.WriteString(c, rawPost("a", "1")); err != nil {
-			t.Fatal(err)
-		}
+		send(t, c, rawPost("a", "1"))
 		time.Sleep(20 * time.Millisecond) // the first request is with the replica
 		before := loopWakes(h)
-		if _, err := io.WriteString(c, rawPost("a", "2")); err != nil {
-			t.Fatal(err)
-		}
+		send(t, c, rawPost("a", "2"))
 		if _, body := readResp(t, br); body != "a:1" {
 			t.Fatalf("first answer %q", body)
 		}

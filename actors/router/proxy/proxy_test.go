@@ -770,9 +770,7 @@ func TestServeReturnsAfterShutdownWithRequestInFlight(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		if _, err := io.WriteString(c, rawPost("s", "x")); err != nil {
-			t.Fatal(err)
-		}
+		send(t, c, rawPost("s", "x"))
 		time.Sleep(50 * time.Millisecond) // the request is with the replica
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		defer cancel()
