@@ -24,8 +24,30 @@ const ConfigFileName = "config.json"
 // TrainerFileName holds FP32 master weights, Adam moments, step and RNG.
 const TrainerFileName = "trainer.safetensors"
 
-// modelType identifies this architecture in config.json.
-const modelType = "asyncrl-window-mlp"
+// ModelType identifies the built-in policy's architecture in config.json's
+// model_type; a serving checkpoint of any other model_type is a Hugging
+// Face architecture (policy/transformer).
+const ModelType = "asyncrl-window-mlp"
+
+const modelType = ModelType
+
+// ReadModelType is config.json's model_type in dir.
+func ReadModelType(dir string) (string, error) {
+	js, err := os.ReadFile(filepath.Join(dir, ConfigFileName))
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", ErrCheckpoint, err)
+	}
+	var cf struct {
+		ModelType string `json:"model_type"`
+	}
+	if err := json.Unmarshal(js, &cf); err != nil {
+		return "", fmt.Errorf("%w: %s: %v", ErrCheckpoint, filepath.Join(dir, ConfigFileName), err)
+	}
+	if cf.ModelType == "" {
+		return "", fmt.Errorf("%w: %s: no model_type", ErrCheckpoint, filepath.Join(dir, ConfigFileName))
+	}
+	return cf.ModelType, nil
+}
 
 type configFile struct {
 	ModelType string `json:"model_type"`

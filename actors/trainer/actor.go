@@ -19,11 +19,11 @@ import (
 // ErrInvalidConfig is wrapped by every error Config.Validate returns.
 var ErrInvalidConfig = errors.New("trainer: invalid config")
 
-// Publisher makes a new policy version live on the engines. The in-process
+// Publisher makes a new policy version live on the engines: the in-process
 // publisher pauses each engine, swaps the weights and resumes it; the
-// weights issue replaces it with the delta/full publisher.
+// weight sync (cluster/weightsync) publishes deltas or full checkpoints.
 type Publisher interface {
-	Publish(ctx context.Context, m *policy.Model, version int64) error
+	Publish(ctx context.Context, w Weights, version int64) error
 }
 
 // Subjects are the trainer actor's subjects.

@@ -28,7 +28,7 @@ type recordingPublisher struct {
 	versions []int64
 }
 
-func (p *recordingPublisher) Publish(_ context.Context, _ *policy.Model, v int64) error {
+func (p *recordingPublisher) Publish(_ context.Context, _ Weights, v int64) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.versions = append(p.versions, v)

@@ -7,8 +7,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/asyncrl/asyncrl/internal/fsutil"
 	"github.com/asyncrl/asyncrl/messages"
-	"github.com/asyncrl/asyncrl/policy"
 	"github.com/asyncrl/asyncrl/transport"
 )
 
@@ -43,13 +43,13 @@ var _ Publisher = (*BusPublisher)(nil)
 // CheckpointDir is where version v is written under dir.
 func CheckpointDir(dir string, v int64) string { return filepath.Join(dir, fmt.Sprintf("v%08d", v)) }
 
-// Publish writes, announces and waits for the ack of version.
-func (p *BusPublisher) Publish(ctx context.Context, m *policy.Model, version int64) error {
-	dir := CheckpointDir(p.Dir, version)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("trainer: publish: %w", err)
-	}
-	if err := m.SaveServing(dir); err != nil {
+// Publish writes, announces and waits for the ack of version. A serving
+// directory under Dir (an exec child's whose out_dir is there) is
+// announced where it is; one elsewhere is copied under Dir first, and the
+// built-in policy in memory is written there.
+func (p *BusPublisher) Publish(ctx context.Context, w Weights, version int64) error {
+	dir, err := p.stage(w, version)
+	if err != nil {
 		return fmt.Errorf("trainer: publish: %w", err)
 	}
 	acked := make(chan struct{})
@@ -99,4 +99,21 @@ func (p *BusPublisher) Publish(ctx context.Context, m *policy.Model, version int
 			return ctx.Err()
 		}
 	}
+}
+
+// stage is the directory version is announced from (see Publish).
+func (p *BusPublisher) stage(w Weights, version int64) (string, error) {
+	if w.Dir != "" {
+		if rel, err := filepath.Rel(p.Dir, w.Dir); err == nil && filepath.IsLocal(rel) {
+			return w.Dir, nil
+		}
+	}
+	dir := CheckpointDir(p.Dir, version)
+	if w.Dir != "" {
+		return dir, fsutil.CopyDir(dir, w.Dir)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	return dir, w.Model.SaveServing(dir)
 }

@@ -47,7 +47,7 @@ func TestBusPublisherRepeatsAnnouncementUntilAcked(t *testing.T) {
 	}
 	p := &BusPublisher{Bus: bus, RunID: "r", Sender: "w", Dir: t.TempDir(), Weights: weights, Acks: acks,
 		AckTimeout: 10 * time.Second, Resend: 20 * time.Millisecond}
-	if err := p.Publish(ctx, m, 1); err != nil {
+	if err := p.Publish(ctx, InMemory(m), 1); err != nil {
 		t.Fatalf("publish with the first announcement lost: %v", err)
 	}
 	if n := seen.Load(); n < 2 {

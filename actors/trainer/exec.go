@@ -3,6 +3,7 @@ package trainer
 import (
 	"context"
 	"fmt"
+	"os"
 
 	"github.com/asyncrl/asyncrl/actors/trainer/bridge"
 	"github.com/asyncrl/asyncrl/policy"
@@ -10,10 +11,12 @@ import (
 
 // Exec is the exec backend (trainer.backend: exec): each step goes to a
 // child process over the worker bridge (frames v1, docs/protocol.md), which
-// trains and writes the new version's serving checkpoint; Step loads it
-// (policy.LoadServing: the child trains the built-in policy's layout) so
-// every existing Publisher keeps working. The bridge's supervisor restarts
-// a child that dies or hangs from the last completed step, so a step is
+// trains and writes the new version's serving checkpoint. Step hands that
+// directory to the Publisher: loaded as well (policy.LoadServing) when the
+// child trains the built-in policy, so every in-memory publisher keeps
+// working, or checked by CheckDir for any other architecture (a Hugging
+// Face checkpoint: docs/models.md). The bridge's supervisor restarts a
+// child that dies or hangs from the last completed step, so a step is
 // trained exactly once.
 type Exec struct {
 	sup  *bridge.Supervisor
@@ -21,17 +24,42 @@ type Exec struct {
 	// trained holds a step the child finished whose checkpoint did not
 	// load; the retry of that step loads it again instead of training.
 	trained *bridge.StepResult
+	// check verifies a non-built-in serving checkpoint before it is
+	// published (ExecOptions.CheckDir).
+	check func(dir string) error
+	// published are the serving directories Step returned, oldest first:
+	// all but the newest two are deleted (ExecOptions.KeepServing).
+	published []string
+	keep      int
 }
 
 var _ Stepper = (*Exec)(nil)
 
+// ExecOptions are the exec backend's options beyond the bridge's.
+type ExecOptions struct {
+	// CheckDir verifies a serving checkpoint whose config.json names an
+	// architecture other than the built-in policy before Step returns it
+	// (e.g. every tensor present with its shape); nil accepts any
+	// directory with a config.json model_type.
+	CheckDir func(dir string) error
+	// KeepServing is how many of the child's newest serving checkpoints
+	// Step keeps on disk (the publisher reads the previous version's as a
+	// delta base); older ones are deleted. 0 keeps them all.
+	KeepServing int
+}
+
 // NewExec starts the child (opts.Spec) and initialises it (opts.Init).
 func NewExec(ctx context.Context, opts bridge.Options) (*Exec, error) {
+	return NewExecWith(ctx, opts, ExecOptions{})
+}
+
+// NewExecWith is NewExec with the exec backend's own options.
+func NewExecWith(ctx context.Context, opts bridge.Options, eo ExecOptions) (*Exec, error) {
 	sup, err := bridge.Start(ctx, opts)
 	if err != nil {
 		return nil, fmt.Errorf("trainer: exec backend: %w", err)
 	}
-	return &Exec{sup: sup, done: sup.Step()}, nil
+	return &Exec{sup: sup, done: sup.Step(), check: eo.CheckDir, keep: eo.KeepServing}, nil
 }
 
 // Version is the number of steps whose weights Step returned.
@@ -41,27 +69,63 @@ func (e *Exec) Version() int64 { return e.done }
 // concurrently with Step.
 func (e *Exec) Restarts() int { return e.sup.Started() - 1 }
 
-// Step sends p as TrainBatch step Version()+1 and loads the result.
-func (e *Exec) Step(ctx context.Context, p Prepared) (policy.StepStats, *policy.Model, error) {
+// Step sends p as TrainBatch step Version()+1 and returns the child's
+// serving checkpoint of it.
+func (e *Exec) Step(ctx context.Context, p Prepared) (policy.StepStats, Weights, error) {
 	step := e.done + 1
 	res := e.trained
 	if res == nil || res.Step != step {
 		r, err := e.sup.Train(ctx, FrameBatch(p, step))
 		if err != nil {
-			return policy.StepStats{}, nil, err
+			return policy.StepStats{}, Weights{}, err
 		}
 		res = &r
 	}
-	m, err := policy.LoadServing(res.Checkpoint)
+	w, err := e.weights(res.Checkpoint)
 	if err != nil {
 		e.trained = res
-		return policy.StepStats{}, nil, fmt.Errorf("trainer: exec backend: step %d checkpoint %s: %w", step, res.Checkpoint, err)
+		return policy.StepStats{}, Weights{}, fmt.Errorf("trainer: exec backend: step %d checkpoint %s: %w", step, res.Checkpoint, err)
 	}
 	e.trained, e.done = nil, step
+	e.prune(res.Checkpoint)
 	mt := res.Metrics
 	return policy.StepStats{Version: step, Loss: mt["loss"], Entropy: mt["entropy"], GradNorm: mt["grad_norm"],
 		Mismatch: mt["mismatch"], KL: mt["kl"], Tokens: int(mt["tokens"]), ClipFrac: mt["clip_frac"], ISRatio: mt["is_ratio"],
-		MismatchSameVersion: mt["mismatch_same_version"], SameVersionTokens: int(mt["same_version_tokens"])}, m, nil
+		MismatchSameVersion: mt["mismatch_same_version"], SameVersionTokens: int(mt["same_version_tokens"])}, w, nil
+}
+
+// weights is the serving checkpoint in dir: the built-in policy loaded,
+// or another architecture's directory checked.
+func (e *Exec) weights(dir string) (Weights, error) {
+	mt, err := policy.ReadModelType(dir)
+	if err != nil {
+		return Weights{}, err
+	}
+	if mt == policy.ModelType {
+		m, err := policy.LoadServing(dir)
+		if err != nil {
+			return Weights{}, err
+		}
+		return Weights{Model: m, Dir: dir}, nil
+	}
+	if e.check != nil {
+		if err := e.check(dir); err != nil {
+			return Weights{}, err
+		}
+	}
+	return Weights{Dir: dir}, nil
+}
+
+// prune deletes the serving checkpoints older than the newest keep.
+func (e *Exec) prune(dir string) {
+	e.published = append(e.published, dir)
+	if e.keep <= 0 {
+		return
+	}
+	for len(e.published) > e.keep {
+		_ = os.RemoveAll(e.published[0])
+		e.published = e.published[1:]
+	}
 }
 
 // Close shuts the child down.

@@ -55,11 +55,11 @@ type modelPublisher struct {
 	last     *policy.Model
 }
 
-func (p *modelPublisher) Publish(_ context.Context, m *policy.Model, v int64) error {
+func (p *modelPublisher) Publish(_ context.Context, w Weights, v int64) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.versions = append(p.versions, v)
-	p.last = m
+	p.last = w.Model
 	return nil
 }
 

@@ -15,7 +15,7 @@ type Stepper interface {
 	// Step takes ONE optimiser step on p, following its microbatch plan,
 	// and returns its stats and the new version's serving weights (BF16
 	// values, what the engines load). On error no step was taken.
-	Step(ctx context.Context, p Prepared) (policy.StepStats, *policy.Model, error)
+	Step(ctx context.Context, p Prepared) (policy.StepStats, Weights, error)
 }
 
 // builtinStepper is the built-in trainer: Train, then its serving copy.
@@ -25,10 +25,10 @@ var _ Stepper = builtinStepper{}
 
 func (b builtinStepper) Version() int64 { return b.tr.Version() }
 
-func (b builtinStepper) Step(_ context.Context, p Prepared) (policy.StepStats, *policy.Model, error) {
+func (b builtinStepper) Step(_ context.Context, p Prepared) (policy.StepStats, Weights, error) {
 	st, err := Train(b.tr, p)
 	if err != nil {
-		return st, nil, err
+		return st, Weights{}, err
 	}
-	return st, b.tr.ServingCopy(), nil
+	return st, InMemory(b.tr.ServingCopy()), nil
 }

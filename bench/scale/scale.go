@@ -519,15 +519,15 @@ type noopStepper struct {
 }
 
 func (s *noopStepper) Version() int64 { return s.v.Load() }
-func (s *noopStepper) Step(context.Context, trainer.Prepared) (policy.StepStats, *policy.Model, error) {
+func (s *noopStepper) Step(context.Context, trainer.Prepared) (policy.StepStats, trainer.Weights, error) {
 	s.v.Add(1)
-	return policy.StepStats{}, s.m, nil
+	return policy.StepStats{}, trainer.InMemory(s.m), nil
 }
 
 // noopPublisher publishes nothing (the engines keep version 0).
 type noopPublisher struct{}
 
-func (noopPublisher) Publish(context.Context, *policy.Model, int64) error { return nil }
+func (noopPublisher) Publish(context.Context, trainer.Weights, int64) error { return nil }
 
 type startKey struct{}
 

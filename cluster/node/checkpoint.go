@@ -83,8 +83,8 @@ type afterStepPublisher struct {
 }
 
 // Publish implements trainer.Publisher.
-func (p afterStepPublisher) Publish(ctx context.Context, m *policy.Model, v int64) error {
-	if err := p.Publisher.Publish(ctx, m, v); err != nil {
+func (p afterStepPublisher) Publish(ctx context.Context, w trainer.Weights, v int64) error {
+	if err := p.Publisher.Publish(ctx, w, v); err != nil {
 		return err
 	}
 	if err := p.after(ctx, p.tr, v); err != nil {

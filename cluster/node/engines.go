@@ -15,7 +15,6 @@ import (
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/engine"
 	"github.com/asyncrl/asyncrl/internal/wiring"
-	pol "github.com/asyncrl/asyncrl/policy"
 )
 
 // startEngines starts count built-in engines serving m at version 0
@@ -52,7 +51,17 @@ type inProcPublisher struct {
 
 var _ trainer.Publisher = (*inProcPublisher)(nil)
 
-func (p *inProcPublisher) Publish(ctx context.Context, m *pol.Model, version int64) error {
+func (p *inProcPublisher) Publish(ctx context.Context, w trainer.Weights, version int64) error {
+	var m engine.Model = w.Model
+	if w.Model == nil {
+		// A serving directory (an exec child's): loaded once, the one
+		// immutable model shared by every engine of the process.
+		lm, err := wiring.LoadPolicy(w.Dir)
+		if err != nil {
+			return fmt.Errorf("node: version %d: %w", version, err)
+		}
+		m = lm
+	}
 	p.mu.Lock()
 	es := append([]*localengine.Engine(nil), p.engines...)
 	p.mu.Unlock()
@@ -76,7 +85,7 @@ func (p *inProcPublisher) Publish(ctx context.Context, m *pol.Model, version int
 	return errors.Join(errs...)
 }
 
-func (p *inProcPublisher) update(ctx context.Context, le *localengine.Engine, m *pol.Model, version int64) error {
+func (p *inProcPublisher) update(ctx context.Context, le *localengine.Engine, m engine.Model, version int64) error {
 	if err := le.E.Pause(ctx, p.mode, false); err != nil {
 		// A "wait" pause cut short (ctx ended) leaves the engine paused:
 		// let it serve its current weights rather than nothing.

@@ -37,14 +37,9 @@ func (n *Node) loadWeights(msg *transport.Msg) {
 		n.publishRemote(wp.Version, dir)
 		return
 	}
-	m, err := policy.LoadServing(dir)
-	if err != nil {
-		n.opts.Logger.Error().Err(err).Int64("version", wp.Version).Msg("weights: cannot load version")
-		return
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := n.pub.Publish(ctx, m, wp.Version); err != nil {
+	if err := n.pub.Publish(ctx, trainer.Weights{Dir: dir}, wp.Version); err != nil {
 		n.opts.Logger.Error().Err(err).Int64("version", wp.Version).Msg("weights: engines not updated")
 		return
 	}

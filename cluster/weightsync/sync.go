@@ -23,7 +23,6 @@ import (
 	"github.com/asyncrl/asyncrl/actors/publisher"
 	"github.com/asyncrl/asyncrl/actors/publisher/shell"
 	"github.com/asyncrl/asyncrl/actors/trainer"
-	pol "github.com/asyncrl/asyncrl/policy"
 	"github.com/asyncrl/asyncrl/transport"
 	"github.com/asyncrl/asyncrl/weights/quant"
 )
@@ -215,14 +214,20 @@ func (w *Sync) Dispatch(cmd publisher.Command) {
 	}
 }
 
-// Publish implements trainer.Publisher: the in-process trainer's version.
-func (w *Sync) Publish(ctx context.Context, m *pol.Model, version int64) error {
+// Publish implements trainer.Publisher: the trainer's version — the
+// built-in policy in memory, written to the stage directory first, or a
+// serving directory (an exec child's, any architecture) published where it
+// is (PublishDir).
+func (w *Sync) Publish(ctx context.Context, tw trainer.Weights, version int64) error {
 	if version != w.Current()+1 {
 		return fmt.Errorf("node: publisher: version %d after %d", version, w.Current())
 	}
 	t0 := time.Now()
+	if tw.Dir != "" {
+		return w.PublishDir(ctx, tw.Dir, version, t0)
+	}
 	dir := filepath.Join(w.c.Stage, fmt.Sprintf("v%08d", version))
-	if err := w.save(m, dir, version); err != nil {
+	if err := w.save(tw.Model, dir, version); err != nil {
 		return err
 	}
 	return w.mode.publishVersion(ctx, w, dir, version, true, t0)

@@ -1,0 +1,25 @@
+package trainer
+
+import (
+	"github.com/asyncrl/asyncrl/policy"
+)
+
+// Weights is one version's serving weights as a Stepper hands them to its
+// Publisher: the built-in policy in memory (Model), a serving checkpoint
+// directory in Hugging Face layout (Dir) — what a trainer child writes for
+// any architecture (docs/models.md) — or both (a child training the
+// built-in policy: its directory, loaded). A Publisher that needs bytes on
+// disk uses Dir when set and writes Model otherwise; one that swaps models
+// in memory uses Model when set and loads Dir otherwise.
+type Weights struct {
+	// Model is the built-in policy's BF16 serving copy; nil for other
+	// architectures.
+	Model *policy.Model
+	// Dir is a complete serving checkpoint (config.json, safetensors,
+	// generation and tokenizer files); "" when only Model is known. The
+	// Stepper owns it: a Publisher reads it and never modifies it.
+	Dir string
+}
+
+// InMemory is w for the built-in policy in memory.
+func InMemory(m *policy.Model) Weights { return Weights{Model: m} }
