@@ -34,6 +34,9 @@ type Config struct {
 	SFT SFTConfig `yaml:"sft" doc:"supervised fine-tuning (asyncrl sft): data, step size, packing, optimiser, checkpoints"`
 	// Policy is the built-in policy's shape (mixture of experts).
 	Policy PolicyConfig `yaml:"policy" doc:"built-in policy shape: mixture of experts (experts, top_k)"`
+	// Model is the model the run trains: the built-in policy or a Hugging
+	// Face checkpoint (docs/models.md).
+	Model ModelConfig `yaml:"model" doc:"the model the run trains and serves: the built-in policy (default) or a Hugging Face checkpoint (qwen3, qwen3_moe, llama, deepseek_v3; docs/models.md)"`
 }
 
 // Default returns the shipped defaults: a short single-node run of the tiny
@@ -56,6 +59,7 @@ func Default() Config {
 		Tinker:    DefaultTinker(),
 		SFT:       DefaultSFT(),
 		Policy:    DefaultPolicy(),
+		Model:     DefaultModel(),
 	}
 }
 
@@ -70,6 +74,7 @@ func (c Config) Validate() error {
 		c.Tinker.Validate(),
 		c.SFT.Validate(),
 		c.Policy.Validate(), c.validatePolicyRoutes(), c.validateQuantizeOnce(),
+		c.Model.Validate(), c.validateModel(),
 	} {
 		errs = append(errs, flatten(err)...)
 	}

@@ -41,8 +41,13 @@ const BuiltinPolicyLayers = 1
 // none; another shape fails the wire check).
 func (c Config) validatePolicyRoutes() error {
 	r := c.Rollout.RoutedExperts
-	if !r.Enabled || c.Engines.Count <= 0 {
-		return nil
+	if r == (RoutedExpertsConfig{Enabled: true}) && !c.Model.HF() {
+		v := checker{section: "rollout.routed_experts"}
+		v.fail("layers", "layers, top_k and num_experts are read from the model only for a Hugging Face model (model.path or model.arch); give the served model's routing shape")
+		return v.err()
+	}
+	if !r.Enabled || c.Engines.Count <= 0 || c.Model.HF() {
+		return nil // a Hugging Face model's shape is checked against its config.json at start
 	}
 	v := checker{section: "rollout.routed_experts"}
 	if c.Policy.Experts == 0 {

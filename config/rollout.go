@@ -41,7 +41,7 @@ type RolloutConfig struct {
 // the served model's routing shape, which the wire form is checked against.
 type RoutedExpertsConfig struct {
 	Enabled    bool `yaml:"enabled" doc:"send return_routed_experts and routed_experts_prompt_start, pack the routes (default off)"`
-	Layers     int  `yaml:"layers" doc:"MoE layers L of the served model"`
+	Layers     int  `yaml:"layers" doc:"MoE layers L of the served model (layers, top_k and num_experts all 0: read from model's config.json)"`
 	TopK       int  `yaml:"top_k" doc:"experts chosen per token per layer (K)"`
 	NumExperts int  `yaml:"num_experts" doc:"experts per layer N (every id is < N; fixes the packed dtype)"`
 }
@@ -82,7 +82,9 @@ func (c RolloutConfig) Validate() error {
 	v.unboundedOrAtLeast("top_k", int64(c.TopK), 1)
 	v.atLeast("max_tokens", int64(c.MaxTokens), 0)
 	v.atLeast("support_from_logprobs", int64(c.SupportFromLogprobs), 0)
-	if r := c.RoutedExperts; r.Enabled {
+	if r := c.RoutedExperts; r.Enabled && r != (RoutedExpertsConfig{Enabled: true}) {
+		// all three zero: the shape comes from the run's Hugging Face
+		// model (Config.validateRouteShape)
 		v.atLeast("routed_experts.layers", int64(r.Layers), 1)
 		v.atLeast("routed_experts.top_k", int64(r.TopK), 1)
 		v.atLeast("routed_experts.num_experts", int64(r.NumExperts), int64(max(1, r.TopK)))
