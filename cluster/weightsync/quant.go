@@ -2,6 +2,7 @@ package weightsync
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/asyncrl/asyncrl/config"
 	pol "github.com/asyncrl/asyncrl/policy"
 	"github.com/asyncrl/asyncrl/weights/quant"
+	"github.com/asyncrl/asyncrl/weights/quantdir"
 )
 
 // SchemeFor is publisher.quantize's scheme, nil for none.
@@ -84,15 +86,33 @@ func (w *Sync) save(m *pol.Model, dir string, version int64) error {
 	return nil
 }
 
-// requantize turns a remote trainer's BF16 serving checkpoint in dir into
-// the quantised one the engines load, written to the stage directory (the
-// trainer's dir is left alone); it returns that directory.
+// requantize turns a trainer's BF16 serving checkpoint in dir (a remote
+// trainer's or an exec child's) into the quantised one the engines load,
+// written to the stage directory (the trainer's dir is left alone); it
+// returns that directory. The built-in policy is loaded and written
+// quantised (policy.SaveServingQuantized); a Hugging Face architecture is
+// quantised file to file with vLLM's choice of tensors (weights/quantdir).
 func (w *Sync) requantize(dir string, version int64) (string, error) {
+	out := filepath.Join(w.c.Stage, fmt.Sprintf("v%08d", version))
+	mt, err := pol.ReadModelType(dir)
+	if err != nil {
+		return "", fmt.Errorf("node: publisher: version %d: %w", version, err)
+	}
+	if mt != pol.ModelType {
+		t0 := time.Now()
+		_ = os.RemoveAll(out)
+		st, err := quantdir.Quantize(dir, out, w.c.Quantize)
+		if err != nil {
+			_ = os.RemoveAll(out)
+			return "", fmt.Errorf("node: publisher: version %d: %w", version, err)
+		}
+		w.observeQuant(version, st, time.Since(t0))
+		return out, nil
+	}
 	m, err := pol.LoadServing(dir)
 	if err != nil {
 		return "", fmt.Errorf("node: publisher: version %d: %w", version, err)
 	}
-	out := filepath.Join(w.c.Stage, fmt.Sprintf("v%08d", version))
 	if err := w.save(m, out, version); err != nil {
 		return "", fmt.Errorf("node: publisher: version %d: %w", version, err)
 	}

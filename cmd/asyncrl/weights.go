@@ -27,7 +27,7 @@ func newWeightsCmd(g *globals) *cobra.Command {
 		Short: "Publish, apply and verify SkyRL-format delta weight versions",
 		Args:  cobra.NoArgs,
 	}
-	cmd.AddCommand(newWeightsDiffCmd(g), newWeightsApplyCmd(g), newWeightsVerifyCmd(g), newWeightsSnapshotCmd(g))
+	cmd.AddCommand(newWeightsDiffCmd(g), newWeightsApplyCmd(g), newWeightsVerifyCmd(g), newWeightsSnapshotCmd(g), newWeightsQuantizeCmd(g))
 	return cmd
 }
 

@@ -193,6 +193,12 @@ func (c *Checkpoint) Names() []string { return c.names }
 // Shards returns the shard file names, sorted.
 func (c *Checkpoint) Shards() []string { return c.shards }
 
+// Shard returns the open file of one shard (a name from Shards).
+func (c *Checkpoint) Shard(shard string) (*File, bool) {
+	f, ok := c.files[shard]
+	return f, ok
+}
+
 // File returns the open file holding name.
 func (c *Checkpoint) File(name string) (*File, error) {
 	shard, ok := c.where[name]
