@@ -7,6 +7,7 @@ func init() {
 	}
 	mustRegister(must(NewArithTask(DefaultArithConfig())))
 	mustRegister(must(NewGuessTask(DefaultGuessConfig())))
+	mustRegister(must(NewGuessTask(DefaultGuessChatConfig())))
 	mustRegister(must(NewGridTask(DefaultGridConfig())))
 }
 

@@ -17,10 +17,22 @@ type GuessConfig struct {
 	Max int
 	// MaxTurns ends the episode unsolved after this many guesses (>= 1).
 	MaxTurns int
+	// Chat words the prompt and the replies as a chat model's user
+	// messages ("I'm thinking of a number from 1 to 20. …", "Higher.")
+	// instead of the built-in policy's compact "guess 1-20:" and
+	// " higher:"; the rules and rewards are the same.
+	Chat bool
 }
 
 // DefaultGuessConfig is the "guess" task: a number in [1, 20], 10 turns.
 func DefaultGuessConfig() GuessConfig { return GuessConfig{Name: "guess", Max: 20, MaxTurns: 10} }
+
+// DefaultGuessChatConfig is "guess_chat": the guess task in a chat
+// model's words (docs/models.md: the real-model examples), a number in
+// [1, 20], 8 turns.
+func DefaultGuessChatConfig() GuessConfig {
+	return GuessConfig{Name: "guess_chat", Max: 20, MaxTurns: 8, Chat: true}
+}
 
 // Validate names the first invalid field.
 func (c GuessConfig) Validate() error {
@@ -75,8 +87,15 @@ func NewGuessTask(cfg GuessConfig) (*GuessTask, error) {
 func (t *GuessTask) Name() string  { return t.cfg.Name }
 func (t *GuessTask) MaxTurns() int { return t.cfg.MaxTurns }
 
-// MaxTokensPerTurn is the digits of Max plus one spare character.
-func (t *GuessTask) MaxTokensPerTurn() int { return len(strconv.Itoa(t.cfg.Max)) + 1 }
+// MaxTokensPerTurn is the digits of Max plus one spare character (the
+// built-in policy's EOS; a chat model's end-of-turn token, with one more
+// for a leading space or newline).
+func (t *GuessTask) MaxTokensPerTurn() int {
+	if t.cfg.Chat {
+		return len(strconv.Itoa(t.cfg.Max)) + 2
+	}
+	return len(strconv.Itoa(t.cfg.Max)) + 1
+}
 func (t *GuessTask) NewEnv() Env           { return &guessEnv{task: t} }
 
 // Sample draws a seed; the prompt text depends only on Max, the hidden
@@ -86,7 +105,43 @@ func (t *GuessTask) Sample(rng *rand.Rand) Prompt {
 	return Prompt{ID: promptID(t.cfg.Name, seed), Text: t.text(t.cfg.Max), Seed: seed}
 }
 
-func (t *GuessTask) text(n int) string { return "guess 1-" + strconv.Itoa(n) + ":" }
+func (t *GuessTask) text(n int) string {
+	if t.cfg.Chat {
+		return chatGuessPrefix + strconv.Itoa(n) + chatGuessSuffix
+	}
+	return "guess 1-" + strconv.Itoa(n) + ":"
+}
+
+// The chat wording of the guess task's prompt and replies.
+const (
+	chatGuessPrefix = "I'm thinking of a whole number from 1 to "
+	chatGuessSuffix = ". Guess it: answer with the number only."
+)
+
+// words are the replies: higher, lower, correct, invalid.
+func (t *GuessTask) words() (higher, lower, correct, invalid string) {
+	if t.cfg.Chat {
+		return "Higher.", "Lower.", "Correct!", "Invalid: answer with a number from 1 to " + strconv.Itoa(t.cfg.Max) + "."
+	}
+	return GuessHigher, GuessLower, GuessCorrect, GuessInvalid
+}
+
+// parseText is the range N of a prompt text, in either wording.
+func (t *GuessTask) parseText(text string) (int, bool) {
+	prefix, suffix := "guess 1-", ":"
+	if t.cfg.Chat {
+		prefix, suffix = chatGuessPrefix, chatGuessSuffix
+	}
+	s, found := strings.CutPrefix(text, prefix)
+	if !found {
+		return 0, false
+	}
+	if s, found = strings.CutSuffix(s, suffix); !found {
+		return 0, false
+	}
+	n, err := parseOperand(s, t.cfg.Max)
+	return n, err == nil && n >= 2
+}
 
 type guessEnv struct {
 	task      *GuessTask
@@ -101,17 +156,10 @@ func (e *guessEnv) Reset(p Prompt) (string, error) {
 	if text == "" {
 		text = e.task.text(cfg.Max)
 	}
-	n, ok := 0, false
-	if s, found := strings.CutPrefix(text, "guess 1-"); found {
-		if s, found = strings.CutSuffix(s, ":"); found {
-			var err error
-			n, err = parseOperand(s, cfg.Max)
-			ok = err == nil && n >= 2
-		}
-	}
+	n, ok := e.task.parseText(text)
 	if !ok {
 		e.started = false
-		return "", badPrompt(cfg.Name, text, fmt.Sprintf("\"guess 1-<N>:\" with N in 2..%d", cfg.Max))
+		return "", badPrompt(cfg.Name, text, fmt.Sprintf("%q with N in 2..%d", e.task.text(0), cfg.Max))
 	}
 	*e = guessEnv{task: e.task, n: n, secret: 1 + seedRand(p.Seed).IntN(n), lo: 1, hi: n, episode: episode{started: true}}
 	return text, nil
@@ -123,7 +171,8 @@ func (e *guessEnv) Step(action string) (string, float64, bool, error) {
 	}
 	T := e.task.cfg.MaxTurns
 	shaping := shapingReward(T)
-	reward, obs := 0.0, GuessInvalid
+	higher, lower, correct, invalid := e.task.words()
+	reward, obs := 0.0, invalid
 	if g, ok := leadingNumber(action); ok && g >= 1 && g <= e.n {
 		reward += shaping
 		if g >= e.lo && g <= e.hi {
@@ -131,12 +180,12 @@ func (e *guessEnv) Step(action string) (string, float64, bool, error) {
 		}
 		switch {
 		case g == e.secret:
-			obs, e.done = GuessCorrect, true
+			obs, e.done = correct, true
 			reward += winReward(e.turn, T)
 		case g < e.secret:
-			obs, e.lo = GuessHigher, max(e.lo, g+1)
+			obs, e.lo = higher, max(e.lo, g+1)
 		default:
-			obs, e.hi = GuessLower, min(e.hi, g-1)
+			obs, e.hi = lower, min(e.hi, g-1)
 		}
 	}
 	e.endIfOut(T)
@@ -159,4 +208,20 @@ func leadingNumber(s string) (int, bool) {
 	}
 	n, err := strconv.Atoi(s[i:j])
 	return n, err == nil
+}
+
+// DemoAction implements Demonstrator: a well-formed guess, not a good one —
+// half the time any number in [1, N], else one still consistent with the
+// replies — so a model warmed up on such episodes (asyncrl data generate
+// --task) answers in the task's format and RL has the strategy left to
+// learn.
+func (t *GuessTask) DemoAction(env Env, rng *rand.Rand) string {
+	e, ok := env.(*guessEnv)
+	if !ok || !e.started {
+		return "1"
+	}
+	if rng.IntN(2) == 0 || e.lo > e.hi {
+		return strconv.Itoa(1 + rng.IntN(e.n))
+	}
+	return strconv.Itoa(e.lo + rng.IntN(e.hi-e.lo+1))
 }

@@ -27,7 +27,7 @@ func newDataCmd(g *globals) *cobra.Command {
 		Short: "Inspect, validate, pretokenize and generate SFT datasets (Arrow, Parquet, JSONL shards)",
 		Args:  cobra.NoArgs,
 	}
-	cmd.AddCommand(newDataInspectCmd(g), newDataValidateCmd(g), newDataPretokenizeCmd(g), newDataGenerateCmd(g), newDataBenchCmd(g))
+	cmd.AddCommand(newDataInspectCmd(g), newDataValidateCmd(g), newDataPretokenizeCmd(g), newDataGenerateCmd(g), newDataBenchCmd(g), newDataDemosCmd(g))
 	return cmd
 }
 
