@@ -96,7 +96,7 @@ func (t *GuessTask) MaxTokensPerTurn() int {
 	}
 	return len(strconv.Itoa(t.cfg.Max)) + 1
 }
-func (t *GuessTask) NewEnv() Env           { return &guessEnv{task: t} }
+func (t *GuessTask) NewEnv() Env { return &guessEnv{task: t} }
 
 // Sample draws a seed; the prompt text depends only on Max, the hidden
 // number only on the seed.
