@@ -11,9 +11,9 @@ import (
 // and safe for concurrent use.
 type Tokenizer struct {
 	nfc          bool
-	split        splitKind
-	prefixSpace  bool // ByteLevel add_prefix_space: prepend ' ' to each text segment
-	ignoreMerges bool // Llama-3: a whole word found in the vocab is one token
+	splits       []splitKind // the Split pre-tokenizers, applied in sequence
+	prefixSpace  bool        // ByteLevel add_prefix_space: prepend ' ' to each text segment
+	ignoreMerges bool        // Llama-3: a whole word found in the vocab is one token
 
 	vocab  map[string]int32
 	merges map[uint64]merge
@@ -76,7 +76,7 @@ func (t *Tokenizer) IsSpecial(id int32) bool {
 // Encode turns text into token ids. It adds no BOS/EOS (see the package doc).
 func (t *Tokenizer) Encode(text string) []int32 {
 	var ids []int32
-	var pieces []string
+	var pieces, scratch []string
 	var sym []int32
 	segment := func(s string) {
 		if s == "" {
@@ -88,7 +88,7 @@ func (t *Tokenizer) Encode(text string) []int32 {
 		if t.prefixSpace && s[0] != ' ' {
 			s = " " + s
 		}
-		pieces = pretokenize(pieces[:0], s, t.split)
+		pieces, scratch = pretokenizeSeq(pieces[:0], s, t.splits, scratch)
 		for _, p := range pieces {
 			if t.ignoreMerges {
 				if id, ok := t.vocab[byteLevel(p)]; ok {
