@@ -14,14 +14,16 @@ import (
 // component or option this package does not implement.
 var ErrUnsupported = errors.New("hftokenizer: unsupported tokenizer.json")
 
-// The parts of tokenizer.json this package reads. post_processor is ignored
-// (see the package doc); truncation and padding do not apply to Encode.
+// The parts of tokenizer.json this package reads. post_processor is read
+// only for the special tokens it adds (SpecialPrefix; Encode never adds
+// them, see the package doc); truncation and padding do not apply to Encode.
 type fileJSON struct {
-	AddedTokens  []addedTokenJSON `json:"added_tokens"`
-	Normalizer   json.RawMessage  `json:"normalizer"`
-	PreTokenizer json.RawMessage  `json:"pre_tokenizer"`
-	Decoder      json.RawMessage  `json:"decoder"`
-	Model        modelJSON        `json:"model"`
+	AddedTokens   []addedTokenJSON `json:"added_tokens"`
+	Normalizer    json.RawMessage  `json:"normalizer"`
+	PreTokenizer  json.RawMessage  `json:"pre_tokenizer"`
+	Decoder       json.RawMessage  `json:"decoder"`
+	PostProcessor json.RawMessage  `json:"post_processor"`
+	Model         modelJSON        `json:"model"`
 }
 
 type addedTokenJSON struct {
@@ -99,6 +101,9 @@ func Parse(data []byte) (*Tokenizer, error) {
 		return nil, err
 	}
 	if err := t.parseAdded(f.AddedTokens); err != nil {
+		return nil, err
+	}
+	if t.postPrefix, t.postSuffix, err = parsePostProcessor(f.PostProcessor); err != nil {
 		return nil, err
 	}
 	return t, nil

@@ -27,6 +27,8 @@ type Tokenizer struct {
 	idToken []string // vocab token by id ("" where idKnown is false)
 	idKnown []bool
 	idAdded []int // index into addedList by id, -1 if not an added token
+
+	postPrefix, postSuffix []int32 // TemplateProcessing's tokens around a single sequence
 }
 
 type addedToken struct {
