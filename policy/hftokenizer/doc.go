@@ -48,12 +48,14 @@
 //     to a string replacing each maximal invalid subsequence with U+FFFD, as
 //     Rust's String::from_utf8_lossy does. Ids outside the vocabulary are
 //     skipped.
-//   - post_processor: ignored. Encode never adds BOS/EOS: for RL the prompt
+//   - post_processor: read only for the special tokens a TemplateProcessing
+//     puts around a single sequence (SpecialPrefix/SpecialSuffix: Llama-3's
+//     <|begin_of_text|>). Encode never adds BOS/EOS: for RL the prompt
 //     text (usually a rendered chat template) already spells out every special
 //     token it needs, and the Llama-3 template's literal "<|begin_of_text|>"
 //     encodes to the BOS id through the added-token matcher. A caller sending
 //     a raw non-template prompt to a model that expects BOS must prepend it
-//     itself (TokenID("<|begin_of_text|>")).
+//     itself (SpecialPrefix()).
 //
 // Encode accepts any Go string. Invalid UTF-8 bytes are kept as single bytes
 // (classed as punctuation by the pre-tokenizer), so Decode(Encode(s)) == s

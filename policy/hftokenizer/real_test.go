@@ -169,6 +169,14 @@ func TestRealSpecialTokenIDs(t *testing.T) {
 		{realtok.DeepSeekV3, "<｜User｜>", 128803},
 		{realtok.DeepSeekV3, "<｜Assistant｜>", 128804},
 	}
+	// The post-processor's BOS: Llama-3's TemplateProcessing puts
+	// <|begin_of_text|> first; Qwen3's and DeepSeek-V3's ByteLevel adds none
+	// (DeepSeek-V3's BOS comes from add_bos_token, policy/chattemplate).
+	for name, want := range map[string][]int32{realtok.Qwen3: nil, realtok.Llama31: {128000}, realtok.DeepSeekV3: nil} {
+		if got := loadReal(t, name).SpecialPrefix(); !slices.Equal(got, want) {
+			t.Errorf("%s: SpecialPrefix() = %v, want %v", name, got, want)
+		}
+	}
 	for _, c := range cases {
 		tok := loadReal(t, c.name)
 		id, ok := tok.TokenID(c.token)
