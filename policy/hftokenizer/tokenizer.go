@@ -75,6 +75,12 @@ func (t *Tokenizer) IsSpecial(id int32) bool {
 	return a >= 0 && t.addedList[a].special
 }
 
+// IsAdded reports whether id is an added token (special or not, e.g.
+// <|im_end|> and <think>): its Token is its literal text.
+func (t *Tokenizer) IsAdded(id int32) bool {
+	return id >= 0 && int(id) < len(t.idAdded) && t.idAdded[id] >= 0
+}
+
 // Encode turns text into token ids. It adds no BOS/EOS (see the package doc).
 func (t *Tokenizer) Encode(text string) []int32 {
 	var ids []int32
