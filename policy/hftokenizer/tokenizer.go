@@ -176,6 +176,19 @@ func (t *Tokenizer) matchAdded(text string, i, segStart int) (a, start, end, ski
 
 func isWordChar(r rune) bool { return r == '_' || unicode.IsLetter(r) || unicode.IsNumber(r) }
 
+// AppendBytes appends the bytes id stands for (an added token's text, a
+// vocabulary token's bytes) without making them valid UTF-8: a character
+// split across tokens comes out whole once all its tokens are appended, so
+// an incremental decoder (the engine's) appends token by token and converts
+// once. Unknown ids append nothing.
+func (t *Tokenizer) AppendBytes(dst []byte, id int32) []byte {
+	tok, ok := t.Token(id)
+	if !ok {
+		return dst
+	}
+	return appendTokenBytes(dst, tok)
+}
+
 // Decode turns ids back into text, special tokens included (tokenizers'
 // decode with skip_special_tokens=False). Unknown ids are skipped.
 func (t *Tokenizer) Decode(ids []int32) string { return t.decode(ids, false) }
