@@ -89,6 +89,9 @@ func (e *Engine) chatGeneration(req *ChatRequest) (generation, *reqError) {
 	if rerr != nil {
 		return generation{}, rerr
 	}
+	if rerr := checkTextIDs(prompt, model.VocabSize()); rerr != nil {
+		return generation{}, rerr
+	}
 	if rerr := checkRouteStart(sp, [][]int32{prompt}); rerr != nil {
 		return generation{}, rerr
 	}

@@ -129,13 +129,17 @@ func (e *Engine) parsePrompt(raw json.RawMessage, vocab int) ([][]int32, *reqErr
 	}
 	var one string
 	if json.Unmarshal(raw, &one) == nil {
-		return [][]int32{text(one)}, nil
+		ids := text(one)
+		return [][]int32{ids}, checkTextIDs(ids, vocab)
 	}
 	var strs []string
 	if json.Unmarshal(raw, &strs) == nil && len(strs) > 0 {
 		out := make([][]int32, len(strs))
 		for i, s := range strs {
 			out[i] = text(s)
+			if rerr := checkTextIDs(out[i], vocab); rerr != nil {
+				return nil, rerr
+			}
 		}
 		return out, nil
 	}

@@ -2,6 +2,8 @@ package engine
 
 import (
 	"bytes"
+	"fmt"
+	"net/http"
 	"unicode/utf8"
 
 	"github.com/asyncrl/asyncrl/policy/chattemplate"
@@ -108,6 +110,18 @@ func (c hfCodec) appendText(dst []byte, id int32) []byte {
 func (c hfCodec) tokenString(id int32) string { return c.t.Decode([]int32{id}) }
 
 func (c hfCodec) isEOS(id int32) bool { return c.t.IsEOS(id) }
+
+// checkTextIDs refuses a text prompt whose tokenizer ids the served model
+// has no embedding for (a tokenizer of another model family).
+func checkTextIDs(ids []int32, vocab int) *reqError {
+	for _, id := range ids {
+		if id < 0 || int(id) >= vocab {
+			return &reqError{status: http.StatusInternalServerError, param: "prompt",
+				msg: fmt.Sprintf("the tokenizer produced id %d, outside the served model's %d embeddings: the engine's tokenizer does not belong to its model", id, vocab)}
+		}
+	}
+	return nil
+}
 
 // stopIndex is where the text is cut for a stop string that the last
 // token's text completed, or -1: the stop strings are tried in order and

@@ -79,3 +79,13 @@ func TestTokenizerRender(t *testing.T) {
 }
 
 func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
+
+// asyncrl engine --tokenizer refuses a tokenizer the served model has no
+// embedding for, before listening (the built-in policy has 98 ids).
+func TestEngineTokenizerFlag(t *testing.T) {
+	dir := realtok.Dir(t, realtok.Qwen3)
+	code, _, errOut := cli(t, "engine", "--tokenizer", dir, "--listen", "127.0.0.1:0")
+	if code != 1 || !strings.Contains(errOut, "--tokenizer") || !strings.Contains(errOut, "does not belong to this model") {
+		t.Fatalf("exit %d %q", code, errOut)
+	}
+}

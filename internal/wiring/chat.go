@@ -7,6 +7,7 @@ import (
 
 	"github.com/asyncrl/asyncrl/actors/rollout"
 	"github.com/asyncrl/asyncrl/config"
+	"github.com/asyncrl/asyncrl/engine"
 	"github.com/asyncrl/asyncrl/policy/chattemplate"
 	"github.com/asyncrl/asyncrl/policy/hftokenizer"
 )
@@ -83,4 +84,35 @@ func (f chatFormat) NewChat() (rollout.Chat, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// TokenizerIn returns dir when it holds a Hugging Face tokenizer
+// (tokenizer.json), as an HF checkpoint directory with its tokenizer files
+// copied alongside does; else "".
+func TokenizerIn(dir string) string {
+	if dir == "" {
+		return ""
+	}
+	if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err != nil {
+		return ""
+	}
+	return dir
+}
+
+// EngineTokenizer is the engine option serving text with the tokenizer
+// directory dir (engine.WithTokenizer), checked against the served model: a
+// tokenizer with ids the model has no embedding for is refused at start,
+// naming both. No options for dir "".
+func EngineTokenizer(dir string, m engine.Model) ([]engine.Option, error) {
+	if dir == "" {
+		return nil, nil
+	}
+	tok, err := chattemplate.LoadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	if m != nil && tok.VocabSize() > m.VocabSize() {
+		return nil, fmt.Errorf("tokenizer %s has %d ids but the model's embedding has %d rows: the tokenizer does not belong to this model", filepath.Join(dir, "tokenizer.json"), tok.VocabSize(), m.VocabSize())
+	}
+	return []engine.Option{engine.WithTokenizer(tok)}, nil
 }

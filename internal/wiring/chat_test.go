@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/asyncrl/asyncrl/config"
+	"github.com/asyncrl/asyncrl/engine"
 	"github.com/asyncrl/asyncrl/internal/realtok"
 )
 
@@ -65,5 +66,29 @@ func TestChatFormat(t *testing.T) {
 	}
 	if _, err := ChatFormat(ro, ""); err == nil || !strings.Contains(err.Error(), "engines.external[].tokenizer") {
 		t.Fatalf("no directory: %v", err)
+	}
+}
+
+// TestEngineTokenizer: a tokenizer whose ids the model has no embedding for
+// is refused naming the file; a fitting one gives engine.WithTokenizer; a
+// checkpoint directory with tokenizer.json is found by TokenizerIn.
+func TestEngineTokenizer(t *testing.T) {
+	dir := realtok.Dir(t, realtok.Qwen3)
+	builtin, err := InitialPolicy("", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := EngineTokenizer(dir, builtin); err == nil || !strings.Contains(err.Error(), "tokenizer.json has 151669 ids but the model's embedding has") {
+		t.Fatalf("mismatch: %v", err)
+	}
+	opts, err := EngineTokenizer(dir, &engine.HashModel{Vocab: 151936, MaxLen: 64})
+	if err != nil || len(opts) != 1 {
+		t.Fatalf("fitting tokenizer: %v %d", err, len(opts))
+	}
+	if opts, err := EngineTokenizer("", builtin); err != nil || opts != nil {
+		t.Fatalf("no tokenizer: %v %v", opts, err)
+	}
+	if TokenizerIn(dir) != dir || TokenizerIn(t.TempDir()) != "" || TokenizerIn("") != "" {
+		t.Fatal("TokenizerIn")
 	}
 }
