@@ -89,3 +89,23 @@ func TestEngineTokenizerFlag(t *testing.T) {
 		t.Fatalf("exit %d %q", code, errOut)
 	}
 }
+
+// asyncrl data pretokenize renders chat JSONL with the tokenizer
+// directory's template; a tokenizer.json alone refuses chat rows naming the
+// fix.
+func TestDataPretokenizeChat(t *testing.T) {
+	dir := realtok.Dir(t, realtok.Qwen3)
+	in := writeFile(t, "chat.jsonl", `{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}`+"\n")
+	out := filepath.Join(t.TempDir(), "shards")
+	if code, stdout, errOut := cli(t, "data", "pretokenize", "--tokenizer", dir, in, out); code != 0 || !strings.Contains(stdout, "1 rows") {
+		t.Fatalf("pretokenize: %d %q %q", code, stdout, errOut)
+	}
+	code, stdout, _ := cli(t, "data", "inspect", "--json", out)
+	if code != 0 || !strings.Contains(stdout, `"mask": "loss_mask"`) {
+		t.Fatalf("inspect: %d %s", code, stdout)
+	}
+	code, _, errOut := cli(t, "data", "pretokenize", "--tokenizer", filepath.Join(dir, "tokenizer.json"), in, filepath.Join(t.TempDir(), "o"))
+	if code != 1 || !strings.Contains(errOut, "chat row needs a tokenizer with a chat template") {
+		t.Fatalf("tokenizer.json only: %d %q", code, errOut)
+	}
+}
