@@ -16,11 +16,13 @@ import (
 // talkTask is a five-turn task whose observations echo the model's text.
 type talkTask struct{}
 
-func (talkTask) Name() string                   { return "talk" }
-func (talkTask) MaxTurns() int                  { return 5 }
-func (talkTask) MaxTokensPerTurn() int          { return 64 }
-func (talkTask) Sample(*rand.Rand) tasks.Prompt { return tasks.Prompt{ID: "talk-0", Text: "Hello, who are you?"} }
-func (talkTask) NewEnv() tasks.Env              { return &talkEnv{} }
+func (talkTask) Name() string          { return "talk" }
+func (talkTask) MaxTurns() int         { return 5 }
+func (talkTask) MaxTokensPerTurn() int { return 64 }
+func (talkTask) Sample(*rand.Rand) tasks.Prompt {
+	return tasks.Prompt{ID: "talk-0", Text: "Hello, who are you?"}
+}
+func (talkTask) NewEnv() tasks.Env { return &talkEnv{} }
 
 type talkEnv struct {
 	turn    int
