@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/asyncrl/asyncrl/engine"
 	"github.com/asyncrl/asyncrl/internal/realtok"
 	"github.com/asyncrl/asyncrl/policy/chattemplate"
 	"github.com/asyncrl/asyncrl/tasks"
@@ -167,5 +169,86 @@ func TestChatEpisodeRefused(t *testing.T) {
 	task := talkTask{}
 	if _, err := RunEpisode(context.Background(), gen, task, task.Sample(nil), "talk/0", cfg); err == nil || !strings.Contains(err.Error(), "missing") || len(gen.calls) != 0 {
 		t.Fatalf("err %v, %d calls", err, len(gen.calls))
+	}
+}
+
+// TestChatEpisodeOverHTTP: the whole token-in/token-out loop over real HTTP
+// against the built-in engine serving a Qwen3-vocabulary model with the
+// Qwen3 tokenizer: every turn the engine stops on the tokenizer's EOS
+// (<|im_end|>), the rollout appends "\n<|im_start|>user\n…" after it as
+// context, and the trajectory decodes to the template's rendering of the
+// conversation, the model's tokens exactly as sampled.
+func TestChatEpisodeOverHTTP(t *testing.T) {
+	tok, err := chattemplate.LoadDir(realtok.Dir(t, realtok.Qwen3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eos, _ := tok.TokenID("<|im_end|>")
+	model := &engine.HashModel{Seed: 3, Vocab: tok.VocabSize(), MaxLen: 4096, Context: 4, Spread: 4, EOSID: eos, EOSBias: 9}
+	ecfg := engine.DefaultConfig()
+	ecfg.TimeScale = 0
+	e, err := engine.New(ecfg, model, engine.WithTokenizer(tok))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(e.Handler())
+	defer func() { srv.Close(); e.Close(); defaultClient.CloseIdleConnections() }()
+	cfg := testCfg()
+	cfg.MaxSeqLen = 2048
+	cfg.MaxTokens = 24
+	cfg.Vocab = chatVocab{tok}
+	cfg.Chat = chatFormat{tok, chattemplate.ConversationOptions{}}
+	task := talkTask{}
+	ep, err := RunEpisode(context.Background(), &HTTPClient{BaseURL: srv.URL, Model: "asyncrl-policy"}, task, task.Sample(nil), "talk/http", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ep.Turns != 5 {
+		t.Fatalf("%d turns", ep.Turns)
+	}
+	// Split the trajectory into the generated runs (mask 1).
+	var runs [][]int32
+	for i := 0; i < len(ep.Tokens); {
+		if ep.LossMask[i] == 0 {
+			i++
+			continue
+		}
+		j := i
+		for j < len(ep.Tokens) && ep.LossMask[j] == 1 {
+			j++
+		}
+		runs = append(runs, ep.Tokens[i:j])
+		if j < len(ep.Tokens) {
+			// The context after a turn: ChatML's "\n" after the model's EOS,
+			// or the EOS itself when the turn was cut by max_tokens.
+			want := []int32{198, 151644, 872, 198}
+			if ep.Tokens[j-1] != eos {
+				want = []int32{eos, 198, 151644}
+			}
+			if !slices.Equal(ep.Tokens[j:j+len(want)-1], want[:len(want)-1]) {
+				t.Fatalf("context after turn %d starts %v (%q)", len(runs), ep.Tokens[j:j+4], tok.Decode(ep.Tokens[j:j+4]))
+			}
+		}
+		i = j
+	}
+	if len(runs) != 5 {
+		t.Fatalf("%d generated runs", len(runs))
+	}
+	msgs := []chattemplate.Message{{Role: "user", Content: "Hello, who are you?"}}
+	for k, r := range runs[:4] {
+		reply := r
+		if reply[len(reply)-1] == eos {
+			reply = reply[:len(reply)-1]
+		}
+		msgs = append(msgs, chattemplate.Message{Role: "assistant", Content: tok.Decode(reply)},
+			chattemplate.Message{Role: "user", Content: fmt.Sprintf("Turn %d: you said %q.", k+1, tok.DecodeSkipSpecial(r))})
+	}
+	raw, _ := chattemplate.MarshalMessages(msgs...)
+	want, err := tok.Render("", chattemplate.Input{Messages: raw, AddGenerationPrompt: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := tok.Decode(ep.Tokens[:len(ep.Tokens)-len(runs[4])]); got != want {
+		t.Fatalf("trajectory before the last turn\n %q\nwant\n %q", got, want)
 	}
 }
