@@ -19,13 +19,19 @@ var ErrNotPrefixConsistent = errors.New("chattemplate: rendering is not prefix-c
 // it (its content, any reasoning or tool-call text the template writes for
 // it, and the end-of-turn token), 0 on everything else, including what the
 // template puts after that EOS (ChatML's "\n"), which the model never
-// generates. This is the assistant-only loss of TRL's SFTTrainer
-// (assistant_only_loss, from apply_chat_template's
-// return_assistant_tokens_mask: the {% generation %} spans, which end-of-turn
-// tokens are inside and the trailing newline outside in its Qwen templates)
-// and of SkyRL's SFT/multi-turn masks (the generated ids plus their EOS),
-// computed here without generation tags, which real templates such as
-// Qwen3's do not have.
+// generates: the engine stops at the EOS. That is exactly the mask of the
+// same turn in an RL rollout (SkyRL's multi-turn generator masks the
+// generated ids with their EOS and makes the "\n" after it observation,
+// skyrl-train/skyrl_train/generators/skyrl_gym_generator.py,
+// NovaSky-AI/SkyRL@01632c346d22983a24a547cbd46b7462d75f90db), so SFT and RL
+// train the same tokens of a turn. TRL's assistant_only_loss
+// (apply_chat_template's return_assistant_tokens_mask over the template's
+// {% generation %} spans) marks the same content and <|im_end|> and also the
+// "\n" after it and the one after "<|im_start|>assistant" (its
+// trl/chat_templates/qwen2_5_training.jinja,
+// huggingface/trl@7f1ec8cf0d5400c37f108be7ac08ee0c76759861); here those are
+// context. The spans are found without generation tags, which real
+// templates such as Qwen3's do not have.
 //
 // The cut needs the rendering to be prefix-consistent: for every assistant
 // message i, rendering messages[:i] with the generation prompt — the prompt
