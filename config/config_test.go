@@ -168,6 +168,15 @@ func TestValidateMessages(t *testing.T) {
 			c.Engines.External = []ExternalEngine{{URL: "http://a:8000", Kind: EngineVLLM, WeightLoad: LoadFull, Tokenizer: "a.json"},
 				{URL: "http://b:8000", Kind: EngineVLLM, WeightLoad: LoadFull, Tokenizer: "b.json"}}
 		}, `engines.external[1].tokenizer: "b.json" differs from external[0].tokenizer "a.json": every engine of a run serves one model`},
+		{"chat without tokenizer", func(c *Config) { c.Rollout.ChatTemplate = true },
+			"rollout.chat_template: needs the model's Hugging Face tokenizer directory (with tokenizer_config.json's chat_template or chat_template.jinja): set model.path (its tokenizer files) or engines.external[].tokenizer"},
+		{"system prompt without chat", func(c *Config) { c.Rollout.SystemPrompt = "be nice" },
+			"rollout.system_prompt: is only used with chat_template: true"},
+		{"chat kwargs not an object", func(c *Config) {
+			c.Rollout.ChatTemplate = true
+			c.Rollout.ChatTemplateKwargs = "[1]"
+			c.Engines.External = []ExternalEngine{{URL: "http://a:8000", Kind: EngineVLLM, WeightLoad: LoadFull, Tokenizer: "/models/qwen3"}}
+		}, `rollout.chat_template_kwargs: must be a JSON object, e.g. {"enable_thinking": false}: "[1]"`},
 		{"cache too small", func(c *Config) { c.Engines.MaxModelLen = 4096; c.Engines.PrefixCacheBlocks = 100 },
 			"engines.prefix_cache_blocks: 100 blocks × 16 tokens = 1600 tokens cannot hold one max_model_len (4096) sequence"},
 		{"run id", func(c *Config) { c.Run.ID = "a b" }, `run.id: "a b" must be 1–64 characters of A-Z, a-z, 0-9, '-' or '_'`},

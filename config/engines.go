@@ -171,9 +171,11 @@ type ExternalEngine struct {
 	Kind EngineKind `yaml:"kind" doc:"which server it is"`
 	// Model is the served model name; empty means engines.served_model_name.
 	Model string `yaml:"model" doc:"served model name (empty = engines.served_model_name, which it must equal)"`
-	// Tokenizer is a Hugging Face tokenizer.json for the engine's model;
-	// empty means the built-in character tokenizer (the built-in policy).
-	Tokenizer string `yaml:"tokenizer" doc:"path of the model's Hugging Face tokenizer.json (empty = the built-in policy's character vocabulary)"`
+	// Tokenizer is the engine's model's Hugging Face tokenizer: its
+	// tokenizer.json, or the directory holding it (and tokenizer_config.json
+	// with the chat template, which rollout.chat_template needs); empty
+	// means the built-in character tokenizer (the built-in policy).
+	Tokenizer string `yaml:"tokenizer" doc:"the model's Hugging Face tokenizer: tokenizer.json or its directory (with tokenizer_config.json for rollout.chat_template); empty = the built-in policy's character vocabulary"`
 	// WeightLoad is how new versions reach it.
 	WeightLoad WeightLoad `yaml:"weight_load" doc:"how versions reach it"`
 	// APIKeyFile holds the key the engine was started with (vLLM

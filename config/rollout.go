@@ -1,6 +1,10 @@
 package config
 
-import "time"
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
 
 // RolloutConfig configures the rollout actors that turn prompts into groups
 // of trajectories.
@@ -35,6 +39,20 @@ type RolloutConfig struct {
 	// support sets from them: serve vLLM with --logprobs-mode
 	// processed_logprobs so filtered candidates show as -9999.
 	SupportFromLogprobs int `yaml:"support_from_logprobs" doc:"top logprobs per token to rebuild sample support sets from (vLLM with --logprobs-mode processed_logprobs); 0 = off"`
+	// ChatTemplate makes every episode a chat conversation built with the
+	// model's chat template, token-in/token-out (docs/chat.md): the first
+	// observation is the user message of a templated prompt with the
+	// generation prompt, every later one the tokens the template puts after
+	// the model's turn plus the next user message and generation prompt;
+	// the history is never re-tokenised. It needs the model's Hugging Face
+	// tokenizer directory with a chat template (engines.external[].tokenizer).
+	ChatTemplate bool `yaml:"chat_template" doc:"build chat-format episodes with the model's chat template, token-in/token-out (needs a tokenizer directory with a chat template; docs/chat.md)"`
+	// SystemPrompt is the system message chat episodes start with.
+	SystemPrompt string `yaml:"system_prompt" doc:"system message of chat episodes (\"\" = none; only with chat_template)"`
+	// ChatTemplateKwargs are extra variables for the chat template, a JSON
+	// object (SkyRL's generator.chat_template_kwargs), e.g.
+	// {"enable_thinking": false} for Qwen3.
+	ChatTemplateKwargs string `yaml:"chat_template_kwargs" doc:"JSON object of extra chat-template variables, e.g. '{\"enable_thinking\": false}' (\"\" = none; only with chat_template)"`
 }
 
 // RoutedExpertsConfig is rollout.routed_experts: off by default; when on,
@@ -82,12 +100,49 @@ func (c RolloutConfig) Validate() error {
 	v.unboundedOrAtLeast("top_k", int64(c.TopK), 1)
 	v.atLeast("max_tokens", int64(c.MaxTokens), 0)
 	v.atLeast("support_from_logprobs", int64(c.SupportFromLogprobs), 0)
+	if !c.ChatTemplate {
+		if c.SystemPrompt != "" {
+			v.fail("system_prompt", "is only used with chat_template: true")
+		}
+		if c.ChatTemplateKwargs != "" {
+			v.fail("chat_template_kwargs", "is only used with chat_template: true")
+		}
+	}
+	if c.ChatTemplateKwargs != "" {
+		if _, err := c.TemplateKwargs(); err != nil {
+			v.fail("chat_template_kwargs", "%v", err)
+		}
+	}
 	if r := c.RoutedExperts; r.Enabled && r != (RoutedExpertsConfig{Enabled: true}) {
 		// all three zero: the shape comes from the run's Hugging Face
-		// model (Config.validateRouteShape)
+		// model (validatePolicyRoutes)
 		v.atLeast("routed_experts.layers", int64(r.Layers), 1)
 		v.atLeast("routed_experts.top_k", int64(r.TopK), 1)
 		v.atLeast("routed_experts.num_experts", int64(r.NumExperts), int64(max(1, r.TopK)))
+	}
+	return v.err()
+}
+
+// TemplateKwargs decodes chat_template_kwargs (nil when empty).
+func (c RolloutConfig) TemplateKwargs() (map[string]json.RawMessage, error) {
+	if c.ChatTemplateKwargs == "" {
+		return nil, nil
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(c.ChatTemplateKwargs), &m); err != nil || m == nil {
+		return nil, fmt.Errorf("must be a JSON object, e.g. {\"enable_thinking\": false}: %q", c.ChatTemplateKwargs)
+	}
+	return m, nil
+}
+
+// validateChat: chat_template needs the model's tokenizer directory.
+func (c Config) validateChat() error {
+	if !c.Rollout.ChatTemplate {
+		return nil
+	}
+	v := checker{section: "rollout"}
+	if !c.Model.HF() && (len(c.Engines.External) == 0 || c.Engines.External[0].Tokenizer == "") {
+		v.fail("chat_template", "needs the model's Hugging Face tokenizer directory (with tokenizer_config.json's chat_template or chat_template.jinja): set model.path (its tokenizer files) or engines.external[].tokenizer")
 	}
 	return v.err()
 }

@@ -65,6 +65,9 @@ type StreamOptions struct {
 type ChatMessage struct {
 	Role    string          `json:"role"`
 	Content json.RawMessage `json:"content"`
+	// raw is the message as sent (tool_calls, tool_call_id, name,
+	// reasoning_content, …), which a chat template reads (chathf.go).
+	raw json.RawMessage
 }
 
 // ChatRequest is the body of POST /v1/chat/completions.
@@ -76,6 +79,12 @@ type ChatRequest struct {
 	MaxCompletionTokens *int `json:"max_completion_tokens"`
 	Logprobs            bool `json:"logprobs"`
 	TopLogprobs         *int `json:"top_logprobs"`
+	// Tools, AddGenerationPrompt (default true) and ChatTemplateKwargs are
+	// vLLM's chat-template fields; they apply when the engine has a
+	// tokenizer with a chat template (WithTokenizer).
+	Tools               json.RawMessage            `json:"tools,omitempty"`
+	AddGenerationPrompt *bool                      `json:"add_generation_prompt,omitempty"`
+	ChatTemplateKwargs  map[string]json.RawMessage `json:"chat_template_kwargs,omitempty"`
 }
 
 // Extensions are the asyncrl fields on every choice (and on every streamed

@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
-
-	"github.com/asyncrl/asyncrl/policy/tokenizer"
 )
 
 // renderChat is the chat template: every message becomes
@@ -87,13 +85,12 @@ func (e *Engine) chatGeneration(req *ChatRequest) (generation, *reqError) {
 	if len(req.Messages) == 0 {
 		return generation{}, badRequest("messages", "messages must not be empty")
 	}
-	text, rerr := renderChat(req.Messages)
+	prompt, rerr := e.textCodec().chatPrompt(req, e.cfg.AddBOS)
 	if rerr != nil {
 		return generation{}, rerr
 	}
-	prompt := tokenizer.Encode(text)
-	if e.cfg.AddBOS {
-		prompt = append([]int32{tokenizer.BOS}, prompt...)
+	if rerr := checkTextIDs(prompt, model.VocabSize()); rerr != nil {
+		return generation{}, rerr
 	}
 	if rerr := checkRouteStart(sp, [][]int32{prompt}); rerr != nil {
 		return generation{}, rerr
@@ -110,7 +107,7 @@ var chatEndpoint = endpoint{
 		resp := ChatResponse{ID: h.id, Object: "chat.completion", Created: h.created, Model: h.model, Usage: usageOf(g, sp.n)}
 		for _, s := range g.seqs {
 			c := chatChoice(s, sp, 0, len(s.out), true, current)
-			c.Message = &ChatResponseMessage{Role: "assistant", Content: string(s.text)}
+			c.Message = &ChatResponseMessage{Role: "assistant", Content: textOf(s.text)}
 			c.RoutedExperts = s.routedExperts()
 			resp.Choices = append(resp.Choices, c)
 		}
@@ -118,7 +115,7 @@ var chatEndpoint = endpoint{
 	},
 	chunk: func(h respHead, s *seqState, sp sampling, c cursor, vis int, first bool, current int64) any {
 		ch := chatChoice(s, sp, c.tok, len(s.out), first, current)
-		ch.Delta = &ChatResponseMessage{Content: string(s.text[c.text:vis])}
+		ch.Delta = &ChatResponseMessage{Content: textOf(s.text[c.text:vis])}
 		if first {
 			ch.Delta.Role = "assistant"
 		}

@@ -2,8 +2,6 @@ package engine
 
 import (
 	"net/http"
-
-	"github.com/asyncrl/asyncrl/policy/tokenizer"
 )
 
 func (e *Engine) handleCompletions(w http.ResponseWriter, r *http.Request) {
@@ -64,7 +62,7 @@ var completionsEndpoint = endpoint{
 
 // completionChoice renders tokens [a,b) and text [ta,tb) of s.
 func completionChoice(s *seqState, sp sampling, a, b, ta, tb int, first bool, current int64) CompletionChoice {
-	c := CompletionChoice{Index: s.index, Text: string(s.text[ta:tb]), FinishReason: s.finishPtr(), Extensions: s.extensions(a, b, current)}
+	c := CompletionChoice{Index: s.index, Text: textOf(s.text[ta:tb]), FinishReason: s.finishPtr(), Extensions: s.extensions(a, b, current)}
 	if sp.returnIDs {
 		c.TokenIDs = append([]int32{}, s.out[a:b]...)
 		if first {
@@ -74,8 +72,10 @@ func completionChoice(s *seqState, sp sampling, a, b, ta, tb int, first bool, cu
 	if sp.nTop >= 0 {
 		lp := &CompletionLogprobs{Tokens: []string{}, TokenLogprobs: []float32{}, TopLogprobs: []map[string]float32{}, TextOffset: []int{}}
 		off := 0
+		var buf []byte
 		for i := 0; i < a; i++ {
-			off += len(tokenizer.Piece(s.out[i]))
+			buf = s.codec.appendText(buf[:0], s.out[i])
+			off += len(buf)
 		}
 		for i := a; i < b; i++ {
 			tok := s.out[i]
@@ -88,7 +88,8 @@ func completionChoice(s *seqState, sp sampling, a, b, ta, tb int, first bool, cu
 			top[sp.logprobToken(tok)] = s.lps[i] // vLLM always lists the sampled token
 			lp.TopLogprobs = append(lp.TopLogprobs, top)
 			lp.TextOffset = append(lp.TextOffset, off)
-			off += len(tokenizer.Piece(tok))
+			buf = s.codec.appendText(buf[:0], tok)
+			off += len(buf)
 		}
 		c.Logprobs = lp
 	}

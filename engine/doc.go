@@ -32,9 +32,18 @@
 //     captured step by step with the weights of each step.
 //     Text prompts get BOS prepended (Config.AddBOS); token ids are used
 //     verbatim. Choices are prompt-major: index = prompt·n + k.
+//   - Text side: the character tokenizer, or with WithTokenizer a Hugging
+//     Face tokenizer directory (text.go, chathf.go): prompts encoded with
+//     it (its BOS when it adds one and Config.AddBOS is on), output decoded
+//     with special tokens skipped and incomplete characters held back while
+//     streaming, its EOS ids ending generation, stop strings found anywhere
+//     in the last token's text, logprob tokens named by their text.
 //   - POST /v1/chat/completions: messages rendered by the template
 //     "<|role|>content" per message followed by "<|assistant|>" (plain
-//     text: the character tokenizer has no special chat tokens); logprobs
+//     text: the character tokenizer has no special chat tokens), or with
+//     WithTokenizer by the tokenizer's chat template (tools,
+//     add_generation_prompt (default true), chat_template_kwargs; string
+//     tool-call arguments parsed, text parts joined with "\n", as vLLM); logprobs
 //     true + top_logprobs k; max_tokens or max_completion_tokens (default:
 //     the rest of the context). return_routed_experts and
 //     routed_experts_prompt_start as in completions (rows from the first

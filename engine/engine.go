@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -19,7 +18,6 @@ import (
 
 	"github.com/asyncrl/asyncrl/engine/latency"
 	"github.com/asyncrl/asyncrl/policy/sampler"
-	"github.com/asyncrl/asyncrl/policy/tokenizer"
 )
 
 // Option customises New.
@@ -53,6 +51,9 @@ type Engine struct {
 	// into the one it serves.
 	xformName string
 	xform     ModelTransform
+	// codec is the text side (WithTokenizer, text.go); nil = the
+	// character tokenizer.
+	codec textCodec
 
 	mu        sync.Mutex
 	core      *latency.Scheduler
@@ -105,6 +106,7 @@ type seqState struct {
 	slps      []float32 // support-normalised logprobs (filtered only)
 	top       [][]topEntry
 	text      []byte // decoded completion text, stop string removed
+	codec     textCodec
 	params    sampler.Params
 	filtered  bool
 	rng       *rand.Rand
@@ -507,7 +509,7 @@ func decodeOne(s *seqState, m Model, b *workerBuf, version int64) {
 	s.all = append(s.all, tok)
 	s.lps = append(s.lps, finiteLP(lp))
 	s.vers = append(s.vers, version)
-	s.text = append(s.text, tokenizer.Piece(tok)...)
+	s.text = s.codec.appendText(s.text, tok)
 }
 
 // topK returns the k highest logprobs, descending, ties by lower id.
@@ -532,14 +534,12 @@ func topK(ls []float32, k int) []topEntry {
 // from the text), max_tokens or the context limit.
 func (e *Engine) stopReason(s *seqState) string {
 	last := s.out[len(s.out)-1]
-	if last == tokenizer.EOS && !s.ignoreEOS {
+	if s.codec.isEOS(last) && !s.ignoreEOS {
 		return "stop"
 	}
-	for _, st := range s.stops {
-		if st != "" && bytes.HasSuffix(s.text, []byte(st)) {
-			s.text = s.text[:len(s.text)-len(st)]
-			return "stop"
-		}
+	if i := stopIndex(s, last); i >= 0 {
+		s.text = s.text[:i]
+		return "stop"
 	}
 	if len(s.out) >= s.maxTokens {
 		return "length"

@@ -59,6 +59,7 @@ func (e *Engine) samplingFor(model string, o *SamplingOptions, maxTokens *int) (
 		return "", nil, sampling{}, rerr
 	}
 	sp.ignoreEOS, sp.returnIDs, sp.tokIDs = o.IgnoreEOS, o.ReturnTokenIDs, o.ReturnTokensAsTokenIDs
+	sp.codec = e.textCodec()
 	if rerr := routeOptions(o, m, &sp); rerr != nil {
 		return "", nil, sampling{}, rerr
 	}

@@ -45,6 +45,8 @@ type sampling struct {
 	// routes: capture routed experts from position routeStart on.
 	routes     bool
 	routeStart int
+	// codec is the engine's text side (text.go).
+	codec textCodec
 }
 
 type samplingFields struct {
@@ -115,13 +117,8 @@ func (e *Engine) parsePrompt(raw json.RawMessage, vocab int) ([][]int32, *reqErr
 	if len(raw) == 0 || string(raw) == "null" {
 		return nil, badRequest("prompt", "prompt is required")
 	}
-	text := func(s string) []int32 {
-		ids := tokenizer.Encode(s)
-		if e.cfg.AddBOS {
-			ids = append([]int32{tokenizer.BOS}, ids...)
-		}
-		return ids
-	}
+	codec := e.textCodec()
+	text := func(s string) []int32 { return codec.encodePrompt(s, e.cfg.AddBOS) }
 	checkIDs := func(ids []int32) *reqError {
 		for _, id := range ids {
 			if id < 0 || int(id) >= vocab {
@@ -132,13 +129,17 @@ func (e *Engine) parsePrompt(raw json.RawMessage, vocab int) ([][]int32, *reqErr
 	}
 	var one string
 	if json.Unmarshal(raw, &one) == nil {
-		return [][]int32{text(one)}, nil
+		ids := text(one)
+		return [][]int32{ids}, checkTextIDs(ids, vocab)
 	}
 	var strs []string
 	if json.Unmarshal(raw, &strs) == nil && len(strs) > 0 {
 		out := make([][]int32, len(strs))
 		for i, s := range strs {
 			out[i] = text(s)
+			if rerr := checkTextIDs(out[i], vocab); rerr != nil {
+				return nil, rerr
+			}
 		}
 		return out, nil
 	}
@@ -182,6 +183,10 @@ var reqCounter atomic.Uint64
 func (e *Engine) buildGroup(id, lora string, m Model, prompts [][]int32, sp sampling, defaultMax int) (*group, *reqError) {
 	maxLen := e.maxLen(m)
 	g := &group{id: id, notify: make(chan struct{}, 1)}
+	codec := sp.codec
+	if codec == nil {
+		codec = e.textCodec()
+	}
 	for pi, p := range prompts {
 		if len(p) == 0 {
 			return nil, badRequest("prompt", "prompt %d is empty", pi)
@@ -213,7 +218,7 @@ func (e *Engine) buildGroup(id, lora string, m Model, prompts [][]int32, sp samp
 				prompt: p, all: append(make([]int32, 0, len(p)+maxTok), p...),
 				params: sp.params, filtered: sp.filtered, maxTokens: maxTok,
 				ignoreEOS: sp.ignoreEOS, stops: sp.stops, nTop: sp.nTop,
-				routes: sp.routes, routeStart: sp.routeStart,
+				routes: sp.routes, routeStart: sp.routeStart, codec: codec,
 			}
 			g.seqs = append(g.seqs, s)
 		}
@@ -293,15 +298,20 @@ func (e *Engine) awaitProgress(r *http.Request, g *group) bool {
 	}
 }
 
-// tokenText is the display form of a token in logprobs.
 // logprobToken is a token as the logprobs objects name it: its text, or
 // "token_id:N" with return_tokens_as_token_ids (as vLLM renders it).
 func (sp sampling) logprobToken(id int32) string {
 	if sp.tokIDs {
 		return "token_id:" + strconv.Itoa(int(id))
 	}
+	if sp.codec != nil {
+		return sp.codec.tokenString(id)
+	}
 	return tokenText(id)
 }
+
+// tokenText is the character tokenizer's display form of a token in
+// logprobs.
 
 func tokenText(id int32) string {
 	switch id {
@@ -328,10 +338,13 @@ func visibleLocked(s *seqState) int {
 	if s.finish != "" {
 		return n
 	}
+	// A character whose bytes span tokens is shown once complete (vLLM's
+	// incremental detokenizer holds back text ending in U+FFFD).
+	n -= incompleteUTF8(s.text)
 	hold := 0
 	for _, st := range s.stops {
 		for k := min(len(st)-1, n); k > hold; k-- {
-			if string(s.text[n-k:]) == st[:k] {
+			if string(s.text[n-k:n]) == st[:k] {
 				hold = k
 				break
 			}

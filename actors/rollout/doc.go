@@ -12,6 +12,14 @@
 //     Model tokens get loss mask 1, the engine's logprob, the version of the
 //     weights that produced them, their sample support set and their
 //     logprob renormalised over that set; context tokens get loss mask 0.
+//   - Chat episodes (EpisodeConfig.Chat, rollout.chat_template): the
+//     first observation becomes the model's chat-template prompt (system
+//     prompt, user message, generation prompt) and every later one the
+//     tokens the template puts after the model's turn (what the model did
+//     not generate itself, e.g. the "\n" after <|im_end|>) plus the next
+//     user message and generation prompt (Chat.Continue). The history is
+//     never re-tokenised: the model's tokens stay exactly as sampled and
+//     only they have loss mask 1 (policy/chattemplate.Conversation).
 //   - Wire (HTTPClient): vLLM's token-in/token-out form of /v1/completions:
 //     prompt as token ids, return_token_ids, logprobs: 0,
 //     return_tokens_as_token_ids, model/stop/stop_token_ids from the

@@ -51,6 +51,33 @@ type EpisodeConfig struct {
 	// Vocab turns text into the model's tokens and back; nil is the
 	// built-in policy's character vocabulary (BuiltinVocab).
 	Vocab Vocabulary
+	// Chat, when set (rollout.chat_template), makes every episode a chat
+	// conversation: the first observation becomes the templated prompt and
+	// every later one the tokens the template puts after the model's turn
+	// (see Chat). Vocab.Prefix and Vocab.Encode are then not used for
+	// context; Vocab still decodes the model's text for the environment.
+	Chat ChatFormat
+}
+
+// ChatFormat starts one chat conversation per episode
+// (policy/chattemplate.Tokenizer.NewConversation behind it).
+type ChatFormat interface {
+	NewChat() (Chat, error)
+}
+
+// Chat is one episode's conversation, built token-in/token-out: the
+// history is never re-tokenised; each call returns only the context tokens
+// to append (loss mask 0), and the model's generated tokens stay exactly as
+// sampled (loss mask 1).
+type Chat interface {
+	// Open returns the prompt: the templated [system?, user(observation)]
+	// with the generation prompt.
+	Open(observation string) ([]int32, error)
+	// Continue returns what follows the model's turn (its generated ids):
+	// the end of the assistant turn the model did not generate itself (the
+	// "\n" after <|im_end|>), the observation as a user message and the
+	// generation prompt.
+	Continue(generated []int32, observation string) ([]int32, error)
 }
 
 // Vocabulary is the model's tokenizer as the episode runner needs it:
@@ -229,8 +256,15 @@ func RunEpisode(ctx context.Context, gen Generator, task tasks.Task, p tasks.Pro
 	}
 	vocab := cfg.vocab()
 	ep := Episode{ID: id}
-	ep.addContext(vocab.Prefix())
-	ep.addContext(vocab.Encode(obs))
+	ctxTokens, err := newContext(cfg, vocab)
+	if err != nil {
+		return Episode{}, fmt.Errorf("%w: %s: %w", ErrAborted, p.ID, err)
+	}
+	first, err := ctxTokens.open(obs)
+	if err != nil {
+		return Episode{}, fmt.Errorf("%w: %s: chat template: %w", ErrAborted, p.ID, err)
+	}
+	ep.addContext(first)
 	ep.PromptLen = len(ep.Tokens)
 	for turn := 0; turn < maxTurns && len(ep.Tokens) < cfg.MaxSeqLen; turn++ {
 		start := len(ep.Tokens)
@@ -246,7 +280,11 @@ func RunEpisode(ctx context.Context, gen Generator, task tasks.Task, p tasks.Pro
 		if done {
 			break
 		}
-		ep.addContext(vocab.Encode(o))
+		next, err := ctxTokens.next(ep.Tokens[start:], o)
+		if err != nil {
+			return Episode{}, fmt.Errorf("%w: %s: chat template: %w", ErrAborted, p.ID, err)
+		}
+		ep.addContext(next)
 	}
 	if len(ep.Tokens) > cfg.MaxSeqLen { // an observation overflowed the context
 		n := cfg.MaxSeqLen
@@ -256,6 +294,39 @@ func RunEpisode(ctx context.Context, gen Generator, task tasks.Task, p tasks.Pro
 	ep.fillVersions()
 	ep.padRoutes(cfg.Routes)
 	return ep, nil
+}
+
+// contextBuilder turns observations into context tokens: the vocabulary's
+// prefix and encoding, or a chat conversation.
+type contextBuilder struct {
+	vocab Vocabulary
+	chat  Chat
+}
+
+func newContext(cfg EpisodeConfig, vocab Vocabulary) (contextBuilder, error) {
+	b := contextBuilder{vocab: vocab}
+	if cfg.Chat != nil {
+		c, err := cfg.Chat.NewChat()
+		if err != nil {
+			return b, err
+		}
+		b.chat = c
+	}
+	return b, nil
+}
+
+func (b contextBuilder) open(obs string) ([]int32, error) {
+	if b.chat != nil {
+		return b.chat.Open(obs)
+	}
+	return append(append([]int32(nil), b.vocab.Prefix()...), b.vocab.Encode(obs)...), nil
+}
+
+func (b contextBuilder) next(generated []int32, obs string) ([]int32, error) {
+	if b.chat != nil {
+		return b.chat.Continue(generated, obs)
+	}
+	return b.vocab.Encode(obs), nil
 }
 
 // turnAction is what the episode runner does after one generation call.

@@ -90,8 +90,10 @@ type Wrap func(i int, e *engine.Engine, h http.Handler) http.Handler
 //
 // With engines.api_key_file every route wants the key, and
 // engines.weight_roots bound the loads (engine.WithAPIKey,
-// engine.WithWeightRoots).
-func New(c config.EnginesConfig, m engine.Model, seed int64, i int, log zerolog.Logger) (*engine.Engine, error) {
+// engine.WithWeightRoots). extra options come last (e.g.
+// wiring.EngineTokenizer's engine.WithTokenizer for a model with a Hugging
+// Face tokenizer).
+func New(c config.EnginesConfig, m engine.Model, seed int64, i int, log zerolog.Logger, extra ...engine.Option) (*engine.Engine, error) {
 	key, err := wiring.ReadSecret("engines.api_key_file", c.APIKeyFile)
 	if err != nil {
 		return nil, err
@@ -99,6 +101,7 @@ func New(c config.EnginesConfig, m engine.Model, seed int64, i int, log zerolog.
 	opts := append([]engine.Option{
 		engine.WithLogger(log.With().Str("engine", "engine-"+strconv.Itoa(i)).Logger()), engine.WithLoader(wiring.LoadPolicy),
 		engine.WithAPIKey(key), engine.WithWeightRoots(c.WeightRoots...)}, wiring.EngineQuantize(c.Quantize)...)
+	opts = append(opts, extra...)
 	return engine.New(wiring.EngineConfig(c, c.ServedModelName, uint64(seed)+uint64(i)*0x9e3779b9), m, opts...)
 }
 
@@ -108,11 +111,11 @@ func New(c config.EnginesConfig, m engine.Model, seed int64, i int, log zerolog.
 // unregisters it. They load later versions from checkpoint directories with
 // wiring.LoadPolicy (the receivers' path). wrap, when set, wraps each
 // engine's HTTP handler.
-func Start(c config.EnginesConfig, m engine.Model, seed int64, log zerolog.Logger, wrap Wrap) ([]*Engine, error) {
+func Start(c config.EnginesConfig, m engine.Model, seed int64, log zerolog.Logger, wrap Wrap, extra ...engine.Option) ([]*Engine, error) {
 	var out []*Engine
 	for i := range c.Count {
 		id := "engine-" + strconv.Itoa(i)
-		e, err := New(c, m, seed, i, log)
+		e, err := New(c, m, seed, i, log, extra...)
 		if err != nil {
 			StopAll(out)
 			return nil, fmt.Errorf("node: %s: %w", id, err)

@@ -315,6 +315,9 @@ func (n *Node) startRollouts() error {
 		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	ecfg.Vocab = vocab
+	if ecfg.Chat, err = wiring.ChatFormat(n.cfg.Rollout, wiring.TokenizerDir(n.cfg.Engines)); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
 	n.rolloutUp = rolloutTransport()
 	var rt http.RoundTripper = n.rolloutUp
 	if n.hooks.wrapClient != nil {

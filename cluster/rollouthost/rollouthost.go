@@ -42,6 +42,7 @@ type Host struct {
 	cfg      config.Config
 	task     tasks.Task
 	vocab    rollout.Vocabulary
+	chat     rollout.ChatFormat // rollout.chat_template (nil = plain text episodes)
 	bus      *natsbus.Bus
 	log      zerolog.Logger
 	event    func(format string, args ...any)
@@ -110,6 +111,9 @@ func Start(c Config) (*Host, error) {
 	// once, and a bad tokenizer fails the start, not every term.
 	var err error
 	if h.vocab, err = wiring.Vocabulary(c.Run.Engines); err != nil {
+		return nil, fmt.Errorf("node: rollout host: %w", err)
+	}
+	if h.chat, err = wiring.ChatFormat(c.Run.Rollout, wiring.TokenizerDir(c.Run.Engines)); err != nil {
 		return nil, fmt.Errorf("node: rollout host: %w", err)
 	}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
@@ -193,6 +197,7 @@ func (h *Host) follow(ta messages.TermAnnounce) {
 	}
 	count, ecfg, supportK := Setup(tcfg, 0)
 	ecfg.Vocab = h.vocab
+	ecfg.Chat = h.chat
 	gen := &rollout.HTTPClient{BaseURL: ta.Router, Model: h.cfg.Engines.ServedModelName, Client: h.httpc,
 		SupportFromLogprobs: h.cfg.Rollout.SupportFromLogprobs}
 	var actors []*rollout.Actor

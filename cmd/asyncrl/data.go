@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/asyncrl/asyncrl/policy/chattemplate"
 	"github.com/asyncrl/asyncrl/policy/hftokenizer"
 	"github.com/asyncrl/asyncrl/sft/data"
 )
@@ -207,17 +208,24 @@ func newDataPretokenizeCmd(g *globals) *cobra.Command {
 		o            data.PretokenizeOptions
 	)
 	cmd := &cobra.Command{
-		Use:   "pretokenize --tokenizer tokenizer.json IN.jsonl OUTDIR",
-		Short: "Tokenize JSONL text ({\"text\"} or {\"prompt\",\"completion\"} lines) into Arrow shards",
-		Args:  cobra.ExactArgs(2),
+		Use:   "pretokenize --tokenizer DIR IN.jsonl OUTDIR",
+		Short: "Tokenize JSONL ({\"text\"}, {\"prompt\",\"completion\"} or chat {\"messages\",\"tools\"} lines) into Arrow shards",
+		Long: "Tokenizes a JSONL file into Arrow (or Parquet) shards. Lines are {\"text\"} (every token\n" +
+			"trained), {\"prompt\", \"completion\"} (the completion's tokens trained) or chat rows\n" +
+			"{\"messages\": [...], \"tools\": [...]} rendered with the tokenizer's chat template, with a\n" +
+			"loss mask on the assistant's tokens only (each answer through its end-of-turn token);\n" +
+			"a chat row whose rendering is not prefix-consistent is refused naming its line\n" +
+			"(docs/chat.md). --tokenizer is a Hugging Face tokenizer directory or its tokenizer.json.",
+		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if tokPath == "" {
 				return fail("asyncrl data pretokenize: --tokenizer is required")
 			}
-			tok, err := hftokenizer.Load(tokPath)
+			tok, chat, err := loadDataTokenizer(tokPath)
 			if err != nil {
 				return fail("asyncrl data pretokenize: %v", err)
 			}
+			o.Chat = chat
 			o.Out, o.EOS = args[1], -1
 			if eos != "" {
 				id, ok := tok.TokenID(eos)
@@ -239,11 +247,31 @@ func newDataPretokenizeCmd(g *globals) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&tokPath, "tokenizer", "", "HF tokenizer.json")
+	f.StringVar(&tokPath, "tokenizer", "", "Hugging Face tokenizer `DIR` (tokenizer.json + tokenizer_config.json with the chat template chat rows need), or its tokenizer.json")
 	f.StringVar(&o.Format, "format", data.FormatArrow, "output format: arrow or parquet")
 	f.IntVar(&o.RowsPerShard, "rows-per-shard", 1<<20, "rows per output shard")
-	f.StringVar(&eos, "eos", "", "a token (e.g. <|endoftext|>) appended to every example")
+	f.StringVar(&eos, "eos", "", "a token (e.g. <|endoftext|>) appended to every text or prompt/completion example (not to chat rows: the template closes each turn)")
 	return cmd
+}
+
+// loadDataTokenizer reads --tokenizer: a directory (its chat template, when
+// it has one, renders chat rows) or a tokenizer.json file (text rows only).
+func loadDataTokenizer(path string) (*hftokenizer.Tokenizer, data.ChatTokenizer, error) {
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		t, err := chattemplate.LoadDir(path)
+		if err != nil {
+			return nil, nil, err
+		}
+		if !t.HasTemplate() {
+			return t.Tokenizer, nil, nil
+		}
+		return t.Tokenizer, t, nil
+	}
+	t, err := hftokenizer.Load(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	return t, nil, nil
 }
 
 // parseCount reads 1000, 2^30, 16M, 1G (binary suffixes K/M/G = 2^10/2^20/2^30).

@@ -23,6 +23,9 @@ type engineFlags struct {
 	// (required off loopback); WeightRoots: --weight-roots DIR,...
 	APIKeyFile  string
 	WeightRoots string
+	// Tokenizer: --tokenizer DIR, a Hugging Face tokenizer directory for
+	// the text side (default: --weights when it holds tokenizer.json).
+	Tokenizer string
 }
 
 // addEngineFlags defines the engine flags on fs; the engine wiring (and any
@@ -34,6 +37,7 @@ func addEngineFlags(fs *pflag.FlagSet) *engineFlags {
 	fs.Int64Var(&f.Seed, "seed", 1, "seed for fresh weights and sampling")
 	fs.StringVar(&f.Config, "config", "", "run configuration `FILE`; its engines section sets limits and the latency model")
 	fs.StringVar(&f.APIKeyFile, "api-key-file", "", "`FILE` holding the API key every route wants as Authorization: Bearer (vLLM --api-key); required when --listen is off loopback (default: engines.api_key_file)")
+	fs.StringVar(&f.Tokenizer, "tokenizer", "", "Hugging Face tokenizer `DIR` (tokenizer.json, tokenizer_config.json) for text prompts, decoded text and chat templates (default: --weights when it holds tokenizer.json; none = the character tokenizer)")
 	fs.StringVar(&f.WeightRoots, "weight-roots", "", "`DIRS` weights and LoRA adapters may be loaded from (comma-separated; a path outside is refused; default: engines.weight_roots, empty = any)")
 	return f
 }
@@ -79,6 +83,15 @@ func newEngineCmd(g *globals) *cobra.Command {
 			}
 			opts := append([]engine.Option{engine.WithLoader(wiring.LoadPolicy), engine.WithLogger(logx.For(log, "engine")),
 				engine.WithAPIKey(key), engine.WithWeightRoots(roots...)}, wiring.EngineQuantize(cfg.Engines.Quantize)...)
+			tokDir := f.Tokenizer
+			if tokDir == "" {
+				tokDir = wiring.TokenizerIn(f.Weights)
+			}
+			tokOpts, err := wiring.EngineTokenizer(tokDir, model)
+			if err != nil {
+				return fail("asyncrl engine: --tokenizer: %v", err)
+			}
+			opts = append(opts, tokOpts...)
 			eng, err := engine.New(wiring.EngineConfig(cfg.Engines, cfg.Engines.ServedModelName, uint64(f.Seed)), model, opts...)
 			if err != nil {
 				return fail("asyncrl engine: %v", err)

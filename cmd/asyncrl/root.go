@@ -103,6 +103,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newDataCmd(g),
 		newVersionCmd(g),
 		newTinkerCmd(g),
+		newTokenizerCmd(g),
 	)
 	return root
 }

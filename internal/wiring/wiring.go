@@ -171,8 +171,9 @@ func PublisherTracker(c config.Config) publisher.Config {
 }
 
 // Vocabulary is the rollouts' tokenizer: the engines' Hugging Face
-// tokenizer.json when engines.external names one (all entries name the
-// same, config validation checks it), else the built-in policy's character
+// tokenizer (tokenizer.json, or its directory) when engines.external names
+// one (all entries name the same, config validation checks it), else the
+// built-in policy's character
 // vocabulary. A Hugging Face vocabulary adds no BOS (a chat model's prompt
 // carries its own markers), decodes without special tokens (what vLLM's
 // text shows and rewards read) and ends a turn on any special token.
@@ -180,7 +181,7 @@ func Vocabulary(c config.EnginesConfig) (rollout.Vocabulary, error) {
 	if len(c.External) == 0 || c.External[0].Tokenizer == "" {
 		return rollout.BuiltinVocab{}, nil
 	}
-	tok, err := hftokenizer.Load(c.External[0].Tokenizer)
+	tok, err := loadTokenizer(c.External[0].Tokenizer)
 	if err != nil {
 		return nil, fmt.Errorf("engines.external[0].tokenizer: %w", err)
 	}

@@ -55,6 +55,10 @@ func appendTokenBytes(dst []byte, tok string) []byte {
 	return dst
 }
 
+// LossyString is the text of decoded bytes (e.g. AppendBytes' output): each
+// maximal ill-formed subsequence becomes one U+FFFD, as Decode does.
+func LossyString(b []byte) string { return lossyUTF8(b) }
+
 // lossyUTF8 converts bytes to a string replacing each maximal subpart of an
 // ill-formed sequence with one U+FFFD (Rust's String::from_utf8_lossy, the
 // Unicode "substitution of maximal subparts" practice). Go's

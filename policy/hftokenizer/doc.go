@@ -1,5 +1,6 @@
 // Package hftokenizer loads a Hugging Face tokenizer.json with a byte-level
-// BPE model — the family Qwen2/Qwen2.5, Llama-3 and GPT-2 use — and encodes
+// BPE model — the family Qwen2/Qwen2.5/Qwen3, Llama-3, DeepSeek-V3 and GPT-2
+// use — and encodes
 // text to token ids and decodes ids back to text, the way the Rust
 // `tokenizers` library does, so that asyncrl can talk to vLLM token-in /
 // token-out and turn generated ids into text for rewards.
@@ -17,6 +18,17 @@
 //     regex's leftmost-first alternation and backtracking; testdata/pretok.json
 //     holds its expected splits, produced by Python's `regex` module (the
 //     engine transformers' slow tokenizers use) from the same pattern strings.
+//     DeepSeek-V3's Sequence of three Splits (`\p{N}{1,3}`, a CJK/kana run
+//     class, then a word/punctuation/whitespace pattern) + ByteLevel is
+//     supported the same way (pretokenize_seq.go): each Split cuts every
+//     piece of the one before, and text between matches stays a piece
+//     (behavior Isolated). Any other Split regex is refused by Load.
+//
+// The real Qwen3, Llama-3.1 and DeepSeek-V3 tokenizer.json files (fetched,
+// pinned, by .ci/tokenizers) are checked against Hugging Face's JavaScript
+// tokenizers (@huggingface/tokenizers, run under Node) on special tokens,
+// unicode, digits, whitespace runs and seeded random text
+// (TestRealTokenizersMatchReference).
 //   - model: BPE with merges in either serialised form ("a b" strings or
 //     ["a","b"] pairs), optional unk_token, ignore_merges (Llama-3). Merges are
 //     applied one at a time, lowest rank first and leftmost among equal ranks,
@@ -36,12 +48,14 @@
 //     to a string replacing each maximal invalid subsequence with U+FFFD, as
 //     Rust's String::from_utf8_lossy does. Ids outside the vocabulary are
 //     skipped.
-//   - post_processor: ignored. Encode never adds BOS/EOS: for RL the prompt
+//   - post_processor: read only for the special tokens a TemplateProcessing
+//     puts around a single sequence (SpecialPrefix/SpecialSuffix: Llama-3's
+//     <|begin_of_text|>). Encode never adds BOS/EOS: for RL the prompt
 //     text (usually a rendered chat template) already spells out every special
 //     token it needs, and the Llama-3 template's literal "<|begin_of_text|>"
 //     encodes to the BOS id through the added-token matcher. A caller sending
 //     a raw non-template prompt to a model that expects BOS must prepend it
-//     itself (TokenID("<|begin_of_text|>")).
+//     itself (SpecialPrefix()).
 //
 // Encode accepts any Go string. Invalid UTF-8 bytes are kept as single bytes
 // (classed as punctuation by the pre-tokenizer), so Decode(Encode(s)) == s

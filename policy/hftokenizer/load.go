@@ -14,14 +14,16 @@ import (
 // component or option this package does not implement.
 var ErrUnsupported = errors.New("hftokenizer: unsupported tokenizer.json")
 
-// The parts of tokenizer.json this package reads. post_processor is ignored
-// (see the package doc); truncation and padding do not apply to Encode.
+// The parts of tokenizer.json this package reads. post_processor is read
+// only for the special tokens it adds (SpecialPrefix; Encode never adds
+// them, see the package doc); truncation and padding do not apply to Encode.
 type fileJSON struct {
-	AddedTokens  []addedTokenJSON `json:"added_tokens"`
-	Normalizer   json.RawMessage  `json:"normalizer"`
-	PreTokenizer json.RawMessage  `json:"pre_tokenizer"`
-	Decoder      json.RawMessage  `json:"decoder"`
-	Model        modelJSON        `json:"model"`
+	AddedTokens   []addedTokenJSON `json:"added_tokens"`
+	Normalizer    json.RawMessage  `json:"normalizer"`
+	PreTokenizer  json.RawMessage  `json:"pre_tokenizer"`
+	Decoder       json.RawMessage  `json:"decoder"`
+	PostProcessor json.RawMessage  `json:"post_processor"`
+	Model         modelJSON        `json:"model"`
 }
 
 type addedTokenJSON struct {
@@ -89,7 +91,7 @@ func Parse(data []byte) (*Tokenizer, error) {
 	if t.nfc, err = parseNormalizer(f.Normalizer); err != nil {
 		return nil, err
 	}
-	if t.split, t.prefixSpace, err = parsePreTokenizer(f.PreTokenizer); err != nil {
+	if t.splits, t.prefixSpace, err = parsePreTokenizer(f.PreTokenizer); err != nil {
 		return nil, err
 	}
 	if err := parseDecoder(f.Decoder); err != nil {
@@ -99,6 +101,9 @@ func Parse(data []byte) (*Tokenizer, error) {
 		return nil, err
 	}
 	if err := t.parseAdded(f.AddedTokens); err != nil {
+		return nil, err
+	}
+	if t.postPrefix, t.postSuffix, err = parsePostProcessor(f.PostProcessor); err != nil {
 		return nil, err
 	}
 	return t, nil
@@ -128,54 +133,76 @@ func parseNormalizer(raw json.RawMessage) (nfc bool, err error) {
 	return false, fmt.Errorf("%w: normalizer type %q (want null, NFC or a Sequence of NFC)", ErrUnsupported, c.Type)
 }
 
-func parsePreTokenizer(raw json.RawMessage) (splitKind, bool, error) {
+func parsePreTokenizer(raw json.RawMessage) ([]splitKind, bool, error) {
 	if isNull(raw) {
-		return 0, false, fmt.Errorf("%w: pre_tokenizer is null (byte-level BPE needs ByteLevel)", ErrUnsupported)
+		return nil, false, fmt.Errorf("%w: pre_tokenizer is null (byte-level BPE needs ByteLevel)", ErrUnsupported)
 	}
 	var c component
 	if err := json.Unmarshal(raw, &c); err != nil {
-		return 0, false, fmt.Errorf("hftokenizer: pre_tokenizer: %w", err)
+		return nil, false, fmt.Errorf("hftokenizer: pre_tokenizer: %w", err)
 	}
 	switch c.Type {
 	case "ByteLevel":
 		if c.UseRegex == nil || *c.UseRegex {
-			return splitGPT2, c.AddPrefixSpace, nil
+			return []splitKind{splitGPT2}, c.AddPrefixSpace, nil
 		}
-		return splitNone, c.AddPrefixSpace, nil
+		return []splitKind{splitNone}, c.AddPrefixSpace, nil
 	case "Sequence":
-		if len(c.Pretokenizers) != 2 {
-			return 0, false, fmt.Errorf("%w: pre_tokenizer Sequence of %d (want Split + ByteLevel)", ErrUnsupported, len(c.Pretokenizers))
+		return parseSplitSequence(c.Pretokenizers)
+	}
+	return nil, false, fmt.Errorf("%w: pre_tokenizer type %q (want ByteLevel or Sequence[Split…, ByteLevel])", ErrUnsupported, c.Type)
+}
+
+// parseSplitSequence reads a Sequence of one or more Split{Isolated} with a
+// known regex followed by ByteLevel{use_regex false}: Qwen2 and Llama-3 have
+// one Split, DeepSeek-V3 three.
+func parseSplitSequence(subs []json.RawMessage) ([]splitKind, bool, error) {
+	if len(subs) < 2 {
+		return nil, false, fmt.Errorf("%w: pre_tokenizer Sequence of %d (want Split…, ByteLevel)", ErrUnsupported, len(subs))
+	}
+	var bl component
+	if err := json.Unmarshal(subs[len(subs)-1], &bl); err != nil {
+		return nil, false, fmt.Errorf("hftokenizer: pre_tokenizer.pretokenizers[%d]: %w", len(subs)-1, err)
+	}
+	if bl.Type != "ByteLevel" {
+		return nil, false, fmt.Errorf("%w: pre_tokenizer Sequence ends with %s (want ByteLevel)", ErrUnsupported, bl.Type)
+	}
+	if bl.UseRegex == nil || *bl.UseRegex || bl.AddPrefixSpace {
+		return nil, false, fmt.Errorf("%w: pre_tokenizer ByteLevel after Split must have use_regex false and add_prefix_space false", ErrUnsupported)
+	}
+	kinds := make([]splitKind, 0, len(subs)-1)
+	for i, raw := range subs[:len(subs)-1] {
+		var split component
+		if err := json.Unmarshal(raw, &split); err != nil {
+			return nil, false, fmt.Errorf("hftokenizer: pre_tokenizer.pretokenizers[%d]: %w", i, err)
 		}
-		var split, bl component
-		if err := json.Unmarshal(c.Pretokenizers[0], &split); err != nil {
-			return 0, false, fmt.Errorf("hftokenizer: pre_tokenizer.pretokenizers[0]: %w", err)
-		}
-		if err := json.Unmarshal(c.Pretokenizers[1], &bl); err != nil {
-			return 0, false, fmt.Errorf("hftokenizer: pre_tokenizer.pretokenizers[1]: %w", err)
-		}
-		if split.Type != "Split" || bl.Type != "ByteLevel" {
-			return 0, false, fmt.Errorf("%w: pre_tokenizer Sequence [%s, %s] (want [Split, ByteLevel])", ErrUnsupported, split.Type, bl.Type)
-		}
-		if bl.UseRegex == nil || *bl.UseRegex || bl.AddPrefixSpace {
-			return 0, false, fmt.Errorf("%w: pre_tokenizer ByteLevel after Split must have use_regex false and add_prefix_space false", ErrUnsupported)
+		if split.Type != "Split" {
+			return nil, false, fmt.Errorf("%w: pre_tokenizer.pretokenizers[%d] is %s (want Split)", ErrUnsupported, i, split.Type)
 		}
 		if split.Behavior != "Isolated" || split.Invert {
-			return 0, false, fmt.Errorf("%w: pre_tokenizer Split behavior %q invert %v (want Isolated, false)", ErrUnsupported, split.Behavior, split.Invert)
+			return nil, false, fmt.Errorf("%w: pre_tokenizer.pretokenizers[%d] Split behavior %q invert %v (want Isolated, false)", ErrUnsupported, i, split.Behavior, split.Invert)
 		}
 		if split.Pattern.Regex == nil {
-			return 0, false, fmt.Errorf("%w: pre_tokenizer Split pattern is not a Regex", ErrUnsupported)
+			return nil, false, fmt.Errorf("%w: pre_tokenizer.pretokenizers[%d] Split pattern is not a Regex", ErrUnsupported, i)
 		}
-		switch *split.Pattern.Regex {
-		case patternQwen2:
-			return splitQwen2, false, nil
-		case patternLlama3:
-			return splitLlama3, false, nil
-		case patternGPT2:
-			return splitGPT2, false, nil
+		kind, ok := knownPatterns[*split.Pattern.Regex]
+		if !ok {
+			return nil, false, fmt.Errorf("%w: pre_tokenizer.pretokenizers[%d] Split regex %q (known: the Qwen2, Llama-3, GPT-2 and DeepSeek-V3 patterns)", ErrUnsupported, i, *split.Pattern.Regex)
 		}
-		return 0, false, fmt.Errorf("%w: pre_tokenizer Split regex %q (known: the Qwen2, Llama-3 and GPT-2 patterns)", ErrUnsupported, *split.Pattern.Regex)
+		kinds = append(kinds, kind)
 	}
-	return 0, false, fmt.Errorf("%w: pre_tokenizer type %q (want ByteLevel or Sequence[Split, ByteLevel])", ErrUnsupported, c.Type)
+	return kinds, false, nil
+}
+
+// knownPatterns maps each Split regex this package implements (as a
+// hand-written scanner, pretokenize.go and pretokenize_seq.go) to its kind.
+var knownPatterns = map[string]splitKind{
+	patternQwen2:    splitQwen2,
+	patternLlama3:   splitLlama3,
+	patternGPT2:     splitGPT2,
+	patternDigits3:  splitDigits3,
+	patternCJK:      splitCJK,
+	patternDeepSeek: splitDeepSeek,
 }
 
 func parseDecoder(raw json.RawMessage) error {

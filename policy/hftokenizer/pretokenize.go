@@ -9,10 +9,13 @@ import (
 type splitKind int
 
 const (
-	splitNone   splitKind = iota // ByteLevel{use_regex: false} alone: the segment is one piece
-	splitGPT2                    // GPT-2's ByteLevel regex
-	splitLlama3                  // Llama-3 / cl100k: digits in runs of up to three
-	splitQwen2                   // Qwen2 / Qwen2.5: every digit on its own
+	splitNone     splitKind = iota // ByteLevel{use_regex: false} alone: the segment is one piece
+	splitGPT2                      // GPT-2's ByteLevel regex
+	splitLlama3                    // Llama-3 / cl100k: digits in runs of up to three
+	splitQwen2                     // Qwen2 / Qwen2.5: every digit on its own
+	splitDigits3                   // DeepSeek-V3's first Split: \p{N}{1,3}
+	splitCJK                       // DeepSeek-V3's second Split: runs of CJK ideographs, hiragana, katakana
+	splitDeepSeek                  // DeepSeek-V3's third Split: words, punctuation, whitespace
 )
 
 // The patterns exactly as they appear in tokenizer.json (after JSON decoding).
@@ -32,6 +35,12 @@ func (k splitKind) String() string {
 		return "llama3"
 	case splitQwen2:
 		return "qwen2"
+	case splitDigits3:
+		return "digits3"
+	case splitCJK:
+		return "cjk"
+	case splitDeepSeek:
+		return "deepseek"
 	}
 	return "unknown"
 }
@@ -107,11 +116,14 @@ func foldEq(r, want rune) bool {
 // each class has an alternative that consumes at least that rune, so the
 // scan always advances.
 func pretokenize(dst []string, s string, kind splitKind) []string {
-	if kind == splitNone {
+	switch kind {
+	case splitNone:
 		if s != "" {
 			dst = append(dst, s)
 		}
 		return dst
+	case splitDigits3, splitCJK, splitDeepSeek:
+		return splitIsolated(dst, s, kind)
 	}
 	gpt2 := kind == splitGPT2
 	for i := 0; i < len(s); {
@@ -166,23 +178,8 @@ func nextPiece(s string, i int, kind splitKind, gpt2 bool) int {
 		}
 	}
 	// Only whitespace is left: r is \s.
-	ws := scan(s, i, isS, 0)
-	if !gpt2 {
-		// `\s*[\r\n]+`: backtracking \s* ends the match at the run's last CR/LF.
-		for j := ws - 1; j >= i; j-- {
-			if s[j] == '\r' || s[j] == '\n' {
-				return j + 1
-			}
-		}
+	if gpt2 {
+		return trailingWhitespace(s, i, scan(s, i, isS, 0))
 	}
-	// `\s+(?!\S)`: the whole run at the end of the text, else all but its last
-	// rune (which then prefixes the next word); `\s+` for a single rune.
-	if ws == len(s) {
-		return ws
-	}
-	_, lw := utf8.DecodeLastRuneInString(s[i:ws])
-	if ws-lw > i {
-		return ws - lw
-	}
-	return ws
+	return matchWhitespace(s, i)
 }

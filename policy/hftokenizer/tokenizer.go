@@ -11,9 +11,9 @@ import (
 // and safe for concurrent use.
 type Tokenizer struct {
 	nfc          bool
-	split        splitKind
-	prefixSpace  bool // ByteLevel add_prefix_space: prepend ' ' to each text segment
-	ignoreMerges bool // Llama-3: a whole word found in the vocab is one token
+	splits       []splitKind // the Split pre-tokenizers, applied in sequence
+	prefixSpace  bool        // ByteLevel add_prefix_space: prepend ' ' to each text segment
+	ignoreMerges bool        // Llama-3: a whole word found in the vocab is one token
 
 	vocab  map[string]int32
 	merges map[uint64]merge
@@ -27,6 +27,8 @@ type Tokenizer struct {
 	idToken []string // vocab token by id ("" where idKnown is false)
 	idKnown []bool
 	idAdded []int // index into addedList by id, -1 if not an added token
+
+	postPrefix, postSuffix []int32 // TemplateProcessing's tokens around a single sequence
 }
 
 type addedToken struct {
@@ -73,10 +75,16 @@ func (t *Tokenizer) IsSpecial(id int32) bool {
 	return a >= 0 && t.addedList[a].special
 }
 
+// IsAdded reports whether id is an added token (special or not, e.g.
+// <|im_end|> and <think>): its Token is its literal text.
+func (t *Tokenizer) IsAdded(id int32) bool {
+	return id >= 0 && int(id) < len(t.idAdded) && t.idAdded[id] >= 0
+}
+
 // Encode turns text into token ids. It adds no BOS/EOS (see the package doc).
 func (t *Tokenizer) Encode(text string) []int32 {
 	var ids []int32
-	var pieces []string
+	var pieces, scratch []string
 	var sym []int32
 	segment := func(s string) {
 		if s == "" {
@@ -88,7 +96,7 @@ func (t *Tokenizer) Encode(text string) []int32 {
 		if t.prefixSpace && s[0] != ' ' {
 			s = " " + s
 		}
-		pieces = pretokenize(pieces[:0], s, t.split)
+		pieces, scratch = pretokenizeSeq(pieces[:0], s, t.splits, scratch)
 		for _, p := range pieces {
 			if t.ignoreMerges {
 				if id, ok := t.vocab[byteLevel(p)]; ok {
@@ -167,6 +175,19 @@ func (t *Tokenizer) matchAdded(text string, i, segStart int) (a, start, end, ski
 }
 
 func isWordChar(r rune) bool { return r == '_' || unicode.IsLetter(r) || unicode.IsNumber(r) }
+
+// AppendBytes appends the bytes id stands for (an added token's text, a
+// vocabulary token's bytes) without making them valid UTF-8: a character
+// split across tokens comes out whole once all its tokens are appended, so
+// an incremental decoder (the engine's) appends token by token and converts
+// once. Unknown ids append nothing.
+func (t *Tokenizer) AppendBytes(dst []byte, id int32) []byte {
+	tok, ok := t.Token(id)
+	if !ok {
+		return dst
+	}
+	return appendTokenBytes(dst, tok)
+}
 
 // Decode turns ids back into text, special tokens included (tokenizers'
 // decode with skip_special_tokens=False). Unknown ids are skipped.

@@ -17,12 +17,23 @@ type Tokenizer interface {
 	VocabSize() int
 }
 
+// ChatTokenizer renders a chat row: the ids of the whole conversation and
+// a loss mask that is 1 on the assistant's tokens only
+// (policy/chattemplate.Tokenizer.ChatTokens: content through each turn's
+// EOS, refusing a row whose rendering is not prefix-consistent).
+type ChatTokenizer interface {
+	ChatTokens(messages, tools json.RawMessage) ([]int32, []uint8, error)
+}
+
 // PretokenizeOptions: JSONL text in, Arrow (or Parquet) shards out.
 type PretokenizeOptions struct {
 	Out          string // output directory
 	Format       string // arrow (default) | parquet
 	RowsPerShard int    // 0 = 1<<20
-	EOS          int32  // appended to each example when ≥ 0
+	EOS          int32  // appended to each text or prompt/completion example when ≥ 0 (not to chat rows: the template closes every turn)
+	// Chat renders {"messages": …} rows with a chat template; nil refuses
+	// them.
+	Chat ChatTokenizer
 	// Progress, if set, is called every 10000 rows with the rows done.
 	Progress func(rows int64)
 }
@@ -34,15 +45,66 @@ type PretokenizeStats struct {
 }
 
 type textRow struct {
-	Text       *string `json:"text"`
-	Prompt     *string `json:"prompt"`
-	Completion *string `json:"completion"`
+	Text       *string         `json:"text"`
+	Prompt     *string         `json:"prompt"`
+	Completion *string         `json:"completion"`
+	Messages   json.RawMessage `json:"messages"`
+	Tools      json.RawMessage `json:"tools"`
 }
 
-// Pretokenize reads JSONL lines {"text": ...} (every token a target) or
+// Row kinds: a file holds one, decided by its first line.
+const (
+	rowText       = 0 // {"text"}: every token a target
+	rowCompletion = 1 // {"prompt", "completion"}: the completion's tokens
+	rowChat       = 2 // {"messages", "tools"?}: the assistant's tokens
+)
+
+func (r *textRow) kind() int {
+	switch {
+	case r.Text != nil && r.Prompt == nil && r.Completion == nil && r.Messages == nil:
+		return rowText
+	case r.Text == nil && r.Prompt != nil && r.Completion != nil && r.Messages == nil:
+		return rowCompletion
+	case r.Text == nil && r.Prompt == nil && r.Completion == nil && r.Messages != nil:
+		return rowChat
+	}
+	return -1
+}
+
+// rowTokens tokenizes one row into toks and its mask m (empty for text rows).
+func rowTokens(r *textRow, kind int, tok Tokenizer, o *PretokenizeOptions, toks []int32, m []uint8) ([]int32, []uint8, error) {
+	switch kind {
+	case rowChat:
+		ids, mask, err := o.Chat.ChatTokens(r.Messages, r.Tools)
+		if err != nil {
+			return nil, nil, err
+		}
+		return append(toks, ids...), append(m, mask...), nil
+	case rowText:
+		toks = append(toks, tok.Encode(*r.Text)...)
+	default:
+		toks = append(toks, tok.Encode(*r.Prompt)...)
+		for range toks {
+			m = append(m, 0)
+		}
+		toks = append(toks, tok.Encode(*r.Completion)...)
+	}
+	if o.EOS >= 0 {
+		toks = append(toks, o.EOS)
+	}
+	for len(m) < len(toks) && kind == rowCompletion {
+		m = append(m, 1)
+	}
+	return toks, m, nil
+}
+
+// Pretokenize reads JSONL lines {"text": ...} (every token a target),
 // {"prompt": ..., "completion": ...} (loss mask 0 on the prompt's tokens,
-// 1 on the completion's) — one kind per file, decided by its first line —
-// and writes shards of token ids. A bad line fails naming the file and line.
+// 1 on the completion's) or {"messages": [...], "tools": [...]} (chat rows,
+// rendered with o.Chat's template, loss mask 1 on the assistant's tokens
+// only) — one kind per file, decided by its first line — and writes shards
+// of token ids. A bad line (a chat row whose rendering is not
+// prefix-consistent included) fails naming the file and line.
 func Pretokenize(ctx context.Context, in string, tok Tokenizer, o PretokenizeOptions) (PretokenizeStats, error) {
 	var st PretokenizeStats
 	if o.Format == "" {
@@ -67,7 +129,7 @@ func Pretokenize(ctx context.Context, in string, tok Tokenizer, o PretokenizeOpt
 		ids = "uint16"
 	}
 	var w *ShardWriter
-	mask := -1 // unknown until the first line: 0 text, 1 prompt/completion
+	mask := -1 // the file's row kind, unknown until the first line
 	closeShard := func() error {
 		if w == nil {
 			return nil
@@ -92,53 +154,40 @@ func Pretokenize(ctx context.Context, in string, tok Tokenizer, o PretokenizeOpt
 			closeShard()
 			return st, fmt.Errorf("sft/data: %s: line %d: %v", in, line, err)
 		}
-		kind := -1
-		switch {
-		case r.Text != nil && r.Prompt == nil && r.Completion == nil:
-			kind = 0
-		case r.Text == nil && r.Prompt != nil && r.Completion != nil:
-			kind = 1
-		}
+		kind := r.kind()
 		if kind < 0 {
 			closeShard()
-			return st, fmt.Errorf("sft/data: %s: line %d: want {\"text\": …} or {\"prompt\": …, \"completion\": …}", in, line)
+			return st, fmt.Errorf("sft/data: %s: line %d: want {\"text\": …}, {\"prompt\": …, \"completion\": …} or {\"messages\": […]}", in, line)
+		}
+		if kind == rowChat && o.Chat == nil {
+			closeShard()
+			return st, fmt.Errorf("sft/data: %s: line %d: a chat row needs a tokenizer with a chat template (asyncrl data pretokenize --tokenizer DIR, the tokenizer's directory)", in, line)
 		}
 		if mask < 0 {
 			mask = kind
 		}
 		if kind != mask {
 			closeShard()
-			return st, fmt.Errorf("sft/data: %s: line %d: mixes text and prompt/completion lines (line 1's kind is the file's)", in, line)
+			return st, fmt.Errorf("sft/data: %s: line %d: mixes row kinds (line 1's kind is the file's)", in, line)
 		}
-		toks, m = toks[:0], m[:0]
-		if kind == 0 {
-			toks = append(toks, tok.Encode(*r.Text)...)
-		} else {
-			toks = append(toks, tok.Encode(*r.Prompt)...)
-			for range toks {
-				m = append(m, 0)
-			}
-			toks = append(toks, tok.Encode(*r.Completion)...)
-		}
-		if o.EOS >= 0 {
-			toks = append(toks, o.EOS)
-		}
-		for len(m) < len(toks) && kind == 1 {
-			m = append(m, 1)
+		toks, m, err = rowTokens(&r, kind, tok, &o, toks[:0], m[:0])
+		if err != nil {
+			closeShard()
+			return st, fmt.Errorf("sft/data: %s: line %d: %w", in, line, err)
 		}
 		if len(toks) == 0 {
 			closeShard()
 			return st, fmt.Errorf("sft/data: %s: line %d: no tokens", in, line)
 		}
 		if w == nil {
-			w, err = CreateShard(filepath.Join(o.Out, ShardName(st.Shards, o.Format)), ShardOptions{Format: o.Format, IDsType: ids, Mask: kind == 1})
+			w, err = CreateShard(filepath.Join(o.Out, ShardName(st.Shards, o.Format)), ShardOptions{Format: o.Format, IDsType: ids, Mask: kind != rowText})
 			if err != nil {
 				return st, err
 			}
 			st.Shards++
 		}
 		var mm []uint8
-		if kind == 1 {
+		if kind != rowText {
 			mm = m
 		}
 		if err := w.Append(toks, mm); err != nil {
