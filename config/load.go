@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -52,13 +53,26 @@ func parse(name string, data []byte, override func(*Config)) (Config, error) {
 	errs := flatten(cfg.Validate())
 	for i, e := range errs {
 		located := *e
-		located.File, located.Line = name, lines[e.Path]
+		located.File, located.Line = name, lineOf(lines, e.Path)
 		errs[i] = &located
 	}
 	if err := joinErrors(errs); err != nil {
 		return Config{}, err
 	}
 	return cfg, nil
+}
+
+// lineOf is the line the file set path on; for a key a list entry left
+// out (engines.external[0].kind), the entry's line, so the message points
+// at the entry to complete.
+func lineOf(lines map[string]int, path string) int {
+	if l, ok := lines[path]; ok {
+		return l
+	}
+	if i := strings.LastIndexByte(path, '.'); i > 0 && strings.HasSuffix(path[:i], "]") {
+		return lines[path[:i]]
+	}
+	return 0
 }
 
 // overlay decodes data onto cfg strictly and returns the line of every key

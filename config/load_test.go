@@ -75,6 +75,8 @@ func TestParseErrors(t *testing.T) {
 			"run.yaml:1: engines: no engines: set count ≥ 1 or list external (or external_urls)", ErrInvalid},
 		{"invalid default exposed by another key has no line", "publisher:\n  store: s3\n",
 			"run.yaml: publisher.s3_bucket: must be set when store is s3", ErrInvalid},
+		{"key left out of a list entry points at the entry", "engines:\n  external:\n    - {url: \"http://a:1\"}\n",
+			"run.yaml:3: engines.external[0].kind: required: say which server it is: vllm (vllm serve), sglang (python -m sglang.launch_server) or builtin (asyncrl engine)", ErrInvalid},
 		{"several errors, one per line", "run:\n  stepz: 3\nrouter:\n  policyy: x\n",
 			"run.yaml:2: run.stepz: unknown key (did you mean steps?)\nrun.yaml:4: router.policyy: unknown key (did you mean policy?)", ErrUnknownKey},
 	}
