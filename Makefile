@@ -7,7 +7,7 @@ LDFLAGS   := -X github.com/asyncrl/asyncrl/internal/buildinfo.Version=$(VERSION)
 RACE_PKGS ?= ./transport/... ./actors/... ./messages/...
 FUZZTIME  ?= 30s
 
-.PHONY: all build test test-python test-long lint fuzz bench bench-tinker run clean tokenizers
+.PHONY: all build test test-go test-python python-deps node-deps test-long lint fuzz bench bench-tinker run clean tokenizers
 
 all: build
 
@@ -22,15 +22,34 @@ PYTHON    ?= /usr/bin/python3
 tokenizers:
 	bash .ci/tokenizers
 
-test: tokenizers
+# Everything, on a fresh machine with nothing run before: the Python
+# packages and Node.js are checked (and installed with apt-get when
+# missing) and the tokenizer files fetched first, so a machine that cannot
+# install them says so before the Go suite's minutes.
+test: python-deps node-deps tokenizers
+	$(MAKE) test-go
+	$(MAKE) test-python
+
+# The Go suite alone: vet, every package's tests, and the race detector on
+# cores and transport.
+test-go:
 	$(GO) vet ./...
 	$(GO) test -count=1 ./...
 	$(GO) test -count=1 -race $(RACE_PKGS)
-	$(MAKE) test-python
 
-# The Python integrations (PyTorch trainer worker, vLLM worker extension),
-# with Debian's packages (.ci/python-deps installs them).
-test-python:
+# Debian's python3-torch, -numpy, -cbor2, -zstandard, -xxhash and -pytest
+# for $(PYTHON): nothing when present, else apt-get as root or through sudo
+# (about 3 minutes), else a message saying what to run.
+python-deps:
+	@PYTHON=$(PYTHON) bash .ci/python-deps
+
+# Node.js, which runs the reference tokenizer the tokenizer tests compare
+# against (Debian's nodejs, installed when missing).
+node-deps:
+	@bash .ci/node-deps
+
+# The Python integrations (PyTorch trainer worker, vLLM worker extension).
+test-python: python-deps
 	$(PYTHON) -m pytest -q -p no:cacheprovider integrations/torch integrations/vllm
 
 # Slow learning checks: a full 30-step default run must learn (cluster/node).

@@ -132,7 +132,7 @@ func TestValidateMessages(t *testing.T) {
 			`router.policy: "fastest" is not one of bounded_sticky, sticky_least_loaded, consistent_hash, round_robin, least_request`},
 		{"staleness", func(c *Config) {
 			c.Trainer.MiniBatchSize, c.Trainer.NumParallelGenerationWorkers, c.Trainer.MaxStalenessSteps = 8, 4, 1
-		}, "trainer: invalid staleness setup: need mini_batch_size ≤ num_parallel_generation_workers ≤ mini_batch_size·(max_staleness_steps+1), got B=8 W=4 S=1"},
+		}, "trainer.num_parallel_generation_workers: 4 is outside [mini_batch_size, mini_batch_size·(max_staleness_steps+1)] = [8, 16] (B=8, S=1): set it in that range, or leave it out for 16 (two steps' worth, within the bound)"},
 		{"negative count", func(c *Config) { c.Engines.Count = -1 }, "engines.count: must be ≥ 0, got -1"},
 		{"non-positive duration", func(c *Config) { c.Router.SweepInterval = 0 }, "router.sweep_interval: must be a positive duration, got 0s"},
 		{"ratio out of range", func(c *Config) { c.Filter.MinReplaceRatio = 1.5 }, "filter.min_replace_ratio: must be in [0, 1], got 1.5"},
@@ -153,21 +153,27 @@ func TestValidateMessages(t *testing.T) {
 		}, `engines.external[0].url: "vllm:8000" is not an http:// or https:// URL with a host`},
 		{"external engine kind", func(c *Config) {
 			c.Engines.External = []ExternalEngine{{URL: "http://a:8000", Kind: "trt", WeightLoad: LoadDelta}}
-		}, `engines.external[0].kind: "trt" is not one of vllm, sglang, builtin`},
+		}, `engines.external[0].kind: "trt" is not one of vllm, sglang, builtin: vllm (vllm serve), sglang (python -m sglang.launch_server) or builtin (asyncrl engine)`},
+		{"external engine without kind", func(c *Config) {
+			c.Engines.External = []ExternalEngine{{URL: "http://a:8000"}}
+		}, `engines.external[0].kind: required: say which server it is: vllm (vllm serve), sglang (python -m sglang.launch_server) or builtin (asyncrl engine)`},
+		{"external engine weight load", func(c *Config) {
+			c.Engines.External = []ExternalEngine{{URL: "http://a:8000", Kind: EngineVLLM, WeightLoad: "deltas"}}
+		}, `engines.external[0].weight_load: "deltas" is not one of delta, full, lora: delta (vLLM with asyncrl_vllm's worker extension, builtin), full (any engine that reads the run's directories) or lora; or leave it out for the kind's default`},
 		{"external engine duplicate", func(c *Config) {
 			c.Engines.External = []ExternalEngine{{URL: "http://a:8000", Kind: EngineVLLM, WeightLoad: LoadFull},
 				{URL: "http://a:8000", Kind: EngineVLLM, WeightLoad: LoadFull}}
-		}, `engines.external[1].url: http://a:8000 is also external[0]`},
+		}, `engines.external[1].url: http://a:8000 is also external[0]: list each engine once`},
 		{"sglang delta", func(c *Config) {
 			c.Engines.External = []ExternalEngine{{URL: "http://a:30000", Kind: EngineSGLang, WeightLoad: LoadDelta}}
-		}, "engines.external[0].weight_load: SGLang cannot apply asyncrl deltas in place; use full (it loads the checkpoint from disk with /update_weights_from_disk)"},
+		}, "engines.external[0].weight_load: SGLang cannot apply asyncrl deltas in place; use full, or leave weight_load out (full is SGLang's default: it loads the checkpoint from disk with /update_weights_from_disk)"},
 		{"external model", func(c *Config) {
 			c.Engines.External = []ExternalEngine{{URL: "http://a:8000", Kind: EngineVLLM, WeightLoad: LoadFull, Model: "qwen"}}
-		}, `engines.external[0].model: "qwen" differs from engines.served_model_name "asyncrl-policy": rollouts send one model name through the router to every engine`},
+		}, `engines.external[0].model: "qwen" differs from engines.served_model_name "asyncrl-policy": rollouts send one model name through the router to every engine; set engines.served_model_name: qwen and leave model out`},
 		{"external tokenizers", func(c *Config) {
 			c.Engines.External = []ExternalEngine{{URL: "http://a:8000", Kind: EngineVLLM, WeightLoad: LoadFull, Tokenizer: "a.json"},
 				{URL: "http://b:8000", Kind: EngineVLLM, WeightLoad: LoadFull, Tokenizer: "b.json"}}
-		}, `engines.external[1].tokenizer: "b.json" differs from external[0].tokenizer "a.json": every engine of a run serves one model`},
+		}, `engines.external[1].tokenizer: "b.json" differs from external[0].tokenizer "a.json": every engine of a run serves one model; give every entry the same tokenizer`},
 		{"chat without tokenizer", func(c *Config) { c.Rollout.ChatTemplate = true },
 			"rollout.chat_template: needs the model's Hugging Face tokenizer directory (with tokenizer_config.json's chat_template or chat_template.jinja): set model.path (its tokenizer files) or engines.external[].tokenizer"},
 		{"system prompt without chat", func(c *Config) { c.Rollout.SystemPrompt = "be nice" },

@@ -14,7 +14,10 @@ import (
 // scheduler limits and latency model.
 type EnginesConfig struct {
 	// Count is the number of built-in engines started by the run.
-	Count int `yaml:"count" doc:"number of built-in engines the run starts (0 = external engines only)"`
+	// Its default depends on the file: 2, or 0 when the file lists
+	// engines.external and does not set count (engines the user brought
+	// serve their own model; built-in ones beside them would not).
+	Count int `yaml:"count" doc:"number of built-in engines the run starts (0 = external engines only); left out: 2, or 0 when engines.external lists engines"`
 	// ListenHost is the address built-in engines bind (each on a free port).
 	ListenHost string `yaml:"listen_host" doc:"host the built-in engines bind, each on a free port"`
 	// ExternalURLs are engines started elsewhere (vLLM or asyncrl engine),
@@ -24,7 +27,7 @@ type EnginesConfig struct {
 	// engine) that the run drives over their HTTP APIs: it pauses them,
 	// loads every version into them, resumes them and routes to them only
 	// once they serve a version within the staleness budget.
-	External []ExternalEngine `yaml:"external" doc:"engines started elsewhere that the run drives over HTTP (weights included): a list of {url, kind, model, tokenizer, weight_load}; see docs/engines.md"`
+	External []ExternalEngine `yaml:"external" doc:"engines started elsewhere that the run drives over HTTP (weights included): a list of {url, kind, model, tokenizer, weight_load, api_key_file}, url and kind required; see docs/engines.md"`
 	// ServedModelName is the model name the built-in engines serve and the
 	// rollouts send; external engines must serve it too.
 	ServedModelName string `yaml:"served_model_name" doc:"model name the built-in engines serve and rollouts request (vLLM --served-model-name); external engines must serve it"`
@@ -163,12 +166,38 @@ const (
 // Values lists the weight loads.
 func (WeightLoad) Values() []string { return []string{"delta", "full", "lora"} }
 
+// DefaultWeightLoad is the weight load of an engine of kind k whose entry
+// leaves weight_load out: delta for vLLM (the run's engines.md recipe
+// starts it with asyncrl_vllm's worker extension, which applies deltas in
+// place; a gap or a refused delta falls back to full in the same pause)
+// and for the built-in engine (which applies them natively); full for
+// SGLang, which can only load a checkpoint from disk. "" for an unknown
+// kind (validation names the kinds).
+func DefaultWeightLoad(k EngineKind) WeightLoad {
+	switch k {
+	case EngineVLLM, EngineBuiltin:
+		return LoadDelta
+	case EngineSGLang:
+		return LoadFull
+	}
+	return ""
+}
+
+// EffectiveLoad is e.WeightLoad, or its kind's DefaultWeightLoad when
+// empty (an entry built in Go rather than loaded from a file).
+func (e ExternalEngine) EffectiveLoad() WeightLoad {
+	if e.WeightLoad == "" {
+		return DefaultWeightLoad(e.Kind)
+	}
+	return e.WeightLoad
+}
+
 // ExternalEngine is one engine the run drives over HTTP.
 type ExternalEngine struct {
 	// URL is the engine's base URL, e.g. http://10.0.0.5:8000.
 	URL string `yaml:"url" doc:"engine base URL, e.g. http://10.0.0.5:8000"`
 	// Kind picks the driver.
-	Kind EngineKind `yaml:"kind" doc:"which server it is"`
+	Kind EngineKind `yaml:"kind" doc:"which server it is: vllm (vllm serve), sglang (sglang.launch_server) or builtin (asyncrl engine); required"`
 	// Model is the served model name; empty means engines.served_model_name.
 	Model string `yaml:"model" doc:"served model name (empty = engines.served_model_name, which it must equal)"`
 	// Tokenizer is the engine's model's Hugging Face tokenizer: its
@@ -177,7 +206,7 @@ type ExternalEngine struct {
 	// means the built-in character tokenizer (the built-in policy).
 	Tokenizer string `yaml:"tokenizer" doc:"the model's Hugging Face tokenizer: tokenizer.json or its directory (with tokenizer_config.json for rollout.chat_template); empty = the built-in policy's character vocabulary"`
 	// WeightLoad is how new versions reach it.
-	WeightLoad WeightLoad `yaml:"weight_load" doc:"how versions reach it"`
+	WeightLoad WeightLoad `yaml:"weight_load" doc:"how versions reach it: delta (applied in place: vLLM with asyncrl_vllm's worker extension, builtin), full (the checkpoint directory; SGLang's only way) or lora; left out: delta for vllm and builtin, full for sglang"`
 	// APIKeyFile holds the key the engine was started with (vLLM
 	// --api-key); the drivers and the router send it as a bearer token.
 	APIKeyFile string `yaml:"api_key_file" doc:"file holding the engine's API key (vLLM --api-key), sent as Authorization: Bearer; never printed"`
@@ -195,23 +224,26 @@ func (c EnginesConfig) validateExternal(v *checker) {
 			v.fail(f+".url", "%q is not an http:// or https:// URL with a host", e.URL)
 		}
 		if j, dup := seen[e.URL]; dup {
-			v.fail(f+".url", "%s is also external[%d]", e.URL, j)
+			v.fail(f+".url", "%s is also external[%d]: list each engine once", e.URL, j)
 		}
 		seen[e.URL] = i
-		if !slices.Contains(EngineKind("").Values(), string(e.Kind)) {
-			v.fail(f+".kind", "%q is not one of %s", e.Kind, strings.Join(EngineKind("").Values(), ", "))
+		switch {
+		case e.Kind == "":
+			v.fail(f+".kind", "required: say which server it is: vllm (vllm serve), sglang (python -m sglang.launch_server) or builtin (asyncrl engine)")
+		case !slices.Contains(EngineKind("").Values(), string(e.Kind)):
+			v.fail(f+".kind", "%q is not one of %s: vllm (vllm serve), sglang (python -m sglang.launch_server) or builtin (asyncrl engine)", e.Kind, strings.Join(EngineKind("").Values(), ", "))
 		}
-		if !slices.Contains(WeightLoad("").Values(), string(e.WeightLoad)) {
-			v.fail(f+".weight_load", "%q is not one of %s", e.WeightLoad, strings.Join(WeightLoad("").Values(), ", "))
+		if e.WeightLoad != "" && !slices.Contains(WeightLoad("").Values(), string(e.WeightLoad)) {
+			v.fail(f+".weight_load", "%q is not one of %s: delta (vLLM with asyncrl_vllm's worker extension, builtin), full (any engine that reads the run's directories) or lora; or leave it out for the kind's default", e.WeightLoad, strings.Join(WeightLoad("").Values(), ", "))
 		}
 		if e.Kind == EngineSGLang && e.WeightLoad == LoadDelta {
-			v.fail(f+".weight_load", "SGLang cannot apply asyncrl deltas in place; use full (it loads the checkpoint from disk with /update_weights_from_disk)")
+			v.fail(f+".weight_load", "SGLang cannot apply asyncrl deltas in place; use full, or leave weight_load out (full is SGLang's default: it loads the checkpoint from disk with /update_weights_from_disk)")
 		}
 		if e.Model != "" && e.Model != c.ServedModelName {
-			v.fail(f+".model", "%q differs from engines.served_model_name %q: rollouts send one model name through the router to every engine", e.Model, c.ServedModelName)
+			v.fail(f+".model", "%q differs from engines.served_model_name %q: rollouts send one model name through the router to every engine; set engines.served_model_name: %s and leave model out", e.Model, c.ServedModelName, e.Model)
 		}
 		if i > 0 && e.Tokenizer != c.External[0].Tokenizer {
-			v.fail(f+".tokenizer", "%q differs from external[0].tokenizer %q: every engine of a run serves one model", e.Tokenizer, c.External[0].Tokenizer)
+			v.fail(f+".tokenizer", "%q differs from external[0].tokenizer %q: every engine of a run serves one model; give every entry the same tokenizer", e.Tokenizer, c.External[0].Tokenizer)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -41,17 +42,18 @@ func Parse(name string, data []byte) (Config, error) { return parse(name, data, 
 
 func parse(name string, data []byte, override func(*Config)) (Config, error) {
 	cfg := Default()
-	lines, err := overlay(name, data, &cfg)
+	lines, nulls, err := overlayTracked(name, data, &cfg)
 	if err != nil {
 		return Config{}, err
 	}
+	contextDefaults(&cfg, func(p string) bool { _, ok := lines[p]; return ok && !nulls[p] })
 	if override != nil {
 		override(&cfg)
 	}
 	errs := flatten(cfg.Validate())
 	for i, e := range errs {
 		located := *e
-		located.File, located.Line = name, lines[e.Path]
+		located.File, located.Line = name, lineOf(lines, e.Path)
 		errs[i] = &located
 	}
 	if err := joinErrors(errs); err != nil {
@@ -60,29 +62,49 @@ func parse(name string, data []byte, override func(*Config)) (Config, error) {
 	return cfg, nil
 }
 
+// lineOf is the line the file set path on; for a key a list entry left
+// out (engines.external[0].kind), the entry's line, so the message points
+// at the entry to complete.
+func lineOf(lines map[string]int, path string) int {
+	if l, ok := lines[path]; ok {
+		return l
+	}
+	if i := strings.LastIndexByte(path, '.'); i > 0 && strings.HasSuffix(path[:i], "]") {
+		return lines[path[:i]]
+	}
+	return 0
+}
+
 // overlay decodes data onto cfg strictly and returns the line of every key
 // path it set, so later validation errors can point into the file.
 func overlay(name string, data []byte, cfg *Config) (map[string]int, error) {
+	lines, _, err := overlayTracked(name, data, cfg)
+	return lines, err
+}
+
+// overlayTracked is overlay also returning the key paths the file set to
+// null (they keep their defaults, context defaults included).
+func overlayTracked(name string, data []byte, cfg *Config) (map[string]int, map[string]bool, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
-			return nil, nil // an empty file is the defaults
+			return nil, nil, nil // an empty file is the defaults
 		}
-		return nil, syntaxError(name, err)
+		return nil, nil, syntaxError(name, err)
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
 		if err != nil {
-			return nil, syntaxError(name, err)
+			return nil, nil, syntaxError(name, err)
 		}
-		return nil, &Error{File: name, Line: extra.Line, Msg: "a config file holds one YAML document, found a second", Kind: ErrSyntax}
+		return nil, nil, &Error{File: name, Line: extra.Line, Msg: "a config file holds one YAML document, found a second", Kind: ErrSyntax}
 	}
-	d := &decoder{file: name, root: reflect.TypeFor[Config](), lines: map[string]int{}}
+	d := &decoder{file: name, root: reflect.TypeFor[Config](), lines: map[string]int{}, nulls: map[string]bool{}}
 	if len(doc.Content) > 0 {
 		d.decode(doc.Content[0], reflect.ValueOf(cfg).Elem(), "")
 	}
-	return d.lines, joinErrors(d.errs)
+	return d.lines, d.nulls, joinErrors(d.errs)
 }
 
 var yamlLineRE = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
@@ -107,6 +129,7 @@ type decoder struct {
 	file  string
 	root  reflect.Type
 	lines map[string]int
+	nulls map[string]bool // key paths set to null
 	errs  []*Error
 }
 
@@ -245,6 +268,9 @@ func (d *decoder) mapping(n *yaml.Node, v reflect.Value, path string) {
 			continue
 		}
 		d.lines[p] = k.Line
+		if val.Kind == yaml.ScalarNode && val.ShortTag() == "!!null" {
+			d.nulls[p] = true
+		}
 		d.decode(val, v.Field(idx), p)
 	}
 }

@@ -70,11 +70,13 @@ func TestParseErrors(t *testing.T) {
 		{"zero max_sample_batches", "filter:\n  max_sample_batches: 0\n",
 			"run.yaml:2: filter.max_sample_batches: must be -1 (no limit) or ≥ 1, got 0", ErrInvalid},
 		{"staleness rule", "trainer:\n  mini_batch_size: 8\n  num_parallel_generation_workers: 4\n  max_staleness_steps: 1\n",
-			"run.yaml:1: trainer: invalid staleness setup: need mini_batch_size ≤ num_parallel_generation_workers ≤ mini_batch_size·(max_staleness_steps+1), got B=8 W=4 S=1", ErrInvalid},
+			"run.yaml:3: trainer.num_parallel_generation_workers: 4 is outside [mini_batch_size, mini_batch_size·(max_staleness_steps+1)] = [8, 16] (B=8, S=1): set it in that range, or leave it out for 16 (two steps' worth, within the bound)", ErrInvalid},
 		{"cross-field error on a section", "engines:\n  count: 0\n",
 			"run.yaml:1: engines: no engines: set count ≥ 1 or list external (or external_urls)", ErrInvalid},
 		{"invalid default exposed by another key has no line", "publisher:\n  store: s3\n",
 			"run.yaml: publisher.s3_bucket: must be set when store is s3", ErrInvalid},
+		{"key left out of a list entry points at the entry", "engines:\n  external:\n    - {url: \"http://a:1\"}\n",
+			"run.yaml:3: engines.external[0].kind: required: say which server it is: vllm (vllm serve), sglang (python -m sglang.launch_server) or builtin (asyncrl engine)", ErrInvalid},
 		{"several errors, one per line", "run:\n  stepz: 3\nrouter:\n  policyy: x\n",
 			"run.yaml:2: run.stepz: unknown key (did you mean steps?)\nrun.yaml:4: router.policyy: unknown key (did you mean policy?)", ErrUnknownKey},
 	}
@@ -275,5 +277,68 @@ func TestParseExternalEngines(t *testing.T) {
 	_, err = Parse("run.yaml", []byte("engines:\n  external:\n    - {url: \"http://a:1\", kind: vllm, weight_load: full, port: 3}\n"))
 	if err == nil || !strings.Contains(err.Error(), "engines.external[0].port") {
 		t.Fatalf("unknown key in an entry: err = %v, want one naming engines.external[0].port", err)
+	}
+}
+
+// TestContextDefaults: fields a file leaves out take defaults chosen by
+// what it does say — a file listing only engines.external [{url, kind}]
+// drives only those engines (count 0) with each kind's weight load, a file
+// that sets count keeps it, and a file that changes the batch keeps the
+// staleness rule B ≤ W ≤ B·(S+1) without naming W. A key set to null keeps
+// its default as if absent.
+func TestContextDefaults(t *testing.T) {
+	tests := []struct {
+		name, yaml string
+		count      int
+		loads      []WeightLoad
+		workers    int
+	}{
+		{"only external", `engines:
+  external:
+    - {url: "http://127.0.0.1:8001", kind: vllm}
+    - {url: "http://127.0.0.1:8002", kind: builtin}
+    - {url: "http://127.0.0.1:30000", kind: sglang}
+`, 0, []WeightLoad{LoadDelta, LoadDelta, LoadFull}, 8},
+		{"explicit load kept", "engines:\n  external:\n    - {url: \"http://a:1\", kind: vllm, weight_load: full}\n",
+			0, []WeightLoad{LoadFull}, 8},
+		{"count set beside external", "engines:\n  count: 1\n  external:\n    - {url: \"http://a:1\", kind: vllm}\n",
+			1, []WeightLoad{LoadDelta}, 8},
+		{"count null is left out", "engines:\n  count:\n  external:\n    - {url: \"http://a:1\", kind: vllm}\n",
+			0, []WeightLoad{LoadDelta}, 8},
+		{"no external", "run:\n  steps: 3\n", 2, nil, 8},
+		{"bigger batch", "trainer:\n  mini_batch_size: 16\n", 2, nil, 32},
+		{"batch at staleness 0", "trainer:\n  mini_batch_size: 16\n  max_staleness_steps: 0\n", 2, nil, 16},
+		{"workers set", "trainer:\n  mini_batch_size: 16\n  num_parallel_generation_workers: 20\n", 2, nil, 20},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := Parse("run.yaml", []byte(tt.yaml))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var loads []WeightLoad
+			for _, e := range cfg.Engines.External {
+				loads = append(loads, e.WeightLoad)
+			}
+			if cfg.Engines.Count != tt.count || !reflect.DeepEqual(loads, tt.loads) || cfg.Trainer.NumParallelGenerationWorkers != tt.workers {
+				t.Fatalf("count %d loads %v workers %d, want %d %v %d", cfg.Engines.Count, loads, cfg.Trainer.NumParallelGenerationWorkers, tt.count, tt.loads, tt.workers)
+			}
+		})
+	}
+	// The fixed default is the context default of the fixed B and S, so a
+	// file that leaves the trainer alone runs what print-defaults shows.
+	if d := DefaultTrainer(); d.NumParallelGenerationWorkers != DefaultGenerationWorkers(d.MiniBatchSize, d.MaxStalenessSteps) {
+		t.Fatalf("DefaultTrainer W %d, DefaultGenerationWorkers %d", d.NumParallelGenerationWorkers, DefaultGenerationWorkers(d.MiniBatchSize, d.MaxStalenessSteps))
+	}
+	// An entry built in Go (no file) may leave weight_load empty: it is
+	// valid and means the kind's default.
+	c := Default()
+	c.Engines.Count = 0
+	c.Engines.External = []ExternalEngine{{URL: "http://a:1", Kind: EngineSGLang}, {URL: "http://b:1", Kind: EngineVLLM}}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if a, b := c.Engines.External[0].EffectiveLoad(), c.Engines.External[1].EffectiveLoad(); a != LoadFull || b != LoadDelta {
+		t.Fatalf("effective loads %s, %s; want full, delta", a, b)
 	}
 }

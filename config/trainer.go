@@ -13,7 +13,8 @@ type TrainerConfig struct {
 	// to step i+S (SkyRL default 4).
 	MaxStalenessSteps int `yaml:"max_staleness_steps" doc:"S: a group generated at step i may be trained at most at step i+S (SkyRL: 4)"`
 	// NumParallelGenerationWorkers is W, the groups generated at once.
-	NumParallelGenerationWorkers int `yaml:"num_parallel_generation_workers" doc:"W: groups in generation at once; need B ≤ W ≤ B·(S+1)"`
+	// Left out of a file, it is DefaultGenerationWorkers(B, S).
+	NumParallelGenerationWorkers int `yaml:"num_parallel_generation_workers" doc:"W: groups in generation at once; need B ≤ W ≤ B·(S+1); left out: min(2·B, B·(S+1))"`
 	// MiniBatchSize is B, the groups per trainer step.
 	MiniBatchSize int `yaml:"mini_batch_size" doc:"B: groups (prompts) per trainer step"`
 	// StalePolicy is what happens to a group over the bound at training time.
@@ -112,6 +113,14 @@ type TrainerConfig struct {
 	FakeQuant FakeQuantization `yaml:"fake_quant" doc:"fake quantisation in the trainer's forward pass with a straight-through gradient: none, int4_g32 or int4_g128 (match engines.quantize)"`
 }
 
+// DefaultGenerationWorkers is W for a file that sets mini_batch_size or
+// max_staleness_steps but not num_parallel_generation_workers: two steps'
+// worth of groups (what DefaultTrainer has, so engines stay busy while the
+// trainer steps), capped at B·(S+1), the most the staleness bound allows.
+func DefaultGenerationWorkers(b, s int) int {
+	return int(min(2*int64(b), int64(b)*(int64(s)+1)))
+}
+
 // DefaultTrainer is sized for `make run` on 2 cores: B=4 groups per step,
 // W=8 groups in flight (two steps' worth, so engines stay busy while the
 // trainer steps) and S=2, which keeps B ≤ W ≤ B·(S+1) = 12 with room for a
@@ -165,7 +174,8 @@ func (c TrainerConfig) Validate() error {
 	v.atLeast("mini_batch_size", int64(c.MiniBatchSize), 1)
 	b, w, s := c.MiniBatchSize, c.NumParallelGenerationWorkers, c.MaxStalenessSteps
 	if b >= 1 && w >= 1 && s >= 0 && (w < b || int64(w) > int64(b)*(int64(s)+1)) {
-		v.fail("", "invalid staleness setup: need mini_batch_size ≤ num_parallel_generation_workers ≤ mini_batch_size·(max_staleness_steps+1), got B=%d W=%d S=%d", b, w, s)
+		v.fail("num_parallel_generation_workers", "%d is outside [mini_batch_size, mini_batch_size·(max_staleness_steps+1)] = [%d, %d] (B=%d, S=%d): set it in that range, or leave it out for %d (two steps' worth, within the bound)",
+			w, b, int64(b)*(int64(s)+1), b, s, DefaultGenerationWorkers(b, s))
 	}
 	v.positiveFloat("learning_rate", c.LearningRate)
 	v.nonNegativeFloat("grad_clip", c.GradClip)

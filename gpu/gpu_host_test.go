@@ -1,4 +1,4 @@
-//go:build gpu && cgo
+//go:build gpu && linux
 
 package gpu
 

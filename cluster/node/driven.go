@@ -33,7 +33,7 @@ func checkExternal(cfg config.Config, remote bool) error {
 		if e.Kind == config.EngineSGLang && cfg.Trainer.PauseMode == config.PauseWait {
 			return fmt.Errorf("%w: engines.external[%d]: SGLang's /pause_generation has no wait mode (abort or in_place); set trainer.pause_mode keep or abort", ErrConfig, i)
 		}
-		if e.WeightLoad == config.LoadLoRA {
+		if e.EffectiveLoad() == config.LoadLoRA {
 			return fmt.Errorf("%w: engines.external[%d].weight_load: lora needs a LoRA publisher; the built-in policy has no adapters (use delta or full)", ErrConfig, i)
 		}
 	}

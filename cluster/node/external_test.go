@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -111,6 +113,60 @@ func TestExternalEngines(t *testing.T) {
 	}
 }
 
+// TestExternalOnlyURLAndKind: a config file whose only content is
+// engines.external: [{url, kind}] runs — no built-in engines start (count
+// defaults to 0 beside external engines), the vLLM-kind engine takes
+// deltas (its kind's default weight load), it loads every version over
+// HTTP, answers every rollout and ends on the final version. The engine
+// is a built-in one on its own HTTP server, driven as a vLLM.
+func TestExternalOnlyURLAndKind(t *testing.T) {
+	small := smallConfig(t, 3)
+	x := startExternalEngine(t, small, 11)
+	path := filepath.Join(t.TempDir(), "run.yaml")
+	if err := os.WriteFile(path, []byte("engines:\n  external:\n    - {url: \""+x.url+"\", kind: vllm}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// What `asyncrl run --config run.yaml --steps 3` would add, plus the
+	// test's short task and private directories.
+	cfg, err := config.LoadWith(path, func(c *config.Config) {
+		c.Run = small.Run
+		c.Rollout, c.Router = small.Rollout, small.Router
+		c.Trainer.MiniBatchSize, c.Trainer.NumParallelGenerationWorkers, c.Trainer.MaxStalenessSteps =
+			small.Trainer.MiniBatchSize, small.Trainer.NumParallelGenerationWorkers, small.Trainer.MaxStalenessSteps
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Engines.Count != 0 || cfg.Engines.External[0].WeightLoad != config.LoadDelta {
+		t.Fatalf("engines.count %d, weight_load %q; want 0 and delta", cfg.Engines.Count, cfg.Engines.External[0].WeightLoad)
+	}
+	n, s, acks := runNodeAcks(t, cfg)
+	checkLedger(t, n, s)
+	if s.Steps != 3 || s.TrajectoriesLost != 0 || len(n.engines) != 0 || len(n.driven) != 1 {
+		t.Fatalf("steps %d lost %d, %d engines started, %d driven; want 3, 0, 0, 1", s.Steps, s.TrajectoriesLost, len(n.engines), len(n.driven))
+	}
+	if d := n.driven[0]; d.Load != config.LoadDelta {
+		t.Fatalf("%s loads %s, want delta", d.Name, d.Load)
+	}
+	for v := int64(1); v <= 3; v++ {
+		if !acks.acked(cfg.Run.ID, n.driven[0].Name, v) {
+			t.Errorf("version %d never acknowledged", v)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	d, err := driver.New(driver.KindVLLM, x.url, driver.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := d.ServedVersion(ctx); err != nil || v != 3 {
+		t.Errorf("the engine serves version %d (%v), want 3", v, err)
+	}
+	if x.completions.Load() == 0 {
+		t.Error("the engine answered no rollout")
+	}
+}
+
 // runNodeAcks is runNode recording every EngineVersionAck of the run.
 func runNodeAcks(t *testing.T, cfg config.Config) (*Node, report.Summary, *ackLog) {
 	t.Helper()
@@ -157,6 +213,31 @@ func TestExternalEngineMissingRoute(t *testing.T) {
 		t.Fatal("the run started on an engine without /is_paused")
 	}
 	for _, want := range []string{"engines.external[0]", addr, "/is_paused", "VLLM_SERVER_DEV_MODE=1"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %q", err, want)
+		}
+	}
+}
+
+// TestExternalEngineOtherModelName: an engine serving another model name
+// than engines.served_model_name fails the start with both fixes, the
+// config line to write first.
+func TestExternalEngineOtherModelName(t *testing.T) {
+	cfg := smallConfig(t, 1)
+	x := startExternalEngine(t, cfg, 7) // serves "asyncrl-policy"
+	cfg.Engines.Count, cfg.Engines.ServedModelName = 0, "policy"
+	cfg.Engines.External = []config.ExternalEngine{{URL: x.url, Kind: config.EngineVLLM}}
+	n, err := New(cfg, Options{InMemoryBus: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err = n.Start(ctx); err == nil {
+		n.Stop()
+		t.Fatal("the run started on an engine serving another model name")
+	}
+	for _, want := range []string{"engines.external[0]", x.url, "set engines.served_model_name: asyncrl-policy", "--served-model-name policy"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %q", err, want)
 		}

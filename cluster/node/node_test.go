@@ -242,7 +242,7 @@ func TestBadInput(t *testing.T) {
 	}
 	cfg = smallConfig(t, 1)
 	cfg.Trainer.MiniBatchSize = 8
-	if _, err := New(cfg, Options{}); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "mini_batch_size ≤ num_parallel_generation_workers") {
+	if _, err := New(cfg, Options{}); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "trainer.num_parallel_generation_workers: 4 is outside [mini_batch_size, mini_batch_size·(max_staleness_steps+1)]") {
 		t.Fatalf("B > W: %v", err)
 	}
 	cfg = smallConfig(t, 1)

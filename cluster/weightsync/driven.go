@@ -55,7 +55,7 @@ func DriveExternal(i int, e config.ExternalEngine, model string) (*Driven, error
 	if err != nil {
 		return nil, err
 	}
-	return &Driven{Name: fmt.Sprintf("external-%d", i), URL: d.URL(), Driver: d, Load: e.WeightLoad}, nil
+	return &Driven{Name: fmt.Sprintf("external-%d", i), URL: d.URL(), Driver: d, Load: e.EffectiveLoad()}, nil
 }
 
 // gone maps a failed call to engine.ErrClosed when the engine is one this
@@ -113,7 +113,11 @@ func (d *Driven) Preflight(ctx context.Context, model string) error {
 		found = found || n == model
 	}
 	if !found {
-		return fmt.Errorf("%s (%s) serves %q, not %q: start it with --served-model-name %s or set engines.served_model_name", d.Name, d.URL, names, model, model)
+		fix := "start it with --served-model-name " + model
+		if len(names) > 0 {
+			fix = fmt.Sprintf("set engines.served_model_name: %s in the run's config, or %s", names[0], fix)
+		}
+		return fmt.Errorf("%s (%s) serves %q, not %q (engines.served_model_name): %s", d.Name, d.URL, names, model, fix)
 	}
 	if _, err := d.Driver.ServedVersion(ctx); err != nil && d.Driver.Kind() != driver.KindSGLang {
 		return fmt.Errorf("%s (%s): %w", d.Name, d.URL, err)

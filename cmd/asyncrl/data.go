@@ -153,17 +153,25 @@ func printHist(w io.Writer, hist []int64, rows int64) {
 
 func newDataValidateCmd(g *globals) *cobra.Command {
 	var (
-		o      data.ValidateOptions
-		asJSON bool
+		o                data.ValidateOptions
+		asJSON           bool
+		tokenizer, model string
 	)
 	cmd := &cobra.Command{
 		Use:   "validate PATH",
 		Short: "Check every row of a dataset in chunks: ids within the vocabulary, lengths, mask shape and values, readable shards",
 		Long: "validate reads each shard a record batch at a time and lists the first bad rows by file and\n" +
 			"row (a shard that cannot be read at all — truncated, a wrong column type — is one entry\n" +
-			"naming the file and the first row it cannot give). Exit status 1 when anything is bad.",
+			"naming the file and the first row it cannot give). Exit status 1 when anything is bad.\n" +
+			"Ids are checked against --vocab, --tokenizer or --model when given, else against the\n" +
+			"tokenizer.json (or a model's config.json) in the dataset's directory or its parent;\n" +
+			"the report says which.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			searched, err := validateVocab(&o, args[0], tokenizer, model)
+			if err != nil {
+				return fail("asyncrl data validate: %v", err)
+			}
 			p := newProgress(g)
 			o.Progress = func(path string, rows int64) { p.line("validating %s: %d rows", path, rows) }
 			rep, err := data.Validate(cmd.Context(), args[0], o)
@@ -176,6 +184,12 @@ func newDataValidateCmd(g *globals) *cobra.Command {
 					return err
 				}
 			} else {
+				if rep.Vocab.Size > 0 {
+					fmt.Fprintf(g.stdout, "ids checked against a vocabulary of %d from %s\n", rep.Vocab.Size, rep.Vocab.From)
+				} else {
+					fmt.Fprintf(g.stdout, "ids not checked against a vocabulary: no %s or %s with vocab_size in %s (give --tokenizer FILE, --model DIR or --vocab N)\n",
+						data.TokenizerFile, data.ModelConfigFile, strings.Join(searched, " or "))
+				}
 				fmt.Fprintf(g.stdout, "%d shards, %d rows, %d tokens in good rows\n", rep.Shards, rep.Rows, rep.Tokens)
 				for _, b := range rep.FirstBad {
 					fmt.Fprintf(g.stdout, "BAD %s\n", b)
@@ -195,11 +209,59 @@ func newDataValidateCmd(g *globals) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.Format, "format", "", "arrow, parquet or jsonl (default: by extension)")
-	f.IntVar(&o.VocabSize, "vocab", 0, "vocabulary size: ids must be below it (0: not checked)")
+	f.IntVar(&o.VocabSize, "vocab", 0, "vocabulary size: ids must be below it (0: the tokenizer or model found next to the dataset, if any)")
+	f.StringVar(&tokenizer, "tokenizer", "", "a Hugging Face tokenizer.json: ids must be below its highest id + 1")
+	f.StringVar(&model, "model", "", "a model directory (its tokenizer.json, else config.json's vocab_size) or a config.json")
 	f.IntVar(&o.MaxLen, "max-len", 0, "rows longer than this are bad (0: not checked)")
 	f.IntVar(&o.MaxBad, "max-bad", 20, "bad rows listed (all are counted)")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	return cmd
+}
+
+// validateVocab sets o's vocabulary from the one flag given (--vocab,
+// --tokenizer or --model), else from a tokenizer.json or config.json next
+// to the dataset. It returns the directories searched when nothing was
+// found, for the report's line saying the ids were not checked.
+func validateVocab(o *data.ValidateOptions, dataset, tokenizer, model string) ([]string, error) {
+	given := 0
+	for _, set := range []bool{o.VocabSize != 0, tokenizer != "", model != ""} {
+		if set {
+			given++
+		}
+	}
+	if given > 1 {
+		return nil, fmt.Errorf("give one of --vocab, --tokenizer and --model")
+	}
+	if o.VocabSize < 0 {
+		return nil, fmt.Errorf("--vocab %d: must be ≥ 1", o.VocabSize)
+	}
+	var (
+		v   data.Vocab
+		err error
+	)
+	switch {
+	case o.VocabSize > 0:
+		o.VocabFrom = "--vocab"
+		return nil, nil
+	case tokenizer != "":
+		v, err = data.ReadVocab(tokenizer)
+	case model != "":
+		v, err = data.ReadVocab(model)
+	default:
+		var (
+			ok       bool
+			searched []string
+		)
+		v, ok, searched, err = data.FindVocab(dataset)
+		if err == nil && !ok {
+			return searched, nil
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	o.VocabSize, o.VocabFrom = v.Size, v.From
+	return nil, nil
 }
 
 func newDataPretokenizeCmd(g *globals) *cobra.Command {

@@ -122,7 +122,7 @@ func TestRunLoadsConfigFirst(t *testing.T) {
 	// B > W is rejected before anything starts, with the rule in the message.
 	bw := writeFile(t, "bw.yaml", "trainer:\n  mini_batch_size: 8\n  num_parallel_generation_workers: 4\n")
 	code, _, errOut = cli(t, "run", "--config", bw)
-	if code != 1 || !strings.Contains(errOut, "mini_batch_size ≤ num_parallel_generation_workers ≤ mini_batch_size·(max_staleness_steps+1)") || !strings.Contains(errOut, "B=8 W=4") {
+	if code != 1 || !strings.Contains(errOut, "trainer.num_parallel_generation_workers: 4 is outside [mini_batch_size, mini_batch_size·(max_staleness_steps+1)] = [8, 24] (B=8, S=2)") {
 		t.Errorf("B > W: code %d, stderr %q", code, errOut)
 	}
 	// A dataset with a malformed line names the file and the line.

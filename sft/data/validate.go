@@ -10,8 +10,11 @@ import (
 type ValidateOptions struct {
 	Format    string // "" = by extension
 	VocabSize int    // ids must be < VocabSize; 0 = not checked
-	MaxLen    int    // rows longer are bad; 0 = not checked
-	MaxBad    int    // bad rows listed (all are counted); 0 = 20
+	// VocabFrom says where VocabSize came from (a tokenizer.json or
+	// config.json path, "--vocab"); the report repeats it.
+	VocabFrom string
+	MaxLen    int // rows longer are bad; 0 = not checked
+	MaxBad    int // bad rows listed (all are counted); 0 = 20
 	// Progress, if set, is called after each chunk (record batch) with the
 	// rows checked so far in the current shard and the shard's path.
 	Progress func(path string, rowsDone int64)
@@ -41,6 +44,9 @@ type ValidationReport struct {
 	BadRows    int64    `json:"bad_rows"`
 	FirstBad   []BadRow `json:"first_bad"`
 	MaskedRows int64    `json:"masked_rows"` // rows with a loss_mask/labels value
+	// Vocab is what ids were checked against; Size 0: only that they are
+	// in [0, 2^31).
+	Vocab Vocab `json:"vocab"`
 }
 
 // OK reports whether nothing was bad.
@@ -54,7 +60,7 @@ func (r ValidationReport) OK() bool { return r.BadRows == 0 && r.BadShards == 0 
 // the file and the first row it cannot give; the other shards are still
 // checked. The error is for the walk itself (no such path, ctx ended).
 func Validate(ctx context.Context, path string, o ValidateOptions) (ValidationReport, error) {
-	var rep ValidationReport
+	rep := ValidationReport{Vocab: Vocab{Size: max(o.VocabSize, 0), From: o.VocabFrom}}
 	if o.MaxBad <= 0 {
 		o.MaxBad = 20
 	}

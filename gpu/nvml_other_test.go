@@ -1,0 +1,5 @@
+//go:build !linux || android
+
+package gpu
+
+const wantReasonPrefix = reasonNotLinux

@@ -1,5 +1,0 @@
-//go:build !cgo
-
-package gpu
-
-const wantReasonPrefix = "unavailable: built without cgo"
