@@ -11,7 +11,7 @@ var ErrUnavailable = errors.New("gpu: NVML unavailable")
 // UnavailableError says why NVML cannot be used on this machine.
 type UnavailableError struct {
 	// Reason is the text users see, e.g. "no NVIDIA driver: libnvidia-ml.so.1:
-	// cannot open shared object file" or "unavailable: NVML is loaded on Linux only".
+	// cannot open shared object file" or "unavailable: built without cgo".
 	Reason string
 }
 

@@ -44,7 +44,7 @@ echo "nvidia-smi: $(nvidia-smi --query-gpu=index,name,driver_version,memory.tota
 echo "NCCL library: ${ASYNCRL_NCCL_LIBRARY:-libnccl.so.2 (loader path)}"
 echo "NIXL library: ${ASYNCRL_NIXL_LIBRARY:-libnixl.so (loader path)}"
 
-step "GPU inventory and telemetry (NVML)" required go test -count=1 -tags gpu -run '^TestGPUHost$' -v ./gpu/
+step "GPU inventory and telemetry (NVML)" required env CGO_ENABLED=1 go test -count=1 -tags gpu -run '^TestGPUHost$' -v ./gpu/
 step "NCCL loads at run time" required go test -count=1 -tags gpu -run '^TestNCCLLoads$' -v ./transport/dataplane/nccl/
 step "NIXL probe" optional go test -count=1 -tags gpu -run '^TestNIXLLoads$' -v ./transport/dataplane/nixl/
 step "CPU data planes (tcp, shm, two processes)" required go test -count=1 -v -run 'TwoProcess' ./transport/dataplane/
