@@ -5,22 +5,17 @@
 //
 // Everything builds and behaves without a GPU or driver:
 //
-//   - Open loads libnvidia-ml at run time with purego (dlopen and dlsym; no
-//     cgo and no NVML header at build time, so building compiles no C). It
-//     binds nvmlInit_v2, nvmlShutdown, nvmlDeviceGetCount_v2 and
-//     nvmlDeviceGetHandleByIndex_v2 from the library's own handle (a library
-//     without them "is not an NVML library"), calls nvmlInit_v2 and checks
-//     the result. If either fails, Open returns an *UnavailableError ("no
-//     NVIDIA driver: <reason>") and makes no further NVML call: calling
-//     into NVML after a failed Init can kill the process.
-//   - A reading the library does not export (an old driver, or a new one
-//     that dropped a deprecated call) is listed in Telemetry.Missing, like
-//     one the board does not support.
-//   - Off Linux the NVML path is compiled out and Open reports
-//     "unavailable: NVML is loaded on Linux only".
+//   - Open loads libnvidia-ml at run time (go-nvml, cgo). It first dlopens the
+//     library and checks it exports nvmlInit_v2, then calls nvml.Init and
+//     checks the result. If either fails, Open returns an *UnavailableError
+//     ("no NVIDIA driver: <reason>") and makes no further NVML call: calling
+//     into NVML after a failed Init can kill the process. Panics on the
+//     loading path are recovered into the same error.
+//   - Built without cgo (CGO_ENABLED=0) the NVML path is compiled out and
+//     Open reports "unavailable: built without cgo".
 //   - Probe is Open + Inventory + Close in one call, for node metadata.
 //
-// An open *NVML is safe for concurrent use; Close calls nvmlShutdown once.
+// An open *NVML is safe for concurrent use; Close calls nvml.Shutdown once.
 // Readings NVML does not support on a device (power on some boards) are
 // listed in Telemetry.Missing rather than reported as zero.
 //

@@ -4,4 +4,4 @@
 #   gpu/testdata/check.sh        (from anywhere inside the repository)
 set -euo pipefail
 cd "$(git -C "$(dirname "$0")" rev-parse --show-toplevel)"
-go test -count=1 -tags gpu -run '^TestGPUHost$' -v ./gpu/
+CGO_ENABLED=1 go test -count=1 -tags gpu -run '^TestGPUHost$' -v ./gpu/

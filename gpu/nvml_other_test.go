@@ -1,5 +1,0 @@
-//go:build !linux || android
-
-package gpu
-
-const wantReasonPrefix = reasonNotLinux

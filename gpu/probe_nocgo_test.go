@@ -1,0 +1,5 @@
+//go:build !cgo
+
+package gpu
+
+const wantReasonPrefix = "unavailable: built without cgo"
