@@ -193,6 +193,10 @@ func (c *Checkpoint) Names() []string { return c.names }
 // Shards returns the shard file names, sorted.
 func (c *Checkpoint) Shards() []string { return c.shards }
 
+// ShardOf returns the base name of the file holding name ("" if none), so
+// errors about a tensor can name its file.
+func (c *Checkpoint) ShardOf(name string) string { return c.where[name] }
+
 // File returns the open file holding name.
 func (c *Checkpoint) File(name string) (*File, error) {
 	shard, ok := c.where[name]
