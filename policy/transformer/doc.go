@@ -71,8 +71,7 @@
 // mscale_all_dim)² when rope_scaling has mscale_all_dim; with
 // rope_interleave (default true) RoPE first de-interleaves the rope part
 // (apply_rotary_pos_emb_interleave: element 2i → i, 2i+1 → i+d/2) and then
-// rotates halves — the layout vLLM's GPT-J-style (is_neox_style=False)
-// rotation matches; layers < first_k_dense_replace are dense, the others
+// rotates halves, i.e. it rotates the pairs (2i, 2i+1); layers < first_k_dense_replace are dense, the others
 // MoE with DeepseekV3TopkRouter: scores = σ(x·Wᵀ) in float32, choice =
 // scores + e_score_correction_bias (selection only), groups scored by the
 // sum of their top-2 choices, topk_group groups kept (others' choices set
