@@ -91,7 +91,7 @@ func (m *Model) forward(seqs []*Seq, toks [][]int32, logits [][]float32) error {
 	}
 	// Only each sequence's last row needs logits: a long prefill pays the
 	// vocabulary projection once.
-	matmulRows(logits, ws.hn, m.w.head, nil, len(seqs), H, c.VocabSize)
+	mmRows(logits, ws.hn, &m.w.head, len(seqs))
 	return nil
 }
 
@@ -171,13 +171,13 @@ func (ws *workspace) chunkScratch(scores, scratch int) {
 // q_norm/k_norm before the rotation): Qwen3Attention / LlamaAttention.
 func (m *Model) attnGQA(ws *workspace, l int, a *attention, seqs []*Seq, T int) {
 	c := &m.cfg
-	H, nh, kvh, hd := c.HiddenSize, c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim
+	nh, kvh, hd := c.NumAttentionHeads, c.NumKeyValueHeads, c.HeadDim
 	ws.q = grow(ws.q, T*nh*hd)
 	ws.k = grow(ws.k, T*kvh*hd)
 	ws.v = grow(ws.v, T*kvh*hd)
-	matmul(ws.q, ws.h, a.q.w, a.q.b, T, H, nh*hd)
-	matmul(ws.k, ws.h, a.k.w, a.k.b, T, H, kvh*hd)
-	matmul(ws.v, ws.h, a.v.w, a.v.b, T, H, kvh*hd)
+	mm(ws.q, ws.h, &a.q, T)
+	mm(ws.k, ws.h, &a.k, T)
+	mm(ws.v, ws.h, &a.v, T)
 	ws.chunkScratch(0, 2*hd)
 	scratch := ws.scratch[0]
 	eps := float32(c.RMSNormEps)
@@ -201,7 +201,7 @@ func (m *Model) attnGQA(ws *workspace, l int, a *attention, seqs []*Seq, T int) 
 		}
 	}
 	m.attend(ws, l, seqs, T, nh, kvh, hd, hd)
-	matmul(ws.tmp, ws.att, a.o.w, a.o.b, T, nh*hd, H)
+	mm(ws.tmp, ws.att, &a.o, T)
 }
 
 // attnMLA is DeepSeek-V3's multi-head latent attention as transformers
@@ -214,27 +214,27 @@ func (m *Model) attnGQA(ws *workspace, l int, a *attention, seqs []*Seq, T int) 
 // the cache holds each head's full key and value, as HF's cache does.
 func (m *Model) attnMLA(ws *workspace, l int, a *attention, seqs []*Seq, T int) {
 	c := &m.cfg
-	H, nh := c.HiddenSize, c.NumAttentionHeads
+	nh := c.NumAttentionHeads
 	nope, rd, vd, kvr := c.QKNopeHeadDim, c.QKRopeHeadDim, c.VHeadDim, c.KVLoraRank
 	qk := nope + rd
 	eps := float32(c.RMSNormEps)
 	ws.q = grow(ws.q, T*nh*qk)
 	if c.QLoraRank > 0 {
 		ws.qa = grow(ws.qa, T*c.QLoraRank)
-		matmul(ws.qa, ws.h, a.qA.w, a.qA.b, T, H, c.QLoraRank)
+		mm(ws.qa, ws.h, &a.qA, T)
 		rmsNorm(ws.qa, ws.qa, a.qANorm, T, c.QLoraRank, eps)
-		matmul(ws.q, ws.qa, a.qB.w, nil, T, c.QLoraRank, nh*qk)
+		mm(ws.q, ws.qa, &a.qB, T)
 	} else {
-		matmul(ws.q, ws.h, a.q.w, nil, T, H, nh*qk)
+		mm(ws.q, ws.h, &a.q, T)
 	}
 	ws.kva = grow(ws.kva, T*(kvr+rd))
 	ws.kpass = grow(ws.kpass, T*kvr)
 	ws.kvb = grow(ws.kvb, T*nh*(nope+vd))
-	matmul(ws.kva, ws.h, a.kvA.w, a.kvA.b, T, H, kvr+rd)
+	mm(ws.kva, ws.h, &a.kvA, T)
 	for t := range T {
 		rmsNorm(ws.kpass[t*kvr:(t+1)*kvr], ws.kva[t*(kvr+rd):t*(kvr+rd)+kvr], a.kvANorm, 1, kvr, eps)
 	}
-	matmul(ws.kvb, ws.kpass, a.kvB.w, nil, T, kvr, nh*(nope+vd))
+	mm(ws.kvb, ws.kpass, &a.kvB, T)
 	ws.chunkScratch(0, 3*rd)
 	scratch := ws.scratch[0]
 	for t := range T {
@@ -252,7 +252,7 @@ func (m *Model) attnMLA(ws *workspace, l int, a *attention, seqs []*Seq, T int) 
 		}
 	}
 	m.attend(ws, l, seqs, T, nh, nh, qk, vd)
-	matmul(ws.tmp, ws.att, a.o.w, a.o.b, T, nh*vd, H)
+	mm(ws.tmp, ws.att, &a.o, T)
 }
 
 // attend computes, for every row t and head h, softmax(q·Kᵀ·scale) · V over
@@ -306,14 +306,14 @@ func (m *Model) attend(ws *workspace, l int, seqs []*Seq, T, nh, kvh, kd, vd int
 // mlpForward is the SwiGLU feed-forward down(silu(gate(x)) · up(x)) over T
 // rows of in into out.
 func (m *Model) mlpForward(ws *workspace, f *mlp, in []float32, T int, out []float32) {
-	H, I := m.cfg.HiddenSize, f.gate.out
+	I := f.gate.out
 	ws.ff1 = grow(ws.ff1, T*I)
 	ws.ff2 = grow(ws.ff2, T*I)
-	matmul(ws.ff1, in, f.gate.w, f.gate.b, T, H, I)
-	matmul(ws.ff2, in, f.up.w, f.up.b, T, H, I)
+	mm(ws.ff1, in, &f.gate, T)
+	mm(ws.ff2, in, &f.up, T)
 	a, u := ws.ff1[:T*I], ws.ff2[:T*I]
 	for i := range a {
 		a[i] = silu(a[i]) * u[i]
 	}
-	matmul(out, a, f.down.w, f.down.b, T, I, H)
+	mm(out, a, &f.down, T)
 }

@@ -2,79 +2,70 @@ package transformer
 
 import "math"
 
-// matmul computes out[t·N+n] = Σ_k x[t·K+k] · w[n·K+k] (+ b[n]) for t < T,
-// n < N: a Linear layer over T rows (W [N, K] as HF stores it). It splits
-// the output columns across cores; each element is one dot product with
-// a fixed order of additions (dot), so a row's result is the same whether
-// it is computed alone or in a batch, by one goroutine or another.
-func matmul(out, x, w, b []float32, T, K, N int) {
-	if T == 0 || N == 0 {
+// mm computes out[t·N+n] = Σ_k x[t·K+k] · W[n,k] (+ b[n]) for the T rows
+// of x: the Linear layer l (K = l.in, N = l.out) over a batch of rows.
+func mm(out, x []float32, l *linear, T int) {
+	if T == 0 {
 		return
 	}
-	_ = out[T*N-1]
-	_ = x[T*K-1]
-	_ = w[N*K-1]
-	parallelFor(N, T*K, func(_, lo, hi int) {
-		matmulCols(out, N, nil, x, w, b, T, K, lo, hi)
+	_ = out[T*l.out-1]
+	_ = x[T*l.in-1]
+	gemm(rowSink{flat: out, ld: l.out}, x, l, T)
+}
+
+// mmRows is mm writing row t into outs[t] (len ≥ N): the logits of several
+// sequences, each in its caller's buffer.
+func mmRows(outs [][]float32, x []float32, l *linear, T int) {
+	if T == 0 {
+		return
+	}
+	gemm(rowSink{rows: outs}, x, l, T)
+}
+
+// rowSink is where a matmul writes its rows: one flat [T, ld] buffer or
+// one slice per row.
+type rowSink struct {
+	flat []float32
+	ld   int
+	rows [][]float32
+}
+
+func (s rowSink) row(t int) []float32 {
+	if s.rows != nil {
+		return s.rows[t]
+	}
+	return s.flat[t*s.ld : (t+1)*s.ld]
+}
+
+// gemm splits the output columns across cores, a 16-column panel at a
+// time, and runs the kernel over each chunk. Each output element is a
+// chain of FMAs (or multiply-adds, portably) over k in order, whatever
+// chunk, tile or row block holds it, so a row's result does not depend on
+// the batch it is in, the split or the scheduling.
+func gemm(s rowSink, x []float32, l *linear, T int) {
+	K, N := l.in, l.out
+	panels := (N + 15) / 16
+	parallelFor(panels, T*K*16, func(_, lo, hi int) {
+		gemmCols(s, x, T, K, l.wt, N, l.b, lo, hi)
 	})
 }
 
-// matmulRows is matmul writing row t into outs[t] (len ≥ N): the logits
-// of several sequences, each in its caller's buffer.
-func matmulRows(outs [][]float32, x, w, b []float32, T, K, N int) {
-	if T == 0 || N == 0 {
-		return
-	}
-	parallelFor(N, T*K, func(_, lo, hi int) {
-		matmulCols(nil, N, outs, x, w, b, T, K, lo, hi)
-	})
-}
-
-// matmulCols computes columns [lo, hi) of matmul, into out (row stride
-// ldo) or outs. Columns go in tiles small enough that a tile of W stays
-// in cache while every row of x passes over it (W is read from memory
-// once per call however many rows there are), four rows of x at a time
-// sharing each loaded row of W.
-func matmulCols(out []float32, ldo int, outs [][]float32, x, w, b []float32, T, K, lo, hi int) {
-	tile := max(4, 8192/max(K, 1))
-	row := func(t int) []float32 {
-		if outs != nil {
-			return outs[t]
-		}
-		return out[t*ldo : (t+1)*ldo]
-	}
-	for n0 := lo; n0 < hi; n0 += tile {
-		n1 := min(n0+tile, hi)
-		t := 0
-		for ; t+4 <= T; t += 4 {
-			x0 := x[t*K : (t+1)*K]
-			x1 := x[(t+1)*K : (t+2)*K]
-			x2 := x[(t+2)*K : (t+3)*K]
-			x3 := x[(t+3)*K : (t+4)*K]
-			o0, o1, o2, o3 := row(t), row(t+1), row(t+2), row(t+3)
-			for n := n0; n < n1; n++ {
-				d0, d1, d2, d3 := dot4(x0, x1, x2, x3, w[n*K:(n+1)*K])
-				if b != nil {
-					d0 += b[n]
-					d1 += b[n]
-					d2 += b[n]
-					d3 += b[n]
-				}
-				o0[n], o1[n], o2[n], o3[n] = d0, d1, d2, d3
-			}
-		}
-		for ; t < T; t++ {
-			xt := x[t*K : (t+1)*K]
-			ot := row(t)
-			for n := n0; n < n1; n++ {
-				d := dot(xt, w[n*K:(n+1)*K])
-				if b != nil {
-					d += b[n]
-				}
-				ot[n] = d
-			}
+// packPanels lays W [N, K] out as the kernels read it: the transpose in
+// panels of 16 columns, panel p holding W[16p+j, k] at [k·16 + j]
+// (columns past N are 0). A panel (K·16 floats) is contiguous, so a kernel
+// streams it and a tile of panels stays in cache while the rows pass.
+func packPanels(w []float32, N, K int) []float32 {
+	panels := (N + 15) / 16
+	out := make([]float32, panels*K*16)
+	for n := range N {
+		p, j := n/16, n%16
+		row := w[n*K : (n+1)*K]
+		base := out[p*K*16:]
+		for k, v := range row {
+			base[k*16+j] = v
 		}
 	}
+	return out
 }
 
 // rmsNorm writes w · x/√(mean(x²)+eps) for each of the rows of x (n
@@ -103,5 +94,36 @@ func addTo(dst, src []float32) {
 	src = src[:len(dst)]
 	for i := range dst {
 		dst[i] += src[i]
+	}
+}
+
+// addBias adds b[n0:n1] to columns [n0, n1) of every row.
+func addBias(s rowSink, T int, b []float32, n0, n1 int) {
+	if b == nil {
+		return
+	}
+	for t := range T {
+		addTo(s.row(t)[n0:n1], b[n0:n1])
+	}
+}
+
+// gemmColsGo is the portable kernel: panels [p0, p1) of x·Wᵀ from the
+// packed weight, each element accumulated over k in order.
+func gemmColsGo(s rowSink, x []float32, T, K int, wt []float32, N int, b []float32, p0, p1 int) {
+	var acc [16]float32
+	for p := p0; p < p1; p++ {
+		n0, n1 := p*16, min(p*16+16, N)
+		panel := wt[p*K*16 : (p+1)*K*16]
+		for t := range T {
+			acc = [16]float32{}
+			for k, xv := range x[t*K : (t+1)*K] {
+				w := panel[k*16 : k*16+16]
+				for j := range acc {
+					acc[j] += xv * w[j]
+				}
+			}
+			copy(s.row(t)[n0:n1], acc[:])
+		}
+		addBias(s, T, b, n0, n1)
 	}
 }

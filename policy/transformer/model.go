@@ -33,6 +33,7 @@ var (
 
 // newModel wraps weights w of c.
 func newModel(c *Config, gen GenerationConfig, w *weights) *Model {
+	w.transpose()
 	m := &Model{cfg: *c, gen: gen, w: w, rope: newRope(c), scale: softmaxScale(c)}
 	if c.MoE() {
 		m.routeK = c.NumExpertsPerTok

@@ -39,6 +39,10 @@ type linear struct {
 	w       []float32
 	b       []float32 // nil without bias
 	out, in int
+	// wt is W transposed and packed in 16-column panels (packPanels),
+	// what the matmul kernels read: computed once by newModel (weights
+	// are immutable after).
+	wt []float32
 }
 
 type mlp struct{ gate, up, down linear }
@@ -70,9 +74,9 @@ type layer struct {
 
 // weights is the parameter set of a Config, with its tensors in HF order.
 type weights struct {
-	embed, norm, head []float32 // head aliases embed when tied
-	lmHead            linear    // the untied lm_head
-	layers            []layer
+	embed, norm []float32
+	head        linear // lm_head, or the embedding when tied
+	layers      []layer
 	tensors           []tensor
 }
 
@@ -157,12 +161,46 @@ func build(c *Config) *weights {
 	}
 	add("model.norm.weight", kindNorm, &w.norm, c.HiddenSize)
 	if c.TieWordEmbeddings {
-		w.head = w.embed
+		w.head = linear{w: w.embed, out: c.VocabSize, in: c.HiddenSize}
 	} else {
-		lin("lm_head", &w.lmHead, c.VocabSize, c.HiddenSize, false)
-		w.head = w.lmHead.w
+		lin("lm_head", &w.head, c.VocabSize, c.HiddenSize, false)
 	}
 	return w
+}
+
+// linears lists every Linear layer (lm_head last).
+func (w *weights) linears() []*linear {
+	var out []*linear
+	m := func(f *mlp) { out = append(out, &f.gate, &f.up, &f.down) }
+	for i := range w.layers {
+		L := &w.layers[i]
+		a := &L.attn
+		for _, l := range []*linear{&a.q, &a.k, &a.v, &a.o, &a.qA, &a.qB, &a.kvA, &a.kvB} {
+			if l.w != nil {
+				out = append(out, l)
+			}
+		}
+		if L.mlp != nil {
+			m(L.mlp)
+		}
+		if L.moe != nil {
+			out = append(out, &L.moe.router)
+			for e := range L.moe.experts {
+				m(&L.moe.experts[e])
+			}
+			if L.moe.shared != nil {
+				m(L.moe.shared)
+			}
+		}
+	}
+	return append(out, &w.head)
+}
+
+// transpose fills every Linear's wt (packPanels of w).
+func (w *weights) transpose() {
+	for _, l := range w.linears() {
+		l.wt = packPanels(l.w, l.out, l.in)
+	}
 }
 
 // byName returns the tensor called name.
