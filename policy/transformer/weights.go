@@ -77,7 +77,7 @@ type weights struct {
 	embed, norm []float32
 	head        linear // lm_head, or the embedding when tied
 	layers      []layer
-	tensors           []tensor
+	tensors     []tensor
 }
 
 // build allocates every parameter of c (zeros) and lists the tensors.
