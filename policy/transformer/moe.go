@@ -155,7 +155,7 @@ func (m *Model) routeDeepseek(logits, corr []float32, ids []int32, wts []float32
 		gs[g] = choice[g*per+int(two[0])] + choice[g*per+int(two[1])]
 	}
 	var keepBuf [64]int32
-	keep := keepBuf[:0]
+	var keep []int32
 	if c.TopKGroup <= len(keepBuf) {
 		keep = keepBuf[:c.TopKGroup]
 	} else {
