@@ -56,52 +56,62 @@ func isEOS(m Model, tok int32, charEOS int32) bool {
 }
 
 // batchJobs runs one Forward per BatchModel over its jobs' sequences and
-// leaves each job's logits in j.logits; jobs of other models are left
+// leaves each job's logits in j.pre; jobs of other models are left
 // alone. A cache built by another model than the job's is dropped and the
-// sequence prefilled again. A Forward error aborts that model's jobs.
+// sequence prefilled again. A Forward error aborts that model's jobs. The
+// per-step slices are the engine's, reused (no allocation per step).
 func (e *Engine) batchJobs(jobs []job) {
-	groups := map[BatchModel][]int{}
-	var order []BatchModel
+	b := &e.batch
+	b.models = b.models[:0]
 	for i := range jobs {
-		bm, ok := jobs[i].m.(BatchModel)
-		if !ok {
-			continue
+		if bm, ok := jobs[i].m.(BatchModel); ok && !slices.Contains(b.models, bm) {
+			b.models = append(b.models, bm)
 		}
-		if _, seen := groups[bm]; !seen {
-			order = append(order, bm)
-		}
-		groups[bm] = append(groups[bm], i)
 	}
-	for _, bm := range order {
-		idx := groups[bm]
-		seqs := make([]SeqCache, len(idx))
-		toks := make([][]int32, len(idx))
-		outs := make([][]float32, len(idx))
+	for len(e.logitBufs) < len(jobs) {
+		e.logitBufs = append(e.logitBufs, nil)
+	}
+	for _, bm := range b.models {
+		b.idx, b.seqs, b.toks, b.outs = b.idx[:0], b.seqs[:0], b.toks[:0], b.outs[:0]
 		v := bm.VocabSize()
-		for n, i := range idx {
+		for i := range jobs {
+			if jobs[i].m != Model(bm) {
+				continue
+			}
 			s := jobs[i].s
 			if s.kv == nil || s.kvModel != bm || s.kv.Len() >= len(s.all) {
 				s.kv, s.kvModel = bm.NewSeq(), bm
 			}
-			seqs[n] = s.kv
-			toks[n] = s.all[s.kv.Len():]
-			for len(e.logitBufs) <= i {
-				e.logitBufs = append(e.logitBufs, nil)
-			}
 			if cap(e.logitBufs[i]) < v {
 				e.logitBufs[i] = make([]float32, v)
 			}
-			outs[n] = e.logitBufs[i][:v]
+			b.idx = append(b.idx, i)
+			b.seqs = append(b.seqs, s.kv)
+			b.toks = append(b.toks, s.all[s.kv.Len():])
+			b.outs = append(b.outs, e.logitBufs[i][:v])
 		}
-		if err := bm.Forward(seqs, toks, outs); err != nil {
+		if err := bm.Forward(b.seqs, b.toks, b.outs); err != nil {
 			e.log.Warn().Err(err).Msg("batched forward failed; aborting its sequences")
-			for _, i := range idx {
+			for _, i := range b.idx {
 				jobs[i].err = fmt.Errorf("engine: forward: %w", err)
 			}
 			continue
 		}
-		for n, i := range idx {
-			jobs[i].pre = outs[n]
+		for n, i := range b.idx {
+			jobs[i].pre = b.outs[n]
 		}
 	}
+	clear(b.models[:cap(b.models)]) // drop references to old models and finished caches
+	clear(b.seqs[:cap(b.seqs)])
+	clear(b.toks[:cap(b.toks)])
+	clear(b.outs[:cap(b.outs)])
+}
+
+// batchState is batchJobs' reusable per-step memory.
+type batchState struct {
+	models []BatchModel
+	idx    []int
+	seqs   []SeqCache
+	toks   [][]int32
+	outs   [][]float32
 }

@@ -71,7 +71,8 @@ type Engine struct {
 	rng       *rand.Rand
 	jobs      []job
 	bufs      []*workerBuf
-	logitBufs [][]float32   // batched-forward logits, by job index
+	logitBufs [][]float32 // batched-forward logits, by job index
+	batch     batchState
 	carry     time.Duration // compute time of the last step, owed by the next sleep
 	pending   *latency.Plan
 	tick      chan struct{} // closed and replaced after every change

@@ -10,6 +10,7 @@ type Seq struct {
 	cap    int         // positions allocated
 	k, v   [][]float32 // per layer [kvHeads·cap·dim]
 	routes []int32     // [n, layers, topK]
+	mark   uint64      // the stamp of the forward that last took it
 }
 
 func (m *Model) newSeq(capHint int) *Seq {

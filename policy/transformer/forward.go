@@ -8,6 +8,7 @@ import (
 // workspace is one forward pass's scratch memory, reused across calls
 // (Model.pool), so steady decoding does not allocate.
 type workspace struct {
+	seqs           []*Seq
 	rowSeq, rowPos []int32
 	x, h, tmp      []float32 // [T, hidden]
 	q, k, v        []float32 // [T, heads·qk], [T, kvHeads·qk], [T, kvHeads·v]
@@ -26,11 +27,19 @@ type workspace struct {
 	scores         [][]float32 // per chunk: attention scores
 	scratch        [][]float32 // per chunk: rope scratch
 	selScratch     []float32
+	// The parallel loops' bodies and their WaitGroup live here, so a
+	// forward pass starts them without allocating.
+	gt  gemmTask
+	at  attendTask
+	par pool
 }
 
+// grow returns b resized to n, reallocating (with room to double) only
+// when its capacity is short: buffers that grow by a row per step (the
+// attention scores) reallocate O(log n) times.
 func grow[T any](b []T, n int) []T {
 	if cap(b) < n {
-		return make([]T, n)
+		return make([]T, n, max(n, 2*cap(b)))
 	}
 	return b[:n]
 }
@@ -47,15 +56,15 @@ func (m *Model) checkBatch(seqs []*Seq, toks [][]int32, logits [][]float32) erro
 	if len(toks) != len(seqs) || (logits != nil && len(logits) != len(seqs)) {
 		return fmt.Errorf("transformer: %d sequences, %d token lists, %d logit buffers", len(seqs), len(toks), len(logits))
 	}
-	seen := make(map[*Seq]bool, len(seqs))
+	stamp := m.stamp.Add(1)
 	for i, s := range seqs {
 		if s == nil || s.m != m {
 			return fmt.Errorf("transformer: sequence %d's cache was not built by this model", i)
 		}
-		if seen[s] {
+		if s.mark == stamp {
 			return fmt.Errorf("transformer: sequence %d appears twice in one forward", i)
 		}
-		seen[s] = true
+		s.mark = stamp
 		if len(toks[i]) == 0 {
 			return fmt.Errorf("transformer: sequence %d: no tokens to forward", i)
 		}
@@ -74,15 +83,16 @@ func (m *Model) checkBatch(seqs []*Seq, toks [][]int32, logits [][]float32) erro
 	return nil
 }
 
-// forward runs the decoder over the new tokens of every sequence and
-// writes each sequence's next-token logits.
-func (m *Model) forward(seqs []*Seq, toks [][]int32, logits [][]float32) error {
+// forward runs the decoder over the new tokens of every sequence and,
+// when logits is not nil, writes each sequence's next-token logits.
+func (m *Model) forward(ws *workspace, seqs []*Seq, toks [][]int32, logits [][]float32) error {
 	if err := m.checkBatch(seqs, toks, logits); err != nil {
 		return err
 	}
-	ws := m.getWS()
-	defer m.pool.Put(ws)
 	m.decode(ws, seqs, toks)
+	if logits == nil {
+		return nil
+	}
 	c := &m.cfg
 	H := c.HiddenSize
 	ws.hn = grow(ws.hn, len(seqs)*H)
@@ -91,18 +101,7 @@ func (m *Model) forward(seqs []*Seq, toks [][]int32, logits [][]float32) error {
 	}
 	// Only each sequence's last row needs logits: a long prefill pays the
 	// vocabulary projection once.
-	mmRows(logits, ws.hn, &m.w.head, len(seqs))
-	return nil
-}
-
-// forwardHidden runs the decoder without the head (route capture).
-func (m *Model) forwardHidden(seqs []*Seq, toks [][]int32) error {
-	if err := m.checkBatch(seqs, toks, nil); err != nil {
-		return err
-	}
-	ws := m.getWS()
-	defer m.pool.Put(ws)
-	m.decode(ws, seqs, toks)
+	ws.mmRows(logits, ws.hn, &m.w.head, len(seqs))
 	return nil
 }
 
@@ -175,9 +174,9 @@ func (m *Model) attnGQA(ws *workspace, l int, a *attention, seqs []*Seq, T int) 
 	ws.q = grow(ws.q, T*nh*hd)
 	ws.k = grow(ws.k, T*kvh*hd)
 	ws.v = grow(ws.v, T*kvh*hd)
-	mm(ws.q, ws.h, &a.q, T)
-	mm(ws.k, ws.h, &a.k, T)
-	mm(ws.v, ws.h, &a.v, T)
+	ws.mm(ws.q, ws.h, &a.q, T)
+	ws.mm(ws.k, ws.h, &a.k, T)
+	ws.mm(ws.v, ws.h, &a.v, T)
 	ws.chunkScratch(0, 2*hd)
 	scratch := ws.scratch[0]
 	eps := float32(c.RMSNormEps)
@@ -201,7 +200,7 @@ func (m *Model) attnGQA(ws *workspace, l int, a *attention, seqs []*Seq, T int) 
 		}
 	}
 	m.attend(ws, l, seqs, T, nh, kvh, hd, hd)
-	mm(ws.tmp, ws.att, &a.o, T)
+	ws.mm(ws.tmp, ws.att, &a.o, T)
 }
 
 // attnMLA is DeepSeek-V3's multi-head latent attention as transformers
@@ -221,20 +220,20 @@ func (m *Model) attnMLA(ws *workspace, l int, a *attention, seqs []*Seq, T int) 
 	ws.q = grow(ws.q, T*nh*qk)
 	if c.QLoraRank > 0 {
 		ws.qa = grow(ws.qa, T*c.QLoraRank)
-		mm(ws.qa, ws.h, &a.qA, T)
+		ws.mm(ws.qa, ws.h, &a.qA, T)
 		rmsNorm(ws.qa, ws.qa, a.qANorm, T, c.QLoraRank, eps)
-		mm(ws.q, ws.qa, &a.qB, T)
+		ws.mm(ws.q, ws.qa, &a.qB, T)
 	} else {
-		mm(ws.q, ws.h, &a.q, T)
+		ws.mm(ws.q, ws.h, &a.q, T)
 	}
 	ws.kva = grow(ws.kva, T*(kvr+rd))
 	ws.kpass = grow(ws.kpass, T*kvr)
 	ws.kvb = grow(ws.kvb, T*nh*(nope+vd))
-	mm(ws.kva, ws.h, &a.kvA, T)
+	ws.mm(ws.kva, ws.h, &a.kvA, T)
 	for t := range T {
 		rmsNorm(ws.kpass[t*kvr:(t+1)*kvr], ws.kva[t*(kvr+rd):t*(kvr+rd)+kvr], a.kvANorm, 1, kvr, eps)
 	}
-	mm(ws.kvb, ws.kpass, &a.kvB, T)
+	ws.mm(ws.kvb, ws.kpass, &a.kvB, T)
 	ws.chunkScratch(0, 3*rd)
 	scratch := ws.scratch[0]
 	for t := range T {
@@ -252,7 +251,7 @@ func (m *Model) attnMLA(ws *workspace, l int, a *attention, seqs []*Seq, T int) 
 		}
 	}
 	m.attend(ws, l, seqs, T, nh, nh, qk, vd)
-	mm(ws.tmp, ws.att, &a.o, T)
+	ws.mm(ws.tmp, ws.att, &a.o, T)
 }
 
 // attend computes, for every row t and head h, softmax(q·Kᵀ·scale) · V over
@@ -266,41 +265,53 @@ func (m *Model) attend(ws *workspace, l int, seqs []*Seq, T, nh, kvh, kd, vd int
 		maxPos = max(maxPos, int(ws.rowPos[t])+1)
 	}
 	ws.chunkScratch(maxPos, 0)
-	group := nh / kvh
-	scale := m.scale
-	parallelFor(T*nh, maxPos*(kd+vd), func(c, lo, hi int) {
-		sc := ws.scores[c]
-		for i := lo; i < hi; i++ {
-			t, h := i/nh, i%nh
-			s, p := seqs[ws.rowSeq[t]], int(ws.rowPos[t])
-			g := h / group
-			q := ws.q[(t*nh+h)*kd : (t*nh+h+1)*kd]
-			kb := s.k[l][g*s.cap*kd:]
-			vb := s.v[l][g*s.cap*vd:]
-			n := p + 1
-			mx := float32(math.Inf(-1))
-			for j := range n {
-				v := dot(q, kb[j*kd:(j+1)*kd]) * scale
-				sc[j] = v
-				mx = max(mx, v)
-			}
-			var sum float32
-			for j := range n {
-				e := float32(math.Exp(float64(sc[j] - mx)))
-				sc[j] = e
-				sum += e
-			}
-			out := ws.att[(t*nh+h)*vd : (t*nh+h+1)*vd]
-			clear(out)
-			for j := range n {
-				wj := sc[j] / sum
-				vj := vb[j*vd : (j+1)*vd]
-				for d, x := range vj {
-					out[d] += wj * x
-				}
+	ws.at = attendTask{ws: ws, l: l, seqs: seqs, nh: nh, group: nh / kvh, kd: kd, vd: vd, scale: m.scale}
+	ws.par.parallelFor(T*nh, maxPos*(kd+vd), &ws.at)
+	ws.at = attendTask{}
+}
+
+// attendTask is attend's chunk body: items [lo, hi) of rows × heads.
+type attendTask struct {
+	ws           *workspace
+	seqs         []*Seq
+	l, nh, group int
+	kd, vd       int
+	scale        float32
+}
+
+func (a *attendTask) run(c, lo, hi int) {
+	ws, nh, kd, vd, l := a.ws, a.nh, a.kd, a.vd, a.l
+	sc := ws.scores[c]
+	for i := lo; i < hi; i++ {
+		t, h := i/nh, i%nh
+		s, p := a.seqs[ws.rowSeq[t]], int(ws.rowPos[t])
+		g := h / a.group
+		q := ws.q[(t*nh+h)*kd : (t*nh+h+1)*kd]
+		kb := s.k[l][g*s.cap*kd:]
+		vb := s.v[l][g*s.cap*vd:]
+		n := p + 1
+		mx := float32(math.Inf(-1))
+		for j := range n {
+			v := dot(q, kb[j*kd:(j+1)*kd]) * a.scale
+			sc[j] = v
+			mx = max(mx, v)
+		}
+		var sum float32
+		for j := range n {
+			e := float32(math.Exp(float64(sc[j] - mx)))
+			sc[j] = e
+			sum += e
+		}
+		out := ws.att[(t*nh+h)*vd : (t*nh+h+1)*vd]
+		clear(out)
+		for j := range n {
+			wj := sc[j] / sum
+			vj := vb[j*vd : (j+1)*vd]
+			for d, x := range vj {
+				out[d] += wj * x
 			}
 		}
-	})
+	}
 }
 
 // mlpForward is the SwiGLU feed-forward down(silu(gate(x)) · up(x)) over T
@@ -309,11 +320,11 @@ func (m *Model) mlpForward(ws *workspace, f *mlp, in []float32, T int, out []flo
 	I := f.gate.out
 	ws.ff1 = grow(ws.ff1, T*I)
 	ws.ff2 = grow(ws.ff2, T*I)
-	mm(ws.ff1, in, &f.gate, T)
-	mm(ws.ff2, in, &f.up, T)
+	ws.mm(ws.ff1, in, &f.gate, T)
+	ws.mm(ws.ff2, in, &f.up, T)
 	a, u := ws.ff1[:T*I], ws.ff2[:T*I]
 	for i := range a {
 		a[i] = silu(a[i]) * u[i]
 	}
-	mm(out, a, &f.down, T)
+	ws.mm(out, a, &f.down, T)
 }

@@ -66,13 +66,14 @@ func TestGemmKernels(t *testing.T) {
 			x[i] = float32(rng.NormFloat64())
 		}
 		out := make([]float32, sh.T*sh.N)
-		mm(out, x, l, sh.T)
+		ws := &workspace{}
+		ws.mm(out, x, l, sh.T)
 		port := make([]float32, sh.T*sh.N)
 		panels := (sh.N + 15) / 16
 		gemmColsGo(rowSink{flat: port, ld: sh.N}, x, sh.T, sh.K, l.wt, sh.N, l.b, 0, panels)
 		for r := range sh.T {
 			alone := make([]float32, sh.N)
-			mm(alone, x[r*sh.K:(r+1)*sh.K], l, 1)
+			ws.mm(alone, x[r*sh.K:(r+1)*sh.K], l, 1)
 			split := make([]float32, sh.N)
 			half := panels / 2
 			gemmCols(rowSink{flat: split, ld: sh.N}, x[r*sh.K:(r+1)*sh.K], 1, sh.K, l.wt, sh.N, l.b, 0, half)

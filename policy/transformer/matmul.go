@@ -4,22 +4,22 @@ import "math"
 
 // mm computes out[t·N+n] = Σ_k x[t·K+k] · W[n,k] (+ b[n]) for the T rows
 // of x: the Linear layer l (K = l.in, N = l.out) over a batch of rows.
-func mm(out, x []float32, l *linear, T int) {
+func (ws *workspace) mm(out, x []float32, l *linear, T int) {
 	if T == 0 {
 		return
 	}
 	_ = out[T*l.out-1]
 	_ = x[T*l.in-1]
-	gemm(rowSink{flat: out, ld: l.out}, x, l, T)
+	ws.gemm(rowSink{flat: out, ld: l.out}, x, l, T)
 }
 
 // mmRows is mm writing row t into outs[t] (len ≥ N): the logits of several
 // sequences, each in its caller's buffer.
-func mmRows(outs [][]float32, x []float32, l *linear, T int) {
+func (ws *workspace) mmRows(outs [][]float32, x []float32, l *linear, T int) {
 	if T == 0 {
 		return
 	}
-	gemm(rowSink{rows: outs}, x, l, T)
+	ws.gemm(rowSink{rows: outs}, x, l, T)
 }
 
 // rowSink is where a matmul writes its rows: one flat [T, ld] buffer or
@@ -42,12 +42,22 @@ func (s rowSink) row(t int) []float32 {
 // chain of FMAs (or multiply-adds, portably) over k in order, whatever
 // chunk, tile or row block holds it, so a row's result does not depend on
 // the batch it is in, the split or the scheduling.
-func gemm(s rowSink, x []float32, l *linear, T int) {
-	K, N := l.in, l.out
-	panels := (N + 15) / 16
-	parallelFor(panels, T*K*16, func(_, lo, hi int) {
-		gemmCols(s, x, T, K, l.wt, N, l.b, lo, hi)
-	})
+func (ws *workspace) gemm(s rowSink, x []float32, l *linear, T int) {
+	ws.gt = gemmTask{s: s, x: x, l: l, T: T}
+	ws.par.parallelFor((l.out+15)/16, T*l.in*16, &ws.gt)
+	ws.gt = gemmTask{}
+}
+
+// gemmTask is one gemm's chunk body (panels [lo, hi)).
+type gemmTask struct {
+	s rowSink
+	x []float32
+	l *linear
+	T int
+}
+
+func (g *gemmTask) run(_, lo, hi int) {
+	gemmCols(g.s, g.x, g.T, g.l.in, g.l.wt, g.l.out, g.l.b, lo, hi)
 }
 
 // packPanels lays W [N, K] out as the kernels read it: the transpose in

@@ -3,6 +3,7 @@ package transformer
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/asyncrl/asyncrl/engine"
 )
@@ -21,7 +22,8 @@ type Model struct {
 	// routeK is top-k of the expert layers (0 for a dense model); routes
 	// cover every decoder layer (doc.go, "Routes").
 	routeK int
-	pool   sync.Pool // *workspace
+	pool   sync.Pool     // *workspace
+	stamp  atomic.Uint64 // marks the caches of one forward (duplicate check)
 }
 
 var (
@@ -92,7 +94,9 @@ func (m *Model) RouteShape() (layers, topK, numExperts int) {
 // NextLogits implements engine.Model: a prefill of tokens from scratch.
 func (m *Model) NextLogits(tokens []int32, out []float32) {
 	s := m.newSeq(len(tokens))
-	if err := m.forward([]*Seq{s}, [][]int32{tokens}, [][]float32{out}); err != nil {
+	ws := m.getWS()
+	defer m.pool.Put(ws)
+	if err := m.forward(ws, []*Seq{s}, [][]int32{tokens}, [][]float32{out}); err != nil {
 		// engine.Model has no error: the engine validates token ids and
 		// lengths before it asks; anything else is a programming error.
 		panic(fmt.Sprintf("transformer: NextLogits: %v", err))
@@ -106,7 +110,9 @@ func (m *Model) Routes(tokens []int32, from int) []int32 {
 		return nil
 	}
 	s := m.newSeq(len(tokens))
-	if err := m.forwardHidden([]*Seq{s}, [][]int32{tokens}); err != nil {
+	ws := m.getWS()
+	defer m.pool.Put(ws)
+	if err := m.forward(ws, []*Seq{s}, [][]int32{tokens}, nil); err != nil {
 		panic(fmt.Sprintf("transformer: Routes: %v", err))
 	}
 	return s.Routes(from)
@@ -117,21 +123,25 @@ func (m *Model) NewSeq() engine.SeqCache { return m.newSeq(0) }
 
 // Forward implements engine.BatchModel.
 func (m *Model) Forward(seqs []engine.SeqCache, tokens [][]int32, logits [][]float32) error {
-	ss := make([]*Seq, len(seqs))
+	ws := m.getWS()
+	defer m.pool.Put(ws)
+	ws.seqs = ws.seqs[:0]
 	for i, sc := range seqs {
 		s, ok := sc.(*Seq)
 		if !ok || s.m != m {
 			return fmt.Errorf("transformer: sequence %d's cache was not built by this model", i)
 		}
-		ss[i] = s
+		ws.seqs = append(ws.seqs, s)
 	}
-	return m.forward(ss, tokens, logits)
+	return m.forward(ws, ws.seqs, tokens, logits)
 }
 
 // ForwardSeqs is Forward over this package's caches (no interface
 // conversion), for callers that hold *Seq.
 func (m *Model) ForwardSeqs(seqs []*Seq, tokens [][]int32, logits [][]float32) error {
-	return m.forward(seqs, tokens, logits)
+	ws := m.getWS()
+	defer m.pool.Put(ws)
+	return m.forward(ws, seqs, tokens, logits)
 }
 
 // NewCache returns an empty cache (NewSeq without the interface).

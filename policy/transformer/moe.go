@@ -17,7 +17,7 @@ func (m *Model) moeForward(ws *workspace, l int, M *moeLayer, seqs []*Seq, T int
 	ws.sel = grow(ws.sel, T*K)
 	ws.gw = grow(ws.gw, T*K)
 	ws.selScratch = grow(ws.selScratch, 2*E+c.NGroup)
-	mm(ws.router, ws.h, &M.router, T)
+	ws.mm(ws.router, ws.h, &M.router, T)
 	L := c.NumHiddenLayers
 	for t := range T {
 		logits := ws.router[t*E : (t+1)*E]
