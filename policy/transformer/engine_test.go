@@ -3,6 +3,7 @@ package transformer_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -21,6 +22,9 @@ import (
 	"github.com/asyncrl/asyncrl/internal/wiring"
 	"github.com/asyncrl/asyncrl/messages/vllmwire"
 	"github.com/asyncrl/asyncrl/policy/transformer"
+	"github.com/asyncrl/asyncrl/weights/delta"
+	"github.com/asyncrl/asyncrl/weights/safetensors"
+	"github.com/asyncrl/asyncrl/weights/store"
 )
 
 // checkpoint saves a tiny random model of arch into a temp dir with
@@ -326,5 +330,77 @@ func TestEngineWeightSwapRecomputesKV(t *testing.T) {
 	}
 	if !seen[0] || !seen[1] {
 		t.Fatalf("versions %v: the swap did not land mid-sequence", c.TokenWeightVersions)
+	}
+}
+
+// TestEngineRPCsLoadHFCheckpoints: vLLM's worker-extension RPCs
+// (asyncrl_load_checkpoint, then asyncrl_apply_delta with a SkyRL delta
+// over the HF tensor names) serve the new weights bit for bit: the
+// engine then answers what the delta's target checkpoint computes.
+func TestEngineRPCsLoadHFCheckpoints(t *testing.T) {
+	const vocab = 120
+	a := checkpoint(t, transformer.DeepseekV3, vocab, 1, vocab-1)
+	b := checkpoint(t, transformer.DeepseekV3, vocab, 2, vocab-1)
+	cfg := testConfig()
+	em, err := wiring.LoadPolicy(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := engine.New(cfg, nil, engine.WithLoader(wiring.LoadPolicy), engine.WithWorkDir(t.TempDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(e.Handler())
+	t.Cleanup(func() {
+		e.Close()
+		srv.Close()
+		http.DefaultClient.CloseIdleConnections()
+	})
+	s := &server{t: t, e: e, url: srv.URL, m: em.(*transformer.Model)}
+	rpc := func(method string, args ...any) {
+		code, out := s.post("/collective_rpc", map[string]any{"method": method, "args": args})
+		if code != 200 {
+			t.Fatalf("%s: %d %s", method, code, out)
+		}
+	}
+	rpc(engine.RPCLoadCheckpoint, a, 0)
+	// A SkyRL delta a → b over the HF tensor names.
+	ca, err := safetensors.OpenDir(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ca.Close()
+	cb, err := safetensors.OpenDir(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cb.Close()
+	syncDir := t.TempDir()
+	st, err := store.NewLocal(syncDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := delta.Encode(context.Background(), delta.DefaultEncodeConfig(), ca, cb, 1, st); err != nil {
+		t.Fatal(err)
+	}
+	rpc(engine.RPCApplyDelta, filepath.Join(syncDir, delta.DeltaDir(1)), 1)
+	mb, err := transformer.Load(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompt := []int32{3, 1, 4, 1, 5, 9, 2, 6}
+	c := s.complete(map[string]any{"prompt": prompt, "max_tokens": 6, "temperature": 0, "ignore_eos": true, "return_token_ids": true})
+	all := slices.Clone(prompt)
+	for i, tok := range c.TokenIDs {
+		if c.TokenWeightVersions[i] != 1 {
+			t.Fatalf("token %d from version %d", i, c.TokenWeightVersions[i])
+		}
+		if want := argmax(mb, all); tok != want {
+			t.Fatalf("token %d: %d, the delta's target checkpoint gives %d", i, tok, want)
+		}
+		if d := math.Abs(float64(c.OutputLogprobs[i]) - statelessLogprob(mb, all, tok)); d > 1e-4 {
+			t.Fatalf("token %d: logprob off by %g from the target checkpoint's", i, d)
+		}
+		all = append(all, tok)
 	}
 }
