@@ -145,4 +145,19 @@
 // would. Counters follow vLLM: prefix-cache queries/hits in prompt tokens
 // at admission, kv_cache_usage_perc = referenced blocks / capacity,
 // num_requests_waiting includes requests held by a pause.
+//
+// # Batched models (batch.go)
+//
+// A Model that implements BatchModel (policy/transformer's) keeps a real
+// KV cache per sequence: each step the engine runs one Forward per model
+// (the base model, each LoRA) over all of that model's sequences — the
+// prompt on a sequence's first step, then its last token — and samples
+// from the logits as for any Model. A sequence's cache belongs to the
+// model that built it; after a weight swap the engine drops it and
+// prefills the sequence again on the new model, so no token is computed
+// over keys and values of other weights. Routes for return_routed_experts
+// are read from the cache. The real caches are not bounded by the
+// modelled block budget (they live as long as their sequences). An
+// EOSModel's EOSIDs end generation instead of the character tokenizer's
+// EOS.
 package engine

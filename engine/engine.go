@@ -72,6 +72,8 @@ type Engine struct {
 	rng       *rand.Rand
 	jobs      []job
 	bufs      []*workerBuf
+	logitBufs [][]float32 // batched-forward logits, by job index
+	batch     batchState
 	carry     time.Duration // compute time of the last step, owed by the next sleep
 	pending   *latency.Plan
 	tick      chan struct{} // closed and replaced after every change
@@ -122,6 +124,10 @@ type seqState struct {
 	routeStart int
 	routeRows  []int32
 	routeShape [3]int // layers, top_k, experts of the route model
+	// kv is the sequence's cache in kvModel (a BatchModel), nil until
+	// its first batched step; a cache of another model is rebuilt.
+	kv      SeqCache
+	kvModel BatchModel
 }
 
 type topEntry struct {
@@ -418,11 +424,16 @@ func (e *Engine) executeLocked(p *latency.Plan) {
 		jobs = append(jobs, job{s: s, m: m})
 	}
 	e.jobs = jobs
+	e.batchJobs(jobs)
 	e.runJobs(jobs, e.version)
 	for _, j := range jobs {
 		s := j.s
+		if j.err != nil {
+			e.finishLocked(s, "abort")
+			continue
+		}
 		e.core.Append(s.id, s.out[len(s.out)-1])
-		if reason := e.stopReason(s); reason != "" {
+		if reason := e.stopReason(s, j.m); reason != "" {
 			if d, ok := e.core.SinceArrival(s.id); ok {
 				e.met.e2e.Observe(d.Seconds())
 			}
@@ -437,6 +448,10 @@ func (e *Engine) executeLocked(p *latency.Plan) {
 type job struct {
 	s *seqState
 	m Model
+	// pre holds the logits a batched Forward computed (BatchModel); err
+	// is its failure (the sequence is aborted).
+	pre []float32
+	err error
 }
 
 // workerBuf is one decoding worker's reusable memory.
@@ -454,7 +469,9 @@ func (e *Engine) runJobs(jobs []job, version int64) {
 	}
 	if w <= 1 {
 		for _, j := range jobs {
-			decodeOne(j.s, j.m, e.bufs[0], version)
+			if j.err == nil {
+				decodeOne(j.s, j.m, e.bufs[0], version, j.pre)
+			}
 		}
 		return
 	}
@@ -464,7 +481,9 @@ func (e *Engine) runJobs(jobs []job, version int64) {
 		go func(k int) {
 			defer wg.Done()
 			for i := k; i < len(jobs); i += w {
-				decodeOne(jobs[i].s, jobs[i].m, e.bufs[k], version)
+				if jobs[i].err == nil {
+					decodeOne(jobs[i].s, jobs[i].m, e.bufs[k], version, jobs[i].pre)
+				}
 			}
 		}(k)
 	}
@@ -473,14 +492,20 @@ func (e *Engine) runJobs(jobs []job, version int64) {
 
 const maxWorkers = 64
 
-func decodeOne(s *seqState, m Model, b *workerBuf, version int64) {
+// decodeOne samples s's next token from pre, the logits a batched Forward
+// computed, or (nil) from m.NextLogits over s's tokens.
+func decodeOne(s *seqState, m Model, b *workerBuf, version int64, pre []float32) {
 	v := m.VocabSize()
 	if cap(b.logits) < v {
 		b.logits = make([]float32, v)
 		b.lsm = make([]float32, v)
 	}
 	logits := b.logits[:v]
-	m.NextLogits(s.all, logits)
+	if pre != nil {
+		logits = pre
+	} else {
+		m.NextLogits(s.all, logits)
+	}
 	if s.routes {
 		captureRoutes(s, m)
 	}
@@ -530,11 +555,12 @@ func topK(ls []float32, k int) []topEntry {
 	return out
 }
 
-// stopReason says whether s just finished: EOS, a stop string (removed
-// from the text), max_tokens or the context limit.
-func (e *Engine) stopReason(s *seqState) string {
+// stopReason says whether s just finished: EOS (m's EOSIDs when it is an
+// EOSModel), a stop string (removed from the text), max_tokens or the
+// context limit.
+func (e *Engine) stopReason(s *seqState, m Model) string {
 	last := s.out[len(s.out)-1]
-	if s.codec.isEOS(last) && !s.ignoreEOS {
+	if isEOS(m, last, s.codec) && !s.ignoreEOS {
 		return "stop"
 	}
 	if i := stopIndex(s, last); i >= 0 {

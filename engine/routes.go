@@ -75,9 +75,16 @@ func captureRoutes(s *seqState, m Model) {
 	}
 	s.routeShape = shape
 	from := s.routeStart + len(s.routeRows)/(shape[0]*shape[1])
-	if from < len(s.all) {
-		s.routeRows = append(s.routeRows, rm.Routes(s.all, from)...)
+	if from >= len(s.all) {
+		return
 	}
+	// A batched step left this step's routes in the sequence's cache:
+	// read them there instead of running the model again.
+	if s.kv != nil && Model(s.kvModel) == m && s.kv.Len() == len(s.all) {
+		s.routeRows = append(s.routeRows, s.kv.Routes(from)...)
+		return
+	}
+	s.routeRows = append(s.routeRows, rm.Routes(s.all, from)...)
 }
 
 // routedExperts encodes s's rows in vLLM's wire form: positions

@@ -33,7 +33,7 @@ type engineFlags struct {
 func addEngineFlags(fs *pflag.FlagSet) *engineFlags {
 	f := &engineFlags{}
 	fs.StringVar(&f.Listen, "listen", "127.0.0.1:8001", "HTTP address to serve the vLLM-compatible API on")
-	fs.StringVar(&f.Weights, "weights", "", "serving checkpoint `DIR` (safetensors); empty = a fresh model from --seed")
+	fs.StringVar(&f.Weights, "weights", "", "serving checkpoint `DIR` (safetensors): the built-in policy's, or a Hugging Face qwen3, qwen3_moe, llama or deepseek_v3 checkpoint (docs/models.md); empty = a fresh built-in policy from --seed")
 	fs.Int64Var(&f.Seed, "seed", 1, "seed for fresh weights and sampling")
 	fs.StringVar(&f.Config, "config", "", "run configuration `FILE`; its engines section sets limits and the latency model")
 	fs.StringVar(&f.APIKeyFile, "api-key-file", "", "`FILE` holding the API key every route wants as Authorization: Bearer (vLLM --api-key); required when --listen is off loopback (default: engines.api_key_file)")
@@ -49,7 +49,8 @@ func newEngineCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "engine",
 		Short: "Serve the built-in inference engine (vLLM-compatible HTTP API)",
-		Long: "Serve the built-in policy over vLLM's HTTP API: /v1/completions, /v1/chat/completions,\n" +
+		Long: "Serve the built-in policy, or a Hugging Face checkpoint of a supported architecture\n" +
+			"(--weights, docs/models.md), over vLLM's HTTP API: /v1/completions, /v1/chat/completions,\n" +
 			"/v1/models, /health, /metrics, pause/resume and the weight-update routes. The engine\n" +
 			"models a GPU server's latency (the config's engines section) so routing matters.",
 		Args: cobra.NoArgs,

@@ -95,6 +95,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newEnvCmd(g),
 		newWorkerCmd(g),
 		newWeightsCmd(g),
+		newModelCmd(g),
 		newSimCmd(g),
 		newChaosCmd(g),
 		newBenchCmd(g),

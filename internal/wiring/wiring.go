@@ -13,6 +13,7 @@ import (
 	"github.com/asyncrl/asyncrl/engine"
 	pmodel "github.com/asyncrl/asyncrl/policy"
 	"github.com/asyncrl/asyncrl/policy/hftokenizer"
+	"github.com/asyncrl/asyncrl/policy/transformer"
 )
 
 // EngineConfig maps the engines section onto one built-in engine's config.
@@ -38,9 +39,20 @@ func EngineConfig(c config.EnginesConfig, name string, seed uint64) engine.Confi
 
 func micros(us float64) time.Duration { return time.Duration(us * float64(time.Microsecond)) }
 
-// LoadPolicy loads a serving checkpoint of the built-in policy as an engine
-// model. It is the engine's ModelLoader for /update_weights and LoRA paths.
+// LoadPolicy loads a serving checkpoint as an engine model, by
+// config.json's model_type: the built-in policy's ("asyncrl-window-mlp")
+// with policy.LoadServing, a Hugging Face checkpoint of a supported
+// architecture (qwen3, qwen3_moe, llama, deepseek_v3) with
+// transformer.Load. It is the engine's ModelLoader for /update_weights,
+// the vLLM extension's checkpoint and delta loads, and LoRA paths.
 func LoadPolicy(dir string) (engine.Model, error) {
+	if mt, err := transformer.ModelType(dir); err == nil && transformer.Supported(mt) {
+		m, err := transformer.Load(dir)
+		if err != nil {
+			return nil, err
+		}
+		return m, nil
+	}
 	m, err := pmodel.LoadServing(dir)
 	if err != nil {
 		return nil, err // a nil *Model must not become a non-nil interface

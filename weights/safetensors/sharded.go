@@ -199,6 +199,10 @@ func (c *Checkpoint) Shard(shard string) (*File, bool) {
 	return f, ok
 }
 
+// ShardOf returns the base name of the file holding name ("" if none), so
+// errors about a tensor can name its file.
+func (c *Checkpoint) ShardOf(name string) string { return c.where[name] }
+
 // File returns the open file holding name.
 func (c *Checkpoint) File(name string) (*File, error) {
 	shard, ok := c.where[name]
