@@ -213,21 +213,24 @@ def test_attention_is_causal_gqa():
 
 def test_deepseek_grouped_selection_brute_force(tmp_path):
     """deepseek_select equals a loop: score each group by its two best
-    biased scores, keep the topk_group best groups, take the top_k biased
-    scores among their experts."""
+    biased scores, keep the topk_group best groups, set the other groups'
+    experts to 0.0 (transformers' masked_fill), take the top_k."""
     net = load(tmp_path, "deepseek_v3")
     c = net.cfg
     g = torch.Generator().manual_seed(4)
-    scores, bias = torch.rand(50, 8, generator=g), torch.randn(8, generator=g) * 0.3
+    scores, bias = torch.rand(200, 8, generator=g), torch.randn(8, generator=g) * 0.3 - 0.6
     got = net.deepseek_select(scores, bias)
     size = c.num_experts // c.n_group
-    for n in range(50):
+    picked_masked = 0
+    for n in range(200):
         ch = [float(scores[n, e] + bias[e]) for e in range(8)]
         gs = [sum(sorted(ch[gi * size:(gi + 1) * size], reverse=True)[:2]) for gi in range(c.n_group)]
         keep = sorted(range(c.n_group), key=lambda gi: -gs[gi])[:c.topk_group]
-        cand = [e for e in range(8) if e // size in keep]
-        want = sorted(cand, key=lambda e: -ch[e])[:c.top_k]
+        masked = [ch[e] if e // size in keep else 0.0 for e in range(8)]
+        want = sorted(range(8), key=lambda e: -masked[e])[:c.top_k]
         assert got[n].tolist() == want
+        picked_masked += sum(1 for e in want if e // size not in keep)
+    assert picked_masked > 0  # negative biased scores occur, so the 0.0 fill is exercised
 
 
 @pytest.mark.parametrize("arch", ARCHS)

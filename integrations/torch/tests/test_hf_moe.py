@@ -22,13 +22,26 @@ def load(tmp_path, arch):
     return ck.load_model(str(tmp_path))[0]
 
 
-def test_route_layout_covers_moe_layers_in_order(tmp_path):
+def test_route_layout_covers_every_decoder_layer(tmp_path):
+    """Rows cover every decoder layer (the engine's / vLLM's layout); a
+    dense layer's row is reported as zeros and never read on replay."""
     ds = load(tmp_path / "d", "deepseek_v3")
-    assert route_layers(ds.cfg) == (1, 2)  # layer 0 is dense (first_k_dense_replace 1)
+    assert route_layers(ds.cfg) == (0, 1, 2) and ds.cfg.moe_layer_ids == (1, 2)  # layer 0 dense
     qm = load(tmp_path / "q", "qwen3_moe")
     assert route_layers(qm.cfg) == (0, 1)
-    r = ds.routes(list(range(10)))
-    assert r.shape == (10, 2, 2) and int(r.min()) >= 0 and int(r.max()) < 8
+    seq = list(range(10))
+    r = ds.routes(seq)
+    assert r.shape == (10, 3, 2) and int(r[:, 1:].min()) >= 0 and int(r[:, 1:].max()) < 8
+    assert not r[:, 0].any()
+    junk = r.clone()
+    junk[:, 0] = 7  # a repeated id: would be refused in an MoE layer's row
+    t, pos = torch.tensor(seq), torch.arange(1, 10)
+    with torch.no_grad():
+        assert torch.equal(ds.logits_at(t, pos, r), ds.logits_at(t, pos, junk))
+    bad = r.clone()
+    bad[:, 1] = 7
+    with pytest.raises(ValueError, match="listed twice"):
+        ds.logits_at(t, pos, bad)
 
 
 @pytest.mark.parametrize("arch", MOE_ARCHS)
@@ -58,7 +71,7 @@ def test_replaying_other_experts_changes_output_and_trains_the_router(tmp_path, 
     lp = torch.log_softmax(logits, -1).gather(1, seq[pos].unsqueeze(1)).sum()
     lp.backward()
     ts = net.named_tensors()
-    for l in route_layers(net.cfg):
+    for l in net.cfg.moe_layer_ids:
         g = ts[f"model.layers.{l}.mlp.gate.weight"].grad
         assert g is not None and float(g.abs().sum()) > 0, l
         # the replayed experts got gradient, one never chosen did not (the
@@ -80,7 +93,7 @@ def test_replay_gates_come_from_this_router(tmp_path, arch):
     net = load(tmp_path, arch)
     c = net.cfg
     t = dict(net.named_tensors())
-    l = route_layers(c)[0]
+    l = c.moe_layer_ids[0]
     m = f"model.layers.{l}.mlp."
     g = torch.Generator().manual_seed(9)
     h = torch.randn(6, c.hidden_size, generator=g)

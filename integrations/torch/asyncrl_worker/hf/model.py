@@ -48,13 +48,14 @@ Sources (huggingface/transformers unless noted; read at these commits):
         e_score_correction_bias is a buffer kept in float32
         (_keep_in_fp32_modules_strict), not a trained parameter.
   Masked groups: transformers fills the other groups' choice values with
-  0.0, vLLM's grouped_topk with -inf; they differ only when a chosen
-  group's biased score is negative (never for a zero bias). Here: -inf, so
-  only experts of the chosen groups are ever selected.
+  0.0 (as here, and as the Go engine does); vLLM's grouped_topk uses -inf.
+  They differ only when fewer than top_k experts of the chosen groups have
+  a positive biased score (never for a zero or small bias).
 
 Routes (R3): route_layers(cfg) says which decoder layers the rows of a
-routes array cover; a routes tensor [tokens, len(route_layers), top_k]
-replays row j on layer route_layers(cfg)[j] -- the router's top-k choice is
+routes array cover (every decoder layer of a MoE model); a routes tensor
+[tokens, len(route_layers), top_k] replays row j on MoE layer
+route_layers(cfg)[j] (a dense layer's row is not read) -- the router's top-k choice is
 replaced by those ids, the gate weights still come from this router's
 scores at them (softmax probabilities, renormalised when norm_topk_prob;
 deepseek_v3: sigmoid scores without the correction bias, normalised when
@@ -78,11 +79,17 @@ MLA_NORM_EPS = 1e-6  # [DM] DeepseekV3RMSNorm(q_lora_rank) / (kv_lora_rank): cla
 
 
 def route_layers(cfg: ArchConfig) -> tuple[int, ...]:
-    """The decoder layers that the rows of a routes array cover, in order:
-    the MoE layers (a deepseek_v3's first_k_dense_replace dense layers and a
-    qwen3_moe's mlp_only_layers have no row). The one place that fixes the
-    R3 layout on the torch side; keep it equal to the engine's."""
-    return tuple(cfg.moe_layer_ids)
+    """The decoder layers that the rows of a routes array cover, in order
+    -- the one place that fixes the R3 layout on the torch side; it must
+    equal the engine's. A MoE model's rows cover every decoder layer, as
+    vLLM's routed-experts capturer lays them out (the layout the Go engine
+    reports: /work/wt/model-go policy/transformer/model.go RouteShape,
+    "rows cover every decoder layer (dense layers' entries are 0)"); the
+    rows of dense layers (a deepseek_v3's first_k_dense_replace layers, a
+    qwen3_moe's mlp_only_layers) are carried but never read. A dense model
+    has no rows. To cover only the MoE layers instead, return
+    tuple(cfg.moe_layer_ids)."""
+    return tuple(range(cfg.num_hidden_layers)) if cfg.moe_layer_ids else ()
 
 
 def tensor_specs(c: ArchConfig) -> list[tuple[str, tuple[int, ...], bool]]:
@@ -238,7 +245,9 @@ class CausalLM(nn.Module):
             self._slots.append((name, mod, leaf))
         self.rope = rp.Rope(cfg.rope, cfg.rotary_dim, cfg.max_position_embeddings)
         self.route_layer_ids = route_layers(cfg)
-        self._route_slot = {l: j for j, l in enumerate(self.route_layer_ids)}
+        # the routes columns of MoE layers (a dense layer's column is never read)
+        self._route_slot = {l: j for j, l in enumerate(self.route_layer_ids) if cfg.is_moe_layer(l)}
+        self._moe_cols = torch.tensor(sorted(self._route_slot.values()), dtype=torch.long)
         self.scale = cfg.softmax_scale()
         self.fake_quant = "none"  # or a key of model.FAKE_QUANT_GROUPS (Init loss.fake_quant)
 
@@ -282,9 +291,10 @@ class CausalLM(nn.Module):
         routes = torch.as_tensor(routes).long()
         if tuple(routes.shape) != want:
             raise ValueError(f"routes of shape {list(routes.shape)}, want {list(want)}")
-        if bool(((routes < 0) | (routes >= c.num_experts)).any()):
+        moe = routes.index_select(len(lead), self._moe_cols)  # dense layers' rows are not read
+        if bool(((moe < 0) | (moe >= c.num_experts)).any()):
             raise ValueError(f"route id outside [0, {c.num_experts})")
-        if c.top_k > 1 and bool((routes.sort(-1).values.diff(dim=-1) == 0).any()):
+        if c.top_k > 1 and bool((moe.sort(-1).values.diff(dim=-1) == 0).any()):
             raise ValueError("an expert listed twice in a layer's routes")
         return routes
 
@@ -322,7 +332,7 @@ class CausalLM(nn.Module):
         x = _rms(x, t["model.norm.weight"], c.rms_norm_eps)
         if not used:
             return x, None
-        fill = torch.arange(c.top_k).expand(B, S, c.top_k)
+        fill = torch.zeros(B, S, c.top_k, dtype=torch.long)  # a dense layer's row, as the engine reports it
         return x, torch.stack([u if u is not None else fill for u in used], dim=2)
 
     def lm_logits(self, hidden: torch.Tensor, t: dict | None = None) -> torch.Tensor:
@@ -397,7 +407,7 @@ class CausalLM(nn.Module):
             grouped = choice.view(N, c.n_group, E // c.n_group)
             gscore = grouped.topk(2, dim=-1).values.sum(-1)
             keep = torch.zeros_like(gscore, dtype=torch.bool).scatter_(1, top_k_ids(gscore, c.topk_group), True)
-            choice = grouped.masked_fill(~keep.unsqueeze(-1), float("-inf")).view(N, E)
+            choice = grouped.masked_fill(~keep.unsqueeze(-1), 0.0).view(N, E)
         return top_k_ids(choice, c.top_k)
 
     @staticmethod
