@@ -94,7 +94,10 @@ def test_qk_norm_matters(tmp_path):
 
 
 def test_llama3_rope_scaling_matters(tmp_path):
-    base, _ = logits_of(tmp_path, "llama", "a")
+    """With an original context short enough that positions 0..30 reach
+    the scaled bands, dropping rope type llama3 changes the logits."""
+    scaling = {**randinit.tiny_config("llama")["rope_scaling"], "original_max_position_embeddings": 64}
+    base, _ = logits_of(tmp_path, "llama", "a", rope_scaling=scaling)
     plain, _ = logits_of(tmp_path, "llama", "b", rope_scaling=None)
     assert differs(base, plain)
 
@@ -130,7 +133,8 @@ def test_rope_frequencies_match_the_published_formulas():
     them, agree with rope.inv_freq_and_scale to float32 precision."""
     d = 16
     base = [1 / (500000.0 ** (i / d)) for i in range(0, d, 2)]
-    cfg = parse_config(randinit.tiny_config("llama"))
+    raw = randinit.tiny_config("llama")
+    cfg = parse_config({**raw, "rope_scaling": {**raw["rope_scaling"], "original_max_position_embeddings": 64}})
     got, att = rope.inv_freq_and_scale(cfg.rope, d, 512)
     want = []
     for f in base:
@@ -144,8 +148,9 @@ def test_rope_frequencies_match_the_published_formulas():
             want.append((1 - s) * f / 8 + s * f)
     assert att == 1.0 and np.allclose(got.numpy(), want, rtol=1e-6)
     assert len({round(w / f, 6) for w, f in zip(want, base)}) == 3  # all three bands occur
-    # yarn (deepseek tiny: dim 8, theta 1e4, factor 4, orig 128, beta 32/1, mscale 1/1)
-    dcfg = parse_config(randinit.tiny_config("deepseek_v3"))
+    # yarn (dim 8, theta 1e4, factor 4, orig 128, beta 32/1, mscale 1/1)
+    raw = randinit.tiny_config("deepseek_v3")
+    dcfg = parse_config({**raw, "rope_scaling": {**raw["rope_scaling"], "original_max_position_embeddings": 128}})
     got, att = rope.inv_freq_and_scale(dcfg.rope, 8, 512)
     dim, theta, fac, orig = 8, 10000.0, 4.0, 128
 
@@ -153,11 +158,13 @@ def test_rope_frequencies_match_the_published_formulas():
         return dim * math.log(orig / (r * 2 * math.pi)) / (2 * math.log(theta))
 
     lo, hi = max(math.floor(corr(32)), 0), min(math.ceil(corr(1)), dim - 1)
-    want = []
+    want, ramps = [], []
     for i in range(dim // 2):
         ramp = min(max((i - lo) / ((hi - lo) or 0.001), 0.0), 1.0)
+        ramps.append(ramp)
         pf = theta ** (2 * i / dim)
         want.append((1 / (fac * pf)) * ramp + (1 / pf) * (1 - ramp))
+    assert ramps[0] == 0 and ramps[-1] == 1 and any(0 < r < 1 for r in ramps)  # all three regimes
     assert np.allclose(got.numpy(), want, rtol=1e-6) and att == 1.0  # mscale / mscale_all_dim = 1
     # DeepSeek-V3's own numbers: factor 40, mscale_all_dim 1, qk_head_dim 192
     ds = parse_config({**randinit.tiny_config("deepseek_v3"), "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,

@@ -2,13 +2,17 @@
 (asyncrl model init is the Go side's; this writer lets the torch side test
 and measure without it).
 
-Tiny presets per architecture (all float32-trainable on a laptop CPU):
-every family's distinguishing feature is on -- qwen3 / qwen3_moe q/k norms,
-GQA, qwen3_moe top-2 of 8 experts with norm_topk_prob, llama rope type
-llama3 (original_max_position_embeddings small enough that the
-wavelength bands matter at head_dim 16), deepseek_v3 MLA with q_lora_rank,
-yarn rope with mscale_all_dim, one dense layer (first_k_dense_replace 1),
-8 routed experts in 4 groups (topk_group 2) and a shared expert.
+Tiny presets per architecture: the shapes and settings of `asyncrl model
+init --preset tiny` (model-go's policy/transformer/init.go NewPreset), so
+the torch benchmarks and the Go engine's measure the same models: hidden
+64, 2 layers (deepseek_v3: 3, the first dense), 4 heads, 2 KV heads,
+head_dim 16, FFN 128, max_position_embeddings 4096; qwen3 ties its
+embeddings, rope_theta 1e6; qwen3_moe 8 experts top-2 (FFN 32),
+norm_topk_prob; llama rope_theta 500000 with llama3 scaling (factor 8,
+1 / 4, original 8192); deepseek_v3 MLA (q 32 / kv 32, nope 16, rope 8,
+v 16), yarn (factor 4 over 1024, mscale and mscale_all_dim 1), 8 experts
+in 2 groups (topk_group 1) top-2, a shared expert, routed_scaling_factor
+2.5, rope_interleave.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from .checkpoint import write_json
 from .config import ARCHITECTURES, parse_config
 from .model import tensor_specs
 
-_COMMON = {"hidden_act": "silu", "rms_norm_eps": 1e-6, "max_position_embeddings": 512, "initializer_range": 0.02,
+_COMMON = {"hidden_act": "silu", "rms_norm_eps": 1e-6, "max_position_embeddings": 4096, "initializer_range": 0.02,
            "bos_token_id": 1, "eos_token_id": 2, "attention_dropout": 0.0, "use_cache": True}
 
 TINY = {
@@ -38,16 +42,16 @@ TINY = {
     "llama": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
               "num_key_value_heads": 2, "head_dim": 16, "rope_theta": 500000.0, "tie_word_embeddings": True,
               "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                               "high_freq_factor": 4.0, "original_max_position_embeddings": 64},
+                               "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
               "attention_bias": False, "mlp_bias": False},
     "deepseek_v3": {"hidden_size": 64, "intermediate_size": 128, "moe_intermediate_size": 32,
                     "num_hidden_layers": 3, "first_k_dense_replace": 1, "num_attention_heads": 4,
                     "num_key_value_heads": 4, "q_lora_rank": 32, "kv_lora_rank": 32, "qk_nope_head_dim": 16,
-                    "qk_rope_head_dim": 8, "v_head_dim": 16, "n_routed_experts": 8, "n_group": 4,
-                    "topk_group": 2, "num_experts_per_tok": 2, "n_shared_experts": 1,
+                    "qk_rope_head_dim": 8, "v_head_dim": 16, "n_routed_experts": 8, "n_group": 2,
+                    "topk_group": 1, "num_experts_per_tok": 2, "n_shared_experts": 1,
                     "routed_scaling_factor": 2.5, "norm_topk_prob": True, "scoring_func": "sigmoid",
                     "topk_method": "noaux_tc", "rope_theta": 10000.0, "rope_interleave": True,
-                    "rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128,
+                    "rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024,
                                      "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0},
                     "tie_word_embeddings": False, "attention_bias": False},
 }
