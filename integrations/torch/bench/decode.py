@@ -33,6 +33,7 @@ import torch  # noqa: E402
 
 from asyncrl_worker.hf import checkpoint as ck  # noqa: E402
 from asyncrl_worker.hf import randinit  # noqa: E402
+from blas import blas_library  # noqa: E402
 from asyncrl_worker.hf.model import KVCache  # noqa: E402
 
 
@@ -74,7 +75,7 @@ def bench(d: str, batches: list[int], prompt: int, gen: int, repeats: int, seed:
         tot = [a + b for a, b in zip(pre, dec)]
         out.append({
             "bench": "torch_decode", "model": label, "arch": c.model_type, "vocab_size": c.vocab_size,
-            "params": params, "batch": B, "prompt": prompt, "gen": gen, "threads": torch.get_num_threads(),
+            "params": params, "batch": B, "prompt": prompt, "gen": gen, "threads": torch.get_num_threads(), "blas": blas_library(),
             "repeats": repeats, "torch": torch.__version__,
             "prefill_s": statistics.median(pre), "decode_s": statistics.median(dec), "total_s": statistics.median(tot),
             "tokens_per_s": B * gen / statistics.median(tot),

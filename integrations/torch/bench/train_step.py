@@ -30,6 +30,7 @@ import torch  # noqa: E402
 
 from asyncrl_worker.frames import tensor_obj  # noqa: E402
 from asyncrl_worker.hf import randinit  # noqa: E402
+from blas import blas_library  # noqa: E402
 from asyncrl_worker.worker import Worker  # noqa: E402
 
 LOSS = {"policy_loss_type": "regular", "eps_clip_low": 0.2, "eps_clip_high": 0.2, "clip_ratio_c": 3.0,
@@ -94,7 +95,7 @@ def bench(d: str, label: str, a) -> dict:
     ck_s = statistics.median(c_ for _, c_, _ in steps)
     return {"bench": "torch_train_step", "model": label, "arch": c.model_type, "vocab_size": c.vocab_size,
             "params": sum(p.numel() for p in w.policy.parameters()), "groups": a.groups, "n": a.n,
-            "prompt": a.prompt, "gen": a.gen, "micro": a.micro, "steps": a.steps, "threads": torch.get_num_threads(),
+            "prompt": a.prompt, "gen": a.gen, "micro": a.micro, "steps": a.steps, "threads": torch.get_num_threads(), "blas": blas_library(),
             "torch": torch.__version__, "step_s": step_s, "checkpoint_s": ck_s, "train_s": step_s - ck_s,
             "tokens_per_s": S * L / step_s, "trained_tokens_per_s": S * a.gen / step_s,
             "train_tokens_per_s": S * L / (step_s - ck_s), "losses": [x for _, _, x in steps]}
