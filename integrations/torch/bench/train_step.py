@@ -23,7 +23,8 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # asyncrl_worker
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # blas.py
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
