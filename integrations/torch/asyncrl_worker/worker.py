@@ -540,6 +540,16 @@ class Worker:
                 raise bad("arrays.routes", f"shape {list(r.shape)}, want [{T}, {shape[0]}, {shape[1]}]")
             if ((r < 0) | (r >= shape[2])).any():
                 raise bad("arrays.routes", f"expert ids must lie in [0, {shape[2]})")
+            # the rows a model reads (an HF model's dense layers' rows are
+            # carried, not read) must name top_k distinct experts
+            cols = getattr(self.policy, "route_read_layers", lambda: range(shape[0]))()
+            if shape[1] > 1:
+                srt = np.sort(r[:, list(cols)], axis=-1)
+                dup = (np.diff(srt, axis=-1) == 0).any(-1)
+                if dup.any():
+                    i, j = np.argwhere(dup)[0]
+                    raise bad("arrays.routes", f"token {int(i)}: row {list(cols)[int(j)]} lists an expert twice "
+                                               f"({r[int(i), list(cols)[int(j)]].tolist()})")
             routes = torch.from_numpy(r.astype(np.int64))
         if "support" in arr:
             s = parse_tensor(arr["support"], "arrays.support", "int32", 2)

@@ -158,6 +158,17 @@ def test_worker_replays_train_batch_routes(tmp_path, arch):
     arrays["routes"] = tensor_obj(own[:, :1])
     r = base.handle(train_frame(1, arrays=arrays))
     assert r["type"] == "Error" and r["field"] == "arrays.routes" and "want [" in r["message"]
+    moe_row = base.policy.route_read_layers()[0]
+    twice = own.copy()
+    twice[3, moe_row] = twice[3, moe_row, 0]
+    arrays["routes"] = tensor_obj(twice)
+    r = base.handle(train_frame(1, arrays=arrays))
+    assert r["type"] == "Error" and r["field"] == "arrays.routes" and "token 3" in r["message"], r
+    if arch == "deepseek_v3":  # the dense layer's row is not read: anything goes
+        junk = own.copy()
+        junk[:, 0] = 5
+        arrays["routes"] = tensor_obj(junk)
+        assert base.handle(train_frame(1, arrays=arrays))["type"] == "StepResult"
 
 
 def test_dense_hf_model_refuses_routes(tmp_path):

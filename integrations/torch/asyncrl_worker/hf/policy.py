@@ -65,6 +65,10 @@ class NativeHFPolicy:
                 buffer_dtypes={n: ld.stored_dtypes.get(n, "F32") for n, t in self.net.named_tensors().items()
                                if not t.requires_grad})
 
+    def route_read_layers(self) -> list[int]:
+        """The routes rows the model reads (those of its MoE layers)."""
+        return [j for j, l in enumerate(route_layers(self.net.cfg)) if self.net.cfg.is_moe_layer(l)]
+
     def save_serving(self, d: str, step: int) -> None:
         self._save(d, "BF16")
 
