@@ -81,14 +81,16 @@ MLA_NORM_EPS = 1e-6  # [DM] DeepseekV3RMSNorm(q_lora_rank) / (kv_lora_rank): cla
 def route_layers(cfg: ArchConfig) -> tuple[int, ...]:
     """The decoder layers that the rows of a routes array cover, in order
     -- the one place that fixes the R3 layout on the torch side; it must
-    equal the engine's. A MoE model's rows cover every decoder layer, as
-    vLLM's routed-experts capturer lays them out (the layout the Go engine
-    reports: /work/wt/model-go policy/transformer/model.go RouteShape,
-    "rows cover every decoder layer (dense layers' entries are 0)"); the
-    rows of dense layers (a deepseek_v3's first_k_dense_replace layers, a
-    qwen3_moe's mlp_only_layers) are carried but never read. A dense model
-    has no rows. To cover only the MoE layers instead, return
-    tuple(cfg.moe_layer_ids)."""
+    equal the engine's. A MoE model's rows cover every decoder layer, row
+    l = decoder layer l, as vLLM's routed-experts capturer lays them out
+    (buffer [tokens, num_hidden_layers, num_experts_per_tok], zeroed, each
+    FusedMoE writing [:, layer_id, :]: vllm-project/vllm @00bd1493
+    vllm/model_executor/layers/fused_moe/routed_experts_capturer.py, as
+    policy/transformer/doc.go "Routes (R3)" derives it for the Go engine,
+    which reports the same). The rows of dense layers (a deepseek_v3's
+    first_k_dense_replace layers, a qwen3_moe's mlp_only_layers) are zeros
+    from the engine and never read here. A dense model has no rows. To
+    cover only the MoE layers instead, return tuple(cfg.moe_layer_ids)."""
     return tuple(range(cfg.num_hidden_layers)) if cfg.moe_layer_ids else ()
 
 
