@@ -6,8 +6,6 @@ checkpoints, exact resume, Tinker's split calls, and INT4 fake quantisation
 import json
 import math
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -15,7 +13,7 @@ import torch
 
 from asyncrl_worker import model as mdl
 from asyncrl_worker import safetensors as st
-from asyncrl_worker.frames import encode_frame, read_frame, tensor_obj
+from asyncrl_worker.frames import tensor_obj
 from asyncrl_worker.hf import checkpoint as ck
 from asyncrl_worker.hf.model import CausalLM, fake_quantized
 from asyncrl_worker.loss import LossConfig, sequence_weights, token_loss
@@ -24,7 +22,6 @@ from asyncrl_worker.worker import Worker
 from hfutil import ARCHS, SIDE_FILES, hf_init, make
 from util import LOSS, OPTIM, batch_arrays, toy_sequences, train_frame
 
-PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def started(tmp_path, arch, loss=None, **kw):
@@ -290,20 +287,3 @@ def test_fake_quant_forward_and_straight_through_gradient(tmp_path, arch):
     assert used >= 10
     r = w.handle(train_frame(1))
     assert r["type"] == "StepResult", r
-
-
-def test_worker_process_serves_an_hf_model(tmp_path):
-    """python -m asyncrl_worker over real pipes: Init kind hf, a TrainBatch, Shutdown."""
-    make(tmp_path / "ckpt", "qwen3")
-    env = dict(os.environ, PYTHONPATH=PKG, OMP_NUM_THREADS="1")
-    p = subprocess.Popen([sys.executable, "-m", "asyncrl_worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                         stderr=subprocess.DEVNULL, env=env)
-    try:
-        for frame, want in [(hf_init(tmp_path / "out", tmp_path / "ckpt", optim=OPTIM), "Ready"),
-                            (train_frame(1), "StepResult"), ({"v": 1, "type": "Shutdown", "id": 9}, "Bye")]:
-            p.stdin.write(encode_frame(frame))
-            p.stdin.flush()
-            assert read_frame(p.stdout)["type"] == want
-        assert p.wait(timeout=60) == 0
-    finally:
-        p.kill()
