@@ -40,7 +40,7 @@ TINY = {
                   "num_experts_per_tok": 2, "moe_intermediate_size": 32, "norm_topk_prob": True,
                   "decoder_sparse_step": 1, "mlp_only_layers": []},
     "llama": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-              "num_key_value_heads": 2, "head_dim": 16, "rope_theta": 500000.0, "tie_word_embeddings": True,
+              "num_key_value_heads": 2, "head_dim": 16, "rope_theta": 500000.0, "tie_word_embeddings": False,
               "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
               "attention_bias": False, "mlp_bias": False},
