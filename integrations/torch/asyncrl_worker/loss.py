@@ -229,11 +229,18 @@ def token_loss(cfg: LossConfig, logits: torch.Tensor, targets: torch.Tensor, rol
     -1 padding), each logprob is renormalised over its token's support set
     (policy/train.go SupportNorm: lp - log sum_{v in S} p_v); the entropy
     bonus stays over the full vocabulary, as in Go."""
-    logp_all = torch.log_softmax(logits.double() / cfg.temperature, dim=-1)
+    x = logits.double()
+    if cfg.temperature != 1.0:  # x / 1.0 is x: skip a pass over [N, V]
+        x = x / cfg.temperature
+    logp_all = torch.log_softmax(x, dim=-1)
     lp = logp_all.gather(1, targets.long().unsqueeze(1)).squeeze(1)
     if cfg.normalize_over_support and support is not None:
         lp = lp - support_lse(logp_all, support)
-    ent = -(logp_all.exp() * logp_all).sum(-1)
+    # the entropy over the vocabulary: a term of the loss only with an
+    # entropy bonus; otherwise a metric, kept out of the graph (its backward
+    # over [N, V] would add exact zeros to the gradient at several passes' cost)
+    with torch.set_grad_enabled(torch.is_grad_enabled() and cfg.entropy_coef != 0):
+        ent = -(logp_all.exp() * logp_all).sum(-1)
     old = lp.detach() if old is None else old.double()
     rollout, adv, weight = rollout.double(), adv.double(), weight.double()
     pg, clipped = policy_loss(cfg, lp, old, adv, seq_id, n_seq)
@@ -263,7 +270,8 @@ def cross_entropy_loss(logits: torch.Tensor, targets: torch.Tensor, weight: torc
     KL or entropy bonus; the RL statistics are zero."""
     logp_all = torch.log_softmax(logits.double(), dim=-1)
     lp = logp_all.gather(1, targets.long().unsqueeze(1)).squeeze(1)
-    ent = -(logp_all.exp() * logp_all).sum(-1)
+    with torch.no_grad():  # a metric only
+        ent = -(logp_all.exp() * logp_all).sum(-1)
     total = -(weight.double() * lp).sum()
     zero = torch.zeros_like(lp)
     return TokenLoss(total=total, pg=total.detach(), clipped=0, kl_sum=0.0, ent_sum=float(ent.detach().sum()),

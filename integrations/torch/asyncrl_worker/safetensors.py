@@ -9,6 +9,22 @@ rule asyncrl's Go reader, weights/safetensors, enforces).
 Supported dtypes: F32, BF16, F16, I64, I32, U8. BF16 is written by rounding
 float32 to nearest-even, as Go's safetensors.EncodeBF16 / policy.roundBF16 do
 (and torch's .to(torch.bfloat16)).
+
+Hugging Face's layout (encode(..., hf_order=True), save_sharded): the
+safetensors library orders a file's tensors by descending dtype alignment,
+then by name, and writes the header as compact JSON with __metadata__ first
+and the tensors in data order, padded with spaces to a multiple of 8
+(huggingface/safetensors safetensors/src/tensor.rs @000a16f45cff0d4169ca15b67ea002895234d671:
+prepare() sorts `right.dtype().cmp(&left.dtype()).then(lname.cmp(rname))`,
+the Dtype enum lists BOOL < U8 < ... < F16 < BF16 < I32 < U32 < F32 < F64 <
+I64 < U64; Metadata::serialize). A sharded checkpoint is split as
+huggingface_hub does (src/huggingface_hub/serialization/_base.py
+@122aa5cc086c89643b30efe845398d54505f7866, split_state_dict_into_shards_factory:
+tensors in state-dict order, a new shard when the next tensor would take the
+current one over max_shard_size, a tensor larger than the limit alone in its
+own shard, files model-0000i-of-0000n.safetensors, index {"metadata":
+{"total_size": bytes}, "weight_map": {name: file}}), and transformers writes
+the index as json.dumps(index, indent=2, sort_keys=True) + "\n".
 """
 
 from __future__ import annotations
@@ -33,6 +49,12 @@ _DTYPES = {
     "U8": (np.dtype("u1"), torch.uint8, 1),
 }
 _TORCH_TO_ST = {v[1]: k for k, v in _DTYPES.items()}
+# safetensors' Dtype enum order (increasing alignment): files sort by it, descending
+_DTYPE_RANK = {n: i for i, n in enumerate(("BOOL", "U8", "I8", "F8_E5M2", "F8_E4M3", "I16", "U16", "F16", "BF16",
+                                            "I32", "U32", "F32", "F64", "I64", "U64"))}
+INDEX_FILE = "model.safetensors.index.json"
+SINGLE_FILE = "model.safetensors"
+HF_MAX_SHARD_SIZE = 5_000_000_000  # huggingface_hub MAX_SHARD_SIZE (5GB)
 
 
 class SafetensorsError(ValueError):
@@ -124,37 +146,127 @@ def load_file(path: str, as_float32: bool = False) -> tuple[dict[str, torch.Tens
     return out, dict(meta)
 
 
-def load_dir(d: str, as_float32: bool = False) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """Read model.safetensors, or the shards model.safetensors.index.json names."""
-    idx = os.path.join(d, "model.safetensors.index.json")
-    if os.path.exists(idx):
+def read_header(path: str) -> tuple[dict, dict[str, str]]:
+    """The header of one file ({name: {dtype, shape, data_offsets}},
+    metadata) without reading the tensor data."""
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            raise SafetensorsError(f"{path}: shorter than the 8-byte header length")
+        (n,) = struct.unpack("<Q", head)
+        size = os.fstat(f.fileno()).st_size
+        if n > MAX_HEADER or 8 + n > size:
+            raise SafetensorsError(f"{path}: header length {n} out of range (file is {size} bytes)")
+        raw = f.read(n)
+    # load_file (_parse) validates offsets against the data when it reads it
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise SafetensorsError(f"{path}: header JSON: {e}") from None
+    if not isinstance(header, dict):
+        raise SafetensorsError(f"{path}: header is not a JSON object")
+    meta = header.pop("__metadata__", None) or {}
+    for name, e in header.items():
+        if not isinstance(e, dict) or e.get("dtype") not in _DTYPES or not isinstance(e.get("shape"), list):
+            raise SafetensorsError(f"{path}: tensor {name!r}: malformed or unsupported entry {e!r}")
+    return header, meta
+
+
+def read_index(d: str) -> dict[str, str] | None:
+    """model.safetensors.index.json's weight_map (tensor -> file), or None
+    when d holds a single model.safetensors."""
+    idx = os.path.join(d, INDEX_FILE)
+    if not os.path.exists(idx):
+        return None
+    try:
         with open(idx) as f:
             index = json.load(f)
-        files = sorted(set(index.get("weight_map", {}).values()))
-        if not files:
-            raise SafetensorsError(f"{idx}: empty weight_map")
+    except (OSError, json.JSONDecodeError) as e:
+        raise SafetensorsError(f"{idx}: {e}") from None
+    wm = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(wm, dict) or not wm or not all(isinstance(k, str) and isinstance(v, str) for k, v in wm.items()):
+        raise SafetensorsError(f"{idx}: weight_map must be a non-empty map of tensor name to file name")
+    for name, fn in wm.items():
+        if os.path.basename(fn) != fn or not fn.endswith(".safetensors"):
+            raise SafetensorsError(f"{idx}: tensor {name!r} maps to {fn!r}, not a .safetensors file in {d}")
+    return wm
+
+
+def dir_headers(d: str) -> dict[str, tuple[str, dict]]:
+    """Every tensor of a checkpoint directory: name -> (file path, header
+    entry), checking that the index and the files agree (each listed tensor
+    is in the file the index names, each file's tensors are listed, no name
+    twice) -- without reading tensor data."""
+    wm = read_index(d)
+    if wm is None:
+        path = os.path.join(d, SINGLE_FILE)
+        if not os.path.exists(path):
+            raise SafetensorsError(f"{d}: neither {SINGLE_FILE} nor {INDEX_FILE}")
+        h, _ = read_header(path)
+        return {n: (path, e) for n, e in h.items()}
+    out: dict[str, tuple[str, dict]] = {}
+    idx = os.path.join(d, INDEX_FILE)
+    for fn in dict.fromkeys(wm.values()):
+        path = os.path.join(d, fn)
+        if not os.path.exists(path):
+            raise SafetensorsError(f"{idx} names {fn}, which is missing")
+        h, _ = read_header(path)
+        for n, e in h.items():
+            if wm.get(n) != fn:
+                raise SafetensorsError(f"{path}: tensor {n!r} is not listed for this file in {idx}")
+            if n in out:
+                raise SafetensorsError(f"{path}: tensor {n!r} also in {out[n][0]}")
+            out[n] = (path, e)
+    for n, fn in wm.items():
+        if n not in out:
+            raise SafetensorsError(f"{idx} lists tensor {n!r} in {fn}, which does not hold it")
+    return out
+
+
+def load_dir(d: str, as_float32: bool = False) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """Read model.safetensors, or the shards model.safetensors.index.json names
+    (each listed tensor must be in the file the index names)."""
+    wm = read_index(d)
+    if wm is not None:
+        dir_headers(d)  # index and files agree
         tensors, meta = {}, {}
-        for fn in files:
+        for fn in dict.fromkeys(wm.values()):
             t, m = load_file(os.path.join(d, fn), as_float32)
             tensors.update(t)
             meta.update(m)
         return tensors, meta
-    return load_file(os.path.join(d, "model.safetensors"), as_float32)
+    return load_file(os.path.join(d, SINGLE_FILE), as_float32)
+
+
+def stored_dtype(t: torch.Tensor, want: str | None) -> str:
+    st = want or _TORCH_TO_ST.get(t.dtype)
+    if st is None:
+        raise SafetensorsError(f"unsupported dtype {t.dtype}")
+    return st
 
 
 def encode(tensors: dict[str, torch.Tensor], dtypes: dict[str, str] | None = None,
-           metadata: dict[str, str] | None = None) -> bytes:
-    """Serialise tensors (in the dict's order). dtypes optionally maps a name to
-    the safetensors dtype to store it as (float tensors only: F32, BF16, F16)."""
+           metadata: dict[str, str] | None = None, hf_order: bool = False) -> bytes:
+    """Serialise tensors (in the dict's order, or with hf_order in the
+    safetensors library's order: descending dtype alignment, then name).
+    dtypes optionally maps a name to the safetensors dtype to store it as
+    (float tensors only: F32, BF16, F16)."""
     header: dict = {}
     if metadata:
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
-    chunks, pos = [], 0
+    kinds = {}
     for name, t in tensors.items():
-        t = t.detach().cpu().contiguous()
-        st = (dtypes or {}).get(name) or _TORCH_TO_ST.get(t.dtype)
-        if st is None:
-            raise SafetensorsError(f"tensor {name!r}: unsupported dtype {t.dtype}")
+        try:
+            kinds[name] = stored_dtype(t, (dtypes or {}).get(name))
+        except SafetensorsError as e:
+            raise SafetensorsError(f"tensor {name!r}: {e}") from None
+    names = list(tensors)
+    if hf_order:
+        names.sort(key=lambda n: (-_DTYPE_RANK[kinds[n]], n.encode()))
+    chunks, pos = [], 0
+    for name in names:
+        t = tensors[name].detach().cpu().contiguous()
+        st = kinds[name]
         if st == "BF16":
             raw = f32_to_bf16_bits(t.float().numpy()).tobytes() if t.dtype != torch.bfloat16 else \
                 t.view(torch.int16).numpy().astype("<i2").tobytes()
@@ -168,6 +280,70 @@ def encode(tensors: dict[str, torch.Tensor], dtypes: dict[str, str] | None = Non
     hjs = json.dumps(header, separators=(",", ":")).encode()
     hjs += b" " * (-len(hjs) % 8)  # pad to 8 bytes like the reference writer
     return struct.pack("<Q", len(hjs)) + hjs + b"".join(chunks)
+
+
+def nbytes(t: torch.Tensor, st: str) -> int:
+    return t.numel() * _DTYPES[st][2]
+
+
+def shard_plan(sizes: list[tuple[str, int]], max_shard_size: int) -> list[list[str]]:
+    """huggingface_hub's split (split_state_dict_into_shards_factory): walk
+    (name, bytes) in state-dict order; a tensor over the limit gets a shard of
+    its own; otherwise a new shard starts when the next tensor would take the
+    current one over the limit."""
+    shards: list[list[str]] = []
+    cur: list[str] = []
+    cur_size = 0
+    for name, n in sizes:
+        if n > max_shard_size:
+            shards.append([name])
+            continue
+        if cur and cur_size + n > max_shard_size:
+            shards.append(cur)
+            cur, cur_size = [], 0
+        cur.append(name)
+        cur_size += n
+    if cur:
+        shards.append(cur)
+    return shards
+
+
+def save_sharded(d: str, tensors: dict[str, torch.Tensor], dtypes: dict[str, str] | None = None,
+                 metadata: dict[str, str] | None = None, max_shard_size: int = HF_MAX_SHARD_SIZE) -> list[str]:
+    """Write tensors (an ordered state dict) into directory d as Hugging Face
+    does: model.safetensors when everything fits one shard, else
+    model-0000i-of-0000n.safetensors plus model.safetensors.index.json.
+    Returns the file names written."""
+    kinds = {n: stored_dtype(t, (dtypes or {}).get(n)) for n, t in tensors.items()}
+    sizes = [(n, nbytes(t, kinds[n])) for n, t in tensors.items()]
+    shards = shard_plan(sizes, max_shard_size)
+    if len(shards) <= 1:
+        save_file(os.path.join(d, SINGLE_FILE), tensors, kinds, metadata, hf_order=True)
+        return [SINGLE_FILE]
+    files, weight_map = [], {}
+    for i, names in enumerate(shards):
+        fn = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+        save_file(os.path.join(d, fn), {n: tensors[n] for n in names}, kinds, metadata, hf_order=True)
+        files.append(fn)
+        weight_map.update({n: fn for n in names})
+    index = {"metadata": {"total_size": sum(n for _, n in sizes)}, "weight_map": weight_map}
+    atomic_write(os.path.join(d, INDEX_FILE), (json.dumps(index, indent=2, sort_keys=True) + "\n").encode())
+    return files + [INDEX_FILE]
+
+
+def shard_limit(d: str) -> int | None:
+    """The shard size limit that reproduces d's split when the same tensors
+    are written again in the same state-dict order and dtype: its largest
+    shard's data size (a greedy split under that limit closes every shard
+    where the original closed). None when d holds a single file."""
+    wm = read_index(d)
+    if wm is None:
+        return None
+    per_file: dict[str, int] = {}
+    for n, (path, e) in dir_headers(d).items():
+        b, en = e["data_offsets"]
+        per_file[path] = per_file.get(path, 0) + (en - b)
+    return max(per_file.values())
 
 
 def atomic_write(path: str, data: bytes, mode: int = 0o644) -> None:
@@ -188,5 +364,5 @@ def atomic_write(path: str, data: bytes, mode: int = 0o644) -> None:
 
 
 def save_file(path: str, tensors: dict[str, torch.Tensor], dtypes: dict[str, str] | None = None,
-              metadata: dict[str, str] | None = None) -> None:
-    atomic_write(path, encode(tensors, dtypes, metadata))
+              metadata: dict[str, str] | None = None, hf_order: bool = False) -> None:
+    atomic_write(path, encode(tensors, dtypes, metadata, hf_order))

@@ -126,12 +126,15 @@ def forward_backward(w, req: dict) -> dict:
     lps, els = [], []
     total = torch.zeros((), dtype=torch.float64)
     with torch.set_grad_enabled(backward):
+        # every datum's logits in one call (the HF models batch them); the
+        # appended PAD is never read: position p's logits come from tokens[:p]
+        seqs = [torch.cat([tok[int(off[i]):int(off[i + 1])], torch.tensor([PAD], dtype=torch.long)])
+                for i in range(len(off) - 1)]
+        poss = [torch.arange(1, len(s), dtype=torch.long) for s in seqs]
+        logits = w.policy.logits_many(seqs, poss)
         for i in range(len(off) - 1):
             lo_i, hi_i = int(off[i]), int(off[i + 1])
-            seq = torch.cat([tok[lo_i:hi_i], torch.tensor([PAD], dtype=torch.long)])
-            pos = torch.arange(1, hi_i - lo_i + 1, dtype=torch.long)
-            logits = w.policy.logits_at(seq, pos)
-            lp = torch.log_softmax(logits.double(), dim=-1).gather(1, tg[lo_i:hi_i].unsqueeze(1)).squeeze(1)
+            lp = torch.log_softmax(logits[lo_i:hi_i].double(), dim=-1).gather(1, tg[lo_i:hi_i].unsqueeze(1)).squeeze(1)
             el = element_loss(name, lp, wt[lo_i:hi_i], q[lo_i:hi_i], adv[lo_i:hi_i], lo, hi)
             lps.append(lp.detach())
             els.append(el.detach())

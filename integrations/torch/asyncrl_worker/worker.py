@@ -25,6 +25,9 @@ import torch
 
 from . import model as mdl
 from . import safetensors as st
+from .hf import checkpoint as hfcheckpoint
+from .hf import config as hfconfig
+from .hf.policy import NativeHFPolicy
 from .frames import EOF, PROTOCOL_VERSION, FrameError, error_frame, parse_tensor, read_frame, write_frame
 from . import tinker
 from .loss import LossConfig, cross_entropy_loss, grpo_advantages, sequence_weights, token_loss
@@ -168,6 +171,12 @@ class BuiltinPolicy:
         """routes: a mixture's replayed rows for the sequence (model.WindowMLP.logits_at)."""
         return self.net.logits_at(tokens, positions, routes)
 
+    def logits_many(self, seqs, positions, routes=None) -> torch.Tensor:
+        """logits_at of every sequence, concatenated (the window MLP has no
+        cross-position state, so a loop is as fast as a batch)."""
+        return torch.cat([self.net.logits_at(s, p, None if routes is None else routes[i])
+                          for i, (s, p) in enumerate(zip(seqs, positions))])
+
     def route_shape(self):
         """(layers, top_k, experts) of a mixture-of-experts net, None for a
         dense one: what arrays.routes of a TrainBatch must match (R3)."""
@@ -184,7 +193,9 @@ class BuiltinPolicy:
 
 
 class HFPolicy:  # pragma: no cover - needs transformers, not installed in asyncrl's CI
-    """Any Hugging Face causal LM (model.kind "hf")."""
+    """A Hugging Face causal LM of a model_type the native implementations
+    (asyncrl_worker.hf) do not cover, through transformers when it is
+    importable (model.kind "hf" fallback; untested here)."""
 
     kind = "hf"
 
@@ -197,9 +208,12 @@ class HFPolicy:  # pragma: no cover - needs transformers, not installed in async
     def parameters(self):
         return [p for p in self.net.parameters() if p.requires_grad]
 
-    def logits_at(self, tokens, positions):
+    def logits_at(self, tokens, positions, routes=None):
         out = self.net(input_ids=tokens.long().unsqueeze(0)).logits[0]
         return out[positions.long() - 1]
+
+    def logits_many(self, seqs, positions, routes=None):
+        return torch.cat([self.logits_at(s, p) for s, p in zip(seqs, positions)])
 
     def route_shape(self):
         return None  # no route replay for hf models: arrays.routes is refused
@@ -210,6 +224,30 @@ class HFPolicy:  # pragma: no cover - needs transformers, not installed in async
 
     def save_weights_f32(self, d):
         self.net.save_pretrained(d, safe_serialization=True)
+
+
+def _load_hf(path: str | None, config, field: str):
+    """kind hf: the native implementation when config.json's model_type is
+    one of asyncrl_worker.hf's architectures, else transformers (when it is
+    importable). Every check runs before the model exists."""
+    if config is not None:
+        raise bad("model.config", "kind hf reads the architecture from model.path's config.json; leave model.config out")
+    if not path:
+        raise bad("model.path", "kind hf needs an HF checkpoint directory (config.json + model.safetensors)")
+    try:
+        mt = hfconfig.model_type_of(hfconfig.read_config(path))
+    except hfconfig.ConfigError as e:
+        raise bad(field, str(e)) from None
+    if mt in hfconfig.ARCHITECTURES:
+        try:
+            return NativeHFPolicy.load(path)
+        except (hfcheckpoint.CheckpointError, hfconfig.ConfigError) as e:
+            raise bad(field, str(e)) from None
+    try:  # pragma: no cover - transformers is not installed in asyncrl's CI
+        return HFPolicy(path)
+    except RuntimeError as e:
+        raise bad(field, f"{path}/config.json: model_type {mt!r} is not one of the native architectures "
+                         f"({', '.join(hfconfig.ARCHITECTURES)}) and the transformers fallback failed: {e}") from None
 
 
 def _load_builtin(path: str | None, config: dict | None, seed: int, field: str) -> BuiltinPolicy:
@@ -330,11 +368,8 @@ class Worker:
                 raise bad("step", f"step {step} but the resume state {resume} is at step {saved.get('step')}")
             if saved.get("kind", "builtin") != kind:
                 raise bad("model.kind", f"{kind} but the resume state holds a {saved.get('kind')} model")
-        if kind == "hf":  # pragma: no cover
-            try:
-                policy = HFPolicy(resume or path)
-            except RuntimeError as e:
-                raise bad("model.kind", str(e)) from None
+        if kind == "hf":
+            policy = _load_hf(resume or path, config, "resume" if resume else "model.path")
         else:
             policy = _load_builtin(resume or path, config, seed, "resume" if resume else "model.path")
         try:
@@ -360,8 +395,9 @@ class Worker:
         if fq not in mdl.FAKE_QUANT_GROUPS:
             raise bad("loss.fake_quant", f"must be one of {', '.join(mdl.FAKE_QUANT_GROUPS)}, got {fq!r}")
         if fq != "none":
-            if policy.kind != "builtin":
-                raise bad("loss.fake_quant", "fake quantisation needs the built-in model (dense or mixture of experts)")
+            if not isinstance(policy, (BuiltinPolicy, NativeHFPolicy)):
+                raise bad("loss.fake_quant", "fake quantisation needs the built-in model or a native HF architecture "
+                                             f"({', '.join(hfconfig.ARCHITECTURES)})")
             policy.net.fake_quant = fq
         self.policy, self.opt = policy, opt
         self.optim_cfg, self.loss_cfg, self.adv_cfg = optim_cfg, loss_cfg, adv_cfg
@@ -504,6 +540,16 @@ class Worker:
                 raise bad("arrays.routes", f"shape {list(r.shape)}, want [{T}, {shape[0]}, {shape[1]}]")
             if ((r < 0) | (r >= shape[2])).any():
                 raise bad("arrays.routes", f"expert ids must lie in [0, {shape[2]})")
+            # the rows a model reads (an HF model's dense layers' rows are
+            # carried, not read) must name top_k distinct experts
+            cols = getattr(self.policy, "route_read_layers", lambda: range(shape[0]))()
+            if shape[1] > 1:
+                srt = np.sort(r[:, list(cols)], axis=-1)
+                dup = (np.diff(srt, axis=-1) == 0).any(-1)
+                if dup.any():
+                    i, j = np.argwhere(dup)[0]
+                    raise bad("arrays.routes", f"token {int(i)}: row {list(cols)[int(j)]} lists an expert twice "
+                                               f"({r[int(i), list(cols)[int(j)]].tolist()})")
             routes = torch.from_numpy(r.astype(np.int64))
         if "support" in arr:
             s = parse_tensor(arr["support"], "arrays.support", "int32", 2)
@@ -560,15 +606,15 @@ class Worker:
             idx = [i for i in mb if b.seq_tokens[i] > 0]
             if not idx:
                 continue  # padding: adds nothing
-            logits, targets, roll, adv, wt, sid, ver, sup = [], [], [], [], [], [], [], []
+            seqs, poss, rts, targets, roll, adv, wt, sid, ver, sup = [], [], [], [], [], [], [], [], [], []
             for j, i in enumerate(idx):
                 lo, hi = b.offsets[i], b.offsets[i + 1]
                 seq = b.tokens[lo:hi]
                 pos = torch.from_numpy(np.nonzero(b.mask[lo:hi])[0].astype(np.int64))
+                seqs.append(seq)
+                poss.append(pos)
                 if b.routes is not None:
-                    logits.append(self.policy.logits_at(seq, pos, routes=b.routes[lo:hi]))
-                else:
-                    logits.append(self.policy.logits_at(seq, pos))
+                    rts.append(b.routes[lo:hi])
                 targets.append(seq[pos])
                 if b.support is not None:
                     sup.append(b.support[lo:hi][pos])
@@ -578,10 +624,12 @@ class Worker:
                 adv.append(b.advantages[i].expand(n))
                 wt.append(torch.full((n,), w[i], dtype=torch.float64))
                 sid.append(torch.full((n,), j, dtype=torch.long))
+            # one call per microbatch: the HF models run its sequences as one padded batch
+            logits = self.policy.logits_many(seqs, poss, rts if b.routes is not None else None)
             if b.loss == "cross_entropy":
-                tl = cross_entropy_loss(torch.cat(logits), torch.cat(targets), torch.cat(wt))
+                tl = cross_entropy_loss(logits, torch.cat(targets), torch.cat(wt))
             else:
-                tl = token_loss(cfg, torch.cat(logits), torch.cat(targets), torch.cat(roll), torch.cat(adv),
+                tl = token_loss(cfg, logits, torch.cat(targets), torch.cat(roll), torch.cat(adv),
                                 torch.cat(wt), torch.cat(sid), len(idx), support=torch.cat(sup) if sup else None)
             if not torch.isfinite(tl.total):
                 raise FloatingPointError(f"non-finite loss {float(tl.total)}")

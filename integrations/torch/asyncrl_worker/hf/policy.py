@@ -1,0 +1,76 @@
+"""The worker's model kind hf on a native architecture: a CausalLM loaded
+from an HF checkpoint directory (Init model.path, or a resume state), the
+trainer's logits over packed sequences, and its checkpoints.
+
+Checkpoints it writes (through the worker's temporary-directory rename):
+  serving (v%08d/): config.json (the input's, torch_dtype bfloat16), BF16
+    weights (the router correction bias keeps its stored dtype), sharded
+    when the input was (its largest shard's size is the limit, so the same
+    tensors split where the input split), generation_config.json and the
+    tokenizer / template files copied from the directory the model came
+    from -- a complete HF directory vLLM and the Go engine load.
+  state (state-v%08d/): the same layout in F32 (plus the worker's
+    optimizer.pt); Init {resume} and Init {model.path} both load it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import checkpoint as ck
+from .model import CausalLM, route_layers
+
+
+class NativeHFPolicy:
+    kind = "hf"
+
+    def __init__(self, net: CausalLM, loaded: ck.Loaded):
+        self.net = net
+        self.loaded = loaded
+
+    @classmethod
+    def load(cls, d: str) -> "NativeHFPolicy":
+        net, ld = ck.load_model(d)
+        return cls(net, ld)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.net.cfg.vocab_size
+
+    @property
+    def max_seq_len(self) -> int:
+        return self.net.cfg.max_position_embeddings
+
+    def parameters(self):
+        return self.net.trainable()
+
+    def logits_at(self, tokens: torch.Tensor, positions: torch.Tensor, routes=None) -> torch.Tensor:
+        return self.net.logits_at(tokens, positions, routes)
+
+    def logits_many(self, seqs, positions, routes=None) -> torch.Tensor:
+        """Logits of every sequence's positions, concatenated (one padded
+        forward pass for the lot)."""
+        return self.net.logits_packed(seqs, positions, routes)
+
+    def route_shape(self):
+        """(rows per token, top_k, experts) of a routes array, None for a dense model."""
+        c = self.net.cfg
+        layers = route_layers(c)
+        return (len(layers), c.top_k, c.num_experts) if layers else None
+
+    def _save(self, d: str, dtype: str, metadata: dict | None = None) -> None:
+        ld = self.loaded
+        ck.save(d, self.net, dtype, src_dir=ld.src_dir, metadata=metadata,
+                max_shard_size=ld.shard_limit_for(dtype),
+                buffer_dtypes={n: ld.stored_dtypes.get(n, "F32") for n, t in self.net.named_tensors().items()
+                               if not t.requires_grad})
+
+    def route_read_layers(self) -> list[int]:
+        """The routes rows the model reads (those of its MoE layers)."""
+        return [j for j, l in enumerate(route_layers(self.net.cfg)) if self.net.cfg.is_moe_layer(l)]
+
+    def save_serving(self, d: str, step: int) -> None:
+        self._save(d, "BF16")
+
+    def save_weights_f32(self, d: str) -> None:
+        self._save(d, "F32")
