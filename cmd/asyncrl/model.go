@@ -1,20 +1,15 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
-	"github.com/asyncrl/asyncrl/policy/hftokenizer"
 	"github.com/asyncrl/asyncrl/policy/transformer"
-	"github.com/asyncrl/asyncrl/weights/safetensors"
 )
 
 // newModelCmd: asyncrl model init | inspect — Hugging Face checkpoints of
@@ -70,180 +65,25 @@ func newModelInitCmd(g *globals) *cobra.Command {
 }
 
 func runModelInit(g *globals, f *modelInitFlags) error {
-	if f.arch == "" {
-		return fmt.Errorf("--arch is required (one of %s)", archList())
-	}
-	if !transformer.Supported(f.arch) {
-		return fmt.Errorf("--arch %q is not supported; use one of %s", f.arch, archList())
-	}
-	if f.out == "" {
+	// the flags a user forgot, by their names; the rest is Create's
+	switch {
+	case f.arch == "":
+		return errors.New("--arch is required (one of qwen3, qwen3_moe, llama, deepseek_v3)")
+	case f.out == "":
 		return errors.New("--out DIR is required")
-	}
-	if f.tokenizer == "" && f.vocab <= 0 {
+	case f.tokenizer == "" && f.vocab <= 0:
 		return errors.New("give --tokenizer DIR (a directory with tokenizer.json) or --vocab N")
-	}
-	if f.initRange <= 0 {
+	case f.initRange <= 0:
 		return fmt.Errorf("--initializer-range must be > 0, got %v", f.initRange)
 	}
-	if f.routerBiasStd < 0 {
-		return fmt.Errorf("--router-bias-std must be >= 0, got %v", f.routerBiasStd)
-	}
-	if err := emptyDir(f.out); err != nil {
-		return err
-	}
-	vocab := f.vocab
-	var gen transformer.GenerationConfig
-	var tokFiles []string
-	if f.tokenizer != "" {
-		tok, err := hftokenizer.Load(filepath.Join(f.tokenizer, "tokenizer.json"))
-		if err != nil {
-			return fmt.Errorf("--tokenizer %s: %w", f.tokenizer, err)
-		}
-		if vocab == 0 {
-			vocab = tok.VocabSize()
-		} else if vocab < tok.VocabSize() {
-			return fmt.Errorf("--vocab %d is smaller than the tokenizer's %d tokens; drop --vocab or raise it", vocab, tok.VocabSize())
-		}
-		if gen, err = specialTokens(f.tokenizer, tok); err != nil {
-			return err
-		}
-		if tokFiles, err = tokenizerFiles(f.tokenizer); err != nil {
-			return err
-		}
-	}
-	c, err := transformer.NewPreset(transformer.Arch(f.arch), transformer.Preset(f.preset), vocab)
-	if err != nil {
-		return fmt.Errorf("--preset: %w", err)
-	}
-	c.InitializerRange = f.initRange
-	c.BOSTokenID, c.EOSTokenIDs = gen.BOSTokenID, gen.EOSTokenIDs
-	m, err := transformer.InitWithOptions(c, gen, f.seed, transformer.InitOptions{CorrectionBiasStd: f.routerBiasStd})
+	m, err := transformer.Create(transformer.CreateOptions{Arch: f.arch, Preset: f.preset, Tokenizer: f.tokenizer,
+		Vocab: f.vocab, Out: f.out, Seed: f.seed, ShardSize: f.shardSize, InitializerRange: f.initRange,
+		RouterBiasStd: f.routerBiasStd})
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(f.out, 0o755); err != nil {
-		return err
-	}
-	for _, name := range tokFiles {
-		if err := copyFile(filepath.Join(f.tokenizer, name), filepath.Join(f.out, name)); err != nil {
-			return err
-		}
-	}
-	if err := m.Save(f.out, f.shardSize); err != nil {
-		return err
-	}
-	fmt.Fprintf(g.stdout, "wrote %s: %s %s, %d parameters, vocabulary %d, seed %d\n", f.out, f.arch, f.preset, m.NumParams(), vocab, f.seed)
+	fmt.Fprintf(g.stdout, "wrote %s: %s %s, %d parameters, vocabulary %d, seed %d\n", f.out, f.arch, f.preset, m.NumParams(), m.VocabSize(), f.seed)
 	return nil
-}
-
-func archList() string {
-	var s []string
-	for _, a := range transformer.Archs() {
-		s = append(s, string(a))
-	}
-	return strings.Join(s, ", ")
-}
-
-// emptyDir refuses an existing directory with files in it: init never
-// overwrites a checkpoint.
-func emptyDir(dir string) error {
-	ents, err := os.ReadDir(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("--out %s: %w", dir, err)
-	}
-	if len(ents) > 0 {
-		return fmt.Errorf("--out %s is not empty; choose a new or empty directory", dir)
-	}
-	return nil
-}
-
-// tokenizerFiles lists the regular files of a tokenizer directory to copy
-// (everything but a checkpoint's own files, which init writes).
-func tokenizerFiles(dir string) ([]string, error) {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, fmt.Errorf("--tokenizer: %w", err)
-	}
-	var out []string
-	for _, e := range ents {
-		name := e.Name()
-		if !e.Type().IsRegular() || name == transformer.ConfigFileName || name == transformer.GenerationConfigFileName ||
-			strings.HasSuffix(name, ".safetensors") || name == safetensors.IndexFileName {
-			continue
-		}
-		out = append(out, name)
-	}
-	return out, nil
-}
-
-// specialTokens reads tokenizer_config.json's bos_token and eos_token (a
-// string or an AddedToken object with "content") and maps them to ids.
-func specialTokens(dir string, tok *hftokenizer.Tokenizer) (transformer.GenerationConfig, error) {
-	var g transformer.GenerationConfig
-	js, err := os.ReadFile(filepath.Join(dir, "tokenizer_config.json"))
-	if errors.Is(err, os.ErrNotExist) {
-		return g, nil
-	}
-	if err != nil {
-		return g, fmt.Errorf("--tokenizer: %w", err)
-	}
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(js, &raw); err != nil {
-		return g, fmt.Errorf("--tokenizer: tokenizer_config.json: %w", err)
-	}
-	id := func(key string) (*int, error) {
-		r, ok := raw[key]
-		if !ok || string(r) == "null" {
-			return nil, nil
-		}
-		var s string
-		if json.Unmarshal(r, &s) != nil {
-			var obj struct {
-				Content string `json:"content"`
-			}
-			if err := json.Unmarshal(r, &obj); err != nil || obj.Content == "" {
-				return nil, fmt.Errorf("--tokenizer: tokenizer_config.json: %s is neither a string nor a token object", key)
-			}
-			s = obj.Content
-		}
-		v, ok := tok.TokenID(s)
-		if !ok {
-			return nil, fmt.Errorf("--tokenizer: tokenizer_config.json: %s %q is not in tokenizer.json", key, s)
-		}
-		n := int(v)
-		return &n, nil
-	}
-	if g.BOSTokenID, err = id("bos_token"); err != nil {
-		return g, err
-	}
-	eos, err := id("eos_token")
-	if err != nil {
-		return g, err
-	}
-	if eos != nil {
-		g.EOSTokenIDs = []int{*eos}
-	}
-	return g, nil
-}
-
-func copyFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }
 
 func newModelInspectCmd(g *globals) *cobra.Command {
