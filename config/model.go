@@ -77,6 +77,11 @@ func (c ModelConfig) Validate() error {
 // (the policy section's experts do not apply).
 func (c Config) validateModel() error {
 	if !c.Model.HF() {
+		if c.Trainer.InitCheckpoint != "" && c.Trainer.Backend == BackendExec {
+			t := checker{section: "trainer"}
+			t.fail("init_checkpoint", "with backend exec it is a Hugging Face checkpoint the child starts from (e.g. an SFT run's <sft.output_dir>/latest/serving): set the model section (model.path or model.arch) too")
+			return t.err()
+		}
 		return nil
 	}
 	v := checker{section: "model"}

@@ -103,7 +103,7 @@ type TrainerConfig struct {
 	// <sft.output_dir>/latest/trainer. Weights, Adam moments and step come
 	// from it, every hyperparameter from this config; the engines serve
 	// its BF16 copy as version 0.
-	InitCheckpoint string `yaml:"init_checkpoint" doc:"backend builtin: trainer checkpoint dir asyncrl run starts from (e.g. an SFT run's <sft.output_dir>/latest/trainer); empty = fresh weights from run.seed"`
+	InitCheckpoint string `yaml:"init_checkpoint" doc:"where the run starts: backend builtin, a built-in trainer checkpoint (e.g. an SFT run's <sft.output_dir>/latest/trainer); backend exec with a model section, a Hugging Face checkpoint directory (e.g. an SFT run's <sft.output_dir>/latest/serving) that the child trains and the engines serve as version 0; empty = fresh weights from run.seed (or model.path)"`
 	// FakeQuant runs the built-in trainer's forward and backward passes on
 	// the INT4 weights an engine with engines.quantize of the same name
 	// serves, the gradient applied to the float32 masters unchanged
@@ -200,8 +200,8 @@ func (c TrainerConfig) Validate() error {
 			v.fail(fmt.Sprintf("exec_env[%d]", i), "want KEY=VALUE, got %q", kv)
 		}
 	}
-	if c.InitCheckpoint != "" && c.Backend != BackendBuiltin {
-		v.fail("init_checkpoint", "is a built-in trainer checkpoint: only with backend builtin, got backend %s", c.Backend)
+	if c.InitCheckpoint != "" && c.Backend == BackendRemote {
+		v.fail("init_checkpoint", "is where asyncrl run's own trainer starts: not with backend remote (the worker starts from its own)")
 	}
 	if c.Backend == BackendExec {
 		if len(c.Exec) == 0 || c.Exec[0] == "" {

@@ -11,6 +11,7 @@ import (
 	"github.com/asyncrl/asyncrl/actors/trainer/bridge"
 	"github.com/asyncrl/asyncrl/internal/fsutil"
 	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/policy/transformer"
 )
 
 // backend trains steps and saves checkpoints: the built-in policy in
@@ -76,24 +77,26 @@ func initialModel(cfg Config) (*policy.Model, error) {
 
 // newBuiltin starts the built-in backend: from resumeDir's trainer state
 // (a checkpoint's trainer/), else the initial weights with a new trainer.
-func newBuiltin(cfg Config, resumeDir string) (*builtin, *policy.Model, error) {
+func newBuiltin(cfg Config, resumeDir string) (*builtin, Limits, error) {
 	if resumeDir != "" {
 		tr, err := policy.LoadTrainer(filepath.Join(resumeDir, TrainerDir))
 		if err != nil {
-			return nil, nil, fmt.Errorf("sft: resume from %s: %w", resumeDir, err)
+			return nil, Limits{}, fmt.Errorf("sft: resume from %s: %w", resumeDir, err)
 		}
-		return &builtin{tr: tr}, tr.Model(), nil
+		return &builtin{tr: tr}, limitsOf(tr.Model()), nil
 	}
 	m, err := initialModel(cfg)
 	if err != nil {
-		return nil, nil, err
+		return nil, Limits{}, err
 	}
 	tr, err := policy.NewTrainer(m, cfg.Trainer)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %w", ErrConfig, err)
+		return nil, Limits{}, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	return &builtin{tr: tr}, m, nil
+	return &builtin{tr: tr}, limitsOf(m), nil
 }
+
+func limitsOf(m *policy.Model) Limits { return Limits{VocabSize: m.VocabSize(), MaxSeqLen: m.MaxSeqLen()} }
 
 // execBackend is a trainer child over the worker bridge.
 type execBackend struct {
@@ -103,31 +106,44 @@ type execBackend struct {
 
 var _ backend = (*execBackend)(nil)
 
-// newExec starts the child. Fresh: the initial weights are written to
-// OutputDir/exec/init as its model.path. Resumed: Init.resume is the
-// checkpoint's trainer/ (the child's own state) at step.
-func newExec(ctx context.Context, cfg Config, resumeDir string, step int64, log zerolog.Logger) (*execBackend, *policy.Model, error) {
+// newExec starts the child. Fresh: the built-in policy's initial weights
+// are written to OutputDir/exec/init as its model.path, or a Hugging Face
+// model (Config.HFModel) is its model.path as it is. Resumed: Init.resume
+// is the checkpoint's trainer/ (the child's own state) at step. It
+// returns the model's limits.
+func newExec(ctx context.Context, cfg Config, resumeDir string, step int64, log zerolog.Logger) (*execBackend, Limits, error) {
 	work := filepath.Join(cfg.OutputDir, "exec")
-	initDir := filepath.Join(work, "init")
-	var m *policy.Model
-	var err error
-	if resumeDir != "" {
-		m, err = policy.LoadServing(filepath.Join(resumeDir, ServingDir))
+	initDir, kind := filepath.Join(work, "init"), "builtin"
+	var lim Limits
+	if cfg.HFModel != "" {
+		c, err := transformer.ReadConfig(cfg.HFModel)
+		if err != nil {
+			return nil, lim, fmt.Errorf("sft: model.path: %w", err)
+		}
+		initDir, kind = cfg.HFModel, "hf"
+		lim = Limits{VocabSize: c.VocabSize, MaxSeqLen: c.MaxPositionEmbeddings}
 	} else {
-		m, err = initialModel(cfg)
+		var m *policy.Model
+		var err error
+		if resumeDir != "" {
+			m, err = policy.LoadServing(filepath.Join(resumeDir, ServingDir))
+		} else {
+			m, err = initialModel(cfg)
+		}
+		if err != nil {
+			return nil, lim, err
+		}
+		if err := os.RemoveAll(initDir); err != nil {
+			return nil, lim, fmt.Errorf("sft: %w", err)
+		}
+		if err := m.SaveServing(initDir); err != nil {
+			return nil, lim, fmt.Errorf("sft: exec initial weights: %w", err)
+		}
+		lim = Limits{VocabSize: m.VocabSize(), MaxSeqLen: m.MaxSeqLen()}
 	}
+	in, err := bridge.InitFor(cfg.Trainer, true, kind, initDir, filepath.Join(work, "out"))
 	if err != nil {
-		return nil, nil, err
-	}
-	if err := os.RemoveAll(initDir); err != nil {
-		return nil, nil, fmt.Errorf("sft: %w", err)
-	}
-	if err := m.SaveServing(initDir); err != nil {
-		return nil, nil, fmt.Errorf("sft: exec initial weights: %w", err)
-	}
-	in, err := bridge.InitFor(cfg.Trainer, true, "builtin", initDir, filepath.Join(work, "out"))
-	if err != nil {
-		return nil, nil, err
+		return nil, lim, err
 	}
 	if resumeDir != "" {
 		state := filepath.Join(resumeDir, TrainerDir)
@@ -137,9 +153,9 @@ func newExec(ctx context.Context, cfg Config, resumeDir string, step int64, log 
 		StepTimeout: cfg.ExecStepTimeout, Restarts: cfg.ExecRestarts,
 		Logger: log.With().Str("component", "trainer-child").Logger()})
 	if err != nil {
-		return nil, nil, fmt.Errorf("sft: trainer.exec %v: %w", cfg.Exec, err)
+		return nil, lim, fmt.Errorf("sft: trainer.exec %v: %w", cfg.Exec, err)
 	}
-	return &execBackend{sup: sup, last: initDir}, m, nil
+	return &execBackend{sup: sup, last: initDir}, lim, nil
 }
 
 func (e *execBackend) Step(ctx context.Context, st Step, step int64) (policy.StepStats, error) {

@@ -60,6 +60,12 @@ type Config struct {
 	// restarts (bridge.Options).
 	ExecStepTimeout time.Duration
 	ExecRestarts    int
+	// HFModel is a Hugging Face checkpoint directory (the config's model
+	// section, docs/models.md) the exec child trains as model kind hf
+	// instead of the built-in policy; InitCheckpoint and Model are then
+	// not used. Each checkpoint's serving/ is a complete HF directory an
+	// RL run starts from (trainer.init_checkpoint).
+	HFModel string
 }
 
 // Validate names the first invalid field.
@@ -90,6 +96,10 @@ func (c Config) Validate() error {
 		return bad("trainer.backend", "must be builtin or exec for sft, got %q", c.Backend)
 	case c.Backend == BackendExec && (len(c.Exec) == 0 || c.Exec[0] == ""):
 		return bad("trainer.exec", "is empty: the exec backend needs the trainer child's command")
+	case c.HFModel != "" && c.Backend != BackendExec:
+		return bad("trainer.backend", "is %s, but a Hugging Face model is trained by the PyTorch worker: set trainer.backend: exec with trainer.exec: [/usr/bin/python3, -m, asyncrl_worker]", c.Backend)
+	case c.HFModel != "" && c.InitCheckpoint != "":
+		return bad("sft.init_checkpoint", "is for the built-in policy; a Hugging Face model starts from model.path")
 	}
 	if err := c.Trainer.Validate(); err != nil {
 		return fmt.Errorf("%w: trainer: %w", ErrConfig, err)

@@ -9,7 +9,6 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/asyncrl/asyncrl/policy"
 	"github.com/asyncrl/asyncrl/sft/data"
 )
 
@@ -82,12 +81,12 @@ func Run(ctx context.Context, cfg Config, opts Options) (res Result, err error) 
 		res.ResumedFrom = saved.Step
 	}
 	var be backend
-	var model *policy.Model
+	var lim Limits
 	switch cfg.Backend {
 	case BackendExec:
-		be, model, err = newExec(ctx, cfg, resumeDir, saved.Step, log)
+		be, lim, err = newExec(ctx, cfg, resumeDir, saved.Step, log)
 	default:
-		be, model, err = newBuiltin(cfg, resumeDir)
+		be, lim, err = newBuiltin(cfg, resumeDir)
 	}
 	if err != nil {
 		return res, err
@@ -100,7 +99,7 @@ func Run(ctx context.Context, cfg Config, opts Options) (res Result, err error) 
 		}
 	}()
 
-	dcfg, lim, err := dataConfig(cfg, model)
+	dcfg, lim, err := dataConfig(cfg, lim)
 	if err != nil {
 		return res, err
 	}
@@ -130,10 +129,10 @@ func Run(ctx context.Context, cfg Config, opts Options) (res Result, err error) 
 }
 
 // dataConfig fills the data config's vocabulary and length limits from
-// the model, and the model's limits for Limits.Check.
-func dataConfig(cfg Config, m *policy.Model) (data.Config, Limits, error) {
+// the model's (lim, VocabSize and MaxSeqLen), and the dataset names of the
+// limits Limits.Check uses.
+func dataConfig(cfg Config, lim Limits) (data.Config, Limits, error) {
 	d := cfg.Data
-	lim := Limits{VocabSize: m.VocabSize(), MaxSeqLen: m.MaxSeqLen()}
 	for _, ds := range d.Datasets {
 		lim.Names = append(lim.Names, ds.Name)
 	}

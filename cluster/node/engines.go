@@ -19,8 +19,8 @@ import (
 
 // startEngines starts count built-in engines serving m at version 0
 // (localengine.Start).
-func startEngines(c config.EnginesConfig, m engine.Model, seed int64, log zerolog.Logger, wrap localengine.Wrap) ([]*localengine.Engine, error) {
-	return localengine.Start(c, m, seed, log, wrap)
+func startEngines(c config.EnginesConfig, m engine.Model, seed int64, log zerolog.Logger, wrap localengine.Wrap, extra ...engine.Option) ([]*localengine.Engine, error) {
+	return localengine.Start(c, m, seed, log, wrap, extra...)
 }
 
 func stopEngines(es []*localengine.Engine) { localengine.StopAll(es) }

@@ -151,6 +151,9 @@ type Node struct {
 
 	start    time.Time
 	stopOnce sync.Once
+	// hf is the run's Hugging Face checkpoint directory (model section),
+	// "" for the built-in policy.
+	hf string
 }
 
 // testHooks let tests observe and slow parts of a run.
@@ -260,6 +263,9 @@ func (n *Node) Start(ctx context.Context) (err error) {
 			n.Stop()
 		}
 	}()
+	if err := n.resolveModel(); err != nil {
+		return err
+	}
 	if err := n.startBus(ctx); err != nil {
 		return err
 	}

@@ -100,6 +100,9 @@ func (n *Node) startBus(ctx context.Context) (err error) {
 // (weights, Adam moments, step and RNG from the checkpoint,
 // hyperparameters from this run's config), else the run seed's.
 func (n *Node) newTrainerPolicy() (*policy.Trainer, error) {
+	if n.hf != "" {
+		return nil, nil // the trainer child holds a Hugging Face model
+	}
 	tcfg := trainerConfig(n.cfg)
 	if n.opts.TrainerCheckpoint != "" {
 		ptr, err := loadTrainerWithConfig(n.opts.TrainerCheckpoint, tcfg)
@@ -122,6 +125,9 @@ func (n *Node) newTrainerPolicy() (*policy.Trainer, error) {
 // initialWeights is version 0: with delta sync, the base checkpoint every
 // receiver replays from (baseDir); otherwise the trainer's serving copy.
 func (n *Node) initialWeights(ptr *policy.Trainer) (baseDir string, initial engine.Model, err error) {
+	if n.hf != "" {
+		return n.hfInitialWeights()
+	}
 	if n.cfg.Publisher.Mode == config.PublishDelta {
 		if baseDir, err = saveBase(n.cfg, ptr.ServingCopy()); err != nil {
 			return "", nil, err
@@ -143,7 +149,12 @@ func (n *Node) startServing(ctx context.Context, initial engine.Model) (err erro
 	cfg := n.cfg
 	quiet := n.opts.Logger.Level(max(n.opts.Logger.GetLevel(), zerolog.WarnLevel))
 	if n.opts.Remote == nil {
-		if n.engines, err = startEngines(cfg.Engines, initial, cfg.Run.Seed, quiet, n.hooks.wrapEngine); err != nil {
+		// a Hugging Face model's engines serve text with its tokenizer
+		extra, err := wiring.EngineTokenizer(wiring.TokenizerIn(n.hf), initial)
+		if err != nil {
+			return fmt.Errorf("%w: model.path: %w", ErrConfig, err)
+		}
+		if n.engines, err = startEngines(cfg.Engines, initial, cfg.Run.Seed, quiet, n.hooks.wrapEngine, extra...); err != nil {
 			return err
 		}
 	}
@@ -223,7 +234,11 @@ func (n *Node) startTrainer(ctx context.Context, ptr *policy.Trainer, tpub train
 		}
 		return nil
 	case config.BackendExec:
-		n.tr, err = n.startExecTrainer(ctx, ptr.ServingCopy(), tpub, tc)
+		var initial *policy.Model
+		if ptr != nil {
+			initial = ptr.ServingCopy()
+		}
+		n.tr, err = n.startExecTrainer(ctx, initial, tpub, tc)
 		return err
 	default:
 		tc.VersionBase = ptr.Version()
@@ -310,12 +325,13 @@ func (n *Node) startController(ctx context.Context, fcfg filter.Config) (err err
 
 func (n *Node) startRollouts() error {
 	count, ecfg, supportK := rollouthost.Setup(n.cfg, n.opts.RolloutActors)
-	vocab, err := wiring.Vocabulary(n.cfg.Engines)
+	tokDir := wiring.RunTokenizer(n.cfg, n.hf)
+	vocab, err := wiring.VocabularyFrom(tokDir)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	ecfg.Vocab = vocab
-	if ecfg.Chat, err = wiring.ChatFormat(n.cfg.Rollout, wiring.TokenizerDir(n.cfg.Engines)); err != nil {
+	if ecfg.Chat, err = wiring.ChatFormat(n.cfg.Rollout, tokDir); err != nil {
 		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	n.rolloutUp = rolloutTransport()

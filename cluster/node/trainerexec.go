@@ -73,7 +73,13 @@ func (n *Node) startExecTrainer(ctx context.Context, initial *policy.Model, pub 
 	if n.opts.AfterStep != nil || n.opts.TrainerCheckpoint != "" {
 		return nil, fmt.Errorf("%w: trainer.backend exec is not supported by asyncrl node's trainer terms yet (use asyncrl run)", ErrConfig)
 	}
-	ex, err := startExec(ctx, n.cfg, initial, nil, tcfg.Logger)
+	var ex *trainer.Exec
+	var err error
+	if n.hf != "" {
+		ex, err = startHFExec(ctx, n.cfg, n.hf, nil, tcfg.Logger)
+	} else {
+		ex, err = startExec(ctx, n.cfg, initial, nil, tcfg.Logger)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/asyncrl/asyncrl/config"
 	pol "github.com/asyncrl/asyncrl/policy"
 	"github.com/asyncrl/asyncrl/weights/delta"
+	"github.com/asyncrl/asyncrl/weights/quantdir"
 	"github.com/asyncrl/asyncrl/weights/receiver"
 	"github.com/asyncrl/asyncrl/weights/safetensors"
 	"github.com/asyncrl/asyncrl/weights/store"
@@ -58,6 +59,27 @@ func SaveBase(cfg config.Config, serving *pol.Model) (string, error) {
 		return "", err
 	}
 	if _, _, err := saveServing(serving, base, s); err != nil {
+		return "", fmt.Errorf("node: base checkpoint: %w", err)
+	}
+	return base, nil
+}
+
+// SaveBaseDir is SaveBase for a run on a Hugging Face checkpoint in dir:
+// the base every receiver replays from is dir itself (read, never
+// written), or with publisher.quantize its quantised copy under the
+// publisher's directory (weights/quantdir), so version 0 is served as
+// every later version is.
+func SaveBaseDir(cfg config.Config, dir string) (string, error) {
+	l := LayoutFor(cfg)
+	if err := os.RemoveAll(l.Publisher); err != nil {
+		return "", fmt.Errorf("node: publisher dir: %w", err)
+	}
+	s, err := SchemeFor(cfg)
+	if err != nil || s == nil {
+		return dir, err
+	}
+	base := filepath.Join(l.Publisher, "base")
+	if _, err := quantdir.Quantize(dir, base, s); err != nil {
 		return "", fmt.Errorf("node: base checkpoint: %w", err)
 	}
 	return base, nil

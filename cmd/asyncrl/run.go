@@ -60,7 +60,11 @@ func newRunCmd(g *globals) *cobra.Command {
 				cfg.Run.ID, cfg.Rollout.Task, cfg.Run.Steps, cfg.Run.Seed, cfg.Trainer.MiniBatchSize,
 				cfg.Trainer.NumParallelGenerationWorkers, cfg.Trainer.MaxStalenessSteps, engines, cfg.Trainer.PauseMode, cfg.Trainer.Backend)
 			opts := node.Options{Logger: log, Progress: g.stderr, Terminal: tty}
-			opts.TrainerCheckpoint = cfg.Trainer.InitCheckpoint // e.g. an SFT run's latest/trainer
+			if !cfg.Model.HF() {
+				// e.g. an SFT run's latest/trainer; a Hugging Face model's
+				// init_checkpoint is its serving directory (node.resolveModel)
+				opts.TrainerCheckpoint = cfg.Trainer.InitCheckpoint
+			}
 			if cfg.Trainer.Backend == config.BackendRemote {
 				opts.OnStart = func(n *node.Node) {
 					fmt.Fprintf(g.stderr, "waiting for the trainer: asyncrl worker trainer --nats %s", n.BusURL())

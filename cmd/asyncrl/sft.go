@@ -63,6 +63,11 @@ func newSFTCmd(g *globals) *cobra.Command {
 				return fail("asyncrl sft: %v", err)
 			}
 			scfg := wiring.SFT(cfg)
+			// a Hugging Face model (the model section): found, or
+			// random-initialised from run.seed, and trained as kind hf
+			if scfg.HFModel, _, err = wiring.ModelDir(cfg); err != nil {
+				return fail("asyncrl sft: %v", err)
+			}
 			if err := scfg.Validate(); err != nil {
 				return fail("asyncrl sft: %v", err)
 			}

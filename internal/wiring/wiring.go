@@ -193,9 +193,23 @@ func Vocabulary(c config.EnginesConfig) (rollout.Vocabulary, error) {
 	if len(c.External) == 0 || c.External[0].Tokenizer == "" {
 		return rollout.BuiltinVocab{}, nil
 	}
-	tok, err := loadTokenizer(c.External[0].Tokenizer)
+	v, err := VocabularyFrom(c.External[0].Tokenizer)
 	if err != nil {
 		return nil, fmt.Errorf("engines.external[0].tokenizer: %w", err)
+	}
+	return v, nil
+}
+
+// VocabularyFrom is Vocabulary for a tokenizer path (a Hugging Face
+// tokenizer directory or tokenizer.json; RunTokenizer), the built-in
+// policy's characters for "".
+func VocabularyFrom(path string) (rollout.Vocabulary, error) {
+	if path == "" {
+		return rollout.BuiltinVocab{}, nil
+	}
+	tok, err := loadTokenizer(path)
+	if err != nil {
+		return nil, err
 	}
 	return hfVocab{tok}, nil
 }

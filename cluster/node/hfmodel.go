@@ -1,0 +1,143 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/asyncrl/asyncrl/actors/trainer"
+	"github.com/asyncrl/asyncrl/actors/trainer/bridge"
+	"github.com/asyncrl/asyncrl/cluster/weightsync"
+	"github.com/asyncrl/asyncrl/config"
+	"github.com/asyncrl/asyncrl/engine"
+	"github.com/asyncrl/asyncrl/internal/wiring"
+	"github.com/asyncrl/asyncrl/policy/transformer"
+)
+
+// A run on a Hugging Face model (config model section, docs/models.md):
+// the checkpoint directory is version 0, the trainer child (the PyTorch
+// worker, trainer.backend exec) trains it as model kind hf and writes
+// each version as a complete HF directory, the built-in engines serve it
+// with policy/transformer, the rollouts tokenise with its tokenizer.
+
+// resolveModel finds or creates the run's Hugging Face checkpoint
+// (wiring.ModelDir) and, with R3 on and its shape left to the model,
+// fills rollout.routed_experts from its config.json.
+func (n *Node) resolveModel() error {
+	dir, created, err := wiring.ModelDir(n.cfg)
+	if err != nil || dir == "" {
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrConfig, err)
+		}
+		return nil
+	}
+	if ic := n.cfg.Trainer.InitCheckpoint; ic != "" {
+		// an SFT run's serving checkpoint (or any other of the same
+		// architecture): what the child trains and the engines serve
+		mt, err := transformer.ModelType(ic)
+		if err != nil {
+			return fmt.Errorf("%w: trainer.init_checkpoint: %w", ErrConfig, err)
+		}
+		if want, _ := transformer.ModelType(dir); mt != want {
+			return fmt.Errorf("%w: trainer.init_checkpoint %s is a %s checkpoint but the model is %s", ErrConfig, ic, mt, want)
+		}
+		dir = ic
+	}
+	n.hf = dir
+	c, err := transformer.ReadConfig(dir)
+	if err != nil {
+		return fmt.Errorf("%w: model.path: %w", ErrConfig, err)
+	}
+	if created {
+		n.opts.Logger.Info().Str("dir", dir).Str("arch", string(c.Arch)).Str("preset", string(n.cfg.Model.Preset)).Int64("seed", n.cfg.Run.Seed).Msg("model: random-initialised checkpoint written")
+	}
+	if err := n.modelRoutes(c); err != nil {
+		return err
+	}
+	if n.cfg.Publisher.Transport == config.TransportDataPlane {
+		return fmt.Errorf("%w: publisher.transport dataplane ships the built-in policy only; a Hugging Face model publishes through publisher.store (the default transport)", ErrConfig)
+	}
+	return nil
+}
+
+// modelRoutes is R3's shape for the run's model: every decoder layer
+// (the engine's layout), top-k and experts from config.json; a shape the
+// config gives must equal it.
+func (n *Node) modelRoutes(c *transformer.Config) error {
+	r := &n.cfg.Rollout.RoutedExperts
+	if !r.Enabled {
+		return nil
+	}
+	m, err := transformer.Load(n.hf)
+	if err != nil {
+		return fmt.Errorf("%w: model.path: %w", ErrConfig, err)
+	}
+	layers, topK, experts := m.RouteShape()
+	if layers == 0 {
+		return fmt.Errorf("%w: rollout.routed_experts: %s is a dense %s model, which routes nothing: turn routed_experts off or use a mixture-of-experts model (qwen3_moe, deepseek_v3)", ErrConfig, n.hf, c.Arch)
+	}
+	want := config.RoutedExpertsConfig{Enabled: true, Layers: layers, TopK: topK, NumExperts: experts}
+	if *r == (config.RoutedExpertsConfig{Enabled: true}) {
+		*r = want
+		return nil
+	}
+	if *r != want {
+		return fmt.Errorf("%w: rollout.routed_experts: layers %d, top_k %d, num_experts %d but %s routes over %d layers, top-%d of %d experts: drop the three fields to take the model's", ErrConfig, r.Layers, r.TopK, r.NumExperts, n.hf, layers, topK, experts)
+	}
+	return nil
+}
+
+// hfInitialWeights is version 0 of a Hugging Face model: with delta sync
+// the publisher's base (the checkpoint itself, or its quantised copy with
+// publisher.quantize), and the model the built-in engines start with —
+// loaded once, shared by every engine of the process.
+func (n *Node) hfInitialWeights() (baseDir string, initial engine.Model, err error) {
+	src := n.hf
+	if n.cfg.Publisher.Mode == config.PublishDelta {
+		if baseDir, err = weightsync.SaveBaseDir(n.cfg, n.hf); err != nil {
+			return "", nil, err
+		}
+		src = baseDir
+	}
+	if n.cfg.Engines.Count == 0 {
+		return baseDir, nil, nil
+	}
+	if initial, err = wiring.LoadPolicy(src); err != nil {
+		return "", nil, fmt.Errorf("node: initial weights %s: %w", src, err)
+	}
+	return baseDir, initial, nil
+}
+
+// startHFExec starts the trainer child on the Hugging Face checkpoint in
+// modelDir: Init model kind hf with it as model.path, each version's
+// directory checked (wiring.CheckServing) and the older ones pruned.
+func startHFExec(ctx context.Context, cfg config.Config, modelDir string, argv []string, log zerolog.Logger) (*trainer.Exec, error) {
+	if len(argv) == 0 {
+		argv = cfg.Trainer.Exec
+	}
+	if len(argv) == 0 {
+		return nil, fmt.Errorf("%w: trainer.exec: the exec backend needs the trainer child's command", ErrConfig)
+	}
+	dir := execDir(cfg)
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, fmt.Errorf("node: exec trainer dir: %w", err)
+	}
+	in, err := bridge.InitFor(trainerConfig(cfg), true, "hf", modelDir, filepath.Join(dir, "out"))
+	if err != nil {
+		return nil, err
+	}
+	ex, err := trainer.NewExecWith(ctx, bridge.Options{
+		Spec: bridge.Spec{Argv: argv, Env: cfg.Trainer.ExecEnv}, Init: in,
+		StepTimeout: cfg.Trainer.ExecStepTimeout, Restarts: cfg.Trainer.ExecRestarts,
+		Backoff: time.Second, Logger: log.With().Str("component", "trainer-child").Logger(),
+		OnSent: execOnSent,
+	}, trainer.ExecOptions{CheckDir: wiring.CheckServing, KeepServing: 3})
+	if err != nil {
+		return nil, fmt.Errorf("node: trainer.exec %v: %w", argv, err)
+	}
+	return ex, nil
+}
