@@ -93,18 +93,23 @@ class _ChunkedHead(torch.autograd.Function):
         lse = hidden.new_empty(N)
         mu = hidden.new_empty(N)
         safe = cols.clamp(min=0)
+        # two work buffers for every chunk: allocating [chunk, V] afresh per
+        # chunk costs a page fault per 4 KiB (glibc mmaps blocks this size)
+        xb, eb = _buffers(hidden, weight, chunk, N)
+        wt = weight.t()
         for a in range(0, N, chunk):
             b = min(N, a + chunk)
-            x = torch.mm(hidden[a:b], weight.t())
+            x, e = xb[:b - a], eb[:b - a]
+            torch.mm(hidden[a:b], wt, out=x)
             if inv_t != 1.0:
                 x.mul_(inv_t)
             m = x.max(dim=1, keepdim=True).values
-            e = torch.sub(x, m).exp_()
+            torch.sub(x, m, out=e).exp_()
             s = e.sum(1)
             lse[a:b] = m.squeeze(1) + s.log()
             mu[a:b] = e.mul_(x).sum(1) / s
             sel[a:b] = x.gather(1, safe[a:b])
-            del x, e
+        del xb, eb
         sel.masked_fill_(cols < 0, 0.0)
         ctx.save_for_backward(hidden, weight, cols, lse, mu)
         ctx.inv_t, ctx.chunk = inv_t, chunk
@@ -123,15 +128,18 @@ class _ChunkedHead(torch.autograd.Function):
         N = hidden.shape[0]
         valid = cols >= 0
         safe = cols.clamp(min=0)
+        xb, pb = _buffers(hidden, weight, chunk, N)
+        wt = weight.t()
         for a in range(0, N, chunk):
             b = min(N, a + chunk)
             h = hidden[a:b]
-            x = torch.mm(h, weight.t())
+            x, p = xb[:b - a], pb[:b - a]
+            torch.mm(h, wt, out=x)
             if inv_t != 1.0:
                 x.mul_(inv_t)
-            p = torch.sub(x, lse[a:b, None]).exp_()
+            torch.sub(x, lse[a:b, None], out=p).exp_()
             if g_mu is not None:
-                # p * (g_lse + g_mu * (1 + x - mu)), reusing x's buffer
+                # p * (g_lse + g_mu * (1 + x - mu)), in x's buffer
                 coef = x.sub_(mu[a:b, None]).add_(1.0).mul_(g_mu[a:b, None].to(x.dtype))
                 if g_lse is not None:
                     coef.add_(g_lse[a:b, None].to(x.dtype))
@@ -140,18 +148,22 @@ class _ChunkedHead(torch.autograd.Function):
                 dx = p.mul_(g_lse[a:b, None].to(x.dtype))
             else:
                 dx = p.zero_()
-            del x
             if g_sel is not None:
                 gs = torch.where(valid[a:b], g_sel[a:b].to(dx.dtype), torch.zeros((), dtype=dx.dtype))
                 dx.scatter_add_(1, safe[a:b], gs)
             if inv_t != 1.0:
                 dx.mul_(inv_t)
             if need_h:
-                d_h[a:b] = torch.mm(dx, weight)
+                torch.mm(dx, weight, out=d_h[a:b])
             if need_w:
                 d_w.addmm_(dx.t(), h)
-            del dx, p
         return d_h, d_w, None, None, None
+
+
+def _buffers(hidden, weight, chunk, N):
+    n = min(chunk, N)
+    V = weight.shape[0]
+    return hidden.new_empty(n, V), hidden.new_empty(n, V)
 
 
 def _support_cols(targets: torch.Tensor, support: torch.Tensor | None) -> torch.Tensor:
