@@ -27,6 +27,8 @@ from dataclasses import dataclass, fields
 
 import torch
 
+from . import vocab
+
 POLICY_LOSSES = ("regular", "dual_clip", "gspo", "cispo")
 REDUCTIONS = ("token_mean", "sequence_mean", "seq_mean_token_sum_norm", "prompt_mean", "token_mean_legacy")
 TIS_TYPES = ("none", "token", "sequence")
@@ -208,17 +210,16 @@ def support_lse(logp_all: torch.Tensor, support: torch.Tensor) -> torch.Tensor:
     """log sum_{v in support} p_v per row ([N]) of log-probabilities logp_all
     [N, V] over support ids [N, K] (-1 padding); 0 for a row without ids
     (the full vocabulary). Go's Trainer.tokenLogprob subtracts log(ssum)."""
-    valid = support >= 0
-    g = logp_all.gather(1, support.clamp(min=0).long())
-    g = torch.where(valid, g, torch.full_like(g, -math.inf))
-    lse = torch.logsumexp(g, dim=1)
-    return torch.where(valid.any(1), lse, torch.zeros_like(lse))
+    return vocab._masked_lse(logp_all.gather(1, support.clamp(min=0).long()), support >= 0)
 
 
-def token_loss(cfg: LossConfig, logits: torch.Tensor, targets: torch.Tensor, rollout: torch.Tensor,
+def token_loss(cfg: LossConfig, logits, targets: torch.Tensor, rollout: torch.Tensor,
                adv: torch.Tensor, weight: torch.Tensor, seq_id: torch.Tensor, n_seq: int,
                old: torch.Tensor | None = None, support: torch.Tensor | None = None) -> TokenLoss:
-    """The loss of N trained tokens given their logits [N, V] (float64 math).
+    """The loss of N trained tokens given their logits [N, V] (float64 math)
+    or a vocab.Projection (the lm_head's input and weight: the vocabulary
+    statistics chunk by chunk in float32, then the same float64 math; the
+    HF models' path, see asyncrl_worker/vocab.py).
 
     old is the PPO "old" logprob; None means the trainer's own forward pass
     before the update (trainer.fwd_logprobs_values_reward in SkyRL), i.e. the
@@ -229,18 +230,11 @@ def token_loss(cfg: LossConfig, logits: torch.Tensor, targets: torch.Tensor, rol
     -1 padding), each logprob is renormalised over its token's support set
     (policy/train.go SupportNorm: lp - log sum_{v in S} p_v); the entropy
     bonus stays over the full vocabulary, as in Go."""
-    x = logits.double()
-    if cfg.temperature != 1.0:  # x / 1.0 is x: skip a pass over [N, V]
-        x = x / cfg.temperature
-    logp_all = torch.log_softmax(x, dim=-1)
-    lp = logp_all.gather(1, targets.long().unsqueeze(1)).squeeze(1)
-    if cfg.normalize_over_support and support is not None:
-        lp = lp - support_lse(logp_all, support)
-    # the entropy over the vocabulary: a term of the loss only with an
-    # entropy bonus; otherwise a metric, kept out of the graph (its backward
-    # over [N, V] would add exact zeros to the gradient at several passes' cost)
-    with torch.set_grad_enabled(torch.is_grad_enabled() and cfg.entropy_coef != 0):
-        ent = -(logp_all.exp() * logp_all).sum(-1)
+    use_support = cfg.normalize_over_support and support is not None
+    lp, ent, s_lse = vocab.token_stats(logits, targets, cfg.temperature, support if use_support else None,
+                                       entropy_grad=torch.is_grad_enabled() and cfg.entropy_coef != 0)
+    if use_support:
+        lp = lp - s_lse
     old = lp.detach() if old is None else old.double()
     rollout, adv, weight = rollout.double(), adv.double(), weight.double()
     pg, clipped = policy_loss(cfg, lp, old, adv, seq_id, n_seq)
@@ -262,16 +256,13 @@ def token_loss(cfg: LossConfig, logits: torch.Tensor, targets: torch.Tensor, rol
     )
 
 
-def cross_entropy_loss(logits: torch.Tensor, targets: torch.Tensor, weight: torch.Tensor) -> TokenLoss:
+def cross_entropy_loss(logits, targets: torch.Tensor, weight: torch.Tensor) -> TokenLoss:
     """SFT's objective (TrainBatch loss "cross_entropy"): the NLL of N trained
     tokens, -log_softmax(logits)[target] at temperature 1, weighted by the
     reduction's per-token factors (token_mean: the mean NLL), as Go's
     policy.LossCrossEntropy. No rollout logprobs, advantages, clipping, TIS,
     KL or entropy bonus; the RL statistics are zero."""
-    logp_all = torch.log_softmax(logits.double(), dim=-1)
-    lp = logp_all.gather(1, targets.long().unsqueeze(1)).squeeze(1)
-    with torch.no_grad():  # a metric only
-        ent = -(logp_all.exp() * logp_all).sum(-1)
+    lp, ent, _ = vocab.token_stats(logits, targets)  # ent: a metric only (detached)
     total = -(weight.double() * lp).sum()
     zero = torch.zeros_like(lp)
     return TokenLoss(total=total, pg=total.detach(), clipped=0, kl_sum=0.0, ent_sum=float(ent.detach().sum()),

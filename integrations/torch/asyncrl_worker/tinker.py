@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from .frames import FrameError, parse_tensor, tensor_obj
+from . import vocab
 from .model import PAD
 
 LOSSES = ("cross_entropy", "importance_sampling", "ppo", "cispo")
@@ -131,10 +132,11 @@ def forward_backward(w, req: dict) -> dict:
         seqs = [torch.cat([tok[int(off[i]):int(off[i + 1])], torch.tensor([PAD], dtype=torch.long)])
                 for i in range(len(off) - 1)]
         poss = [torch.arange(1, len(s), dtype=torch.long) for s in seqs]
-        logits = w.policy.logits_many(seqs, poss)
+        # the HF models: chunked over the vocabulary (asyncrl_worker/vocab.py)
+        lp_all = vocab.logprobs(vocab.source(w.policy, seqs, poss), tg)
         for i in range(len(off) - 1):
             lo_i, hi_i = int(off[i]), int(off[i + 1])
-            lp = torch.log_softmax(logits[lo_i:hi_i].double(), dim=-1).gather(1, tg[lo_i:hi_i].unsqueeze(1)).squeeze(1)
+            lp = lp_all[lo_i:hi_i]
             el = element_loss(name, lp, wt[lo_i:hi_i], q[lo_i:hi_i], adv[lo_i:hi_i], lo, hi)
             lps.append(lp.detach())
             els.append(el.detach())

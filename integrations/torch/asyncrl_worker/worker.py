@@ -30,6 +30,7 @@ from .hf import config as hfconfig
 from .hf.policy import NativeHFPolicy
 from .frames import EOF, PROTOCOL_VERSION, FrameError, error_frame, parse_tensor, read_frame, write_frame
 from . import tinker
+from . import vocab
 from .loss import LossConfig, cross_entropy_loss, grpo_advantages, sequence_weights, token_loss
 
 log = logging.getLogger("asyncrl_worker")
@@ -625,7 +626,7 @@ class Worker:
                 wt.append(torch.full((n,), w[i], dtype=torch.float64))
                 sid.append(torch.full((n,), j, dtype=torch.long))
             # one call per microbatch: the HF models run its sequences as one padded batch
-            logits = self.policy.logits_many(seqs, poss, rts if b.routes is not None else None)
+            logits = vocab.source(self.policy, seqs, poss, rts if b.routes is not None else None)
             if b.loss == "cross_entropy":
                 tl = cross_entropy_loss(logits, torch.cat(targets), torch.cat(wt))
             else:

@@ -25,4 +25,8 @@ def blas_library() -> str:
                     seen.append(os.path.realpath(path))
     except OSError:
         return "unknown"
+    # torch's libtorch_cpu binds sgemm_ to its own NEEDED libblas.so.3 (listed
+    # before liblapack.so.3, which may pull in libopenblas.so.0 as well):
+    # that one goes first, the GEMM this process runs on
+    seen.sort(key=lambda p: not os.path.basename(p).startswith("libblas"))
     return ",".join(dict.fromkeys(seen)) or "unknown"

@@ -301,11 +301,16 @@ class CausalLM(nn.Module):
         return routes
 
     def forward_hidden(self, tokens: torch.Tensor, routes: torch.Tensor | None = None,
-                       cache: KVCache | None = None, t: dict | None = None):
+                       cache: KVCache | None = None, t: dict | None = None, valid: torch.Tensor | None = None):
         """Final-normed hidden states [B, S, H] of tokens [B, S] (positions
         from cache.len, else 0) and the routes used, [B, S, len(route_layers),
-        top_k] (None for a dense model). routes replays experts (R3)."""
+        top_k] (None for a dense model). routes replays experts (R3).
+        valid [B, S] bool marks the real positions of a right-padded batch:
+        padding skips the experts (its output is never read), so the rows
+        each expert computes, and hence their rounding, do not depend on
+        what the padding would have routed to."""
         c = self.cfg
+        rows = None if valid is None else valid.reshape(-1).nonzero(as_tuple=True)[0]
         t = self._tensors() if t is None else t
         B, S = tokens.shape
         start = cache.len if cache is not None else 0
@@ -323,7 +328,13 @@ class CausalLM(nn.Module):
             if c.is_moe_layer(l):
                 j = self._route_slot.get(l)
                 r = routes[:, :, j].reshape(B * S, -1) if (routes is not None and j is not None) else None
-                m, sel = self._moe(t, p + "mlp.", h.reshape(B * S, -1), r)
+                hf = h.reshape(B * S, -1)
+                if rows is None:
+                    m, sel = self._moe(t, p + "mlp.", hf, r)
+                else:
+                    mv, sv = self._moe(t, p + "mlp.", hf[rows], None if r is None else r[rows])
+                    m = hf.new_zeros(hf.shape).index_copy(0, rows, mv)
+                    sel = torch.zeros(B * S, c.top_k, dtype=torch.long).index_copy(0, rows, sv)
                 x = x + m.view(B, S, -1)
                 if j is not None:
                     used[j] = sel.view(B, S, -1)
@@ -338,9 +349,7 @@ class CausalLM(nn.Module):
         return x, torch.stack([u if u is not None else fill for u in used], dim=2)
 
     def lm_logits(self, hidden: torch.Tensor, t: dict | None = None) -> torch.Tensor:
-        t = self._tensors() if t is None else t
-        w = t["model.embed_tokens.weight"] if self.cfg.tie_word_embeddings else t["lm_head.weight"]
-        return F.linear(hidden, w)
+        return F.linear(hidden, self.head_weight(t))
 
     def _attn(self, t, a, h, cos, sin, cache, l, start):
         c = self.cfg
@@ -423,14 +432,15 @@ class CausalLM(nn.Module):
 
     # --- the trainer's and the benchmarks' entry points -------------------------
 
-    def logits_packed(self, seqs: list[torch.Tensor], positions: list[torch.Tensor],
-                      routes: list[torch.Tensor] | None = None) -> torch.Tensor:
-        """Logits predicting seqs[i][p] for each p in positions[i] (p >= 1),
-        concatenated over i in order: each sequence attends only to itself,
-        from position 0 (right-padded into one batch; the padding comes after
-        every real token, so the causal mask already hides it). routes[i]
-        [len(seqs[i]), len(route_layers), top_k] replays the sequence's
-        experts, row q at position q."""
+    def hidden_packed(self, seqs: list[torch.Tensor], positions: list[torch.Tensor],
+                      routes: list[torch.Tensor] | None = None):
+        """The final-normed hidden states that predict seqs[i][p] for each p
+        in positions[i] (p >= 1), concatenated over i in order ([N, H]), and
+        the tensors they were computed with (for head_weight): each sequence
+        attends only to itself, from position 0 (right-padded into one batch;
+        the padding comes after every real token, so the causal mask already
+        hides it). routes[i] [len(seqs[i]), len(route_layers), top_k] replays
+        the sequence's experts, row q at position q."""
         c = self.cfg
         B = len(seqs)
         lens = [len(s) for s in seqs]
@@ -444,12 +454,25 @@ class CausalLM(nn.Module):
             for i, ri in enumerate(routes):
                 r[i, :lens[i]] = self.check_routes(ri, (lens[i],))
         t = self._tensors()
-        hidden, _ = self.forward_hidden(tok, r, t=t)
+        valid = torch.arange(S)[None, :] < torch.tensor(lens)[:, None]
+        hidden, _ = self.forward_hidden(tok, r, t=t, valid=valid if self.route_layer_ids else None)
         bi = torch.cat([torch.full((len(p),), i, dtype=torch.long) for i, p in enumerate(positions)])
         pi = torch.cat([p.long() - 1 for p in positions])
         if len(pi) and (int(pi.min()) < 0 or bool((pi >= torch.tensor(lens)[bi]).any())):
             raise ValueError("a position outside [1, len(sequence)]")
-        return self.lm_logits(hidden[bi, pi], t)
+        return hidden[bi, pi], t
+
+    def head_weight(self, t: dict | None = None) -> torch.Tensor:
+        """lm_head's weight [V, H] as computed with (the embedding when tied)."""
+        t = self._tensors() if t is None else t
+        return t["model.embed_tokens.weight"] if self.cfg.tie_word_embeddings else t["lm_head.weight"]
+
+    def logits_packed(self, seqs: list[torch.Tensor], positions: list[torch.Tensor],
+                      routes: list[torch.Tensor] | None = None) -> torch.Tensor:
+        """Logits [N, V] of hidden_packed's rows (the whole vocabulary at
+        once: tests and small cases; the trainer uses hidden_packed)."""
+        hidden, t = self.hidden_packed(seqs, positions, routes)
+        return self.lm_logits(hidden, t)
 
     def logits_at(self, tokens: torch.Tensor, positions: torch.Tensor, routes=None) -> torch.Tensor:
         return self.logits_packed([tokens], [positions], None if routes is None else [routes])

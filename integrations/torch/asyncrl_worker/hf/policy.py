@@ -18,11 +18,17 @@ from __future__ import annotations
 import torch
 
 from . import checkpoint as ck
+from ..vocab import Projection
 from .model import CausalLM, route_layers
 
 
 class NativeHFPolicy:
     kind = "hf"
+    # The losses read the vocabulary through projection_many (chunked,
+    # float32; asyncrl_worker/vocab.py). False: through logits_many's whole
+    # [tokens, vocab] logits in float64, as before -- the reference the
+    # tests compare with and the "before" of bench/train_step.py --loss.
+    chunked_loss = True
 
     def __init__(self, net: CausalLM, loaded: ck.Loaded):
         self.net = net
@@ -51,6 +57,13 @@ class NativeHFPolicy:
         """Logits of every sequence's positions, concatenated (one padded
         forward pass for the lot)."""
         return self.net.logits_packed(seqs, positions, routes)
+
+    def projection_many(self, seqs, positions, routes=None) -> Projection:
+        """logits_many without the logits: the lm_head's input rows and
+        weight, for the loss to reduce over the vocabulary chunk by chunk
+        (asyncrl_worker/vocab.py)."""
+        hidden, t = self.net.hidden_packed(seqs, positions, routes)
+        return Projection(hidden, self.net.head_weight(t))
 
     def route_shape(self):
         """(rows per token, top_k, experts) of a routes array, None for a dense model."""
