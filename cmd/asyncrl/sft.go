@@ -90,8 +90,14 @@ func newSFTCmd(g *globals) *cobra.Command {
 				}
 			}
 			if res.Checkpoint != "" {
-				fmt.Fprintf(g.stdout, "checkpoint: %s (an RL run starts from it with trainer.init_checkpoint: %s)\n",
-					res.Checkpoint, filepath.Join(res.Checkpoint, sft.TrainerDir))
+				// the built-in policy resumes its trainer state; a Hugging
+				// Face model starts from the serving directory (the child's
+				// fresh optimiser, the same model section)
+				from := filepath.Join(res.Checkpoint, sft.TrainerDir)
+				if scfg.HFModel != "" {
+					from = filepath.Join(res.Checkpoint, sft.ServingDir)
+				}
+				fmt.Fprintf(g.stdout, "checkpoint: %s (an RL run starts from it with trainer.init_checkpoint: %s)\n", res.Checkpoint, from)
 			}
 			if err != nil {
 				if errors.Is(err, sft.ErrNoCheckpoint) {
