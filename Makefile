@@ -13,7 +13,7 @@ export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 RACE_PKGS ?= ./transport/... ./actors/... ./messages/...
 FUZZTIME  ?= 30s
 
-.PHONY: all build test test-go test-python python-deps node-deps test-long lint fuzz bench bench-tinker run clean tokenizers
+.PHONY: all build test test-go test-python python-deps node-deps test-long lint fuzz bench bench-tinker bench-models run clean tokenizers
 
 all: build
 
@@ -97,6 +97,12 @@ bench:
 
 # The Tinker server's load benchmark (BENCHMARKS.md "Tinker server"):
 # 1,024 and 131,072 sample futures in flight through one server process.
+# The real architectures (issue 29; not in `make test`): the Go engine's decode
+# against PyTorch eager on the same checkpoints, and the torch trainer's step
+# per architecture, side by side in one run (bench/models.sh; BENCHMARKS.md).
+bench-models:
+	GO=$(GO) ./bench/models.sh
+
 bench-tinker:
 	$(GO) run ./bench/cmd/tinkerload -n 1024
 	$(GO) run ./bench/cmd/tinkerload -n 131072

@@ -27,7 +27,48 @@ var (
 	benchBatch  = flag.String("decode.batch", "1,32", "batch sizes for BenchmarkDecode")
 	benchArchs  = flag.String("decode.arch", "qwen3,qwen3_moe,llama,deepseek_v3", "architectures for BenchmarkDecode")
 	benchPreset = flag.String("decode.preset", "tiny", "preset for BenchmarkDecode")
+	// benchModels: checkpoint directories to load instead of presets, so
+	// the Go engine and PyTorch decode the very same weights
+	// (bench/models.sh runs both side by side).
+	benchModels = flag.String("decode.model", "", "comma-separated HF checkpoint directories for BenchmarkDecode instead of -decode.arch/-decode.vocab presets")
 )
+
+// benchModel is one model BenchmarkDecode decodes with.
+type benchModel struct {
+	name  string
+	vocab int
+	m     *Model
+}
+
+// benchModelsToRun loads -decode.model's directories, or builds
+// -decode.arch × -decode.vocab presets.
+func benchModelsToRun(b *testing.B) []benchModel {
+	var out []benchModel
+	if *benchModels != "" {
+		for _, dir := range splitComma(*benchModels) {
+			m, err := Load(dir)
+			if err != nil {
+				b.Fatal(err)
+			}
+			out = append(out, benchModel{name: fmt.Sprintf("arch=%s/vocab=%d", m.Config().Arch, m.VocabSize()), vocab: m.VocabSize(), m: m})
+		}
+		return out
+	}
+	for _, arch := range splitComma(*benchArchs) {
+		for _, vocab := range ints(*benchVocabs) {
+			c, err := NewPreset(Arch(arch), Preset(*benchPreset), vocab)
+			if err != nil {
+				b.Fatal(err)
+			}
+			m, err := Init(c, GenerationConfig{}, 1)
+			if err != nil {
+				b.Fatal(err)
+			}
+			out = append(out, benchModel{name: fmt.Sprintf("arch=%s/vocab=%d", arch, vocab), vocab: vocab, m: m})
+		}
+	}
+	return out
+}
 
 const (
 	benchPrompt = 32
@@ -98,42 +139,33 @@ func decodeRun(m *Model, prompts [][]int32, gen int, logits [][]float32) (prefil
 }
 
 func BenchmarkDecode(b *testing.B) {
-	for _, arch := range splitComma(*benchArchs) {
-		for _, vocab := range ints(*benchVocabs) {
-			c, err := NewPreset(Arch(arch), Preset(*benchPreset), vocab)
-			if err != nil {
-				b.Fatal(err)
-			}
-			m, err := Init(c, GenerationConfig{}, 1)
-			if err != nil {
-				b.Fatal(err)
-			}
-			for _, B := range ints(*benchBatch) {
-				b.Run(fmt.Sprintf("arch=%s/vocab=%d/batch=%d", arch, vocab, B), func(b *testing.B) {
-					rng := rand.New(rand.NewPCG(1, 2))
-					prompts := make([][]int32, B)
-					logits := make([][]float32, B)
-					for i := range prompts {
-						prompts[i] = randTokens(rng, benchPrompt, vocab)
-						logits[i] = make([]float32, vocab)
-					}
-					decodeRun(m, prompts, 4, logits) // warm the workspace and caches
-					var pre, dec, cpu time.Duration
-					n := 0
-					for b.Loop() {
-						p, d, c := decodeRun(m, prompts, benchGen, logits)
-						pre += p
-						dec += d
-						cpu += c
-						n++
-					}
-					b.ReportMetric(float64(n*B*benchGen)/dec.Seconds(), "decode_tok/s")
-					if cpu > 0 {
-						b.ReportMetric(float64(n*B*benchGen)/cpu.Seconds(), "decode_tok/cpu-s")
-					}
-					b.ReportMetric(float64(n*B*benchPrompt)/pre.Seconds(), "prefill_tok/s")
-				})
-			}
+	for _, bm := range benchModelsToRun(b) {
+		m, vocab := bm.m, bm.vocab
+		for _, B := range ints(*benchBatch) {
+			b.Run(fmt.Sprintf("%s/batch=%d", bm.name, B), func(b *testing.B) {
+				rng := rand.New(rand.NewPCG(1, 2))
+				prompts := make([][]int32, B)
+				logits := make([][]float32, B)
+				for i := range prompts {
+					prompts[i] = randTokens(rng, benchPrompt, vocab)
+					logits[i] = make([]float32, vocab)
+				}
+				decodeRun(m, prompts, 4, logits) // warm the workspace and caches
+				var pre, dec, cpu time.Duration
+				n := 0
+				for b.Loop() {
+					p, d, c := decodeRun(m, prompts, benchGen, logits)
+					pre += p
+					dec += d
+					cpu += c
+					n++
+				}
+				b.ReportMetric(float64(n*B*benchGen)/dec.Seconds(), "decode_tok/s")
+				if cpu > 0 {
+					b.ReportMetric(float64(n*B*benchGen)/cpu.Seconds(), "decode_tok/cpu-s")
+				}
+				b.ReportMetric(float64(n*B*benchPrompt)/pre.Seconds(), "prefill_tok/s")
+			})
 		}
 	}
 }
