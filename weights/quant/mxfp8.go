@@ -15,10 +15,19 @@ const MXBlock = 32
 // MXFP8 layout (ModelOptMxFp8LinearMethod.create_weights registers
 // "weight_scale" [N, K/32] next to the float8_e4m3fn "weight";
 // dequant_mxfp8_to_bf16 multiplies by exp2(scale − 127); vllm-project/vllm,
-// vllm/model_executor/layers/quantization/utils/mxfp8_utils.py). The scale
-// dtype written is the safetensors spec's F8_E8M0 (torch.float8_e8m0fnu);
-// Dequantize also takes U8 bytes, which is how vLLM's ModelOpt path holds
-// them in memory.
+// vllm/model_executor/layers/quantization/utils/mxfp8_utils.py).
+//
+// The scale bytes are written as safetensors U8, not F8_E8M0: vLLM's
+// ModelOpt MXFP8 parameter is uint8 (MXFP8_SCALE_DTYPE = torch.uint8,
+// mxfp8_utils.py at 00134422a11df1b8427b29a36bdf22b697626b32) and its
+// loaders copy with Tensor.copy_ (vllm/model_executor/parameter.py at
+// 0045689bdb239a1c53951f3847b9475098f36ef7, _assert_and_load), which casts
+// by value — an F8_E8M0 tensor (torch.float8_e8m0fnu, 2^(b−127)) would land
+// as 0 or 1, not as its exponent byte. ModelOpt's own export stores the
+// scale as uint8 too (NVIDIA/Model-Optimizer
+// modelopt/torch/quantization/qtensor/mxfp8_tensor.py at
+// a8d544b397d7eedba3952a5c8b9cd93f9e310b3c, MXFP8QTensor.SCALE_DTYPE).
+// Dequantize takes either dtype (the bytes mean the same).
 //
 // The exponent is chosen so the block's amax lands at or below 448:
 // 2^⌈log2(amax/448)⌉, as TransformerEngine's MXFP8 quantiser rounds the
@@ -35,15 +44,21 @@ func (MXFP8) Name() string { return "mxfp8" }
 // ScaleName implements Scheme.
 func (MXFP8) ScaleName(weight string) string { return weight + "_scale" }
 
-// QuantizationConfig implements Scheme: ModelOpt's form, which vLLM maps
-// to its modelopt_mxfp8 method (ModelOptMxFp8Config.override_quantization_method
-// looks for "MXFP8" in quant_algo).
+// QuantizationConfig implements Scheme: ModelOpt's config.json form,
+// which vLLM maps to its modelopt_mxfp8 method
+// (ModelOptMxFp8Config.override_quantization_method looks for "MXFP8" in
+// quant_algo). In this flat form (no nested "quantization" object, which
+// is hf_quant_config.json's) vLLM reads the unquantised modules from
+// "ignore", not "exclude_modules" (ModelOptQuantConfigBase.from_config,
+// vllm/model_executor/layers/quantization/modelopt.py at
+// 00155cdecca722d98e34234c3d172725b7720b7d); a module missing there is
+// quantised — ParallelLMHead included — and then finds BF16 bytes.
 func (MXFP8) QuantizationConfig(unquantised []string) map[string]any {
 	return map[string]any{
 		"quant_method":        "modelopt",
 		"quant_algo":          "MXFP8",
 		"kv_cache_quant_algo": nil,
-		"exclude_modules":     nonNil(unquantised),
+		"ignore":              nonNil(unquantised),
 	}
 }
 
@@ -96,7 +111,7 @@ func (m MXFP8) Quantize(name string, rows, cols int, w []float32) (Tensor, Tenso
 		sb[i] = uint8(math.Float32bits(s) >> 23)
 	}
 	weight := Tensor{Name: name, DType: "F8_E4M3", Shape: []int64{int64(rows), int64(cols)}, Data: q}
-	scale := Tensor{Name: m.ScaleName(name), DType: "F8_E8M0", Shape: []int64{int64(rows), int64(nbj)}, Data: sb}
+	scale := Tensor{Name: m.ScaleName(name), DType: "U8", Shape: []int64{int64(rows), int64(nbj)}, Data: sb}
 	return weight, scale, st, nil
 }
 

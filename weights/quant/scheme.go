@@ -14,7 +14,7 @@ var ErrFormat = errors.New("quant: malformed")
 var ErrUnknown = errors.New("quant: unknown scheme")
 
 // Tensor is one stored tensor, with its dtype spelled as safetensors spells
-// it ("F8_E4M3", "F32", "F8_E8M0"), shape and little-endian bytes. The
+// it ("F8_E4M3", "F32", "U8"), shape and little-endian bytes. The
 // package stays free of I/O: callers move Tensors in and out of files.
 type Tensor struct {
 	Name  string

@@ -163,8 +163,9 @@ func TestFP8BlockLayout(t *testing.T) {
 	}
 }
 
-// MXFP8 scales are E8M0 bytes, one per 32 elements of a row, the smallest
-// power of two that maps the run's amax to at most 448.
+// MXFP8 scales are E8M0 bytes stored as U8 (vLLM's uint8 parameter), one
+// per 32 elements of a row, the smallest power of two that maps the run's
+// amax to at most 448.
 func TestMXFP8ScaleBytes(t *testing.T) {
 	s, _ := quant.Lookup("mxfp8")
 	amaxes := []float32{448, 449, 1, 896, 0, 3e-38}
@@ -177,13 +178,45 @@ func TestMXFP8ScaleBytes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sc.Name != "head.weight_scale" || sc.DType != "F8_E8M0" || sc.Shape[0] != 1 || sc.Shape[1] != int64(len(amaxes)) {
+	if sc.Name != "head.weight_scale" || sc.DType != "U8" || sc.Shape[0] != 1 || sc.Shape[1] != int64(len(amaxes)) {
 		t.Fatalf("scale tensor %s %s %v", sc.Name, sc.DType, sc.Shape)
 	}
 	for i := range want {
 		if sc.Data[i] != want[i] {
 			t.Errorf("amax %g: scale byte %d, want %d", amaxes[i], sc.Data[i], want[i])
 		}
+	}
+}
+
+// A scale labelled F8_E8M0 (checkpoints written before the scale became
+// U8, or by other tools) holds the same bytes and dequantises the same.
+func TestMXFP8ScaleDTypeEitherLabel(t *testing.T) {
+	s, _ := quant.Lookup("mxfp8")
+	w := make([]float32, 3*70)
+	for i := range w {
+		w[i] = float32(i%13-6) * float32(math.Pow(2, float64(i%9-4)))
+	}
+	wt, sc, _, err := s.Quantize("w", 3, 70, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	asU8, err := s.Dequantize(wt, sc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc.DType = "F8_E8M0"
+	asE8M0, err := s.Dequantize(wt, sc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range asU8 {
+		if math.Float32bits(asU8[i]) != math.Float32bits(asE8M0[i]) {
+			t.Fatalf("[%d]: U8 scale serves %g, F8_E8M0 %g", i, asU8[i], asE8M0[i])
+		}
+	}
+	sc.DType = "I8"
+	if _, err := s.Dequantize(wt, sc, nil); !errors.Is(err, quant.ErrFormat) {
+		t.Errorf("an I8 scale: %v, want ErrFormat", err)
 	}
 }
 

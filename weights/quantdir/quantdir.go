@@ -18,6 +18,10 @@ import (
 // reader that gets the shards without config.json still knows.
 const QuantizationKey = "quantization"
 
+// LMHead is the output projection's module name, listed as unquantised in
+// every quantization_config Quantize writes.
+const LMHead = "lm_head"
+
 // ErrQuantized is returned for a source that is already quantised.
 var ErrQuantized = errors.New("quantdir: checkpoint is already quantised")
 
@@ -73,6 +77,16 @@ func Quantize(src, dst string, s quant.Scheme) (quant.Stats, error) {
 		if err := writeIndex(dst, weightMap, total); err != nil {
 			return st, err
 		}
+	}
+	if !slices.Contains(kept, LMHead) {
+		// A tied model has no lm_head tensor, but vLLM may still build
+		// one as ParallelLMHead with the checkpoint's quantisation (Llama
+		// ties by sharing the embedding's weight), and ModelOpt quantises
+		// every ParallelLMHead it is not told to skip
+		// (ModelOptQuantConfigBase.get_quant_method, modelopt.py at
+		// 00155cdecca722d98e34234c3d172725b7720b7d). lm_head is never
+		// quantised here, so it is always listed.
+		kept = append(kept, LMHead)
 	}
 	slices.Sort(kept)
 	if err := copyOthers(src, dst, ck.Shards()); err != nil {

@@ -131,9 +131,21 @@ func TestQuantizeHFCheckpoint(t *testing.T) {
 			if cfg["model_type"] != "deepseek_v3" || qc == nil || qc["quant_method"] == nil {
 				t.Errorf("config.json %v: want the source's keys and a quantization_config", cfg)
 			}
-			ignored, _ := qc["ignored_layers"].([]any)
-			if scheme == "fp8" && !slices.Contains(ignored, any("model.layers.0.mlp.gate")) {
-				t.Errorf("ignored_layers %v: the router gate stays unquantised", ignored)
+			// the key vLLM reads the unquantised modules from: Fp8Config's
+			// ignored_layers, ModelOpt's config.json "ignore" (quant.Scheme
+			// QuantizationConfig cites both)
+			key := map[string]string{"fp8": "ignored_layers", "mxfp8": "ignore"}[scheme]
+			ignored, _ := qc[key].([]any)
+			if want := []any{"lm_head", "model.layers.0.mlp.gate"}; !slices.Equal(ignored, want) {
+				t.Errorf("%s %s = %v, want %v (the router gate and lm_head stay unquantised)", scheme, key, ignored, want)
+			}
+			if _, ok := qc["exclude_modules"]; ok {
+				t.Errorf("%s: exclude_modules is hf_quant_config.json's nested key; vLLM ignores it in config.json", scheme)
+			}
+			if _, sinfo, err := ck.ReadTensor(s.ScaleName("model.layers.0.self_attn.q_proj.weight")); err != nil {
+				t.Error(err)
+			} else if want := map[string]safetensors.DType{"fp8": safetensors.F32, "mxfp8": safetensors.U8}[scheme]; sinfo.DType != want {
+				t.Errorf("%s scale dtype %s, want %s (the dtype of vLLM's scale parameter)", scheme, sinfo.DType, want)
 			}
 			for _, f := range []string{"tokenizer.json", "generation_config.json"} {
 				if _, err := os.Stat(filepath.Join(dst, f)); err != nil {
@@ -168,5 +180,36 @@ func TestQuantizableNames(t *testing.T) {
 	}
 	if Quantizable("model.layers.0.self_attn.q_proj.bias", []int64{8}) {
 		t.Error("a bias is quantised")
+	}
+}
+
+// A tied checkpoint has no lm_head tensor; the config still lists lm_head
+// as unquantised (vLLM may build one and quantise it otherwise).
+func TestTiedModelListsLMHead(t *testing.T) {
+	src, dst := t.TempDir(), filepath.Join(t.TempDir(), "q")
+	vals := make([]float32, 64*64)
+	ts := []safetensors.Tensor{
+		{Name: "model.embed_tokens.weight", DType: safetensors.BF16, Shape: []int64{64, 64}, Data: safetensors.EncodeBF16(vals)},
+		{Name: "model.layers.0.self_attn.o_proj.weight", DType: safetensors.BF16, Shape: []int64{64, 64}, Data: safetensors.EncodeBF16(vals)},
+	}
+	if _, err := safetensors.WriteSharded(src, ts, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(src, "config.json"), []byte(`{"model_type": "qwen3", "tie_word_embeddings": true}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := quant.Lookup("mxfp8")
+	if _, err := Quantize(src, dst, s); err != nil {
+		t.Fatal(err)
+	}
+	var cfg struct {
+		Q map[string]any `json:"quantization_config"`
+	}
+	js, err := os.ReadFile(filepath.Join(dst, "config.json"))
+	if err != nil || json.Unmarshal(js, &cfg) != nil {
+		t.Fatalf("config.json: %v", err)
+	}
+	if got, _ := cfg.Q["ignore"].([]any); !slices.Equal(got, []any{"lm_head"}) {
+		t.Errorf("ignore = %v, want [lm_head]", got)
 	}
 }

@@ -4,9 +4,10 @@
 * fp8: "<w>" F8_E4M3 [N, K] and "<w>_scale_inv" F32 [ceil(N/128),
   ceil(K/128)]; value = e4m3(code) * scale of the code's 128x128 block
   (DeepSeek-V3's layout, which vLLM's Fp8LinearMethod loads natively).
-* mxfp8: "<w>" F8_E4M3 [N, K] and "<w>_scale" F8_E8M0 (or U8) [N,
-  ceil(K/32)]; value = e4m3(code) * 2**(scale - 127) (vLLM's ModelOpt MXFP8
-  layout, mxfp8_utils.dequant_mxfp8_to_bf16).
+* mxfp8: "<w>" F8_E4M3 [N, K] and "<w>_scale" U8 (E8M0 bytes; F8_E8M0 is
+  read too) [N, ceil(K/32)]; value = e4m3(code) * 2**(scale - 127) (vLLM's
+  ModelOpt MXFP8 layout, mxfp8_utils.dequant_mxfp8_to_bf16; U8 because
+  vLLM's scale parameter is uint8 and its loader casts by value).
 
 The scheme is named in the safetensors metadata under "quantization". Real
 vLLM serves these checkpoints with its own kernels; this module is for
@@ -91,7 +92,7 @@ def dequantize_file(f) -> Dict[str, np.ndarray]:
             scales, one = raw.view("<f4").reshape(si.shape), dequantize_fp8_block
         else:
             if si.dtype not in ("F8_E8M0", "U8"):
-                raise SafetensorsError(f"{name}{suffix} is {si.dtype}, want F8_E8M0")
+                raise SafetensorsError(f"{name}{suffix} is {si.dtype}, want U8 (or F8_E8M0)")
             scales, one = raw.view(np.uint8).reshape(si.shape), dequantize_mxfp8
         out[name] = dequantize_stacked(codes, scales, one)
     return out

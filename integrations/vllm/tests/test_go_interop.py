@@ -1,9 +1,8 @@
 """Acceptance: deltas made by asyncrl's Go binary (`asyncrl weights diff`)
 applied by this package onto a torch model, bit for bit.
 
-The binary is $ASYNCRL_BIN if set, else built with `go build ./cmd/asyncrl`
-from the repository root (three levels above this directory). Without `go`
-(and no $ASYNCRL_BIN) these tests are skipped.
+The binary comes from conftest.py's asyncrl_bin fixture ($ASYNCRL_BIN, or
+built from the repository root); without `go` these tests are skipped.
 """
 
 import json
@@ -19,27 +18,6 @@ from asyncrl_vllm import WorkerExtension
 from asyncrl_vllm import delta as d
 from asyncrl_vllm import safetensors_io as sio
 from helpers import FakeModelRunner, TinyModel, bytes_of, encode_delta, perturb, raw, write_ckpt
-
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-
-
-@pytest.fixture(scope="module")
-def asyncrl_bin(tmp_path_factory):
-    env = os.environ.get("ASYNCRL_BIN")
-    if env:
-        if not os.access(env, os.X_OK):
-            pytest.fail(f"ASYNCRL_BIN={env} is not an executable")
-        return env
-    go = shutil.which("go")
-    if go is None:
-        pytest.skip("Go interop: `go` is not on PATH and ASYNCRL_BIN is not set, so `asyncrl weights diff` cannot be built")
-    if not os.path.isfile(os.path.join(REPO, "go.mod")):
-        pytest.skip(f"Go interop: {REPO} is not the asyncrl repository (no go.mod); set ASYNCRL_BIN")
-    out = str(tmp_path_factory.mktemp("bin") / "asyncrl")
-    p = subprocess.run([go, "build", "-o", out, "./cmd/asyncrl"], cwd=REPO, capture_output=True, text=True)
-    if p.returncode != 0:
-        pytest.fail(f"go build ./cmd/asyncrl failed in {REPO} (set ASYNCRL_BIN to a built binary):\n{p.stderr[-3000:]}")
-    return out
 
 
 def go_diff(bin, base, new, root, version, *extra):
