@@ -294,7 +294,8 @@ func Marshal(tensors []Tensor, metadata map[string]string) ([]byte, error) {
 
 // WriteFile writes tensors to path atomically: a temporary file in the same
 // directory is synced and renamed over path, so readers never see a partial
-// checkpoint.
+// checkpoint. The file is mode 0644 (os.CreateTemp's 0600 would keep a
+// vLLM server running as another user from reading the checkpoint).
 func WriteFile(path string, tensors []Tensor, metadata map[string]string) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
@@ -312,8 +313,15 @@ func WriteFile(path string, tensors []Tensor, metadata map[string]string) error 
 	if err := tmp.Close(); err != nil {
 		return fmt.Errorf("safetensors: %w", err)
 	}
+	if err := os.Chmod(tmp.Name(), FileMode); err != nil {
+		return fmt.Errorf("safetensors: %w", err)
+	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return fmt.Errorf("safetensors: %w", err)
 	}
 	return nil
 }
+
+// FileMode is the mode of the files WriteFile and WriteSharded write:
+// readable by every user, as torch's and transformers' writers leave them.
+const FileMode = 0o644

@@ -101,6 +101,9 @@ func writeFileAtomic(path string, data []byte) error {
 	if err := tmp.Close(); err != nil {
 		return fmt.Errorf("safetensors: %w", err)
 	}
+	if err := os.Chmod(tmp.Name(), FileMode); err != nil {
+		return fmt.Errorf("safetensors: %w", err)
+	}
 	return os.Rename(tmp.Name(), path)
 }
 
