@@ -13,7 +13,7 @@ export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 RACE_PKGS ?= ./transport/... ./actors/... ./messages/...
 FUZZTIME  ?= 30s
 
-.PHONY: all build test test-go test-python python-deps node-deps test-long lint fuzz bench bench-tinker bench-models run clean tokenizers
+.PHONY: all build test test-go test-python python-deps node-deps test-long lint fuzz bench bench-tinker bench-models example-qwen3 run clean tokenizers
 
 all: build
 
@@ -102,6 +102,14 @@ bench:
 # per architecture, side by side in one run (bench/models.sh; BENCHMARKS.md).
 bench-models:
 	GO=$(GO) ./bench/models.sh
+
+# A real architecture learns (issue 29; not in `make test`): guess_chat demos →
+# SFT warm-up → RL of a random-initialised tiny Qwen3 with the real Qwen3
+# tokenizer and chat template, the PyTorch worker training it
+# (examples/qwen3-tiny-sft.yaml, examples/qwen3-tiny.yaml; bench/learn.sh
+# NAME SEEDS... for qwen3-moe, deepseek-v3 and more seeds).
+example-qwen3: tokenizers
+	GO=$(GO) ./bench/learn.sh qwen3 1
 
 bench-tinker:
 	$(GO) run ./bench/cmd/tinkerload -n 1024
