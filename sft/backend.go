@@ -96,7 +96,9 @@ func newBuiltin(cfg Config, resumeDir string) (*builtin, Limits, error) {
 	return &builtin{tr: tr}, limitsOf(m), nil
 }
 
-func limitsOf(m *policy.Model) Limits { return Limits{VocabSize: m.VocabSize(), MaxSeqLen: m.MaxSeqLen()} }
+func limitsOf(m *policy.Model) Limits {
+	return Limits{VocabSize: m.VocabSize(), MaxSeqLen: m.MaxSeqLen()}
+}
 
 // execBackend is a trainer child over the worker bridge.
 type execBackend struct {
