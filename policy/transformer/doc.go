@@ -45,6 +45,11 @@
 //     e_score_correction_bias or biases.
 //   - Inspect(dir) reports architecture, parameters, tensors, quantisation
 //     and what asyncrl can do with the checkpoint, from headers only.
+//   - ReadAdapter(dir) reads a LoRA adapter in PEFT's layout (see "LoRA
+//     adapters"); Adapter.Apply(base) (LoadAdapter: both) returns base with
+//     the adapted projections merged, sharing every other parameter with
+//     base, which is not modified. Errors wrap ErrAdapter and name the file
+//     and the field or tensor; nothing is returned half-applied.
 //
 // # Architecture facts (each from transformers' modeling files)
 //
@@ -107,6 +112,33 @@
 // num_experts_per_tok, experts) for a model with any MoE layer, each row's
 // ids in descending router score (ties to the lower id). A trainer replays
 // row l on decoder layer l and ignores the rows of dense layers.
+//
+// # LoRA adapters
+//
+// An adapter directory is what PEFT's save_pretrained writes and vLLM's
+// /v1/load_lora_adapter loads: adapter_config.json (r, lora_alpha,
+// target_modules — vLLM's required fields, PEFTHelper in vllm-project/vllm
+// @e745baff vllm/lora/peft_helper.py — and use_rslora) and
+// adapter_model.safetensors with base_model.model.<module>.lora_A.weight
+// [r, in] and .lora_B.weight [out, r] per adapted nn.Linear (huggingface/peft
+// @00336949 src/peft/tuners/lora/layer.py, LoraLayer.update_layer). The
+// adapted layer is W·x + s·B·A·x with s = lora_alpha/r, or lora_alpha/√r
+// with use_rslora (the same file; vLLM's vllm_lora_scaling_factor). Apply
+// merges W + s·B·A in float32 into a copy of each adapted projection.
+// Modules are the projections of attention (q/k/v/o_proj; DeepSeek's
+// q_proj or q_a_proj/q_b_proj, kv_a_proj_with_mqa, kv_b_proj) and of the
+// MLPs (gate/up/down_proj of dense layers, of each expert —
+// mlp.experts.E.*, the per-expert 2-D layout vLLM's FusedMoEWithLoRA packs
+// (vllm/lora/lora_model.py @0306474e accepts experts.E.* modules) — and of
+// DeepSeek's shared experts). Refused as vLLM refuses them: DoRA
+// (use_dora, magnitude vectors) and modules_to_save
+// (PEFTHelper._validate_features), LoRA biases (bias ≠ "none": vLLM needs
+// --enable-lora-bias), tensors that are not lora_A/lora_B weights
+// (vllm/lora/utils.py parse_fine_tuned_lora_name); and, because they would
+// serve something else than PEFT trained or than this package computes:
+// rank_pattern/alpha_pattern, embedding and lm_head LoRA, router gates,
+// fused 3-D expert LoRA, a module the base model does not have, and A/B
+// shapes that do not fit the module or r.
 //
 // # Compute
 //

@@ -33,9 +33,14 @@ var (
 	_ engine.EOSModel    = (*Model)(nil)
 )
 
-// newModel wraps weights w of c.
+// newModel wraps weights w of c, packing every Linear's transpose.
 func newModel(c *Config, gen GenerationConfig, w *weights) *Model {
 	w.transpose()
+	return wrapModel(c, gen, w)
+}
+
+// wrapModel wraps weights w of c whose transposes are already packed.
+func wrapModel(c *Config, gen GenerationConfig, w *weights) *Model {
 	m := &Model{cfg: *c, gen: gen, w: w, rope: newRope(c), scale: softmaxScale(c)}
 	if c.MoE() {
 		m.routeK = c.NumExpertsPerTok

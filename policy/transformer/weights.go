@@ -2,6 +2,7 @@ package transformer
 
 import (
 	"fmt"
+	"slices"
 )
 
 // kind classifies a tensor for quantisation and initialisation.
@@ -24,6 +25,9 @@ type tensor struct {
 	shape []int
 	data  *[]float32
 	kind  kind
+	// lin is the Linear layer a .weight tensor belongs to (nil for the
+	// rest): what a LoRA adapter's module name resolves to (adapter.go).
+	lin *linear
 }
 
 func (t tensor) numel() int {
@@ -83,10 +87,22 @@ type weights struct {
 // build allocates every parameter of c (zeros) and lists the tensors.
 func build(c *Config) *weights {
 	w := &weights{layers: make([]layer, c.NumHiddenLayers)}
-	add := func(name string, k kind, dst *[]float32, shape ...int) {
+	w.layout(c, true)
+	return w
+}
+
+// layout lists w's tensors in HF order. With alloc it first creates every
+// layer part and parameter (zeros); without, w already holds them (a
+// clone: see clone) and only the list is rebuilt, pointing into w.
+func (w *weights) layout(c *Config, alloc bool) {
+	w.tensors = w.tensors[:0]
+	add := func(name string, k kind, dst *[]float32, shape ...int) *tensor {
 		t := tensor{name: name, shape: shape, data: dst, kind: k}
-		*dst = make([]float32, t.numel())
+		if alloc {
+			*dst = make([]float32, t.numel())
+		}
 		w.tensors = append(w.tensors, t)
+		return &w.tensors[len(w.tensors)-1]
 	}
 	lin := func(name string, l *linear, out, in int, bias bool) {
 		l.out, l.in = out, in
@@ -94,7 +110,7 @@ func build(c *Config) *weights {
 		if name == "lm_head" {
 			kd = kindHead
 		}
-		add(name+".weight", kd, &l.w, out, in)
+		add(name+".weight", kd, &l.w, out, in).lin = l
 		if bias {
 			add(name+".bias", kindBias, &l.b, out)
 		}
@@ -138,12 +154,19 @@ func build(c *Config) *weights {
 		}
 		add(p+".post_attention_layernorm.weight", kindNorm, &L.postNorm, c.HiddenSize)
 		if !c.IsMoELayer(i) {
-			L.mlp = &mlp{}
+			if alloc {
+				L.mlp = &mlp{}
+			}
 			mk(p+".mlp", L.mlp, c.IntermediateSize, c.MLPBias)
 			continue
 		}
-		m := &moeLayer{experts: make([]mlp, c.NumExperts)}
-		L.moe = m
+		if alloc {
+			L.moe = &moeLayer{experts: make([]mlp, c.NumExperts)}
+			if c.Arch == DeepseekV3 {
+				L.moe.shared = &mlp{}
+			}
+		}
+		m := L.moe
 		m.router.out, m.router.in = c.NumExperts, c.HiddenSize
 		add(p+".mlp.gate.weight", kindRouter, &m.router.w, c.NumExperts, c.HiddenSize)
 		if c.Arch == DeepseekV3 {
@@ -154,18 +177,44 @@ func build(c *Config) *weights {
 		for e := range m.experts {
 			mk(fmt.Sprintf("%s.mlp.experts.%d", p, e), &m.experts[e], c.MoEIntermediateSize, false)
 		}
-		if c.Arch == DeepseekV3 {
-			m.shared = &mlp{}
+		if m.shared != nil {
 			mk(p+".mlp.shared_experts", m.shared, c.MoEIntermediateSize*c.NSharedExperts, false)
 		}
 	}
 	add("model.norm.weight", kindNorm, &w.norm, c.HiddenSize)
 	if c.TieWordEmbeddings {
-		w.head = linear{w: w.embed, out: c.VocabSize, in: c.HiddenSize}
+		if alloc {
+			w.head = linear{w: w.embed, out: c.VocabSize, in: c.HiddenSize}
+		}
 	} else {
 		lin("lm_head", &w.head, c.VocabSize, c.HiddenSize, false)
 	}
-	return w
+}
+
+// clone returns a copy of w that shares every parameter slice (and every
+// packed transpose) with w but owns its structure, so replacing one
+// Linear's w and wt in the copy leaves w unchanged. Its tensor list
+// points into the copy.
+func (w *weights) clone(c *Config) *weights {
+	n := &weights{embed: w.embed, norm: w.norm, head: w.head, layers: slices.Clone(w.layers)}
+	for i := range n.layers {
+		L := &n.layers[i]
+		if L.mlp != nil {
+			m := *L.mlp
+			L.mlp = &m
+		}
+		if L.moe != nil {
+			m := *L.moe
+			m.experts = slices.Clone(m.experts)
+			if m.shared != nil {
+				s := *m.shared
+				m.shared = &s
+			}
+			L.moe = &m
+		}
+	}
+	n.layout(c, false)
+	return n
 }
 
 // linears lists every Linear layer (lm_head last).
