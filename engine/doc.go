@@ -64,7 +64,12 @@
 //     (a loaded name needs load_inplace: true, else 400; plain-text 200 as
 //     in vLLM) serves the loaded
 //     model as `model: lora_name` (its prefix-cache keys are salted by the
-//     name); /v1/unload_lora_adapter aborts its live requests.
+//     name); /v1/unload_lora_adapter aborts its live requests. A lora_path
+//     holding adapter_config.json is a PEFT adapter: the AdapterLoader
+//     (WithAdapterLoader, adapter.go) reads it and it is applied onto the
+//     served model, and again onto each model a later weight update
+//     serves (one that refuses it unloads it); any other path is a whole
+//     model loaded with the loader. Requests for the base are unaffected.
 //     POST /sleep?level=1|2&mode=abort|keep (defaults 1, abort; empty 200),
 //     POST /wake_up (empty 200), GET /is_sleeping.
 //   - POST /collective_rpc {"method","args","kwargs","timeout"} →

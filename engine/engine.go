@@ -41,7 +41,10 @@ type Engine struct {
 	cfg    Config
 	log    zerolog.Logger
 	loader ModelLoader
-	reg    *prometheus.Registry
+	// adapterLoader (WithAdapterLoader) reads PEFT LoRA adapters, applied
+	// onto the served model.
+	adapterLoader AdapterLoader
+	reg           *prometheus.Registry
 	// apiKey (WithAPIKey) guards every route; roots (WithWeightRoots)
 	// bound the paths weights load from.
 	apiKey string
@@ -55,11 +58,18 @@ type Engine struct {
 	// character tokenizer.
 	codec textCodec
 
+	// loraMu serialises what derives a model from the served one (a PEFT
+	// adapter's apply) with what replaces the served one (SetModel), so an
+	// adapter is never installed onto a base that was swapped meanwhile.
+	// Taken before mu, never while holding it.
+	loraMu sync.Mutex
+
 	mu        sync.Mutex
 	core      *latency.Scheduler
 	model     Model
 	version   int64
 	loras     map[string]Model
+	adapters  map[string]Adapter   // the PEFT adapters among loras, re-applied on every base swap
 	seqs      map[uint64]*seqState // in the core
 	held      []*seqState          // submitted while paused/sleeping
 	groups    map[string]*group
@@ -144,17 +154,18 @@ func New(cfg Config, model Model, opts ...Option) (*Engine, error) {
 		return nil, err
 	}
 	e := &Engine{
-		cfg:    cfg,
-		log:    zerolog.Nop(),
-		core:   latency.New(cfg.Latency),
-		loras:  map[string]Model{},
-		seqs:   map[uint64]*seqState{},
-		groups: map[string]*group{},
-		rng:    rand.New(rand.NewPCG(cfg.Seed, 0x5eed)),
-		tick:   make(chan struct{}),
-		wake:   make(chan struct{}, 1),
-		stop:   make(chan struct{}),
-		done:   make(chan struct{}),
+		cfg:      cfg,
+		log:      zerolog.Nop(),
+		core:     latency.New(cfg.Latency),
+		loras:    map[string]Model{},
+		adapters: map[string]Adapter{},
+		seqs:     map[uint64]*seqState{},
+		groups:   map[string]*group{},
+		rng:      rand.New(rand.NewPCG(cfg.Seed, 0x5eed)),
+		tick:     make(chan struct{}),
+		wake:     make(chan struct{}, 1),
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
 	}
 	for _, o := range opts {
 		o(e)
@@ -200,6 +211,9 @@ func (e *Engine) SetModel(m Model, version int64) error {
 	if err != nil {
 		return err
 	}
+	e.loraMu.Lock()
+	defer e.loraMu.Unlock()
+	rebased, failed := e.rebaseAdapters(m)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
@@ -209,6 +223,14 @@ func (e *Engine) SetModel(m Model, version int64) error {
 		return fmt.Errorf("%w: serving %d, got %d", ErrVersionDecrease, e.version, version)
 	}
 	e.model, e.version, e.ckptDir = m, version, ""
+	for name, am := range rebased {
+		e.loras[name] = am
+	}
+	for name, err := range failed {
+		delete(e.loras, name)
+		delete(e.adapters, name)
+		e.log.Error().Err(err).Str("lora", name).Int64("version", version).Msg("LoRA adapter does not fit the new weights; unloaded")
+	}
 	e.core.ResetPrefixCache()
 	e.log.Info().Int64("version", version).Msg("weights updated")
 	e.changedLocked()
@@ -813,13 +835,21 @@ func (e *Engine) ResetPrefixCache() {
 	e.core.ResetPrefixCache()
 }
 
-// LoadLoRA loads an adapter with the loader and serves it as model name.
+// LoadLoRA serves the adapter at path as model name, replacing one of
+// that name. A PEFT adapter directory (adapter_config.json, IsPEFTAdapter)
+// is read with the AdapterLoader and applied onto the served model (and
+// re-applied onto each later one: WithAdapterLoader); any other path is
+// loaded whole with the ModelLoader (and the ModelTransform), a model
+// served beside the base.
 func (e *Engine) LoadLoRA(name, path string) error {
-	if e.loader == nil {
-		return ErrNoLoader
-	}
 	if err := e.allowPath("LoRA adapter", path); err != nil {
 		return err
+	}
+	if IsPEFTAdapter(path) {
+		return e.loadAdapter(name, path)
+	}
+	if e.loader == nil {
+		return ErrNoLoader
 	}
 	m, err := e.loader(path)
 	if err == nil {
@@ -831,6 +861,7 @@ func (e *Engine) LoadLoRA(name, path string) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.loras[name] = m
+	delete(e.adapters, name) // a whole model now: nothing to re-apply
 	return nil
 }
 
@@ -840,6 +871,7 @@ func (e *Engine) UnloadLoRA(name string) bool {
 	defer e.mu.Unlock()
 	_, ok := e.loras[name]
 	delete(e.loras, name)
+	delete(e.adapters, name)
 	return ok
 }
 

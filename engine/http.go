@@ -246,7 +246,7 @@ func (e *Engine) writeEngineError(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, ErrVersionDecrease):
 		writeError(w, http.StatusConflict, "version", "%v", err)
-	case errors.Is(err, ErrNoLoader):
+	case errors.Is(err, ErrNoLoader), errors.Is(err, ErrNoAdapterLoader):
 		writeError(w, http.StatusNotImplemented, "", "%v", err)
 	case errors.Is(err, ErrPathNotAllowed):
 		writeError(w, http.StatusForbidden, "", "%v", err)

@@ -85,8 +85,9 @@ func (le *Engine) Stop(ctx context.Context) error {
 type Wrap func(i int, e *engine.Engine, h http.Handler) http.Handler
 
 // New builds engine i of c (the seed and logger of slot i, loading later
-// versions from checkpoint directories with wiring.LoadPolicy) serving m
-// at version 0, without a listener.
+// versions from checkpoint directories with wiring.LoadPolicy and PEFT
+// LoRA adapters with wiring.LoadAdapter) serving m at version 0, without
+// a listener.
 //
 // With engines.api_key_file every route wants the key, and
 // engines.weight_roots bound the loads (engine.WithAPIKey,
@@ -99,7 +100,7 @@ func New(c config.EnginesConfig, m engine.Model, seed int64, i int, log zerolog.
 		return nil, err
 	}
 	opts := append([]engine.Option{
-		engine.WithLogger(log.With().Str("engine", "engine-"+strconv.Itoa(i)).Logger()), engine.WithLoader(wiring.LoadPolicy),
+		engine.WithLogger(log.With().Str("engine", "engine-"+strconv.Itoa(i)).Logger()), engine.WithLoader(wiring.LoadPolicy), engine.WithAdapterLoader(wiring.LoadAdapter),
 		engine.WithAPIKey(key), engine.WithWeightRoots(c.WeightRoots...)}, wiring.EngineQuantize(c.Quantize)...)
 	opts = append(opts, extra...)
 	return engine.New(wiring.EngineConfig(c, c.ServedModelName, uint64(seed)+uint64(i)*0x9e3779b9), m, opts...)

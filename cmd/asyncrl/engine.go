@@ -82,7 +82,7 @@ func newEngineCmd(g *globals) *cobra.Command {
 			if r := splitList(f.WeightRoots); len(r) > 0 {
 				roots = r
 			}
-			opts := append([]engine.Option{engine.WithLoader(wiring.LoadPolicy), engine.WithLogger(logx.For(log, "engine")),
+			opts := append([]engine.Option{engine.WithLoader(wiring.LoadPolicy), engine.WithAdapterLoader(wiring.LoadAdapter), engine.WithLogger(logx.For(log, "engine")),
 				engine.WithAPIKey(key), engine.WithWeightRoots(roots...)}, wiring.EngineQuantize(cfg.Engines.Quantize)...)
 			tokDir := f.Tokenizer
 			if tokDir == "" {

@@ -44,7 +44,8 @@ func micros(us float64) time.Duration { return time.Duration(us * float64(time.M
 // with policy.LoadServing, a Hugging Face checkpoint of a supported
 // architecture (qwen3, qwen3_moe, llama, deepseek_v3) with
 // transformer.Load. It is the engine's ModelLoader for /update_weights,
-// the vLLM extension's checkpoint and delta loads, and LoRA paths.
+// the vLLM extension's checkpoint and delta loads, and LoRA paths that
+// are whole models (a PEFT adapter directory goes to LoadAdapter).
 func LoadPolicy(dir string) (engine.Model, error) {
 	if mt, err := transformer.ModelType(dir); err == nil && transformer.Supported(mt) {
 		m, err := transformer.Load(dir)
@@ -54,6 +55,33 @@ func LoadPolicy(dir string) (engine.Model, error) {
 		return m, nil
 	}
 	m, err := pmodel.LoadServing(dir)
+	if err != nil {
+		return nil, err // a nil *Model must not become a non-nil interface
+	}
+	return m, nil
+}
+
+// LoadAdapter reads a LoRA adapter in PEFT's layout (adapter_config.json +
+// adapter_model.safetensors) for the engine's AdapterLoader: it applies
+// onto a served Hugging Face model (policy/transformer), merging the
+// adapted projections (transformer.Adapter.Apply); any other served model
+// refuses it.
+func LoadAdapter(dir string) (engine.Adapter, error) {
+	a, err := transformer.ReadAdapter(dir)
+	if err != nil {
+		return nil, err
+	}
+	return hfAdapter{a}, nil
+}
+
+type hfAdapter struct{ a *transformer.Adapter }
+
+func (h hfAdapter) Apply(base engine.Model) (engine.Model, error) {
+	tm, ok := base.(*transformer.Model)
+	if !ok {
+		return nil, fmt.Errorf("the PEFT adapter %s applies to a Hugging Face model (qwen3, qwen3_moe, llama, deepseek_v3); this engine serves %T", h.a.Dir, base)
+	}
+	m, err := h.a.Apply(tm)
 	if err != nil {
 		return nil, err // a nil *Model must not become a non-nil interface
 	}
