@@ -37,6 +37,24 @@ type Model struct {
 	Path string `cbor:"path"`
 	// Config is config.json's content (kind builtin).
 	Config map[string]any `cbor:"config,omitempty"`
+	// LoRA (kind hf) trains a LoRA adapter instead of the weights: the
+	// child then also returns the adapter of each step
+	// (StepResult.Adapter). Optional field of frames v1; a child that does
+	// not know it refuses the Init (bad_field model.lora).
+	LoRA *LoRA `cbor:"lora,omitempty"`
+}
+
+// LoRA is a LoRA adapter to train, in PEFT's terms (LoraConfig).
+type LoRA struct {
+	// R is the rank, Alpha lora_alpha: the update is Alpha/R · B·A
+	// (Alpha/√R with UseRSLoRA).
+	R     int     `cbor:"r"`
+	Alpha float64 `cbor:"alpha"`
+	// TargetModules are module-name suffixes (PEFT's list form, e.g.
+	// q_proj, down_proj) or ["all-linear"]: every attention and MLP
+	// projection (experts' and shared experts' included).
+	TargetModules []string `cbor:"target_modules"`
+	UseRSLoRA     bool     `cbor:"use_rslora,omitempty"`
 }
 
 // Optimizer is AdamW's settings.
@@ -104,6 +122,7 @@ type Reply struct {
 	Worker     map[string]any `cbor:"worker,omitempty"`
 	Metrics    map[string]any `cbor:"metrics,omitempty"`
 	Checkpoint string         `cbor:"checkpoint,omitempty"`
+	Adapter    string         `cbor:"adapter,omitempty"`
 	State      string         `cbor:"state,omitempty"`
 	Dir        string         `cbor:"dir,omitempty"`
 	Code       string         `cbor:"code,omitempty"`
@@ -124,6 +143,10 @@ type StepResult struct {
 	// Checkpoint is the serving checkpoint of version Step; State the
 	// full resume state of it.
 	Checkpoint, State string
+	// Adapter is the step's LoRA adapter in PEFT's layout
+	// (adapter_config.json + adapter_model.safetensors) when Init asked
+	// for LoRA; Checkpoint then holds the merged weights. "" otherwise.
+	Adapter string
 }
 
 func stepResult(r Reply) (StepResult, error) {
@@ -136,7 +159,7 @@ func stepResult(r Reply) (StepResult, error) {
 			m[k] = f
 		}
 	}
-	return StepResult{Step: r.Step, Metrics: m, Checkpoint: r.Checkpoint, State: r.State}, nil
+	return StepResult{Step: r.Step, Metrics: m, Checkpoint: r.Checkpoint, State: r.State, Adapter: r.Adapter}, nil
 }
 
 // number reads a CBOR number decoded into any.

@@ -27,6 +27,7 @@ from . import model as mdl
 from . import safetensors as st
 from .hf import checkpoint as hfcheckpoint
 from .hf import config as hfconfig
+from .hf import lora as hflora
 from .hf.policy import NativeHFPolicy
 from .frames import EOF, PROTOCOL_VERSION, FrameError, error_frame, parse_tensor, read_frame, write_frame
 from . import tinker
@@ -39,6 +40,7 @@ WORKER_NAME = "asyncrl_worker"
 OPTIMIZER_FILE = "optimizer.pt"
 SERVING_DIR = "v{:08d}"
 STATE_DIR = "state-v{:08d}"
+ADAPTER_DIR = "adapter-v{:08d}"  # a LoRA run's PEFT adapter of the version
 
 
 def bad(field: str, message: str) -> FrameError:
@@ -251,6 +253,31 @@ def _load_hf(path: str | None, config, field: str):
                          f"({', '.join(hfconfig.ARCHITECTURES)}) and the transformers fallback failed: {e}") from None
 
 
+def _attach_lora(policy, spec: dict, resume: str | None, path: str | None, seed: int) -> None:
+    """Make policy train a LoRA adapter of spec (Init model.lora) instead of
+    its weights: a fresh one (A seeded, B zero, as PEFT), or the resume
+    state's, which must be the one spec describes."""
+    if not isinstance(policy, NativeHFPolicy):
+        raise bad("model.lora", "LoRA needs a native architecture "
+                                f"({', '.join(hfconfig.ARCHITECTURES)}); model.path's is not one")
+    specs = policy.net.specs
+    try:
+        fresh = hflora.build(specs, spec, seed)
+        adapter = fresh
+        if resume:
+            adapter = hflora.LoRA.load(resume, specs)
+            same = (adapter.r == fresh.r and adapter.alpha == fresh.alpha and adapter.use_rslora == fresh.use_rslora
+                    and adapter.modules_ == fresh.modules_)
+            if not same:
+                raise hflora.LoRAError("model.lora", f"the resume state {resume} holds an adapter of r {adapter.r}, "
+                                                     f"alpha {adapter.alpha} over {len(adapter.modules_)} modules; "
+                                                     f"Init asks for r {fresh.r}, alpha {fresh.alpha} over "
+                                                     f"{len(fresh.modules_)}")
+    except hflora.LoRAError as e:
+        raise bad(e.field, str(e)) from None
+    policy.attach_lora(adapter, path)
+
+
 def _load_builtin(path: str | None, config: dict | None, seed: int, field: str) -> BuiltinPolicy:
     if path:
         try:
@@ -336,13 +363,22 @@ class Worker:
     def init(self, req: dict) -> dict:
         _check_keys(req, {"v", "type", "id", "model", "optimizer", "loss", "seed", "resume", "step", "out_dir"}, "",
                     ("model", "optimizer", "loss", "out_dir"))
-        m = _check_keys(req["model"], {"kind", "path", "config"}, "model", ("kind",))
+        m = _check_keys(req["model"], {"kind", "path", "config", "lora"}, "model", ("kind",))
         kind = m["kind"]
         if kind not in ("builtin", "hf"):
             raise bad("model.kind", f"must be builtin or hf, got {kind!r}")
         path, config = m.get("path"), m.get("config")
         if path is not None and not isinstance(path, str):
             raise bad("model.path", "must be a directory path")
+        lora_spec = None
+        if m.get("lora") is not None:
+            if kind != "hf":
+                raise bad("model.lora", "LoRA needs model kind hf (a native architecture: "
+                                        f"{', '.join(hfconfig.ARCHITECTURES)})")
+            try:
+                lora_spec = hflora.parse_spec(m["lora"])
+            except hflora.LoRAError as e:
+                raise bad(e.field, str(e)) from None
         if config is not None and not isinstance(config, dict):
             raise bad("model.config", "must be a map (config.json contents)")
         optim_cfg = parse_optimizer(req["optimizer"])
@@ -369,17 +405,22 @@ class Worker:
                 raise bad("step", f"step {step} but the resume state {resume} is at step {saved.get('step')}")
             if saved.get("kind", "builtin") != kind:
                 raise bad("model.kind", f"{kind} but the resume state holds a {saved.get('kind')} model")
+            if bool(saved.get("lora")) != (lora_spec is not None):
+                raise bad("model.lora", "the resume state was trained " + ("with" if saved.get("lora") else "without")
+                          + " a LoRA adapter; Init must say the same")
         if kind == "hf":
             policy = _load_hf(resume or path, config, "resume" if resume else "model.path")
         else:
             policy = _load_builtin(resume or path, config, seed, "resume" if resume else "model.path")
+        if lora_spec is not None:
+            _attach_lora(policy, lora_spec, resume, path, seed)
         try:
             os.makedirs(out_dir, exist_ok=True)
         except OSError as e:
             raise bad("out_dir", f"cannot create {out_dir}: {e}") from None
         # a child killed mid-write leaves its temporary directories behind
         for name in os.listdir(out_dir):
-            if re.fullmatch(r"\.(state-)?v\d{8}\.tmp-.*", name):
+            if re.fullmatch(r"\.(state-|adapter-)?v\d{8}\.tmp-.*", name):
                 shutil.rmtree(os.path.join(out_dir, name), ignore_errors=True)
         opt = torch.optim.AdamW(policy.parameters(), lr=optim_cfg.lr, betas=optim_cfg.betas,
                                 eps=optim_cfg.eps, weight_decay=optim_cfg.weight_decay)
@@ -578,7 +619,7 @@ class Worker:
         before_opt = copy.deepcopy(self.opt.state_dict())
         try:
             metrics = self._step(b)
-            serving, state = self._write_checkpoints(step)
+            serving, adapter, state = self._write_checkpoints(step)
         except Exception as e:
             self.opt.zero_grad(set_to_none=True)
             with torch.no_grad():
@@ -590,7 +631,10 @@ class Worker:
             log.error("step %d failed, weights kept at version %d:\n%s", step, self.step, traceback.format_exc())
             raise FrameError("internal", "", f"step {step} failed, nothing applied: {type(e).__name__}: {e}") from None
         self.step = step
-        return {"type": "StepResult", "step": step, "metrics": metrics, "checkpoint": serving, "state": state}
+        out = {"type": "StepResult", "step": step, "metrics": metrics, "checkpoint": serving, "state": state}
+        if adapter:
+            out["adapter"] = adapter
+        return out
 
     def _step(self, b: Batch) -> dict:
         cfg = self.loss_cfg
@@ -687,15 +731,22 @@ class Worker:
 
     def _write_state(self, d: str, step: int) -> None:
         self.policy.save_weights_f32(d)
+        lora = getattr(self.policy, "lora", None)
         torch.save({"step": step, "kind": self.policy.kind, "optimizer": self.opt.state_dict(),
-                    "torch_rng": torch.get_rng_state()}, os.path.join(d, OPTIMIZER_FILE))
+                    "torch_rng": torch.get_rng_state(), "lora": lora is not None}, os.path.join(d, OPTIMIZER_FILE))
 
-    def _write_checkpoints(self, step: int) -> tuple[str, str]:
+    def _write_checkpoints(self, step: int) -> tuple[str, str | None, str]:
+        """The serving checkpoint, the PEFT adapter (LoRA runs; else None)
+        and the resume state of version step."""
         serving = self._write_dir(os.path.join(self.out_dir, SERVING_DIR.format(step)),
                                   lambda d: self.policy.save_serving(d, step))
+        adapter = None
+        if getattr(self.policy, "lora", None) is not None:
+            adapter = self._write_dir(os.path.join(self.out_dir, ADAPTER_DIR.format(step)),
+                                      lambda d: self.policy.save_adapter(d, step))
         state = self._write_dir(os.path.join(self.out_dir, STATE_DIR.format(step)),
                                 lambda d: self._write_state(d, step))
-        return serving, state
+        return serving, adapter, state
 
     def save_checkpoint(self, req: dict) -> dict:
         _check_keys(req, {"v", "type", "id", "dir", "serving"}, "", ("dir",))

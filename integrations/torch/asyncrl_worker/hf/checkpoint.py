@@ -17,6 +17,7 @@ import json
 import os
 import re
 import shutil
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import torch
@@ -171,16 +172,20 @@ def write_json(path: str, obj) -> None:
 
 def save(d: str, net: CausalLM, dtype: str = "BF16", src_dir: str | None = None,
          metadata: dict | None = None, max_shard_size: int | None = None,
-         buffer_dtypes: dict | None = None) -> list[str]:
+         buffer_dtypes: dict | None = None, tensors: dict | None = None) -> list[str]:
     """Write net as an HF checkpoint directory d (which must exist):
     config.json (the model's, torch_dtype set to dtype), the weights in
     dtype (the router correction bias in buffer_dtypes' dtype, F32 by
     default, as HF keeps it), sharded under max_shard_size bytes (None: one
     file unless over HF's 5 GB default), the side files of src_dir, and a
     generation_config.json made from config.json's bos/eos ids when src_dir
-    has none. Returns the weight files written."""
+    has none. tensors (name -> tensor) replaces net's values, e.g. a LoRA's
+    merged projections; which are buffers is still net's. Returns the
+    weight files written."""
     ts = net.named_tensors()
     kinds = {n: (dtype if t.requires_grad else (buffer_dtypes or {}).get(n, "F32")) for n, t in ts.items()}
+    if tensors is not None:
+        ts = OrderedDict((n, tensors[n]) for n in ts)
     md = {"format": "pt", **(metadata or {})}
     files = st.save_sharded(d, ts, kinds, md, max_shard_size or st.HF_MAX_SHARD_SIZE)
     raw = dict(net.cfg.raw)

@@ -252,6 +252,11 @@ class CausalLM(nn.Module):
         self._moe_cols = torch.tensor(sorted(self._route_slot.values()), dtype=torch.long)
         self.scale = cfg.softmax_scale()
         self.fake_quant = "none"  # or a key of model.FAKE_QUANT_GROUPS (Init loss.fake_quant)
+        # a LoRA adapter (hf/lora.py LoRA.apply): the forward computes with
+        # the base tensors, not differentiated, and the adapter's merged
+        # projections; None = the plain model. Not a submodule: parameters()
+        # stays the checkpoint's tensors.
+        object.__setattr__(self, "adapter", None)
 
     # --- tensors ---------------------------------------------------------------
 
@@ -281,7 +286,14 @@ class CausalLM(nn.Module):
         return out
 
     def _tensors(self) -> dict[str, torch.Tensor]:
-        return dict(self.named_tensors()) if self.fake_quant == "none" else self.served_tensors()
+        t = dict(self.named_tensors()) if self.fake_quant == "none" else self.served_tensors()
+        if self.adapter is not None:
+            t = self.adapter.apply({n: v.detach() for n, v in t.items()})
+        return t
+
+    def set_adapter(self, adapter) -> None:
+        """Compute with adapter (hf/lora.py LoRA) applied; None removes it."""
+        object.__setattr__(self, "adapter", adapter)
 
     # --- forward -----------------------------------------------------------------
 
