@@ -63,7 +63,8 @@ type Options struct {
 	BusSecurity *wiring.BusSecurity
 	// ResendTrainAfter is how long the controller waits for a StepDone
 	// before sending the step's TrainBatch again (a remote worker that
-	// connected late); 0 means 5 s.
+	// connected late); 0 means 5 s, 30 s with the exec backend
+	// (defaultResendTrainAfter).
 	ResendTrainAfter time.Duration
 	// OnStart, when set, is called once everything runs (e.g. to print
 	// BusURL for a remote trainer worker).

@@ -302,9 +302,22 @@ func (n *Node) controllerConfig(fcfg filter.Config) controller.Config {
 			Ledger: n.subj.ledger, Settled: n.subj.settled},
 	}
 	if ccfg.ResendTrainAfter <= 0 {
-		ccfg.ResendTrainAfter = 5 * time.Second
+		ccfg.ResendTrainAfter = defaultResendTrainAfter(cfg.Trainer.Backend)
 	}
 	return ccfg
+}
+
+// defaultResendTrainAfter is how long the controller waits for a StepDone
+// before it sends the step's TrainBatch again: 5 s, for a remote worker
+// that connected late; 30 s with the exec backend, whose child is started
+// before the run and whose steps (a PyTorch model on a real vocabulary)
+// take tens of seconds — a resend every 5 s there only re-delivers a batch
+// the trainer is already stepping, and warns about it.
+func defaultResendTrainAfter(b config.TrainerBackend) time.Duration {
+	if b == config.BackendExec {
+		return 30 * time.Second
+	}
+	return 5 * time.Second
 }
 
 // startController starts the staleness controller, which starts handing
