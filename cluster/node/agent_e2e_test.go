@@ -137,7 +137,13 @@ func newE2ECluster(t *testing.T, steps int) *e2eCluster {
 
 // newE2EClusterServers: only the first servers nodes host NATS servers.
 func newE2EClusterServers(t *testing.T, steps, servers, replicas int) *e2eCluster {
-	c := &e2eCluster{t: t, bin: buildBinary(t), dir: t.TempDir(), steps: steps, ports: freePorts(t, 6), servers: servers, replicas: replicas}
+	return newE2EClusterBin(t, buildBinary(t), steps, servers, replicas)
+}
+
+// newE2EClusterBin is newE2EClusterServers with a binary already built
+// (the soak builds it once for all its runs).
+func newE2EClusterBin(t *testing.T, bin string, steps, servers, replicas int) *e2eCluster {
+	c := &e2eCluster{t: t, bin: bin, dir: t.TempDir(), steps: steps, ports: freePorts(t, 6), servers: servers, replicas: replicas}
 	for i := range servers {
 		c.routes = append(c.routes, "nats-route://127.0.0.1:"+strconv.Itoa(c.ports[3+i]))
 	}
@@ -158,8 +164,11 @@ func (c *e2eCluster) start(i int, roles string) *proc {
 	args := []string{"--name", fmt.Sprintf("n%d", i+1), "--config", cfg, "--roles", roles, "--steps", strconv.Itoa(c.steps),
 		"--gossip", c.gossip(i), "--replicas", strconv.Itoa(c.replicas), "--lease-ttl", "2s",
 		// A step here takes about a second: a term without one for 60 s is
-		// stuck, and steps down (printed "term stalled") so the run goes on.
-		"--stall-after", "60s"}
+		// stuck, and steps down (printed "term stalled") so the run goes on;
+		// so is one not started 90 s after its claim (a term starts in
+		// seconds; a loaded machine and a takeover's elections can make it
+		// half a minute).
+		"--stall-after", "60s", "--start-after", "90s"}
 	c.starts++
 	ev := filepath.Join(c.dir, fmt.Sprintf("n%d-%d.events.jsonl", i+1, c.starts))
 	args = append(args, "--events-json", ev)

@@ -328,11 +328,11 @@ func TestMarkTrainedCompletesADurableStep(t *testing.T) {
 		t.Fatal(err)
 	}
 	step := []ledger.PromptAttempt{{PromptID: "t1/a", GroupID: "ga", Attempt: 0}, {PromptID: "t1/b", GroupID: "gb", Attempt: 1}}
-	if err := a.markTrained(ctx, 3, step); err != nil {
+	if err := a.markTrained(ctx, 3, step, nil); err != nil {
 		t.Fatalf("markTrained: %v", err)
 	}
 	// Again (a retried takeover): still no error.
-	if err := a.markTrained(ctx, 3, step); err != nil {
+	if err := a.markTrained(ctx, 3, step, nil); err != nil {
 		t.Fatalf("markTrained twice: %v", err)
 	}
 	for _, p := range []string{"t1/a", "t1/b"} {
@@ -363,5 +363,54 @@ func TestCleanLeaveKeepsQuorum(t *testing.T) {
 	waitFor(t, 30*time.Second, "n2 to train on after n1 left", func() bool { return lastStep(ev2.String()) >= at+3 })
 	if strings.Contains(ev2.String(), "lost quorum") {
 		t.Fatalf("n2 lost quorum when n1 left cleanly:\n%s", ev2.String())
+	}
+}
+
+// Issue 37: the ledger's summary counts every refused transition — a
+// trained mark refused as much as a pipeline event — across the run's
+// nodes: the refusals are kept in the durable ledger, so the finishing
+// node's line counts those of a node that refused them and died. Before,
+// a refused mark was only logged ("ledger: trained mark refused") and the
+// summary said "refused 0".
+func TestLedgerSummaryCountsRefusedMarks(t *testing.T) {
+	ctx := context.Background()
+	a, l := ledgerAgent(t, "refusedmarks", "n1")
+	var ev syncbuf.Buffer
+	a.cfg.Events = &ev
+	if _, _, err := l.Record(ctx, messages.PromptLedger{Header: messages.Header{Sender: "n1"}, PromptID: "t1/a", GroupID: "ga",
+		State: messages.LedgerConsumed}); err != nil {
+		t.Fatal(err)
+	}
+	// t1/b's consumed transition never reached the ledger.
+	step := []ledger.PromptAttempt{{PromptID: "t1/a", GroupID: "ga"}, {PromptID: "t1/b", GroupID: "gb"}}
+	done := map[string]bool{}
+	if err := a.markTrained(ctx, 5, step, done); err != nil {
+		t.Fatalf("markTrained: %v", err)
+	}
+	if !done["t1/a"] || !done["t1/b"] || a.refused.Load() != 1 {
+		t.Fatalf("done %v, refused %d; want both settled, one refused", done, a.refused.Load())
+	}
+	// A retry of the same step writes nothing again and counts nothing again.
+	if err := a.markTrained(ctx, 5, step, done); err != nil || a.refused.Load() != 1 {
+		t.Fatalf("retried marks: %v, refused %d", err, a.refused.Load())
+	}
+	// Another node (a holder that died) refused a requeue: kept durably.
+	other := ledger.RefusalOf(messages.PromptLedger{PromptID: "t1/c", GroupID: "gc", State: messages.LedgerRequeued}, "n3",
+		errors.New("ledger: illegal transition: requeued before it was consumed"), time.Now())
+	if err := l.RecordRefusal(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.reportLedger(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c, ok := a.FinalLedger()
+	if !ok || c.Refused != 2 || c.Trained != 1 {
+		t.Fatalf("final ledger %+v (%v); want 1 trained, 2 refused", c, ok)
+	}
+	out := ev.String()
+	for _, want := range []string{"ledger refused by n1: t1/b trained", "ledger refused by n3: t1/c requeued", "ledger prompts 1 trained 1 filtered 0 requeued 0 in_flight 0 refused 2"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("events lack %q:\n%s", want, out)
+		}
 	}
 }

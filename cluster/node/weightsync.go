@@ -101,7 +101,8 @@ func (n *Node) startWeightSync(ctx context.Context, baseDir string) (*weightSync
 		// minimum leaves a replica that is still loading a publish its
 		// sessions (issue 15).
 		Tracker: wiring.PublisherTracker(cfg), Acks: n.subj.acks, MinVersion: n.subj.weights,
-		BaseDir: baseDir, Stage: stage, BeforeApply: n.hooks.beforeApply, Remote: w.remoteEngines}, mode)
+		BaseDir: baseDir, Stage: stage, BeforeApply: n.hooks.beforeApply, BeforeAnnounce: n.opts.BeforeAnnounce,
+		Remote: w.remoteEngines}, mode)
 	if err != nil {
 		return nil, err
 	}
