@@ -163,12 +163,11 @@ func (c *e2eCluster) start(i int, roles string) *proc {
 	}
 	args := []string{"--name", fmt.Sprintf("n%d", i+1), "--config", cfg, "--roles", roles, "--steps", strconv.Itoa(c.steps),
 		"--gossip", c.gossip(i), "--replicas", strconv.Itoa(c.replicas), "--lease-ttl", "2s",
-		// A step here takes about a second: a term without one for 60 s is
+		// A step here takes about a second: a term without one for 90 s is
 		// stuck, and steps down (printed "term stalled") so the run goes on;
-		// so is one not started 90 s after its claim (a term starts in
-		// seconds; a loaded machine and a takeover's elections can make it
-		// half a minute).
-		"--stall-after", "60s", "--start-after", "90s"}
+		// so is one not started 60 s after its claim (a term starts in
+		// seconds; a takeover's elections on a loaded machine, in 20).
+		"--stall-after", "90s", "--start-after", "60s"}
 	c.starts++
 	ev := filepath.Join(c.dir, fmt.Sprintf("n%d-%d.events.jsonl", i+1, c.starts))
 	args = append(args, "--events-json", ev)

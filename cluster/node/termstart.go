@@ -54,7 +54,10 @@ func (r *termRun) start(ctx context.Context, v term.StartPipeline) error {
 		r.box.push(term.EngineTarget{Token: v.Token, Engine: engine, Version: version})
 	}
 	rc.attach = r.attachRemote
-	phase := func(p string) { r.box.push(term.StartPhase{Token: v.Token, Phase: p}) }
+	phase := func(p string) {
+		a.log.Info().Str("node", a.cfg.Name).Str("term", v.Term).Msg("term start: " + p)
+		r.box.push(term.StartPhase{Token: v.Token, Phase: p})
+	}
 	opts := Options{Logger: a.log, InMemoryBus: a.cfg.InMemoryBus, Remote: rc, BusSecurity: &a.termBus,
 		RouterListen: a.cfg.RouterListen, RouterAdminToken: a.cfg.RouterAdminToken, OnStartPhase: phase,
 		BeforeAnnounce: func(version int64) { a.hold(HoldPublish, v.From.Version+version) }}

@@ -108,10 +108,12 @@ func (n *Node) startWeightSync(ctx context.Context, baseDir string) (*weightSync
 	}
 	w.Sync, w.shell = s, s.Shell()
 	if n.opts.Remote != nil {
+		n.phase("weight store open")
 		if err := uploadBase(ctx, weightsync.StoreOf(s), baseDir); err != nil {
 			w.Close()
 			return nil, err
 		}
+		n.phase("version 0 uploaded to the term's bucket")
 		n.wsync = w // startRemote registers the members' engines with it
 		if err := n.startRemote(ctx, "asyncrl-weights-"+cfg.Run.ID); err != nil {
 			w.Close()

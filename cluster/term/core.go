@@ -326,8 +326,8 @@ func (c *Core) Tick(now time.Time) {
 	c.watchEvents()
 	if e, down := t.watch.Down(); down {
 		why := fmt.Sprintf("term stalled (%s)", e.Reason)
-		if e.Reason == termwatch.NoStart {
-			why = fmt.Sprintf("term stalled (%s): %s", e.Reason, c.startState(now))
+		if !t.started { // a stalled start, whichever bound caught it
+			why = fmt.Sprintf("term stalled (%s): not started: %s", e.Reason, c.startState(now))
 		}
 		c.fail(why, ReasonStalled)
 		return

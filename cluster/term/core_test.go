@@ -380,6 +380,7 @@ func TestAnnounce(t *testing.T) {
 // ends the term: the watch's events, then the step-down.
 func TestStepDownOnStallAndUnhealthy(t *testing.T) {
 	h := runningTerm(t, testConfig())
+	h.in(PipelineStarted{Token: 5})
 	h.want("stall", h.tick(time.Minute),
 		"effect term.StopPipeline {Token:5}",
 		"effect term.StepDown {Reason:stalled}",
@@ -594,7 +595,7 @@ func TestStalledStartStepsDown(t *testing.T) {
 		"effect term.StopPipeline {Token:5}",
 		"effect term.StepDown {Reason:stalled}",
 		"event term stalled: not started 30s after its claim; stepping down",
-		`event training failed: term stalled (no_start): last phase "waiting for an engine to load version 0" 20s ago; router at http://r; engines: 1 registered, 1 sent LoadWeights, 0 serving`,
+		`event training failed: term stalled (no_start): not started: last phase "waiting for an engine to load version 0" 20s ago; router at http://r; engines: 1 registered, 1 sent LoadWeights, 0 serving`,
 		"event lease trainer resigned (stalled)")
 
 	h = newHarness(t, cfg)
