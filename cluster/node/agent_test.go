@@ -265,6 +265,17 @@ func TestRecordEventRepairsReorder(t *testing.T) {
 	if err := a.recordEvent(ctx, ev(messages.LedgerTrained, 2)); !errors.Is(err, ledger.ErrAlreadyTrained) {
 		t.Errorf("a second train: err %v; want ErrAlreadyTrained", err)
 	}
+	// A late copy of a consumed event (a publish retried through an
+	// election) after its attempt settled is superseded, not refused: a
+	// refused consumed transition would end the term.
+	for _, late := range []messages.PromptLedger{ev(messages.LedgerConsumed, 0), ev(messages.LedgerConsumed, 1)} {
+		if err := a.recordEvent(ctx, late); err != nil {
+			t.Errorf("late consumed attempt %d: %v", late.Attempt, err)
+		}
+	}
+	if got, _, _ := l.Get(ctx, "t1/p1"); got.State != messages.LedgerTrained || got.Attempt != 1 {
+		t.Errorf("entry after late copies %+v; want trained attempt 1", got)
+	}
 }
 
 // A holder whose side loses quorum stops training and gives the lease up;

@@ -260,6 +260,11 @@ func (a *Agent) recordOnce(ctx context.Context, ev messages.PromptLedger) error 
 	switch {
 	case ev.State == messages.LedgerRequeued && ev.Attempt < cur.Attempt:
 		return nil // superseded: the repair below recorded it
+	case ev.State == messages.LedgerConsumed && ev.Attempt <= cur.Attempt && cur.State != messages.LedgerConsumed:
+		// A late copy of a consumed event (its publish was retried through
+		// a stream's election): the attempt was settled since. Superseded,
+		// not refused — a refused consumed transition ends the term.
+		return nil
 	case ev.State == messages.LedgerConsumed && cur.State == messages.LedgerConsumed && cur.Attempt < ev.Attempt:
 		rq := cur
 		rq.State, rq.Sender = messages.LedgerRequeued, a.cfg.Name

@@ -195,6 +195,9 @@ func (c *Core) ledgerWrite(now time.Time, v LedgerWrite) {
 		return
 	}
 	if v.Err != "" {
+		if c.t.recorded[v.Consumed] {
+			return // a copy of an event already recorded
+		}
 		c.fail(fmt.Sprintf("the durable ledger did not record group %s consumed: %s", v.Consumed, v.Err), ReasonFailed)
 		return
 	}
