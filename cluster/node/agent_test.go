@@ -17,6 +17,7 @@ import (
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/internal/syncbuf"
 	"github.com/asyncrl/asyncrl/messages"
+	"github.com/asyncrl/asyncrl/transport"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
 )
 
@@ -423,5 +424,57 @@ func TestLedgerSummaryCountsRefusedMarks(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("events lack %q:\n%s", want, out)
 		}
+	}
+}
+
+// The soak's standby-06-seed1005 ended "in_flight 1": the mirror's stop
+// took a write still in progress (held by a stream's election) for quiet,
+// the run's end swept the ledger, and the write landed after the sweep.
+// stop waits while an event is being recorded (at most 5 s), and wait
+// (the run's end) until it is recorded.
+func TestMirrorStopWaitsForTheWriteInProgress(t *testing.T) {
+	opts := natsbus.DefaultOptions()
+	opts.URL = externalBus(t)
+	b, err := natsbus.Connect(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	sub, err := b.Subscribe("mirror.test", func(*transport.Msg) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &mirror{sub: sub, conn: b.Conn(), busy: true} // a write in progress; the last one long ago
+	stopped := make(chan struct{})
+	go func() { m.stop(); close(stopped) }()
+	select {
+	case <-stopped:
+		t.Fatal("stop returned while an event was being recorded")
+	case <-time.After(500 * time.Millisecond):
+	}
+	m.mu.Lock()
+	m.busy, m.last = false, time.Now()
+	m.mu.Unlock()
+	waitFor(t, 5*time.Second, "stop to return once the write is done", func() bool {
+		select {
+		case <-stopped:
+			return true
+		default:
+			return false
+		}
+	})
+	m.mu.Lock()
+	m.busy = true
+	m.mu.Unlock()
+	start := time.Now()
+	go func() {
+		time.Sleep(300 * time.Millisecond) // the write lands
+		m.mu.Lock()
+		m.busy = false
+		m.mu.Unlock()
+	}()
+	m.wait(10 * time.Second)
+	if took := time.Since(start); took < 300*time.Millisecond || took > 5*time.Second {
+		t.Fatalf("wait returned after %s; want once the write landed (300 ms)", took)
 	}
 }

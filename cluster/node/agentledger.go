@@ -24,6 +24,7 @@ type mirror struct {
 	mu       sync.Mutex
 	recorded int
 	last     time.Time // when the last event was recorded
+	busy     bool      // an event is being recorded
 	once     sync.Once
 	conn     interface{ FlushTimeout(time.Duration) error }
 }
@@ -48,15 +49,33 @@ func (m *mirror) stop() {
 		deadline := time.Now().Add(5 * time.Second)
 		for time.Now().Before(deadline) {
 			m.mu.Lock()
-			idle := time.Since(m.last)
+			idle := !m.busy && time.Since(m.last) >= quiet
 			m.mu.Unlock()
-			if idle >= quiet {
+			if idle {
 				break
 			}
 			time.Sleep(quiet / 4)
 		}
 		_ = m.sub.Unsubscribe()
 	})
+}
+
+// wait blocks (at most within) until the event the mirror was recording
+// when it stopped is recorded. The run's end sweeps what is still in
+// flight: a write that outlasted stop (a stream's election) and landed
+// after the sweep left its prompt in flight at the end (the soak,
+// standby-06-seed1005: "in_flight 1").
+func (m *mirror) wait(within time.Duration) {
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		m.mu.Lock()
+		busy := m.busy
+		m.mu.Unlock()
+		if !busy {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // mirrorLedger subscribes to the pipeline's PromptLedger subject. Prompt
@@ -74,6 +93,14 @@ func (a *Agent) mirrorLedger(n *Node, token uint64, report func(term.Input)) (*m
 		if !ok {
 			return
 		}
+		m.mu.Lock()
+		m.busy = true
+		m.mu.Unlock()
+		defer func() {
+			m.mu.Lock()
+			m.busy, m.last = false, time.Now()
+			m.mu.Unlock()
+		}()
 		ev.PromptID = term.PromptID(token, ev.PromptID)
 		ev.Sender = a.cfg.Name
 		if ev.State == messages.LedgerTrained {
@@ -108,7 +135,6 @@ func (a *Agent) mirrorLedger(n *Node, token uint64, report func(term.Input)) (*m
 		}
 		m.mu.Lock()
 		m.recorded++
-		m.last = time.Now()
 		m.mu.Unlock()
 		report(w)
 	})

@@ -330,6 +330,9 @@ func (r *termRun) save(ctx context.Context, tp term.Progress) {
 // reported.
 func (r *termRun) finish(ctx context.Context) {
 	r.stopPipeline()
+	if r.mirror != nil {
+		r.mirror.wait(mirrorWithin) // its last write lands before the sweep
+	}
 	// The last steps' trained marks first: the sweep below would take
 	// their prompts, still unmarked, for prompts in flight.
 	r.a.waitMarks(markWithin)
