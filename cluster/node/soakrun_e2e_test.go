@@ -27,6 +27,7 @@ const (
 	soakFirstStep = 240 * time.Second
 	soakMoment    = 180 * time.Second
 	soakRejoin    = 120 * time.Second
+	soakRestart   = 180 * time.Second
 	soakFinish    = 600 * time.Second
 )
 
@@ -379,27 +380,38 @@ func (r *soakRun) disarm(p *soakProc) {
 func (r *soakRun) restart(name string, wait bool) bool {
 	i := int(name[1] - '1')
 	var p *soakProc
-	ok := r.waitUntil(60*time.Second, func() bool {
-		p = r.startNode(i)
-		deadline := time.Now().Add(30 * time.Second)
-		for time.Now().Before(deadline) {
+	// One process at a time: one that exits saying its name is still
+	// held (the dead claim's TTL runs on) is started again after a pause;
+	// one that is starting is waited for — a node that rejoins a cluster
+	// short of a JetStream quorum waits for its meta leader and its name
+	// claim (up to 90 s by design).
+	deadline := time.Now().Add(soakRestart)
+	for p == nil {
+		c := r.startNode(i)
+		up := r.waitUntil(time.Until(deadline), func() bool {
 			select {
-			case <-p.exited:
-				p.dead, r.live[i] = true, nil
-				time.Sleep(500 * time.Millisecond) // the dead claim's TTL runs on
-				return false
+			case <-c.exited:
+				return true
 			default:
 			}
-			if strings.Contains(p.out.String(), "node "+name+": gossip ") {
-				return true
+			return strings.Contains(c.out.String(), "node "+name+": gossip ")
+		})
+		select {
+		case <-c.exited:
+			c.dead, r.live[i] = true, nil
+			if !strings.Contains(c.errOut.String()+c.out.String(), "name in use") || time.Now().After(deadline) {
+				r.res.other = fmt.Sprintf("restart of %s failed: it exited", name)
+				return false
 			}
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(500 * time.Millisecond) // a pause before the next try: the dead claim's TTL runs on
+			continue
+		default:
 		}
-		return false
-	})
-	if !ok {
-		r.res.other = "restart of " + name + " failed"
-		return false
+		if !up {
+			r.res.other = fmt.Sprintf("restart of %s failed: not in gossip %s after", name, soakRestart)
+			return false
+		}
+		p = c
 	}
 	r.note("restarted %s", name)
 	if !wait {
