@@ -124,8 +124,10 @@ type e2eCluster struct {
 	nats string
 	// yaml is appended to every node's config file.
 	yaml string
-	// starts counts the nodes started (each start its own events file).
-	starts int
+	// starts counts the nodes started (each start its own events file);
+	// started: the nodes started at least once.
+	starts  int
+	started map[int]bool
 	// extra, when set, gives node i's further flags (the secure
 	// walkthrough's TLS, route auth and role permissions).
 	extra func(i int) []string
@@ -176,9 +178,25 @@ func (c *e2eCluster) start(i int, roles string) *proc {
 	} else {
 		args = append(args, "--nats", c.nats)
 	}
-	if i > 0 {
+	// n2 and n3 join n1 at first; a node started again (after a kill)
+	// joins whichever of the others answers — n1 may be the dead one, and
+	// a restarted n1 that joined nobody would gossip alone.
+	if c.started == nil {
+		c.started = map[int]bool{}
+	}
+	switch {
+	case c.started[i]:
+		var others []string
+		for j := range 3 {
+			if j != i {
+				others = append(others, c.gossip(j))
+			}
+		}
+		args = append(args, "--join", strings.Join(others, ","))
+	case i > 0:
 		args = append(args, "--join", c.gossip(0))
 	}
+	c.started[i] = true
 	if c.extra != nil {
 		args = append(args, c.extra(i)...)
 	}
