@@ -8,6 +8,7 @@ import (
 
 	"github.com/asyncrl/asyncrl/cluster/term"
 	"github.com/asyncrl/asyncrl/cluster/termwatch"
+	"github.com/asyncrl/asyncrl/messages"
 )
 
 // tnode is a trainer node: its term core, its lease elector and, while it
@@ -32,6 +33,17 @@ type tnode struct {
 	leaseCut, storeCut int
 
 	pipe *pipe
+	// marks: this node's trained marks not written yet; marksWait: what
+	// waits for them (a sweep, as the agent's waitMarks); claimed: the
+	// claim whose requeue has not run yet (checkClaim judges it then).
+	marks     int
+	marksWait []func()
+	claimed   *term.ProgressClaimed
+	// blocked: the shell waits in a sweep for the marks, as the agent's
+	// loop does; inputs wait in inbox meanwhile, and the core is not
+	// ticked.
+	blocked bool
+	inbox   []term.Input
 }
 
 // pipe is a term's pipeline, minimal: its controller's groups, its
@@ -42,6 +54,9 @@ type pipe struct {
 	base    term.Progress
 	steps   int64
 	stopped bool
+	// stalled: its start hangs (a start-stall fault): it never listens,
+	// never reports started, and its engines never get a LoadWeights.
+	stalled bool
 	// groups: group → state, for the groups taken in this term.
 	groups   map[string]*pgroup
 	finished []*pgroup // delivered, not trained yet
@@ -53,6 +68,10 @@ type pipe struct {
 	regAt   map[string]time.Duration
 	targets []target
 	aborted map[string]int
+	// mq: the events its ledger mirror has yet to record; mbusy: one is
+	// being written (failover_ledger.go).
+	mq    []ledgerEvent
+	mbusy bool
 }
 
 type target struct {
@@ -72,8 +91,10 @@ func (n *tnode) boot() {
 	w := n.w
 	n.alive, n.inc = true, n.inc+1
 	n.leader, n.token, n.pipe, n.slowNotice, n.leaseCut, n.storeCut = false, 0, nil, 0, 0, 0
+	n.marks, n.marksWait, n.claimed, n.blocked, n.inbox = 0, nil, nil, false, nil
 	c, err := term.New(term.Config{Node: n.name, Run: runID, Steps: int64(w.cfg.Steps), Checkpoints: true,
-		Watch: termwatch.Config{StallAfter: 3 * w.cfg.ProgressBound, UnhealthyAfter: termwatch.DefaultConfig().UnhealthyAfter},
+		Watch: termwatch.Config{StallAfter: 3 * w.cfg.ProgressBound, UnhealthyAfter: termwatch.DefaultConfig().UnhealthyAfter,
+			StartAfter: w.cfg.ProgressBound / 2},
 		Plant: w.plant()})
 	if err != nil {
 		panic(fmt.Sprintf("sim: failover: term config: %v", err))
@@ -82,7 +103,12 @@ func (n *tnode) boot() {
 	w.logf("%s: up (incarnation %d)", n.name, n.inc)
 	w.gossip(200*msec, time.Second)
 	n.loop(w.jitter(0, electorEvery), electorEvery, n.elect)
-	n.loop(w.jitter(0, tickEvery), tickEvery, func() { n.core.Tick(w.now()); n.drain(nil) })
+	n.loop(w.jitter(0, tickEvery), tickEvery, func() {
+		if !n.blocked {
+			n.core.Tick(w.now())
+			n.drain(nil)
+		}
+	})
 	n.loop(observeEvery, observeEvery, func() { n.step(term.ProgressObserved{Progress: w.store.prog}) })
 }
 
@@ -159,10 +185,27 @@ func (n *tnode) notice(in term.LeaseChanged) {
 	n.later(at-w.clock, "", func() { n.step(in) })
 }
 
-// step feeds one input to the core and applies its Ready.
+// step feeds one input to the core and applies its Ready (once the
+// shell is not blocked in a sweep).
 func (n *tnode) step(in term.Input) {
+	if n.blocked {
+		n.inbox = append(n.inbox, in)
+		return
+	}
 	n.core.Step(n.w.now(), in)
 	n.drain(in)
+}
+
+// unblock: the sweep is done; the inputs that waited are stepped, in
+// order, until one blocks the shell again.
+func (n *tnode) unblock() {
+	n.blocked = false
+	for len(n.inbox) > 0 && !n.blocked && n.w.violation == nil {
+		in := n.inbox[0]
+		n.inbox = n.inbox[1:]
+		n.core.Step(n.w.now(), in)
+		n.drain(in)
+	}
 }
 
 func (n *tnode) drain(in term.Input) {
@@ -178,18 +221,19 @@ func (n *tnode) drain(in term.Input) {
 	}
 	tok, _ := n.core.Holding()
 	w.checkReady(n, in, r)
-	for _, e := range r.Effects {
-		if w.violation != nil {
-			break
-		}
-		n.apply(e, tok)
-	}
+	n.applyAll(r.Effects, tok)
 	n.core.Advance()
 	switch v := in.(type) {
 	case term.MembersChanged:
 		w.checkDeadNodes(n, v)
 	case term.ProgressClaimed:
-		w.checkClaim(n, v)
+		// Judged once the claim's requeue is done (it waits for the
+		// node's trained marks), or now when it asked for none.
+		if !slices.ContainsFunc(r.Effects, isRequeue) {
+			w.checkClaim(n, v)
+		} else {
+			n.claimed = &v
+		}
 	}
 }
 
@@ -245,32 +289,20 @@ func (n *tnode) applyDurable(e term.Effect, tok uint64) bool {
 		n.storeOp(fmt.Sprintf("save step %d token %d", p.Step, p.Token), func() { n.save(p) },
 			func() { n.step(term.SaveFailed{Token: p.Token, Step: p.Step, Err: "store unreachable"}) })
 	case term.MarkTrained:
-		w.markTrained(n, v)
+		w.markTrained(n, v, tok)
 	case term.RequeueNode:
-		count := 0
-		for _, id := range slices.Sorted(maps.Keys(w.ledger)) {
-			if pr := w.ledger[id]; pr.owner == v.Node {
-				w.requeue(pr, "requeue node "+v.Node)
-				count++
-			}
-		}
+		count := w.sweep(n.name, "requeue node "+v.Node, func(e *foEntry) bool { return e.ent.Sender == v.Node },
+			func(uint64) bool { return false })
+		n.claimSwept()
 		n.later(w.jitter(msec, 20*msec), "", func() { n.step(term.NodeRequeued{Token: tok, Node: v.Node, Count: count}) })
 	case term.RequeueStale:
-		count := 0
-		for _, id := range slices.Sorted(maps.Keys(w.ledger)) {
-			if pr := w.ledger[id]; pr.inFlight() && pr.token < v.Token {
-				w.requeue(pr, fmt.Sprintf("terms before token %d", v.Token))
-				count++
-			}
-		}
+		older := func(t uint64) bool { return t < v.Token }
+		count := w.sweep(n.name, fmt.Sprintf("terms before token %d", v.Token), func(e *foEntry) bool { return older(e.token) }, older)
+		n.claimSwept()
 		n.later(w.jitter(msec, 20*msec), "", func() { n.step(term.StaleRequeued{Token: tok, Count: count}) })
 	case term.Finish:
 		w.logf("%s: run finished (token %d)", n.name, v.Token)
-		for _, id := range slices.Sorted(maps.Keys(w.ledger)) {
-			if pr := w.ledger[id]; pr.inFlight() {
-				w.requeue(pr, "run finished")
-			}
-		}
+		w.sweep(n.name, "run finished", func(*foEntry) bool { return true }, func(uint64) bool { return false })
 	default:
 		return false
 	}
@@ -343,6 +375,10 @@ func (n *tnode) startPipeline(v term.StartPipeline) {
 	}
 	n.pipe = p
 	w.logf("%s: pipeline %s from step %d version %d for %d steps", n.name, v.Term, v.From.Step, v.From.Version, v.Steps)
+	if p.stalled = w.startStalls > 0; p.stalled {
+		w.logf("%s: the start of %s hangs", n.name, v.Term)
+		return
+	}
 	n.later(w.jitter(5*msec, 50*msec), "", func() {
 		n.step(term.RouterListening{Token: v.Token, URL: "http://" + n.name + "/router"})
 		n.step(term.PipelineStarted{Token: v.Token})
@@ -367,7 +403,7 @@ func (n *tnode) addEngines(v term.AddEngines) {
 func (n *tnode) sendLoadWeights(v term.SendLoadWeights, tok uint64) {
 	w := n.w
 	r := w.rolloutByEngine(v.Engine)
-	if r == nil {
+	if r == nil || n.pipe != nil && n.pipe.stalled {
 		return
 	}
 	w.logf("%s: LoadWeights %s version %d token %d", n.name, v.Engine, v.Version, tok)
@@ -391,9 +427,10 @@ func (n *tnode) abort(v term.AbortGroups) {
 			continue // finished before it died: the trainer has it
 		}
 		pg.state = "aborted"
-		if pr := w.ledger[pg.prompt]; pr.group == pg.id && pr.token == p.token && p.token == w.store.claimed {
-			w.requeue(pr, "dead node "+v.Node)
-		}
+		// The controller requeues it: its mirror records the requeue
+		// after the group's consumed event.
+		p.record(ledgerEvent{pr: w.ledger[pg.prompt], token: p.token, state: messages.LedgerRequeued, attempt: pg.attempt,
+			group: pg.id, why: "dead node " + v.Node})
 	}
 }
 
@@ -551,9 +588,8 @@ func (r *rnode) pull() {
 	p.groups[g.id] = g
 	r.running = append(r.running, g)
 	w.logf("%s: runs %s for term %d", r.name, g.id, p.token)
-	tok := p.token
-	att := term.PromptAttempt{Prompt: pr.id, Group: g.id, Attempt: int32(pr.attempt)}
-	n.later(w.jitter(5*msec, 100*msec), "", func() { n.step(term.PromptConsumed{Token: tok, Attempt: att}) })
+	// The controller's consumed event goes to the term's ledger mirror.
+	p.record(ledgerEvent{pr: pr, token: p.token, state: messages.LedgerConsumed, attempt: pr.attempt, group: g.id})
 	r.status(false)
 	inc := r.inc
 	w.after(w.jitter(200*msec, 1200*msec), "", func() {
@@ -646,5 +682,71 @@ func (w *fo) lossy(fn func()) {
 	}
 	for range copies {
 		w.after(d, "", fn)
+	}
+}
+
+// applyAll applies a Ready's effects in order. A sweep (the requeues, the
+// run's finish) first waits for this node's trained marks, as the
+// agent's waitMarks does — holding up the effects after it, as the
+// agent's loop is held.
+func (n *tnode) applyAll(effects []term.Effect, tok uint64) {
+	w := n.w
+	for i, e := range effects {
+		if w.violation != nil {
+			return
+		}
+		if _, fin := e.(term.Finish); (isRequeue(e) || fin) && n.marks > 0 {
+			rest, inc := effects[i:], n.inc
+			n.blocked = true
+			n.afterMarks(func() {
+				if n.alive && n.inc == inc {
+					n.blocked = false
+					n.applyAll(rest, tok)
+					if !n.blocked {
+						n.unblock()
+					}
+				}
+			})
+			return
+		}
+		n.apply(e, tok)
+	}
+}
+
+func isRequeue(e term.Effect) bool {
+	switch e.(type) {
+	case term.RequeueStale, term.RequeueNode:
+		return true
+	}
+	return false
+}
+
+// afterMarks runs fn once this node's trained marks are written (a sweep
+// would take their prompts, still unmarked, for prompts in flight).
+func (n *tnode) afterMarks(fn func()) {
+	if n.marks == 0 {
+		fn()
+		return
+	}
+	n.marksWait = append(n.marksWait, fn)
+}
+
+// markDone: one trained mark written (or dropped with its node).
+func (n *tnode) markDone() {
+	if n.marks--; n.marks > 0 {
+		return
+	}
+	wait := n.marksWait
+	n.marksWait = nil
+	for _, fn := range wait {
+		fn()
+	}
+}
+
+// claimSwept: the claim's requeue ran; judge the claim now.
+func (n *tnode) claimSwept() {
+	if v := n.claimed; v != nil {
+		n.claimed = nil
+		n.w.checkClaim(n, *v)
 	}
 }

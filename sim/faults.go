@@ -56,13 +56,22 @@ const (
 	// FaultLossy: LoadWeights, their acks and periodic rollout statuses are
 	// lost, duplicated or delayed.
 	FaultLossy FaultKind = "lossy-messages"
+	// FaultLedgerElection: the server that led the durable prompt
+	// ledger's stream died; for 4–9 s its followers answer reads and
+	// every write waits for the new leader (issue 37). A rollout node's
+	// kill brings one too when its server led the stream (drawn).
+	FaultLedgerElection FaultKind = "ledger-election"
+	// FaultStartStall: a term claimed meanwhile never starts (its start
+	// hangs: no router, its engines never load version 0), even after the
+	// fault ends — until its watch steps it down (issue 37).
+	FaultStartStall FaultKind = "start-stall"
 )
 
 // FaultKinds lists every kind, for summaries.
 var FaultKinds = []FaultKind{FaultEngineCrash, FaultEngineRestart, FaultEngineHang, FaultEngineSlowdown,
 	FaultStaleMetrics, FaultCorruptDelta, FaultTrainerCrash, FaultPublisherCrash, FaultCtlCrash, FaultMsgDrop,
 	FaultMsgDuplicate, FaultMsgDelay, FaultMsgReorder, FaultPartition, FaultStreamLoss,
-	FaultHolderKill, FaultRolloutKill, FaultLeaseCut, FaultStoreCut, FaultZombie, FaultLossy}
+	FaultHolderKill, FaultRolloutKill, FaultLeaseCut, FaultStoreCut, FaultZombie, FaultLossy, FaultLedgerElection, FaultStartStall}
 
 var processFaults = []FaultKind{FaultEngineCrash, FaultEngineRestart, FaultEngineHang, FaultEngineSlowdown,
 	FaultStaleMetrics, FaultCorruptDelta, FaultTrainerCrash, FaultPublisherCrash, FaultCtlCrash, FaultStreamLoss}

@@ -85,6 +85,14 @@ type Options struct {
 	// holds exactly that version (version is this run's, counted from 0;
 	// the cluster agent checkpoints it there); an error fails the step.
 	AfterStep func(ctx context.Context, tr *policy.Trainer, version int64) error
+	// OnStartPhase, when set, hears each phase Start reaches (the cluster
+	// agent's term reports them to its core: a start that stalls is
+	// reported with the last phase it reached).
+	OnStartPhase func(phase string)
+	// BeforeAnnounce, when set (tests: the cluster agent's hold points),
+	// runs once each version's weights are written and before the engines
+	// and the router hear of it (version is this run's).
+	BeforeAnnounce func(version int64)
 	// RouterListen is the router's address (host:port; default
 	// 127.0.0.1:0). Rollout actors on other machines need a reachable one;
 	// off loopback RouterAdminToken is required (the admin API).
@@ -269,6 +277,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	if err := n.startBus(ctx); err != nil {
 		return err
 	}
+	n.phase("streams created")
 	ptr, err := n.newTrainerPolicy()
 	if err != nil {
 		return err
@@ -277,13 +286,16 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	n.phase("trainer restored, version 0 saved")
 	if err := n.startServing(ctx, initial); err != nil {
 		return err
 	}
+	n.phase("router listening")
 	tpub, err := n.startPublisher(ctx, baseDir, ptr)
 	if err != nil {
 		return err
 	}
+	n.phase("weights published as version 0, engines registered")
 	if n.sys, err = actors.NewSystem(actors.SystemConfig{Logger: n.opts.Logger, RunID: n.cfg.Run.ID, Registerer: n.reg}); err != nil {
 		return err
 	}
@@ -302,7 +314,15 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	if err := n.startMetrics(); err != nil {
 		return err
 	}
+	n.phase("actors started, waiting for an engine to serve version 0")
 	return n.startController(ctx, fcfg)
+}
+
+// phase reports a phase of Start (Options.OnStartPhase).
+func (n *Node) phase(p string) {
+	if n.opts.OnStartPhase != nil {
+		n.opts.OnStartPhase(p)
+	}
 }
 
 // clusterRetry runs f once, or, in a cluster term, retries it for 30 s:

@@ -66,6 +66,7 @@ func (n *Node) startBus(ctx context.Context) (err error) {
 	if n.bus, err = natsbus.Connect(ctx, bopts); err != nil {
 		return fmt.Errorf("node: bus: %w", err)
 	}
+	n.phase("bus connected")
 	// The prompt ledger is durable: every PromptLedger, GroupAccepted and
 	// GroupRequeued lands in JetStream as well as on the live subjects.
 	// A cluster term replicates it (and the trajectory buffer) like the
@@ -78,6 +79,7 @@ func (n *Node) startBus(ctx context.Context) (err error) {
 	}); err != nil {
 		return fmt.Errorf("node: ledger stream: %w", err)
 	}
+	n.phase("ledger stream created")
 	// The trajectory buffer: finished groups wait in JetStream until the
 	// sampling actor has judged them. In memory: it only has to outlive a
 	// restart of the actors, not of the embedded server.
