@@ -79,9 +79,17 @@ type StepRecord struct {
 	TrainTime     time.Duration
 	PublishTime   time.Duration
 	Done          time.Time
-	// GroupIDs are the groups the step trained (the TrainBatch's).
+	// GroupIDs are the groups the step trained (the TrainBatch's). Only
+	// the newest GroupIDsKept records keep them (Actor.Steps): a run of
+	// days must not hold every group id it ever trained.
 	GroupIDs []string
 }
+
+// GroupIDsKept is how many of the newest step records keep their
+// GroupIDs; older ones have them dropped (issue 37: per-step state stays
+// O(1) per step). A reader of GroupIDs (the cluster agent's term feeds
+// each new step to its core) reads a step long before it is this old.
+const GroupIDsKept = 64
 
 // Actor is the trainer actor: it trains each TrainBatch with its Stepper
 // (the built-in trainer, or the exec backend's child process), publishes
@@ -159,11 +167,29 @@ func (a *Actor) Stop(ctx context.Context) error {
 	}
 }
 
-// Steps returns the trained steps so far.
+// Steps returns the trained steps so far (a copy: O(steps); for a poll
+// use StepCount and StepsSince).
 func (a *Actor) Steps() []StepRecord {
+	return a.StepsSince(0)
+}
+
+// StepCount is the number of trained steps so far.
+func (a *Actor) StepCount() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return append([]StepRecord(nil), a.steps...)
+	return len(a.steps)
+}
+
+// StepsSince returns the trained steps from index i on (a copy of the
+// records after the first i): what a poller that has seen i records has
+// not seen yet. Empty when i ≥ StepCount.
+func (a *Actor) StepsSince(i int) []StepRecord {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if i >= len(a.steps) {
+		return nil
+	}
+	return append([]StepRecord(nil), a.steps[max(i, 0):]...)
 }
 
 // Err returns the error that stopped training, if any.
@@ -228,6 +254,9 @@ func (a *Actor) step(tb messages.TrainBatch) error {
 		TrainTime: t1.Sub(t0), PublishTime: time.Since(t1), Done: time.Now()}
 	a.mu.Lock()
 	a.steps = append(a.steps, rec)
+	if old := len(a.steps) - 1 - GroupIDsKept; old >= 0 {
+		a.steps[old].GroupIDs = nil
+	}
 	a.mu.Unlock()
 	if a.cfg.Subjects.Weights != "" {
 		a.send(a.cfg.Subjects.Weights, messages.WeightsPublished{Header: a.header(st.Version), BaseVersion: st.Version,

@@ -82,7 +82,9 @@ func (n *Node) startBus(ctx context.Context) (err error) {
 	// sampling actor has judged them. In memory: it only has to outlive a
 	// restart of the actors, not of the embedded server.
 	if err = n.clusterRetry(ctx, func() (err error) {
-		n.groupStream, err = n.bus.Stream(ctx, rollouthost.GroupStream(cfg.Run.ID, n.subj.groupsReady, n.streamReplicas()))
+		gs := rollouthost.GroupStream(cfg.Run.ID, n.subj.groupsReady, n.streamReplicas())
+		gs.Duplicates = n.opts.GroupDuplicates
+		n.groupStream, err = n.bus.Stream(ctx, gs)
 		return err
 	}); err != nil {
 		return fmt.Errorf("node: trajectory buffer stream: %w", err)
