@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/asyncrl/asyncrl/actors/controller"
+	"github.com/asyncrl/asyncrl/actors/filter"
 	"github.com/asyncrl/asyncrl/actors/router/policy"
 	"github.com/asyncrl/asyncrl/actors/sampling"
 	"github.com/asyncrl/asyncrl/cluster/termwatch"
@@ -88,6 +89,8 @@ type rtraj struct {
 	avoid    []string
 	minV     int64
 	reward   float64
+	// masked: every token is out of the loss (an odd group, inputs.go).
+	masked bool
 }
 
 // ctlNode is the control node. Its decisions are the real cores': the
@@ -137,10 +140,17 @@ type ctlNode struct {
 	// Counts for the summary: terms that stepped down (and of them for
 	// no step), unreplicated buffers lost, groups lost with them.
 	stepDowns, noStepDowns, buffersLost, lostGroups int
+	// The retired incarnations' counters (inputs.go: retire): the
+	// controller core's, the staleness violations and future versions
+	// it counted, the sampling core's verdicts.
+	totals                     coreTotals
+	violations, futureVersions int64
+	byReason                   map[filter.Reason]int64
+	invalid                    int64
 }
 
 func newCtl(w *world) (*ctlNode, error) {
-	c := &ctlNode{w: w, bus: w.hub.Connect("ctl"), src: &promptSource{}, led: newLedger()}
+	c := &ctlNode{w: w, bus: w.hub.Connect("ctl"), src: &promptSource{}, led: newLedger(), byReason: map[filter.Reason]int64{}}
 	smp, err := sampling.New(sampling.Config{Filter: c.filterConfig(), RunID: runID, Sender: "ctl",
 		Kept: subjKept, Filtered: subjFiltered})
 	if err != nil {
@@ -158,9 +168,7 @@ func newCtl(w *world) (*ctlNode, error) {
 // every engine unknown (version 0, heard now).
 func (c *ctlNode) newRouter() error {
 	w := c.w
-	rc := policy.DefaultConfig()
-	rc.SweepInterval = 10 * time.Second
-	rt, err := policy.New(rc, w.rng)
+	rt, err := policy.New(w.in.router, w.rng)
 	if err != nil {
 		return err
 	}
@@ -198,6 +206,9 @@ func (c *ctlNode) on(h func(messages.Message)) func(messages.Message) {
 
 // crash loses everything but the durable ledger.
 func (c *ctlNode) crash() {
+	if c.down == 0 {
+		c.retire()
+	}
 	c.down++
 	c.inc++
 }
@@ -521,23 +532,32 @@ func (c *ctlNode) abortGroup(g *rgroup, why string) {
 	}
 	delete(c.groups, g.id)
 	w.logf("ctl: abort %s: %s", g.id, why)
-	c.stepCore(messages.EpisodeAborted{Header: messages.Header{RunID: runID, Sender: "ctl"},
-		PromptID: g.prompt, GroupID: g.id, Reason: why})
+	for range c.abortReports(g) {
+		c.stepCore(messages.EpisodeAborted{Header: messages.Header{RunID: runID, Sender: "ctl"},
+			PromptID: g.prompt, GroupID: g.id, Reason: why})
+	}
 }
 
 // encodeBatch packs the groups' trajectories (tokens, loss mask, policy
 // version per token) as an Arrow IPC token batch, as a rollout actor
 // hands a finished group on.
-func encodeBatch(groups ...*rgroup) ([]byte, error) {
-	tb, err := messages.NewTokenBatch(messages.BatchSpec{})
+func encodeBatch(tokenRewards bool, groups ...*rgroup) ([]byte, error) {
+	tb, err := messages.NewTokenBatch(messages.BatchSpec{TokenRewards: tokenRewards})
 	if err != nil {
 		return nil, err
 	}
 	for _, g := range groups {
 		for _, t := range g.trajs {
-			if err := tb.Append(messages.Trajectory{ID: t.id, GroupID: g.id, Reward: float32(t.reward),
+			tr := messages.Trajectory{ID: t.id, GroupID: g.id, Reward: float32(t.reward),
 				PromptLen: int32(t.promptN), TokenIDs: t.ctx, Logprobs: make([]float32, len(t.ctx)),
-				LossMask: t.mask, PolicyVersions: t.vers}); err != nil {
+				LossMask: t.mask, PolicyVersions: t.vers}
+			if tokenRewards {
+				// The reward on the last token, zeros before: the sum is
+				// the trajectory's reward.
+				tr.TokenRewards = make([]float32, len(t.ctx))
+				tr.TokenRewards[len(t.ctx)-1] = float32(t.reward)
+			}
+			if err := tb.Append(tr); err != nil {
 				return nil, err
 			}
 		}

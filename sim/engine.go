@@ -39,6 +39,8 @@ type engineNode struct {
 	loadedSum string
 
 	down, hung, slow, frozen, corrupt int
+	// left counts engine-leave faults in progress (out of the fleet).
+	left int
 	updating, paused, stepping        bool
 	stalled                           func()
 	frozenLoad                        *messages.EngineLoad

@@ -41,7 +41,12 @@ type pubNode struct {
 	bus     *memhub.Bus
 	tr      *publisher.Tracker
 	lastCmd map[string]time.Duration
-	down    int
+	// routerMin is the minimum version the router was told: raised to
+	// the tracker's MinRoutable only once some engine serves it, never
+	// to a fleet with nothing routable (actors/publisher/shell's
+	// raiseMinLocked).
+	routerMin int64
+	down      int
 	// armed holds the publisher-crash faults waiting for the next publish,
 	// oldest first; each crash consumes one and schedules its restart.
 	armed []func()
@@ -57,7 +62,9 @@ func newPub(w *world) (*pubNode, error) {
 }
 
 func (p *pubNode) rebuild() error {
-	tr, err := publisher.New(publisher.Config{MaxLag: p.w.wl.MaxLag, BaseBytes: 8 << 20})
+	tc := publisher.DefaultConfig()
+	tc.MaxLag, tc.BaseBytes = p.w.wl.MaxLag, 8<<20
+	tr, err := publisher.New(tc)
 	if err != nil {
 		return err
 	}
@@ -67,7 +74,7 @@ func (p *pubNode) rebuild() error {
 			return err
 		}
 	}
-	p.tr, p.lastCmd = tr, map[string]time.Duration{}
+	p.tr, p.lastCmd, p.routerMin = tr, map[string]time.Duration{}, 0
 	return nil
 }
 
@@ -97,8 +104,27 @@ func (p *pubNode) heartbeat() {
 }
 
 func (p *pubNode) sendMin() {
+	p.raiseMin()
 	p.w.send(p.bus, subjMinVersion, messages.MinVersionSet{Header: messages.Header{RunID: runID, Sender: "pub", Version: p.tr.Target()},
-		MinVersion: p.tr.MinRoutable()})
+		MinVersion: p.routerMin})
+}
+
+// raiseMin moves the router's minimum up to the tracker's once some
+// engine is routable at it.
+func (p *pubNode) raiseMin() {
+	if m := p.tr.MinRoutable(); m > p.routerMin && len(p.tr.RoutableEngines()) > 0 {
+		p.routerMin = m
+	}
+}
+
+// leave forgets an engine taken out of the fleet (the shell's Leave); it
+// joins again through its acks when it is back.
+func (p *pubNode) leave(engine string) {
+	if p.down > 0 {
+		return
+	}
+	p.tr.Leave(engine)
+	delete(p.lastCmd, engine)
 }
 
 func (p *pubNode) onStepDone(m messages.StepDone) {
@@ -160,6 +186,13 @@ func (p *pubNode) sendLoad(engine string, plan publisher.Plan) {
 	if plan.Full != publisher.NoVersion {
 		m.Format, m.BaseVersion = messages.WeightsFull, plan.Full
 	}
+	// The engine's receiver starts on the plan's target (the shell's
+	// Fetching; one already serving it is left as it is).
+	if err := p.tr.Fetching(engine, plan.Target); err != nil {
+		w.fail(InvProtocol, "publisher: fetching: %v", err)
+		return
+	}
+	w.logf("pub: LoadWeights %s %s", engine, plan)
 	p.lastCmd[engine] = w.now()
 	w.send(p.bus, subjLoad(engine), m)
 }

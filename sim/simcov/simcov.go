@@ -63,6 +63,10 @@ type Options struct {
 	Go string
 	// Timeout bounds the go test run (default 2h).
 	Timeout time.Duration
+	// FromProfile, when set, runs nothing: it reads this profile (a
+	// measurement's Profile) and reports on it against the sources under
+	// Root — to revisit a measurement, e.g. one of an older tree.
+	FromProfile string
 }
 
 // Block is one coverage block of a core.
@@ -210,7 +214,7 @@ func FindRoot(dir string) (string, error) {
 // Measure builds sim's coverage driver with -coverpkg over every core,
 // runs it and reads the profile.
 func Measure(o Options) (Report, error) {
-	if o.Seeds <= 0 {
+	if o.Seeds <= 0 && o.FromProfile == "" {
 		return Report{}, fmt.Errorf("simcov: Seeds %d: want ≥ 1", o.Seeds)
 	}
 	o.Steps = cmpOr(o.Steps, 10)
@@ -242,6 +246,9 @@ func Measure(o Options) (Report, error) {
 		wd, _ := os.Getwd()
 		prof = filepath.Join(wd, prof)
 	}
+	if o.FromProfile != "" {
+		return analyze(o.Root, o.FromProfile, Report{Seeds: o.Seeds, Steps: o.Steps, Scenarios: o.Scenarios})
+	}
 	var pkgs []string
 	for _, c := range Cores {
 		for _, d := range c.Dirs {
@@ -262,20 +269,28 @@ func Measure(o Options) (Report, error) {
 			rep.Failures = append(rep.Failures, strings.TrimSpace(l))
 		}
 	}
+	if _, err := os.Stat(prof); err != nil {
+		return rep, fmt.Errorf("simcov: the driver wrote no profile (%v): %w\n%s", runErr, err, tail(out, 40))
+	}
+	if runErr != nil && len(rep.Failures) == 0 {
+		return rep, fmt.Errorf("simcov: go test: %w\n%s", runErr, tail(out, 40))
+	}
+	return analyze(o.Root, prof, rep)
+}
+
+// analyze reads a profile into rep's per-core reports.
+func analyze(root, prof string, rep Report) (Report, error) {
 	f, err := os.Open(prof)
 	if err != nil {
-		return rep, fmt.Errorf("simcov: the driver wrote no profile (%v): %w\n%s", runErr, err, tail(out, 40))
+		return rep, fmt.Errorf("simcov: %w", err)
 	}
 	defer f.Close()
 	hits, err := parseProfile(f)
 	if err != nil {
 		return rep, err
 	}
-	if runErr != nil && len(rep.Failures) == 0 {
-		return rep, fmt.Errorf("simcov: go test: %w\n%s", runErr, tail(out, 40))
-	}
 	for _, c := range Cores {
-		cr, err := coreReport(o.Root, c, hits)
+		cr, err := coreReport(root, c, hits)
 		if err != nil {
 			return rep, err
 		}
@@ -391,7 +406,7 @@ func coreReport(root string, c Core, hits map[blockKey]blockVal) (CoreReport, er
 			b := Block{File: rel, StartLine: k.startL, StartCol: k.startC, EndLine: k.endL, EndCol: k.endC, Stmts: v.stmts, Hit: v.hit}
 			b.Func = sf.funcAt(k.startL, k.startC)
 			b.Source = sf.snippet(k)
-			if ex := matchExclusion(b, sf.text(k)); ex != nil {
+			if ex := matchExclusion(b, sf.line(k.startL), sf.text(k)); ex != nil {
 				b.Unreachable = ex.Why
 			}
 			cr.Blocks = append(cr.Blocks, b)
@@ -483,6 +498,14 @@ func (sf *srcFile) funcAt(line, col int) string {
 		}
 	}
 	return "(package level)"
+}
+
+// line is source line l (1-based), "" outside the file.
+func (sf *srcFile) line(l int) string {
+	if l < 1 || l > len(sf.lines) {
+		return ""
+	}
+	return sf.lines[l-1]
 }
 
 // text is the block's source.

@@ -22,6 +22,8 @@ func main() {
 	flag.IntVar(&o.Workers, "workers", 2, "runs at once")
 	flag.StringVar(&o.Profile, "profile", "", "keep the coverage profile at this path (go tool cover -html)")
 	flag.DurationVar(&o.Timeout, "timeout", 3*time.Hour, "limit for the whole measurement")
+	flag.StringVar(&o.FromProfile, "from-profile", "", "run nothing: report on this profile (of -profile) against the sources under -root")
+	flag.StringVar(&o.Root, "root", "", "the module root whose sources the profile is read against (default: the one around the working directory)")
 	details := flag.Bool("details", true, "list the blocks not reached and the ones excluded")
 	flag.Parse()
 	rep, err := simcov.Measure(o)
