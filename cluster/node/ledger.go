@@ -26,15 +26,21 @@ type Ledger struct {
 	kept, dropped, droppedSinceStep int64
 	stalenessMax                    int64
 	// steps are the StepDone messages seen, one compact record each
-	// (O(1) per step: the decoded message's stats map is not kept).
-	steps       []stepSeen
-	subs        []transport.Subscription
-	keptSubject string
+	// (O(1) per step: the decoded message's stats map is not kept), for
+	// a node whose trainer runs elsewhere; with an in-process trainer its
+	// own records are the steps (localTrainer) and only the rollout
+	// tokens at each step are kept (atStep). lastStep is the newest step
+	// seen.
+	steps        []stepSeen
+	atStep       []stepTokens
+	lastStep     int64
+	localTrainer bool
+	subs         []transport.Subscription
+	keptSubject  string
 	// exhausted is the controller's first SamplingExhausted, if any.
 	exhausted *messages.SamplingExhausted
 	// tokens, when set, reads the rollout tokens finished so far; it is
-	// sampled when each StepDone arrives (per-step rollout throughput,
-	// kept in the step's record).
+	// sampled when each StepDone arrives (per-step rollout throughput).
 	tokens func() int64
 	// local are the groups this node's rollout actors published whose
 	// fate (settled) the ledger has not seen yet: what Stop waits for.
@@ -140,11 +146,22 @@ func (l *Ledger) unsettledLocal() []string {
 func (l *Ledger) tokensAt(step int64) (int64, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	i, ok := slices.BinarySearchFunc(l.steps, step, func(s stepSeen, step int64) int { return cmp.Compare(s.step, step) })
-	if !ok || !l.steps[i].hasTokens {
+	i, ok := slices.BinarySearchFunc(l.atStep, step, func(s stepTokens, step int64) int { return cmp.Compare(s.step, step) })
+	if !ok {
 		return 0, false
 	}
-	return l.steps[i].tokens, true
+	return l.atStep[i].tokens, true
+}
+
+// stepTokens are the rollout tokens finished when a step's StepDone arrived.
+type stepTokens struct{ step, tokens int64 }
+
+// trainerInProcess tells the ledger that the node's trainer runs in
+// process: its records are the run's steps, so the ledger keeps none.
+func (l *Ledger) trainerInProcess() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.localTrainer = true
 }
 
 func (l *Ledger) get(id string) *GroupRecord {
@@ -238,12 +255,14 @@ func (l *Ledger) observe(m *transport.Msg) {
 		}
 	case messages.StepDone:
 		// A re-announced step (redelivered TrainBatch) is recorded once.
-		if n := len(l.steps); n == 0 || v.Step > l.steps[n-1].step {
-			s := seeStep(v, time.Now())
-			if l.tokens != nil {
-				s.tokens, s.hasTokens = l.tokens(), true
+		if v.Step > l.lastStep {
+			l.lastStep = v.Step
+			if !l.localTrainer {
+				l.steps = append(l.steps, seeStep(v, time.Now()))
 			}
-			l.steps = append(l.steps, s)
+			if l.tokens != nil {
+				l.atStep = append(l.atStep, stepTokens{v.Step, l.tokens()})
+			}
 			l.step = max(l.step, v.Step)
 			l.prune()
 		}
@@ -269,8 +288,6 @@ type stepSeen struct {
 	reward, loss                   float64
 	entropy, gradNorm, mismatch    float64
 	kl, clipFrac, mismatchSame     float64
-	tokens                         int64 // rollout tokens finished by then (hasTokens)
-	hasTokens                      bool
 	trainTokens, sameVersionTokens int64
 	trajectories, microbatches     int32
 	stalenessMax                   int32

@@ -225,11 +225,16 @@ func (n *Node) startTrainer(ctx context.Context, ptr *policy.Trainer, tpub train
 		}
 		return nil
 	case config.BackendExec:
-		n.tr, err = n.startExecTrainer(ctx, ptr.ServingCopy(), tpub, tc)
+		if n.tr, err = n.startExecTrainer(ctx, ptr.ServingCopy(), tpub, tc); err == nil {
+			n.ledger.trainerInProcess()
+		}
 		return err
 	default:
 		tc.VersionBase = ptr.Version()
 		n.tr, err = trainer.Start(n.bus, ptr, tpub, tc)
+		if err == nil {
+			n.ledger.trainerInProcess()
+		}
 		return err
 	}
 }

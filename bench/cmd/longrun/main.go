@@ -84,7 +84,8 @@ func main() {
 		cfg.Trainer.MaxStalenessSteps, cfg.Engines.Count, cfg.Filter.Mode, *steps, runtime.GOMAXPROCS(0))
 	fmt.Printf("%8s %10s %10s %12s %10s\n", "step", "RSS MB", "heap MB", "heap objects", "elapsed")
 	start := time.Now()
-	var rssRef, rssLast float64
+	var rssRef, rssLast, rssMid float64
+	mid := (*steps + *ref) / 2 / *every * *every // a row half way: is the second half flat?
 	opts := node.Options{Logger: zerolog.Nop(), AfterStep: func(_ context.Context, _ *policy.Trainer, v int64) error {
 		s := int(v)
 		if s%*every != 0 && s != *ref && s != *steps {
@@ -99,6 +100,9 @@ func main() {
 		}
 		if s == *steps {
 			rssLast = rss
+		}
+		if s == mid {
+			rssMid = rss
 		}
 		if s%*every == 0 || s == *steps {
 			fmt.Printf("%8d %10.1f %10.1f %12d %10s\n", s, rss, float64(ms.HeapAlloc)/(1<<20), ms.HeapObjects, time.Since(start).Round(time.Second))
@@ -121,6 +125,9 @@ func main() {
 	}
 	growth := 100 * (rssLast - rssRef) / rssRef
 	ok := growth <= *limit
+	if rssMid > 0 && mid > *ref && mid < *steps {
+		fmt.Printf("second half: RSS after step %d %.1f MB vs after step %d %.1f MB: %+.1f %%\n", *steps, rssLast, mid, rssMid, 100*(rssLast-rssMid)/rssMid)
+	}
 	fmt.Printf("verdict: RSS after step %d %.1f MB vs after step %d %.1f MB: %+.1f %% (limit %.0f %%): %s\n",
 		*steps, rssLast, *ref, rssRef, growth, *limit, map[bool]string{true: "PASS", false: "FAIL"}[ok])
 	if !ok || err != nil {
