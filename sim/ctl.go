@@ -176,7 +176,7 @@ func (c *ctlNode) newRouter() error {
 	c.groups, c.trajs = map[string]*rgroup{}, map[string]*rtraj{}
 	for i := 0; i < w.wl.Engines; i++ {
 		id := fmt.Sprintf("e%d", i)
-		if err := rt.AddReplica(id); err != nil {
+		if err := rt.Step(c.t(), policy.AddReplica{URL: id}); err != nil {
 			return err
 		}
 		c.know[id] = &engineKnow{state: policy.Active, lastHeard: w.now()}
@@ -273,14 +273,14 @@ func (c *ctlNode) start() {
 	}))
 	w.subscribe(c.bus, subjLoadAll, c.on(func(m messages.Message) {
 		if l, ok := m.(messages.EngineLoad); ok {
-			_ = c.rt.ObserveMetrics(c.t(), l.Engine, int(l.Waiting), l.KVUsage)
+			c.change(policy.ObserveMetrics{URL: l.Engine, Queue: int(l.Waiting), KVUsage: l.KVUsage})
 		}
 	}))
 	w.subscribe(c.bus, subjAcks, c.on(func(m messages.Message) {
 		if a, ok := m.(messages.EngineVersionAck); ok {
 			if k := c.know[a.Engine]; k != nil && a.Version > k.version {
 				k.version = a.Version
-				_ = c.rt.SetVersion(a.Engine, a.Version)
+				c.change(policy.SetVersion{URL: a.Engine, Version: a.Version})
 			}
 		}
 	}))
@@ -297,7 +297,7 @@ func (c *ctlNode) start() {
 		if mv.MinVersion > c.minVersion {
 			c.minVersion = mv.MinVersion
 			if !w.cfg.has(BugRouterIgnoresGating) {
-				c.rt.SetMinVersion(mv.MinVersion)
+				c.change(policy.RaiseMinVersion{Version: mv.MinVersion})
 			}
 		}
 		if c.recovering {
@@ -327,9 +327,9 @@ func (c *ctlNode) onHealth(h messages.EngineHealth) {
 		k.state = policy.Paused
 	}
 	if c.w.cfg.has(BugRouterIgnoresGating) {
-		_ = c.rt.SetState(h.Engine, policy.Active)
+		c.change(policy.SetState{URL: h.Engine, State: policy.Active})
 	} else {
-		_ = c.rt.SetState(h.Engine, k.state)
+		c.change(policy.SetState{URL: h.Engine, State: k.state})
 	}
 	if h.Healthy {
 		if changed, _ := c.rt.ObserveHealth(h.Engine, true, true); changed {
@@ -344,7 +344,7 @@ func (c *ctlNode) sweep() {
 		now := c.w.now()
 		for _, rv := range c.rt.Replicas() {
 			if k := c.know[rv.URL]; rv.Healthy && now-k.lastHeard > healthTimeout {
-				_ = c.rt.SetHealth(rv.URL, false)
+				c.change(policy.SetHealth{URL: rv.URL, Healthy: false})
 				c.w.logf("ctl: %s silent for %v: unhealthy", rv.URL, (now - k.lastHeard).Round(msec))
 			}
 		}
@@ -411,9 +411,7 @@ func (c *ctlNode) routeTurn(t *rtraj) {
 	if len(t.avoid) >= w.wl.Engines {
 		t.avoid = nil
 	}
-	req := policy.Request{SessionKey: t.id, PromptTokens: len(t.ctx), ExpectedDecodeTokens: t.maxTok[t.turn],
-		PrefixHash: policy.Hash64(t.g.prompt), Avoid: t.avoid}
-	d := c.rt.Route(c.t(), req)
+	d := c.rt.Route(c.t(), c.request(t))
 	if !d.OK() {
 		c.after(routeBackoff, "", func() { c.routeTurn(t) })
 		return

@@ -72,7 +72,7 @@ func (w *world) stalenessConfig() staleness.Config {
 func (c *ctlNode) filterConfig() filter.Config {
 	fc := filter.DefaultConfig()
 	fc.NSamplesPerPrompt, fc.TrainBatchSize = c.w.wl.N, int(c.w.wl.B)
-	fc.Mode, fc.MaxSampleBatches = c.w.in.mode, c.w.in.maxSample
+	fc.Mode, fc.MaxSampleBatches, fc.MinReplaceRatio = c.w.in.mode, c.w.in.maxSample, c.w.in.replaceMin
 	return fc
 }
 

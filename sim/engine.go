@@ -40,11 +40,11 @@ type engineNode struct {
 
 	down, hung, slow, frozen, corrupt int
 	// left counts engine-leave faults in progress (out of the fleet).
-	left int
-	updating, paused, stepping        bool
-	stalled                           func()
-	frozenLoad                        *messages.EngineLoad
-	subjects                          map[transport.EngineTopic]string
+	left                       int
+	updating, paused, stepping bool
+	stalled                    func()
+	frozenLoad                 *messages.EngineLoad
+	subjects                   map[transport.EngineTopic]string
 }
 
 func latencyConfig() latency.Config {

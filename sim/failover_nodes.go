@@ -30,8 +30,20 @@ type tnode struct {
 	noticeAt, gossipAt time.Duration
 	slowNotice         time.Duration
 	leaseCut, storeCut int
+	// stopping: a clean stop is under way (node-stop): the node contends
+	// no more and exits once its core gave the lease up.
+	stopping bool
+	// lastNotice is the elector's newest notice (a later one may coalesce
+	// an undelivered loss with it).
+	lastNotice *pendingNotice
 
 	pipe *pipe
+}
+
+// pendingNotice is an elector notice on its way to the core.
+type pendingNotice struct {
+	in            term.LeaseChanged
+	done, dropped bool
 }
 
 // pipe is a term's pipeline, minimal: its controller's groups, its
@@ -53,6 +65,9 @@ type pipe struct {
 	regAt   map[string]time.Duration
 	targets []target
 	aborted map[string]int
+	// removed: engines taken out of routing, and when (the publisher
+	// hears of it late: failover_extra.go).
+	removed map[string]time.Duration
 }
 
 type target struct {
@@ -72,6 +87,7 @@ func (n *tnode) boot() {
 	w := n.w
 	n.alive, n.inc = true, n.inc+1
 	n.leader, n.token, n.pipe, n.slowNotice, n.leaseCut, n.storeCut = false, 0, nil, 0, 0, 0
+	n.stopping, n.lastNotice = false, nil
 	c, err := term.New(term.Config{Node: n.name, Run: runID, Steps: int64(w.cfg.Steps), Checkpoints: true,
 		Watch: termwatch.Config{StallAfter: 3 * w.cfg.ProgressBound, UnhealthyAfter: termwatch.DefaultConfig().UnhealthyAfter},
 		Plant: w.plant()})
@@ -84,6 +100,7 @@ func (n *tnode) boot() {
 	n.loop(w.jitter(0, electorEvery), electorEvery, n.elect)
 	n.loop(w.jitter(0, tickEvery), tickEvery, func() { n.core.Tick(w.now()); n.drain(nil) })
 	n.loop(observeEvery, observeEvery, func() { n.step(term.ProgressObserved{Progress: w.store.prog}) })
+	n.probeLoop()
 }
 
 // loop runs fn every period while this incarnation lives.
@@ -124,6 +141,9 @@ func (n *tnode) kill() {
 func (n *tnode) elect() {
 	w := n.w
 	l := &w.lease
+	if n.stopping && !n.leader {
+		return // stopping: it contends no more
+	}
 	if n.leaseCut == 0 {
 		switch {
 		case n.leader && l.holder == n.name && l.token == n.token:
@@ -152,11 +172,31 @@ func (n *tnode) lose(why string) {
 
 // notice hands the elector's change to the core, in order, late when the
 // zombie fault is on.
+//
+// Late notices may coalesce: a watcher that reports only the latest state
+// drops a loss not yet delivered when the re-acquisition follows it, so
+// the core sees a new token without a loss in between; and a status may
+// come twice.
 func (n *tnode) notice(in term.LeaseChanged) {
 	w := n.w
 	at := max(w.clock+n.slowNotice, n.noticeAt)
 	n.noticeAt = at
-	n.later(at-w.clock, "", func() { n.step(in) })
+	if last := n.lastNotice; in.Leader && last != nil && !last.in.Leader && !last.done && w.x.chance(w.x.coalesce) {
+		last.dropped = true
+		w.logf("%s: the elector's loss notice coalesces with the re-acquisition (token %d)", n.name, in.Token)
+	}
+	pn := &pendingNotice{in: in}
+	n.lastNotice = pn
+	dup := w.x.chance(w.x.dupNotice)
+	n.later(at-w.clock, "", func() {
+		if pn.done = true; pn.dropped {
+			return
+		}
+		n.step(in)
+		if dup {
+			n.step(in)
+		}
+	})
 }
 
 // step feeds one input to the core and applies its Ready.
@@ -172,8 +212,11 @@ func (n *tnode) drain(in term.Input) {
 		return
 	}
 	for _, e := range r.Events {
+		w.countEvent(e)
 		if e.Kind != term.Ignored {
 			w.logf("%s: %s", n.name, e)
+		} else {
+			w.record(true, "%s: %s", n.name, e)
 		}
 	}
 	tok, _ := n.core.Holding()
@@ -220,6 +263,7 @@ func (n *tnode) apply(e term.Effect, tok uint64) {
 			for _, e := range v.Names {
 				delete(p.router, e)
 				delete(p.regAt, e)
+				p.removedAt(e)
 			}
 		}
 	case term.SendLoadWeights:
@@ -229,6 +273,12 @@ func (n *tnode) apply(e term.Effect, tok uint64) {
 			w.lease.holder = ""
 		}
 		n.leader, n.backoff = false, w.clock+resignBackoff
+		if n.stopping {
+			n.later(0, "", func() {
+				w.logf("%s: stopped", n.name)
+				n.kill()
+			})
+		}
 	case term.Done, term.DeleteTermBucket, term.Prune:
 	}
 }
@@ -246,6 +296,7 @@ func (n *tnode) applyDurable(e term.Effect, tok uint64) bool {
 			func() { n.step(term.SaveFailed{Token: p.Token, Step: p.Step, Err: "store unreachable"}) })
 	case term.MarkTrained:
 		w.markTrained(n, v)
+		n.ledgerWrite(tok)
 	case term.RequeueNode:
 		count := 0
 		for _, id := range slices.Sorted(maps.Keys(w.ledger)) {
@@ -258,7 +309,15 @@ func (n *tnode) applyDurable(e term.Effect, tok uint64) bool {
 	case term.RequeueStale:
 		count := 0
 		for _, id := range slices.Sorted(maps.Keys(w.ledger)) {
-			if pr := w.ledger[id]; pr.inFlight() && pr.token < v.Token {
+			pr := w.ledger[id]
+			if !pr.inFlight() {
+				continue
+			}
+			if t, ok := term.PromptTokenOf(pr.group); !ok || t != pr.token {
+				w.fail(InvProtocol, "ledger: %s in flight names token %d (%v), held by token %d", pr.group, t, ok, pr.token)
+				return true
+			}
+			if pr.token < v.Token {
 				w.requeue(pr, fmt.Sprintf("terms before token %d", v.Token))
 				count++
 			}
@@ -310,9 +369,9 @@ func (n *tnode) claim(tok uint64) {
 	prev := s.prog
 	s.claimed = tok
 	s.prog.Token, s.prog.Holder = tok, n.name
-	cl := s.prog
+	cl := w.claimedProgress(s.prog)
 	w.logf("store: %s claimed token %d at step %d (previous holder %q token %d)", n.name, tok, cl.Step, prev.Holder, prev.Token)
-	n.later(w.jitter(msec, 20*msec), "", func() { n.step(term.ProgressClaimed{Token: tok, Prev: prev, Claimed: cl}) })
+	n.claimAnswered(term.ProgressClaimed{Token: tok, Prev: prev, Claimed: cl})
 }
 
 // save is a fenced progress write.
@@ -399,7 +458,10 @@ func (n *tnode) abort(v term.AbortGroups) {
 
 // deliver: a rollout node's finished group reaches the term's trainer.
 func (p *pipe) deliver(g *pgroup) {
-	if p.stopped || g.state != "running" || p.node.pipe != p {
+	if p.stopped || (g.state != "running" && g.state != "buffered") || p.node.pipe != p {
+		return
+	}
+	if p.bufferWaits(g) {
 		return
 	}
 	g.state = "finished"
@@ -426,11 +488,12 @@ func (p *pipe) train() {
 		}
 		ver := p.base.Version + p.local
 		w.logf("%s: trainer step %d (version %d) of token %d from %v", n.name, p.local, ver, p.token, ids)
-		n.step(term.StepTrained{Token: p.token, Step: p.local, Version: p.local, Groups: ids})
+		n.stepTrained(term.StepTrained{Token: p.token, Step: p.local, Version: p.local, Groups: ids})
 		n.step(term.CheckpointSaved{Token: p.token, Version: p.local, Location: fmt.Sprintf("ckpt/t%d/v%d", p.token, p.local)})
+		n.maybeStopAtLast(p)
 		if !p.stopped {
 			p.targets = append(p.targets, target{w.clock, ver})
-			for _, e := range slices.Sorted(maps.Keys(p.router)) {
+			for _, e := range p.dispatchTo() {
 				n.step(term.EngineTarget{Token: p.token, Engine: e, Version: ver})
 			}
 		}
@@ -445,6 +508,8 @@ type rnode struct {
 	alive bool
 	inc   int
 	slots int
+	// swap: how it came back from an engine-swap (failover_extra.go).
+	swap int
 	// term: the term it serves (from announcements).
 	token  uint64
 	holder *tnode
@@ -456,7 +521,7 @@ type rnode struct {
 	linkAt  time.Duration // FIFO link to the holder
 }
 
-func (r *rnode) engine() string { return r.name + "-e0" }
+func (r *rnode) engine() string { return r.engineName() }
 
 func (w *fo) rolloutByEngine(e string) *rnode {
 	for _, r := range w.rollouts {
@@ -553,7 +618,11 @@ func (r *rnode) pull() {
 	w.logf("%s: runs %s for term %d", r.name, g.id, p.token)
 	tok := p.token
 	att := term.PromptAttempt{Prompt: pr.id, Group: g.id, Attempt: int32(pr.attempt)}
-	n.later(w.jitter(5*msec, 100*msec), "", func() { n.step(term.PromptConsumed{Token: tok, Attempt: att}) })
+	if !n.core.Remote(r.engine()) {
+		w.fail(InvRouting, "%s (%s) routed to %s, not a remote engine of term %d", pr.group, r.name, r.engine(), p.token)
+		return
+	}
+	n.later(w.consumedDelay(), "", func() { n.step(term.PromptConsumed{Token: tok, Attempt: att}) })
 	r.status(false)
 	inc := r.inc
 	w.after(w.jitter(200*msec, 1200*msec), "", func() {

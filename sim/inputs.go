@@ -45,6 +45,7 @@ const inputsSalt = 0x1537_c0de_37
 type inputs struct {
 	mode        filter.Mode
 	maxSample   int
+	replaceMin  float64 // min_replace_ratio
 	stalePolicy staleness.StalePolicy
 	router      policy.Config
 	// rare inputs: probabilities per group / per cancel.
@@ -60,12 +61,14 @@ type inputs struct {
 	// engineLeaves: an engine is removed from the fleet for a while and
 	// comes back (the publisher's Leave, the router's RemoveReplica).
 	engineLeaves bool
+	// keySource: where a turn's session key comes from (router.go).
+	keySource int
 }
 
 func (in inputs) String() string {
-	return fmt.Sprintf("filter=%s/%d stale=%s router=%s/%s/%s/%s capacity=%v token_rewards=%v redeliver=%.2f abort_each=%.2f timer_race=%.2f odd=%.2f engine_leaves=%v",
-		in.mode, in.maxSample, in.stalePolicy, in.router.Policy, in.router.LagRule, in.router.VersionRule, in.router.HashFallback,
-		in.capacity, in.tokenRewards, in.redeliver, in.abortEach, in.timerRace, in.odd, in.engineLeaves)
+	return fmt.Sprintf("filter=%s/%d/%.2f stale=%s router=%s/%s/%s/%s keys=%d capacity=%v token_rewards=%v redeliver=%.2f abort_each=%.2f timer_race=%.2f odd=%.2f engine_leaves=%v",
+		in.mode, in.maxSample, in.replaceMin, in.stalePolicy, in.router.Policy, in.router.LagRule, in.router.VersionRule, in.router.HashFallback,
+		in.keySource, in.capacity, in.tokenRewards, in.redeliver, in.abortEach, in.timerRace, in.odd, in.engineLeaves)
 }
 
 // drawInputs draws a seed's inputs from its second stream. It may set
@@ -84,6 +87,14 @@ func drawInputs(rng *rand.Rand, cfg Config, wl *workload) inputs {
 	}
 	if in.mode != filter.ModeNone && rng.Intn(4) == 0 {
 		in.maxSample = 3 + rng.Intn(3) // exhaustion (SamplingExhausted) bites now and then
+	}
+	in.replaceMin = filter.DefaultConfig().MinReplaceRatio
+	if r := 0.34 + 0.26*rng.Float64(); rng.Intn(2) == 0 && wl.B == 3 {
+		// Above 1/B: a generation batch with one good group of three is
+		// discarded (at B ≤ 3 the default 0.3 keeps any with one). Two of
+		// three is as high as it goes: rarer batches would starve the run
+		// past ProgressBound on the seeds' hard prompts.
+		in.replaceMin = r
 	}
 	if rng.Intn(7) == 0 {
 		in.stalePolicy = staleness.PolicyAccept
@@ -115,6 +126,12 @@ func drawInputs(rng *rand.Rand, cfg Config, wl *workload) inputs {
 	}
 	in.capacity = rng.Intn(2) == 0
 	in.tokenRewards = rng.Intn(4) == 0
+	switch r := rng.Intn(10); {
+	case r == 0:
+		in.keySource = keyNone
+	case r < 3:
+		in.keySource = keyBody
+	}
 	if cfg.Scenario == ScenarioDefault {
 		return in
 	}
@@ -331,8 +348,8 @@ func (c *ctlNode) removeReplica(id string) {
 	if c.down > 0 {
 		return
 	}
-	if err := c.rt.RemoveReplica(id); err != nil {
-		c.w.fail(InvProtocol, "router: remove %s: %v", id, err)
+	if err := c.rt.Step(c.t(), policy.RemoveReplica{URL: id}); err != nil {
+		c.w.fail(InvProtocol, "router: %v", err)
 	}
 }
 
@@ -354,8 +371,8 @@ func (c *ctlNode) addReplica(id string) {
 		return
 	}
 	if k := c.know[id]; k != nil {
-		_ = c.rt.SetVersion(id, k.version)
-		_ = c.rt.SetState(id, k.state)
-		_ = c.rt.SetHealth(id, false) // until it is heard from again
+		c.change(policy.SetVersion{URL: id, Version: k.version})
+		c.change(policy.SetState{URL: id, State: k.state})
+		c.change(policy.SetHealth{URL: id, Healthy: false}) // until it is heard from again
 	}
 }

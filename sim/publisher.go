@@ -41,12 +41,7 @@ type pubNode struct {
 	bus     *memhub.Bus
 	tr      *publisher.Tracker
 	lastCmd map[string]time.Duration
-	// routerMin is the minimum version the router was told: raised to
-	// the tracker's MinRoutable only once some engine serves it, never
-	// to a fleet with nothing routable (actors/publisher/shell's
-	// raiseMinLocked).
-	routerMin int64
-	down      int
+	down    int
 	// armed holds the publisher-crash faults waiting for the next publish,
 	// oldest first; each crash consumes one and schedules its restart.
 	armed []func()
@@ -74,7 +69,7 @@ func (p *pubNode) rebuild() error {
 			return err
 		}
 	}
-	p.tr, p.lastCmd, p.routerMin = tr, map[string]time.Duration{}, 0
+	p.tr, p.lastCmd = tr, map[string]time.Duration{}
 	return nil
 }
 
@@ -104,16 +99,24 @@ func (p *pubNode) heartbeat() {
 }
 
 func (p *pubNode) sendMin() {
-	p.raiseMin()
+	p.checkRoutable()
 	p.w.send(p.bus, subjMinVersion, messages.MinVersionSet{Header: messages.Header{RunID: runID, Sender: "pub", Version: p.tr.Target()},
-		MinVersion: p.routerMin})
+		MinVersion: p.tr.MinRoutable()})
 }
 
-// raiseMin moves the router's minimum up to the tracker's once some
-// engine is routable at it.
-func (p *pubNode) raiseMin() {
-	if m := p.tr.MinRoutable(); m > p.routerMin && len(p.tr.RoutableEngines()) > 0 {
-		p.routerMin = m
+// checkRoutable: an engine the tracker calls routable really serves at
+// least the minimum (the tracker learns versions from the engine's own
+// acks, so it is never ahead of the engine).
+func (p *pubNode) checkRoutable() {
+	w := p.w
+	for _, name := range p.tr.RoutableEngines() {
+		w.orc.checks++
+		for _, e := range w.engines {
+			if e.id == name && e.down == 0 && e.serving < p.tr.MinRoutable() {
+				w.fail(InvRouting, "the publisher's tracker calls %s routable at minimum %d; it serves %d", name, p.tr.MinRoutable(), e.serving)
+				return
+			}
+		}
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -129,6 +130,12 @@ var plantedBugs = []struct {
 // over a longer run (the fault window grows with the steps).
 var plantSteps = map[Bug]int{BugTermRequeuesPrevHolderOnly: 10}
 
+// plantAlso are other invariants that may catch a planted bug first: with
+// issue 37's inputs (consumed events that lag, a holder killed meanwhile)
+// two saves outstanding also lose a durable step's trained marks, which
+// the final ledger check finds.
+var plantAlso = map[Bug][]Invariant{BugTermTwoSaves: {InvLedger}}
+
 // findBug searches seeds from 1 until the planted bug breaks an
 // invariant, up to limit seeds.
 func findBug(t *testing.T, bug Bug, sc Scenario, limit int) (*Violation, int64) {
@@ -165,14 +172,14 @@ func TestPlantedBugsAreFound(t *testing.T) {
 			if v == nil {
 				t.Fatalf("planted bug %s not found in 300 %s seeds", tc.bug, tc.scenario)
 			}
-			if v.Invariant != tc.want {
+			if v.Invariant != tc.want && !slices.Contains(plantAlso[tc.bug], v.Invariant) {
 				t.Fatalf("seed %d: caught by %s, want %s:\n%v", seed, v.Invariant, tc.want, v)
 			}
 			if v.Seed != seed || len(v.Trace) == 0 || !strings.Contains(v.Trace[len(v.Trace)-1], "VIOLATION") {
 				t.Fatalf("violation lacks its seed or trace: %+v", v)
 			}
 			msg := v.Error()
-			for _, want := range []string{fmt.Sprintf("seed %d", seed), string(tc.want), "reproduce: asyncrl sim --seed", "--bug " + string(tc.bug)} {
+			for _, want := range []string{fmt.Sprintf("seed %d", seed), string(v.Invariant), "reproduce: asyncrl sim --seed", "--bug " + string(tc.bug)} {
 				if !strings.Contains(msg, want) {
 					t.Fatalf("report lacks %q:\n%s", want, msg)
 				}
