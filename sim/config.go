@@ -130,6 +130,17 @@ const (
 	// BugTermNeverResends: an engine that has not acked its target is
 	// never sent it again (Plant.NeverResend).
 	BugTermNeverResends Bug = "term-never-resends-loadweights"
+
+	// Planted on inputs only issue 37's generators produce.
+
+	// BugTermIgnoresQuorumLoss: a holder whose side lost quorum runs on
+	// (term.Plant.IgnoreQuorumLoss); only the quorum-loss fault reaches it.
+	BugTermIgnoresQuorumLoss Bug = "term-ignores-quorum-loss"
+	// BugCtlRequeuesDuplicateAbort: the controller core queues a prompt
+	// again on a second report of one group's abort
+	// (controller.Plant.RequeueDuplicateAbort); only per-trajectory abort
+	// reports reach it.
+	BugCtlRequeuesDuplicateAbort Bug = "controller-requeues-duplicate-abort"
 )
 
 // Bugs lists every planted bug.
@@ -137,7 +148,7 @@ var Bugs = []Bug{BugRouterIgnoresGating, BugFilterLeaksCapacity, BugTrainerRetra
 	BugStalenessFromSchedule, BugPublisherAnnouncesEarly, BugRequeueLosesPrompt, BugEngineRestartsFromBase,
 	BugPublisherForgetsLaggards, BugCtlForgetsSentBatch, BugTermIgnoresLostBuffer,
 	BugTermForgetsDeadNodeGroups, BugTermForgetsPrevHolder, BugTermRequeuesPrevHolderOnly, BugTermMarksBeforeDurable, BugTermIgnoresFencing,
-	BugTermTwoSaves, BugTermNeverResends}
+	BugTermTwoSaves, BugTermNeverResends, BugTermIgnoresQuorumLoss, BugCtlRequeuesDuplicateAbort}
 
 // Config configures one simulated run. The workload shape (staleness
 // bound, batch size, workers, group size, engines, turn counts) and the

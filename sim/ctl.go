@@ -500,6 +500,9 @@ func (c *ctlNode) onResult(r messages.TurnResult) {
 	}
 	t.turn++
 	if t.turn < t.turns {
+		if c.envFails(t) {
+			return
+		}
 		for i := 0; i < envTokens; i++ {
 			t.ctx, t.vers, t.mask = append(t.ctx, int32(61+i)), append(t.vers, 0), append(t.mask, 0)
 		}

@@ -84,7 +84,8 @@ func (c *ctlNode) coreConfig() controller.Config {
 	return controller.Config{Staleness: w.stalenessConfig(), RunID: runID, Sender: "ctl", Task: "sim",
 		NSamples: w.wl.N, MaxSteps: int64(w.cfg.Steps), ResendTrainAfter: retransmit, Sampling: c.filterConfig(), Rand: c.donorRand(),
 		Subjects: c.subjects(),
-		Plant:    controller.Plant{LoseRequeued: w.cfg.has(BugRequeueLosesPrompt)}}
+		Plant: controller.Plant{LoseRequeued: w.cfg.has(BugRequeueLosesPrompt),
+			RequeueDuplicateAbort: w.cfg.has(BugCtlRequeuesDuplicateAbort)}}
 }
 
 // wire round-trips a message through the codec, so a core steps exactly

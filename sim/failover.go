@@ -269,6 +269,7 @@ func (w *fo) plant() term.Plant {
 		IgnoreFencedSave:      w.cfg.has(BugTermIgnoresFencing),
 		TwoSavesOutstanding:   w.cfg.has(BugTermTwoSaves),
 		NeverResend:           w.cfg.has(BugTermNeverResends),
+		IgnoreQuorumLoss:      w.cfg.has(BugTermIgnoresQuorumLoss),
 	}
 }
 

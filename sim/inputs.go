@@ -63,12 +63,15 @@ type inputs struct {
 	engineLeaves bool
 	// keySource: where a turn's session key comes from (router.go).
 	keySource int
+	// envFail: probability the environment fails between two turns,
+	// aborting the episode and its group (a flaky tool, a sandbox lost).
+	envFail float64
 }
 
 func (in inputs) String() string {
-	return fmt.Sprintf("filter=%s/%d/%.2f stale=%s router=%s/%s/%s/%s keys=%d capacity=%v token_rewards=%v redeliver=%.2f abort_each=%.2f timer_race=%.2f odd=%.2f engine_leaves=%v",
+	return fmt.Sprintf("filter=%s/%d/%.2f stale=%s router=%s/%s/%s/%s keys=%d capacity=%v token_rewards=%v env_fail=%.3f redeliver=%.2f abort_each=%.2f timer_race=%.2f odd=%.2f engine_leaves=%v",
 		in.mode, in.maxSample, in.replaceMin, in.stalePolicy, in.router.Policy, in.router.LagRule, in.router.VersionRule, in.router.HashFallback,
-		in.keySource, in.capacity, in.tokenRewards, in.redeliver, in.abortEach, in.timerRace, in.odd, in.engineLeaves)
+		in.keySource, in.capacity, in.tokenRewards, in.envFail, in.redeliver, in.abortEach, in.timerRace, in.odd, in.engineLeaves)
 }
 
 // drawInputs draws a seed's inputs from its second stream. It may set
@@ -131,6 +134,9 @@ func drawInputs(rng *rand.Rand, cfg Config, wl *workload) inputs {
 		in.keySource = keyNone
 	case r < 3:
 		in.keySource = keyBody
+	}
+	if rng.Intn(3) == 0 {
+		in.envFail = 0.01 + 0.04*rng.Float64()
 	}
 	if cfg.Scenario == ScenarioDefault {
 		return in
@@ -210,6 +216,17 @@ func (c *ctlNode) raceCancel(name string) {
 			c.apply(c.core.Drain())
 		}
 	})
+}
+
+// envFails: the environment fails between two turns of t (a flaky tool,
+// a sandbox lost); the rollout abandons the episode and its group.
+func (c *ctlNode) envFails(t *rtraj) bool {
+	w := c.w
+	if w.in.envFail == 0 || w.xrng.Float64() >= w.in.envFail {
+		return false
+	}
+	c.abortGroup(t.g, "environment failed after turn "+itoa(int64(t.turn)))
+	return true
 }
 
 // ---- odd groups ------------------------------------------------------------

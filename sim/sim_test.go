@@ -122,6 +122,9 @@ var plantedBugs = []struct {
 	{BugTermIgnoresFencing, ScenarioFailover, InvFencing},
 	{BugTermTwoSaves, ScenarioFailover, InvDurableMonotonic},
 	{BugTermNeverResends, ScenarioFailover, InvSync},
+	// On inputs only issue 37's generators produce.
+	{BugTermIgnoresQuorumLoss, ScenarioFailover, InvFencing},
+	{BugCtlRequeuesDuplicateAbort, ScenarioFaults, InvLedger},
 }
 
 // plantSteps: the run's steps for a bug searched over longer runs than 8.

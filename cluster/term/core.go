@@ -66,6 +66,10 @@ type Plant struct {
 	// NeverResend: an engine that has not acked its target is never sent
 	// it again.
 	NeverResend bool
+	// IgnoreQuorumLoss: a holder whose side lost quorum notes it and runs
+	// on (no StopPipeline, no StepDown). Only issue 37's quorum-loss
+	// input reaches it.
+	IgnoreQuorumLoss bool
 }
 
 // Validate names the field at fault.
@@ -370,7 +374,7 @@ func (c *Core) stepDown(r Reason) {
 
 func (c *Core) quorumChanged(train bool) {
 	c.quorate = train
-	if train || c.phase == standby {
+	if train || c.phase == standby || c.cfg.Plant.IgnoreQuorumLoss {
 		return
 	}
 	c.event(Event{Kind: QuorumLost, Token: c.token})

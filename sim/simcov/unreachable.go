@@ -73,6 +73,7 @@ var Unreachable = []Exclusion{
 	{File: "actors/controller/core.go", Func: "(*Core).admit", Contains: "default:", Why: whyEndless},
 	{File: "actors/controller/resume.go", Func: "(*Core).recover", Contains: "c.lastTrain = nil", Why: "ResendTrainAfter 0 (never resend): the simulated controller always resends, or a lost batch would deadlock the run"},
 	{File: "actors/controller/resume.go", Func: "(*Core).enqueue", Contains: "=return", Why: whyPlanted},
+	{File: "actors/controller/core.go", Func: "(*Core).aborted", Contains: "c.enqueue(queued{", Why: whyPlanted},
 	{File: "actors/controller/sampling.go", Func: "(*Core).dispatchReplace", Contains: `=c.requeues("")continue`, Why: whyWouldDrop},
 	{File: "actors/controller/sampling.go", Func: "(*Core).dispatchReplace", Contains: "^if len(chosen) == 0", Why: whyWouldDrop},
 	{File: "actors/staleness/config.go", Func: "Config.Validate", Contains: "ErrInvalidConfig", Why: whyConfig},
