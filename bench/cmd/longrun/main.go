@@ -44,6 +44,7 @@ func main() {
 	mode := flag.String("filter", "none", "filter.mode")
 	profiles := flag.String("heap-profiles", "", "write a heap profile (after GC) at every row into this directory")
 	rate := flag.Int("memprofilerate", 0, "runtime.MemProfileRate for -heap-profiles (0: Go's default, one sample per 512 KiB; 1 records every allocation)")
+	verbose := flag.Bool("v", false, "also print the Go runtime's retained heap (HeapSys − HeapReleased), stacks and Sys, in MB")
 	dir := flag.String("dir", "", "run.data_dir and run.report_dir parent (default: a temporary directory, removed after)")
 	flag.Parse()
 	if *ref > *steps || *every < 1 {
@@ -105,7 +106,12 @@ func main() {
 			rssMid = rss
 		}
 		if s%*every == 0 || s == *steps {
-			fmt.Printf("%8d %10.1f %10.1f %12d %10s\n", s, rss, float64(ms.HeapAlloc)/(1<<20), ms.HeapObjects, time.Since(start).Round(time.Second))
+			fmt.Printf("%8d %10.1f %10.1f %12d %10s", s, rss, float64(ms.HeapAlloc)/(1<<20), ms.HeapObjects, time.Since(start).Round(time.Second))
+			if *verbose {
+				fmt.Printf("  retained %.1f stacks %.1f sys %.1f gcs %d", float64(ms.HeapSys-ms.HeapReleased)/(1<<20),
+					float64(ms.StackSys)/(1<<20), float64(ms.Sys)/(1<<20), ms.NumGC)
+			}
+			fmt.Println()
 			if *profiles != "" {
 				writeProfile(filepath.Join(*profiles, fmt.Sprintf("heap-%06d.pprof", s)))
 			}
