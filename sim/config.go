@@ -144,6 +144,17 @@ const (
 	// follow it) is not stepped down until StallAfter
 	// (Plant.NoStartBound: the core before issue 37).
 	BugTermNoStartBound Bug = "term-ignores-stalled-start"
+
+	// Planted on inputs only issue 37's generators produce.
+
+	// BugTermIgnoresQuorumLoss: a holder whose side lost quorum runs on
+	// (term.Plant.IgnoreQuorumLoss); only the quorum-loss fault reaches it.
+	BugTermIgnoresQuorumLoss Bug = "term-ignores-quorum-loss"
+	// BugCtlRequeuesDuplicateAbort: the controller core queues a prompt
+	// again on a second report of one group's abort
+	// (controller.Plant.RequeueDuplicateAbort); only per-trajectory abort
+	// reports reach it.
+	BugCtlRequeuesDuplicateAbort Bug = "controller-requeues-duplicate-abort"
 )
 
 // Bugs lists every planted bug.
@@ -151,7 +162,8 @@ var Bugs = []Bug{BugRouterIgnoresGating, BugFilterLeaksCapacity, BugTrainerRetra
 	BugStalenessFromSchedule, BugPublisherAnnouncesEarly, BugRequeueLosesPrompt, BugEngineRestartsFromBase,
 	BugPublisherForgetsLaggards, BugCtlForgetsSentBatch, BugTermIgnoresLostBuffer,
 	BugTermForgetsDeadNodeGroups, BugTermForgetsPrevHolder, BugTermRequeuesPrevHolderOnly, BugTermMarksBeforeDurable, BugTermIgnoresFencing,
-	BugTermTwoSaves, BugTermNeverResends, BugTermSavesBeforeRecorded, BugTermMarksUnordered, BugTermNoStartBound}
+	BugTermTwoSaves, BugTermNeverResends, BugTermSavesBeforeRecorded, BugTermMarksUnordered, BugTermNoStartBound,
+	BugTermIgnoresQuorumLoss, BugCtlRequeuesDuplicateAbort}
 
 // Config configures one simulated run. The workload shape (staleness
 // bound, batch size, workers, group size, engines, turn counts) and the

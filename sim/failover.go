@@ -74,6 +74,14 @@ type fo struct {
 	lastDurableAt time.Duration
 	trained       int64
 	requeued      int64
+	// Issue 37's generators (failover_extra.go): the second stream's
+	// draws, and what its faults hold now.
+	x         foExtra
+	outage    int           // stream-outages in progress
+	moved     bool          // a stream recovered: its leader may have moved
+	ckptLost  int           // checkpoint-losts in progress
+	mirrorLag time.Duration // how late the ledger mirror hears its events (mirror-lag)
+	kinds     map[term.Kind]int
 
 	events int
 	checks int64
@@ -163,6 +171,9 @@ func newFailover(cfg Config) *fo {
 		w.rollouts = append(w.rollouts, &rnode{w: w, name: fmt.Sprintf("r%d", i+1), slots: 1 + w.rng.Intn(2)})
 	}
 	w.faults = drawFailoverFaults(w.rng, cfg, nt, nr)
+	var extra []*foFault
+	w.x, extra = drawFailoverExtra(cfg, nt, nr, len(w.faults))
+	w.faults = append(w.faults, extra...)
 	w.logf("start seed=%d scenario=%s %s faults=%d", cfg.Seed, cfg.Scenario, w.workload(), len(w.faults))
 	for _, f := range w.faults {
 		if f.enabled {
@@ -270,6 +281,7 @@ func (w *fo) plant() term.Plant {
 		SaveBeforeRecorded:    w.cfg.has(BugTermSavesBeforeRecorded),
 		MarksUnordered:        w.cfg.has(BugTermMarksUnordered),
 		NoStartBound:          w.cfg.has(BugTermNoStartBound),
+		IgnoreQuorumLoss:      w.cfg.has(BugTermIgnoresQuorumLoss),
 	}
 }
 
@@ -283,7 +295,11 @@ func (w *fo) members() []term.Member {
 	}
 	for _, r := range w.rollouts {
 		if r.alive {
-			ms = append(ms, term.Member{Name: r.name, Engines: map[string]string{r.engine(): fmt.Sprintf("http://%s/%d", r.name, r.inc)}})
+			m := term.Member{Name: r.name}
+			if e := r.engine(); e != "" {
+				m.Engines = map[string]string{e: fmt.Sprintf("http://%s/%d", r.name, r.inc)}
+			}
+			ms = append(ms, m)
 		}
 	}
 	return ms
@@ -342,7 +358,9 @@ func (w *fo) take(p *pipe, r *rnode) (*foPrompt, bool) {
 	w.queue = w.queue[1:]
 	pr := w.ledger[id]
 	pr.attempt++
-	pr.held, pr.group = p.token, fmt.Sprintf("%s#%d", id, pr.attempt)
+	// The durable ledger qualifies a term's ids by its token (as
+	// cluster/node's does): RequeueStale reads the token back.
+	pr.held, pr.group = p.token, term.PromptID(p.token, fmt.Sprintf("%s#%d", id, pr.attempt))
 	return pr, true
 }
 
@@ -354,8 +372,12 @@ func (w *fo) finish() {
 	}
 	w.finished = true
 	w.healAll()
+	if h := w.holder(); h != nil {
+		w.dieAfterLast(h)
+	}
 	w.logf("all %d steps durable: faults healed, settling for %v", w.cfg.Steps, w.cfg.SyncBound+time.Second)
 	w.after(w.cfg.SyncBound+time.Second, "final checks", func() {
+		w.logKinds()
 		w.finalChecks()
 		w.done = true
 	})

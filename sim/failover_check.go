@@ -127,6 +127,9 @@ func (w *fo) checkAll() {
 		if !n.alive {
 			continue
 		}
+		if w.checkHolder(n); w.violation != nil {
+			return
+		}
 		if tok, ok := n.core.Holding(); ok {
 			if o, dup := held[tok]; dup {
 				w.fail(InvFencing, "%s and %s both hold token %d", o, n.name, tok)
@@ -214,6 +217,7 @@ type foFault struct {
 	ended   bool
 	target  *tnode
 	inc     int
+	swap    int // engine-swap: how the node comes back
 }
 
 func (f *foFault) String() string {
@@ -223,6 +227,12 @@ func (f *foFault) String() string {
 		s += fmt.Sprintf(" on r%d", f.node+1)
 	case FaultLeaseCut, FaultStoreCut:
 		s += fmt.Sprintf(" on n%d", f.node+1)
+	case FaultQuorumLoss, FaultNodeStop:
+		s += fmt.Sprintf(" on the holder (else n%d)", f.node+1)
+	case FaultMirrorLag:
+		s += fmt.Sprintf(", consumed events %v late", f.notice)
+	case FaultEngineSwap:
+		s += fmt.Sprintf(" on r%d", f.node+1)
 	case FaultHolderKill:
 		s += " on the holder"
 	case FaultZombie:
@@ -324,6 +334,8 @@ func (w *fo) startFault(f *foFault) {
 		}
 	case FaultLossy:
 		w.msgActive++
+	default:
+		w.startExtraFault(f)
 	}
 	w.after(f.dur, "", func() { w.endFault(f) })
 }
@@ -358,6 +370,8 @@ func (w *fo) endFault(f *foFault) {
 		w.msgQuietSince = w.clock
 	case FaultStartStall:
 		w.startStalls--
+	default:
+		w.endExtraFault(f)
 	}
 	w.active--
 	w.quietSince = w.clock

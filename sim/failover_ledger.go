@@ -142,9 +142,13 @@ func (w *fo) endElection(el *election) {
 }
 
 // record hands a pipeline event to its term's mirror (after the bus hop).
+// The mirror hears them in the order they were sent (one subscription),
+// late while a mirror-lag fault lasts (failover_extra.go).
 func (p *pipe) record(ev ledgerEvent) {
 	n := p.node
-	n.later(n.w.jitter(msec, 30*msec), "", func() {
+	at := max(n.w.clock+n.w.mirrorDelay(), p.mirrorAt)
+	p.mirrorAt = at
+	n.later(at-n.w.clock, "", func() {
 		p.mq = append(p.mq, ev)
 		if !p.mbusy {
 			p.mirrorNext()
@@ -267,6 +271,34 @@ func (w *fo) sweep(by, why string, match func(*foEntry) bool, stale func(tok uin
 		}
 	}
 	return count
+}
+
+// sweepStale is RequeueStale's sweep: every entry in flight whose
+// qualified prompt id (PromptID) names a token older than token, as
+// cluster/node's requeueStale reads it back with PromptTokenOf. An entry
+// whose prompt id and group id name different tokens, or not the term
+// that consumed it, is a protocol violation (ok false): the sweep would
+// requeue the wrong term's prompts.
+func (w *fo) sweepStale(by string, token uint64) (count int, ok bool) {
+	for _, key := range slices.Sorted(maps.Keys(w.entries)) {
+		e := w.entries[key]
+		if !e.inFlight() {
+			continue
+		}
+		pt, pok := term.PromptTokenOf(e.ent.PromptID)
+		gt, gok := term.PromptTokenOf(e.ent.GroupID)
+		if !pok || !gok || pt != gt || pt != e.token {
+			w.fail(InvProtocol, "ledger: %s (group %s) in flight names token %d (%v) and %d (%v), consumed by token %d",
+				e.ent.PromptID, e.ent.GroupID, pt, pok, gt, gok, e.token)
+			return 0, false
+		}
+	}
+	older := func(t uint64) bool { return t < token }
+	count = w.sweep(by, fmt.Sprintf("terms before token %d", token), func(e *foEntry) bool {
+		t, _ := term.PromptTokenOf(e.ent.PromptID)
+		return older(t)
+	}, older)
+	return count, w.violation == nil
 }
 
 // inFlight reports whether some entry of pr is in flight.

@@ -31,6 +31,12 @@ type tnode struct {
 	noticeAt, gossipAt time.Duration
 	slowNotice         time.Duration
 	leaseCut, storeCut int
+	// stopping: a clean stop is under way (node-stop): the node contends
+	// no more and exits once its core gave the lease up.
+	stopping bool
+	// lastNotice is the elector's newest notice (a later one may coalesce
+	// an undelivered loss with it).
+	lastNotice *pendingNotice
 
 	pipe *pipe
 	// marks: this node's trained marks not written yet; marksWait: what
@@ -46,6 +52,12 @@ type tnode struct {
 	inbox   []term.Input
 }
 
+// pendingNotice is an elector notice on its way to the core.
+type pendingNotice struct {
+	in            term.LeaseChanged
+	done, dropped bool
+}
+
 // pipe is a term's pipeline, minimal: its controller's groups, its
 // trainer, its publisher and its router's view of the engines.
 type pipe struct {
@@ -54,9 +66,11 @@ type pipe struct {
 	base    term.Progress
 	steps   int64
 	stopped bool
-	// stalled: its start hangs (a start-stall fault): it never listens,
-	// never reports started, and its engines never get a LoadWeights.
-	stalled bool
+	// stalled: its start hangs (a start-stall fault) and never reports
+	// started; routerUp: it hung after its router listened (its engines
+	// load the term's version 0 and serve it), else before (its engines
+	// never get a LoadWeights).
+	stalled, routerUp bool
 	// groups: group → state, for the groups taken in this term.
 	groups   map[string]*pgroup
 	finished []*pgroup // delivered, not trained yet
@@ -72,6 +86,12 @@ type pipe struct {
 	// being written (failover_ledger.go).
 	mq    []ledgerEvent
 	mbusy bool
+	// mirrorAt: when the mirror hears the last event sent to it (events
+	// keep their order however late they come).
+	mirrorAt time.Duration
+	// removed: engines taken out of routing, and when (the publisher
+	// hears of it late: failover_extra.go).
+	removed map[string]time.Duration
 }
 
 type target struct {
@@ -92,6 +112,7 @@ func (n *tnode) boot() {
 	n.alive, n.inc = true, n.inc+1
 	n.leader, n.token, n.pipe, n.slowNotice, n.leaseCut, n.storeCut = false, 0, nil, 0, 0, 0
 	n.marks, n.marksWait, n.claimed, n.blocked, n.inbox = 0, nil, nil, false, nil
+	n.stopping, n.lastNotice = false, nil
 	c, err := term.New(term.Config{Node: n.name, Run: runID, Steps: int64(w.cfg.Steps), Checkpoints: true,
 		Watch: termwatch.Config{StallAfter: 3 * w.cfg.ProgressBound, UnhealthyAfter: termwatch.DefaultConfig().UnhealthyAfter,
 			StartAfter: w.cfg.ProgressBound / 2},
@@ -110,6 +131,7 @@ func (n *tnode) boot() {
 		}
 	})
 	n.loop(observeEvery, observeEvery, func() { n.step(term.ProgressObserved{Progress: w.store.prog}) })
+	n.probeLoop()
 }
 
 // loop runs fn every period while this incarnation lives.
@@ -150,6 +172,9 @@ func (n *tnode) kill() {
 func (n *tnode) elect() {
 	w := n.w
 	l := &w.lease
+	if n.stopping && !n.leader {
+		return // stopping: it contends no more
+	}
 	if n.leaseCut == 0 {
 		switch {
 		case n.leader && l.holder == n.name && l.token == n.token:
@@ -178,11 +203,31 @@ func (n *tnode) lose(why string) {
 
 // notice hands the elector's change to the core, in order, late when the
 // zombie fault is on.
+//
+// Late notices may coalesce: a watcher that reports only the latest state
+// drops a loss not yet delivered when the re-acquisition follows it, so
+// the core sees a new token without a loss in between; and a status may
+// come twice.
 func (n *tnode) notice(in term.LeaseChanged) {
 	w := n.w
 	at := max(w.clock+n.slowNotice, n.noticeAt)
 	n.noticeAt = at
-	n.later(at-w.clock, "", func() { n.step(in) })
+	if last := n.lastNotice; in.Leader && last != nil && !last.in.Leader && !last.done && w.x.chance(w.x.coalesce) {
+		last.dropped = true
+		w.logf("%s: the elector's loss notice coalesces with the re-acquisition (token %d)", n.name, in.Token)
+	}
+	pn := &pendingNotice{in: in}
+	n.lastNotice = pn
+	dup := w.x.chance(w.x.dupNotice)
+	n.later(at-w.clock, "", func() {
+		if pn.done = true; pn.dropped {
+			return
+		}
+		n.step(in)
+		if dup {
+			n.step(in)
+		}
+	})
 }
 
 // step feeds one input to the core and applies its Ready (once the
@@ -215,8 +260,11 @@ func (n *tnode) drain(in term.Input) {
 		return
 	}
 	for _, e := range r.Events {
+		w.countEvent(e)
 		if e.Kind != term.Ignored {
 			w.logf("%s: %s", n.name, e)
+		} else {
+			w.record(true, "%s: %s", n.name, e)
 		}
 	}
 	tok, _ := n.core.Holding()
@@ -228,10 +276,16 @@ func (n *tnode) drain(in term.Input) {
 		w.checkDeadNodes(n, v)
 	case term.ProgressClaimed:
 		// Judged once the claim's requeue is done (it waits for the
-		// node's trained marks), or now when it asked for none.
-		if !slices.ContainsFunc(r.Effects, isRequeue) {
+		// node's trained marks), or now when it asked for none. A claim
+		// the core ignored (a repeated answer: failover_extra.go) applied
+		// nothing: the claim it repeats was judged at its own requeue —
+		// a zombie's consumed event that reached the ledger after that
+		// requeue is no prompt the claim left in flight.
+		switch {
+		case slices.ContainsFunc(r.Events, isIgnored):
+		case !slices.ContainsFunc(r.Effects, isRequeue):
 			w.checkClaim(n, v)
-		} else {
+		default:
 			n.claimed = &v
 		}
 	}
@@ -264,6 +318,7 @@ func (n *tnode) apply(e term.Effect, tok uint64) {
 			for _, e := range v.Names {
 				delete(p.router, e)
 				delete(p.regAt, e)
+				p.removedAt(e)
 			}
 		}
 	case term.SendLoadWeights:
@@ -273,6 +328,12 @@ func (n *tnode) apply(e term.Effect, tok uint64) {
 			w.lease.holder = ""
 		}
 		n.leader, n.backoff = false, w.clock+resignBackoff
+		if n.stopping {
+			n.later(0, "", func() {
+				w.logf("%s: stopped", n.name)
+				n.kill()
+			})
+		}
 	case term.Done, term.DeleteTermBucket, term.Prune:
 	}
 }
@@ -290,14 +351,17 @@ func (n *tnode) applyDurable(e term.Effect, tok uint64) bool {
 			func() { n.step(term.SaveFailed{Token: p.Token, Step: p.Step, Err: "store unreachable"}) })
 	case term.MarkTrained:
 		w.markTrained(n, v, tok)
+		n.marksHealth(tok)
 	case term.RequeueNode:
 		count := w.sweep(n.name, "requeue node "+v.Node, func(e *foEntry) bool { return e.ent.Sender == v.Node },
 			func(uint64) bool { return false })
 		n.claimSwept()
 		n.later(w.jitter(msec, 20*msec), "", func() { n.step(term.NodeRequeued{Token: tok, Node: v.Node, Count: count}) })
 	case term.RequeueStale:
-		older := func(t uint64) bool { return t < v.Token }
-		count := w.sweep(n.name, fmt.Sprintf("terms before token %d", v.Token), func(e *foEntry) bool { return older(e.token) }, older)
+		count, ok := w.sweepStale(n.name, v.Token)
+		if !ok {
+			return true
+		}
 		n.claimSwept()
 		n.later(w.jitter(msec, 20*msec), "", func() { n.step(term.StaleRequeued{Token: tok, Count: count}) })
 	case term.Finish:
@@ -342,9 +406,9 @@ func (n *tnode) claim(tok uint64) {
 	prev := s.prog
 	s.claimed = tok
 	s.prog.Token, s.prog.Holder = tok, n.name
-	cl := s.prog
+	cl := w.claimedProgress(s.prog)
 	w.logf("store: %s claimed token %d at step %d (previous holder %q token %d)", n.name, tok, cl.Step, prev.Holder, prev.Token)
-	n.later(w.jitter(msec, 20*msec), "", func() { n.step(term.ProgressClaimed{Token: tok, Prev: prev, Claimed: cl}) })
+	n.claimAnswered(term.ProgressClaimed{Token: tok, Prev: prev, Claimed: cl})
 }
 
 // save is a fenced progress write.
@@ -376,10 +440,25 @@ func (n *tnode) startPipeline(v term.StartPipeline) {
 	n.pipe = p
 	w.logf("%s: pipeline %s from step %d version %d for %d steps", n.name, v.Term, v.From.Step, v.From.Version, v.Steps)
 	if p.stalled = w.startStalls > 0; p.stalled {
-		w.logf("%s: the start of %s hangs", n.name, v.Term)
+		// How far it got (the second stream's draw): nowhere, its
+		// checkpoint restored, or its router listening — the core's stall
+		// reason names the last phase, the router and the engines serving.
+		hang := w.x.rng.Intn(3)
+		w.logf("%s: the start of %s hangs (%s)", n.name, v.Term, []string{"at once", "after its checkpoint", "after its router listens"}[hang])
+		if hang == 0 {
+			return
+		}
+		n.later(w.jitter(5*msec, 50*msec), "", func() {
+			n.step(term.StartPhase{Token: v.Token, Phase: "checkpoint restored"})
+			if hang == 2 {
+				p.routerUp = true
+				n.step(term.RouterListening{Token: v.Token, URL: "http://" + n.name + "/router"})
+			}
+		})
 		return
 	}
 	n.later(w.jitter(5*msec, 50*msec), "", func() {
+		n.step(term.StartPhase{Token: v.Token, Phase: "checkpoint restored"})
 		n.step(term.RouterListening{Token: v.Token, URL: "http://" + n.name + "/router"})
 		n.step(term.PipelineStarted{Token: v.Token})
 	})
@@ -403,7 +482,7 @@ func (n *tnode) addEngines(v term.AddEngines) {
 func (n *tnode) sendLoadWeights(v term.SendLoadWeights, tok uint64) {
 	w := n.w
 	r := w.rolloutByEngine(v.Engine)
-	if r == nil || n.pipe != nil && n.pipe.stalled {
+	if r == nil || n.pipe != nil && n.pipe.stalled && !n.pipe.routerUp {
 		return
 	}
 	w.logf("%s: LoadWeights %s version %d token %d", n.name, v.Engine, v.Version, tok)
@@ -436,7 +515,10 @@ func (n *tnode) abort(v term.AbortGroups) {
 
 // deliver: a rollout node's finished group reaches the term's trainer.
 func (p *pipe) deliver(g *pgroup) {
-	if p.stopped || g.state != "running" || p.node.pipe != p {
+	if p.stopped || (g.state != "running" && g.state != "buffered") || p.node.pipe != p {
+		return
+	}
+	if p.bufferWaits(g) {
 		return
 	}
 	g.state = "finished"
@@ -463,11 +545,12 @@ func (p *pipe) train() {
 		}
 		ver := p.base.Version + p.local
 		w.logf("%s: trainer step %d (version %d) of token %d from %v", n.name, p.local, ver, p.token, ids)
-		n.step(term.StepTrained{Token: p.token, Step: p.local, Version: p.local, Groups: ids})
+		n.stepTrained(term.StepTrained{Token: p.token, Step: p.local, Version: p.local, Groups: ids})
 		n.step(term.CheckpointSaved{Token: p.token, Version: p.local, Location: fmt.Sprintf("ckpt/t%d/v%d", p.token, p.local)})
+		n.maybeStopAtLast(p)
 		if !p.stopped {
 			p.targets = append(p.targets, target{w.clock, ver})
-			for _, e := range slices.Sorted(maps.Keys(p.router)) {
+			for _, e := range p.dispatchTo() {
 				n.step(term.EngineTarget{Token: p.token, Engine: e, Version: ver})
 			}
 		}
@@ -482,6 +565,8 @@ type rnode struct {
 	alive bool
 	inc   int
 	slots int
+	// swap: how it came back from an engine-swap (failover_extra.go).
+	swap int
 	// term: the term it serves (from announcements).
 	token  uint64
 	holder *tnode
@@ -493,7 +578,7 @@ type rnode struct {
 	linkAt  time.Duration // FIFO link to the holder
 }
 
-func (r *rnode) engine() string { return r.name + "-e0" }
+func (r *rnode) engine() string { return r.engineName() }
 
 func (w *fo) rolloutByEngine(e string) *rnode {
 	for _, r := range w.rollouts {
@@ -569,7 +654,7 @@ func (r *rnode) announced(tok uint64, n *tnode) {
 func (r *rnode) pull() {
 	w := r.w
 	n := r.holder
-	if n == nil || !n.alive || n.pipe == nil || n.pipe.token != r.token || n.pipe.stopped || len(r.running) >= r.slots {
+	if n == nil || !n.alive || n.pipe == nil || n.pipe.token != r.token || n.pipe.stopped || n.pipe.stalled || len(r.running) >= r.slots {
 		return
 	}
 	p := n.pipe
@@ -588,6 +673,10 @@ func (r *rnode) pull() {
 	p.groups[g.id] = g
 	r.running = append(r.running, g)
 	w.logf("%s: runs %s for term %d", r.name, g.id, p.token)
+	if !n.core.Remote(r.engine()) {
+		w.fail(InvRouting, "%s (%s) routed to %s, not a remote engine of term %d", pr.group, r.name, r.engine(), p.token)
+		return
+	}
 	// The controller's consumed event goes to the term's ledger mirror.
 	p.record(ledgerEvent{pr: pr, token: p.token, state: messages.LedgerConsumed, attempt: pr.attempt, group: g.id})
 	r.status(false)
@@ -712,6 +801,8 @@ func (n *tnode) applyAll(effects []term.Effect, tok uint64) {
 		n.apply(e, tok)
 	}
 }
+
+func isIgnored(e term.Event) bool { return e.Kind == term.Ignored }
 
 func isRequeue(e term.Effect) bool {
 	switch e.(type) {

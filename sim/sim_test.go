@@ -128,6 +128,9 @@ var plantedBugs = []struct {
 	{BugTermSavesBeforeRecorded, ScenarioFailover, InvLedger, ""},
 	{BugTermMarksUnordered, ScenarioFailover, InvLedger, ""},
 	{BugTermNoStartBound, ScenarioFailover, InvProgress, ""},
+	// On inputs only issue 37's generators produce.
+	{BugTermIgnoresQuorumLoss, ScenarioFailover, InvFencing, ""},
+	{BugCtlRequeuesDuplicateAbort, ScenarioFaults, InvLedger, ""},
 }
 
 // plantSteps: the run's steps for a bug searched over longer runs than 8.

@@ -108,6 +108,13 @@ type Options struct {
 	// RecordSteps steps passed without news of it: a days-long run kept
 	// ~200 B per group, forever.
 	KeepGroupRecords bool
+	// GroupDuplicates is the trajectory buffer's duplicate window (how
+	// long the server remembers a stored group's id so that a retried
+	// store lands once); 0 is JetStream's default, 2 minutes, above the
+	// rollout actors' 60 s of store retries. The server keeps every group
+	// id of the window: a test that measures the heap per settled group
+	// shortens it so that the window fills within the test.
+	GroupDuplicates time.Duration
 }
 
 // Node runs a set of roles in one process; `asyncrl run` is one node with
@@ -374,12 +381,37 @@ func (s *taskSource) Next() (controller.Prompt, bool) {
 }
 
 // steps returns the trained steps: the in-process trainer's records, or
-// the StepDone messages a remote trainer published.
-func (n *Node) steps() []trainer.StepRecord {
+// the StepDone messages a remote trainer published. It copies every
+// record: for the summary; a poll uses stepCount and stepsSince.
+func (n *Node) steps() []trainer.StepRecord { return n.stepsSince(0) }
+
+// stepsSince returns the trained steps after the first i.
+func (n *Node) stepsSince(i int) []trainer.StepRecord {
 	if n.tr != nil {
-		return n.tr.Steps()
+		return n.tr.StepsSince(i)
 	}
-	return n.ledger.stepRecords()
+	return n.ledger.stepRecords(i)
+}
+
+// stepCount is the number of trained steps.
+func (n *Node) stepCount() int {
+	if n.tr != nil {
+		return n.tr.StepCount()
+	}
+	return n.ledger.stepCount()
+}
+
+// lastStep is the newest trained step, ok false before the first.
+func (n *Node) lastStep() (trainer.StepRecord, bool) {
+	c := n.stepCount()
+	if c == 0 {
+		return trainer.StepRecord{}, false
+	}
+	s := n.stepsSince(c - 1)
+	if len(s) == 0 {
+		return trainer.StepRecord{}, false
+	}
+	return s[len(s)-1], true
 }
 
 // Wait blocks until the trainer finished run.steps steps, ctx ends (an
@@ -393,9 +425,8 @@ func (n *Node) Wait(ctx context.Context) (interrupted bool, err error) {
 			return true, nil
 		case <-tick.C:
 		}
-		steps := n.steps()
-		n.progress.update(steps)
-		if len(steps) >= n.cfg.Run.Steps {
+		n.progress.update()
+		if n.stepCount() >= n.cfg.Run.Steps {
 			return false, nil
 		}
 		if n.tr != nil {

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/asyncrl/asyncrl/actors/trainer"
 	"github.com/asyncrl/asyncrl/cluster/lease"
 	"github.com/asyncrl/asyncrl/cluster/ledger"
 	"github.com/asyncrl/asyncrl/cluster/term"
@@ -112,9 +113,14 @@ func (r *termRun) feedSteps(now time.Time) {
 	if r.n == nil {
 		return
 	}
-	steps := r.n.steps()
-	for ; r.fed < len(steps); r.fed++ {
-		s := steps[r.fed]
+	for _, s := range r.n.stepsSince(r.fed) {
+		r.fed++
+		if s.GroupIDs == nil && s.Groups > 0 {
+			// Fed GroupIDsKept steps late: its groups are gone, and a
+			// save without them would leave its prompts in flight.
+			r.core.Step(now, term.Failed{Token: r.token, Err: fmt.Sprintf("step %d was fed to the term after its group ids were dropped (over %d steps late)", s.Step, trainer.GroupIDsKept)})
+			return
+		}
 		r.core.Step(now, term.StepTrained{Token: r.token, Step: s.Step, Version: s.Version, Groups: s.GroupIDs,
 			Reward: s.RewardMean, Mismatch: s.Stats.Mismatch, SameVersion: s.Stats.MismatchSameVersion, SameVersionTokens: int64(s.Stats.SameVersionTokens)})
 	}

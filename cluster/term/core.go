@@ -81,6 +81,10 @@ type Plant struct {
 	// whose trained marks could reach the ledger before the consumed
 	// transitions they settle.
 	SaveBeforeRecorded bool
+	// IgnoreQuorumLoss: a holder whose side lost quorum notes it and runs
+	// on (no StopPipeline, no StepDown). Only issue 37's quorum-loss
+	// input reaches it.
+	IgnoreQuorumLoss bool
 }
 
 // Validate names the field at fault.
@@ -397,7 +401,7 @@ func (c *Core) stepDown(r Reason) {
 
 func (c *Core) quorumChanged(train bool) {
 	c.quorate = train
-	if train || c.phase == standby {
+	if train || c.phase == standby || c.cfg.Plant.IgnoreQuorumLoss {
 		return
 	}
 	c.event(Event{Kind: QuorumLost, Token: c.token})
