@@ -130,6 +130,31 @@ const (
 	// BugTermNeverResends: an engine that has not acked its target is
 	// never sent it again (Plant.NeverResend).
 	BugTermNeverResends Bug = "term-never-resends-loadweights"
+	// BugTermSavesBeforeRecorded: a step is saved (and its prompts marked
+	// trained) once their consumed events were seen, before the durable
+	// ledger recorded them (Plant.SaveBeforeRecorded: the core before
+	// issue 37, whose marks a ledger election had refused).
+	BugTermSavesBeforeRecorded Bug = "term-saves-before-consumed-durable"
+	// BugTermMarksUnordered: the next step is saved while the last
+	// durable step's trained marks are still being written
+	// (Plant.MarksUnordered: the core before issue 37; a holder killed
+	// then lost those marks for good).
+	BugTermMarksUnordered Bug = "term-saves-before-marks-written"
+	// BugTermNoStartBound: a term whose start hangs (its engines never
+	// follow it) is not stepped down until StallAfter
+	// (Plant.NoStartBound: the core before issue 37).
+	BugTermNoStartBound Bug = "term-ignores-stalled-start"
+
+	// Planted on inputs only issue 37's generators produce.
+
+	// BugTermIgnoresQuorumLoss: a holder whose side lost quorum runs on
+	// (term.Plant.IgnoreQuorumLoss); only the quorum-loss fault reaches it.
+	BugTermIgnoresQuorumLoss Bug = "term-ignores-quorum-loss"
+	// BugCtlRequeuesDuplicateAbort: the controller core queues a prompt
+	// again on a second report of one group's abort
+	// (controller.Plant.RequeueDuplicateAbort); only per-trajectory abort
+	// reports reach it.
+	BugCtlRequeuesDuplicateAbort Bug = "controller-requeues-duplicate-abort"
 )
 
 // Bugs lists every planted bug.
@@ -137,7 +162,8 @@ var Bugs = []Bug{BugRouterIgnoresGating, BugFilterLeaksCapacity, BugTrainerRetra
 	BugStalenessFromSchedule, BugPublisherAnnouncesEarly, BugRequeueLosesPrompt, BugEngineRestartsFromBase,
 	BugPublisherForgetsLaggards, BugCtlForgetsSentBatch, BugTermIgnoresLostBuffer,
 	BugTermForgetsDeadNodeGroups, BugTermForgetsPrevHolder, BugTermRequeuesPrevHolderOnly, BugTermMarksBeforeDurable, BugTermIgnoresFencing,
-	BugTermTwoSaves, BugTermNeverResends}
+	BugTermTwoSaves, BugTermNeverResends, BugTermSavesBeforeRecorded, BugTermMarksUnordered, BugTermNoStartBound,
+	BugTermIgnoresQuorumLoss, BugCtlRequeuesDuplicateAbort}
 
 // Config configures one simulated run. The workload shape (staleness
 // bound, batch size, workers, group size, engines, turn counts) and the

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/asyncrl/asyncrl/actors/controller"
+	"github.com/asyncrl/asyncrl/actors/filter"
 	"github.com/asyncrl/asyncrl/actors/router/policy"
 	"github.com/asyncrl/asyncrl/actors/sampling"
 	"github.com/asyncrl/asyncrl/cluster/termwatch"
@@ -88,6 +89,8 @@ type rtraj struct {
 	avoid    []string
 	minV     int64
 	reward   float64
+	// masked: every token is out of the loss (an odd group, inputs.go).
+	masked bool
 }
 
 // ctlNode is the control node. Its decisions are the real cores': the
@@ -137,10 +140,17 @@ type ctlNode struct {
 	// Counts for the summary: terms that stepped down (and of them for
 	// no step), unreplicated buffers lost, groups lost with them.
 	stepDowns, noStepDowns, buffersLost, lostGroups int
+	// The retired incarnations' counters (inputs.go: retire): the
+	// controller core's, the staleness violations and future versions
+	// it counted, the sampling core's verdicts.
+	totals                     coreTotals
+	violations, futureVersions int64
+	byReason                   map[filter.Reason]int64
+	invalid                    int64
 }
 
 func newCtl(w *world) (*ctlNode, error) {
-	c := &ctlNode{w: w, bus: w.hub.Connect("ctl"), src: &promptSource{}, led: newLedger()}
+	c := &ctlNode{w: w, bus: w.hub.Connect("ctl"), src: &promptSource{}, led: newLedger(), byReason: map[filter.Reason]int64{}}
 	smp, err := sampling.New(sampling.Config{Filter: c.filterConfig(), RunID: runID, Sender: "ctl",
 		Kept: subjKept, Filtered: subjFiltered})
 	if err != nil {
@@ -158,9 +168,7 @@ func newCtl(w *world) (*ctlNode, error) {
 // every engine unknown (version 0, heard now).
 func (c *ctlNode) newRouter() error {
 	w := c.w
-	rc := policy.DefaultConfig()
-	rc.SweepInterval = 10 * time.Second
-	rt, err := policy.New(rc, w.rng)
+	rt, err := policy.New(w.in.router, w.rng)
 	if err != nil {
 		return err
 	}
@@ -168,7 +176,7 @@ func (c *ctlNode) newRouter() error {
 	c.groups, c.trajs = map[string]*rgroup{}, map[string]*rtraj{}
 	for i := 0; i < w.wl.Engines; i++ {
 		id := fmt.Sprintf("e%d", i)
-		if err := rt.AddReplica(id); err != nil {
+		if err := rt.Step(c.t(), policy.AddReplica{URL: id}); err != nil {
 			return err
 		}
 		c.know[id] = &engineKnow{state: policy.Active, lastHeard: w.now()}
@@ -198,6 +206,9 @@ func (c *ctlNode) on(h func(messages.Message)) func(messages.Message) {
 
 // crash loses everything but the durable ledger.
 func (c *ctlNode) crash() {
+	if c.down == 0 {
+		c.retire()
+	}
 	c.down++
 	c.inc++
 }
@@ -262,14 +273,14 @@ func (c *ctlNode) start() {
 	}))
 	w.subscribe(c.bus, subjLoadAll, c.on(func(m messages.Message) {
 		if l, ok := m.(messages.EngineLoad); ok {
-			_ = c.rt.ObserveMetrics(c.t(), l.Engine, int(l.Waiting), l.KVUsage)
+			c.change(policy.ObserveMetrics{URL: l.Engine, Queue: int(l.Waiting), KVUsage: l.KVUsage})
 		}
 	}))
 	w.subscribe(c.bus, subjAcks, c.on(func(m messages.Message) {
 		if a, ok := m.(messages.EngineVersionAck); ok {
 			if k := c.know[a.Engine]; k != nil && a.Version > k.version {
 				k.version = a.Version
-				_ = c.rt.SetVersion(a.Engine, a.Version)
+				c.change(policy.SetVersion{URL: a.Engine, Version: a.Version})
 			}
 		}
 	}))
@@ -286,7 +297,7 @@ func (c *ctlNode) start() {
 		if mv.MinVersion > c.minVersion {
 			c.minVersion = mv.MinVersion
 			if !w.cfg.has(BugRouterIgnoresGating) {
-				c.rt.SetMinVersion(mv.MinVersion)
+				c.change(policy.RaiseMinVersion{Version: mv.MinVersion})
 			}
 		}
 		if c.recovering {
@@ -316,9 +327,9 @@ func (c *ctlNode) onHealth(h messages.EngineHealth) {
 		k.state = policy.Paused
 	}
 	if c.w.cfg.has(BugRouterIgnoresGating) {
-		_ = c.rt.SetState(h.Engine, policy.Active)
+		c.change(policy.SetState{URL: h.Engine, State: policy.Active})
 	} else {
-		_ = c.rt.SetState(h.Engine, k.state)
+		c.change(policy.SetState{URL: h.Engine, State: k.state})
 	}
 	if h.Healthy {
 		if changed, _ := c.rt.ObserveHealth(h.Engine, true, true); changed {
@@ -333,7 +344,7 @@ func (c *ctlNode) sweep() {
 		now := c.w.now()
 		for _, rv := range c.rt.Replicas() {
 			if k := c.know[rv.URL]; rv.Healthy && now-k.lastHeard > healthTimeout {
-				_ = c.rt.SetHealth(rv.URL, false)
+				c.change(policy.SetHealth{URL: rv.URL, Healthy: false})
 				c.w.logf("ctl: %s silent for %v: unhealthy", rv.URL, (now - k.lastHeard).Round(msec))
 			}
 		}
@@ -400,9 +411,7 @@ func (c *ctlNode) routeTurn(t *rtraj) {
 	if len(t.avoid) >= w.wl.Engines {
 		t.avoid = nil
 	}
-	req := policy.Request{SessionKey: t.id, PromptTokens: len(t.ctx), ExpectedDecodeTokens: t.maxTok[t.turn],
-		PrefixHash: policy.Hash64(t.g.prompt), Avoid: t.avoid}
-	d := c.rt.Route(c.t(), req)
+	d := c.rt.Route(c.t(), c.request(t))
 	if !d.OK() {
 		c.after(routeBackoff, "", func() { c.routeTurn(t) })
 		return
@@ -491,6 +500,9 @@ func (c *ctlNode) onResult(r messages.TurnResult) {
 	}
 	t.turn++
 	if t.turn < t.turns {
+		if c.envFails(t) {
+			return
+		}
 		for i := 0; i < envTokens; i++ {
 			t.ctx, t.vers, t.mask = append(t.ctx, int32(61+i)), append(t.vers, 0), append(t.mask, 0)
 		}
@@ -521,23 +533,32 @@ func (c *ctlNode) abortGroup(g *rgroup, why string) {
 	}
 	delete(c.groups, g.id)
 	w.logf("ctl: abort %s: %s", g.id, why)
-	c.stepCore(messages.EpisodeAborted{Header: messages.Header{RunID: runID, Sender: "ctl"},
-		PromptID: g.prompt, GroupID: g.id, Reason: why})
+	for range c.abortReports(g) {
+		c.stepCore(messages.EpisodeAborted{Header: messages.Header{RunID: runID, Sender: "ctl"},
+			PromptID: g.prompt, GroupID: g.id, Reason: why})
+	}
 }
 
 // encodeBatch packs the groups' trajectories (tokens, loss mask, policy
 // version per token) as an Arrow IPC token batch, as a rollout actor
 // hands a finished group on.
-func encodeBatch(groups ...*rgroup) ([]byte, error) {
-	tb, err := messages.NewTokenBatch(messages.BatchSpec{})
+func encodeBatch(tokenRewards bool, groups ...*rgroup) ([]byte, error) {
+	tb, err := messages.NewTokenBatch(messages.BatchSpec{TokenRewards: tokenRewards})
 	if err != nil {
 		return nil, err
 	}
 	for _, g := range groups {
 		for _, t := range g.trajs {
-			if err := tb.Append(messages.Trajectory{ID: t.id, GroupID: g.id, Reward: float32(t.reward),
+			tr := messages.Trajectory{ID: t.id, GroupID: g.id, Reward: float32(t.reward),
 				PromptLen: int32(t.promptN), TokenIDs: t.ctx, Logprobs: make([]float32, len(t.ctx)),
-				LossMask: t.mask, PolicyVersions: t.vers}); err != nil {
+				LossMask: t.mask, PolicyVersions: t.vers}
+			if tokenRewards {
+				// The reward on the last token, zeros before: the sum is
+				// the trajectory's reward.
+				tr.TokenRewards = make([]float32, len(t.ctx))
+				tr.TokenRewards[len(t.ctx)-1] = float32(t.reward)
+			}
+			if err := tb.Append(tr); err != nil {
 				return nil, err
 			}
 		}

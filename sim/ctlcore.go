@@ -28,6 +28,7 @@ var (
 	subjSettled  = transport.MustSubject(runID, transport.TopicGroups, "settled")
 	subjKept     = transport.MustSubject(runID, transport.TopicGroups, "kept")
 	subjFiltered = transport.MustSubject(runID, transport.TopicGroups, "filtered")
+	subjCapacity = transport.MustSubject(runID, transport.TopicGroups, "capacity")
 )
 
 // promptSource is the dataset: p0, p1, … Its cursor is durable (the
@@ -62,14 +63,16 @@ func newLedger() *ctlLedger { return &ctlLedger{unsettled: map[string]held{}} }
 
 func (w *world) stalenessConfig() staleness.Config {
 	return staleness.Config{MaxStalenessSteps: w.wl.S, NumParallelGenerationWorkers: w.wl.W,
-		MiniBatchSize: w.wl.B, StalePolicy: staleness.PolicyRequeue, Measure: w.cfg.Measure}
+		MiniBatchSize: w.wl.B, StalePolicy: w.in.stalePolicy, Measure: w.cfg.Measure}
 }
 
-// filterConfig is dynamic sampling in DAPO's filter mode, for the
-// sampling core (judging) and the controller core (accumulating).
+// filterConfig is dynamic sampling in the mode the seed drew (DAPO's
+// filter mode most often; inputs.go), for the sampling core (judging) and
+// the controller core (accumulating, replacing, masking).
 func (c *ctlNode) filterConfig() filter.Config {
 	fc := filter.DefaultConfig()
 	fc.NSamplesPerPrompt, fc.TrainBatchSize = c.w.wl.N, int(c.w.wl.B)
+	fc.Mode, fc.MaxSampleBatches, fc.MinReplaceRatio = c.w.in.mode, c.w.in.maxSample, c.w.in.replaceMin
 	return fc
 }
 
@@ -79,9 +82,10 @@ func (c *ctlNode) filterConfig() filter.Config {
 func (c *ctlNode) coreConfig() controller.Config {
 	w := c.w
 	return controller.Config{Staleness: w.stalenessConfig(), RunID: runID, Sender: "ctl", Task: "sim",
-		NSamples: w.wl.N, MaxSteps: int64(w.cfg.Steps), ResendTrainAfter: retransmit, Sampling: c.filterConfig(),
-		Subjects: controller.Subjects{Prompts: subjPrompts, Train: subjTrain, Ledger: subjLedger, Settled: subjSettled},
-		Plant:    controller.Plant{LoseRequeued: w.cfg.has(BugRequeueLosesPrompt)}}
+		NSamples: w.wl.N, MaxSteps: int64(w.cfg.Steps), ResendTrainAfter: retransmit, Sampling: c.filterConfig(), Rand: c.donorRand(),
+		Subjects: c.subjects(),
+		Plant: controller.Plant{LoseRequeued: w.cfg.has(BugRequeueLosesPrompt),
+			RequeueDuplicateAbort: w.cfg.has(BugCtlRequeuesDuplicateAbort)}}
 }
 
 // wire round-trips a message through the codec, so a core steps exactly
@@ -140,6 +144,8 @@ func (c *ctlNode) apply(e effect.Effects[messages.Message]) {
 			w.send(c.bus, subjTrain, m)
 		case messages.GroupRequeued, messages.SamplingExhausted:
 			w.logf("ctl: %s", m)
+		case messages.CapacityChanged:
+			c.onCapacity(m)
 		}
 	}
 }
@@ -148,6 +154,7 @@ func (c *ctlNode) apply(e effect.Effects[messages.Message]) {
 func (c *ctlNode) armTimer(t effect.Timer) {
 	c.timers[t.Name]++
 	if t.Cancel {
+		c.raceCancel(t.Name)
 		return
 	}
 	gen, core := c.timers[t.Name], c.core
@@ -237,7 +244,7 @@ func (c *ctlNode) judge(g *rgroup) {
 		switch m := s.Msg.(type) {
 		case messages.GroupReady:
 			w.logf("ctl: group %s oldest v%d: kept", m.GroupID, m.OldestVersion)
-			data, err := encodeBatch(g)
+			data, err := encodeBatch(w.in.tokenRewards, g)
 			if err != nil {
 				w.fail(InvWire, "encode token batch of %s: %v", g.id, err)
 				return

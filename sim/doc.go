@@ -60,6 +60,20 @@
 // then faults dropped one by one). A panic in a core is reported as a
 // violation of InvProtocol.
 //
+// # Inputs (issue 37)
+//
+// Besides the workload and the fault schedule, a seed draws from a
+// second stream of its own (seed ^ a salt, so the draws made before issue
+// 37 stay as they were) the configuration the cores run under (dynamic
+// sampling's mode, the stale policy, the router's policy and rules, n = 1)
+// and rarer inputs (redelivered groups, per-trajectory aborts, racing
+// timer ticks, odd groups, engines leaving the fleet; in the failover
+// world quorum loss, clean stops, pipeline failures, stream outages, lost
+// checkpoints, lagging consumed events, engine swaps, duplicated answers
+// and coalesced notices): inputs.go, failover_extra.go, router.go.
+// Package sim/simcov measures which branches of the cores the scenarios
+// reach.
+//
 // Planted bugs (Config.Bugs) exist only to prove the simulator finds
 // them; the CLI reaches them through a hidden flag. Those in controller
 // decisions reach the real core, by perturbing its inputs or through

@@ -39,10 +39,12 @@ type engineNode struct {
 	loadedSum string
 
 	down, hung, slow, frozen, corrupt int
-	updating, paused, stepping        bool
-	stalled                           func()
-	frozenLoad                        *messages.EngineLoad
-	subjects                          map[transport.EngineTopic]string
+	// left counts engine-leave faults in progress (out of the fleet).
+	left                       int
+	updating, paused, stepping bool
+	stalled                    func()
+	frozenLoad                 *messages.EngineLoad
+	subjects                   map[transport.EngineTopic]string
 }
 
 func latencyConfig() latency.Config {

@@ -55,15 +55,33 @@ type fo struct {
 	store          foStore
 	ledger         map[string]*foPrompt // prompt → state
 	queue          []string             // prompts waiting, in order
-	faults         []*foFault
-	injected       map[FaultKind]int
-	active         int           // faults in progress
-	quietSince     time.Duration // when the last fault ended (or 0)
-	msgActive      int           // message faults in progress
-	msgQuietSince  time.Duration
-	lastDurableAt  time.Duration
-	trained        int64
-	requeued       int64
+	// entries: the durable prompt ledger (failover_ledger.go), by
+	// term-qualified prompt id; electing counts the elections of its
+	// stream going on, electWait the writes waiting for a leader.
+	entries   map[string]*foEntry
+	electing  int
+	electWait []func()
+	elections []*election
+	// startStalls counts the start-stall faults on: a term that starts
+	// meanwhile never does (failover_check.go).
+	startStalls   int
+	faults        []*foFault
+	injected      map[FaultKind]int
+	active        int           // faults in progress
+	quietSince    time.Duration // when the last fault ended (or 0)
+	msgActive     int           // message faults in progress
+	msgQuietSince time.Duration
+	lastDurableAt time.Duration
+	trained       int64
+	requeued      int64
+	// Issue 37's generators (failover_extra.go): the second stream's
+	// draws, and what its faults hold now.
+	x         foExtra
+	outage    int           // stream-outages in progress
+	moved     bool          // a stream recovered: its leader may have moved
+	ckptLost  int           // checkpoint-losts in progress
+	mirrorLag time.Duration // how late the ledger mirror hears its events (mirror-lag)
+	kinds     map[term.Kind]int
 
 	events int
 	checks int64
@@ -88,19 +106,18 @@ type foStore struct {
 	historyBy map[int64]uint64               // step → the token that saved it
 }
 
-// foPrompt is a prompt's state in the durable ledger.
+// foPrompt is a prompt of the dataset: its last attempt, the term whose
+// controller holds it (0: queued or trained) and the durable step that
+// trained it. Its durable entries (one per term that took it) are
+// w.entries.
 type foPrompt struct {
-	id      string
-	attempt int
-	// owner is the holder whose term has it in flight ("" queued or
-	// trained); group the attempt's group id.
-	owner, group string
-	token        uint64
+	id           string
+	attempt      int
+	group        string // the last attempt's group id
+	held         uint64
 	trainedAt    int64 // durable step that trained it (0: not yet)
 	trainedGroup string
 }
-
-func (p *foPrompt) inFlight() bool { return p.owner != "" }
 
 // runFailover runs one failover seed.
 func runFailover(cfg Config) (res Result, v *Violation) {
@@ -137,7 +154,7 @@ func runFailover(cfg Config) (res Result, v *Violation) {
 
 func newFailover(cfg Config) *fo {
 	w := &fo{cfg: cfg, rng: rand.New(rand.NewSource(cfg.Seed)), eventLog: newEventLog(cfg.TraceEvents), t0: time.Unix(1_700_000_000, 0),
-		ledger: map[string]*foPrompt{}, injected: map[FaultKind]int{},
+		ledger: map[string]*foPrompt{}, entries: map[string]*foEntry{}, injected: map[FaultKind]int{},
 		store: foStore{history: map[int64][]term.PromptAttempt{}, historyBy: map[int64]uint64{}}}
 	nt, nr := 2+w.rng.Intn(2), 1+w.rng.Intn(2)
 	w.batch = 2 + w.rng.Intn(3)
@@ -154,6 +171,9 @@ func newFailover(cfg Config) *fo {
 		w.rollouts = append(w.rollouts, &rnode{w: w, name: fmt.Sprintf("r%d", i+1), slots: 1 + w.rng.Intn(2)})
 	}
 	w.faults = drawFailoverFaults(w.rng, cfg, nt, nr)
+	var extra []*foFault
+	w.x, extra = drawFailoverExtra(cfg, nt, nr, len(w.faults))
+	w.faults = append(w.faults, extra...)
 	w.logf("start seed=%d scenario=%s %s faults=%d", cfg.Seed, cfg.Scenario, w.workload(), len(w.faults))
 	for _, f := range w.faults {
 		if f.enabled {
@@ -258,6 +278,10 @@ func (w *fo) plant() term.Plant {
 		IgnoreFencedSave:      w.cfg.has(BugTermIgnoresFencing),
 		TwoSavesOutstanding:   w.cfg.has(BugTermTwoSaves),
 		NeverResend:           w.cfg.has(BugTermNeverResends),
+		SaveBeforeRecorded:    w.cfg.has(BugTermSavesBeforeRecorded),
+		MarksUnordered:        w.cfg.has(BugTermMarksUnordered),
+		NoStartBound:          w.cfg.has(BugTermNoStartBound),
+		IgnoreQuorumLoss:      w.cfg.has(BugTermIgnoresQuorumLoss),
 	}
 }
 
@@ -271,7 +295,11 @@ func (w *fo) members() []term.Member {
 	}
 	for _, r := range w.rollouts {
 		if r.alive {
-			ms = append(ms, term.Member{Name: r.name, Engines: map[string]string{r.engine(): fmt.Sprintf("http://%s/%d", r.name, r.inc)}})
+			m := term.Member{Name: r.name}
+			if e := r.engine(); e != "" {
+				m.Engines = map[string]string{e: fmt.Sprintf("http://%s/%d", r.name, r.inc)}
+			}
+			ms = append(ms, m)
 		}
 	}
 	return ms
@@ -330,16 +358,10 @@ func (w *fo) take(p *pipe, r *rnode) (*foPrompt, bool) {
 	w.queue = w.queue[1:]
 	pr := w.ledger[id]
 	pr.attempt++
-	pr.owner, pr.token, pr.group = p.node.name, p.token, fmt.Sprintf("%s#%d", id, pr.attempt)
+	// The durable ledger qualifies a term's ids by its token (as
+	// cluster/node's does): RequeueStale reads the token back.
+	pr.held, pr.group = p.token, term.PromptID(p.token, fmt.Sprintf("%s#%d", id, pr.attempt))
 	return pr, true
-}
-
-// requeue puts an in-flight prompt back in the queue.
-func (w *fo) requeue(pr *foPrompt, why string) {
-	w.logf("ledger: %s requeued (%s)", pr.group, why)
-	pr.owner, pr.token = "", 0
-	w.queue = append(w.queue, pr.id)
-	w.requeued++
 }
 
 // finish: the durable progress reached the run's steps: heal, settle,
@@ -350,8 +372,12 @@ func (w *fo) finish() {
 	}
 	w.finished = true
 	w.healAll()
+	if h := w.holder(); h != nil {
+		w.dieAfterLast(h)
+	}
 	w.logf("all %d steps durable: faults healed, settling for %v", w.cfg.Steps, w.cfg.SyncBound+time.Second)
 	w.after(w.cfg.SyncBound+time.Second, "final checks", func() {
+		w.logKinds()
 		w.finalChecks()
 		w.done = true
 	})

@@ -62,46 +62,25 @@ func (w *fo) checkClaim(n *tnode, v term.ProgressClaimed) {
 	if tok, ok := n.core.Holding(); !ok || tok != v.Token || v.Prev.Holder == "" {
 		return
 	}
-	for _, id := range slices.Sorted(maps.Keys(w.ledger)) {
-		pr := w.ledger[id]
-		switch {
-		case pr.owner == v.Prev.Holder && pr.token < v.Token:
-			w.fail(InvDeadNodeRequeue, "%s claimed token %d from %s, whose %s (token %d) is still in flight", n.name, v.Token, v.Prev.Holder, pr.group, pr.token)
-			return
-		case pr.inFlight() && pr.token < v.Token:
-			w.fail(InvDeadNodeRequeue, "%s claimed token %d from %s (token %d), but %s of %s (token %d), a holder before it, is still in flight",
-				n.name, v.Token, v.Prev.Holder, v.Prev.Token, pr.group, pr.owner, pr.token)
+	// The claim marks only the last durable step's prompts: every step
+	// before it must have been marked already (issue 37), or a holder that
+	// died with those marks unwritten lost them for good.
+	for step := int64(1); step < v.Prev.Step; step++ {
+		for _, pa := range w.store.history[step] {
+			if pr := w.ledger[pa.Prompt]; pr.trainedAt != step {
+				w.fail(InvLedger, "%s claimed token %d at durable step %d, but step %d's %s was never marked trained: the claim marks only step %d's prompts",
+					n.name, v.Token, v.Prev.Step, step, pa.Group, v.Prev.Step)
+				return
+			}
+		}
+	}
+	for _, key := range slices.Sorted(maps.Keys(w.entries)) {
+		if e := w.entries[key]; e.inFlight() && e.token < v.Token {
+			w.fail(InvDeadNodeRequeue, "%s claimed token %d from %s (token %d), but %s of %s (token %d) is still in flight",
+				n.name, v.Token, v.Prev.Holder, v.Prev.Token, e.ent.GroupID, e.ent.Sender, e.token)
 			return
 		}
 	}
-}
-
-// markTrained applies MarkTrained to the ledger: only for a durable step,
-// each prompt once.
-func (w *fo) markTrained(n *tnode, v term.MarkTrained) {
-	w.checks++
-	saved, ok := w.store.history[v.Step]
-	if !ok || fmt.Sprint(saved) != fmt.Sprint(v.Prompts) {
-		w.fail(InvTrainedDurable, "%s marks step %d trained (%v) but the durable progress never held it (held: %v)", n.name, v.Step, groupsOf(v.Prompts), groupsOf(saved))
-		return
-	}
-	for _, pa := range v.Prompts {
-		pr := w.ledger[pa.Prompt]
-		switch {
-		case pr.trainedAt == v.Step && pr.trainedGroup == pa.Group:
-			continue // a repeat (the claim marks the previous holder's last step again)
-		case pr.trainedAt != 0:
-			w.fail(InvTrainedTwice, "prompt %s trained at step %d (%s) and again at step %d (%s)", pr.id, pr.trainedAt, pr.trainedGroup, v.Step, pa.Group)
-			return
-		case slices.Contains(w.queue, pr.id):
-			w.fail(InvLedger, "prompt %s marked trained at step %d (%s) while requeued", pr.id, v.Step, pa.Group)
-			return
-		}
-		pr.trainedAt, pr.trainedGroup = v.Step, pa.Group
-		pr.owner, pr.token = "", 0
-		w.trained++
-	}
-	w.logf("ledger: step %d trained %v", v.Step, groupsOf(v.Prompts))
 }
 
 func groupsOf(ps []term.PromptAttempt) []string {
@@ -147,6 +126,9 @@ func (w *fo) checkAll() {
 	for _, n := range w.trainers {
 		if !n.alive {
 			continue
+		}
+		if w.checkHolder(n); w.violation != nil {
+			return
 		}
 		if tok, ok := n.core.Holding(); ok {
 			if o, dup := held[tok]; dup {
@@ -210,9 +192,9 @@ func (w *fo) finalChecks() {
 	for step := int64(1); step <= w.store.prog.Step; step++ {
 		for _, pa := range w.store.history[step] {
 			pr := w.ledger[pa.Prompt]
-			if pr.trainedAt != step || pr.trainedGroup != pa.Group || pr.inFlight() || slices.Contains(w.queue, pr.id) {
+			if pr.trainedAt != step || pr.trainedGroup != pa.Group || w.inFlight(pr) || slices.Contains(w.queue, pr.id) {
 				w.fail(InvLedger, "durable step %d trained %s, but the ledger has it trained at step %d (%s), in flight %v, queued %v",
-					step, pa.Group, pr.trainedAt, pr.trainedGroup, pr.inFlight(), slices.Contains(w.queue, pr.id))
+					step, pa.Group, pr.trainedAt, pr.trainedGroup, w.inFlight(pr), slices.Contains(w.queue, pr.id))
 				return
 			}
 		}
@@ -226,11 +208,16 @@ type foFault struct {
 	at, dur time.Duration
 	node    int           // trainer or rollout index
 	notice  time.Duration // zombie: how late its elector's notices come
+	// elect: how long the ledger's stream elects a leader (a
+	// ledger-election; a rollout node's kill when its server led the
+	// stream, else 0).
+	elect   time.Duration
 	enabled bool
 	started bool
 	ended   bool
 	target  *tnode
 	inc     int
+	swap    int // engine-swap: how the node comes back
 }
 
 func (f *foFault) String() string {
@@ -240,16 +227,25 @@ func (f *foFault) String() string {
 		s += fmt.Sprintf(" on r%d", f.node+1)
 	case FaultLeaseCut, FaultStoreCut:
 		s += fmt.Sprintf(" on n%d", f.node+1)
+	case FaultQuorumLoss, FaultNodeStop:
+		s += fmt.Sprintf(" on the holder (else n%d)", f.node+1)
+	case FaultMirrorLag:
+		s += fmt.Sprintf(", consumed events %v late", f.notice)
+	case FaultEngineSwap:
+		s += fmt.Sprintf(" on r%d", f.node+1)
 	case FaultHolderKill:
 		s += " on the holder"
 	case FaultZombie:
 		s += fmt.Sprintf(" on the holder, notices %v late", f.notice)
 	}
+	if f.elect > 0 && f.kind == FaultRolloutKill {
+		s += fmt.Sprintf(", its server led the ledger (election %v)", f.elect)
+	}
 	return s
 }
 
 var failoverKinds = []FaultKind{FaultHolderKill, FaultHolderKill, FaultZombie, FaultZombie, FaultRolloutKill, FaultRolloutKill,
-	FaultLeaseCut, FaultStoreCut, FaultLossy, FaultLossy}
+	FaultLeaseCut, FaultStoreCut, FaultLossy, FaultLossy, FaultLedgerElection, FaultStartStall}
 
 // drawFailoverFaults draws every fault and its parameters up front, so a
 // mask does not shift the random stream.
@@ -264,6 +260,14 @@ func drawFailoverFaults(rng *rand.Rand, cfg Config, nt, nr int) []*foFault {
 			f.dur, f.node = 2*time.Second+time.Duration(rng.Int63n(int64(6*time.Second))), rng.Intn(nt)
 		case FaultRolloutKill:
 			f.dur, f.node = 5*time.Second+time.Duration(rng.Int63n(int64(4*time.Second))), rng.Intn(nr)
+			if rng.Intn(2) == 0 { // its server led the ledger's stream
+				f.elect = 4*time.Second + time.Duration(rng.Int63n(int64(5*time.Second)))
+			}
+		case FaultLedgerElection:
+			f.dur = 4*time.Second + time.Duration(rng.Int63n(int64(5*time.Second)))
+			f.elect = f.dur
+		case FaultStartStall:
+			f.dur = 2*time.Second + time.Duration(rng.Int63n(int64(8*time.Second)))
 		case FaultLeaseCut:
 			f.dur, f.node = 500*msec+time.Duration(rng.Int63n(int64(4500*msec))), rng.Intn(nt)
 		case FaultStoreCut:
@@ -305,7 +309,14 @@ func (w *fo) startFault(f *foFault) {
 	case FaultRolloutKill:
 		if r := w.rollouts[f.node]; r.alive {
 			r.kill()
+			if f.elect > 0 {
+				w.startElection(f.elect, r.name+" died")
+			}
 		}
+	case FaultLedgerElection:
+		w.startElection(f.elect, "its server died")
+	case FaultStartStall:
+		w.startStalls++
 	case FaultLeaseCut, FaultStoreCut, FaultZombie:
 		n := w.trainers[f.node]
 		if f.kind == FaultZombie {
@@ -323,6 +334,8 @@ func (w *fo) startFault(f *foFault) {
 		}
 	case FaultLossy:
 		w.msgActive++
+	default:
+		w.startExtraFault(f)
 	}
 	w.after(f.dur, "", func() { w.endFault(f) })
 }
@@ -355,6 +368,10 @@ func (w *fo) endFault(f *foFault) {
 	case FaultLossy:
 		w.msgActive--
 		w.msgQuietSince = w.clock
+	case FaultStartStall:
+		w.startStalls--
+	default:
+		w.endExtraFault(f)
 	}
 	w.active--
 	w.quietSince = w.clock
@@ -387,6 +404,9 @@ func (w *fo) healAll() {
 		}
 		f.started = true // one not started yet never will
 		f.ended = true
+	}
+	for _, el := range w.elections {
+		w.endElection(el)
 	}
 	for _, n := range w.trainers {
 		if !n.alive {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/asyncrl/asyncrl/cluster/term"
 	"github.com/asyncrl/asyncrl/cluster/termwatch"
+	"github.com/asyncrl/asyncrl/messages"
 )
 
 // tnode is a trainer node: its term core, its lease elector and, while it
@@ -30,8 +31,31 @@ type tnode struct {
 	noticeAt, gossipAt time.Duration
 	slowNotice         time.Duration
 	leaseCut, storeCut int
+	// stopping: a clean stop is under way (node-stop): the node contends
+	// no more and exits once its core gave the lease up.
+	stopping bool
+	// lastNotice is the elector's newest notice (a later one may coalesce
+	// an undelivered loss with it).
+	lastNotice *pendingNotice
 
 	pipe *pipe
+	// marks: this node's trained marks not written yet; marksWait: what
+	// waits for them (a sweep, as the agent's waitMarks); claimed: the
+	// claim whose requeue has not run yet (checkClaim judges it then).
+	marks     int
+	marksWait []func()
+	claimed   *term.ProgressClaimed
+	// blocked: the shell waits in a sweep for the marks, as the agent's
+	// loop does; inputs wait in inbox meanwhile, and the core is not
+	// ticked.
+	blocked bool
+	inbox   []term.Input
+}
+
+// pendingNotice is an elector notice on its way to the core.
+type pendingNotice struct {
+	in            term.LeaseChanged
+	done, dropped bool
 }
 
 // pipe is a term's pipeline, minimal: its controller's groups, its
@@ -42,6 +66,11 @@ type pipe struct {
 	base    term.Progress
 	steps   int64
 	stopped bool
+	// stalled: its start hangs (a start-stall fault) and never reports
+	// started; routerUp: it hung after its router listened (its engines
+	// load the term's version 0 and serve it), else before (its engines
+	// never get a LoadWeights).
+	stalled, routerUp bool
 	// groups: group → state, for the groups taken in this term.
 	groups   map[string]*pgroup
 	finished []*pgroup // delivered, not trained yet
@@ -53,6 +82,16 @@ type pipe struct {
 	regAt   map[string]time.Duration
 	targets []target
 	aborted map[string]int
+	// mq: the events its ledger mirror has yet to record; mbusy: one is
+	// being written (failover_ledger.go).
+	mq    []ledgerEvent
+	mbusy bool
+	// mirrorAt: when the mirror hears the last event sent to it (events
+	// keep their order however late they come).
+	mirrorAt time.Duration
+	// removed: engines taken out of routing, and when (the publisher
+	// hears of it late: failover_extra.go).
+	removed map[string]time.Duration
 }
 
 type target struct {
@@ -72,8 +111,11 @@ func (n *tnode) boot() {
 	w := n.w
 	n.alive, n.inc = true, n.inc+1
 	n.leader, n.token, n.pipe, n.slowNotice, n.leaseCut, n.storeCut = false, 0, nil, 0, 0, 0
+	n.marks, n.marksWait, n.claimed, n.blocked, n.inbox = 0, nil, nil, false, nil
+	n.stopping, n.lastNotice = false, nil
 	c, err := term.New(term.Config{Node: n.name, Run: runID, Steps: int64(w.cfg.Steps), Checkpoints: true,
-		Watch: termwatch.Config{StallAfter: 3 * w.cfg.ProgressBound, UnhealthyAfter: termwatch.DefaultConfig().UnhealthyAfter},
+		Watch: termwatch.Config{StallAfter: 3 * w.cfg.ProgressBound, UnhealthyAfter: termwatch.DefaultConfig().UnhealthyAfter,
+			StartAfter: w.cfg.ProgressBound / 2},
 		Plant: w.plant()})
 	if err != nil {
 		panic(fmt.Sprintf("sim: failover: term config: %v", err))
@@ -82,8 +124,14 @@ func (n *tnode) boot() {
 	w.logf("%s: up (incarnation %d)", n.name, n.inc)
 	w.gossip(200*msec, time.Second)
 	n.loop(w.jitter(0, electorEvery), electorEvery, n.elect)
-	n.loop(w.jitter(0, tickEvery), tickEvery, func() { n.core.Tick(w.now()); n.drain(nil) })
+	n.loop(w.jitter(0, tickEvery), tickEvery, func() {
+		if !n.blocked {
+			n.core.Tick(w.now())
+			n.drain(nil)
+		}
+	})
 	n.loop(observeEvery, observeEvery, func() { n.step(term.ProgressObserved{Progress: w.store.prog}) })
+	n.probeLoop()
 }
 
 // loop runs fn every period while this incarnation lives.
@@ -124,6 +172,9 @@ func (n *tnode) kill() {
 func (n *tnode) elect() {
 	w := n.w
 	l := &w.lease
+	if n.stopping && !n.leader {
+		return // stopping: it contends no more
+	}
 	if n.leaseCut == 0 {
 		switch {
 		case n.leader && l.holder == n.name && l.token == n.token:
@@ -152,17 +203,54 @@ func (n *tnode) lose(why string) {
 
 // notice hands the elector's change to the core, in order, late when the
 // zombie fault is on.
+//
+// Late notices may coalesce: a watcher that reports only the latest state
+// drops a loss not yet delivered when the re-acquisition follows it, so
+// the core sees a new token without a loss in between; and a status may
+// come twice.
 func (n *tnode) notice(in term.LeaseChanged) {
 	w := n.w
 	at := max(w.clock+n.slowNotice, n.noticeAt)
 	n.noticeAt = at
-	n.later(at-w.clock, "", func() { n.step(in) })
+	if last := n.lastNotice; in.Leader && last != nil && !last.in.Leader && !last.done && w.x.chance(w.x.coalesce) {
+		last.dropped = true
+		w.logf("%s: the elector's loss notice coalesces with the re-acquisition (token %d)", n.name, in.Token)
+	}
+	pn := &pendingNotice{in: in}
+	n.lastNotice = pn
+	dup := w.x.chance(w.x.dupNotice)
+	n.later(at-w.clock, "", func() {
+		if pn.done = true; pn.dropped {
+			return
+		}
+		n.step(in)
+		if dup {
+			n.step(in)
+		}
+	})
 }
 
-// step feeds one input to the core and applies its Ready.
+// step feeds one input to the core and applies its Ready (once the
+// shell is not blocked in a sweep).
 func (n *tnode) step(in term.Input) {
+	if n.blocked {
+		n.inbox = append(n.inbox, in)
+		return
+	}
 	n.core.Step(n.w.now(), in)
 	n.drain(in)
+}
+
+// unblock: the sweep is done; the inputs that waited are stepped, in
+// order, until one blocks the shell again.
+func (n *tnode) unblock() {
+	n.blocked = false
+	for len(n.inbox) > 0 && !n.blocked && n.w.violation == nil {
+		in := n.inbox[0]
+		n.inbox = n.inbox[1:]
+		n.core.Step(n.w.now(), in)
+		n.drain(in)
+	}
 }
 
 func (n *tnode) drain(in term.Input) {
@@ -172,24 +260,34 @@ func (n *tnode) drain(in term.Input) {
 		return
 	}
 	for _, e := range r.Events {
+		w.countEvent(e)
 		if e.Kind != term.Ignored {
 			w.logf("%s: %s", n.name, e)
+		} else {
+			w.record(true, "%s: %s", n.name, e)
 		}
 	}
 	tok, _ := n.core.Holding()
 	w.checkReady(n, in, r)
-	for _, e := range r.Effects {
-		if w.violation != nil {
-			break
-		}
-		n.apply(e, tok)
-	}
+	n.applyAll(r.Effects, tok)
 	n.core.Advance()
 	switch v := in.(type) {
 	case term.MembersChanged:
 		w.checkDeadNodes(n, v)
 	case term.ProgressClaimed:
-		w.checkClaim(n, v)
+		// Judged once the claim's requeue is done (it waits for the
+		// node's trained marks), or now when it asked for none. A claim
+		// the core ignored (a repeated answer: failover_extra.go) applied
+		// nothing: the claim it repeats was judged at its own requeue —
+		// a zombie's consumed event that reached the ledger after that
+		// requeue is no prompt the claim left in flight.
+		switch {
+		case slices.ContainsFunc(r.Events, isIgnored):
+		case !slices.ContainsFunc(r.Effects, isRequeue):
+			w.checkClaim(n, v)
+		default:
+			n.claimed = &v
+		}
 	}
 }
 
@@ -220,6 +318,7 @@ func (n *tnode) apply(e term.Effect, tok uint64) {
 			for _, e := range v.Names {
 				delete(p.router, e)
 				delete(p.regAt, e)
+				p.removedAt(e)
 			}
 		}
 	case term.SendLoadWeights:
@@ -229,6 +328,12 @@ func (n *tnode) apply(e term.Effect, tok uint64) {
 			w.lease.holder = ""
 		}
 		n.leader, n.backoff = false, w.clock+resignBackoff
+		if n.stopping {
+			n.later(0, "", func() {
+				w.logf("%s: stopped", n.name)
+				n.kill()
+			})
+		}
 	case term.Done, term.DeleteTermBucket, term.Prune:
 	}
 }
@@ -245,32 +350,23 @@ func (n *tnode) applyDurable(e term.Effect, tok uint64) bool {
 		n.storeOp(fmt.Sprintf("save step %d token %d", p.Step, p.Token), func() { n.save(p) },
 			func() { n.step(term.SaveFailed{Token: p.Token, Step: p.Step, Err: "store unreachable"}) })
 	case term.MarkTrained:
-		w.markTrained(n, v)
+		w.markTrained(n, v, tok)
+		n.marksHealth(tok)
 	case term.RequeueNode:
-		count := 0
-		for _, id := range slices.Sorted(maps.Keys(w.ledger)) {
-			if pr := w.ledger[id]; pr.owner == v.Node {
-				w.requeue(pr, "requeue node "+v.Node)
-				count++
-			}
-		}
+		count := w.sweep(n.name, "requeue node "+v.Node, func(e *foEntry) bool { return e.ent.Sender == v.Node },
+			func(uint64) bool { return false })
+		n.claimSwept()
 		n.later(w.jitter(msec, 20*msec), "", func() { n.step(term.NodeRequeued{Token: tok, Node: v.Node, Count: count}) })
 	case term.RequeueStale:
-		count := 0
-		for _, id := range slices.Sorted(maps.Keys(w.ledger)) {
-			if pr := w.ledger[id]; pr.inFlight() && pr.token < v.Token {
-				w.requeue(pr, fmt.Sprintf("terms before token %d", v.Token))
-				count++
-			}
+		count, ok := w.sweepStale(n.name, v.Token)
+		if !ok {
+			return true
 		}
+		n.claimSwept()
 		n.later(w.jitter(msec, 20*msec), "", func() { n.step(term.StaleRequeued{Token: tok, Count: count}) })
 	case term.Finish:
 		w.logf("%s: run finished (token %d)", n.name, v.Token)
-		for _, id := range slices.Sorted(maps.Keys(w.ledger)) {
-			if pr := w.ledger[id]; pr.inFlight() {
-				w.requeue(pr, "run finished")
-			}
-		}
+		w.sweep(n.name, "run finished", func(*foEntry) bool { return true }, func(uint64) bool { return false })
 	default:
 		return false
 	}
@@ -310,9 +406,9 @@ func (n *tnode) claim(tok uint64) {
 	prev := s.prog
 	s.claimed = tok
 	s.prog.Token, s.prog.Holder = tok, n.name
-	cl := s.prog
+	cl := w.claimedProgress(s.prog)
 	w.logf("store: %s claimed token %d at step %d (previous holder %q token %d)", n.name, tok, cl.Step, prev.Holder, prev.Token)
-	n.later(w.jitter(msec, 20*msec), "", func() { n.step(term.ProgressClaimed{Token: tok, Prev: prev, Claimed: cl}) })
+	n.claimAnswered(term.ProgressClaimed{Token: tok, Prev: prev, Claimed: cl})
 }
 
 // save is a fenced progress write.
@@ -343,7 +439,26 @@ func (n *tnode) startPipeline(v term.StartPipeline) {
 	}
 	n.pipe = p
 	w.logf("%s: pipeline %s from step %d version %d for %d steps", n.name, v.Term, v.From.Step, v.From.Version, v.Steps)
+	if p.stalled = w.startStalls > 0; p.stalled {
+		// How far it got (the second stream's draw): nowhere, its
+		// checkpoint restored, or its router listening — the core's stall
+		// reason names the last phase, the router and the engines serving.
+		hang := w.x.rng.Intn(3)
+		w.logf("%s: the start of %s hangs (%s)", n.name, v.Term, []string{"at once", "after its checkpoint", "after its router listens"}[hang])
+		if hang == 0 {
+			return
+		}
+		n.later(w.jitter(5*msec, 50*msec), "", func() {
+			n.step(term.StartPhase{Token: v.Token, Phase: "checkpoint restored"})
+			if hang == 2 {
+				p.routerUp = true
+				n.step(term.RouterListening{Token: v.Token, URL: "http://" + n.name + "/router"})
+			}
+		})
+		return
+	}
 	n.later(w.jitter(5*msec, 50*msec), "", func() {
+		n.step(term.StartPhase{Token: v.Token, Phase: "checkpoint restored"})
 		n.step(term.RouterListening{Token: v.Token, URL: "http://" + n.name + "/router"})
 		n.step(term.PipelineStarted{Token: v.Token})
 	})
@@ -367,7 +482,7 @@ func (n *tnode) addEngines(v term.AddEngines) {
 func (n *tnode) sendLoadWeights(v term.SendLoadWeights, tok uint64) {
 	w := n.w
 	r := w.rolloutByEngine(v.Engine)
-	if r == nil {
+	if r == nil || n.pipe != nil && n.pipe.stalled && !n.pipe.routerUp {
 		return
 	}
 	w.logf("%s: LoadWeights %s version %d token %d", n.name, v.Engine, v.Version, tok)
@@ -391,15 +506,19 @@ func (n *tnode) abort(v term.AbortGroups) {
 			continue // finished before it died: the trainer has it
 		}
 		pg.state = "aborted"
-		if pr := w.ledger[pg.prompt]; pr.group == pg.id && pr.token == p.token && p.token == w.store.claimed {
-			w.requeue(pr, "dead node "+v.Node)
-		}
+		// The controller requeues it: its mirror records the requeue
+		// after the group's consumed event.
+		p.record(ledgerEvent{pr: w.ledger[pg.prompt], token: p.token, state: messages.LedgerRequeued, attempt: pg.attempt,
+			group: pg.id, why: "dead node " + v.Node})
 	}
 }
 
 // deliver: a rollout node's finished group reaches the term's trainer.
 func (p *pipe) deliver(g *pgroup) {
-	if p.stopped || g.state != "running" || p.node.pipe != p {
+	if p.stopped || (g.state != "running" && g.state != "buffered") || p.node.pipe != p {
+		return
+	}
+	if p.bufferWaits(g) {
 		return
 	}
 	g.state = "finished"
@@ -426,11 +545,12 @@ func (p *pipe) train() {
 		}
 		ver := p.base.Version + p.local
 		w.logf("%s: trainer step %d (version %d) of token %d from %v", n.name, p.local, ver, p.token, ids)
-		n.step(term.StepTrained{Token: p.token, Step: p.local, Version: p.local, Groups: ids})
+		n.stepTrained(term.StepTrained{Token: p.token, Step: p.local, Version: p.local, Groups: ids})
 		n.step(term.CheckpointSaved{Token: p.token, Version: p.local, Location: fmt.Sprintf("ckpt/t%d/v%d", p.token, p.local)})
+		n.maybeStopAtLast(p)
 		if !p.stopped {
 			p.targets = append(p.targets, target{w.clock, ver})
-			for _, e := range slices.Sorted(maps.Keys(p.router)) {
+			for _, e := range p.dispatchTo() {
 				n.step(term.EngineTarget{Token: p.token, Engine: e, Version: ver})
 			}
 		}
@@ -445,6 +565,8 @@ type rnode struct {
 	alive bool
 	inc   int
 	slots int
+	// swap: how it came back from an engine-swap (failover_extra.go).
+	swap int
 	// term: the term it serves (from announcements).
 	token  uint64
 	holder *tnode
@@ -456,7 +578,7 @@ type rnode struct {
 	linkAt  time.Duration // FIFO link to the holder
 }
 
-func (r *rnode) engine() string { return r.name + "-e0" }
+func (r *rnode) engine() string { return r.engineName() }
 
 func (w *fo) rolloutByEngine(e string) *rnode {
 	for _, r := range w.rollouts {
@@ -532,7 +654,7 @@ func (r *rnode) announced(tok uint64, n *tnode) {
 func (r *rnode) pull() {
 	w := r.w
 	n := r.holder
-	if n == nil || !n.alive || n.pipe == nil || n.pipe.token != r.token || n.pipe.stopped || len(r.running) >= r.slots {
+	if n == nil || !n.alive || n.pipe == nil || n.pipe.token != r.token || n.pipe.stopped || n.pipe.stalled || len(r.running) >= r.slots {
 		return
 	}
 	p := n.pipe
@@ -551,9 +673,12 @@ func (r *rnode) pull() {
 	p.groups[g.id] = g
 	r.running = append(r.running, g)
 	w.logf("%s: runs %s for term %d", r.name, g.id, p.token)
-	tok := p.token
-	att := term.PromptAttempt{Prompt: pr.id, Group: g.id, Attempt: int32(pr.attempt)}
-	n.later(w.jitter(5*msec, 100*msec), "", func() { n.step(term.PromptConsumed{Token: tok, Attempt: att}) })
+	if !n.core.Remote(r.engine()) {
+		w.fail(InvRouting, "%s (%s) routed to %s, not a remote engine of term %d", pr.group, r.name, r.engine(), p.token)
+		return
+	}
+	// The controller's consumed event goes to the term's ledger mirror.
+	p.record(ledgerEvent{pr: pr, token: p.token, state: messages.LedgerConsumed, attempt: pr.attempt, group: g.id})
 	r.status(false)
 	inc := r.inc
 	w.after(w.jitter(200*msec, 1200*msec), "", func() {
@@ -646,5 +771,73 @@ func (w *fo) lossy(fn func()) {
 	}
 	for range copies {
 		w.after(d, "", fn)
+	}
+}
+
+// applyAll applies a Ready's effects in order. A sweep (the requeues, the
+// run's finish) first waits for this node's trained marks, as the
+// agent's waitMarks does — holding up the effects after it, as the
+// agent's loop is held.
+func (n *tnode) applyAll(effects []term.Effect, tok uint64) {
+	w := n.w
+	for i, e := range effects {
+		if w.violation != nil {
+			return
+		}
+		if _, fin := e.(term.Finish); (isRequeue(e) || fin) && n.marks > 0 {
+			rest, inc := effects[i:], n.inc
+			n.blocked = true
+			n.afterMarks(func() {
+				if n.alive && n.inc == inc {
+					n.blocked = false
+					n.applyAll(rest, tok)
+					if !n.blocked {
+						n.unblock()
+					}
+				}
+			})
+			return
+		}
+		n.apply(e, tok)
+	}
+}
+
+func isIgnored(e term.Event) bool { return e.Kind == term.Ignored }
+
+func isRequeue(e term.Effect) bool {
+	switch e.(type) {
+	case term.RequeueStale, term.RequeueNode:
+		return true
+	}
+	return false
+}
+
+// afterMarks runs fn once this node's trained marks are written (a sweep
+// would take their prompts, still unmarked, for prompts in flight).
+func (n *tnode) afterMarks(fn func()) {
+	if n.marks == 0 {
+		fn()
+		return
+	}
+	n.marksWait = append(n.marksWait, fn)
+}
+
+// markDone: one trained mark written (or dropped with its node).
+func (n *tnode) markDone() {
+	if n.marks--; n.marks > 0 {
+		return
+	}
+	wait := n.marksWait
+	n.marksWait = nil
+	for _, fn := range wait {
+		fn()
+	}
+}
+
+// claimSwept: the claim's requeue ran; judge the claim now.
+func (n *tnode) claimSwept() {
+	if v := n.claimed; v != nil {
+		n.claimed = nil
+		n.w.checkClaim(n, *v)
 	}
 }

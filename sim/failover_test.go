@@ -1,8 +1,10 @@
 package sim
 
 import (
+	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestFailoverTakesOver: over a batch of failover seeds every run makes
@@ -40,4 +42,111 @@ func TestFailoverTakesOver(t *testing.T) {
 		}
 	}
 	t.Logf("60 seeds: %v", seen)
+}
+
+// Issue 37, the lost prompt: n3 (rollouts, and one of three NATS
+// servers) was SIGKILLed; the holder's trained mark of a later step was
+// refused ("trained before it was consumed") and the prompt ended neither
+// trained nor in flight. The sequence, as the failover scenario models
+// it: the killed node's server led the durable ledger's stream, whose
+// election holds every write for seconds while followers still answer
+// reads; the term's ledger mirror had reported a group's consumed event
+// to the core and was waiting to write it; the core saved the step that
+// trained the group (the progress lives in another stream) and marked
+// its prompts; the mark read the entry as absent and was refused.
+// Seed 32 shows it on the core before the fix (planted: a step saved on
+// the consumed event alone), minimised to that one kill; the fixed core
+// saves the step only once the ledger recorded the consumed transition.
+func TestLedgerElectionLostPrompt(t *testing.T) {
+	const seed = 32
+	bug := []Bug{BugTermSavesBeforeRecorded}
+	_, err := Run(Config{Seed: seed, Scenario: ScenarioFailover, Steps: 8, Bugs: bug, Minimize: true})
+	var v *Violation
+	if !errors.As(err, &v) || v.Invariant != InvLedger || !strings.Contains(v.Detail, "trained before it was consumed") {
+		t.Fatalf("seed %d on the old core: %v; want %s, a trained mark refused as before its consume", seed, err, InvLedger)
+	}
+	if len(v.Faults) != 1 || !strings.Contains(v.Faults[0], "rollout-node-kill") || !strings.Contains(v.Faults[0], "led the ledger") {
+		t.Fatalf("minimal schedule %v; want the one rollout node kill whose server led the ledger", v.Faults)
+	}
+	res, err := Run(Config{Seed: seed, Scenario: ScenarioFailover, Steps: 8, KeepLog: true})
+	if err != nil {
+		t.Fatalf("seed %d on the fixed core: %v", seed, err)
+	}
+	elected, ok := firstLine(res.Log, "ledger: stream leader elected")
+	if !ok {
+		t.Fatal("no election in the log")
+	}
+	first, ok := firstLine(res.Log, "store: step 1 version 1 durable")
+	if !ok || logTime(t, first) < logTime(t, elected) {
+		t.Fatalf("step 1 durable at %q, the election over at %q: the step must wait for its prompts' consumed transitions", first, elected)
+	}
+	if res.StepsTrained != 8 {
+		t.Fatalf("%d steps durable, want 8", res.StepsTrained)
+	}
+	t.Logf("old core: %s", v.Detail)
+}
+
+// Issue 37, marks lost with a holder: the durable progress names only its
+// last step's prompts (a claim marks them again), so a holder that saved
+// step s+1 while step s's marks were still being written — held up by a
+// ledger election — and then died left step s's prompts unmarked; the
+// claim's requeue took them for prompts in flight. Seed 28 shows it on
+// the old core (planted), minimised to the election and the holder's
+// death (a checkpoint-lost fault kills the holder; the soak's "marks"
+// moment); the fixed core saves no step while an
+// earlier one's marks are outstanding.
+func TestMarksBeforeNextSave(t *testing.T) {
+	const seed = 28
+	_, err := Run(Config{Seed: seed, Scenario: ScenarioFailover, Steps: 8, Bugs: []Bug{BugTermMarksUnordered}, Minimize: true})
+	var v *Violation
+	if !errors.As(err, &v) || v.Invariant != InvLedger || !strings.Contains(v.Detail, "was never marked trained") {
+		t.Fatalf("seed %d on the old core: %v; want %s, a durable step's prompt never marked", seed, err, InvLedger)
+	}
+	if s := strings.Join(v.Faults, "\n"); !strings.Contains(s, "ledger-election") {
+		t.Fatalf("minimal schedule %v; want the ledger election that held the marks", v.Faults)
+	}
+	if _, err := Run(Config{Seed: seed, Scenario: ScenarioFailover, Steps: 8}); err != nil {
+		t.Fatalf("seed %d on the fixed core: %v", seed, err)
+	}
+	t.Logf("old core: %s (faults %v)", v.Detail, v.Faults)
+}
+
+// Issue 37, a stalled start: a term whose start hangs (no router, its
+// engines never load version 0 — the issue's n1 logged its resume and
+// then nothing for 180 s) sat on the lease; the core before the fix
+// (planted: no start bound) leaves it there until StallAfter, and seed 14
+// breaks progress, minimised to a start stall (and the holder kill that
+// made a new term start during it). The fixed core's watch steps the term
+// down StartAfter after its claim, saying how far it got, and the next
+// term trains.
+func TestStalledStartStepsDown(t *testing.T) {
+	const seed = 14
+	_, err := Run(Config{Seed: seed, Scenario: ScenarioFailover, Steps: 8, Bugs: []Bug{BugTermNoStartBound}, Minimize: true})
+	var v *Violation
+	if !errors.As(err, &v) || v.Invariant != InvProgress {
+		t.Fatalf("seed %d on the old core: %v; want %s", seed, err, InvProgress)
+	}
+	if s := strings.Join(v.Faults, "\n"); !strings.Contains(s, "start-stall") {
+		t.Fatalf("minimal schedule %v; want the start stall", v.Faults)
+	}
+	res, err := Run(Config{Seed: seed, Scenario: ScenarioFailover, Steps: 8, KeepLog: true})
+	if err != nil {
+		t.Fatalf("seed %d on the fixed core: %v", seed, err)
+	}
+	hang, ok := firstLine(res.Log, "the start of", "hangs")
+	if !ok {
+		t.Fatal("no hung start in the log")
+	}
+	down, ok := firstLine(res.Log, "training failed: term stalled (no_start)", "last phase")
+	if !ok {
+		t.Fatal("the hung term never stepped down for its start")
+	}
+	bound := Config{}.withDefaults().ProgressBound / 2
+	if took := logTime(t, down) - logTime(t, hang); took < bound || took > bound+time.Second {
+		t.Fatalf("stepped down %v after the hung start; want StartAfter (%v) after its claim", took, bound)
+	}
+	if res.StepsTrained != 8 {
+		t.Fatalf("%d steps durable, want 8", res.StepsTrained)
+	}
+	t.Logf("%s\n%s", hang, down)
 }

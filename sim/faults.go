@@ -36,6 +36,11 @@ const (
 	// the buffered groups are lost and every store fails until a new term
 	// replaces the buffer — the fault heals then (see ctlNode.probe).
 	FaultStreamLoss FaultKind = "stream-loss"
+	// FaultEngineLeave: an engine is taken out of the fleet (the
+	// publisher forgets it, the router removes its replica and sessions)
+	// and added back at the end, with the weights it had (issue 37;
+	// drawn from the second stream, inputs.go).
+	FaultEngineLeave FaultKind = "engine-leave"
 
 	// Faults of the failover scenario (failover_check.go).
 
@@ -56,13 +61,23 @@ const (
 	// FaultLossy: LoadWeights, their acks and periodic rollout statuses are
 	// lost, duplicated or delayed.
 	FaultLossy FaultKind = "lossy-messages"
+	// FaultLedgerElection: the server that led the durable prompt
+	// ledger's stream died; for 4–9 s its followers answer reads and
+	// every write waits for the new leader (issue 37). A rollout node's
+	// kill brings one too when its server led the stream (drawn).
+	FaultLedgerElection FaultKind = "ledger-election"
+	// FaultStartStall: a term claimed meanwhile never starts (its start
+	// hangs: no router, its engines never load version 0), even after the
+	// fault ends — until its watch steps it down (issue 37).
+	FaultStartStall FaultKind = "start-stall"
 )
 
 // FaultKinds lists every kind, for summaries.
 var FaultKinds = []FaultKind{FaultEngineCrash, FaultEngineRestart, FaultEngineHang, FaultEngineSlowdown,
 	FaultStaleMetrics, FaultCorruptDelta, FaultTrainerCrash, FaultPublisherCrash, FaultCtlCrash, FaultMsgDrop,
-	FaultMsgDuplicate, FaultMsgDelay, FaultMsgReorder, FaultPartition, FaultStreamLoss,
-	FaultHolderKill, FaultRolloutKill, FaultLeaseCut, FaultStoreCut, FaultZombie, FaultLossy}
+	FaultMsgDuplicate, FaultMsgDelay, FaultMsgReorder, FaultPartition, FaultStreamLoss, FaultEngineLeave,
+	FaultHolderKill, FaultRolloutKill, FaultLeaseCut, FaultStoreCut, FaultZombie, FaultLossy, FaultLedgerElection, FaultStartStall,
+	FaultQuorumLoss, FaultNodeStop, FaultPipelineFail, FaultStreamOutage, FaultCheckpointLost, FaultMirrorLag, FaultEngineSwap}
 
 var processFaults = []FaultKind{FaultEngineCrash, FaultEngineRestart, FaultEngineHang, FaultEngineSlowdown,
 	FaultStaleMetrics, FaultCorruptDelta, FaultTrainerCrash, FaultPublisherCrash, FaultCtlCrash, FaultStreamLoss}
@@ -95,7 +110,7 @@ type fault struct {
 func (f *fault) String() string {
 	s := fmt.Sprintf("#%d %s at %.3fs for %v", f.idx, f.kind, f.at.Seconds(), f.dur)
 	switch f.kind {
-	case FaultEngineCrash, FaultEngineRestart, FaultEngineHang, FaultEngineSlowdown, FaultStaleMetrics, FaultCorruptDelta:
+	case FaultEngineCrash, FaultEngineRestart, FaultEngineHang, FaultEngineSlowdown, FaultStaleMetrics, FaultCorruptDelta, FaultEngineLeave:
 		s += fmt.Sprintf(" on e%d", f.engine)
 	case FaultMsgDrop, FaultMsgDuplicate, FaultMsgDelay, FaultMsgReorder:
 		s += fmt.Sprintf(" on %s p=%.2f", f.subject, f.prob)
@@ -284,6 +299,8 @@ func (p *faultPlan) start(w *world, f *fault) {
 			w.after(f.dur, "", func() { p.end(w, f) })
 		})
 		return
+	case FaultEngineLeave:
+		w.engineLeave(e())
 	case FaultMsgDrop, FaultMsgDuplicate, FaultMsgDelay, FaultMsgReorder:
 		mf := memhub.Fault{Match: memhub.Selector{Subject: f.subject}, Probability: f.prob}
 		switch f.kind {
@@ -348,6 +365,8 @@ func (p *faultPlan) end(w *world, f *fault) {
 		w.trainer.restart()
 	case FaultCtlCrash:
 		w.ctl.restart()
+	case FaultEngineLeave:
+		w.engineBack(e())
 	case FaultStreamLoss:
 		if f.replicated {
 			f.buf.electing-- // a replaced buffer is unaffected: the new term has its own

@@ -101,6 +101,8 @@ type oracle struct {
 	filtered   int64
 	requeued   int64
 	maxStale   int64
+	// staleTrained counts groups trained beyond S (stale_policy accept).
+	staleTrained int64
 }
 
 func newOracle(w *world) *oracle {
@@ -140,6 +142,14 @@ func (o *oracle) tokens(g string, lo int64) {
 	}
 }
 
+// setOldest: the rollout side lost trajectories of group g on the way
+// (an odd group): the oldest token version of what is left.
+func (o *oracle) setOldest(g string, oldest int64) {
+	if og := o.groups[g]; og != nil {
+		og.oldest = oldest
+	}
+}
+
 // settle records a group's one terminal outcome.
 func (o *oracle) settle(g, outcome string) {
 	o.checks++
@@ -176,7 +186,8 @@ func (o *oracle) settle(g, outcome string) {
 // trainedBatch: the trainer committed step `step`, trained on version
 // `version`, with these groups.
 // seen is the oldest generated-token version per group as the trainer
-// read it from the batch's token data.
+// read it from the batch's token data (masked: zero_variance_mask zeroed
+// every loss mask of the group, so nothing of it is trained).
 func (o *oracle) trainedBatch(step, version int64, groups []string, seen map[string]int64) {
 	o.committed = max(o.committed, step)
 	for _, g := range groups {
@@ -191,25 +202,30 @@ func (o *oracle) trainedBatch(step, version int64, groups []string, seen map[str
 			o.w.fail(InvTrainedTwice, "group %s (prompt %s) trained %d times, the last at step %d", g, og.prompt, og.trained, step)
 			return
 		}
-		if og.oldest == math.MaxInt64 {
+		if og.oldest == math.MaxInt64 && seen[g] != masked {
 			o.w.fail(InvStaleness, "group %s trained at step %d without any accepted token", g, step)
 			return
 		}
-		if s, ok := seen[g]; !ok || s != og.oldest {
+		if s, ok := seen[g]; !ok || (s != masked && s != og.oldest) {
 			o.w.fail(InvStaleness, "group %s: the trainer's token data says oldest version %d, the engines produced %d", g, s, og.oldest)
 			return
 		}
+		accept := o.w.in.stalePolicy == staleness.PolicyAccept
 		if o.w.cfg.Measure == staleness.MeasureToken {
 			lag := version - og.oldest
 			o.maxStale = max(o.maxStale, lag)
-			if lag > o.w.wl.S {
+			if lag > o.w.wl.S && accept {
+				o.staleTrained++ // stale_policy accept: trained anyway, counted by the controller
+			} else if lag > o.w.wl.S {
 				o.w.fail(InvStaleness, "group %s trained on version %d with oldest token version %d: token staleness %d > S=%d", g, version, og.oldest, lag, o.w.wl.S)
 				return
 			}
 		} else {
 			lag := step - og.scheduled
 			o.maxStale = max(o.maxStale, lag)
-			if lag > o.w.wl.S {
+			if lag > o.w.wl.S && accept {
+				o.staleTrained++
+			} else if lag > o.w.wl.S {
 				o.w.fail(InvStaleness, "group %s trained at step %d, scheduled at step %d: scheduled staleness %d > S=%d", g, step, og.scheduled, lag, o.w.wl.S)
 				return
 			}
@@ -263,6 +279,7 @@ func (o *oracle) checkAll() {
 			return
 		}
 	}
+	w.ctl.checkBooks()
 	o.checks++
 	if w.ctl.minVersion > latest {
 		w.fail(InvInvisible, "router's minimum version %d is above the newest committed version %d", w.ctl.minVersion, latest)
@@ -310,6 +327,10 @@ func (o *oracle) final() {
 	w := o.w
 	latest := w.store.latest()
 	o.checks++
+	if o.w.in.stalePolicy == staleness.PolicyAccept && o.staleTrained > w.ctl.violations {
+		w.fail(InvStaleness, "stale_policy accept: %d groups were trained beyond S=%d, the controller counted %d violations", o.staleTrained, w.wl.S, w.ctl.violations)
+		return
+	}
 	if latest != int64(w.cfg.Steps) {
 		w.fail(InvSync, "publisher's newest committed version is %d, trainer produced %d", latest, w.cfg.Steps)
 		return

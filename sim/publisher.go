@@ -57,7 +57,9 @@ func newPub(w *world) (*pubNode, error) {
 }
 
 func (p *pubNode) rebuild() error {
-	tr, err := publisher.New(publisher.Config{MaxLag: p.w.wl.MaxLag, BaseBytes: 8 << 20})
+	tc := publisher.DefaultConfig()
+	tc.MaxLag, tc.BaseBytes = p.w.wl.MaxLag, 8<<20
+	tr, err := publisher.New(tc)
 	if err != nil {
 		return err
 	}
@@ -97,8 +99,35 @@ func (p *pubNode) heartbeat() {
 }
 
 func (p *pubNode) sendMin() {
+	p.checkRoutable()
 	p.w.send(p.bus, subjMinVersion, messages.MinVersionSet{Header: messages.Header{RunID: runID, Sender: "pub", Version: p.tr.Target()},
 		MinVersion: p.tr.MinRoutable()})
+}
+
+// checkRoutable: an engine the tracker calls routable really serves at
+// least the minimum (the tracker learns versions from the engine's own
+// acks, so it is never ahead of the engine).
+func (p *pubNode) checkRoutable() {
+	w := p.w
+	for _, name := range p.tr.RoutableEngines() {
+		w.orc.checks++
+		for _, e := range w.engines {
+			if e.id == name && e.down == 0 && e.serving < p.tr.MinRoutable() {
+				w.fail(InvRouting, "the publisher's tracker calls %s routable at minimum %d; it serves %d", name, p.tr.MinRoutable(), e.serving)
+				return
+			}
+		}
+	}
+}
+
+// leave forgets an engine taken out of the fleet (the shell's Leave); it
+// joins again through its acks when it is back.
+func (p *pubNode) leave(engine string) {
+	if p.down > 0 {
+		return
+	}
+	p.tr.Leave(engine)
+	delete(p.lastCmd, engine)
 }
 
 func (p *pubNode) onStepDone(m messages.StepDone) {
@@ -160,6 +189,13 @@ func (p *pubNode) sendLoad(engine string, plan publisher.Plan) {
 	if plan.Full != publisher.NoVersion {
 		m.Format, m.BaseVersion = messages.WeightsFull, plan.Full
 	}
+	// The engine's receiver starts on the plan's target (the shell's
+	// Fetching; one already serving it is left as it is).
+	if err := p.tr.Fetching(engine, plan.Target); err != nil {
+		w.fail(InvProtocol, "publisher: fetching: %v", err)
+		return
+	}
+	w.logf("pub: LoadWeights %s %s", engine, plan)
 	p.lastCmd[engine] = w.now()
 	w.send(p.bus, subjLoad(engine), m)
 }

@@ -101,26 +101,36 @@ var plantedBugs = []struct {
 	bug      Bug
 	scenario Scenario
 	want     Invariant
+	// or: another invariant the bug's first failing seed may break
+	// first (a second save outstanding also skips the marks of a step
+	// whose answer it takes for another's).
+	or Invariant
 }{
-	{BugRouterIgnoresGating, ScenarioDefault, InvRouting},
-	{BugFilterLeaksCapacity, ScenarioDefault, InvProgress},
-	{BugTrainerRetrainsOnRestart, ScenarioFaults, InvTrainedTwice},
-	{BugEngineSkipsChecksum, ScenarioFaults, InvChecksum},
-	{BugStalenessFromSchedule, ScenarioFaults, InvStaleness},
-	{BugPublisherAnnouncesEarly, ScenarioFaults, InvInvisible},
-	{BugRequeueLosesPrompt, ScenarioFaults, InvLedger},
-	{BugEngineRestartsFromBase, ScenarioFaults, InvMonotonic},
-	{BugPublisherForgetsLaggards, ScenarioFaults, InvSync},
-	{BugCtlForgetsSentBatch, ScenarioFaults, InvLedger},
-	{BugTermIgnoresLostBuffer, ScenarioFaults, InvTermStepDown},
+	{BugRouterIgnoresGating, ScenarioDefault, InvRouting, ""},
+	{BugFilterLeaksCapacity, ScenarioDefault, InvProgress, ""},
+	{BugTrainerRetrainsOnRestart, ScenarioFaults, InvTrainedTwice, ""},
+	{BugEngineSkipsChecksum, ScenarioFaults, InvChecksum, ""},
+	{BugStalenessFromSchedule, ScenarioFaults, InvStaleness, ""},
+	{BugPublisherAnnouncesEarly, ScenarioFaults, InvInvisible, ""},
+	{BugRequeueLosesPrompt, ScenarioFaults, InvLedger, ""},
+	{BugEngineRestartsFromBase, ScenarioFaults, InvMonotonic, ""},
+	{BugPublisherForgetsLaggards, ScenarioFaults, InvSync, ""},
+	{BugCtlForgetsSentBatch, ScenarioFaults, InvLedger, ""},
+	{BugTermIgnoresLostBuffer, ScenarioFaults, InvTermStepDown, ""},
 	// In the cluster/term core (term.Config.Plant), by the failover scenario.
-	{BugTermForgetsDeadNodeGroups, ScenarioFailover, InvDeadNodeRequeue},
-	{BugTermForgetsPrevHolder, ScenarioFailover, InvDeadNodeRequeue},
-	{BugTermRequeuesPrevHolderOnly, ScenarioFailover, InvDeadNodeRequeue},
-	{BugTermMarksBeforeDurable, ScenarioFailover, InvTrainedDurable},
-	{BugTermIgnoresFencing, ScenarioFailover, InvFencing},
-	{BugTermTwoSaves, ScenarioFailover, InvDurableMonotonic},
-	{BugTermNeverResends, ScenarioFailover, InvSync},
+	{BugTermForgetsDeadNodeGroups, ScenarioFailover, InvDeadNodeRequeue, ""},
+	{BugTermForgetsPrevHolder, ScenarioFailover, InvDeadNodeRequeue, ""},
+	{BugTermRequeuesPrevHolderOnly, ScenarioFailover, InvDeadNodeRequeue, ""},
+	{BugTermMarksBeforeDurable, ScenarioFailover, InvTrainedDurable, ""},
+	{BugTermIgnoresFencing, ScenarioFailover, InvFencing, ""},
+	{BugTermTwoSaves, ScenarioFailover, InvDurableMonotonic, InvLedger},
+	{BugTermNeverResends, ScenarioFailover, InvSync, ""},
+	{BugTermSavesBeforeRecorded, ScenarioFailover, InvLedger, ""},
+	{BugTermMarksUnordered, ScenarioFailover, InvLedger, ""},
+	{BugTermNoStartBound, ScenarioFailover, InvProgress, ""},
+	// On inputs only issue 37's generators produce.
+	{BugTermIgnoresQuorumLoss, ScenarioFailover, InvFencing, ""},
+	{BugCtlRequeuesDuplicateAbort, ScenarioFaults, InvLedger, ""},
 }
 
 // plantSteps: the run's steps for a bug searched over longer runs than 8.
@@ -165,14 +175,14 @@ func TestPlantedBugsAreFound(t *testing.T) {
 			if v == nil {
 				t.Fatalf("planted bug %s not found in 300 %s seeds", tc.bug, tc.scenario)
 			}
-			if v.Invariant != tc.want {
+			if v.Invariant != tc.want && (tc.or == "" || v.Invariant != tc.or) {
 				t.Fatalf("seed %d: caught by %s, want %s:\n%v", seed, v.Invariant, tc.want, v)
 			}
 			if v.Seed != seed || len(v.Trace) == 0 || !strings.Contains(v.Trace[len(v.Trace)-1], "VIOLATION") {
 				t.Fatalf("violation lacks its seed or trace: %+v", v)
 			}
 			msg := v.Error()
-			for _, want := range []string{fmt.Sprintf("seed %d", seed), string(tc.want), "reproduce: asyncrl sim --seed", "--bug " + string(tc.bug)} {
+			for _, want := range []string{fmt.Sprintf("seed %d", seed), string(v.Invariant), "reproduce: asyncrl sim --seed", "--bug " + string(tc.bug)} {
 				if !strings.Contains(msg, want) {
 					t.Fatalf("report lacks %q:\n%s", want, msg)
 				}

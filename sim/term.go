@@ -131,7 +131,10 @@ func (c *ctlNode) probe() bool {
 // groupReady stores a finished group in the buffer. While the buffer
 // fails, the group stays with the rollout side (c.groups) and the store is
 // retried; the judge takes it a consumer's lag after it was stored.
-func (c *ctlNode) groupReady(g *rgroup) { c.storeGroup(g, false) }
+func (c *ctlNode) groupReady(g *rgroup) {
+	c.oddGroup(g)
+	c.storeGroup(g, false)
+}
 
 func (c *ctlNode) storeGroup(g *rgroup, retry bool) {
 	w := c.w
@@ -163,6 +166,7 @@ func (c *ctlNode) deliver(b *trajBuffer, g *rgroup, retry bool) {
 	}
 	b.groups = slices.Delete(b.groups, i, i+1)
 	c.judge(g)
+	c.maybeRedeliver(g)
 }
 
 // retryNote marks repeated attempts (routine: traces leave them out).

@@ -11,6 +11,10 @@ import (
 	"github.com/asyncrl/asyncrl/transport/memhub"
 )
 
+// masked marks, in the trainer's oldest-version map, a group whose every
+// loss mask the controller zeroed (zero_variance_mask).
+const masked = math.MinInt64
+
 // trainerDurable is what the trainer checkpoints: it survives a crash.
 type trainerDurable struct {
 	// next is the next step to train; the trainer holds version next−1.
@@ -121,6 +125,11 @@ func (t *trainerNode) prepare(b messages.TrainBatch) (map[string]int64, time.Dur
 			}
 		}
 		oldest[tr.GroupID] = lo
+	}
+	for g, lo := range oldest {
+		if lo == math.MaxInt64 {
+			oldest[g] = masked // zero_variance_mask: no token of it is trained
+		}
 	}
 	cfg := microbatch.DefaultConfig()
 	cfg.MaxTokensPerMicrobatch, cfg.DPSize = 256, 2

@@ -68,6 +68,10 @@ type world struct {
 	store   *weightStore
 	orc     *oracle
 	faults  *faultPlan
+	// xrng is the second stream (seed ^ inputsSalt) the input generators
+	// of issue 37 draw from; in is what they drew (inputs.go).
+	xrng *rand.Rand
+	in   inputs
 
 	events int
 	eventLog
@@ -228,6 +232,9 @@ func newWorld(cfg Config) (*world, error) {
 	w := &world{cfg: cfg, rng: rand.New(rand.NewSource(cfg.Seed)), eventLog: newEventLog(cfg.TraceEvents)}
 	w.wl = drawWorkload(w.rng, cfg)
 	w.faults = drawFaults(w.rng, cfg, w.wl)
+	w.xrng = rand.New(rand.NewSource(cfg.Seed ^ inputsSalt))
+	w.in = drawInputs(w.xrng, cfg, &w.wl)
+	w.faults.drawExtra(w.xrng, cfg, w.wl, w.in)
 	w.hub = memhub.New(w.rng.Int63())
 	w.hub.SetRecording(false) // the sim keeps its own log of every event
 	w.store = newWeightStore()
@@ -244,6 +251,7 @@ func newWorld(cfg Config) (*world, error) {
 		w.engines = append(w.engines, newEngine(w, i))
 	}
 	w.logf("start seed=%d scenario=%s %s faults=%d", cfg.Seed, cfg.Scenario, w.wl, len(w.faults.faults))
+	w.logf("inputs %s", w.in)
 	w.faults.schedule(w)
 	w.ctl.start()
 	w.trainer.start()
@@ -264,6 +272,10 @@ func (w *world) finish() {
 	w.faults.healAll(w)
 	w.logf("all %d steps trained: faults healed, settling for %v", w.cfg.Steps, w.cfg.SyncBound+time.Second)
 	w.after(w.cfg.SyncBound+time.Second, "final checks", func() {
+		w.ctl.retire()
+		if w.pub.down == 0 {
+			w.logf("pub: the tracker ignored %d acks at or below an engine's version", w.pub.tr.IgnoredAcks())
+		}
 		w.orc.final()
 		w.done = true
 	})

@@ -89,6 +89,12 @@ type StreamConfig struct {
 	// An existing stream created without it keeps its retention (JetStream
 	// cannot change a stream's retention to or from work-queue).
 	WorkQueue bool
+	// Duplicates is how long the stream remembers a message id
+	// (PublishMsgID) to drop a second message with it: JetStream's
+	// duplicate window; 0 is the server's default (2 minutes). Each id
+	// costs the server memory for the window, so it bounds per-message
+	// state by time. A bus without message ids (memhub) ignores it.
+	Duplicates time.Duration
 }
 
 // Validate names the first bad field: a Name that is not a subject token,
@@ -112,6 +118,9 @@ func (c StreamConfig) Validate() error {
 	}
 	if c.MaxBytes < 0 {
 		return fmt.Errorf("stream %s: MaxBytes %d: must be >= 0 (0 is unlimited)", c.Name, c.MaxBytes)
+	}
+	if c.Duplicates < 0 {
+		return fmt.Errorf("stream %s: Duplicates %v: must be >= 0 (0 is the server's default)", c.Name, c.Duplicates)
 	}
 	if c.Replicas < 0 || c.Replicas > 5 {
 		return fmt.Errorf("stream %s: Replicas %d: allowed 1..5 (0 for 1)", c.Name, c.Replicas)

@@ -306,6 +306,9 @@ func (c *Core) filtered(now time.Time, m messages.GroupFiltered) {
 func (c *Core) aborted(now time.Time, m messages.EpisodeAborted) {
 	if err := c.ctl.Abort(m.GroupID, now); err != nil {
 		c.duplicate("abort", m.GroupID, err) // the group's other trajectories
+		if c.cfg.Plant.RequeueDuplicateAbort {
+			c.enqueue(queued{prompt: Prompt{ID: m.PromptID}, attempt: 1})
+		}
 		return
 	}
 	c.requeues(m.Reason)

@@ -148,4 +148,9 @@ type Plant struct {
 	// LoseRequeued drops a requeued prompt instead of queueing it for
 	// readmission (sim: requeue-loses-prompt).
 	LoseRequeued bool
+	// RequeueDuplicateAbort queues a prompt again on an abort of a group
+	// the core no longer holds (a second report of one abort: sim's
+	// controller-requeues-duplicate-abort; only issue 37's per-trajectory
+	// abort reports reach it).
+	RequeueDuplicateAbort bool
 }

@@ -79,9 +79,17 @@ type StepRecord struct {
 	TrainTime     time.Duration
 	PublishTime   time.Duration
 	Done          time.Time
-	// GroupIDs are the groups the step trained (the TrainBatch's).
+	// GroupIDs are the groups the step trained (the TrainBatch's). Only
+	// the newest GroupIDsKept records keep them (Actor.Steps): a run of
+	// days must not hold every group id it ever trained.
 	GroupIDs []string
 }
+
+// GroupIDsKept is how many of the newest step records keep their
+// GroupIDs; older ones have them dropped (issue 37: per-step state stays
+// O(1) per step). A reader of GroupIDs (the cluster agent's term feeds
+// each new step to its core) reads a step long before it is this old.
+const GroupIDsKept = 64
 
 // Actor is the trainer actor: it trains each TrainBatch with its Stepper
 // (the built-in trainer, or the exec backend's child process), publishes
@@ -98,8 +106,12 @@ type Actor struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	mu    sync.Mutex
-	steps []StepRecord
+	mu sync.Mutex
+	// steps are the trained steps' records, compact (stepRow: a run of
+	// days keeps one per step); ids holds the group ids of the newest
+	// GroupIDsKept steps, ids[i%GroupIDsKept] those of step record i.
+	steps []stepRow
+	ids   [GroupIDsKept][]string
 	err   error
 }
 
@@ -159,11 +171,69 @@ func (a *Actor) Stop(ctx context.Context) error {
 	}
 }
 
-// Steps returns the trained steps so far.
+// Steps returns the trained steps so far (a copy: O(steps); for a poll
+// use StepCount and StepsSince).
 func (a *Actor) Steps() []StepRecord {
+	return a.StepsSince(0)
+}
+
+// StepCount is the number of trained steps so far.
+func (a *Actor) StepCount() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return append([]StepRecord(nil), a.steps...)
+	return len(a.steps)
+}
+
+// StepsSince returns the trained steps from index i on (a copy of the
+// records after the first i): what a poller that has seen i records has
+// not seen yet. Empty when i ≥ StepCount.
+func (a *Actor) StepsSince(i int) []StepRecord {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if i >= len(a.steps) {
+		return nil
+	}
+	i = max(i, 0)
+	out := make([]StepRecord, 0, len(a.steps)-i)
+	for j, r := range a.steps[i:] {
+		rec := r.record()
+		if k := i + j; k >= len(a.steps)-GroupIDsKept {
+			rec.GroupIDs = a.ids[k%GroupIDsKept]
+		}
+		out = append(out, rec)
+	}
+	return out
+}
+
+// stepRow is a StepRecord as the actor keeps it: ~140 B instead of ~220
+// (no duplicated fields, times as nanoseconds), without the group ids.
+type stepRow struct {
+	step, version                                 int64
+	reward, loss, entropy, gradNorm               float64
+	mismatch, mismatchSame, kl, clipFrac, isRatio float64
+	sameVersionTokens, statTokens, groups, trajs  int32
+	tokens, microbatches                          int32
+	stalenessMax                                  int64
+	trainNs, publishNs, doneNs                    int64
+}
+
+func rowOf(r StepRecord) stepRow {
+	st := r.Stats
+	return stepRow{step: r.Step, version: r.Version, reward: r.RewardMean, loss: st.Loss, entropy: st.Entropy, gradNorm: st.GradNorm,
+		mismatch: st.Mismatch, mismatchSame: st.MismatchSameVersion, kl: st.KL, clipFrac: st.ClipFrac, isRatio: st.ISRatio,
+		sameVersionTokens: int32(st.SameVersionTokens), statTokens: int32(st.Tokens), groups: int32(r.Groups), trajs: int32(r.Trajectories),
+		tokens: int32(r.Tokens), microbatches: int32(r.Microbatches), stalenessMax: r.StalenessMax,
+		trainNs: int64(r.TrainTime), publishNs: int64(r.PublishTime), doneNs: r.Done.UnixNano()}
+}
+
+func (r stepRow) record() StepRecord {
+	return StepRecord{Step: r.step, Version: r.version, RewardMean: r.reward,
+		Stats: policy.StepStats{Version: r.version, Loss: r.loss, Entropy: r.entropy, GradNorm: r.gradNorm, Mismatch: r.mismatch,
+			MismatchSameVersion: r.mismatchSame, SameVersionTokens: int(r.sameVersionTokens), KL: r.kl, Tokens: int(r.statTokens),
+			ClipFrac: r.clipFrac, ISRatio: r.isRatio},
+		Groups: int(r.groups), Trajectories: int(r.trajs), Tokens: int(r.tokens), Microbatches: int(r.microbatches),
+		StalenessMax: r.stalenessMax, TrainTime: time.Duration(r.trainNs), PublishTime: time.Duration(r.publishNs),
+		Done: time.Unix(0, r.doneNs)}
 }
 
 // Err returns the error that stopped training, if any.
@@ -227,7 +297,8 @@ func (a *Actor) step(tb messages.TrainBatch) error {
 		Trajectories: p.Trajectories, Tokens: p.Tok, Microbatches: mbs, StalenessMax: p.StalenessMax,
 		TrainTime: t1.Sub(t0), PublishTime: time.Since(t1), Done: time.Now()}
 	a.mu.Lock()
-	a.steps = append(a.steps, rec)
+	a.ids[len(a.steps)%GroupIDsKept] = rec.GroupIDs
+	a.steps = append(a.steps, rowOf(rec))
 	a.mu.Unlock()
 	if a.cfg.Subjects.Weights != "" {
 		a.send(a.cfg.Subjects.Weights, messages.WeightsPublished{Header: a.header(st.Version), BaseVersion: st.Version,

@@ -100,6 +100,10 @@ type Options struct {
 	// Sleep and Now replace the real pause and clock (tests).
 	Sleep store.SleepFunc
 	Now   func() time.Time
+	// BeforeCommit, when set, runs in Save after a checkpoint's files are
+	// uploaded and before its manifest commits it (version v): a
+	// node-loss test kills a node there (cluster/node's hold points).
+	BeforeCommit func(v int64)
 }
 
 // Store is a run's trainer checkpoints in an object store.
@@ -235,6 +239,9 @@ func (s *Store) Save(ctx context.Context, tr *policy.Trainer, v int64, token uin
 	js, err := json.Marshal(man)
 	if err != nil {
 		return "", fmt.Errorf("ckpt: %w", err)
+	}
+	if s.opts.BeforeCommit != nil {
+		s.opts.BeforeCommit(v)
 	}
 	if err := s.st.Commit(s.bound(ctx), path.Join(name, ManifestName), js); err != nil {
 		return "", fmt.Errorf("ckpt: %s: manifest: %w", name, err)

@@ -82,6 +82,12 @@ type Ledger struct {
 	prompts  jetstream.KeyValue
 	progress jetstream.KeyValue
 	groups   jetstream.Stream
+	// promptsStream is the prompt bucket's stream (KV_<bucket>), read
+	// from its leader when a replica's answer is in doubt.
+	promptsStream, promptsBucket string
+	// read is Record's first read of an entry (get; a test replaces it
+	// with a replica that lags).
+	read func(ctx context.Context, promptID string) (Entry, uint64, bool, error)
 }
 
 const progressKey = "trainer"
@@ -108,7 +114,10 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Ledger, error) {
 		}
 		return b, nil
 	}
-	if l.prompts, err = kv("asyncrl_"+cfg.Run+"_prompts", "asyncrl prompt ledger"); err != nil {
+	l.promptsBucket = "asyncrl_" + cfg.Run + "_prompts"
+	l.promptsStream = "KV_" + l.promptsBucket
+	l.read = l.get
+	if l.prompts, err = kv(l.promptsBucket, "asyncrl prompt ledger"); err != nil {
 		return nil, err
 	}
 	if l.progress, err = kv("asyncrl_"+cfg.Run+"_progress", "asyncrl trainer progress (fenced)"); err != nil {
@@ -160,23 +169,32 @@ func (l *Ledger) get(ctx context.Context, promptID string) (Entry, uint64, bool,
 // An illegal transition returns an error wrapping ErrIllegalTransition and
 // stores nothing.
 func (l *Ledger) Record(ctx context.Context, ev messages.PromptLedger) (Entry, Outcome, error) {
+	read := l.read
 	for range l.cfg.CASRetries {
-		prev, rev, exists, err := l.get(ctx, ev.PromptID)
+		prev, rev, exists, err := read(ctx, ev.PromptID)
 		if err != nil {
 			return Entry{}, Applied, err
 		}
 		next, out, err := Apply(prev, exists, ev)
 		key := promptKey(ev.PromptID)
-		if errors.Is(err, ErrIllegalTransition) && exists {
+		if errors.Is(err, ErrIllegalTransition) {
 			// With replicas, any server may answer a read (KV direct get)
 			// and a follower can be behind: the verdict stands only if the
-			// entry is still at rev. Rewriting it unchanged at rev tells: a
-			// revision mismatch means the read was stale, so read again.
-			stale, cerr := l.confirm(ctx, key, prev, rev)
+			// stream's leader agrees. For an entry read at rev, rewriting it
+			// unchanged at rev tells (a revision mismatch: the read was
+			// stale); for an entry read as absent, the leader is asked
+			// (issue 37: a follower that had not applied a consumed
+			// transition yet refused its trained mark as "trained before
+			// it was consumed"). Stale: read again, from the leader.
+			stale, cerr := l.confirmAbsent(ctx, ev.PromptID, exists)
+			if exists {
+				stale, cerr = l.confirm(ctx, key, prev, rev)
+			}
 			if cerr != nil {
 				return Entry{}, Applied, cerr
 			}
 			if stale {
+				read = l.leaderGet
 				continue
 			}
 		}
@@ -202,6 +220,65 @@ func (l *Ledger) Record(ctx context.Context, ev messages.PromptLedger) (Entry, O
 		}
 	}
 	return Entry{}, Applied, fmt.Errorf("ledger: prompt %s: still contended after %d attempts", ev.PromptID, l.cfg.CASRetries)
+}
+
+// confirmAbsent asks the prompt bucket's leader whether promptID, which
+// a replica said was never recorded, is recorded after all (stale true);
+// nothing to confirm when exists.
+func (l *Ledger) confirmAbsent(ctx context.Context, promptID string, exists bool) (stale bool, err error) {
+	if exists {
+		return false, nil
+	}
+	_, _, found, err := l.leaderGet(ctx, promptID)
+	if err != nil {
+		return false, fmt.Errorf("ledger: confirm prompt %s: %w", promptID, err)
+	}
+	return found, nil
+}
+
+// leaderGet reads a prompt's entry from the bucket stream's leader (the
+// JetStream API's message get, which only the leader answers — unlike the
+// KV's direct gets, which any replica may), or errors while the stream
+// has none.
+func (l *Ledger) leaderGet(ctx context.Context, promptID string) (Entry, uint64, bool, error) {
+	req, err := json.Marshal(map[string]string{"last_by_subj": "$KV." + l.promptsBucket + "." + promptKey(promptID)})
+	if err != nil {
+		return Entry{}, 0, false, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	msg, err := l.js.Conn().RequestWithContext(rctx, "$JS.API.STREAM.MSG.GET."+l.promptsStream, req)
+	if err != nil {
+		return Entry{}, 0, false, fmt.Errorf("ledger: read prompt %s from the leader: %w", promptID, err)
+	}
+	var resp struct {
+		Error *struct {
+			Code        int    `json:"code"`
+			ErrCode     int    `json:"err_code"`
+			Description string `json:"description"`
+		} `json:"error"`
+		Message *struct {
+			Seq  uint64 `json:"seq"`
+			Hdrs []byte `json:"hdrs"`
+			Data []byte `json:"data"`
+		} `json:"message"`
+	}
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return Entry{}, 0, false, fmt.Errorf("ledger: read prompt %s from the leader: %w", promptID, err)
+	}
+	switch {
+	case resp.Error != nil && resp.Error.Code == 404:
+		return Entry{}, 0, false, nil
+	case resp.Error != nil:
+		return Entry{}, 0, false, fmt.Errorf("ledger: read prompt %s from the leader: %s (code %d)", promptID, resp.Error.Description, resp.Error.ErrCode)
+	case resp.Message == nil:
+		return Entry{}, 0, false, fmt.Errorf("ledger: read prompt %s from the leader: empty answer", promptID)
+	}
+	if h, err := nats.DecodeHeadersMsg(resp.Message.Hdrs); err == nil && h.Get("KV-Operation") != "" {
+		return Entry{}, 0, false, nil // deleted or purged
+	}
+	e, err := decodeEntry(resp.Message.Data)
+	return e, resp.Message.Seq, err == nil, err
 }
 
 // confirm rewrites prev unchanged at rev: stale is true when the bucket

@@ -71,8 +71,11 @@ type AgentConfig struct {
 	// long steps down, so a clean term starts from the durable step
 	// (default 10m; keep it above the slowest step). UnhealthyAfter: the
 	// same when a JetStream stream the term depends on failed every probe
-	// for this long (default 30s; an election takes 4–9 s).
-	StallAfter, UnhealthyAfter time.Duration
+	// for this long (default 30s; an election takes 4–9 s). StartAfter:
+	// the same when the term has not started this long after it claimed
+	// the lease — its streams, its base weights, an engine that loaded
+	// version 0 (default 5m; keep it above the slowest start).
+	StallAfter, UnhealthyAfter, StartAfter time.Duration
 	// Run is the run configuration (the same file on every node).
 	Run config.Config
 	// Logger receives the node's logs.
@@ -97,6 +100,12 @@ type AgentConfig struct {
 	// required in X-API-Key on the Tinker API (asyncrl node
 	// --tinker-api-key-file).
 	TinkerListen, TinkerAPIKey string
+	// HoldFile (tests; asyncrl node --hold-file): while this file names a
+	// hold point (HoldSave, HoldMarks, HoldCheckpointWrite, HoldPublish),
+	// the holder's term stops there and writes a HoldKind event record,
+	// so a node-loss test kills a node at that moment; removing the file
+	// lets it go on. Empty: no holds.
+	HoldFile string
 }
 
 // Agent is a running cluster node: bus, name claim, gossip membership and
@@ -136,6 +145,9 @@ type Agent struct {
 	stopOne sync.Once
 	// stopping: Stop has begun; the name claim's loss is then expected.
 	stopping atomic.Bool
+	// refused counts the transitions the durable ledger refused this node
+	// (refuse; the run's count is ledger.Refusals).
+	refused atomic.Int64
 	// stepdowns counts the terms this node gave up as stalled; registered
 	// on each term's registry.
 	stepdowns *prometheus.CounterVec
@@ -348,7 +360,7 @@ func (a *Agent) applyWatch(core *term.Core) (done bool) {
 func (a *Agent) termConfig() term.Config {
 	return term.Config{Node: a.cfg.Name, Run: a.cfg.Run.Run.ID, Steps: int64(a.cfg.Run.Run.Steps),
 		Checkpoints: a.cfg.Run.Trainer.Backend != config.BackendRemote,
-		Watch:       termwatch.Config{StallAfter: a.cfg.StallAfter, UnhealthyAfter: a.cfg.UnhealthyAfter}}
+		Watch:       termwatch.Config{StallAfter: a.cfg.StallAfter, UnhealthyAfter: a.cfg.UnhealthyAfter, StartAfter: a.cfg.StartAfter}}
 }
 
 // remoteEngines is how a term's pipeline finds its engines: the members'

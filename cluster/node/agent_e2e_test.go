@@ -124,8 +124,10 @@ type e2eCluster struct {
 	nats string
 	// yaml is appended to every node's config file.
 	yaml string
-	// starts counts the nodes started (each start its own events file).
-	starts int
+	// starts counts the nodes started (each start its own events file);
+	// started: the nodes started at least once.
+	starts  int
+	started map[int]bool
 	// extra, when set, gives node i's further flags (the secure
 	// walkthrough's TLS, route auth and role permissions).
 	extra func(i int) []string
@@ -137,7 +139,13 @@ func newE2ECluster(t *testing.T, steps int) *e2eCluster {
 
 // newE2EClusterServers: only the first servers nodes host NATS servers.
 func newE2EClusterServers(t *testing.T, steps, servers, replicas int) *e2eCluster {
-	c := &e2eCluster{t: t, bin: buildBinary(t), dir: t.TempDir(), steps: steps, ports: freePorts(t, 6), servers: servers, replicas: replicas}
+	return newE2EClusterBin(t, buildBinary(t), steps, servers, replicas)
+}
+
+// newE2EClusterBin is newE2EClusterServers with a binary already built
+// (the soak builds it once for all its runs).
+func newE2EClusterBin(t *testing.T, bin string, steps, servers, replicas int) *e2eCluster {
+	c := &e2eCluster{t: t, bin: bin, dir: t.TempDir(), steps: steps, ports: freePorts(t, 6), servers: servers, replicas: replicas}
 	for i := range servers {
 		c.routes = append(c.routes, "nats-route://127.0.0.1:"+strconv.Itoa(c.ports[3+i]))
 	}
@@ -157,9 +165,11 @@ func (c *e2eCluster) start(i int, roles string) *proc {
 	}
 	args := []string{"--name", fmt.Sprintf("n%d", i+1), "--config", cfg, "--roles", roles, "--steps", strconv.Itoa(c.steps),
 		"--gossip", c.gossip(i), "--replicas", strconv.Itoa(c.replicas), "--lease-ttl", "2s",
-		// A step here takes about a second: a term without one for 60 s is
-		// stuck, and steps down (printed "term stalled") so the run goes on.
-		"--stall-after", "60s"}
+		// A step here takes about a second: a term without one for 90 s is
+		// stuck, and steps down (printed "term stalled") so the run goes on;
+		// so is one not started 60 s after its claim (a term starts in
+		// seconds; a takeover's elections on a loaded machine, in 20).
+		"--stall-after", "90s", "--start-after", "60s"}
 	c.starts++
 	ev := filepath.Join(c.dir, fmt.Sprintf("n%d-%d.events.jsonl", i+1, c.starts))
 	args = append(args, "--events-json", ev)
@@ -168,9 +178,25 @@ func (c *e2eCluster) start(i int, roles string) *proc {
 	} else {
 		args = append(args, "--nats", c.nats)
 	}
-	if i > 0 {
+	// n2 and n3 join n1 at first; a node started again (after a kill)
+	// joins whichever of the others answers — n1 may be the dead one, and
+	// a restarted n1 that joined nobody would gossip alone.
+	if c.started == nil {
+		c.started = map[int]bool{}
+	}
+	switch {
+	case c.started[i]:
+		var others []string
+		for j := range 3 {
+			if j != i {
+				others = append(others, c.gossip(j))
+			}
+		}
+		args = append(args, "--join", strings.Join(others, ","))
+	case i > 0:
 		args = append(args, "--join", c.gossip(0))
 	}
+	c.started[i] = true
 	if c.extra != nil {
 		args = append(args, c.extra(i)...)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/internal/syncbuf"
 	"github.com/asyncrl/asyncrl/messages"
+	"github.com/asyncrl/asyncrl/transport"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
 )
 
@@ -265,6 +266,17 @@ func TestRecordEventRepairsReorder(t *testing.T) {
 	if err := a.recordEvent(ctx, ev(messages.LedgerTrained, 2)); !errors.Is(err, ledger.ErrAlreadyTrained) {
 		t.Errorf("a second train: err %v; want ErrAlreadyTrained", err)
 	}
+	// A late copy of a consumed event (a publish retried through an
+	// election) after its attempt settled is superseded, not refused: a
+	// refused consumed transition would end the term.
+	for _, late := range []messages.PromptLedger{ev(messages.LedgerConsumed, 0), ev(messages.LedgerConsumed, 1)} {
+		if err := a.recordEvent(ctx, late); err != nil {
+			t.Errorf("late consumed attempt %d: %v", late.Attempt, err)
+		}
+	}
+	if got, _, _ := l.Get(ctx, "t1/p1"); got.State != messages.LedgerTrained || got.Attempt != 1 {
+		t.Errorf("entry after late copies %+v; want trained attempt 1", got)
+	}
 }
 
 // A holder whose side loses quorum stops training and gives the lease up;
@@ -328,11 +340,11 @@ func TestMarkTrainedCompletesADurableStep(t *testing.T) {
 		t.Fatal(err)
 	}
 	step := []ledger.PromptAttempt{{PromptID: "t1/a", GroupID: "ga", Attempt: 0}, {PromptID: "t1/b", GroupID: "gb", Attempt: 1}}
-	if err := a.markTrained(ctx, 3, step); err != nil {
+	if err := a.markTrained(ctx, 3, step, nil); err != nil {
 		t.Fatalf("markTrained: %v", err)
 	}
 	// Again (a retried takeover): still no error.
-	if err := a.markTrained(ctx, 3, step); err != nil {
+	if err := a.markTrained(ctx, 3, step, nil); err != nil {
 		t.Fatalf("markTrained twice: %v", err)
 	}
 	for _, p := range []string{"t1/a", "t1/b"} {
@@ -363,5 +375,106 @@ func TestCleanLeaveKeepsQuorum(t *testing.T) {
 	waitFor(t, 30*time.Second, "n2 to train on after n1 left", func() bool { return lastStep(ev2.String()) >= at+3 })
 	if strings.Contains(ev2.String(), "lost quorum") {
 		t.Fatalf("n2 lost quorum when n1 left cleanly:\n%s", ev2.String())
+	}
+}
+
+// Issue 37: the ledger's summary counts every refused transition — a
+// trained mark refused as much as a pipeline event — across the run's
+// nodes: the refusals are kept in the durable ledger, so the finishing
+// node's line counts those of a node that refused them and died. Before,
+// a refused mark was only logged ("ledger: trained mark refused") and the
+// summary said "refused 0".
+func TestLedgerSummaryCountsRefusedMarks(t *testing.T) {
+	ctx := context.Background()
+	a, l := ledgerAgent(t, "refusedmarks", "n1")
+	var ev syncbuf.Buffer
+	a.cfg.Events = &ev
+	if _, _, err := l.Record(ctx, messages.PromptLedger{Header: messages.Header{Sender: "n1"}, PromptID: "t1/a", GroupID: "ga",
+		State: messages.LedgerConsumed}); err != nil {
+		t.Fatal(err)
+	}
+	// t1/b's consumed transition never reached the ledger.
+	step := []ledger.PromptAttempt{{PromptID: "t1/a", GroupID: "ga"}, {PromptID: "t1/b", GroupID: "gb"}}
+	done := map[string]bool{}
+	if err := a.markTrained(ctx, 5, step, done); err != nil {
+		t.Fatalf("markTrained: %v", err)
+	}
+	if !done["t1/a"] || !done["t1/b"] || a.refused.Load() != 1 {
+		t.Fatalf("done %v, refused %d; want both settled, one refused", done, a.refused.Load())
+	}
+	// A retry of the same step writes nothing again and counts nothing again.
+	if err := a.markTrained(ctx, 5, step, done); err != nil || a.refused.Load() != 1 {
+		t.Fatalf("retried marks: %v, refused %d", err, a.refused.Load())
+	}
+	// Another node (a holder that died) refused a requeue: kept durably.
+	other := ledger.RefusalOf(messages.PromptLedger{PromptID: "t1/c", GroupID: "gc", State: messages.LedgerRequeued}, "n3",
+		errors.New("ledger: illegal transition: requeued before it was consumed"), time.Now())
+	if err := l.RecordRefusal(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.reportLedger(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c, ok := a.FinalLedger()
+	if !ok || c.Refused != 2 || c.Trained != 1 {
+		t.Fatalf("final ledger %+v (%v); want 1 trained, 2 refused", c, ok)
+	}
+	out := ev.String()
+	for _, want := range []string{"ledger refused by n1: t1/b trained", "ledger refused by n3: t1/c requeued", "ledger prompts 1 trained 1 filtered 0 requeued 0 in_flight 0 refused 2"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("events lack %q:\n%s", want, out)
+		}
+	}
+}
+
+// The soak's standby-06-seed1005 ended "in_flight 1": the mirror's stop
+// took a write still in progress (held by a stream's election) for quiet,
+// the run's end swept the ledger, and the write landed after the sweep.
+// stop waits while an event is being recorded (at most 5 s), and wait
+// (the run's end) until it is recorded.
+func TestMirrorStopWaitsForTheWriteInProgress(t *testing.T) {
+	opts := natsbus.DefaultOptions()
+	opts.URL = externalBus(t)
+	b, err := natsbus.Connect(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	sub, err := b.Subscribe("mirror.test", func(*transport.Msg) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &mirror{sub: sub, conn: b.Conn(), busy: true} // a write in progress; the last one long ago
+	stopped := make(chan struct{})
+	go func() { m.stop(); close(stopped) }()
+	select {
+	case <-stopped:
+		t.Fatal("stop returned while an event was being recorded")
+	case <-time.After(500 * time.Millisecond):
+	}
+	m.mu.Lock()
+	m.busy, m.last = false, time.Now()
+	m.mu.Unlock()
+	waitFor(t, 5*time.Second, "stop to return once the write is done", func() bool {
+		select {
+		case <-stopped:
+			return true
+		default:
+			return false
+		}
+	})
+	m.mu.Lock()
+	m.busy = true
+	m.mu.Unlock()
+	start := time.Now()
+	go func() {
+		time.Sleep(300 * time.Millisecond) // the write lands
+		m.mu.Lock()
+		m.busy = false
+		m.mu.Unlock()
+	}()
+	m.wait(10 * time.Second)
+	if took := time.Since(start); took < 300*time.Millisecond || took > 5*time.Second {
+		t.Fatalf("wait returned after %s; want once the write landed (300 ms)", took)
 	}
 }

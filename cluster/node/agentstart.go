@@ -119,8 +119,11 @@ func (c *AgentConfig) normalize() error {
 	if c.UnhealthyAfter == 0 {
 		c.UnhealthyAfter = termwatch.DefaultConfig().UnhealthyAfter
 	}
-	if err := (termwatch.Config{StallAfter: c.StallAfter, UnhealthyAfter: c.UnhealthyAfter}).Validate(); err != nil {
-		return fmt.Errorf("%w: --stall-after/--unhealthy-after: %w", ErrAgentConfig, err)
+	if c.StartAfter == 0 {
+		c.StartAfter = termwatch.DefaultConfig().StartAfter
+	}
+	if err := (termwatch.Config{StallAfter: c.StallAfter, UnhealthyAfter: c.UnhealthyAfter, StartAfter: c.StartAfter}).Validate(); err != nil {
+		return fmt.Errorf("%w: --stall-after/--unhealthy-after/--start-after: %w", ErrAgentConfig, err)
 	}
 	return nil
 }

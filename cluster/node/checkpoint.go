@@ -124,7 +124,8 @@ func startTermCkpt(ctx context.Context, a *Agent, p ledger.Progress, token uint6
 	}); err != nil {
 		return nil, false, fmt.Errorf("node: checkpoints: %w", err)
 	}
-	st, err := ckpt.New(raw, root, ckpt.Options{Scratch: filepath.Dir(resumeDir)})
+	st, err := ckpt.New(raw, root, ckpt.Options{Scratch: filepath.Dir(resumeDir),
+		BeforeCommit: func(v int64) { a.hold(HoldCheckpointWrite, v) }})
 	if err != nil {
 		return nil, false, err
 	}

@@ -166,12 +166,22 @@ func (c *contention) stop() {
 		r.feedSteps(now)
 	}
 	c.core.Step(now, term.Stop{})
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if r != nil {
 		r.ctx = sctx
 	}
 	c.apply()
+	// A saved step's marks are written before the next step is saved
+	// (and before the core gives the lease up): feed their answers.
+	for c.down == nil && sctx.Err() == nil {
+		select {
+		case <-sctx.Done():
+		case <-c.box.ready:
+			c.feed(time.Now())
+			c.apply()
+		}
+	}
 	c.a.waitMarks(30 * time.Second) // before the lease is given up
 }
 

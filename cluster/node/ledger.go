@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"slices"
 	"sync"
 	"time"
@@ -24,15 +25,23 @@ type Ledger struct {
 	// last StepDone (max_sample_batches).
 	kept, dropped, droppedSinceStep int64
 	stalenessMax                    int64
-	steps                           []stepSeen
-	subs                            []transport.Subscription
-	keptSubject                     string
+	// steps are the StepDone messages seen, one compact record each
+	// (O(1) per step: the decoded message's stats map is not kept), for
+	// a node whose trainer runs elsewhere; with an in-process trainer its
+	// own records are the steps (localTrainer) and only the rollout
+	// tokens at each step are kept (atStep). lastStep is the newest step
+	// seen.
+	steps        []stepSeen
+	atStep       []stepTokens
+	lastStep     int64
+	localTrainer bool
+	subs         []transport.Subscription
+	keptSubject  string
 	// exhausted is the controller's first SamplingExhausted, if any.
 	exhausted *messages.SamplingExhausted
 	// tokens, when set, reads the rollout tokens finished so far; it is
 	// sampled when each StepDone arrives (per-step rollout throughput).
 	tokens func() int64
-	atStep map[int64]int64
 	// local are the groups this node's rollout actors published whose
 	// fate (settled) the ledger has not seen yet: what Stop waits for.
 	// Bounded by the groups in flight: an entry leaves once settled.
@@ -98,7 +107,7 @@ func (g *GroupRecord) ApplyAccepted(v messages.GroupAccepted) {
 }
 
 func newLedger() *Ledger {
-	return &Ledger{groups: map[string]*GroupRecord{}, atStep: map[int64]int64{}, local: map[string]struct{}{}}
+	return &Ledger{groups: map[string]*GroupRecord{}, local: map[string]struct{}{}}
 }
 
 // settled: the sampling actor passed the group to the controller (kept or
@@ -137,8 +146,22 @@ func (l *Ledger) unsettledLocal() []string {
 func (l *Ledger) tokensAt(step int64) (int64, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	v, ok := l.atStep[step]
-	return v, ok
+	i, ok := slices.BinarySearchFunc(l.atStep, step, func(s stepTokens, step int64) int { return cmp.Compare(s.step, step) })
+	if !ok {
+		return 0, false
+	}
+	return l.atStep[i].tokens, true
+}
+
+// stepTokens are the rollout tokens finished when a step's StepDone arrived.
+type stepTokens struct{ step, tokens int64 }
+
+// trainerInProcess tells the ledger that the node's trainer runs in
+// process: its records are the run's steps, so the ledger keeps none.
+func (l *Ledger) trainerInProcess() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.localTrainer = true
 }
 
 func (l *Ledger) get(id string) *GroupRecord {
@@ -232,10 +255,13 @@ func (l *Ledger) observe(m *transport.Msg) {
 		}
 	case messages.StepDone:
 		// A re-announced step (redelivered TrainBatch) is recorded once.
-		if n := len(l.steps); n == 0 || v.Step > l.steps[n-1].msg.Step {
-			l.steps = append(l.steps, stepSeen{msg: v, at: time.Now()})
+		if v.Step > l.lastStep {
+			l.lastStep = v.Step
+			if !l.localTrainer {
+				l.steps = append(l.steps, seeStep(v, time.Now()))
+			}
 			if l.tokens != nil {
-				l.atStep[v.Step] = l.tokens()
+				l.atStep = append(l.atStep, stepTokens{v.Step, l.tokens()})
 			}
 			l.step = max(l.step, v.Step)
 			l.prune()
@@ -254,26 +280,51 @@ func (l *Ledger) samplingExhausted() (messages.SamplingExhausted, bool) {
 	return *l.exhausted, true
 }
 
-// stepSeen is a StepDone and when the node saw it.
+// stepSeen is a StepDone and when the node saw it, reduced to the
+// figures a step record needs: the decoded message carries a map of its
+// stats (~1 KB a step on the heap), which a run of days must not keep.
 type stepSeen struct {
-	msg messages.StepDone
-	at  time.Time
+	step, version                  int64
+	reward, loss                   float64
+	entropy, gradNorm, mismatch    float64
+	kl, clipFrac, mismatchSame     float64
+	trainTokens, sameVersionTokens int64
+	trajectories, microbatches     int32
+	stalenessMax                   int32
+	at                             time.Time
 }
 
-// stepRecords converts the StepDone messages seen so far into trainer
-// step records (the view of a node whose trainer runs elsewhere).
-func (l *Ledger) stepRecords() []trainer.StepRecord {
+func seeStep(m messages.StepDone, at time.Time) stepSeen {
+	st := m.Stats
+	return stepSeen{step: m.Step, version: m.NewVersion, reward: m.RewardMean, loss: m.Loss, entropy: st["entropy"],
+		gradNorm: st["grad_norm"], mismatch: st["mismatch"], kl: st["kl"], clipFrac: st["clip_frac"],
+		mismatchSame: st["mismatch_same_version"], trainTokens: int64(st["tokens"]), sameVersionTokens: int64(st["same_version_tokens"]),
+		trajectories: int32(st["trajectories"]), microbatches: int32(st["microbatches"]), stalenessMax: int32(st["staleness_max"]), at: at}
+}
+
+// stepCount is the number of steps seen.
+func (l *Ledger) stepCount() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	out := make([]trainer.StepRecord, 0, len(l.steps))
-	for _, s := range l.steps {
-		m := s.msg
-		out = append(out, trainer.StepRecord{Step: m.Step, Version: m.NewVersion, RewardMean: m.RewardMean,
-			Stats: policy.StepStats{Version: m.NewVersion, Loss: m.Loss, Entropy: m.Stats["entropy"], GradNorm: m.Stats["grad_norm"],
-				Mismatch: m.Stats["mismatch"], KL: m.Stats["kl"], ClipFrac: m.Stats["clip_frac"], Tokens: int(m.Stats["tokens"]),
-				MismatchSameVersion: m.Stats["mismatch_same_version"], SameVersionTokens: int(m.Stats["same_version_tokens"])},
-			Trajectories: int(m.Stats["trajectories"]), Tokens: int(m.Stats["tokens"]), Microbatches: int(m.Stats["microbatches"]),
-			StalenessMax: int64(m.Stats["staleness_max"]), Done: s.at})
+	return len(l.steps)
+}
+
+// stepRecords converts the StepDone messages seen after the first i into
+// trainer step records (the view of a node whose trainer runs elsewhere).
+func (l *Ledger) stepRecords(i int) []trainer.StepRecord {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if i >= len(l.steps) {
+		return nil
+	}
+	out := make([]trainer.StepRecord, 0, len(l.steps)-max(i, 0))
+	for _, s := range l.steps[max(i, 0):] {
+		out = append(out, trainer.StepRecord{Step: s.step, Version: s.version, RewardMean: s.reward,
+			Stats: policy.StepStats{Version: s.version, Loss: s.loss, Entropy: s.entropy, GradNorm: s.gradNorm,
+				Mismatch: s.mismatch, KL: s.kl, ClipFrac: s.clipFrac, Tokens: int(s.trainTokens),
+				MismatchSameVersion: s.mismatchSame, SameVersionTokens: int(s.sameVersionTokens)},
+			Trajectories: int(s.trajectories), Tokens: int(s.trainTokens), Microbatches: int(s.microbatches),
+			StalenessMax: int64(s.stalenessMax), Done: s.at})
 	}
 	return out
 }

@@ -18,11 +18,10 @@ import (
 // their own asyncrl_actor_* and router metrics to the same registry.
 func (n *Node) registerMetrics(reg prometheus.Registerer) error {
 	lastStep := func() (step, version int64, reward float64) {
-		s := n.steps()
-		if len(s) == 0 {
+		l, ok := n.lastStep()
+		if !ok {
 			return 0, 0, 0
 		}
-		l := s[len(s)-1]
 		return l.Step, l.Version, l.RewardMean
 	}
 	gauge := func(name, help string, f func() float64) prometheus.Collector {

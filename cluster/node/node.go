@@ -86,6 +86,14 @@ type Options struct {
 	// holds exactly that version (version is this run's, counted from 0;
 	// the cluster agent checkpoints it there); an error fails the step.
 	AfterStep func(ctx context.Context, tr *policy.Trainer, version int64) error
+	// OnStartPhase, when set, hears each phase Start reaches (the cluster
+	// agent's term reports them to its core: a start that stalls is
+	// reported with the last phase it reached).
+	OnStartPhase func(phase string)
+	// BeforeAnnounce, when set (tests: the cluster agent's hold points),
+	// runs once each version's weights are written and before the engines
+	// and the router hear of it (version is this run's).
+	BeforeAnnounce func(version int64)
 	// RouterListen is the router's address (host:port; default
 	// 127.0.0.1:0). Rollout actors on other machines need a reachable one;
 	// off loopback RouterAdminToken is required (the admin API).
@@ -101,6 +109,13 @@ type Options struct {
 	// RecordSteps steps passed without news of it: a days-long run kept
 	// ~200 B per group, forever.
 	KeepGroupRecords bool
+	// GroupDuplicates is the trajectory buffer's duplicate window (how
+	// long the server remembers a stored group's id so that a retried
+	// store lands once); 0 is JetStream's default, 2 minutes, above the
+	// rollout actors' 60 s of store retries. The server keeps every group
+	// id of the window: a test that measures the heap per settled group
+	// shortens it so that the window fills within the test.
+	GroupDuplicates time.Duration
 }
 
 // Node runs a set of roles in one process; `asyncrl run` is one node with
@@ -270,6 +285,7 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	if err := n.startBus(ctx); err != nil {
 		return err
 	}
+	n.phase("streams created")
 	ptr, err := n.newTrainerPolicy()
 	if err != nil {
 		return err
@@ -278,13 +294,16 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	n.phase("trainer restored, version 0 saved")
 	if err := n.startServing(ctx, initial); err != nil {
 		return err
 	}
+	n.phase("router listening")
 	tpub, err := n.startPublisher(ctx, baseDir, ptr)
 	if err != nil {
 		return err
 	}
+	n.phase("weights published as version 0, engines registered")
 	if n.sys, err = actors.NewSystem(actors.SystemConfig{Logger: n.opts.Logger, RunID: n.cfg.Run.ID, Registerer: n.reg}); err != nil {
 		return err
 	}
@@ -303,7 +322,15 @@ func (n *Node) Start(ctx context.Context) (err error) {
 	if err := n.startMetrics(); err != nil {
 		return err
 	}
+	n.phase("actors started, waiting for an engine to serve version 0")
 	return n.startController(ctx, fcfg)
+}
+
+// phase reports a phase of Start (Options.OnStartPhase).
+func (n *Node) phase(p string) {
+	if n.opts.OnStartPhase != nil {
+		n.opts.OnStartPhase(p)
+	}
 }
 
 // clusterRetry runs f once, or, in a cluster term, retries it for 30 s:
@@ -355,12 +382,37 @@ func (s *taskSource) Next() (controller.Prompt, bool) {
 }
 
 // steps returns the trained steps: the in-process trainer's records, or
-// the StepDone messages a remote trainer published.
-func (n *Node) steps() []trainer.StepRecord {
+// the StepDone messages a remote trainer published. It copies every
+// record: for the summary; a poll uses stepCount and stepsSince.
+func (n *Node) steps() []trainer.StepRecord { return n.stepsSince(0) }
+
+// stepsSince returns the trained steps after the first i.
+func (n *Node) stepsSince(i int) []trainer.StepRecord {
 	if n.tr != nil {
-		return n.tr.Steps()
+		return n.tr.StepsSince(i)
 	}
-	return n.ledger.stepRecords()
+	return n.ledger.stepRecords(i)
+}
+
+// stepCount is the number of trained steps.
+func (n *Node) stepCount() int {
+	if n.tr != nil {
+		return n.tr.StepCount()
+	}
+	return n.ledger.stepCount()
+}
+
+// lastStep is the newest trained step, ok false before the first.
+func (n *Node) lastStep() (trainer.StepRecord, bool) {
+	c := n.stepCount()
+	if c == 0 {
+		return trainer.StepRecord{}, false
+	}
+	s := n.stepsSince(c - 1)
+	if len(s) == 0 {
+		return trainer.StepRecord{}, false
+	}
+	return s[len(s)-1], true
 }
 
 // Wait blocks until the trainer finished run.steps steps, ctx ends (an
@@ -374,9 +426,8 @@ func (n *Node) Wait(ctx context.Context) (interrupted bool, err error) {
 			return true, nil
 		case <-tick.C:
 		}
-		steps := n.steps()
-		n.progress.update(steps)
-		if len(steps) >= n.cfg.Run.Steps {
+		n.progress.update()
+		if n.stepCount() >= n.cfg.Run.Steps {
 			return false, nil
 		}
 		if n.tr != nil {

@@ -3,10 +3,12 @@ package node
 import (
 	"context"
 	"fmt"
+	"math/rand"
 	"net"
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,14 +17,21 @@ import (
 	"time"
 
 	"github.com/asyncrl/asyncrl/cluster/term"
+	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
 )
 
-// The node-loss acceptance tests (issue 20), in make test-cluster: the
+// The node-loss acceptance tests (issues 20, 37), in make test-cluster: the
 // three-node walkthrough of docs/cluster.md — n1 and n2 trainer+engine,
 // n3 engine+rollout, each hosting one of the three embedded NATS servers,
 // everything replicated 3 ways — loses one node to SIGKILL mid-run: the
-// holder, the standby, or n3, ASYNCRL_CLUSTER_REPS times each (default 3).
+// holder, the standby, or n3, ASYNCRL_CLUSTER_REPS times each (default 3),
+// each kill at a moment drawn from ASYNCRL_CLUSTER_SEED (default the
+// clock; logged): once a step is durable, or with the holder held at a
+// hook (--hold-file) inside a checkpoint write, with a save outstanding,
+// between a durable step and its marks, or inside a publish — and half
+// the time with the victim's server leading the durable ledger's stream,
+// so its death starts that stream's leader election.
 // Every run must finish with the ledger check (steps × B trained, none in
 // flight, none refused); losing a node other than the holder must not cost
 // the holder its lease. The time from the kill to the next completed step
@@ -76,13 +85,37 @@ func summarize(t *testing.T, what string, runs []lossRun) {
 	line("a new lease holder", ls)
 }
 
+// clusterSeed is the seed of the kill tests' moments (logged, so a run
+// replays with ASYNCRL_CLUSTER_SEED).
+func clusterSeed(t *testing.T) int64 {
+	t.Helper()
+	seed := time.Now().UnixNano() % 1_000_000
+	if v := os.Getenv("ASYNCRL_CLUSTER_SEED"); v != "" {
+		s, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			t.Fatalf("ASYNCRL_CLUSTER_SEED=%q: want an integer", v)
+		}
+		seed = s
+	}
+	t.Logf("kill moments from seed %d (replay: ASYNCRL_CLUSTER_SEED=%d)", seed, seed)
+	return seed
+}
+
+// lossMoment is a node-loss run's kill moment, drawn from the seed.
+type lossMoment struct {
+	moment string
+	leads  bool
+}
+
 func TestClusterNodeLoss(t *testing.T) {
 	e2eEnabled(t)
+	rng := rand.New(rand.NewSource(clusterSeed(t)))
 	results := map[string][]lossRun{}
 	victims := []string{"holder", "standby", "n3"}
 	for _, victim := range victims {
 		for r := range reps(t) {
-			t.Run(fmt.Sprintf("kill-%s-%d", victim, r+1), func(t *testing.T) {
+			m := lossMoment{moment: soakMoments[rng.Intn(len(soakMoments))], leads: rng.Intn(2) == 0}
+			t.Run(fmt.Sprintf("kill-%s-%d-at-%s", victim, r+1, m.moment), func(t *testing.T) {
 				c := newE2ECluster(t, lossSteps)
 				results[victim] = append(results[victim], nodeLossRun(t, c, func(n []*proc, holder, standby int) (*proc, string) {
 					switch victim {
@@ -92,7 +125,7 @@ func TestClusterNodeLoss(t *testing.T) {
 						return n[standby], fmt.Sprintf("n%d", standby+1)
 					}
 					return n[2], "n3"
-				}, victim != "holder"))
+				}, victim != "holder", m))
 			})
 		}
 	}
@@ -103,15 +136,17 @@ func TestClusterNodeLoss(t *testing.T) {
 
 func TestClusterNATSServerLoss(t *testing.T) {
 	e2eEnabled(t)
+	rng := rand.New(rand.NewSource(clusterSeed(t)))
 	var runs []lossRun
 	for r := range reps(t) {
-		t.Run(fmt.Sprintf("kill-server-%d", r%3), func(t *testing.T) {
+		m := lossMoment{moment: soakMoments[rng.Intn(len(soakMoments))]} // the servers are no nodes: none leads by choice
+		t.Run(fmt.Sprintf("kill-server-%d-at-%s", r%3, m.moment), func(t *testing.T) {
 			servers, urls := startNATSServers(t, 3)
 			c := newE2EClusterServers(t, lossSteps, 0, 3)
 			c.nats = strings.Join(urls, ",")
 			runs = append(runs, nodeLossRun(t, c, func([]*proc, int, int) (*proc, string) {
 				return servers[r%3], fmt.Sprintf("nats-server %d", r%3)
-			}, false))
+			}, false, m))
 		})
 	}
 	summarize(t, "external NATS cluster, kill one server", runs)
@@ -119,9 +154,11 @@ func TestClusterNATSServerLoss(t *testing.T) {
 
 // nodeLossRun starts the walkthrough's three nodes on c, waits until a
 // holder trained 4 steps with n3's rollout actors in its term, kills the
-// process pick names, and checks the run finishes cleanly. keepLease: the
-// holder must keep its one term throughout.
-func nodeLossRun(t *testing.T, c *e2eCluster, pick func(nodes []*proc, holder, standby int) (*proc, string), keepLease bool) lossRun {
+// process pick names at moment m, and checks the run finishes cleanly.
+// keepLease: the holder must keep its one term throughout.
+func nodeLossRun(t *testing.T, c *e2eCluster, pick func(nodes []*proc, holder, standby int) (*proc, string), keepLease bool, m lossMoment) lossRun {
+	holdFile := func(i int) string { return filepath.Join(c.dir, fmt.Sprintf("n%d.hold", i+1)) }
+	c.extra = func(i int) []string { return []string{"--hold-file", holdFile(i)} }
 	nodes := []*proc{c.start(0, "trainer,engine"), c.start(1, "trainer,engine"), c.start(2, "engine,rollout")}
 	holderP, _, hname, _ := pickHolder(t, nodes[:2], 4)
 	holder := slices.Index(nodes, holderP)
@@ -130,6 +167,22 @@ func nodeLossRun(t *testing.T, c *e2eCluster, pick func(nodes []*proc, holder, s
 		return strings.Contains(nodes[2].out.String(), "rollouts follow term")
 	})
 	victim, vname := pick(nodes, holder, standby)
+	if m.leads && strings.HasPrefix(vname, "n") {
+		if err := leadLedger(victim, vname); err != nil {
+			t.Logf("%s could not take the ledger's leader: %v", vname, err)
+		}
+	}
+	// Hold the holder at the moment's hook (a step already durable is the
+	// "step" moment), kill inside the hold, then let the holder go on.
+	if soakHoldMoments[m.moment] {
+		before := countKindStr(nodes[holder].records(t), HoldKind)
+		if err := os.WriteFile(holdFile(holder), []byte(m.moment), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 90*time.Second, hname+" to hold at "+m.moment, func() bool {
+			return countKindStr(nodes[holder].records(t), HoldKind) > before
+		})
+	}
 	offsets := make([]int, 2)
 	for i := range 2 {
 		offsets[i] = len(nodes[i].records(t))
@@ -139,6 +192,7 @@ func nodeLossRun(t *testing.T, c *e2eCluster, pick func(nodes []*proc, holder, s
 	}
 	killed := time.Now()
 	<-victim.exited
+	_ = os.Remove(holdFile(holder))
 	// The next completed step: the first step line any surviving trainer
 	// node prints after the kill (and the first new lease on the way).
 	var next, lease time.Duration
@@ -189,8 +243,8 @@ func nodeLossRun(t *testing.T, c *e2eCluster, pick func(nodes []*proc, holder, s
 	for i := range 2 {
 		t.Logf("n%d:\n%s", i+1, lossLines(nodes[i].records(t)))
 	}
-	t.Logf("killed %s (holder %s) after step %d; next step %s after the kill (new lease holder: %s); %d lease acquisitions in all",
-		vname, hname, lastDurable(hrecs[:min(len(hrecs), offsets[holder])]), next.Round(10*time.Millisecond), lease.Round(10*time.Millisecond), leases)
+	t.Logf("killed %s (holder %s) at %s (leading the ledger: %v) after step %d; next step %s after the kill (new lease holder: %s); %d lease acquisitions in all",
+		vname, hname, m.moment, m.leads, lastDurable(hrecs[:min(len(hrecs), offsets[holder])]), next.Round(10*time.Millisecond), lease.Round(10*time.Millisecond), leases)
 	return lossRun{killToStep: next, killToLease: lease}
 }
 
@@ -252,4 +306,34 @@ func startNATSServers(t *testing.T, n int) ([]*proc, []string) {
 		})
 	}
 	return out, urls
+}
+
+// TestClusterKillScenarios: the soak's two-kill scenarios, in make
+// test-cluster (ASYNCRL_CLUSTER_REPS runs each, moments from
+// ASYNCRL_CLUSTER_SEED): two nodes killed one after another (the second
+// during the first's stream elections, or after the first rejoined), and
+// a node killed, restarted, rejoined and killed again. Each run must end
+// clean: steps × B trained, nothing in flight, nothing refused, no term
+// stalled. A failed run's logs, events and ledger are kept (logged).
+func TestClusterKillScenarios(t *testing.T) {
+	e2eEnabled(t)
+	seed := clusterSeed(t)
+	bin := buildBinary(t)
+	b := config.Default().Trainer.MiniBatchSize
+	for _, sc := range []string{"two", "rejoin"} {
+		for r := range reps(t) {
+			plan := drawSoakPlan(sc, seed+int64(r), lossSteps, soakMoments)
+			t.Run(fmt.Sprintf("%s-%d", sc, r+1), func(t *testing.T) {
+				res := runSoak(t, soakEnv{}, bin, plan, b)
+				t.Logf("%s: %s", plan, res)
+				if !res.clean() {
+					dir, err := os.MkdirTemp("", "asyncrl-kill-"+sc+"-*")
+					if err == nil {
+						res.keep(t, dir, plan)
+					}
+					t.Errorf("%s %s: %s (kept under %s)", sc, plan, res, dir)
+				}
+			})
+		}
+	}
 }

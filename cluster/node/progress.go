@@ -43,9 +43,15 @@ func (p *progress) line(last trainer.StepRecord) string {
 		float64(tot.Tokens)/max(el, 1e-9), strings.Join(vs, ","), el)
 }
 
-func (p *progress) update(steps []trainer.StepRecord) {
+// update shows the steps trained since the last call (only those are
+// read: a run of days must not copy every step record each poll).
+func (p *progress) update() {
 	w := p.n.opts.Progress
-	if w == nil || len(steps) == p.shown {
+	if w == nil || p.n.stepCount() == p.shown {
+		return
+	}
+	steps := p.n.stepsSince(p.shown)
+	if len(steps) == 0 {
 		return
 	}
 	if p.n.opts.Terminal {
@@ -56,13 +62,13 @@ func (p *progress) update(steps []trainer.StepRecord) {
 		}
 		p.width = len(l)
 		fmt.Fprint(w, "\r"+l+pad)
-		p.shown = len(steps)
+		p.shown += len(steps)
 		return
 	}
-	for _, s := range steps[p.shown:] {
+	for _, s := range steps {
 		fmt.Fprintln(w, p.line(s))
 	}
-	p.shown = len(steps)
+	p.shown += len(steps)
 }
 
 // finish ends the updating line.

@@ -66,6 +66,7 @@ func (n *Node) startBus(ctx context.Context) (err error) {
 	if n.bus, err = natsbus.Connect(ctx, bopts); err != nil {
 		return fmt.Errorf("node: bus: %w", err)
 	}
+	n.phase("bus connected")
 	// The prompt ledger is durable: every PromptLedger, GroupAccepted and
 	// GroupRequeued lands in JetStream as well as on the live subjects.
 	// A cluster term replicates it (and the trajectory buffer) like the
@@ -78,11 +79,14 @@ func (n *Node) startBus(ctx context.Context) (err error) {
 	}); err != nil {
 		return fmt.Errorf("node: ledger stream: %w", err)
 	}
+	n.phase("ledger stream created")
 	// The trajectory buffer: finished groups wait in JetStream until the
 	// sampling actor has judged them. In memory: it only has to outlive a
 	// restart of the actors, not of the embedded server.
 	if err = n.clusterRetry(ctx, func() (err error) {
-		n.groupStream, err = n.bus.Stream(ctx, rollouthost.GroupStream(cfg.Run.ID, n.subj.groupsReady, n.streamReplicas()))
+		gs := rollouthost.GroupStream(cfg.Run.ID, n.subj.groupsReady, n.streamReplicas())
+		gs.Duplicates = n.opts.GroupDuplicates
+		n.groupStream, err = n.bus.Stream(ctx, gs)
 		return err
 	}); err != nil {
 		return fmt.Errorf("node: trajectory buffer stream: %w", err)
@@ -238,11 +242,16 @@ func (n *Node) startTrainer(ctx context.Context, ptr *policy.Trainer, tpub train
 		if ptr != nil {
 			initial = ptr.ServingCopy()
 		}
-		n.tr, err = n.startExecTrainer(ctx, initial, tpub, tc)
+		if n.tr, err = n.startExecTrainer(ctx, initial, tpub, tc); err == nil {
+			n.ledger.trainerInProcess()
+		}
 		return err
 	default:
 		tc.VersionBase = ptr.Version()
 		n.tr, err = trainer.Start(n.bus, ptr, tpub, tc)
+		if err == nil {
+			n.ledger.trainerInProcess()
+		}
 		return err
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/asyncrl/asyncrl/actors/trainer"
 	"github.com/asyncrl/asyncrl/cluster/lease"
 	"github.com/asyncrl/asyncrl/cluster/ledger"
 	"github.com/asyncrl/asyncrl/cluster/term"
@@ -112,9 +113,14 @@ func (r *termRun) feedSteps(now time.Time) {
 	if r.n == nil {
 		return
 	}
-	steps := r.n.steps()
-	for ; r.fed < len(steps); r.fed++ {
-		s := steps[r.fed]
+	for _, s := range r.n.stepsSince(r.fed) {
+		r.fed++
+		if s.GroupIDs == nil && s.Groups > 0 {
+			// Fed GroupIDsKept steps late: its groups are gone, and a
+			// save without them would leave its prompts in flight.
+			r.core.Step(now, term.Failed{Token: r.token, Err: fmt.Sprintf("step %d was fed to the term after its group ids were dropped (over %d steps late)", s.Step, trainer.GroupIDsKept)})
+			return
+		}
 		r.core.Step(now, term.StepTrained{Token: r.token, Step: s.Step, Version: s.Version, Groups: s.GroupIDs,
 			Reward: s.RewardMean, Mismatch: s.Stats.Mismatch, SameVersion: s.Stats.MismatchSameVersion, SameVersionTokens: int64(s.Stats.SameVersionTokens)})
 	}
@@ -212,21 +218,27 @@ const (
 // ledger stream electing a leader after a node died held the goroutine
 // (so the trainer's steps and the dead node's engines waited) for the
 // whole retry, then dropped the marks (60 of 64 in the node-loss e2e). A
-// clean stop waits for them before it resigns (contention.stop).
+// clean stop waits for them before it resigns (contention.stop). The
+// core hears when they are written (Marked): it saves no later step
+// before, since a claim marks only the last durable step's prompts.
 func (r *termRun) markTrained(_ context.Context, v term.MarkTrained) {
-	a, prompts := r.a, toLedgerPrompts(v.Prompts)
+	a, prompts, box, token := r.a, toLedgerPrompts(v.Prompts), r.box, r.token
 	a.marks.Go(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), markWithin)
 		defer cancel()
+		done := map[string]bool{}
 		err := retry(ctx, markWithin, func() error {
 			actx, acancel := context.WithTimeout(ctx, markAttempt)
 			defer acancel()
-			return a.markTrained(actx, v.Step, prompts)
+			return a.markTrained(actx, v.Step, prompts, done)
 		})
+		in := term.Marked{Token: token, Step: v.Step}
 		if err != nil {
 			a.log.Error().Err(err).Int64("step", v.Step).Str("node", a.cfg.Name).
-				Msg("term: a durable step's prompts not marked trained; the next claim requeues them")
+				Msg("term: a durable step's prompts not marked trained; the term ends and the next claim marks them")
+			in.Err = err.Error()
 		}
+		box.push(in)
 	})
 }
 
@@ -297,6 +309,7 @@ func (r *termRun) save(ctx context.Context, tp term.Progress) {
 	if a.beforeSave != nil {
 		a.beforeSave(ctx, p.Step)
 	}
+	a.hold(HoldSave, p.Step)
 	err := retry(ctx, 30*time.Second, func() error {
 		err := a.led.SaveProgress(ctx, p)
 		if errors.Is(err, lease.ErrFenced) {
@@ -313,6 +326,7 @@ func (r *termRun) save(ctx context.Context, tp term.Progress) {
 		r.core.Step(time.Now(), term.SaveFailed{Token: r.token, Step: p.Step, Fenced: errors.Is(err, lease.ErrFenced), Err: "node: save progress: " + err.Error()})
 		return
 	}
+	a.hold(HoldMarks, p.Step)
 	r.core.Step(time.Now(), term.ProgressSaved{Token: r.token, Step: p.Step})
 }
 
@@ -322,6 +336,9 @@ func (r *termRun) save(ctx context.Context, tp term.Progress) {
 // reported.
 func (r *termRun) finish(ctx context.Context) {
 	r.stopPipeline()
+	if r.mirror != nil {
+		r.mirror.wait(mirrorWithin) // its last write lands before the sweep
+	}
 	// The last steps' trained marks first: the sweep below would take
 	// their prompts, still unmarked, for prompts in flight.
 	r.a.waitMarks(markWithin)
@@ -329,10 +346,8 @@ func (r *termRun) finish(ctx context.Context) {
 		r.failed(ctx, fmt.Errorf("node: requeue at the end: %w", err))
 		return
 	}
-	if r.mirror != nil {
-		if err := r.a.reportLedger(ctx, r.mirror); err != nil {
-			r.failed(ctx, err)
-		}
+	if err := r.a.reportLedger(ctx); err != nil {
+		r.failed(ctx, err)
 	}
 }
 

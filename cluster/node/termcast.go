@@ -186,7 +186,7 @@ func (tc *termCast) close() {
 // applied here.
 
 // subscribeRollouts feeds the core the rollout nodes' reports of term.
-func (r *termRun) subscribeRollouts(termName string, token uint64) error {
+func (r *termRun) subscribeRollouts(termName string, token uint64) (transport.Subscription, error) {
 	pattern := transport.SubjectRoot + "." + termName + "." + string(transport.TopicControl) + ".rollouts.*"
 	sub, err := r.a.bus.Subscribe(pattern, func(m *transport.Msg) {
 		st, err := messages.DecodeAs[messages.RolloutStatus](m.Data)
@@ -200,10 +200,9 @@ func (r *termRun) subscribeRollouts(termName string, token uint64) error {
 		r.box.push(term.RolloutStatus{Token: token, Node: st.Sender, Groups: refs})
 	})
 	if err != nil {
-		return fmt.Errorf("node: rollout reports: %w", err)
+		return nil, fmt.Errorf("node: rollout reports: %w", err)
 	}
-	r.rolloutSub = sub
-	return nil
+	return sub, nil
 }
 
 // members feeds the core the live membership.

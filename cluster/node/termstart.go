@@ -3,12 +3,15 @@ package node
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/asyncrl/asyncrl/cluster/ledger"
 	"github.com/asyncrl/asyncrl/cluster/term"
 	"github.com/asyncrl/asyncrl/config"
+	"github.com/asyncrl/asyncrl/transport"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -17,7 +20,11 @@ import (
 // its prober. Each term runs its own pipeline under its own subjects and
 // streams (run.id-t<token>): a dead holder's in-memory buffer may have
 // died with its server, and a deposed holder's late messages must not
-// reach the new term.
+// reach the new term. All of its I/O runs while the core's watch ticks
+// (startWatched): a start that hangs anywhere — a checkpoint download, a
+// stream that is never created, engines that never load version 0 — is
+// a stalled start the watch ends (issue 37: a term logged its resume and
+// then nothing for 180 s).
 func (r *termRun) start(ctx context.Context, v term.StartPipeline) error {
 	a := r.a
 	cfg := a.cfg.Run
@@ -47,63 +54,139 @@ func (r *termRun) start(ctx context.Context, v term.StartPipeline) error {
 		r.box.push(term.EngineTarget{Token: v.Token, Engine: engine, Version: version})
 	}
 	rc.attach = r.attachRemote
+	phase := func(p string) {
+		a.log.Info().Str("node", a.cfg.Name).Str("term", v.Term).Msg("term start: " + p)
+		r.box.push(term.StartPhase{Token: v.Token, Phase: p})
+	}
 	opts := Options{Logger: a.log, InMemoryBus: a.cfg.InMemoryBus, Remote: rc, BusSecurity: &a.termBus,
-		RouterListen: a.cfg.RouterListen, RouterAdminToken: a.cfg.RouterAdminToken}
+		RouterListen: a.cfg.RouterListen, RouterAdminToken: a.cfg.RouterAdminToken, OnStartPhase: phase,
+		BeforeAnnounce: func(version int64) { a.hold(HoldPublish, v.From.Version+version) }}
+	p, err := r.startWatched(ctx, func(sctx context.Context) (*termPieces, error) { return r.build(sctx, ctx, v, cfg, opts, phase) })
+	if err != nil {
+		return err
+	}
+	r.n, r.ck, r.mirror, r.th, r.rolloutSub, r.resumeDir = p.n, p.ck, p.mirror, p.th, p.rolloutSub, p.resumeDir
+	r.th.running.Store(true)
+	r.core.Step(time.Now(), term.PipelineStarted{Token: v.Token})
+	r.requeued = prometheus.NewCounter(prometheus.CounterOpts{Name: "asyncrl_node_dead_node_groups_requeued_total",
+		Help: "Groups a node had in flight when it left the cluster, reported aborted by the trainer's holder so they are requeued."})
+	if err := p.n.reg.Register(r.requeued); err != nil {
+		return fmt.Errorf("node: term metrics: %w", err)
+	}
+	return r.th.register(p.n.reg, a.stepdowns)
+}
+
+// termPieces are what a term's start built (on the start's goroutine),
+// handed to the term loop once the pipeline runs.
+type termPieces struct {
+	n          *Node
+	ck         *termCkpt
+	mirror     *mirror
+	th         *termHealth
+	rolloutSub transport.Subscription
+	resumeDir  string
+}
+
+// close undoes what a start that failed (or was given up) built.
+func (p *termPieces) close() {
+	if p.n != nil {
+		p.n.Stop()
+	}
+	if p.mirror != nil {
+		p.mirror.stop()
+	}
+	if p.th != nil {
+		p.th.stop()
+	}
+	if p.rolloutSub != nil {
+		_ = p.rolloutSub.Unsubscribe()
+	}
+	if p.resumeDir != "" {
+		_ = os.RemoveAll(p.resumeDir)
+	}
+}
+
+// build is the I/O of a term's start, on the start's goroutine (ctx ends
+// with the start; termCtx, the term's, bounds the prober): the checkpoint
+// the claimed progress records, the pipeline, the rollout reports'
+// subscription, the ledger mirror, the prober, and the pipeline's start
+// (streams, base weights, engines at version 0). On an error everything
+// it built is undone.
+func (r *termRun) build(ctx, termCtx context.Context, v term.StartPipeline, cfg config.Config, opts Options, phase func(string)) (p *termPieces, err error) {
+	a := r.a
+	p = &termPieces{}
+	defer func() {
+		if err != nil {
+			p.close()
+		}
+	}()
 	// The trainer continues from the weights of the durable step: the
 	// checkpoint the progress records is restored, and every new version
 	// is checkpointed before its step can be recorded.
 	if cfg.Trainer.Backend != config.BackendRemote { // a remote worker owns its weights
 		from := toLedgerProgress(v.From)
-		r.resumeDir = filepath.Join(cfg.Run.DataDir, fmt.Sprintf("resume-t%d", v.Token))
-		ck, resume, err := startTermCkpt(ctx, a, from, v.Token, r.resumeDir, r.box.push)
+		p.resumeDir = filepath.Join(cfg.Run.DataDir, fmt.Sprintf("resume-t%d", v.Token))
+		ck, resume, err := startTermCkpt(ctx, a, from, v.Token, p.resumeDir, r.box.push)
 		if err != nil {
-			return err
+			return p, err
 		}
-		r.ck, opts.AfterStep = ck, ck.afterStep
+		p.ck, opts.AfterStep = ck, ck.afterStep
 		if resume {
-			opts.TrainerCheckpoint = r.resumeDir
+			opts.TrainerCheckpoint = p.resumeDir
 			a.event("resume from checkpoint v%d", from.Version)
 		}
+		phase("checkpoint store open")
 	}
-	n, err := New(cfg, opts)
-	if err != nil {
-		return err
+	if p.n, err = New(cfg, opts); err != nil {
+		return p, err
 	}
-	if err := r.subscribeRollouts(v.Term, v.Token); err != nil {
-		return err
+	if p.rolloutSub, err = r.subscribeRollouts(v.Term, v.Token); err != nil {
+		return p, err
 	}
 	// The mirror listens before the controller admits the first prompts.
-	if r.mirror, err = a.mirrorLedger(n, v.Token, r.box.push); err != nil {
-		return err
+	if p.mirror, err = a.mirrorLedger(p.n, v.Token, r.box.push); err != nil {
+		return p, err
 	}
 	// The term's health: the streams it depends on are probed (and the
 	// lease's and buffer's leaders kept on this node's server); the core's
 	// watch ends the term when no step or a failing stream outlasts its
-	// bound — from the start, so a term stuck while it starts (a stream
-	// that cannot be created) is not a silent stall either.
-	r.th = a.startTermHealth(ctx, cfg.Run.ID, v.Token, r.box.push)
-	if err := r.startWatched(ctx, n); err != nil {
-		return err
+	// bound.
+	p.th = a.startTermHealth(termCtx, cfg.Run.ID, v.Token, r.box.push)
+	phase("pipeline built")
+	n := p.n
+	p.n = nil // Start stops what it started when it fails
+	if err := n.Start(ctx); err != nil {
+		return p, err
 	}
-	r.n = n
-	r.th.running.Store(true)
-	r.core.Step(time.Now(), term.PipelineStarted{Token: v.Token})
-	r.requeued = prometheus.NewCounter(prometheus.CounterOpts{Name: "asyncrl_node_dead_node_groups_requeued_total",
-		Help: "Groups a node had in flight when it left the cluster, reported aborted by the trainer's holder so they are requeued."})
-	if err := n.reg.Register(r.requeued); err != nil {
-		return fmt.Errorf("node: term metrics: %w", err)
-	}
-	return r.th.register(n.reg, a.stepdowns)
+	p.n = n
+	return p, nil
 }
 
-// startWatched starts the term's pipeline while the core's watch ticks: a
-// start that outlasts the watch's bounds is cancelled and ends the term
-// (errTermOver: the core said why).
-func (r *termRun) startWatched(ctx context.Context, n *Node) (err error) {
+// startWaitStop bounds how long a start given up (by the core: a lost
+// lease, the watch) may take to stop what it built before the loop moves
+// on (it cleans up after itself then).
+const startWaitStop = time.Minute
+
+// startWatched runs build on a goroutine of its own while the core's
+// watch ticks and its effects are applied: a start that outlasts the
+// watch's bounds is cancelled and ends the term (errTermOver: the core
+// said why).
+func (r *termRun) startWatched(ctx context.Context, build func(context.Context) (*termPieces, error)) (p *termPieces, err error) {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	started := make(chan error, 1)
-	go func() { started <- n.Start(sctx) }()
+	type result struct {
+		p   *termPieces
+		err error
+	}
+	started := make(chan result, 1)
+	var abandoned atomic.Bool
+	go func() {
+		p, err := build(sctx)
+		if err == nil && abandoned.Load() {
+			p.close() // the loop gave it up meanwhile
+		}
+		started <- result{p, err}
+	}()
 	r.starting = true
 	defer func() {
 		r.starting = false
@@ -116,8 +199,8 @@ func (r *termRun) startWatched(ctx context.Context, n *Node) (err error) {
 	defer tick.Stop()
 	for {
 		select {
-		case err = <-started:
-			return err
+		case res := <-started:
+			return res.p, res.err
 		case <-r.box.ready:
 			r.feed(time.Now())
 		case <-tick.C:
@@ -131,9 +214,18 @@ func (r *termRun) startWatched(ctx context.Context, n *Node) (err error) {
 			r.applyAll()
 		}
 		if !r.holding() {
+			abandoned.Store(true)
 			cancel()
-			<-started // Start stops what it started when it fails
-			return errTermOver
+			select {
+			case res := <-started:
+				if res.err == nil {
+					res.p.close()
+				}
+			case <-time.After(startWaitStop):
+				r.a.log.Error().Str("node", r.a.cfg.Name).Str("term", r.term).
+					Msgf("term: its start did not stop within %s of being given up; it stops what it built when it does", startWaitStop)
+			}
+			return nil, errTermOver
 		}
 	}
 }

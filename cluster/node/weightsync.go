@@ -101,16 +101,19 @@ func (n *Node) startWeightSync(ctx context.Context, baseDir string) (*weightSync
 		// minimum leaves a replica that is still loading a publish its
 		// sessions (issue 15).
 		Tracker: wiring.PublisherTracker(cfg), Acks: n.subj.acks, MinVersion: n.subj.weights,
-		BaseDir: baseDir, Stage: stage, BeforeApply: n.hooks.beforeApply, Remote: w.remoteEngines}, mode)
+		BaseDir: baseDir, Stage: stage, BeforeApply: n.hooks.beforeApply, BeforeAnnounce: n.opts.BeforeAnnounce,
+		Remote: w.remoteEngines}, mode)
 	if err != nil {
 		return nil, err
 	}
 	w.Sync, w.shell = s, s.Shell()
 	if n.opts.Remote != nil {
+		n.phase("weight store open")
 		if err := uploadBase(ctx, weightsync.StoreOf(s), baseDir); err != nil {
 			w.Close()
 			return nil, err
 		}
+		n.phase("version 0 uploaded to the term's bucket")
 		n.wsync = w // startRemote registers the members' engines with it
 		if err := n.startRemote(ctx, "asyncrl-weights-"+cfg.Run.ID); err != nil {
 			w.Close()

@@ -66,6 +66,25 @@ type Plant struct {
 	// NeverResend: an engine that has not acked its target is never sent
 	// it again.
 	NeverResend bool
+	// MarksUnordered: the next step is saved while the last durable
+	// step's trained marks are still being written (the core before issue
+	// 37): a holder killed then loses those marks for good, since a claim
+	// marks only the last durable step's prompts.
+	MarksUnordered bool
+	// NoStartBound: the term's watch has no start bound of its own
+	// (Watch.StartAfter ignored: the core before issue 37), so a term
+	// whose start hangs sits on the lease until StallAfter.
+	NoStartBound bool
+	// SaveBeforeRecorded: a step is saved once its prompts' consumed
+	// events were seen (PromptConsumed), before the durable ledger
+	// recorded them (LedgerWrite.Consumed) — the core before issue 37,
+	// whose trained marks could reach the ledger before the consumed
+	// transitions they settle.
+	SaveBeforeRecorded bool
+	// IgnoreQuorumLoss: a holder whose side lost quorum notes it and runs
+	// on (no StopPipeline, no StepDown). Only issue 37's quorum-loss
+	// input reaches it.
+	IgnoreQuorumLoss bool
 }
 
 // Validate names the field at fault.
@@ -143,6 +162,9 @@ func New(cfg Config) (*Core, error) {
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if cfg.Plant.NoStartBound {
+		cfg.Watch.StartAfter = 0
 	}
 	return &Core{cfg: cfg, quorate: true, live: map[string]Member{}}, nil
 }
@@ -242,6 +264,9 @@ func (c *Core) termInput(now time.Time, in Input) {
 		c.announce(now)
 	case PipelineStarted:
 		t.started = true
+		t.watch.Started(now)
+	case StartPhase:
+		t.phase, t.phaseAt = v.Phase, now
 	case StepTrained:
 		c.stepTrained(v)
 	case CheckpointSaved:
@@ -262,7 +287,7 @@ func (c *Core) termInput(now time.Time, in Input) {
 		t.groups[v.Attempt.Group] = v.Attempt
 		c.trySave()
 	case LedgerWrite:
-		c.probe(now, LedgerWrites, v.Err)
+		c.ledgerWrite(now, v)
 	case Probe:
 		c.probe(now, v.Dep, v.Err)
 		for _, m := range v.Moved {
@@ -274,6 +299,8 @@ func (c *Core) termInput(now time.Time, in Input) {
 		c.engineTarget(v)
 	case EngineServing:
 		c.engineServing(v)
+	case Marked:
+		c.marked(v)
 	}
 }
 
@@ -302,7 +329,11 @@ func (c *Core) Tick(now time.Time) {
 	t.watch.Tick(now)
 	c.watchEvents()
 	if e, down := t.watch.Down(); down {
-		c.fail(fmt.Sprintf("term stalled (%s)", e.Reason), ReasonStalled)
+		why := fmt.Sprintf("term stalled (%s)", e.Reason)
+		if !t.started { // a stalled start, whichever bound caught it
+			why = fmt.Sprintf("term stalled (%s): not started: %s", e.Reason, c.startState(now))
+		}
+		c.fail(why, ReasonStalled)
 		return
 	}
 	if c.phase != running {
@@ -370,7 +401,7 @@ func (c *Core) stepDown(r Reason) {
 
 func (c *Core) quorumChanged(train bool) {
 	c.quorate = train
-	if train || c.phase == standby {
+	if train || c.phase == standby || c.cfg.Plant.IgnoreQuorumLoss {
 		return
 	}
 	c.event(Event{Kind: QuorumLost, Token: c.token})
@@ -443,6 +474,9 @@ func (c *Core) claimed(now time.Time, v ProgressClaimed) {
 	}
 	c.phase = running
 	c.t = newTermState(TermName(c.cfg.Run, c.token), p, remaining, w, now, c.live)
+	if prev.Holder != "" && len(prev.Prompts) > 0 {
+		c.t.marking[prev.Step] = true // the claim's marks, first
+	}
 	c.effect(StartPipeline{Term: c.t.name, Token: c.token, From: p, Steps: remaining})
 	c.startEngines()
 }
@@ -474,9 +508,7 @@ func (c *Core) stop() {
 		c.phase = stopping
 		c.effect(StopPipeline{Token: c.token})
 		c.trySave()
-		if c.t.saving == nil {
-			c.stepDown(ReasonStopping)
-		}
+		c.stoppedSaving()
 	case stopping:
 	default:
 		c.stepDown(ReasonStopping)

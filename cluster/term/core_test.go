@@ -3,6 +3,7 @@ package term
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -99,6 +100,7 @@ func runningTerm(t *testing.T, cfg Config) *harness {
 	if !h.c.Running() && h.c.t == nil {
 		t.Fatalf("no term running: %s", h.c)
 	}
+	h.in(Marked{Token: 5, Step: 3}) // the claim's marks of the previous holder's step
 	return h
 }
 
@@ -119,9 +121,10 @@ func TestTermSwitchStartsFromDurableStep(t *testing.T) {
 		"effect term.StartPipeline {Term:run-t5 Token:5 From:{Step:3 Version:3 Checkpoint:nats-os://ckpt/v3-t4 Token:5 Holder:n1 Prompts:[{Prompt:t4/p1 Group:g1 Attempt:0} {Prompt:t4/p2 Group:g2 Attempt:1}]} Steps:7}",
 		"event resume from step 3 version 3 (7 steps to go)")
 	h.want("requeue answered", h.in(StaleRequeued{Token: 5, Count: 4}), "event requeued 4 prompts terms before token 5 had in flight")
-	// The term's first step is the run's step 4, version 4.
-	r := h.in(StepTrained{Token: 5, Step: 1, Version: 1, Groups: []string{"ga"}},
-		PromptConsumed{Token: 5, Attempt: PromptAttempt{Prompt: "t5/pa", Group: "ga"}},
+	// The term's first step is the run's step 4, version 4, saved once
+	// the claim's marks are written.
+	r := h.in(Marked{Token: 5, Step: 3}, StepTrained{Token: 5, Step: 1, Version: 1, Groups: []string{"ga"}},
+		PromptConsumed{Token: 5, Attempt: PromptAttempt{Prompt: "t5/pa", Group: "ga"}}, LedgerWrite{Token: 5, Consumed: "ga"},
 		CheckpointSaved{Token: 5, Version: 1, Location: "nats-os://ckpt/v4-t5"})
 	sp := effectsOf[SaveProgress](r)
 	if len(sp) != 1 || sp[0].Progress.Step != 4 || sp[0].Progress.Version != 4 || sp[0].Progress.Token != 5 || sp[0].Progress.Checkpoint != "nats-os://ckpt/v4-t5" {
@@ -214,25 +217,29 @@ func TestTrainedOnlyAfterDurableSave(t *testing.T) {
 	h := runningTerm(t, testConfig())
 	r := h.in(StepTrained{Token: 5, Step: 1, Version: 1, Groups: []string{"g1", "g2"}, Reward: 0.5, Mismatch: 0.01},
 		StepTrained{Token: 5, Step: 2, Version: 2, Groups: []string{"g3"}},
-		PromptConsumed{Token: 5, Attempt: PromptAttempt{Prompt: "t5/p1", Group: "g1"}})
+		PromptConsumed{Token: 5, Attempt: PromptAttempt{Prompt: "t5/p1", Group: "g1"}}, LedgerWrite{Token: 5, Consumed: "g1"})
 	if len(r.Effects) != 0 {
 		t.Fatalf("acted before g2's consumed event and the checkpoint:\n%s", r)
 	}
-	h.want("consumed, no checkpoint yet", h.in(PromptConsumed{Token: 5, Attempt: PromptAttempt{Prompt: "t5/p2", Group: "g2", Attempt: 2}}))
+	h.want("consumed, no checkpoint yet", h.in(PromptConsumed{Token: 5, Attempt: PromptAttempt{Prompt: "t5/p2", Group: "g2", Attempt: 2}}, LedgerWrite{Token: 5, Consumed: "g2"}))
 	h.want("checkpoint of version 1", h.in(CheckpointSaved{Token: 5, Version: 1, Location: "L4"}),
 		"effect term.Prune {Version:4 Token:5 Durable:nats-os://ckpt/v3-t4}",
 		"effect term.SaveProgress {Progress:{Step:4 Version:4 Checkpoint:L4 Token:5 Holder:n1 Prompts:[{Prompt:t5/p1 Group:g1 Attempt:0} {Prompt:t5/p2 Group:g2 Attempt:2}]}}")
 	// Step 2's prompts and checkpoint are there, but step 4's save is
 	// outstanding: nothing more until it is acknowledged.
-	r = h.in(PromptConsumed{Token: 5, Attempt: PromptAttempt{Prompt: "t5/p3", Group: "g3"}}, CheckpointSaved{Token: 5, Version: 2, Location: "L5"})
+	r = h.in(PromptConsumed{Token: 5, Attempt: PromptAttempt{Prompt: "t5/p3", Group: "g3"}}, LedgerWrite{Token: 5, Consumed: "g3"}, CheckpointSaved{Token: 5, Version: 2, Location: "L5"})
 	if n := len(effectsOf[SaveProgress](r)); n != 0 || len(effectsOf[MarkTrained](r)) != 0 {
 		t.Fatalf("a second save or a mark while step 4's save is outstanding:\n%s", r)
 	}
 	h.want("an acknowledgement of another step", h.in(ProgressSaved{Token: 5, Step: 5}), "event ignored: ProgressSaved of step 5: not the outstanding save")
 	h.want("step 4 durable", h.in(ProgressSaved{Token: 5, Step: 4}),
 		"effect term.MarkTrained {Step:4 Prompts:[{Prompt:t5/p1 Group:g1 Attempt:0} {Prompt:t5/p2 Group:g2 Attempt:2}]}",
-		"effect term.SaveProgress {Progress:{Step:5 Version:5 Checkpoint:L5 Token:5 Holder:n1 Prompts:[{Prompt:t5/p3 Group:g3 Attempt:0}]}}",
 		"event step 4 version 4 reward 0.500 mismatch 0.0100 (same-version 0 over 0 tokens)")
+	// Step 5 is saved once step 4's marks are written (issue 37: a
+	// claim marks only the last durable step's prompts).
+	h.want("marks of another step", h.in(Marked{Token: 5, Step: 5}), "event ignored: Marked of step 5: no marks outstanding for it")
+	h.want("step 4 marked", h.in(Marked{Token: 5, Step: 4}),
+		"effect term.SaveProgress {Progress:{Step:5 Version:5 Checkpoint:L5 Token:5 Holder:n1 Prompts:[{Prompt:t5/p3 Group:g3 Attempt:0}]}}")
 	if p, _ := h.c.Durable(); p.Step != 4 || p.Checkpoint != "L4" {
 		t.Errorf("durable %+v; want step 4 at L4", p)
 	}
@@ -252,7 +259,7 @@ func TestTrainedOnlyAfterDurableSave(t *testing.T) {
 func TestDeposedHolderLateInputsDoNothing(t *testing.T) {
 	h := runningTerm(t, testConfig())
 	h.in(StepTrained{Token: 5, Step: 1, Version: 1, Groups: []string{"g1"}},
-		PromptConsumed{Token: 5, Attempt: PromptAttempt{Prompt: "t5/p1", Group: "g1"}},
+		PromptConsumed{Token: 5, Attempt: PromptAttempt{Prompt: "t5/p1", Group: "g1"}}, LedgerWrite{Token: 5, Consumed: "g1"},
 		CheckpointSaved{Token: 5, Version: 1, Location: "L4"})
 	h.want("lease lost", h.in(LeaseChanged{Leader: false}), "effect term.StopPipeline {Token:5}", "event lease trainer lost")
 	r := h.in(ProgressSaved{Token: 5, Step: 4}, StepTrained{Token: 5, Step: 2, Version: 2, Groups: []string{"g1"}},
@@ -279,7 +286,7 @@ func TestDeposedHolderLateInputsDoNothing(t *testing.T) {
 func TestFencedSaveStepsDown(t *testing.T) {
 	h := runningTerm(t, testConfig())
 	h.in(StepTrained{Token: 5, Step: 1, Version: 1, Groups: []string{"g1"}},
-		PromptConsumed{Token: 5, Attempt: PromptAttempt{Prompt: "t5/p1", Group: "g1"}},
+		PromptConsumed{Token: 5, Attempt: PromptAttempt{Prompt: "t5/p1", Group: "g1"}}, LedgerWrite{Token: 5, Consumed: "g1"},
 		CheckpointSaved{Token: 5, Version: 1, Location: "L4"})
 	h.want("fenced", h.in(SaveFailed{Token: 5, Step: 4, Fenced: true, Err: "lease: fenced off (stale token)"}),
 		"effect term.StopPipeline {Token:5}",
@@ -373,6 +380,7 @@ func TestAnnounce(t *testing.T) {
 // ends the term: the watch's events, then the step-down.
 func TestStepDownOnStallAndUnhealthy(t *testing.T) {
 	h := runningTerm(t, testConfig())
+	h.in(PipelineStarted{Token: 5})
 	h.want("stall", h.tick(time.Minute),
 		"effect term.StopPipeline {Token:5}",
 		"effect term.StepDown {Reason:stalled}",
@@ -421,7 +429,7 @@ func TestRunComplete(t *testing.T) {
 	cfg.Steps = 4
 	h := runningTerm(t, cfg) // from step 3: one to go
 	h.in(StepTrained{Token: 5, Step: 1, Version: 1, Groups: []string{"g1"}},
-		PromptConsumed{Token: 5, Attempt: PromptAttempt{Prompt: "t5/p1", Group: "g1"}},
+		PromptConsumed{Token: 5, Attempt: PromptAttempt{Prompt: "t5/p1", Group: "g1"}}, LedgerWrite{Token: 5, Consumed: "g1"},
 		CheckpointSaved{Token: 5, Version: 1, Location: "L4"})
 	h.want("last step durable", h.in(ProgressSaved{Token: 5, Step: 4}),
 		"effect term.MarkTrained {Step:4 Prompts:[{Prompt:t5/p1 Group:g1 Attempt:0}]}",
@@ -449,14 +457,15 @@ func TestRunComplete(t *testing.T) {
 func TestCleanStopSavesThenResigns(t *testing.T) {
 	h := runningTerm(t, testConfig())
 	h.in(StepTrained{Token: 5, Step: 1, Version: 1, Groups: []string{"g1"}},
-		PromptConsumed{Token: 5, Attempt: PromptAttempt{Prompt: "t5/p1", Group: "g1"}},
+		PromptConsumed{Token: 5, Attempt: PromptAttempt{Prompt: "t5/p1", Group: "g1"}}, LedgerWrite{Token: 5, Consumed: "g1"},
 		CheckpointSaved{Token: 5, Version: 1, Location: "L4"},
 		StepTrained{Token: 5, Step: 2, Version: 2, Groups: []string{"g2"}}) // g2's event never came
 	h.want("stop", h.in(Stop{}), "effect term.StopPipeline {Token:5}")
 	h.want("saved", h.in(ProgressSaved{Token: 5, Step: 4}),
 		"effect term.MarkTrained {Step:4 Prompts:[{Prompt:t5/p1 Group:g1 Attempt:0}]}",
+		"event step 4 version 4 reward 0.000 mismatch 0.0000 (same-version 0 over 0 tokens)")
+	h.want("marked", h.in(Marked{Token: 5, Step: 4}),
 		"effect term.StepDown {Reason:stopping}",
-		"event step 4 version 4 reward 0.000 mismatch 0.0000 (same-version 0 over 0 tokens)",
 		"event lease trainer resigned (stopping)")
 	// Nothing to save: resign at once.
 	h = runningTerm(t, testConfig())
@@ -472,5 +481,131 @@ func TestConfigValidated(t *testing.T) {
 		if _, err := New(cfg); err == nil {
 			t.Errorf("%+v accepted", cfg)
 		}
+	}
+}
+
+// Issue 37: a step's prompts are named in its durable progress (and so
+// marked trained) only once the ledger recorded their consumed
+// transitions. The mirror reports a consumed event before its durable
+// write, which waits while the ledger's stream elects a leader; a step
+// saved then had its trained marks refused ("trained before it was
+// consumed") and the prompt ended neither trained nor in flight. A
+// consumed write that failed for good ends the term.
+func TestStepWaitsForDurableConsumed(t *testing.T) {
+	h := runningTerm(t, testConfig())
+	r := h.in(StepTrained{Token: 5, Step: 1, Version: 1, Groups: []string{"g1"}},
+		PromptConsumed{Token: 5, Attempt: PromptAttempt{Prompt: "t5/p1", Group: "g1"}},
+		CheckpointSaved{Token: 5, Version: 1, Location: "L4"})
+	if n := len(effectsOf[SaveProgress](r)); n != 0 {
+		t.Fatalf("saved a step whose prompt's consumed transition is not durable:\n%s", r)
+	}
+	h.want("another group recorded", h.in(LedgerWrite{Token: 5, Consumed: "g9"}))
+	h.want("recorded", h.in(LedgerWrite{Token: 5, Consumed: "g1"}),
+		"effect term.SaveProgress {Progress:{Step:4 Version:4 Checkpoint:L4 Token:5 Holder:n1 Prompts:[{Prompt:t5/p1 Group:g1 Attempt:0}]}}")
+
+	// The pre-issue-37 core (planted) saves on the consumed event alone.
+	cfg := testConfig()
+	cfg.Plant.SaveBeforeRecorded = true
+	h = runningTerm(t, cfg)
+	r = h.in(StepTrained{Token: 5, Step: 1, Version: 1, Groups: []string{"g1"}},
+		PromptConsumed{Token: 5, Attempt: PromptAttempt{Prompt: "t5/p1", Group: "g1"}},
+		CheckpointSaved{Token: 5, Version: 1, Location: "L4"})
+	if n := len(effectsOf[SaveProgress](r)); n != 1 {
+		t.Fatalf("planted SaveBeforeRecorded: %d saves, want 1:\n%s", n, r)
+	}
+
+	h = runningTerm(t, testConfig())
+	h.in(PromptConsumed{Token: 5, Attempt: PromptAttempt{Prompt: "t5/p1", Group: "g1"}})
+	h.want("consumed write failed for good", h.in(LedgerWrite{Token: 5, Consumed: "g1", Err: "context deadline exceeded"}),
+		"effect term.StopPipeline {Token:5}",
+		"effect term.StepDown {Reason:failed}",
+		"event term dependency durable ledger writes failing: context deadline exceeded",
+		"event training failed: the durable ledger did not record group g1 consumed: context deadline exceeded",
+		"event lease trainer resigned (failed)")
+	// A refusal is an answer (no ill health for the watch), but the
+	// group can never be trained: the term ends too.
+	h = runningTerm(t, testConfig())
+	r = h.in(LedgerWrite{Token: 5, Consumed: "g1", Err: "ledger: illegal transition", Refused: true})
+	if sd := effectsOf[StepDown](r); len(sd) != 1 || slices.Contains(kinds(r), Watch) {
+		t.Errorf("a refused consumed transition: want a step-down and no failing dependency:\n%s", r)
+	}
+}
+
+// Issue 37: a durable step's trained marks are written before the next
+// step is saved, so the durable progress (which names only its last
+// step's prompts, marked again by the next claim) never hides an earlier
+// step whose marks a killed holder lost. The claim's own marks of the
+// previous holder's step come first too; marks that could not be written
+// end the term.
+func TestNextSaveWaitsForMarks(t *testing.T) {
+	h := newHarness(t, testConfig())
+	h.in(LeaseChanged{Leader: true, Token: 5}, ProgressClaimed{Token: 5, Prev: prev3, Claimed: claimed3})
+	r := h.in(StepTrained{Token: 5, Step: 1, Version: 1, Groups: []string{"g1"}},
+		PromptConsumed{Token: 5, Attempt: PromptAttempt{Prompt: "t5/p1", Group: "g1"}}, LedgerWrite{Token: 5, Consumed: "g1"},
+		CheckpointSaved{Token: 5, Version: 1, Location: "L4"})
+	if n := len(effectsOf[SaveProgress](r)); n != 0 {
+		t.Fatalf("saved step 4 before the claim's marks of step 3 were written:\n%s", r)
+	}
+	if sp := effectsOf[SaveProgress](h.in(Marked{Token: 5, Step: 3})); len(sp) != 1 || sp[0].Progress.Step != 4 {
+		t.Fatalf("step 4 not saved once step 3 was marked: %+v", sp)
+	}
+	h.in(ProgressSaved{Token: 5, Step: 4}, StepTrained{Token: 5, Step: 2, Version: 2, Groups: []string{"g2"}},
+		PromptConsumed{Token: 5, Attempt: PromptAttempt{Prompt: "t5/p2", Group: "g2"}}, LedgerWrite{Token: 5, Consumed: "g2"})
+	if r := h.in(CheckpointSaved{Token: 5, Version: 2, Location: "L5"}); len(effectsOf[SaveProgress](r)) != 0 {
+		t.Fatalf("saved step 5 while step 4's marks are outstanding:\n%s", r)
+	}
+	h.want("marks failed", h.in(Marked{Token: 5, Step: 4, Err: "context deadline exceeded"}),
+		"effect term.StopPipeline {Token:5}",
+		"effect term.StepDown {Reason:failed}",
+		"event training failed: trained marks of step 4 not written: context deadline exceeded",
+		"event lease trainer resigned (failed)")
+
+	// The pre-issue-37 core (planted) saves step 5 at once.
+	cfg := testConfig()
+	cfg.Plant.MarksUnordered = true
+	h = runningTerm(t, cfg)
+	h.in(StepTrained{Token: 5, Step: 1, Version: 1, Groups: []string{"g1"}}, StepTrained{Token: 5, Step: 2, Version: 2, Groups: []string{"g2"}},
+		PromptConsumed{Token: 5, Attempt: PromptAttempt{Prompt: "t5/p1", Group: "g1"}}, LedgerWrite{Token: 5, Consumed: "g1"},
+		PromptConsumed{Token: 5, Attempt: PromptAttempt{Prompt: "t5/p2", Group: "g2"}}, LedgerWrite{Token: 5, Consumed: "g2"},
+		CheckpointSaved{Token: 5, Version: 1, Location: "L4"}, CheckpointSaved{Token: 5, Version: 2, Location: "L5"})
+	if sp := effectsOf[SaveProgress](h.in(ProgressSaved{Token: 5, Step: 4})); len(sp) != 1 || sp[0].Progress.Step != 5 {
+		t.Fatalf("planted MarksUnordered: saves %+v, want step 5 at once", sp)
+	}
+}
+
+// Issue 37, a stalled start: a term that claimed the lease but whose
+// pipeline never started — its engines never followed it, a stream it
+// creates never answered — is noticed by its watch StartAfter after the
+// claim and steps down, saying how far its start got; the lease goes to a
+// standby (or this node again) for a clean term. One that started in time
+// is judged by StallAfter only.
+func TestStalledStartStepsDown(t *testing.T) {
+	cfg := testConfig()
+	cfg.Watch.StartAfter = 30 * time.Second
+	h := newHarness(t, cfg)
+	h.in(MembersChanged{Members: []Member{{Name: "n1"}, {Name: "n3", Engines: map[string]string{"n3-engine-0": "http://e"}}}})
+	h.in(LeaseChanged{Leader: true, Token: 5}, ProgressClaimed{Token: 5, Prev: prev3, Claimed: claimed3}, Marked{Token: 5, Step: 3})
+	h.in(StartPhase{Token: 5, Phase: "checkpoint restored"}, RouterListening{Token: 5, URL: "http://r"})
+	h.tick(10 * time.Second)
+	h.in(StartPhase{Token: 5, Phase: "waiting for an engine to load version 0"}, EngineTarget{Token: 5, Engine: "n3-engine-0", Version: 0})
+	if r := h.tick(19 * time.Second); len(effectsOf[StepDown](r)) != 0 {
+		t.Fatalf("stepped down before StartAfter:\n%s", r)
+	}
+	h.want("not started after 30s", h.tick(time.Second),
+		"effect term.StopPipeline {Token:5}",
+		"effect term.StepDown {Reason:stalled}",
+		"event term stalled: not started 30s after its claim; stepping down",
+		`event training failed: term stalled (no_start): not started: last phase "waiting for an engine to load version 0" 20s ago; router at http://r; engines: 1 registered, 1 sent LoadWeights, 0 serving`,
+		"event lease trainer resigned (stalled)")
+
+	h = newHarness(t, cfg)
+	h.in(LeaseChanged{Leader: true, Token: 5}, ProgressClaimed{Token: 5, Prev: prev3, Claimed: claimed3}, Marked{Token: 5, Step: 3})
+	h.tick(29 * time.Second)
+	h.in(PipelineStarted{Token: 5})
+	if r := h.tick(30 * time.Second); len(effectsOf[StepDown](r)) != 0 {
+		t.Fatalf("a started term stepped down before StallAfter:\n%s", r)
+	}
+	if r := h.tick(time.Second); len(effectsOf[StepDown](r)) != 1 {
+		t.Fatalf("a started term without a step: no step-down at StallAfter:\n%s", r)
 	}
 }

@@ -17,12 +17,12 @@
 //  1. feeds what happened with Step(now, input) — LeaseChanged,
 //     QuorumChanged, MembersChanged, ProgressObserved, Stop (node-scoped);
 //     ProgressClaimed, NodeRequeued, StaleRequeued, RouterListening,
-//     PipelineStarted,
+//     StartPhase, PipelineStarted,
 //     Failed, StepTrained, CheckpointSaved, ProgressSaved, SaveFailed,
-//     PromptConsumed, LedgerWrite, Probe, RolloutStatus, EngineTarget,
-//     EngineServing (term-scoped: they carry the term's token, and one of
-//     another token — a deposed or finished term's late input — is ignored
-//     with an Ignored event);
+//     Marked, PromptConsumed, LedgerWrite, Probe, RolloutStatus,
+//     EngineTarget, EngineServing (term-scoped: they carry the term's
+//     token, and one of another token — a deposed or finished term's late
+//     input — is ignored with an Ignored event);
 //  2. calls Tick(now) on a timer (the agent: every 100–250 ms), which runs
 //     the watch, the announcements (AnnounceEvery) and the LoadWeights
 //     resends (ResendEvery);
@@ -35,15 +35,22 @@
 //     metrics and tests);
 //  4. applies them, and calls Advance(). The answers of effects that have
 //     one (ClaimProgress → ProgressClaimed, SaveProgress → ProgressSaved or
-//     SaveFailed, RequeueStale → StaleRequeued, StartPipeline →
-//     RouterListening, PipelineStarted, the steps…) come back as inputs;
-//     an effect that fails after its retries comes back as Failed.
+//     SaveFailed, MarkTrained → Marked, RequeueStale → StaleRequeued,
+//     StartPipeline → StartPhase…, RouterListening, PipelineStarted, the
+//     steps…) come back as inputs; an effect that fails after its retries
+//     comes back as Failed.
 //
 // Guarantees (TestPropertyDecisions checks them over random input
 // sequences):
 //   - a step's prompts are marked trained (MarkTrained) only once its
 //     fenced SaveProgress was acknowledged, or, at a claim, for the
 //     previous holder's last durable step;
+//   - a step is saved only once the durable ledger recorded every one of
+//     its prompts consumed (LedgerWrite.Consumed, not just the consumed
+//     event: a mark that overtook the write was refused), and only once
+//     the marks of every earlier durable step were written (Marked: the
+//     durable progress names only its last step's prompts, which the next
+//     claim marks) — issue 37;
 //   - without the lease nothing lease-scoped is asked for: a lost lease
 //     yields StopPipeline and nothing else, and the lost term's late
 //     inputs are ignored;
@@ -51,7 +58,10 @@
 //     step the trainer completed, with the lease's token;
 //   - a rollout node that left has each of its groups reported aborted at
 //     most once per term; Done comes once;
-//   - StopPipeline comes before the StepDown that gives the lease up.
+//   - StopPipeline comes before the StepDown that gives the lease up;
+//   - a term that has not started (PipelineStarted) Watch.StartAfter
+//     after its claim steps down, its reason naming the last StartPhase
+//     and its engines (issue 37).
 //
 // # Wiring (cluster/node)
 //

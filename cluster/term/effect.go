@@ -35,7 +35,11 @@ type (
 	// Failed.
 	ClaimProgress struct{ Token uint64 }
 	// MarkTrained: record Prompts trained at Step in the durable ledger
-	// (a duplicate is no error). Only for a step whose progress is durable.
+	// (a duplicate is no error). Only for a step whose progress is
+	// durable; answer Marked. No later step is saved until it is: the
+	// durable progress names only its last step's prompts, which a new
+	// holder marks at its claim, so an earlier step's marks lost with a
+	// killed holder would be lost for good (issue 37).
 	MarkTrained struct {
 		Step    int64
 		Prompts []PromptAttempt

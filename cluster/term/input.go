@@ -83,8 +83,16 @@ type (
 		Token uint64
 		URL   string
 	}
-	// PipelineStarted: the term's pipeline runs (its streams exist).
+	// PipelineStarted: the term's pipeline runs (its streams exist, its
+	// base weights are in its bucket, an engine loaded version 0).
 	PipelineStarted struct{ Token uint64 }
+	// StartPhase: the term's start reached Phase (a line for the logs:
+	// "checkpoint restored", "streams created", …); a start that stalls
+	// is reported with the last phase it reached.
+	StartPhase struct {
+		Token uint64
+		Phase string
+	}
 	// Failed: the term cannot go on (the pipeline failed, an effect failed
 	// after its retries). Err says why.
 	Failed struct {
@@ -132,9 +140,18 @@ type (
 	}
 	// LedgerWrite: a durable-ledger write's outcome ("" ok), for the
 	// term's health: a stream can answer probes while its writes fail.
+	// Consumed names the group whose consumed transition the write
+	// recorded (the mirror's write of the event PromptConsumed reported):
+	// only once it succeeded may a durable step name the group's prompt,
+	// or its trained mark would find no consumed entry to settle (issue
+	// 37). Refused: the ledger answered, refusing the transition (Err
+	// says why) — not ill health, but a consumed transition refused can
+	// never be trained.
 	LedgerWrite struct {
-		Token uint64
-		Err   string
+		Token    uint64
+		Err      string
+		Consumed string
+		Refused  bool
 	}
 	// Probe: one probe of a stream the term depends on ("" healthy);
 	// Moved lists the leaders moved to this node ("" the stream's own,
@@ -159,6 +176,14 @@ type (
 		Engine  string
 		Version int64
 	}
+	// Marked answers MarkTrained: the trained marks of Step are written
+	// (each applied, a duplicate, or refused and counted by the shell);
+	// Err: they could not be written after the shell's retries.
+	Marked struct {
+		Token uint64
+		Step  int64
+		Err   string
+	}
 	// EngineServing: Engine serves Version of the term (its ack, as the
 	// publisher saw it).
 	EngineServing struct {
@@ -178,6 +203,7 @@ func (NodeRequeued) isInput()     {}
 func (StaleRequeued) isInput()    {}
 func (RouterListening) isInput()  {}
 func (PipelineStarted) isInput()  {}
+func (StartPhase) isInput()       {}
 func (Failed) isInput()           {}
 func (StepTrained) isInput()      {}
 func (CheckpointSaved) isInput()  {}
@@ -189,6 +215,7 @@ func (Probe) isInput()            {}
 func (RolloutStatus) isInput()    {}
 func (EngineTarget) isInput()     {}
 func (EngineServing) isInput()    {}
+func (Marked) isInput()           {}
 
 // tokenOf is a term-scoped input's token; ok false for node-scoped ones.
 func tokenOf(in Input) (uint64, bool) {
@@ -202,6 +229,8 @@ func tokenOf(in Input) (uint64, bool) {
 	case RouterListening:
 		return v.Token, true
 	case PipelineStarted:
+		return v.Token, true
+	case StartPhase:
 		return v.Token, true
 	case Failed:
 		return v.Token, true
@@ -224,6 +253,8 @@ func tokenOf(in Input) (uint64, bool) {
 	case EngineTarget:
 		return v.Token, true
 	case EngineServing:
+		return v.Token, true
+	case Marked:
 		return v.Token, true
 	}
 	return 0, false

@@ -29,17 +29,23 @@ type world struct {
 	base    map[uint64]int64 // the claimed step a term started from
 	done    int
 	// fed: the last local step fed per token; groups: groups fed in steps.
-	fed      map[uint64]int64
-	groups   []string            // every group fed
-	unseen   map[uint64][]string // groups fed whose consumed event was not fed yet
-	ckptNext map[uint64]int64    // the next version the trainer checkpoints
+	fed    map[uint64]int64
+	groups []string            // every group fed
+	unseen map[uint64][]string // groups fed whose consumed event was not fed yet
+	// seen: groups whose consumed event was fed, per token; recorded:
+	// (token, group) whose consumed transition was reported durable.
+	seen     map[uint64][]string
+	recorded map[string]bool
+	// marking: per token, the steps whose MarkTrained is not answered.
+	marking  map[uint64][]int64
+	ckptNext map[uint64]int64 // the next version the trainer checkpoints
 	stats    map[string]int
 }
 
 func pick[T any](r *rand.Rand, xs []T) T { return xs[r.IntN(len(xs))] }
 
 // weighted lists the input kinds of draw, each as often as it should come.
-var weighted = []int{0, 0, 1, 2, 3, 3, 4, 4, 5, 5, 5, 5, 5, 5, 7, 7, 7, 7, 7, 7, 8, 8, 8, 8, 9, 9, 9, 9, 9, 9, 11, 12, 12, 12, 13, 13, 14, 14, 15, 16, 16, 17}
+var weighted = []int{0, 0, 1, 2, 3, 3, 4, 4, 5, 5, 5, 5, 5, 5, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 8, 8, 8, 8, 9, 9, 9, 9, 9, 9, 10, 10, 10, 10, 11, 12, 12, 12, 13, 13, 14, 14, 15, 16, 16, 17}
 
 var (
 	groupPool = []string{"g0", "g1", "g2", "g3", "g4", "g5"}
@@ -62,6 +68,7 @@ func (w *world) check(in Input, r Ready) {
 			w.checkSave(v.Progress)
 		case MarkTrained:
 			w.checkMark(in, v)
+			w.marking[w.held] = append(w.marking[w.held], v.Step)
 		case AbortGroups:
 			for _, g := range v.Groups {
 				k := fmt.Sprintf("%d/%s", w.held, g.Group)
@@ -99,6 +106,14 @@ func (w *world) checkSave(p Progress) {
 	}
 	if !w.trained[[2]uint64{p.Token, uint64(p.Step - w.base[p.Token])}] {
 		w.t.Fatalf("SaveProgress of step %d, which the trainer never completed", p.Step)
+	}
+	if m := w.marking[p.Token]; len(m) > 0 {
+		w.t.Fatalf("SaveProgress of step %d while the marks of step %d are being written", p.Step, m[0])
+	}
+	for _, pa := range p.Prompts {
+		if !w.recorded[fmt.Sprintf("%d/%s", p.Token, pa.Group)] {
+			w.t.Fatalf("SaveProgress of step %d names group %s, whose consumed transition the ledger never recorded", p.Step, pa.Group)
+		}
 	}
 	w.saves[[2]uint64{p.Token, uint64(p.Step)}] = p.Prompts
 	w.outstanding[p.Token] = p.Step
@@ -209,7 +224,23 @@ func (w *world) drawSteps(kind int, tok uint64) Input {
 		case len(w.groups) > 0 && w.r.IntN(2) == 0:
 			g = pick(w.r, w.groups)
 		}
+		w.seen[tok] = append(w.seen[tok], g)
 		return PromptConsumed{Token: tok, Attempt: PromptAttempt{Prompt: "p-" + g, Group: g}}
+	case 6:
+		// The durable write of a consumed event seen (rarely one that
+		// failed, or of a group never seen: the inputs are adversarial).
+		g := pick(w.r, groupPool)
+		if s := w.seen[tok]; len(s) > 0 && w.r.IntN(5) > 0 {
+			g = s[0]
+			w.seen[tok] = s[1:]
+		}
+		if w.r.IntN(20) == 0 {
+			return LedgerWrite{Token: tok, Consumed: g, Err: "timeout", Refused: w.r.IntN(2) == 0}
+		}
+		if tok == w.held && w.holding {
+			w.recorded[fmt.Sprintf("%d/%s", tok, g)] = true
+		}
+		return LedgerWrite{Token: tok, Consumed: g}
 	case 8:
 		v := int64(1 + w.r.IntN(12))
 		if n := w.ckptNext[tok] + 1; n <= w.fed[tok] && w.r.IntN(4) > 0 {
@@ -229,6 +260,20 @@ func (w *world) drawOther(kind int, tok uint64) Input {
 			return ProgressSaved{Token: w.held, Step: s}
 		}
 		return ProgressSaved{Token: tok, Step: int64(w.r.IntN(15))}
+	case 10:
+		// The marks of the oldest durable step being marked are written
+		// (rarely: they failed, or an answer for no marks at all).
+		if m := w.marking[tok]; len(m) > 0 && w.r.IntN(8) > 0 {
+			in := Marked{Token: tok, Step: m[0]}
+			if w.r.IntN(25) == 0 {
+				in.Err = "timeout"
+			}
+			if tok == w.held {
+				w.marking[tok] = m[1:]
+			}
+			return in
+		}
+		return Marked{Token: tok, Step: int64(w.r.IntN(15))}
 	case 11:
 		return SaveFailed{Token: tok, Step: w.outstanding[tok], Fenced: w.r.IntN(2) == 0, Err: "refused"}
 	case 12:
@@ -254,6 +299,9 @@ func (w *world) drawOther(kind int, tok uint64) Input {
 }
 
 // Over random input sequences: no MarkTrained but for a durable step; no
+// step saved (so none marked) that names a group whose consumed
+// transition the ledger has not recorded, or while an earlier durable
+// step's marks are being written; no
 // lease-scoped effect while the lease is not held (a deposed holder only
 // stops its pipeline); a step saved only once the trainer completed it,
 // in order, one save at a time, with the lease's token; a dead node's
@@ -271,7 +319,8 @@ func TestPropertyDecisions(t *testing.T) {
 		}
 		w := &world{t: rt, r: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), now: t0, tok: 1, saves: map[[2]uint64][]PromptAttempt{}, outstanding: map[uint64]int64{},
 			lastSaved: map[uint64]int64{}, trained: map[[2]uint64]bool{}, aborted: map[string]bool{}, base: map[uint64]int64{},
-			fed: map[uint64]int64{}, unseen: map[uint64][]string{}, ckptNext: map[uint64]int64{}, stats: stats}
+			fed: map[uint64]int64{}, unseen: map[uint64][]string{}, seen: map[uint64][]string{}, recorded: map[string]bool{}, marking: map[uint64][]int64{},
+			ckptNext: map[uint64]int64{}, stats: stats}
 		for range 1 + w.r.IntN(1000) {
 			if w.r.IntN(5) == 0 {
 				w.now = w.now.Add(time.Duration(w.r.IntN(5001)) * time.Millisecond)

@@ -18,6 +18,9 @@ type termState struct {
 	watch   *termwatch.Watch
 	started bool
 	router  string
+	// phase: the last phase its start reached (StartPhase), at phaseAt.
+	phase   string
+	phaseAt time.Time
 
 	lastAnnounce, lastResend time.Time
 
@@ -28,12 +31,19 @@ type termState struct {
 	// sent: saves asked for and not answered (Plant.TwoSavesOutstanding
 	// only; the correct core has at most saving).
 	sent []*pendingSave
+	// marking: durable steps whose trained marks (MarkTrained) are not
+	// written yet; no step is saved while there is one.
+	marking map[int64]bool
 	// saved counts the term's durable steps.
 	saved int64
 	// durable is the last durable progress (base before the first save).
 	durable Progress
-	// groups: group → prompt attempt, from the consumed events.
-	groups map[string]PromptAttempt
+	// groups: group → prompt attempt, from the consumed events;
+	// recorded: the groups whose consumed transition the durable ledger
+	// holds (LedgerWrite.Consumed). A step is saved only once every one
+	// of its groups is in both.
+	groups   map[string]PromptAttempt
+	recorded map[string]bool
 	// ckpts: local version → checkpoint location, until recorded.
 	ckpts map[int64]string
 
@@ -62,8 +72,8 @@ type engineState struct {
 }
 
 func newTermState(name string, p Progress, steps int64, w *termwatch.Watch, now time.Time, live map[string]Member) *termState {
-	t := &termState{name: name, base: p, steps: steps, watch: w, durable: p, lastAnnounce: now, lastResend: now,
-		groups: map[string]PromptAttempt{}, ckpts: map[int64]string{}, rollouts: map[string][]GroupRef{},
+	t := &termState{name: name, base: p, steps: steps, watch: w, durable: p, lastAnnounce: now, lastResend: now, phase: "claimed", phaseAt: now,
+		groups: map[string]PromptAttempt{}, recorded: map[string]bool{}, marking: map[int64]bool{}, ckpts: map[int64]string{}, rollouts: map[string][]GroupRef{},
 		seen: map[string]bool{}, aborted: map[string]bool{}, engines: map[string]*engineState{}, nodes: map[string]map[string]string{}}
 	for n := range live {
 		t.seen[n] = true
@@ -107,7 +117,7 @@ func (c *Core) trySave() {
 		c.trySaveAll()
 		return
 	}
-	if t.saving != nil {
+	if t.saving != nil || (len(t.marking) > 0 && !c.cfg.Plant.MarksUnordered) {
 		return
 	}
 	if ps, ok := c.nextSave(t.trained[0]); ok {
@@ -151,6 +161,13 @@ func (c *Core) nextSave(s StepTrained) (*pendingSave, bool) {
 		if !ok {
 			return nil, false // its consumed event is still on its way
 		}
+		if !t.recorded[g] && !c.cfg.Plant.SaveBeforeRecorded {
+			// Its consumed transition is not durable yet (the ledger's
+			// stream may be electing a leader): the step's trained marks
+			// would be refused as settling a prompt never consumed, and
+			// the prompt would end neither trained nor in flight.
+			return nil, false
+		}
 		prompts = append(prompts, pa)
 	}
 	p := Progress{Step: t.base.Step + s.Step, Version: t.base.Version + s.Version, Token: c.token, Holder: c.cfg.Node, Prompts: prompts}
@@ -162,6 +179,30 @@ func (c *Core) nextSave(s StepTrained) (*pendingSave, bool) {
 		p.Checkpoint = loc
 	}
 	return &pendingSave{st: s, p: p}, true
+}
+
+// ledgerWrite: a durable-ledger write's outcome. A failed write is ill
+// health for the watch (a refusal is an answer, not ill health); the
+// consumed transition of a group, once recorded, lets a step that trained
+// the group be saved — one refused or failed for good can never be, so
+// the term ends (a clean term resumes from the durable step) instead of
+// waiting for its watch.
+func (c *Core) ledgerWrite(now time.Time, v LedgerWrite) {
+	if !v.Refused {
+		c.probe(now, LedgerWrites, v.Err)
+	}
+	if v.Consumed == "" {
+		return
+	}
+	if v.Err != "" {
+		if c.t.recorded[v.Consumed] {
+			return // a copy of an event already recorded
+		}
+		c.fail(fmt.Sprintf("the durable ledger did not record group %s consumed: %s", v.Consumed, v.Err), ReasonFailed)
+		return
+	}
+	c.t.recorded[v.Consumed] = true
+	c.trySave()
 }
 
 // progressSaved: the step is durable. Say so, mark its prompts trained
@@ -190,6 +231,7 @@ func (c *Core) progressSaved(now time.Time, v ProgressSaved) {
 		SameVersion: s.SameVersion, SameVersionTokens: s.SameVersionTokens})
 	if !c.cfg.Plant.MarkBeforeDurable {
 		c.effect(MarkTrained{Step: p.Step, Prompts: p.Prompts})
+		t.marking[p.Step] = true
 	}
 	if t.saved >= t.steps {
 		wasStopping := c.phase == stopping
@@ -206,9 +248,34 @@ func (c *Core) progressSaved(now time.Time, v ProgressSaved) {
 		return
 	}
 	c.trySave()
-	if c.phase == stopping && t.saving == nil {
+	c.stoppedSaving()
+}
+
+// stoppedSaving: a stopping term gives the lease up once nothing it can
+// save is left (no save, no marks outstanding, and the next step cannot
+// be saved).
+func (c *Core) stoppedSaving() {
+	if t := c.t; c.phase == stopping && t.saving == nil && len(t.marking) == 0 {
 		c.stepDown(ReasonStopping)
 	}
+}
+
+// marked: a durable step's marks are written; the next step may be
+// saved. Marks that could not be written end the term: the step is the
+// last durable one, whose prompts the next claim marks.
+func (c *Core) marked(v Marked) {
+	t := c.t
+	if !t.marking[v.Step] {
+		c.ignore("Marked of step %d: no marks outstanding for it", v.Step)
+		return
+	}
+	if v.Err != "" {
+		c.fail(fmt.Sprintf("trained marks of step %d not written: %s", v.Step, v.Err), ReasonFailed)
+		return
+	}
+	delete(t.marking, v.Step)
+	c.trySave()
+	c.stoppedSaving()
 }
 
 // rolloutStatus remembers what a rollout node holds in flight now.
@@ -343,4 +410,29 @@ func (c *Core) String() string {
 		s += fmt.Sprintf(" term %s saved %d/%d trained %d saving %v", t.name, t.saved, t.steps, len(t.trained), t.saving != nil)
 	}
 	return s
+}
+
+// startState says where a term that has not started stands: the last
+// phase of its start, and its engines — none advertised, none serving
+// the term's version 0 yet — for the step-down's reason.
+func (c *Core) startState(now time.Time) string {
+	t := c.t
+	serving, sent := 0, 0
+	for _, e := range t.engines {
+		if e.serving >= 0 {
+			serving++
+		}
+		if e.target >= 0 {
+			sent++
+		}
+	}
+	engines := fmt.Sprintf("engines: %d registered, %d sent LoadWeights, %d serving", len(t.engines), sent, serving)
+	if len(t.engines) == 0 {
+		engines = "no member advertises an engine"
+	}
+	router := "router not listening"
+	if t.router != "" {
+		router = "router at " + t.router
+	}
+	return fmt.Sprintf("last phase %q %s ago; %s; %s", t.phase, now.Sub(t.phaseAt), router, engines)
 }

@@ -20,11 +20,18 @@ type Config struct {
 	// probe for this long (default 30s: a JetStream leader election after a
 	// server's death takes 4–9 s).
 	UnhealthyAfter time.Duration
+	// StartAfter: the term steps down when it has not started (Started)
+	// this long after it claimed the lease — its streams, its base
+	// weights, an engine that loaded version 0 (default 5m: keep it above
+	// the slowest start, a large checkpoint's download and upload and the
+	// engines' first load). 0: no bound of its own (StallAfter still
+	// counts from the claim).
+	StartAfter time.Duration
 }
 
 // DefaultConfig returns the documented defaults.
 func DefaultConfig() Config {
-	return Config{StallAfter: 10 * time.Minute, UnhealthyAfter: 30 * time.Second}
+	return Config{StallAfter: 10 * time.Minute, UnhealthyAfter: 30 * time.Second, StartAfter: 5 * time.Minute}
 }
 
 // Validate names the field at fault.
@@ -34,6 +41,9 @@ func (c Config) Validate() error {
 	}
 	if c.UnhealthyAfter <= 0 {
 		return fmt.Errorf("%w: UnhealthyAfter %s (want > 0)", ErrBadConfig, c.UnhealthyAfter)
+	}
+	if c.StartAfter < 0 {
+		return fmt.Errorf("%w: StartAfter %s (want >= 0; 0 is no bound of its own)", ErrBadConfig, c.StartAfter)
 	}
 	return nil
 }
@@ -45,6 +55,8 @@ type Reason string
 const (
 	NoStep     Reason = "no_step"
 	Dependency Reason = "dependency"
+	// NoStart: the term did not start within StartAfter of its claim.
+	NoStart Reason = "no_start"
 )
 
 // Kind is an event's kind.
@@ -80,8 +92,11 @@ func (e Event) String() string {
 	case Recovered:
 		return fmt.Sprintf("term dependency %s recovered after %s", e.Dep, e.For)
 	case StepDown:
-		if e.Reason == Dependency {
+		switch e.Reason {
+		case Dependency:
 			return fmt.Sprintf("term stalled: %s failing for %s (%s); stepping down", e.Dep, e.For, e.Err)
+		case NoStart:
+			return fmt.Sprintf("term stalled: not started %s after its claim; stepping down", e.For)
 		}
 		return fmt.Sprintf("term stalled: no step for %s; stepping down", e.For)
 	}
@@ -97,19 +112,24 @@ type dep struct {
 // Watch is the core. The zero value is not usable: use New.
 type Watch struct {
 	cfg      Config
+	claimed  time.Time
+	started  bool
 	lastStep time.Time
 	deps     map[string]*dep
 	down     *Event
 	events   []Event
 }
 
-// New returns a watch for a term that started at now.
+// New returns a watch for a term that claimed the lease at now.
 func New(cfg Config, now time.Time) (*Watch, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Watch{cfg: cfg, lastStep: now, deps: map[string]*dep{}}, nil
+	return &Watch{cfg: cfg, claimed: now, lastStep: now, deps: map[string]*dep{}}, nil
 }
+
+// Started records that the term started (its pipeline runs) at now.
+func (w *Watch) Started(time.Time) { w.started = true }
 
 // StepDone records a completed step at now.
 func (w *Watch) StepDone(now time.Time) {
@@ -141,6 +161,10 @@ func (w *Watch) Probe(now time.Time, name string, err error) {
 // the watch stays down.
 func (w *Watch) Tick(now time.Time) {
 	if w.down != nil {
+		return
+	}
+	if since := now.Sub(w.claimed); !w.started && w.cfg.StartAfter > 0 && since >= w.cfg.StartAfter {
+		w.stepDown(Event{Kind: StepDown, Reason: NoStart, For: since})
 		return
 	}
 	if idle := now.Sub(w.lastStep); idle >= w.cfg.StallAfter {

@@ -77,6 +77,10 @@ type Config struct {
 	// BeforeApply is a test hook: it runs in engine i's agent before it
 	// applies a version.
 	BeforeApply func(engine int, version int64)
+	// BeforeAnnounce is a test hook: it runs once a version's weights are
+	// written (in the store, or offered on the data plane) and before the
+	// publisher shell tells the engines and the router about it.
+	BeforeAnnounce func(version int64)
 	// Remote, when set, returns the remote engines (nil while there are
 	// none); it is read at each use.
 	Remote func() Remote
@@ -261,6 +265,9 @@ func (w *Sync) observePublish(d time.Duration) {
 // announce hands version info to the shell, first waiting for an engine
 // when every remote engine is gone.
 func (w *Sync) announce(ctx context.Context, info publisher.VersionInfo) error {
+	if w.c.BeforeAnnounce != nil {
+		w.c.BeforeAnnounce(info.Version)
+	}
 	r := w.remote()
 	if r != nil {
 		if err := r.WaitEngines(ctx); err != nil {

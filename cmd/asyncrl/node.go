@@ -35,6 +35,7 @@ type nodeFlags struct {
 	leaseTTL       time.Duration
 	stallAfter     time.Duration
 	unhealthyAfter time.Duration
+	startAfter     time.Duration
 	steps          int
 	exitWhenDone   bool
 	routerListen   string
@@ -42,6 +43,7 @@ type nodeFlags struct {
 	eventsJSON     string
 	tinkerListen   string
 	tinkerKeyFile  string
+	holdFile       string
 	bus            busSecurityFlags
 }
 
@@ -166,9 +168,9 @@ func newNodeCmd(g *globals) *cobra.Command {
 			a, err := node.StartAgent(ctx, node.AgentConfig{Name: f.name, Roles: roles, NATSURL: f.nats,
 				ClusterListen: f.clusterListen, Routes: f.routes, BusSecurity: sec, Gossip: f.gossip, Join: f.join,
 				GPUs: len(inv.Devices), Replicas: f.replicas, LeaseTTL: f.leaseTTL,
-				StallAfter: f.stallAfter, UnhealthyAfter: f.unhealthyAfter, Run: cfg, Logger: log,
+				StallAfter: f.stallAfter, UnhealthyAfter: f.unhealthyAfter, StartAfter: f.startAfter, Run: cfg, Logger: log,
 				Events: g.stdout, RouterListen: f.routerListen, RouterAdminToken: f.routerToken,
-				EventsJSON: evj, TinkerListen: f.tinkerListen, TinkerAPIKey: tinkerKey})
+				EventsJSON: evj, TinkerListen: f.tinkerListen, TinkerAPIKey: tinkerKey, HoldFile: f.holdFile})
 			if err != nil {
 				return fail("asyncrl node: %v", err)
 			}
@@ -193,6 +195,7 @@ func newNodeCmd(g *globals) *cobra.Command {
 	fs.DurationVar(&f.leaseTTL, "lease-ttl", 3*time.Second, "singleton lease TTL: a standby takes over about this long after the holder died")
 	fs.DurationVar(&f.stallAfter, "stall-after", 10*time.Minute, "the trainer holder gives its term up when no step completed for this long (a clean term resumes from the durable step); keep it above the slowest step")
 	fs.DurationVar(&f.unhealthyAfter, "unhealthy-after", 30*time.Second, "the trainer holder gives its term up when a stream it depends on failed every probe for this long")
+	fs.DurationVar(&f.startAfter, "start-after", 5*time.Minute, "the trainer holder gives its term up when it has not started this long after it took the lease (its streams, base weights, an engine at version 0); keep it above the slowest start")
 	fs.IntVar(&f.steps, "steps", 0, "trainer steps of the whole run (overrides run.steps)")
 	fs.StringVar(&f.routerListen, "router-listen", "", "`ADDR` (host:port) the router of this node's training terms listens on, reachable by rollout nodes on other machines (default 127.0.0.1, a free port; off loopback --router-admin-token is required)")
 	fs.StringVar(&f.routerToken, "router-admin-token", "", "bearer `TOKEN` for the term router's /admin/ API (required with a non-loopback --router-listen)")
@@ -201,6 +204,9 @@ func newNodeCmd(g *globals) *cobra.Command {
 	fs.StringVar(&f.tinkerKeyFile, "tinker-api-key-file", "", "`FILE` holding the X-API-Key the tinker role's API requires")
 	f.bus.add(fs)
 	fs.BoolVar(&f.exitWhenDone, "exit-when-done", false, "exit once the durable progress shows run.steps steps (default: keep serving until interrupted)")
+	// Tests only (make soak-cluster, make test-cluster): the kill moments.
+	fs.StringVar(&f.holdFile, "hold-file", "", "while `FILE` names a hold point (save, marks, checkpoint-write, publish), the trainer holder's term stops there and writes a hold event (kill tests)")
+	_ = fs.MarkHidden("hold-file")
 	return cmd
 }
 

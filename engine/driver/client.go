@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -234,12 +235,23 @@ func (b *base) Health(ctx context.Context) error {
 	return err
 }
 
-// recordSwap appends a completed swap to the record.
+// SwapsKept bounds a driver's swap record: the newest SwapsKept swaps
+// (by start) are kept. A run of days swaps weights every step, and a
+// record of every swap grew by one entry per step for ever (issue 37);
+// a request that outlives SwapsKept swaps is bounded from the oldest one
+// kept (VersionsDuring).
+const SwapsKept = 64
+
+// recordSwap inserts a completed swap into the record, in start order
+// (swaps may complete out of order), dropping the oldest past SwapsKept.
 func (b *base) recordSwap(version int64, start, end time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.swaps = append(b.swaps, Swap{Version: version, Start: start, End: end})
-	sort.SliceStable(b.swaps, func(i, j int) bool { return b.swaps[i].Start.Before(b.swaps[j].Start) })
+	i := sort.Search(len(b.swaps), func(i int) bool { return b.swaps[i].Start.After(start) })
+	b.swaps = slices.Insert(b.swaps, i, Swap{Version: version, Start: start, End: end})
+	if over := len(b.swaps) - SwapsKept; over > 0 {
+		b.swaps = append(b.swaps[:0], b.swaps[over:]...)
+	}
 }
 
 // lastVersion is the newest recorded version, -1 when none.

@@ -99,7 +99,8 @@ type Driver interface {
 	// whose swap began before end. Both are -1 when the record knows of no
 	// version in that window (nothing loaded through this driver yet).
 	VersionsDuring(start, end time.Time) (oldest, newest int64)
-	// Swaps returns a copy of the driver's swap record, oldest first.
+	// Swaps returns a copy of the driver's swap record (the newest
+	// SwapsKept swaps), oldest first.
 	Swaps() []Swap
 }
 

@@ -320,3 +320,40 @@ func TestVersionsDuring(t *testing.T) {
 		}
 	}
 }
+
+// TestSwapRecordBounded (issue 37): a run swaps weights every step for
+// days; the record keeps the newest SwapsKept swaps, in start order even
+// when loads complete out of order, and answers VersionsDuring from them.
+func TestSwapRecordBounded(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	f := enginetest.NewFake(driver.KindVLLM, enginetest.FakeOptions{DevMode: true, Extension: true})
+	defer f.Close()
+	n := driver.SwapsKept + 50
+	// Each load reads the clock at its start and end: swap v runs
+	// [2v, 2v+1] seconds.
+	calls := 0
+	d, _ := driver.New(driver.KindVLLM, f.URL, driver.Options{Now: func() time.Time {
+		s := calls/2*2 + calls%2
+		calls++
+		return t0.Add(time.Duration(s) * time.Second)
+	}})
+	for v := 1; v <= n; v++ {
+		if err := d.ApplyDelta(ctx, "/d", int64(v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := d.Swaps()
+	if len(s) != driver.SwapsKept || s[0].Version != int64(n-driver.SwapsKept+1) || s[len(s)-1].Version != int64(n) {
+		t.Fatalf("%d swaps recorded, versions %d..%d; want the newest %d (%d..%d)", len(s), s[0].Version, s[len(s)-1].Version,
+			driver.SwapsKept, n-driver.SwapsKept+1, n)
+	}
+	for i := 1; i < len(s); i++ {
+		if s[i].Start.Before(s[i-1].Start) {
+			t.Fatalf("record out of start order at %d: %v", i, s[i-1:i+1])
+		}
+	}
+	last := t0.Add(time.Duration(2*n) * time.Second)
+	if o, nw := d.VersionsDuring(last, last.Add(time.Second)); o != int64(n) || nw != int64(n) {
+		t.Fatalf("after the last swap: %d..%d, want %d", o, nw, n)
+	}
+}

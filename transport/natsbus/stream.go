@@ -39,6 +39,9 @@ func (b *Bus) Stream(ctx context.Context, cfg transport.StreamConfig) (transport
 	if cfg.Memory {
 		jc.Storage = jetstream.MemoryStorage
 	}
+	if cfg.Duplicates > 0 {
+		jc.Duplicates = cfg.Duplicates
+	}
 	if cfg.WorkQueue {
 		jc.Retention = jetstream.WorkQueuePolicy
 	}

@@ -73,3 +73,52 @@ func TestStreamWorkQueueDeletesAcked(t *testing.T) {
 		t.Fatalf("retention %v after reopening; want the stream's own (limits)", r)
 	}
 }
+
+// Duplicates sets the stream's duplicate window: a message id is
+// remembered for that long (the server keeps it in memory), 0 keeps
+// JetStream's default of 2 minutes; a negative window is refused.
+func TestStreamDuplicatesWindow(t *testing.T) {
+	ctx := context.Background()
+	b, err := natsbus.Connect(ctx, natsbus.DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	js, err := jetstream.New(b.Conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	window := func(name string) time.Duration {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.CachedInfo().Config.Duplicates
+	}
+	if _, err := b.Stream(ctx, transport.StreamConfig{Name: "dup-default", Subjects: []string{"asyncrl.dup.a"}, Memory: true}); err != nil {
+		t.Fatal(err)
+	}
+	if w := window("dup-default"); w != 2*time.Minute {
+		t.Errorf("default window %v, want 2m", w)
+	}
+	st, err := b.Stream(ctx, transport.StreamConfig{Name: "dup-short", Subjects: []string{"asyncrl.dup.b"}, Memory: true, Duplicates: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := window("dup-short"); w != 3*time.Second {
+		t.Errorf("window %v, want 3s", w)
+	}
+	p := st.(interface {
+		PublishMsgID(ctx context.Context, subject, id string, data []byte) (uint64, error)
+	})
+	a, err := p.PublishMsgID(ctx, "asyncrl.dup.b", "g1", []byte("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, err := p.PublishMsgID(ctx, "asyncrl.dup.b", "g1", []byte("x")); err != nil || again != a {
+		t.Errorf("a repeat within the window stored as %d (%v), want the first's %d", again, err, a)
+	}
+	if _, err := b.Stream(ctx, transport.StreamConfig{Name: "dup-bad", Subjects: []string{"asyncrl.dup.c"}, Duplicates: -time.Second}); err == nil {
+		t.Error("a negative duplicate window was accepted")
+	}
+}

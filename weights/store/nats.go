@@ -54,6 +54,16 @@ type NATSConfig struct {
 	// It costs one read of each object; openers of replicated buckets
 	// turn it on.
 	VerifyPuts bool
+	// ListTimeout bounds a List (default 15s). The client lists through a
+	// watcher that first reads the bucket's last metadata message; when
+	// that read fails (a bucket just created on a cluster whose replicas
+	// do not answer direct gets yet), the watcher's "initial values done"
+	// never comes for an empty bucket and List waits for its context's
+	// end (nats.go v1.55 jetstream/object.go Watch): a term's start hung
+	// there for its whole life (issue 37). A List that times out while
+	// its context lives fails with a deadline, which a Retrying store
+	// tries again.
+	ListTimeout time.Duration
 	// afterPut, when set (tests), runs between the Put and its check.
 	afterPut func(ctx context.Context, info *jetstream.ObjectInfo)
 }
@@ -61,7 +71,7 @@ type NATSConfig struct {
 // DefaultNATSConfig returns a file-backed, single-replica bucket config.
 func DefaultNATSConfig(bucket string) NATSConfig {
 	return NATSConfig{Bucket: bucket, Storage: jetstream.FileStorage, Replicas: 1, ChunkSize: 128 << 10,
-		IdleTimeout: 30 * time.Second, OpenTimeout: 10 * time.Second}
+		IdleTimeout: 30 * time.Second, OpenTimeout: 10 * time.Second, ListTimeout: 15 * time.Second}
 }
 
 // Validate names the first bad field.
@@ -76,6 +86,9 @@ func (c NATSConfig) Validate() error {
 	}
 	if c.Replicas < 0 {
 		return fmt.Errorf("store: nats: Replicas %d must be ≥ 1 (0 means 1)", c.Replicas)
+	}
+	if c.ListTimeout < 0 {
+		return fmt.Errorf("store: nats: ListTimeout %s must be ≥ 0 (0 means 15s)", c.ListTimeout)
 	}
 	return nil
 }
@@ -318,7 +331,9 @@ func (n *NATS) List(ctx context.Context, prefix string) ([]string, error) {
 	if err := validatePrefix(prefix); err != nil {
 		return nil, err
 	}
-	infos, err := n.os.List(ctx)
+	lctx, cancel := context.WithTimeout(ctx, cmp.Or(n.cfg.ListTimeout, DefaultNATSConfig("").ListTimeout))
+	defer cancel()
+	infos, err := n.os.List(lctx)
 	if errors.Is(err, jetstream.ErrNoObjectsFound) {
 		return nil, nil
 	}

@@ -1,0 +1,174 @@
+// Command longrun is the long-run memory benchmark of issue 37 (`make
+// bench-long`): the default loop (`asyncrl run`'s config.Default()) with
+// filter.mode none for 10,000 steps in this process — the embedded NATS
+// server with its JetStream store on disk, the built-in engines behind
+// the router, the rollout, sampling, controller, trainer and publisher
+// actors — printing the process's RSS and Go heap against steps, and a
+// one-line verdict: RSS after the last step against RSS after step 1,000.
+//
+//	go run ./bench/cmd/longrun                        # 10,000 steps, a row every 500
+//	go run ./bench/cmd/longrun -steps 2000 -every 250 -heap-profiles /tmp/heap
+//
+// RSS is VmRSS from /proc/self/status (Linux); the heap is the live heap
+// after a forced GC (runtime.MemStats.HeapAlloc), read in the trainer's
+// goroutine right after the step's version was published
+// (node.Options.AfterStep), so no step is in the trainer at the time.
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/asyncrl/asyncrl/cluster/node"
+	"github.com/asyncrl/asyncrl/config"
+	"github.com/asyncrl/asyncrl/policy"
+)
+
+func main() {
+	steps := flag.Int("steps", 10000, "trainer steps to run")
+	every := flag.Int("every", 500, "print a row every this many steps")
+	ref := flag.Int("ref", 1000, "the step whose RSS the verdict compares the last step's with")
+	limit := flag.Float64("limit", 10, "the verdict's allowance: RSS after the last step within this many percent of RSS after -ref")
+	mode := flag.String("filter", "none", "filter.mode")
+	profiles := flag.String("heap-profiles", "", "write a heap profile (after GC) at every row into this directory")
+	rate := flag.Int("memprofilerate", 0, "runtime.MemProfileRate for -heap-profiles (0: Go's default, one sample per 512 KiB; 1 records every allocation)")
+	verbose := flag.Bool("v", false, "also print the Go runtime's retained heap (HeapSys − HeapReleased), stacks and Sys, in MB")
+	dir := flag.String("dir", "", "run.data_dir and run.report_dir parent (default: a temporary directory, removed after)")
+	flag.Parse()
+	if *ref > *steps || *every < 1 {
+		fmt.Fprintln(os.Stderr, "longrun: want -every ≥ 1 and -ref ≤ -steps")
+		os.Exit(2)
+	}
+	work := *dir
+	if work == "" {
+		d, err := os.MkdirTemp("", "asyncrl-longrun-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "longrun:", err)
+			os.Exit(1)
+		}
+		defer os.RemoveAll(d)
+		work = d
+	}
+	cfg := config.Default()
+	cfg.Run.ID = "longrun"
+	cfg.Run.Steps = *steps
+	cfg.Run.DataDir = filepath.Join(work, "data")
+	cfg.Run.ReportDir = filepath.Join(work, "report")
+	cfg.Filter.Mode = config.FilterMode(*mode)
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintln(os.Stderr, "longrun: config:", err)
+		os.Exit(1)
+	}
+	if *profiles != "" {
+		if *rate > 0 {
+			runtime.MemProfileRate = *rate
+		}
+		if err := os.MkdirAll(*profiles, 0o755); err != nil {
+			fmt.Fprintln(os.Stderr, "longrun:", err)
+			os.Exit(1)
+		}
+	}
+	fmt.Printf("longrun: the default loop (task %s, B=%d n=%d W=%d S=%d, %d engines), filter.mode %s, %d steps; GOMAXPROCS %d\n",
+		cfg.Rollout.Task, cfg.Trainer.MiniBatchSize, cfg.Rollout.NSamplesPerPrompt, cfg.Trainer.NumParallelGenerationWorkers,
+		cfg.Trainer.MaxStalenessSteps, cfg.Engines.Count, cfg.Filter.Mode, *steps, runtime.GOMAXPROCS(0))
+	fmt.Printf("%8s %10s %10s %12s %10s\n", "step", "RSS MB", "heap MB", "heap objects", "elapsed")
+	start := time.Now()
+	var rssRef, rssLast, rssMid float64
+	mid := (*steps + *ref) / 2 / *every * *every // a row half way: is the second half flat?
+	opts := node.Options{Logger: zerolog.Nop(), AfterStep: func(_ context.Context, _ *policy.Trainer, v int64) error {
+		s := int(v)
+		if s%*every != 0 && s != *ref && s != *steps {
+			return nil
+		}
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		rss := rssMB()
+		if s == *ref {
+			rssRef = rss
+		}
+		if s == *steps {
+			rssLast = rss
+		}
+		if s == mid {
+			rssMid = rss
+		}
+		if s%*every == 0 || s == *steps {
+			fmt.Printf("%8d %10.1f %10.1f %12d %10s", s, rss, float64(ms.HeapAlloc)/(1<<20), ms.HeapObjects, time.Since(start).Round(time.Second))
+			if *verbose {
+				fmt.Printf("  retained %.1f stacks %.1f sys %.1f gcs %d", float64(ms.HeapSys-ms.HeapReleased)/(1<<20),
+					float64(ms.StackSys)/(1<<20), float64(ms.Sys)/(1<<20), ms.NumGC)
+			}
+			fmt.Println()
+			if *profiles != "" {
+				writeProfile(filepath.Join(*profiles, fmt.Sprintf("heap-%06d.pprof", s)))
+			}
+		}
+		return nil
+	}}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	sum, err := node.Run(ctx, cfg, opts)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "longrun: run:", err)
+	}
+	fmt.Printf("longrun: %d steps in %s, trajectories lost %d\n", sum.Steps, time.Since(start).Round(time.Second), sum.TrajectoriesLost)
+	if rssRef == 0 || rssLast == 0 {
+		fmt.Printf("verdict: incomplete (RSS at step %d: %.1f MB, at step %d: %.1f MB)\n", *ref, rssRef, *steps, rssLast)
+		os.Exit(1)
+	}
+	growth := 100 * (rssLast - rssRef) / rssRef
+	ok := growth <= *limit
+	if rssMid > 0 && mid > *ref && mid < *steps {
+		fmt.Printf("second half: RSS after step %d %.1f MB vs after step %d %.1f MB: %+.1f %%\n", *steps, rssLast, mid, rssMid, 100*(rssLast-rssMid)/rssMid)
+	}
+	fmt.Printf("verdict: RSS after step %d %.1f MB vs after step %d %.1f MB: %+.1f %% (limit %.0f %%): %s\n",
+		*steps, rssLast, *ref, rssRef, growth, *limit, map[bool]string{true: "PASS", false: "FAIL"}[ok])
+	if !ok || err != nil {
+		os.Exit(1)
+	}
+}
+
+// rssMB is the process's resident set (VmRSS) in MB; 0 where
+// /proc/self/status is missing.
+func rssMB() float64 {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
+			if err == nil {
+				return kb / 1024
+			}
+		}
+	}
+	return 0
+}
+
+func writeProfile(path string) {
+	f, err := os.Create(path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "longrun:", err)
+		return
+	}
+	defer f.Close()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		fmt.Fprintln(os.Stderr, "longrun:", err)
+	}
+}

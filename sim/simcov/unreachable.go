@@ -1,0 +1,171 @@
+package simcov
+
+import "strings"
+
+// Exclusion names blocks no simulated input can reach: the blocks of
+// function Func in File (Func "*.name" matches every method called name)
+// whose source — the block's first line in full, then its text — contains
+// Contains (every block of the function when Contains is empty; "=x"
+// matches a block whose text, without spaces and braces, is exactly x;
+// "^x" a block whose first line contains x: the body of an if or a case
+// starts on the line of its condition).
+type Exclusion struct {
+	File, Func, Contains, Why string
+}
+
+// The reasons, shared by many blocks.
+const (
+	whyConfig    = "a configuration error: the simulator builds every core from a valid config (each error has a test in the core's package)"
+	whyPanic     = "a panic on a broken internal invariant: the simulator reports any panic in a core as a protocol violation"
+	whyPlanted   = "a planted bug's branch (Config.Plant): reached by the planted-bug tests, not by the correct core the coverage is measured on"
+	whyMarker    = "an interface marker method: never called, it only closes the set of types"
+	whyFormat    = "formatting for tests and debugging that no shell (real or simulated) calls"
+	whySkyRL     = "SkyRL's batch-level function (filter.Accumulator, filter.Replace, filter.KeepIndices): the loop judges group by group (Config.Decide) and assembles mini-batches in the controller; no actor calls it (filter's SkyRL tests do)"
+	whyHeld      = "the controller core calls it only for a group it holds in that state, and panics otherwise (a broken invariant)"
+	whyStepAhd   = "a StepDone ahead of the controller: never provoked in a correct loop (the simulator fails the run on the controller's stepahead log)"
+	whyMerge     = "the rollout side's token batches always decode and share one spec; a merge failure would be a codec bug (the simulator fails the run on the merge log)"
+	whyEndless   = "a prompt source that runs out: no production source does (task sources sample for ever; bench/scale's bounded one is a benchmark)"
+	whyCommand   = "the publisher shell joins an engine before it commands or acks it, and names only committed versions, in order"
+	whyAccessor  = "an accessor no shell calls (the core's tests read it)"
+	whyWouldDrop = "replace mode requeues every group CheckForTraining would drop just before (requeueStale: WouldDrop is the same test at the same instant), so no good group is found stale at its check"
+)
+
+// Unreachable are the blocks of the cores that no simulated input can
+// reach, each with its reason. A block listed here that a seed does reach
+// is reported (Report.Details marks it, and TestExclusionsUnreached fails),
+// so the list cannot silently go stale.
+var Unreachable = []Exclusion{
+	// cluster/term
+	{File: "cluster/term/core.go", Func: "Config.Validate", Contains: "ErrBadConfig", Why: whyConfig},
+	{File: "cluster/term/core.go", Func: "New", Contains: "return nil, err", Why: whyConfig},
+	{File: "cluster/term/core.go", Func: "New", Contains: "cfg.Watch.StartAfter = 0", Why: whyPlanted},
+	{File: "cluster/term/core.go", Func: "PromptTokenOf", Contains: "return 0, false", Why: "an id PromptID did not make: the durable ledger holds only ids PromptID made"},
+	{File: "cluster/term/core.go", Func: "(*Core).claimed", Contains: "panic(err)", Why: "defensive: the watch's config was validated by New"},
+	{File: "cluster/term/core.go", Func: "(*Core).claimed", Contains: "case c.cfg.Plant.ForgetPrevHolder", Why: whyPlanted},
+	{File: "cluster/term/core.go", Func: "(*Core).claimed", Contains: "RequeueNode{", Why: whyPlanted},
+	{File: "cluster/term/core.go", Func: "(*Core).fail", Contains: "=return", Why: "defensive: fail is called only while holding (a term-scoped input of a standby is ignored before it)"},
+	{File: "cluster/term/core.go", Func: "(*Core).termInput", Contains: "t.saving.p.Step", Why: whyPlanted},
+	{File: "cluster/term/core.go", Func: "(*Core).Step", Contains: "case NodeRequeued", Why: whyPlanted + " (NodeRequeued answers the planted RequeueNode)"},
+	{File: "cluster/term/input.go", Func: "tokenOf", Contains: "case NodeRequeued", Why: whyPlanted + " (NodeRequeued answers the planted RequeueNode)"},
+	{File: "cluster/term/input.go", Func: "*.isInput", Why: whyMarker},
+	{File: "cluster/term/effect.go", Func: "*.isEffect", Why: whyMarker},
+	{File: "cluster/term/effect.go", Func: "Kind.String", Contains: "kind(%d)", Why: "every Kind has a name"},
+	{File: "cluster/term/effect.go", Func: "Event.String", Contains: `"term event "`, Why: "every Kind has its own line"},
+	{File: "cluster/term/effect.go", Func: "Event.String", Contains: "prompts %s had in flight", Why: whyPlanted + " (a PromptsRequeued naming a node answers the planted RequeueNode)"},
+	{File: "cluster/term/effect.go", Func: "Ready.String", Why: whyFormat},
+	{File: "cluster/term/steps.go", Func: "(*Core).trySave", Contains: "c.trySaveAll()", Why: whyPlanted},
+	{File: "cluster/term/steps.go", Func: "(*Core).trySaveAll", Why: whyPlanted},
+	{File: "cluster/term/steps.go", Func: "(*Core).saveEffects", Contains: "MarkTrained{", Why: whyPlanted},
+	{File: "cluster/term/steps.go", Func: "(*Core).progressSaved", Contains: "t.sent = t.sent[1:]", Why: whyPlanted},
+	{File: "cluster/term/steps.go", Func: "(*Core).resend", Contains: "=return", Why: whyPlanted},
+
+	// actors/controller
+	{File: "actors/controller/core.go", Func: "Config.Validate", Contains: "ErrInvalidConfig", Why: whyConfig},
+	{File: "actors/controller/core.go", Func: "New", Contains: "return nil", Why: whyConfig},
+	{File: "actors/controller/resume.go", Func: "Resume", Contains: "return nil", Why: "an inconsistent Recovery: the simulator's ledger builds consistent ones (resume_test covers each refusal)"},
+	{File: "actors/controller/core.go", Func: "", Contains: "panic(", Why: whyPanic},
+	{File: "actors/controller/sampling.go", Func: "", Contains: "panic(", Why: whyPanic},
+	{File: "actors/controller/core.go", Func: "(*Core).Step", Contains: `"unexpected"`, Why: "defensive: the controller's shell subscribes only to the four message kinds it steps"},
+	{File: "actors/controller/core.go", Func: "(*Core).stepDone", Contains: `"stepahead"`, Why: whyStepAhd},
+	{File: "actors/controller/core.go", Func: "(*Core).send", Contains: `"merge"`, Why: whyMerge},
+	{File: "actors/controller/sampling.go", Func: "(*Core).merge", Contains: "return merged{}", Why: whyMerge},
+	{File: "actors/controller/sampling.go", Func: "(*Core).trainable", Contains: "^if err != nil", Why: whyMerge},
+	{File: "actors/controller/core.go", Func: "(*Core).admit", Contains: "c.exhausted = true", Why: whyEndless},
+	{File: "actors/controller/core.go", Func: "(*Core).admit", Contains: "default:", Why: whyEndless},
+	{File: "actors/controller/resume.go", Func: "(*Core).recover", Contains: "c.lastTrain = nil", Why: "ResendTrainAfter 0 (never resend): the simulated controller always resends, or a lost batch would deadlock the run"},
+	{File: "actors/controller/resume.go", Func: "(*Core).enqueue", Contains: "=return", Why: whyPlanted},
+	{File: "actors/controller/core.go", Func: "(*Core).aborted", Contains: "c.enqueue(queued{", Why: whyPlanted},
+	{File: "actors/controller/sampling.go", Func: "(*Core).dispatchReplace", Contains: `=c.requeues("")continue`, Why: whyWouldDrop},
+	{File: "actors/controller/sampling.go", Func: "(*Core).dispatchReplace", Contains: "^if len(chosen) == 0", Why: whyWouldDrop},
+	{File: "actors/staleness/config.go", Func: "Config.Validate", Contains: "ErrInvalidConfig", Why: whyConfig},
+	{File: "actors/staleness/config.go", Func: "DefaultConfig", Why: "a constructor the controller core does not call (its callers build the Config)"},
+	{File: "actors/staleness/config.go", Func: "Config.measure", Contains: "return MeasureScheduled", Why: "an empty measure: every caller names one"},
+	{File: "actors/staleness/controller.go", Func: "New", Contains: "return nil, err", Why: whyConfig},
+	{File: "actors/staleness/controller.go", Func: "resume", Contains: "return nil", Why: whyConfig},
+	{File: "actors/staleness/controller.go", Func: "(*Controller).check", Contains: "panic(", Why: whyPanic},
+	{File: "actors/staleness/controller.go", Func: "GroupState.String", Contains: "state(", Why: "there are two states"},
+	{File: "actors/staleness/controller.go", Func: "Verdict.String", Why: whyFormat},
+	{File: "actors/staleness/controller.go", Func: "Requeue.String", Why: whyFormat},
+	{File: "actors/staleness/controller.go", Func: "Decision.String", Why: whyFormat},
+	{File: "actors/staleness/controller.go", Func: "(*Controller).Config", Why: whyAccessor},
+	{File: "actors/staleness/controller.go", Func: "(*Controller).Groups", Why: whyAccessor},
+	{File: "actors/staleness/controller.go", Func: "(*Controller).TryAcquire", Contains: "return Admission{}, false", Why: "the controller core acquires only while Capacity() > 0 (it panics otherwise)"},
+	{File: "actors/staleness/controller.go", Func: "(*Controller).Filter", Contains: "return err", Why: whyHeld},
+	{File: "actors/staleness/controller.go", Func: "(*Controller).Release", Contains: "return err", Why: whyHeld},
+	{File: "actors/staleness/controller.go", Func: "(*Controller).Consume", Contains: "return err", Why: whyHeld},
+	{File: "actors/staleness/controller.go", Func: "(*Controller).CheckForTraining", Contains: "return Decision{}, err", Why: whyHeld},
+	{File: "actors/staleness/controller.go", Func: "(*Controller).WouldDrop", Contains: "return false, err", Why: whyHeld},
+	{File: "actors/staleness/controller.go", Func: "(*Controller).StepDone", Contains: "ErrStepAhead", Why: whyStepAhd},
+	{File: "actors/staleness/controller.go", Func: "(*Controller).CheckForTraining", Contains: "c.futureVersions++", Why: "a token newer than the trainer: the simulated trainer trains only batches the controller sent, so no engine serves a version the controller's step has not reached (in a cluster, another term's trainer could)"},
+
+	// actors/sampling + actors/filter
+	{File: "actors/sampling/core.go", Func: "Config.Validate", Contains: "ErrInvalidConfig", Why: whyConfig},
+	{File: "actors/sampling/core.go", Func: "New", Contains: "return nil, err", Why: whyConfig},
+	{File: "actors/sampling/core.go", Func: "(*Core).Tick", Why: "the core arms no timers, so no shell ticks it"},
+	{File: "actors/sampling/core.go", Func: "(*Core).Step", Contains: "=return", Why: "defensive: the shell feeds it only GroupReady"},
+	{File: "actors/filter/accumulate.go", Func: "", Why: whySkyRL},
+	{File: "actors/filter/replace.go", Func: "Replace", Why: whySkyRL},
+	{File: "actors/filter/sample.go", Func: "good", Why: whySkyRL},
+	{File: "actors/filter/sample.go", Func: "KeepIndices", Why: whySkyRL},
+	{File: "actors/filter/replace.go", Func: "ReplaceSlots", Contains: "return false, nil", Why: "the controller calls it with ratio 0 and at least one fresh group"},
+	{File: "actors/filter/config.go", Func: "Config.Validate", Contains: "ErrInvalidConfig", Why: whyConfig},
+	{File: "actors/filter/sample.go", Func: "GroupDecision.String", Why: whyFormat},
+	{File: "actors/filter/sample.go", Func: "Config.Decide", Contains: "in one group", Why: "the sampling core judges one group, under one uid"},
+	{File: "actors/filter/sample.go", Func: "Config.Decide", Contains: "ErrInvalidConfig", Why: whyConfig},
+
+	// actors/publisher (the version tracker)
+	{File: "actors/publisher/tracker.go", Func: "Config.Validate", Contains: "publisher: Config", Why: whyConfig},
+	{File: "actors/publisher/tracker.go", Func: "New", Contains: "return nil, err", Why: whyConfig},
+	{File: "actors/publisher/tracker.go", Func: "(*Tracker).Publish", Contains: "return nil, fmt.Errorf", Why: "the publisher publishes each committed version once, in order, with its sizes"},
+	{File: "actors/publisher/tracker.go", Func: "(*Tracker).AddFull", Why: "no publisher shell calls it: full checkpoints are published with their version (VersionInfo.FullBytes)"},
+	{File: "actors/publisher/tracker.go", Func: "(*Tracker).Join", Contains: "return Command{}, fmt.Errorf", Why: whyCommand},
+	{File: "actors/publisher/tracker.go", Func: "(*Tracker).Fetching", Contains: "return fmt.Errorf", Why: whyCommand},
+	{File: "actors/publisher/tracker.go", Func: "(*Tracker).Ack", Contains: "return false, fmt.Errorf", Why: whyCommand},
+	{File: "actors/publisher/tracker.go", Func: "(*Tracker).Plan", Contains: "return Plan{}, fmt.Errorf", Why: whyCommand},
+	{File: "actors/publisher/tracker.go", Func: "(*Tracker).check", Contains: "panic(", Why: whyPanic},
+}
+
+func matchExclusion(b Block, line, src string) *Exclusion {
+	for i := range Unreachable {
+		e := &Unreachable[i]
+		if e.File != b.File || !funcMatches(e.Func, b.Func) {
+			continue
+		}
+		switch {
+		case e.Contains == "":
+			return e
+		case strings.HasPrefix(e.Contains, "="):
+			if normalize(src) == e.Contains[1:] {
+				return e
+			}
+		case strings.HasPrefix(e.Contains, "^"):
+			if strings.Contains(line, e.Contains[1:]) {
+				return e
+			}
+		case strings.Contains(line+"\n"+src, e.Contains):
+			return e
+		}
+	}
+	return nil
+}
+
+func funcMatches(pattern, fn string) bool {
+	switch {
+	case pattern == "":
+		return true
+	case strings.HasPrefix(pattern, "*."):
+		return strings.HasSuffix(fn, pattern[1:])
+	}
+	return pattern == fn
+}
+
+// normalize drops whitespace and braces.
+func normalize(s string) string {
+	return strings.Map(func(r rune) rune {
+		switch r {
+		case ' ', '\t', '\n', '{', '}':
+			return -1
+		}
+		return r
+	}, s)
+}
