@@ -55,8 +55,11 @@ node-deps:
 	@bash .ci/node-deps
 
 # The Python integrations (PyTorch trainer worker, vLLM worker extension).
-test-python: python-deps
-	$(PYTHON) -m pytest -q -p no:cacheprovider integrations/torch integrations/vllm
+# The tests that drive the binary (Go engine vs torch cross-checks, Go
+# deltas and quantised checkpoints through the vLLM extension) use the one
+# `make build` made rather than each building its own.
+test-python: python-deps build
+	ASYNCRL_BIN=$(abspath $(BIN)) $(PYTHON) -m pytest -q -p no:cacheprovider integrations/torch integrations/vllm
 
 # Slow learning checks: a full 30-step default run must learn (cluster/node).
 test-long:
