@@ -104,6 +104,11 @@ func limitsOf(m *policy.Model) Limits {
 type execBackend struct {
 	sup  *bridge.Supervisor
 	last string // serving checkpoint dir of the last step
+	// lastOwned: last is a directory the child wrote for a step (not the
+	// initial model): Save copies it into the step's checkpoint, so once
+	// the next step's exists it is deleted — one serving directory per
+	// step would otherwise fill the disk.
+	lastOwned bool
 }
 
 var _ backend = (*execBackend)(nil)
@@ -165,7 +170,12 @@ func (e *execBackend) Step(ctx context.Context, st Step, step int64) (policy.Ste
 	if err != nil {
 		return policy.StepStats{}, err
 	}
-	e.last = res.Checkpoint
+	if e.lastOwned && e.last != res.Checkpoint {
+		if err := os.RemoveAll(e.last); err != nil {
+			return policy.StepStats{}, fmt.Errorf("sft: removing the superseded serving directory: %w", err)
+		}
+	}
+	e.last, e.lastOwned = res.Checkpoint, true
 	mt := res.Metrics
 	return policy.StepStats{Version: step, Loss: mt["loss"], Entropy: mt["entropy"], GradNorm: mt["grad_norm"],
 		Tokens: int(mt["tokens"])}, nil

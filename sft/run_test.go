@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -309,6 +310,19 @@ func TestExecBackendMatchesBuiltin(t *testing.T) {
 	}
 	if _, err := policy.LoadServing(filepath.Join(cfg.OutputDir, LatestName, ServingDir)); err != nil {
 		t.Fatal(err)
+	}
+	// The child's per-step directories do not pile up: the newest serving
+	// and state directory only (checkpoints are copies under step-N/).
+	out := filepath.Join(cfg.OutputDir, "exec", "out")
+	var left []string
+	err := filepath.WalkDir(out, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() && strings.HasPrefix(d.Name(), "v0") {
+			left = append(left, p)
+		}
+		return err
+	})
+	if err != nil || len(left) != 2 {
+		t.Errorf("step directories left under %s: %v (%v); want the last step's serving and state", out, left, err)
 	}
 }
 

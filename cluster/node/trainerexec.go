@@ -54,12 +54,15 @@ func startExec(ctx context.Context, cfg config.Config, initial *policy.Model, ar
 	if err != nil {
 		return nil, err
 	}
-	ex, err := trainer.NewExec(ctx, bridge.Options{
+	// The newest 3 serving directories stay (as for a Hugging Face model):
+	// the publisher has loaded each version when Step returns, and one
+	// directory per step would pile up over a long run.
+	ex, err := trainer.NewExecWith(ctx, bridge.Options{
 		Spec: bridge.Spec{Argv: argv, Env: cfg.Trainer.ExecEnv}, Init: in,
 		StepTimeout: cfg.Trainer.ExecStepTimeout, Restarts: cfg.Trainer.ExecRestarts,
 		Backoff: time.Second, Logger: log.With().Str("component", "trainer-child").Logger(),
 		OnSent: execOnSent,
-	})
+	}, trainer.ExecOptions{KeepServing: 3})
 	if err != nil {
 		return nil, fmt.Errorf("node: trainer.exec %v: %w", argv, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync/atomic"
 	"time"
 
@@ -67,7 +68,13 @@ type Supervisor struct {
 	child *Child
 	step  int64  // the last completed step (the version the weights are at)
 	state string // its state directory ("" before the first step: Init.Resume)
-	ready Reply
+	// ownState: state is a directory a child wrote for a step (not
+	// Init.Resume, which belongs to the caller): once a newer step
+	// completes nothing reads it again, and it is deleted — a child's
+	// state (float32 weights and the optimiser's moments, ~12 bytes a
+	// parameter) per step would otherwise fill the disk in a long run.
+	ownState bool
+	ready    Reply
 	// started counts children started (1 + restarts).
 	started atomic.Int64
 }
@@ -226,7 +233,12 @@ func (s *Supervisor) Train(ctx context.Context, tb *TrainBatch) (StepResult, err
 			}
 		}
 		if err == nil {
-			s.step, s.state = res.Step, res.State
+			if s.ownState && s.state != res.State {
+				if err := os.RemoveAll(s.state); err != nil {
+					s.opts.Logger.Warn().Err(err).Str("dir", s.state).Msg("trainer child: removing a superseded state directory")
+				}
+			}
+			s.step, s.state, s.ownState = res.Step, res.State, true
 			return res, nil
 		}
 		var ce *ChildError

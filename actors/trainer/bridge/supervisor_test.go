@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -264,5 +265,45 @@ func TestTrainRefusesAnOutOfOrderStep(t *testing.T) {
 	s, _ := h.run(t, 1)
 	if _, err := s.Train(context.Background(), batch(3)); err == nil || !strings.Contains(err.Error(), "step 3") {
 		t.Fatalf("step 3 after 1: %v", err)
+	}
+}
+
+// TestSupersededStateDirsAreRemoved: each completed step deletes the
+// previous step's state directory (nothing resumes from it any more), so
+// a long run keeps one child state on disk, not one per step; the
+// caller's Init.Resume directory is never deleted.
+func TestSupersededStateDirsAreRemoved(t *testing.T) {
+	h := newHarness(t)
+	s, res := h.run(t, 3)
+	if _, err := os.Stat(res.State); err != nil {
+		t.Fatalf("the last step's state %s: %v", res.State, err)
+	}
+	for _, old := range []int64{1, 2} {
+		dir := filepath.Join(filepath.Dir(res.State), strings.Replace(filepath.Base(res.State), "3", fmt.Sprint(old), 1))
+		if dir == res.State {
+			t.Fatalf("cannot name step %d's state from %s", old, res.State)
+		}
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Errorf("step %d's state %s still on disk (%v)", old, dir, err)
+		}
+	}
+	_ = s.Close(context.Background())
+
+	// Resumed from a state the caller owns: it survives the next step.
+	resume := filepath.Join(h.dir, "resume-from")
+	if err := os.Rename(res.State, resume); err != nil {
+		t.Fatal(err)
+	}
+	h.opts.Init.Resume, h.opts.Init.Step = &resume, 3
+	s2, err := Start(context.Background(), h.opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s2.Close(context.Background()) })
+	if _, err := s2.Train(context.Background(), batch(4)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(resume); err != nil {
+		t.Errorf("the caller's Init.Resume %s was removed: %v", resume, err)
 	}
 }
