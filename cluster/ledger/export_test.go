@@ -1,6 +1,9 @@
 package ledger
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // LagReads makes Record's first read answer as a replica that has not
 // applied any write yet (every entry absent), n times: a KV direct get a
@@ -14,4 +17,30 @@ func LagReads(l *Ledger, n int) {
 		}
 		return real(ctx, promptID)
 	}
+}
+
+// LagLists makes Entries' next n passes over the bucket answer as a
+// replica that has applied nothing since now: each returns the listing
+// (and its newest revision) as it is at this call.
+func LagLists(l *Ledger, n int) error {
+	old, seen, err := l.listOnce(context.Background())
+	if err != nil {
+		return err
+	}
+	l.list = func(ctx context.Context) ([]Entry, uint64, error) {
+		if n > 0 {
+			n--
+			return old, seen, nil
+		}
+		return l.listOnce(ctx)
+	}
+	return nil
+}
+
+// SetListLag sets how long Entries waits for a lagging replica; the
+// returned function restores it.
+func SetListLag(d time.Duration) func() {
+	prev := listLag
+	listLag = d
+	return func() { listLag = prev }
 }

@@ -88,6 +88,9 @@ type Ledger struct {
 	// read is Record's first read of an entry (get; a test replaces it
 	// with a replica that lags).
 	read func(ctx context.Context, promptID string) (Entry, uint64, bool, error)
+	// list is Entries' one pass over the bucket (listOnce; a test
+	// replaces it with a replica that lags).
+	list func(ctx context.Context) ([]Entry, uint64, error)
 }
 
 const progressKey = "trainer"
@@ -116,7 +119,7 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Ledger, error) {
 	}
 	l.promptsBucket = "asyncrl_" + cfg.Run + "_prompts"
 	l.promptsStream = "KV_" + l.promptsBucket
-	l.read = l.get
+	l.read, l.list = l.get, l.listOnce
 	if l.prompts, err = kv(l.promptsBucket, "asyncrl prompt ledger"); err != nil {
 		return nil, err
 	}
@@ -300,31 +303,93 @@ func (l *Ledger) confirm(ctx context.Context, key string, prev Entry, rev uint64
 	}
 }
 
-// Entries returns every prompt's entry, sorted by prompt id. It reads the
-// bucket in one pass (a watcher replays the latest value of every key),
-// not one request per prompt.
+// Entries returns every prompt's entry, sorted by prompt id, as of the
+// prompt bucket's stream leader when the call began: every write
+// acknowledged before it is in the listing. It reads the bucket in one
+// pass (a watcher replays the latest value of every key), not one request
+// per prompt.
+//
+// The watcher's consumer is placed on any replica, and a follower applies
+// a write a moment after the leader acknowledged it; a listing replayed
+// there can miss the caller's own last writes. The soak's
+// two-02-seed3710 ended "requeued 19 in_flight 1" while the durable
+// ledger held 20 requeued and none in flight: the run's summary listed
+// the ledger right after its end sweep requeued the last prompt, from a
+// replica that had not applied that requeue yet. So the stream's last
+// sequence is asked of its leader first, and a listing whose newest
+// revision is older than that is read again (listLag bounds the wait).
 func (l *Ledger) Entries(ctx context.Context) ([]Entry, error) {
-	w, err := l.prompts.WatchAll(ctx, jetstream.IgnoreDeletes())
+	last, err := l.lastSeq(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("ledger: list prompts: %w", err)
+		return nil, err
 	}
-	defer func() { _ = w.Stop() }()
-	var out []Entry
+	deadline := time.Now().Add(listLag)
 	for {
+		out, seen, err := l.list(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if seen >= last {
+			return out, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("ledger: list prompts: the replica that answered stayed behind the stream's leader for %s (revision %d, the leader's %d); try again once the cluster's replicas caught up", listLag, seen, last)
+		}
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("ledger: list prompts: %w", ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// listLag bounds how long Entries waits for a lagging replica: a
+// follower applies within milliseconds of its leader's heartbeat, even on
+// a loaded machine; one still behind after this is stuck (catching up
+// from a snapshot, cut off), and the caller retries or fails.
+var listLag = 10 * time.Second
+
+// lastSeq is the prompt bucket stream's last sequence as its leader
+// reports it (a clustered stream's info is answered by its leader).
+func (l *Ledger) lastSeq(ctx context.Context) (uint64, error) {
+	s, err := l.js.Stream(ctx, l.promptsStream)
+	if err != nil {
+		return 0, fmt.Errorf("ledger: list prompts: the stream's last sequence: %w", err)
+	}
+	return s.CachedInfo().State.LastSeq, nil
+}
+
+// listOnce replays the latest value of every key once, from whichever
+// replica hosts the watcher's consumer, and returns the entries sorted
+// by prompt id with the newest revision among them (delete markers
+// count: they are messages of the stream too).
+func (l *Ledger) listOnce(ctx context.Context) ([]Entry, uint64, error) {
+	w, err := l.prompts.WatchAll(ctx)
+	if err != nil {
+		return nil, 0, fmt.Errorf("ledger: list prompts: %w", err)
+	}
+	defer func() { _ = w.Stop() }()
+	var out []Entry
+	var seen uint64
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, 0, fmt.Errorf("ledger: list prompts: %w", ctx.Err())
 		case ent, ok := <-w.Updates():
 			if !ok {
-				return nil, fmt.Errorf("ledger: list prompts: watcher closed")
+				return nil, 0, fmt.Errorf("ledger: list prompts: watcher closed")
 			}
 			if ent == nil { // the initial values are all delivered
 				sort.Slice(out, func(i, j int) bool { return out[i].PromptID < out[j].PromptID })
-				return out, nil
+				return out, seen, nil
+			}
+			seen = max(seen, ent.Revision())
+			if ent.Operation() != jetstream.KeyValuePut {
+				continue
 			}
 			e, err := decodeEntry(ent.Value())
 			if err != nil {
-				return nil, err
+				return nil, 0, err
 			}
 			out = append(out, e)
 		}

@@ -60,6 +60,11 @@ type soakKill struct {
 
 func (k soakKill) String() string {
 	s := fmt.Sprintf("kill %s at %s after step %d", k.victim, k.moment, k.step)
+	if k.moment == "election" {
+		// It comes right after the previous kill, whatever step is durable
+		// then (soakRun.kill): its drawn step is not when it comes.
+		s = fmt.Sprintf("kill %s at election (right after the previous kill)", k.victim)
+	}
 	if k.leads {
 		s += " (it leads the ledger)"
 	}

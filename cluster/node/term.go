@@ -342,11 +342,14 @@ func (r *termRun) finish(ctx context.Context) {
 	// The last steps' trained marks first: the sweep below would take
 	// their prompts, still unmarked, for prompts in flight.
 	r.a.waitMarks(markWithin)
-	if err := r.a.requeueAll(ctx); err != nil {
+	// Both list the ledger, which fails while its stream elects a leader
+	// or a replica lags (ledger.Entries): retried, as every other write
+	// of the term's end. Both are idempotent.
+	if err := retry(ctx, markWithin, func() error { return r.a.requeueAll(ctx) }); err != nil {
 		r.failed(ctx, fmt.Errorf("node: requeue at the end: %w", err))
 		return
 	}
-	if err := r.a.reportLedger(ctx); err != nil {
+	if err := retry(ctx, markWithin, func() error { return r.a.reportLedger(ctx) }); err != nil {
 		r.failed(ctx, err)
 	}
 }
