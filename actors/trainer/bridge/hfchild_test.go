@@ -26,13 +26,7 @@ func TestTorchChildTrainsHFCheckpoint(t *testing.T) {
 	spec := torchChildSpec(t)
 	dir := t.TempDir()
 	ckpt := filepath.Join(dir, "ckpt")
-	script := fmt.Sprintf("from asyncrl_worker.hf import randinit\n"+
-		"randinit.make_checkpoint(%q, 'deepseek_v3', vocab_size=256, seed=3, std=0.1, bias_std=0.2, max_shard_size=60000)", ckpt)
-	cmd := exec.Command(torchPython, "-c", script)
-	cmd.Env = append(os.Environ(), spec.Env...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("writing the checkpoint: %v: %s", err, out)
-	}
+	writeHFCheckpoint(t, spec, ckpt, "'deepseek_v3', vocab_size=256, seed=3, std=0.1, bias_std=0.2, max_shard_size=60000")
 	tc := policy.DefaultTrainerConfig()
 	tc.LR = 1e-3
 	in, err := InitFor(tc, true, "hf", ckpt, filepath.Join(dir, "out"))
@@ -133,5 +127,17 @@ func TestTorchChildTrainsHFCheckpoint(t *testing.T) {
 	var ce *ChildError
 	if !errors.As(err, &ce) || ce.Field != "arrays.routes" {
 		t.Fatalf("routes over 2 of 3 layers: %v", err)
+	}
+}
+
+// writeHFCheckpoint writes a random-initialised checkpoint in HF layout
+// into dir with the torch worker's randinit.make_checkpoint(dir, ARGS).
+func writeHFCheckpoint(t *testing.T, spec Spec, dir, args string) {
+	t.Helper()
+	script := fmt.Sprintf("from asyncrl_worker.hf import randinit\nrandinit.make_checkpoint(%q, %s)", dir, args)
+	cmd := exec.Command(torchPython, "-c", script)
+	cmd.Env = append(os.Environ(), spec.Env...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("writing the checkpoint: %v: %s", err, out)
 	}
 }

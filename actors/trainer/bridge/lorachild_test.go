@@ -2,10 +2,7 @@ package bridge
 
 import (
 	"context"
-	"fmt"
 	"math"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -24,13 +21,7 @@ func TestTorchChildTrainsLoRA(t *testing.T) {
 	spec := torchChildSpec(t)
 	dir := t.TempDir()
 	ckpt := filepath.Join(dir, "ckpt")
-	script := fmt.Sprintf("from asyncrl_worker.hf import randinit\n"+
-		"randinit.make_checkpoint(%q, 'qwen3_moe', vocab_size=256, seed=3, std=0.2)", ckpt)
-	cmd := exec.Command(torchPython, "-c", script)
-	cmd.Env = append(os.Environ(), spec.Env...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("writing the checkpoint: %v: %s", err, out)
-	}
+	writeHFCheckpoint(t, spec, ckpt, "'qwen3_moe', vocab_size=256, seed=3, std=0.2")
 	tc := policy.DefaultTrainerConfig()
 	tc.LR = 0.05
 	in, err := InitFor(tc, true, "hf", ckpt, filepath.Join(dir, "out"))
