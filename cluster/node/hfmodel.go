@@ -3,14 +3,10 @@ package node
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
-	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/asyncrl/asyncrl/actors/trainer"
-	"github.com/asyncrl/asyncrl/actors/trainer/bridge"
 	"github.com/asyncrl/asyncrl/cluster/weightsync"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/engine"
@@ -116,28 +112,5 @@ func (n *Node) hfInitialWeights() (baseDir string, initial engine.Model, err err
 // modelDir: Init model kind hf with it as model.path, each version's
 // directory checked (wiring.CheckServing) and the older ones pruned.
 func startHFExec(ctx context.Context, cfg config.Config, modelDir string, argv []string, log zerolog.Logger) (*trainer.Exec, error) {
-	if len(argv) == 0 {
-		argv = cfg.Trainer.Exec
-	}
-	if len(argv) == 0 {
-		return nil, fmt.Errorf("%w: trainer.exec: the exec backend needs the trainer child's command", ErrConfig)
-	}
-	dir := execDir(cfg)
-	if err := os.RemoveAll(dir); err != nil {
-		return nil, fmt.Errorf("node: exec trainer dir: %w", err)
-	}
-	in, err := bridge.InitFor(trainerConfig(cfg), true, "hf", modelDir, filepath.Join(dir, "out"))
-	if err != nil {
-		return nil, err
-	}
-	ex, err := trainer.NewExecWith(ctx, bridge.Options{
-		Spec: bridge.Spec{Argv: argv, Env: cfg.Trainer.ExecEnv}, Init: in,
-		StepTimeout: cfg.Trainer.ExecStepTimeout, Restarts: cfg.Trainer.ExecRestarts,
-		Backoff: time.Second, Logger: log.With().Str("component", "trainer-child").Logger(),
-		OnSent: execOnSent,
-	}, trainer.ExecOptions{CheckDir: wiring.CheckServing, KeepServing: 3})
-	if err != nil {
-		return nil, fmt.Errorf("node: trainer.exec %v: %w", argv, err)
-	}
-	return ex, nil
+	return startExecChild(ctx, cfg, argv, log, "hf", func(string) (string, error) { return modelDir, nil })
 }

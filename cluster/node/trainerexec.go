@@ -14,6 +14,7 @@ import (
 	"github.com/asyncrl/asyncrl/actors/trainer"
 	"github.com/asyncrl/asyncrl/actors/trainer/bridge"
 	"github.com/asyncrl/asyncrl/config"
+	"github.com/asyncrl/asyncrl/internal/wiring"
 	"github.com/asyncrl/asyncrl/policy"
 )
 
@@ -36,6 +37,23 @@ var execOnSent func(typ string, pid int)
 // wiring.PolicyTrainer, trainer.exec_step_timeout and exec_restarts. The
 // trainer actor that gets the returned Stepper closes it on Stop.
 func startExec(ctx context.Context, cfg config.Config, initial *policy.Model, argv []string, log zerolog.Logger) (*trainer.Exec, error) {
+	return startExecChild(ctx, cfg, argv, log, "builtin", func(dir string) (string, error) {
+		initDir := filepath.Join(dir, "init")
+		if err := initial.SaveServing(initDir); err != nil {
+			return "", fmt.Errorf("node: exec trainer initial weights: %w", err)
+		}
+		return initDir, nil
+	})
+}
+
+// startExecChild starts argv (trainer.exec when empty) in a fresh
+// execDir with Init model kind and model.path modelPath(execDir) returns,
+// trainer.exec_env, exec_step_timeout and exec_restarts. Each version's
+// directory of another architecture than the built-in policy is checked
+// (wiring.CheckServing) before it is published, and the newest 3 serving
+// directories stay: the publisher has read each version when Step
+// returns, and one directory per step would pile up over a long run.
+func startExecChild(ctx context.Context, cfg config.Config, argv []string, log zerolog.Logger, kind string, modelPath func(dir string) (string, error)) (*trainer.Exec, error) {
 	if len(argv) == 0 {
 		argv = cfg.Trainer.Exec
 	}
@@ -46,23 +64,20 @@ func startExec(ctx context.Context, cfg config.Config, initial *policy.Model, ar
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, fmt.Errorf("node: exec trainer dir: %w", err)
 	}
-	initDir := filepath.Join(dir, "init")
-	if err := initial.SaveServing(initDir); err != nil {
-		return nil, fmt.Errorf("node: exec trainer initial weights: %w", err)
-	}
-	in, err := bridge.InitFor(trainerConfig(cfg), true, "builtin", initDir, filepath.Join(dir, "out"))
+	model, err := modelPath(dir)
 	if err != nil {
 		return nil, err
 	}
-	// The newest 3 serving directories stay (as for a Hugging Face model):
-	// the publisher has loaded each version when Step returns, and one
-	// directory per step would pile up over a long run.
+	in, err := bridge.InitFor(trainerConfig(cfg), true, kind, model, filepath.Join(dir, "out"))
+	if err != nil {
+		return nil, err
+	}
 	ex, err := trainer.NewExecWith(ctx, bridge.Options{
 		Spec: bridge.Spec{Argv: argv, Env: cfg.Trainer.ExecEnv}, Init: in,
 		StepTimeout: cfg.Trainer.ExecStepTimeout, Restarts: cfg.Trainer.ExecRestarts,
 		Backoff: time.Second, Logger: log.With().Str("component", "trainer-child").Logger(),
 		OnSent: execOnSent,
-	}, trainer.ExecOptions{KeepServing: 3})
+	}, trainer.ExecOptions{CheckDir: wiring.CheckServing, KeepServing: 3})
 	if err != nil {
 		return nil, fmt.Errorf("node: trainer.exec %v: %w", argv, err)
 	}
