@@ -14,9 +14,7 @@ import base64
 import io
 import json
 import os
-import re
 import subprocess
-import time
 import urllib.request
 
 import numpy as np
@@ -24,7 +22,7 @@ import pytest
 import torch
 
 from asyncrl_worker.hf import checkpoint as ck
-from test_interop import asyncrl_bin, post  # noqa: F401  (the binary fixture)
+from test_interop import asyncrl_bin, engine, post  # noqa: F401  (the binary and engine fixtures)
 
 ARCHS = ["qwen3", "qwen3_moe", "llama", "deepseek_v3"]
 VOCAB = 512
@@ -48,34 +46,6 @@ def init(asyncrl_bin, d, arch):  # noqa: F811
     assert r.returncode == 0, r.stderr
 
 
-@pytest.fixture
-def engine(asyncrl_bin):  # noqa: F811
-    procs = []
-
-    def start(weights):
-        p = subprocess.Popen([asyncrl_bin, "engine", "--weights", str(weights), "--listen", "127.0.0.1:0"],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        procs.append(p)
-        deadline, lines = time.monotonic() + 60, []
-        while time.monotonic() < deadline:
-            line = p.stdout.readline()
-            if not line:
-                break
-            lines.append(line)
-            m = re.search(r"listening on (http://\S+)", line)
-            if m:
-                return m.group(1)
-        pytest.fail("asyncrl engine did not start:\n" + "".join(lines))
-
-    yield start
-    for p in procs:
-        p.terminate()
-        try:
-            p.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-        p.stdout.close()
 
 
 PROMPTS = [[5, 17, 300, 42, 9, 101, 77], [3], [250, 251, 252, 253, 254, 255, 256, 257, 258, 259, 260, 1, 2, 3]]

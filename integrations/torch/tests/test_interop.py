@@ -44,7 +44,7 @@ def engine(asyncrl_bin):
     procs = []
 
     def start(weights):
-        p = subprocess.Popen([asyncrl_bin, "engine", "--weights", weights, "--listen", "127.0.0.1:0"],
+        p = subprocess.Popen([asyncrl_bin, "engine", "--weights", str(weights), "--listen", "127.0.0.1:0"],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         procs.append(p)
         deadline = time.monotonic() + 60
