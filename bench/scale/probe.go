@@ -12,8 +12,8 @@ import (
 	"time"
 )
 
-// rssBytes is the process's resident set (VmRSS), 0 where /proc is absent.
-func rssBytes() int64 {
+// RSSBytes is the process's resident set (VmRSS), 0 where /proc is absent.
+func RSSBytes() int64 {
 	f, err := os.Open("/proc/self/status")
 	if err != nil {
 		return 0
@@ -116,7 +116,7 @@ type peaks struct {
 }
 
 func (p *peaks) sample(inFlight int64) {
-	p.rss = max(p.rss, rssBytes())
+	p.rss = max(p.rss, RSSBytes())
 	p.goroutines = max(p.goroutines, runtime.NumGoroutine())
 	p.fds = max(p.fds, openFDs())
 	p.inFlight = max(p.inFlight, inFlight)

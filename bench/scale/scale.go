@@ -345,7 +345,7 @@ func RunLevel(ctx context.Context, o Options, n int) (Result, error) {
 	res := Result{Level: n, Transport: o.Transport, TimeScale: o.TimeScaleFor(n)}
 	runtime.GC()
 	debug.FreeOSMemory()
-	base := rssBytes()
+	base := RSSBytes()
 	var ms0 runtime.MemStats
 	runtime.ReadMemStats(&ms0)
 	g0 := runtime.NumGoroutine()
@@ -426,7 +426,7 @@ func RunLevel(ctx context.Context, o Options, n int) (Result, error) {
 			lastProgress = time.Now()
 			o.Progress(fmt.Sprintf("level %d: %.0fs in flight %d (peak %d) finished %d aborted %d judged %d/%d rss %.0f MB goroutines %d fds %d",
 				n, time.Since(start).Seconds(), inFlight, pk.inFlight, st.Finished, st.Aborted, l.kept.Load()+l.filtered.Load(),
-				l.src.total, float64(rssBytes())/(1<<20), runtime.NumGoroutine(), openFDs()))
+				l.src.total, float64(RSSBytes())/(1<<20), runtime.NumGoroutine(), openFDs()))
 		}
 	}
 	res.Seconds = time.Since(start).Seconds()

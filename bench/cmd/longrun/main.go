@@ -16,7 +16,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"fmt"
@@ -25,12 +24,11 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/asyncrl/asyncrl/bench/scale"
 	"github.com/asyncrl/asyncrl/cluster/node"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/policy"
@@ -143,23 +141,7 @@ func main() {
 
 // rssMB is the process's resident set (VmRSS) in MB; 0 where
 // /proc/self/status is missing.
-func rssMB() float64 {
-	f, err := os.Open("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
-			if err == nil {
-				return kb / 1024
-			}
-		}
-	}
-	return 0
-}
+func rssMB() float64 { return float64(scale.RSSBytes()) / (1 << 20) }
 
 func writeProfile(path string) {
 	f, err := os.Create(path)
