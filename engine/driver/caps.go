@@ -172,3 +172,25 @@ type Finding struct {
 	Detail  string
 	Fix     string
 }
+
+// Needs is what one run asks of an engine (from its config): Check grades
+// the engine against these, so `asyncrl engines check --config` and the
+// run's preflight fail exactly where the run would.
+type Needs struct {
+	// Model is the served model name the run sends (engines.served_model_name).
+	Model string
+	// PauseMode is the mode weight swaps pause with (trainer.pause_mode).
+	PauseMode PauseMode
+	// WeightLoad is how versions reach the engine: "full", "delta" or "lora".
+	WeightLoad string
+	// LoRA: adapters are loaded at run time (weight_load lora, Tinker).
+	LoRA bool
+	// Routes: the run replays MoE routes (R3, return_routed_experts);
+	// MultiTurn: episodes have more than one turn (routes then start at
+	// routed_experts_prompt_start).
+	Routes    bool
+	MultiTurn bool
+	// SupportTopK is the number of top logprobs asked per token for sample
+	// support sets (support_from_logprobs); 0 when none are.
+	SupportTopK int
+}

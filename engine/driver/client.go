@@ -298,3 +298,9 @@ func versionsDuring(swaps []Swap, start, end time.Time) (oldest, newest int64) {
 	}
 	return oldest, newest
 }
+
+// Capabilities is the default for a driver that does not read its
+// engine's release: unknown, every feature assumed.
+func (b *base) Capabilities(ctx context.Context) (Capabilities, error) {
+	return UnknownCapabilities(b.kind), nil
+}

@@ -102,6 +102,11 @@ type Driver interface {
 	// Swaps returns a copy of the driver's swap record (the newest
 	// SwapsKept swaps), oldest first.
 	Swaps() []Swap
+	// Capabilities reads the engine's release (and what it reports of its
+	// own configuration) and derives what it can do from the feature
+	// table; an engine that will not say its release answers
+	// UnknownCapabilities (every feature assumed), not an error.
+	Capabilities(ctx context.Context) (Capabilities, error)
 }
 
 // Swap is one weight swap the driver made: Version became served during
