@@ -28,6 +28,10 @@ func (e *Engine) Handler() http.Handler {
 		writeJSON(w, http.StatusOK, map[string]bool{"is_paused": e.IsPaused()})
 	})
 	mux.HandleFunc("POST /abort_requests", e.handleAbort)
+	// reset_running_requests (vLLM: preempt running requests so the reset
+	// succeeds) needs nothing more here: every sequence's KV is recomputed
+	// on the weights installed after a swap (BatchModel), so the prefix
+	// cache is the only KV a swap can leave behind.
 	mux.HandleFunc("POST /reset_prefix_cache", func(w http.ResponseWriter, r *http.Request) {
 		e.ResetPrefixCache()
 		writeJSON(w, http.StatusOK, map[string]any{"status": "ok"})

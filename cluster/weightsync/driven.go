@@ -72,18 +72,43 @@ func (d *Driven) gone(err error) error {
 // did: an engine is never left paused by a failed load (it keeps serving
 // the weights it had, which the router's version gate accounts for).
 // Pausing in abort or wait mode also drops the prefix cache: its KV blocks
-// were computed by the old weights (SkyRL resets it after every sync). In
-// keep mode the frozen requests keep theirs, as vLLM does (it ignores
-// clear_cache with keep).
+// were computed by the old weights (SkyRL resets it after every sync).
+//
+// In keep mode the frozen requests hold KV the old weights computed, and
+// vLLM refuses to drop a prefix cache while requests hold blocks, so a
+// plain reset would leave old-weight blocks for new requests to reuse —
+// their tokens stamped with the new version. After a successful load the
+// swap therefore drops every request's KV (ResetKV: the frozen requests
+// are recomputed on the new weights); where the engine cannot (SGLang, or
+// a failing call) it aborts the frozen requests with the cache (the
+// rollouts retry them) rather than resume on stale KV.
 func (d *Driven) swap(ctx context.Context, mode string, load func() error) error {
-	if err := d.Driver.Pause(ctx, driver.PauseMode(mode), mode != string(config.PauseKeep)); err != nil {
+	keep := mode == string(config.PauseKeep)
+	if err := d.Driver.Pause(ctx, driver.PauseMode(mode), !keep); err != nil {
 		// A "wait" pause cut short (ctx ended) leaves the engine paused:
 		// let it serve its current weights rather than nothing.
 		rerr := d.resume()
 		return d.gone(errors.Join(err, rerr))
 	}
 	err := load()
+	if err == nil && keep {
+		err = d.dropStaleKV(ctx)
+	}
 	return d.gone(errors.Join(err, d.resume()))
+}
+
+// dropStaleKV ends a keep-mode swap's load: every request's KV recomputed
+// on the new weights, or (engine cannot) the frozen requests aborted and
+// the cache dropped.
+func (d *Driven) dropStaleKV(ctx context.Context) error {
+	kerr := d.Driver.ResetKV(ctx)
+	if kerr == nil {
+		return nil
+	}
+	if aerr := d.Driver.Pause(ctx, driver.PauseAbort, true); aerr != nil {
+		return fmt.Errorf("keep-mode swap: the new weights are loaded but KV from the old ones could not be dropped (%w), nor the frozen requests aborted: %w", kerr, aerr)
+	}
+	return nil
 }
 
 // resume resumes with its own deadline: the swap's context may be the
