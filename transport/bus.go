@@ -81,6 +81,14 @@ type StreamConfig struct {
 	// loss of any one server (a new leader is elected among the others).
 	// A bus without servers of its own (memhub) ignores it.
 	Replicas int
+	// MinReplicas, when set (1..Replicas), lets a new stream be created
+	// with fewer copies when the cluster has too few servers up to place
+	// Replicas of them (JetStream: "no suitable peers for placement"):
+	// one fewer at a time, down to MinReplicas. A term's own streams set
+	// it, so a cluster that lost a server can start a term at all (the
+	// next term, once the servers are back, gets every copy again); the
+	// stream's health (Replicas) says what it got.
+	MinReplicas int
 	// WorkQueue deletes a message once a consumer acked it (JetStream's
 	// work-queue retention), instead of keeping it until MaxAge/MaxBytes;
 	// only one durable consumer may read the stream. For buffers that are
@@ -124,6 +132,9 @@ func (c StreamConfig) Validate() error {
 	}
 	if c.Replicas < 0 || c.Replicas > 5 {
 		return fmt.Errorf("stream %s: Replicas %d: allowed 1..5 (0 for 1)", c.Name, c.Replicas)
+	}
+	if c.MinReplicas < 0 || c.MinReplicas > max(1, c.Replicas) {
+		return fmt.Errorf("stream %s: MinReplicas %d: allowed 0..Replicas (%d)", c.Name, c.MinReplicas, max(1, c.Replicas))
 	}
 	return nil
 }

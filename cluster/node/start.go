@@ -71,9 +71,12 @@ func (n *Node) startBus(ctx context.Context) (err error) {
 	// GroupRequeued lands in JetStream as well as on the live subjects.
 	// A cluster term replicates it (and the trajectory buffer) like the
 	// rest of the run's state, so losing the server that led it loses
-	// nothing and stalls nothing beyond a leader election.
+	// nothing and stalls nothing beyond a leader election. A term started
+	// while a server is down takes the copies the servers up can hold
+	// (MinReplicas): it would otherwise fail to start until the server came
+	// back.
 	if err := n.clusterRetry(ctx, func() error {
-		_, err := n.bus.Stream(ctx, transport.StreamConfig{Name: "ledger-" + cfg.Run.ID, Replicas: n.streamReplicas(),
+		_, err := n.bus.Stream(ctx, transport.StreamConfig{Name: "ledger-" + cfg.Run.ID, Replicas: n.streamReplicas(), MinReplicas: 1,
 			Subjects: []string{n.subj.ledger, n.subj.ledger + ".>"}, MaxAge: 7 * 24 * time.Hour, Memory: n.opts.InMemoryBus})
 		return err
 	}); err != nil {

@@ -312,10 +312,11 @@ func StartActor(bus transport.Bus, gen rollout.Generator, cfg config.Config, tas
 // only has to outlive a restart of the actors, not of every server; on a
 // clustered bus it has replicas copies (--replicas), so the loss of the
 // server that led it costs a leader election, not the buffer. Rollout
-// actors on other nodes open it with the same config.
+// actors on other nodes open it with the same config. Made while a server
+// is down, it has the copies the servers up can hold (MinReplicas).
 func GroupStream(run, groups string, replicas int) transport.StreamConfig {
 	return transport.StreamConfig{Name: "groups-" + run, Subjects: []string{groups}, MaxAge: time.Hour, Memory: true, WorkQueue: true,
-		Replicas: max(1, replicas)}
+		Replicas: max(1, replicas), MinReplicas: 1}
 }
 
 // Setup is what every rollout actor of a run shares: how many

@@ -18,6 +18,7 @@ import (
 	"github.com/asyncrl/asyncrl/actors/publisher"
 	"github.com/asyncrl/asyncrl/config"
 	pol "github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/transport/natsbus"
 	"github.com/asyncrl/asyncrl/weights/delta"
 	"github.com/asyncrl/asyncrl/weights/quantdir"
 	"github.com/asyncrl/asyncrl/weights/receiver"
@@ -157,6 +158,11 @@ func openNATS(ctx context.Context, cfg config.Config, o StoreOptions) (store.Sto
 	var st store.Store
 	if err := retry(func() (err error) {
 		st, err = store.NewNATS(ctx, o.Conn, nc)
+		if natsbus.IsNoPlacement(err) && nc.Replicas > 1 {
+			// Too few servers up for every copy: the term's bucket takes
+			// what they can hold rather than the term not starting.
+			nc.Replicas--
+		}
 		return err
 	}); err != nil {
 		return nil, err

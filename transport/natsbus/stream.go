@@ -45,7 +45,7 @@ func (b *Bus) Stream(ctx context.Context, cfg transport.StreamConfig) (transport
 	if cfg.WorkQueue {
 		jc.Retention = jetstream.WorkQueuePolicy
 	}
-	s, err := b.js.CreateOrUpdateStream(ctx, jc)
+	s, err := b.createStepping(ctx, &jc, cfg.MinReplicas)
 	var apiErr *jetstream.APIError
 	if cfg.WorkQueue && errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrInvalidConfig && strings.Contains(apiErr.Description, "retention") {
 		// The stream exists with limits retention (created by an older
@@ -57,6 +57,37 @@ func (b *Bus) Stream(ctx context.Context, cfg transport.StreamConfig) (transport
 		return nil, fmt.Errorf("natsbus: stream %s: %w", cfg.Name, mapErr(err))
 	}
 	return &stream{b: b, s: s, name: cfg.Name}, nil
+}
+
+// createStepping creates or updates the stream; when JetStream has too few
+// servers up to place jc.Replicas copies it tries one fewer, down to
+// minReplicas (0: no stepping), and logs what it settled for.
+func (b *Bus) createStepping(ctx context.Context, jc *jetstream.StreamConfig, minReplicas int) (jetstream.Stream, error) {
+	want := jc.Replicas
+	for {
+		s, err := b.js.CreateOrUpdateStream(ctx, *jc)
+		if err == nil || !IsNoPlacement(err) || minReplicas < 1 || jc.Replicas <= minReplicas {
+			if err == nil && jc.Replicas < want {
+				b.log.Warn().Str("stream", jc.Name).Int("replicas", jc.Replicas).Int("wanted", want).
+					Msg("natsbus: too few servers up to place every copy; stream created with fewer")
+			}
+			return s, err
+		}
+		jc.Replicas--
+	}
+}
+
+// jsErrNoPeers is JetStream's code for "no suitable peers for placement"
+// (JSClusterNoPeersErrF in nats-server's jetstream_errors_generated.go):
+// fewer servers up than the replicas asked, which TestStreamStepsDownReplicas
+// gets from a real two-server cluster asked for three copies.
+const jsErrNoPeers jetstream.ErrorCode = 10005
+
+// IsNoPlacement reports whether err is JetStream refusing to place a
+// stream's (or bucket's) copies for want of servers.
+func IsNoPlacement(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrNoPeers
 }
 
 // jsErrInvalidConfig is JetStream's code for an invalid stream
