@@ -12,8 +12,8 @@ models then serve wrong weights, silently.
 
 vLLM's answer is its layerwise reload hooks, in
 ``vllm.model_executor.model_loader.reload`` (PR #32133; present in the
-v0.18.0 API reference, docs.vllm.ai/en/v0.18.0/api/vllm/model_executor/
-model_loader/reload/; read at vllm-project/vllm
+v0.18.0, v0.19.0 and v0.27.0 API references, e.g. docs.vllm.ai/en/v0.18.0/
+api/vllm/model_executor/model_loader/reload/; read at vllm-project/vllm
 vllm/model_executor/model_loader/reload/__init__.py @030ea52e and
 reload/layerwise.py @01424e4b):
 

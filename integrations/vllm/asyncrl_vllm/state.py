@@ -119,7 +119,7 @@ class WeightState:
         names: List[str] = []
 
         def patched() -> Iterator[Tuple[str, object]]:
-            if send is changed:  # stream: patch one, hand it over
+            if len(send) == len(changed):  # the same set: stream, patch one and hand it over
                 todo = prep.apply(self.tensors)
             else:  # every patch first: unchanged tensors of a unit go too
                 for _ in prep.apply(self.tensors):
