@@ -73,8 +73,8 @@ RELOAD_MODULE = "vllm.model_executor.model_loader.reload"
 
 # The first release whose API reference shows the reload hooks
 # (docs.vllm.ai/en/v0.18.0/api/vllm/model_executor/model_loader/reload/);
-# the PR (#32133) was opened 2026-01-12, so an earlier release may have
-# them too: detection is by import, this is only named in the refusal.
+# the PR (#32133) was merged 2026-01-30, so a release before 0.18.0 may
+# have them too: detection is by import, this is only named in the refusal.
 MIN_RELOAD_HOOKS_RELEASE = "0.18.0"
 
 
