@@ -29,6 +29,7 @@ from . import delta as d
 from .safetensors_io import open_checkpoint, to_torch
 
 LoadFn = Callable[[Iterable[Tuple[str, object]]], object]
+ResendFn = Callable[[List[str], List[str]], List[str]]
 
 
 class StateError(d.DeltaError):
@@ -85,9 +86,15 @@ class WeightState:
 
     # -- deltas ------------------------------------------------------------
 
-    def apply_delta(self, dir: str, version: int, load_fn: LoadFn) -> dict:
+    def apply_delta(self, dir: str, version: int, load_fn: LoadFn, resend: Optional[ResendFn] = None) -> dict:
         """Applies delta version (dir: its delta-{v:08d} directory or the
-        sync root holding it) to the kept bytes and the live parameters."""
+        sync root holding it) to the kept bytes and the live parameters.
+
+        resend(changed, all_names) names the tensors handed to load_fn (a
+        superset of the changed ones, from the kept checkpoint): vLLM's
+        layerwise reload needs whole layers (reload.Reloader.resend). By
+        default only the changed tensors are sent, each as soon as it is
+        patched."""
         if self.version is None:
             raise StateError(f"apply_delta version {version}: no checkpoint loaded; call asyncrl_load_checkpoint(dir, version) first")
         if self.dirty:
@@ -104,24 +111,37 @@ class WeightState:
         if man.base_version != cur:
             raise d.ChainError(f"version {version} ({vdir}) has base_version {man.base_version}, but the live weights are at version {cur}")
         prep = d.prepare(man, vdir, self.tensors)  # verifies everything; touches nothing
+        changed = [e.name for e in prep.todo]
+        send = resend(changed, list(self.tensors)) if resend is not None and changed else changed
+        if not set(changed) <= set(send):
+            raise ValueError(f"apply_delta version {version}: resend dropped changed tensors {sorted(set(changed) - set(send))}")
         self.dirty = True
         names: List[str] = []
 
         def patched() -> Iterator[Tuple[str, object]]:
-            for name in prep.apply(self.tensors):
+            if len(send) == len(changed):  # the same set: stream, patch one and hand it over
+                todo = prep.apply(self.tensors)
+            else:  # every patch first: unchanged tensors of a unit go too
+                for _ in prep.apply(self.tensors):
+                    pass
+                todo = iter(send)
+            for name in todo:
                 names.append(name)
                 t = self.tensors[name]
                 yield name, to_torch(t.data, t.dtype, t.shape)
 
         try:
-            if prep.todo:
+            if send:
                 load_fn(patched())
         except Exception as e:
-            raise StateError(f"apply_delta version {version}: load_weights failed after {len(names)} of {len(prep.todo)} tensors; live weights are half-updated, call asyncrl_load_checkpoint: {e}") from e
-        if len(names) != len(prep.todo):
-            raise StateError(f"apply_delta version {version}: load_weights consumed {len(names)} of {len(prep.todo)} tensors; live weights are half-updated, call asyncrl_load_checkpoint")
+            raise StateError(f"apply_delta version {version}: load_weights failed after {len(names)} of {len(send)} tensors; live weights are half-updated, call asyncrl_load_checkpoint: {e}") from e
+        if len(names) != len(send):
+            raise StateError(f"apply_delta version {version}: load_weights consumed {len(names)} of {len(send)} tensors; live weights are half-updated, call asyncrl_load_checkpoint")
         self.version, self.dirty = version, False
-        return {"version": version, "patched": len(names), "skipped": prep.skipped}
+        out = {"version": version, "patched": len(changed), "skipped": prep.skipped}
+        if len(send) != len(changed):
+            out["resent"] = len(send) - len(changed)
+        return out
 
 
 class _Counter:

@@ -419,3 +419,22 @@ def test_config_json_is_what_vllm_reads(hf, q):
     assert bool(routers) == (hf.arch in MOE)
     for m in routers | {"lm_head"}:
         assert r.skipped(m), f"vLLM would quantise {m}, whose weight is BF16"
+
+
+def test_reload_units_hold_whole_vllm_layers(hf, q):
+    """With vLLM's layerwise reload a delta resends whole reload units
+    (asyncrl_vllm.reload.reload_unit): every checkpoint tensor that loads
+    into one vLLM module (fused qkv, gate_up, fused_qkv_a_proj, all routed
+    experts of a layer, and each one's scales) must fall in one unit, or the
+    hooks would process that module half-loaded."""
+    from asyncrl_vllm.reload import reload_unit
+
+    for names in (hf.base, q.t0):
+        units = {}
+        for name in names:
+            leaf = name.rsplit(".", 1)[1]
+            module = vllm_module(name[: -len(leaf)] + "weight") if leaf != "weight" else vllm_module(name)
+            units.setdefault(module, set()).add(reload_unit(name))
+        split = {m: u for m, u in units.items() if len(u) != 1}
+        assert split == {}, f"{hf.arch}: vLLM modules spread over several reload units: {split}"
+        assert any(m.endswith(".experts") for m in units) == (hf.arch in MOE)
