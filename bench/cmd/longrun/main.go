@@ -43,6 +43,7 @@ func main() {
 	profiles := flag.String("heap-profiles", "", "write a heap profile (after GC) at every row into this directory")
 	rate := flag.Int("memprofilerate", 0, "runtime.MemProfileRate for -heap-profiles (0: Go's default, one sample per 512 KiB; 1 records every allocation)")
 	verbose := flag.Bool("v", false, "also print the Go runtime's retained heap (HeapSys − HeapReleased), stacks and Sys, in MB")
+	dupWindow := flag.Duration("dup-window", 0, "the trajectory buffer's duplicate window (node.Options.GroupDuplicates; 0: JetStream's 2 minutes): the server keeps every group id of the window, a heap that fills for that long and then stays")
 	dir := flag.String("dir", "", "run.data_dir and run.report_dir parent (default: a temporary directory, removed after)")
 	flag.Parse()
 	if *ref > *steps || *every < 1 {
@@ -85,7 +86,7 @@ func main() {
 	start := time.Now()
 	var rssRef, rssLast, rssMid float64
 	mid := (*steps + *ref) / 2 / *every * *every // a row half way: is the second half flat?
-	opts := node.Options{Logger: zerolog.Nop(), AfterStep: func(_ context.Context, _ *policy.Trainer, v int64) error {
+	opts := node.Options{Logger: zerolog.Nop(), GroupDuplicates: *dupWindow, AfterStep: func(_ context.Context, _ *policy.Trainer, v int64) error {
 		s := int(v)
 		if s%*every != 0 && s != *ref && s != *steps {
 			return nil
