@@ -50,6 +50,10 @@
 //     token of the rendered prompt; vLLM's chat choice has the same
 //     routed_experts).
 //   - GET /v1/models, GET /health, GET /metrics.
+//   - GET /version → {"version": asyncrl's release, "engine": "asyncrl"};
+//     GET /server_info → vLLM's {"vllm_config": {"model_config": {...}}}
+//     with max_logprobs, logprobs_mode, enable_return_routed_experts
+//     (serverinfo.go): what engine/driver's capability probe reads.
 //   - RL control: POST /pause?mode=keep|abort|wait&clear_cache=bool with
 //     vLLM's defaults (mode=abort, clear_cache=true, clear_cache ignored
 //     with keep) → {"status":"paused"}; POST /resume → {"status":"resumed"};

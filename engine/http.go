@@ -18,6 +18,8 @@ func (e *Engine) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/chat/completions", e.handleChat)
 	mux.HandleFunc("GET /v1/models", e.handleModels)
 	mux.HandleFunc("GET /health", e.handleHealth)
+	mux.HandleFunc("GET /version", e.handleVersion)
+	mux.HandleFunc("GET /server_info", e.handleServerInfo)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(e.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("POST /pause", e.handlePause)
 	mux.HandleFunc("POST /resume", func(w http.ResponseWriter, r *http.Request) {

@@ -64,6 +64,11 @@ type TurnOutput struct {
 	// [RoutesStart, RoutesStart + rows): C-order [rows, layers, top_k]
 	// (nil when none were asked for or the engine sent none).
 	Routes []int32
+	// RoutesSliced: the engine answered the routes of every position from
+	// 0 although RoutesStart > 0 was asked (it ignores
+	// routed_experts_prompt_start) and Routes are the rows from
+	// RoutesStart on, cut here.
+	RoutesSliced bool
 	// Finish is the engine's finish_reason: stop, length or abort.
 	Finish string
 	// Engine is the replica that answered (X-Asyncrl-Replica), for logs.

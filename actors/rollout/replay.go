@@ -24,7 +24,17 @@ func (c *HTTPClient) replayFields(out *TurnOutput, req TurnRequest) error {
 			return err
 		}
 		// vLLM answers positions [start, prompt + generated − 1).
-		if maxRows := len(req.Tokens) + len(out.Tokens) - req.RoutesStart; rows.Tokens > maxRows {
+		total := len(req.Tokens) + len(out.Tokens)
+		if req.RoutesStart > 0 && rows.Tokens == total-1 {
+			// The rows of every position from 0: an engine that dropped
+			// routed_experts_prompt_start (vLLM before PR #51906, see
+			// engine/driver VLLMFeatures). The trajectory holds the first
+			// RoutesStart; keep the rest rather than fail every later turn.
+			rows.Values = rows.Values[req.RoutesStart*rows.Stride():]
+			rows.Tokens -= req.RoutesStart
+			out.RoutesSliced = true
+		}
+		if maxRows := total - req.RoutesStart; rows.Tokens > maxRows {
 			return fmt.Errorf("routed_experts has %d rows; from position %d a prompt of %d and %d generated tokens have at most %d",
 				rows.Tokens, req.RoutesStart, len(req.Tokens), len(out.Tokens), maxRows)
 		}

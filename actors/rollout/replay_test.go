@@ -59,14 +59,29 @@ func TestHTTPClientDecodesVLLMRoutesAndSupport(t *testing.T) {
 	if !slices.EqualFunc(out.Support, wantSup, slices.Equal) || len(out.SupportLogprobs) != 3 {
 		t.Fatalf("support %v (logprobs %v), want %v", out.Support, out.SupportLogprobs, wantSup)
 	}
-	// A start is sent when rows are held; a shape the answer does not have fails the call.
+	// A start is sent when rows are held. 7 rows for a 5+3-token call
+	// from position 2 are the rows of every position from 0: an engine
+	// that dropped routed_experts_prompt_start (vLLM before PR #51906).
+	// The client keeps those from position 2 on instead of failing the
+	// turn (and every later one).
 	req.RoutesStart = 2
-	if _, err := c.Generate(context.Background(), req); err == nil {
-		t.Fatal("7 rows from position 2 of a 5+3-token call accepted")
+	sliced, err := c.Generate(context.Background(), req)
+	if err != nil {
+		t.Fatalf("an engine that ignored the prompt start: %v", err)
 	}
 	if got := f.field(t, "routed_experts_prompt_start"); got != "2" {
 		t.Fatalf("routed_experts_prompt_start = %s", got)
 	}
+	if stride := 2 * 2; !sliced.RoutesSliced || !slices.Equal(sliced.Routes, want.Values[2*stride:]) {
+		t.Fatalf("sliced %v: routes %v, want the rows of positions 2..6 %v", sliced.RoutesSliced, sliced.Routes, want.Values[2*stride:])
+	}
+	// A row count that is neither the asked range nor the whole context
+	// still fails the call: 7 rows from position 2 of a 4+3-token call.
+	req.Tokens = []int32{1, 2, 3, 4}
+	if _, err := c.Generate(context.Background(), req); !errors.Is(err, ErrEngine) {
+		t.Fatalf("7 rows from position 2 of a 4+3-token call: err %v, want ErrEngine", err)
+	}
+	req.Tokens = []int32{1, 2, 3, 4, 5}
 	req.RoutesStart, req.Routes.Layers = 0, 3
 	if _, err := c.Generate(context.Background(), req); !errors.Is(err, ErrEngine) {
 		t.Fatalf("wrong layer count: err %v, want ErrEngine", err)

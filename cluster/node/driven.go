@@ -62,7 +62,7 @@ func (n *Node) driveEngines(ctx context.Context) error {
 			return fmt.Errorf("%w: engines.external[%d]: %w", ErrConfig, i, err)
 		}
 		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		err = d.Preflight(pctx, n.cfg.Engines.ServedModelName)
+		err = d.Preflight(pctx, weightsync.NeedsOf(n.cfg, e))
 		cancel()
 		if err != nil {
 			return fmt.Errorf("%w: engines.external[%d]: %w", ErrConfig, i, err)

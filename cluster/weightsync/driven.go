@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/asyncrl/asyncrl/cluster/localengine"
@@ -119,35 +120,23 @@ func (d *Driven) resume() error {
 	return d.Driver.Resume(ctx)
 }
 
-// Preflight checks, before the run starts, that an external engine
-// answers every route the run will use, so a missing flag fails the start
-// with the engine's name and the fix instead of the first publish.
-func (d *Driven) Preflight(ctx context.Context, model string) error {
-	if err := d.Driver.Health(ctx); err != nil {
-		return fmt.Errorf("%s (%s): %w", d.Name, d.URL, err)
+// Preflight checks, before the run starts, what the run needs of an
+// external engine (driver.Check with needs n, NeedsOf of the run's
+// config): every FAIL finding fails the start, naming the engine, what
+// was found and the fix, instead of the first publish or rollout turn.
+func (d *Driven) Preflight(ctx context.Context, n driver.Needs) error {
+	failed := driver.Failed(driver.Check(ctx, d.Driver, n))
+	if len(failed) == 0 {
+		return nil
 	}
-	if _, err := d.Driver.IsPaused(ctx); err != nil && !errors.Is(err, driver.ErrUnsupported) {
-		return fmt.Errorf("%s (%s): %w", d.Name, d.URL, err)
-	}
-	names, err := d.Driver.Models(ctx)
-	if err != nil {
-		return fmt.Errorf("%s (%s): %w", d.Name, d.URL, err)
-	}
-	found := false
-	for _, n := range names {
-		found = found || n == model
-	}
-	if !found {
-		fix := "start it with --served-model-name " + model
-		if len(names) > 0 {
-			fix = fmt.Sprintf("set engines.served_model_name: %s in the run's config, or %s", names[0], fix)
+	msgs := make([]string, len(failed))
+	for i, f := range failed {
+		msgs[i] = f.Check + ": " + f.Detail
+		if f.Fix != "" {
+			msgs[i] += " (fix: " + f.Fix + ")"
 		}
-		return fmt.Errorf("%s (%s) serves %q, not %q (engines.served_model_name): %s", d.Name, d.URL, names, model, fix)
 	}
-	if _, err := d.Driver.ServedVersion(ctx); err != nil && d.Driver.Kind() != driver.KindSGLang {
-		return fmt.Errorf("%s (%s): %w", d.Name, d.URL, err)
-	}
-	return nil
+	return fmt.Errorf("%s (%s) %s: %s", d.Name, d.URL, d.Driver.Kind(), strings.Join(msgs, "; "))
 }
 
 // LoadBase makes an external engine serve the run's version 0 (the base

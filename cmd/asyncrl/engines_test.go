@@ -1,7 +1,10 @@
 package main
 
 import (
+	"fmt"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -36,7 +39,7 @@ func TestEnginesCheckBuiltin(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
 	}
-	for _, check := range []string{"health", "served model", "dev mode", "token ids and logprobs", "asyncrl extension", "runtime LoRA", "metrics"} {
+	for _, check := range []string{"health", "release", "served model", "dev mode", "token ids and logprobs", "asyncrl extension", "runtime LoRA", "LoRA in place", "logprobs mode", "metrics"} {
 		if l := rowOf(t, out, check); !strings.Contains(l, "PASS") {
 			t.Errorf("%s: %s", check, l)
 		}
@@ -105,5 +108,39 @@ func TestEnginesCheckSGLang(t *testing.T) {
 	}
 	if l := rowOf(t, out, "weight loading"); !strings.Contains(l, "weight_load: full") {
 		t.Errorf("weight loading: %s", l)
+	}
+}
+
+// --config checks the run's engines.external against what that run asks:
+// the same vLLM 0.14 engine fails under pause_mode keep (its /pause has no
+// mode and would abort) and passes under wait (emulated), as the run's
+// preflight would decide.
+func TestEnginesCheckConfigPauseMode(t *testing.T) {
+	f := enginetest.NewVLLMReleaseFake("0.14", enginetest.ReleaseOptions{FakeOptions: enginetest.FakeOptions{DevMode: true, Extension: true}})
+	defer f.Close()
+	write := func(mode string) string {
+		p := filepath.Join(t.TempDir(), "run.yaml")
+		y := fmt.Sprintf("engines:\n  served_model_name: Qwen/Qwen3-0.6B\n  external:\n    - {url: %q, kind: vllm}\ntrainer:\n  pause_mode: %s\n", f.URL, mode)
+		if err := os.WriteFile(p, []byte(y), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	code, out, errOut := cli(t, "engines", "check", "--config", write("keep"))
+	t.Log("\n" + out)
+	if code != 1 || !strings.Contains(errOut, "failed") {
+		t.Fatalf("keep on 0.14: exit %d, stderr %q", code, errOut)
+	}
+	if l := rowOf(t, out, "pause mode keep"); !strings.Contains(l, "FAIL") || !strings.Contains(l, "vLLM >= 0.16.0") {
+		t.Errorf("pause mode: %s", l)
+	}
+	if l := rowOf(t, out, "release"); !strings.Contains(l, "0.14.1") {
+		t.Errorf("release: %s", l)
+	}
+	if code, out, errOut := cli(t, "engines", "check", "--config", write("wait")); code != 0 {
+		t.Fatalf("wait on 0.14: exit %d\n%s\n%s", code, out, errOut)
+	}
+	if code, _, errOut := cli(t, "engines", "check", "--config", write("wait"), f.URL); code != 1 || !strings.Contains(errOut, "no URLs") {
+		t.Fatalf("--config with URLs: exit %d, %q", code, errOut)
 	}
 }

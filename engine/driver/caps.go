@@ -194,3 +194,36 @@ type Needs struct {
 	// support sets (support_from_logprobs); 0 when none are.
 	SupportTopK int
 }
+
+// MinRelease names the first release of kind that has f, as the table
+// says ("" when the table has no row): what a refusal tells the user to
+// upgrade to.
+func MinRelease(table []FeatureRow, kind Kind, f Feature) string {
+	if r, ok := Row(table, kind, f); ok {
+		return r.Since.String()
+	}
+	return ""
+}
+
+// ServerInt reads an integer the server reported of its configuration
+// (Capabilities.Server); ok is false when it reported none or not a number.
+func (c Capabilities) ServerInt(key string) (int, bool) {
+	s, ok := c.Server[key]
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(s)
+	return n, err == nil
+}
+
+// Describe is the release as a finding names it: "vllm 0.14.1", or
+// "vllm (release unknown)".
+func (c Capabilities) Describe() string {
+	switch {
+	case !c.Known:
+		return string(c.Kind) + " (release unknown)"
+	case c.Release.Raw != "":
+		return string(c.Kind) + " " + c.Release.Raw
+	}
+	return string(c.Kind) + " " + c.Release.String()
+}

@@ -10,6 +10,14 @@
 // Hint names the flag or environment variable that enables it; an operation
 // an engine cannot do at all answers an error matching ErrUnsupported.
 //
+// Capabilities reads the engine's release (vLLM's GET /version and dev-mode
+// /server_info) and derives what it can do from a feature table with the
+// upstream PR of every row (VLLMFeatures); the vLLM driver adapts to it —
+// a pause mode the release would silently turn into another is refused
+// naming the release that has it, wait is emulated where it can be — and
+// Check grades an engine against what a run needs (Needs), the one home
+// of the checks `asyncrl engines check` and the run's preflight print.
+//
 // Every driver keeps its own record of the weight swaps it made (version,
 // start and end of the swap) and answers VersionsDuring from it, so per-token
 // weight versions can be bounded for engines that do not report them.

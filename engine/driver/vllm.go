@@ -3,11 +3,13 @@ package driver
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // The methods of asyncrl's vLLM worker extension (integrations/vllm,
@@ -60,14 +62,20 @@ func vllmHint(route string, status int, msg string) string {
 
 // vllmDriver drives vLLM (and the built-in engine, which serves the same
 // routes) over its dev-mode HTTP API.
-type vllmDriver struct{ *base }
+type vllmDriver struct {
+	*base
+
+	// caps is the engine's capabilities as last probed (nil: not yet).
+	capsMu sync.Mutex
+	caps   *Capabilities
+}
 
 func newVLLM(kind Kind, url string, opts Options) (Driver, error) {
 	b, err := newBase(kind, url, opts, vllmHint)
 	if err != nil {
 		return nil, err
 	}
-	return &vllmDriver{b}, nil
+	return &vllmDriver{base: b}, nil
 }
 
 func (d *vllmDriver) Pause(ctx context.Context, mode PauseMode, clearCache bool) error {
@@ -76,17 +84,29 @@ func (d *vllmDriver) Pause(ctx context.Context, mode PauseMode, clearCache bool)
 	default:
 		return fmt.Errorf("engine %s: pause mode %q (want abort, keep or wait)", d.url, mode)
 	}
-	q := url.Values{"mode": {string(mode)}, "clear_cache": {strconv.FormatBool(clearCache)}}
-	_, err := d.do(ctx, http.MethodPost, "/pause", q, nil, true)
+	// What the release does with the mode decides the query (see
+	// vllmPauseQuery): keep on a release without modes is refused here,
+	// never sent to become an abort.
+	q, err := vllmPauseQuery(d.url, d.cachedCaps(ctx), mode, clearCache)
+	if err != nil {
+		return err
+	}
+	_, err = d.do(ctx, http.MethodPost, "/pause", q, nil, true)
 	return err
 }
 
 func (d *vllmDriver) Resume(ctx context.Context) error {
+	if err := d.noPauseRoute(ctx, "POST /resume"); err != nil {
+		return err
+	}
 	_, err := d.do(ctx, http.MethodPost, "/resume", nil, nil, false)
 	return err
 }
 
 func (d *vllmDriver) IsPaused(ctx context.Context) (bool, error) {
+	if err := d.noPauseRoute(ctx, "GET /is_paused"); err != nil {
+		return false, err
+	}
 	var out struct {
 		IsPaused *bool `json:"is_paused"`
 	}
@@ -100,8 +120,7 @@ func (d *vllmDriver) IsPaused(ctx context.Context) (bool, error) {
 }
 
 func (d *vllmDriver) ResetPrefixCache(ctx context.Context) error {
-	_, err := d.do(ctx, http.MethodPost, "/reset_prefix_cache", nil, nil, false)
-	return err
+	return d.ResetPrefixCacheWith(ctx, ResetOptions{})
 }
 
 func (d *vllmDriver) Sleep(ctx context.Context, level int) error {
@@ -253,6 +272,14 @@ func (d *vllmDriver) LoadLoRA(ctx context.Context, name, path string) error {
 		return fmt.Errorf("engine %s: LoRA name and path are required", d.url)
 	}
 	_, err := d.do(ctx, http.MethodPost, "/v1/load_lora_adapter", nil, LoadLoRARequest{LoRAName: name, LoRAPath: path, LoadInplace: true}, true)
+	var re *RouteError
+	if errors.As(err, &re) && re.Status == http.StatusBadRequest && re.Hint == "" {
+		// A release without load_inplace drops it and refuses a second
+		// load under the same name.
+		if c := d.cachedCaps(ctx); !c.Has(FeatureLoRAInplace) {
+			re.Hint = fmt.Sprintf("%s cannot replace an adapter in place: upgrade to %s", c.Describe(), needVLLM(FeatureLoRAInplace))
+		}
+	}
 	return err
 }
 
