@@ -79,9 +79,10 @@ func (d *Driven) gone(err error) error {
 // vLLM refuses to drop a prefix cache while requests hold blocks, so a
 // plain reset would leave old-weight blocks for new requests to reuse —
 // their tokens stamped with the new version. After a successful load the
-// swap therefore drops every request's KV (ResetKV: the frozen requests
-// are recomputed on the new weights); where the engine cannot (SGLang, or
-// a failing call) it aborts the frozen requests with the cache (the
+// swap therefore drops every request's KV (a reset with
+// ResetOptions.Running: the frozen requests are recomputed on the new
+// weights); where the engine cannot (SGLang, a vLLM before 0.17, or a
+// failing call) it aborts the frozen requests with the cache (the
 // rollouts retry them) rather than resume on stale KV.
 func (d *Driven) swap(ctx context.Context, mode string, load func() error) error {
 	keep := mode == string(config.PauseKeep)
@@ -102,7 +103,7 @@ func (d *Driven) swap(ctx context.Context, mode string, load func() error) error
 // on the new weights, or (engine cannot) the frozen requests aborted and
 // the cache dropped.
 func (d *Driven) dropStaleKV(ctx context.Context) error {
-	kerr := d.Driver.ResetKV(ctx)
+	kerr := driver.ResetPrefixCacheWith(ctx, d.Driver, driver.ResetOptions{Running: true})
 	if kerr == nil {
 		return nil
 	}

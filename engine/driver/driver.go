@@ -75,11 +75,6 @@ type Driver interface {
 	IsPaused(ctx context.Context) (bool, error)
 	// ResetPrefixCache drops the prefix cache.
 	ResetPrefixCache(ctx context.Context) error
-	// ResetKV drops the prefix cache and every running or frozen
-	// request's KV, which is recomputed on the weights installed now (the
-	// step a keep-mode swap takes before Resume); ErrUnsupported where the
-	// engine cannot (SGLang).
-	ResetKV(ctx context.Context) error
 	// Sleep frees GPU memory (level 1: offload weights, drop KV cache;
 	// level 2: drop both).
 	Sleep(ctx context.Context, level int) error

@@ -264,7 +264,16 @@ func (d *vllmDriver) noPauseRoute(ctx context.Context, route string) error {
 type ResetOptions struct {
 	// Running also drops the KV blocks held by running (and paused-kept)
 	// requests, which then recompute them (vLLM reset_running_requests):
-	// a reset without it cannot free blocks a running request holds.
+	// a reset without it cannot free blocks a running request holds. It
+	// is the step a keep-mode swap takes before Resume
+	// (cluster/weightsync): vLLM's scheduler "will only reset the KV
+	// prefix cache when there is no running requests taking KV cache"
+	// unless reset_running_requests, which preempts every running request
+	// back to the waiting queue with no computed tokens
+	// (vllm/v1/core/sched/scheduler.py@00024d314514900f361ad072af6931e403b7f589,
+	// Scheduler.reset_prefix_cache; the route:
+	// vllm/entrypoints/serve/cache/api_router.py@09cb327f1183534adbdf9eee3e438688e75fbe2b).
+	// SGLang cannot: it flushes only an idle engine.
 	Running bool
 }
 
