@@ -6,7 +6,6 @@ import (
 	"sort"
 	"testing"
 
-
 	"github.com/asyncrl/asyncrl/engine/driver"
 	"github.com/asyncrl/asyncrl/engine/enginetest"
 	"github.com/asyncrl/asyncrl/engine/guard"
