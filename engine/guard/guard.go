@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -94,6 +96,10 @@ func New(cfg Config) (*Guard, error) {
 		Transport:    tr,
 		BufferPool:   bufPool{},
 		ErrorHandler: g.upstreamError,
+		// ReverseProxy's own messages (a body copy cut short, mostly by
+		// a caller that went away) go to the log at debug level, not to
+		// the standard logger.
+		ErrorLog: log.New(debugWriter{g.errLog}, "", 0),
 		// The default flush policy already flushes event streams and
 		// answers without Content-Length at once; a fixed-size answer
 		// is written through the server's own buffer.
@@ -217,3 +223,11 @@ var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b 
 
 func (bufPool) Get() []byte  { return *(copyBufs.Get().(*[]byte)) }
 func (bufPool) Put(b []byte) { copyBufs.Put(&b) }
+
+// debugWriter logs each write as one debug record.
+type debugWriter struct{ l zerolog.Logger }
+
+func (d debugWriter) Write(p []byte) (int, error) {
+	d.l.Debug().Msg("engine-guard: " + strings.TrimSpace(string(p)))
+	return len(p), nil
+}

@@ -58,7 +58,7 @@ func main() {
 	dur := flag.Duration("dur", 2*time.Second, "duration of one cell")
 	conc := flag.Int("c", 32, "concurrent workers (keep-alive connections)")
 	tokens := flag.Int("tokens", 256, "tokens in the completion answer")
-	delay := flag.Duration("delay", 20*time.Millisecond, "time the completion_<delay> engine spends per request")
+	delay := flag.Duration("delay", 50*time.Millisecond, "time the completion_<delay> engine spends per request")
 	only := flag.String("engines", "tiny,completion,completion_delay", "engines to measure (comma-separated)")
 	cpuprof := flag.String("cpuprofile", "", "write a CPU profile of the guard cells' run to `FILE`")
 	jsonOut := flag.String("json", "", "also write the results as JSON to `FILE`")
