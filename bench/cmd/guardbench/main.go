@@ -14,8 +14,9 @@
 //     logprobs (vLLM's /v1/completions shape, ≈ 80 bytes a token) at once —
 //     adds the copying of a realistic answer;
 //
-//   - completion_<d>: the same answer after -delay, an engine that spends
-//     time per request as a real one does (a GPU engine takes far longer).
+//   - completion_<d>: the same answer after each of -delays, an engine that
+//     spends time per request as a real one does (a GPU engine decoding
+//     256 tokens takes longer than the 500 ms cell).
 //
 //     go run ./bench/cmd/guardbench -reps 5 -dur 2s -c 32   (make bench-guard)
 //
@@ -26,7 +27,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -58,12 +58,21 @@ func main() {
 	dur := flag.Duration("dur", 2*time.Second, "duration of one cell")
 	conc := flag.Int("c", 32, "concurrent workers (keep-alive connections)")
 	tokens := flag.Int("tokens", 256, "tokens in the completion answer")
-	delay := flag.Duration("delay", 50*time.Millisecond, "time the completion_<delay> engine spends per request")
-	only := flag.String("engines", "tiny,completion,completion_delay", "engines to measure (comma-separated)")
+	delays := flag.String("delays", "50ms,500ms", "times the completion_<delay> engines spend per request (comma-separated)")
+	only := flag.String("engines", "tiny,completion,completion_delay", "engines to measure (comma-separated; completion_delay is one engine per -delays entry)")
 	cpuprof := flag.String("cpuprofile", "", "write a CPU profile of the guard cells' run to `FILE`")
 	jsonOut := flag.String("json", "", "also write the results as JSON to `FILE`")
 	flag.Parse()
-	if err := run(*reps, *dur, *conc, *tokens, *delay, strings.Split(*only, ","), *cpuprof, *jsonOut); err != nil {
+	var ds []time.Duration
+	for _, d := range strings.Split(*delays, ",") {
+		v, err := time.ParseDuration(strings.TrimSpace(d))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "guardbench: -delays:", err)
+			os.Exit(2)
+		}
+		ds = append(ds, v)
+	}
+	if err := run(*reps, *dur, *conc, *tokens, ds, strings.Split(*only, ","), *cpuprof, *jsonOut); err != nil {
 		fmt.Fprintln(os.Stderr, "guardbench:", err)
 		os.Exit(1)
 	}
@@ -88,7 +97,7 @@ type result struct {
 	Errors    int64   `json:"errors"`
 }
 
-func run(reps int, dur time.Duration, conc, tokens int, delay time.Duration, engines []string, cpuprof, jsonOut string) error {
+func run(reps int, dur time.Duration, conc, tokens int, delays []time.Duration, engines []string, cpuprof, jsonOut string) error {
 	fmt.Printf("guardbench: %s %s/%s, GOMAXPROCS %d, %d cores; %d reps × %v per cell, %d workers\n",
 		runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0), runtime.NumCPU(), reps, dur, conc)
 	completion := completionBody(tokens)
@@ -101,22 +110,29 @@ func run(reps int, dur time.Duration, conc, tokens int, delay time.Duration, eng
 		defer f.Close()
 		prof = f
 	}
-	var results []result
+	type spec struct {
+		name  string
+		body  []byte
+		delay time.Duration
+	}
+	var specs []spec
 	for _, name := range engines {
-		var body []byte
-		var d time.Duration
 		switch name {
 		case "tiny":
-			body = []byte(`{"ok":true}`)
+			specs = append(specs, spec{name, []byte(`{"ok":true}`), 0})
 		case "completion":
-			body = completion
+			specs = append(specs, spec{name, completion, 0})
 		case "completion_delay":
-			body, d = completion, delay
-			name = fmt.Sprintf("completion_%v", delay)
+			for _, d := range delays {
+				specs = append(specs, spec{fmt.Sprintf("completion_%v", d), completion, d})
+			}
 		default:
 			return fmt.Errorf("unknown engine %q (tiny, completion, completion_delay)", name)
 		}
-		r, err := measure(name, body, d, reps, dur, conc, prof)
+	}
+	var results []result
+	for _, sp := range specs {
+		r, err := measure(sp.name, sp.body, sp.delay, reps, dur, conc, prof)
 		if err != nil {
 			return err
 		}
@@ -248,53 +264,61 @@ type cell struct {
 }
 
 // load runs conc closed-loop workers against base for dur and returns the
-// completed requests per second, the failed ones and the process's CPU
-// time per request.
+// throughput, the failed requests and the process's CPU time per request.
+// A worker issues no request after dur but finishes the one in flight, and
+// the throughput is Σ over workers of requests/busy time: a closed loop's
+// exact rate, with no request cut at the deadline (an engine that takes
+// 500 ms a request would otherwise lose up to a tenth of a 5 s cell).
 func load(base string, dur time.Duration, conc int) (cell, error) {
 	tr := &http.Transport{MaxIdleConnsPerHost: conc, MaxConnsPerHost: conc, DisableCompression: true}
 	defer tr.CloseIdleConnections()
-	client := &http.Client{Transport: tr}
-	ctx, cancel := context.WithTimeout(context.Background(), dur)
-	defer cancel()
-	var done, failed atomic.Int64
+	client := &http.Client{Transport: tr, Timeout: time.Minute}
+	var failed atomic.Int64
 	var wg sync.WaitGroup
+	rates := make([]float64, conc)
+	counts := make([]int64, conc)
 	cpu0 := cpuTime()
-	start := time.Now()
+	end := time.Now().Add(dur)
 	for i := 0; i < conc; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for ctx.Err() == nil {
-				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/completions", bytes.NewReader(reqBody))
+			start := time.Now()
+			var n int64
+			for time.Now().Before(end) {
+				req, _ := http.NewRequest(http.MethodPost, base+"/v1/completions", bytes.NewReader(reqBody))
 				req.Header.Set("Authorization", "Bearer "+key)
 				req.Header.Set("Content-Type", "application/json")
 				resp, err := client.Do(req)
 				if err != nil {
-					if ctx.Err() == nil {
-						failed.Add(1)
-					}
+					failed.Add(1)
 					continue
 				}
 				_, err = io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
 				if err != nil || resp.StatusCode != http.StatusOK {
-					if ctx.Err() == nil {
-						failed.Add(1)
-					}
+					failed.Add(1)
 					continue
 				}
-				done.Add(1)
+				n++
+			}
+			if busy := time.Since(start).Seconds(); busy > 0 {
+				rates[i], counts[i] = float64(n)/busy, n
 			}
 		}()
 	}
 	wg.Wait()
-	el := time.Since(start).Seconds()
 	used := cpuTime() - cpu0
-	n := done.Load()
+	var rps float64
+	var n int64
+	for i := range rates {
+		rps += rates[i]
+		n += counts[i]
+	}
 	if n == 0 {
 		return cell{failed: failed.Load()}, fmt.Errorf("no request to %s completed (%d failed)", base, failed.Load())
 	}
-	return cell{rps: float64(n) / el, failed: failed.Load(), cpuMicros: float64(used.Microseconds()) / float64(n)}, nil
+	return cell{rps: rps, failed: failed.Load(), cpuMicros: float64(used.Microseconds()) / float64(n)}, nil
 }
 
 // cpuTime is the process's user+system CPU time so far.
