@@ -21,8 +21,8 @@
 //     stream or an answer without Content-Length flushed chunk by chunk.
 //     Authorization is replaced by Config.UpstreamKey when set; otherwise the
 //     caller's (the verified key) goes on, so an engine started with the
-//     same --api-key accepts it. X-Forwarded-For/-Host/-Proto are set to
-//     what the guard saw.
+//     same --api-key accepts it. Host becomes the engine's (as the engine
+//     is addressed); X-Forwarded-For/-Host/-Proto say what the guard saw.
 //   - An engine that cannot be reached gets the caller a 502 JSON error; an
 //     engine that fails mid-answer aborts the caller's connection (never a
 //     silently truncated 200). The caller's disconnect cancels the engine
