@@ -34,12 +34,13 @@ func newEngineGuardCmd(g *globals) *cobra.Command {
 			"other control routes answer anyone who reaches its port. Bind the engine to\n" +
 			"127.0.0.1 (or a private interface), run one guard per engine on the reachable\n" +
 			"address, and point engines.external[].url at the guard (docs/security.md).",
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runEngineGuard(cmd, g, f) },
+		Example: "  asyncrl engine-guard --engine http://127.0.0.1:8001 --listen 10.0.0.5:8000 --key-file /etc/asyncrl/engine.key",
+		Args:    cobra.NoArgs,
+		RunE:    func(cmd *cobra.Command, _ []string) error { return runEngineGuard(cmd, g, f) },
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&f.engine, "engine", "", "the engine's base `URL`, e.g. http://127.0.0.1:8001 (required)")
-	fs.StringVar(&f.listen, "listen", "127.0.0.1:8100", "`host:port` to serve on; another address than loopback is the one callers reach the engine by")
+	fs.StringVar(&f.listen, "listen", "127.0.0.1:8091", "`host:port` to serve on (the address callers reach the engine by; off loopback only by this explicit flag)")
 	fs.StringVar(&f.keyFile, "key-file", "", "`FILE` holding the key every request must carry as Authorization: Bearer (required, on loopback too)")
 	fs.StringVar(&f.engineKeyFile, "engine-key-file", "", "`FILE` holding the engine's own --api-key, sent in place of the caller's (default: the caller's header, i.e. --key-file's key, goes on)")
 	fs.BoolVar(&f.openHealth, "open-health", false, "let GET/HEAD /health through without the key (probes that cannot send one); asyncrl's router and drivers send the key")
