@@ -61,7 +61,6 @@ type Guard struct {
 	openHealth bool
 	rp         *httputil.ReverseProxy
 	met        *metrics
-	log        zerolog.Logger
 	refuseLog  zerolog.Logger
 	errLog     zerolog.Logger
 }
@@ -80,7 +79,7 @@ func New(cfg Config) (*Guard, error) {
 		return nil, err
 	}
 	g := &Guard{
-		upstream: u, key: cfg.Key, openHealth: cfg.OpenHealth, met: met, log: cfg.Logger,
+		upstream: u, key: cfg.Key, openHealth: cfg.OpenHealth, met: met,
 		refuseLog: logx.Limit(cfg.Logger, 5, time.Minute),
 		errLog:    logx.Limit(cfg.Logger, 5, time.Minute),
 	}
@@ -99,7 +98,8 @@ func New(cfg Config) (*Guard, error) {
 		// ReverseProxy's own messages (a body copy cut short, mostly by
 		// a caller that went away) go to the log at debug level, not to
 		// the standard logger.
-		ErrorLog: log.New(debugWriter{g.errLog}, "", 0),
+		// Its own sampler: these must not use up errLog's budget.
+		ErrorLog: log.New(debugWriter{logx.Limit(cfg.Logger, 5, time.Minute)}, "", 0),
 		// The default flush policy already flushes event streams and
 		// answers without Content-Length at once; a fixed-size answer
 		// is written through the server's own buffer.
