@@ -38,8 +38,9 @@ var vllmOpenRoutes = []route{
 	// vllm/entrypoints/serve/dev/server_info/api_router.py @152c32ccb59bdd7152d20b1607b739ba3a400d6b
 	{"GET", "/server_info"},
 	// Top-level routes named open under --api-key in vllm-project/vllm
-	// PR #55536 (elastic EP scaling, profiler, tokenizer, SageMaker) and
-	// issue #18892 (health, load, ping, version, pooling, scoring).
+	// issue #18892 (health, load, ping, tokenize, version, pooling,
+	// scoring), PR #55536 (elastic EP scaling, profiler), PR #58028
+	// (metrics) and issue #58144 (/invocations, SageMaker).
 	{"POST", "/scale_elastic_ep"}, {"POST", "/is_scaling_elastic_ep"},
 	{"POST", "/start_profile"}, {"POST", "/stop_profile"},
 	{"POST", "/tokenize"}, {"POST", "/detokenize"}, {"POST", "/invocations"},
