@@ -131,6 +131,14 @@ run: build
 # flight; e.g. SCALE_FLAGS="-levels 131072 -rounds 1 -max-turns 3" for the
 # top level alone.
 SCALE_FLAGS ?=
+# The engine guard's cost (engine/guard, `asyncrl engine-guard`): requests/s
+# and CPU per request straight to an engine, through a plain ReverseProxy hop
+# and through the guard, interleaved, for a tiny, a completion-size, a 50 ms
+# and a 500 ms engine (bench/results/engine-guard.md).
+.PHONY: bench-guard
+bench-guard:
+	$(GO) run ./bench/cmd/guardbench -reps 5 -dur 3s -c 32 -delays 50ms,500ms -json bench/results/engine-guard.json
+
 .PHONY: bench-scale
 bench-scale:
 	$(GO) run ./bench/cmd/scale -v -json bench/results/scale.json $(SCALE_FLAGS)

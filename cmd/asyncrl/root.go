@@ -91,6 +91,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newNodeCmd(g),
 		newRouterCmd(g),
 		newEngineCmd(g),
+		newEngineGuardCmd(g),
 		newEnginesCmd(g),
 		newEnvCmd(g),
 		newWorkerCmd(g),

@@ -13,7 +13,7 @@ import (
 	"github.com/asyncrl/asyncrl/internal/syncbuf"
 )
 
-var listenRE = regexp.MustCompile(`asyncrl (\w+): listening on (http://[0-9.:]+)`)
+var listenRE = regexp.MustCompile(`asyncrl ([\w-]+): listening on (http://[0-9.:]+)`)
 
 // startServer runs a long-lived subcommand in the background and returns the
 // URL it announced, a stop func, and its exit code channel.
