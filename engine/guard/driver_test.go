@@ -83,8 +83,10 @@ func TestDriverThroughGuardBuiltin(t *testing.T) {
 	if err != nil || len(res.TokenIDs) == 0 || len(res.TokenIDs) > 4 || len(res.PromptIDs) != 3 {
 		t.Fatalf("completion through the guard: %+v %v", res, err)
 	}
-	checkCounter(t, f, "asyncrl_engine_guard_refused_total", map[string]string{"reason": guard.ReasonNoKey}, 1)
-	checkCounter(t, f, "asyncrl_engine_guard_refused_total", map[string]string{"reason": guard.ReasonWrongKey}, 1)
+	// Each refused driver sent two requests: the capability probe (GET
+	// /version, which a pause reads first) and the pause.
+	checkCounter(t, f, "asyncrl_engine_guard_refused_total", map[string]string{"reason": guard.ReasonNoKey}, 2)
+	checkCounter(t, f, "asyncrl_engine_guard_refused_total", map[string]string{"reason": guard.ReasonWrongKey}, 2)
 }
 
 // TestDriverThroughGuardVLLM: the vLLM driver drives a fake vLLM (dev
