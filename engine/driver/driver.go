@@ -177,6 +177,9 @@ type Metrics struct {
 	PrefixHitRate float64
 	// Raw holds every sample read, by metric name (labels summed).
 	Raw map[string]float64
+	// HasLoad: the text held at least one load gauge (queue length or
+	// KV-cache usage) of a known engine kind.
+	HasLoad bool
 }
 
 // Options configure a driver.

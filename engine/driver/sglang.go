@@ -155,7 +155,7 @@ func (d *sglangDriver) ServedVersion(ctx context.Context) (int64, error) {
 }
 
 func (d *sglangDriver) Metrics(ctx context.Context) (Metrics, error) {
-	return d.metrics(ctx, sglangMetrics)
+	return d.metrics(ctx, KindSGLang)
 }
 
 // sglangMetrics maps SGLang's metric names (python/sglang/srt/metrics/

@@ -1,14 +1,13 @@
 package proxy
 
 import (
-	"bufio"
 	"context"
 	"io"
 	"net/http"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/asyncrl/asyncrl/engine/driver"
 )
 
 // loop runs f every interval until ctx ends.
@@ -124,42 +123,21 @@ func (r *Router) scrapeMetrics(ctx context.Context) {
 	})
 }
 
-// parseEngineMetrics reads vllm:num_requests_waiting (summed over label
-// sets, e.g. per model or DP rank) and vllm:kv_cache_usage_perc (the
-// maximum: the fullest cache is the binding one) from Prometheus text.
+// parseEngineMetrics reads the waiting-queue length (summed over label
+// sets, e.g. per model or DP rank) and the KV-cache usage (the fullest
+// series: the binding one) of a vLLM, built-in or SGLang engine through
+// engine/driver's parser (vllm:num_requests_waiting and
+// vllm:kv_cache_usage_perc, or sglang:num_queue_reqs and
+// sglang:token_usage); ok is false when the text holds none of them or
+// does not parse.
 func parseEngineMetrics(rd io.Reader) (queue int, kv float64, ok bool) {
-	sc := bufio.NewScanner(rd)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	var waiting float64
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		name, rest := line, ""
-		if i := strings.IndexAny(line, "{ "); i >= 0 {
-			name, rest = line[:i], line[i:]
-		}
-		if name != "vllm:num_requests_waiting" && name != "vllm:kv_cache_usage_perc" {
-			continue
-		}
-		if j := strings.LastIndexByte(rest, '}'); j >= 0 {
-			rest = rest[j+1:]
-		}
-		fields := strings.Fields(rest)
-		if len(fields) == 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(fields[0], 64)
-		if err != nil {
-			continue
-		}
-		ok = true
-		if name == "vllm:num_requests_waiting" {
-			waiting += v
-		} else if v > kv {
-			kv = v
-		}
+	data, err := io.ReadAll(rd)
+	if err != nil {
+		return 0, 0, false
 	}
-	return int(waiting), kv, ok
+	m, err := driver.ParseMetrics(data)
+	if err != nil || !m.HasLoad {
+		return 0, 0, false
+	}
+	return int(m.Waiting), m.KVCacheUsage, true
 }
