@@ -49,22 +49,17 @@ func (r *Router) forEach(f func(url string)) {
 	wg.Wait()
 }
 
-// checkHealth probes GET /health on every replica.
+// checkHealth probes every replica with engine/driver's ProbeHealth:
+// GET /health, and for an SGLang replica whose /health (a generation) does
+// not answer in time — always the case while it is paused for a weight
+// swap — its scheduler-free /get_model_info.
 func (r *Router) checkHealth(ctx context.Context) {
 	r.forEach(func(u string) {
 		cctx, cancel := context.WithTimeout(ctx, r.cfg.HealthTimeout)
 		defer cancel()
-		ok := false
-		if req, err := http.NewRequestWithContext(cctx, http.MethodGet, u+"/health", nil); err == nil {
-			resp, err := r.tr.RoundTrip(req)
-			if localResourceError(err) || inProcessTimeout(err) {
-				return // this process is out of sockets or busy: says nothing about u
-			}
-			if err == nil {
-				_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
-				resp.Body.Close()
-				ok = resp.StatusCode == http.StatusOK
-			}
+		ok, err := driver.ProbeHealth(cctx, r.tr, u)
+		if localResourceError(err) || inProcessTimeout(err) {
+			return // this process is out of sockets or busy: says nothing about u
 		}
 		if ctx.Err() != nil {
 			return // shutting down: a cancelled probe says nothing
