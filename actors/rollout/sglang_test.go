@@ -115,3 +115,20 @@ func TestProtocolForKinds(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// SGLang before and after PR #30917, through the vLLM-shaped completions
+// decoder: the older answer (no token ids) fails every turn, the newer one
+// decodes — why the SGLang path speaks /generate, which has token ids on
+// both (TestHTTPClientSGLangGenerate).
+func TestSGLangCompletionsBeforeAndAfterTokenIDs(t *testing.T) {
+	fx := enginetest.MustFixtures(driver.KindSGLang)
+	h := http.Header{versionMinHeader: []string{"1"}}
+	prompt := []int32{151643, 9707, 11}
+	if _, err := decodeAnswer(fx["completions"].Body(), h, prompt); err == nil || !strings.Contains(err.Error(), "token_ids") {
+		t.Fatalf("before PR #30917: %v, want a missing token_ids error", err)
+	}
+	out, err := decodeAnswer(fx["completions_token_ids"].Body(), h, prompt)
+	if err != nil || !slices.Equal(out.Tokens, []int32{279, 1156}) || !slices.Equal(out.Logprobs, []float32{-0.5234, -1.2031}) {
+		t.Fatalf("after PR #30917: %+v %v", out, err)
+	}
+}

@@ -42,8 +42,9 @@ type sglangDriver struct {
 	*base
 	// Under base.mu: the release read once (capabilities), the mode the
 	// engine is paused in ("" when running), whether the cache was
-	// flushed since that pause, and the checkpoint paths loaded (SGLang
-	// serves the base model under the last one's path).
+	// flushed since that pause, and the names known to be the base
+	// model: checkpoint paths loaded (SGLang serves the base model under
+	// the last one's path) and names found in Models.
 	caps     Capabilities
 	capsRead bool
 	paused   PauseMode

@@ -126,6 +126,10 @@ func (d *sglangDriver) kindFindings(ctx context.Context, c Capabilities, n Needs
 		add("routes", VerdictFail, "asyncrl's SGLang rollout path (native /generate) does not ask for routed experts yet",
 			"run R3 (return_routed_experts) on vLLM engines")
 	}
+	if n.SupportTopK > 0 {
+		add("support_from_logprobs", VerdictFail, "support sets are built from vLLM's processed logprobs (filtered candidates at -9999); SGLang's /generate has no such mode",
+			"set rollout.support_from_logprobs: 0 for SGLang engines")
+	}
 	if c.Server["enable_metrics"] == "false" {
 		add("metrics", VerdictWarn, "the server runs without --enable-metrics: the router's bounded_sticky policy gets no queue length or KV usage from it", HintSGLangMetrics)
 	}
@@ -171,5 +175,11 @@ func (d *sglangDriver) isBaseName(ctx context.Context, name string) (bool, error
 	if err != nil {
 		return false, err
 	}
-	return slices.Contains(names, name), nil
+	if !slices.Contains(names, name) {
+		return false, nil
+	}
+	d.mu.Lock()
+	d.loaded[name] = true // known from now on: no lookup per generation
+	d.mu.Unlock()
+	return true, nil
 }

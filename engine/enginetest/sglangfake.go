@@ -144,6 +144,7 @@ func (f *Fake) sglangRoutes(mux *http.ServeMux, fx map[string]*Fixture, seen map
 		"GET /v1/models":                 f.sgModels,
 		"GET /get_model_info":            f.sgModelInfo,
 		"GET /get_server_info":           f.sgServerInfo,
+		"POST /v1/completions":           f.sgCompletions(fx),
 	}
 	for key, h := range routes {
 		seen[key] = true
@@ -383,4 +384,23 @@ func (f *Fake) sgServerInfo(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, map[string]any{"model_path": f.sg.served, "served_model_name": f.sg.launchName,
 		"enable_lora": f.Opts.LoRA, "enable_metrics": true, "enable_return_routed_experts": f.Opts.SGLangRoutes,
 		"max_running_requests": 128, "internal_states": []any{}, "version": f.Opts.SGLangRelease})
+}
+
+// sgCompletions answers /v1/completions as the fake's release does: with
+// per-choice token_ids and prompt_token_ids only on a release with PR
+// #30917 and return_token_ids set (completions_token_ids fixture), else
+// text only (completions fixture).
+func (f *Fake) sgCompletions(fx map[string]*Fixture) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var in struct {
+			ReturnTokenIDs bool `json:"return_token_ids"`
+		}
+		body, _ := io.ReadAll(r.Body)
+		_ = json.Unmarshal(body, &in)
+		fix := fx["completions"]
+		if in.ReturnTokenIDs && f.sglangHas(driver.FeatureSGLangCompletionsTokenIDs) {
+			fix = fx["completions_token_ids"]
+		}
+		writeFixture(w, fix)
+	}
 }
