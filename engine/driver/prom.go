@@ -20,19 +20,10 @@ type promSamples struct {
 	sum, max map[string]float64
 }
 
-// parsePrometheus reads Prometheus text exposition into name → value,
-// summing a metric's series over their labels (vLLM labels every series
-// with model_name and engine; one server's totals are what the drivers
-// want). Histograms and summaries report their sample count under
-// name+"_count" and their sum under name+"_sum".
-func parsePrometheus(data []byte) (map[string]float64, error) {
-	s, err := parseSamples(data)
-	if err != nil {
-		return nil, err
-	}
-	return s.sum, nil
-}
-
+// parseSamples reads Prometheus text exposition by metric name: the sum
+// of each metric's series over their labels and their maximum.
+// Histograms and summaries report their sample count under name+"_count"
+// and their sum under name+"_sum".
 func parseSamples(data []byte) (promSamples, error) {
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := p.TextToMetricFamilies(bytes.NewReader(data))

@@ -27,7 +27,9 @@ const (
 var SGLangFeatures = []FeatureRow{
 	{Kind: KindSGLang, Feature: FeatureSGLangPauseModes, Since: MustRelease("0.5.6"),
 		Source: "sgl-project/sglang PR #10071 (in-flight weight update: io_struct.PauseGenerationReqInput.mode, " +
-			"UpdateWeightFromDiskReqInput.flush_cache, tokenizer_manager.update_weights_from_disk skipping the writer lock while paused; merged after 2025-11-24)",
+			"UpdateWeightFromDiskReqInput.flush_cache, tokenizer_manager.update_weights_from_disk skipping the writer lock while paused; merged before 2025-11-27) " +
+			"and its follow-up PR #14064 (2025-11-27: in-flight updates in event_loop_normal, weight_version recorded). Before them tokenizer_manager.pause_generation " +
+			"took no body and ran abort_request(abort_all=True), and update_weights_from_disk always held model_update_lock.writer_lock",
 		Note: "before it /pause_generation always aborts (keep would silently abort) and a disk update waits for every request in flight: keep is refused"},
 	{Kind: KindSGLang, Feature: FeatureSGLangCompletionsTokenIDs, Since: MustRelease("0.5.17"),
 		Source: "sgl-project/sglang PR #30917 (return_token_ids on /v1/completions, opened 2026-07-12; 0.5.17 is the first tag sure to hold it)",
