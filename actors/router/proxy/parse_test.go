@@ -49,6 +49,9 @@ func TestParseBody(t *testing.T) {
 		{"chat", `{"messages":[{"role":"user","content":"hello"}],"max_completion_tokens":3}`, 8, 3, true},
 		{"default decode", `{"prompt":"abcd"}`, 1, 256, true},
 		{"malformed", `{"prompt":`, 2, 256, false},
+		// SGLang's native /generate (rollouts on SGLang engines).
+		{"sglang generate", `{"input_ids":[1,2,3,4,5,6],"sampling_params":{"max_new_tokens":9},"return_logprob":true}`, 6, 9, true},
+		{"sglang default decode", `{"input_ids":[1,2],"sampling_params":{"temperature":1}}`, 2, 256, true},
 	}
 	for _, tc := range cases {
 		got := parseBody([]byte(tc.body), 256, 2048)
