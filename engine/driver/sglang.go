@@ -30,6 +30,8 @@ func sglangHint(route string, status int, msg string) string {
 		return HintSGLangSleep
 	case route == "/flush_cache" && status == http.StatusBadRequest:
 		return "SGLang flushes its cache only with no running or waiting requests: pause with mode abort first"
+	case route == "/health" && status == http.StatusServiceUnavailable:
+		return "SGLang's /health runs a one-token generation and answers 503 when the scheduler sends nothing for SGLANG_HEALTH_CHECK_TIMEOUT (20 s): a server left paused (a run stopped mid-swap) does that; POST /continue_generation to it, or restart it"
 	case strings.HasPrefix(route, "/update_weights_from_disk") && status >= 500:
 		return "SGLang's scheduler may have asserted (\"Cache flush failed after updating weights\": a flush with requests running); it must be restarted"
 	}

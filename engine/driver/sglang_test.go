@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/asyncrl/asyncrl/engine/driver"
 	"github.com/asyncrl/asyncrl/engine/enginetest"
@@ -76,5 +77,23 @@ func TestSGLangServedNameAfterDiskUpdate(t *testing.T) {
 	_ = json.Unmarshal(c.Body, &body)
 	if body["lora_path"] != "policy-adapter" {
 		t.Fatalf("an adapter was not selected: %s", c.Body)
+	}
+}
+
+// A server left paused fails the driver's Health (its /health is a
+// generation) with the fix named.
+func TestSGLangHealthWhilePausedNamesTheFix(t *testing.T) {
+	f := enginetest.NewFake(driver.KindSGLang, enginetest.FakeOptions{SGLangHealthTimeout: 10 * time.Millisecond})
+	defer f.Close()
+	d := newDriver(t, driver.KindSGLang, f.URL)
+	if err := d.Health(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Pause(ctx, driver.PauseKeep, false); err != nil {
+		t.Fatal(err)
+	}
+	err := d.Health(ctx)
+	if re := routeError(t, err); re.Status != 503 || !strings.Contains(re.Hint, "continue_generation") {
+		t.Fatalf("%v", err)
 	}
 }
