@@ -109,6 +109,9 @@ type HTTPClient struct {
 	// and, when the answer has no sample_support, builds the support sets
 	// (and support-normalised logprobs) from them (messages/vllmwire).
 	SupportFromLogprobs int
+	// Protocol is the engines' generation API: vLLM's /v1/completions
+	// (the zero value) or SGLang's native /generate (sglang.go).
+	Protocol Protocol
 }
 
 var _ Generator = (*HTTPClient)(nil)
@@ -201,6 +204,9 @@ type completionChoice struct {
 // when present, must equal the prompt sent (a truncated prompt would
 // misalign the trajectory).
 func (c *HTTPClient) Generate(ctx context.Context, req TurnRequest) (TurnOutput, error) {
+	if c.Protocol == ProtocolSGLang {
+		return c.generateSGLang(ctx, req)
+	}
 	cb := completionBody{Model: c.Model, Prompt: req.Tokens, MaxTokens: req.MaxTokens,
 		Temperature: req.Temperature, TopP: req.TopP, TopK: req.TopK, Stop: c.Stop, StopTokenIDs: c.StopTokenIDs,
 		Logprobs: max(c.SupportFromLogprobs, 0), ReturnTokenIDs: true, ReturnTokensAsTokenIDs: true}

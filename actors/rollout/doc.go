@@ -33,6 +33,12 @@
 //     output_support_logprobs only from the built-in engine. Any per-token
 //     array of the wrong length, or prompt_token_ids differing from the
 //     prompt sent, fails the call (ErrEngine).
+//     With Protocol ProtocolSGLang (every engine of the run is SGLang) the
+//     turn goes to SGLang's native /generate instead (sglang.go): input_ids
+//     in; output_ids, meta_info.output_token_logprobs (ids checked against
+//     output_ids), finish_reason.type and prompt_tokens (checked against
+//     the prompt) out; versions from the router's header. Routes and
+//     support_from_logprobs are refused there.
 //     With EpisodeConfig.SupportLogprobs (trainer.normalize_over_support)
 //     the packed trajectory's logprobs are the support-normalised ones,
 //     and an answer with support sets but without them is a failed call.

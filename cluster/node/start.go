@@ -365,8 +365,12 @@ func (n *Node) startRollouts() error {
 		rt = n.hooks.wrapClient(rt)
 	}
 	n.httpc = &http.Client{Transport: rt}
+	proto, err := rollouthost.Protocol(n.cfg.Engines)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
 	gen := &rollout.HTTPClient{BaseURL: n.routerURL, Model: n.cfg.Engines.ServedModelName, Client: n.httpc,
-		SupportFromLogprobs: n.cfg.Rollout.SupportFromLogprobs}
+		SupportFromLogprobs: n.cfg.Rollout.SupportFromLogprobs, Protocol: proto}
 	for i := range count {
 		a, err := rollouthost.StartActor(n.bus, gen, n.cfg, n.task, "rollout-"+strconv.Itoa(i), ecfg, supportK, n.subj.rollout(), n.groupStream, n.opts.Logger, nil, n.ledger.published)
 		if err != nil {

@@ -198,8 +198,13 @@ func (h *Host) follow(ta messages.TermAnnounce) {
 	count, ecfg, supportK := Setup(tcfg, 0)
 	ecfg.Vocab = h.vocab
 	ecfg.Chat = h.chat
+	proto, err := Protocol(h.cfg.Engines)
+	if err != nil {
+		h.cannotFollow(ta, retrying, err)
+		return
+	}
 	gen := &rollout.HTTPClient{BaseURL: ta.Router, Model: h.cfg.Engines.ServedModelName, Client: h.httpc,
-		SupportFromLogprobs: h.cfg.Rollout.SupportFromLogprobs}
+		SupportFromLogprobs: h.cfg.Rollout.SupportFromLogprobs, Protocol: proto}
 	var actors []*rollout.Actor
 	for i := range count {
 		name := h.node + "-rollout-" + strconv.Itoa(i)

@@ -52,8 +52,6 @@ func Check(ctx context.Context, d Driver, n Needs) []Finding {
 	out = append(out, checkGenerate(ctx, d))
 	if kc, ok := d.(kindChecker); ok {
 		out = append(out, kc.kindFindings(ctx, c, n)...)
-	} else if d.Kind() == KindSGLang {
-		out = append(out, sglangFallbackFindings()...)
 	}
 	out = append(out, checkLoRA(ctx, d, n))
 	return append(out, checkMetrics(ctx, d))
@@ -175,15 +173,6 @@ func checkMetrics(ctx context.Context, d Driver) Finding {
 	}
 	return Finding{Check: check, Verdict: VerdictPass,
 		Detail: fmt.Sprintf("running %g, waiting %g, kv cache %.0f%%", m.Running, m.Waiting, 100*m.KVCacheUsage)}
-}
-
-// sglangFallbackFindings are the SGLang rows for a driver without a
-// kindChecker of its own.
-func sglangFallbackFindings() []Finding {
-	return []Finding{
-		{Check: "RL routes", Verdict: VerdictInfo, Detail: "SGLang serves /pause_generation, /continue_generation, /update_weights_from_disk natively (not probed: they change the engine)"},
-		{Check: "weight loading", Verdict: VerdictInfo, Detail: "full checkpoints via /update_weights_from_disk; SkyRL deltas are not supported", Fix: "weight_load: full for SGLang engines"},
-	}
 }
 
 // errDetail is an error's message without the engine URL (a table names

@@ -217,17 +217,18 @@ func (b *base) Models(ctx context.Context) ([]string, error) {
 }
 
 // Health answers nil on a 2xx GET /health.
-// metrics reads GET /metrics and maps the engine's metric names with name.
-func (b *base) metrics(ctx context.Context, name func(map[string]float64) Metrics) (Metrics, error) {
+// metrics reads GET /metrics and maps the metric names of the driver's
+// kind (ParseMetrics' mapping: KV usage is the fullest series).
+func (b *base) metrics(ctx context.Context, kind Kind) (Metrics, error) {
 	data, err := b.do(ctx, http.MethodGet, "/metrics", nil, nil, false)
 	if err != nil {
 		return Metrics{}, err
 	}
-	raw, err := parsePrometheus(data)
+	s, err := parseSamples(data)
 	if err != nil {
 		return Metrics{}, b.shapeError("GET /metrics", "%v", err)
 	}
-	return name(raw), nil
+	return metricsFrom(kind, s), nil
 }
 
 func (b *base) Health(ctx context.Context) error {

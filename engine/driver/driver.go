@@ -22,6 +22,14 @@
 // start and end of the swap) and answers VersionsDuring from it, so per-token
 // weight versions can be bounded for engines that do not report them.
 //
+// It is also the one home of what an engine is for callers that know an
+// engine only by URL: ParseMetrics reads either kind's /metrics (the
+// router's load scrape), ProbeHealth probes either kind's health in a way
+// that tolerates an SGLang paused for a swap (the router's health
+// checks), and each driver's Capabilities reads its release and derives
+// its features from a table with the upstream source of each row
+// (SGLangFeatures for SGLang).
+//
 // The package imports only the standard library, Prometheus' text parser
 // and the engine's wire types; it never imports actors or cluster.
 package driver
@@ -185,6 +193,9 @@ type Metrics struct {
 	PrefixHitRate float64
 	// Raw holds every sample read, by metric name (labels summed).
 	Raw map[string]float64
+	// HasLoad: the text held at least one load gauge (queue length or
+	// KV-cache usage) of a known engine kind.
+	HasLoad bool
 }
 
 // Options configure a driver.

@@ -257,6 +257,10 @@ func TestSGLang(t *testing.T) {
 	if _, ok := f.Last("/flush_cache"); !ok {
 		t.Fatal("clear_cache did not flush")
 	}
+	// A paused SGLang holds new generations until it continues.
+	if err := d.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
 	m, err := d.Metrics(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -3,10 +3,12 @@ package driver
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // SGLang hints.
@@ -28,42 +30,116 @@ func sglangHint(route string, status int, msg string) string {
 		return HintSGLangSleep
 	case route == "/flush_cache" && status == http.StatusBadRequest:
 		return "SGLang flushes its cache only with no running or waiting requests: pause with mode abort first"
+	case route == "/health" && status == http.StatusServiceUnavailable:
+		return "SGLang's /health runs a one-token generation and answers 503 when the scheduler sends nothing for SGLANG_HEALTH_CHECK_TIMEOUT (20 s): a server left paused (a run stopped mid-swap) does that; POST /continue_generation to it, or restart it"
+	case strings.HasPrefix(route, "/update_weights_from_disk") && status >= 500:
+		return "SGLang's scheduler may have asserted (\"Cache flush failed after updating weights\": a flush with requests running); it must be restarted"
 	}
 	return ""
 }
 
 // sglangDriver drives SGLang over its native HTTP API
 // (python/sglang/srt/entrypoints/http_server.py).
-type sglangDriver struct{ *base }
+type sglangDriver struct {
+	*base
+	// Under base.mu: the release read once (capabilities), the mode the
+	// engine is paused in ("" when running), whether the cache was
+	// flushed since that pause, and the names known to be the base
+	// model: checkpoint paths loaded (SGLang serves the base model under
+	// the last one's path) and names found in Models.
+	caps     Capabilities
+	capsRead bool
+	paused   PauseMode
+	flushed  bool
+	loaded   map[string]bool
+}
 
 func newSGLang(url string, opts Options) (Driver, error) {
 	b, err := newBase(KindSGLang, url, opts, sglangHint)
 	if err != nil {
 		return nil, err
 	}
-	return &sglangDriver{b}, nil
+	return &sglangDriver{base: b, loaded: map[string]bool{}}, nil
 }
 
-// sglangPauseModes maps our modes onto PauseGenerationReqInput.mode.
+// sglangPauseModes maps our modes onto PauseGenerationReqInput.mode:
+// keep is in_place (the requests stay in the running batch with their KV
+// and continue after /continue_generation).
 var sglangPauseModes = map[PauseMode]string{PauseAbort: "abort", PauseKeep: "in_place"}
 
+// flushPoll is how often the driver asks /flush_cache again while the
+// aborted requests are still leaving the running batch.
+const flushPoll = 5 * time.Millisecond
+
+// Pause pauses generation. The order is what keeps SGLang's scheduler
+// from asserting on a weight update (its "Cache flush failed after
+// updating weights" kills the server when it flushes with requests in the
+// running batch, scheduler_update_weights_mixin.py):
+//   - abort: the abort is asynchronous (the aborted requests leave the
+//     batch at their next step), so with clearCache the driver asks
+//     /flush_cache until it answers 200 — it answers 400, never asserts,
+//     while requests remain — and the running batch is then empty for the
+//     load that follows;
+//   - keep (in_place): the frozen requests stay in the running batch, no
+//     flush can succeed, and clearCache is ignored; LoadCheckpoint then
+//     loads with flush_cache false. A release without pause modes would
+//     abort instead (its /pause_generation reads no body), so keep is
+//     refused there with the minimum release.
 func (d *sglangDriver) Pause(ctx context.Context, mode PauseMode, clearCache bool) error {
 	m, ok := sglangPauseModes[mode]
 	if !ok {
 		return &UnsupportedError{Engine: d.url, Kind: KindSGLang, Op: fmt.Sprintf("pause mode %q", mode),
 			Hint: "SGLang pauses with abort (abort) or in_place (keep); it has no wait mode"}
 	}
+	if mode == PauseKeep && !d.capabilities(ctx).Has(FeatureSGLangPauseModes) {
+		return &UnsupportedError{Engine: d.url, Kind: KindSGLang, Op: "pause mode keep",
+			Hint: fmt.Sprintf("SGLang %s has no in_place pause (its /pause_generation always aborts): upgrade to %s or newer, or set trainer.pause_mode: abort",
+				d.capabilities(ctx).Release, sglangMin(FeatureSGLangPauseModes))}
+	}
 	if _, err := d.do(ctx, http.MethodPost, "/pause_generation", nil, map[string]string{"mode": m}, true); err != nil {
 		return err
 	}
-	if clearCache {
-		return d.ResetPrefixCache(ctx)
+	d.mu.Lock()
+	d.paused, d.flushed = mode, false
+	d.mu.Unlock()
+	if clearCache && mode == PauseAbort {
+		return d.flushWhenIdle(ctx)
 	}
 	return nil
 }
 
+// flushWhenIdle asks /flush_cache until it answers 200: the running batch
+// is then empty and the radix cache dropped.
+func (d *sglangDriver) flushWhenIdle(ctx context.Context) error {
+	for {
+		err := d.ResetPrefixCache(ctx)
+		var re *RouteError
+		if err == nil {
+			d.mu.Lock()
+			d.flushed = true
+			d.mu.Unlock()
+			return nil
+		}
+		if !errors.As(err, &re) || re.Status != http.StatusBadRequest {
+			return err
+		}
+		t := time.NewTimer(flushPoll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("engine %s: waiting for the aborted requests to leave SGLang's running batch: %w (last answer: %w)", d.url, ctx.Err(), err)
+		case <-t.C:
+		}
+	}
+}
+
 func (d *sglangDriver) Resume(ctx context.Context) error {
 	_, err := d.do(ctx, http.MethodPost, "/continue_generation", nil, map[string]any{}, false)
+	if err == nil {
+		d.mu.Lock()
+		d.paused, d.flushed = "", false
+		d.mu.Unlock()
+	}
 	return err
 }
 
@@ -107,19 +183,37 @@ type SGLangResult struct {
 	Message string `json:"message"`
 }
 
+// LoadCheckpoint loads dir with /update_weights_from_disk. Its flush
+// (flush_cache, which the scheduler asserts succeeded) is asked for only
+// when no request can be in the running batch: under a keep (in_place)
+// pause the frozen requests are, so it loads with flush_cache false;
+// under an abort pause it first waits for the aborted requests to leave
+// (flushWhenIdle) unless Pause already did; unpaused, SGLang's tokenizer
+// manager itself waits for every request in flight before loading.
 func (d *sglangDriver) LoadCheckpoint(ctx context.Context, dir string, version int64) error {
 	if dir == "" {
 		return fmt.Errorf("engine %s: load checkpoint: empty directory", d.url)
 	}
+	d.mu.Lock()
+	paused, flushed := d.paused, d.flushed
+	d.mu.Unlock()
+	if paused == PauseAbort && !flushed {
+		if err := d.flushWhenIdle(ctx); err != nil {
+			return err
+		}
+	}
 	start := d.opts.Now()
 	var out SGLangResult
-	body := UpdateWeightsFromDiskRequest{ModelPath: dir, WeightVersion: strconv.FormatInt(version, 10), FlushCache: true}
+	body := UpdateWeightsFromDiskRequest{ModelPath: dir, WeightVersion: strconv.FormatInt(version, 10), FlushCache: paused != PauseKeep}
 	if err := d.doJSON(ctx, http.MethodPost, "/update_weights_from_disk", nil, body, &out, true); err != nil {
 		return err
 	}
 	if out.Success == nil || !*out.Success {
 		return d.shapeError("POST /update_weights_from_disk", "success is not true: %s", out.Message)
 	}
+	d.mu.Lock()
+	d.loaded[dir] = true
+	d.mu.Unlock()
 	d.recordSwap(version, start, d.opts.Now())
 	return nil
 }
@@ -155,7 +249,7 @@ func (d *sglangDriver) ServedVersion(ctx context.Context) (int64, error) {
 }
 
 func (d *sglangDriver) Metrics(ctx context.Context) (Metrics, error) {
-	return d.metrics(ctx, sglangMetrics)
+	return d.metrics(ctx, KindSGLang)
 }
 
 // sglangMetrics maps SGLang's metric names (python/sglang/srt/metrics/
@@ -216,11 +310,11 @@ func (d *sglangDriver) Generate(ctx context.Context, req GenerateRequest) (Gener
 	}
 	body := SGLangGenerateRequest{InputIDs: req.PromptIDs, SamplingParams: sp, ReturnLogprob: true, RID: req.RequestID}
 	if req.Model != "" {
-		base, err := d.servedModel(ctx)
+		base, err := d.isBaseName(ctx, req.Model)
 		if err != nil {
 			return GenerateResult{}, err
 		}
-		if req.Model != base {
+		if !base {
 			body.LoRAPath = req.Model // a loaded adapter is selected by its name
 		}
 	}

@@ -289,7 +289,7 @@ func (d *vllmDriver) UnloadLoRA(ctx context.Context, name string) error {
 }
 
 func (d *vllmDriver) Metrics(ctx context.Context) (Metrics, error) {
-	return d.metrics(ctx, vllmMetrics)
+	return d.metrics(ctx, KindVLLM)
 }
 
 // vllmMetrics maps vLLM's metric names onto Metrics.

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/asyncrl/asyncrl/engine/driver"
 )
@@ -28,6 +29,20 @@ type FakeOptions struct {
 	// Skew makes the last worker (with Workers > 1) report a version one
 	// behind the others.
 	Skew bool
+
+	// SGLang's scheduler (sglangfake.go). SGLangRelease is the release
+	// the fake reports and behaves as (default SGLangDefaultRelease);
+	// GenerateFor is how long one /generate runs unpaused (default 0:
+	// answers at once); SGLangHealthTimeout is how long /health waits on
+	// a paused scheduler before its 503 (SGLANG_HEALTH_CHECK_TIMEOUT,
+	// default 20 s); SGLangRoutes reports --enable-return-routed-experts;
+	// SGLangAbortLag is how long an aborted request stays in the running
+	// batch (the abort is asynchronous).
+	SGLangAbortLag      time.Duration
+	SGLangRelease       string
+	GenerateFor         time.Duration
+	SGLangHealthTimeout time.Duration
+	SGLangRoutes        bool
 }
 
 // Call is one request a fake received.
@@ -48,6 +63,7 @@ type Fake struct {
 	calls   []Call
 	paused  bool
 	version int64
+	sg      *sgState // SGLang's scheduler; nil for other kinds
 }
 
 // NewFake starts a fake engine of kind (vllm or sglang) from the fixtures.
@@ -59,6 +75,10 @@ func NewFake(kind driver.Kind, opts FakeOptions) *Fake {
 	fx := MustFixtures(kind)
 	mux := http.NewServeMux()
 	seen := map[string]bool{}
+	if kind == driver.KindSGLang {
+		f.initSGLang()
+		f.sglangRoutes(mux, fx, seen)
+	}
 	for _, fix := range fx {
 		if fix.Status < 200 || fix.Status > 299 {
 			continue

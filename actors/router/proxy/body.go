@@ -31,6 +31,11 @@ type requestBody struct {
 	MaxTokens           *int            `json:"max_tokens"`
 	MaxCompletionTokens *int            `json:"max_completion_tokens"`
 	N                   *int            `json:"n"`
+	// SGLang's native /generate (the rollouts' protocol on SGLang
+	// engines): the prompt as input_ids, the decode length as
+	// sampling_params.max_new_tokens (io_struct.GenerateReqInput).
+	InputIDs       json.RawMessage `json:"input_ids"`
+	SamplingParams json.RawMessage `json:"sampling_params"`
 }
 
 // parseRequest extracts the session key (policy.SessionKey's priority:
@@ -91,6 +96,9 @@ func fromBody(req *requestBody, ok bool, body []byte, defaultDecode, prefixBytes
 	if len(src) == 0 {
 		src = req.Messages
 	}
+	if len(src) == 0 {
+		src = req.InputIDs
+	}
 	if len(src) > 0 {
 		if n, isIDs := countTokenIDs(src); isIDs {
 			info.promptTokens = n
@@ -111,6 +119,13 @@ func fromBody(req *requestBody, ok bool, body []byte, defaultDecode, prefixBytes
 		info.decodeTokens = *req.MaxTokens
 	case req.MaxCompletionTokens != nil && *req.MaxCompletionTokens >= 0:
 		info.decodeTokens = *req.MaxCompletionTokens
+	case len(req.SamplingParams) > 0:
+		var sp struct {
+			MaxNewTokens *int `json:"max_new_tokens"`
+		}
+		if json.Unmarshal(req.SamplingParams, &sp) == nil && sp.MaxNewTokens != nil && *sp.MaxNewTokens >= 0 {
+			info.decodeTokens = *sp.MaxNewTokens
+		}
 	}
 	if req.N != nil && *req.N > 1 {
 		info.decodeTokens *= *req.N

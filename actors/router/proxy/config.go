@@ -35,15 +35,19 @@ type Config struct {
 	AdminToken string
 	// MaxBodyBytes caps a request body; larger bodies get 413. Default 32 MiB.
 	MaxBodyBytes int64
-	// HealthInterval is the period of active GET /health checks; 0 turns
+	// HealthInterval is the period of active health checks
+	// (engine/driver.ProbeHealth: GET /health, or SGLang's /get_model_info
+	// when its generating /health does not answer in time); 0 turns
 	// active checks (and passive marking down, which only they can undo) off.
 	// Policy.FailThreshold and Policy.RecoverThreshold set the hysteresis.
 	HealthInterval time.Duration
 	// HealthTimeout bounds one health check.
 	HealthTimeout time.Duration
 	// MetricsInterval is the period of GET /metrics scrapes of every
-	// replica (vllm:num_requests_waiting, vllm:kv_cache_usage_perc) feeding
-	// the bounded_sticky load; 0 turns scraping off.
+	// replica (vllm:num_requests_waiting and vllm:kv_cache_usage_perc, or
+	// SGLang's sglang:num_queue_reqs and sglang:token_usage, read by
+	// engine/driver.ParseMetrics) feeding the bounded_sticky load; 0 turns
+	// scraping off.
 	MetricsInterval time.Duration
 	// RetryRatio and RetryBurst form the retry budget: every request earns
 	// RetryRatio retry tokens, up to RetryBurst; a retry spends one. So

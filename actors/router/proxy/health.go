@@ -1,14 +1,13 @@
 package proxy
 
 import (
-	"bufio"
 	"context"
 	"io"
 	"net/http"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/asyncrl/asyncrl/engine/driver"
 )
 
 // loop runs f every interval until ctx ends.
@@ -50,22 +49,17 @@ func (r *Router) forEach(f func(url string)) {
 	wg.Wait()
 }
 
-// checkHealth probes GET /health on every replica.
+// checkHealth probes every replica with engine/driver's ProbeHealth:
+// GET /health, and for an SGLang replica whose /health (a generation) does
+// not answer in time — always the case while it is paused for a weight
+// swap — its scheduler-free /get_model_info.
 func (r *Router) checkHealth(ctx context.Context) {
 	r.forEach(func(u string) {
 		cctx, cancel := context.WithTimeout(ctx, r.cfg.HealthTimeout)
 		defer cancel()
-		ok := false
-		if req, err := http.NewRequestWithContext(cctx, http.MethodGet, u+"/health", nil); err == nil {
-			resp, err := r.tr.RoundTrip(req)
-			if localResourceError(err) || inProcessTimeout(err) {
-				return // this process is out of sockets or busy: says nothing about u
-			}
-			if err == nil {
-				_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
-				resp.Body.Close()
-				ok = resp.StatusCode == http.StatusOK
-			}
+		ok, err := driver.ProbeHealth(cctx, r.tr, u)
+		if localResourceError(err) || inProcessTimeout(err) {
+			return // this process is out of sockets or busy: says nothing about u
 		}
 		if ctx.Err() != nil {
 			return // shutting down: a cancelled probe says nothing
@@ -124,42 +118,21 @@ func (r *Router) scrapeMetrics(ctx context.Context) {
 	})
 }
 
-// parseEngineMetrics reads vllm:num_requests_waiting (summed over label
-// sets, e.g. per model or DP rank) and vllm:kv_cache_usage_perc (the
-// maximum: the fullest cache is the binding one) from Prometheus text.
+// parseEngineMetrics reads the waiting-queue length (summed over label
+// sets, e.g. per model or DP rank) and the KV-cache usage (the fullest
+// series: the binding one) of a vLLM, built-in or SGLang engine through
+// engine/driver's parser (vllm:num_requests_waiting and
+// vllm:kv_cache_usage_perc, or sglang:num_queue_reqs and
+// sglang:token_usage); ok is false when the text holds none of them or
+// does not parse.
 func parseEngineMetrics(rd io.Reader) (queue int, kv float64, ok bool) {
-	sc := bufio.NewScanner(rd)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	var waiting float64
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		name, rest := line, ""
-		if i := strings.IndexAny(line, "{ "); i >= 0 {
-			name, rest = line[:i], line[i:]
-		}
-		if name != "vllm:num_requests_waiting" && name != "vllm:kv_cache_usage_perc" {
-			continue
-		}
-		if j := strings.LastIndexByte(rest, '}'); j >= 0 {
-			rest = rest[j+1:]
-		}
-		fields := strings.Fields(rest)
-		if len(fields) == 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(fields[0], 64)
-		if err != nil {
-			continue
-		}
-		ok = true
-		if name == "vllm:num_requests_waiting" {
-			waiting += v
-		} else if v > kv {
-			kv = v
-		}
+	data, err := io.ReadAll(rd)
+	if err != nil {
+		return 0, 0, false
 	}
-	return int(waiting), kv, ok
+	m, err := driver.ParseMetrics(data)
+	if err != nil || !m.HasLoad {
+		return 0, 0, false
+	}
+	return int(m.Waiting), m.KVCacheUsage, true
 }

@@ -24,6 +24,10 @@ func TestParseEngineMetrics(t *testing.T) {
 		{"other metrics only", "vllm:num_requests_running 9\n", 0, 0, false},
 		{"garbage value", "vllm:num_requests_waiting{a=\"b\"} NaNx\n", 0, 0, false},
 		{"label with brace and space", "vllm:kv_cache_usage_perc{x=\"a b}\"} 0.5 1700000000\n", 0, 0.5, true},
+		// SGLang (python/sglang/srt/metrics/collector.py, --enable-metrics):
+		// the load signal bounded_sticky had none of before issue 30.
+		{"sglang", "# TYPE sglang:num_queue_reqs gauge\nsglang:num_queue_reqs{model_name=\"m\",dp_rank=\"0\"} 5\nsglang:num_queue_reqs{model_name=\"m\",dp_rank=\"1\"} 2\n# TYPE sglang:token_usage gauge\nsglang:token_usage{dp_rank=\"0\"} 0.4\nsglang:token_usage{dp_rank=\"1\"} 0.9\n", 7, 0.9, true},
+		{"sglang other metrics only", "sglang:gen_throughput 812.5\n", 0, 0, false},
 	}
 	for _, tc := range cases {
 		q, kv, ok := parseEngineMetrics(strings.NewReader(tc.text))
@@ -45,6 +49,9 @@ func TestParseBody(t *testing.T) {
 		{"chat", `{"messages":[{"role":"user","content":"hello"}],"max_completion_tokens":3}`, 8, 3, true},
 		{"default decode", `{"prompt":"abcd"}`, 1, 256, true},
 		{"malformed", `{"prompt":`, 2, 256, false},
+		// SGLang's native /generate (rollouts on SGLang engines).
+		{"sglang generate", `{"input_ids":[1,2,3,4,5,6],"sampling_params":{"max_new_tokens":9},"return_logprob":true}`, 6, 9, true},
+		{"sglang default decode", `{"input_ids":[1,2],"sampling_params":{"temperature":1}}`, 2, 256, true},
 	}
 	for _, tc := range cases {
 		got := parseBody([]byte(tc.body), 256, 2048)

@@ -318,6 +318,10 @@ func (s *scanner) field(name []byte, escaped bool, raw []byte) bool {
 		r.MaxCompletionTokens = s.intField(raw, 1)
 	case "n":
 		r.N = s.intField(raw, 2)
+	case "input_ids":
+		r.InputIDs = raw
+	case "sampling_params":
+		r.SamplingParams = raw
 	}
 	return s.exact
 }

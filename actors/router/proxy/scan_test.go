@@ -14,6 +14,8 @@ import (
 // encoding/json matches case-insensitively, type errors in the integer
 // fields, trailing garbage.
 var scanCorpus = []string{
+	`{"input_ids":[151643,9707,11],"sampling_params":{"max_new_tokens":8,"temperature":1},"return_logprob":true}`,
+	`{"input_ids":[1],"sampling_params":null,"input_ids":[1,2]}`,
 	`{"prompt":"hello","max_tokens":16}`,
 	` {"prompt" : [1, 2, 3] , "max_tokens" : null , "n" : 3 } `,
 	`{"prompt":"a\"b\\c\/d\b\f\n\r\t\u00e9\uD83D\uDE00","user":"u"}`,
@@ -101,7 +103,7 @@ func checkScan(t *testing.T, body []byte) {
 		return
 	}
 	raws := func(r *requestBody) [][]byte {
-		return [][]byte{r.Prompt, r.Messages, r.SessionParams, r.User, r.SessionID, r.UserID}
+		return [][]byte{r.Prompt, r.Messages, r.SessionParams, r.User, r.SessionID, r.UserID, r.InputIDs, r.SamplingParams}
 	}
 	if !slices.EqualFunc(raws(&got), raws(&want), bytes.Equal) ||
 		!sameInt(got.MaxTokens, want.MaxTokens) || !sameInt(got.MaxCompletionTokens, want.MaxCompletionTokens) || !sameInt(got.N, want.N) {
