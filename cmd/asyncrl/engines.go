@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/asyncrl/asyncrl/cluster/rollouthost"
 	"github.com/asyncrl/asyncrl/cluster/weightsync"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/engine/driver"
@@ -102,6 +103,12 @@ func checkTargets(f *enginesCheckFlags, urls []string) ([]checkTarget, error) {
 		}
 		if len(cfg.Engines.External) == 0 {
 			return nil, fmt.Errorf("%s: engines.external is empty: nothing to check (the built-in engines are started by the run)", f.config)
+		}
+		// The run refuses at start a mix its rollouts cannot speak to
+		// (SGLang's /generate beside /v1/completions engines): so must
+		// the check, or it passes where the run fails.
+		if _, err := rollouthost.Protocol(cfg.Engines); err != nil {
+			return nil, fmt.Errorf("%s: %w", f.config, err)
 		}
 		var out []checkTarget
 		for i, e := range cfg.Engines.External {
