@@ -52,6 +52,11 @@ func newEnginesCheckCmd(g *globals) *cobra.Command {
 			"LoRA, rollout.routed_experts, rollout.support_from_logprobs), exactly as the run's\n" +
 			"preflight does. Nothing is changed on the engines (one 1-token generation is run).",
 		RunE: func(cmd *cobra.Command, urls []string) error {
+			for _, name := range []string{"kind", "model", "api-key-file", "require-lora"} {
+				if f.config != "" && cmd.Flags().Changed(name) {
+					return fail("asyncrl engines check: --%s does not go with --config: the config's engines.external say each engine's kind, key and what the run needs", name)
+				}
+			}
 			targets, err := checkTargets(f, urls)
 			if err != nil {
 				return fail("asyncrl engines check: %v", err)

@@ -143,6 +143,11 @@ func TestEnginesCheckConfigPauseMode(t *testing.T) {
 	if code, _, errOut := cli(t, "engines", "check", "--config", write("wait"), f.URL); code != 1 || !strings.Contains(errOut, "no URLs") {
 		t.Fatalf("--config with URLs: exit %d, %q", code, errOut)
 	}
+	// The flags --config replaces are refused, not silently ignored (a
+	// --model that was never checked would read as checked).
+	if code, _, errOut := cli(t, "engines", "check", "--config", write("wait"), "--model", "other"); code != 1 || !strings.Contains(errOut, "--model") {
+		t.Fatalf("--config with --model: exit %d, %q", code, errOut)
+	}
 }
 
 // A config whose engines mix SGLang with vLLM-protocol engines is refused
