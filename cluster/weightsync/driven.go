@@ -118,7 +118,13 @@ func (d *Driven) dropStaleKV(ctx context.Context) error {
 	if kerr == nil {
 		return nil
 	}
-	if aerr := d.Driver.Pause(ctx, driver.PauseAbort, true); aerr != nil {
+	// With its own deadline, as resume: the swap's context may be what
+	// ended (and failed the reset), and resume follows regardless — an
+	// abort sent on the ended context would fail and leave the frozen
+	// requests to resume on the old weights' KV.
+	actx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if aerr := d.Driver.Pause(actx, driver.PauseAbort, true); aerr != nil {
 		return fmt.Errorf("keep-mode swap: the new weights are loaded but KV from the old ones could not be dropped (%w), nor the frozen requests aborted: %w", kerr, aerr)
 	}
 	return nil
