@@ -217,23 +217,9 @@ func (c *HTTPClient) Generate(ctx context.Context, req TurnRequest) (TurnOutput,
 	if err != nil {
 		return TurnOutput{}, err
 	}
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(c.BaseURL, "/")+"/v1/completions", bytes.NewReader(body))
+	data, resp, err := c.post(ctx, "/v1/completions", body, req.SessionID)
 	if err != nil {
 		return TurnOutput{}, err
-	}
-	hreq.Header.Set("Content-Type", "application/json")
-	hreq.Header.Set("X-Session-ID", req.SessionID)
-	resp, err := c.client().Do(hreq)
-	if err != nil {
-		return TurnOutput{}, fmt.Errorf("%w: %w", ErrEngine, err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if err != nil {
-		return TurnOutput{}, fmt.Errorf("%w: read body: %w", ErrEngine, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return TurnOutput{}, fmt.Errorf("%w: HTTP %d: %s", ErrEngine, resp.StatusCode, bytes.TrimSpace(data))
 	}
 	out, err := decodeAnswer(data, resp.Header, req.Tokens)
 	if err == nil {
@@ -244,6 +230,33 @@ func (c *HTTPClient) Generate(ctx context.Context, req TurnRequest) (TurnOutput,
 	}
 	out.Engine = resp.Header.Get("X-Asyncrl-Replica")
 	return out, nil
+}
+
+// post sends a JSON body to path behind the router, with the session
+// header the router keeps sessions on one replica by, and returns a 200
+// answer's body (at most 16 MiB) and the response (its headers carry the
+// router's versions and replica); a transport error or another status is
+// an ErrEngine error.
+func (c *HTTPClient) post(ctx context.Context, path string, body []byte, sessionID string) ([]byte, *http.Response, error) {
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(c.BaseURL, "/")+path, bytes.NewReader(body))
+	if err != nil {
+		return nil, nil, err
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	hreq.Header.Set("X-Session-ID", sessionID)
+	resp, err := c.client().Do(hreq)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", ErrEngine, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: read body: %w", ErrEngine, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, nil, fmt.Errorf("%w: HTTP %d: %s", ErrEngine, resp.StatusCode, bytes.TrimSpace(data))
+	}
+	return data, resp, nil
 }
 
 // decodeAnswer turns a /v1/completions body (and the router's headers)

@@ -1,14 +1,11 @@
 package rollout
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"strings"
 )
 
 // Protocol is the generation API the rollout client speaks to the engines
@@ -97,23 +94,9 @@ func (c *HTTPClient) generateSGLang(ctx context.Context, req TurnRequest) (TurnO
 	if err != nil {
 		return TurnOutput{}, err
 	}
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(c.BaseURL, "/")+"/generate", bytes.NewReader(body))
+	data, resp, err := c.post(ctx, "/generate", body, req.SessionID)
 	if err != nil {
 		return TurnOutput{}, err
-	}
-	hreq.Header.Set("Content-Type", "application/json")
-	hreq.Header.Set("X-Session-ID", req.SessionID)
-	resp, err := c.client().Do(hreq)
-	if err != nil {
-		return TurnOutput{}, fmt.Errorf("%w: %w", ErrEngine, err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if err != nil {
-		return TurnOutput{}, fmt.Errorf("%w: read body: %w", ErrEngine, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return TurnOutput{}, fmt.Errorf("%w: HTTP %d: %s", ErrEngine, resp.StatusCode, bytes.TrimSpace(data))
 	}
 	out, err := decodeSGLangAnswer(data, resp.Header, req.Tokens)
 	if err != nil {

@@ -83,9 +83,20 @@ func (d *Driven) gone(err error) error {
 // ResetOptions.Running: the frozen requests are recomputed on the new
 // weights); where the engine cannot (SGLang, a vLLM before 0.17, or a
 // failing call) it aborts the frozen requests with the cache (the
-// rollouts retry them) rather than resume on stale KV.
+// rollouts retry them) rather than resume on stale KV. An engine with no
+// such reset at all (SGLang) swaps as abort from the start.
 func (d *Driven) swap(ctx context.Context, mode string, load func() error) error {
 	keep := mode == string(config.PauseKeep)
+	if _, ok := d.Driver.(driver.PrefixCacheResetter); keep && !ok {
+		// An engine that cannot drop running requests' KV at all (SGLang)
+		// pauses with abort from the start: the frozen requests would be
+		// aborted after the load anyway, and SGLang cannot abort them
+		// once frozen — its scheduler, paused in_place, runs no forward
+		// pass, and a running request's abort takes effect only at one
+		// (Scheduler.abort_request), so the post-load abort never drains
+		// and the swap stalls until its deadline.
+		mode, keep = string(config.PauseAbort), false
+	}
 	if err := d.Driver.Pause(ctx, driver.PauseMode(mode), !keep); err != nil {
 		// A "wait" pause cut short (ctx ended) leaves the engine paused:
 		// let it serve its current weights rather than nothing.
@@ -107,7 +118,13 @@ func (d *Driven) dropStaleKV(ctx context.Context) error {
 	if kerr == nil {
 		return nil
 	}
-	if aerr := d.Driver.Pause(ctx, driver.PauseAbort, true); aerr != nil {
+	// With its own deadline, as resume: the swap's context may be what
+	// ended (and failed the reset), and resume follows regardless — an
+	// abort sent on the ended context would fail and leave the frozen
+	// requests to resume on the old weights' KV.
+	actx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if aerr := d.Driver.Pause(actx, driver.PauseAbort, true); aerr != nil {
 		return fmt.Errorf("keep-mode swap: the new weights are loaded but KV from the old ones could not be dropped (%w), nor the frozen requests aborted: %w", kerr, aerr)
 	}
 	return nil

@@ -323,3 +323,30 @@ func TestKeepSwapAbortsWhenKVCannotBeDropped(t *testing.T) {
 		t.Fatalf("pauses %v, paused %v, version %d; want [keep abort], resumed, version 1", e.pauses, e.paused, e.version)
 	}
 }
+
+// A keep swap whose context ends during the load (the reset then fails on
+// it) still aborts the frozen requests before the resume that follows
+// anyway: they must not resume on the old weights' KV.
+func TestKeepSwapAbortsWhenItsContextEnded(t *testing.T) {
+	e := newKVEngine(t, false)
+	d, err := driver.New(driver.KindVLLM, e.srv.URL, driver.Options{Model: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dr := &Driven{Name: "kv", URL: e.srv.URL, Driver: d, Load: config.LoadFull}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	err = dr.swap(ctx, string(config.PauseKeep), func() error {
+		err := d.LoadCheckpoint(ctx, "/ckpt/v1", 1)
+		cancel() // the swap's deadline passes as the load ends
+		return err
+	})
+	if err != nil {
+		t.Fatalf("swap: %v (the abort fallback has its own deadline)", err)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if fmt.Sprint(e.pauses) != "[keep abort]" || e.paused || e.version != 1 {
+		t.Fatalf("pauses %v, paused %v, version %d; want [keep abort], resumed, version 1", e.pauses, e.paused, e.version)
+	}
+}

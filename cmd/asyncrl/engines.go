@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/asyncrl/asyncrl/cluster/rollouthost"
 	"github.com/asyncrl/asyncrl/cluster/weightsync"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/engine/driver"
@@ -51,6 +52,11 @@ func newEnginesCheckCmd(g *globals) *cobra.Command {
 			"LoRA, rollout.routed_experts, rollout.support_from_logprobs), exactly as the run's\n" +
 			"preflight does. Nothing is changed on the engines (one 1-token generation is run).",
 		RunE: func(cmd *cobra.Command, urls []string) error {
+			for _, name := range []string{"kind", "model", "api-key-file", "require-lora"} {
+				if f.config != "" && cmd.Flags().Changed(name) {
+					return fail("asyncrl engines check: --%s does not go with --config: the config's engines.external say each engine's kind, key and what the run needs", name)
+				}
+			}
 			targets, err := checkTargets(f, urls)
 			if err != nil {
 				return fail("asyncrl engines check: %v", err)
@@ -102,6 +108,12 @@ func checkTargets(f *enginesCheckFlags, urls []string) ([]checkTarget, error) {
 		}
 		if len(cfg.Engines.External) == 0 {
 			return nil, fmt.Errorf("%s: engines.external is empty: nothing to check (the built-in engines are started by the run)", f.config)
+		}
+		// The run refuses at start a mix its rollouts cannot speak to
+		// (SGLang's /generate beside /v1/completions engines): so must
+		// the check, or it passes where the run fails.
+		if _, err := rollouthost.Protocol(cfg.Engines); err != nil {
+			return nil, fmt.Errorf("%s: %w", f.config, err)
 		}
 		var out []checkTarget
 		for i, e := range cfg.Engines.External {

@@ -143,4 +143,26 @@ func TestEnginesCheckConfigPauseMode(t *testing.T) {
 	if code, _, errOut := cli(t, "engines", "check", "--config", write("wait"), f.URL); code != 1 || !strings.Contains(errOut, "no URLs") {
 		t.Fatalf("--config with URLs: exit %d, %q", code, errOut)
 	}
+	// The flags --config replaces are refused, not silently ignored (a
+	// --model that was never checked would read as checked).
+	if code, _, errOut := cli(t, "engines", "check", "--config", write("wait"), "--model", "other"); code != 1 || !strings.Contains(errOut, "--model") {
+		t.Fatalf("--config with --model: exit %d, %q", code, errOut)
+	}
+}
+
+// A config whose engines mix SGLang with vLLM-protocol engines is refused
+// at the run's start (rollouthost.Protocol: the router sends any turn to
+// any replica); --config fails on it too, naming the mix, before probing.
+func TestEnginesCheckConfigRefusesAProtocolMix(t *testing.T) {
+	sg := enginetest.NewFake(driver.KindSGLang, enginetest.FakeOptions{})
+	defer sg.Close()
+	p := filepath.Join(t.TempDir(), "run.yaml")
+	y := fmt.Sprintf("engines:\n  served_model_name: Qwen/Qwen3-0.6B\n  count: 1\n  external:\n    - {url: %q, kind: sglang}\ntrainer:\n  pause_mode: abort\n", sg.URL)
+	if err := os.WriteFile(p, []byte(y), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := cli(t, "engines", "check", "--config", p)
+	if code != 1 || !strings.Contains(errOut, "SGLang") {
+		t.Fatalf("exit %d, stderr %q, stdout:\n%s", code, errOut, out)
+	}
 }

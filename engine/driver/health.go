@@ -50,10 +50,15 @@ func ProbeHealth(ctx context.Context, rt http.RoundTripper, baseURL string) (hea
 	if ok {
 		return true, nil
 	}
-	if err != nil && err2 != nil {
-		return false, errors.Join(err, err2)
+	if err == nil {
+		return false, nil // /health answered, and not 200: that is the verdict
 	}
-	return false, nil
+	// /health did not answer (timed out, refused) and nothing proved an
+	// SGLang up: report why /health failed, so the caller can tell its own
+	// overload (an in-process replica's timeout, no sockets) from the
+	// engine's — a vLLM or built-in engine answers the fallback 404 at
+	// once, which says nothing about its /health.
+	return false, errors.Join(err, err2)
 }
 
 // isSGLangModelInfo: the body is SGLang's /get_model_info object (it has

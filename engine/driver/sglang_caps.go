@@ -104,15 +104,10 @@ func (d *sglangDriver) kindFindings(ctx context.Context, c Capabilities, n Needs
 		add("pause_mode", VerdictFail, "SGLang has no wait pause (its modes are abort, retract and in_place)",
 			"set trainer.pause_mode: abort (or keep, SGLang's in_place)")
 	case PauseKeep:
-		if !c.Has(FeatureSGLangPauseModes) {
-			add("pause_mode", VerdictFail, rel+" has no pause modes: /pause_generation always aborts, and a disk update waits for every request in flight",
-				"upgrade SGLang to "+sglangMin(FeatureSGLangPauseModes)+" or newer, or set trainer.pause_mode: abort")
-		} else {
-			add("pause_mode", VerdictWarn, "keep pauses SGLang in_place for the load only: SGLang cannot drop the frozen requests' KV (it flushes only with an empty running batch, "+
-				"and asserts if asked to during a weight update, so the driver loads with flush_cache false), so after the load the swap aborts them and flushes the radix cache "+
-				"rather than resume them, or serve new requests, on KV from the old weights — keep then costs what abort costs",
-				"set trainer.pause_mode: abort (the same result without the in_place pause)")
-		}
+		add("pause_mode", VerdictWarn, "SGLang cannot drop running requests' KV (it flushes only with an empty running batch) nor abort requests frozen in_place "+
+			"(its paused scheduler runs no forward pass, where an abort takes effect), so a keep swap pauses SGLang with abort "+
+			"(cluster/weightsync Driven.swap) rather than resume them, or serve new requests, on KV from the old weights — keep costs what abort costs",
+			"set trainer.pause_mode: abort (the same swap)")
 	case PauseAbort:
 		add("pause_mode", VerdictPass, "abort: the driver waits until the aborted requests left the running batch (/flush_cache answers 200) before the disk update", "")
 	}

@@ -52,7 +52,7 @@ func TestSGLangKindFindings(t *testing.T) {
 		fix     string
 	}{
 		{newCaps, Needs{PauseMode: PauseWait}, "pause_mode", VerdictFail, "pause_mode: abort"},
-		{oldCaps, Needs{PauseMode: PauseKeep}, "pause_mode", VerdictFail, "0.5.6"},
+		{oldCaps, Needs{PauseMode: PauseKeep}, "pause_mode", VerdictWarn, "abort"},
 		{newCaps, Needs{PauseMode: PauseKeep}, "pause_mode", VerdictWarn, "abort"},
 		{oldCaps, Needs{PauseMode: PauseAbort}, "pause_mode", VerdictPass, ""},
 		{newCaps, Needs{WeightLoad: "delta"}, "weight_load", VerdictFail, "weight_load: full"},

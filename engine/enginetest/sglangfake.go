@@ -21,7 +21,15 @@ import (
 //     in_place freezes them in the running batch; retract moves them back to
 //     the waiting queue (io_struct.PauseGenerationReqInput,
 //     sgl-project/sglang PR #10071). Releases before the modes read no body
-//     and abort.
+//     and abort. abort is the tokenizer manager's alone (it sends the
+//     scheduler abort_all and never a pause: tokenizer_manager
+//     pause_generation), in_place and retract pause the scheduler, whose
+//     event loop then runs no batch (event_loop_normal: "if
+//     self._engine_paused: continue") until /continue_generation. A
+//     running request's abort takes effect only at its next forward pass
+//     (Scheduler.abort_request sets to_finish), so requests frozen in_place
+//     and then aborted stay in the running batch for as long as the
+//     scheduler stays paused.
 //   - /update_weights_from_disk: while not paused the tokenizer manager
 //     takes model_update_lock's writer side, which waits for every request
 //     in flight; while paused (releases with the modes) it goes straight to
@@ -56,6 +64,7 @@ type sgReq struct {
 // sgState is the scheduler's state, under Fake.mu.
 type sgState struct {
 	pause      string // "", abort, in_place, retract
+	frozen     bool   // the scheduler is paused (in_place or retract): it steps no batch
 	running    map[*sgReq]struct{}
 	dead       string // the assertion that killed it
 	served     string // /v1/models' id: follows model_path after a disk update
@@ -205,7 +214,7 @@ func (f *Fake) sgGenerate(fix *Fixture) http.HandlerFunc {
 				req.ran += now.Sub(last)
 			}
 			last = now
-			dead, aborted, done := f.sg.dead, req.aborted, req.ran >= f.Opts.GenerateFor
+			dead, aborted, done := f.sg.dead, req.aborted && (!f.sg.frozen || req.retracted), req.ran >= f.Opts.GenerateFor
 			ch := f.sg.changed
 			f.mu.Unlock()
 			switch {
@@ -255,6 +264,9 @@ func (f *Fake) sgPause(w http.ResponseWriter, r *http.Request) {
 	}
 	f.mu.Lock()
 	f.sg.pause = mode
+	if mode != "abort" {
+		f.sg.frozen = true // an abort pause leaves a frozen scheduler frozen
+	}
 	for req := range f.sg.running {
 		switch mode {
 		case "abort":
@@ -270,7 +282,7 @@ func (f *Fake) sgPause(w http.ResponseWriter, r *http.Request) {
 
 func (f *Fake) sgContinue(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
-	f.sg.pause = ""
+	f.sg.pause, f.sg.frozen = "", false
 	for req := range f.sg.running {
 		req.retracted = false
 	}
