@@ -87,14 +87,14 @@ func (d *Driven) gone(err error) error {
 // such reset at all (SGLang) swaps as abort from the start.
 func (d *Driven) swap(ctx context.Context, mode string, load func() error) error {
 	keep := mode == string(config.PauseKeep)
-	if _, ok := d.Driver.(driver.PrefixCacheResetter); keep && !ok {
-		// An engine that cannot drop running requests' KV at all (SGLang)
-		// pauses with abort from the start: the frozen requests would be
-		// aborted after the load anyway, and SGLang cannot abort them
-		// once frozen — its scheduler, paused in_place, runs no forward
-		// pass, and a running request's abort takes effect only at one
-		// (Scheduler.abort_request), so the post-load abort never drains
-		// and the swap stalls until its deadline.
+	if keep && !driver.ResetsRunning(ctx, d.Driver) {
+		// An engine that cannot drop running requests' KV (SGLang; vLLM
+		// before 0.17.0) pauses with abort from the start: the frozen
+		// requests would be aborted after the load anyway, and SGLang
+		// cannot abort them once frozen — its scheduler, paused in_place,
+		// runs no forward pass, and a running request's abort takes
+		// effect only at one (Scheduler.abort_request), so the post-load
+		// abort never drains and the swap stalls until its deadline.
 		mode, keep = string(config.PauseAbort), false
 	}
 	if err := d.Driver.Pause(ctx, driver.PauseMode(mode), !keep); err != nil {

@@ -34,7 +34,8 @@ import (
 type kvEngine struct {
 	t          *testing.T
 	oldRelease bool
-	failReset  bool // /reset_prefix_cache answers 500
+	failReset  bool   // /reset_prefix_cache answers 500
+	release    string // GET /version answers it when set
 	srv        *httptest.Server
 	pauses     []string // pause modes asked, in order
 
@@ -59,6 +60,13 @@ func newKVEngine(t *testing.T, oldRelease bool) *kvEngine {
 	e.cond = sync.NewCond(&e.mu)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {})
+	mux.HandleFunc("GET /version", func(w http.ResponseWriter, r *http.Request) {
+		if e.release == "" {
+			http.NotFound(w, r)
+			return
+		}
+		fmt.Fprintf(w, `{"version":%q}`, e.release)
+	})
 	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, `{"object":"list","data":[{"id":"m","object":"model"}]}`)
 	})
@@ -291,10 +299,12 @@ func TestKeepSwapStampsNoTokenNewerThanItsKV(t *testing.T) {
 	}
 }
 
-// The oracle sees the bug it guards against: on a release that drops
-// reset_running_requests, the reset is refused while B holds blocks, C
-// reuses A's version-0 blocks and its tokens are stamped version 1 — why
-// Check refuses keep mode on such releases.
+// The oracle sees the bug it guards against: on an engine that drops
+// reset_running_requests without saying its release (a known release
+// before 0.17.0 swaps keep as abort instead), the reset is refused while
+// B holds blocks, C reuses A's version-0 blocks and its tokens are
+// stamped version 1 — why engines check warns about keep on an engine
+// whose release it cannot read.
 func TestKeepSwapWithoutRunningResetReusesStaleBlocks(t *testing.T) {
 	e := newKVEngine(t, true)
 	violations, _ := keepSwapViolations(t, e)
@@ -348,5 +358,27 @@ func TestKeepSwapAbortsWhenItsContextEnded(t *testing.T) {
 	defer e.mu.Unlock()
 	if fmt.Sprint(e.pauses) != "[keep abort]" || e.paused || e.version != 1 {
 		t.Fatalf("pauses %v, paused %v, version %d; want [keep abort], resumed, version 1", e.pauses, e.paused, e.version)
+	}
+}
+
+// On a vLLM release that has pause modes but not reset_running_requests
+// (0.16), a keep swap pauses with abort from the start: the frozen
+// requests' KV could not be dropped after the load.
+func TestKeepSwapAbortsFromTheStartWithoutRunningReset(t *testing.T) {
+	e := newKVEngine(t, true)
+	e.release = "0.16.2"
+	d, err := driver.New(driver.KindVLLM, e.srv.URL, driver.Options{Model: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dr := &Driven{Name: "kv", URL: e.srv.URL, Driver: d, Load: config.LoadFull}
+	ctx := context.Background()
+	if err := dr.swap(ctx, string(config.PauseKeep), func() error { return d.LoadCheckpoint(ctx, "/ckpt/v1", 1) }); err != nil {
+		t.Fatal(err)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if fmt.Sprint(e.pauses) != "[abort]" || e.version != 1 {
+		t.Fatalf("pauses %v, version %d; want [abort] and version 1", e.pauses, e.version)
 	}
 }

@@ -283,6 +283,21 @@ type PrefixCacheResetter interface {
 	ResetPrefixCacheWith(ctx context.Context, o ResetOptions) error
 }
 
+// ResetsRunning reports whether d can drop running requests' KV
+// (ResetOptions.Running) on its engine's release: vLLM from 0.17.0 (and a
+// release it cannot tell, trusted), the built-in engine; never SGLang. A
+// keep-mode swap on an engine that cannot pauses with abort instead.
+func ResetsRunning(ctx context.Context, d Driver) bool {
+	r, ok := d.(PrefixCacheResetter)
+	if !ok {
+		return false
+	}
+	if v, ok := r.(*vllmDriver); ok {
+		return v.cachedCaps(ctx).Has(FeatureResetRunning)
+	}
+	return true
+}
+
 // ResetPrefixCacheWith resets d's prefix cache with o: through
 // PrefixCacheResetter where d has it, else d.ResetPrefixCache when o asks
 // for nothing more; an ErrUnsupported error when it does.
