@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/asyncrl/asyncrl/config"
+	"github.com/asyncrl/asyncrl/internal/realtok"
 	"github.com/asyncrl/asyncrl/policy/transformer"
 	"github.com/asyncrl/asyncrl/tinker"
 	"github.com/asyncrl/asyncrl/tinker/client"
@@ -123,6 +124,37 @@ func TestHFBaseModelTrainsAndSamples(t *testing.T) {
 		t.Fatalf("loss still %.3f after %d steps: %v", last, len(losses), losses)
 	}
 
+	// save_weights / load_weights restore the child's HF state: a step
+	// taken after the save is undone, with and without the optimiser
+	path, err := c.SaveWeights(ctx, model, seq, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq++
+	for _, withOpt := range []bool{true, false} {
+		if _, err := c.ForwardBackward(ctx, model, seq, batch); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.OptimStep(ctx, model, seq+1, p); err != nil {
+			t.Fatal(err)
+		}
+		moved, err := c.Forward(ctx, model, seq+2, batch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.LoadWeights(ctx, model, seq+3, path, withOpt); err != nil {
+			t.Fatal(err)
+		}
+		back, err := c.Forward(ctx, model, seq+4, batch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seq += 5
+		if a, b, m := final.Metrics["loss:sum"], back.Metrics["loss:sum"], moved.Metrics["loss:sum"]; a != b || a == m {
+			t.Fatalf("optimizer %v: loss at save %v, after a step %v, after load_weights %v", withOpt, a, m, b)
+		}
+	}
+
 	// the trained weights, served as a sampler checkpoint, answer greedily
 	_, sampler, err := c.SaveForSampler(ctx, model, seq, "", 0)
 	if err != nil {
@@ -151,6 +183,70 @@ func TestHFBaseModelTrainsAndSamples(t *testing.T) {
 	}
 	if err := c.UnloadModel(ctx, model); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestHFBaseModelRandomInit: an entry with arch and the real Qwen3
+// tokenizer and no path random-initialises its checkpoint under
+// <data_dir>/models at the first start — the tokenizer's files copied in,
+// its vocabulary sizing the embedding — and serves it (a base-model sample
+// comes back with ids of that vocabulary); a second start reuses the
+// directory rather than writing it again.
+func TestHFBaseModelRandomInit(t *testing.T) {
+	tok := realtok.Dir(t, realtok.Qwen3)
+	root := t.TempDir()
+	cfg := testConfig(root)
+	cfg.Run.Seed = 5
+	cfg.Tinker.Trainer = config.TinkerTrainerExec
+	cfg.Tinker.TrainerExec = []string{"/bin/false"} // no model is created
+	cfg.Tinker.BaseModels = []config.TinkerBaseModel{{Name: "Qwen/Qwen3-0.6B", Arch: config.ArchQwen3, Tokenizer: tok}}
+	dir := filepath.Join(cfg.Tinker.DataDir, "models", "qwen3-tiny-seed5")
+	var stamp time.Time
+	for round := range 2 {
+		r, c := start(t, cfg, "")
+		ctx := ctxT(t)
+		names, err := c.Capabilities(ctx)
+		if err != nil || !slices.Equal(names, []string{"Qwen/Qwen3-0.6B"}) {
+			t.Fatalf("get_server_capabilities: %v, %v", names, err)
+		}
+		for _, f := range []string{"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} {
+			if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+		}
+		st, err := os.Stat(filepath.Join(dir, "model.safetensors"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if round == 1 && !st.ModTime().Equal(stamp) {
+			t.Fatalf("the second start wrote the checkpoint again (%v, first %v)", st.ModTime(), stamp)
+		}
+		stamp = st.ModTime()
+		mc, err := transformer.ReadConfig(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if mc.VocabSize < 151000 {
+			t.Fatalf("vocabulary %d: not the Qwen3 tokenizer's", mc.VocabSize)
+		}
+		sess, err := c.CreateSession(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sp, err := c.CreateSamplingSession(ctx, sess, 1, "Qwen/Qwen3-0.6B", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := c.Sample(ctx, client.SampleRequest(sp, 1, []int32{151644, 872, 198}, 1, 3, 1))
+		if err != nil || len(out.Sequences) != 1 || len(out.Sequences[0].Tokens) == 0 {
+			t.Fatalf("base-model sample: %+v, %v", out, err)
+		}
+		for _, id := range out.Sequences[0].Tokens {
+			if id < 0 || int(id) >= mc.VocabSize {
+				t.Fatalf("sampled id %d outside the vocabulary %d", id, mc.VocabSize)
+			}
+		}
+		r.Close()
 	}
 }
 
