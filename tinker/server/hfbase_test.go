@@ -56,15 +56,26 @@ func torchConfig(t *testing.T) config.Config {
 // and tokenizer id (what the SDK's get_tokenizer loads), samplers/{id}
 // answers its name — the PyTorch worker trains it (model kind hf:
 // forward_backward + optim_step lower the loss on a fixed batch), and the
-// built-in engine samples the weights save_weights_for_sampler wrote: the
-// trained answer greedily, which the base model does not produce. Skipped
-// when /usr/bin/python3 cannot import torch.
+// built-in engine samples the weights save_weights_for_sampler wrote, in
+// both sampler_weights modes: the trained answer greedily, which the base
+// model does not produce. save_weights / load_weights restore the child's
+// state. Skipped when /usr/bin/python3 cannot import torch.
 func TestHFBaseModelTrainsAndSamples(t *testing.T) {
+	for _, mode := range []config.SamplerWeightsMode{config.SamplerAdapter, config.SamplerVersion} {
+		t.Run(string(mode), func(t *testing.T) { trainHFBase(t, mode) })
+	}
+}
+
+func trainHFBase(t *testing.T, mode config.SamplerWeightsMode) {
 	cfg := torchConfig(t)
 	const name = "asyncrl-test/Qwen3-tiny"
 	cfg.Tinker.BaseModels = []config.TinkerBaseModel{{Name: name, Path: tinyQwen3(t), TokenizerID: "Qwen/Qwen3-0.6B"}}
-	_, c := start(t, cfg, "")
-	ctx := ctxT(t)
+	cfg.Tinker.SamplerWeights = mode
+	r, c := start(t, cfg, "")
+	// children start torch (seconds each on a loaded machine): a longer
+	// bound than ctxT's
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
 
 	names, err := c.Capabilities(ctx)
 	if err != nil || !slices.Equal(names, []string{name}) {
@@ -91,6 +102,18 @@ func TestHFBaseModelTrainsAndSamples(t *testing.T) {
 
 	prompt := []int32{11, 12, 13, 14, 15}
 	answer := []int32{200, 7, 99, 150}
+	baseSampler, err := c.CreateSamplingSession(ctx, sess, 2, name, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err := c.Sample(ctx, client.SampleRequest(baseSampler, 1, prompt, 1, len(answer), 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Equal(base.Sequences[0].Tokens, answer) {
+		t.Fatalf("the base model answers %v already: the check below proves nothing", answer)
+	}
+
 	batch := tinker.ForwardBackwardInput{LossFn: "cross_entropy",
 		Data: []tinker.Datum{tinker.NextTokenDatum(append(slices.Clone(prompt), answer...), len(prompt)-1)}}
 	p := tinker.DefaultAdamParams()
@@ -124,6 +147,29 @@ func TestHFBaseModelTrainsAndSamples(t *testing.T) {
 		t.Fatalf("loss still %.3f after %d steps: %v", last, len(losses), losses)
 	}
 
+	// the trained weights, served as a sampler checkpoint, answer greedily
+	_, sampler, err := c.SaveForSampler(ctx, model, seq, "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq++
+	if sp, err := c.GetSampler(ctx, sampler); err != nil || sp["base_model"] != name {
+		t.Fatalf("samplers/%s: %v, %v", sampler, sp, err)
+	}
+	trained, err := c.Sample(ctx, client.SampleRequest(sampler, 1, prompt, 1, len(answer), 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := trained.Sequences[0].Tokens; !slices.Equal(got, answer) {
+		t.Fatalf("trained sampler answered %v, want %v (losses %v)", got, answer, losses)
+	}
+	if mode == config.SamplerVersion {
+		if v := r.Engines[0].E.Stats().Version; v != 1 {
+			t.Fatalf("the engine serves version %d after the save, want 1", v)
+		}
+		return
+	}
+
 	// save_weights / load_weights restore the child's HF state: a step
 	// taken after the save is undone, with and without the optimiser
 	path, err := c.SaveWeights(ctx, model, seq, "s1")
@@ -153,33 +199,6 @@ func TestHFBaseModelTrainsAndSamples(t *testing.T) {
 		if a, b, m := final.Metrics["loss:sum"], back.Metrics["loss:sum"], moved.Metrics["loss:sum"]; a != b || a == m {
 			t.Fatalf("optimizer %v: loss at save %v, after a step %v, after load_weights %v", withOpt, a, m, b)
 		}
-	}
-
-	// the trained weights, served as a sampler checkpoint, answer greedily
-	_, sampler, err := c.SaveForSampler(ctx, model, seq, "", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if sp, err := c.GetSampler(ctx, sampler); err != nil || sp["base_model"] != name {
-		t.Fatalf("samplers/%s: %v, %v", sampler, sp, err)
-	}
-	trained, err := c.Sample(ctx, client.SampleRequest(sampler, 1, prompt, 1, len(answer), 0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := trained.Sequences[0].Tokens; !slices.Equal(got, answer) {
-		t.Fatalf("trained sampler answered %v, want %v (losses %v)", got, answer, losses)
-	}
-	baseSampler, err := c.CreateSamplingSession(ctx, sess, 2, name, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	base, err := c.Sample(ctx, client.SampleRequest(baseSampler, 1, prompt, 1, len(answer), 0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if slices.Equal(base.Sequences[0].Tokens, answer) {
-		t.Fatalf("the base model answers %v too: the check proves nothing", answer)
 	}
 	if err := c.UnloadModel(ctx, model); err != nil {
 		t.Fatal(err)
