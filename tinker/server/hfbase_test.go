@@ -323,6 +323,18 @@ func TestHFBaseModelErrors(t *testing.T) {
 		t.Fatalf("weights were written into the broken directory: %v", err)
 	}
 	cfg := testConfig(t.TempDir())
+	cfg.Tinker.Trainer = config.TinkerTrainerExec
+	cfg.Tinker.TrainerExec = []string{"/bin/false"}
+	cfg.Tinker.BaseModels = []config.TinkerBaseModel{{Name: "m", Path: good}}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if r, err := server.Start(ctx, cfg, server.Options{Log: zerolog.Nop(), NoLocalEngines: true}); err == nil || !strings.Contains(err.Error(), "cluster node's tinker role is not supported yet") {
+		if err == nil {
+			r.Close()
+		}
+		t.Fatalf("a cluster node's tinker role with a Hugging Face base: %v", err)
+	}
+	cfg = testConfig(t.TempDir())
 	cfg.Tinker.BaseWeights = good
 	if err := startErr(cfg); err == nil || !strings.Contains(err.Error(), "list it under tinker.base_models") {
 		t.Fatalf("base_weights with a Hugging Face checkpoint: %v", err)

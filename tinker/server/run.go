@@ -101,6 +101,9 @@ func Start(ctx context.Context, c config.Config, o Options) (*Running, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tinker: base model: %w", err)
 	}
+	if hf != nil && o.NoLocalEngines && len(t.EngineURLs) == 0 {
+		return nil, fmt.Errorf("tinker: base model %s: a Hugging Face base model on a cluster node's tinker role is not supported yet (the members' engines serve the run's model, not %s): run `asyncrl tinker serve` on its own, or list engines serving it in tinker.engine_urls", hf.entry.Name, hf.dir)
+	}
 	if hf != nil {
 		base, serve = hf.entry.Name, hf.model
 		if hf.created {
