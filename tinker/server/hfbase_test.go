@@ -350,3 +350,65 @@ func startErr(cfg config.Config) error {
 	}
 	return err
 }
+
+// TestHFBaseModelArchitectures: each of the other architectures
+// (qwen3_moe, llama, deepseek_v3; qwen3 above) is served as a base model:
+// get_info names it, one forward_backward + optim_step runs in its torch
+// child and the engine samples the sampler checkpoint the child wrote.
+// Skipped with -short and when /usr/bin/python3 cannot import torch.
+func TestHFBaseModelArchitectures(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a torch child per architecture")
+	}
+	for _, arch := range []string{"qwen3_moe", "llama", "deepseek_v3"} {
+		t.Run(arch, func(t *testing.T) {
+			cfg := torchConfig(t)
+			dir := filepath.Join(t.TempDir(), arch)
+			if _, err := transformer.Create(transformer.CreateOptions{Arch: arch, Preset: "tiny", Vocab: 128, Out: dir, Seed: 2}); err != nil {
+				t.Fatal(err)
+			}
+			cfg.Tinker.BaseModels = []config.TinkerBaseModel{{Name: "test/" + arch, Path: dir}}
+			_, c := start(t, cfg, "")
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			t.Cleanup(cancel)
+			sess, err := c.CreateSession(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			model, err := c.CreateModel(ctx, sess, "test/"+arch, 1, 8)
+			if err != nil {
+				t.Fatal(err)
+			}
+			info, err := c.GetInfo(ctx, model)
+			if err != nil || info.ModelData.Arch != arch || info.ModelData.TokenizerID != "test/"+arch {
+				t.Fatalf("get_info: %+v, %v", info, err)
+			}
+			batch := tinker.ForwardBackwardInput{LossFn: "cross_entropy",
+				Data: []tinker.Datum{tinker.NextTokenDatum([]int32{3, 4, 5, 6, 7, 8}, 2)}}
+			out, err := c.ForwardBackward(ctx, model, 1, batch)
+			if err != nil || len(out.LossFnOutputs) != 1 || len(out.LossFnOutputs[0]["logprobs"].Data) != 5 {
+				t.Fatalf("forward_backward: %+v, %v", out, err)
+			}
+			p := tinker.DefaultAdamParams()
+			p.LearningRate = 1e-2
+			if _, err := c.OptimStep(ctx, model, 2, p); err != nil {
+				t.Fatal(err)
+			}
+			after, err := c.Forward(ctx, model, 3, batch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !(after.Metrics["loss:sum"] < out.Metrics["loss:sum"]) {
+				t.Fatalf("loss %v after a step, %v before", after.Metrics["loss:sum"], out.Metrics["loss:sum"])
+			}
+			_, sampler, err := c.SaveForSampler(ctx, model, 4, "", 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := c.Sample(ctx, client.SampleRequest(sampler, 1, []int32{3, 4, 5}, 2, 3, 1))
+			if err != nil || len(s.Sequences) != 2 {
+				t.Fatalf("sample: %+v, %v", s, err)
+			}
+		})
+	}
+}
