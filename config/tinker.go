@@ -17,8 +17,9 @@ type TinkerConfig struct {
 	// (--api-key or ASYNCRL_TINKER_API_KEY).
 	Listen string `yaml:"listen" doc:"Tinker API address (host:port); a non-loopback address needs an API key"`
 	// BaseModel is the name clients pass as base_model; empty = the
-	// engines' served_model_name.
-	BaseModel string `yaml:"base_model" doc:"base model name clients create models on; empty = engines.served_model_name"`
+	// engines' served_model_name. With base_models it names the entry
+	// served (empty: the only entry).
+	BaseModel string `yaml:"base_model" doc:"base model name clients create models on; empty = engines.served_model_name; with base_models: the entry served (empty = the only one)"`
 	// BaseWeights is a serving checkpoint of the built-in policy; empty = a
 	// fresh model from run.seed.
 	BaseWeights string `yaml:"base_weights" doc:"serving checkpoint DIR of the built-in policy base model; empty = a fresh built-in policy from run.seed (a Hugging Face checkpoint goes under base_models)"`
