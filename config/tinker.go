@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 )
@@ -16,11 +17,18 @@ type TinkerConfig struct {
 	// (--api-key or ASYNCRL_TINKER_API_KEY).
 	Listen string `yaml:"listen" doc:"Tinker API address (host:port); a non-loopback address needs an API key"`
 	// BaseModel is the name clients pass as base_model; empty = the
-	// engines' served_model_name.
-	BaseModel string `yaml:"base_model" doc:"base model name clients create models on; empty = engines.served_model_name"`
+	// engines' served_model_name. With base_models it names the entry
+	// served (empty: the only entry).
+	BaseModel string `yaml:"base_model" doc:"base model name clients create models on; empty = engines.served_model_name; with base_models: the entry served (empty = the only one)"`
 	// BaseWeights is a serving checkpoint of the built-in policy; empty = a
 	// fresh model from run.seed.
-	BaseWeights string `yaml:"base_weights" doc:"serving checkpoint DIR of the base model; empty = a fresh built-in policy from run.seed"`
+	BaseWeights string `yaml:"base_weights" doc:"serving checkpoint DIR of the built-in policy base model; empty = a fresh built-in policy from run.seed (a Hugging Face checkpoint goes under base_models)"`
+	// BaseModels is the catalog of Hugging Face base models (qwen3,
+	// qwen3_moe, llama, deepseek_v3): each a checkpoint directory, or one
+	// random-initialised at the start, served under its Hugging Face name.
+	// base_model picks the one served (empty with one entry: that one);
+	// empty catalog = the built-in policy.
+	BaseModels []TinkerBaseModel `yaml:"base_models" doc:"Hugging Face base models: a list of {name, path, arch, preset, tokenizer, tokenizer_id} (docs/tinker.md \"Base models\"); base_model picks the served one (empty with one entry: that one); empty = the built-in policy; needs trainer exec"`
 	// DataDir holds checkpoints (tinker:// paths) and the JetStream store of
 	// training futures; empty = <run.data_dir>/tinker.
 	DataDir string `yaml:"data_dir" doc:"checkpoints and the training-future store; empty = <run.data_dir>/tinker"`
@@ -76,6 +84,42 @@ type TinkerConfig struct {
 	TrainerExecTimeout time.Duration `yaml:"trainer_exec_timeout" doc:"trainer exec: a call the child does not answer within this fails; the child is killed and the model needs load_state"`
 }
 
+// TinkerBaseModel is one entry of tinker.base_models: a Hugging Face
+// checkpoint served and trained under a Hugging Face name, so the SDK's
+// get_tokenizer() loads its tokenizer (AutoTokenizer.from_pretrained of
+// get_info's model_data.tokenizer_id, or of the sampler's base_model).
+type TinkerBaseModel struct {
+	// Name is what clients pass as base_model, e.g. Qwen/Qwen3-0.6B.
+	Name string `yaml:"name" doc:"the name clients pass as base_model, e.g. Qwen/Qwen3-0.6B (the SDK's SamplingClient.get_tokenizer loads the tokenizer of this name)"`
+	// Path is the checkpoint directory; with arch set and path missing or
+	// empty, a random-initialised checkpoint is written there (empty:
+	// <data_dir>/models/<arch>-<preset>-seed<run.seed>).
+	Path string `yaml:"path" doc:"Hugging Face checkpoint directory (config.json, safetensors); with arch and no checkpoint there, one is random-initialised there (empty = <tinker.data_dir>/models/<arch>-<preset>-seed<run.seed>)"`
+	// Arch random-initialises a checkpoint of this architecture when there
+	// is none at path (asyncrl model init).
+	Arch ModelArch `yaml:"arch" doc:"random-initialise a checkpoint of this architecture when path holds none: qwen3, qwen3_moe, llama, deepseek_v3"`
+	// Preset is the size of that checkpoint.
+	Preset ModelPreset `yaml:"preset" doc:"size of the random-initialised checkpoint: tiny or small (empty = tiny)"`
+	// Tokenizer is the tokenizer directory copied into a random-initialised
+	// checkpoint (its vocabulary sizes the embedding).
+	Tokenizer string `yaml:"tokenizer" doc:"tokenizer directory (tokenizer.json + tokenizer_config.json) copied into the random-initialised checkpoint; required with arch"`
+	// TokenizerID is get_info's model_data.tokenizer_id, what the SDK's
+	// TrainingClient.get_tokenizer loads; empty = name.
+	TokenizerID string `yaml:"tokenizer_id" doc:"get_info's tokenizer_id, what TrainingClient.get_tokenizer passes to AutoTokenizer.from_pretrained (a Hugging Face id or a directory); empty = name"`
+}
+
+// Served is the catalog entry the server serves: the one base_model names,
+// or the only one when base_model is empty; nil for the built-in policy
+// (an empty catalog) or when base_model names none (Validate refuses it).
+func (c TinkerConfig) Served() *TinkerBaseModel {
+	for i := range c.BaseModels {
+		if c.BaseModels[i].Name == c.BaseModel || (c.BaseModel == "" && len(c.BaseModels) == 1) {
+			return &c.BaseModels[i]
+		}
+	}
+	return nil
+}
+
 // TinkerTrainer is tinker.trainer.
 type TinkerTrainer string
 
@@ -106,6 +150,7 @@ func DefaultTinker() TinkerConfig {
 	return TinkerConfig{
 		Listen:               "127.0.0.1:8100",
 		EngineURLs:           []string{},
+		BaseModels:           []TinkerBaseModel{},
 		SessionTimeout:       300 * time.Second,
 		LongPoll:             20 * time.Second,
 		SampleResultTTL:      10 * time.Minute,
@@ -160,6 +205,58 @@ func (c TinkerConfig) Validate() error {
 	if c.Trainer == TinkerTrainerExec && (len(c.TrainerExec) == 0 || c.TrainerExec[0] == "") {
 		v.fail("trainer_exec", "required with trainer exec: the child's command, e.g. [/usr/bin/python3, -m, asyncrl_worker]")
 	}
+	c.validateBaseModels(&v)
 	v.checkEnums(c)
 	return v.err()
+}
+
+// validateBaseModels: every entry named once, a checkpoint or an
+// architecture to create one (with its tokenizer); base_model names the
+// served entry; a Hugging Face base model trains in a trainer child.
+func (c TinkerConfig) validateBaseModels(v *checker) {
+	seen := map[string]int{}
+	for i, m := range c.BaseModels {
+		f := fmt.Sprintf("base_models[%d]", i)
+		if m.Name == "" {
+			v.fail(f+".name", "required: the name clients pass as base_model, e.g. Qwen/Qwen3-0.6B")
+		} else if j, dup := seen[m.Name]; dup {
+			v.fail(f+".name", "%q is also base_models[%d]: list each base model once", m.Name, j)
+		}
+		seen[m.Name] = i
+		if m.Path == "" && m.Arch == ArchNone {
+			v.fail(f+".path", "required: a Hugging Face checkpoint directory, or arch (with tokenizer) to random-initialise one")
+		}
+		if !slices.Contains(ModelArch("").Values(), string(m.Arch)) {
+			v.fail(f+".arch", "%q is not one of %s", m.Arch, strings.Join(ModelArch("").Values()[1:], ", "))
+		}
+		if m.Preset != "" && !slices.Contains(ModelPreset("").Values(), string(m.Preset)) {
+			v.fail(f+".preset", "%q is not one of %s", m.Preset, strings.Join(ModelPreset("").Values(), ", "))
+		}
+		if m.Arch != ArchNone && m.Tokenizer == "" {
+			v.fail(f+".tokenizer", "required with arch %s: a tokenizer directory holding tokenizer.json and tokenizer_config.json (make tokenizers fetches Qwen3's, Llama-3.1's and DeepSeek-V3's into .cache/tokenizers)", m.Arch)
+		}
+	}
+	if len(c.BaseModels) == 0 {
+		return
+	}
+	served := c.Served()
+	switch {
+	case served == nil && c.BaseModel == "":
+		v.fail("base_model", "required with %d base_models: name the one to serve", len(c.BaseModels))
+	case served == nil:
+		v.fail("base_model", "%q is not in base_models (%s): name one of them, or leave base_model empty with one entry", c.BaseModel, strings.Join(c.baseModelNames(), ", "))
+	case c.Trainer != TinkerTrainerExec:
+		v.fail("trainer", "base model %s is a Hugging Face checkpoint, which the PyTorch worker trains: set trainer: exec with trainer_exec: [/usr/bin/python3, -m, asyncrl_worker] and trainer_exec_env: [PYTHONPATH=integrations/torch] (builtin trains only the built-in policy)", served.Name)
+	}
+	if served != nil && c.BaseWeights != "" {
+		v.fail("base_weights", "is the built-in policy's checkpoint; base model %s comes from base_models: drop base_weights", served.Name)
+	}
+}
+
+func (c TinkerConfig) baseModelNames() []string {
+	var out []string
+	for _, m := range c.BaseModels {
+		out = append(out, m.Name)
+	}
+	return out
 }

@@ -30,8 +30,13 @@ type Options struct {
 	// Base is the base model's serving checkpoint directory (config.json +
 	// model.safetensors): every model starts from it.
 	Base string
-	// Config is Base's config.json content (sent in Init so a state of
-	// another shape is refused).
+	// Kind is Init's model kind: "builtin" (the default, the built-in
+	// policy) or "hf" (a Hugging Face checkpoint of a native architecture:
+	// the child reads its shape from Base's config.json).
+	Kind string
+	// Config is Base's config.json content, sent in Init with kind builtin
+	// so a state of another shape is refused (kind hf refuses it: the
+	// child reads config.json itself).
 	Config map[string]any
 	// OutDir holds one working directory per model.
 	OutDir string
@@ -56,8 +61,12 @@ func New(ctx context.Context, opts Options, name string, seed int64) (*Model, er
 	if opts.Base == "" {
 		return nil, fmt.Errorf("bridgetrain: no base checkpoint")
 	}
+	model := bridge.Model{Kind: "builtin", Path: opts.Base, Config: opts.Config}
+	if opts.Kind == "hf" {
+		model = bridge.Model{Kind: "hf", Path: opts.Base}
+	}
 	init := bridge.Init{
-		Model: bridge.Model{Kind: "builtin", Path: opts.Base, Config: opts.Config},
+		Model: model,
 		// OptimStep sets the AdamW parameters of every step; these only
 		// make the child's optimiser.
 		Optimizer: bridge.Optimizer{Name: "adamw", LR: 1e-4, Betas: [2]float64{0.9, 0.95}, Eps: 1e-8},

@@ -14,6 +14,10 @@
 // fresh child from such a directory (with the optimiser state, or weights
 // only); SaveSampler writes the BF16 serving checkpoint the engines load.
 //
+// Options.Kind picks Init's model kind: builtin (the built-in policy,
+// with its config.json in Init) or hf (a Hugging Face checkpoint of a
+// native architecture, the torch worker's asyncrl_worker/hf).
+//
 // Failures: a child that exits, hangs past the timeout or breaks the
 // protocol loses its accumulated gradient and the steps since the last
 // load, so — unlike the RL trainer's TrainBatch — a call is never

@@ -17,6 +17,7 @@ import (
 	"github.com/asyncrl/asyncrl/actors/trainer/bridge"
 	"github.com/asyncrl/asyncrl/cluster/localengine"
 	"github.com/asyncrl/asyncrl/config"
+	"github.com/asyncrl/asyncrl/engine"
 	"github.com/asyncrl/asyncrl/internal/wiring"
 	"github.com/asyncrl/asyncrl/policy"
 	"github.com/asyncrl/asyncrl/tinker/bridgetrain"
@@ -77,6 +78,9 @@ func Start(ctx context.Context, c config.Config, o Options) (*Running, error) {
 	if ip := net.ParseIP(host); (ip == nil || !ip.IsLoopback()) && host != "localhost" && o.APIKey == "" {
 		return nil, fmt.Errorf("%w: listen %s", ErrAPIKey, t.Listen)
 	}
+	if err := t.Validate(); err != nil {
+		return nil, err
+	}
 	dataDir := t.DataDir
 	if dataDir == "" {
 		dataDir = filepath.Join(c.Run.DataDir, "tinker")
@@ -89,11 +93,33 @@ func Start(ctx context.Context, c config.Config, o Options) (*Running, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tinker: %w", err)
 	}
-	em, err := wiring.InitialPolicy(t.BaseWeights, uint64(c.Run.Seed))
+	// the base model: a Hugging Face checkpoint of tinker.base_models, or
+	// the built-in policy
+	var serve engine.Model
+	var pm *policy.Model
+	hf, err := resolveHFBase(c, t, dataDir)
 	if err != nil {
 		return nil, fmt.Errorf("tinker: base model: %w", err)
 	}
-	pm := em.(*policy.Model)
+	if hf != nil && o.NoLocalEngines && len(t.EngineURLs) == 0 {
+		return nil, fmt.Errorf("tinker: base model %s: a Hugging Face base model on a cluster node's tinker role is not supported yet (the members' engines serve the run's model, not %s): run `asyncrl tinker serve` on its own, or list engines serving it in tinker.engine_urls", hf.entry.Name, hf.dir)
+	}
+	if hf != nil {
+		base, serve = hf.entry.Name, hf.model
+		if hf.created {
+			o.Log.Info().Str("dir", hf.dir).Str("arch", string(hf.entry.Arch)).Int64("seed", c.Run.Seed).Msg("tinker: base model random-initialised")
+		}
+	} else {
+		em, err := wiring.InitialPolicy(t.BaseWeights, uint64(c.Run.Seed))
+		if err != nil {
+			return nil, fmt.Errorf("tinker: base model: %w", err)
+		}
+		var ok bool
+		if pm, ok = em.(*policy.Model); !ok {
+			return nil, fmt.Errorf("tinker: base_weights %s is a Hugging Face checkpoint, not the built-in policy: list it under tinker.base_models ({name, path}) and drop base_weights (docs/tinker.md \"Base models\")", t.BaseWeights)
+		}
+		serve = pm.Clone()
+	}
 	r := &Running{done: make(chan error, 1)}
 	ok := false
 	defer func() {
@@ -118,15 +144,17 @@ func Start(ctx context.Context, c config.Config, o Options) (*Running, error) {
 	if len(urls) == 0 && !o.NoLocalEngines {
 		ec := c.Engines
 		ec.ServedModelName = base
-		if r.Engines, err = localengine.Start(ec, pm.Clone(), c.Run.Seed, o.Log, nil); err != nil {
+		if r.Engines, err = localengine.Start(ec, serve, c.Run.Seed, o.Log, nil); err != nil {
 			return nil, err
 		}
 		for _, e := range r.Engines {
 			urls = append(urls, e.URL)
 		}
 	}
-	backend, err := trainBackend(t, pm, dataDir, o.Log)
-	if err != nil {
+	var backend Backend
+	if hf != nil {
+		backend = hfExecBackend(t, hf, dataDir, o.Log)
+	} else if backend, err = trainBackend(t, pm, dataDir, o.Log); err != nil {
 		return nil, err
 	}
 	if r.Server, err = New(ctx, Config{Tinker: t, BaseModel: base, Backend: backend, EngineURLs: urls,
