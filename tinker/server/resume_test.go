@@ -103,6 +103,12 @@ func TestResumeFromState024(t *testing.T) {
 	if got := forwardLogprobs(t, c, weightsOnly, 5); reflect.DeepEqual(got, after) {
 		t.Fatal("resumed without optimizer matches the original after a step: the optimizer state was not what differed")
 	}
+	// The checkpoint records its model: weights_info answers after the
+	// saving model is gone (unloaded, or the server restarted).
+	code, out = c.do("POST", "unload_model", fmt.Sprintf(`{"model_id":%q,"type":"unload_model"}`, orig))
+	want(t, "unload_model", code, 200, out, "request_id")
+	c.wait(out["request_id"].(string))
+	resume(t, c, sess, 3, path, true)
 	// A path that is not saved is a 404 the SDK does not retry; a bad
 	// one a 422.
 	code, out = c.do("POST", "weights_info", fmt.Sprintf(`{"tinker_path":"tinker://%s/weights/nope"}`, orig))
