@@ -29,8 +29,10 @@ import (
 // does). In parallel mode the SDK sends chunks 2..n at once and chunk 1
 // last, and if any of 2..n is answered with an HTTP error it never sends
 // chunk 1 and every later call of the training client waits for ever for
-// its turn (TrainingClient._take_turn): so a refused datum is never an
-// HTTP error here but a failed future, whatever the mode.
+// its turn (TrainingClient._take_turn); 0.24.1's forward sends its chunks
+// in a loop that stops at the first HTTP error, leaving the later chunks'
+// turns untaken in any mode. So a refused datum is never an HTTP error
+// here but a failed future.
 const (
 	SDKChunkLen   = 1024
 	SDKChunkBytes = 5_000_000

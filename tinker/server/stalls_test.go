@@ -198,6 +198,25 @@ func TestChunkedBatchWithABadDatumInALaterChunk(t *testing.T) {
 		t.Fatalf("chunk after the refused one: %v, want a failed future naming data[1031]", res)
 	}
 
+	// 0.24.1's forward (the JSON /forward route) sends its chunks in a
+	// loop that stops at the first HTTP error, leaving the later chunks'
+	// turns untaken (TrainingClient.forward, _forward_async): whatever the
+	// chunk mode, a bad datum in any but the last chunk must not be an
+	// HTTP error. Here in the first chunk: the second is refused after it.
+	fwd := func(seq, n, bad int) string {
+		return strings.Replace(strings.Replace(chunkBody(model, seq, n, bad), `"forward_backward_input"`, `"forward_input"`, 1), `"type":"forward_backward"`, `"type":"forward"`, 1)
+	}
+	code, out = c.do("POST", "forward", fwd(100, 1024, 5))
+	want(t, "forward chunk 1 with a bad datum", code, 200, out, "request_id")
+	if res := c.wait(out["request_id"].(string)); !strings.Contains(fmt.Sprint(res["error"]), "body.forward_input.data[5]") {
+		t.Fatalf("forward chunk 1: %v", res)
+	}
+	code, out = c.do("POST", "forward", fwd(101, 2, -1))
+	want(t, "forward chunk 2", code, 200, out, "request_id")
+	if res := c.wait(out["request_id"].(string)); res["category"] != "user" || !strings.Contains(fmt.Sprint(res["error"]), "data[5]") {
+		t.Fatalf("forward chunk 2 after a refused chunk: %v", res)
+	}
+
 	// A client in parallel mode (one that ignores client/config) sends
 	// chunks 2..n at once, before chunk 1: each must still get a future,
 	// or the SDK never sends chunk 1.
