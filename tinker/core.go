@@ -64,6 +64,10 @@ type Model struct {
 	BaseModel string
 	Rank      int
 	Created   time.Time
+	// TrainMLP, TrainAttn and TrainUnembed are the create_model request's
+	// lora_config flags (absent = true), recorded with the model's
+	// checkpoints for weights_info.
+	TrainMLP, TrainAttn, TrainUnembed bool
 }
 
 // Sampler is a sampling session: base weights or a sampler checkpoint.
@@ -146,6 +150,9 @@ type Core struct {
 	goneOrder []string
 	goneHead  int
 	evicted   int64
+	// chunks is each model's last forward/forward_backward request, to
+	// place the next one in its batch (batch.go).
+	chunks map[string]chunkRec
 }
 
 // NewCore returns an empty core.
@@ -155,7 +162,7 @@ func NewCore(lim Limits) *Core {
 	}
 	return &Core{lim: lim, sessions: map[string]*Session{}, models: map[string]*Model{},
 		samplers: map[string]*Sampler{}, futures: map[string]*Future{}, idem: map[string]string{},
-		gone: map[string]string{}, trainIdem: map[string]map[string]idemRec{}}
+		gone: map[string]string{}, trainIdem: map[string]map[string]idemRec{}, chunks: map[string]chunkRec{}}
 }
 
 // CreateSession opens session id.
@@ -222,6 +229,7 @@ func (c *Core) UnloadModel(id string) error {
 	}
 	delete(c.models, id)
 	delete(c.trainIdem, id)
+	delete(c.chunks, id)
 	if s, ok := c.sessions[m.SessionID]; ok {
 		delete(s.Models, id)
 	}
@@ -381,6 +389,7 @@ func (c *Core) Tick(now time.Time) []Expired {
 		for m := range s.Models {
 			delete(c.models, m)
 			delete(c.trainIdem, m)
+			delete(c.chunks, m)
 			e.Models = append(e.Models, m)
 		}
 		for sid, sp := range c.samplers {

@@ -14,4 +14,9 @@
 // evicted oldest first past ResultTTL or ResultMaxBytes, and an evicted
 // id's Lookup says why (bounded tombstones). Training futures are also
 // persisted by the shell, so their eviction from memory loses nothing.
+//
+// PlaceChunk (batch.go) places each forward/forward_backward request in
+// the SDK's batch it is a chunk of (consecutive seq_ids, the SDK's chunk
+// rule), so that a bad datum is named by its index in the whole batch and
+// the batch's later chunks are refused after it (RefuseChunk, InBatch).
 package tinker

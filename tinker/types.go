@@ -157,12 +157,60 @@ type SaveWeightsForSamplerRequest struct {
 	TTLSeconds           *int64  `json:"ttl_seconds,omitempty"`
 }
 
-// LoadWeightsRequest is types/load_weights_request.py.
+// LoadWeightsRequest is types/load_weights_request.py. SessionID,
+// ModelSeqID and BaseModel are its create-via-load addressing (0.24.1+),
+// which the SDK uses only when client/config says
+// create_model_via_load_weights; this server says false, so they are
+// read only to refuse them clearly.
 type LoadWeightsRequest struct {
-	ModelID   string `json:"model_id"`
-	SeqID     *int64 `json:"seq_id"`
-	Path      string `json:"path"`
-	Optimizer bool   `json:"optimizer"`
+	ModelID            string  `json:"model_id"`
+	SeqID              *int64  `json:"seq_id"`
+	Path               string  `json:"path"`
+	Optimizer          bool    `json:"optimizer"`
+	SessionID          *string `json:"session_id,omitempty"`
+	ModelSeqID         *int64  `json:"model_seq_id,omitempty"`
+	BaseModel          *string `json:"base_model,omitempty"`
+	WeightsAccessToken *string `json:"weights_access_token,omitempty"`
+}
+
+// WeightsInfoRequest is what RestClient.get_weights_info_by_tinker_path
+// posts to weights_info (src/tinker/lib/public_interfaces/rest_client.py,
+// thinking-machines-lab/tinker 6b025363 = 0.24.1 and d595dc2b = 0.25.0).
+type WeightsInfoRequest struct {
+	TinkerPath string `json:"tinker_path"`
+}
+
+// WeightsInfoResponse is types/weights_info_response.py (same commits):
+// ServiceClient.create_training_client_from_state(_with_optimizer) creates
+// the model from base_model and lora_rank (the async variant asserts
+// is_lora and a rank) and the train_* flags (None reads as true).
+type WeightsInfoResponse struct {
+	BaseModel    string `json:"base_model"`
+	IsLoRA       bool   `json:"is_lora"`
+	LoRARank     *int   `json:"lora_rank"`
+	TrainUnembed *bool  `json:"train_unembed,omitempty"`
+	TrainMLP     *bool  `json:"train_mlp,omitempty"`
+	TrainAttn    *bool  `json:"train_attn,omitempty"`
+}
+
+// ClientConfigResponse is the part of types/client_config_response.py
+// (same commits; unknown flags are ignored by the SDK) this server sets.
+type ClientConfigResponse struct {
+	PJWTAuthEnabled bool `json:"pjwt_auth_enabled"`
+	// ParallelFwdBwdChunks false makes the SDK submit a batch's chunks one
+	// after another in seq_id order (training_client.py _run_fwd_bwd):
+	// the server then sees a batch's chunks in order and can name a bad
+	// datum by its index in the whole batch.
+	ParallelFwdBwdChunks bool `json:"parallel_fwdbwd_chunks"`
+	// CreateModelViaLoadWeights false keeps create_training_client_from_state
+	// on weights_info → create_model → load_weights.
+	CreateModelViaLoadWeights bool `json:"create_model_via_load_weights"`
+}
+
+// ClientDynamicConfigResponse is types/client_dynamic_config_response.py
+// (new in 0.25.0, d595dc2b): re-fetched every refresh_interval_sec.
+type ClientDynamicConfigResponse struct {
+	RefreshIntervalSec int `json:"refresh_interval_sec"`
 }
 
 // CreateSamplingSessionRequest is types/create_sampling_session_request.py.

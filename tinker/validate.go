@@ -224,7 +224,9 @@ func ValidateOptim(r *OptimStepRequest) error {
 	return e.orNil()
 }
 
-// ValidateSample checks asample against the engines' context length.
+// ValidateSample checks asample against the engines' context length and
+// fills sampling_params.max_tokens's default (the rest of the context)
+// when the request has none.
 func ValidateSample(r *SampleRequest, vocab, maxLen int) error {
 	var e FieldErrors
 	n := 0
@@ -263,8 +265,18 @@ func ValidateSample(r *SampleRequest, vocab, maxLen int) error {
 	switch {
 	case sp == nil:
 		e.missing("sampling_params")
+	case sp.MaxTokens == nil && n < maxLen:
+		// The SDK lets max_tokens be None and drops it from the body
+		// (types/_pydantic_types/sampling_params.py, "TODO make max_tokens
+		// a required field" in sampling_client.py; tinker 6b025363 and
+		// d595dc2b). Default: the rest of the context, so the sample ends
+		// at a stop or at the context's end — no hidden cap shorter than
+		// what the model can hold. The validator fills it in so that the
+		// sampler reads one value.
+		m := maxLen - n
+		sp.MaxTokens = &m
 	case sp.MaxTokens == nil:
-		e.add("missing", "max_tokens is required", "sampling_params", "max_tokens")
+		e.add("value_error", fmt.Sprintf("prompt has %d tokens, which fill the context of %d: no room for max_tokens (its default, the rest of the context)", n, maxLen), "sampling_params", "max_tokens")
 	case *sp.MaxTokens < 1 || n+*sp.MaxTokens > maxLen:
 		e.add("value_error", fmt.Sprintf("must be ≥ 1 with prompt + max_tokens ≤ %d (prompt has %d tokens), got %d", maxLen, n, *sp.MaxTokens), "sampling_params", "max_tokens")
 	}

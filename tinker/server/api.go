@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -22,8 +23,20 @@ func (s *Server) routes() http.Handler {
 		return map[string]any{"supported_models": []map[string]any{{"model_name": s.cfg.BaseModel, "max_context_length": s.cfg.Backend.MaxSeqLen()}}}, nil
 	})
 	s.route(mux, "POST", "client/config", func(http.ResponseWriter, *http.Request, []byte) (any, error) {
-		return map[string]any{"pjwt_auth_enabled": false}, nil
+		// Serial chunks: tinker/batch.go. Models are created with
+		// create_model, then loaded: weightsInfo.
+		return tinker.ClientConfigResponse{}, nil
 	})
+	// client/dynamic_config: fetched by SDK 0.25.0 at start and every
+	// refresh_interval_sec (InternalClientHolder
+	// ._fetch_client_dynamic_config, POST {sdk_version}; d595dc2b). This
+	// server has no flags that change while it runs; GET is served too.
+	dynamic := func(http.ResponseWriter, *http.Request, []byte) (any, error) {
+		return tinker.ClientDynamicConfigResponse{RefreshIntervalSec: 300}, nil
+	}
+	s.route(mux, "POST", "client/dynamic_config", dynamic)
+	s.route(mux, "GET", "client/dynamic_config", dynamic)
+	s.route(mux, "POST", "weights_info", s.weightsInfo)
 	s.route(mux, "POST", "telemetry", func(http.ResponseWriter, *http.Request, []byte) (any, error) {
 		return map[string]string{"status": "accepted"}, nil
 	})
@@ -85,6 +98,20 @@ func (s *Server) heartbeat(_ http.ResponseWriter, _ *http.Request, body []byte) 
 // submitTrain creates a training future (idempotent by model and seq id),
 // persists it as pending and queues run on the model's worker.
 func (s *Server) submitTrain(op, modelID string, seq *int64, sessionID string, body []byte, run func(Trainer) (any, error)) (any, error) {
+	return s.submitTrainChecked(op, modelID, seq, sessionID, body, nil, run)
+}
+
+// submitTrainChecked is submitTrain with a check that runs once the
+// future is new (a retry of the same seq_id and body gets the original
+// future without it): a check error fails the future at once with
+// category "user" and run never runs. Refusing a request this way rather
+// than with an HTTP error keeps the SDK's turn order moving — the SDK
+// retries 408/409/429/5xx for up to 300 s (InternalClientHolder
+// .execute_with_retries and _is_retryable_status_code, tinker 6b025363 and
+// d595dc2b) and never sends the rest of a parallel batch after an HTTP
+// error (tinker/batch.go) — and the SDK raises it as RequestFailedError
+// with category User, the message kept.
+func (s *Server) submitTrainChecked(op, modelID string, seq *int64, sessionID string, body []byte, check func() error, run func(Trainer) (any, error)) (any, error) {
 	idem := ""
 	if seq != nil {
 		idem = modelID + "/" + strconv.FormatInt(*seq, 10)
@@ -112,6 +139,12 @@ func (s *Server) submitTrain(op, modelID string, seq *int64, sessionID string, b
 	}
 	if dup {
 		return tinker.UntypedAPIFuture{RequestID: id, ModelID: modelID}, nil
+	}
+	if check != nil {
+		if err := check(); err != nil {
+			s.finishTrain(id, op, modelID, nil, userError{err})
+			return tinker.UntypedAPIFuture{RequestID: id, ModelID: modelID}, nil
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -175,7 +208,11 @@ func (s *Server) createModel(_ http.ResponseWriter, _ *http.Request, body []byte
 	}
 	modelID := newID("m-")
 	s.mu.Lock()
-	_, err := s.core.CreateModel(s.now(), req.SessionID, modelID, req.BaseModel, req.LoraConfig.Rank)
+	m, err := s.core.CreateModel(s.now(), req.SessionID, modelID, req.BaseModel, req.LoraConfig.Rank)
+	if err == nil {
+		lc := req.LoraConfig
+		m.TrainMLP, m.TrainAttn, m.TrainUnembed = orTrue(lc.TrainMLP), orTrue(lc.TrainAttn), orTrue(lc.TrainUnembed)
+	}
 	s.mu.Unlock()
 	if err != nil {
 		return nil, err
@@ -200,6 +237,9 @@ func (s *Server) createModel(_ http.ResponseWriter, _ *http.Request, body []byte
 	})
 }
 
+// orTrue reads an optional lora_config flag (types/lora_config.py: true).
+func orTrue(b *bool) bool { return b == nil || *b }
+
 func (s *Server) getInfo(_ http.ResponseWriter, _ *http.Request, body []byte) (any, error) {
 	var req tinker.ModelRequest
 	if err := decode(body, &req); err != nil {
@@ -216,37 +256,61 @@ func (s *Server) getInfo(_ http.ResponseWriter, _ *http.Request, body []byte) (a
 }
 
 func (s *Server) fwdbwd(body []byte, backward bool) (any, error) {
-	var modelID string
-	var seq *int64
-	var in *tinker.ForwardBackwardInput
-	field := "forward_backward_input"
 	if backward {
 		var req tinker.ForwardBackwardRequest
 		if err := decode(body, &req); err != nil {
 			return nil, err
 		}
-		modelID, seq, in = req.ModelID, req.SeqID, req.ForwardBackwardInput
-	} else {
-		var req tinker.ForwardRequest
-		if err := decode(body, &req); err != nil {
-			return nil, err
-		}
-		modelID, seq, in, field = req.ModelID, req.SeqID, req.ForwardInput, "forward_input"
+		return s.submitFwdBwd("forward_backward", "forward_backward_input", req.ModelID, req.SeqID, req.ForwardBackwardInput, body)
 	}
-	if err := tinker.ValidateFwdBwd(modelID, seq, in, field, s.cfg.Backend.VocabSize()); err != nil {
+	var req tinker.ForwardRequest
+	if err := decode(body, &req); err != nil {
+		return nil, err
+	}
+	return s.submitFwdBwd("forward", "forward_input", req.ModelID, req.SeqID, req.ForwardInput, body)
+}
+
+// submitFwdBwd submits a decoded forward (op "forward") or
+// forward_backward request; body is what idempotency hashes. A request
+// without a model, seq_id or input is a 422; bad data in it fail its
+// future (category "user") naming each datum by its index in the SDK's
+// whole batch, and the batch's later requests fail too (tinker/batch.go).
+func (s *Server) submitFwdBwd(op, field, modelID string, seq *int64, in *tinker.ForwardBackwardInput, body []byte) (any, error) {
+	vocab, maxLen := s.cfg.Backend.VocabSize(), s.cfg.Backend.MaxSeqLen()
+	if modelID == "" || seq == nil || *seq < 0 || in == nil {
+		return nil, tinker.ValidateFwdBwd(modelID, seq, in, field, vocab)
+	}
+	var bad tinker.FieldErrors
+	if err := tinker.ValidateFwdBwd(modelID, seq, in, field, vocab); err != nil && !errors.As(err, &bad) {
 		return nil, err
 	}
 	for i, d := range in.Data {
-		if n := len(d.ModelInput.Tokens()); n > s.cfg.Backend.MaxSeqLen() {
-			return nil, tinker.FieldErrors{{Loc: []any{"body", field, "data", i, "model_input"}, Type: "value_error",
-				Msg: fmt.Sprintf("%d tokens exceed the model's context of %d", n, s.cfg.Backend.MaxSeqLen())}}
+		if n := len(d.ModelInput.Tokens()); n > maxLen {
+			bad = append(bad, tinker.FieldError{Loc: []any{"body", field, "data", i, "model_input"}, Type: "value_error",
+				Msg: fmt.Sprintf("%d tokens exceed the model's context of %d", n, maxLen)})
 		}
 	}
-	op := "forward"
-	if backward {
-		op = "forward_backward"
+	st := tinker.ChunkStatsOf(*seq, op, in)
+	check := func() error {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		pos := s.core.PlaceChunk(modelID, st)
+		if len(bad) > 0 {
+			msg, first := tinker.InBatch(bad, pos, *seq)
+			if first < 0 {
+				first = pos.Offset
+			}
+			s.core.RefuseChunk(modelID, *seq, first)
+			return fmt.Errorf("%s refused: %s", op, msg)
+		}
+		if pos.Refused >= 0 {
+			return fmt.Errorf("%s not run: data[%d] of its batch (the SDK's chunks from seq_id %d) was refused in the request with seq_id %d, so nothing of the batch after it trains; fix that datum and send the batch again",
+				op, pos.Refused, pos.StartSeq, pos.RefusedSeq)
+		}
+		return nil
 	}
-	return s.submitTrain(op, modelID, seq, "", body, func(t Trainer) (any, error) {
+	backward := op == "forward_backward"
+	return s.submitTrainChecked(op, modelID, seq, "", body, check, func(t Trainer) (any, error) {
 		return t.ForwardBackward(in, backward)
 	})
 }

@@ -19,6 +19,13 @@
 // named tinker-<model>-<name>. retrieve_future long-polls for
 // tinker.long_poll, then answers try_again.
 //
+// No training route answers a status the SDK retries (409): a seq_id
+// reused with another body is a 400; an existing checkpoint name and bad
+// forward/forward_backward data fail the request's future with category
+// user (submitTrainChecked), so the SDK's turn order never stalls.
+// weights_info answers from the checkpoint's tinker_model.json for
+// create_training_client_from_state.
+//
 // Start wires the whole server as the CLI runs it: the bus (embedded NATS
 // unless bus.nats_url), built-in engines unless tinker.engine_urls, the
 // listener (loopback unless an API key is given). The base model is the

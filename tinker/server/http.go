@@ -38,7 +38,12 @@ func coreErr(err error) *apiError {
 	case errors.Is(err, tinker.ErrUnknownSession), errors.Is(err, tinker.ErrUnknownModel), errors.Is(err, tinker.ErrUnknownSampler):
 		return &apiError{code: http.StatusNotFound, detail: err.Error()}
 	case errors.Is(err, tinker.ErrConflict), errors.Is(err, tinker.ErrExists):
-		return &apiError{code: http.StatusConflict, detail: err.Error()}
+		// 400, not 409: the SDK retries 409 for up to 300 s
+		// (_is_retryable_status_code in src/tinker/lib/internal_client_holder.py,
+		// _should_retry in src/tinker/_base_client.py; tinker 6b025363 and
+		// d595dc2b), blocking the training client, and then raises anyway.
+		// It raises a 400 at once, with this detail.
+		return &apiError{code: http.StatusBadRequest, detail: err.Error()}
 	case errors.Is(err, tinker.ErrQuota):
 		return &apiError{code: http.StatusTooManyRequests, detail: err.Error()}
 	}

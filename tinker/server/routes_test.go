@@ -123,13 +123,14 @@ func TestRouteFixtures(t *testing.T) {
 			t.Fatalf("forward_backward result lacks %s: %v", k, res)
 		}
 	}
-	// The same (model_id, seq_id) and body is the same future; another body 409.
+	// The same (model_id, seq_id) and body is the same future; another body
+	// 400 (a 409 the SDK would retry for 300 s: stalls_test.go).
 	code, out = c.do("POST", "forward_backward", fb)
 	if code != 200 || out["request_id"] != fbID {
 		t.Fatalf("retried forward_backward: %d %v, want the same request_id %s", code, out, fbID)
 	}
 	code, out = c.do("POST", "forward_backward", strings.Replace(fb, `"weights":{"data":[0,1,1,1]`, `"weights":{"data":[0,1,1,0]`, 1))
-	want(t, "seq_id reused with another body", code, 409, out, "detail")
+	want(t, "seq_id reused with another body", code, 400, out, "detail")
 
 	code, out = c.do("POST", "forward", `{"model_id":"`+model+`","seq_id":2,"forward_input":{"loss_fn":"cross_entropy","data":[{"model_input":{"chunks":[{"tokens":[1,68],"type":"encoded_text"}]},"loss_fn_inputs":{"target_tokens":{"data":[68,69],"dtype":"int64"}}}]},"type":"forward"}`)
 	want(t, "forward", code, 200, out, "request_id")
@@ -229,13 +230,19 @@ func TestBadRequests(t *testing.T) {
 	}
 	code, out = c.do("POST", "create_model", `{"session_id":"`+sess+`","model_seq_id":0,"base_model":"llama","lora_config":{"rank":4}}`)
 	want(t, "unknown base model", code, 422, out, "detail")
-	code, out = c.do("POST", "forward_backward", `{"model_id":"m-x","seq_id":1,"forward_backward_input":{"loss_fn":"dro","data":[]}}`)
-	want(t, "dro loss", code, 422, out, "detail")
-	if !bytes.Contains(mustJSON(out), []byte("unsupported loss_fn")) {
-		t.Fatalf("dro refusal: %v", out)
+	// A bad forward_backward input of a known model is a failed future
+	// (category user), never an HTTP error (tinker/batch.go).
+	_, out = c.do("POST", "create_model", `{"session_id":"`+sess+`","model_seq_id":0,"base_model":"asyncrl-policy","lora_config":{"rank":4}}`)
+	model := c.wait(out["request_id"].(string))["model_id"].(string)
+	code, out = c.do("POST", "forward_backward", `{"model_id":"`+model+`","seq_id":1,"forward_backward_input":{"loss_fn":"dro","data":[]}}`)
+	want(t, "dro loss", code, 200, out, "request_id")
+	if res := c.wait(out["request_id"].(string)); res["category"] != "user" || !bytes.Contains(mustJSON(res), []byte("unsupported loss_fn")) {
+		t.Fatalf("dro refusal: %v", res)
 	}
-	code, out = c.do("POST", "asample", `{"prompt":{"chunks":[{"tokens":[1,2],"type":"encoded_text"}]},"sampling_params":{},"base_model":"asyncrl-policy"}`)
-	want(t, "asample without max_tokens", code, 422, out, "detail")
+	code, out = c.do("POST", "forward_backward", `{"model_id":"`+model+`","forward_backward_input":{"loss_fn":"cross_entropy","data":[]}}`)
+	want(t, "forward_backward without seq_id", code, 422, out, "detail")
+	code, out = c.do("POST", "asample", `{"prompt":{"chunks":[{"tokens":[1,2],"type":"encoded_text"}]},"sampling_params":{"max_tokens":0},"base_model":"asyncrl-policy"}`)
+	want(t, "asample with max_tokens 0", code, 422, out, "detail")
 	code, out = c.do("POST", "asample", `{"prompt":{"chunks":[{"type":"image","data":"AAAA","format":"png"}]},"sampling_params":{"max_tokens":2},"base_model":"asyncrl-policy"}`)
 	want(t, "image chunk", code, 422, out, "detail")
 

@@ -111,10 +111,13 @@ func (s *Server) versionModel(p ckptPath) (string, error) {
 	cur := s.published
 	s.engMu.Unlock()
 	if cur.path != p.String() {
+		// 400, not 409: the sampling client retries 409 for as long as its
+		// progress timeout, 2 h (is_retryable_status_code and RetryConfig
+		// in src/tinker/lib/retry_handler.py, tinker 6b025363/d595dc2b).
 		if cur.path == "" {
-			return "", httpErr(http.StatusConflict, "sampler checkpoint %s is not published (tinker.sampler_weights: version; the server restarted?): save_weights_for_sampler again", p)
+			return "", httpErr(http.StatusBadRequest, "sampler checkpoint %s is not published (tinker.sampler_weights: version; the server restarted?): save_weights_for_sampler again", p)
 		}
-		return "", httpErr(http.StatusConflict, "the engines serve %s (version %d), not %s: with tinker.sampler_weights: version one sampler checkpoint is served at a time (adapter mode serves many)", cur.path, cur.version, p)
+		return "", httpErr(http.StatusBadRequest, "the engines serve %s (version %d), not %s: with tinker.sampler_weights: version one sampler checkpoint is served at a time (adapter mode serves many)", cur.path, cur.version, p)
 	}
 	return s.cfg.BaseModel, nil
 }

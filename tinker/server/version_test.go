@@ -20,7 +20,8 @@ import (
 // it. An engine that cannot load it (its weight roots exclude the
 // checkpoint) keeps version 0 and gets no sample from then on — the run's
 // version gate — while the one that loaded it serves every session. A
-// second save is version 2; sampling the first path is then refused, 409.
+// second save is version 2; sampling the first path is then refused, 400
+// (a 409 the SDK's sampling client would retry).
 func TestSamplerWeightsAsVersion(t *testing.T) {
 	c := testConfig(t.TempDir())
 	c.Tinker.SamplerWeights = config.SamplerVersion
@@ -78,8 +79,8 @@ func TestSamplerWeightsAsVersion(t *testing.T) {
 		t.Fatalf("after the second save the engine serves version %d, want 2", v)
 	}
 	var ae *client.APIError
-	if _, err := cl.Sample(ctx, client.SampleRequest(sp1, 1, []int32{1, 5, 6}, 1, 4, 1)); !errors.As(err, &ae) || ae.Code != 409 {
-		t.Fatalf("sampling the superseded checkpoint: %v, want 409", err)
+	if _, err := cl.Sample(ctx, client.SampleRequest(sp1, 1, []int32{1, 5, 6}, 1, 4, 1)); !errors.As(err, &ae) || ae.Code != 400 {
+		t.Fatalf("sampling the superseded checkpoint: %v, want 400", err)
 	}
 	// With the only engine at version 2 gone, the router's minimum
 	// version keeps the sample off the engine at version 0: it fails
