@@ -40,11 +40,15 @@ func Check(ctx context.Context, d Driver, n Needs) []Finding {
 		c = UnknownCapabilities(d.Kind())
 		out = append(out, Finding{Check: "release", Verdict: VerdictWarn, Detail: errDetail(err) + ": every feature assumed"})
 	case !c.Known:
-		detail := "the engine does not say its release (GET /version): every release-dependent feature is assumed and the rows below say which"
+		route := "GET /version"
+		if d.Kind() == KindSGLang {
+			route = "GET /get_server_info's version"
+		}
+		detail := "the engine does not say its release (" + route + "): every release-dependent feature is assumed and the rows below say which"
 		if c.Release.Raw != "" {
 			detail = fmt.Sprintf("release %q is not a release number: every release-dependent feature is assumed", c.Release.Raw)
 		}
-		out = append(out, Finding{Check: "release", Verdict: VerdictWarn, Detail: detail, Fix: "an engine release that answers GET /version"})
+		out = append(out, Finding{Check: "release", Verdict: VerdictWarn, Detail: detail, Fix: "an engine release that answers " + route})
 	default:
 		out = append(out, Finding{Check: "release", Verdict: VerdictPass, Detail: c.Describe()})
 	}
