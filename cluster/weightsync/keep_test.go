@@ -288,6 +288,7 @@ func keepSwapViolations(t *testing.T, e *kvEngine) (violations []string, cMin []
 // old weights' prefix blocks before resuming.
 func TestKeepSwapStampsNoTokenNewerThanItsKV(t *testing.T) {
 	e := newKVEngine(t, false)
+	e.release = "0.17.0"
 	violations, cMin := keepSwapViolations(t, e)
 	for _, v := range violations {
 		t.Error(v)
@@ -300,13 +301,13 @@ func TestKeepSwapStampsNoTokenNewerThanItsKV(t *testing.T) {
 }
 
 // The oracle sees the bug it guards against: on an engine that drops
-// reset_running_requests without saying its release (a known release
-// before 0.17.0 swaps keep as abort instead), the reset is refused while
-// B holds blocks, C reuses A's version-0 blocks and its tokens are
-// stamped version 1 — why engines check warns about keep on an engine
-// whose release it cannot read.
+// reset_running_requests (here one that claims 0.17.0 and drops it; a
+// release before 0.17.0, or one that does not say, swaps keep as abort
+// instead), the reset is refused while B holds blocks, C reuses A's
+// version-0 blocks and its tokens are stamped version 1.
 func TestKeepSwapWithoutRunningResetReusesStaleBlocks(t *testing.T) {
 	e := newKVEngine(t, true)
+	e.release = "0.17.0" // claims the parameter, drops it
 	violations, _ := keepSwapViolations(t, e)
 	if len(violations) == 0 {
 		t.Fatal("no token stamped newer than its KV on a release without reset_running_requests: the oracle cannot see the bug")
@@ -317,6 +318,7 @@ func TestKeepSwapWithoutRunningResetReusesStaleBlocks(t *testing.T) {
 // (with the cache) instead of resuming them on KV the old weights made.
 func TestKeepSwapAbortsWhenKVCannotBeDropped(t *testing.T) {
 	e := newKVEngine(t, false)
+	e.release = "0.17.0"
 	e.failReset = true
 	d, err := driver.New(driver.KindVLLM, e.srv.URL, driver.Options{Model: "m"})
 	if err != nil {
@@ -339,6 +341,7 @@ func TestKeepSwapAbortsWhenKVCannotBeDropped(t *testing.T) {
 // anyway: they must not resume on the old weights' KV.
 func TestKeepSwapAbortsWhenItsContextEnded(t *testing.T) {
 	e := newKVEngine(t, false)
+	e.release = "0.17.0"
 	d, err := driver.New(driver.KindVLLM, e.srv.URL, driver.Options{Model: "m"})
 	if err != nil {
 		t.Fatal(err)
@@ -380,5 +383,25 @@ func TestKeepSwapAbortsFromTheStartWithoutRunningReset(t *testing.T) {
 	defer e.mu.Unlock()
 	if fmt.Sprint(e.pauses) != "[abort]" || e.version != 1 {
 		t.Fatalf("pauses %v, version %d; want [abort] and version 1", e.pauses, e.version)
+	}
+}
+
+// An engine that does not say its release is not trusted to drop running
+// requests' KV: keep swaps as abort.
+func TestKeepSwapOnUnknownReleaseAborts(t *testing.T) {
+	e := newKVEngine(t, false)
+	d, err := driver.New(driver.KindVLLM, e.srv.URL, driver.Options{Model: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dr := &Driven{Name: "kv", URL: e.srv.URL, Driver: d, Load: config.LoadFull}
+	ctx := context.Background()
+	if err := dr.swap(ctx, string(config.PauseKeep), func() error { return d.LoadCheckpoint(ctx, "/ckpt/v1", 1) }); err != nil {
+		t.Fatal(err)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if fmt.Sprint(e.pauses) != "[abort]" {
+		t.Fatalf("pauses %v, want [abort]", e.pauses)
 	}
 }

@@ -284,16 +284,19 @@ type PrefixCacheResetter interface {
 }
 
 // ResetsRunning reports whether d can drop running requests' KV
-// (ResetOptions.Running) on its engine's release: vLLM from 0.17.0 (and a
-// release it cannot tell, trusted), the built-in engine; never SGLang. A
-// keep-mode swap on an engine that cannot pauses with abort instead.
+// (ResetOptions.Running) on its engine's release: vLLM from 0.17.0, the
+// built-in engine; never SGLang. An engine that does not say its release
+// is not trusted here: a release without the parameter answers the reset
+// 200 all the same (FastAPI drops it) and would leave old-weight blocks in
+// use. A keep-mode swap on an engine that cannot pauses with abort instead.
 func ResetsRunning(ctx context.Context, d Driver) bool {
 	r, ok := d.(PrefixCacheResetter)
 	if !ok {
 		return false
 	}
 	if v, ok := r.(*vllmDriver); ok {
-		return v.cachedCaps(ctx).Has(FeatureResetRunning)
+		c := v.cachedCaps(ctx)
+		return c.Known && c.Has(FeatureResetRunning)
 	}
 	return true
 }
