@@ -77,15 +77,15 @@ func checkPauseMode(c Capabilities, n Needs) *Finding {
 // checkKeepReset: after a keep swap the kept requests' KV and the prefix
 // cache were computed by the old weights; dropping them while requests
 // are held needs reset_running_requests. Without it the swap
-// (cluster/weightsync Driven.dropStaleKV) aborts the frozen requests with
-// the cache instead, so keep costs what abort costs — what the finding
-// says, not stale KV.
+// (cluster/weightsync Driven.swap, driver.ResetsRunning) pauses with abort
+// instead, so keep costs what abort costs — what the finding says, not
+// stale KV.
 func checkKeepReset(c Capabilities, n Needs) *Finding {
 	if n.PauseMode != PauseKeep || !c.Known || !c.Has(FeaturePauseModes) || c.Has(FeatureResetRunning) {
 		return nil
 	}
 	return &Finding{Check: "prefix cache after keep", Verdict: VerdictWarn,
-		Detail: fmt.Sprintf("%s cannot drop the kept requests' KV (no reset_running_requests): after every load the swap aborts them with the prefix cache (/pause?mode=abort&clear_cache=true; the rollouts retry them), so keep costs what abort costs", c.Describe()),
+		Detail: fmt.Sprintf("%s cannot drop the kept requests' KV (no reset_running_requests): keep swaps pause with abort instead (/pause?mode=abort&clear_cache=true; the rollouts retry the aborted requests), so keep costs what abort costs", c.Describe()),
 		Fix:    "upgrade to " + needVLLM(FeatureResetRunning) + ", or trainer.pause_mode: wait or abort"}
 }
 
