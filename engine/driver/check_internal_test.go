@@ -46,17 +46,17 @@ func TestParseServerInfo(t *testing.T) {
 	}
 }
 
-// On a vLLM with pause modes but no reset_running_requests the keep swap
-// aborts the frozen requests after each load (weightsync's dropStaleKV
-// falls back to it): the finding must say so, not that tokens attend to
-// old-weight KV, which the swap prevents.
+// On a vLLM with pause modes but no reset_running_requests a keep swap
+// pauses with abort (weightsync's swap, driver.ResetsRunning): the finding
+// must say so, not that tokens attend to old-weight KV, which the swap
+// prevents.
 func TestCheckKeepResetSaysTheSwapAborts(t *testing.T) {
 	c := CapabilitiesFor(KindVLLM, MustRelease("0.16.0"), VLLMFeatures)
 	f := checkKeepReset(c, Needs{PauseMode: PauseKeep})
 	if f == nil || f.Verdict != VerdictWarn {
 		t.Fatalf("finding %+v, want a WARN", f)
 	}
-	if !strings.Contains(f.Detail, "aborts") || strings.Contains(f.Detail, "may attend") {
+	if !strings.Contains(f.Detail, "pause with abort") || strings.Contains(f.Detail, "may attend") {
 		t.Fatalf("detail %q: want what the swap does (aborts the kept requests)", f.Detail)
 	}
 	if f := checkKeepReset(CapabilitiesFor(KindVLLM, MustRelease("0.17.0"), VLLMFeatures), Needs{PauseMode: PauseKeep}); f != nil {
