@@ -57,6 +57,10 @@ func checkPauseMode(c Capabilities, n Needs) *Finding {
 	}
 	check := "pause mode " + string(n.PauseMode)
 	switch {
+	case !c.Known && n.PauseMode == PauseKeep:
+		return &Finding{Check: check, Verdict: VerdictWarn,
+			Detail: "release unknown: keep swaps pause with abort (an engine that does not say its release is not trusted to drop the kept requests' KV: reset_running_requests would be dropped silently before vLLM " + MinRelease(VLLMFeatures, KindVLLM, FeatureResetRunning) + ")",
+			Fix:    "a vLLM that answers GET /version, " + needVLLM(FeatureResetRunning) + " for keep"}
 	case !c.Known:
 		return &Finding{Check: check, Verdict: VerdictWarn,
 			Detail: fmt.Sprintf("release unknown: /pause is assumed to take mode=%s (vLLM before %s drops it and aborts)", n.PauseMode, MinRelease(VLLMFeatures, KindVLLM, FeaturePauseModes)),
