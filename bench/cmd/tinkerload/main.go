@@ -19,6 +19,7 @@ func main() {
 	flag.IntVar(&o.EngineConcurrency, "engine-concurrency", 256, "tinker.sample_concurrency")
 	flag.IntVar(&o.Conns, "conns", 128, "client connections (submitters, then pollers)")
 	flag.IntVar(&o.Tokens, "tokens", 16, "tokens per completion")
+	flag.BoolVar(&o.Protobuf, "protobuf", false, "poll with Accept: application/x-protobuf and read the answers as tinker SDK 0.25 does")
 	flag.Parse()
 	dir, err := os.MkdirTemp("", "tinkerload-*")
 	if err != nil {
