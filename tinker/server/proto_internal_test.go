@@ -1,8 +1,10 @@
 package server
 
 import (
+	"encoding/json"
 	"testing"
 
+	"github.com/asyncrl/asyncrl/tinker"
 	"github.com/asyncrl/asyncrl/tinker/wire"
 )
 
@@ -46,4 +48,37 @@ func TestProtoResultKeepsJSONWhereTheSDKReadsJSON(t *testing.T) {
 	if err == nil {
 		t.Fatal("inconsistent outputs encoded")
 	}
+}
+
+// BenchmarkRetrieveAnswer: what a retrieve_future of a finished 16-token
+// sample costs the server to answer, JSON (the stored bytes as they are)
+// against protobuf (decoded from the stored JSON and encoded), side by
+// side; bytes/op reports the answer's size.
+func BenchmarkRetrieveAnswer(b *testing.B) {
+	seq := tinker.SampledSequence{StopReason: "length", Tokens: make([]int32, 16), Logprobs: make([]float32, 16)}
+	for i := range seq.Tokens {
+		seq.Tokens[i], seq.Logprobs[i] = int32(3+i), -1.5-float32(i)/7
+	}
+	raw, err := json.Marshal(tinker.SampleResponse{Type: "sample", Sequences: []tinker.SampledSequence{seq}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("json", func(b *testing.B) {
+		var n int
+		for b.Loop() {
+			n = len(append([]byte(nil), raw...))
+		}
+		b.ReportMetric(float64(n), "answer_bytes")
+	})
+	b.Run("protobuf", func(b *testing.B) {
+		var n int
+		for b.Loop() {
+			out, err := protoResult(raw)
+			if err != nil {
+				b.Fatal(err)
+			}
+			n = len(out.(rawProto))
+		}
+		b.ReportMetric(float64(n), "answer_bytes")
+	})
 }

@@ -299,8 +299,9 @@ func equal[T comparable](a, b []T) bool {
 	return true
 }
 
-// TestProtobufEdges: a zstd-compressed body (Content-Encoding: zstd) trains
-// like the plain one; a malformed body is a 400 saying what it is not; a
+// TestProtobufEdges: a retry whose map entries come in another order is
+// the same future; a zstd-compressed body (Content-Encoding: zstd) is
+// decoded; a malformed body is a 400 saying what it is not; a
 // shape that does not fit its values a 422 naming the input; an unknown
 // model 404; another Content-Encoding or a JSON-only route 415.
 func TestProtobufEdges(t *testing.T) {
@@ -325,6 +326,23 @@ func TestProtobufEdges(t *testing.T) {
 	}
 	if _, err := client.ReadForwardBackward(a1, client.AcceptProtobuf); err != nil {
 		t.Fatal(err)
+	}
+
+	// A retry of the same call with its map entries in another order (the
+	// SDK's runtimes order them differently) is the same future.
+	req, _, err := wire.DecodeForwardBackward(splice(t, plain, model, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reordered, err := wire.EncodeForwardBackward(req, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(reordered) == string(splice(t, plain, model, 1)) {
+		t.Fatal("the re-encoded body has the fixture's bytes: not a reordering")
+	}
+	if id, err := c.SubmitProtobuf(ctx, reordered); err != nil || id != id1 {
+		t.Fatalf("retry with reordered map entries: %q %v, want the future %q", id, err, id1)
 	}
 
 	a, err := c.Raw(ctx, "forward_backward", []byte{0x0a, 0x09, 'm'}, "Content-Type", wire.ContentType)
