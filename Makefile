@@ -116,7 +116,9 @@ example-qwen3: tokenizers
 
 bench-tinker:
 	$(GO) run ./bench/cmd/tinkerload -n 1024
+	$(GO) run ./bench/cmd/tinkerload -n 1024 -protobuf
 	$(GO) run ./bench/cmd/tinkerload -n 131072
+	$(GO) run ./bench/cmd/tinkerload -n 131072 -protobuf
 
 run: build
 	./$(BIN) run

@@ -1,7 +1,8 @@
 // Package client is a Go client of the Tinker API as asyncrl's server (and
 // the tinker SDK ≤ 0.24.1) speaks it: JSON bodies under /api/v1/, futures
-// polled with retrieve_future. The tests and the load benchmark use it; it
-// calls every route the server has.
+// polled with retrieve_future; wire.go adds what SDK 0.25 does in protobuf
+// (forward_backward bodies, sample and forward_backward answers). The
+// tests and the load benchmark use it; it calls every route the server has.
 package client
 
 import (

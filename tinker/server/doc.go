@@ -1,7 +1,10 @@
 // Package server is the HTTP shell of the Tinker-compatible API
 // (`asyncrl tinker serve`, docs/tinker.md) over the tinker core.
 //
-// Every route lives under /api/v1/ with the SDK's JSON bodies. Training
+// Every route lives under /api/v1/ with the SDK's JSON bodies; as the SDK
+// ≥ 0.25 does, forward_backward also takes an application/x-protobuf body
+// and retrieve_future answers sample and forward/forward_backward results
+// as protobuf to an Accept that prefers it (proto.go, tinker/wire). Training
 // calls (create_model, forward, forward_backward, optim_step,
 // save_weights, save_weights_for_sampler, load_weights, unload_model) run
 // in arrival order on one goroutine per model over a Backend (GoBackend:

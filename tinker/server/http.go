@@ -6,12 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"mime"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/asyncrl/asyncrl/tinker"
+	"github.com/asyncrl/asyncrl/tinker/wire"
 )
 
 // apiError is an HTTP error answered as FastAPI does: {"detail": ...}.
@@ -52,8 +52,8 @@ func coreErr(err error) *apiError {
 
 type handlerFunc func(w http.ResponseWriter, r *http.Request, body []byte) (any, error)
 
-// route wraps a handler: method, API key, body limit, protobuf refusal,
-// metrics, and the JSON answer.
+// route wraps a handler: method, API key, body limit, protobuf bodies and
+// answers (proto.go), metrics, and the JSON answer.
 func (s *Server) route(mux *http.ServeMux, method, path string, h handlerFunc) {
 	name := path
 	mux.HandleFunc(method+" /api/v1/"+path, func(w http.ResponseWriter, r *http.Request) {
@@ -70,16 +70,6 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, path string, h ha
 			return writeErr(w, httpErr(http.StatusUnauthorized, "missing or wrong X-API-Key"))
 		}
 	}
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		if mt, _, _ := mime.ParseMediaType(ct); mt == "application/x-protobuf" {
-			return writeErr(w, httpErr(http.StatusUnsupportedMediaType,
-				"application/x-protobuf bodies are not supported: use tinker SDK ≤ 0.24.1, which sends JSON (docs/tinker.md)"))
-		}
-	}
-	if r.Header.Get("Accept") == "application/x-protobuf" {
-		return writeErr(w, httpErr(http.StatusNotAcceptable,
-			"protobuf responses are not supported: use tinker SDK ≤ 0.24.1, which accepts JSON (docs/tinker.md)"))
-	}
 	var body []byte
 	if r.Method == http.MethodPost {
 		var err error
@@ -91,6 +81,16 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, path string, h ha
 			}
 			return writeErr(w, httpErr(http.StatusBadRequest, "reading the body: %v", err))
 		}
+		// protobuf bodies, Content-Encoding: proto.go
+		var ae *apiError
+		if body, ae = decodeBody(r, body, s.cfg.Tinker.MaxRequestBytes); ae != nil {
+			return writeErr(w, ae)
+		}
+		if wire.IsProtobuf(r.Header.Get("Content-Type")) {
+			if h, body, ae = s.protoRequest(path, body); ae != nil {
+				return writeErr(w, ae)
+			}
+		}
 	}
 	out, err := h(w, r, body)
 	if err != nil {
@@ -99,6 +99,17 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, path string, h ha
 			ae = coreErr(err)
 		}
 		return writeErr(w, ae)
+	}
+	if raw, ok := out.(rawJSON); ok && path == "retrieve_future" && wire.PrefersProtobuf(r.Header.Get("Accept")) {
+		if out, err = protoResult(raw); err != nil {
+			b, _ := json.Marshal(failure("the result cannot be encoded as protobuf: "+err.Error(), "server"))
+			out = rawJSON(b)
+		}
+	}
+	if raw, ok := out.(rawProto); ok {
+		w.Header().Set("Content-Type", wire.ContentType)
+		_, _ = w.Write(raw)
+		return http.StatusOK
 	}
 	if raw, ok := out.(rawJSON); ok {
 		w.Header().Set("Content-Type", "application/json")

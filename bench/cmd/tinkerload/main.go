@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"time"
 
 	"github.com/asyncrl/asyncrl/bench/tinkerload"
@@ -19,7 +20,21 @@ func main() {
 	flag.IntVar(&o.EngineConcurrency, "engine-concurrency", 256, "tinker.sample_concurrency")
 	flag.IntVar(&o.Conns, "conns", 128, "client connections (submitters, then pollers)")
 	flag.IntVar(&o.Tokens, "tokens", 16, "tokens per completion")
+	flag.BoolVar(&o.Protobuf, "protobuf", false, "poll with Accept: application/x-protobuf and read the answers as tinker SDK 0.25 does")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	flag.Parse()
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	dir, err := os.MkdirTemp("", "tinkerload-*")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
