@@ -314,94 +314,52 @@ func TestKeepSwapWithoutRunningResetReusesStaleBlocks(t *testing.T) {
 	}
 }
 
-// When the engine cannot drop the frozen requests' KV, the swap aborts them
-// (with the cache) instead of resuming them on KV the old weights made.
-func TestKeepSwapAbortsWhenKVCannotBeDropped(t *testing.T) {
-	e := newKVEngine(t, false)
-	e.release = "0.17.0"
-	e.failReset = true
-	d, err := driver.New(driver.KindVLLM, e.srv.URL, driver.Options{Model: "m"})
-	if err != nil {
-		t.Fatal(err)
+// TestKeepSwapFallsBackToAbort: where the frozen requests' KV cannot be
+// dropped, a keep swap aborts them (with the cache) instead of resuming
+// them on KV the old weights made — after the load when the reset fails
+// (also when the swap's context ended as the load did: the abort has its
+// own deadline), from the start when the release cannot reset running
+// requests (vLLM 0.16) or does not say its release. Every case ends
+// resumed, serving version 1.
+func TestKeepSwapFallsBackToAbort(t *testing.T) {
+	cases := []struct {
+		name, release string
+		oldRelease    bool // reset_running_requests dropped
+		failReset     bool // /reset_prefix_cache answers 500
+		cancelAtLoad  bool // the swap's context ends as the load does
+		pauses        string
+	}{
+		{name: "reset fails", release: "0.17.0", failReset: true, pauses: "[keep abort]"},
+		{name: "context ended", release: "0.17.0", cancelAtLoad: true, pauses: "[keep abort]"},
+		{name: "0.16 has no running reset", release: "0.16.2", oldRelease: true, pauses: "[abort]"},
+		{name: "release unknown", pauses: "[abort]"},
 	}
-	dr := &Driven{Name: "kv", URL: e.srv.URL, Driver: d, Load: config.LoadFull}
-	ctx := context.Background()
-	if err := dr.swap(ctx, string(config.PauseKeep), func() error { return d.LoadCheckpoint(ctx, "/ckpt/v1", 1) }); err != nil {
-		t.Fatalf("swap: %v (the abort fallback should have succeeded)", err)
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if fmt.Sprint(e.pauses) != "[keep abort]" || e.paused || e.version != 1 {
-		t.Fatalf("pauses %v, paused %v, version %d; want [keep abort], resumed, version 1", e.pauses, e.paused, e.version)
-	}
-}
-
-// A keep swap whose context ends during the load (the reset then fails on
-// it) still aborts the frozen requests before the resume that follows
-// anyway: they must not resume on the old weights' KV.
-func TestKeepSwapAbortsWhenItsContextEnded(t *testing.T) {
-	e := newKVEngine(t, false)
-	e.release = "0.17.0"
-	d, err := driver.New(driver.KindVLLM, e.srv.URL, driver.Options{Model: "m"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dr := &Driven{Name: "kv", URL: e.srv.URL, Driver: d, Load: config.LoadFull}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	err = dr.swap(ctx, string(config.PauseKeep), func() error {
-		err := d.LoadCheckpoint(ctx, "/ckpt/v1", 1)
-		cancel() // the swap's deadline passes as the load ends
-		return err
-	})
-	if err != nil {
-		t.Fatalf("swap: %v (the abort fallback has its own deadline)", err)
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if fmt.Sprint(e.pauses) != "[keep abort]" || e.paused || e.version != 1 {
-		t.Fatalf("pauses %v, paused %v, version %d; want [keep abort], resumed, version 1", e.pauses, e.paused, e.version)
-	}
-}
-
-// On a vLLM release that has pause modes but not reset_running_requests
-// (0.16), a keep swap pauses with abort from the start: the frozen
-// requests' KV could not be dropped after the load.
-func TestKeepSwapAbortsFromTheStartWithoutRunningReset(t *testing.T) {
-	e := newKVEngine(t, true)
-	e.release = "0.16.2"
-	d, err := driver.New(driver.KindVLLM, e.srv.URL, driver.Options{Model: "m"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dr := &Driven{Name: "kv", URL: e.srv.URL, Driver: d, Load: config.LoadFull}
-	ctx := context.Background()
-	if err := dr.swap(ctx, string(config.PauseKeep), func() error { return d.LoadCheckpoint(ctx, "/ckpt/v1", 1) }); err != nil {
-		t.Fatal(err)
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if fmt.Sprint(e.pauses) != "[abort]" || e.version != 1 {
-		t.Fatalf("pauses %v, version %d; want [abort] and version 1", e.pauses, e.version)
-	}
-}
-
-// An engine that does not say its release is not trusted to drop running
-// requests' KV: keep swaps as abort.
-func TestKeepSwapOnUnknownReleaseAborts(t *testing.T) {
-	e := newKVEngine(t, false)
-	d, err := driver.New(driver.KindVLLM, e.srv.URL, driver.Options{Model: "m"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dr := &Driven{Name: "kv", URL: e.srv.URL, Driver: d, Load: config.LoadFull}
-	ctx := context.Background()
-	if err := dr.swap(ctx, string(config.PauseKeep), func() error { return d.LoadCheckpoint(ctx, "/ckpt/v1", 1) }); err != nil {
-		t.Fatal(err)
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if fmt.Sprint(e.pauses) != "[abort]" {
-		t.Fatalf("pauses %v, want [abort]", e.pauses)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newKVEngine(t, tc.oldRelease)
+			e.release, e.failReset = tc.release, tc.failReset
+			d, err := driver.New(driver.KindVLLM, e.srv.URL, driver.Options{Model: "m"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			dr := &Driven{Name: "kv", URL: e.srv.URL, Driver: d, Load: config.LoadFull}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			err = dr.swap(ctx, string(config.PauseKeep), func() error {
+				err := d.LoadCheckpoint(ctx, "/ckpt/v1", 1)
+				if tc.cancelAtLoad {
+					cancel()
+				}
+				return err
+			})
+			if err != nil {
+				t.Fatalf("swap: %v (the abort fallback should have succeeded)", err)
+			}
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			if fmt.Sprint(e.pauses) != tc.pauses || e.paused || e.version != 1 {
+				t.Fatalf("pauses %v, paused %v, version %d; want %s, resumed, version 1", e.pauses, e.paused, e.version, tc.pauses)
+			}
+		})
 	}
 }

@@ -1,11 +1,8 @@
 package server_test
 
 import (
-	"os/exec"
-	"path/filepath"
 	"testing"
 
-	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/tinker"
 	"github.com/asyncrl/asyncrl/tinker/client"
 )
@@ -16,17 +13,7 @@ import (
 // it exactly, and a sampler checkpoint the child writes serves samples on
 // the built-in engine. Skipped when /usr/bin/python3 cannot import torch.
 func TestExecTrainerTrainsThroughTorch(t *testing.T) {
-	if out, err := exec.Command("/usr/bin/python3", "-c", "import torch, cbor2, numpy").CombinedOutput(); err != nil {
-		t.Skipf("/usr/bin/python3 cannot import torch, cbor2 and numpy: %v: %s", err, out)
-	}
-	pkg, err := filepath.Abs(filepath.Join("..", "..", "integrations", "torch"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := testConfig(t.TempDir())
-	cfg.Tinker.Trainer = config.TinkerTrainerExec
-	cfg.Tinker.TrainerExec = []string{"/usr/bin/python3", "-m", "asyncrl_worker"}
-	cfg.Tinker.TrainerExecEnv = []string{"PYTHONPATH=" + pkg, "OMP_NUM_THREADS=1", "ASYNCRL_WORKER_LOG=WARNING"}
+	cfg := torchConfig(t)
 	_, c := start(t, cfg, "")
 	ctx := ctxT(t)
 	_, model := newModel(t, ctx, c, 8)
