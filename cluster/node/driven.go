@@ -61,7 +61,10 @@ func (n *Node) driveEngines(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("%w: engines.external[%d]: %w", ErrConfig, i, err)
 		}
-		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		// Two minutes: the checks run a one-token generation and a logprobs
+		// probe, which a cold engine (first request after start) may take a
+		// while to answer.
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		err = d.Preflight(pctx, weightsync.NeedsOf(n.cfg, e))
 		cancel()
 		if err != nil {
