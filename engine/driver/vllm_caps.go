@@ -165,12 +165,15 @@ func (d *vllmDriver) probe(ctx context.Context) (Capabilities, error) {
 	case err == nil && strings.TrimSpace(v.Version) != "":
 		rel, perr := ParseRelease(v.Version)
 		switch {
+		case d.kind == KindBuiltin || v.Engine == "asyncrl":
+			// An asyncrl engine — also one driven as kind vllm — has every
+			// feature of its own source, whatever its release number (an
+			// unstamped build says "dev"; asyncrl's numbers are not vLLM's).
+			rel.Raw = v.Version
+			c = CapabilitiesFor(KindBuiltin, rel, VLLMFeatures)
+			c.Kind = d.kind
 		case perr == nil:
 			c = CapabilitiesFor(d.kind, rel, VLLMFeatures)
-		case d.kind == KindBuiltin:
-			// An unstamped asyncrl build ("dev") has every feature of its
-			// own source.
-			c = CapabilitiesFor(d.kind, Release{Raw: v.Version}, VLLMFeatures)
 		default:
 			c = UnknownCapabilities(d.kind)
 			c.Release.Raw = v.Version
