@@ -6,12 +6,10 @@
 package client
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 
 	"github.com/asyncrl/asyncrl/tinker"
@@ -44,48 +42,28 @@ func (e *FutureError) Error() string {
 
 // Do sends in as JSON (nil: no body) and decodes a 200 answer into out.
 func (c *Client) Do(ctx context.Context, method, path string, in, out any) error {
-	var body io.Reader
+	var body []byte
 	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
+		var err error
+		if body, err = json.Marshal(in); err != nil {
 			return err
 		}
-		body = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.BaseURL+"/api/v1/"+path, body)
+	a, err := c.send(ctx, method, path, body)
 	if err != nil {
 		return err
 	}
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if c.APIKey != "" {
-		req.Header.Set("X-API-Key", c.APIKey)
-	}
-	hc := c.HTTP
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return &APIError{Code: resp.StatusCode, Body: string(b)}
+	if a.Code != http.StatusOK {
+		return &APIError{Code: a.Code, Body: string(a.Body)}
 	}
 	if out == nil {
 		return nil
 	}
 	if raw, ok := out.(*json.RawMessage); ok {
-		*raw = b
+		*raw = a.Body
 		return nil
 	}
-	return json.Unmarshal(b, out)
+	return json.Unmarshal(a.Body, out)
 }
 
 // Poll is one retrieve_future call: done false on try_again; a failed

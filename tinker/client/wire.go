@@ -40,11 +40,27 @@ func (a Answer) Protobuf() bool { return strings.Contains(a.ContentType, wire.Co
 // Raw posts body to path with the given headers (name, value pairs) and
 // returns the answer, whatever its status.
 func (c *Client) Raw(ctx context.Context, path string, body []byte, headers ...string) (Answer, error) {
-	req, err := http.NewRequestWithContext(ctx, "POST", c.BaseURL+"/api/v1/"+path, bytes.NewReader(body))
+	if body == nil {
+		body = []byte{}
+	}
+	return c.send(ctx, "POST", path, body, headers...)
+}
+
+// send is one exchange with the server: body (nil: none; otherwise JSON
+// unless headers say another Content-Type), the headers (name, value
+// pairs) and the API key; the answer whatever its status.
+func (c *Client) send(ctx context.Context, method, path string, body []byte, headers ...string) (Answer, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.BaseURL+"/api/v1/"+path, rd)
 	if err != nil {
 		return Answer{}, err
 	}
-	req.Header.Set("Content-Type", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
 	}
