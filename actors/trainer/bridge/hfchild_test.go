@@ -42,39 +42,20 @@ func TestTorchChildTrainsHFCheckpoint(t *testing.T) {
 		t.Fatalf("Init: %v", err)
 	}
 
-	seqs := crossSequences(256)
-	var tok []int32
-	var off []int64
-	var mask []uint8
-	var lp []float32
-	var ver []int64
+	tb, tok := plainBatch(crossSequences(256))
 	var routes []int32
 	trained := 0
 	const layers, topK = 3, 2 // the tiny deepseek_v3: layer 0 dense, 1 and 2 MoE
-	for _, s := range seqs {
-		off = append(off, int64(len(tok)))
-		for i, id := range s.tokens {
-			tok, mask = append(tok, id), append(mask, s.mask[i])
-			lp, ver = append(lp, -3), append(ver, 0)
-			trained += int(s.mask[i])
-			routes = append(routes, 0, 0) // the dense layer's row, as the engine reports it
-			for l := 1; l < layers; l++ {
-				e := (id + int32(l)) % 8
-				routes = append(routes, e, (e+3)%8)
-			}
+	for i, id := range tok {
+		trained += int(tb.Arrays["loss_mask"].Data[i])
+		routes = append(routes, 0, 0) // the dense layer's row, as the engine reports it
+		for l := 1; l < layers; l++ {
+			e := (id + int32(l)) % 8
+			routes = append(routes, e, (e+3)%8)
 		}
 	}
-	off = append(off, int64(len(tok)))
-	groups := make([]string, len(seqs))
-	rewards := make([]float32, len(seqs))
-	for i, s := range seqs {
-		groups[i], rewards[i] = s.group, s.reward
-	}
-	tb := &TrainBatch{Step: 1, Groups: groups, Microbatches: [][]int{{0, 3, 5}, {1, 6}, {2, 4, 7}}, Arrays: map[string]Tensor{
-		"tokens": Int32Tensor(tok), "seq_offsets": Int64Tensor(off), "loss_mask": Uint8Tensor(mask),
-		"rollout_logprobs": Float32Tensor(lp), "versions": Int64Tensor(ver), "rewards": Float32Tensor(rewards),
-		"routes": Int32TensorShaped(routes, int64(len(tok)), layers, topK),
-	}}
+	tb.Microbatches = [][]int{{0, 3, 5}, {1, 6}, {2, 4, 7}}
+	tb.Arrays["routes"] = Int32TensorShaped(routes, int64(len(tok)), layers, topK)
 	rep, err := c.Call(ctx, TypeTrainBatch, tb, TypeStepResult, time.Minute)
 	if err != nil {
 		t.Fatalf("TrainBatch: %v", err)
@@ -140,4 +121,31 @@ func writeHFCheckpoint(t *testing.T, spec Spec, dir, args string) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("writing the checkpoint: %v: %s", err, out)
 	}
+}
+
+// plainBatch packs seqs into step 1's TrainBatch: their tokens, offsets,
+// loss masks and rewards, every rollout logprob -3 at version 0; tok is
+// the tokens flat.
+func plainBatch(seqs []crossSeq) (tb *TrainBatch, tok []int32) {
+	var off []int64
+	var mask []uint8
+	var lp []float32
+	var ver []int64
+	for _, s := range seqs {
+		off = append(off, int64(len(tok)))
+		for i, id := range s.tokens {
+			tok, mask = append(tok, id), append(mask, s.mask[i])
+			lp, ver = append(lp, -3), append(ver, 0)
+		}
+	}
+	off = append(off, int64(len(tok)))
+	groups := make([]string, len(seqs))
+	rewards := make([]float32, len(seqs))
+	for i, s := range seqs {
+		groups[i], rewards[i] = s.group, s.reward
+	}
+	return &TrainBatch{Step: 1, Groups: groups, Arrays: map[string]Tensor{
+		"tokens": Int32Tensor(tok), "seq_offsets": Int64Tensor(off), "loss_mask": Uint8Tensor(mask),
+		"rollout_logprobs": Float32Tensor(lp), "versions": Int64Tensor(ver), "rewards": Float32Tensor(rewards),
+	}}, tok
 }

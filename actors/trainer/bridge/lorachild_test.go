@@ -34,29 +34,7 @@ func TestTorchChildTrainsLoRA(t *testing.T) {
 	if _, err := c.Call(ctx, TypeInit, &in, TypeReady, time.Minute); err != nil {
 		t.Fatalf("Init: %v", err)
 	}
-	seqs := crossSequences(256)
-	var tok []int32
-	var off []int64
-	var mask []uint8
-	var lp []float32
-	var ver []int64
-	for _, s := range seqs {
-		off = append(off, int64(len(tok)))
-		for i, id := range s.tokens {
-			tok, mask = append(tok, id), append(mask, s.mask[i])
-			lp, ver = append(lp, -3), append(ver, 0)
-		}
-	}
-	off = append(off, int64(len(tok)))
-	groups := make([]string, len(seqs))
-	rewards := make([]float32, len(seqs))
-	for i, s := range seqs {
-		groups[i], rewards[i] = s.group, s.reward
-	}
-	tb := &TrainBatch{Step: 1, Groups: groups, Arrays: map[string]Tensor{
-		"tokens": Int32Tensor(tok), "seq_offsets": Int64Tensor(off), "loss_mask": Uint8Tensor(mask),
-		"rollout_logprobs": Float32Tensor(lp), "versions": Int64Tensor(ver), "rewards": Float32Tensor(rewards),
-	}}
+	tb, _ := plainBatch(crossSequences(256))
 	rep, err := c.Call(ctx, TypeTrainBatch, tb, TypeStepResult, time.Minute)
 	if err != nil {
 		t.Fatalf("TrainBatch: %v", err)
