@@ -104,19 +104,7 @@ func TestEngineQuantizeTransformer(t *testing.T) {
 		t.Fatalf("status %d: %v", resp.StatusCode, err)
 	}
 	tok, lp := cr.Choices[0].TokenIDs[0], float64(cr.Choices[0].OutputLogprobs[0])
-	logprob := func(mm engine.Model) float64 {
-		l := make([]float32, mm.VocabSize())
-		mm.NextLogits(prompt, l)
-		mx := math.Inf(-1)
-		for _, v := range l {
-			mx = math.Max(mx, float64(v))
-		}
-		var s float64
-		for _, v := range l {
-			s += math.Exp(float64(v) - mx)
-		}
-		return float64(l[tok]) - mx - math.Log(s)
-	}
+	logprob := func(mm engine.Model) float64 { return nextLogprob(mm, prompt, tok) }
 	if d := math.Abs(lp - logprob(want)); d > 1e-5 {
 		t.Fatalf("served logprob %v, quantised model's %v", lp, logprob(want))
 	}
