@@ -2,6 +2,7 @@ package enginetest
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -188,15 +189,8 @@ func (f *Fake) sgGenerate(fix *Fixture) http.HandlerFunc {
 		body, _ := io.ReadAll(r.Body)
 		req := &sgReq{}
 		f.mu.Lock()
-		for f.sg.pause != "" && f.sg.dead == "" {
-			ch := f.sg.changed
-			f.mu.Unlock()
-			select {
-			case <-ch:
-			case <-r.Context().Done():
-				return
-			}
-			f.mu.Lock()
+		if !f.waitLocked(r.Context(), func() bool { return f.sg.pause != "" && f.sg.dead == "" }) {
+			return
 		}
 		f.sg.running[req] = struct{}{}
 		f.mu.Unlock()
@@ -328,15 +322,8 @@ func (f *Fake) sgUpdate(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	// The writer lock: unless paused (on a release that skips it then),
 	// wait for every request in flight.
-	for (f.sg.pause == "" || !modes) && len(f.sg.running) > 0 && f.sg.dead == "" {
-		ch := f.sg.changed
-		f.mu.Unlock()
-		select {
-		case <-ch:
-		case <-r.Context().Done():
-			return
-		}
-		f.mu.Lock()
+	if !f.waitLocked(r.Context(), func() bool { return (f.sg.pause == "" || !modes) && len(f.sg.running) > 0 && f.sg.dead == "" }) {
+		return
 	}
 	if flush && !f.flushLocked() {
 		f.die(fmt.Sprintf("Cache flush failed after updating weights (#running-req: %d)", f.runningLocked()))
@@ -415,4 +402,21 @@ func (f *Fake) sgCompletions(fx map[string]*Fixture) http.HandlerFunc {
 		}
 		writeFixture(w, fix)
 	}
+}
+
+// waitLocked waits, with f.mu held on entry and on a true return, while
+// blocked holds, waking on every scheduler change; false (f.mu released)
+// when ctx ends first.
+func (f *Fake) waitLocked(ctx context.Context, blocked func() bool) bool {
+	for blocked() {
+		ch := f.sg.changed
+		f.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return false
+		}
+		f.mu.Lock()
+	}
+	return true
 }
