@@ -5,12 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"path"
 	"slices"
-	"sort"
 	"strconv"
 	"sync"
 
@@ -258,17 +258,7 @@ func (f *ReleaseFake) pause(w http.ResponseWriter, q url.Values) bool {
 // keepQuery drops the parameters the release does not read, recording
 // them.
 func (f *ReleaseFake) keepQuery(route string, q url.Values, known []string) string {
-	keys := make([]string, 0, len(q))
-	for k := range q {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		if !slices.Contains(known, k) {
-			f.drop(route + " " + k)
-			q.Del(k)
-		}
-	}
+	f.dropUnknown(route, known, slices.Collect(maps.Keys(q)), q.Del)
 	return q.Encode()
 }
 
@@ -284,21 +274,23 @@ func (f *ReleaseFake) keepFields(w http.ResponseWriter, r *http.Request, route s
 		writeJSON(w, map[string]any{"error": map[string]any{"message": "malformed JSON body", "type": "BadRequestError", "code": 400}})
 		return nil, false
 	}
-	keys := make([]string, 0, len(body))
-	for k := range body {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		if !slices.Contains(known, k) {
-			f.drop(route + " " + k)
-			delete(body, k)
-		}
-	}
+	f.dropUnknown(route, known, slices.Collect(maps.Keys(body)), func(k string) { delete(body, k) })
 	kept, _ := json.Marshal(body)
 	r.Body = io.NopCloser(bytes.NewReader(kept))
 	r.ContentLength = int64(len(kept))
 	return body, true
+}
+
+// dropUnknown records and deletes (del) every key not in known, in
+// sorted order.
+func (f *ReleaseFake) dropUnknown(route string, known, keys []string, del func(string)) {
+	slices.Sort(keys)
+	for _, k := range keys {
+		if !slices.Contains(known, k) {
+			f.drop(route + " " + k)
+			del(k)
+		}
+	}
 }
 
 func (f *ReleaseFake) drop(what string) {
