@@ -36,14 +36,7 @@ func TestRunTrainsHuggingFaceModel(t *testing.T) {
 
 	n, s := runNode(t, cfg, nil)
 
-	if s.Steps != steps || s.FinalVersion != steps {
-		t.Fatalf("steps %d final version %d, want %d", s.Steps, s.FinalVersion, steps)
-	}
-	for i, v := range s.EngineVersions {
-		if v != steps {
-			t.Errorf("engine %d serves version %d, want %d", i, v, steps)
-		}
-	}
+	checkRanAllSteps(t, s, steps)
 	// A random-init model answers nothing valid: every group has zero
 	// variance and no gradient, so the weights stay the checkpoint's and
 	// the trainer's logprobs (with the engines' routes replayed) must equal

@@ -10,6 +10,7 @@ import (
 
 	"github.com/asyncrl/asyncrl/actors/trainer/bridge"
 	"github.com/asyncrl/asyncrl/config"
+	"github.com/asyncrl/asyncrl/internal/report"
 )
 
 // torchWorker is the trainer.exec command and environment of the PyTorch
@@ -72,14 +73,7 @@ func TestExecTorchChildKilledMidStep(t *testing.T) {
 
 	n, s := runNode(t, cfg, nil)
 
-	if s.Steps != steps || s.FinalVersion != steps {
-		t.Fatalf("steps %d final version %d, want %d", s.Steps, s.FinalVersion, steps)
-	}
-	for i, v := range s.EngineVersions {
-		if v != steps {
-			t.Errorf("engine %d serves version %d, want %d", i, v, steps)
-		}
-	}
+	checkRanAllSteps(t, s, steps)
 	// StepDone records: versions 1..steps, each once, in order.
 	recs := n.steps()
 	if len(recs) != steps {
@@ -122,5 +116,19 @@ func TestExecTorchChildKilledMidStep(t *testing.T) {
 	}
 	if restarts != 1 {
 		t.Errorf("asyncrl_trainer_exec_restarts_total %v, want 1", restarts)
+	}
+}
+
+// checkRanAllSteps: the run trained steps steps, published them all, and
+// every engine serves the last.
+func checkRanAllSteps(t *testing.T, s report.Summary, steps int) {
+	t.Helper()
+	if s.Steps != steps || s.FinalVersion != int64(steps) {
+		t.Fatalf("steps %d final version %d, want %d", s.Steps, s.FinalVersion, steps)
+	}
+	for i, v := range s.EngineVersions {
+		if v != int64(steps) {
+			t.Errorf("engine %d serves version %d, want %d", i, v, steps)
+		}
 	}
 }
