@@ -78,7 +78,8 @@ func (b *Bus) createStepping(ctx context.Context, jc *jetstream.StreamConfig, mi
 }
 
 // jsErrNoPeers is JetStream's code for "no suitable peers for placement"
-// (JSClusterNoPeersErrF in nats-server's jetstream_errors_generated.go):
+// (JSClusterNoPeersErrF, server/jetstream_errors_generated.go of
+// nats-server v2.15.2, the release go.mod pins):
 // fewer servers up than the replicas asked, which TestStreamStepsDownReplicas
 // gets from a real two-server cluster asked for three copies.
 const jsErrNoPeers jetstream.ErrorCode = 10005
