@@ -87,27 +87,37 @@ func (d *Driven) gone(err error) error {
 // such reset at all (SGLang) swaps as abort from the start.
 func (d *Driven) swap(ctx context.Context, mode string, load func() error) error {
 	keep := mode == string(config.PauseKeep)
-	if keep && !driver.ResetsRunning(ctx, d.Driver) {
-		// An engine that cannot drop running requests' KV (SGLang; vLLM
-		// before 0.17.0) pauses with abort from the start: the frozen
-		// requests would be aborted after the load anyway, and SGLang
-		// cannot abort them once frozen — its scheduler, paused in_place,
-		// runs no forward pass, and a running request's abort takes
-		// effect only at one (Scheduler.abort_request), so the post-load
-		// abort never drains and the swap stalls until its deadline.
-		mode, keep = string(config.PauseAbort), false
-	}
-	if err := d.Driver.Pause(ctx, driver.PauseMode(mode), !keep); err != nil {
+	pause, dropAfter := swapPause(mode, keep && driver.ResetsRunning(ctx, d.Driver))
+	if err := d.Driver.Pause(ctx, pause, pause != driver.PauseKeep); err != nil {
 		// A "wait" pause cut short (ctx ended) leaves the engine paused:
 		// let it serve its current weights rather than nothing.
 		rerr := d.resume()
 		return d.gone(errors.Join(err, rerr))
 	}
 	err := load()
-	if err == nil && keep {
+	if err == nil && dropAfter {
 		err = d.dropStaleKV(ctx)
 	}
 	return d.gone(errors.Join(err, d.resume()))
+}
+
+// swapPause is the mode a swap in mode pauses with, and whether it drops
+// the frozen requests' KV after the load (resetsRunning: the engine can).
+// Keep on an engine that cannot drop running requests' KV (SGLang; vLLM
+// before 0.17.0 or of unknown release) pauses with abort from the start:
+// the frozen requests would have to be aborted after the load anyway, and
+// SGLang cannot abort them once frozen — its scheduler, paused in_place,
+// runs no forward pass, and a running request's abort takes effect only
+// at one (Scheduler.abort_request), so a post-load abort never drains.
+// Every other mode pauses as asked and clears the cache with the pause.
+func swapPause(mode string, resetsRunning bool) (pause driver.PauseMode, dropAfter bool) {
+	if mode != string(config.PauseKeep) {
+		return driver.PauseMode(mode), false
+	}
+	if !resetsRunning {
+		return driver.PauseAbort, false
+	}
+	return driver.PauseKeep, true
 }
 
 // dropStaleKV ends a keep-mode swap's load: every request's KV recomputed

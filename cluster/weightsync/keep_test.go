@@ -363,3 +363,26 @@ func TestKeepSwapFallsBackToAbort(t *testing.T) {
 		})
 	}
 }
+
+// swapPause: keep stays keep (and drops the KV after the load) only where
+// the engine can drop running requests' KV; abort and wait pass as asked.
+func TestSwapPause(t *testing.T) {
+	for _, tc := range []struct {
+		mode      string
+		resets    bool
+		pause     driver.PauseMode
+		dropAfter bool
+	}{
+		{"keep", true, driver.PauseKeep, true},
+		{"keep", false, driver.PauseAbort, false},
+		{"abort", true, driver.PauseAbort, false},
+		{"abort", false, driver.PauseAbort, false},
+		{"wait", true, driver.PauseWait, false},
+		{"wait", false, driver.PauseWait, false},
+	} {
+		p, drop := swapPause(tc.mode, tc.resets)
+		if p != tc.pause || drop != tc.dropAfter {
+			t.Errorf("swapPause(%s, resets %v) = %s, %v; want %s, %v", tc.mode, tc.resets, p, drop, tc.pause, tc.dropAfter)
+		}
+	}
+}
