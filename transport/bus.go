@@ -103,6 +103,15 @@ type StreamConfig struct {
 	// costs the server memory for the window, so it bounds per-message
 	// state by time. A bus without message ids (memhub) ignores it.
 	Duplicates time.Duration
+	// SmallBlocks asks for the server's 4 MB file blocks instead of the
+	// 8 MB it gives a stream without a size or count limit. For an
+	// append-only log written for days (the prompt ledger): the server
+	// keeps the block being written in a write cache drawn from a pool
+	// tiered by size, so a log's steady-state cost is one buffer of its
+	// block size — 8 MB where 4 MB would do, and it reaches that tier
+	// only once its block passes 4 MB, hours into a run. A bus whose
+	// server sizes blocks otherwise (memhub, memory streams) ignores it.
+	SmallBlocks bool
 }
 
 // Validate names the first bad field: a Name that is not a subject token,

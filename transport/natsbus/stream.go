@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -44,6 +45,15 @@ func (b *Bus) Stream(ctx context.Context, cfg transport.StreamConfig) (transport
 	}
 	if cfg.WorkQueue {
 		jc.Retention = jetstream.WorkQueuePolicy
+	}
+	if cfg.SmallBlocks {
+		// JetStream has no block-size field; it sizes a file stream's
+		// blocks from its limits (autoTuneFileStorageBlockSize in
+		// nats-server v2.15.2 server/stream.go): a per-subject limit
+		// gives the key-value block size (defaultKVBlockSize, 4 MB),
+		// no limit the large default (8 MB). A per-subject limit no log
+		// reaches keeps every message and gets the smaller blocks.
+		jc.MaxMsgsPerSubject = math.MaxInt64
 	}
 	s, err := b.createStepping(ctx, &jc, cfg.MinReplicas)
 	var apiErr *jetstream.APIError
