@@ -50,6 +50,11 @@ type Config struct {
 	// Publisher's version, StepRecord — is local: tr.Version() − VersionBase.
 	// 0 (the default) is a trainer that starts with the run.
 	VersionBase int64
+	// OnStep, when set, receives every trained step's record in the
+	// trainer's goroutine, before its StepDone goes out: the one place a
+	// run's every step passes (the actor keeps only the newest
+	// RecordsKept). It must not block: it delays the next step.
+	OnStep func(StepRecord)
 }
 
 // Validate names the first invalid field.
@@ -91,6 +96,13 @@ type StepRecord struct {
 // each new step to its core) reads a step long before it is this old.
 const GroupIDsKept = 64
 
+// RecordsKept is how many of the newest step records the actor keeps
+// (StepsSince); a run's every record goes to Config.OnStep. A poller
+// (progress, the term's feed) reads a step long before it is this old;
+// keeping them all cost ~140 B a step, the largest per-step growth of
+// bench-long (issue 37).
+const RecordsKept = 4096
+
 // Actor is the trainer actor: it trains each TrainBatch with its Stepper
 // (the built-in trainer, or the exec backend's child process), publishes
 // the new version and announces StepDone.
@@ -107,10 +119,11 @@ type Actor struct {
 	done   chan struct{}
 
 	mu sync.Mutex
-	// steps are the trained steps' records, compact (stepRow: a run of
-	// days keeps one per step); ids holds the group ids of the newest
-	// GroupIDsKept steps, ids[i%GroupIDsKept] those of step record i.
-	steps []stepRow
+	// rows holds the newest RecordsKept of the count trained steps'
+	// records, compact (stepRow), record i at rows[i%RecordsKept]; ids
+	// the group ids of the newest GroupIDsKept, ids[i%GroupIDsKept].
+	rows  []stepRow
+	count int
 	ids   [GroupIDsKept][]string
 	err   error
 }
@@ -171,38 +184,53 @@ func (a *Actor) Stop(ctx context.Context) error {
 	}
 }
 
-// Steps returns the trained steps so far (a copy: O(steps); for a poll
-// use StepCount and StepsSince).
+// Steps returns the kept step records (the newest RecordsKept; a copy).
 func (a *Actor) Steps() []StepRecord {
-	return a.StepsSince(0)
+	recs, _ := a.StepsSince(0)
+	return recs
 }
 
 // StepCount is the number of trained steps so far.
 func (a *Actor) StepCount() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return len(a.steps)
+	return a.count
 }
 
-// StepsSince returns the trained steps from index i on (a copy of the
-// records after the first i): what a poller that has seen i records has
-// not seen yet. Empty when i ≥ StepCount.
-func (a *Actor) StepsSince(i int) []StepRecord {
+// StepsSince returns the kept step records from index i on (the records
+// after the first i: what a poller that has seen i has not seen yet) and
+// the index after the last of them, the poller's next i. Records older
+// than the newest RecordsKept are gone: the result then starts later
+// than i (next − len(recs) > i says how many were missed).
+func (a *Actor) StepsSince(i int) (recs []StepRecord, next int) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if i >= len(a.steps) {
-		return nil
+	i = max(i, a.count-len(a.rows), 0)
+	if i >= a.count {
+		return nil, max(i, a.count)
 	}
-	i = max(i, 0)
-	out := make([]StepRecord, 0, len(a.steps)-i)
-	for j, r := range a.steps[i:] {
-		rec := r.record()
-		if k := i + j; k >= len(a.steps)-GroupIDsKept {
+	recs = make([]StepRecord, 0, a.count-i)
+	for k := i; k < a.count; k++ {
+		rec := a.rows[k%RecordsKept].record()
+		if k >= a.count-GroupIDsKept {
 			rec.GroupIDs = a.ids[k%GroupIDsKept]
 		}
-		out = append(out, rec)
+		recs = append(recs, rec)
 	}
-	return out
+	return recs, a.count
+}
+
+// keep records a trained step (the newest RecordsKept are kept).
+func (a *Actor) keep(rec StepRecord) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.ids[a.count%GroupIDsKept] = rec.GroupIDs
+	if len(a.rows) < RecordsKept {
+		a.rows = append(a.rows, rowOf(rec))
+	} else {
+		a.rows[a.count%RecordsKept] = rowOf(rec)
+	}
+	a.count++
 }
 
 // stepRow is a StepRecord as the actor keeps it: ~140 B instead of ~220
@@ -296,10 +324,10 @@ func (a *Actor) step(tb messages.TrainBatch) error {
 	rec := StepRecord{Step: tb.Step, Version: st.Version, RewardMean: p.RewardMean, Stats: st, Groups: p.Groups, GroupIDs: slices.Clone(tb.GroupIDs),
 		Trajectories: p.Trajectories, Tokens: p.Tok, Microbatches: mbs, StalenessMax: p.StalenessMax,
 		TrainTime: t1.Sub(t0), PublishTime: time.Since(t1), Done: time.Now()}
-	a.mu.Lock()
-	a.ids[len(a.steps)%GroupIDsKept] = rec.GroupIDs
-	a.steps = append(a.steps, rowOf(rec))
-	a.mu.Unlock()
+	a.keep(rec)
+	if a.cfg.OnStep != nil {
+		a.cfg.OnStep(rec)
+	}
 	if a.cfg.Subjects.Weights != "" {
 		a.send(a.cfg.Subjects.Weights, messages.WeightsPublished{Header: a.header(st.Version), BaseVersion: st.Version,
 			Format: messages.WeightsFull, URI: "inproc://" + a.cfg.Name, Step: tb.Step})
@@ -322,6 +350,7 @@ func (a *Actor) announce(step, newVersion int64, rec StepRecord) error {
 			"trajectories": float64(rec.Trajectories), "microbatches": float64(rec.Microbatches),
 			"staleness_max":         float64(rec.StalenessMax),
 			"mismatch_same_version": rec.Stats.MismatchSameVersion, "same_version_tokens": float64(rec.Stats.SameVersionTokens),
+			"train_seconds": rec.TrainTime.Seconds(), "publish_seconds": rec.PublishTime.Seconds(),
 		}}
 	return a.send(a.cfg.Subjects.Steps, sd)
 }

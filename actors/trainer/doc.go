@@ -30,11 +30,13 @@
 //   - BusPublisher is the Publisher of a remote worker: it writes each
 //     version's serving checkpoint to a directory, announces it with
 //     WeightsPublished and returns once an EngineVersionAck for it arrives.
-//   - Steps returns one StepRecord per trained step (StepCount and
-//     StepsSince for a poller: no copy of every record each time); a
-//     record's GroupIDs are dropped once GroupIDsKept newer steps exist,
-//     so the records are O(1) per step however long the run; Err the
-//     error that stopped training (the node ends the run on it).
+//   - Every trained step's StepRecord goes to Config.OnStep (the node's
+//     step log, the run report's steps.jsonl); the actor keeps the newest
+//     RecordsKept for pollers (StepCount, StepsSince: no copy of every
+//     record each time, and a next index that says what a slow poller
+//     missed), a record's GroupIDs only for the newest GroupIDsKept, so
+//     its memory is bounded however long the run; Err the error that
+//     stopped training (the node ends the run on it).
 //
 // The actor is a goroutine shell: training is blocking work, so it runs on
 // the actor's own goroutine, fed by a bounded channel from the bus.

@@ -883,7 +883,7 @@ func (l *level) settled() bool {
 	// The controller may still be stepping a verdict or a step that
 	// requeues a group (an overloaded one, late): settled only once all of
 	// this held still for settleQuiet.
-	key := [5]int64{judged, reported, l.admitted.Load(), l.requeued.Load(), int64(len(l.tr.Steps()))}
+	key := [5]int64{judged, reported, l.admitted.Load(), l.requeued.Load(), int64(l.tr.StepCount())}
 	if key != l.settleKey || l.settleAt.IsZero() {
 		l.settleKey, l.settleAt = key, time.Now()
 		return false
@@ -903,7 +903,7 @@ func (l *level) finish(r *Result) {
 	r.Started, r.Finished, r.Aborted = st.Started, st.Finished, st.Aborted
 	r.GroupsKept, r.GroupsFiltered, r.GroupsAdmitted = l.kept.Load(), l.filtered.Load(), l.admitted.Load()
 	r.Turns = l.turns.Load()
-	r.Steps = int64(len(l.tr.Steps()))
+	r.Steps = int64(l.tr.StepCount())
 	r.MailboxDrops = int64(l.metricSum("asyncrl_actor_mailbox_dropped_total"))
 	r.MailboxWaits = int64(l.metricSum("asyncrl_actor_mailbox_waits_total"))
 	r.MailboxWaitSeconds = l.metricSum("asyncrl_actor_mailbox_wait_seconds_total")

@@ -1,7 +1,6 @@
 package node
 
 import (
-	"cmp"
 	"slices"
 	"sync"
 	"time"
@@ -25,14 +24,15 @@ type Ledger struct {
 	// last StepDone (max_sample_batches).
 	kept, dropped, droppedSinceStep int64
 	stalenessMax                    int64
-	// steps are the StepDone messages seen, one compact record each
-	// (O(1) per step: the decoded message's stats map is not kept), for
-	// a node whose trainer runs elsewhere; with an in-process trainer its
-	// own records are the steps (localTrainer) and only the rollout
-	// tokens at each step are kept (atStep). lastStep is the newest step
-	// seen.
+	// steps holds the newest trainer.RecordsKept of the nsteps StepDone
+	// messages seen (step i at steps[i%RecordsKept]), one compact record
+	// each (the decoded message's stats map is not kept), for a node
+	// whose trainer runs elsewhere; each also goes to onStep, the run's
+	// step log. With an in-process trainer its own records are the steps
+	// (localTrainer). lastStep is the newest step seen.
 	steps        []stepSeen
-	atStep       []stepTokens
+	nsteps       int
+	onStep       func(trainer.StepRecord, int64, bool)
 	lastStep     int64
 	localTrainer bool
 	subs         []transport.Subscription
@@ -40,7 +40,7 @@ type Ledger struct {
 	// exhausted is the controller's first SamplingExhausted, if any.
 	exhausted *messages.SamplingExhausted
 	// tokens, when set, reads the rollout tokens finished so far; it is
-	// sampled when each StepDone arrives (per-step rollout throughput).
+	// sampled when each step is logged (per-step rollout throughput).
 	tokens func() int64
 	// local are the groups this node's rollout actors published whose
 	// fate (settled) the ledger has not seen yet: what Stop waits for.
@@ -141,20 +141,16 @@ func (l *Ledger) unsettledLocal() []string {
 	return out
 }
 
-// tokensAt returns the rollout tokens finished when step's StepDone
-// arrived.
-func (l *Ledger) tokensAt(step int64) (int64, bool) {
+// tokensNow returns the rollout tokens finished so far (ok false before
+// the rollout actors are counted).
+func (l *Ledger) tokensNow() (int64, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	i, ok := slices.BinarySearchFunc(l.atStep, step, func(s stepTokens, step int64) int { return cmp.Compare(s.step, step) })
-	if !ok {
+	if l.tokens == nil {
 		return 0, false
 	}
-	return l.atStep[i].tokens, true
+	return l.tokens(), true
 }
-
-// stepTokens are the rollout tokens finished when a step's StepDone arrived.
-type stepTokens struct{ step, tokens int64 }
 
 // trainerInProcess tells the ledger that the node's trainer runs in
 // process: its records are the run's steps, so the ledger keeps none.
@@ -258,10 +254,7 @@ func (l *Ledger) observe(m *transport.Msg) {
 		if v.Step > l.lastStep {
 			l.lastStep = v.Step
 			if !l.localTrainer {
-				l.steps = append(l.steps, seeStep(v, time.Now()))
-			}
-			if l.tokens != nil {
-				l.atStep = append(l.atStep, stepTokens{v.Step, l.tokens()})
+				l.logStep(seeStep(v, time.Now()))
 			}
 			l.step = max(l.step, v.Step)
 			l.prune()
@@ -291,6 +284,7 @@ type stepSeen struct {
 	trainTokens, sameVersionTokens int64
 	trajectories, microbatches     int32
 	stalenessMax                   int32
+	train, publish                 time.Duration
 	at                             time.Time
 }
 
@@ -299,34 +293,61 @@ func seeStep(m messages.StepDone, at time.Time) stepSeen {
 	return stepSeen{step: m.Step, version: m.NewVersion, reward: m.RewardMean, loss: m.Loss, entropy: st["entropy"],
 		gradNorm: st["grad_norm"], mismatch: st["mismatch"], kl: st["kl"], clipFrac: st["clip_frac"],
 		mismatchSame: st["mismatch_same_version"], trainTokens: int64(st["tokens"]), sameVersionTokens: int64(st["same_version_tokens"]),
-		trajectories: int32(st["trajectories"]), microbatches: int32(st["microbatches"]), stalenessMax: int32(st["staleness_max"]), at: at}
+		trajectories: int32(st["trajectories"]), microbatches: int32(st["microbatches"]), stalenessMax: int32(st["staleness_max"]),
+		train: seconds(st["train_seconds"]), publish: seconds(st["publish_seconds"]), at: at}
+}
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// logStep keeps a remote trainer's step (the newest RecordsKept) and
+// logs it. l.mu is held.
+func (l *Ledger) logStep(s stepSeen) {
+	if len(l.steps) < trainer.RecordsKept {
+		l.steps = append(l.steps, s)
+	} else {
+		l.steps[l.nsteps%trainer.RecordsKept] = s
+	}
+	l.nsteps++
+	if l.onStep != nil {
+		var tok int64
+		if l.tokens != nil {
+			tok = l.tokens()
+		}
+		l.onStep(s.record(), tok, l.tokens != nil)
+	}
 }
 
 // stepCount is the number of steps seen.
 func (l *Ledger) stepCount() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.steps)
+	return l.nsteps
 }
 
-// stepRecords converts the StepDone messages seen after the first i into
-// trainer step records (the view of a node whose trainer runs elsewhere).
-func (l *Ledger) stepRecords(i int) []trainer.StepRecord {
+// stepRecords converts the kept StepDone messages seen after the first i
+// into trainer step records (the view of a node whose trainer runs
+// elsewhere) and returns the next i, as trainer.Actor.StepsSince.
+func (l *Ledger) stepRecords(i int) ([]trainer.StepRecord, int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if i >= len(l.steps) {
-		return nil
+	i = max(i, l.nsteps-len(l.steps), 0)
+	if i >= l.nsteps {
+		return nil, max(i, l.nsteps)
 	}
-	out := make([]trainer.StepRecord, 0, len(l.steps)-max(i, 0))
-	for _, s := range l.steps[max(i, 0):] {
-		out = append(out, trainer.StepRecord{Step: s.step, Version: s.version, RewardMean: s.reward,
-			Stats: policy.StepStats{Version: s.version, Loss: s.loss, Entropy: s.entropy, GradNorm: s.gradNorm,
-				Mismatch: s.mismatch, KL: s.kl, ClipFrac: s.clipFrac, Tokens: int(s.trainTokens),
-				MismatchSameVersion: s.mismatchSame, SameVersionTokens: int(s.sameVersionTokens)},
-			Trajectories: int(s.trajectories), Tokens: int(s.trainTokens), Microbatches: int(s.microbatches),
-			StalenessMax: int64(s.stalenessMax), Done: s.at})
+	out := make([]trainer.StepRecord, 0, l.nsteps-i)
+	for k := i; k < l.nsteps; k++ {
+		out = append(out, l.steps[k%trainer.RecordsKept].record())
 	}
-	return out
+	return out, l.nsteps
+}
+
+func (s stepSeen) record() trainer.StepRecord {
+	return trainer.StepRecord{Step: s.step, Version: s.version, RewardMean: s.reward,
+		Stats: policy.StepStats{Version: s.version, Loss: s.loss, Entropy: s.entropy, GradNorm: s.gradNorm,
+			Mismatch: s.mismatch, KL: s.kl, ClipFrac: s.clipFrac, Tokens: int(s.trainTokens),
+			MismatchSameVersion: s.mismatchSame, SameVersionTokens: int(s.sameVersionTokens)},
+		Trajectories: int(s.trajectories), Tokens: int(s.trainTokens), Microbatches: int(s.microbatches),
+		StalenessMax: int64(s.stalenessMax), TrainTime: s.train, PublishTime: s.publish, Done: s.at}
 }
 
 // Snapshot returns copies of the group records in first-seen order: every

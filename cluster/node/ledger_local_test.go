@@ -3,7 +3,9 @@ package node
 import (
 	"strconv"
 	"testing"
+	"time"
 
+	"github.com/asyncrl/asyncrl/actors/trainer"
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/transport"
 )
@@ -110,5 +112,53 @@ func TestLedgerPrunesSettledRecords(t *testing.T) {
 		if len(l.order) != len(l.groups) {
 			t.Errorf("order holds %d ids for %d records", len(l.order), len(l.groups))
 		}
+	}
+}
+
+// A node whose trainer runs elsewhere sees its steps as StepDone: each
+// is logged once (a re-announced step is not), with the tokens counted
+// when it arrived and the trainer's step and publish times; the ledger
+// keeps only the newest trainer.RecordsKept, and a poller behind them is
+// told where the kept ones start.
+func TestLedgerRemoteStepsLoggedAndBounded(t *testing.T) {
+	l := newLedger()
+	var tokens int64
+	l.tokens = func() int64 { return tokens }
+	type logged struct {
+		step, tokens int64
+		train        time.Duration
+	}
+	var log []logged
+	l.onStep = func(r trainer.StepRecord, tok int64, ok bool) {
+		if !ok {
+			t.Fatal("tokens unknown although counted")
+		}
+		log = append(log, logged{r.Step, tok, r.TrainTime})
+	}
+	total := trainer.RecordsKept + 10
+	for s := 1; s <= total; s++ {
+		tokens += 100
+		data, err := messages.Encode(messages.StepDone{Step: int64(s), NewVersion: int64(s),
+			Stats: map[string]float64{"train_seconds": 0.5, "publish_seconds": 0.25}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.observe(&transport.Msg{Subject: "asyncrl.r.steps", Data: data})
+		if s == 3 {
+			l.observe(&transport.Msg{Subject: "asyncrl.r.steps", Data: data}) // re-announced
+		}
+	}
+	if len(log) != total || log[2] != (logged{3, 300, 500 * time.Millisecond}) || log[total-1].step != int64(total) {
+		t.Fatalf("logged %d steps (%v …); want each of %d once", len(log), log[:3], total)
+	}
+	if l.stepCount() != total || len(l.steps) != trainer.RecordsKept {
+		t.Fatalf("count %d, kept %d", l.stepCount(), len(l.steps))
+	}
+	recs, next := l.stepRecords(0)
+	if len(recs) != trainer.RecordsKept || next != total || recs[0].Step != 11 || recs[0].PublishTime != 250*time.Millisecond {
+		t.Fatalf("stepRecords(0): %d records from step %d, next %d", len(recs), recs[0].Step, next)
+	}
+	if recs, next := l.stepRecords(total - 1); len(recs) != 1 || recs[0].Step != int64(total) || next != total {
+		t.Fatalf("stepRecords(total-1) = %v, %d", recs, next)
 	}
 }

@@ -158,6 +158,7 @@ type Node struct {
 	metricsSrv  *http.Server
 	metricsURL  string
 	ledger      *Ledger
+	steplog     *stepLog // every step's report row (the summary's)
 	progress    *progress
 	// remote: engines on other nodes (Options.Remote).
 	remote     *remoteSet
@@ -381,13 +382,11 @@ func (s *taskSource) Next() (controller.Prompt, bool) {
 	return controller.Prompt{ID: rollout.PromptID("p"+strconv.FormatInt(s.n, 10), p.Seed), Text: p.Text}, true
 }
 
-// steps returns the trained steps: the in-process trainer's records, or
-// the StepDone messages a remote trainer published. It copies every
-// record: for the summary; a poll uses stepCount and stepsSince.
-func (n *Node) steps() []trainer.StepRecord { return n.stepsSince(0) }
-
-// stepsSince returns the trained steps after the first i.
-func (n *Node) stepsSince(i int) []trainer.StepRecord {
+// stepsSince returns the kept trained steps after the first i (the
+// in-process trainer's records, or the StepDone messages a remote trainer
+// published; the newest trainer.RecordsKept) and the next i. Every step
+// is in the step log (n.steplog).
+func (n *Node) stepsSince(i int) ([]trainer.StepRecord, int) {
 	if n.tr != nil {
 		return n.tr.StepsSince(i)
 	}
@@ -408,7 +407,7 @@ func (n *Node) lastStep() (trainer.StepRecord, bool) {
 	if c == 0 {
 		return trainer.StepRecord{}, false
 	}
-	s := n.stepsSince(c - 1)
+	s, _ := n.stepsSince(c - 1)
 	if len(s) == 0 {
 		return trainer.StepRecord{}, false
 	}
@@ -492,6 +491,11 @@ func (n *Node) Stop() {
 		}
 		if n.ledger != nil {
 			n.ledger.stop()
+		}
+		if n.steplog != nil {
+			if err := n.steplog.close(); err != nil {
+				log.Warn().Err(err).Msg("node: step log")
+			}
 		}
 		log.Debug().Msg("node: stopping router and engines")
 		if n.routerUnreg != nil {

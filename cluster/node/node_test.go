@@ -166,6 +166,18 @@ func TestShortLoopOverNATS(t *testing.T) {
 	if rs := m["reward_mean_per_step"].([]any); len(rs) != 4 {
 		t.Errorf("reward_mean_per_step has %d entries", len(rs))
 	}
+	// The per-step log holds the summary's rows, one a line, as written
+	// during the run.
+	lines, err := os.ReadFile(filepath.Join(cfg.Run.ReportDir, StepsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, l := range strings.Split(strings.TrimSpace(string(lines)), "\n") {
+		var row report.StepRow
+		if err := json.Unmarshal([]byte(l), &row); err != nil || i >= len(s.PerStep) || row != s.PerStep[i] {
+			t.Fatalf("%s line %d = %s (%v); want the summary's row %d", StepsFile, i+1, l, err, i)
+		}
+	}
 	for _, f := range []string{"report.html", report.RewardPNG, report.StalenessPNG, report.ThroughputPNG} {
 		if _, err := os.Stat(filepath.Join(cfg.Run.ReportDir, f)); err != nil {
 			t.Error(err)

@@ -50,7 +50,7 @@ func (p *progress) update() {
 	if w == nil || p.n.stepCount() == p.shown {
 		return
 	}
-	steps := p.n.stepsSince(p.shown)
+	steps, next := p.n.stepsSince(p.shown)
 	if len(steps) == 0 {
 		return
 	}
@@ -62,13 +62,13 @@ func (p *progress) update() {
 		}
 		p.width = len(l)
 		fmt.Fprint(w, "\r"+l+pad)
-		p.shown += len(steps)
+		p.shown = next
 		return
 	}
 	for _, s := range steps {
 		fmt.Fprintln(w, p.line(s))
 	}
-	p.shown += len(steps)
+	p.shown = next
 }
 
 // finish ends the updating line.

@@ -97,6 +97,10 @@ func (n *Node) startBus(ctx context.Context) (err error) {
 	}
 	n.ledger = newLedger()
 	n.ledger.keepAll = n.opts.KeepGroupRecords
+	if n.steplog, err = openStepLog(cfg.Run.ReportDir, n.start); err != nil {
+		return err
+	}
+	n.ledger.onStep = n.steplog.add
 	if err := n.ledger.subscribe(n.bus, n.subj); err != nil {
 		return fmt.Errorf("node: ledger: %w", err)
 	}
@@ -234,7 +238,11 @@ func (n *Node) startTrainer(ctx context.Context, ptr *policy.Trainer, tpub train
 	cfg := n.cfg
 	tc := trainer.Config{RunID: cfg.Run.ID, Name: "trainer-0", NormStd: true,
 		Microbatch: microbatchConfig(cfg.Trainer), Logger: n.opts.Logger.With().Str("actor", "trainer").Logger(),
-		Subjects: trainer.Subjects{Train: n.subj.train, Steps: n.subj.steps, Weights: n.subj.weights}}
+		Subjects: trainer.Subjects{Train: n.subj.train, Steps: n.subj.steps, Weights: n.subj.weights},
+		OnStep: func(rec trainer.StepRecord) {
+			tok, ok := n.ledger.tokensNow()
+			n.steplog.add(rec, tok, ok)
+		}}
 	switch cfg.Trainer.Backend {
 	case config.BackendRemote:
 		if n.weightsSub, err = n.bus.Subscribe(n.subj.weights, n.loadWeights); err != nil {

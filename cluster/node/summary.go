@@ -1,6 +1,7 @@
 package node
 
 import (
+	"errors"
 	"time"
 
 	"github.com/asyncrl/asyncrl/internal/report"
@@ -19,31 +20,17 @@ func (n *Node) Summary(interrupted bool, runErr error) report.Summary {
 	if runErr != nil {
 		s.Error = runErr.Error()
 	}
-	var prevT float64
-	var prevTok int64
-	if n.ledger != nil {
-		steps := n.steps()
-		s.Steps = len(steps)
-		for _, st := range steps {
-			s.RewardMeanPerStep = append(s.RewardMeanPerStep, st.RewardMean)
-			s.FinalVersion = st.Version
-			el := st.Done.Sub(n.start).Seconds()
-			row := report.StepRow{Step: st.Step, Version: st.Version, RewardMean: st.RewardMean, Loss: st.Stats.Loss,
-				Entropy: st.Stats.Entropy, GradNorm: st.Stats.GradNorm, Mismatch: st.Stats.Mismatch, Tokens: st.Tokens,
-				MismatchSameVersion: st.Stats.MismatchSameVersion, SameVersionTokens: st.Stats.SameVersionTokens,
-				Microbatches: st.Microbatches, StalenessMax: st.StalenessMax, ElapsedSeconds: el,
-				TrainSeconds: st.TrainTime.Seconds(), PublishSeconds: st.PublishTime.Seconds()}
-			// Throughput per step: rollout tokens finished and the step's
-			// mini-batch tokens over the wall time since the previous step.
-			if el > prevT {
-				row.TrainTokensPerSecond = float64(st.Tokens) / (el - prevT)
-				if tok, ok := n.ledger.tokensAt(st.Step); ok {
-					row.TokensPerSecond = float64(tok-prevTok) / (el - prevT)
-					prevTok = tok
-				}
-			}
-			prevT = el
-			s.PerStep = append(s.PerStep, row)
+	if n.steplog != nil {
+		rows, err := n.steplog.rows()
+		if err != nil {
+			// The rows read are kept; the summary says what is missing.
+			s.Error = errors.Join(runErr, err).Error()
+		}
+		s.Steps = len(rows)
+		s.PerStep = append(s.PerStep, rows...)
+		for _, r := range rows {
+			s.RewardMeanPerStep = append(s.RewardMeanPerStep, r.RewardMean)
+			s.FinalVersion = r.Version
 		}
 	}
 	s.RewardFirst5, s.RewardLast5 = report.Mean5(s.RewardMeanPerStep)

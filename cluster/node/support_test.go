@@ -1,6 +1,10 @@
 package node
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/asyncrl/asyncrl/actors/trainer"
+)
 
 // With normalize_over_support the rollout records the engines'
 // support-normalised logprobs and the trainer normalises over the same
@@ -29,4 +33,11 @@ func TestSupportNormalisedRunWithMicrobatches(t *testing.T) {
 		t.Fatalf("step 1 used %d microbatches with a 40-token cap and dp 2", first.Microbatches)
 	}
 	checkLedger(t, n, s)
+}
+
+// steps returns the node's kept trained steps (all of a test's run: the
+// newest trainer.RecordsKept).
+func (n *Node) steps() []trainer.StepRecord {
+	recs, _ := n.stepsSince(0)
+	return recs
 }

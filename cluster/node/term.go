@@ -113,8 +113,9 @@ func (r *termRun) feedSteps(now time.Time) {
 	if r.n == nil {
 		return
 	}
-	for _, s := range r.n.stepsSince(r.fed) {
-		r.fed++
+	steps, next := r.n.stepsSince(r.fed)
+	r.fed = next
+	for _, s := range steps {
 		if s.GroupIDs == nil && s.Groups > 0 {
 			// Fed GroupIDsKept steps late: its groups are gone, and a
 			// save without them would leave its prompts in flight.
