@@ -114,13 +114,17 @@ func run(ctx context.Context, cfg Config, plantForget bool) (Report, error) {
 	if err := fl.setRouter(n.RouterURL()); err != nil {
 		return rep, err
 	}
-	wsub, err := n.Bus().Subscribe(transport.MustSubject(rc.Run.ID, transport.TopicWeights), fl.onWeights)
+	plan, err := transport.Plan(rc.Run.ID)
+	if err != nil {
+		return rep, fmt.Errorf("chaos: %w", err)
+	}
+	wsub, err := n.Bus().Subscribe(plan.Weights, fl.onWeights)
 	if err != nil {
 		return rep, fmt.Errorf("chaos: weights subscription: %w", err)
 	}
 	defer func() { _ = wsub.Unsubscribe() }()
 	var steps atomic.Int64
-	ssub, err := n.Bus().Subscribe(transport.MustSubject(rc.Run.ID, transport.TopicSteps), func(m *transport.Msg) {
+	ssub, err := n.Bus().Subscribe(plan.Steps, func(m *transport.Msg) {
 		if sd, err := messages.DecodeAs[messages.StepDone](m.Data); err == nil && sd.RunID == rc.Run.ID {
 			for cur := steps.Load(); sd.Step > cur && !steps.CompareAndSwap(cur, sd.Step); cur = steps.Load() {
 			}
