@@ -63,6 +63,9 @@ type RunPlan struct {
 	// TurnResults: TurnResult, engines → the router shell. The simulator
 	// only: in a run a turn is an HTTP exchange through the router.
 	TurnResults string
+	// TurnsAll: pattern of every Turn(engine) and TurnResults (the
+	// simulator only).
+	TurnsAll string
 
 	// TermAnnounce: TermAnnounce, trainer lease holder → rollout hosts
 	// (the base run's plan).
@@ -145,6 +148,7 @@ func planOf(run string) RunPlan {
 		AcksAll:          s(TopicEngines, "*", string(EngineAck)),
 		EnginesAll:       s(TopicEngines, "*", "*"),
 		TurnResults:      s(TopicTurns, "results"),
+		TurnsAll:         s(TopicTurns, "*"),
 		TermAnnounce:     s(TopicControl, "term"),
 		RolloutStatusAll: s(TopicControl, "rollouts", "*"),
 		EngineControlAll: s(TopicControl, "engines", "*"),

@@ -59,7 +59,7 @@ func TestPlanNames(t *testing.T) {
 		GroupsAll: "asyncrl.r1.groups.>", Kept: "asyncrl.r1.groups.kept", Filtered: "asyncrl.r1.groups.filtered",
 		Train: "asyncrl.r1.train", Steps: "asyncrl.r1.steps", Weights: "asyncrl.r1.weights", Capacity: "asyncrl.r1.capacity",
 		Ledger: "asyncrl.r1.ledger", Settled: "asyncrl.r1.ledger.groups", LedgerAll: "asyncrl.r1.ledger.>",
-		AcksAll: "asyncrl.r1.engines.*.ack", EnginesAll: "asyncrl.r1.engines.*.*", TurnResults: "asyncrl.r1.turns.results",
+		AcksAll: "asyncrl.r1.engines.*.ack", EnginesAll: "asyncrl.r1.engines.*.*", TurnResults: "asyncrl.r1.turns.results", TurnsAll: "asyncrl.r1.turns.*",
 		TermAnnounce: "asyncrl.r1.control.term", RolloutStatusAll: "asyncrl.r1.control.rollouts.*",
 		EngineControlAll: "asyncrl.r1.control.engines.*", Leaving: "asyncrl.r1.control.leaving",
 		LedgerStream: "ledger-r1", GroupStream: "groups-r1", DurableGroups: "asyncrl-durable.r1.groups",

@@ -45,6 +45,7 @@ func (p RunPlan) PlanEntries(node, id string) []PlanEntry {
 		{p.EnginesAll, "pattern", "", "", "discovery watcher"},
 		{j(TopicTurns, id), "pub/sub", "TurnRequest", "router shell (simulator only)", "engine"},
 		{p.TurnResults, "pub/sub", "TurnResult", "engines (simulator only)", "router shell"},
+		{p.TurnsAll, "pattern", "", "", "simulator's message faults"},
 		{p.TermAnnounce, "pub/sub", "TermAnnounce", "trainer lease holder", "rollout hosts"},
 		{j(TopicControl, "rollouts", node), "pub/sub", "RolloutStatus", "rollout host", "term holder"},
 		{p.RolloutStatusAll, "pattern", "", "", "term holder"},

@@ -40,6 +40,7 @@ type Topic string
 //	asyncrl.<run>.engines.*.*              pattern                                                                                       discovery watcher
 //	asyncrl.<run>.turns.<id>               pub/sub       TurnRequest                                      router shell (simulator only)  engine
 //	asyncrl.<run>.turns.results            pub/sub       TurnResult                                       engines (simulator only)       router shell
+//	asyncrl.<run>.turns.*                  pattern                                                                                       simulator's message faults
 //	asyncrl.<run>.control.term             pub/sub       TermAnnounce                                     trainer lease holder           rollout hosts
 //	asyncrl.<run>.control.rollouts.<node>  pub/sub       RolloutStatus                                    rollout host                   term holder
 //	asyncrl.<run>.control.rollouts.*       pattern                                                                                       term holder
