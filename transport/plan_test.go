@@ -176,3 +176,36 @@ func TestPlanRefusesBadTokens(t *testing.T) {
 		}
 	}
 }
+
+// TestArchitectureSubjectsArePlanned: every subject ARCHITECTURE.md's
+// message-flow table names is one of the plan's (with <term> a run: a
+// term is a run of its own), so the document cannot name a subject the
+// code does not use.
+func TestArchitectureSubjectsArePlanned(t *testing.T) {
+	doc, err := os.ReadFile("../ARCHITECTURE.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, flow, ok := strings.Cut(string(doc), "## Message flow")
+	if !ok {
+		t.Fatal("ARCHITECTURE.md has no \"## Message flow\" section")
+	}
+	flow, _, _ = strings.Cut(flow, "\n## ")
+	names := map[string]bool{}
+	for _, e := range planOf("<run>").PlanEntries("<node>", "<id>") {
+		names[e.Name] = true
+	}
+	n := 0
+	for _, part := range strings.Split(flow, "`")[1:] {
+		if !strings.HasPrefix(part, SubjectRoot+".<") {
+			continue
+		}
+		n++
+		if s := strings.ReplaceAll(part, "<term>", "<run>"); !names[s] {
+			t.Errorf("ARCHITECTURE.md's message flow names %s, which is not in the plan (transport/subjects.go)", part)
+		}
+	}
+	if n < 15 {
+		t.Fatalf("found %d subjects in ARCHITECTURE.md's message flow; the table names over fifteen", n)
+	}
+}

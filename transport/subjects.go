@@ -9,6 +9,9 @@ import (
 // lets an operator grant or mirror a whole deployment with "asyncrl.>".
 const SubjectRoot = "asyncrl"
 
+// RootWildcard matches every subject of every run: asyncrl.>.
+const RootWildcard = SubjectRoot + ".>"
+
 // Topic is the second-level token of a subject: asyncrl.<run>.<topic>[.<more>…].
 type Topic string
 
