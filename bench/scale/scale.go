@@ -25,6 +25,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"runtime/pprof"
 	"strconv"
 	"sync"
@@ -319,102 +320,150 @@ func RunLevel(ctx context.Context, o Options, n int) (Result, error) {
 	res := Result{Level: n, Transport: o.Transport, TimeScale: o.TimeScaleFor(n)}
 	runtime.GC()
 	debug.FreeOSMemory()
-	base := RSSBytes()
-	var ms0 runtime.MemStats
-	runtime.ReadMemStats(&ms0)
-	g0 := runtime.NumGoroutine()
+	b := baseline{rss: RSSBytes(), goroutines: runtime.NumGoroutine()}
+	runtime.ReadMemStats(&b.mem)
 	l := &level{o: o, n: n, run: "scale" + strconv.Itoa(n)}
 	defer l.stop()
 	if err := l.start(ctx); err != nil {
 		return res, err
 	}
 	res.Engines = len(l.engs)
-	if o.MutexProfile != "" {
-		runtime.SetMutexProfileFraction(10)
-		defer func() {
-			runtime.SetMutexProfileFraction(0)
-			if f, err := os.Create(o.MutexProfile); err == nil {
-				_ = pprof.Lookup("mutex").WriteTo(f, 0)
-				f.Close()
-			}
-		}()
+	stopProfiles, err := startProfiles(o)
+	if err != nil {
+		return res, err
 	}
-	if o.CPUProfile != "" {
-		f, err := os.Create(o.CPUProfile)
-		if err != nil {
-			return res, err
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			f.Close()
-			return res, err
-		}
-		defer func() { pprof.StopCPUProfile(); f.Close() }()
-	}
-	p0 := gcPauses()
-	msgs0 := l.bus.Conn().Stats().OutMsgs
-	start := time.Now()
-	holding := l.held // start paused the engines before the controller admitted anything
-	pk := peaks{}
-	var heapAtPeak uint64
-	profiled := false
+	defer stopProfiles()
+	b.pauses, b.msgs = gcPauses(), l.bus.Conn().Stats().OutMsgs
+	// start paused the engines before the controller admitted anything.
+	w := &levelWatch{start: time.Now(), holding: l.held, lastProgress: time.Now()}
 	deadline := time.NewTimer(o.Timeout)
 	defer deadline.Stop()
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
-	lastProgress := time.Now()
-	for !l.settled() {
+	for !l.settled() && res.Failure == "" {
 		select {
 		case <-ctx.Done():
 			res.Failure = "interrupted"
 		case <-deadline.C:
 			res.Failure = fmt.Sprintf("did not settle within %v", o.Timeout)
 		case <-tick.C:
-		}
-		if res.Failure != "" {
-			break
-		}
-		st := l.stats()
-		inFlight := st.Started - st.Finished - st.Aborted
-		if inFlight > pk.inFlight && inFlight >= int64(float64(n)*0.95) && !profiled {
-			// At the peak: the heap that holds the trajectories in flight.
-			var ms runtime.MemStats
-			runtime.ReadMemStats(&ms)
-			heapAtPeak = ms.HeapInuse + ms.StackInuse
-			if o.HeapProfile != "" {
-				if err := writeHeap(o.HeapProfile); err != nil {
-					return res, err
-				}
+			if err := l.observe1(ctx, w, &res); err != nil {
+				return res, err
 			}
-			profiled = true
-		}
-		pk.sample(inFlight)
-		if holding && (inFlight >= int64(n) || time.Since(start) >= o.StartHold) {
-			if err := l.release(ctx); err != nil {
-				res.Failure = err.Error()
-				break
-			}
-			holding = false
-			res.HoldSeconds = time.Since(start).Seconds()
-		}
-		if o.Progress != nil && time.Since(lastProgress) >= time.Second {
-			lastProgress = time.Now()
-			o.Progress(fmt.Sprintf("level %d: %.0fs in flight %d (peak %d) finished %d aborted %d judged %d/%d rss %.0f MB goroutines %d fds %d",
-				n, time.Since(start).Seconds(), inFlight, pk.inFlight, st.Finished, st.Aborted, l.kept.Load()+l.filtered.Load(),
-				l.src.total, float64(RSSBytes())/(1<<20), runtime.NumGoroutine(), openFDs()))
 		}
 	}
-	res.Seconds = time.Since(start).Seconds()
-	msgs := l.bus.Conn().Stats().OutMsgs - msgs0
+	l.result(&res, w, b)
+	return res, nil
+}
+
+// baseline is the process before a level: what its figures are relative to.
+type baseline struct {
+	rss        int64
+	goroutines int
+	mem        runtime.MemStats
+	pauses     *metrics.Float64Histogram
+	msgs       uint64
+}
+
+// levelWatch is what RunLevel's loop keeps between two looks at the level.
+type levelWatch struct {
+	start        time.Time
+	holding      bool // the engines are paused for the start barrier
+	pk           peaks
+	heapAtPeak   uint64
+	profiled     bool
+	lastProgress time.Time
+}
+
+// startProfiles starts the mutex and CPU profiles Options asks for; stop
+// writes them.
+func startProfiles(o Options) (stop func(), err error) {
+	var stops []func()
+	stop = func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	if o.MutexProfile != "" {
+		runtime.SetMutexProfileFraction(10)
+		stops = append(stops, func() {
+			runtime.SetMutexProfileFraction(0)
+			if f, err := os.Create(o.MutexProfile); err == nil {
+				_ = pprof.Lookup("mutex").WriteTo(f, 0)
+				f.Close()
+			}
+		})
+	}
+	if o.CPUProfile != "" {
+		f, err := os.Create(o.CPUProfile)
+		if err != nil {
+			stop()
+			return nil, err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			stop()
+			return nil, err
+		}
+		stops = append(stops, func() { pprof.StopCPUProfile(); f.Close() })
+	}
+	return stop, nil
+}
+
+// observe1 is one look at the level: the heap at the peak (and its
+// profile), the peaks, the end of the start barrier, a progress line. A
+// failure to release the barrier is the level's failure; an error is the
+// benchmark's.
+func (l *level) observe1(ctx context.Context, w *levelWatch, res *Result) error {
+	o, n := l.o, l.n
+	st := l.stats()
+	inFlight := st.Started - st.Finished - st.Aborted
+	if inFlight > w.pk.inFlight && inFlight >= int64(float64(n)*0.95) && !w.profiled {
+		// At the peak: the heap that holds the trajectories in flight.
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		w.heapAtPeak = ms.HeapInuse + ms.StackInuse
+		if o.HeapProfile != "" {
+			if err := writeHeap(o.HeapProfile); err != nil {
+				return err
+			}
+		}
+		w.profiled = true
+	}
+	w.pk.sample(inFlight)
+	if w.holding && (inFlight >= int64(n) || time.Since(w.start) >= o.StartHold) {
+		if err := l.release(ctx); err != nil {
+			res.Failure = err.Error()
+			return nil
+		}
+		w.holding = false
+		res.HoldSeconds = time.Since(w.start).Seconds()
+	}
+	if o.Progress != nil && time.Since(w.lastProgress) >= time.Second {
+		w.lastProgress = time.Now()
+		o.Progress(fmt.Sprintf("level %d: %.0fs in flight %d (peak %d) finished %d aborted %d judged %d/%d rss %.0f MB goroutines %d fds %d",
+			n, time.Since(w.start).Seconds(), inFlight, w.pk.inFlight, st.Finished, st.Aborted, l.kept.Load()+l.filtered.Load(),
+			l.src.total, float64(RSSBytes())/(1<<20), runtime.NumGoroutine(), openFDs()))
+	}
+	return nil
+}
+
+// result fills res once the level settled (or failed): its rates, peaks
+// and latencies, then stops the pipeline (finish) and judges it.
+func (l *level) result(res *Result, w *levelWatch, b baseline) {
+	n, pk := l.n, w.pk
+	res.Seconds = time.Since(w.start).Seconds()
+	msgs := l.bus.Conn().Stats().OutMsgs - b.msgs
 	res.BusMsgsPerSec = float64(msgs) / res.Seconds
-	res.GCPauseP99ms = pauseQuantile(p0, gcPauses(), 0.99) * 1000
+	res.GCPauseP99ms = pauseQuantile(b.pauses, gcPauses(), 0.99) * 1000
 	res.PeakInFlight = max(pk.inFlight, l.sessions.peakInFlight())
-	res.RSSBaseMB, res.RSSPeakMB = float64(base)/(1<<20), float64(pk.rss)/(1<<20)
+	res.RSSBaseMB, res.RSSPeakMB = float64(b.rss)/(1<<20), float64(pk.rss)/(1<<20)
 	res.GoroutinesPeak, res.FDsPeak = pk.goroutines, pk.fds
 	if pk.inFlight > 0 {
-		res.RSSPerTrajectoryKB = float64(pk.rss-base) / 1024 / float64(pk.inFlight)
-		res.GoroutinesPerTrajectory = float64(pk.goroutines-g0) / float64(pk.inFlight)
-		if heapAtPeak > 0 {
-			res.HeapPerTrajectoryKB = (float64(heapAtPeak) - float64(ms0.HeapInuse+ms0.StackInuse)) / 1024 / float64(pk.inFlight)
+		res.RSSPerTrajectoryKB = float64(pk.rss-b.rss) / 1024 / float64(pk.inFlight)
+		res.GoroutinesPerTrajectory = float64(pk.goroutines-b.goroutines) / float64(pk.inFlight)
+		if w.heapAtPeak > 0 {
+			res.HeapPerTrajectoryKB = (float64(w.heapAtPeak) - float64(b.mem.HeapInuse+b.mem.StackInuse)) / 1024 / float64(pk.inFlight)
 		}
 	}
 	res.RouterDecisionP50ms, res.RouterDecisionP99ms, _ = l.decisions.quantiles()
@@ -425,7 +474,7 @@ func RunLevel(ctx context.Context, o Options, n int) (Result, error) {
 		res.InProcRequests, res.NetRequests = es.Served+cs.Served, es.Passed+cs.Passed
 	}
 	res.BufferMsgs, res.BufferMB = l.bufferHeld()
-	l.finish(&res)
+	l.finish(res)
 	if res.Failure == "" && (res.Errors > 0 || res.Lost > 0) {
 		res.Failure = fmt.Sprintf("%d errors, %d trajectories lost", res.Errors, res.Lost)
 	}
@@ -435,7 +484,6 @@ func RunLevel(ctx context.Context, o Options, n int) (Result, error) {
 	if res.Failure == "" && res.PeakInFlight < int64(n)*95/100 {
 		res.Failure = fmt.Sprintf("peak in flight %d < 95%% of %d", res.PeakInFlight, n)
 	}
-	return res, nil
 }
 
 // bufferHeld reads the trajectory buffer's message count and bytes from
