@@ -10,6 +10,7 @@ import (
 
 	"github.com/asyncrl/asyncrl/cluster/node"
 	"github.com/asyncrl/asyncrl/messages"
+	"github.com/asyncrl/asyncrl/transport"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
 )
 
@@ -29,11 +30,15 @@ func readDurableLedger(ctx context.Context, storeDir, runID string) ([]node.Grou
 		return nil, 0, fmt.Errorf("chaos: audit: reopen %s: %w", storeDir, err)
 	}
 	defer bus.Close()
+	plan, err := transport.Plan(runID)
+	if err != nil {
+		return nil, 0, fmt.Errorf("chaos: audit: %w", err)
+	}
 	js, err := jetstream.New(bus.Conn())
 	if err != nil {
 		return nil, 0, fmt.Errorf("chaos: audit: %w", err)
 	}
-	st, err := js.Stream(ctx, "ledger-"+runID)
+	st, err := js.Stream(ctx, plan.LedgerStream)
 	if err != nil {
 		return nil, 0, fmt.Errorf("chaos: audit: ledger stream: %w", err)
 	}

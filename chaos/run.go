@@ -7,20 +7,15 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
-	"os"
 	"path/filepath"
 	"sort"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/asyncrl/asyncrl/chaos/faultproxy"
-	"github.com/asyncrl/asyncrl/cluster/node"
 	"github.com/asyncrl/asyncrl/config"
-	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/transport"
 )
 
@@ -61,109 +56,25 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	return run(ctx, cfg, false)
 }
 
-// run is Run with the test-only planted bug switch (see fleet.plantForget).
+// run is Run with the test-only planted bug switch (see fleet.plantForget):
+// set up the node, the fleet and the trainer worker (session.go), warm up,
+// play the schedule, heal, wait for recovery, audit and judge.
 func run(ctx context.Context, cfg Config, plantForget bool) (Report, error) {
 	start := time.Now()
 	rep := Report{Seed: cfg.Seed, Duration: cfg.Duration}
 	if err := cfg.Validate(); err != nil {
 		return rep, err
 	}
-	dir := cfg.DataDir
-	if dir == "" {
-		d, err := os.MkdirTemp("", "asyncrl-chaos-*")
-		if err != nil {
-			return rep, fmt.Errorf("chaos: data dir: %w", err)
-		}
-		defer os.RemoveAll(d)
-		dir = d
+	s := &session{cfg: cfg, start: start, progress: cfg.Progress}
+	if s.progress == nil {
+		s.progress = io.Discard
 	}
-	rc := runConfig(cfg, dir)
-	if err := rc.Validate(); err != nil {
-		return rep, fmt.Errorf("%w: run: %w", ErrConfig, err)
-	}
-	log := cfg.Logger
-	progress := cfg.Progress
-	if progress == nil {
-		progress = io.Discard
-	}
-
-	fl, err := newFleet(cfg.Engines, rc, log)
-	if err != nil {
+	defer s.close()
+	if err := s.setUp(ctx, plantForget); err != nil {
 		return rep, err
 	}
-	defer fl.close()
-	fl.plantForget = plantForget
-	rc.Engines.ExternalURLs = fl.URLs()
-	// JetStream on disk (rc.Bus.JetStreamDir): the ledger is read back from
-	// the files after the node stopped.
-	n, err := node.New(rc, node.Options{Logger: log, KeepGroupRecords: true})
-	if err != nil {
-		return rep, fmt.Errorf("chaos: node: %w", err)
-	}
-	if err := n.Start(ctx); err != nil {
-		return rep, fmt.Errorf("chaos: node: %w", err)
-	}
-	defer n.Stop()
-	// The node's own engine is updated by the node; the chaos engines are
-	// the ones under attack, so the router serves only them.
-	for _, u := range n.EngineURLs() {
-		if err := adminCall(fl.httpc, http.MethodDelete, n.RouterURL()+"/admin/replicas?url="+url.QueryEscape(u)); err != nil {
-			return rep, err
-		}
-	}
-	if err := fl.setRouter(n.RouterURL()); err != nil {
+	if err := s.warmUp(ctx); err != nil {
 		return rep, err
-	}
-	wsub, err := n.Bus().Subscribe(transport.MustSubject(rc.Run.ID, transport.TopicWeights), fl.onWeights)
-	if err != nil {
-		return rep, fmt.Errorf("chaos: weights subscription: %w", err)
-	}
-	defer func() { _ = wsub.Unsubscribe() }()
-	var steps atomic.Int64
-	ssub, err := n.Bus().Subscribe(transport.MustSubject(rc.Run.ID, transport.TopicSteps), func(m *transport.Msg) {
-		if sd, err := messages.DecodeAs[messages.StepDone](m.Data); err == nil && sd.RunID == rc.Run.ID {
-			for cur := steps.Load(); sd.Step > cur && !steps.CompareAndSwap(cur, sd.Step); cur = steps.Load() {
-			}
-		}
-	})
-	if err != nil {
-		return rep, fmt.Errorf("chaos: steps subscription: %w", err)
-	}
-	defer func() { _ = ssub.Unsubscribe() }()
-
-	wctx, wcancel := context.WithCancel(context.Background())
-	werr := make(chan error, 1)
-	go func() {
-		werr <- node.RunWorker(wctx, rc, node.WorkerOptions{NATSURL: n.BusURL(), Logger: log.With().Str("role", "worker").Logger()})
-	}()
-	stopWorker := sync.OnceValue(func() error {
-		wcancel()
-		select {
-		case err := <-werr:
-			if errors.Is(err, context.Canceled) {
-				return nil
-			}
-			return err
-		case <-time.After(15 * time.Second):
-			return errors.New("chaos: trainer worker did not stop")
-		}
-	})
-	defer func() { _ = stopWorker() }()
-
-	w := newWatcher(fl, n.RouterURL())
-	wdone := make(chan struct{})
-	go func() { defer close(wdone); w.run(wctx) }()
-
-	// Warm-up: faults start once the trainer has made WarmupSteps steps.
-	if cfg.WarmupSteps > 0 {
-		wdeadline := time.Now().Add(warmupWithin)
-		for int(steps.Load()) < cfg.WarmupSteps {
-			if ctx.Err() != nil || time.Now().After(wdeadline) {
-				return rep, fmt.Errorf("chaos: warm-up: %d of %d steps within %v: %w", steps.Load(), cfg.WarmupSteps, warmupWithin, errors.Join(ctx.Err(), errNoWarmup))
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		fmt.Fprintf(progress, "warm-up done after %.3fs (%d steps); faults start\n", time.Since(start).Seconds(), steps.Load())
 	}
 	// Faults are played for Duration; the node's Wait ends early only when
 	// the run fails (for example the filter starves the trainer).
@@ -173,43 +84,19 @@ func run(ctx context.Context, cfg Config, plantForget bool) (Report, error) {
 	defer dcancel()
 	waitErr := make(chan error, 1)
 	go func() {
-		_, err := n.Wait(dctx)
+		_, err := s.n.Wait(dctx)
 		waitErr <- err
 		dcancel()
 	}()
-	played, injectErrs := play(dctx, faultsStart, Schedule(cfg), target{fl: fl, bus: n.Bus()}, progress)
-	healErrs := healAll(fl)
+	played, injectErrs := play(dctx, faultsStart, Schedule(cfg), target{fl: s.fl, bus: s.n.Bus()}, s.progress)
+	healErrs := healAll(s.fl)
 	runErr := <-waitErr
-	atHeal := int(steps.Load())
-	fmt.Fprintf(progress, "%8.3fs healed every fault; %d steps so far, waiting for recovery\n", time.Since(faultsStart).Seconds(), atHeal)
-
-	// Recovery: one more step, and every engine on the latest version.
-	deadline := time.Now().Add(cfg.RecoverWithin)
-	for runErr == nil && ctx.Err() == nil && time.Now().Before(deadline) {
-		if int(steps.Load()) > atHeal && allAt(fl.engineVersions(), fl.latest()) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
+	atHeal := int(s.steps.Load())
+	fmt.Fprintf(s.progress, "%8.3fs healed every fault; %d steps so far, waiting for recovery\n", time.Since(faultsStart).Seconds(), atHeal)
+	if runErr == nil {
+		s.recover(ctx, atHeal)
 	}
-	ev := Evidence{StepsAtHeal: atHeal, StepsAtEnd: int(steps.Load()), Latest: fl.latest(), EngineVersions: fl.engineVersions()}
-
-	workerErr := stopWorker()
-	<-wdone
-	n.Stop()
-	rep.Summary = n.Summary(true, runErr)
-	ev.Summary = rep.Summary
-	live := n.Ledger().Snapshot()
-	ev.VersionDrops, ev.Overclaims, ev.Samples = w.results()
-	fl.mu.Lock()
-	ev.LoadErrors = append([]string(nil), fl.loadErrs...)
-	ev.VersionDrops = append(ev.VersionDrops, fl.drops...)
-	fl.mu.Unlock()
-
-	actx, acancel := context.WithTimeout(context.Background(), 30*time.Second)
-	durable, records, auditErr := readDurableLedger(actx, rc.Bus.JetStreamDir, rc.Run.ID)
-	acancel()
-	ev.Groups, ev.LedgerRecords = durable, records
-	ev.LedgerMismatches = compareLedgers(durable, live)
+	ev, workerErr, auditErr := s.evidence(atHeal, runErr, &rep)
 
 	rep.Injected = played
 	rep.Faults = countFaults(cfg.kinds(), played)

@@ -27,20 +27,22 @@ const (
 	envTokens     = 4               // tokens the environment appends per turn
 	promptBase    = 16              // prompt length is promptBase + i%32
 	healthSweep   = heartbeatEvery  // how often silence is checked
-	subjResults   = "asyncrl.sim.turns.results"
-	subjHealthAll = "asyncrl.sim.engines.*.health"
-	subjLoadAll   = "asyncrl.sim.engines.*.load"
 )
 
-// subjTurnResults is where engines send TurnResults.
-var subjTurnResults = transport.MustSubject(runID, transport.TopicTurns, "results")
+// Subjects of the router shell: engines send TurnResults and announce
+// health and load.
+var (
+	subjTurnResults = plan.TurnResults
+	subjHealthAll   = plan.EngineKindAll(transport.EngineHealth)
+	subjLoadAll     = plan.EngineKindAll(transport.EngineLoad)
+)
 
 // turnSubjects are the engines' turn subjects (engines are e0..e15).
 var turnSubjects = func() map[string]string {
 	m := map[string]string{}
 	for i := range 16 {
 		id := "e" + strconv.Itoa(i)
-		m[id] = transport.MustSubject(runID, transport.TopicTurns, id)
+		m[id] = must(plan.Turn(id))
 	}
 	return m
 }()
@@ -50,7 +52,7 @@ func turnSubject(engine string) string {
 	if s, ok := turnSubjects[engine]; ok {
 		return s
 	}
-	return transport.MustSubject(runID, transport.TopicTurns, engine)
+	return must(plan.Turn(engine))
 }
 
 // engineKnow is what the router shell has been told about an engine.
@@ -261,7 +263,7 @@ func (c *ctlNode) t() time.Time { return c.w.hub.Now() }
 
 func (c *ctlNode) start() {
 	w := c.w
-	w.subscribe(c.bus, subjResults, c.on(func(m messages.Message) {
+	w.subscribe(c.bus, subjTurnResults, c.on(func(m messages.Message) {
 		if r, ok := m.(messages.TurnResult); ok {
 			c.onResult(r)
 		}

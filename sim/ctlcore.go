@@ -12,7 +12,6 @@ import (
 	"github.com/asyncrl/asyncrl/actors/filter"
 	"github.com/asyncrl/asyncrl/actors/staleness"
 	"github.com/asyncrl/asyncrl/messages"
-	"github.com/asyncrl/asyncrl/transport"
 )
 
 // The controller node's shell around the real controller and sampling
@@ -23,12 +22,12 @@ import (
 // the sampling core's sends by message type; only TrainBatch travels over
 // the hub (to the trainer node).
 var (
-	subjPrompts  = transport.MustSubject(runID, transport.TopicPrompts)
-	subjLedger   = transport.MustSubject(runID, transport.TopicLedger)
-	subjSettled  = transport.MustSubject(runID, transport.TopicGroups, "settled")
-	subjKept     = transport.MustSubject(runID, transport.TopicGroups, "kept")
-	subjFiltered = transport.MustSubject(runID, transport.TopicGroups, "filtered")
-	subjCapacity = transport.MustSubject(runID, transport.TopicGroups, "capacity")
+	subjPrompts  = plan.Prompts
+	subjLedger   = plan.Ledger
+	subjSettled  = plan.Settled
+	subjKept     = plan.Kept
+	subjFiltered = plan.Filtered
+	subjCapacity = plan.Capacity
 )
 
 // promptSource is the dataset: p0, p1, … Its cursor is durable (the

@@ -60,7 +60,7 @@ func newEngine(w *world, i int) *engineNode {
 }
 
 func (e *engineNode) start() {
-	e.w.subscribe(e.bus, transport.MustSubject(runID, transport.TopicTurns, e.id), func(m messages.Message) {
+	e.w.subscribe(e.bus, turnSubject(e.id), func(m messages.Message) {
 		if tr, ok := m.(messages.TurnRequest); ok {
 			e.onTurn(tr)
 		}
@@ -92,10 +92,7 @@ func (e *engineNode) subject(kind transport.EngineTopic) string {
 	if s, ok := e.subjects[kind]; ok {
 		return s
 	}
-	s, err := transport.EngineSubject(runID, e.id, kind)
-	if err != nil {
-		panic(err)
-	}
+	s := must(plan.Engine(e.id, kind))
 	if e.subjects == nil {
 		e.subjects = map[transport.EngineTopic]string{}
 	}

@@ -84,9 +84,21 @@ var processFaults = []FaultKind{FaultEngineCrash, FaultEngineRestart, FaultEngin
 
 var msgFaults = []FaultKind{FaultMsgDrop, FaultMsgDuplicate, FaultMsgDelay, FaultMsgReorder}
 
-// faultSubjects are the subject patterns message faults pick from.
-var faultSubjects = []string{"asyncrl.sim.turns.>", "asyncrl.sim.engines.>", "asyncrl.sim.steps",
-	"asyncrl.sim.train", "asyncrl.sim.weights.>", ">"}
+// faultTarget is a class of messages a message fault strikes, named in
+// the fault's description.
+type faultTarget struct {
+	name string
+	sel  memhub.Selector
+}
+
+// faultTargets are the classes message faults pick from: the turns, the
+// engines' announcements, StepDone, TrainBatch, the weight publisher's
+// messages (MinVersionSet, LoadWeights: every message of node "pub") and
+// everything.
+var faultTargets = []faultTarget{{plan.TurnsAll, memhub.Selector{Subject: plan.TurnsAll}},
+	{plan.EnginesAll, memhub.Selector{Subject: plan.EnginesAll}}, {plan.Steps, memhub.Selector{Subject: plan.Steps}},
+	{plan.Train, memhub.Selector{Subject: plan.Train}}, {"from pub", memhub.Selector{From: []string{"pub"}}},
+	{">", memhub.Selector{Subject: ">"}}}
 
 // fault is one drawn episode.
 type fault struct {
@@ -94,7 +106,7 @@ type fault struct {
 	kind    FaultKind
 	at, dur time.Duration
 	engine  int
-	subject string
+	target  faultTarget
 	prob    float64
 	delay   time.Duration
 	groups  [][]string
@@ -113,7 +125,7 @@ func (f *fault) String() string {
 	case FaultEngineCrash, FaultEngineRestart, FaultEngineHang, FaultEngineSlowdown, FaultStaleMetrics, FaultCorruptDelta, FaultEngineLeave:
 		s += fmt.Sprintf(" on e%d", f.engine)
 	case FaultMsgDrop, FaultMsgDuplicate, FaultMsgDelay, FaultMsgReorder:
-		s += fmt.Sprintf(" on %s p=%.2f", f.subject, f.prob)
+		s += fmt.Sprintf(" on %s p=%.2f", f.target.name, f.prob)
 		if f.delay > 0 {
 			s += fmt.Sprintf(" up to %v", f.delay)
 		}
@@ -154,7 +166,7 @@ func drawFaults(rng *rand.Rand, cfg Config, wl workload) *faultPlan {
 	}
 	msgFault := func() {
 		f := &fault{kind: msgFaults[rng.Intn(len(msgFaults))], at: at(), dur: dur(500*msec, 4*time.Second),
-			subject: faultSubjects[rng.Intn(len(faultSubjects))], prob: 0.1 + 0.8*rng.Float64()}
+			target: faultTargets[rng.Intn(len(faultTargets))], prob: 0.1 + 0.8*rng.Float64()}
 		if f.kind == FaultMsgDelay {
 			f.delay = dur(100*msec, time.Second)
 		}
@@ -302,7 +314,7 @@ func (p *faultPlan) start(w *world, f *fault) {
 	case FaultEngineLeave:
 		w.engineLeave(e())
 	case FaultMsgDrop, FaultMsgDuplicate, FaultMsgDelay, FaultMsgReorder:
-		mf := memhub.Fault{Match: memhub.Selector{Subject: f.subject}, Probability: f.prob}
+		mf := memhub.Fault{Match: f.target.sel, Probability: f.prob}
 		switch f.kind {
 		case FaultMsgDrop:
 			mf.Kind = memhub.Drop

@@ -6,7 +6,6 @@ import (
 
 	"github.com/asyncrl/asyncrl/actors/publisher"
 	"github.com/asyncrl/asyncrl/messages"
-	"github.com/asyncrl/asyncrl/transport"
 	"github.com/asyncrl/asyncrl/transport/memhub"
 )
 
@@ -15,20 +14,14 @@ const msec = time.Millisecond
 func itoa(v int64) string { return strconv.FormatInt(v, 10) }
 
 var (
-	subjMinVersion = transport.MustSubject(runID, transport.TopicWeights, "min")
-	subjAcks       = mustPattern(transport.EngineWildcard(runID, transport.EngineAck))
+	subjMinVersion = plan.Weights // as a run's publisher: MinVersionSet beside WeightsPublished
+	subjAcks       = plan.AcksAll
 )
 
-// mustPattern is for patterns built from the constant run id.
-func mustPattern(p string, err error) string {
-	if err != nil {
-		panic(err)
-	}
-	return p
-}
-
+// subjLoad is where engine takes its LoadWeights: its node's control
+// subject, as a cluster's engine host (each simulated engine is a node).
 func subjLoad(engine string) string {
-	return transport.MustSubject(runID, transport.TopicWeights, engine)
+	return must(plan.EngineControl(engine))
 }
 
 // pubNode is the weight publisher: on StepDone it writes the version's

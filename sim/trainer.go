@@ -7,7 +7,6 @@ import (
 
 	"github.com/asyncrl/asyncrl/actors/trainer/microbatch"
 	"github.com/asyncrl/asyncrl/messages"
-	"github.com/asyncrl/asyncrl/transport"
 	"github.com/asyncrl/asyncrl/transport/memhub"
 )
 
@@ -36,8 +35,8 @@ type trainerNode struct {
 }
 
 var (
-	subjTrain = transport.MustSubject(runID, transport.TopicTrain)
-	subjSteps = transport.MustSubject(runID, transport.TopicSteps)
+	subjTrain = plan.Train
+	subjSteps = plan.Steps
 )
 
 func newTrainer(w *world) *trainerNode {

@@ -34,28 +34,12 @@
 //
 // # Subjects
 //
-// Every subject is asyncrl.<run>.<topic>[.<more>…] (see Subject, EngineSubject,
-// ParseSubject). Run ids and tokens are letters, digits, '-' and '_'. Topics,
-// publishers and subscribers:
-//
-//	subject                               publisher                 subscriber(s)
-//	asyncrl.<run>.prompts                 prompt source, requeue    rollout (queue "rollout")
-//	asyncrl.<run>.turns                   rollout (multi-turn env)  rollout, filter
-//	asyncrl.<run>.trajectories            rollout                   filter (queue "filter")
-//	asyncrl.<run>.groups                  filter                    trainer
-//	asyncrl.<run>.train                   trainer                   remote trainer workers (queue)
-//	asyncrl.<run>.steps                   trainer (StepDone v+1)    publisher, staleness controller
-//	asyncrl.<run>.weights                 publisher (version v)     engines, router (version tracker)
-//	asyncrl.<run>.engines.<id>.health     engine / node agent       router
-//	asyncrl.<run>.engines.<id>.load       engine                    router
-//	asyncrl.<run>.engines.<id>.ack        engine (serves v)         router, publisher
-//	asyncrl.<run>.sessions                router                    rollout
-//	asyncrl.<run>.capacity                filter, trainer           staleness controller
-//	asyncrl.<run>.ledger                  staleness controller      rollout, operators
-//	asyncrl.<run>.control                 CLI / leader              every actor
-//	asyncrl.<run>.transfers               publisher, data planes    engines, trainer
-//
-// The kind of each (stream, pub/sub, request/reply) is on the Topic constants.
+// Every subject is asyncrl.<run>.<topic>[.<more>…]. Run ids and tokens are
+// letters, digits, '-' and '_'. A run's plan — RunPlan, from Plan(run) —
+// spells every subject, stream and bucket name of the run, control subjects
+// included; every package takes its names from it and none builds a subject
+// by hand. The plan's table (name, kind, messages, publisher, subscribers)
+// is in the comment on Topic in subjects.go, generated from the code.
 // Request inboxes (_INBOX.…) are outside the scheme; ValidateSubject accepts
 // any well-formed subject, ParseSubject only the scheme.
 package transport

@@ -9,30 +9,59 @@ import (
 // lets an operator grant or mirror a whole deployment with "asyncrl.>".
 const SubjectRoot = "asyncrl"
 
+// RootWildcard matches every subject of every run: asyncrl.>.
+const RootWildcard = SubjectRoot + ".>"
+
 // Topic is the second-level token of a subject: asyncrl.<run>.<topic>[.<more>…].
 type Topic string
 
-// Topics of the subject scheme. Who publishes and who subscribes:
+// Topics of the subject scheme: asyncrl.<run>.<topic>[.<more>…]. A run's
+// plan (RunPlan, Plan(run)) spells every subject, stream and bucket of the
+// run from them; nothing outside this package builds a subject. The plan,
+// generated from RunPlan.PlanEntries (plan_test.go fails when this table
+// and the code differ; `go test ./transport -run TestPlanDoc -update`
+// rewrites it):
 //
-//	subject                               publisher                 subscriber(s)                     kind
-//	asyncrl.<run>.prompts                 prompt source, requeue    rollout (queue "rollout")         stream (ledger-backed)
-//	asyncrl.<run>.turns                   rollout (multi-turn env)  rollout, filter                   pub/sub
-//	asyncrl.<run>.trajectories            rollout                   filter (queue "filter")           stream (trajectory buffer)
-//	asyncrl.<run>.groups                  filter                    trainer                           stream
-//	asyncrl.<run>.train                   trainer                   remote trainer workers (queue)    request/reply
-//	asyncrl.<run>.steps                   trainer (StepDone v+1)    publisher, staleness controller   pub/sub
-//	asyncrl.<run>.weights                 publisher (version v)     engines, router (version tracker) stream (versions)
-//	asyncrl.<run>.engines.<id>.health     engine / node agent       router                            pub/sub
-//	asyncrl.<run>.engines.<id>.load       engine                    router                            pub/sub
-//	asyncrl.<run>.engines.<id>.ack        engine (serves v)         router, publisher                 pub/sub
-//	asyncrl.<run>.sessions                router                    rollout                           pub/sub
-//	asyncrl.<run>.capacity                filter, trainer           staleness controller              pub/sub
-//	asyncrl.<run>.ledger                  staleness controller      rollout, operators                stream (prompt ledger)
-//	asyncrl.<run>.control                 CLI / leader              every actor                       request/reply + pub/sub
-//	asyncrl.<run>.transfers               publisher, data planes    engines, trainer                  pub/sub (data-plane triggers)
+//	name                                   kind          messages                                         from                           to
+//	asyncrl.<run>.prompts                  queue         PromptAssigned                                   controller                     rollout actors (queue "rollout")
+//	asyncrl.<run>.trajectories             stream        GroupReady                                       rollout actors                 sampling actor (GroupStream)
+//	asyncrl.<run>.trajectories.aborted     pub/sub       EpisodeAborted                                   rollout actors, term holder    controller
+//	asyncrl.<run>.groups.kept              pub/sub       GroupReady                                       sampling actor                 controller
+//	asyncrl.<run>.groups.filtered          pub/sub       GroupFiltered                                    sampling actor                 controller
+//	asyncrl.<run>.groups.>                 pattern                                                                                       controller (Kept and Filtered)
+//	asyncrl.<run>.train                    pub/sub       TrainBatch                                       controller                     trainer
+//	asyncrl.<run>.steps                    pub/sub       StepDone                                         trainer                        controller, publisher, observers
+//	asyncrl.<run>.weights                  pub/sub       WeightsPublished, MinVersionSet                  trainer, publisher             discovery watcher, observers
+//	asyncrl.<run>.capacity                 pub/sub       CapacityChanged                                  controller                     observers
+//	asyncrl.<run>.ledger                   stream        PromptLedger                                     controller, rollout, term      ledger (LedgerStream)
+//	asyncrl.<run>.ledger.groups            stream        GroupAccepted, GroupRequeued, SamplingExhausted  controller                     ledger (LedgerStream)
+//	asyncrl.<run>.ledger.>                 pattern                                                                                       LedgerStream (with Ledger)
+//	asyncrl.<run>.engines.<id>.health      pub/sub       EngineHealth                                     engine host                    discovery watcher, router
+//	asyncrl.<run>.engines.<id>.load        pub/sub       EngineLoad                                       engine host                    discovery watcher, router
+//	asyncrl.<run>.engines.<id>.ack         pub/sub       EngineVersionAck                                 engine's weight-sync agent     publisher
+//	asyncrl.<run>.engines.*.ack            pattern                                                                                       publisher (every engine's acks)
+//	asyncrl.<run>.engines.*.*              pattern                                                                                       discovery watcher
+//	asyncrl.<run>.turns.<id>               pub/sub       TurnRequest                                      router shell (simulator only)  engine
+//	asyncrl.<run>.turns.results            pub/sub       TurnResult                                       engines (simulator only)       router shell
+//	asyncrl.<run>.turns.*                  pattern                                                                                       simulator's message faults
+//	asyncrl.<run>.control.term             pub/sub       TermAnnounce                                     trainer lease holder           rollout hosts
+//	asyncrl.<run>.control.rollouts.<node>  pub/sub       RolloutStatus                                    rollout host                   term holder
+//	asyncrl.<run>.control.rollouts.*       pattern                                                                                       term holder
+//	asyncrl.<run>.control.engines.<node>   request       LoadWeights                                      term's publisher               engine host
+//	asyncrl.<run>.control.engines.*        pattern                                                                                       NATS permissions
+//	asyncrl.<run>.control.leaving          pub/sub       NodeLeaving                                      a node stopping                every node
+//	asyncrl-durable.<run>.groups           stream        GroupReady (raw)                                 cluster/ledger buffer          cluster/ledger (DurableGroupStream)
+//	ledger-<run>                           stream name                                                    pipeline                       Ledger, LedgerAll
+//	groups-<run>                           stream name                                                    pipeline, rollout hosts        Trajectories (consumer "sampling")
+//	asyncrl_<run>_groupbuf                 stream name                                                    cluster/ledger                 DurableGroups
+//	asyncrl_<run>_prompts                  KV bucket                                                      cluster/ledger                 durable prompt ledger
+//	asyncrl_<run>_progress                 KV bucket                                                      cluster/ledger                 fenced trainer progress
+//	asyncrl-ckpt-<run>                     object store                                                   cluster/ckpt                   trainer checkpoints
+//	asyncrl-weights-<run>                  object store                                                   cluster/weightsync             a term's weights (base, deltas)
 //
-// Subscribers of a whole run use "asyncrl.<run>.>", of all engines' health
-// "asyncrl.<run>.engines.*.health".
+// Subscribers of a whole run use RunWildcard ("asyncrl.<run>.>"). The
+// topics sessions and transfers are reserved: no run publishes on them
+// today.
 const (
 	TopicPrompts      Topic = "prompts"
 	TopicTurns        Topic = "turns"

@@ -20,17 +20,14 @@ package scale
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"runtime/pprof"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,21 +38,13 @@ import (
 
 	"github.com/asyncrl/asyncrl/actors"
 	"github.com/asyncrl/asyncrl/actors/controller"
-	"github.com/asyncrl/asyncrl/actors/filter"
 	"github.com/asyncrl/asyncrl/actors/rollout"
 	"github.com/asyncrl/asyncrl/actors/router/proxy"
 	"github.com/asyncrl/asyncrl/actors/sampling"
-	"github.com/asyncrl/asyncrl/actors/staleness"
 	"github.com/asyncrl/asyncrl/actors/trainer"
-	"github.com/asyncrl/asyncrl/actors/trainer/microbatch"
-	"github.com/asyncrl/asyncrl/cluster/rollouthost"
 	"github.com/asyncrl/asyncrl/engine"
 	"github.com/asyncrl/asyncrl/engine/driver"
-	"github.com/asyncrl/asyncrl/engine/latency"
 	"github.com/asyncrl/asyncrl/internal/inproc"
-	"github.com/asyncrl/asyncrl/messages"
-	"github.com/asyncrl/asyncrl/policy"
-	"github.com/asyncrl/asyncrl/tasks"
 	"github.com/asyncrl/asyncrl/transport"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
 )
@@ -324,20 +313,6 @@ func (s *sessionCounter) peakInFlight() int64 {
 	return int64(s.peak)
 }
 
-// subjects of the level's run (cluster/node's plan).
-type subjects struct{ prompts, groupsReady, aborted, groups, kept, filtered, train, steps, weights, capacity, ledger, settled string }
-
-func subjectsOf(run string) subjects {
-	m := transport.MustSubject
-	return subjects{
-		prompts: m(run, transport.TopicPrompts), groupsReady: m(run, transport.TopicTrajectories),
-		aborted: m(run, transport.TopicTrajectories, "aborted"), groups: m(run, transport.TopicGroups) + ".>",
-		kept: m(run, transport.TopicGroups, "kept"), filtered: m(run, transport.TopicGroups, "filtered"),
-		train: m(run, transport.TopicTrain), steps: m(run, transport.TopicSteps), weights: m(run, transport.TopicWeights),
-		capacity: m(run, transport.TopicCapacity), ledger: m(run, transport.TopicLedger), settled: m(run, transport.TopicLedger, "groups"),
-	}
-}
-
 // RunLevel starts a fresh pipeline, holds n trajectories in flight until
 // Rounds × n/NSamples groups were judged, stops it and reports.
 func RunLevel(ctx context.Context, o Options, n int) (Result, error) {
@@ -345,102 +320,150 @@ func RunLevel(ctx context.Context, o Options, n int) (Result, error) {
 	res := Result{Level: n, Transport: o.Transport, TimeScale: o.TimeScaleFor(n)}
 	runtime.GC()
 	debug.FreeOSMemory()
-	base := RSSBytes()
-	var ms0 runtime.MemStats
-	runtime.ReadMemStats(&ms0)
-	g0 := runtime.NumGoroutine()
+	b := baseline{rss: RSSBytes(), goroutines: runtime.NumGoroutine()}
+	runtime.ReadMemStats(&b.mem)
 	l := &level{o: o, n: n, run: "scale" + strconv.Itoa(n)}
 	defer l.stop()
 	if err := l.start(ctx); err != nil {
 		return res, err
 	}
 	res.Engines = len(l.engs)
-	if o.MutexProfile != "" {
-		runtime.SetMutexProfileFraction(10)
-		defer func() {
-			runtime.SetMutexProfileFraction(0)
-			if f, err := os.Create(o.MutexProfile); err == nil {
-				_ = pprof.Lookup("mutex").WriteTo(f, 0)
-				f.Close()
-			}
-		}()
+	stopProfiles, err := startProfiles(o)
+	if err != nil {
+		return res, err
 	}
-	if o.CPUProfile != "" {
-		f, err := os.Create(o.CPUProfile)
-		if err != nil {
-			return res, err
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			f.Close()
-			return res, err
-		}
-		defer func() { pprof.StopCPUProfile(); f.Close() }()
-	}
-	p0 := gcPauses()
-	msgs0 := l.bus.Conn().Stats().OutMsgs
-	start := time.Now()
-	holding := l.held // start paused the engines before the controller admitted anything
-	pk := peaks{}
-	var heapAtPeak uint64
-	profiled := false
+	defer stopProfiles()
+	b.pauses, b.msgs = gcPauses(), l.bus.Conn().Stats().OutMsgs
+	// start paused the engines before the controller admitted anything.
+	w := &levelWatch{start: time.Now(), holding: l.held, lastProgress: time.Now()}
 	deadline := time.NewTimer(o.Timeout)
 	defer deadline.Stop()
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
-	lastProgress := time.Now()
-	for !l.settled() {
+	for !l.settled() && res.Failure == "" {
 		select {
 		case <-ctx.Done():
 			res.Failure = "interrupted"
 		case <-deadline.C:
 			res.Failure = fmt.Sprintf("did not settle within %v", o.Timeout)
 		case <-tick.C:
-		}
-		if res.Failure != "" {
-			break
-		}
-		st := l.stats()
-		inFlight := st.Started - st.Finished - st.Aborted
-		if inFlight > pk.inFlight && inFlight >= int64(float64(n)*0.95) && !profiled {
-			// At the peak: the heap that holds the trajectories in flight.
-			var ms runtime.MemStats
-			runtime.ReadMemStats(&ms)
-			heapAtPeak = ms.HeapInuse + ms.StackInuse
-			if o.HeapProfile != "" {
-				if err := writeHeap(o.HeapProfile); err != nil {
-					return res, err
-				}
+			if err := l.observe1(ctx, w, &res); err != nil {
+				return res, err
 			}
-			profiled = true
-		}
-		pk.sample(inFlight)
-		if holding && (inFlight >= int64(n) || time.Since(start) >= o.StartHold) {
-			if err := l.release(ctx); err != nil {
-				res.Failure = err.Error()
-				break
-			}
-			holding = false
-			res.HoldSeconds = time.Since(start).Seconds()
-		}
-		if o.Progress != nil && time.Since(lastProgress) >= time.Second {
-			lastProgress = time.Now()
-			o.Progress(fmt.Sprintf("level %d: %.0fs in flight %d (peak %d) finished %d aborted %d judged %d/%d rss %.0f MB goroutines %d fds %d",
-				n, time.Since(start).Seconds(), inFlight, pk.inFlight, st.Finished, st.Aborted, l.kept.Load()+l.filtered.Load(),
-				l.src.total, float64(RSSBytes())/(1<<20), runtime.NumGoroutine(), openFDs()))
 		}
 	}
-	res.Seconds = time.Since(start).Seconds()
-	msgs := l.bus.Conn().Stats().OutMsgs - msgs0
+	l.result(&res, w, b)
+	return res, nil
+}
+
+// baseline is the process before a level: what its figures are relative to.
+type baseline struct {
+	rss        int64
+	goroutines int
+	mem        runtime.MemStats
+	pauses     *metrics.Float64Histogram
+	msgs       uint64
+}
+
+// levelWatch is what RunLevel's loop keeps between two looks at the level.
+type levelWatch struct {
+	start        time.Time
+	holding      bool // the engines are paused for the start barrier
+	pk           peaks
+	heapAtPeak   uint64
+	profiled     bool
+	lastProgress time.Time
+}
+
+// startProfiles starts the mutex and CPU profiles Options asks for; stop
+// writes them.
+func startProfiles(o Options) (stop func(), err error) {
+	var stops []func()
+	stop = func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	if o.MutexProfile != "" {
+		runtime.SetMutexProfileFraction(10)
+		stops = append(stops, func() {
+			runtime.SetMutexProfileFraction(0)
+			if f, err := os.Create(o.MutexProfile); err == nil {
+				_ = pprof.Lookup("mutex").WriteTo(f, 0)
+				f.Close()
+			}
+		})
+	}
+	if o.CPUProfile != "" {
+		f, err := os.Create(o.CPUProfile)
+		if err != nil {
+			stop()
+			return nil, err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			stop()
+			return nil, err
+		}
+		stops = append(stops, func() { pprof.StopCPUProfile(); f.Close() })
+	}
+	return stop, nil
+}
+
+// observe1 is one look at the level: the heap at the peak (and its
+// profile), the peaks, the end of the start barrier, a progress line. A
+// failure to release the barrier is the level's failure; an error is the
+// benchmark's.
+func (l *level) observe1(ctx context.Context, w *levelWatch, res *Result) error {
+	o, n := l.o, l.n
+	st := l.stats()
+	inFlight := st.Started - st.Finished - st.Aborted
+	if inFlight > w.pk.inFlight && inFlight >= int64(float64(n)*0.95) && !w.profiled {
+		// At the peak: the heap that holds the trajectories in flight.
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		w.heapAtPeak = ms.HeapInuse + ms.StackInuse
+		if o.HeapProfile != "" {
+			if err := writeHeap(o.HeapProfile); err != nil {
+				return err
+			}
+		}
+		w.profiled = true
+	}
+	w.pk.sample(inFlight)
+	if w.holding && (inFlight >= int64(n) || time.Since(w.start) >= o.StartHold) {
+		if err := l.release(ctx); err != nil {
+			res.Failure = err.Error()
+			return nil
+		}
+		w.holding = false
+		res.HoldSeconds = time.Since(w.start).Seconds()
+	}
+	if o.Progress != nil && time.Since(w.lastProgress) >= time.Second {
+		w.lastProgress = time.Now()
+		o.Progress(fmt.Sprintf("level %d: %.0fs in flight %d (peak %d) finished %d aborted %d judged %d/%d rss %.0f MB goroutines %d fds %d",
+			n, time.Since(w.start).Seconds(), inFlight, w.pk.inFlight, st.Finished, st.Aborted, l.kept.Load()+l.filtered.Load(),
+			l.src.total, float64(RSSBytes())/(1<<20), runtime.NumGoroutine(), openFDs()))
+	}
+	return nil
+}
+
+// result fills res once the level settled (or failed): its rates, peaks
+// and latencies, then stops the pipeline (finish) and judges it.
+func (l *level) result(res *Result, w *levelWatch, b baseline) {
+	n, pk := l.n, w.pk
+	res.Seconds = time.Since(w.start).Seconds()
+	msgs := l.bus.Conn().Stats().OutMsgs - b.msgs
 	res.BusMsgsPerSec = float64(msgs) / res.Seconds
-	res.GCPauseP99ms = pauseQuantile(p0, gcPauses(), 0.99) * 1000
+	res.GCPauseP99ms = pauseQuantile(b.pauses, gcPauses(), 0.99) * 1000
 	res.PeakInFlight = max(pk.inFlight, l.sessions.peakInFlight())
-	res.RSSBaseMB, res.RSSPeakMB = float64(base)/(1<<20), float64(pk.rss)/(1<<20)
+	res.RSSBaseMB, res.RSSPeakMB = float64(b.rss)/(1<<20), float64(pk.rss)/(1<<20)
 	res.GoroutinesPeak, res.FDsPeak = pk.goroutines, pk.fds
 	if pk.inFlight > 0 {
-		res.RSSPerTrajectoryKB = float64(pk.rss-base) / 1024 / float64(pk.inFlight)
-		res.GoroutinesPerTrajectory = float64(pk.goroutines-g0) / float64(pk.inFlight)
-		if heapAtPeak > 0 {
-			res.HeapPerTrajectoryKB = (float64(heapAtPeak) - float64(ms0.HeapInuse+ms0.StackInuse)) / 1024 / float64(pk.inFlight)
+		res.RSSPerTrajectoryKB = float64(pk.rss-b.rss) / 1024 / float64(pk.inFlight)
+		res.GoroutinesPerTrajectory = float64(pk.goroutines-b.goroutines) / float64(pk.inFlight)
+		if w.heapAtPeak > 0 {
+			res.HeapPerTrajectoryKB = (float64(w.heapAtPeak) - float64(b.mem.HeapInuse+b.mem.StackInuse)) / 1024 / float64(pk.inFlight)
 		}
 	}
 	res.RouterDecisionP50ms, res.RouterDecisionP99ms, _ = l.decisions.quantiles()
@@ -451,7 +474,7 @@ func RunLevel(ctx context.Context, o Options, n int) (Result, error) {
 		res.InProcRequests, res.NetRequests = es.Served+cs.Served, es.Passed+cs.Passed
 	}
 	res.BufferMsgs, res.BufferMB = l.bufferHeld()
-	l.finish(&res)
+	l.finish(res)
 	if res.Failure == "" && (res.Errors > 0 || res.Lost > 0) {
 		res.Failure = fmt.Sprintf("%d errors, %d trajectories lost", res.Errors, res.Lost)
 	}
@@ -461,7 +484,6 @@ func RunLevel(ctx context.Context, o Options, n int) (Result, error) {
 	if res.Failure == "" && res.PeakInFlight < int64(n)*95/100 {
 		res.Failure = fmt.Sprintf("peak in flight %d < 95%% of %d", res.PeakInFlight, n)
 	}
-	return res, nil
 }
 
 // bufferHeld reads the trajectory buffer's message count and bytes from
@@ -492,536 +514,4 @@ func writeHeap(path string) error {
 		return err
 	}
 	return f.Close()
-}
-
-// source hands out total prompts of the task, then none.
-type source struct {
-	task  tasks.Task
-	rng   *rand.Rand
-	total int64
-	n     atomic.Int64
-}
-
-func (s *source) Next() (controller.Prompt, bool) {
-	if s.n.Load() >= s.total {
-		return controller.Prompt{}, false
-	}
-	k := s.n.Add(1)
-	p := s.task.Sample(s.rng)
-	return controller.Prompt{ID: rollout.PromptID("p"+strconv.FormatInt(k, 10), p.Seed), Text: p.Text}, true
-}
-
-// noopStepper is a trainer that trains nothing: each step returns the same
-// tiny model at the next version.
-type noopStepper struct {
-	m *policy.Model
-	v atomic.Int64
-}
-
-func (s *noopStepper) Version() int64 { return s.v.Load() }
-func (s *noopStepper) Step(context.Context, trainer.Prepared) (policy.StepStats, trainer.Weights, error) {
-	s.v.Add(1)
-	return policy.StepStats{}, trainer.InMemory(s.m), nil
-}
-
-// noopPublisher publishes nothing (the engines keep version 0).
-type noopPublisher struct{}
-
-func (noopPublisher) Publish(context.Context, trainer.Weights, int64) error { return nil }
-
-type startKey struct{}
-
-// arrival is when the router got a request; timed marks the first
-// upstream call (a retry is not a decision of the request's own).
-type arrival struct {
-	at    time.Time
-	timed atomic.Bool
-}
-
-// timed stamps each router request with its arrival, so the engine-bound
-// transport can time the router's decision (body read, session key,
-// routing core) up to the upstream call.
-func timed(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), startKey{}, &arrival{at: time.Now()})))
-	})
-}
-
-type decisionTimer struct {
-	base http.RoundTripper
-	d    *durations
-}
-
-func (t decisionTimer) RoundTrip(r *http.Request) (*http.Response, error) {
-	if a, ok := r.Context().Value(startKey{}).(*arrival); ok && !a.timed.Swap(true) {
-		t.d.add(time.Since(a.at))
-	}
-	return t.base.RoundTrip(r)
-}
-
-// countingClient counts the router's non-200 answers to the rollout actors.
-type countingClient struct {
-	base http.RoundTripper
-	l    *level
-}
-
-func (c countingClient) RoundTrip(r *http.Request) (*http.Response, error) {
-	resp, err := c.base.RoundTrip(r)
-	if strings.HasSuffix(r.URL.Path, "/completions") {
-		c.l.turns.Add(1)
-		if err != nil || resp.StatusCode != http.StatusOK {
-			c.l.routerErrs.Add(1)
-		}
-	}
-	return resp, err
-}
-
-// netTransport is the socket path: pooled, bounded per host.
-func netTransport(maxConns int) *http.Transport {
-	return &http.Transport{Proxy: nil, MaxIdleConns: maxConns, MaxIdleConnsPerHost: maxConns, MaxConnsPerHost: maxConns,
-		DisableCompression: true, IdleConnTimeout: 90 * time.Second}
-}
-
-func (l *level) start(ctx context.Context) error {
-	o := l.o
-	s := subjectsOf(l.run)
-	var err error
-	bopts := natsbus.DefaultOptions()
-	bopts.MaxPayload = 64 << 20
-	bopts.Name = "asyncrl-" + l.run
-	if l.bus, err = natsbus.Connect(ctx, bopts); err != nil {
-		return fmt.Errorf("scale: bus: %w", err)
-	}
-	groups, err := l.bus.Stream(ctx, rollouthost.GroupStream(l.run, s.groupsReady, 1))
-	if err != nil {
-		return fmt.Errorf("scale: trajectory buffer: %w", err)
-	}
-	l.groups = groups
-	if err := l.startEngines(); err != nil {
-		return err
-	}
-	routerURL, err := l.startRouter()
-	if err != nil {
-		return err
-	}
-	// The start barrier closes before the controller admits the first
-	// group: paused later, the first trajectories could finish before the
-	// last started, and the level never came to be in flight at once
-	// (seen under go test ./... load: held to the cap).
-	if _, err := l.hold(ctx); err != nil {
-		return err
-	}
-	l.reg = prometheus.NewRegistry()
-	if l.sys, err = actors.NewSystem(actors.SystemConfig{Logger: o.Logger, RunID: l.run, Registerer: l.reg}); err != nil {
-		return err
-	}
-	if err := l.observe(s); err != nil {
-		return err
-	}
-	w := max(1, l.n/o.NSamples)
-	b := max(1, w/64)
-	fcfg := filter.Config{Mode: filter.ModeFilter, TrainBatchSize: b, NSamplesPerPrompt: o.NSamples, MaxSampleBatches: -1,
-		MinReplaceRatio: 0.3, ZeroVarianceTol: 1e-6}
-	// The shells as asyncrl run configures them (mailboxes of 1,024); a
-	// refused message is counted in MailboxDrops.
-	if l.smp, err = sampling.Spawn(l.sys, l.bus, actors.DefaultShellConfig("sampling-0", "sampling"),
-		sampling.Config{Filter: fcfg, RunID: l.run, Sender: "sampling-0", Kept: s.kept, Filtered: s.filtered}, s.groupsReady, groups); err != nil {
-		return err
-	}
-	task, err := tasks.Get(o.Task)
-	if err != nil {
-		return err
-	}
-	pm, err := policy.New(policy.DefaultConfig(), 1)
-	if err != nil {
-		return err
-	}
-	if l.tr, err = trainer.StartStepper(l.bus, &noopStepper{m: pm}, noopPublisher{}, trainer.Config{RunID: l.run, Name: "trainer-0",
-		NormStd: true, Microbatch: microbatch.DefaultConfig(), Logger: o.Logger,
-		Subjects: trainer.Subjects{Train: s.train, Steps: s.steps, Weights: s.weights}}); err != nil {
-		return err
-	}
-	total := int64(o.Rounds * float64(w))
-	l.src = &source{task: task, rng: rand.New(rand.NewPCG(uint64(l.n), 7)), total: total}
-	ccfg := controller.Config{
-		Staleness: staleness.Config{MaxStalenessSteps: int64(w/b - 1), NumParallelGenerationWorkers: int64(w), MiniBatchSize: int64(b),
-			StalePolicy: staleness.PolicyRequeue},
-		Sampling: fcfg, RunID: l.run, Sender: "controller-0", Task: task.Name(), NSamples: o.NSamples, ResendTrainAfter: time.Minute,
-		Subjects: controller.Subjects{Prompts: s.prompts, Train: s.train, Capacity: s.capacity, Ledger: s.ledger, Settled: s.settled},
-	}
-	return l.startRollouts(s, groups, task, routerURL, ccfg)
-}
-
-func (l *level) startRollouts(s subjects, groups transport.Stream, task tasks.Task, routerURL string, ccfg controller.Config) error {
-	o := l.o
-	ecfg := rollout.DefaultEpisodeConfig()
-	ecfg.MaxTurns = o.MaxTurns
-	ecfg.MaxSeqLen = policy.DefaultConfig().MaxSeqLen
-	ecfg.TurnTimeout = o.Timeout // a turn may queue behind the whole level
-	gen := &sessionCounter{Generator: &rollout.HTTPClient{BaseURL: routerURL, Model: "asyncrl-policy", Client: l.client}, live: map[string]struct{}{}}
-	l.sessions = gen
-	// Twice the slots of the level: prompts reach the actors through a
-	// queue group, not evenly.
-	const conc = 4096
-	for i := range (2*l.n + conc - 1) / conc {
-		a, err := rollout.Start(l.bus, gen, rollout.Config{RunID: l.run, Name: "rollout-" + strconv.Itoa(i), Task: task, Episode: ecfg,
-			Concurrency: conc, Logger: o.Logger, GroupStream: timedStream{Stream: groups, l: l}, StoreConcurrency: o.StoreConcurrency,
-			Subjects: rollout.Subjects{Prompts: s.prompts, Groups: s.groupsReady, Aborted: s.aborted}})
-		if err != nil {
-			return err
-		}
-		l.ros = append(l.ros, a)
-	}
-	var err error
-	ctlShell := actors.DefaultShellConfig("controller-0", "controller")
-	if o.ControllerMailbox > 0 {
-		ctlShell.MailboxCapacity = o.ControllerMailbox
-	}
-	l.ctl, err = controller.Spawn(l.sys, l.bus, ctlShell, ccfg, controller.Inputs{Aborted: s.aborted, Groups: s.groups, Steps: s.steps}, func() controller.Source { return l.src })
-	return err
-}
-
-func (l *level) startEngines() error {
-	o := l.o
-	count := o.Engines
-	if count <= 0 {
-		count = max(2, l.n/4096)
-	}
-	for i := range count {
-		cfg := engine.DefaultConfig()
-		cfg.TimeScale = o.TimeScaleFor(l.n)
-		cfg.MaxModelLen = policy.DefaultConfig().MaxSeqLen
-		cfg.Seed = uint64(i)
-		cfg.Latency = latency.DefaultConfig()
-		cfg.Latency.MaxNumSeqs = o.SeqsPerEngine
-		cfg.Latency.MaxWaiting = l.n + 1024 // every trajectory may queue on one engine
-		e, err := engine.New(cfg, engine.NewHashModel(uint64(i)+1))
-		if err != nil {
-			return err
-		}
-		l.engs = append(l.engs, e)
-	}
-	return nil
-}
-
-// serve makes h reachable: in process under a fixed name, or on a
-// loopback listener; it returns the base URL.
-func (l *level) serve(name string, h http.Handler, reg *inproc.Registry) (string, error) {
-	if l.o.Transport == "inproc" {
-		u := "http://" + name + "." + l.run + ".inproc:80"
-		reg.Register(u, h)
-		return u, nil
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	l.srvs = append(l.srvs, srv)
-	go func() { _ = srv.Serve(ln) }()
-	return "http://" + ln.Addr().String(), nil
-}
-
-func (l *level) startRouter() (string, error) {
-	reg := &inproc.Registry{}
-	var urls []string
-	for i, e := range l.engs {
-		u, err := l.serve("engine-"+strconv.Itoa(i), e.Handler(), reg)
-		if err != nil {
-			return "", err
-		}
-		urls = append(urls, u)
-	}
-	rcfg := proxy.DefaultConfig()
-	rcfg.Replicas = urls
-	rcfg.Logger = l.o.Logger
-	var engTr, cliTr http.RoundTripper = netTransport(1024), netTransport(4096)
-	if l.o.Transport == "tcp" {
-		// As before issue 22: pooled, but one connection per request in flight.
-		engTr = &http.Transport{Proxy: nil, MaxIdleConns: 1024, MaxIdleConnsPerHost: 256, DisableCompression: true}
-		cliTr = &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 256}
-	}
-	if l.o.Transport == "inproc" {
-		l.engTr = &inproc.Transport{Registry: reg, Base: engTr}
-		l.cliTr = &inproc.Transport{Registry: reg, Base: cliTr}
-		engTr, cliTr = l.engTr, l.cliTr
-	}
-	rcfg.Transport = decisionTimer{base: engTr, d: &l.decisions}
-	var err error
-	if l.router, err = proxy.New(rcfg); err != nil {
-		return "", err
-	}
-	u, err := l.serve("router", timed(l.router.Handler()), reg)
-	if err != nil {
-		return "", err
-	}
-	l.client = &http.Client{Transport: countingClient{base: cliTr, l: l}}
-	// The engines' control calls get their own client, out of the turn
-	// and request counts.
-	ctlTr := http.RoundTripper(netTransport(len(urls)))
-	if l.o.Transport == "inproc" {
-		ctlTr = &inproc.Transport{Registry: reg, Base: ctlTr}
-	}
-	for _, eu := range urls {
-		d, err := driver.New(driver.KindBuiltin, eu, driver.Options{Client: &http.Client{Transport: ctlTr}})
-		if err != nil {
-			return "", err
-		}
-		l.drivers = append(l.drivers, d)
-	}
-	return u, nil
-}
-
-// timedStream records when each group was stored in the trajectory buffer.
-type timedStream struct {
-	transport.Stream
-	l *level
-}
-
-func (t timedStream) PublishMsgID(ctx context.Context, subject, id string, data []byte) (uint64, error) {
-	p, ok := t.Stream.(interface {
-		PublishMsgID(ctx context.Context, subject, id string, data []byte) (uint64, error)
-	})
-	var seq uint64
-	var err error
-	if ok {
-		seq, err = p.PublishMsgID(ctx, subject, id, data)
-	} else {
-		seq, err = t.Stream.Publish(ctx, subject, data)
-	}
-	if err == nil {
-		t.l.stored.Store(id, time.Now())
-	}
-	return seq, err
-}
-
-// observe times the filter's verdicts (stored → kept/filtered) and the
-// controller's handling of filtered groups (GroupFiltered → its ledger
-// entry), and counts admissions.
-func (l *level) observe(s subjects) error {
-	verdict := func(counter *atomic.Int64, kept bool) transport.Handler {
-		return func(m *transport.Msg) {
-			var id string
-			if kept {
-				g, err := messages.DecodeAs[messages.GroupReady](m.Data)
-				if err != nil {
-					return
-				}
-				id = g.GroupID
-			} else {
-				g, err := messages.DecodeAs[messages.GroupFiltered](m.Data)
-				if err != nil {
-					return
-				}
-				id = g.GroupID
-				l.verdict.Store(id, time.Now())
-			}
-			counter.Add(1)
-			if at, ok := l.stored.LoadAndDelete(id); ok {
-				l.filterLat.add(time.Since(at.(time.Time)))
-			}
-		}
-	}
-	ledger := func(m *transport.Msg) {
-		pl, err := messages.DecodeAs[messages.PromptLedger](m.Data)
-		if err != nil {
-			return
-		}
-		switch pl.State {
-		case messages.LedgerConsumed:
-			l.admitted.Add(1)
-			if pl.Attempt > 0 {
-				l.reconsumed.Add(1)
-			}
-		case messages.LedgerRequeued:
-			l.requeued.Add(1)
-		case messages.LedgerFiltered:
-			if at, ok := l.verdict.LoadAndDelete(pl.GroupID); ok {
-				l.ctlLat.add(time.Since(at.(time.Time)))
-			}
-		}
-	}
-	for subj, h := range map[string]transport.Handler{s.kept: verdict(&l.kept, true), s.filtered: verdict(&l.filtered, false), s.ledger: ledger} {
-		sub, err := l.bus.Subscribe(subj, h)
-		if err != nil {
-			return err
-		}
-		l.subs = append(l.subs, sub)
-	}
-	return nil
-}
-
-func (l *level) stats() rollout.Stats {
-	var t rollout.Stats
-	for _, a := range l.ros {
-		t.Add(a.Stats())
-	}
-	return t
-}
-
-// settled: the source is spent, every admitted group was judged (or
-// aborted) and no rollout actor holds a group.
-func (l *level) settled() bool {
-	if l.src.n.Load() < l.src.total {
-		return false
-	}
-	st := l.stats()
-	judged, reported := l.kept.Load()+l.filtered.Load(), st.GroupsReady+st.GroupsAborted
-	if judged < st.GroupsReady || reported < l.src.total {
-		return false
-	}
-	// Every group the controller admitted was reported by a rollout
-	// actor, and no requeued prompt waits to be admitted again.
-	if reported < l.admitted.Load() || l.requeued.Load() != l.reconsumed.Load() {
-		return false
-	}
-	for _, a := range l.ros {
-		if g, _ := a.InFlight(); len(g) > 0 {
-			return false
-		}
-	}
-	// The controller may still be stepping a verdict or a step that
-	// requeues a group (an overloaded one, late): settled only once all of
-	// this held still for settleQuiet.
-	key := [5]int64{judged, reported, l.admitted.Load(), l.requeued.Load(), int64(l.tr.StepCount())}
-	if key != l.settleKey || l.settleAt.IsZero() {
-		l.settleKey, l.settleAt = key, time.Now()
-		return false
-	}
-	return time.Since(l.settleAt) >= settleQuiet
-}
-
-// settleQuiet is how long settled's counters must hold still (a
-// controller with a mailbox of 4 once requeued a group after the level
-// looked settled: TestOverloadedControllerLosesNothing lost it).
-const settleQuiet = 300 * time.Millisecond
-
-// finish stops the pipeline and fills the counters.
-func (l *level) finish(r *Result) {
-	l.stopActors()
-	st := l.stats()
-	r.Started, r.Finished, r.Aborted = st.Started, st.Finished, st.Aborted
-	r.GroupsKept, r.GroupsFiltered, r.GroupsAdmitted = l.kept.Load(), l.filtered.Load(), l.admitted.Load()
-	r.Turns = l.turns.Load()
-	r.Steps = int64(l.tr.StepCount())
-	r.MailboxDrops = int64(l.metricSum("asyncrl_actor_mailbox_dropped_total"))
-	r.MailboxWaits = int64(l.metricSum("asyncrl_actor_mailbox_waits_total"))
-	r.MailboxWaitSeconds = l.metricSum("asyncrl_actor_mailbox_wait_seconds_total")
-	r.SlowConsumerDrops = l.bus.SlowConsumerDrops()
-	r.StoreRetries = st.StoreRetries
-	r.Errors = st.Aborted + l.routerErrs.Load() + st.GroupsUnstored + r.MailboxDrops + r.SlowConsumerDrops
-	r.Lost = st.Started - st.Finished - st.Aborted
-	if c := l.ctl.Core(); c != nil {
-		m := c.Staleness()
-		r.Lost += m.Running * int64(l.o.NSamples)
-		if acc := m.Accepted + m.Filtered + m.Aborted + m.StaleDropped + m.Released + m.Running; acc != m.Submitted {
-			r.Failure = fmt.Sprintf("controller counters do not add up: submitted %d, accounted %d", m.Submitted, acc)
-		}
-		if m.Submitted != r.GroupsAdmitted {
-			r.Failure = fmt.Sprintf("controller submitted %d groups, ledger saw %d admitted", m.Submitted, r.GroupsAdmitted)
-		}
-	}
-	if r.GroupsKept+r.GroupsFiltered != st.GroupsReady {
-		r.Failure = fmt.Sprintf("%d groups ready, %d judged", st.GroupsReady, r.GroupsKept+r.GroupsFiltered)
-	}
-}
-
-// metricSum sums the counter name over its labels (the actor shells').
-func (l *level) metricSum(name string) float64 {
-	mfs, err := l.reg.Gather()
-	if err != nil {
-		return 0
-	}
-	var n float64
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			for _, m := range mf.GetMetric() {
-				n += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return n
-}
-
-// stopActors stops the rollout actors, controller, sampling and trainer
-// (idempotent).
-func (l *level) stopActors() {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if l.stopped {
-		return
-	}
-	l.stopped = true
-	for _, a := range l.ros {
-		_ = a.Stop(ctx)
-	}
-	if l.ctl != nil {
-		_ = l.ctl.Stop(ctx)
-	}
-	if l.smp != nil {
-		_ = l.smp.Stop(ctx)
-	}
-	if l.tr != nil {
-		_ = l.tr.Stop(ctx)
-	}
-}
-
-// hold pauses every engine for the start barrier (Options.StartHold) and
-// reports whether it did.
-func (l *level) hold(ctx context.Context) (bool, error) {
-	if l.o.StartHold <= 0 {
-		return false, nil
-	}
-	l.held = true
-	for _, d := range l.drivers {
-		if err := d.Pause(ctx, driver.PauseWait, false); err != nil {
-			return false, errors.Join(fmt.Errorf("scale: start barrier: %w", err), l.release(ctx))
-		}
-	}
-	return true, nil
-}
-
-// release ends the start barrier: the held requests go to the engines.
-func (l *level) release(ctx context.Context) error {
-	if !l.held {
-		return nil
-	}
-	l.held = false
-	var errs []error
-	for _, d := range l.drivers {
-		if err := d.Resume(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("scale: releasing the start barrier: %w", err))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-func (l *level) stop() {
-	rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
-	_ = l.release(rctx) // a level that failed while held; the engines close below anyway
-	rcancel()
-	l.stopActors()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	for _, s := range l.subs {
-		_ = s.Unsubscribe()
-	}
-	if l.sys != nil {
-		_ = l.sys.Shutdown(ctx)
-	}
-	if l.router != nil {
-		_ = l.router.Shutdown(ctx)
-	}
-	for _, s := range l.srvs {
-		_ = s.Shutdown(ctx)
-	}
-	for _, e := range l.engs {
-		e.Close()
-	}
-	if l.bus != nil {
-		_ = l.bus.Close()
-	}
-	if l.client != nil {
-		l.client.CloseIdleConnections()
-	}
 }

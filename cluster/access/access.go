@@ -5,8 +5,13 @@ import (
 	"strings"
 
 	"github.com/asyncrl/asyncrl/cluster/placement"
+	"github.com/asyncrl/asyncrl/transport"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
 )
+
+// anyRun is the run's plan with '*' for the run: the permission patterns
+// of a subject of every run.
+var anyRun = transport.AnyRunPlan()
 
 // Kind is a permission set: every role maps to one.
 type Kind string
@@ -67,7 +72,7 @@ var common = []string{
 	"$JS.API.>",
 	"$JS.FC.>",
 	"$KV.asyncrl_names.>",
-	"asyncrl.*.control.leaving",
+	anyRun.Leaving,
 }
 
 // the JetStream API calls that destroy or reshape streams: only the
@@ -88,24 +93,23 @@ var destructive = []string{
 
 // every node subscribes to the run's subjects and its own inboxes
 // (request replies, JetStream consumers' deliveries).
-var subscribeAll = []string{"asyncrl.>", "_INBOX.>"}
+var subscribeAll = []string{transport.RootWildcard, "_INBOX.>"}
 
 // Table is the role → subjects table (docs/security.md prints it).
 func Table() []Row {
 	return []Row{
 		{Kind: Pipeline, Roles: []string{placement.All, placement.Trainer, placement.Router, placement.Filter, placement.Controller, placement.Publisher},
-			Publish:   []string{"asyncrl.>", "$JS.>", "$KV.>", "$O.>", "_INBOX.>"},
+			Publish:   []string{transport.RootWildcard, "$JS.>", "$KV.>", "$O.>", "_INBOX.>"},
 			Subscribe: []string{">"},
 			Why:       "the lease holder runs the whole pipeline: every run subject, the run's streams, leases, ledger, checkpoints and weight buckets"},
 		{Kind: EngineHost, Roles: []string{placement.Engine},
 			Publish: append(slices.Clone(common),
-				"asyncrl.*.engines.*.health", "asyncrl.*.engines.*.load", "asyncrl.*.engines.*.ack"),
+				anyRun.EngineKindAll(transport.EngineHealth), anyRun.EngineKindAll(transport.EngineLoad), anyRun.EngineKindAll(transport.EngineAck)),
 			Deny: destructive, Subscribe: subscribeAll,
 			Why: "engine reports (health, load, version acks); weights read through the JetStream API; LoadWeights answered as a reply"},
 		{Kind: RolloutHost, Roles: []string{placement.Rollout},
 			Publish: append(slices.Clone(common),
-				"asyncrl.*.trajectories", "asyncrl.*.trajectories.>", "asyncrl.*.turns.>",
-				"asyncrl.*.control.rollouts.*", "$JS.ACK.>"),
+				anyRun.Trajectories, anyRun.Aborted, anyRun.RolloutStatusAll, "$JS.ACK.>"),
 			Deny: destructive, Subscribe: subscribeAll,
 			Why: "finished groups and aborted episodes, rollout status, prompt acks"},
 		{Kind: BusOnly, Roles: []string{placement.Bus},

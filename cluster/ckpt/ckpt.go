@@ -35,6 +35,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/transport"
 	"github.com/asyncrl/asyncrl/weights/store"
 )
 
@@ -58,18 +59,21 @@ const (
 	RetryWithin = 30 * time.Second
 )
 
-// Bucket is the object store bucket of a run's trainer checkpoints (the
-// run id of the run, not of a term: every term shares it).
-func Bucket(runID string) string { return "asyncrl-ckpt-" + runID }
-
 // OpenNATS opens run runID's checkpoint bucket on nc as it is (another
 // node created it, and its config is not this node's to rewrite), or
 // creates it (file storage, or memory when memory is set; replicas
 // replicas) when it does not exist. One attempt: callers retry it through
 // a leader election. It returns the store and the root of its locations
 // (New's root).
+//
+// The bucket is the run's plan's CheckpointBucket (the run id of the run,
+// not of a term: every term shares it).
 func OpenNATS(ctx context.Context, nc *nats.Conn, runID string, replicas int, memory bool) (store.Store, string, error) {
-	bucket := Bucket(runID)
+	plan, err := transport.Plan(runID)
+	if err != nil {
+		return nil, "", fmt.Errorf("ckpt: %w", err)
+	}
+	bucket := plan.CheckpointBucket
 	st, err := store.OpenNATS(ctx, nc, bucket)
 	if errors.Is(err, store.ErrNotFound) {
 		cfg := store.DefaultNATSConfig(bucket)

@@ -64,14 +64,11 @@ func NewWatcher(bus transport.Bus, r Router, cfg WatcherConfig) (*Watcher, error
 		// zero interval, on which Run's ticker panics.
 		cfg.TickInterval = max(cfg.Core.StaleAfter/4, 1)
 	}
-	weights, err := transport.Subject(cfg.Run, transport.TopicWeights)
+	plan, err := transport.Plan(cfg.Run)
 	if err != nil {
 		return nil, fmt.Errorf("discovery: %w", err)
 	}
-	engines, err := transport.EngineWildcard(cfg.Run, "")
-	if err != nil {
-		return nil, fmt.Errorf("discovery: %w", err)
-	}
+	weights, engines := plan.Weights, plan.EnginesAll
 	w := &Watcher{cfg: cfg, router: r, log: cfg.Logger, now: time.Now, core: core}
 	for _, s := range []string{engines, weights} {
 		sub, err := bus.Subscribe(s, w.onMsg)

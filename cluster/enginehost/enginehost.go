@@ -82,14 +82,6 @@ type Host struct {
 	wg     sync.WaitGroup
 }
 
-// engineControlSubject is where the trainer's pipeline sends a node's
-// engines their LoadWeights: asyncrl.<run>.control.engines.<node>, under
-// the run's base id, because a host does not know the current term before
-// the first command arrives.
-func ControlSubject(run, node string) (string, error) {
-	return transport.Subject(run, transport.TopicControl, "engines", node)
-}
-
 // engineEndpointKey is the gossip metadata key of engine i's URL.
 func EndpointKey(i int) string { return "engine-" + strconv.Itoa(i) }
 
@@ -117,7 +109,14 @@ func Start(cfg config.Config, node string, bus *natsbus.Bus, log zerolog.Logger,
 	if cfg.Engines.Count < 1 {
 		return nil, fmt.Errorf("%w: the engine role needs engines.count ≥ 1", ErrConfig)
 	}
-	subj, err := ControlSubject(cfg.Run.ID, node)
+	// LoadWeights arrive on the node's control subject under the run's
+	// base id (transport.RunPlan.EngineControl): a host does not know the
+	// current term before the first command arrives.
+	base, err := transport.Plan(cfg.Run.ID)
+	if err != nil {
+		return nil, fmt.Errorf("%w: run.id: %w", ErrConfig, err)
+	}
+	subj, err := base.EngineControl(node)
 	if err != nil {
 		return nil, fmt.Errorf("%w: --name: %w", ErrConfig, err)
 	}
@@ -469,13 +468,17 @@ func (h *Host) publishStatus(term string, le *localengine.Engine, loaded bool) {
 	}
 	load := messages.EngineLoad{Header: hdr, Engine: le.Name, URL: le.URL, Running: int32(st.Running),
 		Waiting: int32(st.Waiting + st.Held), KVUsage: st.KVUsage}
+	plan, err := transport.Plan(term)
+	if err != nil {
+		return
+	}
 	ctx, cancel := context.WithTimeout(h.ctx, 2*time.Second)
 	defer cancel()
 	for _, p := range []struct {
 		kind transport.EngineTopic
 		msg  messages.Message
 	}{{transport.EngineHealth, health}, {transport.EngineLoad, load}} {
-		subj, err := transport.EngineSubject(term, le.Name, p.kind)
+		subj, err := plan.Engine(le.Name, p.kind)
 		if err != nil {
 			continue
 		}

@@ -35,8 +35,8 @@ type Config struct {
 	Memory bool
 	// GroupSubject is the subject the group buffer stream captures. It lies
 	// outside asyncrl.<run>.groups.> on purpose: live subscribers of the
-	// groups topic must not see the buffer's raw payloads. Default
-	// "asyncrl-durable.<run>.groups".
+	// groups topic must not see the buffer's raw payloads. Default the
+	// run's plan's DurableGroups ("asyncrl-durable.<run>.groups").
 	GroupSubject string
 	// DuplicateWindow is how long the buffer remembers group ids to drop a
 	// re-appended group (default 10 minutes).
@@ -50,7 +50,8 @@ type Config struct {
 
 // DefaultConfig returns the defaults for run.
 func DefaultConfig(run string) Config {
-	return Config{Run: run, Replicas: 1, GroupSubject: "asyncrl-durable." + run + ".groups",
+	plan, _ := transport.Plan(run) // a bad run id: Validate names it
+	return Config{Run: run, Replicas: 1, GroupSubject: plan.DurableGroups,
 		DuplicateWindow: 10 * time.Minute, CASRetries: 8, Logger: zerolog.Nop()}
 }
 
@@ -117,17 +118,18 @@ func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Ledger, error) {
 		}
 		return b, nil
 	}
-	l.promptsBucket = "asyncrl_" + cfg.Run + "_prompts"
-	l.promptsStream = "KV_" + l.promptsBucket
+	plan := transport.MustPlan(cfg.Run) // Validate checked the run id
+	l.promptsBucket = plan.PromptsBucket
+	l.promptsStream = "KV_" + l.promptsBucket // a KV bucket's stream (NATS's naming)
 	l.read, l.list = l.get, l.listOnce
 	if l.prompts, err = kv(l.promptsBucket, "asyncrl prompt ledger"); err != nil {
 		return nil, err
 	}
-	if l.progress, err = kv("asyncrl_"+cfg.Run+"_progress", "asyncrl trainer progress (fenced)"); err != nil {
+	if l.progress, err = kv(plan.ProgressBucket, "asyncrl trainer progress (fenced)"); err != nil {
 		return nil, err
 	}
 	l.groups, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name: "asyncrl_" + cfg.Run + "_groupbuf", Description: "asyncrl finished-group buffer",
+		Name: plan.DurableGroupStream, Description: "asyncrl finished-group buffer",
 		Subjects: []string{cfg.GroupSubject}, Storage: storage, Replicas: cfg.Replicas,
 		Duplicates: cfg.DuplicateWindow, Retention: jetstream.LimitsPolicy,
 	})

@@ -85,7 +85,7 @@ func TestRoleUsersRunAndRefuse(t *testing.T) {
 	}
 
 	run := agentRunConfig(t, 4).Run.ID
-	train := transport.MustSubject(run, transport.TopicTrain)
+	train := transport.MustPlan(run).Train
 	data, err := messages.Encode(&messages.TrainBatch{Header: messages.Header{RunID: run, Sender: "n2"}, Step: 99})
 	if err != nil {
 		t.Fatal(err)
@@ -111,7 +111,10 @@ func TestRoleUsersRunAndRefuse(t *testing.T) {
 	}
 	// Its own subject still works, and the observer (subscribed before
 	// the refused publish, on the same server) never saw the TrainBatch.
-	ack := transport.MustSubject(run, transport.TopicEngines, "n2-probe", string(transport.EngineAck))
+	ack, err := transport.MustPlan(run).Engine("n2-probe", transport.EngineAck)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ackGot := make(chan struct{}, 1)
 	asub, err := a1.Bus().Subscribe(ack, func(*transport.Msg) { ackGot <- struct{}{} })
 	if err != nil {

@@ -383,9 +383,13 @@ func (a *Agent) remoteEngines() *RemoteEngines {
 		}}
 }
 
-// leavingSubject carries NodeLeaving: asyncrl.<run>.control.leaving.
-func leavingSubject(run string) string {
-	return transport.MustSubject(run, transport.TopicControl, "leaving")
+// base is the plan of the agent's (base) run: its run-wide control
+// subjects (TermAnnounce, Leaving). normalize validated the id, so the
+// error is nil for a started agent (a zero plan's subjects fail to
+// publish, they do not panic).
+func (a *Agent) base() transport.RunPlan {
+	p, _ := transport.Plan(a.cfg.Run.Run.ID)
+	return p
 }
 
 // onLeaving drops a member that leaves cleanly from the quorum's voters
@@ -409,7 +413,7 @@ func (a *Agent) announceLeaving() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	if err := a.bus.Publish(ctx, leavingSubject(a.cfg.Run.Run.ID), data); err == nil {
+	if err := a.bus.Publish(ctx, a.base().Leaving, data); err == nil {
 		_ = a.bus.Conn().FlushTimeout(time.Second)
 	}
 }
@@ -420,7 +424,10 @@ func (a *Agent) deleteTermBucket(ctx context.Context, term string) {
 	js, err := jetstream.New(a.bus.Conn())
 	if err == nil {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err = js.DeleteObjectStore(cctx, "asyncrl-weights-"+term)
+		var tp transport.RunPlan
+		if tp, err = transport.Plan(term); err == nil {
+			err = js.DeleteObjectStore(cctx, tp.WeightsBucket)
+		}
 		cancel()
 	}
 	if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) && !errors.Is(err, jetstream.ErrBucketNotFound) {

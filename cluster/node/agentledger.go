@@ -84,7 +84,7 @@ func (m *mirror) wait(within time.Duration) {
 // node, so a standby can requeue what it held in flight (RequeueNode).
 func (a *Agent) mirrorLedger(n *Node, token uint64, report func(term.Input)) (*mirror, error) {
 	m := &mirror{conn: a.bus.Conn()}
-	sub, err := a.bus.Subscribe(n.subj.ledger, func(msg *transport.Msg) {
+	sub, err := a.bus.Subscribe(n.subj.Ledger, func(msg *transport.Msg) {
 		v, err := messages.Decode(msg.Data)
 		if err != nil {
 			return

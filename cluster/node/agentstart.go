@@ -56,7 +56,7 @@ func StartAgent(ctx context.Context, cfg AgentConfig) (a *Agent, err error) {
 	// A member that says it is leaving cleanly stops voting; gossip alone
 	// would count it as failed, and with two members the lower-named one's
 	// clean exit would stop the other (cluster.DecideQuorum).
-	if a.leavingSub, err = a.bus.Subscribe(leavingSubject(cfg.Run.Run.ID), a.onLeaving); err != nil {
+	if a.leavingSub, err = a.bus.Subscribe(a.base().Leaving, a.onLeaving); err != nil {
 		return a, fmt.Errorf("node: leave notices: %w", err)
 	}
 	// The tinker role's server exists before gossip calls onJoin, which

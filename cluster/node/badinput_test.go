@@ -22,8 +22,12 @@ func TestBadInputOnEverySubject(t *testing.T) {
 	cfg := smallConfig(t, 4)
 	var sent int
 	n, s := runNode(t, cfg, func(n *Node) {
-		subs := []string{n.subj.prompts, n.subj.groupsReady, n.subj.aborted, n.subj.kept, n.subj.filtered,
-			n.subj.train, n.subj.steps, n.subj.weights, n.subj.capacity, n.subj.ack}
+		ack, err := nodeAck(n.subj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		subs := []string{n.subj.Prompts, n.subj.Trajectories, n.subj.Aborted, n.subj.Kept, n.subj.Filtered,
+			n.subj.Train, n.subj.Steps, n.subj.Weights, n.subj.Capacity, ack}
 		valid, err := messages.Encode(messages.CapacityChanged{Header: messages.Header{RunID: cfg.Run.ID, Sender: "intruder"}, Capacity: 1 << 40})
 		if err != nil {
 			t.Fatal(err)
@@ -43,14 +47,14 @@ func TestBadInputOnEverySubject(t *testing.T) {
 				}
 				sent++
 			}
-			if sub != n.subj.capacity { // the one subject this kind belongs on
+			if sub != n.subj.Capacity { // the one subject this kind belongs on
 				if err := n.bus.Publish(ctx, sub, valid); err != nil {
 					t.Errorf("publish on %s: %v", sub, err)
 				}
 			}
 		}
 		big := make([]byte, n.bus.MaxPayload()+1)
-		if err := n.bus.Publish(ctx, n.subj.train, big); !errors.Is(err, transport.ErrPayloadTooLarge) {
+		if err := n.bus.Publish(ctx, n.subj.Train, big); !errors.Is(err, transport.ErrPayloadTooLarge) {
 			t.Errorf("an oversized TrainBatch: %v; want ErrPayloadTooLarge", err)
 		}
 	})

@@ -109,7 +109,11 @@ func TestEngineHostRetriesFailedVersion(t *testing.T) {
 	}
 
 	var acks ackLog
-	ackSub, err := bus.Subscribe(transport.MustSubject(term, transport.TopicEngines, engineName, string(transport.EngineAck)), acks.on)
+	ackSubj, err := transport.MustPlan(term).Engine(engineName, transport.EngineAck)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ackSub, err := bus.Subscribe(ackSubj, acks.on)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +129,7 @@ func TestEngineHostRetriesFailedVersion(t *testing.T) {
 	}
 	defer h.stop()
 
-	control, err := engineControlSubject(cfg.Run.ID, node)
+	control, err := transport.MustPlan(cfg.Run.ID).EngineControl(node)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,11 +219,11 @@ func TestRolloutHostRetriesTermItCouldNotFollow(t *testing.T) {
 	bus := embeddedBus(t)
 	cfg := hostRunConfig(t, "rr")
 	term := cfg.Run.ID + "-t3"
-	s, err := subjectsFor(term)
+	s, err := transport.Plan(term)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := bus.Stream(ctx, transport.StreamConfig{Name: "squatter", Subjects: []string{s.groupsReady}, Memory: true, MaxAge: time.Hour}); err != nil {
+	if _, err := bus.Stream(ctx, transport.StreamConfig{Name: "squatter", Subjects: []string{s.Trajectories}, Memory: true, MaxAge: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	var events syncbuf.Buffer
@@ -230,10 +234,7 @@ func TestRolloutHostRetriesTermItCouldNotFollow(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer h.stop()
-	subj, err := termAnnounceSubject(cfg.Run.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	subj := transport.MustPlan(cfg.Run.ID).TermAnnounce
 	announce := func() { // what the holder's termCast sends once a second
 		t.Helper()
 		data, err := messages.Encode(messages.TermAnnounce{Header: messages.Header{RunID: cfg.Run.ID, Sender: "n1"},
@@ -277,14 +278,14 @@ func TestTermCastAbortsOnlyNodesThatLeft(t *testing.T) {
 	defer cancel()
 	bus := embeddedBus(t)
 	const term = "tc-t1"
-	s, err := subjectsFor(term)
+	s, err := transport.Plan(term)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
 	members := []string{"n1", "n2"}
 	var aborted []messages.EpisodeAborted
-	sub, err := bus.Subscribe(s.aborted, func(m *transport.Msg) {
+	sub, err := bus.Subscribe(s.Aborted, func(m *transport.Msg) {
 		if a, err := messages.DecodeAs[messages.EpisodeAborted](m.Data); err == nil {
 			mu.Lock()
 			aborted = append(aborted, a)
@@ -319,7 +320,7 @@ func TestTermCastAbortsOnlyNodesThatLeft(t *testing.T) {
 		for _, g := range groups {
 			st.GroupIDs, st.PromptIDs = append(st.GroupIDs, g), append(st.PromptIDs, "p-"+g)
 		}
-		subj, err := rolloutStatusSubject(term, node)
+		subj, err := transport.MustPlan(term).RolloutStatus(node)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -172,7 +172,7 @@ func runNodeAcks(t *testing.T, cfg config.Config) (*Node, report.Summary, *ackLo
 	t.Helper()
 	acks := &ackLog{}
 	n, s := runNode(t, cfg, func(n *Node) {
-		sub, err := n.Bus().Subscribe(n.subj.acks, acks.on)
+		sub, err := n.Bus().Subscribe(n.subj.AcksAll, acks.on)
 		if err != nil {
 			t.Fatal(err)
 		}

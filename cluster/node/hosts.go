@@ -31,12 +31,6 @@ func startEngineHost(cfg config.Config, node string, bus *natsbus.Bus, log zerol
 func (h *engineHost) endpoints() map[string]string { return h.Endpoints() }
 func (h *engineHost) stop()                        { h.Stop() }
 
-// engineControlSubject is where the trainer's pipeline sends a node's
-// engines their LoadWeights (enginehost.ControlSubject).
-func engineControlSubject(run, node string) (string, error) {
-	return enginehost.ControlSubject(run, node)
-}
-
 // engineEndpointKey is the gossip metadata key of engine i's URL.
 func engineEndpointKey(i int) string { return enginehost.EndpointKey(i) }
 
@@ -57,16 +51,8 @@ func startRolloutHost(cfg config.Config, node string, replicas int, bus *natsbus
 	if err != nil {
 		return nil, err
 	}
-	subj, err := termAnnounceSubject(cfg.Run.ID)
-	if err != nil {
-		return nil, fmt.Errorf("%w: run.id: %w", ErrAgentConfig, err)
-	}
 	h, err := rollouthost.Start(rollouthost.Config{Run: cfg, Task: task, Node: node, Replicas: replicas, Bus: bus,
-		Logger: log, Event: event, Announce: subj, StatusSubject: rolloutStatusSubject,
-		SubjectsOf: func(term string) (rollouthost.Subjects, error) {
-			s, err := subjectsFor(term)
-			return s.rollout(), err
-		}})
+		Logger: log, Event: event})
 	if err != nil {
 		return nil, err
 	}

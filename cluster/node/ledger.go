@@ -191,9 +191,9 @@ func (l *Ledger) prune() {
 	l.order = kept
 }
 
-func (l *Ledger) subscribe(bus transport.Bus, s subjects) error {
-	l.keptSubject = s.kept
-	for _, subj := range []string{s.ledger, s.settled, s.groupsReady, s.aborted, s.kept, s.filtered, s.steps} {
+func (l *Ledger) subscribe(bus transport.Bus, s transport.RunPlan) error {
+	l.keptSubject = s.Kept
+	for _, subj := range []string{s.Ledger, s.Settled, s.Trajectories, s.Aborted, s.Kept, s.Filtered, s.Steps} {
 		sub, err := bus.Subscribe(subj, l.observe)
 		if err != nil {
 			l.stop()

@@ -126,7 +126,7 @@ type Options struct {
 type Node struct {
 	cfg  config.Config
 	opts Options
-	subj subjects
+	subj transport.RunPlan
 	task tasks.Task
 
 	bus     *natsbus.Bus
@@ -192,7 +192,7 @@ func New(cfg config.Config, opts Options) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	s, err := subjectsFor(cfg.Run.ID)
+	s, err := transport.Plan(cfg.Run.ID)
 	if err != nil {
 		return nil, fmt.Errorf("%w: run.id: %w", ErrConfig, err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/asyncrl/asyncrl/cluster"
 	"github.com/asyncrl/asyncrl/cluster/discovery"
 	"github.com/asyncrl/asyncrl/messages"
+	"github.com/asyncrl/asyncrl/transport"
 	"github.com/asyncrl/asyncrl/weights/store"
 )
 
@@ -281,7 +282,11 @@ func (r *remoteSet) serving() map[string]int64 {
 }
 
 func (r *remoteSet) send(node, name string, target int64) {
-	subj, err := engineControlSubject(r.cfg.BaseRun, node)
+	base, err := transport.Plan(r.cfg.BaseRun)
+	var subj string
+	if err == nil {
+		subj, err = base.EngineControl(node)
+	}
 	if err != nil {
 		return
 	}

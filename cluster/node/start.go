@@ -77,8 +77,8 @@ func (n *Node) startBus(ctx context.Context) (err error) {
 	// back. It is an append-only log written every step for days: small
 	// blocks halve the write cache the server holds for it (issue 37).
 	if err := n.clusterRetry(ctx, func() error {
-		_, err := n.bus.Stream(ctx, transport.StreamConfig{Name: "ledger-" + cfg.Run.ID, Replicas: n.streamReplicas(), MinReplicas: 1,
-			Subjects: []string{n.subj.ledger, n.subj.ledger + ".>"}, MaxAge: 7 * 24 * time.Hour, Memory: n.opts.InMemoryBus, SmallBlocks: true})
+		_, err := n.bus.Stream(ctx, transport.StreamConfig{Name: n.subj.LedgerStream, Replicas: n.streamReplicas(), MinReplicas: 1,
+			Subjects: []string{n.subj.Ledger, n.subj.LedgerAll}, MaxAge: 7 * 24 * time.Hour, Memory: n.opts.InMemoryBus, SmallBlocks: true})
 		return err
 	}); err != nil {
 		return fmt.Errorf("node: ledger stream: %w", err)
@@ -88,7 +88,7 @@ func (n *Node) startBus(ctx context.Context) (err error) {
 	// sampling actor has judged them. In memory: it only has to outlive a
 	// restart of the actors, not of the embedded server.
 	if err = n.clusterRetry(ctx, func() (err error) {
-		gs := rollouthost.GroupStream(cfg.Run.ID, n.subj.groupsReady, n.streamReplicas())
+		gs := rollouthost.GroupStream(n.subj, n.streamReplicas())
 		gs.Duplicates = n.opts.GroupDuplicates
 		n.groupStream, err = n.bus.Stream(ctx, gs)
 		return err
@@ -238,14 +238,14 @@ func (n *Node) startTrainer(ctx context.Context, ptr *policy.Trainer, tpub train
 	cfg := n.cfg
 	tc := trainer.Config{RunID: cfg.Run.ID, Name: "trainer-0", NormStd: true,
 		Microbatch: microbatchConfig(cfg.Trainer), Logger: n.opts.Logger.With().Str("actor", "trainer").Logger(),
-		Subjects: trainer.Subjects{Train: n.subj.train, Steps: n.subj.steps, Weights: n.subj.weights},
+		Subjects: trainer.Subjects{Train: n.subj.Train, Steps: n.subj.Steps, Weights: n.subj.Weights},
 		OnStep: func(rec trainer.StepRecord) {
 			tok, ok := n.ledger.tokensNow()
 			n.steplog.add(rec, tok, ok)
 		}}
 	switch cfg.Trainer.Backend {
 	case config.BackendRemote:
-		if n.weightsSub, err = n.bus.Subscribe(n.subj.weights, n.loadWeights); err != nil {
+		if n.weightsSub, err = n.bus.Subscribe(n.subj.Weights, n.loadWeights); err != nil {
 			return fmt.Errorf("node: weights: %w", err)
 		}
 		return nil
@@ -277,8 +277,8 @@ func filterConfig(cfg config.Config) filter.Config {
 
 func (n *Node) startSampling(fcfg filter.Config) (err error) {
 	n.smp, err = sampling.Spawn(n.sys, n.bus, actors.DefaultShellConfig("sampling-0", "sampling"),
-		sampling.Config{Filter: fcfg, RunID: n.cfg.Run.ID, Sender: "sampling-0", Kept: n.subj.kept, Filtered: n.subj.filtered},
-		n.subj.groupsReady, n.groupStream)
+		sampling.Config{Filter: fcfg, RunID: n.cfg.Run.ID, Sender: "sampling-0", Kept: n.subj.Kept, Filtered: n.subj.Filtered},
+		n.subj.Trajectories, n.groupStream)
 	return err
 }
 
@@ -319,8 +319,8 @@ func (n *Node) controllerConfig(fcfg filter.Config) controller.Config {
 		Sampling: fcfg, Rand: rand.New(rand.NewPCG(uint64(cfg.Run.Seed), 0x5a4d)), // replace mode's donor draws
 		RunID: cfg.Run.ID, Sender: "controller-0", Task: n.task.Name(), NSamples: cfg.Rollout.NSamplesPerPrompt,
 		MaxSteps: int64(cfg.Run.Steps), ResendTrainAfter: n.opts.ResendTrainAfter,
-		Subjects: controller.Subjects{Prompts: n.subj.prompts, Train: n.subj.train, Capacity: n.subj.capacity,
-			Ledger: n.subj.ledger, Settled: n.subj.settled},
+		Subjects: controller.Subjects{Prompts: n.subj.Prompts, Train: n.subj.Train, Capacity: n.subj.Capacity,
+			Ledger: n.subj.Ledger, Settled: n.subj.Settled},
 	}
 	if ccfg.ResendTrainAfter <= 0 {
 		ccfg.ResendTrainAfter = defaultResendTrainAfter(cfg.Trainer.Backend)
@@ -353,7 +353,7 @@ func (n *Node) startController(ctx context.Context, fcfg filter.Config) (err err
 	}
 	src := func() controller.Source { return newTaskSource(n.task, n.cfg.Run.Seed) }
 	n.ctl, err = controller.Spawn(n.sys, n.bus, actors.DefaultShellConfig("controller-0", "controller"), n.controllerConfig(fcfg),
-		controller.Inputs{Aborted: n.subj.aborted, Groups: n.subj.groups, Steps: n.subj.steps}, src)
+		controller.Inputs{Aborted: n.subj.Aborted, Groups: n.subj.GroupsAll, Steps: n.subj.Steps}, src)
 	return err
 }
 
@@ -381,7 +381,7 @@ func (n *Node) startRollouts() error {
 	gen := &rollout.HTTPClient{BaseURL: n.routerURL, Model: n.cfg.Engines.ServedModelName, Client: n.httpc,
 		SupportFromLogprobs: n.cfg.Rollout.SupportFromLogprobs, Protocol: proto}
 	for i := range count {
-		a, err := rollouthost.StartActor(n.bus, gen, n.cfg, n.task, "rollout-"+strconv.Itoa(i), ecfg, supportK, n.subj.rollout(), n.groupStream, n.opts.Logger, nil, n.ledger.published)
+		a, err := rollouthost.StartActor(n.bus, gen, n.cfg, n.task, "rollout-"+strconv.Itoa(i), ecfg, supportK, n.subj, n.groupStream, n.opts.Logger, nil, n.ledger.published)
 		if err != nil {
 			return err
 		}

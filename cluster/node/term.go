@@ -67,7 +67,7 @@ type termRun struct {
 	// term and subj: the term's run id and subjects; rolloutSub its
 	// rollout reports; requeued counts the groups of nodes that left.
 	term       string
-	subj       subjects
+	subj       transport.RunPlan
 	rolloutSub transport.Subscription
 	requeued   prometheus.Counter
 	stopped    bool // StopPipeline applied

@@ -14,17 +14,9 @@ import (
 	"github.com/asyncrl/asyncrl/transport"
 )
 
-// termAnnounceSubject is where the trainer lease's holder announces its
-// term: asyncrl.<run>.control.term under the run's base id.
-func termAnnounceSubject(run string) (string, error) {
-	return transport.Subject(run, transport.TopicControl, "term")
-}
-
-// rolloutStatusSubject is where node's rollout actors report their groups
-// in flight for term: asyncrl.<term>.control.rollouts.<node>.
-func rolloutStatusSubject(term, node string) (string, error) {
-	return transport.Subject(term, transport.TopicControl, "rollouts", node)
-}
+// The holder announces its term on the base run's plan (TermAnnounce:
+// asyncrl.<run>.control.term); rollout nodes report their groups in flight
+// on the term's (RolloutStatus: asyncrl.<term>.control.rollouts.<node>).
 
 // termCast is the holder's side of the nodes that run rollout actors for
 // its term: it announces the term (run id, token, router URL) once per
@@ -61,8 +53,7 @@ func (n *Node) startTermCast(ctx context.Context) error {
 	if err := n.reg.Register(tc.requeued); err != nil {
 		return fmt.Errorf("node: term metrics: %w", err)
 	}
-	pattern := transport.SubjectRoot + "." + n.cfg.Run.ID + "." + string(transport.TopicControl) + ".rollouts.*"
-	sub, err := n.bus.Subscribe(pattern, tc.onStatus)
+	sub, err := n.bus.Subscribe(n.subj.RolloutStatusAll, tc.onStatus)
 	if err != nil {
 		return fmt.Errorf("node: rollout reports: %w", err)
 	}
@@ -105,10 +96,11 @@ func (tc *termCast) run(ctx context.Context) {
 }
 
 func (tc *termCast) announce(ctx context.Context) {
-	subj, err := termAnnounceSubject(tc.n.opts.Remote.BaseRun)
+	base, err := transport.Plan(tc.n.opts.Remote.BaseRun)
 	if err != nil {
 		return
 	}
+	subj := base.TermAnnounce
 	data, err := messages.Encode(messages.TermAnnounce{Header: messages.Header{RunID: tc.n.opts.Remote.BaseRun, Sender: tc.node},
 		Term: tc.n.cfg.Run.ID, Token: tc.token, Router: tc.n.routerURL})
 	if err == nil {
@@ -162,7 +154,7 @@ func (tc *termCast) abort(node string, refs []groupRef) {
 		data, err := messages.Encode(messages.EpisodeAborted{Header: messages.Header{RunID: tc.n.cfg.Run.ID, Sender: tc.node},
 			PromptID: r.prompt, GroupID: r.group, Reason: "node " + node + " left the cluster"})
 		if err == nil {
-			err = tc.n.bus.Publish(ctx, tc.n.subj.aborted, data)
+			err = tc.n.bus.Publish(ctx, tc.n.subj.Aborted, data)
 		}
 		if err != nil {
 			tc.n.opts.Logger.Warn().Err(err).Str("group", r.group).Msg("node: a dead node's group not reported aborted")
@@ -187,8 +179,11 @@ func (tc *termCast) close() {
 
 // subscribeRollouts feeds the core the rollout nodes' reports of term.
 func (r *termRun) subscribeRollouts(termName string, token uint64) (transport.Subscription, error) {
-	pattern := transport.SubjectRoot + "." + termName + "." + string(transport.TopicControl) + ".rollouts.*"
-	sub, err := r.a.bus.Subscribe(pattern, func(m *transport.Msg) {
+	tp, err := transport.Plan(termName)
+	if err != nil {
+		return nil, fmt.Errorf("node: rollout reports: %w", err)
+	}
+	sub, err := r.a.bus.Subscribe(tp.RolloutStatusAll, func(m *transport.Msg) {
 		st, err := messages.DecodeAs[messages.RolloutStatus](m.Data)
 		if err != nil || st.RunID != termName || st.Sender == "" || len(st.GroupIDs) != len(st.PromptIDs) {
 			return
@@ -220,10 +215,7 @@ func (r *termRun) members(now time.Time) {
 // run's term subject, for the engine and rollout hosts to follow.
 func (r *termRun) announce(ctx context.Context, v term.Announce) {
 	a := r.a
-	subj, err := termAnnounceSubject(a.cfg.Run.Run.ID)
-	if err != nil {
-		return
-	}
+	subj := a.base().TermAnnounce
 	data, err := messages.Encode(messages.TermAnnounce{Header: messages.Header{RunID: a.cfg.Run.Run.ID, Sender: a.cfg.Name},
 		Term: v.Term, Token: v.Token, Router: v.Router})
 	if err == nil {
@@ -251,7 +243,7 @@ func (r *termRun) abortGroups(v term.AbortGroups) {
 		data, err := messages.Encode(messages.EpisodeAborted{Header: messages.Header{RunID: r.term, Sender: a.cfg.Name},
 			PromptID: g.Prompt, GroupID: g.Group, Reason: "node " + v.Node + " left the cluster"})
 		if err == nil {
-			err = a.bus.Publish(ctx, r.subj.aborted, data)
+			err = a.bus.Publish(ctx, r.subj.Aborted, data)
 		}
 		if err != nil {
 			a.log.Warn().Err(err).Str("group", g.Group).Msg("node: a dead node's group not reported aborted")

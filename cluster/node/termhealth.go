@@ -10,9 +10,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/asyncrl/asyncrl/cluster"
-	"github.com/asyncrl/asyncrl/cluster/ckpt"
 	"github.com/asyncrl/asyncrl/cluster/lease"
 	"github.com/asyncrl/asyncrl/cluster/term"
+	"github.com/asyncrl/asyncrl/transport"
 )
 
 // ErrTermStalled: the term made no progress within its bounds
@@ -39,12 +39,16 @@ type termDep struct {
 // term's hot path), its ledger stream, the run's durable ledger, trainer
 // checkpoints, the term's weight bucket and the name claims (probed only:
 // their writes are retried through an election).
-func termDeps(run, term string) []termDep {
+//
+// run and term are the plans of the base run and of the term. A KV
+// bucket's stream is KV_<bucket>, an object store's OBJ_<bucket> (NATS's
+// naming).
+func termDeps(run, term transport.RunPlan) []termDep {
 	deps := []termDep{{stream: "KV_" + lease.DefaultBucket, lead: true},
-		{stream: "groups-" + term, consumers: []string{"sampling"}, lead: true, term: true},
-		{stream: "ledger-" + term, term: true}, {stream: "OBJ_asyncrl-weights-" + term, term: true}}
-	for _, s := range []string{"KV_asyncrl_" + run + "_prompts", "KV_asyncrl_" + run + "_progress", "asyncrl_" + run + "_groupbuf",
-		"OBJ_" + ckpt.Bucket(run), "KV_" + cluster.NamesBucket} {
+		{stream: term.GroupStream, consumers: []string{"sampling"}, lead: true, term: true},
+		{stream: term.LedgerStream, term: true}, {stream: "OBJ_" + term.WeightsBucket, term: true}}
+	for _, s := range []string{"KV_" + run.PromptsBucket, "KV_" + run.ProgressBucket, run.DurableGroupStream,
+		"OBJ_" + run.CheckpointBucket, "KV_" + cluster.NamesBucket} {
 		deps = append(deps, termDep{stream: s})
 	}
 	return deps
@@ -113,9 +117,11 @@ func (a *Agent) startTermHealth(ctx context.Context, termName string, token uint
 	th.lastNs.Store(time.Now().UnixNano())
 	pctx, cancel := context.WithCancel(ctx)
 	th.cancel = cancel
+	// termName is term.TermName of the validated run id: a valid token.
+	tp, _ := transport.Plan(termName)
 	go func() {
 		defer close(th.done)
-		a.keepLeaders(pctx, token, termDeps(a.cfg.Run.Run.ID, termName), &th.running, time.Second, report)
+		a.keepLeaders(pctx, token, termDeps(a.base(), tp), &th.running, time.Second, report)
 	}()
 	return th
 }

@@ -39,7 +39,7 @@ func (r *termRun) start(ctx context.Context, v term.StartPipeline) error {
 	// The term's engines are the engine hosts of the members (this node's
 	// included): its weights go through the bus's object store.
 	cfg.Publisher.Mode, cfg.Publisher.Store, cfg.Publisher.Transport = config.PublishDelta, config.StoreNATS, config.TransportStore
-	subj, err := subjectsFor(v.Term)
+	subj, err := transport.Plan(v.Term)
 	if err != nil {
 		return err
 	}

@@ -100,7 +100,7 @@ func (n *Node) startWeightSync(ctx context.Context, baseDir string) (*weightSync
 		// budget (router.max_version_lag), so that the router's hard
 		// minimum leaves a replica that is still loading a publish its
 		// sessions (issue 15).
-		Tracker: wiring.PublisherTracker(cfg), Acks: n.subj.acks, MinVersion: n.subj.weights,
+		Tracker: wiring.PublisherTracker(cfg), Acks: n.subj.AcksAll, MinVersion: n.subj.Weights,
 		BaseDir: baseDir, Stage: stage, BeforeApply: n.hooks.beforeApply, BeforeAnnounce: n.opts.BeforeAnnounce,
 		Remote: w.remoteEngines}, mode)
 	if err != nil {
@@ -115,7 +115,7 @@ func (n *Node) startWeightSync(ctx context.Context, baseDir string) (*weightSync
 		}
 		n.phase("version 0 uploaded to the term's bucket")
 		n.wsync = w // startRemote registers the members' engines with it
-		if err := n.startRemote(ctx, "asyncrl-weights-"+cfg.Run.ID); err != nil {
+		if err := n.startRemote(ctx, n.subj.WeightsBucket); err != nil {
 			w.Close()
 			return nil, err
 		}

@@ -174,7 +174,7 @@ func TestDeltaSyncLayout(t *testing.T) {
 	var mu sync.Mutex
 	var announced int64
 	_, s := runNode(t, cfg, func(n *Node) {
-		_, err := n.Bus().Subscribe(n.subj.weights, func(m *transport.Msg) {
+		_, err := n.Bus().Subscribe(n.subj.Weights, func(m *transport.Msg) {
 			if mv, err := messages.DecodeAs[messages.MinVersionSet](m.Data); err == nil {
 				mu.Lock()
 				announced = max(announced, mv.MinVersion)

@@ -52,8 +52,12 @@ func (n *Node) ackVersion(version int64) {
 	defer cancel()
 	data, err := messages.Encode(messages.EngineVersionAck{
 		Header: messages.Header{RunID: n.cfg.Run.ID, Sender: "node", Version: version}, Engine: "node", URL: n.routerURL})
+	var subj string
 	if err == nil {
-		err = n.bus.Publish(ctx, n.subj.ack, data)
+		subj, err = nodeAck(n.subj)
+	}
+	if err == nil {
+		err = n.bus.Publish(ctx, subj, data)
 	}
 	if err != nil {
 		n.opts.Logger.Error().Err(err).Msg("weights: ack not sent")
@@ -110,7 +114,7 @@ func RunWorker(ctx context.Context, cfg config.Config, opts WorkerOptions) error
 	if opts.NATSURL == "" {
 		return fmt.Errorf("%w: the worker needs the run's NATS URL", ErrConfig)
 	}
-	s, err := subjectsFor(cfg.Run.ID)
+	s, err := transport.Plan(cfg.Run.ID)
 	if err != nil {
 		return fmt.Errorf("%w: run.id: %w", ErrConfig, err)
 	}
@@ -140,10 +144,10 @@ func RunWorker(ctx context.Context, cfg config.Config, opts WorkerOptions) error
 	if dir == "" {
 		dir = filepath.Join(cfg.Run.DataDir, "weights")
 	}
-	pub := &trainer.BusPublisher{Bus: bus, RunID: cfg.Run.ID, Sender: "worker", Dir: dir, Weights: s.weights, Acks: s.acks}
+	pub := &trainer.BusPublisher{Bus: bus, RunID: cfg.Run.ID, Sender: "worker", Dir: dir, Weights: s.Weights, Acks: s.AcksAll}
 	tcfg := trainer.Config{RunID: cfg.Run.ID, Name: "worker", NormStd: true,
 		Microbatch: microbatchConfig(cfg.Trainer), Logger: opts.Logger,
-		Subjects: trainer.Subjects{Train: s.train, Steps: s.steps}}
+		Subjects: trainer.Subjects{Train: s.Train, Steps: s.Steps}}
 	var tr *trainer.Actor
 	if opts.Exec {
 		ex, err := startExec(ctx, cfg, ptr.ServingCopy(), opts.ExecArgv, opts.Logger)

@@ -19,7 +19,7 @@ import (
 func checkRepeatIsAcked(t *testing.T, n *Node, cfg config.Config, version int64) {
 	t.Helper()
 	acked := make(chan struct{}, 1)
-	sub, err := n.Bus().Subscribe(n.subj.acks, func(m *transport.Msg) {
+	sub, err := n.Bus().Subscribe(n.subj.AcksAll, func(m *transport.Msg) {
 		if a, err := messages.DecodeAs[messages.EngineVersionAck](m.Data); err == nil && a.Version >= version {
 			select {
 			case acked <- struct{}{}:
@@ -40,7 +40,7 @@ func checkRepeatIsAcked(t *testing.T, n *Node, cfg config.Config, version int64)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := n.Bus().Publish(context.Background(), n.subj.weights, data); err != nil {
+	if err := n.Bus().Publish(context.Background(), n.subj.Weights, data); err != nil {
 		t.Fatal(err)
 	}
 	select {

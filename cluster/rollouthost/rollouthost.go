@@ -70,13 +70,6 @@ type Host struct {
 	wg     sync.WaitGroup
 }
 
-// Subjects are the subjects of a term the rollout actors use.
-type Subjects struct {
-	Prompts string // PromptAssigned: controller → rollout (queue "rollout")
-	Groups  string // GroupReady: rollout → sampling (the trajectory buffer's)
-	Aborted string // EpisodeAborted: rollout → controller
-}
-
 // Config configures a Host.
 type Config struct {
 	// Run is the cluster run's config (Run.ID its base id); Task its task.
@@ -90,13 +83,11 @@ type Config struct {
 	Logger   zerolog.Logger
 	// Event receives one line per notable event.
 	Event func(format string, args ...any)
-	// Announce is the subject the holder's TermAnnounce arrive on.
-	Announce string
-	// SubjectsOf is a term's subjects; StatusSubject where node reports
-	// its groups in flight on term.
-	SubjectsOf    func(term string) (Subjects, error)
-	StatusSubject func(term, node string) (string, error)
 }
+
+// The host's subjects are the plans' (transport.Plan): the holder's
+// TermAnnounce on the base run's, a term's actors and this node's
+// RolloutStatus on the term's.
 
 // Start subscribes to the term announcements; the actors start with the
 // first term of another node.
@@ -116,8 +107,12 @@ func Start(c Config) (*Host, error) {
 	if h.chat, err = wiring.ChatFormat(c.Run.Rollout, wiring.TokenizerDir(c.Run.Engines)); err != nil {
 		return nil, fmt.Errorf("node: rollout host: %w", err)
 	}
+	base, err := transport.Plan(c.Run.Run.ID)
+	if err != nil {
+		return nil, fmt.Errorf("node: rollout host: run.id: %w", err)
+	}
 	h.ctx, h.cancel = context.WithCancel(context.Background())
-	if h.sub, err = c.Bus.Subscribe(c.Announce, h.onTerm); err != nil {
+	if h.sub, err = c.Bus.Subscribe(base.TermAnnounce, h.onTerm); err != nil {
 		return nil, fmt.Errorf("node: rollout host: %w", err)
 	}
 	h.wg.Go(h.loop)
@@ -183,14 +178,14 @@ func (h *Host) follow(ta messages.TermAnnounce) {
 	}
 	tcfg := h.cfg
 	tcfg.Run.ID = ta.Term
-	s, err := h.c.SubjectsOf(ta.Term)
+	s, err := transport.Plan(ta.Term)
 	if err != nil {
 		h.cannotFollow(ta, retrying, err)
 		return
 	}
 	ctx, cancel := context.WithTimeout(h.ctx, 10*time.Second)
 	defer cancel()
-	groups, err := h.bus.Stream(ctx, GroupStream(ta.Term, s.Groups, h.replicas))
+	groups, err := h.bus.Stream(ctx, GroupStream(s, h.replicas))
 	if err != nil {
 		h.cannotFollow(ta, retrying, err)
 		return
@@ -257,7 +252,11 @@ func (h *Host) report() {
 		g, p := a.InFlight()
 		st.GroupIDs, st.PromptIDs = append(st.GroupIDs, g...), append(st.PromptIDs, p...)
 	}
-	subj, err := h.c.StatusSubject(term, h.node)
+	p, err := transport.Plan(term)
+	var subj string
+	if err == nil {
+		subj, err = p.RolloutStatus(h.node)
+	}
 	if err != nil {
 		return
 	}
@@ -298,15 +297,15 @@ func (h *Host) Stop() {
 	h.httpc.CloseIdleConnections()
 }
 
-// StartActor starts one rollout actor of the run in cfg (its subjects s),
+// StartActor starts one rollout actor of the run in cfg (its plan s),
 // sending its turns through gen; onTake and onReport (rollout.Config's
 // OnTake and OnReport) may be nil.
 func StartActor(bus transport.Bus, gen rollout.Generator, cfg config.Config, task tasks.Task, name string,
-	ecfg rollout.EpisodeConfig, supportK int, s Subjects, groups transport.Stream, log zerolog.Logger,
+	ecfg rollout.EpisodeConfig, supportK int, s transport.RunPlan, groups transport.Stream, log zerolog.Logger,
 	onTake func(group, prompt string), onReport func(group string, ready bool)) (*rollout.Actor, error) {
 	return rollout.Start(bus, gen, rollout.Config{RunID: cfg.Run.ID, Name: name, Task: task, Episode: ecfg,
 		Concurrency: cfg.Rollout.Concurrency, SupportK: supportK, Logger: log.With().Str("actor", name).Logger(),
-		Subjects:    rollout.Subjects{Prompts: s.Prompts, Groups: s.Groups, Aborted: s.Aborted},
+		Subjects:    rollout.Subjects{Prompts: s.Prompts, Groups: s.Trajectories, Aborted: s.Aborted},
 		GroupStream: groups, OnTake: onTake, OnReport: onReport})
 }
 
@@ -319,8 +318,8 @@ func StartActor(bus transport.Bus, gen rollout.Generator, cfg config.Config, tas
 // server that led it costs a leader election, not the buffer. Rollout
 // actors on other nodes open it with the same config. Made while a server
 // is down, it has the copies the servers up can hold (MinReplicas).
-func GroupStream(run, groups string, replicas int) transport.StreamConfig {
-	return transport.StreamConfig{Name: "groups-" + run, Subjects: []string{groups}, MaxAge: time.Hour, Memory: true, WorkQueue: true,
+func GroupStream(p transport.RunPlan, replicas int) transport.StreamConfig {
+	return transport.StreamConfig{Name: p.GroupStream, Subjects: []string{p.Trajectories}, MaxAge: time.Hour, Memory: true, WorkQueue: true,
 		Replicas: max(1, replicas), MinReplicas: 1}
 }
 

@@ -96,7 +96,11 @@ func StartAgent(c AgentConfig) *Agent {
 		c.Sender = c.Engine.Name
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	a := &Agent{c: c, subject: transport.MustSubject(c.RunID, transport.TopicEngines, c.Engine.Name, string(transport.EngineAck)),
+	ack, err := transport.MustPlan(c.RunID).Engine(c.Engine.Name, transport.EngineAck)
+	if err != nil {
+		panic(err) // a started engine's name is a valid token
+	}
+	a := &Agent{c: c, subject: ack,
 		log: c.Logger.With().Str("engine", c.Engine.Name).Logger(), failed: publisher.NoVersion - 1,
 		wake: make(chan struct{}, 1), ctx: ctx, cancel: cancel, done: make(chan struct{})}
 	if c.Fresh {

@@ -18,6 +18,7 @@ import (
 	"github.com/asyncrl/asyncrl/actors/publisher"
 	"github.com/asyncrl/asyncrl/config"
 	pol "github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/transport"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
 	"github.com/asyncrl/asyncrl/weights/delta"
 	"github.com/asyncrl/asyncrl/weights/quantdir"
@@ -139,7 +140,11 @@ func openStore(ctx context.Context, cfg config.Config, o StoreOptions) (store.St
 }
 
 func openNATS(ctx context.Context, cfg config.Config, o StoreOptions) (store.Store, error) {
-	nc := store.DefaultNATSConfig("asyncrl-weights-" + cfg.Run.ID)
+	plan, err := transport.Plan(cfg.Run.ID)
+	if err != nil {
+		return nil, fmt.Errorf("run.id: %w", err)
+	}
+	nc := store.DefaultNATSConfig(plan.WeightsBucket)
 	if o.InMemory {
 		nc.Storage = jetstream.MemoryStorage
 	}

@@ -376,3 +376,20 @@ func (b *Bus) Close() error {
 	}
 	return nil
 }
+
+// Subscriptions lists the subjects (or patterns) of the hub's open
+// subscriptions, sorted and without repeats; request inboxes are left
+// out. A test reads what a system listens on (sim's test that its
+// subjects are the run's plan).
+func (h *Hub) Subscriptions() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []string
+	for _, s := range h.subs {
+		if !s.inbox {
+			out = append(out, s.subj)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
