@@ -31,6 +31,8 @@ type Exec struct {
 	// all but the newest two are deleted (ExecOptions.KeepServing).
 	published []string
 	keep      int
+	// ranks are the group's per-rank figures (RankStats).
+	ranks rankBook
 }
 
 var _ Stepper = (*Exec)(nil)
@@ -75,11 +77,19 @@ func (e *Exec) Step(ctx context.Context, p Prepared) (policy.StepStats, Weights,
 	step := e.done + 1
 	res := e.trained
 	if res == nil || res.Step != step {
-		r, err := e.sup.Train(ctx, FrameBatch(p, step))
+		tb := FrameBatch(p, step)
+		if n := e.sup.Ranks(); n > 1 {
+			if len(p.Plan.Ranks) != n {
+				return policy.StepStats{}, Weights{}, fmt.Errorf("trainer: exec backend: the microbatch plan splits step %d over %d ranks but the group has %d (trainer.exec_ranks sets the microbatcher's DP size)", step, len(p.Plan.Ranks), n)
+			}
+			tb.MicrobatchRanks = MicrobatchRanks(p)
+		}
+		r, err := e.sup.Train(ctx, tb)
 		if err != nil {
 			return policy.StepStats{}, Weights{}, err
 		}
 		res = &r
+		e.ranks.add(r.Ranks)
 	}
 	w, err := e.weights(res.Checkpoint)
 	if err != nil {
@@ -130,6 +140,20 @@ func (e *Exec) prune(dir string) {
 
 // Close shuts the child down.
 func (e *Exec) Close(ctx context.Context) error { return e.sup.Close(ctx) }
+
+// MicrobatchRanks is the rank of each microbatch FrameBatch sends, in its
+// order (TrainBatch.microbatch_ranks).
+func MicrobatchRanks(p Prepared) []int {
+	var out []int
+	for r, rk := range p.Plan.Ranks {
+		for _, m := range rk.Microbatches {
+			if !m.Padding && len(m.Indices) > 0 {
+				out = append(out, r)
+			}
+		}
+	}
+	return out
+}
 
 // FrameBatch is p as the bridge's TrainBatch of step: the sequences
 // concatenated (tokens, seq_offsets, loss_mask, rollout_logprobs, versions

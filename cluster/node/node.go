@@ -170,6 +170,9 @@ type Node struct {
 	// hf is the run's Hugging Face checkpoint directory (model section),
 	// "" for the built-in policy.
 	hf string
+	// exec is the exec backend's stepper (nil on other backends): its
+	// worker group's per-rank figures go to /metrics and summary.json.
+	exec *trainer.Exec
 }
 
 // testHooks let tests observe and slow parts of a run.
@@ -358,7 +361,10 @@ func trainerConfig(cfg config.Config) policy.TrainerConfig { return wiring.Polic
 func microbatchConfig(t config.TrainerConfig) microbatch.Config {
 	mb := microbatch.DefaultConfig()
 	mb.MaxTokensPerMicrobatch = t.MaxTokensPerMicrobatch
-	mb.DPSize = t.DPSize
+	mb.DPSize = t.DPRanks()
+	// a worker group's ranks train equal shares (config checks that B·n
+	// divides by exec_ranks)
+	mb.EqualSize = t.Backend == config.BackendExec && t.ExecRanks > 1
 	mb.Strategy = microbatch.Strategy(t.DPPartition)
 	mb.Packing = microbatch.Packing(t.MicrobatchMode)
 	return mb

@@ -76,7 +76,7 @@ func startExecChild(ctx context.Context, cfg config.Config, argv []string, log z
 		Spec: bridge.Spec{Argv: argv, Env: cfg.Trainer.ExecEnv}, Init: in,
 		StepTimeout: cfg.Trainer.ExecStepTimeout, Restarts: cfg.Trainer.ExecRestarts,
 		Backoff: time.Second, Logger: log.With().Str("component", "trainer-child").Logger(),
-		OnSent: execOnSent,
+		OnSent: execOnSent, Ranks: cfg.Trainer.ExecRanks, Rendezvous: cfg.Trainer.ExecRendezvousTimeout,
 	}, trainer.ExecOptions{CheckDir: wiring.CheckServing, KeepServing: 3})
 	if err != nil {
 		return nil, fmt.Errorf("node: trainer.exec %v: %w", argv, err)
@@ -105,12 +105,17 @@ func (n *Node) startExecTrainer(ctx context.Context, initial *policy.Model, pub 
 		restarts := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "asyncrl_trainer_exec_restarts_total",
 			Help: "Trainer children (trainer.backend exec) replaced after dying, hanging or breaking the protocol."},
 			func() float64 { return float64(ex.Restarts()) })
-		if err := n.reg.Register(restarts); err != nil {
+		err := n.reg.Register(restarts)
+		if err == nil {
+			err = n.reg.Register(rankCollector{ex})
+		}
+		if err != nil {
 			cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			return nil, errors.Join(fmt.Errorf("node: metrics: %w", err), ex.Close(cctx))
 		}
 	}
+	n.exec = ex
 	a, err := trainer.StartStepper(n.bus, ex, pub, tcfg)
 	if err != nil {
 		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
