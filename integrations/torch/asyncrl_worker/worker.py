@@ -32,6 +32,7 @@ from .hf import lora as hflora
 from .hf.policy import NativeHFPolicy
 from .frames import EOF, PROTOCOL_VERSION, FrameError, error_frame, parse_tensor, read_frame, write_frame
 from . import group as grp
+from . import shards
 from . import tinker
 from . import vocab
 from .loss import LossConfig, cross_entropy_loss, grpo_advantages, sequence_weights, token_loss
@@ -403,12 +404,16 @@ class Worker:
         torch.manual_seed(seed)
         np.random.seed(seed % (1 << 32))
         saved = None
-        if resume:
+        if resume and shards.is_sharded(resume):
+            # a group's state (asyncrl_worker.shards): any world size resumes it
+            saved = shards.read(resume, group.rank)
+        elif resume:
             opt_path = os.path.join(resume, OPTIMIZER_FILE)
             try:
                 saved = torch.load(opt_path, map_location="cpu")
             except (OSError, RuntimeError, EOFError) as e:
                 raise bad("resume", f"cannot read {opt_path}: {e}") from None
+        if saved is not None:
             if saved.get("step") != step:
                 raise bad("step", f"step {step} but the resume state {resume} is at step {saved.get('step')}")
             if saved.get("kind", "builtin") != kind:
@@ -801,23 +806,32 @@ class Worker:
         torch.save({"step": step, "kind": self.policy.kind, "optimizer": self.opt.state_dict(),
                     "torch_rng": torch.get_rng_state(), "lora": lora is not None}, os.path.join(d, OPTIMIZER_FILE))
 
+    def _write_state_dir(self, final: str, step: int) -> str:
+        """The resume state of version step in final: one rank's layout, or
+        in a group the sharded one every rank writes its part of."""
+        if not self.group.active:
+            return self._write_dir(final, lambda d: self._write_state(d, step))
+        lora = getattr(self.policy, "lora", None) is not None
+        return shards.write(final, self.group, step, self.policy.kind, lora, list(self.policy.parameters()), self.opt,
+                            self.policy.save_weights_f32)
+
     def _write_checkpoints(self, step: int) -> tuple[str, str | None, str]:
         """The serving checkpoint, the PEFT adapter (LoRA runs; else None)
-        and the resume state of version step. In a group rank 0 writes them
-        (the replicas are equal after the step) and every rank names them."""
+        and the resume state of version step. In a group rank 0 writes the
+        serving checkpoint and the adapter (the replicas are equal after the
+        step: it is the gathered model) and every rank its shard of the
+        state (asyncrl_worker.shards); every rank names them."""
+        state = self._write_state_dir(os.path.join(self.out_dir, STATE_DIR.format(step)), step)
         if self.group.rank != 0:
             lora = getattr(self.policy, "lora", None) is not None
             return (os.path.join(self.out_dir, SERVING_DIR.format(step)),
-                    os.path.join(self.out_dir, ADAPTER_DIR.format(step)) if lora else None,
-                    os.path.join(self.out_dir, STATE_DIR.format(step)))
+                    os.path.join(self.out_dir, ADAPTER_DIR.format(step)) if lora else None, state)
         serving = self._write_dir(os.path.join(self.out_dir, SERVING_DIR.format(step)),
                                   lambda d: self.policy.save_serving(d, step))
         adapter = None
         if getattr(self.policy, "lora", None) is not None:
             adapter = self._write_dir(os.path.join(self.out_dir, ADAPTER_DIR.format(step)),
                                       lambda d: self.policy.save_adapter(d, step))
-        state = self._write_dir(os.path.join(self.out_dir, STATE_DIR.format(step)),
-                                lambda d: self._write_state(d, step))
         return serving, adapter, state
 
     def save_checkpoint(self, req: dict) -> dict:
@@ -833,9 +847,10 @@ class Worker:
             raise bad("serving", "must be a bool")
         try:
             if serving:
-                self._write_dir(d, lambda t: self.policy.save_serving(t, self.step))
+                if self.group.rank == 0:
+                    self._write_dir(d, lambda t: self.policy.save_serving(t, self.step))
             else:
-                self._write_dir(d, lambda t: self._write_state(t, self.step))
+                self._write_state_dir(d, self.step)
         except OSError as e:
             raise FrameError("internal", "dir", f"cannot write {d}: {e}") from None
         return {"type": "Saved", "dir": d, "step": self.step}

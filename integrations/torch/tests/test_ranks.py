@@ -13,6 +13,11 @@ import torch
 
 from asyncrl_worker.frames import encode_frame, read_frame
 from asyncrl_worker.model import load_serving
+from asyncrl_worker.safetensors import load_dir
+
+
+def load_dir_f32(d):
+    return load_dir(d, as_float32=True)
 from asyncrl_worker.worker import Worker
 from util import batch_arrays, init_frame, toy_sequences, train_frame
 
@@ -142,4 +147,68 @@ def test_group_field_is_checked(tmp_path):
     assert (rep["type"], rep["field"]) == ("Error", "group.rank"), rep
     rep = w.handle({**init_frame(tmp_path / "out"), "group": {**group(0, 2, 1234), "nodes": 2}})
     assert (rep["type"], rep["field"]) == ("Error", "group.nodes"), rep
+    assert w.policy is None
+
+
+def start_group(tmp_path, out, ranks, n=2, **kw):
+    port = free_port()
+    ranks += [Rank() for _ in range(n)]
+    for r, w in enumerate(ranks[-n:]):
+        w.send({**init_frame(tmp_path / out, **kw), "group": group(r, n, port)})
+    reps = [w.recv() for w in ranks[-n:]]
+    assert [r["type"] for r in reps] == ["Ready"] * n, reps
+    return ranks[-n:]
+
+
+def group_step(ws, step, seqs, arrays, micro, owner):
+    f = {**train_frame(step, rid=10 + step, seqs=seqs, arrays=arrays, microbatches=micro), "microbatch_ranks": owner}
+    for w in ws:
+        w.send(f)
+    reps = [w.recv() for w in ws]
+    assert all(r["type"] == "StepResult" for r in reps), reps
+    return reps[0]
+
+
+def test_group_state_is_sharded_and_resumes_bit_for_bit(tmp_path, ranks):
+    """Each rank writes its shard of the optimiser state, rank 0 the weights
+    and the manifest; a new group resumed from step 2's state trains step 3
+    bit for bit as the group that never stopped, and one worker resumes the
+    same state (resharding 2 → 1) within float error."""
+    seqs, micro, owner = batch(), [[0, 1, 2], [3], [4, 5], [6, 7]], [0, 1, 0, 1]
+    arrays = batch_arrays(seqs)
+    a = start_group(tmp_path, "a", ranks)
+    res = [group_step(a, s, seqs, arrays, micro, owner) for s in (1, 2, 3)]
+    st2 = res[1]["state"]
+    assert sorted(os.listdir(st2)) == ["config.json", "manifest.json", "model.safetensors",
+                                       "optimizer-00000-of-00002.pt", "optimizer-00001-of-00002.pt"]
+    parts = [torch.load(os.path.join(st2, f"optimizer-0000{r}-of-00002.pt")) for r in (0, 1)]
+    assert parts[0]["params"] and parts[1]["params"] and not set(parts[0]["params"]) & set(parts[1]["params"])
+    for w in a:
+        w.close()
+
+    b = start_group(tmp_path, "b", ranks, resume=st2, step=2)
+    rb = group_step(b, 3, seqs, arrays, micro, owner)
+    assert rb["metrics"] == res[2]["metrics"]
+    wa, _ = load_dir_f32(res[2]["state"])
+    wb, _ = load_dir_f32(rb["state"])
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+
+    one = Worker()
+    assert one.handle(init_frame(tmp_path / "c", resume=st2, step=2))["type"] == "Ready"
+    rc = one.handle(train_frame(3, seqs=seqs, arrays=arrays, microbatches=micro))
+    assert rc["type"] == "StepResult", rc
+    assert rc["metrics"]["loss"] == pytest.approx(res[2]["metrics"]["loss"], rel=1e-5, abs=1e-7)
+    wc, _ = load_dir_f32(rc["state"])
+    assert all(torch.allclose(wa[k], wc[k], atol=1e-6) for k in wa)
+
+
+def test_group_state_with_a_missing_shard_is_refused(tmp_path, ranks):
+    seqs = batch()
+    a = start_group(tmp_path, "a", ranks)
+    r = group_step(a, 1, seqs, batch_arrays(seqs), [[0, 1, 2, 3], [4, 5, 6, 7]], [0, 1])
+    os.remove(os.path.join(r["state"], "optimizer-00001-of-00002.pt"))
+    w = Worker()
+    rep = w.handle(init_frame(tmp_path / "b", resume=r["state"], step=1))
+    assert (rep["type"], rep["code"], rep["field"]) == ("Error", "bad_field", "resume"), rep
+    assert "optimizer-00001-of-00002.pt" in rep["message"] and "cannot be resumed" in rep["message"]
     assert w.policy is None
