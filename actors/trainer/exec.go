@@ -67,6 +67,11 @@ func NewExecWith(ctx context.Context, opts bridge.Options, eo ExecOptions) (*Exe
 // Version is the number of steps whose weights Step returned.
 func (e *Exec) Version() int64 { return e.done }
 
+// State is the resume state directory of the last completed step ("" before
+// the first, unless the child was started from one): the child's layout,
+// one rank's or a worker group's shards with their manifest.
+func (e *Exec) State() string { return e.sup.State() }
+
 // Restarts is how many times a child was replaced; safe to call
 // concurrently with Step.
 func (e *Exec) Restarts() int { return e.sup.Started() - 1 }

@@ -2,6 +2,8 @@ package trainer
 
 import (
 	"context"
+	"sync"
+	"syscall"
 	"math"
 	"os"
 	"os/exec"
@@ -36,6 +38,10 @@ func torchChild(t *testing.T) ([]string, []string) {
 // startTorchExec starts the torch worker (ranks of it) on the built-in
 // policy saved in dir/init.
 func startTorchExec(t *testing.T, dir string, ranks int, argv, env []string, rendezvous time.Duration) (*Exec, error) {
+	return startTorchExecHook(t, dir, ranks, argv, env, rendezvous, nil)
+}
+
+func startTorchExecHook(t *testing.T, dir string, ranks int, argv, env []string, rendezvous time.Duration, onSent func(string, int)) (*Exec, error) {
 	t.Helper()
 	initDir := filepath.Join(dir, "init")
 	if _, err := os.Stat(initDir); err != nil {
@@ -50,7 +56,7 @@ func startTorchExec(t *testing.T, dir string, ranks int, argv, env []string, ren
 	}
 	return NewExec(context.Background(), bridge.Options{Spec: bridge.Spec{Argv: argv, Env: env}, Init: in,
 		StepTimeout: 2 * time.Minute, Restarts: 1, Backoff: 10 * time.Millisecond, Logger: zerolog.Nop(),
-		Ranks: ranks, Rendezvous: rendezvous})
+		Ranks: ranks, Rendezvous: rendezvous, OnSent: onSent})
 }
 
 // preparedSteps are steps 1–3's batches planned for dp ranks.
@@ -156,5 +162,61 @@ func TestExecTorchRankThatNeverJoins(t *testing.T) {
 	ents, _ := os.ReadDir(filepath.Join(dir, "out"))
 	for _, e := range ents {
 		t.Errorf("written although nothing trained: %s", e.Name())
+	}
+}
+
+// TestExecTorchRankKilledMidStep: one rank of a two-rank group is
+// SIGKILLed right after step 2's TrainBatch reached it. The step fails
+// for the group: every rank is killed, a new group on a new port resumes
+// from step 1's sharded state and trains step 2 again. The three steps'
+// results equal an uninterrupted group's bit for bit — no batch lost,
+// none trained twice.
+func TestExecTorchRankKilledMidStep(t *testing.T) {
+	argv, env := torchChild(t)
+	ctx := context.Background()
+	run := func(kill bool) ([]policy.StepStats, int) {
+		var mu sync.Mutex
+		sends := 0
+		hook := func(typ string, pid int) {
+			if typ != bridge.TypeTrainBatch {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if sends++; kill && sends == 3 { // step 2, the first rank it reached
+				if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+					t.Errorf("kill %d: %v", pid, err)
+				}
+			}
+		}
+		ex, err := startTorchExecHook(t, t.TempDir(), 2, argv, env, time.Minute, hook)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ex.Close(ctx)
+		var out []policy.StepStats
+		for _, p := range preparedSteps(t, 2) {
+			st, _, err := ex.Step(ctx, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, st)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if want := 6 + map[bool]int{true: 2}[kill]; sends != want {
+			t.Errorf("kill %v: %d TrainBatch frames sent, want %d", kill, sends, want)
+		}
+		return out, ex.Restarts()
+	}
+	want, r0 := run(false)
+	got, r1 := run(true)
+	if r0 != 0 || r1 != 1 {
+		t.Errorf("restarts %d (uninterrupted) and %d (a rank killed), want 0 and 1", r0, r1)
+	}
+	for k := range want {
+		if got[k] != want[k] {
+			t.Errorf("step %d: after the restart %+v, uninterrupted %+v", k+1, got[k], want[k])
+		}
 	}
 }

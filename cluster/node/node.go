@@ -86,6 +86,15 @@ type Options struct {
 	// holds exactly that version (version is this run's, counted from 0;
 	// the cluster agent checkpoints it there); an error fails the step.
 	AfterStep func(ctx context.Context, tr *policy.Trainer, version int64) error
+	// ExecCheckpoint, with trainer.backend exec, is a resume state the
+	// trainer child wrote (one rank's, or a worker group's shards and
+	// manifest) that the child starts from, at ExecCheckpointVersion (the
+	// state's step); version 0 of this run is its weights. AfterExecStep is
+	// AfterStep's counterpart: it gets the child's state directory of each
+	// new version (the cluster agent uploads it).
+	ExecCheckpoint        string
+	ExecCheckpointVersion int64
+	AfterExecStep         func(ctx context.Context, state string, version int64) error
 	// OnStartPhase, when set, hears each phase Start reaches (the cluster
 	// agent's term reports them to its core: a start that stalls is
 	// reported with the last phase it reached).

@@ -117,6 +117,10 @@ func (s *Supervisor) Step() int64 { return s.step }
 // rest of Supervisor it is safe to call concurrently (metrics scrapes).
 func (s *Supervisor) Started() int { return int(s.started.Load()) }
 
+// State is the resume state of the last completed step (Init.Resume
+// before the first).
+func (s *Supervisor) State() string { return s.state }
+
 // Ranks is the group's size (1: one child).
 func (s *Supervisor) Ranks() int { return s.world() }
 
