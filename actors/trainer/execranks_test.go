@@ -2,13 +2,13 @@ package trainer
 
 import (
 	"context"
-	"sync"
-	"syscall"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
