@@ -2,6 +2,7 @@ package trainer
 
 import (
 	"context"
+	"errors"
 	"math"
 	"os"
 	"os/exec"
@@ -217,6 +218,47 @@ func TestExecTorchRankKilledMidStep(t *testing.T) {
 	for k := range want {
 		if got[k] != want[k] {
 			t.Errorf("step %d: after the restart %+v, uninterrupted %+v", k+1, got[k], want[k])
+		}
+	}
+}
+
+// TestExecTorchGroupKilledOnCancel: a step whose context ends (the trainer
+// actor's Stop when its term ends: a deposed holder) kills every rank of
+// the group at once instead of letting the step run on; nothing of the
+// step is returned.
+func TestExecTorchGroupKilledOnCancel(t *testing.T) {
+	argv, env := torchChild(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var mu sync.Mutex
+	var pids []int
+	hook := func(typ string, pid int) {
+		if typ != bridge.TypeTrainBatch {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if pids = append(pids, pid); len(pids) == 2 {
+			cancel() // both ranks hold step 1
+		}
+	}
+	ex, err := startTorchExecHook(t, t.TempDir(), 2, argv, env, time.Minute, hook)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ex.Close(context.Background())
+	if _, _, err := ex.Step(ctx, preparedSteps(t, 2)[0]); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Step: %v, want the cancellation", err)
+	}
+	if ex.Version() != 0 || ex.State() != "" {
+		t.Errorf("version %d state %q after a cancelled step", ex.Version(), ex.State())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, pid := range pids {
+		// Kill reaps the process before Step returns
+		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+			t.Errorf("rank pid %d still exists after the cancelled step (kill -0: %v)", pid, err)
 		}
 	}
 }
