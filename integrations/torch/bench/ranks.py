@@ -16,7 +16,8 @@ JSON line per variant and a table with each variant's ratio to the first.
   /usr/bin/python3 integrations/torch/bench/ranks.py [--groups 8] [--n 8] [--prompt 32] [--gen 96]
       [--micro 512] [--steps 3] [--rounds 3] [--variants 1x1,1x2,2x1]
 
-A variant RxT is R ranks of T threads each (OMP_NUM_THREADS and torch's).
+A variant RxT is R ranks of T threads each (OMP_NUM_THREADS and
+OPENBLAS_NUM_THREADS).
 """
 
 from __future__ import annotations
@@ -81,7 +82,10 @@ def free_port():
 
 
 def run_variant(a, ranks, threads, arrays, groups, S, per, out):
-    env = dict(os.environ, PYTHONPATH=PKG, OMP_NUM_THREADS=str(threads))
+    # OpenBLAS (Debian's libopenblas0-pthread) sizes its own pool from
+    # OPENBLAS_NUM_THREADS, not OMP_NUM_THREADS: without it every rank's
+    # GEMMs use every core and two ranks oversubscribe the machine
+    env = dict(os.environ, PYTHONPATH=PKG, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
     procs = [subprocess.Popen([sys.executable, "-m", "asyncrl_worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               env=env) for _ in range(ranks)]
     port = free_port()
