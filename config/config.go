@@ -74,7 +74,7 @@ func (c Config) Validate() error {
 		c.Tinker.Validate(),
 		c.SFT.Validate(),
 		c.Policy.Validate(), c.validatePolicyRoutes(), c.validateQuantizeOnce(), c.validateChat(),
-		c.Model.Validate(), c.validateModel(),
+		c.Model.Validate(), c.validateModel(), c.validateRankBatch(),
 	} {
 		errs = append(errs, flatten(err)...)
 	}

@@ -97,6 +97,14 @@ type TrainerConfig struct {
 	// ExecRestarts is how many times in a row a dead or hung child is
 	// replaced before the run fails (a completed step resets the count).
 	ExecRestarts int `yaml:"exec_restarts" doc:"backend exec: consecutive child restarts before the run fails; a completed step resets the count"`
+	// ExecRanks is the size of the trainer child's data-parallel group:
+	// that many copies of trainer.exec joined as one torch.distributed
+	// group whose rendezvous asyncrl owns (docs/protocol.md "Worker
+	// groups"). Above 1 it is also the microbatcher's DP size.
+	ExecRanks int `yaml:"exec_ranks" doc:"backend exec: data-parallel ranks of the trainer child (a torch.distributed group on 127.0.0.1, gloo on CPU); B·n must be a multiple of it; 1 = one child"`
+	// ExecRendezvousTimeout bounds the group's rendezvous: a rank that
+	// has not joined by then fails the start.
+	ExecRendezvousTimeout time.Duration `yaml:"exec_rendezvous_timeout" doc:"backend exec with exec_ranks > 1: every rank must join the group's rendezvous within this, else the start fails naming the address"`
 	// InitCheckpoint is a trainer checkpoint (policy.SaveTrainer's
 	// layout: trainer.safetensors + config.json) `asyncrl run` starts
 	// from instead of run.seed's fresh weights — e.g. an SFT run's
@@ -159,6 +167,8 @@ func DefaultTrainer() TrainerConfig {
 		ExecStepTimeout:              10 * time.Minute,
 		FakeQuant:                    FakeQuantNone,
 		ExecRestarts:                 3,
+		ExecRanks:                    1,
+		ExecRendezvousTimeout:        2 * time.Minute,
 		InitCheckpoint:               "",
 	}
 }
@@ -195,6 +205,7 @@ func (c TrainerConfig) Validate() error {
 	v.atLeast("dp_size", int64(c.DPSize), 1)
 	v.positiveDuration("exec_step_timeout", c.ExecStepTimeout)
 	v.atLeast("exec_restarts", int64(c.ExecRestarts), 0)
+	c.validateRanks(&v)
 	for i, kv := range c.ExecEnv {
 		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
 			v.fail(fmt.Sprintf("exec_env[%d]", i), "want KEY=VALUE, got %q", kv)

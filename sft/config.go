@@ -60,6 +60,9 @@ type Config struct {
 	// restarts (bridge.Options).
 	ExecStepTimeout time.Duration
 	ExecRestarts    int
+	// ExecRanks is trainer.exec_ranks: SFT trains with one child, so more
+	// than 1 is refused rather than ignored.
+	ExecRanks int
 	// HFModel is a Hugging Face checkpoint directory (the config's model
 	// section, docs/models.md) the exec child trains as model kind hf
 	// instead of the built-in policy; InitCheckpoint and Model are then
@@ -96,6 +99,8 @@ func (c Config) Validate() error {
 		return bad("trainer.backend", "must be builtin or exec for sft, got %q", c.Backend)
 	case c.Backend == BackendExec && (len(c.Exec) == 0 || c.Exec[0] == ""):
 		return bad("trainer.exec", "is empty: the exec backend needs the trainer child's command")
+	case c.Backend == BackendExec && c.ExecRanks > 1:
+		return bad("trainer.exec_ranks", "is %d, but asyncrl sft trains with one trainer child; worker groups run in asyncrl run and asyncrl node: set it to 1", c.ExecRanks)
 	case c.HFModel != "" && c.Backend != BackendExec:
 		return bad("trainer.backend", "is %s, but a Hugging Face model is trained by the PyTorch worker: set trainer.backend: exec with trainer.exec: [/usr/bin/python3, -m, asyncrl_worker]", c.Backend)
 	case c.HFModel != "" && c.InitCheckpoint != "":

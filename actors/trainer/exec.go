@@ -31,6 +31,8 @@ type Exec struct {
 	// all but the newest two are deleted (ExecOptions.KeepServing).
 	published []string
 	keep      int
+	// ranks are the group's per-rank figures (RankStats).
+	ranks rankBook
 }
 
 var _ Stepper = (*Exec)(nil)
@@ -65,6 +67,11 @@ func NewExecWith(ctx context.Context, opts bridge.Options, eo ExecOptions) (*Exe
 // Version is the number of steps whose weights Step returned.
 func (e *Exec) Version() int64 { return e.done }
 
+// State is the resume state directory of the last completed step ("" before
+// the first, unless the child was started from one): the child's layout,
+// one rank's or a worker group's shards with their manifest.
+func (e *Exec) State() string { return e.sup.State() }
+
 // Restarts is how many times a child was replaced; safe to call
 // concurrently with Step.
 func (e *Exec) Restarts() int { return e.sup.Started() - 1 }
@@ -75,11 +82,19 @@ func (e *Exec) Step(ctx context.Context, p Prepared) (policy.StepStats, Weights,
 	step := e.done + 1
 	res := e.trained
 	if res == nil || res.Step != step {
-		r, err := e.sup.Train(ctx, FrameBatch(p, step))
+		tb := FrameBatch(p, step)
+		if n := e.sup.Ranks(); n > 1 {
+			if len(p.Plan.Ranks) != n {
+				return policy.StepStats{}, Weights{}, fmt.Errorf("trainer: exec backend: the microbatch plan splits step %d over %d ranks but the group has %d (trainer.exec_ranks sets the microbatcher's DP size)", step, len(p.Plan.Ranks), n)
+			}
+			tb.MicrobatchRanks = MicrobatchRanks(p)
+		}
+		r, err := e.sup.Train(ctx, tb)
 		if err != nil {
 			return policy.StepStats{}, Weights{}, err
 		}
 		res = &r
+		e.ranks.add(r.Ranks)
 	}
 	w, err := e.weights(res.Checkpoint)
 	if err != nil {
@@ -130,6 +145,20 @@ func (e *Exec) prune(dir string) {
 
 // Close shuts the child down.
 func (e *Exec) Close(ctx context.Context) error { return e.sup.Close(ctx) }
+
+// MicrobatchRanks is the rank of each microbatch FrameBatch sends, in its
+// order (TrainBatch.microbatch_ranks).
+func MicrobatchRanks(p Prepared) []int {
+	var out []int
+	for r, rk := range p.Plan.Ranks {
+		for _, m := range rk.Microbatches {
+			if !m.Padding && len(m.Indices) > 0 {
+				out = append(out, r)
+			}
+		}
+	}
+	return out
+}
 
 // FrameBatch is p as the bridge's TrainBatch of step: the sequences
 // concatenated (tokens, seq_offsets, loss_mask, rollout_logprobs, versions

@@ -224,6 +224,14 @@ func (s *Store) Save(ctx context.Context, tr *policy.Trainer, v int64, token uin
 	if err := tr.SaveTrainer(dir); err != nil {
 		return "", fmt.Errorf("ckpt: v%d: %w", v, err)
 	}
+	return s.SaveDir(ctx, dir, v, token)
+}
+
+// SaveDir uploads the regular files of dir — a trainer state of any
+// layout, e.g. the exec backend's child state (one rank's, or a worker
+// group's shards with their manifest) — as global version v of term
+// token, the manifest last, and returns its location.
+func (s *Store) SaveDir(ctx context.Context, dir string, v int64, token uint64) (string, error) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return "", fmt.Errorf("ckpt: %w", err)
@@ -335,6 +343,25 @@ func Prunable(name string, token uint64, durable string) bool {
 // missing or corrupt checkpoint is an ErrCheckpoint at once; transient
 // store errors are retried for RetryWithin, then returned naming loc.
 func (s *Store) Load(ctx context.Context, loc, dir string) (int64, error) {
+	v, err := s.LoadDir(ctx, loc, dir)
+	if err != nil {
+		return 0, err
+	}
+	tr, err := policy.LoadTrainer(dir)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %s: %w", ErrCheckpoint, loc, err)
+	}
+	if tr.Version() != v {
+		return 0, fmt.Errorf("%w: %s holds a trainer at version %d", ErrCheckpoint, loc, tr.Version())
+	}
+	return v, nil
+}
+
+// LoadDir downloads the checkpoint at loc into dir (replacing what is
+// there) and checks every file against the manifest, whatever the layout
+// of the state (SaveDir's counterpart: its reader checks the content, e.g.
+// the exec backend's child on Init); it returns the location's version.
+func (s *Store) LoadDir(ctx context.Context, loc, dir string) (int64, error) {
 	name, v, token, err := s.parseLocation(loc)
 	if err != nil {
 		return 0, err
@@ -356,13 +383,6 @@ func (s *Store) Load(ctx context.Context, loc, dir string) (int64, error) {
 		if err := s.download(ctx, loc, path.Join(name, fi.Name), filepath.Join(dir, fi.Name), fi); err != nil {
 			return 0, err
 		}
-	}
-	tr, err := policy.LoadTrainer(dir)
-	if err != nil {
-		return 0, fmt.Errorf("%w: %s: %w", ErrCheckpoint, loc, err)
-	}
-	if tr.Version() != v {
-		return 0, fmt.Errorf("%w: %s holds a trainer at version %d", ErrCheckpoint, loc, tr.Version())
 	}
 	return v, nil
 }

@@ -112,7 +112,7 @@ type termCkpt struct {
 // downloaded into resumeDir and verified; its global version must be
 // p.Version. Progress past version 0 without a checkpoint is refused: the
 // term would silently restart the policy from the seed's weights.
-func startTermCkpt(ctx context.Context, a *Agent, p ledger.Progress, token uint64, resumeDir string, report func(term.Input)) (*termCkpt, bool, error) {
+func startTermCkpt(ctx context.Context, a *Agent, p ledger.Progress, token uint64, resumeDir string, exec bool, report func(term.Input)) (*termCkpt, bool, error) {
 	var (
 		raw  store.Store
 		root string
@@ -137,7 +137,11 @@ func startTermCkpt(ctx context.Context, a *Agent, p ledger.Progress, token uint6
 		}
 		return c, false, nil
 	}
-	v, err := st.Load(ctx, p.Checkpoint, resumeDir)
+	load := st.Load // a built-in trainer's checkpoint, checked by policy.LoadTrainer
+	if exec {
+		load = st.LoadDir // the trainer child's state: the child checks it on Init
+	}
+	v, err := load(ctx, p.Checkpoint, resumeDir)
 	if err != nil {
 		return nil, false, err
 	}
@@ -158,6 +162,21 @@ func (c *termCkpt) afterStep(ctx context.Context, tr *policy.Trainer, v int64) e
 	if h := ckptSavedHook; h != nil {
 		h(c.node, c.base+v, tr)
 	}
+	return nil
+}
+
+// afterExecStep is Options.AfterExecStep: upload the trainer child's
+// state of local version v (state, its directory) as global version
+// base+v, and tell the core where it lies.
+func (c *termCkpt) afterExecStep(ctx context.Context, state string, v int64) error {
+	if state == "" {
+		return fmt.Errorf("%w: the trainer child reported no state for version %d", ckpt.ErrCheckpoint, v)
+	}
+	loc, err := c.store.SaveDir(ctx, state, c.base+v, c.token)
+	if err != nil {
+		return err
+	}
+	c.report(term.CheckpointSaved{Token: c.token, Version: v, Location: loc})
 	return nil
 }
 

@@ -117,22 +117,22 @@ func TestTermCheckpointRefusesToRestartFromSeed(t *testing.T) {
 	a := &Agent{cfg: AgentConfig{Name: "n1", Replicas: 1, InMemoryBus: true, Run: agentRunConfig(t, 4)}, bus: b}
 	a.cfg.Run.Run.ID = "ck"
 	dir := filepath.Join(t.TempDir(), "resume-t2")
-	if _, _, err := startTermCkpt(ctx, a, ledger.Progress{Step: 3, Version: 3}, 2, dir, nil); !errors.Is(err, ckpt.ErrCheckpoint) ||
+	if _, _, err := startTermCkpt(ctx, a, ledger.Progress{Step: 3, Version: 3}, 2, dir, false, nil); !errors.Is(err, ckpt.ErrCheckpoint) ||
 		!strings.Contains(err.Error(), "records no checkpoint") {
 		t.Fatalf("progress at version 3 without a checkpoint: err %v", err)
 	}
-	if _, resume, err := startTermCkpt(ctx, a, ledger.Progress{}, 2, dir, nil); err != nil || resume {
+	if _, resume, err := startTermCkpt(ctx, a, ledger.Progress{}, 2, dir, false, nil); err != nil || resume {
 		t.Fatalf("fresh run: resume %v err %v", resume, err)
 	}
 	loc, err := st.Save(ctx, trainertest.Trained(t, 2), 2, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := startTermCkpt(ctx, a, ledger.Progress{Step: 3, Version: 3, Checkpoint: loc}, 2, dir, nil); !errors.Is(err, ckpt.ErrCheckpoint) {
+	if _, _, err := startTermCkpt(ctx, a, ledger.Progress{Step: 3, Version: 3, Checkpoint: loc}, 2, dir, false, nil); !errors.Is(err, ckpt.ErrCheckpoint) {
 		t.Fatalf("a checkpoint of version 2 for progress at version 3: err %v", err)
 	}
 	var got []term.Input
-	ck, resume, err := startTermCkpt(ctx, a, ledger.Progress{Step: 2, Version: 2, Checkpoint: loc}, 2, dir, func(in term.Input) { got = append(got, in) })
+	ck, resume, err := startTermCkpt(ctx, a, ledger.Progress{Step: 2, Version: 2, Checkpoint: loc}, 2, dir, false, func(in term.Input) { got = append(got, in) })
 	if err != nil || !resume {
 		t.Fatalf("resume: %v %v", resume, err)
 	}

@@ -86,6 +86,15 @@ type Options struct {
 	// holds exactly that version (version is this run's, counted from 0;
 	// the cluster agent checkpoints it there); an error fails the step.
 	AfterStep func(ctx context.Context, tr *policy.Trainer, version int64) error
+	// ExecCheckpoint, with trainer.backend exec, is a resume state the
+	// trainer child wrote (one rank's, or a worker group's shards and
+	// manifest) that the child starts from, at ExecCheckpointVersion (the
+	// state's step); version 0 of this run is its weights. AfterExecStep is
+	// AfterStep's counterpart: it gets the child's state directory of each
+	// new version (the cluster agent uploads it).
+	ExecCheckpoint        string
+	ExecCheckpointVersion int64
+	AfterExecStep         func(ctx context.Context, state string, version int64) error
 	// OnStartPhase, when set, hears each phase Start reaches (the cluster
 	// agent's term reports them to its core: a start that stalls is
 	// reported with the last phase it reached).
@@ -171,6 +180,9 @@ type Node struct {
 	// hf is the run's Hugging Face checkpoint directory (model section),
 	// "" for the built-in policy.
 	hf string
+	// exec is the exec backend's stepper (nil on other backends): its
+	// worker group's per-rank figures go to /metrics and summary.json.
+	exec *trainer.Exec
 }
 
 // testHooks let tests observe and slow parts of a run.
@@ -359,7 +371,10 @@ func trainerConfig(cfg config.Config) policy.TrainerConfig { return wiring.Polic
 func microbatchConfig(t config.TrainerConfig) microbatch.Config {
 	mb := microbatch.DefaultConfig()
 	mb.MaxTokensPerMicrobatch = t.MaxTokensPerMicrobatch
-	mb.DPSize = t.DPSize
+	mb.DPSize = t.DPRanks()
+	// a worker group's ranks train equal shares (config checks that B·n
+	// divides by exec_ranks)
+	mb.EqualSize = t.Backend == config.BackendExec && t.ExecRanks > 1
 	mb.Strategy = microbatch.Strategy(t.DPPartition)
 	mb.Packing = microbatch.Packing(t.MicrobatchMode)
 	return mb

@@ -116,6 +116,9 @@ func (n *Node) newTrainerPolicy() (*policy.Trainer, error) {
 		return nil, nil // the trainer child holds a Hugging Face model
 	}
 	tcfg := trainerConfig(n.cfg)
+	if n.opts.ExecCheckpoint != "" {
+		return execCheckpointPolicy(n.opts.ExecCheckpoint, tcfg)
+	}
 	if n.opts.TrainerCheckpoint != "" {
 		ptr, err := loadTrainerWithConfig(n.opts.TrainerCheckpoint, tcfg)
 		if err != nil {
@@ -145,7 +148,7 @@ func (n *Node) initialWeights(ptr *policy.Trainer) (baseDir string, initial engi
 			return "", nil, err
 		}
 	}
-	if baseDir == "" && n.opts.TrainerCheckpoint != "" {
+	if baseDir == "" && (n.opts.TrainerCheckpoint != "" || n.opts.ExecCheckpoint != "") {
 		return "", ptr.ServingCopy(), nil // InitialPolicy("") would be the seed's weights
 	}
 	if initial, err = wiring.InitialPolicyFor(baseDir, wiring.PolicyModel(n.cfg), uint64(n.cfg.Run.Seed)); err != nil {

@@ -75,5 +75,6 @@ func (n *Node) Summary(interrupted bool, runErr error) report.Summary {
 	for _, e := range n.engines {
 		s.EngineVersions = append(s.EngineVersions, e.E.Version())
 	}
+	s.TrainerRanks = n.rankRows()
 	return s
 }

@@ -126,13 +126,14 @@ func (r *termRun) build(ctx, termCtx context.Context, v term.StartPipeline, cfg 
 	if cfg.Trainer.Backend != config.BackendRemote { // a remote worker owns its weights
 		from := toLedgerProgress(v.From)
 		p.resumeDir = filepath.Join(cfg.Run.DataDir, fmt.Sprintf("resume-t%d", v.Token))
-		ck, resume, err := startTermCkpt(ctx, a, from, v.Token, p.resumeDir, r.box.push)
+		exec := cfg.Trainer.Backend == config.BackendExec
+		ck, resume, err := startTermCkpt(ctx, a, from, v.Token, p.resumeDir, exec, r.box.push)
 		if err != nil {
 			return p, err
 		}
-		p.ck, opts.AfterStep = ck, ck.afterStep
+		p.ck = ck
+		setTermCheckpoint(&opts, ck, exec, resume, p.resumeDir, from.Version)
 		if resume {
-			opts.TrainerCheckpoint = p.resumeDir
 			a.event("resume from checkpoint v%d", from.Version)
 		}
 		phase("checkpoint store open")
@@ -255,4 +256,21 @@ func toLedgerPrompts(ps []term.PromptAttempt) []ledger.PromptAttempt {
 		out = append(out, ledger.PromptAttempt{PromptID: pa.Prompt, GroupID: pa.Group, Attempt: pa.Attempt})
 	}
 	return out
+}
+
+// setTermCheckpoint points the term's pipeline at its checkpointing: the
+// built-in trainer's (AfterStep, TrainerCheckpoint) or the trainer
+// child's (AfterExecStep, ExecCheckpoint at the durable version).
+func setTermCheckpoint(opts *Options, ck *termCkpt, exec, resume bool, dir string, version int64) {
+	if exec {
+		opts.AfterExecStep = ck.afterExecStep
+		if resume {
+			opts.ExecCheckpoint, opts.ExecCheckpointVersion = dir, version
+		}
+		return
+	}
+	opts.AfterStep = ck.afterStep
+	if resume {
+		opts.TrainerCheckpoint = dir
+	}
 }

@@ -54,6 +54,18 @@ func startExec(ctx context.Context, cfg config.Config, initial *policy.Model, ar
 // directories stay: the publisher has read each version when Step
 // returns, and one directory per step would pile up over a long run.
 func startExecChild(ctx context.Context, cfg config.Config, argv []string, log zerolog.Logger, kind string, modelPath func(dir string) (string, error)) (*trainer.Exec, error) {
+	return startExecAt(ctx, cfg, argv, log, kind, modelPath, execResume{})
+}
+
+// execResume is where a trainer child starts other than model.path: a
+// state directory it (or a worker group) wrote, at that state's step.
+type execResume struct {
+	dir  string // "" = from model.path at step 0
+	step int64
+}
+
+// startExecAt is startExecChild with the child's Init resuming from r.
+func startExecAt(ctx context.Context, cfg config.Config, argv []string, log zerolog.Logger, kind string, modelPath func(dir string) (string, error), r execResume) (*trainer.Exec, error) {
 	if len(argv) == 0 {
 		argv = cfg.Trainer.Exec
 	}
@@ -72,11 +84,14 @@ func startExecChild(ctx context.Context, cfg config.Config, argv []string, log z
 	if err != nil {
 		return nil, err
 	}
+	if r.dir != "" {
+		in.Resume, in.Step = &r.dir, r.step
+	}
 	ex, err := trainer.NewExecWith(ctx, bridge.Options{
 		Spec: bridge.Spec{Argv: argv, Env: cfg.Trainer.ExecEnv}, Init: in,
 		StepTimeout: cfg.Trainer.ExecStepTimeout, Restarts: cfg.Trainer.ExecRestarts,
 		Backoff: time.Second, Logger: log.With().Str("component", "trainer-child").Logger(),
-		OnSent: execOnSent,
+		OnSent: execOnSent, Ranks: cfg.Trainer.ExecRanks, Rendezvous: cfg.Trainer.ExecRendezvousTimeout,
 	}, trainer.ExecOptions{CheckDir: wiring.CheckServing, KeepServing: 3})
 	if err != nil {
 		return nil, fmt.Errorf("node: trainer.exec %v: %w", argv, err)
@@ -84,33 +99,38 @@ func startExecChild(ctx context.Context, cfg config.Config, argv []string, log z
 	return ex, nil
 }
 
-// startExecTrainer is the node's trainer actor on the exec backend. The
-// cluster agent's trainer terms (checkpoint after each step, resume from
-// one) need the in-process trainer's state and are not supported yet.
+// startExecTrainer is the node's trainer actor on the exec backend. On a
+// cluster agent's trainer term the child resumes from the term's durable
+// state (Options.ExecCheckpoint at ExecCheckpointVersion) and every new
+// version's state is handed to Options.AfterExecStep (the term uploads it
+// to the checkpoint store) before its step is recorded.
 func (n *Node) startExecTrainer(ctx context.Context, initial *policy.Model, pub trainer.Publisher, tcfg trainer.Config) (*trainer.Actor, error) {
 	if n.opts.AfterStep != nil || n.opts.TrainerCheckpoint != "" {
-		return nil, fmt.Errorf("%w: trainer.backend exec is not supported by asyncrl node's trainer terms yet (use asyncrl run)", ErrConfig)
+		return nil, fmt.Errorf("%w: trainer.backend exec resumes from and checkpoints the child's state (Options.ExecCheckpoint, AfterExecStep), not a built-in trainer's", ErrConfig)
 	}
-	var ex *trainer.Exec
-	var err error
-	if n.hf != "" {
-		ex, err = startHFExec(ctx, n.cfg, n.hf, nil, tcfg.Logger)
-	} else {
-		ex, err = startExec(ctx, n.cfg, initial, nil, tcfg.Logger)
-	}
+	ex, err := n.startExecBackend(ctx, initial, tcfg)
 	if err != nil {
 		return nil, err
+	}
+	tcfg.VersionBase = ex.Version()
+	if n.opts.AfterExecStep != nil {
+		pub = execAfterStep{Publisher: pub, ex: ex, after: n.opts.AfterExecStep}
 	}
 	if n.reg != nil {
 		restarts := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "asyncrl_trainer_exec_restarts_total",
 			Help: "Trainer children (trainer.backend exec) replaced after dying, hanging or breaking the protocol."},
 			func() float64 { return float64(ex.Restarts()) })
-		if err := n.reg.Register(restarts); err != nil {
+		err := n.reg.Register(restarts)
+		if err == nil {
+			err = n.reg.Register(rankCollector{ex})
+		}
+		if err != nil {
 			cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			return nil, errors.Join(fmt.Errorf("node: metrics: %w", err), ex.Close(cctx))
 		}
 	}
+	n.exec = ex
 	a, err := trainer.StartStepper(n.bus, ex, pub, tcfg)
 	if err != nil {
 		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -119,4 +139,62 @@ func (n *Node) startExecTrainer(ctx context.Context, initial *policy.Model, pub 
 		return nil, err
 	}
 	return a, nil
+}
+
+// startExecBackend starts the child: on the run's Hugging Face model, or
+// the built-in policy's initial weights, resumed from
+// Options.ExecCheckpoint when set.
+func (n *Node) startExecBackend(ctx context.Context, initial *policy.Model, tcfg trainer.Config) (*trainer.Exec, error) {
+	r := execResume{dir: n.opts.ExecCheckpoint, step: n.opts.ExecCheckpointVersion}
+	if n.hf != "" {
+		if r.dir != "" {
+			return nil, fmt.Errorf("%w: resuming a Hugging Face model's trainer child on a cluster term is not supported yet (its engines would start from model.path's weights)", ErrConfig)
+		}
+		return startHFExec(ctx, n.cfg, n.hf, nil, tcfg.Logger)
+	}
+	return startExecAt(ctx, n.cfg, nil, tcfg.Logger, "builtin", func(dir string) (string, error) {
+		initDir := filepath.Join(dir, "init")
+		if err := initial.SaveServing(initDir); err != nil {
+			return "", fmt.Errorf("node: exec trainer initial weights: %w", err)
+		}
+		return initDir, nil
+	}, r)
+}
+
+// execAfterStep runs Options.AfterExecStep with the child's resume state
+// of each version once it is published, in the trainer actor's goroutine
+// (the supervisor deletes a state only when the next step completes, so
+// the directory is whole during the call); an error fails the step.
+type execAfterStep struct {
+	trainer.Publisher
+	ex    *trainer.Exec
+	after func(ctx context.Context, state string, version int64) error
+}
+
+// Publish implements trainer.Publisher.
+func (p execAfterStep) Publish(ctx context.Context, w trainer.Weights, v int64) error {
+	if err := p.Publisher.Publish(ctx, w, v); err != nil {
+		return err
+	}
+	if err := p.after(ctx, p.ex.State(), v); err != nil {
+		return fmt.Errorf("node: after version %d: %w", v, err)
+	}
+	return nil
+}
+
+// execCheckpointPolicy holds the weights of a trainer child's resume state
+// (its config.json and F32 model.safetensors load as a serving
+// checkpoint) as this run's version 0: what the engines start from and
+// what the child's Init names as model.path; the child itself restores
+// the state, moments and step included.
+func execCheckpointPolicy(dir string, tcfg policy.TrainerConfig) (*policy.Trainer, error) {
+	m, err := policy.LoadServing(dir)
+	if err != nil {
+		return nil, fmt.Errorf("node: trainer child state %s: %w", dir, err)
+	}
+	tr, err := policy.NewTrainer(m, tcfg)
+	if err != nil {
+		return nil, fmt.Errorf("%w: trainer: %w", ErrConfig, err)
+	}
+	return tr, nil
 }

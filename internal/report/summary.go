@@ -85,6 +85,24 @@ type Summary struct {
 	Error string `json:"error,omitempty"`
 	// PerStep has one row per trained step.
 	PerStep []StepRow `json:"per_step"`
+	// TrainerRanks has one row per rank of the exec backend's worker group
+	// (trainer.exec_ranks; docs/protocol.md "Worker groups"); absent on
+	// the other backends.
+	TrainerRanks []RankRow `json:"trainer_ranks,omitempty"`
+}
+
+// RankRow is one trainer rank's figures over the run.
+type RankRow struct {
+	Rank  int `json:"rank"`
+	Steps int `json:"steps"`
+	// StepSecondsMean is the rank's mean time in a TrainBatch (its
+	// microbatches, the all-reduces and the optimiser step);
+	// AllReduceSecondsMean the gradient all-reduce's part of it.
+	StepSecondsMean      float64 `json:"step_seconds_mean"`
+	AllReduceSecondsMean float64 `json:"allreduce_seconds_mean"`
+	// MemoryBytes is the rank's peak memory (CUDA peak allocation, or the
+	// process's peak resident set on CPU).
+	MemoryBytes int64 `json:"memory_bytes"`
 }
 
 // StepRow describes one trainer step.

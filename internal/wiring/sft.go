@@ -50,6 +50,6 @@ func SFT(c config.Config) sft.Config {
 		Trainer: t, Model: pmodel.DefaultConfig(), Seed: uint64(c.Run.Seed),
 		InitCheckpoint: s.InitCheckpoint, OutputDir: out, CheckpointEvery: s.CheckpointEvery, Resume: s.Resume,
 		Backend: string(c.Trainer.Backend), Exec: c.Trainer.Exec, ExecEnv: c.Trainer.ExecEnv,
-		ExecStepTimeout: c.Trainer.ExecStepTimeout, ExecRestarts: c.Trainer.ExecRestarts,
+		ExecStepTimeout: c.Trainer.ExecStepTimeout, ExecRestarts: c.Trainer.ExecRestarts, ExecRanks: c.Trainer.ExecRanks,
 	}
 }

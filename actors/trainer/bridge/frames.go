@@ -79,6 +79,25 @@ type Init struct {
 	// Step is the version the weights are at (steps already done).
 	Step   int64  `cbor:"step"`
 	OutDir string `cbor:"out_dir"`
+	// Group makes the child one rank of a data-parallel group (optional
+	// field of frames v1; absent: a world of one). The Supervisor fills it
+	// per rank when Options.Ranks > 1.
+	Group *Group `cbor:"group,omitempty"`
+}
+
+// Group is Init.group: the rank's place in a torch.distributed group
+// whose rendezvous the Go side owns (docs/protocol.md "Worker groups").
+type Group struct {
+	Rank      int `cbor:"rank"`
+	WorldSize int `cbor:"world_size"`
+	// Addr and Port are the rendezvous (rank 0 hosts torch's TCP store).
+	Addr string `cbor:"addr"`
+	Port int    `cbor:"port"`
+	// TimeoutS bounds the rendezvous (and the group's collectives).
+	TimeoutS float64 `cbor:"timeout_s"`
+	// Backend is gloo, nccl, or "" (the child's choice: nccl when its
+	// model is on CUDA, gloo otherwise).
+	Backend string `cbor:"backend,omitempty"`
 }
 
 // TrainBatch is one mini-batch: one optimiser step that produces version Step.
@@ -90,6 +109,10 @@ type TrainBatch struct {
 	// Microbatches is the plan (sequence indices, in order); nil: one
 	// microbatch of every sequence.
 	Microbatches [][]int `cbor:"microbatches,omitempty"`
+	// MicrobatchRanks is the rank that trains each microbatch (optional
+	// field of frames v1, required by a group of more than one rank: the
+	// whole batch goes to every rank, each trains its own microbatches).
+	MicrobatchRanks []int `cbor:"microbatch_ranks,omitempty"`
 	// Loss is the step's objective: "" (absent: the Init's policy loss)
 	// or LossCrossEntropy (SFT: the NLL of the loss-masked tokens; the
 	// rollout_logprobs, versions, rewards and advantages arrays are then
@@ -118,9 +141,12 @@ type Shutdown struct{ Header }
 // Reply is any child → Go frame; which fields are set depends on Type.
 type Reply struct {
 	Header
-	Step       int64          `cbor:"step"`
-	Worker     map[string]any `cbor:"worker,omitempty"`
-	Metrics    map[string]any `cbor:"metrics,omitempty"`
+	Step    int64          `cbor:"step"`
+	Worker  map[string]any `cbor:"worker,omitempty"`
+	Metrics map[string]any `cbor:"metrics,omitempty"`
+	// Rank is a StepResult's per-rank figures (rank, world_size, step_s,
+	// allreduce_s, memory_bytes); optional.
+	Rank       map[string]any `cbor:"rank,omitempty"`
 	Checkpoint string         `cbor:"checkpoint,omitempty"`
 	Adapter    string         `cbor:"adapter,omitempty"`
 	State      string         `cbor:"state,omitempty"`
@@ -147,6 +173,10 @@ type StepResult struct {
 	// (adapter_config.json + adapter_model.safetensors) when Init asked
 	// for LoRA; Checkpoint then holds the merged weights. "" otherwise.
 	Adapter string
+	// Ranks are each rank's own figures (StepResult.rank: step_s,
+	// allreduce_s, memory_bytes …), in rank order; one entry per rank
+	// that reported them.
+	Ranks []map[string]float64
 }
 
 func stepResult(r Reply) (StepResult, error) {

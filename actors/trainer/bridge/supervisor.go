@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -37,10 +38,18 @@ type Options struct {
 	Backoff, MaxBackoff time.Duration
 	// Logger receives restarts and the child's stderr.
 	Logger zerolog.Logger
-	// OnSent, if set, is called on the calling goroutine after a frame of
-	// type typ has been written to the child (pid), before its reply is
-	// awaited: tests kill the child there to fail a step mid-TrainBatch.
+	// OnSent, if set, is called after a frame of type typ has been
+	// written to the child (pid), before its reply is awaited (on the
+	// calling goroutine for one child, on the rank's for a group): tests
+	// kill the child there to fail a step mid-TrainBatch.
 	OnSent func(typ string, pid int)
+	// Ranks is the size of the data-parallel group (trainer.exec_ranks):
+	// above 1, that many children of Spec form one torch.distributed
+	// group (Init.group, group.go); 0 or 1 is one child.
+	Ranks int
+	// Rendezvous bounds the group's rendezvous (trainer.exec_rendezvous_timeout;
+	// default 2 min): a rank that has not joined by then fails the start.
+	Rendezvous time.Duration
 }
 
 func (o *Options) defaults() {
@@ -57,6 +66,9 @@ func (o *Options) defaults() {
 		o.MaxBackoff = 30 * time.Second
 	}
 	o.Restarts = max(o.Restarts, 0)
+	if o.Rendezvous <= 0 {
+		o.Rendezvous = 2 * time.Minute
+	}
 }
 
 // Supervisor keeps one child alive and trains steps through it exactly
@@ -66,6 +78,8 @@ func (o *Options) defaults() {
 type Supervisor struct {
 	opts  Options
 	child *Child
+	// peers are ranks 1… of a group (child is rank 0); empty for one child.
+	peers []*Child
 	step  int64  // the last completed step (the version the weights are at)
 	state string // its state directory ("" before the first step: Init.Resume)
 	// ownState: state is a directory a child wrote for a step (not
@@ -102,6 +116,13 @@ func (s *Supervisor) Step() int64 { return s.step }
 // Started is how many children were started (1 + restarts). Unlike the
 // rest of Supervisor it is safe to call concurrently (metrics scrapes).
 func (s *Supervisor) Started() int { return int(s.started.Load()) }
+
+// State is the resume state of the last completed step (Init.Resume
+// before the first).
+func (s *Supervisor) State() string { return s.state }
+
+// Ranks is the group's size (1: one child).
+func (s *Supervisor) Ranks() int { return s.world() }
 
 // Worker is the running child's Ready.worker (name, protocol, torch…).
 func (s *Supervisor) Worker() map[string]any { return s.ready.Worker }
@@ -141,11 +162,6 @@ var errStart = errors.New("bridge: cannot start the trainer child")
 
 func (s *Supervisor) spawn(ctx context.Context) error {
 	s.started.Add(1)
-	c, err := StartChild(s.opts.Spec, s.opts.Logger)
-	if err != nil {
-		return fmt.Errorf("%w: %w", errStart, err)
-	}
-	c.sent = s.opts.OnSent
 	init := s.opts.Init
 	init.Step = s.step
 	init.Resume = nil
@@ -153,17 +169,29 @@ func (s *Supervisor) spawn(ctx context.Context) error {
 		st := s.state
 		init.Resume = &st
 	}
-	rep, err := c.Call(ctx, TypeInit, &init, TypeReady, s.opts.InitTimeout)
-	if err == nil && rep.Step != s.step {
-		err = fmt.Errorf("%w: Ready at step %d after Init at step %d", ErrProtocol, rep.Step, s.step)
+	cs, reqs, err := s.startRanks(init)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errStart, err)
+	}
+	for _, c := range cs {
+		c.sent = s.opts.OnSent
+	}
+	res := callAll(ctx, cs, TypeInit, reqs, TypeReady, s.opts.InitTimeout)
+	_, err = groupError(ctx, res)
+	for r, x := range res {
+		if err == nil && x.rep.Step != s.step {
+			err = rankErr(r, len(cs), fmt.Errorf("%w: Ready at step %d after Init at step %d", ErrProtocol, x.rep.Step, s.step))
+		}
 	}
 	if err != nil {
-		c.Kill()
+		killAll(cs)
 		return fmt.Errorf("bridge: init %s (step %d): %w", s.opts.Spec, s.step, err)
 	}
-	s.child, s.ready = c, rep
-	s.opts.Logger.Info().Int("pid", c.Pid()).Int64("step", s.step).Str("resume", s.state).
-		Interface("worker", rep.Worker).Msg("trainer child ready")
+	s.child, s.peers, s.ready = cs[0], cs[1:], res[0].rep
+	for _, c := range cs {
+		s.opts.Logger.Info().Int("pid", c.Pid()).Int64("step", s.step).Str("resume", s.state).Int("ranks", len(cs)).
+			Interface("worker", res[0].rep.Worker).Msg("trainer child ready")
+	}
 	return nil
 }
 
@@ -184,10 +212,8 @@ func (s *Supervisor) backoff(ctx context.Context, failures int) error {
 }
 
 func (s *Supervisor) drop() {
-	if s.child != nil {
-		s.child.Kill()
-		s.child = nil
-	}
+	killAll(s.children())
+	s.child, s.peers = nil, nil
 }
 
 // Train trains tb (its Step must be Step()+1). A child that exits, misses
@@ -223,15 +249,7 @@ func (s *Supervisor) Train(ctx context.Context, tb *TrainBatch) (StepResult, err
 				continue
 			}
 		}
-		rep, err := s.child.Call(ctx, TypeTrainBatch, tb, TypeStepResult, s.opts.StepTimeout)
-		var res StepResult
-		if err == nil {
-			if rep.Step != tb.Step {
-				err = fmt.Errorf("%w: StepResult for step %d, sent step %d", ErrProtocol, rep.Step, tb.Step)
-			} else {
-				res, err = stepResult(rep)
-			}
-		}
+		res, refused, err := s.trainAll(ctx, tb)
 		if err == nil {
 			if s.ownState && s.state != res.State {
 				if err := os.RemoveAll(s.state); err != nil {
@@ -241,8 +259,7 @@ func (s *Supervisor) Train(ctx context.Context, tb *TrainBatch) (StepResult, err
 			s.step, s.state, s.ownState = res.Step, res.State, true
 			return res, nil
 		}
-		var ce *ChildError
-		if errors.As(err, &ce) {
+		if refused {
 			return StepResult{}, fmt.Errorf("bridge: step %d: %w", tb.Step, err)
 		}
 		s.drop()
@@ -253,17 +270,50 @@ func (s *Supervisor) Train(ctx context.Context, tb *TrainBatch) (StepResult, err
 	}
 }
 
-// SaveCheckpoint asks the child for its full state in dir.
+// trainAll sends tb to every rank and reads rank 0's StepResult with
+// every rank's figures. refused: every rank refused tb (*ChildError),
+// nothing applied and the children keep serving.
+func (s *Supervisor) trainAll(ctx context.Context, tb *TrainBatch) (StepResult, bool, error) {
+	cs := s.children()
+	reqs := make([]frame, len(cs))
+	for r := range cs {
+		t := *tb // each rank's own header (ids)
+		reqs[r] = &t
+	}
+	out := callAll(ctx, cs, TypeTrainBatch, reqs, TypeStepResult, s.opts.StepTimeout)
+	if refused, err := groupError(ctx, out); err != nil {
+		return StepResult{}, refused, err
+	}
+	for r, x := range out {
+		if x.rep.Step != tb.Step {
+			return StepResult{}, false, rankErr(r, len(cs), fmt.Errorf("%w: StepResult for step %d, sent step %d", ErrProtocol, x.rep.Step, tb.Step))
+		}
+	}
+	res, err := stepResult(out[0].rep)
+	if err != nil {
+		return StepResult{}, false, err
+	}
+	res.Ranks = rankFigures(out)
+	return res, false, nil
+}
+
+// SaveCheckpoint asks the child (every rank of a group) for its full
+// state in dir.
 func (s *Supervisor) SaveCheckpoint(ctx context.Context, dir string) (Reply, error) {
 	if err := s.ensure(ctx, "save checkpoint"); err != nil {
 		return Reply{}, err
 	}
-	rep, err := s.child.Call(ctx, TypeSaveCheckpoint, &SaveCheckpoint{Dir: dir}, TypeSaved, s.opts.InitTimeout)
-	var ce *ChildError
-	if err != nil && !errors.As(err, &ce) {
+	cs := s.children()
+	reqs := make([]frame, len(cs))
+	for r := range cs {
+		reqs[r] = &SaveCheckpoint{Dir: dir}
+	}
+	out := callAll(ctx, cs, TypeSaveCheckpoint, reqs, TypeSaved, s.opts.InitTimeout)
+	refused, err := groupError(ctx, out)
+	if err != nil && !refused {
 		s.drop()
 	}
-	return rep, err
+	return out[0].rep, err
 }
 
 // Close shuts the child down (Shutdown → Bye → exit), killing it if it
@@ -272,8 +322,20 @@ func (s *Supervisor) Close(ctx context.Context) error {
 	if s.child == nil {
 		return nil
 	}
-	c := s.child
-	s.child = nil
+	cs := s.children()
+	s.child, s.peers = nil, nil
 	timeout := min(s.opts.InitTimeout, 30*time.Second)
-	return c.Shutdown(ctx, timeout)
+	errs := make([]error, len(cs))
+	var wg sync.WaitGroup
+	for r, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := c.Shutdown(ctx, timeout); err != nil {
+				errs[r] = rankErr(r, len(cs), err)
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }

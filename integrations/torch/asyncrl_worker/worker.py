@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 import traceback
 from dataclasses import dataclass
 
@@ -30,6 +31,8 @@ from .hf import config as hfconfig
 from .hf import lora as hflora
 from .hf.policy import NativeHFPolicy
 from .frames import EOF, PROTOCOL_VERSION, FrameError, error_frame, parse_tensor, read_frame, write_frame
+from . import group as grp
+from . import shards
 from . import tinker
 from . import vocab
 from .loss import LossConfig, cross_entropy_loss, grpo_advantages, sequence_weights, token_loss
@@ -319,6 +322,8 @@ class Batch:
     # int32 [T, K] (-1 padding)
     routes: torch.Tensor | None = None
     support: torch.Tensor | None = None
+    # rank of each microbatch (TrainBatch.microbatch_ranks; all 0 in a world of one)
+    micro_ranks: list[int] | None = None
 
 
 class Worker:
@@ -331,6 +336,9 @@ class Worker:
         self.step = 0
         self.out_dir = ""
         self.done = False
+        # the data-parallel group this rank belongs to (Init.group; a world
+        # of one without it): asyncrl_worker.group
+        self.group = grp.Group()
 
     # --- dispatch ------------------------------------------------------------
 
@@ -361,7 +369,7 @@ class Worker:
     # --- Init ------------------------------------------------------------------
 
     def init(self, req: dict) -> dict:
-        _check_keys(req, {"v", "type", "id", "model", "optimizer", "loss", "seed", "resume", "step", "out_dir"}, "",
+        _check_keys(req, {"v", "type", "id", "model", "optimizer", "loss", "seed", "resume", "step", "out_dir", "group"}, "",
                     ("model", "optimizer", "loss", "out_dir"))
         m = _check_keys(req["model"], {"kind", "path", "config", "lora"}, "model", ("kind",))
         kind = m["kind"]
@@ -391,16 +399,21 @@ class Worker:
         out_dir = req["out_dir"]
         if not isinstance(out_dir, str) or not out_dir:
             raise bad("out_dir", "must be a directory path")
+        group = grp.parse_group(req.get("group"))
 
         torch.manual_seed(seed)
         np.random.seed(seed % (1 << 32))
         saved = None
-        if resume:
+        if resume and shards.is_sharded(resume):
+            # a group's state (asyncrl_worker.shards): any world size resumes it
+            saved = shards.read(resume, group.rank)
+        elif resume:
             opt_path = os.path.join(resume, OPTIMIZER_FILE)
             try:
                 saved = torch.load(opt_path, map_location="cpu")
             except (OSError, RuntimeError, EOFError) as e:
                 raise bad("resume", f"cannot read {opt_path}: {e}") from None
+        if saved is not None:
             if saved.get("step") != step:
                 raise bad("step", f"step {step} but the resume state {resume} is at step {saved.get('step')}")
             if saved.get("kind", "builtin") != kind:
@@ -441,10 +454,15 @@ class Worker:
                 raise bad("loss.fake_quant", "fake quantisation needs the built-in model or a native HF architecture "
                                              f"({', '.join(hfconfig.ARCHITECTURES)})")
             policy.net.fake_quant = fq
+        # last: every field is valid and the model loaded, so a rank that
+        # cannot train never holds the others in the rendezvous
+        grp.join(group, cuda=False)
+        grp.broadcast_params(group, policy.parameters())
+        self.group = group
         self.policy, self.opt = policy, opt
         self.optim_cfg, self.loss_cfg, self.adv_cfg = optim_cfg, loss_cfg, adv_cfg
         self.step, self.out_dir = step, out_dir
-        log.info("init: %s model, step %d, out_dir %s", kind, step, out_dir)
+        log.info("init: %s model, step %d, out_dir %s, rank %d of %d", kind, step, out_dir, group.rank, group.world)
         return {"type": "Ready", "step": step,
                 "worker": {"name": WORKER_NAME, "protocol": PROTOCOL_VERSION, "torch": torch.__version__}}
 
@@ -456,7 +474,8 @@ class Worker:
 
     def parse_batch(self, req: dict) -> Batch:
         """Validate a TrainBatch completely; raises FrameError(bad_field)."""
-        _check_keys(req, {"v", "type", "id", "step", "arrays", "groups", "microbatches", "loss"}, "", ("step", "arrays"))
+        _check_keys(req, {"v", "type", "id", "step", "arrays", "groups", "microbatches", "microbatch_ranks", "loss"}, "",
+                    ("step", "arrays"))
         step = _int(req["step"], "step")
         if step != self.step + 1:
             raise bad("step", f"step {step} but the weights are at version {self.step} (expected {self.step + 1})")
@@ -564,11 +583,28 @@ class Worker:
                 seen[i] = True
         if not all(seen):
             raise bad("microbatches", f"cover {sum(seen)} of {S} sequences")
+        mranks = self.parse_microbatch_ranks(req.get("microbatch_ranks"), len(micro))
         routes, support = self.parse_replay(arr, tokens, mask, T)
         return Batch(tokens=torch.from_numpy(tokens.astype(np.int64)), offsets=[int(x) for x in off], mask=mask,
                      rollout=torch.from_numpy(roll.astype(np.float64)), advantages=advantages,
                      groups=groups if groups is not None else [""] * S, micro=micro, seq_tokens=seq_tokens,
-                     versions=vers, loss=loss, routes=routes, support=support)
+                     versions=vers, loss=loss, routes=routes, support=support, micro_ranks=mranks)
+
+    def parse_microbatch_ranks(self, mr, n: int) -> list[int]:
+        """TrainBatch.microbatch_ranks: the rank of each microbatch; required
+        in a world of more than one rank (else every rank would train the
+        whole mini-batch and the all-reduce would count it world times)."""
+        W = self.group.world
+        if mr is None:
+            if W > 1:
+                raise bad("microbatch_ranks", f"required in a group of {W} ranks: the rank of each microbatch")
+            return [0] * n
+        if not isinstance(mr, list) or len(mr) != n:
+            raise bad("microbatch_ranks", f"must list one rank per microbatch ({n})")
+        for k, r in enumerate(mr):
+            if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < W:
+                raise bad(f"microbatch_ranks[{k}]", f"{r!r} is not a rank of this group of {W}")
+        return mr
 
     def parse_replay(self, arr: dict, tokens: np.ndarray, mask: np.ndarray, T: int):
         """The optional routes and support arrays (None when absent)."""
@@ -618,7 +654,7 @@ class Worker:
         before_params = [p.detach().clone() for p in params]
         before_opt = copy.deepcopy(self.opt.state_dict())
         try:
-            metrics = self._step(b)
+            metrics, rank = self._step(b)
             serving, adapter, state = self._write_checkpoints(step)
         except Exception as e:
             self.opt.zero_grad(set_to_none=True)
@@ -631,12 +667,15 @@ class Worker:
             log.error("step %d failed, weights kept at version %d:\n%s", step, self.step, traceback.format_exc())
             raise FrameError("internal", "", f"step {step} failed, nothing applied: {type(e).__name__}: {e}") from None
         self.step = step
-        out = {"type": "StepResult", "step": step, "metrics": metrics, "checkpoint": serving, "state": state}
+        out = {"type": "StepResult", "step": step, "metrics": metrics, "rank": rank, "checkpoint": serving, "state": state}
         if adapter:
             out["adapter"] = adapter
         return out
 
-    def _step(self, b: Batch) -> dict:
+    def _step(self, b: Batch) -> tuple[dict, dict]:
+        """One optimiser step: the step's metrics (the whole mini-batch's,
+        equal on every rank) and this rank's figures."""
+        t0 = time.perf_counter()
         cfg = self.loss_cfg
         S = len(b.seq_tokens)
         seq_mb = [0] * S
@@ -647,37 +686,21 @@ class Worker:
         self.opt.zero_grad(set_to_none=True)
         tot = {"loss": 0.0, "pg": 0.0, "clipped": 0, "kl": 0.0, "ent": 0.0, "mismatch": 0.0, "is_ratio": 0.0,
                "mismatch_same": 0.0, "same": 0, "tokens": 0}
-        for mb in b.micro:
+        nonfinite = 0.0
+        ranks = b.micro_ranks or [0] * len(b.micro)
+        for k, mb in enumerate(b.micro):
+            if ranks[k] != self.group.rank:
+                continue  # another rank's work
             idx = [i for i in mb if b.seq_tokens[i] > 0]
             if not idx:
                 continue  # padding: adds nothing
-            seqs, poss, rts, targets, roll, adv, wt, sid, ver, sup = [], [], [], [], [], [], [], [], [], []
-            for j, i in enumerate(idx):
-                lo, hi = b.offsets[i], b.offsets[i + 1]
-                seq = b.tokens[lo:hi]
-                pos = torch.from_numpy(np.nonzero(b.mask[lo:hi])[0].astype(np.int64))
-                seqs.append(seq)
-                poss.append(pos)
-                if b.routes is not None:
-                    rts.append(b.routes[lo:hi])
-                targets.append(seq[pos])
-                if b.support is not None:
-                    sup.append(b.support[lo:hi][pos])
-                roll.append(b.rollout[lo:hi][pos])
-                ver.append(torch.from_numpy(b.versions[lo:hi].astype(np.int64))[pos])
-                n = len(pos)
-                adv.append(b.advantages[i].expand(n))
-                wt.append(torch.full((n,), w[i], dtype=torch.float64))
-                sid.append(torch.full((n,), j, dtype=torch.long))
-            # one call per microbatch: the HF models run its sequences as one padded batch
-            logits = vocab.source(self.policy, seqs, poss, rts if b.routes is not None else None)
-            if b.loss == "cross_entropy":
-                tl = cross_entropy_loss(logits, torch.cat(targets), torch.cat(wt))
-            else:
-                tl = token_loss(cfg, logits, torch.cat(targets), torch.cat(roll), torch.cat(adv),
-                                torch.cat(wt), torch.cat(sid), len(idx), support=torch.cat(sup) if sup else None)
+            tl, ver = self._microbatch(b, idx, w)
             if not torch.isfinite(tl.total):
-                raise FloatingPointError(f"non-finite loss {float(tl.total)}")
+                if not self.group.active:
+                    raise FloatingPointError(f"non-finite loss {float(tl.total)}")
+                # the others are headed for the all-reduce: refuse together
+                nonfinite = float(tl.total)
+                break
             tl.total.backward()
             tot["loss"] += float(tl.total.detach())
             tot["pg"] += float(tl.pg)
@@ -688,11 +711,25 @@ class Worker:
             tot["is_ratio"] += tl.is_ratio_sum
             # tokens generated by exactly the weights being trained (version
             # before this step): their mismatch is BF16 serving + engine error
-            same = torch.cat(ver) == self.step
+            same = ver == self.step
             tot["mismatch_same"] += float(tl.mismatch_tok[same].sum())
             tot["same"] += int(same.sum())
             tot["tokens"] += int(sum(b.seq_tokens[i] for i in idx))
-        params = [p for p in self.policy.parameters() if p.grad is not None]
+        all_params = list(self.policy.parameters())
+        allreduce_s = 0.0
+        if self.group.active:
+            keys = list(tot)
+            bad_flag = 0.0 if nonfinite == 0.0 else 1.0
+            vec = [float(tot[k]) for k in keys] + [bad_flag] + [0.0 if p.grad is None else 1.0 for p in all_params]
+            red = grp.allreduce_sums(self.group, vec)
+            if red[len(keys)] > 0:
+                raise FloatingPointError(f"non-finite loss on {int(red[len(keys)])} rank(s) of {self.group.world}"
+                                         + (f" (this rank: {nonfinite})" if bad_flag else ""))
+            for k, v in zip(keys, red):
+                tot[k] = int(round(v)) if isinstance(tot[k], int) else v
+            has = [v > 0 for v in red[len(keys) + 1:]]
+            allreduce_s = grp.allreduce_grads(self.group, all_params, has)
+        params = [p for p in all_params if p.grad is not None]
         norm = float(torch.sqrt(sum((p.grad.double() ** 2).sum() for p in params)))
         if not math.isfinite(norm):
             raise FloatingPointError(f"non-finite gradient norm {norm}")
@@ -708,7 +745,41 @@ class Worker:
         return {"loss": tot["loss"], "pg_loss": tot["pg"], "clip_frac": tot["clipped"] / n, "kl": tot["kl"] / n,
                 "grad_norm": norm, "entropy": tot["ent"] / n, "mismatch": tot["mismatch"] / n, "is_ratio": tot["is_ratio"] / n,
                 "mismatch_same_version": tot["mismatch_same"] / tot["same"] if tot["same"] else 0.0,
-                "same_version_tokens": tot["same"], "tokens": n}
+                "same_version_tokens": tot["same"], "tokens": n}, {
+                # this rank's own figures (StepResult.rank, docs/protocol.md "Worker groups")
+                "rank": self.group.rank, "world_size": self.group.world, "step_s": time.perf_counter() - t0,
+                "allreduce_s": allreduce_s, "memory_bytes": grp.memory_bytes(cuda=False)}
+
+    def _microbatch(self, b: Batch, idx: list[int], w: list[float]):
+        """The token loss of one microbatch's sequences (not yet backpropagated)
+        and the versions of its trained tokens."""
+        cfg = self.loss_cfg
+        seqs, poss, rts, targets, roll, adv, wt, sid, ver, sup = [], [], [], [], [], [], [], [], [], []
+        for j, i in enumerate(idx):
+            lo, hi = b.offsets[i], b.offsets[i + 1]
+            seq = b.tokens[lo:hi]
+            pos = torch.from_numpy(np.nonzero(b.mask[lo:hi])[0].astype(np.int64))
+            seqs.append(seq)
+            poss.append(pos)
+            if b.routes is not None:
+                rts.append(b.routes[lo:hi])
+            targets.append(seq[pos])
+            if b.support is not None:
+                sup.append(b.support[lo:hi][pos])
+            roll.append(b.rollout[lo:hi][pos])
+            ver.append(torch.from_numpy(b.versions[lo:hi].astype(np.int64))[pos])
+            n = len(pos)
+            adv.append(b.advantages[i].expand(n))
+            wt.append(torch.full((n,), w[i], dtype=torch.float64))
+            sid.append(torch.full((n,), j, dtype=torch.long))
+        # one call per microbatch: the HF models run its sequences as one padded batch
+        logits = vocab.source(self.policy, seqs, poss, rts if b.routes is not None else None)
+        if b.loss == "cross_entropy":
+            tl = cross_entropy_loss(logits, torch.cat(targets), torch.cat(wt))
+        else:
+            tl = token_loss(cfg, logits, torch.cat(targets), torch.cat(roll), torch.cat(adv),
+                            torch.cat(wt), torch.cat(sid), len(idx), support=torch.cat(sup) if sup else None)
+        return tl, torch.cat(ver)
 
     # --- checkpoints -----------------------------------------------------------
 
@@ -735,17 +806,32 @@ class Worker:
         torch.save({"step": step, "kind": self.policy.kind, "optimizer": self.opt.state_dict(),
                     "torch_rng": torch.get_rng_state(), "lora": lora is not None}, os.path.join(d, OPTIMIZER_FILE))
 
+    def _write_state_dir(self, final: str, step: int) -> str:
+        """The resume state of version step in final: one rank's layout, or
+        in a group the sharded one every rank writes its part of."""
+        if not self.group.active:
+            return self._write_dir(final, lambda d: self._write_state(d, step))
+        lora = getattr(self.policy, "lora", None) is not None
+        return shards.write(final, self.group, step, self.policy.kind, lora, list(self.policy.parameters()), self.opt,
+                            self.policy.save_weights_f32)
+
     def _write_checkpoints(self, step: int) -> tuple[str, str | None, str]:
         """The serving checkpoint, the PEFT adapter (LoRA runs; else None)
-        and the resume state of version step."""
+        and the resume state of version step. In a group rank 0 writes the
+        serving checkpoint and the adapter (the replicas are equal after the
+        step: it is the gathered model) and every rank its shard of the
+        state (asyncrl_worker.shards); every rank names them."""
+        state = self._write_state_dir(os.path.join(self.out_dir, STATE_DIR.format(step)), step)
+        if self.group.rank != 0:
+            lora = getattr(self.policy, "lora", None) is not None
+            return (os.path.join(self.out_dir, SERVING_DIR.format(step)),
+                    os.path.join(self.out_dir, ADAPTER_DIR.format(step)) if lora else None, state)
         serving = self._write_dir(os.path.join(self.out_dir, SERVING_DIR.format(step)),
                                   lambda d: self.policy.save_serving(d, step))
         adapter = None
         if getattr(self.policy, "lora", None) is not None:
             adapter = self._write_dir(os.path.join(self.out_dir, ADAPTER_DIR.format(step)),
                                       lambda d: self.policy.save_adapter(d, step))
-        state = self._write_dir(os.path.join(self.out_dir, STATE_DIR.format(step)),
-                                lambda d: self._write_state(d, step))
         return serving, adapter, state
 
     def save_checkpoint(self, req: dict) -> dict:
@@ -761,21 +847,29 @@ class Worker:
             raise bad("serving", "must be a bool")
         try:
             if serving:
-                self._write_dir(d, lambda t: self.policy.save_serving(t, self.step))
+                if self.group.rank == 0:
+                    self._write_dir(d, lambda t: self.policy.save_serving(t, self.step))
             else:
-                self._write_dir(d, lambda t: self._write_state(t, self.step))
+                self._write_state_dir(d, self.step)
         except OSError as e:
             raise FrameError("internal", "dir", f"cannot write {d}: {e}") from None
         return {"type": "Saved", "dir": d, "step": self.step}
 
     # --- Tinker's split calls (asyncrl_worker.tinker) ------------------------
 
+    def _need_world_of_one(self):
+        if self.group.active:
+            raise bad("type", f"Tinker's split calls need a world of one rank, this worker is rank "
+                              f"{self.group.rank} of {self.group.world}")
+
     def forward_backward(self, req: dict) -> dict:
         self._need_init()
+        self._need_world_of_one()
         return tinker.forward_backward(self, req)
 
     def optim_step(self, req: dict) -> dict:
         self._need_init()
+        self._need_world_of_one()
         return tinker.optim_step(self, req)
 
     def shutdown(self, req: dict) -> dict:
