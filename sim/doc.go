@@ -29,12 +29,20 @@
 //     and steps down (the same recovery) when the watch says so — a
 //     stream-loss fault that loses an unreplicated buffer needs exactly
 //     that;
-//   - node trainer: the trainer stand-in; checks the batch checksum,
-//     decodes its tokens, packs microbatches (actors/trainer/microbatch),
-//     trains for a modelled time, commits durable state, sends StepDone;
+//   - node trainer: the real step rule (actors/trainer/steprule, the
+//     trainer actor's core) decides which batch trains, which is answered
+//     again (StepDone{NewVersion: the version held}) and which is
+//     refused; a batch arriving while its step trains waits for it. The
+//     shell checks the batch checksum, decodes its tokens, packs
+//     microbatches (actors/trainer/microbatch), trains for a modelled
+//     time, commits durable state, publishes through the publisher (as
+//     the real trainer calls its Publisher before StepDone) and steps the
+//     rule, which announces StepDone. No heartbeat: a lost StepDone is
+//     recovered by the controller's retransmission, as in the real run;
 //   - node pub: the publisher over the version tracker core
-//     (actors/publisher): payload, then manifest (the commit), then
-//     LoadWeights to each engine behind; rebuilt from the store on restart;
+//     (actors/publisher), called by the trainer: payload, then manifest
+//     (the commit), then LoadWeights to each engine behind; rebuilt from
+//     the store on restart, then caught up to the trainer's durable step;
 //   - nodes e0..eN: engines whose timing is the engine/latency core;
 //     they fetch weight chains, verify each version's xxh3-128 checksum
 //     (weights/delta's format) and report health, load and version.
