@@ -44,8 +44,12 @@
 //     (the commit), then LoadWeights to each engine behind; rebuilt from
 //     the store on restart, then caught up to the trainer's durable step;
 //   - nodes e0..eN: engines whose timing is the engine/latency core;
-//     they fetch weight chains, verify each version's xxh3-128 checksum
-//     (weights/delta's format) and report health, load and version.
+//     each one's weight-sync agent is the real target state machine
+//     (cluster/weightsync/targets: a LoadWeights is acked again or
+//     dispatched; targets coalesce, so a command that arrives during an
+//     update is loaded right after it); they fetch weight chains, verify
+//     each version's xxh3-128 checksum (weights/delta's format) and
+//     report health, load and version.
 //
 // The failover scenario (failover.go) has a world of its own: 2–3 trainer
 // nodes, each stepping the real cluster/term core as cluster/node's lease
