@@ -18,7 +18,10 @@
 //     metrics), driven by a sim-side shell (ctl.go, ctlcore.go) that
 //     steps them and carries out their effects: PromptAssigned starts a
 //     rollout (episodes of 1..3 turns per trajectory, n trajectories per
-//     group, routed one turn at a time), a PromptLedger entry is written
+//     group, routed one turn at a time; the group's fate is the rollout
+//     actor's real core, actors/rollout/outcome: an aborted trajectory
+//     does not cut its siblings short, and once all ended an aborted
+//     group sends one EpisodeAborted per trajectory), a PromptLedger entry is written
 //     to the durable ledger, a TrainBatch goes to the trainer, the resend
 //     timer runs on the virtual clock. Finished groups reach the sampling
 //     core from the term's trajectory buffer. After a crash a new core
