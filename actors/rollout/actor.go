@@ -300,11 +300,7 @@ func (a *Actor) runGroup(pa messages.PromptAssigned) {
 	// too); this shell packs, stores and sends what it decides.
 	g := outcome.New(n)
 	for i, r := range res {
-		reason := ""
-		if r.err != nil {
-			reason = r.err.Error()
-		}
-		_, _ = g.Ended(i, reason) // each index once, in range: never refused
+		_, _ = g.Ended(i, errText(r.err)) // each index once, in range: never refused
 	}
 	var gr messages.GroupReady
 	if g.Stage() == outcome.Packing {

@@ -41,8 +41,8 @@ func (a *Actor) do(rule *steprule.Core, e steprule.Effect, last *StepRecord) {
 		rule.Step(rec.Done, steprule.Trained{Step: v.Batch.Step, Version: rec.Version})
 	case steprule.Announce:
 		rec := StepRecord{Step: v.Step, Version: v.Version} // an old step: said again, no record
-		if !v.Again && last.Step == v.Step {
-			rec = *last
+		if !v.Again {
+			rec = *last // the rule announces a step right after it was Trained
 		}
 		if err := a.announce(v.Step, v.Version, rec); err != nil {
 			a.fail(v.Step, err)
