@@ -8,6 +8,7 @@ import (
 
 	"github.com/asyncrl/asyncrl/actors/controller"
 	"github.com/asyncrl/asyncrl/actors/filter"
+	"github.com/asyncrl/asyncrl/actors/rollout/outcome"
 	"github.com/asyncrl/asyncrl/actors/router/policy"
 	"github.com/asyncrl/asyncrl/actors/sampling"
 	"github.com/asyncrl/asyncrl/cluster/termwatch"
@@ -65,17 +66,21 @@ type engineKnow struct {
 type rgroup struct {
 	// id is the controller core's group id (promptID#seq, or
 	// promptID#epoch.seq after a restart: never reused).
-	id      string
-	prompt  string
-	trajs   []*rtraj
-	done    int
-	p       float64 // probability a trajectory is rewarded
-	aborted bool
+	id     string
+	prompt string
+	trajs  []*rtraj
+	p      float64 // probability a trajectory is rewarded
+	// fate is the group's outcome as the rollout actor decides it (the
+	// real core, actors/rollout/outcome): complete once every
+	// trajectory ended, aborted if one of them did.
+	fate *outcome.Group
 }
 
 type rtraj struct {
 	id       string
 	g        *rgroup
+	idx      int  // index in the group
+	ended    bool // finished or aborted: no more turns
 	turns    int
 	turn     int
 	ctx      []int32 // prompt, generated and environment tokens
@@ -383,8 +388,9 @@ func (c *ctlNode) launch(m messages.PromptAssigned) {
 	}
 	w.logf("ctl: admit %s (scheduled v%d, attempt %d)", g.id, m.Version, m.Attempt)
 	c.groups[g.id] = g
+	g.fate = outcome.New(int(m.NSamples))
 	for i := 0; i < int(m.NSamples); i++ {
-		t := &rtraj{id: fmt.Sprintf("%s.%d", g.id, i), g: g, turns: 1 + w.rng.Intn(w.wl.MaxTurns),
+		t := &rtraj{id: fmt.Sprintf("%s.%d", g.id, i), g: g, idx: i, turns: 1 + w.rng.Intn(w.wl.MaxTurns),
 			ctx: promptTokens(g.prompt), minV: math.MaxInt64}
 		t.promptN = len(t.ctx)
 		t.vers, t.mask = make([]int32, len(t.ctx)), make([]uint8, len(t.ctx))
@@ -403,7 +409,7 @@ func (c *ctlNode) launch(m messages.PromptAssigned) {
 
 func (c *ctlNode) routeTurn(t *rtraj) {
 	w := c.w
-	if t.g.aborted || t.inflight {
+	if t.ended || t.inflight {
 		return
 	}
 	if c.recovering {
@@ -428,7 +434,7 @@ func (c *ctlNode) routeTurn(t *rtraj) {
 		TrajectoryID: t.id, GroupID: t.g.id, TurnIndex: int32(t.turn), Engine: d.Replica,
 		Tokens: t.ctx, MaxTokens: int32(t.maxTok[t.turn])})
 	c.after(turnTimeout, "", func() {
-		if t.inflight && t.seq == seq && !t.g.aborted {
+		if t.inflight && t.seq == seq && !t.ended {
 			c.onTimeout(t)
 		}
 	})
@@ -461,7 +467,7 @@ func (c *ctlNode) onTimeout(t *rtraj) {
 	t.avoid = append(t.avoid, t.engine)
 	w.logf("ctl: %s/%d timed out on %s (%d)", t.id, t.turn, t.engine, t.timeouts)
 	if t.timeouts >= maxTimeouts {
-		c.abortGroup(t.g, "turn timed out "+itoa(int64(t.timeouts))+" times")
+		c.endTraj(t, "turn timed out "+itoa(int64(t.timeouts))+" times")
 		return
 	}
 	c.routeTurn(t)
@@ -511,33 +517,60 @@ func (c *ctlNode) onResult(r messages.TurnResult) {
 		c.after(envDelay, "", func() { c.routeTurn(t) })
 		return
 	}
-	c.rt.Finish(c.t(), t.id)
-	delete(c.trajs, t.id)
 	if w.rng.Float64() < t.g.p {
 		t.reward = 1
 	}
-	t.g.done++
-	if t.g.done == len(t.g.trajs) {
-		c.groupReady(t.g)
+	c.endTraj(t, "")
+}
+
+// endTraj: trajectory t ended, finished (reason "") or aborted; its
+// siblings run on (a real rollout waits for every episode of a group).
+// The outcome core decides the group's fate once the last one ended.
+func (c *ctlNode) endTraj(t *rtraj, reason string) {
+	w := c.w
+	if t.inflight {
+		c.rt.Done(c.t(), t.engine, t.charged)
+		t.inflight = false
+	}
+	t.ended = true
+	c.rt.Finish(c.t(), t.id)
+	delete(c.trajs, t.id)
+	if reason != "" {
+		w.logf("ctl: %s aborted: %s", t.id, reason)
+	}
+	g := t.g
+	st, err := g.fate.Ended(t.idx, reason)
+	if err != nil {
+		w.fail(InvProtocol, "rollout outcome of %s: %v", g.id, err)
+		return
+	}
+	switch st {
+	case outcome.Packing:
+		// The sim packs at judge time (encodeBatch), from the buffer.
+		if _, err := g.fate.Packed("", true); err != nil {
+			w.fail(InvProtocol, "rollout outcome of %s: %v", g.id, err)
+			return
+		}
+		c.groupReady(g)
+	case outcome.Aborted:
+		c.abortGroup(g)
 	}
 }
 
-func (c *ctlNode) abortGroup(g *rgroup, why string) {
+// abortGroup sends the aborted group's EpisodeAborted reports, as the
+// outcome core lists them (one per trajectory), to the controller core.
+func (c *ctlNode) abortGroup(g *rgroup) {
 	w := c.w
-	g.aborted = true
-	for _, t := range g.trajs {
-		if t.inflight {
-			c.rt.Done(c.t(), t.engine, t.charged)
-			t.inflight = false
-		}
-		c.rt.Finish(c.t(), t.id)
-		delete(c.trajs, t.id)
-	}
 	delete(c.groups, g.id)
-	w.logf("ctl: abort %s: %s", g.id, why)
-	for range c.abortReports(g) {
-		c.stepCore(messages.EpisodeAborted{Header: messages.Header{RunID: runID, Sender: "ctl"},
-			PromptID: g.prompt, GroupID: g.id, Reason: why})
+	aborts := g.fate.Aborts()
+	w.logf("ctl: abort %s: %d reports", g.id, len(aborts))
+	for _, ab := range aborts {
+		m := messages.EpisodeAborted{Header: messages.Header{RunID: runID, Sender: "ctl"},
+			PromptID: g.prompt, GroupID: g.id, Reason: ab.Reason}
+		if ab.Index >= 0 {
+			m.TrajectoryID = g.trajs[ab.Index].id
+		}
+		c.stepCore(m)
 	}
 }
 

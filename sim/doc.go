@@ -18,7 +18,10 @@
 //     metrics), driven by a sim-side shell (ctl.go, ctlcore.go) that
 //     steps them and carries out their effects: PromptAssigned starts a
 //     rollout (episodes of 1..3 turns per trajectory, n trajectories per
-//     group, routed one turn at a time), a PromptLedger entry is written
+//     group, routed one turn at a time; the group's fate is the rollout
+//     actor's real core, actors/rollout/outcome: an aborted trajectory
+//     does not cut its siblings short, and once all ended an aborted
+//     group sends one EpisodeAborted per trajectory), a PromptLedger entry is written
 //     to the durable ledger, a TrainBatch goes to the trainer, the resend
 //     timer runs on the virtual clock. Finished groups reach the sampling
 //     core from the term's trajectory buffer. After a crash a new core
@@ -29,15 +32,27 @@
 //     and steps down (the same recovery) when the watch says so — a
 //     stream-loss fault that loses an unreplicated buffer needs exactly
 //     that;
-//   - node trainer: the trainer stand-in; checks the batch checksum,
-//     decodes its tokens, packs microbatches (actors/trainer/microbatch),
-//     trains for a modelled time, commits durable state, sends StepDone;
+//   - node trainer: the real step rule (actors/trainer/steprule, the
+//     trainer actor's core) decides which batch trains, which is answered
+//     again (StepDone{NewVersion: the version held}) and which is
+//     refused; a batch arriving while its step trains waits for it. The
+//     shell checks the batch checksum, decodes its tokens, packs
+//     microbatches (actors/trainer/microbatch), trains for a modelled
+//     time, commits durable state, publishes through the publisher (as
+//     the real trainer calls its Publisher before StepDone) and steps the
+//     rule, which announces StepDone. No heartbeat: a lost StepDone is
+//     recovered by the controller's retransmission, as in the real run;
 //   - node pub: the publisher over the version tracker core
-//     (actors/publisher): payload, then manifest (the commit), then
-//     LoadWeights to each engine behind; rebuilt from the store on restart;
+//     (actors/publisher), called by the trainer: payload, then manifest
+//     (the commit), then LoadWeights to each engine behind; rebuilt from
+//     the store on restart, then caught up to the trainer's durable step;
 //   - nodes e0..eN: engines whose timing is the engine/latency core;
-//     they fetch weight chains, verify each version's xxh3-128 checksum
-//     (weights/delta's format) and report health, load and version.
+//     each one's weight-sync agent is the real target state machine
+//     (cluster/weightsync/targets: a LoadWeights is acked again or
+//     dispatched; targets coalesce, so a command that arrives during an
+//     update is loaded right after it); they fetch weight chains, verify
+//     each version's xxh3-128 checksum (weights/delta's format) and
+//     report health, load and version.
 //
 // The failover scenario (failover.go) has a world of its own: 2–3 trainer
 // nodes, each stepping the real cluster/term core as cluster/node's lease

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/asyncrl/asyncrl/cluster/weightsync/targets"
 	"github.com/asyncrl/asyncrl/engine/latency"
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/transport"
@@ -42,9 +43,15 @@ type engineNode struct {
 	// left counts engine-leave faults in progress (out of the fleet).
 	left                       int
 	updating, paused, stepping bool
-	stalled                    func()
-	frozenLoad                 *messages.EngineLoad
-	subjects                   map[transport.EngineTopic]string
+	// agent is the engine's weight-sync agent: the real target state
+	// machine (cluster/weightsync/targets) decides which version it loads
+	// next, when it acks again and what a failure does; cmd is the newest
+	// LoadWeights, whose plan (delta chain or full base) the load follows.
+	agent      targets.State
+	cmd        messages.LoadWeights
+	stalled    func()
+	frozenLoad *messages.EngineLoad
+	subjects   map[transport.EngineTopic]string
 }
 
 func latencyConfig() latency.Config {
@@ -56,7 +63,7 @@ func latencyConfig() latency.Config {
 func newEngine(w *world, i int) *engineNode {
 	id := fmt.Sprintf("e%d", i)
 	return &engineNode{w: w, bus: w.hub.Connect(id), id: id, sched: latency.New(latencyConfig()),
-		reqs: map[uint64]*engineReq{}, loadedSum: w.store.checksum(0)}
+		reqs: map[uint64]*engineReq{}, loadedSum: w.store.checksum(0), agent: targets.New(0)}
 }
 
 func (e *engineNode) start() {
@@ -200,27 +207,40 @@ func (e *engineNode) completeStep(ids []uint64) {
 	e.kick()
 }
 
-// onLoad starts a weight update: the engine stops stepping (updating),
-// fetches the chain of versions, verifies each checksum, and serves the
-// newest one that verified.
+// onLoad hands a LoadWeights to the engine's agent: acked again when the
+// agent says so (a repeated command whose ack was lost), else dispatched
+// (targets coalesce: an update in progress goes on to the newest target
+// once it is done, as the real agent does).
 func (e *engineNode) onLoad(m messages.LoadWeights) {
-	w := e.w
 	if e.down > 0 || e.hung > 0 {
 		return
 	}
-	if m.Version <= e.serving {
+	if _, ok := e.agent.Reack(m.Version); ok {
 		e.sendAck()
 		return
 	}
-	if e.updating {
-		return // the publisher repeats the command if this update falls short
+	if m.Version > e.cmd.Version || e.cmd.Engine == "" {
+		e.cmd = m
+	}
+	e.agent.Dispatch(m.Version)
+	e.load()
+}
+
+// load starts the agent's next target, if it has one and no update runs:
+// the engine stops stepping (updating), fetches the chain of versions,
+// verifies each checksum, and serves the newest one that verified.
+func (e *engineNode) load() {
+	w := e.w
+	target, ok := e.agent.Next()
+	if !ok || e.updating {
+		return
 	}
 	first := e.serving + 1
-	if m.Format == messages.WeightsFull && m.BaseVersion > e.serving {
+	if m := e.cmd; m.Version == target && m.Format == messages.WeightsFull && m.BaseVersion > e.serving {
 		first = m.BaseVersion
 	}
 	var bytes int64
-	for v := first; v <= m.Version; v++ {
+	for v := first; v <= target; v++ {
 		if sv := w.store.versions[v]; sv != nil {
 			bytes += sv.deltaBytes
 		}
@@ -229,18 +249,20 @@ func (e *engineNode) onLoad(m messages.LoadWeights) {
 	e.sendHealth()
 	inc := e.inc
 	d := 20*msec + time.Duration(bytes/(20<<20)*int64(time.Second)) + time.Duration(bytes%(20<<20))*time.Second/(20<<20)
-	w.after(d, fmt.Sprintf("%s fetched versions %d..%d", e.id, first, m.Version), func() {
+	w.after(d, fmt.Sprintf("%s fetched versions %d..%d", e.id, first, target), func() {
 		if e.inc == inc {
-			e.apply(first, m.Version)
+			e.apply(first, target)
 		}
 	})
 }
 
 func (e *engineNode) apply(first, last int64) {
 	w := e.w
+	out := targets.Loaded
 	for v := first; v <= last; v++ {
 		if !w.store.committed(v) {
 			w.logf("%s: version %d has no manifest: not visible, stop", e.id, v)
+			out = targets.Failed
 			break
 		}
 		p := w.store.versions[v].payload
@@ -252,15 +274,18 @@ func (e *engineNode) apply(first, last int64) {
 		if sum != w.store.checksum(v) {
 			w.logf("%s: version %d checksum mismatch (%s != %s)", e.id, v, short(sum), short(w.store.checksum(v)))
 			if !w.cfg.has(BugEngineSkipsChecksum) {
+				out = targets.Failed
 				break // keep serving the last good version; the publisher resends
 			}
 		}
 		e.serving, e.loadedSum = v, sum
 	}
+	e.agent.Handled(last, out)
 	e.updating = false
 	e.sched.ResetPrefixCache()
 	e.sendHealth()
 	e.sendAck()
+	e.load() // a newer target dispatched meanwhile
 	e.kick()
 }
 
@@ -283,6 +308,8 @@ func (e *engineNode) restart() {
 	if e.w.cfg.has(BugEngineRestartsFromBase) {
 		e.serving, e.loadedSum = 0, e.w.store.checksum(0)
 	}
+	// The agent starts again at what the engine holds on disk.
+	e.agent, e.cmd = targets.New(e.serving), messages.LoadWeights{}
 	e.sendHealth()
 	inc := e.inc
 	e.w.after(200*msec, e.id+" warm", func() {

@@ -48,7 +48,10 @@ type inputs struct {
 	replaceMin  float64 // min_replace_ratio
 	stalePolicy staleness.StalePolicy
 	router      policy.Config
-	// rare inputs: probabilities per group / per cancel.
+	// rare inputs: probabilities per group / per cancel. abortEach is
+	// retired (the real outcome core now says how many reports an aborted
+	// group sends: one per trajectory); it is still drawn, and printed, so
+	// every later draw of a seed and its inputs line stay as they were.
 	redeliver, abortEach, timerRace float64
 	// capacity: the controller publishes CapacityChanged (its Subjects
 	// name a capacity subject), checked against W.
@@ -190,17 +193,6 @@ func (c *ctlNode) maybeRedeliver(g *rgroup) {
 	})
 }
 
-// abortReports is how many EpisodeAborted messages an aborted group's
-// rollout sends: one, or one per trajectory (a real rollout actor reports
-// each trajectory's abort; the controller takes the first).
-func (c *ctlNode) abortReports(g *rgroup) int {
-	w := c.w
-	if w.in.abortEach == 0 || w.xrng.Float64() >= w.in.abortEach {
-		return 1
-	}
-	return max(1, len(g.trajs))
-}
-
 // raceCancel: a cancelled timer whose tick was already in the controller's
 // mailbox still reaches the core (the actor shell cannot take it back).
 func (c *ctlNode) raceCancel(name string) {
@@ -225,7 +217,7 @@ func (c *ctlNode) envFails(t *rtraj) bool {
 	if w.in.envFail == 0 || w.xrng.Float64() >= w.in.envFail {
 		return false
 	}
-	c.abortGroup(t.g, "environment failed after turn "+itoa(int64(t.turn)))
+	c.endTraj(t, "environment failed after turn "+itoa(int64(t.turn)))
 	return true
 }
 

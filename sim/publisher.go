@@ -24,7 +24,7 @@ func subjLoad(engine string) string {
 	return must(plan.EngineControl(engine))
 }
 
-// pubNode is the weight publisher: on StepDone it writes the version's
+// pubNode is the weight publisher: called by the trainer (publish) it writes the version's
 // payload, then its manifest (the commit), then records it in the version
 // tracker core and tells every engine behind how to catch up. Its tracker
 // is rebuilt from the store after a crash; engines re-join through their
@@ -67,11 +67,6 @@ func (p *pubNode) rebuild() error {
 }
 
 func (p *pubNode) start() {
-	p.w.subscribe(p.bus, subjSteps, func(m messages.Message) {
-		if sd, ok := m.(messages.StepDone); ok {
-			p.onStepDone(sd)
-		}
-	})
 	p.w.subscribe(p.bus, subjAcks, func(m messages.Message) {
 		if a, ok := m.(messages.EngineVersionAck); ok {
 			p.onAck(a)
@@ -123,15 +118,18 @@ func (p *pubNode) leave(engine string) {
 	delete(p.lastCmd, engine)
 }
 
-func (p *pubNode) onStepDone(m messages.StepDone) {
-	if p.down > 0 {
-		return
-	}
-	for p.tr.Target() < m.NewVersion {
+// publish is the trainer's Publisher call (the real trainer actor
+// publishes each step's version before it announces StepDone, in process,
+// so no message between them can be lost): it publishes every version up
+// to v and reports whether v is out. A publisher that is down, or crashes
+// on the way, fails the call (the trainer's step fails).
+func (p *pubNode) publish(v int64) bool {
+	for p.down == 0 && p.tr.Target() < v {
 		if !p.publishNext() {
-			return
+			return false
 		}
 	}
+	return p.down == 0
 }
 
 // publishNext publishes target+1: payload, manifest, tracker, commands.
@@ -238,5 +236,10 @@ func (p *pubNode) restart() {
 	}
 	if err := p.rebuild(); err != nil {
 		p.w.fail(InvProtocol, "publisher: rebuild after restart: %v", err)
+		return
 	}
+	// The publish the crash interrupted failed the trainer's step: a
+	// restarted publisher catches up to the trainer's durable progress,
+	// as a new term's publisher starts from the durable step.
+	p.publish(p.w.trainer.durable.next - 1)
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/asyncrl/asyncrl/actors/trainer/microbatch"
+	"github.com/asyncrl/asyncrl/actors/trainer/steprule"
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/transport/memhub"
 )
@@ -22,16 +23,20 @@ type trainerDurable struct {
 	lastBatch *messages.TrainBatch
 }
 
-// trainerNode is the trainer stand-in: it collects a mini-batch (the
-// controller sends exactly B checked groups), "trains" for the modelled
-// duration, commits its durable state and announces StepDone.
+// trainerNode is the trainer's shell in the simulator around the real
+// step rule (actors/trainer/steprule, the core the trainer actor runs):
+// the rule decides which batch trains, which is answered again and which
+// is refused; the shell checks and packs a batch it is told to train,
+// "trains" for the modelled duration, commits its durable state and
+// steps the rule with Trained. Like the real trainer it has no heartbeat:
+// a lost StepDone is recovered by the controller's retransmission.
 type trainerNode struct {
 	w       *world
 	bus     *memhub.Bus
 	durable trainerDurable
+	rule    *steprule.Core // nil while down
 	down    int
 	inc     int
-	busy    int64 // step being trained, 0 when idle
 }
 
 var (
@@ -40,7 +45,7 @@ var (
 )
 
 func newTrainer(w *world) *trainerNode {
-	return &trainerNode{w: w, bus: w.hub.Connect("trainer"), durable: trainerDurable{next: 1}}
+	return &trainerNode{w: w, bus: w.hub.Connect("trainer"), durable: trainerDurable{next: 1}, rule: steprule.New(0)}
 }
 
 func (t *trainerNode) start() {
@@ -49,45 +54,46 @@ func (t *trainerNode) start() {
 			t.onBatch(tb)
 		}
 	})
-	t.heartbeat()
 }
 
-// heartbeat re-announces the newest StepDone, so a lost one (or a
-// publisher that restarted) catches up.
-func (t *trainerNode) heartbeat() {
-	t.w.after(500*msec, "", func() {
-		if t.down == 0 && t.durable.next > 1 {
-			t.sendDone(t.durable.next - 1)
-		}
-		t.heartbeat()
-	})
-}
-
-func (t *trainerNode) sendDone(step int64) {
-	t.w.send(t.bus, subjSteps, messages.StepDone{Header: messages.Header{RunID: runID, Sender: "trainer", Version: step - 1},
-		Step: step, NewVersion: step})
+func (t *trainerNode) sendDone(step, version int64) {
+	t.w.send(t.bus, subjSteps, messages.StepDone{Header: messages.Header{RunID: runID, Sender: "trainer", Version: version - 1},
+		Step: step, NewVersion: version})
 }
 
 func (t *trainerNode) onBatch(m messages.TrainBatch) {
-	w := t.w
 	if t.down > 0 {
-		w.logf("trainer is down: batch for step %d lost", m.Step)
+		t.w.logf("trainer is down: batch for step %d lost", m.Step)
 		return
-	}
-	switch {
-	case m.Step < t.durable.next:
-		t.sendDone(m.Step) // already trained: answer again, do not retrain
-		return
-	case m.Step > t.durable.next:
-		w.fail(InvProtocol, "trainer at step %d received a batch for step %d", t.durable.next, m.Step)
-		return
-	case t.busy == m.Step:
-		return // a retransmission of the batch being trained
 	}
 	b := m
 	b.GroupIDs = append([]string(nil), m.GroupIDs...)
-	t.durable.lastBatch = &b
-	t.train(b)
+	if b.Step == t.durable.next {
+		t.durable.lastBatch = &b // the input log: written on receipt
+	}
+	t.step(steprule.Received{Batch: b})
+}
+
+// step steps the rule and carries out its Ready until it is empty.
+func (t *trainerNode) step(in steprule.Input) {
+	t.rule.Step(t.w.hub.Now(), in)
+	for rd := t.rule.Ready(); !rd.Empty(); rd = t.rule.Ready() {
+		t.rule.Advance()
+		for _, e := range rd.Effects {
+			t.do(e)
+		}
+	}
+}
+
+func (t *trainerNode) do(e steprule.Effect) {
+	switch v := e.(type) {
+	case steprule.Train:
+		t.train(v.Batch)
+	case steprule.Announce:
+		t.sendDone(v.Step, v.Version)
+	case steprule.Refuse:
+		t.w.fail(InvProtocol, "trainer at step %d received a batch for step %d", v.Version+1, v.Step)
+	}
 }
 
 // prepare decodes the batch's Arrow token data, verifies its checksum,
@@ -165,25 +171,31 @@ func (t *trainerNode) train(b messages.TrainBatch) {
 	if !ok {
 		return
 	}
-	t.busy = b.Step
 	inc := t.inc
 	w.after(d, fmt.Sprintf("trainer: step %d trained on version %d: %v", b.Step, b.Step-1, b.GroupIDs), func() {
 		if t.inc != inc {
 			return // crashed meanwhile: the step is lost, the controller resends
 		}
-		t.busy = 0
 		w.orc.trainedBatch(b.Step, b.Step-1, b.GroupIDs, oldest)
 		if b.Step >= t.durable.next {
 			t.durable.next = b.Step + 1
 		}
-		t.sendDone(b.Step)
+		// Publish, then announce, as the real actor does. A failed
+		// publish fails the step; the trainer holds the version anyway (a
+		// retransmission is answered, the restarted publisher catches up).
+		if !w.pub.publish(b.Step) {
+			w.logf("trainer: step %d: publish failed (publisher down)", b.Step)
+			t.step(steprule.Failed{Step: b.Step, Version: b.Step, Err: "publisher down"})
+			return
+		}
+		t.step(steprule.Trained{Step: b.Step, Version: b.Step})
 	})
 }
 
 func (t *trainerNode) crash() {
 	t.down++
 	t.inc++
-	t.busy = 0
+	t.rule = nil // the rule's queue and step in progress die with it
 }
 
 func (t *trainerNode) restart() {
@@ -191,17 +203,21 @@ func (t *trainerNode) restart() {
 	if t.down > 0 {
 		return
 	}
-	// Restore the durable state. A committed step is never trained again:
-	// the input log's batch is replayed only if its step is not committed.
-	if lb := t.durable.lastBatch; lb != nil {
-		if lb.Step >= t.durable.next {
-			t.train(*lb)
-		} else if t.w.cfg.has(BugTrainerRetrainsOnRestart) {
-			t.w.logf("trainer: replaying input log step %d (planted bug)", lb.Step)
-			t.train(*lb)
-		}
-	}
-	if t.durable.next > 1 {
-		t.sendDone(t.durable.next - 1)
+	// A new rule at the committed version. A committed step is never
+	// trained again: the input log's batch is replayed only if its step
+	// is not committed (the rule would answer it, not train it).
+	t.rule = steprule.New(t.durable.next - 1)
+	lb := t.durable.lastBatch
+	switch {
+	case lb == nil:
+	case lb.Step >= t.durable.next:
+		t.step(steprule.Received{Batch: *lb})
+	case t.w.cfg.has(BugTrainerRetrainsOnRestart):
+		// The planted bug: the restart restores the version before the
+		// input log's batch (its commit forgotten), so the rule trains
+		// the step again.
+		t.w.logf("trainer: replaying input log step %d (planted bug)", lb.Step)
+		t.rule = steprule.New(lb.Step - 1)
+		t.step(steprule.Received{Batch: *lb})
 	}
 }

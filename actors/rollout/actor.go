@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/asyncrl/asyncrl/actors"
+	"github.com/asyncrl/asyncrl/actors/rollout/outcome"
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/tasks"
 	"github.com/asyncrl/asyncrl/transport"
@@ -295,66 +296,71 @@ func (a *Actor) runGroup(pa messages.PromptAssigned) {
 		}()
 	}
 	wg.Wait()
-	failed := false
-	for _, r := range res {
-		if r.err != nil {
-			failed = true
-		}
+	// The group's fate is the outcome core's (the simulator steps it
+	// too); this shell packs, stores and sends what it decides.
+	g := outcome.New(n)
+	for i, r := range res {
+		_, _ = g.Ended(i, errText(r.err)) // each index once, in range: never refused
 	}
-	pctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	var gr messages.GroupReady
+	if g.Stage() == outcome.Packing {
+		var err error
+		if gr, err = a.pack(pa, res); err != nil {
+			a.cfg.Logger.Error().Err(err).Str("group", pa.GroupID).Msg("cannot pack group; reported aborted")
+		}
+		_, _ = g.Packed(errText(err), a.cfg.GroupStream != nil)
+	}
+	if g.Stage() == outcome.Storing {
+		data, err := messages.Encode(gr)
+		if err == nil {
+			err = a.storeGroup(pa.GroupID, data)
+		}
+		_, _ = g.Stored(errText(err))
+	}
+	a.settle(pa, g, gr)
+}
+
+// settle counts, reports and sends a decided group: GroupReady when it
+// was not stored (stored groups are out already), else the core's
+// EpisodeAborted reports so the controller requeues the prompt.
+func (a *Actor) settle(pa messages.PromptAssigned, g *outcome.Group, gr messages.GroupReady) {
+	// A fresh context: a store's retries may have spent the group's time.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	h := messages.Header{RunID: a.cfg.RunID, Sender: a.cfg.Name, Version: pa.Version}
-	if failed {
-		a.c.groupsAborted.Add(1)
-		a.report(pa.GroupID, false)
-		for i, r := range res {
-			reason := "group member aborted"
-			if r.err != nil {
-				reason = r.err.Error()
-			}
-			ab := messages.EpisodeAborted{Header: h, TrajectoryID: pa.GroupID + "/" + strconv.Itoa(i),
-				PromptID: pa.PromptID, GroupID: pa.GroupID, Reason: reason}
-			a.publish(pctx, a.cfg.Subjects.Aborted, ab)
+	if g.Stage() == outcome.Ready {
+		a.c.groupsReady.Add(1)
+		a.report(pa.GroupID, true)
+		if a.cfg.GroupStream == nil {
+			a.publish(ctx, a.cfg.Subjects.Groups, gr)
 		}
 		return
 	}
-	gr, err := a.pack(pa, res)
-	if err != nil {
-		a.cfg.Logger.Error().Err(err).Str("group", pa.GroupID).Msg("cannot pack group; reported aborted")
-		a.c.groupsAborted.Add(1)
-		a.report(pa.GroupID, false)
-		a.publish(pctx, a.cfg.Subjects.Aborted, messages.EpisodeAborted{Header: h, PromptID: pa.PromptID,
-			GroupID: pa.GroupID, Reason: "pack: " + err.Error()})
-		return
-	}
-	if a.cfg.GroupStream == nil {
-		a.c.groupsReady.Add(1)
-		a.report(pa.GroupID, true)
-		a.publish(pctx, a.cfg.Subjects.Groups, gr)
-		return
-	}
-	data, err := messages.Encode(gr)
-	if err == nil {
-		err = a.storeGroup(pa.GroupID, data)
-	}
-	if err == nil {
-		a.c.groupsReady.Add(1)
-		a.report(pa.GroupID, true)
-	} else {
-		a.c.groupsAborted.Add(1)
-		a.report(pa.GroupID, false)
+	a.c.groupsAborted.Add(1)
+	a.report(pa.GroupID, false)
+	aborts := g.Aborts()
+	if g.Unstored() {
 		// Not stored: nobody would ever judge the group, and the
 		// controller would hold its slot for good (the stall of issue
-		// 20). Report it aborted so the controller requeues the prompt;
-		// if the store did land after all, the group is judged as usual
-		// and the abort ignored.
+		// 20). Reported aborted so the controller requeues the prompt.
 		a.c.groupsUnstored.Add(1)
-		a.cfg.Logger.Error().Err(err).Str("group", pa.GroupID).Msg("group not stored in the trajectory buffer; reported aborted")
-		actx, acancel := context.WithTimeout(context.Background(), 10*time.Second) // pctx may be spent by the retries
-		defer acancel()
-		a.publish(actx, a.cfg.Subjects.Aborted, messages.EpisodeAborted{Header: h, PromptID: pa.PromptID,
-			GroupID: pa.GroupID, Reason: "trajectory buffer: " + err.Error()})
+		a.cfg.Logger.Error().Str("group", pa.GroupID).Str("reason", aborts[0].Reason).Msg("group not stored in the trajectory buffer; reported aborted")
 	}
+	h := messages.Header{RunID: a.cfg.RunID, Sender: a.cfg.Name, Version: pa.Version}
+	for _, ab := range aborts {
+		m := messages.EpisodeAborted{Header: h, PromptID: pa.PromptID, GroupID: pa.GroupID, Reason: ab.Reason}
+		if ab.Index >= 0 {
+			m.TrajectoryID = pa.GroupID + "/" + strconv.Itoa(ab.Index)
+		}
+		a.publish(ctx, a.cfg.Subjects.Aborted, m)
+	}
+}
+
+// errText is err's message, "" for nil.
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }
 
 // idPublisher is a stream that drops a message whose id it stored within

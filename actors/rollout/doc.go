@@ -65,7 +65,9 @@
 //     packed into one Arrow TokenBatch inside a GroupReady (Rewards,
 //     OldestVersion = the oldest model token's version); otherwise one
 //     EpisodeAborted per trajectory goes to the controller, which requeues
-//     the prompt. Stop cancels running episodes and reports them aborted
+//     the prompt. The group's fate (complete, aborted, the reports) is the
+//     pure core actors/rollout/outcome's, which the simulator steps too;
+//     the actor runs, packs, stores and sends. Stop cancels running episodes and reports them aborted
 //     (reason shutdown). Stats satisfies Started = Finished + Aborted once
 //     Stop returned.
 //   - PromptAssigned carries no seed, so the seed travels in the prompt id

@@ -10,7 +10,9 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/asyncrl/asyncrl/actors/loop"
 	"github.com/asyncrl/asyncrl/actors/trainer/microbatch"
+	"github.com/asyncrl/asyncrl/actors/trainer/steprule"
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/policy"
 	"github.com/asyncrl/asyncrl/transport"
@@ -112,7 +114,7 @@ type Actor struct {
 	pub Publisher
 	cfg Config
 
-	in     chan messages.TrainBatch
+	box    *loop.Inbox[steprule.Input] // TrainBatches, for the step rule (run.go)
 	sub    transport.Subscription
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -146,17 +148,14 @@ func StartStepper(bus transport.Bus, tr Stepper, pub Publisher, cfg Config) (*Ac
 		return nil, fmt.Errorf("%w: VersionBase %d but the trainer holds version %d", ErrInvalidConfig, cfg.VersionBase, v)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	a := &Actor{bus: bus, tr: tr, pub: pub, cfg: cfg, in: make(chan messages.TrainBatch, 16), ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	a := &Actor{bus: bus, tr: tr, pub: pub, cfg: cfg, box: loop.NewInbox[steprule.Input](inboxLimit), ctx: ctx, cancel: cancel, done: make(chan struct{})}
 	sub, err := bus.Subscribe(cfg.Subjects.Train, func(m *transport.Msg) {
 		tb, err := messages.DecodeAs[messages.TrainBatch](m.Data)
 		if err != nil || tb.RunID != cfg.RunID {
 			cfg.Logger.Warn().Err(err).Msg("trainer: undecodable or foreign train batch dropped")
 			return
 		}
-		select {
-		case a.in <- tb:
-		case <-ctx.Done():
-		}
+		a.box.Push(ctx, steprule.Received{Batch: tb})
 	})
 	if err != nil {
 		cancel()
@@ -271,51 +270,27 @@ func (a *Actor) Err() error {
 	return a.err
 }
 
-func (a *Actor) loop() {
-	defer close(a.done)
-	for {
-		select {
-		case <-a.ctx.Done():
-			return
-		case tb := <-a.in:
-			if err := a.step(tb); err != nil {
-				a.cfg.Logger.Error().Err(err).Int64("step", tb.Step).Msg("training step failed")
-				a.mu.Lock()
-				a.err = err
-				a.mu.Unlock()
-			}
-		}
-	}
-}
-
-func (a *Actor) step(tb messages.TrainBatch) error {
-	// The local version being trained: step tb.Step trains version Step-1.
-	cur := a.version()
-	if tb.Step <= cur {
-		// A redelivered batch: the step is done; say so again so a
-		// controller that missed StepDone advances.
-		return a.announce(tb.Step, cur, StepRecord{Step: tb.Step, Version: cur})
-	}
-	if tb.Step != cur+1 {
-		return fmt.Errorf("trainer: batch for step %d but the trainer holds version %d", tb.Step, cur)
-	}
+// train trains tb, the step rule's Train (step cur+1 on local version
+// cur), publishes the new version and keeps its record; run.go steps the
+// rule with the outcome.
+func (a *Actor) train(tb messages.TrainBatch, cur int64) (StepRecord, error) {
 	batch, err := messages.DecodeTokenBatch(tb.Batch.Inline)
 	if err != nil {
-		return fmt.Errorf("trainer: step %d: %w", tb.Step, err)
+		return StepRecord{}, fmt.Errorf("trainer: step %d: %w", tb.Step, err)
 	}
 	p, err := Prepare(batch, a.cfg.NormStd, a.cfg.Microbatch, cur)
 	if err != nil {
-		return fmt.Errorf("trainer: step %d: %w", tb.Step, err)
+		return StepRecord{}, fmt.Errorf("trainer: step %d: %w", tb.Step, err)
 	}
 	t0 := time.Now()
 	st, serving, err := a.tr.Step(a.ctx, p)
 	if err != nil {
-		return fmt.Errorf("trainer: step %d: %w", tb.Step, err)
+		return StepRecord{}, fmt.Errorf("trainer: step %d: %w", tb.Step, err)
 	}
 	st.Version = a.version() // the trainer counts its own steps; the bus speaks the run's
 	t1 := time.Now()
 	if err := a.pub.Publish(a.ctx, serving, st.Version); err != nil {
-		return fmt.Errorf("trainer: publish version %d: %w", st.Version, err)
+		return StepRecord{}, fmt.Errorf("trainer: publish version %d: %w", st.Version, err)
 	}
 	mbs := 0
 	for _, r := range p.Plan.Ranks {
@@ -332,7 +307,7 @@ func (a *Actor) step(tb messages.TrainBatch) error {
 		a.send(a.cfg.Subjects.Weights, messages.WeightsPublished{Header: a.header(st.Version), BaseVersion: st.Version,
 			Format: messages.WeightsFull, URI: "inproc://" + a.cfg.Name, Step: tb.Step})
 	}
-	return a.announce(tb.Step, st.Version, rec)
+	return rec, nil
 }
 
 // version is the trainer's version relative to this run's version 0.

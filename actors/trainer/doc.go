@@ -3,9 +3,13 @@
 // # Contract
 //
 //   - In: TrainBatch for step s (the mini-batch the controller assembled,
-//     one Arrow token batch inline). The trainer holds version s−1; a batch
-//     for an older step is a redelivery and only re-announces StepDone; a
-//     batch for a later step is an error.
+//     one Arrow token batch inline). Which batch is trained, answered
+//     again or refused is the step rule's (actors/trainer/steprule, the
+//     core the simulator steps too): the trainer holds version s−1; a
+//     batch for an older step is a redelivery and only re-announces
+//     StepDone{Step, NewVersion: the version held}; one that arrives while
+//     its step trains waits and is answered after it; a batch for a later
+//     step is an error.
 //   - Prepare turns the batch into policy sequences with GRPO advantages
 //     per group ((r − mean)/(std + 1e-6), or r − mean with NormStd false)
 //     and plans microbatches (package trainer/microbatch). Train follows
@@ -38,6 +42,8 @@
 //     its memory is bounded however long the run; Err the error that
 //     stopped training (the node ends the run on it).
 //
-// The actor is a goroutine shell: training is blocking work, so it runs on
-// the actor's own goroutine, fed by a bounded channel from the bus.
+// The actor is a shell on the generic RawNode loop (actors/loop, run.go):
+// training is blocking work, so it runs inside the loop's Apply on the
+// actor's own goroutine, one batch per turn, fed by a bounded inbox (16
+// batches; a full one holds the bus's delivery).
 package trainer

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/asyncrl/asyncrl/actors/loop"
 	"github.com/asyncrl/asyncrl/cluster/lease"
 	"github.com/asyncrl/asyncrl/cluster/placement"
 	"github.com/asyncrl/asyncrl/cluster/term"
@@ -37,7 +38,8 @@ type contention struct {
 	ctx  context.Context
 	core *term.Core
 	box  *inbox
-	cur  *termRun // the term claimed, until it is over (nil: none)
+	lp   *loop.Loop[term.Input, term.Ready] // built by loop()
+	cur  *termRun                           // the term claimed, until it is over (nil: none)
 	down *term.StepDown
 	// mu guards cancel, the running term's: the elector's and the quorum
 	// watch's goroutines end the term's I/O at once on a loss (the core
@@ -130,26 +132,23 @@ func (c *contention) interrupt() {
 	}
 }
 
-// run steps the core and applies its Ready until the core gives the lease
-// up or ctx ends.
+// run steps the core and applies its Ready on the generic RawNode loop
+// (actors/loop) until the core gives the lease up or ctx ends; then the
+// node stops (stop).
 func (c *contention) run() {
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		c.apply()
-		if c.down != nil {
-			return
-		}
-		select {
-		case <-c.ctx.Done():
-			c.stop()
-			return
-		case <-tick.C:
-			c.poll(time.Now())
-		case <-c.box.ready:
-			c.feed(time.Now())
-		}
+	if c.loop().Run(c.ctx) != nil {
+		c.stop()
 	}
+}
+
+// loop is the contention's RawNode loop: inbox, a tick every 100 ms (the
+// running term's poll), Ready applied effect by effect (applyReady).
+func (c *contention) loop() *loop.Loop[term.Input, term.Ready] {
+	if c.lp == nil {
+		c.lp = &loop.Loop[term.Input, term.Ready]{Core: c.core, Inbox: c.box.Inbox, Apply: c.applyReady,
+			Every: 100 * time.Millisecond, Poll: c.poll, Done: func() bool { return c.down != nil }}
+	}
+	return c.lp
 }
 
 // stop: the node stops. A step the trainer finished while the pipeline
@@ -177,7 +176,7 @@ func (c *contention) stop() {
 	for c.down == nil && sctx.Err() == nil {
 		select {
 		case <-sctx.Done():
-		case <-c.box.ready:
+		case <-c.box.Ready():
 			c.feed(time.Now())
 			c.apply()
 		}
@@ -186,11 +185,7 @@ func (c *contention) stop() {
 }
 
 // feed steps the core with what the other goroutines reported.
-func (c *contention) feed(now time.Time) {
-	for _, in := range c.box.take() {
-		c.core.Step(now, in)
-	}
-}
+func (c *contention) feed(now time.Time) { c.loop().Feed(now) }
 
 // poll feeds the inbox and the running term's inputs, and ticks the core.
 func (c *contention) poll(now time.Time) {
@@ -223,19 +218,15 @@ func (c *contention) closeTerm() {
 
 // apply applies the core's Ready until it has nothing more to say; the
 // effects' answers are stepped as they come.
-func (c *contention) apply() {
-	for {
-		rd := c.core.Ready()
-		if rd.Empty() {
-			return
-		}
-		c.core.Advance()
-		for _, e := range rd.Events {
-			c.say(e)
-		}
-		for _, e := range rd.Effects {
-			c.do(e)
-		}
+func (c *contention) apply() { c.loop().ApplyAll() }
+
+// applyReady applies one Ready (the loop has advanced the core).
+func (c *contention) applyReady(rd term.Ready) {
+	for _, e := range rd.Events {
+		c.say(e)
+	}
+	for _, e := range rd.Effects {
+		c.do(e)
 	}
 }
 

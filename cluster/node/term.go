@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/asyncrl/asyncrl/actors/loop"
 	"github.com/asyncrl/asyncrl/actors/trainer"
 	"github.com/asyncrl/asyncrl/cluster/lease"
 	"github.com/asyncrl/asyncrl/cluster/ledger"
@@ -19,34 +20,18 @@ import (
 // errTermOver: the term's core ended the term and said why (its events).
 var errTermOver = errors.New("node: term over")
 
-// inbox is the term loop's mailbox: the mirror, the checkpointer and the
-// prober (other goroutines) push the core's inputs; the loop takes them
-// in order. Never full: a slow loop must not stall the bus's handlers.
-type inbox struct {
-	mu    sync.Mutex
-	q     []term.Input
-	ready chan struct{}
-}
+// inbox is the term loop's mailbox (a loop.Inbox without a limit): the
+// mirror, the checkpointer and the prober (other goroutines) push the
+// core's inputs; the loop takes them in order. Never full: a slow loop
+// must not stall the bus's handlers.
+type inbox struct{ *loop.Inbox[term.Input] }
 
-func newInbox() *inbox { return &inbox{ready: make(chan struct{}, 1)} }
+func newInbox() *inbox { return &inbox{loop.NewInbox[term.Input](0)} }
 
-func (b *inbox) push(in term.Input) {
-	b.mu.Lock()
-	b.q = append(b.q, in)
-	b.mu.Unlock()
-	select {
-	case b.ready <- struct{}{}:
-	default:
-	}
-}
+// push never blocks (no limit), so it needs no context.
+func (b *inbox) push(in term.Input) { b.Push(context.Background(), in) }
 
-func (b *inbox) take() []term.Input {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	q := b.q
-	b.q = nil
-	return q
-}
+func (b *inbox) take() []term.Input { return b.Take(0) }
 
 // termRun is one term of this node's trainer lease: the decisions are the
 // contention's term.Core's (claim, requeue, what to save when, what is

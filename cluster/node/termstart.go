@@ -202,7 +202,7 @@ func (r *termRun) startWatched(ctx context.Context, build func(context.Context) 
 		select {
 		case res := <-started:
 			return res.p, res.err
-		case <-r.box.ready:
+		case <-r.box.Ready():
 			r.feed(time.Now())
 		case <-tick.C:
 			r.poll(time.Now())

@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/asyncrl/asyncrl/actors/publisher"
+	"github.com/asyncrl/asyncrl/cluster/weightsync/targets"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/engine"
 	"github.com/asyncrl/asyncrl/messages"
@@ -75,14 +76,11 @@ type Agent struct {
 	subject string
 	log     zerolog.Logger
 
-	mu   sync.Mutex
-	want int64 // newest target dispatched
-	have int64 // newest target handled (loaded, or failed)
-	// failed is the last target that failed, while have is still it: a
-	// repeated dispatch of it (an engine host's LoadWeights is resent
-	// until acked) tries it again.
-	failed int64
-	gone   bool // the engine was stopped
+	// mu guards st, the target state machine (cluster/weightsync/targets,
+	// the core the simulator steps too): Dispatch, Reack and Idle come
+	// from other goroutines, the loop handles the targets.
+	mu sync.Mutex
+	st targets.State
 
 	wake   chan struct{}
 	ctx    context.Context
@@ -101,10 +99,10 @@ func StartAgent(c AgentConfig) *Agent {
 		panic(err) // a started engine's name is a valid token
 	}
 	a := &Agent{c: c, subject: ack,
-		log: c.Logger.With().Str("engine", c.Engine.Name).Logger(), failed: publisher.NoVersion - 1,
+		log: c.Logger.With().Str("engine", c.Engine.Name).Logger(), st: targets.New(0),
 		wake: make(chan struct{}, 1), ctx: ctx, cancel: cancel, done: make(chan struct{})}
 	if c.Fresh {
-		a.have, a.want = publisher.NoVersion, publisher.NoVersion
+		a.st = targets.New(publisher.NoVersion)
 	}
 	go a.loop()
 	return a
@@ -117,10 +115,7 @@ func (a *Agent) Name() string { return a.c.Engine.Name }
 // tried again).
 func (a *Agent) Dispatch(target int64) {
 	a.mu.Lock()
-	if target == a.failed && a.have == target {
-		a.have, a.failed = target-1, publisher.NoVersion-1
-	}
-	a.want = max(a.want, target)
+	a.st.Dispatch(target)
 	a.mu.Unlock()
 	select {
 	case a.wake <- struct{}{}:
@@ -133,7 +128,7 @@ func (a *Agent) Dispatch(target int64) {
 func (a *Agent) Idle() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.gone || a.want <= a.have
+	return a.st.Idle()
 }
 
 // Stop stops the agent and waits for its loop.
@@ -148,8 +143,7 @@ func (a *Agent) Stop() {
 // call it, so an agent idle here stays so until the ack is out.
 func (a *Agent) Reack(ctx context.Context, version int64) (bool, error) {
 	a.mu.Lock()
-	have := a.have
-	serves := !a.gone && a.want <= have && have >= version && have >= 0 && a.failed != have
+	have, serves := a.st.Reack(version)
 	a.mu.Unlock()
 	if !serves {
 		return false, nil
@@ -167,12 +161,11 @@ func (a *Agent) loop() {
 		}
 		for a.ctx.Err() == nil {
 			a.mu.Lock()
-			t := a.want
-			if a.gone || t <= a.have {
-				a.mu.Unlock()
+			t, ok := a.st.Next()
+			a.mu.Unlock()
+			if !ok {
 				break
 			}
-			a.mu.Unlock()
 			a.handled(t, a.sync(t))
 		}
 	}
@@ -180,13 +173,15 @@ func (a *Agent) loop() {
 
 // handled records target t's outcome and tells who needs to know.
 func (a *Agent) handled(t int64, err error) {
-	a.mu.Lock()
-	a.have = t // a failure is retried by the next dispatch (of t again, or newer)
-	a.failed = publisher.NoVersion - 1
-	if err != nil {
-		a.failed = t
+	o := targets.Loaded
+	switch {
+	case errors.Is(err, engine.ErrClosed):
+		o = targets.Closed
+	case err != nil:
+		o = targets.Failed
 	}
-	a.gone = a.gone || errors.Is(err, engine.ErrClosed)
+	a.mu.Lock()
+	a.st.Handled(t, o) // a failure is retried by the next dispatch (of t again, or newer)
 	a.mu.Unlock()
 	switch {
 	case err == nil:

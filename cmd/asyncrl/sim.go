@@ -27,7 +27,7 @@ func newSimCmd(g *globals) *cobra.Command {
 		Use:   "sim",
 		Short: "Run a deterministic simulation of a whole run",
 		Long: "Simulate the whole control plane — router, staleness controller, filter, microbatcher,\n" +
-			"version tracker, rollout scheduler, a trainer stand-in and engines as latency models —\n" +
+			"version tracker, rollout scheduler, the trainer's step rule and engines as latency models —\n" +
 			"in one goroutine on a virtual clock over the in-memory bus. The seed draws the workload\n" +
 			"and a fault schedule (scenario faults: crashes, hangs, slowdowns, message drop/duplicate/\n" +
 			"delay/reorder, trainer, publisher and controller crashes, corrupted deltas, stale\n" +

@@ -1,0 +1,61 @@
+package trainer
+
+import (
+	"github.com/asyncrl/asyncrl/actors/loop"
+	"github.com/asyncrl/asyncrl/actors/trainer/steprule"
+)
+
+// inboxLimit is how many TrainBatches wait for the trainer's loop; a
+// full inbox holds the bus's delivery (a controller's retransmissions of
+// a long step pile up no further).
+const inboxLimit = 16
+
+// loop is the trainer's shell: the step rule (steprule.Core) on the
+// generic RawNode loop, one batch per turn; its Ready is carried out by
+// do (training happens inside it, so the loop takes the next batch only
+// once the step is done).
+func (a *Actor) loop() {
+	defer close(a.done)
+	rule := steprule.New(a.version())
+	var last StepRecord // the record of the step the rule last trained
+	l := &loop.Loop[steprule.Input, steprule.Ready]{Core: rule, Inbox: a.box, Batch: 1}
+	l.Apply = func(rd steprule.Ready) {
+		for _, e := range rd.Effects {
+			a.do(rule, e, &last)
+		}
+	}
+	_ = l.Run(a.ctx) // returns when Stop cancels a.ctx
+}
+
+// do carries out one effect of the step rule.
+func (a *Actor) do(rule *steprule.Core, e steprule.Effect, last *StepRecord) {
+	switch v := e.(type) {
+	case steprule.Train:
+		rec, err := a.train(v.Batch, v.From)
+		if err != nil {
+			a.fail(v.Batch.Step, err)
+			rule.Step(rec.Done, steprule.Failed{Step: v.Batch.Step, Version: a.version(), Err: err.Error()})
+			return
+		}
+		*last = rec
+		rule.Step(rec.Done, steprule.Trained{Step: v.Batch.Step, Version: rec.Version})
+	case steprule.Announce:
+		rec := StepRecord{Step: v.Step, Version: v.Version} // an old step: said again, no record
+		if !v.Again {
+			rec = *last // the rule announces a step right after it was Trained
+		}
+		if err := a.announce(v.Step, v.Version, rec); err != nil {
+			a.fail(v.Step, err)
+		}
+	case steprule.Refuse:
+		a.fail(v.Step, v.Err())
+	}
+}
+
+// fail logs a step's error and keeps it for Err.
+func (a *Actor) fail(step int64, err error) {
+	a.cfg.Logger.Error().Err(err).Int64("step", step).Msg("training step failed")
+	a.mu.Lock()
+	a.err = err
+	a.mu.Unlock()
+}

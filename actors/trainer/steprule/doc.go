@@ -1,0 +1,33 @@
+// Package steprule is the trainer's step rule as a pure core (issue 31):
+// which TrainBatch the trainer trains, which it answers again and which
+// it refuses. The trainer actor (actors/trainer) runs it on the generic
+// RawNode loop (actors/loop); the simulator (sim) steps the same core, so
+// the simulated trainer decides exactly as the real one.
+//
+// The rule, for a trainer holding (local) version v:
+//
+//   - batches are handled one at a time, in the order they arrived; one
+//     that arrives while a step trains waits for it (a retransmission of
+//     the batch being trained included: it is answered once the step is
+//     done, never trained twice);
+//   - a batch for step ≤ v (already trained) is answered again with
+//     StepDone{Step, NewVersion: v} and not trained, so a controller that
+//     missed the StepDone advances;
+//   - a batch for step v+1 is trained (Train); when the shell reports it
+//     Trained, the core announces StepDone{Step, NewVersion: the version
+//     the trainer now holds};
+//   - a batch for any later step is refused (Refuse): the controller sent
+//     a step the trainer cannot train; the shell reports the error, the
+//     trainer keeps its version and goes on with the next batch;
+//   - a step that Failed changes nothing but the version the shell says
+//     the trainer holds (a trainer may have stepped before its publish
+//     failed) and the trainer goes on with the next batch.
+//
+// There is no heartbeat: a lost StepDone is recovered by the
+// controller's retransmission of its batch (answered by the second rule).
+//
+// Shape: Step(now, Input), Tick(now) (nothing is timed), Ready() effects,
+// Advance(). Inputs: Received, Trained, Failed. Effects: Train, Announce,
+// Refuse. No goroutines, locks, I/O or clock; the versions the shell
+// reports are the authority (the Stepper counts its own steps).
+package steprule
