@@ -244,3 +244,13 @@ func plainText(msgs []chatenv.Message) string {
 	}
 	return b.String()
 }
+
+// countEnvFailure counts an aborted episode's environment reason.
+func (a *Actor) countEnvFailure(err error) {
+	switch {
+	case errors.Is(err, ErrEnvTimeout):
+		a.c.envTimeouts.Add(1)
+	case errors.Is(err, ErrEnvFailed):
+		a.c.envErrors.Add(1)
+	}
+}
