@@ -148,4 +148,3 @@ func TestRunOpenEnv(t *testing.T) {
 	}
 	checkChatTrajectories(t, got, "Answer with a number.<|im_end|>\n<|im_start|>user\nSay a number.<|im_end|>\n")
 }
-

@@ -12,12 +12,15 @@
 // answers {"echoed_message": "<a+b>"} with reward 0.
 //
 // Faults for failure tests: Fail makes /step answer 500 with FastAPI's
-// {"detail"}; Hang makes /step block until the request is cancelled.
+// {"detail"}; Hang makes /step block until the request is cancelled; Kill
+// closes the listener and every connection (a dead server: connection
+// refused) and Revive serves again on the same address.
 package openenvtest
 
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -37,6 +40,23 @@ type Server struct {
 	epoch int
 	stop  chan struct{}
 	once  sync.Once
+}
+
+// Kill drops the server: its connections are closed, new ones refused.
+func (s *Server) Kill() {
+	s.Server.CloseClientConnections()
+	_ = s.Server.Listener.Close()
+}
+
+// Revive serves again on the address Kill closed.
+func (s *Server) Revive() error {
+	ln, err := net.Listen("tcp", s.Server.Listener.Addr().String())
+	if err != nil {
+		return err
+	}
+	go func() { _ = s.Server.Config.Serve(ln) }()
+	s.Server.Listener = ln
+	return nil
 }
 
 // Close releases hung requests and stops the server.
