@@ -47,8 +47,10 @@ var Tools = json.RawMessage(`[{"type": "function", "function": {"name": "calc", 
 // value, or "error: ..." for a bad expression, an unknown tool, or a run
 // that hit the sandbox's wall-clock, CPU or memory limit) and ends the
 // episode with a message without tool calls, which the verifier scores:
-// the arith task's reward for the first number in it (1 for the exact
-// answer, partial credit for right digits, see tasks.ArithTask).
+// the arith task's reward for its first word (1 for the exact answer,
+// partial credit for right digits and length, none for junk glued to the
+// number; see tasks.ArithTask) — the system message asks for the number
+// only.
 type Calculator struct {
 	cfg   Config
 	arith tasks.Task
@@ -182,7 +184,7 @@ func (e *calcEnv) Step(ctx context.Context, a chatenv.Action) (chatenv.Result, e
 		return chatenv.Result{}, tasks.ErrNotReset
 	}
 	if len(a.Message.ToolCalls) == 0 {
-		_, r, _, err := e.verify.Step(firstNumber(a.Message.Content))
+		_, r, _, err := e.verify.Step(a.Message.Content)
 		return chatenv.Result{Reward: r, Done: true}, err
 	}
 	sb, err := e.c.sandbox()
@@ -213,11 +215,5 @@ func runCall(ctx context.Context, sb Sandbox, call chatenv.ToolCall) string {
 	}
 	return v
 }
-
-var number = regexp.MustCompile(`-?\d+`)
-
-// firstNumber is the first integer in the answer ("" when none), the
-// text the arith verifier scores.
-func firstNumber(s string) string { return number.FindString(s) }
 
 func (e *calcEnv) Close(context.Context) error { return nil }

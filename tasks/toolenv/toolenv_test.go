@@ -124,7 +124,7 @@ func TestCalculatorEpisode(t *testing.T) {
 			t.Errorf("reply %d %+v, want %q", i, m, want)
 		}
 	}
-	r, err = env.Step(ctx, chatenv.Action{Message: chatenv.Message{Role: "assistant", Content: "The answer is 85."}})
+	r, err = env.Step(ctx, chatenv.Action{Message: chatenv.Message{Role: "assistant", Content: " 85\n"}})
 	if err != nil || !r.Done || r.Reward != 1 {
 		t.Fatalf("answer %+v %v", r, err)
 	}
