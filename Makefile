@@ -59,7 +59,7 @@ node-deps:
 # deltas and quantised checkpoints through the vLLM extension) use the one
 # `make build` made rather than each building its own.
 test-python: python-deps build
-	ASYNCRL_BIN=$(abspath $(BIN)) $(PYTHON) -m pytest -q -p no:cacheprovider integrations/torch integrations/vllm
+	ASYNCRL_BIN=$(abspath $(BIN)) $(PYTHON) -m pytest -q -p no:cacheprovider integrations/torch integrations/vllm integrations/envs/tests
 
 # Slow learning checks: a full 30-step default run must learn (cluster/node).
 test-long:

@@ -53,6 +53,8 @@ type RolloutConfig struct {
 	// object (SkyRL's generator.chat_template_kwargs), e.g.
 	// {"enable_thinking": false} for Qwen3.
 	ChatTemplateKwargs string `yaml:"chat_template_kwargs" doc:"JSON object of extra chat-template variables, e.g. '{\"enable_thinking\": false}' (\"\" = none; only with chat_template)"`
+	// Env says where chat environments live (docs/environments.md).
+	Env RolloutEnvConfig `yaml:"env" doc:"chat environments: protocol (task, chat_http, openenv), server urls, tool-call format, step timeout"`
 }
 
 // RoutedExpertsConfig is rollout.routed_experts: off by default; when on,
@@ -82,6 +84,7 @@ func DefaultRollout() RolloutConfig {
 		TopP:              1,
 		TopK:              -1,
 		MaxTokens:         0,
+		Env:               DefaultRolloutEnv(),
 	}
 }
 
@@ -113,6 +116,7 @@ func (c RolloutConfig) Validate() error {
 			v.fail("chat_template_kwargs", "%v", err)
 		}
 	}
+	c.Env.validate(&v, c)
 	if r := c.RoutedExperts; r.Enabled && r != (RoutedExpertsConfig{Enabled: true}) {
 		// all three zero: the shape comes from the run's Hugging Face
 		// model (validatePolicyRoutes)

@@ -119,6 +119,10 @@ type Stats struct {
 	// StoreRetries counts retried stores in the trajectory buffer;
 	// GroupsUnstored the groups it never took (reported aborted instead).
 	StoreRetries, GroupsUnstored int64
+	// EnvErrors and EnvTimeouts count trajectories aborted by their chat
+	// environment (ErrEnvFailed, ErrEnvTimeout; among Aborted); ToolCalls
+	// and MalformedCalls the tool calls of finished ones.
+	EnvErrors, EnvTimeouts, ToolCalls, MalformedCalls int64
 }
 
 // Add sums o into s, field by field (the totals over a node's actors).
@@ -135,12 +139,17 @@ func (s *Stats) Add(o Stats) {
 	s.BadPrompts += o.BadPrompts
 	s.StoreRetries += o.StoreRetries
 	s.GroupsUnstored += o.GroupsUnstored
+	s.EnvErrors += o.EnvErrors
+	s.EnvTimeouts += o.EnvTimeouts
+	s.ToolCalls += o.ToolCalls
+	s.MalformedCalls += o.MalformedCalls
 }
 
 type counters struct {
 	started, finished, aborted, groupsReady, groupsAborted atomic.Int64
 	tokens, generated, resubmits, mixed, badPrompts        atomic.Int64
 	storeRetries, groupsUnstored                           atomic.Int64
+	envErrors, envTimeouts, toolCalls, malformedCalls      atomic.Int64
 }
 
 // Actor is a rollout actor: it takes prompts from the bus, plays a group
@@ -204,7 +213,9 @@ func (a *Actor) Stats() Stats {
 		GroupsReady: a.c.groupsReady.Load(), GroupsAborted: a.c.groupsAborted.Load(),
 		Tokens: a.c.tokens.Load(), Generated: a.c.generated.Load(), Resubmits: a.c.resubmits.Load(),
 		MixedVersions: a.c.mixed.Load(), BadPrompts: a.c.badPrompts.Load(),
-		StoreRetries: a.c.storeRetries.Load(), GroupsUnstored: a.c.groupsUnstored.Load()}
+		StoreRetries: a.c.storeRetries.Load(), GroupsUnstored: a.c.groupsUnstored.Load(),
+		EnvErrors: a.c.envErrors.Load(), EnvTimeouts: a.c.envTimeouts.Load(),
+		ToolCalls: a.c.toolCalls.Load(), MalformedCalls: a.c.malformedCalls.Load()}
 }
 
 // InFlight lists the groups the actor took and has not published yet
@@ -445,6 +456,7 @@ func (a *Actor) episode(p tasks.Prompt, id string) result {
 		if a.ctx.Err() != nil {
 			err = fmt.Errorf("%w: shutdown", ErrAborted)
 		} else {
+			a.countEnvFailure(err)
 			a.cfg.Logger.Warn().Err(err).Str("traj", id).Msg("episode aborted; its prompt will be requeued")
 		}
 		return result{err: err}
@@ -453,6 +465,8 @@ func (a *Actor) episode(p tasks.Prompt, id string) result {
 	a.c.tokens.Add(int64(len(ep.Tokens)))
 	a.c.generated.Add(int64(ep.Generated))
 	a.c.resubmits.Add(int64(ep.Resubmits))
+	a.c.toolCalls.Add(int64(ep.ToolCalls))
+	a.c.malformedCalls.Add(int64(ep.MalformedCalls))
 	if ep.mixed() {
 		a.c.mixed.Add(1)
 	}

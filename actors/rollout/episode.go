@@ -9,6 +9,7 @@ import (
 
 	"github.com/asyncrl/asyncrl/policy/tokenizer"
 	"github.com/asyncrl/asyncrl/tasks"
+	"github.com/asyncrl/asyncrl/tasks/chatenv"
 )
 
 // ErrAborted wraps the reason an episode was given up.
@@ -57,6 +58,12 @@ type EpisodeConfig struct {
 	// (see Chat). Vocab.Prefix and Vocab.Encode are then not used for
 	// context; Vocab still decodes the model's text for the environment.
 	Chat ChatFormat
+	// ToolFormat is how the model writes tool calls in chat environments
+	// (chatenv.ParseToolCalls); "" parses none.
+	ToolFormat chatenv.ToolFormat
+	// EnvTimeout bounds each Reset and Step of a chat environment (0 = no
+	// bound but the run's); past it the episode is aborted (ErrEnvTimeout).
+	EnvTimeout time.Duration
 }
 
 // ChatFormat starts one chat conversation per episode
@@ -164,6 +171,9 @@ type Episode struct {
 	// Generated counts model tokens; Resubmits counts calls that continued
 	// a turn after an engine failure or an abort-mode pause.
 	Generated, Resubmits int
+	// ToolCalls counts the tool calls the model wrote in a chat
+	// environment, MalformedCalls those of them that could not be parsed.
+	ToolCalls, MalformedCalls int
 }
 
 // OldestVersion is the minimum version over the model's tokens (-1 when
@@ -241,7 +251,13 @@ func (e *Episode) fillVersions() {
 // was aborted after producing tokens is continued from them. It returns an
 // error wrapping ErrAborted when a turn cannot complete, and ctx's error
 // when ctx ends.
+//
+// A chatenv.Task plays a chat episode instead (runChatEpisode: messages,
+// tool calls, ErrEnvFailed/ErrEnvTimeout on an environment's failure).
 func RunEpisode(ctx context.Context, gen Generator, task tasks.Task, p tasks.Prompt, id string, cfg EpisodeConfig) (Episode, error) {
+	if ct, ok := task.(chatenv.Task); ok {
+		return runChatEpisode(ctx, gen, ct, p, id, cfg)
+	}
 	env := task.NewEnv()
 	obs, err := env.Reset(p)
 	if err != nil {
@@ -286,14 +302,20 @@ func RunEpisode(ctx context.Context, gen Generator, task tasks.Task, p tasks.Pro
 		}
 		ep.addContext(next)
 	}
-	if len(ep.Tokens) > cfg.MaxSeqLen { // an observation overflowed the context
-		n := cfg.MaxSeqLen
-		ep.Tokens, ep.Logprobs, ep.LossMask, ep.Versions, ep.Support = ep.Tokens[:n], ep.Logprobs[:n], ep.LossMask[:n], ep.Versions[:n], ep.Support[:n]
-		ep.SupportLogprobs = ep.SupportLogprobs[:n]
-	}
-	ep.fillVersions()
-	ep.padRoutes(cfg.Routes)
+	ep.finish(cfg)
 	return ep, nil
+}
+
+// finish cuts an observation that overflowed the context and fills the
+// version and route columns.
+func (e *Episode) finish(cfg EpisodeConfig) {
+	if len(e.Tokens) > cfg.MaxSeqLen {
+		n := cfg.MaxSeqLen
+		e.Tokens, e.Logprobs, e.LossMask, e.Versions, e.Support = e.Tokens[:n], e.Logprobs[:n], e.LossMask[:n], e.Versions[:n], e.Support[:n]
+		e.SupportLogprobs = e.SupportLogprobs[:n]
+	}
+	e.fillVersions()
+	e.padRoutes(cfg.Routes)
 }
 
 // contextBuilder turns observations into context tokens: the vocabulary's

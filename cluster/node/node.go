@@ -230,7 +230,7 @@ func New(cfg config.Config, opts Options) (*Node, error) {
 
 // buildTask resolves rollout.task and the optional rollout.dataset.
 func buildTask(cfg config.Config) (tasks.Task, error) {
-	task, err := tasks.Get(cfg.Rollout.Task)
+	task, err := wiring.EnvTask(cfg.Rollout) // rollout.task, or rollout.env's servers
 	if err != nil {
 		return nil, fmt.Errorf("%w: rollout.task: %w", ErrConfig, err)
 	}

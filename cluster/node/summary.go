@@ -60,6 +60,8 @@ func (n *Node) Summary(interrupted bool, runErr error) report.Summary {
 	s.TrajectoriesStarted, s.TrajectoriesFinished, s.TrajectoriesAborted = tot.Started, tot.Finished, tot.Aborted
 	s.TrajectoriesMixedVersions = tot.MixedVersions
 	s.TurnResubmits = tot.Resubmits
+	s.TrajectoriesAbortedEnvError, s.TrajectoriesAbortedEnvTimeout = tot.EnvErrors, tot.EnvTimeouts
+	s.ToolCalls, s.ToolCallsMalformed = tot.ToolCalls, tot.MalformedCalls
 	s.Tokens, s.GeneratedTokens = tot.Tokens, tot.Generated
 	if wall > 0 {
 		s.TokensPerSecond = float64(tot.Tokens) / wall

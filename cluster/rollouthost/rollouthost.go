@@ -20,6 +20,7 @@ import (
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/policy"
 	"github.com/asyncrl/asyncrl/tasks"
+	"github.com/asyncrl/asyncrl/tasks/chatenv"
 	"github.com/asyncrl/asyncrl/transport"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
 )
@@ -341,6 +342,7 @@ func Setup(cfg config.Config, override int) (count int, ecfg rollout.EpisodeConf
 	}
 	ecfg.Temperature, ecfg.TopP, ecfg.TopK = ro.Temperature, ro.TopP, ro.TopK
 	ecfg.TurnTimeout = ro.TurnTimeout
+	ecfg.ToolFormat, ecfg.EnvTimeout = chatenv.ToolFormat(ro.Env.ToolFormat), ro.Env.StepTimeout
 	// The trainer normalises over the support set; the rollout logprobs it
 	// compares against must be normalised the same way (the engine's
 	// output_support_logprobs).

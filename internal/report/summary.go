@@ -68,6 +68,16 @@ type Summary struct {
 	// came from more than one policy version (keep-mode updates).
 	TrajectoriesMixedVersions int64 `json:"trajectories_mixed_versions"`
 	TurnResubmits             int64 `json:"turn_resubmits"`
+	// TrajectoriesAbortedEnvError/EnvTimeout are the trajectories (among
+	// TrajectoriesAborted) aborted by their chat environment: it failed
+	// (an error, a dead server, garbage) or did not answer within
+	// rollout.env.step_timeout. Their groups were requeued.
+	TrajectoriesAbortedEnvError   int64 `json:"trajectories_aborted_env_error"`
+	TrajectoriesAbortedEnvTimeout int64 `json:"trajectories_aborted_env_timeout"`
+	// ToolCalls counts the tool calls of finished chat-environment
+	// trajectories, ToolCallsMalformed those answered with a parse error.
+	ToolCalls          int64 `json:"tool_calls"`
+	ToolCallsMalformed int64 `json:"tool_calls_malformed"`
 	// Throughput: all trajectory tokens (prompt, generated, observations)
 	// and generated tokens per wall second.
 	Tokens                int64   `json:"tokens"`

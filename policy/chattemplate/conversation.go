@@ -128,10 +128,20 @@ func (c *Conversation) render(msgs []Message, gen bool) (string, error) {
 // Open returns the prompt's tokens: the system message (if any) and the
 // first observation as a user message, rendered with the generation prompt.
 func (c *Conversation) Open(observation string) ([]int32, error) {
+	return c.OpenWith(Message{Role: "user", Content: observation})
+}
+
+// OpenWith is Open with any opening messages (a chat environment's
+// system, user, … messages; they follow ConversationOptions.System when
+// that is set): the messages rendered with the generation prompt.
+func (c *Conversation) OpenWith(msgs ...Message) ([]int32, error) {
 	if len(c.msgs) > 1 || len(c.msgs) == 1 && c.msgs[0].Role != "system" {
 		return nil, fmt.Errorf("chattemplate: Open called twice")
 	}
-	c.msgs = append(c.msgs, Message{Role: "user", Content: observation})
+	if len(msgs) == 0 {
+		return nil, fmt.Errorf("chattemplate: Open needs a message")
+	}
+	c.msgs = append(c.msgs, msgs...)
 	text, err := c.render(c.msgs, true)
 	if err != nil {
 		return nil, err

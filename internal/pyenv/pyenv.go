@@ -1,0 +1,61 @@
+// Package pyenv is a test helper: it starts a Python chat-environment
+// server of integrations/envs (python3 -m asyncrl_envs) for a Go test and
+// stops it when the test ends.
+package pyenv
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Python is Debian's interpreter, the one integrations/ targets.
+const Python = "/usr/bin/python3"
+
+// Root is the module root found from the working directory.
+func Root(t testing.TB) string {
+	t.Helper()
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for d := wd; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return d
+		}
+		if filepath.Dir(d) == d {
+			t.Fatal("pyenv: no go.mod above the working directory")
+		}
+	}
+}
+
+// Start serves spec ("module:attr", imported from integrations/envs and
+// integrations/envs/tests) and returns its base URL and the process (a
+// test may kill it). Skipped when the interpreter is missing.
+func Start(t testing.TB, spec string) (string, *os.Process) {
+	t.Helper()
+	if _, err := os.Stat(Python); err != nil {
+		t.Skipf("%s not installed", Python)
+	}
+	root := Root(t)
+	cmd := exec.Command(Python, "-m", "asyncrl_envs", "--env", spec)
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(root, "integrations", "envs")+":"+filepath.Join(root, "integrations", "envs", "tests"))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	base, ok := strings.CutPrefix(strings.TrimSpace(line), "listening ")
+	if err != nil || !ok {
+		t.Fatalf("pyenv: %s said %q, %v", spec, line, err)
+	}
+	return base, cmd.Process
+}
