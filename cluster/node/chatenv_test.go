@@ -65,7 +65,7 @@ func (c *trajectories) on(m *transport.Msg) {
 
 func collect(t *testing.T, into *trajectories) func(*Node) {
 	return func(n *Node) {
-		sub, err := n.Bus().Subscribe(n.subj.kept, into.on)
+		sub, err := n.Bus().Subscribe(n.subj.Kept, into.on)
 		if err != nil {
 			t.Fatal(err)
 		}
