@@ -11,6 +11,11 @@ type ClusterConfig struct {
 	Roles []Role `yaml:"roles" doc:"parts of the system this node runs"`
 	// GossipAddr is the memberlist bind address.
 	GossipAddr string `yaml:"gossip_addr" doc:"membership gossip address (host:port)"`
+	// GossipKeyFile holds the gossip encryption keys (cluster.LoadGossipKeys:
+	// one raw 16/24/32-byte AES key, or base64 keys one a line, the first
+	// primary). Required when the node's gossip address is off loopback
+	// (asyncrl node --gossip); asyncrl node --gossip-key-file overrides it.
+	GossipKeyFile string `yaml:"gossip_key_file" doc:"file holding the gossip (memberlist) encryption key: base64 of a 16, 24 or 32-byte AES key, one a line, the first used to send and all accepted (rotation: docs/security.md), or the raw key alone; required when --gossip is off loopback; never printed"`
 	// Join lists gossip addresses of existing members; empty = start a new cluster.
 	Join []string `yaml:"join" doc:"gossip addresses of existing members to join; empty = start a new cluster"`
 }

@@ -58,6 +58,10 @@ type AgentConfig struct {
 	BusSecurity wiring.BusSecurity
 	// Gossip is the memberlist bind address (host:port; port 0 picks one).
 	Gossip string
+	// GossipKeys encrypt and authenticate gossip (cluster.LoadGossipKeys
+	// of --gossip-key-file or cluster.gossip_key_file; the first is the
+	// primary). Required when Gossip is off loopback.
+	GossipKeys [][]byte
 	// Join lists gossip addresses of existing members (empty for the first).
 	Join []string
 	// GPUs is advertised in the node's metadata (gpu.Probe's device count).

@@ -478,3 +478,24 @@ func TestMirrorStopWaitsForTheWriteInProgress(t *testing.T) {
 		t.Fatalf("wait returned after %s; want once the write landed (300 ms)", took)
 	}
 }
+
+// Gossip off loopback needs a key; on loopback (":port" binds 127.0.0.1
+// here) it does not. The check runs before anything starts.
+func TestGossipOffLoopbackNeedsKey(t *testing.T) {
+	_, err := StartAgent(context.Background(), AgentConfig{Name: "n1", Roles: []string{placement.Engine},
+		Gossip: "192.0.2.1:7946", Run: config.Default()})
+	if !errors.Is(err, ErrAgentConfig) || !strings.Contains(err.Error(), "--gossip-key-file") || !strings.Contains(err.Error(), "192.0.2.1:7946") {
+		t.Fatalf("err = %v; want ErrAgentConfig naming the address and --gossip-key-file", err)
+	}
+	for _, addr := range []string{"127.0.0.1:7946", ":7946", "localhost:7946"} {
+		c := AgentConfig{Name: "n1", Roles: []string{placement.Engine}, Gossip: addr, Run: config.Default()}
+		if err := c.normalize(); err != nil {
+			t.Errorf("--gossip %s: %v", addr, err)
+		}
+	}
+	c := AgentConfig{Name: "n1", Roles: []string{placement.Engine}, Gossip: "192.0.2.1:7946",
+		GossipKeys: [][]byte{make([]byte, 32)}, Run: config.Default()}
+	if err := c.normalize(); err != nil {
+		t.Fatalf("off loopback with a key: %v", err)
+	}
+}

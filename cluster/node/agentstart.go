@@ -110,6 +110,9 @@ func (c *AgentConfig) normalize() error {
 	if err := c.checkClusterListen(); err != nil {
 		return err
 	}
+	if err := c.checkGossip(); err != nil {
+		return err
+	}
 	if c.LeaseTTL == 0 {
 		c.LeaseTTL = 3 * time.Second
 	}
@@ -163,6 +166,18 @@ func (c *AgentConfig) checkClusterListen() error {
 			ErrAgentConfig, c.ClusterListen, strings.Join(miss, " and "))
 	}
 	return nil
+}
+
+// checkGossip refuses gossip off loopback without a key: memberlist
+// would admit anyone who reaches the port as a member (a quorum voter that
+// sees the node's endpoints).
+func (c *AgentConfig) checkGossip() error {
+	host, _, err := c.gossipAddr()
+	if err != nil || netx.IsLoopback(host) || len(c.GossipKeys) > 0 {
+		return err
+	}
+	return fmt.Errorf("%w: --gossip %s is off loopback: anyone who reaches it would join the cluster's membership and vote in its quorum; it needs a gossip key: --gossip-key-file (cluster.gossip_key_file) (docs/security.md; make one with: head -c 32 /dev/urandom | base64)",
+		ErrAgentConfig, c.Gossip)
 }
 
 // gossipAddr is the memberlist bind host and port (--gossip; default
@@ -280,7 +295,7 @@ func (a *Agent) joinGossip(ctx context.Context, host string, port int) (err erro
 		meta.Endpoints["route"] = u
 	}
 	mc := cluster.DefaultMembershipConfig(cfg.Name)
-	mc.BindAddr, mc.BindPort, mc.Join, mc.Meta = host, port, cfg.Join, meta
+	mc.BindAddr, mc.BindPort, mc.Join, mc.Meta, mc.Keys = host, port, cfg.Join, meta, cfg.GossipKeys
 	a.quorum.Joined(cfg.Name)
 	mc.OnJoin, mc.OnLeave = a.onJoin, a.onLeave
 	// The member named by --join may still be starting (three terminals

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/asyncrl/asyncrl/cluster"
 	"github.com/asyncrl/asyncrl/cluster/node"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/gpu"
@@ -29,6 +30,7 @@ type nodeFlags struct {
 	nats           string
 	join           []string
 	gossip         string
+	gossipKeyFile  string
 	clusterListen  string
 	routes         []string
 	replicas       int
@@ -165,8 +167,12 @@ func newNodeCmd(g *globals) *cobra.Command {
 			if tl := cmp.Or(f.tinkerListen, cfg.Tinker.Listen); slices.Contains(roles, "tinker") && tinkerKey == "" && !netx.IsLoopback(tl) {
 				return fail("asyncrl node: the tinker role listens on %s, off loopback: give its API key with --tinker-api-key-file", tl)
 			}
+			gossipKeys, err := readGossipKeys(cmp.Or(f.gossipKeyFile, cfg.Cluster.GossipKeyFile))
+			if err != nil {
+				return fail("asyncrl node: %v", err)
+			}
 			a, err := node.StartAgent(ctx, node.AgentConfig{Name: f.name, Roles: roles, NATSURL: f.nats,
-				ClusterListen: f.clusterListen, Routes: f.routes, BusSecurity: sec, Gossip: f.gossip, Join: f.join,
+				ClusterListen: f.clusterListen, Routes: f.routes, BusSecurity: sec, Gossip: f.gossip, GossipKeys: gossipKeys, Join: f.join,
 				GPUs: len(inv.Devices), Replicas: f.replicas, LeaseTTL: f.leaseTTL,
 				StallAfter: f.stallAfter, UnhealthyAfter: f.unhealthyAfter, StartAfter: f.startAfter, Run: cfg, Logger: log,
 				Events: g.stdout, RouterListen: f.routerListen, RouterAdminToken: f.routerToken,
@@ -189,6 +195,7 @@ func newNodeCmd(g *globals) *cobra.Command {
 	fs.StringVar(&f.nats, "nats", "", "`URL`s of an existing NATS cluster (comma-separated); empty hosts an embedded nats-server")
 	fs.StringSliceVar(&f.join, "join", nil, "gossip `HOST:PORT` of an existing member (repeat or comma-separate; none for the first node)")
 	fs.StringVar(&f.gossip, "gossip", "127.0.0.1:7946", "gossip (memberlist) listen `ADDR` host:port")
+	fs.StringVar(&f.gossipKeyFile, "gossip-key-file", "", "`FILE` holding the gossip encryption key(s) (cluster.gossip_key_file; required when --gossip is off loopback; docs/security.md)")
 	fs.StringVar(&f.clusterListen, "cluster-listen", "", "embedded nats-server route listen `ADDR` (host:port) to form a NATS cluster with the other nodes")
 	fs.StringSliceVar(&f.routes, "routes", nil, "every member's route `URL` (nats-route://host:port, comma-separated, this node's included)")
 	fs.IntVar(&f.replicas, "replicas", 1, "JetStream replicas of every stream the run keeps: leases, name claims, durable ledger, checkpoints, each term's trajectory buffer and weights (3 on a three-server cluster)")
@@ -208,6 +215,15 @@ func newNodeCmd(g *globals) *cobra.Command {
 	fs.StringVar(&f.holdFile, "hold-file", "", "while `FILE` names a hold point (save, marks, checkpoint-write, publish), the trainer holder's term stops there and writes a hold event (kill tests)")
 	_ = fs.MarkHidden("hold-file")
 	return cmd
+}
+
+// readGossipKeys reads --gossip-key-file / cluster.gossip_key_file (nil
+// when unset: plaintext gossip, which StartAgent allows on loopback only).
+func readGossipKeys(path string) ([][]byte, error) {
+	if path == "" {
+		return nil, nil
+	}
+	return cluster.LoadGossipKeys(path)
 }
 
 // readTinkerKey reads --tinker-api-key-file ("" when unset).

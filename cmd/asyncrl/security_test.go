@@ -67,3 +67,21 @@ func TestEngineOffLoopbackNeedsKey(t *testing.T) {
 		t.Errorf("missing key file: code %d, stderr %q", code, errOut)
 	}
 }
+
+// asyncrl node gossiping off loopback without a key refuses to start,
+// naming --gossip-key-file; a bad key file is named with the lengths it
+// should have.
+func TestNodeGossipOffLoopbackNeedsKey(t *testing.T) {
+	code, _, errOut := cli(t, "node", "--name", "n1", "--roles", "engine", "--gossip", "10.255.0.1:7946")
+	if code != 1 || !strings.Contains(errOut, "--gossip-key-file") || !strings.Contains(errOut, "off loopback") {
+		t.Errorf("no key: code %d, stderr %q", code, errOut)
+	}
+	bad := filepath.Join(t.TempDir(), "gossip.key")
+	if err := os.WriteFile(bad, []byte("c2hvcnQ=\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut = cli(t, "node", "--name", "n1", "--roles", "engine", "--gossip", "10.255.0.1:7946", "--gossip-key-file", bad)
+	if code != 1 || !strings.Contains(errOut, bad) || !strings.Contains(errOut, "16, 24 or 32-byte") {
+		t.Errorf("bad key file: code %d, stderr %q", code, errOut)
+	}
+}
