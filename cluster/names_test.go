@@ -20,7 +20,9 @@ func TestClaimNameRefusesASecondLiveNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	ttl := 400 * time.Millisecond
+	// A TTL far above any scheduling delay: a reclaim that took the TTL
+	// waited for expiry (the resign failed), one under it did not.
+	ttl := 2 * time.Second
 	g1, err := ClaimName(ctx, b.Conn(), NameClaim{Name: "node.1", Instance: "host-a:100", TTL: ttl})
 	if err != nil {
 		t.Fatal(err)
