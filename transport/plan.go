@@ -167,7 +167,12 @@ func planOf(run string) RunPlan {
 
 // join spells asyncrl.<run>.<topic>[.<more>…] without validating.
 func join(run string, topic Topic, more ...string) string {
+	n := len(SubjectRoot) + 1 + len(run) + 1 + len(topic)
+	for _, m := range more {
+		n += 1 + len(m)
+	}
 	var b strings.Builder
+	b.Grow(n)
 	b.WriteString(SubjectRoot)
 	b.WriteByte('.')
 	b.WriteString(run)

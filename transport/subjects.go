@@ -138,22 +138,7 @@ func Subject(run string, topic Topic, more ...string) (string, error) {
 			return "", err
 		}
 	}
-	n := len(SubjectRoot) + 1 + len(run) + 1 + len(topic)
-	for _, m := range more {
-		n += 1 + len(m)
-	}
-	var b strings.Builder
-	b.Grow(n)
-	b.WriteString(SubjectRoot)
-	b.WriteByte('.')
-	b.WriteString(run)
-	b.WriteByte('.')
-	b.WriteString(string(topic))
-	for _, m := range more {
-		b.WriteByte('.')
-		b.WriteString(m)
-	}
-	return b.String(), nil
+	return join(run, topic, more...), nil
 }
 
 // MustSubject is Subject for constant arguments; it panics on a bad token.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/asyncrl/asyncrl/policy/chattemplate"
 	"github.com/asyncrl/asyncrl/tasks"
 )
 
@@ -33,18 +34,12 @@ type Message struct {
 }
 
 // ToolCall is an assistant's call of a tool, {"id", "type": "function",
-// "function": {"name", "arguments"}}.
-type ToolCall struct {
-	ID       string       `json:"id,omitempty"`
-	Type     string       `json:"type"`
-	Function FunctionCall `json:"function"`
-}
+// "function": {"name", "arguments"}}: the chat template's own type, so a
+// parsed call renders as the template expects it.
+type ToolCall = chattemplate.ToolCall
 
 // FunctionCall names a function and its arguments (a JSON object).
-type FunctionCall struct {
-	Name      string          `json:"name"`
-	Arguments json.RawMessage `json:"arguments"`
-}
+type FunctionCall = chattemplate.FunctionCall
 
 // Start is what Reset returns: the messages the episode opens with
 // (system, user, …; the rollout renders them with the chat template and

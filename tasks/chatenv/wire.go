@@ -1,7 +1,7 @@
 package chatenv
 
 import (
-	"github.com/asyncrl/asyncrl/tasks"
+	"github.com/asyncrl/asyncrl/tasks/httpenv"
 )
 
 // The wire form of this contract over HTTP (JSON bodies, one object each;
@@ -17,24 +17,21 @@ import (
 //
 // A non-2xx answer is {"error": "<message>"}; it fails the trajectory
 // (ErrEnv). Messages are the OpenAI shape of Message.
+//
+// The paths, /info and /reset's request are httpenv's: the chat wire form
+// is that protocol with messages in place of strings.
 const (
-	PathInfo  = "/info"
-	PathReset = "/reset"
-	PathStep  = "/step"
-	PathClose = "/close"
+	PathInfo  = httpenv.PathInfo
+	PathReset = httpenv.PathReset
+	PathStep  = httpenv.PathStep
+	PathClose = httpenv.PathClose
 )
 
-// Info is GET /info.
-type Info struct {
-	Name             string `json:"name"`
-	MaxTurns         int    `json:"max_turns"`
-	MaxTokensPerTurn int    `json:"max_tokens_per_turn"`
-}
+// Info is GET /info (name and limits, as httpenv's).
+type Info = httpenv.Info
 
-// ResetRequest is POST /reset's body.
-type ResetRequest struct {
-	Prompt tasks.Prompt `json:"prompt"`
-}
+// ResetRequest is POST /reset's body (the prompt, as httpenv's).
+type ResetRequest = httpenv.ResetRequest
 
 // ResetResponse is POST /reset's answer.
 type ResetResponse struct {
