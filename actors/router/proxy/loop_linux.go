@@ -155,6 +155,11 @@ func (r *Router) serveLoop(ln net.Listener) error {
 	for range n {
 		l, err := newLoop(r, hand, tl)
 		if err != nil {
+			if r.frontStopped() {
+				// Shutdown closed the listener before this loop took
+				// its copy: that is a stop, not a failure to serve.
+				err = http.ErrServerClosed
+			}
 			errs <- err
 			continue
 		}
