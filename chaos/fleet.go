@@ -169,11 +169,13 @@ func (f *fleet) restart(i int) error {
 	}
 	var ln net.Listener
 	var err error
-	for try := 0; try < 50; try++ { // the old listener's port can take a moment to free
-		if ln, err = net.Listen("tcp", mb.addr); err == nil {
+	// The old listener's port can take a moment to free: the killed
+	// engine's shutdown closes it, and on a loaded machine (make test runs
+	// packages side by side) that took over the former 1 s of retries.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if ln, err = net.Listen("tcp", mb.addr); err == nil || time.Now().After(deadline) {
 			break
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 	if err != nil {
 		return fmt.Errorf("chaos: engine %d: relisten on %s: %w", i, mb.addr, err)
