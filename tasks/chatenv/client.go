@@ -57,7 +57,7 @@ func Dial(ctx context.Context, baseURL string, cfg ClientConfig) (*Client, error
 	if err := PostJSON(ctx, c.hc, http.MethodGet, c.base+PathInfo, cfg.MaxResponseBytes, nil, &c.info); err != nil {
 		return nil, fmt.Errorf("chatenv: dial %s (is the environment server running?): %w", c.base, err)
 	}
-	if c.info.Name == "" || c.info.MaxTurns < 1 || c.info.MaxTokensPerTurn < 1 {
+	if !c.info.Valid() {
 		return nil, fmt.Errorf("%w: %s%s returned %+v: want a name and positive limits", ErrEnv, c.base, PathInfo, c.info)
 	}
 	return c, nil
@@ -69,10 +69,7 @@ func (c *Client) MaxTurns() int         { return c.info.MaxTurns }
 func (c *Client) MaxTokensPerTurn() int { return c.info.MaxTokensPerTurn }
 
 // Sample draws a seed only; the server makes the prompt on reset.
-func (c *Client) Sample(rng *rand.Rand) tasks.Prompt {
-	seed := rng.Int64()
-	return tasks.Prompt{ID: fmt.Sprintf("%s-%016x", c.info.Name, uint64(seed)), Seed: seed}
-}
+func (c *Client) Sample(rng *rand.Rand) tasks.Prompt { return c.info.SeedPrompt(rng) }
 
 // NewEnv is the text-level view of an episode (TextEnv).
 func (c *Client) NewEnv() tasks.Env { return TextEnv(c.NewChatEnv(), ToolsNone, c.cfg.Timeout) }

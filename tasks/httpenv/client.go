@@ -98,7 +98,7 @@ func Dial(ctx context.Context, baseURL string, cfg ClientConfig) (*Client, error
 	if err := c.do(ctx, http.MethodGet, PathInfo, nil, &c.info); err != nil {
 		return nil, err
 	}
-	if c.info.Name == "" || c.info.MaxTurns < 1 || c.info.MaxTokensPerTurn < 1 {
+	if !c.info.Valid() {
 		return nil, fmt.Errorf("%w: %s%s returned %+v: want a name and positive limits", ErrProtocol, c.base, PathInfo, c.info)
 	}
 	return c, nil
@@ -112,10 +112,7 @@ func (c *Client) MaxTokensPerTurn() int { return c.info.MaxTokensPerTurn }
 // Sample draws a seed only: the prompt's Text is empty and the server
 // generates it from the seed on Reset (the observation carries it). That
 // keeps Sample free of I/O, as the Task contract asks.
-func (c *Client) Sample(rng *rand.Rand) tasks.Prompt {
-	seed := rng.Int64()
-	return tasks.Prompt{ID: fmt.Sprintf("%s-%016x", c.info.Name, uint64(seed)), Seed: seed}
-}
+func (c *Client) Sample(rng *rand.Rand) tasks.Prompt { return c.info.SeedPrompt(rng) }
 
 // NewEnv returns an Env whose episodes live on the server.
 func (c *Client) NewEnv() tasks.Env { return c.NewRemoteEnv() }

@@ -1,6 +1,11 @@
 package httpenv
 
-import "github.com/asyncrl/asyncrl/tasks"
+import (
+	"fmt"
+	"math/rand/v2"
+
+	"github.com/asyncrl/asyncrl/tasks"
+)
 
 // Paths of the protocol.
 const (
@@ -15,6 +20,17 @@ type Info struct {
 	Name             string `json:"name"`
 	MaxTurns         int    `json:"max_turns"`
 	MaxTokensPerTurn int    `json:"max_tokens_per_turn"`
+}
+
+// Valid reports whether the server named itself and gave positive limits.
+func (i Info) Valid() bool { return i.Name != "" && i.MaxTurns >= 1 && i.MaxTokensPerTurn >= 1 }
+
+// SeedPrompt is a client's Sample: a seed only, the prompt's Text empty
+// (the server generates it from the seed on reset), so Sample stays free
+// of I/O as the Task contract asks.
+func (i Info) SeedPrompt(rng *rand.Rand) tasks.Prompt {
+	seed := rng.Int64()
+	return tasks.Prompt{ID: fmt.Sprintf("%s-%016x", i.Name, uint64(seed)), Seed: seed}
 }
 
 // ResetRequest is the body of POST /reset.
