@@ -28,4 +28,3 @@ func TestPromptTokenOf(t *testing.T) {
 		}
 	}
 }
-
