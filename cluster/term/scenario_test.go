@@ -74,14 +74,14 @@ func (s *scenarioRun) run(t *testing.T, d *datadriven.TestData) string {
 		s.c, s.now = c, t0
 		return "ok"
 	case "define":
-		for _, line := range lines(d.Input) {
+		for _, line := range scenario.Lines(d.Input) {
 			if err := s.p.Define(line); err != nil {
 				d.Fatalf(t, "%v", err)
 			}
 		}
 		return ""
 	case "step":
-		for _, line := range lines(d.Input) {
+		for _, line := range scenario.Lines(d.Input) {
 			v, err := s.p.Line(line)
 			if err != nil {
 				d.Fatalf(t, "%v", err)
@@ -132,15 +132,4 @@ func arg(t *testing.T, d *datadriven.TestData) string {
 		d.Fatalf(t, "%s wants one argument", d.Cmd)
 	}
 	return d.CmdArgs[0].Key
-}
-
-// lines are the block's lines, blank ones and # comments left out.
-func lines(s string) []string {
-	var out []string
-	for _, l := range strings.Split(s, "\n") {
-		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
-			out = append(out, l)
-		}
-	}
-	return out
 }

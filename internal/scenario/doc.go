@@ -19,7 +19,9 @@
 //   - a bare word (no spaces or brackets) or a Go-quoted string, read as
 //     the field's kind: string, bool (a field named alone is true), any
 //     int or uint, float, time.Duration ("1m30s");
-//   - (fields…): a struct value, its fields set the same way;
+//   - (fields…): a struct value, its fields set the same way; the
+//     fields not named keep the value they had (Fields' starting value,
+//     or zero);
 //   - [values…]: a slice, its elements separated by spaces;
 //   - {key:value …}: a map, split at each entry's first colon;
 //   - $name or $name(fields…): a value the file defined earlier, copied,

@@ -127,7 +127,7 @@ func (p *Parser) fields(l *lexer, v reflect.Value, end string) error {
 			continue
 		}
 		l.next()
-		val, err := p.value(l, f.Type())
+		val, err := p.value(l, f)
 		if err != nil {
 			return fmt.Errorf("field %s: %w", tok.text, err)
 		}
@@ -146,12 +146,15 @@ func field(v reflect.Value, name string) (reflect.Value, error) {
 	return reflect.Value{}, fmt.Errorf("%s has no field %s", t, name)
 }
 
-// value reads one value of type t.
-func (p *Parser) value(l *lexer, t reflect.Type) (reflect.Value, error) {
+// value reads one value of cur's type. A struct in brackets starts from
+// cur: "(…)" changes the fields it names and keeps the others.
+func (p *Parser) value(l *lexer, cur reflect.Value) (reflect.Value, error) {
+	t := cur.Type()
 	tok := l.next()
 	switch {
 	case tok.kind == punct && tok.text == "(":
 		v := reflect.New(t).Elem()
+		v.Set(cur)
 		if t.Kind() != reflect.Struct {
 			return v, fmt.Errorf("(…) is a struct, %s is not", t)
 		}
@@ -183,7 +186,7 @@ func (p *Parser) slice(l *lexer, t reflect.Type) (reflect.Value, error) {
 		} else if tok.kind == eof {
 			return s, fmt.Errorf("missing ]")
 		}
-		e, err := p.value(l, t.Elem())
+		e, err := p.value(l, reflect.New(t.Elem()).Elem())
 		if err != nil {
 			return s, fmt.Errorf("element %d: %w", s.Len(), err)
 		}
@@ -278,4 +281,16 @@ func scalar(s string, t reflect.Type) (reflect.Value, error) {
 		return v, fmt.Errorf("%q as %s: %w", s, t, err)
 	}
 	return v, nil
+}
+
+// Lines are the lines of a scenario block, blank ones and # comments
+// left out, each trimmed.
+func Lines(block string) []string {
+	var out []string
+	for _, l := range strings.Split(block, "\n") {
+		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
+			out = append(out, l)
+		}
+	}
+	return out
 }

@@ -117,10 +117,11 @@ func TestFieldsSetsAStruct(t *testing.T) {
 	p := testParser()
 	var c claimed
 	c.Prev.Holder = "kept"
+	c.Claimed.Holder = "kept too"
 	if err := p.Fields(&c, "token=7 claimed=(step=2)"); err != nil {
 		t.Fatal(err)
 	}
-	if c.Token != 7 || c.Claimed.Step != 2 || c.Prev.Holder != "kept" {
+	if c.Token != 7 || c.Claimed.Step != 2 || c.Prev.Holder != "kept" || c.Claimed.Holder != "kept too" {
 		t.Errorf("got %+v", c)
 	}
 	if err := p.Fields(c, "token=1"); err == nil {
