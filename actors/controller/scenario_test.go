@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/datadriven"
 
 	"github.com/asyncrl/asyncrl/actors/effect"
+	"github.com/asyncrl/asyncrl/actors/filter"
 	"github.com/asyncrl/asyncrl/internal/scenario"
 	"github.com/asyncrl/asyncrl/messages"
 )
@@ -21,11 +22,13 @@ import (
 // expected output after a deliberate change; the diff is the change. The
 // commands:
 //
-//	new b=B w=W s=S [limit=N] [seed=N]
+//	new b=B w=W s=S [limit=N] [seed=N] [sampling=MODE]
 //	               a fresh core: testConfig(B, W, S) (subjects P prompts,
 //	               T train, C capacity, L ledger, S settled), a source of
 //	               prompts p1, p2, … (limit: that many), Config.Rand from
-//	               seed; the block's line sets further Config fields;
+//	               seed, dynamic sampling in MODE (filter.DefaultConfig,
+//	               2 samples per prompt); the block's line sets further
+//	               Config fields;
 //	               prints "ok" or New's error
 //	start          Core.Start
 //	step           each line a message; GroupReady takes group, prompt,
@@ -110,6 +113,11 @@ func (s *ctlScenario) new(t *testing.T, d *datadriven.TestData) string {
 	d.ScanArgs(t, "s", &st)
 	d.MaybeScanArgs(t, "limit", &limit)
 	cfg := testConfig(b, w, st)
+	var mode string
+	if d.MaybeScanArgs(t, "sampling", &mode) {
+		cfg.Sampling = filter.DefaultConfig()
+		cfg.Sampling.Mode, cfg.Sampling.NSamplesPerPrompt = filter.Mode(mode), 2
+	}
 	if err := s.p.Fields(&cfg, d.Input); err != nil {
 		d.Fatalf(t, "%v", err)
 	}
