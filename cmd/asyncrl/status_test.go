@@ -76,6 +76,7 @@ func TestStatusOnceShowsRunningNode(t *testing.T) {
 		last = got
 		if ok := checkStatus(t, got, false); ok {
 			t.Logf("asyncrl status --once:\n%s", got)
+			checkLive(t, url)
 			return
 		}
 		if time.Now().After(deadline) {
@@ -117,4 +118,37 @@ func checkStatus(t *testing.T, out string, report bool) bool {
 		return bad("no engine of solo listed")
 	}
 	return true
+}
+
+// checkLive runs the live view (piped: one snapshot after another,
+// separated by a blank line) until it has redrawn twice, then stops it
+// as an interrupt would; it exits 0.
+func checkLive(t *testing.T, url string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errb syncbuf.Buffer
+	done := make(chan int, 1)
+	go func() {
+		done <- executeContext(ctx, []string{"status", "--nats", url, "--interval", "200ms"}, &out, &errb)
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for strings.Count(out.String(), "asyncrl status: run local") < 2 {
+		select {
+		case code := <-done:
+			t.Fatalf("live status exited with %d before two redraws: %s", code, errb.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("live status did not redraw twice in 30s:\n%s", out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("live status: code %d after cancel, stderr %q", code, errb.String())
+	}
+	if !strings.Contains(out.String(), "\n\nasyncrl status: run local") || !strings.Contains(out.String(), "lease    trainer lease held by solo") {
+		t.Errorf("live output is not snapshots separated by a blank line naming the holder:\n%s", out.String())
+	}
 }
