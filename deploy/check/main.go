@@ -75,10 +75,15 @@ func run(chartDir, dashboard string, cli *asyncrlCheck, outDir string, verbose b
 		if sc != "" {
 			name, files = filepath.Base(sc), []string{sc}
 		}
-		_, ms, err := render(chartDir, files)
+		missing, ms, err := render(chartDir, files)
 		if err != nil {
 			problems = append(problems, fmt.Sprintf("%s: %v", name, err))
 			continue
+		}
+		if sc == "" {
+			for _, d := range missing {
+				fmt.Printf("note: dependency %s is not in charts/: run `helm dependency build` on the chart before `helm install` (the check renders without it)\n", d)
+			}
 		}
 		kinds, bad := map[string]int{}, 0
 		for _, m := range ms {

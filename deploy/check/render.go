@@ -34,10 +34,19 @@ type manifest struct {
 // client-side (action.Install: ProcessDependencies, values with the
 // chart's values.schema.json checked, engine.Render), and returns its
 // manifests, one per YAML document, without NOTES.txt and empty documents.
-func render(dir string, valueFiles []string) (*chart.Chart, []manifest, error) {
+//
+// missing names the Chart.yaml dependencies not vendored in charts/: the
+// helm CLI refuses to install the chart without them, enabled or not
+// (action.CheckDependencies); the check renders without them.
+func render(dir string, valueFiles []string) (missing []string, _ []manifest, _ error) {
 	ch, err := loader.LoadDir(dir)
 	if err != nil {
 		return nil, nil, fmt.Errorf("load chart %s: %w", dir, err)
+	}
+	for _, d := range ch.Metadata.Dependencies {
+		if !slices.ContainsFunc(ch.Dependencies(), func(c *chart.Chart) bool { return c.Name() == d.Name }) {
+			missing = append(missing, d.Name+" "+d.Version)
+		}
 	}
 	vals := map[string]any{}
 	for _, f := range valueFiles {
@@ -74,7 +83,7 @@ func render(dir string, valueFiles []string) (*chart.Chart, []manifest, error) {
 			out = append(out, manifest{Source: name, Body: []byte(doc)})
 		}
 	}
-	return ch, out, nil
+	return missing, out, nil
 }
 
 // splitDocs splits a multi-document YAML stream at "---" lines, dropping
