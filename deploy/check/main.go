@@ -111,10 +111,16 @@ func run(chartDir, dashboard string, cli *asyncrlCheck, outDir string, verbose b
 		total += len(ms)
 		fmt.Printf("%s: %d manifests checked against Kubernetes %s, %d with errors (%s)\n", name, len(ms), kubeVersion, bad, kindList(kinds))
 	}
+	for _, r := range refusals {
+		_, _, err := renderValues(chartDir, r.values)
+		if err == nil || !strings.Contains(err.Error(), r.want) {
+			problems = append(problems, fmt.Sprintf("values %s: rendered with error %v, want one saying %q", r.name, err, r.want))
+		}
+	}
 	if len(problems) > 0 {
 		return fmt.Errorf("%d errors:\n  %s", len(problems), strings.Join(problems, "\n  "))
 	}
-	fmt.Printf("%d scenarios, %d manifests, 0 errors\n", len(scenarios)+1, total)
+	fmt.Printf("%d scenarios, %d manifests, 0 errors; %d bad values refused with their fix\n", len(scenarios)+1, total, len(refusals))
 	return nil
 }
 
@@ -135,4 +141,19 @@ func dump(dir, scenario string, ms []manifest) error {
 	}
 	name := strings.TrimSuffix(strings.ReplaceAll(scenario, " ", "-"), ".yaml") + ".yaml"
 	return os.WriteFile(filepath.Join(dir, name), []byte(b.String()), 0o644)
+}
+
+// refusals are values the chart must refuse to render, each with the
+// words of its error: a mistake is caught at helm install, named.
+var refusals = []struct {
+	name   string
+	values map[string]any
+	want   string
+}{
+	{"external bus without a URL", map[string]any{"bus": map[string]any{"url": ""}}, "bus.mode external needs bus.url"},
+	{"secrets.create without the gossip key", map[string]any{"secrets": map[string]any{"create": true, "values": map[string]any{"engine.key": "k"}}},
+		"secrets.create needs secrets.values.gossip.key"},
+	{"a misspelt value (nodes.replicaz)", map[string]any{"nodes": map[string]any{"replicaz": 3}}, "replicaz"},
+	{"an unknown engines kind", map[string]any{"engines": "sglang"}, "engines"},
+	{"tls.create without the CA", map[string]any{"tls": map[string]any{"create": true}}, "tls.create needs tls.ca"},
 }

@@ -39,15 +39,6 @@ type manifest struct {
 // helm CLI refuses to install the chart without them, enabled or not
 // (action.CheckDependencies); the check renders without them.
 func render(dir string, valueFiles []string) (missing []string, _ []manifest, _ error) {
-	ch, err := loader.LoadDir(dir)
-	if err != nil {
-		return nil, nil, fmt.Errorf("load chart %s: %w", dir, err)
-	}
-	for _, d := range ch.Metadata.Dependencies {
-		if !slices.ContainsFunc(ch.Dependencies(), func(c *chart.Chart) bool { return c.Name() == d.Name }) {
-			missing = append(missing, d.Name+" "+d.Version)
-		}
-	}
 	vals := map[string]any{}
 	for _, f := range valueFiles {
 		b, err := os.ReadFile(f)
@@ -59,6 +50,20 @@ func render(dir string, valueFiles []string) (missing []string, _ []manifest, _ 
 			return nil, nil, fmt.Errorf("values %s: %w", f, err)
 		}
 		vals = mergeMaps(vals, v)
+	}
+	return renderValues(dir, vals)
+}
+
+// renderValues is render with the user's values given as a map.
+func renderValues(dir string, vals map[string]any) (missing []string, _ []manifest, _ error) {
+	ch, err := loader.LoadDir(dir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("load chart %s: %w", dir, err)
+	}
+	for _, d := range ch.Metadata.Dependencies {
+		if !slices.ContainsFunc(ch.Dependencies(), func(c *chart.Chart) bool { return c.Name() == d.Name }) {
+			missing = append(missing, d.Name+" "+d.Version)
+		}
 	}
 	if err := chartutil.ProcessDependencies(ch, vals); err != nil {
 		return nil, nil, fmt.Errorf("dependencies: %w", err)
