@@ -70,6 +70,23 @@ lint:
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 	$(MAKE) lint-size
+	$(MAKE) check-deploy
+
+# The deployment files (issue 34): the Helm chart under deploy/helm/asyncrl
+# rendered with helm's Go module (helm.sh/helm/v4 v4.3.2) for its default
+# values and each ci/*-values.yaml, every manifest validated in strict mode
+# by kubeconform's Go library (v0.8.0) against schemas generated from
+# pinned modules (k8s.io/kubernetes v1.37.2's OpenAPI document,
+# prometheus-operator v0.85.0's ServiceMonitor CRD; fetched through the Go
+# module proxy, hashes pinned in deploy/check/schemas.go), each rendered
+# run.yaml accepted by `asyncrl config validate`, the flags the pods pass
+# checked against the subcommands' --help (the Slurm example's check is a Go
+# test of cmd/asyncrl, in make test). The checker
+# is its own Go module (deploy/check) so `make test` never compiles the
+# Kubernetes dependency tree.
+.PHONY: check-deploy
+check-deploy: build
+	cd deploy/check && $(GO) run . -chart ../helm/asyncrl -dashboard ../grafana/asyncrl.json -asyncrl $(abspath $(BIN))
 
 # Issue 16's limits on the cluster and actor code: no function with a
 # cyclomatic complexity over 20 in cluster/ and actors/, and no file in
