@@ -17,7 +17,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/asyncrl/asyncrl/cluster"
-	"github.com/asyncrl/asyncrl/cluster/discovery"
 	"github.com/asyncrl/asyncrl/cluster/ledger"
 	"github.com/asyncrl/asyncrl/cluster/placement"
 	"github.com/asyncrl/asyncrl/cluster/term"
@@ -365,26 +364,6 @@ func (a *Agent) termConfig() term.Config {
 	return term.Config{Node: a.cfg.Name, Run: a.cfg.Run.Run.ID, Steps: int64(a.cfg.Run.Run.Steps),
 		Checkpoints: a.cfg.Run.Trainer.Backend != config.BackendRemote,
 		Watch:       termwatch.Config{StallAfter: a.cfg.StallAfter, UnhealthyAfter: a.cfg.UnhealthyAfter, StartAfter: a.cfg.StartAfter}}
-}
-
-// remoteEngines is how a term's pipeline finds its engines: the members'
-// engine hosts, read from gossip; every change to its router's table is
-// an event ("routing add http://…", "routing remove http://…").
-func (a *Agent) remoteEngines() *RemoteEngines {
-	ready := map[string]bool{} // OnChange runs under the watcher's lock
-	return &RemoteEngines{BaseRun: a.cfg.Run.Run.ID, Node: a.cfg.Name, Members: a.ms.Members, Replicas: a.cfg.Replicas, Event: a.event,
-		OnChange: func(ch discovery.Change) {
-			// Health flips with every version an engine still has to
-			// load: print only the first time an engine becomes routable.
-			switch {
-			case ch.Op == discovery.OpAdd || ch.Op == discovery.OpRemove:
-				delete(ready, ch.URL)
-				a.event("routing %s", ch)
-			case ch.Op == discovery.OpHealth && ch.Healthy && !ready[ch.URL]:
-				ready[ch.URL] = true
-				a.event("routing ready %s", ch.URL)
-			}
-		}}
 }
 
 // base is the plan of the agent's (base) run: its run-wide control

@@ -78,13 +78,14 @@ func (m *mirror) wait(within time.Duration) {
 	}
 }
 
-// mirrorLedger subscribes to the pipeline's PromptLedger subject. Prompt
+// mirrorLedger subscribes to the pipeline's PromptLedger subject (the
+// term plan's Ledger). Prompt
 // ids are qualified by the term ("t<token>/"): each term draws its prompts
 // afresh, so the ids of two terms must not collide; the sender is this
 // node, so a standby can requeue what it held in flight (RequeueNode).
-func (a *Agent) mirrorLedger(n *Node, token uint64, report func(term.Input)) (*mirror, error) {
+func (a *Agent) mirrorLedger(subject string, token uint64, report func(term.Input)) (*mirror, error) {
 	m := &mirror{conn: a.bus.Conn()}
-	sub, err := a.bus.Subscribe(n.subj.Ledger, func(msg *transport.Msg) {
+	sub, err := a.bus.Subscribe(subject, func(msg *transport.Msg) {
 		v, err := messages.Decode(msg.Data)
 		if err != nil {
 			return

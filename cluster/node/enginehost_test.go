@@ -9,13 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
-
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"github.com/asyncrl/asyncrl/cluster"
 	"github.com/asyncrl/asyncrl/cluster/enginehost"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/internal/syncbuf"
@@ -265,116 +261,6 @@ func TestRolloutHostRetriesTermItCouldNotFollow(t *testing.T) {
 	if n == 0 {
 		t.Error("the host follows the term with no rollout actors")
 	}
-}
-
-// The holder reports a rollout node's groups aborted once the node leaves
-// its membership, but not those of a node its membership has not listed
-// yet (one that joined through another member reports before gossip
-// reaches the holder): that node is alive and still runs them. (A term
-// cast test: it belongs in rollouthost_test.go, which this change did not
-// own.)
-func TestTermCastAbortsOnlyNodesThatLeft(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	bus := embeddedBus(t)
-	const term = "tc-t1"
-	s, err := transport.Plan(term)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	members := []string{"n1", "n2"}
-	var aborted []messages.EpisodeAborted
-	sub, err := bus.Subscribe(s.Aborted, func(m *transport.Msg) {
-		if a, err := messages.DecodeAs[messages.EpisodeAborted](m.Data); err == nil {
-			mu.Lock()
-			aborted = append(aborted, a)
-			mu.Unlock()
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	n := &Node{cfg: config.Default(), bus: bus, subj: s, opts: Options{Logger: zerolog.Nop(), Remote: &RemoteEngines{
-		BaseRun: "tc", Node: "n1", Members: func() []cluster.Member {
-			mu.Lock()
-			defer mu.Unlock()
-			var out []cluster.Member
-			for _, name := range members {
-				out = append(out, cluster.Member{Name: name})
-			}
-			return out
-		}}}}
-	n.cfg.Run.ID = term
-	n.reg = prometheus.NewRegistry()
-	rctx, stop := context.WithCancel(ctx)
-	if err := n.startTermCast(rctx); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { stop(); n.remoteWG.Wait(); n.termCast.close() }()
-
-	report := func(node string, groups ...string) {
-		t.Helper()
-		st := messages.RolloutStatus{Header: messages.Header{RunID: term, Sender: node}}
-		for _, g := range groups {
-			st.GroupIDs, st.PromptIDs = append(st.GroupIDs, g), append(st.PromptIDs, "p-"+g)
-		}
-		subj, err := transport.MustPlan(term).RolloutStatus(node)
-		if err != nil {
-			t.Fatal(err)
-		}
-		data, err := messages.Encode(st)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := bus.Publish(ctx, subj, data); err != nil {
-			t.Fatal(err)
-		}
-	}
-	abortedGroups := func() map[string]string {
-		mu.Lock()
-		defer mu.Unlock()
-		out := map[string]string{}
-		for _, a := range aborted {
-			out[a.GroupID] = a.PromptID
-		}
-		return out
-	}
-	// n3 reports before the holder's membership lists it; n2 is listed.
-	report("n3", "g3")
-	report("n2", "g2")
-	waitFor(t, 5*time.Second, "the holder to record both reports", func() bool {
-		n.termCast.mu.Lock()
-		defer n.termCast.mu.Unlock()
-		return len(n.termCast.status) == 2
-	})
-	mu.Lock()
-	members = []string{"n1"} // n2 leaves
-	mu.Unlock()
-	waitFor(t, 10*time.Second, "n2's group reported aborted", func() bool { return abortedGroups()["g2"] == "p-g2" })
-	if got := testutil.ToFloat64(n.termCast.requeued); got != 1 {
-		t.Errorf("asyncrl_node_dead_node_groups_requeued_total = %v, want 1", got)
-	}
-	// Two more reconciles (one a second) with n3 still unlisted: its group
-	// stays unaborted.
-	n.termCast.reconcile()
-	n.termCast.reconcile()
-	if err := bus.Conn().Flush(); err != nil {
-		t.Fatal(err)
-	}
-	if p, ok := abortedGroups()["g3"]; ok {
-		t.Fatalf("g3 (%s) of n3, a node the holder never saw leave, reported aborted", p)
-	}
-	// n3 shows up in membership, then leaves: now its group is aborted.
-	mu.Lock()
-	members = []string{"n1", "n3"}
-	mu.Unlock()
-	n.termCast.reconcile()
-	mu.Lock()
-	members = []string{"n1"}
-	mu.Unlock()
-	waitFor(t, 10*time.Second, "n3's group reported aborted after it left", func() bool { return abortedGroups()["g3"] == "p-g3" })
 }
 
 // embeddedBus is a bus of its own (embedded server, JetStream on disk in

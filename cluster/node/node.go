@@ -170,8 +170,7 @@ type Node struct {
 	steplog     *stepLog // every step's report row (the summary's)
 	progress    *progress
 	// remote: engines on other nodes (Options.Remote).
-	remote     *remoteSet
-	termCast   *termCast
+	remote     *EngineSet
 	remoteStop context.CancelFunc
 	remoteWG   sync.WaitGroup
 
@@ -397,38 +396,6 @@ func (s *taskSource) Next() (controller.Prompt, bool) {
 	return controller.Prompt{ID: rollout.PromptID("p"+strconv.FormatInt(s.n, 10), p.Seed), Text: p.Text}, true
 }
 
-// stepsSince returns the kept trained steps after the first i (the
-// in-process trainer's records, or the StepDone messages a remote trainer
-// published; the newest trainer.RecordsKept) and the next i. Every step
-// is in the step log (n.steplog).
-func (n *Node) stepsSince(i int) ([]trainer.StepRecord, int) {
-	if n.tr != nil {
-		return n.tr.StepsSince(i)
-	}
-	return n.ledger.stepRecords(i)
-}
-
-// stepCount is the number of trained steps.
-func (n *Node) stepCount() int {
-	if n.tr != nil {
-		return n.tr.StepCount()
-	}
-	return n.ledger.stepCount()
-}
-
-// lastStep is the newest trained step, ok false before the first.
-func (n *Node) lastStep() (trainer.StepRecord, bool) {
-	c := n.stepCount()
-	if c == 0 {
-		return trainer.StepRecord{}, false
-	}
-	s, _ := n.stepsSince(c - 1)
-	if len(s) == 0 {
-		return trainer.StepRecord{}, false
-	}
-	return s[len(s)-1], true
-}
-
 // Wait blocks until the trainer finished run.steps steps, ctx ends (an
 // interrupt), training fails, or the filter starves the trainer.
 func (n *Node) Wait(ctx context.Context) (interrupted bool, err error) {
@@ -444,10 +411,8 @@ func (n *Node) Wait(ctx context.Context) (interrupted bool, err error) {
 		if n.stepCount() >= n.cfg.Run.Steps {
 			return false, nil
 		}
-		if n.tr != nil {
-			if err := n.tr.Err(); err != nil {
-				return false, err
-			}
+		if err := n.Err(); err != nil {
+			return false, err
 		}
 		if ex, ok := n.ledger.samplingExhausted(); ok {
 			return false, fmt.Errorf("%w: dynamic sampling (filter.mode %s) sampled %d generation batches of %d groups for step %d and kept only %d good groups (filter.max_sample_batches %d); the %d groups it held were requeued — check the task's difficulty",
@@ -491,9 +456,6 @@ func (n *Node) Stop() {
 			n.remoteStop()
 			n.remoteWG.Wait()
 			n.remote.close()
-			if n.termCast != nil {
-				n.termCast.close()
-			}
 		}
 		if n.wsync != nil {
 			// Let the receivers finish the versions already published, so

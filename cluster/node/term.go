@@ -65,7 +65,7 @@ type termRun struct {
 	// rs: the pipeline's remote engines (termengines.go), attached by
 	// Start's goroutine; acked the acks fed to the core.
 	rsMu  sync.Mutex
-	rs    *remoteSet
+	rs    *EngineSet
 	acked map[string]int64
 	// starting: startWatched applies the engines' effects while Start
 	// runs; held, the term's first announcement, sent once it returns.
@@ -98,7 +98,7 @@ func (r *termRun) feedSteps(now time.Time) {
 	if r.n == nil {
 		return
 	}
-	steps, next := r.n.stepsSince(r.fed)
+	steps, next := r.n.Steps(r.fed)
 	r.fed = next
 	for _, s := range steps {
 		if s.GroupIDs == nil && s.Groups > 0 {
@@ -122,10 +122,8 @@ func (r *termRun) poll(now time.Time) {
 	r.feedServing(now)
 	if r.n != nil && !r.stopped {
 		r.feedSteps(now)
-		if r.n.tr != nil {
-			if err := r.n.tr.Err(); err != nil {
-				r.core.Step(now, term.Failed{Token: r.token, Err: err.Error()})
-			}
+		if err := r.n.Err(); err != nil {
+			r.core.Step(now, term.Failed{Token: r.token, Err: err.Error()})
 		}
 	}
 	r.core.Tick(now)

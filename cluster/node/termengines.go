@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/asyncrl/asyncrl/cluster"
+	"github.com/asyncrl/asyncrl/cluster/discovery"
 	"github.com/asyncrl/asyncrl/cluster/term"
 )
 
@@ -13,19 +14,58 @@ import (
 // RemoveEngines), what LoadWeights each is sent (the publisher's dispatch
 // → EngineTarget → SendLoadWeights) and when it is sent again (the
 // publisher's acks → EngineServing; Tick → SendLoadWeights). The shell
-// applies them to the pipeline's remoteSet.
+// applies them to the pipeline's EngineSet.
 
-// attachRemote hands the term loop the pipeline's remote set (startRemote
-// calls it, on Start's goroutine).
-func (r *termRun) attachRemote(rs *remoteSet) {
-	r.rsMu.Lock()
-	r.rs = rs
-	r.rsMu.Unlock()
+// termEngines is the term's side of its pipeline's remote engines
+// (TermEngines): each call becomes an input of the core, pushed to the
+// term's inbox, or an event line; none blocks.
+type termEngines struct {
+	r     *termRun
+	token uint64
+	// ready: the engines routable so far (RoutingChanged runs under the
+	// discovery watcher's lock, one call at a time).
+	ready map[string]bool
 }
+
+// Attach hands the term loop the pipeline's engine set (on Start's
+// goroutine).
+func (t *termEngines) Attach(rs *EngineSet) {
+	t.r.rsMu.Lock()
+	t.r.rs = rs
+	t.r.rsMu.Unlock()
+}
+
+// RouterListening: the core announces the term (Announce) with the URL.
+func (t *termEngines) RouterListening(url string) {
+	t.r.box.push(term.RouterListening{Token: t.token, URL: url})
+}
+
+// Target: the publisher's target for engine, the core's EngineTarget.
+func (t *termEngines) Target(engine string, version int64) {
+	t.r.box.push(term.EngineTarget{Token: t.token, Engine: engine, Version: version})
+}
+
+// RoutingChanged prints every change to the router's table ("routing
+// add http://…", "routing remove http://…"); health flips with every
+// version an engine still has to load, so only the first time an engine
+// becomes routable is printed ("routing ready http://…").
+func (t *termEngines) RoutingChanged(ch discovery.Change) {
+	switch {
+	case ch.Op == discovery.OpAdd || ch.Op == discovery.OpRemove:
+		delete(t.ready, ch.URL)
+		t.r.a.event("routing %s", ch)
+	case ch.Op == discovery.OpHealth && ch.Healthy && !t.ready[ch.URL]:
+		t.ready[ch.URL] = true
+		t.r.a.event("routing ready %s", ch.URL)
+	}
+}
+
+// Event prints the engines' notable events (waiting for an engine).
+func (t *termEngines) Event(format string, args ...any) { t.r.a.event(format, args...) }
 
 // remote is the pipeline's remote set; nil until it exists and once the
 // pipeline stopped.
-func (r *termRun) remote() *remoteSet {
+func (r *termRun) remote() *EngineSet {
 	if r.stopped {
 		return nil
 	}
@@ -62,7 +102,7 @@ func (r *termRun) feedServing(now time.Time) {
 	if r.acked == nil {
 		r.acked = map[string]int64{}
 	}
-	for name, v := range rs.serving() {
+	for name, v := range rs.Serving() {
 		if last, ok := r.acked[name]; !ok || v > last {
 			r.acked[name] = v
 			r.core.Step(now, term.EngineServing{Token: r.token, Engine: name, Version: v})
@@ -79,18 +119,18 @@ func (r *termRun) doEngines(e term.Effect) bool {
 			for name := range v.Engines {
 				delete(r.acked, name) // its new engine holds nothing yet
 			}
-			rs.add(v.Node, v.Engines)
+			rs.Add(v.Node, v.Engines)
 		}
 	case term.RemoveEngines:
 		if rs != nil {
 			for _, name := range v.Names {
 				delete(r.acked, name)
 			}
-			rs.remove(v.Node, v.Names)
+			rs.Remove(v.Node, v.Names)
 		}
 	case term.SendLoadWeights:
 		if rs != nil {
-			rs.send(v.Node, v.Engine, v.Version)
+			rs.Send(v.Node, v.Engine, v.Version)
 		}
 	default:
 		return false

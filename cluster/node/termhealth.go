@@ -128,14 +128,12 @@ func (a *Agent) startTermHealth(ctx context.Context, termName string, token uint
 
 // register adds the term's health metrics (and the node's step-down
 // count) to the term's registry.
-func (th *termHealth) register(reg prometheus.Registerer, stepdowns prometheus.Collector) error {
+func (th *termHealth) register(n *Node, stepdowns prometheus.Collector) error {
 	since := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "asyncrl_node_term_seconds_since_step",
 		Help: "Seconds since the trainer holder's term last completed a step (it steps down at --stall-after)."},
 		func() float64 { return time.Since(time.Unix(0, th.lastNs.Load())).Seconds() })
-	for _, c := range []prometheus.Collector{since, th.failing, stepdowns} {
-		if err := reg.Register(c); err != nil {
-			return fmt.Errorf("node: term health metrics: %w", err)
-		}
+	if err := n.Register(since, th.failing, stepdowns); err != nil {
+		return fmt.Errorf("node: term health metrics: %w", err)
 	}
 	return nil
 }

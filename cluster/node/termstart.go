@@ -45,15 +45,10 @@ func (r *termRun) start(ctx context.Context, v term.StartPipeline) error {
 	}
 	r.term, r.subj = v.Term, subj
 	// The core announces the term once the router listens, and reports
-	// the groups of rollout nodes that leave aborted (termcast.go).
-	rc := a.remoteEngines()
-	rc.Cast = func(url string) { r.box.push(term.RouterListening{Token: v.Token, URL: url}) }
-	// The core decides the term's engines and their LoadWeights
-	// (termengines.go).
-	rc.Target = func(engine string, version int64) {
-		r.box.push(term.EngineTarget{Token: v.Token, Engine: engine, Version: version})
-	}
-	rc.attach = r.attachRemote
+	// the groups of rollout nodes that leave aborted (termcast.go); it
+	// decides the term's engines and their LoadWeights (termengines.go).
+	rc := &RemoteEngines{BaseRun: a.cfg.Run.Run.ID, Replicas: a.cfg.Replicas,
+		Term: &termEngines{r: r, token: v.Token, ready: map[string]bool{}}}
 	phase := func(p string) {
 		a.log.Info().Str("node", a.cfg.Name).Str("term", v.Term).Msg("term start: " + p)
 		r.box.push(term.StartPhase{Token: v.Token, Phase: p})
@@ -70,10 +65,10 @@ func (r *termRun) start(ctx context.Context, v term.StartPipeline) error {
 	r.core.Step(time.Now(), term.PipelineStarted{Token: v.Token})
 	r.requeued = prometheus.NewCounter(prometheus.CounterOpts{Name: "asyncrl_node_dead_node_groups_requeued_total",
 		Help: "Groups a node had in flight when it left the cluster, reported aborted by the trainer's holder so they are requeued."})
-	if err := p.n.reg.Register(r.requeued); err != nil {
+	if err := p.n.Register(r.requeued); err != nil {
 		return fmt.Errorf("node: term metrics: %w", err)
 	}
-	return r.th.register(p.n.reg, a.stepdowns)
+	return r.th.register(p.n, a.stepdowns)
 }
 
 // termPieces are what a term's start built (on the start's goroutine),
@@ -145,7 +140,7 @@ func (r *termRun) build(ctx, termCtx context.Context, v term.StartPipeline, cfg 
 		return p, err
 	}
 	// The mirror listens before the controller admits the first prompts.
-	if p.mirror, err = a.mirrorLedger(p.n, v.Token, r.box.push); err != nil {
+	if p.mirror, err = a.mirrorLedger(r.subj.Ledger, v.Token, r.box.push); err != nil {
 		return p, err
 	}
 	// The term's health: the streams it depends on are probed (and the

@@ -23,7 +23,7 @@ type weightSync struct {
 	*weightsync.Sync
 	shell *shell.Shell
 	// remote is set by startRemote before the first engine joins.
-	remote *remoteSet
+	remote *EngineSet
 }
 
 // remoteEngines is the Sync's Remote: the remote engines, once there.
@@ -34,8 +34,8 @@ func (w *weightSync) remoteEngines() weightsync.Remote {
 	return remoteAdapter{w.remote}
 }
 
-// remoteAdapter is a remoteSet as a weightsync.Remote.
-type remoteAdapter struct{ r *remoteSet }
+// remoteAdapter is a EngineSet as a weightsync.Remote.
+type remoteAdapter struct{ r *EngineSet }
 
 func (a remoteAdapter) Dispatch(engine string, target int64) bool {
 	return a.r.dispatch(engine, target)
