@@ -13,6 +13,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/asyncrl/asyncrl/cluster/enginehost"
+	"github.com/asyncrl/asyncrl/cluster/internal/clustertest"
+	"github.com/asyncrl/asyncrl/cluster/rollouthost"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/internal/syncbuf"
 	"github.com/asyncrl/asyncrl/messages"
@@ -74,7 +76,7 @@ func TestEngineHostRetriesFailedVersion(t *testing.T) {
 	cfg.Engines.Count = 1
 	const node = "n1"
 	term := cfg.Run.ID + "-t1"
-	engineName := hostedEngineName(node, engineEndpointKey(0))
+	engineName := enginehost.EngineName(node, enginehost.EndpointKey(0))
 
 	// The term's bucket with its base (the seed's serving weights), as
 	// the holder's startWeightSync uploads it.
@@ -117,13 +119,13 @@ func TestEngineHostRetriesFailedVersion(t *testing.T) {
 
 	var logs syncbuf.Buffer
 	var events syncbuf.Buffer
-	h, err := startEngineHost(cfg, node, bus, zerolog.New(&logs), func(format string, args ...any) {
+	h, err := enginehost.Start(cfg, node, bus, zerolog.New(&logs), func(format string, args ...any) {
 		fmt.Fprintf(&events, format+"\n", args...)
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer h.stop()
+	defer h.Stop()
 
 	control, err := transport.MustPlan(cfg.Run.ID).EngineControl(node)
 	if err != nil {
@@ -145,7 +147,7 @@ func TestEngineHostRetriesFailedVersion(t *testing.T) {
 	// Version 1 before its delta is in the bucket: the host follows the
 	// term (the base is there), and the engine fails the version.
 	load(1)
-	waitFor(t, 15*time.Second, "the engine to fail version 1", func() bool {
+	clustertest.WaitFor(t, 15*time.Second, "the engine to fail version 1", func() bool {
 		for line := range strings.Lines(logs.String()) {
 			if strings.Contains(line, "version not loaded") && strings.Contains(line, `"version":1`) &&
 				strings.Contains(line, engineName) {
@@ -161,8 +163,8 @@ func TestEngineHostRetriesFailedVersion(t *testing.T) {
 		t.Fatal("version 1 acked before its delta was published")
 	}
 
-	// The delta appears; the holder resends the same command (remoteSet
-	// resends every 2 s until the engine acks).
+	// The delta appears; the holder resends the same command (the term
+	// core resends every 2 s until the engine acks).
 	pcfg := delta.DefaultPublisherConfig()
 	pcfg.Encode.SpoolDir = t.TempDir()
 	pub, err := delta.NewPublisher(ctx, st, pcfg)
@@ -183,7 +185,7 @@ func TestEngineHostRetriesFailedVersion(t *testing.T) {
 		t.Fatalf("publish: version %d, err %v; want version 1", out.Version, err)
 	}
 	load(1)
-	waitFor(t, 15*time.Second, "the engine to ack version 1 after the resend", func() bool {
+	clustertest.WaitFor(t, 15*time.Second, "the engine to ack version 1 after the resend", func() bool {
 		return acks.acked(term, engineName, 1)
 	})
 	le := h.Current()[0]
@@ -199,7 +201,7 @@ func TestEngineHostRetriesFailedVersion(t *testing.T) {
 	// left gossip and came back, which makes the holder forget its
 	// version), so the host acks again instead of ignoring it.
 	load(1)
-	waitFor(t, 15*time.Second, "the engine to ack version 1 again", func() bool {
+	clustertest.WaitFor(t, 15*time.Second, "the engine to ack version 1 again", func() bool {
 		return acks.count(term, engineName, 1) >= 2
 	})
 }
@@ -223,15 +225,18 @@ func TestRolloutHostRetriesTermItCouldNotFollow(t *testing.T) {
 		t.Fatal(err)
 	}
 	var events syncbuf.Buffer
-	h, err := startRolloutHost(cfg, "n2", 1, bus, zerolog.Nop(), func(format string, args ...any) {
-		fmt.Fprintf(&events, format+"\n", args...)
-	})
+	task, err := BuildTask(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer h.stop()
+	h, err := rollouthost.Start(rollouthost.Config{Run: cfg, Task: task, Node: "n2", Replicas: 1, Bus: bus, Logger: zerolog.Nop(),
+		Event: func(format string, args ...any) { fmt.Fprintf(&events, format+"\n", args...) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Stop()
 	subj := transport.MustPlan(cfg.Run.ID).TermAnnounce
-	announce := func() { // what the holder's termCast sends once a second
+	announce := func() { // what the holder's term sends once a second
 		t.Helper()
 		data, err := messages.Encode(messages.TermAnnounce{Header: messages.Header{RunID: cfg.Run.ID, Sender: "n1"},
 			Term: term, Token: 3, Router: "http://127.0.0.1:1"})
@@ -243,7 +248,7 @@ func TestRolloutHostRetriesTermItCouldNotFollow(t *testing.T) {
 		}
 	}
 	announce()
-	waitFor(t, 15*time.Second, "the host to fail to follow the term", func() bool {
+	clustertest.WaitFor(t, 15*time.Second, "the host to fail to follow the term", func() bool {
 		return strings.Contains(events.String(), "rollouts cannot follow term "+term)
 	})
 	js, err := jetstream.New(bus.Conn())
@@ -254,7 +259,7 @@ func TestRolloutHostRetriesTermItCouldNotFollow(t *testing.T) {
 		t.Fatal(err)
 	}
 	announce()
-	waitFor(t, 15*time.Second, "the host to follow the term on its next announcement", func() bool {
+	clustertest.WaitFor(t, 15*time.Second, "the host to follow the term on its next announcement", func() bool {
 		return strings.Contains(events.String(), "rollouts follow term "+term)
 	})
 	n := len(h.Actors())

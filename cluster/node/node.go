@@ -21,6 +21,7 @@ import (
 	"github.com/asyncrl/asyncrl/actors/sampling"
 	"github.com/asyncrl/asyncrl/actors/trainer"
 	"github.com/asyncrl/asyncrl/actors/trainer/microbatch"
+	"github.com/asyncrl/asyncrl/cluster/internal/retry"
 	"github.com/asyncrl/asyncrl/cluster/localengine"
 	"github.com/asyncrl/asyncrl/cluster/weightsync"
 	"github.com/asyncrl/asyncrl/config"
@@ -207,7 +208,7 @@ func New(cfg config.Config, opts Options) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: run.id: %w", ErrConfig, err)
 	}
-	task, err := buildTask(cfg)
+	task, err := BuildTask(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -227,8 +228,10 @@ func New(cfg config.Config, opts Options) (*Node, error) {
 	return &Node{cfg: cfg, opts: opts, subj: s, task: task}, nil
 }
 
-// buildTask resolves rollout.task and the optional rollout.dataset.
-func buildTask(cfg config.Config) (tasks.Task, error) {
+// BuildTask resolves rollout.task and the optional rollout.dataset (a
+// configuration problem is ErrConfig); the cluster agent's rollout role
+// builds its rollout actors' task with it.
+func BuildTask(cfg config.Config) (tasks.Task, error) {
 	task, err := wiring.EnvTask(cfg.Rollout) // rollout.task, or rollout.env's servers
 	if err != nil {
 		return nil, fmt.Errorf("%w: rollout.task: %w", ErrConfig, err)
@@ -352,7 +355,7 @@ func (n *Node) clusterRetry(ctx context.Context, f func() error) error {
 	if n.opts.Remote == nil {
 		return f()
 	}
-	return retry(ctx, 30*time.Second, f)
+	return retry.Do(ctx, 30*time.Second, f)
 }
 
 // streamReplicas is the replication of the run's own streams: a cluster

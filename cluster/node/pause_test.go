@@ -10,6 +10,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/asyncrl/asyncrl/cluster/internal/clustertest"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/internal/wiring"
 )
@@ -40,7 +41,7 @@ func TestCutShortWaitPauseResumes(t *testing.T) {
 			resp.Body.Close()
 		}
 	}()
-	waitFor(t, 10*time.Second, "the request to run", func() bool { return le.E.Stats().Running > 0 })
+	clustertest.WaitFor(t, 10*time.Second, "the request to run", func() bool { return le.E.Stats().Running > 0 })
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	p := &inProcPublisher{mode: "wait"}
