@@ -10,17 +10,15 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/asyncrl/asyncrl/cluster/enginehost"
-	retrypkg "github.com/asyncrl/asyncrl/cluster/internal/retry"
-	"github.com/asyncrl/asyncrl/cluster/rollouthost"
-
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/asyncrl/asyncrl/cluster"
+	"github.com/asyncrl/asyncrl/cluster/enginehost"
 	"github.com/asyncrl/asyncrl/cluster/ledger"
 	"github.com/asyncrl/asyncrl/cluster/placement"
+	"github.com/asyncrl/asyncrl/cluster/rollouthost"
 	"github.com/asyncrl/asyncrl/cluster/term"
 	"github.com/asyncrl/asyncrl/cluster/termwatch"
 	"github.com/asyncrl/asyncrl/config"
@@ -280,15 +278,6 @@ func waitJetStream(ctx context.Context, bus *natsbus.Bus, within time.Duration) 
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
-}
-
-// backoff names the helper that marks an error as final for retry.
-var backoff = struct{ Permanent func(error) error }{Permanent: retrypkg.Permanent}
-
-// retry calls f every 500ms until it succeeds, returns a permanent error,
-// ctx ends or within passed; it returns f's last error (cluster/internal/retry).
-func retry(ctx context.Context, within time.Duration, f func() error) error {
-	return retrypkg.Do(ctx, within, f)
 }
 
 // ensureKV creates the KV bucket name (history 1, ttl, replicas, file

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/asyncrl/asyncrl/cluster/internal/retry"
 	"github.com/asyncrl/asyncrl/cluster/ledger"
 	"github.com/asyncrl/asyncrl/cluster/term"
 	"github.com/asyncrl/asyncrl/messages"
@@ -172,7 +173,7 @@ func (a *Agent) refuse(ev messages.PromptLedger, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	r := ledger.RefusalOf(ev, a.cfg.Name, err, time.Now())
-	if err := retry(ctx, 30*time.Second, func() error { return a.led.RecordRefusal(ctx, r) }); err != nil {
+	if err := retry.Do(ctx, 30*time.Second, func() error { return a.led.RecordRefusal(ctx, r) }); err != nil {
 		a.log.Warn().Err(err).Str("prompt", ev.PromptID).Msg("a refused transition not kept in the ledger (counted by this node only)")
 	}
 }

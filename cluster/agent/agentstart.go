@@ -19,6 +19,7 @@ import (
 
 	"github.com/asyncrl/asyncrl/cluster"
 	"github.com/asyncrl/asyncrl/cluster/access"
+	"github.com/asyncrl/asyncrl/cluster/internal/retry"
 	"github.com/asyncrl/asyncrl/cluster/ledger"
 	"github.com/asyncrl/asyncrl/cluster/node"
 	"github.com/asyncrl/asyncrl/cluster/placement"
@@ -257,7 +258,7 @@ func (a *Agent) claimName(ctx context.Context) (err error) {
 	// The names bucket is created here with the cluster's replication
 	// (ClaimName would create it with one replica, so the claims of every
 	// node would die with the server that hosts it).
-	if err = retry(ctx, 30*time.Second, func() error {
+	if err = retry.Do(ctx, 30*time.Second, func() error {
 		return ensureKV(ctx, a.bus, cluster.NamesBucket, 3*time.Second, a.cfg.Replicas)
 	}); err != nil {
 		return fmt.Errorf("node: names bucket: %w", err)
@@ -269,10 +270,10 @@ func (a *Agent) claimName(ctx context.Context) (err error) {
 	}}
 	// A fresh clustered JetStream can time out creating the names bucket
 	// while its servers settle; only ErrNameInUse is an answer.
-	return retry(ctx, 30*time.Second, func() error {
+	return retry.Do(ctx, 30*time.Second, func() error {
 		a.guard, err = cluster.ClaimName(ctx, a.bus.Conn(), claim)
 		if errors.Is(err, cluster.ErrNameInUse) {
-			return backoff.Permanent(err)
+			return retry.Permanent(err)
 		}
 		return err
 	})
@@ -301,7 +302,7 @@ func (a *Agent) joinGossip(ctx context.Context, host string, port int) (err erro
 	mc.OnJoin, mc.OnLeave = a.onJoin, a.onLeave
 	// The member named by --join may still be starting (three terminals
 	// started at once): retry for a while.
-	if err = retry(ctx, 30*time.Second, func() error {
+	if err = retry.Do(ctx, 30*time.Second, func() error {
 		a.ms, err = cluster.JoinCluster(mc, a.log)
 		return err
 	}); err != nil {
@@ -338,7 +339,7 @@ func (a *Agent) onLeave(m cluster.Member) {
 func (a *Agent) startTrainer(ctx, rctx context.Context) (err error) {
 	lcfg := ledger.DefaultConfig(a.cfg.Run.Run.ID)
 	lcfg.Replicas, lcfg.Logger = a.cfg.Replicas, a.log
-	if err = retry(ctx, 30*time.Second, func() error {
+	if err = retry.Do(ctx, 30*time.Second, func() error {
 		a.led, err = ledger.Open(ctx, a.bus.Conn(), lcfg)
 		return err
 	}); err != nil {

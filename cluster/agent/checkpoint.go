@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 
 	"github.com/asyncrl/asyncrl/cluster/ckpt"
+	"github.com/asyncrl/asyncrl/cluster/internal/retry"
 	"github.com/asyncrl/asyncrl/cluster/ledger"
 	"github.com/asyncrl/asyncrl/cluster/term"
 	"github.com/asyncrl/asyncrl/policy"
@@ -37,7 +38,7 @@ func startTermCkpt(ctx context.Context, a *Agent, p ledger.Progress, token uint6
 		root string
 	)
 	// The bucket's stream may be electing a leader (a node died).
-	if err := retry(ctx, ckpt.RetryWithin, func() (err error) {
+	if err := retry.Do(ctx, ckpt.RetryWithin, func() (err error) {
 		raw, root, err = ckpt.OpenNATS(ctx, a.bus.Conn(), a.cfg.Run.Run.ID, a.cfg.Replicas, a.cfg.InMemoryBus)
 		return err
 	}); err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/asyncrl/asyncrl/actors/loop"
 	"github.com/asyncrl/asyncrl/actors/trainer"
+	"github.com/asyncrl/asyncrl/cluster/internal/retry"
 	"github.com/asyncrl/asyncrl/cluster/lease"
 	"github.com/asyncrl/asyncrl/cluster/ledger"
 	"github.com/asyncrl/asyncrl/cluster/node"
@@ -212,7 +213,7 @@ func (r *termRun) markTrained(_ context.Context, v term.MarkTrained) {
 		ctx, cancel := context.WithTimeout(context.Background(), markWithin)
 		defer cancel()
 		done := map[string]bool{}
-		err := retry(ctx, markWithin, func() error {
+		err := retry.Do(ctx, markWithin, func() error {
 			actx, acancel := context.WithTimeout(ctx, markAttempt)
 			defer acancel()
 			return a.markTrained(actx, v.Step, prompts, done)
@@ -249,17 +250,17 @@ func (r *termRun) failed(ctx context.Context, err error) {
 func (r *termRun) claim(ctx context.Context) {
 	a := r.a
 	var prev, p ledger.Progress
-	if err := retry(ctx, 30*time.Second, func() (err error) {
+	if err := retry.Do(ctx, 30*time.Second, func() (err error) {
 		prev, _, err = a.led.Progress(ctx)
 		return err
 	}); err != nil {
 		r.failed(ctx, err)
 		return
 	}
-	if err := retry(ctx, 30*time.Second, func() (err error) {
+	if err := retry.Do(ctx, 30*time.Second, func() (err error) {
 		p, err = a.led.Claim(ctx, r.token, a.cfg.Name)
 		if errors.Is(err, lease.ErrFenced) {
-			return backoff.Permanent(err)
+			return retry.Permanent(err)
 		}
 		return err
 	}); err != nil {
@@ -275,7 +276,7 @@ func (r *termRun) claim(ctx context.Context) {
 func (r *termRun) requeue(ctx context.Context, node string) {
 	r.a.waitMarks(markWithin) // as requeueStale: marks in flight are trained prompts
 	var rq []ledger.Entry
-	if err := retry(ctx, 30*time.Second, func() (err error) {
+	if err := retry.Do(ctx, 30*time.Second, func() (err error) {
 		rq, err = r.a.led.RequeueNode(ctx, node, r.a.cfg.Name)
 		return err
 	}); err != nil {
@@ -295,10 +296,10 @@ func (r *termRun) save(ctx context.Context, tp term.Progress) {
 		a.beforeSave(ctx, p.Step)
 	}
 	a.hold(HoldSave, p.Step)
-	err := retry(ctx, 30*time.Second, func() error {
+	err := retry.Do(ctx, 30*time.Second, func() error {
 		err := a.led.SaveProgress(ctx, p)
 		if errors.Is(err, lease.ErrFenced) {
-			return backoff.Permanent(err)
+			return retry.Permanent(err)
 		}
 		return err
 	})
@@ -330,11 +331,11 @@ func (r *termRun) finish(ctx context.Context) {
 	// Both list the ledger, which fails while its stream elects a leader
 	// or a replica lags (ledger.Entries): retried, as every other write
 	// of the term's end. Both are idempotent.
-	if err := retry(ctx, markWithin, func() error { return r.a.requeueAll(ctx) }); err != nil {
+	if err := retry.Do(ctx, markWithin, func() error { return r.a.requeueAll(ctx) }); err != nil {
 		r.failed(ctx, fmt.Errorf("node: requeue at the end: %w", err))
 		return
 	}
-	if err := retry(ctx, markWithin, func() error { return r.a.reportLedger(ctx) }); err != nil {
+	if err := retry.Do(ctx, markWithin, func() error { return r.a.reportLedger(ctx) }); err != nil {
 		r.failed(ctx, err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/asyncrl/asyncrl/cluster/internal/retry"
 	"github.com/asyncrl/asyncrl/cluster/ledger"
 	"github.com/asyncrl/asyncrl/cluster/term"
 )
@@ -26,7 +27,7 @@ func (r *termRun) requeueStale(ctx context.Context, token uint64) {
 	// (TestAgentStandbyTakesOver: trained 31 of 32, 1 run in 8).
 	r.a.waitMarks(markWithin)
 	var rq []ledger.Entry
-	if err := retry(ctx, 30*time.Second, func() (err error) {
+	if err := retry.Do(ctx, 30*time.Second, func() (err error) {
 		rq, err = r.a.led.RequeueInFlight(ctx, r.a.cfg.Name, older)
 		return err
 	}); err != nil {
