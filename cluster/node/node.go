@@ -486,7 +486,7 @@ func (n *Node) Stop() {
 			<-n.routerDone
 		}
 		n.stopMetrics(ctx)
-		stopEngines(n.engines)
+		localengine.StopAll(n.engines)
 		if n.httpc != nil {
 			n.httpc.CloseIdleConnections()
 		}

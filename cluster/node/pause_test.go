@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/asyncrl/asyncrl/cluster/internal/clustertest"
+	"github.com/asyncrl/asyncrl/cluster/localengine"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/internal/wiring"
 )
@@ -26,11 +27,11 @@ func TestCutShortWaitPauseResumes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	es, err := startEngines(cfg.Engines, m, 1, zerolog.Nop(), nil)
+	es, err := localengine.Start(cfg.Engines, m, 1, zerolog.Nop(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer stopEngines(es)
+	defer localengine.StopAll(es)
 	le := es[0]
 	done := make(chan struct{})
 	go func() {

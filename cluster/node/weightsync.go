@@ -56,25 +56,6 @@ func (s routerSink) SetMinVersion(v int64) error {
 	return s.r.Apply(policy.SetMinVersion{Version: v})
 }
 
-// weightsLayout names the run's weight directories under run.data_dir
-// (weightsync.Layout).
-type weightsLayout struct {
-	syncDir   string // local store root: <publisher.sync_dir or data_dir/weights>/<run.id>
-	publisher string // base/ and staging/
-	receivers string // one receiver root per engine
-}
-
-func layoutFor(cfg config.Config) weightsLayout {
-	l := weightsync.LayoutFor(cfg)
-	return weightsLayout{syncDir: l.SyncDir, publisher: l.Publisher, receivers: l.Receivers}
-}
-
-// saveBase writes version 0 (the engines' initial weights) and returns its
-// directory.
-func saveBase(cfg config.Config, serving *pol.Model) (string, error) {
-	return weightsync.SaveBase(cfg, serving)
-}
-
 // startWeightSync builds the weight sync in the mode of
 // publisher.transport, starts the remote engines' side in a cluster term,
 // and joins every driven engine at version 0.
