@@ -1,8 +1,9 @@
-package node
+package enginehost
 
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -12,9 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"github.com/asyncrl/asyncrl/cluster/enginehost"
 	"github.com/asyncrl/asyncrl/cluster/internal/clustertest"
-	"github.com/asyncrl/asyncrl/cluster/rollouthost"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/internal/syncbuf"
 	"github.com/asyncrl/asyncrl/messages"
@@ -76,10 +75,12 @@ func TestEngineHostRetriesFailedVersion(t *testing.T) {
 	cfg.Engines.Count = 1
 	const node = "n1"
 	term := cfg.Run.ID + "-t1"
-	engineName := enginehost.EngineName(node, enginehost.EndpointKey(0))
+	engineName := EngineName(node, EndpointKey(0))
 
 	// The term's bucket with its base (the seed's serving weights), as
-	// the holder's startWeightSync uploads it.
+	// the holder's pipeline uploads it (cluster/node remote.go: every file
+	// under BasePrefix; cluster/node's TestEngineHostSharesTheHolderProtocol
+	// checks the prefix and scheme are the same).
 	nc := store.DefaultNATSConfig("asyncrl-weights-" + term)
 	nc.Storage = jetstream.MemoryStorage
 	st, err := store.NewNATS(ctx, bus.Conn(), nc)
@@ -102,7 +103,7 @@ func TestEngineHostRetriesFailedVersion(t *testing.T) {
 	if err := next.SaveServing(nextDir); err != nil {
 		t.Fatal(err)
 	}
-	if err := uploadBase(ctx, st, baseDir); err != nil {
+	if err := putBase(ctx, st, baseDir); err != nil {
 		t.Fatal(err)
 	}
 
@@ -119,7 +120,7 @@ func TestEngineHostRetriesFailedVersion(t *testing.T) {
 
 	var logs syncbuf.Buffer
 	var events syncbuf.Buffer
-	h, err := enginehost.Start(cfg, node, bus, zerolog.New(&logs), func(format string, args ...any) {
+	h, err := Start(cfg, node, bus, zerolog.New(&logs), func(format string, args ...any) {
 		fmt.Fprintf(&events, format+"\n", args...)
 	})
 	if err != nil {
@@ -135,7 +136,7 @@ func TestEngineHostRetriesFailedVersion(t *testing.T) {
 		t.Helper()
 		data, err := messages.Encode(messages.LoadWeights{
 			Header: messages.Header{RunID: term, Sender: "publisher-0", Version: version},
-			Engine: engineName, Format: messages.WeightsDelta, URI: enginehost.ObjectScheme + nc.Bucket})
+			Engine: engineName, Format: messages.WeightsDelta, URI: ObjectScheme + nc.Bucket})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -206,68 +207,6 @@ func TestEngineHostRetriesFailedVersion(t *testing.T) {
 	})
 }
 
-// A rollout host that could not join a term (its trajectory buffer would
-// not open: here a stream that claims the same subjects, in a cluster a
-// JetStream leader election) joins it on the term's next announcement
-// instead of idling for the rest of the term. (A rollout host test: it
-// belongs in rollouthost_test.go, which this change did not own.)
-func TestRolloutHostRetriesTermItCouldNotFollow(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	bus := embeddedBus(t)
-	cfg := hostRunConfig(t, "rr")
-	term := cfg.Run.ID + "-t3"
-	s, err := transport.Plan(term)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := bus.Stream(ctx, transport.StreamConfig{Name: "squatter", Subjects: []string{s.Trajectories}, Memory: true, MaxAge: time.Hour}); err != nil {
-		t.Fatal(err)
-	}
-	var events syncbuf.Buffer
-	task, err := BuildTask(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := rollouthost.Start(rollouthost.Config{Run: cfg, Task: task, Node: "n2", Replicas: 1, Bus: bus, Logger: zerolog.Nop(),
-		Event: func(format string, args ...any) { fmt.Fprintf(&events, format+"\n", args...) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Stop()
-	subj := transport.MustPlan(cfg.Run.ID).TermAnnounce
-	announce := func() { // what the holder's term sends once a second
-		t.Helper()
-		data, err := messages.Encode(messages.TermAnnounce{Header: messages.Header{RunID: cfg.Run.ID, Sender: "n1"},
-			Term: term, Token: 3, Router: "http://127.0.0.1:1"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := bus.Publish(ctx, subj, data); err != nil {
-			t.Fatal(err)
-		}
-	}
-	announce()
-	clustertest.WaitFor(t, 15*time.Second, "the host to fail to follow the term", func() bool {
-		return strings.Contains(events.String(), "rollouts cannot follow term "+term)
-	})
-	js, err := jetstream.New(bus.Conn())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := js.DeleteStream(ctx, "squatter"); err != nil {
-		t.Fatal(err)
-	}
-	announce()
-	clustertest.WaitFor(t, 15*time.Second, "the host to follow the term on its next announcement", func() bool {
-		return strings.Contains(events.String(), "rollouts follow term "+term)
-	})
-	n := len(h.Actors())
-	if n == 0 {
-		t.Error("the host follows the term with no rollout actors")
-	}
-}
-
 // embeddedBus is a bus of its own (embedded server, JetStream on disk in
 // a temporary directory), closed when the test ends.
 func embeddedBus(t *testing.T) *natsbus.Bus {
@@ -291,10 +230,18 @@ func hostRunConfig(t *testing.T, run string) config.Config {
 	return cfg
 }
 
-// The engine host reads the LoadWeights URI and the term's base with the
-// scheme and prefix the holder's remote.go writes them with.
-func TestEngineHostSharesTheHolderProtocol(t *testing.T) {
-	if natsObjectScheme != enginehost.ObjectScheme || termBasePrefix != enginehost.BasePrefix {
-		t.Fatalf("holder writes %q/%q, engine host reads %q/%q", natsObjectScheme, termBasePrefix, enginehost.ObjectScheme, enginehost.BasePrefix)
+// putBase puts every file of dir under BasePrefix in st, as the holder's
+// pipeline does.
+func putBase(ctx context.Context, st store.Store, dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
 	}
+	var files []store.FileObject
+	for _, e := range ents {
+		if !e.IsDir() {
+			files = append(files, store.FileObject{Key: BasePrefix + e.Name(), Path: filepath.Join(dir, e.Name())})
+		}
+	}
+	return store.PutFiles(ctx, st, files, 0)
 }
