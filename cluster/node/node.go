@@ -98,11 +98,13 @@ type Options struct {
 	AfterExecStep         func(ctx context.Context, state string, version int64) error
 	// OnStartPhase, when set, hears each phase Start reaches (the cluster
 	// agent's term reports them to its core: a start that stalls is
-	// reported with the last phase it reached).
+	// reported with the last phase it reached). Called on Start's
+	// goroutine; it must not block (Start waits).
 	OnStartPhase func(phase string)
 	// BeforeAnnounce, when set (tests: the cluster agent's hold points),
 	// runs once each version's weights are written and before the engines
-	// and the router hear of it (version is this run's).
+	// and the router hear of it (version is this run's), on the trainer's
+	// goroutine: the step waits while it blocks, which is what a hold is for.
 	BeforeAnnounce func(version int64)
 	// RouterListen is the router's address (host:port; default
 	// 127.0.0.1:0). Rollout actors on other machines need a reachable one;
