@@ -227,7 +227,7 @@ test-engines:
 
 .PHONY: test-cluster
 test-cluster:
-	ASYNCRL_CLUSTER_E2E=1 go test -count=1 -timeout 60m -run TestCluster -v ./cluster/node/
+	ASYNCRL_CLUSTER_E2E=1 go test -count=1 -timeout 60m -run TestCluster -v ./cluster/agent/
 
 # The cluster soak (issue 37; not in make test): the kill scenarios —
 # holder, standby, n3, two (two nodes one after another), rejoin (killed,
@@ -239,11 +239,11 @@ test-cluster:
 # the logs, event streams and durable ledger of failed runs under a
 # directory it prints, and fails on any unclean run. ASYNCRL_SOAK_SEED,
 # _RUNS, _SCENARIOS, _STEPS, _MOMENTS, _DIR, _LEADS, _KEEP change it
-# (cluster/node/soak_e2e_test.go); a failed run prints the command that
+# (cluster/agent/soak_e2e_test.go); a failed run prints the command that
 # replays it. About a minute a run on two cores: hours for the full soak.
 .PHONY: soak-cluster
 soak-cluster:
-	ASYNCRL_CLUSTER_SOAK=1 $(GO) test -count=1 -timeout 24h -run TestClusterSoak -v ./cluster/node/
+	ASYNCRL_CLUSTER_SOAK=1 $(GO) test -count=1 -timeout 24h -run TestClusterSoak -v ./cluster/agent/
 
 # FP8/MXFP8 quantise-on-publish (BENCHMARKS.md "FP8/MXFP8 publish"): bytes
 # per version (full and delta) vs BF16 for the built-in policy and a
