@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/asyncrl/asyncrl/actors/loop"
+	"github.com/asyncrl/asyncrl/actors/publisher"
 	"github.com/asyncrl/asyncrl/actors/trainer/microbatch"
 	"github.com/asyncrl/asyncrl/actors/trainer/steprule"
 	"github.com/asyncrl/asyncrl/messages"
@@ -20,13 +21,6 @@ import (
 
 // ErrInvalidConfig is wrapped by every error Config.Validate returns.
 var ErrInvalidConfig = errors.New("trainer: invalid config")
-
-// Publisher makes a new policy version live on the engines: the in-process
-// publisher pauses each engine, swaps the weights and resumes it; the
-// weight sync (cluster/weightsync) publishes deltas or full checkpoints.
-type Publisher interface {
-	Publish(ctx context.Context, w Weights, version int64) error
-}
 
 // Subjects are the trainer actor's subjects.
 type Subjects struct {
@@ -111,7 +105,7 @@ const RecordsKept = 4096
 type Actor struct {
 	bus transport.Bus
 	tr  Stepper
-	pub Publisher
+	pub publisher.Publisher
 	cfg Config
 
 	box    *loop.Inbox[steprule.Input] // TrainBatches, for the step rule (run.go)
@@ -136,13 +130,13 @@ type Actor struct {
 // Start subscribes the trainer to cfg.Subjects.Train. tr's weights must be
 // the ones the engines serve as version 0 (Step 1 trains them), and
 // tr.Version() must be cfg.VersionBase.
-func Start(bus transport.Bus, tr *policy.Trainer, pub Publisher, cfg Config) (*Actor, error) {
+func Start(bus transport.Bus, tr *policy.Trainer, pub publisher.Publisher, cfg Config) (*Actor, error) {
 	return StartStepper(bus, builtinStepper{tr}, pub, cfg)
 }
 
 // StartStepper is Start with any Stepper (the exec backend: NewExec).
 // tr.Version() must be cfg.VersionBase.
-func StartStepper(bus transport.Bus, tr Stepper, pub Publisher, cfg Config) (*Actor, error) {
+func StartStepper(bus transport.Bus, tr Stepper, pub publisher.Publisher, cfg Config) (*Actor, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -306,7 +300,7 @@ func (a *Actor) train(tb messages.TrainBatch, cur int64) (StepRecord, error) {
 // unpublished is a trained step whose publish has not succeeded yet: its
 // serving weights and its record (all but the publish time).
 type unpublished struct {
-	serving Weights
+	serving publisher.Weights
 	rec     StepRecord
 }
 

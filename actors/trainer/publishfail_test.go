@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/asyncrl/asyncrl/actors/publisher"
 	"github.com/asyncrl/asyncrl/actors/trainer/microbatch"
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/policy"
@@ -24,7 +25,7 @@ type flakyPublisher struct {
 
 var errEnginesDown = errors.New("engines down")
 
-func (p *flakyPublisher) Publish(_ context.Context, w Weights, v int64) error {
+func (p *flakyPublisher) Publish(_ context.Context, w publisher.Weights, v int64) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.attempts++

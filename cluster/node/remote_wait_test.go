@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/asyncrl/asyncrl/actors/publisher"
-	"github.com/asyncrl/asyncrl/actors/publisher/shell"
+	"github.com/asyncrl/asyncrl/actors/publisher/tracker"
 	"github.com/asyncrl/asyncrl/internal/syncbuf"
 )
 
@@ -20,14 +20,14 @@ func (nopRouter) SetMinVersion(int64) error      { return nil }
 
 type nopDispatcher struct{}
 
-func (nopDispatcher) Dispatch(publisher.Command) {}
+func (nopDispatcher) Dispatch(tracker.Command) {}
 
 // A term whose every engine node is gone waits for one before it
 // publishes (the shell would fail the version with ErrNoEngine, and the
 // trainer's step and the term with it), and says so once; a version all
 // engines left while it was published waits until one serves it.
 func TestPublishWaitsForAnEngine(t *testing.T) {
-	sh, err := shell.New(shell.Config{Tracker: publisher.DefaultConfig(), RunID: "r"}, nil, nopRouter{}, nopDispatcher{})
+	sh, err := publisher.New(publisher.Config{Tracker: tracker.DefaultConfig(), RunID: "r"}, nil, nopRouter{}, nopDispatcher{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +40,7 @@ func TestPublishWaitsForAnEngine(t *testing.T) {
 		t.Fatalf("returned (%v) with no engine registered", err)
 	case <-time.After(300 * time.Millisecond):
 	}
-	if _, err := sh.Join("n3-engine-0", "http://127.0.0.1:1", publisher.NoVersion); err != nil {
+	if _, err := sh.Join("n3-engine-0", "http://127.0.0.1:1", tracker.NoVersion); err != nil {
 		t.Fatal(err)
 	}
 	select {
