@@ -117,6 +117,7 @@ var Unreachable = []Exclusion{
 	{File: "actors/publisher/tracker/tracker.go", Func: "Config.Validate", Contains: "publisher: Config", Why: whyConfig},
 	{File: "actors/publisher/tracker/tracker.go", Func: "New", Contains: "return nil, err", Why: whyConfig},
 	{File: "actors/publisher/tracker/tracker.go", Func: "(*Tracker).Publish", Contains: "return nil, fmt.Errorf", Why: "the publisher publishes each committed version once, in order, with its sizes"},
+	{File: "actors/publisher/tracker/tracker.go", Func: "(*Tracker).plan", Contains: "=deltas=falsebreak", Why: "only Tinker's version mode publishes NoDelta versions (whole sampler checkpoints); the simulated trainer's versions are deltas"},
 	{File: "actors/publisher/tracker/tracker.go", Func: "(*Tracker).AddFull", Why: "no publisher shell calls it: full checkpoints are published with their version (VersionInfo.FullBytes)"},
 	{File: "actors/publisher/tracker/tracker.go", Func: "(*Tracker).Join", Contains: "return Command{}, fmt.Errorf", Why: whyCommand},
 	{File: "actors/publisher/tracker/tracker.go", Func: "(*Tracker).Fetching", Contains: "return fmt.Errorf", Why: whyCommand},

@@ -27,5 +27,8 @@
 //     replaying deltas or by loading the newest usable full checkpoint and
 //     replaying the deltas after it, whichever moves fewer bytes (deltas win
 //     a tie). A joiner with no weights (NoVersion) must load a full
-//     checkpoint; version 0 (the base) always is one.
+//     checkpoint; version 0 (the base) always is one. A version published
+//     NoDelta (Tinker's sampler checkpoints: whole checkpoints, no delta
+//     from the one before) is reached only through a full checkpoint at or
+//     above it, and must have one.
 package tracker
