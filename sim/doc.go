@@ -43,7 +43,7 @@
 //     rule, which announces StepDone. No heartbeat: a lost StepDone is
 //     recovered by the controller's retransmission, as in the real run;
 //   - node pub: the publisher over the version tracker core
-//     (actors/publisher), called by the trainer: payload, then manifest
+//     (actors/publisher/tracker), called by the trainer: payload, then manifest
 //     (the commit), then LoadWeights to each engine behind; rebuilt from
 //     the store on restart, then caught up to the trainer's durable step;
 //   - nodes e0..eN: engines whose timing is the engine/latency core;

@@ -43,7 +43,7 @@ var Cores = []Core{
 		Skip: []string{"actors/controller/shell.go"}, Scenarios: "default, faults, partitions, mixed"},
 	{Name: "sampling", Dirs: []string{"actors/sampling", "actors/filter"},
 		Skip: []string{"actors/sampling/shell.go"}, Scenarios: "default, faults, partitions, mixed"},
-	{Name: "tracker", Dirs: []string{"actors/publisher"}, Scenarios: "default, faults, partitions, mixed"},
+	{Name: "tracker", Dirs: []string{"actors/publisher/tracker"}, Scenarios: "default, faults, partitions, mixed"},
 	{Name: "router-policy", Dirs: []string{"actors/router/policy"}, Scenarios: "default, faults, partitions, mixed"},
 }
 

@@ -1,4 +1,4 @@
-package publisher
+package tracker
 
 import (
 	"errors"
@@ -53,6 +53,14 @@ func TestPlanPicksCheaperPath(t *testing.T) {
 			"plan from=-1 target=2 full=1 deltas=2 bytes=605"},
 		{"a full at or below `from` is useless", 1000, []VersionInfo{{Version: 1, DeltaBytes: 5, FullBytes: 1}, {Version: 2, DeltaBytes: 900}}, 1,
 			"plan from=1 target=2 deltas=2 bytes=900"},
+		{"no delta: the full checkpoint however cheap the delta would be", 1000, []VersionInfo{{Version: 1, FullBytes: 500, NoDelta: true}}, 0,
+			"plan from=0 target=1 full=1 bytes=500"},
+		{"no delta: nothing below it counts, deltas after it do", 1000, []VersionInfo{{Version: 1, DeltaBytes: 1, FullBytes: 2},
+			{Version: 2, FullBytes: 800, NoDelta: true}, {Version: 3, DeltaBytes: 10}}, 0,
+			"plan from=0 target=3 full=2 deltas=3 bytes=810"},
+		{"no delta on every version: the newest full", 1000, []VersionInfo{{Version: 1, FullBytes: 7, NoDelta: true},
+			{Version: 2, FullBytes: 7, NoDelta: true}, {Version: 3, FullBytes: 7, NoDelta: true}}, 1,
+			"plan from=1 target=3 full=3 bytes=7"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -66,6 +74,18 @@ func TestPlanPicksCheaperPath(t *testing.T) {
 				t.Fatalf("got  %s\nwant %s", got, c.want)
 			}
 		})
+	}
+}
+
+// TestNoDeltaNeedsAFull: a version no delta reaches must have a full
+// checkpoint, or no engine could ever load it; the refusal changes nothing.
+func TestNoDeltaNeedsAFull(t *testing.T) {
+	tr := mustNew(t, DefaultConfig())
+	if _, err := tr.Publish(VersionInfo{Version: 1, NoDelta: true}); err == nil {
+		t.Fatal("a NoDelta version without a full checkpoint was accepted")
+	}
+	if tr.Target() != 0 || tr.MinRoutable() != 0 {
+		t.Fatalf("the refused publish moved the tracker: target %d, min %d", tr.Target(), tr.MinRoutable())
 	}
 }
 
