@@ -161,14 +161,24 @@ func (s *server) close() error {
 	return err
 }
 
-func (s *server) serve(c net.Conn) {
+func (s *server) serve(raw net.Conn) {
 	defer func() {
 		s.mu.Lock()
-		delete(s.conns, c)
+		delete(s.conns, raw)
 		s.mu.Unlock()
-		c.Close()
+		raw.Close()
 		s.wg.Done()
 	}()
+	// The handshake runs here, not in the accept loop, so a peer that
+	// stalls it holds only its own connection.
+	c, err := s.handshake(raw)
+	if err != nil {
+		if s.ctx.Err() == nil {
+			s.cfg.Logger.Warn().Err(err).Str("peer", raw.RemoteAddr().String()).
+				Msg("dataplane/tcp: TLS handshake refused (a peer without the cluster's certificate?)")
+		}
+		return
+	}
 	var buf []byte
 	for {
 		// An idle client connection may wait for its next range for a while;
