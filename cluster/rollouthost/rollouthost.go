@@ -186,7 +186,10 @@ func (h *Host) follow(ta messages.TermAnnounce) {
 	}
 	ctx, cancel := context.WithTimeout(h.ctx, 10*time.Second)
 	defer cancel()
-	groups, err := h.bus.Stream(ctx, GroupStream(s, h.replicas))
+	// Bind, never create or update: the holder made the buffer (with its
+	// duplicate window), and a rollout node's bus user may not touch
+	// streams (cluster/access).
+	groups, err := h.bus.BindStream(ctx, s.GroupStream)
 	if err != nil {
 		h.cannotFollow(ta, retrying, err)
 		return
@@ -317,7 +320,8 @@ func StartActor(bus transport.Bus, gen rollout.Generator, cfg config.Config, tas
 // only has to outlive a restart of the actors, not of every server; on a
 // clustered bus it has replicas copies (--replicas), so the loss of the
 // server that led it costs a leader election, not the buffer. Rollout
-// actors on other nodes open it with the same config. Made while a server
+// hosts on other nodes bind it as the holder made it (never create or
+// update it: their bus users may not). Made while a server
 // is down, it has the copies the servers up can hold (MinReplicas).
 func GroupStream(p transport.RunPlan, replicas int) transport.StreamConfig {
 	return transport.StreamConfig{Name: p.GroupStream, Subjects: []string{p.Trajectories}, MaxAge: time.Hour, Memory: true, WorkQueue: true,
