@@ -113,7 +113,10 @@ func runHelper(mode string) int {
 
 func dpConfig(a helperArgs) (tcp.Config, error) {
 	cfg := tcp.DefaultConfig()
-	cfg.Addr, cfg.Streams, cfg.MaxReconnects, cfg.IOTimeout = a.Addr, 2, 2, 10*time.Second
+	if a.Addr != "" { // a fetcher listens on nothing: keep the default
+		cfg.Addr = a.Addr
+	}
+	cfg.Streams, cfg.MaxReconnects, cfg.IOTimeout = 2, 2, 10*time.Second
 	if a.Cert != "" {
 		s, c, err := tcp.MutualTLS(a.CA, a.Cert, a.Key)
 		if err != nil {
@@ -247,7 +250,8 @@ func gossipJoin(target, key string) (bool, string) {
 }
 
 // httpRefused GETs url with the bearer token key (none when empty);
-// refused on 401/403 or no connection.
+// refused on 401/403 only: no answer proves nothing about the listener's
+// guard (it may just not be up), so it counts as not refused.
 func httpRefused(url, key string) (bool, string) {
 	req, err := http.NewRequest(http.MethodGet, url, nil)
 	if err != nil {
@@ -259,7 +263,7 @@ func httpRefused(url, key string) (bool, string) {
 	c := &http.Client{Timeout: 5 * time.Second}
 	resp, err := c.Do(req)
 	if err != nil {
-		return true, err.Error()
+		return false, "no answer: " + err.Error()
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 200))

@@ -93,11 +93,11 @@ var (
 // loopback without certificates refuses to start.
 func TestNetnsSecureRunRefusesIntruder(t *testing.T) {
 	enabled(t)
-	c := newCluster(t, 6, "")
+	c := newCluster(t, 8, "")
 	nodes := c.startAll()
+	// The probes run while the term (and its router) is up; the data
+	// plane and the route intruder need only the namespaces and servers.
 	waitFor(t, 240*time.Second, "n3's rollouts to follow a term", func() bool { return routerRe.MatchString(nodes[2].out.String()) })
-	c.dataPlane()
-	c.routeIntruder()
 	var probes []probe
 	for i, p := range nodes {
 		if m := busRe.FindStringSubmatch(p.out.String()); m != nil {
@@ -139,7 +139,9 @@ func TestNetnsSecureRunRefusesIntruder(t *testing.T) {
 			t.Errorf("no probe of the %s plane ran", p)
 		}
 	}
+	c.dataPlane()
 	c.finished(300 * time.Second)
+	c.routeIntruder()
 	for i, p := range nodes {
 		if strings.Contains(p.out.String(), "member joined intruder") {
 			t.Errorf("%s let the intruder into gossip", hosts[i])
@@ -186,7 +188,10 @@ func (c *cluster) dataPlane() {
 	}
 	ff := c.sec.foreign
 	for name, b := range map[string]helperArgs{"plain TCP": {}, "no certificate": {CA: f.CA},
-		"another CA": {CA: ff.CA, Cert: ff.Cert["intruder"], Key: ff.Key["intruder"]}} {
+		"another CA": {CA: ff.CA, Cert: ff.Cert["intruder"], Key: ff.Key["intruder"]},
+		// ca.pem is no secret: an intruder may trust the cluster's CA and
+		// still has no certificate of it.
+		"another CA's certificate, trusting ours": {CA: f.CA, Cert: ff.Cert["intruder"], Key: ff.Key["intruder"]}} {
 		got := fetch("intruder", b)
 		if !strings.HasPrefix(got, "ERR") || !strings.Contains(got, "received 0") {
 			t.Errorf("data plane: intruder with %s: %s", name, got)
@@ -207,35 +212,40 @@ func (c *cluster) routeIntruder() {
 		"--cluster-tls-ca", ff.CA, "--cluster-tls-cert", ff.Cert["intruder"], "--cluster-tls-key", ff.Key["intruder"],
 		"--route-user", "asyncrl", "--route-password-file", c.sec.badRoutePW}
 	p := startProc(t, c.net.Command("intruder", bin, args...), "intruder")
-	go func() {
-		select {
-		case <-p.exited:
-		case <-time.After(150 * time.Second):
-			_ = p.cmd.Process.Signal(syscall.SIGKILL)
-		}
-	}()
-	<-p.exited
-	if strings.Contains(p.out.String(), "node intruder: gossip ") {
-		t.Errorf("the route intruder got past the bus:\n%s", p.out.String())
+	select {
+	case <-p.exited:
+	case <-time.After(150 * time.Second):
+		t.Errorf("the route intruder still runs after 150 s: it joined?\n%s", p.out.String())
+		return
 	}
-	t.Logf("routes: the intruder's node never joined: %s", tail(p.errOut.String()+p.out.String(), 1))
+	if strings.Contains(p.out.String(), "node intruder: gossip ") || p.cmd.ProcessState.Success() {
+		t.Errorf("the route intruder got past the bus:\n%s%s", p.out.String(), p.errOut.String())
+	}
+	t.Logf("routes: the intruder's node never joined: %s", tail(p.errOut.String(), 1))
 }
 
-// TestNetnsKillNode: the node holding the trainer lease is SIGKILLed
-// mid-run; the standby in another namespace takes over and the run ends
-// with every step trained exactly once.
+// TestNetnsKillNode: one node SIGKILLed mid-run, each role's in turn —
+// the trainer lease's holder (the standby in another namespace takes
+// over), the standby, and n3 (engines and rollouts; n1's engines and the
+// holder's own rollouts carry on) — and the run ends with every step
+// trained exactly once.
 func TestNetnsKillNode(t *testing.T) {
 	enabled(t)
-	c := newCluster(t, 6, "")
-	c.startAll()
-	h := c.holder(2)
-	if err := c.nodes[h].cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
+	for _, victim := range []string{"holder", "standby", "n3"} {
+		t.Run(victim, func(t *testing.T) {
+			c := newCluster(t, 6, "")
+			c.startAll()
+			h := c.holder(2)
+			k := map[string]int{"holder": h, "standby": 1 - h, "n3": 2}[victim]
+			if err := c.nodes[k].cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			<-c.nodes[k].exited
+			t.Logf("killed %s (%s) after step %d", hosts[k], victim, lastDurable(c.nodes[h].events))
+			delete(c.nodes, k)
+			c.finished(300 * time.Second)
+		})
 	}
-	<-c.nodes[h].exited
-	t.Logf("killed the holder %s after step %d", hosts[h], lastDurable(c.nodes[h].events))
-	delete(c.nodes, h)
-	c.finished(300 * time.Second)
 }
 
 // TestNetnsLinkCut: the holder's link is cut for 10 s (its veth down)
