@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -167,20 +168,21 @@ type cluster struct {
 // every process is stopped) and, with netem set, shapes every link.
 func newCluster(t *testing.T, steps int, netem string) *cluster {
 	t.Helper()
-	asyncrlBin(t)
 	n, err := New(hosts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(n.Close) // registered first: runs after the processes stop
-	dir := t.TempDir()
-	c := &cluster{t: t, net: n, dir: dir, sec: makeSecrets(t, dir), steps: steps, started: map[int]bool{}, nodes: map[int]*proc{}}
 	if netem != "" {
-		if err := n.Netem(netem); err != nil {
+		if err := n.Netem(netem); errors.Is(err, ErrNoNetem) {
 			t.Skipf("netem %q: %v", netem, err)
+		} else if err != nil {
+			t.Fatal(err)
 		}
 	}
-	return c
+	asyncrlBin(t)
+	dir := t.TempDir()
+	return &cluster{t: t, net: n, dir: dir, sec: makeSecrets(t, dir), steps: steps, started: map[int]bool{}, nodes: map[int]*proc{}}
 }
 
 func (c *cluster) gossip(i int) string { return c.net.Addr(i) + ":7946" }

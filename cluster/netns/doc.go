@@ -19,7 +19,7 @@
 //     deletes the namespaces; Sweep (called by New) removes those of an
 //     earlier run whose process died before its cleanup.
 //   - LinkDown/LinkUp cut and heal one host's link; Netem shapes every
-//     link (ErrUnavailable on a kernel without sch_netem).
+//     link (ErrNoNetem on a kernel without sch_netem).
 //
 // The tests run only with ASYNCRL_NETNS=1 (make test-netns), as root.
 package netns

@@ -17,6 +17,10 @@ import (
 // no `ip`, or the kernel refuses). Tests skip with its message.
 var ErrUnavailable = errors.New("netns: network namespaces unavailable")
 
+// ErrNoNetem: the kernel has no netem qdisc (sch_netem), so links cannot
+// be given loss and delay; tests that need it skip with its message.
+var ErrNoNetem = errors.New("netns: tc netem unavailable")
+
 // prefix starts every namespace name this package makes; the owning
 // process's pid follows, so a later run can tell a dead run's leftovers
 // (Sweep) from a live one's.
@@ -127,12 +131,12 @@ func (n *Net) LinkUp(h string) error { return n.in(n.hub, "ip link set "+vethNam
 // Netem puts a netem qdisc (e.g. "loss 5% delay 50ms") on every host's
 // eth0 (its egress): each direction of every path between two hosts
 // crosses one, so a round trip sees the delay twice. It fails
-// (ErrUnavailable) on a kernel without sch_netem.
+// (ErrNoNetem) on a kernel without sch_netem.
 func (n *Net) Netem(spec string) error {
 	for _, h := range n.Hosts {
 		if err := n.in(n.NS(h), "tc qdisc add dev eth0 root netem "+spec); err != nil {
 			if strings.Contains(err.Error(), "unknown") || strings.Contains(err.Error(), "No such file") {
-				return fmt.Errorf("%w: the kernel has no netem qdisc (sch_netem): %w", ErrUnavailable, err)
+				return fmt.Errorf("%w: the kernel has no netem qdisc (sch_netem): %w", ErrNoNetem, err)
 			}
 			return err
 		}

@@ -269,7 +269,7 @@ func TestNetnsLinkCut(t *testing.T) {
 
 // TestNetnsNetem: 5 % loss and 50 ms delay on every link (each host's
 // egress) and the run still finishes with a clean ledger. Skipped
-// where the kernel has no netem qdisc.
+// where the kernel has no netem qdisc (ErrNoNetem), saying so.
 func TestNetnsNetem(t *testing.T) {
 	enabled(t)
 	c := newCluster(t, 4, "loss 5% delay 50ms")
