@@ -305,6 +305,8 @@ func (c *cluster) finished(within time.Duration) {
 	})
 	if err := checkLedger(out, c.steps, config.Default().Trainer.MiniBatchSize); err != nil {
 		t.Error(err)
+	} else {
+		t.Logf("run finished: %s", ledgerRe.FindString(out))
 	}
 	for i, p := range c.nodes {
 		all := p.out.String() + p.errOut.String()
