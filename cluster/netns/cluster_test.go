@@ -293,11 +293,11 @@ func (c *cluster) holder(minSteps int) int {
 // checkLedgerLine): every step trained exactly once.
 func (c *cluster) finished(within time.Duration) {
 	t := c.t
-	var out string
+	var out, by string
 	waitFor(t, within, "a trainer node to finish the run", func() bool {
 		for i := range 2 {
 			if p := c.nodes[i]; p != nil && strings.Contains(p.out.String(), "ledger prompts") {
-				out = p.out.String()
+				out, by = p.out.String(), hosts[i]
 				return true
 			}
 		}
@@ -306,7 +306,7 @@ func (c *cluster) finished(within time.Duration) {
 	if err := checkLedger(out, c.steps, config.Default().Trainer.MiniBatchSize); err != nil {
 		t.Error(err)
 	} else {
-		t.Logf("run finished: %s", ledgerRe.FindString(out))
+		t.Logf("run finished by %s: %s", by, ledgerRe.FindString(out))
 	}
 	for i, p := range c.nodes {
 		all := p.out.String() + p.errOut.String()

@@ -248,23 +248,30 @@ func TestNetnsKillNode(t *testing.T) {
 	}
 }
 
-// TestNetnsLinkCut: the holder's link is cut for 10 s (its veth down)
-// and healed; the run ends with every step trained exactly once.
+// TestNetnsLinkCut: a node's link is cut for 10 s (its veth down) and
+// healed — the trainer lease's holder's (the standby takes over while it
+// is cut off; it rejoins fenced) and n3's (engines and rollouts) — and
+// each run ends with every step trained exactly once.
 func TestNetnsLinkCut(t *testing.T) {
 	enabled(t)
-	c := newCluster(t, 6, "")
-	c.startAll()
-	h := c.holder(2)
-	if err := c.net.LinkDown(hosts[h]); err != nil {
-		t.Fatal(err)
+	for _, victim := range []string{"holder", "n3"} {
+		t.Run(victim, func(t *testing.T) {
+			c := newCluster(t, 6, "")
+			c.startAll()
+			h := c.holder(2)
+			k := map[string]int{"holder": h, "n3": 2}[victim]
+			if err := c.net.LinkDown(hosts[k]); err != nil {
+				t.Fatal(err)
+			}
+			cut := lastDurable(c.nodes[h].events)
+			time.Sleep(10 * time.Second) // the cut itself: 10 s without a link
+			if err := c.net.LinkUp(hosts[k]); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("cut %s's link (%s) for 10 s after step %d", hosts[k], victim, cut)
+			c.finished(360 * time.Second)
+		})
 	}
-	cut := lastDurable(c.nodes[h].events)
-	time.Sleep(10 * time.Second) // the cut itself: 10 s without a link
-	if err := c.net.LinkUp(hosts[h]); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("cut %s's link for 10 s after step %d", hosts[h], cut)
-	c.finished(360 * time.Second)
 }
 
 // TestNetnsNetem: 5 % loss and 50 ms delay on every link (each host's
