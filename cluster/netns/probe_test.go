@@ -251,11 +251,23 @@ func gossipJoin(target, key string) (bool, string) {
 
 // httpRefused GETs url with the bearer token key (none when empty);
 // refused on 401/403 only: no answer proves nothing about the listener's
-// guard (it may just not be up), so it counts as not refused.
+// guard, so it counts as not refused. A listener down for a while (the
+// router between two terms) is asked again for up to 90 s.
 func httpRefused(url, key string) (bool, string) {
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		refused, detail, answered := httpOnce(url, key)
+		if answered || time.Now().After(deadline) {
+			return refused, detail
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+func httpOnce(url, key string) (refused bool, detail string, answered bool) {
 	req, err := http.NewRequest(http.MethodGet, url, nil)
 	if err != nil {
-		return false, err.Error()
+		return false, err.Error(), true
 	}
 	if key != "" {
 		req.Header.Set("Authorization", "Bearer "+key)
@@ -263,12 +275,12 @@ func httpRefused(url, key string) (bool, string) {
 	c := &http.Client{Timeout: 5 * time.Second}
 	resp, err := c.Do(req)
 	if err != nil {
-		return false, "no answer: " + err.Error()
+		return false, "no answer: " + err.Error(), false
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 200))
 	return resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden,
-		fmt.Sprintf("%d %s", resp.StatusCode, strings.TrimSpace(string(body)))
+		fmt.Sprintf("%d %s", resp.StatusCode, strings.TrimSpace(string(body))), true
 }
 
 // readLine returns the first line of r that starts with prefix

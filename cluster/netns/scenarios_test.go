@@ -2,9 +2,11 @@ package netns
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"syscall"
@@ -211,6 +213,11 @@ func (c *cluster) routeIntruder() {
 		"--cluster-listen", addr + ":6222", "--routes", c.routes(),
 		"--cluster-tls-ca", ff.CA, "--cluster-tls-cert", ff.Cert["intruder"], "--cluster-tls-key", ff.Key["intruder"],
 		"--route-user", "asyncrl", "--route-password-file", c.sec.badRoutePW}
+	cfg := filepath.Join(c.dir, "intruder.yaml")
+	if err := os.WriteFile(cfg, fmt.Appendf(nil, "run:\n  data_dir: %s\n", filepath.Join(c.dir, "d-intruder")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args = append(args, "--config", cfg)
 	p := startProc(t, c.net.Command("intruder", bin, args...), "intruder")
 	select {
 	case <-p.exited:
