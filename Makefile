@@ -221,6 +221,7 @@ test-cluster:
 # holder SIGKILL, a 10 s link cut and 5 % loss + 50 ms delay (netem; skipped
 # on a kernel without sch_netem), each ending with the ledger check.
 # Skips with the reason where namespaces cannot be made (cluster/netns).
+# About 6 minutes on the 2-core dev machine (netem skipped: no sch_netem).
 .PHONY: test-netns
 test-netns:
 	ASYNCRL_NETNS=1 $(GO) test -count=1 -timeout 45m -v ./cluster/netns/
