@@ -218,8 +218,10 @@ test-cluster:
 # (10.77.0.0/24, no route out), with TLS routes, a route password, role
 # users, a gossip key and engine keys; an intruder namespace probes every
 # plane (bus, routes, gossip, data plane, engines, router admin); then a
-# holder SIGKILL, a 10 s link cut and 5 % loss + 50 ms delay (netem; skipped
-# on a kernel without sch_netem), each ending with the ledger check.
+# SIGKILL of each role's node (holder, standby, engine+rollout), a 10 s link
+# cut of the holder and of the engine+rollout node, and 5 % loss + 50 ms
+# delay (netem; skipped on a kernel without sch_netem), each run ending
+# with the ledger check.
 # Skips with the reason where namespaces cannot be made (cluster/netns).
 # About 6 minutes on the 2-core dev machine (netem skipped: no sch_netem).
 .PHONY: test-netns
