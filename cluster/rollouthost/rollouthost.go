@@ -73,14 +73,11 @@ type Config struct {
 	// Run is the cluster run's config (Run.ID its base id); Task its task.
 	Run  config.Config
 	Task tasks.Task
-	// Node is this node's name. Replicas is not used any more: the host
-	// binds the trajectory buffer the holder made (with the agent's
-	// --replicas); it stays until cluster/node, being moved, stops
-	// setting it.
-	Node     string
-	Replicas int
-	Bus      *natsbus.Bus
-	Logger   zerolog.Logger
+	// Node is this node's name. (The host binds the trajectory buffer the
+	// holder made with the agent's --replicas, so it needs no count.)
+	Node   string
+	Bus    *natsbus.Bus
+	Logger zerolog.Logger
 	// Event receives one line per notable event.
 	Event func(format string, args ...any)
 }
