@@ -413,13 +413,8 @@ func view[T any](s []T) []T { return s[:len(s):len(s)] }
 // fromRecord validates every column's buffers (array.ValidateFull) before any
 // typed access, then copies the values out.
 func fromRecord(rec arrow.RecordBatch, spec BatchSpec, index map[string]int) (*TokenBatch, error) {
-	for i, c := range rec.Columns() {
-		if err := array.ValidateFull(c); err != nil {
-			return nil, malformed("column %s: %v", rec.ColumnName(i), err)
-		}
-		if err := noNulls(c.Data()); err != nil {
-			return nil, malformed("column %s: %v", rec.ColumnName(i), err)
-		}
+	if err := validateColumns(rec); err != nil {
+		return nil, err
 	}
 	col := func(name string) arrow.Array { return rec.Column(index[name]) }
 	B := int(rec.NumRows())
@@ -437,84 +432,137 @@ func fromRecord(rec arrow.RecordBatch, spec BatchSpec, index map[string]int) (*T
 	if len(offs) != B+1 || offs[0] != 0 {
 		return nil, malformed("%s offsets: %d entries starting at %v, want %d starting at 0", ColTokenID, len(offs), offs[:min(1, len(offs))], B+1)
 	}
-	T := int(offs[B])
 	tb.Offsets = append([]int32(nil), offs...)
-	// values returns the flat child of a list column after checking it shares
-	// token_id's offsets and holds exactly T·width values.
-	values := func(c arrow.Array, name string, width int) (arrow.Array, error) {
-		l := c.(*array.List)
-		o := l.Offsets()
-		if len(o) != len(offs) {
-			return nil, malformed("column %s: %d offsets, want %d", name, len(o), len(offs))
-		}
-		for i := range o {
-			if o[i] != offs[i] {
-				return nil, malformed("column %s: offsets[%d]=%d differs from %s offsets %d", name, i, o[i], ColTokenID, offs[i])
-			}
-		}
-		v := l.ListValues()
-		if v.Len() != T || v.Data().Offset() != 0 {
-			return nil, malformed("column %s: %d values (offset %d), want %d", name, v.Len(), v.Data().Offset(), T)
-		}
-		if width == 0 {
-			return v, nil
-		}
-		f := v.(*array.FixedSizeList).ListValues()
-		if f.Len() != T*width || f.Data().Offset() != 0 {
-			return nil, malformed("column %s: %d flat values, want %d × %d", name, f.Len(), T, width)
-		}
-		return f, nil
-	}
-	v, err := values(col(ColTokenID), ColTokenID, 0)
-	if err != nil {
+	lr := listReader{offs: offs, T: int(offs[B])}
+	if err := lr.readTokenColumns(tb, col); err != nil {
 		return nil, err
+	}
+	if err := lr.readRoutes(tb, col); err != nil {
+		return nil, err
+	}
+	if err := lr.readSupport(tb, col); err != nil {
+		return nil, err
+	}
+	if err := tb.Validate(); err != nil {
+		return nil, err
+	}
+	return tb, nil
+}
+
+// validateColumns checks every column's buffers and that none holds nulls.
+func validateColumns(rec arrow.RecordBatch) error {
+	for i, c := range rec.Columns() {
+		if err := array.ValidateFull(c); err != nil {
+			return malformed("column %s: %v", rec.ColumnName(i), err)
+		}
+		if err := noNulls(c.Data()); err != nil {
+			return malformed("column %s: %v", rec.ColumnName(i), err)
+		}
+	}
+	return nil
+}
+
+// listReader reads the per-token list columns of one record: offs are
+// token_id's offsets and T the token count they describe.
+type listReader struct {
+	offs []int32
+	T    int
+}
+
+// values returns the flat child of a list column after checking it shares
+// token_id's offsets and holds exactly T·width values.
+func (lr listReader) values(c arrow.Array, name string, width int) (arrow.Array, error) {
+	offs, T := lr.offs, lr.T
+	l := c.(*array.List)
+	o := l.Offsets()
+	if len(o) != len(offs) {
+		return nil, malformed("column %s: %d offsets, want %d", name, len(o), len(offs))
+	}
+	for i := range o {
+		if o[i] != offs[i] {
+			return nil, malformed("column %s: offsets[%d]=%d differs from %s offsets %d", name, i, o[i], ColTokenID, offs[i])
+		}
+	}
+	v := l.ListValues()
+	if v.Len() != T || v.Data().Offset() != 0 {
+		return nil, malformed("column %s: %d values (offset %d), want %d", name, v.Len(), v.Data().Offset(), T)
+	}
+	if width == 0 {
+		return v, nil
+	}
+	f := v.(*array.FixedSizeList).ListValues()
+	if f.Len() != T*width || f.Data().Offset() != 0 {
+		return nil, malformed("column %s: %d flat values, want %d × %d", name, f.Len(), T, width)
+	}
+	return f, nil
+}
+
+// readTokenColumns fills token ids, logprobs, loss mask, policy versions and
+// (when the spec has them) token rewards.
+func (lr listReader) readTokenColumns(tb *TokenBatch, col func(string) arrow.Array) error {
+	v, err := lr.values(col(ColTokenID), ColTokenID, 0)
+	if err != nil {
+		return err
 	}
 	tb.TokenIDs = view(v.(*array.Int32).Int32Values())
-	if v, err = values(col(ColLogprob), ColLogprob, 0); err != nil {
-		return nil, err
+	if v, err = lr.values(col(ColLogprob), ColLogprob, 0); err != nil {
+		return err
 	}
 	tb.Logprobs = view(v.(*array.Float32).Float32Values())
-	if v, err = values(col(ColLossMask), ColLossMask, 0); err != nil {
-		return nil, err
+	if v, err = lr.values(col(ColLossMask), ColLossMask, 0); err != nil {
+		return err
 	}
 	tb.LossMask = view(v.(*array.Uint8).Uint8Values())
-	if v, err = values(col(ColPolicyVersion), ColPolicyVersion, 0); err != nil {
-		return nil, err
+	if v, err = lr.values(col(ColPolicyVersion), ColPolicyVersion, 0); err != nil {
+		return err
 	}
 	tb.PolicyVersions = view(v.(*array.Int32).Int32Values())
-	if spec.TokenRewards {
-		if v, err = values(col(ColTokenReward), ColTokenReward, 0); err != nil {
-			return nil, err
+	if tb.TokenRewards != nil {
+		if v, err = lr.values(col(ColTokenReward), ColTokenReward, 0); err != nil {
+			return err
 		}
 		// Non-nil even when empty: nil TokenRewards means "no such column".
 		if tb.TokenRewards = view(v.(*array.Float32).Float32Values()); tb.TokenRewards == nil {
 			tb.TokenRewards = []float32{}
 		}
 	}
-	if r := tb.Routes; r != nil {
-		if v, err = values(col(ColRoutedExperts), ColRoutedExperts, r.Stride()); err != nil {
-			return nil, err
-		}
-		// The typed values are exactly the little-endian C-order bytes.
-		switch a := v.(type) {
-		case *array.Uint8:
-			r.Data = view(a.Uint8Values())
-		case *array.Int16:
-			r.Data = view(arrow.Int16Traits.CastToBytes(a.Int16Values()))
-		case *array.Int32:
-			r.Data = view(arrow.Int32Traits.CastToBytes(a.Int32Values()))
-		}
+	return nil
+}
+
+// readRoutes fills the routed-experts bytes when the batch has routes.
+func (lr listReader) readRoutes(tb *TokenBatch, col func(string) arrow.Array) error {
+	r := tb.Routes
+	if r == nil {
+		return nil
 	}
-	if s := tb.Support; s != nil {
-		if v, err = values(col(ColSampleSupport), ColSampleSupport, int(s.K)); err != nil {
-			return nil, err
-		}
-		s.Values = view(v.(*array.Int32).Int32Values())
+	v, err := lr.values(col(ColRoutedExperts), ColRoutedExperts, r.Stride())
+	if err != nil {
+		return err
 	}
-	if err := tb.Validate(); err != nil {
-		return nil, err
+	// The typed values are exactly the little-endian C-order bytes.
+	switch a := v.(type) {
+	case *array.Uint8:
+		r.Data = view(a.Uint8Values())
+	case *array.Int16:
+		r.Data = view(arrow.Int16Traits.CastToBytes(a.Int16Values()))
+	case *array.Int32:
+		r.Data = view(arrow.Int32Traits.CastToBytes(a.Int32Values()))
 	}
-	return tb, nil
+	return nil
+}
+
+// readSupport fills the sample support sets when the batch has them.
+func (lr listReader) readSupport(tb *TokenBatch, col func(string) arrow.Array) error {
+	s := tb.Support
+	if s == nil {
+		return nil
+	}
+	v, err := lr.values(col(ColSampleSupport), ColSampleSupport, int(s.K))
+	if err != nil {
+		return err
+	}
+	s.Values = view(v.(*array.Int32).Int32Values())
+	return nil
 }
 
 // columnIndex maps each expected column name to its index in got. Columns
