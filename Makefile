@@ -88,18 +88,18 @@ lint:
 check-deploy: build
 	cd deploy/check && $(GO) run . -chart ../helm/asyncrl -dashboard ../grafana/asyncrl.json -asyncrl $(abspath $(BIN))
 
-# Issue 16's limits on the cluster and actor code: no function with a
-# cyclomatic complexity over 20 in cluster/ and actors/, and no file in
-# cluster/ over 600 lines. Tests do not count (a table test's loop of
-# cases is long, not tangled); the code they test does.
+# Issue 31's limits on the whole tree (issue 16's on cluster/ and actors/,
+# extended): no function with a cyclomatic complexity over 20 and no file
+# over 600 lines. Tests do not count (a table test's loop of cases is long,
+# not tangled); the code they test does; generated code does not.
+# .ci/lint-size holds the named exceptions, each with its reason: config
+# validators, the proxy's event loop, and a temporary list of functions
+# other engineers own this session.
 GOCYCLO_OVER ?= 20
 MAX_FILE_LINES ?= 600
 .PHONY: lint-size
 lint-size:
-	$(GO) run github.com/fzipp/gocyclo/cmd/gocyclo@v0.6.0 -over $(GOCYCLO_OVER) -ignore '_test\.go$$' cluster actors
-	@bad=0; for f in $$(git ls-files 'cluster/*.go' | grep -v '_test\.go$$'); do \
-		n=$$(wc -l < $$f); if [ $$n -gt $(MAX_FILE_LINES) ]; then echo "$$f: $$n lines (over $(MAX_FILE_LINES))"; bad=1; fi; \
-	done; exit $$bad
+	@GO=$(GO) GOCYCLO_OVER=$(GOCYCLO_OVER) MAX_FILE_LINES=$(MAX_FILE_LINES) bash .ci/lint-size
 
 # Longer fuzzing of every decoder and parser that takes bytes from the
 # network (wire messages, the router's body scanner, its HTTP/1.1 heads);

@@ -15,7 +15,7 @@
 //     (actors/sampling over actors/filter, DAPO filter mode) and the
 //     routing core (actors/router/policy: bounded_sticky, version gating,
 //     health from heartbeats and turn timeouts, load from scraped
-//     metrics), driven by a sim-side shell (ctl.go, ctlcore.go) that
+//     metrics), driven by a sim-side shell (ctl.go, ctlrollout.go, ctlcore.go) that
 //     steps them and carries out their effects: PromptAssigned starts a
 //     rollout (episodes of 1..3 turns per trajectory, n trajectories per
 //     group, routed one turn at a time; the group's fate is the rollout
