@@ -53,6 +53,6 @@ func TestClusterTorchGroupKillHolder(t *testing.T) {
 	if from := int(resumed[0].Step); from != printed && from != printed+1 {
 		t.Errorf("%s resumed from step %d; the holder's last durable step was %d", sname, from, printed)
 	}
-	clustertest.WaitFor(t, 30*time.Second, "the standby's ledger line", func() bool { return ledgerLineRe.MatchString(standby.out.String()) })
+	clustertest.WaitFor(t, 30*time.Second, "the standby's ledger line", func() bool { return clustertest.LedgerLine.MatchString(standby.out.String()) })
 	checkLedgerLine(t, standby.out.String(), steps)
 }

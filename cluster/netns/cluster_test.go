@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/asyncrl/asyncrl/cluster/internal/clustertest"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/internal/certs"
 	"github.com/asyncrl/asyncrl/internal/syncbuf"
@@ -303,10 +303,10 @@ func (c *cluster) finished(within time.Duration) {
 		}
 		return false
 	})
-	if err := checkLedger(out, c.steps, config.Default().Trainer.MiniBatchSize); err != nil {
+	if err := clustertest.CheckLedgerLine(out, c.steps, config.Default().Trainer.MiniBatchSize); err != nil {
 		t.Error(err)
 	} else {
-		t.Logf("run finished by %s: %s", by, ledgerRe.FindString(out))
+		t.Logf("run finished by %s: %s", by, clustertest.LedgerLine.FindString(out))
 	}
 	for i, p := range c.nodes {
 		all := p.out.String() + p.errOut.String()
@@ -315,43 +315,6 @@ func (c *cluster) finished(within time.Duration) {
 		}
 		if strings.Contains(all, "netns-route-pw") || strings.Contains(all, "netns-engine-key") {
 			t.Errorf("%s printed a secret", hosts[i])
-		}
-	}
-}
-
-var ledgerRe = regexp.MustCompile(`ledger prompts (\d+) trained (\d+) filtered (\d+) requeued (\d+) in_flight (\d+) refused (\d+)`)
-
-// checkLedger is cluster/node's checkLedgerLine (the finishing node's
-// durable ledger line): B prompts trained per step, none twice, none in
-// flight, none refused, every prompt accounted for.
-func checkLedger(out string, steps, b int) error {
-	m := ledgerRe.FindStringSubmatch(out)
-	if m == nil {
-		return fmt.Errorf("no ledger line in:\n%s", out)
-	}
-	n := make([]int, 7)
-	for i := 1; i < 7; i++ {
-		n[i], _ = strconv.Atoi(m[i])
-	}
-	if n[2] != steps*b || n[5] != 0 || n[6] != 0 || n[2]+n[3]+n[4] != n[1] {
-		return fmt.Errorf("final ledger %q; want %d trained (B=%d per step, none twice), none in flight, none refused", m[0], steps*b, b)
-	}
-	return nil
-}
-
-// checkLedger passes a clean run's line and fails each way a run can go
-// wrong (runs in make test: no namespaces needed).
-func TestCheckLedger(t *testing.T) {
-	for line, ok := range map[string]bool{
-		"ledger prompts 44 trained 24 filtered 0 requeued 20 in_flight 0 refused 0": true,
-		"ledger prompts 48 trained 28 filtered 0 requeued 20 in_flight 0 refused 0": false, // a step trained twice
-		"ledger prompts 44 trained 24 filtered 0 requeued 19 in_flight 1 refused 0": false,
-		"ledger prompts 44 trained 24 filtered 0 requeued 20 in_flight 0 refused 1": false,
-		"ledger prompts 45 trained 24 filtered 0 requeued 20 in_flight 0 refused 0": false, // one unaccounted for
-		"run complete at step 6": false,
-	} {
-		if err := checkLedger("node n1: "+line+"\n", 6, 4); (err == nil) != ok {
-			t.Errorf("%q: %v, want ok=%v", line, err, ok)
 		}
 	}
 }
