@@ -109,77 +109,7 @@ func newNodeCmd(g *globals) *cobra.Command {
 			"needs at least one engine node. Cluster events are printed on stdout, one line each.\n" +
 			"See docs/cluster.md.",
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			roles, err := agent.ParseRoles(f.roles)
-			if err != nil {
-				return fail("asyncrl node: %v", err)
-			}
-			if f.name == "" {
-				return fail("asyncrl node: --name is required (every node needs its own)")
-			}
-			if f.nats != "" && f.clusterListen != "" {
-				return fail("asyncrl node: --cluster-listen configures the embedded server; it cannot be used with --nats")
-			}
-			if f.clusterListen != "" && len(f.routes) == 0 {
-				return fail("asyncrl node: --cluster-listen needs --routes (every member's route URL, this node's too)")
-			}
-			changed := cmd.Flags().Changed
-			cfg, err := loadConfig(f.config, func(c *config.Config) {
-				if changed("steps") {
-					c.Run.Steps = f.steps
-				}
-				f.bus.apply(&c.Bus, changed)
-			})
-			if err != nil {
-				return fail("asyncrl node: %v", err)
-			}
-			log, err := g.logger(cmd, cfg.Log)
-			if err != nil {
-				return fail("asyncrl node: %v", err)
-			}
-			sec, err := wiring.BusSecurityFrom(cfg.Bus)
-			if err != nil {
-				return fail("asyncrl node: %v", err)
-			}
-			if f.nats != "" && sec.RolePermissions {
-				return fail("asyncrl node: --role-permissions configures the embedded server; with --nats connect as a role user (--nats-user, --nats-password-file) your server defines (docs/security.md)")
-			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			inv := gpu.Probe()
-			fmt.Fprintf(g.stdout, "node %s: %s\n", f.name, gpuLine(inv))
-			evj, closeEvj, err := openEventsJSON(f.eventsJSON)
-			if err != nil {
-				return fail("asyncrl node: %v", err)
-			}
-			defer closeEvj()
-			tinkerKey, err := readTinkerKey(f.tinkerKeyFile)
-			if err != nil {
-				return fail("asyncrl node: %v", err)
-			}
-			if tl := cmp.Or(f.tinkerListen, cfg.Tinker.Listen); slices.Contains(roles, "tinker") && tinkerKey == "" && !netx.IsLoopback(tl) {
-				return fail("asyncrl node: the tinker role listens on %s, off loopback: give its API key with --tinker-api-key-file", tl)
-			}
-			gossipKeys, err := readGossipKeys(cmp.Or(f.gossipKeyFile, cfg.Cluster.GossipKeyFile))
-			if err != nil {
-				return fail("asyncrl node: %v", err)
-			}
-			a, err := agent.Start(ctx, agent.Config{Name: f.name, Roles: roles, NATSURL: f.nats,
-				ClusterListen: f.clusterListen, Routes: f.routes, BusSecurity: sec, Gossip: f.gossip, GossipKeys: gossipKeys, Join: f.join,
-				GPUs: len(inv.Devices), Replicas: f.replicas, LeaseTTL: f.leaseTTL,
-				StallAfter: f.stallAfter, UnhealthyAfter: f.unhealthyAfter, StartAfter: f.startAfter, Run: cfg, Logger: log,
-				Events: g.stdout, RouterListen: f.routerListen, RouterAdminToken: f.routerToken,
-				EventsJSON: evj, TinkerListen: f.tinkerListen, TinkerAPIKey: tinkerKey, HoldFile: f.holdFile})
-			if err != nil {
-				return fail("asyncrl node: %v", err)
-			}
-			defer a.Stop()
-			select {
-			case <-ctx.Done():
-			case <-doneIf(a.Done(), f.exitWhenDone):
-			}
-			return nil
-		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return f.run(cmd, g) },
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&f.config, "config", "", "run configuration `FILE` (YAML; the same file on every node; default: built-in defaults)")
@@ -208,6 +138,107 @@ func newNodeCmd(g *globals) *cobra.Command {
 	fs.StringVar(&f.holdFile, "hold-file", "", "while `FILE` names a hold point (save, marks, checkpoint-write, publish), the trainer holder's term stops there and writes a hold event (kill tests)")
 	_ = fs.MarkHidden("hold-file")
 	return cmd
+}
+
+// run is asyncrl node's body: check the flags, load the config, start the
+// agent and serve until interrupted (or, with --exit-when-done, until the
+// run is done).
+func (f *nodeFlags) run(cmd *cobra.Command, g *globals) error {
+	roles, err := f.check()
+	if err != nil {
+		return err
+	}
+	cfg, err := f.loadConfig(cmd)
+	if err != nil {
+		return fail("asyncrl node: %v", err)
+	}
+	log, err := g.logger(cmd, cfg.Log)
+	if err != nil {
+		return fail("asyncrl node: %v", err)
+	}
+	sec, err := wiring.BusSecurityFrom(cfg.Bus)
+	if err != nil {
+		return fail("asyncrl node: %v", err)
+	}
+	if f.nats != "" && sec.RolePermissions {
+		return fail("asyncrl node: --role-permissions configures the embedded server; with --nats connect as a role user (--nats-user, --nats-password-file) your server defines (docs/security.md)")
+	}
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	inv := gpu.Probe()
+	fmt.Fprintf(g.stdout, "node %s: %s\n", f.name, gpuLine(inv))
+	evj, closeEvj, err := openEventsJSON(f.eventsJSON)
+	if err != nil {
+		return fail("asyncrl node: %v", err)
+	}
+	defer closeEvj()
+	tinkerKey, gossipKeys, err := f.readKeys(roles, cfg)
+	if err != nil {
+		return err
+	}
+	a, err := agent.Start(ctx, agent.Config{Name: f.name, Roles: roles, NATSURL: f.nats,
+		ClusterListen: f.clusterListen, Routes: f.routes, BusSecurity: sec, Gossip: f.gossip, GossipKeys: gossipKeys, Join: f.join,
+		GPUs: len(inv.Devices), Replicas: f.replicas, LeaseTTL: f.leaseTTL,
+		StallAfter: f.stallAfter, UnhealthyAfter: f.unhealthyAfter, StartAfter: f.startAfter, Run: cfg, Logger: log,
+		Events: g.stdout, RouterListen: f.routerListen, RouterAdminToken: f.routerToken,
+		EventsJSON: evj, TinkerListen: f.tinkerListen, TinkerAPIKey: tinkerKey, HoldFile: f.holdFile})
+	if err != nil {
+		return fail("asyncrl node: %v", err)
+	}
+	defer a.Stop()
+	select {
+	case <-ctx.Done():
+	case <-doneIf(a.Done(), f.exitWhenDone):
+	}
+	return nil
+}
+
+// check parses --roles and refuses flags that do not go together (before
+// anything is read or started).
+func (f *nodeFlags) check() ([]string, error) {
+	roles, err := agent.ParseRoles(f.roles)
+	if err != nil {
+		return nil, fail("asyncrl node: %v", err)
+	}
+	if f.name == "" {
+		return nil, fail("asyncrl node: --name is required (every node needs its own)")
+	}
+	if f.nats != "" && f.clusterListen != "" {
+		return nil, fail("asyncrl node: --cluster-listen configures the embedded server; it cannot be used with --nats")
+	}
+	if f.clusterListen != "" && len(f.routes) == 0 {
+		return nil, fail("asyncrl node: --cluster-listen needs --routes (every member's route URL, this node's too)")
+	}
+	return roles, nil
+}
+
+// loadConfig loads --config with the flags given on the command line
+// (--steps, the bus's) over it.
+func (f *nodeFlags) loadConfig(cmd *cobra.Command) (config.Config, error) {
+	changed := cmd.Flags().Changed
+	return loadConfig(f.config, func(c *config.Config) {
+		if changed("steps") {
+			c.Run.Steps = f.steps
+		}
+		f.bus.apply(&c.Bus, changed)
+	})
+}
+
+// readKeys reads the tinker role's API key, refusing none for a tinker
+// role off loopback, then the gossip keys.
+func (f *nodeFlags) readKeys(roles []string, cfg config.Config) (tinkerKey string, gossipKeys [][]byte, err error) {
+	tinkerKey, err = readTinkerKey(f.tinkerKeyFile)
+	if err != nil {
+		return "", nil, fail("asyncrl node: %v", err)
+	}
+	if tl := cmp.Or(f.tinkerListen, cfg.Tinker.Listen); slices.Contains(roles, "tinker") && tinkerKey == "" && !netx.IsLoopback(tl) {
+		return "", nil, fail("asyncrl node: the tinker role listens on %s, off loopback: give its API key with --tinker-api-key-file", tl)
+	}
+	gossipKeys, err = readGossipKeys(cmp.Or(f.gossipKeyFile, cfg.Cluster.GossipKeyFile))
+	if err != nil {
+		return "", nil, fail("asyncrl node: %v", err)
+	}
+	return tinkerKey, gossipKeys, nil
 }
 
 // readGossipKeys reads --gossip-key-file / cluster.gossip_key_file (nil

@@ -180,103 +180,139 @@ func writeLocalVersion(dir string, lv localVersion) error {
 	return ls.Commit(context.Background(), localVersionFile, append(b, '\n'))
 }
 
+// weightsApplyFlags are asyncrl weights apply's flags.
+type weightsApplyFlags struct {
+	root, ckpt string
+	to, from   int64
+	workers    int
+	asJSON     bool
+}
+
 func newWeightsApplyCmd(g *globals) *cobra.Command {
-	var (
-		root, ckpt string
-		to, from   int64
-		workers    int
-		asJSON     bool
-	)
+	var a weightsApplyFlags
 	cmd := &cobra.Command{
 		Use:   "apply --root ROOT --checkpoint DIR [--to V]",
 		Short: "Bring a local checkpoint copy up to version V (default: the newest) by replaying deltas in place",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if root == "" || ckpt == "" {
-				return fail("asyncrl weights apply: --root and --checkpoint are required")
-			}
-			ctx := cmd.Context()
-			st, closer, err := store.Open(ctx, root)
-			if err != nil {
-				return fail("asyncrl weights apply: --root: %v", err)
-			}
-			defer closer.Close()
-			src, err := newVersionSource(st)
-			if err != nil {
-				return fail("asyncrl weights apply: %v", err)
-			}
-			defer src.close()
-			lv, err := readLocalVersion(ckpt)
-			if err != nil {
-				return fail("asyncrl weights apply: %v", err)
-			}
-			if cmd.Flags().Changed("from") {
-				lv = localVersion{Version: from}
-			}
-			if lv.WriteInProgress {
-				return fail("asyncrl weights apply: %s is half-applied (an earlier apply of version %d failed); restore it from the base checkpoint and pass --from 0", ckpt, lv.Version+1)
-			}
-			if !cmd.Flags().Changed("to") {
-				if to, err = delta.Latest(ctx, st); err != nil {
-					return fail("asyncrl weights apply: %v", err)
-				}
-			}
-			if to < lv.Version {
-				return fail("asyncrl weights apply: %s holds version %d, newer than --to %d", ckpt, lv.Version, to)
-			}
-			mut, err := delta.OpenMutable(ckpt)
-			if err != nil {
-				return fail("asyncrl weights apply: %v", err)
-			}
-			defer mut.Close()
-			p := newProgress(g)
-			start, first := time.Now(), lv.Version
-			for v := lv.Version + 1; v <= to; v++ {
-				p.line("asyncrl weights apply: version %d of %d…", v, to)
-				dir, m, err := src.version(ctx, v)
-				if err == nil && m.BaseVersion != lv.Version {
-					err = fmt.Errorf("%w: version %d has base_version %d, but %s holds %d", delta.ErrChain, v, m.BaseVersion, ckpt, lv.Version)
-				}
-				if err != nil {
-					p.done()
-					return fail("asyncrl weights apply: %v", err)
-				}
-				if err := writeLocalVersion(ckpt, localVersion{Version: lv.Version, WriteInProgress: true}); err != nil {
-					p.done()
-					return fail("asyncrl weights apply: %v", err)
-				}
-				res, err := delta.Apply(ctx, delta.ApplyConfig{Workers: workers}, m, dir, mut)
-				if err != nil {
-					p.done()
-					return fail("asyncrl weights apply: %v\n%s is now half-applied: restore it from the base checkpoint and pass --from 0", err, ckpt)
-				}
-				if len(res.Skipped) > 0 {
-					p.done()
-					fmt.Fprintf(g.stderr, "asyncrl weights apply: warning: version %d: skipped %d tensor(s) absent from %s: %s\n", v, len(res.Skipped), ckpt, strings.Join(res.Skipped[:min(10, len(res.Skipped))], ", "))
-				}
-				lv = localVersion{Version: v}
-				if err := writeLocalVersion(ckpt, lv); err != nil {
-					p.done()
-					return fail("asyncrl weights apply: %v", err)
-				}
-			}
-			p.done()
-			secs := time.Since(start).Seconds()
-			if asJSON {
-				return writeJSON(g.stdout, map[string]any{"checkpoint": ckpt, "from": first, "version": lv.Version, "applied": lv.Version - first, "seconds": secs})
-			}
-			fmt.Fprintf(g.stdout, "%s: version %d → %d (%d deltas applied, %.2fs)\n", ckpt, first, lv.Version, lv.Version-first, secs)
-			return nil
-		},
+		RunE:  func(cmd *cobra.Command, _ []string) error { return a.run(cmd, g) },
 	}
 	f := cmd.Flags()
-	f.StringVar(&root, "root", "", "sync location `ROOT` holding delta-{v:08d}/ versions (a directory, file://, s3:// or nats://; remote versions are downloaded to a temporary directory)")
-	f.StringVar(&ckpt, "checkpoint", "", "local checkpoint copy `DIR`, patched in place (its version is kept in "+localVersionFile+"; none means 0, the base)")
-	f.Int64Var(&to, "to", 0, "target version `V` (default: the newest committed version)")
-	f.Int64Var(&from, "from", 0, "the version DIR holds, overriding its marker (e.g. 0 after restoring it from the base)")
-	f.IntVar(&workers, "workers", delta.DefaultApplyConfig().Workers, "tensors patched in parallel")
-	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
+	f.StringVar(&a.root, "root", "", "sync location `ROOT` holding delta-{v:08d}/ versions (a directory, file://, s3:// or nats://; remote versions are downloaded to a temporary directory)")
+	f.StringVar(&a.ckpt, "checkpoint", "", "local checkpoint copy `DIR`, patched in place (its version is kept in "+localVersionFile+"; none means 0, the base)")
+	f.Int64Var(&a.to, "to", 0, "target version `V` (default: the newest committed version)")
+	f.Int64Var(&a.from, "from", 0, "the version DIR holds, overriding its marker (e.g. 0 after restoring it from the base)")
+	f.IntVar(&a.workers, "workers", delta.DefaultApplyConfig().Workers, "tensors patched in parallel")
+	f.BoolVar(&a.asJSON, "json", false, "print the result as JSON")
 	return cmd
+}
+
+// run is asyncrl weights apply's body: replay the versions after the
+// copy's, one at a time, up to the target.
+func (a *weightsApplyFlags) run(cmd *cobra.Command, g *globals) error {
+	if a.root == "" || a.ckpt == "" {
+		return fail("asyncrl weights apply: --root and --checkpoint are required")
+	}
+	ctx := cmd.Context()
+	st, closer, err := store.Open(ctx, a.root)
+	if err != nil {
+		return fail("asyncrl weights apply: --root: %v", err)
+	}
+	defer closer.Close()
+	src, err := newVersionSource(st)
+	if err != nil {
+		return fail("asyncrl weights apply: %v", err)
+	}
+	defer src.close()
+	lv, err := a.startVersion(cmd)
+	if err != nil {
+		return err
+	}
+	if err := a.target(ctx, cmd, st, lv); err != nil {
+		return err
+	}
+	mut, err := delta.OpenMutable(a.ckpt)
+	if err != nil {
+		return fail("asyncrl weights apply: %v", err)
+	}
+	defer mut.Close()
+	p := newProgress(g)
+	start, first := time.Now(), lv.Version
+	for v := lv.Version + 1; v <= a.to; v++ {
+		if err := a.applyVersion(ctx, g, p, src, mut, lv, v); err != nil {
+			return err
+		}
+		lv = localVersion{Version: v}
+	}
+	p.done()
+	secs := time.Since(start).Seconds()
+	if a.asJSON {
+		return writeJSON(g.stdout, map[string]any{"checkpoint": a.ckpt, "from": first, "version": lv.Version, "applied": lv.Version - first, "seconds": secs})
+	}
+	fmt.Fprintf(g.stdout, "%s: version %d → %d (%d deltas applied, %.2fs)\n", a.ckpt, first, lv.Version, lv.Version-first, secs)
+	return nil
+}
+
+// startVersion is the version the copy holds: its marker, or --from; a
+// copy an earlier apply left half-applied is refused.
+func (a *weightsApplyFlags) startVersion(cmd *cobra.Command) (localVersion, error) {
+	lv, err := readLocalVersion(a.ckpt)
+	if err != nil {
+		return lv, fail("asyncrl weights apply: %v", err)
+	}
+	if cmd.Flags().Changed("from") {
+		lv = localVersion{Version: a.from}
+	}
+	if lv.WriteInProgress {
+		return lv, fail("asyncrl weights apply: %s is half-applied (an earlier apply of version %d failed); restore it from the base checkpoint and pass --from 0", a.ckpt, lv.Version+1)
+	}
+	return lv, nil
+}
+
+// target sets a.to to the newest committed version unless --to was given,
+// and refuses a target older than the copy's version lv.
+func (a *weightsApplyFlags) target(ctx context.Context, cmd *cobra.Command, st store.Store, lv localVersion) error {
+	if !cmd.Flags().Changed("to") {
+		var err error
+		if a.to, err = delta.Latest(ctx, st); err != nil {
+			return fail("asyncrl weights apply: %v", err)
+		}
+	}
+	if a.to < lv.Version {
+		return fail("asyncrl weights apply: %s holds version %d, newer than --to %d", a.ckpt, lv.Version, a.to)
+	}
+	return nil
+}
+
+// applyVersion patches version v into mut, the copy holding lv (v's base):
+// the copy's marker says write-in-progress while it is patched, then v.
+func (a *weightsApplyFlags) applyVersion(ctx context.Context, g *globals, p progress, src *versionSource, mut *delta.Mutable, lv localVersion, v int64) error {
+	p.line("asyncrl weights apply: version %d of %d…", v, a.to)
+	dir, m, err := src.version(ctx, v)
+	if err == nil && m.BaseVersion != lv.Version {
+		err = fmt.Errorf("%w: version %d has base_version %d, but %s holds %d", delta.ErrChain, v, m.BaseVersion, a.ckpt, lv.Version)
+	}
+	if err != nil {
+		p.done()
+		return fail("asyncrl weights apply: %v", err)
+	}
+	if err := writeLocalVersion(a.ckpt, localVersion{Version: lv.Version, WriteInProgress: true}); err != nil {
+		p.done()
+		return fail("asyncrl weights apply: %v", err)
+	}
+	res, err := delta.Apply(ctx, delta.ApplyConfig{Workers: a.workers}, m, dir, mut)
+	if err != nil {
+		p.done()
+		return fail("asyncrl weights apply: %v\n%s is now half-applied: restore it from the base checkpoint and pass --from 0", err, a.ckpt)
+	}
+	if len(res.Skipped) > 0 {
+		p.done()
+		fmt.Fprintf(g.stderr, "asyncrl weights apply: warning: version %d: skipped %d tensor(s) absent from %s: %s\n", v, len(res.Skipped), a.ckpt, strings.Join(res.Skipped[:min(10, len(res.Skipped))], ", "))
+	}
+	if err := writeLocalVersion(a.ckpt, localVersion{Version: v}); err != nil {
+		p.done()
+		return fail("asyncrl weights apply: %v", err)
+	}
+	return nil
 }
 
 // versionSource hands out a delta version's directory: in place for a

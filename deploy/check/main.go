@@ -53,75 +53,125 @@ func run(chartDir, dashboard string, cli *asyncrlCheck, outDir string, verbose b
 		return err
 	}
 	defer os.RemoveAll(dir)
-	schemas, err := loadSchemas(dir)
+	v, err := canariedValidator(dir)
 	if err != nil {
-		return err
-	}
-	v, err := newValidator(schemas)
-	if err != nil {
-		return err
-	}
-	if err := v.canaries(); err != nil {
 		return err
 	}
 	want, err := os.ReadFile(dashboard)
 	if err != nil {
 		return fmt.Errorf("dashboard: %w", err)
 	}
+	c := scenarioCheck{chartDir: chartDir, v: v, cli: cli, outDir: outDir, verbose: verbose, dashboard: want}
 	var problems []string
 	total := 0
 	for _, sc := range append([]string{""}, scenarios...) {
-		name, files := "default values", []string(nil)
-		if sc != "" {
-			name, files = filepath.Base(sc), []string{sc}
-		}
-		missing, ms, err := render(chartDir, files)
+		p, n, err := c.check(sc)
 		if err != nil {
-			problems = append(problems, fmt.Sprintf("%s: %v", name, err))
-			continue
+			return err
 		}
-		if sc == "" {
-			for _, d := range missing {
-				fmt.Printf("note: dependency %s is not in charts/: run `helm dependency build` on the chart before `helm install` (the check renders without it)\n", d)
-			}
-		}
-		kinds, bad := map[string]int{}, 0
-		for _, m := range ms {
-			kind, errs := v.validate(m)
-			kinds[kind]++
-			errs = append(errs, cli.check(m)...)
-			if len(errs) > 0 {
-				bad++
-			}
-			for _, e := range errs {
-				problems = append(problems, fmt.Sprintf("%s: %s: %s", name, m.Source, e))
-			}
-			if verbose {
-				fmt.Printf("  %s: %s %s (%d errors)\n", name, m.Source, kind, len(errs))
-			}
-		}
-		if outDir != "" {
-			if err := dump(outDir, name, ms); err != nil {
-				return err
-			}
-		}
-		if p := checkDashboard(ms, want); p != "" {
-			problems = append(problems, name+": "+p)
-		}
-		total += len(ms)
-		fmt.Printf("%s: %d manifests checked against Kubernetes %s, %d with errors (%s)\n", name, len(ms), kubeVersion, bad, kindList(kinds))
+		problems = append(problems, p...)
+		total += n
 	}
+	problems = append(problems, checkRefusals(chartDir)...)
+	if len(problems) > 0 {
+		return fmt.Errorf("%d errors:\n  %s", len(problems), strings.Join(problems, "\n  "))
+	}
+	fmt.Printf("%d scenarios, %d manifests, 0 errors; %d bad values refused with their fix\n", len(scenarios)+1, total, len(refusals))
+	return nil
+}
+
+// canariedValidator loads the schemas into dir and returns a validator
+// over them that has refused every canary.
+func canariedValidator(dir string) (*kubeconformValidator, error) {
+	schemas, err := loadSchemas(dir)
+	if err != nil {
+		return nil, err
+	}
+	v, err := newValidator(schemas)
+	if err != nil {
+		return nil, err
+	}
+	if err := v.canaries(); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// scenarioCheck renders and checks the chart's scenarios.
+type scenarioCheck struct {
+	chartDir string
+	v        *kubeconformValidator
+	cli      *asyncrlCheck
+	outDir   string
+	verbose  bool
+	// dashboard is the Grafana dashboard the chart must carry unchanged.
+	dashboard []byte
+}
+
+// check renders the chart with the values file sc ("": the default
+// values), checks every manifest and prints the scenario's summary. It
+// returns the problems found and the count of manifests checked; an error
+// is one writing -out's file.
+func (c scenarioCheck) check(sc string) (problems []string, manifests int, _ error) {
+	name, files := "default values", []string(nil)
+	if sc != "" {
+		name, files = filepath.Base(sc), []string{sc}
+	}
+	missing, ms, err := render(c.chartDir, files)
+	if err != nil {
+		return []string{fmt.Sprintf("%s: %v", name, err)}, 0, nil
+	}
+	if sc == "" {
+		for _, d := range missing {
+			fmt.Printf("note: dependency %s is not in charts/: run `helm dependency build` on the chart before `helm install` (the check renders without it)\n", d)
+		}
+	}
+	problems, bad, kinds := c.validate(name, ms)
+	if c.outDir != "" {
+		if err := dump(c.outDir, name, ms); err != nil {
+			return nil, 0, err
+		}
+	}
+	if p := checkDashboard(ms, c.dashboard); p != "" {
+		problems = append(problems, name+": "+p)
+	}
+	fmt.Printf("%s: %d manifests checked against Kubernetes %s, %d with errors (%s)\n", name, len(ms), kubeVersion, bad, kindList(kinds))
+	return problems, len(ms), nil
+}
+
+// validate checks scenario name's manifests against the schemas and the
+// asyncrl binary: the problems, the count of manifests with any, and the
+// count of each kind.
+func (c scenarioCheck) validate(name string, ms []manifest) (problems []string, bad int, kinds map[string]int) {
+	kinds = map[string]int{}
+	for _, m := range ms {
+		kind, errs := c.v.validate(m)
+		kinds[kind]++
+		errs = append(errs, c.cli.check(m)...)
+		if len(errs) > 0 {
+			bad++
+		}
+		for _, e := range errs {
+			problems = append(problems, fmt.Sprintf("%s: %s: %s", name, m.Source, e))
+		}
+		if c.verbose {
+			fmt.Printf("  %s: %s %s (%d errors)\n", name, m.Source, kind, len(errs))
+		}
+	}
+	return problems, bad, kinds
+}
+
+// checkRefusals renders each of refusals, which the chart must refuse
+// with its words.
+func checkRefusals(chartDir string) []string {
+	var problems []string
 	for _, r := range refusals {
 		_, _, err := renderValues(chartDir, r.values)
 		if err == nil || !strings.Contains(err.Error(), r.want) {
 			problems = append(problems, fmt.Sprintf("values %s: rendered with error %v, want one saying %q", r.name, err, r.want))
 		}
 	}
-	if len(problems) > 0 {
-		return fmt.Errorf("%d errors:\n  %s", len(problems), strings.Join(problems, "\n  "))
-	}
-	fmt.Printf("%d scenarios, %d manifests, 0 errors; %d bad values refused with their fix\n", len(scenarios)+1, total, len(refusals))
-	return nil
+	return problems
 }
 
 func kindList(kinds map[string]int) string {

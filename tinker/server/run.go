@@ -71,12 +71,8 @@ func Start(ctx context.Context, c config.Config, o Options) (*Running, error) {
 	if o.Listen != "" {
 		t.Listen = o.Listen
 	}
-	host, _, err := net.SplitHostPort(t.Listen)
-	if err != nil {
-		return nil, fmt.Errorf("tinker: listen %q: %w", t.Listen, err)
-	}
-	if ip := net.ParseIP(host); (ip == nil || !ip.IsLoopback()) && host != "localhost" && o.APIKey == "" {
-		return nil, fmt.Errorf("%w: listen %s", ErrAPIKey, t.Listen)
+	if err := checkListen(t.Listen, o.APIKey); err != nil {
+		return nil, err
 	}
 	if err := t.Validate(); err != nil {
 		return nil, err
@@ -85,40 +81,13 @@ func Start(ctx context.Context, c config.Config, o Options) (*Running, error) {
 	if dataDir == "" {
 		dataDir = filepath.Join(c.Run.DataDir, "tinker")
 	}
-	base := t.BaseModel
-	if base == "" {
-		base = c.Engines.ServedModelName
-	}
 	engineKey, err := wiring.ReadSecret("engines.api_key_file", c.Engines.APIKeyFile)
 	if err != nil {
 		return nil, fmt.Errorf("tinker: %w", err)
 	}
-	// the base model: a Hugging Face checkpoint of tinker.base_models, or
-	// the built-in policy
-	var serve engine.Model
-	var pm *policy.Model
-	hf, err := resolveHFBase(c, t, dataDir)
+	bm, err := resolveBase(c, t, dataDir, o)
 	if err != nil {
-		return nil, fmt.Errorf("tinker: base model: %w", err)
-	}
-	if hf != nil && o.NoLocalEngines && len(t.EngineURLs) == 0 {
-		return nil, fmt.Errorf("tinker: base model %s: a Hugging Face base model on a cluster node's tinker role is not supported yet (the members' engines serve the run's model, not %s): run `asyncrl tinker serve` on its own, or list engines serving it in tinker.engine_urls", hf.entry.Name, hf.dir)
-	}
-	if hf != nil {
-		base, serve = hf.entry.Name, hf.model
-		if hf.created {
-			o.Log.Info().Str("dir", hf.dir).Str("arch", string(hf.entry.Arch)).Int64("seed", c.Run.Seed).Msg("tinker: base model random-initialised")
-		}
-	} else {
-		em, err := wiring.InitialPolicy(t.BaseWeights, uint64(c.Run.Seed))
-		if err != nil {
-			return nil, fmt.Errorf("tinker: base model: %w", err)
-		}
-		var ok bool
-		if pm, ok = em.(*policy.Model); !ok {
-			return nil, fmt.Errorf("tinker: base_weights %s is a Hugging Face checkpoint, not the built-in policy: list it under tinker.base_models ({name, path}) and drop base_weights (docs/tinker.md \"Base models\")", t.BaseWeights)
-		}
-		serve = pm.Clone()
+		return nil, err
 	}
 	r := &Running{done: make(chan error, 1)}
 	ok := false
@@ -129,49 +98,151 @@ func Start(ctx context.Context, c config.Config, o Options) (*Running, error) {
 	}()
 	nc := o.NATS
 	if nc == nil {
-		bopts := natsbus.DefaultOptions()
-		bopts.URL, bopts.Logger, bopts.MaxPayload = c.Bus.NATSURL, o.Log, c.Bus.MaxPayloadBytes
-		bopts.StoreDir = c.Bus.JetStreamDir
-		if bopts.StoreDir == "" && bopts.URL == "" {
-			bopts.StoreDir = filepath.Join(dataDir, "jetstream")
-		}
-		if r.bus, err = natsbus.Connect(ctx, bopts); err != nil {
-			return nil, fmt.Errorf("tinker: bus: %w", err)
-		}
-		nc = r.bus.Conn()
-	}
-	urls := t.EngineURLs
-	if len(urls) == 0 && !o.NoLocalEngines {
-		ec := c.Engines
-		ec.ServedModelName = base
-		if r.Engines, err = localengine.Start(ec, serve, c.Run.Seed, o.Log, nil); err != nil {
+		if nc, err = r.connectBus(ctx, c, dataDir, o.Log); err != nil {
 			return nil, err
 		}
-		for _, e := range r.Engines {
-			urls = append(urls, e.URL)
-		}
 	}
-	var backend Backend
-	if hf != nil {
-		backend = hfExecBackend(t, hf, dataDir, o.Log)
-	} else if backend, err = trainBackend(t, pm, dataDir, o.Log); err != nil {
+	urls, err := r.startEngines(c, t.EngineURLs, o.NoLocalEngines, bm, o.Log)
+	if err != nil {
 		return nil, err
 	}
-	if r.Server, err = New(ctx, Config{Tinker: t, BaseModel: base, Backend: backend, EngineURLs: urls,
+	backend, err := bm.backend(t, dataDir, o.Log)
+	if err != nil {
+		return nil, err
+	}
+	if r.Server, err = New(ctx, Config{Tinker: t, BaseModel: bm.name, Backend: backend, EngineURLs: urls,
 		DataDir: dataDir, NATS: nc, APIKey: o.APIKey, EngineAPIKey: engineKey, Log: o.Log, FutureKeyPrefix: o.FutureKeyPrefix,
 		FutureReplicas: o.FutureReplicas, Registry: o.Registry}); err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", t.Listen)
+	if err := r.serve(t.Listen); err != nil {
+		return nil, err
+	}
+	ok = true
+	o.Log.Info().Str("url", r.URL).Str("base_model", bm.name).Strs("engines", urls).Str("data_dir", dataDir).Msg("tinker API serving")
+	return r, nil
+}
+
+// checkListen refuses a listen address it cannot parse, and one beyond
+// loopback without an API key (ErrAPIKey).
+func checkListen(listen, apiKey string) error {
+	host, _, err := net.SplitHostPort(listen)
 	if err != nil {
-		return nil, fmt.Errorf("tinker: listen %s: %w", t.Listen, err)
+		return fmt.Errorf("tinker: listen %q: %w", listen, err)
+	}
+	if ip := net.ParseIP(host); (ip == nil || !ip.IsLoopback()) && host != "localhost" && apiKey == "" {
+		return fmt.Errorf("%w: listen %s", ErrAPIKey, listen)
+	}
+	return nil
+}
+
+// baseModel is the model the server trains and serves models of: a Hugging
+// Face checkpoint of tinker.base_models (hf set) or the built-in policy (pm
+// set).
+type baseModel struct {
+	// name is the base model's name in the API.
+	name string
+	// serve is what built-in engines serve.
+	serve engine.Model
+	pm    *policy.Model
+	hf    *hfBase
+}
+
+// resolveBase picks the base model: a Hugging Face checkpoint of
+// tinker.base_models, or the built-in policy of tinker.base_weights.
+func resolveBase(c config.Config, t config.TinkerConfig, dataDir string, o Options) (baseModel, error) {
+	bm := baseModel{name: t.BaseModel}
+	if bm.name == "" {
+		bm.name = c.Engines.ServedModelName
+	}
+	hf, err := resolveHFBase(c, t, dataDir)
+	if err != nil {
+		return bm, fmt.Errorf("tinker: base model: %w", err)
+	}
+	if hf == nil {
+		if bm.pm, err = builtinBase(t, c.Run.Seed); err != nil {
+			return bm, err
+		}
+		bm.serve = bm.pm.Clone()
+		return bm, nil
+	}
+	if o.NoLocalEngines && len(t.EngineURLs) == 0 {
+		return bm, fmt.Errorf("tinker: base model %s: a Hugging Face base model on a cluster node's tinker role is not supported yet (the members' engines serve the run's model, not %s): run `asyncrl tinker serve` on its own, or list engines serving it in tinker.engine_urls", hf.entry.Name, hf.dir)
+	}
+	bm.name, bm.serve, bm.hf = hf.entry.Name, hf.model, hf
+	if hf.created {
+		o.Log.Info().Str("dir", hf.dir).Str("arch", string(hf.entry.Arch)).Int64("seed", c.Run.Seed).Msg("tinker: base model random-initialised")
+	}
+	return bm, nil
+}
+
+// builtinBase loads (or seeds) the built-in policy of tinker.base_weights,
+// refusing a Hugging Face checkpoint there.
+func builtinBase(t config.TinkerConfig, seed int64) (*policy.Model, error) {
+	em, err := wiring.InitialPolicy(t.BaseWeights, uint64(seed))
+	if err != nil {
+		return nil, fmt.Errorf("tinker: base model: %w", err)
+	}
+	pm, ok := em.(*policy.Model)
+	if !ok {
+		return nil, fmt.Errorf("tinker: base_weights %s is a Hugging Face checkpoint, not the built-in policy: list it under tinker.base_models ({name, path}) and drop base_weights (docs/tinker.md \"Base models\")", t.BaseWeights)
+	}
+	return pm, nil
+}
+
+// backend is the base model's training backend: the Hugging Face exec
+// backend, or tinker.trainer's backend for the built-in policy.
+func (bm baseModel) backend(t config.TinkerConfig, dataDir string, log zerolog.Logger) (Backend, error) {
+	if bm.hf != nil {
+		return hfExecBackend(t, bm.hf, dataDir, log), nil
+	}
+	return trainBackend(t, bm.pm, dataDir, log)
+}
+
+// connectBus connects (or embeds) the run's NATS bus, owned by r.
+func (r *Running) connectBus(ctx context.Context, c config.Config, dataDir string, log zerolog.Logger) (*nats.Conn, error) {
+	bopts := natsbus.DefaultOptions()
+	bopts.URL, bopts.Logger, bopts.MaxPayload = c.Bus.NATSURL, log, c.Bus.MaxPayloadBytes
+	bopts.StoreDir = c.Bus.JetStreamDir
+	if bopts.StoreDir == "" && bopts.URL == "" {
+		bopts.StoreDir = filepath.Join(dataDir, "jetstream")
+	}
+	var err error
+	if r.bus, err = natsbus.Connect(ctx, bopts); err != nil {
+		return nil, fmt.Errorf("tinker: bus: %w", err)
+	}
+	return r.bus.Conn(), nil
+}
+
+// startEngines returns the engines' URLs: tinker.engine_urls, or those of
+// built-in engines serving the base model it starts (owned by r) unless
+// noLocal.
+func (r *Running) startEngines(c config.Config, urls []string, noLocal bool, bm baseModel, log zerolog.Logger) ([]string, error) {
+	if len(urls) != 0 || noLocal {
+		return urls, nil
+	}
+	ec := c.Engines
+	ec.ServedModelName = bm.name
+	var err error
+	if r.Engines, err = localengine.Start(ec, bm.serve, c.Run.Seed, log, nil); err != nil {
+		return nil, err
+	}
+	for _, e := range r.Engines {
+		urls = append(urls, e.URL)
+	}
+	return urls, nil
+}
+
+// serve listens on listen and serves r.Server's API in the background.
+func (r *Running) serve(listen string) error {
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return fmt.Errorf("tinker: listen %s: %w", listen, err)
 	}
 	r.URL = "http://" + ln.Addr().String()
 	r.srv = &http.Server{Handler: r.Server.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	go func() { r.done <- r.srv.Serve(ln) }()
-	ok = true
-	o.Log.Info().Str("url", r.URL).Str("base_model", base).Strs("engines", urls).Str("data_dir", dataDir).Msg("tinker API serving")
-	return r, nil
+	return nil
 }
 
 // Done is closed with the HTTP server's error when it stops by itself.

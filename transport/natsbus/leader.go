@@ -56,16 +56,8 @@ func (b *Bus) probe(ctx context.Context, stream string, consumers []string, move
 		return h, fmt.Errorf("natsbus: stream %s: %w", stream, mapErr(err))
 	}
 	info := s.CachedInfo()
-	h.Replicas, h.Current = max(1, info.Config.Replicas), 1
+	h = streamHealth(info)
 	cl := info.Cluster
-	if cl != nil {
-		h.Leader = cl.Leader
-		for _, r := range cl.Replicas {
-			if r.Current {
-				h.Current++
-			}
-		}
-	}
 	me := b.ServerName()
 	move = move && me != "" && cl != nil && len(cl.Replicas) > 0 && h.Current == h.Replicas
 	if move && h.Leader != me && hasCurrent(cl, me) {
@@ -75,20 +67,48 @@ func (b *Bus) probe(ctx context.Context, stream string, consumers []string, move
 		h.Moved = append(h.Moved, "")
 	}
 	for _, name := range consumers {
-		c, err := s.Consumer(ctx, name)
+		moved, err := b.probeConsumer(ctx, s, stream, name, me, move)
 		if err != nil {
-			return h, fmt.Errorf("natsbus: stream %s consumer %s: %w", stream, name, mapErr(err))
+			return h, err
 		}
-		ccl := c.CachedInfo().Cluster
-		if !move || ccl == nil || len(ccl.Replicas) == 0 || ccl.Leader == me || !hasCurrent(ccl, me) || !allCurrent(ccl) {
-			continue
+		if moved {
+			h.Moved = append(h.Moved, name)
 		}
-		if err := b.stepDown(ctx, "$JS.API.CONSUMER.LEADER.STEPDOWN."+stream+"."+name, me); err != nil {
-			return h, fmt.Errorf("natsbus: stream %s consumer %s leader to %s: %w", stream, name, me, err)
-		}
-		h.Moved = append(h.Moved, name)
 	}
 	return h, nil
+}
+
+// streamHealth is the leader and the count of copies, current ones among
+// them, of the stream info describes.
+func streamHealth(info *jetstream.StreamInfo) StreamHealth {
+	h := StreamHealth{Replicas: max(1, info.Config.Replicas), Current: 1}
+	if cl := info.Cluster; cl != nil {
+		h.Leader = cl.Leader
+		for _, r := range cl.Replicas {
+			if r.Current {
+				h.Current++
+			}
+		}
+	}
+	return h
+}
+
+// probeConsumer reads the durable consumer name of stream s and, when move
+// and its group is whole, asks its leader to hand over to server me;
+// moved says it asked.
+func (b *Bus) probeConsumer(ctx context.Context, s jetstream.Stream, stream, name, me string, move bool) (moved bool, err error) {
+	c, err := s.Consumer(ctx, name)
+	if err != nil {
+		return false, fmt.Errorf("natsbus: stream %s consumer %s: %w", stream, name, mapErr(err))
+	}
+	ccl := c.CachedInfo().Cluster
+	if !move || ccl == nil || len(ccl.Replicas) == 0 || ccl.Leader == me || !hasCurrent(ccl, me) || !allCurrent(ccl) {
+		return false, nil
+	}
+	if err := b.stepDown(ctx, "$JS.API.CONSUMER.LEADER.STEPDOWN."+stream+"."+name, me); err != nil {
+		return false, fmt.Errorf("natsbus: stream %s consumer %s leader to %s: %w", stream, name, me, err)
+	}
+	return true, nil
 }
 
 // allCurrent: every copy of cl is current.

@@ -124,26 +124,8 @@ func (f *fetch) requeue(i int, cause error) error {
 // connection requeue the range at its progress and redial. A healthy
 // connection goes back to the pool when the queue is empty.
 func (f *fetch) stream(ctx context.Context) (err error) {
-	var cc *clientConn
-	var stop func() bool
-	defer func() {
-		if cc == nil {
-			return
-		}
-		// stop() is false when the cancel hook already closed the connection.
-		if stop() && err == nil {
-			f.pool.put(f.addr, cc)
-			return
-		}
-		cc.Close()
-	}()
-	drop := func() {
-		if cc != nil {
-			stop()
-			cc.Close()
-			cc = nil
-		}
-	}
+	var sc streamConn
+	defer func() { sc.release(f, err) }()
 	backoff := f.cfg.Backoff
 	for {
 		i := f.take()
@@ -153,42 +135,27 @@ func (f *fetch) stream(ctx context.Context) (err error) {
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
 		}
-		var err error
-		if cc == nil {
-			cc, err = f.connect(ctx)
-			if err == nil {
-				// Closing the connection is what interrupts a blocked read
-				// when another stream failed or the caller gave up.
-				c := cc
-				stop = context.AfterFunc(ctx, func() { c.Close() })
-			}
-		}
+		err := sc.open(ctx, f)
 		var before int64
 		if err == nil {
 			before = f.state[i].done
-			err = f.fetchRange(cc.Conn, cc.br, i)
+			err = f.fetchRange(sc.cc.Conn, sc.cc.br, i)
 			if err == nil {
 				backoff = f.cfg.Backoff
-				cc.reused = false
+				sc.cc.reused = false
 				continue
 			}
 		}
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
 		}
-		if f.cfg.ClientTLS != nil {
-			if aerr := authFailure(err, f.addr); aerr != nil {
-				err = aerr
-			}
-		}
-		var fatal *fatalError
-		if errors.As(err, &fatal) {
-			return fatal.err
+		if ferr := f.fatalCause(err); ferr != nil {
+			return ferr
 		}
 		// A pooled connection the server closed while it sat idle fails
 		// before any byte: redial at once, without counting a break.
-		stale := cc != nil && cc.reused && f.state[i].done == before
-		drop()
+		stale := sc.cc != nil && sc.cc.reused && f.state[i].done == before
+		sc.drop()
 		if stale {
 			f.putBack(i)
 			continue
@@ -201,6 +168,68 @@ func (f *fetch) stream(ctx context.Context) (err error) {
 		}
 		backoff = min(2*backoff, time.Second)
 	}
+}
+
+// streamConn is a stream's connection (nil between a break and the
+// redial) and the hook that closes it when the fetch's context ends.
+type streamConn struct {
+	cc   *clientConn
+	stop func() bool
+}
+
+// open connects unless a connection is held.
+func (s *streamConn) open(ctx context.Context, f *fetch) error {
+	if s.cc != nil {
+		return nil
+	}
+	cc, err := f.connect(ctx)
+	if err != nil {
+		return err
+	}
+	s.cc = cc
+	// Closing the connection is what interrupts a blocked read when
+	// another stream failed or the caller gave up.
+	s.stop = context.AfterFunc(ctx, func() { cc.Close() })
+	return nil
+}
+
+// drop closes a broken connection.
+func (s *streamConn) drop() {
+	if s.cc != nil {
+		s.stop()
+		s.cc.Close()
+		s.cc = nil
+	}
+}
+
+// release ends the stream's hold on its connection: back to the pool
+// when the stream ended well, else closed.
+func (s *streamConn) release(f *fetch, err error) {
+	if s.cc == nil {
+		return
+	}
+	// stop() is false when the cancel hook already closed the connection.
+	if s.stop() && err == nil {
+		f.pool.put(f.addr, s.cc)
+		return
+	}
+	s.cc.Close()
+}
+
+// fatalCause is the error a failed range ends its stream with, nil when
+// a reconnect may fix the failure: a fatalError's, with client TLS a
+// handshake the server refused included.
+func (f *fetch) fatalCause(err error) error {
+	if f.cfg.ClientTLS != nil {
+		if aerr := authFailure(err, f.addr); aerr != nil {
+			err = aerr
+		}
+	}
+	var fatal *fatalError
+	if errors.As(err, &fatal) {
+		return fatal.err
+	}
+	return nil
 }
 
 // putBack returns a range to the front of the queue without counting a break.
