@@ -43,18 +43,9 @@ func sent(c *Core) map[string][]messages.Message {
 	return out
 }
 
-// groupReady builds a finished group with a real token batch: one
-// trajectory per reward, every token from version oldest, loss mask 0 1 1.
-func groupReady(t *testing.T, groupID, promptID string, oldest int64, rewards ...float64) messages.GroupReady {
-	t.Helper()
-	masks := make([][]uint8, len(rewards))
-	for i := range masks {
-		masks[i] = []uint8{0, 1, 1}
-	}
-	return groupReadyMasks(t, groupID, promptID, oldest, masks, rewards...)
-}
-
-// groupReadyMasks is groupReady with explicit per-trajectory loss masks.
+// groupReadyMasks builds a finished group with a real token batch: one
+// trajectory per reward, every token from version oldest, with the given
+// per-trajectory loss masks.
 func groupReadyMasks(t *testing.T, groupID, promptID string, oldest int64, masks [][]uint8, rewards ...float64) messages.GroupReady {
 	t.Helper()
 	tb, err := messages.NewTokenBatch(messages.BatchSpec{Vocab: 98})
