@@ -3,6 +3,7 @@ package toolenv
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -192,28 +193,37 @@ func (e *calcEnv) Step(ctx context.Context, a chatenv.Action) (chatenv.Result, e
 		return chatenv.Result{}, err
 	}
 	var out []chatenv.Message
+	timeouts := 0
 	for _, call := range a.Message.ToolCalls {
-		out = append(out, chatenv.Message{Role: "tool", ToolCallID: call.ID, Name: call.Function.Name, Content: runCall(ctx, sb, call)})
+		v, err := runCall(ctx, sb, call)
+		if errors.Is(err, ErrTimeLimit) {
+			timeouts++
+		}
+		if err != nil {
+			v = "error: " + err.Error()
+		}
+		out = append(out, chatenv.Message{Role: "tool", ToolCallID: call.ID, Name: call.Function.Name, Content: v})
 	}
-	return chatenv.Result{Messages: out}, nil
+	res := chatenv.Result{Messages: out}
+	if timeouts > 0 {
+		res.Metadata = map[string]any{chatenv.MetaToolTimeouts: timeouts}
+	}
+	return res, nil
 }
 
-// runCall answers one call: the value, or an error for the model.
-func runCall(ctx context.Context, sb Sandbox, call chatenv.ToolCall) string {
+// runCall answers one call: the value, or the error to show the model
+// (an ErrSandbox one when the sandbox cut the run off).
+func runCall(ctx context.Context, sb Sandbox, call chatenv.ToolCall) (string, error) {
 	if call.Function.Name != "calc" {
-		return fmt.Sprintf("error: unknown tool %q (the tool is calc)", call.Function.Name)
+		return "", fmt.Errorf("unknown tool %q (the tool is calc)", call.Function.Name)
 	}
 	var args struct {
 		Expr *string `json:"expr"`
 	}
 	if err := json.Unmarshal(call.Function.Arguments, &args); err != nil || args.Expr == nil {
-		return `error: calc takes {"expr": "<arithmetic expression>"}`
+		return "", errors.New(`calc takes {"expr": "<arithmetic expression>"}`)
 	}
-	v, err := sb.Run(ctx, *args.Expr)
-	if err != nil {
-		return "error: " + err.Error()
-	}
-	return v
+	return sb.Run(ctx, *args.Expr)
 }
 
 func (e *calcEnv) Close(context.Context) error { return nil }
