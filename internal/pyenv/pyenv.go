@@ -37,11 +37,18 @@ func Root(t testing.TB) string {
 // test may kill it). Skipped when the interpreter is missing.
 func Start(t testing.TB, spec string) (string, *os.Process) {
 	t.Helper()
+	return StartAt(t, spec, "127.0.0.1:0")
+}
+
+// StartAt is Start listening on listen (host:port): a test that killed a
+// server starts its successor on the same address.
+func StartAt(t testing.TB, spec, listen string) (string, *os.Process) {
+	t.Helper()
 	if _, err := os.Stat(Python); err != nil {
 		t.Skipf("%s not installed", Python)
 	}
 	root := Root(t)
-	cmd := exec.Command(Python, "-m", "asyncrl_envs", "--env", spec)
+	cmd := exec.Command(Python, "-m", "asyncrl_envs", "--env", spec, "--listen", listen)
 	cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(root, "integrations", "envs")+":"+filepath.Join(root, "integrations", "envs", "tests"))
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
