@@ -41,8 +41,8 @@ func TestRunChatEnvProcessHungKilled(t *testing.T) {
 	cfg.Rollout.Env.Protocol, cfg.Rollout.Env.URLs = config.EnvChatHTTP, []string{base}
 	// One process: hung and resumed, then killed and started again.
 	runProcessChaos(t, cfg, steps, proc, proc, func() error {
-		pyenv.StartAt(t, spec, strings.TrimPrefix(base, "http://"))
-		return nil
+		_, _, err := pyenv.Spawn(t, spec, strings.TrimPrefix(base, "http://"))
+		return err
 	})
 }
 
