@@ -121,8 +121,12 @@ type Stats struct {
 	StoreRetries, GroupsUnstored int64
 	// EnvErrors and EnvTimeouts count trajectories aborted by their chat
 	// environment (ErrEnvFailed, ErrEnvTimeout; among Aborted); ToolCalls
-	// and MalformedCalls the tool calls of finished ones.
+	// and MalformedCalls the tool calls of finished ones; ToolTimeouts
+	// their calls the environment cut off at a time limit
+	// (chatenv.MetaToolTimeouts); ToolCallEpisodes the finished episodes
+	// with at least one well-formed call.
 	EnvErrors, EnvTimeouts, ToolCalls, MalformedCalls int64
+	ToolTimeouts, ToolCallEpisodes                    int64
 }
 
 // Add sums o into s, field by field (the totals over a node's actors).
@@ -143,6 +147,8 @@ func (s *Stats) Add(o Stats) {
 	s.EnvTimeouts += o.EnvTimeouts
 	s.ToolCalls += o.ToolCalls
 	s.MalformedCalls += o.MalformedCalls
+	s.ToolTimeouts += o.ToolTimeouts
+	s.ToolCallEpisodes += o.ToolCallEpisodes
 }
 
 type counters struct {
@@ -150,6 +156,7 @@ type counters struct {
 	tokens, generated, resubmits, mixed, badPrompts        atomic.Int64
 	storeRetries, groupsUnstored                           atomic.Int64
 	envErrors, envTimeouts, toolCalls, malformedCalls      atomic.Int64
+	toolTimeouts, toolCallEpisodes                         atomic.Int64
 }
 
 // Actor is a rollout actor: it takes prompts from the bus, plays a group
@@ -215,7 +222,8 @@ func (a *Actor) Stats() Stats {
 		MixedVersions: a.c.mixed.Load(), BadPrompts: a.c.badPrompts.Load(),
 		StoreRetries: a.c.storeRetries.Load(), GroupsUnstored: a.c.groupsUnstored.Load(),
 		EnvErrors: a.c.envErrors.Load(), EnvTimeouts: a.c.envTimeouts.Load(),
-		ToolCalls: a.c.toolCalls.Load(), MalformedCalls: a.c.malformedCalls.Load()}
+		ToolCalls: a.c.toolCalls.Load(), MalformedCalls: a.c.malformedCalls.Load(),
+		ToolTimeouts: a.c.toolTimeouts.Load(), ToolCallEpisodes: a.c.toolCallEpisodes.Load()}
 }
 
 // InFlight lists the groups the actor took and has not published yet
@@ -467,6 +475,10 @@ func (a *Actor) episode(p tasks.Prompt, id string) result {
 	a.c.resubmits.Add(int64(ep.Resubmits))
 	a.c.toolCalls.Add(int64(ep.ToolCalls))
 	a.c.malformedCalls.Add(int64(ep.MalformedCalls))
+	a.c.toolTimeouts.Add(int64(ep.ToolTimeouts))
+	if ep.ToolCalls > ep.MalformedCalls {
+		a.c.toolCallEpisodes.Add(1)
+	}
 	if ep.mixed() {
 		a.c.mixed.Add(1)
 	}

@@ -134,10 +134,25 @@ func chatTurn(ctx context.Context, env chatenv.Env, ep *Episode, text string, cf
 		return nil, false, fmt.Errorf("reward %v is not a number", res.Reward)
 	}
 	ep.Reward += res.Reward
+	ep.ToolTimeouts += metaCount(res.Metadata, chatenv.MetaToolTimeouts)
 	if !res.Done && len(res.Messages) == 0 {
 		return nil, false, errors.New("a step that is not done returned no messages: nothing to show the model")
 	}
 	return res.Messages, res.Done, nil
+}
+
+// metaCount reads a count from an environment's metadata: an int from a
+// Go environment, a float64 from JSON; anything else counts 0.
+func metaCount(meta map[string]any, key string) int {
+	switch v := meta[key].(type) {
+	case int:
+		return max(v, 0)
+	case float64:
+		if v > 0 && v < 1<<31 {
+			return int(v)
+		}
+	}
+	return 0
 }
 
 // malformedReplies answers each malformed call with a tool message saying

@@ -172,8 +172,10 @@ type Episode struct {
 	// a turn after an engine failure or an abort-mode pause.
 	Generated, Resubmits int
 	// ToolCalls counts the tool calls the model wrote in a chat
-	// environment, MalformedCalls those of them that could not be parsed.
-	ToolCalls, MalformedCalls int
+	// environment, MalformedCalls those of them that could not be parsed,
+	// ToolTimeouts those the environment cut off at a time limit (its
+	// results' chatenv.MetaToolTimeouts).
+	ToolCalls, MalformedCalls, ToolTimeouts int
 }
 
 // OldestVersion is the minimum version over the model's tokens (-1 when

@@ -17,7 +17,8 @@ import (
 // RunEpisode with the built-in vocabulary (no chat template: messages as
 // plain text): a malformed call is answered by the rollout's error
 // message without reaching the environment, a runaway expression by the
-// sandbox's limit error, a good call by its value, and the verified answer
+// sandbox's time-limit error (counted: Episode.ToolTimeouts, from the
+// environment's chatenv.MetaToolTimeouts), a good call by its value, and the verified answer
 // ends the episode with reward 1; the model's tokens are the only ones in
 // the loss.
 func TestCalculatorEpisodeToolPaths(t *testing.T) {
@@ -47,8 +48,8 @@ func TestCalculatorEpisodeToolPaths(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ep.Turns != 4 || ep.Reward != 1 || ep.ToolCalls != 3 || ep.MalformedCalls != 1 {
-		t.Fatalf("turns %d reward %v calls %d malformed %d", ep.Turns, ep.Reward, ep.ToolCalls, ep.MalformedCalls)
+	if ep.Turns != 4 || ep.Reward != 1 || ep.ToolCalls != 3 || ep.MalformedCalls != 1 || ep.ToolTimeouts != 1 {
+		t.Fatalf("turns %d reward %v calls %d malformed %d timed out %d", ep.Turns, ep.Reward, ep.ToolCalls, ep.MalformedCalls, ep.ToolTimeouts)
 	}
 	var ctxText []string
 	run := []int32{}

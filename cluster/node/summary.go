@@ -62,6 +62,7 @@ func (n *Node) Summary(interrupted bool, runErr error) report.Summary {
 	s.TurnResubmits = tot.Resubmits
 	s.TrajectoriesAbortedEnvError, s.TrajectoriesAbortedEnvTimeout = tot.EnvErrors, tot.EnvTimeouts
 	s.ToolCalls, s.ToolCallsMalformed = tot.ToolCalls, tot.MalformedCalls
+	s.ToolCallsTimedOut, s.EpisodesWithToolCall = tot.ToolTimeouts, tot.ToolCallEpisodes
 	s.Tokens, s.GeneratedTokens = tot.Tokens, tot.Generated
 	if wall > 0 {
 		s.TokensPerSecond = float64(tot.Tokens) / wall

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/asyncrl/asyncrl/tasks"
+	"github.com/asyncrl/asyncrl/tasks/chatenv"
 )
 
 // newDataDemosCmd: asyncrl data demos — chat JSONL of a task's
@@ -31,9 +32,10 @@ func newDataDemosCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return fail("asyncrl data demos: --task: %v (asyncrl env list)", err)
 			}
+			cd, chat := t.(chatenv.Demonstrator)
 			d, ok := t.(tasks.Demonstrator)
-			if !ok {
-				return fail("asyncrl data demos: task %s has no demonstrations (tasks.Demonstrator): use one that has, e.g. guess_chat", task)
+			if !ok && !chat {
+				return fail("asyncrl data demos: task %s has no demonstrations (tasks.Demonstrator): use one that has, e.g. guess_chat or calculator", task)
 			}
 			if episodes < 1 {
 				return fail("asyncrl data demos: --episodes %d: want ≥ 1", episodes)
@@ -47,13 +49,25 @@ func newDataDemosCmd(g *globals) *cobra.Command {
 			rng := rand.New(rand.NewPCG(seed, 0xde70))
 			var score float64
 			for range episodes {
-				tr, err := tasks.Demonstrate(d, t.Sample(rng), rng)
-				if err != nil {
-					f.Close()
-					return fmt.Errorf("asyncrl data demos: %w", err)
+				// A chat environment's demonstrations carry tool calls and
+				// the tool's own answers (chatenv.Demonstrate steps it).
+				var row any
+				if chat {
+					tr, err := chatenv.Demonstrate(cmd.Context(), cd, t.Sample(rng), rng)
+					if err != nil {
+						f.Close()
+						return fmt.Errorf("asyncrl data demos: %w", err)
+					}
+					score, row = score+tr.Score, tr
+				} else {
+					tr, err := tasks.Demonstrate(d, t.Sample(rng), rng)
+					if err != nil {
+						f.Close()
+						return fmt.Errorf("asyncrl data demos: %w", err)
+					}
+					score, row = score+tr.Score, tr
 				}
-				score += tr.Score
-				if err := enc.Encode(tr); err != nil {
+				if err := enc.Encode(row); err != nil {
 					f.Close()
 					return fmt.Errorf("asyncrl data demos: %w", err)
 				}

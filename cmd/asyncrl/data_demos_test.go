@@ -52,3 +52,52 @@ func TestDataDemos(t *testing.T) {
 		t.Fatalf("a task without demonstrations: %d %q", code, errOut)
 	}
 }
+
+// A chat environment's demonstrations (chatenv.Demonstrator: multihop)
+// are chat rows with the tools and the assistant's tool calls, answered by
+// the environment's own tool messages — what pretokenize renders with the
+// template's tools preamble and tool-call format.
+func TestDataDemosToolCalls(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "mh.jsonl")
+	if code, stdout, errOut := cli(t, "data", "demos", "--task", "multihop", "--episodes", "20", "--seed", "2", out); code != 0 || !strings.Contains(stdout, "20 multihop episodes") {
+		t.Fatalf("demos: %d %q %q", code, stdout, errOut)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := 0
+	for i, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var row struct {
+			Messages []struct {
+				Role, Content string
+				ToolCallID    string `json:"tool_call_id"`
+				ToolCalls     []struct {
+					ID       string
+					Function struct {
+						Name      string
+						Arguments map[string]any
+					}
+				} `json:"tool_calls"`
+			}
+			Tools []any
+		}
+		if err := json.Unmarshal([]byte(line), &row); err != nil {
+			t.Fatalf("line %d: %v", i+1, err)
+		}
+		if len(row.Tools) != 2 {
+			t.Fatalf("line %d: tools %v", i+1, row.Tools)
+		}
+		for k, m := range row.Messages {
+			for _, c := range m.ToolCalls {
+				calls++
+				if reply := row.Messages[k+1]; reply.Role != "tool" || reply.ToolCallID != c.ID || strings.HasPrefix(reply.Content, "error") || c.Function.Arguments == nil {
+					t.Fatalf("line %d: call %+v answered %+v", i+1, c, reply)
+				}
+			}
+		}
+	}
+	if calls < 40 {
+		t.Fatalf("%d tool calls in 20 episodes, want ≥ 2 each", calls)
+	}
+}

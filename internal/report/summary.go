@@ -78,6 +78,13 @@ type Summary struct {
 	// trajectories, ToolCallsMalformed those answered with a parse error.
 	ToolCalls          int64 `json:"tool_calls"`
 	ToolCallsMalformed int64 `json:"tool_calls_malformed"`
+	// ToolCallsTimedOut counts the calls the environment cut off at a
+	// time limit (a tool's wall clock or CPU seconds; the call was answered
+	// with an error message, the trajectory went on);
+	// EpisodesWithToolCall the finished trajectories with at least one
+	// well-formed tool call.
+	ToolCallsTimedOut    int64 `json:"tool_calls_timed_out"`
+	EpisodesWithToolCall int64 `json:"episodes_with_tool_call"`
 	// Throughput: all trajectory tokens (prompt, generated, observations)
 	// and generated tokens per wall second.
 	Tokens                int64   `json:"tokens"`

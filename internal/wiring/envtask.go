@@ -8,6 +8,7 @@ import (
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/tasks"
 	"github.com/asyncrl/asyncrl/tasks/chatenv"
+	_ "github.com/asyncrl/asyncrl/tasks/multihop" // registers the multi-hop retrieval environment
 	"github.com/asyncrl/asyncrl/tasks/openenv"
 	_ "github.com/asyncrl/asyncrl/tasks/toolenv" // registers the calculator tool environment
 )

@@ -110,14 +110,15 @@ func (t *Tokenizer) answerSpan(in Input, msgs []json.RawMessage, i int, ids []in
 		return 0, 0, fmt.Errorf("%w: messages[%d] (assistant) is not followed by an EOS in the rendering: the template does not close this turn, so nothing would teach the model to stop", ErrNotPrefixConsistent, i)
 	}
 	// The EOS must close this message, not a later one: the answer
-	// holds no later message's content.
+	// holds no later message's content — unless this message holds it
+	// too (a tool call "24-12" answered "12"), which tells nothing.
 	answer := t.Decode(ids[len(pids):end])
 	if i+1 < len(msgs) {
 		var next struct {
 			Content any `json:"content"`
 		}
 		_ = json.Unmarshal(msgs[i+1], &next)
-		if c, ok := next.Content.(string); ok && strings.TrimSpace(c) != "" && strings.Contains(answer, c) {
+		if c, ok := next.Content.(string); ok && strings.TrimSpace(c) != "" && strings.Contains(answer, c) && !strings.Contains(string(msgs[i]), c) {
 			return 0, 0, fmt.Errorf("%w: messages[%d] (assistant) is not closed by an EOS before messages[%d] starts: the template does not close this turn, so nothing would teach the model to stop", ErrNotPrefixConsistent, i, i+1)
 		}
 	}

@@ -124,4 +124,10 @@ func TestTrainingTokensRefusals(t *testing.T) {
 	if ids, mask, err := ok.ChatTokens(two, nil); err != nil || len(spans(ok, ids, mask)) != 2 {
 		t.Errorf("a consistent ChatML template: %v", err)
 	}
+	// A reply that repeats part of the answer ("24-12" → "12") is no sign
+	// of an unclosed turn.
+	echo := json.RawMessage(`[{"role":"user","content":"hi"},{"role":"assistant","content":"24-12"},{"role":"user","content":"12"},{"role":"assistant","content":"12"}]`)
+	if ids, mask, err := ok.ChatTokens(echo, nil); err != nil || !slices.Equal(spans(ok, ids, mask), []string{"24-12<|im_end|>", "12<|im_end|>"}) {
+		t.Errorf("a reply echoing the answer: %v", err)
+	}
 }

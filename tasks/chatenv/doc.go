@@ -29,6 +29,10 @@
 // and Llama-3.1 JSON; see the constants for the template files they are
 // read from.
 //
+// Demonstrator and Demonstrate give a chat environment's demonstration
+// episodes (tool calls answered by the environment itself) as chat JSONL
+// rows for an SFT warm-up (`asyncrl data demos`).
+//
 // Adapters: Client speaks this contract over HTTP (the wire form in
 // wire.go; integrations/envs serves SkyRL-Gym BaseTextEnv environments
 // with it), package tasks/openenv speaks OpenEnv's reset/step/state, and

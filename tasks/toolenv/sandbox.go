@@ -17,6 +17,12 @@ import (
 // wall-clock limit or by its CPU or memory limit, or failed to start.
 var ErrSandbox = errors.New("toolenv: sandbox")
 
+// ErrTimeLimit wraps (with ErrSandbox) a run killed at a time limit: the
+// wall clock, or its CPU seconds (RLIMIT_CPU with soft = hard: the kernel
+// sends SIGKILL, or SIGXCPU with a lower soft limit). The calculator
+// counts these (chatenv.MetaToolTimeouts).
+var ErrTimeLimit = errors.New("time limit")
+
 // Sandbox runs one tool call in a child process:
 //
 //   - the command gets the input on stdin and nothing of the parent's
@@ -81,12 +87,17 @@ func (s Sandbox) Run(ctx context.Context, input string) (string, error) {
 	var exit *exec.ExitError
 	switch {
 	case ctx.Err() != nil:
-		return "", fmt.Errorf("%w: wall-clock limit %v reached", ErrSandbox, s.Timeout)
+		return "", fmt.Errorf("%w: %w: wall-clock limit %v reached", ErrSandbox, ErrTimeLimit, s.Timeout)
 	case err == nil:
 		return text, nil
 	case errors.As(err, &exit) && exit.ExitCode() == 2 && strings.HasPrefix(text, "error: "):
 		return text, nil
 	case errors.As(err, &exit):
+		if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() && (ws.Signal() == syscall.SIGKILL || ws.Signal() == syscall.SIGXCPU) {
+			// Only the CPU rlimit kills the child with these: the memory
+			// limit makes an allocation fail (Python's MemoryError, exit 1).
+			return "", fmt.Errorf("%w: %w: killed by %v at the CPU limit (%d s)", ErrSandbox, ErrTimeLimit, ws.Signal(), s.CPUSeconds)
+		}
 		if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			return "", fmt.Errorf("%w: killed by %v (CPU limit %d s or memory limit %d bytes)", ErrSandbox, ws.Signal(), s.CPUSeconds, s.MemoryBytes)
 		}

@@ -135,4 +135,16 @@ func TestCalculatorEpisode(t *testing.T) {
 	if r, _ := env.Step(ctx, chatenv.Action{Message: chatenv.Message{Role: "assistant", Content: "84"}}); !r.Done || r.Reward >= 1 || r.Reward <= 0 {
 		t.Fatalf("a near miss gets partial credit, got %v", r.Reward)
 	}
+	// The empty think block Qwen3's template puts before a final answer
+	// (what a model warmed up on its renderings writes) is skipped; junk
+	// in its place is not.
+	for answer, want := range map[string]float64{"<think>\n\n</think>\n\n85": 1, "<think>\n85": 0} {
+		env = ct.NewChatEnv()
+		if _, err := env.Reset(ctx, tasks.Prompt{Text: "37+48="}); err != nil {
+			t.Fatal(err)
+		}
+		if r, _ := env.Step(ctx, chatenv.Action{Message: chatenv.Message{Role: "assistant", Content: answer}}); !r.Done || r.Reward != want {
+			t.Fatalf("answer %q: reward %v, want %v", answer, r.Reward, want)
+		}
+	}
 }

@@ -68,6 +68,26 @@ func (s *Server) Close() {
 // New starts a server; Close it when done.
 func New() *Server {
 	s := &Server{stop: make(chan struct{})}
+	s.Server = httptest.NewServer(s.mux())
+	return s
+}
+
+// NewAt is New listening on addr (host:port): a test that killed a
+// server's process starts its successor on the same address.
+func NewAt(addr string) (*Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("openenvtest: listen %s: %w", addr, err)
+	}
+	s := &Server{stop: make(chan struct{})}
+	s.Server = httptest.NewUnstartedServer(s.mux())
+	_ = s.Server.Listener.Close()
+	s.Server.Listener = ln
+	s.Server.Start()
+	return s, nil
+}
+
+func (s *Server) mux() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /reset", s.reset)
 	mux.HandleFunc("POST /step", s.stepHandler)
@@ -75,8 +95,7 @@ func New() *Server {
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
 		write(w, 200, map[string]any{"status": "healthy"})
 	})
-	s.Server = httptest.NewServer(mux)
-	return s
+	return mux
 }
 
 func write(w http.ResponseWriter, code int, v any) {
