@@ -212,6 +212,14 @@ test-engines:
 test-cluster:
 	ASYNCRL_CLUSTER_E2E=1 go test -count=1 -timeout 60m -run TestCluster -v ./cluster/node/
 
+# Issue 32's chaos alone (also in test-cluster): the trainer on a group of
+# two PyTorch gloo ranks on n1 and n2; SIGKILL the holder, one rank, n3,
+# TORCH_CHAOS_REPS times each in a row (~1 min a run on two cores).
+TORCH_CHAOS_REPS ?= 5
+.PHONY: test-cluster-torch
+test-cluster-torch:
+	ASYNCRL_CLUSTER_E2E=1 ASYNCRL_CLUSTER_REPS=$(TORCH_CHAOS_REPS) go test -count=1 -timeout 90m -run TestClusterTorchGroup -v ./cluster/node/
+
 # The cluster soak (issue 37; not in make test): the kill scenarios —
 # holder, standby, n3, two (two nodes one after another), rejoin (killed,
 # restarted, killed again) — 20 runs each in a row on the three-node
