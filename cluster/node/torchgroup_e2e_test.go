@@ -2,6 +2,7 @@ package node
 
 import (
 	"fmt"
+	"math/rand"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,6 +32,10 @@ import (
 //   - n3:     the engine+rollout node (SIGKILL). The holder keeps its
 //     lease and its group.
 //
+// The kill lands after a step drawn from ASYNCRL_CLUSTER_SEED (3…7 of 10;
+// logged, so a run replays) plus a drawn 0–1.5 s, so it hits the group in
+// different phases: mid-TrainBatch, in the sharded state write, in the
+// checkpoint upload, idle between steps.
 // Each run must end with the ledger check: steps × B prompts trained
 // (none twice, none lost), none in flight, none refused, every step
 // durable. ASYNCRL_CLUSTER_REPS runs each (default 3); every run logs a
@@ -59,12 +64,14 @@ func TestClusterTorchGroupChaos(t *testing.T) {
 	e2eEnabled(t)
 	yaml := torchGroupYAML(t)
 	bin := buildBinary(t)
+	rng := rand.New(rand.NewSource(clusterSeed(t)))
 	type tally struct{ pass, fail int }
 	tallies := map[string]*tally{}
 	victims := []string{"holder", "rank", "n3"}
 	for _, victim := range victims {
 		tallies[victim] = &tally{}
 		for r := range reps(t) {
+			m := torchKill{victim: victim, rep: r, afterStep: 3 + rng.Intn(torchChaosSteps-5), jitter: time.Duration(rng.Intn(1500)) * time.Millisecond}
 			ran := false // a subtest -run filters out passes without running
 			ok := t.Run(fmt.Sprintf("kill-%s-%d", victim, r+1), func(t *testing.T) {
 				ran = true
@@ -74,12 +81,12 @@ func TestClusterTorchGroupChaos(t *testing.T) {
 					if t.Failed() {
 						res = "FAIL"
 					}
-					t.Logf("TORCHCHAOS victim=%s run=%d result=%s took=%s load=%s→%s", victim, r+1, res,
-						time.Since(start).Round(time.Second), load0, loadAvg())
+					t.Logf("TORCHCHAOS victim=%s run=%d after_step=%d+%s result=%s took=%s load=%s→%s", victim, r+1,
+						m.afterStep, m.jitter, res, time.Since(start).Round(time.Second), load0, loadAvg())
 				}()
 				c := newE2EClusterBin(t, bin, torchChaosSteps, 3, 3)
 				c.yaml = yaml
-				torchChaosRun(t, c, victim, r)
+				torchChaosRun(t, c, m)
 			})
 			tl := tallies[victim]
 			switch {
@@ -99,14 +106,28 @@ func TestClusterTorchGroupChaos(t *testing.T) {
 	}
 }
 
-// torchChaosRun starts the three nodes on c, waits until a holder trained
-// 3 steps, kills victim (rep picks the rank), and checks the run
+// torchKill is one run's fault: whom to kill, when.
+type torchKill struct {
+	victim    string
+	rep       int // picks the rank: rep mod 2
+	afterStep int
+	jitter    time.Duration
+}
+
+// torchChaosRun starts the three nodes on c, waits until a holder made
+// m.afterStep durable, kills m.victim m.jitter later, and checks the run
 // finishes clean.
-func torchChaosRun(t *testing.T, c *e2eCluster, victim string, rep int) {
+func torchChaosRun(t *testing.T, c *e2eCluster, m torchKill) {
+	victim := m.victim
 	nodes := []*proc{c.start(0, "trainer,engine,controller,publisher"), c.start(1, "trainer,engine,controller,publisher"),
 		c.start(2, "engine,rollout")}
 	holderP, standbyP, hname, sname := pickHolder(t, nodes[:2], 3)
+	waitFor(t, 3*time.Minute, fmt.Sprintf("%s to make step %d durable", hname, m.afterStep), func() bool {
+		return lastDurable(holderP.records(t)) >= m.afterStep
+	})
 	ranks := waitRanks(t, holderP, hname)
+	// The fault's moment within the step (drawn), not a wait for a condition.
+	time.Sleep(m.jitter)
 	before := lastDurable(holderP.records(t))
 	var survivors []*proc // the nodes one of which must finish the run
 	switch victim {
@@ -121,7 +142,7 @@ func torchChaosRun(t *testing.T, c *e2eCluster, victim string, rep int) {
 		})
 		survivors = []*proc{standbyP}
 	case "rank":
-		pid := ranks[rep%len(ranks)]
+		pid := ranks[m.rep%len(ranks)]
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 			t.Fatalf("kill rank pid %d: %v", pid, err)
 		}
@@ -140,7 +161,7 @@ func torchChaosRun(t *testing.T, c *e2eCluster, victim string, rep int) {
 	default:
 		t.Fatalf("unknown victim %q", victim)
 	}
-	t.Logf("killed the %s (holder %s, ranks %v) after step %d", victim, hname, ranks, before)
+	t.Logf("killed the %s (holder %s, ranks %v) %s after step %d was durable (step %d when killed)", victim, hname, ranks, m.jitter, m.afterStep, before)
 	var fin *proc
 	waitFor(t, 6*time.Minute, "a node to finish the run", func() bool {
 		for _, p := range survivors {
