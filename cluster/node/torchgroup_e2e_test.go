@@ -128,7 +128,8 @@ func torchChaosRun(t *testing.T, c *e2eCluster, m torchKill) {
 	ranks := waitRanks(t, holderP, hname)
 	// The fault's moment within the step (drawn), not a wait for a condition.
 	time.Sleep(m.jitter)
-	before := lastDurable(holderP.records(t))
+	hrecs0, srecs0 := holderP.records(t), standbyP.records(t)
+	before := lastDurable(hrecs0)
 	var survivors []*proc // the nodes one of which must finish the run
 	switch victim {
 	case "holder":
@@ -183,11 +184,14 @@ func torchChaosRun(t *testing.T, c *e2eCluster, m torchKill) {
 			t.Fatalf("%s never resumed:\n%s", sname, fin.out.String())
 		}
 	default:
-		// A rank's or n3's death is not the holder's: it keeps its one term.
-		hrecs := holderP.records(t)
-		leases := countKind(hrecs, term.LeaseAcquired) + countKind(standbyP.records(t), term.LeaseAcquired)
-		if fin != holderP || countKind(hrecs, term.LeaseAcquired) != 1 || countKind(hrecs, term.LeaseLost) > 0 || leases != 1 {
-			t.Errorf("%s lost its term when the %s died (%d lease acquisitions in all):\n%s", hname, victim, leases, lossLines(hrecs))
+		// A rank's or n3's death is not the holder's: from the kill on it
+		// keeps its term — no lease lost or taken (a lease that changed
+		// hands before the kill, at start on a loaded machine, is not this
+		// fault's doing).
+		hrecs := holderP.records(t)[len(hrecs0):]
+		srecs := standbyP.records(t)[len(srecs0):]
+		if fin != holderP || countKind(hrecs, term.LeaseLost) > 0 || countKind(hrecs, term.LeaseAcquired)+countKind(srecs, term.LeaseAcquired) > 0 {
+			t.Errorf("%s lost its term when the %s died:\n%s", hname, victim, lossLines(hrecs))
 		}
 	}
 }

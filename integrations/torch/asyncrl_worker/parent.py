@@ -42,7 +42,10 @@ PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 def _death_signal() -> bool:
     """SIGKILL from the kernel when the parent dies (Linux; False elsewhere
-    or when prctl is refused)."""
+    or when prctl is refused). The kernel's "parent" here is the thread that
+    forked this process: a launcher must start workers from a thread that
+    lives as long as they do (asyncrl's Go side holds its forking thread for
+    the child's life)."""
     if not sys.platform.startswith("linux"):
         return False
     try:
