@@ -70,6 +70,23 @@ lint:
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 	$(MAKE) lint-size
+	$(MAKE) check-deploy
+
+# The deployment files (issue 34): the Helm chart under deploy/helm/asyncrl
+# rendered with helm's Go module (helm.sh/helm/v4 v4.3.2) for its default
+# values and each ci/*-values.yaml, every manifest validated in strict mode
+# by kubeconform's Go library (v0.8.0) against schemas generated from
+# pinned modules (k8s.io/kubernetes v1.37.2's OpenAPI document,
+# prometheus-operator v0.85.0's ServiceMonitor CRD; fetched through the Go
+# module proxy, hashes pinned in deploy/check/schemas.go), each rendered
+# run.yaml accepted by `asyncrl config validate`, the flags the pods pass
+# checked against the subcommands' --help (the Slurm example's check is a Go
+# test of cmd/asyncrl, in make test). The checker
+# is its own Go module (deploy/check) so `make test` never compiles the
+# Kubernetes dependency tree.
+.PHONY: check-deploy
+check-deploy: build
+	cd deploy/check && $(GO) run . -chart ../helm/asyncrl -dashboard ../grafana/asyncrl.json -asyncrl $(abspath $(BIN))
 
 # Issue 16's limits on the cluster and actor code: no function with a
 # cyclomatic complexity over 20 in cluster/ and actors/, and no file in
@@ -210,7 +227,7 @@ test-engines:
 
 .PHONY: test-cluster
 test-cluster:
-	ASYNCRL_CLUSTER_E2E=1 go test -count=1 -timeout 60m -run TestCluster -v ./cluster/node/
+	ASYNCRL_CLUSTER_E2E=1 go test -count=1 -timeout 60m -run TestCluster -v ./cluster/agent/
 
 # Issue 32's chaos alone (also in test-cluster): the trainer on a group of
 # two PyTorch gloo ranks on n1 and n2; SIGKILL the holder, one rank, n3,
@@ -218,7 +235,7 @@ test-cluster:
 TORCH_CHAOS_REPS ?= 5
 .PHONY: test-cluster-torch
 test-cluster-torch:
-	ASYNCRL_CLUSTER_E2E=1 ASYNCRL_CLUSTER_REPS=$(TORCH_CHAOS_REPS) go test -count=1 -timeout 90m -run TestClusterTorchGroup -v ./cluster/node/
+	ASYNCRL_CLUSTER_E2E=1 ASYNCRL_CLUSTER_REPS=$(TORCH_CHAOS_REPS) go test -count=1 -timeout 90m -run TestClusterTorchGroup -v ./cluster/agent/
 
 # The cluster soak (issue 37; not in make test): the kill scenarios —
 # holder, standby, n3, two (two nodes one after another), rejoin (killed,
@@ -230,11 +247,11 @@ test-cluster-torch:
 # the logs, event streams and durable ledger of failed runs under a
 # directory it prints, and fails on any unclean run. ASYNCRL_SOAK_SEED,
 # _RUNS, _SCENARIOS, _STEPS, _MOMENTS, _DIR, _LEADS, _KEEP change it
-# (cluster/node/soak_e2e_test.go); a failed run prints the command that
+# (cluster/agent/soak_e2e_test.go); a failed run prints the command that
 # replays it. About a minute a run on two cores: hours for the full soak.
 .PHONY: soak-cluster
 soak-cluster:
-	ASYNCRL_CLUSTER_SOAK=1 $(GO) test -count=1 -timeout 24h -run TestClusterSoak -v ./cluster/node/
+	ASYNCRL_CLUSTER_SOAK=1 $(GO) test -count=1 -timeout 24h -run TestClusterSoak -v ./cluster/agent/
 
 # FP8/MXFP8 quantise-on-publish (BENCHMARKS.md "FP8/MXFP8 publish"): bytes
 # per version (full and delta) vs BF16 for the built-in policy and a

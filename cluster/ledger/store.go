@@ -94,6 +94,11 @@ type Ledger struct {
 	list func(ctx context.Context) ([]Entry, uint64, error)
 }
 
+// ProgressKey is the progress bucket's one key (the fenced trainer
+// progress); readers such as cluster/status read it without opening the
+// ledger (Open creates the buckets).
+const ProgressKey = progressKey
+
 const progressKey = "trainer"
 
 // Open creates (or opens) the run's buckets and stream on nc.

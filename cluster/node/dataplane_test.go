@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/asyncrl/asyncrl/actors/publisher/shell"
+	"github.com/asyncrl/asyncrl/cluster/weightsync"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/internal/wiring"
 )
@@ -36,7 +37,7 @@ func TestDataPlaneSync(t *testing.T) {
 		t.Errorf("router minimum %d, want %d", m, want)
 	}
 	checkLedger(t, n, s)
-	if _, err := os.Stat(layoutFor(cfg).syncDir); !os.IsNotExist(err) {
+	if _, err := os.Stat(weightsync.LayoutFor(cfg).SyncDir); !os.IsNotExist(err) {
 		t.Errorf("dataplane transport wrote a sync dir: %v", err)
 	}
 	if b := counterValue(t, n, "asyncrl_publisher_dataplane_bytes_total"); b <= 0 {

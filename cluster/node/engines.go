@@ -17,14 +17,6 @@ import (
 	"github.com/asyncrl/asyncrl/internal/wiring"
 )
 
-// startEngines starts count built-in engines serving m at version 0
-// (localengine.Start).
-func startEngines(c config.EnginesConfig, m engine.Model, seed int64, log zerolog.Logger, wrap localengine.Wrap, extra ...engine.Option) ([]*localengine.Engine, error) {
-	return localengine.Start(c, m, seed, log, wrap, extra...)
-}
-
-func stopEngines(es []*localengine.Engine) { localengine.StopAll(es) }
-
 // routerConfig maps the run config's router section onto proxy.Config
 // (wiring.RunRouterConfig: the staleness budget follows the run's) for a
 // router inside the node: replicas and logger are the node's, and it

@@ -13,6 +13,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/asyncrl/asyncrl/cluster/internal/clustertest"
 	"github.com/asyncrl/asyncrl/config"
 )
 
@@ -28,7 +29,7 @@ func TestExternalEngineProcessesLearn(t *testing.T) {
 	if os.Getenv("ASYNCRL_ENGINES_E2E") != "1" {
 		t.Skip("set ASYNCRL_ENGINES_E2E=1 (make test-engines) to run three asyncrl engine processes")
 	}
-	bin := buildBinary(t)
+	bin := clustertest.BuildBinary(t)
 	for _, mode := range config.PauseMode("").Values() {
 		t.Run(mode, func(t *testing.T) {
 			cfg := config.Default()
@@ -43,7 +44,7 @@ func TestExternalEngineProcessesLearn(t *testing.T) {
 				t.Fatal(err)
 			}
 			loads := []config.WeightLoad{config.LoadDelta, config.LoadFull, config.LoadDelta}
-			for i, port := range freePorts(t, len(loads)) {
+			for i, port := range clustertest.FreePorts(t, len(loads)) {
 				addr := "127.0.0.1:" + strconv.Itoa(port)
 				startEngineProcess(t, bin, addr, ecfg, 100+int64(i))
 				cfg.Engines.External = append(cfg.Engines.External,

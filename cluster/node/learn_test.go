@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/asyncrl/asyncrl/cluster/weightsync"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/weights/delta"
 )
@@ -70,7 +71,7 @@ func TestPublishCost(t *testing.T) {
 		if n.wsync != nil {
 			var comp, raw int64
 			for v := int64(1); v <= int64(len(steps)); v++ {
-				m, err := delta.ReadManifestDir(filepath.Join(layoutFor(cfg).syncDir, delta.DeltaDir(v)), v)
+				m, err := delta.ReadManifestDir(filepath.Join(weightsync.LayoutFor(cfg).SyncDir, delta.DeltaDir(v)), v)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -21,6 +21,7 @@ import (
 	"github.com/asyncrl/asyncrl/actors/sampling"
 	"github.com/asyncrl/asyncrl/actors/trainer"
 	"github.com/asyncrl/asyncrl/actors/trainer/microbatch"
+	"github.com/asyncrl/asyncrl/cluster/internal/retry"
 	"github.com/asyncrl/asyncrl/cluster/localengine"
 	"github.com/asyncrl/asyncrl/cluster/weightsync"
 	"github.com/asyncrl/asyncrl/config"
@@ -97,11 +98,13 @@ type Options struct {
 	AfterExecStep         func(ctx context.Context, state string, version int64) error
 	// OnStartPhase, when set, hears each phase Start reaches (the cluster
 	// agent's term reports them to its core: a start that stalls is
-	// reported with the last phase it reached).
+	// reported with the last phase it reached). Called on Start's
+	// goroutine; it must not block (Start waits).
 	OnStartPhase func(phase string)
 	// BeforeAnnounce, when set (tests: the cluster agent's hold points),
 	// runs once each version's weights are written and before the engines
-	// and the router hear of it (version is this run's).
+	// and the router hear of it (version is this run's), on the trainer's
+	// goroutine: the step waits while it blocks, which is what a hold is for.
 	BeforeAnnounce func(version int64)
 	// RouterListen is the router's address (host:port; default
 	// 127.0.0.1:0). Rollout actors on other machines need a reachable one;
@@ -170,8 +173,7 @@ type Node struct {
 	steplog     *stepLog // every step's report row (the summary's)
 	progress    *progress
 	// remote: engines on other nodes (Options.Remote).
-	remote     *remoteSet
-	termCast   *termCast
+	remote     *EngineSet
 	remoteStop context.CancelFunc
 	remoteWG   sync.WaitGroup
 
@@ -208,7 +210,7 @@ func New(cfg config.Config, opts Options) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: run.id: %w", ErrConfig, err)
 	}
-	task, err := buildTask(cfg)
+	task, err := BuildTask(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -228,8 +230,10 @@ func New(cfg config.Config, opts Options) (*Node, error) {
 	return &Node{cfg: cfg, opts: opts, subj: s, task: task}, nil
 }
 
-// buildTask resolves rollout.task and the optional rollout.dataset.
-func buildTask(cfg config.Config) (tasks.Task, error) {
+// BuildTask resolves rollout.task and the optional rollout.dataset (a
+// configuration problem is ErrConfig); the cluster agent's rollout role
+// builds its rollout actors' task with it.
+func BuildTask(cfg config.Config) (tasks.Task, error) {
 	task, err := wiring.EnvTask(cfg.Rollout) // rollout.task, or rollout.env's servers
 	if err != nil {
 		return nil, fmt.Errorf("%w: rollout.task: %w", ErrConfig, err)
@@ -353,7 +357,7 @@ func (n *Node) clusterRetry(ctx context.Context, f func() error) error {
 	if n.opts.Remote == nil {
 		return f()
 	}
-	return retry(ctx, 30*time.Second, f)
+	return retry.Do(ctx, 30*time.Second, f)
 }
 
 // streamReplicas is the replication of the run's own streams: a cluster
@@ -397,38 +401,6 @@ func (s *taskSource) Next() (controller.Prompt, bool) {
 	return controller.Prompt{ID: rollout.PromptID("p"+strconv.FormatInt(s.n, 10), p.Seed), Text: p.Text}, true
 }
 
-// stepsSince returns the kept trained steps after the first i (the
-// in-process trainer's records, or the StepDone messages a remote trainer
-// published; the newest trainer.RecordsKept) and the next i. Every step
-// is in the step log (n.steplog).
-func (n *Node) stepsSince(i int) ([]trainer.StepRecord, int) {
-	if n.tr != nil {
-		return n.tr.StepsSince(i)
-	}
-	return n.ledger.stepRecords(i)
-}
-
-// stepCount is the number of trained steps.
-func (n *Node) stepCount() int {
-	if n.tr != nil {
-		return n.tr.StepCount()
-	}
-	return n.ledger.stepCount()
-}
-
-// lastStep is the newest trained step, ok false before the first.
-func (n *Node) lastStep() (trainer.StepRecord, bool) {
-	c := n.stepCount()
-	if c == 0 {
-		return trainer.StepRecord{}, false
-	}
-	s, _ := n.stepsSince(c - 1)
-	if len(s) == 0 {
-		return trainer.StepRecord{}, false
-	}
-	return s[len(s)-1], true
-}
-
 // Wait blocks until the trainer finished run.steps steps, ctx ends (an
 // interrupt), training fails, or the filter starves the trainer.
 func (n *Node) Wait(ctx context.Context) (interrupted bool, err error) {
@@ -444,10 +416,8 @@ func (n *Node) Wait(ctx context.Context) (interrupted bool, err error) {
 		if n.stepCount() >= n.cfg.Run.Steps {
 			return false, nil
 		}
-		if n.tr != nil {
-			if err := n.tr.Err(); err != nil {
-				return false, err
-			}
+		if err := n.Err(); err != nil {
+			return false, err
 		}
 		if ex, ok := n.ledger.samplingExhausted(); ok {
 			return false, fmt.Errorf("%w: dynamic sampling (filter.mode %s) sampled %d generation batches of %d groups for step %d and kept only %d good groups (filter.max_sample_batches %d); the %d groups it held were requeued — check the task's difficulty",
@@ -491,9 +461,6 @@ func (n *Node) Stop() {
 			n.remoteStop()
 			n.remoteWG.Wait()
 			n.remote.close()
-			if n.termCast != nil {
-				n.termCast.close()
-			}
 		}
 		if n.wsync != nil {
 			// Let the receivers finish the versions already published, so
@@ -521,7 +488,7 @@ func (n *Node) Stop() {
 			<-n.routerDone
 		}
 		n.stopMetrics(ctx)
-		stopEngines(n.engines)
+		localengine.StopAll(n.engines)
 		if n.httpc != nil {
 			n.httpc.CloseIdleConnections()
 		}

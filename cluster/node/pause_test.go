@@ -10,6 +10,8 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/asyncrl/asyncrl/cluster/internal/clustertest"
+	"github.com/asyncrl/asyncrl/cluster/localengine"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/internal/wiring"
 )
@@ -25,11 +27,11 @@ func TestCutShortWaitPauseResumes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	es, err := startEngines(cfg.Engines, m, 1, zerolog.Nop(), nil)
+	es, err := localengine.Start(cfg.Engines, m, 1, zerolog.Nop(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer stopEngines(es)
+	defer localengine.StopAll(es)
 	le := es[0]
 	done := make(chan struct{})
 	go func() {
@@ -40,7 +42,7 @@ func TestCutShortWaitPauseResumes(t *testing.T) {
 			resp.Body.Close()
 		}
 	}()
-	waitFor(t, 10*time.Second, "the request to run", func() bool { return le.E.Stats().Running > 0 })
+	clustertest.WaitFor(t, 10*time.Second, "the request to run", func() bool { return le.E.Stats().Running > 0 })
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	p := &inProcPublisher{mode: "wait"}

@@ -50,7 +50,7 @@ func (p *progress) update() {
 	if w == nil || p.n.stepCount() == p.shown {
 		return
 	}
-	steps, next := p.n.stepsSince(p.shown)
+	steps, next := p.n.Steps(p.shown)
 	if len(steps) == 0 {
 		return
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/asyncrl/asyncrl/cluster/weightsync"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/policy"
 	"github.com/asyncrl/asyncrl/weights/quant"
@@ -62,7 +63,7 @@ func TestQuantizedPublish(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dirs, _ := filepath.Glob(filepath.Join(layoutFor(cfg).receivers, "*", receiver.WeightsDirName))
+	dirs, _ := filepath.Glob(filepath.Join(weightsync.LayoutFor(cfg).Receivers, "*", receiver.WeightsDirName))
 	if len(dirs) == 0 {
 		t.Fatal("no receiver weights")
 	}

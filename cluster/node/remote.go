@@ -14,7 +14,6 @@ import (
 
 	"github.com/asyncrl/asyncrl/actors/publisher"
 	rpolicy "github.com/asyncrl/asyncrl/actors/router/policy"
-	"github.com/asyncrl/asyncrl/cluster"
 	"github.com/asyncrl/asyncrl/cluster/discovery"
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/transport"
@@ -31,44 +30,59 @@ const termBasePrefix = "base/"
 
 // RemoteEngines makes the pipeline serve from engines on other nodes
 // (cluster mode): it starts no engines of its own, publishes its weights
-// through a JetStream object store bucket every node can read, and learns
-// its engines from gossip membership.
+// through a JetStream object store bucket every node can read, and takes
+// its engines from the cluster agent's term (Term).
 type RemoteEngines struct {
 	// BaseRun is the run id the engine hosts listen under (the cluster
 	// run's id; the pipeline's own run.id is the term's <run>-t<token>).
 	BaseRun string
-	// Node is this node's name (the term's announcements say who holds it).
-	Node string
-	// Members lists the live members (cluster.Membership.Members), for a
-	// pipeline that runs its own termCast (Cast unset).
-	Members func() []cluster.Member
 	// Replicas of the term's weight bucket (default 1).
 	Replicas int
-	// OnChange receives every change discovery makes to the router's table.
-	OnChange func(discovery.Change)
-	// Event, when set, receives one line per notable event ("waiting for
-	// engines").
-	Event func(format string, args ...any)
-	// Cast, when set, is told the router's URL once it listens, and takes
-	// the term's announcements and the aborts of the groups of rollout
-	// nodes that leave over (the agent's term core, cluster/term); unset,
-	// the pipeline runs its own termCast.
-	Cast func(routerURL string)
-	// Target is told each LoadWeights target the publisher wants a remote
-	// engine at (the agent's term core's EngineTarget). The core decides
-	// the engines (its AddEngines and RemoveEngines are applied with add
-	// and remove), the commands and their resends (SendLoadWeights: send);
-	// the remote set makes none of these decisions. Required.
-	Target func(engine string, version int64)
-	// attach receives the remote set once it exists (required).
-	attach func(*remoteSet)
+	// Term decides the engines (required): the agent's term core.
+	Term TermEngines
 }
 
-// remoteSet is the pipeline's side of its remote engines, the shell of
+// TermEngines is the cluster agent's side of a term's remote engines: its
+// term core (cluster/term) decides which members' engines the pipeline
+// registers (AddEngines, RemoveEngines: EngineSet.Add, Remove), what
+// LoadWeights each is sent and when it is sent again (SendLoadWeights:
+// EngineSet.Send); the pipeline makes none of these decisions. It tells
+// the term what it needs to decide through these methods.
+//
+// Every method is called on a goroutine of the pipeline that other work
+// waits for (Start, the trainer's publish, a bus handler, the discovery
+// watcher): none may block or wait for the term's loop. An implementation
+// hands the input to its loop (an inbox push) and returns.
+type TermEngines interface {
+	// Attach hands over the term's engine set, once, on Start's
+	// goroutine, before Start waits for an engine to load version 0 (the
+	// term's loop must apply its AddEngines and SendLoadWeights meanwhile).
+	Attach(*EngineSet)
+	// RouterListening says where the term's router listens, once, on
+	// Start's goroutine right after Attach: the term announces it
+	// (TermAnnounce) to the engine and rollout hosts.
+	RouterListening(url string)
+	// Target is a LoadWeights target the publisher wants engine at (the
+	// core's EngineTarget). Called wherever the publisher shell dispatches
+	// a command: the trainer's goroutine as it publishes a version, the
+	// bus handler of the engines' acks, and the term's own loop inside
+	// EngineSet.Add (a new engine's first target).
+	Target(engine string, version int64)
+	// RoutingChanged receives every change discovery makes to the
+	// router's table, on the discovery watcher's goroutine with the
+	// watcher's lock held: it must not call into the EngineSet.
+	RoutingChanged(discovery.Change)
+	// Event receives one line per notable event of the engines ("no
+	// engine to publish to: waiting…"), from Start's or the trainer's
+	// goroutine.
+	Event(format string, args ...any)
+}
+
+// EngineSet is the pipeline's side of its remote engines, the shell of
 // the term core's engine decisions: the discovery watcher that keeps the
 // router's table, the publisher registrations and the LoadWeights sent to
 // the hosts.
-type remoteSet struct {
+type EngineSet struct {
 	cfg RemoteEngines
 	n   *Node
 	// ws is the pipeline's weight sync, held here rather than read from
@@ -112,16 +126,16 @@ func uploadBase(ctx context.Context, st store.Store, dir string) error {
 // (termengines.go).
 func (n *Node) startRemote(ctx context.Context, bucket string) error {
 	rc := *n.opts.Remote
-	if rc.Target == nil || rc.attach == nil {
-		return fmt.Errorf("%w: remote engines without the term core that decides them (RemoteEngines.Target)", ErrConfig)
+	if rc.Term == nil {
+		return fmt.Errorf("%w: remote engines without the term core that decides them (RemoteEngines.Term)", ErrConfig)
 	}
 	wc := discovery.DefaultWatcherConfig(n.cfg.Run.ID)
-	wc.Logger, wc.OnChange = n.opts.Logger, rc.OnChange
+	wc.Logger, wc.OnChange = n.opts.Logger, rc.Term.RoutingChanged
 	w, err := discovery.NewWatcher(n.bus, n.router, wc)
 	if err != nil {
 		return err
 	}
-	r := &remoteSet{cfg: rc, n: n, ws: n.wsync, bucket: bucket, watcher: w, members: map[string]map[string]string{},
+	r := &EngineSet{cfg: rc, n: n, ws: n.wsync, bucket: bucket, watcher: w, members: map[string]map[string]string{},
 		nodeOf: map[string]string{},
 		engines: prometheus.NewGauge(prometheus.GaugeOpts{Name: "asyncrl_node_remote_engines",
 			Help: "Engines of other nodes (engine hosts) registered with this term's publisher and router."}),
@@ -138,21 +152,16 @@ func (n *Node) startRemote(ctx context.Context, bucket string) error {
 	rctx, cancel := context.WithCancel(context.Background())
 	n.remoteStop = cancel
 	n.remoteWG.Go(func() { w.Run(rctx) })
-	rc.attach(r) // the term core registers the engines (add, remove)
+	rc.Term.Attach(r) // the term core registers the engines (Add, Remove)
 	// Rollout actors on other nodes join the term once they hear of it.
-	if rc.Cast != nil {
-		rc.Cast(n.routerURL)
-		return nil
-	}
-	return n.startTermCast(rctx)
+	rc.Term.RouterListening(n.routerURL)
+	return nil
 }
 
 // waitServed blocks until some engine serves version (after every engine
 // left while it was being published).
-func (r *remoteSet) waitServed(ctx context.Context, version int64) error {
-	if r.cfg.Event != nil {
-		r.cfg.Event("no engine serves version %d: waiting for a node with the engine role", version)
-	}
+func (r *EngineSet) waitServed(ctx context.Context, version int64) error {
+	r.cfg.Term.Event("no engine serves version %d: waiting for a node with the engine role", version)
 	for {
 		for _, st := range r.ws.shell.Engines() {
 			if st.Serving >= version {
@@ -170,11 +179,11 @@ func (r *remoteSet) waitServed(ctx context.Context, version int64) error {
 // waitEngines blocks while the publisher has no engine registered (the
 // only engine node died and has not come back): a version published now
 // would fail, and with it the trainer's step and the term.
-func (r *remoteSet) waitEngines(ctx context.Context) error {
+func (r *EngineSet) waitEngines(ctx context.Context) error {
 	said := false
 	for len(r.ws.shell.Engines()) == 0 {
-		if !said && r.cfg.Event != nil {
-			r.cfg.Event("no engine to publish to: waiting for a node with the engine role")
+		if !said {
+			r.cfg.Term.Event("no engine to publish to: waiting for a node with the engine role")
 			said = true
 		}
 		select {
@@ -190,7 +199,7 @@ func (r *remoteSet) waitEngines(ctx context.Context) error {
 // announce themselves and ack a version ≥ the minimum) and to the
 // publisher, holding no version of this term: the publisher's command
 // brings them to the current version from the term's base.
-func (r *remoteSet) joined(node string, eps map[string]string) {
+func (r *EngineSet) joined(node string, eps map[string]string) {
 	r.mu.Lock()
 	r.members[node] = eps
 	for name := range eps {
@@ -230,27 +239,29 @@ func (r *remoteSet) joined(node string, eps map[string]string) {
 
 // dispatch hands the term core engine name's target (the core's
 // SendLoadWeights sends it); false when name is not a remote engine.
-func (r *remoteSet) dispatch(name string, target int64) bool {
+func (r *EngineSet) dispatch(name string, target int64) bool {
 	r.mu.Lock()
 	_, ok := r.nodeOf[name]
 	r.mu.Unlock()
 	if ok {
-		r.cfg.Target(name, target)
+		r.cfg.Term.Target(name, target)
 	}
 	return ok
 }
 
-// add applies the term core's AddEngines: node's engines (name → URL),
-// new or advertised anew (a restarted node's hold nothing yet).
-func (r *remoteSet) add(node string, eps map[string]string) {
+// Add applies the term core's AddEngines: node's engines (name → URL),
+// new or advertised anew (a restarted node's hold nothing yet). Called by
+// the term's loop; each new engine's first target comes back through
+// TermEngines.Target before Add returns.
+func (r *EngineSet) Add(node string, eps map[string]string) {
 	r.joined(node, eps)
 	r.count()
 }
 
-// remove applies the term core's RemoveEngines: node's engines names
+// Remove applies the term core's RemoveEngines: node's engines names
 // leave routing and the publisher; a node left with none leaves
-// discovery.
-func (r *remoteSet) remove(node string, names []string) {
+// discovery. Called by the term's loop.
+func (r *EngineSet) Remove(node string, names []string) {
 	r.mu.Lock()
 	cur, known := r.members[node]
 	for _, name := range names {
@@ -271,9 +282,9 @@ func (r *remoteSet) remove(node string, names []string) {
 	r.count()
 }
 
-// serving lists what each registered engine serves (the publisher's
-// acks).
-func (r *remoteSet) serving() map[string]int64 {
+// Serving lists what each registered engine serves (the publisher's
+// acks): the term's loop feeds the core what changed (EngineServing).
+func (r *EngineSet) Serving() map[string]int64 {
 	out := map[string]int64{}
 	for _, st := range r.ws.shell.Engines() {
 		out[st.Engine] = st.Serving
@@ -281,7 +292,11 @@ func (r *remoteSet) serving() map[string]int64 {
 	return out
 }
 
-func (r *remoteSet) send(node, name string, target int64) {
+// Send applies the term core's SendLoadWeights: a LoadWeights for engine
+// name at target on node's control subject, from the term's bucket. A
+// failed send is logged; the core sends again on its next resend tick.
+// Called by the term's loop; the publish waits at most 2 s.
+func (r *EngineSet) Send(node, name string, target int64) {
 	base, err := transport.Plan(r.cfg.BaseRun)
 	var subj string
 	if err == nil {
@@ -306,7 +321,7 @@ func (r *remoteSet) send(node, name string, target int64) {
 }
 
 // count sets the engines gauge from the registrations.
-func (r *remoteSet) count() {
+func (r *EngineSet) count() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.engines.Set(float64(len(r.nodeOf)))
@@ -315,14 +330,14 @@ func (r *remoteSet) count() {
 // waitRoutable blocks until discovery finds some remote engine routable:
 // it announced itself healthy and acked a version of this term (the
 // rollouts would otherwise fail against an empty router).
-func (r *remoteSet) waitRoutable(ctx context.Context) error {
+func (r *EngineSet) waitRoutable(ctx context.Context) error {
 	said := false
 	for {
 		if len(r.watcher.Routable()) > 0 {
 			return nil
 		}
-		if !said && r.cfg.Event != nil {
-			r.cfg.Event("waiting for an engine (a node with the engine role) to load version 0")
+		if !said {
+			r.cfg.Term.Event("waiting for an engine (a node with the engine role) to load version 0")
 			said = true
 		}
 		select {
@@ -333,7 +348,7 @@ func (r *remoteSet) waitRoutable(ctx context.Context) error {
 	}
 }
 
-func (r *remoteSet) close() {
+func (r *EngineSet) close() {
 	if r.watcher != nil {
 		_ = r.watcher.Close()
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/asyncrl/asyncrl/actors/publisher"
 	"github.com/asyncrl/asyncrl/actors/publisher/shell"
+	"github.com/asyncrl/asyncrl/cluster/discovery"
 	"github.com/asyncrl/asyncrl/internal/syncbuf"
 )
 
@@ -22,6 +23,16 @@ type nopDispatcher struct{}
 
 func (nopDispatcher) Dispatch(publisher.Command) {}
 
+// eventLog is a TermEngines that only prints its events (the waits call
+// nothing else).
+type eventLog struct{ w *syncbuf.Buffer }
+
+func (eventLog) Attach(*EngineSet)                  {}
+func (eventLog) RouterListening(string)             {}
+func (eventLog) Target(string, int64)               {}
+func (eventLog) RoutingChanged(discovery.Change)    {}
+func (l eventLog) Event(format string, args ...any) { fmt.Fprintf(l.w, format+"\n", args...) }
+
 // A term whose every engine node is gone waits for one before it
 // publishes (the shell would fail the version with ErrNoEngine, and the
 // trainer's step and the term with it), and says so once; a version all
@@ -32,7 +43,7 @@ func TestPublishWaitsForAnEngine(t *testing.T) {
 		t.Fatal(err)
 	}
 	var ev syncbuf.Buffer
-	r := &remoteSet{cfg: RemoteEngines{Event: func(f string, a ...any) { fmt.Fprintf(&ev, f+"\n", a...) }}, ws: &weightSync{shell: sh}}
+	r := &EngineSet{cfg: RemoteEngines{Term: eventLog{&ev}}, ws: &weightSync{shell: sh}}
 	done := make(chan error, 1)
 	go func() { done <- r.waitEngines(context.Background()) }()
 	select {

@@ -24,7 +24,9 @@ import (
 	"github.com/asyncrl/asyncrl/actors/sampling"
 	"github.com/asyncrl/asyncrl/actors/staleness"
 	"github.com/asyncrl/asyncrl/actors/trainer"
+	"github.com/asyncrl/asyncrl/cluster/localengine"
 	"github.com/asyncrl/asyncrl/cluster/rollouthost"
+	"github.com/asyncrl/asyncrl/cluster/weightsync"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/engine"
 	"github.com/asyncrl/asyncrl/internal/inproc"
@@ -144,7 +146,7 @@ func (n *Node) initialWeights(ptr *policy.Trainer) (baseDir string, initial engi
 		return n.hfInitialWeights()
 	}
 	if n.cfg.Publisher.Mode == config.PublishDelta {
-		if baseDir, err = saveBase(n.cfg, ptr.ServingCopy()); err != nil {
+		if baseDir, err = weightsync.SaveBase(n.cfg, ptr.ServingCopy()); err != nil {
 			return "", nil, err
 		}
 	}
@@ -169,7 +171,7 @@ func (n *Node) startServing(ctx context.Context, initial engine.Model) (err erro
 		if err != nil {
 			return fmt.Errorf("%w: model.path: %w", ErrConfig, err)
 		}
-		if n.engines, err = startEngines(cfg.Engines, initial, cfg.Run.Seed, quiet, n.hooks.wrapEngine, extra...); err != nil {
+		if n.engines, err = localengine.Start(cfg.Engines, initial, cfg.Run.Seed, quiet, n.hooks.wrapEngine, extra...); err != nil {
 			return err
 		}
 	}

@@ -38,6 +38,6 @@ func TestSupportNormalisedRunWithMicrobatches(t *testing.T) {
 // steps returns the node's kept trained steps (all of a test's run: the
 // newest trainer.RecordsKept).
 func (n *Node) steps() []trainer.StepRecord {
-	recs, _ := n.stepsSince(0)
+	recs, _ := n.Steps(0)
 	return recs
 }

@@ -23,7 +23,7 @@ type weightSync struct {
 	*weightsync.Sync
 	shell *shell.Shell
 	// remote is set by startRemote before the first engine joins.
-	remote *remoteSet
+	remote *EngineSet
 }
 
 // remoteEngines is the Sync's Remote: the remote engines, once there.
@@ -34,8 +34,8 @@ func (w *weightSync) remoteEngines() weightsync.Remote {
 	return remoteAdapter{w.remote}
 }
 
-// remoteAdapter is a remoteSet as a weightsync.Remote.
-type remoteAdapter struct{ r *remoteSet }
+// remoteAdapter is a EngineSet as a weightsync.Remote.
+type remoteAdapter struct{ r *EngineSet }
 
 func (a remoteAdapter) Dispatch(engine string, target int64) bool {
 	return a.r.dispatch(engine, target)
@@ -54,25 +54,6 @@ func (s routerSink) SetVersion(url string, v int64) error {
 
 func (s routerSink) SetMinVersion(v int64) error {
 	return s.r.Apply(policy.SetMinVersion{Version: v})
-}
-
-// weightsLayout names the run's weight directories under run.data_dir
-// (weightsync.Layout).
-type weightsLayout struct {
-	syncDir   string // local store root: <publisher.sync_dir or data_dir/weights>/<run.id>
-	publisher string // base/ and staging/
-	receivers string // one receiver root per engine
-}
-
-func layoutFor(cfg config.Config) weightsLayout {
-	l := weightsync.LayoutFor(cfg)
-	return weightsLayout{syncDir: l.SyncDir, publisher: l.Publisher, receivers: l.Receivers}
-}
-
-// saveBase writes version 0 (the engines' initial weights) and returns its
-// directory.
-func saveBase(cfg config.Config, serving *pol.Model) (string, error) {
-	return weightsync.SaveBase(cfg, serving)
 }
 
 // startWeightSync builds the weight sync in the mode of

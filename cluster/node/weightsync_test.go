@@ -17,6 +17,7 @@ import (
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
 
+	"github.com/asyncrl/asyncrl/cluster/weightsync"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/engine"
 	"github.com/asyncrl/asyncrl/internal/wiring"
@@ -192,9 +193,9 @@ func TestDeltaSyncLayout(t *testing.T) {
 		t.Errorf("MinVersionSet on the bus reached %d, want %d", announced, want)
 	}
 	mu.Unlock()
-	l := layoutFor(cfg)
+	l := weightsync.LayoutFor(cfg)
 	for v := int64(1); v <= 3; v++ {
-		m, err := delta.ReadManifestDir(filepath.Join(l.syncDir, delta.DeltaDir(v)), v)
+		m, err := delta.ReadManifestDir(filepath.Join(l.SyncDir, delta.DeltaDir(v)), v)
 		if err != nil {
 			t.Fatalf("version %d: %v", v, err)
 		}
@@ -204,8 +205,8 @@ func TestDeltaSyncLayout(t *testing.T) {
 		}
 	}
 	for i := range cfg.Engines.Count {
-		rcv, err := receiver.New(receiver.DefaultConfig(filepath.Join(l.receivers, "engine-"+strconv.Itoa(i)),
-			filepath.Join(l.publisher, "base")), nil)
+		rcv, err := receiver.New(receiver.DefaultConfig(filepath.Join(l.Receivers, "engine-"+strconv.Itoa(i)),
+			filepath.Join(l.Publisher, "base")), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -226,7 +227,7 @@ func TestPublisherModesAndStores(t *testing.T) {
 	if s.Steps != 2 || s.EngineVersions[0] != 2 || s.EngineVersions[1] != 2 {
 		t.Fatalf("full mode: steps %d engines %v", s.Steps, s.EngineVersions)
 	}
-	if _, err := os.Stat(layoutFor(cfg).syncDir); !os.IsNotExist(err) {
+	if _, err := os.Stat(weightsync.LayoutFor(cfg).SyncDir); !os.IsNotExist(err) {
 		t.Errorf("full mode wrote a sync dir: %v", err)
 	}
 
@@ -274,12 +275,12 @@ func TestPublisherPrunesVersionsEveryEnginePassed(t *testing.T) {
 	cfg := smallConfig(t, 8)
 	cfg.Publisher.FullCheckpointEvery = 2
 	n, s := runNode(t, cfg, nil)
-	l := layoutFor(cfg)
-	if _, err := os.Stat(filepath.Join(l.syncDir, delta.DeltaDir(1))); !errors.Is(err, os.ErrNotExist) {
+	l := weightsync.LayoutFor(cfg)
+	if _, err := os.Stat(filepath.Join(l.SyncDir, delta.DeltaDir(1))); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("delta 1 still in the store after fulls up to 8: %v", err)
 	}
 	for _, d := range []string{delta.DeltaDir(8), delta.SnapshotDir(delta.KindFull, 8)} {
-		if _, err := os.Stat(filepath.Join(l.syncDir, d)); err != nil {
+		if _, err := os.Stat(filepath.Join(l.SyncDir, d)); err != nil {
 			t.Errorf("%s: %v (the newest version must stay)", d, err)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/asyncrl/asyncrl/actors/trainer"
+	"github.com/asyncrl/asyncrl/cluster/weightsync"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/transport"
@@ -103,7 +104,7 @@ func testRemoteTrainerWorker(t *testing.T, mode config.PublishMode) {
 		}
 	}
 	checkLedger(t, n, s)
-	_, err = delta.ReadManifestDir(filepath.Join(layoutFor(cfg).syncDir, delta.DeltaDir(3)), 3)
+	_, err = delta.ReadManifestDir(filepath.Join(weightsync.LayoutFor(cfg).SyncDir, delta.DeltaDir(3)), 3)
 	if (err == nil) != (mode == config.PublishDelta) {
 		t.Errorf("mode %s: delta version 3 in the sync dir: %v", mode, err)
 	}

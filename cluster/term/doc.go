@@ -40,6 +40,10 @@
 //     steps…) come back as inputs; an effect that fails after its retries
 //     comes back as Failed.
 //
+// Its stories — a term switch, fencing, a dead claimer, a stalled start… —
+// are scenario files in testdata/ (inputs in, Ready out; scenario_test.go
+// says how to read and rewrite them).
+//
 // Guarantees (TestPropertyDecisions checks them over random input
 // sequences):
 //   - a step's prompts are marked trained (MarkTrained) only once its

@@ -2,7 +2,7 @@
 // asynchronous RL post-training.
 //
 // Subcommands: run (a whole run on one machine), node (a cluster member),
-// router, engine, env, worker, weights, sim, chaos, bench, config (print-defaults,
+// status (a live view of a running cluster), router, engine, env, worker, weights, sim, chaos, bench, config (print-defaults,
 // show, validate) and version. Global flags: --log-level (debug|info|warn|error)
 // and --log-format (auto|json|console); commands that read a run
 // configuration take --config FILE (see package config).

@@ -15,7 +15,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/asyncrl/asyncrl/cluster"
-	"github.com/asyncrl/asyncrl/cluster/node"
+	"github.com/asyncrl/asyncrl/cluster/agent"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/gpu"
 	"github.com/asyncrl/asyncrl/internal/netx"
@@ -117,7 +117,7 @@ func newNodeCmd(g *globals) *cobra.Command {
 			"See docs/cluster.md.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			roles, err := node.ParseAgentRoles(f.roles)
+			roles, err := agent.ParseRoles(f.roles)
 			if err != nil {
 				return fail("asyncrl node: %v", err)
 			}
@@ -171,7 +171,7 @@ func newNodeCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return fail("asyncrl node: %v", err)
 			}
-			a, err := node.StartAgent(ctx, node.AgentConfig{Name: f.name, Roles: roles, NATSURL: f.nats,
+			a, err := agent.Start(ctx, agent.Config{Name: f.name, Roles: roles, NATSURL: f.nats,
 				ClusterListen: f.clusterListen, Routes: f.routes, BusSecurity: sec, Gossip: f.gossip, GossipKeys: gossipKeys, Join: f.join,
 				GPUs: len(inv.Devices), Replicas: f.replicas, LeaseTTL: f.leaseTTL,
 				StallAfter: f.stallAfter, UnhealthyAfter: f.unhealthyAfter, StartAfter: f.startAfter, Run: cfg, Logger: log,

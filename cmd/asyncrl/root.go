@@ -89,6 +89,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newRunCmd(g),
 		newSFTCmd(g),
 		newNodeCmd(g),
+		newStatusCmd(g),
 		newRouterCmd(g),
 		newEngineCmd(g),
 		newEngineGuardCmd(g),

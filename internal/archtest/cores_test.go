@@ -75,8 +75,8 @@ func forbiddenDep(path string) string {
 		return "zerolog"
 	case path == module+"/transport" || strings.HasPrefix(path, module+"/transport/") && path != module+"/transport/dataplane/plan":
 		return "a transport"
-	case strings.HasPrefix(path, module+"/cluster/node"), strings.HasPrefix(path, module+"/cmd/"):
-		return "the node agent or a command"
+	case strings.HasPrefix(path, module+"/cluster/node"), strings.HasPrefix(path, module+"/cluster/agent"), strings.HasPrefix(path, module+"/cmd/"):
+		return "the pipeline, the lease agent or a command"
 	}
 	return ""
 }

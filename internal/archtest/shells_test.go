@@ -49,7 +49,7 @@ var shells = []shell{
 		state: []string{"want", "have", "failed", "gone"}, compared: []string{"want", "have", "failed", "gone"}},
 	{dir: "actors/rollout", files: []string{"actor.go"}, core: "actors/rollout/outcome",
 		state: []string{"failed", "stage"}, compared: []string{"err"}},
-	{dir: "cluster/node", files: []string{"contend.go"}, core: "cluster/term",
+	{dir: "cluster/agent", files: []string{"contend.go"}, core: "cluster/term",
 		state: []string{"phase", "holder"}, compared: []string{"Token", "phase"}},
 }
 

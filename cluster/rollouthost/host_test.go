@@ -1,0 +1,97 @@
+package rollouthost
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/asyncrl/asyncrl/cluster/internal/clustertest"
+	"github.com/asyncrl/asyncrl/config"
+	"github.com/asyncrl/asyncrl/internal/syncbuf"
+	"github.com/asyncrl/asyncrl/messages"
+	"github.com/asyncrl/asyncrl/tasks"
+	"github.com/asyncrl/asyncrl/transport"
+	"github.com/asyncrl/asyncrl/transport/natsbus"
+)
+
+// A rollout host that could not join a term (its trajectory buffer would
+// not open: here a stream that claims the same subjects, in a cluster a
+// JetStream leader election) joins it on the term's next announcement
+// instead of idling for the rest of the term.
+func TestRolloutHostRetriesTermItCouldNotFollow(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	bus := embeddedBus(t)
+	cfg := config.Default()
+	cfg.Run.ID = "rr"
+	cfg.Run.DataDir = t.TempDir()
+	term := cfg.Run.ID + "-t3"
+	s, err := transport.Plan(term)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bus.Stream(ctx, transport.StreamConfig{Name: "squatter", Subjects: []string{s.Trajectories}, Memory: true, MaxAge: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	var events syncbuf.Buffer
+	task, err := tasks.Get(cfg.Rollout.Task)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := Start(Config{Run: cfg, Task: task, Node: "n2", Replicas: 1, Bus: bus, Logger: zerolog.Nop(),
+		Event: func(format string, args ...any) { fmt.Fprintf(&events, format+"\n", args...) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Stop()
+	subj := transport.MustPlan(cfg.Run.ID).TermAnnounce
+	announce := func() { // what the holder's term sends once a second
+		t.Helper()
+		data, err := messages.Encode(messages.TermAnnounce{Header: messages.Header{RunID: cfg.Run.ID, Sender: "n1"},
+			Term: term, Token: 3, Router: "http://127.0.0.1:1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := bus.Publish(ctx, subj, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	announce()
+	clustertest.WaitFor(t, 15*time.Second, "the host to fail to follow the term", func() bool {
+		return strings.Contains(events.String(), "rollouts cannot follow term "+term)
+	})
+	js, err := jetstream.New(bus.Conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteStream(ctx, "squatter"); err != nil {
+		t.Fatal(err)
+	}
+	announce()
+	clustertest.WaitFor(t, 15*time.Second, "the host to follow the term on its next announcement", func() bool {
+		return strings.Contains(events.String(), "rollouts follow term "+term)
+	})
+	n := len(h.Actors())
+	if n == 0 {
+		t.Error("the host follows the term with no rollout actors")
+	}
+}
+
+// embeddedBus is a bus of its own (embedded server, JetStream on disk in
+// a temporary directory), closed when the test ends.
+func embeddedBus(t *testing.T) *natsbus.Bus {
+	t.Helper()
+	opts := natsbus.DefaultOptions()
+	opts.StoreDir = t.TempDir()
+	bus, err := natsbus.Connect(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = bus.Close() })
+	return bus
+}
