@@ -33,17 +33,18 @@ import (
 //   - n3:     the engine+rollout node (SIGKILL). The holder keeps its
 //     lease and its group.
 //
-// The kill lands after a step drawn from ASYNCRL_CLUSTER_SEED (3…7 of 10;
+// The kill lands after a step drawn from ASYNCRL_CLUSTER_SEED (3…6 of 12;
 // logged, so a run replays) plus a drawn 0–1.5 s, so it hits the group in
 // different phases: mid-TrainBatch, in the sharded state write, in the
-// checkpoint upload, idle between steps.
+// checkpoint upload, idle between steps — with steps left to train (a
+// rank killed after the last step would have no group to restart).
 // Each run must end with the ledger check: steps × B prompts trained
 // (none twice, none lost), none in flight, none refused, every step
 // durable. ASYNCRL_CLUSTER_REPS runs each (default 3); every run logs a
 // TORCHCHAOS line (victim, result, duration, load average) for
 // bench/results/torch-chaos.md.
 
-const torchChaosSteps = 10
+const torchChaosSteps = 12
 
 // torchGroupYAML is the trainer section of a two-rank PyTorch worker
 // group, or a skip where Debian's python3 lacks torch with gloo.
@@ -72,7 +73,7 @@ func TestClusterTorchGroupChaos(t *testing.T) {
 	for _, victim := range victims {
 		tallies[victim] = &tally{}
 		for r := range reps(t) {
-			m := torchKill{victim: victim, rep: r, afterStep: 3 + rng.Intn(torchChaosSteps-5), jitter: time.Duration(rng.Intn(1500)) * time.Millisecond}
+			m := torchKill{victim: victim, rep: r, afterStep: 3 + rng.Intn(4), jitter: time.Duration(rng.Intn(1500)) * time.Millisecond}
 			ran := false // a subtest -run filters out passes without running
 			ok := t.Run(fmt.Sprintf("kill-%s-%d", victim, r+1), func(t *testing.T) {
 				ran = true
@@ -144,6 +145,9 @@ func torchChaosRun(t *testing.T, c *e2eCluster, m torchKill) {
 		})
 		survivors = []*proc{standbyP}
 	case "rank":
+		if before >= torchChaosSteps-1 {
+			t.Fatalf("the run reached step %d of %d before the rank kill: no step left to prove the group's restart (draw an earlier moment)", before, torchChaosSteps)
+		}
 		pid := ranks[m.rep%len(ranks)]
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 			t.Fatalf("kill rank pid %d: %v", pid, err)
