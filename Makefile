@@ -88,18 +88,18 @@ lint:
 check-deploy: build
 	cd deploy/check && $(GO) run . -chart ../helm/asyncrl -dashboard ../grafana/asyncrl.json -asyncrl $(abspath $(BIN))
 
-# Issue 16's limits on the cluster and actor code: no function with a
-# cyclomatic complexity over 20 in cluster/ and actors/, and no file in
-# cluster/ over 600 lines. Tests do not count (a table test's loop of
-# cases is long, not tangled); the code they test does.
+# Issue 31's limits on the whole tree (issue 16's on cluster/ and actors/,
+# extended): no function with a cyclomatic complexity over 20 and no file
+# over 600 lines. Tests do not count (a table test's loop of cases is long,
+# not tangled); the code they test does; generated code does not.
+# .ci/lint-size holds the named exceptions, each with its reason: config
+# validators, the proxy's event loop, and a temporary list of functions
+# other engineers own this session.
 GOCYCLO_OVER ?= 20
 MAX_FILE_LINES ?= 600
 .PHONY: lint-size
 lint-size:
-	$(GO) run github.com/fzipp/gocyclo/cmd/gocyclo@v0.6.0 -over $(GOCYCLO_OVER) -ignore '_test\.go$$' cluster actors
-	@bad=0; for f in $$(git ls-files 'cluster/*.go' | grep -v '_test\.go$$'); do \
-		n=$$(wc -l < $$f); if [ $$n -gt $(MAX_FILE_LINES) ]; then echo "$$f: $$n lines (over $(MAX_FILE_LINES))"; bad=1; fi; \
-	done; exit $$bad
+	@GO=$(GO) GOCYCLO_OVER=$(GOCYCLO_OVER) MAX_FILE_LINES=$(MAX_FILE_LINES) bash .ci/lint-size
 
 # Longer fuzzing of every decoder and parser that takes bytes from the
 # network (wire messages, the router's body scanner, its HTTP/1.1 heads);
@@ -194,7 +194,7 @@ sim: build
 # Coverage of the cores under the simulator (issue 37; not in `make
 # test`, which runs TestCoreCoverage over 100 seeds): sim's coverage driver
 # built with -coverpkg over cluster/term, actors/controller+staleness,
-# actors/sampling+filter, actors/publisher and actors/router/policy, run
+# actors/sampling+filter, actors/publisher/tracker and actors/router/policy, run
 # over SIM_COVER_SEEDS seeds of every scenario; prints blocks reached of
 # the reachable ones per core, every reachable block not reached and every
 # block excluded as unreachable with its reason (docs/sim.md).
@@ -236,6 +236,22 @@ TORCH_CHAOS_REPS ?= 5
 .PHONY: test-cluster-torch
 test-cluster-torch:
 	ASYNCRL_CLUSTER_E2E=1 ASYNCRL_CLUSTER_REPS=$(TORCH_CHAOS_REPS) go test -count=1 -timeout 90m -run TestClusterTorchGroup -v ./cluster/agent/
+
+# Multi-host runs in network namespaces (issue 34; root; not in make test,
+# not in .ci/run: it needs root and takes minutes). Three asyncrl node
+# processes in three namespaces joined by veth pairs on a bridge
+# (10.77.0.0/24, no route out), with TLS routes, a route password, role
+# users, a gossip key and engine keys; an intruder namespace probes every
+# plane (bus, routes, gossip, data plane, engines, router admin); then a
+# SIGKILL of each role's node (holder, standby, engine+rollout), a 10 s link
+# cut of the holder and of the engine+rollout node, and 5 % loss + 50 ms
+# delay (netem; skipped on a kernel without sch_netem), each run ending
+# with the ledger check.
+# Skips with the reason where namespaces cannot be made (cluster/netns).
+# About 6 minutes on the 2-core dev machine (netem skipped: no sch_netem).
+.PHONY: test-netns
+test-netns:
+	ASYNCRL_NETNS=1 $(GO) test -count=1 -timeout 45m -v ./cluster/netns/
 
 # The cluster soak (issue 37; not in make test): the kill scenarios —
 # holder, standby, n3, two (two nodes one after another), rejoin (killed,

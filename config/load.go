@@ -166,59 +166,74 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 	t := v.Type()
 	switch {
 	case t == durationType:
-		if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!str" {
-			// A bare number would be nanoseconds: almost surely a mistake.
-			d.wrongType(n, path, `a duration such as "90s"`)
-			return
-		}
-		dur, err := time.ParseDuration(n.Value)
-		if err != nil {
-			d.wrongType(n, path, `a duration such as "90s"`)
-			return
-		}
-		v.SetInt(int64(dur))
+		d.duration(n, v, path)
 	case t.Kind() == reflect.Struct:
 		d.mapping(n, v, path)
 	case t.Kind() == reflect.Slice:
-		if n.Kind != yaml.SequenceNode {
-			d.wrongType(n, path, "a list")
-			return
-		}
-		s := reflect.MakeSlice(t, len(n.Content), len(n.Content))
-		for i, el := range n.Content {
-			p := fmt.Sprintf("%s[%d]", path, i)
-			d.lines[p] = el.Line
-			d.decode(el, s.Index(i), p)
-		}
-		v.Set(s)
+		d.list(n, v, path)
 	case t.Kind() == reflect.String:
 		if n.Kind != yaml.ScalarNode {
 			d.wrongType(n, path, "a string")
 			return
 		}
 		v.SetString(n.Value)
-	case t.Kind() == reflect.Bool:
-		if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!bool" {
-			d.wrongType(n, path, "true or false")
-			return
-		}
-		d.scalar(n, v, path)
-	case t.Kind() >= reflect.Int && t.Kind() <= reflect.Int64:
-		if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" {
-			d.wrongType(n, path, "an integer")
-			return
-		}
-		d.scalar(n, v, path)
-	case t.Kind() == reflect.Float64 || t.Kind() == reflect.Float32:
-		if n.Kind != yaml.ScalarNode || (n.ShortTag() != "!!float" && n.ShortTag() != "!!int") {
-			d.wrongType(n, path, "a number")
-			return
-		}
-		d.scalar(n, v, path)
+	default:
+		d.tagged(n, v, path)
+	}
+}
+
+// duration decodes a quoted Go duration ("90s").
+func (d *decoder) duration(n *yaml.Node, v reflect.Value, path string) {
+	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!str" {
+		// A bare number would be nanoseconds: almost surely a mistake.
+		d.wrongType(n, path, `a duration such as "90s"`)
+		return
+	}
+	dur, err := time.ParseDuration(n.Value)
+	if err != nil {
+		d.wrongType(n, path, `a duration such as "90s"`)
+		return
+	}
+	v.SetInt(int64(dur))
+}
+
+// list decodes a sequence element by element, recording each one's line.
+func (d *decoder) list(n *yaml.Node, v reflect.Value, path string) {
+	if n.Kind != yaml.SequenceNode {
+		d.wrongType(n, path, "a list")
+		return
+	}
+	s := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
+	for i, el := range n.Content {
+		p := fmt.Sprintf("%s[%d]", path, i)
+		d.lines[p] = el.Line
+		d.decode(el, s.Index(i), p)
+	}
+	v.Set(s)
+}
+
+// tagged decodes a bool, integer or float scalar whose YAML tag matches
+// the field's kind (an integer is a number too).
+func (d *decoder) tagged(n *yaml.Node, v reflect.Value, path string) {
+	k, tag := v.Kind(), n.ShortTag()
+	var want string
+	var ok bool
+	switch {
+	case k == reflect.Bool:
+		want, ok = "true or false", tag == "!!bool"
+	case k >= reflect.Int && k <= reflect.Int64:
+		want, ok = "an integer", tag == "!!int"
+	case k == reflect.Float64 || k == reflect.Float32:
+		want, ok = "a number", tag == "!!float" || tag == "!!int"
 	default:
 		// A field type the loader does not know is a bug in this package.
-		panic(fmt.Sprintf("config: field %s has unsupported type %s", path, t))
+		panic(fmt.Sprintf("config: field %s has unsupported type %s", path, v.Type()))
 	}
+	if n.Kind != yaml.ScalarNode || !ok {
+		d.wrongType(n, path, want)
+		return
+	}
+	d.scalar(n, v, path)
 }
 
 // scalar lets yaml convert a scalar already checked to have the right tag;

@@ -81,30 +81,17 @@ func (e *Engine) ApplyDelta(ctx context.Context, dir string, version int64) erro
 	if err := e.allowPath("delta", dir); err != nil {
 		return err
 	}
-	data, err := os.ReadFile(filepath.Join(dir, delta.ManifestName))
+	man, err := readDeltaManifest(dir, version)
 	if err != nil {
-		return fmt.Errorf("engine: apply delta %d: %w", version, err)
-	}
-	man, err := delta.ParseManifest(data)
-	if err != nil {
-		return fmt.Errorf("engine: apply delta %s: %w", dir, err)
+		return err
 	}
 	e.delta.mu.Lock()
 	defer e.delta.mu.Unlock()
 	e.mu.Lock()
 	cur, ckpt, loaded := e.version, e.ckptDir, e.model != nil
 	e.mu.Unlock()
-	switch {
-	case man.Version != version:
-		return fmt.Errorf("engine: apply delta %s: %w: manifest says version %d, asked for %d", dir, delta.ErrChain, man.Version, version)
-	case loaded && version == cur && ckpt != "":
-		return nil // already applied: a no-op, as in asyncrl_vllm
-	case loaded && version < cur:
-		return fmt.Errorf("%w: serving %d, got %d", ErrVersionDecrease, cur, version)
-	case ckpt == "":
-		return ErrNoCheckpoint
-	case man.BaseVersion != cur:
-		return fmt.Errorf("engine: apply delta %s: %w: version %d has base_version %d, the engine serves %d", dir, delta.ErrChain, version, man.BaseVersion, cur)
+	if noop, err := deltaFits(man, dir, version, cur, ckpt, loaded); noop || err != nil {
+		return err
 	}
 	work, err := e.workDir()
 	if err != nil {
@@ -115,16 +102,57 @@ func (e *Engine) ApplyDelta(ctx context.Context, dir string, version int64) erro
 			return fmt.Errorf("engine: apply delta %d: copying %s: %w", version, ckpt, err)
 		}
 	}
-	dirty := func() {
+	if err := e.patchAndServe(ctx, man, dir, work, version); err != nil {
 		e.mu.Lock()
 		if e.ckptDir == work {
 			e.ckptDir = ""
 		}
 		e.mu.Unlock()
+		return err
 	}
+	e.mu.Lock()
+	e.ckptDir = work
+	e.mu.Unlock()
+	return nil
+}
+
+// readDeltaManifest reads and parses dir's manifest.json.
+func readDeltaManifest(dir string, version int64) (*delta.Manifest, error) {
+	data, err := os.ReadFile(filepath.Join(dir, delta.ManifestName))
+	if err != nil {
+		return nil, fmt.Errorf("engine: apply delta %d: %w", version, err)
+	}
+	man, err := delta.ParseManifest(data)
+	if err != nil {
+		return nil, fmt.Errorf("engine: apply delta %s: %w", dir, err)
+	}
+	return man, nil
+}
+
+// deltaFits says whether delta man (asked for as version) applies to the
+// served version cur from checkpoint ckpt: noop when it is already applied,
+// an error when it does not chain on.
+func deltaFits(man *delta.Manifest, dir string, version, cur int64, ckpt string, loaded bool) (noop bool, err error) {
+	switch {
+	case man.Version != version:
+		return false, fmt.Errorf("engine: apply delta %s: %w: manifest says version %d, asked for %d", dir, delta.ErrChain, man.Version, version)
+	case loaded && version == cur && ckpt != "":
+		return true, nil // already applied: a no-op, as in asyncrl_vllm
+	case loaded && version < cur:
+		return false, fmt.Errorf("%w: serving %d, got %d", ErrVersionDecrease, cur, version)
+	case ckpt == "":
+		return false, ErrNoCheckpoint
+	case man.BaseVersion != cur:
+		return false, fmt.Errorf("engine: apply delta %s: %w: version %d has base_version %d, the engine serves %d", dir, delta.ErrChain, version, man.BaseVersion, cur)
+	}
+	return false, nil
+}
+
+// patchAndServe patches the work copy with the delta, loads it and serves
+// it at version; on error the caller marks the copy dirty.
+func (e *Engine) patchAndServe(ctx context.Context, man *delta.Manifest, dir, work string, version int64) error {
 	mut, err := delta.OpenMutable(work)
 	if err != nil {
-		dirty()
 		return fmt.Errorf("engine: apply delta %d: %w", version, err)
 	}
 	_, err = delta.Apply(ctx, delta.DefaultApplyConfig(), man, dir, mut)
@@ -132,22 +160,13 @@ func (e *Engine) ApplyDelta(ctx context.Context, dir string, version int64) erro
 		err = cerr
 	}
 	if err != nil {
-		dirty()
 		return fmt.Errorf("engine: apply delta %d: %w", version, err)
 	}
 	m, err := e.loader(work)
 	if err != nil {
-		dirty()
 		return fmt.Errorf("engine: load weights patched to %d: %w", version, err)
 	}
-	if err := e.SetModel(m, version); err != nil {
-		dirty()
-		return err
-	}
-	e.mu.Lock()
-	e.ckptDir = work
-	e.mu.Unlock()
-	return nil
+	return e.SetModel(m, version)
 }
 
 func (e *Engine) workDir() (string, error) {

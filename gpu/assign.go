@@ -48,67 +48,22 @@ type Assignment struct {
 // serves at most one rank: overlapping, repeated or out-of-range indices and
 // too few devices are errors naming the field.
 func Assign(cfg AssignConfig, devices int) (Assignment, error) {
-	if devices < 0 {
-		return Assignment{}, fmt.Errorf("%w: device count %d: want >= 0", ErrAssign, devices)
-	}
-	if cfg.EngineRanks < 0 {
-		return Assignment{}, fmt.Errorf("%w: EngineRanks %d: want >= 0", ErrAssign, cfg.EngineRanks)
-	}
-	if cfg.DevicesPerEngine < 1 {
-		return Assignment{}, fmt.Errorf("%w: DevicesPerEngine %d: want >= 1", ErrAssign, cfg.DevicesPerEngine)
-	}
-	if cfg.TrainerRanks < 0 {
-		return Assignment{}, fmt.Errorf("%w: TrainerRanks %d: want >= 0", ErrAssign, cfg.TrainerRanks)
-	}
-	nEng := cfg.EngineRanks * cfg.DevicesPerEngine
-
-	eng := cfg.EngineDevices
-	if eng == nil {
-		if nEng > devices {
-			return Assignment{}, fmt.Errorf("%w: %d engine ranks × DevicesPerEngine %d need %d devices, node has %d",
-				ErrAssign, cfg.EngineRanks, cfg.DevicesPerEngine, nEng, devices)
-		}
-		eng = seq(0, nEng)
-	} else if len(eng) != nEng {
-		return Assignment{}, fmt.Errorf("%w: EngineDevices has %d entries, want EngineRanks·DevicesPerEngine = %d", ErrAssign, len(eng), nEng)
-	}
-
-	used := make(map[int]string, devices)
-	claim := func(field string, list []int) error {
-		for _, d := range list {
-			if d < 0 || d >= devices {
-				return fmt.Errorf("%w: %s: device %d out of range [0, %d)", ErrAssign, field, d, devices)
-			}
-			if prev, ok := used[d]; ok {
-				return fmt.Errorf("%w: %s: device %d already assigned in %s", ErrAssign, field, d, prev)
-			}
-			used[d] = field
-		}
-		return nil
-	}
-	if err := claim("EngineDevices", eng); err != nil {
+	if err := cfg.checkCounts(devices); err != nil {
 		return Assignment{}, err
 	}
-
-	tr := cfg.TrainerDevices
-	switch {
-	case tr != nil && cfg.TrainerRanks != 0 && len(tr) != cfg.TrainerRanks:
-		return Assignment{}, fmt.Errorf("%w: TrainerDevices has %d entries, want TrainerRanks = %d", ErrAssign, len(tr), cfg.TrainerRanks)
-	case tr == nil:
-		for d := 0; d < devices; d++ {
-			if _, ok := used[d]; !ok {
-				tr = append(tr, d)
-			}
-		}
-		if cfg.TrainerRanks > 0 {
-			if len(tr) < cfg.TrainerRanks {
-				return Assignment{}, fmt.Errorf("%w: TrainerRanks %d: only %d of %d devices left after the engines",
-					ErrAssign, cfg.TrainerRanks, len(tr), devices)
-			}
-			tr = tr[:cfg.TrainerRanks]
-		}
+	eng, err := cfg.engineDevices(devices)
+	if err != nil {
+		return Assignment{}, err
 	}
-	if err := claim("TrainerDevices", tr); err != nil {
+	c := claims{devices: devices, used: make(map[int]string, devices)}
+	if err := c.claim("EngineDevices", eng); err != nil {
+		return Assignment{}, err
+	}
+	tr, err := cfg.trainerDevices(devices, c.used)
+	if err != nil {
+		return Assignment{}, err
+	}
+	if err := c.claim("TrainerDevices", tr); err != nil {
 		return Assignment{}, err
 	}
 
@@ -117,6 +72,87 @@ func Assign(cfg AssignConfig, devices int) (Assignment, error) {
 		a.Engines[r] = append([]int(nil), eng[r*cfg.DevicesPerEngine:(r+1)*cfg.DevicesPerEngine]...)
 	}
 	return a, nil
+}
+
+// checkCounts refuses negative counts and an engine without a device.
+func (cfg AssignConfig) checkCounts(devices int) error {
+	if devices < 0 {
+		return fmt.Errorf("%w: device count %d: want >= 0", ErrAssign, devices)
+	}
+	if cfg.EngineRanks < 0 {
+		return fmt.Errorf("%w: EngineRanks %d: want >= 0", ErrAssign, cfg.EngineRanks)
+	}
+	if cfg.DevicesPerEngine < 1 {
+		return fmt.Errorf("%w: DevicesPerEngine %d: want >= 1", ErrAssign, cfg.DevicesPerEngine)
+	}
+	if cfg.TrainerRanks < 0 {
+		return fmt.Errorf("%w: TrainerRanks %d: want >= 0", ErrAssign, cfg.TrainerRanks)
+	}
+	return nil
+}
+
+// engineDevices is EngineDevices, or the first EngineRanks·DevicesPerEngine
+// devices when it is nil.
+func (cfg AssignConfig) engineDevices(devices int) ([]int, error) {
+	nEng := cfg.EngineRanks * cfg.DevicesPerEngine
+	eng := cfg.EngineDevices
+	if eng == nil {
+		if nEng > devices {
+			return nil, fmt.Errorf("%w: %d engine ranks × DevicesPerEngine %d need %d devices, node has %d",
+				ErrAssign, cfg.EngineRanks, cfg.DevicesPerEngine, nEng, devices)
+		}
+		return seq(0, nEng), nil
+	}
+	if len(eng) != nEng {
+		return nil, fmt.Errorf("%w: EngineDevices has %d entries, want EngineRanks·DevicesPerEngine = %d", ErrAssign, len(eng), nEng)
+	}
+	return eng, nil
+}
+
+// trainerDevices is TrainerDevices, or the devices the engines left (the
+// first TrainerRanks of them when set) when it is nil.
+func (cfg AssignConfig) trainerDevices(devices int, used map[int]string) ([]int, error) {
+	tr := cfg.TrainerDevices
+	switch {
+	case tr != nil && cfg.TrainerRanks != 0 && len(tr) != cfg.TrainerRanks:
+		return nil, fmt.Errorf("%w: TrainerDevices has %d entries, want TrainerRanks = %d", ErrAssign, len(tr), cfg.TrainerRanks)
+	case tr == nil:
+		for d := 0; d < devices; d++ {
+			if _, ok := used[d]; !ok {
+				tr = append(tr, d)
+			}
+		}
+		if cfg.TrainerRanks > 0 {
+			if len(tr) < cfg.TrainerRanks {
+				return nil, fmt.Errorf("%w: TrainerRanks %d: only %d of %d devices left after the engines",
+					ErrAssign, cfg.TrainerRanks, len(tr), devices)
+			}
+			tr = tr[:cfg.TrainerRanks]
+		}
+	}
+	return tr, nil
+}
+
+// claims records which field claimed each device of a node with devices
+// GPUs.
+type claims struct {
+	devices int
+	used    map[int]string
+}
+
+// claim assigns list's devices to field, refusing one out of range or
+// already claimed.
+func (c claims) claim(field string, list []int) error {
+	for _, d := range list {
+		if d < 0 || d >= c.devices {
+			return fmt.Errorf("%w: %s: device %d out of range [0, %d)", ErrAssign, field, d, c.devices)
+		}
+		if prev, ok := c.used[d]; ok {
+			return fmt.Errorf("%w: %s: device %d already assigned in %s", ErrAssign, field, d, prev)
+		}
+		c.used[d] = field
+	}
+	return nil
 }
 
 func seq(from, to int) []int {

@@ -309,17 +309,9 @@ func checkMessage(b fbuf, first bool) (int64, error) {
 	if err := checkKVs(msg, 4); err != nil {
 		return 0, err
 	}
-	var body int64
-	if p, err := msg.field(3); err != nil {
+	body, err := messageBodyLen(b, msg)
+	if err != nil {
 		return 0, err
-	} else if p != 0 {
-		if p+8 > len(b) {
-			return 0, errFB
-		}
-		body = int64(binary.LittleEndian.Uint64(b[p:]))
-		if body < 0 {
-			return 0, fmt.Errorf("%w: negative body length", errFB)
-		}
 	}
 	hp, err := msg.ref(2)
 	if err != nil || hp == 0 {
@@ -332,27 +324,48 @@ func checkMessage(b fbuf, first bool) (int64, error) {
 	if first {
 		return body, checkSchema(h)
 	}
-	// RecordBatch: nodes and buffers are vectors of 16-byte structs,
-	// variadicBufferCounts of int64; compression is a small table.
+	return body, checkRecordBatch(b, h)
+}
+
+// messageBodyLen reads a message's optional bodyLength field (0 when absent).
+func messageBodyLen(b fbuf, msg fbTable) (int64, error) {
+	p, err := msg.field(3)
+	if err != nil || p == 0 {
+		return 0, err
+	}
+	if p+8 > len(b) {
+		return 0, errFB
+	}
+	body := int64(binary.LittleEndian.Uint64(b[p:]))
+	if body < 0 {
+		return 0, fmt.Errorf("%w: negative body length", errFB)
+	}
+	return body, nil
+}
+
+// checkRecordBatch verifies a RecordBatch header: nodes and buffers are
+// vectors of 16-byte structs, variadicBufferCounts of int64; compression is
+// a small table.
+func checkRecordBatch(b fbuf, h fbTable) error {
 	for _, v := range []struct{ id, elem int }{{1, 16}, {2, 16}, {4, 8}} {
 		p, err := h.ref(v.id)
 		if err != nil {
-			return 0, err
+			return err
 		}
 		if p != 0 {
 			if _, _, err := b.vector(p, v.elem, len(b)); err != nil {
-				return 0, err
+				return err
 			}
 		}
 	}
 	if p, err := h.ref(3); err != nil {
-		return 0, err
+		return err
 	} else if p != 0 {
 		if _, err := b.table(p); err != nil {
-			return 0, err
+			return err
 		}
 	}
-	return body, nil
+	return nil
 }
 
 func checkSchema(schema fbTable) error {

@@ -294,6 +294,19 @@ func (b *TokenBatch) checkTrajectory(t *Trajectory) error {
 	if (b.TokenRewards != nil) != (t.TokenRewards != nil) || (t.TokenRewards != nil && len(t.TokenRewards) != n) {
 		return malformed("trajectory %q: token_reward length %d, batch wants %v", t.ID, len(t.TokenRewards), b.TokenRewards != nil)
 	}
+	if err := b.checkTrajectoryRoutes(t); err != nil {
+		return err
+	}
+	if b.Support == nil && t.Support != nil || b.Support != nil && len(t.Support) != n*int(b.Support.K) {
+		return malformed("trajectory %q: %d support values for %d tokens", t.ID, len(t.Support), n)
+	}
+	return checkSupport(t.Support, b.Vocab, 0)
+}
+
+// checkTrajectoryRoutes: t carries routes iff b does, one stride per token,
+// each an expert id b's routes can hold.
+func (b *TokenBatch) checkTrajectoryRoutes(t *Trajectory) error {
+	n := len(t.TokenIDs)
 	if b.Routes == nil && t.Routes != nil || b.Routes != nil && len(t.Routes) != n*b.Routes.Stride() {
 		return malformed("trajectory %q: %d route values for %d tokens", t.ID, len(t.Routes), n)
 	}
@@ -304,10 +317,7 @@ func (b *TokenBatch) checkTrajectory(t *Trajectory) error {
 			}
 		}
 	}
-	if b.Support == nil && t.Support != nil || b.Support != nil && len(t.Support) != n*int(b.Support.K) {
-		return malformed("trajectory %q: %d support values for %d tokens", t.ID, len(t.Support), n)
-	}
-	return checkSupport(t.Support, b.Vocab, 0)
+	return nil
 }
 
 func checkTokens(ids []int32, mask []uint8, vocab int32, base int) error {
@@ -400,6 +410,18 @@ func (b *TokenBatch) Trajectory(i int) (Trajectory, error) {
 // Validate checks every length and offset relation and every value range.
 // A batch that passes can be sliced and encoded without panics.
 func (b *TokenBatch) Validate() error {
+	for _, check := range []func() error{
+		b.checkOffsets, b.checkColumns, b.checkPromptLens, b.checkValues, b.checkRoutes, b.checkSupportSet,
+	} {
+		if err := check(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkOffsets: B+1 offsets from 0, monotone, ending at the token count.
+func (b *TokenBatch) checkOffsets() error {
 	B := len(b.TrajectoryIDs)
 	T := len(b.TokenIDs)
 	if len(b.Offsets) != B+1 {
@@ -416,6 +438,14 @@ func (b *TokenBatch) Validate() error {
 	if int(b.Offsets[B]) != T {
 		return malformed("last offset %d != %d tokens", b.Offsets[B], T)
 	}
+	return nil
+}
+
+// checkColumns: every per-trajectory column has B rows and every per-token
+// column T.
+func (b *TokenBatch) checkColumns() error {
+	B := len(b.TrajectoryIDs)
+	T := len(b.TokenIDs)
 	if len(b.GroupIDs) != B || len(b.Rewards) != B || len(b.PromptLens) != B {
 		return malformed("per-trajectory columns: %d trajectory_id, %d group_id, %d reward, %d prompt_len",
 			B, len(b.GroupIDs), len(b.Rewards), len(b.PromptLens))
@@ -427,41 +457,61 @@ func (b *TokenBatch) Validate() error {
 	if b.TokenRewards != nil && len(b.TokenRewards) != T {
 		return malformed("%d token_reward for %d tokens", len(b.TokenRewards), T)
 	}
+	return nil
+}
+
+// checkPromptLens: each prompt fits inside its trajectory.
+func (b *TokenBatch) checkPromptLens() error {
 	for i, pl := range b.PromptLens {
 		if pl < 0 || pl > b.Offsets[i+1]-b.Offsets[i] {
 			return malformed("prompt_len[%d]=%d outside [0, %d]", i, pl, b.Offsets[i+1]-b.Offsets[i])
 		}
 	}
+	return nil
+}
+
+// checkValues: vocab, token ids and loss mask in range.
+func (b *TokenBatch) checkValues() error {
 	if b.Vocab < 0 {
 		return malformed("vocab %d < 0", b.Vocab)
 	}
-	if err := checkTokens(b.TokenIDs, b.LossMask, b.Vocab, 0); err != nil {
-		return err
+	return checkTokens(b.TokenIDs, b.LossMask, b.Vocab, 0)
+}
+
+// checkRoutes: the routes' shape, dtype, byte count and expert ids.
+func (b *TokenBatch) checkRoutes() error {
+	r := b.Routes
+	if r == nil {
+		return nil
 	}
-	if r := b.Routes; r != nil {
-		if r.Layers <= 0 || r.Layers > maxRouteLayers || r.TopK <= 0 || r.TopK > maxRouteTopK || r.NumExperts <= 0 {
-			return malformed("routes shape layers=%d top_k=%d num_experts=%d", r.Layers, r.TopK, r.NumExperts)
-		}
-		if want := ExpertDTypeFor(r.NumExperts); r.DType != want {
-			return malformed("routes dtype %s for %d experts: want %s", r.DType, r.NumExperts, want)
-		}
-		if want := int64(T) * int64(r.Stride()) * int64(r.DType.Size()); int64(len(r.Data)) != want {
-			return malformed("routes: %d bytes, want %d (tokens %d × %d × %d × %d)", len(r.Data), want, T, r.Layers, r.TopK, r.DType.Size())
-		}
-		if i, v, ok := r.firstOutOfRange(); !ok {
-			return malformed("routes[%d]=%d outside [0, %d)", i, v, r.NumExperts)
-		}
+	T := len(b.TokenIDs)
+	if r.Layers <= 0 || r.Layers > maxRouteLayers || r.TopK <= 0 || r.TopK > maxRouteTopK || r.NumExperts <= 0 {
+		return malformed("routes shape layers=%d top_k=%d num_experts=%d", r.Layers, r.TopK, r.NumExperts)
 	}
-	if s := b.Support; s != nil {
-		if s.K <= 0 || s.K > maxSupportK {
-			return malformed("sample_support k=%d: want 1..%d", s.K, maxSupportK)
-		}
-		if int64(len(s.Values)) != int64(T)*int64(s.K) {
-			return malformed("sample_support: %d values, want %d × %d", len(s.Values), T, s.K)
-		}
-		if err := checkSupport(s.Values, b.Vocab, 0); err != nil {
-			return err
-		}
+	if want := ExpertDTypeFor(r.NumExperts); r.DType != want {
+		return malformed("routes dtype %s for %d experts: want %s", r.DType, r.NumExperts, want)
+	}
+	if want := int64(T) * int64(r.Stride()) * int64(r.DType.Size()); int64(len(r.Data)) != want {
+		return malformed("routes: %d bytes, want %d (tokens %d × %d × %d × %d)", len(r.Data), want, T, r.Layers, r.TopK, r.DType.Size())
+	}
+	if i, v, ok := r.firstOutOfRange(); !ok {
+		return malformed("routes[%d]=%d outside [0, %d)", i, v, r.NumExperts)
 	}
 	return nil
+}
+
+// checkSupportSet: the support sets' k, value count and token ids.
+func (b *TokenBatch) checkSupportSet() error {
+	s := b.Support
+	if s == nil {
+		return nil
+	}
+	T := len(b.TokenIDs)
+	if s.K <= 0 || s.K > maxSupportK {
+		return malformed("sample_support k=%d: want 1..%d", s.K, maxSupportK)
+	}
+	if int64(len(s.Values)) != int64(T)*int64(s.K) {
+		return malformed("sample_support: %d values, want %d × %d", len(s.Values), T, s.K)
+	}
+	return checkSupport(s.Values, b.Vocab, 0)
 }

@@ -177,56 +177,11 @@ func (r *runner) loop(ctx context.Context) (Result, error) {
 			res.Interrupted = true
 			break
 		}
-		t0 := r.opts.Now()
-		examples, end, err := r.draw(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				res.Interrupted = true
-				break
-			}
-			return res, err
-		}
-		if len(examples) == 0 {
-			break // the data ended with the previous step
-		}
-		state, err := r.stream.State()
-		if err != nil {
-			return res, fmt.Errorf("sft: sampler state: %w", err)
-		}
-		bins, err := r.opts.Pack(examples, r.cfg.Pack)
-		if err != nil {
-			return res, fmt.Errorf("sft: step %d: packing: %w", r.step+1, err)
-		}
-		st, err := Assemble(examples, bins)
+		stop, err := r.oneStep(ctx, &res)
 		if err != nil {
 			return res, err
 		}
-		t1 := r.opts.Now()
-		stats, err := r.be.Step(ctx, st, r.step+1)
-		if err != nil {
-			if ctx.Err() != nil {
-				res.Interrupted = true
-				break
-			}
-			return res, fmt.Errorf("sft: step %d: %w", r.step+1, err)
-		}
-		t2 := r.opts.Now()
-		r.step++
-		r.sampler = state
-		p := StepPoint{Step: r.step, Loss: stats.Loss, Tokens: st.Tokens, Trained: st.Trained, Examples: len(examples),
-			Bins: len(bins), PaddingTokens: st.PaddingTokens, DataSeconds: t1.Sub(t0).Seconds(), TrainSeconds: t2.Sub(t1).Seconds()}
-		r.report.add(p, st)
-		if r.opts.OnStep != nil {
-			r.opts.OnStep(StepRecord{StepPoint: p, IDs: st.IDs})
-		}
-		last := end || (r.cfg.Steps > 0 && r.step == int64(r.cfg.Steps))
-		r.progress(p, last)
-		if last || (r.cfg.CheckpointEvery > 0 && r.step%int64(r.cfg.CheckpointEvery) == 0) {
-			if res.Checkpoint, err = r.checkpoint(ctx); err != nil {
-				return res, err
-			}
-		}
-		if end {
+		if stop {
 			break
 		}
 	}
@@ -242,6 +197,62 @@ func (r *runner) loop(ctx context.Context) (Result, error) {
 	}
 	res.Report = r.report
 	return res, nil
+}
+
+// oneStep draws, packs and trains one step, records it and checkpoints when
+// due; stop says the loop ends (the data ended or ctx was cancelled, which
+// sets res.Interrupted).
+func (r *runner) oneStep(ctx context.Context, res *Result) (stop bool, err error) {
+	t0 := r.opts.Now()
+	examples, end, err := r.draw(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			res.Interrupted = true
+			return true, nil
+		}
+		return true, err
+	}
+	if len(examples) == 0 {
+		return true, nil // the data ended with the previous step
+	}
+	state, err := r.stream.State()
+	if err != nil {
+		return true, fmt.Errorf("sft: sampler state: %w", err)
+	}
+	bins, err := r.opts.Pack(examples, r.cfg.Pack)
+	if err != nil {
+		return true, fmt.Errorf("sft: step %d: packing: %w", r.step+1, err)
+	}
+	st, err := Assemble(examples, bins)
+	if err != nil {
+		return true, err
+	}
+	t1 := r.opts.Now()
+	stats, err := r.be.Step(ctx, st, r.step+1)
+	if err != nil {
+		if ctx.Err() != nil {
+			res.Interrupted = true
+			return true, nil
+		}
+		return true, fmt.Errorf("sft: step %d: %w", r.step+1, err)
+	}
+	t2 := r.opts.Now()
+	r.step++
+	r.sampler = state
+	p := StepPoint{Step: r.step, Loss: stats.Loss, Tokens: st.Tokens, Trained: st.Trained, Examples: len(examples),
+		Bins: len(bins), PaddingTokens: st.PaddingTokens, DataSeconds: t1.Sub(t0).Seconds(), TrainSeconds: t2.Sub(t1).Seconds()}
+	r.report.add(p, st)
+	if r.opts.OnStep != nil {
+		r.opts.OnStep(StepRecord{StepPoint: p, IDs: st.IDs})
+	}
+	last := end || (r.cfg.Steps > 0 && r.step == int64(r.cfg.Steps))
+	r.progress(p, last)
+	if last || (r.cfg.CheckpointEvery > 0 && r.step%int64(r.cfg.CheckpointEvery) == 0) {
+		if res.Checkpoint, err = r.checkpoint(ctx); err != nil {
+			return true, err
+		}
+	}
+	return end, nil
 }
 
 // draw takes examples from the stream until they hold TokensPerStep

@@ -15,7 +15,7 @@
 //     (actors/sampling over actors/filter, DAPO filter mode) and the
 //     routing core (actors/router/policy: bounded_sticky, version gating,
 //     health from heartbeats and turn timeouts, load from scraped
-//     metrics), driven by a sim-side shell (ctl.go, ctlcore.go) that
+//     metrics), driven by a sim-side shell (ctl.go, ctlrollout.go, ctlcore.go) that
 //     steps them and carries out their effects: PromptAssigned starts a
 //     rollout (episodes of 1..3 turns per trajectory, n trajectories per
 //     group, routed one turn at a time; the group's fate is the rollout
@@ -43,7 +43,7 @@
 //     rule, which announces StepDone. No heartbeat: a lost StepDone is
 //     recovered by the controller's retransmission, as in the real run;
 //   - node pub: the publisher over the version tracker core
-//     (actors/publisher), called by the trainer: payload, then manifest
+//     (actors/publisher/tracker), called by the trainer: payload, then manifest
 //     (the commit), then LoadWeights to each engine behind; rebuilt from
 //     the store on restart, then caught up to the trainer's durable step;
 //   - nodes e0..eN: engines whose timing is the engine/latency core;

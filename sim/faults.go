@@ -154,108 +154,143 @@ type faultPlan struct {
 // masking faults out (delta debugging) does not shift the random stream
 // the schedule itself came from.
 func drawFaults(rng *rand.Rand, cfg Config, wl workload) *faultPlan {
-	p := &faultPlan{injected: map[FaultKind]int{}}
-	at := func() time.Duration {
-		return 500*msec + time.Duration(rng.Int63n(int64(wl.Horizon)))
-	}
-	dur := func(lo, hi time.Duration) time.Duration { return lo + time.Duration(rng.Int63n(int64(hi-lo))) }
-	add := func(f *fault) {
-		f.idx = len(p.faults)
-		f.enabled = cfg.faultMask == nil || (f.idx < len(cfg.faultMask) && cfg.faultMask[f.idx])
-		p.faults = append(p.faults, f)
-	}
-	msgFault := func() {
-		f := &fault{kind: msgFaults[rng.Intn(len(msgFaults))], at: at(), dur: dur(500*msec, 4*time.Second),
-			target: faultTargets[rng.Intn(len(faultTargets))], prob: 0.1 + 0.8*rng.Float64()}
-		if f.kind == FaultMsgDelay {
-			f.delay = dur(100*msec, time.Second)
-		}
-		add(f)
-	}
-	processes := func(n int) {
-		// Swarm testing: each seed enables a random subset of the kinds,
-		// so a fault that masks another (a crash hiding a hang) is often
-		// absent, and each kind gets runs where it dominates.
-		var kinds []FaultKind
-		for _, k := range processFaults {
-			if rng.Intn(2) == 0 {
-				kinds = append(kinds, k)
-			}
-		}
-		msgs := rng.Intn(3) != 0
-		if len(kinds) == 0 {
-			kinds = append(kinds, processFaults[rng.Intn(len(processFaults))])
-		}
-		for i := 0; i < n; i++ {
-			if msgs && rng.Intn(3) == 0 {
-				msgFault()
-				continue
-			}
-			f := &fault{kind: kinds[rng.Intn(len(kinds))], at: at(), engine: rng.Intn(wl.Engines)}
-			switch f.kind {
-			case FaultEngineRestart:
-				f.dur = dur(50*msec, 300*msec)
-			case FaultEngineSlowdown, FaultStaleMetrics:
-				f.dur = dur(time.Second, 5*time.Second)
-			case FaultStreamLoss:
-				// A JetStream leader election takes 4–9 s; a buffer
-				// without replicas stays lost until a new term.
-				if f.replicated = rng.Intn(2) == 0; f.replicated {
-					f.dur = dur(4*time.Second, 9*time.Second)
-				}
-			default:
-				f.dur = dur(300*msec, 4*time.Second)
-			}
-			add(f)
-		}
-	}
-	partitions := func(n int) {
-		nodes := []string{"ctl", "trainer", "pub"}
-		for i := 0; i < wl.Engines; i++ {
-			nodes = append(nodes, fmt.Sprintf("e%d", i))
-		}
-		// Partitions are sequential (a new one replaces the old in the
-		// hub), so they are laid out one after another.
-		t := 500 * msec
-		for i := 0; i < n; i++ {
-			t += time.Duration(rng.Int63n(int64(wl.Horizon) / int64(n)))
-			f := &fault{kind: FaultPartition, at: t, dur: dur(300*msec, 4*time.Second)}
-			if rng.Intn(2) == 0 {
-				k := rng.Intn(len(nodes))
-				rest := append(append([]string(nil), nodes[:k]...), nodes[k+1:]...)
-				f.groups = [][]string{{nodes[k]}, rest}
-			} else {
-				perm := rng.Perm(len(nodes))
-				cut := 1 + rng.Intn(len(nodes)-1)
-				var a, b []string
-				for j, pi := range perm {
-					if j < cut {
-						a = append(a, nodes[pi])
-					} else {
-						b = append(b, nodes[pi])
-					}
-				}
-				sort.Strings(a)
-				sort.Strings(b)
-				f.groups = [][]string{a, b}
-			}
-			t += f.dur
-			add(f)
-		}
-	}
+	d := &faultDrawer{rng: rng, cfg: cfg, wl: wl, p: &faultPlan{injected: map[FaultKind]int{}}}
 	switch cfg.Scenario {
 	case ScenarioFaults:
-		processes(6 + rng.Intn(10))
+		d.processes(6 + rng.Intn(10))
 	case ScenarioPartitions:
-		partitions(2 + rng.Intn(4))
+		d.partitions(2 + rng.Intn(4))
 		for i, m := 0, rng.Intn(3); i < m; i++ {
-			msgFault()
+			d.msgFault()
 		}
 	case ScenarioMixed:
-		processes(4 + rng.Intn(8))
-		partitions(1 + rng.Intn(3))
+		d.processes(4 + rng.Intn(8))
+		d.partitions(1 + rng.Intn(3))
 	}
-	return p
+	return d.p
+}
+
+// faultDrawer draws one run's fault schedule into p. Its methods draw from
+// rng in the order they are called: that order is the seeds' meaning.
+type faultDrawer struct {
+	rng *rand.Rand
+	cfg Config
+	wl  workload
+	p   *faultPlan
+}
+
+func (d *faultDrawer) at() time.Duration {
+	return 500*msec + time.Duration(d.rng.Int63n(int64(d.wl.Horizon)))
+}
+
+func (d *faultDrawer) dur(lo, hi time.Duration) time.Duration {
+	return lo + time.Duration(d.rng.Int63n(int64(hi-lo)))
+}
+
+func (d *faultDrawer) add(f *fault) {
+	p, cfg := d.p, d.cfg
+	f.idx = len(p.faults)
+	f.enabled = cfg.faultMask == nil || (f.idx < len(cfg.faultMask) && cfg.faultMask[f.idx])
+	p.faults = append(p.faults, f)
+}
+
+func (d *faultDrawer) msgFault() {
+	rng := d.rng
+	f := &fault{kind: msgFaults[rng.Intn(len(msgFaults))], at: d.at(), dur: d.dur(500*msec, 4*time.Second),
+		target: faultTargets[rng.Intn(len(faultTargets))], prob: 0.1 + 0.8*rng.Float64()}
+	if f.kind == FaultMsgDelay {
+		f.delay = d.dur(100*msec, time.Second)
+	}
+	d.add(f)
+}
+
+// processes draws n process faults (and, in some seeds, message faults
+// among them).
+func (d *faultDrawer) processes(n int) {
+	rng := d.rng
+	// Swarm testing: each seed enables a random subset of the kinds,
+	// so a fault that masks another (a crash hiding a hang) is often
+	// absent, and each kind gets runs where it dominates.
+	var kinds []FaultKind
+	for _, k := range processFaults {
+		if rng.Intn(2) == 0 {
+			kinds = append(kinds, k)
+		}
+	}
+	msgs := rng.Intn(3) != 0
+	if len(kinds) == 0 {
+		kinds = append(kinds, processFaults[rng.Intn(len(processFaults))])
+	}
+	for i := 0; i < n; i++ {
+		if msgs && rng.Intn(3) == 0 {
+			d.msgFault()
+			continue
+		}
+		d.processFault(kinds)
+	}
+}
+
+// processFault draws one fault of one of kinds on one engine.
+func (d *faultDrawer) processFault(kinds []FaultKind) {
+	rng := d.rng
+	f := &fault{kind: kinds[rng.Intn(len(kinds))], at: d.at(), engine: rng.Intn(d.wl.Engines)}
+	switch f.kind {
+	case FaultEngineRestart:
+		f.dur = d.dur(50*msec, 300*msec)
+	case FaultEngineSlowdown, FaultStaleMetrics:
+		f.dur = d.dur(time.Second, 5*time.Second)
+	case FaultStreamLoss:
+		// A JetStream leader election takes 4–9 s; a buffer
+		// without replicas stays lost until a new term.
+		if f.replicated = rng.Intn(2) == 0; f.replicated {
+			f.dur = d.dur(4*time.Second, 9*time.Second)
+		}
+	default:
+		f.dur = d.dur(300*msec, 4*time.Second)
+	}
+	d.add(f)
+}
+
+// partitions draws n partitions, laid out one after another: a new one
+// replaces the old in the hub.
+func (d *faultDrawer) partitions(n int) {
+	rng, wl := d.rng, d.wl
+	nodes := []string{"ctl", "trainer", "pub"}
+	for i := 0; i < wl.Engines; i++ {
+		nodes = append(nodes, fmt.Sprintf("e%d", i))
+	}
+	t := 500 * msec
+	for i := 0; i < n; i++ {
+		t += time.Duration(rng.Int63n(int64(wl.Horizon) / int64(n)))
+		f := &fault{kind: FaultPartition, at: t, dur: d.dur(300*msec, 4*time.Second)}
+		f.groups = d.partitionGroups(nodes)
+		t += f.dur
+		d.add(f)
+	}
+}
+
+// partitionGroups splits nodes in two: one node off the rest, or a random
+// cut.
+func (d *faultDrawer) partitionGroups(nodes []string) [][]string {
+	rng := d.rng
+	if rng.Intn(2) == 0 {
+		k := rng.Intn(len(nodes))
+		rest := append(append([]string(nil), nodes[:k]...), nodes[k+1:]...)
+		return [][]string{{nodes[k]}, rest}
+	}
+	perm := rng.Perm(len(nodes))
+	cut := 1 + rng.Intn(len(nodes)-1)
+	var a, b []string
+	for j, pi := range perm {
+		if j < cut {
+			a = append(a, nodes[pi])
+		} else {
+			b = append(b, nodes[pi])
+		}
+	}
+	sort.Strings(a)
+	sort.Strings(b)
+	return [][]string{a, b}
 }
 
 // schedule sets a timer for every enabled fault's start.
@@ -314,30 +349,36 @@ func (p *faultPlan) start(w *world, f *fault) {
 	case FaultEngineLeave:
 		w.engineLeave(e())
 	case FaultMsgDrop, FaultMsgDuplicate, FaultMsgDelay, FaultMsgReorder:
-		mf := memhub.Fault{Match: f.target.sel, Probability: f.prob}
-		switch f.kind {
-		case FaultMsgDrop:
-			mf.Kind = memhub.Drop
-		case FaultMsgDuplicate:
-			mf.Kind = memhub.Duplicate
-		case FaultMsgDelay:
-			mf.Kind, mf.Delay, mf.RandomDelay = memhub.Delay, f.delay, true
-		case FaultMsgReorder:
-			mf.Kind, mf.Window = memhub.Reorder, 3
-			p.reorders++
-			if p.reorders == 1 {
-				p.flushLoop(w)
-			}
-		}
-		id, err := w.hub.AddFault(mf)
-		if err != nil {
-			panic(fmt.Sprintf("sim: %v", err))
-		}
-		f.rule = id
+		p.startMsgFault(w, f)
 	case FaultPartition:
 		w.hub.Partition(f.groups...)
 	}
 	w.after(f.dur, "", func() { p.end(w, f) })
+}
+
+// startMsgFault adds a message fault's rule to the hub (the first reorder
+// also starts the flush loop).
+func (p *faultPlan) startMsgFault(w *world, f *fault) {
+	mf := memhub.Fault{Match: f.target.sel, Probability: f.prob}
+	switch f.kind {
+	case FaultMsgDrop:
+		mf.Kind = memhub.Drop
+	case FaultMsgDuplicate:
+		mf.Kind = memhub.Duplicate
+	case FaultMsgDelay:
+		mf.Kind, mf.Delay, mf.RandomDelay = memhub.Delay, f.delay, true
+	case FaultMsgReorder:
+		mf.Kind, mf.Window = memhub.Reorder, 3
+		p.reorders++
+		if p.reorders == 1 {
+			p.flushLoop(w)
+		}
+	}
+	id, err := w.hub.AddFault(mf)
+	if err != nil {
+		panic(fmt.Sprintf("sim: %v", err))
+	}
+	f.rule = id
 }
 
 // flushLoop releases partial reorder windows every 100 ms while a reorder

@@ -82,6 +82,40 @@ func (in inputs) String() string {
 func drawInputs(rng *rand.Rand, cfg Config, wl *workload) inputs {
 	in := inputs{mode: filter.ModeFilter, maxSample: filter.DefaultConfig().MaxSampleBatches, stalePolicy: staleness.PolicyRequeue,
 		router: policy.DefaultConfig()}
+	// The draws' order is the seeds' meaning: each helper draws in place,
+	// in the order they are called here.
+	in.drawFilter(rng, wl)
+	if rng.Intn(7) == 0 {
+		in.stalePolicy = staleness.PolicyAccept
+	}
+	if rng.Intn(12) == 0 {
+		wl.N = 1
+	}
+	drawRouter(rng, &in.router)
+	if rng.Intn(3) == 0 {
+		in.odd = 0.02 + 0.1*rng.Float64()
+	}
+	in.capacity = rng.Intn(2) == 0
+	in.tokenRewards = rng.Intn(4) == 0
+	switch r := rng.Intn(10); {
+	case r == 0:
+		in.keySource = keyNone
+	case r < 3:
+		in.keySource = keyBody
+	}
+	if rng.Intn(3) == 0 {
+		in.envFail = 0.01 + 0.04*rng.Float64()
+	}
+	if cfg.Scenario == ScenarioDefault {
+		return in
+	}
+	in.drawDeliveryFaults(rng, wl)
+	return in
+}
+
+// drawFilter draws the filter mode, the sample-batch cap and the replace
+// ratio.
+func (in *inputs) drawFilter(rng *rand.Rand, wl *workload) {
 	switch r := rng.Intn(20); {
 	case r < 9:
 	case r < 12:
@@ -102,48 +136,34 @@ func drawInputs(rng *rand.Rand, cfg Config, wl *workload) inputs {
 		// past ProgressBound on the seeds' hard prompts.
 		in.replaceMin = r
 	}
-	if rng.Intn(7) == 0 {
-		in.stalePolicy = staleness.PolicyAccept
-	}
-	if rng.Intn(12) == 0 {
-		wl.N = 1
-	}
+}
+
+// drawRouter draws the router policy's rules, lag, sweep and session TTL.
+func drawRouter(rng *rand.Rand, rc *policy.Config) {
 	if rng.Intn(2) == 0 {
-		in.router.Policy = policy.Policies[rng.Intn(len(policy.Policies))]
+		rc.Policy = policy.Policies[rng.Intn(len(policy.Policies))]
 	}
 	if rng.Intn(4) == 0 {
-		in.router.LagRule = policy.LagHold
+		rc.LagRule = policy.LagHold
 	}
 	if rng.Intn(5) == 0 {
-		in.router.VersionRule = policy.VersionNewest
+		rc.VersionRule = policy.VersionNewest
 	}
 	if rng.Intn(3) == 0 {
-		in.router.HashFallback = policy.HashFirstHealthy
+		rc.HashFallback = policy.HashFirstHealthy
 	}
 	if rng.Intn(3) == 0 {
-		in.router.MaxVersionLag = rng.Int63n(3)
+		rc.MaxVersionLag = rng.Int63n(3)
 	}
-	in.router.SweepInterval = 10 * time.Second
+	rc.SweepInterval = 10 * time.Second
 	if rng.Intn(4) == 0 {
-		in.router.SessionTTL = time.Duration(1+rng.Intn(5)) * time.Second // sessions expire mid-run
+		rc.SessionTTL = time.Duration(1+rng.Intn(5)) * time.Second // sessions expire mid-run
 	}
-	if rng.Intn(3) == 0 {
-		in.odd = 0.02 + 0.1*rng.Float64()
-	}
-	in.capacity = rng.Intn(2) == 0
-	in.tokenRewards = rng.Intn(4) == 0
-	switch r := rng.Intn(10); {
-	case r == 0:
-		in.keySource = keyNone
-	case r < 3:
-		in.keySource = keyBody
-	}
-	if rng.Intn(3) == 0 {
-		in.envFail = 0.01 + 0.04*rng.Float64()
-	}
-	if cfg.Scenario == ScenarioDefault {
-		return in
-	}
+}
+
+// drawDeliveryFaults draws the fault scenarios' redelivery, abort and
+// timer-race rates and whether an engine leaves.
+func (in *inputs) drawDeliveryFaults(rng *rand.Rand, wl *workload) {
 	if rng.Intn(2) == 0 {
 		in.redeliver = 0.05 + 0.2*rng.Float64()
 	}
@@ -154,7 +174,6 @@ func drawInputs(rng *rand.Rand, cfg Config, wl *workload) inputs {
 		in.timerRace = 0.2 + 0.6*rng.Float64()
 	}
 	in.engineLeaves = wl.Engines > 2 && rng.Intn(3) == 0
-	return in
 }
 
 // ---- configuration the cores run under ------------------------------------

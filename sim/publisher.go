@@ -4,7 +4,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/asyncrl/asyncrl/actors/publisher"
+	"github.com/asyncrl/asyncrl/actors/publisher/tracker"
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/transport/memhub"
 )
@@ -32,7 +32,7 @@ func subjLoad(engine string) string {
 type pubNode struct {
 	w       *world
 	bus     *memhub.Bus
-	tr      *publisher.Tracker
+	tr      *tracker.Tracker
 	lastCmd map[string]time.Duration
 	down    int
 	// armed holds the publisher-crash faults waiting for the next publish,
@@ -50,15 +50,15 @@ func newPub(w *world) (*pubNode, error) {
 }
 
 func (p *pubNode) rebuild() error {
-	tc := publisher.DefaultConfig()
+	tc := tracker.DefaultConfig()
 	tc.MaxLag, tc.BaseBytes = p.w.wl.MaxLag, 8<<20
-	tr, err := publisher.New(tc)
+	tr, err := tracker.New(tc)
 	if err != nil {
 		return err
 	}
 	for v := int64(1); v <= p.w.store.latest(); v++ {
 		sv := p.w.store.versions[v]
-		if _, err := tr.Publish(publisher.VersionInfo{Version: v, DeltaBytes: sv.deltaBytes, FullBytes: sv.fullBytes}); err != nil {
+		if _, err := tr.Publish(tracker.VersionInfo{Version: v, DeltaBytes: sv.deltaBytes, FullBytes: sv.fullBytes}); err != nil {
 			return err
 		}
 	}
@@ -160,7 +160,7 @@ func (p *pubNode) publishNext() bool {
 func (p *pubNode) announce(v int64) bool {
 	w := p.w
 	sv := w.store.versions[v]
-	cmds, err := p.tr.Publish(publisher.VersionInfo{Version: v, DeltaBytes: sv.deltaBytes, FullBytes: sv.fullBytes})
+	cmds, err := p.tr.Publish(tracker.VersionInfo{Version: v, DeltaBytes: sv.deltaBytes, FullBytes: sv.fullBytes})
 	if err != nil {
 		w.fail(InvProtocol, "publisher: %v", err)
 		return false
@@ -173,11 +173,11 @@ func (p *pubNode) announce(v int64) bool {
 	return true
 }
 
-func (p *pubNode) sendLoad(engine string, plan publisher.Plan) {
+func (p *pubNode) sendLoad(engine string, plan tracker.Plan) {
 	w := p.w
 	m := messages.LoadWeights{Header: messages.Header{RunID: runID, Sender: "pub", Version: plan.Target},
 		Engine: engine, Format: messages.WeightsDelta, BaseVersion: plan.From, Checksum: w.store.versions[plan.Target].sum}
-	if plan.Full != publisher.NoVersion {
+	if plan.Full != tracker.NoVersion {
 		m.Format, m.BaseVersion = messages.WeightsFull, plan.Full
 	}
 	// The engine's receiver starts on the plan's target (the shell's

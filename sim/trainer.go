@@ -89,6 +89,8 @@ func (t *trainerNode) do(e steprule.Effect) {
 	switch v := e.(type) {
 	case steprule.Train:
 		t.train(v.Batch)
+	case steprule.Publish:
+		t.publish(v.Step)
 	case steprule.Announce:
 		t.sendDone(v.Step, v.Version)
 	case steprule.Refuse:
@@ -180,16 +182,21 @@ func (t *trainerNode) train(b messages.TrainBatch) {
 		if b.Step >= t.durable.next {
 			t.durable.next = b.Step + 1
 		}
-		// Publish, then announce, as the real actor does. A failed
-		// publish fails the step; the trainer holds the version anyway (a
-		// retransmission is answered, the restarted publisher catches up).
-		if !w.pub.publish(b.Step) {
-			w.logf("trainer: step %d: publish failed (publisher down)", b.Step)
-			t.step(steprule.Failed{Step: b.Step, Version: b.Step, Err: "publisher down"})
-			return
-		}
-		t.step(steprule.Trained{Step: b.Step, Version: b.Step})
+		t.publish(b.Step)
 	})
+}
+
+// publish publishes the version step trained, then steps the rule, as
+// the real actor does. A failed publish fails the step with the version
+// stepped: the rule holds it unpublished (no StepDone) and the batch's
+// retransmission publishes it again (the restarted publisher catches up).
+func (t *trainerNode) publish(step int64) {
+	if !t.w.pub.publish(step) {
+		t.w.logf("trainer: step %d: publish failed (publisher down)", step)
+		t.step(steprule.Failed{Step: step, Version: step, Err: "publisher down"})
+		return
+	}
+	t.step(steprule.Trained{Step: step, Version: step})
 }
 
 func (t *trainerNode) crash() {

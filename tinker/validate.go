@@ -114,58 +114,16 @@ func ValidateFwdBwd(modelID string, seq *int64, in *ForwardBackwardInput, field 
 	if !ok {
 		e.add("value_error", fmt.Sprintf("unsupported loss_fn %q (supported: cross_entropy, importance_sampling, ppo, cispo)", in.LossFn), field, "loss_fn")
 	}
-	for k, v := range in.LossFnConfig {
-		if !allowedConfig[in.LossFn][k] {
-			e.add("value_error", fmt.Sprintf("unknown loss_fn_config key %q for %s", k, in.LossFn), field, "loss_fn_config", k)
-		} else if math.IsNaN(v) || math.IsInf(v, 0) {
-			e.add("value_error", "must be finite", field, "loss_fn_config", k)
-		}
-	}
+	e.lossConfig(in, field)
 	if len(in.Data) == 0 {
 		e.add("value_error", "must hold at least one datum", field, "data")
 	}
 	for i, d := range in.Data {
-		n := 0
-		for j, c := range d.ModelInput.Chunks {
-			if c.Type != "encoded_text" && c.Type != "" {
-				e.add("value_error", fmt.Sprintf("chunk type %q is not supported (encoded_text only)", c.Type), field, "data", i, "model_input", "chunks", j, "type")
-				continue
-			}
-			for k, t := range c.Tokens {
-				if t < 0 || int(t) >= vocab {
-					e.add("value_error", fmt.Sprintf("token %d is outside the vocabulary [0, %d)", t, vocab), field, "data", i, "model_input", "chunks", j, "tokens", k)
-					break
-				}
-			}
-			n += len(c.Tokens)
-		}
-		if n == 0 {
-			e.add("value_error", "model_input holds no tokens", field, "data", i, "model_input")
-		}
+		n := e.datumInput(d, field, i, vocab)
 		if !ok {
 			continue
 		}
-		for _, name := range need {
-			td, have := d.LossFnInputs[name]
-			if !have {
-				if name == "weights" {
-					continue // weights default to 1, as SkyRL does
-				}
-				e.missing(field, "data", i, "loss_fn_inputs", name)
-				continue
-			}
-			if len(td.Data) != n {
-				e.add("value_error", fmt.Sprintf("has %d entries, model_input has %d tokens", len(td.Data), n), field, "data", i, "loss_fn_inputs", name)
-			}
-			if name == "target_tokens" {
-				for k, t := range td.Data {
-					if t != math.Trunc(t) || t < 0 || int(t) >= vocab {
-						e.add("value_error", fmt.Sprintf("target %v is not a token id in [0, %d)", t, vocab), field, "data", i, "loss_fn_inputs", name, "data", k)
-						break
-					}
-				}
-			}
-		}
+		e.lossInputs(d, need, n, field, i, vocab)
 		for name := range d.LossFnInputs {
 			if !knownInput[name] {
 				e.add("value_error", fmt.Sprintf("unknown loss input %q", name), field, "data", i, "loss_fn_inputs", name)
@@ -173,6 +131,76 @@ func ValidateFwdBwd(modelID string, seq *int64, in *ForwardBackwardInput, field 
 		}
 	}
 	return e.orNil()
+}
+
+// lossConfig checks loss_fn_config: keys the loss knows, finite values.
+func (e *FieldErrors) lossConfig(in *ForwardBackwardInput, field string) {
+	for k, v := range in.LossFnConfig {
+		if !allowedConfig[in.LossFn][k] {
+			e.add("value_error", fmt.Sprintf("unknown loss_fn_config key %q for %s", k, in.LossFn), field, "loss_fn_config", k)
+		} else if math.IsNaN(v) || math.IsInf(v, 0) {
+			e.add("value_error", "must be finite", field, "loss_fn_config", k)
+		}
+	}
+}
+
+// tokenRange reports the first token outside [0, vocab) at loc + "tokens", k.
+func (e *FieldErrors) tokenRange(tokens []int32, vocab int, loc ...any) {
+	for k, t := range tokens {
+		if t < 0 || int(t) >= vocab {
+			e.add("value_error", fmt.Sprintf("token %d is outside the vocabulary [0, %d)", t, vocab), append(loc, "tokens", k)...)
+			break
+		}
+	}
+}
+
+// datumInput checks datum i's model_input chunks (a chunk of another type
+// is reported and not counted) and returns its token count.
+func (e *FieldErrors) datumInput(d Datum, field string, i, vocab int) int {
+	n := 0
+	for j, c := range d.ModelInput.Chunks {
+		if c.Type != "encoded_text" && c.Type != "" {
+			e.add("value_error", fmt.Sprintf("chunk type %q is not supported (encoded_text only)", c.Type), field, "data", i, "model_input", "chunks", j, "type")
+			continue
+		}
+		e.tokenRange(c.Tokens, vocab, field, "data", i, "model_input", "chunks", j)
+		n += len(c.Tokens)
+	}
+	if n == 0 {
+		e.add("value_error", "model_input holds no tokens", field, "data", i, "model_input")
+	}
+	return n
+}
+
+// lossInputs checks that datum i holds every loss input the loss needs
+// (weights may be absent), each of n entries, targets being token ids.
+func (e *FieldErrors) lossInputs(d Datum, need []string, n int, field string, i, vocab int) {
+	for _, name := range need {
+		td, have := d.LossFnInputs[name]
+		if !have {
+			if name == "weights" {
+				continue // weights default to 1, as SkyRL does
+			}
+			e.missing(field, "data", i, "loss_fn_inputs", name)
+			continue
+		}
+		if len(td.Data) != n {
+			e.add("value_error", fmt.Sprintf("has %d entries, model_input has %d tokens", len(td.Data), n), field, "data", i, "loss_fn_inputs", name)
+		}
+		if name == "target_tokens" {
+			e.targetTokens(td, vocab, field, "data", i, "loss_fn_inputs", name)
+		}
+	}
+}
+
+// targetTokens reports the first target that is not a token id.
+func (e *FieldErrors) targetTokens(td TensorData, vocab int, loc ...any) {
+	for k, t := range td.Data {
+		if t != math.Trunc(t) || t < 0 || int(t) >= vocab {
+			e.add("value_error", fmt.Sprintf("target %v is not a token id in [0, %d)", t, vocab), append(loc, "data", k)...)
+			break
+		}
+	}
 }
 
 // LossInputs lists each supported loss's loss_fn_inputs (Tinker's loss
@@ -229,7 +257,6 @@ func ValidateOptim(r *OptimStepRequest) error {
 // when the request has none.
 func ValidateSample(r *SampleRequest, vocab, maxLen int) error {
 	var e FieldErrors
-	n := 0
 	if r.SamplingSessionID == nil && r.ModelPath == nil && r.BaseModel == nil {
 		e.add("value_error", "one of sampling_session_id, model_path or base_model is required", "sampling_session_id")
 	}
@@ -239,29 +266,40 @@ func ValidateSample(r *SampleRequest, vocab, maxLen int) error {
 	if r.NumSamples != nil && (*r.NumSamples < 1 || *r.NumSamples > 128) {
 		e.add("value_error", fmt.Sprintf("must be in [1, 128], got %d", *r.NumSamples), "num_samples")
 	}
-	if r.Prompt == nil {
-		e.missing("prompt")
-	} else {
-		for j, c := range r.Prompt.Chunks {
-			if c.Type != "encoded_text" && c.Type != "" {
-				e.add("value_error", fmt.Sprintf("chunk type %q is not supported (encoded_text only)", c.Type), "prompt", "chunks", j, "type")
-			}
-			for k, t := range c.Tokens {
-				if t < 0 || int(t) >= vocab {
-					e.add("value_error", fmt.Sprintf("token %d is outside the vocabulary [0, %d)", t, vocab), "prompt", "chunks", j, "tokens", k)
-					break
-				}
-			}
-			n += len(c.Tokens)
-		}
-		if n == 0 {
-			e.add("value_error", "prompt holds no tokens", "prompt")
-		}
-	}
+	n := e.prompt(r.Prompt, vocab)
 	if r.PromptLogprobs != nil && *r.PromptLogprobs || r.TopkPromptLogprobs > 0 {
 		e.add("value_error", "prompt logprobs are not supported", "prompt_logprobs")
 	}
-	sp := r.SamplingParams
+	e.maxTokens(r.SamplingParams, n, maxLen)
+	if sp := r.SamplingParams; sp != nil {
+		e.samplingParams(sp)
+	}
+	return e.orNil()
+}
+
+// prompt checks the prompt's chunks and returns its token count.
+func (e *FieldErrors) prompt(p *ModelInput, vocab int) int {
+	if p == nil {
+		e.missing("prompt")
+		return 0
+	}
+	n := 0
+	for j, c := range p.Chunks {
+		if c.Type != "encoded_text" && c.Type != "" {
+			e.add("value_error", fmt.Sprintf("chunk type %q is not supported (encoded_text only)", c.Type), "prompt", "chunks", j, "type")
+		}
+		e.tokenRange(c.Tokens, vocab, "prompt", "chunks", j)
+		n += len(c.Tokens)
+	}
+	if n == 0 {
+		e.add("value_error", "prompt holds no tokens", "prompt")
+	}
+	return n
+}
+
+// maxTokens checks sampling_params (present) and max_tokens against a
+// prompt of n tokens, filling max_tokens's default when it is absent.
+func (e *FieldErrors) maxTokens(sp *SamplingParams, n, maxLen int) {
 	switch {
 	case sp == nil:
 		e.missing("sampling_params")
@@ -280,21 +318,22 @@ func ValidateSample(r *SampleRequest, vocab, maxLen int) error {
 	case *sp.MaxTokens < 1 || n+*sp.MaxTokens > maxLen:
 		e.add("value_error", fmt.Sprintf("must be ≥ 1 with prompt + max_tokens ≤ %d (prompt has %d tokens), got %d", maxLen, n, *sp.MaxTokens), "sampling_params", "max_tokens")
 	}
-	if sp != nil {
-		if sp.Temperature != nil && (*sp.Temperature < 0 || math.IsNaN(*sp.Temperature)) {
-			e.add("value_error", "must be ≥ 0", "sampling_params", "temperature")
-		}
-		if sp.TopP != nil && !(*sp.TopP > 0 && *sp.TopP <= 1) {
-			e.add("value_error", "must be in (0, 1]", "sampling_params", "top_p")
-		}
-		if sp.TopK != nil && *sp.TopK < -1 {
-			e.add("value_error", "must be -1 (off) or ≥ 0", "sampling_params", "top_k")
-		}
-		if _, err := StopList(sp.Stop); err != nil {
-			e.add("value_error", err.Error(), "sampling_params", "stop")
-		}
+}
+
+// samplingParams checks temperature, top_p, top_k and stop.
+func (e *FieldErrors) samplingParams(sp *SamplingParams) {
+	if sp.Temperature != nil && (*sp.Temperature < 0 || math.IsNaN(*sp.Temperature)) {
+		e.add("value_error", "must be ≥ 0", "sampling_params", "temperature")
 	}
-	return e.orNil()
+	if sp.TopP != nil && !(*sp.TopP > 0 && *sp.TopP <= 1) {
+		e.add("value_error", "must be in (0, 1]", "sampling_params", "top_p")
+	}
+	if sp.TopK != nil && *sp.TopK < -1 {
+		e.add("value_error", "must be -1 (off) or ≥ 0", "sampling_params", "top_k")
+	}
+	if _, err := StopList(sp.Stop); err != nil {
+		e.add("value_error", err.Error(), "sampling_params", "stop")
+	}
 }
 
 // Stop is a parsed sampling_params.stop: strings or token ids.

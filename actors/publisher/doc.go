@@ -1,30 +1,38 @@
-// Package publisher holds the weight publisher's version tracker: a pure
-// core that knows which weight versions exist, which version each engine
-// serves and is fetching, and from that the minimum version the router may
-// route to and how a late joiner catches up.
+// Package publisher is the one home of weight publishing: the Publisher
+// interface a trainer publishes each new version through, the Weights it
+// hands over, and the Shell that serialises calls into the pure version
+// Tracker (package actors/publisher/tracker, the core the simulator and
+// Tinker's version mode step) and carries out what the tracker decides.
 //
 // # Contract
 //
-// Tracker is a plain struct: no goroutines, channels, locks, I/O, clock or
-// randomness; the actor shell serialises calls and carries out what the
-// methods return (Commands to send to engines, the new minimum routable
-// version for the router). Bad input from outside (an unknown engine, an
-// ack of a version never published, a publish that skips a version) is an
-// error and changes nothing; a broken internal invariant panics.
+//   - Publisher.Publish(ctx, Weights, version) makes version live: the
+//     trainer actor calls it once per version, in order, and once more with
+//     the same version after a failure (the trainer does not acknowledge a
+//     step whose publish failed). cluster/weightsync's Sync is the
+//     Publisher of a run over the Shell.
 //
-//   - Versions: 0 is the base checkpoint; each Publish is target+1. A
-//     version may also be available as a full checkpoint (every K versions
-//     and on demand) and records its delta and full sizes in bytes.
-//   - Per engine: the version it serves only increases. An ack at or below
-//     the served version is ignored and counted (IgnoredAcks): late or
-//     duplicated acks are normal on a bus that redelivers.
-//   - Routing: MinRoutable = max(0, target − MaxLag); an engine is routable
-//     once it has acknowledged a version ≥ MinRoutable. With MaxLag 0 (the
-//     default) an engine gets traffic only after it acknowledged the newest
-//     version.
-//   - Catch-up: Plan brings an engine from what it serves to the target by
-//     replaying deltas or by loading the newest usable full checkpoint and
-//     replaying the deltas after it, whichever moves fewer bytes (deltas win
-//     a tie). A joiner with no weights (NoVersion) must load a full
-//     checkpoint; version 0 (the base) always is one.
+// The Shell:
+//
+//   - Join registers an engine (name, URL, served version) with the
+//     tracker and tells the Router the engine's version.
+//   - Publish records a new version, hands every engine behind it a
+//     Command through the Dispatcher (which must not block: each engine's
+//     receiver fetches, applies, pauses, loads, resumes on its own), and
+//     waits until the version is routable on at least one engine, or until
+//     every engine that got the command failed or left, or ctx ends.
+//   - Acks arrive as messages.EngineVersionAck on the bus (Config.Acks) or
+//     through Ack. Each new ack tells the Router the engine's version; the
+//     Router's minimum version rises to the tracker's MinRoutable only once
+//     some engine serves it, so a request is never routed to an engine
+//     below the minimum and the fleet is never left with no routable
+//     engine while the first receiver is still loading. With
+//     Config.MinVersion set, each rise is also published as a
+//     messages.MinVersionSet (for observers and routers elsewhere).
+//   - Failed records that an engine could not reach a version (it stays
+//     out of rotation until a later ack); Leave forgets an engine (it was
+//     stopped).
+//
+// The shell owns no goroutine: the bus delivers acks on its own, and every
+// method takes one mutex around the tracker.
 package publisher

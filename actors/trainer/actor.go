@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/asyncrl/asyncrl/actors/loop"
+	"github.com/asyncrl/asyncrl/actors/publisher"
 	"github.com/asyncrl/asyncrl/actors/trainer/microbatch"
 	"github.com/asyncrl/asyncrl/actors/trainer/steprule"
 	"github.com/asyncrl/asyncrl/messages"
@@ -20,13 +21,6 @@ import (
 
 // ErrInvalidConfig is wrapped by every error Config.Validate returns.
 var ErrInvalidConfig = errors.New("trainer: invalid config")
-
-// Publisher makes a new policy version live on the engines: the in-process
-// publisher pauses each engine, swaps the weights and resumes it; the
-// weight sync (cluster/weightsync) publishes deltas or full checkpoints.
-type Publisher interface {
-	Publish(ctx context.Context, w Weights, version int64) error
-}
 
 // Subjects are the trainer actor's subjects.
 type Subjects struct {
@@ -111,7 +105,7 @@ const RecordsKept = 4096
 type Actor struct {
 	bus transport.Bus
 	tr  Stepper
-	pub Publisher
+	pub publisher.Publisher
 	cfg Config
 
 	box    *loop.Inbox[steprule.Input] // TrainBatches, for the step rule (run.go)
@@ -119,6 +113,9 @@ type Actor struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan struct{}
+	// unpublished is the step trained but not yet published: its weights
+	// and record (the loop's goroutine only; nil: none).
+	unpublished *unpublished
 
 	mu sync.Mutex
 	// rows holds the newest RecordsKept of the count trained steps'
@@ -133,13 +130,13 @@ type Actor struct {
 // Start subscribes the trainer to cfg.Subjects.Train. tr's weights must be
 // the ones the engines serve as version 0 (Step 1 trains them), and
 // tr.Version() must be cfg.VersionBase.
-func Start(bus transport.Bus, tr *policy.Trainer, pub Publisher, cfg Config) (*Actor, error) {
+func Start(bus transport.Bus, tr *policy.Trainer, pub publisher.Publisher, cfg Config) (*Actor, error) {
 	return StartStepper(bus, builtinStepper{tr}, pub, cfg)
 }
 
 // StartStepper is Start with any Stepper (the exec backend: NewExec).
 // tr.Version() must be cfg.VersionBase.
-func StartStepper(bus transport.Bus, tr Stepper, pub Publisher, cfg Config) (*Actor, error) {
+func StartStepper(bus transport.Bus, tr Stepper, pub publisher.Publisher, cfg Config) (*Actor, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -271,8 +268,10 @@ func (a *Actor) Err() error {
 }
 
 // train trains tb, the step rule's Train (step cur+1 on local version
-// cur), publishes the new version and keeps its record; run.go steps the
-// rule with the outcome.
+// cur), and publishes the new version (publish); run.go steps the rule
+// with the outcome. A publish that fails after the Stepper stepped leaves
+// the step in a.unpublished: the rule asks for it again (Publish), it is
+// never trained twice.
 func (a *Actor) train(tb messages.TrainBatch, cur int64) (StepRecord, error) {
 	batch, err := messages.DecodeTokenBatch(tb.Batch.Inline)
 	if err != nil {
@@ -288,24 +287,45 @@ func (a *Actor) train(tb messages.TrainBatch, cur int64) (StepRecord, error) {
 		return StepRecord{}, fmt.Errorf("trainer: step %d: %w", tb.Step, err)
 	}
 	st.Version = a.version() // the trainer counts its own steps; the bus speaks the run's
-	t1 := time.Now()
-	if err := a.pub.Publish(a.ctx, serving, st.Version); err != nil {
-		return StepRecord{}, fmt.Errorf("trainer: publish version %d: %w", st.Version, err)
-	}
 	mbs := 0
 	for _, r := range p.Plan.Ranks {
 		mbs += len(r.Microbatches)
 	}
-	rec := StepRecord{Step: tb.Step, Version: st.Version, RewardMean: p.RewardMean, Stats: st, Groups: p.Groups, GroupIDs: slices.Clone(tb.GroupIDs),
-		Trajectories: p.Trajectories, Tokens: p.Tok, Microbatches: mbs, StalenessMax: p.StalenessMax,
-		TrainTime: t1.Sub(t0), PublishTime: time.Since(t1), Done: time.Now()}
+	a.unpublished = &unpublished{serving: serving, rec: StepRecord{Step: tb.Step, Version: st.Version, RewardMean: p.RewardMean,
+		Stats: st, Groups: p.Groups, GroupIDs: slices.Clone(tb.GroupIDs), Trajectories: p.Trajectories, Tokens: p.Tok,
+		Microbatches: mbs, StalenessMax: p.StalenessMax, TrainTime: time.Since(t0)}}
+	return a.publish(tb.Step, st.Version)
+}
+
+// unpublished is a trained step whose publish has not succeeded yet: its
+// serving weights and its record (all but the publish time).
+type unpublished struct {
+	serving publisher.Weights
+	rec     StepRecord
+}
+
+// publish publishes the trained step's weights (a.unpublished) as
+// version v — the step rule's Train, or its Publish after a failed
+// publish — and on success keeps the record and sends WeightsPublished.
+func (a *Actor) publish(step, v int64) (StepRecord, error) {
+	u := a.unpublished // the rule asks to publish only the step this shell trained last
+	if u == nil {
+		return StepRecord{}, fmt.Errorf("trainer: publish step %d version %d: no trained step is held", step, v)
+	}
+	t1 := time.Now()
+	if err := a.pub.Publish(a.ctx, u.serving, v); err != nil {
+		return StepRecord{}, fmt.Errorf("trainer: step %d: publish version %d (the step is not acknowledged; the batch's retransmission publishes it again): %w", step, v, err)
+	}
+	a.unpublished = nil
+	rec := u.rec
+	rec.PublishTime, rec.Done = time.Since(t1), time.Now()
 	a.keep(rec)
 	if a.cfg.OnStep != nil {
 		a.cfg.OnStep(rec)
 	}
 	if a.cfg.Subjects.Weights != "" {
-		a.send(a.cfg.Subjects.Weights, messages.WeightsPublished{Header: a.header(st.Version), BaseVersion: st.Version,
-			Format: messages.WeightsFull, URI: "inproc://" + a.cfg.Name, Step: tb.Step})
+		a.send(a.cfg.Subjects.Weights, messages.WeightsPublished{Header: a.header(v), BaseVersion: v,
+			Format: messages.WeightsFull, URI: "inproc://" + a.cfg.Name, Step: step})
 	}
 	return rec, nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/asyncrl/asyncrl/actors/publisher"
 	"github.com/asyncrl/asyncrl/actors/trainer/microbatch"
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/policy"
@@ -28,7 +29,7 @@ type recordingPublisher struct {
 	versions []int64
 }
 
-func (p *recordingPublisher) Publish(_ context.Context, _ Weights, v int64) error {
+func (p *recordingPublisher) Publish(_ context.Context, _ publisher.Weights, v int64) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.versions = append(p.versions, v)

@@ -31,6 +31,15 @@
 //     process: pause every engine in the configured mode, swap weights,
 //     resume, tell the router), then WeightsPublished and StepDone{Step: s,
 //     NewVersion: s} are published.
+//   - A publish that fails after the Stepper stepped does not acknowledge
+//     the step: no StepDone, no record, no WeightsPublished, and Err
+//     reports the failure (a run ends on it; a cluster term steps down and
+//     the next term trains the step from the last durable checkpoint,
+//     where it was never recorded). The trained weights are held: a
+//     retransmission of the batch publishes them again rather than
+//     training again, and only a publish that succeeds announces the step.
+//     So every step's prompts are trained exactly once and a step is never
+//     counted live before the engines have it.
 //   - BusPublisher is the Publisher of a remote worker: it writes each
 //     version's serving checkpoint to a directory, announces it with
 //     WeightsPublished and returns once an EngineVersionAck for it arrives.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/asyncrl/asyncrl/actors/publisher"
 	"github.com/asyncrl/asyncrl/actors/trainer/bridge"
 	"github.com/asyncrl/asyncrl/policy"
 )
@@ -78,20 +79,20 @@ func (e *Exec) Restarts() int { return e.sup.Started() - 1 }
 
 // Step sends p as TrainBatch step Version()+1 and returns the child's
 // serving checkpoint of it.
-func (e *Exec) Step(ctx context.Context, p Prepared) (policy.StepStats, Weights, error) {
+func (e *Exec) Step(ctx context.Context, p Prepared) (policy.StepStats, publisher.Weights, error) {
 	step := e.done + 1
 	res := e.trained
 	if res == nil || res.Step != step {
 		tb := FrameBatch(p, step)
 		if n := e.sup.Ranks(); n > 1 {
 			if len(p.Plan.Ranks) != n {
-				return policy.StepStats{}, Weights{}, fmt.Errorf("trainer: exec backend: the microbatch plan splits step %d over %d ranks but the group has %d (trainer.exec_ranks sets the microbatcher's DP size)", step, len(p.Plan.Ranks), n)
+				return policy.StepStats{}, publisher.Weights{}, fmt.Errorf("trainer: exec backend: the microbatch plan splits step %d over %d ranks but the group has %d (trainer.exec_ranks sets the microbatcher's DP size)", step, len(p.Plan.Ranks), n)
 			}
 			tb.MicrobatchRanks = MicrobatchRanks(p)
 		}
 		r, err := e.sup.Train(ctx, tb)
 		if err != nil {
-			return policy.StepStats{}, Weights{}, err
+			return policy.StepStats{}, publisher.Weights{}, err
 		}
 		res = &r
 		e.ranks.add(r.Ranks)
@@ -99,7 +100,7 @@ func (e *Exec) Step(ctx context.Context, p Prepared) (policy.StepStats, Weights,
 	w, err := e.weights(res.Checkpoint)
 	if err != nil {
 		e.trained = res
-		return policy.StepStats{}, Weights{}, fmt.Errorf("trainer: exec backend: step %d checkpoint %s: %w", step, res.Checkpoint, err)
+		return policy.StepStats{}, publisher.Weights{}, fmt.Errorf("trainer: exec backend: step %d checkpoint %s: %w", step, res.Checkpoint, err)
 	}
 	e.trained, e.done = nil, step
 	e.prune(res.Checkpoint)
@@ -111,24 +112,24 @@ func (e *Exec) Step(ctx context.Context, p Prepared) (policy.StepStats, Weights,
 
 // weights is the serving checkpoint in dir: the built-in policy loaded,
 // or another architecture's directory checked.
-func (e *Exec) weights(dir string) (Weights, error) {
+func (e *Exec) weights(dir string) (publisher.Weights, error) {
 	mt, err := policy.ReadModelType(dir)
 	if err != nil {
-		return Weights{}, err
+		return publisher.Weights{}, err
 	}
 	if mt == policy.ModelType {
 		m, err := policy.LoadServing(dir)
 		if err != nil {
-			return Weights{}, err
+			return publisher.Weights{}, err
 		}
-		return Weights{Model: m, Dir: dir}, nil
+		return publisher.Weights{Model: m, Dir: dir}, nil
 	}
 	if e.check != nil {
 		if err := e.check(dir); err != nil {
-			return Weights{}, err
+			return publisher.Weights{}, err
 		}
 	}
-	return Weights{Dir: dir}, nil
+	return publisher.Weights{Dir: dir}, nil
 }
 
 // prune deletes the serving checkpoints older than the newest keep.

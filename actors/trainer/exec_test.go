@@ -15,6 +15,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/asyncrl/asyncrl/actors/publisher"
 	"github.com/asyncrl/asyncrl/actors/trainer/bridge"
 	"github.com/asyncrl/asyncrl/actors/trainer/microbatch"
 	"github.com/asyncrl/asyncrl/messages"
@@ -55,7 +56,7 @@ type modelPublisher struct {
 	last     *policy.Model
 }
 
-func (p *modelPublisher) Publish(_ context.Context, w Weights, v int64) error {
+func (p *modelPublisher) Publish(_ context.Context, w publisher.Weights, v int64) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.versions = append(p.versions, v)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/asyncrl/asyncrl/actors/publisher"
 	"github.com/asyncrl/asyncrl/actors/trainer/microbatch"
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/policy"
@@ -19,9 +20,9 @@ type countingStepper struct{ v int64 }
 
 func (s *countingStepper) Version() int64 { return s.v }
 
-func (s *countingStepper) Step(context.Context, Prepared) (policy.StepStats, Weights, error) {
+func (s *countingStepper) Step(context.Context, Prepared) (policy.StepStats, publisher.Weights, error) {
 	s.v++
-	return policy.StepStats{}, Weights{}, nil
+	return policy.StepStats{}, publisher.Weights{}, nil
 }
 
 // TestStepRecordsStayO1PerStep (issue 37): the records of a long run keep

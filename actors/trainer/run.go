@@ -1,6 +1,8 @@
 package trainer
 
 import (
+	"time"
+
 	"github.com/asyncrl/asyncrl/actors/loop"
 	"github.com/asyncrl/asyncrl/actors/trainer/steprule"
 )
@@ -32,13 +34,10 @@ func (a *Actor) do(rule *steprule.Core, e steprule.Effect, last *StepRecord) {
 	switch v := e.(type) {
 	case steprule.Train:
 		rec, err := a.train(v.Batch, v.From)
-		if err != nil {
-			a.fail(v.Batch.Step, err)
-			rule.Step(rec.Done, steprule.Failed{Step: v.Batch.Step, Version: a.version(), Err: err.Error()})
-			return
-		}
-		*last = rec
-		rule.Step(rec.Done, steprule.Trained{Step: v.Batch.Step, Version: rec.Version})
+		a.trained(rule, v.Batch.Step, rec, err, last)
+	case steprule.Publish:
+		rec, err := a.publish(v.Step, v.Version)
+		a.trained(rule, v.Step, rec, err, last)
 	case steprule.Announce:
 		rec := StepRecord{Step: v.Step, Version: v.Version} // an old step: said again, no record
 		if !v.Again {
@@ -50,6 +49,19 @@ func (a *Actor) do(rule *steprule.Core, e steprule.Effect, last *StepRecord) {
 	case steprule.Refuse:
 		a.fail(v.Step, v.Err())
 	}
+}
+
+// trained steps the rule with the outcome of a Train or Publish. A
+// failure reports the version the trainer holds now: above the one the
+// step started from when only the publish failed.
+func (a *Actor) trained(rule *steprule.Core, step int64, rec StepRecord, err error, last *StepRecord) {
+	if err != nil {
+		a.fail(step, err)
+		rule.Step(time.Now(), steprule.Failed{Step: step, Version: a.version(), Err: err.Error()})
+		return
+	}
+	*last = rec
+	rule.Step(rec.Done, steprule.Trained{Step: step, Version: rec.Version})
 }
 
 // fail logs a step's error and keeps it for Err.

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/asyncrl/asyncrl/actors/publisher"
 	"github.com/asyncrl/asyncrl/actors/trainer/microbatch"
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/policy"
@@ -17,7 +18,7 @@ type gatedPublisher struct {
 	entered, release chan struct{}
 }
 
-func (p *gatedPublisher) Publish(ctx context.Context, w Weights, v int64) error {
+func (p *gatedPublisher) Publish(ctx context.Context, w publisher.Weights, v int64) error {
 	p.entered <- struct{}{}
 	select {
 	case <-p.release:

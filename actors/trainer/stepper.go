@@ -3,6 +3,7 @@ package trainer
 import (
 	"context"
 
+	"github.com/asyncrl/asyncrl/actors/publisher"
 	"github.com/asyncrl/asyncrl/policy"
 )
 
@@ -15,7 +16,7 @@ type Stepper interface {
 	// Step takes ONE optimiser step on p, following its microbatch plan,
 	// and returns its stats and the new version's serving weights (BF16
 	// values, what the engines load). On error no step was taken.
-	Step(ctx context.Context, p Prepared) (policy.StepStats, Weights, error)
+	Step(ctx context.Context, p Prepared) (policy.StepStats, publisher.Weights, error)
 }
 
 // builtinStepper is the built-in trainer: Train, then its serving copy.
@@ -25,10 +26,10 @@ var _ Stepper = builtinStepper{}
 
 func (b builtinStepper) Version() int64 { return b.tr.Version() }
 
-func (b builtinStepper) Step(_ context.Context, p Prepared) (policy.StepStats, Weights, error) {
+func (b builtinStepper) Step(_ context.Context, p Prepared) (policy.StepStats, publisher.Weights, error) {
 	st, err := Train(b.tr, p)
 	if err != nil {
-		return st, Weights{}, err
+		return st, publisher.Weights{}, err
 	}
-	return st, InMemory(b.tr.ServingCopy()), nil
+	return st, publisher.InMemory(b.tr.ServingCopy()), nil
 }

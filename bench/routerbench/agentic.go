@@ -168,16 +168,6 @@ func RunAgentic(ctx context.Context, cfg Config) (Result, error) {
 	for i := range cfg.Sessions {
 		longest = max(longest, cfg.Sessions[i].PlannedTokens())
 	}
-	ecfgs := make([]engine.Config, cfg.Replicas)
-	for i := range ecfgs {
-		c := engine.DefaultConfig()
-		c.MaxModelLen = 0 // the model's MaxSeqLen, sized below
-		c.Seed = uint64(i)
-		c.TimeScale = cfg.TimeScale
-		c.Latency = cfg.Latency
-		c.Latency.CacheBlocks = res.CacheBlocks
-		ecfgs[i] = c
-	}
 	models := make([]engine.Model, cfg.Replicas)
 	model := func(i int) engine.Model {
 		m := engine.NewHashModel(1) // one weight version everywhere: same replies on every replica
@@ -185,27 +175,7 @@ func RunAgentic(ctx context.Context, cfg Config) (Result, error) {
 		models[i] = m
 		return m
 	}
-	pc := proxy.DefaultConfig()
-	if cfg.HAProxy == nil { // else the router is started but idle: HAProxy fronts the engines
-		pc.Policy.Policy = cfg.Policy
-	}
-	if cfg.LoadFactor > 0 {
-		pc.Policy.LoadFactor = cfg.LoadFactor
-	}
-	if cfg.PrefixBytes > 0 {
-		pc.PrefixBytes = cfg.PrefixBytes
-	}
-	if cfg.Publish != nil {
-		applyPublish(&pc, cfg.Publish)
-		res.Rule = cfg.Publish.VersionRule
-	}
-	// The router's view of the engines ages in modelled time: scale the
-	// scrape period and the freshness limit like every other duration.
-	if cfg.TimeScale > 0 {
-		pc.MetricsInterval = max(20*time.Millisecond, time.Duration(float64(pc.MetricsInterval)*cfg.TimeScale))
-		pc.Policy.MetricsMaxAge = max(50*time.Millisecond, time.Duration(float64(pc.Policy.MetricsMaxAge)*cfg.TimeScale))
-	}
-	f, err := startFleet(ecfgs, model, pc)
+	f, err := startFleet(engineConfigs(cfg, res.CacheBlocks), model, agenticProxyConfig(cfg, &res))
 	if err != nil {
 		return res, err
 	}
@@ -230,92 +200,29 @@ func RunAgentic(ctx context.Context, cfg Config) (Result, error) {
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	var (
-		mu        sync.Mutex
-		conv      []float64
-		wallConv  []float64
-		perRep    = make([]int, cfg.Replicas)
-		requests  int
-		gen       int64
-		moved     int
-		moveTurns []int
-		wg        sync.WaitGroup
-	)
+	run := &agenticRun{cfg: cfg, f: f, client: client, index: index, ctx: ctx, cancel: cancel, perRep: make([]int, cfg.Replicas)}
 	pubCtx, stopPub := context.WithCancel(ctx)
 	defer stopPub()
 	pubDone := make(chan error, 1)
 	if cfg.Publish != nil {
 		go func() {
 			n, err := runPublisher(pubCtx, cfg.Publish, cfg.TimeScale, f, models)
-			mu.Lock()
+			run.mu.Lock()
 			res.Publishes = n
-			mu.Unlock()
+			run.mu.Unlock()
 			pubDone <- err
 		}()
 	} else {
 		pubDone <- nil
 	}
 	start := time.Now()
+	var wg sync.WaitGroup
 	for i := range cfg.Sessions {
 		s := &cfg.Sessions[i]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			t0 := time.Now()
-			seen := map[int]bool{}
-			last := -1
-			var moves []int
-			var modelled time.Duration
-			before := make([]time.Duration, len(f.engines))
-			tr := s.Start()
-			for {
-				prompt, maxTok, pause, ok := tr.Next()
-				if !ok {
-					break
-				}
-				if pause > 0 && !sleepCtx(ctx, time.Duration(float64(pause)*cfg.TimeScale)) {
-					return
-				}
-				modelled += pause
-				for j, e := range f.engines {
-					before[j] = e.Stats().Now
-				}
-				r, err := complete(ctx, client, f.url, s.ID, prompt, maxTok)
-				if err != nil {
-					cancel(fmt.Errorf("routerbench: %s turn %d: %w", s.ID, tr.Turn(), err))
-					return
-				}
-				tr.Reply(r.tokens)
-				rep, known := index[r.replica]
-				if !known {
-					cancel(fmt.Errorf("routerbench: %s: response from unknown replica %q", s.ID, r.replica))
-					return
-				}
-				seen[rep] = true
-				if last >= 0 && rep != last {
-					moves = append(moves, tr.Turn()-1)
-				}
-				last = rep
-				modelled += f.engines[rep].Stats().Now - before[rep]
-				mu.Lock()
-				perRep[rep]++
-				requests++
-				gen += int64(r.completion)
-				mu.Unlock()
-			}
-			if err := finish(ctx, client, f.url, s.ID); err != nil {
-				cancel(err)
-				return
-			}
-			d := time.Since(t0)
-			mu.Lock()
-			wallConv = append(wallConv, d.Seconds())
-			conv = append(conv, modelled.Seconds())
-			if len(seen) > 1 {
-				moved++
-			}
-			moveTurns = append(moveTurns, moves...)
-			mu.Unlock()
+			run.session(s)
 		}()
 	}
 	wg.Wait()
@@ -327,23 +234,163 @@ func RunAgentic(ctx context.Context, cfg Config) (Result, error) {
 	if err := context.Cause(ctx); err != nil {
 		return res, err
 	}
-	res.Requests, res.Generated, res.PerReplica, res.Moved = requests, gen, perRep, moved
-	slices.Sort(moveTurns)
-	res.MoveTurns = moveTurns
+	res.Requests, res.Generated, res.PerReplica, res.Moved = run.requests, run.gen, run.perRep, run.moved
+	slices.Sort(run.moveTurns)
+	res.MoveTurns = run.moveTurns
 	select {
 	case err := <-f.errs: // a server that stopped serving mid-run
 		return res, err
 	default:
 	}
+	if err := engineFigures(ctx, client, f, &res); err != nil {
+		return res, err
+	}
+	scale := cfg.TimeScale
+	if scale == 0 {
+		scale = 1
+	}
+	conv, wallConv := run.conv, run.wallConv
+	res.Conv50, res.Conv90, res.ConvMax = percentile(conv, 0.5), percentile(conv, 0.9), percentile(conv, 1)
+	res.WallConv50, res.WallConv90, res.WallConvMax = percentile(wallConv, 0.5)/scale, percentile(wallConv, 0.9)/scale, percentile(wallConv, 1)/scale
+	res.Derive()
+	res.ThroughputWall = float64(run.gen) / (res.Wall.Seconds() / scale)
+	res.Outcomes = routerOutcomes(f)
+	return res, nil
+}
 
-	// Engine-side figures: modelled clocks, and /metrics over HTTP.
+// engineConfigs is each replica's engine config: modelled time at cfg's
+// scale and latency, a KV cache of cacheBlocks.
+func engineConfigs(cfg Config, cacheBlocks int) []engine.Config {
+	ecfgs := make([]engine.Config, cfg.Replicas)
+	for i := range ecfgs {
+		c := engine.DefaultConfig()
+		c.MaxModelLen = 0 // the model's MaxSeqLen, sized below
+		c.Seed = uint64(i)
+		c.TimeScale = cfg.TimeScale
+		c.Latency = cfg.Latency
+		c.Latency.CacheBlocks = cacheBlocks
+		ecfgs[i] = c
+	}
+	return ecfgs
+}
+
+// agenticProxyConfig is the router's config for cfg (setting res.Rule when
+// versions are published).
+func agenticProxyConfig(cfg Config, res *Result) proxy.Config {
+	pc := proxy.DefaultConfig()
+	if cfg.HAProxy == nil { // else the router is started but idle: HAProxy fronts the engines
+		pc.Policy.Policy = cfg.Policy
+	}
+	if cfg.LoadFactor > 0 {
+		pc.Policy.LoadFactor = cfg.LoadFactor
+	}
+	if cfg.PrefixBytes > 0 {
+		pc.PrefixBytes = cfg.PrefixBytes
+	}
+	if cfg.Publish != nil {
+		applyPublish(&pc, cfg.Publish)
+		res.Rule = cfg.Publish.VersionRule
+	}
+	// The router's view of the engines ages in modelled time: scale the
+	// scrape period and the freshness limit like every other duration.
+	if cfg.TimeScale > 0 {
+		pc.MetricsInterval = max(20*time.Millisecond, time.Duration(float64(pc.MetricsInterval)*cfg.TimeScale))
+		pc.Policy.MetricsMaxAge = max(50*time.Millisecond, time.Duration(float64(pc.Policy.MetricsMaxAge)*cfg.TimeScale))
+	}
+	return pc
+}
+
+// agenticRun is one RunAgentic's sessions and what they measured (under
+// mu); a failed request cancels ctx with its cause.
+type agenticRun struct {
+	cfg    Config
+	f      *fleet
+	client *http.Client
+	index  map[string]int // replica name → index
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	mu        sync.Mutex
+	conv      []float64
+	wallConv  []float64
+	perRep    []int
+	requests  int
+	gen       int64
+	moved     int
+	moveTurns []int
+}
+
+// session drives s to its end, then finishes it, and records its
+// latencies and replica moves.
+func (a *agenticRun) session(s *workload.Session) {
+	ctx, f := a.ctx, a.f
+	t0 := time.Now()
+	seen := map[int]bool{}
+	last := -1
+	var moves []int
+	var modelled time.Duration
+	before := make([]time.Duration, len(f.engines))
+	tr := s.Start()
+	for {
+		prompt, maxTok, pause, ok := tr.Next()
+		if !ok {
+			break
+		}
+		if pause > 0 && !sleepCtx(ctx, time.Duration(float64(pause)*a.cfg.TimeScale)) {
+			return
+		}
+		modelled += pause
+		for j, e := range f.engines {
+			before[j] = e.Stats().Now
+		}
+		r, err := complete(ctx, a.client, f.url, s.ID, prompt, maxTok)
+		if err != nil {
+			a.cancel(fmt.Errorf("routerbench: %s turn %d: %w", s.ID, tr.Turn(), err))
+			return
+		}
+		tr.Reply(r.tokens)
+		rep, known := a.index[r.replica]
+		if !known {
+			a.cancel(fmt.Errorf("routerbench: %s: response from unknown replica %q", s.ID, r.replica))
+			return
+		}
+		seen[rep] = true
+		if last >= 0 && rep != last {
+			moves = append(moves, tr.Turn()-1)
+		}
+		last = rep
+		modelled += f.engines[rep].Stats().Now - before[rep]
+		a.mu.Lock()
+		a.perRep[rep]++
+		a.requests++
+		a.gen += int64(r.completion)
+		a.mu.Unlock()
+	}
+	if err := finish(ctx, a.client, f.url, s.ID); err != nil {
+		a.cancel(err)
+		return
+	}
+	d := time.Since(t0)
+	a.mu.Lock()
+	a.wallConv = append(a.wallConv, d.Seconds())
+	a.conv = append(a.conv, modelled.Seconds())
+	if len(seen) > 1 {
+		a.moved++
+	}
+	a.moveTurns = append(a.moveTurns, moves...)
+	a.mu.Unlock()
+}
+
+// engineFigures reads the engines' modelled clocks and, over HTTP, their
+// prefix-cache, preemption and time-to-first-token metrics into res.
+func engineFigures(ctx context.Context, client *http.Client, f *fleet, res *Result) error {
 	var hits, queries float64
 	ttft := map[string]float64{}
 	for i, e := range f.engines {
 		res.Modelled = max(res.Modelled, e.Stats().Now)
 		ss, err := scrape(ctx, client, f.urls[i], engineMetrics)
 		if err != nil {
-			return res, err
+			return err
 		}
 		for _, s := range ss {
 			switch s.name {
@@ -365,35 +412,34 @@ func RunAgentic(ctx context.Context, cfg Config) (Result, error) {
 	for le, n := range ttft {
 		v, err := strconv.ParseFloat(le, 64)
 		if err != nil {
-			return res, fmt.Errorf("routerbench: ttft bucket le=%q: %w", le, err)
+			return fmt.Errorf("routerbench: ttft bucket le=%q: %w", le, err)
 		}
 		bs = append(bs, bucket{le: v, count: n})
 	}
 	res.TTFT50, res.TTFT90, res.TTFT99 = histogramQuantile(0.5, bs), histogramQuantile(0.9, bs), histogramQuantile(0.99, bs)
-	scale := cfg.TimeScale
-	if scale == 0 {
-		scale = 1
+	return nil
+}
+
+// routerOutcomes counts the router's decisions by outcome.
+func routerOutcomes(f *fleet) map[string]float64 {
+	out := map[string]float64{}
+	mfs, err := f.reg.Gather()
+	if err != nil {
+		return out
 	}
-	res.Conv50, res.Conv90, res.ConvMax = percentile(conv, 0.5), percentile(conv, 0.9), percentile(conv, 1)
-	res.WallConv50, res.WallConv90, res.WallConvMax = percentile(wallConv, 0.5)/scale, percentile(wallConv, 0.9)/scale, percentile(wallConv, 1)/scale
-	res.Derive()
-	res.ThroughputWall = float64(gen) / (res.Wall.Seconds() / scale)
-	res.Outcomes = map[string]float64{}
-	if mfs, err := f.reg.Gather(); err == nil {
-		for _, mf := range mfs {
-			if mf.GetName() != "asyncrl_router_decisions_total" {
-				continue
-			}
-			for _, m := range mf.GetMetric() {
-				for _, l := range m.GetLabel() {
-					if l.GetName() == "outcome" {
-						res.Outcomes[l.GetValue()] = m.GetCounter().GetValue()
-					}
+	for _, mf := range mfs {
+		if mf.GetName() != "asyncrl_router_decisions_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "outcome" {
+					out[l.GetValue()] = m.GetCounter().GetValue()
 				}
 			}
 		}
 	}
-	return res, nil
+	return out
 }
 
 // Derive computes the throughputs from the measured fields (also for

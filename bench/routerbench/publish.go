@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/asyncrl/asyncrl/actors/publisher"
-	"github.com/asyncrl/asyncrl/actors/publisher/shell"
+	"github.com/asyncrl/asyncrl/actors/publisher/tracker"
 	"github.com/asyncrl/asyncrl/actors/router/policy"
 	"github.com/asyncrl/asyncrl/actors/router/proxy"
 	"github.com/asyncrl/asyncrl/engine"
@@ -21,7 +21,7 @@ import (
 // fetches and loads on its own). An ack loads the version into the engine
 // (engine.SetModel, which resets its prefix cache, as a weight update
 // does in vLLM) and goes through the real publisher shell
-// (actors/publisher/shell), which tells the router the engine's version
+// (actors/publisher), which tells the router the engine's version
 // and raises its hard minimum (MinVersionSet) exactly as in a run.
 type PublishConfig struct {
 	// Every is the modelled time between two publishes (× TimeScale in
@@ -60,7 +60,7 @@ func (s routerSink) SetMinVersion(v int64) error {
 // loads versions into the engines itself, at the staggered ack times.
 type noDispatch struct{}
 
-func (noDispatch) Dispatch(publisher.Command) {}
+func (noDispatch) Dispatch(tracker.Command) {}
 
 // applyPublish sets the router's version rule for p.
 func applyPublish(pc *proxy.Config, p *PublishConfig) {
@@ -88,9 +88,9 @@ func runPublisher(ctx context.Context, p *PublishConfig, scale float64, f *fleet
 	if time.Duration(n-1)*p.Stagger >= p.Every {
 		return 0, fmt.Errorf("routerbench: (replicas − 1) × Stagger %v must be < Every %v", p.Stagger, p.Every)
 	}
-	tc := publisher.DefaultConfig()
+	tc := tracker.DefaultConfig()
 	tc.MaxLag = trackerLag(p)
-	sh, err := shell.New(shell.Config{Tracker: tc, RunID: "routerbench", Sender: "routerbench"}, nil, routerSink{f.router}, noDispatch{})
+	sh, err := publisher.New(publisher.Config{Tracker: tc, RunID: "routerbench", Sender: "routerbench"}, nil, routerSink{f.router}, noDispatch{})
 	if err != nil {
 		return 0, err
 	}
@@ -109,7 +109,7 @@ func runPublisher(ctx context.Context, p *PublishConfig, scale float64, f *fleet
 			return acked, nil
 		}
 		done := make(chan error, 1)
-		go func() { done <- sh.Publish(ctx, publisher.VersionInfo{Version: v, DeltaBytes: 1}) }()
+		go func() { done <- sh.Publish(ctx, tracker.VersionInfo{Version: v, DeltaBytes: 1}) }()
 		// Publish waits for the first ack: start acking once the version
 		// is registered (a receiver's Fetching is refused before).
 		order := rng.Perm(n)

@@ -16,6 +16,7 @@ import (
 	"github.com/asyncrl/asyncrl/actors"
 	"github.com/asyncrl/asyncrl/actors/controller"
 	"github.com/asyncrl/asyncrl/actors/filter"
+	"github.com/asyncrl/asyncrl/actors/publisher"
 	"github.com/asyncrl/asyncrl/actors/rollout"
 	"github.com/asyncrl/asyncrl/actors/router/proxy"
 	"github.com/asyncrl/asyncrl/actors/sampling"
@@ -63,15 +64,15 @@ type noopStepper struct {
 }
 
 func (s *noopStepper) Version() int64 { return s.v.Load() }
-func (s *noopStepper) Step(context.Context, trainer.Prepared) (policy.StepStats, trainer.Weights, error) {
+func (s *noopStepper) Step(context.Context, trainer.Prepared) (policy.StepStats, publisher.Weights, error) {
 	s.v.Add(1)
-	return policy.StepStats{}, trainer.InMemory(s.m), nil
+	return policy.StepStats{}, publisher.InMemory(s.m), nil
 }
 
 // noopPublisher publishes nothing (the engines keep version 0).
 type noopPublisher struct{}
 
-func (noopPublisher) Publish(context.Context, trainer.Weights, int64) error { return nil }
+func (noopPublisher) Publish(context.Context, publisher.Weights, int64) error { return nil }
 
 type startKey struct{}
 

@@ -167,39 +167,15 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		return Result{}, err
 	}
 	defer stopEngine()
-	bopts := natsbus.DefaultOptions()
-	bopts.StoreDir = o.Dir
-	bus, err := natsbus.Connect(ctx, bopts)
+	srv, addr, stopServer, err := startServer(ctx, o, engURL)
 	if err != nil {
 		return Result{}, err
 	}
-	defer bus.Close()
-	base, err := policy.New(policy.DefaultConfig(), 1)
-	if err != nil {
-		return Result{}, err
-	}
-	tc := config.DefaultTinker()
-	tc.SampleQueue = max(o.N, 1024)
-	tc.SampleConcurrency = o.EngineConcurrency
-	tc.MaxPendingPerSession = max(o.N, 1024)
-	tc.LongPoll = 5 * time.Second
-	srv, err := server.New(ctx, server.Config{Tinker: tc, BaseModel: "asyncrl-policy", Backend: server.GoBackend(base),
-		EngineURLs: []string{engURL}, DataDir: o.Dir, NATS: bus.Conn(), Log: zerolog.Nop()})
-	if err != nil {
-		return Result{}, err
-	}
-	defer srv.Close()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return Result{}, err
-	}
-	hs := &http.Server{Handler: srv.Handler()}
-	go func() { _ = hs.Serve(ln) }()
-	defer hs.Close()
+	defer stopServer()
 
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxConnsPerHost, tr.MaxIdleConnsPerHost = o.Conns, o.Conns
-	c := &client.Client{BaseURL: "http://" + ln.Addr().String(), HTTP: &http.Client{Transport: tr}}
+	c := &client.Client{BaseURL: "http://" + addr, HTTP: &http.Client{Transport: tr}}
 	sess, err := c.CreateSession(ctx)
 	if err != nil {
 		return Result{}, err
@@ -214,95 +190,26 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		res.Mode = "protobuf"
 	}
 	heap0 := heapMB()
-	var requests atomic.Int64
-	var errs atomic.Int64
-	var firstErr atomic.Value
-	noteErr := func(err error) {
-		errs.Add(1)
-		firstErr.CompareAndSwap(nil, err.Error())
-	}
+	l := &loadRun{ctx: ctx, c: c, o: o, ids: make([]string, o.N), lat: make([][]time.Duration, o.Conns)}
 
 	// Phase 1: submit every sample; the futures answer at once.
-	ids := make([]string, o.N)
 	start := time.Now()
-	var wg sync.WaitGroup
-	next := atomic.Int64{}
-	prompt := []int32{1, 5, 6, 7, 8}
-	for range o.Conns {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= o.N {
-					return
-				}
-				id, err := c.ASample(ctx, client.SampleRequest(sampler, int64(i), prompt, 1, o.Tokens, 1))
-				requests.Add(1)
-				if err != nil {
-					noteErr(err)
-					continue
-				}
-				ids[i] = id
-			}
-		}()
-	}
-	var peakRSS, peakHeap float64
-	wg.Wait()
+	l.submit(sampler)
 	res.SubmitSeconds = time.Since(start).Seconds()
 	// Every future is in flight now: the engine holds its first
 	// engine-concurrency requests until released, the rest are queued.
 	runtime.GC()
 	res.PeakPending = srv.PendingFutures()
-	peakRSS, peakHeap = rssMB(), heapMB()
+	peakRSS, peakHeap := rssMB(), heapMB()
 	release()
 
 	// Phase 2: long-poll every future to its result.
-	lat := make([][]time.Duration, o.Conns)
-	var tryAgain atomic.Int64
-	var got atomic.Int64
-	next.Store(0)
-	for w := range o.Conns {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= o.N {
-					return
-				}
-				if ids[i] == "" {
-					continue
-				}
-				for {
-					t0 := time.Now()
-					out, done, err := poll(ctx, c, ids[i], o.Protobuf)
-					lat[w] = append(lat[w], time.Since(t0))
-					requests.Add(1)
-					if err != nil {
-						noteErr(err)
-						break
-					}
-					if !done {
-						tryAgain.Add(1)
-						continue
-					}
-					if len(out.Sequences) != 1 || len(out.Sequences[0].Tokens) != o.Tokens || len(out.Sequences[0].Logprobs) != o.Tokens {
-						noteErr(fmt.Errorf("future %s: bad result %+v", ids[i], out))
-						break
-					}
-					got.Add(1)
-					break
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	l.retrieve()
 	res.TotalSeconds = time.Since(start).Seconds()
-	res.Errors = int(errs.Load())
-	res.Lost = o.N - int(got.Load())
-	res.TryAgain = int(tryAgain.Load())
-	res.Requests = requests.Load()
+	res.Errors = int(l.errs.Load())
+	res.Lost = o.N - int(l.got.Load())
+	res.TryAgain = int(l.tryAgain.Load())
+	res.Requests = l.requests.Load()
 	res.RequestsPerSec = float64(res.Requests) / res.TotalSeconds
 	res.RSSPeakMB = peakRSS
 	if res.PeakPending > 0 {
@@ -310,16 +217,155 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		res.HeapPerInFlightKB = (peakHeap - heap0) * 1024 / float64(res.PeakPending)
 	}
 	var all []time.Duration
-	for _, l := range lat {
-		all = append(all, l...)
+	for _, lw := range l.lat {
+		all = append(all, lw...)
 	}
 	slices.Sort(all)
 	if len(all) > 0 {
 		res.RetrieveP50ms = float64(all[len(all)/2]) / 1e6
 		res.RetrieveP99 = float64(all[len(all)*99/100]) / 1e6
 	}
-	if e, ok := firstErr.Load().(string); ok {
+	if e, ok := l.firstErr.Load().(string); ok {
 		return res, errors.New("first error: " + e)
 	}
 	return res, nil
+}
+
+// startServer starts an embedded NATS bus and a Tinker server on the
+// built-in policy in front of the engine at engURL, serving HTTP on a
+// loopback port; stop closes the HTTP server, the Tinker server and the
+// bus, in that order.
+func startServer(ctx context.Context, o Options, engURL string) (srv *server.Server, addr string, stop func(), err error) {
+	bopts := natsbus.DefaultOptions()
+	bopts.StoreDir = o.Dir
+	bus, err := natsbus.Connect(ctx, bopts)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	base, err := policy.New(policy.DefaultConfig(), 1)
+	if err != nil {
+		bus.Close()
+		return nil, "", nil, err
+	}
+	tc := config.DefaultTinker()
+	tc.SampleQueue = max(o.N, 1024)
+	tc.SampleConcurrency = o.EngineConcurrency
+	tc.MaxPendingPerSession = max(o.N, 1024)
+	tc.LongPoll = 5 * time.Second
+	srv, err = server.New(ctx, server.Config{Tinker: tc, BaseModel: "asyncrl-policy", Backend: server.GoBackend(base),
+		EngineURLs: []string{engURL}, DataDir: o.Dir, NATS: bus.Conn(), Log: zerolog.Nop()})
+	if err != nil {
+		bus.Close()
+		return nil, "", nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		srv.Close()
+		bus.Close()
+		return nil, "", nil, err
+	}
+	hs := &http.Server{Handler: srv.Handler()}
+	go func() { _ = hs.Serve(ln) }()
+	return srv, ln.Addr().String(), func() {
+		hs.Close()
+		srv.Close()
+		bus.Close()
+	}, nil
+}
+
+// loadRun is one Run's clients' shared state: the futures' ids, the
+// per-worker retrieve latencies, and the counters.
+type loadRun struct {
+	ctx context.Context
+	c   *client.Client
+	o   Options
+
+	ids      []string
+	lat      [][]time.Duration
+	next     atomic.Int64
+	requests atomic.Int64
+	errs     atomic.Int64
+	firstErr atomic.Value
+	tryAgain atomic.Int64
+	got      atomic.Int64
+}
+
+func (l *loadRun) noteErr(err error) {
+	l.errs.Add(1)
+	l.firstErr.CompareAndSwap(nil, err.Error())
+}
+
+// submit submits every sample over o.Conns workers, keeping each future's
+// id.
+func (l *loadRun) submit(sampler string) {
+	var wg sync.WaitGroup
+	prompt := []int32{1, 5, 6, 7, 8}
+	for range l.o.Conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(l.next.Add(1) - 1)
+				if i >= l.o.N {
+					return
+				}
+				id, err := l.c.ASample(l.ctx, client.SampleRequest(sampler, int64(i), prompt, 1, l.o.Tokens, 1))
+				l.requests.Add(1)
+				if err != nil {
+					l.noteErr(err)
+					continue
+				}
+				l.ids[i] = id
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// retrieve long-polls every future to its result over o.Conns workers.
+func (l *loadRun) retrieve() {
+	var wg sync.WaitGroup
+	l.next.Store(0)
+	for w := range l.o.Conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(l.next.Add(1) - 1)
+				if i >= l.o.N {
+					return
+				}
+				if l.ids[i] != "" {
+					l.pollFuture(w, i)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// pollFuture polls future i until it answers (or fails), timing each poll
+// in worker w's latencies.
+func (l *loadRun) pollFuture(w, i int) {
+	o := l.o
+	for {
+		t0 := time.Now()
+		out, done, err := poll(l.ctx, l.c, l.ids[i], o.Protobuf)
+		l.lat[w] = append(l.lat[w], time.Since(t0))
+		l.requests.Add(1)
+		if err != nil {
+			l.noteErr(err)
+			return
+		}
+		if !done {
+			l.tryAgain.Add(1)
+			continue
+		}
+		if len(out.Sequences) != 1 || len(out.Sequences[0].Tokens) != o.Tokens || len(out.Sequences[0].Logprobs) != o.Tokens {
+			l.noteErr(fmt.Errorf("future %s: bad result %+v", l.ids[i], out))
+			return
+		}
+		l.got.Add(1)
+		return
+	}
 }

@@ -66,22 +66,41 @@ type Row struct {
 }
 
 // every node: its name claim (KV), its leave notice, the JetStream API
-// (stream/consumer info, KV and object reads, consumers), flow-control
-// answers of ordered consumers.
-var common = []string{
-	"$JS.API.>",
+// calls that read (jsRead), flow-control answers of ordered consumers.
+var common = append(slices.Clone(jsRead),
 	"$JS.FC.>",
 	"$KV.asyncrl_names.>",
 	anyRun.Leaving,
+)
+
+// jsRead is the JetStream API a node outside the pipeline calls: account,
+// stream and message reads (KV gets, object-store metadata), consumers
+// (KV watches, object-store reads, the rollouts' prompt consumers: an
+// ordered consumer creates and deletes itself), and the one stream every
+// node creates, the name-claims bucket (KV_asyncrl_names; whoever starts
+// first makes it). Stream creation, update and deletion of anything else
+// is not listed, so the server refuses it: the run's streams (ledger,
+// trajectory buffer, prompts, weight buckets, leases) belong to the
+// pipeline holder. A NATS stream name is one subject token, so these are
+// exact names or '*' over every stream, never a name prefix.
+var jsRead = []string{
+	"$JS.API.INFO",
+	"$JS.API.STREAM.INFO.*",
+	"$JS.API.STREAM.NAMES",
+	"$JS.API.STREAM.LIST",
+	"$JS.API.STREAM.MSG.GET.*",
+	"$JS.API.DIRECT.GET.>",
+	"$JS.API.CONSUMER.>",
+	"$JS.API.STREAM.CREATE.KV_asyncrl_names",
 }
 
-// the JetStream API calls that destroy or reshape streams: only the
-// pipeline holder (which owns the run's streams and buckets) may make
-// them. Updating a stream stays allowed: natsbus.Stream creates or
-// updates (a rollout node makes sure its term's group stream exists).
-// Deleting a consumer stays allowed: an object-store read's ordered
-// consumer deletes itself when done, and NATS subjects cannot tell its
-// stream (OBJ_<bucket>, one token) from another by prefix.
+// the JetStream API calls that destroy or reshape streams or the
+// cluster: only the pipeline holder (which owns the run's streams and
+// buckets) may make them. jsRead does not allow them either; the deny
+// keeps them refused should an allow pattern ever grow to cover them.
+// Deleting a consumer stays allowed (jsRead): an object-store read's
+// ordered consumer deletes itself when done, and NATS subjects cannot tell
+// its stream (OBJ_<bucket>, one token) from another by prefix.
 var destructive = []string{
 	"$JS.API.STREAM.DELETE.>",
 	"$JS.API.STREAM.PURGE.>",
@@ -101,23 +120,25 @@ func Table() []Row {
 		{Kind: Pipeline, Roles: []string{placement.All, placement.Trainer, placement.Router, placement.Filter, placement.Controller, placement.Publisher},
 			Publish:   []string{transport.RootWildcard, "$JS.>", "$KV.>", "$O.>", "_INBOX.>"},
 			Subscribe: []string{">"},
-			Why:       "the lease holder runs the whole pipeline: every run subject, the run's streams, leases, ledger, checkpoints and weight buckets"},
+			Why:       "the lease holder runs the whole pipeline: every run subject, the run's streams (it creates and deletes them), leases, ledger, checkpoints and weight buckets"},
 		{Kind: EngineHost, Roles: []string{placement.Engine},
 			Publish: append(slices.Clone(common),
 				anyRun.EngineKindAll(transport.EngineHealth), anyRun.EngineKindAll(transport.EngineLoad), anyRun.EngineKindAll(transport.EngineAck)),
 			Deny: destructive, Subscribe: subscribeAll,
-			Why: "engine reports (health, load, version acks); weights read through the JetStream API; LoadWeights answered as a reply"},
+			Why: "engine reports (health, load, version acks); weights read through the JetStream API (no stream created but the name claims); LoadWeights answered as a reply"},
 		{Kind: RolloutHost, Roles: []string{placement.Rollout},
 			Publish: append(slices.Clone(common),
 				anyRun.Trajectories, anyRun.Aborted, anyRun.RolloutStatusAll, "$JS.ACK.>"),
 			Deny: destructive, Subscribe: subscribeAll,
-			Why: "finished groups and aborted episodes, rollout status, prompt acks"},
+			Why: "finished groups and aborted episodes, rollout status, prompt acks; it binds the term's trajectory buffer, which the holder made"},
 		{Kind: BusOnly, Roles: []string{placement.Bus},
 			Publish: slices.Clone(common), Deny: destructive, Subscribe: subscribeAll,
 			Why: "its name claim and leave notice only"},
 		{Kind: TinkerAPI, Roles: []string{placement.Tinker},
-			Publish: append(slices.Clone(common), "$KV.asyncrl_tinker_futures.>"), Deny: destructive, Subscribe: subscribeAll,
-			Why: "training futures in the asyncrl_tinker_futures bucket; sampling goes to the engines over HTTP"},
+			Publish: append(slices.Clone(common), "$KV.asyncrl_tinker_futures.>",
+				"$JS.API.STREAM.CREATE.KV_asyncrl_tinker_futures", "$JS.API.STREAM.UPDATE.KV_asyncrl_tinker_futures"),
+			Deny: destructive, Subscribe: subscribeAll,
+			Why: "training futures in the asyncrl_tinker_futures bucket (it creates that one); sampling goes to the engines over HTTP"},
 	}
 }
 

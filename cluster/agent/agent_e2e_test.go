@@ -190,24 +190,13 @@ func pickHolder(t *testing.T, trainers []*proc, minSteps int) (holder, standby *
 	return holder, standby, hname, sname
 }
 
-var ledgerLineRe = regexp.MustCompile(`ledger prompts (\d+) trained (\d+) filtered (\d+) requeued (\d+) in_flight (\d+) refused (\d+)`)
-
 // checkLedgerLine: the finishing node's ledger line shows every prompt
 // trained once, filtered or requeued: B per step, none in flight, none
-// refused.
+// refused (clustertest.CheckLedgerLine).
 func checkLedgerLine(t *testing.T, out string, steps int) {
 	t.Helper()
-	led := ledgerLineRe.FindStringSubmatch(out)
-	if led == nil {
-		t.Fatalf("no ledger line:\n%s", out)
-	}
-	b := config.Default().Trainer.MiniBatchSize
-	total, _ := strconv.Atoi(led[1])
-	trained, _ := strconv.Atoi(led[2])
-	filtered, _ := strconv.Atoi(led[3])
-	requeued, _ := strconv.Atoi(led[4])
-	if trained != steps*b || led[5] != "0" || led[6] != "0" || trained+filtered+requeued != total {
-		t.Errorf("final ledger %s; want %d trained (B=%d per step, none twice), none in flight, none refused", led[0], steps*b, b)
+	if err := clustertest.CheckLedgerLine(out, steps, config.Default().Trainer.MiniBatchSize); err != nil {
+		t.Error(err)
 	}
 }
 

@@ -72,7 +72,7 @@ func Start(ctx context.Context, cfg Config) (a *Agent, err error) {
 		return a, err
 	}
 	if cfg.has(placement.Rollout) {
-		if a.rollouts, err = startRolloutHost(cfg.Run, cfg.Name, cfg.Replicas, a.bus, a.log, a.event); err != nil {
+		if a.rollouts, err = startRolloutHost(cfg.Run, cfg.Name, a.bus, a.log, a.event); err != nil {
 			return a, err
 		}
 	}

@@ -22,23 +22,7 @@ import (
 	"github.com/asyncrl/asyncrl/internal/trainertest"
 	"github.com/asyncrl/asyncrl/policy"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
-	"github.com/asyncrl/asyncrl/weights/safetensors"
 )
-
-// servingBytes is m's BF16 serving weights, tensor by tensor.
-func servingBytes(t testing.TB, m *policy.Model) map[string][]byte {
-	t.Helper()
-	dir := t.TempDir()
-	if err := m.SaveServing(dir); err != nil {
-		t.Fatal(err)
-	}
-	ck, err := safetensors.OpenDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ck.Close()
-	return trainertest.Tensors(t, ck)
-}
 
 // testCkptStore is run "ck"'s checkpoint store on an embedded bus.
 func testCkptStore(t *testing.T) (*ckpt.Store, *natsbus.Bus) {
@@ -165,8 +149,8 @@ func TestAgentTakeoverRestoresCheckpointedWeights(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n1Serving, n2Serving := servingBytes(t, n1At.serving), servingBytes(t, n2Next.serving)
-	if !trainertest.Same(servingBytes(t, base), n1Serving) {
+	n1Serving, n2Serving := trainertest.ServingBytes(t, n1At.serving), trainertest.ServingBytes(t, n2Next.serving)
+	if !trainertest.Same(trainertest.ServingBytes(t, base), n1Serving) {
 		t.Fatalf("n2's version 0 is not n1's serving copy at durable version %d", stopped)
 	}
 	seed, err := policy.New(policy.DefaultConfig(), uint64(tcfg.Run.Seed))
@@ -174,10 +158,10 @@ func TestAgentTakeoverRestoresCheckpointedWeights(t *testing.T) {
 		t.Fatal(err)
 	}
 	seed.RoundBF16()
-	if trainertest.Same(servingBytes(t, seed), n1Serving) {
+	if trainertest.Same(trainertest.ServingBytes(t, seed), n1Serving) {
 		t.Fatal("n1's weights never left the seed's: the comparison above proves nothing")
 	}
-	if trainertest.Same(n2Serving, servingBytes(t, seed)) {
+	if trainertest.Same(n2Serving, trainertest.ServingBytes(t, seed)) {
 		t.Fatal("n2's first version is the seed's initial weights")
 	}
 	// The optimiser state came along: n2's first step is optimiser step

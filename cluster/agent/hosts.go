@@ -29,12 +29,12 @@ func startEngineHost(cfg config.Config, name string, bus *natsbus.Bus, log zerol
 
 // startRolloutHost starts following the holder's terms with rollout
 // actors of cfg's task (the rollout role, cluster/rollouthost).
-func startRolloutHost(cfg config.Config, name string, replicas int, bus *natsbus.Bus, log zerolog.Logger, event func(string, ...any)) (*rollouthost.Host, error) {
+func startRolloutHost(cfg config.Config, name string, bus *natsbus.Bus, log zerolog.Logger, event func(string, ...any)) (*rollouthost.Host, error) {
 	task, err := node.BuildTask(cfg)
 	if err != nil {
 		return nil, err
 	}
-	h, err := rollouthost.Start(rollouthost.Config{Run: cfg, Task: task, Node: name, Replicas: replicas, Bus: bus,
+	h, err := rollouthost.Start(rollouthost.Config{Run: cfg, Task: task, Node: name, Bus: bus,
 		Logger: log, Event: event})
 	if err != nil {
 		return nil, err

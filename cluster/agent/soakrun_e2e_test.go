@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/asyncrl/asyncrl/cluster/internal/clustertest"
 	"github.com/asyncrl/asyncrl/cluster/ledger"
 	"github.com/asyncrl/asyncrl/cluster/term"
 	"github.com/asyncrl/asyncrl/cluster/termwatch"
@@ -440,7 +441,7 @@ func (r *soakRun) finish(b int) {
 		return
 	}
 	fin := r.finished()
-	m := ledgerLineRe.FindStringSubmatch(fin.out.String())
+	m := clustertest.LedgerLine.FindStringSubmatch(fin.out.String())
 	r.res.ledgerLine = m[0]
 	n := func(i int) int { v, _ := strconv.Atoi(m[i]); return v }
 	if n(2) != r.plan.steps*b || n(5) != 0 || n(2)+n(3)+n(4) != n(1) {

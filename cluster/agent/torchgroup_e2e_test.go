@@ -171,7 +171,7 @@ func torchChaosRun(t *testing.T, c *e2eCluster, m torchKill) {
 	var fin *proc
 	clustertest.WaitFor(t, 6*time.Minute, "a node to finish the run", func() bool {
 		for _, p := range survivors {
-			if countKind(p.records(t), term.RunComplete) > 0 && ledgerLineRe.MatchString(p.out.String()) {
+			if countKind(p.records(t), term.RunComplete) > 0 && clustertest.LedgerLine.MatchString(p.out.String()) {
 				fin = p
 				return true
 			}

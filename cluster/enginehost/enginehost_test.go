@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,40 +23,6 @@ import (
 	"github.com/asyncrl/asyncrl/weights/safetensors"
 	"github.com/asyncrl/asyncrl/weights/store"
 )
-
-// ackLog collects the versions engines acked on a term's subjects.
-type ackLog struct {
-	mu   sync.Mutex
-	acks []messages.EngineVersionAck
-}
-
-func (l *ackLog) on(m *transport.Msg) {
-	a, err := messages.DecodeAs[messages.EngineVersionAck](m.Data)
-	if err != nil {
-		return
-	}
-	l.mu.Lock()
-	l.acks = append(l.acks, a)
-	l.mu.Unlock()
-}
-
-// acked reports whether engine acked version on term.
-func (l *ackLog) acked(term, engine string, version int64) bool {
-	return l.count(term, engine, version) > 0
-}
-
-// count is how many times engine acked version on term.
-func (l *ackLog) count(term, engine string, version int64) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := 0
-	for _, a := range l.acks {
-		if a.RunID == term && a.Engine == engine && a.Version == version {
-			n++
-		}
-	}
-	return n
-}
 
 // An engine host whose engine failed a version (the term's bucket held
 // the base but not yet the delta: a replica's read lagging the write, or
@@ -107,12 +72,12 @@ func TestEngineHostRetriesFailedVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var acks ackLog
+	var acks clustertest.AckLog
 	ackSubj, err := transport.MustPlan(term).Engine(engineName, transport.EngineAck)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ackSub, err := bus.Subscribe(ackSubj, acks.on)
+	ackSub, err := bus.Subscribe(ackSubj, acks.On)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +125,7 @@ func TestEngineHostRetriesFailedVersion(t *testing.T) {
 	if !strings.Contains(events.String(), "engines follow term "+term) {
 		t.Fatalf("the host did not follow term %s:\n%s", term, events.String())
 	}
-	if acks.acked(term, engineName, 1) {
+	if acks.Acked(term, engineName, 1) {
 		t.Fatal("version 1 acked before its delta was published")
 	}
 
@@ -187,7 +152,7 @@ func TestEngineHostRetriesFailedVersion(t *testing.T) {
 	}
 	load(1)
 	clustertest.WaitFor(t, 15*time.Second, "the engine to ack version 1 after the resend", func() bool {
-		return acks.acked(term, engineName, 1)
+		return acks.Acked(term, engineName, 1)
 	})
 	le := h.Current()[0]
 	if v := le.E.Stats().Version; v != 1 {
@@ -203,7 +168,7 @@ func TestEngineHostRetriesFailedVersion(t *testing.T) {
 	// version), so the host acks again instead of ignoring it.
 	load(1)
 	clustertest.WaitFor(t, 15*time.Second, "the engine to ack version 1 again", func() bool {
-		return acks.count(term, engineName, 1) >= 2
+		return acks.Count(term, engineName, 1) >= 2
 	})
 }
 

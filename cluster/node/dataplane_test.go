@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/asyncrl/asyncrl/actors/publisher/shell"
+	"github.com/asyncrl/asyncrl/actors/publisher"
 	"github.com/asyncrl/asyncrl/cluster/weightsync"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/internal/wiring"
@@ -52,7 +52,7 @@ func TestDataPlaneSync(t *testing.T) {
 // checksums were taken; every engine's agent refuses them, so no engine
 // loads or serves version 2, each stays at version 1, and the trainer's
 // publish of version 2 fails as for any version no engine can load
-// (shell.ErrNoEngine), instead of serving damaged weights.
+// (publisher.ErrNoEngine), instead of serving damaged weights.
 func TestDataPlaneRefusesCorruptRange(t *testing.T) {
 	cfg := smallConfig(t, 2)
 	cfg.Publisher.Transport = config.TransportDataPlane
@@ -79,8 +79,8 @@ func TestDataPlaneRefusesCorruptRange(t *testing.T) {
 	}
 	_, err = n.Wait(ctx)
 	n.Stop()
-	if !errors.Is(err, shell.ErrNoEngine) {
-		t.Fatalf("wait: %v, want the publish of version 2 refused (shell.ErrNoEngine)", err)
+	if !errors.Is(err, publisher.ErrNoEngine) {
+		t.Fatalf("wait: %v, want the publish of version 2 refused (publisher.ErrNoEngine)", err)
 	}
 	s := n.Summary(false, nil)
 	for i, v := range s.EngineVersions {

@@ -22,7 +22,7 @@
 // previous version into publisher.store (a local dir
 // <sync_dir>/<run.id>, the bus's JetStream object store, or S3; emptied at
 // start, since a run starts from version 0) and hands the version to the
-// publisher shell (actors/publisher/shell over the version Tracker). One
+// publisher shell (actors/publisher over the version Tracker). One
 // agent per engine drives a weights/receiver with its own mutable copy
 // under <data_dir>/receivers/<run.id>/<engine>: fetch and apply while the
 // engine serves, then pause (trainer.pause_mode), LoadWeights through

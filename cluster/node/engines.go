@@ -8,9 +8,9 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/asyncrl/asyncrl/actors/publisher"
 	"github.com/asyncrl/asyncrl/actors/router/policy"
 	"github.com/asyncrl/asyncrl/actors/router/proxy"
-	"github.com/asyncrl/asyncrl/actors/trainer"
 	"github.com/asyncrl/asyncrl/cluster/localengine"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/engine"
@@ -41,9 +41,9 @@ type inProcPublisher struct {
 	engines []*localengine.Engine
 }
 
-var _ trainer.Publisher = (*inProcPublisher)(nil)
+var _ publisher.Publisher = (*inProcPublisher)(nil)
 
-func (p *inProcPublisher) Publish(ctx context.Context, w trainer.Weights, version int64) error {
+func (p *inProcPublisher) Publish(ctx context.Context, w publisher.Weights, version int64) error {
 	var m engine.Model = w.Model
 	if w.Model == nil {
 		// A serving directory (an exec child's): loaded once, the one

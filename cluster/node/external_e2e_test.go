@@ -63,7 +63,7 @@ func TestExternalEngineProcessesLearn(t *testing.T) {
 			for _, d := range n.driven {
 				missing := 0
 				for v := int64(1); v <= 30; v++ {
-					if !acks.acked(cfg.Run.ID, d.Name, v) {
+					if !acks.Acked(cfg.Run.ID, d.Name, v) {
 						missing++
 					}
 				}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/asyncrl/asyncrl/cluster/internal/clustertest"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/engine"
 	"github.com/asyncrl/asyncrl/engine/driver"
@@ -94,7 +95,7 @@ func TestExternalEngines(t *testing.T) {
 			for i, x := range es {
 				name := n.driven[i].Name
 				for v := int64(1); v <= 4; v++ {
-					if !acks.acked(cfg.Run.ID, name, v) {
+					if !acks.Acked(cfg.Run.ID, name, v) {
 						t.Errorf("%s: version %d never acknowledged", name, v)
 					}
 				}
@@ -149,7 +150,7 @@ func TestExternalOnlyURLAndKind(t *testing.T) {
 		t.Fatalf("%s loads %s, want delta", d.Name, d.Load)
 	}
 	for v := int64(1); v <= 3; v++ {
-		if !acks.acked(cfg.Run.ID, n.driven[0].Name, v) {
+		if !acks.Acked(cfg.Run.ID, n.driven[0].Name, v) {
 			t.Errorf("version %d never acknowledged", v)
 		}
 	}
@@ -168,11 +169,11 @@ func TestExternalOnlyURLAndKind(t *testing.T) {
 }
 
 // runNodeAcks is runNode recording every EngineVersionAck of the run.
-func runNodeAcks(t *testing.T, cfg config.Config) (*Node, report.Summary, *ackLog) {
+func runNodeAcks(t *testing.T, cfg config.Config) (*Node, report.Summary, *clustertest.AckLog) {
 	t.Helper()
-	acks := &ackLog{}
+	acks := &clustertest.AckLog{}
 	n, s := runNode(t, cfg, func(n *Node) {
-		sub, err := n.Bus().Subscribe(n.subj.AcksAll, acks.on)
+		sub, err := n.Bus().Subscribe(n.subj.AcksAll, acks.On)
 		if err != nil {
 			t.Fatal(err)
 		}

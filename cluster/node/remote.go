@@ -12,7 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/asyncrl/asyncrl/actors/publisher"
+	"github.com/asyncrl/asyncrl/actors/publisher/tracker"
 	rpolicy "github.com/asyncrl/asyncrl/actors/router/policy"
 	"github.com/asyncrl/asyncrl/cluster/discovery"
 	"github.com/asyncrl/asyncrl/messages"
@@ -217,7 +217,7 @@ func (r *EngineSet) joined(node string, eps map[string]string) {
 	// the engine still serves the seed's weights.
 	noVersion := make([]rpolicy.Change, 0, len(urls))
 	for _, u := range urls {
-		noVersion = append(noVersion, rpolicy.SetVersion{URL: u, Version: publisher.NoVersion})
+		noVersion = append(noVersion, rpolicy.SetVersion{URL: u, Version: tracker.NoVersion})
 	}
 	if err := r.n.router.Apply(noVersion...); err != nil {
 		r.n.opts.Logger.Warn().Err(err).Str("node", node).Msg("node: remote engines' version not reset in the router")
@@ -228,7 +228,7 @@ func (r *EngineSet) joined(node string, eps map[string]string) {
 	}
 	slices.Sort(names)
 	for _, name := range names {
-		cmd, err := r.ws.shell.Join(name, eps[name], publisher.NoVersion)
+		cmd, err := r.ws.shell.Join(name, eps[name], tracker.NoVersion)
 		if err != nil {
 			r.n.opts.Logger.Warn().Err(err).Str("engine", name).Msg("node: remote engine not registered")
 			continue

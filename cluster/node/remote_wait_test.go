@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/asyncrl/asyncrl/actors/publisher"
-	"github.com/asyncrl/asyncrl/actors/publisher/shell"
+	"github.com/asyncrl/asyncrl/actors/publisher/tracker"
 	"github.com/asyncrl/asyncrl/cluster/discovery"
 	"github.com/asyncrl/asyncrl/internal/syncbuf"
 )
@@ -21,7 +21,7 @@ func (nopRouter) SetMinVersion(int64) error      { return nil }
 
 type nopDispatcher struct{}
 
-func (nopDispatcher) Dispatch(publisher.Command) {}
+func (nopDispatcher) Dispatch(tracker.Command) {}
 
 // eventLog is a TermEngines that only prints its events (the waits call
 // nothing else).
@@ -38,7 +38,7 @@ func (l eventLog) Event(format string, args ...any) { fmt.Fprintf(l.w, format+"\
 // trainer's step and the term with it), and says so once; a version all
 // engines left while it was published waits until one serves it.
 func TestPublishWaitsForAnEngine(t *testing.T) {
-	sh, err := shell.New(shell.Config{Tracker: publisher.DefaultConfig(), RunID: "r"}, nil, nopRouter{}, nopDispatcher{})
+	sh, err := publisher.New(publisher.Config{Tracker: tracker.DefaultConfig(), RunID: "r"}, nil, nopRouter{}, nopDispatcher{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func TestPublishWaitsForAnEngine(t *testing.T) {
 		t.Fatalf("returned (%v) with no engine registered", err)
 	case <-time.After(300 * time.Millisecond):
 	}
-	if _, err := sh.Join("n3-engine-0", "http://127.0.0.1:1", publisher.NoVersion); err != nil {
+	if _, err := sh.Join("n3-engine-0", "http://127.0.0.1:1", tracker.NoVersion); err != nil {
 		t.Fatal(err)
 	}
 	select {

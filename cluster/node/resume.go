@@ -8,7 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/asyncrl/asyncrl/actors/trainer"
+	"github.com/asyncrl/asyncrl/actors/publisher"
 	"github.com/asyncrl/asyncrl/policy"
 	"github.com/asyncrl/asyncrl/weights/safetensors"
 )
@@ -73,13 +73,13 @@ func loadTrainerWithConfig(dir string, tcfg policy.TrainerConfig) (*policy.Train
 // and the step's record, so tr holds exactly version v (this run's local
 // version); an error fails the step.
 type afterStepPublisher struct {
-	trainer.Publisher
+	publisher.Publisher
 	tr    *policy.Trainer
 	after func(ctx context.Context, tr *policy.Trainer, version int64) error
 }
 
-// Publish implements trainer.Publisher.
-func (p afterStepPublisher) Publish(ctx context.Context, w trainer.Weights, v int64) error {
+// Publish implements publisher.Publisher.
+func (p afterStepPublisher) Publish(ctx context.Context, w publisher.Weights, v int64) error {
 	if err := p.Publisher.Publish(ctx, w, v); err != nil {
 		return err
 	}

@@ -12,23 +12,7 @@ import (
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/internal/trainertest"
 	"github.com/asyncrl/asyncrl/policy"
-	"github.com/asyncrl/asyncrl/weights/safetensors"
 )
-
-// servingBytes is m's BF16 serving weights, tensor by tensor.
-func servingBytes(t testing.TB, m *policy.Model) map[string][]byte {
-	t.Helper()
-	dir := t.TempDir()
-	if err := m.SaveServing(dir); err != nil {
-		t.Fatal(err)
-	}
-	ck, err := safetensors.OpenDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ck.Close()
-	return trainertest.Tensors(t, ck)
-}
 
 // A trainer checkpoint restored under another run config keeps its state
 // bit-identical (master weights, Adam moments, step, RNG) and takes only
@@ -70,7 +54,7 @@ func TestLoadTrainerWithConfigKeepsStateTakesRunConfig(t *testing.T) {
 	if _, err := withCfg.Step(b); err != nil {
 		t.Fatal(err)
 	}
-	if trainertest.Same(servingBytes(t, got.ServingCopy()), servingBytes(t, withCfg.ServingCopy())) {
+	if trainertest.Same(trainertest.ServingBytes(t, got.ServingCopy()), trainertest.ServingBytes(t, withCfg.ServingCopy())) {
 		t.Fatal("a 30x smaller learning rate changed nothing")
 	}
 	if _, err := loadTrainerWithConfig(dir, policy.TrainerConfig{}); err == nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/asyncrl/asyncrl/actors"
 	"github.com/asyncrl/asyncrl/actors/controller"
 	"github.com/asyncrl/asyncrl/actors/filter"
+	"github.com/asyncrl/asyncrl/actors/publisher"
 	"github.com/asyncrl/asyncrl/actors/rollout"
 	"github.com/asyncrl/asyncrl/actors/router/proxy"
 	"github.com/asyncrl/asyncrl/actors/sampling"
@@ -221,7 +222,7 @@ func (n *Node) startServing(ctx context.Context, initial engine.Model) (err erro
 // startPublisher is what the trainer publishes its versions through:
 // publisher.mode full swaps the in-process engines from memory, delta
 // (the default) starts the weight sync; Options.AfterStep wraps either.
-func (n *Node) startPublisher(ctx context.Context, baseDir string, ptr *policy.Trainer) (tpub trainer.Publisher, err error) {
+func (n *Node) startPublisher(ctx context.Context, baseDir string, ptr *policy.Trainer) (tpub publisher.Publisher, err error) {
 	n.pub = &inProcPublisher{mode: string(n.cfg.Trainer.PauseMode), router: n.router, engines: n.engines}
 	tpub = n.pub
 	if n.cfg.Publisher.Mode == config.PublishDelta {
@@ -239,7 +240,7 @@ func (n *Node) startPublisher(ctx context.Context, baseDir string, ptr *policy.T
 // startTrainer starts trainer.backend: builtin (in process), exec (a
 // child process over the worker bridge) or remote (a worker process; this
 // node only loads the versions it announces onto its engines).
-func (n *Node) startTrainer(ctx context.Context, ptr *policy.Trainer, tpub trainer.Publisher) (err error) {
+func (n *Node) startTrainer(ctx context.Context, ptr *policy.Trainer, tpub publisher.Publisher) (err error) {
 	cfg := n.cfg
 	tc := trainer.Config{RunID: cfg.Run.ID, Name: "trainer-0", NormStd: true,
 		Microbatch: microbatchConfig(cfg.Trainer), Logger: n.opts.Logger.With().Str("actor", "trainer").Logger(),

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/asyncrl/asyncrl/actors/publisher"
 	"github.com/asyncrl/asyncrl/actors/trainer"
 	"github.com/asyncrl/asyncrl/actors/trainer/bridge"
 	"github.com/asyncrl/asyncrl/config"
@@ -104,7 +105,7 @@ func startExecAt(ctx context.Context, cfg config.Config, argv []string, log zero
 // state (Options.ExecCheckpoint at ExecCheckpointVersion) and every new
 // version's state is handed to Options.AfterExecStep (the term uploads it
 // to the checkpoint store) before its step is recorded.
-func (n *Node) startExecTrainer(ctx context.Context, initial *policy.Model, pub trainer.Publisher, tcfg trainer.Config) (*trainer.Actor, error) {
+func (n *Node) startExecTrainer(ctx context.Context, initial *policy.Model, pub publisher.Publisher, tcfg trainer.Config) (*trainer.Actor, error) {
 	if n.opts.AfterStep != nil || n.opts.TrainerCheckpoint != "" {
 		return nil, fmt.Errorf("%w: trainer.backend exec resumes from and checkpoints the child's state (Options.ExecCheckpoint, AfterExecStep), not a built-in trainer's", ErrConfig)
 	}
@@ -166,13 +167,13 @@ func (n *Node) startExecBackend(ctx context.Context, initial *policy.Model, tcfg
 // (the supervisor deletes a state only when the next step completes, so
 // the directory is whole during the call); an error fails the step.
 type execAfterStep struct {
-	trainer.Publisher
+	publisher.Publisher
 	ex    *trainer.Exec
 	after func(ctx context.Context, state string, version int64) error
 }
 
-// Publish implements trainer.Publisher.
-func (p execAfterStep) Publish(ctx context.Context, w trainer.Weights, v int64) error {
+// Publish implements publisher.Publisher.
+func (p execAfterStep) Publish(ctx context.Context, w publisher.Weights, v int64) error {
 	if err := p.Publisher.Publish(ctx, w, v); err != nil {
 		return err
 	}

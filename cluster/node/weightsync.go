@@ -6,7 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/asyncrl/asyncrl/actors/publisher/shell"
+	"github.com/asyncrl/asyncrl/actors/publisher"
 	"github.com/asyncrl/asyncrl/actors/router/policy"
 	"github.com/asyncrl/asyncrl/actors/router/proxy"
 	"github.com/asyncrl/asyncrl/cluster/weightsync"
@@ -21,7 +21,7 @@ import (
 // (remote.go) its commands go to in a cluster term.
 type weightSync struct {
 	*weightsync.Sync
-	shell *shell.Shell
+	shell *publisher.Shell
 	// remote is set by startRemote before the first engine joins.
 	remote *EngineSet
 }

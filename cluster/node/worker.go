@@ -10,6 +10,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/asyncrl/asyncrl/actors/publisher"
 	"github.com/asyncrl/asyncrl/actors/trainer"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/internal/wiring"
@@ -39,7 +40,7 @@ func (n *Node) loadWeights(msg *transport.Msg) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := n.pub.Publish(ctx, trainer.Weights{Dir: dir}, wp.Version); err != nil {
+	if err := n.pub.Publish(ctx, publisher.Weights{Dir: dir}, wp.Version); err != nil {
 		n.opts.Logger.Error().Err(err).Int64("version", wp.Version).Msg("weights: engines not updated")
 		return
 	}

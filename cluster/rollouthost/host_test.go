@@ -43,7 +43,7 @@ func TestRolloutHostRetriesTermItCouldNotFollow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := Start(Config{Run: cfg, Task: task, Node: "n2", Replicas: 1, Bus: bus, Logger: zerolog.Nop(),
+	h, err := Start(Config{Run: cfg, Task: task, Node: "n2", Bus: bus, Logger: zerolog.Nop(),
 		Event: func(format string, args ...any) { fmt.Fprintf(&events, format+"\n", args...) }})
 	if err != nil {
 		t.Fatal(err)

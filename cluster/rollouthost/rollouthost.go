@@ -37,19 +37,16 @@ type Host struct {
 	c       Config
 	node    string
 	baseRun string
-	// replicas of the term's trajectory buffer (the agent's --replicas:
-	// the holder creates it with as many).
-	replicas int
-	cfg      config.Config
-	task     tasks.Task
-	vocab    rollout.Vocabulary
-	chat     rollout.ChatFormat // rollout.chat_template (nil = plain text episodes)
-	bus      *natsbus.Bus
-	log      zerolog.Logger
-	event    func(format string, args ...any)
-	sub      transport.Subscription
-	httpc    *http.Client
-	terms    chan messages.TermAnnounce
+	cfg     config.Config
+	task    tasks.Task
+	vocab   rollout.Vocabulary
+	chat    rollout.ChatFormat // rollout.chat_template (nil = plain text episodes)
+	bus     *natsbus.Bus
+	log     zerolog.Logger
+	event   func(format string, args ...any)
+	sub     transport.Subscription
+	httpc   *http.Client
+	terms   chan messages.TermAnnounce
 
 	mu     sync.Mutex
 	token  uint64
@@ -76,12 +73,11 @@ type Config struct {
 	// Run is the cluster run's config (Run.ID its base id); Task its task.
 	Run  config.Config
 	Task tasks.Task
-	// Node is this node's name; Replicas of a term's trajectory buffer
-	// (the holder creates it with as many).
-	Node     string
-	Replicas int
-	Bus      *natsbus.Bus
-	Logger   zerolog.Logger
+	// Node is this node's name. (The host binds the trajectory buffer the
+	// holder made with the agent's --replicas, so it needs no count.)
+	Node   string
+	Bus    *natsbus.Bus
+	Logger zerolog.Logger
 	// Event receives one line per notable event.
 	Event func(format string, args ...any)
 }
@@ -93,7 +89,7 @@ type Config struct {
 // Start subscribes to the term announcements; the actors start with the
 // first term of another node.
 func Start(c Config) (*Host, error) {
-	h := &Host{c: c, node: c.Node, baseRun: c.Run.Run.ID, cfg: c.Run, task: c.Task, bus: c.Bus, replicas: c.Replicas,
+	h := &Host{c: c, node: c.Node, baseRun: c.Run.Run.ID, cfg: c.Run, task: c.Task, bus: c.Bus,
 		log: c.Logger.With().Str("component", "rollout-host").Logger(), event: c.Event,
 		// At most 1,024 connections to the term's router: turns beyond them
 		// wait for a free one instead of each taking a socket (issue 22).
@@ -186,7 +182,10 @@ func (h *Host) follow(ta messages.TermAnnounce) {
 	}
 	ctx, cancel := context.WithTimeout(h.ctx, 10*time.Second)
 	defer cancel()
-	groups, err := h.bus.Stream(ctx, GroupStream(s, h.replicas))
+	// Bind, never create or update: the holder made the buffer (with its
+	// duplicate window), and a rollout node's bus user may not touch
+	// streams (cluster/access).
+	groups, err := h.bus.BindStream(ctx, s.GroupStream)
 	if err != nil {
 		h.cannotFollow(ta, retrying, err)
 		return
@@ -317,7 +316,8 @@ func StartActor(bus transport.Bus, gen rollout.Generator, cfg config.Config, tas
 // only has to outlive a restart of the actors, not of every server; on a
 // clustered bus it has replicas copies (--replicas), so the loss of the
 // server that led it costs a leader election, not the buffer. Rollout
-// actors on other nodes open it with the same config. Made while a server
+// hosts on other nodes bind it as the holder made it (never create or
+// update it: their bus users may not). Made while a server
 // is down, it has the copies the servers up can hold (MinReplicas).
 func GroupStream(p transport.RunPlan, replicas int) transport.StreamConfig {
 	return transport.StreamConfig{Name: p.GroupStream, Subjects: []string{p.Trajectories}, MaxAge: time.Hour, Memory: true, WorkQueue: true,

@@ -11,10 +11,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/asyncrl/asyncrl/actors/publisher"
+	"github.com/asyncrl/asyncrl/actors/publisher/tracker"
 	"github.com/asyncrl/asyncrl/cluster/weightsync/targets"
 	"github.com/asyncrl/asyncrl/config"
-	"github.com/asyncrl/asyncrl/engine"
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/transport"
 	"github.com/asyncrl/asyncrl/weights/receiver"
@@ -102,7 +101,7 @@ func StartAgent(c AgentConfig) *Agent {
 		log: c.Logger.With().Str("engine", c.Engine.Name).Logger(), st: targets.New(0),
 		wake: make(chan struct{}, 1), ctx: ctx, cancel: cancel, done: make(chan struct{})}
 	if c.Fresh {
-		a.st = targets.New(publisher.NoVersion)
+		a.st = targets.New(tracker.NoVersion)
 	}
 	go a.loop()
 	return a
@@ -175,7 +174,7 @@ func (a *Agent) loop() {
 func (a *Agent) handled(t int64, err error) {
 	o := targets.Loaded
 	switch {
-	case errors.Is(err, engine.ErrClosed):
+	case errors.Is(err, ErrEngineGone):
 		o = targets.Closed
 	case err != nil:
 		o = targets.Failed
@@ -188,7 +187,7 @@ func (a *Agent) handled(t int64, err error) {
 		if a.c.OnLoaded != nil {
 			a.c.OnLoaded(a.c.Engine.Name, t)
 		}
-	case errors.Is(err, engine.ErrClosed):
+	case errors.Is(err, ErrEngineGone):
 		a.c.Reporter.Leave(a.c.Engine.Name) // stopped: out of rotation for good
 	case a.ctx.Err() == nil:
 		a.c.Reporter.Failed(a.c.Engine.Name, t, err)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/asyncrl/asyncrl/actors/publisher"
+	"github.com/asyncrl/asyncrl/actors/publisher/tracker"
 	"github.com/asyncrl/asyncrl/messages"
 	pol "github.com/asyncrl/asyncrl/policy"
 	"github.com/asyncrl/asyncrl/transport/dataplane"
@@ -173,7 +173,7 @@ func (d *dataPlane) publishVersion(ctx context.Context, w *Sync, dir string, ver
 		return fmt.Errorf("node: publisher: version %d: %w", version, err)
 	}
 	w.observePublish(time.Since(t0))
-	return w.shell.Publish(ctx, publisher.VersionInfo{Version: version, FullBytes: size})
+	return w.shell.Publish(ctx, tracker.VersionInfo{Version: version, FullBytes: size})
 }
 
 // source is engine d's Source: the data plane serves only engines this
@@ -203,12 +203,12 @@ func (s dataPlaneSource) load(ctx context.Context, a *Agent, target int64) (int6
 		// A "wait" pause cut short (ctx ended) leaves the engine paused:
 		// let it serve its current weights rather than nothing.
 		le.E.Resume()
-		return 0, err
+		return 0, a.c.Engine.gone(err)
 	}
 	err = le.E.SetModel(m, target)
 	le.E.Resume()
 	if err != nil {
-		return 0, err
+		return 0, a.c.Engine.gone(err)
 	}
 	return target, nil
 }

@@ -7,7 +7,10 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/rs/zerolog"
 
+	"github.com/asyncrl/asyncrl/cluster/localengine"
+	"github.com/asyncrl/asyncrl/config"
 	pol "github.com/asyncrl/asyncrl/policy"
 	"github.com/asyncrl/asyncrl/transport/dataplane"
 )
@@ -70,5 +73,52 @@ func TestDataPlaneFetchVerifies(t *testing.T) {
 	}
 	if r := testutil.ToFloat64(d.refused); r != 2 {
 		t.Errorf("refused %v, want 2", r)
+	}
+}
+
+// TestDataPlaneLoadOnAStoppedEngineIsGone: the data plane swaps versions
+// into engines of this process; a load on one this process stopped fails
+// with ErrEngineGone (the Agent then takes it out of rotation for good,
+// Leave), a load on a running one swaps the version in.
+func TestDataPlaneLoadOnAStoppedEngineIsGone(t *testing.T) {
+	m, err := pol.New(pol.DefaultConfig(), 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ec := config.Default().Engines
+	ec.Count, ec.TimeScale = 2, 0
+	les, err := localengine.Start(ec, m.Clone(), 1, zerolog.Nop(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer localengine.StopAll(les)
+	d, err := newDataPlane("t", m.Config(), []string{les[0].Name, les[1].Name}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.close()
+	ctx := context.Background()
+	dir := t.TempDir()
+	if err := m.SaveServing(dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.publishDir(ctx, dir, 1); err != nil {
+		t.Fatal(err)
+	}
+	agent := func(le *localengine.Engine) *Agent {
+		dr, err := DriveLocal(le, "asyncrl-policy", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &Agent{c: AgentConfig{Engine: dr, PauseMode: string(config.PauseKeep)}}
+	}
+	if v, err := (dataPlaneSource{d}).load(ctx, agent(les[0]), 1); err != nil || v != 1 || les[0].E.Stats().Version != 1 {
+		t.Fatalf("running engine: load %d, %v; serves %d", v, err, les[0].E.Stats().Version)
+	}
+	if err := les[1].Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := (dataPlaneSource{d}).load(ctx, agent(les[1]), 1); !errors.Is(err, ErrEngineGone) {
+		t.Fatalf("stopped engine: %v, want ErrEngineGone", err)
 	}
 }

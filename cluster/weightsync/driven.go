@@ -10,7 +10,6 @@ import (
 
 	"github.com/asyncrl/asyncrl/cluster/localengine"
 	"github.com/asyncrl/asyncrl/config"
-	"github.com/asyncrl/asyncrl/engine"
 	"github.com/asyncrl/asyncrl/engine/driver"
 	"github.com/asyncrl/asyncrl/internal/wiring"
 )
@@ -59,12 +58,17 @@ func DriveExternal(i int, e config.ExternalEngine, model string) (*Driven, error
 	return &Driven{Name: fmt.Sprintf("external-%d", i), URL: d.URL(), Driver: d, Load: e.EffectiveLoad()}, nil
 }
 
-// gone maps a failed call to engine.ErrClosed when the engine is one this
-// process stopped (a chaos test's kill): it leaves rotation for good. An
-// external engine's failures are never final: the next dispatch retries.
+// ErrEngineGone marks a load that failed because its engine is one this
+// process stopped (a chaos test's kill, a term switch): the engine leaves
+// rotation for good (the Agent tells its Reporter Leave, not Failed).
+var ErrEngineGone = errors.New("weightsync: the engine was stopped")
+
+// gone wraps a failed call in ErrEngineGone when the engine is one this
+// process stopped. An external engine's failures are never final: the
+// next dispatch retries.
 func (d *Driven) gone(err error) error {
 	if err != nil && d.Local != nil && d.Local.Closed() {
-		return fmt.Errorf("%w: %w", engine.ErrClosed, err)
+		return fmt.Errorf("%w: %w", ErrEngineGone, err)
 	}
 	return err
 }

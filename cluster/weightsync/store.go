@@ -15,7 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/asyncrl/asyncrl/actors/publisher"
+	"github.com/asyncrl/asyncrl/actors/publisher/tracker"
 	"github.com/asyncrl/asyncrl/config"
 	pol "github.com/asyncrl/asyncrl/policy"
 	"github.com/asyncrl/asyncrl/transport"
@@ -266,7 +266,7 @@ func (s *storeMode) publishVersion(ctx context.Context, w *Sync, dir string, ver
 	s.prevDir, s.prevOwned = dir, owned
 	w.observePublish(time.Since(t0))
 	w.deltaBytes.Add(float64(out.Manifest.TotalCompressedNumBytes))
-	info := publisher.VersionInfo{Version: out.Version, DeltaBytes: out.Manifest.TotalCompressedNumBytes}
+	info := tracker.VersionInfo{Version: out.Version, DeltaBytes: out.Manifest.TotalCompressedNumBytes}
 	if out.Full != nil {
 		info.FullBytes = out.Full.TotalNumBytes
 		defer s.prune(w, out.Version) // once the version is routable

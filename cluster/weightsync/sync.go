@@ -21,8 +21,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/asyncrl/asyncrl/actors/publisher"
-	"github.com/asyncrl/asyncrl/actors/publisher/shell"
-	"github.com/asyncrl/asyncrl/actors/trainer"
+	"github.com/asyncrl/asyncrl/actors/publisher/tracker"
 	"github.com/asyncrl/asyncrl/transport"
 	"github.com/asyncrl/asyncrl/weights/quant"
 )
@@ -64,10 +63,10 @@ type Config struct {
 	Registerer prometheus.Registerer
 	Bus        transport.Bus
 	// Router is told what the publisher shell decides.
-	Router shell.Router
+	Router publisher.Router
 	// Tracker is the publisher core's config (BaseBytes is set from
 	// BaseDir).
-	Tracker publisher.Config
+	Tracker tracker.Config
 	// Acks is the pattern of every EngineVersionAck; MinVersion the
 	// subject the shell announces the minimum version on.
 	Acks, MinVersion string
@@ -91,13 +90,13 @@ type Config struct {
 	Quantize quant.Scheme
 }
 
-// Sync is the publisher side of weight sync: trainer.Publisher (the
-// in-process trainer's versions), shell.Dispatcher (the shell's commands
+// Sync is the publisher side of weight sync: publisher.Publisher (the
+// in-process trainer's versions), publisher.Dispatcher (the shell's commands
 // to the agents) and the agents.
 type Sync struct {
 	c     Config
 	log   zerolog.Logger
-	shell *shell.Shell
+	shell *publisher.Shell
 	mode  Mode
 
 	agents map[string]*Agent
@@ -119,8 +118,8 @@ type Sync struct {
 	encodeDur time.Duration // total time spent writing and encoding versions
 }
 
-var _ trainer.Publisher = (*Sync)(nil)
-var _ shell.Dispatcher = (*Sync)(nil)
+var _ publisher.Publisher = (*Sync)(nil)
+var _ publisher.Dispatcher = (*Sync)(nil)
 
 // New builds the metrics and the publisher shell over mode; Join adds
 // the engines. On error mode is closed.
@@ -158,7 +157,7 @@ func New(c Config, mode Mode) (*Sync, error) {
 	}
 	tc := c.Tracker
 	tc.BaseBytes = baseBytes
-	if w.shell, err = shell.New(shell.Config{Tracker: tc, RunID: c.RunID, Acks: c.Acks,
+	if w.shell, err = publisher.New(publisher.Config{Tracker: tc, RunID: c.RunID, Acks: c.Acks,
 		MinVersion: c.MinVersion, Sender: "publisher-0", Logger: w.log}, c.Bus, c.Router, w); err != nil {
 		w.Close()
 		return nil, err
@@ -167,7 +166,7 @@ func New(c Config, mode Mode) (*Sync, error) {
 }
 
 // Shell is the publisher shell (engines join and leave through it).
-func (w *Sync) Shell() *shell.Shell { return w.shell }
+func (w *Sync) Shell() *publisher.Shell { return w.shell }
 
 // Context ends at Close.
 func (w *Sync) Context() context.Context { return w.ctx }
@@ -208,9 +207,9 @@ func (w *Sync) remote() Remote {
 	return w.c.Remote()
 }
 
-// Dispatch implements shell.Dispatcher: the agent brings its engine to the
+// Dispatch implements publisher.Dispatcher: the agent brings its engine to the
 // plan's target (a receiver replays every delta up to it).
-func (w *Sync) Dispatch(cmd publisher.Command) {
+func (w *Sync) Dispatch(cmd tracker.Command) {
 	if a := w.agents[cmd.Engine]; a != nil {
 		a.Dispatch(cmd.Plan.Target)
 	} else if r := w.remote(); r != nil {
@@ -218,11 +217,11 @@ func (w *Sync) Dispatch(cmd publisher.Command) {
 	}
 }
 
-// Publish implements trainer.Publisher: the trainer's version — the
+// Publish implements publisher.Publisher: the trainer's version — the
 // built-in policy in memory, written to the stage directory first, or a
 // serving directory (an exec child's, any architecture) published where it
 // is (PublishDir).
-func (w *Sync) Publish(ctx context.Context, tw trainer.Weights, version int64) error {
+func (w *Sync) Publish(ctx context.Context, tw publisher.Weights, version int64) error {
 	if version != w.Current()+1 {
 		return fmt.Errorf("node: publisher: version %d after %d", version, w.Current())
 	}
@@ -264,7 +263,7 @@ func (w *Sync) observePublish(d time.Duration) {
 
 // announce hands version info to the shell, first waiting for an engine
 // when every remote engine is gone.
-func (w *Sync) announce(ctx context.Context, info publisher.VersionInfo) error {
+func (w *Sync) announce(ctx context.Context, info tracker.VersionInfo) error {
 	if w.c.BeforeAnnounce != nil {
 		w.c.BeforeAnnounce(info.Version)
 	}
@@ -275,7 +274,7 @@ func (w *Sync) announce(ctx context.Context, info publisher.VersionInfo) error {
 		}
 	}
 	err := w.shell.Publish(ctx, info)
-	if r != nil && errors.Is(err, shell.ErrNoEngine) {
+	if r != nil && errors.Is(err, publisher.ErrNoEngine) {
 		// Every engine left while the version was on its way (their
 		// node died or stopped): it is published; wait for an engine
 		// (one that joins is brought to it) instead of failing the step.

@@ -60,14 +60,7 @@ type busSecurityFlags struct {
 }
 
 func (b *busSecurityFlags) add(fs *pflag.FlagSet) {
-	fs.StringVar(&b.user, "nats-user", "", "NATS `USER` to connect as (bus.user; password in --nats-password-file)")
-	fs.StringVar(&b.passwordFile, "nats-password-file", "", "`FILE` holding the NATS user's password (bus.password_file)")
-	fs.StringVar(&b.tokenFile, "nats-token-file", "", "`FILE` holding a NATS token (bus.token_file)")
-	fs.StringVar(&b.creds, "nats-creds", "", "NATS credentials `FILE` (bus.creds_file)")
-	fs.StringVar(&b.nkey, "nats-nkey", "", "`FILE` holding a NATS user nkey seed (bus.nkey_seed_file)")
-	fs.StringVar(&b.ca, "nats-tls-ca", "", "PEM CA `FILE` verifying the NATS server (bus.tls_ca)")
-	fs.StringVar(&b.cert, "nats-tls-cert", "", "PEM client certificate `FILE` (bus.tls_cert)")
-	fs.StringVar(&b.key, "nats-tls-key", "", "PEM key `FILE` of --nats-tls-cert (bus.tls_key)")
+	b.addClient(fs)
 	fs.StringVar(&b.clusterCA, "cluster-tls-ca", "", "PEM CA `FILE` the route certificates of every member verify against (bus.cluster_tls_ca; required with --cluster-listen off loopback)")
 	fs.StringVar(&b.clusterCert, "cluster-tls-cert", "", "PEM certificate `FILE` of this member's routes (bus.cluster_tls_cert)")
 	fs.StringVar(&b.clusterKey, "cluster-tls-key", "", "PEM key `FILE` of --cluster-tls-cert (bus.cluster_tls_key)")

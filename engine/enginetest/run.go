@@ -246,85 +246,16 @@ func checkGenerated(t *testing.T, res driver.GenerateResult, prompt []int32, max
 
 func (r *runner) vllm() {
 	t := r.t
-	const maxTokens = 2
-	t.Run("completions", func(t *testing.T) {
-		body := map[string]any{}
-		_ = json.Unmarshal(r.fx["completions"].Request, &body)
-		body["model"], body["prompt"], body["max_tokens"] = r.c.model, r.c.prompt, maxTokens
-		data := r.route(t, "completions", nil, body)
-		var resp struct {
-			Choices []struct {
-				TokenIDs       []int32 `json:"token_ids"`
-				PromptTokenIDs []int32 `json:"prompt_token_ids"`
-				Logprobs       struct {
-					Tokens        []string  `json:"tokens"`
-					TokenLogprobs []float32 `json:"token_logprobs"`
-				} `json:"logprobs"`
-			} `json:"choices"`
-		}
-		if err := json.Unmarshal(data, &resp); err != nil || len(resp.Choices) != 1 {
-			t.Fatalf("completions: %v, %d choices", err, len(resp.Choices))
-		}
-		ch := resp.Choices[0]
-		if !slices.Equal(ch.PromptTokenIDs, r.c.prompt) {
-			t.Fatalf("prompt_token_ids %v, sent %v", ch.PromptTokenIDs, r.c.prompt)
-		}
-		if len(ch.Logprobs.TokenLogprobs) != len(ch.TokenIDs) || len(ch.Logprobs.Tokens) != len(ch.TokenIDs) {
-			t.Fatalf("logprobs: %d token_logprobs, %d tokens for %d token_ids (logprobs: 0 asks for one each)",
-				len(ch.Logprobs.TokenLogprobs), len(ch.Logprobs.Tokens), len(ch.TokenIDs))
-		}
-		for i, id := range ch.TokenIDs {
-			if want := "token_id:" + strconv.Itoa(int(id)); ch.Logprobs.Tokens[i] != want {
-				t.Fatalf("logprobs.tokens[%d] = %q, want %q (return_tokens_as_token_ids)", i, ch.Logprobs.Tokens[i], want)
-			}
-		}
-		res, err := r.drv.Generate(r.ctx, driver.GenerateRequest{PromptIDs: r.c.prompt, MaxTokens: maxTokens, Temperature: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		checkGenerated(t, res, r.c.prompt, maxTokens)
-	})
+	t.Run("completions", r.vllmCompletions)
 	t.Run("metrics", func(t *testing.T) {
 		r.checkMetrics(t, "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
 			"vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total")
 	})
-	t.Run("pause", func(t *testing.T) {
-		r.route(t, "pause", nil, nil)
-		if p, err := r.drv.IsPaused(r.ctx); err != nil || !p {
-			t.Fatalf("is_paused after pause = %v, %v", p, err)
-		}
-		r.route(t, "resume", nil, nil)
-		r.route(t, "is_paused", nil, nil)
-		if p, err := r.drv.IsPaused(r.ctx); err != nil || p {
-			t.Fatalf("is_paused after resume = %v, %v", p, err)
-		}
-		if err := r.drv.Pause(r.ctx, driver.PauseAbort, true); err != nil {
-			t.Fatal(err)
-		}
-		if err := r.drv.Resume(r.ctx); err != nil {
-			t.Fatal(err)
-		}
-	})
+	t.Run("pause", r.vllmPause)
 	t.Run("reset_prefix_cache", func(t *testing.T) {
 		r.route(t, "reset_prefix_cache", nil, nil)
 	})
-	t.Run("collective_rpc", func(t *testing.T) {
-		data := r.route(t, "collective_rpc", nil, nil)
-		var out struct {
-			Results []json.RawMessage `json:"results"`
-		}
-		if err := json.Unmarshal(data, &out); err != nil || len(out.Results) == 0 {
-			t.Fatalf("collective_rpc answer %s: %v", data, err)
-		}
-		if _, err := r.drv.ServedVersion(r.ctx); err != nil {
-			t.Fatal(err)
-		}
-		bad := map[string]any{"method": "asyncrl_no_such_method", "args": []string{}, "kwargs": map[string]string{}}
-		data = r.route(t, "collective_rpc_missing_method", nil, bad)
-		if !bytes.Contains(data, []byte("asyncrl_no_such_method")) {
-			t.Fatalf("an unknown method's error does not name it: %s", data)
-		}
-	})
+	t.Run("collective_rpc", r.vllmCollectiveRPC)
 	r.weights()
 	if !r.c.noSleep {
 		t.Run("sleep", func(t *testing.T) {
@@ -339,6 +270,84 @@ func (r *runner) vllm() {
 		})
 	}
 	r.lora("load_lora_adapter", "unload_lora_adapter", map[string]any{"load_inplace": true})
+}
+
+// vllmCompletions checks /v1/completions' token ids and logprobs, then a driver Generate.
+func (r *runner) vllmCompletions(t *testing.T) {
+	const maxTokens = 2
+	body := map[string]any{}
+	_ = json.Unmarshal(r.fx["completions"].Request, &body)
+	body["model"], body["prompt"], body["max_tokens"] = r.c.model, r.c.prompt, maxTokens
+	data := r.route(t, "completions", nil, body)
+	var resp struct {
+		Choices []struct {
+			TokenIDs       []int32 `json:"token_ids"`
+			PromptTokenIDs []int32 `json:"prompt_token_ids"`
+			Logprobs       struct {
+				Tokens        []string  `json:"tokens"`
+				TokenLogprobs []float32 `json:"token_logprobs"`
+			} `json:"logprobs"`
+		} `json:"choices"`
+	}
+	if err := json.Unmarshal(data, &resp); err != nil || len(resp.Choices) != 1 {
+		t.Fatalf("completions: %v, %d choices", err, len(resp.Choices))
+	}
+	ch := resp.Choices[0]
+	if !slices.Equal(ch.PromptTokenIDs, r.c.prompt) {
+		t.Fatalf("prompt_token_ids %v, sent %v", ch.PromptTokenIDs, r.c.prompt)
+	}
+	if len(ch.Logprobs.TokenLogprobs) != len(ch.TokenIDs) || len(ch.Logprobs.Tokens) != len(ch.TokenIDs) {
+		t.Fatalf("logprobs: %d token_logprobs, %d tokens for %d token_ids (logprobs: 0 asks for one each)",
+			len(ch.Logprobs.TokenLogprobs), len(ch.Logprobs.Tokens), len(ch.TokenIDs))
+	}
+	for i, id := range ch.TokenIDs {
+		if want := "token_id:" + strconv.Itoa(int(id)); ch.Logprobs.Tokens[i] != want {
+			t.Fatalf("logprobs.tokens[%d] = %q, want %q (return_tokens_as_token_ids)", i, ch.Logprobs.Tokens[i], want)
+		}
+	}
+	res, err := r.drv.Generate(r.ctx, driver.GenerateRequest{PromptIDs: r.c.prompt, MaxTokens: maxTokens, Temperature: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkGenerated(t, res, r.c.prompt, maxTokens)
+}
+
+// vllmPause pauses and resumes by route and by the driver.
+func (r *runner) vllmPause(t *testing.T) {
+	r.route(t, "pause", nil, nil)
+	if p, err := r.drv.IsPaused(r.ctx); err != nil || !p {
+		t.Fatalf("is_paused after pause = %v, %v", p, err)
+	}
+	r.route(t, "resume", nil, nil)
+	r.route(t, "is_paused", nil, nil)
+	if p, err := r.drv.IsPaused(r.ctx); err != nil || p {
+		t.Fatalf("is_paused after resume = %v, %v", p, err)
+	}
+	if err := r.drv.Pause(r.ctx, driver.PauseAbort, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.drv.Resume(r.ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// vllmCollectiveRPC calls collective_rpc, and an unknown method whose error names it.
+func (r *runner) vllmCollectiveRPC(t *testing.T) {
+	data := r.route(t, "collective_rpc", nil, nil)
+	var out struct {
+		Results []json.RawMessage `json:"results"`
+	}
+	if err := json.Unmarshal(data, &out); err != nil || len(out.Results) == 0 {
+		t.Fatalf("collective_rpc answer %s: %v", data, err)
+	}
+	if _, err := r.drv.ServedVersion(r.ctx); err != nil {
+		t.Fatal(err)
+	}
+	bad := map[string]any{"method": "asyncrl_no_such_method", "args": []string{}, "kwargs": map[string]string{}}
+	data = r.route(t, "collective_rpc_missing_method", nil, bad)
+	if !bytes.Contains(data, []byte("asyncrl_no_such_method")) {
+		t.Fatalf("an unknown method's error does not name it: %s", data)
+	}
 }
 
 func (r *runner) weights() {

@@ -158,71 +158,100 @@ func (f *ReleaseFake) Dropped() []string {
 var pauseRoutes = map[string]bool{"/pause": true, "/resume": true, "/is_paused": true}
 
 func (f *ReleaseFake) serve(w http.ResponseWriter, r *http.Request) {
+	if f.answer(w, r) {
+		return
+	}
+	f.Inner.Config.Handler.ServeHTTP(w, r)
+}
+
+// answer answers what the release answers itself (true), or adjusts the
+// request the inner engine then serves (false).
+func (f *ReleaseFake) answer(w http.ResponseWriter, r *http.Request) bool {
 	p := r.URL.Path
 	switch {
 	case p == "/version" && r.Method == http.MethodGet:
 		writeJSON(w, map[string]string{"version": f.Release.Version})
-		return
+		return true
 	case p == "/server_info" && r.Method == http.MethodGet:
 		if !f.Opts.DevMode {
 			f.notFound(w)
-			return
+			return true
 		}
 		writeJSON(w, f.serverInfo())
-		return
+		return true
 	case pauseRoutes[p] && !f.Release.Pause.Exists:
 		f.notFound(w)
-		return
+		return true
 	case p == "/pause" && f.Opts.DevMode:
 		r.URL.RawQuery = f.keepQuery(p, r.URL.Query(), f.Release.Pause.Query)
-		if !f.pause(w, r.URL.Query()) {
-			return
-		}
+		return !f.pause(w, r.URL.Query())
 	case p == "/reset_prefix_cache" && f.Opts.DevMode:
-		r.URL.RawQuery = f.keepQuery(p, r.URL.Query(), f.Release.ResetPrefixCache.Query)
-		running, _ := strconv.ParseBool(r.URL.Query().Get("reset_running_requests"))
-		f.mu.Lock()
-		f.resets = append(f.resets, running)
-		f.mu.Unlock()
-		if len(f.Release.ResetPrefixCache.Response) > 0 && string(f.Release.ResetPrefixCache.Response) != "null" {
-			w.Header().Set("Content-Type", "application/json")
-			_, _ = w.Write(f.Release.ResetPrefixCache.Response)
-			return
-		}
+		return f.resetPrefixCache(w, r)
 	case p == "/v1/completions" && r.Method == http.MethodPost:
-		body, ok := f.keepFields(w, r, p, f.Release.CompletionFields)
-		if !ok {
-			return
-		}
-		if n, _ := body["logprobs"].(float64); f.Opts.MaxLogprobs != -1 && int(n) > f.Opts.MaxLogprobs {
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusBadRequest)
-			writeJSON(w, map[string]any{"error": map[string]any{
-				"message": fmt.Sprintf("Requested sample logprobs of %d, which is greater than max allowed: %d", int(n), f.Opts.MaxLogprobs),
-				"type":    "BadRequestError", "param": "logprobs", "code": 400}})
-			return
-		}
+		return f.completions(w, r)
 	case p == "/v1/load_lora_adapter" && r.Method == http.MethodPost && f.Opts.LoRA:
-		body, ok := f.keepFields(w, r, p, f.Release.LoRALoadFields)
-		if !ok {
-			return
-		}
-		name, _ := body["lora_name"].(string)
-		inplace, _ := body["load_inplace"].(bool)
-		f.mu.Lock()
-		again := f.loras[name]
-		f.loras[name] = true
-		f.mu.Unlock()
-		if again && !inplace {
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusBadRequest)
-			writeJSON(w, map[string]any{"error": map[string]any{
-				"message": fmt.Sprintf("The lora adapter '%s' has already been loaded.", name),
-				"type":    "InvalidUserInput", "param": nil, "code": 400}})
-			return
-		}
+		return f.loadLoRA(w, r)
 	}
-	f.Inner.Config.Handler.ServeHTTP(w, r)
+	return false
+}
+
+// resetPrefixCache records the reset and answers the release's own
+// response when it has one.
+func (f *ReleaseFake) resetPrefixCache(w http.ResponseWriter, r *http.Request) bool {
+	p := r.URL.Path
+	r.URL.RawQuery = f.keepQuery(p, r.URL.Query(), f.Release.ResetPrefixCache.Query)
+	running, _ := strconv.ParseBool(r.URL.Query().Get("reset_running_requests"))
+	f.mu.Lock()
+	f.resets = append(f.resets, running)
+	f.mu.Unlock()
+	if len(f.Release.ResetPrefixCache.Response) > 0 && string(f.Release.ResetPrefixCache.Response) != "null" {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(f.Release.ResetPrefixCache.Response)
+		return true
+	}
+	return false
+}
+
+// completions keeps the fields the release reads and refuses more sample
+// logprobs than it allows.
+func (f *ReleaseFake) completions(w http.ResponseWriter, r *http.Request) bool {
+	body, ok := f.keepFields(w, r, r.URL.Path, f.Release.CompletionFields)
+	if !ok {
+		return true
+	}
+	if n, _ := body["logprobs"].(float64); f.Opts.MaxLogprobs != -1 && int(n) > f.Opts.MaxLogprobs {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		writeJSON(w, map[string]any{"error": map[string]any{
+			"message": fmt.Sprintf("Requested sample logprobs of %d, which is greater than max allowed: %d", int(n), f.Opts.MaxLogprobs),
+			"type":    "BadRequestError", "param": "logprobs", "code": 400}})
+		return true
+	}
+	return false
+}
+
+// loadLoRA keeps the fields the release reads and refuses loading a name
+// twice unless in place.
+func (f *ReleaseFake) loadLoRA(w http.ResponseWriter, r *http.Request) bool {
+	body, ok := f.keepFields(w, r, r.URL.Path, f.Release.LoRALoadFields)
+	if !ok {
+		return true
+	}
+	name, _ := body["lora_name"].(string)
+	inplace, _ := body["load_inplace"].(bool)
+	f.mu.Lock()
+	again := f.loras[name]
+	f.loras[name] = true
+	f.mu.Unlock()
+	if again && !inplace {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		writeJSON(w, map[string]any{"error": map[string]any{
+			"message": fmt.Sprintf("The lora adapter '%s' has already been loaded.", name),
+			"type":    "InvalidUserInput", "param": nil, "code": 400}})
+		return true
+	}
+	return false
 }
 
 func (f *ReleaseFake) notFound(w http.ResponseWriter) {

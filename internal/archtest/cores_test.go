@@ -35,7 +35,7 @@ var cores = []core{
 	{dir: "actors/filter"},
 	{dir: "actors/trainer/microbatch"},
 	{dir: "actors/trainer/steprule"},
-	{dir: "actors/publisher"},
+	{dir: "actors/publisher/tracker"},
 	{dir: "actors/router/policy"},
 	{dir: "actors/controller", files: []string{"core.go", "sampling.go"}},
 	{dir: "actors/sampling", files: []string{"core.go"}},

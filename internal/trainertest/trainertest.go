@@ -73,3 +73,19 @@ func Tensors(t testing.TB, src interface {
 
 // Same reports whether a and b hold the same tensors, byte for byte.
 func Same(a, b map[string][]byte) bool { return maps.EqualFunc(a, b, bytes.Equal) }
+
+// ServingBytes is m's BF16 serving weights (Model.SaveServing), tensor by
+// tensor.
+func ServingBytes(t testing.TB, m *policy.Model) map[string][]byte {
+	t.Helper()
+	dir := t.TempDir()
+	if err := m.SaveServing(dir); err != nil {
+		t.Fatal(err)
+	}
+	ck, err := safetensors.OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	return Tensors(t, ck)
+}

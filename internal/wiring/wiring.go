@@ -5,7 +5,7 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/asyncrl/asyncrl/actors/publisher"
+	"github.com/asyncrl/asyncrl/actors/publisher/tracker"
 	"github.com/asyncrl/asyncrl/actors/rollout"
 	"github.com/asyncrl/asyncrl/actors/router/policy"
 	"github.com/asyncrl/asyncrl/actors/router/proxy"
@@ -204,8 +204,8 @@ func RunRouterConfig(c config.Config) proxy.Config {
 // PublisherTracker is the publisher's version-tracker config for a run:
 // it routes engines down to target − MaxVersionLag(c), so the router's
 // hard minimum (MinVersionSet) leaves room for the staleness budget.
-func PublisherTracker(c config.Config) publisher.Config {
-	t := publisher.DefaultConfig()
+func PublisherTracker(c config.Config) tracker.Config {
+	t := tracker.DefaultConfig()
 	t.MaxLag = MaxVersionLag(c)
 	return t
 }

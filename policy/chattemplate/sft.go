@@ -68,39 +68,11 @@ func (t *Tokenizer) TrainingTokens(messages, tools json.RawMessage, vars map[str
 			continue
 		}
 		assistants++
-		prefixMsgs, _ := json.Marshal(msgs[:i])
-		pin := in
-		pin.Messages, pin.AddGenerationPrompt = prefixMsgs, true
-		pids, ptext, err := t.RenderIDs("", pin)
+		start, end, err := t.answerSpan(in, msgs, i, ids, full)
 		if err != nil {
 			return nil, nil, err
 		}
-		if !strings.HasPrefix(full, ptext) || len(pids) > len(ids) || !slices.Equal(ids[:len(pids)], pids) {
-			return nil, nil, fmt.Errorf("%w: the prompt of messages[%d] (messages[:%d] with the generation prompt) is not a prefix of the whole conversation's rendering: the template renders earlier messages differently once later ones follow; split the conversation at messages[%d] into rows of their own", ErrNotPrefixConsistent, i, i, i)
-		}
-		end := -1
-		for k := len(pids); k < len(ids); k++ {
-			if t.IsEOS(ids[k]) {
-				end = k + 1
-				break
-			}
-		}
-		if end < 0 {
-			return nil, nil, fmt.Errorf("%w: messages[%d] (assistant) is not followed by an EOS in the rendering: the template does not close this turn, so nothing would teach the model to stop", ErrNotPrefixConsistent, i)
-		}
-		// The EOS must close this message, not a later one: the answer
-		// holds no later message's content.
-		answer := t.Decode(ids[len(pids):end])
-		if i+1 < len(msgs) {
-			var next struct {
-				Content any `json:"content"`
-			}
-			_ = json.Unmarshal(msgs[i+1], &next)
-			if c, ok := next.Content.(string); ok && strings.TrimSpace(c) != "" && strings.Contains(answer, c) {
-				return nil, nil, fmt.Errorf("%w: messages[%d] (assistant) is not closed by an EOS before messages[%d] starts: the template does not close this turn, so nothing would teach the model to stop", ErrNotPrefixConsistent, i, i+1)
-			}
-		}
-		for k := len(pids); k < end; k++ {
+		for k := start; k < end; k++ {
 			if mask[k] == 1 {
 				return nil, nil, fmt.Errorf("%w: messages[%d]'s answer overlaps the one before it: the template closes the earlier assistant turn with no EOS", ErrNotPrefixConsistent, i)
 			}
@@ -111,6 +83,45 @@ func (t *Tokenizer) TrainingTokens(messages, tools json.RawMessage, vars map[str
 		return nil, nil, fmt.Errorf("%w: no assistant message: nothing to train on", ErrInput)
 	}
 	return ids, mask, nil
+}
+
+// answerSpan returns the token span [start, end) of assistant message i
+// in the whole rendering ids (text full): from the end of its prompt
+// (messages[:i] with the generation prompt) through the first EOS after it.
+func (t *Tokenizer) answerSpan(in Input, msgs []json.RawMessage, i int, ids []int32, full string) (start, end int, err error) {
+	prefixMsgs, _ := json.Marshal(msgs[:i])
+	pin := in
+	pin.Messages, pin.AddGenerationPrompt = prefixMsgs, true
+	pids, ptext, err := t.RenderIDs("", pin)
+	if err != nil {
+		return 0, 0, err
+	}
+	if !strings.HasPrefix(full, ptext) || len(pids) > len(ids) || !slices.Equal(ids[:len(pids)], pids) {
+		return 0, 0, fmt.Errorf("%w: the prompt of messages[%d] (messages[:%d] with the generation prompt) is not a prefix of the whole conversation's rendering: the template renders earlier messages differently once later ones follow; split the conversation at messages[%d] into rows of their own", ErrNotPrefixConsistent, i, i, i)
+	}
+	end = -1
+	for k := len(pids); k < len(ids); k++ {
+		if t.IsEOS(ids[k]) {
+			end = k + 1
+			break
+		}
+	}
+	if end < 0 {
+		return 0, 0, fmt.Errorf("%w: messages[%d] (assistant) is not followed by an EOS in the rendering: the template does not close this turn, so nothing would teach the model to stop", ErrNotPrefixConsistent, i)
+	}
+	// The EOS must close this message, not a later one: the answer
+	// holds no later message's content.
+	answer := t.Decode(ids[len(pids):end])
+	if i+1 < len(msgs) {
+		var next struct {
+			Content any `json:"content"`
+		}
+		_ = json.Unmarshal(msgs[i+1], &next)
+		if c, ok := next.Content.(string); ok && strings.TrimSpace(c) != "" && strings.Contains(answer, c) {
+			return 0, 0, fmt.Errorf("%w: messages[%d] (assistant) is not closed by an EOS before messages[%d] starts: the template does not close this turn, so nothing would teach the model to stop", ErrNotPrefixConsistent, i, i+1)
+		}
+	}
+	return len(pids), end, nil
 }
 
 // ChatTokens is TrainingTokens with the default template and no extra

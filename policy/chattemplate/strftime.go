@@ -19,56 +19,46 @@ func strftime(t time.Time, format string) string {
 			continue
 		}
 		i++
-		switch format[i] {
-		case 'a':
-			b.WriteString(t.Weekday().String()[:3])
-		case 'A':
-			b.WriteString(t.Weekday().String())
-		case 'b', 'h':
-			b.WriteString(t.Month().String()[:3])
-		case 'B':
-			b.WriteString(t.Month().String())
-		case 'd':
-			fmt.Fprintf(&b, "%02d", t.Day())
-		case 'e':
-			fmt.Fprintf(&b, "%2d", t.Day())
-		case 'H':
-			fmt.Fprintf(&b, "%02d", t.Hour())
-		case 'I':
-			h := t.Hour() % 12
-			if h == 0 {
-				h = 12
-			}
-			fmt.Fprintf(&b, "%02d", h)
-		case 'j':
-			fmt.Fprintf(&b, "%03d", t.YearDay())
-		case 'm':
-			fmt.Fprintf(&b, "%02d", int(t.Month()))
-		case 'M':
-			fmt.Fprintf(&b, "%02d", t.Minute())
-		case 'p':
-			if t.Hour() < 12 {
-				b.WriteString("AM")
-			} else {
-				b.WriteString("PM")
-			}
-		case 'S':
-			fmt.Fprintf(&b, "%02d", t.Second())
-		case 'y':
-			fmt.Fprintf(&b, "%02d", t.Year()%100)
-		case 'Y':
-			fmt.Fprintf(&b, "%d", t.Year())
-		case 'Z':
-			name, _ := t.Zone()
-			b.WriteString(name)
-		case 'z':
-			b.WriteString(t.Format("-0700"))
-		case '%':
-			b.WriteByte('%')
-		default:
+		if f, ok := directives[format[i]]; ok {
+			b.WriteString(f(t))
+		} else {
 			b.WriteByte('%')
 			b.WriteByte(format[i])
 		}
 	}
 	return b.String()
+}
+
+// directives formats each strftime directive strftime knows.
+var directives = map[byte]func(time.Time) string{
+	'a': func(t time.Time) string { return t.Weekday().String()[:3] },
+	'A': func(t time.Time) string { return t.Weekday().String() },
+	'b': func(t time.Time) string { return t.Month().String()[:3] },
+	'h': func(t time.Time) string { return t.Month().String()[:3] },
+	'B': func(t time.Time) string { return t.Month().String() },
+	'd': func(t time.Time) string { return fmt.Sprintf("%02d", t.Day()) },
+	'e': func(t time.Time) string { return fmt.Sprintf("%2d", t.Day()) },
+	'H': func(t time.Time) string { return fmt.Sprintf("%02d", t.Hour()) },
+	'I': func(t time.Time) string {
+		h := t.Hour() % 12
+		if h == 0 {
+			h = 12
+		}
+		return fmt.Sprintf("%02d", h)
+	},
+	'j': func(t time.Time) string { return fmt.Sprintf("%03d", t.YearDay()) },
+	'm': func(t time.Time) string { return fmt.Sprintf("%02d", int(t.Month())) },
+	'M': func(t time.Time) string { return fmt.Sprintf("%02d", t.Minute()) },
+	'p': func(t time.Time) string {
+		if t.Hour() < 12 {
+			return "AM"
+		}
+		return "PM"
+	},
+	'S': func(t time.Time) string { return fmt.Sprintf("%02d", t.Second()) },
+	'y': func(t time.Time) string { return fmt.Sprintf("%02d", t.Year()%100) },
+	'Y': func(t time.Time) string { return fmt.Sprintf("%d", t.Year()) },
+	'Z': func(t time.Time) string { name, _ := t.Zone(); return name },
+	'z': func(t time.Time) string { return t.Format("-0700") },
+	'%': func(time.Time) string { return "%" },
 }

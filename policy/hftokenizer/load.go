@@ -219,36 +219,13 @@ func parseDecoder(raw json.RawMessage) error {
 }
 
 func (t *Tokenizer) parseModel(m *modelJSON) error {
-	switch {
-	case m.Type != "" && m.Type != "BPE":
-		return fmt.Errorf("%w: model.type %q (want BPE)", ErrUnsupported, m.Type)
-	case m.Dropout != nil && *m.Dropout != 0:
-		return fmt.Errorf("%w: model.dropout %v (want null)", ErrUnsupported, *m.Dropout)
-	case m.ByteFallback:
-		return fmt.Errorf("%w: model.byte_fallback true", ErrUnsupported)
-	case m.ContinuingSubwordPrefix != nil && *m.ContinuingSubwordPrefix != "":
-		return fmt.Errorf("%w: model.continuing_subword_prefix %q", ErrUnsupported, *m.ContinuingSubwordPrefix)
-	case m.EndOfWordSuffix != nil && *m.EndOfWordSuffix != "":
-		return fmt.Errorf("%w: model.end_of_word_suffix %q", ErrUnsupported, *m.EndOfWordSuffix)
-	case len(m.Vocab) == 0:
-		return fmt.Errorf("hftokenizer: model.vocab is empty")
+	if err := m.supported(); err != nil {
+		return err
 	}
 	t.vocab = m.Vocab
 	t.ignoreMerges = m.IgnoreMerges
-	var maxID int32 = -1
-	for tok, id := range m.Vocab {
-		if id < 0 {
-			return fmt.Errorf("hftokenizer: model.vocab[%q] = %d is negative", tok, id)
-		}
-		maxID = max(maxID, id)
-	}
-	t.idToken = make([]string, maxID+1)
-	t.idKnown = make([]bool, maxID+1)
-	for tok, id := range m.Vocab {
-		if t.idKnown[id] {
-			return fmt.Errorf("hftokenizer: model.vocab: id %d used by both %q and %q", id, t.idToken[id], tok)
-		}
-		t.idToken[id], t.idKnown[id] = tok, true
+	if err := t.indexVocab(m.Vocab); err != nil {
+		return err
 	}
 	t.unk = -1
 	if m.UnkToken != nil {
@@ -264,6 +241,51 @@ func (t *Tokenizer) parseModel(m *modelJSON) error {
 			t.byteID[b] = id
 		}
 	}
+	return t.indexMerges(m)
+}
+
+// supported refuses a model section this tokenizer does not implement.
+func (m *modelJSON) supported() error {
+	switch {
+	case m.Type != "" && m.Type != "BPE":
+		return fmt.Errorf("%w: model.type %q (want BPE)", ErrUnsupported, m.Type)
+	case m.Dropout != nil && *m.Dropout != 0:
+		return fmt.Errorf("%w: model.dropout %v (want null)", ErrUnsupported, *m.Dropout)
+	case m.ByteFallback:
+		return fmt.Errorf("%w: model.byte_fallback true", ErrUnsupported)
+	case m.ContinuingSubwordPrefix != nil && *m.ContinuingSubwordPrefix != "":
+		return fmt.Errorf("%w: model.continuing_subword_prefix %q", ErrUnsupported, *m.ContinuingSubwordPrefix)
+	case m.EndOfWordSuffix != nil && *m.EndOfWordSuffix != "":
+		return fmt.Errorf("%w: model.end_of_word_suffix %q", ErrUnsupported, *m.EndOfWordSuffix)
+	case len(m.Vocab) == 0:
+		return fmt.Errorf("hftokenizer: model.vocab is empty")
+	}
+	return nil
+}
+
+// indexVocab builds the id → token table, refusing negative and shared ids.
+func (t *Tokenizer) indexVocab(vocab map[string]int32) error {
+	var maxID int32 = -1
+	for tok, id := range vocab {
+		if id < 0 {
+			return fmt.Errorf("hftokenizer: model.vocab[%q] = %d is negative", tok, id)
+		}
+		maxID = max(maxID, id)
+	}
+	t.idToken = make([]string, maxID+1)
+	t.idKnown = make([]bool, maxID+1)
+	for tok, id := range vocab {
+		if t.idKnown[id] {
+			return fmt.Errorf("hftokenizer: model.vocab: id %d used by both %q and %q", id, t.idToken[id], tok)
+		}
+		t.idToken[id], t.idKnown[id] = tok, true
+	}
+	return nil
+}
+
+// indexMerges builds the merge table by pair, each part and the merged
+// token in the vocabulary.
+func (t *Tokenizer) indexMerges(m *modelJSON) error {
 	pairs, err := parseMerges(m.Merges)
 	if err != nil {
 		return err

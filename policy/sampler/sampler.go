@@ -98,26 +98,7 @@ func Sample(logits []float32, p Params, rng *rand.Rand, s *Scratch) (tok int32, 
 		invT = 1 / p.Temperature
 	}
 
-	// Stable softmax in float64: e_i = exp((l_i - max)/T).
-	maxL, argmax := math.Inf(-1), -1
-	for i, l := range logits {
-		if v := float64(l); v > maxL { // NaN never wins
-			maxL, argmax = v, i
-		}
-	}
-	if argmax < 0 || math.IsInf(maxL, 1) {
-		panic(fmt.Sprintf("sampler: logits have no finite maximum (max %v)", maxL))
-	}
-	var sum float64
-	for i, l := range logits {
-		v := float64(l)
-		e := 0.0
-		if v == v { // skip NaN
-			e = math.Exp((v - maxL) * invT)
-		}
-		s.probs[i] = e
-		sum += e
-	}
+	maxL, argmax, sum := s.softmax(logits, invT)
 	logSum := math.Log(sum)
 	lp := func(i int) float32 { return float32((float64(logits[i])-maxL)*invT - logSum) }
 
@@ -131,7 +112,43 @@ func Sample(logits []float32, p Params, rng *rand.Rand, s *Scratch) (tok int32, 
 		return int32(i), lp(i), nil
 	}
 
-	// Candidates in descending probability.
+	cand := s.candidates(p)
+	if greedy {
+		// argmax is cand[0]: both break ties towards the lowest id.
+		return int32(argmax), lp(argmax), cand
+	}
+	id := s.draw(cand, rng)
+	return id, lp(int(id)), cand
+}
+
+// softmax fills s.probs with the stable unnormalised softmax in float64,
+// e_i = exp((l_i - max)/T), and returns the maximum logit, its index and
+// the sum of the e_i.
+func (s *Scratch) softmax(logits []float32, invT float64) (maxL float64, argmax int, sum float64) {
+	maxL, argmax = math.Inf(-1), -1
+	for i, l := range logits {
+		if v := float64(l); v > maxL { // NaN never wins
+			maxL, argmax = v, i
+		}
+	}
+	if argmax < 0 || math.IsInf(maxL, 1) {
+		panic(fmt.Sprintf("sampler: logits have no finite maximum (max %v)", maxL))
+	}
+	for i, l := range logits {
+		v := float64(l)
+		e := 0.0
+		if v == v { // skip NaN
+			e = math.Exp((v - maxL) * invT)
+		}
+		s.probs[i] = e
+		sum += e
+	}
+	return maxL, argmax, sum
+}
+
+// candidates returns the ids that survive min_p, top_k and top_p, in
+// descending probability.
+func (s *Scratch) candidates(p Params) []int32 {
 	for i := range s.idx {
 		s.idx[i] = int32(i)
 	}
@@ -163,10 +180,11 @@ func Sample(logits []float32, p Params, rng *rand.Rand, s *Scratch) (tok int32, 
 		}
 		cand = cand[:k]
 	}
-	if greedy {
-		// argmax is cand[0]: both break ties towards the lowest id.
-		return int32(argmax), lp(argmax), cand
-	}
+	return cand
+}
+
+// draw picks one candidate in proportion to its probability.
+func (s *Scratch) draw(cand []int32, rng *rand.Rand) int32 {
 	var mass float64
 	for _, id := range cand {
 		mass += s.probs[id]
@@ -175,7 +193,7 @@ func Sample(logits []float32, p Params, rng *rand.Rand, s *Scratch) (tok int32, 
 	for _, id := range cand {
 		u -= s.probs[id]
 		if u < 0 {
-			return id, lp(int(id)), cand
+			return id
 		}
 	}
 	// Rounding left u ≥ 0 after the last candidate: take the last one with
@@ -184,7 +202,7 @@ func Sample(logits []float32, p Params, rng *rand.Rand, s *Scratch) (tok int32, 
 	for k := len(cand) - 1; k > 0 && s.probs[last] == 0; k-- {
 		last = cand[k-1]
 	}
-	return last, lp(int(last)), cand
+	return last
 }
 
 // pick returns the index at which the running sum of w first exceeds u,

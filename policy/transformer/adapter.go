@@ -155,41 +155,67 @@ func readAdapterConfig(dir string) (AdapterConfig, error) {
 	if err := json.Unmarshal(js, &m); err != nil {
 		return c, fmt.Errorf("%w: %s: %v", ErrAdapter, path, err)
 	}
-	bad := func(key, format string, a ...any) error {
-		return fmt.Errorf("%w: %s: field %q: %s", ErrAdapter, path, key, fmt.Sprintf(format, a...))
-	}
-	get := func(key string, v any) (bool, error) {
-		r, ok := m[key]
-		if !ok || bytes.Equal(bytes.TrimSpace(r), []byte("null")) {
-			return false, nil
+	a := adapterJSON{path: path, m: m}
+	for _, read := range []func(*AdapterConfig) error{a.readRank, a.readTargets, a.readPeftFields, a.refuseUnsupported} {
+		if err := read(&c); err != nil {
+			return c, err
 		}
-		if err := json.Unmarshal(r, v); err != nil {
-			return true, bad(key, "%v", err)
-		}
-		return true, nil
 	}
+	return c, nil
+}
+
+// adapterJSON is adapter_config.json's top-level object, read from path.
+type adapterJSON struct {
+	path string
+	m    map[string]json.RawMessage
+}
+
+func (a adapterJSON) bad(key, format string, args ...any) error {
+	return fmt.Errorf("%w: %s: field %q: %s", ErrAdapter, a.path, key, fmt.Sprintf(format, args...))
+}
+
+// get decodes key into v; false when it is absent or null.
+func (a adapterJSON) get(key string, v any) (bool, error) {
+	r, ok := a.m[key]
+	if !ok || bytes.Equal(bytes.TrimSpace(r), []byte("null")) {
+		return false, nil
+	}
+	if err := json.Unmarshal(r, v); err != nil {
+		return true, a.bad(key, "%v", err)
+	}
+	return true, nil
+}
+
+// readRank reads the required fields' presence, the rank r and lora_alpha.
+func (a adapterJSON) readRank(c *AdapterConfig) error {
 	for _, k := range []string{"r", "lora_alpha", "target_modules"} {
-		if _, ok := m[k]; !ok {
+		if _, ok := a.m[k]; !ok {
 			// PEFTHelper.from_dict: "Missing required configuration fields".
-			return c, bad(k, "missing (r, lora_alpha and target_modules are required, as vLLM requires them)")
+			return a.bad(k, "missing (r, lora_alpha and target_modules are required, as vLLM requires them)")
 		}
 	}
 	var r float64
-	if _, err := get("r", &r); err != nil {
-		return c, err
+	if _, err := a.get("r", &r); err != nil {
+		return err
 	}
 	if r != math.Trunc(r) || r < 1 || r > 1<<16 {
-		return c, bad("r", "want a positive integer rank, got %v", r)
+		return a.bad("r", "want a positive integer rank, got %v", r)
 	}
 	c.R = int(r)
-	if ok, err := get("lora_alpha", &c.LoraAlpha); err != nil {
-		return c, err
+	if ok, err := a.get("lora_alpha", &c.LoraAlpha); err != nil {
+		return err
 	} else if !ok || math.IsNaN(c.LoraAlpha) || math.IsInf(c.LoraAlpha, 0) {
-		return c, bad("lora_alpha", "want a number")
+		return a.bad("lora_alpha", "want a number")
 	}
+	return nil
+}
+
+// readTargets reads target_modules: a list of module names or a regular
+// expression.
+func (a adapterJSON) readTargets(c *AdapterConfig) error {
 	var tm any
-	if _, err := get("target_modules", &tm); err != nil {
-		return c, err
+	if _, err := a.get("target_modules", &tm); err != nil {
+		return err
 	}
 	switch v := tm.(type) {
 	case string:
@@ -198,66 +224,71 @@ func readAdapterConfig(dir string) (AdapterConfig, error) {
 		for _, x := range v {
 			s, ok := x.(string)
 			if !ok {
-				return c, bad("target_modules", "want module names, got %v", x)
+				return a.bad("target_modules", "want module names, got %v", x)
 			}
 			c.TargetModules = append(c.TargetModules, s)
 		}
 	default:
-		return c, bad("target_modules", "want a list of module names or a regular expression, got %v", tm)
+		return a.bad("target_modules", "want a list of module names or a regular expression, got %v", tm)
 	}
-	if _, err := get("peft_type", &c.PeftType); err != nil {
-		return c, err
+	return nil
+}
+
+// readPeftFields reads peft_type (LoRA only), task_type, the base model and
+// use_rslora.
+func (a adapterJSON) readPeftFields(c *AdapterConfig) error {
+	if _, err := a.get("peft_type", &c.PeftType); err != nil {
+		return err
 	}
 	if c.PeftType != "" && c.PeftType != "LORA" {
-		return c, bad("peft_type", "%q: only LoRA adapters (LORA) are served", c.PeftType)
+		return a.bad("peft_type", "%q: only LoRA adapters (LORA) are served", c.PeftType)
 	}
-	if _, err := get("task_type", &c.TaskType); err != nil {
-		return c, err
+	if _, err := a.get("task_type", &c.TaskType); err != nil {
+		return err
 	}
-	if _, err := get("base_model_name_or_path", &c.BaseModel); err != nil {
-		return c, err
+	if _, err := a.get("base_model_name_or_path", &c.BaseModel); err != nil {
+		return err
 	}
-	if _, err := get("use_rslora", &c.UseRSLoRA); err != nil {
-		return c, err
-	}
-	var flag bool
-	if _, err := get("use_dora", &flag); err != nil {
-		return c, err
-	} else if flag {
-		return c, bad("use_dora", "DoRA adapters are not supported (vLLM: \"vLLM does not yet support DoRA\"); train a plain LoRA")
-	}
-	var list []any
-	if _, err := get("modules_to_save", &list); err != nil {
-		return c, err
-	} else if len(list) > 0 {
-		return c, bad("modules_to_save", "%v: fully trained extra modules are not supported (vLLM: \"only supports modules_to_save being None\"); leave it null", list)
-	}
-	var bias string
-	if _, err := get("bias", &bias); err != nil {
-		return c, err
-	} else if bias != "" && bias != "none" {
-		return c, bad("bias", "%q: LoRA biases are not supported (vLLM needs --enable-lora-bias); train with bias \"none\"", bias)
-	}
-	if _, err := get("lora_bias", &flag); err != nil {
-		return c, err
-	} else if flag {
-		return c, bad("lora_bias", "a bias on lora_B is not supported; train with lora_bias false")
-	}
-	if _, err := get("fan_in_fan_out", &flag); err != nil {
-		return c, err
-	} else if flag {
-		return c, bad("fan_in_fan_out", "true is for Conv1D (GPT-2) layers; these architectures' projections are nn.Linear")
-	}
-	for _, k := range []string{"rank_pattern", "alpha_pattern"} {
-		var pat map[string]any
-		if _, err := get(k, &pat); err != nil {
-			return c, err
-		} else if len(pat) > 0 {
-			return c, bad(k, "per-module ranks or alphas are not supported (vLLM would scale every module by lora_alpha/r, not what PEFT trained); leave it empty")
+	_, err := a.get("use_rslora", &c.UseRSLoRA)
+	return err
+}
+
+// refuseUnsupported refuses, in this order, the PEFT options vLLM would
+// serve differently from how PEFT trained: each set field is an error.
+func (a adapterJSON) refuseUnsupported(*AdapterConfig) error {
+	for _, f := range []struct {
+		key string
+		v   any
+		set func(any) bool
+		msg func(any) string
+	}{
+		{"use_dora", new(bool), isTrue, fixed("DoRA adapters are not supported (vLLM: \"vLLM does not yet support DoRA\"); train a plain LoRA")},
+		{"modules_to_save", new([]any), func(v any) bool { return len(*v.(*[]any)) > 0 }, func(v any) string {
+			return fmt.Sprintf("%v: fully trained extra modules are not supported (vLLM: \"only supports modules_to_save being None\"); leave it null", *v.(*[]any))
+		}},
+		{"bias", new(string), func(v any) bool { b := *v.(*string); return b != "" && b != "none" }, func(v any) string {
+			return fmt.Sprintf("%q: LoRA biases are not supported (vLLM needs --enable-lora-bias); train with bias \"none\"", *v.(*string))
+		}},
+		{"lora_bias", new(bool), isTrue, fixed("a bias on lora_B is not supported; train with lora_bias false")},
+		{"fan_in_fan_out", new(bool), isTrue, fixed("true is for Conv1D (GPT-2) layers; these architectures' projections are nn.Linear")},
+		{"rank_pattern", new(map[string]any), nonEmptyMap, fixed(patternMsg)},
+		{"alpha_pattern", new(map[string]any), nonEmptyMap, fixed(patternMsg)},
+	} {
+		if _, err := a.get(f.key, f.v); err != nil {
+			return err
+		}
+		if f.set(f.v) {
+			return a.bad(f.key, "%s", f.msg(f.v))
 		}
 	}
-	return c, nil
+	return nil
 }
+
+const patternMsg = "per-module ranks or alphas are not supported (vLLM would scale every module by lora_alpha/r, not what PEFT trained); leave it empty"
+
+func isTrue(v any) bool                 { return *v.(*bool) }
+func nonEmptyMap(v any) bool            { return len(*v.(*map[string]any)) > 0 }
+func fixed(msg string) func(any) string { return func(any) string { return msg } }
 
 // loraName splits a PEFT tensor name into its module path and whether it
 // is lora_A; anything but a lora_A/lora_B weight is refused with the
@@ -289,14 +320,9 @@ func loraName(name string) (module string, isA bool, err error) {
 
 func readAdapterTensors(dir string, cfg AdapterConfig) ([]loraModule, error) {
 	path := filepath.Join(dir, AdapterWeightsName)
-	f, err := safetensors.Open(path)
+	f, err := openAdapterWeights(dir, path)
 	if err != nil {
-		for _, other := range []string{"adapter_model.bin", "adapter_model.pt"} {
-			if _, serr := os.Stat(filepath.Join(dir, other)); serr == nil {
-				return nil, fmt.Errorf("%w: %s holds %s but no %s; save the adapter with safe_serialization (PEFT's default)", ErrAdapter, dir, other, AdapterWeightsName)
-			}
-		}
-		return nil, fmt.Errorf("%w: %w", ErrAdapter, err)
+		return nil, err
 	}
 	defer f.Close()
 	byMod := map[string]*loraModule{}
@@ -311,52 +337,92 @@ func readAdapterTensors(dir string, cfg AdapterConfig) ([]loraModule, error) {
 			// vLLM's default 2-D path keep one module per expert.
 			return nil, fmt.Errorf("%w: %s: tensor %q adapts fused 3-D experts; train per-expert LoRA (target gate_proj/up_proj/down_proj of mlp.experts.E)", ErrAdapter, path, name)
 		}
-		info, err := f.Info(name)
+		shape, data, err := readLoraTensor(f, path, name)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s: %w", ErrAdapter, path, err)
-		}
-		if len(info.Shape) != 2 {
-			return nil, fmt.Errorf("%w: %s: tensor %q has shape %v; LoRA weights are matrices", ErrAdapter, path, name, info.Shape)
-		}
-		switch info.DType {
-		case safetensors.F32, safetensors.BF16, safetensors.F16:
-		default:
-			return nil, fmt.Errorf("%w: %s: tensor %q has dtype %s; want F32, BF16 or F16", ErrAdapter, path, name, info.DType)
-		}
-		data, _, err := f.ReadFloat32(name)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %s: %w", ErrAdapter, path, err)
-		}
-		for _, v := range data {
-			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-				return nil, fmt.Errorf("%w: %s: tensor %q holds a NaN or infinite value", ErrAdapter, path, name)
-			}
+			return nil, err
 		}
 		m := byMod[mod]
 		if m == nil {
 			m = &loraModule{name: mod}
 			byMod[mod] = m
 		}
-		rows, cols := int(info.Shape[0]), int(info.Shape[1])
-		if isA {
-			if m.a != nil {
-				return nil, fmt.Errorf("%w: %s: tensor %q repeats module %q's lora_A (%q)", ErrAdapter, path, name, mod, m.aName)
-			}
-			if rows != cfg.R {
-				return nil, fmt.Errorf("%w: %s: tensor %q has shape %v; lora_A is [r, in] with r = %d (adapter_config.json)", ErrAdapter, path, name, info.Shape, cfg.R)
-			}
-			m.aName, m.a, m.in = name, data, cols
-		} else {
-			if m.b != nil {
-				return nil, fmt.Errorf("%w: %s: tensor %q repeats module %q's lora_B (%q)", ErrAdapter, path, name, mod, m.bName)
-			}
-			if cols != cfg.R {
-				return nil, fmt.Errorf("%w: %s: tensor %q has shape %v; lora_B is [out, r] with r = %d (adapter_config.json)", ErrAdapter, path, name, info.Shape, cfg.R)
-			}
-			m.bName, m.b, m.out = name, data, rows
+		if err := m.add(path, name, isA, shape, data, cfg.R); err != nil {
+			return nil, err
 		}
-		m.r = cfg.R
 	}
+	return collectModules(byMod, path, cfg)
+}
+
+// openAdapterWeights opens adapter_model.safetensors, naming a pickled
+// adapter file found in its place.
+func openAdapterWeights(dir, path string) (*safetensors.File, error) {
+	f, err := safetensors.Open(path)
+	if err == nil {
+		return f, nil
+	}
+	for _, other := range []string{"adapter_model.bin", "adapter_model.pt"} {
+		if _, serr := os.Stat(filepath.Join(dir, other)); serr == nil {
+			return nil, fmt.Errorf("%w: %s holds %s but no %s; save the adapter with safe_serialization (PEFT's default)", ErrAdapter, dir, other, AdapterWeightsName)
+		}
+	}
+	return nil, fmt.Errorf("%w: %w", ErrAdapter, err)
+}
+
+// readLoraTensor reads one LoRA matrix as float32 after checking its rank
+// and dtype, and refuses a NaN or infinite value.
+func readLoraTensor(f *safetensors.File, path, name string) ([]int64, []float32, error) {
+	info, err := f.Info(name)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %s: %w", ErrAdapter, path, err)
+	}
+	if len(info.Shape) != 2 {
+		return nil, nil, fmt.Errorf("%w: %s: tensor %q has shape %v; LoRA weights are matrices", ErrAdapter, path, name, info.Shape)
+	}
+	switch info.DType {
+	case safetensors.F32, safetensors.BF16, safetensors.F16:
+	default:
+		return nil, nil, fmt.Errorf("%w: %s: tensor %q has dtype %s; want F32, BF16 or F16", ErrAdapter, path, name, info.DType)
+	}
+	data, _, err := f.ReadFloat32(name)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %s: %w", ErrAdapter, path, err)
+	}
+	for _, v := range data {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			return nil, nil, fmt.Errorf("%w: %s: tensor %q holds a NaN or infinite value", ErrAdapter, path, name)
+		}
+	}
+	return info.Shape, data, nil
+}
+
+// add sets the module's lora_A (isA) or lora_B from tensor name, refusing a
+// repeat and a shape whose rank is not r.
+func (m *loraModule) add(path, name string, isA bool, shape []int64, data []float32, r int) error {
+	rows, cols := int(shape[0]), int(shape[1])
+	if isA {
+		if m.a != nil {
+			return fmt.Errorf("%w: %s: tensor %q repeats module %q's lora_A (%q)", ErrAdapter, path, name, m.name, m.aName)
+		}
+		if rows != r {
+			return fmt.Errorf("%w: %s: tensor %q has shape %v; lora_A is [r, in] with r = %d (adapter_config.json)", ErrAdapter, path, name, shape, r)
+		}
+		m.aName, m.a, m.in = name, data, cols
+	} else {
+		if m.b != nil {
+			return fmt.Errorf("%w: %s: tensor %q repeats module %q's lora_B (%q)", ErrAdapter, path, name, m.name, m.bName)
+		}
+		if cols != r {
+			return fmt.Errorf("%w: %s: tensor %q has shape %v; lora_B is [out, r] with r = %d (adapter_config.json)", ErrAdapter, path, name, shape, r)
+		}
+		m.bName, m.b, m.out = name, data, rows
+	}
+	m.r = r
+	return nil
+}
+
+// collectModules returns the modules sorted by name, each with both
+// matrices; an adapter without any is refused.
+func collectModules(byMod map[string]*loraModule, path string, cfg AdapterConfig) ([]loraModule, error) {
 	if len(byMod) == 0 {
 		return nil, fmt.Errorf("%w: %s holds no LoRA weights (did target_modules %v match nothing?)", ErrAdapter, path, targetsOf(cfg))
 	}

@@ -46,42 +46,15 @@ type CreateOptions struct {
 // the tokenizer's files) and returns the model. Out must be new or empty:
 // a checkpoint is never overwritten.
 func Create(o CreateOptions) (*Model, error) {
-	switch {
-	case o.Arch == "":
-		return nil, fmt.Errorf("%w: an architecture is required (one of %s)", ErrConfig, archNames())
-	case !Supported(o.Arch):
-		return nil, fmt.Errorf("%w: architecture %q is not supported; use one of %s", ErrConfig, o.Arch, archNames())
-	case o.Out == "":
-		return nil, errors.New("transformer: an output directory is required")
-	case o.Tokenizer == "" && o.Vocab <= 0:
-		return nil, errors.New("transformer: give a tokenizer directory (with tokenizer.json) or a vocabulary size")
-	case o.InitializerRange < 0:
-		return nil, fmt.Errorf("%w: initializer_range must be > 0, got %v", ErrConfig, o.InitializerRange)
-	case o.RouterBiasStd < 0:
-		return nil, fmt.Errorf("%w: the router bias std must be >= 0, got %v", ErrConfig, o.RouterBiasStd)
+	if err := o.check(); err != nil {
+		return nil, err
 	}
 	if err := emptyDir(o.Out); err != nil {
 		return nil, err
 	}
-	vocab := o.Vocab
-	var gen GenerationConfig
-	var tokFiles []string
-	if o.Tokenizer != "" {
-		tok, err := hftokenizer.Load(filepath.Join(o.Tokenizer, "tokenizer.json"))
-		if err != nil {
-			return nil, fmt.Errorf("transformer: tokenizer %s: %w", o.Tokenizer, err)
-		}
-		if vocab == 0 {
-			vocab = tok.VocabSize()
-		} else if vocab < tok.VocabSize() {
-			return nil, fmt.Errorf("transformer: vocabulary %d is smaller than the tokenizer's %d tokens; leave it out or raise it", vocab, tok.VocabSize())
-		}
-		if gen, err = specialTokens(o.Tokenizer, tok); err != nil {
-			return nil, err
-		}
-		if tokFiles, err = tokenizerFiles(o.Tokenizer); err != nil {
-			return nil, err
-		}
+	vocab, gen, tokFiles, err := o.readTokenizer()
+	if err != nil {
+		return nil, err
 	}
 	c, err := NewPreset(Arch(o.Arch), Preset(o.Preset), vocab)
 	if err != nil {
@@ -107,6 +80,51 @@ func Create(o CreateOptions) (*Model, error) {
 		return nil, err
 	}
 	return m, nil
+}
+
+// check refuses options Create cannot act on.
+func (o CreateOptions) check() error {
+	switch {
+	case o.Arch == "":
+		return fmt.Errorf("%w: an architecture is required (one of %s)", ErrConfig, archNames())
+	case !Supported(o.Arch):
+		return fmt.Errorf("%w: architecture %q is not supported; use one of %s", ErrConfig, o.Arch, archNames())
+	case o.Out == "":
+		return errors.New("transformer: an output directory is required")
+	case o.Tokenizer == "" && o.Vocab <= 0:
+		return errors.New("transformer: give a tokenizer directory (with tokenizer.json) or a vocabulary size")
+	case o.InitializerRange < 0:
+		return fmt.Errorf("%w: initializer_range must be > 0, got %v", ErrConfig, o.InitializerRange)
+	case o.RouterBiasStd < 0:
+		return fmt.Errorf("%w: the router bias std must be >= 0, got %v", ErrConfig, o.RouterBiasStd)
+	}
+	return nil
+}
+
+// readTokenizer returns the vocabulary size (o.Vocab, or the tokenizer's
+// when o.Vocab is 0), the special tokens and the tokenizer files to copy;
+// without a tokenizer directory, o.Vocab and nothing else.
+func (o CreateOptions) readTokenizer() (vocab int, gen GenerationConfig, tokFiles []string, err error) {
+	vocab = o.Vocab
+	if o.Tokenizer == "" {
+		return vocab, gen, nil, nil
+	}
+	tok, err := hftokenizer.Load(filepath.Join(o.Tokenizer, "tokenizer.json"))
+	if err != nil {
+		return 0, gen, nil, fmt.Errorf("transformer: tokenizer %s: %w", o.Tokenizer, err)
+	}
+	if vocab == 0 {
+		vocab = tok.VocabSize()
+	} else if vocab < tok.VocabSize() {
+		return 0, gen, nil, fmt.Errorf("transformer: vocabulary %d is smaller than the tokenizer's %d tokens; leave it out or raise it", vocab, tok.VocabSize())
+	}
+	if gen, err = specialTokens(o.Tokenizer, tok); err != nil {
+		return 0, gen, nil, err
+	}
+	if tokFiles, err = tokenizerFiles(o.Tokenizer); err != nil {
+		return 0, gen, nil, err
+	}
+	return vocab, gen, tokFiles, nil
 }
 
 // emptyDir refuses an existing directory with files in it: init never

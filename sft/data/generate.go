@@ -40,15 +40,8 @@ func Generate(ctx context.Context, o GenerateOptions) error {
 	if o.Pattern == "" {
 		o.Pattern = "random"
 	}
-	switch {
-	case o.Tokens < 1 || o.Shards < 1:
-		return fmt.Errorf("sft/data: generate: tokens %d and shards %d: want ≥ 1", o.Tokens, o.Shards)
-	case o.VocabSize < 2 || o.VocabSize > 1<<31-1:
-		return fmt.Errorf("sft/data: generate: vocab %d: want 2..2^31-1", o.VocabSize)
-	case o.MinLen < 1 || o.MaxLen < o.MinLen:
-		return fmt.Errorf("sft/data: generate: lengths [%d, %d]: want 1 ≤ min ≤ max", o.MinLen, o.MaxLen)
-	case o.Pattern != "random" && o.Pattern != "counting":
-		return fmt.Errorf("sft/data: generate: pattern %q: want random or counting", o.Pattern)
+	if err := o.check(); err != nil {
+		return err
 	}
 	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
 		return fmt.Errorf("sft/data: %w", err)
@@ -71,11 +64,7 @@ func Generate(ctx context.Context, o GenerateOptions) error {
 		go func() {
 			defer wg.Done()
 			for i := range jobs {
-				tokens := o.Tokens / int64(o.Shards)
-				if i < int(o.Tokens%int64(o.Shards)) {
-					tokens++
-				}
-				err := generateShard(ctx, o, i, tokens, ShardOptions{Format: o.Format, IDsType: ids, Mask: o.Mask})
+				err := generateShard(ctx, o, i, o.shardTokens(i), ShardOptions{Format: o.Format, IDsType: ids, Mask: o.Mask})
 				errs <- err
 				mu.Lock()
 				done++
@@ -98,6 +87,31 @@ func Generate(ctx context.Context, o GenerateOptions) error {
 		}
 	}
 	return nil
+}
+
+// check refuses options Generate cannot act on.
+func (o *GenerateOptions) check() error {
+	switch {
+	case o.Tokens < 1 || o.Shards < 1:
+		return fmt.Errorf("sft/data: generate: tokens %d and shards %d: want ≥ 1", o.Tokens, o.Shards)
+	case o.VocabSize < 2 || o.VocabSize > 1<<31-1:
+		return fmt.Errorf("sft/data: generate: vocab %d: want 2..2^31-1", o.VocabSize)
+	case o.MinLen < 1 || o.MaxLen < o.MinLen:
+		return fmt.Errorf("sft/data: generate: lengths [%d, %d]: want 1 ≤ min ≤ max", o.MinLen, o.MaxLen)
+	case o.Pattern != "random" && o.Pattern != "counting":
+		return fmt.Errorf("sft/data: generate: pattern %q: want random or counting", o.Pattern)
+	}
+	return nil
+}
+
+// shardTokens is shard i's share of the tokens (the remainder goes to the
+// first shards).
+func (o *GenerateOptions) shardTokens(i int) int64 {
+	tokens := o.Tokens / int64(o.Shards)
+	if i < int(o.Tokens%int64(o.Shards)) {
+		tokens++
+	}
+	return tokens
 }
 
 // rng is a small seeded generator (SplitMix64): pure, no global state.

@@ -124,99 +124,122 @@ func Pretokenize(ctx context.Context, in string, tok Tokenizer, o PretokenizeOpt
 	if err := os.MkdirAll(o.Out, 0o755); err != nil {
 		return st, fmt.Errorf("sft/data: %w", err)
 	}
-	ids := "int32"
+	p := &pretokenizer{in: in, tok: tok, o: o, ids: "int32", mask: -1}
 	if tok.VocabSize() <= 1<<16 {
-		ids = "uint16"
-	}
-	var w *ShardWriter
-	mask := -1 // the file's row kind, unknown until the first line
-	closeShard := func() error {
-		if w == nil {
-			return nil
-		}
-		err := w.Close()
-		w = nil
-		return err
+		p.ids = "uint16"
 	}
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 1<<30)
 	line := 0
-	var toks []int32
-	var m []uint8
 	for sc.Scan() {
 		line++
 		b := bytes.TrimSpace(sc.Bytes())
 		if len(b) == 0 {
 			continue
 		}
-		var r textRow
-		if err := json.Unmarshal(b, &r); err != nil {
-			closeShard()
-			return st, fmt.Errorf("sft/data: %s: line %d: %v", in, line, err)
-		}
-		kind := r.kind()
-		if kind < 0 {
-			closeShard()
-			return st, fmt.Errorf("sft/data: %s: line %d: want {\"text\": …}, {\"prompt\": …, \"completion\": …} or {\"messages\": […]}", in, line)
-		}
-		if kind == rowChat && o.Chat == nil {
-			closeShard()
-			return st, fmt.Errorf("sft/data: %s: line %d: a chat row needs a tokenizer with a chat template (asyncrl data pretokenize --tokenizer DIR, the tokenizer's directory)", in, line)
-		}
-		if mask < 0 {
-			mask = kind
-		}
-		if kind != mask {
-			closeShard()
-			return st, fmt.Errorf("sft/data: %s: line %d: mixes row kinds (line 1's kind is the file's)", in, line)
-		}
-		toks, m, err = rowTokens(&r, kind, tok, &o, toks[:0], m[:0])
-		if err != nil {
-			closeShard()
-			return st, fmt.Errorf("sft/data: %s: line %d: %w", in, line, err)
-		}
-		if len(toks) == 0 {
-			closeShard()
-			return st, fmt.Errorf("sft/data: %s: line %d: no tokens", in, line)
-		}
-		if w == nil {
-			w, err = CreateShard(filepath.Join(o.Out, ShardName(st.Shards, o.Format)), ShardOptions{Format: o.Format, IDsType: ids, Mask: kind != rowText})
-			if err != nil {
-				return st, err
-			}
-			st.Shards++
-		}
-		var mm []uint8
-		if kind != rowText {
-			mm = m
-		}
-		if err := w.Append(toks, mm); err != nil {
-			closeShard()
-			return st, err
-		}
-		st.Rows++
-		st.Tokens += int64(len(toks))
-		if w.Rows >= int64(o.RowsPerShard) {
-			if err := closeShard(); err != nil {
-				return st, err
-			}
-		}
-		if st.Rows%10000 == 0 {
-			if o.Progress != nil {
-				o.Progress(st.Rows)
-			}
-			if err := ctx.Err(); err != nil {
-				closeShard()
-				return st, err
-			}
+		if err := p.row(ctx, b, line); err != nil {
+			p.closeShard()
+			return p.st, err
 		}
 	}
 	if err := sc.Err(); err != nil {
-		closeShard()
-		return st, fmt.Errorf("sft/data: %s: after line %d: %w", in, line, err)
+		p.closeShard()
+		return p.st, fmt.Errorf("sft/data: %s: after line %d: %w", in, line, err)
 	}
-	if st.Rows == 0 {
-		return st, fmt.Errorf("sft/data: %s: no rows", in)
+	if p.st.Rows == 0 {
+		return p.st, fmt.Errorf("sft/data: %s: no rows", in)
 	}
-	return st, closeShard()
+	return p.st, p.closeShard()
+}
+
+// pretokenizer is one Pretokenize run's state: the shard being written,
+// the file's row kind and the token buffers reused from row to row.
+type pretokenizer struct {
+	in   string
+	tok  Tokenizer
+	o    PretokenizeOptions
+	ids  string // the shards' token id type
+	st   PretokenizeStats
+	w    *ShardWriter
+	mask int // the file's row kind, unknown (-1) until the first line
+	toks []int32
+	m    []uint8
+}
+
+func (p *pretokenizer) closeShard() error {
+	if p.w == nil {
+		return nil
+	}
+	err := p.w.Close()
+	p.w = nil
+	return err
+}
+
+// row tokenizes one JSONL line and appends it to the current shard (a new
+// one when none is open), closing the shard when it is full; the caller
+// closes the shard on error.
+func (p *pretokenizer) row(ctx context.Context, b []byte, line int) error {
+	kind, err := p.tokenize(b, line)
+	if err != nil {
+		return err
+	}
+	if p.w == nil {
+		p.w, err = CreateShard(filepath.Join(p.o.Out, ShardName(p.st.Shards, p.o.Format)), ShardOptions{Format: p.o.Format, IDsType: p.ids, Mask: kind != rowText})
+		if err != nil {
+			return err
+		}
+		p.st.Shards++
+	}
+	var mm []uint8
+	if kind != rowText {
+		mm = p.m
+	}
+	if err := p.w.Append(p.toks, mm); err != nil {
+		return err
+	}
+	p.st.Rows++
+	p.st.Tokens += int64(len(p.toks))
+	if p.w.Rows >= int64(p.o.RowsPerShard) {
+		if err := p.closeShard(); err != nil {
+			return err
+		}
+	}
+	if p.st.Rows%10000 == 0 {
+		if p.o.Progress != nil {
+			p.o.Progress(p.st.Rows)
+		}
+		return ctx.Err()
+	}
+	return nil
+}
+
+// tokenize parses line's row, checks its kind against the file's, and
+// tokenizes it into p.toks and p.m.
+func (p *pretokenizer) tokenize(b []byte, line int) (kind int, err error) {
+	in := p.in
+	var r textRow
+	if err := json.Unmarshal(b, &r); err != nil {
+		return 0, fmt.Errorf("sft/data: %s: line %d: %v", in, line, err)
+	}
+	kind = r.kind()
+	if kind < 0 {
+		return 0, fmt.Errorf("sft/data: %s: line %d: want {\"text\": …}, {\"prompt\": …, \"completion\": …} or {\"messages\": […]}", in, line)
+	}
+	if kind == rowChat && p.o.Chat == nil {
+		return 0, fmt.Errorf("sft/data: %s: line %d: a chat row needs a tokenizer with a chat template (asyncrl data pretokenize --tokenizer DIR, the tokenizer's directory)", in, line)
+	}
+	if p.mask < 0 {
+		p.mask = kind
+	}
+	if kind != p.mask {
+		return 0, fmt.Errorf("sft/data: %s: line %d: mixes row kinds (line 1's kind is the file's)", in, line)
+	}
+	p.toks, p.m, err = rowTokens(&r, kind, p.tok, &p.o, p.toks[:0], p.m[:0])
+	if err != nil {
+		return 0, fmt.Errorf("sft/data: %s: line %d: %w", in, line, err)
+	}
+	if len(p.toks) == 0 {
+		return 0, fmt.Errorf("sft/data: %s: line %d: no tokens", in, line)
+	}
+	return kind, nil
 }

@@ -284,8 +284,26 @@ func (s *Shard) readRow(bi, i int, dst []int32, scratch *[]byte) (toks []int32, 
 			return dst, nil, 0, true, err
 		}
 	}
-	maxID = -1
-	if p.width == 2 {
+	dst, maxID, err = widenTokens(dst, raw, p.width, n)
+	if err != nil {
+		return dst, nil, 0, true, err
+	}
+	if p.moffs < 0 {
+		return dst, nil, maxID, true, nil
+	}
+	mask, err = s.readMaskRow(p, b, i, n)
+	if err != nil {
+		return dst, nil, 0, true, err
+	}
+	return dst, mask, maxID, true, nil
+}
+
+// widenTokens appends the n little-endian token ids in raw (2 or 4 bytes
+// wide) to dst and returns the largest (-1 when there are none); a negative
+// 4-byte id is an error.
+func widenTokens(dst []int32, raw []byte, width, n int) ([]int32, int64, error) {
+	maxID := int64(-1)
+	if width == 2 {
 		var mx uint16
 		for _, v := range unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(raw))), n) {
 			dst = append(dst, int32(v))
@@ -294,42 +312,44 @@ func (s *Shard) readRow(bi, i int, dst []int32, scratch *[]byte) (toks []int32, 
 		if n > 0 {
 			maxID = int64(mx)
 		}
-	} else {
-		mx := int32(-1)
-		for _, v := range unsafe.Slice((*int32)(unsafe.Pointer(unsafe.SliceData(raw))), n) {
-			dst = append(dst, v)
-			mx = max(mx, v)
-			if v < 0 {
-				return dst, nil, 0, true, fmt.Errorf("token id %d is negative", v)
-			}
+		return dst, maxID, nil
+	}
+	mx := int32(-1)
+	for _, v := range unsafe.Slice((*int32)(unsafe.Pointer(unsafe.SliceData(raw))), n) {
+		dst = append(dst, v)
+		mx = max(mx, v)
+		if v < 0 {
+			return dst, 0, fmt.Errorf("token id %d is negative", v)
 		}
-		maxID = int64(mx)
 	}
-	if p.moffs < 0 {
-		return dst, nil, maxID, true, nil
-	}
+	return dst, int64(mx), nil
+}
+
+// readMaskRow reads row i's loss mask (n values, each 0 or 1) by plan p.
+func (s *Shard) readMaskRow(p filePlan, b *batch, i, n int) ([]uint8, error) {
+	var ob [8]byte
 	if err := preadFull(s.file, ob[:], p.moffs+int64(i)*4); err != nil {
-		return dst, nil, 0, true, err
+		return nil, err
 	}
 	mlo, mhi := int32(binary.LittleEndian.Uint32(ob[:4])), int32(binary.LittleEndian.Uint32(ob[4:]))
 	if mlo < 0 || mhi < mlo || int(mhi) > len(b.mu8) {
-		return dst, nil, 0, true, fmt.Errorf("%s offsets [%d, %d) outside the %d values", ColLossMask, mlo, mhi, len(b.mu8))
+		return nil, fmt.Errorf("%s offsets [%d, %d) outside the %d values", ColLossMask, mlo, mhi, len(b.mu8))
 	}
 	if int(mhi-mlo) != n {
-		return dst, nil, 0, true, fmt.Errorf("%s has %d values, %s %d", ColLossMask, mhi-mlo, ColInputIDs, n)
+		return nil, fmt.Errorf("%s has %d values, %s %d", ColLossMask, mhi-mlo, ColInputIDs, n)
 	}
-	mask = make([]uint8, n)
+	mask := make([]uint8, n)
 	if n > 0 {
 		if err := preadFull(s.file, mask, p.mvals+int64(mlo)); err != nil {
-			return dst, nil, 0, true, err
+			return nil, err
 		}
 	}
 	for j, m := range mask {
 		if m > 1 {
-			return dst, nil, 0, true, fmt.Errorf("%s[%d] = %d: want 0 or 1", ColLossMask, j, m)
+			return nil, fmt.Errorf("%s[%d] = %d: want 0 or 1", ColLossMask, j, m)
 		}
 	}
-	return dst, mask, maxID, true, nil
+	return mask, nil
 }
 
 // rowError names a bad row.

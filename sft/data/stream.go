@@ -131,21 +131,9 @@ func (s *DataStream) Next(ctx context.Context) (Example, error) {
 	if err := ctx.Err(); err != nil {
 		return Example{}, err
 	}
-	p, err := s.sampler.Next()
+	p, err := s.pick()
 	if err != nil {
-		if s.local && errors.Is(err, io.EOF) {
-			s.dropTouched() // the last window is done too
-		}
 		return Example{}, err
-	}
-	if p.Dataset < 0 || p.Dataset >= len(s.sets) || p.Index < 0 || p.Index >= s.sets[p.Dataset].Rows {
-		return Example{}, fmt.Errorf("sft/data: sampler picked row %d of dataset %d, outside the datasets", p.Index, p.Dataset)
-	}
-	if s.local {
-		if w := s.win.Window(); w != s.window {
-			s.dropTouched()
-			s.window = w
-		}
 	}
 	d := s.sets[p.Dataset]
 	k, row := d.Locate(p.Index)
@@ -156,14 +144,52 @@ func (s *DataStream) Next(ctx context.Context) (Example, error) {
 	if got := sh.starts[len(sh.starts)-1]; got != sh.Index.Rows {
 		return Example{}, fmt.Errorf("%w: %s: %d rows, its index says %d", ErrCorrupt, sh.Path, got, sh.Index.Rows)
 	}
-	b, bi, i := sh.at(row)
 	ex := Example{ID: ExampleID{Dataset: uint32(p.Dataset), Shard: uint32(k), Row: uint32(row)}}
+	toks, mask, maxID, err := s.readExample(sh, row)
+	if err != nil {
+		return Example{}, err
+	}
+	if len(toks) == 0 {
+		return Example{}, &RowError{Path: sh.Path, Row: row, Err: errors.New("empty example")}
+	}
+	if s.cfg.VocabSize > 0 && maxID >= int64(s.cfg.VocabSize) {
+		return Example{}, &RowError{Path: sh.Path, Row: row, Err: fmt.Errorf("token id %d outside the vocabulary [0, %d)", maxID, s.cfg.VocabSize)}
+	}
+	ex.Tokens, ex.LossMask = toks, mask
+	s.truncateAndCount(&ex, p.Dataset)
+	return ex, nil
+}
+
+// pick draws the next row from the sampler, checks it names a row of the
+// datasets, and drops the pages of the last window when the window moved.
+func (s *DataStream) pick() (Pick, error) {
+	p, err := s.sampler.Next()
+	if err != nil {
+		if s.local && errors.Is(err, io.EOF) {
+			s.dropTouched() // the last window is done too
+		}
+		return p, err
+	}
+	if p.Dataset < 0 || p.Dataset >= len(s.sets) || p.Index < 0 || p.Index >= s.sets[p.Dataset].Rows {
+		return p, fmt.Errorf("sft/data: sampler picked row %d of dataset %d, outside the datasets", p.Index, p.Dataset)
+	}
+	if s.local {
+		if w := s.win.Window(); w != s.window {
+			s.dropTouched()
+			s.window = w
+		}
+	}
+	return p, nil
+}
+
+// readExample reads row of sh: through the mapping for a windowed sampler
+// (marking the shard touched), else decoded into the arena, falling back
+// to the mapping when the row cannot be decoded there.
+func (s *DataStream) readExample(sh *Shard, row int64) (toks []int32, mask []uint8, maxID int64, err error) {
+	b, bi, i := sh.at(row)
 	if len(s.arena) < 1<<16 {
 		s.arena = make([]int32, arenaTokens)
 	}
-	var toks []int32
-	var mask []uint8
-	var maxID int64
 	ok := false
 	if s.local && sh.mapping != nil {
 		if !sh.touched {
@@ -174,23 +200,21 @@ func (s *DataStream) Next(ctx context.Context) (Example, error) {
 		toks, mask, maxID, ok, err = sh.readRow(bi, i, s.arena[:0], &s.scratch)
 	}
 	if err != nil {
-		return Example{}, fmt.Errorf("%w: %w", ErrCorrupt, &RowError{Path: sh.Path, Row: row, Err: err})
+		return nil, nil, 0, fmt.Errorf("%w: %w", ErrCorrupt, &RowError{Path: sh.Path, Row: row, Err: err})
 	}
 	if !ok {
 		if toks, mask, maxID, err = s.readMapped(b, i); err != nil {
-			return Example{}, &RowError{Path: sh.Path, Row: row, Err: err}
+			return nil, nil, 0, &RowError{Path: sh.Path, Row: row, Err: err}
 		}
 	} else if len(toks) <= len(s.arena) && len(toks) > 0 && &toks[0] == &s.arena[0] {
 		s.arena = s.arena[len(toks):]
 		toks = toks[:len(toks):len(toks)]
 	}
-	if len(toks) == 0 {
-		return Example{}, &RowError{Path: sh.Path, Row: row, Err: errors.New("empty example")}
-	}
-	if s.cfg.VocabSize > 0 && maxID >= int64(s.cfg.VocabSize) {
-		return Example{}, &RowError{Path: sh.Path, Row: row, Err: fmt.Errorf("token id %d outside the vocabulary [0, %d)", maxID, s.cfg.VocabSize)}
-	}
-	ex.Tokens, ex.LossMask = toks, mask
+	return toks, mask, maxID, nil
+}
+
+// truncateAndCount cuts ex to MaxLen and counts it against its dataset.
+func (s *DataStream) truncateAndCount(ex *Example, dataset int) {
 	if s.cfg.MaxLen > 0 && len(ex.Tokens) > s.cfg.MaxLen {
 		ex.Tokens = ex.Tokens[:s.cfg.MaxLen]
 		if ex.LossMask != nil {
@@ -201,9 +225,8 @@ func (s *DataStream) Next(ctx context.Context) (Example, error) {
 		s.counts = make([]int64, len(s.sets))
 		s.tokens = make([]int64, len(s.sets))
 	}
-	s.counts[p.Dataset]++
-	s.tokens[p.Dataset] += int64(len(ex.Tokens))
-	return ex, nil
+	s.counts[dataset]++
+	s.tokens[dataset] += int64(len(ex.Tokens))
 }
 
 type streamState struct {

@@ -43,7 +43,7 @@ var Cores = []Core{
 		Skip: []string{"actors/controller/shell.go"}, Scenarios: "default, faults, partitions, mixed"},
 	{Name: "sampling", Dirs: []string{"actors/sampling", "actors/filter"},
 		Skip: []string{"actors/sampling/shell.go"}, Scenarios: "default, faults, partitions, mixed"},
-	{Name: "tracker", Dirs: []string{"actors/publisher"}, Scenarios: "default, faults, partitions, mixed"},
+	{Name: "tracker", Dirs: []string{"actors/publisher/tracker"}, Scenarios: "default, faults, partitions, mixed"},
 	{Name: "router-policy", Dirs: []string{"actors/router/policy"}, Scenarios: "default, faults, partitions, mixed"},
 }
 
@@ -211,12 +211,9 @@ func FindRoot(dir string) (string, error) {
 	}
 }
 
-// Measure builds sim's coverage driver with -coverpkg over every core,
-// runs it and reads the profile.
-func Measure(o Options) (Report, error) {
-	if o.Seeds <= 0 && o.FromProfile == "" {
-		return Report{}, fmt.Errorf("simcov: Seeds %d: want ≥ 1", o.Seeds)
-	}
+// defaults fills the steps, workers, go command, timeout and repository
+// root left unset.
+func (o *Options) defaults() error {
 	o.Steps = cmpOr(o.Steps, 10)
 	o.Workers = cmpOr(o.Workers, 2)
 	if o.Go == "" {
@@ -228,11 +225,23 @@ func Measure(o Options) (Report, error) {
 	if o.Root == "" {
 		wd, err := os.Getwd()
 		if err != nil {
-			return Report{}, fmt.Errorf("simcov: %w", err)
+			return fmt.Errorf("simcov: %w", err)
 		}
 		if o.Root, err = FindRoot(wd); err != nil {
-			return Report{}, err
+			return err
 		}
+	}
+	return nil
+}
+
+// Measure builds sim's coverage driver with -coverpkg over every core,
+// runs it and reads the profile.
+func Measure(o Options) (Report, error) {
+	if o.Seeds <= 0 && o.FromProfile == "" {
+		return Report{}, fmt.Errorf("simcov: Seeds %d: want ≥ 1", o.Seeds)
+	}
+	if err := o.defaults(); err != nil {
+		return Report{}, err
 	}
 	prof := o.Profile
 	if prof == "" {

@@ -107,6 +107,7 @@ func (s *Server) RemoveEngine(url string) {
 		return
 	}
 	s.engines = slices.Delete(s.engines, i, i+1)
+	s.leaveVersion(url)
 	_ = s.router.Apply(policy.RemoveReplica{URL: url})
 	s.log.Info().Str("engine", url).Int("engines", len(s.engines)).Msg("engine removed from sampling")
 }

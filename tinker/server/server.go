@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/asyncrl/asyncrl/actors/publisher/tracker"
 	"github.com/asyncrl/asyncrl/actors/router/proxy"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/tinker"
@@ -110,6 +111,9 @@ type Server struct {
 	engines     []string
 	adapterDirs map[string]string // adapter name → checkpoint dir
 	published   versionState      // sampler_weights: version
+	// versions is the version tracker of sampler_weights: version (the
+	// engines' versions, the router's minimum; version.go).
+	versions *tracker.Tracker
 }
 
 // New opens the training-future store (marking futures a previous process
@@ -131,6 +135,10 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Registry == nil {
 		cfg.Registry = prometheus.NewRegistry()
 	}
+	versions, err := tracker.New(tracker.DefaultConfig())
+	if err != nil {
+		return nil, err
+	}
 	st, err := openStore(ctx, cfg.NATS, cfg.FutureKeyPrefix, cfg.FutureReplicas, cfg.DataDir+"/futures", cfg.FutureTTL)
 	if err != nil {
 		return nil, err
@@ -140,7 +148,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	t := cfg.Tinker
-	s := &Server{cfg: cfg, now: cfg.Now, log: cfg.Log, store: st,
+	s := &Server{cfg: cfg, now: cfg.Now, log: cfg.Log, store: st, versions: versions,
 		core: tinker.NewCore(tinker.Limits{SessionTimeout: t.SessionTimeout, ResultTTL: t.SampleResultTTL,
 			ResultMaxBytes: t.SampleResultMaxBytes, MaxModelsPerSession: t.MaxModelsPerSession,
 			MaxPendingPerSession: t.MaxPendingPerSession}),

@@ -69,6 +69,23 @@ func (b *Bus) Stream(ctx context.Context, cfg transport.StreamConfig) (transport
 	return &stream{b: b, s: s, name: cfg.Name}, nil
 }
 
+// BindStream opens the existing stream name without creating it or
+// changing its configuration (one $JS.API.STREAM.INFO call). It is for a
+// node whose bus user may not create or update streams (cluster/access):
+// a rollout node binds its term's trajectory buffer, which the pipeline
+// holder made with the buffer's settings. A stream not made yet is
+// jetstream.ErrStreamNotFound: try again once its owner made it.
+func (b *Bus) BindStream(ctx context.Context, name string) (transport.Stream, error) {
+	if err := b.checkOpen(); err != nil {
+		return nil, err
+	}
+	s, err := b.js.Stream(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("natsbus: bind stream %s (its owner, the pipeline holder, makes it): %w", name, mapErr(err))
+	}
+	return &stream{b: b, s: s, name: name}, nil
+}
+
 // createStepping creates or updates the stream; when JetStream has too few
 // servers up to place jc.Replicas copies it tries one fewer, down to
 // minReplicas (0: no stepping), and logs what it settled for.

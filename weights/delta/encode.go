@@ -86,6 +86,37 @@ type encoded struct {
 	err       error
 }
 
+// sharedNames returns the tensors both checkpoints have, and those only
+// next has (skipped). A tensor only the new checkpoint has (a trainer's
+// tied lm_head or a buffer the served checkpoint leaves out) is skipped, as
+// SkyRL's DeltaCheckpointPublisher skips tensors absent from its base
+// checkpoint; one only the base has cannot be expressed as a delta.
+func sharedNames(base, next Source) (names, skipped []string, err error) {
+	bn := base.Names()
+	for _, n := range next.Names() {
+		if _, ok := slices.BinarySearch(bn, n); ok {
+			names = append(names, n)
+		} else {
+			skipped = append(skipped, n)
+		}
+	}
+	if len(names) != len(bn) {
+		return nil, nil, fmt.Errorf("%w: the base has %d tensors the new checkpoint lacks (first difference: %s)", ErrMismatch, len(bn)-len(names), firstDiff(bn, names))
+	}
+	return names, skipped, nil
+}
+
+// checkNotCommitted refuses a version whose manifest dst already holds.
+func checkNotCommitted(ctx context.Context, dst store.Store, version int64) error {
+	if rc, err := dst.Get(ctx, ManifestKey(version)); err == nil {
+		rc.Close()
+		return fmt.Errorf("delta: encode: version %d is already committed (%s)", version, ManifestKey(version))
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("delta: encode: checking %s: %w", ManifestKey(version), err)
+	}
+	return nil
+}
+
 // Encode publishes version (base_version = version−1) to dst: the XOR
 // patches that turn base (the checkpoint published as version−1) into next,
 // cast to base's dtypes, zstd-compressed, in payload files, then
@@ -107,27 +138,12 @@ func Encode(ctx context.Context, cfg EncodeConfig, base, next Source, version in
 	if version < 1 {
 		return nil, fmt.Errorf("delta: encode: version %d: deltas start at 1 (0 is the base)", version)
 	}
-	// A tensor only the new checkpoint has (a trainer's tied lm_head or a
-	// buffer the served checkpoint leaves out) is skipped, as SkyRL's
-	// DeltaCheckpointPublisher skips tensors absent from its base
-	// checkpoint; one only the base has cannot be expressed as a delta.
-	bn := base.Names()
-	var names, skipped []string
-	for _, n := range next.Names() {
-		if _, ok := slices.BinarySearch(bn, n); ok {
-			names = append(names, n)
-		} else {
-			skipped = append(skipped, n)
-		}
+	names, skipped, err := sharedNames(base, next)
+	if err != nil {
+		return nil, err
 	}
-	if len(names) != len(bn) {
-		return nil, fmt.Errorf("%w: the base has %d tensors the new checkpoint lacks (first difference: %s)", ErrMismatch, len(bn)-len(names), firstDiff(bn, names))
-	}
-	if rc, err := dst.Get(ctx, ManifestKey(version)); err == nil {
-		rc.Close()
-		return nil, fmt.Errorf("delta: encode: version %d is already committed (%s)", version, ManifestKey(version))
-	} else if !errors.Is(err, store.ErrNotFound) {
-		return nil, fmt.Errorf("delta: encode: checking %s: %w", ManifestKey(version), err)
+	if err := checkNotCommitted(ctx, dst, version); err != nil {
+		return nil, err
 	}
 	encs, err := newPatchEncoders(cfg.Level, cfg.Workers)
 	if err != nil {

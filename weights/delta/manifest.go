@@ -134,15 +134,9 @@ func (m *Manifest) Validate() error {
 	if m.Version < 1 || m.BaseVersion < 0 || m.BaseVersion >= m.Version {
 		return fmt.Errorf("%w: version %d with base_version %d (need 0 ≤ base_version < version)", ErrManifest, m.Version, m.BaseVersion)
 	}
-	files := make(map[string]bool, len(m.PayloadFiles))
-	for _, f := range m.PayloadFiles {
-		if f == "" || strings.ContainsAny(f, "/\\") || strings.HasPrefix(f, ".") {
-			return fmt.Errorf("%w: payload file %q is not a plain file name", ErrManifest, f)
-		}
-		if files[f] {
-			return fmt.Errorf("%w: payload file %q listed twice", ErrManifest, f)
-		}
-		files[f] = true
+	files, err := m.payloadFileSet()
+	if err != nil {
+		return err
 	}
 	names := make(map[string]bool, len(m.Tensors))
 	keys := make(map[[2]string]bool, len(m.Tensors))
@@ -152,22 +146,8 @@ func (m *Manifest) Validate() error {
 			return fmt.Errorf("%w: tensor name %q empty or repeated", ErrManifest, t.Name)
 		}
 		names[t.Name] = true
-		dt, err := NormalizeDType(t.DType)
-		if err != nil {
-			return fmt.Errorf("%w: tensor %q: %v", ErrManifest, t.Name, err)
-		}
-		n := int64(dt.Size())
-		for _, d := range t.Shape {
-			if d < 0 {
-				return fmt.Errorf("%w: tensor %q: negative dimension in %v", ErrManifest, t.Name, t.Shape)
-			}
-			n *= d
-		}
-		if n != t.UncompressedNumBytes {
-			return fmt.Errorf("%w: tensor %q: uncompressed_num_bytes %d but %s%v holds %d", ErrManifest, t.Name, t.UncompressedNumBytes, t.DType, t.Shape, n)
-		}
-		if t.CompressedNumBytes <= 0 {
-			return fmt.Errorf("%w: tensor %q: compressed_num_bytes %d", ErrManifest, t.Name, t.CompressedNumBytes)
+		if err := t.checkSizes(); err != nil {
+			return err
 		}
 		if !files[t.PayloadFile] {
 			return fmt.Errorf("%w: tensor %q: payload_file %q is not in payload_files", ErrManifest, t.Name, t.PayloadFile)
@@ -186,6 +166,45 @@ func (m *Manifest) Validate() error {
 	if unc != m.TotalUncompressedNumBytes || comp != m.TotalCompressedNumBytes {
 		return fmt.Errorf("%w: totals %d/%d but the tensors sum to %d/%d (uncompressed/compressed)", ErrManifest,
 			m.TotalUncompressedNumBytes, m.TotalCompressedNumBytes, unc, comp)
+	}
+	return nil
+}
+
+// payloadFileSet checks every payload file is a plain name listed once and
+// returns them as a set.
+func (m *Manifest) payloadFileSet() (map[string]bool, error) {
+	files := make(map[string]bool, len(m.PayloadFiles))
+	for _, f := range m.PayloadFiles {
+		if f == "" || strings.ContainsAny(f, "/\\") || strings.HasPrefix(f, ".") {
+			return nil, fmt.Errorf("%w: payload file %q is not a plain file name", ErrManifest, f)
+		}
+		if files[f] {
+			return nil, fmt.Errorf("%w: payload file %q listed twice", ErrManifest, f)
+		}
+		files[f] = true
+	}
+	return files, nil
+}
+
+// checkSizes checks the tensor's dtype and shape, that its uncompressed
+// size is what they hold, and that its compressed size is positive.
+func (t *TensorEntry) checkSizes() error {
+	dt, err := NormalizeDType(t.DType)
+	if err != nil {
+		return fmt.Errorf("%w: tensor %q: %v", ErrManifest, t.Name, err)
+	}
+	n := int64(dt.Size())
+	for _, d := range t.Shape {
+		if d < 0 {
+			return fmt.Errorf("%w: tensor %q: negative dimension in %v", ErrManifest, t.Name, t.Shape)
+		}
+		n *= d
+	}
+	if n != t.UncompressedNumBytes {
+		return fmt.Errorf("%w: tensor %q: uncompressed_num_bytes %d but %s%v holds %d", ErrManifest, t.Name, t.UncompressedNumBytes, t.DType, t.Shape, n)
+	}
+	if t.CompressedNumBytes <= 0 {
+		return fmt.Errorf("%w: tensor %q: compressed_num_bytes %d", ErrManifest, t.Name, t.CompressedNumBytes)
 	}
 	return nil
 }

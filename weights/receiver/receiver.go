@@ -257,15 +257,7 @@ func (r *Receiver) Apply(ctx context.Context, target int64) (int64, error) {
 		return 0, err
 	}
 	if r.needsReset(s, ok) {
-		start, err := r.startFor(ctx, target)
-		if err != nil {
-			return 0, err
-		}
-		if ok {
-			r.cfg.Logger.Warn().Int64("version", s.Version).Bool("write_in_progress", s.WriteInProgress).
-				Str("base_model_path", s.BaseModelPath).Int64("reset_to", start).Msg("weight sync: resetting weights/")
-		}
-		if s, err = r.reset(ctx, start); err != nil {
+		if s, err = r.resetFor(ctx, target, s, ok); err != nil {
 			return 0, err
 		}
 	}
@@ -282,48 +274,68 @@ func (r *Receiver) Apply(ctx context.Context, target int64) (int64, error) {
 	defer mut.Close()
 	acfg := delta.ApplyConfig{Workers: r.cfg.Workers}
 	for v := s.Version + 1; v <= target; v++ {
-		m, err := r.fetch(ctx, v)
-		if err != nil {
-			return s.Version, err
-		}
-		if m.Version != v || m.BaseVersion != s.Version {
-			return s.Version, fmt.Errorf("%w: version %d has base_version %d, but weights/ holds %d", delta.ErrChain, m.Version, m.BaseVersion, s.Version)
-		}
-		s.TargetVersion, s.WriteInProgress = &target, true
-		if err := r.saveState(s); err != nil {
-			return s.Version, err
-		}
-		res, err := delta.Apply(ctx, acfg, m, r.cacheDir(v), mut)
-		if err != nil {
-			if errors.Is(err, delta.ErrChecksum) || errors.Is(err, delta.ErrCorrupt) {
-				// The cached copy is bad (or the store's is): drop it so the
-				// next try refetches; weights/ stays marked dirty.
-				_ = os.RemoveAll(r.cacheDir(v))
-				r.met.rejected.Inc()
-				r.cfg.Logger.Error().Err(err).Int64("version", v).Msg("weight sync: rejected version; the next sync resets from the base")
-			}
-			return s.Version, fmt.Errorf("receiver: version %d rejected, weights/ left write_in_progress: %w", v, err)
-		}
-		if len(res.Skipped) > 0 {
-			// Once per version, not per tensor: the names are the same
-			// every version, so the first ten say enough.
-			r.met.skipped.Add(float64(len(res.Skipped)))
-			r.cfg.Logger.Warn().Int64("version", v).Int("skipped", len(res.Skipped)).
-				Strs("first", res.Skipped[:min(10, len(res.Skipped))]).
-				Msg("weight sync: skipped delta tensors absent from the local checkpoint")
-		}
-		s.Version, s.WriteInProgress = v, false
-		r.met.applied.Inc()
-		r.met.appliedBytes.Add(float64(m.TotalCompressedNumBytes))
-		r.met.version.Set(float64(v))
-		if v == target {
-			s.TargetVersion = nil
-		}
-		if err := r.saveState(s); err != nil {
+		if err := r.applyVersion(ctx, acfg, mut, &s, v, &target); err != nil {
 			return s.Version, err
 		}
 	}
 	return s.Version, nil
+}
+
+// resetFor resets weights/ to the start target needs, warning about the
+// state it replaces when there was one (ok).
+func (r *Receiver) resetFor(ctx context.Context, target int64, s State, ok bool) (State, error) {
+	start, err := r.startFor(ctx, target)
+	if err != nil {
+		return s, err
+	}
+	if ok {
+		r.cfg.Logger.Warn().Int64("version", s.Version).Bool("write_in_progress", s.WriteInProgress).
+			Str("base_model_path", s.BaseModelPath).Int64("reset_to", start).Msg("weight sync: resetting weights/")
+	}
+	return r.reset(ctx, start)
+}
+
+// applyVersion fetches version v, checks it chains on s, and applies it to
+// mut, saving s as write_in_progress before and as version v after.
+func (r *Receiver) applyVersion(ctx context.Context, acfg delta.ApplyConfig, mut *delta.Mutable, s *State, v int64, target *int64) error {
+	m, err := r.fetch(ctx, v)
+	if err != nil {
+		return err
+	}
+	if m.Version != v || m.BaseVersion != s.Version {
+		return fmt.Errorf("%w: version %d has base_version %d, but weights/ holds %d", delta.ErrChain, m.Version, m.BaseVersion, s.Version)
+	}
+	s.TargetVersion, s.WriteInProgress = target, true
+	if err := r.saveState(*s); err != nil {
+		return err
+	}
+	res, err := delta.Apply(ctx, acfg, m, r.cacheDir(v), mut)
+	if err != nil {
+		if errors.Is(err, delta.ErrChecksum) || errors.Is(err, delta.ErrCorrupt) {
+			// The cached copy is bad (or the store's is): drop it so the
+			// next try refetches; weights/ stays marked dirty.
+			_ = os.RemoveAll(r.cacheDir(v))
+			r.met.rejected.Inc()
+			r.cfg.Logger.Error().Err(err).Int64("version", v).Msg("weight sync: rejected version; the next sync resets from the base")
+		}
+		return fmt.Errorf("receiver: version %d rejected, weights/ left write_in_progress: %w", v, err)
+	}
+	if len(res.Skipped) > 0 {
+		// Once per version, not per tensor: the names are the same
+		// every version, so the first ten say enough.
+		r.met.skipped.Add(float64(len(res.Skipped)))
+		r.cfg.Logger.Warn().Int64("version", v).Int("skipped", len(res.Skipped)).
+			Strs("first", res.Skipped[:min(10, len(res.Skipped))]).
+			Msg("weight sync: skipped delta tensors absent from the local checkpoint")
+	}
+	s.Version, s.WriteInProgress = v, false
+	r.met.applied.Inc()
+	r.met.appliedBytes.Add(float64(m.TotalCompressedNumBytes))
+	r.met.version.Set(float64(v))
+	if v == *target {
+		s.TargetVersion = nil
+	}
+	return r.saveState(*s)
 }
 
 func (r *Receiver) needsReset(s State, ok bool) bool {

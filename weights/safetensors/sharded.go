@@ -136,51 +136,9 @@ func OpenDir(dir string) (*Checkpoint, error) {
 	case err != nil:
 		return nil, fmt.Errorf("safetensors: %w", err)
 	default:
-		var idx Index
-		if err := json.Unmarshal(js, &idx); err != nil {
-			return nil, fmt.Errorf("%w: %s: %v", ErrFormat, IndexFileName, err)
-		}
-		if len(idx.WeightMap) == 0 {
-			return nil, fmt.Errorf("%w: %s: empty weight_map", ErrFormat, IndexFileName)
-		}
-		for _, shard := range idx.WeightMap {
-			if _, ok := c.files[shard]; ok {
-				continue
-			}
-			if shard != filepath.Base(shard) || strings.HasPrefix(shard, ".") {
-				c.Close()
-				return nil, fmt.Errorf("%w: %s: shard %q is not a plain file name", ErrFormat, IndexFileName, shard)
-			}
-			f, err := Open(filepath.Join(dir, shard))
-			if err != nil {
-				c.Close()
-				return nil, err
-			}
-			c.files[shard] = f
-			c.shards = append(c.shards, shard)
-		}
-		slices.Sort(c.shards)
-		var total int64
-		for _, shard := range c.shards {
-			f := c.files[shard]
-			total += f.DataSize
-			for _, t := range f.Tensors {
-				if want, ok := idx.WeightMap[t.Name]; !ok || want != shard {
-					c.Close()
-					return nil, fmt.Errorf("%w: %s: tensor %q found in %s but the index says %q", ErrFormat, IndexFileName, t.Name, shard, want)
-				}
-				c.where[t.Name] = shard
-			}
-		}
-		for name, shard := range idx.WeightMap {
-			if _, ok := c.where[name]; !ok {
-				c.Close()
-				return nil, fmt.Errorf("%w: %s: tensor %q is not in shard %s", ErrFormat, IndexFileName, name, shard)
-			}
-		}
-		if idx.Metadata.TotalSize != 0 && idx.Metadata.TotalSize != total {
+		if err := c.openIndexed(dir, js); err != nil {
 			c.Close()
-			return nil, fmt.Errorf("%w: %s: total_size %d but the shards hold %d bytes", ErrFormat, IndexFileName, idx.Metadata.TotalSize, total)
+			return nil, err
 		}
 	}
 	for n := range c.where {
@@ -188,6 +146,59 @@ func OpenDir(dir string) (*Checkpoint, error) {
 	}
 	slices.Sort(c.names)
 	return c, nil
+}
+
+// openIndexed opens the shards the index js names and checks the index
+// against them; the caller closes c on error.
+func (c *Checkpoint) openIndexed(dir string, js []byte) error {
+	var idx Index
+	if err := json.Unmarshal(js, &idx); err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrFormat, IndexFileName, err)
+	}
+	if len(idx.WeightMap) == 0 {
+		return fmt.Errorf("%w: %s: empty weight_map", ErrFormat, IndexFileName)
+	}
+	for _, shard := range idx.WeightMap {
+		if _, ok := c.files[shard]; ok {
+			continue
+		}
+		if shard != filepath.Base(shard) || strings.HasPrefix(shard, ".") {
+			return fmt.Errorf("%w: %s: shard %q is not a plain file name", ErrFormat, IndexFileName, shard)
+		}
+		f, err := Open(filepath.Join(dir, shard))
+		if err != nil {
+			return err
+		}
+		c.files[shard] = f
+		c.shards = append(c.shards, shard)
+	}
+	slices.Sort(c.shards)
+	return c.checkIndex(&idx)
+}
+
+// checkIndex checks that every tensor of the shards is where the index
+// says and every indexed tensor was found, and the index's total size.
+func (c *Checkpoint) checkIndex(idx *Index) error {
+	var total int64
+	for _, shard := range c.shards {
+		f := c.files[shard]
+		total += f.DataSize
+		for _, t := range f.Tensors {
+			if want, ok := idx.WeightMap[t.Name]; !ok || want != shard {
+				return fmt.Errorf("%w: %s: tensor %q found in %s but the index says %q", ErrFormat, IndexFileName, t.Name, shard, want)
+			}
+			c.where[t.Name] = shard
+		}
+	}
+	for name, shard := range idx.WeightMap {
+		if _, ok := c.where[name]; !ok {
+			return fmt.Errorf("%w: %s: tensor %q is not in shard %s", ErrFormat, IndexFileName, name, shard)
+		}
+	}
+	if idx.Metadata.TotalSize != 0 && idx.Metadata.TotalSize != total {
+		return fmt.Errorf("%w: %s: total_size %d but the shards hold %d bytes", ErrFormat, IndexFileName, idx.Metadata.TotalSize, total)
+	}
+	return nil
 }
 
 // Names returns every tensor name, sorted.

@@ -45,7 +45,7 @@
 // Content-Length answer of at most 1 MiB that is not an event stream) is
 // served without a goroutine switch; anything else leaves the loop with
 // the bytes already read for the fast front's path (a fastConn, or
-// relayAdopted for an answer that streams). FrontFast (front.go) reads plain HTTP/1.1 requests itself
+// relayAdopted for an answer that streams). FrontFast (front.go, frontconn.go, frontout.go) reads plain HTTP/1.1 requests itself
 // (internal/h1), relays answers as bytes (a small answer's head and body
 // in one write; streamed ones re-chunked and flushed per chunk, with the
 // version trailers) and hands everything else (/admin/, /finish_session,

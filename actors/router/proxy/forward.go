@@ -59,7 +59,7 @@ func isHopHeader(k string) bool {
 
 // inbound is a request as the route/retry loop (forward) needs it,
 // whichever front end read it: net/http's server (httpIn) or the fast
-// HTTP/1.1 front (front.go).
+// HTTP/1.1 front (frontconn.go).
 type inbound interface {
 	// reqCtx ends when the client goes away.
 	reqCtx() context.Context

@@ -14,12 +14,14 @@ type Input interface{ input() }
 // Received: a TrainBatch arrived.
 type Received struct{ Batch messages.TrainBatch }
 
-// Trained: the step the core asked for (Train) trained and was
-// published; Version is the (local) version the trainer now holds.
+// Trained: the step the core asked for (Train or Publish) trained and
+// was published; Version is the (local) version the trainer now holds.
 type Trained struct{ Step, Version int64 }
 
 // Failed: the step the core asked for failed (decode, plan, train or
-// publish); Version is the version the trainer holds now.
+// publish); Version is the version the trainer holds now. A Version above
+// the one the step started from says the trainer stepped and only the
+// publish failed: the step's weights wait for a Publish.
 type Failed struct {
 	Step, Version int64
 	Err           string
@@ -42,6 +44,11 @@ type Train struct {
 	From  int64
 }
 
+// Publish: publish again the weights of (local) version Version that
+// step Step trained but did not publish (its publish failed), without
+// training again; then step the core with Trained or Failed.
+type Publish struct{ Step, Version int64 }
+
 // Announce: send StepDone{Step, NewVersion: Version}. Again marks the
 // answer to a batch of a step trained before (no record, no publish).
 type Announce struct {
@@ -54,11 +61,16 @@ type Announce struct {
 type Refuse struct{ Step, Version int64 }
 
 func (Train) effect()    {}
+func (Publish) effect()  {}
 func (Announce) effect() {}
 func (Refuse) effect()   {}
 
 func (t Train) String() string {
 	return fmt.Sprintf("train step %d from version %d", t.Batch.Step, t.From)
+}
+
+func (p Publish) String() string {
+	return fmt.Sprintf("publish step %d again (version %d)", p.Step, p.Version)
 }
 
 func (a Announce) String() string {
@@ -90,20 +102,29 @@ func (r Ready) String() string {
 	return strings.Join(lines, "\n")
 }
 
-// Core is the step rule's state: the version the trainer holds, the step
-// training (0: none) and the batches waiting, in arrival order.
+// Core is the step rule's state: the version the trainer holds and
+// published (the one it announces), the step trained but not published
+// (unpublished, 0: none; held: its version), the step training or
+// publishing (0: none) and the batches waiting, in arrival order.
 type Core struct {
-	version  int64
-	training int64
-	queue    []messages.TrainBatch
-	ready    Ready
+	version     int64
+	unpublished int64
+	held        int64
+	training    int64
+	queue       []messages.TrainBatch
+	ready       Ready
 }
 
 // New returns the rule for a trainer holding (local) version version.
 func New(version int64) *Core { return &Core{version: version} }
 
-// Version is the (local) version the trainer holds.
+// Version is the (local) version the trainer holds and published: the
+// newest version it announces.
 func (c *Core) Version() int64 { return c.version }
+
+// Unpublished is the step the trainer trained but could not publish (0:
+// none) and the (local) version its weights are.
+func (c *Core) Unpublished() (step, version int64) { return c.unpublished, c.held }
 
 // Training is the step being trained, 0 when none.
 func (c *Core) Training() int64 { return c.training }
@@ -122,7 +143,9 @@ func (c *Core) Advance() { c.ready = Ready{} }
 func (c *Core) Tick(time.Time) {}
 
 // Step consumes one input. A Trained or Failed for a step that is not
-// training (a late or duplicated report) is ignored.
+// training (a late or duplicated report) is ignored. A Failed whose
+// Version is above the version held keeps the step unpublished: it is not
+// announced, and its next batch asks for a Publish, not a Train.
 func (c *Core) Step(_ time.Time, in Input) {
 	switch v := in.(type) {
 	case Received:
@@ -131,13 +154,17 @@ func (c *Core) Step(_ time.Time, in Input) {
 		if v.Step != c.training {
 			return
 		}
-		c.training, c.version = 0, v.Version
+		c.training, c.version, c.unpublished, c.held = 0, v.Version, 0, 0
 		c.emit(Announce{Step: v.Step, Version: v.Version})
 	case Failed:
 		if v.Step != c.training {
 			return
 		}
-		c.training, c.version = 0, v.Version
+		c.training = 0
+		if v.Version > c.version {
+			// Trained, not published: not announced, never trained again.
+			c.unpublished, c.held = v.Step, v.Version
+		}
 	}
 	c.next()
 }
@@ -151,6 +178,9 @@ func (c *Core) next() {
 		switch {
 		case b.Step <= c.version:
 			c.emit(Announce{Step: b.Step, Version: c.version, Again: true})
+		case b.Step == c.unpublished:
+			c.training = b.Step
+			c.emit(Publish{Step: b.Step, Version: c.held})
 		case b.Step == c.version+1:
 			c.training = b.Step
 			c.emit(Train{Batch: b, From: c.version})

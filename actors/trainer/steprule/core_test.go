@@ -53,11 +53,24 @@ func TestRule(t *testing.T) {
 			{batch(1), ""},
 			{Failed{Step: 1, Version: 0, Err: "boom"}, "train step 1 from version 0"},
 		}, version: 0, training: 1},
-		{name: "a step that failed after the trainer stepped (publish) counts as held", from: 0, steps: []step{
+		{name: "a step whose publish failed is not announced; its retransmission publishes it again, never trains it again", from: 0, steps: []step{
 			{batch(1), "train step 1 from version 0"},
 			{batch(1), ""},
-			{Failed{Step: 1, Version: 1, Err: "publish"}, "announce step 1 again (version 1)"},
+			{Failed{Step: 1, Version: 1, Err: "publish"}, "publish step 1 again (version 1)"},
+			{batch(1), ""},
+			{Failed{Step: 1, Version: 1, Err: "publish again"}, "publish step 1 again (version 1)"},
+			{Trained{Step: 1, Version: 1}, "announce step 1 (version 1)"},
 		}, version: 1},
+		{name: "while a step is unpublished an older step is answered with the published version and a later one is refused", from: 2, steps: []step{
+			{batch(3), "train step 3 from version 2"},
+			{Failed{Step: 3, Version: 3, Err: "publish"}, ""},
+			{batch(2), "announce step 2 again (version 2)"},
+			{batch(4), "trainer: batch for step 4 but the trainer holds version 2"},
+			{batch(3), "publish step 3 again (version 3)"},
+			{Trained{Step: 3, Version: 3}, "announce step 3 (version 3)"},
+			{batch(3), "announce step 3 again (version 3)"},
+			{batch(4), "train step 4 from version 3"},
+		}, version: 3, training: 4},
 		{name: "a report for a step not training is ignored", from: 3, steps: []step{
 			{Trained{Step: 4, Version: 4}, ""},
 			{Failed{Step: 3, Version: 9}, ""},

@@ -19,15 +19,22 @@
 //   - a batch for any later step is refused (Refuse): the controller sent
 //     a step the trainer cannot train; the shell reports the error, the
 //     trainer keeps its version and goes on with the next batch;
-//   - a step that Failed changes nothing but the version the shell says
-//     the trainer holds (a trainer may have stepped before its publish
-//     failed) and the trainer goes on with the next batch.
+//   - a step that Failed before the trainer stepped (decode, plan,
+//     train) changes nothing: its retransmission trains it;
+//   - a step that Failed after the trainer stepped (its publish failed)
+//     is held unpublished: it is not announced (no StepDone, so the
+//     controller does not advance and the engines never lag a version the
+//     run counts as live) and never trained again (its prompts are
+//     trained exactly once); a retransmission of its batch asks the shell
+//     to Publish the held weights again, and only a publish that succeeds
+//     announces the step. Meanwhile an older step is answered with the
+//     published version and a later step is refused.
 //
 // There is no heartbeat: a lost StepDone is recovered by the
 // controller's retransmission of its batch (answered by the second rule).
 //
 // Shape: Step(now, Input), Tick(now) (nothing is timed), Ready() effects,
-// Advance(). Inputs: Received, Trained, Failed. Effects: Train, Announce,
-// Refuse. No goroutines, locks, I/O or clock; the versions the shell
+// Advance(). Inputs: Received, Trained, Failed. Effects: Train, Publish,
+// Announce, Refuse. No goroutines, locks, I/O or clock; the versions the shell
 // reports are the authority (the Stepper counts its own steps).
 package steprule

@@ -250,32 +250,74 @@ func run(c runConfig) ([]Cell, error) {
 	if err != nil {
 		return nil, err
 	}
-	var backends []string
-	backendPid := 0
-	for range c.backends {
-		cmd, out, err := ps.start(self, nil, "backend", "-listen", "127.0.0.1:0")
-		if backendPid == 0 && err == nil {
-			backendPid = cmd.Process.Pid
-		}
-		if err != nil {
-			return nil, err
-		}
-		line, err := bufio.NewReader(out).ReadString('\n')
-		if err != nil {
-			return nil, fmt.Errorf("backend: %w", err)
-		}
-		backends = append(backends, strings.TrimSpace(line))
+	backends, backendPid, err := startBackends(&ps, self, c.backends)
+	if err != nil {
+		return nil, err
 	}
 	tmp, err := os.MkdirTemp("", "hopbench-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(tmp)
+	targets, err := startTargets(&ps, c, tmp, backends, backendPid)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(os.Stderr, "# %s, %d cores, load %s; targets %v\n", time.Now().UTC().Format(time.RFC3339), runtime.NumCPU(), loadavg(), c.targets)
+	var cells []Cell
+	for rep := range c.reps {
+		for li, n := range c.conns {
+			order := slices.Clone(c.targets)
+			rot := (rep + li) % len(order)
+			order = append(order[rot:], order[:rot]...)
+			for _, name := range order {
+				cell, err := measure(c, targets[name], name, n)
+				if err != nil {
+					return nil, err
+				}
+				cell.Rep = rep
+				cells = append(cells, cell)
+				fmt.Fprintf(os.Stderr, "rep %d c=%-3d %-14s %8.0f req/s p50 %6d µs p99 %6d µs cpu %.3f s/1e5 err %d\n",
+					rep, n, name, cell.RPS(), cell.P50us, cell.P99us, cell.CPUPer1e5(), cell.Errors)
+			}
+		}
+	}
+	if c.profileDir != "" {
+		if err := profileRouter(&ps, c, backends); err != nil {
+			return nil, err
+		}
+	}
+	return cells, nil
+}
+
+// startBackends starts n backend processes of this binary and returns
+// their URLs and the first one's pid.
+func startBackends(ps *procs, self string, n int) (backends []string, backendPid int, err error) {
+	for range n {
+		cmd, out, err := ps.start(self, nil, "backend", "-listen", "127.0.0.1:0")
+		if backendPid == 0 && err == nil {
+			backendPid = cmd.Process.Pid
+		}
+		if err != nil {
+			return nil, 0, err
+		}
+		line, err := bufio.NewReader(out).ReadString('\n')
+		if err != nil {
+			return nil, 0, fmt.Errorf("backend: %w", err)
+		}
+		backends = append(backends, strings.TrimSpace(line))
+	}
+	return backends, backendPid, nil
+}
+
+// startTargets starts the proxies c.targets name in front of backends and
+// waits for each target to answer /health.
+func startTargets(ps *procs, c runConfig, tmp string, backends []string, backendPid int) (map[string]target, error) {
 	// direct's CPU is the backend's: what Go's net/http server alone
 	// costs per request, one side of the router's hop.
 	targets := map[string]target{"direct": {url: backends[0], pid: backendPid}}
 	if slices.Contains(c.targets, "haproxy_stick") || slices.Contains(c.targets, "haproxy_chash") {
-		t, err := startHAProxy(&ps, c, tmp, backends)
+		t, err := startHAProxy(ps, c, tmp, backends)
 		if err != nil {
 			return nil, err
 		}
@@ -292,16 +334,7 @@ func run(c runConfig) ([]Cell, error) {
 			}
 			rc.asyncrl = c.asyncrlBase
 		}
-		front := ""
-		switch name {
-		case "router_nethttp": // the same binary on net/http's server: before/after the fast front in one run
-			front = "net_http"
-		case "router_loop": // the same binary with the event-loop front
-			front = "loop"
-		case "router_fast": // the same binary with a goroutine per connection
-			front = "fast"
-		}
-		t, err := startRouter(&ps, rc, pol, backends, "", front)
+		t, err := startRouter(ps, rc, pol, backends, "", routerFront[name])
 		if err != nil {
 			return nil, err
 		}
@@ -315,44 +348,37 @@ func run(c runConfig) ([]Cell, error) {
 			return nil, err
 		}
 	}
-	fmt.Fprintf(os.Stderr, "# %s, %d cores, load %s; targets %v\n", time.Now().UTC().Format(time.RFC3339), runtime.NumCPU(), loadavg(), c.targets)
-	var cells []Cell
-	for rep := range c.reps {
-		for li, n := range c.conns {
-			order := slices.Clone(c.targets)
-			rot := (rep + li) % len(order)
-			order = append(order[rot:], order[:rot]...)
-			for _, name := range order {
-				t := targets[name]
-				// A short warm-up opens the connections and fills pools.
-				if _, err := runWrk(c, t.url, n, time.Second); err != nil {
-					return nil, fmt.Errorf("%s warm-up: %w", name, err)
-				}
-				cpu0, err := cpuSeconds(t.pid)
-				if err != nil {
-					return nil, err
-				}
-				cell, err := runWrk(c, t.url, n, c.dur)
-				if err != nil {
-					return nil, fmt.Errorf("%s at %d connections: %w", name, n, err)
-				}
-				cpu1, err := cpuSeconds(t.pid)
-				if err != nil {
-					return nil, err
-				}
-				cell.Rep, cell.Conns, cell.Target, cell.CPUSeconds = rep, n, name, cpu1-cpu0
-				cells = append(cells, cell)
-				fmt.Fprintf(os.Stderr, "rep %d c=%-3d %-14s %8.0f req/s p50 %6d µs p99 %6d µs cpu %.3f s/1e5 err %d\n",
-					rep, n, name, cell.RPS(), cell.P50us, cell.P99us, cell.CPUPer1e5(), cell.Errors)
-			}
-		}
+	return targets, nil
+}
+
+// routerFront is the --front a router target runs with ("" the default).
+var routerFront = map[string]string{
+	"router_nethttp": "net_http", // the same binary on net/http's server: before/after the fast front in one run
+	"router_loop":    "loop",     // the same binary with the event-loop front
+	"router_fast":    "fast",     // the same binary with a goroutine per connection
+}
+
+// measure runs one cell: a short warm-up, then wrk for c.dur at n
+// connections, with the target process's CPU seconds around it.
+func measure(c runConfig, t target, name string, n int) (Cell, error) {
+	// A short warm-up opens the connections and fills pools.
+	if _, err := runWrk(c, t.url, n, time.Second); err != nil {
+		return Cell{}, fmt.Errorf("%s warm-up: %w", name, err)
 	}
-	if c.profileDir != "" {
-		if err := profileRouter(&ps, c, backends); err != nil {
-			return nil, err
-		}
+	cpu0, err := cpuSeconds(t.pid)
+	if err != nil {
+		return Cell{}, err
 	}
-	return cells, nil
+	cell, err := runWrk(c, t.url, n, c.dur)
+	if err != nil {
+		return Cell{}, fmt.Errorf("%s at %d connections: %w", name, n, err)
+	}
+	cpu1, err := cpuSeconds(t.pid)
+	if err != nil {
+		return Cell{}, err
+	}
+	cell.Conns, cell.Target, cell.CPUSeconds = n, name, cpu1-cpu0
+	return cell, nil
 }
 
 func startHAProxy(ps *procs, c runConfig, tmp string, backends []string) ([2]target, error) {

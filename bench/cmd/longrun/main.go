@@ -83,38 +83,10 @@ func main() {
 		cfg.Rollout.Task, cfg.Trainer.MiniBatchSize, cfg.Rollout.NSamplesPerPrompt, cfg.Trainer.NumParallelGenerationWorkers,
 		cfg.Trainer.MaxStalenessSteps, cfg.Engines.Count, cfg.Filter.Mode, *steps, runtime.GOMAXPROCS(0))
 	fmt.Printf("%8s %10s %10s %12s %10s\n", "step", "RSS MB", "heap MB", "heap objects", "elapsed")
-	start := time.Now()
-	var rssRef, rssLast, rssMid float64
-	mid := (*steps + *ref) / 2 / *every * *every // a row half way: is the second half flat?
+	m := &memRows{steps: *steps, every: *every, ref: *ref, profiles: *profiles, verbose: *verbose, start: time.Now()}
+	m.mid = (*steps + *ref) / 2 / *every * *every // a row half way: is the second half flat?
 	opts := node.Options{Logger: zerolog.Nop(), GroupDuplicates: *dupWindow, AfterStep: func(_ context.Context, _ *policy.Trainer, v int64) error {
-		s := int(v)
-		if s%*every != 0 && s != *ref && s != *steps {
-			return nil
-		}
-		runtime.GC()
-		var ms runtime.MemStats
-		runtime.ReadMemStats(&ms)
-		rss := rssMB()
-		if s == *ref {
-			rssRef = rss
-		}
-		if s == *steps {
-			rssLast = rss
-		}
-		if s == mid {
-			rssMid = rss
-		}
-		if s%*every == 0 || s == *steps {
-			fmt.Printf("%8d %10.1f %10.1f %12d %10s", s, rss, float64(ms.HeapAlloc)/(1<<20), ms.HeapObjects, time.Since(start).Round(time.Second))
-			if *verbose {
-				fmt.Printf("  retained %.1f stacks %.1f sys %.1f gcs %d", float64(ms.HeapSys-ms.HeapReleased)/(1<<20),
-					float64(ms.StackSys)/(1<<20), float64(ms.Sys)/(1<<20), ms.NumGC)
-			}
-			fmt.Println()
-			if *profiles != "" {
-				writeProfile(filepath.Join(*profiles, fmt.Sprintf("heap-%06d.pprof", s)))
-			}
-		}
+		m.afterStep(int(v))
 		return nil
 	}}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -123,21 +95,74 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "longrun: run:", err)
 	}
-	fmt.Printf("longrun: %d steps in %s, trajectories lost %d\n", sum.Steps, time.Since(start).Round(time.Second), sum.TrajectoriesLost)
-	if rssRef == 0 || rssLast == 0 {
-		fmt.Printf("verdict: incomplete (RSS at step %d: %.1f MB, at step %d: %.1f MB)\n", *ref, rssRef, *steps, rssLast)
+	fmt.Printf("longrun: %d steps in %s, trajectories lost %d\n", sum.Steps, time.Since(m.start).Round(time.Second), sum.TrajectoriesLost)
+	if !m.verdict(*limit) || err != nil {
 		os.Exit(1)
 	}
-	growth := 100 * (rssLast - rssRef) / rssRef
-	ok := growth <= *limit
-	if rssMid > 0 && mid > *ref && mid < *steps {
-		fmt.Printf("second half: RSS after step %d %.1f MB vs after step %d %.1f MB: %+.1f %%\n", *steps, rssLast, mid, rssMid, 100*(rssLast-rssMid)/rssMid)
+}
+
+// memRows samples RSS and the heap after the steps it prints a row for
+// (every every steps, the last) and the ones the verdict compares (ref,
+// the last, mid).
+type memRows struct {
+	steps, every, ref, mid  int
+	profiles                string
+	verbose                 bool
+	start                   time.Time
+	rssRef, rssLast, rssMid float64
+}
+
+// afterStep runs in the trainer's goroutine after step s was published.
+func (m *memRows) afterStep(s int) {
+	if s%m.every != 0 && s != m.ref && s != m.steps {
+		return
+	}
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	rss := rssMB()
+	if s == m.ref {
+		m.rssRef = rss
+	}
+	if s == m.steps {
+		m.rssLast = rss
+	}
+	if s == m.mid {
+		m.rssMid = rss
+	}
+	if s%m.every == 0 || s == m.steps {
+		m.printRow(s, rss, &ms)
+	}
+}
+
+func (m *memRows) printRow(s int, rss float64, ms *runtime.MemStats) {
+	fmt.Printf("%8d %10.1f %10.1f %12d %10s", s, rss, float64(ms.HeapAlloc)/(1<<20), ms.HeapObjects, time.Since(m.start).Round(time.Second))
+	if m.verbose {
+		fmt.Printf("  retained %.1f stacks %.1f sys %.1f gcs %d", float64(ms.HeapSys-ms.HeapReleased)/(1<<20),
+			float64(ms.StackSys)/(1<<20), float64(ms.Sys)/(1<<20), ms.NumGC)
+	}
+	fmt.Println()
+	if m.profiles != "" {
+		writeProfile(filepath.Join(m.profiles, fmt.Sprintf("heap-%06d.pprof", s)))
+	}
+}
+
+// verdict prints the second half's growth and the verdict (RSS after the
+// last step within limit percent of RSS after ref); false on FAIL or an
+// incomplete run.
+func (m *memRows) verdict(limit float64) bool {
+	if m.rssRef == 0 || m.rssLast == 0 {
+		fmt.Printf("verdict: incomplete (RSS at step %d: %.1f MB, at step %d: %.1f MB)\n", m.ref, m.rssRef, m.steps, m.rssLast)
+		return false
+	}
+	growth := 100 * (m.rssLast - m.rssRef) / m.rssRef
+	ok := growth <= limit
+	if m.rssMid > 0 && m.mid > m.ref && m.mid < m.steps {
+		fmt.Printf("second half: RSS after step %d %.1f MB vs after step %d %.1f MB: %+.1f %%\n", m.steps, m.rssLast, m.mid, m.rssMid, 100*(m.rssLast-m.rssMid)/m.rssMid)
 	}
 	fmt.Printf("verdict: RSS after step %d %.1f MB vs after step %d %.1f MB: %+.1f %% (limit %.0f %%): %s\n",
-		*steps, rssLast, *ref, rssRef, growth, *limit, map[bool]string{true: "PASS", false: "FAIL"}[ok])
-	if !ok || err != nil {
-		os.Exit(1)
-	}
+		m.steps, m.rssLast, m.ref, m.rssRef, growth, limit, map[bool]string{true: "PASS", false: "FAIL"}[ok])
+	return ok
 }
 
 // rssMB is the process's resident set (VmRSS) in MB; 0 where

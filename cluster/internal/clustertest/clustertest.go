@@ -1,7 +1,9 @@
 // Package clustertest holds the test helpers the cluster packages'
 // tests share (cluster/node's pipeline tests and cluster/agent's): polling
 // a condition with a deadline, the asyncrl binary built once per test,
-// free loopback ports. Standard library only; imported by tests alone.
+// free loopback ports, the durable-ledger line's check, engines' acks.
+// The standard library, messages and transport only; imported by tests
+// alone.
 package clustertest
 
 import (

@@ -3,7 +3,7 @@ package targets
 import (
 	"fmt"
 
-	"github.com/asyncrl/asyncrl/actors/publisher"
+	"github.com/asyncrl/asyncrl/actors/publisher/tracker"
 )
 
 // Outcome is how the agent's work on a target ended.
@@ -16,7 +16,7 @@ const (
 	// Failed: fetching, applying, loading or acking failed; the engine
 	// keeps what it had.
 	Failed
-	// Closed: the engine was stopped (engine.ErrClosed): gone for good.
+	// Closed: the engine was stopped (weightsync.ErrEngineGone): gone for good.
 	Closed
 )
 
@@ -34,7 +34,7 @@ func (o Outcome) String() string {
 
 // noFailure is failed's value when no target failed: below every
 // version, NoVersion included.
-const noFailure = publisher.NoVersion - 1
+const noFailure = tracker.NoVersion - 1
 
 // State is one engine agent's targets. The zero value is not usable;
 // see New.
@@ -44,7 +44,7 @@ type State struct {
 }
 
 // New returns the state of an agent whose engine holds version have
-// (publisher.NoVersion for an engine that holds no version of the run
+// (tracker.NoVersion for an engine that holds no version of the run
 // yet, so that target 0, the run's base, is loaded too).
 func New(have int64) State {
 	return State{want: have, have: have, failed: noFailure}

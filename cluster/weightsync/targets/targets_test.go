@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/asyncrl/asyncrl/actors/publisher"
+	"github.com/asyncrl/asyncrl/actors/publisher/tracker"
 )
 
 // op is one call on the state; the table lists each call with what it
@@ -109,8 +109,8 @@ func TestTargets(t *testing.T) {
 			{"loaded", 2, "", "want=2 have=2 failed=none gone=false"},
 			{"reack", 1, "2 true", "want=2 have=2 failed=none gone=false"},
 		}},
-		{"a fresh engine (no version of the run) loads the base, target 0", publisher.NoVersion, []op{
-			{"reack", publisher.NoVersion, "-1 false", "want=-1 have=-1 failed=none gone=false"},
+		{"a fresh engine (no version of the run) loads the base, target 0", tracker.NoVersion, []op{
+			{"reack", tracker.NoVersion, "-1 false", "want=-1 have=-1 failed=none gone=false"},
 			{"dispatch", 0, "", "want=0 have=-1 failed=none gone=false"},
 			{"next", 0, "0 true", "want=0 have=-1 failed=none gone=false"},
 			{"failed", 0, "", "want=0 have=0 failed=0 gone=false"},

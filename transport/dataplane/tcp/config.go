@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"time"
@@ -42,6 +43,16 @@ type Config struct {
 	// Dial opens client connections; nil uses a net.Dialer. Tests inject
 	// connections that break mid-transfer here.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// ServerTLS, when set, runs the server's connections over TLS; for
+	// mutual TLS (required off loopback) it must require and verify
+	// client certificates. MutualTLS builds it from the cluster's files.
+	// Without it the server speaks plain TCP, and only on loopback.
+	ServerTLS *tls.Config
+	// ClientTLS, when set, runs Fetch's connections over TLS: it verifies
+	// the server's certificate (for the URI's host unless ServerName is
+	// set) and presents this side's. A certificate refused either way
+	// fails the fetch at once with ErrAuth (no redial).
+	ClientTLS *tls.Config
 	// Logger receives reconnect warnings and server errors. Default: zerolog.Nop().
 	Logger zerolog.Logger
 }
@@ -77,5 +88,5 @@ func (c Config) Validate() error {
 	case c.IOTimeout <= 0:
 		return fmt.Errorf("tcp: Config.IOTimeout must be > 0, got %v", c.IOTimeout)
 	}
-	return nil
+	return c.validateTLS()
 }

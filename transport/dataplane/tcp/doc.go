@@ -32,6 +32,15 @@
 //     other io.ReaderAt it copies through one buffer per connection.
 //     Config.BytesPerSecond caps the server's total send rate with a token
 //     bucket shared by all its connections.
+//   - Access: Config.ServerTLS and Config.ClientTLS run every connection
+//     over TLS; MutualTLS builds both from the cluster's CA, certificate
+//     and key (the NATS routes' files), so only a peer holding a
+//     certificate of the cluster's CA fetches, and a fetcher only trusts a
+//     server of that CA. New refuses an Addr off loopback (a wildcard
+//     included) without a ServerTLS that requires and verifies client
+//     certificates (ErrInsecure). A TLS refusal fails a Fetch at once with
+//     ErrAuth; it is not redialled. Under TLS a file source is copied
+//     through a buffer (sendfile cannot write into a TLS stream).
 //
 // # Wire protocol
 //

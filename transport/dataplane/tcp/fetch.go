@@ -176,6 +176,11 @@ func (f *fetch) stream(ctx context.Context) (err error) {
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
 		}
+		if f.cfg.ClientTLS != nil {
+			if aerr := authFailure(err, f.addr); aerr != nil {
+				err = aerr
+			}
+		}
 		var fatal *fatalError
 		if errors.As(err, &fatal) {
 			return fatal.err
@@ -286,11 +291,18 @@ func (e *fatalError) Error() string { return e.err.Error() }
 func (f *fetch) dial(ctx context.Context) (net.Conn, error) {
 	dctx, cancel := context.WithTimeout(ctx, f.cfg.IOTimeout)
 	defer cancel()
+	var c net.Conn
+	var err error
 	if f.cfg.Dial != nil {
-		return f.cfg.Dial(dctx, "tcp", f.addr)
+		c, err = f.cfg.Dial(dctx, "tcp", f.addr)
+	} else {
+		var d net.Dialer
+		c, err = d.DialContext(dctx, "tcp", f.addr)
 	}
-	var d net.Dialer
-	return d.DialContext(dctx, "tcp", f.addr)
+	if err != nil {
+		return nil, err
+	}
+	return clientHandshake(dctx, f.cfg.ClientTLS, c, f.addr)
 }
 
 // fetchRange requests the remainder of range i and reads it into the sink.

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/transport/dataplane"
 )
@@ -73,6 +75,9 @@ type server struct {
 	entries map[string]*published
 	conns   map[net.Conn]struct{}
 	wg      sync.WaitGroup
+	// refusedLog logs refused TLS handshakes, at most 5 a minute (a
+	// scanner must not flood the log).
+	refusedLog zerolog.Logger
 }
 
 func startServer(cfg Config) (*server, error) {
@@ -83,9 +88,10 @@ func startServer(cfg Config) (*server, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &server{
 		cfg: cfg, ln: ln, ctx: ctx, cancel: cancel,
-		limiter: newLimiter(cfg.BytesPerSecond, cfg.ChunkBytes),
-		entries: map[string]*published{},
-		conns:   map[net.Conn]struct{}{},
+		limiter:    newLimiter(cfg.BytesPerSecond, cfg.ChunkBytes),
+		entries:    map[string]*published{},
+		conns:      map[net.Conn]struct{}{},
+		refusedLog: cfg.Logger.Sample(&zerolog.BurstSampler{Burst: 5, Period: time.Minute}),
 	}
 	s.wg.Add(1)
 	go s.acceptLoop()
@@ -161,14 +167,24 @@ func (s *server) close() error {
 	return err
 }
 
-func (s *server) serve(c net.Conn) {
+func (s *server) serve(raw net.Conn) {
 	defer func() {
 		s.mu.Lock()
-		delete(s.conns, c)
+		delete(s.conns, raw)
 		s.mu.Unlock()
-		c.Close()
+		raw.Close()
 		s.wg.Done()
 	}()
+	// The handshake runs here, not in the accept loop, so a peer that
+	// stalls it holds only its own connection.
+	c, err := s.handshake(raw)
+	if err != nil {
+		if s.ctx.Err() == nil {
+			s.refusedLog.Warn().Err(err).Str("peer", raw.RemoteAddr().String()).
+				Msg("dataplane/tcp: TLS handshake refused (a peer without the cluster's certificate?)")
+		}
+		return
+	}
 	var buf []byte
 	for {
 		// An idle client connection may wait for its next range for a while;

@@ -103,25 +103,9 @@ func run(dir string, size int64, nt, rounds int, zbin string, names []string, ke
 	fmt.Printf("# %s %s/%s, %d cores, GOMAXPROCS %d, %s, %s", time.Now().UTC().Format(time.RFC3339), runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), ver)
 	r := rand.New(rand.NewPCG(42, 42))
 	base := ckpttest.Random(r, nt, size)
-	var cases []*benchCase
-	for _, n := range names {
-		c := &benchCase{name: n, base: base}
-		switch n {
-		case "sparse1pct":
-			c.new = ckpttest.Update(r, base, 0.01, 0)
-		case "sparse3pct":
-			c.new = ckpttest.Update(r, base, 0.03, 0)
-		case "adamlike":
-			c.new = ckpttest.AdamLike(r, base, 1e-2)
-		case "fp8-sparse2pct":
-			c.base, c.new = toFP8(base, ckpttest.Update(r, base, 0.02, 0))
-		default:
-			return fmt.Errorf("unknown case %q", n)
-		}
-		if err := c.prepare(filepath.Join(dir, n)); err != nil {
-			return err
-		}
-		cases = append(cases, c)
+	cases, err := makeCases(r, base, dir, names)
+	if err != nil {
+		return err
 	}
 	var methods []method
 	for _, m := range append(zstdMethods(zbin), goMethods()...) {
@@ -139,19 +123,68 @@ func run(dir string, size int64, nt, rounds int, zbin string, names []string, ke
 		}
 		defer pprof.StopCPUProfile()
 	}
-	res := map[string][]sample{}
+	outs, err := zstdSizes(zbin, cases, methods)
+	if err != nil {
+		return err
+	}
+	res, err := runRounds(rounds, cases, methods, outs)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("# load after: %s; %d rounds, medians; GB = 10^9 bytes of patch (uncompressed) per CPU-second or wall second\n", loadavg(), rounds)
+	for _, c := range cases {
+		printCase(c, methods, res, outs)
+	}
+	return nil
+}
+
+// makeCases builds and prepares (under dir) each named case's checkpoints.
+func makeCases(r *rand.Rand, base []safetensors.Tensor, dir string, names []string) ([]*benchCase, error) {
+	var cases []*benchCase
+	for _, n := range names {
+		c := &benchCase{name: n, base: base}
+		switch n {
+		case "sparse1pct":
+			c.new = ckpttest.Update(r, base, 0.01, 0)
+		case "sparse3pct":
+			c.new = ckpttest.Update(r, base, 0.03, 0)
+		case "adamlike":
+			c.new = ckpttest.AdamLike(r, base, 1e-2)
+		case "fp8-sparse2pct":
+			c.base, c.new = toFP8(base, ckpttest.Update(r, base, 0.02, 0))
+		default:
+			return nil, fmt.Errorf("unknown case %q", n)
+		}
+		if err := c.prepare(filepath.Join(dir, n)); err != nil {
+			return nil, err
+		}
+		cases = append(cases, c)
+	}
+	return cases, nil
+}
+
+// zstdSizes measures the zstd binary's output bytes per case and encoding
+// method, keyed "case|method".
+func zstdSizes(zbin string, cases []*benchCase, methods []method) (map[string]int64, error) {
 	outs := map[string]int64{}
 	for _, c := range cases {
 		for _, m := range methods {
 			if strings.HasPrefix(m.name, "zstd ") && !m.decode {
 				n, err := zstdOutBytes(zbin, m.name, c)
 				if err != nil {
-					return err
+					return nil, err
 				}
 				outs[c.name+"|"+m.name] = n
 			}
 		}
 	}
+	return outs, nil
+}
+
+// runRounds runs every method on every case, rounds times interleaved,
+// recording each sample and the output bytes a method reports.
+func runRounds(rounds int, cases []*benchCase, methods []method, outs map[string]int64) (map[string][]sample, error) {
+	res := map[string][]sample{}
 	for round := range rounds {
 		fmt.Fprintf(os.Stderr, "round %d/%d (load %s)\n", round+1, rounds, loadavg())
 		for _, c := range cases {
@@ -159,7 +192,7 @@ func run(dir string, size int64, nt, rounds int, zbin string, names []string, ke
 				runtime.GC()
 				out, s, err := m.run(c)
 				if err != nil {
-					return fmt.Errorf("%s / %s: %w", c.name, m.name, err)
+					return nil, fmt.Errorf("%s / %s: %w", c.name, m.name, err)
 				}
 				k := c.name + "|" + m.name
 				res[k] = append(res[k], s)
@@ -169,35 +202,37 @@ func run(dir string, size int64, nt, rounds int, zbin string, names []string, ke
 			}
 		}
 	}
-	fmt.Printf("# load after: %s; %d rounds, medians; GB = 10^9 bytes of patch (uncompressed) per CPU-second or wall second\n", loadavg(), rounds)
-	for _, c := range cases {
-		fmt.Printf("\n## %s: %d changed tensors, %.1f MB of XOR patches\n\n", c.name, len(c.patches), float64(c.inBytes)/1e6)
-		fmt.Println("| method | bytes out | % of in | GB/cpu-s | wall GB/s | cpu-s vs zstd -1 (or -d) |")
-		fmt.Println("| --- | ---: | ---: | ---: | ---: | ---: |")
-		var refEnc, refDec float64
-		for _, m := range methods {
-			k := c.name + "|" + m.name
-			cpu, wall := medians(res[k])
-			gbc := float64(c.inBytes) / 1e9 / cpu.Seconds()
-			gbw := float64(c.inBytes) / 1e9 / wall.Seconds()
-			switch m.name {
-			case "zstd -1":
-				refEnc = gbc
-			case "zstd -d":
-				refDec = gbc
-			}
-			ref := refEnc
-			if m.decode {
-				ref = refDec
-			}
-			out, pct := "", ""
-			if n, ok := outs[k]; ok && !m.decode {
-				out, pct = fmt.Sprint(n), fmt.Sprintf("%.2f", 100*float64(n)/float64(c.inBytes))
-			}
-			fmt.Printf("| %s | %s | %s | %.3f | %.3f | %.2f× |\n", m.name, out, pct, gbc, gbw, gbc/ref)
+	return res, nil
+}
+
+// printCase prints one case's table: medians per method, relative to
+// zstd -1 (encoders) or zstd -d (decoders).
+func printCase(c *benchCase, methods []method, res map[string][]sample, outs map[string]int64) {
+	fmt.Printf("\n## %s: %d changed tensors, %.1f MB of XOR patches\n\n", c.name, len(c.patches), float64(c.inBytes)/1e6)
+	fmt.Println("| method | bytes out | % of in | GB/cpu-s | wall GB/s | cpu-s vs zstd -1 (or -d) |")
+	fmt.Println("| --- | ---: | ---: | ---: | ---: | ---: |")
+	var refEnc, refDec float64
+	for _, m := range methods {
+		k := c.name + "|" + m.name
+		cpu, wall := medians(res[k])
+		gbc := float64(c.inBytes) / 1e9 / cpu.Seconds()
+		gbw := float64(c.inBytes) / 1e9 / wall.Seconds()
+		switch m.name {
+		case "zstd -1":
+			refEnc = gbc
+		case "zstd -d":
+			refDec = gbc
 		}
+		ref := refEnc
+		if m.decode {
+			ref = refDec
+		}
+		out, pct := "", ""
+		if n, ok := outs[k]; ok && !m.decode {
+			out, pct = fmt.Sprint(n), fmt.Sprintf("%.2f", 100*float64(n)/float64(c.inBytes))
+		}
+		fmt.Printf("| %s | %s | %s | %.3f | %.3f | %.2f× |\n", m.name, out, pct, gbc, gbw, gbc/ref)
 	}
-	return nil
 }
 
 // prepare computes the XOR patches of the changed tensors, our frames of
@@ -303,22 +338,7 @@ var goEncoders = []struct {
 func goMethods() []method {
 	var ms []method
 	for _, ge := range goEncoders {
-		ms = append(ms, method{name: ge.name, run: func(c *benchCase) (int64, sample, error) {
-			enc, err := zstd.NewWriter(nil, append(slices.Clone(ge.opts), zstd.WithEncoderConcurrency(1))...)
-			if err != nil {
-				return 0, sample{}, err
-			}
-			defer enc.Close()
-			var dst []byte
-			var out int64
-			s := measure(func() {
-				for _, p := range c.patches {
-					dst = enc.EncodeAll(p, dst[:0])
-					out += int64(len(dst))
-				}
-			})
-			return out, s, nil
-		}})
+		ms = append(ms, method{name: ge.name, run: goEncoderRun(ge.opts)})
 	}
 	// Encode's per-tensor path without the checksum, from the two
 	// checkpoints: the old one XORed each tensor into a tensor-sized buffer
@@ -330,101 +350,139 @@ func goMethods() []method {
 		if fresh {
 			name = "old path: XOR to fresh buffer + EncodeAll"
 		}
-		ms = append(ms, method{name: name, run: func(c *benchCase) (int64, sample, error) {
-			enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
-			if err != nil {
-				return 0, sample{}, err
-			}
-			defer enc.Close()
-			var dst, buf []byte
-			var out int64
-			s := measure(func() {
-				for i := range c.base {
-					nb, bb := c.new[i].Data, c.base[i].Data
-					if bytes.Equal(bb, nb) {
-						continue
-					}
-					if fresh || cap(buf) < len(nb) {
-						buf = make([]byte, len(nb))
-					}
-					p := buf[:len(nb)]
-					subtle.XORBytes(p, nb, bb)
-					dst = enc.EncodeAll(p, dst[:0])
-					out += int64(len(dst))
-				}
-			})
-			return out, s, nil
-		}})
+		ms = append(ms, method{name: name, run: oldPathRun(fresh)})
 	}
-	ms = append(ms, method{name: "new path: XOR chunks to stream encoder", run: func(c *benchCase) (int64, sample, error) {
-		enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1), zstd.WithEncoderCRC(false))
+	ms = append(ms, method{name: "new path: XOR chunks to stream encoder", run: newPathRun})
+	for _, w := range []int{1, 2} {
+		ms = append(ms, method{name: fmt.Sprintf("delta.Encode (XOR+xxh3+zstd), %d worker(s)", w), run: deltaEncodeRun(w)})
+	}
+	ms = append(ms, method{name: "go DecodeAll", decode: true, run: goDecodeAll})
+	return ms
+}
+
+// goEncoderRun compresses every patch with EncodeAll at opts.
+func goEncoderRun(opts []zstd.EOption) func(c *benchCase) (int64, sample, error) {
+	return func(c *benchCase) (int64, sample, error) {
+		enc, err := zstd.NewWriter(nil, append(slices.Clone(opts), zstd.WithEncoderConcurrency(1))...)
 		if err != nil {
 			return 0, sample{}, err
 		}
 		defer enc.Close()
-		var out bytes.Buffer
-		chunk := make([]byte, 256<<10)
-		var total int64
+		var dst []byte
+		var out int64
+		s := measure(func() {
+			for _, p := range c.patches {
+				dst = enc.EncodeAll(p, dst[:0])
+				out += int64(len(dst))
+			}
+		})
+		return out, s, nil
+	}
+}
+
+// oldPathRun XORs each changed tensor into a (fresh or reused) buffer and
+// compresses it with EncodeAll.
+func oldPathRun(fresh bool) func(c *benchCase) (int64, sample, error) {
+	return func(c *benchCase) (int64, sample, error) {
+		enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
+		if err != nil {
+			return 0, sample{}, err
+		}
+		defer enc.Close()
+		var dst, buf []byte
+		var out int64
 		s := measure(func() {
 			for i := range c.base {
 				nb, bb := c.new[i].Data, c.base[i].Data
 				if bytes.Equal(bb, nb) {
 					continue
 				}
-				out.Reset()
-				enc.ResetContentSize(&out, int64(len(nb)))
-				for off := 0; off < len(nb); off += len(chunk) {
-					end := min(off+len(chunk), len(nb))
-					n := subtle.XORBytes(chunk, nb[off:end], bb[off:end])
-					if _, err = enc.Write(chunk[:n]); err != nil {
-						return
-					}
+				if fresh || cap(buf) < len(nb) {
+					buf = make([]byte, len(nb))
 				}
-				if err = enc.Close(); err != nil {
-					return
-				}
-				total += int64(out.Len())
+				p := buf[:len(nb)]
+				subtle.XORBytes(p, nb, bb)
+				dst = enc.EncodeAll(p, dst[:0])
+				out += int64(len(dst))
 			}
 		})
-		return total, s, err
-	}})
-	for _, w := range []int{1, 2} {
-		ms = append(ms, method{name: fmt.Sprintf("delta.Encode (XOR+xxh3+zstd), %d worker(s)", w), run: func(c *benchCase) (int64, sample, error) {
-			bs, err := delta.NewMemSource(c.base)
-			if err != nil {
-				return 0, sample{}, err
-			}
-			ns, err := delta.NewMemSource(c.new)
-			if err != nil {
-				return 0, sample{}, err
-			}
-			cfg := delta.DefaultEncodeConfig()
-			cfg.Workers = w
-			var m *delta.Manifest
-			s := measure(func() { m, err = delta.Encode(context.Background(), cfg, bs, ns, 1, store.Discard{}) })
-			if err != nil {
-				return 0, s, err
-			}
-			return m.TotalCompressedNumBytes, s, nil
-		}})
+		return out, s, nil
 	}
-	ms = append(ms, method{name: "go DecodeAll", decode: true, run: func(c *benchCase) (int64, sample, error) {
-		dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(1<<34))
+}
+
+// newPathRun XORs 256 KiB chunks of each changed tensor into a stream
+// encoder.
+func newPathRun(c *benchCase) (int64, sample, error) {
+	enc, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1), zstd.WithEncoderCRC(false))
+	if err != nil {
+		return 0, sample{}, err
+	}
+	defer enc.Close()
+	var out bytes.Buffer
+	chunk := make([]byte, 256<<10)
+	var total int64
+	s := measure(func() {
+		for i := range c.base {
+			nb, bb := c.new[i].Data, c.base[i].Data
+			if bytes.Equal(bb, nb) {
+				continue
+			}
+			out.Reset()
+			enc.ResetContentSize(&out, int64(len(nb)))
+			for off := 0; off < len(nb); off += len(chunk) {
+				end := min(off+len(chunk), len(nb))
+				n := subtle.XORBytes(chunk, nb[off:end], bb[off:end])
+				if _, err = enc.Write(chunk[:n]); err != nil {
+					return
+				}
+			}
+			if err = enc.Close(); err != nil {
+				return
+			}
+			total += int64(out.Len())
+		}
+	})
+	return total, s, err
+}
+
+// deltaEncodeRun runs delta.Encode with w workers.
+func deltaEncodeRun(w int) func(c *benchCase) (int64, sample, error) {
+	return func(c *benchCase) (int64, sample, error) {
+		bs, err := delta.NewMemSource(c.base)
 		if err != nil {
 			return 0, sample{}, err
 		}
-		defer dec.Close()
-		var dst []byte
-		s := measure(func() {
-			for _, f := range c.frames {
-				if dst, err = dec.DecodeAll(f, dst[:0]); err != nil {
-					return
-				}
+		ns, err := delta.NewMemSource(c.new)
+		if err != nil {
+			return 0, sample{}, err
+		}
+		cfg := delta.DefaultEncodeConfig()
+		cfg.Workers = w
+		var m *delta.Manifest
+		s := measure(func() { m, err = delta.Encode(context.Background(), cfg, bs, ns, 1, store.Discard{}) })
+		if err != nil {
+			return 0, s, err
+		}
+		return m.TotalCompressedNumBytes, s, nil
+	}
+}
+
+// goDecodeAll decompresses every frame with DecodeAll.
+func goDecodeAll(c *benchCase) (int64, sample, error) {
+	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(1<<34))
+	if err != nil {
+		return 0, sample{}, err
+	}
+	defer dec.Close()
+	var dst []byte
+	s := measure(func() {
+		for _, f := range c.frames {
+			if dst, err = dec.DecodeAll(f, dst[:0]); err != nil {
+				return
 			}
-		})
-		return 0, s, err
-	}})
-	return ms
+		}
+	})
+	return 0, s, err
 }
 
 func measure(f func()) sample {

@@ -1,4 +1,4 @@
-package shell
+package publisher
 
 import (
 	"context"
@@ -9,14 +9,14 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/asyncrl/asyncrl/actors/publisher"
+	"github.com/asyncrl/asyncrl/actors/publisher/tracker"
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/transport"
 )
 
 // ErrNoEngine: a published version reached no engine (every one that was
 // told to load it failed or left).
-var ErrNoEngine = errors.New("publisher/shell: no engine serves the published version")
+var ErrNoEngine = errors.New("publisher: no engine serves the published version")
 
 // Router is what the shell tells the request router. Both calls must be
 // cheap and must not call back into the shell; an error (e.g. the router
@@ -31,13 +31,13 @@ type Router interface {
 // Dispatcher hands a command to an engine's receiver. It must not block:
 // the receiver works on its own and reports with an ack (or Failed).
 type Dispatcher interface {
-	Dispatch(cmd publisher.Command)
+	Dispatch(cmd tracker.Command)
 }
 
 // Config configures a Shell.
 type Config struct {
 	// Tracker configures the version tracker core.
-	Tracker publisher.Config
+	Tracker tracker.Config
 	// RunID filters acks: acks of other runs are ignored.
 	RunID string
 	// Acks is the subject (pattern) of EngineVersionAck messages; empty
@@ -62,7 +62,7 @@ type Shell struct {
 	sub    transport.Subscription
 
 	mu        sync.Mutex
-	tr        *publisher.Tracker
+	tr        *tracker.Tracker
 	urls      map[string]string
 	failed    map[string]int64 // engine → highest version it failed to reach
 	routerMin int64
@@ -71,21 +71,21 @@ type Shell struct {
 
 // New starts a shell; with Config.Acks set it subscribes to acks on bus.
 func New(cfg Config, bus transport.Bus, r Router, d Dispatcher) (*Shell, error) {
-	tr, err := publisher.New(cfg.Tracker)
+	tr, err := tracker.New(cfg.Tracker)
 	if err != nil {
 		return nil, err
 	}
 	if r == nil || d == nil {
-		return nil, errors.New("publisher/shell: Router and Dispatcher are required")
+		return nil, errors.New("publisher: Router and Dispatcher are required")
 	}
 	if (cfg.Acks != "" || cfg.MinVersion != "") && bus == nil {
-		return nil, errors.New("publisher/shell: Config.Acks and Config.MinVersion need a bus")
+		return nil, errors.New("publisher: Config.Acks and Config.MinVersion need a bus")
 	}
 	s := &Shell{cfg: cfg, bus: bus, router: r, disp: d, tr: tr, urls: map[string]string{}, failed: map[string]int64{},
 		changed: make(chan struct{})}
 	if cfg.Acks != "" {
 		if s.sub, err = bus.Subscribe(cfg.Acks, s.onAck); err != nil {
-			return nil, fmt.Errorf("publisher/shell: subscribe %s: %w", cfg.Acks, err)
+			return nil, fmt.Errorf("publisher: subscribe %s: %w", cfg.Acks, err)
 		}
 	}
 	return s, nil
@@ -116,7 +116,7 @@ func (s *Shell) notifyLocked() {
 }
 
 // Join registers an engine serving version and tells the router.
-func (s *Shell) Join(name, url string, serving int64) (publisher.Command, error) {
+func (s *Shell) Join(name, url string, serving int64) (tracker.Command, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cmd, err := s.tr.Join(name, serving)
@@ -218,7 +218,7 @@ func (s *Shell) announceMin(version int64) {
 
 // Publish records info (the next version), dispatches the catch-up
 // commands and waits until the version is routable somewhere.
-func (s *Shell) Publish(ctx context.Context, info publisher.VersionInfo) error {
+func (s *Shell) Publish(ctx context.Context, info tracker.VersionInfo) error {
 	s.mu.Lock()
 	cmds, err := s.tr.Publish(info)
 	if err != nil {
@@ -239,7 +239,7 @@ func (s *Shell) Publish(ctx context.Context, info publisher.VersionInfo) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("publisher/shell: waiting for version %d: %w", info.Version, ctx.Err())
+			return fmt.Errorf("publisher: waiting for version %d: %w", info.Version, ctx.Err())
 		case <-ch:
 		}
 	}
@@ -278,7 +278,7 @@ func (s *Shell) RouterMin() int64 {
 }
 
 // Engines returns every engine's status in the tracker.
-func (s *Shell) Engines() []publisher.EngineStatus {
+func (s *Shell) Engines() []tracker.EngineStatus {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.tr.Engines()

@@ -1,4 +1,4 @@
-package shell
+package publisher
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/asyncrl/asyncrl/actors/publisher"
+	"github.com/asyncrl/asyncrl/actors/publisher/tracker"
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/transport"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
@@ -51,9 +51,9 @@ func (r *fakeRouter) SetMinVersion(v int64) error {
 	return nil
 }
 
-type chanDispatcher chan publisher.Command
+type chanDispatcher chan tracker.Command
 
-func (d chanDispatcher) Dispatch(c publisher.Command) { d <- c }
+func (d chanDispatcher) Dispatch(c tracker.Command) { d <- c }
 
 func newShell(t *testing.T, cfg Config) (*Shell, *fakeRouter, chanDispatcher) {
 	t.Helper()
@@ -74,7 +74,7 @@ func newShell(t *testing.T, cfg Config) (*Shell, *fakeRouter, chanDispatcher) {
 func TestPublishWaitsForTheFirstAckAndGatesTheRouter(t *testing.T) {
 	s, r, d := newShell(t, Config{})
 	done := make(chan error, 1)
-	go func() { done <- s.Publish(context.Background(), publisher.VersionInfo{Version: 1, DeltaBytes: 10}) }()
+	go func() { done <- s.Publish(context.Background(), tracker.VersionInfo{Version: 1, DeltaBytes: 10}) }()
 	for _, want := range []string{"e0", "e1"} {
 		if c := <-d; c.Engine != want || c.Plan.String() != "plan from=0 target=1 deltas=1 bytes=10" {
 			t.Fatalf("command %+v, want a 1-delta plan for %s", c, want)
@@ -111,7 +111,7 @@ func TestPublishWaitsForTheFirstAckAndGatesTheRouter(t *testing.T) {
 func TestPublishFailsWhenEveryEngineFails(t *testing.T) {
 	s, r, d := newShell(t, Config{})
 	done := make(chan error, 1)
-	go func() { done <- s.Publish(context.Background(), publisher.VersionInfo{Version: 1}) }()
+	go func() { done <- s.Publish(context.Background(), tracker.VersionInfo{Version: 1}) }()
 	<-d
 	<-d
 	s.Failed("e0", 1, errors.New("disk full"))
@@ -123,7 +123,7 @@ func TestPublishFailsWhenEveryEngineFails(t *testing.T) {
 		t.Fatalf("router min raised to %d with nothing serving it", r.min)
 	}
 	// A later version is dispatched to the failed engine again.
-	go func() { done <- s.Publish(context.Background(), publisher.VersionInfo{Version: 2}) }()
+	go func() { done <- s.Publish(context.Background(), tracker.VersionInfo{Version: 2}) }()
 	if c := <-d; c.Engine != "e0" || c.Plan.Target != 2 {
 		t.Fatalf("command %+v", c)
 	}
@@ -139,14 +139,14 @@ func TestPublishEndsWithContext(t *testing.T) {
 	s, _, d := newShell(t, Config{})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- s.Publish(ctx, publisher.VersionInfo{Version: 1}) }()
+	go func() { done <- s.Publish(ctx, tracker.VersionInfo{Version: 1}) }()
 	<-d
 	<-d
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v", err)
 	}
-	if _, err := s.Ack("e0", 5); !errors.Is(err, publisher.ErrUnknownVersion) {
+	if _, err := s.Ack("e0", 5); !errors.Is(err, tracker.ErrUnknownVersion) {
 		t.Fatalf("ack of an unpublished version: %v", err)
 	}
 }
@@ -186,7 +186,7 @@ func TestAcksOverTheBus(t *testing.T) {
 			_ = bus.Publish(ctx, "asyncrl.run.engines.e0.ack", data)
 		}
 	}()
-	if err := s.Publish(ctx, publisher.VersionInfo{Version: 1}); err != nil {
+	if err := s.Publish(ctx, tracker.VersionInfo{Version: 1}); err != nil {
 		t.Fatal(err)
 	}
 	if s.RouterMin() != 1 || s.IgnoredAcks() != 0 {

@@ -1,4 +1,4 @@
-package publisher
+package tracker
 
 import (
 	"errors"
@@ -51,6 +51,11 @@ type VersionInfo struct {
 	DeltaBytes int64
 	// FullBytes is the size of its full checkpoint, or 0 if none exists.
 	FullBytes int64
+	// NoDelta: no delta leads to this version from the one before (Tinker's
+	// sampler checkpoints are whole checkpoints), so a plan reaches it or
+	// a later version only by loading a full checkpoint at or above it.
+	// Such a version must have a full checkpoint (FullBytes > 0).
+	NoDelta bool
 }
 
 // Plan is how an engine gets from From to Target.
@@ -145,6 +150,9 @@ func (t *Tracker) Publish(info VersionInfo) ([]Command, error) {
 	}
 	if info.DeltaBytes < 0 || info.FullBytes < 0 {
 		return nil, fmt.Errorf("publisher: version %d: negative size", info.Version)
+	}
+	if info.NoDelta && info.FullBytes == 0 {
+		return nil, fmt.Errorf("publisher: version %d: no delta and no full checkpoint: nothing could load it", info.Version)
 	}
 	t.versions = append(t.versions, info)
 	t.minRoutable = max(0, t.Target()-t.cfg.MaxLag)
@@ -269,7 +277,9 @@ func (t *Tracker) Plan(name string) (Plan, error) {
 // the cheapest (sizes vary), so each is tried. One pass down from the
 // target keeps the cost of the deltas above v as a running sum, so a plan
 // costs O(target − from), not a re-summed tail per candidate; ties go to
-// plain deltas, then to the newest full checkpoint.
+// plain deltas, then to the newest full checkpoint. A NoDelta version
+// ends the pass: nothing below it can be replayed past it (Publish made
+// sure it has a full checkpoint, so a plan exists).
 func (t *Tracker) plan(from int64) Plan {
 	target := t.Target()
 	p := Plan{From: from, Target: target, Full: NoVersion}
@@ -278,13 +288,18 @@ func (t *Tracker) plan(from int64) Plan {
 	}
 	best, bestFull := int64(-1), NoVersion
 	var tail int64 // DeltaBytes of v+1..target
+	deltas := true // every delta from `from` to the target exists
 	for v := target; v > from && v >= 0; v-- {
 		if fb := t.versions[v].FullBytes; fb > 0 && (best < 0 || fb+tail < best) {
 			best, bestFull = fb+tail, v
 		}
+		if t.versions[v].NoDelta {
+			deltas = false
+			break
+		}
 		tail += t.versions[v].DeltaBytes
 	}
-	if from != NoVersion && (best < 0 || tail <= best) {
+	if deltas && from != NoVersion && (best < 0 || tail <= best) {
 		best, bestFull = tail, NoVersion
 	}
 	p.Bytes, p.Full = best, bestFull
