@@ -228,6 +228,14 @@ test-engines:
 test-cluster:
 	ASYNCRL_CLUSTER_E2E=1 go test -count=1 -timeout 60m -run TestCluster -v ./cluster/agent/
 
+# Issue 32's chaos alone (also in test-cluster): the trainer on a group of
+# two PyTorch gloo ranks on n1 and n2; SIGKILL the holder, one rank, n3,
+# TORCH_CHAOS_REPS times each in a row (~1 min a run on two cores).
+TORCH_CHAOS_REPS ?= 5
+.PHONY: test-cluster-torch
+test-cluster-torch:
+	ASYNCRL_CLUSTER_E2E=1 ASYNCRL_CLUSTER_REPS=$(TORCH_CHAOS_REPS) go test -count=1 -timeout 90m -run TestClusterTorchGroup -v ./cluster/agent/
+
 # Multi-host runs in network namespaces (issue 34; root; not in make test,
 # not in .ci/run: it needs root and takes minutes). Three asyncrl node
 # processes in three namespaces joined by veth pairs on a bridge

@@ -42,7 +42,9 @@ func startTorchExec(t *testing.T, dir string, ranks int, argv, env []string, ren
 	return startTorchExecHook(t, dir, ranks, argv, env, rendezvous, nil)
 }
 
-func startTorchExecHook(t *testing.T, dir string, ranks int, argv, env []string, rendezvous time.Duration, onSent func(string, int)) (*Exec, error) {
+// startTorchExecHook: opts adjust the supervisor's options (deadlines, a
+// resume state) before the start.
+func startTorchExecHook(t *testing.T, dir string, ranks int, argv, env []string, rendezvous time.Duration, onSent func(string, int), opts ...func(*bridge.Options)) (*Exec, error) {
 	t.Helper()
 	initDir := filepath.Join(dir, "init")
 	if _, err := os.Stat(initDir); err != nil {
@@ -55,9 +57,13 @@ func startTorchExecHook(t *testing.T, dir string, ranks int, argv, env []string,
 	if err != nil {
 		t.Fatal(err)
 	}
-	return NewExec(context.Background(), bridge.Options{Spec: bridge.Spec{Argv: argv, Env: env}, Init: in,
+	o := bridge.Options{Spec: bridge.Spec{Argv: argv, Env: env}, Init: in,
 		StepTimeout: 2 * time.Minute, Restarts: 1, Backoff: 10 * time.Millisecond, Logger: zerolog.Nop(),
-		Ranks: ranks, Rendezvous: rendezvous, OnSent: onSent})
+		Ranks: ranks, Rendezvous: rendezvous, OnSent: onSent}
+	for _, f := range opts {
+		f(&o)
+	}
+	return NewExec(context.Background(), o)
 }
 
 // preparedSteps are steps 1–3's batches planned for dp ranks.
@@ -139,7 +145,8 @@ func near(a, b float64) bool { return math.Abs(a-b) <= 1e-5*max(1, math.Abs(a)) 
 
 // TestExecTorchRankThatNeverJoins: rank 1's command never starts the
 // worker, so rank 0's rendezvous times out: the start fails naming the
-// rendezvous and the rank, and nothing was trained or written.
+// rendezvous's address, rank 0's timeout and rank 1 as the one that never
+// answered, and nothing was trained or written.
 func TestExecTorchRankThatNeverJoins(t *testing.T) {
 	argv, env := torchChild(t)
 	dir := t.TempDir()
@@ -152,7 +159,7 @@ func TestExecTorchRankThatNeverJoins(t *testing.T) {
 		t.Fatal("a group whose rank 1 never joins started")
 	}
 	msg := err.Error()
-	for _, want := range []string{"rank 0 of 2", "rendezvous at tcp://127.0.0.1:", "group"} {
+	for _, want := range []string{"rank 0 of 2", "rendezvous at tcp://127.0.0.1:", "group", "rank 1 of 2 had not answered its Init"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("error %q does not say %q", msg, want)
 		}
@@ -167,30 +174,35 @@ func TestExecTorchRankThatNeverJoins(t *testing.T) {
 }
 
 // TestExecTorchRankKilledMidStep: one rank of a two-rank group is
-// SIGKILLed right after step 2's TrainBatch reached it. The step fails
-// for the group: every rank is killed, a new group on a new port resumes
-// from step 1's sharded state and trains step 2 again. The three steps'
-// results equal an uninterrupted group's bit for bit — no batch lost,
-// none trained twice.
+// SIGKILLed — or hangs (SIGSTOP: alive, silent, holding its peer in the
+// all-reduce) — right after step 2's TrainBatch reached it. The step fails
+// for the group (the death at once, the hang at exec_step_timeout): every
+// rank is killed, a new group on a new port resumes from step 1's sharded
+// state and trains step 2 again. The three steps' results equal an
+// uninterrupted group's bit for bit — no batch lost, none trained twice.
 func TestExecTorchRankKilledMidStep(t *testing.T) {
 	argv, env := torchChild(t)
 	ctx := context.Background()
-	run := func(kill bool) ([]policy.StepStats, int) {
+	run := func(sig syscall.Signal) ([]policy.StepStats, int) {
 		var mu sync.Mutex
 		sends := 0
+		var stopped []int
 		hook := func(typ string, pid int) {
 			if typ != bridge.TypeTrainBatch {
 				return
 			}
 			mu.Lock()
 			defer mu.Unlock()
-			if sends++; kill && sends == 3 { // step 2, the first rank it reached
-				if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-					t.Errorf("kill %d: %v", pid, err)
+			if sends++; sig != 0 && sends == 3 { // step 2, the first rank it reached
+				if err := syscall.Kill(pid, sig); err != nil {
+					t.Errorf("signal %v to %d: %v", sig, pid, err)
 				}
+				stopped = append(stopped, pid)
 			}
 		}
-		ex, err := startTorchExecHook(t, t.TempDir(), 2, argv, env, time.Minute, hook)
+		// A toy step takes well under a second; 30 s is a hang on any load.
+		deadlines := func(o *bridge.Options) { o.StepTimeout, o.InitTimeout = 30*time.Second, 2*time.Minute }
+		ex, err := startTorchExecHook(t, t.TempDir(), 2, argv, env, time.Minute, hook, deadlines)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -205,19 +217,29 @@ func TestExecTorchRankKilledMidStep(t *testing.T) {
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		if want := 6 + map[bool]int{true: 2}[kill]; sends != want {
-			t.Errorf("kill %v: %d TrainBatch frames sent, want %d", kill, sends, want)
+		if want := 6 + map[bool]int{true: 2}[sig != 0]; sends != want {
+			t.Errorf("signal %v: %d TrainBatch frames sent, want %d", sig, sends, want)
+		}
+		for _, pid := range stopped {
+			if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+				t.Errorf("signal %v: the failed rank %d still exists (kill -0: %v)", sig, pid, err)
+			}
 		}
 		return out, ex.Restarts()
 	}
-	want, r0 := run(false)
-	got, r1 := run(true)
-	if r0 != 0 || r1 != 1 {
-		t.Errorf("restarts %d (uninterrupted) and %d (a rank killed), want 0 and 1", r0, r1)
+	want, r0 := run(0)
+	if r0 != 0 {
+		t.Errorf("%d restarts uninterrupted", r0)
 	}
-	for k := range want {
-		if got[k] != want[k] {
-			t.Errorf("step %d: after the restart %+v, uninterrupted %+v", k+1, got[k], want[k])
+	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGSTOP} {
+		got, r1 := run(sig)
+		if r1 != 1 {
+			t.Errorf("%v: %d restarts, want 1", sig, r1)
+		}
+		for k := range want {
+			if got[k] != want[k] {
+				t.Errorf("%v: step %d: after the restart %+v, uninterrupted %+v", sig, k+1, got[k], want[k])
+			}
 		}
 	}
 }
@@ -260,5 +282,67 @@ func TestExecTorchGroupKilledOnCancel(t *testing.T) {
 		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
 			t.Errorf("rank pid %d still exists after the cancelled step (kill -0: %v)", pid, err)
 		}
+	}
+}
+
+// TestExecTorchStateOfAnotherWorldSize: a two-rank group's sharded state
+// resumes in a group of three (data parallel replicates the moments:
+// resharding regroups them); the same state with a shard gone cannot be
+// resharded, and a group of three refuses it at start — every rank
+// before the rendezvous, not retried — naming the missing shard, with
+// nothing trained or written.
+func TestExecTorchStateOfAnotherWorldSize(t *testing.T) {
+	argv, env := torchChild(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	ex, err := startTorchExec(t, dir, 2, argv, env, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := ex.Step(ctx, preparedSteps(t, 2)[0]); err != nil {
+		t.Fatal(err)
+	}
+	// keep step 1's state: the supervisor deletes its own states as it goes
+	state := filepath.Join(t.TempDir(), "state-v1")
+	if err := os.CopyFS(state, os.DirFS(ex.State())); err != nil {
+		t.Fatal(err)
+	}
+	if err := ex.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	resume := func(o *bridge.Options) { o.Init.Resume, o.Init.Step = &state, 1 }
+
+	three, err := startTorchExecHook(t, t.TempDir(), 3, argv, env, time.Minute, nil, resume)
+	if err != nil {
+		t.Fatalf("a group of three resuming a two-rank state: %v", err)
+	}
+	if v := three.Version(); v != 1 {
+		t.Errorf("the group of three is at version %d, want 1", v)
+	}
+	if err := three.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := os.Remove(filepath.Join(state, "optimizer-00001-of-00002.pt")); err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	bad, err := startTorchExecHook(t, out, 3, argv, env, time.Minute, nil, resume)
+	if err == nil {
+		_ = bad.Close(ctx)
+		t.Fatal("a group of three started from a two-rank state missing a shard")
+	}
+	var ce *bridge.ChildError
+	if !errors.As(err, &ce) || ce.Field != "resume" || errors.Is(err, bridge.ErrRestartsExhausted) {
+		t.Errorf("err %v; want the child's bad_field resume, not retried", err)
+	}
+	for _, want := range []string{"optimizer-00001-of-00002.pt", "2-rank state", "cannot be resumed"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	ents, _ := os.ReadDir(filepath.Join(out, "out"))
+	for _, e := range ents {
+		t.Errorf("written although nothing trained: %s", e.Name())
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -67,7 +68,9 @@ type Child struct {
 
 // StartChild starts spec with its stdin and stdout as the frame channel
 // and its stderr logged line by line on log. The child runs in its own
-// process group, which Kill ends as a whole.
+// process group, which Kill ends as a whole, and on Linux it is killed
+// when this process dies, even by SIGKILL (no orphaned trainer ranks
+// holding a GPU or a rendezvous port after a node is killed).
 func StartChild(spec Spec, log zerolog.Logger) (*Child, error) {
 	if len(spec.Argv) == 0 || spec.Argv[0] == "" {
 		return nil, fmt.Errorf("bridge: empty command")
@@ -93,20 +96,34 @@ func StartChild(spec Spec, log zerolog.Logger) (*Child, error) {
 	// *os.File streams go to the child as they are: no copying goroutines,
 	// so Wait returns when the process exits, whoever holds the pipes.
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
-	if err := cmd.Start(); err != nil {
+	c := &Child{spec: spec, log: log, cmd: cmd, stdin: inW, stdout: outR, stderr: errR,
+		replies: make(chan readResult, 1), readDone: make(chan struct{}), exited: make(chan struct{}),
+		stop: make(chan struct{}), logDone: make(chan struct{})}
+	started := make(chan error, 1)
+	go func() {
+		// The child dies with this process (Pdeathsig, child_linux.go),
+		// but Linux sends that signal when the *thread* that forked it
+		// exits. Go ends a thread only when a goroutine locked to it
+		// returns, so this goroutine forks and waits on a thread it holds
+		// locked for the child's whole life: no other goroutine's exit can
+		// take it down and the child with it.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		c.waitErr = cmd.Wait()
+		close(c.exited)
+	}()
+	if err := <-started; err != nil {
 		closeAll(inR, inW, outR, outW, errR, errW)
 		return nil, fmt.Errorf("bridge: start %s: %w", spec, err)
 	}
 	closeAll(inR, outW, errW) // the child's ends
-	c := &Child{spec: spec, log: log, cmd: cmd, stdin: inW, stdout: outR, stderr: errR,
-		replies: make(chan readResult, 1), readDone: make(chan struct{}), exited: make(chan struct{}),
-		stop: make(chan struct{}), logDone: make(chan struct{})}
 	go c.read()
 	go c.logStderr()
-	go func() {
-		c.waitErr = cmd.Wait()
-		close(c.exited)
-	}()
 	return c, nil
 }
 

@@ -7,7 +7,10 @@ import (
 	"syscall"
 )
 
-func setProcessGroup(cmd *exec.Cmd) { cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} }
+func setProcessGroup(cmd *exec.Cmd) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	dieWithParent(cmd.SysProcAttr)
+}
 
 // killGroup sends SIGKILL to the child's process group (a worker's own
 // subprocesses, e.g. data loaders, die with it).

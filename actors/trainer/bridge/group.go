@@ -7,6 +7,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -166,6 +167,27 @@ func groupError(ctx context.Context, res []rankResult) (refused bool, err error)
 		}
 	}
 	return false, nil
+}
+
+// unanswered names the ranks of a failed group Init that had not
+// answered when another rank's failure ended the wait (their results are
+// callAll's cancellation): where a rendezvous timed out, the ranks that
+// never reached it — their log says why ("" when every rank answered).
+func unanswered(ctx context.Context, res []rankResult) string {
+	if len(res) < 2 || ctx.Err() != nil {
+		return ""
+	}
+	var rs []string
+	for r, x := range res {
+		if errors.Is(x.err, context.Canceled) {
+			rs = append(rs, strconv.Itoa(r))
+		}
+	}
+	if len(rs) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; rank %s of %d had not answered its Init (it never reached the rendezvous: see its log lines, rank=%s)",
+		strings.Join(rs, ", "), len(res), strings.Join(rs, ","))
 }
 
 // rankErr names the rank in a group's error (a world of one keeps the

@@ -70,3 +70,24 @@ func TestGroupOfChildWithoutGroupSupport(t *testing.T) {
 		t.Errorf("the refusal was retried: %v", err)
 	}
 }
+
+// TestUnanswered: a failed group Init names the ranks whose answer never
+// came (cancelled by the first failure), not when the caller cancelled.
+func TestUnanswered(t *testing.T) {
+	timedOut := &ChildError{Code: CodeBadField, Field: "group", Message: "rendezvous failed"}
+	res := []rankResult{{err: timedOut}, {err: context.Canceled}, {}, {err: context.Canceled}}
+	if got := unanswered(context.Background(), res); !strings.Contains(got, "rank 1, 3 of 4 had not answered its Init") {
+		t.Errorf("unanswered = %q", got)
+	}
+	if got := unanswered(context.Background(), res[:1]); got != "" {
+		t.Errorf("one child: %q", got)
+	}
+	if got := unanswered(context.Background(), []rankResult{{err: timedOut}, {err: timedOut}}); got != "" {
+		t.Errorf("every rank answered: %q", got)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if got := unanswered(ctx, res); got != "" {
+		t.Errorf("the caller's cancellation: %q", got)
+	}
+}

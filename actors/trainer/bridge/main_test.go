@@ -25,6 +25,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv("ASYNCRL_TEST_BRIDGE_CHILD") != "" {
 		os.Exit(runTestChild())
 	}
+	if os.Getenv(parentEnv) != "" {
+		os.Exit(runTestParent())
+	}
 	goleak.VerifyTestMain(m)
 }
 

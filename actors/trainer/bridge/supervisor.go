@@ -185,7 +185,7 @@ func (s *Supervisor) spawn(ctx context.Context) error {
 	}
 	if err != nil {
 		killAll(cs)
-		return fmt.Errorf("bridge: init %s (step %d): %w", s.opts.Spec, s.step, err)
+		return fmt.Errorf("bridge: init %s (step %d): %w%s", s.opts.Spec, s.step, err, unanswered(ctx, res))
 	}
 	s.child, s.peers, s.ready = cs[0], cs[1:], res[0].rep
 	for _, c := range cs {
