@@ -35,8 +35,12 @@ type Ledger struct {
 	onStep       func(trainer.StepRecord, int64, bool)
 	lastStep     int64
 	localTrainer bool
-	subs         []transport.Subscription
-	keptSubject  string
+	// trainedThrough is the newest step whose groups the controller
+	// marked trained (a trained mark carries the controller's step after
+	// it advanced past the step trained).
+	trainedThrough int64
+	subs           []transport.Subscription
+	keptSubject    string
 	// exhausted is the controller's first SamplingExhausted, if any.
 	exhausted *messages.SamplingExhausted
 	// tokens, when set, reads the rollout tokens finished so far; it is
@@ -224,6 +228,9 @@ func (l *Ledger) observe(m *transport.Msg) {
 	switch v := msg.(type) {
 	case messages.PromptLedger:
 		l.get(v.GroupID).ApplyLedger(v)
+		if v.State == messages.LedgerTrained {
+			l.trainedThrough = max(l.trainedThrough, v.Step-1)
+		}
 	case messages.GroupAccepted:
 		l.get(v.GroupID).ApplyAccepted(v)
 		l.stalenessMax = max(l.stalenessMax, v.Staleness)
@@ -315,6 +322,13 @@ func (l *Ledger) logStep(s stepSeen) {
 		}
 		l.onStep(s.record(), tok, l.tokens != nil)
 	}
+}
+
+// marked is the newest step whose groups the controller marked trained.
+func (l *Ledger) marked() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.trainedThrough
 }
 
 // stepCount is the number of steps seen.

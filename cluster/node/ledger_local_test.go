@@ -162,3 +162,28 @@ func TestLedgerRemoteStepsLoggedAndBounded(t *testing.T) {
 		t.Fatalf("stepRecords(total-1) = %v, %d", recs, next)
 	}
 }
+
+// The ledger learns which step the controller has marked trained from
+// its trained marks (each carries the controller's step after it advanced
+// past the step trained); Wait holds the run's end until the last step's
+// marks are seen, so the ledger and the summary agree at stop.
+func TestLedgerMarkedFollowsTrainedMarks(t *testing.T) {
+	l := newLedger()
+	see := func(m messages.PromptLedger) {
+		data, err := messages.Encode(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.observe(&transport.Msg{Subject: "asyncrl.r.ledger", Data: data})
+	}
+	see(messages.PromptLedger{GroupID: "g1", State: messages.LedgerConsumed, Step: 1})
+	see(messages.PromptLedger{GroupID: "g2", State: messages.LedgerRequeued, Step: 3})
+	if got := l.marked(); got != 0 {
+		t.Fatalf("marked %d before any trained mark", got)
+	}
+	see(messages.PromptLedger{GroupID: "g1", State: messages.LedgerTrained, Step: 3})
+	see(messages.PromptLedger{GroupID: "g0", State: messages.LedgerTrained, Step: 2}) // a late mark of step 1
+	if got := l.marked(); got != 2 {
+		t.Fatalf("marked %d after the marks of step 2, want 2", got)
+	}
+}

@@ -403,9 +403,15 @@ func (s *taskSource) Next() (controller.Prompt, bool) {
 
 // Wait blocks until the trainer finished run.steps steps, ctx ends (an
 // interrupt), training fails, or the filter starves the trainer.
+//
+// Once the trainer is done it waits (up to settleMarks) for the
+// controller to mark the last step's groups trained, so the run does not
+// stop between the trainer's StepDone and the controller's marks: the
+// ledger and the summary then agree that run.steps·B groups were trained.
 func (n *Node) Wait(ctx context.Context) (interrupted bool, err error) {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
+	var trainedAt time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -414,7 +420,13 @@ func (n *Node) Wait(ctx context.Context) (interrupted bool, err error) {
 		}
 		n.progress.update()
 		if n.stepCount() >= n.cfg.Run.Steps {
-			return false, nil
+			if trainedAt.IsZero() {
+				trainedAt = time.Now()
+			}
+			if n.ledger.marked() >= int64(n.cfg.Run.Steps) || time.Since(trainedAt) >= settleMarks {
+				return false, nil
+			}
+			continue
 		}
 		if err := n.Err(); err != nil {
 			return false, err
@@ -425,6 +437,11 @@ func (n *Node) Wait(ctx context.Context) (interrupted bool, err error) {
 		}
 	}
 }
+
+// settleMarks bounds Wait's wait for the controller's trained marks of
+// the last step (one bus hop and a core step: milliseconds, unless the
+// controller is wedged — then the report says so).
+const settleMarks = 5 * time.Second
 
 // Stop stops the actors (rollouts first, so every running episode is
 // reported aborted), then the router, engines and bus. It is idempotent.
