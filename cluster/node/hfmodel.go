@@ -31,6 +31,11 @@ func (n *Node) resolveModel() error {
 		}
 		return nil
 	}
+	if created {
+		// the directory wiring.ModelDir wrote, whatever init_checkpoint
+		// the run trains from below
+		n.opts.Logger.Info().Str("dir", dir).Str("preset", string(n.cfg.Model.Preset)).Int64("seed", n.cfg.Run.Seed).Msg("model: random-initialised checkpoint written")
+	}
 	if ic := n.cfg.Trainer.InitCheckpoint; ic != "" {
 		// an SFT run's serving checkpoint (or any other of the same
 		// architecture): what the child trains and the engines serve
@@ -48,9 +53,7 @@ func (n *Node) resolveModel() error {
 	if err != nil {
 		return fmt.Errorf("%w: model.path: %w", ErrConfig, err)
 	}
-	if created {
-		n.opts.Logger.Info().Str("dir", dir).Str("arch", string(c.Arch)).Str("preset", string(n.cfg.Model.Preset)).Int64("seed", n.cfg.Run.Seed).Msg("model: random-initialised checkpoint written")
-	}
+	n.opts.Logger.Debug().Str("dir", dir).Str("arch", string(c.Arch)).Msg("model: serving and training from")
 	if err := n.modelRoutes(c); err != nil {
 		return err
 	}
