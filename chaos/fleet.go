@@ -17,9 +17,9 @@ import (
 	"github.com/asyncrl/asyncrl/chaos/faultproxy"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/engine"
-	"github.com/asyncrl/asyncrl/internal/wiring"
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/transport"
+	"github.com/asyncrl/asyncrl/wiring"
 )
 
 // servedModel must match the name the node's rollout actors ask for.

@@ -32,7 +32,7 @@ func (c PolicyConfig) Validate() error {
 
 // BuiltinPolicyLayers is the built-in policy's hidden layers
 // (policy.DefaultConfig().Layers, which config cannot import; a test in
-// internal/wiring checks they agree): its routes' L.
+// wiring checks they agree): its routes' L.
 const BuiltinPolicyLayers = 1
 
 // validatePolicyRoutes: when the run's own engines serve the built-in

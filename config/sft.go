@@ -11,7 +11,7 @@ import (
 // settings, and the seed run.seed, as for RL.
 type SFTConfig struct {
 	// Data is the datasets and the sampler (package sft/data; mapped by
-	// internal/wiring.SFTData).
+	// wiring.SFTData).
 	Data SFTDataConfig `yaml:"data" doc:"datasets and sampler (package sft/data)"`
 	// Steps is the number of optimiser steps; 0 = until a finite sampler
 	// runs out (sampler.epochs set). --steps overrides it.

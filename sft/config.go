@@ -20,7 +20,7 @@ const (
 	BackendExec = "exec"
 )
 
-// Config is one SFT run. internal/wiring.SFT maps the run config's sft,
+// Config is one SFT run. wiring.SFT maps the run config's sft,
 // trainer and run sections onto it.
 type Config struct {
 	// Data is the datasets and sampler.

@@ -38,7 +38,7 @@ func (e *talkEnv) Step(action string) (string, float64, bool, error) {
 	return fmt.Sprintf("Turn %d: you said %q.", e.turn, action), 0.25, e.turn == 5, nil
 }
 
-// chatVocab is the Vocabulary of an HF tokenizer as internal/wiring builds it.
+// chatVocab is the Vocabulary of an HF tokenizer as wiring builds it.
 type chatVocab struct{ t *chattemplate.Tokenizer }
 
 func (v chatVocab) Encode(s string) []int32 { return v.t.Encode(s) }

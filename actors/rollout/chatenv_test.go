@@ -85,7 +85,7 @@ func (e *agentEnv) Step(ctx context.Context, a chatenv.Action) (chatenv.Result, 
 
 func (e *agentEnv) Close(context.Context) error { e.closed = true; return nil }
 
-// testMessageChat is internal/wiring's MessageChat (which this package
+// testMessageChat is wiring's MessageChat (which this package
 // cannot import: wiring imports it) in a few lines.
 type testMessageChat struct{ c *chattemplate.Conversation }
 

@@ -40,7 +40,7 @@ type MessageChat interface {
 }
 
 // MessageChatFormat is a ChatFormat that can also start message-driven
-// episodes announcing tools (the run's chat template; internal/wiring).
+// episodes announcing tools (the run's chat template; wiring).
 type MessageChatFormat interface {
 	NewMessageChat(tools json.RawMessage) (MessageChat, error)
 }

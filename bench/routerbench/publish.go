@@ -36,7 +36,7 @@ type PublishConfig struct {
 	VersionRule string
 	// MaxVersionLag is the staleness budget (versions) of VersionStaleness,
 	// given to the router and, as its MaxLag, to the publisher, as
-	// internal/wiring does for a run. Under VersionNewest the publisher's
+	// wiring does for a run. Under VersionNewest the publisher's
 	// MaxLag is 0 (only the newest version is routed), as before issue 15.
 	MaxVersionLag int64
 	// Seed seeds the ack order of every publish.
@@ -68,7 +68,7 @@ func applyPublish(pc *proxy.Config, p *PublishConfig) {
 	pc.Policy.MaxVersionLag = p.MaxVersionLag
 }
 
-// trackerLag is the publisher's MaxLag for p (internal/wiring's rule).
+// trackerLag is the publisher's MaxLag for p (wiring's rule).
 func trackerLag(p *PublishConfig) int64 {
 	if p.VersionRule == policy.VersionNewest {
 		return 0

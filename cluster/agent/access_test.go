@@ -12,10 +12,10 @@ import (
 	"github.com/asyncrl/asyncrl/cluster/internal/clustertest"
 	"github.com/asyncrl/asyncrl/cluster/placement"
 	"github.com/asyncrl/asyncrl/internal/syncbuf"
-	"github.com/asyncrl/asyncrl/internal/wiring"
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/transport"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
+	"github.com/asyncrl/asyncrl/wiring"
 )
 
 // roleBus starts the shared server with one user per node, each allowed

@@ -3,7 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
-	"github.com/asyncrl/asyncrl/internal/wiring"
+	"github.com/asyncrl/asyncrl/wiring"
 	"time"
 
 	"github.com/asyncrl/asyncrl/cluster/weightsync"

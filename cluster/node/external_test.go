@@ -18,7 +18,7 @@ import (
 	"github.com/asyncrl/asyncrl/engine"
 	"github.com/asyncrl/asyncrl/engine/driver"
 	"github.com/asyncrl/asyncrl/internal/report"
-	"github.com/asyncrl/asyncrl/internal/wiring"
+	"github.com/asyncrl/asyncrl/wiring"
 )
 
 // externalEngine is an engine started outside the run, as `asyncrl

@@ -8,10 +8,10 @@ import (
 	"testing"
 
 	"github.com/asyncrl/asyncrl/config"
-	"github.com/asyncrl/asyncrl/internal/wiring"
 	"github.com/asyncrl/asyncrl/policy"
 	"github.com/asyncrl/asyncrl/policy/sampler"
 	"github.com/asyncrl/asyncrl/policy/tokenizer"
+	"github.com/asyncrl/asyncrl/wiring"
 )
 
 // bf16Effect measures what serving the weights in BF16 does to the

@@ -13,7 +13,7 @@ import (
 	"github.com/asyncrl/asyncrl/cluster/internal/clustertest"
 	"github.com/asyncrl/asyncrl/cluster/localengine"
 	"github.com/asyncrl/asyncrl/config"
-	"github.com/asyncrl/asyncrl/internal/wiring"
+	"github.com/asyncrl/asyncrl/wiring"
 )
 
 // A "wait" pause cut short (its context ended while a request still ran)

@@ -15,8 +15,8 @@ import (
 	"github.com/asyncrl/asyncrl/actors/trainer"
 	"github.com/asyncrl/asyncrl/actors/trainer/bridge"
 	"github.com/asyncrl/asyncrl/config"
-	"github.com/asyncrl/asyncrl/internal/wiring"
 	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/wiring"
 )
 
 // execDir is where the exec backend keeps its files for the run:

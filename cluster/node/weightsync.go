@@ -11,9 +11,9 @@ import (
 	"github.com/asyncrl/asyncrl/actors/router/proxy"
 	"github.com/asyncrl/asyncrl/cluster/weightsync"
 	"github.com/asyncrl/asyncrl/config"
-	"github.com/asyncrl/asyncrl/internal/wiring"
 	pol "github.com/asyncrl/asyncrl/policy"
 	"github.com/asyncrl/asyncrl/weights/delta"
+	"github.com/asyncrl/asyncrl/wiring"
 )
 
 // weightSync is publisher.mode delta (cluster/weightsync) as the node

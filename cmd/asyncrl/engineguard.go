@@ -12,7 +12,7 @@ import (
 	"github.com/asyncrl/asyncrl/engine/guard"
 	"github.com/asyncrl/asyncrl/internal/logx"
 	"github.com/asyncrl/asyncrl/internal/netx"
-	"github.com/asyncrl/asyncrl/internal/wiring"
+	"github.com/asyncrl/asyncrl/wiring"
 )
 
 // engineGuardFlags are asyncrl engine-guard's flags.

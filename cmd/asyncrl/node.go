@@ -19,7 +19,7 @@ import (
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/gpu"
 	"github.com/asyncrl/asyncrl/internal/netx"
-	"github.com/asyncrl/asyncrl/internal/wiring"
+	"github.com/asyncrl/asyncrl/wiring"
 )
 
 // nodeFlags are asyncrl node's flags.

@@ -14,7 +14,7 @@ import (
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/internal/logx"
 	"github.com/asyncrl/asyncrl/internal/netx"
-	"github.com/asyncrl/asyncrl/internal/wiring"
+	"github.com/asyncrl/asyncrl/wiring"
 )
 
 // newRouterCmd: asyncrl router — the session-aware router as a standalone

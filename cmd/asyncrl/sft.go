@@ -12,8 +12,8 @@ import (
 	"golang.org/x/term"
 
 	"github.com/asyncrl/asyncrl/config"
-	"github.com/asyncrl/asyncrl/internal/wiring"
 	"github.com/asyncrl/asyncrl/sft"
+	"github.com/asyncrl/asyncrl/wiring"
 )
 
 // sftFlags are asyncrl sft's flags; each overrides its config key when given.

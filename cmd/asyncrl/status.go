@@ -16,8 +16,8 @@ import (
 
 	"github.com/asyncrl/asyncrl/cluster/status"
 	"github.com/asyncrl/asyncrl/config"
-	"github.com/asyncrl/asyncrl/internal/wiring"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
+	"github.com/asyncrl/asyncrl/wiring"
 )
 
 // statusFlags are asyncrl status's flags.

@@ -31,7 +31,7 @@ var knownUpward = map[[2]string]string{}
 // not hold for them. Issue 31 item 6 moves them out of internal/; the test
 // fails on a new one, and on an entry that became a leaf (delete it).
 var notLeaf = map[string]string{
-	"internal/wiring":      "maps the run config onto engine, router, rollout, SFT and bus configs (floor 5): issue 31 item 6 moves it to wiring/",
+	"wiring":               "maps the run config onto engine, router, rollout, SFT and bus configs (floor 5): issue 31 item 6 moves it to wiring/",
 	"internal/syncloop":    "the synchronous engine+trainer loop over the built-in policy (floor 3), a program, not a tool",
 	"internal/trainertest": "a test helper over the built-in policy's trainer (floor 3)",
 }

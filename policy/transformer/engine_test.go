@@ -19,12 +19,12 @@ import (
 	"time"
 
 	"github.com/asyncrl/asyncrl/engine"
-	"github.com/asyncrl/asyncrl/internal/wiring"
 	"github.com/asyncrl/asyncrl/messages/vllmwire"
 	"github.com/asyncrl/asyncrl/policy/transformer"
 	"github.com/asyncrl/asyncrl/weights/delta"
 	"github.com/asyncrl/asyncrl/weights/safetensors"
 	"github.com/asyncrl/asyncrl/weights/store"
+	"github.com/asyncrl/asyncrl/wiring"
 )
 
 // checkpoint saves a tiny random model of arch into a temp dir with

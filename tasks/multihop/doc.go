@@ -16,6 +16,6 @@
 // Everything is pure and deterministic: NewCorpus(seed) gives the same
 // corpus on every machine, Sample draws a question from its rng, and the
 // tools are in-process functions of the corpus (no I/O). Importing the
-// package registers "multihop" (internal/wiring does, so `asyncrl run`
+// package registers "multihop" (wiring does, so `asyncrl run`
 // knows it); examples/multihop-env.yaml runs it.
 package multihop

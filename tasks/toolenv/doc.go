@@ -17,6 +17,6 @@
 // wall clock or CPU limit (ErrTimeLimit) is answered as an error message
 // and reported under chatenv.MetaToolTimeouts.
 //
-// Importing the package registers both tasks (internal/wiring does, so
+// Importing the package registers both tasks (wiring does, so
 // `asyncrl run` knows them).
 package toolenv

@@ -12,10 +12,10 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/asyncrl/asyncrl/cluster/localengine"
-	"github.com/asyncrl/asyncrl/internal/wiring"
 	"github.com/asyncrl/asyncrl/tinker"
 	"github.com/asyncrl/asyncrl/tinker/client"
 	"github.com/asyncrl/asyncrl/tinker/server"
+	"github.com/asyncrl/asyncrl/wiring"
 )
 
 // engineTokens is the tokens each of r's engines generated so far.

@@ -11,8 +11,8 @@ import (
 
 	"github.com/asyncrl/asyncrl/cluster/localengine"
 	"github.com/asyncrl/asyncrl/config"
-	"github.com/asyncrl/asyncrl/internal/wiring"
 	"github.com/asyncrl/asyncrl/tinker/client"
+	"github.com/asyncrl/asyncrl/wiring"
 )
 
 // TestSamplerWeightsAsVersion: with tinker.sampler_weights: version, a

@@ -19,7 +19,7 @@ var lossKeys = []string{"policy_loss_type", "eps_clip_low", "eps_clip_high", "cl
 	"normalize_over_support", "temperature", "advantage", "fake_quant"}
 
 // InitFor fills Init's model, optimizer, loss and seed from the built-in
-// trainer's config (internal/wiring.PolicyTrainer of the run config: the
+// trainer's config (wiring.PolicyTrainer of the run config: the
 // one mapping of the trainer section) and the initial weights in
 // modelDir (an HF-layout dir; for kind builtin config.json is embedded).
 // normStd is the GRPO advantage's division by the group's std.

@@ -10,7 +10,7 @@ import (
 
 	"github.com/asyncrl/asyncrl/actors/router/proxy"
 	"github.com/asyncrl/asyncrl/config"
-	"github.com/asyncrl/asyncrl/internal/wiring"
+	"github.com/asyncrl/asyncrl/wiring"
 )
 
 type strs []string

@@ -13,7 +13,7 @@ import (
 // policy, and its rollout.routed_experts shape is the policy's route shape
 // (a mismatch would make every answer's routes fail their check).
 func TestMoEExample(t *testing.T) {
-	c, err := config.Load(filepath.Join("..", "..", "examples", "moe.yaml"))
+	c, err := config.Load(filepath.Join("..", "examples", "moe.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
