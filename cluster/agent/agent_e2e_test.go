@@ -15,7 +15,6 @@ import (
 	"github.com/asyncrl/asyncrl/cluster/internal/clustertest"
 	"github.com/asyncrl/asyncrl/cluster/term"
 	"github.com/asyncrl/asyncrl/config"
-	"github.com/asyncrl/asyncrl/internal/syncbuf"
 )
 
 // The end-to-end cluster test builds the asyncrl binary and runs three
@@ -30,10 +29,7 @@ func e2eEnabled(t *testing.T) {
 
 // proc is one asyncrl node process.
 type proc struct {
-	cmd    *exec.Cmd
-	out    *syncbuf.Buffer
-	errOut *syncbuf.Buffer
-	exited chan struct{}
+	*clustertest.Proc
 	// evPath is the node's --events-json file ("": none).
 	evPath string
 }
@@ -43,35 +39,10 @@ func startNode(t *testing.T, bin string, args ...string) *proc {
 	return startProc(t, exec.Command(bin, append([]string{"node", "--log-level", "warn"}, args...)...), args[1])
 }
 
-// startProc starts cmd with its output captured; at the end of the test
-// it is stopped (SIGTERM, then SIGKILL after 20 s) and, if the test
-// failed, its output logged under name.
+// startProc starts cmd (clustertest.StartProc).
 func startProc(t *testing.T, cmd *exec.Cmd, name string) *proc {
 	t.Helper()
-	p := &proc{cmd: cmd, out: &syncbuf.Buffer{}, errOut: &syncbuf.Buffer{}, exited: make(chan struct{})}
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.errOut
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = p.cmd.Wait(); close(p.exited) }()
-	t.Cleanup(func() {
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.exited:
-		case <-time.After(20 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-p.exited
-		}
-		if t.Failed() {
-			t.Logf("%s stdout:\n%s\nstderr (tail):\n%s", name, p.out.String(), lastLinesOf(p.errOut.String(), 15))
-		}
-	})
-	return p
-}
-
-func lastLinesOf(s string, n int) string {
-	ls := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	return strings.Join(ls[max(0, len(ls)-n):], "\n")
+	return &proc{Proc: clustertest.StartProc(t, cmd, name)}
 }
 
 // e2eCluster is three asyncrl node processes' shared setup: gossip and
@@ -210,7 +181,7 @@ type removedAt struct {
 }
 
 func (r *removedAt) sample(urls []string) {
-	out := r.p.out.String()
+	out := r.p.Out.String()
 	if r.from > len(out) {
 		return
 	}
@@ -241,12 +212,12 @@ func TestClusterKillTrainerNode(t *testing.T) {
 	if countKind(standby.records(t), term.LeaseAcquired) > 0 {
 		t.Fatalf("%s acquired the trainer lease while %s held it", sname, hname)
 	}
-	deadURLs := hostURLs(t, holder.out.String())
-	if err := holder.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	deadURLs := hostURLs(t, holder.Out.String())
+	if err := holder.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	killed := time.Now()
-	<-holder.exited
+	<-holder.Exited
 	printed := lastDurable(holder.records(t))
 	// The standby's removals count from its lease acquisition (its term's
 	// router starts empty); sampled while the test waits.
@@ -254,7 +225,7 @@ func TestClusterKillTrainerNode(t *testing.T) {
 	var acquired time.Duration
 	sample := func() {
 		if rm.from < 0 {
-			out := standby.out.String()
+			out := standby.Out.String()
 			if i := strings.Index(out, "lease trainer acquired"); i >= 0 {
 				rm.from, acquired = i, time.Since(killed)
 			}
@@ -266,7 +237,7 @@ func TestClusterKillTrainerNode(t *testing.T) {
 	var detected time.Duration
 	clustertest.WaitFor(t, 20*time.Second, "n3 to see the holder leave", func() bool {
 		sample()
-		if strings.Contains(n3.out.String(), "member left "+hname) {
+		if strings.Contains(n3.Out.String(), "member left "+hname) {
 			detected = time.Since(killed)
 			return true
 		}
@@ -280,11 +251,11 @@ func TestClusterKillTrainerNode(t *testing.T) {
 	t.Logf("%s killed after step %d; its death noticed in %s", hname, printed, detected)
 	clustertest.WaitFor(t, 90*time.Second, "the standby to finish the run", func() bool {
 		sample()
-		return strings.Contains(standby.out.String(), "ledger prompts")
+		return strings.Contains(standby.Out.String(), "ledger prompts")
 	})
 	t.Logf("standby %s acquired the lease %s after the kill, finished %s after it", sname,
 		acquired.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond))
-	out, recs := standby.out.String(), standby.records(t)
+	out, recs := standby.Out.String(), standby.records(t)
 	resumed := ofKind(recs, term.Resumed)
 	if len(resumed) == 0 {
 		t.Fatalf("the standby never resumed:\n%s", out)
@@ -347,7 +318,7 @@ func TestClusterEngineNodeRestart(t *testing.T) {
 	clustertest.WaitFor(t, 30*time.Second, "n1's and n2's NATS servers", func() bool {
 		buses = buses[:0]
 		for _, p := range trainers {
-			if m := busRe.FindStringSubmatch(p.out.String()); m != nil {
+			if m := busRe.FindStringSubmatch(p.Out.String()); m != nil {
 				buses = append(buses, m[1])
 			}
 		}
@@ -356,19 +327,19 @@ func TestClusterEngineNodeRestart(t *testing.T) {
 	c.nats = strings.Join(buses, ",")
 	n3 := c.start(2, "engine")
 	holder, _, hname, _ := pickHolder(t, trainers, 3)
-	oldURLs := hostURLs(t, n3.out.String())
+	oldURLs := hostURLs(t, n3.Out.String())
 	for _, u := range oldURLs {
-		if !strings.Contains(holder.out.String(), "routing add "+u+"\n") {
+		if !strings.Contains(holder.Out.String(), "routing add "+u+"\n") {
 			t.Errorf("%s trained 3 steps without routing to n3's %s", hname, u)
 		}
 	}
-	if err := n3.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := n3.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	killed := time.Now()
 	atKill := lastDurable(holder.records(t))
-	<-n3.exited
-	rm := &removedAt{p: holder, from: len(holder.out.String()), t0: killed, at: map[string]time.Duration{}}
+	<-n3.Exited
+	rm := &removedAt{p: holder, from: len(holder.Out.String()), t0: killed, at: map[string]time.Duration{}}
 	clustertest.WaitFor(t, 8*time.Second, hname+" to stop routing to the dead n3's engines", func() bool {
 		rm.sample(oldURLs)
 		return len(rm.at) == len(oldURLs)
@@ -385,34 +356,34 @@ func TestClusterEngineNodeRestart(t *testing.T) {
 	var before int64
 	var restarted time.Time
 	clustertest.WaitFor(t, 30*time.Second, "n3 to restart under its name", func() bool {
-		before = lastVersion(holder.out.String())
+		before = lastVersion(holder.Out.String())
 		restarted = time.Now()
 		p := c.start(2, "engine")
 		deadline := time.Now().Add(30 * time.Second)
 		for time.Now().Before(deadline) {
 			select {
-			case <-p.exited:
-				if !strings.Contains(p.errOut.String()+p.out.String(), "name in use") {
-					t.Fatalf("the restarted n3 exited:\n%s\n%s", p.out.String(), lastLinesOf(p.errOut.String(), 15))
+			case <-p.Exited:
+				if !strings.Contains(p.ErrOut.String()+p.Out.String(), "name in use") {
+					t.Fatalf("the restarted n3 exited:\n%s\n%s", p.Out.String(), clustertest.LastLines(p.ErrOut.String(), 15))
 				}
 				time.Sleep(500 * time.Millisecond) // back off: the claim's TTL runs on
 				return false
 			default:
 			}
-			if strings.Contains(p.out.String(), "node n3: gossip ") {
+			if strings.Contains(p.Out.String(), "node n3: gossip ") {
 				n3b = p
 				return true
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		t.Fatalf("the restarted n3 neither joined nor exited in 30 s:\n%s", p.out.String())
+		t.Fatalf("the restarted n3 neither joined nor exited in 30 s:\n%s", p.Out.String())
 		return false
 	})
 	t.Logf("n3 restarted %s after the kill, when %s was at version %d", restarted.Sub(killed).Round(time.Millisecond), hname, before)
-	newURLs := hostURLs(t, n3b.out.String())
+	newURLs := hostURLs(t, n3b.Out.String())
 	var catchUp time.Duration
 	clustertest.WaitFor(t, 60*time.Second, "n3's engines to catch up", func() bool {
-		v, _ := caughtUp(t, n3b.out.String(), "n3", termBases(holder.out.String()))
+		v, _ := caughtUp(t, n3b.Out.String(), "n3", termBases(holder.Out.String()))
 		if len(v) == len(newURLs) {
 			catchUp = time.Since(restarted)
 			return true
@@ -421,9 +392,9 @@ func TestClusterEngineNodeRestart(t *testing.T) {
 	})
 	t.Logf("the restarted n3's engines caught up %s after its start", catchUp.Round(time.Millisecond))
 	clustertest.WaitFor(t, 120*time.Second, hname+" to finish the run", func() bool {
-		return strings.Contains(holder.out.String(), "ledger prompts")
+		return strings.Contains(holder.Out.String(), "ledger prompts")
 	})
-	out, out3 := holder.out.String(), n3b.out.String()
+	out, out3 := holder.Out.String(), n3b.Out.String()
 	hrecs := holder.records(t)
 	if n := countKind(hrecs, term.LeaseAcquired); n != 1 {
 		t.Errorf("%s acquired the lease %d times; losing an engine node must not end its term", hname, n)

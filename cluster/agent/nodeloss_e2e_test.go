@@ -165,7 +165,7 @@ func nodeLossRun(t *testing.T, c *e2eCluster, pick func(nodes []*proc, holder, s
 	holder := slices.Index(nodes, holderP)
 	standby := 1 - holder
 	clustertest.WaitFor(t, 30*time.Second, "n3's rollout actors to follow the term", func() bool {
-		return strings.Contains(nodes[2].out.String(), "rollouts follow term")
+		return strings.Contains(nodes[2].Out.String(), "rollouts follow term")
 	})
 	victim, vname := pick(nodes, holder, standby)
 	if m.leads && strings.HasPrefix(vname, "n") {
@@ -188,11 +188,11 @@ func nodeLossRun(t *testing.T, c *e2eCluster, pick func(nodes []*proc, holder, s
 	for i := range 2 {
 		offsets[i] = len(nodes[i].records(t))
 	}
-	if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := victim.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	killed := time.Now()
-	<-victim.exited
+	<-victim.Exited
 	_ = os.Remove(holdFile(holder))
 	// The next completed step: the first step line any surviving trainer
 	// node prints after the kill (and the first new lease on the way).
@@ -216,14 +216,14 @@ func nodeLossRun(t *testing.T, c *e2eCluster, pick func(nodes []*proc, holder, s
 	var fin *proc
 	clustertest.WaitFor(t, 180*time.Second, "a node to finish the run", func() bool {
 		for i := range 2 {
-			if nodes[i] != victim && strings.Contains(nodes[i].out.String(), "ledger prompts") {
+			if nodes[i] != victim && strings.Contains(nodes[i].Out.String(), "ledger prompts") {
 				fin = nodes[i]
 				return true
 			}
 		}
 		return false
 	})
-	out, frecs := fin.out.String(), fin.records(t)
+	out, frecs := fin.Out.String(), fin.records(t)
 	checkLedgerLine(t, out, lossSteps)
 	if lastDurable(frecs) != lossSteps {
 		t.Errorf("the finishing node's last step %d; want %d", lastDurable(frecs), lossSteps)
@@ -232,7 +232,7 @@ func nodeLossRun(t *testing.T, c *e2eCluster, pick func(nodes []*proc, holder, s
 		t.Errorf("the finishing node reported no run-complete event")
 	}
 	leases := countKind(nodes[0].records(t), term.LeaseAcquired) + countKind(nodes[1].records(t), term.LeaseAcquired)
-	hout, hrecs := nodes[holder].out.String(), nodes[holder].records(t)
+	hout, hrecs := nodes[holder].Out.String(), nodes[holder].records(t)
 	if keepLease {
 		if n := countKind(hrecs, term.LeaseAcquired); n != 1 || countKind(hrecs, term.LeaseLost) > 0 || leases != 1 {
 			t.Errorf("%s lost its term when %s died (%d acquisitions by it, %d in all); a holder on a surviving node must keep its lease:\n%s",

@@ -65,27 +65,27 @@ func TestClusterSecureWalkthrough(t *testing.T) {
 		args = append(args, "--config", cfgFile)
 		p := startProc(t, exec.Command(c.bin, args...), "intruder ("+in.name+")")
 		select {
-		case <-p.exited:
+		case <-p.Exited:
 		case <-time.After(120 * time.Second):
-			t.Fatalf("intruder (%s) still running after 120 s: it joined?\n%s", in.name, p.out.String())
+			t.Fatalf("intruder (%s) still running after 120 s: it joined?\n%s", in.name, p.Out.String())
 		}
-		if strings.Contains(p.out.String(), "node intruder: gossip ") {
-			t.Errorf("intruder (%s) got past the bus:\n%s", in.name, p.out.String())
+		if strings.Contains(p.Out.String(), "node intruder: gossip ") {
+			t.Errorf("intruder (%s) got past the bus:\n%s", in.name, p.Out.String())
 		}
-		t.Logf("intruder (%s) refused: %s", in.name, lastLinesOf(p.errOut.String(), 1))
+		t.Logf("intruder (%s) refused: %s", in.name, clustertest.LastLines(p.ErrOut.String(), 1))
 	}
 
 	clustertest.WaitFor(t, 180*time.Second, hname+" to finish the run", func() bool {
-		return strings.Contains(holder.out.String(), "ledger prompts")
+		return strings.Contains(holder.Out.String(), "ledger prompts")
 	})
-	checkLedgerLine(t, holder.out.String(), steps)
+	checkLedgerLine(t, holder.Out.String(), steps)
 	for _, p := range append(trainers, n3) {
-		all := p.out.String() + p.errOut.String()
+		all := p.Out.String() + p.ErrOut.String()
 		if strings.Contains(all, "walkthrough-route-pw") {
 			t.Error("a node printed the route password")
 		}
 		if strings.Contains(all, "Permissions Violation") {
-			t.Errorf("a node met a permission violation:\n%s", lastLinesOf(p.errOut.String(), 10))
+			t.Errorf("a node met a permission violation:\n%s", clustertest.LastLines(p.ErrOut.String(), 10))
 		}
 	}
 }

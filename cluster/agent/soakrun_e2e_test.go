@@ -293,11 +293,11 @@ func (r *soakRun) kill(k soakKill, ki int) (string, bool) {
 			r.note("kill %d: %s could not take the ledger's leader: %v", ki+1, v.name, err)
 		}
 	}
-	if err := v.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := v.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		r.t.Logf("kill %s: %v", v.name, err)
 	}
 	r.lastKill = time.Now()
-	<-v.exited
+	<-v.Exited
 	r.disarm(held)
 	v.dead = true
 	r.live[v.idx] = nil
@@ -316,7 +316,7 @@ func (r *soakRun) lead(p *soakProc) error { return leadLedger(p.proc, p.name) }
 // leadLedger makes node name's server (process p) lead the durable
 // prompt ledger's stream.
 func leadLedger(p *proc, name string) error {
-	m := regexp.MustCompile(`node n\d: bus (\S+)`).FindStringSubmatch(p.out.String())
+	m := regexp.MustCompile(`node n\d: bus (\S+)`).FindStringSubmatch(p.Out.String())
 	if m == nil {
 		return fmt.Errorf("no bus line")
 	}
@@ -391,16 +391,16 @@ func (r *soakRun) restart(name string, wait bool) bool {
 		c := r.startNode(i)
 		up := r.waitUntil(time.Until(deadline), func() bool {
 			select {
-			case <-c.exited:
+			case <-c.Exited:
 				return true
 			default:
 			}
-			return strings.Contains(c.out.String(), "node "+name+": gossip ")
+			return strings.Contains(c.Out.String(), "node "+name+": gossip ")
 		})
 		select {
-		case <-c.exited:
+		case <-c.Exited:
 			c.dead, r.live[i] = true, nil
-			if !strings.Contains(c.errOut.String()+c.out.String(), "name in use") || time.Now().After(deadline) {
+			if !strings.Contains(c.ErrOut.String()+c.Out.String(), "name in use") || time.Now().After(deadline) {
 				r.res.other = fmt.Sprintf("restart of %s failed: it exited", name)
 				return false
 			}
@@ -418,7 +418,7 @@ func (r *soakRun) restart(name string, wait bool) bool {
 	if !wait {
 		return true
 	}
-	if !r.waitUntil(soakRejoin, func() bool { return strings.Contains(p.out.String(), "caught up to version") || r.finished() != nil }) {
+	if !r.waitUntil(soakRejoin, func() bool { return strings.Contains(p.Out.String(), "caught up to version") || r.finished() != nil }) {
 		r.note("%s did not catch up within %s", name, soakRejoin)
 	}
 	return true
@@ -427,7 +427,7 @@ func (r *soakRun) restart(name string, wait bool) bool {
 // finished is the live process that printed the run's ledger line, or nil.
 func (r *soakRun) finished() *soakProc {
 	for _, p := range r.live {
-		if p != nil && strings.Contains(p.out.String(), "ledger prompts") {
+		if p != nil && strings.Contains(p.Out.String(), "ledger prompts") {
 			return p
 		}
 	}
@@ -441,7 +441,7 @@ func (r *soakRun) finish(b int) {
 		return
 	}
 	fin := r.finished()
-	m := clustertest.LedgerLine.FindStringSubmatch(fin.out.String())
+	m := clustertest.LedgerLine.FindStringSubmatch(fin.Out.String())
 	r.res.ledgerLine = m[0]
 	n := func(i int) int { v, _ := strconv.Atoi(m[i]); return v }
 	if n(2) != r.plan.steps*b || n(5) != 0 || n(2)+n(3)+n(4) != n(1) {
@@ -477,13 +477,13 @@ func (r soakResult) keep(t *testing.T, dir string, plan soakPlan) {
 	var bus string
 	for i, p := range r.procs {
 		base := fmt.Sprintf("%s-%d", p.name, i+1)
-		write(base+".stdout", p.out.String())
-		write(base+".stderr", p.errOut.String())
+		write(base+".stdout", p.Out.String())
+		write(base+".stderr", p.ErrOut.String())
 		if b, err := os.ReadFile(p.evPath); err == nil {
 			write(base+".events.jsonl", string(b))
 		}
 		if !p.dead {
-			if m := regexp.MustCompile(`node n\d: bus (\S+)`).FindStringSubmatch(p.out.String()); m != nil {
+			if m := regexp.MustCompile(`node n\d: bus (\S+)`).FindStringSubmatch(p.Out.String()); m != nil {
 				bus = m[1]
 			}
 		}
@@ -499,13 +499,13 @@ func (r soakResult) keep(t *testing.T, dir string, plan soakPlan) {
 		if p.dead {
 			continue
 		}
-		_ = p.cmd.Process.Signal(syscall.SIGQUIT)
+		_ = p.Cmd.Process.Signal(syscall.SIGQUIT)
 		select {
-		case <-p.exited:
+		case <-p.Exited:
 		case <-time.After(10 * time.Second):
 		}
 		p.dead = true
-		write(fmt.Sprintf("%s-%d.stderr", p.name, i+1), p.errOut.String())
+		write(fmt.Sprintf("%s-%d.stderr", p.name, i+1), p.ErrOut.String())
 	}
 }
 

@@ -135,10 +135,10 @@ func torchChaosRun(t *testing.T, c *e2eCluster, m torchKill) {
 	var survivors []*proc // the nodes one of which must finish the run
 	switch victim {
 	case "holder":
-		if err := holderP.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		if err := holderP.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
-		<-holderP.exited
+		<-holderP.Exited
 		// The ranks die with their node (Pdeathsig; the worker's own watch).
 		clustertest.WaitFor(t, 10*time.Second, fmt.Sprintf("%s's ranks %v to die with it", hname, ranks), func() bool {
 			return !slices.ContainsFunc(ranks, alive)
@@ -154,15 +154,15 @@ func torchChaosRun(t *testing.T, c *e2eCluster, m torchKill) {
 		}
 		// The group restarts: both ranks are new processes.
 		clustertest.WaitFor(t, 3*time.Minute, hname+"'s group to restart", func() bool {
-			now := rankPIDs(holderP.cmd.Process.Pid)
+			now := rankPIDs(holderP.Cmd.Process.Pid)
 			return len(now) == len(ranks) && !slices.ContainsFunc(now, func(p int) bool { return slices.Contains(ranks, p) })
 		})
 		survivors = []*proc{holderP, standbyP}
 	case "n3":
-		if err := nodes[2].cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		if err := nodes[2].Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
-		<-nodes[2].exited
+		<-nodes[2].Exited
 		survivors = []*proc{holderP, standbyP}
 	default:
 		t.Fatalf("unknown victim %q", victim)
@@ -171,14 +171,14 @@ func torchChaosRun(t *testing.T, c *e2eCluster, m torchKill) {
 	var fin *proc
 	clustertest.WaitFor(t, 6*time.Minute, "a node to finish the run", func() bool {
 		for _, p := range survivors {
-			if countKind(p.records(t), term.RunComplete) > 0 && clustertest.LedgerLine.MatchString(p.out.String()) {
+			if countKind(p.records(t), term.RunComplete) > 0 && clustertest.LedgerLine.MatchString(p.Out.String()) {
 				fin = p
 				return true
 			}
 		}
 		return false
 	})
-	checkLedgerLine(t, fin.out.String(), torchChaosSteps)
+	checkLedgerLine(t, fin.Out.String(), torchChaosSteps)
 	if got := lastDurable(fin.records(t)); got != torchChaosSteps {
 		t.Errorf("the finishing node's last durable step %d; want %d", got, torchChaosSteps)
 	}
@@ -186,7 +186,7 @@ func torchChaosRun(t *testing.T, c *e2eCluster, m torchKill) {
 	case "holder":
 		resumed := ofKind(fin.records(t), term.Resumed)
 		if len(resumed) == 0 {
-			t.Fatalf("%s never resumed:\n%s", sname, fin.out.String())
+			t.Fatalf("%s never resumed:\n%s", sname, fin.Out.String())
 		}
 	default:
 		// A rank's or n3's death is not the holder's: from the kill on it
@@ -207,7 +207,7 @@ func waitRanks(t *testing.T, p *proc, name string) []int {
 	t.Helper()
 	var pids []int
 	clustertest.WaitFor(t, time.Minute, name+"'s two rank processes", func() bool {
-		pids = rankPIDs(p.cmd.Process.Pid)
+		pids = rankPIDs(p.Cmd.Process.Pid)
 		return len(pids) == 2
 	})
 	return pids

@@ -18,7 +18,6 @@ import (
 	"github.com/asyncrl/asyncrl/messages"
 	pol "github.com/asyncrl/asyncrl/policy"
 	"github.com/asyncrl/asyncrl/transport"
-	"github.com/asyncrl/asyncrl/transport/natsbus"
 	"github.com/asyncrl/asyncrl/weights/delta"
 	"github.com/asyncrl/asyncrl/weights/safetensors"
 	"github.com/asyncrl/asyncrl/weights/store"
@@ -34,7 +33,7 @@ import (
 func TestEngineHostRetriesFailedVersion(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	bus := embeddedBus(t)
+	bus := clustertest.EmbeddedBus(t)
 
 	cfg := hostRunConfig(t, "rt")
 	cfg.Engines.Count = 1
@@ -170,20 +169,6 @@ func TestEngineHostRetriesFailedVersion(t *testing.T) {
 	clustertest.WaitFor(t, 15*time.Second, "the engine to ack version 1 again", func() bool {
 		return acks.Count(term, engineName, 1) >= 2
 	})
-}
-
-// embeddedBus is a bus of its own (embedded server, JetStream on disk in
-// a temporary directory), closed when the test ends.
-func embeddedBus(t *testing.T) *natsbus.Bus {
-	t.Helper()
-	opts := natsbus.DefaultOptions()
-	opts.StoreDir = t.TempDir()
-	bus, err := natsbus.Connect(context.Background(), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = bus.Close() })
-	return bus
 }
 
 // hostRunConfig is the default run config with run id run and a

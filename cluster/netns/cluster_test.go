@@ -12,14 +12,12 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/asyncrl/asyncrl/cluster/internal/clustertest"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/internal/certs"
-	"github.com/asyncrl/asyncrl/internal/syncbuf"
 )
 
 func TestMain(m *testing.M) {
@@ -114,40 +112,14 @@ func makeSecrets(t *testing.T, dir string) secrets {
 
 // proc is one process in a namespace, its output captured.
 type proc struct {
-	cmd         *exec.Cmd
-	out, errOut *syncbuf.Buffer
-	exited      chan struct{}
-	events      string // its --events-json file
+	*clustertest.Proc
+	events string // its --events-json file
 }
 
-// startProc starts cmd; the test's cleanup stops it (SIGTERM, SIGKILL
-// after 20 s) and logs its output when the test failed.
+// startProc starts cmd (clustertest.StartProc).
 func startProc(t *testing.T, cmd *exec.Cmd, name string) *proc {
 	t.Helper()
-	p := &proc{cmd: cmd, out: &syncbuf.Buffer{}, errOut: &syncbuf.Buffer{}, exited: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = p.out, p.errOut
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = cmd.Wait(); close(p.exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.exited:
-		case <-time.After(20 * time.Second):
-			_ = cmd.Process.Kill()
-			<-p.exited
-		}
-		if t.Failed() {
-			t.Logf("%s stdout:\n%s\nstderr (tail):\n%s", name, p.out.String(), tail(p.errOut.String(), 15))
-		}
-	})
-	return p
-}
-
-func tail(s string, n int) string {
-	ls := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	return strings.Join(ls[max(0, len(ls)-n):], "\n")
+	return &proc{Proc: clustertest.StartProc(t, cmd, name)}
 }
 
 // cluster is three asyncrl nodes in n1, n2, n3 with the walkthrough's
@@ -296,8 +268,8 @@ func (c *cluster) finished(within time.Duration) {
 	var out, by string
 	waitFor(t, within, "a trainer node to finish the run", func() bool {
 		for i := range 2 {
-			if p := c.nodes[i]; p != nil && strings.Contains(p.out.String(), "ledger prompts") {
-				out, by = p.out.String(), hosts[i]
+			if p := c.nodes[i]; p != nil && strings.Contains(p.Out.String(), "ledger prompts") {
+				out, by = p.Out.String(), hosts[i]
 				return true
 			}
 		}
@@ -309,9 +281,9 @@ func (c *cluster) finished(within time.Duration) {
 		t.Logf("run finished by %s: %s", by, clustertest.LedgerLine.FindString(out))
 	}
 	for i, p := range c.nodes {
-		all := p.out.String() + p.errOut.String()
+		all := p.Out.String() + p.ErrOut.String()
 		if strings.Contains(all, "Permissions Violation") {
-			t.Errorf("%s met a permission violation:\n%s", hosts[i], tail(p.errOut.String(), 10))
+			t.Errorf("%s met a permission violation:\n%s", hosts[i], clustertest.LastLines(p.ErrOut.String(), 10))
 		}
 		if strings.Contains(all, "netns-route-pw") || strings.Contains(all, "netns-engine-key") {
 			t.Errorf("%s printed a secret", hosts[i])

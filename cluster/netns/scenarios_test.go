@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/asyncrl/asyncrl/cluster/internal/clustertest"
 )
 
 // helperCmd runs this test binary as helper mode inside host's namespace.
@@ -99,13 +101,13 @@ func TestNetnsSecureRunRefusesIntruder(t *testing.T) {
 	nodes := c.startAll()
 	// The probes run while the term (and its router) is up; the data
 	// plane and the route intruder need only the namespaces and servers.
-	waitFor(t, 240*time.Second, "n3's rollouts to follow a term", func() bool { return routerRe.MatchString(nodes[2].out.String()) })
+	waitFor(t, 240*time.Second, "n3's rollouts to follow a term", func() bool { return routerRe.MatchString(nodes[2].Out.String()) })
 	var probes []probe
 	for i, p := range nodes {
-		if m := busRe.FindStringSubmatch(p.out.String()); m != nil {
+		if m := busRe.FindStringSubmatch(p.Out.String()); m != nil {
 			probes = append(probes, probe{Plane: "bus", Kind: "nats", Target: "nats://" + c.net.Addr(i) + ":" + m[1]})
 		}
-		if m := enginesRe.FindStringSubmatch(p.out.String()); m != nil {
+		if m := enginesRe.FindStringSubmatch(p.Out.String()); m != nil {
 			for _, u := range strings.Fields(m[1]) {
 				probes = append(probes, probe{Plane: "engine", Kind: "http", Target: u + "/v1/models"},
 					probe{Plane: "engine", Kind: "http", Target: u + "/pause", Key: "guessed-key"})
@@ -114,7 +116,7 @@ func TestNetnsSecureRunRefusesIntruder(t *testing.T) {
 		probes = append(probes, probe{Plane: "gossip", Kind: "gossip", Target: c.gossip(i)},
 			probe{Plane: "gossip", Kind: "gossip", Target: c.gossip(i), Key: strings.Repeat("k", 32)})
 	}
-	router := routerRe.FindStringSubmatch(nodes[2].out.String())[1]
+	router := routerRe.FindStringSubmatch(nodes[2].Out.String())[1]
 	probes = append(probes, probe{Plane: "router admin", Kind: "http", Target: router + "/admin/replicas"},
 		probe{Plane: "router admin", Kind: "http", Target: router + "/admin/sessions", Key: "guessed-token"})
 	planes := map[string]bool{}
@@ -145,7 +147,7 @@ func TestNetnsSecureRunRefusesIntruder(t *testing.T) {
 	c.finished(300 * time.Second)
 	c.routeIntruder()
 	for i, p := range nodes {
-		if strings.Contains(p.out.String(), "member joined intruder") {
+		if strings.Contains(p.Out.String(), "member joined intruder") {
 			t.Errorf("%s let the intruder into gossip", hosts[i])
 		}
 	}
@@ -198,7 +200,7 @@ func (c *cluster) dataPlane() {
 		if !strings.HasPrefix(got, "ERR") || !strings.Contains(got, "received 0") {
 			t.Errorf("data plane: intruder with %s: %s", name, got)
 		}
-		t.Logf("data plane: intruder with %s refused: %s", name, tail(got, 1))
+		t.Logf("data plane: intruder with %s refused: %s", name, clustertest.LastLines(got, 1))
 	}
 }
 
@@ -220,15 +222,15 @@ func (c *cluster) routeIntruder() {
 	args = append(args, "--config", cfg)
 	p := startProc(t, c.net.Command("intruder", bin, args...), "intruder")
 	select {
-	case <-p.exited:
+	case <-p.Exited:
 	case <-time.After(150 * time.Second):
-		t.Errorf("the route intruder still runs after 150 s: it joined?\n%s", p.out.String())
+		t.Errorf("the route intruder still runs after 150 s: it joined?\n%s", p.Out.String())
 		return
 	}
-	if strings.Contains(p.out.String(), "node intruder: gossip ") || p.cmd.ProcessState.Success() {
-		t.Errorf("the route intruder got past the bus:\n%s%s", p.out.String(), p.errOut.String())
+	if strings.Contains(p.Out.String(), "node intruder: gossip ") || p.Cmd.ProcessState.Success() {
+		t.Errorf("the route intruder got past the bus:\n%s%s", p.Out.String(), p.ErrOut.String())
 	}
-	t.Logf("routes: the intruder's node never joined: %s", tail(p.errOut.String(), 1))
+	t.Logf("routes: the intruder's node never joined: %s", clustertest.LastLines(p.ErrOut.String(), 1))
 }
 
 // TestNetnsKillNode: one node SIGKILLed mid-run, each role's in turn —
@@ -244,10 +246,10 @@ func TestNetnsKillNode(t *testing.T) {
 			c.startAll()
 			h := c.holder(2)
 			k := map[string]int{"holder": h, "standby": 1 - h, "n3": 2}[victim]
-			if err := c.nodes[k].cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			if err := c.nodes[k].Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
-			<-c.nodes[k].exited
+			<-c.nodes[k].Exited
 			t.Logf("killed %s (%s) after step %d", hosts[k], victim, lastDurable(c.nodes[h].events))
 			delete(c.nodes, k)
 			c.finished(300 * time.Second)

@@ -15,7 +15,6 @@ import (
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/tasks"
 	"github.com/asyncrl/asyncrl/transport"
-	"github.com/asyncrl/asyncrl/transport/natsbus"
 )
 
 // A rollout host that could not join a term (its trajectory buffer would
@@ -26,7 +25,7 @@ import (
 func TestRolloutHostRetriesTermItCouldNotFollow(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	bus := embeddedBus(t)
+	bus := clustertest.EmbeddedBus(t)
 	cfg := config.Default()
 	cfg.Run.ID = "rr"
 	cfg.Run.DataDir = t.TempDir()
@@ -73,18 +72,4 @@ func TestRolloutHostRetriesTermItCouldNotFollow(t *testing.T) {
 	if n == 0 {
 		t.Error("the host follows the term with no rollout actors")
 	}
-}
-
-// embeddedBus is a bus of its own (embedded server, JetStream on disk in
-// a temporary directory), closed when the test ends.
-func embeddedBus(t *testing.T) *natsbus.Bus {
-	t.Helper()
-	opts := natsbus.DefaultOptions()
-	opts.StoreDir = t.TempDir()
-	bus, err := natsbus.Connect(context.Background(), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = bus.Close() })
-	return bus
 }

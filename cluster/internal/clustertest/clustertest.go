@@ -1,8 +1,8 @@
 // Package clustertest holds the test helpers the cluster packages'
 // tests share (cluster/node's pipeline tests and cluster/agent's): polling
 // a condition with a deadline, the asyncrl binary built once per test,
-// free loopback ports, the durable-ledger line's check, engines' acks.
-// The standard library, messages and transport only; imported by tests
+// free loopback ports, processes with their output captured, an embedded
+// bus, the durable-ledger line's check, engines' acks. Imported by tests
 // alone.
 package clustertest
 
