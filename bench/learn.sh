@@ -43,16 +43,9 @@ if [ ! -e "$root/sft/latest" ]; then
 	"$bin" sft --config "$sft"
 fi
 
-for s in "${seeds[@]}"; do
-	cfg=$root/seed-$s.yaml
-	sed -e "s#data_dir: $root/data#data_dir: $root/seed-$s/data#" \
-		-e "s#report_dir: $root/report#report_dir: $root/seed-$s/report#" "$rl" >"$cfg"
-	[ -z "${STEPS:-}" ] || sed -i "s/^  steps: .*/  steps: $STEPS/" "$cfg"
-	rm -rf "$root/seed-$s"
-	echo "bench/learn.sh: $name seed $s" >&2
-	"$bin" run --config "$cfg" --seed "$s" --log-format json >"$root/seed-$s.log" 2>&1 ||
-		{ echo "bench/learn.sh: run failed, see $root/seed-$s.log" >&2; tail -5 "$root/seed-$s.log" >&2; exit 1; }
-done
+# shellcheck source=bench/seeds.sh
+. bench/seeds.sh
+run_seeds "bench/learn.sh: $name" "$bin" "$root" "$rl" "${seeds[@]}"
 
 /usr/bin/python3 - "$name" "$root" "${seeds[@]}" <<'EOF'
 import json, statistics, sys
