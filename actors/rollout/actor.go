@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -100,65 +99,6 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Stats are the actor's counters. Every started trajectory ends Finished
-// or Aborted (Started = Finished + Aborted + running).
-type Stats struct {
-	Started, Finished, Aborted int64
-	GroupsReady, GroupsAborted int64
-	// Tokens counts all tokens of finished trajectories; Generated the
-	// model's tokens among them.
-	Tokens, Generated int64
-	// Resubmits counts turn calls that continued after a failure or abort.
-	Resubmits int64
-	// MixedVersions counts finished trajectories whose tokens came from
-	// more than one policy version (keep-mode weight updates mid-episode).
-	MixedVersions int64
-	// BadPrompts counts PromptAssigned messages that could not be decoded
-	// or belong to another run.
-	BadPrompts int64
-	// StoreRetries counts retried stores in the trajectory buffer;
-	// GroupsUnstored the groups it never took (reported aborted instead).
-	StoreRetries, GroupsUnstored int64
-	// EnvErrors and EnvTimeouts count trajectories aborted by their chat
-	// environment (ErrEnvFailed, ErrEnvTimeout; among Aborted); ToolCalls
-	// and MalformedCalls the tool calls of finished ones; ToolTimeouts
-	// their calls the environment cut off at a time limit
-	// (chatenv.MetaToolTimeouts); ToolCallEpisodes the finished episodes
-	// with at least one well-formed call.
-	EnvErrors, EnvTimeouts, ToolCalls, MalformedCalls int64
-	ToolTimeouts, ToolCallEpisodes                    int64
-}
-
-// Add sums o into s, field by field (the totals over a node's actors).
-func (s *Stats) Add(o Stats) {
-	s.Started += o.Started
-	s.Finished += o.Finished
-	s.Aborted += o.Aborted
-	s.GroupsReady += o.GroupsReady
-	s.GroupsAborted += o.GroupsAborted
-	s.Tokens += o.Tokens
-	s.Generated += o.Generated
-	s.Resubmits += o.Resubmits
-	s.MixedVersions += o.MixedVersions
-	s.BadPrompts += o.BadPrompts
-	s.StoreRetries += o.StoreRetries
-	s.GroupsUnstored += o.GroupsUnstored
-	s.EnvErrors += o.EnvErrors
-	s.EnvTimeouts += o.EnvTimeouts
-	s.ToolCalls += o.ToolCalls
-	s.MalformedCalls += o.MalformedCalls
-	s.ToolTimeouts += o.ToolTimeouts
-	s.ToolCallEpisodes += o.ToolCallEpisodes
-}
-
-type counters struct {
-	started, finished, aborted, groupsReady, groupsAborted atomic.Int64
-	tokens, generated, resubmits, mixed, badPrompts        atomic.Int64
-	storeRetries, groupsUnstored                           atomic.Int64
-	envErrors, envTimeouts, toolCalls, malformedCalls      atomic.Int64
-	toolTimeouts, toolCallEpisodes                         atomic.Int64
-}
-
 // Actor is a rollout actor: it takes prompts from the bus, plays a group
 // of episodes per prompt through a Generator (the router) and publishes
 // the packed group, or the aborted episodes so the prompt is requeued.
@@ -185,6 +125,9 @@ type Actor struct {
 	// is bounded by the groups in flight (a run of any length holds no
 	// record of its finished groups here; OnReport hands them out).
 	running map[string]string
+	// envPace waits before a group's episodes after groups its chat
+	// environment failed (the outcome core's rule).
+	envPace outcome.EnvBackoff
 }
 
 // Start subscribes the actor to cfg.Subjects.Prompts.
@@ -223,7 +166,8 @@ func (a *Actor) Stats() Stats {
 		StoreRetries: a.c.storeRetries.Load(), GroupsUnstored: a.c.groupsUnstored.Load(),
 		EnvErrors: a.c.envErrors.Load(), EnvTimeouts: a.c.envTimeouts.Load(),
 		ToolCalls: a.c.toolCalls.Load(), MalformedCalls: a.c.malformedCalls.Load(),
-		ToolTimeouts: a.c.toolTimeouts.Load(), ToolCallEpisodes: a.c.toolCallEpisodes.Load()}
+		ToolTimeouts: a.c.toolTimeouts.Load(), ToolCallEpisodes: a.c.toolCallEpisodes.Load(),
+		EnvBackoffs: a.c.envBackoffs.Load(), EnvBackoffMs: a.c.envBackoffMs.Load()}
 }
 
 // InFlight lists the groups the actor took and has not published yet
@@ -304,6 +248,7 @@ func (a *Actor) runGroup(pa messages.PromptAssigned) {
 	_, seed := ParsePromptID(pa.PromptID)
 	prompt := tasks.Prompt{ID: pa.PromptID, Text: pa.Text, Seed: seed}
 	n := int(pa.NSamples)
+	a.paceEnv()
 	res := make([]result, n)
 	var wg sync.WaitGroup
 	for i := range n {
@@ -318,9 +263,14 @@ func (a *Actor) runGroup(pa messages.PromptAssigned) {
 	// The group's fate is the outcome core's (the simulator steps it
 	// too); this shell packs, stores and sends what it decides.
 	g := outcome.New(n)
+	eps := make([]outcome.Episode, n)
 	for i, r := range res {
 		_, _ = g.Ended(i, errText(r.err)) // each index once, in range: never refused
+		eps[i] = outcome.Episode{Err: errText(r.err), Env: errors.Is(r.err, ErrEnvFailed) || errors.Is(r.err, ErrEnvTimeout)}
 	}
+	a.mu.Lock()
+	a.envPace.Ended(eps)
+	a.mu.Unlock()
 	var gr messages.GroupReady
 	if g.Stage() == outcome.Packing {
 		var err error
@@ -337,6 +287,20 @@ func (a *Actor) runGroup(pa messages.PromptAssigned) {
 		_, _ = g.Stored(errText(err))
 	}
 	a.settle(pa, g, gr)
+}
+
+// paceEnv waits (until the actor stops) the delay the outcome core's
+// EnvBackoff asks for after groups whose environment failed.
+func (a *Actor) paceEnv() {
+	a.mu.Lock()
+	d := a.envPace.Delay()
+	a.mu.Unlock()
+	if d <= 0 {
+		return
+	}
+	a.c.envBackoffs.Add(1)
+	a.c.envBackoffMs.Add(d.Milliseconds())
+	_ = sleep(a.ctx, d) // a stop cuts it short: the episodes then abort and the group is requeued
 }
 
 // settle counts, reports and sends a decided group: GroupReady when it

@@ -61,6 +61,7 @@ func (n *Node) Summary(interrupted bool, runErr error) report.Summary {
 	s.TrajectoriesMixedVersions = tot.MixedVersions
 	s.TurnResubmits = tot.Resubmits
 	s.TrajectoriesAbortedEnvError, s.TrajectoriesAbortedEnvTimeout = tot.EnvErrors, tot.EnvTimeouts
+	s.EnvBackoffs, s.EnvBackoffSeconds = tot.EnvBackoffs, float64(tot.EnvBackoffMs)/1000
 	s.ToolCalls, s.ToolCallsMalformed = tot.ToolCalls, tot.MalformedCalls
 	s.ToolCallsTimedOut, s.EpisodesWithToolCall = tot.ToolTimeouts, tot.ToolCallEpisodes
 	s.Tokens, s.GeneratedTokens = tot.Tokens, tot.Generated

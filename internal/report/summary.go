@@ -74,6 +74,12 @@ type Summary struct {
 	// rollout.env.step_timeout. Their groups were requeued.
 	TrajectoriesAbortedEnvError   int64 `json:"trajectories_aborted_env_error"`
 	TrajectoriesAbortedEnvTimeout int64 `json:"trajectories_aborted_env_timeout"`
+	// EnvBackoffs counts the groups that waited before their episodes
+	// because earlier groups' environment failed (doubling from 50 ms to
+	// 1 s; a finished group resets it), EnvBackoffSeconds the time they
+	// waited in all.
+	EnvBackoffs       int64   `json:"env_backoffs"`
+	EnvBackoffSeconds float64 `json:"env_backoff_seconds"`
 	// ToolCalls counts the tool calls of finished chat-environment
 	// trajectories, ToolCallsMalformed those answered with a parse error.
 	ToolCalls          int64 `json:"tool_calls"`

@@ -21,6 +21,11 @@
 //     would hold its slot for good — the stall of issue 20; if the store
 //     did land after all, the group is judged and the abort ignored).
 //
+// EnvBackoff (backoff.go) is the actor's pace after groups its chat
+// environment failed: how long the next group waits before its episodes
+// start. The simulator has no chat environments, so it does not step it;
+// its rule is tested on its own and through the real actor.
+//
 // An input that does not fit the stage (an episode ended twice, a store
 // answer before packing) is refused with an error and changes nothing.
 // No goroutines, locks, I/O or clock.
