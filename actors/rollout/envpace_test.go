@@ -16,7 +16,7 @@ import (
 type always struct{ out TurnOutput }
 
 func (g always) Generate(context.Context, TurnRequest) (TurnOutput, error) { return g.out, nil }
-func (always) FinishSession(context.Context, string) error               { return nil }
+func (always) FinishSession(context.Context, string) error                 { return nil }
 
 // TestEnvFailuresPaceTheNextGroups: the outcome core's EnvBackoff through
 // the real shell — groups whose environment keeps failing are each
