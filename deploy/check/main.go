@@ -206,4 +206,6 @@ var refusals = []struct {
 	{"a misspelt value (nodes.replicaz)", map[string]any{"nodes": map[string]any{"replicaz": 3}}, "replicaz"},
 	{"an unknown engines kind", map[string]any{"engines": "sglang"}, "engines"},
 	{"tls.create without the CA", map[string]any{"tls": map[string]any{"create": true}}, "tls.create needs tls.ca"},
+	{"vLLM engines without their image", map[string]any{"engines": "vllm", "bus": map[string]any{"url": "nats://n:4222"}},
+		"vllm.image.repository: an image with vLLM and asyncrl_vllm"},
 }
