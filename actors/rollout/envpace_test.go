@@ -8,8 +8,6 @@ import (
 
 	"github.com/asyncrl/asyncrl/actors/rollout/outcome"
 	"github.com/asyncrl/asyncrl/messages"
-	"github.com/asyncrl/asyncrl/transport"
-	"github.com/asyncrl/asyncrl/transport/natsbus"
 )
 
 // always answers every turn the same way.
@@ -23,20 +21,7 @@ func (always) FinishSession(context.Context, string) error                 { ret
 // reported aborted (requeued, nothing lost), and every group after the
 // first waits, the wait doubling: 50 ms, then 100 ms.
 func TestEnvFailuresPaceTheNextGroups(t *testing.T) {
-	bus, err := natsbus.Connect(context.Background(), natsbus.DefaultOptions())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bus.Close()
-	subj := Subjects{Prompts: "asyncrl.r.prompts", Groups: "asyncrl.r.groups", Aborted: "asyncrl.r.aborted"}
-	aborted := make(chan messages.EpisodeAborted, 8)
-	if _, err := bus.Subscribe(subj.Aborted, func(m *transport.Msg) {
-		if ab, err := messages.DecodeAs[messages.EpisodeAborted](m.Data); err == nil {
-			aborted <- ab
-		}
-	}); err != nil {
-		t.Fatal(err)
-	}
+	bus, subj, aborted := abortsBus(t)
 	task := &agentTask{fail: errors.New("tool server gone")}
 	a, err := Start(bus, always{text("7", true, 0, "stop")}, Config{RunID: "r", Name: "rollout-0", Task: task,
 		Episode: testCfg(), Concurrency: 1, Subjects: subj})

@@ -30,20 +30,7 @@ func (failOne) FinishSession(context.Context, string) error { return nil }
 // ended, with one EpisodeAborted per trajectory (the aborted one with its
 // reason, the other with outcome.MemberAborted) and no GroupReady.
 func TestMemberAbortReportsEveryTrajectory(t *testing.T) {
-	bus, err := natsbus.Connect(context.Background(), natsbus.DefaultOptions())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bus.Close()
-	subj := Subjects{Prompts: "asyncrl.r.prompts", Groups: "asyncrl.r.groups", Aborted: "asyncrl.r.aborted"}
-	aborted := make(chan messages.EpisodeAborted, 4)
-	if _, err := bus.Subscribe(subj.Aborted, func(m *transport.Msg) {
-		if ab, err := messages.DecodeAs[messages.EpisodeAborted](m.Data); err == nil {
-			aborted <- ab
-		}
-	}); err != nil {
-		t.Fatal(err)
-	}
+	bus, subj, aborted := abortsBus(t)
 	ready := make(chan struct{}, 1)
 	if _, err := bus.Subscribe(subj.Groups, func(*transport.Msg) { ready <- struct{}{} }); err != nil {
 		t.Fatal(err)
@@ -83,4 +70,26 @@ func TestMemberAbortReportsEveryTrajectory(t *testing.T) {
 	if s := a.Stats(); s.GroupsAborted != 1 || s.GroupsReady != 0 {
 		t.Errorf("stats %+v; want 1 group aborted", s)
 	}
+}
+
+// abortsBus is an embedded bus (closed at the test's end), the rollout
+// subjects the actor tests use, and the EpisodeAborted reports published
+// on it.
+func abortsBus(t *testing.T) (*natsbus.Bus, Subjects, chan messages.EpisodeAborted) {
+	t.Helper()
+	bus, err := natsbus.Connect(context.Background(), natsbus.DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = bus.Close() })
+	subj := Subjects{Prompts: "asyncrl.r.prompts", Groups: "asyncrl.r.groups", Aborted: "asyncrl.r.aborted"}
+	aborted := make(chan messages.EpisodeAborted, 8)
+	if _, err := bus.Subscribe(subj.Aborted, func(m *transport.Msg) {
+		if ab, err := messages.DecodeAs[messages.EpisodeAborted](m.Data); err == nil {
+			aborted <- ab
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return bus, subj, aborted
 }
