@@ -10,7 +10,11 @@
 //     trainer actor calls it once per version, in order, and once more with
 //     the same version after a failure (the trainer does not acknowledge a
 //     step whose publish failed). cluster/weightsync's Sync is the
-//     Publisher of a run over the Shell.
+//     Publisher of a run over the Shell; BusPublisher (bus.go) a remote
+//     trainer worker's: it writes each version's serving checkpoint to a
+//     directory the engines' node reads, announces it with
+//     WeightsPublished and returns once an EngineVersionAck for it
+//     arrives.
 //
 // The Shell:
 //

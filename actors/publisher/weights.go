@@ -10,7 +10,7 @@ import (
 // actor calls it after each step (actors/trainer); cluster/weightsync's
 // Sync publishes deltas or full checkpoints through the Shell, the node's
 // in-process publisher pauses each engine and swaps the weights, and a
-// remote worker's BusPublisher (actors/trainer) announces a directory and
+// remote worker's BusPublisher (bus.go) announces a directory and
 // waits for an ack. Publish returns once version is live (routable on
 // some engine) or with the error that kept it from being live; it is
 // called for each version once, in order, and again with the same

@@ -40,9 +40,9 @@
 //     training again, and only a publish that succeeds announces the step.
 //     So every step's prompts are trained exactly once and a step is never
 //     counted live before the engines have it.
-//   - BusPublisher is the Publisher of a remote worker: it writes each
-//     version's serving checkpoint to a directory, announces it with
-//     WeightsPublished and returns once an EngineVersionAck for it arrives.
+//   - A remote worker publishes through actors/publisher.BusPublisher: each
+//     version's serving checkpoint written to a directory, announced with
+//     WeightsPublished, returning once an EngineVersionAck for it arrives.
 //   - Every trained step's StepRecord goes to Config.OnStep (the node's
 //     step log, the run report's steps.jsonl); the actor keeps the newest
 //     RecordsKept for pollers (StepCount, StepsSince: no copy of every

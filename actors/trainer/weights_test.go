@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/asyncrl/asyncrl/actors/publisher"
 	"github.com/asyncrl/asyncrl/policy"
 )
 
@@ -61,7 +62,7 @@ func TestExecPrunesOldServingDirs(t *testing.T) {
 	e := &Exec{keep: 2}
 	var dirs []string
 	for v := 1; v <= 4; v++ {
-		d := CheckpointDir(root, int64(v))
+		d := publisher.CheckpointDir(root, int64(v))
 		writeConfig(t, d, `{"model_type": "llama"}`)
 		dirs = append(dirs, d)
 		e.prune(d)

@@ -145,7 +145,7 @@ func RunWorker(ctx context.Context, cfg config.Config, opts WorkerOptions) error
 	if dir == "" {
 		dir = filepath.Join(cfg.Run.DataDir, "weights")
 	}
-	pub := &trainer.BusPublisher{Bus: bus, RunID: cfg.Run.ID, Sender: "worker", Dir: dir, Weights: s.Weights, Acks: s.AcksAll}
+	pub := &publisher.BusPublisher{Bus: bus, RunID: cfg.Run.ID, Sender: "worker", Dir: dir, Weights: s.Weights, Acks: s.AcksAll}
 	tcfg := trainer.Config{RunID: cfg.Run.ID, Name: "worker", NormStd: true,
 		Microbatch: microbatchConfig(cfg.Trainer), Logger: opts.Logger,
 		Subjects: trainer.Subjects{Train: s.Train, Steps: s.Steps}}

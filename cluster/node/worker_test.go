@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/asyncrl/asyncrl/actors/trainer"
+	"github.com/asyncrl/asyncrl/actors/publisher"
 	"github.com/asyncrl/asyncrl/cluster/weightsync"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/messages"
@@ -37,7 +37,7 @@ func checkRepeatIsAcked(t *testing.T, n *Node, cfg config.Config, version int64)
 		dir = cfg.Publisher.SyncDir
 	}
 	data, err := messages.Encode(messages.WeightsPublished{Header: messages.Header{RunID: cfg.Run.ID, Sender: "worker", Version: version},
-		BaseVersion: version, Format: messages.WeightsFull, URI: "file://" + trainer.CheckpointDir(dir, version)})
+		BaseVersion: version, Format: messages.WeightsFull, URI: "file://" + publisher.CheckpointDir(dir, version)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package trainer
+package publisher
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/asyncrl/asyncrl/actors/publisher"
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/policy"
 	"github.com/asyncrl/asyncrl/transport"
@@ -48,7 +47,7 @@ func TestBusPublisherRepeatsAnnouncementUntilAcked(t *testing.T) {
 	}
 	p := &BusPublisher{Bus: bus, RunID: "r", Sender: "w", Dir: t.TempDir(), Weights: weights, Acks: acks,
 		AckTimeout: 10 * time.Second, Resend: 20 * time.Millisecond}
-	if err := p.Publish(ctx, publisher.InMemory(m), 1); err != nil {
+	if err := p.Publish(ctx, InMemory(m), 1); err != nil {
 		t.Fatalf("publish with the first announcement lost: %v", err)
 	}
 	if n := seen.Load(); n < 2 {

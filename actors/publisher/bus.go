@@ -1,4 +1,4 @@
-package trainer
+package publisher
 
 import (
 	"context"
@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/asyncrl/asyncrl/actors/publisher"
 	"github.com/asyncrl/asyncrl/internal/fsutil"
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/transport"
@@ -39,7 +38,7 @@ type BusPublisher struct {
 	Resend time.Duration
 }
 
-var _ publisher.Publisher = (*BusPublisher)(nil)
+var _ Publisher = (*BusPublisher)(nil)
 
 // CheckpointDir is where version v is written under dir.
 func CheckpointDir(dir string, v int64) string { return filepath.Join(dir, fmt.Sprintf("v%08d", v)) }
@@ -48,7 +47,7 @@ func CheckpointDir(dir string, v int64) string { return filepath.Join(dir, fmt.S
 // directory under Dir (an exec child's whose out_dir is there) is
 // announced where it is; one elsewhere is copied under Dir first, and the
 // built-in policy in memory is written there.
-func (p *BusPublisher) Publish(ctx context.Context, w publisher.Weights, version int64) error {
+func (p *BusPublisher) Publish(ctx context.Context, w Weights, version int64) error {
 	dir, err := p.stage(w, version)
 	if err != nil {
 		return fmt.Errorf("trainer: publish: %w", err)
@@ -103,7 +102,7 @@ func (p *BusPublisher) Publish(ctx context.Context, w publisher.Weights, version
 }
 
 // stage is the directory version is announced from (see Publish).
-func (p *BusPublisher) stage(w publisher.Weights, version int64) (string, error) {
+func (p *BusPublisher) stage(w Weights, version int64) (string, error) {
 	if w.Dir != "" {
 		if rel, err := filepath.Rel(p.Dir, w.Dir); err == nil && filepath.IsLocal(rel) {
 			return w.Dir, nil
