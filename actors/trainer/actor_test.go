@@ -57,22 +57,8 @@ func encodeTrain(t *testing.T, step int64) []byte {
 }
 
 func TestActorTrainsPublishesAndAnnounces(t *testing.T) {
-	ctx := context.Background()
-	bus, err := natsbus.Connect(ctx, natsbus.DefaultOptions())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bus.Close()
-	m, _ := policy.New(policy.DefaultConfig(), 1)
-	ptr, _ := policy.NewTrainer(m, policy.DefaultTrainerConfig())
 	pub := &recordingPublisher{}
-	next := expect[messages.StepDone](t, bus, "S")
-	a, err := Start(bus, ptr, pub, Config{RunID: "r", Name: "t", NormStd: true, Microbatch: microbatch.DefaultConfig(),
-		Subjects: Subjects{Train: "T", Steps: "S"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Stop(ctx)
+	bus, a, ptr, next := startBuiltin(t, pub)
 	sendTrain(t, bus, 1)
 	sd := next()
 	if sd.Step != 1 || sd.NewVersion != 1 || sd.RewardMean != 0.5 || sd.Stats["tokens"] != 6 {
@@ -112,6 +98,28 @@ func waitErr(a *Actor) {
 // expect subscribes to subject and returns a function that waits (up to
 // 10 s) for the next message of type T there; the subscription ends with
 // the test.
+// startBuiltin starts the trainer actor with a built-in trainer on a
+// bus of its own, publishing through pub (batches on T, StepDone on S);
+// next reads the StepDone messages. Actor and bus stop at the test's end.
+func startBuiltin(t *testing.T, pub publisher.Publisher) (*natsbus.Bus, *Actor, *policy.Trainer, func() messages.StepDone) {
+	t.Helper()
+	bus, err := natsbus.Connect(context.Background(), natsbus.DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = bus.Close() })
+	m, _ := policy.New(policy.DefaultConfig(), 1)
+	ptr, _ := policy.NewTrainer(m, policy.DefaultTrainerConfig())
+	next := expect[messages.StepDone](t, bus, "S")
+	a, err := Start(bus, ptr, pub, Config{RunID: "r", Name: "t", NormStd: true, Microbatch: microbatch.DefaultConfig(),
+		Subjects: Subjects{Train: "T", Steps: "S"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Stop(context.Background()) })
+	return bus, a, ptr, next
+}
+
 func expect[T messages.Message](t *testing.T, bus transport.Bus, subject string) func() T {
 	t.Helper()
 	ch := make(chan T, 8)

@@ -8,10 +8,7 @@ import (
 	"time"
 
 	"github.com/asyncrl/asyncrl/actors/publisher"
-	"github.com/asyncrl/asyncrl/actors/trainer/microbatch"
-	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/policy"
-	"github.com/asyncrl/asyncrl/transport/natsbus"
 )
 
 // flakyPublisher fails its first fails calls, then publishes.
@@ -65,22 +62,8 @@ func (p *flakyPublisher) waitAttempts(t *testing.T, n int) {
 // succeeds answers it — with the step's record. Err reports each failure
 // (a run ends on it).
 func TestFailedPublishIsNotAcknowledged(t *testing.T) {
-	ctx := context.Background()
-	bus, err := natsbus.Connect(ctx, natsbus.DefaultOptions())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bus.Close()
-	m, _ := policy.New(policy.DefaultConfig(), 1)
-	ptr, _ := policy.NewTrainer(m, policy.DefaultTrainerConfig())
 	pub := &flakyPublisher{fails: 2}
-	next := expect[messages.StepDone](t, bus, "S")
-	a, err := Start(bus, ptr, pub, Config{RunID: "r", Name: "t", NormStd: true, Microbatch: microbatch.DefaultConfig(),
-		Subjects: Subjects{Train: "T", Steps: "S"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Stop(ctx)
+	bus, a, ptr, next := startBuiltin(t, pub)
 
 	sendTrain(t, bus, 1)
 	pub.waitAttempts(t, 1)

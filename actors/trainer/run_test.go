@@ -6,10 +6,6 @@ import (
 	"time"
 
 	"github.com/asyncrl/asyncrl/actors/publisher"
-	"github.com/asyncrl/asyncrl/actors/trainer/microbatch"
-	"github.com/asyncrl/asyncrl/messages"
-	"github.com/asyncrl/asyncrl/policy"
-	"github.com/asyncrl/asyncrl/transport/natsbus"
 )
 
 // gatedPublisher blocks each Publish until the test releases it.
@@ -33,22 +29,8 @@ func (p *gatedPublisher) Publish(ctx context.Context, w publisher.Weights, v int
 // waits, is not trained again, and is answered with a second StepDone
 // once the step is done (the simulator's trainer now does the same).
 func TestRetransmissionWhileTrainingIsAnsweredAfter(t *testing.T) {
-	ctx := context.Background()
-	bus, err := natsbus.Connect(ctx, natsbus.DefaultOptions())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bus.Close()
-	m, _ := policy.New(policy.DefaultConfig(), 1)
-	ptr, _ := policy.NewTrainer(m, policy.DefaultTrainerConfig())
 	pub := &gatedPublisher{entered: make(chan struct{}, 1), release: make(chan struct{})}
-	next := expect[messages.StepDone](t, bus, "S")
-	a, err := Start(bus, ptr, pub, Config{RunID: "r", Name: "t", NormStd: true, Microbatch: microbatch.DefaultConfig(),
-		Subjects: Subjects{Train: "T", Steps: "S"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Stop(ctx)
+	bus, a, ptr, next := startBuiltin(t, pub)
 	sendTrain(t, bus, 1)
 	select {
 	case <-pub.entered: // step 1 trained, its publish in progress
