@@ -47,6 +47,24 @@ def gone(pid: int) -> bool:
         return True
     return s[s.rindex(")") + 2] == "Z"
 
+def kill_parent_expect_gone(parent, pid):
+    """SIGKILL parent; its child pid must be gone within 10 s."""
+    parent.send_signal(signal.SIGKILL)
+    parent.wait(10)
+    deadline = time.monotonic() + 10
+    while not gone(pid):
+        assert time.monotonic() < deadline, f"process {pid} still runs 10 s after its parent was SIGKILLed"
+        time.sleep(0.05)
+
+
+def reap(parent, pid):
+    """Leave nothing running whatever the test's outcome."""
+    parent.kill()
+    parent.wait(10)
+    if not gone(pid):
+        os.kill(pid, signal.SIGKILL)
+
+
 
 def listening(port: int) -> bool:
     with socket.socket() as s:
@@ -66,17 +84,9 @@ def test_worker_exits_when_its_parent_is_killed_mid_rendezvous(tmp_path):
             assert time.monotonic() < deadline, "the worker never reached the rendezvous"
             assert not gone(pid), "the worker died before its parent"
             time.sleep(0.05)
-        parent.send_signal(signal.SIGKILL)
-        parent.wait(10)
-        deadline = time.monotonic() + 10
-        while not gone(pid):
-            assert time.monotonic() < deadline, f"worker {pid} still runs 10 s after its parent was SIGKILLed"
-            time.sleep(0.05)
+        kill_parent_expect_gone(parent, pid)
     finally:
-        parent.kill()
-        parent.wait(10)
-        if not gone(pid):
-            os.kill(pid, signal.SIGKILL)
+        reap(parent, pid)
 
 
 SLEEPER = r"""
@@ -98,14 +108,6 @@ def test_parent_watch_without_the_death_signal():
     pid = int(parent.stdout.readline())
     try:
         assert parent.stdout.readline().strip() == "watching"
-        parent.send_signal(signal.SIGKILL)
-        parent.wait(10)
-        deadline = time.monotonic() + 10
-        while not gone(pid):
-            assert time.monotonic() < deadline, f"process {pid} still runs 10 s after its parent was SIGKILLed"
-            time.sleep(0.05)
+        kill_parent_expect_gone(parent, pid)
     finally:
-        parent.kill()
-        parent.wait(10)
-        if not gone(pid):
-            os.kill(pid, signal.SIGKILL)
+        reap(parent, pid)
