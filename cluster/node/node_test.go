@@ -77,7 +77,13 @@ func checkLedger(t *testing.T, n *Node, s report.Summary) {
 
 func runNode(t *testing.T, cfg config.Config, during func(*Node)) (*Node, report.Summary) {
 	t.Helper()
-	n, err := New(cfg, Options{InMemoryBus: true})
+	return runNodeWith(t, cfg, Options{InMemoryBus: true}, during)
+}
+
+// runNodeWith is runNode with the node's Options.
+func runNodeWith(t *testing.T, cfg config.Config, opts Options, during func(*Node)) (*Node, report.Summary) {
+	t.Helper()
+	n, err := New(cfg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/asyncrl/asyncrl/cluster/weightsync"
 	"github.com/asyncrl/asyncrl/config"
@@ -27,28 +26,15 @@ func TestQuantizedPublish(t *testing.T) {
 	cfg.Publisher.Quantize = config.QuantizeFP8
 	var mu sync.Mutex
 	var last *policy.Model
-	n, err := New(cfg, Options{InMemoryBus: true, AfterStep: func(_ context.Context, tr *policy.Trainer, v int64) error {
+	n, s := runNodeWith(t, cfg, Options{InMemoryBus: true, AfterStep: func(_ context.Context, tr *policy.Trainer, v int64) error {
 		mu.Lock()
 		defer mu.Unlock()
 		if v == 2 {
 			last = tr.ServingCopy() // what the trainer handed the publisher
 		}
 		return nil
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if err := n.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	interrupted, err := n.Wait(ctx)
-	n.Stop()
-	if err != nil || interrupted {
-		t.Fatalf("wait: interrupted %v err %v", interrupted, err)
-	}
-	for _, v := range n.Summary(false, nil).EngineVersions {
+	}}, nil)
+	for _, v := range s.EngineVersions {
 		if v != 2 {
 			t.Fatalf("an engine serves version %d, want 2", v)
 		}

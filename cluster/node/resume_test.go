@@ -79,27 +79,13 @@ func TestNodeStartsFromTrainerCheckpoint(t *testing.T) {
 			cfg.Publisher.Mode = mode
 			var mu sync.Mutex
 			var got [][2]int64 // (version, trainer's own version)
-			n, err := New(cfg, Options{InMemoryBus: true, TrainerCheckpoint: ck,
+			_, s := runNodeWith(t, cfg, Options{InMemoryBus: true, TrainerCheckpoint: ck,
 				AfterStep: func(_ context.Context, tr *policy.Trainer, v int64) error {
 					mu.Lock()
 					defer mu.Unlock()
 					got = append(got, [2]int64{v, tr.Version()})
 					return nil
-				}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			if err := n.Start(ctx); err != nil {
-				t.Fatal(err)
-			}
-			interrupted, err := n.Wait(ctx)
-			n.Stop()
-			if err != nil || interrupted {
-				t.Fatalf("wait: interrupted %v err %v", interrupted, err)
-			}
-			s := n.Summary(false, nil)
+				}}, nil)
 			if len(s.PerStep) != 2 || s.PerStep[0].Version != 1 || s.PerStep[1].Version != 2 {
 				t.Fatalf("steps %+v", s.PerStep)
 			}
