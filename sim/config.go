@@ -81,7 +81,8 @@ const (
 	// Measure set selects token); under scheduled that is the rule.
 	BugStalenessFromSchedule Bug = "staleness-from-schedule"
 	// BugPublisherAnnouncesEarly: the publisher announces a version
-	// (tracker, LoadWeights, minimum version) before its manifest is
+	// (tracker, LoadWeights, and a minimum version it sends itself,
+	// bypassing the tracker's router minimum) before its manifest is
 	// committed, so a crash in between leaves an invisible version named.
 	BugPublisherAnnouncesEarly Bug = "publisher-announces-before-manifest"
 	// BugRequeueLosesPrompt: a requeued prompt is never put back in the

@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"maps"
+	"slices"
 	"strconv"
 	"time"
 
@@ -26,14 +28,21 @@ func subjLoad(engine string) string {
 
 // pubNode is the weight publisher: called by the trainer (publish) it writes the version's
 // payload, then its manifest (the commit), then records it in the version
-// tracker core and tells every engine behind how to catch up. Its tracker
-// is rebuilt from the store after a crash; engines re-join through their
-// periodic acks.
+// tracker core and tells every engine behind how to catch up. Like the
+// run's publisher Shell it carries out the tracker's Ready after every
+// call: the router's minimum rises (MinVersionSet) when the tracker says
+// so, and the trainer's publish returns when the tracker settles the
+// version (routable somewhere, or out of every engine's reach). Its
+// tracker is rebuilt from the store after a crash; engines re-join
+// through their periodic acks.
 type pubNode struct {
 	w       *world
 	bus     *memhub.Bus
 	tr      *tracker.Tracker
 	lastCmd map[string]time.Duration
+	// waiters are the trainer's publishes waiting for their version to
+	// settle: done("") once routable, done(why) when it cannot be.
+	waiters map[int64][]func(err string)
 	down    int
 	// armed holds the publisher-crash faults waiting for the next publish,
 	// oldest first; each crash consumes one and schedules its restart.
@@ -45,7 +54,7 @@ type pubNode struct {
 const resendAfter = time.Second
 
 func newPub(w *world) (*pubNode, error) {
-	p := &pubNode{w: w, bus: w.hub.Connect("pub")}
+	p := &pubNode{w: w, bus: w.hub.Connect("pub"), waiters: map[int64][]func(string){}}
 	return p, p.rebuild()
 }
 
@@ -62,6 +71,7 @@ func (p *pubNode) rebuild() error {
 			return err
 		}
 	}
+	tr.Advance() // a tracker with no engine decides nothing to carry out
 	p.tr, p.lastCmd = tr, map[string]time.Duration{}
 	return nil
 }
@@ -75,8 +85,8 @@ func (p *pubNode) start() {
 	p.heartbeat()
 }
 
-// heartbeat repeats the minimum version, so a router that missed it
-// catches up.
+// heartbeat repeats the router's minimum version, so a router that
+// missed it catches up.
 func (p *pubNode) heartbeat() {
 	p.w.after(500*msec, "", func() {
 		if p.down == 0 {
@@ -89,7 +99,31 @@ func (p *pubNode) heartbeat() {
 func (p *pubNode) sendMin() {
 	p.checkRoutable()
 	p.w.send(p.bus, subjMinVersion, messages.MinVersionSet{Header: messages.Header{RunID: runID, Sender: "pub", Version: p.tr.Target()},
-		MinVersion: p.tr.MinRoutable()})
+		MinVersion: p.tr.RouterMin()})
+}
+
+// apply carries out the tracker's Ready, as the publisher Shell does: a
+// risen router minimum is announced, a settled version answers the
+// publishes waiting for it.
+func (p *pubNode) apply() {
+	rd := p.tr.Ready()
+	p.tr.Advance()
+	if rd.MinVersion != tracker.NoVersion {
+		p.w.logf("pub: router minimum raised to %d", rd.MinVersion)
+		p.sendMin()
+	}
+	for _, st := range rd.Settled {
+		p.w.logf("pub: version %d settled: %s", st.Version, st.Outcome)
+		ws := p.waiters[st.Version]
+		delete(p.waiters, st.Version)
+		for _, done := range ws {
+			if st.Outcome == tracker.NoEngine {
+				done("no engine serves version " + itoa(st.Version))
+			} else {
+				done("")
+			}
+		}
+	}
 }
 
 // checkRoutable: an engine the tracker calls routable really serves at
@@ -116,31 +150,71 @@ func (p *pubNode) leave(engine string) {
 	}
 	p.tr.Leave(engine)
 	delete(p.lastCmd, engine)
+	p.apply()
 }
 
 // publish is the trainer's Publisher call (the real trainer actor
 // publishes each step's version before it announces StepDone, in process,
 // so no message between them can be lost): it publishes every version up
-// to v and reports whether v is out. A publisher that is down, or crashes
-// on the way, fails the call (the trainer's step fails).
-func (p *pubNode) publish(v int64) bool {
+// to v, then waits, as the Shell's Publish does, until the tracker
+// settles v, and calls done("") (routable on some engine) or done(why).
+// A publisher that is down, or crashes on the way, fails the call (the
+// trainer's step fails); so does a crash while it waits.
+func (p *pubNode) publish(v int64, done func(err string)) {
+	if p.down > 0 {
+		done("publisher down")
+		return
+	}
+	// Waiting before the publish: the tracker may settle the version at
+	// once (no engine at all), and a crash on the way fails the waiters.
+	p.waiters[v] = append(p.waiters[v], done)
+	retry := p.tr.Target() >= v
 	for p.down == 0 && p.tr.Target() < v {
-		if !p.publishNext() {
-			return false
+		// The trainer's own version is published and awaited at once
+		// (PublishAwait), the ones before it (a restarted publisher
+		// catching up) only published.
+		if !p.publishNext(p.tr.Target()+1 == v) {
+			break
 		}
 	}
-	return p.down == 0
+	if p.down > 0 {
+		return // crashed on the way: crash failed the waiters
+	}
+	if retry {
+		// The newest version again is the retry of a publish that
+		// failed (PublishAwait: no commands, awaited again); an older
+		// one (the publisher caught up past it) is only awaited.
+		var err error
+		if v == p.tr.Target() {
+			_, err = p.tr.PublishAwait(tracker.VersionInfo{Version: v})
+		} else {
+			err = p.tr.Await(v)
+		}
+		if err != nil {
+			p.w.fail(InvProtocol, "publisher: await %d: %v", v, err)
+			return
+		}
+	}
+	p.apply()
 }
 
 // publishNext publishes target+1: payload, manifest, tracker, commands.
 // A publisher-crash fault strikes between the payload and the manifest.
-func (p *pubNode) publishNext() bool {
+func (p *pubNode) publishNext(await bool) bool {
 	w := p.w
 	v := p.tr.Target() + 1
 	w.store.putPayload(v)
 	early := w.cfg.has(BugPublisherAnnouncesEarly)
-	if early && !p.announce(v) {
-		return false
+	if early {
+		if !p.announce(v, await) {
+			return false
+		}
+		// The bug names the version to the router too: it sends the
+		// tracker's minimum routable version itself, not the tracker's
+		// router minimum (which waits for an engine to serve it, and no
+		// engine can serve an uncommitted version).
+		w.send(p.bus, subjMinVersion, messages.MinVersionSet{Header: messages.Header{RunID: runID, Sender: "pub", Version: v},
+			MinVersion: p.tr.MinRoutable()})
 	}
 	if len(p.armed) > 0 {
 		struck := p.armed[0]
@@ -152,15 +226,20 @@ func (p *pubNode) publishNext() bool {
 	}
 	w.store.commit(v, w.now())
 	w.logf("pub: version %d committed", v)
-	return early || p.announce(v)
+	return early || p.announce(v, await)
 }
 
-// announce records version v in the tracker and tells the engines behind
-// and the router. Only a committed version may be announced.
-func (p *pubNode) announce(v int64) bool {
+// announce records version v in the tracker (awaited: the trainer waits
+// for it) and tells the engines behind. Only a committed version may be
+// announced.
+func (p *pubNode) announce(v int64, await bool) bool {
 	w := p.w
 	sv := w.store.versions[v]
-	cmds, err := p.tr.Publish(tracker.VersionInfo{Version: v, DeltaBytes: sv.deltaBytes, FullBytes: sv.fullBytes})
+	publish := p.tr.Publish
+	if await {
+		publish = p.tr.PublishAwait
+	}
+	cmds, err := publish(tracker.VersionInfo{Version: v, DeltaBytes: sv.deltaBytes, FullBytes: sv.fullBytes})
 	if err != nil {
 		w.fail(InvProtocol, "publisher: %v", err)
 		return false
@@ -169,7 +248,7 @@ func (p *pubNode) announce(v int64) bool {
 	for _, c := range cmds {
 		p.sendLoad(c.Engine, c.Plan)
 	}
-	p.sendMin()
+	p.apply()
 	return true
 }
 
@@ -212,6 +291,7 @@ func (p *pubNode) onAck(m messages.EngineVersionAck) {
 		w.fail(InvProtocol, "publisher: ack: %v", err)
 		return
 	}
+	p.apply()
 	plan, err := p.tr.Plan(m.Engine)
 	if err != nil {
 		w.fail(InvProtocol, "publisher: plan: %v", err)
@@ -227,7 +307,18 @@ func (p *pubNode) onAck(m messages.EngineVersionAck) {
 	}
 }
 
-func (p *pubNode) crash() { p.down++ }
+// crash takes the publisher down: the publishes waiting fail (the
+// trainer's step fails, as a publish cut by its process's death).
+func (p *pubNode) crash() {
+	p.down++
+	ws := p.waiters
+	p.waiters = map[int64][]func(string){}
+	for _, v := range slices.Sorted(maps.Keys(ws)) {
+		for _, done := range ws[v] {
+			done("publisher down")
+		}
+	}
+}
 
 func (p *pubNode) restart() {
 	p.down--
@@ -240,6 +331,11 @@ func (p *pubNode) restart() {
 	}
 	// The publish the crash interrupted failed the trainer's step: a
 	// restarted publisher catches up to the trainer's durable progress,
-	// as a new term's publisher starts from the durable step.
-	p.publish(p.w.trainer.durable.next - 1)
+	// as a new term's publisher starts from the durable step (nobody
+	// waits: the trainer's retry does).
+	for v := p.w.trainer.durable.next - 1; p.down == 0 && p.tr.Target() < v; {
+		if !p.publishNext(false) {
+			return
+		}
+	}
 }

@@ -186,17 +186,24 @@ func (t *trainerNode) train(b messages.TrainBatch) {
 	})
 }
 
-// publish publishes the version step trained, then steps the rule, as
-// the real actor does. A failed publish fails the step with the version
-// stepped: the rule holds it unpublished (no StepDone) and the batch's
-// retransmission publishes it again (the restarted publisher catches up).
+// publish publishes the version step trained and, once the publish
+// settles (some engine serves it), steps the rule, as the real actor
+// does. A failed publish fails the step with the version stepped: the
+// rule holds it unpublished (no StepDone) and the batch's retransmission
+// publishes it again (the restarted publisher catches up).
 func (t *trainerNode) publish(step int64) {
-	if !t.w.pub.publish(step) {
-		t.w.logf("trainer: step %d: publish failed (publisher down)", step)
-		t.step(steprule.Failed{Step: step, Version: step, Err: "publisher down"})
-		return
-	}
-	t.step(steprule.Trained{Step: step, Version: step})
+	inc := t.inc
+	t.w.pub.publish(step, func(err string) {
+		if t.inc != inc {
+			return // crashed meanwhile: the rule that asked is gone
+		}
+		if err != "" {
+			t.w.logf("trainer: step %d: publish failed (%s)", step, err)
+			t.step(steprule.Failed{Step: step, Version: step, Err: err})
+			return
+		}
+		t.step(steprule.Trained{Step: step, Version: step})
+	})
 }
 
 func (t *trainerNode) crash() {

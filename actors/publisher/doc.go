@@ -20,22 +20,29 @@
 //
 //   - Join registers an engine (name, URL, served version) with the
 //     tracker and tells the Router the engine's version.
-//   - Publish records a new version, hands every engine behind it a
+//   - Publish records a new version (or, for the newest version again,
+//     retries a publish that failed), hands every engine behind it a
 //     Command through the Dispatcher (which must not block: each engine's
 //     receiver fetches, applies, pauses, loads, resumes on its own), and
-//     waits until the version is routable on at least one engine, or until
-//     every engine that got the command failed or left, or ctx ends.
+//     waits until the tracker settles the version: routable on at least
+//     one engine (nil), or out of reach of every engine — each failed it
+//     or left — (ErrNoEngine), or until ctx ends.
 //   - Acks arrive as messages.EngineVersionAck on the bus (Config.Acks) or
-//     through Ack. Each new ack tells the Router the engine's version; the
-//     Router's minimum version rises to the tracker's MinRoutable only once
-//     some engine serves it, so a request is never routed to an engine
-//     below the minimum and the fleet is never left with no routable
-//     engine while the first receiver is still loading. With
-//     Config.MinVersion set, each rise is also published as a
-//     messages.MinVersionSet (for observers and routers elsewhere).
+//     through Ack. Each new ack tells the Router the engine's version.
+//     The tracker decides when the Router's minimum version rises (to its
+//     MinRoutable once some engine serves it, so a request is never
+//     routed to an engine below the minimum and the fleet is never left
+//     with no routable engine while the first receiver is still loading);
+//     the shell carries out each rise (Router.SetMinVersion) and, with
+//     Config.MinVersion set, publishes it as a messages.MinVersionSet
+//     (for observers and routers elsewhere).
 //   - Failed records that an engine could not reach a version (it stays
 //     out of rotation until a later ack); Leave forgets an engine (it was
 //     stopped).
+//
+// Both decisions — the minimum's rise and a publish's outcome — are the
+// tracker's (its Ready), so the simulator steps them; the shell holds no
+// decision of its own (internal/archtest checks it).
 //
 // The shell owns no goroutine: the bus delivers acks on its own, and every
 // method takes one mutex around the tracker.

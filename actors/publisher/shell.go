@@ -53,7 +53,10 @@ type Config struct {
 	Logger zerolog.Logger
 }
 
-// Shell is the publisher actor shell.
+// Shell is the publisher actor shell: it serialises calls into the
+// tracker and carries out its Ready (the router's minimum, the settled
+// publishes). The decisions are the tracker's; the shell keeps only what
+// it needs to carry them out (URLs, the outcomes not yet collected).
 type Shell struct {
 	cfg    Config
 	bus    transport.Bus
@@ -61,12 +64,11 @@ type Shell struct {
 	disp   Dispatcher
 	sub    transport.Subscription
 
-	mu        sync.Mutex
-	tr        *tracker.Tracker
-	urls      map[string]string
-	failed    map[string]int64 // engine → highest version it failed to reach
-	routerMin int64
-	changed   chan struct{} // closed and replaced on every state change
+	mu       sync.Mutex
+	tr       *tracker.Tracker
+	urls     map[string]string
+	outcomes map[int64]tracker.Outcome // settled publishes their Publish has not collected
+	changed  chan struct{}             // closed and replaced when an outcome arrives
 }
 
 // New starts a shell; with Config.Acks set it subscribes to acks on bus.
@@ -81,8 +83,8 @@ func New(cfg Config, bus transport.Bus, r Router, d Dispatcher) (*Shell, error) 
 	if (cfg.Acks != "" || cfg.MinVersion != "") && bus == nil {
 		return nil, errors.New("publisher: Config.Acks and Config.MinVersion need a bus")
 	}
-	s := &Shell{cfg: cfg, bus: bus, router: r, disp: d, tr: tr, urls: map[string]string{}, failed: map[string]int64{},
-		changed: make(chan struct{})}
+	s := &Shell{cfg: cfg, bus: bus, router: r, disp: d, tr: tr, urls: map[string]string{},
+		outcomes: map[int64]tracker.Outcome{}, changed: make(chan struct{})}
 	if cfg.Acks != "" {
 		if s.sub, err = bus.Subscribe(cfg.Acks, s.onAck); err != nil {
 			return nil, fmt.Errorf("publisher: subscribe %s: %w", cfg.Acks, err)
@@ -109,37 +111,59 @@ func (s *Shell) onAck(msg *transport.Msg) {
 	}
 }
 
-// notifyLocked wakes every Publish waiting for a change.
-func (s *Shell) notifyLocked() {
-	close(s.changed)
-	s.changed = make(chan struct{})
+// applyLocked carries out the tracker's Ready: the router's new minimum
+// (returned, to be announced outside the lock) and the settled publishes
+// (handed to their waiting Publish).
+func (s *Shell) applyLocked() (minVersion int64) {
+	rd := s.tr.Ready()
+	s.tr.Advance()
+	if rd.MinVersion != tracker.NoVersion {
+		if err := s.router.SetMinVersion(rd.MinVersion); err != nil {
+			s.cfg.Logger.Warn().Err(err).Int64("min_version", rd.MinVersion).Msg("publisher: router refused the minimum version")
+		}
+	}
+	for _, st := range rd.Settled {
+		s.outcomes[st.Version] = st.Outcome
+	}
+	if len(rd.Settled) > 0 {
+		close(s.changed)
+		s.changed = make(chan struct{})
+	}
+	return rd.MinVersion
+}
+
+// unlockAndAnnounce releases the lock taken around a tracker call, after
+// carrying out its Ready, and announces a risen minimum (bus I/O, outside
+// the lock).
+func (s *Shell) unlockAndAnnounce() {
+	m := s.applyLocked()
+	s.mu.Unlock()
+	if m != tracker.NoVersion && s.cfg.MinVersion != "" {
+		s.announceMin(m)
+	}
 }
 
 // Join registers an engine serving version and tells the router.
 func (s *Shell) Join(name, url string, serving int64) (tracker.Command, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlockAndAnnounce()
 	cmd, err := s.tr.Join(name, serving)
 	if err != nil {
 		return cmd, err
 	}
 	s.urls[name] = url
-	delete(s.failed, name)
-	if serving >= 0 {
+	if serving != tracker.NoVersion {
 		s.setRouterVersion(name, url, serving)
 	}
-	s.notifyLocked()
 	return cmd, nil
 }
 
 // Leave forgets an engine (stopped or removed).
 func (s *Shell) Leave(name string) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlockAndAnnounce()
 	s.tr.Leave(name)
 	delete(s.urls, name)
-	delete(s.failed, name)
-	s.notifyLocked()
 }
 
 // Fetching records that an engine's receiver started on version.
@@ -149,48 +173,31 @@ func (s *Shell) Fetching(name string, version int64) error {
 	return s.tr.Fetching(name, version)
 }
 
-// Failed records that an engine could not reach version.
+// Failed records that an engine could not reach version. An engine the
+// tracker does not know (it left meanwhile) is ignored.
 func (s *Shell) Failed(name string, version int64, err error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.urls[name]; !ok {
+	defer s.unlockAndAnnounce()
+	if ferr := s.tr.Failed(name, version); ferr != nil {
+		if !errors.Is(ferr, tracker.ErrUnknownEngine) {
+			s.cfg.Logger.Warn().Err(ferr).Str("engine", name).Int64("version", version).Msg("publisher: failure refused")
+		}
 		return
 	}
-	s.failed[name] = max(s.failed[name], version)
 	s.cfg.Logger.Warn().Err(err).Str("engine", name).Int64("version", version).Msg("publisher: engine did not load the version")
-	s.notifyLocked()
 }
 
 // Ack records that an engine serves version; it reports whether the ack
 // was new (a late or duplicate ack is ignored and counted by the tracker).
 func (s *Shell) Ack(name string, version int64) (bool, error) {
 	s.mu.Lock()
+	defer s.unlockAndAnnounce()
 	ok, err := s.tr.Ack(name, version)
 	if err != nil || !ok {
-		s.mu.Unlock()
 		return ok, err
 	}
 	s.setRouterVersion(name, s.urls[name], version)
-	raised := s.raiseMinLocked()
-	s.notifyLocked()
-	s.mu.Unlock()
-	if raised && s.cfg.MinVersion != "" {
-		s.announceMin(version)
-	}
 	return true, nil
-}
-
-// raiseMinLocked moves the router's minimum up to the tracker's once some
-// engine serves it (never down, never to a fleet with nothing routable).
-func (s *Shell) raiseMinLocked() bool {
-	if m := s.tr.MinRoutable(); m > s.routerMin && len(s.tr.RoutableEngines()) > 0 {
-		s.routerMin = m
-		if err := s.router.SetMinVersion(m); err != nil {
-			s.cfg.Logger.Warn().Err(err).Int64("min_version", m).Msg("publisher: router refused the minimum version")
-		}
-		return true
-	}
-	return false
 }
 
 // setRouterVersion tells the router that engine name (at url) serves
@@ -201,11 +208,10 @@ func (s *Shell) setRouterVersion(name, url string, version int64) {
 	}
 }
 
-// announceMin publishes the router's minimum (outside the lock: bus I/O).
-// Two announcements may pass each other; observers keep the larger.
-func (s *Shell) announceMin(version int64) {
-	m := s.RouterMin()
-	data, err := messages.Encode(messages.MinVersionSet{Header: messages.Header{RunID: s.cfg.RunID, Sender: s.cfg.Sender, Version: version}, MinVersion: m})
+// announceMin publishes the router's minimum m (outside the lock: bus
+// I/O). Two announcements may pass each other; observers keep the larger.
+func (s *Shell) announceMin(m int64) {
+	data, err := messages.Encode(messages.MinVersionSet{Header: messages.Header{RunID: s.cfg.RunID, Sender: s.cfg.Sender, Version: m}, MinVersion: m})
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		err = s.bus.Publish(ctx, s.cfg.MinVersion, data)
@@ -216,11 +222,14 @@ func (s *Shell) announceMin(version int64) {
 	}
 }
 
-// Publish records info (the next version), dispatches the catch-up
-// commands and waits until the version is routable somewhere.
+// Publish records info (the next version; the newest version again is a
+// retry of a publish that failed), dispatches the catch-up commands and
+// waits until the tracker settles the version: routable on some engine
+// (nil), or out of every engine's reach (ErrNoEngine), or ctx ends.
 func (s *Shell) Publish(ctx context.Context, info tracker.VersionInfo) error {
 	s.mu.Lock()
-	cmds, err := s.tr.Publish(info)
+	delete(s.outcomes, info.Version) // an earlier try's, its Publish gone (ctx ended)
+	cmds, err := s.tr.PublishAwait(info)
 	if err != nil {
 		s.mu.Unlock()
 		return err
@@ -228,14 +237,18 @@ func (s *Shell) Publish(ctx context.Context, info tracker.VersionInfo) error {
 	for _, c := range cmds {
 		s.disp.Dispatch(c)
 	}
-	s.mu.Unlock()
+	s.unlockAndAnnounce()
 	for {
 		s.mu.Lock()
-		done, err := s.settledLocked(info.Version)
+		out, done := s.outcomes[info.Version]
+		delete(s.outcomes, info.Version)
 		ch := s.changed
 		s.mu.Unlock()
-		if done {
-			return err
+		switch {
+		case done && out == tracker.NoEngine:
+			return fmt.Errorf("%w: version %d", ErrNoEngine, info.Version)
+		case done:
+			return nil
 		}
 		select {
 		case <-ctx.Done():
@@ -243,24 +256,6 @@ func (s *Shell) Publish(ctx context.Context, info tracker.VersionInfo) error {
 		case <-ch:
 		}
 	}
-}
-
-// settledLocked: version is routable on some engine (nil), or no engine
-// can still get there (ErrNoEngine).
-func (s *Shell) settledLocked(version int64) (bool, error) {
-	pending := 0
-	for _, st := range s.tr.Engines() {
-		if st.Serving >= version {
-			return true, nil
-		}
-		if s.failed[st.Engine] < version {
-			pending++
-		}
-	}
-	if pending == 0 {
-		return true, fmt.Errorf("%w: version %d", ErrNoEngine, version)
-	}
-	return false, nil
 }
 
 // MinRoutable is the tracker's minimum routable version.
@@ -274,7 +269,7 @@ func (s *Shell) MinRoutable() int64 {
 func (s *Shell) RouterMin() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.routerMin
+	return s.tr.RouterMin()
 }
 
 // Engines returns every engine's status in the tracker.

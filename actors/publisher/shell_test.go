@@ -201,3 +201,38 @@ func TestAcksOverTheBus(t *testing.T) {
 		t.Fatal("no MinVersionSet on the bus")
 	}
 }
+
+// TestRetryAfterNoEngine: the trainer publishes the same version again
+// after ErrNoEngine; the retry gets no new command to the engine that
+// failed it, fails again while nothing can reach it, and settles once a
+// joiner (brought to it by its catch-up command) acks it.
+func TestRetryAfterNoEngine(t *testing.T) {
+	s, r, d := newShell(t, Config{})
+	s.Leave("e1")
+	done := make(chan error, 1)
+	go func() { done <- s.Publish(context.Background(), tracker.VersionInfo{Version: 1}) }()
+	<-d
+	s.Failed("e0", 1, errors.New("checksum"))
+	if err := <-done; !errors.Is(err, ErrNoEngine) {
+		t.Fatalf("err = %v, want ErrNoEngine", err)
+	}
+	if err := s.Publish(context.Background(), tracker.VersionInfo{Version: 1}); !errors.Is(err, ErrNoEngine) {
+		t.Fatalf("retry with nothing to reach it: %v, want ErrNoEngine", err)
+	}
+	cmd, err := s.Join("e2", "http://e2", tracker.NoVersion)
+	if err != nil || cmd.Plan.Target != 1 {
+		t.Fatalf("join: %+v %v", cmd, err)
+	}
+	go func() { done <- s.Publish(context.Background(), tracker.VersionInfo{Version: 1}) }()
+	if _, err := s.Ack("e2", 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil || r.min != 1 {
+		t.Fatalf("retry: %v, router min %d", err, r.min)
+	}
+	select {
+	case c := <-d:
+		t.Fatalf("a retry dispatched %+v", c)
+	default:
+	}
+}

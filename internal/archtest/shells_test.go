@@ -23,10 +23,11 @@ import (
 //     package; none of them declares a struct field named as one of the
 //     state names registered for it (the state its core owns: the step
 //     rule's training/queue/pending, the weight-sync agent's
-//     want/have/failed/gone, a group's failed), and none compares (==,
+//     want/have/failed/gone, a group's failed, the publisher's router
+//     minimum and failed engines), and none compares (==,
 //     !=, <, <=, >, >=) a selector named as one of its compared names
 //     (the inputs its core decides on: a TrainBatch's Step, an episode's
-//     err). A shell may carry those values (pass them to the core, print
+//     err, an engine status's Serving). A shell may carry those values (pass them to the core, print
 //     them); keeping or comparing them is deciding.
 //
 // A new shell over a core gets a row in shells, with the names of the
@@ -51,6 +52,11 @@ var shells = []shell{
 		state: []string{"failed", "stage"}, compared: []string{"err"}},
 	{dir: "cluster/agent", files: []string{"contend.go"}, core: "cluster/term",
 		state: []string{"phase", "holder"}, compared: []string{"Token", "phase"}},
+	// The publisher shell: when the router's minimum rises and how a
+	// publish settles are the tracker's (its Ready).
+	{dir: "actors/publisher", files: []string{"shell.go"}, core: "actors/publisher/tracker",
+		state:    []string{"routerMin", "failed", "awaiting"},
+		compared: []string{"Serving", "Fetching", "Routable", "routerMin", "failed"}},
 }
 
 // simViolations lists the cores that break check 1 given sim's
@@ -158,7 +164,8 @@ func TestShellsHoldNoDecision(t *testing.T) {
 
 // TestRuleCatchesViolations: both checks fail on a synthetic violation —
 // the trainer's step rule as actor.go held it before issue 31, an agent
-// that keeps want/have itself, a shell that no longer imports its core,
+// that keeps want/have itself, the publisher shell's router minimum and
+// publish outcome as shell.go held them, a shell that no longer imports its core,
 // a core the simulator dropped and an exemption the simulator outgrew.
 func TestRuleCatchesViolations(t *testing.T) {
 	t.Run("sim", func(t *testing.T) {
@@ -191,6 +198,30 @@ var _ targets.State
 type Agent struct {
 	want, have int64
 }`,
+		// actors/publisher/shell.go's two decisions before they moved
+		// into the tracker (raiseMinLocked, settledLocked).
+		"oldpublisher.go": `package publisher
+import "github.com/asyncrl/asyncrl/actors/publisher/tracker"
+type Shell struct {
+	tr        *tracker.Tracker
+	failed    map[string]int64
+	routerMin int64
+}
+func (s *Shell) raiseMinLocked() bool {
+	if m := s.tr.MinRoutable(); m > s.routerMin && len(s.tr.RoutableEngines()) > 0 {
+		s.routerMin = m
+		return true
+	}
+	return false
+}
+func (s *Shell) settledLocked(version int64) (bool, error) {
+	for _, st := range s.tr.Engines() {
+		if st.Serving >= version {
+			return true, nil
+		}
+	}
+	return false, nil
+}`,
 		"nocore.go": `package rollout
 func (a *Actor) fine(tb TrainBatch) int64 { return tb.Step }`,
 		"clean.go": `package trainer
@@ -210,6 +241,12 @@ func (a *Actor) do(r *steprule.Core, tb TrainBatch) { r.Step(now, steprule.Recei
 		{shell{dir: "w", files: []string{"oldagent.go"}, core: "cluster/weightsync/targets", state: []string{"want", "have"}},
 			[]string{"oldagent.go: struct field have holds state the core cluster/weightsync/targets owns",
 				"oldagent.go: struct field want holds state the core cluster/weightsync/targets owns"}},
+		{shell{dir: "p", files: []string{"oldpublisher.go"}, core: "actors/publisher/tracker",
+			state: []string{"routerMin", "failed"}, compared: []string{"Serving", "routerMin"}},
+			[]string{"oldpublisher.go: compares .Serving (>=): a decision the core actors/publisher/tracker owns",
+				"oldpublisher.go: compares .routerMin (>): a decision the core actors/publisher/tracker owns",
+				"oldpublisher.go: struct field failed holds state the core actors/publisher/tracker owns",
+				"oldpublisher.go: struct field routerMin holds state the core actors/publisher/tracker owns"}},
 		{shell{dir: "r", files: []string{"nocore.go"}, core: "actors/rollout/outcome", compared: []string{"err"}},
 			[]string{"r: nocore.go do not import the core actors/rollout/outcome"}},
 		{shell{dir: "c", files: []string{"clean.go"}, core: "actors/trainer/steprule", state: []string{"queue"}, compared: []string{"Step"}}, nil},

@@ -8,7 +8,7 @@
 // Tracker is a plain struct: no goroutines, channels, locks, I/O, clock or
 // randomness; the actor shell serialises calls and carries out what the
 // methods return (Commands to send to engines, the new minimum routable
-// version for the router). Its shell is actors/publisher's Shell; the
+// version for the router, and the settled publishes: Ready). Its shell is actors/publisher's Shell; the
 // simulator (sim) and Tinker's version mode (tinker/server) step it too. Bad input from outside (an unknown engine, an
 // ack of a version never published, a publish that skips a version) is an
 // error and changes nothing; a broken internal invariant panics.
@@ -31,4 +31,17 @@
 //     NoDelta (Tinker's sampler checkpoints: whole checkpoints, no delta
 //     from the one before) is reached only through a full checkpoint at or
 //     above it, and must have one.
+//   - The router's minimum (RouterMin, Ready.MinVersion): it rises to
+//     MinRoutable once some engine serves MinRoutable, after any call
+//     (an ack, a join, a publish within MaxLag), never down, so the fleet
+//     is never left with no routable engine while the first receiver is
+//     still loading.
+//   - Settling a publish (Await, PublishAwait, Failed, Ready.Settled): an
+//     awaited version settles Routable once some engine serves it or a
+//     later one, NoEngine once every engine serves less and failed it
+//     (Failed) or none is left. The trainer's publish waits for that.
+//
+// The shell takes Ready after each call and Advances: it tells the router
+// the new minimum (and announces it) and answers the waiting publishes.
+// A stepper that awaits nothing (Tinker's version mode) may ignore Ready.
 package tracker

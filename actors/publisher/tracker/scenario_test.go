@@ -15,15 +15,21 @@ import (
 // One command per call:
 //
 //	new [base=B] [maxlag=L]          New(Config{BaseBytes: B, MaxLag: L})
-//	publish v=V [delta=D] [full=F] [nodelta]
-//	                                 Publish; prints the commands or the error
+//	publish v=V [delta=D] [full=F] [nodelta] [await]
+//	                                 Publish (PublishAwait with await); prints
+//	                                 the commands or the error
+//	await v=V                        Await
+//	failed e=E v=V                   Failed
+//	ready                            Ready (then Advance): the router's new
+//	                                 minimum and the settled publishes
 //	join e=E from=V                  Join (from=-1: no weights); its command
 //	fetching e=E v=V                 Fetching
 //	ack e=E v=V                      Ack: "applied", "ignored" or the error
 //	leave e=E                        Leave
 //	full v=V bytes=N                 AddFull
 //	plan e=E                         Plan
-//	state                            target, min routable, ignored acks, and
+//	state                            target, min routable, router min,
+//	                                 ignored acks, and
 //	                                 each engine's status
 func TestScenarios(t *testing.T) {
 	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
@@ -58,8 +64,20 @@ func call(t *testing.T, d *datadriven.TestData, tr *Tracker) string {
 		in := VersionInfo{Version: v, NoDelta: d.HasArg("nodelta")}
 		d.MaybeScanArgs(t, "delta", &in.DeltaBytes)
 		d.MaybeScanArgs(t, "full", &in.FullBytes)
-		cmds, err := tr.Publish(in)
+		publish := tr.Publish
+		if d.HasArg("await") {
+			publish = tr.PublishAwait
+		}
+		cmds, err := publish(in)
 		return commands(cmds, err)
+	case "await":
+		return outcome("ok", tr.Await(v))
+	case "failed":
+		return outcome("ok", tr.Failed(e, v))
+	case "ready":
+		rd := tr.Ready()
+		tr.Advance()
+		return rd.String()
 	case "join":
 		var from int64
 		d.ScanArgs(t, "from", &from)
@@ -110,7 +128,7 @@ func commands(cmds []Command, err error) string {
 
 func state(tr *Tracker) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "target %d min routable %d ignored acks %d\n", tr.Target(), tr.MinRoutable(), tr.IgnoredAcks())
+	fmt.Fprintf(&b, "target %d min routable %d router min %d ignored acks %d\n", tr.Target(), tr.MinRoutable(), tr.RouterMin(), tr.IgnoredAcks())
 	for _, st := range tr.Engines() {
 		fmt.Fprintf(&b, "%s serving %d fetching %d routable %v\n", st.Engine, st.Serving, st.Fetching, st.Routable)
 	}

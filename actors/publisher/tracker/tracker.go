@@ -110,6 +110,7 @@ type EngineStatus struct {
 
 type engine struct {
 	serving, fetching int64
+	failed            int64 // highest version it failed to reach, NoVersion for none
 }
 
 // Tracker is the version tracker core.
@@ -119,6 +120,9 @@ type Tracker struct {
 	engines     map[string]*engine
 	minRoutable int64
 	ignoredAcks int64
+	routerMin   int64   // the router's minimum: MinRoutable once some engine serves it
+	awaiting    []int64 // versions whose publish settles in Ready, ascending
+	ready       Ready
 }
 
 // New returns a tracker whose target is version 0 (the base).
@@ -130,6 +134,7 @@ func New(cfg Config) (*Tracker, error) {
 		cfg:      cfg,
 		versions: []VersionInfo{{Version: 0, FullBytes: max(cfg.BaseBytes, 1)}},
 		engines:  map[string]*engine{},
+		ready:    Ready{MinVersion: NoVersion},
 	}, nil
 }
 
@@ -162,6 +167,7 @@ func (t *Tracker) Publish(info VersionInfo) ([]Command, error) {
 			cmds = append(cmds, Command{Engine: name, Plan: p})
 		}
 	}
+	t.decide()
 	t.check()
 	return cmds, nil
 }
@@ -189,13 +195,18 @@ func (t *Tracker) Join(name string, serving int64) (Command, error) {
 	if serving < NoVersion || serving > t.Target() {
 		return Command{}, fmt.Errorf("%w: engine %s joins serving %d, target is %d", ErrUnknownVersion, name, serving, t.Target())
 	}
-	t.engines[name] = &engine{serving: serving, fetching: NoVersion}
+	t.engines[name] = &engine{serving: serving, fetching: NoVersion, failed: NoVersion}
+	t.decide()
 	t.check()
 	return Command{Engine: name, Plan: t.plan(serving)}, nil
 }
 
-// Leave forgets an engine.
-func (t *Tracker) Leave(name string) { delete(t.engines, name) }
+// Leave forgets an engine (an awaited version it alone could still
+// reach settles NoEngine).
+func (t *Tracker) Leave(name string) {
+	delete(t.engines, name)
+	t.decide()
+}
 
 // Fetching records that an engine started fetching version.
 func (t *Tracker) Fetching(name string, version int64) error {
@@ -231,6 +242,7 @@ func (t *Tracker) Ack(name string, version int64) (bool, error) {
 	if e.fetching <= version {
 		e.fetching = NoVersion
 	}
+	t.decide()
 	t.check()
 	return true, nil
 }
@@ -326,6 +338,9 @@ func (t *Tracker) engineNames() []string {
 func (t *Tracker) check() {
 	if t.minRoutable < 0 || t.minRoutable > t.Target() {
 		panic(fmt.Sprintf("publisher: min routable %d outside [0, %d]", t.minRoutable, t.Target()))
+	}
+	if t.routerMin < 0 || t.routerMin > t.minRoutable {
+		panic(fmt.Sprintf("publisher: router min %d outside [0, min routable %d]", t.routerMin, t.minRoutable))
 	}
 	for n, e := range t.engines {
 		if e.serving > t.Target() || e.serving < NoVersion {
