@@ -20,7 +20,10 @@
 // exported by the root package and not by actors/router/policy, and, in
 // Markdown, the package named in backticks (`policy` → `model`) except on a
 // line about the router's config section (`router:`), whose `policy` key is
-// the routing policy. The files in skip are left alone.
+// the routing policy; Go comments outside actors/router (and not in a file
+// importing the routing core) also say "package model" for "package
+// policy". The files in skip are left alone. go test ./.ci/renamepolicy
+// checks the rules.
 package main
 
 import (

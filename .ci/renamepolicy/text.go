@@ -34,8 +34,10 @@ var (
 	// qualified is policy.Name in prose; Name is checked against the root
 	// package's exported names.
 	qualified = regexp.MustCompile(`(?m)(^|[^\w/.-])policy\.([A-Z]\w*)`)
-	// pkgClause is "package policy" in a comment's prose.
-	pkgClause = regexp.MustCompile(`(^|[^\w])package policy([^\w/.-]|$)`)
+	// pkgClause is "package policy" in a comment's prose, ending the
+	// sentence or followed by a space or punctuation (not policy/x or
+	// policy.X: the path and qualifier rules own those).
+	pkgClause = regexp.MustCompile(`(^|[^\w])package policy(\.?[^\w/.-]|\.?$)`)
 	// errPrefix is the root package's error prefix in its string literals.
 	errPrefix = regexp.MustCompile(`^(["` + "`" + `])policy: `)
 )
