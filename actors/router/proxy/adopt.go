@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/asyncrl/asyncrl/actors/router/policy"
+	"github.com/asyncrl/asyncrl/actors/router/proxy/upstream"
 	"github.com/asyncrl/asyncrl/internal/h1"
 )
 
@@ -50,10 +51,10 @@ func (r *Router) relayAdopted(ex *adopted, hand *handoffListener) {
 	h1.Parse(fc.hbuf, &fc.head)
 	fc.out.reset()
 	fc.out.closeAfter = fc.out.closeAfter || ex.closeAf
-	uc := newUpConn(ex.up, ex.host, ex.answer)
+	uc := upstream.NewConn(ex.up, ex.host, ex.answer)
 	fc.watch()
-	stop := afterFunc(fc.ctx, uc.abortFn)
-	resp, err := uc.read(fc.method())
+	stop := upstream.AfterFunc(fc.ctx, uc.AbortFunc())
+	resp, err := uc.Read(fc.method())
 	if err != nil {
 		stop()
 		_ = ex.up.Close()
@@ -64,8 +65,7 @@ func (r *Router) relayAdopted(ex *adopted, hand *handoffListener) {
 			fc.out.fail(http.StatusBadGateway, "upstream "+ex.d.Replica+" unreachable", 0)
 		}
 	} else {
-		uc.body = upBody{rc: resp.Body, c: uc, u: r.up, resp: resp, stop: stop}
-		resp.Body = &uc.body
+		r.up.TrackBody(uc, resp, stop)
 		r.relay(fc.ctx, &fc.out, resp, ex.d, ex.span, ex.upAt, ex.overhd)
 	}
 	fc.unwatch()

@@ -12,7 +12,7 @@ import (
 // per request, to abort its read when the client goes away; with
 // context.AfterFunc on a context.WithCancel context that was four
 // allocations, a map entry and a removal per request. Its AfterFunc
-// method (which afterFunc calls directly, and the context package uses
+// method (which upstream.AfterFunc calls directly, and the context package uses
 // for contexts derived from this one) puts the first registration in a
 // slot in the struct, with a stop function bound once. A registration
 // while the slot is taken (a configured Transport derives contexts that

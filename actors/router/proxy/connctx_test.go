@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"github.com/asyncrl/asyncrl/actors/router/proxy/upstream"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,9 +23,9 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func TestConnCtxAfterFunc(t *testing.T) {
 	c := newConnCtx()
 	var slot, over, stopped, late atomic.Int32
-	stopSlot := afterFunc(c, func() { slot.Add(1) })
-	stopOver := afterFunc(c, func() { over.Add(1) }) // the slot is taken
-	stop3 := afterFunc(c, func() { stopped.Add(1) })
+	stopSlot := upstream.AfterFunc(c, func() { slot.Add(1) })
+	stopOver := upstream.AfterFunc(c, func() { over.Add(1) }) // the slot is taken
+	stop3 := upstream.AfterFunc(c, func() { stopped.Add(1) })
 	if !stop3() {
 		t.Fatal("stopping a registration before the end reports false")
 	}
@@ -46,7 +47,7 @@ func TestConnCtxAfterFunc(t *testing.T) {
 	if stopSlot() || stopOver() {
 		t.Fatal("a stop after the function ran reports true")
 	}
-	afterFunc(c, func() { late.Add(1) })
+	upstream.AfterFunc(c, func() { late.Add(1) })
 	waitFor(t, "a registration after the end to run", func() bool { return late.Load() == 1 })
 	time.Sleep(10 * time.Millisecond)
 	if stopped.Load() != 0 || slot.Load() != 1 {
@@ -59,11 +60,11 @@ func TestConnCtxAfterFunc(t *testing.T) {
 func TestConnCtxSlotAllocatesNothing(t *testing.T) {
 	c := newConnCtx()
 	f := func() {}
-	if n := testing.AllocsPerRun(100, func() { afterFunc(c, f)() }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { upstream.AfterFunc(c, f)() }); n != 0 {
 		t.Fatalf("a registration and its stop allocate %v times", n)
 	}
 	var ran atomic.Bool
-	afterFunc(c, func() { ran.Store(true) })
+	upstream.AfterFunc(c, func() { ran.Store(true) })
 	c.cancel()
 	waitFor(t, "the slot's function", ran.Load)
 }

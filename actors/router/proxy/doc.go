@@ -59,9 +59,10 @@
 // a request being served.
 //
 // Both sides of the hop, the fast front's client connections and the
-// upstream client's, read and write with raw non-blocking system calls
-// (internal/rawio: no scheduler hooks, so no sysmon wake-ups). A request
-// upstream that leaves in one write waits for readability itself
+// upstream client's (package upstream: the lean HTTP/1.1 client for
+// plain-http replicas, used when Config.Transport is nil), read and write
+// with raw non-blocking system calls (internal/rawio: no scheduler hooks,
+// so no sysmon wake-ups). A request upstream that leaves in one write waits for readability itself
 // (rawio.WriteAwait), so reading its answer does not start with a failed
 // read; a replica speaks only in answer. Answers to clients are plain
 // writes: a client may pipeline or half-close while its request is

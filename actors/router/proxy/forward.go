@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/asyncrl/asyncrl/actors/router/policy"
+	"github.com/asyncrl/asyncrl/actors/router/proxy/upstream"
 )
 
 // ReplicaHeader names the replica that served a response.
@@ -68,10 +69,10 @@ type inbound interface {
 	uri() string
 	// header returns the first value of the named header (any case), "" if none.
 	header(name string) string
-	// writeHeaders writes the end-to-end headers for the lean upstream
-	// client (writeHeaders' rules: hop-by-hop, Host, Content-Length and
+	// WriteHeaders writes the end-to-end headers for the lean upstream
+	// client, upstream.HeaderWriter (writeHeaders' rules: hop-by-hop, Host, Content-Length and
 	// Expect left out).
-	writeHeaders(w *bufio.Writer)
+	WriteHeaders(w *bufio.Writer)
 	// httpHeader returns the headers for a configured Transport.
 	httpHeader() http.Header
 }
@@ -105,7 +106,7 @@ func (in httpIn) reqCtx() context.Context      { return in.r.Context() }
 func (in httpIn) method() string               { return in.r.Method }
 func (in httpIn) uri() string                  { return in.r.URL.RequestURI() }
 func (in httpIn) header(name string) string    { return in.r.Header.Get(name) }
-func (in httpIn) writeHeaders(w *bufio.Writer) { writeHeaders(w, in.r.Header) }
+func (in httpIn) WriteHeaders(w *bufio.Writer) { writeHeaders(w, in.r.Header) }
 func (in httpIn) httpHeader() http.Header      { return in.r.Header }
 
 type httpOut struct {
@@ -122,7 +123,7 @@ func (o *httpOut) fail(code int, msg string, retryAfter int) {
 
 func (o *httpOut) head(resp *http.Response, replica string, vs versionSpan, trailers, flush bool) error {
 	h := o.w.Header()
-	copyHeaders(h, respHeader(resp))
+	copyHeaders(h, upstream.Header(resp))
 	h.Set(ReplicaHeader, replica)
 	setVersionHeaders(h, vs)
 	if trailers {
@@ -287,7 +288,7 @@ func (r *Router) retry503(d policy.Decision, span *versionSpan, preq *policy.Req
 func (r *Router) send(in inbound, replica string, body []byte) (*http.Response, error) {
 	if r.up != nil {
 		if host, ok := strings.CutPrefix(replica, "http://"); ok && !strings.Contains(host, "/") {
-			return r.up.roundTrip(in.reqCtx(), in.method(), host, in.uri(), in, body)
+			return r.up.RoundTrip(in.reqCtx(), in.method(), host, in.uri(), in, body)
 		}
 	}
 	out, err := http.NewRequestWithContext(in.reqCtx(), in.method(), replica+in.uri(), bytes.NewReader(body))
@@ -349,7 +350,7 @@ func (r *Router) relay(ctx context.Context, out answer, resp *http.Response, d p
 	upstreamAt time.Time, overhead time.Duration) {
 	defer resp.Body.Close()
 	defer r.done(d)
-	sse := isSSE(resp)
+	sse := upstream.IsSSE(resp)
 	streaming := sse && resp.ContentLength < 0
 	flush := sse || resp.ContentLength < 0
 	vs := r.answered(span, !streaming)

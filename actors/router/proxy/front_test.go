@@ -194,7 +194,7 @@ func TestFrontDisconnectWhileWaiting(t *testing.T) {
 
 // A replica that dies inside a declared-length answer aborts the client
 // connection: the client reads an error, not a clean short body.
-// (Both fronts: the answer is read by the lean reader, upstream.go readLean.)
+// (Both fronts: the answer is read by the lean reader, upstream/conn.go readLean.)
 func TestUpstreamDiesInKnownLength(t *testing.T) {
 	eachFront(t, func(t *testing.T) {
 		a := backend(t, func(w http.ResponseWriter, r *http.Request) {

@@ -250,7 +250,8 @@ func (fc *fastConn) header(name string) string {
 	return string(v)
 }
 
-func (fc *fastConn) writeHeaders(w *bufio.Writer) {
+// WriteHeaders is upstream.HeaderWriter for the request being served.
+func (fc *fastConn) WriteHeaders(w *bufio.Writer) {
 	w.Write(appendFields(w.AvailableBuffer(), fc.head.Headers, forwarded))
 }
 

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/asyncrl/asyncrl/actors/router/proxy/upstream"
 	"github.com/asyncrl/asyncrl/internal/h1"
 )
 
@@ -115,7 +116,7 @@ func statusText(code int) string {
 }
 
 func (o *fastOut) head(resp *http.Response, replica string, vs versionSpan, trailers, flush bool) error {
-	b := appendRelayedHead(o.scratch[:0], resp.StatusCode, leanHead(resp), resp.Header, replica, vs)
+	b := appendRelayedHead(o.scratch[:0], resp.StatusCode, upstream.LeanHead(resp), resp.Header, replica, vs)
 	length := int64(-1)
 	switch {
 	case h1.Bodiless(resp.StatusCode):

@@ -18,6 +18,7 @@ import (
 	"unsafe"
 
 	"github.com/asyncrl/asyncrl/actors/router/policy"
+	"github.com/asyncrl/asyncrl/actors/router/proxy/upstream"
 	"github.com/asyncrl/asyncrl/internal/h1"
 	"github.com/asyncrl/asyncrl/internal/rawio"
 )
@@ -568,7 +569,7 @@ func (l *loop) idleUp(host string) *lup {
 // dial connects to host on a goroutine (a dial may take up to its
 // timeout) and sends c's request there from the loop.
 func (l *loop) dial(c *lconn, host string) {
-	d := &l.r.up.dialer
+	d := &l.r.up.Dialer
 	go func() {
 		nc, err := d.Dial("tcp", host)
 		fd := -1
@@ -673,7 +674,7 @@ func (l *loop) upstream(up *lup, ev uint32) {
 		return
 	}
 	if err == io.EOF {
-		err = errNoAnswer
+		err = upstream.ErrNoAnswer
 	}
 	if err != nil {
 		l.upFailed(up, err)
@@ -696,7 +697,7 @@ func (l *loop) answer(up *lup) {
 		return
 	}
 	up.headDone = true
-	if up.rhead.ContentLength > loopMaxAnswer || isEventStream(&up.rhead) {
+	if up.rhead.ContentLength > loopMaxAnswer || upstream.IsEventStream(&up.rhead) {
 		l.relayAway(c)
 		return
 	}
@@ -757,7 +758,7 @@ func (l *loop) release(up *lup, keep bool) {
 	if len(up.in) > loopBuf {
 		up.in = make([]byte, loopBuf)
 	}
-	if !keep || l.stopped || len(l.idle[up.host]) >= l.r.up.maxIdle {
+	if !keep || l.stopped || len(l.idle[up.host]) >= l.r.up.MaxIdle {
 		l.closeUp(up)
 		return
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/asyncrl/asyncrl/actors"
 	"github.com/asyncrl/asyncrl/actors/router/policy"
+	"github.com/asyncrl/asyncrl/actors/router/proxy/upstream"
 )
 
 // Router is the HTTP shell around a policy.Core: it serialises the core
@@ -25,7 +26,7 @@ type Router struct {
 	cfg     Config
 	log     zerolog.Logger
 	tr      http.RoundTripper
-	up      *upstream // proxied requests when no Transport is configured; nil otherwise
+	up      *upstream.Client // proxied requests when no Transport is configured; nil otherwise
 	metrics *metrics
 	warns   *actors.LimitedLogger // upstream warnings, per replica and message
 	front   frontState            // Serve's listeners and connections
@@ -65,7 +66,7 @@ func New(cfg Config) (*Router, error) {
 		warns:  actors.NewLimitedLogger(cfg.Logger, actors.RealClock{}, warnInterval),
 	}
 	if r.tr == nil {
-		r.up = newUpstream()
+		r.up = upstream.New()
 		r.tr = &http.Transport{
 			Proxy:                 nil, // never route engine traffic through an env proxy
 			DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,

@@ -1,0 +1,49 @@
+package proxy
+
+import (
+	"bufio"
+	"net/http"
+	"strings"
+)
+
+// writeHeaders writes the client's end-to-end headers (as copyHeaders
+// keeps them), minus those this hop sets itself: Host, Content-Length,
+// and Expect (the body is already read; a 100-continue would only
+// delay it).
+func writeHeaders(w *bufio.Writer, h http.Header) {
+	named := connectionNamed(h)
+	for k, vs := range h {
+		if isHopHeader(k) || k == "Host" || k == "Content-Length" || k == "Expect" || contains(named, k) {
+			continue
+		}
+		for _, v := range vs {
+			w.WriteString(k)
+			w.WriteString(": ")
+			w.WriteString(headerValue(v))
+			w.WriteString("\r\n")
+		}
+	}
+}
+
+func contains(l []string, s string) bool {
+	for _, x := range l {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// headerValue drops CR and LF (net/http's server never passes them in a
+// value; this keeps a header from ever splitting the request).
+func headerValue(v string) string {
+	if !strings.ContainsAny(v, "\r\n") {
+		return v
+	}
+	return strings.Map(func(r rune) rune {
+		if r == '\r' || r == '\n' {
+			return ' '
+		}
+		return r
+	}, v)
+}
