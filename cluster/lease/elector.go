@@ -225,6 +225,12 @@ func (e *Elector) Tick(ctx context.Context) (Status, time.Time) {
 		newRev, err = e.kv.Update(cctx, e.cfg.Role, e.value(token), rev)
 	}
 	cancel()
+	// A refused renewal may be our own earlier one, timed out here but
+	// applied by the server: then the key still holds our term.
+	var landed uint64
+	if op == OpRenew && errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		landed = e.ownRevision(ctx, token)
+	}
 
 	e.mu.Lock()
 	switch {
@@ -237,6 +243,10 @@ func (e *Elector) Tick(ctx context.Context) (Status, time.Time) {
 		e.core.Renewed(newRev)
 	case op == OpAcquire && errors.Is(err, jetstream.ErrKeyExists):
 		e.core.Taken()
+	case op == OpRenew && errors.Is(err, jetstream.ErrKeyRevisionMismatch) && landed > rev:
+		e.core.Resynced(landed)
+		e.met.failures.Inc()
+		e.log.Debug().Uint64("revision", landed).Msg("lease: an earlier renewal landed after its call timed out; renewing at its revision")
 	case op == OpRenew && (errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyNotFound)):
 		e.core.Lost()
 		e.log.Warn().Uint64("token", token).Msg("lease lost: renewal refused (expired or taken over)")
@@ -264,6 +274,20 @@ func (e *Elector) Tick(ctx context.Context) (Status, time.Time) {
 		}
 	}
 	return st, next
+}
+
+// ownRevision reads the lease key and returns its revision when it still
+// holds this contender's term (this holder, token), else 0. Holder names
+// one contender (the node name, unique per run), and a term's token is
+// never reused, so only this contender's own write can match.
+func (e *Elector) ownRevision(ctx context.Context, token uint64) uint64 {
+	cctx, cancel := context.WithTimeout(ctx, e.cfg.CallTimeout)
+	defer cancel()
+	h, ok, err := e.Holder(cctx)
+	if err != nil || !ok || h.Holder != e.cfg.Holder || h.Token != token {
+		return 0
+	}
+	return h.Revision
 }
 
 func (e *Elector) value(token uint64) []byte {
