@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 )
@@ -163,5 +164,21 @@ func TestLinkSeedReplays(t *testing.T) {
 	}
 	if same {
 		t.Fatal("seeds 9 and 10 made identical decisions")
+	}
+}
+
+// TestNetemRefusesBeforeTouchingLinks: an unknown mode, or a spec the
+// userspace impairer cannot apply, is an error before anything is made
+// (no namespaces needed: the net here has none).
+func TestNetemRefusesBeforeTouchingLinks(t *testing.T) {
+	n := &Net{}
+	if _, err := n.Netem("loss 5%", NetemOptions{Mode: "fast"}); err == nil || !strings.Contains(err.Error(), `"fast"`) {
+		t.Errorf("mode fast: %v, want an error naming it", err)
+	}
+	if _, err := n.Netem("rate 1mbit", NetemOptions{Mode: NetemUserspace}); !errors.Is(err, ErrBadNetem) {
+		t.Errorf("rate under the userspace impairer: %v, want ErrBadNetem", err)
+	}
+	if n.imp != nil || n.shaped {
+		t.Error("a refused Netem left the net shaped")
 	}
 }

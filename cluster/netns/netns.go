@@ -208,6 +208,9 @@ func (n *Net) Netem(spec string, o NetemOptions) (how string, err error) {
 // netemKernel puts a netem qdisc on every host's eth0; a kernel without
 // sch_netem fails on the first host, before any link is shaped.
 func (n *Net) netemKernel(spec string) error {
+	if _, err := exec.LookPath("tc"); err != nil {
+		return fmt.Errorf("%w: no `tc` command (iproute2): %w", ErrNoNetem, err)
+	}
 	for _, h := range n.Hosts {
 		if err := n.in(n.NS(h), "tc qdisc add dev eth0 root netem "+spec); err != nil {
 			if strings.Contains(err.Error(), "unknown") || strings.Contains(err.Error(), "No such file") {
