@@ -291,4 +291,12 @@ func TestNetnsNetem(t *testing.T) {
 	c := newCluster(t, 4, "loss 5% delay 50ms")
 	c.startAll()
 	c.finished(480 * time.Second)
+	// Leases under delay and loss: a term that ends here is churn, not a
+	// failure (the ledger check above is the verdict), but the count is
+	// what cluster/lease's Resynced brought from 3-6 a run to 0.
+	lost := 0
+	for _, p := range c.nodes {
+		lost += strings.Count(p.ErrOut.String(), "lease lost: renewal refused")
+	}
+	t.Logf("leases lost to a refused renewal, all nodes: %d", lost)
 }
