@@ -244,10 +244,12 @@ test-cluster-torch:
 # plane (bus, routes, gossip, data plane, engines, router admin); then a
 # SIGKILL of each role's node (holder, standby, engine+rollout), a 10 s link
 # cut of the holder and of the engine+rollout node, and 5 % loss + 50 ms
-# delay (netem; skipped on a kernel without sch_netem), each run ending
-# with the ledger check.
+# delay on every link (the kernel's netem, or where the kernel has no
+# sch_netem a userspace TUN impairer; ASYNCRL_NETNS_NETEM=kernel|userspace
+# picks), each run ending with the ledger check.
 # Skips with the reason where namespaces cannot be made (cluster/netns).
-# About 6 minutes on the 2-core dev machine (netem skipped: no sch_netem).
+# About 11 minutes on the 2-core dev machine (646 s, of which the netem
+# scenario about 3 minutes on the userspace impairer; kernel 6.18 has no sch_netem).
 .PHONY: test-netns
 test-netns:
 	ASYNCRL_NETNS=1 $(GO) test -count=1 -timeout 45m -v ./cluster/netns/

@@ -97,7 +97,8 @@ type Status struct {
 
 // Core is the pure lease state machine of one contender. The shell calls
 // Due(now) and, when it returns an op, makes that KV call and reports the
-// outcome with exactly one of Acquired, Taken, Renewed, Lost or Failed. Tick
+// outcome with exactly one of Acquired, Taken, Renewed, Resynced, Lost or
+// Failed. Tick
 // steps the holder down when its local deadline passes. Time is an input;
 // Core has no goroutines, locks or I/O.
 type Core struct {
@@ -201,6 +202,27 @@ func (c *Core) Lost() {
 	c.done(OpRenew)
 	c.leader, c.until, c.failures = false, time.Time{}, 0
 	c.next = c.sentAt.Add(c.t.RenewInterval)
+}
+
+// Resynced reports that Update was refused, but the key still holds this
+// contender's own term (holder and token): an earlier renewal that the
+// shell gave up on (timed out) landed after all, so the key's revision
+// moved past Revision. Under delay and loss that is common, and taking it
+// for a lost lease would end a healthy term. The core adopts rev and
+// renews again at once; the local deadline stays where the last confirmed
+// renewal put it, because when the landed write reached the server is
+// unknown (only that it was after that renewal was sent, so the server's
+// own deadline is no earlier than the local one).
+func (c *Core) Resynced(rev uint64) {
+	c.done(OpRenew)
+	if !c.leader { // the local deadline passed meanwhile: stay down, as Renewed does
+		return
+	}
+	if rev <= c.rev {
+		panic(fmt.Sprintf("lease: resynced to revision %d, not above the last written %d", rev, c.rev))
+	}
+	c.rev = rev
+	c.next = c.sentAt
 }
 
 // Failed reports a transient failure of the op in flight (timeout, no

@@ -206,3 +206,55 @@ func TestCoreResignedWaitsBeforeContendingAgain(t *testing.T) {
 		t.Fatalf("after RenewInterval: %s, want acquire", op)
 	}
 }
+
+// TestCoreResyncedKeepsDeadlineAndRenewsAtOnce: a refused renewal whose
+// refusal was our own earlier, timed-out renewal landing keeps the term:
+// the core adopts the key's revision, renews at once, and does not move
+// its local deadline until a renewal is confirmed.
+func TestCoreResyncedKeepsDeadlineAndRenewsAtOnce(t *testing.T) {
+	c := newTestCore(t)
+	c.Due(at(0))
+	c.Acquired(3)
+	c.Due(at(250))
+	c.Failed() // timed out here; the server applied it as revision 4
+	if op := c.Due(at(300)); op != OpRenew || c.Revision() != 3 {
+		t.Fatalf("retry: %s at revision %d, want renew at 3", op, c.Revision())
+	}
+	c.Resynced(4) // refused at 3: the key is at 4 and still ours
+	st := c.Status(at(310))
+	if !st.Leader || st.Token != 3 || st.Revision != 4 || !st.Until.Equal(at(900)) {
+		t.Fatalf("after resync: %+v, want leader, token 3, revision 4, until 900ms (unchanged)", st)
+	}
+	if op := c.Due(at(310)); op != OpRenew || c.Revision() != 4 {
+		t.Fatalf("after resync: %s at revision %d, want renew at 4 at once", op, c.Revision())
+	}
+	c.Renewed(5)
+	if st := c.Status(at(311)); !st.Leader || !st.Until.Equal(at(310+900)) {
+		t.Fatalf("after the confirmed renewal: %+v, want until 1210ms", st)
+	}
+}
+
+func TestCoreResyncedAfterDeadlineStaysDown(t *testing.T) {
+	c := newTestCore(t)
+	c.Due(at(0))
+	c.Acquired(3)
+	c.Due(at(250))
+	c.Tick(at(1000))
+	c.Resynced(4)
+	if c.Status(at(1001)).Leader {
+		t.Fatal("a resync answered after the deadline revived leadership")
+	}
+}
+
+func TestCoreResyncedBackwardsPanics(t *testing.T) {
+	c := newTestCore(t)
+	c.Due(at(0))
+	c.Acquired(3)
+	c.Due(at(250))
+	defer func() {
+		if recover() == nil {
+			t.Fatal("resync to a revision not above the last written did not panic")
+		}
+	}()
+	c.Resynced(3)
+}

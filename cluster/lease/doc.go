@@ -25,7 +25,11 @@
 // backoff but steps down at that local deadline, before the server can
 // hand the key to someone else; a holder whose renewal is refused
 // (revision mismatch: someone else holds it, or it expired while the
-// holder was paused) steps down at once.
+// holder was paused) steps down at once — unless the key still holds the
+// holder's own term (holder and token): then the mismatch is an earlier
+// renewal of its own that timed out on its side but landed (common under
+// delay and loss), and the core adopts the key's revision and renews at
+// once without moving its local deadline (Core.Resynced).
 //
 // # Fencing
 //

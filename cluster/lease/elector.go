@@ -212,19 +212,7 @@ func (e *Elector) Tick(ctx context.Context) (Status, time.Time) {
 	rev, token := e.core.Revision(), e.core.token
 	e.mu.Unlock()
 
-	var newRev uint64
-	var err error
-	cctx, cancel := context.WithTimeout(ctx, e.cfg.CallTimeout)
-	switch op {
-	case OpAcquire:
-		// The value carries the token, which is the revision Create will
-		// return: we cannot know it in advance, so the first write records
-		// the holder and the renewal right after it records the token.
-		newRev, err = e.kv.Create(cctx, e.cfg.Role, e.value(0))
-	case OpRenew:
-		newRev, err = e.kv.Update(cctx, e.cfg.Role, e.value(token), rev)
-	}
-	cancel()
+	newRev, landed, seen, err := e.call(ctx, op, rev, token)
 
 	e.mu.Lock()
 	switch {
@@ -237,9 +225,12 @@ func (e *Elector) Tick(ctx context.Context) (Status, time.Time) {
 		e.core.Renewed(newRev)
 	case op == OpAcquire && errors.Is(err, jetstream.ErrKeyExists):
 		e.core.Taken()
+	case op == OpRenew && errors.Is(err, jetstream.ErrKeyRevisionMismatch) && landed > rev:
+		e.core.Resynced(landed)
+		e.log.Debug().Uint64("revision", landed).Msg("lease: an earlier renewal landed after its call timed out; renewing at its revision")
 	case op == OpRenew && (errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyNotFound)):
 		e.core.Lost()
-		e.log.Warn().Uint64("token", token).Msg("lease lost: renewal refused (expired or taken over)")
+		e.log.Warn().Uint64("token", token).Str("key", seen).Msg("lease lost: renewal refused (expired or taken over)")
 	default:
 		e.core.Failed()
 		e.met.failures.Inc()
@@ -264,6 +255,62 @@ func (e *Elector) Tick(ctx context.Context) (Status, time.Time) {
 		}
 	}
 	return st, next
+}
+
+// call makes op's KV call. A renewal refused at rev may be our own
+// earlier one, timed out here but applied by the server: then the key
+// still holds our term and landed is its revision (else 0, and seen says
+// what the key held, for the log).
+func (e *Elector) call(ctx context.Context, op Op, rev, token uint64) (newRev, landed uint64, seen string, err error) {
+	cctx, cancel := context.WithTimeout(ctx, e.cfg.CallTimeout)
+	switch op {
+	case OpAcquire:
+		// The value carries the token, which is the revision Create will
+		// return: we cannot know it in advance, so the first write records
+		// the holder and the renewal right after it records the token.
+		newRev, err = e.kv.Create(cctx, e.cfg.Role, e.value(0))
+	case OpRenew:
+		newRev, err = e.kv.Update(cctx, e.cfg.Role, e.value(token), rev)
+	}
+	cancel()
+	if op == OpRenew && errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		landed, seen = e.ownRevision(ctx, rev, token)
+	}
+	return newRev, landed, seen, err
+}
+
+// ownRevision reads the lease key after a renewal at rev was refused and
+// returns its revision when it still holds this contender's term (this
+// holder, token) at a revision past rev, else 0 and what it saw. Holder
+// names one contender and a term's token is never reused, so only this
+// contender's own write can match. KV reads may be served by a replica
+// that has not applied the newest write yet (direct get): a read showing
+// our term at rev or older is stale (the server just refused rev), so it
+// is read again until CallTimeout.
+func (e *Elector) ownRevision(ctx context.Context, rev, token uint64) (uint64, string) {
+	cctx, cancel := context.WithTimeout(ctx, e.cfg.CallTimeout)
+	defer cancel()
+	seen := "nothing read"
+	for {
+		h, ok, err := e.Holder(cctx)
+		switch {
+		case err != nil:
+			seen = "read failed: " + err.Error()
+		case !ok:
+			return 0, "no key (expired or deleted)"
+		case h.Holder != e.cfg.Holder || h.Token != token:
+			return 0, fmt.Sprintf("held by %s with token %d", h.Holder, h.Token)
+		case h.Revision > rev:
+			return h.Revision, ""
+		default:
+			seen = fmt.Sprintf("our term at revision %d (a stale replica)", h.Revision)
+		}
+		select {
+		case <-cctx.Done():
+			return 0, seen
+		case <-time.After(e.cfg.Timing.RetryMin / 4):
+		}
+	}
 }
 
 func (e *Elector) value(token uint64) []byte {

@@ -229,6 +229,51 @@ func TestPausedHolderRenewalIsRefused(t *testing.T) {
 	}
 }
 
+// TestLandedRenewalKeepsTheTerm: a renewal that timed out on the holder's
+// side but was applied by the server (the key moved on, still holding
+// the holder's term) does not end the term: the next renewal is refused
+// at the old revision, the holder sees its own term in the key, renews at
+// the key's revision and stays leader throughout. Under delay and loss
+// (make test-netns's netem scenario) this happened several times a run,
+// each ending a healthy term. A key rewritten by anyone else still loses
+// (TestPausedHolderRenewalIsRefused).
+func TestLandedRenewalKeepsTheTerm(t *testing.T) {
+	b := startBus(t)
+	var mu sync.Mutex
+	var changes []lease.Status
+	a := newElector(t, b, "a", func(s lease.Status) { mu.Lock(); changes = append(changes, s); mu.Unlock() })
+	st, _ := a.Tick(context.Background())
+	if !st.Leader {
+		t.Fatal("a did not acquire")
+	}
+	time.Sleep(timing().RenewInterval)
+	if st, _ = a.Tick(context.Background()); !st.Leader { // records the token in the key
+		t.Fatal("a's first renewal failed")
+	}
+	// a's next renewal, as the server applies it after a's call gave up.
+	landed, err := rewriteKey(b, "trainer", st.Revision, fmt.Sprintf(`{"holder":"a","token":%d}`, st.Token))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(timing().RenewInterval)
+	st2, next := a.Tick(context.Background()) // refused at the old revision: resyncs
+	if !st2.Leader || st2.Revision != landed || st2.Token != st.Token {
+		t.Fatalf("after the refused renewal: %+v, want leader at revision %d with token %d", st2, landed, st.Token)
+	}
+	if time.Until(next) > 0 {
+		t.Fatalf("the renewal at the landed revision waits %s, want now", time.Until(next))
+	}
+	st3, _ := a.Tick(context.Background())
+	if !st3.Leader || st3.Revision <= landed {
+		t.Fatalf("renewal at the landed revision: %+v, want leader past revision %d", st3, landed)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(changes) != 1 || !changes[0].Leader {
+		t.Fatalf("leadership changes %+v, want only the first acquisition", changes)
+	}
+}
+
 func TestResignHandsOverAtOnce(t *testing.T) {
 	b := startBus(t)
 	a := newElector(t, b, "a", nil)

@@ -23,3 +23,19 @@ func deleteKey(b *natsbus.Bus, key string) error {
 	}
 	return kv.Delete(ctx, key)
 }
+
+// rewriteKey writes value to key at revision rev, as a holder's renewal
+// that the server applied, and returns the new revision.
+func rewriteKey(b *natsbus.Bus, key string, rev uint64, value string) (uint64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	js, err := jetstream.New(b.Conn())
+	if err != nil {
+		return 0, err
+	}
+	kv, err := js.KeyValue(ctx, lease.DefaultBucket)
+	if err != nil {
+		return 0, err
+	}
+	return kv.Update(ctx, key, []byte(value), rev)
+}

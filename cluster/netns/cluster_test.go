@@ -146,15 +146,33 @@ func newCluster(t *testing.T, steps int, netem string) *cluster {
 	}
 	t.Cleanup(n.Close) // registered first: runs after the processes stop
 	if netem != "" {
-		if err := n.Netem(netem); errors.Is(err, ErrNoNetem) {
+		how, err := n.Netem(netem, netemOptions())
+		if errors.Is(err, ErrNoNetem) {
 			t.Skipf("netem %q: %v", netem, err)
 		} else if err != nil {
 			t.Fatal(err)
 		}
+		t.Logf("netem %q on every link by the %s", netem, how)
+		t.Cleanup(func() { // before n.Close: what the links did
+			if s := n.ImpairStats(); s != "" {
+				t.Logf("userspace impairer, per direction (host → host): %s", s)
+			}
+		})
 	}
 	asyncrlBin(t)
 	dir := t.TempDir()
 	return &cluster{t: t, net: n, dir: dir, sec: makeSecrets(t, dir), steps: steps, started: map[int]bool{}, nodes: map[int]*proc{}}
+}
+
+// netemOptions: ASYNCRL_NETNS_NETEM picks the shaper (kernel, userspace;
+// unset: the kernel's netem where the kernel has it), ASYNCRL_NETNS_SEED
+// the userspace impairer's seed (34 unless set).
+func netemOptions() NetemOptions {
+	o := NetemOptions{Mode: os.Getenv("ASYNCRL_NETNS_NETEM"), Seed: 34}
+	if s, err := strconv.ParseUint(os.Getenv("ASYNCRL_NETNS_SEED"), 10, 64); err == nil {
+		o.Seed = s
+	}
+	return o
 }
 
 func (c *cluster) gossip(i int) string { return c.net.Addr(i) + ":7946" }

@@ -18,8 +18,33 @@
 //   - Close kills every process left inside (by pid, `ip netns pids`) and
 //     deletes the namespaces; Sweep (called by New) removes those of an
 //     earlier run whose process died before its cleanup.
-//   - LinkDown/LinkUp cut and heal one host's link; Netem shapes every
-//     link (ErrNoNetem on a kernel without sch_netem).
+//   - LinkDown/LinkUp cut and heal one host's link.
+//   - Netem gives every direction of every path loss and delay, and says
+//     which shaper did it: the kernel's netem qdisc on each host's eth0
+//     where the kernel has sch_netem, else (or when asked) the userspace
+//     impairer.
 //
-// The tests run only with ASYNCRL_NETNS=1 (make test-netns), as root.
+// # The userspace impairer
+//
+// For kernels without sch_netem (the development machine's), Netem can
+// put every host behind a TUN device instead: each host's address moves
+// from its veth to tun0 (a layer-3 device: IP packets, no ARP), whose
+// /24 route hands every packet for another host to the test process. The
+// device is opened on a locked OS thread moved into the host's namespace
+// (setns) and back; its fd then works from anywhere, and the device
+// vanishes when the fd is closed. One goroutine per device reads packets
+// and offers each to the Link core of its (source, destination)
+// direction; a scheduler writes released packets into the destination's
+// device. Link is a pure core (no clock, goroutine, lock or I/O; time and
+// a seeded *rand.Rand are inputs): it drops with probability Loss and
+// releases the rest Delay (± Jitter) later, in arrival order. Packets
+// that are not IPv4 for another host of the net are dropped, so nothing
+// leaves the namespaces on this path either. ParseNetem reads the
+// subset of netem's syntax it applies ("loss 5% delay 50ms [10ms]").
+// While it runs the veths carry nothing, so LinkDown/LinkUp refuse.
+//
+// The tests run only with ASYNCRL_NETNS=1 (make test-netns), as root;
+// ASYNCRL_NETNS_NETEM=kernel|userspace picks the shaper (default: the
+// kernel's where it exists) and ASYNCRL_NETNS_SEED the impairer's seed.
+// The Link core's tests run in make test.
 package netns

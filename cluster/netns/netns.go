@@ -37,6 +37,9 @@ type Net struct {
 	id    string // prefix + pid
 	Hosts []string
 	hub   string
+
+	imp    *impairer // the userspace impairer, when Netem started it
+	shaped bool      // Netem put kernel qdiscs on the links
 }
 
 // Available reports why namespaces cannot be made here (nil: they can):
@@ -123,16 +126,91 @@ func (n *Net) CommandContext(ctx context.Context, h, name string, args ...string
 
 // LinkDown cuts host h off the bridge (its hub-side veth down): packets
 // to and from it are lost until LinkUp, as a pulled cable.
-func (n *Net) LinkDown(h string) error { return n.in(n.hub, "ip link set "+vethName(h)+" down") }
+func (n *Net) LinkDown(h string) error {
+	if n.imp != nil {
+		return errImpairerLinks
+	}
+	return n.in(n.hub, "ip link set "+vethName(h)+" down")
+}
 
 // LinkUp heals LinkDown.
-func (n *Net) LinkUp(h string) error { return n.in(n.hub, "ip link set "+vethName(h)+" up") }
+func (n *Net) LinkUp(h string) error {
+	if n.imp != nil {
+		return errImpairerLinks
+	}
+	return n.in(n.hub, "ip link set "+vethName(h)+" up")
+}
 
-// Netem puts a netem qdisc (e.g. "loss 5% delay 50ms") on every host's
-// eth0 (its egress): each direction of every path between two hosts
-// crosses one, so a round trip sees the delay twice. It fails
-// (ErrNoNetem) on a kernel without sch_netem.
-func (n *Net) Netem(spec string) error {
+// errImpairerLinks: with the userspace impairer the veths carry nothing,
+// so cutting one would cut nothing; refuse rather than pretend.
+var errImpairerLinks = errors.New("netns: LinkDown/LinkUp with the userspace impairer: the veths carry no traffic (use the kernel's netem, or no netem, to cut links)")
+
+// NetemOptions say how Netem shapes the links.
+type NetemOptions struct {
+	// Mode: NetemAuto (the kernel's netem qdisc where the kernel has
+	// sch_netem, else the userspace impairer), NetemKernel or
+	// NetemUserspace.
+	Mode string
+	// Seed seeds the userspace impairer's decisions (one stream per
+	// direction of every pair of hosts); the kernel's netem has its own.
+	Seed uint64
+}
+
+// Netem modes (NetemOptions.Mode).
+const (
+	NetemAuto      = ""
+	NetemKernel    = "kernel"
+	NetemUserspace = "userspace"
+)
+
+// Netem gives every path between two hosts loss and delay, spec in tc
+// netem's words (e.g. "loss 5% delay 50ms"): each direction of every
+// path crosses it once, so a round trip sees the delay twice. It returns
+// which shaper ran ("kernel netem qdisc" or "userspace impairer"), for
+// the test log.
+//
+// The kernel path puts a netem qdisc on every host's eth0 (its egress);
+// it fails with ErrNoNetem on a kernel without sch_netem. The userspace
+// path (ParseNetem's subset: loss and delay with jitter) moves every
+// host's address onto a TUN device whose packets this process routes
+// between the hosts through a Link core per direction; the bridge then
+// carries nothing, and LinkDown/LinkUp refuse (cut the impairer's
+// hosts by other means). Close stops it. Netem is called once per Net.
+func (n *Net) Netem(spec string, o NetemOptions) (how string, err error) {
+	if n.imp != nil || n.shaped {
+		return "", fmt.Errorf("netns: Netem called twice on one net")
+	}
+	switch o.Mode {
+	case NetemKernel:
+		return "kernel netem qdisc", n.netemKernel(spec)
+	case NetemUserspace:
+	case NetemAuto:
+		err := n.netemKernel(spec)
+		if err == nil {
+			return "kernel netem qdisc", nil
+		}
+		if !errors.Is(err, ErrNoNetem) {
+			return "", err
+		}
+	default:
+		return "", fmt.Errorf("netns: netem mode %q: want %q, %q or %q (auto)", o.Mode, NetemKernel, NetemUserspace, NetemAuto)
+	}
+	im, err := ParseNetem(spec)
+	if err != nil {
+		return "", err
+	}
+	if n.imp, err = startImpairer(n, im, o.Seed); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("userspace impairer (TUN, %s, seed %d)", im, o.Seed), nil
+}
+
+// netemKernel puts a netem qdisc on every host's eth0; a kernel without
+// sch_netem fails on the first host, before any link is shaped.
+func (n *Net) netemKernel(spec string) error {
+	if _, err := exec.LookPath("tc"); err != nil {
+		return fmt.Errorf("%w: no `tc` command (iproute2): %w", ErrNoNetem, err)
+	}
 	for _, h := range n.Hosts {
 		if err := n.in(n.NS(h), "tc qdisc add dev eth0 root netem "+spec); err != nil {
 			if strings.Contains(err.Error(), "unknown") || strings.Contains(err.Error(), "No such file") {
@@ -141,12 +219,25 @@ func (n *Net) Netem(spec string) error {
 			return err
 		}
 	}
+	n.shaped = true
 	return nil
+}
+
+// ImpairStats says, for the userspace impairer, how many packets each
+// direction carried and dropped ("" with the kernel's netem or none).
+func (n *Net) ImpairStats() string {
+	if n.imp == nil {
+		return ""
+	}
+	return n.imp.stats()
 }
 
 // Close kills every process left in the namespaces (by pid, as `ip netns
 // pids` lists them) and deletes the namespaces; safe to call twice.
 func (n *Net) Close() {
+	if n.imp != nil {
+		n.imp.stop()
+	}
 	for _, h := range append(append([]string(nil), n.Hosts...), "hub") {
 		removeNS(n.NS(h))
 	}

@@ -43,6 +43,11 @@ type helperArgs struct {
 	// probe: the intruder's probes, from its address Self.
 	Probes []probe
 	Self   string
+	// udpecho: listen on Addr; udpping: Count probes to Target,
+	// Interval apart.
+	Target   string
+	Count    int
+	Interval time.Duration
 }
 
 // probe is one attempt of the intruder on one plane.
@@ -99,6 +104,10 @@ func runHelper(mode string) int {
 		fmt.Println("LISTEN", ln.Addr())
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		return 0
+	case "udpecho":
+		return udpEcho(a)
+	case "udpping":
+		return udpPing(a)
 	case "probe":
 		self = a.Self
 		enc := json.NewEncoder(os.Stdout)
