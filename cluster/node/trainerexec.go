@@ -160,6 +160,9 @@ func (n *Node) startExecBackend(ctx context.Context, initial *policy.Model, tcfg
 		if r.dir != "" {
 			return nil, fmt.Errorf("%w: resuming a Hugging Face model's trainer child on a cluster term is not supported yet (its engines would start from model.path's weights)", ErrConfig)
 		}
+		// the child trains the checkpoint itself as model kind hf (each
+		// version's directory checked by wiring.CheckServing and the older
+		// ones pruned, startExecAt)
 		return startExecAt(ctx, n.cfg, nil, tcfg.Logger, "hf", func(string) (string, error) { return n.hf, nil }, r)
 	}
 	return startExecAt(ctx, n.cfg, nil, tcfg.Logger, "builtin", func(dir string) (string, error) {
