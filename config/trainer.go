@@ -102,6 +102,13 @@ type TrainerConfig struct {
 	// group whose rendezvous asyncrl owns (docs/protocol.md "Worker
 	// groups"). Above 1 it is also the microbatcher's DP size.
 	ExecRanks int `yaml:"exec_ranks" doc:"backend exec: data-parallel ranks of the trainer child (a torch.distributed group on 127.0.0.1, gloo on CPU); B·n must be a multiple of it; 1 = one child"`
+	// ExecNodes spreads the group over that many `asyncrl node` processes
+	// with the trainer role, exec_ranks on each: the term holder's node
+	// hosts ranks 0…exec_ranks-1 and the rendezvous, and asks the other
+	// trainer nodes (by name order) over the bus to start the rest
+	// (docs/protocol.md "Multi-node groups"). World size exec_ranks ×
+	// exec_nodes. asyncrl run (one process) refuses more than 1.
+	ExecNodes int `yaml:"exec_nodes" doc:"backend exec on asyncrl node: trainer nodes one data-parallel group spans, exec_ranks on each (world size exec_ranks·exec_nodes); the term holder hosts rank 0 and asks other trainer-role nodes to start the rest; 1 = the holder's node only"`
 	// ExecRendezvousTimeout bounds the group's rendezvous: a rank that
 	// has not joined by then fails the start.
 	ExecRendezvousTimeout time.Duration `yaml:"exec_rendezvous_timeout" doc:"backend exec with exec_ranks > 1: every rank must join the group's rendezvous within this, else the start fails naming the address"`
@@ -168,6 +175,7 @@ func DefaultTrainer() TrainerConfig {
 		FakeQuant:                    FakeQuantNone,
 		ExecRestarts:                 3,
 		ExecRanks:                    1,
+		ExecNodes:                    1,
 		ExecRendezvousTimeout:        2 * time.Minute,
 		InitCheckpoint:               "",
 	}

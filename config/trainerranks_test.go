@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-// TestExecRanksRules: a worker group needs the exec backend, a dp_size
+// TestExecRanksRules: a worker group (on one node or several) needs the exec backend, a dp_size
 // that agrees, a rendezvous bound, and a global batch (B·n sequences) its
 // world size divides; each refusal names the field and the fix.
 func TestExecRanksRules(t *testing.T) {
@@ -26,6 +26,13 @@ func TestExecRanksRules(t *testing.T) {
 		{"no rendezvous bound", func(c *Config) { exec(c); c.Trainer.ExecRanks, c.Trainer.ExecRendezvousTimeout = 2, 0 }, "exec_rendezvous_timeout"},
 		// B·n = 4·8 = 32 sequences: 3 ranks cannot share them equally
 		{"world does not divide the batch", func(c *Config) { exec(c); c.Trainer.ExecRanks = 3 }, "3 ranks do not divide the global batch of mini_batch_size·rollout.n_samples_per_prompt = 4·8 = 32"},
+		{"two nodes of two ranks", func(c *Config) { exec(c); c.Trainer.ExecRanks, c.Trainer.ExecNodes = 2, 2 }, ""},
+		{"two nodes of one rank", func(c *Config) { exec(c); c.Trainer.ExecNodes = 2 }, ""},
+		{"zero nodes", func(c *Config) { exec(c); c.Trainer.ExecNodes = 0 }, "trainer.exec_nodes"},
+		{"nodes on the builtin backend", func(c *Config) { c.Trainer.ExecNodes = 2 }, "2 nodes need backend exec"},
+		{"dp_size is not the world", func(c *Config) { exec(c); c.Trainer.ExecRanks, c.Trainer.ExecNodes, c.Trainer.DPSize = 2, 2, 2 }, "world size (exec_ranks·exec_nodes) is 4"},
+		// 3 nodes × 2 ranks = 6 does not divide 32
+		{"world of nodes does not divide the batch", func(c *Config) { exec(c); c.Trainer.ExecRanks, c.Trainer.ExecNodes = 2, 3 }, "trainer.exec_nodes: 6 ranks (exec_ranks 2 · exec_nodes 3) do not divide"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := Default()
@@ -35,8 +42,8 @@ func TestExecRanksRules(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if c.Trainer.DPRanks() != c.Trainer.ExecRanks {
-					t.Errorf("DPRanks %d, want exec_ranks %d", c.Trainer.DPRanks(), c.Trainer.ExecRanks)
+				if w := c.Trainer.ExecRanks * c.Trainer.ExecNodes; c.Trainer.DPRanks() != w {
+					t.Errorf("DPRanks %d, want exec_ranks·exec_nodes %d", c.Trainer.DPRanks(), w)
 				}
 				return
 			}

@@ -76,6 +76,8 @@ type RunPlan struct {
 	EngineControlAll string
 	// Leaving: NodeLeaving, a node stopping cleanly → every node.
 	Leaving string
+	// RankHostAll: pattern of RankHost(node) (the base run's plan).
+	RankHostAll string
 
 	// LedgerStream is the stream of Ledger and Settled (ledger-<run>).
 	LedgerStream string
@@ -153,6 +155,7 @@ func planOf(run string) RunPlan {
 		RolloutStatusAll: s(TopicControl, "rollouts", "*"),
 		EngineControlAll: s(TopicControl, "engines", "*"),
 		Leaving:          s(TopicControl, "leaving"),
+		RankHostAll:      s(TopicControl, "ranks", "*"),
 
 		LedgerStream:       "ledger-" + run,
 		GroupStream:        "groups-" + run,
@@ -242,4 +245,15 @@ func (p RunPlan) Turn(engine string) (string, error) {
 		return "", err
 	}
 	return join(p.Run, TopicTurns, engine), nil
+}
+
+// RankHost is where node's rank host takes a multi-node trainer group's
+// requests (start ranks, their frames, stop them; trainer.exec_nodes),
+// from the term holder (p is the base run's plan: a group outlives no
+// term, but the host serves every term): asyncrl.<run>.control.ranks.<node>.
+func (p RunPlan) RankHost(node string) (string, error) {
+	if err := p.id("node", node); err != nil {
+		return "", err
+	}
+	return join(p.Run, TopicControl, "ranks", node), nil
 }

@@ -62,6 +62,7 @@ func TestPlanNames(t *testing.T) {
 		AcksAll: "asyncrl.r1.engines.*.ack", EnginesAll: "asyncrl.r1.engines.*.*", TurnResults: "asyncrl.r1.turns.results", TurnsAll: "asyncrl.r1.turns.*",
 		TermAnnounce: "asyncrl.r1.control.term", RolloutStatusAll: "asyncrl.r1.control.rollouts.*",
 		EngineControlAll: "asyncrl.r1.control.engines.*", Leaving: "asyncrl.r1.control.leaving",
+		RankHostAll:  "asyncrl.r1.control.ranks.*",
 		LedgerStream: "ledger-r1", GroupStream: "groups-r1", DurableGroups: "asyncrl-durable.r1.groups",
 		DurableGroupStream: "asyncrl_r1_groupbuf", PromptsBucket: "asyncrl_r1_prompts", ProgressBucket: "asyncrl_r1_progress",
 		CheckpointBucket: "asyncrl-ckpt-r1", WeightsBucket: "asyncrl-weights-r1"}
@@ -79,6 +80,7 @@ func TestPlanNames(t *testing.T) {
 		{func() (string, error) { return p.Engine("e0", EngineHealth) }, "asyncrl.r1.engines.e0.health"},
 		{func() (string, error) { return p.EngineControl("n2") }, "asyncrl.r1.control.engines.n2"},
 		{func() (string, error) { return p.RolloutStatus("n2") }, "asyncrl.r1.control.rollouts.n2"},
+		{func() (string, error) { return p.RankHost("n2") }, "asyncrl.r1.control.ranks.n2"},
 		{func() (string, error) { return p.Turn("e3") }, "asyncrl.r1.turns.e3"},
 	} {
 		if s, err := c.got(); err != nil || s != c.want {

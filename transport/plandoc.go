@@ -52,6 +52,8 @@ func (p RunPlan) PlanEntries(node, id string) []PlanEntry {
 		{j(TopicControl, "engines", node), "request", "LoadWeights", "term's publisher", "engine host"},
 		{p.EngineControlAll, "pattern", "", "", "NATS permissions"},
 		{p.Leaving, "pub/sub", "NodeLeaving", "a node stopping", "every node"},
+		{j(TopicControl, "ranks", node), "request", "RankRequest (start, frame, stop)", "term holder", "rank host"},
+		{p.RankHostAll, "pattern", "", "", "NATS permissions"},
 		{p.DurableGroups, "stream", "GroupReady (raw)", "cluster/ledger buffer", "cluster/ledger (DurableGroupStream)"},
 		{p.LedgerStream, "stream name", "", "pipeline", "Ledger, LedgerAll"},
 		{p.GroupStream, "stream name", "", "pipeline, rollout hosts", "Trajectories (consumer \"sampling\")"},

@@ -50,6 +50,8 @@ type Topic string
 //	asyncrl.<run>.control.engines.<node>   request       LoadWeights                                      term's publisher               engine host
 //	asyncrl.<run>.control.engines.*        pattern                                                                                       NATS permissions
 //	asyncrl.<run>.control.leaving          pub/sub       NodeLeaving                                      a node stopping                every node
+//	asyncrl.<run>.control.ranks.<node>     request       RankRequest (start, frame, stop)                 term holder                    rank host
+//	asyncrl.<run>.control.ranks.*          pattern                                                                                       NATS permissions
 //	asyncrl-durable.<run>.groups           stream        GroupReady (raw)                                 cluster/ledger buffer          cluster/ledger (DurableGroupStream)
 //	ledger-<run>                           stream name                                                    pipeline                       Ledger, LedgerAll
 //	groups-<run>                           stream name                                                    pipeline, rollout hosts        Trajectories (consumer "sampling")

@@ -18,6 +18,7 @@ import (
 	"github.com/asyncrl/asyncrl/cluster/enginehost"
 	"github.com/asyncrl/asyncrl/cluster/ledger"
 	"github.com/asyncrl/asyncrl/cluster/placement"
+	"github.com/asyncrl/asyncrl/cluster/rankhost"
 	"github.com/asyncrl/asyncrl/cluster/rollouthost"
 	"github.com/asyncrl/asyncrl/cluster/term"
 	"github.com/asyncrl/asyncrl/cluster/termwatch"
@@ -133,8 +134,11 @@ type Agent struct {
 	rollouts *rollouthost.Host
 	// tinker serves the Tinker API (the tinker role).
 	tinker *tinkerRole
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	// rankHost starts ranks of other holders' trainer groups
+	// (trainer.exec_nodes > 1; rankgroup.go).
+	rankHost *rankhost.Host
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
 
 	mu      sync.Mutex
 	quorum  *cluster.Quorum
@@ -241,6 +245,9 @@ func (a *Agent) Stop() {
 		}
 		if a.rollouts != nil {
 			a.rollouts.Stop()
+		}
+		if a.rankHost != nil {
+			a.rankHost.Close()
 		}
 		if a.host != nil {
 			a.host.Stop()

@@ -82,6 +82,9 @@ func Start(ctx context.Context, cfg Config) (a *Agent, err error) {
 		a.wg.Go(func() { a.syncTinkerEngines(rctx) })
 	}
 	if a.cfg.has(placement.Trainer) {
+		if err = a.startRankHost(); err != nil {
+			return a, err
+		}
 		if err = a.startTrainer(ctx, rctx); err != nil {
 			return a, err
 		}

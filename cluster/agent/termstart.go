@@ -57,6 +57,7 @@ func (r *termRun) start(ctx context.Context, v term.StartPipeline) error {
 	opts := node.Options{Logger: a.log, InMemoryBus: a.cfg.InMemoryBus, Remote: rc, BusSecurity: &a.termBus,
 		RouterListen: a.cfg.RouterListen, RouterAdminToken: a.cfg.RouterAdminToken, OnStartPhase: phase,
 		BeforeAnnounce: func(version int64) { a.hold(HoldPublish, v.From.Version+version) }}
+	a.setRankLinks(&opts, v.Term, v.Token)
 	p, err := r.startWatched(ctx, func(sctx context.Context) (*termPieces, error) { return r.build(sctx, ctx, v, cfg, opts, phase) })
 	if err != nil {
 		return err

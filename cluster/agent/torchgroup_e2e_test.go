@@ -267,3 +267,69 @@ func loadAvg() string {
 	}
 	return "?"
 }
+
+// TestClusterTorchGroupTwoNodes (make test-cluster): the trainer is one
+// torch.distributed group spanning two asyncrl node processes
+// (trainer.exec_nodes 2 × exec_ranks 2 = world 4, gloo over loopback):
+// the holder runs ranks 0–1 and hosts the rendezvous, the other trainer
+// node's rank host runs ranks 2–3 (cluster/rankhost). Two runs:
+//
+//   - clean: the run finishes with every step's prompts trained exactly
+//     once (the ledger line), the group's four ranks on the two nodes;
+//   - kill-remote-rank: after step 3 is durable one of the other node's
+//     ranks is SIGKILLed. The step fails for the whole group, the holder
+//     replaces all four ranks (a torch.distributed group takes no new
+//     member) from its last completed state and the run finishes, the
+//     holder keeping its lease, again every prompt trained exactly once.
+func TestClusterTorchGroupTwoNodes(t *testing.T) {
+	e2eEnabled(t)
+	yaml := torchGroupYAML(t) + "  exec_nodes: 2\n"
+	bin := clustertest.BuildBinary(t)
+	const steps = 8
+	for _, kill := range []bool{false, true} {
+		name := map[bool]string{false: "clean", true: "kill-remote-rank"}[kill]
+		t.Run(name, func(t *testing.T) {
+			start, load0 := time.Now(), loadAvg()
+			defer func() {
+				t.Logf("TORCHNODES run=%s result=%s took=%s load=%s→%s", name, map[bool]string{false: "pass", true: "FAIL"}[t.Failed()],
+					time.Since(start).Round(time.Second), load0, loadAvg())
+			}()
+			c := newE2EClusterBin(t, bin, steps, 3, 3)
+			c.yaml = yaml
+			nodes := []*proc{c.start(0, "trainer,engine,controller,publisher"), c.start(1, "trainer,engine,controller,publisher"),
+				c.start(2, "engine,rollout")}
+			holderP, otherP, hname, oname := pickHolder(t, nodes[:2], 1)
+			local, remote := waitRanks(t, holderP, hname), waitRanks(t, otherP, oname+"'s hosted")
+			hrecs0, orecs0 := holderP.records(t), otherP.records(t)
+			if kill {
+				clustertest.WaitFor(t, 3*time.Minute, hname+" to make step 3 durable", func() bool { return lastDurable(holderP.records(t)) >= 3 })
+				if before := lastDurable(holderP.records(t)); before >= steps-1 {
+					t.Fatalf("the run reached step %d of %d before the kill: no step left to prove the group's restart", before, steps)
+				}
+				victim := remote[0]
+				if err := syscall.Kill(victim, syscall.SIGKILL); err != nil {
+					t.Fatalf("kill %s's rank pid %d: %v", oname, victim, err)
+				}
+				t.Logf("killed %s's hosted rank pid %d (holder %s ranks %v, hosted %v)", oname, victim, hname, local, remote)
+				clustertest.WaitFor(t, 3*time.Minute, "the whole group to restart on both nodes", func() bool {
+					l, r := rankPIDs(holderP.Cmd.Process.Pid), rankPIDs(otherP.Cmd.Process.Pid)
+					fresh := func(now, was []int) bool {
+						return len(now) == 2 && !slices.ContainsFunc(now, func(p int) bool { return slices.Contains(was, p) })
+					}
+					return fresh(l, local) && fresh(r, remote)
+				})
+			}
+			clustertest.WaitFor(t, 6*time.Minute, hname+" to finish the run", func() bool {
+				return countKind(holderP.records(t), term.RunComplete) > 0 && clustertest.LedgerLine.MatchString(holderP.Out.String())
+			})
+			checkLedgerLine(t, holderP.Out.String(), steps)
+			if got := lastDurable(holderP.records(t)); got != steps {
+				t.Errorf("last durable step %d; want %d", got, steps)
+			}
+			hrecs, orecs := holderP.records(t)[len(hrecs0):], otherP.records(t)[len(orecs0):]
+			if countKind(hrecs, term.LeaseLost) > 0 || countKind(hrecs, term.LeaseAcquired)+countKind(orecs, term.LeaseAcquired) > 0 {
+				t.Errorf("%s lost its term while its group spanned %s:\n%s", hname, oname, lossLines(hrecs))
+			}
+		})
+	}
+}

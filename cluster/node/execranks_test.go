@@ -75,7 +75,8 @@ func TestExecTorchRanksRun(t *testing.T) {
 
 // TestExecRanksBadStart: bad input for a worker group is a clear error at
 // start and nothing is trained — a world size that does not divide the
-// global batch (refused by New, before any process starts), and a rank
+// global batch (refused by New, before any process starts), a group over
+// several nodes in one process (exec_nodes without a cluster), and a rank
 // that never joins the rendezvous (Start fails naming the address, the
 // timeout and the rank that never answered; no step, no state written).
 func TestExecRanksBadStart(t *testing.T) {
@@ -103,6 +104,26 @@ func TestExecRanksBadStart(t *testing.T) {
 		}
 		if _, serr := os.Stat(execDir(cfg)); !os.IsNotExist(serr) {
 			t.Errorf("the trainer's directory %s exists after a refused config (%v)", execDir(cfg), serr)
+		}
+	})
+
+	t.Run("a group over nodes in one process", func(t *testing.T) {
+		cfg := smallConfig(t, 1)
+		exec(&cfg)
+		cfg.Trainer.ExecNodes = 2
+		n, err := New(cfg, Options{InMemoryBus: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		err = n.Start(ctx)
+		n.Stop()
+		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "trainer.exec_nodes 2") || !strings.Contains(err.Error(), "asyncrl node") {
+			t.Fatalf("err %v; want a config error saying exec_nodes needs asyncrl node", err)
+		}
+		if st := n.steps(); len(st) != 0 {
+			t.Errorf("%d steps trained", len(st))
 		}
 	})
 

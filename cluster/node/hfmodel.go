@@ -1,12 +1,8 @@
 package node
 
 import (
-	"context"
 	"fmt"
 
-	"github.com/rs/zerolog"
-
-	"github.com/asyncrl/asyncrl/actors/trainer"
 	"github.com/asyncrl/asyncrl/cluster/weightsync"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/engine"
@@ -109,11 +105,4 @@ func (n *Node) hfInitialWeights() (baseDir string, initial engine.Model, err err
 		return "", nil, fmt.Errorf("node: initial weights %s: %w", src, err)
 	}
 	return baseDir, initial, nil
-}
-
-// startHFExec starts the trainer child on the Hugging Face checkpoint in
-// modelDir: Init model kind hf with it as model.path, each version's
-// directory checked (wiring.CheckServing) and the older ones pruned.
-func startHFExec(ctx context.Context, cfg config.Config, modelDir string, argv []string, log zerolog.Logger) (*trainer.Exec, error) {
-	return startExecChild(ctx, cfg, argv, log, "hf", func(string) (string, error) { return modelDir, nil })
 }

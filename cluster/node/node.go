@@ -20,6 +20,7 @@ import (
 	"github.com/asyncrl/asyncrl/actors/router/proxy"
 	"github.com/asyncrl/asyncrl/actors/sampling"
 	"github.com/asyncrl/asyncrl/actors/trainer"
+	"github.com/asyncrl/asyncrl/actors/trainer/bridge"
 	"github.com/asyncrl/asyncrl/actors/trainer/microbatch"
 	"github.com/asyncrl/asyncrl/cluster/internal/retry"
 	"github.com/asyncrl/asyncrl/cluster/localengine"
@@ -96,6 +97,13 @@ type Options struct {
 	ExecCheckpoint        string
 	ExecCheckpointVersion int64
 	AfterExecStep         func(ctx context.Context, state string, version int64) error
+	// ExecRemote starts the ranks of a trainer group that runs on other
+	// nodes (trainer.exec_nodes > 1; the cluster agent's term passes
+	// cluster/rankhost's Links), ExecRendezvousAddr is this node's address
+	// their ranks reach rank 0's rendezvous at ("" = 127.0.0.1). A group
+	// over several nodes needs ExecRemote: without it the start fails.
+	ExecRemote         bridge.RemoteRanks
+	ExecRendezvousAddr string
 	// OnStartPhase, when set, hears each phase Start reaches (the cluster
 	// agent's term reports them to its core: a start that stalls is
 	// reported with the last phase it reached). Called on Start's
@@ -378,7 +386,7 @@ func microbatchConfig(t config.TrainerConfig) microbatch.Config {
 	mb.DPSize = t.DPRanks()
 	// a worker group's ranks train equal shares (config checks that B·n
 	// divides by exec_ranks)
-	mb.EqualSize = t.Backend == config.BackendExec && t.ExecRanks > 1
+	mb.EqualSize = t.Backend == config.BackendExec && t.ExecWorld() > 1
 	mb.Strategy = microbatch.Strategy(t.DPPartition)
 	mb.Packing = microbatch.Packing(t.MicrobatchMode)
 	return mb

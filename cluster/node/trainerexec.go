@@ -55,23 +55,31 @@ func startExec(ctx context.Context, cfg config.Config, initial *policy.Model, ar
 // directories stay: the publisher has read each version when Step
 // returns, and one directory per step would pile up over a long run.
 func startExecChild(ctx context.Context, cfg config.Config, argv []string, log zerolog.Logger, kind string, modelPath func(dir string) (string, error)) (*trainer.Exec, error) {
-	return startExecAt(ctx, cfg, argv, log, kind, modelPath, execResume{})
+	return startExecAt(ctx, cfg, argv, log, kind, modelPath, execStart{})
 }
 
-// execResume is where a trainer child starts other than model.path: a
-// state directory it (or a worker group) wrote, at that state's step.
-type execResume struct {
-	dir  string // "" = from model.path at step 0
-	step int64
+// execStart is where a trainer child starts other than model.path — a
+// state directory it (or a worker group) wrote, at that state's step —
+// and, for a group over several nodes (trainer.exec_nodes), where the
+// other nodes' ranks start and the address they reach rank 0 at.
+type execStart struct {
+	dir    string // "" = from model.path at step 0
+	step   int64
+	remote bridge.RemoteRanks
+	addr   string
 }
 
 // startExecAt is startExecChild with the child's Init resuming from r.
-func startExecAt(ctx context.Context, cfg config.Config, argv []string, log zerolog.Logger, kind string, modelPath func(dir string) (string, error), r execResume) (*trainer.Exec, error) {
+func startExecAt(ctx context.Context, cfg config.Config, argv []string, log zerolog.Logger, kind string, modelPath func(dir string) (string, error), r execStart) (*trainer.Exec, error) {
 	if len(argv) == 0 {
 		argv = cfg.Trainer.Exec
 	}
 	if len(argv) == 0 {
 		return nil, fmt.Errorf("%w: trainer.exec: the exec backend needs the trainer child's command", ErrConfig)
+	}
+	if cfg.Trainer.ExecNodes > 1 && r.remote == nil {
+		return nil, fmt.Errorf("%w: trainer.exec_nodes %d spreads the trainer group over several asyncrl node processes: run it as a cluster (asyncrl node --roles trainer,… on %d nodes); a single process trains on its own ranks only (set exec_nodes to 1 and exec_ranks to the world size)",
+			ErrConfig, cfg.Trainer.ExecNodes, cfg.Trainer.ExecNodes)
 	}
 	dir := execDir(cfg)
 	if err := os.RemoveAll(dir); err != nil {
@@ -93,6 +101,7 @@ func startExecAt(ctx context.Context, cfg config.Config, argv []string, log zero
 		StepTimeout: cfg.Trainer.ExecStepTimeout, Restarts: cfg.Trainer.ExecRestarts,
 		Backoff: time.Second, Logger: log.With().Str("component", "trainer-child").Logger(),
 		OnSent: execOnSent, Ranks: cfg.Trainer.ExecRanks, Rendezvous: cfg.Trainer.ExecRendezvousTimeout,
+		Nodes: cfg.Trainer.ExecNodes, Remote: r.remote, RendezvousAddr: r.addr,
 	}, trainer.ExecOptions{CheckDir: wiring.CheckServing, KeepServing: 3})
 	if err != nil {
 		return nil, fmt.Errorf("node: trainer.exec %v: %w", argv, err)
@@ -146,12 +155,15 @@ func (n *Node) startExecTrainer(ctx context.Context, initial *policy.Model, pub 
 // the built-in policy's initial weights, resumed from
 // Options.ExecCheckpoint when set.
 func (n *Node) startExecBackend(ctx context.Context, initial *policy.Model, tcfg trainer.Config) (*trainer.Exec, error) {
-	r := execResume{dir: n.opts.ExecCheckpoint, step: n.opts.ExecCheckpointVersion}
+	r := execStart{dir: n.opts.ExecCheckpoint, step: n.opts.ExecCheckpointVersion, remote: n.opts.ExecRemote, addr: n.opts.ExecRendezvousAddr}
 	if n.hf != "" {
 		if r.dir != "" {
 			return nil, fmt.Errorf("%w: resuming a Hugging Face model's trainer child on a cluster term is not supported yet (its engines would start from model.path's weights)", ErrConfig)
 		}
-		return startHFExec(ctx, n.cfg, n.hf, nil, tcfg.Logger)
+		// the child trains the checkpoint itself as model kind hf (each
+		// version's directory checked by wiring.CheckServing and the older
+		// ones pruned, startExecAt)
+		return startExecAt(ctx, n.cfg, nil, tcfg.Logger, "hf", func(string) (string, error) { return n.hf, nil }, r)
 	}
 	return startExecAt(ctx, n.cfg, nil, tcfg.Logger, "builtin", func(dir string) (string, error) {
 		initDir := filepath.Join(dir, "init")

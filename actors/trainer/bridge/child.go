@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -135,6 +136,9 @@ func closeAll(fs ...*os.File) {
 
 // Pid is the child's process id.
 func (c *Child) Pid() int { return c.cmd.Process.Pid }
+
+// String names the child for logs.
+func (c *Child) String() string { return "pid " + strconv.Itoa(c.Pid()) }
 
 func (c *Child) read() {
 	defer close(c.readDone)
@@ -268,7 +272,12 @@ func (c *Child) check(res readResult, id uint64, typ, want string) (Reply, error
 	if res.err != nil {
 		return Reply{}, res.err
 	}
-	r := res.rep
+	return checkReply(res.rep, id, typ, want)
+}
+
+// checkReply is r as the answer to request id of type typ: an Error frame
+// is a *ChildError, anything but want with id a protocol error.
+func checkReply(r Reply, id uint64, typ, want string) (Reply, error) {
 	if r.Type == TypeError {
 		if r.ID != id && r.ID != 0 {
 			return Reply{}, fmt.Errorf("%w: Error for id %d while %s (id %d) was in flight", ErrProtocol, r.ID, typ, id)

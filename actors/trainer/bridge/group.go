@@ -26,87 +26,116 @@ type rankResult struct {
 	err error
 }
 
-// rendezvousHost is where rank 0 hosts the group's TCP store: the ranks
-// run on this machine.
+// rendezvousHost is where rank 0 hosts the group's TCP store when every
+// rank runs on this machine (Options.RendezvousAddr unset).
 const rendezvousHost = "127.0.0.1"
 
-// freePort asks the kernel for a TCP port that is free now. The listener
-// closes before rank 0 binds it; another process may take it in between,
-// which fails the rendezvous and restarts the group on a new port.
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", rendezvousHost+":0")
+// freePort asks the kernel for a TCP port on host that is free now. The
+// listener closes before rank 0 binds it; another process may take it in
+// between, which fails the rendezvous and restarts the group on a new
+// port.
+func freePort(host string) (int, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
-		return 0, fmt.Errorf("bridge: a rendezvous port on %s: %w", rendezvousHost, err)
+		return 0, fmt.Errorf("bridge: a rendezvous port on %s: %w", host, err)
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
-// rankEnv is torch's environment contract for rank r of a group at
-// port (torchrun's names), for code in the child that reads it.
-func rankEnv(g Group) []string {
-	return []string{
-		"MASTER_ADDR=" + g.Addr, "MASTER_PORT=" + strconv.Itoa(g.Port),
-		"WORLD_SIZE=" + strconv.Itoa(g.WorldSize), "RANK=" + strconv.Itoa(g.Rank),
-		"LOCAL_RANK=" + strconv.Itoa(g.Rank), "LOCAL_WORLD_SIZE=" + strconv.Itoa(g.WorldSize),
-	}
-}
+// world is the group's size (1 without a group): Ranks on this node and
+// on each of the other Nodes-1.
+func (s *Supervisor) world() int { return max(1, s.opts.Ranks) * max(1, s.opts.Nodes) }
 
-// world is the group's size (1 without a group).
-func (s *Supervisor) world() int { return max(1, s.opts.Ranks) }
+// local is how many of the world's ranks run here (ranks 0…local-1).
+func (s *Supervisor) local() int { return max(1, s.opts.Ranks) }
 
 // children are the running ranks in rank order (nil: none).
-func (s *Supervisor) children() []*Child {
+func (s *Supervisor) children() []member {
 	if s.child == nil {
 		return nil
 	}
-	return append([]*Child{s.child}, s.peers...)
+	return append([]member{s.child}, s.peers...)
 }
 
 // startRanks starts the world's processes: one child without a group,
-// else one per rank with its Init.group and torch's rank environment.
-func (s *Supervisor) startRanks(init Init) ([]*Child, []frame, error) {
+// else this node's ranks (each with its Init.group and torch's rank
+// environment), then the other nodes' through Options.Remote.
+func (s *Supervisor) startRanks(ctx context.Context, init Init) ([]member, []frame, error) {
 	n := s.world()
 	if n == 1 {
 		c, err := StartChild(s.opts.Spec, s.opts.Logger)
 		if err != nil {
 			return nil, nil, err
 		}
-		return []*Child{c}, []frame{&init}, nil
+		return []member{c}, []frame{&init}, nil
 	}
-	port, err := freePort()
+	if n > s.local() && s.opts.Remote == nil {
+		return nil, nil, fmt.Errorf("a group of %d ranks over %d nodes needs other nodes to start ranks on (trainer.exec_nodes runs on asyncrl node's cluster terms)", n, s.opts.Nodes)
+	}
+	host := s.opts.RendezvousAddr
+	if host == "" {
+		host = rendezvousHost
+	}
+	port, err := freePort(host)
 	if err != nil {
 		return nil, nil, err
 	}
-	cs := make([]*Child, 0, n)
-	reqs := make([]frame, 0, n)
+	groups := make([]Group, n)
 	for r := range n {
-		g := Group{Rank: r, WorldSize: n, Addr: rendezvousHost, Port: port, TimeoutS: s.opts.Rendezvous.Seconds()}
+		groups[r] = Group{Rank: r, WorldSize: n, Addr: host, Port: port, TimeoutS: s.opts.Rendezvous.Seconds()}
+	}
+	ms := make([]member, 0, n)
+	reqs := make([]frame, 0, n)
+	for r := range s.local() {
 		spec := s.opts.Spec
-		spec.Env = append(slices.Clone(spec.Env), rankEnv(g)...)
+		spec.Env = append(slices.Clone(spec.Env), RankEnv(groups[r], r, s.local())...)
 		c, err := StartChild(spec, s.opts.Logger.With().Int("rank", r).Logger())
 		if err != nil {
-			killAll(cs)
+			killAll(ms)
 			return nil, nil, fmt.Errorf("rank %d of %d: %w", r, n, err)
 		}
-		in := init
-		in.Group = &g
-		cs, reqs = append(cs, c), append(reqs, &in)
+		ms = append(ms, c)
 	}
-	return cs, reqs, nil
+	if n > s.local() {
+		links, err := s.opts.Remote.StartRanks(ctx, groups[s.local():])
+		if err == nil && len(links) != n-s.local() {
+			err = fmt.Errorf("%d links for %d ranks", len(links), n-s.local())
+			for _, l := range links {
+				l.Kill()
+			}
+		}
+		if err != nil {
+			killAll(ms)
+			return nil, nil, fmt.Errorf("ranks %d…%d of %d on other nodes: %w", s.local(), n-1, n, err)
+		}
+		for _, l := range links {
+			ms = append(ms, &remoteRank{link: l})
+		}
+	}
+	for r := range n {
+		in := init
+		in.Group = &groups[r]
+		reqs = append(reqs, &in)
+	}
+	return ms, reqs, nil
 }
 
-func killAll(cs []*Child) {
-	for _, c := range cs {
-		c.Kill()
+// killAll ends every rank at once: a remote one's Kill waits for its
+// host's answer, and a dead group must be gone before the next starts.
+func killAll(ms []member) {
+	var wg sync.WaitGroup
+	for _, m := range ms {
+		wg.Go(m.Kill)
 	}
+	wg.Wait()
 }
 
 // callAll sends reqs[r] to rank r, all at once, and waits for every
 // answer. The first rank that fails cancels the wait for the others (they
 // may be blocked in a collective that the failed rank never reaches);
 // their results are then context.Canceled.
-func callAll(ctx context.Context, cs []*Child, typ string, reqs []frame, want string, timeout time.Duration) []rankResult {
+func callAll(ctx context.Context, cs []member, typ string, reqs []frame, want string, timeout time.Duration) []rankResult {
 	out := make([]rankResult, len(cs))
 	if len(cs) == 1 {
 		out[0].rep, out[0].err = cs[0].Call(ctx, typ, reqs[0], want, timeout)

@@ -50,6 +50,15 @@ type Options struct {
 	// Rendezvous bounds the group's rendezvous (trainer.exec_rendezvous_timeout;
 	// default 2 min): a rank that has not joined by then fails the start.
 	Rendezvous time.Duration
+	// Nodes spreads the group over that many nodes, Ranks on each
+	// (trainer.exec_nodes; 0 or 1: this node only): ranks 0…Ranks-1 run
+	// here, the rest through Remote, which a group of several nodes needs.
+	Nodes  int
+	Remote RemoteRanks
+	// RendezvousAddr is where rank 0 hosts the group's TCP store, an
+	// address of this machine the other nodes' ranks reach ("" =
+	// 127.0.0.1, enough when every rank runs here).
+	RendezvousAddr string
 }
 
 func (o *Options) defaults() {
@@ -78,8 +87,9 @@ func (o *Options) defaults() {
 type Supervisor struct {
 	opts  Options
 	child *Child
-	// peers are ranks 1… of a group (child is rank 0); empty for one child.
-	peers []*Child
+	// peers are ranks 1… of a group (child is rank 0, always on this
+	// node: it hosts the rendezvous); empty for one child.
+	peers []member
 	step  int64  // the last completed step (the version the weights are at)
 	state string // its state directory ("" before the first step: Init.Resume)
 	// ownState: state is a directory a child wrote for a step (not
@@ -169,12 +179,14 @@ func (s *Supervisor) spawn(ctx context.Context) error {
 		st := s.state
 		init.Resume = &st
 	}
-	cs, reqs, err := s.startRanks(init)
+	cs, reqs, err := s.startRanks(ctx, init)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errStart, err)
 	}
-	for _, c := range cs {
-		c.sent = s.opts.OnSent
+	for _, m := range cs {
+		if c, ok := m.(*Child); ok {
+			c.sent = s.opts.OnSent
+		}
 	}
 	res := callAll(ctx, cs, TypeInit, reqs, TypeReady, s.opts.InitTimeout)
 	_, err = groupError(ctx, res)
@@ -187,9 +199,9 @@ func (s *Supervisor) spawn(ctx context.Context) error {
 		killAll(cs)
 		return fmt.Errorf("bridge: init %s (step %d): %w%s", s.opts.Spec, s.step, err, unanswered(ctx, res))
 	}
-	s.child, s.peers, s.ready = cs[0], cs[1:], res[0].rep
-	for _, c := range cs {
-		s.opts.Logger.Info().Int("pid", c.Pid()).Int64("step", s.step).Str("resume", s.state).Int("ranks", len(cs)).
+	s.child, s.peers, s.ready = cs[0].(*Child), cs[1:], res[0].rep
+	for r, c := range cs {
+		s.opts.Logger.Info().Int("rank", r).Stringer("child", c).Int64("step", s.step).Str("resume", s.state).Int("ranks", len(cs)).
 			Interface("worker", res[0].rep.Worker).Msg("trainer child ready")
 	}
 	return nil
