@@ -47,9 +47,6 @@ func (s *batchStore) release(group string) {
 	}
 }
 
-// held is how many messages are stored (the summary's buffer figure).
-func (s *batchStore) held() int { return len(s.msgs) }
-
 // storeKept stores a kept group's token batch (data) and turns m's batch
 // into the reference the sampling actor forwards: subject, sequence,
 // size and checksum, no bytes.
