@@ -30,7 +30,9 @@ func TestControlBytesPerStep(t *testing.T) {
 	var mu sync.Mutex
 	bytes, msgs := map[string]int64{}, map[string]int64{}
 	var subs []transport.Subscription
+	var node *Node
 	onStart := func(n *Node) {
+		node = n
 		for _, subj := range []string{n.subj.Kept, n.subj.Train, n.subj.Trajectories} {
 			s := subj
 			sub, err := n.bus.Subscribe(s, func(m *transport.Msg) {
@@ -60,4 +62,11 @@ func TestControlBytesPerStep(t *testing.T) {
 		t.Logf("%-13s %6d msgs %10d bytes  %9.0f bytes/step", subj, msgs[full], bytes[full], float64(bytes[full])/float64(steps))
 	}
 	t.Logf("steps %d, reward first5 %.3f last5 %.3f", s.Steps, s.RewardFirst5, s.RewardLast5)
+	// The buffer holds the groups in flight, not every group judged: the
+	// sampling actor deleted each one the controller settled.
+	deleted, held := node.smp.Released()
+	t.Logf("trajectory buffer: %d settled groups deleted, %d referenced groups not settled at stop", deleted, held)
+	if deleted == 0 {
+		t.Errorf("no settled group was deleted from the trajectory buffer")
+	}
 }
