@@ -110,10 +110,21 @@ func BridgeStream[In, Out any](ctx context.Context, stream transport.Stream, dur
 	if decode == nil {
 		return nil, fmt.Errorf("%w: decode must not be nil", ErrInvalidConfig)
 	}
+	return BridgeStreamMsg(ctx, stream, durable, ackWait, func(m *transport.StreamMsg) (In, error) { return decode(m.Data) }, sh)
+}
+
+// BridgeStreamMsg is BridgeStream with a decoder that sees the whole
+// stored message (its subject and stream sequence, not only its data):
+// the sampling actor turns a stored group into a reference to where it is
+// stored.
+func BridgeStreamMsg[In, Out any](ctx context.Context, stream transport.Stream, durable string, ackWait time.Duration, decode func(*transport.StreamMsg) (In, error), sh *Shell[In, Out]) (*Bridge, error) {
+	if decode == nil {
+		return nil, fmt.Errorf("%w: decode must not be nil", ErrInvalidConfig)
+	}
 	name := stream.Name() + "/" + durable
 	b := &Bridge{subject: name}
 	h := func(m *transport.StreamMsg) {
-		msg, err := decode(m.Data)
+		msg, err := decode(m)
 		if err != nil {
 			sh.decodeFailed(name, m.Subject, err)
 			if aerr := m.Ack(); aerr != nil {

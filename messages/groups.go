@@ -5,6 +5,14 @@ package messages
 
 // GroupReady is a complete group of trajectories with its packed token batch.
 // Version: OldestVersion (the staleness check looks at the oldest token).
+//
+// The rollout actor stores it, token batch inline, in the trajectory
+// buffer (RunPlan.GroupStream). The sampling actor forwards a kept group
+// by reference: Batch then holds the stream subject and sequence of that
+// stored message (with the batch's size and checksum), not the bytes, and
+// the trainer fetches it (BatchRef). Everything the controller and the
+// sampling core decide on — rewards, versions, token counts, which
+// trajectories train a token — stays in the message itself.
 type GroupReady struct {
 	Header
 	GroupID       string    `cbor:"10,keyasint,omitempty"`
@@ -18,6 +26,12 @@ type GroupReady struct {
 	Batch         BatchRef `cbor:"16,keyasint,omitempty"`
 	// Tokens is the total token count of the group (for microbatching).
 	Tokens int64 `cbor:"17,keyasint,omitempty"`
+	// TrainedTokens is, per trajectory (TrajectoryIDs order), how many of
+	// its tokens its loss mask trains; 0 is a dead trajectory (nothing to
+	// train). zero_variance_mask judges a group on its live trajectories
+	// from it, without the token batch. nil (an older sender): every
+	// trajectory counts as live.
+	TrainedTokens []int32 `cbor:"18,keyasint,omitempty"`
 }
 
 func (GroupReady) Kind() Kind { return KindGroupReady }
@@ -25,7 +39,7 @@ func (m GroupReady) String() string {
 	b := m.Batch
 	return newLine("GroupReady", m.Header).str("group", m.GroupID).str("prompt", m.PromptID).
 		strs("trajs", m.TrajectoryIDs).f64s("rewards", m.Rewards).i64("oldest_v", m.OldestVersion).
-		i64("scheduled_step", m.ScheduledStep).ref("batch", &b).i64("tokens", m.Tokens).done()
+		i64("scheduled_step", m.ScheduledStep).ref("batch", &b).i64("tokens", m.Tokens).i32s("trained", m.TrainedTokens).done()
 }
 
 // GroupAccepted: the staleness controller admitted the group for training

@@ -146,7 +146,14 @@ func (m SessionFinished) String() string {
 }
 
 // BatchRef points at a packed TokenBatch (Arrow IPC): either a durable stream
-// message (Subject+Seq) or the bytes inline for small batches.
+// message (Subject+Seq) or the bytes inline.
+//
+// A stream reference addresses the message the rollout actor stored in
+// the trajectory buffer: an encoded GroupReady whose Batch holds the
+// Arrow bytes inline (BatchRef.Resolve checks and extracts them). Inline
+// remains for a bus without a trajectory buffer (a rollout actor without
+// GroupStream publishes its groups plainly: unit tests, bench/scale's
+// in-memory pipeline) and for TurnResult.Routes.
 type BatchRef struct {
 	Subject string `cbor:"1,keyasint,omitempty"`
 	Seq     uint64 `cbor:"2,keyasint,omitempty"`
@@ -164,6 +171,12 @@ func (l *line) ref(k string, r *BatchRef) *line {
 		l.b = append(l.b, "nil"...)
 		return l
 	}
+	l.b = appendRef(l.b, r)
+	return l
+}
+
+func appendRef(b []byte, r *BatchRef) []byte {
+	l := &line{b: b}
 	l.b = append(l.b, "{subject="...)
 	l.b = strconv.AppendQuote(l.b, r.Subject)
 	l.b = append(l.b, " seq="...)
@@ -175,5 +188,5 @@ func (l *line) ref(k string, r *BatchRef) *line {
 	l.b = append(l.b, " checksum="...)
 	l.b = strconv.AppendQuote(l.b, r.Checksum)
 	l.b = append(l.b, '}')
-	return l
+	return l.b
 }

@@ -105,6 +105,9 @@ type ctlNode struct {
 	// a fresh buffer and watch.
 	buf   *trajBuffer
 	watch *termwatch.Watch
+	// batches holds the kept groups' token batches the control messages
+	// reference (ctlrefs.go); it survives a crash.
+	batches *batchStore
 	// Counts for the summary: terms that stepped down (and of them for
 	// no step), unreplicated buffers lost, groups lost with them.
 	stepDowns, noStepDowns, buffersLost, lostGroups int
@@ -118,7 +121,8 @@ type ctlNode struct {
 }
 
 func newCtl(w *world) (*ctlNode, error) {
-	c := &ctlNode{w: w, bus: w.hub.Connect("ctl"), src: &promptSource{}, led: newLedger(), byReason: map[filter.Reason]int64{}}
+	c := &ctlNode{w: w, bus: w.hub.Connect("ctl"), src: &promptSource{}, led: newLedger(), byReason: map[filter.Reason]int64{},
+		batches: newBatchStore()}
 	smp, err := sampling.New(sampling.Config{Filter: c.filterConfig(), RunID: runID, Sender: "ctl",
 		Kept: subjKept, Filtered: subjFiltered})
 	if err != nil {

@@ -177,13 +177,16 @@ func (c *ctlNode) onLedger(m messages.PromptLedger) {
 		w.orc.admit(m.GroupID, m.PromptID)
 	case messages.LedgerRequeued:
 		delete(led.unsettled, m.GroupID)
+		c.batches.release(m.GroupID)
 		led.queued = append(led.queued, controller.Held{Prompt: controller.Prompt{ID: m.PromptID}, Attempt: m.Attempt + 1})
 		w.orc.settle(m.GroupID, "requeued")
 	case messages.LedgerFiltered:
 		delete(led.unsettled, m.GroupID)
+		c.batches.release(m.GroupID)
 		w.orc.settle(m.GroupID, "filtered")
 	case messages.LedgerTrained:
 		delete(led.unsettled, m.GroupID)
+		c.batches.release(m.GroupID)
 		w.orc.markedTrained(m.GroupID)
 	default:
 		w.fail(InvProtocol, "controller: ledger entry %s for %s in unknown state %q", m.PromptID, m.GroupID, m.State)
@@ -218,9 +221,11 @@ func (c *ctlNode) onStepDone(m messages.StepDone) {
 // judge takes a finished group from the buffer as the rollout side hands
 // it on: a GroupReady with the group's token batch, stepped through the
 // sampling core (the filter) and, kept or filtered, into the controller
-// core. The sampling core judges on the rewards and passes the token
-// batch through untouched, so the batch is encoded only for a kept group
-// (most groups are filtered; encoding theirs would only cost time).
+// core. The sampling core judges on the rewards and passes the group
+// through; a kept group's token batch is then encoded and stored, and the
+// controller gets a reference to it (storeKept), as the sampling actor
+// forwards one from the trajectory buffer (most groups are filtered;
+// encoding theirs would only cost time).
 func (c *ctlNode) judge(g *rgroup) {
 	w := c.w
 	gr := messages.GroupReady{Header: messages.Header{RunID: runID, Sender: "ctl"}, GroupID: g.id, PromptID: g.prompt,
@@ -228,6 +233,7 @@ func (c *ctlNode) judge(g *rgroup) {
 	for _, t := range g.trajs {
 		gr.TrajectoryIDs = append(gr.TrajectoryIDs, t.id)
 		gr.Rewards = append(gr.Rewards, t.reward)
+		gr.TrainedTokens = append(gr.TrainedTokens, trainedOf(t.mask))
 		gr.OldestVersion = min(gr.OldestVersion, t.minV)
 		gr.Tokens += int64(len(t.ctx))
 	}
@@ -244,11 +250,13 @@ func (c *ctlNode) judge(g *rgroup) {
 		case messages.GroupReady:
 			w.logf("ctl: group %s oldest v%d: kept", m.GroupID, m.OldestVersion)
 			data, err := encodeBatch(w.in.tokenRewards, g)
+			if err == nil {
+				m, err = c.storeKept(m, data)
+			}
 			if err != nil {
 				w.fail(InvWire, "encode token batch of %s: %v", g.id, err)
 				return
 			}
-			m.Batch = messages.BatchRef{Inline: data, Bytes: int64(len(data))}
 			c.stepCore(m)
 			continue
 		case messages.GroupFiltered:

@@ -221,15 +221,19 @@ func TestMinimizeShrinksSchedule(t *testing.T) {
 	if !crash {
 		t.Fatalf("minimal schedule lost the trainer crash: %v", m.Faults)
 	}
-	// The causal slice shows the group trained twice.
-	trainings := 0
+	// The causal slice shows the group trained, then sent to train
+	// again. Since batches travel by reference (issue 31) the replayed
+	// batch's groups were released once trained, so the second training
+	// is caught when the trainer fetches them, before it trains.
+	trainings, again := 0, false
 	for _, l := range m.Related {
 		if strings.Contains(l, "trained on version") {
 			trainings++
 		}
+		again = again || strings.Contains(l, "is sent to train again")
 	}
-	if trainings < 2 {
-		t.Fatalf("related events show %d trainings of the group:\n%s", trainings, strings.Join(m.Related, "\n"))
+	if trainings < 1 || !again {
+		t.Fatalf("related events show %d trainings of the group and no second one refused (%v):\n%s", trainings, again, strings.Join(m.Related, "\n"))
 	}
 	if len(v.Faults) > 1 && len(m.Faults) == len(v.Faults) {
 		t.Logf("note: nothing could be dropped from %v", v.Faults)

@@ -5,6 +5,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/asyncrl/asyncrl/actors/trainer/assemble"
 	"github.com/asyncrl/asyncrl/actors/trainer/microbatch"
 	"github.com/asyncrl/asyncrl/actors/trainer/steprule"
 	"github.com/asyncrl/asyncrl/messages"
@@ -98,19 +99,48 @@ func (t *trainerNode) do(e steprule.Effect) {
 	}
 }
 
-// prepare decodes the batch's Arrow token data, verifies its checksum,
-// finds each group's oldest generated token and packs the trajectories
-// into microbatches over two data-parallel ranks. It returns the oldest
-// version per group and the modelled compute time.
-func (t *trainerNode) prepare(b messages.TrainBatch) (map[string]int64, time.Duration, bool) {
+// fetch reads every group the batch references from the controller's
+// batch store and assembles the mini-batch as the real trainer does
+// (actors/trainer/assemble: ZeroMask flags, replace mode's copies). A
+// reference to a released group means the trainer was asked to train a
+// group whose fate the ledger already settled: trained twice when it was
+// trained, otherwise a protocol fault.
+func (t *trainerNode) fetch(b messages.TrainBatch) (*messages.TokenBatch, bool) {
 	w := t.w
-	if got := checksumOf(b.Batch.Inline); b.Batch.Checksum != "" && got != b.Batch.Checksum {
-		w.fail(InvWire, "train batch for step %d: checksum %s, message says %s", b.Step, short(got), short(b.Batch.Checksum))
-		return nil, 0, false
+	data := make([][]byte, len(b.Groups))
+	for i, g := range b.Groups {
+		stored, ok := w.ctl.batches.get(g.Batch.Seq)
+		if !ok {
+			if og := w.orc.groups[g.GroupID]; og != nil && og.trained > 0 {
+				w.fail(InvTrainedTwice, "train batch for step %d: group %s was trained and released (seq %d gone), and is sent to train again", b.Step, g.GroupID, g.Batch.Seq)
+			} else {
+				w.fail(InvProtocol, "train batch for step %d: group %s's batch (seq %d) was released before it was trained", b.Step, g.GroupID, g.Batch.Seq)
+			}
+			return nil, false
+		}
+		p, err := g.Batch.Resolve(g.GroupID, stored)
+		if err != nil {
+			w.fail(InvWire, "train batch for step %d: %v", b.Step, err)
+			return nil, false
+		}
+		data[i] = p
 	}
-	tb, err := messages.DecodeTokenBatch(b.Batch.Inline)
+	tb, _, err := assemble.Batch(b, data)
 	if err != nil {
 		w.fail(InvWire, "train batch for step %d: %v", b.Step, err)
+		return nil, false
+	}
+	return tb, true
+}
+
+// prepare fetches and assembles the batch (its groups' checksums
+// verified), finds each group's oldest generated token and packs the
+// trajectories into microbatches over two data-parallel ranks. It returns
+// the oldest version per group and the modelled compute time.
+func (t *trainerNode) prepare(b messages.TrainBatch) (map[string]int64, time.Duration, bool) {
+	w := t.w
+	tb, ok := t.fetch(b)
+	if !ok {
 		return nil, 0, false
 	}
 	oldest := map[string]int64{}

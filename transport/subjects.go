@@ -24,16 +24,16 @@ type Topic string
 //
 //	name                                   kind          messages                                         from                           to
 //	asyncrl.<run>.prompts                  queue         PromptAssigned                                   controller                     rollout actors (queue "rollout")
-//	asyncrl.<run>.trajectories             stream        GroupReady                                       rollout actors                 sampling actor (GroupStream)
+//	asyncrl.<run>.trajectories             stream        GroupReady                                       rollout actors (batch inline)  sampling actor (GroupStream); trainer (reads by sequence)
 //	asyncrl.<run>.trajectories.aborted     pub/sub       EpisodeAborted                                   rollout actors, term holder    controller
-//	asyncrl.<run>.groups.kept              pub/sub       GroupReady                                       sampling actor                 controller
+//	asyncrl.<run>.groups.kept              pub/sub       GroupReady                                       sampling actor (by reference)  controller
 //	asyncrl.<run>.groups.filtered          pub/sub       GroupFiltered                                    sampling actor                 controller
 //	asyncrl.<run>.groups.>                 pattern                                                                                       controller (Kept and Filtered)
-//	asyncrl.<run>.train                    pub/sub       TrainBatch                                       controller                     trainer
+//	asyncrl.<run>.train                    pub/sub       TrainBatch                                       controller (references)        trainer (fetches the groups)
 //	asyncrl.<run>.steps                    pub/sub       StepDone                                         trainer                        controller, publisher, observers
 //	asyncrl.<run>.weights                  pub/sub       WeightsPublished, MinVersionSet                  trainer, publisher             discovery watcher, observers
 //	asyncrl.<run>.capacity                 pub/sub       CapacityChanged                                  controller                     observers
-//	asyncrl.<run>.ledger                   stream        PromptLedger                                     controller, rollout, term      ledger (LedgerStream)
+//	asyncrl.<run>.ledger                   stream        PromptLedger                                     controller, rollout, term      ledger (LedgerStream); sampling actor (deletes a settled group from GroupStream)
 //	asyncrl.<run>.ledger.groups            stream        GroupAccepted, GroupRequeued, SamplingExhausted  controller                     ledger (LedgerStream)
 //	asyncrl.<run>.ledger.>                 pattern                                                                                       LedgerStream (with Ledger)
 //	asyncrl.<run>.engines.<id>.health      pub/sub       EngineHealth                                     engine host                    discovery watcher, router

@@ -63,8 +63,9 @@ type Config struct {
 	// ZeroVarianceTol — TrainBatchSize is Staleness.MiniBatchSize). The
 	// sampling actor has already judged each group (a bad one arrives as
 	// GroupFiltered); the controller counts generation batches of B
-	// arrivals, fills bad slots with good groups (replace) and zeroes loss
-	// masks (zero_variance_mask). A zero Mode is none.
+	// arrivals, fills bad slots with good groups (replace) and flags
+	// zero-variance groups for the trainer to mask (zero_variance_mask).
+	// A zero Mode is none.
 	Sampling filter.Config
 	// Rand draws replace mode's donor groups; required in replace mode.
 	Rand *rand.Rand
@@ -122,7 +123,9 @@ type queued struct {
 // (kept by the filter), GroupFiltered, EpisodeAborted, StepDone. Out:
 // PromptAssigned, TrainBatch, CapacityChanged, PromptLedger, GroupAccepted,
 // GroupRequeued. It is a pure core (see package actors): no goroutines, I/O
-// or clock; the token batches it merges are plain bytes.
+// or clock. It never decodes a token batch: it decides on what the
+// control messages carry (rewards, versions, token counts) and hands the
+// trainer the groups' references.
 type Core struct {
 	effect.Effects[messages.Message]
 
@@ -426,21 +429,21 @@ func (c *Core) dispatchKept(now time.Time, step int64) {
 	c.send(now, step, chosen, nil, c.consume(chosen[len(chosen)-1].GroupID))
 }
 
-// send merges the mini-batch (slots: the group each slot takes, nil =
-// chosen in order) and sends its TrainBatch; batches is the number of
-// generation batches it took.
+// send builds the mini-batch's TrainBatch (slots: the group each slot
+// takes, nil = chosen in order) and sends it; batches is the number of
+// generation batches it took. The TrainBatch carries the groups'
+// references, never their token data: the trainer fetches and assembles.
 func (c *Core) send(now time.Time, step int64, chosen []messages.GroupReady, slots []slot, batches int) {
-	tb, err := c.merge(chosen, slots)
+	train, err := c.refs(chosen, slots)
 	if err != nil {
-		c.Log(effect.LevelError, "merge", "cannot merge group batches; step skipped",
+		c.Log(effect.LevelError, "merge", "cannot build the mini-batch; step skipped",
 			effect.Field{Key: "err", Value: err.Error()})
 		return
 	}
 	c.dispatched = step
 	c.training[step] = chosen
 	c.stats.GenerationBatches = append(c.stats.GenerationBatches, batches)
-	train := messages.TrainBatch{Header: c.header(), Step: step, GroupIDs: ids(chosen),
-		Batch: messages.BatchRef{Inline: tb.data, Bytes: int64(len(tb.data))}, Tokens: tb.tokens, Trajectories: tb.trajs}
+	train.Header, train.Step, train.GroupIDs = c.header(), step, ids(chosen)
 	c.Send(c.cfg.Subjects.Train, train)
 	if c.cfg.ResendTrainAfter > 0 {
 		c.lastTrain = &train
@@ -499,11 +502,4 @@ func ids(gs []messages.GroupReady) []string {
 		out[i] = g.GroupID
 	}
 	return out
-}
-
-// merged is a mini-batch packed into one Arrow IPC stream.
-type merged struct {
-	data   []byte
-	tokens int64
-	trajs  int32
 }

@@ -61,12 +61,20 @@ func groupReadyMasks(t *testing.T, groupID, promptID string, oldest int64, masks
 			t.Fatal(err)
 		}
 		g.TrajectoryIDs = append(g.TrajectoryIDs, id)
+		trained := int32(0)
+		for _, m := range masks[i] {
+			trained += int32(m)
+		}
+		g.TrainedTokens = append(g.TrainedTokens, trained)
 	}
 	data, err := messages.EncodeTokenBatch(tb)
 	if err != nil {
 		t.Fatal(err)
 	}
-	g.Batch = messages.BatchRef{Inline: data}
+	// As the rollout actor packs it: inline here (no trajectory buffer),
+	// with the size and checksum a reference carries.
+	g.Batch = messages.BatchRef{Inline: data, Bytes: int64(len(data)), Checksum: messages.BatchChecksum(data)}
+	g.Tokens = int64(tb.NumTokens())
 	return g
 }
 

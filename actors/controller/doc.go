@@ -22,9 +22,11 @@
 //     least B groups wait, they are checked with CheckForTraining in
 //     arrival order (Config.Staleness.Measure: scheduled, SkyRL's, or
 //     token); a stale one is requeued (reason stale), a fresh one is
-//     announced with GroupAccepted. When B groups passed, their token
-//     batches are merged into one Arrow batch and sent inline in a
-//     TrainBatch for the step.
+//     announced with GroupAccepted. When B groups passed, the step's
+//     TrainBatch goes out with one reference per group (GroupRef: where
+//     its token batch is stored, as the sampling actor forwarded it) —
+//     the core never decodes or re-encodes token data; the trainer
+//     fetches and assembles (actors/trainer/assemble).
 //   - Dynamic sampling (Config.Sampling, SkyRL's trainer_utils semantics;
 //     sampling.go): a generation batch is B consecutive finished groups,
 //     kept or filtered. filter: kept groups accumulate across generation
@@ -40,9 +42,10 @@
 //     the bound, as trained groups do, so replace generates B groups per
 //     step like SkyRL); else the batch is discarded — all B slots
 //     released (Filter), so the loop cannot deadlock — and sampled again,
-//     up to max_sample_batches. zero_variance_mask: groups stay, and the loss
-//     mask of a zero-variance group's live trajectories is zeroed when
-//     the mini-batch is merged, judged on the real loss masks; B groups
+//     up to max_sample_batches. zero_variance_mask: groups stay; a
+//     zero-variance group (judged on its rewards and per-trajectory
+//     TrainedTokens, filter.ZeroVarianceMask's rule) is flagged ZeroMask
+//     in the TrainBatch and the trainer zeroes its loss masks; B groups
 //     that would leave nothing to train are filtered instead of sent, and
 //     count toward max_sample_batches.
 //   - StepDone(step) advances the step and marks that step's groups

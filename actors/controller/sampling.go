@@ -233,29 +233,11 @@ func (c *Core) discardMasked(now time.Time) bool {
 }
 
 // trainable reports whether any trajectory of gs keeps a trained token
-// after zero-variance masking. A batch that cannot be decoded counts as
-// trainable: merge reports it.
+// after zero-variance masking: a group not masked with a live trajectory.
 func (c *Core) trainable(gs []messages.GroupReady) bool {
 	for _, g := range gs {
-		tb, err := messages.DecodeTokenBatch(g.Batch.Inline)
-		if err != nil {
+		if live(g) > 0 && !zeroVariance(g, c.cfg.Sampling.ZeroVarianceTol) {
 			return true
-		}
-		ts := make([]messages.Trajectory, 0, tb.Len())
-		for i := range tb.Len() {
-			t, err := tb.Trajectory(i)
-			if err != nil {
-				return true
-			}
-			ts = append(ts, t)
-		}
-		maskZeroVariance(ts, c.cfg.Sampling.ZeroVarianceTol)
-		for _, t := range ts {
-			for _, m := range t.LossMask {
-				if m != 0 {
-					return true
-				}
-			}
 		}
 	}
 	return false
@@ -285,86 +267,74 @@ func (c *Core) requeueStale(now time.Time) {
 	}
 }
 
-// merge concatenates the groups' token batches into one Arrow batch for
-// the trainer: slots[i] fills slot i (slots nil: each group once, in
-// order). A group copied into a further slot keeps its group id — GRPO
-// advantages see the donor group twice, as SkyRL's replaced uids do — and
-// its trajectory ids get "~copy<slot>". Under zero_variance_mask the loss
-// mask of a zero-variance group's live trajectories is zeroed here, judged
-// on the real per-token loss masks (filter.ZeroVarianceMask).
-func (c *Core) merge(gs []messages.GroupReady, slots []slot) (merged, error) {
-	trajs := make([][]messages.Trajectory, len(gs))
-	var out *messages.TokenBatch
-	for gi, g := range gs {
-		tb, err := messages.DecodeTokenBatch(g.Batch.Inline)
-		if err != nil {
-			return merged{}, fmt.Errorf("group %s: %w", g.GroupID, err)
-		}
-		if out == nil {
-			if out, err = messages.NewTokenBatch(tb.Spec()); err != nil {
-				return merged{}, err
-			}
-		}
-		for i := range tb.Len() {
-			t, err := tb.Trajectory(i)
-			if err != nil {
-				return merged{}, fmt.Errorf("group %s: %w", g.GroupID, err)
-			}
-			trajs[gi] = append(trajs[gi], t)
-		}
-		if c.cfg.Sampling.Mode == filter.ModeZeroVarianceMask {
-			c.stats.Masked += int64(maskZeroVariance(trajs[gi], c.cfg.Sampling.ZeroVarianceTol))
-		}
+// refs builds the TrainBatch's group references for gs: slots[i] fills
+// slot i (slots nil: each group once, in order). A group copied into a
+// further slot keeps its group id — GRPO advantages see the donor group
+// twice, as SkyRL's replaced uids do — and the trainer renames its
+// trajectories "~copy<slot>" (package actors/trainer/assemble). Under
+// zero_variance_mask a zero-variance group is flagged ZeroMask, judged on
+// its rewards and which trajectories train a token (GroupReady's
+// TrainedTokens: filter.ZeroVarianceMask's rule without the token
+// batch); the trainer zeroes its loss masks. Tokens and Trajectories
+// count every slot.
+func (c *Core) refs(gs []messages.GroupReady, slots []slot) (messages.TrainBatch, error) {
+	var tb messages.TrainBatch
+	if len(gs) == 0 {
+		return tb, fmt.Errorf("controller: no groups to train")
 	}
-	if out == nil {
-		return merged{}, fmt.Errorf("controller: no groups to merge")
+	tb.Groups = make([]messages.GroupRef, len(gs))
+	for i, g := range gs {
+		tb.Groups[i] = messages.GroupRef{GroupID: g.GroupID, Batch: g.Batch}
+		if c.cfg.Sampling.Mode == filter.ModeZeroVarianceMask && zeroVariance(g, c.cfg.Sampling.ZeroVarianceTol) {
+			tb.Groups[i].ZeroMask = true
+			c.stats.Masked += int64(live(g))
+		}
 	}
 	if slots == nil {
 		slots = make([]slot, len(gs))
 		for i := range slots {
 			slots[i] = slot{group: i}
 		}
-	}
-	for i, sl := range slots {
-		for _, t := range trajs[sl.group] {
-			if sl.copy {
-				t.ID = fmt.Sprintf("%s~copy%d", t.ID, i)
-			}
-			if err := out.Append(t); err != nil {
-				return merged{}, fmt.Errorf("group %s: %w", gs[sl.group].GroupID, err)
-			}
+	} else {
+		tb.Slots = make([]messages.Slot, len(slots))
+		for i, sl := range slots {
+			tb.Slots[i] = messages.Slot{Group: int32(sl.group), Copy: sl.copy}
 		}
 	}
-	data, err := messages.EncodeTokenBatch(out)
-	if err != nil {
-		return merged{}, err
+	for _, sl := range slots {
+		tb.Tokens += gs[sl.group].Tokens
+		tb.Trajectories += int32(len(gs[sl.group].TrajectoryIDs))
 	}
-	return merged{data: data, tokens: int64(out.NumTokens()), trajs: int32(out.Len())}, nil
+	return tb, nil
 }
 
-// maskZeroVariance zeroes the loss mask of the live trajectories of one
-// group that filter.ZeroVarianceMask masks and returns how many it zeroed.
-// The score is the sum of the token rewards when the batch has them, else
-// the trajectory's reward.
-func maskZeroVariance(ts []messages.Trajectory, tol float64) int {
-	samples := make([]filter.Sample, len(ts))
-	for i, t := range ts {
-		s := filter.Sample{UID: t.GroupID, TokenRewards: []float64{float64(t.Reward)}, LossMask: make([]float64, len(t.LossMask))}
-		if t.TokenRewards != nil {
-			s.TokenRewards = make([]float64, len(t.TokenRewards))
-			for j, r := range t.TokenRewards {
-				s.TokenRewards[j] = float64(r)
-			}
+// samples is g's trajectories as the filter sees them: the reward as the
+// score, and a one-element loss mask of its trained-token count (so
+// Sample.Live is "trains some token"); without TrainedTokens every
+// trajectory is live.
+func samples(g messages.GroupReady) []filter.Sample {
+	out := make([]filter.Sample, len(g.Rewards))
+	for i, r := range g.Rewards {
+		out[i] = filter.Scalar(g.GroupID, r)
+		if i < len(g.TrainedTokens) {
+			out[i].LossMask = []float64{float64(g.TrainedTokens[i])}
 		}
-		for j, m := range t.LossMask {
-			s.LossMask[j] = float64(m)
-		}
-		samples[i] = s
 	}
+	return out
+}
+
+// zeroVariance reports whether zero_variance_mask masks group g
+// (filter.ZeroVarianceMask: its live trajectories' scores within tol, or
+// a NaN among them).
+func zeroVariance(g messages.GroupReady, tol float64) bool {
+	return len(filter.ZeroVarianceMask(samples(g), tol)) > 0
+}
+
+// live counts g's trajectories that train some token.
+func live(g messages.GroupReady) int {
 	n := 0
-	for _, i := range filter.ZeroVarianceMask(samples, tol) {
-		if samples[i].Live() {
-			ts[i].LossMask = make([]uint8, len(ts[i].LossMask))
+	for _, s := range samples(g) {
+		if s.Live() {
 			n++
 		}
 	}

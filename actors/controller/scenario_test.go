@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/asyncrl/asyncrl/actors/effect"
 	"github.com/asyncrl/asyncrl/actors/filter"
+	"github.com/asyncrl/asyncrl/actors/trainer/assemble"
 	"github.com/asyncrl/asyncrl/internal/scenario"
 	"github.com/asyncrl/asyncrl/messages"
 )
@@ -39,8 +41,9 @@ import (
 //	stats          Stats, InFlight and the staleness counters
 //
 // Each command prints the core's effects: "send <subject> <message>" (a
-// message's batch reference printed without its bytes, then each
-// trajectory of the batch as "  traj <id> r=<reward> mask=<loss mask>"),
+// message's batch references printed without their bytes, then each
+// trajectory of the mini-batch the trainer assembles from a TrainBatch's
+// references as "  traj <id> r=<reward> mask=<loss mask>"),
 // "timer <name> at +<d>" or "timer <name> cancel", and "log <level>
 // <rate key>: <message> <fields>". Metrics are left out.
 func TestScenarios(t *testing.T) {
@@ -190,23 +193,41 @@ var batchRefType = reflect.TypeFor[messages.BatchRef]()
 // controller (printBatch prints what the bytes hold); the run and sender
 // every message carries are left out.
 func withoutBytes(m messages.Message) string {
+	blank := func(r messages.BatchRef) messages.BatchRef { return messages.BatchRef{Subject: r.Subject, Seq: r.Seq} }
+	if tb, ok := m.(messages.TrainBatch); ok {
+		tb.Groups = slices.Clone(tb.Groups)
+		for i := range tb.Groups {
+			tb.Groups[i].Batch = blank(tb.Groups[i].Batch)
+		}
+		m = tb
+	}
 	v := reflect.New(reflect.TypeOf(m)).Elem()
 	v.Set(reflect.ValueOf(m))
 	for i := range v.NumField() {
 		if f := v.Field(i); f.Type() == batchRefType {
-			f.Set(reflect.ValueOf(messages.BatchRef{Subject: f.Interface().(messages.BatchRef).Subject}))
+			f.Set(reflect.ValueOf(blank(f.Interface().(messages.BatchRef))))
 		}
 	}
 	return strings.Replace(fmt.Sprint(v.Interface()), `run="r" sender="ctl" `, "", 1)
 }
 
-// printBatch prints each trajectory of a TrainBatch's inline batch.
+// printBatch prints each trajectory of the mini-batch a TrainBatch's
+// (inline) references assemble to — what the trainer trains, ZeroMask
+// flags and replace mode's copies applied by the trainer's own assembly.
 func printBatch(t *testing.T, b *strings.Builder, m messages.Message) {
 	tb, ok := m.(messages.TrainBatch)
-	if !ok || len(tb.Batch.Inline) == 0 {
+	if !ok || len(tb.Groups) == 0 {
 		return
 	}
-	batch, err := messages.DecodeTokenBatch(tb.Batch.Inline)
+	data := make([][]byte, len(tb.Groups))
+	for i, g := range tb.Groups {
+		p, err := g.Batch.Resolve(g.GroupID, nil)
+		if err != nil {
+			t.Fatalf("TrainBatch of step %d: %v", tb.Step, err)
+		}
+		data[i] = p
+	}
+	batch, _, err := assemble.Batch(tb, data)
 	if err != nil {
 		t.Fatalf("TrainBatch of step %d: %v", tb.Step, err)
 	}

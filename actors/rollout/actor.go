@@ -462,7 +462,9 @@ func (e *Episode) mixed() bool {
 	return false
 }
 
-// pack builds the group's GroupReady with its Arrow token batch inline.
+// pack builds the group's GroupReady with its Arrow token batch inline:
+// the message the trajectory buffer stores (and the trainer fetches by
+// reference), or, without a buffer, the one published as it is.
 func (a *Actor) pack(pa messages.PromptAssigned, res []result) (messages.GroupReady, error) {
 	rs := a.cfg.Episode.Routes
 	tb, err := messages.NewTokenBatch(messages.BatchSpec{Vocab: a.cfg.Episode.vocab().Size(), SupportK: int32(a.cfg.SupportK),
@@ -489,6 +491,7 @@ func (a *Actor) pack(pa messages.PromptAssigned, res []result) (messages.GroupRe
 		}
 		gr.TrajectoryIDs = append(gr.TrajectoryIDs, ep.ID)
 		gr.Rewards = append(gr.Rewards, ep.Reward)
+		gr.TrainedTokens = append(gr.TrainedTokens, trainedTokens(ep.LossMask))
 		if o := ep.OldestVersion(); o >= 0 && (gr.OldestVersion < 0 || o < gr.OldestVersion) {
 			gr.OldestVersion = o
 		}
@@ -498,9 +501,24 @@ func (a *Actor) pack(pa messages.PromptAssigned, res []result) (messages.GroupRe
 		return messages.GroupReady{}, err
 	}
 	gr.Header = messages.Header{RunID: a.cfg.RunID, Sender: a.cfg.Name, Version: gr.OldestVersion}
-	gr.Batch = messages.BatchRef{Inline: data, Bytes: int64(len(data))}
+	// Size and checksum travel with the reference the sampling actor makes
+	// of the stored group, so the trainer can tell the batch it fetched is
+	// this one.
+	gr.Batch = messages.BatchRef{Inline: data, Bytes: int64(len(data)), Checksum: messages.BatchChecksum(data)}
 	gr.Tokens = int64(tb.NumTokens())
 	return gr, nil
+}
+
+// trainedTokens counts the tokens a loss mask trains (GroupReady's
+// TrainedTokens: the controller judges zero_variance_mask on it).
+func trainedTokens(mask []uint8) int32 {
+	n := int32(0)
+	for _, m := range mask {
+		if m != 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // padSupport flattens per-token support rows to [len, k] with −1 padding

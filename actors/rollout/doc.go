@@ -63,7 +63,11 @@
 //     still cannot complete aborts the episode.
 //   - Nothing is lost silently: a group whose episodes all finished is
 //     packed into one Arrow TokenBatch inside a GroupReady (Rewards,
-//     OldestVersion = the oldest model token's version); otherwise one
+//     OldestVersion = the oldest model token's version, TrainedTokens per
+//     trajectory, the batch's size and xxh3 checksum) and stored in the
+//     trajectory buffer — the one copy of its token data: the control
+//     messages after it carry a reference to that stored message and the
+//     trainer fetches it (issue 31); otherwise one
 //     EpisodeAborted per trajectory goes to the controller, which requeues
 //     the prompt. The group's fate (complete, aborted, the reports) is the
 //     pure core actors/rollout/outcome's, which the simulator steps too;

@@ -51,6 +51,9 @@ type Config struct {
 	// run's every step passes (the actor keeps only the newest
 	// RecordsKept). It must not block: it delays the next step.
 	OnStep func(StepRecord)
+	// Batches fetches the groups a TrainBatch references (StreamSource on
+	// the run's trajectory buffer). nil accepts inline references only.
+	Batches BatchSource
 }
 
 // Validate names the first invalid field.
@@ -273,7 +276,11 @@ func (a *Actor) Err() error {
 // the step in a.unpublished: the rule asks for it again (Publish), it is
 // never trained twice.
 func (a *Actor) train(tb messages.TrainBatch, cur int64) (StepRecord, error) {
-	batch, err := messages.DecodeTokenBatch(tb.Batch.Inline)
+	src := a.cfg.Batches
+	if src == nil {
+		src = inlineOnly{}
+	}
+	batch, _, err := fetchBatch(a.ctx, src, tb)
 	if err != nil {
 		return StepRecord{}, fmt.Errorf("trainer: step %d: %w", tb.Step, err)
 	}

@@ -44,12 +44,8 @@ func encodeTrain(t *testing.T, step int64) []byte {
 			t.Fatal(err)
 		}
 	}
-	data, err := messages.EncodeTokenBatch(tb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := messages.Encode(messages.TrainBatch{Header: messages.Header{RunID: "r"}, Step: step, GroupIDs: []string{"g"},
-		Batch: messages.BatchRef{Inline: data}})
+	ids, refs := inlineRefs(t, tb)
+	out, err := messages.Encode(messages.TrainBatch{Header: messages.Header{RunID: "r"}, Step: step, GroupIDs: ids, Groups: refs})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -88,12 +88,8 @@ func trainBatch(t *testing.T, step int64) []byte {
 			t.Fatal(err)
 		}
 	}
-	data, err := messages.EncodeTokenBatch(tb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := messages.Encode(messages.TrainBatch{Header: messages.Header{RunID: "r"}, Step: step, GroupIDs: []string{"g0", "g1"},
-		Batch: messages.BatchRef{Inline: data}})
+	ids, refs := inlineRefs(t, tb)
+	out, err := messages.Encode(messages.TrainBatch{Header: messages.Header{RunID: "r"}, Step: step, GroupIDs: ids, Groups: refs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +171,7 @@ func TestExecActorTrainsOverTheBridge(t *testing.T) {
 	}
 	for step := int64(1); step <= 3; step++ {
 		env, _ := messages.DecodeAs[messages.TrainBatch](trainBatch(t, step))
-		tb, _ := messages.DecodeTokenBatch(env.Batch.Inline)
+		tb := inlineBatch(t, env)
 		p, err := Prepare(tb, true, mb, step-1)
 		if err != nil {
 			t.Fatal(err)

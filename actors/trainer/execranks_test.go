@@ -75,7 +75,7 @@ func preparedSteps(t *testing.T, dp int) []Prepared {
 	var out []Prepared
 	for step := int64(1); step <= 3; step++ {
 		env, _ := messages.DecodeAs[messages.TrainBatch](trainBatch(t, step))
-		tb, _ := messages.DecodeTokenBatch(env.Batch.Inline)
+		tb := inlineBatch(t, env)
 		p, err := Prepare(tb, true, mb, step-1)
 		if err != nil {
 			t.Fatal(err)

@@ -115,3 +115,47 @@ func TestSupportNormalisedMismatchEndToEnd(t *testing.T) {
 		t.Errorf("full-vocabulary rollout logprobs against a support-normalised trainer: mismatch %v, want clearly > 0", got)
 	}
 }
+
+// inlineRefs splits tb by group (in first-seen order, trajectories of one
+// group contiguous) into one inline reference per group, as a pipeline
+// without a trajectory buffer sends them.
+func inlineRefs(t *testing.T, tb *messages.TokenBatch) (ids []string, refs []messages.GroupRef) {
+	t.Helper()
+	parts := map[string]*messages.TokenBatch{}
+	for i := range tb.Len() {
+		tr, err := tb.Trajectory(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := parts[tr.GroupID]
+		if p == nil {
+			if p, err = messages.NewTokenBatch(tb.Spec()); err != nil {
+				t.Fatal(err)
+			}
+			parts[tr.GroupID] = p
+			ids = append(ids, tr.GroupID)
+		}
+		if err := p.Append(tr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range ids {
+		data, err := messages.EncodeTokenBatch(parts[id])
+		if err != nil {
+			t.Fatal(err)
+		}
+		refs = append(refs, messages.GroupRef{GroupID: id, Batch: messages.BatchRef{Inline: data, Bytes: int64(len(data)), Checksum: messages.BatchChecksum(data)}})
+	}
+	return ids, refs
+}
+
+// inlineBatch is the mini-batch a TrainBatch of inline references
+// assembles to (what the actor trains).
+func inlineBatch(t *testing.T, env messages.TrainBatch) *messages.TokenBatch {
+	t.Helper()
+	tb, _, err := fetchBatch(context.Background(), inlineOnly{}, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tb
+}

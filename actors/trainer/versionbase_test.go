@@ -31,10 +31,7 @@ func TestVersionBaseMakesBusVersionsLocal(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		batch, err := messages.DecodeTokenBatch(tb.Batch.Inline)
-		if err != nil {
-			t.Fatal(err)
-		}
+		batch := inlineBatch(t, tb)
 		p, err := Prepare(batch, true, microbatch.DefaultConfig(), 0)
 		if err != nil {
 			t.Fatal(err)

@@ -172,8 +172,9 @@ func (l *level) start(ctx context.Context) error {
 		MinReplaceRatio: 0.3, ZeroVarianceTol: 1e-6}
 	// The shells as asyncrl run configures them (mailboxes of 1,024); a
 	// refused message is counted in MailboxDrops.
-	if l.smp, err = sampling.Spawn(l.sys, l.bus, actors.DefaultShellConfig("sampling-0", "sampling"),
-		sampling.Config{Filter: fcfg, RunID: l.run, Sender: "sampling-0", Kept: s.Kept, Filtered: s.Filtered}, s.Trajectories, groups); err != nil {
+	if l.smp, err = sampling.SpawnBuffer(l.sys, l.bus, actors.DefaultShellConfig("sampling-0", "sampling"),
+		sampling.Config{Filter: fcfg, RunID: l.run, Sender: "sampling-0", Kept: s.Kept, Filtered: s.Filtered},
+		sampling.Buffer{Stream: groups, Ledger: s.Ledger, Logger: o.Logger}); err != nil {
 		return err
 	}
 	task, err := tasks.Get(o.Task)
@@ -186,7 +187,8 @@ func (l *level) start(ctx context.Context) error {
 	}
 	if l.tr, err = trainer.StartStepper(l.bus, &noopStepper{m: pm}, noopPublisher{}, trainer.Config{RunID: l.run, Name: "trainer-0",
 		NormStd: true, Microbatch: microbatch.DefaultConfig(), Logger: o.Logger,
-		Subjects: trainer.Subjects{Train: s.Train, Steps: s.Steps, Weights: s.Weights}}); err != nil {
+		Subjects: trainer.Subjects{Train: s.Train, Steps: s.Steps, Weights: s.Weights},
+		Batches:  trainer.StreamSource{Stream: groups.(transport.StoredReader), Name: groups.Name()}}); err != nil {
 		return err
 	}
 	total := int64(o.Rounds * float64(w))

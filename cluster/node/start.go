@@ -248,7 +248,7 @@ func (n *Node) startTrainer(ctx context.Context, ptr *policy.Trainer, tpub publi
 		OnStep: func(rec trainer.StepRecord) {
 			tok, ok := n.ledger.tokensNow()
 			n.steplog.add(rec, tok, ok)
-		}}
+		}, Batches: n.batchSource()}
 	switch cfg.Trainer.Backend {
 	case config.BackendRemote:
 		if n.weightsSub, err = n.bus.Subscribe(n.subj.Weights, n.loadWeights); err != nil {
@@ -281,11 +281,29 @@ func filterConfig(cfg config.Config) filter.Config {
 		MinReplaceRatio: cfg.Filter.MinReplaceRatio, ZeroVarianceTol: cfg.Filter.ZeroVarianceTol}
 }
 
+// startSampling starts the sampling actor on the trajectory buffer: kept
+// groups go on by reference, and a group the controller's ledger settled
+// is deleted from the buffer (issue 31: batches by reference).
 func (n *Node) startSampling(fcfg filter.Config) (err error) {
-	n.smp, err = sampling.Spawn(n.sys, n.bus, actors.DefaultShellConfig("sampling-0", "sampling"),
-		sampling.Config{Filter: fcfg, RunID: n.cfg.Run.ID, Sender: "sampling-0", Kept: n.subj.Kept, Filtered: n.subj.Filtered},
-		n.subj.Trajectories, n.groupStream)
+	scfg := sampling.Config{Filter: fcfg, RunID: n.cfg.Run.ID, Sender: "sampling-0", Kept: n.subj.Kept, Filtered: n.subj.Filtered}
+	shell := actors.DefaultShellConfig("sampling-0", "sampling")
+	if n.groupStream == nil {
+		n.smp, err = sampling.Spawn(n.sys, n.bus, shell, scfg, n.subj.Trajectories, nil)
+		return err
+	}
+	n.smp, err = sampling.SpawnBuffer(n.sys, n.bus, shell, scfg, sampling.Buffer{Stream: n.groupStream, Ledger: n.subj.Ledger,
+		Logger: n.opts.Logger.With().Str("actor", "sampling").Logger()})
 	return err
+}
+
+// batchSource is where the trainer fetches the groups a TrainBatch
+// references: the trajectory buffer, read by sequence.
+func (n *Node) batchSource() trainer.BatchSource {
+	sr, ok := n.groupStream.(transport.StoredReader)
+	if !ok {
+		return nil // no buffer: groups travel inline
+	}
+	return trainer.StreamSource{Stream: sr, Name: n.subj.GroupStream}
 }
 
 // countTokens lets the ledger read the rollout actors' token counts.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -148,7 +149,7 @@ func RunWorker(ctx context.Context, cfg config.Config, opts WorkerOptions) error
 	pub := &publisher.BusPublisher{Bus: bus, RunID: cfg.Run.ID, Sender: "worker", Dir: dir, Weights: s.Weights, Acks: s.AcksAll}
 	tcfg := trainer.Config{RunID: cfg.Run.ID, Name: "worker", NormStd: true,
 		Microbatch: microbatchConfig(cfg.Trainer), Logger: opts.Logger,
-		Subjects: trainer.Subjects{Train: s.Train, Steps: s.Steps}}
+		Subjects: trainer.Subjects{Train: s.Train, Steps: s.Steps}, Batches: &boundSource{bus: bus, name: s.GroupStream}}
 	var tr *trainer.Actor
 	if opts.Exec {
 		ex, err := startExec(ctx, cfg, ptr.ServingCopy(), opts.ExecArgv, opts.Logger)
@@ -177,4 +178,37 @@ func RunWorker(ctx context.Context, cfg config.Config, opts WorkerOptions) error
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return errors.Join(runErr, tr.Stop(sctx))
+}
+
+// boundSource is a remote worker's trainer.BatchSource: the pipeline
+// holder's trajectory buffer, bound (never created) at the first stored
+// reference — the holder may make it after the worker started.
+type boundSource struct {
+	bus  *natsbus.Bus
+	name string
+	mu   sync.Mutex
+	src  trainer.BatchSource
+}
+
+func (b *boundSource) Fetch(ctx context.Context, group string, ref messages.BatchRef) ([]byte, error) {
+	b.mu.Lock()
+	if b.src == nil && ref.Stored() {
+		st, err := b.bus.BindStream(ctx, b.name)
+		if err != nil {
+			b.mu.Unlock()
+			return nil, fmt.Errorf("worker: trajectory buffer %s for group %s: %w", b.name, group, err)
+		}
+		sr, ok := st.(transport.StoredReader)
+		if !ok {
+			b.mu.Unlock()
+			return nil, fmt.Errorf("worker: trajectory buffer %s cannot be read by sequence", b.name)
+		}
+		b.src = trainer.StreamSource{Stream: sr, Name: b.name}
+	}
+	src := b.src
+	b.mu.Unlock()
+	if src == nil {
+		return trainer.StreamSource{}.Fetch(ctx, group, ref) // inline
+	}
+	return src.Fetch(ctx, group, ref)
 }

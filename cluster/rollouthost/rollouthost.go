@@ -309,10 +309,15 @@ func StartActor(bus transport.Bus, gen rollout.Generator, cfg config.Config, tas
 		GroupStream: groups, OnTake: onTake, OnReport: onReport})
 }
 
-// GroupStream is the run's trajectory buffer: finished groups wait
-// in JetStream until the sampling actor has judged them, and a judged
-// (acked) group is deleted (a work queue: with limits retention a run held
-// every group it ever judged for the hour of MaxAge, in memory). In memory: it
+// GroupStream is the run's trajectory buffer: finished groups wait in
+// JetStream until the sampling actor has judged them, and a kept group
+// stays there until its step is trained — the control messages carry a
+// reference to it and the trainer fetches it (issue 31). Limits retention,
+// not a work queue: an acked group must stay readable. The sampling actor
+// deletes each group once the controller's ledger settled it (trained,
+// filtered, requeued), so the buffer holds the groups in flight, not
+// every group judged for the hour of MaxAge (which only reclaims a
+// deletion that was lost). In memory: it
 // only has to outlive a restart of the actors, not of every server; on a
 // clustered bus it has replicas copies (--replicas), so the loss of the
 // server that led it costs a leader election, not the buffer. Rollout
@@ -320,7 +325,7 @@ func StartActor(bus transport.Bus, gen rollout.Generator, cfg config.Config, tas
 // update it: their bus users may not). Made while a server
 // is down, it has the copies the servers up can hold (MinReplicas).
 func GroupStream(p transport.RunPlan, replicas int) transport.StreamConfig {
-	return transport.StreamConfig{Name: p.GroupStream, Subjects: []string{p.Trajectories}, MaxAge: time.Hour, Memory: true, WorkQueue: true,
+	return transport.StreamConfig{Name: p.GroupStream, Subjects: []string{p.Trajectories}, MaxAge: time.Hour, Memory: true,
 		Replicas: max(1, replicas), MinReplicas: 1}
 }
 

@@ -35,6 +35,7 @@ var cores = []core{
 	{dir: "actors/filter"},
 	{dir: "actors/trainer/microbatch"},
 	{dir: "actors/trainer/steprule"},
+	{dir: "actors/trainer/assemble"},
 	{dir: "actors/publisher/tracker"},
 	{dir: "actors/router/policy"},
 	{dir: "actors/controller", files: []string{"core.go", "sampling.go"}},

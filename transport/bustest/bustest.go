@@ -39,6 +39,7 @@ func Run(t *testing.T, newBus func(t *testing.T) (transport.Bus, func())) {
 		{"StreamNakDelay", testStreamNakDelay},
 		{"StreamConfigRefused", testStreamConfigRefused},
 		{"StreamWorkQueue", testStreamWorkQueue},
+		{"StreamGetDelete", testStreamGetDelete},
 		{"ClosedBus", testClosed},
 	}
 	for _, tc := range tests {

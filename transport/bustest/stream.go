@@ -3,6 +3,7 @@ package bustest
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -343,5 +344,62 @@ func testStreamWorkQueue(t *testing.T, b transport.Bus) {
 	_ = s.Unsubscribe()
 	if got := c.snapshot(); string(got[3].Data) != "d" || got[3].Delivered != 1 {
 		t.Fatalf("fourth delivery %q delivered %d; want d, once", got[3].Data, got[3].Delivered)
+	}
+}
+
+// testStreamGetDelete: a stream reads a stored message back by sequence
+// (the trainer fetching a referenced group), an acked message of a
+// limits stream stays readable, a deleted one is ErrNoMessage (and
+// deleting it again is not an error), and a deleted message is never
+// delivered to a consumer that had not reached it.
+func testStreamGetDelete(t *testing.T, b transport.Bus) {
+	ctx, cancel := context.WithTimeout(context.Background(), Wait)
+	defer cancel()
+	st, err := b.Stream(ctx, transport.StreamConfig{Name: "GD", Subjects: []string{"asyncrl.r1.gd"}, Memory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sr, ok := st.(transport.StoredReader)
+	if !ok {
+		t.Fatalf("%T does not implement transport.StoredReader", st)
+	}
+	var seqs []uint64
+	for _, p := range []string{"a", "b", "c"} {
+		seq, err := st.Publish(ctx, "asyncrl.r1.gd", []byte(p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, seq)
+	}
+	if err := sr.DeleteMsg(ctx, seqs[1]); err != nil {
+		t.Fatalf("DeleteMsg(%d): %v", seqs[1], err)
+	}
+	if err := sr.DeleteMsg(ctx, seqs[1]); err != nil {
+		t.Fatalf("second DeleteMsg(%d): %v (want nil: a second release is harmless)", seqs[1], err)
+	}
+	if _, err := sr.GetMsg(ctx, seqs[1]); !errors.Is(err, transport.ErrNoMessage) {
+		t.Fatalf("GetMsg of a deleted message: %v, want ErrNoMessage", err)
+	}
+	if _, err := sr.GetMsg(ctx, seqs[2]+10); !errors.Is(err, transport.ErrNoMessage) {
+		t.Fatalf("GetMsg past the end: %v, want ErrNoMessage", err)
+	}
+	var c streamCollector
+	s, err := st.Consume(ctx, "reader", time.Hour, func(m *transport.StreamMsg) { c.handler(m); _ = m.Ack() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = s.Unsubscribe() }()
+	Eventually(t, Wait, "two deliveries", func() bool { return len(c.snapshot()) == 2 })
+	for _, i := range []int{0, 2} {
+		m, err := sr.GetMsg(ctx, seqs[i])
+		if err != nil {
+			t.Fatalf("GetMsg(%d) of an acked message of a limits stream: %v", seqs[i], err)
+		}
+		if m.Sequence != seqs[i] || m.Subject != "asyncrl.r1.gd" || string(m.Data) != string(rune('a'+i)) {
+			t.Fatalf("GetMsg(%d) = %+v, want seq %d subject asyncrl.r1.gd data %q", seqs[i], m, seqs[i], string(rune('a'+i)))
+		}
+	}
+	if got := c.snapshot(); string(got[0].Data) != "a" || string(got[1].Data) != "c" {
+		t.Fatalf("delivered %q, %q; want a, c (the deleted b skipped)", got[0].Data, got[1].Data)
 	}
 }

@@ -31,6 +31,10 @@ type storedMsg struct {
 	subject string
 	data    []byte
 	at      time.Time
+	// deleted: removed by DeleteMsg while messages before it remain (the
+	// slice stays contiguous by sequence; trimLocked drops it once it
+	// reaches the front).
+	deleted bool
 }
 
 type consumer struct {
@@ -178,7 +182,7 @@ func (st *memStream) trimLocked() {
 		m := st.msgs[0]
 		old := st.cfg.MaxAge > 0 && now.Sub(m.at) > st.cfg.MaxAge
 		big := st.cfg.MaxBytes > 0 && st.bytes > st.cfg.MaxBytes
-		if !old && !big {
+		if !old && !big && !m.deleted {
 			return
 		}
 		st.bytes -= int64(len(m.data))
@@ -215,7 +219,7 @@ func (st *memStream) get(seq uint64) (storedMsg, bool) {
 		return storedMsg{}, false
 	}
 	m := st.msgs[seq-st.msgs[0].seq]
-	return m, true
+	return m, !m.deleted
 }
 
 // Consume implements transport.Stream. Delivery order per consumer is
@@ -369,4 +373,52 @@ func (h *Hub) prepareStreamDeliveryLocked(sd *streamDelivery) func() {
 	msg := transport.NewStreamMsg(m.subject, m.data, seq, n, ack, nak)
 	handler := sub.h
 	return func() { handler(msg) }
+}
+
+var _ transport.StoredReader = (*streamHandle)(nil)
+
+// GetMsg implements transport.StoredReader: the message stored at seq, or
+// transport.ErrNoMessage when it was never stored, was deleted or was
+// trimmed by the stream's limits. Like stream storage, it is not subject
+// to fault rules.
+func (s *streamHandle) GetMsg(ctx context.Context, seq uint64) (transport.StoredMsg, error) {
+	if err := ctx.Err(); err != nil {
+		return transport.StoredMsg{}, err
+	}
+	h := s.b.h
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := s.b.checkLocked(); err != nil {
+		return transport.StoredMsg{}, err
+	}
+	m, ok := s.st.get(seq)
+	if !ok {
+		return transport.StoredMsg{}, fmt.Errorf("memhub: stream %s seq %d: %w", s.st.cfg.Name, seq, transport.ErrNoMessage)
+	}
+	return transport.StoredMsg{Subject: m.subject, Sequence: m.seq, Data: bytes.Clone(m.data)}, nil
+}
+
+// DeleteMsg implements transport.StoredReader. A message deleted before
+// delivery is never delivered (as in JetStream); a sequence already gone
+// is not an error.
+func (s *streamHandle) DeleteMsg(ctx context.Context, seq uint64) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	h := s.b.h
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := s.b.checkLocked(); err != nil {
+		return err
+	}
+	st := s.st
+	if _, ok := st.get(seq); !ok {
+		return nil
+	}
+	i := seq - st.msgs[0].seq
+	st.bytes -= int64(len(st.msgs[i].data))
+	st.msgs[i].deleted, st.msgs[i].data = true, nil
+	h.logLocked(Event{Kind: EvStore, Subject: st.msgs[i].subject, Detail: fmt.Sprintf("%s seq %d deleted", st.cfg.Name, seq)})
+	st.trimLocked()
+	return nil
 }

@@ -251,3 +251,36 @@ func (c *consumeSub) stop() {
 		c.b.log.Warn().Msg("natsbus: consumer did not stop in time")
 	}
 }
+
+var _ transport.StoredReader = (*stream)(nil)
+
+// GetMsg reads the message stored at seq (STREAM.MSG.GET through the
+// stream's leader; a deleted or never-stored sequence is
+// transport.ErrNoMessage).
+func (s *stream) GetMsg(ctx context.Context, seq uint64) (transport.StoredMsg, error) {
+	if err := s.b.checkOpen(); err != nil {
+		return transport.StoredMsg{}, err
+	}
+	m, err := s.s.GetMsg(ctx, seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return transport.StoredMsg{}, fmt.Errorf("natsbus: stream %s seq %d: %w", s.name, seq, transport.ErrNoMessage)
+	}
+	if err != nil {
+		return transport.StoredMsg{}, fmt.Errorf("natsbus: stream %s get seq %d: %w", s.name, seq, mapErr(err))
+	}
+	return transport.StoredMsg{Subject: m.Subject, Sequence: m.Sequence, Data: m.Data}, nil
+}
+
+// DeleteMsg deletes the message at seq (STREAM.MSG.DELETE, without
+// overwriting its bytes: the buffer is in memory and holds token data, not
+// secrets). A sequence already gone is not an error.
+func (s *stream) DeleteMsg(ctx context.Context, seq uint64) error {
+	if err := s.b.checkOpen(); err != nil {
+		return err
+	}
+	err := s.s.DeleteMsg(ctx, seq)
+	if err == nil || errors.Is(err, jetstream.ErrMsgNotFound) || errors.Is(err, jetstream.ErrMsgDeleteUnsuccessful) {
+		return nil
+	}
+	return fmt.Errorf("natsbus: stream %s delete seq %d: %w", s.name, seq, mapErr(err))
+}

@@ -109,14 +109,14 @@ func TestRule(t *testing.T) {
 // as received (its groups and bytes), and Advance forgets the Ready.
 func TestTrainCarriesTheBatch(t *testing.T) {
 	c := New(0)
-	tb := messages.TrainBatch{Step: 1, GroupIDs: []string{"g1", "g2"}, Batch: messages.BatchRef{Inline: []byte{1, 2, 3}}}
+	tb := messages.TrainBatch{Step: 1, GroupIDs: []string{"g1", "g2"}, Groups: []messages.GroupRef{{GroupID: "g1", Batch: messages.BatchRef{Inline: []byte{1, 2, 3}}}}}
 	c.Step(time.Time{}, Received{Batch: tb})
 	rd := c.Ready()
 	if len(rd.Effects) != 1 {
 		t.Fatalf("Ready %v", rd)
 	}
 	tr, ok := rd.Effects[0].(Train)
-	if !ok || tr.From != 0 || tr.Batch.Step != 1 || strings.Join(tr.Batch.GroupIDs, ",") != "g1,g2" || len(tr.Batch.Batch.Inline) != 3 {
+	if !ok || tr.From != 0 || tr.Batch.Step != 1 || strings.Join(tr.Batch.GroupIDs, ",") != "g1,g2" || len(tr.Batch.Groups[0].Batch.Inline) != 3 {
 		t.Fatalf("effect %#v", rd.Effects[0])
 	}
 	c.Advance()

@@ -1,0 +1,80 @@
+package trainer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/asyncrl/asyncrl/actors/trainer/assemble"
+	"github.com/asyncrl/asyncrl/messages"
+	"github.com/asyncrl/asyncrl/transport"
+)
+
+// BatchSource fetches the token batch a TrainBatch's group reference
+// names (issue 31: trajectories stay in the trajectory buffer; control
+// messages carry references). It returns the batch's Arrow bytes, checked
+// against the reference (size, checksum, group).
+type BatchSource interface {
+	Fetch(ctx context.Context, group string, ref messages.BatchRef) ([]byte, error)
+}
+
+// ErrBatchMissing is wrapped by a fetch whose referenced message is gone
+// (deleted, trimmed by the buffer's limits, or the buffer is another
+// term's): the step fails; it never trains a partial batch.
+var ErrBatchMissing = errors.New("trainer: referenced group batch missing")
+
+// StreamSource fetches stored references from the trajectory buffer by
+// sequence (direct get) and serves inline ones as they are. Stream is
+// the buffer as the pipeline opened it (both buses' streams are
+// transport.StoredReader). The in-process memhub stream is one too, so
+// the simulator-free unit tests and the default run use one code path.
+type StreamSource struct {
+	Stream transport.StoredReader
+	// Name is the stream's name, for errors (RunPlan.GroupStream).
+	Name string
+}
+
+var _ BatchSource = StreamSource{}
+
+// Fetch implements BatchSource.
+func (s StreamSource) Fetch(ctx context.Context, group string, ref messages.BatchRef) ([]byte, error) {
+	if !ref.Stored() {
+		return ref.Resolve(group, nil)
+	}
+	if s.Stream == nil {
+		return nil, fmt.Errorf("trainer: group %s is stored at %s seq %d but the trainer has no trajectory buffer to fetch from (set trainer.Config.Batches)", group, ref.Subject, ref.Seq)
+	}
+	m, err := s.Stream.GetMsg(ctx, ref.Seq)
+	if errors.Is(err, transport.ErrNoMessage) {
+		return nil, fmt.Errorf("%w: group %s: stream %s seq %d (subject %s) is gone — deleted after it was settled, or trimmed by the buffer's max age; the step is not trained: %w",
+			ErrBatchMissing, group, s.Name, ref.Seq, ref.Subject, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("trainer: fetch group %s from stream %s seq %d: %w", group, s.Name, ref.Seq, err)
+	}
+	if m.Subject != ref.Subject {
+		return nil, fmt.Errorf("trainer: group %s: stream %s seq %d is on %s, the reference says %s: %w", group, s.Name, ref.Seq, m.Subject, ref.Subject, messages.ErrBadBatch)
+	}
+	return ref.Resolve(group, m.Data)
+}
+
+// inlineOnly is the source of a trainer without Config.Batches: inline
+// references only.
+type inlineOnly struct{}
+
+func (inlineOnly) Fetch(ctx context.Context, group string, ref messages.BatchRef) ([]byte, error) {
+	return StreamSource{}.Fetch(ctx, group, ref)
+}
+
+// fetchBatch fetches every group of tb and assembles the mini-batch.
+func fetchBatch(ctx context.Context, src BatchSource, tb messages.TrainBatch) (*messages.TokenBatch, assemble.Stats, error) {
+	data := make([][]byte, len(tb.Groups))
+	for i, g := range tb.Groups {
+		p, err := src.Fetch(ctx, g.GroupID, g.Batch)
+		if err != nil {
+			return nil, assemble.Stats{}, err
+		}
+		data[i] = p
+	}
+	return assemble.Batch(tb, data)
+}
