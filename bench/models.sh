@@ -4,7 +4,7 @@
 # --preset tiny --vocab $VOCAB`), in one run, interleaved architecture by
 # architecture and round by round so that load drifts hit both sides alike:
 #
-#  1. decode: the Go engine's batched KV-cache path (policy/transformer
+#  1. decode: the Go engine's batched KV-cache path (model/transformer
 #     BenchmarkDecode -decode.model DIR, GOMAXPROCS=$THREADS) against PyTorch
 #     eager with a KV cache (integrations/torch/bench/decode.py --model DIR,
 #     torch.set_num_threads($THREADS), OPENBLAS_NUM_THREADS=$THREADS). Both:
@@ -32,7 +32,7 @@ OUT=${1:-bench/results/models.md}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$GO" build -o "$tmp/asyncrl" ./cmd/asyncrl
-"$GO" test -c -o "$tmp/transformer.test" ./policy/transformer
+"$GO" test -c -o "$tmp/transformer.test" ./model/transformer
 for a in $ARCHS; do
 	"$tmp/asyncrl" model init --arch "$a" --preset tiny --vocab "$VOCAB" --seed 1 --out "$tmp/$a" >/dev/null
 done

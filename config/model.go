@@ -35,7 +35,7 @@ func (ModelPreset) Values() []string { return []string{"tiny", "small"} }
 // architecture — given (path), or random-initialised at the start of the
 // run (arch, preset, tokenizer: what `asyncrl model init` writes). A
 // Hugging Face model is trained by the PyTorch worker (trainer.backend
-// exec), served by the built-in engines (policy/transformer) or external
+// exec), served by the built-in engines (model/transformer) or external
 // ones, tokenised by its own tokenizer and prompted through its chat
 // template.
 type ModelConfig struct {

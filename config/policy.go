@@ -5,7 +5,7 @@ package config
 // policy.DefaultConfig's). Only the mixture of experts is configurable here.
 type PolicyConfig struct {
 	// Experts > 0 makes every hidden layer a mixture of that many tanh
-	// experts with a top-k router (policy/moe.go); 0 is the dense model.
+	// experts with a top-k router (model/moe.go); 0 is the dense model.
 	Experts int `yaml:"experts" doc:"mixture of experts: experts per hidden layer (0 = the dense built-in policy); engines report routes, the trainer can replay them (R3)"`
 	// TopK is how many experts each token uses per layer.
 	TopK int `yaml:"top_k" doc:"experts each token uses per layer (1..experts; 0 with experts 0)"`

@@ -2,7 +2,7 @@ package config
 
 // ServingQuantization is the weight format built-in engines serve
 // (engines.quantize): each engine quantises every version it loads and
-// serves the dequantised values (policy.Model.Quantized).
+// serves the dequantised values (model.Model.Quantized).
 type ServingQuantization string
 
 // Serving quantizations.

@@ -112,7 +112,7 @@ type TrainerConfig struct {
 	// ExecRendezvousTimeout bounds the group's rendezvous: a rank that
 	// has not joined by then fails the start.
 	ExecRendezvousTimeout time.Duration `yaml:"exec_rendezvous_timeout" doc:"backend exec with exec_ranks > 1: every rank must join the group's rendezvous within this, else the start fails naming the address"`
-	// InitCheckpoint is a trainer checkpoint (policy.SaveTrainer's
+	// InitCheckpoint is a trainer checkpoint (model.SaveTrainer's
 	// layout: trainer.safetensors + config.json) `asyncrl run` starts
 	// from instead of run.seed's fresh weights — e.g. an SFT run's
 	// <sft.output_dir>/latest/trainer. Weights, Adam moments and step come

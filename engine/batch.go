@@ -6,7 +6,7 @@ import (
 )
 
 // BatchModel is a Model with a per-sequence KV cache and a batched forward
-// pass (policy/transformer's models). When the served model implements
+// pass (model/transformer's models). When the served model implements
 // it, the engine keeps one SeqCache per sequence and runs one Forward per
 // model per step over every sequence that model serves, instead of one
 // stateless NextLogits per sequence; it samples from the logits as before.

@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/asyncrl/asyncrl/policy/sampler"
+	"github.com/asyncrl/asyncrl/model/sampler"
 )
 
 // kvHash is a BatchModel whose cache stores, per position, a hash of the

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/asyncrl/asyncrl/policy/chattemplate"
+	"github.com/asyncrl/asyncrl/model/chattemplate"
 )
 
 // UnmarshalJSON keeps the whole message for a chat template besides the

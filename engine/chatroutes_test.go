@@ -10,7 +10,7 @@ import (
 
 	"github.com/asyncrl/asyncrl/engine"
 	"github.com/asyncrl/asyncrl/messages/vllmwire"
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 )
 
 // vLLM's chat endpoint answers routed_experts per choice in the same form
@@ -27,11 +27,11 @@ func postChat(t *testing.T, srv *httptest.Server, body map[string]any) (int, []b
 	return postTo(t, srv, "/v1/chat/completions", body)
 }
 
-func moePolicy(t *testing.T) (*policy.Model, policy.Config) {
+func moePolicy(t *testing.T) (*model.Model, model.Config) {
 	t.Helper()
-	cfg := policy.DefaultConfig()
+	cfg := model.DefaultConfig()
 	cfg.Hidden, cfg.Layers, cfg.Experts, cfg.TopK = 24, 2, 4, 2
-	m, err := policy.New(cfg, 3)
+	m, err := model.New(cfg, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,9 +113,9 @@ func TestChatRoutedExpertsRefusals(t *testing.T) {
 		t.Fatalf("start 23 of 24: %d %s", code, body)
 	}
 
-	cfg := policy.DefaultConfig()
+	cfg := model.DefaultConfig()
 	cfg.Hidden = 16
-	dense, err := policy.New(cfg, 3)
+	dense, err := model.New(cfg, 3)
 	if err != nil {
 		t.Fatal(err)
 	}

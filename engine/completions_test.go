@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/asyncrl/asyncrl/policy/sampler"
-	"github.com/asyncrl/asyncrl/policy/tokenizer"
+	"github.com/asyncrl/asyncrl/model/sampler"
+	"github.com/asyncrl/asyncrl/model/tokenizer"
 )
 
 func TestCompletionShapeAndLogprobs(t *testing.T) {

@@ -157,7 +157,7 @@
 //
 // # Batched models (batch.go)
 //
-// A Model that implements BatchModel (policy/transformer's) keeps a real
+// A Model that implements BatchModel (model/transformer's) keeps a real
 // KV cache per sequence: each step the engine runs one Forward per model
 // (the base model, each LoRA) over all of that model's sequences — the
 // prompt on a sequence's first step, then its last token — and samples

@@ -15,7 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/asyncrl/asyncrl/engine/latency"
-	"github.com/asyncrl/asyncrl/policy/sampler"
+	"github.com/asyncrl/asyncrl/model/sampler"
 )
 
 // Option customises New.

@@ -15,7 +15,7 @@ type Model interface {
 }
 
 // ModelLoader loads a Model from a checkpoint directory (weights update,
-// LoRA adapters). The CLI wires policy.LoadServing here.
+// LoRA adapters). The CLI wires model.LoadServing here.
 type ModelLoader func(dir string) (Model, error)
 
 // HashModel is a deterministic stand-in policy: the logits of the next token

@@ -11,12 +11,12 @@ import (
 
 	"github.com/asyncrl/asyncrl/engine"
 	"github.com/asyncrl/asyncrl/messages/vllmwire"
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 )
 
 // The built-in policy is the engine's RoutesModel when it is a mixture of
-// experts (policy/moe.go).
-var _ engine.RoutesModel = (*policy.Model)(nil)
+// experts (model/moe.go).
+var _ engine.RoutesModel = (*model.Model)(nil)
 
 func serve(t *testing.T, m engine.Model) *httptest.Server {
 	t.Helper()
@@ -60,9 +60,9 @@ func postTo(t *testing.T, srv *httptest.Server, path string, body map[string]any
 // padding) computes exactly the engine's output_logprobs from the same
 // weights.
 func TestPolicyMoERoutesEndToEnd(t *testing.T) {
-	cfg := policy.DefaultConfig()
+	cfg := model.DefaultConfig()
 	cfg.Hidden, cfg.Layers, cfg.Experts, cfg.TopK = 24, 2, 4, 2
-	m, err := policy.New(cfg, 3)
+	m, err := model.New(cfg, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,17 +94,17 @@ func TestPolicyMoERoutesEndToEnd(t *testing.T) {
 	}
 
 	rl := cfg.Layers * cfg.TopK
-	seq := policy.Sequence{Tokens: all, LossMask: make([]uint8, len(all)), RolloutLogprobs: make([]float32, len(all)),
+	seq := model.Sequence{Tokens: all, LossMask: make([]uint8, len(all)), RolloutLogprobs: make([]float32, len(all)),
 		Routes: append(slices.Clone(rows.Values), make([]int32, rl)...)} // last row: padding
 	for i, lp := range ch.OutputLogprobs {
 		seq.LossMask[len(prompt)+i] = 1
 		seq.RolloutLogprobs[len(prompt)+i] = lp
 	}
-	tr, err := policy.NewTrainer(m.Clone(), policy.DefaultTrainerConfig())
+	tr, err := model.NewTrainer(m.Clone(), model.DefaultTrainerConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	lps, err := tr.Logprobs(policy.Batch{Sequences: []policy.Sequence{seq}})
+	lps, err := tr.Logprobs(model.Batch{Sequences: []model.Sequence{seq}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,9 +118,9 @@ func TestPolicyMoERoutesEndToEnd(t *testing.T) {
 // TestPolicyDenseRefusesRoutes: a dense policy has the methods but no
 // routes; return_routed_experts is then a 400 as for any model without them.
 func TestPolicyDenseRefusesRoutes(t *testing.T) {
-	cfg := policy.DefaultConfig()
+	cfg := model.DefaultConfig()
 	cfg.Hidden = 16
-	m, err := policy.New(cfg, 3)
+	m, err := model.New(cfg, 3)
 	if err != nil {
 		t.Fatal(err)
 	}

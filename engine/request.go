@@ -11,8 +11,8 @@ import (
 	"sync/atomic"
 
 	"github.com/asyncrl/asyncrl/engine/latency"
-	"github.com/asyncrl/asyncrl/policy/sampler"
-	"github.com/asyncrl/asyncrl/policy/tokenizer"
+	"github.com/asyncrl/asyncrl/model/sampler"
+	"github.com/asyncrl/asyncrl/model/tokenizer"
 )
 
 // reqError is a client error with its HTTP status and offending field.

@@ -29,7 +29,7 @@ func routeOptions(o *SamplingOptions, m Model, sp *sampling) *reqError {
 		return nil
 	}
 	// A model type may implement RoutesModel yet be dense in this
-	// instance (policy.Model without experts: RouteShape all zero).
+	// instance (model.Model without experts: RouteShape all zero).
 	if rm, ok := m.(RoutesModel); !ok || !hasRoutes(rm) {
 		return badRequest("return_routed_experts", "the served model does not report routed experts (not a mixture-of-experts model)")
 	}

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/asyncrl/asyncrl/engine/latency"
-	"github.com/asyncrl/asyncrl/policy/sampler"
+	"github.com/asyncrl/asyncrl/model/sampler"
 )
 
 // loop is the batching actor: plan a step, sleep its scaled duration, then

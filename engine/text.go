@@ -6,9 +6,9 @@ import (
 	"net/http"
 	"unicode/utf8"
 
-	"github.com/asyncrl/asyncrl/policy/chattemplate"
-	"github.com/asyncrl/asyncrl/policy/hftokenizer"
-	"github.com/asyncrl/asyncrl/policy/tokenizer"
+	"github.com/asyncrl/asyncrl/model/chattemplate"
+	"github.com/asyncrl/asyncrl/model/hftokenizer"
+	"github.com/asyncrl/asyncrl/model/tokenizer"
 )
 
 // WithTokenizer serves text with a Hugging Face tokenizer directory, as

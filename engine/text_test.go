@@ -11,7 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/asyncrl/asyncrl/internal/realtok"
-	"github.com/asyncrl/asyncrl/policy/chattemplate"
+	"github.com/asyncrl/asyncrl/model/chattemplate"
 )
 
 // scriptModel generates script after a prompt of promptLen tokens: the

@@ -10,8 +10,8 @@ import (
 
 	"github.com/asyncrl/asyncrl/actors/trainer/bridge"
 	"github.com/asyncrl/asyncrl/internal/fsutil"
-	"github.com/asyncrl/asyncrl/policy"
-	"github.com/asyncrl/asyncrl/policy/transformer"
+	"github.com/asyncrl/asyncrl/model"
+	"github.com/asyncrl/asyncrl/model/transformer"
 )
 
 // backend trains steps and saves checkpoints: the built-in policy in
@@ -19,7 +19,7 @@ import (
 type backend interface {
 	// Step trains one optimiser step (the loss is cross-entropy) and
 	// returns the loss under the weights before it.
-	Step(ctx context.Context, st Step, step int64) (policy.StepStats, error)
+	Step(ctx context.Context, st Step, step int64) (model.StepStats, error)
 	// Save writes the serving weights to dir/serving and the resume state
 	// to dir/trainer.
 	Save(ctx context.Context, dir string) error
@@ -34,13 +34,13 @@ const (
 )
 
 // builtin is the in-process built-in policy trainer.
-type builtin struct{ tr *policy.Trainer }
+type builtin struct{ tr *model.Trainer }
 
 var _ backend = (*builtin)(nil)
 
-func (b *builtin) Step(_ context.Context, st Step, step int64) (policy.StepStats, error) {
+func (b *builtin) Step(_ context.Context, st Step, step int64) (model.StepStats, error) {
 	if v := b.tr.Version() + 1; v != step {
-		return policy.StepStats{}, fmt.Errorf("sft: trainer at version %d cannot train step %d", v-1, step)
+		return model.StepStats{}, fmt.Errorf("sft: trainer at version %d cannot train step %d", v-1, step)
 	}
 	return b.tr.StepMicrobatches(st.Batch, st.Micro)
 }
@@ -56,19 +56,19 @@ func (b *builtin) Close(context.Context) error { return nil }
 
 // initialModel is the starting weights: InitCheckpoint (serving or
 // trainer checkpoint) or fresh ones from the seed.
-func initialModel(cfg Config) (*policy.Model, error) {
+func initialModel(cfg Config) (*model.Model, error) {
 	dir := cfg.InitCheckpoint
 	if dir == "" {
-		return policy.New(cfg.Model, cfg.Seed)
+		return model.New(cfg.Model, cfg.Seed)
 	}
-	if _, err := os.Stat(filepath.Join(dir, policy.TrainerFileName)); err == nil {
-		tr, err := policy.LoadTrainer(dir)
+	if _, err := os.Stat(filepath.Join(dir, model.TrainerFileName)); err == nil {
+		tr, err := model.LoadTrainer(dir)
 		if err != nil {
 			return nil, fmt.Errorf("sft: sft.init_checkpoint %s: %w", dir, err)
 		}
 		return tr.Model(), nil
 	}
-	m, err := policy.LoadServing(dir)
+	m, err := model.LoadServing(dir)
 	if err != nil {
 		return nil, fmt.Errorf("sft: sft.init_checkpoint %s: %w", dir, err)
 	}
@@ -79,7 +79,7 @@ func initialModel(cfg Config) (*policy.Model, error) {
 // (a checkpoint's trainer/), else the initial weights with a new trainer.
 func newBuiltin(cfg Config, resumeDir string) (*builtin, Limits, error) {
 	if resumeDir != "" {
-		tr, err := policy.LoadTrainer(filepath.Join(resumeDir, TrainerDir))
+		tr, err := model.LoadTrainer(filepath.Join(resumeDir, TrainerDir))
 		if err != nil {
 			return nil, Limits{}, fmt.Errorf("sft: resume from %s: %w", resumeDir, err)
 		}
@@ -89,14 +89,14 @@ func newBuiltin(cfg Config, resumeDir string) (*builtin, Limits, error) {
 	if err != nil {
 		return nil, Limits{}, err
 	}
-	tr, err := policy.NewTrainer(m, cfg.Trainer)
+	tr, err := model.NewTrainer(m, cfg.Trainer)
 	if err != nil {
 		return nil, Limits{}, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	return &builtin{tr: tr}, limitsOf(m), nil
 }
 
-func limitsOf(m *policy.Model) Limits {
+func limitsOf(m *model.Model) Limits {
 	return Limits{VocabSize: m.VocabSize(), MaxSeqLen: m.MaxSeqLen()}
 }
 
@@ -130,10 +130,10 @@ func newExec(ctx context.Context, cfg Config, resumeDir string, step int64, log 
 		initDir, kind = cfg.HFModel, "hf"
 		lim = Limits{VocabSize: c.VocabSize, MaxSeqLen: c.MaxPositionEmbeddings}
 	} else {
-		var m *policy.Model
+		var m *model.Model
 		var err error
 		if resumeDir != "" {
-			m, err = policy.LoadServing(filepath.Join(resumeDir, ServingDir))
+			m, err = model.LoadServing(filepath.Join(resumeDir, ServingDir))
 		} else {
 			m, err = initialModel(cfg)
 		}
@@ -165,19 +165,19 @@ func newExec(ctx context.Context, cfg Config, resumeDir string, step int64, log 
 	return &execBackend{sup: sup, last: initDir}, lim, nil
 }
 
-func (e *execBackend) Step(ctx context.Context, st Step, step int64) (policy.StepStats, error) {
+func (e *execBackend) Step(ctx context.Context, st Step, step int64) (model.StepStats, error) {
 	res, err := e.sup.Train(ctx, FrameBatch(st, step))
 	if err != nil {
-		return policy.StepStats{}, err
+		return model.StepStats{}, err
 	}
 	if e.lastOwned && e.last != res.Checkpoint {
 		if err := os.RemoveAll(e.last); err != nil {
-			return policy.StepStats{}, fmt.Errorf("sft: removing the superseded serving directory: %w", err)
+			return model.StepStats{}, fmt.Errorf("sft: removing the superseded serving directory: %w", err)
 		}
 	}
 	e.last, e.lastOwned = res.Checkpoint, true
 	mt := res.Metrics
-	return policy.StepStats{Version: step, Loss: mt["loss"], Entropy: mt["entropy"], GradNorm: mt["grad_norm"],
+	return model.StepStats{Version: step, Loss: mt["loss"], Entropy: mt["entropy"], GradNorm: mt["grad_norm"],
 		Tokens: int(mt["tokens"])}, nil
 }
 

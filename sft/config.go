@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 	"github.com/asyncrl/asyncrl/sft/data"
 )
 
@@ -35,9 +35,9 @@ type Config struct {
 	Pack data.PackConfig
 	// Trainer is the optimiser and the loss reduction (the RL-only
 	// fields are not used: every step is cross-entropy).
-	Trainer policy.TrainerConfig
+	Trainer model.TrainerConfig
 	// Model is the built-in policy's shape when starting fresh.
-	Model policy.Config
+	Model model.Config
 	// Seed seeds fresh weights (InitCheckpoint empty).
 	Seed uint64
 	// InitCheckpoint is the starting weights: a serving checkpoint

@@ -3,7 +3,7 @@
 // Config.TokensPerStep tokens, packs each step into microbatches
 // (data.Pack: bins of at most Pack.Budget tokens, a multiple of Pack.DP of
 // them, attention segments so no example sees another) and trains them
-// with the cross-entropy objective (policy.LossCrossEntropy) on the same
+// with the cross-entropy objective (model.LossCrossEntropy) on the same
 // trainer backends as RL: the built-in policy in process, or a child
 // process over the worker bridge (the PyTorch worker, or `asyncrl worker
 // child`) with TrainBatch loss "cross_entropy".
@@ -20,7 +20,7 @@
 //   - Checkpoints (Config.OutputDir/step-NNNNNNNN, and `latest` pointing at
 //     the newest) hold the serving weights (serving/: config.json +
 //     model.safetensors in BF16, what engines load), the trainer state
-//     (trainer/: policy.SaveTrainer for the built-in backend — the format
+//     (trainer/: model.SaveTrainer for the built-in backend — the format
 //     an RL run starts from with trainer.init_checkpoint — or the exec
 //     child's own resume state) and state.json: the step, the sampler's
 //     State() blob and the report so far. A checkpoint directory is written

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 	"github.com/asyncrl/asyncrl/sft/data"
 )
 
@@ -21,7 +21,7 @@ import (
 // 0.75/0.25), 256-token steps in 64-token microbatches, DP 2.
 func testConfig(t *testing.T) Config {
 	t.Helper()
-	tc := policy.DefaultTrainerConfig()
+	tc := model.DefaultTrainerConfig()
 	tc.LR, tc.EntropyCoef, tc.Workers = 1e-2, 0, 2
 	return Config{
 		Data: data.Config{Datasets: []data.DatasetConfig{{Name: "counting", Path: "x", Weight: 3}, {Name: "prompted", Path: "y", Weight: 1}},
@@ -29,7 +29,7 @@ func testConfig(t *testing.T) Config {
 		Steps: 30, TokensPerStep: 256,
 		Pack:    data.PackConfig{Budget: 64, DP: 2, Strategy: "ffd"},
 		Trainer: tc,
-		Model:   policy.Config{VocabSize: 32, Window: 4, EmbedDim: 8, Hidden: 32, Layers: 1, MaxSeqLen: 32},
+		Model:   model.Config{VocabSize: 32, Window: 4, EmbedDim: 8, Hidden: 32, Layers: 1, MaxSeqLen: 32},
 		Seed:    1, OutputDir: t.TempDir(), CheckpointEvery: 10, Backend: BackendBuiltin,
 	}
 }
@@ -103,10 +103,10 @@ func TestRunLowersLossAndReports(t *testing.T) {
 			t.Errorf("step %d checkpoint: %v", s, err)
 		}
 	}
-	if _, err := policy.LoadServing(filepath.Join(cfg.OutputDir, LatestName, ServingDir)); err != nil {
+	if _, err := model.LoadServing(filepath.Join(cfg.OutputDir, LatestName, ServingDir)); err != nil {
 		t.Fatal(err)
 	}
-	tr, err := policy.LoadTrainer(filepath.Join(cfg.OutputDir, LatestName, TrainerDir))
+	tr, err := model.LoadTrainer(filepath.Join(cfg.OutputDir, LatestName, TrainerDir))
 	if err != nil || tr.Version() != 30 {
 		t.Fatalf("trainer checkpoint: %v, version %d", err, tr.Version())
 	}
@@ -273,7 +273,7 @@ func TestAssemble(t *testing.T) {
 	if !slices.EqualFunc(st.Micro, [][]int{{0, 2}, {1}, {}}, slices.Equal[[]int]) {
 		t.Fatalf("micro %v", st.Micro)
 	}
-	if st.Tokens != 11 || st.Trained != 3+1+3 || st.Batch.Loss != policy.LossCrossEntropy {
+	if st.Tokens != 11 || st.Trained != 3+1+3 || st.Batch.Loss != model.LossCrossEntropy {
 		t.Fatalf("tokens %d trained %d loss %q", st.Tokens, st.Trained, st.Batch.Loss)
 	}
 	if got := st.Batch.Sequences[1].LossMask; !slices.Equal(got, []uint8{0, 0, 1}) {
@@ -308,7 +308,7 @@ func TestExecBackendMatchesBuiltin(t *testing.T) {
 	if !(res.Report.LastLoss < 0.8*res.Report.FirstLoss) {
 		t.Fatalf("exec loss %.4f → %.4f", res.Report.FirstLoss, res.Report.LastLoss)
 	}
-	if _, err := policy.LoadServing(filepath.Join(cfg.OutputDir, LatestName, ServingDir)); err != nil {
+	if _, err := model.LoadServing(filepath.Join(cfg.OutputDir, LatestName, ServingDir)); err != nil {
 		t.Fatal(err)
 	}
 	// The child's per-step directories do not pile up: the newest serving

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 	"github.com/asyncrl/asyncrl/sft/data"
 )
 
@@ -16,7 +16,7 @@ var ErrExample = errors.New("sft: bad example")
 // Step is one assembled optimiser step: pure data, no I/O.
 type Step struct {
 	// Batch holds one cross-entropy Sequence per example, in draw order.
-	Batch policy.Batch
+	Batch model.Batch
 	// Micro is the microbatch plan: one entry per packed bin, the indices
 	// of its examples in Batch.Sequences; an empty entry is a padding bin
 	// (the bin count is a multiple of the DP size).
@@ -81,12 +81,12 @@ func LossMask(ex data.Example) []uint8 {
 // example by its id; an id drawn twice in a step is in two bins' lists
 // or twice in one).
 func Assemble(examples []data.Example, bins []data.Bin) (Step, error) {
-	st := Step{Batch: policy.Batch{Loss: policy.LossCrossEntropy, Sequences: make([]policy.Sequence, len(examples))},
+	st := Step{Batch: model.Batch{Loss: model.LossCrossEntropy, Sequences: make([]model.Sequence, len(examples))},
 		IDs: make([]data.ExampleID, len(examples))}
 	free := make(map[data.ExampleID][]int, len(examples)) // id → indices not yet in a bin
 	for i, ex := range examples {
 		mask := LossMask(ex)
-		st.Batch.Sequences[i] = policy.Sequence{Tokens: ex.Tokens, LossMask: mask,
+		st.Batch.Sequences[i] = model.Sequence{Tokens: ex.Tokens, LossMask: mask,
 			Group: fmt.Sprintf("%d/%d/%d", ex.ID.Dataset, ex.ID.Shard, ex.ID.Row)}
 		st.IDs[i] = ex.ID
 		st.Tokens += len(ex.Tokens)

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 )
 
 const torchPython = "/usr/bin/python3"
@@ -51,7 +51,7 @@ func TestTorchBackend(t *testing.T) {
 	if !(res.Report.LastLoss < res.Report.FirstLoss) {
 		t.Fatalf("torch loss %.4f → %.4f", res.Report.FirstLoss, res.Report.LastLoss)
 	}
-	if _, err := policy.LoadServing(filepath.Join(cfg.OutputDir, LatestName, ServingDir)); err != nil {
+	if _, err := model.LoadServing(filepath.Join(cfg.OutputDir, LatestName, ServingDir)); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -15,8 +15,8 @@ import (
 
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/engine"
-	pmodel "github.com/asyncrl/asyncrl/policy"
-	"github.com/asyncrl/asyncrl/policy/transformer"
+	pmodel "github.com/asyncrl/asyncrl/model"
+	"github.com/asyncrl/asyncrl/model/transformer"
 	"github.com/asyncrl/asyncrl/weights/safetensors"
 )
 

@@ -8,8 +8,8 @@ import (
 	"github.com/asyncrl/asyncrl/actors/rollout"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/engine"
-	"github.com/asyncrl/asyncrl/policy/chattemplate"
-	"github.com/asyncrl/asyncrl/policy/hftokenizer"
+	"github.com/asyncrl/asyncrl/model/chattemplate"
+	"github.com/asyncrl/asyncrl/model/hftokenizer"
 )
 
 // TokenizerDir is the run's Hugging Face tokenizer directory:

@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 
 	"github.com/asyncrl/asyncrl/actors/rollout"
-	"github.com/asyncrl/asyncrl/policy/chattemplate"
+	"github.com/asyncrl/asyncrl/model/chattemplate"
 	"github.com/asyncrl/asyncrl/tasks/chatenv"
 )
 

@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/asyncrl/asyncrl/config"
-	"github.com/asyncrl/asyncrl/policy/transformer"
+	"github.com/asyncrl/asyncrl/model/transformer"
 )
 
 // ModelDir is the run's Hugging Face checkpoint directory, "" for the

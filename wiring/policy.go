@@ -3,7 +3,7 @@ package wiring
 import (
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/engine"
-	pmodel "github.com/asyncrl/asyncrl/policy"
+	pmodel "github.com/asyncrl/asyncrl/model"
 )
 
 // PolicyModel is the built-in policy's shape for the run: DefaultConfig

@@ -6,7 +6,7 @@ import (
 
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/engine"
-	pmodel "github.com/asyncrl/asyncrl/policy"
+	pmodel "github.com/asyncrl/asyncrl/model"
 )
 
 // TestMoEExample: examples/moe.yaml loads, maps onto a mixture-of-experts

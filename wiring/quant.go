@@ -5,13 +5,13 @@ import (
 
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/engine"
-	pmodel "github.com/asyncrl/asyncrl/policy"
-	"github.com/asyncrl/asyncrl/policy/transformer"
+	pmodel "github.com/asyncrl/asyncrl/model"
+	"github.com/asyncrl/asyncrl/model/transformer"
 )
 
 // EngineQuantize is the engine option engines.quantize asks for: the
 // engine serves every model it loads quantised by q (the built-in
-// policy's policy.Model.Quantized, a Hugging Face model's
+// policy's model.Model.Quantized, a Hugging Face model's
 // transformer.Model.Quantized; the loaded model itself is left alone).
 // None for "none". Any other model is refused: nothing else exposes its
 // weight matrices.
@@ -35,6 +35,6 @@ func EngineQuantize(q config.ServingQuantization) []engine.Option {
 			}
 			return qm, nil
 		}
-		return nil, fmt.Errorf("only the built-in policy and Hugging Face models (policy/transformer) can be quantised, got %T", m)
+		return nil, fmt.Errorf("only the built-in policy and Hugging Face models (model/transformer) can be quantised, got %T", m)
 	})}
 }

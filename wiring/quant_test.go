@@ -10,8 +10,8 @@ import (
 
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/engine"
-	pmodel "github.com/asyncrl/asyncrl/policy"
-	"github.com/asyncrl/asyncrl/policy/tokenizer"
+	pmodel "github.com/asyncrl/asyncrl/model"
+	"github.com/asyncrl/asyncrl/model/tokenizer"
 )
 
 // TestEngineQuantizeServesFakeQuant: a built-in engine with

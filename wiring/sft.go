@@ -4,7 +4,7 @@ import (
 	"path/filepath"
 
 	"github.com/asyncrl/asyncrl/config"
-	pmodel "github.com/asyncrl/asyncrl/policy"
+	pmodel "github.com/asyncrl/asyncrl/model"
 	"github.com/asyncrl/asyncrl/sft"
 	"github.com/asyncrl/asyncrl/sft/data"
 )

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/asyncrl/asyncrl/config"
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 )
 
 func TestSFTMapsTheRunConfig(t *testing.T) {
@@ -23,7 +23,7 @@ func TestSFTMapsTheRunConfig(t *testing.T) {
 		t.Errorf("datasets %+v", s.Data.Datasets)
 	case s.Pack.Budget != 512 || s.Pack.DP != 4 || s.Pack.Strategy != "ffd":
 		t.Errorf("pack %+v", s.Pack)
-	case s.Trainer.LR != 1e-4 || s.Trainer.Reduction != policy.SequenceMean || s.Trainer.Temperature != 1:
+	case s.Trainer.LR != 1e-4 || s.Trainer.Reduction != model.SequenceMean || s.Trainer.Temperature != 1:
 		t.Errorf("trainer %+v", s.Trainer)
 	case s.OutputDir != filepath.Join("/tmp/d", "sft") || s.Seed != 9 || s.Backend != "exec" || s.Exec[0] != "py":
 		t.Errorf("run %+v", s)

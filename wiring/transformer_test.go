@@ -12,12 +12,12 @@ import (
 
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/engine"
-	pmodel "github.com/asyncrl/asyncrl/policy"
-	"github.com/asyncrl/asyncrl/policy/transformer"
+	pmodel "github.com/asyncrl/asyncrl/model"
+	"github.com/asyncrl/asyncrl/model/transformer"
 )
 
 // TestLoadPolicyDispatches: the engine's loader picks the built-in policy
-// or policy/transformer by config.json's model_type, and refuses another
+// or model/transformer by config.json's model_type, and refuses another
 // type naming the supported ones.
 func TestLoadPolicyDispatches(t *testing.T) {
 	hf := t.TempDir()

@@ -6,7 +6,7 @@ import (
 
 	"github.com/asyncrl/asyncrl/actors/rollout"
 	"github.com/asyncrl/asyncrl/config"
-	"github.com/asyncrl/asyncrl/policy/tokenizer"
+	"github.com/asyncrl/asyncrl/model/tokenizer"
 )
 
 // TestVocabulary: without a tokenizer the rollouts use the built-in
@@ -23,7 +23,7 @@ func TestVocabulary(t *testing.T) {
 		t.Fatalf("default vocabulary %T size %d, want the built-in one", v, v.Size())
 	}
 	c.External = []config.ExternalEngine{{URL: "http://127.0.0.1:1", Kind: config.EngineVLLM, WeightLoad: config.LoadDelta,
-		Tokenizer: "../policy/hftokenizer/testdata/qwen2/tokenizer.json"}}
+		Tokenizer: "../model/hftokenizer/testdata/qwen2/tokenizer.json"}}
 	v, err = Vocabulary(c)
 	if err != nil {
 		t.Fatal(err)

@@ -11,9 +11,9 @@ import (
 	"github.com/asyncrl/asyncrl/actors/router/proxy"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/engine"
-	pmodel "github.com/asyncrl/asyncrl/policy"
-	"github.com/asyncrl/asyncrl/policy/hftokenizer"
-	"github.com/asyncrl/asyncrl/policy/transformer"
+	pmodel "github.com/asyncrl/asyncrl/model"
+	"github.com/asyncrl/asyncrl/model/hftokenizer"
+	"github.com/asyncrl/asyncrl/model/transformer"
 )
 
 // EngineConfig maps the engines section onto one built-in engine's config.
@@ -41,7 +41,7 @@ func micros(us float64) time.Duration { return time.Duration(us * float64(time.M
 
 // LoadPolicy loads a serving checkpoint as an engine model, by
 // config.json's model_type: the built-in policy's ("asyncrl-window-mlp")
-// with policy.LoadServing, a Hugging Face checkpoint of a supported
+// with model.LoadServing, a Hugging Face checkpoint of a supported
 // architecture (qwen3, qwen3_moe, llama, deepseek_v3) with
 // transformer.Load. It is the engine's ModelLoader for /update_weights,
 // the vLLM extension's checkpoint and delta loads, and LoRA paths that
@@ -63,7 +63,7 @@ func LoadPolicy(dir string) (engine.Model, error) {
 
 // LoadAdapter reads a LoRA adapter in PEFT's layout (adapter_config.json +
 // adapter_model.safetensors) for the engine's AdapterLoader: it applies
-// onto a served Hugging Face model (policy/transformer), merging the
+// onto a served Hugging Face model (model/transformer), merging the
 // adapted projections (transformer.Adapter.Apply); any other served model
 // refuses it.
 func LoadAdapter(dir string) (engine.Adapter, error) {

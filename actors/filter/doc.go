@@ -57,5 +57,5 @@
 // good nor bad, and its zero_variance_filter keeps it). SkyRL raises on
 // max_sample_batches; Add returns an error and resets its state instead.
 // docs/semantics.md lists each difference with the input that shows it.
-// GRPO advantages live in package policy, not here.
+// GRPO advantages live in package model, not here.
 package filter

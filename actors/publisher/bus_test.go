@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/asyncrl/asyncrl/messages"
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 	"github.com/asyncrl/asyncrl/transport"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
 )
@@ -41,7 +41,7 @@ func TestBusPublisherRepeatsAnnouncementUntilAcked(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Unsubscribe()
-	m, err := policy.New(policy.DefaultConfig(), 1)
+	m, err := model.New(model.DefaultConfig(), 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,7 @@ package publisher
 import (
 	"context"
 
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 )
 
 // Publisher makes a new policy version live on the engines. The trainer
@@ -29,7 +29,7 @@ type Publisher interface {
 type Weights struct {
 	// Model is the built-in policy's BF16 serving copy; nil for other
 	// architectures.
-	Model *policy.Model
+	Model *model.Model
 	// Dir is a complete serving checkpoint (config.json, safetensors,
 	// generation and tokenizer files); "" when only Model is known. The
 	// Stepper owns it: a Publisher reads it and never modifies it.
@@ -37,4 +37,4 @@ type Weights struct {
 }
 
 // InMemory is w for the built-in policy in memory.
-func InMemory(m *policy.Model) Weights { return Weights{Model: m} }
+func InMemory(m *model.Model) Weights { return Weights{Model: m} }

@@ -11,7 +11,7 @@ import (
 
 	"github.com/asyncrl/asyncrl/engine"
 	"github.com/asyncrl/asyncrl/internal/realtok"
-	"github.com/asyncrl/asyncrl/policy/chattemplate"
+	"github.com/asyncrl/asyncrl/model/chattemplate"
 	"github.com/asyncrl/asyncrl/tasks"
 )
 

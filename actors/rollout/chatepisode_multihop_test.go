@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/asyncrl/asyncrl/internal/realtok"
-	"github.com/asyncrl/asyncrl/policy/chattemplate"
+	"github.com/asyncrl/asyncrl/model/chattemplate"
 	"github.com/asyncrl/asyncrl/tasks"
 	"github.com/asyncrl/asyncrl/tasks/chatenv"
 	"github.com/asyncrl/asyncrl/tasks/multihop"

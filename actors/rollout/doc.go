@@ -19,7 +19,7 @@
 //     not generate itself, e.g. the "\n" after <|im_end|>) plus the next
 //     user message and generation prompt (Chat.Continue). The history is
 //     never re-tokenised: the model's tokens stay exactly as sampled and
-//     only they have loss mask 1 (policy/chattemplate.Conversation).
+//     only they have loss mask 1 (model/chattemplate.Conversation).
 //   - Wire (HTTPClient): vLLM's token-in/token-out form of /v1/completions:
 //     prompt as token ids, return_token_ids, logprobs: 0,
 //     return_tokens_as_token_ids, model/stop/stop_token_ids from the

@@ -7,7 +7,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/asyncrl/asyncrl/policy/tokenizer"
+	"github.com/asyncrl/asyncrl/model/tokenizer"
 	"github.com/asyncrl/asyncrl/tasks"
 	"github.com/asyncrl/asyncrl/tasks/chatenv"
 )
@@ -67,7 +67,7 @@ type EpisodeConfig struct {
 }
 
 // ChatFormat starts one chat conversation per episode
-// (policy/chattemplate.Tokenizer.NewConversation behind it).
+// (model/chattemplate.Tokenizer.NewConversation behind it).
 type ChatFormat interface {
 	NewChat() (Chat, error)
 }

@@ -14,7 +14,7 @@ import (
 
 	"github.com/asyncrl/asyncrl/engine"
 	"github.com/asyncrl/asyncrl/messages"
-	"github.com/asyncrl/asyncrl/policy/tokenizer"
+	"github.com/asyncrl/asyncrl/model/tokenizer"
 	"github.com/asyncrl/asyncrl/tasks"
 )
 

@@ -15,7 +15,7 @@ import (
 
 	"github.com/asyncrl/asyncrl/engine"
 	"github.com/asyncrl/asyncrl/messages"
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 )
 
 // A vLLM answer with routed_experts (base64 .npy, 7 rows for 5 prompt + 3
@@ -225,11 +225,11 @@ type routesModel interface {
 // column equals the served model's routing of every position the engine
 // ran. Two models: a hash stand-in with 300 experts (uint16 on the wire,
 // an int16 column) and the built-in policy as a mixture of experts
-// (helper B's policy.Model routing; uint8).
+// (helper B's model.Model routing; uint8).
 func TestRoutesEndToEndBuiltinEngine(t *testing.T) {
-	pcfg := policy.DefaultConfig()
+	pcfg := model.DefaultConfig()
 	pcfg.Experts, pcfg.TopK = 4, 2
-	moe, err := policy.New(pcfg, 9)
+	moe, err := model.New(pcfg, 9)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,7 +279,7 @@ func routesEndToEnd(t *testing.T, m routesModel, rs RouteSpec) {
 		t.Fatalf("%d turns; packed routes (%d values, %d tokens × %d, %d held) differ from the engine's routing", ep.Turns, len(tr.Routes), n, stride, held)
 	}
 	checkPadding(t, ep, held, stride, rs.TopK)
-	if pm, ok := m.(*policy.Model); ok {
+	if pm, ok := m.(*model.Model); ok {
 		trainerReplays(t, pm, tr, cfg.Temperature, stride)
 	}
 }
@@ -288,16 +288,16 @@ func routesEndToEnd(t *testing.T, m routesModel, rs RouteSpec) {
 // computes the engine's logprobs of every generated token of the
 // multi-turn trajectory (same weights), and routes one row off do not —
 // so the rows line up with the positions they route.
-func trainerReplays(t *testing.T, m *policy.Model, tr messages.Trajectory, temp float64, stride int) {
+func trainerReplays(t *testing.T, m *model.Model, tr messages.Trajectory, temp float64, stride int) {
 	t.Helper()
-	tc := policy.DefaultTrainerConfig()
+	tc := model.DefaultTrainerConfig()
 	tc.Temperature = temp
-	trn, err := policy.NewTrainer(m, tc)
+	trn, err := model.NewTrainer(m, tc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	seq := policy.Sequence{Tokens: tr.TokenIDs, LossMask: tr.LossMask, RolloutLogprobs: tr.Logprobs, Routes: tr.Routes}
-	lps, err := trn.Logprobs(policy.Batch{Sequences: []policy.Sequence{seq}})
+	seq := model.Sequence{Tokens: tr.TokenIDs, LossMask: tr.LossMask, RolloutLogprobs: tr.Logprobs, Routes: tr.Routes}
+	lps, err := trn.Logprobs(model.Batch{Sequences: []model.Sequence{seq}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -307,7 +307,7 @@ func trainerReplays(t *testing.T, m *policy.Model, tr messages.Trajectory, temp 
 		}
 	}
 	seq.Routes = append(slices.Clone(tr.Routes[stride:]), tr.Routes[:stride]...) // rows shifted by one
-	off, err := trn.Logprobs(policy.Batch{Sequences: []policy.Sequence{seq}})
+	off, err := trn.Logprobs(model.Batch{Sequences: []model.Sequence{seq}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/asyncrl/asyncrl/policy/tokenizer"
+	"github.com/asyncrl/asyncrl/model/tokenizer"
 	"github.com/asyncrl/asyncrl/tasks"
 	"github.com/asyncrl/asyncrl/tasks/chatenv"
 	_ "github.com/asyncrl/asyncrl/tasks/toolenv"

@@ -15,7 +15,7 @@ import (
 	"github.com/asyncrl/asyncrl/actors/trainer/microbatch"
 	"github.com/asyncrl/asyncrl/actors/trainer/steprule"
 	"github.com/asyncrl/asyncrl/messages"
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 	"github.com/asyncrl/asyncrl/transport"
 )
 
@@ -38,7 +38,7 @@ type Config struct {
 	Microbatch microbatch.Config
 	Subjects   Subjects
 	Logger     zerolog.Logger
-	// VersionBase is the wrapped policy.Trainer's Version() at this run's
+	// VersionBase is the wrapped model.Trainer's Version() at this run's
 	// version 0. A trainer resumed from a checkpoint keeps its optimiser
 	// step count (Adam's bias correction depends on it), so it cannot be
 	// reset; instead everything the actor says or checks on the bus — the
@@ -74,7 +74,7 @@ func (c Config) Validate() error {
 type StepRecord struct {
 	Step, Version int64 // Version: the version the step produced
 	RewardMean    float64
-	Stats         policy.StepStats
+	Stats         model.StepStats
 	Groups        int
 	Trajectories  int
 	Tokens        int
@@ -133,7 +133,7 @@ type Actor struct {
 // Start subscribes the trainer to cfg.Subjects.Train. tr's weights must be
 // the ones the engines serve as version 0 (Step 1 trains them), and
 // tr.Version() must be cfg.VersionBase.
-func Start(bus transport.Bus, tr *policy.Trainer, pub publisher.Publisher, cfg Config) (*Actor, error) {
+func Start(bus transport.Bus, tr *model.Trainer, pub publisher.Publisher, cfg Config) (*Actor, error) {
 	return StartStepper(bus, builtinStepper{tr}, pub, cfg)
 }
 
@@ -255,7 +255,7 @@ func rowOf(r StepRecord) stepRow {
 
 func (r stepRow) record() StepRecord {
 	return StepRecord{Step: r.step, Version: r.version, RewardMean: r.reward,
-		Stats: policy.StepStats{Version: r.version, Loss: r.loss, Entropy: r.entropy, GradNorm: r.gradNorm, Mismatch: r.mismatch,
+		Stats: model.StepStats{Version: r.version, Loss: r.loss, Entropy: r.entropy, GradNorm: r.gradNorm, Mismatch: r.mismatch,
 			MismatchSameVersion: r.mismatchSame, SameVersionTokens: int(r.sameVersionTokens), KL: r.kl, Tokens: int(r.statTokens),
 			ClipFrac: r.clipFrac, ISRatio: r.isRatio},
 		Groups: int(r.groups), Trajectories: int(r.trajs), Tokens: int(r.tokens), Microbatches: int(r.microbatches),

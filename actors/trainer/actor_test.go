@@ -12,7 +12,7 @@ import (
 	"github.com/asyncrl/asyncrl/actors/publisher"
 	"github.com/asyncrl/asyncrl/actors/trainer/microbatch"
 	"github.com/asyncrl/asyncrl/messages"
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 	"github.com/asyncrl/asyncrl/transport"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
 )
@@ -97,15 +97,15 @@ func waitErr(a *Actor) {
 // startBuiltin starts the trainer actor with a built-in trainer on a
 // bus of its own, publishing through pub (batches on T, StepDone on S);
 // next reads the StepDone messages. Actor and bus stop at the test's end.
-func startBuiltin(t *testing.T, pub publisher.Publisher) (*natsbus.Bus, *Actor, *policy.Trainer, func() messages.StepDone) {
+func startBuiltin(t *testing.T, pub publisher.Publisher) (*natsbus.Bus, *Actor, *model.Trainer, func() messages.StepDone) {
 	t.Helper()
 	bus, err := natsbus.Connect(context.Background(), natsbus.DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = bus.Close() })
-	m, _ := policy.New(policy.DefaultConfig(), 1)
-	ptr, _ := policy.NewTrainer(m, policy.DefaultTrainerConfig())
+	m, _ := model.New(model.DefaultConfig(), 1)
+	ptr, _ := model.NewTrainer(m, model.DefaultTrainerConfig())
 	next := expect[messages.StepDone](t, bus, "S")
 	a, err := Start(bus, ptr, pub, Config{RunID: "r", Name: "t", NormStd: true, Microbatch: microbatch.DefaultConfig(),
 		Subjects: Subjects{Train: "T", Steps: "S"}})

@@ -5,12 +5,12 @@ import (
 
 	"github.com/asyncrl/asyncrl/actors/trainer/microbatch"
 	"github.com/asyncrl/asyncrl/messages"
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 )
 
 // Prepared is a mini-batch ready for the built-in backend.
 type Prepared struct {
-	Batch policy.Batch
+	Batch model.Batch
 	// Plan is the microbatch plan of the mini-batch (per sequence tokens).
 	Plan microbatch.Plan
 	// RewardMean is the mean trajectory reward; Staleness the trainer
@@ -43,7 +43,7 @@ func Prepare(tb *messages.TokenBatch, normStd bool, mb microbatch.Config, versio
 		if err != nil {
 			return Prepared{}, fmt.Errorf("trainer: %w", err)
 		}
-		seq := policy.Sequence{Tokens: t.TokenIDs, LossMask: t.LossMask, RolloutLogprobs: t.Logprobs,
+		seq := model.Sequence{Tokens: t.TokenIDs, LossMask: t.LossMask, RolloutLogprobs: t.Logprobs,
 			Version: make([]int64, len(t.PolicyVersions)), Group: t.GroupID}
 		oldest := int64(-1)
 		for j, v := range t.PolicyVersions {
@@ -70,7 +70,7 @@ func Prepare(tb *messages.TokenBatch, normStd bool, mb microbatch.Config, versio
 		p.Tok += len(t.TokenIDs)
 		groups[t.GroupID] = true
 	}
-	adv := policy.Advantages(scores, tb.GroupIDs, normStd)
+	adv := model.Advantages(scores, tb.GroupIDs, normStd)
 	for i := range p.Batch.Sequences {
 		p.Batch.Sequences[i].Advantage = float32(adv[i])
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/asyncrl/asyncrl/actors/trainer/microbatch"
 	"github.com/asyncrl/asyncrl/messages"
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 	"github.com/asyncrl/asyncrl/transport"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
 )
@@ -59,8 +59,8 @@ func TestTrainerFetchesReferencedGroups(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, _ := policy.New(policy.DefaultConfig(), 1)
-	ptr, _ := policy.NewTrainer(m, policy.DefaultTrainerConfig())
+	m, _ := model.New(model.DefaultConfig(), 1)
+	ptr, _ := model.NewTrainer(m, model.DefaultTrainerConfig())
 	pub := &recordingPublisher{}
 	next := expect[messages.StepDone](t, bus, "S")
 	a, err := Start(bus, ptr, pub, Config{RunID: "r", Name: "t", NormStd: true, Microbatch: microbatch.DefaultConfig(),

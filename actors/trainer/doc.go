@@ -13,7 +13,7 @@
 //   - Prepare turns the batch into policy sequences with GRPO advantages
 //     per group ((r − mean)/(std + 1e-6), or r − mean with NormStd false)
 //     and plans microbatches (package trainer/microbatch). Train follows
-//     the plan on the built-in backend (policy.Trainer): it computes the
+//     the plan on the built-in backend (model.Trainer): it computes the
 //     mini-batch's loss-reduction totals, accumulates each microbatch's
 //     gradient — ranks in rank order, each rank's microbatches in plan
 //     order, padding microbatches as one loss-mask-0 token — and takes ONE

@@ -7,13 +7,13 @@ import (
 
 	"github.com/asyncrl/asyncrl/actors/publisher"
 	"github.com/asyncrl/asyncrl/actors/trainer/bridge"
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 )
 
 // Exec is the exec backend (trainer.backend: exec): each step goes to a
 // child process over the worker bridge (frames v1, docs/protocol.md), which
 // trains and writes the new version's serving checkpoint. Step hands that
-// directory to the Publisher: loaded as well (policy.LoadServing) when the
+// directory to the Publisher: loaded as well (model.LoadServing) when the
 // child trains the built-in policy, so every in-memory publisher keeps
 // working, or checked by CheckDir for any other architecture (a Hugging
 // Face checkpoint: docs/models.md). The bridge's supervisor restarts a
@@ -79,20 +79,20 @@ func (e *Exec) Restarts() int { return e.sup.Started() - 1 }
 
 // Step sends p as TrainBatch step Version()+1 and returns the child's
 // serving checkpoint of it.
-func (e *Exec) Step(ctx context.Context, p Prepared) (policy.StepStats, publisher.Weights, error) {
+func (e *Exec) Step(ctx context.Context, p Prepared) (model.StepStats, publisher.Weights, error) {
 	step := e.done + 1
 	res := e.trained
 	if res == nil || res.Step != step {
 		tb := FrameBatch(p, step)
 		if n := e.sup.Ranks(); n > 1 {
 			if len(p.Plan.Ranks) != n {
-				return policy.StepStats{}, publisher.Weights{}, fmt.Errorf("trainer: exec backend: the microbatch plan splits step %d over %d ranks but the group has %d (trainer.exec_ranks sets the microbatcher's DP size)", step, len(p.Plan.Ranks), n)
+				return model.StepStats{}, publisher.Weights{}, fmt.Errorf("trainer: exec backend: the microbatch plan splits step %d over %d ranks but the group has %d (trainer.exec_ranks sets the microbatcher's DP size)", step, len(p.Plan.Ranks), n)
 			}
 			tb.MicrobatchRanks = MicrobatchRanks(p)
 		}
 		r, err := e.sup.Train(ctx, tb)
 		if err != nil {
-			return policy.StepStats{}, publisher.Weights{}, err
+			return model.StepStats{}, publisher.Weights{}, err
 		}
 		res = &r
 		e.ranks.add(r.Ranks)
@@ -100,12 +100,12 @@ func (e *Exec) Step(ctx context.Context, p Prepared) (policy.StepStats, publishe
 	w, err := e.weights(res.Checkpoint)
 	if err != nil {
 		e.trained = res
-		return policy.StepStats{}, publisher.Weights{}, fmt.Errorf("trainer: exec backend: step %d checkpoint %s: %w", step, res.Checkpoint, err)
+		return model.StepStats{}, publisher.Weights{}, fmt.Errorf("trainer: exec backend: step %d checkpoint %s: %w", step, res.Checkpoint, err)
 	}
 	e.trained, e.done = nil, step
 	e.prune(res.Checkpoint)
 	mt := res.Metrics
-	return policy.StepStats{Version: step, Loss: mt["loss"], Entropy: mt["entropy"], GradNorm: mt["grad_norm"],
+	return model.StepStats{Version: step, Loss: mt["loss"], Entropy: mt["entropy"], GradNorm: mt["grad_norm"],
 		Mismatch: mt["mismatch"], KL: mt["kl"], Tokens: int(mt["tokens"]), ClipFrac: mt["clip_frac"], ISRatio: mt["is_ratio"],
 		MismatchSameVersion: mt["mismatch_same_version"], SameVersionTokens: int(mt["same_version_tokens"])}, w, nil
 }
@@ -113,12 +113,12 @@ func (e *Exec) Step(ctx context.Context, p Prepared) (policy.StepStats, publishe
 // weights is the serving checkpoint in dir: the built-in policy loaded,
 // or another architecture's directory checked.
 func (e *Exec) weights(dir string) (publisher.Weights, error) {
-	mt, err := policy.ReadModelType(dir)
+	mt, err := model.ReadModelType(dir)
 	if err != nil {
 		return publisher.Weights{}, err
 	}
-	if mt == policy.ModelType {
-		m, err := policy.LoadServing(dir)
+	if mt == model.ModelType {
+		m, err := model.LoadServing(dir)
 		if err != nil {
 			return publisher.Weights{}, err
 		}

@@ -19,7 +19,7 @@ import (
 	"github.com/asyncrl/asyncrl/actors/trainer/bridge"
 	"github.com/asyncrl/asyncrl/actors/trainer/microbatch"
 	"github.com/asyncrl/asyncrl/messages"
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
 )
 
@@ -53,7 +53,7 @@ func runExecChild() int {
 type modelPublisher struct {
 	mu       sync.Mutex
 	versions []int64
-	last     *policy.Model
+	last     *model.Model
 }
 
 func (p *modelPublisher) Publish(_ context.Context, w publisher.Weights, v int64) error {
@@ -64,7 +64,7 @@ func (p *modelPublisher) Publish(_ context.Context, w publisher.Weights, v int64
 	return nil
 }
 
-func servingBytes(t *testing.T, m *policy.Model) []byte {
+func servingBytes(t *testing.T, m *model.Model) []byte {
 	t.Helper()
 	dir := t.TempDir()
 	if err := m.SaveServing(dir); err != nil {
@@ -106,12 +106,12 @@ func trainBatch(t *testing.T, step int64) []byte {
 func TestExecActorTrainsOverTheBridge(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	m, _ := policy.New(policy.DefaultConfig(), 1)
+	m, _ := model.New(model.DefaultConfig(), 1)
 	initDir := filepath.Join(dir, "init")
 	if err := m.SaveServing(initDir); err != nil {
 		t.Fatal(err)
 	}
-	tcfg := policy.DefaultTrainerConfig()
+	tcfg := model.DefaultTrainerConfig()
 	tcfg.Workers = max(1, min(runtime.GOMAXPROCS(0), 4)) // what the child runs with
 	mb := microbatch.DefaultConfig()
 	mb.MaxTokensPerMicrobatch = 8 // several microbatches per step
@@ -161,11 +161,11 @@ func TestExecActorTrainsOverTheBridge(t *testing.T) {
 	}
 
 	// The same batches through the in-process built-in trainer.
-	m0, err := policy.LoadServing(initDir)
+	m0, err := model.LoadServing(initDir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ptr, err := policy.NewTrainer(m0, tcfg)
+	ptr, err := model.NewTrainer(m0, tcfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/asyncrl/asyncrl/actors/trainer/bridge"
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 )
 
 // relayRemote is "another node" inside the test: it starts each rank it
@@ -94,7 +94,7 @@ func (l *relayLink) Exchange(ctx context.Context, body []byte, timeout time.Dura
 func TestExecTorchRanksOnTwoNodesTrainLikeOne(t *testing.T) {
 	argv, env := torchChild(t)
 	ctx := context.Background()
-	train := func(nodes int, remote *relayRemote) ([]policy.StepStats, *Exec) {
+	train := func(nodes int, remote *relayRemote) ([]model.StepStats, *Exec) {
 		ranks := 2 / nodes
 		ex, err := startTorchExecHook(t, t.TempDir(), ranks, argv, env, time.Minute, nil, func(o *bridge.Options) {
 			o.StepTimeout, o.InitTimeout = 30*time.Second, 2*time.Minute
@@ -107,7 +107,7 @@ func TestExecTorchRanksOnTwoNodesTrainLikeOne(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = ex.Close(ctx) })
-		var out []policy.StepStats
+		var out []model.StepStats
 		for _, p := range preparedSteps(t, 2) {
 			st, _, err := ex.Step(ctx, p)
 			if err != nil {

@@ -18,7 +18,7 @@ import (
 	"github.com/asyncrl/asyncrl/actors/trainer/bridge"
 	"github.com/asyncrl/asyncrl/actors/trainer/microbatch"
 	"github.com/asyncrl/asyncrl/messages"
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 )
 
 // torchChild is the PyTorch worker's argv and environment, or a skip
@@ -48,12 +48,12 @@ func startTorchExecHook(t *testing.T, dir string, ranks int, argv, env []string,
 	t.Helper()
 	initDir := filepath.Join(dir, "init")
 	if _, err := os.Stat(initDir); err != nil {
-		m, _ := policy.New(policy.DefaultConfig(), 1)
+		m, _ := model.New(model.DefaultConfig(), 1)
 		if err := m.SaveServing(initDir); err != nil {
 			t.Fatal(err)
 		}
 	}
-	in, err := bridge.InitFor(policy.DefaultTrainerConfig(), true, "builtin", initDir, filepath.Join(dir, "out"))
+	in, err := bridge.InitFor(model.DefaultTrainerConfig(), true, "builtin", initDir, filepath.Join(dir, "out"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,8 +94,8 @@ func TestExecTorchRanksTrainLikeOne(t *testing.T) {
 	argv, env := torchChild(t)
 	ctx := context.Background()
 	dir := t.TempDir()
-	var stats [2][]policy.StepStats
-	var last [2]*policy.Model
+	var stats [2][]model.StepStats
+	var last [2]*model.Model
 	for i, ranks := range []int{1, 2} {
 		ex, err := startTorchExec(t, dir, ranks, argv, env, time.Minute)
 		if err != nil {
@@ -183,7 +183,7 @@ func TestExecTorchRankThatNeverJoins(t *testing.T) {
 func TestExecTorchRankKilledMidStep(t *testing.T) {
 	argv, env := torchChild(t)
 	ctx := context.Background()
-	run := func(sig syscall.Signal) ([]policy.StepStats, int) {
+	run := func(sig syscall.Signal) ([]model.StepStats, int) {
 		var mu sync.Mutex
 		sends := 0
 		var stopped []int
@@ -207,7 +207,7 @@ func TestExecTorchRankKilledMidStep(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer ex.Close(ctx)
-		var out []policy.StepStats
+		var out []model.StepStats
 		for _, p := range preparedSteps(t, 2) {
 			st, _, err := ex.Step(ctx, p)
 			if err != nil {

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/asyncrl/asyncrl/actors/publisher"
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 )
 
 // flakyPublisher fails its first fails calls, then publishes.
@@ -17,7 +17,7 @@ type flakyPublisher struct {
 	fails     int
 	attempts  int
 	published []int64
-	models    []*policy.Model
+	models    []*model.Model
 }
 
 var errEnginesDown = errors.New("engines down")
@@ -34,10 +34,10 @@ func (p *flakyPublisher) Publish(_ context.Context, w publisher.Weights, v int64
 	return nil
 }
 
-func (p *flakyPublisher) state() (attempts int, published []int64, models []*policy.Model) {
+func (p *flakyPublisher) state() (attempts int, published []int64, models []*model.Model) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.attempts, append([]int64(nil), p.published...), append([]*policy.Model(nil), p.models...)
+	return p.attempts, append([]int64(nil), p.published...), append([]*model.Model(nil), p.models...)
 }
 
 // waitAttempts waits (up to 10 s) until the publisher was called n times.

@@ -10,7 +10,7 @@ import (
 	"github.com/asyncrl/asyncrl/actors/publisher"
 	"github.com/asyncrl/asyncrl/actors/trainer/microbatch"
 	"github.com/asyncrl/asyncrl/messages"
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
 )
 
@@ -20,9 +20,9 @@ type countingStepper struct{ v int64 }
 
 func (s *countingStepper) Version() int64 { return s.v }
 
-func (s *countingStepper) Step(context.Context, Prepared) (policy.StepStats, publisher.Weights, error) {
+func (s *countingStepper) Step(context.Context, Prepared) (model.StepStats, publisher.Weights, error) {
 	s.v++
-	return policy.StepStats{}, publisher.Weights{}, nil
+	return model.StepStats{}, publisher.Weights{}, nil
 }
 
 // TestStepRecordsStayO1PerStep (issue 37): the records of a long run keep

@@ -11,7 +11,7 @@ import (
 	"github.com/asyncrl/asyncrl/actors/trainer/microbatch"
 	"github.com/asyncrl/asyncrl/engine"
 	"github.com/asyncrl/asyncrl/messages"
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 )
 
 // TestSupportNormalisedMismatchEndToEnd: the built-in engine serves the
@@ -22,7 +22,7 @@ import (
 // and why normalize_over_support was refused) are far off.
 func TestSupportNormalisedMismatchEndToEnd(t *testing.T) {
 	const temp, topK = 0.8, 5
-	m, err := policy.New(policy.DefaultConfig(), 4)
+	m, err := model.New(model.DefaultConfig(), 4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,9 +86,9 @@ func TestSupportNormalisedMismatchEndToEnd(t *testing.T) {
 		return tb
 	}
 	mismatch := func(label string, tb *messages.TokenBatch, supportNorm bool) float64 {
-		cfg := policy.DefaultTrainerConfig()
+		cfg := model.DefaultTrainerConfig()
 		cfg.SupportNorm, cfg.Temperature = supportNorm, temp
-		tr, err := policy.NewTrainer(m.Clone(), cfg)
+		tr, err := model.NewTrainer(m.Clone(), cfg)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -3,27 +3,27 @@ package trainer
 import (
 	"fmt"
 
-	"github.com/asyncrl/asyncrl/policy"
-	"github.com/asyncrl/asyncrl/policy/tokenizer"
+	"github.com/asyncrl/asyncrl/model"
+	"github.com/asyncrl/asyncrl/model/tokenizer"
 )
 
 // Backend is what Train needs of the built-in trainer: one optimiser step
-// accumulated over microbatches (policy.Trainer implements it).
+// accumulated over microbatches (model.Trainer implements it).
 type Backend interface {
-	Totals(b policy.Batch) (policy.BatchTotals, error)
-	Begin(tot policy.BatchTotals) error
-	Accumulate(mb policy.Batch) error
-	Apply() (policy.StepStats, error)
+	Totals(b model.Batch) (model.BatchTotals, error)
+	Begin(tot model.BatchTotals) error
+	Accumulate(mb model.Batch) error
+	Apply() (model.StepStats, error)
 	Discard()
 }
 
-var _ Backend = (*policy.Trainer)(nil)
+var _ Backend = (*model.Trainer)(nil)
 
 // paddingBatch is the plan's padding microbatch materialised as its
 // contract says: one valid token with loss mask 0. It adds nothing to the
 // gradient; running it keeps the built-in backend doing what a real DP
 // rank with a collective must do.
-var paddingBatch = policy.Batch{Sequences: []policy.Sequence{{
+var paddingBatch = model.Batch{Sequences: []model.Sequence{{
 	Tokens: []int32{tokenizer.PAD}, LossMask: []uint8{0}, RolloutLogprobs: []float32{0},
 }}}
 
@@ -36,10 +36,10 @@ var paddingBatch = policy.Batch{Sequences: []policy.Sequence{{
 // summation order. Peak memory is bounded by the largest microbatch (plus
 // the backend's fixed buffers), not by the mini-batch. On error no step is
 // taken and the backend is left without an open step.
-func Train(be Backend, p Prepared) (policy.StepStats, error) {
+func Train(be Backend, p Prepared) (model.StepStats, error) {
 	tot, err := be.Totals(p.Batch)
 	if err != nil {
-		return policy.StepStats{}, err
+		return model.StepStats{}, err
 	}
 	// token_mean_legacy averages per-microbatch token means over the
 	// microbatches that hold trained tokens (padding ones hold none).
@@ -55,9 +55,9 @@ func Train(be Backend, p Prepared) (policy.StepStats, error) {
 		}
 	}
 	if err := be.Begin(tot); err != nil {
-		return policy.StepStats{}, err
+		return model.StepStats{}, err
 	}
-	var mb policy.Batch
+	var mb model.Batch
 	for r, rank := range p.Plan.Ranks {
 		for k, m := range rank.Microbatches {
 			batch := paddingBatch
@@ -66,7 +66,7 @@ func Train(be Backend, p Prepared) (policy.StepStats, error) {
 				for _, i := range m.Indices {
 					if i < 0 || i >= len(p.Batch.Sequences) {
 						be.Discard()
-						return policy.StepStats{}, fmt.Errorf("trainer: rank %d microbatch %d: index %d outside the mini-batch of %d", r, k, i, len(p.Batch.Sequences))
+						return model.StepStats{}, fmt.Errorf("trainer: rank %d microbatch %d: index %d outside the mini-batch of %d", r, k, i, len(p.Batch.Sequences))
 					}
 					mb.Sequences = append(mb.Sequences, p.Batch.Sequences[i])
 				}
@@ -74,14 +74,14 @@ func Train(be Backend, p Prepared) (policy.StepStats, error) {
 			}
 			if err := be.Accumulate(batch); err != nil {
 				be.Discard()
-				return policy.StepStats{}, fmt.Errorf("trainer: rank %d microbatch %d: %w", r, k, err)
+				return model.StepStats{}, fmt.Errorf("trainer: rank %d microbatch %d: %w", r, k, err)
 			}
 		}
 	}
 	st, err := be.Apply()
 	if err != nil {
 		be.Discard()
-		return policy.StepStats{}, fmt.Errorf("trainer: apply: %w", err)
+		return model.StepStats{}, fmt.Errorf("trainer: apply: %w", err)
 	}
 	return st, nil
 }

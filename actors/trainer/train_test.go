@@ -10,7 +10,7 @@ import (
 
 	"github.com/asyncrl/asyncrl/actors/trainer/microbatch"
 	"github.com/asyncrl/asyncrl/messages"
-	"github.com/asyncrl/asyncrl/policy"
+	pmodel "github.com/asyncrl/asyncrl/model"
 )
 
 // shapedBatch packs n trajectories shaped like the default run's (gridwalk:
@@ -45,15 +45,15 @@ func shapedBatch(t testing.TB, n, groupSize, minLen, maxLen int, seed uint64) *m
 	return tb
 }
 
-func newTrainer(t testing.TB, workers int) *policy.Trainer {
+func newTrainer(t testing.TB, workers int) *pmodel.Trainer {
 	t.Helper()
-	m, err := policy.New(policy.DefaultConfig(), 1)
+	m, err := pmodel.New(pmodel.DefaultConfig(), 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := policy.DefaultTrainerConfig()
+	cfg := pmodel.DefaultTrainerConfig()
 	cfg.Workers = workers
-	tr, err := policy.NewTrainer(m, cfg)
+	tr, err := pmodel.NewTrainer(m, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,12 +114,12 @@ type recBackend struct {
 	fail  int // Accumulate call (1-based) that fails; 0 = none
 }
 
-func (r *recBackend) Totals(b policy.Batch) (policy.BatchTotals, error) {
+func (r *recBackend) Totals(b pmodel.Batch) (pmodel.BatchTotals, error) {
 	r.calls = append(r.calls, fmt.Sprint("totals ", len(b.Sequences)))
-	return policy.BatchTotals{Sequences: len(b.Sequences), Tokens: 1, MaxLen: 1}, nil
+	return pmodel.BatchTotals{Sequences: len(b.Sequences), Tokens: 1, MaxLen: 1}, nil
 }
-func (r *recBackend) Begin(policy.BatchTotals) error { r.calls = append(r.calls, "begin"); return nil }
-func (r *recBackend) Accumulate(mb policy.Batch) error {
+func (r *recBackend) Begin(pmodel.BatchTotals) error { r.calls = append(r.calls, "begin"); return nil }
+func (r *recBackend) Accumulate(mb pmodel.Batch) error {
 	var ids []int32
 	for _, s := range mb.Sequences {
 		ids = append(ids, s.Tokens[0])
@@ -130,9 +130,9 @@ func (r *recBackend) Accumulate(mb policy.Batch) error {
 	}
 	return nil
 }
-func (r *recBackend) Apply() (policy.StepStats, error) {
+func (r *recBackend) Apply() (pmodel.StepStats, error) {
 	r.calls = append(r.calls, "apply")
-	return policy.StepStats{Version: 1}, nil
+	return pmodel.StepStats{Version: 1}, nil
 }
 func (r *recBackend) Discard() { r.calls = append(r.calls, "discard") }
 func (r *recBackend) count(prefix string) int {
@@ -149,8 +149,8 @@ func (r *recBackend) count(prefix string) int {
 // order, padding as one PAD token, one Apply; a failing microbatch
 // discards the step.
 func TestTrainOrderAndPadding(t *testing.T) {
-	seq := func(id int32) policy.Sequence { return policy.Sequence{Tokens: []int32{id}} }
-	p := Prepared{Batch: policy.Batch{Sequences: []policy.Sequence{seq(10), seq(11), seq(12), seq(13)}},
+	seq := func(id int32) pmodel.Sequence { return pmodel.Sequence{Tokens: []int32{id}} }
+	p := Prepared{Batch: pmodel.Batch{Sequences: []pmodel.Sequence{seq(10), seq(11), seq(12), seq(13)}},
 		Plan: microbatch.Plan{Ranks: []microbatch.Rank{
 			{Microbatches: []microbatch.Microbatch{{Indices: []int{3}}, {Indices: []int{0, 2}}}},
 			{Microbatches: []microbatch.Microbatch{{Indices: []int{1}}, {Padding: true, Tokens: 1}}},

@@ -7,7 +7,7 @@ import (
 
 	"github.com/asyncrl/asyncrl/actors/trainer/microbatch"
 	"github.com/asyncrl/asyncrl/messages"
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
 )
 
@@ -23,8 +23,8 @@ func TestVersionBaseMakesBusVersionsLocal(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer bus.Close()
-	m, _ := policy.New(policy.DefaultConfig(), 1)
-	ptr, _ := policy.NewTrainer(m, policy.DefaultTrainerConfig())
+	m, _ := model.New(model.DefaultConfig(), 1)
+	ptr, _ := model.NewTrainer(m, model.DefaultTrainerConfig())
 	// Two steps before this run starts.
 	for range 2 {
 		tb, err := messages.DecodeAs[messages.TrainBatch](encodeTrain(t, 1))

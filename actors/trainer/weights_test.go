@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/asyncrl/asyncrl/actors/publisher"
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 )
 
 func writeConfig(t *testing.T, dir, js string) {
@@ -15,7 +15,7 @@ func writeConfig(t *testing.T, dir, js string) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, policy.ConfigFileName), []byte(js), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, model.ConfigFileName), []byte(js), 0o644); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -38,7 +38,7 @@ func TestExecWeightsByArchitecture(t *testing.T) {
 		t.Fatalf("a failed check = %v, want it returned", err)
 	}
 
-	m, err := policy.New(policy.DefaultConfig(), 3)
+	m, err := model.New(model.DefaultConfig(), 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func TestExecWeightsByArchitecture(t *testing.T) {
 	}
 
 	writeConfig(t, filepath.Join(root, "none"), `{"architectures": ["X"]}`)
-	if _, err := e.weights(filepath.Join(root, "none")); !errors.Is(err, policy.ErrCheckpoint) {
+	if _, err := e.weights(filepath.Join(root, "none")); !errors.Is(err, model.ErrCheckpoint) {
 		t.Fatalf("a config.json without model_type = %v, want ErrCheckpoint", err)
 	}
 }

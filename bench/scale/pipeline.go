@@ -29,7 +29,7 @@ import (
 	"github.com/asyncrl/asyncrl/engine/latency"
 	"github.com/asyncrl/asyncrl/internal/inproc"
 	"github.com/asyncrl/asyncrl/messages"
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 	"github.com/asyncrl/asyncrl/tasks"
 	"github.com/asyncrl/asyncrl/transport"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
@@ -59,14 +59,14 @@ func (s *source) Next() (controller.Prompt, bool) {
 // noopStepper is a trainer that trains nothing: each step returns the same
 // tiny model at the next version.
 type noopStepper struct {
-	m *policy.Model
+	m *model.Model
 	v atomic.Int64
 }
 
 func (s *noopStepper) Version() int64 { return s.v.Load() }
-func (s *noopStepper) Step(context.Context, trainer.Prepared) (policy.StepStats, publisher.Weights, error) {
+func (s *noopStepper) Step(context.Context, trainer.Prepared) (model.StepStats, publisher.Weights, error) {
 	s.v.Add(1)
-	return policy.StepStats{}, publisher.InMemory(s.m), nil
+	return model.StepStats{}, publisher.InMemory(s.m), nil
 }
 
 // noopPublisher publishes nothing (the engines keep version 0).
@@ -181,7 +181,7 @@ func (l *level) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	pm, err := policy.New(policy.DefaultConfig(), 1)
+	pm, err := model.New(model.DefaultConfig(), 1)
 	if err != nil {
 		return err
 	}
@@ -206,7 +206,7 @@ func (l *level) startRollouts(s transport.RunPlan, groups transport.Stream, task
 	o := l.o
 	ecfg := rollout.DefaultEpisodeConfig()
 	ecfg.MaxTurns = o.MaxTurns
-	ecfg.MaxSeqLen = policy.DefaultConfig().MaxSeqLen
+	ecfg.MaxSeqLen = model.DefaultConfig().MaxSeqLen
 	ecfg.TurnTimeout = o.Timeout // a turn may queue behind the whole level
 	gen := &sessionCounter{Generator: &rollout.HTTPClient{BaseURL: routerURL, Model: "asyncrl-policy", Client: l.client}, live: map[string]struct{}{}}
 	l.sessions = gen
@@ -240,7 +240,7 @@ func (l *level) startEngines() error {
 	for i := range count {
 		cfg := engine.DefaultConfig()
 		cfg.TimeScale = o.TimeScaleFor(l.n)
-		cfg.MaxModelLen = policy.DefaultConfig().MaxSeqLen
+		cfg.MaxModelLen = model.DefaultConfig().MaxSeqLen
 		cfg.Seed = uint64(i)
 		cfg.Latency = latency.DefaultConfig()
 		cfg.Latency.MaxNumSeqs = o.SeqsPerEngine

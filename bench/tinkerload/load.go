@@ -28,7 +28,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/asyncrl/asyncrl/config"
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 	"github.com/asyncrl/asyncrl/tinker"
 	"github.com/asyncrl/asyncrl/tinker/client"
 	"github.com/asyncrl/asyncrl/tinker/server"
@@ -242,7 +242,7 @@ func startServer(ctx context.Context, o Options, engURL string) (srv *server.Ser
 	if err != nil {
 		return nil, "", nil, err
 	}
-	base, err := policy.New(policy.DefaultConfig(), 1)
+	base, err := model.New(model.DefaultConfig(), 1)
 	if err != nil {
 		bus.Close()
 		return nil, "", nil, err

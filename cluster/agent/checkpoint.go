@@ -9,7 +9,7 @@ import (
 	"github.com/asyncrl/asyncrl/cluster/internal/retry"
 	"github.com/asyncrl/asyncrl/cluster/ledger"
 	"github.com/asyncrl/asyncrl/cluster/term"
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 	"github.com/asyncrl/asyncrl/weights/store"
 )
 
@@ -57,7 +57,7 @@ func startTermCkpt(ctx context.Context, a *Agent, p ledger.Progress, token uint6
 		}
 		return c, false, nil
 	}
-	load := st.Load // a built-in trainer's checkpoint, checked by policy.LoadTrainer
+	load := st.Load // a built-in trainer's checkpoint, checked by model.LoadTrainer
 	if exec {
 		load = st.LoadDir // the trainer child's state: the child checks it on Init
 	}
@@ -73,7 +73,7 @@ func startTermCkpt(ctx context.Context, a *Agent, p ledger.Progress, token uint6
 
 // afterStep is Options.AfterStep: upload local version v as global
 // version base+v, and tell the core where it lies.
-func (c *termCkpt) afterStep(ctx context.Context, tr *policy.Trainer, v int64) error {
+func (c *termCkpt) afterStep(ctx context.Context, tr *model.Trainer, v int64) error {
 	loc, err := c.store.Save(ctx, tr, c.base+v, c.token)
 	if err != nil {
 		return err
@@ -103,4 +103,4 @@ func (c *termCkpt) afterExecStep(ctx context.Context, state string, v int64) err
 // ckptSavedHook, set by tests before any agent starts, sees every trainer
 // a term checkpointed: the node, the global version, the trainer (which
 // holds exactly that version during the call).
-var ckptSavedHook func(node string, version int64, tr *policy.Trainer)
+var ckptSavedHook func(node string, version int64, tr *model.Trainer)

@@ -20,7 +20,7 @@ import (
 	"github.com/asyncrl/asyncrl/cluster/weightsync"
 	"github.com/asyncrl/asyncrl/internal/syncbuf"
 	"github.com/asyncrl/asyncrl/internal/trainertest"
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
 )
 
@@ -71,7 +71,7 @@ func TestTermCheckpointRefusesToRestartFromSeed(t *testing.T) {
 	if err != nil || !resume {
 		t.Fatalf("resume: %v %v", resume, err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, policy.TrainerFileName)); err != nil {
+	if _, err := os.Stat(filepath.Join(dir, model.TrainerFileName)); err != nil {
 		t.Fatalf("not downloaded into the resume dir: %v", err)
 	}
 	// The term's first step saves global version 3 and tells the term's
@@ -95,13 +95,13 @@ func TestAgentTakeoverRestoresCheckpointedWeights(t *testing.T) {
 	url := externalBus(t)
 	const steps = 5
 	type saved struct {
-		serving *policy.Model
+		serving *model.Model
 		trainer int64 // the trainer's own version (optimiser steps)
 	}
 	var mu sync.Mutex
 	seen := map[string]map[int64]saved{} // node → global version → what it checkpointed
 	// In the trainers' goroutines: copy, compare later in the test's.
-	ckptSavedHook = func(node string, v int64, tr *policy.Trainer) {
+	ckptSavedHook = func(node string, v int64, tr *model.Trainer) {
 		s := saved{serving: tr.ServingCopy(), trainer: tr.Version()}
 		mu.Lock()
 		defer mu.Unlock()
@@ -145,7 +145,7 @@ func TestAgentTakeoverRestoresCheckpointedWeights(t *testing.T) {
 	tcfg := agentRunConfig(t, steps)
 	tcfg.Run.DataDir = filepath.Join(dataDirs["n2"], "n2")
 	tcfg.Run.ID = tcfg.Run.ID + "-t" + m[1]
-	base, err := policy.LoadServing(filepath.Join(weightsync.LayoutFor(tcfg).Publisher, "base"))
+	base, err := model.LoadServing(filepath.Join(weightsync.LayoutFor(tcfg).Publisher, "base"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +153,7 @@ func TestAgentTakeoverRestoresCheckpointedWeights(t *testing.T) {
 	if !trainertest.Same(trainertest.ServingBytes(t, base), n1Serving) {
 		t.Fatalf("n2's version 0 is not n1's serving copy at durable version %d", stopped)
 	}
-	seed, err := policy.New(policy.DefaultConfig(), uint64(tcfg.Run.Seed))
+	seed, err := model.New(model.DefaultConfig(), uint64(tcfg.Run.Seed))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +202,7 @@ func TestAgentTakeoverRefusesCorruptCheckpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := raw.Delete(ctx, ckpt.Name(stopped, tok)+"/"+policy.TrainerFileName); err != nil {
+	if err := raw.Delete(ctx, ckpt.Name(stopped, tok)+"/"+model.TrainerFileName); err != nil {
 		t.Fatalf("deleting n1's durable checkpoint v%d-t%d: %v", stopped, tok, err)
 	}
 	a2 := mk("n2", &ev2)

@@ -13,7 +13,7 @@
 // (cluster/node, through its face only) on the cluster bus under the run id <run>-t<token>, saving
 // the progress after every step and mirroring its prompt ledger into the
 // durable ledger (ids t<token>/<prompt>, each transition validated).
-// Each new version is checkpointed (policy.SaveTrainer: weights, Adam
+// Each new version is checkpointed (model.SaveTrainer: weights, Adam
 // moments, step, RNG; cluster/ckpt) into the object store asyncrl-ckpt-<run> before its
 // step's progress, which records the location, is saved; the next term
 // restores that checkpoint (its serving copy is the term's version 0), so

@@ -4,7 +4,7 @@
 // moments, optimiser step and RNG state of the last durable step.
 //
 // Checkpoint v<g>-t<T> (global version g, written by the term with fencing
-// token T) is the files of policy.Trainer.SaveTrainer under that prefix,
+// token T) is the files of model.Trainer.SaveTrainer under that prefix,
 // plus a manifest (names, sizes, SHA-256) committed last: a checkpoint
 // without its manifest never completed and is not a checkpoint. The token
 // is in the name so that a deposed holder still finishing a step can never
@@ -34,7 +34,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 	"github.com/asyncrl/asyncrl/transport"
 	"github.com/asyncrl/asyncrl/weights/store"
 )
@@ -210,9 +210,9 @@ func (s *Store) parseLocation(loc string) (name string, v int64, token uint64, e
 	return rest, v, token, nil
 }
 
-// Save uploads tr's complete state (policy.SaveTrainer) as global version
+// Save uploads tr's complete state (model.SaveTrainer) as global version
 // v of term token, the manifest last, and returns its location.
-func (s *Store) Save(ctx context.Context, tr *policy.Trainer, v int64, token uint64) (string, error) {
+func (s *Store) Save(ctx context.Context, tr *model.Trainer, v int64, token uint64) (string, error) {
 	if err := os.MkdirAll(s.opts.Scratch, 0o755); err != nil {
 		return "", fmt.Errorf("ckpt: %w", err)
 	}
@@ -338,7 +338,7 @@ func Prunable(name string, token uint64, durable string) bool {
 }
 
 // Load downloads the checkpoint at loc into dir (replacing what is there),
-// checks every file against the manifest and that policy.LoadTrainer
+// checks every file against the manifest and that model.LoadTrainer
 // accepts it at the location's version, and returns that version. A
 // missing or corrupt checkpoint is an ErrCheckpoint at once; transient
 // store errors are retried for RetryWithin, then returned naming loc.
@@ -347,7 +347,7 @@ func (s *Store) Load(ctx context.Context, loc, dir string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	tr, err := policy.LoadTrainer(dir)
+	tr, err := model.LoadTrainer(dir)
 	if err != nil {
 		return 0, fmt.Errorf("%w: %s: %w", ErrCheckpoint, loc, err)
 	}

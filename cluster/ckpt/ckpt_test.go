@@ -17,13 +17,13 @@ import (
 	"time"
 
 	"github.com/asyncrl/asyncrl/internal/trainertest"
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
 	"github.com/asyncrl/asyncrl/weights/store"
 )
 
 // saveAndPrune is what a term does after each step.
-func saveAndPrune(t testing.TB, st *Store, tr *policy.Trainer, v int64, token uint64, durable string) (string, error) {
+func saveAndPrune(t testing.TB, st *Store, tr *model.Trainer, v int64, token uint64, durable string) (string, error) {
 	t.Helper()
 	ctx := context.Background()
 	loc, err := st.Save(ctx, tr, v, token)
@@ -95,7 +95,7 @@ func TestCheckpointRoundTripIsBitIdentical(t *testing.T) {
 	if err != nil || v != 3 {
 		t.Fatalf("load: version %d, err %v", v, err)
 	}
-	got, err := policy.LoadTrainer(dir)
+	got, err := model.LoadTrainer(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,8 +112,8 @@ func TestCheckpointPruningKeepsTwo(t *testing.T) {
 	st, raw := natsStore(t, "ck", true)
 	ctx := context.Background()
 	// Each checkpoint holds a trainer of its version, so it loads.
-	trs := map[int64]*policy.Trainer{}
-	tr := func(v int64) *policy.Trainer {
+	trs := map[int64]*model.Trainer{}
+	tr := func(v int64) *model.Trainer {
 		if trs[v] == nil {
 			trs[v] = trainertest.Trained(t, int(v))
 		}
@@ -211,12 +211,12 @@ func TestCheckpointMissingOrCorruptFailsClearly(t *testing.T) {
 	expect("another bucket", "nats-os://asyncrl-ckpt-other/v2-t1", "is not in")
 	expect("not a checkpoint name", st.Location("latest"), "not v<version>-t<token>")
 	// A file replaced by other bytes: the manifest's SHA-256 catches it.
-	if err := store.PutBytes(ctx, raw, "v2-t1/"+policy.TrainerFileName, []byte("garbage")); err != nil {
+	if err := store.PutBytes(ctx, raw, "v2-t1/"+model.TrainerFileName, []byte("garbage")); err != nil {
 		t.Fatal(err)
 	}
 	expect("corrupt file", loc, "SHA-256")
 	// A file gone.
-	if err := raw.Delete(ctx, "v2-t1/"+policy.ConfigFileName); err != nil {
+	if err := raw.Delete(ctx, "v2-t1/"+model.ConfigFileName); err != nil {
 		t.Fatal(err)
 	}
 	expect("missing file", loc, "missing")

@@ -16,7 +16,7 @@ import (
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/internal/syncbuf"
 	"github.com/asyncrl/asyncrl/messages"
-	pol "github.com/asyncrl/asyncrl/policy"
+	pol "github.com/asyncrl/asyncrl/model"
 	"github.com/asyncrl/asyncrl/transport"
 	"github.com/asyncrl/asyncrl/weights/delta"
 	"github.com/asyncrl/asyncrl/weights/safetensors"

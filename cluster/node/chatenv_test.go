@@ -9,7 +9,7 @@ import (
 	"github.com/asyncrl/asyncrl/internal/pyenv"
 	"github.com/asyncrl/asyncrl/internal/realtok"
 	"github.com/asyncrl/asyncrl/messages"
-	"github.com/asyncrl/asyncrl/policy/chattemplate"
+	"github.com/asyncrl/asyncrl/model/chattemplate"
 	"github.com/asyncrl/asyncrl/tasks/openenv/openenvtest"
 	"github.com/asyncrl/asyncrl/transport"
 )

@@ -6,7 +6,7 @@ import (
 	"github.com/asyncrl/asyncrl/cluster/weightsync"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/engine"
-	"github.com/asyncrl/asyncrl/policy/transformer"
+	"github.com/asyncrl/asyncrl/model/transformer"
 	"github.com/asyncrl/asyncrl/wiring"
 )
 
@@ -14,7 +14,7 @@ import (
 // the checkpoint directory is version 0, the trainer child (the PyTorch
 // worker, trainer.backend exec) trains it as model kind hf and writes
 // each version as a complete HF directory, the built-in engines serve it
-// with policy/transformer, the rollouts tokenise with its tokenizer.
+// with model/transformer, the rollouts tokenise with its tokenizer.
 
 // resolveModel finds or creates the run's Hugging Face checkpoint
 // (wiring.ModelDir) and, with R3 on and its shape left to the model,

@@ -8,7 +8,7 @@ import (
 
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/internal/realtok"
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 )
 
 // TestRunTrainsHuggingFaceModel: the loop on a real architecture — a
@@ -48,7 +48,7 @@ func TestRunTrainsHuggingFaceModel(t *testing.T) {
 	}
 	checkLedger(t, n, s)
 
-	mt, err := policy.ReadModelType(filepath.Join(cfg.Run.DataDir, "models", "qwen3_moe-tiny-seed1"))
+	mt, err := model.ReadModelType(filepath.Join(cfg.Run.DataDir, "models", "qwen3_moe-tiny-seed1"))
 	if err != nil || mt != "qwen3_moe" {
 		t.Errorf("the random-initialised checkpoint: model_type %q, %v", mt, err)
 	}

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/asyncrl/asyncrl/actors/trainer"
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/transport"
@@ -357,7 +357,7 @@ func (l *Ledger) stepRecords(i int) ([]trainer.StepRecord, int) {
 
 func (s stepSeen) record() trainer.StepRecord {
 	return trainer.StepRecord{Step: s.step, Version: s.version, RewardMean: s.reward,
-		Stats: policy.StepStats{Version: s.version, Loss: s.loss, Entropy: s.entropy, GradNorm: s.gradNorm,
+		Stats: model.StepStats{Version: s.version, Loss: s.loss, Entropy: s.entropy, GradNorm: s.gradNorm,
 			Mismatch: s.mismatch, KL: s.kl, ClipFrac: s.clipFrac, Tokens: int(s.trainTokens),
 			MismatchSameVersion: s.mismatchSame, SameVersionTokens: int(s.sameVersionTokens)},
 		Trajectories: int(s.trajectories), Tokens: int(s.trainTokens), Microbatches: int(s.microbatches),

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/asyncrl/asyncrl/config"
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 )
 
 // heapReading is the live heap after a GC at a trainer step.
@@ -104,7 +104,7 @@ func TestHeapFlatPerSettledGroup(t *testing.T) {
 	// speed, which drifts with the machine's load — at 5 s it swung the
 	// readings by ~1.7 objects a group (the test failed 2 runs in 5). 1 s
 	// keeps that swing far below the bound.
-	n, err = New(cfg, Options{GroupDuplicates: time.Second, AfterStep: func(_ context.Context, _ *policy.Trainer, v int64) error {
+	n, err = New(cfg, Options{GroupDuplicates: time.Second, AfterStep: func(_ context.Context, _ *model.Trainer, v int64) error {
 		if v < from || (v-from)%every != 0 {
 			return nil
 		}

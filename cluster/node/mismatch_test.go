@@ -8,9 +8,9 @@ import (
 	"testing"
 
 	"github.com/asyncrl/asyncrl/config"
-	"github.com/asyncrl/asyncrl/policy"
-	"github.com/asyncrl/asyncrl/policy/sampler"
-	"github.com/asyncrl/asyncrl/policy/tokenizer"
+	"github.com/asyncrl/asyncrl/model"
+	"github.com/asyncrl/asyncrl/model/sampler"
+	"github.com/asyncrl/asyncrl/model/tokenizer"
 	"github.com/asyncrl/asyncrl/wiring"
 )
 
@@ -26,11 +26,11 @@ import (
 func bf16Effect(t *testing.T, cfg config.Config, steps int) (mean, maxTok, hotMean float64) {
 	t.Helper()
 	tcfg := wiring.PolicyTrainer(cfg)
-	m, err := policy.New(policy.DefaultConfig(), uint64(cfg.Run.Seed))
+	m, err := model.New(model.DefaultConfig(), uint64(cfg.Run.Seed))
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr, err := policy.NewTrainer(m, tcfg)
+	tr, err := model.NewTrainer(m, tcfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +44,7 @@ func bf16Effect(t *testing.T, cfg config.Config, steps int) (mean, maxTok, hotMe
 	var n int
 	for v := 0; v <= steps; v++ {
 		serve := tr.ServingCopy()
-		var b policy.Batch
+		var b model.Batch
 		for range 16 {
 			toks := []int32{tokenizer.BOS}
 			for range 4 {
@@ -57,16 +57,16 @@ func bf16Effect(t *testing.T, cfg config.Config, steps int) (mean, maxTok, hotMe
 				tok, lp, _ := sampler.Sample(logits, sampler.Params{Temperature: tcfg.Temperature, TopP: 1}, rng, &s)
 				toks, mask, lps = append(toks, tok), append(mask, 1), append(lps, lp)
 			}
-			b.Sequences = append(b.Sequences, policy.Sequence{Tokens: toks, LossMask: mask, RolloutLogprobs: lps,
+			b.Sequences = append(b.Sequences, model.Sequence{Tokens: toks, LossMask: mask, RolloutLogprobs: lps,
 				Advantage: float32(rng.NormFloat64())})
 		}
 		fp32, err := tr.Logprobs(b)
 		if err != nil {
 			t.Fatal(err)
 		}
-		bfTr, _ := policy.NewTrainer(serve, tcfg)
+		bfTr, _ := model.NewTrainer(serve, tcfg)
 		bf16, _ := bfTr.Logprobs(b)
-		hotTr, _ := policy.NewTrainer(serve, hotCfg)
+		hotTr, _ := model.NewTrainer(serve, hotCfg)
 		hot, _ := hotTr.Logprobs(b)
 		for si, sq := range b.Sequences {
 			for i, mk := range sq.LossMask {
@@ -132,7 +132,7 @@ func checkSameVersionMismatch(t *testing.T, label string, n *Node, mean, maxTok 
 // rounding, measured on this model (bf16Effect), not guessed; the built-in
 // trainer is checked the same way as the reference. The bound resolves a
 // real discrepancy: a temperature mismatch is asserted to be ≥ 20× above
-// it (policy.TestMismatchSameVersion shows the metric catching one).
+// it (model.TestMismatchSameVersion shows the metric catching one).
 func TestSameVersionMismatchIsBF16Level(t *testing.T) {
 	const steps = 5
 	// On-policy (max_staleness_steps 0): every step trains tokens of the

@@ -29,7 +29,7 @@ import (
 	"github.com/asyncrl/asyncrl/engine"
 	"github.com/asyncrl/asyncrl/internal/inproc"
 	"github.com/asyncrl/asyncrl/internal/report"
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 	"github.com/asyncrl/asyncrl/tasks"
 	"github.com/asyncrl/asyncrl/transport"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
@@ -75,7 +75,7 @@ type Options struct {
 	// W groups of n trajectories can run at once (ceil(W·n/concurrency)).
 	RolloutActors int
 	// TrainerCheckpoint, when set, is a trainer checkpoint directory
-	// (policy.SaveTrainer) the trainer starts from instead of the run
+	// (model.SaveTrainer) the trainer starts from instead of the run
 	// seed's initial weights. From the checkpoint: master weights, Adam
 	// moments, optimiser step and RNG state; from this run's config: every
 	// trainer hyperparameter (and the worker count). Version 0 of this run
@@ -87,7 +87,7 @@ type Options struct {
 	// version was published and before the step is recorded, while tr
 	// holds exactly that version (version is this run's, counted from 0;
 	// the cluster agent checkpoints it there); an error fails the step.
-	AfterStep func(ctx context.Context, tr *policy.Trainer, version int64) error
+	AfterStep func(ctx context.Context, tr *model.Trainer, version int64) error
 	// ExecCheckpoint, with trainer.backend exec, is a resume state the
 	// trainer child wrote (one rank's, or a worker group's shards and
 	// manifest) that the child starts from, at ExecCheckpointVersion (the
@@ -378,7 +378,7 @@ func (n *Node) streamReplicas() int {
 }
 
 // trainerConfig maps the trainer section onto the built-in backend.
-func trainerConfig(cfg config.Config) policy.TrainerConfig { return wiring.PolicyTrainer(cfg) }
+func trainerConfig(cfg config.Config) model.TrainerConfig { return wiring.PolicyTrainer(cfg) }
 
 func microbatchConfig(t config.TrainerConfig) microbatch.Config {
 	mb := microbatch.DefaultConfig()

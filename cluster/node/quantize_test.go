@@ -9,7 +9,7 @@ import (
 
 	"github.com/asyncrl/asyncrl/cluster/weightsync"
 	"github.com/asyncrl/asyncrl/config"
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 	"github.com/asyncrl/asyncrl/weights/quant"
 	"github.com/asyncrl/asyncrl/weights/receiver"
 	"github.com/asyncrl/asyncrl/weights/safetensors"
@@ -25,8 +25,8 @@ func TestQuantizedPublish(t *testing.T) {
 	cfg := smallConfig(t, 2)
 	cfg.Publisher.Quantize = config.QuantizeFP8
 	var mu sync.Mutex
-	var last *policy.Model
-	n, s := runNodeWith(t, cfg, Options{InMemoryBus: true, AfterStep: func(_ context.Context, tr *policy.Trainer, v int64) error {
+	var last *model.Model
+	n, s := runNodeWith(t, cfg, Options{InMemoryBus: true, AfterStep: func(_ context.Context, tr *model.Trainer, v int64) error {
 		mu.Lock()
 		defer mu.Unlock()
 		if v == 2 {
@@ -71,7 +71,7 @@ func TestQuantizedPublish(t *testing.T) {
 		if ti.DType != safetensors.F8E4M3 || scaleErr != nil {
 			t.Fatalf("%s: layers.0.weight is %s (scale: %v), want F8_E4M3 with weight_scale_inv", d, ti.DType, scaleErr)
 		}
-		got, err := policy.LoadServing(d)
+		got, err := model.LoadServing(d)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,28 +9,28 @@ import (
 	"path/filepath"
 
 	"github.com/asyncrl/asyncrl/actors/publisher"
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 	"github.com/asyncrl/asyncrl/weights/safetensors"
 )
 
 // loadTrainerWithConfig restores the trainer checkpoint in dir
-// (policy.LoadTrainer) under this run's trainer config: the master
+// (model.LoadTrainer) under this run's trainer config: the master
 // weights, Adam moments, optimiser step and RNG state come from the
 // checkpoint; every hyperparameter (and Workers, sized for this node's
 // CPUs) from tcfg. policy has no setter for a restored trainer's config,
 // so the checkpoint's trainer_config metadata is replaced in a temporary
 // copy, and the result is checked. dir itself is left as it is.
-func loadTrainerWithConfig(dir string, tcfg policy.TrainerConfig) (*policy.Trainer, error) {
-	f, err := safetensors.Open(filepath.Join(dir, policy.TrainerFileName))
+func loadTrainerWithConfig(dir string, tcfg model.TrainerConfig) (*model.Trainer, error) {
+	f, err := safetensors.Open(filepath.Join(dir, model.TrainerFileName))
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", policy.ErrCheckpoint, err)
+		return nil, fmt.Errorf("%w: %w", model.ErrCheckpoint, err)
 	}
 	defer f.Close()
 	var ts []safetensors.Tensor
 	for _, name := range f.Names() {
 		data, info, err := f.ReadTensor(name)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w", policy.ErrCheckpoint, err)
+			return nil, fmt.Errorf("%w: %w", model.ErrCheckpoint, err)
 		}
 		ts = append(ts, safetensors.Tensor{Name: name, DType: info.DType, Shape: info.Shape, Data: data})
 	}
@@ -48,22 +48,22 @@ func loadTrainerWithConfig(dir string, tcfg policy.TrainerConfig) (*policy.Train
 		return nil, fmt.Errorf("node: %w", err)
 	}
 	defer os.RemoveAll(tmp)
-	if err := safetensors.WriteFile(filepath.Join(tmp, policy.TrainerFileName), ts, md); err != nil {
+	if err := safetensors.WriteFile(filepath.Join(tmp, model.TrainerFileName), ts, md); err != nil {
 		return nil, fmt.Errorf("node: %w", err)
 	}
-	cfgJS, err := os.ReadFile(filepath.Join(dir, policy.ConfigFileName))
+	cfgJS, err := os.ReadFile(filepath.Join(dir, model.ConfigFileName))
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", policy.ErrCheckpoint, err)
+		return nil, fmt.Errorf("%w: %w", model.ErrCheckpoint, err)
 	}
-	if err := os.WriteFile(filepath.Join(tmp, policy.ConfigFileName), cfgJS, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(tmp, model.ConfigFileName), cfgJS, 0o644); err != nil {
 		return nil, fmt.Errorf("node: %w", err)
 	}
-	tr, err := policy.LoadTrainer(tmp)
+	tr, err := model.LoadTrainer(tmp)
 	if err != nil {
 		return nil, err
 	}
 	if got := tr.Config(); got != tcfg {
-		return nil, fmt.Errorf("%w: restored trainer config %+v, want this run's %+v (has the checkpoint format changed?)", policy.ErrCheckpoint, got, tcfg)
+		return nil, fmt.Errorf("%w: restored trainer config %+v, want this run's %+v (has the checkpoint format changed?)", model.ErrCheckpoint, got, tcfg)
 	}
 	return tr, nil
 }
@@ -74,8 +74,8 @@ func loadTrainerWithConfig(dir string, tcfg policy.TrainerConfig) (*policy.Train
 // version); an error fails the step.
 type afterStepPublisher struct {
 	publisher.Publisher
-	tr    *policy.Trainer
-	after func(ctx context.Context, tr *policy.Trainer, version int64) error
+	tr    *model.Trainer
+	after func(ctx context.Context, tr *model.Trainer, version int64) error
 }
 
 // Publish implements publisher.Publisher.

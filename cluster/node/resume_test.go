@@ -11,7 +11,7 @@ import (
 
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/internal/trainertest"
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 )
 
 // A trainer checkpoint restored under another run config keeps its state
@@ -23,14 +23,14 @@ func TestLoadTrainerWithConfigKeepsStateTakesRunConfig(t *testing.T) {
 	if err := tr.SaveTrainer(dir); err != nil {
 		t.Fatal(err)
 	}
-	got, err := policy.LoadTrainer(dir)
+	got, err := model.LoadTrainer(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	wantT, wantMD := trainertest.State(t, tr)
 	// The run's config replaces the checkpoint's hyperparameters; the
 	// state stays bit-identical.
-	rc := policy.DefaultTrainerConfig()
+	rc := model.DefaultTrainerConfig()
 	rc.LR, rc.Workers = 1e-4, 3
 	withCfg, err := loadTrainerWithConfig(dir, rc)
 	if err != nil {
@@ -44,7 +44,7 @@ func TestLoadTrainerWithConfigKeepsStateTakesRunConfig(t *testing.T) {
 	}
 	// Both copies take the same next step; only the LR differs, so the
 	// weights must differ after it (the config really applies).
-	b := policy.Batch{Sequences: []policy.Sequence{
+	b := model.Batch{Sequences: []model.Sequence{
 		{Tokens: []int32{1, 40, 41}, LossMask: []uint8{0, 1, 1}, RolloutLogprobs: []float32{0, -4, -4}, Advantage: 1},
 		{Tokens: []int32{1, 60, 61}, LossMask: []uint8{0, 1, 1}, RolloutLogprobs: []float32{0, -4, -4}, Advantage: -1},
 	}}
@@ -57,7 +57,7 @@ func TestLoadTrainerWithConfigKeepsStateTakesRunConfig(t *testing.T) {
 	if trainertest.Same(trainertest.ServingBytes(t, got.ServingCopy()), trainertest.ServingBytes(t, withCfg.ServingCopy())) {
 		t.Fatal("a 30x smaller learning rate changed nothing")
 	}
-	if _, err := loadTrainerWithConfig(dir, policy.TrainerConfig{}); err == nil {
+	if _, err := loadTrainerWithConfig(dir, model.TrainerConfig{}); err == nil {
 		t.Fatal("an invalid run config was accepted")
 	}
 }
@@ -80,7 +80,7 @@ func TestNodeStartsFromTrainerCheckpoint(t *testing.T) {
 			var mu sync.Mutex
 			var got [][2]int64 // (version, trainer's own version)
 			_, s := runNodeWith(t, cfg, Options{InMemoryBus: true, TrainerCheckpoint: ck,
-				AfterStep: func(_ context.Context, tr *policy.Trainer, v int64) error {
+				AfterStep: func(_ context.Context, tr *model.Trainer, v int64) error {
 					mu.Lock()
 					defer mu.Unlock()
 					got = append(got, [2]int64{v, tr.Version()})
@@ -103,7 +103,7 @@ func TestNodeStartsFromTrainerCheckpoint(t *testing.T) {
 	t.Run("after step error", func(t *testing.T) {
 		boom := errors.New("checkpoint store down")
 		n, err := New(smallConfig(t, 3), Options{InMemoryBus: true, TrainerCheckpoint: ck,
-			AfterStep: func(context.Context, *policy.Trainer, int64) error { return boom }})
+			AfterStep: func(context.Context, *model.Trainer, int64) error { return boom }})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -32,7 +32,7 @@ import (
 	"github.com/asyncrl/asyncrl/engine"
 	"github.com/asyncrl/asyncrl/internal/inproc"
 	"github.com/asyncrl/asyncrl/internal/netx"
-	"github.com/asyncrl/asyncrl/policy"
+	pmodel "github.com/asyncrl/asyncrl/model"
 	"github.com/asyncrl/asyncrl/transport"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
 	"github.com/asyncrl/asyncrl/wiring"
@@ -114,7 +114,7 @@ func (n *Node) startBus(ctx context.Context) (err error) {
 // master; engines serve BF16 copies. Resumed from Options.TrainerCheckpoint
 // (weights, Adam moments, step and RNG from the checkpoint,
 // hyperparameters from this run's config), else the run seed's.
-func (n *Node) newTrainerPolicy() (*policy.Trainer, error) {
+func (n *Node) newTrainerPolicy() (*pmodel.Trainer, error) {
 	if n.hf != "" {
 		return nil, nil // the trainer child holds a Hugging Face model
 	}
@@ -129,11 +129,11 @@ func (n *Node) newTrainerPolicy() (*policy.Trainer, error) {
 		}
 		return ptr, nil
 	}
-	model, err := policy.New(wiring.PolicyModel(n.cfg), uint64(n.cfg.Run.Seed))
+	model, err := pmodel.New(wiring.PolicyModel(n.cfg), uint64(n.cfg.Run.Seed))
 	if err != nil {
 		return nil, err
 	}
-	ptr, err := policy.NewTrainer(model, tcfg)
+	ptr, err := pmodel.NewTrainer(model, tcfg)
 	if err != nil {
 		return nil, fmt.Errorf("%w: trainer: %w", ErrConfig, err)
 	}
@@ -142,7 +142,7 @@ func (n *Node) newTrainerPolicy() (*policy.Trainer, error) {
 
 // initialWeights is version 0: with delta sync, the base checkpoint every
 // receiver replays from (baseDir); otherwise the trainer's serving copy.
-func (n *Node) initialWeights(ptr *policy.Trainer) (baseDir string, initial engine.Model, err error) {
+func (n *Node) initialWeights(ptr *pmodel.Trainer) (baseDir string, initial engine.Model, err error) {
 	if n.hf != "" {
 		return n.hfInitialWeights()
 	}
@@ -222,7 +222,7 @@ func (n *Node) startServing(ctx context.Context, initial engine.Model) (err erro
 // startPublisher is what the trainer publishes its versions through:
 // publisher.mode full swaps the in-process engines from memory, delta
 // (the default) starts the weight sync; Options.AfterStep wraps either.
-func (n *Node) startPublisher(ctx context.Context, baseDir string, ptr *policy.Trainer) (tpub publisher.Publisher, err error) {
+func (n *Node) startPublisher(ctx context.Context, baseDir string, ptr *pmodel.Trainer) (tpub publisher.Publisher, err error) {
 	n.pub = &inProcPublisher{mode: string(n.cfg.Trainer.PauseMode), router: n.router, engines: n.engines}
 	tpub = n.pub
 	if n.cfg.Publisher.Mode == config.PublishDelta {
@@ -240,7 +240,7 @@ func (n *Node) startPublisher(ctx context.Context, baseDir string, ptr *policy.T
 // startTrainer starts trainer.backend: builtin (in process), exec (a
 // child process over the worker bridge) or remote (a worker process; this
 // node only loads the versions it announces onto its engines).
-func (n *Node) startTrainer(ctx context.Context, ptr *policy.Trainer, tpub publisher.Publisher) (err error) {
+func (n *Node) startTrainer(ctx context.Context, ptr *pmodel.Trainer, tpub publisher.Publisher) (err error) {
 	cfg := n.cfg
 	tc := trainer.Config{RunID: cfg.Run.ID, Name: "trainer-0", NormStd: true,
 		Microbatch: microbatchConfig(cfg.Trainer), Logger: n.opts.Logger.With().Str("actor", "trainer").Logger(),
@@ -256,7 +256,7 @@ func (n *Node) startTrainer(ctx context.Context, ptr *policy.Trainer, tpub publi
 		}
 		return nil
 	case config.BackendExec:
-		var initial *policy.Model
+		var initial *pmodel.Model
 		if ptr != nil {
 			initial = ptr.ServingCopy()
 		}

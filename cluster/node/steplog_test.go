@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/asyncrl/asyncrl/actors/trainer"
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 )
 
 // The step log computes each row's throughput from the previous step's
@@ -19,7 +19,7 @@ func TestStepLog(t *testing.T) {
 	start := time.Unix(1000, 0)
 	rec := func(step int64, at float64, tokens int) trainer.StepRecord {
 		return trainer.StepRecord{Step: step, Version: step, RewardMean: float64(step) / 10, Tokens: tokens,
-			Stats: policy.StepStats{Loss: 0.5}, TrainTime: 250 * time.Millisecond,
+			Stats: model.StepStats{Loss: 0.5}, TrainTime: 250 * time.Millisecond,
 			Done: start.Add(time.Duration(at * float64(time.Second)))}
 	}
 	dir := filepath.Join(t.TempDir(), "report")

@@ -15,7 +15,7 @@ import (
 	"github.com/asyncrl/asyncrl/actors/trainer"
 	"github.com/asyncrl/asyncrl/actors/trainer/bridge"
 	"github.com/asyncrl/asyncrl/config"
-	"github.com/asyncrl/asyncrl/policy"
+	pmodel "github.com/asyncrl/asyncrl/model"
 	"github.com/asyncrl/asyncrl/wiring"
 )
 
@@ -37,7 +37,7 @@ var execOnSent func(typ string, pid int)
 // trainer.exec_env, Init from the trainer section through
 // wiring.PolicyTrainer, trainer.exec_step_timeout and exec_restarts. The
 // trainer actor that gets the returned Stepper closes it on Stop.
-func startExec(ctx context.Context, cfg config.Config, initial *policy.Model, argv []string, log zerolog.Logger) (*trainer.Exec, error) {
+func startExec(ctx context.Context, cfg config.Config, initial *pmodel.Model, argv []string, log zerolog.Logger) (*trainer.Exec, error) {
 	return startExecChild(ctx, cfg, argv, log, "builtin", func(dir string) (string, error) {
 		initDir := filepath.Join(dir, "init")
 		if err := initial.SaveServing(initDir); err != nil {
@@ -114,7 +114,7 @@ func startExecAt(ctx context.Context, cfg config.Config, argv []string, log zero
 // state (Options.ExecCheckpoint at ExecCheckpointVersion) and every new
 // version's state is handed to Options.AfterExecStep (the term uploads it
 // to the checkpoint store) before its step is recorded.
-func (n *Node) startExecTrainer(ctx context.Context, initial *policy.Model, pub publisher.Publisher, tcfg trainer.Config) (*trainer.Actor, error) {
+func (n *Node) startExecTrainer(ctx context.Context, initial *pmodel.Model, pub publisher.Publisher, tcfg trainer.Config) (*trainer.Actor, error) {
 	if n.opts.AfterStep != nil || n.opts.TrainerCheckpoint != "" {
 		return nil, fmt.Errorf("%w: trainer.backend exec resumes from and checkpoints the child's state (Options.ExecCheckpoint, AfterExecStep), not a built-in trainer's", ErrConfig)
 	}
@@ -154,7 +154,7 @@ func (n *Node) startExecTrainer(ctx context.Context, initial *policy.Model, pub 
 // startExecBackend starts the child: on the run's Hugging Face model, or
 // the built-in policy's initial weights, resumed from
 // Options.ExecCheckpoint when set.
-func (n *Node) startExecBackend(ctx context.Context, initial *policy.Model, tcfg trainer.Config) (*trainer.Exec, error) {
+func (n *Node) startExecBackend(ctx context.Context, initial *pmodel.Model, tcfg trainer.Config) (*trainer.Exec, error) {
 	r := execStart{dir: n.opts.ExecCheckpoint, step: n.opts.ExecCheckpointVersion, remote: n.opts.ExecRemote, addr: n.opts.ExecRendezvousAddr}
 	if n.hf != "" {
 		if r.dir != "" {
@@ -200,12 +200,12 @@ func (p execAfterStep) Publish(ctx context.Context, w publisher.Weights, v int64
 // checkpoint) as this run's version 0: what the engines start from and
 // what the child's Init names as model.path; the child itself restores
 // the state, moments and step included.
-func execCheckpointPolicy(dir string, tcfg policy.TrainerConfig) (*policy.Trainer, error) {
-	m, err := policy.LoadServing(dir)
+func execCheckpointPolicy(dir string, tcfg pmodel.TrainerConfig) (*pmodel.Trainer, error) {
+	m, err := pmodel.LoadServing(dir)
 	if err != nil {
 		return nil, fmt.Errorf("node: trainer child state %s: %w", dir, err)
 	}
-	tr, err := policy.NewTrainer(m, tcfg)
+	tr, err := pmodel.NewTrainer(m, tcfg)
 	if err != nil {
 		return nil, fmt.Errorf("%w: trainer: %w", ErrConfig, err)
 	}

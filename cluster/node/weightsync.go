@@ -11,7 +11,7 @@ import (
 	"github.com/asyncrl/asyncrl/actors/router/proxy"
 	"github.com/asyncrl/asyncrl/cluster/weightsync"
 	"github.com/asyncrl/asyncrl/config"
-	pol "github.com/asyncrl/asyncrl/policy"
+	pol "github.com/asyncrl/asyncrl/model"
 	"github.com/asyncrl/asyncrl/weights/delta"
 	"github.com/asyncrl/asyncrl/wiring"
 )

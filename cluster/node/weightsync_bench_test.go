@@ -14,7 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
 	"github.com/asyncrl/asyncrl/weights/delta"
 	"github.com/asyncrl/asyncrl/weights/receiver"
@@ -178,7 +178,7 @@ func benchSync(b *testing.B, mk func(*testing.B, string) ([]safetensors.Tensor, 
 // builtinCheckpoint saves the built-in policy's serving copy in dir and
 // returns its tensors and the engine's loader.
 func builtinCheckpoint(b *testing.B, dir string) ([]safetensors.Tensor, receiver.Loader) {
-	m, err := policy.New(policy.DefaultConfig(), 1)
+	m, err := model.New(model.DefaultConfig(), 1)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/asyncrl/asyncrl/actors/trainer"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/messages"
-	"github.com/asyncrl/asyncrl/policy"
+	pmodel "github.com/asyncrl/asyncrl/model"
 	"github.com/asyncrl/asyncrl/transport"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
 	"github.com/asyncrl/asyncrl/wiring"
@@ -134,11 +134,11 @@ func RunWorker(ctx context.Context, cfg config.Config, opts WorkerOptions) error
 		return fmt.Errorf("worker: bus: %w", err)
 	}
 	defer bus.Close()
-	model, err := policy.New(wiring.PolicyModel(cfg), uint64(cfg.Run.Seed))
+	model, err := pmodel.New(wiring.PolicyModel(cfg), uint64(cfg.Run.Seed))
 	if err != nil {
 		return err
 	}
-	ptr, err := policy.NewTrainer(model, trainerConfig(cfg))
+	ptr, err := pmodel.NewTrainer(model, trainerConfig(cfg))
 	if err != nil {
 		return fmt.Errorf("%w: trainer: %w", ErrConfig, err)
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/asyncrl/asyncrl/actors/rollout"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/messages"
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 	"github.com/asyncrl/asyncrl/tasks"
 	"github.com/asyncrl/asyncrl/tasks/chatenv"
 	"github.com/asyncrl/asyncrl/transport"
@@ -341,7 +341,7 @@ func Setup(cfg config.Config, override int) (count int, ecfg rollout.EpisodeConf
 	}
 	ecfg = rollout.DefaultEpisodeConfig()
 	ecfg.MaxTurns, ecfg.MaxTokens = ro.MaxTurns, ro.MaxTokens
-	ecfg.MaxSeqLen = policy.DefaultConfig().MaxSeqLen
+	ecfg.MaxSeqLen = model.DefaultConfig().MaxSeqLen
 	if cfg.Engines.MaxModelLen > 0 {
 		ecfg.MaxSeqLen = min(ecfg.MaxSeqLen, cfg.Engines.MaxModelLen)
 	}
@@ -356,7 +356,7 @@ func Setup(cfg config.Config, override int) (count int, ecfg rollout.EpisodeConf
 		ecfg.Routes = rollout.RouteSpec{Layers: r.Layers, TopK: r.TopK, NumExperts: r.NumExperts}
 	}
 	if ro.TopP < 1 || ro.TopK > 0 {
-		supportK = policy.DefaultConfig().VocabSize
+		supportK = model.DefaultConfig().VocabSize
 		if ro.TopK > 0 {
 			supportK = min(supportK, ro.TopK)
 		}

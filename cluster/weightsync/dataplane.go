@@ -12,7 +12,7 @@ import (
 
 	"github.com/asyncrl/asyncrl/actors/publisher/tracker"
 	"github.com/asyncrl/asyncrl/messages"
-	pol "github.com/asyncrl/asyncrl/policy"
+	pol "github.com/asyncrl/asyncrl/model"
 	"github.com/asyncrl/asyncrl/transport/dataplane"
 	"github.com/asyncrl/asyncrl/transport/dataplane/tcp"
 )

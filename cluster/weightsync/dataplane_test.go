@@ -11,7 +11,7 @@ import (
 
 	"github.com/asyncrl/asyncrl/cluster/localengine"
 	"github.com/asyncrl/asyncrl/config"
-	pol "github.com/asyncrl/asyncrl/policy"
+	pol "github.com/asyncrl/asyncrl/model"
 	"github.com/asyncrl/asyncrl/transport/dataplane"
 )
 

@@ -9,7 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/asyncrl/asyncrl/config"
-	pol "github.com/asyncrl/asyncrl/policy"
+	pol "github.com/asyncrl/asyncrl/model"
 	"github.com/asyncrl/asyncrl/weights/quant"
 	"github.com/asyncrl/asyncrl/weights/quantdir"
 )
@@ -90,7 +90,7 @@ func (w *Sync) save(m *pol.Model, dir string, version int64) error {
 // trainer's or an exec child's) into the quantised one the engines load,
 // written to the stage directory (the trainer's dir is left alone); it
 // returns that directory. The built-in policy is loaded and written
-// quantised (policy.SaveServingQuantized); a Hugging Face architecture is
+// quantised (model.SaveServingQuantized); a Hugging Face architecture is
 // quantised file to file with vLLM's choice of tensors (weights/quantdir).
 func (w *Sync) requantize(dir string, version int64) (string, error) {
 	out := filepath.Join(w.c.Stage, fmt.Sprintf("v%08d", version))

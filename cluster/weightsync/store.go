@@ -17,7 +17,7 @@ import (
 
 	"github.com/asyncrl/asyncrl/actors/publisher/tracker"
 	"github.com/asyncrl/asyncrl/config"
-	pol "github.com/asyncrl/asyncrl/policy"
+	pol "github.com/asyncrl/asyncrl/model"
 	"github.com/asyncrl/asyncrl/transport"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
 	"github.com/asyncrl/asyncrl/weights/delta"

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 	"github.com/asyncrl/asyncrl/transport/dataplane/plan"
 )
 
@@ -58,7 +58,7 @@ func TestBenchWeightSyncPlanQwen3(t *testing.T) {
 // The built-in preset needs no flags and plans in an instant; its tensor
 // list must stay the built-in policy's.
 func TestBenchWeightSyncPlanBuiltin(t *testing.T) {
-	c := policy.DefaultConfig()
+	c := model.DefaultConfig()
 	m := plan.BuiltinPolicy(c.VocabSize, c.Window, c.EmbedDim, c.Hidden, c.Layers)
 	ps, err := plan.PresetByName("builtin")
 	if err != nil {

@@ -15,8 +15,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/asyncrl/asyncrl/policy/chattemplate"
-	"github.com/asyncrl/asyncrl/policy/hftokenizer"
+	"github.com/asyncrl/asyncrl/model/chattemplate"
+	"github.com/asyncrl/asyncrl/model/hftokenizer"
 	"github.com/asyncrl/asyncrl/sft/data"
 )
 

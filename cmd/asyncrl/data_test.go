@@ -57,7 +57,7 @@ func TestDataCommands(t *testing.T) {
 func TestDataValidateNextToTokenizer(t *testing.T) {
 	model := t.TempDir()
 	tok := filepath.Join(model, "tokenizer.json")
-	fixture, err := os.ReadFile("../../policy/hftokenizer/testdata/qwen2/tokenizer.json") // 273 ids
+	fixture, err := os.ReadFile("../../model/hftokenizer/testdata/qwen2/tokenizer.json") // 273 ids
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/asyncrl/asyncrl/policy/transformer"
+	"github.com/asyncrl/asyncrl/model/transformer"
 )
 
 // newModelCmd: asyncrl model init | inspect — Hugging Face checkpoints of

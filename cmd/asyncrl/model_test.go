@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/asyncrl/asyncrl/policy/transformer"
+	"github.com/asyncrl/asyncrl/model/transformer"
 	"github.com/asyncrl/asyncrl/weights/safetensors"
 )
 
@@ -17,7 +17,7 @@ import (
 func tokenizerDir(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	js, err := os.ReadFile("../../policy/hftokenizer/testdata/qwen2/tokenizer.json")
+	js, err := os.ReadFile("../../model/hftokenizer/testdata/qwen2/tokenizer.json")
 	if err != nil {
 		t.Fatal(err)
 	}

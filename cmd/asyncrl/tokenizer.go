@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/asyncrl/asyncrl/policy/chattemplate"
+	"github.com/asyncrl/asyncrl/model/chattemplate"
 )
 
 // newTokenizerCmd: asyncrl tokenizer render — a Hugging Face tokenizer

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/asyncrl/asyncrl/internal/realtok"
-	"github.com/asyncrl/asyncrl/policy/chattemplate"
+	"github.com/asyncrl/asyncrl/model/chattemplate"
 )
 
 // TestTokenizerRender: `asyncrl tokenizer render` on the real Qwen3

@@ -12,7 +12,7 @@ import (
 	"github.com/asyncrl/asyncrl/engine"
 	"github.com/asyncrl/asyncrl/engine/driver"
 	"github.com/asyncrl/asyncrl/engine/enginetest"
-	"github.com/asyncrl/asyncrl/policy/tokenizer"
+	"github.com/asyncrl/asyncrl/model/tokenizer"
 	"github.com/asyncrl/asyncrl/weights/delta"
 	"github.com/asyncrl/asyncrl/weights/safetensors"
 	"github.com/asyncrl/asyncrl/weights/store"

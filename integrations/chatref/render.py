@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Reference chat-template renderer: Python's jinja2 in the environment
 transformers renders chat templates with, so asyncrl's Go renderer
-(policy/chattemplate) can be compared with it byte for byte.
+(model/chattemplate) can be compared with it byte for byte.
 
 The environment follows transformers' _compile_jinja_template in
 src/transformers/utils/chat_template_utils.py

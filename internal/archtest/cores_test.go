@@ -55,7 +55,7 @@ var cores = []core{
 	{dir: "cluster/placement", notSimulated: "role-list validation and singleton placement at start, no decision during a run"},
 	{dir: "bench/workload", notSimulated: "the benchmarks' workload generator, not part of the control plane"},
 	{dir: "transport/dataplane/plan", notSimulated: "the sharded weight-transfer planner; simulated versions move whole"},
-	{dir: "policy/sampler", notSimulated: "token sampling inside an engine; simulated engines draw tokens from the seed"},
+	{dir: "model/sampler", notSimulated: "token sampling inside an engine; simulated engines draw tokens from the seed"},
 	{dir: "tinker", notSimulated: "the Tinker API server's session core, outside the RL loop the simulator runs"},
 	{dir: "internal/h1", notSimulated: "the router front end's HTTP/1.1 head parser; the simulator routes without HTTP"},
 }

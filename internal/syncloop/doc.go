@@ -1,6 +1,6 @@
 // Package syncloop is the synchronous reference RL loop: no actors, no
 // HTTP, no staleness. Each step samples Groups prompts × Samples completions
-// from the BF16 serving copy of the policy with policy/sampler, scores them
+// from the BF16 serving copy of the policy with model/sampler, scores them
 // with the task's environment, computes GRPO advantages, takes one trainer
 // step, and refreshes the serving copy.
 //

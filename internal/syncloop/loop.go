@@ -7,9 +7,9 @@ import (
 	"math/rand/v2"
 	"strconv"
 
-	"github.com/asyncrl/asyncrl/policy"
-	"github.com/asyncrl/asyncrl/policy/sampler"
-	"github.com/asyncrl/asyncrl/policy/tokenizer"
+	"github.com/asyncrl/asyncrl/model"
+	"github.com/asyncrl/asyncrl/model/sampler"
+	"github.com/asyncrl/asyncrl/model/tokenizer"
 	"github.com/asyncrl/asyncrl/tasks"
 )
 
@@ -30,15 +30,15 @@ type Config struct {
 	// Dr. GRPO's score − mean.
 	NormStd bool
 	// Model is the policy network's shape.
-	Model policy.Config
+	Model model.Config
 	// Trainer configures the optimiser and loss.
-	Trainer policy.TrainerConfig
+	Trainer model.TrainerConfig
 	// Seed seeds model initialisation, prompts and sampling.
 	Seed uint64
 	// Serve is the weights the engine serves: the BF16 serving copy as it
-	// is (none, "") or quantised (policy.Model.Quantized: int4_g32,
+	// is (none, "") or quantised (model.Model.Quantized: int4_g32,
 	// int4_g128, fp8, mxfp8). Trainer.FakeQuant fakes the INT4 ones.
-	Serve policy.Quant
+	Serve model.Quant
 	// MeasureRatio computes StepResult.RatioDev, at the cost of one more
 	// forward pass over the batch per step.
 	MeasureRatio bool
@@ -52,8 +52,8 @@ func DefaultConfig() Config {
 		Groups: 16, Samples: 8,
 		Sampling: sampler.DefaultParams(),
 		NormStd:  true,
-		Model:    policy.DefaultConfig(),
-		Trainer:  policy.DefaultTrainerConfig(),
+		Model:    model.DefaultConfig(),
+		Trainer:  model.DefaultTrainerConfig(),
 		Seed:     1,
 	}
 }
@@ -64,7 +64,7 @@ type StepResult struct {
 	MeanReward float64 // mean episode score over Groups × Samples
 	Solved     float64 // fraction of episodes with score 1
 	MeanLen    float64 // mean generated tokens per episode
-	Stats      policy.StepStats
+	Stats      model.StepStats
 	// RatioDev is the mean |exp(logp_trainer − logp_rollout) − 1| over
 	// trained tokens before the step (Config.MeasureRatio; else 0): how far
 	// the importance ratios stray from 1.
@@ -75,8 +75,8 @@ type StepResult struct {
 type Loop struct {
 	cfg     Config
 	task    tasks.Task
-	trainer *policy.Trainer
-	serve   *policy.Model
+	trainer *model.Trainer
+	serve   *model.Model
 	rng     *rand.Rand
 	scratch sampler.Scratch
 	logits  []float32
@@ -100,11 +100,11 @@ func New(task tasks.Task, cfg Config) (*Loop, error) {
 	if cfg.Sampling.Temperature > 0 && cfg.Sampling.Temperature != cfg.Trainer.Temperature {
 		return nil, fmt.Errorf("%w: Trainer.Temperature %v must equal Sampling.Temperature %v", ErrConfig, cfg.Trainer.Temperature, cfg.Sampling.Temperature)
 	}
-	m, err := policy.New(cfg.Model, cfg.Seed)
+	m, err := model.New(cfg.Model, cfg.Seed)
 	if err != nil {
 		return nil, err
 	}
-	tr, err := policy.NewTrainer(m, cfg.Trainer)
+	tr, err := model.NewTrainer(m, cfg.Trainer)
 	if err != nil {
 		return nil, err
 	}
@@ -120,12 +120,12 @@ func New(task tasks.Task, cfg Config) (*Loop, error) {
 }
 
 // Trainer exposes the trainer (e.g. to save checkpoints).
-func (l *Loop) Trainer() *policy.Trainer { return l.trainer }
+func (l *Loop) Trainer() *model.Trainer { return l.trainer }
 
 // Step runs one sample → score → train → refresh cycle.
 func (l *Loop) Step() (StepResult, error) {
 	l.step++
-	var seqs []policy.Sequence
+	var seqs []model.Sequence
 	var scores []float64
 	var groups []string
 	var genTokens, solved int
@@ -146,7 +146,7 @@ func (l *Loop) Step() (StepResult, error) {
 			}
 		}
 	}
-	adv := policy.Advantages(scores, groups, l.cfg.NormStd)
+	adv := model.Advantages(scores, groups, l.cfg.NormStd)
 	for i := range seqs {
 		seqs[i].Advantage = float32(adv[i])
 	}
@@ -157,11 +157,11 @@ func (l *Loop) Step() (StepResult, error) {
 			return StepResult{}, err
 		}
 	}
-	st, err := l.trainer.Step(policy.Batch{Sequences: seqs})
+	st, err := l.trainer.Step(model.Batch{Sequences: seqs})
 	if err != nil {
 		return StepResult{}, fmt.Errorf("syncloop: step %d: %w", l.step, err)
 	}
-	if l.cfg.Serve == "" || l.cfg.Serve == policy.QuantNone {
+	if l.cfg.Serve == "" || l.cfg.Serve == model.QuantNone {
 		if err := l.serve.CopyFrom(l.trainer.Model()); err != nil {
 			return StepResult{}, err
 		}
@@ -180,8 +180,8 @@ func (l *Loop) Step() (StepResult, error) {
 
 // ratioDev is the mean |exp(logp_trainer − logp_rollout) − 1| over the
 // trained tokens of seqs under the trainer's current weights.
-func (l *Loop) ratioDev(seqs []policy.Sequence) (float64, error) {
-	lps, err := l.trainer.Logprobs(policy.Batch{Sequences: seqs})
+func (l *Loop) ratioDev(seqs []model.Sequence) (float64, error) {
+	lps, err := l.trainer.Logprobs(model.Batch{Sequences: seqs})
 	if err != nil {
 		return 0, fmt.Errorf("syncloop: step %d: %w", l.step, err)
 	}
@@ -202,13 +202,13 @@ func (l *Loop) ratioDev(seqs []policy.Sequence) (float64, error) {
 // returns the training sequence, the episode score and the number of
 // generated tokens. Environment text is context (loss mask 0); the model's
 // tokens, including a closing EOS, are trained.
-func (l *Loop) episode(p tasks.Prompt) (policy.Sequence, float64, int, error) {
+func (l *Loop) episode(p tasks.Prompt) (model.Sequence, float64, int, error) {
 	env := l.task.NewEnv()
 	obs, err := env.Reset(p)
 	if err != nil {
-		return policy.Sequence{}, 0, 0, fmt.Errorf("syncloop: reset %s: %w", p.ID, err)
+		return model.Sequence{}, 0, 0, fmt.Errorf("syncloop: reset %s: %w", p.ID, err)
 	}
-	seq := policy.Sequence{Tokens: []int32{tokenizer.BOS}, LossMask: []uint8{0}, RolloutLogprobs: []float32{0}}
+	seq := model.Sequence{Tokens: []int32{tokenizer.BOS}, LossMask: []uint8{0}, RolloutLogprobs: []float32{0}}
 	addContext := func(text string) {
 		for _, id := range tokenizer.Encode(text) {
 			seq.Tokens = append(seq.Tokens, id)
@@ -235,7 +235,7 @@ func (l *Loop) episode(p tasks.Prompt) (policy.Sequence, float64, int, error) {
 		}
 		obs, r, done, err := env.Step(tokenizer.Decode(seq.Tokens[start:]))
 		if err != nil {
-			return policy.Sequence{}, 0, 0, fmt.Errorf("syncloop: step %s: %w", p.ID, err)
+			return model.Sequence{}, 0, 0, fmt.Errorf("syncloop: step %s: %w", p.ID, err)
 		}
 		score += r
 		if done || len(seq.Tokens) >= maxLen {

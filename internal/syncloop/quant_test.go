@@ -7,11 +7,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 )
 
 // quantConfig is a loop serving serve with the trainer faking fake.
-func quantConfig(serve, fake policy.Quant, seed uint64) Config {
+func quantConfig(serve, fake model.Quant, seed uint64) Config {
 	cfg := DefaultConfig()
 	cfg.Serve = serve
 	cfg.Trainer.FakeQuant = string(fake)
@@ -29,8 +29,8 @@ func quantConfig(serve, fake policy.Quant, seed uint64) Config {
 // has the longer run.
 func TestQuantServeMismatch(t *testing.T) {
 	res := map[string]StepResult{}
-	for _, c := range []struct{ serve, fake policy.Quant }{
-		{policy.QuantNone, ""}, {policy.QuantINT4G32, ""}, {policy.QuantINT4G32, policy.QuantINT4G32},
+	for _, c := range []struct{ serve, fake model.Quant }{
+		{model.QuantNone, ""}, {model.QuantINT4G32, ""}, {model.QuantINT4G32, model.QuantINT4G32},
 	} {
 		cfg := quantConfig(c.serve, c.fake, 3)
 		cfg.Groups, cfg.Samples = 4, 4
@@ -65,10 +65,10 @@ func TestQuantMismatchTable(t *testing.T) {
 	}
 	const steps = 60
 	seeds := []uint64{1, 2, 3}
-	rows := []struct{ serve, fake policy.Quant }{
-		{policy.QuantNone, ""}, {policy.QuantFP8, ""}, {policy.QuantMXFP8, ""},
-		{policy.QuantINT4G128, ""}, {policy.QuantINT4G128, policy.QuantINT4G128},
-		{policy.QuantINT4G32, ""}, {policy.QuantINT4G32, policy.QuantINT4G32},
+	rows := []struct{ serve, fake model.Quant }{
+		{model.QuantNone, ""}, {model.QuantFP8, ""}, {model.QuantMXFP8, ""},
+		{model.QuantINT4G128, ""}, {model.QuantINT4G128, model.QuantINT4G128},
+		{model.QuantINT4G32, ""}, {model.QuantINT4G32, model.QuantINT4G32},
 	}
 	median := func(xs []float64) float64 { slices.Sort(xs); return xs[len(xs)/2] }
 	var out strings.Builder
@@ -93,7 +93,7 @@ func TestQuantMismatchTable(t *testing.T) {
 			fake = "fake quant " + string(r.fake)
 		}
 		serve := string(r.serve)
-		if r.serve == policy.QuantNone {
+		if r.serve == model.QuantNone {
 			serve = "BF16"
 		}
 		fmt.Fprintf(&out, "| %s | %s | %.3g | %.3g | %.3g | %.3f |\n", serve, fake, median(mm), median(dev), median(isr), median(rew))

@@ -10,23 +10,23 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 	"github.com/asyncrl/asyncrl/weights/safetensors"
 )
 
 // Trained is a trainer that has taken steps optimiser steps, so its Adam
 // moments and step count are not the initial ones.
-func Trained(t testing.TB, steps int) *policy.Trainer {
+func Trained(t testing.TB, steps int) *model.Trainer {
 	t.Helper()
-	m, err := policy.New(policy.DefaultConfig(), 7)
+	m, err := model.New(model.DefaultConfig(), 7)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr, err := policy.NewTrainer(m, policy.DefaultTrainerConfig())
+	tr, err := model.NewTrainer(m, model.DefaultTrainerConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := policy.Batch{Sequences: []policy.Sequence{
+	b := model.Batch{Sequences: []model.Sequence{
 		{Tokens: []int32{1, 40, 41, 42}, LossMask: []uint8{0, 1, 1, 1}, RolloutLogprobs: []float32{0, -4, -4, -4}, Advantage: 1},
 		{Tokens: []int32{1, 50, 51}, LossMask: []uint8{0, 1, 1}, RolloutLogprobs: []float32{0, -4, -4}, Advantage: -1},
 	}}
@@ -40,13 +40,13 @@ func Trained(t testing.TB, steps int) *policy.Trainer {
 
 // State is everything SaveTrainer writes: each tensor's bytes and the
 // step and RNG metadata (the config is compared separately).
-func State(t testing.TB, tr *policy.Trainer) (map[string][]byte, map[string]string) {
+func State(t testing.TB, tr *model.Trainer) (map[string][]byte, map[string]string) {
 	t.Helper()
 	dir := t.TempDir()
 	if err := tr.SaveTrainer(dir); err != nil {
 		t.Fatal(err)
 	}
-	f, err := safetensors.Open(filepath.Join(dir, policy.TrainerFileName))
+	f, err := safetensors.Open(filepath.Join(dir, model.TrainerFileName))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func Same(a, b map[string][]byte) bool { return maps.EqualFunc(a, b, bytes.Equal
 
 // ServingBytes is m's BF16 serving weights (Model.SaveServing), tensor by
 // tensor.
-func ServingBytes(t testing.TB, m *policy.Model) map[string][]byte {
+func ServingBytes(t testing.TB, m *model.Model) map[string][]byte {
 	t.Helper()
 	dir := t.TempDir()
 	if err := m.SaveServing(dir); err != nil {

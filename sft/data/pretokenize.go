@@ -11,7 +11,7 @@ import (
 )
 
 // Tokenizer is what pretokenizing needs of a tokenizer
-// (policy/hftokenizer.Tokenizer has it).
+// (model/hftokenizer.Tokenizer has it).
 type Tokenizer interface {
 	Encode(text string) []int32
 	VocabSize() int
@@ -19,7 +19,7 @@ type Tokenizer interface {
 
 // ChatTokenizer renders a chat row: the ids of the whole conversation and
 // a loss mask that is 1 on the assistant's tokens only
-// (policy/chattemplate.Tokenizer.ChatTokens: content through each turn's
+// (model/chattemplate.Tokenizer.ChatTokens: content through each turn's
 // EOS, refusing a row whose rendering is not prefix-consistent).
 type ChatTokenizer interface {
 	ChatTokens(messages, tools json.RawMessage) ([]int32, []uint8, error)

@@ -50,7 +50,7 @@ func TestReadVocab(t *testing.T) {
 		}
 	}
 	// The hftokenizer fixture (Qwen2's test vocabulary: 270 ids + 3 specials).
-	if v, err := ReadVocab("../../policy/hftokenizer/testdata/qwen2/tokenizer.json"); err != nil || v.Size != 273 {
+	if v, err := ReadVocab("../../model/hftokenizer/testdata/qwen2/tokenizer.json"); err != nil || v.Size != 273 {
 		t.Errorf("qwen2 fixture: %+v, %v; want 273", v, err)
 	}
 	for name, c := range map[string]struct{ file, content, want string }{

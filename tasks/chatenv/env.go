@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/asyncrl/asyncrl/policy/chattemplate"
+	"github.com/asyncrl/asyncrl/model/chattemplate"
 	"github.com/asyncrl/asyncrl/tasks"
 )
 

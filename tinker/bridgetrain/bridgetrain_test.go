@@ -12,8 +12,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/asyncrl/asyncrl/actors/trainer/bridge"
-	"github.com/asyncrl/asyncrl/policy"
-	"github.com/asyncrl/asyncrl/policy/tokenizer"
+	"github.com/asyncrl/asyncrl/model"
+	"github.com/asyncrl/asyncrl/model/tokenizer"
 	"github.com/asyncrl/asyncrl/tinker"
 	"github.com/asyncrl/asyncrl/tinker/gotrain"
 )
@@ -45,14 +45,14 @@ func torchSpec(t testing.TB) bridge.Spec {
 }
 
 // setup writes one serving checkpoint both backends start from: gotrain
-// gets it through policy.LoadServing (the BF16 values the child loads).
+// gets it through model.LoadServing (the BF16 values the child loads).
 func setup(t *testing.T) (*Model, *gotrain.Model, string) { return setupB(t) }
 
 func setupB(t testing.TB) (*Model, *gotrain.Model, string) {
 	t.Helper()
 	spec := torchSpec(t)
 	dir := t.TempDir()
-	m, err := policy.New(policy.DefaultConfig(), 3)
+	m, err := model.New(model.DefaultConfig(), 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func setupB(t testing.TB) (*Model, *gotrain.Model, string) {
 	if err := m.SaveServing(base); err != nil {
 		t.Fatal(err)
 	}
-	loaded, err := policy.LoadServing(base)
+	loaded, err := model.LoadServing(base)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +223,7 @@ func saveLoad(t *testing.T, bm *Model, dir string) {
 	if err := bm.SaveSampler(sd); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := policy.LoadServing(sd); err != nil {
+	if _, err := model.LoadServing(sd); err != nil {
 		t.Fatalf("sampler checkpoint does not load in Go: %v", err)
 	}
 }

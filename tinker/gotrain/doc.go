@@ -1,5 +1,5 @@
 // Package gotrain is the Tinker server's training backend on the built-in
-// Go policy (package policy): one Model per Tinker model, holding its own
+// Go policy (package model): one Model per Tinker model, holding its own
 // FP32 weights, accumulated gradient and AdamW state.
 //
 // Contract: ForwardBackward computes, per datum, the logprob of every

@@ -11,7 +11,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 	"github.com/asyncrl/asyncrl/tinker"
 )
 
@@ -20,9 +20,9 @@ var ErrState = errors.New("gotrain: bad saved state")
 
 // Model is one trainable model.
 type Model struct {
-	m     *policy.Model
-	ws    *policy.Workspace
-	g     *policy.Grad
+	m     *model.Model
+	ws    *model.Workspace
+	g     *model.Grad
 	dlog  []float32
 	probs []float64
 	grads bool // the accumulator holds a gradient
@@ -32,14 +32,14 @@ type Model struct {
 }
 
 // New returns a trainable copy of base (base is not modified).
-func New(base *policy.Model) *Model {
+func New(base *model.Model) *Model {
 	m := base.Clone()
 	return &Model{m: m, ws: m.NewWorkspace(), g: m.NewGrad(), dlog: make([]float32, m.VocabSize()),
 		probs: make([]float64, m.VocabSize())}
 }
 
 // Policy returns the current weights (do not mutate).
-func (t *Model) Policy() *policy.Model { return t.m }
+func (t *Model) Policy() *model.Model { return t.m }
 
 // Steps is the number of optimiser steps taken.
 func (t *Model) Steps() int64 { return t.step }
@@ -209,11 +209,11 @@ func (t *Model) OptimStep(p tinker.AdamParams) (map[string]float64, error) {
 func (t *Model) SaveSampler(dir string) error { return t.m.SaveServing(dir) }
 
 type stateMeta struct {
-	Config policy.Config `json:"config"`
-	Step   int64         `json:"step"`
-	Params int           `json:"params"`
-	Adam   bool          `json:"adam"`
-	SHA256 string        `json:"sha256"`
+	Config model.Config `json:"config"`
+	Step   int64        `json:"step"`
+	Params int          `json:"params"`
+	Adam   bool         `json:"adam"`
+	SHA256 string       `json:"sha256"`
 }
 
 // SaveState writes weights (FP32) and optimiser state into dir:

@@ -5,14 +5,14 @@ import (
 	"os"
 	"testing"
 
-	"github.com/asyncrl/asyncrl/policy"
-	"github.com/asyncrl/asyncrl/policy/tokenizer"
+	"github.com/asyncrl/asyncrl/model"
+	"github.com/asyncrl/asyncrl/model/tokenizer"
 	"github.com/asyncrl/asyncrl/tinker"
 )
 
-func base(t *testing.T) *policy.Model {
+func base(t *testing.T) *model.Model {
 	t.Helper()
-	m, err := policy.New(policy.DefaultConfig(), 3)
+	m, err := model.New(model.DefaultConfig(), 3)
 	if err != nil {
 		t.Fatal(err)
 	}

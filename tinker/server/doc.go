@@ -34,7 +34,7 @@
 // listener (loopback unless an API key is given). The base model is the
 // built-in policy, or the tinker.base_models entry served (hfbase.go): a
 // Hugging Face checkpoint directory (given, or random-initialised once)
-// that the built-in engines serve with policy/transformer and every
+// that the built-in engines serve with model/transformer and every
 // model's trainer child (model kind hf) starts from, named by its Hugging
 // Face name and tokenizer id so the SDK's get_tokenizer works.
 package server

@@ -1,16 +1,16 @@
 package server
 
 import (
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 	"github.com/asyncrl/asyncrl/tinker/gotrain"
 )
 
 // goBackend trains on the built-in Go policy (tinker/gotrain).
-type goBackend struct{ base *policy.Model }
+type goBackend struct{ base *model.Model }
 
 // GoBackend is the built-in backend: every model starts from base's
 // weights (the seed of lora_config is unused: a full copy needs no init).
-func GoBackend(base *policy.Model) Backend { return goBackend{base: base} }
+func GoBackend(base *model.Model) Backend { return goBackend{base: base} }
 
 func (b goBackend) NewModel(rank int, seed int64) (Trainer, error) { return gotrain.New(b.base), nil }
 func (b goBackend) VocabSize() int                                 { return b.base.VocabSize() }

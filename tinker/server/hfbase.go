@@ -10,14 +10,14 @@ import (
 
 	"github.com/asyncrl/asyncrl/actors/trainer/bridge"
 	"github.com/asyncrl/asyncrl/config"
-	"github.com/asyncrl/asyncrl/policy/transformer"
+	"github.com/asyncrl/asyncrl/model/transformer"
 	"github.com/asyncrl/asyncrl/tinker/bridgetrain"
 )
 
 // A Hugging Face base model (tinker.base_models, docs/tinker.md "Base
 // models"): the checkpoint directory is what every model's trainer child
 // starts from (the PyTorch worker, model kind hf) and what the built-in
-// engines serve (policy/transformer); it is served under its Hugging Face
+// engines serve (model/transformer); it is served under its Hugging Face
 // name with its tokenizer id, because that is what the SDK's get_tokenizer
 // loads: TrainingClient.get_tokenizer calls get_info and passes
 // model_data.tokenizer_id (else the model name) to

@@ -14,7 +14,7 @@ import (
 
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/internal/realtok"
-	"github.com/asyncrl/asyncrl/policy/transformer"
+	"github.com/asyncrl/asyncrl/model/transformer"
 	"github.com/asyncrl/asyncrl/tinker"
 	"github.com/asyncrl/asyncrl/tinker/client"
 	"github.com/asyncrl/asyncrl/tinker/server"

@@ -18,7 +18,7 @@ import (
 	"github.com/asyncrl/asyncrl/cluster/localengine"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/engine"
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 	"github.com/asyncrl/asyncrl/tinker/bridgetrain"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
 	"github.com/asyncrl/asyncrl/wiring"
@@ -144,7 +144,7 @@ type baseModel struct {
 	name string
 	// serve is what built-in engines serve.
 	serve engine.Model
-	pm    *policy.Model
+	pm    *model.Model
 	hf    *hfBase
 }
 
@@ -178,12 +178,12 @@ func resolveBase(c config.Config, t config.TinkerConfig, dataDir string, o Optio
 
 // builtinBase loads (or seeds) the built-in policy of tinker.base_weights,
 // refusing a Hugging Face checkpoint there.
-func builtinBase(t config.TinkerConfig, seed int64) (*policy.Model, error) {
+func builtinBase(t config.TinkerConfig, seed int64) (*model.Model, error) {
 	em, err := wiring.InitialPolicy(t.BaseWeights, uint64(seed))
 	if err != nil {
 		return nil, fmt.Errorf("tinker: base model: %w", err)
 	}
-	pm, ok := em.(*policy.Model)
+	pm, ok := em.(*model.Model)
 	if !ok {
 		return nil, fmt.Errorf("tinker: base_weights %s is a Hugging Face checkpoint, not the built-in policy: list it under tinker.base_models ({name, path}) and drop base_weights (docs/tinker.md \"Base models\")", t.BaseWeights)
 	}
@@ -271,7 +271,7 @@ func (r *Running) Close() {
 // trainBackend is tinker.trainer's backend: builtin trains pm in process;
 // exec writes pm as the base serving checkpoint (<data_dir>/exec/base) every
 // model's child starts from.
-func trainBackend(t config.TinkerConfig, pm *policy.Model, dataDir string, log zerolog.Logger) (Backend, error) {
+func trainBackend(t config.TinkerConfig, pm *model.Model, dataDir string, log zerolog.Logger) (Backend, error) {
 	if t.Trainer != config.TinkerTrainerExec {
 		return GoBackend(pm), nil
 	}

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/asyncrl/asyncrl/internal/trainertest"
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 	"github.com/asyncrl/asyncrl/weights/delta"
 	"github.com/asyncrl/asyncrl/weights/quant"
 	"github.com/asyncrl/asyncrl/weights/safetensors"
@@ -129,7 +129,7 @@ func reportRows(t testing.TB, title string, rows []publishRow) {
 // quantised checkpoint is smaller than BF16, and so is its delta. The
 // logged table is BENCHMARKS.md's "FP8/MXFP8 publish" built-in rows.
 func TestPublishBytesBuiltInPolicy(t *testing.T) {
-	var ms [2]*policy.Model
+	var ms [2]*model.Model
 	for i, steps := range []int{3, 4} {
 		ms[i] = trainertest.Trained(t, steps).ServingCopy()
 	}

@@ -6,7 +6,7 @@
 // quantization_config, and every other file of the directory (generation
 // config, tokenizer files) is copied. It is how a run publishes a
 // Hugging Face model with publisher.quantize (docs/models.md); the
-// built-in policy quantises from memory instead (policy.SaveServingQuantized).
+// built-in policy quantises from memory instead (model.SaveServingQuantized).
 //
 // Which tensors vLLM quantises (Quantizable): the weights of the layers it
 // builds as LinearBase with the checkpoint's quantisation config — the

@@ -14,7 +14,7 @@ import (
 )
 
 // QuantizationKey is the safetensors metadata entry naming the scheme of a
-// quantised checkpoint (the same key policy.QuantizationKey writes), so a
+// quantised checkpoint (the same key model.QuantizationKey writes), so a
 // reader that gets the shards without config.json still knows.
 const QuantizationKey = "quantization"
 

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/asyncrl/asyncrl/engine"
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 	"github.com/asyncrl/asyncrl/weights/delta"
 	"github.com/asyncrl/asyncrl/weights/internal/ckpttest"
 	"github.com/asyncrl/asyncrl/weights/receiver"
@@ -18,7 +18,7 @@ import (
 // brings its copy to v1 and the engine loads it through LoadWeights.
 func TestBuiltInEngineLoadsSyncedWeights(t *testing.T) {
 	root := t.TempDir()
-	eng, r, dirs := syncedEngine(t, root, func(m *policy.Model, dir string) error { return m.SaveServing(dir) })
+	eng, r, dirs := syncedEngine(t, root, func(m *model.Model, dir string) error { return m.SaveServing(dir) })
 	if eng.Version() != 1 {
 		t.Fatalf("engine serves version %d, want 1", eng.Version())
 	}
@@ -33,11 +33,11 @@ func TestBuiltInEngineLoadsSyncedWeights(t *testing.T) {
 // built-in engine on v0 and has a receiver bring it to v1 through
 // LoadWeights. It returns the engine (closed with the test), the receiver
 // and the two version directories.
-func syncedEngine(t *testing.T, root string, save func(m *policy.Model, dir string) error) (*engine.Engine, *receiver.Receiver, []string) {
+func syncedEngine(t *testing.T, root string, save func(m *model.Model, dir string) error) (*engine.Engine, *receiver.Receiver, []string) {
 	t.Helper()
 	dirs := []string{filepath.Join(root, "v0"), filepath.Join(root, "v1")}
 	for i, d := range dirs {
-		m, err := policy.New(policy.DefaultConfig(), uint64(i+1))
+		m, err := model.New(model.DefaultConfig(), uint64(i+1))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -57,7 +57,7 @@ func syncedEngine(t *testing.T, root string, save func(m *policy.Model, dir stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	load := func(dir string) (engine.Model, error) { return policy.LoadServing(dir) }
+	load := func(dir string) (engine.Model, error) { return model.LoadServing(dir) }
 	m0, err := load(dirs[0])
 	if err != nil {
 		t.Fatal(err)

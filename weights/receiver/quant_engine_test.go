@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/asyncrl/asyncrl/engine"
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 	"github.com/asyncrl/asyncrl/weights/quant"
 )
 
@@ -20,13 +20,13 @@ import (
 // checkpoints, version 1 travels as a delta over the quantised bytes, the
 // receiver replays it and the real built-in engine loads it; the logprobs
 // the engine returns over HTTP equal those of the dequantised model
-// (policy.QuantizedCopy of the trainer's weights) and not the BF16 ones'.
+// (model.QuantizedCopy of the trainer's weights) and not the BF16 ones'.
 func TestBuiltInEngineServesQuantisedVersion(t *testing.T) {
 	for _, name := range []string{"fp8", "mxfp8"} {
 		t.Run(name, func(t *testing.T) {
 			s, _ := quant.Lookup(name)
-			var masters []*policy.Model
-			eng, _, _ := syncedEngine(t, t.TempDir(), func(m *policy.Model, dir string) error {
+			var masters []*model.Model
+			eng, _, _ := syncedEngine(t, t.TempDir(), func(m *model.Model, dir string) error {
 				masters = append(masters, m)
 				_, err := m.SaveServingQuantized(dir, s, nil)
 				return err
@@ -78,7 +78,7 @@ func TestBuiltInEngineServesQuantisedVersion(t *testing.T) {
 	}
 }
 
-func logSoftmax(m *policy.Model, toks []int32) []float64 {
+func logSoftmax(m *model.Model, toks []int32) []float64 {
 	logits := make([]float32, m.VocabSize())
 	m.NextLogits(toks, logits)
 	mx := math.Inf(-1)

@@ -8,7 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 )
 
 // Phases of a TrainBatch that BuiltinChild.Hook sees.
@@ -20,7 +20,7 @@ const (
 // BuiltinChild is a trainer child in Go: the built-in policy trainer
 // behind frames v1 (`asyncrl worker child`). It trains model kind builtin;
 // after step k it writes the serving checkpoint to out_dir/checkpoints/
-// vk (BF16, what SaveServing writes) and the full state (policy.SaveTrainer)
+// vk (BF16, what SaveServing writes) and the full state (model.SaveTrainer)
 // to out_dir/state/vk, each through a temporary directory and a rename,
 // and keeps the last two states (the Go side may resume from the one
 // before the latest when the latest reply was lost).
@@ -29,7 +29,7 @@ type BuiltinChild struct {
 	// faults with it).
 	Hook func(step int64, phase string)
 
-	tr      *policy.Trainer
+	tr      *model.Trainer
 	normStd bool
 	step    int64
 	outDir  string
@@ -114,19 +114,19 @@ func (b *BuiltinChild) init(h Header, body []byte) any {
 	if cerr != nil {
 		return errFrame(h.ID, cerr)
 	}
-	var tr *policy.Trainer
+	var tr *model.Trainer
 	if in.Resume != nil {
-		t, err := policy.LoadTrainer(*in.Resume)
+		t, err := model.LoadTrainer(*in.Resume)
 		if err != nil {
 			return errFrame(h.ID, &ChildError{Code: CodeBadField, Field: "resume", Message: err.Error()})
 		}
 		tr = t
 	} else {
-		m, err := policy.LoadServing(in.Model.Path)
+		m, err := model.LoadServing(in.Model.Path)
 		if err != nil {
 			return errFrame(h.ID, &ChildError{Code: CodeBadField, Field: "model.path", Message: err.Error()})
 		}
-		if tr, err = policy.NewTrainer(m, tcfg); err != nil {
+		if tr, err = model.NewTrainer(m, tcfg); err != nil {
 			return errFrame(h.ID, &ChildError{Code: CodeBadField, Field: "loss", Message: err.Error()})
 		}
 	}
@@ -143,15 +143,15 @@ func fieldErr(field string, err error) *ChildError {
 }
 
 // batchOf validates a TrainBatch's arrays and builds the policy batch.
-func (b *BuiltinChild) batchOf(tb TrainBatch) (policy.Batch, *ChildError) {
+func (b *BuiltinChild) batchOf(tb TrainBatch) (model.Batch, *ChildError) {
 	switch tb.Loss {
 	case "", LossCrossEntropy:
 	default:
-		return policy.Batch{}, badField("loss", "%q: want absent (the Init's policy loss) or %q", tb.Loss, LossCrossEntropy)
+		return model.Batch{}, badField("loss", "%q: want absent (the Init's policy loss) or %q", tb.Loss, LossCrossEntropy)
 	}
 	a, cerr := batchArraysOf(tb)
 	if cerr != nil {
-		return policy.Batch{}, cerr
+		return model.Batch{}, cerr
 	}
 	s := len(a.off) - 1
 	adv := a.adv
@@ -163,14 +163,14 @@ func (b *BuiltinChild) batchOf(tb TrainBatch) (policy.Batch, *ChildError) {
 		for i, r := range a.rew {
 			scores[i] = float64(r)
 		}
-		for _, x := range policy.Advantages(scores, tb.Groups, b.normStd) {
+		for _, x := range model.Advantages(scores, tb.Groups, b.normStd) {
 			adv = append(adv, float32(x))
 		}
 	}
-	batch := policy.Batch{Sequences: make([]policy.Sequence, s), Loss: tb.Loss}
+	batch := model.Batch{Sequences: make([]model.Sequence, s), Loss: tb.Loss}
 	for i := range s {
 		lo, hi := a.off[i], a.off[i+1]
-		seq := policy.Sequence{Tokens: a.tok[lo:hi], LossMask: a.mask[lo:hi], Advantage: adv[i], Group: tb.Groups[i]}
+		seq := model.Sequence{Tokens: a.tok[lo:hi], LossMask: a.mask[lo:hi], Advantage: adv[i], Group: tb.Groups[i]}
 		if a.lp != nil {
 			seq.RolloutLogprobs = a.lp[lo:hi]
 		}
@@ -339,7 +339,7 @@ func (b *BuiltinChild) train(h Header, body []byte) any {
 	}
 	st, err := b.tr.StepMicrobatches(batch, micro)
 	if err != nil {
-		if errors.Is(err, policy.ErrBatch) {
+		if errors.Is(err, model.ErrBatch) {
 			return errFrame(h.ID, &ChildError{Code: CodeBadField, Field: "arrays", Message: err.Error()})
 		}
 		return errFrame(h.ID, &ChildError{Code: CodeInternal, Message: err.Error()})

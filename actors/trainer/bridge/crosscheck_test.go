@@ -13,7 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 	"github.com/asyncrl/asyncrl/weights/safetensors"
 )
 
@@ -69,8 +69,8 @@ func startChild(t *testing.T, spec Spec) *Child {
 
 // crossModel is the model both trainers start from: two hidden layers (the
 // default has one) so the backward pass through tanh layers is compared too.
-func crossModel() policy.Config {
-	c := policy.DefaultConfig()
+func crossModel() model.Config {
+	c := model.DefaultConfig()
 	c.Window, c.EmbedDim, c.Hidden, c.Layers, c.MaxSeqLen = 8, 12, 48, 2, 64
 	return c
 }
@@ -119,7 +119,7 @@ func crossSequences(V int) []crossSeq {
 // factor, the k3 KL and the mismatch see non-trivial values; per-token
 // versions are step−1 or step−2 (one step stale). Even steps also carry
 // Go's advantages, odd steps only the rewards (the child computes GRPO).
-func crossBatch(t *testing.T, init *policy.Model, seqs []crossSeq, temp float64, step int64) *TrainBatch {
+func crossBatch(t *testing.T, init *model.Model, seqs []crossSeq, temp float64, step int64) *TrainBatch {
 	t.Helper()
 	r := rand.New(rand.NewPCG(uint64(step), 3))
 	var tok []int32
@@ -164,7 +164,7 @@ func crossBatch(t *testing.T, init *policy.Model, seqs []crossSeq, temp float64,
 	}
 	if step%2 == 0 {
 		var adv []float32
-		for _, a := range policy.Advantages(scores, groups, true) {
+		for _, a := range model.Advantages(scores, groups, true) {
 			adv = append(adv, float32(a))
 		}
 		arrays["advantages"] = Float32Tensor(adv)
@@ -196,9 +196,9 @@ func readParams(t *testing.T, file, prefix string, names []string) []float32 {
 // servingInit saves a fresh model of mcfg as a BF16 serving checkpoint and
 // loads it back: both trainers start from that checkpoint, so the rollout
 // logprobs come from the weights they start with.
-func servingInit(t *testing.T, mcfg policy.Config, seed uint64) (*policy.Model, string) {
+func servingInit(t *testing.T, mcfg model.Config, seed uint64) (*model.Model, string) {
 	t.Helper()
-	m, err := policy.New(mcfg, seed)
+	m, err := model.New(mcfg, seed)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +206,7 @@ func servingInit(t *testing.T, mcfg policy.Config, seed uint64) (*policy.Model, 
 	if err := m.SaveServing(dir); err != nil {
 		t.Fatal(err)
 	}
-	if m, err = policy.LoadServing(dir); err != nil {
+	if m, err = model.LoadServing(dir); err != nil {
 		t.Fatal(err)
 	}
 	return m, dir
@@ -229,9 +229,9 @@ func TestGoAndTorchTrainersAgree(t *testing.T) {
 	ctx := context.Background()
 	goC, torchC := startChild(t, goChildSpec()), startChild(t, torchSpec)
 
-	losses := []string{policy.LossRegular, policy.LossDualClip, policy.LossGSPO, policy.LossCISPO}
-	reductions := []string{policy.TokenMean, policy.SequenceMean, policy.SeqMeanTokenSumNorm, policy.PromptMean, policy.TokenMeanLegacy}
-	tis := []string{policy.TISNone, policy.TISToken, policy.TISSequence}
+	losses := []string{model.LossRegular, model.LossDualClip, model.LossGSPO, model.LossCISPO}
+	reductions := []string{model.TokenMean, model.SequenceMean, model.SeqMeanTokenSumNorm, model.PromptMean, model.TokenMeanLegacy}
+	tis := []string{model.TISNone, model.TISToken, model.TISSequence}
 	const steps = 3
 	var worstMetric [2]float64
 	var worstState, worstBulk float64
@@ -241,7 +241,7 @@ func TestGoAndTorchTrainersAgree(t *testing.T) {
 		for _, red := range reductions {
 			k++
 			name := fmt.Sprintf("%s/%s", loss, red)
-			tc := policy.DefaultTrainerConfig()
+			tc := model.DefaultTrainerConfig()
 			tc.PolicyLoss, tc.Reduction = loss, red
 			tc.TISRatioType = tis[k%3]
 			tc.KLCoef, tc.EntropyCoef = 0.05, 0.01
@@ -332,19 +332,19 @@ type weightStats struct {
 //
 // BF16 serving checkpoints: each side's must be exactly its FP32 state
 // rounded to nearest-even BF16 (what the engine serves is what was
-// trained), and both must load with policy.LoadServing. Rounding moves a
+// trained), and both must load with model.LoadServing. Rounding moves a
 // value by at most half a BF16 ulp, so the serving weights may differ by
 // the FP32 difference plus one ulp: one ulp where the FP32 values
 // straddle a rounding midpoint, a few ulps only for weights near zero
 // (biases that started at 0), whose ulp is below the FP32 difference.
 func compareWeights(t *testing.T, name string, step int64, lr float64, names []string, g, p StepResult) weightStats {
 	t.Helper()
-	gs := readParams(t, filepath.Join(g.State, policy.TrainerFileName), "model.", names)
+	gs := readParams(t, filepath.Join(g.State, model.TrainerFileName), "model.", names)
 	ps := readParams(t, filepath.Join(p.State, "model.safetensors"), "", names)
 	gb := readParams(t, filepath.Join(g.Checkpoint, "model.safetensors"), "", names)
 	pb := readParams(t, filepath.Join(p.Checkpoint, "model.safetensors"), "", names)
 	for _, d := range []string{g.Checkpoint, p.Checkpoint} {
-		if _, err := policy.LoadServing(d); err != nil {
+		if _, err := model.LoadServing(d); err != nil {
 			t.Fatalf("%s step %d: %v", name, step, err)
 		}
 	}

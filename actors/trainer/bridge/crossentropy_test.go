@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 )
 
 // sftBatch is crossSequences as a supervised TrainBatch (loss
@@ -33,7 +33,7 @@ func sftBatch(seqs []crossSeq, step int64) *TrainBatch {
 
 // refNLL is the token-mean NLL of the batch under m, computed here from
 // NextLogits in float64.
-func refNLL(m *policy.Model, seqs []crossSeq) float64 {
+func refNLL(m *model.Model, seqs []crossSeq) float64 {
 	logits := make([]float32, m.VocabSize())
 	var sum float64
 	var n int
@@ -69,7 +69,7 @@ func TestBuiltinChildCrossEntropy(t *testing.T) {
 	seqs := crossSequences(mcfg.VocabSize)
 	c := startChild(t, goChildSpec())
 	ctx := context.Background()
-	tc := policy.DefaultTrainerConfig()
+	tc := model.DefaultTrainerConfig()
 	tc.LR = 1e-2
 	in, err := InitFor(tc, true, "builtin", initDir, filepath.Join(dir, "out"))
 	if err != nil {
@@ -105,7 +105,7 @@ func TestBuiltinChildCrossEntropy(t *testing.T) {
 			}
 		}
 	}
-	m, err := policy.LoadServing(last.Checkpoint)
+	m, err := model.LoadServing(last.Checkpoint)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,8 +126,8 @@ func TestGoAndTorchCrossEntropyAgree(t *testing.T) {
 	seqs := crossSequences(mcfg.VocabSize)
 	ctx := context.Background()
 	goC, torchC := startChild(t, goChildSpec()), startChild(t, torchSpec)
-	for _, red := range []string{policy.TokenMean, policy.SequenceMean} {
-		tc := policy.DefaultTrainerConfig()
+	for _, red := range []string{model.TokenMean, model.SequenceMean} {
+		tc := model.DefaultTrainerConfig()
 		tc.Reduction, tc.LR = red, 1e-2
 		for ci, c := range []*Child{goC, torchC} {
 			in, err := InitFor(tc, true, "builtin", initDir, filepath.Join(dir, red, fmt.Sprint(ci)))
@@ -149,7 +149,7 @@ func TestGoAndTorchCrossEntropyAgree(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if s == 1 && red == policy.TokenMean {
+			if s == 1 && red == model.TokenMean {
 				if want := refNLL(initM, seqs); math.Abs(res[0].Metrics["loss"]-want) > 1e-9*want {
 					t.Errorf("go step 1 loss %.9g, reference NLL %.9g", res[0].Metrics["loss"], want)
 				}

@@ -3,7 +3,7 @@ package bridge
 import (
 	"testing"
 
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 )
 
 // TestInitFakeQuant: trainer.fake_quant travels in Init.loss only when it
@@ -11,7 +11,7 @@ import (
 // dense), the built-in child reads it back, and a format the trainer
 // cannot fake is a bad field.
 func TestInitFakeQuant(t *testing.T) {
-	tc := policy.DefaultTrainerConfig()
+	tc := model.DefaultTrainerConfig()
 	in, err := InitFor(tc, true, "hf", "/nowhere", "/out")
 	if err != nil {
 		t.Fatal(err)
@@ -19,7 +19,7 @@ func TestInitFakeQuant(t *testing.T) {
 	if _, ok := in.Loss["fake_quant"]; ok {
 		t.Fatal("fake_quant sent while off")
 	}
-	tc.FakeQuant = string(policy.QuantINT4G128)
+	tc.FakeQuant = string(model.QuantINT4G128)
 	in, _ = InitFor(tc, true, "hf", "/nowhere", "/out")
 	if in.Loss["fake_quant"] != "int4_g128" {
 		t.Fatalf("loss.fake_quant = %v", in.Loss["fake_quant"])

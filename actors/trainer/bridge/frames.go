@@ -121,7 +121,7 @@ type TrainBatch struct {
 }
 
 // LossCrossEntropy is TrainBatch.Loss for supervised steps
-// (policy.LossCrossEntropy).
+// (model.LossCrossEntropy).
 const LossCrossEntropy = "cross_entropy"
 
 // SaveCheckpoint asks for the full resume state in Dir.

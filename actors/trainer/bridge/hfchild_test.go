@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 	"github.com/asyncrl/asyncrl/weights/safetensors"
 )
 
@@ -27,7 +27,7 @@ func TestTorchChildTrainsHFCheckpoint(t *testing.T) {
 	dir := t.TempDir()
 	ckpt := filepath.Join(dir, "ckpt")
 	writeHFCheckpoint(t, spec, ckpt, "'deepseek_v3', vocab_size=256, seed=3, std=0.1, bias_std=0.2, max_shard_size=60000")
-	tc := policy.DefaultTrainerConfig()
+	tc := model.DefaultTrainerConfig()
 	tc.LR = 1e-3
 	in, err := InitFor(tc, true, "hf", ckpt, filepath.Join(dir, "out"))
 	if err != nil {

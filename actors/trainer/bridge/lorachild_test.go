@@ -7,14 +7,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/asyncrl/asyncrl/policy"
-	"github.com/asyncrl/asyncrl/policy/transformer"
+	"github.com/asyncrl/asyncrl/model"
+	"github.com/asyncrl/asyncrl/model/transformer"
 )
 
 // TestTorchChildTrainsLoRA: an Init with model.lora makes the torch
 // worker train a LoRA adapter; its StepResult carries the adapter
 // directory beside the merged serving checkpoint, and the Go side reads
-// both: policy/transformer applies the adapter onto the base and gets the
+// both: model/transformer applies the adapter onto the base and gets the
 // merged checkpoint's model (up to the merged weights' BF16 rounding),
 // and an adapter that changes the model.
 func TestTorchChildTrainsLoRA(t *testing.T) {
@@ -22,7 +22,7 @@ func TestTorchChildTrainsLoRA(t *testing.T) {
 	dir := t.TempDir()
 	ckpt := filepath.Join(dir, "ckpt")
 	writeHFCheckpoint(t, spec, ckpt, "'qwen3_moe', vocab_size=256, seed=3, std=0.2")
-	tc := policy.DefaultTrainerConfig()
+	tc := model.DefaultTrainerConfig()
 	tc.LR = 0.05
 	in, err := InitFor(tc, true, "hf", ckpt, filepath.Join(dir, "out"))
 	if err != nil {

@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 )
 
 // Loss keys of Init.loss: the trainer section's YAML names, plus
@@ -23,7 +23,7 @@ var lossKeys = []string{"policy_loss_type", "eps_clip_low", "eps_clip_high", "cl
 // one mapping of the trainer section) and the initial weights in
 // modelDir (an HF-layout dir; for kind builtin config.json is embedded).
 // normStd is the GRPO advantage's division by the group's std.
-func InitFor(t policy.TrainerConfig, normStd bool, kind, modelDir, outDir string) (Init, error) {
+func InitFor(t model.TrainerConfig, normStd bool, kind, modelDir, outDir string) (Init, error) {
 	in := Init{
 		Model: Model{Kind: kind, Path: modelDir},
 		Optimizer: Optimizer{Name: "adamw", LR: t.LR, Betas: [2]float64{t.Beta1, t.Beta2}, Eps: t.Eps,
@@ -40,13 +40,13 @@ func InitFor(t policy.TrainerConfig, normStd bool, kind, modelDir, outDir string
 		Seed:   int64(t.Seed),
 		OutDir: outDir,
 	}
-	if t.FakeQuant != "" && t.FakeQuant != string(policy.QuantNone) {
+	if t.FakeQuant != "" && t.FakeQuant != string(model.QuantNone) {
 		// only when on: a child that cannot fake-quantise refuses the key
 		// instead of silently training dense
 		in.Loss["fake_quant"] = t.FakeQuant
 	}
 	if kind == "builtin" {
-		js, err := os.ReadFile(filepath.Join(modelDir, policy.ConfigFileName))
+		js, err := os.ReadFile(filepath.Join(modelDir, model.ConfigFileName))
 		if err != nil {
 			return Init{}, fmt.Errorf("bridge: model config: %w", err)
 		}
@@ -72,8 +72,8 @@ func InitFor(t policy.TrainerConfig, normStd bool, kind, modelDir, outDir string
 
 // trainerConfigOf is InitFor's inverse for the built-in child; a bad key
 // or value is a *ChildError naming it.
-func trainerConfigOf(in Init) (policy.TrainerConfig, bool, *ChildError) {
-	t := policy.DefaultTrainerConfig()
+func trainerConfigOf(in Init) (model.TrainerConfig, bool, *ChildError) {
+	t := model.DefaultTrainerConfig()
 	o := in.Optimizer
 	if o.Name != "adamw" {
 		return t, false, badField("optimizer.name", "%q: the built-in trainer runs adamw", o.Name)
@@ -99,7 +99,7 @@ func badField(field, format string, a ...any) *ChildError {
 
 // setLossKey sets loss key k of the Init to v in t (normStd for the
 // advantage's norm_adv_by_std).
-func setLossKey(t *policy.TrainerConfig, normStd *bool, k string, v any) *ChildError {
+func setLossKey(t *model.TrainerConfig, normStd *bool, k string, v any) *ChildError {
 	field := "loss." + k
 	switch k {
 	case "policy_loss_type", "loss_reduction", "tis_ratio_type", "fake_quant":
@@ -174,7 +174,7 @@ func setAdvantage(normStd *bool, adv map[string]any) *ChildError {
 
 // numericLossField is the field of t that numeric loss key k sets (nil
 // for a key the built-in trainer ignores).
-func numericLossField(t *policy.TrainerConfig, k string) *float64 {
+func numericLossField(t *model.TrainerConfig, k string) *float64 {
 	switch k {
 	case "eps_clip_low":
 		return &t.EpsLow

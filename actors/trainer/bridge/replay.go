@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 )
 
 // Replay arrays of TrainBatch (optional arrays of frames v1, issue 19; no
@@ -54,7 +54,7 @@ func (t Tensor) CheckShape(dtype string, want ...int64) error {
 // false when no sequence has routes. A sequence without routes gets
 // arange(topK) padding rows (the trainer then replays experts it never
 // trained on only if its loss mask is set, which the rollout avoids).
-func RoutesTensor(seqs []policy.Sequence, layers, topK int) (Tensor, bool) {
+func RoutesTensor(seqs []model.Sequence, layers, topK int) (Tensor, bool) {
 	stride := layers * topK
 	has := false
 	var n int
@@ -84,7 +84,7 @@ func RoutesTensor(seqs []policy.Sequence, layers, topK int) (Tensor, bool) {
 
 // SupportTensor packs the sequences' support sets as int32 [T, K] with −1
 // padding, K the longest row; false when no sequence has one.
-func SupportTensor(seqs []policy.Sequence) (Tensor, bool) {
+func SupportTensor(seqs []model.Sequence) (Tensor, bool) {
 	k, n := 0, 0
 	for _, s := range seqs {
 		n += len(s.Tokens)
@@ -138,7 +138,7 @@ func replayArraysOf(tb TrainBatch, n int, a *batchArrays) *ChildError {
 }
 
 // replayOf fills seq's Routes and Support from tokens [lo, hi) of a.
-func replayOf(a *batchArrays, seq *policy.Sequence, lo, hi int) {
+func replayOf(a *batchArrays, seq *model.Sequence, lo, hi int) {
 	if a.routes != nil {
 		seq.Routes = a.routes[lo*a.routeStride : hi*a.routeStride : hi*a.routeStride]
 	}

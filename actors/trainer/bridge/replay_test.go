@@ -10,14 +10,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 )
 
 // replayBatch is crossBatch plus the replay arrays: routes that are NOT
 // the model's own choice (each of its experts moved to the next id, so a
 // child that re-routed instead of replaying would compute other logits)
 // and support sets of 1–5 ids that always hold the sampled token.
-func replayBatch(t *testing.T, init *policy.Model, seqs []crossSeq, temp float64, step int64) *TrainBatch {
+func replayBatch(t *testing.T, init *model.Model, seqs []crossSeq, temp float64, step int64) *TrainBatch {
 	t.Helper()
 	tb := crossBatch(t, init, seqs, temp, step)
 	layers, topK, experts := init.RouteShape()
@@ -59,7 +59,7 @@ func checkReplayAgree(t *testing.T, goC, torchC *Child) {
 	initM, initDir := servingInit(t, mcfg, 5)
 	seqs := crossSequences(mcfg.VocabSize)
 	ctx := context.Background()
-	tc := policy.DefaultTrainerConfig()
+	tc := model.DefaultTrainerConfig()
 	tc.SupportNorm, tc.Temperature, tc.LR, tc.KLCoef = true, 0.7, 1e-2, 0.05
 	dir := t.TempDir()
 	for ci, c := range []*Child{goC, torchC} {
@@ -115,7 +115,7 @@ func checkReplayAgree(t *testing.T, goC, torchC *Child) {
 }
 
 func TestReplayArraysRoundTrip(t *testing.T) {
-	seqs := []policy.Sequence{
+	seqs := []model.Sequence{
 		{Tokens: []int32{1, 5, 6}, LossMask: []uint8{0, 1, 1}, Routes: []int32{0, 1, 2, 3, 1, 0, 3, 2, 2, 3, 0, 1},
 			Support: [][]int32{nil, {5, 9}, {6}}},
 		{Tokens: []int32{1, 7}, LossMask: []uint8{0, 1}}, // no routes, no support: padding rows
@@ -131,9 +131,9 @@ func TestReplayArraysRoundTrip(t *testing.T) {
 	if e := replayArraysOf(tb, 5, &a); e != nil {
 		t.Fatal(e)
 	}
-	var got []policy.Sequence
+	var got []model.Sequence
 	for i, s := range seqs {
-		seq := policy.Sequence{LossMask: s.LossMask}
+		seq := model.Sequence{LossMask: s.LossMask}
 		lo, hi := []int{0, 3}[i], []int{3, 5}[i]
 		replayOf(&a, &seq, lo, hi)
 		got = append(got, seq)

@@ -14,7 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/asyncrl/asyncrl/internal/syncbuf"
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 )
 
 type harness struct {
@@ -29,7 +29,7 @@ type harness struct {
 func newHarness(t *testing.T, env ...string) *harness {
 	t.Helper()
 	dir := t.TempDir()
-	m, err := policy.New(policy.DefaultConfig(), 7)
+	m, err := model.New(model.DefaultConfig(), 7)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +37,7 @@ func newHarness(t *testing.T, env ...string) *harness {
 	if err := m.SaveServing(initDir); err != nil {
 		t.Fatal(err)
 	}
-	in, err := InitFor(policy.DefaultTrainerConfig(), true, "builtin", initDir, filepath.Join(dir, "out"))
+	in, err := InitFor(model.DefaultTrainerConfig(), true, "builtin", initDir, filepath.Join(dir, "out"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func sameWeights(t *testing.T, got, want StepResult) {
 	if !bytes.Equal(readFile(t, filepath.Join(got.Checkpoint, "model.safetensors")), readFile(t, filepath.Join(want.Checkpoint, "model.safetensors"))) {
 		t.Errorf("serving weights differ from the uninterrupted run's")
 	}
-	if !bytes.Equal(readFile(t, filepath.Join(got.State, policy.TrainerFileName)), readFile(t, filepath.Join(want.State, policy.TrainerFileName))) {
+	if !bytes.Equal(readFile(t, filepath.Join(got.State, model.TrainerFileName)), readFile(t, filepath.Join(want.State, model.TrainerFileName))) {
 		t.Errorf("trainer state differs from the uninterrupted run's")
 	}
 }
@@ -135,17 +135,17 @@ func TestChildTrainsSteps(t *testing.T) {
 		t.Errorf("metrics %v", res.Metrics)
 	}
 	// config.json's integers reach the child as CBOR integers.
-	if v, ok := h.opts.Init.Model.Config["vocab_size"].(int64); !ok || v != int64(policy.DefaultConfig().VocabSize) {
+	if v, ok := h.opts.Init.Model.Config["vocab_size"].(int64); !ok || v != int64(model.DefaultConfig().VocabSize) {
 		t.Errorf("model.config vocab_size %#v, want an int64", h.opts.Init.Model.Config["vocab_size"])
 	}
 	if s.Worker()["name"] != "asyncrl-builtin" {
 		t.Errorf("worker %v", s.Worker())
 	}
-	m, err := policy.LoadServing(res.Checkpoint)
+	m, err := model.LoadServing(res.Checkpoint)
 	if err != nil {
 		t.Fatal(err)
 	}
-	init, _ := policy.LoadServing(h.opts.Init.Model.Path)
+	init, _ := model.LoadServing(h.opts.Init.Model.Path)
 	if bytes.Equal(readFile(t, filepath.Join(res.Checkpoint, "model.safetensors")), readFile(t, filepath.Join(h.opts.Init.Model.Path, "model.safetensors"))) || m == nil || init == nil {
 		t.Errorf("two steps left the weights unchanged")
 	}
@@ -162,7 +162,7 @@ func TestChildTrainsSteps(t *testing.T) {
 	if err != nil || rep.Dir != filepath.Join(h.dir, "saved") {
 		t.Fatalf("SaveCheckpoint: %+v, %v", rep, err)
 	}
-	if _, err := policy.LoadTrainer(rep.Dir); err != nil {
+	if _, err := model.LoadTrainer(rep.Dir); err != nil {
 		t.Errorf("saved state does not load: %v", err)
 	}
 }

@@ -31,7 +31,7 @@ import (
 	"github.com/asyncrl/asyncrl/bench/scale"
 	"github.com/asyncrl/asyncrl/cluster/node"
 	"github.com/asyncrl/asyncrl/config"
-	"github.com/asyncrl/asyncrl/policy"
+	"github.com/asyncrl/asyncrl/model"
 )
 
 func main() {
@@ -85,7 +85,7 @@ func main() {
 	fmt.Printf("%8s %10s %10s %12s %10s\n", "step", "RSS MB", "heap MB", "heap objects", "elapsed")
 	m := &memRows{steps: *steps, every: *every, ref: *ref, profiles: *profiles, verbose: *verbose, start: time.Now()}
 	m.mid = (*steps + *ref) / 2 / *every * *every // a row half way: is the second half flat?
-	opts := node.Options{Logger: zerolog.Nop(), GroupDuplicates: *dupWindow, AfterStep: func(_ context.Context, _ *policy.Trainer, v int64) error {
+	opts := node.Options{Logger: zerolog.Nop(), GroupDuplicates: *dupWindow, AfterStep: func(_ context.Context, _ *model.Trainer, v int64) error {
 		m.afterStep(int(v))
 		return nil
 	}}

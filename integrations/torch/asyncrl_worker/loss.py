@@ -1,5 +1,5 @@
 """SkyRL's policy losses, loss reductions, off-policy correction and GRPO
-advantages, in the form asyncrl's Go trainer (policy/train.go) implements them.
+advantages, in the form asyncrl's Go trainer (model/train.go) implements them.
 
 Sources (NovaSky-AI/SkyRL):
   skyrl/backends/skyrl_train/utils/ppo_utils.py — ppo_policy_loss (regular,
@@ -37,7 +37,7 @@ TIS_TYPES = ("none", "token", "sequence")
 @dataclass
 class LossConfig:
     """The trainer section's loss keys under their YAML names (Go's
-    config.TrainerConfig); defaults are policy.DefaultTrainerConfig's."""
+    config.TrainerConfig); defaults are model.DefaultTrainerConfig's."""
 
     policy_loss_type: str = "regular"
     eps_clip_low: float = 0.2
@@ -61,7 +61,7 @@ class LossConfig:
 
     def validate(self) -> None:
         """Raise ValueError(field, message) for the first bad field
-        (policy.TrainerConfig.Validate's rules)."""
+        (model.TrainerConfig.Validate's rules)."""
 
         def num(name, ok, want):
             v = getattr(self, name)
@@ -228,7 +228,7 @@ def token_loss(cfg: LossConfig, logits, targets: torch.Tensor, rollout: torch.Te
 
     With cfg.normalize_over_support and support ([N, K] sample support ids,
     -1 padding), each logprob is renormalised over its token's support set
-    (policy/train.go SupportNorm: lp - log sum_{v in S} p_v); the entropy
+    (model/train.go SupportNorm: lp - log sum_{v in S} p_v); the entropy
     bonus stays over the full vocabulary, as in Go."""
     use_support = cfg.normalize_over_support and support is not None
     lp, ent, s_lse = vocab.token_stats(logits, targets, cfg.temperature, support if use_support else None,
@@ -260,7 +260,7 @@ def cross_entropy_loss(logits, targets: torch.Tensor, weight: torch.Tensor) -> T
     """SFT's objective (TrainBatch loss "cross_entropy"): the NLL of N trained
     tokens, -log_softmax(logits)[target] at temperature 1, weighted by the
     reduction's per-token factors (token_mean: the mean NLL), as Go's
-    policy.LossCrossEntropy. No rollout logprobs, advantages, clipping, TIS,
+    model.LossCrossEntropy. No rollout logprobs, advantages, clipping, TIS,
     KL or entropy bonus; the RL statistics are zero."""
     lp, ent, _ = vocab.token_stats(logits, targets)  # ent: a metric only (detached)
     total = -(weight.double() * lp).sum()

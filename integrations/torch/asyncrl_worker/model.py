@@ -1,4 +1,4 @@
-"""A torch port of asyncrl's built-in policy (policy/model.go, policy/checkpoint.go).
+"""A torch port of asyncrl's built-in policy (model/model.go, model/checkpoint.go).
 
 The network is a windowed MLP. To predict the token after tokens[:i] it looks at
 the last `window` tokens, slot k = tokens[i-1-k] (slot 0 the most recent); slots
@@ -13,7 +13,7 @@ head.weight [V, H]; head.bias [V]. config.json: {"model_type":
 "asyncrl-window-mlp", vocab_size, window, embed_dim, hidden, layers,
 max_seq_len, "torch_dtype": "bfloat16" (serving) | "float32" (trainer)}.
 
-Mixture of experts (config experts > 0, top_k; policy/moe.go; both keys absent
+Mixture of experts (config experts > 0, top_k; model/moe.go; both keys absent
 from a dense model's config.json): every hidden layer is E tanh experts and a
 bias-free router. r = R x; S = the top_k largest r (largest first, ties to the
 lower id); g = softmax(r[S]); h = sum_s g_s tanh(W_s x + b_s). Tensors per
@@ -83,7 +83,7 @@ def top_k_routes(r: torch.Tensor, k: int) -> torch.Tensor:
 
 
 class MoELayer(nn.Module):
-    """One mixture layer (policy/moe.go): E tanh experts, a bias-free router."""
+    """One mixture layer (model/moe.go): E tanh experts, a bias-free router."""
 
     def __init__(self, in_features: int, hidden: int, experts: int, top_k: int):
         super().__init__()
@@ -109,7 +109,7 @@ def moe_layer(x, experts_weight, router_weight, experts_bias, top_k: int, routes
     return (g.unsqueeze(-1) * a).sum(1), sel
 
 
-# Fake quantisation (trainer.fake_quant), as Go's policy.Model.Quantized and
+# Fake quantisation (trainer.fake_quant), as Go's model.Model.Quantized and
 # weights/quant.FakeQuantINT4: symmetric INT4 per group of `group` inputs of
 # a row, scale = max(amax * float32(1/7), 1e-5) in float32, q = round half
 # to even of w/scale (so |q| <= 7), served weight BF16(q * BF16(scale)) -- the
@@ -126,7 +126,7 @@ def bf16(x: torch.Tensor) -> torch.Tensor:
 
 def fake_quantized(name: str, t: torch.Tensor) -> bool:
     """Whether the engine quantises tensor `name` (policy.quantizable, listed
-    by policy.Model.QuantizedTensors): the Linear weights -- layers.{l}.weight,
+    by model.Model.QuantizedTensors): the Linear weights -- layers.{l}.weight,
     head.weight and a mixture's layers.{l}.experts.weight (each expert's
     [H, in] matrix). The embedding, every bias (a mixture's
     layers.{l}.experts.bias [E, H] too) and a mixture's router.weight (vLLM
@@ -243,7 +243,7 @@ class WindowMLP(nn.Module):
 
     def served_tensors(self) -> dict[str, torch.Tensor]:
         """The weights an engine with engines.quantize = self.fake_quant
-        serves (policy.Model.Quantized: every tensor BF16, the
+        serves (model.Model.Quantized: every tensor BF16, the
         fake_quantized ones INT4), each the forward value of a
         straight-through node whose gradient goes to the float32 master
         unchanged. Dense and mixture alike; routes replay as usual."""
@@ -256,7 +256,7 @@ class WindowMLP(nn.Module):
         replay): the sequence's rows [len(tokens), layers, top_k] (or
         [len(tokens), layers*top_k]) in vLLM's layout, row q the routing of the
         pass whose window ends at tokens[q]; tokens[p] is predicted with row
-        p-1, as policy.Sequence.Routes."""
+        p-1, as model.Sequence.Routes."""
         ctx = self.contexts(tokens, positions)
         if routes is None:
             return self.forward_ctx(ctx)
@@ -266,13 +266,13 @@ class WindowMLP(nn.Module):
         return self.forward_ctx(ctx, routes.reshape(len(tokens), -1)[positions.long() - 1])
 
     def next_logits(self, tokens) -> torch.Tensor:
-        """Logits of the token following tokens (policy.Model.NextLogits)."""
+        """Logits of the token following tokens (model.Model.NextLogits)."""
         t = torch.as_tensor(list(tokens) + [PAD], dtype=torch.long)
         return self.logits_at(t, torch.tensor([len(t) - 1]))[0]
 
     def routes(self, tokens) -> torch.Tensor:
         """The routes of every position of tokens [len, layers, top_k], row q
-        the pass whose window ends at tokens[q] (policy.Model.Routes(tokens, 0))."""
+        the pass whose window ends at tokens[q] (model.Model.Routes(tokens, 0))."""
         t = torch.as_tensor(list(tokens) + [PAD], dtype=torch.long)
         with torch.no_grad():
             return self.forward_routes(self.contexts(t, torch.arange(1, len(t))))[1]
@@ -306,7 +306,7 @@ class WindowMLP(nn.Module):
                 p.copy_(t.float())
 
     def save_serving(self, d: str, metadata: dict[str, str] | None = None) -> None:
-        """BF16 model.safetensors + config.json, as policy.Model.SaveServing."""
+        """BF16 model.safetensors + config.json, as model.Model.SaveServing."""
         os.makedirs(d, exist_ok=True)
         md = {"format": "pt", **(metadata or {})}
         ts = self.named_tensors()
@@ -324,7 +324,7 @@ def write_config(d: str, cfg: dict, dtype: str) -> None:
 
 
 def check_routes(routes: torch.Tensor, rows: int, layers: int, top_k: int, experts: int) -> torch.Tensor:
-    """routes as [rows, layers, top_k] long; ValueError (policy.ErrRoutes'
+    """routes as [rows, layers, top_k] long; ValueError (model.ErrRoutes'
     checks) for a wrong shape, an id outside [0, experts) or one listed twice
     in a layer."""
     routes = torch.as_tensor(routes).long()

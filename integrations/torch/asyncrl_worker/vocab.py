@@ -19,7 +19,7 @@ What a chunk returns per token, in float32 (x = logits / temperature):
   mu[i]     = sum_v softmax(x[i])_v x_v  so the entropy is lse - mu
 Everything the losses need is then composed in float64 autograd from these
 three: logprob = sel[:, 0] - lse, entropy = lse - mu, and the support-
-normalised logprob sel[:, 0] - logsumexp(sel[:, 1:]) (policy/train.go
+normalised logprob sel[:, 0] - logsumexp(sel[:, 1:]) (model/train.go
 SupportNorm: lp - log sum_{v in S} p_v). The gradient of x is
   d/dx = scatter(g_sel at cols) + p * (g_lse + g_mu * (1 + x - mu)),
 p = exp(x - lse), then d/dlogits = d/dx / temperature, d/dhidden = d/dlogits

@@ -101,7 +101,7 @@ def parse_optimizer(o) -> OptimConfig:
     for k in ("eps", "weight_decay", "max_grad_norm"):
         if k in o:
             setattr(c, k, _float(o[k], f"optimizer.{k}"))
-    # policy.TrainerConfig.Validate's rules
+    # model.TrainerConfig.Validate's rules
     if not c.lr > 0:
         raise bad("optimizer.lr", f"must be > 0, got {c.lr}")
     for i, b in enumerate(c.betas):
@@ -735,7 +735,7 @@ class Worker:
             raise FloatingPointError(f"non-finite gradient norm {norm}")
         mg = self.optim_cfg.max_grad_norm
         if mg > 0 and norm > mg:
-            # policy/train.go applyAdam: scale by max_grad_norm / (norm + 1e-6)
+            # model/train.go applyAdam: scale by max_grad_norm / (norm + 1e-6)
             scale = mg / (norm + 1e-6)
             for p in params:
                 p.grad.mul_(scale)

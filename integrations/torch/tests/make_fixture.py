@@ -1,6 +1,6 @@
 """Writes tests/testdata/torch_serving/ (a BF16 serving checkpoint written by the
 torch worker) and tests/testdata/torch_serving_logits.json (its next-token logits
-for a few contexts), for a Go test to check policy.LoadServing + NextLogits
+for a few contexts), for a Go test to check model.LoadServing + NextLogits
 against. Run: PYTHONPATH=integrations/torch python3 integrations/torch/tests/make_fixture.py"""
 
 import json

@@ -1,7 +1,7 @@
 """Writes tests/testdata/torch_moe/ (a BF16 serving checkpoint of a mixture of
 experts written by the torch worker) and tests/testdata/torch_moe_logits.json
 (its next-token logits and the routes of every position for a few contexts),
-for Go's TestLoadTorchMoECheckpoint (policy/moefixture_test.go).
+for Go's TestLoadTorchMoECheckpoint (model/moefixture_test.go).
 Run: PYTHONPATH=integrations/torch python3 integrations/torch/tests/make_moe_fixture.py"""
 
 import json

@@ -1,5 +1,5 @@
 """trainer.fake_quant in the torch worker: the forward pass runs on the INT4
-weights Go's engine serves with engines.quantize (policy.Model.Quantized),
+weights Go's engine serves with engines.quantize (model.Model.Quantized),
 gradients pass straight through to the float32 masters."""
 
 import json

@@ -1,5 +1,5 @@
 """Two implementations of each architecture, compared (issue 29): the Go
-engine (`asyncrl engine --weights DIR`, policy/transformer behind vLLM's
+engine (`asyncrl engine --weights DIR`, model/transformer behind vLLM's
 HTTP API, with its KV cache and batched decode) and the native torch model
 the trainer worker uses (asyncrl_worker.hf) compute the same logprobs on
 the same `asyncrl model init` checkpoint, and the MoE models route the same

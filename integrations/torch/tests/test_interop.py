@@ -1,5 +1,5 @@
 """Go interop: a checkpoint the torch worker writes loads unchanged in Go's
-policy.LoadServing (through `asyncrl engine --weights DIR`, which serves it),
+model.LoadServing (through `asyncrl engine --weights DIR`, which serves it),
 and Go's next-token logprobs equal torch's to float tolerance, at temperature
 1 and 0.7 (the engines' logprobs are log_softmax(logits / T), as the loss
 assumes). Needs the asyncrl binary: $ASYNCRL_BIN, or `go` on PATH to build it

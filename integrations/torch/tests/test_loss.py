@@ -5,7 +5,7 @@ skyrl/backends/skyrl_train/utils/ppo_utils.py (ppo_policy_loss, gspo_policy_loss
 compute_policy_loss_cispo, apply_loss_reduction_to_advantages_minibatch,
 reduce_loss, compute_grpo_outcome_advantage) and
 skyrl/backends/skyrl_train/utils/off_policy_correction_utils.py (compute_tis_ratio);
-the KL (k3 vs the rollout logprobs) and entropy terms as asyncrl's policy/train.go."""
+the KL (k3 vs the rollout logprobs) and entropy terms as asyncrl's model/train.go."""
 
 import math
 
@@ -260,7 +260,7 @@ def test_config_validation_names_the_field():
 
 
 E = math.exp
-# The table of asyncrl's Go test policy/skyrl_loss_test.go
+# The table of asyncrl's Go test model/skyrl_loss_test.go
 # (TestPolicyTokenSkyRLFormulas: worked by hand from SkyRL's formulas): the Go
 # trainer and this worker must agree token by token.
 # (policy type, lp, old, A, sequence log-importance weight for gspo, loss, d loss/d lp, clipped)
@@ -304,7 +304,7 @@ def test_agrees_with_go_gspo_rows(log_iw, want_loss, want_grad, want_clipped):
 
 @pytest.mark.parametrize("old,rollout,want", [(-1, -2, 2), (-1, -0.5, E(-0.5)), (-1, -1, 1), (0, -30, 2)])
 def test_agrees_with_go_tis_table(old, rollout, want):
-    # policy/skyrl_loss_test.go TestTISRatioSkyRLFormula (token cap 2)
+    # model/skyrl_loss_test.go TestTISRatioSkyRLFormula (token cap 2)
     from asyncrl_worker.loss import tis_factor
     cfg = LossConfig(tis_ratio_type="token", token_tis_ratio_clip_high=2.0)
     got = tis_factor(cfg, torch.tensor([float(old)], dtype=torch.float64), torch.tensor([float(rollout)], dtype=torch.float64),

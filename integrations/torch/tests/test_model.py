@@ -1,4 +1,4 @@
-"""The torch port of policy/model.go and the safetensors layout of policy/checkpoint.go."""
+"""The torch port of model/model.go and the safetensors layout of model/checkpoint.go."""
 
 import json
 import math
@@ -15,7 +15,7 @@ from util import TOY_CONFIG
 
 
 def go_forward(params, cfg, tokens):
-    """policy.Model.forward written as Go writes it: slot k = tokens[len-1-k],
+    """model.Model.forward written as Go writes it: slot k = tokens[len-1-k],
     PAD (0) before the start or outside the vocabulary; embeddings concatenated
     slot 0 first; tanh layers; head."""
     W, D, V = cfg["window"], cfg["embed_dim"], cfg["vocab_size"]

@@ -1,6 +1,6 @@
-"""The mixture-of-experts variant of the built-in policy (policy/moe.go) and its
+"""The mixture-of-experts variant of the built-in policy (model/moe.go) and its
 route replay (R3) in the torch port: Go → torch on a checkpoint and numbers Go
-wrote (testdata/go_moe, go_moe_fixture.json: policy/moefixture_test.go writes
+wrote (testdata/go_moe, go_moe_fixture.json: model/moefixture_test.go writes
 them; torch → Go is that file's TestLoadTorchMoECheckpoint)."""
 
 import json

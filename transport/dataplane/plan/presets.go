@@ -72,7 +72,7 @@ func PresetByName(name string) (Preset, error) {
 	return Preset{}, fmt.Errorf("%w: unknown model %q (presets: %s)", ErrBadLayout, name, strings.Join(names, ", "))
 }
 
-// BuiltinPolicy is the built-in policy model (package policy) as a tensor
+// BuiltinPolicy is the built-in policy model (package model) as a tensor
 // list: a vocab×embedDim embedding, layers tanh layers (the first reads
 // window embeddings), a vocab×hidden head with bias; FP32 like the model.
 // The arguments are policy.Config's VocabSize, Window, EmbedDim, Hidden and

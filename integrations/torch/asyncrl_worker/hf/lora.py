@@ -25,7 +25,7 @@ stay frozen. Facts, from source (read at these commits):
        (required), bias, modules_to_save, use_rslora, use_dora.
 
 Which modules may be adapted: the projections the Go engine's
-policy/transformer adapts (its doc.go, "LoRA adapters") -- attention and MLP
+model/transformer adapts (its doc.go, "LoRA adapters") -- attention and MLP
 projections of dense layers, of each expert and of DeepSeek's shared
 experts (model.fake_quantized's set). A target that matches a router gate,
 an embedding or lm_head is refused, and so is one that matches nothing

@@ -86,7 +86,7 @@ def route_layers(cfg: ArchConfig) -> tuple[int, ...]:
     (buffer [tokens, num_hidden_layers, num_experts_per_tok], zeroed, each
     FusedMoE writing [:, layer_id, :]: vllm-project/vllm @00bd1493
     vllm/model_executor/layers/fused_moe/routed_experts_capturer.py, as
-    policy/transformer/doc.go "Routes (R3)" derives it for the Go engine,
+    model/transformer/doc.go "Routes (R3)" derives it for the Go engine,
     which reports the same). The rows of dense layers (a deepseek_v3's
     first_k_dense_replace layers, a qwen3_moe's mlp_only_layers) are zeros
     from the engine and never read here. A dense model has no rows. To

@@ -3,7 +3,7 @@
 and measure without it).
 
 Tiny presets per architecture: the shapes and settings of `asyncrl model
-init --preset tiny` (model-go's policy/transformer/init.go NewPreset), so
+init --preset tiny` (model-go's model/transformer/init.go NewPreset), so
 the torch benchmarks and the Go engine's measure the same models: hidden
 64, 2 layers (deepseek_v3: 3, the first dense), 4 heads, 2 KV heads,
 head_dim 16, FFN 128, max_position_embeddings 4096; qwen3 ties its
