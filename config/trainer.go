@@ -147,7 +147,7 @@ func DefaultTrainer() TrainerConfig {
 		NumParallelGenerationWorkers: 8,
 		MiniBatchSize:                4,
 		StalePolicy:                  StaleRequeue,
-		LearningRate:                 3e-3, // issue 5: the rate internal/syncloop learns with; 1e-3 barely moved the reward in 30 steps
+		LearningRate:                 3e-3, // issue 5: the rate model/syncloop learns with; 1e-3 barely moved the reward in 30 steps
 		GradClip:                     1,
 		LossReduction:                LossTokenMean,
 		MaxSeqLen:                    0,

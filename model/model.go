@@ -43,7 +43,7 @@ type Config struct {
 }
 
 // DefaultConfig is sized so the single-turn tasks learn within a minute on
-// two CPU cores (see internal/syncloop): one hidden layer learned the
+// two CPU cores (see model/syncloop): one hidden layer learned the
 // reverse task faster under RL than two (measured, same budget), and
 // ~47k parameters keep a step of 64 episodes around 30 ms.
 func DefaultConfig() Config {

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/asyncrl/asyncrl/config"
-	"github.com/asyncrl/asyncrl/internal/trainertest"
+	"github.com/asyncrl/asyncrl/model/trainertest"
 	"github.com/asyncrl/asyncrl/model"
 )
 

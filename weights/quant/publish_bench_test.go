@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/asyncrl/asyncrl/internal/trainertest"
+	"github.com/asyncrl/asyncrl/model/trainertest"
 	"github.com/asyncrl/asyncrl/model"
 	"github.com/asyncrl/asyncrl/weights/delta"
 	"github.com/asyncrl/asyncrl/weights/quant"

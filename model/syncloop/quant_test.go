@@ -55,7 +55,7 @@ func TestQuantServeMismatch(t *testing.T) {
 
 // TestQuantMismatchTable prints BENCHMARKS.md's "Train–inference mismatch
 // under quantised serving" table: ASYNCRL_QUANT_TABLE=1 go test
-// ./internal/syncloop -run TestQuantMismatchTable -v (a few minutes on 2
+// ./model/syncloop -run TestQuantMismatchTable -v (a few minutes on 2
 // cores). Per run: the means over its steps of the mismatch mean
 // |logp_trainer − logp_rollout|, the mean |ratio − 1| and |mean ratio − 1|,
 // and the mean reward of its last 10 steps; medians over 3 seeds.
