@@ -5,7 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 
-	pmodel "github.com/asyncrl/asyncrl/model"
+	"github.com/asyncrl/asyncrl/model"
 	"github.com/asyncrl/asyncrl/model/sampler"
 	"github.com/asyncrl/asyncrl/model/tokenizer"
 )
@@ -13,17 +13,17 @@ import (
 // One GRPO step by hand: sample a group from the serving copy, score it,
 // compute advantages, train, and publish BF16 weights for an engine.
 func Example() {
-	model, _ := pmodel.New(pmodel.DefaultConfig(), 1)
-	tr, _ := pmodel.NewTrainer(model, pmodel.DefaultTrainerConfig())
+	m, _ := model.New(model.DefaultConfig(), 1)
+	tr, _ := model.NewTrainer(m, model.DefaultTrainerConfig())
 	serve := tr.ServingCopy() // what an engine would serve (BF16)
 
 	rng := rand.New(rand.NewPCG(1, 2))
 	logits := make([]float32, serve.VocabSize())
 	var scratch sampler.Scratch
-	var batch pmodel.Batch
+	var batch model.Batch
 	var scores []float64
 	for range 4 { // a group of 4 samples of one prompt
-		seq := pmodel.Sequence{Tokens: []int32{tokenizer.BOS}, LossMask: []uint8{0}, RolloutLogprobs: []float32{0}}
+		seq := model.Sequence{Tokens: []int32{tokenizer.BOS}, LossMask: []uint8{0}, RolloutLogprobs: []float32{0}}
 		for _, id := range tokenizer.Encode("rev ab=") {
 			seq.Tokens = append(seq.Tokens, id)
 			seq.LossMask = append(seq.LossMask, 0)
@@ -46,7 +46,7 @@ func Example() {
 		scores = append(scores, score)
 		batch.Sequences = append(batch.Sequences, seq)
 	}
-	adv := pmodel.Advantages(scores, []string{"p", "p", "p", "p"}, true)
+	adv := model.Advantages(scores, []string{"p", "p", "p", "p"}, true)
 	for i := range batch.Sequences {
 		batch.Sequences[i].Advantage = float32(adv[i])
 	}
@@ -61,7 +61,7 @@ func Example() {
 	if err := tr.Model().SaveServing(dir); err != nil {
 		panic(err)
 	}
-	engineModel, _ := pmodel.LoadServing(dir)
+	engineModel, _ := model.LoadServing(dir)
 	fmt.Println("engine vocab", engineModel.VocabSize())
 	// Output:
 	// version 1 tokens 8 mismatch below 1e-2: true
@@ -71,10 +71,10 @@ func Example() {
 // Gradient accumulation: a mini-batch trained as two microbatches takes
 // one optimiser step, with token_mean dividing by the mini-batch's tokens.
 func ExampleTrainer_Accumulate() {
-	model, _ := pmodel.New(pmodel.DefaultConfig(), 1)
-	tr, _ := pmodel.NewTrainer(model, pmodel.DefaultTrainerConfig())
-	seq := func(gen string, adv float32) pmodel.Sequence {
-		s := pmodel.Sequence{Tokens: []int32{tokenizer.BOS}, LossMask: []uint8{0}, RolloutLogprobs: []float32{0}, Advantage: adv}
+	m, _ := model.New(model.DefaultConfig(), 1)
+	tr, _ := model.NewTrainer(m, model.DefaultTrainerConfig())
+	seq := func(gen string, adv float32) model.Sequence {
+		s := model.Sequence{Tokens: []int32{tokenizer.BOS}, LossMask: []uint8{0}, RolloutLogprobs: []float32{0}, Advantage: adv}
 		for _, id := range tokenizer.Encode(gen) {
 			s.Tokens = append(s.Tokens, id)
 			s.LossMask = append(s.LossMask, 1)
@@ -82,7 +82,7 @@ func ExampleTrainer_Accumulate() {
 		}
 		return s
 	}
-	mini := pmodel.Batch{Sequences: []pmodel.Sequence{seq("ab", 1), seq("xyz", -1), seq("b", 0.5)}}
+	mini := model.Batch{Sequences: []model.Sequence{seq("ab", 1), seq("xyz", -1), seq("b", 0.5)}}
 	tot, err := tr.Totals(mini) // the whole mini-batch's denominators, first
 	if err != nil {
 		panic(err)
@@ -90,7 +90,7 @@ func ExampleTrainer_Accumulate() {
 	if err := tr.Begin(tot); err != nil {
 		panic(err)
 	}
-	for _, mb := range []pmodel.Batch{{Sequences: mini.Sequences[:2]}, {Sequences: mini.Sequences[2:]}} {
+	for _, mb := range []model.Batch{{Sequences: mini.Sequences[:2]}, {Sequences: mini.Sequences[2:]}} {
 		if err := tr.Accumulate(mb); err != nil {
 			panic(err)
 		}
