@@ -7,7 +7,9 @@
 #     sandboxed tool (asyncrl data demos --task calculator), tokenised with the
 #     Qwen3 tokenizer and chat template (asyncrl data pretokenize);
 #  2. the SFT warm-up (asyncrl sft), once — skipped when its checkpoint exists;
-#  3. the RL run once per seed, each in its own data and report directory;
+#  3. the RL run once per seed, each in its own data and report directory,
+#     the seeds side by side (one process each: the table's wall times are
+#     under the same load);
 #  4. a table from each summary.json: reward first 5 → last 5 steps, the
 #     fraction of finished episodes with a well-formed tool call, tool calls,
 #     malformed calls, calls cut off at the sandbox's time limit, aborted
@@ -29,16 +31,23 @@ root=runs/tool-qwen3
 rl=examples/tool-env-qwen3.yaml
 mkdir -p "$root"
 if [ ! -d "$root/sft-data" ]; then
-	"$bin" data demos --task calculator --episodes 1000 --seed 1 "$root/demos.jsonl"
+	"$bin" data demos --task calculator --episodes 1500 --seed 1 "$root/demos.jsonl"
 	"$bin" data pretokenize --tokenizer .cache/tokenizers/qwen3 "$root/demos.jsonl" "$root/sft-data"
 fi
-if [ ! -e "$root/sft/latest" ]; then
+if [ ! -e "$root/sft/step-00000060" ]; then
 	"$bin" sft --config examples/tool-env-qwen3-sft.yaml
 fi
 
 # shellcheck source=bench/seeds.sh
 . bench/seeds.sh
-run_seeds "bench/tool-env.sh" "$bin" "$root" "$rl" "${seeds[@]}"
+pids=()
+for s in "${seeds[@]}"; do
+	run_seeds "bench/tool-env.sh" "$bin" "$root" "$rl" "$s" &
+	pids+=($!)
+done
+for p in "${pids[@]}"; do
+	wait "$p"
+done
 
 /usr/bin/python3 - "$root" "${seeds[@]}" <<'EOF'
 import json
