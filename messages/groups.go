@@ -192,3 +192,16 @@ func (m PromptLedger) String() string {
 	return newLine("PromptLedger", m.Header).str("prompt", m.PromptID).str("group", m.GroupID).
 		str("state", string(m.State)).i64("step", m.Step).i64("attempt", int64(m.Attempt)).done()
 }
+
+// TrainedTokens counts the tokens a loss mask trains: GroupReady's
+// TrainedTokens entry for one trajectory (the rollout packs it, the
+// controller's zero-variance rule reads it).
+func TrainedTokens(mask []uint8) int32 {
+	n := int32(0)
+	for _, m := range mask {
+		if m != 0 {
+			n++
+		}
+	}
+	return n
+}

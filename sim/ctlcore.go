@@ -168,6 +168,7 @@ func (c *ctlNode) armTimer(t effect.Timer) {
 // onLedger writes one ledger entry and tells the oracle.
 func (c *ctlNode) onLedger(m messages.PromptLedger) {
 	w, led := c.w, c.led
+	c.batches.settle(m)
 	switch m.State {
 	case messages.LedgerConsumed:
 		led.unsettled[m.GroupID] = held{prompt: m.PromptID, attempt: m.Attempt}
@@ -177,16 +178,13 @@ func (c *ctlNode) onLedger(m messages.PromptLedger) {
 		w.orc.admit(m.GroupID, m.PromptID)
 	case messages.LedgerRequeued:
 		delete(led.unsettled, m.GroupID)
-		c.batches.release(m.GroupID)
 		led.queued = append(led.queued, controller.Held{Prompt: controller.Prompt{ID: m.PromptID}, Attempt: m.Attempt + 1})
 		w.orc.settle(m.GroupID, "requeued")
 	case messages.LedgerFiltered:
 		delete(led.unsettled, m.GroupID)
-		c.batches.release(m.GroupID)
 		w.orc.settle(m.GroupID, "filtered")
 	case messages.LedgerTrained:
 		delete(led.unsettled, m.GroupID)
-		c.batches.release(m.GroupID)
 		w.orc.markedTrained(m.GroupID)
 	default:
 		w.fail(InvProtocol, "controller: ledger entry %s for %s in unknown state %q", m.PromptID, m.GroupID, m.State)
@@ -233,7 +231,7 @@ func (c *ctlNode) judge(g *rgroup) {
 	for _, t := range g.trajs {
 		gr.TrajectoryIDs = append(gr.TrajectoryIDs, t.id)
 		gr.Rewards = append(gr.Rewards, t.reward)
-		gr.TrainedTokens = append(gr.TrainedTokens, trainedOf(t.mask))
+		gr.TrainedTokens = append(gr.TrainedTokens, messages.TrainedTokens(t.mask))
 		gr.OldestVersion = min(gr.OldestVersion, t.minV)
 		gr.Tokens += int64(len(t.ctx))
 	}

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"github.com/asyncrl/asyncrl/actors/sampling"
 	"github.com/asyncrl/asyncrl/messages"
 )
 
@@ -8,28 +9,27 @@ import (
 // kept, addressed by sequence, as the run's trajectory buffer (JetStream)
 // holds the messages the control messages reference (issue 31: batches by
 // reference). The kept GroupReady and the TrainBatch carry a BatchRef to
-// an entry; the trainer fetches it. An entry is deleted when the
-// controller's ledger settles its group (trained, filtered, requeued), as
-// the sampling actor's shell deletes the stored message
-// (actors/sampling/refs.go). It survives a controller crash: a restarted
+// an entry; the trainer fetches it. Which entries stay is the sampling
+// actor's own rule (sampling.Held, stepped here as its shell refs.go
+// steps it): an entry is deleted when the controller's ledger settles its
+// group (trained, filtered, requeued). It survives a controller crash: a restarted
 // controller re-sends its in-flight batch (controller.Resume), whose
 // groups are unsettled and so still stored — the real stream outlives the
 // controller process the same way.
 type batchStore struct {
-	next    uint64
-	msgs    map[uint64][]byte // seq → the stored GroupReady, batch inline
-	byGroup map[string]uint64
+	next uint64
+	msgs map[uint64][]byte // seq → the stored GroupReady, batch inline
+	held *sampling.Held
 }
 
 func newBatchStore() *batchStore {
-	return &batchStore{msgs: map[uint64][]byte{}, byGroup: map[string]uint64{}}
+	return &batchStore{msgs: map[uint64][]byte{}, held: sampling.NewHeld()}
 }
 
-// put stores a group's message and returns its sequence.
-func (s *batchStore) put(group string, payload []byte) uint64 {
+// put stores a message and returns its sequence.
+func (s *batchStore) put(payload []byte) uint64 {
 	s.next++
 	s.msgs[s.next] = payload
-	s.byGroup[group] = s.next
 	return s.next
 }
 
@@ -39,11 +39,11 @@ func (s *batchStore) get(seq uint64) ([]byte, bool) {
 	return p, ok
 }
 
-// release deletes a settled group's message (no-op for one never stored).
-func (s *batchStore) release(group string) {
-	if seq, ok := s.byGroup[group]; ok {
+// settle applies a ledger entry to the held table and deletes the
+// message of a group it settles.
+func (s *batchStore) settle(l messages.PromptLedger) {
+	if seq, ok := s.held.Settle(l); ok {
 		delete(s.msgs, seq)
-		delete(s.byGroup, group)
 	}
 }
 
@@ -57,19 +57,8 @@ func (c *ctlNode) storeKept(m messages.GroupReady, data []byte) (messages.GroupR
 	if err != nil {
 		return m, err
 	}
-	seq := c.batches.put(m.GroupID, payload)
-	m.Batch = messages.BatchRef{Subject: plan.Trajectories, Seq: seq, Bytes: stored.Batch.Bytes, Checksum: stored.Batch.Checksum}
-	return m, nil
-}
-
-// trainedOf counts the tokens a loss mask trains (GroupReady's
-// TrainedTokens).
-func trainedOf(mask []uint8) int32 {
-	n := int32(0)
-	for _, m := range mask {
-		if m != 0 {
-			n++
-		}
-	}
-	return n
+	seq := c.batches.put(payload)
+	ref, _ := sampling.Reference(stored, plan.Trajectories, seq)
+	c.batches.held.Keep(m.GroupID, seq)
+	return ref, nil
 }

@@ -61,11 +61,7 @@ func groupReadyMasks(t *testing.T, groupID, promptID string, oldest int64, masks
 			t.Fatal(err)
 		}
 		g.TrajectoryIDs = append(g.TrajectoryIDs, id)
-		trained := int32(0)
-		for _, m := range masks[i] {
-			trained += int32(m)
-		}
-		g.TrainedTokens = append(g.TrainedTokens, trained)
+		g.TrainedTokens = append(g.TrainedTokens, messages.TrainedTokens(masks[i]))
 	}
 	data, err := messages.EncodeTokenBatch(tb)
 	if err != nil {

@@ -491,7 +491,7 @@ func (a *Actor) pack(pa messages.PromptAssigned, res []result) (messages.GroupRe
 		}
 		gr.TrajectoryIDs = append(gr.TrajectoryIDs, ep.ID)
 		gr.Rewards = append(gr.Rewards, ep.Reward)
-		gr.TrainedTokens = append(gr.TrainedTokens, trainedTokens(ep.LossMask))
+		gr.TrainedTokens = append(gr.TrainedTokens, messages.TrainedTokens(ep.LossMask))
 		if o := ep.OldestVersion(); o >= 0 && (gr.OldestVersion < 0 || o < gr.OldestVersion) {
 			gr.OldestVersion = o
 		}
@@ -507,18 +507,6 @@ func (a *Actor) pack(pa messages.PromptAssigned, res []result) (messages.GroupRe
 	gr.Batch = messages.BatchRef{Inline: data, Bytes: int64(len(data)), Checksum: messages.BatchChecksum(data)}
 	gr.Tokens = int64(tb.NumTokens())
 	return gr, nil
-}
-
-// trainedTokens counts the tokens a loss mask trains (GroupReady's
-// TrainedTokens: the controller judges zero_variance_mask on it).
-func trainedTokens(mask []uint8) int32 {
-	n := int32(0)
-	for _, m := range mask {
-		if m != 0 {
-			n++
-		}
-	}
-	return n
 }
 
 // padSupport flattens per-token support rows to [len, k] with −1 padding

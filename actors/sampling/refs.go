@@ -32,7 +32,7 @@ type refs struct {
 	del     transport.StoredReader // nil: the stream cannot delete
 	log     *actors.LimitedLogger
 	mu      sync.Mutex
-	held    map[string]uint64 // group → its stored message's sequence
+	held    *Held // the pure rule: which stored groups stay
 	deleted int
 	closed  bool // queue is closed (stop)
 	queue   chan uint64
@@ -46,7 +46,7 @@ type refs struct {
 const deleteQueue = 4096
 
 func newRefs(st transport.Stream, log zerolog.Logger) *refs {
-	r := &refs{held: map[string]uint64{}, queue: make(chan uint64, deleteQueue), done: make(chan struct{}),
+	r := &refs{held: NewHeld(), queue: make(chan uint64, deleteQueue), done: make(chan struct{}),
 		log: actors.NewLimitedLogger(log, actors.RealClock{}, 10*time.Second)}
 	r.del, _ = st.(transport.StoredReader)
 	go r.deleting()
@@ -62,19 +62,15 @@ func (r *refs) decode(m *transport.StreamMsg) (messages.Message, error) {
 		return nil, err
 	}
 	g, ok := msg.(messages.GroupReady)
-	if !ok || g.Batch.Stored() || len(g.Batch.Inline) == 0 {
+	if !ok {
 		return msg, nil
 	}
-	b := g.Batch
-	if b.Bytes == 0 {
-		b.Bytes = int64(len(b.Inline))
+	g, ok = Reference(g, m.Subject, m.Sequence)
+	if !ok {
+		return msg, nil
 	}
-	if b.Checksum == "" {
-		b.Checksum = messages.BatchChecksum(b.Inline)
-	}
-	g.Batch = messages.BatchRef{Subject: m.Subject, Seq: m.Sequence, Bytes: b.Bytes, Checksum: b.Checksum}
 	r.mu.Lock()
-	r.held[g.GroupID] = m.Sequence
+	r.held.Keep(g.GroupID, m.Sequence)
 	r.mu.Unlock()
 	return g, nil
 }
@@ -87,15 +83,9 @@ func (r *refs) watch(bus transport.Bus, ledger string) error {
 		if err != nil {
 			return // other kinds share the subject tree
 		}
-		switch l.State {
-		case messages.LedgerTrained, messages.LedgerFiltered, messages.LedgerRequeued:
-		default:
-			return
-		}
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		seq, ok := r.held[l.GroupID]
-		delete(r.held, l.GroupID)
+		seq, ok := r.held.Settle(l)
 		if !ok || r.del == nil || r.closed {
 			return
 		}
@@ -133,7 +123,7 @@ func (r *refs) deleting() {
 func (r *refs) counts() (deleted, held int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.deleted, len(r.held)
+	return r.deleted, r.held.Len()
 }
 
 // stop ends the ledger subscription and waits for queued deletions.

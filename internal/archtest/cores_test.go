@@ -39,7 +39,7 @@ var cores = []core{
 	{dir: "actors/publisher/tracker"},
 	{dir: "actors/router/policy"},
 	{dir: "actors/controller", files: []string{"core.go", "sampling.go"}},
-	{dir: "actors/sampling", files: []string{"core.go"}},
+	{dir: "actors/sampling", files: []string{"core.go", "held.go"}},
 	{dir: "actors/rollout/outcome"},
 	{dir: "engine/latency"},
 	{dir: "cluster/weightsync/targets"},
