@@ -35,7 +35,10 @@ func chatEnvConfig(t *testing.T, steps int, env config.RolloutEnvConfig, task st
 	return cfg
 }
 
-// trajectories collects the trained groups' trajectories off the bus.
+// trajectories collects the rollout's groups' trajectories off the bus:
+// the trajectories subject, where the token batches travel (the kept
+// GroupReady carries only a reference since batches go by reference);
+// with filter mode none every group there is trained.
 type trajectories struct {
 	mu  sync.Mutex
 	all []messages.Trajectory
@@ -65,7 +68,7 @@ func (c *trajectories) on(m *transport.Msg) {
 
 func collect(t *testing.T, into *trajectories) func(*Node) {
 	return func(n *Node) {
-		sub, err := n.Bus().Subscribe(n.subj.Kept, into.on)
+		sub, err := n.Bus().Subscribe(n.subj.Trajectories, into.on)
 		if err != nil {
 			t.Fatal(err)
 		}
