@@ -19,8 +19,8 @@ import (
 	"github.com/asyncrl/asyncrl/cluster/term"
 	"github.com/asyncrl/asyncrl/cluster/weightsync"
 	"github.com/asyncrl/asyncrl/internal/syncbuf"
-	"github.com/asyncrl/asyncrl/model/trainertest"
 	"github.com/asyncrl/asyncrl/model"
+	"github.com/asyncrl/asyncrl/model/trainertest"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
 )
 

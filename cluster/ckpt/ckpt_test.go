@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/asyncrl/asyncrl/model/trainertest"
 	"github.com/asyncrl/asyncrl/model"
+	"github.com/asyncrl/asyncrl/model/trainertest"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
 	"github.com/asyncrl/asyncrl/weights/store"
 )

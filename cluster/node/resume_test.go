@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/asyncrl/asyncrl/config"
-	"github.com/asyncrl/asyncrl/model/trainertest"
 	"github.com/asyncrl/asyncrl/model"
+	"github.com/asyncrl/asyncrl/model/trainertest"
 )
 
 // A trainer checkpoint restored under another run config keeps its state
