@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/asyncrl/asyncrl/model/trainertest"
 	"github.com/asyncrl/asyncrl/model"
+	"github.com/asyncrl/asyncrl/model/trainertest"
 	"github.com/asyncrl/asyncrl/weights/delta"
 	"github.com/asyncrl/asyncrl/weights/quant"
 	"github.com/asyncrl/asyncrl/weights/safetensors"
