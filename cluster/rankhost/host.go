@@ -251,11 +251,23 @@ func (h *Host) start(req request) ([]int, error) {
 		g.kill()
 		return nil, fmt.Errorf("rankhost: %s's term (token %d) was superseded while its ranks started", req.Owner, req.Token)
 	}
-	if prev := h.groups[req.Group]; prev != nil {
-		defer prev.kill()
+	// A holder runs one group at a time: its new group ends every other
+	// group of its own here — the one it restarts from, and one whose
+	// start its kill overtook (the kill found nothing registered yet) or
+	// whose kill the bus lost.
+	var stale []*group
+	for id, o := range h.groups {
+		if id == req.Group || o.owner == req.Owner {
+			stale = append(stale, o)
+			delete(h.groups, id)
+		}
 	}
 	h.groups[req.Group] = g
 	h.mu.Unlock()
+	for _, o := range stale {
+		h.cfg.Logger.Info().Str("owner", o.owner).Msg("rank host: the holder started a new group; ending its previous ranks here")
+		o.kill()
+	}
 	h.cfg.Logger.Info().Str("group", req.Group).Str("owner", req.Owner).Ints("pids", pids).Msg("rank host: ranks started")
 	return pids, nil
 }

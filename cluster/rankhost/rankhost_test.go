@@ -73,7 +73,8 @@ func TestHostStartsFencesAndKills(t *testing.T) {
 		return NewLinks(bus, LinksConfig{Owner: owner, Token: token, Term: fmt.Sprintf("r-t%d", token), Plan: plan, PerNode: 2,
 			Pick: func() []string { return []string{"h"} }, Alive: ms.is, Wait: time.Second})
 	}
-	l1, err := links("a", 1).StartRanks(ctx, ranks())
+	la := links("a", 1)
+	l1, err := la.StartRanks(ctx, ranks())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,6 +93,21 @@ func TestHostStartsFencesAndKills(t *testing.T) {
 	if !strings.Contains(environ(t, old[0]), "RANK=2\n") && !strings.Contains(environ(t, old[1]), "RANK=2\n") {
 		t.Error("no rank has RANK=2")
 	}
+
+	// The same holder starts a new group (a group restart whose kills
+	// were lost, or overtook the start): its previous ranks here end.
+	if _, err := la.StartRanks(ctx, ranks()); err != nil { // group r-t1-g2
+		t.Fatal(err)
+	}
+	for _, pid := range old {
+		if !gone(pid) {
+			t.Errorf("the holder's previous group's rank %d still runs after its new group started", pid)
+		}
+	}
+	if got := h.Pids(); len(got) != 2 {
+		t.Fatalf("pids %v after the holder's new group; want its 2", got)
+	}
+	old = h.Pids()
 
 	// A newer term (token 2) starts its group here: token 1's ranks are
 	// gone before its start returns.
