@@ -309,6 +309,9 @@ func StartActor(bus transport.Bus, gen rollout.Generator, cfg config.Config, tas
 		GroupStream: groups, OnTake: onTake, OnReport: onReport})
 }
 
+// groupMaxAge: see GroupStream.
+const groupMaxAge = 24 * time.Hour
+
 // GroupStream is the run's trajectory buffer: finished groups wait in
 // JetStream until the sampling actor has judged them, and a kept group
 // stays there until its step is trained — the control messages carry a
@@ -316,8 +319,12 @@ func StartActor(bus transport.Bus, gen rollout.Generator, cfg config.Config, tas
 // not a work queue: an acked group must stay readable. The sampling actor
 // deletes each group once the controller's ledger settled it (trained,
 // filtered, requeued), so the buffer holds the groups in flight, not
-// every group judged for the hour of MaxAge (which only reclaims a
-// deletion that was lost). In memory: it
+// every group judged. MaxAge only reclaims a deletion that was lost (a
+// full deletion queue, a restarted sampling actor), and it is also the
+// longest a kept group may wait for its step: a day, far beyond any
+// staleness bound times a step's time (an hour was within reach of slow
+// steps on large models: 10-minute steps at bound 4 wait 40 minutes, and
+// a group past it fails its step with trainer.ErrBatchMissing). In memory: it
 // only has to outlive a restart of the actors, not of every server; on a
 // clustered bus it has replicas copies (--replicas), so the loss of the
 // server that led it costs a leader election, not the buffer. Rollout
@@ -325,7 +332,7 @@ func StartActor(bus transport.Bus, gen rollout.Generator, cfg config.Config, tas
 // update it: their bus users may not). Made while a server
 // is down, it has the copies the servers up can hold (MinReplicas).
 func GroupStream(p transport.RunPlan, replicas int) transport.StreamConfig {
-	return transport.StreamConfig{Name: p.GroupStream, Subjects: []string{p.Trajectories}, MaxAge: time.Hour, Memory: true,
+	return transport.StreamConfig{Name: p.GroupStream, Subjects: []string{p.Trajectories}, MaxAge: groupMaxAge, Memory: true,
 		Replicas: max(1, replicas), MinReplicas: 1}
 }
 
