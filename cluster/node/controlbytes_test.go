@@ -2,13 +2,14 @@ package node
 
 import (
 	"context"
-	"os"
+	"fmt"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/asyncrl/asyncrl/config"
+	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/transport"
 )
 
@@ -16,13 +17,12 @@ import (
 // config, 10 steps) puts on its control subjects per trained step — the
 // kept groups (sampling → controller) and the TrainBatches (controller →
 // trainer) — beside the trajectory subject the rollout actors store
-// their groups on (the data itself). A measurement, not an assertion of
-// size: issue 31's batches by reference (bench/results/batchref.md);
-// ASYNCRL_LONG=1 go test ./cluster/node -run TestControlBytesPerStep -v.
+// their groups on (the data itself): issue 31's batches by reference
+// (bench/results/batchref.md; -v prints the figures). It asserts the
+// shape, not a size: no kept GroupReady and no TrainBatch carries a token
+// batch, each references a stored message, and the buffer deletes the
+// settled groups.
 func TestControlBytesPerStep(t *testing.T) {
-	if os.Getenv("ASYNCRL_LONG") == "" {
-		t.Skip("set ASYNCRL_LONG=1 to measure the control bytes per step of the default run")
-	}
 	cfg := config.Default()
 	cfg.Run.Steps, cfg.Run.Seed = 10, 1
 	cfg.Run.DataDir = t.TempDir()
@@ -40,6 +40,11 @@ func TestControlBytesPerStep(t *testing.T) {
 				bytes[s] += int64(len(m.Data))
 				msgs[s]++
 				mu.Unlock()
+				if s != n.subj.Trajectories {
+					if err := onlyReferences(m.Data); err != nil {
+						t.Errorf("%s: %v", s, err)
+					}
+				}
 			})
 			if err != nil {
 				t.Errorf("subscribe %s: %v", s, err)
@@ -69,4 +74,30 @@ func TestControlBytesPerStep(t *testing.T) {
 	if deleted == 0 {
 		t.Errorf("no settled group was deleted from the trajectory buffer")
 	}
+}
+
+// onlyReferences fails a kept GroupReady or a TrainBatch that carries a
+// token batch instead of a reference to a stored one.
+func onlyReferences(data []byte) error {
+	msg, err := messages.Decode(data)
+	if err != nil {
+		return err
+	}
+	var refs []messages.BatchRef
+	switch m := msg.(type) {
+	case messages.GroupReady:
+		refs = append(refs, m.Batch)
+	case messages.TrainBatch:
+		for _, g := range m.Groups {
+			refs = append(refs, g.Batch)
+		}
+	default:
+		return nil
+	}
+	for _, r := range refs {
+		if len(r.Inline) != 0 || !r.Stored() {
+			return fmt.Errorf("a %T carries %d inline bytes (stored reference: %v)", msg, len(r.Inline), r.Stored())
+		}
+	}
+	return nil
 }
