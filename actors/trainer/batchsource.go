@@ -24,7 +24,8 @@ type BatchSource interface {
 var ErrBatchMissing = errors.New("trainer: referenced group batch missing")
 
 // StreamSource fetches stored references from the trajectory buffer by
-// sequence (direct get) and serves inline ones as they are. Stream is
+// sequence (a stream message get, answered by the stream's leader: see
+// transport/natsbus GetMsg) and serves inline ones as they are. Stream is
 // the buffer as the pipeline opened it (both buses' streams are
 // transport.StoredReader). The in-process memhub stream is one too, so
 // the simulator-free unit tests and the default run use one code path.

@@ -255,8 +255,11 @@ func (c *consumeSub) stop() {
 var _ transport.StoredReader = (*stream)(nil)
 
 // GetMsg reads the message stored at seq (STREAM.MSG.GET through the
-// stream's leader; a deleted or never-stored sequence is
-// transport.ErrNoMessage).
+// stream's leader: nats.go v1.55.0 jetstream/stream.go getMsg (l. 565–594)
+// uses a direct get, which any replica may answer, only when the stream
+// sets AllowDirect, and no stream of ours does — a lagging replica would
+// report a stored group missing (trainer.ErrBatchMissing); a deleted or
+// never-stored sequence is transport.ErrNoMessage).
 func (s *stream) GetMsg(ctx context.Context, seq uint64) (transport.StoredMsg, error) {
 	if err := s.b.checkOpen(); err != nil {
 		return transport.StoredMsg{}, err
