@@ -176,7 +176,12 @@ func RelayError(kind, msg string) error {
 
 // RankEnv is torch's environment contract (torchrun's names) for g, the
 // rank's place local among localWorld ranks on its node: what a rank
-// host adds to trainer.exec_env for a rank it starts.
+// host adds to trainer.exec_env for a rank it starts. The names, read
+// from Debian's python3-torch 1.13.1+dfsg-4 (PyTorch v1.13.1):
+// torch/distributed/rendezvous.py _env_rendezvous_handler (l. 209–244)
+// reads RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT for init_method
+// env://; torch/distributed/elastic/agent/server/local_elastic_agent.py
+// (l. 235–240) sets LOCAL_RANK and LOCAL_WORLD_SIZE for each worker.
 func RankEnv(g Group, local, localWorld int) []string {
 	return []string{
 		"MASTER_ADDR=" + g.Addr, "MASTER_PORT=" + strconv.Itoa(g.Port),
