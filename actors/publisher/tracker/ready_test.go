@@ -22,6 +22,7 @@ func TestReadyProperties(t *testing.T) {
 		model := map[string]*eng{}
 		engines := []string{"e0", "e1", "e2"}
 		prevMin := int64(0)
+		awaited := map[int64]bool{} // the model's versions a caller waits on
 		for range rapid.IntRange(1, 60).Draw(rt, "ops") {
 			e := rapid.SampledFrom(engines).Draw(rt, "e")
 			v := rapid.Int64Range(0, tr.Target()).Draw(rt, "v")
@@ -30,6 +31,7 @@ func TestReadyProperties(t *testing.T) {
 				if _, err := tr.PublishAwait(VersionInfo{Version: tr.Target() + 1}); err != nil {
 					rt.Fatal(err)
 				}
+				awaited[tr.Target()] = true
 			case 1:
 				from := rapid.Int64Range(NoVersion, tr.Target()).Draw(rt, "from")
 				if _, err := tr.Join(e, from); err != nil {
@@ -51,6 +53,7 @@ func TestReadyProperties(t *testing.T) {
 				if err := tr.Await(v); err != nil {
 					rt.Fatal(err)
 				}
+				awaited[v] = true
 			}
 			serves := func(v int64) bool {
 				for _, m := range model {
@@ -84,6 +87,15 @@ func TestReadyProperties(t *testing.T) {
 				if s.Outcome == Routable && !serves(s.Version) || s.Outcome == NoEngine && !noEngine(s.Version) {
 					rt.Fatalf("version %d settled %s; model %v", s.Version, s.Outcome, model)
 				}
+				if !awaited[s.Version] {
+					rt.Fatalf("version %d settled %s but nobody awaited it", s.Version, s.Outcome)
+				}
+				delete(awaited, s.Version)
+			}
+			// Nothing awaited is dropped: every version a caller waits on is
+			// either settled above or still awaited.
+			if got := tr.Awaiting(); len(got) != len(awaited) || slices.ContainsFunc(got, func(v int64) bool { return !awaited[v] }) {
+				rt.Fatalf("awaiting %v; the callers wait on %v", got, awaited)
 			}
 			for _, a := range tr.Awaiting() {
 				if serves(a) || noEngine(a) {
