@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 
 	"github.com/asyncrl/asyncrl/actors/router/proxy/upstream"
@@ -149,7 +150,7 @@ func appendHeaders(b []byte, h http.Header) []byte {
 	named := connectionNamed(h)
 	for k, vs := range h {
 		if isHopHeader(k) || k == "Content-Length" || k == ReplicaHeader || k == VersionMinHeader ||
-			k == VersionMaxHeader || contains(named, k) {
+			k == VersionMaxHeader || slices.Contains(named, k) {
 			continue
 		}
 		for _, v := range vs {

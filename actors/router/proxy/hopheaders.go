@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"net/http"
+	"slices"
 	"strings"
 )
 
@@ -13,7 +14,7 @@ import (
 func writeHeaders(w *bufio.Writer, h http.Header) {
 	named := connectionNamed(h)
 	for k, vs := range h {
-		if isHopHeader(k) || k == "Host" || k == "Content-Length" || k == "Expect" || contains(named, k) {
+		if isHopHeader(k) || k == "Host" || k == "Content-Length" || k == "Expect" || slices.Contains(named, k) {
 			continue
 		}
 		for _, v := range vs {
@@ -23,15 +24,6 @@ func writeHeaders(w *bufio.Writer, h http.Header) {
 			w.WriteString("\r\n")
 		}
 	}
-}
-
-func contains(l []string, s string) bool {
-	for _, x := range l {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // headerValue drops CR and LF (net/http's server never passes them in a
