@@ -209,10 +209,10 @@ func (e *Elector) Holder(ctx context.Context) (h Holding, ok bool, err error) {
 func (e *Elector) Tick(ctx context.Context) (Status, time.Time) {
 	e.mu.Lock()
 	op := e.core.Due(time.Now())
-	rev, token := e.core.Revision(), e.core.token
+	rev, token, until := e.core.Revision(), e.core.token, e.core.until
 	e.mu.Unlock()
 
-	newRev, landed, seen, err := e.call(ctx, op, rev, token)
+	newRev, landed, seen, err := e.call(ctx, op, rev, token, until)
 
 	e.mu.Lock()
 	switch {
@@ -261,7 +261,7 @@ func (e *Elector) Tick(ctx context.Context) (Status, time.Time) {
 // earlier one, timed out here but applied by the server: then the key
 // still holds our term and landed is its revision (else 0, and seen says
 // what the key held, for the log).
-func (e *Elector) call(ctx context.Context, op Op, rev, token uint64) (newRev, landed uint64, seen string, err error) {
+func (e *Elector) call(ctx context.Context, op Op, rev, token uint64, until time.Time) (newRev, landed uint64, seen string, err error) {
 	cctx, cancel := context.WithTimeout(ctx, e.cfg.CallTimeout)
 	switch op {
 	case OpAcquire:
@@ -274,7 +274,7 @@ func (e *Elector) call(ctx context.Context, op Op, rev, token uint64) (newRev, l
 	}
 	cancel()
 	if op == OpRenew && errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-		landed, seen = e.ownRevision(ctx, rev, token)
+		landed, seen = e.ownRevision(ctx, rev, token, until)
 	}
 	return newRev, landed, seen, err
 }
@@ -286,9 +286,15 @@ func (e *Elector) call(ctx context.Context, op Op, rev, token uint64) (newRev, l
 // contender's own write can match. KV reads may be served by a replica
 // that has not applied the newest write yet (direct get): a read showing
 // our term at rev or older is stale (the server just refused rev), so it
-// is read again until CallTimeout.
-func (e *Elector) ownRevision(ctx context.Context, rev, token uint64) (uint64, string) {
-	cctx, cancel := context.WithTimeout(ctx, e.cfg.CallTimeout)
+// is read again until CallTimeout, and never past the holder's local
+// deadline until (the step-down it would report must not come later than
+// the deadline the core keeps).
+func (e *Elector) ownRevision(ctx context.Context, rev, token uint64, until time.Time) (uint64, string) {
+	end := time.Now().Add(e.cfg.CallTimeout)
+	if !until.IsZero() && until.Before(end) {
+		end = until
+	}
+	cctx, cancel := context.WithDeadline(ctx, end)
 	defer cancel()
 	seen := "nothing read"
 	for {
