@@ -64,7 +64,13 @@ func torchGroupYAML(t *testing.T) string {
 
 func TestClusterTorchGroupChaos(t *testing.T) {
 	e2eEnabled(t)
-	yaml := torchGroupYAML(t)
+	torchChaosMatrix(t, torchGroupYAML(t), torchChaosSteps, func(rng *rand.Rand) int { return 3 + rng.Intn(4) }, "TORCHCHAOS")
+}
+
+// torchChaosMatrix runs reps(t) runs of steps on the cluster config yaml
+// for each victim (holder, rank, n3), the kill after the step afterStep
+// draws, and logs one tag line per run and a summary per victim.
+func torchChaosMatrix(t *testing.T, yaml string, steps int, afterStep func(*rand.Rand) int, tag string) {
 	bin := clustertest.BuildBinary(t)
 	rng := rand.New(rand.NewSource(clusterSeed(t)))
 	type tally struct{ pass, fail int }
@@ -73,7 +79,7 @@ func TestClusterTorchGroupChaos(t *testing.T) {
 	for _, victim := range victims {
 		tallies[victim] = &tally{}
 		for r := range reps(t) {
-			m := torchKill{victim: victim, rep: r, afterStep: 3 + rng.Intn(4), jitter: time.Duration(rng.Intn(1500)) * time.Millisecond}
+			m := torchKill{victim: victim, rep: r, steps: steps, afterStep: afterStep(rng), jitter: time.Duration(rng.Intn(1500)) * time.Millisecond}
 			ran := false // a subtest -run filters out passes without running
 			ok := t.Run(fmt.Sprintf("kill-%s-%d", victim, r+1), func(t *testing.T) {
 				ran = true
@@ -83,10 +89,10 @@ func TestClusterTorchGroupChaos(t *testing.T) {
 					if t.Failed() {
 						res = "FAIL"
 					}
-					t.Logf("TORCHCHAOS victim=%s run=%d after_step=%d+%s result=%s took=%s load=%s→%s", victim, r+1,
+					t.Logf("%s victim=%s run=%d after_step=%d+%s result=%s took=%s load=%s→%s", tag, victim, r+1,
 						m.afterStep, m.jitter, res, time.Since(start).Round(time.Second), load0, loadAvg())
 				}()
-				c := newE2EClusterBin(t, bin, torchChaosSteps, 3, 3)
+				c := newE2EClusterBin(t, bin, steps, 3, 3)
 				c.yaml = yaml
 				torchChaosRun(t, c, m)
 			})
@@ -104,7 +110,7 @@ func TestClusterTorchGroupChaos(t *testing.T) {
 		if tallies[v].pass+tallies[v].fail == 0 {
 			continue
 		}
-		t.Logf("SUMMARY torch group, kill %s: %d passed, %d failed", v, tallies[v].pass, tallies[v].fail)
+		t.Logf("SUMMARY %s, kill %s: %d passed, %d failed", tag, v, tallies[v].pass, tallies[v].fail)
 	}
 }
 
@@ -112,6 +118,7 @@ func TestClusterTorchGroupChaos(t *testing.T) {
 type torchKill struct {
 	victim    string
 	rep       int // picks the rank: rep mod 2
+	steps     int // the run's
 	afterStep int
 	jitter    time.Duration
 }
@@ -145,8 +152,8 @@ func torchChaosRun(t *testing.T, c *e2eCluster, m torchKill) {
 		})
 		survivors = []*proc{standbyP}
 	case "rank":
-		if before >= torchChaosSteps-1 {
-			t.Fatalf("the run reached step %d of %d before the rank kill: no step left to prove the group's restart (draw an earlier moment)", before, torchChaosSteps)
+		if before >= m.steps-1 {
+			t.Fatalf("the run reached step %d of %d before the rank kill: no step left to prove the group's restart (draw an earlier moment)", before, m.steps)
 		}
 		pid := ranks[m.rep%len(ranks)]
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
@@ -178,9 +185,9 @@ func torchChaosRun(t *testing.T, c *e2eCluster, m torchKill) {
 		}
 		return false
 	})
-	checkLedgerLine(t, fin.Out.String(), torchChaosSteps)
-	if got := lastDurable(fin.records(t)); got != torchChaosSteps {
-		t.Errorf("the finishing node's last durable step %d; want %d", got, torchChaosSteps)
+	checkLedgerLine(t, fin.Out.String(), m.steps)
+	if got := lastDurable(fin.records(t)); got != m.steps {
+		t.Errorf("the finishing node's last durable step %d; want %d", got, m.steps)
 	}
 	switch victim {
 	case "holder":

@@ -53,6 +53,9 @@ func (n *Node) resolveModel() error {
 	if err := n.modelRoutes(c); err != nil {
 		return err
 	}
+	if err := n.checkHFResume(); err != nil {
+		return err
+	}
 	if n.cfg.Publisher.Transport == config.TransportDataPlane {
 		return fmt.Errorf("%w: publisher.transport dataplane ships the built-in policy only; a Hugging Face model publishes through publisher.store (the default transport)", ErrConfig)
 	}
@@ -86,14 +89,44 @@ func (n *Node) modelRoutes(c *transformer.Config) error {
 	return nil
 }
 
+// hfWeights is the directory version 0's weights of a Hugging Face model
+// come from: on a resumed cluster term the trainer child's durable state
+// (Options.ExecCheckpoint — rank 0 writes config.json and the F32
+// model.safetensors in HF layout beside the optimiser shards), else the
+// checkpoint itself. The tokenizer is always the checkpoint's (n.hf,
+// model.tokenizer's copy), never the state's.
+func (n *Node) hfWeights() string {
+	if n.opts.ExecCheckpoint != "" {
+		return n.opts.ExecCheckpoint
+	}
+	return n.hf
+}
+
+// checkHFResume refuses a resume state of another architecture than the
+// run's model before anything starts (the engines would serve it and the
+// child train it as the wrong model).
+func (n *Node) checkHFResume() error {
+	if n.hf == "" || n.opts.ExecCheckpoint == "" {
+		return nil
+	}
+	got, err := transformer.ModelType(n.opts.ExecCheckpoint)
+	if err != nil {
+		return fmt.Errorf("%w: the trainer child's resume state %s has no Hugging Face config.json (was it written by a run on the built-in policy?): %w", ErrConfig, n.opts.ExecCheckpoint, err)
+	}
+	if want, _ := transformer.ModelType(n.hf); got != want {
+		return fmt.Errorf("%w: the trainer child's resume state %s holds a %s model but this run's model (%s) is %s: resume it with the model section it was trained with", ErrConfig, n.opts.ExecCheckpoint, got, n.hf, want)
+	}
+	return nil
+}
+
 // hfInitialWeights is version 0 of a Hugging Face model: with delta sync
 // the publisher's base (the checkpoint itself, or its quantised copy with
 // publisher.quantize), and the model the built-in engines start with —
 // loaded once, shared by every engine of the process.
 func (n *Node) hfInitialWeights() (baseDir string, initial engine.Model, err error) {
-	src := n.hf
+	src := n.hfWeights()
 	if n.cfg.Publisher.Mode == config.PublishDelta {
-		if baseDir, err = weightsync.SaveBaseDir(n.cfg, n.hf); err != nil {
+		if baseDir, err = weightsync.SaveBaseDir(n.cfg, src); err != nil {
 			return "", nil, err
 		}
 		src = baseDir

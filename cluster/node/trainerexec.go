@@ -157,13 +157,13 @@ func (n *Node) startExecTrainer(ctx context.Context, initial *pmodel.Model, pub 
 func (n *Node) startExecBackend(ctx context.Context, initial *pmodel.Model, tcfg trainer.Config) (*trainer.Exec, error) {
 	r := execStart{dir: n.opts.ExecCheckpoint, step: n.opts.ExecCheckpointVersion, remote: n.opts.ExecRemote, addr: n.opts.ExecRendezvousAddr}
 	if n.hf != "" {
-		if r.dir != "" {
-			return nil, fmt.Errorf("%w: resuming a Hugging Face model's trainer child on a cluster term is not supported yet (its engines would start from model.path's weights)", ErrConfig)
-		}
 		// the child trains the checkpoint itself as model kind hf (each
 		// version's directory checked by wiring.CheckServing and the older
-		// ones pruned, startExecAt)
-		return startExecAt(ctx, n.cfg, nil, tcfg.Logger, "hf", func(string) (string, error) { return n.hf, nil }, r)
+		// ones pruned, startExecAt); on a resumed term its model.path is
+		// the durable state, whose config.json and F32 weights the engines
+		// start from too (hfWeights)
+		w := n.hfWeights()
+		return startExecAt(ctx, n.cfg, nil, tcfg.Logger, "hf", func(string) (string, error) { return w, nil }, r)
 	}
 	return startExecAt(ctx, n.cfg, nil, tcfg.Logger, "builtin", func(dir string) (string, error) {
 		initDir := filepath.Join(dir, "init")

@@ -97,11 +97,19 @@ func Start(c Config) (*Host, error) {
 		terms: make(chan messages.TermAnnounce, 16)}
 	// The model's vocabulary is the run's, whichever term follows: read
 	// once, and a bad tokenizer fails the start, not every term.
-	var err error
-	if h.vocab, err = wiring.Vocabulary(c.Run.Engines); err != nil {
+	// A Hugging Face model's run (model section) tokenises with the
+	// model's tokenizer, as the holder's own rollouts do
+	// (wiring.RunTokenizer): the checkpoint directory is found or
+	// written from the run's seed like on every other node.
+	modelDir, _, err := wiring.ModelDir(c.Run)
+	if err != nil {
 		return nil, fmt.Errorf("node: rollout host: %w", err)
 	}
-	if h.chat, err = wiring.ChatFormat(c.Run.Rollout, wiring.TokenizerDir(c.Run.Engines)); err != nil {
+	tokDir := wiring.RunTokenizer(c.Run, modelDir)
+	if h.vocab, err = wiring.VocabularyFrom(tokDir); err != nil {
+		return nil, fmt.Errorf("node: rollout host: %w", err)
+	}
+	if h.chat, err = wiring.ChatFormat(c.Run.Rollout, tokDir); err != nil {
 		return nil, fmt.Errorf("node: rollout host: %w", err)
 	}
 	base, err := transport.Plan(c.Run.Run.ID)
