@@ -119,10 +119,11 @@ type Options struct {
 	// Stepper.Stepper.Version(). It needs trainer.backend builtin and no
 	// Remote.
 	Stepper *Stepper
-	// Source, when set, makes the controller's prompt source (it is
-	// called once, on Start's goroutine) in place of the run seed's draws
-	// of rollout.task; a source that answers false hands out no more
-	// prompts.
+	// Source, when set, makes the controller's prompt source in place of
+	// the run seed's draws of rollout.task (controller.Spawn's newSource:
+	// called on Start's goroutine before the first prompt is taken, and
+	// again for each restart of the controller's core); a source that
+	// answers false hands out no more prompts.
 	Source func() controller.Source
 	// Engines, when set, are the run's built-in engines, built by the
 	// caller (e.g. engine.HashModel on a fast latency model) in place of

@@ -124,3 +124,17 @@ func (n *Node) GroupStreamHeld(ctx context.Context) (msgs, bytes uint64, err err
 	info := st.CachedInfo()
 	return info.State.Msgs, info.State.Bytes, nil
 }
+
+// StepCount is the number of trained steps.
+func (n *Node) StepCount() int { return n.stepCount() }
+
+// RolloutGroupsInFlight is the number of groups the rollout actors hold
+// (taken, not yet reported).
+func (n *Node) RolloutGroupsInFlight() int {
+	c := 0
+	for _, r := range n.rollouts {
+		g, _ := r.InFlight()
+		c += len(g)
+	}
+	return c
+}

@@ -176,6 +176,9 @@ func TestSwappedParts(t *testing.T) {
 	if finished == 0 || stored.Load() == 0 {
 		t.Errorf("rollout stats: %d trajectories finished, %d groups stored", finished, stored.Load())
 	}
+	if n.StepCount() != 2 || n.RolloutGroupsInFlight() != 0 {
+		t.Errorf("step count %d, groups in flight after stop %d", n.StepCount(), n.RolloutGroupsInFlight())
+	}
 	if n.ControllerCore() == nil {
 		t.Error("no controller core")
 	}
