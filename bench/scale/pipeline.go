@@ -97,6 +97,18 @@ func (t decisionTimer) RoundTrip(r *http.Request) (*http.Response, error) {
 	return t.base.RoundTrip(r)
 }
 
+// closeIdle closes rt's idle connections, if it keeps any (the
+// pipeline's Stop asks the router's and the rollout client's transports
+// to; through a wrapper the ask reaches the wrapped transport).
+func closeIdle(rt http.RoundTripper) {
+	if c, ok := rt.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
+func (t decisionTimer) CloseIdleConnections()  { closeIdle(t.base) }
+func (c countingClient) CloseIdleConnections() { closeIdle(c.base) }
+
 // countingClient counts the router's non-200 answers to the rollout actors.
 type countingClient struct {
 	base http.RoundTripper
