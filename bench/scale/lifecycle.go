@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/asyncrl/asyncrl/actors/rollout"
@@ -15,8 +16,11 @@ import (
 
 func (l *level) stats() rollout.Stats {
 	var t rollout.Stats
-	for _, a := range l.ros {
-		t.Add(a.Stats())
+	if l.node == nil {
+		return t
+	}
+	for _, s := range l.node.RolloutStats() {
+		t.Add(s)
 	}
 	return t
 }
@@ -37,15 +41,13 @@ func (l *level) settled() bool {
 	if reported < l.admitted.Load() || l.requeued.Load() != l.reconsumed.Load() {
 		return false
 	}
-	for _, a := range l.ros {
-		if g, _ := a.InFlight(); len(g) > 0 {
-			return false
-		}
+	if l.node.RolloutGroupsInFlight() > 0 {
+		return false
 	}
 	// The controller may still be stepping a verdict or a step that
 	// requeues a group (an overloaded one, late): settled only once all of
 	// this held still for settleQuiet.
-	key := [5]int64{judged, reported, l.admitted.Load(), l.requeued.Load(), int64(l.tr.StepCount())}
+	key := [5]int64{judged, reported, l.admitted.Load(), l.requeued.Load(), int64(l.node.StepCount())}
 	if key != l.settleKey || l.settleAt.IsZero() {
 		l.settleKey, l.settleAt = key, time.Now()
 		return false
@@ -60,20 +62,21 @@ const settleQuiet = 300 * time.Millisecond
 
 // finish stops the pipeline and fills the counters.
 func (l *level) finish(r *Result) {
-	l.stopActors()
+	// Read before the pipeline stops: the bus closes with it.
+	r.SlowConsumerDrops = l.node.SlowConsumerDrops()
+	l.stopNode()
 	st := l.stats()
 	r.Started, r.Finished, r.Aborted = st.Started, st.Finished, st.Aborted
 	r.GroupsKept, r.GroupsFiltered, r.GroupsAdmitted = l.kept.Load(), l.filtered.Load(), l.admitted.Load()
 	r.Turns = l.turns.Load()
-	r.Steps = int64(l.tr.StepCount())
+	r.Steps = int64(l.node.StepCount())
 	r.MailboxDrops = int64(l.metricSum("asyncrl_actor_mailbox_dropped_total"))
 	r.MailboxWaits = int64(l.metricSum("asyncrl_actor_mailbox_waits_total"))
 	r.MailboxWaitSeconds = l.metricSum("asyncrl_actor_mailbox_wait_seconds_total")
-	r.SlowConsumerDrops = l.bus.SlowConsumerDrops()
 	r.StoreRetries = st.StoreRetries
 	r.Errors = st.Aborted + l.routerErrs.Load() + st.GroupsUnstored + r.MailboxDrops + r.SlowConsumerDrops
 	r.Lost = st.Started - st.Finished - st.Aborted
-	if c := l.ctl.Core(); c != nil {
+	if c := l.node.ControllerCore(); c != nil {
 		m := c.Staleness()
 		r.Lost += m.Running * int64(l.o.NSamples)
 		if acc := m.Accepted + m.Filtered + m.Aborted + m.StaleDropped + m.Released + m.Running; acc != m.Submitted {
@@ -90,7 +93,7 @@ func (l *level) finish(r *Result) {
 
 // metricSum sums the counter name over its labels (the actor shells').
 func (l *level) metricSum(name string) float64 {
-	mfs, err := l.reg.Gather()
+	mfs, err := l.node.Gatherer().Gather()
 	if err != nil {
 		return 0
 	}
@@ -105,52 +108,47 @@ func (l *level) metricSum(name string) float64 {
 	return n
 }
 
-// stopActors stops the rollout actors, controller, sampling and trainer
-// (idempotent).
-func (l *level) stopActors() {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if l.stopped {
+// stopNode stops the pipeline (rollout actors first, then the other
+// actors, router, engines and bus; idempotent).
+func (l *level) stopNode() {
+	if l.stopped || l.node == nil {
 		return
 	}
 	l.stopped = true
-	for _, a := range l.ros {
-		_ = a.Stop(ctx)
-	}
-	if l.ctl != nil {
-		_ = l.ctl.Stop(ctx)
-	}
-	if l.smp != nil {
-		_ = l.smp.Stop(ctx)
-	}
-	if l.tr != nil {
-		_ = l.tr.Stop(ctx)
-	}
+	l.node.Stop()
 }
 
-// hold pauses every engine for the start barrier (Options.StartHold) and
-// reports whether it did.
+// hold pauses every engine for the start barrier (Options.StartHold),
+// before the pipeline starts, and reports whether it did. Paused with
+// "wait", the engines hold requests and stay healthy.
 func (l *level) hold(ctx context.Context) (bool, error) {
 	if l.o.StartHold <= 0 {
 		return false, nil
 	}
 	l.held = true
-	for _, d := range l.drivers {
-		if err := d.Pause(ctx, driver.PauseWait, false); err != nil {
+	for _, e := range l.engs {
+		if err := e.Pause(ctx, string(driver.PauseWait), false); err != nil {
 			return false, errors.Join(fmt.Errorf("scale: start barrier: %w", err), l.release(ctx))
 		}
 	}
 	return true, nil
 }
 
-// release ends the start barrier: the held requests go to the engines.
+// release ends the start barrier over the engines' HTTP API (as weight
+// sync drives any vLLM): the held requests go to the engines.
 func (l *level) release(ctx context.Context) error {
 	if !l.held {
 		return nil
 	}
 	l.held = false
+	if l.node == nil || !l.started {
+		for _, e := range l.engs {
+			e.Resume()
+		}
+		return nil
+	}
 	var errs []error
-	for _, d := range l.drivers {
+	for _, d := range l.node.EngineDrivers() {
 		if err := d.Resume(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("scale: releasing the start barrier: %w", err))
 		}
@@ -162,28 +160,16 @@ func (l *level) stop() {
 	rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	_ = l.release(rctx) // a level that failed while held; the engines close below anyway
 	rcancel()
-	l.stopActors()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 	for _, s := range l.subs {
 		_ = s.Unsubscribe()
 	}
-	if l.sys != nil {
-		_ = l.sys.Shutdown(ctx)
+	l.stopNode()
+	if !l.owned {
+		for _, e := range l.engs {
+			e.Close()
+		}
 	}
-	if l.router != nil {
-		_ = l.router.Shutdown(ctx)
-	}
-	for _, s := range l.srvs {
-		_ = s.Shutdown(ctx)
-	}
-	for _, e := range l.engs {
-		e.Close()
-	}
-	if l.bus != nil {
-		_ = l.bus.Close()
-	}
-	if l.client != nil {
-		l.client.CloseIdleConnections()
+	if l.dataDir != "" {
+		_ = os.RemoveAll(l.dataDir)
 	}
 }

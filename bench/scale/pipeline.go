@@ -4,40 +4,33 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/asyncrl/asyncrl/actors"
 	"github.com/asyncrl/asyncrl/actors/controller"
-	"github.com/asyncrl/asyncrl/actors/filter"
 	"github.com/asyncrl/asyncrl/actors/publisher"
 	"github.com/asyncrl/asyncrl/actors/rollout"
-	"github.com/asyncrl/asyncrl/actors/router/proxy"
-	"github.com/asyncrl/asyncrl/actors/sampling"
-	"github.com/asyncrl/asyncrl/actors/staleness"
 	"github.com/asyncrl/asyncrl/actors/trainer"
-	"github.com/asyncrl/asyncrl/actors/trainer/microbatch"
-	"github.com/asyncrl/asyncrl/cluster/rollouthost"
+	"github.com/asyncrl/asyncrl/cluster/node"
+	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/engine"
-	"github.com/asyncrl/asyncrl/engine/driver"
 	"github.com/asyncrl/asyncrl/engine/latency"
 	"github.com/asyncrl/asyncrl/internal/inproc"
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/model"
 	"github.com/asyncrl/asyncrl/tasks"
 	"github.com/asyncrl/asyncrl/transport"
-	"github.com/asyncrl/asyncrl/transport/natsbus"
 )
 
-// The level's pipeline: start wires the real actors, router and
-// engines of one level, with the stand-ins they run against (prompt
-// source, no-op trainer, timing wrappers).
+// The level's pipeline: start runs cluster/node's pipeline with the
+// stand-ins the level runs against (prompt source, no-op trainer,
+// hash-model engines) and the timing wrappers.
 
 // source hands out total prompts of the task, then none.
 type source struct {
@@ -104,6 +97,18 @@ func (t decisionTimer) RoundTrip(r *http.Request) (*http.Response, error) {
 	return t.base.RoundTrip(r)
 }
 
+// closeIdle closes rt's idle connections, if it keeps any (the
+// pipeline's Stop asks the router's and the rollout client's transports
+// to; through a wrapper the ask reaches the wrapped transport).
+func closeIdle(rt http.RoundTripper) {
+	if c, ok := rt.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
+func (t decisionTimer) CloseIdleConnections()  { closeIdle(t.base) }
+func (c countingClient) CloseIdleConnections() { closeIdle(c.base) }
+
 // countingClient counts the router's non-200 answers to the rollout actors.
 type countingClient struct {
 	base http.RoundTripper
@@ -127,55 +132,14 @@ func netTransport(maxConns int) *http.Transport {
 		DisableCompression: true, IdleConnTimeout: 90 * time.Second}
 }
 
+// start runs the level on the pipeline's face (cluster/node): the run's
+// config carries the level's staleness, filter and rollout settings; the
+// swapped parts are the stand-ins (a stepper that trains nothing, a
+// source that ends, hash-model engines) and the timing wrappers.
 func (l *level) start(ctx context.Context) error {
 	o := l.o
-	// The level's subjects are the run's plan, as cluster/node's.
-	s, err := transport.Plan(l.run)
-	if err != nil {
-		return fmt.Errorf("scale: %w", err)
-	}
-	bopts := natsbus.DefaultOptions()
-	bopts.MaxPayload = 64 << 20
-	bopts.Name = "asyncrl-" + l.run
-	if l.bus, err = natsbus.Connect(ctx, bopts); err != nil {
-		return fmt.Errorf("scale: bus: %w", err)
-	}
-	groups, err := l.bus.Stream(ctx, rollouthost.GroupStream(s, 1))
-	if err != nil {
-		return fmt.Errorf("scale: trajectory buffer: %w", err)
-	}
-	l.groups = groups
-	if err := l.startEngines(); err != nil {
-		return err
-	}
-	routerURL, err := l.startRouter()
-	if err != nil {
-		return err
-	}
-	// The start barrier closes before the controller admits the first
-	// group: paused later, the first trajectories could finish before the
-	// last started, and the level never came to be in flight at once
-	// (seen under go test ./... load: held to the cap).
-	if _, err := l.hold(ctx); err != nil {
-		return err
-	}
-	l.reg = prometheus.NewRegistry()
-	if l.sys, err = actors.NewSystem(actors.SystemConfig{Logger: o.Logger, RunID: l.run, Registerer: l.reg}); err != nil {
-		return err
-	}
-	if err := l.observe(s); err != nil {
-		return err
-	}
-	w := max(1, l.n/o.NSamples)
-	b := max(1, w/64)
-	fcfg := filter.Config{Mode: filter.ModeFilter, TrainBatchSize: b, NSamplesPerPrompt: o.NSamples, MaxSampleBatches: -1,
-		MinReplaceRatio: 0.3, ZeroVarianceTol: 1e-6}
-	// The shells as asyncrl run configures them (mailboxes of 1,024); a
-	// refused message is counted in MailboxDrops.
-	if l.smp, err = sampling.SpawnBuffer(l.sys, l.bus, actors.DefaultShellConfig("sampling-0", "sampling"),
-		sampling.Config{Filter: fcfg, RunID: l.run, Sender: "sampling-0", Kept: s.Kept, Filtered: s.Filtered},
-		sampling.Buffer{Stream: groups, Ledger: s.Ledger, Logger: o.Logger}); err != nil {
-		return err
+	if o.StoreConcurrency > 0 {
+		return fmt.Errorf("scale: StoreConcurrency %d: the pipeline's rollout actors use rollout's default store bound (32); the option is not wired through cluster/node", o.StoreConcurrency)
 	}
 	task, err := tasks.Get(o.Task)
 	if err != nil {
@@ -185,53 +149,95 @@ func (l *level) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if l.tr, err = trainer.StartStepper(l.bus, &noopStepper{m: pm}, noopPublisher{}, trainer.Config{RunID: l.run, Name: "trainer-0",
-		NormStd: true, Microbatch: microbatch.DefaultConfig(), Logger: o.Logger,
-		Subjects: trainer.Subjects{Train: s.Train, Steps: s.Steps, Weights: s.Weights},
-		Batches:  trainer.StreamSource{Stream: groups.(transport.StoredReader), Name: groups.Name()}}); err != nil {
+	if err := l.buildEngines(); err != nil {
 		return err
 	}
+	// The start barrier closes before the controller admits the first
+	// group: paused later, the first trajectories could finish before the
+	// last started, and the level never came to be in flight at once
+	// (seen under go test ./... load: held to the cap).
+	if _, err := l.hold(ctx); err != nil {
+		return err
+	}
+	w := max(1, l.n/o.NSamples)
+	b := max(1, w/64)
+	cfg, err := l.config(w, b)
+	if err != nil {
+		return err
+	}
+	s, err := transport.Plan(l.run)
+	if err != nil {
+		return fmt.Errorf("scale: %w", err)
+	}
+	var obsErr error
+	var observeOnce sync.Once
 	total := int64(o.Rounds * float64(w))
 	l.src = &source{task: task, rng: rand.New(rand.NewPCG(uint64(l.n), 7)), total: total}
-	ccfg := controller.Config{
-		Staleness: staleness.Config{MaxStalenessSteps: int64(w/b - 1), NumParallelGenerationWorkers: int64(w), MiniBatchSize: int64(b),
-			StalePolicy: staleness.PolicyRequeue},
-		Sampling: fcfg, RunID: l.run, Sender: "controller-0", Task: task.Name(), NSamples: o.NSamples, ResendTrainAfter: time.Minute,
-		Subjects: controller.Subjects{Prompts: s.Prompts, Train: s.Train, Capacity: s.Capacity, Ledger: s.Ledger, Settled: s.Settled},
-	}
-	return l.startRollouts(s, groups, task, routerURL, ccfg)
-}
-
-func (l *level) startRollouts(s transport.RunPlan, groups transport.Stream, task tasks.Task, routerURL string, ccfg controller.Config) error {
-	o := l.o
-	ecfg := rollout.DefaultEpisodeConfig()
-	ecfg.MaxTurns = o.MaxTurns
-	ecfg.MaxSeqLen = model.DefaultConfig().MaxSeqLen
-	ecfg.TurnTimeout = o.Timeout // a turn may queue behind the whole level
-	gen := &sessionCounter{Generator: &rollout.HTTPClient{BaseURL: routerURL, Model: "asyncrl-policy", Client: l.client}, live: map[string]struct{}{}}
-	l.sessions = gen
 	// Twice the slots of the level: prompts reach the actors through a
 	// queue group, not evenly.
-	const conc = 4096
-	for i := range (2*l.n + conc - 1) / conc {
-		a, err := rollout.Start(l.bus, gen, rollout.Config{RunID: l.run, Name: "rollout-" + strconv.Itoa(i), Task: task, Episode: ecfg,
-			Concurrency: conc, Logger: o.Logger, GroupStream: timedStream{Stream: groups, l: l}, StoreConcurrency: o.StoreConcurrency,
-			Subjects: rollout.Subjects{Prompts: s.Prompts, Groups: s.Trajectories, Aborted: s.Aborted}})
-		if err != nil {
-			return err
-		}
-		l.ros = append(l.ros, a)
+	actorsN := (2*l.n + rolloutConcurrency - 1) / rolloutConcurrency
+	l.node, err = node.New(cfg, node.Options{Logger: o.Logger, InMemoryBus: true, ResendTrainAfter: time.Minute,
+		RolloutActors: actorsN, ControllerMailbox: o.ControllerMailbox,
+		Stepper: &node.Stepper{Stepper: &noopStepper{m: pm}, Publisher: noopPublisher{}},
+		// The observers subscribe before the controller takes its first
+		// prompt (the source is made for the controller's start), so
+		// they see every admission.
+		// (once: the controller makes a source per incarnation of its core).
+		Source: func() controller.Source {
+			observeOnce.Do(func() { obsErr = l.observe(s) })
+			return l.src
+		},
+		Engines:         l.engs,
+		RouterTransport: l.routerTransport, RouterHandler: timed, RolloutClient: l.rolloutClient,
+		Generator: func(g rollout.Generator) rollout.Generator {
+			l.sessions = &sessionCounter{Generator: g, live: map[string]struct{}{}}
+			return l.sessions
+		},
+		GroupStream: func(s transport.Stream) transport.Stream { return timedStream{Stream: s, l: l} },
+	})
+	if err != nil {
+		return fmt.Errorf("scale: %w", err)
 	}
-	var err error
-	ctlShell := actors.DefaultShellConfig("controller-0", "controller")
-	if o.ControllerMailbox > 0 {
-		ctlShell.MailboxCapacity = o.ControllerMailbox
+	l.owned = true // the node closes the engines from here on
+	if err := l.node.Start(ctx); err != nil {
+		return fmt.Errorf("scale: %w", err)
 	}
-	l.ctl, err = controller.Spawn(l.sys, l.bus, ctlShell, ccfg, controller.Inputs{Aborted: s.Aborted, Groups: s.GroupsAll, Steps: s.Steps}, func() controller.Source { return l.src })
-	return err
+	l.started = true
+	return obsErr
 }
 
-func (l *level) startEngines() error {
+// rolloutConcurrency is each rollout actor's episodes at once.
+const rolloutConcurrency = 4096
+
+// config is the level's run: staleness bound W/B−1 steps with requeue,
+// DAPO filtering without a sample-batch bound, n samples per prompt on
+// the task's multi-turn episodes; a turn may queue behind the whole level.
+func (l *level) config(w, b int) (config.Config, error) {
+	o := l.o
+	c := config.Default()
+	c.Run.ID = l.run
+	c.Run.Steps = 1 << 30 // the level ends when the source is spent, not after steps
+	dir, err := os.MkdirTemp("", "asyncrl-scale-")
+	if err != nil {
+		return c, err
+	}
+	l.dataDir = dir
+	c.Run.DataDir, c.Run.ReportDir = dir, filepath.Join(dir, "report")
+	c.Bus.MaxPayloadBytes = 64 << 20
+	c.Engines.Count = len(l.engs)
+	c.Rollout.Task, c.Rollout.NSamplesPerPrompt, c.Rollout.MaxTurns = o.Task, o.NSamples, o.MaxTurns
+	c.Rollout.Concurrency, c.Rollout.TurnTimeout = rolloutConcurrency, o.Timeout
+	c.Trainer.MiniBatchSize, c.Trainer.NumParallelGenerationWorkers, c.Trainer.MaxStalenessSteps = b, w, w/b-1
+	c.Trainer.StalePolicy = config.StaleRequeue
+	c.Filter.Mode, c.Filter.MaxSampleBatches = config.FilterFilter, -1
+	c.Filter.MinReplaceRatio, c.Filter.ZeroVarianceTol = 0.3, 1e-6
+	if err := c.Validate(); err != nil {
+		return c, fmt.Errorf("scale: level %d: %w", l.n, err)
+	}
+	return c, nil
+}
+
+func (l *level) buildEngines() error {
 	o := l.o
 	count := o.Engines
 	if count <= 0 {
@@ -254,72 +260,34 @@ func (l *level) startEngines() error {
 	return nil
 }
 
-// serve makes h reachable: in process under a fixed name, or on a
-// loopback listener; it returns the base URL.
-func (l *level) serve(name string, h http.Handler, reg *inproc.Registry) (string, error) {
-	if l.o.Transport == "inproc" {
-		u := "http://" + name + "." + l.run + ".inproc:80"
-		reg.Register(u, h)
-		return u, nil
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	l.srvs = append(l.srvs, srv)
-	go func() { _ = srv.Serve(ln) }()
-	return "http://" + ln.Addr().String(), nil
-}
-
-func (l *level) startRouter() (string, error) {
-	reg := &inproc.Registry{}
-	var urls []string
-	for i, e := range l.engs {
-		u, err := l.serve("engine-"+strconv.Itoa(i), e.Handler(), reg)
-		if err != nil {
-			return "", err
-		}
-		urls = append(urls, u)
-	}
-	rcfg := proxy.DefaultConfig()
-	rcfg.Replicas = urls
-	rcfg.Logger = l.o.Logger
-	var engTr, cliTr http.RoundTripper = netTransport(1024), netTransport(4096)
-	if l.o.Transport == "tcp" {
+// routerTransport is the router's transport to the engines for the
+// level's Transport: in process (the pipeline's engines are registered in
+// inproc.Default), or sockets; wrapped in the decision timer.
+func (l *level) routerTransport(http.RoundTripper) http.RoundTripper {
+	var engTr http.RoundTripper = netTransport(1024)
+	switch l.o.Transport {
+	case "tcp":
 		// As before issue 22: pooled, but one connection per request in flight.
 		engTr = &http.Transport{Proxy: nil, MaxIdleConns: 1024, MaxIdleConnsPerHost: 256, DisableCompression: true}
+	case "inproc":
+		l.engTr = &inproc.Transport{Registry: inproc.Default, Base: engTr}
+		engTr = l.engTr
+	}
+	return decisionTimer{base: engTr, d: &l.decisions}
+}
+
+// rolloutClient is the rollout actors' transport to the router, counting
+// its answers.
+func (l *level) rolloutClient(http.RoundTripper) http.RoundTripper {
+	var cliTr http.RoundTripper = netTransport(4096)
+	switch l.o.Transport {
+	case "tcp":
 		cliTr = &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 256}
+	case "inproc":
+		l.cliTr = &inproc.Transport{Registry: inproc.Default, Base: cliTr}
+		cliTr = l.cliTr
 	}
-	if l.o.Transport == "inproc" {
-		l.engTr = &inproc.Transport{Registry: reg, Base: engTr}
-		l.cliTr = &inproc.Transport{Registry: reg, Base: cliTr}
-		engTr, cliTr = l.engTr, l.cliTr
-	}
-	rcfg.Transport = decisionTimer{base: engTr, d: &l.decisions}
-	var err error
-	if l.router, err = proxy.New(rcfg); err != nil {
-		return "", err
-	}
-	u, err := l.serve("router", timed(l.router.Handler()), reg)
-	if err != nil {
-		return "", err
-	}
-	l.client = &http.Client{Transport: countingClient{base: cliTr, l: l}}
-	// The engines' control calls get their own client, out of the turn
-	// and request counts.
-	ctlTr := http.RoundTripper(netTransport(len(urls)))
-	if l.o.Transport == "inproc" {
-		ctlTr = &inproc.Transport{Registry: reg, Base: ctlTr}
-	}
-	for _, eu := range urls {
-		d, err := driver.New(driver.KindBuiltin, eu, driver.Options{Client: &http.Client{Transport: ctlTr}})
-		if err != nil {
-			return "", err
-		}
-		l.drivers = append(l.drivers, d)
-	}
-	return u, nil
+	return countingClient{base: cliTr, l: l}
 }
 
 // timedStream records when each group was stored in the trajectory buffer.
@@ -392,7 +360,7 @@ func (l *level) observe(s transport.RunPlan) error {
 		}
 	}
 	for subj, h := range map[string]transport.Handler{s.Kept: verdict(&l.kept, true), s.Filtered: verdict(&l.filtered, false), s.Ledger: ledger} {
-		sub, err := l.bus.Subscribe(subj, h)
+		sub, err := l.node.Bus().Subscribe(subj, h)
 		if err != nil {
 			return err
 		}

@@ -1,10 +1,14 @@
-// Package scale is the scale benchmark of issue 22: the real rollout
+// Package scale is the scale benchmark of issue 22: the pipeline of
+// `asyncrl run` (cluster/node, through its face) — the real rollout
 // actors, router (actors/router/proxy), staleness controller, dynamic-
-// sampling actor and built-in engines (engine.Engine on its latency model
-// at a fast time scale, serving engine.HashModel so that compute is not
-// what is measured) in one process, over an embedded NATS bus, with a
-// no-op trainer Stepper (the real trainer actor, whose step trains
-// nothing and whose versions are not published to the engines). It holds
+// sampling actor, trajectory buffer and trainer actor over an embedded
+// NATS bus — with swapped parts (node.Options): built-in engines
+// (engine.Engine on its latency model at a fast time scale, serving
+// engine.HashModel so that compute is not what is measured), a no-op
+// trainer Stepper (the real trainer actor, whose step trains nothing and
+// whose versions are not published to the engines), a prompt source that
+// ends, and timing wrappers around the router, rollout client, generator
+// and trajectory buffer. It holds
 // 1,024 → 8,192 → 32,768 → 131,072 multi-turn trajectories in flight and
 // reports per level: errors, trajectories lost, RSS and goroutines per
 // in-flight trajectory, router decision p50/p99, filter and controller
@@ -12,16 +16,18 @@
 // bench-scale`, BENCHMARKS.md "131,072 trajectories in one process").
 //
 // Transport "inproc" (the default) serves the router and the engines in
-// process (internal/inproc, no socket); "tcp" puts each behind a loopback
-// listener with the unbounded pools of before issue 22 (a connection per
-// request in flight), and "tcp-bounded" with at most 1,024 connections per
-// engine and 4,096 to the router, for the before/after comparison.
+// process (internal/inproc, no socket); "tcp" reaches each over its
+// loopback listener with the unbounded pools of before issue 22 (a
+// connection per request in flight), and "tcp-bounded" with at most 1,024
+// connections per engine and 4,096 to the router, for the before/after
+// comparison. The router's decision time is measured on the in-process
+// path only: over a socket the router's own front (router.front) serves
+// it, unwrapped, and the decision figures read 0.
 package scale
 
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -32,21 +38,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/asyncrl/asyncrl/actors"
-	"github.com/asyncrl/asyncrl/actors/controller"
 	"github.com/asyncrl/asyncrl/actors/rollout"
-	"github.com/asyncrl/asyncrl/actors/router/proxy"
-	"github.com/asyncrl/asyncrl/actors/sampling"
-	"github.com/asyncrl/asyncrl/actors/trainer"
+	"github.com/asyncrl/asyncrl/cluster/node"
 	"github.com/asyncrl/asyncrl/engine"
-	"github.com/asyncrl/asyncrl/engine/driver"
 	"github.com/asyncrl/asyncrl/internal/inproc"
 	"github.com/asyncrl/asyncrl/transport"
-	"github.com/asyncrl/asyncrl/transport/natsbus"
 )
 
 // Levels is the ramp of the issue.
@@ -80,7 +78,9 @@ type Options struct {
 	// bridges then wait for room (MailboxWaits) and nothing may be lost.
 	ControllerMailbox int
 	// StoreConcurrency is each rollout actor's bound on stores waiting on
-	// the trajectory buffer (0: rollout's default, 32).
+	// the trajectory buffer; only 0 (rollout's default, 32) runs: the
+	// pipeline (cluster/rollouthost.StartActor) does not wire another, and
+	// a level asked for one fails rather than measure the default.
 	StoreConcurrency int
 	// Timeout bounds one level (default 15 min).
 	Timeout time.Duration
@@ -242,27 +242,19 @@ func nextAbove(ls []int, i, maxLevel int) bool { return i+1 >= len(ls) || ls[i+1
 
 // level is one level's running pipeline.
 type level struct {
-	o      Options
-	n      int
-	run    string
-	bus    *natsbus.Bus
-	groups transport.Stream // the trajectory buffer
-	sys    *actors.System
-	engs   []*engine.Engine
-	srvs   []*http.Server
-	router *proxy.Router
-	ctl    *controller.Actor
-	smp    *sampling.Actor
-	tr     *trainer.Actor
-	ros    []*rollout.Actor
-	subs   []transport.Subscription
-	client *http.Client
-	engTr  *inproc.Transport
-	cliTr  *inproc.Transport
-	// drivers drive the engines over their HTTP API (the start barrier's
-	// pause and resume, as weight sync drives any vLLM); held: paused now.
-	drivers []driver.Driver
-	held    bool
+	o   Options
+	n   int
+	run string
+	// node is the level's pipeline (cluster/node's face); it owns the
+	// engines once started (owned), started: its Start returned.
+	node           *node.Node
+	owned, started bool
+	dataDir        string
+	engs           []*engine.Engine
+	subs           []transport.Subscription
+	engTr, cliTr   *inproc.Transport
+	// held: the engines are paused for the start barrier.
+	held bool
 
 	decisions, filterLat, ctlLat durations
 	stored, verdict              sync.Map // group id → time.Time
@@ -277,7 +269,6 @@ type level struct {
 	routerErrs, turns atomic.Int64
 	src               *source
 	stopped           bool
-	reg               *prometheus.Registry
 	sessions          *sessionCounter
 }
 
@@ -333,7 +324,7 @@ func RunLevel(ctx context.Context, o Options, n int) (Result, error) {
 		return res, err
 	}
 	defer stopProfiles()
-	b.pauses, b.msgs = gcPauses(), l.bus.Conn().Stats().OutMsgs
+	b.pauses, b.msgs = gcPauses(), l.node.BusOutMsgs()
 	// start paused the engines before the controller admitted anything.
 	w := &levelWatch{start: time.Now(), holding: l.held, lastProgress: time.Now()}
 	deadline := time.NewTimer(o.Timeout)
@@ -453,7 +444,7 @@ func (l *level) observe1(ctx context.Context, w *levelWatch, res *Result) error 
 func (l *level) result(res *Result, w *levelWatch, b baseline) {
 	n, pk := l.n, w.pk
 	res.Seconds = time.Since(w.start).Seconds()
-	msgs := l.bus.Conn().Stats().OutMsgs - b.msgs
+	msgs := l.node.BusOutMsgs() - b.msgs
 	res.BusMsgsPerSec = float64(msgs) / res.Seconds
 	res.GCPauseP99ms = pauseQuantile(b.pauses, gcPauses(), 0.99) * 1000
 	res.PeakInFlight = max(pk.inFlight, l.sessions.peakInFlight())
@@ -486,21 +477,16 @@ func (l *level) result(res *Result, w *levelWatch, b baseline) {
 	}
 }
 
-// bufferHeld reads the trajectory buffer's message count and bytes from
-// JetStream (0, 0 if it cannot be read).
+// bufferHeld is what the trajectory buffer (JetStream, in memory) holds
+// (0, 0 if it cannot be read).
 func (l *level) bufferHeld() (uint64, float64) {
-	js, err := jetstream.New(l.bus.Conn())
-	if err != nil {
-		return 0, 0
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	st, err := js.Stream(ctx, l.groups.Name())
+	msgs, bytes, err := l.node.GroupStreamHeld(ctx)
 	if err != nil {
 		return 0, 0
 	}
-	info := st.CachedInfo()
-	return info.State.Msgs, float64(info.State.Bytes) / (1 << 20)
+	return msgs, float64(bytes) / (1 << 20)
 }
 
 func writeHeap(path string) error {

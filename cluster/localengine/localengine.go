@@ -113,24 +113,37 @@ func New(c config.EnginesConfig, m engine.Model, seed int64, i int, log zerolog.
 // wiring.LoadPolicy (the receivers' path). wrap, when set, wraps each
 // engine's HTTP handler.
 func Start(c config.EnginesConfig, m engine.Model, seed int64, log zerolog.Logger, wrap Wrap, extra ...engine.Option) ([]*Engine, error) {
-	var out []*Engine
+	es := make([]*engine.Engine, 0, c.Count)
 	for i := range c.Count {
-		id := "engine-" + strconv.Itoa(i)
 		e, err := New(c, m, seed, i, log, extra...)
 		if err != nil {
+			closeAll(es)
+			return nil, fmt.Errorf("node: engine-%d: %w", i, err)
+		}
+		es = append(es, e)
+	}
+	return Serve(c.ListenHost, es, wrap)
+}
+
+// Serve serves engines built elsewhere (a benchmark's, on a hash model)
+// as Start serves its own: engine i is "engine-<i>" on host:0, registered
+// in inproc.Default. From here the returned Engines own them: on error
+// every one of es is closed.
+func Serve(host string, es []*engine.Engine, wrap Wrap) ([]*Engine, error) {
+	var out []*Engine
+	for i, e := range es {
+		id := "engine-" + strconv.Itoa(i)
+		fail := func(err error) ([]*Engine, error) {
+			closeAll(es[i:])
 			StopAll(out)
 			return nil, fmt.Errorf("node: %s: %w", id, err)
 		}
-		if err := e.CheckListen(net.JoinHostPort(c.ListenHost, "0")); err != nil {
-			e.Close()
-			StopAll(out)
-			return nil, fmt.Errorf("node: %s: %w", id, err)
+		if err := e.CheckListen(net.JoinHostPort(host, "0")); err != nil {
+			return fail(err)
 		}
-		ln, err := net.Listen("tcp", net.JoinHostPort(c.ListenHost, "0"))
+		ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 		if err != nil {
-			e.Close()
-			StopAll(out)
-			return nil, fmt.Errorf("node: %s: listen: %w", id, err)
+			return fail(fmt.Errorf("listen: %w", err))
 		}
 		h := e.Handler()
 		if wrap != nil {
@@ -145,6 +158,12 @@ func Start(c config.EnginesConfig, m engine.Model, seed int64, log zerolog.Logge
 		out = append(out, le)
 	}
 	return out, nil
+}
+
+func closeAll(es []*engine.Engine) {
+	for _, e := range es {
+		e.Close()
+	}
 }
 
 // StopAll stops every engine of es (5 s in all).

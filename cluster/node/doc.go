@@ -64,4 +64,15 @@
 // it and none may block. Options.AfterStep, AfterExecStep,
 // TrainerCheckpoint, ExecCheckpoint, OnStartPhase and BeforeAnnounce are
 // the term's checkpoints, start phases and hold points.
+//
+// # Swapped parts
+//
+// A benchmark runs the same pipeline with parts of its own (options.go,
+// swap.go): Options.Stepper (a trainer that trains nothing, a publisher
+// that publishes nothing), Source (a prompt source that ends), Engines
+// (engines on a hash model), ControllerMailbox, and wrappers of the
+// router's upstream transport and handler, the rollout client, generator
+// and trajectory-buffer stream. Unset, nothing changes. The readers
+// (RolloutStats, ControllerCore, Gatherer, SlowConsumerDrops, BusOutMsgs,
+// EngineDrivers, GroupStreamHeld) are for after Start, from any goroutine.
 package node

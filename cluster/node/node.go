@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
@@ -12,7 +11,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/rs/zerolog"
 
 	"github.com/asyncrl/asyncrl/actors"
 	"github.com/asyncrl/asyncrl/actors/controller"
@@ -20,7 +18,6 @@ import (
 	"github.com/asyncrl/asyncrl/actors/router/proxy"
 	"github.com/asyncrl/asyncrl/actors/sampling"
 	"github.com/asyncrl/asyncrl/actors/trainer"
-	"github.com/asyncrl/asyncrl/actors/trainer/bridge"
 	"github.com/asyncrl/asyncrl/actors/trainer/microbatch"
 	"github.com/asyncrl/asyncrl/cluster/internal/retry"
 	"github.com/asyncrl/asyncrl/cluster/localengine"
@@ -46,97 +43,6 @@ var (
 	// there). The groups it held were requeued.
 	ErrStalled = errors.New("node: no trainable groups")
 )
-
-// Options are the node's process-level settings (the rest is config).
-type Options struct {
-	// Logger receives the actors' and engines' logs.
-	Logger zerolog.Logger
-	// Progress receives the live progress view; nil prints nothing.
-	Progress io.Writer
-	// Terminal makes the progress view one updating line (\r) instead of
-	// one line per step.
-	Terminal bool
-	// InMemoryBus keeps the embedded JetStream store in a temporary
-	// directory (tests) instead of bus.jetstream_dir / run.data_dir.
-	InMemoryBus bool
-	// BusSecurity, when set, is the bus connection's credentials and TLS
-	// instead of the config's bus section (an agent's term connects as the
-	// agent does).
-	BusSecurity *wiring.BusSecurity
-	// ResendTrainAfter is how long the controller waits for a StepDone
-	// before sending the step's TrainBatch again (a remote worker that
-	// connected late); 0 means 5 s, 30 s with the exec backend
-	// (defaultResendTrainAfter).
-	ResendTrainAfter time.Duration
-	// OnStart, when set, is called once everything runs (e.g. to print
-	// BusURL for a remote trainer worker).
-	OnStart func(*Node)
-	// RolloutActors overrides the number of rollout actors; 0 sizes it so
-	// W groups of n trajectories can run at once (ceil(W·n/concurrency)).
-	RolloutActors int
-	// TrainerCheckpoint, when set, is a trainer checkpoint directory
-	// (model.SaveTrainer) the trainer starts from instead of the run
-	// seed's initial weights. From the checkpoint: master weights, Adam
-	// moments, optimiser step and RNG state; from this run's config: every
-	// trainer hyperparameter (and the worker count). Version 0 of this run
-	// is its serving copy; the versions on the bus count from there
-	// (trainer.Config.VersionBase), while the trainer's own step count goes
-	// on for Adam's bias correction. The directory is only read.
-	TrainerCheckpoint string
-	// AfterStep, when set, runs in the trainer's goroutine after each new
-	// version was published and before the step is recorded, while tr
-	// holds exactly that version (version is this run's, counted from 0;
-	// the cluster agent checkpoints it there); an error fails the step.
-	AfterStep func(ctx context.Context, tr *model.Trainer, version int64) error
-	// ExecCheckpoint, with trainer.backend exec, is a resume state the
-	// trainer child wrote (one rank's, or a worker group's shards and
-	// manifest) that the child starts from, at ExecCheckpointVersion (the
-	// state's step); version 0 of this run is its weights. AfterExecStep is
-	// AfterStep's counterpart: it gets the child's state directory of each
-	// new version (the cluster agent uploads it).
-	ExecCheckpoint        string
-	ExecCheckpointVersion int64
-	AfterExecStep         func(ctx context.Context, state string, version int64) error
-	// ExecRemote starts the ranks of a trainer group that runs on other
-	// nodes (trainer.exec_nodes > 1; the cluster agent's term passes
-	// cluster/rankhost's Links), ExecRendezvousAddr is this node's address
-	// their ranks reach rank 0's rendezvous at ("" = 127.0.0.1). A group
-	// over several nodes needs ExecRemote: without it the start fails.
-	ExecRemote         bridge.RemoteRanks
-	ExecRendezvousAddr string
-	// OnStartPhase, when set, hears each phase Start reaches (the cluster
-	// agent's term reports them to its core: a start that stalls is
-	// reported with the last phase it reached). Called on Start's
-	// goroutine; it must not block (Start waits).
-	OnStartPhase func(phase string)
-	// BeforeAnnounce, when set (tests: the cluster agent's hold points),
-	// runs once each version's weights are written and before the engines
-	// and the router hear of it (version is this run's), on the trainer's
-	// goroutine: the step waits while it blocks, which is what a hold is for.
-	BeforeAnnounce func(version int64)
-	// RouterListen is the router's address (host:port; default
-	// 127.0.0.1:0). Rollout actors on other machines need a reachable one;
-	// off loopback RouterAdminToken is required (the admin API).
-	RouterListen, RouterAdminToken string
-	// Remote, when set, makes the pipeline start no engines of its own and
-	// serve from the engines of other nodes (the cluster agent's terms;
-	// see RemoteEngines). It needs publisher.mode delta and
-	// publisher.store nats.
-	Remote *RemoteEngines
-	// KeepGroupRecords keeps every group's record in the ledger view for
-	// the whole run (Ledger.Snapshot: the chaos audit compares it with the
-	// durable ledger). By default a settled group's record is dropped once
-	// RecordSteps steps passed without news of it: a days-long run kept
-	// ~200 B per group, forever.
-	KeepGroupRecords bool
-	// GroupDuplicates is the trajectory buffer's duplicate window (how
-	// long the server remembers a stored group's id so that a retried
-	// store lands once); 0 is JetStream's default, 2 minutes, above the
-	// rollout actors' 60 s of store retries. The server keeps every group
-	// id of the window: a test that measures the heap per settled group
-	// shortens it so that the window fills within the test.
-	GroupDuplicates time.Duration
-}
 
 // Node runs a set of roles in one process; `asyncrl run` is one node with
 // every role: the embedded NATS server, the built-in engines behind the
@@ -202,8 +108,6 @@ type testHooks struct {
 	beforeApply func(engine int, version int64)
 	// wrapEngine wraps engine i's HTTP handler.
 	wrapEngine func(i int, e *engine.Engine, h http.Handler) http.Handler
-	// wrapClient wraps the rollout actors' HTTP transport (to the router).
-	wrapClient func(http.RoundTripper) http.RoundTripper
 	// corrupt changes a version's bytes on the data plane after their
 	// checksums were computed (publisher.transport dataplane).
 	corrupt func(version int64, b []byte)
@@ -229,10 +133,13 @@ func New(cfg config.Config, opts Options) (*Node, error) {
 		if cfg.Publisher.Mode != config.PublishDelta || cfg.Publisher.Store != config.StoreNATS || cfg.Publisher.Transport == config.TransportDataPlane {
 			return nil, fmt.Errorf("%w: engines on other nodes need publisher.mode delta, publisher.store nats and the store transport", ErrConfig)
 		}
-	} else if cfg.Engines.Count == 0 && len(cfg.Engines.External) == 0 {
+	} else if cfg.Engines.Count == 0 && len(cfg.Engines.External) == 0 && len(opts.Engines) == 0 {
 		return nil, fmt.Errorf("%w: engines.count: 0 engines to update: set count ≥ 1 or list engines.external (engines.external_urls are only routed to)", ErrConfig)
 	}
 	if err := checkExternal(cfg, opts.Remote != nil); err != nil {
+		return nil, err
+	}
+	if err := checkSwapped(cfg, opts); err != nil {
 		return nil, err
 	}
 	return &Node{cfg: cfg, opts: opts, subj: s, task: task}, nil

@@ -115,8 +115,8 @@ func (n *Node) startBus(ctx context.Context) (err error) {
 // (weights, Adam moments, step and RNG from the checkpoint,
 // hyperparameters from this run's config), else the run seed's.
 func (n *Node) newTrainerPolicy() (*pmodel.Trainer, error) {
-	if n.hf != "" {
-		return nil, nil // the trainer child holds a Hugging Face model
+	if n.hf != "" || n.opts.Stepper != nil {
+		return nil, nil // the trainer child holds a Hugging Face model; Options.Stepper its own
 	}
 	tcfg := trainerConfig(n.cfg)
 	if n.opts.ExecCheckpoint != "" {
@@ -146,6 +146,9 @@ func (n *Node) initialWeights(ptr *pmodel.Trainer) (baseDir string, initial engi
 	if n.hf != "" {
 		return n.hfInitialWeights()
 	}
+	if n.opts.Stepper != nil {
+		return n.swappedInitialWeights()
+	}
 	if n.cfg.Publisher.Mode == config.PublishDelta {
 		if baseDir, err = weightsync.SaveBase(n.cfg, ptr.ServingCopy()); err != nil {
 			return "", nil, err
@@ -166,7 +169,11 @@ func (n *Node) initialWeights(ptr *pmodel.Trainer) (baseDir string, initial engi
 func (n *Node) startServing(ctx context.Context, initial engine.Model) (err error) {
 	cfg := n.cfg
 	quiet := n.opts.Logger.Level(max(n.opts.Logger.GetLevel(), zerolog.WarnLevel))
-	if n.opts.Remote == nil {
+	if len(n.opts.Engines) > 0 {
+		if n.engines, err = localengine.Serve(cfg.Engines.ListenHost, n.opts.Engines, n.hooks.wrapEngine); err != nil {
+			return err
+		}
+	} else if n.opts.Remote == nil {
 		// a Hugging Face model's engines serve text with its tokenizer
 		extra, err := wiring.EngineTokenizer(wiring.TokenizerIn(n.hf), initial)
 		if err != nil {
@@ -195,6 +202,9 @@ func (n *Node) startServing(ctx context.Context, initial engine.Model) (err erro
 	// This process's engines are served in process (no socket per turn).
 	n.routerUp = routerUpstream()
 	rcfg.Transport = n.routerUp
+	if n.opts.RouterTransport != nil {
+		rcfg.Transport = n.opts.RouterTransport(rcfg.Transport)
+	}
 	if bkey != "" || slices.ContainsFunc(slices.Collect(maps.Values(hkeys)), func(k string) bool { return k != "" }) {
 		rcfg.Transport = netx.KeyTransport(rcfg.Transport, bkey, hkeys)
 	}
@@ -210,7 +220,11 @@ func (n *Node) startServing(ctx context.Context, initial engine.Model) (err erro
 		return fmt.Errorf("node: router listen: %w", err)
 	}
 	n.routerURL = "http://" + ln.Addr().String()
-	n.routerUnreg = inproc.Default.Register(n.routerURL, n.router.Handler())
+	rh := n.router.Handler()
+	if n.opts.RouterHandler != nil {
+		rh = n.opts.RouterHandler(rh)
+	}
+	n.routerUnreg = inproc.Default.Register(n.routerURL, rh)
 	n.routerDone = make(chan struct{})
 	go func() {
 		defer close(n.routerDone)
@@ -223,6 +237,9 @@ func (n *Node) startServing(ctx context.Context, initial engine.Model) (err erro
 // publisher.mode full swaps the in-process engines from memory, delta
 // (the default) starts the weight sync; Options.AfterStep wraps either.
 func (n *Node) startPublisher(ctx context.Context, baseDir string, ptr *pmodel.Trainer) (tpub publisher.Publisher, err error) {
+	if n.opts.Stepper != nil {
+		return n.opts.Stepper.Publisher, nil
+	}
 	n.pub = &inProcPublisher{mode: string(n.cfg.Trainer.PauseMode), router: n.router, engines: n.engines}
 	tpub = n.pub
 	if n.cfg.Publisher.Mode == config.PublishDelta {
@@ -265,6 +282,13 @@ func (n *Node) startTrainer(ctx context.Context, ptr *pmodel.Trainer, tpub publi
 		}
 		return err
 	default:
+		if s := n.opts.Stepper; s != nil {
+			tc.VersionBase = s.Stepper.Version()
+			if n.tr, err = trainer.StartStepper(n.bus, s.Stepper, s.Publisher, tc); err == nil {
+				n.ledger.trainerInProcess()
+			}
+			return err
+		}
 		tc.VersionBase = ptr.Version()
 		n.tr, err = trainer.Start(n.bus, ptr, tpub, tc)
 		if err == nil {
@@ -376,7 +400,14 @@ func (n *Node) startController(ctx context.Context, fcfg filter.Config) (err err
 		}
 	}
 	src := func() controller.Source { return newTaskSource(n.task, n.cfg.Run.Seed) }
-	n.ctl, err = controller.Spawn(n.sys, n.bus, actors.DefaultShellConfig("controller-0", "controller"), n.controllerConfig(fcfg),
+	if n.opts.Source != nil {
+		src = n.opts.Source
+	}
+	shell := actors.DefaultShellConfig("controller-0", "controller")
+	if n.opts.ControllerMailbox > 0 {
+		shell.MailboxCapacity = n.opts.ControllerMailbox
+	}
+	n.ctl, err = controller.Spawn(n.sys, n.bus, shell, n.controllerConfig(fcfg),
 		controller.Inputs{Aborted: n.subj.Aborted, Groups: n.subj.GroupsAll, Steps: n.subj.Steps}, src)
 	return err
 }
@@ -394,18 +425,25 @@ func (n *Node) startRollouts() error {
 	}
 	n.rolloutUp = rolloutTransport()
 	var rt http.RoundTripper = n.rolloutUp
-	if n.hooks.wrapClient != nil {
-		rt = n.hooks.wrapClient(rt)
+	if n.opts.RolloutClient != nil {
+		rt = n.opts.RolloutClient(rt)
 	}
 	n.httpc = &http.Client{Transport: rt}
 	proto, err := rollouthost.Protocol(n.cfg.Engines)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	gen := &rollout.HTTPClient{BaseURL: n.routerURL, Model: n.cfg.Engines.ServedModelName, Client: n.httpc,
+	var gen rollout.Generator = &rollout.HTTPClient{BaseURL: n.routerURL, Model: n.cfg.Engines.ServedModelName, Client: n.httpc,
 		SupportFromLogprobs: n.cfg.Rollout.SupportFromLogprobs, Protocol: proto}
+	if n.opts.Generator != nil {
+		gen = n.opts.Generator(gen)
+	}
+	groups := n.groupStream
+	if n.opts.GroupStream != nil && groups != nil {
+		groups = n.opts.GroupStream(groups)
+	}
 	for i := range count {
-		a, err := rollouthost.StartActor(n.bus, gen, n.cfg, n.task, "rollout-"+strconv.Itoa(i), ecfg, supportK, n.subj, n.groupStream, n.opts.Logger, nil, n.ledger.published)
+		a, err := rollouthost.StartActor(n.bus, gen, n.cfg, n.task, "rollout-"+strconv.Itoa(i), ecfg, supportK, n.subj, groups, n.opts.Logger, nil, n.ledger.published)
 		if err != nil {
 			return err
 		}

@@ -78,7 +78,7 @@ func TestSlowApplierIsNeverRoutedBelowTheMinimum(t *testing.T) {
 	var violations []string
 	served := map[int]map[int64]int{0: {}, 1: {}} // engine → version at arrival → turns
 	windows := 0                                  // versions engine 1 was seen out of rotation for
-	n.hooks.wrapClient = func(rt http.RoundTripper) http.RoundTripper {
+	n.opts.RolloutClient = func(rt http.RoundTripper) http.RoundTripper {
 		return minStamper{next: rt, min: n.routerMin}
 	}
 	n.hooks.wrapEngine = func(i int, e *engine.Engine, h http.Handler) http.Handler {
