@@ -3,7 +3,6 @@ package controller
 import (
 	"fmt"
 	"math/rand/v2"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -48,10 +47,7 @@ import (
 // "timer <name> at +<d>" or "timer <name> cancel", and "log <level>
 // <rate key>: <message> <fields>". Metrics are left out.
 func TestScenarios(t *testing.T) {
-	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
-		if filepath.Ext(path) != ".txt" {
-			t.Skipf("%s: not a scenario file (a failed property test writes testdata/rapid/)", path)
-		}
+	scenario.Walk(t, "testdata", func(t *testing.T, path string) {
 		s := &ctlScenario{p: scenario.New(ctlTypes)}
 		datadriven.RunTest(t, path, s.run)
 	})

@@ -2,7 +2,6 @@ package term
 
 import (
 	"fmt"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -32,10 +31,7 @@ import (
 //
 // The value language of the lines is package internal/scenario's.
 func TestScenarios(t *testing.T) {
-	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
-		if filepath.Ext(path) != ".txt" {
-			t.Skipf("%s: not a scenario file (a failed property test writes testdata/rapid/)", path)
-		}
+	scenario.Walk(t, "testdata", func(t *testing.T, path string) {
 		s := &scenarioRun{p: scenario.New(scenarioTypes)}
 		datadriven.RunTest(t, path, s.run)
 	})

@@ -2,11 +2,12 @@ package tracker
 
 import (
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/cockroachdb/datadriven"
+
+	"github.com/asyncrl/asyncrl/internal/scenario"
 )
 
 // The tracker's stories are scenario files in testdata/ (like cluster/term's
@@ -33,10 +34,7 @@ import (
 //	                                 ignored acks, and
 //	                                 each engine's status
 func TestScenarios(t *testing.T) {
-	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
-		if filepath.Ext(path) != ".txt" {
-			t.Skipf("%s: not a scenario file (a failed property test writes testdata/rapid/)", path)
-		}
+	scenario.Walk(t, "testdata", func(t *testing.T, path string) {
 		var tr *Tracker
 		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
 			if d.Cmd == "new" {
