@@ -139,17 +139,25 @@ func TestCoreTransientFailuresBackOffAndStepDownAtDeadline(t *testing.T) {
 	}
 }
 
-func TestCoreLateRenewalAfterDeadlineStaysDown(t *testing.T) {
-	c := newTestCore(t)
-	c.Due(at(0))
-	c.Acquired(3)
-	c.Due(at(250))
-	if !c.Tick(at(1000)) { // the renewal hung past the deadline
-		t.Fatal("no step-down at the deadline")
-	}
-	c.Renewed(5)
-	if c.Status(at(1001)).Leader {
-		t.Fatal("a renewal answered after the deadline revived leadership")
+// TestCoreLateAnswerAfterDeadlineStaysDown: a renewal answered after the
+// local deadline — confirmed (Renewed) or found landed (Resynced) — does
+// not revive leadership.
+func TestCoreLateAnswerAfterDeadlineStaysDown(t *testing.T) {
+	for name, answer := range map[string]func(*Core){
+		"renewed":  func(c *Core) { c.Renewed(5) },
+		"resynced": func(c *Core) { c.Resynced(4) },
+	} {
+		c := newTestCore(t)
+		c.Due(at(0))
+		c.Acquired(3)
+		c.Due(at(250))
+		if !c.Tick(at(1000)) { // the renewal hung past the deadline
+			t.Fatalf("%s: no step-down at the deadline", name)
+		}
+		answer(c)
+		if c.Status(at(1001)).Leader {
+			t.Fatalf("%s: an answer after the deadline revived leadership", name)
+		}
 	}
 }
 
@@ -231,18 +239,6 @@ func TestCoreResyncedKeepsDeadlineAndRenewsAtOnce(t *testing.T) {
 	c.Renewed(5)
 	if st := c.Status(at(311)); !st.Leader || !st.Until.Equal(at(310+900)) {
 		t.Fatalf("after the confirmed renewal: %+v, want until 1210ms", st)
-	}
-}
-
-func TestCoreResyncedAfterDeadlineStaysDown(t *testing.T) {
-	c := newTestCore(t)
-	c.Due(at(0))
-	c.Acquired(3)
-	c.Due(at(250))
-	c.Tick(at(1000))
-	c.Resynced(4)
-	if c.Status(at(1001)).Leader {
-		t.Fatal("a resync answered after the deadline revived leadership")
 	}
 }
 
