@@ -275,3 +275,34 @@ func CheckFence(stored, token uint64) error {
 	}
 	return nil
 }
+
+// Refusal is the verdict on a renewal refused at a revision, from a read
+// of the lease key after it.
+type Refusal int
+
+const (
+	// RefusalLost: the key is gone or holds another term; the lease is lost.
+	RefusalLost Refusal = iota
+	// RefusalLanded: the key holds this contender's own term past the
+	// refused revision — its earlier renewal landed; Resynced adopts it.
+	RefusalLanded
+	// RefusalReadAgain: the key shows this term at the refused revision
+	// or older, which the server has just refused: the read came from a
+	// replica that has not applied the newest write yet.
+	RefusalReadAgain
+)
+
+// JudgeRefusal judges a renewal at rev of holder's term token that the
+// server refused, from the key as read (found false: no key). Holder
+// names one contender and a term's token is never reused, so only this
+// contender's own write can hold its holder and token.
+func JudgeRefusal(key Holding, found bool, holder string, token, rev uint64) Refusal {
+	switch {
+	case !found || key.Holder != holder || key.Token != token:
+		return RefusalLost
+	case key.Revision > rev:
+		return RefusalLanded
+	default:
+		return RefusalReadAgain
+	}
+}

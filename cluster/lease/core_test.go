@@ -254,3 +254,25 @@ func TestCoreResyncedBackwardsPanics(t *testing.T) {
 	}()
 	c.Resynced(3)
 }
+
+// TestJudgeRefusal: after a renewal refused at revision 7 of holder n1's
+// term 3, only the key holding that very term past 7 is a landed renewal;
+// the same term at 7 or older is a stale read; anything else is lost.
+func TestJudgeRefusal(t *testing.T) {
+	for _, c := range []struct {
+		key   Holding
+		found bool
+		want  Refusal
+	}{
+		{Holding{Holder: "n1", Token: 3, Revision: 8}, true, RefusalLanded},
+		{Holding{Holder: "n1", Token: 3, Revision: 7}, true, RefusalReadAgain},
+		{Holding{Holder: "n1", Token: 3, Revision: 5}, true, RefusalReadAgain},
+		{Holding{Holder: "n2", Token: 3, Revision: 8}, true, RefusalLost},
+		{Holding{Holder: "n1", Token: 8, Revision: 9}, true, RefusalLost}, // n1 again, a later term
+		{Holding{}, false, RefusalLost},
+	} {
+		if got := JudgeRefusal(c.key, c.found, "n1", 3, 7); got != c.want {
+			t.Errorf("JudgeRefusal(%+v, found %v) = %d, want %d", c.key, c.found, got, c.want)
+		}
+	}
+}

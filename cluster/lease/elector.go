@@ -281,10 +281,10 @@ func (e *Elector) call(ctx context.Context, op Op, rev, token uint64, until time
 
 // ownRevision reads the lease key after a renewal at rev was refused and
 // returns its revision when it still holds this contender's term (this
-// holder, token) at a revision past rev, else 0 and what it saw. Holder
-// names one contender and a term's token is never reused, so only this
-// contender's own write can match. KV reads may be served by a replica
-// that has not applied the newest write yet (direct get): a read showing
+// holder, token) at a revision past rev, else 0 and what it saw; the
+// verdict on each read is the core's JudgeRefusal. KV reads may be served
+// by a replica that has not applied the newest write yet (direct get): a
+// read showing
 // our term at rev or older is stale (the server just refused rev), so it
 // is read again until CallTimeout, and never past the holder's local
 // deadline until (the step-down it would report must not come later than
@@ -304,12 +304,15 @@ func (e *Elector) ownRevision(ctx context.Context, rev, token uint64, until time
 			seen = "read failed: " + err.Error()
 		case !ok:
 			return 0, "no key (expired or deleted)"
-		case h.Holder != e.cfg.Holder || h.Token != token:
-			return 0, fmt.Sprintf("held by %s with token %d", h.Holder, h.Token)
-		case h.Revision > rev:
-			return h.Revision, ""
 		default:
-			seen = fmt.Sprintf("our term at revision %d (a stale replica)", h.Revision)
+			switch JudgeRefusal(h, ok, e.cfg.Holder, token, rev) {
+			case RefusalLost:
+				return 0, fmt.Sprintf("held by %s with token %d", h.Holder, h.Token)
+			case RefusalLanded:
+				return h.Revision, ""
+			case RefusalReadAgain:
+				seen = fmt.Sprintf("our term at revision %d (a stale replica)", h.Revision)
+			}
 		}
 		select {
 		case <-cctx.Done():
