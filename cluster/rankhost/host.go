@@ -41,15 +41,13 @@ type Host struct {
 	wg   sync.WaitGroup
 
 	mu     sync.Mutex
-	groups map[string]*group
-	token  uint64 // the newest term's fencing token seen
+	fence  *Fencing          // the rule: which terms are served, which groups end
+	groups map[string]*group // the ranks of each group fence holds
 	closed bool
 }
 
 // group is one started group's ranks on this node.
 type group struct {
-	owner string
-	token uint64
 	ranks map[int]*bridge.Child
 }
 
@@ -75,7 +73,7 @@ func StartHost(bus transport.Bus, cfg HostConfig) (*Host, error) {
 		cfg.Every = time.Second
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	h := &Host{cfg: cfg, bus: bus, ctx: ctx, stop: stop, groups: map[string]*group{}}
+	h := &Host{cfg: cfg, bus: bus, ctx: ctx, stop: stop, fence: NewFencing(), groups: map[string]*group{}}
 	// Requests are served each on its own goroutine: a frame waits for a
 	// whole step while the group's other ranks' frames must run at once.
 	h.sub, err = bus.Subscribe(subj, func(m *transport.Msg) {
@@ -176,6 +174,7 @@ func (h *Host) handle(req request) reply {
 			delete(g.ranks, req.Rank)
 			if len(g.ranks) == 0 {
 				delete(h.groups, req.Group)
+				h.fence.Remove(req.Group)
 			}
 		}
 		h.mu.Unlock()
@@ -195,7 +194,7 @@ func (h *Host) admit(req request) error {
 	if !h.Fence(req.Token) {
 		h.mu.Lock()
 		defer h.mu.Unlock()
-		return fmt.Errorf("rankhost: %s's term (token %d) was superseded by token %d: a deposed holder's group is not served", req.Owner, req.Token, h.token)
+		return fmt.Errorf("rankhost: %s's term (token %d) was superseded by token %d: a deposed holder's group is not served", req.Owner, req.Token, h.fence.Token())
 	}
 	return nil
 }
@@ -205,34 +204,36 @@ func (h *Host) admit(req request) error {
 // older term; false when a newer term was seen already.
 func (h *Host) Fence(token uint64) bool {
 	h.mu.Lock()
-	if token < h.token {
-		h.mu.Unlock()
-		return false
-	}
-	var old []*group
-	if token > h.token {
-		h.token = token
-		for id, g := range h.groups {
-			if g.token < token {
-				old = append(old, g)
-				delete(h.groups, id)
-			}
-		}
-	}
+	ok, ended := h.fence.Observe(token)
+	old := h.takeLocked(ended)
 	h.mu.Unlock()
-	for _, g := range old {
-		h.cfg.Logger.Warn().Str("owner", g.owner).Uint64("token", g.token).Uint64("new_token", token).
+	for i, g := range old {
+		h.cfg.Logger.Warn().Str("owner", ended[i].Owner).Uint64("token", ended[i].Token).Uint64("new_token", token).
 			Msg("rank host: a newer term started; killing the deposed holder's ranks")
 		g.kill()
 	}
-	return true
+	return ok
+}
+
+// takeLocked removes the ranks of the groups fence ended (h.mu held).
+func (h *Host) takeLocked(ended []Ended) []*group {
+	out := make([]*group, 0, len(ended))
+	for _, e := range ended {
+		g := h.groups[e.Group]
+		delete(h.groups, e.Group)
+		if g == nil {
+			g = &group{}
+		}
+		out = append(out, g)
+	}
+	return out
 }
 
 func (h *Host) start(req request) ([]int, error) {
 	if len(req.Ranks) == 0 {
 		return nil, errors.New("rankhost: start without ranks")
 	}
-	g := &group{owner: req.Owner, token: req.Token, ranks: map[int]*bridge.Child{}}
+	g := &group{ranks: map[int]*bridge.Child{}}
 	var pids []int
 	for i, gr := range req.Ranks {
 		spec := h.cfg.Spec
@@ -246,26 +247,24 @@ func (h *Host) start(req request) ([]int, error) {
 		pids = append(pids, c.Pid())
 	}
 	h.mu.Lock()
-	if req.Token < h.token || h.ctx.Err() != nil { // superseded (or closed) while starting
+	ok, ended := h.fence.Register(req.Group, req.Owner, req.Token)
+	if !ok || h.ctx.Err() != nil { // superseded (or closed) while starting
+		if ok {
+			h.fence.Remove(req.Group)
+		}
+		stale := h.takeLocked(ended)
 		h.mu.Unlock()
+		for _, o := range stale {
+			o.kill()
+		}
 		g.kill()
 		return nil, fmt.Errorf("rankhost: %s's term (token %d) was superseded while its ranks started", req.Owner, req.Token)
 	}
-	// A holder runs one group at a time: its new group ends every other
-	// group of its own here — the one it restarts from, and one whose
-	// start its kill overtook (the kill found nothing registered yet) or
-	// whose kill the bus lost.
-	var stale []*group
-	for id, o := range h.groups {
-		if id == req.Group || o.owner == req.Owner {
-			stale = append(stale, o)
-			delete(h.groups, id)
-		}
-	}
+	stale := h.takeLocked(ended)
 	h.groups[req.Group] = g
 	h.mu.Unlock()
 	for _, o := range stale {
-		h.cfg.Logger.Info().Str("owner", o.owner).Msg("rank host: the holder started a new group; ending its previous ranks here")
+		h.cfg.Logger.Info().Str("owner", req.Owner).Str("group", req.Group).Msg("rank host: the holder started a new group; ending its previous ranks here")
 		o.kill()
 	}
 	h.cfg.Logger.Info().Str("group", req.Group).Str("owner", req.Owner).Ints("pids", pids).Msg("rank host: ranks started")
@@ -300,16 +299,11 @@ func (h *Host) watch() {
 		case <-t.C:
 		}
 		h.mu.Lock()
-		var gone []*group
-		for id, g := range h.groups {
-			if !h.cfg.Alive(g.owner) {
-				gone = append(gone, g)
-				delete(h.groups, id)
-			}
-		}
+		ended := h.fence.Departed(h.cfg.Alive)
+		gone := h.takeLocked(ended)
 		h.mu.Unlock()
-		for _, g := range gone {
-			h.cfg.Logger.Warn().Str("owner", g.owner).Msg("rank host: the holder of a group left the cluster; killing its ranks")
+		for i, g := range gone {
+			h.cfg.Logger.Warn().Str("owner", ended[i].Owner).Msg("rank host: the holder of a group left the cluster; killing its ranks")
 			g.kill()
 		}
 	}

@@ -50,6 +50,8 @@ var cores = []core{
 		notSimulated: "the ledger's progress and in-flight helpers over JetStream records; the simulator applies the ledger's transition rule (cluster/ledger/transition) to its own durable model, and cannot import this package (its store is JetStream)"},
 	{dir: "cluster/lease", files: []string{"core.go"},
 		notSimulated: "the elector's local-deadline judgment; the failover scenario models the lease's KV (fencing tokens, TTL) itself, and cannot import this package while lease.Core shares it with the NATS elector"},
+	{dir: "cluster/rankhost", files: []string{"fence.go"},
+		notSimulated: "which term a rank host serves and which hosted groups end (multi-node torch groups); the failover scenario simulates trainers without worker groups"},
 	{dir: "cluster/discovery", files: []string{"core.go", "apply.go"},
 		notSimulated: "gossip membership → routing changes; the simulated fleet is registered with the routing core directly (engine leaves through its changes)"},
 	{dir: "cluster/placement", notSimulated: "role-list validation and singleton placement at start, no decision during a run"},
