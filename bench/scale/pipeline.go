@@ -138,9 +138,6 @@ func netTransport(maxConns int) *http.Transport {
 // source that ends, hash-model engines) and the timing wrappers.
 func (l *level) start(ctx context.Context) error {
 	o := l.o
-	if o.StoreConcurrency > 0 {
-		return fmt.Errorf("scale: StoreConcurrency %d: the pipeline's rollout actors use rollout's default store bound (32); the option is not wired through cluster/node", o.StoreConcurrency)
-	}
 	task, err := tasks.Get(o.Task)
 	if err != nil {
 		return err
@@ -177,7 +174,7 @@ func (l *level) start(ctx context.Context) error {
 	// queue group, not evenly.
 	actorsN := (2*l.n + rolloutConcurrency - 1) / rolloutConcurrency
 	l.node, err = node.New(cfg, node.Options{Logger: o.Logger, InMemoryBus: true, ResendTrainAfter: time.Minute,
-		RolloutActors: actorsN, ControllerMailbox: o.ControllerMailbox,
+		RolloutActors: actorsN, ControllerMailbox: o.ControllerMailbox, StoreConcurrency: o.StoreConcurrency,
 		Stepper: &node.Stepper{Stepper: &noopStepper{m: pm}, Publisher: noopPublisher{}},
 		// The observers subscribe before the controller takes its first
 		// prompt (the source is made for the controller's start), so

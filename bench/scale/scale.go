@@ -78,9 +78,8 @@ type Options struct {
 	// bridges then wait for room (MailboxWaits) and nothing may be lost.
 	ControllerMailbox int
 	// StoreConcurrency is each rollout actor's bound on stores waiting on
-	// the trajectory buffer; only 0 (rollout's default, 32) runs: the
-	// pipeline (cluster/rollouthost.StartActor) does not wire another, and
-	// a level asked for one fails rather than measure the default.
+	// the trajectory buffer (cluster/node's Options.StoreConcurrency); 0 is
+	// rollout's default, 32.
 	StoreConcurrency int
 	// Timeout bounds one level (default 15 min).
 	Timeout time.Duration

@@ -153,6 +153,12 @@ type Options struct {
 	// actors store into it (the sampling actor and the trainer read the
 	// buffer itself).
 	GroupStream func(transport.Stream) transport.Stream
+	// StoreConcurrency, when > 0, bounds each of this process's rollout
+	// actors' stores waiting on the trajectory buffer at once
+	// (rollout.Config.StoreConcurrency) in place of rollout's default, 32
+	// (0). bench/scale's -store-concurrency sets it (a level measured with
+	// the bound lifted, or tightened); a negative value is refused.
+	StoreConcurrency int
 }
 
 // Stepper is a trainer in place of the built-in one (Options.Stepper).

@@ -443,7 +443,9 @@ func (n *Node) startRollouts() error {
 		groups = n.opts.GroupStream(groups)
 	}
 	for i := range count {
-		a, err := rollouthost.StartActor(n.bus, gen, n.cfg, n.task, "rollout-"+strconv.Itoa(i), ecfg, supportK, n.subj, groups, n.opts.Logger, nil, n.ledger.published)
+		rc := rollouthost.ActorConfig(n.cfg, n.task, "rollout-"+strconv.Itoa(i), ecfg, supportK, n.subj, groups, n.opts.Logger, nil, n.ledger.published)
+		rc.StoreConcurrency = n.opts.StoreConcurrency // 0: rollout's default
+		a, err := rollout.Start(n.bus, gen, rc)
 		if err != nil {
 			return err
 		}

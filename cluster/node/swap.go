@@ -34,6 +34,9 @@ func checkSwapped(cfg config.Config, opts Options) error {
 			return fmt.Errorf("%w: Options.Stepper has no built-in trainer to checkpoint (AfterStep, TrainerCheckpoint and ExecCheckpoint need one)", ErrConfig)
 		}
 	}
+	if opts.StoreConcurrency < 0 {
+		return fmt.Errorf("%w: Options.StoreConcurrency %d: want ≥ 0 (0: rollout's default store bound, 32)", ErrConfig, opts.StoreConcurrency)
+	}
 	if len(opts.Engines) > 0 && opts.Remote != nil {
 		return fmt.Errorf("%w: Options.Engines with Options.Remote: a term serves from other nodes' engines", ErrConfig)
 	}

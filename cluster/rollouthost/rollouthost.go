@@ -311,10 +311,19 @@ func (h *Host) Stop() {
 func StartActor(bus transport.Bus, gen rollout.Generator, cfg config.Config, task tasks.Task, name string,
 	ecfg rollout.EpisodeConfig, supportK int, s transport.RunPlan, groups transport.Stream, log zerolog.Logger,
 	onTake func(group, prompt string), onReport func(group string, ready bool)) (*rollout.Actor, error) {
-	return rollout.Start(bus, gen, rollout.Config{RunID: cfg.Run.ID, Name: name, Task: task, Episode: ecfg,
+	return rollout.Start(bus, gen, ActorConfig(cfg, task, name, ecfg, supportK, s, groups, log, onTake, onReport))
+}
+
+// ActorConfig is the rollout.Config StartActor starts an actor with, for
+// a caller that sets a field the run's config does not carry (cluster/node's
+// Options.StoreConcurrency) before rollout.Start.
+func ActorConfig(cfg config.Config, task tasks.Task, name string, ecfg rollout.EpisodeConfig, supportK int,
+	s transport.RunPlan, groups transport.Stream, log zerolog.Logger,
+	onTake func(group, prompt string), onReport func(group string, ready bool)) rollout.Config {
+	return rollout.Config{RunID: cfg.Run.ID, Name: name, Task: task, Episode: ecfg,
 		Concurrency: cfg.Rollout.Concurrency, SupportK: supportK, Logger: log.With().Str("actor", name).Logger(),
 		Subjects:    rollout.Subjects{Prompts: s.Prompts, Groups: s.Trajectories, Aborted: s.Aborted},
-		GroupStream: groups, OnTake: onTake, OnReport: onReport})
+		GroupStream: groups, OnTake: onTake, OnReport: onReport}
 }
 
 // groupMaxAge: see GroupStream.

@@ -32,7 +32,7 @@ func main() {
 	flag.IntVar(&o.Engines, "engines", 0, "built-in engines (0: level/4096, at least 2)")
 	flag.Float64Var(&o.TimeScale, "time-scale", 0, "latency model time scale (0: 0.8 × level/131072, at least 0.02, so a level's first trajectories outlast its ramp)")
 	flag.IntVar(&o.MaxTurns, "max-turns", 4, "turns per trajectory")
-	flag.IntVar(&o.StoreConcurrency, "store-concurrency", 0, "each rollout actor's bound on stores waiting on the trajectory buffer: only 0 (rollout's default, 32) since the benchmark runs cluster/node's pipeline, which does not wire it")
+	flag.IntVar(&o.StoreConcurrency, "store-concurrency", 0, "each rollout actor's bound on stores waiting on the trajectory buffer (0: rollout's default, 32)")
 	flag.IntVar(&o.ControllerMailbox, "controller-mailbox", 0, "the controller shell's mailbox capacity (0: 1,024); small values overload it on purpose")
 	flag.DurationVar(&o.StartHold, "start-hold", 3*time.Minute, "start barrier: the engines hold requests until the whole level is in flight or this long passed, then release them together (0: no hold; the peak then depends on the machine's pace)")
 	flag.Float64Var(&o.Rounds, "rounds", 1.5, "groups admitted per level, in multiples of the level's groups")
