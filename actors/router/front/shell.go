@@ -31,8 +31,8 @@ import (
 //
 // A request admitted by Enter is ended by exactly one Leave. An attempt
 // opened by Route (d.OK()) is closed by exactly one of EndAttempt,
-// SendFailed, Retry503 (true), StreamFailed, Abandon, Done — or by
-// Relay, which closes it itself.
+// SendFailed, Retry503 (true), StreamFailed, Abandon, Relay, or Answered
+// (its span) followed by Done (its load).
 type Shell interface {
 	// Enter admits a request (false: shutting down; answer 503).
 	Enter() bool
