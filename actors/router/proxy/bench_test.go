@@ -65,6 +65,9 @@ func BenchmarkProxyOverhead(b *testing.B) {
 func BenchmarkServe(b *testing.B) {
 	back := benchBackend(b)
 	body := `{"prompt":"` + strings.Repeat("tok ", 256) + `","max_tokens":16}`
+	// direct: the same exchanges straight to the backend, no router: the
+	// control of a before/after pair (it runs no code either changed).
+	b.Run("direct", func(b *testing.B) { benchExchanges(b, strings.TrimPrefix(back, "http://"), body) })
 	for _, f := range []string{FrontLoop, FrontFast, FrontNetHTTP} {
 		b.Run(f, func(b *testing.B) {
 			cfg := DefaultConfig()
@@ -85,34 +88,38 @@ func BenchmarkServe(b *testing.B) {
 				_ = r.Shutdown(context.Background())
 				<-served
 			}()
-			addr := ln.Addr().String()
-			b.Run("sequential", func(b *testing.B) {
-				b.ReportAllocs()
-				c := dialRouter(b, addr)
-				defer c.close()
-				cpu := startCPU()
-				for i := 0; b.Loop(); i++ {
-					c.exchange(b, "s"+strconv.Itoa(i%64), body)
-				}
-				cpu.report(b)
-			})
-			b.Run("parallel", func(b *testing.B) {
-				b.ReportAllocs()
-				b.SetParallelism(4)
-				var n atomic.Int64
-				cpu := startCPU()
-				defer cpu.report(b)
-				b.RunParallel(func(pb *testing.PB) {
-					c := dialRouter(b, addr)
-					defer c.close()
-					sid := "p" + strconv.FormatInt(n.Add(1), 10)
-					for pb.Next() {
-						c.exchange(b, sid, body)
-					}
-				})
-			})
+			benchExchanges(b, ln.Addr().String(), body)
 		})
 	}
+}
+
+// benchExchanges runs the sequential and parallel exchanges against addr.
+func benchExchanges(b *testing.B, addr, body string) {
+	b.Run("sequential", func(b *testing.B) {
+		b.ReportAllocs()
+		c := dialRouter(b, addr)
+		defer c.close()
+		cpu := startCPU()
+		for i := 0; b.Loop(); i++ {
+			c.exchange(b, "s"+strconv.Itoa(i%64), body)
+		}
+		cpu.report(b)
+	})
+	b.Run("parallel", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetParallelism(4)
+		var n atomic.Int64
+		cpu := startCPU()
+		defer cpu.report(b)
+		b.RunParallel(func(pb *testing.PB) {
+			c := dialRouter(b, addr)
+			defer c.close()
+			sid := "p" + strconv.FormatInt(n.Add(1), 10)
+			for pb.Next() {
+				c.exchange(b, sid, body)
+			}
+		})
+	})
 }
 
 // cpuClock reads the process's CPU time (user + system): the router's,
