@@ -124,7 +124,7 @@ func (r *Router) tooLarge(out front.Failer) {
 // the core chooses, retries as the contract says, and relays the answer:
 // the one route/retry loop both front ends share.
 func (r *Router) forward(in front.Inbound, out front.Answer, body []byte, start time.Time) {
-	preq, key := r.prepare(in, body)
+	preq, key := r.prepare(in.Header, body)
 	overhead := time.Duration(0)
 
 	for attempt := 0; ; attempt++ {
@@ -160,9 +160,11 @@ func (r *Router) forward(in front.Inbound, out front.Answer, body []byte, start 
 }
 
 // prepare reads what routing needs from a request: the core's request
-// (session key, token estimates, prefix hashes) and the key.
-func (r *Router) prepare(h front.Headers, body []byte) (policy.Request, string) {
-	info := parseRequest(h.Header, body, r.cfg.DefaultDecodeTokens, r.cfg.PrefixBytes)
+// (session key, token estimates, prefix hashes) and the key. header is
+// the request's header lookup (a method value: it does not escape, so it
+// costs no allocation, and no interface conversion at the call).
+func (r *Router) prepare(header func(name string) string, body []byte) (policy.Request, string) {
+	info := parseRequest(header, body, r.cfg.DefaultDecodeTokens, r.cfg.PrefixBytes)
 	return policy.Request{
 		SessionKey: info.key.Value, HashOnly: info.key.HashOnly(),
 		PromptTokens: info.promptTokens, ExpectedDecodeTokens: info.decodeTokens, PrefixHash: info.prefixHash,

@@ -57,7 +57,7 @@ func (s *frontShell) Relay(ctx context.Context, out front.Answer, resp *http.Res
 }
 
 func (s *frontShell) Prepare(h front.Headers, body []byte) (policy.Request, string) {
-	return s.r().prepare(h, body)
+	return s.r().prepare(h.Header, body)
 }
 
 func (s *frontShell) Route(preq policy.Request) (policy.Decision, *front.Span) {

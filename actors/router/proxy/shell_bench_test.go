@@ -46,7 +46,7 @@ func BenchmarkShellSteps(b *testing.B) {
 			if !r.enter() {
 				b.Fatal("not admitted")
 			}
-			preq, _ := r.prepare(h, body)
+			preq, _ := r.prepare(h.Header, body)
 			d, span := r.route(preq)
 			r.answered(span, true)
 			r.metrics.overhead.Observe(time.Microsecond.Seconds())
