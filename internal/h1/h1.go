@@ -1,5 +1,5 @@
 // Package h1 holds the pure HTTP/1.1 wire pieces of the router's fast
-// front end (actors/router/proxy, frontconn.go): a request-head parser that
+// front end (actors/router/front, conn.go): a request-head parser that
 // accepts only the plain, unambiguous requests the fast path serves and
 // says "hand off" for everything else (net/http then answers them,
 // including its 400s and 431s), and the bytes of a response head and of

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/asyncrl/asyncrl/actors/router/front"
 	"github.com/asyncrl/asyncrl/actors/router/policy"
 	"github.com/asyncrl/asyncrl/internal/netx"
 )
@@ -92,7 +93,7 @@ type Config struct {
 // idle timeouts clients keep their own pooled connections for (Go's
 // http.Transport: 90 s), so a client, not the router, normally closes
 // an idle keep-alive connection.
-const DefaultIdleTimeout = 2 * time.Minute
+const DefaultIdleTimeout = front.DefaultIdleTimeout
 
 // DefaultConfig returns a loopback router with the default policy
 // (bounded_sticky), 32 MiB bodies, health checks every 2 s (unhealthy

@@ -39,34 +39,22 @@
 //     then stops the background loops.
 //
 // Front ends: Handler is net/http's; Serve runs Config.Front on a
-// listener. FrontLoop (loop_linux.go, the default) runs an event loop per
-// P over one epoll set each: the plain request/answer exchange (GET or
-// POST with a Content-Length body to a plain-http replica, a
-// Content-Length answer of at most 1 MiB that is not an event stream) is
-// served without a goroutine switch; anything else leaves the loop with
-// the bytes already read for the fast front's path (a fastConn, or
-// relayAdopted for an answer that streams). FrontFast (front.go, frontconn.go, frontout.go) reads plain HTTP/1.1 requests itself
-// (internal/h1), relays answers as bytes (a small answer's head and body
-// in one write; streamed ones re-chunked and flushed per chunk, with the
-// version trailers) and hands everything else (/admin/, /finish_session,
-// chunked or Expect requests, HTTP/1.0, odd or oversized heads) to
-// net/http's server on the same connection; FrontNetHTTP serves Handler.
-// Both share one route/retry loop (forward.go: inbound, answer). The fast
-// front watches for a client disconnect only once a request has waited
-// watchDelay (100 ms) on its replica; it sets no per-request deadlines: one reaper
-// per router closes connections that waited for (or trickled) their next
-// request head longer than Config.IdleTimeout (default 2 min), and never
-// a request being served.
+// listener through package front (FrontLoop, the default: event loops
+// over epoll; FrontFast: the router's own HTTP/1.1 server, a goroutine
+// per connection; FrontNetHTTP: net/http's server). The fronts parse and
+// write bytes; this package decides: the Router is their front.Shell
+// (serve.go, a pointer conversion), and the one route/retry loop they
+// share is forward.go's (forward, relay, and the steps the loop front
+// calls one by one: prepare, route, sendFailed, retry503, answered).
+// net/http's front is this package's own (httpIn, httpOut).
 //
-// Both sides of the hop, the fast front's client connections and the
-// upstream client's (package upstream: the lean HTTP/1.1 client for
-// plain-http replicas, used when Config.Transport is nil), read and write
-// with raw non-blocking system calls (internal/rawio: no scheduler hooks,
-// so no sysmon wake-ups). A request upstream that leaves in one write waits for readability itself
-// (rawio.WriteAwait), so reading its answer does not start with a failed
-// read; a replica speaks only in answer. Answers to clients are plain
-// writes: a client may pipeline or half-close while its request is
-// served, input WriteAwait would not see.
+// The upstream client (package upstream: the lean HTTP/1.1 client for
+// plain-http replicas, used when Config.Transport is nil) reads and
+// writes with raw non-blocking system calls (internal/rawio: no
+// scheduler hooks, so no sysmon wake-ups). A request upstream that
+// leaves in one write waits for readability itself (rawio.WriteAwait),
+// so reading its answer does not start with a failed read; a replica
+// speaks only in answer.
 //
 // The core is not goroutine-safe; Router holds one mutex around every
 // core call and never holds it across I/O.

@@ -13,115 +13,50 @@ import (
 	"sync"
 	"time"
 
+	"github.com/asyncrl/asyncrl/actors/router/front"
 	"github.com/asyncrl/asyncrl/actors/router/policy"
 	"github.com/asyncrl/asyncrl/actors/router/proxy/upstream"
 )
 
 // ReplicaHeader names the replica that served a response.
-const ReplicaHeader = "X-Asyncrl-Replica"
-
-// hopHeaders are hop-by-hop headers (RFC 9110 §7.6.1); never forwarded.
-var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
-	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+const ReplicaHeader = front.ReplicaHeader
 
 func copyHeaders(dst, src http.Header) {
 	// Only a Connection header names extra hop-by-hop fields; without one
 	// (the common case) no set of dropped names is built per request.
-	named := connectionNamed(src)
+	named := front.ConnectionNamed(src)
 	for k, vs := range src {
-		if isHopHeader(k) || slices.Contains(named, k) {
+		if front.IsHopHeader(k) || slices.Contains(named, k) {
 			continue
 		}
 		dst[k] = append(dst[k][:0:0], vs...)
 	}
 }
 
-// connectionNamed returns the (canonical) fields h's Connection headers
-// name: hop-by-hop too. Without a Connection header (the common case) it
-// allocates nothing.
-func connectionNamed(h http.Header) []string {
-	var named []string
-	for _, v := range h["Connection"] {
-		for _, f := range strings.Split(v, ",") {
-			named = append(named, http.CanonicalHeaderKey(strings.TrimSpace(f)))
-		}
-	}
-	return named
-}
-
-func isHopHeader(k string) bool {
-	for _, h := range hopHeaders {
-		if k == h {
-			return true
-		}
-	}
-	return false
-}
-
-// inbound is a request as the route/retry loop (forward) needs it,
-// whichever front end read it: net/http's server (httpIn) or the fast
-// HTTP/1.1 front (frontconn.go).
-type inbound interface {
-	// reqCtx ends when the client goes away.
-	reqCtx() context.Context
-	method() string
-	// uri is the request target (path and query) to send upstream.
-	uri() string
-	// header returns the first value of the named header (any case), "" if none.
-	header(name string) string
-	// WriteHeaders writes the end-to-end headers for the lean upstream
-	// client, upstream.HeaderWriter (writeHeaders' rules: hop-by-hop, Host, Content-Length and
-	// Expect left out).
-	WriteHeaders(w *bufio.Writer)
-	// httpHeader returns the headers for a configured Transport.
-	httpHeader() http.Header
-}
-
-// failer writes a local vLLM-style JSON error; retryAfter (seconds)
-// adds a Retry-After header when > 0. The loop front's local answers are
-// only these.
-type failer interface {
-	fail(code int, msg string, retryAfter int)
-}
-
-// answer is where forward answers, whichever front end writes it.
-type answer interface {
-	failer
-	// head writes the replica's status and end-to-end headers plus the
-	// router's (replica, versions; the version trailers declared when
-	// trailers is set); with flush, the head and every later write are
-	// flushed to the client at once.
-	head(resp *http.Response, replica string, vs versionSpan, trailers, flush bool) error
-	write(p []byte) error
-	// end finishes the body; vs, when not nil, goes out as the trailers.
-	end(vs *versionSpan)
-	// abort cuts the client connection: the replica failed mid-response.
-	abort()
-}
-
-// httpIn and httpOut are the net/http front end's request and answer.
+// httpIn and httpOut are the net/http front end's request and answer
+// (front.Inbound, front.Answer).
 type httpIn struct{ r *http.Request }
 
-func (in httpIn) reqCtx() context.Context      { return in.r.Context() }
-func (in httpIn) method() string               { return in.r.Method }
-func (in httpIn) uri() string                  { return in.r.URL.RequestURI() }
-func (in httpIn) header(name string) string    { return in.r.Header.Get(name) }
+func (in httpIn) ReqCtx() context.Context      { return in.r.Context() }
+func (in httpIn) Method() string               { return in.r.Method }
+func (in httpIn) URI() string                  { return in.r.URL.RequestURI() }
+func (in httpIn) Header(name string) string    { return in.r.Header.Get(name) }
 func (in httpIn) WriteHeaders(w *bufio.Writer) { writeHeaders(w, in.r.Header) }
-func (in httpIn) httpHeader() http.Header      { return in.r.Header }
+func (in httpIn) HTTPHeader() http.Header      { return in.r.Header }
 
 type httpOut struct {
 	w  http.ResponseWriter
 	rc *http.ResponseController // set when flushing
 }
 
-func (o *httpOut) fail(code int, msg string, retryAfter int) {
+func (o *httpOut) Fail(code int, msg string, retryAfter int) {
 	if retryAfter > 0 {
 		o.w.Header().Set("Retry-After", strconv.Itoa(retryAfter))
 	}
 	writeError(o.w, code, msg)
 }
 
-func (o *httpOut) head(resp *http.Response, replica string, vs versionSpan, trailers, flush bool) error {
+func (o *httpOut) Head(resp *http.Response, replica string, vs front.Span, trailers, flush bool) error {
 	h := o.w.Header()
 	copyHeaders(h, upstream.Header(resp))
 	h.Set(ReplicaHeader, replica)
@@ -137,7 +72,7 @@ func (o *httpOut) head(resp *http.Response, replica string, vs versionSpan, trai
 	return nil
 }
 
-func (o *httpOut) write(p []byte) error {
+func (o *httpOut) Write(p []byte) error {
 	if _, err := o.w.Write(p); err != nil {
 		return err
 	}
@@ -147,25 +82,25 @@ func (o *httpOut) write(p []byte) error {
 	return nil
 }
 
-func (o *httpOut) end(vs *versionSpan) {
+func (o *httpOut) End(vs *front.Span) {
 	if vs != nil {
 		setVersionHeaders(o.w.Header(), *vs) // declared in Trailer: sent as trailers
 	}
 }
 
-func (o *httpOut) abort() { panic(http.ErrAbortHandler) }
+func (o *httpOut) Abort() { panic(http.ErrAbortHandler) }
 
 // proxy is the net/http front end: it reads the body and forwards.
 func (r *Router) proxy(w http.ResponseWriter, req *http.Request) {
 	start := time.Now()
 	out := &httpOut{w: w}
 	if !r.enter() {
-		out.fail(http.StatusServiceUnavailable, "router is shutting down", 0)
+		out.Fail(http.StatusServiceUnavailable, "router is shutting down", 0)
 		return
 	}
 	defer r.leave()
 
-	body, err := readBody(http.MaxBytesReader(w, req.Body, r.cfg.MaxBodyBytes), req.ContentLength, r.cfg.MaxBodyBytes)
+	body, err := front.ReadBody(http.MaxBytesReader(w, req.Body, r.cfg.MaxBodyBytes), req.ContentLength, r.cfg.MaxBodyBytes)
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
@@ -173,49 +108,42 @@ func (r *Router) proxy(w http.ResponseWriter, req *http.Request) {
 			return
 		}
 		r.metrics.errors.WithLabelValues("", "read_body").Inc()
-		out.fail(http.StatusBadRequest, "reading request body: "+err.Error(), 0)
+		out.Fail(http.StatusBadRequest, "reading request body: "+err.Error(), 0)
 		return
 	}
 	r.forward(httpIn{req}, out, body, start)
 }
 
 // tooLarge answers a body over MaxBodyBytes.
-func (r *Router) tooLarge(out failer) {
+func (r *Router) tooLarge(out front.Failer) {
 	r.metrics.errors.WithLabelValues("", "body_too_large").Inc()
-	out.fail(http.StatusRequestEntityTooLarge, "request body exceeds "+strconv.FormatInt(r.cfg.MaxBodyBytes, 10)+" bytes", 0)
+	out.Fail(http.StatusRequestEntityTooLarge, "request body exceeds "+strconv.FormatInt(r.cfg.MaxBodyBytes, 10)+" bytes", 0)
 }
 
 // forward routes one admitted request (body read whole) to the replica
 // the core chooses, retries as the contract says, and relays the answer:
 // the one route/retry loop both front ends share.
-func (r *Router) forward(in inbound, out answer, body []byte, start time.Time) {
-	info := parseRequest(in.header, body, r.cfg.DefaultDecodeTokens, r.cfg.PrefixBytes)
-	key := info.key
-	preq := policy.Request{
-		SessionKey: key.Value, HashOnly: key.HashOnly(),
-		PromptTokens: info.promptTokens, ExpectedDecodeTokens: info.decodeTokens, PrefixHash: info.prefixHash,
-		PrefixBlocks: info.prefixBlocks,
-	}
+func (r *Router) forward(in front.Inbound, out front.Answer, body []byte, start time.Time) {
+	preq, key := r.prepare(in.Header, body)
 	overhead := time.Duration(0)
 
 	for attempt := 0; ; attempt++ {
 		d, span := r.route(preq)
 		if !d.OK() {
 			overhead += time.Since(start)
-			r.unrouted(out, d, key.Value, overhead)
+			r.unrouted(out, d, key, overhead)
 			return
 		}
 		overhead += time.Since(start)
 		resp, err := r.send(in, d.Replica, body)
 		upstreamAt := time.Now()
 		if err != nil {
-			switch r.sendFailed(d, span, err, attempt, &preq, in.reqCtx().Err() != nil) {
-			case sendRetry:
+			switch r.sendFailed(d, span, err, attempt, &preq, in.ReqCtx().Err() != nil, overhead) {
+			case front.SendRetry:
 				start = time.Now()
 				continue
-			case sendFail:
-				r.metrics.overhead.Observe(overhead.Seconds())
-				out.fail(http.StatusBadGateway, "upstream "+d.Replica+" unreachable", 0)
+			case front.SendFail:
+				out.Fail(http.StatusBadGateway, "upstream "+d.Replica+" unreachable", 0)
 			}
 			return
 		}
@@ -226,41 +154,47 @@ func (r *Router) forward(in inbound, out answer, body []byte, start time.Time) {
 			start = time.Now()
 			continue
 		}
-		r.relay(in.reqCtx(), out, resp, d, span, upstreamAt, overhead)
+		r.relay(in.ReqCtx(), out, resp, d, span, upstreamAt, overhead)
 		return
 	}
+}
+
+// prepare reads what routing needs from a request: the core's request
+// (session key, token estimates, prefix hashes) and the key. header is
+// the request's header lookup (a method value: it does not escape, so it
+// costs no allocation, and no interface conversion at the call).
+func (r *Router) prepare(header func(name string) string, body []byte) (policy.Request, string) {
+	info := parseRequest(header, body, r.cfg.DefaultDecodeTokens, r.cfg.PrefixBytes)
+	return policy.Request{
+		SessionKey: info.key.Value, HashOnly: info.key.HashOnly(),
+		PromptTokens: info.promptTokens, ExpectedDecodeTokens: info.decodeTokens, PrefixHash: info.prefixHash,
+		PrefixBlocks: info.prefixBlocks,
+	}, info.key.Value
 }
 
 // unrouted answers a request the core placed nowhere: 503, with
 // Retry-After when the session is gated on its replica catching up.
-func (r *Router) unrouted(out failer, d policy.Decision, key string, overhead time.Duration) {
+func (r *Router) unrouted(out front.Failer, d policy.Decision, key string, overhead time.Duration) {
 	r.metrics.overhead.Observe(overhead.Seconds())
 	if d.Outcome == policy.OutcomeGated {
-		out.fail(http.StatusServiceUnavailable, "session "+key+" waits for replica "+d.From+" to catch up; retry later",
+		out.Fail(http.StatusServiceUnavailable, "session "+key+" waits for replica "+d.From+" to catch up; retry later",
 			max(int(r.cfg.RetryAfter.Round(time.Second)/time.Second), 1))
 		return
 	}
 	r.metrics.errors.WithLabelValues("", "no_replica").Inc()
-	out.fail(http.StatusServiceUnavailable, "no replica available", 0)
+	out.Fail(http.StatusServiceUnavailable, "no replica available", 0)
 }
-
-// What to do after a send to a replica failed before any answer.
-type sendOutcome int
-
-const (
-	sendGone  sendOutcome = iota // the client went away: nothing to answer
-	sendRetry                    // try another replica (preq.Avoid has this one)
-	sendFail                     // answer 502
-)
 
 // sendFailed closes the attempt on d.Replica that failed with err before
 // any answer (its span and load), counts it against the replica's health
-// and decides, by the retry rules of the contract, whether to try another.
-func (r *Router) sendFailed(d policy.Decision, span *versionSpan, err error, attempt int, preq *policy.Request, clientGone bool) sendOutcome {
+// and decides, by the retry rules of the contract, whether to try another
+// (front.SendFail: the caller answers 502; its overhead is counted here).
+func (r *Router) sendFailed(d policy.Decision, span *versionSpan, err error, attempt int, preq *policy.Request,
+	clientGone bool, overhead time.Duration) front.SendOutcome {
 	r.endAttempt(d, span)
 	if clientGone {
 		r.metrics.errors.WithLabelValues(d.Replica, "client_gone").Inc()
-		return sendGone
+		return front.SendGone
 	}
 	r.upstreamFailed(d.Replica, err)
 	r.metrics.errors.WithLabelValues(d.Replica, "upstream_connect").Inc()
@@ -268,9 +202,10 @@ func (r *Router) sendFailed(d policy.Decision, span *versionSpan, err error, att
 	if attempt < r.cfg.MaxRetries && r.spendRetryToken() {
 		r.metrics.retries.WithLabelValues("connect").Inc()
 		preq.Avoid = append(preq.Avoid, d.Replica)
-		return sendRetry
+		return front.SendRetry
 	}
-	return sendFail
+	r.metrics.overhead.Observe(overhead.Seconds())
+	return front.SendFail
 }
 
 // retry503 closes an attempt the replica answered 503 (its body already
@@ -285,44 +220,20 @@ func (r *Router) retry503(d policy.Decision, span *versionSpan, preq *policy.Req
 // send forwards the request with body to replica: through the lean
 // upstream client for a plain-http replica when no Transport was
 // configured, else through the Transport.
-func (r *Router) send(in inbound, replica string, body []byte) (*http.Response, error) {
+func (r *Router) send(in front.Inbound, replica string, body []byte) (*http.Response, error) {
 	if r.up != nil {
 		if host, ok := strings.CutPrefix(replica, "http://"); ok && !strings.Contains(host, "/") {
-			return r.up.RoundTrip(in.reqCtx(), in.method(), host, in.uri(), in, body)
+			return r.up.RoundTrip(in.ReqCtx(), in.Method(), host, in.URI(), in, body)
 		}
 	}
-	out, err := http.NewRequestWithContext(in.reqCtx(), in.method(), replica+in.uri(), bytes.NewReader(body))
+	out, err := http.NewRequestWithContext(in.ReqCtx(), in.Method(), replica+in.URI(), bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
-	copyHeaders(out.Header, in.httpHeader())
+	copyHeaders(out.Header, in.HTTPHeader())
 	out.ContentLength = int64(len(body))
 	out.Host = ""
 	return r.tr.RoundTrip(out)
-}
-
-// readBody reads the whole body into one buffer sized from the declared
-// Content-Length (capped by the body limit), instead of io.ReadAll's
-// doubling from 512 bytes, which for a 70 KB multi-turn prompt
-// allocates and copies eight times.
-func readBody(rd io.Reader, contentLength, limit int64) ([]byte, error) {
-	if contentLength <= 0 {
-		return io.ReadAll(rd)
-	}
-	buf := make([]byte, 0, min(contentLength, limit)+1) // +1: see EOF without regrowing
-	for {
-		if len(buf) == cap(buf) { // longer than declared: let append grow it
-			buf = append(buf, 0)[:len(buf)]
-		}
-		n, err := rd.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if err == io.EOF {
-			return buf, nil
-		}
-		if err != nil {
-			return buf, err
-		}
-	}
 }
 
 // relayBufs recycles relay's 32 KiB copy buffers: allocating one per
@@ -346,7 +257,7 @@ var relayBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b
 // routing to the first byte; the final span, up to the end of the
 // stream, follows as HTTP trailers of the same names (declared in a
 // Trailer header; a client that ignores trailers sees the start values).
-func (r *Router) relay(ctx context.Context, out answer, resp *http.Response, d policy.Decision, span *versionSpan,
+func (r *Router) relay(ctx context.Context, out front.Answer, resp *http.Response, d policy.Decision, span *versionSpan,
 	upstreamAt time.Time, overhead time.Duration) {
 	defer resp.Body.Close()
 	defer r.done(d)
@@ -354,7 +265,7 @@ func (r *Router) relay(ctx context.Context, out answer, resp *http.Response, d p
 	streaming := sse && resp.ContentLength < 0
 	flush := sse || resp.ContentLength < 0
 	vs := r.answered(span, !streaming)
-	herr := out.head(resp, d.Replica, vs, streaming, flush)
+	herr := out.Head(resp, d.Replica, vs, streaming, flush)
 	r.metrics.overhead.Observe((overhead + time.Since(upstreamAt)).Seconds())
 	r.metrics.request(d.Replica, resp.StatusCode)
 	if herr != nil {
@@ -368,7 +279,7 @@ func (r *Router) relay(ctx context.Context, out answer, resp *http.Response, d p
 	for {
 		n, rerr := resp.Body.Read(buf)
 		if n > 0 {
-			if werr := out.write(buf[:n]); werr != nil {
+			if werr := out.Write(buf[:n]); werr != nil {
 				r.endStream(span, streaming)
 				return // client gone; closing the body ends the upstream request
 			}
@@ -379,7 +290,7 @@ func (r *Router) relay(ctx context.Context, out answer, resp *http.Response, d p
 				s := r.span(span, true)
 				tr = &s
 			}
-			out.end(tr)
+			out.End(tr)
 			return
 		}
 		if rerr != nil {
@@ -393,7 +304,7 @@ func (r *Router) relay(ctx context.Context, out answer, resp *http.Response, d p
 			r.metrics.errors.WithLabelValues(d.Replica, "upstream_stream").Inc()
 			r.passiveFailure(d.Replica)
 			r.warn(d.Replica, "upstream failed mid-response", rerr)
-			out.abort()
+			out.Abort()
 			return
 		}
 	}

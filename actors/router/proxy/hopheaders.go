@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+
+	"github.com/asyncrl/asyncrl/actors/router/front"
 )
 
 // writeHeaders writes the client's end-to-end headers (as copyHeaders
@@ -12,9 +14,9 @@ import (
 // and Expect (the body is already read; a 100-continue would only
 // delay it).
 func writeHeaders(w *bufio.Writer, h http.Header) {
-	named := connectionNamed(h)
+	named := front.ConnectionNamed(h)
 	for k, vs := range h {
-		if isHopHeader(k) || k == "Host" || k == "Content-Length" || k == "Expect" || slices.Contains(named, k) {
+		if front.IsHopHeader(k) || k == "Host" || k == "Content-Length" || k == "Expect" || slices.Contains(named, k) {
 			continue
 		}
 		for _, v := range vs {

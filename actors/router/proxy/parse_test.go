@@ -1,8 +1,6 @@
 package proxy
 
 import (
-	"errors"
-	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -139,23 +137,5 @@ func TestParseRequestMatchesTwoPass(t *testing.T) {
 				t.Errorf("body %q header %q: one pass %+v, two passes %+v", b, hdr, got, want)
 			}
 		}
-	}
-}
-
-// readBody must return exactly the body whatever Content-Length claims
-// (a wrong or absent length only changes how the buffer grows).
-func TestReadBody(t *testing.T) {
-	body := strings.Repeat("0123456789", 1000)
-	for _, declared := range []int64{-1, 0, 1, 100, int64(len(body)), int64(len(body)) + 5, 1 << 20} {
-		got, err := readBody(strings.NewReader(body), declared, 1<<20)
-		if err != nil || string(got) != body {
-			t.Errorf("declared %d: %d bytes, err %v", declared, len(got), err)
-		}
-	}
-	// The limit's error comes through (MaxBytesReader in the handler).
-	_, err := readBody(http.MaxBytesReader(nil, io.NopCloser(strings.NewReader(body)), 100), int64(len(body)), 100)
-	var tooBig *http.MaxBytesError
-	if !errors.As(err, &tooBig) {
-		t.Errorf("over the limit: err %v, want *http.MaxBytesError", err)
 	}
 }

@@ -787,3 +787,15 @@ func TestServeReturnsAfterShutdownWithRequestInFlight(t *testing.T) {
 		}
 	})
 }
+
+// send writes raw request bytes to the router's connection c.
+func send(t *testing.T, c net.Conn, raw string) {
+	t.Helper()
+	if _, err := io.WriteString(c, raw); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func rawPost(session, body string) string {
+	return fmt.Sprintf("POST /v1/completions HTTP/1.1\r\nHost: r\r\nX-Session-ID: %s\r\nContent-Length: %d\r\n\r\n%s", session, len(body), body)
+}

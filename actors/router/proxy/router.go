@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/asyncrl/asyncrl/actors"
+	"github.com/asyncrl/asyncrl/actors/router/front"
 	"github.com/asyncrl/asyncrl/actors/router/policy"
 	"github.com/asyncrl/asyncrl/actors/router/proxy/upstream"
 )
@@ -29,7 +30,7 @@ type Router struct {
 	up      *upstream.Client // proxied requests when no Transport is configured; nil otherwise
 	metrics *metrics
 	warns   *actors.LimitedLogger // upstream warnings, per replica and message
-	front   frontState            // Serve's listeners and connections
+	fronts  *front.Server         // Serve's listeners and connections
 
 	mu       sync.Mutex
 	core     *policy.Core
@@ -84,6 +85,9 @@ func New(cfg Config) (*Router, error) {
 	r.mux.HandleFunc("/admin/", r.admin)
 	r.mux.HandleFunc("/finish_session", r.finishSession)
 	r.mux.HandleFunc("/", r.proxy)
+	r.fronts = front.New((*frontShell)(r), front.Config{
+		Handler: r.mux, Upstream: r.up, MaxBodyBytes: cfg.MaxBodyBytes, IdleTimeout: cfg.IdleTimeout, Logger: cfg.Logger,
+	})
 
 	ctx, cancel := context.WithCancel(context.Background())
 	r.stop = cancel
@@ -124,7 +128,7 @@ func (r *Router) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		err = ctx.Err()
 	}
-	r.stopFront(ctx)
+	r.fronts.Stop(ctx)
 	r.stop()
 	r.wg.Wait()
 	if t, ok := r.tr.(interface{ CloseIdleConnections() }); ok {
@@ -212,21 +216,7 @@ func (r *Router) finishSession(w http.ResponseWriter, req *http.Request) {
 
 // writeError writes a vLLM/OpenAI-style JSON error.
 func writeError(w http.ResponseWriter, code int, msg string) {
-	writeJSON(w, code, errorValue(code, msg))
-}
-
-// errorValue is the JSON of a vLLM/OpenAI-style error (both front ends).
-func errorValue(code int, msg string) map[string]any {
-	typ := "BadRequestError"
-	switch {
-	case code == http.StatusNotFound:
-		typ = "NotFoundError"
-	case code == http.StatusUnauthorized:
-		typ = "AuthenticationError"
-	case code >= 500:
-		typ = "ServiceUnavailableError"
-	}
-	return map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": code}}
+	writeJSON(w, code, front.ErrorValue(code, msg))
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/asyncrl/asyncrl/actors/router/front"
 	"github.com/asyncrl/asyncrl/actors/router/policy"
 )
 
@@ -14,27 +15,24 @@ import (
 // with the minimum (staleness counts from the oldest) when the engine
 // reports no per-token versions of its own (vLLM).
 const (
-	VersionMinHeader = "X-Asyncrl-Weight-Version-Min"
-	VersionMaxHeader = "X-Asyncrl-Weight-Version-Max"
+	VersionMinHeader = front.VersionMinHeader
+	VersionMaxHeader = front.VersionMaxHeader
 )
 
 // versionSpan is the range of versions one replica was known to serve
-// between a request's routing and its end. It is written only under
-// Router.mu.
-type versionSpan struct {
-	replica  string
-	min, max int64
-}
+// between a request's routing and its end (front.Span: the fronts hold
+// it as an attempt's handle). It is written only under Router.mu.
+type versionSpan = front.Span
 
-func (s *versionSpan) widen(v int64) {
-	s.min, s.max = min(s.min, v), max(s.max, v)
+func widen(s *versionSpan, v int64) {
+	s.Min, s.Max = min(s.Min, v), max(s.Max, v)
 }
 
 // openSpan starts tracking the versions url serves, from its current one.
 // Caller holds r.mu.
 func (r *Router) openSpan(url string) *versionSpan {
 	v, _ := r.core.Version(url)
-	s := &versionSpan{replica: url, min: v, max: v}
+	s := &versionSpan{Replica: url, Min: v, Max: v}
 	set := r.spans[url]
 	if set == nil {
 		set = make(map[*versionSpan]struct{})
@@ -63,7 +61,7 @@ func (r *Router) observeVersion(ch policy.Change) {
 		return
 	}
 	for s := range r.spans[url] {
-		s.widen(v)
+		widen(s, v)
 	}
 }
 
@@ -80,11 +78,11 @@ func (r *Router) span(s *versionSpan, end bool) versionSpan {
 // two. A transition it causes is logged after the lock is released.
 func (r *Router) answered(s *versionSpan, end bool) versionSpan {
 	r.mu.Lock()
-	changed, err := r.core.ObserveHealth(s.replica, true, false)
+	changed, err := r.core.ObserveHealth(s.Replica, true, false)
 	out := r.spanLocked(s, end)
 	r.mu.Unlock()
 	if err == nil && changed {
-		r.log.Info().Str("replica", s.replica).Msg("replica healthy again")
+		r.log.Info().Str("replica", s.Replica).Msg("replica healthy again")
 	}
 	return out
 }
@@ -93,11 +91,11 @@ func (r *Router) answered(s *versionSpan, end bool) versionSpan {
 func (r *Router) spanLocked(s *versionSpan, end bool) versionSpan {
 	out := *s
 	if end {
-		set := r.spans[s.replica]
+		set := r.spans[s.Replica]
 		delete(set, s)
 		if len(set) == 0 {
-			if _, ok := r.core.Version(s.replica); !ok {
-				delete(r.spans, s.replica) // replica gone: drop its empty set
+			if _, ok := r.core.Version(s.Replica); !ok {
+				delete(r.spans, s.Replica) // replica gone: drop its empty set
 			}
 		}
 	}
@@ -106,6 +104,6 @@ func (r *Router) spanLocked(s *versionSpan, end bool) versionSpan {
 
 // setVersionHeaders writes s into h (response headers or trailers).
 func setVersionHeaders(h http.Header, s versionSpan) {
-	h.Set(VersionMinHeader, strconv.FormatInt(s.min, 10))
-	h.Set(VersionMaxHeader, strconv.FormatInt(s.max, 10))
+	h.Set(VersionMinHeader, strconv.FormatInt(s.Min, 10))
+	h.Set(VersionMaxHeader, strconv.FormatInt(s.Max, 10))
 }

@@ -34,7 +34,7 @@
 //     (rawio.WriteAwait), so reading the answer does not start with a
 //     failed read: a replica speaks only in answer.
 //
-// The proxy's loop front (actors/router/proxy, loop_linux.go) dials with
+// The router's loop front (actors/router/front, loop_linux.go) dials with
 // Client.Dialer and keeps its own pool of the same size; an exchange it
 // hands back to a goroutine continues on a Conn (NewConn with the bytes
 // of the answer already read, then Client.TrackBody).

@@ -1,6 +1,6 @@
 //go:build linux
 
-package proxy
+package front
 
 import (
 	"errors"
@@ -23,7 +23,7 @@ import (
 	"github.com/asyncrl/asyncrl/internal/rawio"
 )
 
-// The loop front (FrontLoop): event loops, one per P, each accepting
+// The loop front (Loop): event loops, one per P, each accepting
 // from the listener and serving the client connections it accepted and
 // the upstream connections it uses from one epoll set, as an
 // event-driven proxy (HAProxy, nginx) does. A request costs no goroutine
@@ -44,10 +44,12 @@ import (
 // the goroutine path with the bytes already read: a request the fast
 // front would hand off (admin, /finish_session, chunked, Expect, odd
 // heads) becomes a fastConn; an answer that is not plain (streamed,
-// chunked, large, interim) is relayed by a goroutine with the fast
-// front's relay, after which that connection stays a fastConn. Retries,
-// health accounting, versions and metrics are forward's (sendFailed,
-// retry503, unrouted, answered).
+// chunked, large, interim) is relayed by a goroutine with the shell's
+// relay (Shell.Relay), after which that connection stays a fastConn.
+// Routing, retries, health accounting, versions and metrics are the
+// shell's: the loop calls Shell's steps (Prepare, Route, SendFailed,
+// Retry503, Answered, Done, …), forward's loop cut at its waits, and
+// none of them blocks.
 
 // loopMaxAnswer is the largest answer body the loop buffers whole;
 // larger ones are relayed by a goroutine. (A variable for the tests.)
@@ -58,7 +60,8 @@ var loopMaxAnswer int64 = 1 << 20
 const loopBuf = 16 << 10
 
 type loop struct {
-	r    *Router
+	s    *Server
+	sh   Shell
 	hand *handoffListener
 	epfd int
 	ef   *os.File
@@ -81,7 +84,7 @@ type loop struct {
 	wakes        atomic.Int64  // batches of events handled (the tests check the loop does not spin)
 	werr         syscall.Errno // a failed epoll_wait: run returns it
 	// served receives the loop's result for Serve once: when it stops
-	// accepting (Shutdown; it then drains its connections in the
+	// accepting (Stop; it then drains its connections in the
 	// background, as the fast front's goroutines do) or when run ends.
 	served       chan<- error
 	stopReported atomic.Bool
@@ -94,6 +97,7 @@ type loop struct {
 
 // lconn is a client connection of the loop.
 type lconn struct {
+	l          *loop
 	fd         int
 	in         []byte
 	fill       int
@@ -111,7 +115,7 @@ type lconn struct {
 	preq      policy.Request
 	key       string
 	d         policy.Decision
-	span      *versionSpan
+	span      *Span
 	attempt   int
 	start     time.Time
 	upAt      time.Time
@@ -138,33 +142,33 @@ type lup struct {
 	headDone bool
 }
 
-func (r *Router) serveLoop(ln net.Listener) error {
+func (s *Server) serveLoop(ln net.Listener) error {
 	tl, ok := ln.(*net.TCPListener)
-	if !ok || r.up == nil {
-		return r.serveFast(ln) // the loop needs a TCP listener and the lean upstream client
+	if !ok || s.cfg.Upstream == nil {
+		return s.serveFast(ln) // the loop needs a TCP listener and the lean upstream client
 	}
-	hand, ok := r.trackListener(ln)
+	hand, ok := s.trackListener(ln)
 	if !ok {
 		return http.ErrServerClosed
 	}
-	defer r.untrackListener(ln)
+	defer s.untrackListener(ln)
 	// One loop per P: each accepts from the listener (registered
 	// EPOLLEXCLUSIVE, so a connection wakes one loop) and serves what it
 	// accepted.
 	n := runtime.GOMAXPROCS(0)
 	errs := make(chan error, n)
 	for range n {
-		l, err := newLoop(r, hand, tl)
+		l, err := newLoop(s, hand, tl)
 		if err != nil {
-			if r.frontStopped() {
-				// Shutdown closed the listener before this loop took
+			if s.frontStopped() {
+				// Stop closed the listener before this loop took
 				// its copy: that is a stop, not a failure to serve.
 				err = http.ErrServerClosed
 			}
 			errs <- err
 			continue
 		}
-		if !r.addLoop(l) {
+		if !s.addLoop(l) {
 			l.close()
 			errs <- http.ErrServerClosed
 			continue
@@ -172,7 +176,7 @@ func (r *Router) serveLoop(ln net.Listener) error {
 		l.served = errs
 		go l.tick()
 		go func() {
-			defer r.removeLoop(l)
+			defer s.removeLoop(l)
 			err := l.run()
 			if l.stopReported.CompareAndSwap(false, true) {
 				errs <- err
@@ -188,8 +192,8 @@ func (r *Router) serveLoop(ln net.Listener) error {
 	return first
 }
 
-func newLoop(r *Router, hand *handoffListener, tl *net.TCPListener) (*loop, error) {
-	l := &loop{r: r, hand: hand, lfd: -1, wake: -1,
+func newLoop(s *Server, hand *handoffListener, tl *net.TCPListener) (*loop, error) {
+	l := &loop{s: s, sh: s.sh, hand: hand, lfd: -1, wake: -1,
 		idle: map[string][]*lup{}, evs: make([]syscall.EpollEvent, 256), quit: make(chan struct{})}
 	var err error
 	if l.epfd, err = syscall.EpollCreate1(syscall.EPOLL_CLOEXEC); err != nil {
@@ -320,8 +324,8 @@ func (l *loop) tick() {
 func (l *loop) run() (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			l.r.log.Error().Interface("panic", p).Msg("router loop front: panicked; its connections are closed")
-			err = errors.New("proxy: loop front panicked")
+			l.s.cfg.Logger.Error().Interface("panic", p).Msg("router loop front: panicked; its connections are closed")
+			err = errors.New("front: loop front panicked")
 		}
 		l.closeAll()
 		close(l.quit)
@@ -395,14 +399,14 @@ func (l *loop) accept() {
 			// Out of descriptors or memory (EMFILE, ENFILE, ENOBUFS):
 			// the listener stays readable, and waiting on it would spin.
 			// It leaves the epoll set until the next housekeeping.
-			l.r.warn("", "router loop front: accept failed; pausing accepts for "+watchDelay.String(), err)
+			l.sh.Warn("", "router loop front: accept failed; pausing accepts for "+watchDelay.String(), err)
 			if l.ctl(syscall.EPOLL_CTL_DEL, l.lfd, 0) == nil {
 				l.acceptPaused = true
 			}
 			return
 		}
 		setClientOpts(fd)
-		c := &lconn{fd: fd, in: make([]byte, loopBuf), idleSince: time.Now()}
+		c := &lconn{l: l, fd: fd, in: make([]byte, loopBuf), idleSince: time.Now()}
 		c.ev = syscall.EPOLLIN | syscall.EPOLLRDHUP
 		if l.ctl(syscall.EPOLL_CTL_ADD, fd, c.ev) != nil {
 			_ = syscall.Close(fd)
@@ -481,7 +485,7 @@ func (l *loop) client(c *lconn, ev uint32) {
 
 // next serves the request at the start of c.in once it is whole.
 func (l *loop) next(c *lconn) {
-	r := l.r
+	sh := l.sh
 	n, v := h1.Parse(c.in[:c.fill], &c.head)
 	if v == h1.Incomplete {
 		return
@@ -493,9 +497,9 @@ func (l *loop) next(c *lconn) {
 	cl := c.head.ContentLength
 	c.idleSince = time.Time{} // a request's body is being read: not idle (housekeep)
 	c.closeAfter = c.head.Close || l.stopped
-	if cl > r.cfg.MaxBodyBytes {
+	if cl > l.s.cfg.MaxBodyBytes {
 		c.closeAfter = true // the body stays unread
-		r.tooLarge(l.out(c))
+		sh.TooLarge(c)
 		return
 	}
 	need := n + int(cl)
@@ -507,43 +511,38 @@ func (l *loop) next(c *lconn) {
 	}
 	c.reqLen = need
 	c.busy, c.start, c.attempt, c.overhead, c.replayed = true, time.Now(), 0, 0, false
-	if !r.enter() {
+	if !sh.Enter() {
 		c.busy, c.closeAfter = false, true
-		l.out(c).fail(http.StatusServiceUnavailable, "router is shutting down", 0)
+		c.Fail(http.StatusServiceUnavailable, "router is shutting down", 0)
 		return
 	}
-	info := parseRequest(c.header, c.in[n:need], r.cfg.DefaultDecodeTokens, r.cfg.PrefixBytes)
-	c.key = info.key.Value
-	c.preq = policy.Request{
-		SessionKey: info.key.Value, HashOnly: info.key.HashOnly(),
-		PromptTokens: info.promptTokens, ExpectedDecodeTokens: info.decodeTokens, PrefixHash: info.prefixHash,
-		PrefixBlocks: info.prefixBlocks,
-	}
+	c.preq, c.key = sh.Prepare(c, c.in[n:need])
 	l.attempt(c)
 }
 
-func (c *lconn) header(name string) string {
+// Header is Headers' (Shell.Prepare) for the request being served.
+func (c *lconn) Header(name string) string {
 	v, _ := c.head.Get(name)
 	return string(v)
 }
 
 // attempt routes the request and sends it to the chosen replica.
 func (l *loop) attempt(c *lconn) {
-	r := l.r
-	d, span := r.route(c.preq)
+	sh := l.sh
+	d, span := sh.Route(c.preq)
 	c.overhead += time.Since(c.start)
 	if !d.OK() {
 		c.busy = false
-		r.unrouted(l.out(c), d, c.key, c.overhead)
-		r.leave()
+		sh.Unrouted(c, d, c.key, c.overhead)
+		sh.Leave()
 		return
 	}
 	host, ok := strings.CutPrefix(d.Replica, "http://")
 	if !ok || strings.Contains(host, "/") {
 		// Not a plain-http replica: the goroutine path (a configured
 		// replica URL with a scheme or path) routes it again.
-		r.endAttempt(d, span)
-		r.leave()
+		sh.EndAttempt(d, span)
+		sh.Leave()
 		c.busy = false
 		l.handOff(c)
 		return
@@ -569,7 +568,7 @@ func (l *loop) idleUp(host string) *lup {
 // dial connects to host on a goroutine (a dial may take up to its
 // timeout) and sends c's request there from the loop.
 func (l *loop) dial(c *lconn, host string) {
-	d := &l.r.up.Dialer
+	d := &l.s.cfg.Upstream.Dialer
 	go func() {
 		nc, err := d.Dial("tcp", host)
 		fd := -1
@@ -708,28 +707,25 @@ func (l *loop) answer(up *lup) {
 		}
 		return
 	}
-	r, d := l.r, c.d
+	sh, d := l.sh, c.d
 	c.upAt = time.Now() // the answer is in: forward's upstreamAt
 	code := up.rhead.Code
 	keep := up.fill == total && !up.rhead.Close
-	if code == http.StatusServiceUnavailable && c.attempt < r.cfg.MaxRetries && r.spendRetryToken() {
+	if code == http.StatusServiceUnavailable && sh.Retry503(d, c.span, c.attempt, &c.preq) {
 		l.release(up, keep)
 		c.up = nil
-		r.retry503(d, c.span, &c.preq)
 		c.attempt++
 		c.start = time.Now()
 		l.attempt(c)
 		return
 	}
-	vs := r.answered(c.span, true)
+	vs := sh.Answered(c.span)
 	c.closeAfter = c.closeAfter || c.rdhup // a half-closed client's last answer
 	b := appendRelayedHead(l.scratch[:0], code, &up.rhead, nil, d.Replica, vs)
 	b = appendHeadEnd(b, up.rhead.ContentLength, c.closeAfter)
 	b = append(b, up.in[n:total]...)
 	l.scratch = b[:0]
-	r.metrics.overhead.Observe((c.overhead + time.Since(c.upAt)).Seconds())
-	r.metrics.request(d.Replica, code)
-	r.done(d)
+	sh.Done(d, code, c.overhead+time.Since(c.upAt))
 	l.release(up, keep)
 	l.finish(c)
 	l.write(c, b)
@@ -737,7 +733,7 @@ func (l *loop) answer(up *lup) {
 
 // finish ends the request being served (its bytes leave c.in).
 func (l *loop) finish(c *lconn) {
-	l.r.leave()
+	l.sh.Leave()
 	c.busy, c.up = false, nil
 	l.consume(c)
 }
@@ -758,7 +754,7 @@ func (l *loop) release(up *lup, keep bool) {
 	if len(up.in) > loopBuf {
 		up.in = make([]byte, loopBuf)
 	}
-	if !keep || l.stopped || len(l.idle[up.host]) >= l.r.up.MaxIdle {
+	if !keep || l.stopped || len(l.idle[up.host]) >= l.s.cfg.Upstream.MaxIdle {
 		l.closeUp(up)
 		return
 	}
@@ -795,12 +791,8 @@ func (l *loop) upFailed(up *lup, err error) {
 	up.c, c.up = nil, nil
 	l.closeUp(up)
 	if headDone {
-		r := l.r
-		r.metrics.errors.WithLabelValues(c.d.Replica, "upstream_stream").Inc()
-		r.passiveFailure(c.d.Replica)
-		r.warn(c.d.Replica, "upstream failed mid-response", err)
-		r.endAttempt(c.d, c.span)
-		r.leave()
+		l.sh.StreamFailed(c.d, c.span, err)
+		l.sh.Leave()
 		c.busy = false
 		l.closeClient(c)
 		return
@@ -814,22 +806,21 @@ func (l *loop) upFailed(up *lup, err error) {
 }
 
 func (l *loop) sendFailed(c *lconn, err error) {
-	r := l.r
+	sh := l.sh
 	c.up = nil
-	switch r.sendFailed(c.d, c.span, err, c.attempt, &c.preq, c.rdhup) {
-	case sendRetry:
+	switch sh.SendFailed(c.d, c.span, err, c.attempt, &c.preq, c.rdhup, c.overhead) {
+	case SendRetry:
 		c.attempt++
 		c.replayed = false
 		c.start = time.Now()
 		l.attempt(c)
-	case sendFail:
-		r.metrics.overhead.Observe(c.overhead.Seconds())
+	case SendFail:
 		c.busy = false
-		r.leave()
-		l.out(c).fail(http.StatusBadGateway, "upstream "+c.d.Replica+" unreachable", 0)
-	case sendGone:
+		sh.Leave()
+		c.Fail(http.StatusBadGateway, "upstream "+c.d.Replica+" unreachable", 0)
+	case SendGone:
 		c.busy = false
-		r.leave()
+		sh.Leave()
 		l.closeClient(c)
 	}
 }
@@ -841,15 +832,13 @@ func (l *loop) abort(c *lconn) {
 	if !c.busy {
 		return
 	}
-	r := l.r
 	if c.up != nil {
 		c.up.c = nil
 		l.closeUp(c.up)
 		c.up = nil
 	}
-	r.metrics.errors.WithLabelValues(c.d.Replica, "client_gone").Inc()
-	r.endAttempt(c.d, c.span) // a dial in flight finds the client gone (dialed)
-	r.leave()
+	l.sh.Abandon(c.d, c.span) // a dial in flight finds the client gone (dialed)
+	l.sh.Leave()
 	c.busy = false
 	l.closeClient(c)
 }
@@ -914,7 +903,7 @@ func (l *loop) handOff(c *lconn) {
 		return
 	}
 	go func() {
-		fc := l.r.newFastConn(&prefixConn{Conn: nc, pre: pre}, l.hand)
+		fc := l.s.newFastConn(&prefixConn{Conn: nc, pre: pre}, l.hand)
 		if fc == nil {
 			_ = nc.Close()
 			return
@@ -950,11 +939,11 @@ func (l *loop) relayAway(c *lconn) {
 				_ = nc.Close()
 			}
 		}
-		l.r.endAttempt(c.d, c.span)
-		l.r.leave()
+		l.sh.EndAttempt(c.d, c.span)
+		l.sh.Leave()
 		return
 	}
-	go l.r.relayAdopted(ex, l.hand)
+	go l.s.relayAdopted(ex, l.hand)
 }
 
 // housekeep runs every watchDelay: requests whose client half-closed and
@@ -976,10 +965,7 @@ func (l *loop) housekeep() {
 		}
 	}
 	l.gone = gone
-	idle := l.r.cfg.IdleTimeout
-	if idle <= 0 {
-		idle = DefaultIdleTimeout
-	}
+	idle := l.s.cfg.IdleTimeout
 	now := time.Now()
 	if now.Sub(l.swept) < idle/4 {
 		return
@@ -1045,28 +1031,21 @@ func (l *loop) closeAll() {
 	}
 }
 
-// out is where a local answer (an error) on c is written.
-func (l *loop) out(c *lconn) failer { return &loopOut{l: l, c: c} }
-
-// loopOut writes the loop's local answers (appendError's bytes).
-type loopOut struct {
-	l *loop
-	c *lconn
-}
-
-func (o *loopOut) fail(code int, msg string, retryAfter int) {
-	c := o.c
+// Fail is Failer's: the loop's local answers (appendError's bytes),
+// written on the loop's goroutine.
+func (c *lconn) Fail(code int, msg string, retryAfter int) {
+	l := c.l
 	if c.rdhup {
 		c.closeAfter = true // half-closed: this is its last answer (as answer does)
 	}
-	b := appendError(o.l.scratch[:0], code, msg, retryAfter, c.closeAfter)
-	o.l.scratch = b[:0]
+	b := appendError(l.scratch[:0], code, msg, retryAfter, c.closeAfter)
+	l.scratch = b[:0]
 	if c.reqLen > 0 {
-		o.l.consume(c)
+		l.consume(c)
 	} else if !c.closeAfter {
 		c.closeAfter = true // the request's bytes were not all read
 	}
-	o.l.write(c, b)
+	l.write(c, b)
 }
 
 // fdTable maps descriptors to the loop's connections: a slice indexed by

@@ -1,4 +1,4 @@
-package proxy
+package front
 
 import (
 	"net"
@@ -21,30 +21,31 @@ type adopted struct {
 	answer     []byte
 	host       string
 	d          policy.Decision
-	span       *versionSpan
+	span       *Span
 	upAt       time.Time
 	overhd     time.Duration
 	closeAf    bool
 }
 
-// relayAdopted relays an adopted exchange's answer with the fast front's
+// relayAdopted relays an adopted exchange's answer with the shell's
 // relay (forward's rules for a failed or streamed answer), then serves
 // the client connection as a fastConn. It ends the request's admission
-// (leave) as forward's callers do.
-func (r *Router) relayAdopted(ex *adopted, hand *handoffListener) {
+// (Leave) as Forward's callers do.
+func (s *Server) relayAdopted(ex *adopted, hand *handoffListener) {
 	defer func() {
 		if p := recover(); p != nil && p != http.ErrAbortHandler {
-			r.log.Error().Interface("panic", p).Msg("router loop front: relaying an answer panicked")
+			s.cfg.Logger.Error().Interface("panic", p).Msg("router loop front: relaying an answer panicked")
 			_ = ex.client.Close()
 			_ = ex.up.Close()
 		}
 	}()
-	fc := r.newFastConn(&prefixConn{Conn: ex.client, pre: ex.rest}, hand)
+	sh := s.sh
+	fc := s.newFastConn(&prefixConn{Conn: ex.client, pre: ex.rest}, hand)
 	if fc == nil { // shutting down
 		_ = ex.client.Close()
 		_ = ex.up.Close()
-		r.endAttempt(ex.d, ex.span)
-		r.leave()
+		sh.EndAttempt(ex.d, ex.span)
+		sh.Leave()
 		return
 	}
 	fc.hbuf = ex.head
@@ -54,22 +55,21 @@ func (r *Router) relayAdopted(ex *adopted, hand *handoffListener) {
 	uc := upstream.NewConn(ex.up, ex.host, ex.answer)
 	fc.watch()
 	stop := upstream.AfterFunc(fc.ctx, uc.AbortFunc())
-	resp, err := uc.Read(fc.method())
+	resp, err := uc.Read(fc.Method())
 	if err != nil {
 		stop()
 		_ = ex.up.Close()
-		// Bytes of the answer were read: no retry (attempt = MaxRetries).
+		// Bytes of the answer were read: no retry.
 		noRetry := policy.Request{}
-		if r.sendFailed(ex.d, ex.span, err, r.cfg.MaxRetries, &noRetry, fc.ctx.Err() != nil) == sendFail {
-			r.metrics.overhead.Observe(ex.overhd.Seconds())
-			fc.out.fail(http.StatusBadGateway, "upstream "+ex.d.Replica+" unreachable", 0)
+		if sh.SendFailed(ex.d, ex.span, err, NoRetry, &noRetry, fc.ctx.Err() != nil, ex.overhd) == SendFail {
+			fc.out.Fail(http.StatusBadGateway, "upstream "+ex.d.Replica+" unreachable", 0)
 		}
 	} else {
-		r.up.TrackBody(uc, resp, stop)
-		r.relay(fc.ctx, &fc.out, resp, ex.d, ex.span, ex.upAt, ex.overhd)
+		s.cfg.Upstream.TrackBody(uc, resp, stop)
+		sh.Relay(fc.ctx, &fc.out, resp, ex.d, ex.span, ex.upAt, ex.overhd)
 	}
 	fc.unwatch()
-	r.leave()
+	sh.Leave()
 	if fc.out.ok() {
 		fc.serve()
 		return

@@ -1,4 +1,4 @@
-package proxy
+package front_test
 
 import (
 	"bufio"
@@ -10,21 +10,23 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/asyncrl/asyncrl/actors/router/front"
 )
 
 // A pipelined request that arrives while the previous one waits on its
-// replica (for less than watchDelay, so no background read takes its
+// replica (for less than front.WatchDelay, so no background read takes its
 // first byte) sits in the socket, not in br. An answer written with
 // rawio.WriteAwait would wait for a readability edge that had already
 // happened (RawRead's prepareRead drops it): the second answer never
 // left. The fast front's answers are plain writes.
 func TestFrontPipelinedDuringUpstreamWait(t *testing.T) {
 	fastFronts(t, func(t *testing.T) {
-		h := echo(t, watchDelay/2)
+		h := echo(t, front.WatchDelay/2)
 		c, br := h.dial()
 		_ = c.SetDeadline(time.Now().Add(3 * time.Second))
 		send(t, c, rawPost("a", "1"))
-		time.Sleep(watchDelay / 5) // the router has read a and waits on the replica
+		time.Sleep(front.WatchDelay / 5) // the router has read a and waits on the replica
 		send(t, c, rawPost("b", "2"))
 		for _, want := range []string{"a:1", "b:2"} {
 			if _, body := readResp(t, br); body != want {
@@ -39,7 +41,7 @@ func TestFrontPipelinedDuringUpstreamWait(t *testing.T) {
 // until the idle timeout, when answers waited for readability).
 func TestFrontHalfCloseAfterRequest(t *testing.T) {
 	fastFronts(t, func(t *testing.T) {
-		h := echo(t, watchDelay/2)
+		h := echo(t, front.WatchDelay/2)
 		c, br := h.dial()
 		_ = c.SetDeadline(time.Now().Add(3 * time.Second))
 		send(t, c, rawPost("a", "1"))
@@ -60,8 +62,7 @@ func TestFrontHalfCloseAfterRequest(t *testing.T) {
 func TestFrontSlowReader(t *testing.T) {
 	// 8 MiB: more than loopback's send buffers take at once, buffered
 	// whole by the loop front (its limit raised for the test).
-	defer func(m int64) { loopMaxAnswer = m }(loopMaxAnswer)
-	loopMaxAnswer = 16 << 20
+	defer front.SetLoopMaxAnswer(16 << 20)()
 	fastFronts(t, func(t *testing.T) {
 		big := strings.Repeat("z", 8<<20)
 		a := backend(t, func(w http.ResponseWriter, r *http.Request) {

@@ -1,12 +1,13 @@
-package proxy
+package front
 
 import (
 	"context"
 	"errors"
-	"github.com/asyncrl/asyncrl/actors/router/proxy/upstream"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/asyncrl/asyncrl/actors/router/proxy/upstream"
 )
 
 func waitFor(t *testing.T, what string, cond func() bool) {

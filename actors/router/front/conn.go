@@ -1,4 +1,4 @@
-package proxy
+package front
 
 import (
 	"bufio"
@@ -19,7 +19,7 @@ import (
 // fastConn is one client connection of the fast front. Its goroutine
 // reads a request, forwards it and writes the answer, then the next.
 type fastConn struct {
-	r    *Router
+	s    *Server
 	c    net.Conn
 	hand *handoffListener
 	rw   rawio.Writer // reads (cr) and writes (out) go through rw.C
@@ -45,8 +45,8 @@ type fastConn struct {
 	idleSince atomic.Int64
 }
 
-func (r *Router) newFastConn(c net.Conn, hand *handoffListener) *fastConn {
-	fc := &fastConn{r: r, c: c, hand: hand}
+func (s *Server) newFastConn(c net.Conn, hand *handoffListener) *fastConn {
+	fc := &fastConn{s: s, c: c, hand: hand}
 	fc.rw.C = rawio.New(c)
 	fc.cr.c = fc.rw.C
 	fc.br = readers.Get().(*bufio.Reader)
@@ -54,14 +54,13 @@ func (r *Router) newFastConn(c net.Conn, hand *handoffListener) *fastConn {
 	fc.ctx = newConnCtx()
 	fc.wcond.L = &fc.wmu
 	fc.out.fc = fc
-	f := &r.front
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.stopped {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
 		fc.release()
 		return nil
 	}
-	f.conns[fc] = struct{}{}
+	s.conns[fc] = struct{}{}
 	return fc
 }
 
@@ -81,9 +80,9 @@ func (fc *fastConn) release() {
 }
 
 func (fc *fastConn) untrack() {
-	fc.r.front.mu.Lock()
-	delete(fc.r.front.conns, fc)
-	fc.r.front.mu.Unlock()
+	fc.s.mu.Lock()
+	delete(fc.s.conns, fc)
+	fc.s.mu.Unlock()
 }
 
 // stop makes the connection close: at once when it waits for a request,
@@ -102,7 +101,7 @@ func (fc *fastConn) serve() {
 	handedOff := false
 	defer func() {
 		if p := recover(); p != nil && p != http.ErrAbortHandler {
-			fc.r.log.Error().Interface("panic", p).Msg("router front: request panicked")
+			fc.s.cfg.Logger.Error().Interface("panic", p).Msg("router front: request panicked")
 		}
 		fc.untrack()
 		if !handedOff {
@@ -194,30 +193,30 @@ func (fc *fastConn) handOff() bool {
 
 // request serves one parsed request; false ends the connection.
 func (fc *fastConn) request() bool {
-	r, h := fc.r, &fc.head
+	sh, h := fc.s.sh, &fc.head
 	start := time.Now()
 	fc.out.reset()
-	if !r.enter() {
-		fc.out.fail(http.StatusServiceUnavailable, "router is shutting down", 0)
+	if !sh.Enter() {
+		fc.out.Fail(http.StatusServiceUnavailable, "router is shutting down", 0)
 		return fc.skipBody() && fc.out.ok()
 	}
-	defer r.leave()
-	if h.ContentLength > r.cfg.MaxBodyBytes {
+	defer sh.Leave()
+	if h.ContentLength > fc.s.cfg.MaxBodyBytes {
 		fc.out.closeAfter = true // the body stays unread
-		r.tooLarge(&fc.out)
+		sh.TooLarge(&fc.out)
 		return false
 	}
 	var body []byte
 	if h.ContentLength > 0 {
 		var err error
-		body, err = readBody(&io.LimitedReader{R: fc.br, N: h.ContentLength}, h.ContentLength, r.cfg.MaxBodyBytes)
+		body, err = ReadBody(&io.LimitedReader{R: fc.br, N: h.ContentLength}, h.ContentLength, fc.s.cfg.MaxBodyBytes)
 		if err != nil || int64(len(body)) < h.ContentLength {
-			r.metrics.errors.WithLabelValues("", "read_body").Inc()
+			sh.Count("", "read_body")
 			return false // the client went away mid-body
 		}
 	}
 	fc.watch()
-	r.forward(fc, &fc.out, body, start)
+	sh.Forward(fc, &fc.out, body, start)
 	fc.unwatch()
 	return fc.out.ok()
 }
@@ -232,20 +231,24 @@ func (fc *fastConn) skipBody() bool {
 	return err == nil
 }
 
-// The fast front as an inbound request.
+// The fast front as an Inbound request.
 
-func (fc *fastConn) reqCtx() context.Context { return fc.ctx }
+// ReqCtx is Inbound's: it ends when the client goes away.
+func (fc *fastConn) ReqCtx() context.Context { return fc.ctx }
 
-func (fc *fastConn) method() string {
+// Method is Inbound's (h1.Parse accepts only GET and POST).
+func (fc *fastConn) Method() string {
 	if string(fc.head.Method) == http.MethodGet {
 		return http.MethodGet
 	}
 	return http.MethodPost
 }
 
-func (fc *fastConn) uri() string { return string(fc.head.Target) }
+// URI is Inbound's.
+func (fc *fastConn) URI() string { return string(fc.head.Target) }
 
-func (fc *fastConn) header(name string) string {
+// Header is Inbound's.
+func (fc *fastConn) Header(name string) string {
 	v, _ := fc.head.Get(name)
 	return string(v)
 }
@@ -255,7 +258,8 @@ func (fc *fastConn) WriteHeaders(w *bufio.Writer) {
 	w.Write(appendFields(w.AvailableBuffer(), fc.head.Headers, forwarded))
 }
 
-func (fc *fastConn) httpHeader() http.Header {
+// HTTPHeader is Inbound's.
+func (fc *fastConn) HTTPHeader() http.Header {
 	h := make(http.Header, len(fc.head.Headers))
 	for _, f := range fc.head.Headers {
 		k := http.CanonicalHeaderKey(string(f.Name))

@@ -1,4 +1,4 @@
-package proxy
+package front
 
 import (
 	"bufio"
@@ -57,7 +57,8 @@ func (o *fastOut) finish() {
 	o.bw = nil
 }
 
-func (o *fastOut) fail(code int, msg string, retryAfter int) {
+// Fail is Failer's: a local error answer, whole in one write.
+func (o *fastOut) Fail(code int, msg string, retryAfter int) {
 	b := appendError(o.scratch[:0], code, msg, retryAfter, o.closeAfter)
 	o.scratch = b
 	w := o.writer()
@@ -65,9 +66,9 @@ func (o *fastOut) fail(code int, msg string, retryAfter int) {
 	o.finish()
 }
 
-// appendError appends a local vLLM-style JSON error answer (fail).
+// appendError appends a local vLLM-style JSON error answer (Fail).
 func appendError(b []byte, code int, msg string, retryAfter int, closeAfter bool) []byte {
-	body, _ := json.Marshal(errorValue(code, msg))
+	body, _ := json.Marshal(ErrorValue(code, msg))
 	body = append(body, '\n')
 	b = h1.AppendStatusLine(b, code, statusText(code))
 	b = append(b, "Content-Type: application/json\r\n"...)
@@ -84,7 +85,7 @@ func appendError(b []byte, code int, msg string, retryAfter int, closeAfter bool
 // the status line, the replica's end-to-end headers (from its parsed
 // head lh when not nil, else from h) and the router's own (replica,
 // versions).
-func appendRelayedHead(b []byte, code int, lh *h1.RespHead, h http.Header, replica string, vs versionSpan) []byte {
+func appendRelayedHead(b []byte, code int, lh *h1.RespHead, h http.Header, replica string, vs Span) []byte {
 	b = h1.AppendStatusLine(b, code, statusText(code))
 	if lh != nil {
 		b = appendLean(b, lh)
@@ -109,14 +110,9 @@ func appendHeadEnd(b []byte, length int64, closeAfter bool) []byte {
 	return append(b, "\r\n"...)
 }
 
-func statusText(code int) string {
-	if t := http.StatusText(code); t != "" {
-		return t
-	}
-	return "status code " + strconv.Itoa(code)
-}
-
-func (o *fastOut) head(resp *http.Response, replica string, vs versionSpan, trailers, flush bool) error {
+// Head is Answer's: the head leaves with the body (one write) unless
+// flush.
+func (o *fastOut) Head(resp *http.Response, replica string, vs Span, trailers, flush bool) error {
 	b := appendRelayedHead(o.scratch[:0], resp.StatusCode, upstream.LeanHead(resp), resp.Header, replica, vs)
 	length := int64(-1)
 	switch {
@@ -147,9 +143,9 @@ func (o *fastOut) head(resp *http.Response, replica string, vs versionSpan, trai
 // appendHeaders appends the replica's end-to-end headers (copyHeaders'
 // rules), less the framing and the router's own, which head writes.
 func appendHeaders(b []byte, h http.Header) []byte {
-	named := connectionNamed(h)
+	named := ConnectionNamed(h)
 	for k, vs := range h {
-		if isHopHeader(k) || k == "Content-Length" || k == ReplicaHeader || k == VersionMinHeader ||
+		if IsHopHeader(k) || k == "Content-Length" || k == ReplicaHeader || k == VersionMinHeader ||
 			k == VersionMaxHeader || slices.Contains(named, k) {
 			continue
 		}
@@ -161,11 +157,11 @@ func appendHeaders(b []byte, h http.Header) []byte {
 }
 
 // appendVersions appends the version header (or trailer) lines of vs.
-func appendVersions(b []byte, vs versionSpan) []byte {
+func appendVersions(b []byte, vs Span) []byte {
 	b = append(b, VersionMinHeader+": "...)
-	b = strconv.AppendInt(b, vs.min, 10)
+	b = strconv.AppendInt(b, vs.Min, 10)
 	b = append(b, "\r\n"+VersionMaxHeader+": "...)
-	b = strconv.AppendInt(b, vs.max, 10)
+	b = strconv.AppendInt(b, vs.Max, 10)
 	return append(b, "\r\n"...)
 }
 
@@ -195,7 +191,9 @@ func appendFields(b []byte, hs []h1.Header, keep func(h1.Header) bool) []byte {
 	return b
 }
 
-func (o *fastOut) write(p []byte) error {
+// Write is Answer's: re-chunked when the answer is, flushed when Head
+// said so.
+func (o *fastOut) Write(p []byte) error {
 	if o.err != nil {
 		return o.err
 	}
@@ -214,7 +212,9 @@ func (o *fastOut) write(p []byte) error {
 	return o.err
 }
 
-func (o *fastOut) end(vs *versionSpan) {
+// End is Answer's: the last chunk with the version trailers, then the
+// answer leaves.
+func (o *fastOut) End(vs *Span) {
 	if o.chunked && o.err == nil {
 		b := append(o.scratch[:0], "0\r\n"...)
 		if vs != nil {
@@ -227,9 +227,10 @@ func (o *fastOut) end(vs *versionSpan) {
 	o.finish()
 }
 
-// abort drops what is buffered and closes the connection: the client
-// sees it end before the answer does, never a clean short answer.
-func (o *fastOut) abort() {
+// Abort is Answer's: it drops what is buffered and closes the
+// connection: the client sees it end before the answer does, never a
+// clean short answer.
+func (o *fastOut) Abort() {
 	if o.bw != nil {
 		o.bw.Reset(nil)
 		writers.Put(o.bw)
@@ -239,4 +240,4 @@ func (o *fastOut) abort() {
 	_ = o.fc.c.Close()
 }
 
-var errAborted = errors.New("proxy: answer aborted")
+var errAborted = errors.New("front: answer aborted")

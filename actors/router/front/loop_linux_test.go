@@ -1,29 +1,22 @@
 //go:build linux
 
-package proxy
+package front_test
 
 import (
 	"testing"
 	"time"
+
+	"github.com/asyncrl/asyncrl/actors/router/front"
 )
 
 // loopWakes sums the event batches the harness's loops handled.
-func loopWakes(h *harness) int64 {
-	f := &h.r.front
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var n int64
-	for l := range f.loops {
-		n += l.(*loop).wakes.Load()
-	}
-	return n
-}
+func loopWakes(h *harness) int64 { return h.srv.LoopWakes() }
 
 // A request pipelined while the previous one waits 300 ms on its replica
 // must not make the loop spin: level-triggered, unread input reports
 // readiness on every wait unless the loop stops asking for it.
 func TestLoopDoesNotSpinOnPipelinedInput(t *testing.T) {
-	t.Run(FrontLoop, func(t *testing.T) {
+	t.Run(front.Loop, func(t *testing.T) {
 		h := echo(t, 300*time.Millisecond)
 		c, br := h.dial()
 		send(t, c, rawPost("a", "1"))

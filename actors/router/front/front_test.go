@@ -1,62 +1,22 @@
-package proxy
+package front_test
 
 import (
 	"bufio"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
+	"github.com/asyncrl/asyncrl/actors/router/front"
 )
 
-// Tests of the fast front end itself (Router.Serve with FrontFast); the
-// behaviour tests run against both fronts through eachFront.
-
-// dial opens a raw connection to the harness's router.
-func (h *harness) dial() (net.Conn, *bufio.Reader) {
-	h.t.Helper()
-	c, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	h.t.Cleanup(func() { c.Close() })
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	return c, bufio.NewReader(c)
-}
-
-// send writes raw request bytes to the router's connection c.
-func send(t *testing.T, c net.Conn, raw string) {
-	t.Helper()
-	if _, err := io.WriteString(c, raw); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func rawPost(session, body string) string {
-	return fmt.Sprintf("POST /v1/completions HTTP/1.1\r\nHost: r\r\nX-Session-ID: %s\r\nContent-Length: %d\r\n\r\n%s", session, len(body), body)
-}
-
-func readResp(t *testing.T, br *bufio.Reader) (*http.Response, string) {
-	t.Helper()
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp, string(b)
-}
+// Tests of the fronts that read HTTP/1.1 themselves (fast and loop);
+// the router's behaviour tests (package proxy) run against every front.
 
 // echo answers with the request's session header and body; slow makes it
-// wait longer than watchDelay first, so the disconnect watch runs.
+// wait longer than front.WatchDelay first, so the disconnect watch runs.
 func echo(t *testing.T, slow time.Duration) *harness { return idleEcho(t, slow, 0) }
 
 // Pipelined requests on one connection are answered in order, also when
@@ -64,13 +24,13 @@ func echo(t *testing.T, slow time.Duration) *harness { return idleEcho(t, slow, 
 // next request while the replica works (it must be kept).
 func TestFrontPipelined(t *testing.T) {
 	fastFronts(t, func(t *testing.T) {
-		for _, slow := range []time.Duration{0, 3 * watchDelay} {
+		for _, slow := range []time.Duration{0, 3 * front.WatchDelay} {
 			h := echo(t, slow)
 			c, br := h.dial()
 			send(t, c, rawPost("a", `{"n":1}`)+rawPost("b", `{"n":2}`)+rawPost("c", `{"n":3}`))
 			for _, want := range []string{`a:{"n":1}`, `b:{"n":2}`, `c:{"n":3}`} {
 				resp, body := readResp(t, br)
-				if resp.StatusCode != 200 || body != want || resp.Header.Get(ReplicaHeader) == "" {
+				if resp.StatusCode != 200 || body != want || resp.Header.Get(front.ReplicaHeader) == "" {
 					t.Fatalf("slow %v: %d %q, want %q", slow, resp.StatusCode, body, want)
 				}
 			}
@@ -233,51 +193,6 @@ func TestFrontTooLarge(t *testing.T) {
 		}
 	})
 }
-
-func TestPrefixConn(t *testing.T) {
-	a, b := net.Pipe()
-	defer a.Close()
-	defer b.Close()
-	go func() { _, _ = io.WriteString(b, "world") }()
-	pc := &prefixConn{Conn: a, pre: []byte("hello ")}
-	got := make([]byte, 11)
-	if _, err := io.ReadFull(pc, got); err != nil || string(got) != "hello world" {
-		t.Fatalf("%q %v", got, err)
-	}
-}
-
-// The router logs one warning, not one per request, when a replica is
-// unreachable for many requests in a row.
-func TestUpstreamWarningsRateLimited(t *testing.T) {
-	dead := backend(t, func(http.ResponseWriter, *http.Request) {})
-	url := dead.URL
-	dead.Close()
-	cfg := testConfig()
-	cfg.Replicas = []string{url}
-	cfg.MaxRetries = 0
-	var lines atomic.Int64
-	cfg.Logger = zerolog.New(writerFunc(func(p []byte) (int, error) {
-		if strings.Contains(string(p), "upstream request failed") {
-			lines.Add(1)
-		}
-		return len(p), nil
-	}))
-	h := start(t, cfg)
-	for i := range 20 {
-		resp := h.post("/v1/completions", fmt.Sprint("s", i), "{}")
-		readAll(t, resp)
-		if resp.StatusCode != http.StatusBadGateway {
-			t.Fatalf("status %d", resp.StatusCode)
-		}
-	}
-	if n := lines.Load(); n != 1 {
-		t.Fatalf("%d warnings for 20 failures, want 1", n)
-	}
-}
-
-type writerFunc func([]byte) (int, error)
-
-func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 // idleEcho is echo with the fast front's IdleTimeout set to idle (0: the
 // default).
