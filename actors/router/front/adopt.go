@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/asyncrl/asyncrl/actors/router/policy"
-	"github.com/asyncrl/asyncrl/actors/router/proxy/upstream"
+	"github.com/asyncrl/asyncrl/actors/router/upstream"
 	"github.com/asyncrl/asyncrl/internal/h1"
 )
 

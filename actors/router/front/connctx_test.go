@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/asyncrl/asyncrl/actors/router/proxy/upstream"
+	"github.com/asyncrl/asyncrl/actors/router/upstream"
 )
 
 func waitFor(t *testing.T, what string, cond func() bool) {

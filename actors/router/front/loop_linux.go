@@ -18,7 +18,7 @@ import (
 	"unsafe"
 
 	"github.com/asyncrl/asyncrl/actors/router/policy"
-	"github.com/asyncrl/asyncrl/actors/router/proxy/upstream"
+	"github.com/asyncrl/asyncrl/actors/router/upstream"
 	"github.com/asyncrl/asyncrl/internal/h1"
 	"github.com/asyncrl/asyncrl/internal/rawio"
 )

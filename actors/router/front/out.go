@@ -8,7 +8,7 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/asyncrl/asyncrl/actors/router/proxy/upstream"
+	"github.com/asyncrl/asyncrl/actors/router/upstream"
 	"github.com/asyncrl/asyncrl/internal/h1"
 )
 

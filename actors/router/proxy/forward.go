@@ -15,7 +15,7 @@ import (
 
 	"github.com/asyncrl/asyncrl/actors/router/front"
 	"github.com/asyncrl/asyncrl/actors/router/policy"
-	"github.com/asyncrl/asyncrl/actors/router/proxy/upstream"
+	"github.com/asyncrl/asyncrl/actors/router/upstream"
 )
 
 // ReplicaHeader names the replica that served a response.

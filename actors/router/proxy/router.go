@@ -17,7 +17,7 @@ import (
 	"github.com/asyncrl/asyncrl/actors"
 	"github.com/asyncrl/asyncrl/actors/router/front"
 	"github.com/asyncrl/asyncrl/actors/router/policy"
-	"github.com/asyncrl/asyncrl/actors/router/proxy/upstream"
+	"github.com/asyncrl/asyncrl/actors/router/upstream"
 )
 
 // Router is the HTTP shell around a policy.Core: it serialises the core
