@@ -2,6 +2,8 @@ package lease
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync"
@@ -92,6 +94,10 @@ type Elector struct {
 	log zerolog.Logger
 	met *metrics
 
+	// self is this elector's Holder and Instance (random, so a restarted
+	// node never takes up a Create of its previous life as its own).
+	self Holding
+
 	mu   sync.Mutex
 	core *contender.Core
 }
@@ -123,7 +129,12 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Elector, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Elector{cfg: cfg, kv: kv, log: cfg.Logger.With().Str("lease", cfg.Role).Str("holder", cfg.Holder).Logger(), met: met, core: core}, nil
+	var nonce [8]byte
+	if _, err := rand.Read(nonce[:]); err != nil {
+		return nil, fmt.Errorf("lease: an instance id: %w", err)
+	}
+	self := Holding{Holder: cfg.Holder, Instance: hex.EncodeToString(nonce[:])}
+	return &Elector{cfg: cfg, self: self, kv: kv, log: cfg.Logger.With().Str("lease", cfg.Role).Str("holder", cfg.Holder).Logger(), met: met, core: core}, nil
 }
 
 func openBucket(ctx context.Context, nc *nats.Conn, cfg Config) (jetstream.KeyValue, error) {
@@ -155,6 +166,11 @@ func openBucket(ctx context.Context, nc *nats.Conn, cfg Config) (jetstream.KeyVa
 	}
 	return kv, nil
 }
+
+// Instance is this elector's instance id, written into the key with its
+// Holder: it tells a Create of this elector's that landed after its call
+// timed out from one of the same node's earlier life.
+func (e *Elector) Instance() string { return e.self.Instance }
 
 // Status is this contender's view now.
 func (e *Elector) Status() Status {
@@ -241,7 +257,7 @@ func (e *Elector) outcome(op contender.Op, st Status, r result) {
 	case r.err == nil:
 		e.core.Renewed(r.rev)
 	case op == contender.OpAcquire && errors.Is(r.err, jetstream.ErrKeyExists):
-		if e.core.Taken(r.key, r.found, e.cfg.Holder) == contender.RefusalLanded {
+		if e.core.Taken(r.key, r.found, e.self) == contender.RefusalLanded {
 			e.log.Info().Uint64("revision", r.key.Revision).Msg("lease: an earlier acquire landed after its call timed out; confirming it with a renewal")
 		}
 	case op == contender.OpRenew && (errors.Is(r.err, jetstream.ErrKeyRevisionMismatch) || errors.Is(r.err, jetstream.ErrKeyNotFound)):
@@ -273,9 +289,9 @@ func (e *Elector) call(ctx context.Context, op contender.Op, st Status) (r resul
 	cctx, cancel := context.WithTimeout(ctx, e.cfg.CallTimeout)
 	switch op {
 	case contender.OpAcquire:
-		r.rev, r.err = e.kv.Create(cctx, e.cfg.Role, contender.Encode(e.cfg.Holder, 0))
+		r.rev, r.err = e.kv.Create(cctx, e.cfg.Role, contender.Encode(e.self))
 	case contender.OpRenew:
-		r.rev, r.err = e.kv.Update(cctx, e.cfg.Role, contender.Encode(e.cfg.Holder, st.Token), st.Revision)
+		r.rev, r.err = e.kv.Update(cctx, e.cfg.Role, contender.Encode(Holding{Holder: e.self.Holder, Instance: e.self.Instance, Token: st.Token}), st.Revision)
 	}
 	cancel()
 	switch {

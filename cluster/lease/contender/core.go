@@ -12,10 +12,10 @@ const (
 	// OpNone: nothing to do until NextAt.
 	OpNone Op = iota
 	// OpAcquire: Create the key (succeeds only when it is absent) with
-	// Encode(holder, 0).
+	// Encode of this contender's Holder and Instance, Token 0.
 	OpAcquire
-	// OpRenew: Update the key at Status.Revision with Encode(holder,
-	// Status.Token).
+	// OpRenew: Update the key at Status.Revision with Encode of this
+	// contender's Holder, Instance and Status.Token.
 	OpRenew
 )
 
@@ -133,17 +133,18 @@ func (c *Core) Acquired(rev uint64) {
 }
 
 // Taken reports that Create found the key present, with the key as read
-// right after (found false: no key, or the read failed). When the key is
+// right after (found false: no key, or the read failed); self is this
+// contender's Holder and Instance. When the key is
 // this contender's own Create that landed after an earlier call of its
 // timed out here (JudgeTaken: RefusalLanded), the core adopts that term
 // and renews at once to confirm it: the lease is held from the
 // renewal's send time (Renewed), not left to expire unrenewed for a TTL
 // while a standby waits. Otherwise someone else holds the lease, and the
 // contender tries again after RenewInterval. Taken returns the verdict.
-func (c *Core) Taken(key Holding, found bool, holder string) Refusal {
+func (c *Core) Taken(key Holding, found bool, self Holding) Refusal {
 	c.done(OpAcquire)
 	c.failures = 0
-	v := JudgeTaken(key, found, holder, c.token)
+	v := JudgeTaken(key, found, self, c.token)
 	if v != RefusalLanded {
 		c.next = c.sentAt.Add(c.t.RenewInterval)
 		return v

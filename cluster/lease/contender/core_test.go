@@ -22,6 +22,9 @@ func newTestCore(t *testing.T) *Core {
 	return c
 }
 
+// self is the contender the tests play.
+var self = Holding{Holder: "n1", Instance: "i1"}
+
 func at(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 
 func TestTimingValidate(t *testing.T) {
@@ -81,7 +84,7 @@ func TestCoreAcquireRenewCycle(t *testing.T) {
 func TestCoreTakenWaitsRenewInterval(t *testing.T) {
 	c := newTestCore(t)
 	c.Due(at(0))
-	c.Taken(Holding{Holder: "n2", Token: 2, Revision: 5}, true, "n1")
+	c.Taken(Holding{Holder: "n2", Token: 2, Revision: 5}, true, self)
 	if c.Status(at(1)).Leader {
 		t.Fatal("taken lease reported as held")
 	}
@@ -277,22 +280,24 @@ func TestJudgeRefusal(t *testing.T) {
 	}
 }
 
-// TestJudgeTaken: after a refused Create of holder n1, whose newest term
-// had token 3, only n1's own untokened Create (Token == Revision) newer
-// than 3 is a Create of its that landed.
+// TestJudgeTaken: after a refused Create of holder n1 (instance i1),
+// whose newest term had token 3, only this instance's own untokened Create
+// (Token == Revision) newer than 3 is a Create of its that landed.
 func TestJudgeTaken(t *testing.T) {
 	for _, c := range []struct {
 		key   Holding
 		found bool
 		want  Refusal
 	}{
-		{Holding{Holder: "n1", Token: 9, Revision: 9}, true, RefusalLanded},
-		{Holding{Holder: "n1", Token: 3, Revision: 3}, true, RefusalLost}, // its old term's Create: never taken up again
-		{Holding{Holder: "n1", Token: 4, Revision: 6}, true, RefusalLost}, // a renewed term (not its Create)
-		{Holding{Holder: "n2", Token: 9, Revision: 9}, true, RefusalLost},
+		{Holding{Holder: "n1", Instance: "i1", Token: 9, Revision: 9}, true, RefusalLanded},
+		{Holding{Holder: "n1", Instance: "i0", Token: 9, Revision: 9}, true, RefusalLost}, // n1 before it restarted
+		{Holding{Holder: "n1", Token: 9, Revision: 9}, true, RefusalLost},                 // no instance: not provably its own
+		{Holding{Holder: "n1", Instance: "i1", Token: 3, Revision: 3}, true, RefusalLost}, // its old term's Create: never taken up again
+		{Holding{Holder: "n1", Instance: "i1", Token: 4, Revision: 6}, true, RefusalLost}, // a renewed term (not its Create)
+		{Holding{Holder: "n2", Instance: "i1", Token: 9, Revision: 9}, true, RefusalLost},
 		{Holding{}, false, RefusalLost},
 	} {
-		if got := JudgeTaken(c.key, c.found, "n1", 3); got != c.want {
+		if got := JudgeTaken(c.key, c.found, self, 3); got != c.want {
 			t.Errorf("JudgeTaken(%+v, found %v) = %s, want %s", c.key, c.found, got, c.want)
 		}
 	}
@@ -310,7 +315,7 @@ func TestCoreTakenOwnLandedCreateConfirms(t *testing.T) {
 	if op := c.Due(at(50)); op != OpAcquire {
 		t.Fatalf("retry: %s, want acquire", op)
 	}
-	if v := c.Taken(Holding{Holder: "n1", Token: 5, Revision: 5}, true, "n1"); v != RefusalLanded {
+	if v := c.Taken(Holding{Holder: "n1", Instance: "i1", Token: 5, Revision: 5}, true, self); v != RefusalLanded {
 		t.Fatalf("Taken = %s, want landed", v)
 	}
 	if st := c.Status(at(60)); st.Leader {
@@ -332,7 +337,7 @@ func TestCoreTakenOwnLandedCreateConfirms(t *testing.T) {
 func TestCoreConfirmingRefusals(t *testing.T) {
 	c := newTestCore(t)
 	c.Due(at(0))
-	c.Taken(Holding{Holder: "n1", Token: 5, Revision: 5}, true, "n1")
+	c.Taken(Holding{Holder: "n1", Instance: "i1", Token: 5, Revision: 5}, true, self)
 	c.Due(at(0))
 	c.Failed() // the confirming renewal timed out; it landed as 6
 	c.Due(at(50))
@@ -380,11 +385,11 @@ func TestCoreChangedReportsOnce(t *testing.T) {
 }
 
 func TestEncodeDecode(t *testing.T) {
-	h, err := Decode(Encode("n1", 0), 7)
-	if err != nil || h != (Holding{Holder: "n1", Token: 7, Revision: 7}) {
+	h, err := Decode(Encode(Holding{Holder: "n1", Instance: "i1"}), 7)
+	if err != nil || h != (Holding{Holder: "n1", Instance: "i1", Token: 7, Revision: 7}) {
 		t.Fatalf("an untokened Create: %+v, %v", h, err)
 	}
-	h, err = Decode(Encode("n1", 7), 9)
+	h, err = Decode([]byte(`{"holder":"n1","token":7}`), 9) // a key written before instances
 	if err != nil || h != (Holding{Holder: "n1", Token: 7, Revision: 9}) {
 		t.Fatalf("a renewal: %+v, %v", h, err)
 	}

@@ -8,18 +8,23 @@ import (
 // Holding is what the lease key says: who holds it, and the term's token.
 type Holding struct {
 	Holder string `json:"holder"`
+	// Instance names the contender (one elector of one process) that
+	// wrote the key: a node that restarts keeps its Holder but is another
+	// instance, so it never takes up a Create of its previous life as its
+	// own (JudgeTaken). Empty in keys written before it existed.
+	Instance string `json:"instance,omitempty"`
 	// Token is the revision at which the holder acquired the lease.
 	Token uint64 `json:"token"`
 	// Revision is the key's current revision (Token or a later renewal).
 	Revision uint64 `json:"-"`
 }
 
-// Encode is the key's value for holder's term token (0 for the acquiring
-// Create: the token is the revision Create returns, unknown in advance,
-// so the first write records the holder and the renewal right after it
-// records the token).
-func Encode(holder string, token uint64) []byte {
-	b, _ := json.Marshal(Holding{Holder: holder, Token: token}) // a struct of a string and an integer always encodes
+// Encode is the key's value for h (Revision is not stored). Token is 0
+// for the acquiring Create: the token is the revision Create returns,
+// unknown in advance, so the first write records the holder and the
+// renewal right after it records the token.
+func Encode(h Holding) []byte {
+	b, _ := json.Marshal(h) // strings and an integer always encode
 	return b
 }
 
@@ -84,16 +89,18 @@ func JudgeRefusal(key Holding, found bool, holder string, token, rev uint64) Ref
 	}
 }
 
-// JudgeTaken judges a Create that the server refused because the key
-// exists, from the key as read: RefusalLanded when it is holder's own
-// Create not yet renewed (Token == Revision) of a term newer than last,
-// the newest token holder had — its earlier Create, timed out here,
-// landed; else RefusalLost (another holder's key, or a term of holder's
-// that it already had and must not take up again: a token is never
-// reused). A stale replica's read is taken for RefusalLost: the next
-// attempt, a RenewInterval later, reads again.
-func JudgeTaken(key Holding, found bool, holder string, last uint64) Refusal {
-	if found && key.Holder == holder && key.Token == key.Revision && key.Revision > last {
+// JudgeTaken judges a Create of contender self (Holder and Instance) that
+// the server refused because the key exists, from the key as read:
+// RefusalLanded when it is self's own Create not yet renewed (Token ==
+// Revision) of a term newer than last, the newest token self had — its
+// earlier Create, timed out here, landed; else RefusalLost (another
+// contender's key — another holder, or the same node in an earlier life
+// — or a term self already had and must not take up again: a token is
+// never reused). A stale replica's read is taken for RefusalLost: the
+// next attempt, a RenewInterval later, reads again.
+func JudgeTaken(key Holding, found bool, self Holding, last uint64) Refusal {
+	if found && self.Instance != "" && key.Holder == self.Holder && key.Instance == self.Instance &&
+		key.Token == key.Revision && key.Revision > last {
 		return RefusalLanded
 	}
 	return RefusalLost
