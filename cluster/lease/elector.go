@@ -239,13 +239,13 @@ func (e *Elector) Tick(ctx context.Context) (Status, time.Time) {
 	return st, next
 }
 
-// result is what an op's KV call came back with: the new revision or the
-// error and, after a refusal, the key as read.
+// result is what an op's KV call came back with: the revision written or
+// the error and, after a refusal, the key as read.
 type result struct {
-	rev   uint64
-	err   error
-	key   Holding
-	found bool
+	written uint64
+	err     error
+	key     Holding
+	found   bool
 }
 
 // outcome reports the call's result to the core (e.mu held).
@@ -253,9 +253,9 @@ func (e *Elector) outcome(op contender.Op, st Status, r result) {
 	switch {
 	case op == contender.OpNone:
 	case r.err == nil && op == contender.OpAcquire:
-		e.core.Acquired(r.rev)
+		e.core.Acquired(r.written)
 	case r.err == nil:
-		e.core.Renewed(r.rev)
+		e.core.Renewed(r.written)
 	case op == contender.OpAcquire && errors.Is(r.err, jetstream.ErrKeyExists):
 		if e.core.Taken(r.key, r.found, e.self) == contender.RefusalLanded {
 			e.log.Info().Uint64("revision", r.key.Revision).Msg("lease: an earlier acquire landed after its call timed out; confirming it with a renewal")
@@ -289,9 +289,9 @@ func (e *Elector) call(ctx context.Context, op contender.Op, st Status) (r resul
 	cctx, cancel := context.WithTimeout(ctx, e.cfg.CallTimeout)
 	switch op {
 	case contender.OpAcquire:
-		r.rev, r.err = e.kv.Create(cctx, e.cfg.Role, contender.Encode(e.self))
+		r.written, r.err = e.kv.Create(cctx, e.cfg.Role, contender.Encode(e.self))
 	case contender.OpRenew:
-		r.rev, r.err = e.kv.Update(cctx, e.cfg.Role, contender.Encode(Holding{Holder: e.self.Holder, Instance: e.self.Instance, Token: st.Token}), st.Revision)
+		r.written, r.err = e.kv.Update(cctx, e.cfg.Role, contender.Encode(Holding{Holder: e.self.Holder, Instance: e.self.Instance, Token: st.Token}), st.Revision)
 	}
 	cancel()
 	switch {
