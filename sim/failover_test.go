@@ -11,7 +11,8 @@ import (
 // its steps durable with every invariant held, and the batch exercises
 // what the scenario is for: a standby claiming from a killed holder and
 // requeuing what it had in flight, a deposed holder's save refused by the
-// fence, a rollout node's groups requeued after it died.
+// fence, a rollout node's groups requeued after it died, and the lease
+// core's verdicts on refused calls.
 func TestFailoverTakesOver(t *testing.T) {
 	seen := map[string]int{}
 	marks := map[string]func(string) bool{
@@ -19,6 +20,13 @@ func TestFailoverTakesOver(t *testing.T) {
 		"requeued":    func(l string) bool { return strings.Contains(l, "requeued (terms before token ") },
 		"fenced":      func(l string) bool { return strings.Contains(l, "refused (claimed by token") },
 		"dead-groups": func(l string) bool { return strings.Contains(l, "requeued (dead node ") },
+		// The lease core's judgments under lost and late calls (issue 31):
+		// a renewal refused because its own timed-out renewal landed, a
+		// Create refused because its own timed-out Create landed (taken
+		// up, not left to expire), a renewal refused for good.
+		"renewal-landed": func(l string) bool { return strings.Contains(l, "refused: landed") },
+		"create-landed":  func(l string) bool { return strings.Contains(l, "Create landed after its call timed out") },
+		"renewal-lost":   func(l string) bool { return strings.Contains(l, "refused: lost") },
 	}
 	for seed := int64(1); seed <= 60; seed++ {
 		res, err := Run(Config{Seed: seed, Scenario: ScenarioFailover, Steps: 8, KeepLog: true})
