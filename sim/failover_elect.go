@@ -221,7 +221,7 @@ func (n *tnode) kvCall(op contender.Op, st contender.Status, done func(uint64, k
 		if e == kvOK {
 			w.logf("lease: %s wrote revision %d (%s)", n.name, rev, op)
 		}
-		n.kvSend(func() {
+		n.kvAnswer(func() {
 			if answered {
 				return
 			}
@@ -255,7 +255,7 @@ func (n *tnode) kvRead(end time.Duration, done func(contender.Holding, bool)) {
 	})
 	n.kvSend(func() {
 		key, found := w.lease.read(w.clock)
-		n.kvSend(func() {
+		n.kvAnswer(func() {
 			if !answered {
 				answered = true
 				done(key, found)
@@ -264,24 +264,40 @@ func (n *tnode) kvRead(end time.Duration, done func(contender.Holding, bool)) {
 	})
 }
 
-// kvSend carries one message between the node and the KV: lost while the
+// kvSend carries one message from the node to the KV: lost while the
 // node is cut off the lease, and lost or late while message faults are
-// on.
+// on. Once sent it arrives even if the node dies meanwhile.
 func (n *tnode) kvSend(fn func()) {
+	if d, ok := n.kvDelay(); ok {
+		n.w.after(d, "", fn)
+	}
+}
+
+// kvAnswer carries the KV's answer back to this incarnation of the node,
+// lost and late as kvSend's messages are.
+func (n *tnode) kvAnswer(fn func()) {
+	if d, ok := n.kvDelay(); ok {
+		n.later(d, "", fn)
+	}
+}
+
+// kvDelay is how long a message between the node and the KV takes, or
+// false when it is lost.
+func (n *tnode) kvDelay() (time.Duration, bool) {
 	w := n.w
 	if n.leaseCut > 0 {
-		return
+		return 0, false
 	}
 	d := w.jitter(msec, 10*msec)
 	if w.msgActive > 0 {
 		switch w.rng.Intn(4) {
 		case 0:
-			return
+			return 0, false
 		case 1:
 			d += w.jitter(100*msec, 800*msec)
 		}
 	}
-	n.later(d, "", fn)
+	return d, true
 }
 
 // resign gives the lease up as the agent does when its term steps down:
