@@ -32,8 +32,11 @@ const electCallTimeout = leaseTTL / 4 // = electTiming.RenewInterval
 // write that put it there), the bucket's last revision, and when the key
 // expires unless written again.
 type foLease struct {
-	found  bool
-	key    contender.Holding // as stored: Token 0 for an acquiring Create
+	found bool
+	key   contender.Holding // as stored: Token 0 for an acquiring Create
+	// dec is key as a reader decodes it (contender.Decode of its value),
+	// kept from the write: the oracle reads the key after every event.
+	dec    contender.Holding
 	rev    uint64
 	expiry time.Duration
 }
@@ -57,7 +60,11 @@ func (l *foLease) live(now time.Duration) bool { return l.found && now < l.expir
 func (l *foLease) write(h contender.Holding, now time.Duration) uint64 {
 	l.rev++
 	h.Revision = l.rev
-	l.found, l.key, l.expiry = true, h, now+leaseTTL
+	dec, err := contender.Decode(contender.Encode(h), l.rev)
+	if err != nil {
+		panic(fmt.Sprintf("sim: the lease key's value does not decode: %v", err))
+	}
+	l.found, l.key, l.dec, l.expiry = true, h, dec, now+leaseTTL
 	return l.rev
 }
 
@@ -66,11 +73,7 @@ func (l *foLease) read(now time.Duration) (contender.Holding, bool) {
 	if !l.live(now) {
 		return contender.Holding{}, false
 	}
-	h, err := contender.Decode(contender.Encode(l.key), l.key.Revision)
-	if err != nil {
-		panic(fmt.Sprintf("sim: the lease key's value does not decode: %v", err))
-	}
-	return h, true
+	return l.dec, true
 }
 
 // holding is the holder and token the key names (decoded), for logs.
