@@ -161,7 +161,11 @@ func (n *tnode) electOutcome(op contender.Op, st contender.Status, rev uint64, e
 	case e == kvOK:
 		n.el.Renewed(rev)
 	case e == kvExists:
-		if n.el.Taken(key, found, n.self()) == contender.RefusalLanded {
+		self := n.self()
+		if w.cfg.has(BugElectorTakesAnyCreate) {
+			self = contender.Holding{Holder: key.Holder, Instance: key.Instance} // planted: whoever's the key is
+		}
+		if n.el.Taken(key, found, self) == contender.RefusalLanded {
 			w.logf("lease: %s's Create landed after its call timed out (revision %d): confirming it", n.name, key.Revision)
 		}
 	case e == kvMismatch || e == kvNotFound:
