@@ -146,6 +146,15 @@ const (
 	// (Plant.NoStartBound: the core before issue 37).
 	BugTermNoStartBound Bug = "term-ignores-stalled-start"
 
+	// Planted in the failover scenario's lease elector (issue 31).
+
+	// BugElectorTakesAnyCreate: after a refused Create the elector takes
+	// any Create not yet renewed for its own that landed, without looking
+	// whose it is (holder and instance: the judgment contender.JudgeTaken
+	// makes), and confirms it — renewing at a newer holder's revision,
+	// which the KV accepts: it steals a lease that is held.
+	BugElectorTakesAnyCreate Bug = "elector-takes-any-create"
+
 	// Planted on inputs only issue 37's generators produce.
 
 	// BugTermIgnoresQuorumLoss: a holder whose side lost quorum runs on
@@ -164,7 +173,7 @@ var Bugs = []Bug{BugRouterIgnoresGating, BugFilterLeaksCapacity, BugTrainerRetra
 	BugPublisherForgetsLaggards, BugCtlForgetsSentBatch, BugTermIgnoresLostBuffer,
 	BugTermForgetsDeadNodeGroups, BugTermForgetsPrevHolder, BugTermRequeuesPrevHolderOnly, BugTermMarksBeforeDurable, BugTermIgnoresFencing,
 	BugTermTwoSaves, BugTermNeverResends, BugTermSavesBeforeRecorded, BugTermMarksUnordered, BugTermNoStartBound,
-	BugTermIgnoresQuorumLoss, BugCtlRequeuesDuplicateAbort}
+	BugElectorTakesAnyCreate, BugTermIgnoresQuorumLoss, BugCtlRequeuesDuplicateAbort}
 
 // Config configures one simulated run. The workload shape (staleness
 // bound, batch size, workers, group size, engines, turn counts) and the

@@ -55,9 +55,12 @@
 //     report health, load and version.
 //
 // The failover scenario (failover.go) has a world of its own: 2–3 trainer
-// nodes, each stepping the real cluster/term core as cluster/node's lease
-// agent does, over a simulated lease (fencing tokens, TTL on the virtual
-// clock), progress store and prompt ledger, with rollout nodes that pull
+// nodes, each stepping the real cluster/term core as cluster/agent's lease
+// agent does and, in its elector, the real lease core
+// (cluster/lease/contender) as cluster/lease's Elector does, over a
+// simulated lease KV (compare-and-set on the revision, which is the
+// fencing token; TTL on the virtual clock), progress store and prompt
+// ledger, with rollout nodes that pull
 // groups and host engines; the term's pipeline is modelled minimally
 // inside the shell's StartPipeline/StopPipeline. Its planted bugs reach
 // the term core through term.Config.Plant.

@@ -12,8 +12,9 @@ import (
 )
 
 // The failover scenario (issue 16): trainer nodes contending for the
-// trainer lease, each deciding with the real cluster/term core, over a
-// simulated lease (fencing tokens, TTL on the virtual clock), a simulated
+// trainer lease, each deciding with the real cluster/term core and
+// electing with the real lease core (failover_elect.go), over a
+// simulated lease KV (fencing tokens, TTL on the virtual clock), a simulated
 // durable progress store and prompt ledger, rollout nodes that pull
 // groups, report RolloutStatus and host an engine that acks LoadWeights.
 // The shell here answers each of the core's effects with the matching
@@ -28,9 +29,7 @@ import (
 // Timing of the failover world.
 const (
 	leaseTTL      = 2 * time.Second
-	electorEvery  = 200 * msec
-	giveUpMargin  = 500 * msec // the elector gives up this long before the TTL runs out
-	resignBackoff = 500 * msec
+	resignBackoff = 500 * msec // a stepped-down node's next elector contends after this
 	tickEvery     = 250 * msec
 	observeEvery  = time.Second
 	statusEvery   = 500 * msec
@@ -89,13 +88,6 @@ type fo struct {
 	violation *Violation
 	finished  bool
 	done      bool
-}
-
-// foLease is the trainer lease's KV: holder, fencing token, expiry.
-type foLease struct {
-	holder string
-	token  uint64
-	expiry time.Duration
 }
 
 // foStore is the durable progress, fenced by the latest claim's token.
@@ -336,7 +328,7 @@ func memberNames(ms []term.Member) []string {
 // holder is the trainer node the lease names now, or nil.
 func (w *fo) holder() *tnode {
 	for _, n := range w.trainers {
-		if n.alive && w.lease.holder == n.name && w.clock < w.lease.expiry {
+		if h, _ := w.lease.holding(w.clock); n.alive && h == n.name {
 			return n
 		}
 	}

@@ -130,6 +130,9 @@ func (w *fo) checkAll() {
 		if w.checkHolder(n); w.violation != nil {
 			return
 		}
+		if w.checkLease(n); w.violation != nil {
+			return
+		}
 		if tok, ok := n.core.Holding(); ok {
 			if o, dup := held[tok]; dup {
 				w.fail(InvFencing, "%s and %s both hold token %d", o, n.name, tok)
@@ -147,8 +150,9 @@ func (w *fo) checkAll() {
 		return
 	}
 	if w.active == 0 && w.clock-max(w.quietSince, w.lastDurableAt) > w.cfg.ProgressBound {
+		h, tok := w.lease.holding(w.clock)
 		w.fail(InvProgress, "no step became durable for %v with every fault healed (durable step %d, lease %s token %d, queued %d)",
-			w.clock-max(w.quietSince, w.lastDurableAt), w.store.prog.Step, w.lease.holder, w.lease.token, len(w.queue))
+			w.clock-max(w.quietSince, w.lastDurableAt), w.store.prog.Step, h, tok, len(w.queue))
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/asyncrl/asyncrl/cluster/lease/contender"
 	"github.com/asyncrl/asyncrl/cluster/term"
 	"github.com/asyncrl/asyncrl/cluster/termwatch"
 	"github.com/asyncrl/asyncrl/messages"
@@ -20,11 +21,12 @@ type tnode struct {
 	inc   int // incarnation: timers of an earlier one do nothing
 	core  *term.Core
 
-	// The elector's view: leader with token since lastRenew.
-	leader    bool
-	token     uint64
-	lastRenew time.Duration
-	backoff   time.Duration // no contending before this (after a resign)
+	// The lease elector (failover_elect.go): its core, which elector of
+	// this incarnation it is (one per contention), and the status it last
+	// reported.
+	el    *contender.Core
+	elGen int
+	elSt  contender.Status
 	// noticeAt orders the elector's notices; slowNotice delays them (the
 	// zombie fault); leaseCut/storeCut count partitions from the lease KV
 	// and the progress store.
@@ -61,7 +63,7 @@ type pendingNotice struct {
 func (n *tnode) boot() {
 	w := n.w
 	n.alive, n.inc = true, n.inc+1
-	n.leader, n.token, n.pipe, n.slowNotice, n.leaseCut, n.storeCut = false, 0, nil, 0, 0, 0
+	n.pipe, n.slowNotice, n.leaseCut, n.storeCut = nil, 0, 0, 0
 	n.marks, n.marksWait, n.claimed, n.blocked, n.inbox = 0, nil, nil, false, nil
 	n.stopping, n.lastNotice = false, nil
 	c, err := term.New(term.Config{Node: n.name, Run: runID, Steps: int64(w.cfg.Steps), Checkpoints: true,
@@ -74,7 +76,7 @@ func (n *tnode) boot() {
 	n.core = c
 	w.logf("%s: up (incarnation %d)", n.name, n.inc)
 	w.gossip(200*msec, time.Second)
-	n.loop(w.jitter(0, electorEvery), electorEvery, n.elect)
+	n.newElector(w.jitter(0, electTiming.RenewInterval))
 	n.loop(w.jitter(0, tickEvery), tickEvery, func() {
 		if !n.blocked {
 			n.core.Tick(w.now())
@@ -109,47 +111,13 @@ func (n *tnode) later(d time.Duration, label string, fn func()) {
 
 func (n *tnode) kill() {
 	w := n.w
-	w.logf("%s: killed (lease %v token %d, %s)", n.name, n.leader, n.token, n.core)
+	w.logf("%s: killed (lease %v token %d, %s)", n.name, n.elSt.Leader, n.elSt.Token, n.core)
 	n.alive, n.inc = false, n.inc+1
 	if n.pipe != nil {
 		n.pipe.stopped = true
 	}
 	n.pipe = nil
 	w.gossip(time.Second, 3*time.Second)
-}
-
-// elect is the lease elector: renew while holding, give up when it could
-// not renew in time, acquire a free or expired lease.
-func (n *tnode) elect() {
-	w := n.w
-	l := &w.lease
-	if n.stopping && !n.leader {
-		return // stopping: it contends no more
-	}
-	if n.leaseCut == 0 {
-		switch {
-		case n.leader && l.holder == n.name && l.token == n.token:
-			l.expiry, n.lastRenew = w.clock+leaseTTL, w.clock
-		case n.leader:
-			n.lose("the lease names another holder")
-			return
-		case (l.holder == "" || w.clock >= l.expiry) && w.clock >= n.backoff:
-			l.holder, l.token, l.expiry = n.name, l.token+1, w.clock+leaseTTL
-			n.leader, n.token, n.lastRenew = true, l.token, w.clock
-			w.logf("lease: %s acquired token %d", n.name, l.token)
-			n.notice(term.LeaseChanged{Leader: true, Token: l.token})
-			return
-		}
-	}
-	if n.leader && w.clock-n.lastRenew >= leaseTTL-giveUpMargin {
-		n.lose("could not renew")
-	}
-}
-
-func (n *tnode) lose(why string) {
-	n.w.logf("lease: %s lost token %d (%s)", n.name, n.token, why)
-	n.leader = false
-	n.notice(term.LeaseChanged{Leader: false})
 }
 
 // notice hands the elector's change to the core, in order, late when the
@@ -275,10 +243,7 @@ func (n *tnode) apply(e term.Effect, tok uint64) {
 	case term.SendLoadWeights:
 		n.sendLoadWeights(v, tok)
 	case term.StepDown:
-		if w.lease.holder == n.name && w.lease.token == n.token && n.leaseCut == 0 {
-			w.lease.holder = ""
-		}
-		n.leader, n.backoff = false, w.clock+resignBackoff
+		n.resign()
 		if n.stopping {
 			n.later(0, "", func() {
 				w.logf("%s: stopped", n.name)
@@ -349,7 +314,7 @@ func (n *tnode) storeOp(what string, op, failed func()) {
 func (n *tnode) claim(tok uint64) {
 	w := n.w
 	s := &w.store
-	if tok < s.claimed {
+	if err := contender.CheckFence(s.claimed, tok); err != nil {
 		w.logf("store: claim of token %d by %s refused (claimed by token %d)", tok, n.name, s.claimed)
 		n.later(w.jitter(msec, 20*msec), "", func() { n.step(term.Failed{Token: tok, Err: "fenced"}) })
 		return

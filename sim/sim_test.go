@@ -128,6 +128,8 @@ var plantedBugs = []struct {
 	{BugTermSavesBeforeRecorded, ScenarioFailover, InvLedger, ""},
 	{BugTermMarksUnordered, ScenarioFailover, InvLedger, ""},
 	{BugTermNoStartBound, ScenarioFailover, InvProgress, ""},
+	// In the failover scenario's lease elector: the lease's safety check.
+	{BugElectorTakesAnyCreate, ScenarioFailover, InvFencing, ""},
 	// On inputs only issue 37's generators produce.
 	{BugTermIgnoresQuorumLoss, ScenarioFailover, InvFencing, ""},
 	{BugCtlRequeuesDuplicateAbort, ScenarioFaults, InvLedger, ""},

@@ -18,8 +18,9 @@
 // at most every 250ms on a coarse clock, so expect up to ~300ms more (1s
 // TTL, 200ms renew: measured 1.0–1.4s on loopback).
 //
-// On the holder's side leadership is judged conservatively by Core, a pure
-// state machine with an injected clock: the lease counts as held only
+// On the holder's side leadership is judged conservatively by
+// contender.Core (cluster/lease/contender), a pure state machine with an
+// injected clock that the simulator's failover scenario steps too: the lease counts as held only
 // until (send time of the last successful write) + TTL − Margin. A holder
 // whose renewals fail transiently keeps retrying with capped exponential
 // backoff but steps down at that local deadline, before the server can
@@ -29,7 +30,12 @@
 // holder's own term (holder and token): then the mismatch is an earlier
 // renewal of its own that timed out on its side but landed (common under
 // delay and loss), and the core adopts the key's revision and renews at
-// once without moving its local deadline (Core.Resynced).
+// once without moving its local deadline (Core.Resynced). Likewise a
+// Create that timed out here but landed there: the retry's Create is
+// refused because the key exists, the key holds the contender's own
+// untokened Create, and the core takes that term up with a renewal at its
+// revision (Core.Taken, then Renewed) instead of reading it as someone
+// else's and letting it expire unrenewed for a TTL.
 //
 // # Fencing
 //
@@ -42,5 +48,9 @@
 // has not yet noticed it lost the lease.
 //
 // Elector is the I/O shell: it runs the core against the bucket, one
-// goroutine per Run, and reports changes through Config.OnChange.
+// goroutine per Run, reads the key after a refused write for the core to
+// judge, and reports the changes the core names (Core.Changed) through
+// Config.OnChange. Timing, Status, Holding, DefaultTiming, CheckFence,
+// ErrBadConfig and ErrFenced are the contender package's, under the names
+// this package's users import.
 package lease

@@ -2,7 +2,8 @@ package lease
 
 import (
 	"context"
-	"encoding/json"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/asyncrl/asyncrl/cluster/lease/contender"
 	"github.com/asyncrl/asyncrl/transport"
 )
 
@@ -85,15 +87,6 @@ func (c Config) Validate() error {
 	return c.Timing.Validate()
 }
 
-// Holding is what the lease key says: who holds it, and the term's token.
-type Holding struct {
-	Holder string `json:"holder"`
-	// Token is the revision at which the holder acquired the lease.
-	Token uint64 `json:"token"`
-	// Revision is the key's current revision (Token or a later renewal).
-	Revision uint64 `json:"-"`
-}
-
 // Elector runs one contender for one lease.
 type Elector struct {
 	cfg Config
@@ -101,9 +94,12 @@ type Elector struct {
 	log zerolog.Logger
 	met *metrics
 
+	// self is this elector's Holder and Instance (random, so a restarted
+	// node never takes up a Create of its previous life as its own).
+	self Holding
+
 	mu   sync.Mutex
-	core *Core
-	last bool // leadership last reported to OnChange
+	core *contender.Core
 }
 
 // New opens (creating when absent) the bucket on nc and returns an elector
@@ -121,7 +117,7 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Elector, error) {
 	if cfg.CallTimeout == 0 {
 		cfg.CallTimeout = cfg.Timing.RenewInterval
 	}
-	core, err := NewCore(cfg.Timing)
+	core, err := contender.NewCore(cfg.Timing)
 	if err != nil {
 		return nil, err
 	}
@@ -133,7 +129,12 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Elector, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Elector{cfg: cfg, kv: kv, log: cfg.Logger.With().Str("lease", cfg.Role).Str("holder", cfg.Holder).Logger(), met: met, core: core}, nil
+	var nonce [8]byte
+	if _, err := rand.Read(nonce[:]); err != nil {
+		return nil, fmt.Errorf("lease: an instance id: %w", err)
+	}
+	self := Holding{Holder: cfg.Holder, Instance: hex.EncodeToString(nonce[:])}
+	return &Elector{cfg: cfg, self: self, kv: kv, log: cfg.Logger.With().Str("lease", cfg.Role).Str("holder", cfg.Holder).Logger(), met: met, core: core}, nil
 }
 
 func openBucket(ctx context.Context, nc *nats.Conn, cfg Config) (jetstream.KeyValue, error) {
@@ -166,6 +167,11 @@ func openBucket(ctx context.Context, nc *nats.Conn, cfg Config) (jetstream.KeyVa
 	return kv, nil
 }
 
+// Instance is this elector's instance id, written into the key with its
+// Holder: it tells a Create of this elector's that landed after its call
+// timed out from one of the same node's earlier life.
+func (e *Elector) Instance() string { return e.self.Instance }
+
 // Status is this contender's view now.
 func (e *Elector) Status() Status {
 	e.mu.Lock()
@@ -192,12 +198,8 @@ func (e *Elector) Holder(ctx context.Context) (h Holding, ok bool, err error) {
 	if err != nil {
 		return Holding{}, false, fmt.Errorf("lease: read %s: %w", e.cfg.Role, err)
 	}
-	if err := json.Unmarshal(ent.Value(), &h); err != nil {
-		return Holding{}, false, fmt.Errorf("lease: decode %s: %w", e.cfg.Role, err)
-	}
-	h.Revision = ent.Revision()
-	if h.Token == 0 { // only the acquiring Create carries no token: its revision is the token
-		h.Token = h.Revision
+	if h, err = contender.Decode(ent.Value(), ent.Revision()); err != nil {
+		return Holding{}, false, fmt.Errorf("lease: key %s: %w", e.cfg.Role, err)
 	}
 	return h, true, nil
 }
@@ -208,43 +210,23 @@ func (e *Elector) Holder(ctx context.Context) (h Holding, ok bool, err error) {
 // play a holder that pauses.
 func (e *Elector) Tick(ctx context.Context) (Status, time.Time) {
 	e.mu.Lock()
-	op := e.core.Due(time.Now())
-	rev, token, until := e.core.Revision(), e.core.token, e.core.until
+	now := time.Now()
+	op := e.core.Due(now)
+	st := e.core.Status(now)
 	e.mu.Unlock()
 
-	newRev, landed, seen, err := e.call(ctx, op, rev, token, until)
+	res := e.call(ctx, op, st)
 
 	e.mu.Lock()
-	switch {
-	case op == OpNone:
-	case err == nil && op == OpAcquire:
-		e.core.Acquired(newRev)
-		e.met.acquired.Inc()
-		e.log.Info().Uint64("token", newRev).Msg("lease acquired")
-	case err == nil:
-		e.core.Renewed(newRev)
-	case op == OpAcquire && errors.Is(err, jetstream.ErrKeyExists):
-		e.core.Taken()
-	case op == OpRenew && errors.Is(err, jetstream.ErrKeyRevisionMismatch) && landed > rev:
-		e.core.Resynced(landed)
-		e.log.Debug().Uint64("revision", landed).Msg("lease: an earlier renewal landed after its call timed out; renewing at its revision")
-	case op == OpRenew && (errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyNotFound)):
-		e.core.Lost()
-		e.log.Warn().Uint64("token", token).Str("key", seen).Msg("lease lost: renewal refused (expired or taken over)")
-	default:
-		e.core.Failed()
-		e.met.failures.Inc()
-		e.log.Debug().Err(err).Str("op", op.String()).Msg("lease call failed; retrying")
-	}
-	now := time.Now()
-	st := e.core.Status(now)
+	e.outcome(op, st, res)
+	st, changed := e.core.Changed(time.Now())
 	next := e.core.NextAt()
-	changed := st.Leader != e.last
-	e.last = st.Leader
 	e.mu.Unlock()
 	if changed {
 		if st.Leader {
 			e.met.leader.Set(1)
+			e.met.acquired.Inc()
+			e.log.Info().Uint64("token", st.Token).Msg("lease acquired")
 		} else {
 			e.met.leader.Set(0)
 			e.met.lost.Inc()
@@ -257,74 +239,97 @@ func (e *Elector) Tick(ctx context.Context) (Status, time.Time) {
 	return st, next
 }
 
-// call makes op's KV call. A renewal refused at rev may be our own
-// earlier one, timed out here but applied by the server: then the key
-// still holds our term and landed is its revision (else 0, and seen says
-// what the key held, for the log).
-func (e *Elector) call(ctx context.Context, op Op, rev, token uint64, until time.Time) (newRev, landed uint64, seen string, err error) {
-	cctx, cancel := context.WithTimeout(ctx, e.cfg.CallTimeout)
-	switch op {
-	case OpAcquire:
-		// The value carries the token, which is the revision Create will
-		// return: we cannot know it in advance, so the first write records
-		// the holder and the renewal right after it records the token.
-		newRev, err = e.kv.Create(cctx, e.cfg.Role, e.value(0))
-	case OpRenew:
-		newRev, err = e.kv.Update(cctx, e.cfg.Role, e.value(token), rev)
-	}
-	cancel()
-	if op == OpRenew && errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-		landed, seen = e.ownRevision(ctx, rev, token, until)
-	}
-	return newRev, landed, seen, err
+// result is what an op's KV call came back with: the revision written or
+// the error and, after a refusal, the key as read.
+type result struct {
+	written uint64
+	err     error
+	key     Holding
+	found   bool
 }
 
-// ownRevision reads the lease key after a renewal at rev was refused and
-// returns its revision when it still holds this contender's term (this
-// holder, token) at a revision past rev, else 0 and what it saw; the
-// verdict on each read is the core's JudgeRefusal. KV reads may be served
-// by a replica that has not applied the newest write yet (direct get): a
-// read showing
-// our term at rev or older is stale (the server just refused rev), so it
-// is read again until CallTimeout, and never past the holder's local
-// deadline until (the step-down it would report must not come later than
-// the deadline the core keeps).
-func (e *Elector) ownRevision(ctx context.Context, rev, token uint64, until time.Time) (uint64, string) {
+// outcome reports the call's result to the core (e.mu held).
+func (e *Elector) outcome(op contender.Op, st Status, r result) {
+	switch {
+	case op == contender.OpNone:
+	case r.err == nil && op == contender.OpAcquire:
+		e.core.Acquired(r.written)
+	case r.err == nil:
+		e.core.Renewed(r.written)
+	case op == contender.OpAcquire && errors.Is(r.err, jetstream.ErrKeyExists):
+		if e.core.Taken(r.key, r.found, e.self) == contender.RefusalLanded {
+			e.log.Info().Uint64("revision", r.key.Revision).Msg("lease: an earlier acquire landed after its call timed out; confirming it with a renewal")
+		}
+	case op == contender.OpRenew && (errors.Is(r.err, jetstream.ErrKeyRevisionMismatch) || errors.Is(r.err, jetstream.ErrKeyNotFound)):
+		switch e.core.Refused(r.key, r.found, e.cfg.Holder) {
+		case contender.RefusalLanded:
+			e.log.Debug().Uint64("revision", r.key.Revision).Msg("lease: an earlier renewal landed after its call timed out; renewing at its revision")
+		default:
+			e.log.Warn().Uint64("token", st.Token).Str("key", seen(r)).Msg("lease: renewal refused (expired or taken over)")
+		}
+	default:
+		e.core.Failed()
+		e.met.failures.Inc()
+		e.log.Debug().Err(r.err).Str("op", op.String()).Msg("lease call failed; retrying")
+	}
+}
+
+func seen(r result) string {
+	if !r.found {
+		return "no key (expired or deleted), or no read"
+	}
+	return fmt.Sprintf("held by %s with token %d at revision %d", r.key.Holder, r.key.Token, r.key.Revision)
+}
+
+// call makes op's KV call for the status st the core had when it asked
+// for it. A write refused because of the key's state may be our own
+// earlier one, timed out here but applied by the server: the key is read
+// after it, for the core to judge.
+func (e *Elector) call(ctx context.Context, op contender.Op, st Status) (r result) {
+	cctx, cancel := context.WithTimeout(ctx, e.cfg.CallTimeout)
+	switch op {
+	case contender.OpAcquire:
+		r.written, r.err = e.kv.Create(cctx, e.cfg.Role, contender.Encode(e.self))
+	case contender.OpRenew:
+		r.written, r.err = e.kv.Update(cctx, e.cfg.Role, contender.Encode(Holding{Holder: e.self.Holder, Instance: e.self.Instance, Token: st.Token}), st.Revision)
+	}
+	cancel()
+	switch {
+	case op == contender.OpAcquire && errors.Is(r.err, jetstream.ErrKeyExists):
+		rctx, cancel := context.WithTimeout(ctx, e.cfg.CallTimeout)
+		r.key, r.found, _ = e.Holder(rctx) // a failed read is no key: the core waits and tries again
+		cancel()
+	case op == contender.OpRenew && errors.Is(r.err, jetstream.ErrKeyRevisionMismatch):
+		r.key, r.found = e.readRefused(ctx, st)
+	}
+	return r
+}
+
+// readRefused reads the lease key after a renewal at st.Revision was
+// refused, until the read is no stale replica's (JudgeRefusal: KV reads
+// may be served by a replica that has not applied the newest write yet,
+// and a read showing our term at the refused revision or older is one),
+// for CallTimeout and never past the holder's local deadline (the
+// step-down it would report must not come later than the deadline the
+// core keeps). The core judges the last read.
+func (e *Elector) readRefused(ctx context.Context, st Status) (Holding, bool) {
 	end := time.Now().Add(e.cfg.CallTimeout)
-	if !until.IsZero() && until.Before(end) {
-		end = until
+	if !st.Until.IsZero() && st.Until.Before(end) {
+		end = st.Until
 	}
 	cctx, cancel := context.WithDeadline(ctx, end)
 	defer cancel()
-	seen := "nothing read"
 	for {
 		h, ok, err := e.Holder(cctx)
-		switch {
-		case err != nil:
-			seen = "read failed: " + err.Error()
-		case !ok:
-			return 0, "no key (expired or deleted)"
-		default:
-			switch JudgeRefusal(h, ok, e.cfg.Holder, token, rev) {
-			case RefusalLost:
-				return 0, fmt.Sprintf("held by %s with token %d", h.Holder, h.Token)
-			case RefusalLanded:
-				return h.Revision, ""
-			case RefusalReadAgain:
-				seen = fmt.Sprintf("our term at revision %d (a stale replica)", h.Revision)
-			}
+		if err == nil && contender.JudgeRefusal(h, ok, e.cfg.Holder, st.Token, st.Revision) != contender.RefusalReadAgain {
+			return h, ok
 		}
 		select {
 		case <-cctx.Done():
-			return 0, seen
+			return h, ok && err == nil
 		case <-time.After(e.cfg.Timing.RetryMin / 4):
 		}
 	}
-}
-
-func (e *Elector) value(token uint64) []byte {
-	b, _ := json.Marshal(Holding{Holder: e.cfg.Holder, Token: token})
-	return b
 }
 
 // Run contends for the lease until ctx ends. When it returns while holding
@@ -367,9 +372,7 @@ func (e *Elector) Resign(ctx context.Context) error {
 		return ErrNotLeader
 	}
 	rev := e.core.Revision()
-	e.core.Resigned(now)
-	changed := e.last
-	e.last = false
+	changed := e.core.Resigned(now)
 	e.mu.Unlock()
 	e.met.leader.Set(0)
 	err := e.kv.Delete(ctx, e.cfg.Role, jetstream.LastRevision(rev))

@@ -274,6 +274,66 @@ func TestLandedRenewalKeepsTheTerm(t *testing.T) {
 	}
 }
 
+// TestLandedAcquireIsTakenUp: a Create that timed out on the candidate
+// but landed on the server leaves the key holding the candidate's own
+// Create. Its retry is refused (the key exists); read as "held by
+// someone else", the key would sit unrenewed until its TTL ran out — a
+// failover stalled by one TTL. The candidate reads the key, finds its own
+// Create, confirms it with a renewal at once and leads with the Create's
+// revision as its token, a single renewal later. Someone else's Create
+// is still someone else's (TestExactlyOneHolderAmongThree), and so is
+// the same node's Create from before it restarted (another instance).
+func TestLandedAcquireIsTakenUp(t *testing.T) {
+	b := startBus(t)
+	var mu sync.Mutex
+	var changes []lease.Status
+	a := newElector(t, b, "a", func(s lease.Status) { mu.Lock(); changes = append(changes, s); mu.Unlock() })
+	// a's Create, as the server applies it after a's call gave up.
+	landed, err := createKey(b, "trainer", fmt.Sprintf(`{"holder":"a","instance":%q,"token":0}`, a.Instance()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, next := a.Tick(context.Background()) // the retry's Create is refused
+	if st.Leader {
+		t.Fatalf("leader before confirming: %+v", st)
+	}
+	if time.Until(next) > 0 {
+		t.Fatalf("the confirming renewal waits %s, want now", time.Until(next))
+	}
+	st, _ = a.Tick(context.Background()) // renews at the landed revision
+	if !st.Leader || st.Token != landed || st.Revision <= landed {
+		t.Fatalf("after the confirming renewal: %+v, want leader with token %d past revision %d", st, landed, landed)
+	}
+	h, ok, err := a.Holder(context.Background())
+	if err != nil || !ok || h.Holder != "a" || h.Token != landed {
+		t.Fatalf("key after confirming: %+v ok=%v err=%v, want a's term %d", h, ok, err, landed)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(changes) != 1 || !changes[0].Leader || changes[0].Token != landed {
+		t.Fatalf("leadership changes %+v, want one acquisition with token %d", changes, landed)
+	}
+}
+
+// TestEarlierLifesCreateIsNotTakenUp: the key holds node a's Create from
+// before a restarted (the same Holder, another Instance): the restarted a
+// must not take that term up as its own (its token would serve two lives
+// of a), so it waits for the key to expire as for anyone else's.
+func TestEarlierLifesCreateIsNotTakenUp(t *testing.T) {
+	b := startBus(t)
+	a := newElector(t, b, "a", nil)
+	if _, err := createKey(b, "trainer", `{"holder":"a","instance":"an-earlier-life","token":0}`); err != nil {
+		t.Fatal(err)
+	}
+	st, next := a.Tick(context.Background())
+	if st.Leader || time.Until(next) < timing().RenewInterval/2 {
+		t.Fatalf("after a refused Create of another life's key: %+v, next in %s; want a follower waiting about a RenewInterval", st, time.Until(next))
+	}
+	if st, _ = a.Tick(context.Background()); st.Leader {
+		t.Fatalf("took up another life's Create: %+v", st)
+	}
+}
+
 func TestResignHandsOverAtOnce(t *testing.T) {
 	b := startBus(t)
 	a := newElector(t, b, "a", nil)

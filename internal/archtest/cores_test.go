@@ -26,7 +26,8 @@ type core struct {
 
 // cores is every pure core of the module: the packages ARCHITECTURE.md
 // marks **core**, and the cores that share a package with their shell,
-// by file (lease's and ledger's pure parts among them). docs/cores.md
+// by file (ledger's pure part among them; lease's has its own package,
+// cluster/lease/contender). docs/cores.md
 // points here; a new core gets a row, and says whether the simulator
 // steps it.
 var cores = []core{
@@ -48,10 +49,9 @@ var cores = []core{
 	{dir: "cluster/ledger/transition"},
 	{dir: "cluster/ledger", files: []string{"core.go"},
 		notSimulated: "the ledger's progress and in-flight helpers over JetStream records; the simulator applies the ledger's transition rule (cluster/ledger/transition) to its own durable model, and cannot import this package (its store is JetStream)"},
-	{dir: "cluster/lease", files: []string{"core.go"},
-		notSimulated: "the elector's local-deadline judgment; the failover scenario models the lease's KV (fencing tokens, TTL) itself, and cannot import this package while lease.Core shares it with the NATS elector"},
+	{dir: "cluster/lease/contender"},
 	{dir: "cluster/rankhost", files: []string{"fence.go"},
-		notSimulated: "which term a rank host serves and which hosted groups end (multi-node torch groups); the failover scenario simulates trainers without worker groups"},
+		notSimulated: "which term a rank host serves and which hosted groups end (a torch worker group's ranks on other trainer nodes); the failover scenario's trainers train in their own process, so no group spans nodes and no rank host runs there — stepping it needs the scenario to place remote ranks as cluster/agent's rankgroup.go does (fence_test.go's table and cluster/agent's rank-group tests cover it meanwhile)"},
 	{dir: "cluster/discovery", files: []string{"core.go", "apply.go"},
 		notSimulated: "gossip membership → routing changes; the simulated fleet is registered with the routing core directly (engine leaves through its changes)"},
 	{dir: "cluster/placement", notSimulated: "role-list validation and singleton placement at start, no decision during a run"},

@@ -52,6 +52,12 @@ var shells = []shell{
 		state: []string{"failed", "stage"}, compared: []string{"err"}},
 	{dir: "cluster/agent", files: []string{"contend.go"}, core: "cluster/term",
 		state: []string{"phase", "holder"}, compared: []string{"Token", "phase"}},
+	// The lease elector: whether it leads, until when, at which revision
+	// it renews, whose key a refused write found and when to report a
+	// change are the contender core's (Due, Taken, Refused, Changed).
+	{dir: "cluster/lease", files: []string{"elector.go"}, core: "cluster/lease/contender",
+		state:    []string{"leader", "token", "rev", "until", "confirming", "reported", "last"},
+		compared: []string{"Leader", "Token", "Revision", "Instance", "Until"}},
 	// The publisher shell: when the router's minimum rises and how a
 	// publish settles are the tracker's (its Ready).
 	{dir: "actors/publisher", files: []string{"shell.go"}, core: "actors/publisher/tracker",
@@ -164,8 +170,8 @@ func TestShellsHoldNoDecision(t *testing.T) {
 
 // TestRuleCatchesViolations: both checks fail on a synthetic violation —
 // the trainer's step rule as actor.go held it before issue 31, an agent
-// that keeps want/have itself, the publisher shell's router minimum and
-// publish outcome as shell.go held them, a shell that no longer imports its core,
+// that keeps want/have itself, the lease elector as it was before its
+// core moved out, the publisher shell's router minimum and publish outcome as shell.go held them, a shell that no longer imports its core,
 // a core the simulator dropped and an exemption the simulator outgrew.
 func TestRuleCatchesViolations(t *testing.T) {
 	t.Run("sim", func(t *testing.T) {
@@ -222,6 +228,20 @@ func (s *Shell) settledLocked(version int64) (bool, error) {
 	}
 	return false, nil
 }`,
+		// cluster/lease/elector.go before its core moved out: it kept the
+		// leadership it last reported and decoded the Create's token.
+		"oldelector.go": `package lease
+import "github.com/asyncrl/asyncrl/cluster/lease/contender"
+type Elector struct {
+	core *contender.Core
+	last bool
+}
+func (e *Elector) holder(h Holding) Holding {
+	if h.Token == 0 {
+		h.Token = h.Revision
+	}
+	return h
+}`,
 		"nocore.go": `package rollout
 func (a *Actor) fine(tb TrainBatch) int64 { return tb.Step }`,
 		"clean.go": `package trainer
@@ -247,6 +267,9 @@ func (a *Actor) do(r *steprule.Core, tb TrainBatch) { r.Step(now, steprule.Recei
 				"oldpublisher.go: compares .routerMin (>): a decision the core actors/publisher/tracker owns",
 				"oldpublisher.go: struct field failed holds state the core actors/publisher/tracker owns",
 				"oldpublisher.go: struct field routerMin holds state the core actors/publisher/tracker owns"}},
+		{shell{dir: "l", files: []string{"oldelector.go"}, core: "cluster/lease/contender", state: []string{"last"}, compared: []string{"Token"}},
+			[]string{"oldelector.go: compares .Token (==): a decision the core cluster/lease/contender owns",
+				"oldelector.go: struct field last holds state the core cluster/lease/contender owns"}},
 		{shell{dir: "r", files: []string{"nocore.go"}, core: "actors/rollout/outcome", compared: []string{"err"}},
 			[]string{"r: nocore.go do not import the core actors/rollout/outcome"}},
 		{shell{dir: "c", files: []string{"clean.go"}, core: "actors/trainer/steprule", state: []string{"queue"}, compared: []string{"Step"}}, nil},

@@ -20,8 +20,8 @@
 // invariant, a String method only a log line would call, a config error
 // the simulator's valid configs never produce).
 //
-// The cores and their files are in Cores. The term core runs only in the
-// failover scenario and the other cores only in the others (the worlds
+// The cores and their files are in Cores. The term and lease cores run
+// only in the failover scenario and the other cores only in the others (the worlds
 // are disjoint), so one profile over every scenario gives each core's
 // coverage under its own scenarios.
 //

@@ -39,6 +39,7 @@ type Core struct {
 // Cores are the measured cores, in report order.
 var Cores = []Core{
 	{Name: "term", Dirs: []string{"cluster/term"}, Scenarios: "failover"},
+	{Name: "lease", Dirs: []string{"cluster/lease/contender"}, Scenarios: "failover"},
 	{Name: "controller", Dirs: []string{"actors/controller", "actors/staleness"},
 		Skip: []string{"actors/controller/shell.go"}, Scenarios: "default, faults, partitions, mixed"},
 	{Name: "sampling", Dirs: []string{"actors/sampling", "actors/filter"},

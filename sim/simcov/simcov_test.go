@@ -18,8 +18,13 @@ import (
 // blocks in 100 seeds and 98.3% in 1,000: its rarest inputs (a loss
 // notice coalesced with a re-acquisition while running, a clean stop
 // while claiming, a failure while stopping) need more than 100 seeds.
+//
+// lease: the contender core (issue 31) under the failover scenario's
+// electors reaches 64 of its 65 reachable blocks in 100 seeds (the one
+// left is a fenced claim, CheckFence's refusal).
 var Floors = map[string]float64{
 	"term":          94.5,
+	"lease":         95,
 	"controller":    97,
 	"sampling":      97,
 	"tracker":       97,

@@ -30,6 +30,12 @@ const (
 	whyWouldDrop = "replace mode requeues every group CheckForTraining would drop just before (requeueStale: WouldDrop is the same test at the same instant), so no good group is found stale at its check"
 )
 
+// The lease core's reasons.
+const (
+	whyOneKV      = "the simulated lease KV is one linearizable server: no read comes from a replica behind a write the server has refused, which the elector reads again (contender's TestJudgeRefusal covers the verdict)"
+	whyLateAnswer = "an answer after the local deadline finds the core stepped down only when something ticked it while the call was in flight — another goroutine's Status (cluster.NameGuard.Held); the trainer lease's elector, which the simulator models, ticks its core only before and after each call, and a renewal answered in time keeps a term the server kept (TestCoreLateAnswerAfterDeadlineStaysDown)"
+)
+
 // Unreachable are the blocks of the cores that no simulated input can
 // reach, each with its reason. A block listed here that a seed does reach
 // is reported (Report.Details marks it, and TestExclusionsUnreached fails),
@@ -58,6 +64,20 @@ var Unreachable = []Exclusion{
 	{File: "cluster/term/steps.go", Func: "(*Core).saveEffects", Contains: "MarkTrained{", Why: whyPlanted},
 	{File: "cluster/term/steps.go", Func: "(*Core).progressSaved", Contains: "t.sent = t.sent[1:]", Why: whyPlanted},
 	{File: "cluster/term/steps.go", Func: "(*Core).resend", Contains: "=return", Why: whyPlanted},
+
+	// cluster/lease/contender
+	{File: "cluster/lease/contender/timing.go", Func: "Timing.Validate", Contains: "ErrBadConfig", Why: whyConfig},
+	{File: "cluster/lease/contender/core.go", Func: "NewCore", Contains: "return nil, err", Why: whyConfig},
+	{File: "cluster/lease/contender/core.go", Func: "(*Core).Timing", Why: whyAccessor},
+	{File: "cluster/lease/contender/core.go", Func: "", Contains: "panic(", Why: whyPanic},
+	{File: "cluster/lease/contender/core.go", Func: "Op.String", Contains: `"none"`, Why: "the simulated elector logs only the ops it made (acquire, renew)"},
+	{File: "cluster/lease/contender/core.go", Func: "Op.String", Contains: "Op(%d)", Why: "every Op has a name"},
+	{File: "cluster/lease/contender/key.go", Func: "Refusal.String", Contains: "Refusal(%d)", Why: "every Refusal has a name"},
+	{File: "cluster/lease/contender/key.go", Func: "Decode", Contains: "return Holding{}", Why: "the simulated key holds only values Encode wrote (a foreign value is the elector's decode error, tested in cluster/lease/contender)"},
+	{File: "cluster/lease/contender/key.go", Func: "JudgeRefusal", Contains: "return RefusalReadAgain", Why: whyOneKV},
+	{File: "cluster/lease/contender/key.go", Func: "Refusal.String", Contains: `"read again"`, Why: whyOneKV},
+	{File: "cluster/lease/contender/core.go", Func: "(*Core).Renewed", Contains: "the local deadline passed while", Why: whyLateAnswer},
+	{File: "cluster/lease/contender/core.go", Func: "(*Core).Resynced", Contains: "the local deadline passed meanwhile", Why: whyLateAnswer},
 
 	// actors/controller
 	{File: "actors/controller/core.go", Func: "Config.Validate", Contains: "ErrInvalidConfig", Why: whyConfig},

@@ -1,4 +1,4 @@
-package lease
+package contender
 
 import (
 	"errors"
@@ -21,6 +21,9 @@ func newTestCore(t *testing.T) *Core {
 	}
 	return c
 }
+
+// self is the contender the tests play.
+var self = Holding{Holder: "n1", Instance: "i1"}
 
 func at(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 
@@ -81,7 +84,7 @@ func TestCoreAcquireRenewCycle(t *testing.T) {
 func TestCoreTakenWaitsRenewInterval(t *testing.T) {
 	c := newTestCore(t)
 	c.Due(at(0))
-	c.Taken()
+	c.Taken(Holding{Holder: "n2", Token: 2, Revision: 5}, true, self)
 	if c.Status(at(1)).Leader {
 		t.Fatal("taken lease reported as held")
 	}
@@ -274,5 +277,123 @@ func TestJudgeRefusal(t *testing.T) {
 		if got := JudgeRefusal(c.key, c.found, "n1", 3, 7); got != c.want {
 			t.Errorf("JudgeRefusal(%+v, found %v) = %d, want %d", c.key, c.found, got, c.want)
 		}
+	}
+}
+
+// TestJudgeTaken: after a refused Create of holder n1 (instance i1),
+// whose newest term had token 3, only this instance's own untokened Create
+// (Token == Revision) newer than 3 is a Create of its that landed.
+func TestJudgeTaken(t *testing.T) {
+	for _, c := range []struct {
+		key   Holding
+		found bool
+		want  Refusal
+	}{
+		{Holding{Holder: "n1", Instance: "i1", Token: 9, Revision: 9}, true, RefusalLanded},
+		{Holding{Holder: "n1", Instance: "i0", Token: 9, Revision: 9}, true, RefusalLost}, // n1 before it restarted
+		{Holding{Holder: "n1", Token: 9, Revision: 9}, true, RefusalLost},                 // no instance: not provably its own
+		{Holding{Holder: "n1", Instance: "i1", Token: 3, Revision: 3}, true, RefusalLost}, // its old term's Create: never taken up again
+		{Holding{Holder: "n1", Instance: "i1", Token: 4, Revision: 6}, true, RefusalLost}, // a renewed term (not its Create)
+		{Holding{Holder: "n2", Instance: "i1", Token: 9, Revision: 9}, true, RefusalLost},
+		{Holding{}, false, RefusalLost},
+	} {
+		if got := JudgeTaken(c.key, c.found, self, 3); got != c.want {
+			t.Errorf("JudgeTaken(%+v, found %v) = %s, want %s", c.key, c.found, got, c.want)
+		}
+	}
+}
+
+// TestCoreTakenOwnLandedCreateConfirms: an acquire that timed out here
+// but landed on the server (the retry's Create is refused, the key holds
+// this contender's own Create) is taken up at once: the core renews at
+// the Create's revision and leads from the renewal's send time — instead
+// of reading the key as someone else's and waiting its TTL out.
+func TestCoreTakenOwnLandedCreateConfirms(t *testing.T) {
+	c := newTestCore(t)
+	c.Due(at(0))
+	c.Failed() // the Create timed out here; the server applied it as revision 5
+	if op := c.Due(at(50)); op != OpAcquire {
+		t.Fatalf("retry: %s, want acquire", op)
+	}
+	if v := c.Taken(Holding{Holder: "n1", Instance: "i1", Token: 5, Revision: 5}, true, self); v != RefusalLanded {
+		t.Fatalf("Taken = %s, want landed", v)
+	}
+	if st := c.Status(at(60)); st.Leader {
+		t.Fatalf("leader before the confirming renewal: %+v", st)
+	}
+	if op := c.Due(at(60)); op != OpRenew || c.Revision() != 5 {
+		t.Fatalf("after taking up its own Create: %s at revision %d, want renew at 5 at once", op, c.Revision())
+	}
+	c.Renewed(6)
+	st, changed := c.Changed(at(70))
+	if !st.Leader || !changed || st.Token != 5 || st.Revision != 6 || !st.Until.Equal(at(60+900)) {
+		t.Fatalf("after the confirming renewal: %+v changed %v, want leader with token 5 at revision 6 until 960ms", st, changed)
+	}
+}
+
+// TestCoreConfirmingRefusals: a confirming renewal that is refused is
+// judged like any renewal: its own landed renewal resyncs (and it keeps
+// confirming), anything else sends it back to contending.
+func TestCoreConfirmingRefusals(t *testing.T) {
+	c := newTestCore(t)
+	c.Due(at(0))
+	c.Taken(Holding{Holder: "n1", Instance: "i1", Token: 5, Revision: 5}, true, self)
+	c.Due(at(0))
+	c.Failed() // the confirming renewal timed out; it landed as 6
+	c.Due(at(50))
+	if v := c.Refused(Holding{Holder: "n1", Token: 5, Revision: 6}, true, "n1"); v != RefusalLanded {
+		t.Fatalf("Refused = %s, want landed", v)
+	}
+	if op := c.Due(at(50)); op != OpRenew || c.Revision() != 6 || c.Status(at(50)).Leader {
+		t.Fatalf("after resync: %s at %d, want a confirming renew at 6, not yet leader", op, c.Revision())
+	}
+	if v := c.Refused(Holding{}, false, "n1"); v != RefusalLost { // expired meanwhile
+		t.Fatalf("Refused = %s, want lost", v)
+	}
+	if op := c.Due(at(299)); op != OpNone {
+		t.Fatalf("contends again at once: %s", op)
+	}
+	if op := c.Due(at(300)); op != OpAcquire {
+		t.Fatalf("after RenewInterval: %s, want acquire", op)
+	}
+}
+
+// TestCoreChangedReportsOnce: leadership is reported once per change,
+// and a resign takes the report back.
+func TestCoreChangedReportsOnce(t *testing.T) {
+	c := newTestCore(t)
+	if _, ch := c.Changed(at(0)); ch {
+		t.Fatal("a fresh follower reported a change")
+	}
+	c.Due(at(0))
+	c.Acquired(3)
+	if st, ch := c.Changed(at(1)); !ch || !st.Leader {
+		t.Fatalf("acquisition: %+v changed %v", st, ch)
+	}
+	if _, ch := c.Changed(at(2)); ch {
+		t.Fatal("reported twice")
+	}
+	if !c.Resigned(at(3)) {
+		t.Fatal("Resigned: the reported leadership was not taken back")
+	}
+	if _, ch := c.Changed(at(4)); ch {
+		t.Fatal("a resign the shell reported itself was reported again")
+	}
+	if c.Resigned(at(5)) {
+		t.Fatal("Resigned twice reported a loss twice")
+	}
+}
+
+func TestEncodeDecode(t *testing.T) {
+	h, err := Decode(Encode(Holding{Holder: "n1", Instance: "i1"}), 7)
+	if err != nil || h != (Holding{Holder: "n1", Instance: "i1", Token: 7, Revision: 7}) {
+		t.Fatalf("an untokened Create: %+v, %v", h, err)
+	}
+	h, err = Decode([]byte(`{"holder":"n1","token":7}`), 9) // a key written before instances
+	if err != nil || h != (Holding{Holder: "n1", Token: 7, Revision: 9}) {
+		t.Fatalf("a renewal: %+v, %v", h, err)
+	}
+	if _, err := Decode([]byte("{"), 1); err == nil {
+		t.Fatal("a broken value decoded")
 	}
 }

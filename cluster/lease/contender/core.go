@@ -1,61 +1,9 @@
-package lease
+package contender
 
 import (
-	"errors"
 	"fmt"
 	"time"
 )
-
-// Sentinel errors.
-var (
-	// ErrBadConfig is returned for an invalid Timing or Config.
-	ErrBadConfig = errors.New("lease: bad config")
-	// ErrFenced is returned when a write carries a fencing token older than
-	// one the store has already seen: the writer was deposed.
-	ErrFenced = errors.New("lease: fenced off (stale token)")
-	// ErrNotLeader is returned by operations that need the lease.
-	ErrNotLeader = errors.New("lease: not the holder")
-)
-
-// Timing is the decision logic's configuration.
-type Timing struct {
-	// TTL is how long the server keeps the lease after its last renewal.
-	TTL time.Duration
-	// RenewInterval is how often the holder renews and a standby tries to
-	// acquire. It must be well below TTL − Margin so that a couple of lost
-	// renewals do not cost the lease (default TTL/4).
-	RenewInterval time.Duration
-	// Margin is subtracted from TTL when the holder judges locally whether
-	// it still holds the lease, to absorb clock-rate drift and the time a
-	// write spends in flight (default TTL/10).
-	Margin time.Duration
-	// RetryMin and RetryMax bound the exponential backoff after a transient
-	// failure (timeout, no responders): the n-th consecutive failure waits
-	// min(RetryMin·2^(n-1), RetryMax). Defaults RenewInterval/4 and
-	// RenewInterval.
-	RetryMin, RetryMax time.Duration
-}
-
-// DefaultTiming returns timing for ttl with the documented defaults.
-func DefaultTiming(ttl time.Duration) Timing {
-	ri := ttl / 4
-	return Timing{TTL: ttl, RenewInterval: ri, Margin: ttl / 10, RetryMin: ri / 4, RetryMax: ri}
-}
-
-// Validate names the field at fault and the allowed values.
-func (t Timing) Validate() error {
-	switch {
-	case t.TTL < 10*time.Millisecond:
-		return fmt.Errorf("%w: TTL %s (allowed: >= 10ms)", ErrBadConfig, t.TTL)
-	case t.Margin < 0 || t.Margin >= t.TTL/2:
-		return fmt.Errorf("%w: Margin %s (allowed: 0 <= Margin < TTL/2 = %s)", ErrBadConfig, t.Margin, t.TTL/2)
-	case t.RenewInterval <= 0 || t.RenewInterval > (t.TTL-t.Margin)/2:
-		return fmt.Errorf("%w: RenewInterval %s (allowed: 0 < RenewInterval <= (TTL-Margin)/2 = %s)", ErrBadConfig, t.RenewInterval, (t.TTL-t.Margin)/2)
-	case t.RetryMin <= 0 || t.RetryMax < t.RetryMin:
-		return fmt.Errorf("%w: RetryMin %s, RetryMax %s (allowed: 0 < RetryMin <= RetryMax)", ErrBadConfig, t.RetryMin, t.RetryMax)
-	}
-	return nil
-}
 
 // Op is the KV call the core wants made now.
 type Op int
@@ -63,9 +11,11 @@ type Op int
 const (
 	// OpNone: nothing to do until NextAt.
 	OpNone Op = iota
-	// OpAcquire: Create the key (succeeds only when it is absent).
+	// OpAcquire: Create the key (succeeds only when it is absent) with
+	// Encode of this contender's Holder and Instance, Token 0.
 	OpAcquire
-	// OpRenew: Update the key at Core.Revision.
+	// OpRenew: Update the key at Status.Revision with Encode of this
+	// contender's Holder, Instance and Status.Token.
 	OpRenew
 )
 
@@ -97,20 +47,26 @@ type Status struct {
 
 // Core is the pure lease state machine of one contender. The shell calls
 // Due(now) and, when it returns an op, makes that KV call and reports the
-// outcome with exactly one of Acquired, Taken, Renewed, Resynced, Lost or
-// Failed. Tick
-// steps the holder down when its local deadline passes. Time is an input;
-// Core has no goroutines, locks or I/O.
+// outcome with exactly one of Acquired, Taken, Renewed, Refused (Resynced,
+// Lost) or Failed. Tick steps the holder down when its local deadline
+// passes. Time is an input; Core has no goroutines, locks or I/O.
 type Core struct {
-	t        Timing
-	leader   bool
-	token    uint64
-	rev      uint64
-	until    time.Time // leader: local expiry deadline
-	next     time.Time // when the next op is due
-	inflight Op
-	sentAt   time.Time
-	failures int
+	t      Timing
+	leader bool
+	// confirming: the key holds this contender's own Create that landed
+	// after its call failed here (Taken judged it); a renewal at its
+	// revision confirms the term before the lease counts as held, because
+	// when that Create reached the server, and so when the server lets the
+	// key expire, is unknown.
+	confirming bool
+	token      uint64
+	rev        uint64
+	until      time.Time // leader: local expiry deadline
+	next       time.Time // when the next op is due
+	inflight   Op
+	sentAt     time.Time
+	failures   int
+	reported   bool // the leadership Changed last reported
 }
 
 // NewCore returns a follower that wants to acquire at once.
@@ -132,7 +88,7 @@ func (c *Core) Due(now time.Time) Op {
 		return OpNone
 	}
 	op := OpAcquire
-	if c.leader {
+	if c.leader || c.confirming {
 		op = OpRenew
 	}
 	c.inflight, c.sentAt = op, now
@@ -176,18 +132,37 @@ func (c *Core) Acquired(rev uint64) {
 	c.next = c.sentAt.Add(c.t.RenewInterval)
 }
 
-// Taken reports that Create found the key held by someone else.
-func (c *Core) Taken() {
+// Taken reports that Create found the key present, with the key as read
+// right after (found false: no key, or the read failed); self is this
+// contender's Holder and Instance. When the key is
+// this contender's own Create that landed after an earlier call of its
+// timed out here (JudgeTaken: RefusalLanded), the core adopts that term
+// and renews at once to confirm it: the lease is held from the
+// renewal's send time (Renewed), not left to expire unrenewed for a TTL
+// while a standby waits. Otherwise someone else holds the lease, and the
+// contender tries again after RenewInterval. Taken returns the verdict.
+func (c *Core) Taken(key Holding, found bool, self Holding) Refusal {
 	c.done(OpAcquire)
 	c.failures = 0
-	c.next = c.sentAt.Add(c.t.RenewInterval)
+	v := JudgeTaken(key, found, self, c.token)
+	if v != RefusalLanded {
+		c.next = c.sentAt.Add(c.t.RenewInterval)
+		return v
+	}
+	c.confirming, c.token, c.rev = true, key.Revision, key.Revision
+	c.next = c.sentAt
+	return v
 }
 
-// Renewed reports a successful Update; rev is the key's new revision.
+// Renewed reports a successful Update; rev is the key's new revision. It
+// confirms a term Taken adopted.
 func (c *Core) Renewed(rev uint64) {
 	c.done(OpRenew)
 	c.failures = 0
-	if !c.leader { // the local deadline passed while the renewal was in flight
+	switch {
+	case c.confirming:
+		c.confirming, c.leader = false, true
+	case !c.leader: // the local deadline passed while the renewal was in flight
 		return // the write landed, but we already told the shell we lost: stay down; the key expires
 	}
 	c.rev = rev
@@ -195,12 +170,27 @@ func (c *Core) Renewed(rev uint64) {
 	c.next = c.sentAt.Add(c.t.RenewInterval)
 }
 
+// Refused reports that Update was refused (revision mismatch, or no key:
+// found false), with the key as read after the refusal, and returns the
+// verdict (JudgeRefusal): RefusalLanded resyncs (Resynced); anything else
+// — RefusalReadAgain included, when the shell's reads never got past a
+// stale replica — loses the lease (Lost).
+func (c *Core) Refused(key Holding, found bool, holder string) Refusal {
+	v := JudgeRefusal(key, found, holder, c.token, c.rev)
+	if v == RefusalLanded {
+		c.Resynced(key.Revision)
+	} else {
+		c.Lost()
+	}
+	return v
+}
+
 // Lost reports that Update was refused (revision mismatch or the key is
 // gone): someone else holds the lease or it expired. The contender becomes
 // a follower and tries to acquire again after RenewInterval.
 func (c *Core) Lost() {
 	c.done(OpRenew)
-	c.leader, c.until, c.failures = false, time.Time{}, 0
+	c.leader, c.confirming, c.until, c.failures = false, false, time.Time{}, 0
 	c.next = c.sentAt.Add(c.t.RenewInterval)
 }
 
@@ -212,10 +202,11 @@ func (c *Core) Lost() {
 // renews again at once; the local deadline stays where the last confirmed
 // renewal put it, because when the landed write reached the server is
 // unknown (only that it was after that renewal was sent, so the server's
-// own deadline is no earlier than the local one).
+// own deadline is no earlier than the local one). A term still being
+// confirmed stays so.
 func (c *Core) Resynced(rev uint64) {
 	c.done(OpRenew)
-	if !c.leader { // the local deadline passed meanwhile: stay down, as Renewed does
+	if !c.leader && !c.confirming { // the local deadline passed meanwhile: stay down, as Renewed does
 		return
 	}
 	if rev <= c.rev {
@@ -240,10 +231,14 @@ func (c *Core) Failed() {
 
 // Resigned reports that the holder deleted its key on purpose at now. It
 // waits one RenewInterval before contending again, so a standby (which
-// polls every RenewInterval) gets the lease instead of the resigner.
-func (c *Core) Resigned(now time.Time) {
-	c.leader, c.until = false, time.Time{}
+// polls every RenewInterval) gets the lease instead of the resigner. It
+// returns whether leadership had been reported (Changed), so the shell
+// reports the loss.
+func (c *Core) Resigned(now time.Time) bool {
+	was := c.reported
+	c.leader, c.confirming, c.until, c.reported = false, false, time.Time{}, false
 	c.next = now.Add(c.t.RenewInterval)
+	return was
 }
 
 // Tick steps the leader down once its local deadline passed and reports
@@ -266,43 +261,12 @@ func (c *Core) Status(now time.Time) Status {
 	return Status{Leader: c.leader, Token: c.token, Revision: c.rev, Until: c.until}
 }
 
-// CheckFence admits a write carrying token when it is not older than the
-// largest token the store has seen (stored). Equal tokens are the same
-// term and are admitted.
-func CheckFence(stored, token uint64) error {
-	if token < stored {
-		return fmt.Errorf("%w: token %d < %d", ErrFenced, token, stored)
-	}
-	return nil
-}
-
-// Refusal is the verdict on a renewal refused at a revision, from a read
-// of the lease key after it.
-type Refusal int
-
-const (
-	// RefusalLost: the key is gone or holds another term; the lease is lost.
-	RefusalLost Refusal = iota
-	// RefusalLanded: the key holds this contender's own term past the
-	// refused revision — its earlier renewal landed; Resynced adopts it.
-	RefusalLanded
-	// RefusalReadAgain: the key shows this term at the refused revision
-	// or older, which the server has just refused: the read came from a
-	// replica that has not applied the newest write yet.
-	RefusalReadAgain
-)
-
-// JudgeRefusal judges a renewal at rev of holder's term token that the
-// server refused, from the key as read (found false: no key). Holder
-// names one contender and a term's token is never reused, so only this
-// contender's own write can hold its holder and token.
-func JudgeRefusal(key Holding, found bool, holder string, token, rev uint64) Refusal {
-	switch {
-	case !found || key.Holder != holder || key.Token != token:
-		return RefusalLost
-	case key.Revision > rev:
-		return RefusalLanded
-	default:
-		return RefusalReadAgain
-	}
+// Changed is Status at now, and whether its leadership differs from what
+// Changed last returned (or Resigned took back): the shell reports a
+// change of leadership once.
+func (c *Core) Changed(now time.Time) (Status, bool) {
+	st := c.Status(now)
+	ch := st.Leader != c.reported
+	c.reported = st.Leader
+	return st, ch
 }
