@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/asyncrl/asyncrl/cluster/lease"
+	"github.com/asyncrl/asyncrl/cluster/lease/contender"
 )
 
 // ErrNameInUse is returned by ClaimName when a live node holds the name.
@@ -62,12 +63,12 @@ func ClaimName(ctx context.Context, nc *nats.Conn, c NameClaim) (*NameGuard, err
 		c.TTL = 3 * time.Second
 	}
 	cfg := lease.DefaultConfig("n_"+base64.RawURLEncoding.EncodeToString([]byte(c.Name)), c.Instance)
-	cfg.Bucket, cfg.Timing, cfg.Logger = NamesBucket, lease.DefaultTiming(c.TTL), c.Logger
+	cfg.Bucket, cfg.Timing, cfg.Logger = NamesBucket, contender.DefaultTiming(c.TTL), c.Logger
 	if cfg.Holder == "" {
 		cfg.Holder = c.Name
 	}
 	var held bool // the claim was won: a later loss is reported
-	cfg.OnChange = func(st lease.Status) {
+	cfg.OnChange = func(st contender.Status) {
 		if !st.Leader && held && c.OnLost != nil {
 			c.OnLost()
 		}

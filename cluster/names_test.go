@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/asyncrl/asyncrl/cluster/lease"
+	"github.com/asyncrl/asyncrl/cluster/lease/contender"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
 )
 
@@ -64,7 +65,7 @@ func TestClaimNameAfterACrashWaitsForExpiry(t *testing.T) {
 	ttl := 400 * time.Millisecond
 	// The dead predecessor: it claimed the name and never renewed.
 	cfg := lease.DefaultConfig("n_"+base64.RawURLEncoding.EncodeToString([]byte("n1")), "old-pid")
-	cfg.Bucket, cfg.Timing = NamesBucket, lease.DefaultTiming(ttl)
+	cfg.Bucket, cfg.Timing = NamesBucket, contender.DefaultTiming(ttl)
 	dead, err := lease.New(ctx, b.Conn(), cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/asyncrl/asyncrl/actors/loop"
 	"github.com/asyncrl/asyncrl/cluster/lease"
+	"github.com/asyncrl/asyncrl/cluster/lease/contender"
 	"github.com/asyncrl/asyncrl/cluster/placement"
 	"github.com/asyncrl/asyncrl/cluster/term"
 	"github.com/asyncrl/asyncrl/cluster/termwatch"
@@ -79,8 +80,8 @@ func (a *Agent) contendOnce(ctx context.Context) {
 func (c *contention) elector() (*lease.Elector, bool) {
 	a := c.a
 	lc := lease.DefaultConfig(a.cfg.Run.Run.ID+"-"+placement.Trainer, a.cfg.Name)
-	lc.Timing, lc.Replicas, lc.Logger = lease.DefaultTiming(a.cfg.LeaseTTL), a.cfg.Replicas, a.log
-	lc.OnChange = func(st lease.Status) {
+	lc.Timing, lc.Replicas, lc.Logger = contender.DefaultTiming(a.cfg.LeaseTTL), a.cfg.Replicas, a.log
+	lc.OnChange = func(st contender.Status) {
 		// The loss is in the inbox before the term's interrupted I/O can
 		// report anything (the core then ignores those late inputs).
 		c.box.push(term.LeaseChanged{Leader: st.Leader, Token: st.Token})

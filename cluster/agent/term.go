@@ -11,7 +11,7 @@ import (
 	"github.com/asyncrl/asyncrl/actors/loop"
 	"github.com/asyncrl/asyncrl/actors/trainer"
 	"github.com/asyncrl/asyncrl/cluster/internal/retry"
-	"github.com/asyncrl/asyncrl/cluster/lease"
+	"github.com/asyncrl/asyncrl/cluster/lease/contender"
 	"github.com/asyncrl/asyncrl/cluster/ledger"
 	"github.com/asyncrl/asyncrl/cluster/node"
 	"github.com/asyncrl/asyncrl/cluster/term"
@@ -259,7 +259,7 @@ func (r *termRun) claim(ctx context.Context) {
 	}
 	if err := retry.Do(ctx, 30*time.Second, func() (err error) {
 		p, err = a.led.Claim(ctx, r.token, a.cfg.Name)
-		if errors.Is(err, lease.ErrFenced) {
+		if errors.Is(err, contender.ErrFenced) {
 			return retry.Permanent(err)
 		}
 		return err
@@ -298,7 +298,7 @@ func (r *termRun) save(ctx context.Context, tp term.Progress) {
 	a.hold(HoldSave, p.Step)
 	err := retry.Do(ctx, 30*time.Second, func() error {
 		err := a.led.SaveProgress(ctx, p)
-		if errors.Is(err, lease.ErrFenced) {
+		if errors.Is(err, contender.ErrFenced) {
 			return retry.Permanent(err)
 		}
 		return err
@@ -309,7 +309,7 @@ func (r *termRun) save(ctx context.Context, tp term.Progress) {
 		r.feed(time.Now())
 	}
 	if err != nil {
-		r.core.Step(time.Now(), term.SaveFailed{Token: r.token, Step: p.Step, Fenced: errors.Is(err, lease.ErrFenced), Err: "node: save progress: " + err.Error()})
+		r.core.Step(time.Now(), term.SaveFailed{Token: r.token, Step: p.Step, Fenced: errors.Is(err, contender.ErrFenced), Err: "node: save progress: " + err.Error()})
 		return
 	}
 	a.hold(HoldMarks, p.Step)

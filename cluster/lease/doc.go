@@ -43,14 +43,14 @@
 // Revisions are the bucket stream's sequence numbers, so every later
 // acquisition has a strictly larger token. The holder passes its token
 // with every write it makes (trainer progress, ledger); stores remember
-// the largest token they have seen and refuse smaller ones (CheckFence,
-// ErrFenced), so a deposed holder's late writes are rejected even if it
+// the largest token they have seen and refuse smaller ones
+// (contender.CheckFence, contender.ErrFenced), so a deposed holder's late writes are rejected even if it
 // has not yet noticed it lost the lease.
 //
 // Elector is the I/O shell: it runs the core against the bucket, one
 // goroutine per Run, reads the key after a refused write for the core to
 // judge, and reports the changes the core names (Core.Changed) through
-// Config.OnChange. Timing, Status, Holding, DefaultTiming, CheckFence,
-// ErrBadConfig and ErrFenced are the contender package's, under the names
-// this package's users import.
+// Config.OnChange. Its configuration and reports use the contender
+// package's types (contender.Timing, contender.Status, contender.Holding);
+// this package adds no names for them.
 package lease

@@ -35,7 +35,7 @@ type Config struct {
 	// key's value so others can see who holds the lease.
 	Holder string
 	// Timing is the decision logic's configuration (DefaultTiming(TTL)).
-	Timing Timing
+	Timing contender.Timing
 	// Memory keeps the bucket in memory instead of on disk. Leases need no
 	// durability (an expired lease is the safe default), but file storage
 	// keeps the revision counter, hence fencing tokens, monotonic across a
@@ -52,7 +52,7 @@ type Config struct {
 	ResignOnStop bool
 	// OnChange is called from Run's goroutine whenever leadership changes
 	// (won: Leader true with the new Token; lost: Leader false). May be nil.
-	OnChange func(Status)
+	OnChange func(contender.Status)
 	// Logger receives the elector's logs (default zerolog.Nop()).
 	Logger zerolog.Logger
 	// Registerer receives the asyncrl_lease_* metrics, labelled with role
@@ -63,26 +63,26 @@ type Config struct {
 // DefaultConfig returns a config for role and holder with a 3s TTL: a
 // standby takes over within about 3.75s of the holder's last renewal.
 func DefaultConfig(role, holder string) Config {
-	return Config{Bucket: DefaultBucket, Role: role, Holder: holder, Timing: DefaultTiming(3 * time.Second),
+	return Config{Bucket: DefaultBucket, Role: role, Holder: holder, Timing: contender.DefaultTiming(3 * time.Second),
 		Replicas: 1, ResignOnStop: true, Logger: zerolog.Nop()}
 }
 
 // Validate names the field at fault and the allowed values.
 func (c Config) Validate() error {
 	if err := transport.ValidToken(c.Bucket); err != nil {
-		return fmt.Errorf("%w: Bucket: %w", ErrBadConfig, err)
+		return fmt.Errorf("%w: Bucket: %w", contender.ErrBadConfig, err)
 	}
 	if err := transport.ValidToken(c.Role); err != nil {
-		return fmt.Errorf("%w: Role: %w", ErrBadConfig, err)
+		return fmt.Errorf("%w: Role: %w", contender.ErrBadConfig, err)
 	}
 	if c.Holder == "" {
-		return fmt.Errorf("%w: Holder is empty (want the node name)", ErrBadConfig)
+		return fmt.Errorf("%w: Holder is empty (want the node name)", contender.ErrBadConfig)
 	}
 	if c.Replicas < 0 || c.Replicas > 5 {
-		return fmt.Errorf("%w: Replicas %d (allowed: 1..5, 0 for 1)", ErrBadConfig, c.Replicas)
+		return fmt.Errorf("%w: Replicas %d (allowed: 1..5, 0 for 1)", contender.ErrBadConfig, c.Replicas)
 	}
 	if c.CallTimeout < 0 {
-		return fmt.Errorf("%w: CallTimeout %s (allowed: >= 0, 0 for RenewInterval)", ErrBadConfig, c.CallTimeout)
+		return fmt.Errorf("%w: CallTimeout %s (allowed: >= 0, 0 for RenewInterval)", contender.ErrBadConfig, c.CallTimeout)
 	}
 	return c.Timing.Validate()
 }
@@ -96,7 +96,7 @@ type Elector struct {
 
 	// self is this elector's Holder and Instance (random, so a restarted
 	// node never takes up a Create of its previous life as its own).
-	self Holding
+	self contender.Holding
 
 	mu   sync.Mutex
 	core *contender.Core
@@ -133,7 +133,7 @@ func New(ctx context.Context, nc *nats.Conn, cfg Config) (*Elector, error) {
 	if _, err := rand.Read(nonce[:]); err != nil {
 		return nil, fmt.Errorf("lease: an instance id: %w", err)
 	}
-	self := Holding{Holder: cfg.Holder, Instance: hex.EncodeToString(nonce[:])}
+	self := contender.Holding{Holder: cfg.Holder, Instance: hex.EncodeToString(nonce[:])}
 	return &Elector{cfg: cfg, self: self, kv: kv, log: cfg.Logger.With().Str("lease", cfg.Role).Str("holder", cfg.Holder).Logger(), met: met, core: core}, nil
 }
 
@@ -162,7 +162,7 @@ func openBucket(ctx context.Context, nc *nats.Conn, cfg Config) (jetstream.KeyVa
 	}
 	if st.TTL() != cfg.Timing.TTL {
 		return nil, fmt.Errorf("%w: bucket %s has TTL %s, this lease wants %s (one TTL per bucket: use another Bucket)",
-			ErrBadConfig, cfg.Bucket, st.TTL(), cfg.Timing.TTL)
+			contender.ErrBadConfig, cfg.Bucket, st.TTL(), cfg.Timing.TTL)
 	}
 	return kv, nil
 }
@@ -173,7 +173,7 @@ func openBucket(ctx context.Context, nc *nats.Conn, cfg Config) (jetstream.KeyVa
 func (e *Elector) Instance() string { return e.self.Instance }
 
 // Status is this contender's view now.
-func (e *Elector) Status() Status {
+func (e *Elector) Status() contender.Status {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.core.Status(time.Now())
@@ -190,16 +190,16 @@ func (e *Elector) Token() (uint64, error) {
 }
 
 // Holder reads who holds the lease now; ok is false when nobody does.
-func (e *Elector) Holder(ctx context.Context) (h Holding, ok bool, err error) {
+func (e *Elector) Holder(ctx context.Context) (h contender.Holding, ok bool, err error) {
 	ent, err := e.kv.Get(ctx, e.cfg.Role)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return Holding{}, false, nil
+		return contender.Holding{}, false, nil
 	}
 	if err != nil {
-		return Holding{}, false, fmt.Errorf("lease: read %s: %w", e.cfg.Role, err)
+		return contender.Holding{}, false, fmt.Errorf("lease: read %s: %w", e.cfg.Role, err)
 	}
 	if h, err = contender.Decode(ent.Value(), ent.Revision()); err != nil {
-		return Holding{}, false, fmt.Errorf("lease: key %s: %w", e.cfg.Role, err)
+		return contender.Holding{}, false, fmt.Errorf("lease: key %s: %w", e.cfg.Role, err)
 	}
 	return h, true, nil
 }
@@ -208,7 +208,7 @@ func (e *Elector) Holder(ctx context.Context) (h Holding, ok bool, err error) {
 // afterwards plus when Tick should next be called. It calls OnChange on a
 // change of leadership. Run calls it in a loop; tests call it directly to
 // play a holder that pauses.
-func (e *Elector) Tick(ctx context.Context) (Status, time.Time) {
+func (e *Elector) Tick(ctx context.Context) (contender.Status, time.Time) {
 	e.mu.Lock()
 	now := time.Now()
 	op := e.core.Due(now)
@@ -244,12 +244,12 @@ func (e *Elector) Tick(ctx context.Context) (Status, time.Time) {
 type result struct {
 	written uint64
 	err     error
-	key     Holding
+	key     contender.Holding
 	found   bool
 }
 
 // outcome reports the call's result to the core (e.mu held).
-func (e *Elector) outcome(op contender.Op, st Status, r result) {
+func (e *Elector) outcome(op contender.Op, st contender.Status, r result) {
 	switch {
 	case op == contender.OpNone:
 	case r.err == nil && op == contender.OpAcquire:
@@ -285,13 +285,13 @@ func seen(r result) string {
 // for it. A write refused because of the key's state may be our own
 // earlier one, timed out here but applied by the server: the key is read
 // after it, for the core to judge.
-func (e *Elector) call(ctx context.Context, op contender.Op, st Status) (r result) {
+func (e *Elector) call(ctx context.Context, op contender.Op, st contender.Status) (r result) {
 	cctx, cancel := context.WithTimeout(ctx, e.cfg.CallTimeout)
 	switch op {
 	case contender.OpAcquire:
 		r.written, r.err = e.kv.Create(cctx, e.cfg.Role, contender.Encode(e.self))
 	case contender.OpRenew:
-		r.written, r.err = e.kv.Update(cctx, e.cfg.Role, contender.Encode(Holding{Holder: e.self.Holder, Instance: e.self.Instance, Token: st.Token}), st.Revision)
+		r.written, r.err = e.kv.Update(cctx, e.cfg.Role, contender.Encode(contender.Holding{Holder: e.self.Holder, Instance: e.self.Instance, Token: st.Token}), st.Revision)
 	}
 	cancel()
 	switch {
@@ -312,7 +312,7 @@ func (e *Elector) call(ctx context.Context, op contender.Op, st Status) (r resul
 // for CallTimeout and never past the holder's local deadline (the
 // step-down it would report must not come later than the deadline the
 // core keeps). The core judges the last read.
-func (e *Elector) readRefused(ctx context.Context, st Status) (Holding, bool) {
+func (e *Elector) readRefused(ctx context.Context, st contender.Status) (contender.Holding, bool) {
 	end := time.Now().Add(e.cfg.CallTimeout)
 	if !st.Until.IsZero() && st.Until.Before(end) {
 		end = st.Until
@@ -377,7 +377,7 @@ func (e *Elector) Resign(ctx context.Context) error {
 	e.met.leader.Set(0)
 	err := e.kv.Delete(ctx, e.cfg.Role, jetstream.LastRevision(rev))
 	if changed && e.cfg.OnChange != nil {
-		e.cfg.OnChange(Status{Token: st.Token, Revision: rev})
+		e.cfg.OnChange(contender.Status{Token: st.Token, Revision: rev})
 	}
 	if err != nil {
 		return fmt.Errorf("lease: resign %s: %w", e.cfg.Role, err)

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/asyncrl/asyncrl/cluster/lease"
+	"github.com/asyncrl/asyncrl/cluster/lease/contender"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
 )
 
@@ -31,12 +32,12 @@ func startBus(t *testing.T) *natsbus.Bus {
 	return b
 }
 
-func timing() lease.Timing {
-	return lease.Timing{TTL: time.Second, RenewInterval: 200 * time.Millisecond, Margin: 100 * time.Millisecond,
+func timing() contender.Timing {
+	return contender.Timing{TTL: time.Second, RenewInterval: 200 * time.Millisecond, Margin: 100 * time.Millisecond,
 		RetryMin: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond}
 }
 
-func newElector(t *testing.T, b *natsbus.Bus, holder string, onChange func(lease.Status)) *lease.Elector {
+func newElector(t *testing.T, b *natsbus.Bus, holder string, onChange func(contender.Status)) *lease.Elector {
 	t.Helper()
 	cfg := lease.DefaultConfig("trainer", holder)
 	cfg.Timing = timing()
@@ -130,7 +131,7 @@ func TestStandbyTakesOverWithinTTLPlusRenewInterval(t *testing.T) {
 
 	var mu sync.Mutex
 	var wonAt time.Time
-	sb := newElector(t, b, "b", func(st lease.Status) {
+	sb := newElector(t, b, "b", func(st contender.Status) {
 		mu.Lock()
 		defer mu.Unlock()
 		if st.Leader && wonAt.IsZero() {
@@ -161,8 +162,8 @@ func TestStandbyTakesOverWithinTTLPlusRenewInterval(t *testing.T) {
 func TestPausedHolderLearnsItLost(t *testing.T) {
 	b := startBus(t)
 	var mu sync.Mutex
-	var changes []lease.Status
-	a := newElector(t, b, "a", func(st lease.Status) {
+	var changes []contender.Status
+	a := newElector(t, b, "a", func(st contender.Status) {
 		mu.Lock()
 		defer mu.Unlock()
 		changes = append(changes, st)
@@ -190,7 +191,7 @@ func TestPausedHolderLearnsItLost(t *testing.T) {
 		t.Fatalf("a.Token() err = %v, want ErrNotLeader", err)
 	}
 	// Its fencing token is now older than b's, so stores reject its writes.
-	if err := lease.CheckFence(bb.Status().Token, tokenA); !errors.Is(err, lease.ErrFenced) {
+	if err := contender.CheckFence(bb.Status().Token, tokenA); !errors.Is(err, contender.ErrFenced) {
 		t.Fatalf("a's token %d vs b's %d: %v, want ErrFenced", tokenA, bb.Status().Token, err)
 	}
 	mu.Lock()
@@ -240,8 +241,8 @@ func TestPausedHolderRenewalIsRefused(t *testing.T) {
 func TestLandedRenewalKeepsTheTerm(t *testing.T) {
 	b := startBus(t)
 	var mu sync.Mutex
-	var changes []lease.Status
-	a := newElector(t, b, "a", func(s lease.Status) { mu.Lock(); changes = append(changes, s); mu.Unlock() })
+	var changes []contender.Status
+	a := newElector(t, b, "a", func(s contender.Status) { mu.Lock(); changes = append(changes, s); mu.Unlock() })
 	st, _ := a.Tick(context.Background())
 	if !st.Leader {
 		t.Fatal("a did not acquire")
@@ -286,8 +287,8 @@ func TestLandedRenewalKeepsTheTerm(t *testing.T) {
 func TestLandedAcquireIsTakenUp(t *testing.T) {
 	b := startBus(t)
 	var mu sync.Mutex
-	var changes []lease.Status
-	a := newElector(t, b, "a", func(s lease.Status) { mu.Lock(); changes = append(changes, s); mu.Unlock() })
+	var changes []contender.Status
+	a := newElector(t, b, "a", func(s contender.Status) { mu.Lock(); changes = append(changes, s); mu.Unlock() })
 	// a's Create, as the server applies it after a's call gave up.
 	landed, err := createKey(b, "trainer", fmt.Sprintf(`{"holder":"a","instance":%q,"token":0}`, a.Instance()))
 	if err != nil {
@@ -358,8 +359,8 @@ func TestBucketTTLMismatchIsAnError(t *testing.T) {
 	b := startBus(t)
 	newElector(t, b, "a", nil)
 	cfg := lease.DefaultConfig("publisher", "x")
-	cfg.Timing = lease.DefaultTiming(5 * time.Second)
-	if _, err := lease.New(context.Background(), b.Conn(), cfg); !errors.Is(err, lease.ErrBadConfig) {
+	cfg.Timing = contender.DefaultTiming(5 * time.Second)
+	if _, err := lease.New(context.Background(), b.Conn(), cfg); !errors.Is(err, contender.ErrBadConfig) {
 		t.Fatalf("second TTL in one bucket: %v, want ErrBadConfig", err)
 	}
 }
@@ -439,7 +440,7 @@ asyncrl_lease_acquired_total{holder="b",role="trainer"} 1
 	}
 	cfg := lease.DefaultConfig("trainer", "a")
 	cfg.Timing, cfg.Registerer = timing(), reg
-	if _, err := lease.New(context.Background(), b.Conn(), cfg); !errors.Is(err, lease.ErrBadConfig) {
+	if _, err := lease.New(context.Background(), b.Conn(), cfg); !errors.Is(err, contender.ErrBadConfig) {
 		t.Fatalf("same role and holder twice on one registry: %v, want ErrBadConfig", err)
 	}
 }

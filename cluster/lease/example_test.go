@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/asyncrl/asyncrl/cluster/lease"
+	"github.com/asyncrl/asyncrl/cluster/lease/contender"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
 )
 
@@ -21,7 +22,7 @@ func Example() {
 
 	won := make(chan uint64, 1)
 	cfg := lease.DefaultConfig("trainer", "node-1")
-	cfg.OnChange = func(st lease.Status) {
+	cfg.OnChange = func(st contender.Status) {
 		if st.Leader {
 			won <- st.Token // e.g. ledger.Claim(ctx, st.Token, "node-1"), then train
 		}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/asyncrl/asyncrl/cluster/lease/contender"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -35,7 +36,7 @@ func newMetrics(reg prometheus.Registerer, role, holder string) (*metrics, error
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if errors.As(err, &are) {
-				return nil, fmt.Errorf("%w: metrics for role %s holder %s already registered (one elector per role and holder)", ErrBadConfig, role, holder)
+				return nil, fmt.Errorf("%w: metrics for role %s holder %s already registered (one elector per role and holder)", contender.ErrBadConfig, role, holder)
 			}
 			return nil, fmt.Errorf("lease: register metrics: %w", err)
 		}

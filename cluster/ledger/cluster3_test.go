@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/asyncrl/asyncrl/cluster/lease"
+	"github.com/asyncrl/asyncrl/cluster/lease/contender"
 	"github.com/asyncrl/asyncrl/cluster/ledger"
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
@@ -46,7 +47,7 @@ func TestThreeNodesKillTheTrainersNode(t *testing.T) {
 		ledgers[i] = l
 		i++
 	}
-	tm := lease.Timing{TTL: time.Second, RenewInterval: 200 * time.Millisecond, Margin: 100 * time.Millisecond,
+	tm := contender.Timing{TTL: time.Second, RenewInterval: 200 * time.Millisecond, Margin: 100 * time.Millisecond,
 		RetryMin: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond}
 	var electors [3]*lease.Elector
 	for i := range 3 {

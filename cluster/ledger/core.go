@@ -73,7 +73,7 @@ type PromptAttempt struct {
 
 // NextProgress validates a progress write against the stored one: step
 // and version must not go backwards. It does not look at the tokens: the
-// caller (SaveProgress) checks the fence first with lease.CheckFence.
+// caller (SaveProgress) checks the fence first with contender.CheckFence.
 func NextProgress(prev Progress, next Progress) error {
 	if next.Step < prev.Step || next.Version < prev.Version {
 		return fmt.Errorf("%w: step %d→%d, version %d→%d", ErrStepRegression, prev.Step, next.Step, prev.Version, next.Version)

@@ -26,7 +26,7 @@
 // Progress: the trainer's step, published version and last checkpoint in
 // KV (bucket asyncrl_<run>_progress), guarded by the lease's fencing
 // token: a write whose token is older than the stored one fails with
-// lease.ErrFenced, and a new holder Claims the record with its token
+// contender.ErrFenced, and a new holder Claims the record with its token
 // before it trains, which fences every older holder at once.
 //
 // All of it survives a process restart when the bus keeps its JetStream

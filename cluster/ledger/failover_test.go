@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/asyncrl/asyncrl/cluster/lease"
+	"github.com/asyncrl/asyncrl/cluster/lease/contender"
 	"github.com/asyncrl/asyncrl/cluster/ledger"
 )
 
@@ -18,7 +19,7 @@ func TestDeposedTrainerLateWriteIsFenced(t *testing.T) {
 	defer b.Close()
 	l := open(t, b)
 	ctx := context.Background()
-	tm := lease.Timing{TTL: 600 * time.Millisecond, RenewInterval: 100 * time.Millisecond, Margin: 60 * time.Millisecond,
+	tm := contender.Timing{TTL: 600 * time.Millisecond, RenewInterval: 100 * time.Millisecond, Margin: 60 * time.Millisecond,
 		RetryMin: 25 * time.Millisecond, RetryMax: 100 * time.Millisecond}
 	elector := func(holder string) *lease.Elector {
 		cfg := lease.DefaultConfig("run1-trainer", holder)
@@ -58,8 +59,8 @@ func TestDeposedTrainerLateWriteIsFenced(t *testing.T) {
 		t.Fatalf("b's claim: %+v %v, want to resume at step 1", p, err)
 	}
 	// a wakes and, before looking at its lease, finishes step 2.
-	if err := l.SaveProgress(ctx, ledger.Progress{Step: 2, Version: 2, Token: tokA, Holder: "a"}); !errors.Is(err, lease.ErrFenced) {
-		t.Fatalf("deposed trainer's late write: %v, want lease.ErrFenced", err)
+	if err := l.SaveProgress(ctx, ledger.Progress{Step: 2, Version: 2, Token: tokA, Holder: "a"}); !errors.Is(err, contender.ErrFenced) {
+		t.Fatalf("deposed trainer's late write: %v, want contender.ErrFenced", err)
 	}
 	if err := l.SaveProgress(ctx, ledger.Progress{Step: 2, Version: 2, Token: tokB, Holder: "b"}); err != nil {
 		t.Fatalf("new holder's write: %v", err)

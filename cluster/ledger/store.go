@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"github.com/asyncrl/asyncrl/cluster/lease"
+	"github.com/asyncrl/asyncrl/cluster/lease/contender"
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/transport"
 )
@@ -427,12 +427,12 @@ func (l *Ledger) readProgress(ctx context.Context) (Progress, uint64, bool, erro
 
 // Claim stamps the stored progress with token (a newly won lease's), so
 // every holder with an older token is fenced off from now on, and returns
-// the progress to resume from. lease.ErrFenced when a newer holder
+// the progress to resume from. contender.ErrFenced when a newer holder
 // already claimed it.
 func (l *Ledger) Claim(ctx context.Context, token uint64, holder string) (Progress, error) {
 	var out Progress
 	err := l.casProgress(ctx, func(prev Progress) (Progress, error) {
-		if err := lease.CheckFence(prev.Token, token); err != nil {
+		if err := contender.CheckFence(prev.Token, token); err != nil {
 			return prev, fmt.Errorf("ledger: claim by %s: %w", holder, err)
 		}
 		prev.Token, prev.Holder = token, holder
@@ -443,11 +443,11 @@ func (l *Ledger) Claim(ctx context.Context, token uint64, holder string) (Progre
 }
 
 // SaveProgress stores p, written by the holder of token p.Token. It fails
-// with lease.ErrFenced when a newer holder claimed the progress, and with
+// with contender.ErrFenced when a newer holder claimed the progress, and with
 // ErrStepRegression when step or version would go backwards.
 func (l *Ledger) SaveProgress(ctx context.Context, p Progress) error {
 	return l.casProgress(ctx, func(prev Progress) (Progress, error) {
-		if err := lease.CheckFence(prev.Token, p.Token); err != nil {
+		if err := contender.CheckFence(prev.Token, p.Token); err != nil {
 			return prev, fmt.Errorf("ledger: progress step %d by %s: %w", p.Step, p.Holder, err)
 		}
 		if err := NextProgress(prev, p); err != nil {

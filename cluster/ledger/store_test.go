@@ -12,7 +12,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/asyncrl/asyncrl/cluster/lease"
+	"github.com/asyncrl/asyncrl/cluster/lease/contender"
 	"github.com/asyncrl/asyncrl/cluster/ledger"
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
@@ -138,11 +138,11 @@ func TestFencedProgress(t *testing.T) {
 	if err != nil || p.Step != 1 {
 		t.Fatalf("claim by b: %+v %v, want to resume from step 1", p, err)
 	}
-	if err := l.SaveProgress(ctx, ledger.Progress{Step: 2, Version: 2, Token: 5, Holder: "a"}); !errors.Is(err, lease.ErrFenced) {
-		t.Fatalf("deposed holder's write: %v, want lease.ErrFenced", err)
+	if err := l.SaveProgress(ctx, ledger.Progress{Step: 2, Version: 2, Token: 5, Holder: "a"}); !errors.Is(err, contender.ErrFenced) {
+		t.Fatalf("deposed holder's write: %v, want contender.ErrFenced", err)
 	}
-	if _, err := l.Claim(ctx, 5, "a"); !errors.Is(err, lease.ErrFenced) {
-		t.Fatalf("deposed holder's claim: %v, want lease.ErrFenced", err)
+	if _, err := l.Claim(ctx, 5, "a"); !errors.Is(err, contender.ErrFenced) {
+		t.Fatalf("deposed holder's claim: %v, want contender.ErrFenced", err)
 	}
 	if err := l.SaveProgress(ctx, ledger.Progress{Step: 0, Version: 1, Token: 9, Holder: "b"}); !errors.Is(err, ledger.ErrStepRegression) {
 		t.Fatalf("step going backwards: %v, want ErrStepRegression", err)
@@ -277,7 +277,7 @@ func TestSurvivesRestart(t *testing.T) {
 	if err != nil || !ok || p.Step != 7 || p.Token != 4 || p.Checkpoint != "s3://b/7" {
 		t.Fatalf("progress after restart %+v %v %v", p, ok, err)
 	}
-	if err := l.SaveProgress(ctx, ledger.Progress{Step: 8, Version: 8, Token: 3}); !errors.Is(err, lease.ErrFenced) {
+	if err := l.SaveProgress(ctx, ledger.Progress{Step: 8, Version: 8, Token: 3}); !errors.Is(err, contender.ErrFenced) {
 		t.Fatalf("older token after restart: %v, want ErrFenced", err)
 	}
 	// g1 and g2 were never acked: they come again, g0 does not.

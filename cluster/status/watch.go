@@ -15,6 +15,7 @@ import (
 
 	"github.com/asyncrl/asyncrl/cluster"
 	"github.com/asyncrl/asyncrl/cluster/lease"
+	"github.com/asyncrl/asyncrl/cluster/lease/contender"
 	"github.com/asyncrl/asyncrl/cluster/ledger"
 	"github.com/asyncrl/asyncrl/cluster/placement"
 	"github.com/asyncrl/asyncrl/messages"
@@ -158,7 +159,7 @@ func (w *Watcher) members(ctx context.Context) ([]Member, error) {
 			continue
 		}
 		m := Member{Name: string(name)}
-		var h lease.Holding
+		var h contender.Holding
 		if ent, err := kv.Get(ctx, k); err == nil && json.Unmarshal(ent.Value(), &h) == nil {
 			m.Instance = h.Holder
 		} else if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -174,7 +175,7 @@ func (w *Watcher) members(ctx context.Context) ([]Member, error) {
 func TrainerLeaseKey(run string) string { return run + "-" + placement.Trainer }
 
 func (w *Watcher) lease(ctx context.Context) (*Lease, error) {
-	var h lease.Holding
+	var h contender.Holding
 	ok, err := w.readJSON(ctx, lease.DefaultBucket, TrainerLeaseKey(w.plan.Run), &h)
 	if err != nil || !ok {
 		return nil, err

@@ -37,7 +37,7 @@ type Member struct {
 // Node-scoped inputs: they concern this node whatever term runs.
 type (
 	// LeaseChanged: the trainer lease's elector changed its mind
-	// (lease.Status). Token is the fencing token when Leader.
+	// (contender.Status). Token is the fencing token when Leader.
 	LeaseChanged struct {
 		Leader bool
 		Token  uint64
