@@ -206,7 +206,11 @@ func (n *tnode) kvCall(op contender.Op, st contender.Status, done func(uint64, k
 		h.Token = st.Token
 	}
 	answered := false
-	n.later(electCallTimeout, "", func() {
+	timeout := electCallTimeout
+	if op == contender.OpRenew && !st.Until.IsZero() {
+		timeout = max(0, min(timeout, st.Until.Sub(w.now()))) // the Elector's: a renewal gives up at the local deadline
+	}
+	n.later(timeout, "", func() {
 		if !answered {
 			answered = true
 			done(0, kvTimeout, contender.Holding{}, false)

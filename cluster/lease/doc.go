@@ -30,11 +30,11 @@
 // holder's own term (holder and token): then the mismatch is an earlier
 // renewal of its own that timed out on its side but landed (common under
 // delay and loss), and the core adopts the key's revision and renews at
-// once without moving its local deadline (Core.Resynced). Likewise a
+// once without moving its local deadline (contender.Core.Resynced). Likewise a
 // Create that timed out here but landed there: the retry's Create is
 // refused because the key exists, the key holds the contender's own
 // untokened Create, and the core takes that term up with a renewal at its
-// revision (Core.Taken, then Renewed) instead of reading it as someone
+// revision (contender.Core.Taken, then Renewed) instead of reading it as someone
 // else's and letting it expire unrenewed for a TTL.
 //
 // # Fencing

@@ -285,8 +285,18 @@ func seen(r result) string {
 // for it. A write refused because of the key's state may be our own
 // earlier one, timed out here but applied by the server: the key is read
 // after it, for the core to judge.
+//
+// A holder's renewal gives up at its local deadline if that comes before
+// CallTimeout: the core is ticked only between calls, so a renewal that
+// hangs past st.Until would report the lost term only when it gave up,
+// after the server may already have let the key expire and a standby
+// taken it (with the defaults, up to CallTimeout − Margin late).
 func (e *Elector) call(ctx context.Context, op contender.Op, st contender.Status) (r result) {
-	cctx, cancel := context.WithTimeout(ctx, e.cfg.CallTimeout)
+	end := time.Now().Add(e.cfg.CallTimeout)
+	if op == contender.OpRenew && !st.Until.IsZero() && st.Until.Before(end) {
+		end = st.Until
+	}
+	cctx, cancel := context.WithDeadline(ctx, end)
 	switch op {
 	case contender.OpAcquire:
 		r.written, r.err = e.kv.Create(cctx, e.cfg.Role, contender.Encode(e.self))

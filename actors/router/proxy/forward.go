@@ -189,7 +189,7 @@ func (r *Router) unrouted(out front.Failer, d policy.Decision, key string, overh
 // any answer (its span and load), counts it against the replica's health
 // and decides, by the retry rules of the contract, whether to try another
 // (front.SendFail: the caller answers 502; its overhead is counted here).
-func (r *Router) sendFailed(d policy.Decision, span *versionSpan, err error, attempt int, preq *policy.Request,
+func (r *Router) sendFailed(d policy.Decision, span *front.Span, err error, attempt int, preq *policy.Request,
 	clientGone bool, overhead time.Duration) front.SendOutcome {
 	r.endAttempt(d, span)
 	if clientGone {
@@ -210,7 +210,7 @@ func (r *Router) sendFailed(d policy.Decision, span *versionSpan, err error, att
 
 // retry503 closes an attempt the replica answered 503 (its body already
 // drained) when a retry token was spent on it: another replica is tried.
-func (r *Router) retry503(d policy.Decision, span *versionSpan, preq *policy.Request) {
+func (r *Router) retry503(d policy.Decision, span *front.Span, preq *policy.Request) {
 	r.endAttempt(d, span)
 	r.metrics.request(d.Replica, http.StatusServiceUnavailable)
 	r.metrics.retries.WithLabelValues("status_503").Inc()
@@ -257,7 +257,7 @@ var relayBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b
 // routing to the first byte; the final span, up to the end of the
 // stream, follows as HTTP trailers of the same names (declared in a
 // Trailer header; a client that ignores trailers sees the start values).
-func (r *Router) relay(ctx context.Context, out front.Answer, resp *http.Response, d policy.Decision, span *versionSpan,
+func (r *Router) relay(ctx context.Context, out front.Answer, resp *http.Response, d policy.Decision, span *front.Span,
 	upstreamAt time.Time, overhead time.Duration) {
 	defer resp.Body.Close()
 	defer r.done(d)
@@ -285,7 +285,7 @@ func (r *Router) relay(ctx context.Context, out front.Answer, resp *http.Respons
 			}
 		}
 		if rerr == io.EOF {
-			var tr *versionSpan
+			var tr *front.Span
 			if streaming {
 				s := r.span(span, true)
 				tr = &s
@@ -312,7 +312,7 @@ func (r *Router) relay(ctx context.Context, out front.Answer, resp *http.Respons
 
 // endStream closes a streaming answer's version span that ends without
 // its trailers.
-func (r *Router) endStream(span *versionSpan, streaming bool) {
+func (r *Router) endStream(span *front.Span, streaming bool) {
 	if streaming {
 		r.span(span, true)
 	}
@@ -321,10 +321,10 @@ func (r *Router) endStream(span *versionSpan, streaming bool) {
 // route asks the core for a replica and, when it names one, opens the
 // request's version span there (in the same critical section, so no
 // version change falls between the two).
-func (r *Router) route(preq policy.Request) (policy.Decision, *versionSpan) {
+func (r *Router) route(preq policy.Request) (policy.Decision, *front.Span) {
 	r.mu.Lock()
 	d := r.core.Route(time.Now(), preq)
-	var span *versionSpan
+	var span *front.Span
 	if d.OK() {
 		span = r.openSpan(d.Replica)
 	}
@@ -336,7 +336,7 @@ func (r *Router) route(preq policy.Request) (policy.Decision, *versionSpan) {
 // endAttempt closes an attempt on d.Replica that answered nothing to the
 // client (failed, retried, abandoned): its version span ends and its
 // load on the replica is released.
-func (r *Router) endAttempt(d policy.Decision, span *versionSpan) {
+func (r *Router) endAttempt(d policy.Decision, span *front.Span) {
 	r.span(span, true)
 	r.done(d)
 }

@@ -35,7 +35,7 @@ type Router struct {
 	mu       sync.Mutex
 	core     *policy.Core
 	budget   *policy.RetryBudget
-	spans    map[string]map[*versionSpan]struct{} // open version spans by replica URL
+	spans    map[string]map[*front.Span]struct{} // open version spans by replica URL
 	inflight int
 	closing  bool
 	drained  chan struct{} // closed when closing and inflight reaches 0
@@ -63,7 +63,7 @@ func New(cfg Config) (*Router, error) {
 	r := &Router{
 		cfg: cfg, log: cfg.Logger, tr: cfg.Transport, core: core,
 		budget: policy.NewRetryBudget(cfg.RetryRatio, cfg.RetryBurst),
-		spans:  make(map[string]map[*versionSpan]struct{}),
+		spans:  make(map[string]map[*front.Span]struct{}),
 		warns:  actors.NewLimitedLogger(cfg.Logger, actors.RealClock{}, warnInterval),
 	}
 	if r.tr == nil {

@@ -19,23 +19,22 @@ const (
 	VersionMaxHeader = front.VersionMaxHeader
 )
 
-// versionSpan is the range of versions one replica was known to serve
-// between a request's routing and its end (front.Span: the fronts hold
-// it as an attempt's handle). It is written only under Router.mu.
-type versionSpan = front.Span
+// A front.Span is the range of versions one replica was known to serve
+// between a request's routing and its end (the fronts hold it as an
+// attempt's handle). It is written only under Router.mu.
 
-func widen(s *versionSpan, v int64) {
+func widen(s *front.Span, v int64) {
 	s.Min, s.Max = min(s.Min, v), max(s.Max, v)
 }
 
 // openSpan starts tracking the versions url serves, from its current one.
 // Caller holds r.mu.
-func (r *Router) openSpan(url string) *versionSpan {
+func (r *Router) openSpan(url string) *front.Span {
 	v, _ := r.core.Version(url)
-	s := &versionSpan{Replica: url, Min: v, Max: v}
+	s := &front.Span{Replica: url, Min: v, Max: v}
 	set := r.spans[url]
 	if set == nil {
-		set = make(map[*versionSpan]struct{})
+		set = make(map[*front.Span]struct{})
 		r.spans[url] = set
 	}
 	set[s] = struct{}{}
@@ -66,7 +65,7 @@ func (r *Router) observeVersion(ch policy.Change) {
 }
 
 // span returns a snapshot of s, and ends it when end is set.
-func (r *Router) span(s *versionSpan, end bool) versionSpan {
+func (r *Router) span(s *front.Span, end bool) front.Span {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.spanLocked(s, end)
@@ -76,7 +75,7 @@ func (r *Router) span(s *versionSpan, end bool) versionSpan {
 // same critical section it counts the answer as a passive success, which
 // resets the replica's failure streak, so the answer costs one lock, not
 // two. A transition it causes is logged after the lock is released.
-func (r *Router) answered(s *versionSpan, end bool) versionSpan {
+func (r *Router) answered(s *front.Span, end bool) front.Span {
 	r.mu.Lock()
 	changed, err := r.core.ObserveHealth(s.Replica, true, false)
 	out := r.spanLocked(s, end)
@@ -88,7 +87,7 @@ func (r *Router) answered(s *versionSpan, end bool) versionSpan {
 }
 
 // spanLocked is span with r.mu held.
-func (r *Router) spanLocked(s *versionSpan, end bool) versionSpan {
+func (r *Router) spanLocked(s *front.Span, end bool) front.Span {
 	out := *s
 	if end {
 		set := r.spans[s.Replica]
@@ -103,7 +102,7 @@ func (r *Router) spanLocked(s *versionSpan, end bool) versionSpan {
 }
 
 // setVersionHeaders writes s into h (response headers or trailers).
-func setVersionHeaders(h http.Header, s versionSpan) {
+func setVersionHeaders(h http.Header, s front.Span) {
 	h.Set(VersionMinHeader, strconv.FormatInt(s.Min, 10))
 	h.Set(VersionMaxHeader, strconv.FormatInt(s.Max, 10))
 }

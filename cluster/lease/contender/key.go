@@ -75,9 +75,11 @@ func (r Refusal) String() string {
 }
 
 // JudgeRefusal judges a renewal at rev of holder's term token that the
-// server refused, from the key as read (found false: no key). Holder
-// names one contender and a term's token is never reused, so only this
-// contender's own write can hold its holder and token.
+// server refused, from the key as read (found false: no key). A term's
+// token is a revision, never reused, so a key holding this holder's name
+// and this term's token was written by this term's own renewal (a node
+// restarted under the same name has a new instance and a new term's
+// token; the instance matters only for a Create, JudgeTaken).
 func JudgeRefusal(key Holding, found bool, holder string, token, rev uint64) Refusal {
 	switch {
 	case !found || key.Holder != holder || key.Token != token:
