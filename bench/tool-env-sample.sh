@@ -44,8 +44,8 @@ import urllib.request
 port, n, show, temps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), [float(t) for t in sys.argv[4:]]
 # tasks/toolenv: DefaultConfig's system message and Tools
 system = "Use the calc tool to compute, then answer with the number only."
-tools = [{"type": "function", "function": {"name": "calc", "description": "Evaluate an arithmetic expression of numbers and + - * / // % **.",
-          "parameters": {"type": "object", "properties": {"expr": {"type": "string", "description": "the expression, e.g. 12*(3+4)"}}, "required": ["expr"]}}}]
+tools = [{"type": "function", "function": {"name": "calc", "description": "Evaluate an arithmetic expression.",
+          "parameters": {"type": "object", "properties": {"expr": {"type": "string"}}, "required": ["expr"]}}}]
 call = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
 base = f"http://127.0.0.1:{port}"
 model = json.load(urllib.request.urlopen(f"{base}/v1/models", timeout=30))["data"][0]["id"]

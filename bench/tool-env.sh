@@ -31,10 +31,16 @@ root=runs/tool-qwen3
 rl=examples/tool-env-qwen3.yaml
 mkdir -p "$root"
 if [ ! -d "$root/sft-data" ]; then
-	"$bin" data demos --task calculator --episodes 1500 --seed 1 "$root/demos.jsonl"
+	# 7,500 demonstrations, three seeds' files side by side (each call runs
+	# the sandboxed tool: ~2,500 episodes take minutes), then concatenated
+	for s in 11 12 13; do
+		"$bin" data demos --task calculator --episodes 2500 --seed "$s" "$root/demos-$s.jsonl" &
+	done
+	wait
+	cat "$root"/demos-1[123].jsonl >"$root/demos.jsonl"
 	"$bin" data pretokenize --tokenizer .cache/tokenizers/qwen3 "$root/demos.jsonl" "$root/sft-data"
 fi
-if [ ! -e "$root/sft/step-00000060" ]; then
+if [ ! -e "$root/sft/step-00000600" ]; then
 	"$bin" sft --config examples/tool-env-qwen3-sft.yaml
 fi
 

@@ -40,8 +40,13 @@ func DefaultConfig() Config {
 		System: "Use the calc tool to compute, then answer with the number only."}
 }
 
-// Tools is the calc tool's definition (the OpenAI tools shape).
-var Tools = json.RawMessage(`[{"type": "function", "function": {"name": "calc", "description": "Evaluate an arithmetic expression of numbers and + - * / // % **.", "parameters": {"type": "object", "properties": {"expr": {"type": "string", "description": "the expression, e.g. 12*(3+4)"}}, "required": ["expr"]}}}]`)
+// Tools is the calc tool's definition (the OpenAI tools shape). It is
+// terse on purpose: the template renders it into every prompt, and the
+// earlier description ("... of numbers and + - * / // % **", an "expr"
+// described as "the expression, e.g. 12*(3+4)") made a demonstration
+// ~300 tokens, digits included that a small model's copy of the
+// question's operands can latch onto instead (bench/results/tool-env.md).
+var Tools = json.RawMessage(`[{"type": "function", "function": {"name": "calc", "description": "Evaluate an arithmetic expression.", "parameters": {"type": "object", "properties": {"expr": {"type": "string"}}, "required": ["expr"]}}}]`)
 
 // Calculator is a chat environment with one tool, calc, whose
 // expressions are evaluated in a Sandbox: "What is 37+48?" — the model may
