@@ -23,6 +23,9 @@ type SFTConfig struct {
 	Pack SFTPackConfig `yaml:"pack" doc:"packing of a step's examples into microbatches"`
 	// LearningRate is AdamW's step size.
 	LearningRate float64 `yaml:"learning_rate" doc:"AdamW learning rate"`
+	// WarmupSteps ramps the learning rate linearly over the first steps
+	// (step k uses learning_rate·k/warmup_steps until k reaches it).
+	WarmupSteps int `yaml:"warmup_steps" doc:"linear learning-rate warm-up: step k uses learning_rate*k/warmup_steps until k = warmup_steps; 0 = none"`
 	// WeightDecay is AdamW's decoupled weight decay (0 = off).
 	WeightDecay float64 `yaml:"weight_decay" doc:"AdamW decoupled weight decay; 0 = off"`
 	// GradClip is the global gradient-norm clip (0 = off).
@@ -128,6 +131,7 @@ func (c SFTConfig) Validate() error {
 	v.atLeast("steps", int64(c.Steps), 0)
 	v.atLeast("tokens_per_step", int64(c.TokensPerStep), 1)
 	v.positiveFloat("learning_rate", c.LearningRate)
+	v.atLeast("warmup_steps", int64(c.WarmupSteps), 0)
 	v.nonNegativeFloat("weight_decay", c.WeightDecay)
 	v.nonNegativeFloat("grad_clip", c.GradClip)
 	v.atLeast("checkpoint_every", int64(c.CheckpointEvery), 0)

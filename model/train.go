@@ -261,6 +261,7 @@ func (t *Trainer) applyAdam(g []float64) float64 {
 		scale = c.MaxGradNorm / (norm + 1e-6)
 	}
 	step := float64(t.step + 1)
+	lr := c.LRAt(t.step + 1)
 	bc1 := 1 - math.Pow(c.Beta1, step)
 	bc2 := 1 - math.Pow(c.Beta2, step)
 	params := t.model.params
@@ -271,9 +272,9 @@ func (t *Trainer) applyAdam(g []float64) float64 {
 		t.m[i], t.v[i] = float32(m), float32(v)
 		w := float64(params[i])
 		if c.WeightDecay > 0 {
-			w -= c.LR * c.WeightDecay * w
+			w -= lr * c.WeightDecay * w
 		}
-		w -= c.LR * (m / bc1) / (math.Sqrt(v/bc2) + c.Eps)
+		w -= lr * (m / bc1) / (math.Sqrt(v/bc2) + c.Eps)
 		params[i] = float32(w)
 	}
 	t.model.refresh()

@@ -63,6 +63,9 @@ const (
 type TrainerConfig struct {
 	// LR is Adam's learning rate.
 	LR float64 `json:"lr"`
+	// WarmupSteps ramps the learning rate linearly over the first steps:
+	// step k (1-based) uses LR·min(1, k/WarmupSteps) (LRAt); 0 = none.
+	WarmupSteps int `json:"warmup_steps,omitempty"`
 	// Beta1, Beta2 and Eps are Adam's moment decays and denominator epsilon.
 	Beta1 float64 `json:"beta1"`
 	Beta2 float64 `json:"beta2"`
@@ -157,6 +160,8 @@ func (c TrainerConfig) Validate() error {
 	switch {
 	case !(c.LR > 0) || math.IsInf(c.LR, 0):
 		return bad("lr", "> 0", c.LR)
+	case c.WarmupSteps < 0:
+		return bad("warmup_steps", ">= 0", c.WarmupSteps)
 	case !(c.Beta1 >= 0 && c.Beta1 < 1):
 		return bad("beta1", "in [0, 1)", c.Beta1)
 	case !(c.Beta2 >= 0 && c.Beta2 < 1):
@@ -202,4 +207,13 @@ func (c TrainerConfig) Validate() error {
 		return bad("fake_quant", "one of "+quantNames(FakeQuants()), c.FakeQuant)
 	}
 	return nil
+}
+
+// LRAt is the learning rate of optimiser step k (1-based): LR after the
+// warm-up, LR·k/WarmupSteps during it.
+func (c TrainerConfig) LRAt(k int64) float64 {
+	if c.WarmupSteps > 0 && k < int64(c.WarmupSteps) {
+		return c.LR * float64(max(k, 1)) / float64(c.WarmupSteps)
+	}
+	return c.LR
 }

@@ -37,7 +37,7 @@ func SFTData(c config.Config) data.Config {
 func SFT(c config.Config) sft.Config {
 	s := c.SFT
 	t := PolicyTrainer(c)
-	t.LR, t.WeightDecay, t.MaxGradNorm = s.LearningRate, s.WeightDecay, s.GradClip
+	t.LR, t.WeightDecay, t.MaxGradNorm, t.WarmupSteps = s.LearningRate, s.WeightDecay, s.GradClip, s.WarmupSteps
 	t.Reduction = string(s.LossReduction)
 	t.Temperature = 1
 	out := s.OutputDir

@@ -59,8 +59,10 @@ type LoRA struct {
 
 // Optimizer is AdamW's settings.
 type Optimizer struct {
-	Name        string     `cbor:"name"`
-	LR          float64    `cbor:"lr"`
+	Name string  `cbor:"name"`
+	LR   float64 `cbor:"lr"`
+	// WarmupSteps: step k uses lr·min(1, k/warmup_steps); 0 (absent) = none.
+	WarmupSteps int        `cbor:"warmup_steps,omitempty"`
 	Betas       [2]float64 `cbor:"betas"`
 	Eps         float64    `cbor:"eps"`
 	WeightDecay float64    `cbor:"weight_decay"`

@@ -26,7 +26,7 @@ var lossKeys = []string{"policy_loss_type", "eps_clip_low", "eps_clip_high", "cl
 func InitFor(t model.TrainerConfig, normStd bool, kind, modelDir, outDir string) (Init, error) {
 	in := Init{
 		Model: Model{Kind: kind, Path: modelDir},
-		Optimizer: Optimizer{Name: "adamw", LR: t.LR, Betas: [2]float64{t.Beta1, t.Beta2}, Eps: t.Eps,
+		Optimizer: Optimizer{Name: "adamw", LR: t.LR, WarmupSteps: t.WarmupSteps, Betas: [2]float64{t.Beta1, t.Beta2}, Eps: t.Eps,
 			WeightDecay: t.WeightDecay, MaxGradNorm: t.MaxGradNorm},
 		Loss: map[string]any{
 			"policy_loss_type": t.PolicyLoss, "eps_clip_low": t.EpsLow, "eps_clip_high": t.EpsHigh,
@@ -79,6 +79,7 @@ func trainerConfigOf(in Init) (model.TrainerConfig, bool, *ChildError) {
 		return t, false, badField("optimizer.name", "%q: the built-in trainer runs adamw", o.Name)
 	}
 	t.LR, t.Beta1, t.Beta2, t.Eps, t.WeightDecay, t.MaxGradNorm = o.LR, o.Betas[0], o.Betas[1], o.Eps, o.WeightDecay, o.MaxGradNorm
+	t.WarmupSteps = o.WarmupSteps
 	normStd := true
 	for k, v := range in.Loss {
 		if err := setLossKey(&t, &normStd, k, v); err != nil {

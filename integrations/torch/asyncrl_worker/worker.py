@@ -80,19 +80,35 @@ def _float(v, field: str) -> float:
 @dataclass
 class OptimConfig:
     lr: float = 3e-3
+    # step k (1-based) uses lr * min(1, k / warmup_steps); 0 = none
+    # (model.TrainerConfig.LRAt)
+    warmup_steps: int = 0
     betas: tuple = (0.9, 0.99)
     eps: float = 1e-8
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
 
 
+def lr_at(c: OptimConfig, k: int) -> float:
+    """The learning rate of optimiser step k (1-based): lr after the
+    warm-up, lr * k / warmup_steps during it (model.TrainerConfig.LRAt)."""
+    if c.warmup_steps > 0 and k < c.warmup_steps:
+        return c.lr * max(k, 1) / c.warmup_steps
+    return c.lr
+
+
 def parse_optimizer(o) -> OptimConfig:
-    _check_keys(o, {"name", "lr", "betas", "eps", "weight_decay", "max_grad_norm"}, "optimizer", ("name",))
+    _check_keys(o, {"name", "lr", "warmup_steps", "betas", "eps", "weight_decay", "max_grad_norm"}, "optimizer", ("name",))
     if o["name"] != "adamw":
         raise bad("optimizer.name", f"only adamw is supported, got {o['name']!r}")
     c = OptimConfig()
     if "lr" in o:
         c.lr = _float(o["lr"], "optimizer.lr")
+    if "warmup_steps" in o:
+        w = o["warmup_steps"]
+        if isinstance(w, bool) or not isinstance(w, int) or w < 0:
+            raise bad("optimizer.warmup_steps", f"must be an integer >= 0, got {w!r}")
+        c.warmup_steps = w
     if "betas" in o:
         b = o["betas"]
         if not isinstance(b, list) or len(b) != 2:
@@ -739,6 +755,9 @@ class Worker:
             scale = mg / (norm + 1e-6)
             for p in params:
                 p.grad.mul_(scale)
+        lr = lr_at(self.optim_cfg, self.step + 1)
+        for g in self.opt.param_groups:
+            g["lr"] = lr
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         n = tot["tokens"]

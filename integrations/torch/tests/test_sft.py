@@ -10,7 +10,7 @@ import torch
 from asyncrl_worker.frames import encode_frame, read_frame, tensor_obj
 from asyncrl_worker.loss import cross_entropy_loss
 from asyncrl_worker.worker import Worker, serve
-from util import init_frame, toy_sequences
+from util import OPTIM, init_frame, toy_sequences
 
 
 def run(frames, worker):
@@ -101,3 +101,40 @@ def test_unknown_loss_refused_before_anything_applies(tmp_path):
     del f["loss"]
     r = run([f], w)
     assert (r[0]["type"], r[0]["field"]) == ("Error", "arrays.rollout_logprobs")
+
+
+def test_warmup_scales_the_first_steps_learning_rate(tmp_path):
+    """optimizer.warmup_steps (sft.warmup_steps; model.TrainerConfig.LRAt):
+    step k takes lr * k / warmup_steps until k reaches it. Adam's first
+    step moves each weight by ~lr (m / sqrt(v) is the gradient's sign), so
+    with warmup 4 the first step moves every weight a quarter as far as
+    without one, from the same weights on the same batch."""
+    moves = []
+    for warm in (0, 4):
+        w = Worker()
+        optim = dict(OPTIM, warmup_steps=warm)
+        r = run([init_frame(tmp_path / f"w{warm}", optim=optim)], w)
+        assert r[0]["type"] == "Ready", r
+        before = [p.detach().clone() for p in w.policy.parameters()]
+        r = run([sft_frame(1, 2)], w)
+        assert r[0]["type"] == "StepResult", r
+        moves.append(torch.cat([(p.detach() - b).flatten() for p, b in zip(w.policy.parameters(), before)]))
+        if warm:
+            lrs = []
+            for k in range(2, 7):
+                r = run([sft_frame(k, k + 1)], w)
+                assert r[0]["type"] == "StepResult", r
+                lrs.append(w.opt.param_groups[0]["lr"])
+            assert lrs == [optim["lr"] * k / 4 for k in (2, 3)] + [optim["lr"]] * 3, lrs
+    full, warm = moves
+    big = full.abs() > 1e-4  # weights with a gradient worth a step
+    assert int(big.sum()) > 100
+    ratio = (warm[big] / full[big]).double()
+    assert torch.allclose(ratio, torch.full_like(ratio, 0.25), atol=2e-3), (float(ratio.min()), float(ratio.max()))
+
+
+def test_bad_warmup_refused(tmp_path):
+    for bad_value in (-1, 1.5, True):
+        w = Worker()
+        r = run([init_frame(tmp_path, optim=dict(OPTIM, warmup_steps=bad_value))], w)
+        assert (r[0]["type"], r[0]["field"]) == ("Error", "optimizer.warmup_steps"), r
