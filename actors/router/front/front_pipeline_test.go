@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/asyncrl/asyncrl/actors/router/front"
+	"github.com/asyncrl/asyncrl/actors/router/routertest"
 )
 
 // A pipelined request that arrives while the previous one waits on its
@@ -25,11 +26,11 @@ func TestFrontPipelinedDuringUpstreamWait(t *testing.T) {
 		h := echo(t, front.WatchDelay/2)
 		c, br := h.dial()
 		_ = c.SetDeadline(time.Now().Add(3 * time.Second))
-		send(t, c, rawPost("a", "1"))
+		routertest.Send(t, c, routertest.RawPost("a", "1"))
 		time.Sleep(front.WatchDelay / 5) // the router has read a and waits on the replica
-		send(t, c, rawPost("b", "2"))
+		routertest.Send(t, c, routertest.RawPost("b", "2"))
 		for _, want := range []string{"a:1", "b:2"} {
-			if _, body := readResp(t, br); body != want {
+			if _, body := routertest.ReadResp(t, br); body != want {
 				t.Fatalf("answer %q, want %q", body, want)
 			}
 		}
@@ -44,11 +45,11 @@ func TestFrontHalfCloseAfterRequest(t *testing.T) {
 		h := echo(t, front.WatchDelay/2)
 		c, br := h.dial()
 		_ = c.SetDeadline(time.Now().Add(3 * time.Second))
-		send(t, c, rawPost("a", "1"))
+		routertest.Send(t, c, routertest.RawPost("a", "1"))
 		if err := c.(*net.TCPConn).CloseWrite(); err != nil {
 			t.Fatal(err)
 		}
-		if _, body := readResp(t, br); body != "a:1" {
+		if _, body := routertest.ReadResp(t, br); body != "a:1" {
 			t.Fatalf("answer %q", body)
 		}
 		expectClosed(t, br, "half-closed client after its answer")
@@ -65,7 +66,7 @@ func TestFrontSlowReader(t *testing.T) {
 	defer front.SetLoopMaxAnswer(16 << 20)()
 	fastFronts(t, func(t *testing.T) {
 		big := strings.Repeat("z", 8<<20)
-		a := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		a := routertest.Backend(t, func(w http.ResponseWriter, r *http.Request) {
 			b, _ := io.ReadAll(r.Body)
 			if string(b) == "big" { // with its length: the loop front buffers it (under loopMaxAnswer)
 				w.Header().Set("Content-Length", strconv.Itoa(len(big)))
@@ -86,13 +87,13 @@ func TestFrontSlowReader(t *testing.T) {
 		}
 		defer c.Close()
 		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-		send(t, c, rawPost("s", "big")+rawPost("s", "after"))
+		routertest.Send(t, c, routertest.RawPost("s", "big")+routertest.RawPost("s", "after"))
 		time.Sleep(200 * time.Millisecond) // the router's writes fill the sockets
 		br := bufio.NewReaderSize(c, 1<<10)
-		if _, body := readResp(t, br); body != big {
+		if _, body := routertest.ReadResp(t, br); body != big {
 			t.Fatalf("big answer: %d bytes, want %d", len(body), len(big))
 		}
-		if _, body := readResp(t, br); body != "after" {
+		if _, body := routertest.ReadResp(t, br); body != "after" {
 			t.Fatalf("pipelined answer %q", body)
 		}
 	})

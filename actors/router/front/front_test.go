@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/asyncrl/asyncrl/actors/router/front"
+	"github.com/asyncrl/asyncrl/actors/router/routertest"
 )
 
 // Tests of the fronts that read HTTP/1.1 themselves (fast and loop);
@@ -27,17 +28,17 @@ func TestFrontPipelined(t *testing.T) {
 		for _, slow := range []time.Duration{0, 3 * front.WatchDelay} {
 			h := echo(t, slow)
 			c, br := h.dial()
-			send(t, c, rawPost("a", `{"n":1}`)+rawPost("b", `{"n":2}`)+rawPost("c", `{"n":3}`))
+			routertest.Send(t, c, routertest.RawPost("a", `{"n":1}`)+routertest.RawPost("b", `{"n":2}`)+routertest.RawPost("c", `{"n":3}`))
 			for _, want := range []string{`a:{"n":1}`, `b:{"n":2}`, `c:{"n":3}`} {
-				resp, body := readResp(t, br)
+				resp, body := routertest.ReadResp(t, br)
 				if resp.StatusCode != 200 || body != want || resp.Header.Get(front.ReplicaHeader) == "" {
 					t.Fatalf("slow %v: %d %q, want %q", slow, resp.StatusCode, body, want)
 				}
 			}
 			// Sent one at a time after slow answers, each request is whole too.
 			for i := range 3 {
-				send(t, c, rawPost("d", fmt.Sprint(i)))
-				if _, body := readResp(t, br); body != fmt.Sprintf("d:%d", i) {
+				routertest.Send(t, c, routertest.RawPost("d", fmt.Sprint(i)))
+				if _, body := routertest.ReadResp(t, br); body != fmt.Sprintf("d:%d", i) {
 					t.Fatalf("slow %v: request %d: %q", slow, i, body)
 				}
 			}
@@ -66,9 +67,9 @@ func TestFrontHandOff(t *testing.T) {
 		for _, tc := range cases {
 			c, br := h.dial()
 			go func() { _, _ = io.WriteString(c, tc.req) }()
-			resp, body := readResp(t, br)
+			resp, body := routertest.ReadResp(t, br)
 			if resp.StatusCode == http.StatusContinue {
-				resp, body = readResp(t, br)
+				resp, body = routertest.ReadResp(t, br)
 			}
 			if resp.StatusCode != tc.code || (tc.body != "" && body != tc.body) {
 				t.Errorf("%s: %d %q, want %d %q", tc.name, resp.StatusCode, body, tc.code, tc.body)
@@ -77,11 +78,11 @@ func TestFrontHandOff(t *testing.T) {
 		// After a hand-off the connection stays with net/http: a second
 		// request on it is served (by net/http, through the same forward).
 		c, br := h.dial()
-		send(t, c, "GET /admin/replicas HTTP/1.1\r\nHost: r\r\n\r\n"+rawPost("z", "{}"))
-		if resp, body := readResp(t, br); resp.StatusCode != 200 || !strings.Contains(body, `"replicas"`) {
+		routertest.Send(t, c, "GET /admin/replicas HTTP/1.1\r\nHost: r\r\n\r\n"+routertest.RawPost("z", "{}"))
+		if resp, body := routertest.ReadResp(t, br); resp.StatusCode != 200 || !strings.Contains(body, `"replicas"`) {
 			t.Fatalf("admin: %d %q", resp.StatusCode, body)
 		}
-		if resp, body := readResp(t, br); resp.StatusCode != 200 || body != "z:{}" {
+		if resp, body := routertest.ReadResp(t, br); resp.StatusCode != 200 || body != "z:{}" {
 			t.Fatalf("after the hand-off: %d %q", resp.StatusCode, body)
 		}
 	})
@@ -90,7 +91,7 @@ func TestFrontHandOff(t *testing.T) {
 // /admin/ with a token set is handed off and checked by net/http's handler.
 func TestFrontAdminToken(t *testing.T) {
 	fastFronts(t, func(t *testing.T) {
-		cfg := testConfig(named(t, "a", nil))
+		cfg := testConfig(routertest.Named(t, "a", nil))
 		cfg.AdminToken = "tok"
 		h := start(t, cfg)
 		for _, tc := range []struct {
@@ -98,8 +99,8 @@ func TestFrontAdminToken(t *testing.T) {
 			code int
 		}{{"", 401}, {"Authorization: Bearer tok\r\n", 200}} {
 			c, br := h.dial()
-			send(t, c, "GET /admin/replicas HTTP/1.1\r\nHost: r\r\n"+tc.auth+"\r\n")
-			if resp, _ := readResp(t, br); resp.StatusCode != tc.code {
+			routertest.Send(t, c, "GET /admin/replicas HTTP/1.1\r\nHost: r\r\n"+tc.auth+"\r\n")
+			if resp, _ := routertest.ReadResp(t, br); resp.StatusCode != tc.code {
 				t.Fatalf("auth %q: %d, want %d", tc.auth, resp.StatusCode, tc.code)
 			}
 		}
@@ -112,8 +113,8 @@ func TestFrontConnectionClose(t *testing.T) {
 		h := echo(t, 0)
 		c, br := h.dial()
 		req := "POST /v1/completions HTTP/1.1\r\nHost: r\r\nX-Session-ID: k\r\nConnection: close\r\nContent-Length: 2\r\n\r\n{}"
-		send(t, c, req)
-		resp, body := readResp(t, br)
+		routertest.Send(t, c, req)
+		resp, body := routertest.ReadResp(t, br)
 		if body != "k:{}" || !resp.Close {
 			t.Fatalf("%q close %v", body, resp.Close)
 		}
@@ -129,7 +130,7 @@ func TestFrontConnectionClose(t *testing.T) {
 func TestFrontDisconnectWhileWaiting(t *testing.T) {
 	fastFronts(t, func(t *testing.T) {
 		entered, cancelled := make(chan struct{}), make(chan struct{})
-		a := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		a := routertest.Backend(t, func(w http.ResponseWriter, r *http.Request) {
 			_, _ = io.ReadAll(r.Body) // net/http watches for the close only after the body
 			close(entered)
 			select {
@@ -140,7 +141,7 @@ func TestFrontDisconnectWhileWaiting(t *testing.T) {
 		})
 		h := start(t, testConfig(a))
 		c, _ := h.dial()
-		send(t, c, rawPost("w", "{}"))
+		routertest.Send(t, c, routertest.RawPost("w", "{}"))
 		<-entered
 		c.Close()
 		select {
@@ -148,7 +149,7 @@ func TestFrontDisconnectWhileWaiting(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatal("the replica never saw the cancellation")
 		}
-		eventually(t, "in-flight released", func() bool { return h.r.Replicas()[0].InflightRequests == 0 })
+		routertest.Eventually(t, "in-flight released", func() bool { return h.r.Replicas()[0].InflightRequests == 0 })
 	})
 }
 
@@ -157,7 +158,7 @@ func TestFrontDisconnectWhileWaiting(t *testing.T) {
 // (Both fronts: the answer is read by the lean reader, upstream/conn.go readLean.)
 func TestUpstreamDiesInKnownLength(t *testing.T) {
 	eachFront(t, func(t *testing.T) {
-		a := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		a := routertest.Backend(t, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Length", "100")
 			_, _ = io.WriteString(w, "0123456789")
 			w.(http.Flusher).Flush()
@@ -167,7 +168,7 @@ func TestUpstreamDiesInKnownLength(t *testing.T) {
 		})
 		h := start(t, testConfig(a))
 		c, br := h.dial()
-		send(t, c, rawPost("d", "{}"))
+		routertest.Send(t, c, routertest.RawPost("d", "{}"))
 		resp, err := http.ReadResponse(br, nil)
 		if err == nil {
 			_, err = io.ReadAll(resp.Body)
@@ -182,12 +183,12 @@ func TestUpstreamDiesInKnownLength(t *testing.T) {
 // connection closes (its unread body cannot be skipped).
 func TestFrontTooLarge(t *testing.T) {
 	fastFronts(t, func(t *testing.T) {
-		cfg := testConfig(named(t, "a", nil))
+		cfg := testConfig(routertest.Named(t, "a", nil))
 		cfg.MaxBodyBytes = 10
 		h := start(t, cfg)
 		c, br := h.dial()
-		send(t, c, rawPost("l", strings.Repeat("x", 11)))
-		resp, body := readResp(t, br)
+		routertest.Send(t, c, routertest.RawPost("l", strings.Repeat("x", 11)))
+		resp, body := routertest.ReadResp(t, br)
 		if resp.StatusCode != 413 || !resp.Close || !strings.Contains(body, "exceeds 10 bytes") {
 			t.Fatalf("%d close %v %q", resp.StatusCode, resp.Close, body)
 		}
@@ -197,7 +198,7 @@ func TestFrontTooLarge(t *testing.T) {
 // idleEcho is echo with the fast front's IdleTimeout set to idle (0: the
 // default).
 func idleEcho(t *testing.T, slow, idle time.Duration) *harness {
-	a := backend(t, func(w http.ResponseWriter, r *http.Request) {
+	a := routertest.Backend(t, func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		time.Sleep(slow)
 		fmt.Fprintf(w, "%s:%s", r.Header.Get("X-Session-ID"), b)
@@ -222,8 +223,8 @@ func TestFrontIdleTimeout(t *testing.T) {
 	fastFronts(t, func(t *testing.T) {
 		h := idleEcho(t, 0, 100*time.Millisecond)
 		c, br := h.dial()
-		send(t, c, rawPost("s1", "hi"))
-		if resp, body := readResp(t, br); resp.StatusCode != http.StatusOK || body != "s1:hi" {
+		routertest.Send(t, c, routertest.RawPost("s1", "hi"))
+		if resp, body := routertest.ReadResp(t, br); resp.StatusCode != http.StatusOK || body != "s1:hi" {
 			t.Fatalf("answer %d %q", resp.StatusCode, body)
 		}
 		expectClosed(t, br, "idle keep-alive connection")
@@ -244,8 +245,8 @@ func TestFrontIdleTimeoutSparesServedRequests(t *testing.T) {
 		h := idleEcho(t, 500*time.Millisecond, 50*time.Millisecond)
 		c, br := h.dial()
 		for i := range 2 {
-			send(t, c, rawPost("s", fmt.Sprint(i)))
-			if resp, body := readResp(t, br); resp.StatusCode != http.StatusOK || body != fmt.Sprintf("s:%d", i) {
+			routertest.Send(t, c, routertest.RawPost("s", fmt.Sprint(i)))
+			if resp, body := routertest.ReadResp(t, br); resp.StatusCode != http.StatusOK || body != fmt.Sprintf("s:%d", i) {
 				t.Fatalf("request %d: answer %d %q", i, resp.StatusCode, body)
 			}
 		}

@@ -4,13 +4,10 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -101,38 +98,6 @@ func start(t *testing.T, cfg proxy.Config) *harness {
 	return h
 }
 
-func backend(t *testing.T, f http.HandlerFunc) *httptest.Server {
-	t.Helper()
-	s := httptest.NewServer(f)
-	t.Cleanup(s.Close)
-	return s
-}
-
-// named answers every request with its name (and counts them in hits).
-func named(t *testing.T, name string, hits *atomic.Int64) *httptest.Server {
-	return backend(t, func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/health" {
-			return
-		}
-		if hits != nil {
-			hits.Add(1)
-		}
-		_, _ = io.Copy(io.Discard, r.Body)
-		fmt.Fprint(w, name)
-	})
-}
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // dial opens a raw connection to the harness's router.
 func (h *harness) dial() (net.Conn, *bufio.Reader) {
 	h.t.Helper()
@@ -143,30 +108,4 @@ func (h *harness) dial() (net.Conn, *bufio.Reader) {
 	h.t.Cleanup(func() { c.Close() })
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 	return c, bufio.NewReader(c)
-}
-
-// send writes raw request bytes to the router's connection c.
-func send(t *testing.T, c net.Conn, raw string) {
-	t.Helper()
-	if _, err := io.WriteString(c, raw); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func rawPost(session, body string) string {
-	return fmt.Sprintf("POST /v1/completions HTTP/1.1\r\nHost: r\r\nX-Session-ID: %s\r\nContent-Length: %d\r\n\r\n%s", session, len(body), body)
-}
-
-func readResp(t *testing.T, br *bufio.Reader) (*http.Response, string) {
-	t.Helper()
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp, string(b)
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/asyncrl/asyncrl/actors/router/front"
+	"github.com/asyncrl/asyncrl/actors/router/routertest"
 )
 
 // loopWakes sums the event batches the harness's loops handled.
@@ -19,11 +20,11 @@ func TestLoopDoesNotSpinOnPipelinedInput(t *testing.T) {
 	t.Run(front.Loop, func(t *testing.T) {
 		h := echo(t, 300*time.Millisecond)
 		c, br := h.dial()
-		send(t, c, rawPost("a", "1"))
+		routertest.Send(t, c, routertest.RawPost("a", "1"))
 		time.Sleep(20 * time.Millisecond) // the first request is with the replica
 		before := loopWakes(h)
-		send(t, c, rawPost("a", "2"))
-		if _, body := readResp(t, br); body != "a:1" {
+		routertest.Send(t, c, routertest.RawPost("a", "2"))
+		if _, body := routertest.ReadResp(t, br); body != "a:1" {
 			t.Fatalf("first answer %q", body)
 		}
 		// A handful of wakes (the input, the answer, housekeeping ticks);
@@ -31,7 +32,7 @@ func TestLoopDoesNotSpinOnPipelinedInput(t *testing.T) {
 		if n := loopWakes(h) - before; n > 100 {
 			t.Fatalf("%d event batches while one request waited 300 ms: the loop spins", n)
 		}
-		if _, body := readResp(t, br); body != "a:2" {
+		if _, body := routertest.ReadResp(t, br); body != "a:2" {
 			t.Fatalf("pipelined answer %q", body)
 		}
 	})

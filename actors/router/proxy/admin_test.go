@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/asyncrl/asyncrl/actors/router/policy"
+	"github.com/asyncrl/asyncrl/actors/router/routertest"
 )
 
 func (h *harness) admin(method, path, token string) (int, map[string]any) {
@@ -27,7 +28,7 @@ func (h *harness) admin(method, path, token string) (int, map[string]any) {
 
 func TestAdminAPI(t *testing.T) {
 	eachFront(t, func(t *testing.T) {
-		a, b := named(t, "a", nil), named(t, "b", nil)
+		a, b := routertest.Named(t, "a", nil), routertest.Named(t, "b", nil)
 		h := start(t, testConfig(a))
 		readAll(t, h.post("/v1/completions", "s1", "{}"))
 
@@ -121,7 +122,7 @@ func TestAdminAPI(t *testing.T) {
 
 func TestAdminTokenOffLoopback(t *testing.T) {
 	eachFront(t, func(t *testing.T) {
-		a := named(t, "a", nil)
+		a := routertest.Named(t, "a", nil)
 		cfg := testConfig(a)
 		cfg.ListenAddr = "0.0.0.0:8080"
 		if _, err := New(cfg); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "AdminToken") {

@@ -5,12 +5,13 @@ import (
 	"testing"
 
 	"github.com/asyncrl/asyncrl/actors/router/policy"
+	"github.com/asyncrl/asyncrl/actors/router/routertest"
 )
 
 // Apply steps every change of a batch; a refused one is reported (naming
 // its replica) and does not stop the ones after it.
 func TestApplyReportsEachRefusedChange(t *testing.T) {
-	a := named(t, "a", nil)
+	a := routertest.Named(t, "a", nil)
 	h := start(t, testConfig(a))
 	err := h.r.Apply(policy.SetVersion{URL: "http://gone:1", Version: 2}, policy.SetVersion{URL: a.URL, Version: 7}, policy.RaiseMinVersion{Version: 3})
 	var ce *policy.ChangeError

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/asyncrl/asyncrl/actors/router/policy"
+	"github.com/asyncrl/asyncrl/actors/router/routertest"
 )
 
 // dialFails fails every call to one replica with a dial error.
@@ -37,8 +38,8 @@ func TestLocalDialErrorsDoNotMarkReplicasUnhealthy(t *testing.T) {
 			unhealthy bool
 		}{{syscall.EMFILE, false}, {syscall.ENFILE, false}, {syscall.EADDRNOTAVAIL, false}, {syscall.ECONNREFUSED, true}} {
 			t.Run(tc.err.Error(), func(t *testing.T) {
-				good := named(t, "good", nil)
-				victim := named(t, "victim", nil)
+				good := routertest.Named(t, "good", nil)
+				victim := routertest.Named(t, "victim", nil)
 				cfg := DefaultConfig()
 				cfg.MetricsInterval = 0
 				cfg.HealthInterval = time.Hour // passive detection only, probes below by hand

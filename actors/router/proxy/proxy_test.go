@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/asyncrl/asyncrl/actors/router/policy"
+	"github.com/asyncrl/asyncrl/actors/router/routertest"
 )
 
 // harness is a router served on 127.0.0.1 (Router.Serve, with the front
@@ -104,27 +105,6 @@ func start(t *testing.T, cfg Config) *harness {
 	return h
 }
 
-func backend(t *testing.T, f http.HandlerFunc) *httptest.Server {
-	t.Helper()
-	s := httptest.NewServer(f)
-	t.Cleanup(s.Close)
-	return s
-}
-
-// named answers 200 with its name, counting requests.
-func named(t *testing.T, name string, hits *atomic.Int64) *httptest.Server {
-	return backend(t, func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/health" {
-			return
-		}
-		if hits != nil {
-			hits.Add(1)
-		}
-		_, _ = io.Copy(io.Discard, r.Body)
-		fmt.Fprint(w, name)
-	})
-}
-
 func (h *harness) post(path, session, body string) *http.Response {
 	h.t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, h.url+path, strings.NewReader(body))
@@ -148,21 +128,9 @@ func readAll(t *testing.T, resp *http.Response) string {
 	return string(b)
 }
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func TestStickyRoutingObservedViaHeader(t *testing.T) {
 	eachFront(t, func(t *testing.T) {
-		a, b := named(t, "a", nil), named(t, "b", nil)
+		a, b := routertest.Named(t, "a", nil), routertest.Named(t, "b", nil)
 		h := start(t, testConfig(a, b))
 		seen := map[string]string{}
 		for round := 0; round < 3; round++ {
@@ -221,7 +189,7 @@ func TestStickyRoutingObservedViaHeader(t *testing.T) {
 
 func TestMalformedJSONRoutesByHeader(t *testing.T) {
 	eachFront(t, func(t *testing.T) {
-		a, b := named(t, "a", nil), named(t, "b", nil)
+		a, b := routertest.Named(t, "a", nil), routertest.Named(t, "b", nil)
 		h := start(t, testConfig(a, b))
 		first := ""
 		for i := 0; i < 4; i++ {
@@ -246,7 +214,7 @@ func TestMalformedJSONRoutesByHeader(t *testing.T) {
 func TestOversizedBody413(t *testing.T) {
 	eachFront(t, func(t *testing.T) {
 		var hits atomic.Int64
-		a := named(t, "a", &hits)
+		a := routertest.Named(t, "a", &hits)
 		cfg := testConfig(a)
 		cfg.MaxBodyBytes = 1024
 		h := start(t, cfg)
@@ -273,7 +241,7 @@ func TestOversizedBody413(t *testing.T) {
 func TestStreamingPassthrough(t *testing.T) {
 	eachFront(t, func(t *testing.T) {
 		release := make(chan struct{})
-		a := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		a := routertest.Backend(t, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "text/event-stream")
 			fmt.Fprint(w, "data: {\"n\":1}\n\n")
 			w.(http.Flusher).Flush()
@@ -304,7 +272,7 @@ func TestStreamingPassthrough(t *testing.T) {
 func TestClientDisconnectCancelsUpstream(t *testing.T) {
 	eachFront(t, func(t *testing.T) {
 		cancelled := make(chan struct{})
-		a := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		a := routertest.Backend(t, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "text/event-stream")
 			fmt.Fprint(w, "data: start\n\n")
 			w.(http.Flusher).Flush()
@@ -328,13 +296,13 @@ func TestClientDisconnectCancelsUpstream(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatal("backend never saw the cancellation")
 		}
-		eventually(t, "in-flight released", func() bool { return h.r.Replicas()[0].InflightRequests == 0 })
+		routertest.Eventually(t, "in-flight released", func() bool { return h.r.Replicas()[0].InflightRequests == 0 })
 	})
 }
 
 func TestBackendKilledMidStream(t *testing.T) {
 	eachFront(t, func(t *testing.T) {
-		a := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		a := routertest.Backend(t, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "text/event-stream")
 			fmt.Fprint(w, "data: partial\n\n")
 			w.(http.Flusher).Flush()
@@ -359,7 +327,7 @@ func TestBackendKilledMidStream(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatal("client hangs after the backend died")
 		}
-		eventually(t, "in-flight released", func() bool { return h.r.Replicas()[0].InflightRequests == 0 })
+		routertest.Eventually(t, "in-flight released", func() bool { return h.r.Replicas()[0].InflightRequests == 0 })
 		if got := testutil.ToFloat64(h.r.metrics.errors.WithLabelValues(a.URL, "upstream_stream")); got != 1 {
 			t.Fatalf("upstream_stream errors = %v", got)
 		}
@@ -369,11 +337,11 @@ func TestBackendKilledMidStream(t *testing.T) {
 func TestRetryOn503GoesToDifferentReplica(t *testing.T) {
 	eachFront(t, func(t *testing.T) {
 		var badHits, goodHits atomic.Int64
-		bad := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		bad := routertest.Backend(t, func(w http.ResponseWriter, r *http.Request) {
 			badHits.Add(1)
 			w.WriteHeader(http.StatusServiceUnavailable)
 		})
-		good := named(t, "good", &goodHits)
+		good := routertest.Named(t, "good", &goodHits)
 		h := start(t, testConfig(bad, good))
 		for i := 0; i < 4; i++ {
 			resp := h.post("/v1/completions", fmt.Sprint("s", i), `{"prompt":"p"}`)
@@ -394,7 +362,7 @@ func TestRetryOn503GoesToDifferentReplica(t *testing.T) {
 func TestRetryOnConnectionFailureAndBudget(t *testing.T) {
 	eachFront(t, func(t *testing.T) {
 		dead := deadURL(t)
-		good := named(t, "good", nil)
+		good := routertest.Named(t, "good", nil)
 		cfg := DefaultConfig()
 		cfg.HealthInterval, cfg.MetricsInterval = 0, 0
 		cfg.Replicas = []string{dead, good.URL}
@@ -423,14 +391,14 @@ func TestRetryOnConnectionFailureAndBudget(t *testing.T) {
 func TestHealthChecksRemoveAndRestore(t *testing.T) {
 	eachFront(t, func(t *testing.T) {
 		var down atomic.Bool
-		flaky := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		flaky := routertest.Backend(t, func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path == "/health" && down.Load() {
 				w.WriteHeader(http.StatusInternalServerError)
 				return
 			}
 			fmt.Fprint(w, "flaky")
 		})
-		steady := named(t, "steady", nil)
+		steady := routertest.Named(t, "steady", nil)
 		cfg := testConfig(flaky, steady)
 		cfg.HealthInterval = 10 * time.Millisecond
 		cfg.HealthTimeout = time.Second
@@ -445,7 +413,7 @@ func TestHealthChecksRemoveAndRestore(t *testing.T) {
 			return false
 		}
 		down.Store(true)
-		eventually(t, "flaky marked unhealthy", func() bool { return !healthy(flaky.URL) })
+		routertest.Eventually(t, "flaky marked unhealthy", func() bool { return !healthy(flaky.URL) })
 		for i := 0; i < 6; i++ {
 			resp := h.post("/v1/completions", fmt.Sprint("s", i), `{}`)
 			if body := readAll(t, resp); body != "steady" {
@@ -453,7 +421,7 @@ func TestHealthChecksRemoveAndRestore(t *testing.T) {
 			}
 		}
 		down.Store(false)
-		eventually(t, "flaky healthy again", func() bool { return healthy(flaky.URL) })
+		routertest.Eventually(t, "flaky healthy again", func() bool { return healthy(flaky.URL) })
 		got := map[string]bool{}
 		for i := 0; i < 10; i++ {
 			got[readAll(t, h.post("/v1/completions", fmt.Sprint("new", i), `{}`))] = true
@@ -466,7 +434,7 @@ func TestHealthChecksRemoveAndRestore(t *testing.T) {
 
 func TestMetricsScrapeFeedsCore(t *testing.T) {
 	eachFront(t, func(t *testing.T) {
-		a := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		a := routertest.Backend(t, func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path == "/metrics" {
 				fmt.Fprint(w, "# HELP vllm:num_requests_waiting x\nvllm:num_requests_waiting{model_name=\"m\"} 7\nvllm:kv_cache_usage_perc{model_name=\"m\"} 0.5\n")
 			}
@@ -474,7 +442,7 @@ func TestMetricsScrapeFeedsCore(t *testing.T) {
 		cfg := testConfig(a)
 		cfg.MetricsInterval = 10 * time.Millisecond
 		h := start(t, cfg)
-		eventually(t, "scraped metrics", func() bool {
+		routertest.Eventually(t, "scraped metrics", func() bool {
 			v := h.r.Replicas()[0]
 			return v.QueueLen == 7 && v.KVUsage == 0.5
 		})
@@ -484,7 +452,7 @@ func TestMetricsScrapeFeedsCore(t *testing.T) {
 func TestHopByHopHeadersStripped(t *testing.T) {
 	eachFront(t, func(t *testing.T) {
 		got := make(chan http.Header, 1)
-		a := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		a := routertest.Backend(t, func(w http.ResponseWriter, r *http.Request) {
 			got <- r.Header.Clone()
 			w.Header().Set("Keep-Alive", "timeout=5")
 			w.Header().Set("X-Engine", "yes")
@@ -512,7 +480,7 @@ func TestHopByHopHeadersStripped(t *testing.T) {
 
 func TestGatedAndNoReplica(t *testing.T) {
 	eachFront(t, func(t *testing.T) {
-		a := named(t, "a", nil)
+		a := routertest.Named(t, "a", nil)
 		cfg := testConfig(a)
 		cfg.Policy.LagRule = policy.LagHold
 		h := start(t, cfg)
@@ -537,7 +505,7 @@ func TestShutdownDrains(t *testing.T) {
 	eachFront(t, func(t *testing.T) {
 		release := make(chan struct{})
 		entered := make(chan struct{})
-		a := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		a := routertest.Backend(t, func(w http.ResponseWriter, r *http.Request) {
 			close(entered)
 			<-release
 			fmt.Fprint(w, "finished")
@@ -557,7 +525,7 @@ func TestShutdownDrains(t *testing.T) {
 		<-entered
 		shut := make(chan error, 1)
 		go func() { shut <- h.r.Shutdown(context.Background()) }()
-		eventually(t, "new requests refused", func() bool {
+		routertest.Eventually(t, "new requests refused", func() bool {
 			resp := h.post("/v1/completions", "", "{}")
 			readAll(t, resp)
 			return resp.StatusCode == 503
@@ -585,7 +553,7 @@ func TestShutdownDrains(t *testing.T) {
 
 func TestConcurrentRequests(t *testing.T) {
 	eachFront(t, func(t *testing.T) {
-		a, b := named(t, "a", nil), named(t, "b", nil)
+		a, b := routertest.Named(t, "a", nil), routertest.Named(t, "b", nil)
 		h := start(t, testConfig(a, b))
 		var wg sync.WaitGroup
 		for i := 0; i < 16; i++ {
@@ -635,7 +603,7 @@ func TestConcurrentRequests(t *testing.T) {
 func TestPassiveFailureMarksUnhealthy(t *testing.T) {
 	eachFront(t, func(t *testing.T) {
 		dead := deadURL(t)
-		good := named(t, "good", nil)
+		good := routertest.Named(t, "good", nil)
 		cfg := DefaultConfig()
 		cfg.MetricsInterval = 0
 		cfg.HealthInterval = time.Hour // probes never run in this test: only passive detection
@@ -666,7 +634,7 @@ func TestPassiveFailureMarksUnhealthy(t *testing.T) {
 // session_id is not used), a nested session_params.session_id wins.
 func TestBodySessionKeysOverHTTP(t *testing.T) {
 	eachFront(t, func(t *testing.T) {
-		a, b := named(t, "a", nil), named(t, "b", nil)
+		a, b := routertest.Named(t, "a", nil), routertest.Named(t, "b", nil)
 		h := start(t, testConfig(a, b))
 		for _, tc := range []struct{ body, tracked, untracked string }{
 			{`{"prompt":"x","user":null,"session_id":"s1"}`, "null", "s1"},
@@ -705,7 +673,7 @@ func deadURL(t *testing.T) string {
 // for a failed send), on every front.
 func TestReplicaDiesInsideAnswerHead(t *testing.T) {
 	eachFront(t, func(t *testing.T) {
-		broken := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		broken := routertest.Backend(t, func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path == "/health" {
 				return
 			}
@@ -719,7 +687,7 @@ func TestReplicaDiesInsideAnswerHead(t *testing.T) {
 			_ = bw.Flush()
 			_ = c.Close()
 		})
-		good := named(t, "good", nil)
+		good := routertest.Named(t, "good", nil)
 		cfg := DefaultConfig()
 		cfg.HealthInterval, cfg.MetricsInterval = 0, 0
 		cfg.Replicas = []string{broken.URL, good.URL}
@@ -744,7 +712,7 @@ func TestServeReturnsAfterShutdownWithRequestInFlight(t *testing.T) {
 	fastFronts(t, func(t *testing.T) {
 		release := make(chan struct{})
 		defer close(release)
-		stuck := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		stuck := routertest.Backend(t, func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path == "/health" {
 				return
 			}
@@ -770,7 +738,7 @@ func TestServeReturnsAfterShutdownWithRequestInFlight(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		send(t, c, rawPost("s", "x"))
+		routertest.Send(t, c, routertest.RawPost("s", "x"))
 		time.Sleep(50 * time.Millisecond) // the request is with the replica
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		defer cancel()
@@ -786,16 +754,4 @@ func TestServeReturnsAfterShutdownWithRequestInFlight(t *testing.T) {
 			t.Fatal("Serve still running 2 s after Shutdown returned")
 		}
 	})
-}
-
-// send writes raw request bytes to the router's connection c.
-func send(t *testing.T, c net.Conn, raw string) {
-	t.Helper()
-	if _, err := io.WriteString(c, raw); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func rawPost(session, body string) string {
-	return fmt.Sprintf("POST /v1/completions HTTP/1.1\r\nHost: r\r\nX-Session-ID: %s\r\nContent-Length: %d\r\n\r\n%s", session, len(body), body)
 }

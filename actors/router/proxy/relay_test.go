@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/asyncrl/asyncrl/actors/router/routertest"
 )
 
 // A chunked answer that is not text/event-stream (no Content-Length) may
@@ -18,7 +20,7 @@ import (
 func TestChunkedNonSSEStreams(t *testing.T) {
 	eachFront(t, func(t *testing.T) {
 		release := make(chan struct{})
-		a := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		a := routertest.Backend(t, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "application/x-ndjson")
 			fmt.Fprint(w, "{\"n\":1}\n")
 			w.(http.Flusher).Flush()
@@ -56,7 +58,7 @@ func TestKnownLengthAnswerWhole(t *testing.T) {
 		// 3 MiB: over the loop front's loopMaxAnswer, relayed by a goroutine.
 		for _, size := range []int{0, 220, 32 << 10, 200 << 10, 3 << 20} {
 			body := strings.Repeat("x", size)
-			a := backend(t, func(w http.ResponseWriter, r *http.Request) {
+			a := routertest.Backend(t, func(w http.ResponseWriter, r *http.Request) {
 				w.Header().Set("Content-Type", "application/json")
 				w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 				_, _ = io.WriteString(w, body)
@@ -83,7 +85,7 @@ func TestLargeRequestBodyForwarded(t *testing.T) {
 	eachFront(t, func(t *testing.T) {
 		var mu sync.Mutex
 		var got []int
-		a := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		a := routertest.Backend(t, func(w http.ResponseWriter, r *http.Request) {
 			time.Sleep(50 * time.Millisecond) // the router's writes fill the sockets first
 			b, _ := io.ReadAll(r.Body)
 			mu.Lock()
@@ -111,7 +113,7 @@ func TestChunkedRequestBody(t *testing.T) {
 	eachFront(t, func(t *testing.T) {
 		var gotLen int64
 		var gotBody string
-		a := backend(t, func(w http.ResponseWriter, r *http.Request) {
+		a := routertest.Backend(t, func(w http.ResponseWriter, r *http.Request) {
 			b, _ := io.ReadAll(r.Body)
 			gotLen, gotBody = r.ContentLength, string(b)
 		})

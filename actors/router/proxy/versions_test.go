@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/asyncrl/asyncrl/actors/router/policy"
+	"github.com/asyncrl/asyncrl/actors/router/routertest"
 )
 
 // setVersion records v for url the way the actor shell does (Router.Apply).
@@ -28,7 +29,7 @@ func versionHeaders(t *testing.T, h http.Header) (string, string) {
 // answers only when release is closed.
 func gated(t *testing.T, stream bool) (srvURL func() string, started chan struct{}, release chan struct{}) {
 	started, release = make(chan struct{}, 4), make(chan struct{})
-	b := backend(t, func(w http.ResponseWriter, r *http.Request) {
+	b := routertest.Backend(t, func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/health" {
 			return
 		}
@@ -55,7 +56,7 @@ func gated(t *testing.T, stream bool) (srvURL func() string, started chan struct
 
 func TestVersionHeadersSteady(t *testing.T) {
 	eachFront(t, func(t *testing.T) {
-		a := named(t, "a", nil)
+		a := routertest.Named(t, "a", nil)
 		h := start(t, testConfig(a))
 		h.setVersion(a.URL, 3)
 		resp := h.post("/v1/completions", "s", `{"prompt":"x"}`)
@@ -153,8 +154,8 @@ func TestVersionTrailersOnStream(t *testing.T) {
 // A retried request's first attempt leaves no span behind.
 func TestVersionSpanClosedOnRetry(t *testing.T) {
 	eachFront(t, func(t *testing.T) {
-		bad := backend(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusServiceUnavailable) })
-		good := named(t, "good", nil)
+		bad := routertest.Backend(t, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusServiceUnavailable) })
+		good := routertest.Named(t, "good", nil)
 		h := start(t, testConfig(bad, good))
 		h.setVersion(bad.URL, 1)
 		h.setVersion(good.URL, 1)

@@ -7,13 +7,14 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/asyncrl/asyncrl/actors/router/routertest"
 	"github.com/rs/zerolog"
 )
 
 // The router logs one warning, not one per request, when a replica is
 // unreachable for many requests in a row.
 func TestUpstreamWarningsRateLimited(t *testing.T) {
-	dead := backend(t, func(http.ResponseWriter, *http.Request) {})
+	dead := routertest.Backend(t, func(http.ResponseWriter, *http.Request) {})
 	url := dead.URL
 	dead.Close()
 	cfg := testConfig()
