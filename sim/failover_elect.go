@@ -318,8 +318,7 @@ func (n *tnode) kvDelay() (time.Duration, bool) {
 func (n *tnode) resign() {
 	w := n.w
 	now := w.now()
-	if st := n.el.Status(now); st.Leader {
-		rev := n.el.Revision()
+	if rev, ok := n.el.Resignable(now); ok { // held, or its landed Create being confirmed
 		n.el.Resigned(now)
 		n.kvSend(func() {
 			if l := &w.lease; l.live(w.clock) && l.key.Revision == rev {

@@ -372,16 +372,17 @@ func (e *Elector) Run(ctx context.Context) error {
 }
 
 // Resign gives the lease up now (a delete at the held revision, so a
-// lease already taken over is left alone). ErrNotLeader when not held.
+// lease already taken over is left alone; also a landed Create being
+// confirmed, contender.Core.Resignable). ErrNotLeader when not held.
 func (e *Elector) Resign(ctx context.Context) error {
 	e.mu.Lock()
 	now := time.Now()
 	st := e.core.Status(now)
-	if !st.Leader {
+	rev, ok := e.core.Resignable(now)
+	if !ok {
 		e.mu.Unlock()
 		return ErrNotLeader
 	}
-	rev := e.core.Revision()
 	changed := e.core.Resigned(now)
 	e.mu.Unlock()
 	e.met.leader.Set(0)

@@ -316,6 +316,38 @@ func TestLandedAcquireIsTakenUp(t *testing.T) {
 	}
 }
 
+// TestResignWhileConfirmingFreesTheKey: a contender stopped between
+// taking up its landed Create and confirming it deletes that Create, so a
+// standby acquires at once instead of after a TTL; it reports no change
+// (it never reported leadership).
+func TestResignWhileConfirmingFreesTheKey(t *testing.T) {
+	b := startBus(t)
+	changed := 0
+	a := newElector(t, b, "a", func(contender.Status) { changed++ })
+	if _, err := createKey(b, "trainer", fmt.Sprintf(`{"holder":"a","instance":%q,"token":0}`, a.Instance())); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := a.Tick(context.Background()); st.Leader { // refused Create, taken up: confirming
+		t.Fatalf("leader before confirming: %+v", st)
+	}
+	if err := a.Resign(context.Background()); err != nil {
+		t.Fatalf("resign while confirming: %v, want the landed Create deleted", err)
+	}
+	if _, ok, err := a.Holder(context.Background()); err != nil || ok {
+		t.Fatalf("key after the resign: ok=%v err=%v, want none", ok, err)
+	}
+	s := newElector(t, b, "s", nil)
+	if st, _ := s.Tick(context.Background()); !st.Leader {
+		t.Fatalf("a standby did not acquire the freed key at once: %+v", st)
+	}
+	if changed != 0 {
+		t.Fatalf("%d leadership changes reported, want none", changed)
+	}
+	if err := a.Resign(context.Background()); !errors.Is(err, lease.ErrNotLeader) {
+		t.Fatalf("second resign: %v, want ErrNotLeader", err)
+	}
+}
+
 // TestEarlierLifesCreateIsNotTakenUp: the key holds node a's Create from
 // before a restarted (the same Holder, another Instance): the restarted a
 // must not take that term up as its own (its token would serve two lives

@@ -229,6 +229,18 @@ func (c *Core) Failed() {
 	c.next = c.sentAt.Add(min(d, c.t.RetryMax))
 }
 
+// Resignable is the key revision a resign deletes at now: the held
+// lease's, or the contender's own landed Create it is confirming (Taken),
+// which would otherwise sit in the key for a TTL after a stop. ok is
+// false when the contender holds nothing.
+func (c *Core) Resignable(now time.Time) (rev uint64, ok bool) {
+	c.Tick(now)
+	if !c.leader && !c.confirming {
+		return 0, false
+	}
+	return c.rev, true
+}
+
 // Resigned reports that the holder deleted its key on purpose at now. It
 // waits one RenewInterval before contending again, so a standby (which
 // polls every RenewInterval) gets the lease instead of the resigner. It

@@ -321,6 +321,9 @@ func TestCoreTakenOwnLandedCreateConfirms(t *testing.T) {
 	if st := c.Status(at(60)); st.Leader {
 		t.Fatalf("leader before the confirming renewal: %+v", st)
 	}
+	if rev, ok := c.Resignable(at(60)); !ok || rev != 5 {
+		t.Fatalf("Resignable while confirming = %d, %v; want the landed Create's 5 (a stop deletes it)", rev, ok)
+	}
 	if op := c.Due(at(60)); op != OpRenew || c.Revision() != 5 {
 		t.Fatalf("after taking up its own Create: %s at revision %d, want renew at 5 at once", op, c.Revision())
 	}
@@ -395,5 +398,29 @@ func TestEncodeDecode(t *testing.T) {
 	}
 	if _, err := Decode([]byte("{"), 1); err == nil {
 		t.Fatal("a broken value decoded")
+	}
+}
+
+// TestCoreResignableOnlyWhatItHolds: nothing to delete before a lease,
+// after its deadline passed, or after a resign.
+func TestCoreResignableOnlyWhatItHolds(t *testing.T) {
+	c := newTestCore(t)
+	if _, ok := c.Resignable(at(0)); ok {
+		t.Fatal("Resignable before any lease")
+	}
+	c.Due(at(0))
+	c.Acquired(3)
+	if rev, ok := c.Resignable(at(10)); !ok || rev != 3 {
+		t.Fatalf("Resignable while leading = %d, %v; want 3", rev, ok)
+	}
+	if _, ok := c.Resignable(at(5000)); ok {
+		t.Fatal("Resignable after the local deadline")
+	}
+	c2 := newTestCore(t)
+	c2.Due(at(0))
+	c2.Acquired(4)
+	c2.Resigned(at(20))
+	if _, ok := c2.Resignable(at(30)); ok {
+		t.Fatal("Resignable after a resign")
 	}
 }
