@@ -206,11 +206,7 @@ func (n *tnode) kvCall(op contender.Op, st contender.Status, done func(uint64, k
 		h.Token = st.Token
 	}
 	answered := false
-	timeout := electCallTimeout
-	if op == contender.OpRenew && !st.Until.IsZero() {
-		timeout = max(0, min(timeout, st.Until.Sub(w.now()))) // the Elector's: a renewal gives up at the local deadline
-	}
-	n.later(timeout, "", func() {
+	n.later(max(0, contender.CallBudget(op, st, w.now(), electCallTimeout)), "", func() {
 		if !answered {
 			answered = true
 			done(0, kvTimeout, contender.Holding{}, false)
@@ -241,10 +237,7 @@ func (n *tnode) kvCall(op contender.Op, st contender.Status, done func(uint64, k
 				done(rev, e, contender.Holding{}, false)
 				return
 			}
-			end := electCallTimeout
-			if op == contender.OpRenew && !st.Until.IsZero() {
-				end = min(end, st.Until.Sub(w.now()))
-			}
+			end := contender.CallBudget(op, st, w.now(), electCallTimeout)
 			if e == kvExists || end > 0 {
 				n.kvRead(end, func(key contender.Holding, found bool) { done(rev, e, key, found) })
 			} else {

@@ -285,18 +285,9 @@ func seen(r result) string {
 // for it. A write refused because of the key's state may be our own
 // earlier one, timed out here but applied by the server: the key is read
 // after it, for the core to judge.
-//
-// A holder's renewal gives up at its local deadline if that comes before
-// CallTimeout: the core is ticked only between calls, so a renewal that
-// hangs past st.Until would report the lost term only when it gave up,
-// after the server may already have let the key expire and a standby
-// taken it (with the defaults, up to CallTimeout − Margin late).
+// A holder's renewal gives up at its local deadline (contender.CallBudget).
 func (e *Elector) call(ctx context.Context, op contender.Op, st contender.Status) (r result) {
-	end := time.Now().Add(e.cfg.CallTimeout)
-	if op == contender.OpRenew && !st.Until.IsZero() && st.Until.Before(end) {
-		end = st.Until
-	}
-	cctx, cancel := context.WithDeadline(ctx, end)
+	cctx, cancel := context.WithTimeout(ctx, contender.CallBudget(op, st, time.Now(), e.cfg.CallTimeout))
 	switch op {
 	case contender.OpAcquire:
 		r.written, r.err = e.kv.Create(cctx, e.cfg.Role, contender.Encode(e.self))
@@ -323,11 +314,8 @@ func (e *Elector) call(ctx context.Context, op contender.Op, st contender.Status
 // step-down it would report must not come later than the deadline the
 // core keeps). The core judges the last read.
 func (e *Elector) readRefused(ctx context.Context, st contender.Status) (contender.Holding, bool) {
-	end := time.Now().Add(e.cfg.CallTimeout)
-	if !st.Until.IsZero() && st.Until.Before(end) {
-		end = st.Until
-	}
-	cctx, cancel := context.WithDeadline(ctx, end)
+	now := time.Now()
+	cctx, cancel := context.WithDeadline(ctx, now.Add(contender.CallBudget(contender.OpRenew, st, now, e.cfg.CallTimeout)))
 	defer cancel()
 	for {
 		h, ok, err := e.Holder(cctx)

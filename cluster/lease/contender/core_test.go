@@ -424,3 +424,26 @@ func TestCoreResignableOnlyWhatItHolds(t *testing.T) {
 		t.Fatal("Resignable after a resign")
 	}
 }
+
+// TestCallBudget: a holder's renewal never waits past its local deadline;
+// other calls, and a contender without a deadline, get the whole timeout.
+func TestCallBudget(t *testing.T) {
+	lead := Status{Leader: true, Token: 3, Revision: 4, Until: at(900)}
+	for _, tc := range []struct {
+		name string
+		op   Op
+		st   Status
+		now  time.Time
+		want time.Duration
+	}{
+		{"renew well before the deadline", OpRenew, lead, at(100), 500 * time.Millisecond},
+		{"renew near the deadline", OpRenew, lead, at(700), 200 * time.Millisecond},
+		{"renew past the deadline", OpRenew, lead, at(1000), -100 * time.Millisecond},
+		{"confirming renewal (no deadline yet)", OpRenew, Status{Token: 5, Revision: 5}, at(700), 500 * time.Millisecond},
+		{"acquire", OpAcquire, Status{}, at(700), 500 * time.Millisecond},
+	} {
+		if got := CallBudget(tc.op, tc.st, tc.now, 500*time.Millisecond); got != tc.want {
+			t.Errorf("%s: CallBudget = %s, want %s", tc.name, got, tc.want)
+		}
+	}
+}

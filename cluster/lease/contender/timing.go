@@ -65,3 +65,16 @@ func CheckFence(stored, token uint64) error {
 	}
 	return nil
 }
+
+// CallBudget is how long a KV call for op made at now may wait (the read
+// after a refused renewal included): timeout, and for a holder's renewal
+// never past its local deadline st.Until — the core is ticked only
+// between calls, so a renewal that outlived the deadline would report the
+// lost term only after the server may have let the key expire. It is
+// ≤ 0 once the deadline has passed.
+func CallBudget(op Op, st Status, now time.Time, timeout time.Duration) time.Duration {
+	if op == OpRenew && !st.Until.IsZero() {
+		return min(timeout, st.Until.Sub(now))
+	}
+	return timeout
+}
