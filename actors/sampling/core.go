@@ -3,6 +3,8 @@ package sampling
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"math"
 	"time"
 
 	"github.com/asyncrl/asyncrl/actors/effect"
@@ -40,6 +42,31 @@ type Stats struct {
 	Kept, Dropped, Invalid int64
 	// ByReason counts decisions per filter.Reason.
 	ByReason map[filter.Reason]int64
+	// Rewards tallies the rewards of every group judged, kept or dropped,
+	// by the policy version that generated it (the group's oldest token
+	// version). The trained mini-batches' mean reward cannot show a
+	// policy getting better under dynamic sampling: the groups it gets
+	// right every time are the ones dropped (SkyRL's fully async trainer
+	// logs them apart for that reason, reward_dropped/avg_raw_reward in
+	// skyrl/train/fully_async_trainer.py at a9564572). This is the mean
+	// over everything the policy generated.
+	Rewards map[int64]RewardTally
+}
+
+// RewardTally is the rewards of the groups one policy version generated:
+// how many groups, how many finite rewards, and their sum (a NaN reward
+// is counted in NaN, not summed).
+type RewardTally struct {
+	Groups, Trajectories, NaN int64
+	Sum                       float64
+}
+
+// Mean is Sum / Trajectories (0 for none).
+func (t RewardTally) Mean() float64 {
+	if t.Trajectories == 0 {
+		return 0
+	}
+	return t.Sum / float64(t.Trajectories)
 }
 
 // Core is the sampling actor's core: for every finished group it asks the
@@ -61,7 +88,7 @@ func New(cfg Config) (*Core, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Core{cfg: cfg, stats: Stats{ByReason: map[filter.Reason]int64{}}}, nil
+	return &Core{cfg: cfg, stats: Stats{ByReason: map[filter.Reason]int64{}, Rewards: map[int64]RewardTally{}}}, nil
 }
 
 // Tick is unused: the core arms no timers.
@@ -74,7 +101,26 @@ func (c *Core) Stats() Stats {
 	for k, v := range c.stats.ByReason {
 		s.ByReason[k] = v
 	}
+	s.Rewards = maps.Clone(c.stats.Rewards)
 	return s
+}
+
+// tally adds g's rewards to its version's RewardTally.
+func (c *Core) tally(g messages.GroupReady) {
+	if len(g.Rewards) == 0 {
+		return
+	}
+	t := c.stats.Rewards[g.OldestVersion]
+	t.Groups++
+	for _, r := range g.Rewards {
+		if math.IsNaN(r) {
+			t.NaN++
+			continue
+		}
+		t.Trajectories++
+		t.Sum += r
+	}
+	c.stats.Rewards[g.OldestVersion] = t
 }
 
 // Step judges one GroupReady; other messages are ignored.
@@ -83,6 +129,7 @@ func (c *Core) Step(_ time.Time, in messages.Message) {
 	if !ok {
 		return
 	}
+	c.tally(g)
 	samples := make([]filter.Sample, len(g.Rewards))
 	for i, r := range g.Rewards {
 		samples[i] = filter.Scalar(g.GroupID, r)

@@ -84,3 +84,47 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatalf("bad mode accepted: %v", err)
 	}
 }
+
+// The reward tally counts every judged group by the version that
+// generated it, the dropped ones too: a filtered run's trained batches
+// leave out exactly the groups a better policy gets right every time.
+func TestRewardsTallyKeptAndDroppedByVersion(t *testing.T) {
+	fc := filter.DefaultConfig()
+	fc.NSamplesPerPrompt = 4
+	c, err := New(Config{Filter: fc, Kept: "K", Filtered: "F"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range []messages.GroupReady{
+		{GroupID: "a", Rewards: []float64{0, 1, 0, 1}, OldestVersion: 0},            // kept
+		{GroupID: "b", Rewards: []float64{1, 1, 1, 1}, OldestVersion: 0},            // dropped: zero variance
+		{GroupID: "c", Rewards: []float64{0.5, math.NaN(), 1, 0}, OldestVersion: 2}, // dropped: NaN
+		{GroupID: "d", OldestVersion: 2},                                            // empty: nothing to tally
+	} {
+		c.Step(time.Time{}, g)
+	}
+	st := c.Stats()
+	if st.Kept != 1 || st.Dropped != 3 {
+		t.Fatalf("decisions %+v", st)
+	}
+	want := map[int64]RewardTally{
+		0: {Groups: 2, Trajectories: 8, Sum: 6},
+		2: {Groups: 1, Trajectories: 3, NaN: 1, Sum: 1.5},
+	}
+	if len(st.Rewards) != len(want) {
+		t.Fatalf("tally %+v, want %+v", st.Rewards, want)
+	}
+	for v, w := range want {
+		if st.Rewards[v] != w {
+			t.Fatalf("version %d: %+v, want %+v", v, st.Rewards[v], w)
+		}
+	}
+	if m := st.Rewards[0].Mean(); m != 0.75 {
+		t.Fatalf("mean of version 0 = %v, want 0.75", m)
+	}
+	// Stats is a copy: stepping on does not change it.
+	c.Step(time.Time{}, messages.GroupReady{GroupID: "e", Rewards: []float64{1, 0, 0, 0}, OldestVersion: 0})
+	if st.Rewards[0].Groups != 2 || c.Stats().Rewards[0].Groups != 3 {
+		t.Fatalf("Stats shares its map: %+v / %+v", st.Rewards[0], c.Stats().Rewards[0])
+	}
+}

@@ -172,6 +172,25 @@ func TestShortLoopOverNATS(t *testing.T) {
 	if rs := m["reward_mean_per_step"].([]any); len(rs) != 4 {
 		t.Errorf("reward_mean_per_step has %d entries", len(rs))
 	}
+	// The reward by generating version covers every group the filter
+	// judged: each trained or dropped group, none the rollouts did not
+	// publish; versions are the run's.
+	var judged int64
+	for _, r := range s.RewardByVersion {
+		judged += r.Groups
+		if r.Version < 0 || r.Version > s.FinalVersion || r.Trajectories != r.Groups*int64(cfg.Rollout.NSamplesPerPrompt) ||
+			r.Mean < 0 || r.Mean > 1 {
+			t.Errorf("reward_by_version row %+v (final version %d, n %d)", r, s.FinalVersion, cfg.Rollout.NSamplesPerPrompt)
+		}
+	}
+	if judged < s.GroupsTrained+s.GroupsDroppedZeroVariance || judged > s.GroupsGenerated {
+		t.Errorf("reward_by_version counts %d groups; trained %d + dropped %d, generated %d",
+			judged, s.GroupsTrained, s.GroupsDroppedZeroVariance, s.GroupsGenerated)
+	}
+	t.Logf("reward by version: %+v (trained %d dropped %d generated %d)", s.RewardByVersion, s.GroupsTrained, s.GroupsDroppedZeroVariance, s.GroupsGenerated)
+	if _, ok := m["reward_by_version"].([]any); !ok {
+		t.Errorf("summary.json lacks reward_by_version: %v", m["reward_by_version"])
+	}
 	// The per-step log holds the summary's rows, one a line, as written
 	// during the run.
 	lines, err := os.ReadFile(filepath.Join(cfg.Run.ReportDir, StepsFile))

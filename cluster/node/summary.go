@@ -2,6 +2,8 @@ package node
 
 import (
 	"errors"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/asyncrl/asyncrl/internal/report"
@@ -34,6 +36,8 @@ func (n *Node) Summary(interrupted bool, runErr error) report.Summary {
 		}
 	}
 	s.RewardFirst5, s.RewardLast5 = report.Mean5(s.RewardMeanPerStep)
+	s.RewardByVersion = n.rewardByVersion()
+	s.RewardGeneratedFirst5, s.RewardGeneratedLast5 = report.GeneratedFirstLast(s.RewardByVersion, int64(cfg.Trainer.MiniBatchSize))
 	if n.ctl != nil && n.ctl.Core() != nil {
 		core := n.ctl.Core()
 		m := core.Staleness()
@@ -81,4 +85,19 @@ func (n *Node) Summary(interrupted bool, runErr error) report.Summary {
 	}
 	s.TrainerRanks = n.rankRows()
 	return s
+}
+
+// rewardByVersion is the sampling core's reward tally (every judged
+// group, kept or dropped) by generating version, in version order.
+func (n *Node) rewardByVersion() []report.VersionReward {
+	rows := []report.VersionReward{}
+	if n.smp == nil || n.smp.Core() == nil {
+		return rows
+	}
+	tally := n.smp.Core().Stats().Rewards
+	for _, v := range slices.Sorted(maps.Keys(tally)) {
+		t := tally[v]
+		rows = append(rows, report.VersionReward{Version: v, Groups: t.Groups, Trajectories: t.Trajectories, NaN: t.NaN, Mean: t.Mean()})
+	}
+	return rows
 }

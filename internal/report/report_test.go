@@ -24,6 +24,32 @@ func TestMean5(t *testing.T) {
 	}
 }
 
+func TestGeneratedFirstLast(t *testing.T) {
+	row := func(v, groups, trajs int64, mean float64) VersionReward {
+		return VersionReward{Version: v, Groups: groups, Trajectories: trajs, Mean: mean}
+	}
+	rows := []VersionReward{
+		row(0, 10, 40, 0.5), row(1, 4, 16, 0.25), row(2, 1, 4, 0), // version 2: under a mini-batch
+		row(3, 4, 16, 1), row(4, 4, 8, 1), row(5, 4, 16, 0.5), row(6, 4, 16, 0.5), row(7, 2, 8, 0),
+	}
+	f, l := GeneratedFirstLast(rows, 4)
+	// first five qualifying: 0, 1, 3, 4, 5 → (20 + 4 + 16 + 8 + 8) / 96
+	// last five: 1, 3, 4, 5, 6 → (4 + 16 + 8 + 8 + 8) / 72
+	if want := 56.0 / 96; f != want {
+		t.Errorf("first = %v, want %v (trajectory-weighted, versions under 4 groups left out)", f, want)
+	}
+	if want := 44.0 / 72; l != want {
+		t.Errorf("last = %v, want %v", l, want)
+	}
+	if f, l := GeneratedFirstLast(rows[:2], 4); f != 24.0/56 || l != f {
+		// fewer than five: both are every qualifying version
+		t.Errorf("two versions: %v, %v", f, l)
+	}
+	if f, l := GeneratedFirstLast(rows, 100); f != 0 || l != 0 {
+		t.Errorf("none qualifying: %v, %v", f, l)
+	}
+}
+
 func TestWriteReport(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "r")
 	s := Summary{RunID: "x", Task: "reverse", Steps: 2, StepsRequested: 2, FinalVersion: 2, RewardMeanPerStep: []float64{0.1, 0.4},

@@ -23,6 +23,18 @@ type Summary struct {
 	// RewardFirst5/Last5 are the means of the first and last five entries.
 	RewardFirst5 float64 `json:"reward_first5"`
 	RewardLast5  float64 `json:"reward_last5"`
+	// RewardByVersion is the reward of everything each policy version
+	// generated: every finished group dynamic sampling judged, kept or
+	// dropped, under its oldest token's version. Under filter or replace
+	// the trained mini-batches leave out the groups the policy gets right
+	// every time, so RewardMeanPerStep cannot show it improving; this can.
+	// RewardGeneratedFirst5/Last5 pool the trajectories of the first and
+	// last five versions that generated at least one mini-batch's worth of
+	// groups (a version cut short by the end of the run finished only its
+	// quickest groups: too few, and biased towards short episodes).
+	RewardByVersion       []VersionReward `json:"reward_by_version"`
+	RewardGeneratedFirst5 float64         `json:"reward_generated_first5"`
+	RewardGeneratedLast5  float64         `json:"reward_generated_last5"`
 	// Staleness of trained groups in steps under StalenessMeasure
 	// (scheduled: trainer step − the step the group was scheduled at;
 	// token: trainer version − oldest token version), the bound S, and the
@@ -157,6 +169,44 @@ type StepRow struct {
 	// load); PublishSeconds the time to publish the new version.
 	TrainSeconds   float64 `json:"train_seconds"`
 	PublishSeconds float64 `json:"publish_seconds"`
+}
+
+// VersionReward is the reward of the groups one policy version generated.
+type VersionReward struct {
+	Version int64 `json:"version"`
+	Groups  int64 `json:"groups"`
+	// Trajectories counts the finite rewards (NaN ones are left out and
+	// counted in NaN).
+	Trajectories int64   `json:"trajectories"`
+	NaN          int64   `json:"nan,omitempty"`
+	Mean         float64 `json:"mean"`
+}
+
+// GeneratedFirstLast pools the trajectories of the first and last five
+// versions in rows (version order) with at least minGroups groups: the
+// trajectory-weighted mean reward of each five (0, 0 when none qualifies).
+func GeneratedFirstLast(rows []VersionReward, minGroups int64) (first, last float64) {
+	var ok []VersionReward
+	for _, r := range rows {
+		if r.Groups >= minGroups && r.Trajectories > 0 {
+			ok = append(ok, r)
+		}
+	}
+	if len(ok) == 0 {
+		return 0, 0
+	}
+	k := min(5, len(ok))
+	return pooled(ok[:k]), pooled(ok[len(ok)-k:])
+}
+
+func pooled(rows []VersionReward) float64 {
+	var sum float64
+	var n int64
+	for _, r := range rows {
+		sum += r.Mean * float64(r.Trajectories)
+		n += r.Trajectories
+	}
+	return sum / float64(n)
 }
 
 // Mean5 returns the means of the first and last min(5, len) values.
