@@ -61,19 +61,29 @@ import statistics
 import sys
 
 root, seeds = sys.argv[1], sys.argv[2:]
-print("| seed | steps | reward first 5 | reward last 5 | Δ | episodes with a well-formed call | tool calls | malformed | timed out | aborted (env error / timeout) | lost | wall s |")
-print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |")
-deltas = []
+print("| seed | steps | reward first 5 | reward last 5 | Δ | generated: first 5 versions | last 5 | Δ | episodes with a well-formed call | tool calls | malformed | timed out | aborted (env error / timeout) | lost | wall s |")
+print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |")
+deltas, gdeltas, curves = [], [], []
 for s in seeds:
     r = json.load(open(f"{root}/seed-{s}/report/summary.json"))
     d = r["reward_last5"] - r["reward_first5"]
     deltas.append(d)
+    # reward_generated_*: every group the filter judged, kept or dropped
+    # (the trained batches leave out the groups right every time)
+    gd = r["reward_generated_last5"] - r["reward_generated_first5"]
+    gdeltas.append(gd)
+    curves.append((s, r["reward_by_version"]))
     fin = r["trajectories_finished"]
     frac = r["episodes_with_tool_call"] / fin if fin else float("nan")
     print(f"| {s} | {r['steps']} | {r['reward_first5']:.3f} | {r['reward_last5']:.3f} | {d:+.3f} | "
+          f"{r['reward_generated_first5']:.3f} | {r['reward_generated_last5']:.3f} | {gd:+.3f} | "
           f"{r['episodes_with_tool_call']}/{fin} = {frac:.2f} | {r['tool_calls']} | {r['tool_calls_malformed']} | "
           f"{r['tool_calls_timed_out']} | {r['trajectories_aborted']} ({r['trajectories_aborted_env_error']} / "
           f"{r['trajectories_aborted_env_timeout']}) | {r['trajectories_lost']} | {r['wall_seconds']:.0f} |")
 if deltas:
-    print(f"\nmean Δ over {len(seeds)} seeds: {statistics.mean(deltas):+.3f}")
+    print(f"\nmean Δ over {len(seeds)} seeds: trained batches {statistics.mean(deltas):+.3f}, "
+          f"everything generated {statistics.mean(gdeltas):+.3f}")
+print("\nreward of everything each version generated (version: mean over groups×n):")
+for s, rows in curves:
+    print(f"seed {s}: " + " ".join(f"v{x['version']} {x['mean']:.3f}/{x['groups']}" for x in rows))
 EOF
