@@ -111,7 +111,7 @@ func (l *foLease) apply(op contender.Op, h contender.Holding, at uint64, now tim
 // self is the contender this incarnation's elector is (a new elector
 // after each step-down, as cluster/agent opens one per contention).
 func (n *tnode) self() contender.Holding {
-	return contender.Holding{Holder: n.name, Instance: fmt.Sprintf("%s#%d.%d", n.name, n.inc, n.elGen)}
+	return contender.Holding{Holder: n.name, Instance: n.elInst}
 }
 
 // newElector starts a fresh elector (its core, its instance) that first
@@ -122,6 +122,7 @@ func (n *tnode) newElector(d time.Duration) {
 		panic(fmt.Sprintf("sim: failover: lease timing: %v", err))
 	}
 	n.el, n.elGen, n.elSt = el, n.elGen+1, contender.Status{}
+	n.elInst = fmt.Sprintf("%s#%d.%d", n.name, n.inc, n.elGen)
 	n.electAt(d)
 }
 
@@ -352,9 +353,9 @@ func (w *fo) checkLease(n *tnode) {
 	case !ok || key.Holder != n.name || key.Token != st.Token:
 		w.fail(InvFencing, "%s's lease core says it leads with token %d until %v, but the key holds %v %+v",
 			n.name, st.Token, st.Until.Sub(w.t0), ok, key)
-	case key.Instance != n.self().Instance || l.created[st.Token].Instance != n.self().Instance:
+	case key.Instance != n.elInst || l.created[st.Token].Instance != n.elInst:
 		w.fail(InvFencing, "%s's lease core (instance %s) says it leads with token %d, but the key was written by instance %s and the term's Create by instance %q",
-			n.name, n.self().Instance, st.Token, key.Instance, l.created[st.Token].Instance)
+			n.name, n.elInst, st.Token, key.Instance, l.created[st.Token].Instance)
 	case w.t0.Add(l.expiry).Before(st.Until):
 		w.fail(InvFencing, "%s's lease core says it leads until %v, past the key's expiry %v", n.name, st.Until.Sub(w.t0), l.expiry)
 	}

@@ -24,9 +24,10 @@ type tnode struct {
 	// The lease elector (failover_elect.go): its core, which elector of
 	// this incarnation it is (one per contention), and the status it last
 	// reported.
-	el    *contender.Core
-	elGen int
-	elSt  contender.Status
+	el     *contender.Core
+	elGen  int
+	elInst string // the elector's instance (self)
+	elSt   contender.Status
 	// noticeAt orders the elector's notices; slowNotice delays them (the
 	// zombie fault); leaseCut/storeCut count partitions from the lease KV
 	// and the progress store.

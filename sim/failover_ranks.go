@@ -382,7 +382,13 @@ func (w *fo) checkRankToken(n *tnode, req rankReq) {
 func (w *fo) checkRanks(n *tnode) {
 	w.checks++
 	h := n.host
-	newest := h.rule.Token()
+	newest, stale := h.rule.Token(), false
+	for _, g := range h.groups {
+		stale = stale || g.token < newest
+	}
+	if !stale && len(h.groups) <= 1 {
+		return
+	}
 	ids := slices.Sorted(maps.Keys(h.groups))
 	for _, id := range ids {
 		if g := h.groups[id]; g.token < newest {
