@@ -167,6 +167,11 @@ const (
 	// ranks of the groups a newer term ended (it drops the rule's Ended
 	// from Observe): a deposed holder's ranks run on beside the new one's.
 	BugRankHostKeepsDeposed Bug = "rank-host-keeps-deposed-ranks"
+	// BugRankLinksSendNewestToken: a holder's rank requests carry the
+	// newest token the lease issued, not its own term's — what a node
+	// that is not the holder would need to end the holder's ranks
+	// (cluster/rankhost's doc says why no real node can).
+	BugRankLinksSendNewestToken Bug = "rank-links-send-newest-token"
 
 	// Planted on inputs only issue 37's generators produce.
 
@@ -186,7 +191,7 @@ var Bugs = []Bug{BugRouterIgnoresGating, BugFilterLeaksCapacity, BugTrainerRetra
 	BugPublisherForgetsLaggards, BugCtlForgetsSentBatch, BugTermIgnoresLostBuffer,
 	BugTermForgetsDeadNodeGroups, BugTermForgetsPrevHolder, BugTermRequeuesPrevHolderOnly, BugTermMarksBeforeDurable, BugTermIgnoresFencing,
 	BugTermTwoSaves, BugTermNeverResends, BugTermSavesBeforeRecorded, BugTermMarksUnordered, BugTermNoStartBound,
-	BugElectorTakesAnyCreate, BugElectorTakesEarlierLifesCreate, BugRankHostKeepsDeposed, BugTermIgnoresQuorumLoss, BugCtlRequeuesDuplicateAbort}
+	BugElectorTakesAnyCreate, BugElectorTakesEarlierLifesCreate, BugRankHostKeepsDeposed, BugRankLinksSendNewestToken, BugTermIgnoresQuorumLoss, BugCtlRequeuesDuplicateAbort}
 
 // Config configures one simulated run. The workload shape (staleness
 // bound, batch size, workers, group size, engines, turn counts) and the

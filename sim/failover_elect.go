@@ -42,6 +42,8 @@ type foLease struct {
 	// created: the contender (holder and instance) whose Create landed at
 	// each revision — the terms the lease issued, by token.
 	created map[uint64]contender.Holding
+	// lastCreate is the newest of them: the newest token issued.
+	lastCreate uint64
 }
 
 // kvErr is how the KV answered a call.
@@ -99,6 +101,7 @@ func (l *foLease) apply(op contender.Op, h contender.Holding, at uint64, now tim
 			l.created = map[uint64]contender.Holding{}
 		}
 		l.created[rev] = contender.Holding{Holder: h.Holder, Instance: h.Instance, Token: rev, Revision: rev}
+		l.lastCreate = rev
 		return rev, kvOK
 	case !l.live(now):
 		return 0, kvNotFound

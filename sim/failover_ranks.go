@@ -216,7 +216,7 @@ func (n *tnode) startRanks(p *pipe) {
 	p.rg = g
 	w.logf("%s: rank group %s starts ranks on %v (token %d)", n.name, g.id, g.nodes, p.token)
 	for i, m := range g.nodes {
-		req := rankReq{op: rankOpStart, owner: n.name, token: p.token, group: g.id, rank: i + 1}
+		req := rankReq{op: rankOpStart, owner: n.name, token: n.rankToken(p), group: g.id, rank: i + 1}
 		n.rankCall(m, req, rankStartWait, func(err string) {
 			if p.rg != g || g.closed {
 				return
@@ -241,7 +241,7 @@ func (n *tnode) rankFrames(p *pipe, g *rankGroup) {
 			return
 		}
 		for i, m := range g.nodes {
-			req := rankReq{op: rankOpFrame, owner: n.name, token: p.token, group: g.id, rank: i + 1}
+			req := rankReq{op: rankOpFrame, owner: n.name, token: n.rankToken(p), group: g.id, rank: i + 1}
 			n.rankCall(m, req, rankFrameWait, func(err string) {
 				if err != "" && p.rg == g && !g.closed {
 					n.rankGroupFailed(p, g, fmt.Sprintf("frame to rank %d on %s: %s", i+1, m, err))
@@ -277,8 +277,17 @@ func (n *tnode) closeIfStopped(p *pipe) bool {
 func (n *tnode) killRanks(p *pipe, g *rankGroup) {
 	g.closed = true
 	for i, m := range g.nodes {
-		n.rankCall(m, rankReq{op: rankOpKill, owner: n.name, token: p.token, group: g.id, rank: i + 1}, rankKillWait, func(string) {})
+		n.rankCall(m, rankReq{op: rankOpKill, owner: n.name, token: n.rankToken(p), group: g.id, rank: i + 1}, rankKillWait, func(string) {})
 	}
+}
+
+// rankToken is the token the term's requests carry: its own (Links'
+// LinksConfig.Token, the term's).
+func (n *tnode) rankToken(p *pipe) uint64 {
+	if l := &n.w.lease; n.w.cfg.has(BugRankLinksSendNewestToken) && l.lastCreate > p.token {
+		return l.lastCreate // planted: the newest term the lease began, whoever's it is
+	}
+	return p.token
 }
 
 // fenceOwn: this node's term of token starts; its rank host ends the

@@ -133,6 +133,7 @@ var plantedBugs = []struct {
 	{BugElectorTakesEarlierLifesCreate, ScenarioFailover, InvFencing, ""},
 	// In the failover scenario's rank hosts: the rank-fencing oracle.
 	{BugRankHostKeepsDeposed, ScenarioFailover, InvRankFencing, ""},
+	{BugRankLinksSendNewestToken, ScenarioFailover, InvRankFencing, ""},
 	// On inputs only issue 37's generators produce.
 	{BugTermIgnoresQuorumLoss, ScenarioFailover, InvFencing, ""},
 	{BugCtlRequeuesDuplicateAbort, ScenarioFaults, InvLedger, ""},
