@@ -154,6 +154,24 @@ const (
 	// makes), and confirms it — renewing at a newer holder's revision,
 	// which the KV accepts: it steals a lease that is held.
 	BugElectorTakesAnyCreate Bug = "elector-takes-any-create"
+	// BugElectorTakesEarlierLifesCreate: after a refused Create the
+	// elector takes up a Create of its own node's name not yet renewed as
+	// its own whatever its instance — a Create of the node's earlier
+	// life, or of the elector its last term resigned — as JudgeTaken did
+	// before the key named the instance.
+	BugElectorTakesEarlierLifesCreate Bug = "elector-takes-earlier-lifes-create"
+
+	// Planted in the failover scenario's rank hosts (issue 31).
+
+	// BugRankHostKeepsDeposed: a rank host's shell does not kill the
+	// ranks of the groups a newer term ended (it drops the rule's Ended
+	// from Observe): a deposed holder's ranks run on beside the new one's.
+	BugRankHostKeepsDeposed Bug = "rank-host-keeps-deposed-ranks"
+	// BugRankLinksSendNewestToken: a holder's rank requests carry the
+	// newest token the lease issued, not its own term's — what a node
+	// that is not the holder would need to end the holder's ranks
+	// (cluster/rankhost's doc says why no real node can).
+	BugRankLinksSendNewestToken Bug = "rank-links-send-newest-token"
 
 	// Planted on inputs only issue 37's generators produce.
 
@@ -173,7 +191,7 @@ var Bugs = []Bug{BugRouterIgnoresGating, BugFilterLeaksCapacity, BugTrainerRetra
 	BugPublisherForgetsLaggards, BugCtlForgetsSentBatch, BugTermIgnoresLostBuffer,
 	BugTermForgetsDeadNodeGroups, BugTermForgetsPrevHolder, BugTermRequeuesPrevHolderOnly, BugTermMarksBeforeDurable, BugTermIgnoresFencing,
 	BugTermTwoSaves, BugTermNeverResends, BugTermSavesBeforeRecorded, BugTermMarksUnordered, BugTermNoStartBound,
-	BugElectorTakesAnyCreate, BugTermIgnoresQuorumLoss, BugCtlRequeuesDuplicateAbort}
+	BugElectorTakesAnyCreate, BugElectorTakesEarlierLifesCreate, BugRankHostKeepsDeposed, BugRankLinksSendNewestToken, BugTermIgnoresQuorumLoss, BugCtlRequeuesDuplicateAbort}
 
 // Config configures one simulated run. The workload shape (staleness
 // bound, batch size, workers, group size, engines, turn counts) and the

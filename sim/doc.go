@@ -60,7 +60,11 @@
 // (cluster/lease/contender) as cluster/lease's Elector does, over a
 // simulated lease KV (compare-and-set on the revision, which is the
 // fencing token; TTL on the virtual clock), progress store and prompt
-// ledger, with rollout nodes that pull
+// ledger, and a rank host stepping the real rank-host rule
+// (cluster/rankhost/fence) for the holder's trainer group's ranks on the
+// other trainer nodes (failover_ranks.go: drawn from a random stream of
+// its own, so it changes nothing else in a seed's run), with rollout
+// nodes that pull
 // groups and host engines; the term's pipeline is modelled minimally
 // inside the shell's StartPipeline/StopPipeline. Its planted bugs reach
 // the term core through term.Config.Plant.

@@ -81,6 +81,8 @@ type fo struct {
 	ckptLost  int           // checkpoint-losts in progress
 	mirrorLag time.Duration // how late the ledger mirror hears its events (mirror-lag)
 	kinds     map[term.Kind]int
+	// ranks: the trainer group's rank model (failover_ranks.go).
+	ranks foRanks
 
 	events int
 	checks int64
@@ -146,7 +148,7 @@ func runFailover(cfg Config) (res Result, v *Violation) {
 
 func newFailover(cfg Config) *fo {
 	w := &fo{cfg: cfg, rng: rand.New(rand.NewSource(cfg.Seed)), eventLog: newEventLog(cfg.TraceEvents), t0: time.Unix(1_700_000_000, 0),
-		ledger: map[string]*foPrompt{}, entries: map[string]*foEntry{}, injected: map[FaultKind]int{},
+		ledger: map[string]*foPrompt{}, entries: map[string]*foEntry{}, injected: map[FaultKind]int{}, ranks: newFoRanks(cfg.Seed),
 		store: foStore{history: map[int64][]term.PromptAttempt{}, historyBy: map[int64]uint64{}}}
 	nt, nr := 2+w.rng.Intn(2), 1+w.rng.Intn(2)
 	w.batch = 2 + w.rng.Intn(3)
@@ -311,6 +313,7 @@ func (w *fo) gossip(lo, hi time.Duration) {
 		w.after(at-w.clock, "", func() {
 			if n.alive && n.inc == inc {
 				w.logf("%s: members %s", n.name, memberNames(ms))
+				n.view = memberNames(ms)
 				n.step(term.MembersChanged{Members: ms})
 			}
 		})
@@ -370,6 +373,7 @@ func (w *fo) finish() {
 	w.logf("all %d steps durable: faults healed, settling for %v", w.cfg.Steps, w.cfg.SyncBound+time.Second)
 	w.after(w.cfg.SyncBound+time.Second, "final checks", func() {
 		w.logKinds()
+		w.logRankVerdicts()
 		w.finalChecks()
 		w.done = true
 	})

@@ -133,6 +133,9 @@ func (w *fo) checkAll() {
 		if w.checkLease(n); w.violation != nil {
 			return
 		}
+		if w.checkRanks(n); w.violation != nil {
+			return
+		}
 		if tok, ok := n.core.Holding(); ok {
 			if o, dup := held[tok]; dup {
 				w.fail(InvFencing, "%s and %s both hold token %d", o, n.name, tok)

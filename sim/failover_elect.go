@@ -39,6 +39,11 @@ type foLease struct {
 	dec    contender.Holding
 	rev    uint64
 	expiry time.Duration
+	// created: the contender (holder and instance) whose Create landed at
+	// each revision — the terms the lease issued, by token.
+	created map[uint64]contender.Holding
+	// lastCreate is the newest of them: the newest token issued.
+	lastCreate uint64
 }
 
 // kvErr is how the KV answered a call.
@@ -91,7 +96,13 @@ func (l *foLease) apply(op contender.Op, h contender.Holding, at uint64, now tim
 	case op == contender.OpAcquire && l.live(now):
 		return 0, kvExists
 	case op == contender.OpAcquire:
-		return l.write(h, now), kvOK
+		rev := l.write(h, now)
+		if l.created == nil {
+			l.created = map[uint64]contender.Holding{}
+		}
+		l.created[rev] = contender.Holding{Holder: h.Holder, Instance: h.Instance, Token: rev, Revision: rev}
+		l.lastCreate = rev
+		return rev, kvOK
 	case !l.live(now):
 		return 0, kvNotFound
 	case l.key.Revision != at:
@@ -103,7 +114,7 @@ func (l *foLease) apply(op contender.Op, h contender.Holding, at uint64, now tim
 // self is the contender this incarnation's elector is (a new elector
 // after each step-down, as cluster/agent opens one per contention).
 func (n *tnode) self() contender.Holding {
-	return contender.Holding{Holder: n.name, Instance: fmt.Sprintf("%s#%d.%d", n.name, n.inc, n.elGen)}
+	return contender.Holding{Holder: n.name, Instance: n.elInst}
 }
 
 // newElector starts a fresh elector (its core, its instance) that first
@@ -114,6 +125,7 @@ func (n *tnode) newElector(d time.Duration) {
 		panic(fmt.Sprintf("sim: failover: lease timing: %v", err))
 	}
 	n.el, n.elGen, n.elSt = el, n.elGen+1, contender.Status{}
+	n.elInst = fmt.Sprintf("%s#%d.%d", n.name, n.inc, n.elGen)
 	n.electAt(d)
 }
 
@@ -164,6 +176,9 @@ func (n *tnode) electOutcome(op contender.Op, st contender.Status, rev uint64, e
 		self := n.self()
 		if w.cfg.has(BugElectorTakesAnyCreate) {
 			self = contender.Holding{Holder: key.Holder, Instance: key.Instance} // planted: whoever's the key is
+		}
+		if w.cfg.has(BugElectorTakesEarlierLifesCreate) && key.Holder == self.Holder {
+			self.Instance = key.Instance // planted: any instance of this node's name
 		}
 		if n.el.Taken(key, found, self) == contender.RefusalLanded {
 			w.logf("lease: %s's Create landed after its call timed out (revision %d): confirming it", n.name, key.Revision)
@@ -326,7 +341,9 @@ func (n *tnode) resign() {
 
 // checkLease is the lease's safety: a contender whose core told it that
 // it leads, until its local deadline, is the key's holder with that
-// token, and the key does not expire before that deadline.
+// token — its own instance's key (contender.Holding.Instance), of a term
+// its own instance's Create began (the lease's created record) — and the
+// key does not expire before that deadline.
 func (w *fo) checkLease(n *tnode) {
 	w.checks++
 	st := n.elSt
@@ -339,6 +356,9 @@ func (w *fo) checkLease(n *tnode) {
 	case !ok || key.Holder != n.name || key.Token != st.Token:
 		w.fail(InvFencing, "%s's lease core says it leads with token %d until %v, but the key holds %v %+v",
 			n.name, st.Token, st.Until.Sub(w.t0), ok, key)
+	case key.Instance != n.elInst || l.created[st.Token].Instance != n.elInst:
+		w.fail(InvFencing, "%s's lease core (instance %s) says it leads with token %d, but the key was written by instance %s and the term's Create by instance %q",
+			n.name, n.elInst, st.Token, key.Instance, l.created[st.Token].Instance)
 	case w.t0.Add(l.expiry).Before(st.Until):
 		w.fail(InvFencing, "%s's lease core says it leads until %v, past the key's expiry %v", n.name, st.Until.Sub(w.t0), l.expiry)
 	}

@@ -24,9 +24,10 @@ type tnode struct {
 	// The lease elector (failover_elect.go): its core, which elector of
 	// this incarnation it is (one per contention), and the status it last
 	// reported.
-	el    *contender.Core
-	elGen int
-	elSt  contender.Status
+	el     *contender.Core
+	elGen  int
+	elInst string // the elector's instance (self)
+	elSt   contender.Status
 	// noticeAt orders the elector's notices; slowNotice delays them (the
 	// zombie fault); leaseCut/storeCut count partitions from the lease KV
 	// and the progress store.
@@ -52,6 +53,11 @@ type tnode struct {
 	// ticked.
 	blocked bool
 	inbox   []term.Input
+
+	// host is this node's rank host (failover_ranks.go); view the
+	// membership as gossip last told it.
+	host *rankHost
+	view []string
 }
 
 // pendingNotice is an elector notice on its way to the core.
@@ -66,6 +72,7 @@ func (n *tnode) boot() {
 	n.pipe, n.slowNotice, n.leaseCut, n.storeCut = nil, 0, 0, 0
 	n.marks, n.marksWait, n.claimed, n.blocked, n.inbox = 0, nil, nil, false, nil
 	n.stopping, n.lastNotice = false, nil
+	n.host, n.view = newRankHost(), nil
 	c, err := term.New(term.Config{Node: n.name, Run: runID, Steps: int64(w.cfg.Steps), Checkpoints: true,
 		Watch: termwatch.Config{StallAfter: 3 * w.cfg.ProgressBound, UnhealthyAfter: termwatch.DefaultConfig().UnhealthyAfter,
 			StartAfter: w.cfg.ProgressBound / 2},
@@ -85,6 +92,7 @@ func (n *tnode) boot() {
 	})
 	n.loop(observeEvery, observeEvery, func() { n.step(term.ProgressObserved{Progress: w.store.prog}) })
 	n.probeLoop()
+	n.rankWatch()
 }
 
 // loop runs fn every period while this incarnation lives.
@@ -350,6 +358,7 @@ func (n *tnode) startPipeline(v term.StartPipeline) {
 	p := &pipe{node: n, token: v.Token, base: v.From, steps: v.Steps, groups: map[string]*pgroup{},
 		router: map[string]int64{}, regAt: map[string]time.Duration{}, aborted: map[string]int{}}
 	p.targets = []target{{w.clock, v.From.Version}}
+	n.fenceOwn(v.Token)
 	if n.pipe != nil {
 		n.pipe.stopped = true
 	}
@@ -377,6 +386,7 @@ func (n *tnode) startPipeline(v term.StartPipeline) {
 		n.step(term.StartPhase{Token: v.Token, Phase: "checkpoint restored"})
 		n.step(term.RouterListening{Token: v.Token, URL: "http://" + n.name + "/router"})
 		n.step(term.PipelineStarted{Token: v.Token})
+		n.startRanks(p)
 	})
 }
 

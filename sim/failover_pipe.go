@@ -42,6 +42,10 @@ type pipe struct {
 	// removed: engines taken out of routing, and when (the publisher
 	// hears of it late: failover_extra.go).
 	removed map[string]time.Duration
+	// rg: the term's trainer group's remote ranks, rgSeq its groups so
+	// far (failover_ranks.go).
+	rg    *rankGroup
+	rgSeq int
 }
 
 type target struct {

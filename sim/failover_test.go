@@ -11,8 +11,8 @@ import (
 // its steps durable with every invariant held, and the batch exercises
 // what the scenario is for: a standby claiming from a killed holder and
 // requeuing what it had in flight, a deposed holder's save refused by the
-// fence, a rollout node's groups requeued after it died, and the lease
-// core's verdicts on refused calls.
+// fence, a rollout node's groups requeued after it died, the lease
+// core's verdicts on refused calls, and the rank hosts' verdicts.
 func TestFailoverTakesOver(t *testing.T) {
 	seen := map[string]int{}
 	marks := map[string]func(string) bool{
@@ -27,6 +27,19 @@ func TestFailoverTakesOver(t *testing.T) {
 		"renewal-landed": func(l string) bool { return strings.Contains(l, "refused: landed") },
 		"create-landed":  func(l string) bool { return strings.Contains(l, "Create landed after its call timed out") },
 		"renewal-lost":   func(l string) bool { return strings.Contains(l, "refused: lost") },
+		// The rank hosts' rule (cluster/rankhost/fence) on the holders'
+		// remote ranks: a deposed term's request refused, its ranks ended
+		// by a newer term's request or the new holder's own term, a
+		// departed holder's ranks ended, a group ended by its holder.
+		"rank-refused": func(l string) bool { return strings.Contains(l, "rank host refuses") },
+		"rank-term-ended": func(l string) bool {
+			return strings.Contains(l, "rank host kills") && strings.Contains(l, "token") && strings.Contains(l, "arrived")
+		},
+		"rank-own-term": func(l string) bool {
+			return strings.Contains(l, "rank host kills") && strings.Contains(l, "its own term")
+		},
+		"rank-departed":    func(l string) bool { return strings.Contains(l, "its holder left the membership") },
+		"rank-holder-kill": func(l string) bool { return strings.Contains(l, "ended by its holder") },
 	}
 	for seed := int64(1); seed <= 60; seed++ {
 		res, err := Run(Config{Seed: seed, Scenario: ScenarioFailover, Steps: 8, KeepLog: true})

@@ -57,6 +57,11 @@ const (
 	// InvDurableMonotonic (failover): the durable progress never goes
 	// back, and advances one step at a time.
 	InvDurableMonotonic Invariant = "durable-progress-monotonic"
+	// InvRankFencing (failover): a trainer node's rank host serves ranks
+	// of at most one group, of the newest term whose request it observed
+	// (cluster/rankhost/fence's invariant), and every request it gets
+	// carries a token the lease issued to the request's sender.
+	InvRankFencing Invariant = "rank-fencing"
 	// InvWire: every message on the bus decodes.
 	InvWire Invariant = "wire-decode"
 	// InvProtocol: a component answered with an error its peers never
@@ -67,7 +72,7 @@ const (
 // Invariants lists what is checked, for summaries.
 var Invariants = []Invariant{InvStaleness, InvTrainedTwice, InvLedger, InvRouting, InvMonotonic,
 	InvChecksum, InvInvisible, InvSync, InvProgress, InvTermStepDown, InvFencing, InvTrainedDurable,
-	InvDeadNodeRequeue, InvDurableMonotonic, InvWire, InvProtocol}
+	InvDeadNodeRequeue, InvDurableMonotonic, InvRankFencing, InvWire, InvProtocol}
 
 type oGroup struct {
 	prompt string

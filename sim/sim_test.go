@@ -130,6 +130,10 @@ var plantedBugs = []struct {
 	{BugTermNoStartBound, ScenarioFailover, InvProgress, ""},
 	// In the failover scenario's lease elector: the lease's safety check.
 	{BugElectorTakesAnyCreate, ScenarioFailover, InvFencing, ""},
+	{BugElectorTakesEarlierLifesCreate, ScenarioFailover, InvFencing, ""},
+	// In the failover scenario's rank hosts: the rank-fencing oracle.
+	{BugRankHostKeepsDeposed, ScenarioFailover, InvRankFencing, ""},
+	{BugRankLinksSendNewestToken, ScenarioFailover, InvRankFencing, ""},
 	// On inputs only issue 37's generators produce.
 	{BugTermIgnoresQuorumLoss, ScenarioFailover, InvFencing, ""},
 	{BugCtlRequeuesDuplicateAbort, ScenarioFaults, InvLedger, ""},
@@ -139,7 +143,10 @@ var plantedBugs = []struct {
 // term-requeues-previous-holder-only needs a claimer killed in the few
 // milliseconds between its claim and its requeue: a rare draw, likelier
 // over a longer run (the fault window grows with the steps).
-var plantSteps = map[Bug]int{BugTermRequeuesPrevHolderOnly: 10}
+// elector-takes-earlier-lifes-create needs an elector's Create to land
+// after its term resigned (a zombie's late loss notice, under lossy
+// messages) and the node's next elector to find it: seed 175 at 12 steps.
+var plantSteps = map[Bug]int{BugTermRequeuesPrevHolderOnly: 10, BugElectorTakesEarlierLifesCreate: 12}
 
 // findBug searches seeds from 1 until the planted bug breaks an
 // invariant, up to limit seeds.

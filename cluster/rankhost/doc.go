@@ -27,4 +27,44 @@
 // that leaves membership while a frame is in flight fails that rank's
 // call at once (bridge.ErrChildExited), so the group restarts instead of
 // waiting for the step timeout.
+//
+// The rule the Host carries out — which term is served, which hosted
+// groups end — is cluster/rankhost/fence's (fence.Rule): after every
+// request at most one group runs here, of the newest term seen.
+//
+// # A request's token is trusted as sent, and why that is safe
+//
+// The Host ends every group of an older term on the first request of a
+// newer one, so a request whose token were newer than the lease holder's
+// would end the holder's ranks. No node but the holder can send one:
+//
+//   - A request's token is LinksConfig.Token, set once per term by the
+//     lease agent (cluster/agent setRankLinks, from the StartPipeline of
+//     its cluster/term core), and the term core's token is the one its
+//     own elector reported (LeaseChanged): the revision at which that
+//     elector's own Create landed — contender.Core.Acquired, or Taken
+//     when contender.JudgeTaken finds the key holds this very elector's
+//     Create (holder and instance). Nothing reads a token from the wire,
+//     the configuration or another node.
+//   - The lease key's revisions only grow, and a Create lands only when
+//     the key is absent, so the holder's term began at the latest Create
+//     that landed: its token is the newest any node was ever issued. A
+//     node that is not the holder (deposed, a zombie, restarted, a
+//     standby) holds a token from an earlier Create, strictly older; its
+//     requests are refused once the host has seen the holder's, and can
+//     end no group of the holder's.
+//
+// This rests on two things outside this package, as every fence of the
+// cluster does (the durable progress's CheckFence too): every process
+// that may publish on RankHost subjects is an asyncrl node running this
+// code (the bus's per-role permissions, cluster/access: only nodes with a
+// pipeline role — those that may contend for the trainer lease — may
+// publish on a run's subjects; an engine, rollout, bus or Tinker node may
+// not; a process with a trainer node's credentials can send anything,
+// the lease key included), and the lease bucket is never
+// deleted and recreated (its revisions, so the tokens, would start again
+// at 1). The simulator checks the first point: its failover scenario's
+// rank-fencing oracle fails a run if a rank host ever gets a request
+// whose token the lease did not issue to the request's sender
+// (sim/failover_ranks.go).
 package rankhost

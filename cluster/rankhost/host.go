@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/asyncrl/asyncrl/actors/trainer/bridge"
+	"github.com/asyncrl/asyncrl/cluster/rankhost/fence"
 	"github.com/asyncrl/asyncrl/transport"
 )
 
@@ -41,7 +42,7 @@ type Host struct {
 	wg   sync.WaitGroup
 
 	mu     sync.Mutex
-	fence  *Fencing          // the rule: which terms are served, which groups end
+	fence  *fence.Rule       // the rule: which terms are served, which groups end
 	groups map[string]*group // the ranks of each group fence holds
 	closed bool
 }
@@ -73,7 +74,7 @@ func StartHost(bus transport.Bus, cfg HostConfig) (*Host, error) {
 		cfg.Every = time.Second
 	}
 	ctx, stop := context.WithCancel(context.Background())
-	h := &Host{cfg: cfg, bus: bus, ctx: ctx, stop: stop, fence: NewFencing(), groups: map[string]*group{}}
+	h := &Host{cfg: cfg, bus: bus, ctx: ctx, stop: stop, fence: fence.NewRule(), groups: map[string]*group{}}
 	// Requests are served each on its own goroutine: a frame waits for a
 	// whole step while the group's other ranks' frames must run at once.
 	h.sub, err = bus.Subscribe(subj, func(m *transport.Msg) {
@@ -216,7 +217,7 @@ func (h *Host) Fence(token uint64) bool {
 }
 
 // takeLocked removes the ranks of the groups fence ended (h.mu held).
-func (h *Host) takeLocked(ended []Ended) []*group {
+func (h *Host) takeLocked(ended []fence.Ended) []*group {
 	out := make([]*group, 0, len(ended))
 	for _, e := range ended {
 		g := h.groups[e.Group]

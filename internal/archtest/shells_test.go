@@ -58,6 +58,12 @@ var shells = []shell{
 	{dir: "cluster/lease", files: []string{"elector.go"}, core: "cluster/lease/contender",
 		state:    []string{"leader", "token", "rev", "until", "confirming", "reported", "last"},
 		compared: []string{"Leader", "Token", "Revision", "Instance", "Until"}},
+	// The rank host: which term's requests it serves and which hosted
+	// groups end are the fence rule's (Observe, Register, Departed); the
+	// Host keeps the ranks of the groups the rule holds, never a token or
+	// a group's owner, and compares no token.
+	{dir: "cluster/rankhost", files: []string{"host.go"}, core: "cluster/rankhost/fence",
+		state: []string{"token", "owner", "newest"}, compared: []string{"Token", "Owner"}},
 	// The publisher shell: when the router's minimum rises and how a
 	// publish settles are the tracker's (its Ready).
 	{dir: "actors/publisher", files: []string{"shell.go"}, core: "actors/publisher/tracker",

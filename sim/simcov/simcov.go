@@ -40,6 +40,7 @@ type Core struct {
 var Cores = []Core{
 	{Name: "term", Dirs: []string{"cluster/term"}, Scenarios: "failover"},
 	{Name: "lease", Dirs: []string{"cluster/lease/contender"}, Scenarios: "failover"},
+	{Name: "rankhost", Dirs: []string{"cluster/rankhost/fence"}, Scenarios: "failover"},
 	{Name: "controller", Dirs: []string{"actors/controller", "actors/staleness"},
 		Skip: []string{"actors/controller/shell.go"}, Scenarios: "default, faults, partitions, mixed"},
 	{Name: "sampling", Dirs: []string{"actors/sampling", "actors/filter"},

@@ -1,19 +1,19 @@
-package rankhost
+package fence
 
 import (
 	"cmp"
 	"slices"
 )
 
-// Fencing is the rank host's pure rule: which term's requests it serves
+// Rule is the rank host's pure rule: which term's requests it serves
 // and which hosted groups end. A term's requests carry its fencing token;
 // the first of a newer term ends every group of older ones before it is
 // served, an older term is refused; a holder runs one group at a time, so
 // its new group ends its other ones here (a kill that overtook a start,
 // or one the bus lost, leaves no ranks behind); a group whose holder left
 // the membership ends. The Host carries the verdicts out (it kills the
-// ranks of every Ended group); Fencing has no locks, goroutines or I/O.
-type Fencing struct {
+// ranks of every Ended group); Rule has no locks, goroutines or I/O.
+type Rule struct {
 	token  uint64           // the newest term's token seen
 	groups map[string]Ended // hosted group id → its owner and term
 }
@@ -24,16 +24,16 @@ type Ended struct {
 	Token        uint64
 }
 
-// NewFencing returns a host's rule with no term seen and no group.
-func NewFencing() *Fencing { return &Fencing{groups: map[string]Ended{}} }
+// NewRule returns a host's rule with no term seen and no group.
+func NewRule() *Rule { return &Rule{groups: map[string]Ended{}} }
 
 // Token is the newest term's token seen.
-func (f *Fencing) Token() uint64 { return f.token }
+func (f *Rule) Token() uint64 { return f.token }
 
 // Observe records a term of token (a request of it, or this node's own
 // term). ok is false for a term older than one seen (refuse it); ended
 // are the groups of older terms, to end before the term is served.
-func (f *Fencing) Observe(token uint64) (ok bool, ended []Ended) {
+func (f *Rule) Observe(token uint64) (ok bool, ended []Ended) {
 	if token < f.token {
 		return false, nil
 	}
@@ -48,7 +48,7 @@ func (f *Fencing) Observe(token uint64) (ok bool, ended []Ended) {
 // ok is false when a newer term was seen while they started (end the new
 // ranks; nothing is recorded); ended are the group this id named before
 // and the owner's other groups.
-func (f *Fencing) Register(group, owner string, token uint64) (ok bool, ended []Ended) {
+func (f *Rule) Register(group, owner string, token uint64) (ok bool, ended []Ended) {
 	if token < f.token {
 		return false, nil
 	}
@@ -58,15 +58,15 @@ func (f *Fencing) Register(group, owner string, token uint64) (ok bool, ended []
 }
 
 // Remove forgets a group its holder ended (its last rank killed).
-func (f *Fencing) Remove(group string) { delete(f.groups, group) }
+func (f *Rule) Remove(group string) { delete(f.groups, group) }
 
 // Departed are the groups whose owner is no longer a live member.
-func (f *Fencing) Departed(alive func(node string) bool) []Ended {
+func (f *Rule) Departed(alive func(node string) bool) []Ended {
 	return f.take(func(g Ended) bool { return !alive(g.Owner) })
 }
 
 // take removes and returns, by group id, the groups match selects.
-func (f *Fencing) take(match func(Ended) bool) []Ended {
+func (f *Rule) take(match func(Ended) bool) []Ended {
 	var out []Ended
 	for id, g := range f.groups {
 		if match(g) {

@@ -1,4 +1,4 @@
-package rankhost
+package fence
 
 import (
 	"slices"
@@ -13,11 +13,11 @@ func groupsOf(es []Ended) []string {
 	return out
 }
 
-// TestFencing steps the rank host's rule through a term change, a
+// TestRule steps the rank host's rule through a term change, a
 // holder's group restart, a late start of a deposed term, a holder's own
 // kill and a departure.
-func TestFencing(t *testing.T) {
-	f := NewFencing()
+func TestRule(t *testing.T) {
+	f := NewRule()
 	if ok, ended := f.Observe(1); !ok || ended != nil {
 		t.Fatalf("first term: %v %v", ok, ended)
 	}
