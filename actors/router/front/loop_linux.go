@@ -787,11 +787,12 @@ func (l *loop) closeUp(up *lup) {
 // the client must not see a short answer).
 func (l *loop) upFailed(up *lup, err error) {
 	c := up.c
-	fresh, headDone, reused := up.fill == 0, up.headDone, up.reused
+	fresh, headDone, reused, code := up.fill == 0, up.headDone, up.reused, up.rhead.Code
 	up.c, c.up = nil, nil
 	l.closeUp(up)
 	if headDone {
-		l.sh.StreamFailed(c.d, c.span, err)
+		// Nothing went out: the overhead is the routing's alone.
+		l.sh.StreamFailed(c.d, c.span, code, c.overhead, err)
 		l.sh.Leave()
 		c.busy = false
 		l.closeClient(c)

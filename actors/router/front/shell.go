@@ -78,9 +78,11 @@ type Shell interface {
 	// (status code, overhead) and its load on the replica.
 	Done(d policy.Decision, code int, overhead time.Duration)
 	// StreamFailed closes an attempt whose replica failed after its
-	// answer's head: counted against the replica; the front cuts the
+	// answer's head (status code) came in, before the answer went out:
+	// the answer and overhead are counted as Relay counts an answer cut
+	// mid-body, and the failure against the replica; the front cuts the
 	// client connection.
-	StreamFailed(d policy.Decision, span *Span, err error)
+	StreamFailed(d policy.Decision, span *Span, code int, overhead time.Duration, err error)
 	// Abandon closes an attempt whose client went away while it waited.
 	Abandon(d policy.Decision, span *Span)
 	// EndAttempt closes an attempt that answered nothing to the client
