@@ -12,9 +12,10 @@
 //   - Loop (loop_linux.go, the default) runs an event loop per P over
 //     one epoll set each: the plain exchange (GET or POST with a
 //     Content-Length body to a plain-http replica, a Content-Length
-//     answer of at most 1 MiB that is not an event stream) is served
-//     without a goroutine switch, stepping the shell's route/retry loop
-//     (Shell's loop steps, which never block). Anything else leaves the
+//     answer of at most Config.LoopMaxAnswer, 1 MiB by default, that is
+//     not an event stream) is served without a goroutine switch,
+//     stepping the shell's route/retry loop (Shell's loop steps, which
+//     never block). Anything else leaves the
 //     loop with the bytes already read for the fast front's path (a
 //     fastConn, or relayAdopted for an answer that streams, relayed by
 //     Shell.Relay on a goroutine). Off Linux, and when the shell has no

@@ -39,7 +39,7 @@ import (
 //
 // It serves the plain case itself: a GET or POST h1.Parse accepts, body
 // by Content-Length, to a plain-http replica, answered with a
-// Content-Length body of at most loopMaxAnswer that is not an event
+// Content-Length body of at most Config.LoopMaxAnswer that is not an event
 // stream — an engine's JSON answer. Everything else leaves the loop on
 // the goroutine path with the bytes already read: a request the fast
 // front would hand off (admin, /finish_session, chunked, Expect, odd
@@ -50,10 +50,6 @@ import (
 // shell's: the loop calls Shell's steps (Prepare, Route, SendFailed,
 // Retry503, Answered, Done, …), forward's loop cut at its waits, and
 // none of them blocks.
-
-// loopMaxAnswer is the largest answer body the loop buffers whole;
-// larger ones are relayed by a goroutine. (A variable for the tests.)
-var loopMaxAnswer int64 = 1 << 20
 
 // loopBuf is the initial input buffer of a connection (grown to a
 // request's or answer's size).
@@ -696,7 +692,7 @@ func (l *loop) answer(up *lup) {
 		return
 	}
 	up.headDone = true
-	if up.rhead.ContentLength > loopMaxAnswer || upstream.IsEventStream(&up.rhead) {
+	if up.rhead.ContentLength > l.s.cfg.LoopMaxAnswer || upstream.IsEventStream(&up.rhead) {
 		l.relayAway(c)
 		return
 	}

@@ -33,6 +33,10 @@ const (
 // uses Handler instead.
 func (r *Router) Serve(ln net.Listener) error { return r.fronts.Serve(ln, r.cfg.Front) }
 
+// Fronts is the server Serve runs its fronts on (package front), e.g.
+// for the fronts' own tests to read its state; Shutdown stops it.
+func (r *Router) Fronts() *front.Server { return r.fronts }
+
 // frontShell is the Router as package front's Shell: the fronts' view of
 // the routing shell (its methods are documented there). A conversion, not
 // a wrapper: (*frontShell)(r) allocates nothing, and each method is one
