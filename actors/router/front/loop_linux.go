@@ -45,7 +45,9 @@ import (
 // front would hand off (admin, /finish_session, chunked, Expect, odd
 // heads) becomes a fastConn; an answer that is not plain (streamed,
 // chunked, large, interim) is relayed by a goroutine with the shell's
-// relay (Shell.Relay), after which that connection stays a fastConn.
+// relay (Shell.Relay), and a request routed to a replica that is not
+// plain http is sent by a goroutine with forward's loop from that
+// decision on (Shell.Resume); that connection then stays a fastConn.
 // Routing, retries, health accounting, versions and metrics are the
 // shell's: the loop calls Shell's steps (Prepare, Route, SendFailed,
 // Retry503, Answered, Done, …), forward's loop cut at its waits, and
@@ -472,6 +474,11 @@ func (l *loop) client(c *lconn, ev uint32) {
 		return
 	}
 	if err != nil { // io.EOF too
+		if c.idleSince.IsZero() && c.outOff >= len(c.out) {
+			// Gone inside a request's body (next saw its head, and no
+			// answer is pending): counted as the fast front counts it.
+			l.sh.Count("", "read_body")
+		}
 		l.closeClient(c)
 		return
 	}
@@ -535,12 +542,10 @@ func (l *loop) attempt(c *lconn) {
 	}
 	host, ok := strings.CutPrefix(d.Replica, "http://")
 	if !ok || strings.Contains(host, "/") {
-		// Not a plain-http replica: the goroutine path (a configured
-		// replica URL with a scheme or path) routes it again.
-		sh.EndAttempt(d, span)
-		sh.Leave()
-		c.busy = false
-		l.handOff(c)
+		// Not a plain-http replica (a configured replica URL with a
+		// scheme or path): forward's loop goes on with this decision on
+		// a goroutine, which sends with the shell's Transport.
+		l.resumeAway(c, d, span)
 		return
 	}
 	c.d, c.span, c.hostOfReq = d, span, host
@@ -921,10 +926,8 @@ func (l *loop) relayAway(c *lconn) {
 		rest:    append([]byte(nil), c.in[c.reqLen:c.fill]...),
 		answer:  append([]byte(nil), up.in[:up.fill]...),
 		host:    up.host,
-		d:       c.d,
-		span:    c.span,
+		rt:      Routed{D: c.d, Span: c.span, Overhead: c.overhead},
 		upAt:    time.Now(),
-		overhd:  c.overhead,
 		closeAf: c.closeAfter,
 	}
 	var uerr, cerr error
@@ -940,7 +943,31 @@ func (l *loop) relayAway(c *lconn) {
 		l.sh.Leave()
 		return
 	}
-	go l.s.relayAdopted(ex, l.hand)
+	go l.s.serveAdopted(ex, l.hand)
+}
+
+// resumeAway hands a request routed to a replica the loop does not reach
+// (not plain http) to a goroutine, where forward's loop goes on from
+// this decision (Shell.Resume: the request is routed once, admitted
+// once); the client connection then stays a fastConn.
+func (l *loop) resumeAway(c *lconn, d policy.Decision, span *Span) {
+	l.conns.del(c.fd)
+	hl := c.reqLen - int(c.head.ContentLength)
+	ex := &adopted{
+		head:    append([]byte(nil), c.in[:hl]...),
+		body:    append([]byte(nil), c.in[hl:c.reqLen]...),
+		rest:    append([]byte(nil), c.in[c.reqLen:c.fill]...),
+		rt:      Routed{Preq: c.preq, Key: c.key, D: d, Span: span, Attempt: c.attempt, Overhead: c.overhead},
+		closeAf: c.closeAfter,
+	}
+	nc, err := l.detach(c.fd) // detach closes the loop's descriptor either way
+	if err != nil {
+		l.sh.EndAttempt(d, span)
+		l.sh.Leave()
+		return
+	}
+	ex.client = nc
+	go l.s.serveAdopted(ex, l.hand)
 }
 
 // housekeep runs every watchDelay: requests whose client half-closed and

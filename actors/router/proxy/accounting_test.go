@@ -7,11 +7,14 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/asyncrl/asyncrl/actors/router/policy"
 	"github.com/asyncrl/asyncrl/actors/router/routertest"
 )
 
@@ -77,5 +80,115 @@ func TestReplicaDiesInsideAnswerBodyAccounting(t *testing.T) {
 		if n := overheadCount(t, h); n != 1 {
 			t.Errorf("overhead observations = %d, want 1", n)
 		}
+	})
+}
+
+// decisionsTotal sums the router's routing decisions over outcomes.
+func decisionsTotal(t *testing.T, h *harness) float64 {
+	t.Helper()
+	mfs, err := h.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n float64
+	for _, mf := range mfs {
+		if mf.GetName() == "asyncrl_router_decisions_total" {
+			for _, m := range mf.GetMetric() {
+				n += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return n
+}
+
+// A replica the lean upstream client does not serve (its URL has a path:
+// the Transport sends to it) is routed once per request on every front,
+// as forward routes it: one decision, one admission. (The loop front
+// routed it, handed the connection to the goroutine path, which routed it
+// again: two decisions, and the retry budget earned twice.)
+func TestNonPlainReplicaRoutedOnce(t *testing.T) {
+	eachFront(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var paths []string
+		a := routertest.Backend(t, func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			mu.Lock()
+			defer mu.Unlock()
+			paths = append(paths, r.URL.Path)
+			_, _ = io.WriteString(w, "ok")
+		})
+		h := start(t, testConfig())
+		if err := h.r.Apply(policy.AddReplica{URL: a.URL + "/base"}); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 3 { // one keep-alive connection: it goes on after each
+			resp := h.post("/v1/completions", "s", `{"prompt":"p"}`)
+			if body := readAll(t, resp); resp.StatusCode != 200 || body != "ok" {
+				t.Fatalf("request %d: %d %q", i, resp.StatusCode, body)
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(paths) != 3 || paths[0] != "/base/v1/completions" {
+			t.Fatalf("replica saw %q", paths)
+		}
+		if n := decisionsTotal(t, h); n != 3 {
+			t.Fatalf("%v routing decisions for three requests, want 3", n)
+		}
+	})
+}
+
+// A plain replica's 503 is retried onto a replica that is not plain on
+// every front: the loop front hands forward's loop the retry's decision
+// (its attempt index and the request's Avoid list with it).
+func TestRetry503OntoNonPlainReplica(t *testing.T) {
+	eachFront(t, func(t *testing.T) {
+		var badHits atomic.Int64
+		bad := routertest.Backend(t, func(w http.ResponseWriter, r *http.Request) {
+			badHits.Add(1)
+			w.WriteHeader(http.StatusServiceUnavailable)
+		})
+		good := routertest.Named(t, "good", nil)
+		cfg := testConfig(bad)
+		cfg.Policy.Policy = policy.RoundRobin
+		h := start(t, cfg)
+		if err := h.r.Apply(policy.AddReplica{URL: good.URL + "/base"}); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 4 {
+			resp := h.post("/v1/completions", "", `{"prompt":"p"}`)
+			if body := readAll(t, resp); resp.StatusCode != 200 || body != "good" {
+				t.Fatalf("request %d: %d %q", i, resp.StatusCode, body)
+			}
+		}
+		if badHits.Load() == 0 {
+			t.Fatal("the 503 replica was never tried; the test proves nothing")
+		}
+		if got := testutil.ToFloat64(h.r.metrics.retries.WithLabelValues("status_503")); got != float64(badHits.Load()) {
+			t.Fatalf("status_503 retries %v, bad hits %d", got, badHits.Load())
+		}
+		if n := decisionsTotal(t, h); n != float64(4+badHits.Load()) {
+			t.Fatalf("%v routing decisions for 4 requests and %d retries", n, badHits.Load())
+		}
+	})
+}
+
+// A client that goes away inside its request's body is counted
+// (read_body) on every front, as net/http's front and the fast one count
+// it. (The loop front closed the connection and counted nothing.)
+func TestClientGoneMidBodyCounted(t *testing.T) {
+	eachFront(t, func(t *testing.T) {
+		a := routertest.Named(t, "a", nil)
+		h := start(t, testConfig(a))
+		c, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		routertest.Send(t, c, "POST /v1/completions HTTP/1.1\r\nHost: r\r\nContent-Length: 100\r\n\r\n{\"prompt\":")
+		time.Sleep(20 * time.Millisecond) // the router has the head
+		_ = c.Close()
+		routertest.Eventually(t, "read_body counted", func() bool {
+			return testutil.ToFloat64(h.r.metrics.errors.WithLabelValues("", "read_body")) == 1
+		})
 	})
 }

@@ -122,25 +122,30 @@ func (r *Router) tooLarge(out front.Failer) {
 
 // forward routes one admitted request (body read whole) to the replica
 // the core chooses, retries as the contract says, and relays the answer:
-// the one route/retry loop both front ends share.
+// the one route/retry loop every front shares (the loop front steps it
+// itself, and hands forwardFrom the requests it cannot send).
 func (r *Router) forward(in front.Inbound, out front.Answer, body []byte, start time.Time) {
 	preq, key := r.prepare(in.Header, body)
-	overhead := time.Duration(0)
+	d, span := r.route(preq)
+	r.forwardFrom(in, out, body, front.Routed{Preq: preq, Key: key, D: d, Span: span, Overhead: time.Since(start)})
+}
 
-	for attempt := 0; ; attempt++ {
-		d, span := r.route(preq)
+// forwardFrom is forward's route/retry loop from a routing decision on
+// (rt: the decision of attempt rt.Attempt, rt.Overhead of router time
+// spent so far, its routing included).
+func (r *Router) forwardFrom(in front.Inbound, out front.Answer, body []byte, rt front.Routed) {
+	preq, d, span, overhead := rt.Preq, rt.D, rt.Span, rt.Overhead
+	for attempt := rt.Attempt; ; attempt++ {
 		if !d.OK() {
-			overhead += time.Since(start)
-			r.unrouted(out, d, key, overhead)
+			r.unrouted(out, d, rt.Key, overhead)
 			return
 		}
-		overhead += time.Since(start)
 		resp, err := r.send(in, d.Replica, body)
 		upstreamAt := time.Now()
 		if err != nil {
 			switch r.sendFailed(d, span, err, attempt, &preq, in.ReqCtx().Err() != nil, overhead) {
 			case front.SendRetry:
-				start = time.Now()
+				d, span, overhead = r.reroute(preq, overhead)
 				continue
 			case front.SendFail:
 				out.Fail(http.StatusBadGateway, "upstream "+d.Replica+" unreachable", 0)
@@ -153,12 +158,20 @@ func (r *Router) forward(in front.Inbound, out front.Answer, body []byte, start 
 			// releases its upstream connection).
 			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 			resp.Body.Close()
-			start = time.Now()
+			d, span, overhead = r.reroute(preq, overhead)
 			continue
 		}
 		r.relay(in.ReqCtx(), out, resp, d, span, upstreamAt, overhead)
 		return
 	}
+}
+
+// reroute routes a retry: the decision, and overhead with its routing's
+// time added.
+func (r *Router) reroute(preq policy.Request, overhead time.Duration) (policy.Decision, *front.Span, time.Duration) {
+	start := time.Now()
+	d, span := r.route(preq)
+	return d, span, overhead + time.Since(start)
 }
 
 // prepare reads what routing needs from a request: the core's request

@@ -57,6 +57,10 @@ func (s *frontShell) Forward(in front.Inbound, out front.Answer, body []byte, st
 	s.r().forward(in, out, body, start)
 }
 
+func (s *frontShell) Resume(in front.Inbound, out front.Answer, body []byte, rt front.Routed) {
+	s.r().forwardFrom(in, out, body, rt)
+}
+
 func (s *frontShell) Relay(ctx context.Context, out front.Answer, resp *http.Response, d policy.Decision,
 	span *front.Span, upAt time.Time, overhead time.Duration) {
 	s.r().relay(ctx, out, resp, d, span, upAt, overhead)
