@@ -1,11 +1,11 @@
 package front
 
 import (
+	"io"
 	"net"
 	"net/http"
 	"time"
 
-	"github.com/asyncrl/asyncrl/actors/router/policy"
 	"github.com/asyncrl/asyncrl/actors/router/upstream"
 	"github.com/asyncrl/asyncrl/internal/h1"
 )
@@ -13,17 +13,17 @@ import (
 // adopted is an exchange the loop front hands to a goroutine: because its
 // answer is not one the loop relays (streamed, chunked, large, interim:
 // up is set), or because its replica is not one the loop reaches (not
-// plain http: up is nil, body is set). It holds the client connection and
-// the request's head, the bytes the client sent after it, the upstream
-// connection and the answer's bytes read so far, and the request's
-// routing state.
+// plain http: up is nil). It holds the client connection and the
+// request's head and body, the bytes the client sent after it, the
+// upstream connection and the answer's bytes read so far, and the
+// request's routing state (forward's loop goes on from it).
 type adopted struct {
 	client, up net.Conn
 	head, rest []byte
-	body       []byte // the request's body, for Resume
+	body       []byte // the request's body (a retry sends it again)
 	answer     []byte
 	host       string
-	rt         Routed // d, span, overhead; all of it for Resume
+	rt         Routed
 	upAt       time.Time
 	closeAf    bool
 }
@@ -76,22 +76,42 @@ func (s *Server) serveAdopted(ex *adopted, hand *handoffListener) {
 }
 
 // relayAdopted reads the answer of an adopted exchange on from the bytes
-// the loop read and relays it to fc (Shell.Relay).
+// the loop read and relays it to fc (Shell.Relay). Nothing has reached
+// the client yet, so forward's retry rules still apply: an answer head
+// that does not read, or a 503, is retried on another replica.
 func (s *Server) relayAdopted(fc *fastConn, ex *adopted) {
-	sh, d, span := s.sh, ex.rt.D, ex.rt.Span
+	sh, rt := s.sh, ex.rt
 	uc := upstream.NewConn(ex.up, ex.host, ex.answer)
 	stop := upstream.AfterFunc(fc.ctx, uc.AbortFunc())
 	resp, err := uc.Read(fc.Method())
 	if err != nil {
 		stop()
 		_ = ex.up.Close()
-		// Bytes of the answer were read: no retry.
-		noRetry := policy.Request{}
-		if sh.SendFailed(d, span, err, NoRetry, &noRetry, fc.ctx.Err() != nil, ex.rt.Overhead) == SendFail {
-			fc.out.Fail(http.StatusBadGateway, "upstream "+d.Replica+" unreachable", 0)
+		switch sh.SendFailed(rt.D, rt.Span, err, rt.Attempt, &rt.Preq, fc.ctx.Err() != nil, rt.Overhead) {
+		case SendRetry:
+			s.retryAdopted(fc, ex.body, rt)
+		case SendFail:
+			fc.out.Fail(http.StatusBadGateway, "upstream "+rt.D.Replica+" unreachable", 0)
 		}
 		return
 	}
 	s.cfg.Upstream.TrackBody(uc, resp, stop)
-	sh.Relay(fc.ctx, &fc.out, resp, d, span, ex.upAt, ex.rt.Overhead)
+	if resp.StatusCode == http.StatusServiceUnavailable && sh.Retry503(rt.D, rt.Span, rt.Attempt, &rt.Preq) {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // as forward drains it
+		_ = resp.Body.Close()
+		s.retryAdopted(fc, ex.body, rt)
+		return
+	}
+	sh.Relay(fc.ctx, &fc.out, resp, rt.D, rt.Span, ex.upAt, rt.Overhead)
+}
+
+// retryAdopted routes the next attempt of an adopted exchange whose
+// attempt rt failed before any answer (its attempt closed, rt.Preq
+// avoiding its replica) and goes on with forward's loop (Shell.Resume).
+func (s *Server) retryAdopted(fc *fastConn, body []byte, rt Routed) {
+	start := time.Now()
+	rt.D, rt.Span = s.sh.Route(rt.Preq)
+	rt.Attempt++
+	rt.Overhead += time.Since(start)
+	s.sh.Resume(fc, &fc.out, body, rt)
 }

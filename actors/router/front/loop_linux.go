@@ -922,14 +922,14 @@ func (l *loop) relayAway(c *lconn) {
 	l.conns.del(c.fd)
 	l.ups.del(up.fd)
 	ex := &adopted{
-		head:    append([]byte(nil), c.in[:c.reqLen-int(c.head.ContentLength)]...),
 		rest:    append([]byte(nil), c.in[c.reqLen:c.fill]...),
 		answer:  append([]byte(nil), up.in[:up.fill]...),
 		host:    up.host,
-		rt:      Routed{D: c.d, Span: c.span, Overhead: c.overhead},
+		rt:      Routed{Preq: c.preq, Key: c.key, D: c.d, Span: c.span, Attempt: c.attempt, Overhead: c.overhead},
 		upAt:    time.Now(),
 		closeAf: c.closeAfter,
 	}
+	ex.head, ex.body = c.request()
 	var uerr, cerr error
 	ex.up, uerr = l.detach(up.fd) // detach closes the loop's descriptor either way
 	ex.client, cerr = l.detach(c.fd)
@@ -946,20 +946,26 @@ func (l *loop) relayAway(c *lconn) {
 	go l.s.serveAdopted(ex, l.hand)
 }
 
+// request copies the head and body of the request being served, in one
+// allocation, for a goroutine that takes it over.
+func (c *lconn) request() (head, body []byte) {
+	b := append([]byte(nil), c.in[:c.reqLen]...)
+	hl := c.reqLen - int(c.head.ContentLength)
+	return b[:hl:hl], b[hl:]
+}
+
 // resumeAway hands a request routed to a replica the loop does not reach
 // (not plain http) to a goroutine, where forward's loop goes on from
 // this decision (Shell.Resume: the request is routed once, admitted
 // once); the client connection then stays a fastConn.
 func (l *loop) resumeAway(c *lconn, d policy.Decision, span *Span) {
 	l.conns.del(c.fd)
-	hl := c.reqLen - int(c.head.ContentLength)
 	ex := &adopted{
-		head:    append([]byte(nil), c.in[:hl]...),
-		body:    append([]byte(nil), c.in[hl:c.reqLen]...),
 		rest:    append([]byte(nil), c.in[c.reqLen:c.fill]...),
 		rt:      Routed{Preq: c.preq, Key: c.key, D: d, Span: span, Attempt: c.attempt, Overhead: c.overhead},
 		closeAf: c.closeAfter,
 	}
+	ex.head, ex.body = c.request()
 	nc, err := l.detach(c.fd) // detach closes the loop's descriptor either way
 	if err != nil {
 		l.sh.EndAttempt(d, span)

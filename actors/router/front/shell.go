@@ -68,7 +68,7 @@ type Shell interface {
 	// of its answer, counts it against the replica, and says what to do:
 	// SendRetry (preq.Avoid names the replica), SendFail (answer 502; its
 	// overhead is counted), SendGone (the client went away). attempt is
-	// the attempt's index; NoRetry rules a retry out.
+	// the attempt's index.
 	SendFailed(d policy.Decision, span *Span, err error, attempt int, preq *policy.Request,
 		clientGone bool, overhead time.Duration) SendOutcome
 	// Retry503 decides on an answer 503 (its body read): true when
@@ -109,10 +109,6 @@ const (
 	SendRetry                    // try another replica (preq.Avoid has this one)
 	SendFail                     // answer 502
 )
-
-// NoRetry is the attempt index that rules a retry out (SendFailed): the
-// answer's bytes were already read.
-const NoRetry = int(^uint(0) >> 1)
 
 // Routed is where forward's loop stands when the loop front hands it a
 // request (Shell.Resume): the request as Prepare returned it, the

@@ -192,3 +192,76 @@ func TestClientGoneMidBodyCounted(t *testing.T) {
 		})
 	})
 }
+
+// A 503 that the loop front does not relay itself (chunked here: no
+// Content-Length) is retried on another replica like any 503, on every
+// front. (The loop handed it to its relay goroutine, which relayed it.)
+func TestRetryChunked503(t *testing.T) {
+	eachFront(t, func(t *testing.T) {
+		var badHits atomic.Int64
+		bad := routertest.Backend(t, func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/health" {
+				return
+			}
+			badHits.Add(1)
+			w.WriteHeader(http.StatusServiceUnavailable)
+			w.(http.Flusher).Flush() // chunked
+			_, _ = io.WriteString(w, `{"error":"busy"}`)
+		})
+		good := routertest.Named(t, "good", nil)
+		cfg := testConfig(bad, good)
+		cfg.Policy.Policy = policy.RoundRobin
+		h := start(t, cfg)
+		for i := range 4 {
+			resp := h.post("/v1/completions", "", `{"prompt":"p"}`)
+			if body := readAll(t, resp); resp.StatusCode != 200 || body != "good" {
+				t.Fatalf("request %d: %d %q", i, resp.StatusCode, body)
+			}
+		}
+		if badHits.Load() == 0 {
+			t.Fatal("the 503 replica was never tried; the test proves nothing")
+		}
+		if got := testutil.ToFloat64(h.r.metrics.retries.WithLabelValues("status_503")); got != float64(badHits.Load()) {
+			t.Fatalf("status_503 retries %v, bad hits %d", got, badHits.Load())
+		}
+	})
+}
+
+// A replica whose answer head is whole but unreadable has sent the client
+// nothing: the request is retried on another replica (forward's rule for
+// a failed send), on every front. (The loop handed such a head to its
+// relay goroutine, which answered 502 without a retry.)
+func TestRetryGarbledAnswerHead(t *testing.T) {
+	eachFront(t, func(t *testing.T) {
+		var brokenHits atomic.Int64
+		broken := routertest.Backend(t, func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/health" {
+				return
+			}
+			brokenHits.Add(1)
+			_, _ = io.Copy(io.Discard, r.Body)
+			c, bw, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			_, _ = bw.WriteString("HTTP/1.1 2x0 OK\r\nContent-Length: 2\r\n\r\nok")
+			_ = bw.Flush()
+			_ = c.Close()
+		})
+		good := routertest.Named(t, "good", nil)
+		cfg := testConfig(broken, good)
+		cfg.Policy.Policy = policy.RoundRobin
+		h := start(t, cfg)
+		for i := range 2 { // round robin: one of the two starts on the broken replica
+			resp := h.post("/v1/completions", "", `{}`)
+			if body := readAll(t, resp); resp.StatusCode != http.StatusOK || body != "good" {
+				t.Fatalf("request %d: %d %q, want the good replica's answer", i, resp.StatusCode, body)
+			}
+		}
+		if n := brokenHits.Load(); n == 0 || testutil.ToFloat64(h.r.metrics.retries.WithLabelValues("connect")) != float64(n) {
+			t.Fatalf("connect retries %v, broken replica's answers %d: want one retry each",
+				testutil.ToFloat64(h.r.metrics.retries.WithLabelValues("connect")), n)
+		}
+	})
+}
