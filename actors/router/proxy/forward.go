@@ -347,10 +347,10 @@ func (r *Router) countAnswer(replica string, code int, overhead time.Duration) {
 	r.metrics.request(replica, code)
 }
 
-// answerDone closes an attempt whose answer, counted here (countAnswer),
-// went out whole at once: its load on the replica is released (relay
-// releases it after the body's last byte instead). Its span is ended
-// (answered).
+// answerDone closes an attempt whose answer went out whole at once (the
+// loop front's): it is counted (countAnswer) and its load on the replica
+// released, where relay releases it after the body's last byte. Its span
+// was ended by answered.
 func (r *Router) answerDone(d policy.Decision, code int, overhead time.Duration) {
 	r.countAnswer(d.Replica, code, overhead)
 	r.done(d)
