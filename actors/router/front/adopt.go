@@ -1,50 +1,56 @@
 package front
 
 import (
+	"io"
 	"net"
 	"net/http"
 	"time"
 
-	"github.com/asyncrl/asyncrl/actors/router/policy"
 	"github.com/asyncrl/asyncrl/actors/router/upstream"
 	"github.com/asyncrl/asyncrl/internal/h1"
 )
 
-// adopted is an exchange the loop front hands to a goroutine because its
-// answer is not one the loop relays (streamed, chunked, large, interim):
-// the client connection and the request's head, the bytes the client
-// sent after it, the upstream connection and the answer's bytes read so
-// far, and the request's routing state.
+// adopted is an exchange the loop front hands to a goroutine: because its
+// answer is not one the loop relays (streamed, chunked, large, interim:
+// up is set), or because its replica is not one the loop reaches (not
+// plain http: up is nil). It holds the client connection and the
+// request's head and body, the bytes the client sent after it, the
+// upstream connection and the answer's bytes read so far, and the
+// request's routing state (forward's loop goes on from it).
 type adopted struct {
 	client, up net.Conn
 	head, rest []byte
+	body       []byte // the request's body (a retry sends it again)
 	answer     []byte
 	host       string
-	d          policy.Decision
-	span       *Span
+	rt         Routed
 	upAt       time.Time
-	overhd     time.Duration
 	closeAf    bool
 }
 
-// relayAdopted relays an adopted exchange's answer with the shell's
-// relay (forward's rules for a failed or streamed answer), then serves
-// the client connection as a fastConn. It ends the request's admission
-// (Leave) as Forward's callers do.
-func (s *Server) relayAdopted(ex *adopted, hand *handoffListener) {
+// serveAdopted serves an adopted exchange, then the client connection as
+// a fastConn: an answer in flight is relayed with the shell's relay
+// (forward's rules for a failed or streamed answer); a request not yet
+// sent goes on with forward's loop (Shell.Resume). It ends the request's
+// admission (Leave) as Forward's callers do.
+func (s *Server) serveAdopted(ex *adopted, hand *handoffListener) {
 	defer func() {
 		if p := recover(); p != nil && p != http.ErrAbortHandler {
 			s.cfg.Logger.Error().Interface("panic", p).Msg("router loop front: relaying an answer panicked")
 			_ = ex.client.Close()
-			_ = ex.up.Close()
+			if ex.up != nil {
+				_ = ex.up.Close()
+			}
 		}
 	}()
 	sh := s.sh
 	fc := s.newFastConn(&prefixConn{Conn: ex.client, pre: ex.rest}, hand)
 	if fc == nil { // shutting down
 		_ = ex.client.Close()
-		_ = ex.up.Close()
-		sh.EndAttempt(ex.d, ex.span)
+		if ex.up != nil {
+			_ = ex.up.Close()
+		}
+		sh.EndAttempt(ex.rt.D, ex.rt.Span)
 		sh.Leave()
 		return
 	}
@@ -52,21 +58,11 @@ func (s *Server) relayAdopted(ex *adopted, hand *handoffListener) {
 	h1.Parse(fc.hbuf, &fc.head)
 	fc.out.reset()
 	fc.out.closeAfter = fc.out.closeAfter || ex.closeAf
-	uc := upstream.NewConn(ex.up, ex.host, ex.answer)
 	fc.watch()
-	stop := upstream.AfterFunc(fc.ctx, uc.AbortFunc())
-	resp, err := uc.Read(fc.Method())
-	if err != nil {
-		stop()
-		_ = ex.up.Close()
-		// Bytes of the answer were read: no retry.
-		noRetry := policy.Request{}
-		if sh.SendFailed(ex.d, ex.span, err, NoRetry, &noRetry, fc.ctx.Err() != nil, ex.overhd) == SendFail {
-			fc.out.Fail(http.StatusBadGateway, "upstream "+ex.d.Replica+" unreachable", 0)
-		}
+	if ex.up == nil {
+		sh.Resume(fc, &fc.out, ex.body, ex.rt)
 	} else {
-		s.cfg.Upstream.TrackBody(uc, resp, stop)
-		sh.Relay(fc.ctx, &fc.out, resp, ex.d, ex.span, ex.upAt, ex.overhd)
+		s.relayAdopted(fc, ex)
 	}
 	fc.unwatch()
 	sh.Leave()
@@ -77,4 +73,45 @@ func (s *Server) relayAdopted(ex *adopted, hand *handoffListener) {
 	fc.untrack()
 	_ = fc.c.Close()
 	fc.release()
+}
+
+// relayAdopted reads the answer of an adopted exchange on from the bytes
+// the loop read and relays it to fc (Shell.Relay). Nothing has reached
+// the client yet, so forward's retry rules still apply: an answer head
+// that does not read, or a 503, is retried on another replica.
+func (s *Server) relayAdopted(fc *fastConn, ex *adopted) {
+	sh, rt := s.sh, ex.rt
+	uc := upstream.NewConn(ex.up, ex.host, ex.answer)
+	stop := upstream.AfterFunc(fc.ctx, uc.AbortFunc())
+	resp, err := uc.Read(fc.Method())
+	if err != nil {
+		stop()
+		_ = ex.up.Close()
+		switch sh.SendFailed(rt.D, rt.Span, err, rt.Attempt, &rt.Preq, fc.ctx.Err() != nil, rt.Overhead) {
+		case SendRetry:
+			s.retryAdopted(fc, ex.body, rt)
+		case SendFail:
+			fc.out.Fail(http.StatusBadGateway, "upstream "+rt.D.Replica+" unreachable", 0)
+		}
+		return
+	}
+	s.cfg.Upstream.TrackBody(uc, resp, stop)
+	if resp.StatusCode == http.StatusServiceUnavailable && sh.Retry503(rt.D, rt.Span, rt.Attempt, &rt.Preq) {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // as forward drains it
+		_ = resp.Body.Close()
+		s.retryAdopted(fc, ex.body, rt)
+		return
+	}
+	sh.Relay(fc.ctx, &fc.out, resp, rt.D, rt.Span, ex.upAt, rt.Overhead)
+}
+
+// retryAdopted routes the next attempt of an adopted exchange whose
+// attempt rt failed before any answer (its attempt closed, rt.Preq
+// avoiding its replica) and goes on with forward's loop (Shell.Resume).
+func (s *Server) retryAdopted(fc *fastConn, body []byte, rt Routed) {
+	start := time.Now()
+	rt.D, rt.Span = s.sh.Route(rt.Preq)
+	rt.Attempt++
+	rt.Overhead += time.Since(start)
+	s.sh.Resume(fc, &fc.out, body, rt)
 }

@@ -12,13 +12,16 @@
 //   - Loop (loop_linux.go, the default) runs an event loop per P over
 //     one epoll set each: the plain exchange (GET or POST with a
 //     Content-Length body to a plain-http replica, a Content-Length
-//     answer of at most 1 MiB that is not an event stream) is served
-//     without a goroutine switch, stepping the shell's route/retry loop
-//     (Shell's loop steps, which never block). Anything else leaves the
-//     loop with the bytes already read for the fast front's path (a
-//     fastConn, or relayAdopted for an answer that streams, relayed by
-//     Shell.Relay on a goroutine). Off Linux, and when the shell has no
-//     lean upstream client (Config.Upstream nil), Loop is Fast.
+//     answer of at most Config.LoopMaxAnswer, 1 MiB by default, that is
+//     not an event stream) is served without a goroutine switch,
+//     stepping the shell's route/retry loop (Shell's loop steps, which
+//     never block). Anything else leaves the loop with the bytes already
+//     read for the fast front's path: a fastConn, or serveAdopted on a
+//     goroutine for an answer that streams (relayed by Shell.Relay) or
+//     a request routed to a replica that is not plain http (sent by
+//     Shell.Resume, forward's loop from that decision on). Off Linux,
+//     and when the shell has no lean upstream client (Config.Upstream
+//     nil), Loop is Fast.
 //   - Fast (server.go, conn.go, out.go) reads plain HTTP/1.1 requests
 //     itself (internal/h1) on a goroutine per connection, hands each to
 //     Shell.Forward, and relays answers as bytes (a small answer's head

@@ -5,17 +5,3 @@ package front
 
 // WatchDelay is watchDelay.
 const WatchDelay = watchDelay
-
-// SetLoopMaxAnswer sets the loop front's buffered-answer limit until
-// restore is called.
-func SetLoopMaxAnswer(n int64) (restore func()) {
-	old := loopMaxAnswer
-	loopMaxAnswer = n
-	return func() { loopMaxAnswer = old }
-}
-
-// OnNewServer makes f see every Server New builds until restore is called.
-func OnNewServer(f func(*Server)) (restore func()) {
-	newServerHook = f
-	return func() { newServerHook = nil }
-}

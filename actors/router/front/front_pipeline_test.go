@@ -63,19 +63,20 @@ func TestFrontHalfCloseAfterRequest(t *testing.T) {
 func TestFrontSlowReader(t *testing.T) {
 	// 8 MiB: more than loopback's send buffers take at once, buffered
 	// whole by the loop front (its limit raised for the test).
-	defer front.SetLoopMaxAnswer(16 << 20)()
 	fastFronts(t, func(t *testing.T) {
 		big := strings.Repeat("z", 8<<20)
 		a := routertest.Backend(t, func(w http.ResponseWriter, r *http.Request) {
 			b, _ := io.ReadAll(r.Body)
-			if string(b) == "big" { // with its length: the loop front buffers it (under loopMaxAnswer)
+			if string(b) == "big" { // with its length: the loop front buffers it (under LoopMaxAnswer)
 				w.Header().Set("Content-Length", strconv.Itoa(len(big)))
 				_, _ = io.WriteString(w, big)
 				return
 			}
 			_, _ = w.Write(b)
 		})
-		h := start(t, testConfig(a))
+		cfg := testConfig(a)
+		cfg.LoopMaxAnswer = 16 << 20
+		h := start(t, cfg)
 		// A small receive buffer, set before connecting (set after, the
 		// window shrinks under the sender and TCP stalls for seconds).
 		d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {

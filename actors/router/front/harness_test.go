@@ -71,13 +71,11 @@ func start(t *testing.T, cfg proxy.Config) *harness {
 	t.Helper()
 	h := &harness{t: t}
 	cfg.Front = frontOf(t)
-	restore := front.OnNewServer(func(s *front.Server) { h.srv = s })
 	r, err := proxy.New(cfg)
-	restore()
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.r = r
+	h.r, h.srv = r, r.Fronts()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -39,21 +39,19 @@ import (
 //
 // It serves the plain case itself: a GET or POST h1.Parse accepts, body
 // by Content-Length, to a plain-http replica, answered with a
-// Content-Length body of at most loopMaxAnswer that is not an event
+// Content-Length body of at most Config.LoopMaxAnswer that is not an event
 // stream — an engine's JSON answer. Everything else leaves the loop on
 // the goroutine path with the bytes already read: a request the fast
 // front would hand off (admin, /finish_session, chunked, Expect, odd
 // heads) becomes a fastConn; an answer that is not plain (streamed,
 // chunked, large, interim) is relayed by a goroutine with the shell's
-// relay (Shell.Relay), after which that connection stays a fastConn.
+// relay (Shell.Relay), and a request routed to a replica that is not
+// plain http is sent by a goroutine with forward's loop from that
+// decision on (Shell.Resume); that connection then stays a fastConn.
 // Routing, retries, health accounting, versions and metrics are the
 // shell's: the loop calls Shell's steps (Prepare, Route, SendFailed,
 // Retry503, Answered, Done, …), forward's loop cut at its waits, and
 // none of them blocks.
-
-// loopMaxAnswer is the largest answer body the loop buffers whole;
-// larger ones are relayed by a goroutine. (A variable for the tests.)
-var loopMaxAnswer int64 = 1 << 20
 
 // loopBuf is the initial input buffer of a connection (grown to a
 // request's or answer's size).
@@ -476,6 +474,11 @@ func (l *loop) client(c *lconn, ev uint32) {
 		return
 	}
 	if err != nil { // io.EOF too
+		if c.idleSince.IsZero() && c.outOff >= len(c.out) {
+			// Gone inside a request's body (next saw its head, and no
+			// answer is pending): counted as the fast front counts it.
+			l.sh.Count("", "read_body")
+		}
 		l.closeClient(c)
 		return
 	}
@@ -539,12 +542,10 @@ func (l *loop) attempt(c *lconn) {
 	}
 	host, ok := strings.CutPrefix(d.Replica, "http://")
 	if !ok || strings.Contains(host, "/") {
-		// Not a plain-http replica: the goroutine path (a configured
-		// replica URL with a scheme or path) routes it again.
-		sh.EndAttempt(d, span)
-		sh.Leave()
-		c.busy = false
-		l.handOff(c)
+		// Not a plain-http replica (a configured replica URL with a
+		// scheme or path): forward's loop goes on with this decision on
+		// a goroutine, which sends with the shell's Transport.
+		l.resumeAway(c, d, span)
 		return
 	}
 	c.d, c.span, c.hostOfReq = d, span, host
@@ -696,7 +697,7 @@ func (l *loop) answer(up *lup) {
 		return
 	}
 	up.headDone = true
-	if up.rhead.ContentLength > loopMaxAnswer || upstream.IsEventStream(&up.rhead) {
+	if up.rhead.ContentLength > l.s.cfg.LoopMaxAnswer || upstream.IsEventStream(&up.rhead) {
 		l.relayAway(c)
 		return
 	}
@@ -787,11 +788,12 @@ func (l *loop) closeUp(up *lup) {
 // the client must not see a short answer).
 func (l *loop) upFailed(up *lup, err error) {
 	c := up.c
-	fresh, headDone, reused := up.fill == 0, up.headDone, up.reused
+	fresh, headDone, reused, code := up.fill == 0, up.headDone, up.reused, up.rhead.Code
 	up.c, c.up = nil, nil
 	l.closeUp(up)
 	if headDone {
-		l.sh.StreamFailed(c.d, c.span, err)
+		// Nothing went out: the overhead is the routing's alone.
+		l.sh.StreamFailed(c.d, c.span, code, c.overhead, err)
 		l.sh.Leave()
 		c.busy = false
 		l.closeClient(c)
@@ -920,16 +922,14 @@ func (l *loop) relayAway(c *lconn) {
 	l.conns.del(c.fd)
 	l.ups.del(up.fd)
 	ex := &adopted{
-		head:    append([]byte(nil), c.in[:c.reqLen-int(c.head.ContentLength)]...),
 		rest:    append([]byte(nil), c.in[c.reqLen:c.fill]...),
 		answer:  append([]byte(nil), up.in[:up.fill]...),
 		host:    up.host,
-		d:       c.d,
-		span:    c.span,
+		rt:      Routed{Preq: c.preq, Key: c.key, D: c.d, Span: c.span, Attempt: c.attempt, Overhead: c.overhead},
 		upAt:    time.Now(),
-		overhd:  c.overhead,
 		closeAf: c.closeAfter,
 	}
+	ex.head, ex.body = c.request()
 	var uerr, cerr error
 	ex.up, uerr = l.detach(up.fd) // detach closes the loop's descriptor either way
 	ex.client, cerr = l.detach(c.fd)
@@ -943,7 +943,37 @@ func (l *loop) relayAway(c *lconn) {
 		l.sh.Leave()
 		return
 	}
-	go l.s.relayAdopted(ex, l.hand)
+	go l.s.serveAdopted(ex, l.hand)
+}
+
+// request copies the head and body of the request being served, in one
+// allocation, for a goroutine that takes it over.
+func (c *lconn) request() (head, body []byte) {
+	b := append([]byte(nil), c.in[:c.reqLen]...)
+	hl := c.reqLen - int(c.head.ContentLength)
+	return b[:hl:hl], b[hl:]
+}
+
+// resumeAway hands a request routed to a replica the loop does not reach
+// (not plain http) to a goroutine, where forward's loop goes on from
+// this decision (Shell.Resume: the request is routed once, admitted
+// once); the client connection then stays a fastConn.
+func (l *loop) resumeAway(c *lconn, d policy.Decision, span *Span) {
+	l.conns.del(c.fd)
+	ex := &adopted{
+		rest:    append([]byte(nil), c.in[c.reqLen:c.fill]...),
+		rt:      Routed{Preq: c.preq, Key: c.key, D: d, Span: span, Attempt: c.attempt, Overhead: c.overhead},
+		closeAf: c.closeAfter,
+	}
+	ex.head, ex.body = c.request()
+	nc, err := l.detach(c.fd) // detach closes the loop's descriptor either way
+	if err != nil {
+		l.sh.EndAttempt(d, span)
+		l.sh.Leave()
+		return
+	}
+	ex.client = nc
+	go l.s.serveAdopted(ex, l.hand)
 }
 
 // housekeep runs every watchDelay: requests whose client half-closed and

@@ -6,6 +6,3 @@ import "net"
 
 // serveLoop is the fast front off Linux: the loop front needs epoll.
 func (s *Server) serveLoop(ln net.Listener) error { return s.serveFast(ln) }
-
-// loopMaxAnswer is loop_linux.go's limit (the tests set it on any system).
-var loopMaxAnswer int64 = 1 << 20

@@ -47,6 +47,11 @@ type Config struct {
 	// the head of its next request (0: DefaultIdleTimeout). A request
 	// being served is never cut: a generation may take minutes.
 	IdleTimeout time.Duration
+	// LoopMaxAnswer is the largest answer body (by its Content-Length)
+	// the loop front buffers whole and writes at once; a larger one is
+	// relayed by a goroutine as the fast front relays it (0:
+	// DefaultLoopMaxAnswer).
+	LoopMaxAnswer int64
 	// Logger logs a panic of a connection's goroutine or a loop.
 	Logger zerolog.Logger
 }
@@ -56,6 +61,11 @@ type Config struct {
 // http.Transport: 90 s), so a client, not the router, normally closes an
 // idle keep-alive connection.
 const DefaultIdleTimeout = 2 * time.Minute
+
+// DefaultLoopMaxAnswer is Config.LoopMaxAnswer's default: an engine's
+// JSON answer fits many times over; the buffer a connection grows to
+// for it stays small.
+const DefaultLoopMaxAnswer = 1 << 20
 
 // Server runs fronts on listeners for one Shell until Stop.
 type Server struct {
@@ -77,15 +87,11 @@ func New(sh Shell, cfg Config) *Server {
 	if cfg.IdleTimeout <= 0 {
 		cfg.IdleTimeout = DefaultIdleTimeout
 	}
-	s := &Server{sh: sh, cfg: cfg}
-	if newServerHook != nil {
-		newServerHook(s)
+	if cfg.LoopMaxAnswer <= 0 {
+		cfg.LoopMaxAnswer = DefaultLoopMaxAnswer
 	}
-	return s
+	return &Server{sh: sh, cfg: cfg}
 }
-
-// newServerHook, when set (by the tests), sees every new Server.
-var newServerHook func(*Server)
 
 // Buffer sizes of the fast front: a request head longer than the read
 // buffer is handed off to net/http (which allows 1 MB and answers 431

@@ -19,10 +19,10 @@ import (
 //   - Enter, Leave, TooLarge, Count and Warn: any front, on any goroutine
 //     (a connection's, a loop's). They take the shell's lock briefly and
 //     never wait on I/O.
-//   - Forward and Relay block for a whole exchange (they wait on the
-//     replica and write the answer): the fast front calls them on a
-//     connection's goroutine, the loop front only on the goroutine it
-//     hands an adopted exchange to — never on a loop.
+//   - Forward, Resume and Relay block for a whole exchange (they wait
+//     on the replica and write the answer): the fast front calls Forward
+//     on a connection's goroutine, the loop front Resume and Relay only
+//     on the goroutine it hands an adopted exchange to — never on a loop.
 //   - Prepare, Route, Unrouted, SendFailed, Retry503, Answered, Done,
 //     StreamFailed, Abandon and EndAttempt are forward's loop cut into
 //     steps, for the loop front, which calls them on its event loop: they
@@ -31,8 +31,8 @@ import (
 //
 // A request admitted by Enter is ended by exactly one Leave. An attempt
 // opened by Route (d.OK()) is closed by exactly one of EndAttempt,
-// SendFailed, Retry503 (true), StreamFailed, Abandon, Relay, or Answered
-// (its span) followed by Done (its load).
+// SendFailed, Retry503 (true), StreamFailed, Abandon, Resume, Relay, or
+// Answered (its span) followed by Done (its load).
 type Shell interface {
 	// Enter admits a request (false: shutting down; answer 503).
 	Enter() bool
@@ -43,6 +43,11 @@ type Shell interface {
 	// Forward routes an admitted request whose body is read whole,
 	// retries as the router's contract says and writes the answer to out.
 	Forward(in Inbound, out Answer, body []byte, start time.Time)
+	// Resume is Forward from a routing decision the loop front made
+	// (Route) for a replica it does not reach itself (not plain http):
+	// it sends the request there, retries and answers to out as Forward
+	// does, and closes rt's attempt.
+	Resume(in Inbound, out Answer, body []byte, rt Routed)
 	// Relay writes the replica's answer resp to out (forward's relay: a
 	// streamed answer flushed per chunk with the version trailers; a
 	// failure mid-answer aborts out). It closes resp.Body and the
@@ -63,7 +68,7 @@ type Shell interface {
 	// of its answer, counts it against the replica, and says what to do:
 	// SendRetry (preq.Avoid names the replica), SendFail (answer 502; its
 	// overhead is counted), SendGone (the client went away). attempt is
-	// the attempt's index; NoRetry rules a retry out.
+	// the attempt's index.
 	SendFailed(d policy.Decision, span *Span, err error, attempt int, preq *policy.Request,
 		clientGone bool, overhead time.Duration) SendOutcome
 	// Retry503 decides on an answer 503 (its body read): true when
@@ -78,9 +83,11 @@ type Shell interface {
 	// (status code, overhead) and its load on the replica.
 	Done(d policy.Decision, code int, overhead time.Duration)
 	// StreamFailed closes an attempt whose replica failed after its
-	// answer's head: counted against the replica; the front cuts the
+	// answer's head (status code) came in, before the answer went out:
+	// the answer and overhead are counted as Relay counts an answer cut
+	// mid-body, and the failure against the replica; the front cuts the
 	// client connection.
-	StreamFailed(d policy.Decision, span *Span, err error)
+	StreamFailed(d policy.Decision, span *Span, code int, overhead time.Duration, err error)
 	// Abandon closes an attempt whose client went away while it waited.
 	Abandon(d policy.Decision, span *Span)
 	// EndAttempt closes an attempt that answered nothing to the client
@@ -103,9 +110,18 @@ const (
 	SendFail                     // answer 502
 )
 
-// NoRetry is the attempt index that rules a retry out (SendFailed): the
-// answer's bytes were already read.
-const NoRetry = int(^uint(0) >> 1)
+// Routed is where forward's loop stands when the loop front hands it a
+// request (Shell.Resume): the request as Prepare returned it, the
+// decision Route made for attempt Attempt and its span, and the router's
+// time on the request so far (Overhead, that routing included).
+type Routed struct {
+	Preq     policy.Request
+	Key      string
+	D        policy.Decision
+	Span     *Span
+	Attempt  int
+	Overhead time.Duration
+}
 
 // Span is the range of weight versions one replica was recorded as
 // serving while an attempt was on it (the X-Asyncrl-Weight-Version-*

@@ -87,6 +87,11 @@ type Config struct {
 	// generation may take minutes. (The net_http front gives a started
 	// head 10 s and an idle connection no limit.)
 	IdleTimeout time.Duration
+	// LoopMaxAnswer is the largest answer body (by its Content-Length)
+	// the loop front buffers whole and writes in one go; larger answers
+	// are relayed by a goroutine, as FrontFast relays them (0:
+	// front.DefaultLoopMaxAnswer, 1 MiB).
+	LoopMaxAnswer int64
 }
 
 // DefaultIdleTimeout is the fast front's IdleTimeout: longer than the
@@ -144,6 +149,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: PrefixBytes %d: want ≥ 0", ErrInvalidConfig, c.PrefixBytes)
 	case c.IdleTimeout < 0:
 		return fmt.Errorf("%w: IdleTimeout %v: want ≥ 0", ErrInvalidConfig, c.IdleTimeout)
+	case c.LoopMaxAnswer < 0:
+		return fmt.Errorf("%w: LoopMaxAnswer %d: want ≥ 0 (0 = 1 MiB)", ErrInvalidConfig, c.LoopMaxAnswer)
 	case c.Front != "" && c.Front != FrontFast && c.Front != FrontNetHTTP && c.Front != FrontLoop:
 		return fmt.Errorf("%w: Front %q: want %q, %q or %q", ErrInvalidConfig, c.Front, FrontFast, FrontLoop, FrontNetHTTP)
 	}

@@ -25,6 +25,7 @@ func TestConfigValidateNamesField(t *testing.T) {
 		{"MaxRetries", "-2", func(c *Config) { c.MaxRetries = -2 }},
 		{"DefaultDecodeTokens", "-3", func(c *Config) { c.DefaultDecodeTokens = -3 }},
 		{"PrefixBytes", "-4", func(c *Config) { c.PrefixBytes = -4 }},
+		{"LoopMaxAnswer", "-5", func(c *Config) { c.LoopMaxAnswer = -5 }},
 	} {
 		cfg := DefaultConfig()
 		c.mut(&cfg)

@@ -45,7 +45,10 @@
 // write bytes; this package decides: the Router is their front.Shell
 // (serve.go, a pointer conversion), and the one route/retry loop they
 // share is forward.go's (forward, relay, and the steps the loop front
-// calls one by one: prepare, route, sendFailed, retry503, answered).
+// calls one by one: prepare, route, unrouted, sendFailed, retry503,
+// answered, answerDone, streamFailed, abandon, endAttempt; forwardFrom
+// for a request the loop hands back). Forward and relay are made of the
+// same steps, so a front cannot count, retry or label differently.
 // net/http's front is this package's own (httpIn, httpOut).
 //
 // The upstream client (package upstream: the lean HTTP/1.1 client for

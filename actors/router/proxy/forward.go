@@ -122,41 +122,56 @@ func (r *Router) tooLarge(out front.Failer) {
 
 // forward routes one admitted request (body read whole) to the replica
 // the core chooses, retries as the contract says, and relays the answer:
-// the one route/retry loop both front ends share.
+// the one route/retry loop every front shares (the loop front steps it
+// itself, and hands forwardFrom the requests it cannot send).
 func (r *Router) forward(in front.Inbound, out front.Answer, body []byte, start time.Time) {
 	preq, key := r.prepare(in.Header, body)
-	overhead := time.Duration(0)
+	d, span := r.route(preq)
+	r.forwardFrom(in, out, body, front.Routed{Preq: preq, Key: key, D: d, Span: span, Overhead: time.Since(start)})
+}
 
-	for attempt := 0; ; attempt++ {
-		d, span := r.route(preq)
+// forwardFrom is forward's route/retry loop from a routing decision on
+// (rt: the decision of attempt rt.Attempt, rt.Overhead of router time
+// spent so far, its routing included).
+func (r *Router) forwardFrom(in front.Inbound, out front.Answer, body []byte, rt front.Routed) {
+	preq, d, span, overhead := rt.Preq, rt.D, rt.Span, rt.Overhead
+	for attempt := rt.Attempt; ; attempt++ {
 		if !d.OK() {
-			overhead += time.Since(start)
-			r.unrouted(out, d, key, overhead)
+			r.unrouted(out, d, rt.Key, overhead)
 			return
 		}
-		overhead += time.Since(start)
 		resp, err := r.send(in, d.Replica, body)
 		upstreamAt := time.Now()
 		if err != nil {
 			switch r.sendFailed(d, span, err, attempt, &preq, in.ReqCtx().Err() != nil, overhead) {
 			case front.SendRetry:
-				start = time.Now()
+				d, span, overhead = r.reroute(preq, overhead)
 				continue
 			case front.SendFail:
 				out.Fail(http.StatusBadGateway, "upstream "+d.Replica+" unreachable", 0)
 			}
 			return
 		}
-		if resp.StatusCode == http.StatusServiceUnavailable && attempt < r.cfg.MaxRetries && r.spendRetryToken() {
+		if resp.StatusCode == http.StatusServiceUnavailable && r.retry503(d, span, attempt, &preq) {
+			// Drained so the upstream connection is reused; the attempt
+			// is already closed (as the loop front closes it before it
+			// releases its upstream connection).
 			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 			resp.Body.Close()
-			r.retry503(d, span, &preq)
-			start = time.Now()
+			d, span, overhead = r.reroute(preq, overhead)
 			continue
 		}
 		r.relay(in.ReqCtx(), out, resp, d, span, upstreamAt, overhead)
 		return
 	}
+}
+
+// reroute routes a retry: the decision, and overhead with its routing's
+// time added.
+func (r *Router) reroute(preq policy.Request, overhead time.Duration) (policy.Decision, *front.Span, time.Duration) {
+	start := time.Now()
+	d, span := r.route(preq)
+	return d, span, overhead + time.Since(start)
 }
 
 // prepare reads what routing needs from a request: the core's request
@@ -191,15 +206,15 @@ func (r *Router) unrouted(out front.Failer, d policy.Decision, key string, overh
 // (front.SendFail: the caller answers 502; its overhead is counted here).
 func (r *Router) sendFailed(d policy.Decision, span *front.Span, err error, attempt int, preq *policy.Request,
 	clientGone bool, overhead time.Duration) front.SendOutcome {
-	r.endAttempt(d, span)
 	if clientGone {
-		r.metrics.errors.WithLabelValues(d.Replica, "client_gone").Inc()
+		r.abandon(d, span)
 		return front.SendGone
 	}
+	r.endAttempt(d, span)
 	r.upstreamFailed(d.Replica, err)
 	r.metrics.errors.WithLabelValues(d.Replica, "upstream_connect").Inc()
 	r.warn(d.Replica, "upstream request failed", err)
-	if attempt < r.cfg.MaxRetries && r.spendRetryToken() {
+	if r.mayRetry(attempt) {
 		r.metrics.retries.WithLabelValues("connect").Inc()
 		preq.Avoid = append(preq.Avoid, d.Replica)
 		return front.SendRetry
@@ -208,13 +223,27 @@ func (r *Router) sendFailed(d policy.Decision, span *front.Span, err error, atte
 	return front.SendFail
 }
 
-// retry503 closes an attempt the replica answered 503 (its body already
-// drained) when a retry token was spent on it: another replica is tried.
-func (r *Router) retry503(d policy.Decision, span *front.Span, preq *policy.Request) {
+// mayRetry is the retry rule for a request's attempt (its index) whose
+// failure allows a retry (a failed send, a 503): fewer than MaxRetries
+// retries so far, and a token spent from the retry budget.
+func (r *Router) mayRetry(attempt int) bool {
+	return attempt < r.cfg.MaxRetries && r.spendRetryToken()
+}
+
+// retry503 decides on an answer 503 of d.Replica (every front: forward,
+// and the loop front's Shell.Retry503): when mayRetry allows, it closes
+// the attempt, counts the 503 and the retry, names the replica in
+// preq.Avoid and returns true (the caller discards the answer and tries
+// another replica); false: the 503 is relayed.
+func (r *Router) retry503(d policy.Decision, span *front.Span, attempt int, preq *policy.Request) bool {
+	if !r.mayRetry(attempt) {
+		return false
+	}
 	r.endAttempt(d, span)
 	r.metrics.request(d.Replica, http.StatusServiceUnavailable)
 	r.metrics.retries.WithLabelValues("status_503").Inc()
 	preq.Avoid = append(preq.Avoid, d.Replica)
+	return true
 }
 
 // send forwards the request with body to replica: through the lean
@@ -266,8 +295,7 @@ func (r *Router) relay(ctx context.Context, out front.Answer, resp *http.Respons
 	flush := sse || resp.ContentLength < 0
 	vs := r.answered(span, !streaming)
 	herr := out.Head(resp, d.Replica, vs, streaming, flush)
-	r.metrics.overhead.Observe((overhead + time.Since(upstreamAt)).Seconds())
-	r.metrics.request(d.Replica, resp.StatusCode)
+	r.countAnswer(d.Replica, resp.StatusCode, overhead+time.Since(upstreamAt))
 	if herr != nil {
 		r.endStream(span, streaming)
 		return // client gone; closing the body ends the upstream request
@@ -296,18 +324,68 @@ func (r *Router) relay(ctx context.Context, out front.Answer, resp *http.Respons
 		if rerr != nil {
 			r.endStream(span, streaming)
 			if ctx.Err() != nil {
-				r.metrics.errors.WithLabelValues(d.Replica, "client_gone").Inc()
+				r.countClientGone(d.Replica)
 				return
 			}
 			// The replica died mid-response. Headers may be out, so the
 			// only honest signal is to abort the client connection.
-			r.metrics.errors.WithLabelValues(d.Replica, "upstream_stream").Inc()
-			r.passiveFailure(d.Replica)
-			r.warn(d.Replica, "upstream failed mid-response", rerr)
+			r.streamBroke(d.Replica, rerr)
 			out.Abort()
 			return
 		}
 	}
+}
+
+// The attempt-closing steps below are forward's and relay's, and the
+// loop front's Shell steps (serve.go) are made of them alone, so a
+// change to a label, a count or the health rule reaches every front.
+
+// countAnswer counts an answer of replica with status code whose head is
+// going out to the client, and the router's overhead on it.
+func (r *Router) countAnswer(replica string, code int, overhead time.Duration) {
+	r.metrics.overhead.Observe(overhead.Seconds())
+	r.metrics.request(replica, code)
+}
+
+// answerDone closes an attempt whose answer went out whole at once (the
+// loop front's): it is counted (countAnswer) and its load on the replica
+// released, where relay releases it after the body's last byte. Its span
+// was ended by answered.
+func (r *Router) answerDone(d policy.Decision, code int, overhead time.Duration) {
+	r.countAnswer(d.Replica, code, overhead)
+	r.done(d)
+}
+
+// streamBroke counts a replica's failure after its answer's head
+// against it: the upstream_stream error, a passive health failure, a
+// warning. The caller cuts the client connection and closes the attempt.
+func (r *Router) streamBroke(replica string, err error) {
+	r.metrics.errors.WithLabelValues(replica, "upstream_stream").Inc()
+	r.passiveFailure(replica)
+	r.warn(replica, "upstream failed mid-response", err)
+}
+
+// streamFailed closes an attempt whose replica failed after its answer's
+// head (status code) came in and before the answer went out: counted as
+// relay counts it (the answer and its overhead, then streamBroke), its
+// span ended and its load released.
+func (r *Router) streamFailed(d policy.Decision, span *front.Span, code int, overhead time.Duration, err error) {
+	r.countAnswer(d.Replica, code, overhead)
+	r.streamBroke(d.Replica, err)
+	r.endAttempt(d, span)
+}
+
+// countClientGone counts a request whose client went away while its
+// attempt on replica was under way.
+func (r *Router) countClientGone(replica string) {
+	r.metrics.errors.WithLabelValues(replica, "client_gone").Inc()
+}
+
+// abandon closes an attempt whose client went away before any answer:
+// its span ends, its load is released, client_gone is counted.
+func (r *Router) abandon(d policy.Decision, span *front.Span) {
+	r.endAttempt(d, span)
+	r.countClientGone(d.Replica)
 }
 
 // endStream closes a streaming answer's version span that ends without

@@ -55,7 +55,7 @@ func TestChunkedNonSSEStreams(t *testing.T) {
 // smaller and larger than the relay buffer.
 func TestKnownLengthAnswerWhole(t *testing.T) {
 	eachFront(t, func(t *testing.T) {
-		// 3 MiB: over the loop front's loopMaxAnswer, relayed by a goroutine.
+		// 3 MiB: over the loop front's LoopMaxAnswer (1 MiB), relayed by a goroutine.
 		for _, size := range []int{0, 220, 32 << 10, 200 << 10, 3 << 20} {
 			body := strings.Repeat("x", size)
 			a := routertest.Backend(t, func(w http.ResponseWriter, r *http.Request) {

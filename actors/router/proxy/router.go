@@ -86,7 +86,8 @@ func New(cfg Config) (*Router, error) {
 	r.mux.HandleFunc("/finish_session", r.finishSession)
 	r.mux.HandleFunc("/", r.proxy)
 	r.fronts = front.New((*frontShell)(r), front.Config{
-		Handler: r.mux, Upstream: r.up, MaxBodyBytes: cfg.MaxBodyBytes, IdleTimeout: cfg.IdleTimeout, Logger: cfg.Logger,
+		Handler: r.mux, Upstream: r.up, MaxBodyBytes: cfg.MaxBodyBytes, IdleTimeout: cfg.IdleTimeout,
+		LoopMaxAnswer: cfg.LoopMaxAnswer, Logger: cfg.Logger,
 	})
 
 	ctx, cancel := context.WithCancel(context.Background())

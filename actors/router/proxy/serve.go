@@ -33,10 +33,16 @@ const (
 // uses Handler instead.
 func (r *Router) Serve(ln net.Listener) error { return r.fronts.Serve(ln, r.cfg.Front) }
 
+// Fronts is the server Serve runs its fronts on (package front), e.g.
+// for the fronts' own tests to read its state; Shutdown stops it.
+func (r *Router) Fronts() *front.Server { return r.fronts }
+
 // frontShell is the Router as package front's Shell: the fronts' view of
 // the routing shell (its methods are documented there). A conversion, not
-// a wrapper: (*frontShell)(r) allocates nothing, and each method is the
-// Router's own step.
+// a wrapper: (*frontShell)(r) allocates nothing, and each method is one
+// Router method — the very step forward and relay (forward.go) take for
+// the fast and net/http fronts, so no rule, count or label of the loop
+// front's can drift from theirs.
 type frontShell Router
 
 var _ front.Shell = (*frontShell)(nil)
@@ -49,6 +55,10 @@ func (s *frontShell) TooLarge(out front.Failer) { s.r().tooLarge(out) }
 
 func (s *frontShell) Forward(in front.Inbound, out front.Answer, body []byte, start time.Time) {
 	s.r().forward(in, out, body, start)
+}
+
+func (s *frontShell) Resume(in front.Inbound, out front.Answer, body []byte, rt front.Routed) {
+	s.r().forwardFrom(in, out, body, rt)
 }
 
 func (s *frontShell) Relay(ctx context.Context, out front.Answer, resp *http.Response, d policy.Decision,
@@ -74,36 +84,20 @@ func (s *frontShell) SendFailed(d policy.Decision, span *front.Span, err error, 
 }
 
 func (s *frontShell) Retry503(d policy.Decision, span *front.Span, attempt int, preq *policy.Request) bool {
-	r := s.r()
-	if attempt < r.cfg.MaxRetries && r.spendRetryToken() {
-		r.retry503(d, span, preq)
-		return true
-	}
-	return false
+	return s.r().retry503(d, span, attempt, preq)
 }
 
 func (s *frontShell) Answered(span *front.Span) front.Span { return s.r().answered(span, true) }
 
 func (s *frontShell) Done(d policy.Decision, code int, overhead time.Duration) {
-	r := s.r()
-	r.metrics.overhead.Observe(overhead.Seconds())
-	r.metrics.request(d.Replica, code)
-	r.done(d)
+	s.r().answerDone(d, code, overhead)
 }
 
-func (s *frontShell) StreamFailed(d policy.Decision, span *front.Span, err error) {
-	r := s.r()
-	r.metrics.errors.WithLabelValues(d.Replica, "upstream_stream").Inc()
-	r.passiveFailure(d.Replica)
-	r.warn(d.Replica, "upstream failed mid-response", err)
-	r.endAttempt(d, span)
+func (s *frontShell) StreamFailed(d policy.Decision, span *front.Span, code int, overhead time.Duration, err error) {
+	s.r().streamFailed(d, span, code, overhead, err)
 }
 
-func (s *frontShell) Abandon(d policy.Decision, span *front.Span) {
-	r := s.r()
-	r.metrics.errors.WithLabelValues(d.Replica, "client_gone").Inc()
-	r.endAttempt(d, span)
-}
+func (s *frontShell) Abandon(d policy.Decision, span *front.Span) { s.r().abandon(d, span) }
 
 func (s *frontShell) EndAttempt(d policy.Decision, span *front.Span) { s.r().endAttempt(d, span) }
 
