@@ -147,7 +147,7 @@ func RunWorker(ctx context.Context, cfg config.Config, opts WorkerOptions) error
 		dir = filepath.Join(cfg.Run.DataDir, "weights")
 	}
 	pub := &publisher.BusPublisher{Bus: bus, RunID: cfg.Run.ID, Sender: "worker", Dir: dir, Weights: s.Weights, Acks: s.AcksAll}
-	tcfg := trainer.Config{RunID: cfg.Run.ID, Name: "worker", NormStd: true,
+	tcfg := trainer.Config{RunID: cfg.Run.ID, Name: "worker", NormStd: true, PublishRetry: publishRetry(cfg.Publisher),
 		Microbatch: microbatchConfig(cfg.Trainer), Logger: opts.Logger,
 		Subjects: trainer.Subjects{Train: s.Train, Steps: s.Steps}, Batches: &boundSource{bus: bus, name: s.GroupStream}}
 	var tr *trainer.Actor
