@@ -12,9 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/asyncrl/asyncrl/actors/publisher"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/engine"
 	"github.com/asyncrl/asyncrl/engine/driver"
+	pmodel "github.com/asyncrl/asyncrl/model"
+	"github.com/asyncrl/asyncrl/transport/natsbus"
+	"github.com/asyncrl/asyncrl/wiring"
 )
 
 // refusingEngine fronts an engine with a proxy that answers the first
@@ -114,5 +118,61 @@ func TestRunSurvivesAnEngineRefusingAVersion(t *testing.T) {
 	defer cancel()
 	if v, err := d.ServedVersion(ctx); err != nil || v != 4 {
 		t.Errorf("the engine serves version %d (%v), want 4", v, err)
+	}
+}
+
+// TestRemoteWorkerHearsARetriedVersion: a remote trainer worker's version
+// that every engine failed (the only engine refuses its load once) is
+// published again on the worker's next repeated announcement, so the
+// engine, back, loads it and its ack reaches the worker within one
+// repeat — not after the worker's whole ack timeout (60 s by default;
+// 20 s here, a bound the fix beats by far, and which the holder that
+// only re-acked a served version ran out every time).
+func TestRemoteWorkerHearsARetriedVersion(t *testing.T) {
+	cfg := smallConfig(t, 3)
+	cfg.Engines.Count = 0
+	cfg.Trainer.Backend = config.BackendRemote
+	backend := startExternalEngine(t, cfg, 100)
+	x := startRefusingEngine(t, backend.url, 1)
+	cfg.Engines.External = []config.ExternalEngine{{URL: x.url, Kind: config.EngineBuiltin, WeightLoad: config.LoadFull}}
+	n, err := New(cfg, Options{InMemoryBus: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := n.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer n.Stop()
+	// The worker's side, over its own connection to the run's bus.
+	bopts := natsbus.DefaultOptions()
+	bopts.URL, bopts.Name = n.BusURL(), "worker"
+	bus, err := natsbus.Connect(ctx, bopts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bus.Close()
+	m, err := pmodel.New(wiring.PolicyModel(cfg), uint64(cfg.Run.Seed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ackTimeout = 20 * time.Second
+	pub := &publisher.BusPublisher{Bus: bus, RunID: cfg.Run.ID, Sender: "worker", Dir: t.TempDir(),
+		Weights: n.subj.Weights, Acks: n.subj.AcksAll, AckTimeout: ackTimeout, Resend: 200 * time.Millisecond}
+	t0 := time.Now()
+	if err := pub.Publish(ctx, publisher.InMemory(m), 1); err != nil {
+		t.Fatalf("publish of version 1, refused once by the only engine: %v", err)
+	}
+	if got := x.refused.Load(); got != 1 {
+		t.Fatalf("the engine refused %d loads of version 1, want 1 (the test's fault did not strike)", got)
+	}
+	t.Logf("version 1 acknowledged %v after the first announcement", time.Since(t0).Round(time.Millisecond))
+	d, err := driver.New(driver.KindBuiltin, backend.url, driver.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := d.ServedVersion(ctx); err != nil || v != 1 {
+		t.Errorf("the engine serves version %d (%v), want 1", v, err)
 	}
 }
