@@ -1,5 +1,7 @@
 package config
 
+import "time"
+
 // PublisherConfig configures the weight publisher that ships each new policy
 // version to the engines.
 type PublisherConfig struct {
@@ -39,6 +41,15 @@ type PublisherConfig struct {
 	// quantised checkpoint, so deltas are XOR over the quantised bytes.
 	// Needs mode delta.
 	Quantize Quantization `yaml:"quantize" doc:"quantise published weights: none, fp8 (E4M3, FP32 scale per 128x128 block) or mxfp8 (E4M3, E8M0 scale per 32); the trainer keeps float32 masters; needs mode delta"`
+	// Attempts is how many times the trainer tries a version's publish
+	// in all before the run ends on its failure. A failed publish (every
+	// engine briefly unreachable, a store write cut by a bus reconnect,
+	// a remote trainer's ack that did not come) is tried again with the
+	// same weights — the step is never trained twice — after
+	// RetryBackoff, doubling each try up to a minute.
+	Attempts int `yaml:"attempts" doc:"tries of a version's publish before the run ends on its failure (1 = end at the first failure)"`
+	// RetryBackoff is the wait after the first failed try.
+	RetryBackoff time.Duration `yaml:"retry_backoff" doc:"wait after a failed publish before it is tried again; doubles each try, up to 1m"`
 }
 
 // Quantization is the weight format published to the engines.
@@ -69,6 +80,10 @@ func DefaultPublisher() PublisherConfig {
 		Store:               StoreLocal,
 		Transport:           TransportStore,
 		Quantize:            QuantizeNone,
+		// 2+4+8+16+32 s: a publish that keeps failing ends the run about
+		// a minute after its first failure.
+		Attempts:     6,
+		RetryBackoff: 2 * time.Second,
 	}
 }
 
@@ -87,6 +102,8 @@ func (c PublisherConfig) Validate() error {
 	if c.Quantize != QuantizeNone && c.Mode != PublishDelta {
 		v.fail("quantize", "%s needs mode delta (the quantised checkpoints are what the engines load), got mode %s", c.Quantize, c.Mode)
 	}
+	v.atLeast("attempts", int64(c.Attempts), 1)
+	v.positiveDuration("retry_backoff", c.RetryBackoff)
 	if c.Store == StoreS3 && c.S3Bucket == "" {
 		v.fail("s3_bucket", "must be set when store is s3")
 	}

@@ -182,11 +182,17 @@ func (p *pubNode) publish(v int64, done func(err string)) {
 	}
 	if retry {
 		// The newest version again is the retry of a publish that
-		// failed (PublishAwait: no commands, awaited again); an older
-		// one (the publisher caught up past it) is only awaited.
+		// failed (PublishAwait: awaited again, and the engines that
+		// failed it commanded again — none yet: the simulated engines
+		// never report a failure, tracker.Failed); an older one (the
+		// publisher caught up past it) is only awaited.
 		var err error
 		if v == p.tr.Target() {
-			_, err = p.tr.PublishAwait(tracker.VersionInfo{Version: v})
+			var cmds []tracker.Command
+			cmds, err = p.tr.PublishAwait(tracker.VersionInfo{Version: v})
+			for _, c := range cmds {
+				p.sendLoad(c.Engine, c.Plan)
+			}
 		} else {
 			err = p.tr.Await(v)
 		}

@@ -34,7 +34,10 @@ type BusPublisher struct {
 	// and one lost announcement would otherwise stall training until
 	// AckTimeout (found by asyncrl chaos --faults bus-reconnect). The node
 	// treats a repeat of a version it already serves as a request to ack
-	// again.
+	// again, and a repeat of its newest version that no engine serves
+	// (every engine failed it) as a request to publish it again
+	// (cluster/node publishRemote), so an engine that is back acks it
+	// within a repeat.
 	Resend time.Duration
 }
 

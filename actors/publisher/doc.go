@@ -9,7 +9,9 @@
 //   - Publisher.Publish(ctx, Weights, version) makes version live: the
 //     trainer actor calls it once per version, in order, and once more with
 //     the same version after a failure (the trainer does not acknowledge a
-//     step whose publish failed). cluster/weightsync's Sync is the
+//     step whose publish failed; its step rule tries again with backoff,
+//     publisher.attempts times in all, before the run ends on it). A
+//     retry of a version that reached some engine meanwhile succeeds. cluster/weightsync's Sync is the
 //     Publisher of a run over the Shell; BusPublisher (bus.go) a remote
 //     trainer worker's: it writes each version's serving checkpoint to a
 //     directory the engines' node reads, announces it with
@@ -21,8 +23,8 @@
 //   - Join registers an engine (name, URL, served version) with the
 //     tracker and tells the Router the engine's version.
 //   - Publish records a new version (or, for the newest version again,
-//     retries a publish that failed), hands every engine behind it a
-//     Command through the Dispatcher (which must not block: each engine's
+//     retries a publish that failed: the engines that failed it are
+//     commanded again), hands every engine behind it a Command through the Dispatcher (which must not block: each engine's
 //     receiver fetches, applies, pauses, loads, resumes on its own), and
 //     waits until the tracker settles the version: routable on at least
 //     one engine (nil), or out of reach of every engine — each failed it

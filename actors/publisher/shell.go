@@ -227,16 +227,15 @@ func (s *Shell) announceMin(m int64) {
 // waits until the tracker settles the version: routable on some engine
 // (nil), or out of every engine's reach (ErrNoEngine), or ctx ends.
 //
-// A retry dispatches nothing: it settles NoEngine at once while every
-// engine failed the version, and otherwise waits for an engine still on
-// its way or one that joined since (its Join's command brings it).
-// Calls for one version must not overlap — its outcome goes to one
-// waiter, and a call drops the outcome an earlier, abandoned call left —
-// which the Publisher contract gives: the trainer publishes one version
-// at a time. No caller reaches a retry today: a run ends on the
-// trainer's failed publish, cluster/weightsync's Sync refuses a version
-// it already published, and cluster/node answers a remote worker's
-// repeated announcement without publishing again.
+// A retry dispatches the version again to every engine that failed it
+// (tracker.PublishAwait), so an engine that was briefly unreachable gets
+// it; it waits for those, for an engine still on its way and for one
+// that joined since (its Join's command brings it), and settles NoEngine
+// at once only when no engine is left. Calls for one version must not
+// overlap — its outcome goes to one waiter, and a call drops the outcome
+// an earlier, abandoned call left — which the Publisher contract gives:
+// the trainer publishes one version at a time (its step rule retries a
+// failed publish a bounded number of times, actors/trainer/steprule).
 func (s *Shell) Publish(ctx context.Context, info tracker.VersionInfo) error {
 	s.mu.Lock()
 	delete(s.outcomes, info.Version) // an earlier try's, its Publish gone (ctx ended)

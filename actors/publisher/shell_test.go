@@ -203,36 +203,59 @@ func TestAcksOverTheBus(t *testing.T) {
 }
 
 // TestRetryAfterNoEngine: the trainer publishes the same version again
-// after ErrNoEngine; the retry gets no new command to the engine that
-// failed it, fails again while nothing can reach it, and settles once a
-// joiner (brought to it by its catch-up command) acks it.
+// after ErrNoEngine; the retry dispatches the version again to the engine
+// that failed it (it was only briefly unreachable) and settles once that
+// engine acks; a retry that fails again is ErrNoEngine again.
 func TestRetryAfterNoEngine(t *testing.T) {
 	s, r, d := newShell(t, Config{})
 	s.Leave("e1")
 	done := make(chan error, 1)
 	go func() { done <- s.Publish(context.Background(), tracker.VersionInfo{Version: 1}) }()
 	<-d
-	s.Failed("e0", 1, errors.New("checksum"))
+	s.Failed("e0", 1, errors.New("connection refused"))
 	if err := <-done; !errors.Is(err, ErrNoEngine) {
 		t.Fatalf("err = %v, want ErrNoEngine", err)
 	}
-	if err := s.Publish(context.Background(), tracker.VersionInfo{Version: 1}); !errors.Is(err, ErrNoEngine) {
-		t.Fatalf("retry with nothing to reach it: %v, want ErrNoEngine", err)
-	}
-	cmd, err := s.Join("e2", "http://e2", tracker.NoVersion)
-	if err != nil || cmd.Plan.Target != 1 {
-		t.Fatalf("join: %+v %v", cmd, err)
-	}
+	// A retry the engine fails again.
 	go func() { done <- s.Publish(context.Background(), tracker.VersionInfo{Version: 1}) }()
-	if _, err := s.Ack("e2", 1); err != nil {
+	if c := nextCommand(t, d); c.Engine != "e0" || c.Plan.Target != 1 {
+		t.Fatalf("retry dispatched %+v, want e0 to version 1", c)
+	}
+	s.Failed("e0", 1, errors.New("connection refused"))
+	if err := <-done; !errors.Is(err, ErrNoEngine) {
+		t.Fatalf("retry failed by every engine: %v, want ErrNoEngine", err)
+	}
+	// A retry the engine, back, loads.
+	go func() { done <- s.Publish(context.Background(), tracker.VersionInfo{Version: 1}) }()
+	if c := nextCommand(t, d); c.Engine != "e0" || c.Plan.Target != 1 {
+		t.Fatalf("retry dispatched %+v, want e0 to version 1", c)
+	}
+	if _, err := s.Ack("e0", 1); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-done; err != nil || r.min != 1 {
 		t.Fatalf("retry: %v, router min %d", err, r.min)
 	}
+	// A retry of a version some engine serves succeeds at once and
+	// dispatches nothing.
+	if err := s.Publish(context.Background(), tracker.VersionInfo{Version: 1}); err != nil {
+		t.Fatalf("retry of a live version: %v", err)
+	}
 	select {
 	case c := <-d:
-		t.Fatalf("a retry dispatched %+v", c)
+		t.Fatalf("a retry of a live version dispatched %+v", c)
 	default:
+	}
+}
+
+// nextCommand is the next command dispatched, waiting up to 10 s.
+func nextCommand(t *testing.T, d chanDispatcher) tracker.Command {
+	t.Helper()
+	select {
+	case c := <-d:
+		return c
+	case <-time.After(10 * time.Second):
+		t.Fatal("no command dispatched in 10 s")
+		return tracker.Command{}
 	}
 }

@@ -54,6 +54,19 @@ type Config struct {
 	// Batches fetches the groups a TrainBatch references (StreamSource on
 	// the run's trajectory buffer). nil accepts inline references only.
 	Batches BatchSource
+	// PublishRetry is how a step whose publish failed is published again
+	// (the step rule's Retry: publisher.attempts tries in all, waits from
+	// publisher.retry_backoff) before training stops on it (Err). The
+	// zero value tries once: the first failed publish stops training.
+	PublishRetry steprule.Retry
+}
+
+// publishRetry is PublishRetry, its zero value one try.
+func (c Config) publishRetry() steprule.Retry {
+	if c.PublishRetry == (steprule.Retry{}) {
+		return steprule.Retry{Attempts: 1}
+	}
+	return c.PublishRetry
 }
 
 // Validate names the first invalid field.
@@ -63,6 +76,9 @@ func (c Config) Validate() error {
 	}
 	if c.Subjects.Train == "" || c.Subjects.Steps == "" {
 		return fmt.Errorf("%w: Subjects.Train and Steps must be set", ErrInvalidConfig)
+	}
+	if err := c.publishRetry().Validate(); err != nil {
+		return fmt.Errorf("%w: PublishRetry: %w", ErrInvalidConfig, err)
 	}
 	if c.VersionBase < 0 {
 		return fmt.Errorf("%w: VersionBase must be >= 0, got %d", ErrInvalidConfig, c.VersionBase)
@@ -119,6 +135,9 @@ type Actor struct {
 	// unpublished is the step trained but not yet published: its weights
 	// and record (the loop's goroutine only; nil: none).
 	unpublished *unpublished
+	// pubErr is the last publish's error (the loop's goroutine only): a
+	// GiveUp names it.
+	pubErr error
 
 	mu sync.Mutex
 	// rows holds the newest RecordsKept of the count trained steps'
@@ -321,7 +340,8 @@ func (a *Actor) publish(step, v int64) (StepRecord, error) {
 	}
 	t1 := time.Now()
 	if err := a.pub.Publish(a.ctx, u.serving, v); err != nil {
-		return StepRecord{}, fmt.Errorf("trainer: step %d: publish version %d (the step is not acknowledged; the batch's retransmission publishes it again): %w", step, v, err)
+		a.pubErr = err
+		return StepRecord{}, fmt.Errorf("trainer: step %d: publish version %d (the step is not acknowledged; the step rule publishes it again): %w", step, v, err)
 	}
 	a.unpublished = nil
 	rec := u.rec

@@ -97,7 +97,7 @@ func waitErr(a *Actor) {
 // startBuiltin starts the trainer actor with a built-in trainer on a
 // bus of its own, publishing through pub (batches on T, StepDone on S);
 // next reads the StepDone messages. Actor and bus stop at the test's end.
-func startBuiltin(t *testing.T, pub publisher.Publisher) (*natsbus.Bus, *Actor, *model.Trainer, func() messages.StepDone) {
+func startBuiltin(t *testing.T, pub publisher.Publisher, opts ...func(*Config)) (*natsbus.Bus, *Actor, *model.Trainer, func() messages.StepDone) {
 	t.Helper()
 	bus, err := natsbus.Connect(context.Background(), natsbus.DefaultOptions())
 	if err != nil {
@@ -107,8 +107,12 @@ func startBuiltin(t *testing.T, pub publisher.Publisher) (*natsbus.Bus, *Actor, 
 	m, _ := model.New(model.DefaultConfig(), 1)
 	ptr, _ := model.NewTrainer(m, model.DefaultTrainerConfig())
 	next := expect[messages.StepDone](t, bus, "S")
-	a, err := Start(bus, ptr, pub, Config{RunID: "r", Name: "t", NormStd: true, Microbatch: microbatch.DefaultConfig(),
-		Subjects: Subjects{Train: "T", Steps: "S"}})
+	cfg := Config{RunID: "r", Name: "t", NormStd: true, Microbatch: microbatch.DefaultConfig(),
+		Subjects: Subjects{Train: "T", Steps: "S"}}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	a, err := Start(bus, ptr, pub, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,14 +32,18 @@
 //     resume, tell the router), then WeightsPublished and StepDone{Step: s,
 //     NewVersion: s} are published.
 //   - A publish that fails after the Stepper stepped does not acknowledge
-//     the step: no StepDone, no record, no WeightsPublished, and Err
-//     reports the failure (a run ends on it; a cluster term steps down and
+//     the step: no StepDone, no record, no WeightsPublished. The trained
+//     weights are held and published again — never trained again — after
+//     a wait that doubles with each try (Config.PublishRetry: the run's
+//     publisher.attempts and publisher.retry_backoff); training goes on
+//     meanwhile, and only a publish that succeeds announces the step. So
+//     a transient failure (every engine briefly unreachable) costs a
+//     wait, not the run; every step's prompts are trained exactly once
+//     and a step is never counted live before the engines have it. After
+//     the last try Err reports the failure, naming the version and the
+//     publisher's error (a run ends on it; a cluster term steps down and
 //     the next term trains the step from the last durable checkpoint,
-//     where it was never recorded). The trained weights are held: a
-//     retransmission of the batch publishes them again rather than
-//     training again, and only a publish that succeeds announces the step.
-//     So every step's prompts are trained exactly once and a step is never
-//     counted live before the engines have it.
+//     where it was never recorded).
 //   - A remote worker publishes through actors/publisher.BusPublisher: each
 //     version's serving checkpoint written to a directory, announced with
 //     WeightsPublished, returning once an EngineVersionAck for it arrives.

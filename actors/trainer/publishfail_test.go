@@ -3,11 +3,13 @@ package trainer
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/asyncrl/asyncrl/actors/publisher"
+	"github.com/asyncrl/asyncrl/actors/trainer/steprule"
 	"github.com/asyncrl/asyncrl/model"
 )
 
@@ -55,30 +57,33 @@ func (p *flakyPublisher) waitAttempts(t *testing.T, n int) {
 	}
 }
 
+// retrying is a trainer config whose publish is tried attempts times, 10
+// ms apart (doubling).
+func retrying(attempts int) func(*Config) {
+	return func(c *Config) {
+		c.PublishRetry = steprule.Retry{Attempts: attempts, Backoff: 10 * time.Millisecond, MaxBackoff: 40 * time.Millisecond}
+	}
+}
+
 // TestFailedPublishIsNotAcknowledged: a step whose publish fails after
-// the trainer stepped is not announced and not kept; the controller's
-// retransmissions of its batch publish the same weights again (the
-// trainer never steps twice on the batch), and only the publish that
-// succeeds answers it — with the step's record. Err reports each failure
-// (a run ends on it).
+// the trainer stepped is not announced and not kept; the step rule
+// publishes the same weights again after its wait (the trainer never
+// steps twice on the batch; no retransmission is needed), training goes
+// on meanwhile (Err stays nil), and only the publish that succeeds
+// answers the batch — with the step's record.
 func TestFailedPublishIsNotAcknowledged(t *testing.T) {
 	pub := &flakyPublisher{fails: 2}
-	bus, a, ptr, next := startBuiltin(t, pub)
+	bus, a, ptr, next := startBuiltin(t, pub, retrying(3))
 
 	sendTrain(t, bus, 1)
-	pub.waitAttempts(t, 1)
-	waitErr(a)
-	if !errors.Is(a.Err(), errEnginesDown) {
-		t.Fatalf("after a failed publish Err() = %v, want it to wrap %v", a.Err(), errEnginesDown)
-	}
-	sendTrain(t, bus, 1) // the controller's retransmission: the publish fails again
-	pub.waitAttempts(t, 2)
-	sendTrain(t, bus, 1) // and again: now it succeeds
 	sd := next()
 	attempts, published, models := pub.state()
 	if attempts != 3 || len(published) != 1 || published[0] != 1 {
 		t.Fatalf("StepDone %v answered after %d publish attempts (published %v): a step must be announced only once its version is published",
 			sd, attempts, published)
+	}
+	if err := a.Err(); err != nil {
+		t.Fatalf("Err() = %v after a publish that succeeded on its third try: a retried publish must not stop training", err)
 	}
 	if sd.Step != 1 || sd.NewVersion != 1 || sd.Stats["tokens"] != 6 {
 		t.Fatalf("StepDone = %v, want step 1, version 1 with the step's stats", sd)
@@ -96,5 +101,42 @@ func TestFailedPublishIsNotAcknowledged(t *testing.T) {
 	sendTrain(t, bus, 2)
 	if sd := next(); sd.Step != 2 || sd.NewVersion != 2 || ptr.Version() != 2 {
 		t.Fatalf("next step: %v, trainer version %d", sd, ptr.Version())
+	}
+}
+
+// TestPublishGivesUp: a publish that keeps failing is tried
+// PublishRetry.Attempts times in all — retransmissions of the batch do
+// not add tries — and then Err stops training with an error that names
+// the step, the version, the tries and the publisher's failure.
+func TestPublishGivesUp(t *testing.T) {
+	pub := &flakyPublisher{fails: 1 << 30}
+	bus, a, ptr, _ := startBuiltin(t, pub, retrying(2))
+	sendTrain(t, bus, 1)
+	pub.waitAttempts(t, 1)
+	sendTrain(t, bus, 1) // the controller's retransmissions
+	sendTrain(t, bus, 1)
+	waitErr(a)
+	err := a.Err()
+	if !errors.Is(err, errEnginesDown) || !strings.Contains(err.Error(), "version 1 not published after 2 attempts") {
+		t.Fatalf("Err() = %v, want the give-up of version 1 after 2 attempts wrapping %v", err, errEnginesDown)
+	}
+	// (That no try follows a give-up is the step rule's, tested there.)
+	if n, published, _ := pub.state(); n != 2 || len(published) != 0 {
+		t.Fatalf("publisher called %d times (published %v), want 2 tries", n, published)
+	}
+	if ptr.Version() != 1 || len(a.Steps()) != 0 {
+		t.Fatalf("trainer version %d, %d records: the step must be trained once and never recorded", ptr.Version(), len(a.Steps()))
+	}
+}
+
+// TestFailedPublishStopsTrainingByDefault: with the zero PublishRetry
+// the first failed publish stops training (one try).
+func TestFailedPublishStopsTrainingByDefault(t *testing.T) {
+	pub := &flakyPublisher{fails: 1}
+	bus, a, _, _ := startBuiltin(t, pub)
+	sendTrain(t, bus, 1)
+	waitErr(a)
+	if err := a.Err(); !errors.Is(err, errEnginesDown) || !strings.Contains(err.Error(), "after 1 attempts") {
+		t.Fatalf("Err() = %v, want the give-up after 1 attempt", err)
 	}
 }

@@ -1,11 +1,16 @@
 package trainer
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/asyncrl/asyncrl/actors/loop"
 	"github.com/asyncrl/asyncrl/actors/trainer/steprule"
 )
+
+// retryTick is how often the loop ticks the step rule while a publish
+// may be retried: the resolution of publisher.retry_backoff's waits.
+const retryTick = 50 * time.Millisecond
 
 // inboxLimit is how many TrainBatches wait for the trainer's loop; a
 // full inbox holds the bus's delivery (a controller's retransmissions of
@@ -18,9 +23,16 @@ const inboxLimit = 16
 // once the step is done).
 func (a *Actor) loop() {
 	defer close(a.done)
-	rule := steprule.New(a.version())
+	retry := a.cfg.publishRetry()
+	rule, err := steprule.NewRetrying(a.version(), retry)
+	if err != nil { // Config.Validate checked it
+		panic(err)
+	}
 	var last StepRecord // the record of the step the rule last trained
 	l := &loop.Loop[steprule.Input, steprule.Ready]{Core: rule, Inbox: a.box, Batch: 1}
+	if retry.Attempts > 1 {
+		l.Every = retryTick // the rule's Tick tries a held step's publish again
+	}
 	l.Apply = func(rd steprule.Ready) {
 		for _, e := range rd.Effects {
 			a.do(rule, e, &last)
@@ -48,6 +60,9 @@ func (a *Actor) do(rule *steprule.Core, e steprule.Effect, last *StepRecord) {
 		}
 	case steprule.Refuse:
 		a.fail(v.Step, v.Err())
+	case steprule.GiveUp:
+		a.fail(v.Step, fmt.Errorf("trainer: step %d: version %d not published after %d attempts, so training stops (publisher.attempts, publisher.retry_backoff): %w",
+			v.Step, v.Version, v.Attempts, a.pubErr))
 	}
 }
 
@@ -56,7 +71,13 @@ func (a *Actor) do(rule *steprule.Core, e steprule.Effect, last *StepRecord) {
 // step started from when only the publish failed.
 func (a *Actor) trained(rule *steprule.Core, step int64, rec StepRecord, err error, last *StepRecord) {
 	if err != nil {
-		a.fail(step, err)
+		if a.version() > rule.Version() {
+			// Only the publish failed: the rule tries it again, or gives
+			// up (GiveUp ends training).
+			a.cfg.Logger.Warn().Err(err).Int64("step", step).Msg("trainer: publish failed; it is tried again")
+		} else {
+			a.fail(step, err)
+		}
 		rule.Step(time.Now(), steprule.Failed{Step: step, Version: a.version(), Err: err.Error()})
 		return
 	}

@@ -52,10 +52,13 @@ func TestDataPlaneSync(t *testing.T) {
 // checksums were taken; every engine's agent refuses them, so no engine
 // loads or serves version 2, each stays at version 1, and the trainer's
 // publish of version 2 fails as for any version no engine can load
-// (publisher.ErrNoEngine), instead of serving damaged weights.
+// (publisher.ErrNoEngine), instead of serving damaged weights — on each
+// of its publisher.attempts tries (a retry dispatches the version to the
+// engines again, and they refuse it again).
 func TestDataPlaneRefusesCorruptRange(t *testing.T) {
 	cfg := smallConfig(t, 2)
 	cfg.Publisher.Transport = config.TransportDataPlane
+	cfg.Publisher.Attempts, cfg.Publisher.RetryBackoff = 2, 50*time.Millisecond
 	n, err := New(cfg, Options{InMemoryBus: true})
 	if err != nil {
 		t.Fatal(err)
@@ -93,8 +96,8 @@ func TestDataPlaneRefusesCorruptRange(t *testing.T) {
 	if slices.Contains(applied, 2) {
 		t.Errorf("version 2 passed the fetch: %v", applied)
 	}
-	if r := counterValue(t, n, "asyncrl_publisher_dataplane_refused_total"); r < float64(cfg.Engines.Count) {
-		t.Errorf("%v fetches refused, want at least one per engine (%d)", r, cfg.Engines.Count)
+	if r := counterValue(t, n, "asyncrl_publisher_dataplane_refused_total"); r < float64(2*cfg.Engines.Count) {
+		t.Errorf("%v fetches refused, want at least one per engine (%d) on each of the 2 tries", r, cfg.Engines.Count)
 	}
 }
 

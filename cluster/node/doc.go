@@ -30,9 +30,11 @@
 // tells the router each acked version and raises the router's minimum
 // version once some engine serves it, so no request reaches an engine
 // below the minimum; the trainer's Publish returns once the version is
-// routable. A stopped engine leaves the tracker. A remote trainer's
-// checkpoints (WeightsPublished, file://) take the same path; the
-// engines' acks are what the worker waits for. publisher.mode full swaps
+// routable; a publish that failed is tried again (publisher.attempts)
+// before the run ends on it. A stopped engine leaves the tracker. A
+// remote trainer's checkpoints (WeightsPublished, file://) take the same
+// path; the engines' acks are what the worker waits for, and a repeated
+// announcement of a version every engine failed publishes it again. publisher.mode full swaps
 // the serving copy into each engine from memory instead.
 //
 // Wait returns when the trainer finished run.steps steps, the context

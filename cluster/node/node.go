@@ -19,6 +19,7 @@ import (
 	"github.com/asyncrl/asyncrl/actors/sampling"
 	"github.com/asyncrl/asyncrl/actors/trainer"
 	"github.com/asyncrl/asyncrl/actors/trainer/microbatch"
+	"github.com/asyncrl/asyncrl/actors/trainer/steprule"
 	"github.com/asyncrl/asyncrl/cluster/internal/retry"
 	"github.com/asyncrl/asyncrl/cluster/localengine"
 	"github.com/asyncrl/asyncrl/cluster/weightsync"
@@ -286,6 +287,15 @@ func (n *Node) streamReplicas() int {
 
 // trainerConfig maps the trainer section onto the built-in backend.
 func trainerConfig(cfg config.Config) model.TrainerConfig { return wiring.PolicyTrainer(cfg) }
+
+// publishRetryCap caps the doubling waits between a publish's tries.
+const publishRetryCap = time.Minute
+
+// publishRetry is how the trainer tries a failed publish again
+// (publisher.attempts, publisher.retry_backoff).
+func publishRetry(p config.PublisherConfig) steprule.Retry {
+	return steprule.Retry{Attempts: p.Attempts, Backoff: p.RetryBackoff, MaxBackoff: max(publishRetryCap, p.RetryBackoff)}
+}
 
 func microbatchConfig(t config.TrainerConfig) microbatch.Config {
 	mb := microbatch.DefaultConfig()

@@ -259,7 +259,7 @@ func (n *Node) startPublisher(ctx context.Context, baseDir string, ptr *pmodel.T
 // node only loads the versions it announces onto its engines).
 func (n *Node) startTrainer(ctx context.Context, ptr *pmodel.Trainer, tpub publisher.Publisher) (err error) {
 	cfg := n.cfg
-	tc := trainer.Config{RunID: cfg.Run.ID, Name: "trainer-0", NormStd: true,
+	tc := trainer.Config{RunID: cfg.Run.ID, Name: "trainer-0", NormStd: true, PublishRetry: publishRetry(cfg.Publisher),
 		Microbatch: microbatchConfig(cfg.Trainer), Logger: n.opts.Logger.With().Str("actor", "trainer").Logger(),
 		Subjects: trainer.Subjects{Train: n.subj.Train, Steps: n.subj.Steps, Weights: n.subj.Weights},
 		OnStep: func(rec trainer.StepRecord) {

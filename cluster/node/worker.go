@@ -68,26 +68,48 @@ func (n *Node) ackVersion(version int64) {
 
 // publishRemote ships a remote trainer's version to the engines as a
 // delta (publisher.mode delta): the engines' own acks (on the pattern the
-// worker waits on) tell the worker the version is live.
+// worker waits on) tell the worker the version is live. The worker
+// repeats an announcement until it sees an ack (BusPublisher.Resend), and
+// announces a version again when its publish failed (its step rule's
+// retry); announcements arrive one at a time (one subscription), so a
+// repeat is never handled while the version's publish is still running.
 func (n *Node) publishRemote(version int64, dir string) {
-	if version <= n.wsync.Current() {
-		// A repeated announcement: the worker repeats until it sees an ack,
-		// so its earlier ack may have been lost (bus reconnect). Once some
-		// engine serves the version (it is routable; the minimum itself
-		// trails the target by the staleness budget), acknowledge it again.
-		for _, st := range n.wsync.shell.Engines() {
-			if st.Serving >= version {
-				n.ackVersion(version)
-				break
-			}
-		}
-		return
-	}
 	ctx, cancel := context.WithTimeout(n.wsync.Context(), time.Minute)
 	defer cancel()
-	if err := n.wsync.PublishDir(ctx, dir, version, time.Now()); err != nil {
+	var err error
+	switch cur := n.wsync.Current(); {
+	case version > cur:
+		err = n.wsync.PublishDir(ctx, dir, version, time.Now())
+	case n.served(version):
+		// A repeat of a live version: the worker's ack may have been
+		// lost (bus reconnect). Once some engine serves the version (it
+		// is routable; the minimum itself trails the target by the
+		// staleness budget), acknowledge it again.
+		n.ackVersion(version)
+		return
+	case version == cur:
+		// A repeat of the newest version, which no engine serves: its
+		// publish failed (every engine failed it). Publish it again —
+		// the engines that failed it are told again (Sync.Retry) — so
+		// an engine that is back answers the worker with its ack
+		// instead of the worker waiting out its ack timeout.
+		err = n.wsync.Retry(ctx, version)
+	default:
+		return // older than the newest version and not served: superseded
+	}
+	if err != nil {
 		n.opts.Logger.Error().Err(err).Int64("version", version).Msg("weights: version not published to the engines")
 	}
+}
+
+// served reports whether some engine serves version or a later one.
+func (n *Node) served(version int64) bool {
+	for _, st := range n.wsync.shell.Engines() {
+		if st.Serving >= version {
+			return true
+		}
+	}
+	return false
 }
 
 // WorkerOptions configures RunWorker.
@@ -147,7 +169,7 @@ func RunWorker(ctx context.Context, cfg config.Config, opts WorkerOptions) error
 		dir = filepath.Join(cfg.Run.DataDir, "weights")
 	}
 	pub := &publisher.BusPublisher{Bus: bus, RunID: cfg.Run.ID, Sender: "worker", Dir: dir, Weights: s.Weights, Acks: s.AcksAll}
-	tcfg := trainer.Config{RunID: cfg.Run.ID, Name: "worker", NormStd: true,
+	tcfg := trainer.Config{RunID: cfg.Run.ID, Name: "worker", NormStd: true, PublishRetry: publishRetry(cfg.Publisher),
 		Microbatch: microbatchConfig(cfg.Trainer), Logger: opts.Logger,
 		Subjects: trainer.Subjects{Train: s.Train, Steps: s.Steps}, Batches: &boundSource{bus: bus, name: s.GroupStream}}
 	var tr *trainer.Actor

@@ -173,7 +173,7 @@ func (d *dataPlane) publishVersion(ctx context.Context, w *Sync, dir string, ver
 		return fmt.Errorf("node: publisher: version %d: %w", version, err)
 	}
 	w.observePublish(time.Since(t0))
-	return w.shell.Publish(ctx, tracker.VersionInfo{Version: version, FullBytes: size})
+	return w.publishInfo(ctx, tracker.VersionInfo{Version: version, FullBytes: size})
 }
 
 // source is engine d's Source: the data plane serves only engines this

@@ -257,8 +257,15 @@ func (s *storeMode) source(w *Sync, d *Driven) (Source, error) {
 
 func (s *storeMode) publishVersion(ctx context.Context, w *Sync, dir string, version int64, owned bool, t0 time.Time) error {
 	out, err := s.encode(ctx, dir)
-	if err != nil {
+	switch {
+	case err != nil && out.Version != version:
 		return fmt.Errorf("node: publisher: version %d: %w", version, err)
+	case err != nil:
+		// The delta is written (Current is version), only the optional
+		// full checkpoint is not: the version goes out as a delta, so
+		// the next delta is encoded against it and a retry is not
+		// needed (a retry writes nothing: Sync.Retry).
+		w.log.Warn().Err(err).Int64("version", version).Msg("publisher: full checkpoint not written; the version is published as a delta")
 	}
 	if s.prevOwned {
 		_ = os.RemoveAll(s.prevDir)

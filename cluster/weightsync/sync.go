@@ -116,6 +116,9 @@ type Sync struct {
 
 	mu        sync.Mutex
 	encodeDur time.Duration // total time spent writing and encoding versions
+	// written is the newest version handed to the shell (its sizes, for
+	// a Retry: the tracker's plans cost a catch-up by them).
+	written tracker.VersionInfo
 }
 
 var _ publisher.Publisher = (*Sync)(nil)
@@ -220,8 +223,12 @@ func (w *Sync) Dispatch(cmd tracker.Command) {
 // Publish implements publisher.Publisher: the trainer's version — the
 // built-in policy in memory, written to the stage directory first, or a
 // serving directory (an exec child's, any architecture) published where it
-// is (PublishDir).
+// is (PublishDir). The newest version again is the retry of a publish
+// that failed once its weights were written (Retry).
 func (w *Sync) Publish(ctx context.Context, tw publisher.Weights, version int64) error {
+	if version == w.Current() && version > 0 {
+		return w.Retry(ctx, version)
+	}
 	if version != w.Current()+1 {
 		return fmt.Errorf("node: publisher: version %d after %d", version, w.Current())
 	}
@@ -251,6 +258,26 @@ func (w *Sync) PublishDir(ctx context.Context, dir string, version int64, t0 tim
 	return w.mode.publishVersion(ctx, w, dir, version, false, t0)
 }
 
+// Retry publishes version, the newest version written (Current), again
+// after its publish failed: its weights are in the store or on the data
+// plane already, so nothing is written; the publisher shell dispatches it
+// again to the engines that failed it and waits, as the first publish
+// did. A version some engine serves meanwhile succeeds at once.
+func (w *Sync) Retry(ctx context.Context, version int64) error {
+	if version != w.Current() {
+		return fmt.Errorf("node: publisher: retry of version %d, but the newest version written is %d", version, w.Current())
+	}
+	w.mu.Lock()
+	info := w.written
+	w.mu.Unlock()
+	if info.Version != version {
+		// Written but never handed to the shell (its publish ended
+		// before): the sizes are unknown, which only costs plans.
+		info = tracker.VersionInfo{Version: version}
+	}
+	return w.publishInfo(ctx, info)
+}
+
 // observePublish records a published version that took d to write and
 // encode.
 func (w *Sync) observePublish(d time.Duration) {
@@ -267,6 +294,15 @@ func (w *Sync) announce(ctx context.Context, info tracker.VersionInfo) error {
 	if w.c.BeforeAnnounce != nil {
 		w.c.BeforeAnnounce(info.Version)
 	}
+	return w.publishInfo(ctx, info)
+}
+
+// publishInfo hands version info to the shell (announce, or a Retry),
+// first waiting for an engine when every remote engine is gone.
+func (w *Sync) publishInfo(ctx context.Context, info tracker.VersionInfo) error {
+	w.mu.Lock()
+	w.written = info
+	w.mu.Unlock()
 	r := w.remote()
 	if r != nil {
 		if err := r.WaitEngines(ctx); err != nil {

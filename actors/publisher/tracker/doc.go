@@ -40,6 +40,9 @@
 //     awaited version settles Routable once some engine serves it or a
 //     later one, NoEngine once every engine serves less and failed it
 //     (Failed) or none is left. The trainer's publish waits for that.
+//     A publish of the target again (PublishAwait) is the trainer's retry
+//     of one that failed: the engines that failed it are commanded again,
+//     so an engine that was briefly unreachable gets the version.
 //
 // The shell takes Ready after each call and Advances: it tells the router
 // the new minimum (and announces it) and answers the waiting publishes.

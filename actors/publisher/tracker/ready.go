@@ -122,17 +122,39 @@ func (t *Tracker) Await(version int64) error {
 
 // PublishAwait is a trainer's publish of version info.Version: a new
 // version (target+1) is published (the commands are Publish's); the
-// target itself is a retry of a publish that failed, published already,
-// so it gets no commands. Either way the version is awaited (Await).
+// target itself is a retry of a publish that failed, published already:
+// every engine behind it that failed it gets a command again (its failure
+// is forgotten, so the version is awaited from it once more), while one
+// still on its way or one that never failed it gets none. Either way the
+// version is awaited (Await).
 func (t *Tracker) PublishAwait(info VersionInfo) ([]Command, error) {
 	var cmds []Command
-	if retry := info.Version == t.Target() && info.Version > 0; !retry {
+	if retry := info.Version == t.Target() && info.Version > 0; retry {
+		cmds = t.retry(info.Version)
+	} else {
 		var err error
 		if cmds, err = t.Publish(info); err != nil {
 			return nil, err
 		}
 	}
 	return cmds, t.Await(info.Version)
+}
+
+// retry commands again every engine that failed version v (the target)
+// and serves less, sorted by engine, and forgets those failures: a
+// transient failure (an engine briefly unreachable) must not keep the
+// version out of reach of the engine for good.
+func (t *Tracker) retry(v int64) []Command {
+	var cmds []Command
+	for _, name := range t.engineNames() {
+		e := t.engines[name]
+		if e.serving >= v || e.failed < v || e.fetching != NoVersion {
+			continue
+		}
+		e.failed = NoVersion
+		cmds = append(cmds, Command{Engine: name, Plan: t.plan(e.serving)})
+	}
+	return cmds
 }
 
 // decide takes the two decisions every transition may change: raise the

@@ -124,3 +124,87 @@ func TestTrainCarriesTheBatch(t *testing.T) {
 		t.Fatalf("Ready after Advance: %v", c.Ready())
 	}
 }
+
+// TestRetryWithBackoff: with a Retry the held step's publish is tried
+// again when its wait is over (1 s, then 2 s, capped at 3 s), a
+// retransmission of its batch meanwhile does not publish sooner, and
+// after Attempts tries the rule gives up and publishes no more; a try
+// that succeeds announces the step and resets the count.
+func TestRetryWithBackoff(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	type step struct {
+		at   time.Duration
+		in   Input // nil: a Tick
+		want string
+	}
+	for _, tc := range []struct {
+		name  string
+		steps []step
+	}{
+		{name: "tries again after each wait, then succeeds", steps: []step{
+			{0, batch(1), "train step 1 from version 0"},
+			{0, Failed{Step: 1, Version: 1, Err: "no engine"}, ""},
+			{999 * time.Millisecond, nil, ""},
+			{999 * time.Millisecond, batch(1), ""}, // a retransmission does not publish sooner
+			{time.Second, nil, "publish step 1 again (version 1)"},
+			{time.Second, Failed{Step: 1, Version: 1, Err: "no engine"}, ""},
+			{2999 * time.Millisecond, nil, ""},
+			{3 * time.Second, nil, "publish step 1 again (version 1)"},
+			{3 * time.Second, Trained{Step: 1, Version: 1}, "announce step 1 (version 1)"}, // it answers the retransmission too
+			{3 * time.Second, batch(2), "train step 2 from version 1"},
+			// The count starts again for the next step.
+			{3 * time.Second, Failed{Step: 2, Version: 2, Err: "no engine"}, ""},
+			{4 * time.Second, nil, "publish step 2 again (version 2)"},
+		}},
+		{name: "gives up after Attempts tries, the waits capped", steps: []step{
+			{0, batch(1), "train step 1 from version 0"},
+			{0, Failed{Step: 1, Version: 1, Err: "e1"}, ""},
+			{time.Second, nil, "publish step 1 again (version 1)"},
+			{time.Second, Failed{Step: 1, Version: 1, Err: "e2"}, ""},
+			{3 * time.Second, nil, "publish step 1 again (version 1)"},
+			{3 * time.Second, Failed{Step: 1, Version: 1, Err: "e3"}, ""},
+			{5999 * time.Millisecond, nil, ""}, // 4 s doubled, capped at 3 s
+			{6 * time.Second, nil, "publish step 1 again (version 1)"},
+			{6 * time.Second, Failed{Step: 1, Version: 1, Err: "e4"}, "give up step 1: version 1 not published after 4 attempts: e4"},
+			{time.Hour, nil, ""},
+			{time.Hour, batch(1), ""},
+			{time.Hour, batch(0), "announce step 0 again (version 0)"},
+		}},
+		{name: "a failure before the trainer stepped is not a publish try", steps: []step{
+			{0, batch(1), "train step 1 from version 0"},
+			{0, Failed{Step: 1, Version: 0, Err: "decode"}, ""},
+			{time.Hour, nil, ""},
+			{time.Hour, batch(1), "train step 1 from version 0"},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := NewRetrying(0, Retry{Attempts: 4, Backoff: time.Second, MaxBackoff: 3 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, s := range tc.steps {
+				if s.in == nil {
+					c.Tick(at(s.at))
+				} else {
+					c.Step(at(s.at), s.in)
+				}
+				if got := c.Ready().String(); got != s.want {
+					t.Fatalf("input %d at %v (%T %+v): Ready\n%s\nwant\n%s", i, s.at, s.in, s.in, got, s.want)
+				}
+				c.Advance()
+			}
+		})
+	}
+}
+
+func TestRetryValidate(t *testing.T) {
+	for _, r := range []Retry{{}, {Attempts: 1, Backoff: -1}, {Attempts: 2, Backoff: time.Second, MaxBackoff: time.Millisecond}} {
+		if _, err := NewRetrying(0, r); err == nil {
+			t.Errorf("NewRetrying(%+v) accepted", r)
+		}
+	}
+	if _, err := NewRetrying(0, Retry{Attempts: 1}); err != nil {
+		t.Errorf("Attempts 1, no backoff: %v", err)
+	}
+}

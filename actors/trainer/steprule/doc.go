@@ -25,16 +25,24 @@
 //     is held unpublished: it is not announced (no StepDone, so the
 //     controller does not advance and the engines never lag a version the
 //     run counts as live) and never trained again (its prompts are
-//     trained exactly once); a retransmission of its batch asks the shell
-//     to Publish the held weights again, and only a publish that succeeds
-//     announces the step. Meanwhile an older step is answered with the
-//     published version and a later step is refused.
+//     trained exactly once); the shell is asked to Publish the held
+//     weights again, and only a publish that succeeds announces the step.
+//     With a Retry (NewRetrying: the trainer actor's, from
+//     publisher.attempts and publisher.retry_backoff) the rule asks after
+//     a wait that doubles with each failed try, and gives up (GiveUp: the
+//     shell ends training, and the run with it) after Retry.Attempts
+//     tries; a retransmission of the batch meanwhile does not publish
+//     sooner. Without one (New: the simulator's trainer) each
+//     retransmission of the batch asks, and the rule never gives up.
+//     Meanwhile an older step is answered with the published version and
+//     a later step is refused.
 //
 // There is no heartbeat: a lost StepDone is recovered by the
 // controller's retransmission of its batch (answered by the second rule).
 //
-// Shape: Step(now, Input), Tick(now) (nothing is timed), Ready() effects,
-// Advance(). Inputs: Received, Trained, Failed. Effects: Train, Publish,
-// Announce, Refuse. No goroutines, locks, I/O or clock; the versions the shell
-// reports are the authority (the Stepper counts its own steps).
+// Shape: Step(now, Input), Tick(now) (only a held step's retry is timed),
+// Ready() effects, Advance(). Inputs: Received, Trained, Failed. Effects:
+// Train, Publish, Announce, Refuse, GiveUp. No goroutines, locks, I/O or
+// clock; the versions the shell reports are the authority (the Stepper
+// counts its own steps).
 package steprule
