@@ -37,7 +37,7 @@ func (n *Node) Summary(interrupted bool, runErr error) report.Summary {
 	}
 	s.RewardFirst5, s.RewardLast5 = report.Mean5(s.RewardMeanPerStep)
 	s.RewardByVersion = n.rewardByVersion()
-	s.RewardGeneratedFirst5, s.RewardGeneratedLast5 = report.GeneratedFirstLast(s.RewardByVersion, int64(cfg.Trainer.MiniBatchSize))
+	s.RewardGeneratedFirst5, s.RewardGeneratedLast5, s.RewardGeneratedVersions = report.GeneratedFirstLast(s.RewardByVersion, int64(cfg.Trainer.MiniBatchSize))
 	if n.ctl != nil && n.ctl.Core() != nil {
 		core := n.ctl.Core()
 		m := core.Staleness()

@@ -79,7 +79,7 @@ func newRunCmd(g *globals) *cobra.Command {
 				first, last := s.RewardFirst5, s.RewardLast5
 				fmt.Fprintf(g.stdout, "steps %d, final version %d, reward first5 %.3f → last5 %.3f, staleness max %d (bound %d), trajectories lost %d, %.0f tok/s, %.1fs\n",
 					s.Steps, s.FinalVersion, first, last, s.StalenessMax, s.StalenessBound, s.TrajectoriesLost, s.TokensPerSecond, s.WallSeconds)
-				if s.GroupsDroppedZeroVariance > 0 && len(s.RewardByVersion) > 0 {
+				if s.GroupsDroppedZeroVariance > 0 && s.RewardGeneratedVersions > 0 {
 					// the trained batches leave the dropped groups out: say
 					// what the policy generated too
 					fmt.Fprintf(g.stdout, "reward of every judged group (kept and dropped): first 5 versions %.3f → last 5 %.3f\n",

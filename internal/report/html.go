@@ -120,7 +120,7 @@ var page = template.Must(template.New("report").Parse(`<!doctype html>
 <h1>asyncrl run {{.RunID}}</h1>
 <p>task <b>{{.Task}}</b>, seed {{.Seed}}, {{.Steps}}/{{.StepsRequested}} steps, final version {{.FinalVersion}},
 {{printf "%.1f" .WallSeconds}} s wall, pause mode {{.PauseMode}}{{if .Interrupted}}, <b>interrupted</b>{{end}}{{if .Error}}, error: {{.Error}}{{end}}.</p>
-<p>reward: first 5 steps {{printf "%.3f" .RewardFirst5}}, last 5 steps {{printf "%.3f" .RewardLast5}}{{if .RewardByVersion}};
+<p>reward: first 5 steps {{printf "%.3f" .RewardFirst5}}, last 5 steps {{printf "%.3f" .RewardLast5}}{{if .RewardGeneratedVersions}};
 of every judged group, kept and dropped: first 5 versions {{printf "%.3f" .RewardGeneratedFirst5}}, last 5 {{printf "%.3f" .RewardGeneratedLast5}}{{end}}.
 staleness max {{.StalenessMax}} (bound {{.StalenessBound}}), mean {{printf "%.2f" .StalenessMean}}.
 trajectories lost: <b>{{.TrajectoriesLost}}</b>.</p>

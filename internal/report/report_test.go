@@ -32,7 +32,10 @@ func TestGeneratedFirstLast(t *testing.T) {
 		row(0, 10, 40, 0.5), row(1, 4, 16, 0.25), row(2, 1, 4, 0), // version 2: under a mini-batch
 		row(3, 4, 16, 1), row(4, 4, 8, 1), row(5, 4, 16, 0.5), row(6, 4, 16, 0.5), row(7, 2, 8, 0),
 	}
-	f, l := GeneratedFirstLast(rows, 4)
+	f, l, k := GeneratedFirstLast(rows, 4)
+	if k != 6 {
+		t.Errorf("%d versions qualify, want 6", k)
+	}
 	// first five qualifying: 0, 1, 3, 4, 5 → (20 + 4 + 16 + 8 + 8) / 96
 	// last five: 1, 3, 4, 5, 6 → (4 + 16 + 8 + 8 + 8) / 72
 	if want := 56.0 / 96; f != want {
@@ -41,11 +44,11 @@ func TestGeneratedFirstLast(t *testing.T) {
 	if want := 44.0 / 72; l != want {
 		t.Errorf("last = %v, want %v", l, want)
 	}
-	if f, l := GeneratedFirstLast(rows[:2], 4); f != 24.0/56 || l != f {
+	if f, l, k := GeneratedFirstLast(rows[:2], 4); f != 24.0/56 || l != f || k != 2 {
 		// fewer than five: both are every qualifying version
 		t.Errorf("two versions: %v, %v", f, l)
 	}
-	if f, l := GeneratedFirstLast(rows, 100); f != 0 || l != 0 {
+	if f, l, k := GeneratedFirstLast(rows, 100); f != 0 || l != 0 || k != 0 {
 		t.Errorf("none qualifying: %v, %v", f, l)
 	}
 }

@@ -32,9 +32,12 @@ type Summary struct {
 	// last five versions that generated at least one mini-batch's worth of
 	// groups (a version cut short by the end of the run finished only its
 	// quickest groups: too few, and biased towards short episodes).
-	RewardByVersion       []VersionReward `json:"reward_by_version"`
-	RewardGeneratedFirst5 float64         `json:"reward_generated_first5"`
-	RewardGeneratedLast5  float64         `json:"reward_generated_last5"`
+	// RewardGeneratedVersions counts the versions that qualified (0: the
+	// two figures mean nothing).
+	RewardByVersion         []VersionReward `json:"reward_by_version"`
+	RewardGeneratedFirst5   float64         `json:"reward_generated_first5"`
+	RewardGeneratedLast5    float64         `json:"reward_generated_last5"`
+	RewardGeneratedVersions int             `json:"reward_generated_versions"`
 	// Staleness of trained groups in steps under StalenessMeasure
 	// (scheduled: trainer step − the step the group was scheduled at;
 	// token: trainer version − oldest token version), the bound S, and the
@@ -184,8 +187,9 @@ type VersionReward struct {
 
 // GeneratedFirstLast pools the trajectories of the first and last five
 // versions in rows (version order) with at least minGroups groups: the
-// trajectory-weighted mean reward of each five (0, 0 when none qualifies).
-func GeneratedFirstLast(rows []VersionReward, minGroups int64) (first, last float64) {
+// trajectory-weighted mean reward of each five, and how many versions
+// qualified (0, 0, 0 when none does).
+func GeneratedFirstLast(rows []VersionReward, minGroups int64) (first, last float64, versions int) {
 	var ok []VersionReward
 	for _, r := range rows {
 		if r.Groups >= minGroups && r.Trajectories > 0 {
@@ -193,10 +197,10 @@ func GeneratedFirstLast(rows []VersionReward, minGroups int64) (first, last floa
 		}
 	}
 	if len(ok) == 0 {
-		return 0, 0
+		return 0, 0, 0
 	}
 	k := min(5, len(ok))
-	return pooled(ok[:k]), pooled(ok[len(ok)-k:])
+	return pooled(ok[:k]), pooled(ok[len(ok)-k:]), len(ok)
 }
 
 func pooled(rows []VersionReward) float64 {
