@@ -71,6 +71,14 @@ const (
 	// BugTrainerRetrainsOnRestart: a restarted trainer replays the last
 	// batch of its input log although that step was committed.
 	BugTrainerRetrainsOnRestart Bug = "trainer-trains-twice-on-restart"
+	// BugTrainerAnnouncesUnpublished: the trainer's shell reports a
+	// publish that failed as a success (Trained), so the step rule
+	// announces a step whose version no engine can get.
+	BugTrainerAnnouncesUnpublished Bug = "trainer-announces-unpublished-step"
+	// BugTrainerRetrainsOnRetry: the trainer's shell carries out the
+	// rule's Publish (a failed publish tried again) by training the
+	// step's batch again instead of publishing the weights it holds.
+	BugTrainerRetrainsOnRetry Bug = "trainer-trains-again-on-retry"
 	// BugEngineSkipsChecksum: an engine loads a delta whose checksum
 	// failed instead of refusing it.
 	BugEngineSkipsChecksum Bug = "engine-skips-checksum"
@@ -186,7 +194,7 @@ const (
 )
 
 // Bugs lists every planted bug.
-var Bugs = []Bug{BugRouterIgnoresGating, BugFilterLeaksCapacity, BugTrainerRetrainsOnRestart, BugEngineSkipsChecksum,
+var Bugs = []Bug{BugRouterIgnoresGating, BugFilterLeaksCapacity, BugTrainerRetrainsOnRestart, BugTrainerAnnouncesUnpublished, BugTrainerRetrainsOnRetry, BugEngineSkipsChecksum,
 	BugStalenessFromSchedule, BugPublisherAnnouncesEarly, BugRequeueLosesPrompt, BugEngineRestartsFromBase,
 	BugPublisherForgetsLaggards, BugCtlForgetsSentBatch, BugTermIgnoresLostBuffer,
 	BugTermForgetsDeadNodeGroups, BugTermForgetsPrevHolder, BugTermRequeuesPrevHolderOnly, BugTermMarksBeforeDurable, BugTermIgnoresFencing,

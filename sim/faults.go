@@ -41,6 +41,13 @@ const (
 	// and added back at the end, with the weights it had (issue 37;
 	// drawn from the second stream, inputs.go).
 	FaultEngineLeave FaultKind = "engine-leave"
+	// FaultFleetOutage: every engine leaves the fleet at once (a rack's
+	// power, a cluster-wide driver upgrade) and comes back at the end:
+	// each publish meanwhile settles with no engine to serve it, so the
+	// trainer's publish fails and its step rule tries it again — until
+	// the outage ends, or past publisher.attempts tries it gives up
+	// (drawn from a third stream, trainer_check.go).
+	FaultFleetOutage FaultKind = "fleet-outage"
 
 	// Faults of the failover scenario (failover_check.go).
 
@@ -77,7 +84,7 @@ var FaultKinds = []FaultKind{FaultEngineCrash, FaultEngineRestart, FaultEngineHa
 	FaultStaleMetrics, FaultCorruptDelta, FaultTrainerCrash, FaultPublisherCrash, FaultCtlCrash, FaultMsgDrop,
 	FaultMsgDuplicate, FaultMsgDelay, FaultMsgReorder, FaultPartition, FaultStreamLoss, FaultEngineLeave,
 	FaultHolderKill, FaultRolloutKill, FaultLeaseCut, FaultStoreCut, FaultZombie, FaultLossy, FaultLedgerElection, FaultStartStall,
-	FaultQuorumLoss, FaultNodeStop, FaultPipelineFail, FaultStreamOutage, FaultCheckpointLost, FaultMirrorLag, FaultEngineSwap}
+	FaultQuorumLoss, FaultNodeStop, FaultPipelineFail, FaultStreamOutage, FaultCheckpointLost, FaultMirrorLag, FaultEngineSwap, FaultFleetOutage}
 
 var processFaults = []FaultKind{FaultEngineCrash, FaultEngineRestart, FaultEngineHang, FaultEngineSlowdown,
 	FaultStaleMetrics, FaultCorruptDelta, FaultTrainerCrash, FaultPublisherCrash, FaultCtlCrash, FaultStreamLoss}
@@ -346,8 +353,10 @@ func (p *faultPlan) start(w *world, f *fault) {
 			w.after(f.dur, "", func() { p.end(w, f) })
 		})
 		return
-	case FaultEngineLeave:
-		w.engineLeave(e())
+	case FaultEngineLeave, FaultFleetOutage:
+		for _, e := range f.leaving(w) {
+			w.engineLeave(e)
+		}
 	case FaultMsgDrop, FaultMsgDuplicate, FaultMsgDelay, FaultMsgReorder:
 		p.startMsgFault(w, f)
 	case FaultPartition:
@@ -418,8 +427,10 @@ func (p *faultPlan) end(w *world, f *fault) {
 		w.trainer.restart()
 	case FaultCtlCrash:
 		w.ctl.restart()
-	case FaultEngineLeave:
-		w.engineBack(e())
+	case FaultEngineLeave, FaultFleetOutage:
+		for _, e := range f.leaving(w) {
+			w.engineBack(e)
+		}
 	case FaultStreamLoss:
 		if f.replicated {
 			f.buf.electing-- // a replaced buffer is unaffected: the new term has its own

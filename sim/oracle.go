@@ -62,6 +62,12 @@ const (
 	// (cluster/rankhost/fence's invariant), and every request it gets
 	// carries a token the lease issued to the request's sender.
 	InvRankFencing Invariant = "rank-fencing"
+	// InvAnnounce: the trainer announces a step (its first StepDone)
+	// only once the publisher settled its version routable — never while
+	// its publish failed or is being tried again — and the step rule
+	// gives a step up only after the config's publisher.attempts failed
+	// tries, never one it announced (the step rule's promises).
+	InvAnnounce Invariant = "step-announced-after-publish"
 	// InvWire: every message on the bus decodes.
 	InvWire Invariant = "wire-decode"
 	// InvProtocol: a component answered with an error its peers never
@@ -72,7 +78,7 @@ const (
 // Invariants lists what is checked, for summaries.
 var Invariants = []Invariant{InvStaleness, InvTrainedTwice, InvLedger, InvRouting, InvMonotonic,
 	InvChecksum, InvInvisible, InvSync, InvProgress, InvTermStepDown, InvFencing, InvTrainedDurable,
-	InvDeadNodeRequeue, InvDurableMonotonic, InvRankFencing, InvWire, InvProtocol}
+	InvDeadNodeRequeue, InvDurableMonotonic, InvRankFencing, InvAnnounce, InvWire, InvProtocol}
 
 type oGroup struct {
 	prompt string
@@ -108,10 +114,18 @@ type oracle struct {
 	maxStale   int64
 	// staleTrained counts groups trained beyond S (stale_policy accept).
 	staleTrained int64
+	// published: the versions the publisher's tracker settled routable
+	// (its record, not the trainer's); announcedStep: the newest step
+	// the trainer announced for the first time; stepTrained: how often
+	// each step was trained (trainer_check.go).
+	published     map[int64]bool
+	announcedStep int64
+	stepTrained   map[int64]int
 }
 
 func newOracle(w *world) *oracle {
-	return &oracle{w: w, groups: map[string]*oGroup{}, prompts: map[string]*oPrompt{}}
+	return &oracle{w: w, groups: map[string]*oGroup{}, prompts: map[string]*oPrompt{},
+		published: map[int64]bool{}, stepTrained: map[int64]int{}}
 }
 
 func (o *oracle) prompt(p string) *oPrompt {
@@ -195,6 +209,9 @@ func (o *oracle) settle(g, outcome string) {
 // every loss mask of the group, so nothing of it is trained).
 func (o *oracle) trainedBatch(step, version int64, groups []string, seen map[string]int64) {
 	o.committed = max(o.committed, step)
+	if !o.stepTrainedOnce(step) {
+		return
+	}
 	for _, g := range groups {
 		o.checks += 2
 		og := o.groups[g]

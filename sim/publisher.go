@@ -116,6 +116,9 @@ func (p *pubNode) apply() {
 		p.w.logf("pub: version %d settled: %s", st.Version, st.Outcome)
 		ws := p.waiters[st.Version]
 		delete(p.waiters, st.Version)
+		if st.Outcome != tracker.NoEngine {
+			p.w.orc.published[st.Version] = true
+		}
 		for _, done := range ws {
 			if st.Outcome == tracker.NoEngine {
 				done("no engine serves version " + itoa(st.Version))

@@ -33,6 +33,11 @@ type Result struct {
 	// buffer, LostGroups the finished groups lost with one (each requeued
 	// by the next term).
 	StepDowns, NoStepDowns, BuffersLost, LostGroups int
+	// PublishRetries counts the step rule's tries of a failed publish
+	// again; GaveUp is the step the rule gave up (its publish failed
+	// publisher.attempts times), which ended the run, 0 for none.
+	PublishRetries int
+	GaveUp         int64
 	// LogHash is the SHA-256 of the event log: equal seeds give equal hashes.
 	LogHash string
 	// Log is the whole event log when Config.KeepLog is set.
@@ -140,7 +145,8 @@ func runOnce(cfg Config) (res Result, v *Violation) {
 		InvariantChecks: w.orc.checks, VirtualTime: w.now(), StepsTrained: w.orc.steps,
 		Faults: map[FaultKind]int{}, Trained: w.orc.trained, Filtered: w.orc.filtered, Requeued: w.orc.requeued,
 		MaxStaleness: w.orc.maxStale, StepDowns: w.ctl.stepDowns, NoStepDowns: w.ctl.noStepDowns,
-		BuffersLost: w.ctl.buffersLost, LostGroups: w.ctl.lostGroups, LogHash: hexsum(w.logHash)}
+		BuffersLost: w.ctl.buffersLost, LostGroups: w.ctl.lostGroups, PublishRetries: w.trainer.retries, GaveUp: w.trainer.gaveUp,
+		LogHash: hexsum(w.logHash)}
 	if cfg.KeepLog {
 		res.Log = w.full()
 	}

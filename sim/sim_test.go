@@ -15,12 +15,15 @@ import (
 const seedBudget = 200
 
 // TestSeedsHoldInvariants runs the seed budget: every run must finish its
-// steps with every invariant held, and across the seeds every fault kind
+// steps with every invariant held — or end where the trainer's step rule
+// gave a step up (a fleet outage outlasting the publish retries), having
+// trained every step before it — and across the seeds every fault kind
 // must actually have been injected (a schedule that never fires proves
-// nothing).
+// nothing), and the step rule must have both retried a failed publish
+// and given one up.
 func TestSeedsHoldInvariants(t *testing.T) {
 	injected := map[FaultKind]int{}
-	var events int
+	var events, retries, gaveUp int
 	var trained, filtered, requeued int64
 	for i := 0; i < seedBudget; i++ {
 		sc := Scenarios[i%len(Scenarios)]
@@ -31,7 +34,13 @@ func TestSeedsHoldInvariants(t *testing.T) {
 		if err != nil {
 			t.Fatalf("seed %d scenario %s measure %s: %v", seed, sc, m, err)
 		}
-		if res.StepsTrained != 8 {
+		retries += res.PublishRetries
+		if res.GaveUp > 0 {
+			gaveUp++
+			if res.StepsTrained != res.GaveUp-1 {
+				t.Fatalf("seed %d: gave step %d up after %d steps, want every step before it", seed, res.GaveUp, res.StepsTrained)
+			}
+		} else if res.StepsTrained != 8 {
 			t.Fatalf("seed %d: trained %d steps, want 8", seed, res.StepsTrained)
 		}
 		if res.Events == 0 || res.InvariantChecks < int64(res.Events) {
@@ -51,10 +60,14 @@ func TestSeedsHoldInvariants(t *testing.T) {
 			t.Errorf("fault %s never injected in %d seeds", k, seedBudget)
 		}
 	}
+	if retries == 0 || gaveUp == 0 {
+		t.Errorf("the step rule retried %d publishes and gave %d up in %d seeds: both paths should be exercised", retries, gaveUp, seedBudget)
+	}
 	if trained == 0 || filtered == 0 || requeued == 0 {
 		t.Errorf("outcomes trained=%d filtered=%d requeued=%d: every path should be exercised", trained, filtered, requeued)
 	}
-	t.Logf("%d seeds: %d events, faults %v, trained %d filtered %d requeued %d", seedBudget, events, injected, trained, filtered, requeued)
+	t.Logf("%d seeds: %d events, faults %v, trained %d filtered %d requeued %d, publish retries %d, runs given up %d",
+		seedBudget, events, injected, trained, filtered, requeued, retries, gaveUp)
 }
 
 // TestSameSeedSameLog: determinism is what makes a failing seed
@@ -109,6 +122,8 @@ var plantedBugs = []struct {
 	{BugRouterIgnoresGating, ScenarioDefault, InvRouting, ""},
 	{BugFilterLeaksCapacity, ScenarioDefault, InvProgress, ""},
 	{BugTrainerRetrainsOnRestart, ScenarioFaults, InvTrainedTwice, ""},
+	{BugTrainerAnnouncesUnpublished, ScenarioFaults, InvAnnounce, ""},
+	{BugTrainerRetrainsOnRetry, ScenarioFaults, InvTrainedTwice, ""},
 	{BugEngineSkipsChecksum, ScenarioFaults, InvChecksum, ""},
 	{BugStalenessFromSchedule, ScenarioFaults, InvStaleness, ""},
 	{BugPublisherAnnouncesEarly, ScenarioFaults, InvInvisible, ""},

@@ -27,6 +27,9 @@ type Summary struct {
 	NoStepDowns     int
 	BuffersLost     int
 	LostGroups      int
+	// PublishRetries sums the runs' publish retries; GaveUp counts the
+	// runs the step rule ended by giving a step up.
+	PublishRetries, GaveUp int
 	// Workload and LogHash are set for a single seed.
 	Workload, LogHash string
 }
@@ -60,6 +63,10 @@ func (s *Summary) Add(r Result) {
 	s.NoStepDowns += r.NoStepDowns
 	s.BuffersLost += r.BuffersLost
 	s.LostGroups += r.LostGroups
+	s.PublishRetries += r.PublishRetries
+	if r.GaveUp > 0 {
+		s.GaveUp++
+	}
 }
 
 // RunSeeds runs seeds cfg.Seed … cfg.Seed+n−1 and stops at the first
@@ -118,6 +125,9 @@ func (s Summary) Format() string {
 	if s.StepDowns > 0 || s.BuffersLost > 0 {
 		fmt.Fprintf(&b, "  terms             %d stepped down (%d for no step); %d unreplicated buffers lost, with %d finished groups (requeued by the next term)\n",
 			s.StepDowns, s.NoStepDowns, s.BuffersLost, s.LostGroups)
+	}
+	if s.PublishRetries > 0 || s.GaveUp > 0 {
+		fmt.Fprintf(&b, "  publishes         %d failed publishes tried again; %d runs ended by the trainer giving a step up\n", s.PublishRetries, s.GaveUp)
 	}
 	if s.LogHash != "" {
 		fmt.Fprintf(&b, "  event log sha256  %s\n", s.LogHash)

@@ -8,6 +8,7 @@ import (
 	"github.com/asyncrl/asyncrl/actors/trainer/assemble"
 	"github.com/asyncrl/asyncrl/actors/trainer/microbatch"
 	"github.com/asyncrl/asyncrl/actors/trainer/steprule"
+	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/transport/memhub"
 )
@@ -30,7 +31,13 @@ type trainerDurable struct {
 // is refused; the shell checks and packs a batch it is told to train,
 // "trains" for the modelled duration, commits its durable state and
 // steps the rule with Trained. Like the real trainer it has no heartbeat:
-// a lost StepDone is recovered by the controller's retransmission.
+// a lost StepDone is recovered by the controller's retransmission. The
+// rule is the production one (steprule.NewRetrying with the Retry of
+// config.DefaultPublisher: publisher.attempts tries, waits from
+// publisher.retry_backoff doubling to a minute): a failed publish is
+// tried again when the rule's RetryAt comes on the virtual clock, and
+// after the last try the rule gives up and the run ends on it, as
+// `asyncrl run` ends on its trainer's Err.
 type trainerNode struct {
 	w       *world
 	bus     *memhub.Bus
@@ -38,6 +45,29 @@ type trainerNode struct {
 	rule    *steprule.Core // nil while down
 	down    int
 	inc     int
+	// armed is the RetryAt a timer is set for (zero: none).
+	armed time.Time
+	// retries counts the rule's Publish effects (a held step's publish
+	// tried again), gaveUp the step the rule gave up (0: none).
+	retries int
+	gaveUp  int64
+}
+
+// publishRetry is the Retry the run's trainer uses by default: built
+// from config.DefaultPublisher by steprule.RetryOf, as cluster/node
+// builds it from the run's config — no number of its own here.
+func publishRetry() steprule.Retry {
+	d := config.DefaultPublisher()
+	return steprule.RetryOf(d.Attempts, d.RetryBackoff)
+}
+
+// newRule is the production step rule for a trainer holding version.
+func newRule(version int64) *steprule.Core {
+	r, err := steprule.NewRetrying(version, publishRetry())
+	if err != nil {
+		panic(fmt.Sprintf("sim: the default publisher retry is invalid: %v", err)) // config's defaults validate
+	}
+	return r
 }
 
 var (
@@ -46,7 +76,7 @@ var (
 )
 
 func newTrainer(w *world) *trainerNode {
-	return &trainerNode{w: w, bus: w.hub.Connect("trainer"), durable: trainerDurable{next: 1}, rule: steprule.New(0)}
+	return &trainerNode{w: w, bus: w.hub.Connect("trainer"), durable: trainerDurable{next: 1}, rule: newRule(0)}
 }
 
 func (t *trainerNode) start() {
@@ -75,15 +105,51 @@ func (t *trainerNode) onBatch(m messages.TrainBatch) {
 	t.step(steprule.Received{Batch: b})
 }
 
-// step steps the rule and carries out its Ready until it is empty.
+// step steps the rule and carries out its Ready.
 func (t *trainerNode) step(in steprule.Input) {
 	t.rule.Step(t.w.hub.Now(), in)
-	for rd := t.rule.Ready(); !rd.Empty(); rd = t.rule.Ready() {
+	t.apply()
+}
+
+// apply carries out the rule's Ready until it is empty (an effect may
+// step the rule again), then sets a timer for its RetryAt.
+func (t *trainerNode) apply() {
+	for t.rule != nil {
+		rd := t.rule.Ready()
+		if rd.Empty() {
+			break
+		}
 		t.rule.Advance()
 		for _, e := range rd.Effects {
 			t.do(e)
 		}
 	}
+	t.armRetry()
+}
+
+// armRetry sets a timer for the rule's RetryAt on the virtual clock (the
+// real shell ticks the rule every 50 ms; the simulator ticks it at the
+// very time it asked for). A timer of an earlier incarnation, or for a
+// RetryAt the rule no longer holds, does nothing when it fires.
+func (t *trainerNode) armRetry() {
+	if t.rule == nil || t.w.done {
+		return
+	}
+	at := t.rule.RetryAt()
+	if at.IsZero() || at.Equal(t.armed) {
+		return
+	}
+	t.armed = at
+	step, _ := t.rule.Unpublished()
+	inc := t.inc
+	t.w.after(max(0, at.Sub(t.w.hub.Now())), fmt.Sprintf("trainer: step %d: retry wait over", step), func() {
+		if t.inc != inc || t.rule == nil || !t.rule.RetryAt().Equal(at) {
+			return
+		}
+		t.armed = time.Time{}
+		t.rule.Tick(t.w.hub.Now())
+		t.apply()
+	})
 }
 
 func (t *trainerNode) do(e steprule.Effect) {
@@ -91,12 +157,45 @@ func (t *trainerNode) do(e steprule.Effect) {
 	case steprule.Train:
 		t.train(v.Batch)
 	case steprule.Publish:
+		t.retries++
+		t.w.logf("trainer: step %d: publish of version %d tried again", v.Step, v.Version)
+		if lb := t.durable.lastBatch; lb != nil && lb.Step == v.Step && t.w.cfg.has(BugTrainerRetrainsOnRetry) {
+			// The planted bug: the retry trains the step's batch again
+			// (from the input log) instead of publishing its weights.
+			t.w.logf("trainer: step %d: retry trains the batch again (planted bug)", v.Step)
+			t.train(*lb)
+			return
+		}
 		t.publish(v.Step)
 	case steprule.Announce:
+		t.w.orc.announced(v.Step, v.Version, v.Again)
 		t.sendDone(v.Step, v.Version)
 	case steprule.Refuse:
 		t.w.fail(InvProtocol, "trainer at step %d received a batch for step %d", v.Version+1, v.Step)
+	case steprule.GiveUp:
+		t.giveUp(v)
 	}
+}
+
+// giveUp: the rule gave up a step whose publish failed Attempts times.
+// The real trainer reports it as its Err and the run (or the cluster
+// term) ends on it; the simulated run ends here. The oracle checks the
+// step was never announced and that the rule tried exactly as often as
+// the run's config says.
+func (t *trainerNode) giveUp(g steprule.GiveUp) {
+	w := t.w
+	t.gaveUp = g.Step
+	w.logf("trainer: %s: the run ends on the trainer's error", g)
+	w.orc.checks += 2
+	if want := publishRetry().Attempts; g.Attempts != want {
+		w.fail(InvAnnounce, "the step rule gave up step %d after %d publish tries, the run's config says %d", g.Step, g.Attempts, want)
+		return
+	}
+	if w.orc.announcedStep >= g.Step {
+		w.fail(InvAnnounce, "the step rule gave up step %d, which the trainer announced", g.Step)
+		return
+	}
+	w.done = true
 }
 
 // fetch reads every group the batch references from the controller's
@@ -219,13 +318,20 @@ func (t *trainerNode) train(b messages.TrainBatch) {
 // publish publishes the version step trained and, once the publish
 // settles (some engine serves it), steps the rule, as the real actor
 // does. A failed publish fails the step with the version stepped: the
-// rule holds it unpublished (no StepDone) and the batch's retransmission
-// publishes it again (the restarted publisher catches up).
+// rule holds it unpublished (no StepDone) and tries the publish again
+// when its wait is over (armRetry), or gives up.
 func (t *trainerNode) publish(step int64) {
 	inc := t.inc
 	t.w.pub.publish(step, func(err string) {
 		if t.inc != inc {
 			return // crashed meanwhile: the rule that asked is gone
+		}
+		if err != "" && t.w.cfg.has(BugTrainerAnnouncesUnpublished) {
+			// The planted bug: the shell reports the failed publish as
+			// a success, so the rule announces a step no engine can get.
+			t.w.logf("trainer: step %d: publish failed (%s), reported trained (planted bug)", step, err)
+			t.step(steprule.Trained{Step: step, Version: step})
+			return
 		}
 		if err != "" {
 			t.w.logf("trainer: step %d: publish failed (%s)", step, err)
@@ -239,7 +345,8 @@ func (t *trainerNode) publish(step int64) {
 func (t *trainerNode) crash() {
 	t.down++
 	t.inc++
-	t.rule = nil // the rule's queue and step in progress die with it
+	t.rule = nil // the rule's queue, step in progress and retry die with it
+	t.armed = time.Time{}
 }
 
 func (t *trainerNode) restart() {
@@ -250,7 +357,7 @@ func (t *trainerNode) restart() {
 	// A new rule at the committed version. A committed step is never
 	// trained again: the input log's batch is replayed only if its step
 	// is not committed (the rule would answer it, not train it).
-	t.rule = steprule.New(t.durable.next - 1)
+	t.rule = newRule(t.durable.next - 1)
 	lb := t.durable.lastBatch
 	switch {
 	case lb == nil:
@@ -261,7 +368,7 @@ func (t *trainerNode) restart() {
 		// input log's batch (its commit forgotten), so the rule trains
 		// the step again.
 		t.w.logf("trainer: replaying input log step %d (planted bug)", lb.Step)
-		t.rule = steprule.New(lb.Step - 1)
+		t.rule = newRule(lb.Step - 1)
 		t.step(steprule.Received{Batch: *lb})
 	}
 }

@@ -235,6 +235,7 @@ func newWorld(cfg Config) (*world, error) {
 	w.xrng = rand.New(rand.NewSource(cfg.Seed ^ inputsSalt))
 	w.in = drawInputs(w.xrng, cfg, &w.wl)
 	w.faults.drawExtra(w.xrng, cfg, w.wl, w.in)
+	w.faults.drawOutage(rand.New(rand.NewSource(cfg.Seed^outageSalt)), cfg, w.wl)
 	w.hub = memhub.New(w.rng.Int63())
 	w.hub.SetRecording(false) // the sim keeps its own log of every event
 	w.store = newWeightStore()

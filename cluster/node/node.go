@@ -288,13 +288,10 @@ func (n *Node) streamReplicas() int {
 // trainerConfig maps the trainer section onto the built-in backend.
 func trainerConfig(cfg config.Config) model.TrainerConfig { return wiring.PolicyTrainer(cfg) }
 
-// publishRetryCap caps the doubling waits between a publish's tries.
-const publishRetryCap = time.Minute
-
 // publishRetry is how the trainer tries a failed publish again
 // (publisher.attempts, publisher.retry_backoff).
 func publishRetry(p config.PublisherConfig) steprule.Retry {
-	return steprule.Retry{Attempts: p.Attempts, Backoff: p.RetryBackoff, MaxBackoff: max(publishRetryCap, p.RetryBackoff)}
+	return steprule.RetryOf(p.Attempts, p.RetryBackoff)
 }
 
 func microbatchConfig(t config.TrainerConfig) microbatch.Config {

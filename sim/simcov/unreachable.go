@@ -27,6 +27,8 @@ const (
 	whyEndless   = "a prompt source that runs out: no production source does (task sources sample for ever; bench/scale's bounded one is a benchmark)"
 	whyCommand   = "the publisher shell joins an engine before it commands or acks it, and names only committed versions, in order"
 	whyAccessor  = "an accessor no shell calls (the core's tests read it)"
+	whyRefuse    = "a batch ahead of the trainer: a correct controller never sends one (the simulator fails the run on it as a protocol violation)"
+	whyNoRetry   = "the rule without a Retry (New): no shell builds it — the trainer actor and the simulator's trainer use NewRetrying (steprule's TestRule covers it)"
 	whyWouldDrop = "replace mode requeues every group CheckForTraining would drop just before (requeueStale: WouldDrop is the same test at the same instant), so no good group is found stale at its check"
 )
 
@@ -157,6 +159,27 @@ var Unreachable = []Exclusion{
 	{File: "actors/publisher/tracker/ready.go", Func: "(*Tracker).Failed", Why: "the simulated engines are a cluster's (engine hosts): a load that fails is only logged on the host (cluster/enginehost's hostReporter) and the holder's publisher learns from acks alone; an in-process engine's agent reports it (cluster/weightsync.Agent → the publisher Shell), tested in actors/publisher and the tracker's scenarios"},
 	{File: "actors/publisher/tracker/ready.go", Func: "(*Tracker).Await", Contains: "return fmt.Errorf", Why: whyCommand},
 	{File: "actors/publisher/tracker/ready.go", Func: "(*Tracker).PublishAwait", Contains: "return nil, err", Why: "the publisher publishes each committed version once, in order, with its sizes"},
+
+	// actors/trainer/steprule
+	{File: "actors/trainer/steprule/core.go", Func: "*.input", Why: whyMarker},
+	{File: "actors/trainer/steprule/core.go", Func: "*.effect", Why: whyMarker},
+	{File: "actors/trainer/steprule/core.go", Func: "Train.String", Why: whyFormat},
+	{File: "actors/trainer/steprule/core.go", Func: "Publish.String", Why: whyFormat},
+	{File: "actors/trainer/steprule/core.go", Func: "Announce.String", Why: whyFormat},
+	{File: "actors/trainer/steprule/core.go", Func: "Ready.String", Why: whyFormat},
+	{File: "actors/trainer/steprule/core.go", Func: "Refuse.String", Why: whyRefuse},
+	{File: "actors/trainer/steprule/core.go", Func: "Refuse.Err", Why: whyRefuse},
+	{File: "actors/trainer/steprule/core.go", Func: "(*Core).next", Contains: "Refuse{", Why: whyRefuse},
+	{File: "actors/trainer/steprule/core.go", Func: "Retry.Validate", Contains: "return fmt.Errorf", Why: whyConfig},
+	{File: "actors/trainer/steprule/core.go", Func: "NewRetrying", Contains: "return nil, err", Why: whyConfig},
+	{File: "actors/trainer/steprule/core.go", Func: "New", Why: whyNoRetry},
+	{File: "actors/trainer/steprule/core.go", Func: "(*Core).publishFailed", Contains: "=return", Why: whyNoRetry},
+	{File: "actors/trainer/steprule/core.go", Func: "(*Core).next", Contains: "c.emit(Publish{", Why: whyNoRetry},
+	{File: "actors/trainer/steprule/core.go", Func: "(*Core).Version", Why: whyAccessor},
+	{File: "actors/trainer/steprule/core.go", Func: "(*Core).Training", Why: whyAccessor},
+	{File: "actors/trainer/steprule/core.go", Func: "(*Core).Waiting", Why: whyAccessor},
+	{File: "actors/trainer/steprule/core.go", Func: "(*Core).Tick", Contains: "=return", Why: "a tick before the wait is over: the simulator ticks the rule only at the RetryAt it asked for (a timer on the virtual clock); the trainer actor's 50 ms ticks reach it (steprule's TestRetryWithBackoff)"},
+	{File: "actors/trainer/steprule/core.go", Func: "(*Core).Step", Contains: "=return", Why: "a late or duplicated Trained/Failed: the simulated trainer reports each Train and Publish once, and a crashed incarnation's reports die with its rule (steprule's TestRule covers them)"},
 }
 
 func matchExclusion(b Block, line, src string) *Exclusion {

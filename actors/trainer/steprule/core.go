@@ -128,6 +128,19 @@ type Retry struct {
 	Backoff, MaxBackoff time.Duration
 }
 
+// MaxBackoffCap caps the doubling waits of RetryOf: a publish that keeps
+// failing is tried at least once a minute.
+const MaxBackoffCap = time.Minute
+
+// RetryOf is the Retry of publisher.attempts and publisher.retry_backoff:
+// attempts tries, the first wait backoff, doubling up to MaxBackoffCap
+// (or backoff, if longer). The trainer of `asyncrl run` and the cluster
+// and the simulator's trainer build their rule from it, so the simulator
+// steps the configuration production runs.
+func RetryOf(attempts int, backoff time.Duration) Retry {
+	return Retry{Attempts: attempts, Backoff: backoff, MaxBackoff: max(MaxBackoffCap, backoff)}
+}
+
 // Validate names the first bad field.
 func (r Retry) Validate() error {
 	switch {
@@ -173,8 +186,9 @@ type Core struct {
 
 // New returns the rule for a trainer holding (local) version version,
 // without timed retries: a held step is published again on each
-// retransmission of its batch, and never given up (the simulator's
-// trainer).
+// retransmission of its batch, and never given up. No shell builds it
+// (the trainer actor and the simulator's trainer use NewRetrying); its
+// tests state the retransmission rule without timing.
 func New(version int64) *Core { return &Core{version: version} }
 
 // NewRetrying returns the rule for a trainer holding (local) version

@@ -208,3 +208,25 @@ func TestRetryValidate(t *testing.T) {
 		t.Errorf("Attempts 1, no backoff: %v", err)
 	}
 }
+
+// TestRetryOf: publisher.attempts and publisher.retry_backoff map onto a
+// valid Retry whose waits double up to a minute (or the backoff itself
+// when that is longer).
+func TestRetryOf(t *testing.T) {
+	for _, tc := range []struct {
+		attempts int
+		backoff  time.Duration
+		want     Retry
+	}{
+		{6, 2 * time.Second, Retry{Attempts: 6, Backoff: 2 * time.Second, MaxBackoff: time.Minute}},
+		{3, 2 * time.Minute, Retry{Attempts: 3, Backoff: 2 * time.Minute, MaxBackoff: 2 * time.Minute}},
+	} {
+		r := RetryOf(tc.attempts, tc.backoff)
+		if r != tc.want || r.Validate() != nil {
+			t.Errorf("RetryOf(%d, %v) = %+v (%v), want %+v", tc.attempts, tc.backoff, r, r.Validate(), tc.want)
+		}
+	}
+	if w := RetryOf(6, 2*time.Second).wait(6); w != time.Minute {
+		t.Errorf("sixth wait %v, want the 1m cap", w)
+	}
+}

@@ -27,13 +27,14 @@
 //     run counts as live) and never trained again (its prompts are
 //     trained exactly once); the shell is asked to Publish the held
 //     weights again, and only a publish that succeeds announces the step.
-//     With a Retry (NewRetrying: the trainer actor's, from
-//     publisher.attempts and publisher.retry_backoff) the rule asks after
+//     With a Retry (NewRetrying: the trainer actor's and the
+//     simulator's trainer's, RetryOf publisher.attempts and
+//     publisher.retry_backoff) the rule asks after
 //     a wait that doubles with each failed try, and gives up (GiveUp: the
 //     shell ends training, and the run with it) after Retry.Attempts
 //     tries; a retransmission of the batch meanwhile does not publish
-//     sooner. Without one (New: the simulator's trainer) each
-//     retransmission of the batch asks, and the rule never gives up.
+//     sooner. Without one (New: no shell's) each retransmission of the
+//     batch asks, and the rule never gives up.
 //     Meanwhile an older step is answered with the published version and
 //     a later step is refused.
 //
