@@ -68,8 +68,8 @@ func retrying(attempts int) func(*Config) {
 // TestFailedPublishIsNotAcknowledged: a step whose publish fails after
 // the trainer stepped is not announced and not kept; the step rule
 // publishes the same weights again after its wait (the trainer never
-// steps twice on the batch; no retransmission is needed), training goes
-// on meanwhile (Err stays nil), and only the publish that succeeds
+// steps twice on the batch; no retransmission is needed), the run does
+// not end meanwhile (Err stays nil), and only the publish that succeeds
 // answers the batch — with the step's record.
 func TestFailedPublishIsNotAcknowledged(t *testing.T) {
 	pub := &flakyPublisher{fails: 2}
