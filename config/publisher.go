@@ -46,7 +46,14 @@ type PublisherConfig struct {
 	// engine briefly unreachable, a store write cut by a bus reconnect,
 	// a remote trainer's ack that did not come) is tried again with the
 	// same weights — the step is never trained twice — after
-	// RetryBackoff, doubling each try up to a minute.
+	// RetryBackoff, doubling each try up to a minute. A try fails fast in
+	// process (the engines refuse), but a remote worker's try lasts its
+	// whole ack wait (60 s): with the defaults an in-process run gives up
+	// about a minute after the first failure, a remote worker about 7
+	// minutes after (6 × 60 s + 62 s). Meanwhile the node also tries the
+	// worker's version again on the worker's repeated announcements,
+	// RetryBackoff apart, doubling, so an engine that is back takes it
+	// within the same backoff either way.
 	Attempts int `yaml:"attempts" doc:"tries of a version's publish before the run ends on its failure (1 = end at the first failure)"`
 	// RetryBackoff is the wait after the first failed try.
 	RetryBackoff time.Duration `yaml:"retry_backoff" doc:"wait after a failed publish before it is tried again; doubles each try, up to 1m"`
@@ -81,7 +88,8 @@ func DefaultPublisher() PublisherConfig {
 		Transport:           TransportStore,
 		Quantize:            QuantizeNone,
 		// 2+4+8+16+32 s: a publish that keeps failing ends the run about
-		// a minute after its first failure.
+		// a minute after its first failure (a remote worker's, whose
+		// every try waits out its 60 s ack, about 7 minutes).
 		Attempts:     6,
 		RetryBackoff: 2 * time.Second,
 	}

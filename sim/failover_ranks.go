@@ -76,6 +76,12 @@ const (
 	verdictRemoved    = "removed"           // a group's last rank killed by its holder
 )
 
+// rankModelOff turns the rank model off (no groups, no rank hosts'
+// timers or lines): a test compares a run with the model, its lines
+// left out, against the same seed's run without it. Only tests set it,
+// and none of the package's tests runs in parallel.
+var rankModelOff bool
+
 // foRanks is the rank model's state in the world.
 type foRanks struct {
 	rng      *rand.Rand
@@ -202,6 +208,9 @@ func (n *tnode) rankCall(m string, req rankReq, wait time.Duration, done func(er
 // startRanks starts the term's group on the other trainer nodes, once
 // membership lists enough of them.
 func (n *tnode) startRanks(p *pipe) {
+	if rankModelOff {
+		return
+	}
 	w := n.w
 	if n.closeIfStopped(p) || p.rg != nil {
 		return
@@ -293,6 +302,9 @@ func (n *tnode) rankToken(p *pipe) uint64 {
 // fenceOwn: this node's term of token starts; its rank host ends the
 // ranks it ran for earlier holders first (the agent's Fence).
 func (n *tnode) fenceOwn(token uint64) {
+	if rankModelOff {
+		return
+	}
 	_, ended := n.host.rule.Observe(token)
 	n.endGroups(ended, fmt.Sprintf("its own term of token %d started", token), verdictTermEnded)
 }
@@ -357,6 +369,9 @@ func (n *tnode) registerRank(req rankReq, answer func(err string)) {
 // rankWatch: every rankWatchEvery the host ends the groups whose holder
 // left its membership.
 func (n *tnode) rankWatch() {
+	if rankModelOff {
+		return
+	}
 	n.loop(rankWatchEvery, rankWatchEvery, func() {
 		n.endGroups(n.host.rule.Departed(n.isMember), "its holder left the membership", verdictDeparted)
 	})
@@ -417,6 +432,9 @@ func (w *fo) checkRanks(n *tnode) {
 
 // logRankVerdicts is the run's count of the rule's verdicts.
 func (w *fo) logRankVerdicts() {
+	if rankModelOff {
+		return
+	}
 	var b []byte
 	for _, k := range slices.Sorted(maps.Keys(w.ranks.verdicts)) {
 		b = fmt.Appendf(b, " %s=%d", k, w.ranks.verdicts[k])

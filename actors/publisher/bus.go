@@ -36,8 +36,10 @@ type BusPublisher struct {
 	// treats a repeat of a version it already serves as a request to ack
 	// again, and a repeat of its newest version that no engine serves
 	// (every engine failed it) as a request to publish it again
-	// (cluster/node publishRemote), so an engine that is back acks it
-	// within a repeat.
+	// (cluster/node publishRemote) once publisher.retry_backoff has passed
+	// since its last try (doubling each try), so an engine that is back
+	// acks it within that backoff and one that keeps refusing it is not
+	// told to load it on every repeat.
 	Resend time.Duration
 }
 

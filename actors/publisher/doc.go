@@ -11,8 +11,9 @@
 //     the same version after a failure (the trainer does not acknowledge a
 //     step whose publish failed; its step rule tries again with backoff,
 //     publisher.attempts times in all, before the run ends on it). A
-//     retry of a version that reached some engine meanwhile succeeds. cluster/weightsync's Sync is the
-//     Publisher of a run over the Shell; BusPublisher (bus.go) a remote
+//     retry of a version that reached some engine meanwhile succeeds.
+//     cluster/weightsync's Sync is the Publisher of a run over the
+//     Shell; BusPublisher (bus.go) a remote
 //     trainer worker's: it writes each version's serving checkpoint to a
 //     directory the engines' node reads, announces it with
 //     WeightsPublished and returns once an EngineVersionAck for it
@@ -24,8 +25,9 @@
 //     tracker and tells the Router the engine's version.
 //   - Publish records a new version (or, for the newest version again,
 //     retries a publish that failed: the engines that failed it are
-//     commanded again), hands every engine behind it a Command through the Dispatcher (which must not block: each engine's
-//     receiver fetches, applies, pauses, loads, resumes on its own), and
+//     commanded again), hands every engine behind it a Command through
+//     the Dispatcher (which must not block: each engine's receiver
+//     fetches, applies, pauses, loads, resumes on its own), and
 //     waits until the tracker settles the version: routable on at least
 //     one engine (nil), or out of reach of every engine — each failed it
 //     or left — (ErrNoEngine), or until ctx ends.

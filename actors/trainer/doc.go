@@ -35,15 +35,18 @@
 //     the step: no StepDone, no record, no WeightsPublished. The trained
 //     weights are held and published again — never trained again — after
 //     a wait that doubles with each try (Config.PublishRetry: the run's
-//     publisher.attempts and publisher.retry_backoff); training goes on
-//     meanwhile, and only a publish that succeeds announces the step. So
-//     a transient failure (every engine briefly unreachable) costs a
+//     publisher.attempts and publisher.retry_backoff). Meanwhile the run
+//     does not end (Err stays nil), but no later step trains while the
+//     step is held, and only a publish that succeeds announces the step.
+//     So a transient failure (every engine briefly unreachable) costs a
 //     wait, not the run; every step's prompts are trained exactly once
 //     and a step is never counted live before the engines have it. After
 //     the last try Err reports the failure, naming the version and the
 //     publisher's error (a run ends on it; a cluster term steps down and
 //     the next term trains the step from the last durable checkpoint,
-//     where it was never recorded).
+//     where it was never recorded). A failure after the publish — the
+//     cluster term's checkpoint of the version (AfterPublishError) — is
+//     retried the same way, and the give-up names it.
 //   - A remote worker publishes through actors/publisher.BusPublisher: each
 //     version's serving checkpoint written to a directory, announced with
 //     WeightsPublished, returning once an EngineVersionAck for it arrives.

@@ -68,8 +68,8 @@ func retrying(attempts int) func(*Config) {
 // TestFailedPublishIsNotAcknowledged: a step whose publish fails after
 // the trainer stepped is not announced and not kept; the step rule
 // publishes the same weights again after its wait (the trainer never
-// steps twice on the batch; no retransmission is needed), training goes
-// on meanwhile (Err stays nil), and only the publish that succeeds
+// steps twice on the batch; no retransmission is needed), the run does
+// not end meanwhile (Err stays nil), and only the publish that succeeds
 // answers the batch — with the step's record.
 func TestFailedPublishIsNotAcknowledged(t *testing.T) {
 	pub := &flakyPublisher{fails: 2}
@@ -138,5 +138,39 @@ func TestFailedPublishStopsTrainingByDefault(t *testing.T) {
 	waitErr(a)
 	if err := a.Err(); !errors.Is(err, errEnginesDown) || !strings.Contains(err.Error(), "after 1 attempts") {
 		t.Fatalf("Err() = %v, want the give-up after 1 attempt", err)
+	}
+}
+
+// afterFailing publishes every version and then fails what follows the
+// publish (the cluster term's checkpoint) with errUpload.
+type afterFailing struct{ flakyPublisher }
+
+var errUpload = errors.New("upload cut")
+
+func (p *afterFailing) Publish(ctx context.Context, w publisher.Weights, v int64) error {
+	if err := p.flakyPublisher.Publish(ctx, w, v); err != nil {
+		return err
+	}
+	return &AfterPublishError{Version: v, What: "checkpoint", Err: errUpload}
+}
+
+// TestGiveUpNamesTheCheckpoint: when the version is published every time
+// and only the checkpoint after it fails, the step is retried as a failed
+// publish and the give-up says the checkpoint failed — not that the
+// version was not published.
+func TestGiveUpNamesTheCheckpoint(t *testing.T) {
+	pub := &afterFailing{}
+	bus, a, _, _ := startBuiltin(t, pub, retrying(2))
+	sendTrain(t, bus, 1)
+	waitErr(a)
+	err := a.Err()
+	if !errors.Is(err, errUpload) || !strings.Contains(err.Error(), "the checkpoint of version 1 failed on each of 2 attempts") {
+		t.Fatalf("Err() = %v, want the give-up naming the checkpoint of version 1 after 2 attempts, wrapping %v", err, errUpload)
+	}
+	if strings.Contains(err.Error(), "not published") {
+		t.Fatalf("Err() = %v: the version was published, only its checkpoint failed", err)
+	}
+	if n, published, _ := pub.state(); n != 2 || len(published) != 2 {
+		t.Fatalf("publisher called %d times (published %v), want 2 tries", n, published)
 	}
 }

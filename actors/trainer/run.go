@@ -1,6 +1,7 @@
 package trainer
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -61,9 +62,21 @@ func (a *Actor) do(rule *steprule.Core, e steprule.Effect, last *StepRecord) {
 	case steprule.Refuse:
 		a.fail(v.Step, v.Err())
 	case steprule.GiveUp:
-		a.fail(v.Step, fmt.Errorf("trainer: step %d: version %d not published after %d attempts, so training stops (publisher.attempts, publisher.retry_backoff): %w",
-			v.Step, v.Version, v.Attempts, a.pubErr))
+		a.fail(v.Step, a.giveUp(v))
 	}
+}
+
+// giveUp is the error that ends training after the rule's GiveUp: it
+// names what failed on the last try — the publish, or what follows it
+// (AfterPublishError: the version was published).
+func (a *Actor) giveUp(g steprule.GiveUp) error {
+	var after *AfterPublishError
+	if errors.As(a.pubErr, &after) {
+		return fmt.Errorf("trainer: step %d: the %s of version %d failed on each of %d attempts, so training stops (publisher.attempts, publisher.retry_backoff): %w",
+			g.Step, after.What, g.Version, g.Attempts, a.pubErr)
+	}
+	return fmt.Errorf("trainer: step %d: version %d not published after %d attempts, so training stops (publisher.attempts, publisher.retry_backoff): %w",
+		g.Step, g.Version, g.Attempts, a.pubErr)
 }
 
 // trained steps the rule with the outcome of a Train or Publish. A
@@ -71,18 +84,31 @@ func (a *Actor) do(rule *steprule.Core, e steprule.Effect, last *StepRecord) {
 // step started from when only the publish failed.
 func (a *Actor) trained(rule *steprule.Core, step int64, rec StepRecord, err error, last *StepRecord) {
 	if err != nil {
-		if a.version() > rule.Version() {
-			// Only the publish failed: the rule tries it again, or gives
-			// up (GiveUp ends training).
-			a.cfg.Logger.Warn().Err(err).Int64("step", step).Msg("trainer: publish failed; it is tried again")
-		} else {
+		// Only the publish failed when the trainer holds a version above
+		// the rule's: the rule tries it again, or gives up (its GiveUp
+		// ends training and is logged by fail).
+		onlyPublish := a.version() > rule.Version()
+		if !onlyPublish {
 			a.fail(step, err)
 		}
 		rule.Step(time.Now(), steprule.Failed{Step: step, Version: a.version(), Err: err.Error()})
+		if onlyPublish && !givesUp(rule.Ready()) {
+			a.cfg.Logger.Warn().Err(err).Int64("step", step).Time("retry_at", rule.RetryAt()).Msg("trainer: publish failed; it is tried again")
+		}
 		return
 	}
 	*last = rec
 	rule.Step(rec.Done, steprule.Trained{Step: step, Version: rec.Version})
+}
+
+// givesUp reports whether rd ends the held step's tries.
+func givesUp(rd steprule.Ready) bool {
+	for _, e := range rd.Effects {
+		if _, ok := e.(steprule.GiveUp); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // fail logs a step's error and keeps it for Err.

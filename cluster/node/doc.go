@@ -34,8 +34,10 @@
 // before the run ends on it. A stopped engine leaves the tracker. A
 // remote trainer's checkpoints (WeightsPublished, file://) take the same
 // path; the engines' acks are what the worker waits for, and a repeated
-// announcement of a version every engine failed publishes it again. publisher.mode full swaps
-// the serving copy into each engine from memory instead.
+// announcement of a version every engine failed publishes it again
+// (publisher.retry_backoff apart, doubling). publisher.mode full swaps
+// the serving copy into each engine from memory instead (a version
+// some engine took is published; the others' errors are logged).
 //
 // Wait returns when the trainer finished run.steps steps, the context
 // ended (Ctrl-C: interrupted), training failed, or dynamic sampling

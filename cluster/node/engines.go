@@ -34,9 +34,17 @@ func routerConfig(c config.Config, replicas []string, log zerolog.Logger) proxy.
 // or wait), gets the new BF16 serving copy and resumes; then the router
 // learns every engine's version and the new minimum. It is also how a
 // remote trainer's versions reach the engines.
+//
+// As the Publisher contract says, a version some engine made live is
+// published (nil; the other engines' errors are logged), and one no engine
+// took is an error. A try again of the same version (the trainer's
+// retry) commands only the engines that do not serve it yet: a healthy
+// engine is not paused a second time (pause mode abort would cut its
+// requests again).
 type inProcPublisher struct {
 	mode    string
 	router  *proxy.Router
+	log     zerolog.Logger
 	mu      sync.Mutex
 	engines []*localengine.Engine
 }
@@ -60,6 +68,10 @@ func (p *inProcPublisher) Publish(ctx context.Context, w publisher.Weights, vers
 	var errs []error
 	live := 0
 	for _, le := range es {
+		if le.E.Version() == version {
+			live++ // made live by an earlier try of this version
+			continue
+		}
 		if err := p.update(ctx, le, m, version); err != nil {
 			if errors.Is(err, engine.ErrClosed) {
 				continue // a stopped engine (killed in a chaos test) keeps its old version, out of rotation
@@ -69,12 +81,13 @@ func (p *inProcPublisher) Publish(ctx context.Context, w publisher.Weights, vers
 		}
 		live++
 	}
-	if live > 0 {
-		if err := p.router.Apply(policy.SetMinVersion{Version: version}); err != nil {
-			errs = append(errs, err)
-		}
+	if live == 0 {
+		return errors.Join(errs...)
 	}
-	return errors.Join(errs...)
+	for _, err := range errs {
+		p.log.Warn().Err(err).Int64("version", version).Msg("publisher: an engine did not take the version; the others serve it")
+	}
+	return p.router.Apply(policy.SetMinVersion{Version: version})
 }
 
 func (p *inProcPublisher) update(ctx context.Context, le *localengine.Engine, m engine.Model, version int64) error {

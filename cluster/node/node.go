@@ -76,6 +76,7 @@ type Node struct {
 	tr                  *trainer.Actor
 	pub                 *inProcPublisher
 	wsync               *weightSync // publisher.mode delta (the default)
+	remoteRetry         remoteRetry // spaces a remote version's retries
 	hooks               testHooks
 	httpc               *http.Client
 	// weightsSub loads versions published by a remote trainer.

@@ -58,14 +58,19 @@ type Options struct {
 	// AfterStep, when set, runs in the trainer's goroutine after each new
 	// version was published and before the step is recorded, while tr
 	// holds exactly that version (version is this run's, counted from 0;
-	// the cluster agent checkpoints it there); an error fails the step.
+	// the cluster agent checkpoints it there). An error is retried with
+	// the version's publish, as a failed publish is (publisher.attempts,
+	// publisher.retry_backoff): the step is not acknowledged before it
+	// succeeds, and after the last try training stops with an error
+	// naming the checkpoint. It may thus run more than once per version.
 	AfterStep func(ctx context.Context, tr *model.Trainer, version int64) error
 	// ExecCheckpoint, with trainer.backend exec, is a resume state the
 	// trainer child wrote (one rank's, or a worker group's shards and
 	// manifest) that the child starts from, at ExecCheckpointVersion (the
 	// state's step); version 0 of this run is its weights. AfterExecStep is
 	// AfterStep's counterpart: it gets the child's state directory of each
-	// new version (the cluster agent uploads it).
+	// new version (the cluster agent uploads it), its error retried as
+	// AfterStep's is.
 	ExecCheckpoint        string
 	ExecCheckpointVersion int64
 	AfterExecStep         func(ctx context.Context, state string, version int64) error

@@ -32,9 +32,16 @@ type refusingEngine struct {
 
 func startRefusingEngine(t *testing.T, backend string, refuse int64) *refusingEngine {
 	t.Helper()
+	return startRefusingEngineN(t, backend, refuse, 1)
+}
+
+// startRefusingEngineN is startRefusingEngine refusing the first times
+// loads of version refuse (every load: a negative times).
+func startRefusingEngineN(t *testing.T, backend string, refuse, times int64) *refusingEngine {
+	t.Helper()
 	x := &refusingEngine{}
 	proxy := proxyTo(t, backend)
-	var once atomic.Bool
+	var tries atomic.Int64
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPost && r.URL.Path == "/collective_rpc" {
 			body, err := io.ReadAll(r.Body)
@@ -43,7 +50,7 @@ func startRefusingEngine(t *testing.T, backend string, refuse int64) *refusingEn
 				return
 			}
 			r.Body = io.NopCloser(bytes.NewReader(body))
-			if rpcLoadsVersion(body, refuse) && once.CompareAndSwap(false, true) {
+			if rpcLoadsVersion(body, refuse) && (times < 0 || tries.Add(1) <= times) {
 				x.refused.Add(1)
 				http.Error(w, "engine briefly unavailable", http.StatusInternalServerError)
 				return
@@ -123,9 +130,9 @@ func TestRunSurvivesAnEngineRefusingAVersion(t *testing.T) {
 
 // TestRemoteWorkerHearsARetriedVersion: a remote trainer worker's version
 // that every engine failed (the only engine refuses its load once) is
-// published again on the worker's next repeated announcement, so the
-// engine, back, loads it and its ack reaches the worker within one
-// repeat — not after the worker's whole ack timeout (60 s by default;
+// published again on the worker's first repeated announcement after
+// publisher.retry_backoff, so the engine, back, loads it and its ack
+// reaches the worker within that backoff — not after the worker's whole ack timeout (60 s by default;
 // 20 s here, a bound the fix beats by far, and which the holder that
 // only re-acked a served version ran out every time).
 func TestRemoteWorkerHearsARetriedVersion(t *testing.T) {
@@ -175,4 +182,64 @@ func TestRemoteWorkerHearsARetriedVersion(t *testing.T) {
 	if v, err := d.ServedVersion(ctx); err != nil || v != 1 {
 		t.Errorf("the engine serves version %d (%v), want 1", v, err)
 	}
+}
+
+// TestRemoteWorkerRetriesAreSpaced: an engine that keeps refusing a
+// remote worker's version (a corrupt range, an engine out of memory on
+// load) is not told to load it on every repeat of the worker's
+// announcement: the node's retries of the version are spaced by
+// publisher.retry_backoff, doubling. Here the worker repeats every 50 ms
+// for 3 s (about 60 repeats) and the backoff is 400 ms, so the tries are
+// the publish and the retries at about 0.4, 1.2 and 2.8 s: 4, and a few
+// more if the machine is slow to answer; before the node spaced them it
+// retried on every repeat (about 60 loads).
+func TestRemoteWorkerRetriesAreSpaced(t *testing.T) {
+	cfg := smallConfig(t, 3)
+	cfg.Engines.Count = 0
+	cfg.Trainer.Backend = config.BackendRemote
+	cfg.Publisher.RetryBackoff = 400 * time.Millisecond
+	backend := startExternalEngine(t, cfg, 100)
+	x := startRefusingEngineN(t, backend.url, 1, -1)
+	cfg.Engines.External = []config.ExternalEngine{{URL: x.url, Kind: config.EngineBuiltin, WeightLoad: config.LoadFull}}
+	n, err := New(cfg, Options{InMemoryBus: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := n.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer n.Stop()
+	bopts := natsbus.DefaultOptions()
+	bopts.URL, bopts.Name = n.BusURL(), "worker"
+	bus, err := natsbus.Connect(ctx, bopts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bus.Close()
+	m, err := pmodel.New(wiring.PolicyModel(cfg), uint64(cfg.Run.Seed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := &publisher.BusPublisher{Bus: bus, RunID: cfg.Run.ID, Sender: "worker", Dir: t.TempDir(),
+		Weights: n.subj.Weights, Acks: n.subj.AcksAll, AckTimeout: 3 * time.Second, Resend: 50 * time.Millisecond}
+	if err := pub.Publish(ctx, publisher.InMemory(m), 1); err == nil {
+		t.Fatal("version 1 acknowledged, though its only engine refuses every load of it")
+	}
+	// Repeats still queued when the worker gave up reach the node after
+	// it: the node handles announcements in order, so once version 2
+	// (not refused) is acknowledged every repeat of version 1 was
+	// handled.
+	if err := pub.Publish(ctx, publisher.InMemory(m), 2); err != nil {
+		t.Fatalf("version 2: %v", err)
+	}
+	got := x.refused.Load()
+	if got < 2 {
+		t.Fatalf("the engine was told to load version 1 %d times, want at least 2 (the publish and a retry)", got)
+	}
+	if got > 8 {
+		t.Fatalf("the engine was told to load version 1 %d times in 3 s of repeats 50 ms apart, want at most 8 (retries spaced by publisher.retry_backoff 400 ms, doubling)", got)
+	}
+	t.Logf("version 1 loaded %d times", got)
 }

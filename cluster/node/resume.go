@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/asyncrl/asyncrl/actors/publisher"
+	"github.com/asyncrl/asyncrl/actors/trainer"
 	"github.com/asyncrl/asyncrl/model"
 	"github.com/asyncrl/asyncrl/weights/safetensors"
 )
@@ -71,7 +72,9 @@ func loadTrainerWithConfig(dir string, tcfg model.TrainerConfig) (*model.Trainer
 // afterStepPublisher runs Options.AfterStep once each version is
 // published. It runs in the trainer actor's goroutine, between the publish
 // and the step's record, so tr holds exactly version v (this run's local
-// version); an error fails the step.
+// version). Its error is a trainer.AfterPublishError (the version is
+// published; its checkpoint is not), retried as a failed publish under
+// publisher.attempts.
 type afterStepPublisher struct {
 	publisher.Publisher
 	tr    *model.Trainer
@@ -84,7 +87,7 @@ func (p afterStepPublisher) Publish(ctx context.Context, w publisher.Weights, v 
 		return err
 	}
 	if err := p.after(ctx, p.tr, v); err != nil {
-		return fmt.Errorf("node: after version %d: %w", v, err)
+		return &trainer.AfterPublishError{Version: v, What: "checkpoint", Err: fmt.Errorf("node: after version %d: %w", v, err)}
 	}
 	return nil
 }

@@ -240,7 +240,7 @@ func (n *Node) startPublisher(ctx context.Context, baseDir string, ptr *pmodel.T
 	if n.opts.Stepper != nil {
 		return n.opts.Stepper.Publisher, nil
 	}
-	n.pub = &inProcPublisher{mode: string(n.cfg.Trainer.PauseMode), router: n.router, engines: n.engines}
+	n.pub = &inProcPublisher{mode: string(n.cfg.Trainer.PauseMode), router: n.router, log: n.opts.Logger, engines: n.engines}
 	tpub = n.pub
 	if n.cfg.Publisher.Mode == config.PublishDelta {
 		if n.wsync, err = n.startWeightSync(ctx, baseDir); err != nil {

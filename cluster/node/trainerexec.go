@@ -177,7 +177,9 @@ func (n *Node) startExecBackend(ctx context.Context, initial *pmodel.Model, tcfg
 // execAfterStep runs Options.AfterExecStep with the child's resume state
 // of each version once it is published, in the trainer actor's goroutine
 // (the supervisor deletes a state only when the next step completes, so
-// the directory is whole during the call); an error fails the step.
+// the directory is whole during the call). Its error is a
+// trainer.AfterPublishError, retried as a failed publish under
+// publisher.attempts.
 type execAfterStep struct {
 	publisher.Publisher
 	ex    *trainer.Exec
@@ -190,7 +192,7 @@ func (p execAfterStep) Publish(ctx context.Context, w publisher.Weights, v int64
 		return err
 	}
 	if err := p.after(ctx, p.ex.State(), v); err != nil {
-		return fmt.Errorf("node: after version %d: %w", v, err)
+		return &trainer.AfterPublishError{Version: v, What: "checkpoint", Err: fmt.Errorf("node: after version %d: %w", v, err)}
 	}
 	return nil
 }

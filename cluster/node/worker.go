@@ -80,6 +80,7 @@ func (n *Node) publishRemote(version int64, dir string) {
 	switch cur := n.wsync.Current(); {
 	case version > cur:
 		err = n.wsync.PublishDir(ctx, dir, version, time.Now())
+		n.remoteRetry.published(version, n.cfg.Publisher.RetryBackoff, time.Now())
 	case n.served(version):
 		// A repeat of a live version: the worker's ack may have been
 		// lost (bus reconnect). Once some engine serves the version (it
@@ -92,14 +93,56 @@ func (n *Node) publishRemote(version int64, dir string) {
 		// publish failed (every engine failed it). Publish it again —
 		// the engines that failed it are told again (Sync.Retry) — so
 		// an engine that is back answers the worker with its ack
-		// instead of the worker waiting out its ack timeout.
+		// instead of the worker waiting out its ack timeout. Not on
+		// every repeat (one every BusPublisher.Resend): an engine that
+		// keeps refusing the version would load it every few seconds;
+		// the tries are spaced as the in-process trainer's are
+		// (publisher.retry_backoff, doubling up to publishRetryCap), and
+		// a repeat before the next try is ignored.
+		if !n.remoteRetry.due(version, time.Now()) {
+			return
+		}
 		err = n.wsync.Retry(ctx, version)
+		n.remoteRetry.retried(version, n.cfg.Publisher.RetryBackoff, time.Now())
 	default:
 		return // older than the newest version and not served: superseded
 	}
 	if err != nil {
 		n.opts.Logger.Error().Err(err).Int64("version", version).Msg("weights: version not published to the engines")
 	}
+}
+
+// remoteRetry spaces the tries of a remote trainer's newest version that
+// no engine serves: the first retry is due publisher.retry_backoff after
+// its publish ended, each later one after twice the previous wait, up to
+// publishRetryCap. Only the weights subscription's handler (one message
+// at a time) touches it.
+type remoteRetry struct {
+	version int64
+	next    time.Time     // when the next retry is due
+	wait    time.Duration // the wait before next, doubled after each retry
+}
+
+// published starts the schedule of version, whose publish just ended.
+func (r *remoteRetry) published(version int64, backoff time.Duration, now time.Time) {
+	*r = remoteRetry{version: version, wait: backoff, next: now.Add(backoff)}
+}
+
+// due reports whether a retry of version is due at now.
+func (r *remoteRetry) due(version int64, now time.Time) bool {
+	return version != r.version || !now.Before(r.next)
+}
+
+// retried schedules the next retry of version after a retry that ended
+// at now (a version whose publish this node did not run, as after a
+// restart, starts at backoff).
+func (r *remoteRetry) retried(version int64, backoff time.Duration, now time.Time) {
+	if version != r.version || r.wait <= 0 {
+		r.version, r.wait = version, backoff
+	} else {
+		r.wait = min(2*r.wait, max(publishRetryCap, r.wait))
+	}
+	r.next = now.Add(r.wait)
 }
 
 // served reports whether some engine serves version or a later one.

@@ -256,10 +256,24 @@ func (s *storeMode) source(w *Sync, d *Driven) (Source, error) {
 }
 
 func (s *storeMode) publishVersion(ctx context.Context, w *Sync, dir string, version int64, owned bool, t0 time.Time) error {
+	info, full, err := s.write(ctx, w, dir, version, owned, t0)
+	if err != nil {
+		return err
+	}
+	if full {
+		defer s.prune(w, info.Version) // once the version is routable
+	}
+	return w.announce(ctx, info)
+}
+
+// write encodes dir into the store as version: its delta, and its full
+// checkpoint when one is due and its write succeeded (full: the store is
+// pruned below it once it is routable).
+func (s *storeMode) write(ctx context.Context, w *Sync, dir string, version int64, owned bool, t0 time.Time) (info tracker.VersionInfo, full bool, err error) {
 	out, err := s.encode(ctx, dir)
 	switch {
 	case err != nil && out.Version != version:
-		return fmt.Errorf("node: publisher: version %d: %w", version, err)
+		return info, false, fmt.Errorf("node: publisher: version %d: %w", version, err)
 	case err != nil:
 		// The delta is written (Current is version), only the optional
 		// full checkpoint is not: the version goes out as a delta, so
@@ -273,12 +287,11 @@ func (s *storeMode) publishVersion(ctx context.Context, w *Sync, dir string, ver
 	s.prevDir, s.prevOwned = dir, owned
 	w.observePublish(time.Since(t0))
 	w.deltaBytes.Add(float64(out.Manifest.TotalCompressedNumBytes))
-	info := tracker.VersionInfo{Version: out.Version, DeltaBytes: out.Manifest.TotalCompressedNumBytes}
-	if out.Full != nil {
+	info = tracker.VersionInfo{Version: out.Version, DeltaBytes: out.Manifest.TotalCompressedNumBytes}
+	if full = err == nil && out.Full != nil; full {
 		info.FullBytes = out.Full.TotalNumBytes
-		defer s.prune(w, out.Version) // once the version is routable
 	}
-	return w.announce(ctx, info)
+	return info, full, nil
 }
 
 func (s *storeMode) encode(ctx context.Context, dir string) (delta.Published, error) {

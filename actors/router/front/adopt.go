@@ -1,7 +1,6 @@
 package front
 
 import (
-	"io"
 	"net"
 	"net/http"
 	"time"
@@ -97,8 +96,7 @@ func (s *Server) relayAdopted(fc *fastConn, ex *adopted) {
 	}
 	s.cfg.Upstream.TrackBody(uc, resp, stop)
 	if resp.StatusCode == http.StatusServiceUnavailable && sh.Retry503(rt.D, rt.Span, rt.Attempt, &rt.Preq) {
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // as forward drains it
-		_ = resp.Body.Close()
+		DrainRetried(resp.Body) // as forward drains it
 		s.retryAdopted(fc, ex.body, rt)
 		return
 	}

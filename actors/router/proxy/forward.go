@@ -156,8 +156,7 @@ func (r *Router) forwardFrom(in front.Inbound, out front.Answer, body []byte, rt
 			// Drained so the upstream connection is reused; the attempt
 			// is already closed (as the loop front closes it before it
 			// releases its upstream connection).
-			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-			resp.Body.Close()
+			front.DrainRetried(resp.Body)
 			d, span, overhead = r.reroute(preq, overhead)
 			continue
 		}
