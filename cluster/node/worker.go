@@ -13,6 +13,7 @@ import (
 
 	"github.com/asyncrl/asyncrl/actors/publisher"
 	"github.com/asyncrl/asyncrl/actors/trainer"
+	"github.com/asyncrl/asyncrl/actors/trainer/steprule"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/messages"
 	pmodel "github.com/asyncrl/asyncrl/model"
@@ -97,7 +98,7 @@ func (n *Node) publishRemote(version int64, dir string) {
 		// every repeat (one every BusPublisher.Resend): an engine that
 		// keeps refusing the version would load it every few seconds;
 		// the tries are spaced as the in-process trainer's are
-		// (publisher.retry_backoff, doubling up to publishRetryCap), and
+		// (publisher.retry_backoff, doubling up to steprule.MaxBackoffCap), and
 		// a repeat before the next try is ignored.
 		if !n.remoteRetry.due(version, time.Now()) {
 			return
@@ -115,7 +116,7 @@ func (n *Node) publishRemote(version int64, dir string) {
 // remoteRetry spaces the tries of a remote trainer's newest version that
 // no engine serves: the first retry is due publisher.retry_backoff after
 // its publish ended, each later one after twice the previous wait, up to
-// publishRetryCap. Only the weights subscription's handler (one message
+// steprule.MaxBackoffCap. Only the weights subscription's handler (one message
 // at a time) touches it.
 type remoteRetry struct {
 	version int64
@@ -140,7 +141,7 @@ func (r *remoteRetry) retried(version int64, backoff time.Duration, now time.Tim
 	if version != r.version || r.wait <= 0 {
 		r.version, r.wait = version, backoff
 	} else {
-		r.wait = min(2*r.wait, max(publishRetryCap, r.wait))
+		r.wait = min(2*r.wait, max(steprule.MaxBackoffCap, r.wait))
 	}
 	r.next = now.Add(r.wait)
 }
