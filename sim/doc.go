@@ -66,8 +66,10 @@
 // its own, so it changes nothing else in a seed's run), with rollout
 // nodes that pull
 // groups and host engines; the term's pipeline is modelled minimally
-// inside the shell's StartPipeline/StopPipeline. Its planted bugs reach
-// the term core through term.Config.Plant.
+// inside the shell's StartPipeline/StopPipeline, its trainer around the
+// production step rule (failover_steprule.go: a failed publish tried
+// again, a give-up failing that node's term). Its planted bugs reach the
+// term core through term.Config.Plant.
 //
 // # Contract
 //

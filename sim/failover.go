@@ -73,6 +73,12 @@ type fo struct {
 	lastDurableAt time.Duration
 	trained       int64
 	requeued      int64
+	// pubRetries counts the terms' trainers' publishes tried again,
+	// giveUps their give-ups, gaveUp the newest (global) step given up
+	// (failover_steprule.go).
+	pubRetries, giveUps int
+	gaveUp              int64
+	bucketOut           int // weight-bucket-outages in progress
 	// Issue 37's generators (failover_extra.go): the second stream's
 	// draws, and what its faults hold now.
 	x         foExtra
@@ -126,7 +132,7 @@ func runFailover(cfg Config) (res Result, v *Violation) {
 	}()
 	res = Result{Seed: cfg.Seed, Scenario: cfg.Scenario, Workload: w.workload(), Events: w.events,
 		InvariantChecks: w.checks, VirtualTime: w.clock, StepsTrained: w.store.prog.Step, Faults: map[FaultKind]int{},
-		Trained: w.trained, Requeued: w.requeued, LogHash: hexsum(w.logHash)}
+		Trained: w.trained, Requeued: w.requeued, PublishRetries: w.pubRetries, GaveUp: w.gaveUp, LogHash: hexsum(w.logHash)}
 	if cfg.KeepLog {
 		res.Log = w.full()
 	}
@@ -168,6 +174,7 @@ func newFailover(cfg Config) *fo {
 	var extra []*foFault
 	w.x, extra = drawFailoverExtra(cfg, nt, nr, len(w.faults))
 	w.faults = append(w.faults, extra...)
+	w.faults = append(w.faults, drawBucketOutage(cfg, len(w.faults))...)
 	w.logf("start seed=%d scenario=%s %s faults=%d", cfg.Seed, cfg.Scenario, w.workload(), len(w.faults))
 	for _, f := range w.faults {
 		if f.enabled {

@@ -162,6 +162,8 @@ func (w *fo) startExtraFault(f *foFault) bool {
 			w.logf("%s: the pipeline of token %d fails", h.name, tok)
 			h.step(term.Failed{Token: tok, Err: "trainer: step failed (simulated)"})
 		}
+	case FaultBucketOutage:
+		w.bucketOut++
 	case FaultStreamOutage:
 		w.outage++
 	case FaultCheckpointLost:
@@ -200,6 +202,8 @@ func (w *fo) endExtraFault(f *foFault) bool {
 			n.boot()
 		}
 	case FaultPipelineFail:
+	case FaultBucketOutage:
+		w.bucketOut--
 	case FaultStreamOutage:
 		w.outage--
 		w.moved = true // the recovered stream elects its leader, maybe on the holder

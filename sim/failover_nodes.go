@@ -74,7 +74,7 @@ func (n *tnode) boot() {
 	n.stopping, n.lastNotice = false, nil
 	n.host, n.view = newRankHost(), nil
 	c, err := term.New(term.Config{Node: n.name, Run: runID, Steps: int64(w.cfg.Steps), Checkpoints: true,
-		Watch: termwatch.Config{StallAfter: 3 * w.cfg.ProgressBound, UnhealthyAfter: termwatch.DefaultConfig().UnhealthyAfter,
+		Watch: termwatch.Config{StallAfter: max(3*w.cfg.ProgressBound, giveUpAfter()+5*time.Second), UnhealthyAfter: termwatch.DefaultConfig().UnhealthyAfter,
 			StartAfter: w.cfg.ProgressBound / 2},
 		Plant: w.plant()})
 	if err != nil {

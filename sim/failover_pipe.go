@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"fmt"
 	"slices"
 	"time"
 
@@ -24,8 +23,7 @@ type pipe struct {
 	// groups: group → state, for the groups taken in this term.
 	groups   map[string]*pgroup
 	finished []*pgroup // delivered, not trained yet
-	training bool
-	local    int64 // local steps trained
+	local    int64     // local steps trained (the trainer's local version)
 	// router: engine → acked version of this term (-1: registered, none);
 	// regAt: when it was registered; targets: (time, version) published.
 	router  map[string]int64
@@ -46,6 +44,9 @@ type pipe struct {
 	// far (failover_ranks.go).
 	rg    *rankGroup
 	rgSeq int
+	// tr: the term's trainer around the production step rule
+	// (failover_steprule.go).
+	tr pipeTrainer
 }
 
 type target struct {
@@ -74,34 +75,15 @@ func (p *pipe) deliver(g *pgroup) {
 	p.train()
 }
 
-// train runs one step when a batch is ready.
+// train hands the term's trainer its next batch when one is ready and
+// the step rule is idle (failover_steprule.go): the controller sends a
+// step's batch only once the step before it was announced.
 func (p *pipe) train() {
-	n, w := p.node, p.node.w
-	if p.training || p.stopped || p.local >= p.steps || len(p.finished) < w.batch {
+	w := p.node.w
+	if p.stopped || p.local >= p.steps || len(p.finished) < w.batch || !p.ruleIdle() {
 		return
 	}
 	batch := p.finished[:w.batch]
 	p.finished = slices.Clone(p.finished[w.batch:])
-	p.training = true
-	n.later(w.jitter(200*msec, 800*msec), "", func() {
-		p.training = false
-		p.local++
-		var ids []string
-		for _, g := range batch {
-			g.state = "trained"
-			ids = append(ids, g.id)
-		}
-		ver := p.base.Version + p.local
-		w.logf("%s: trainer step %d (version %d) of token %d from %v", n.name, p.local, ver, p.token, ids)
-		n.stepTrained(term.StepTrained{Token: p.token, Step: p.local, Version: p.local, Groups: ids})
-		n.step(term.CheckpointSaved{Token: p.token, Version: p.local, Location: fmt.Sprintf("ckpt/t%d/v%d", p.token, p.local)})
-		n.maybeStopAtLast(p)
-		if !p.stopped {
-			p.targets = append(p.targets, target{w.clock, ver})
-			for _, e := range p.dispatchTo() {
-				n.step(term.EngineTarget{Token: p.token, Engine: e, Version: ver})
-			}
-		}
-		p.train()
-	})
+	p.receive(batch)
 }

@@ -4,7 +4,9 @@ import (
 	"slices"
 	"time"
 
+	"github.com/asyncrl/asyncrl/actors/publisher/tracker"
 	"github.com/asyncrl/asyncrl/cluster/term"
+	"github.com/asyncrl/asyncrl/cluster/weightsync/targets"
 	"github.com/asyncrl/asyncrl/messages"
 )
 
@@ -25,7 +27,9 @@ type rnode struct {
 	bootAt  time.Duration
 	engTok  uint64
 	engVer  int64
-	linkAt  time.Duration // FIFO link to the holder
+	// agent: the engine's weight-sync agent's targets for term engTok.
+	agent  targets.State
+	linkAt time.Duration // FIFO link to the holder
 }
 
 func (r *rnode) engine() string { return r.engineName() }
@@ -187,8 +191,22 @@ func (r *rnode) loadWeights(n *tnode, tok uint64, ver int64) {
 		if !r.alive || r.inc != inc || tok < r.engTok {
 			return
 		}
-		if tok > r.engTok || ver > r.engVer {
-			r.engTok, r.engVer = tok, ver
+		if tok > r.engTok {
+			// A newer term: its engine host's weight-sync agent starts
+			// fresh, holding no version of the term (weightsync's
+			// Config.Fresh).
+			r.engTok, r.engVer, r.agent = tok, -1, targets.New(tracker.NoVersion)
+		}
+		// The real agent's rule (cluster/weightsync/targets, as the
+		// engine host's weightsync.Agent steps it): a command for a
+		// version it serves is acked again; a newer one is dispatched,
+		// loaded (never failing here) and acked.
+		if _, ok := r.agent.Reack(ver); !ok {
+			r.agent.Dispatch(ver)
+			if t, ok := r.agent.Next(); ok {
+				r.engVer = t
+				r.agent.Handled(t, targets.Loaded)
+			}
 		}
 		got := r.engVer
 		w.logf("%s: engine %s serves version %d of term %d", r.name, r.engine(), got, tok)

@@ -84,7 +84,8 @@ var FaultKinds = []FaultKind{FaultEngineCrash, FaultEngineRestart, FaultEngineHa
 	FaultStaleMetrics, FaultCorruptDelta, FaultTrainerCrash, FaultPublisherCrash, FaultCtlCrash, FaultMsgDrop,
 	FaultMsgDuplicate, FaultMsgDelay, FaultMsgReorder, FaultPartition, FaultStreamLoss, FaultEngineLeave,
 	FaultHolderKill, FaultRolloutKill, FaultLeaseCut, FaultStoreCut, FaultZombie, FaultLossy, FaultLedgerElection, FaultStartStall,
-	FaultQuorumLoss, FaultNodeStop, FaultPipelineFail, FaultStreamOutage, FaultCheckpointLost, FaultMirrorLag, FaultEngineSwap, FaultFleetOutage}
+	FaultQuorumLoss, FaultNodeStop, FaultPipelineFail, FaultStreamOutage, FaultCheckpointLost, FaultMirrorLag, FaultEngineSwap, FaultFleetOutage,
+	FaultBucketOutage}
 
 var processFaults = []FaultKind{FaultEngineCrash, FaultEngineRestart, FaultEngineHang, FaultEngineSlowdown,
 	FaultStaleMetrics, FaultCorruptDelta, FaultTrainerCrash, FaultPublisherCrash, FaultCtlCrash, FaultStreamLoss}

@@ -35,7 +35,9 @@ type Result struct {
 	StepDowns, NoStepDowns, BuffersLost, LostGroups int
 	// PublishRetries counts the step rule's tries of a failed publish
 	// again; GaveUp is the step the rule gave up (its publish failed
-	// publisher.attempts times), which ended the run, 0 for none.
+	// publisher.attempts times), which ended the run, 0 for none — in
+	// failover the newest step a term's trainer gave up, which ended
+	// that term, not the run.
 	PublishRetries int
 	GaveUp         int64
 	// LogHash is the SHA-256 of the event log: equal seeds give equal hashes.

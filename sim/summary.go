@@ -28,7 +28,8 @@ type Summary struct {
 	BuffersLost     int
 	LostGroups      int
 	// PublishRetries sums the runs' publish retries; GaveUp counts the
-	// runs the step rule ended by giving a step up.
+	// runs the step rule ended by giving a step up (failover: the runs
+	// in which a term's trainer gave one up).
 	PublishRetries, GaveUp int
 	// Workload and LogHash are set for a single seed.
 	Workload, LogHash string
@@ -127,7 +128,11 @@ func (s Summary) Format() string {
 			s.StepDowns, s.NoStepDowns, s.BuffersLost, s.LostGroups)
 	}
 	if s.PublishRetries > 0 || s.GaveUp > 0 {
-		fmt.Fprintf(&b, "  publishes         %d failed publishes tried again; %d runs ended by the trainer giving a step up\n", s.PublishRetries, s.GaveUp)
+		ended := "runs ended by the trainer giving a step up"
+		if s.Scenario == ScenarioFailover {
+			ended = "runs where a term's trainer gave a step up (the term failed, another took over)"
+		}
+		fmt.Fprintf(&b, "  publishes         %d failed publishes tried again; %d %s\n", s.PublishRetries, s.GaveUp, ended)
 	}
 	if s.LogHash != "" {
 		fmt.Fprintf(&b, "  event log sha256  %s\n", s.LogHash)

@@ -47,7 +47,7 @@ var Cores = []Core{
 		Skip: []string{"actors/sampling/shell.go", "actors/sampling/refs.go"}, Scenarios: "default, faults, partitions, mixed"},
 	{Name: "tracker", Dirs: []string{"actors/publisher/tracker"}, Scenarios: "default, faults, partitions, mixed"},
 	{Name: "router-policy", Dirs: []string{"actors/router/policy"}, Scenarios: "default, faults, partitions, mixed"},
-	{Name: "steprule", Dirs: []string{"actors/trainer/steprule"}, Scenarios: "default, faults, partitions, mixed"},
+	{Name: "steprule", Dirs: []string{"actors/trainer/steprule"}, Scenarios: "default, faults, partitions, mixed, failover"},
 }
 
 // Options configures one measurement.

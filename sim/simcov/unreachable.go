@@ -175,9 +175,6 @@ var Unreachable = []Exclusion{
 	{File: "actors/trainer/steprule/core.go", Func: "New", Why: whyNoRetry},
 	{File: "actors/trainer/steprule/core.go", Func: "(*Core).publishFailed", Contains: "=return", Why: whyNoRetry},
 	{File: "actors/trainer/steprule/core.go", Func: "(*Core).next", Contains: "c.emit(Publish{", Why: whyNoRetry},
-	{File: "actors/trainer/steprule/core.go", Func: "(*Core).Version", Why: whyAccessor},
-	{File: "actors/trainer/steprule/core.go", Func: "(*Core).Training", Why: whyAccessor},
-	{File: "actors/trainer/steprule/core.go", Func: "(*Core).Waiting", Why: whyAccessor},
 	{File: "actors/trainer/steprule/core.go", Func: "(*Core).Tick", Contains: "=return", Why: "a tick before the wait is over: the simulator ticks the rule only at the RetryAt it asked for (a timer on the virtual clock); the trainer actor's 50 ms ticks reach it (steprule's TestRetryWithBackoff)"},
 	{File: "actors/trainer/steprule/core.go", Func: "(*Core).Step", Contains: "=return", Why: "a late or duplicated Trained/Failed: the simulated trainer reports each Train and Publish once, and a crashed incarnation's reports die with its rule (steprule's TestRule covers them)"},
 }
