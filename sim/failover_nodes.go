@@ -300,13 +300,20 @@ func (n *tnode) applyDurable(e term.Effect, tok uint64) bool {
 // storeOp runs op at the store after a delay, retrying while this node is
 // cut off from it; after storeBudget it gives up with failed.
 func (n *tnode) storeOp(what string, op, failed func()) {
+	n.remoteOp(what, "store unreachable", func() bool { return n.storeCut > 0 }, op, failed)
+}
+
+// remoteOp runs op after a delay, retrying every storeRetry while
+// blocked; once storeBudget has passed since the call it logs what failed
+// (why) and gives up with failed.
+func (n *tnode) remoteOp(what, why string, blocked func() bool, op, failed func()) {
 	w := n.w
 	start := w.clock
 	var try func()
 	try = func() {
-		if n.storeCut > 0 {
+		if blocked() {
 			if w.clock-start >= storeBudget {
-				w.logf("%s: %s failed: store unreachable", n.name, what)
+				w.logf("%s: %s failed: %s", n.name, what, why)
 				failed()
 				return
 			}

@@ -273,22 +273,7 @@ func drawBucketOutage(cfg Config, base int) []*foFault {
 // this node is cut off from the store or the bucket is out; after
 // storeBudget it gives up with failed (storeOp's timing).
 func (n *tnode) bucketOp(what string, op, failed func()) {
-	w := n.w
-	start := w.clock
-	var try func()
-	try = func() {
-		if n.storeCut > 0 || w.bucketOut > 0 {
-			if w.clock-start >= storeBudget {
-				w.logf("%s: %s failed: the weight bucket is unreachable", n.name, what)
-				failed()
-				return
-			}
-			n.later(storeRetry, "", try)
-			return
-		}
-		op()
-	}
-	n.later(w.jitter(5*msec, 150*msec), "", try)
+	n.remoteOp(what, "the weight bucket is unreachable", func() bool { return n.storeCut > 0 || n.w.bucketOut > 0 }, op, failed)
 }
 
 // giveUpAfter is how long after a step trained its trainer gives it up

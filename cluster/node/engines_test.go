@@ -1,11 +1,9 @@
 package node
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/rs/zerolog"
@@ -15,28 +13,15 @@ import (
 	"github.com/asyncrl/asyncrl/cluster/localengine"
 	"github.com/asyncrl/asyncrl/config"
 	"github.com/asyncrl/asyncrl/engine"
+	"github.com/asyncrl/asyncrl/internal/syncbuf"
 	pmodel "github.com/asyncrl/asyncrl/model"
 	"github.com/asyncrl/asyncrl/wiring"
 )
 
-// lockedBuffer is a log sink safe for the engines' goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
 // updates counts engine's "weights updated" lines in the log.
-func (l *lockedBuffer) updates(engine string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+func updates(log *syncbuf.Buffer, engine string) int {
 	n := 0
-	for _, line := range strings.Split(l.b.String(), "\n") {
+	for _, line := range strings.Split(log.String(), "\n") {
 		if strings.Contains(line, `"engine":"`+engine+`"`) && strings.Contains(line, "weights updated") {
 			n++
 		}
@@ -58,7 +43,7 @@ func TestInProcPublishOnSomeEngines(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &lockedBuffer{}
+	logs := &syncbuf.Buffer{}
 	es, err := localengine.Start(cfg.Engines, m, 1, zerolog.New(logs), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -86,13 +71,13 @@ func TestInProcPublishOnSomeEngines(t *testing.T) {
 	// The same version again (a retry; a remote worker's repeat) swaps
 	// only the engines that do not serve it: engine-0 is not paused and
 	// swapped again, engine-1 is tried again and refuses again.
-	if n := logs.updates("engine-0"); n != 1 {
+	if n := updates(logs, "engine-0"); n != 1 {
 		t.Fatalf("engine-0 logged %d weight updates for version 3, want 1", n)
 	}
 	if err := p.Publish(ctx, publisher.Weights{Model: m}, 3); err != nil {
 		t.Fatalf("version 3 again: Publish = %v, want nil", err)
 	}
-	if n := logs.updates("engine-0"); n != 1 {
+	if n := updates(logs, "engine-0"); n != 1 {
 		t.Fatalf("engine-0, which serves version 3, was swapped again by its retry (%d updates)", n)
 	}
 	// No engine takes version 4 (engine-1 serves 5; engine-0 stopped):

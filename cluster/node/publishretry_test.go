@@ -128,6 +128,44 @@ func TestRunSurvivesAnEngineRefusingAVersion(t *testing.T) {
 	}
 }
 
+// startRemoteRun starts a run of cfg with a remote trainer whose only
+// engine refuses version 1's load refusals times (-1: always), and the
+// worker's side over its own connection to the run's bus: its
+// BusPublisher (the caller sets the timing) and the model it publishes.
+// Everything stops with the test.
+func startRemoteRun(t *testing.T, cfg config.Config, refusals int64) (context.Context, *externalEngine, *refusingEngine,
+	*publisher.BusPublisher, *pmodel.Model) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel) // last: after the node and the bus stopped
+	cfg.Engines.Count = 0
+	cfg.Trainer.Backend = config.BackendRemote
+	backend := startExternalEngine(t, cfg, 100)
+	x := startRefusingEngineN(t, backend.url, 1, refusals)
+	cfg.Engines.External = []config.ExternalEngine{{URL: x.url, Kind: config.EngineBuiltin, WeightLoad: config.LoadFull}}
+	n, err := New(cfg, Options{InMemoryBus: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Stop)
+	bopts := natsbus.DefaultOptions()
+	bopts.URL, bopts.Name = n.BusURL(), "worker"
+	bus, err := natsbus.Connect(ctx, bopts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bus.Close() })
+	m, err := pmodel.New(wiring.PolicyModel(cfg), uint64(cfg.Run.Seed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, backend, x, &publisher.BusPublisher{Bus: bus, RunID: cfg.Run.ID, Sender: "worker", Dir: t.TempDir(),
+		Weights: n.subj.Weights, Acks: n.subj.AcksAll}, m
+}
+
 // TestRemoteWorkerHearsARetriedVersion: a remote trainer worker's version
 // that every engine failed (the only engine refuses its load once) is
 // published again on the worker's first repeated announcement after
@@ -137,36 +175,9 @@ func TestRunSurvivesAnEngineRefusingAVersion(t *testing.T) {
 // only re-acked a served version ran out every time).
 func TestRemoteWorkerHearsARetriedVersion(t *testing.T) {
 	cfg := smallConfig(t, 3)
-	cfg.Engines.Count = 0
-	cfg.Trainer.Backend = config.BackendRemote
-	backend := startExternalEngine(t, cfg, 100)
-	x := startRefusingEngine(t, backend.url, 1)
-	cfg.Engines.External = []config.ExternalEngine{{URL: x.url, Kind: config.EngineBuiltin, WeightLoad: config.LoadFull}}
-	n, err := New(cfg, Options{InMemoryBus: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := n.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer n.Stop()
-	// The worker's side, over its own connection to the run's bus.
-	bopts := natsbus.DefaultOptions()
-	bopts.URL, bopts.Name = n.BusURL(), "worker"
-	bus, err := natsbus.Connect(ctx, bopts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bus.Close()
-	m, err := pmodel.New(wiring.PolicyModel(cfg), uint64(cfg.Run.Seed))
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, backend, x, pub, m := startRemoteRun(t, cfg, 1)
 	const ackTimeout = 20 * time.Second
-	pub := &publisher.BusPublisher{Bus: bus, RunID: cfg.Run.ID, Sender: "worker", Dir: t.TempDir(),
-		Weights: n.subj.Weights, Acks: n.subj.AcksAll, AckTimeout: ackTimeout, Resend: 200 * time.Millisecond}
+	pub.AckTimeout, pub.Resend = ackTimeout, 200*time.Millisecond
 	t0 := time.Now()
 	if err := pub.Publish(ctx, publisher.InMemory(m), 1); err != nil {
 		t.Fatalf("publish of version 1, refused once by the only engine: %v", err)
@@ -195,35 +206,9 @@ func TestRemoteWorkerHearsARetriedVersion(t *testing.T) {
 // retried on every repeat (about 60 loads).
 func TestRemoteWorkerRetriesAreSpaced(t *testing.T) {
 	cfg := smallConfig(t, 3)
-	cfg.Engines.Count = 0
-	cfg.Trainer.Backend = config.BackendRemote
 	cfg.Publisher.RetryBackoff = 400 * time.Millisecond
-	backend := startExternalEngine(t, cfg, 100)
-	x := startRefusingEngineN(t, backend.url, 1, -1)
-	cfg.Engines.External = []config.ExternalEngine{{URL: x.url, Kind: config.EngineBuiltin, WeightLoad: config.LoadFull}}
-	n, err := New(cfg, Options{InMemoryBus: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := n.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer n.Stop()
-	bopts := natsbus.DefaultOptions()
-	bopts.URL, bopts.Name = n.BusURL(), "worker"
-	bus, err := natsbus.Connect(ctx, bopts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bus.Close()
-	m, err := pmodel.New(wiring.PolicyModel(cfg), uint64(cfg.Run.Seed))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub := &publisher.BusPublisher{Bus: bus, RunID: cfg.Run.ID, Sender: "worker", Dir: t.TempDir(),
-		Weights: n.subj.Weights, Acks: n.subj.AcksAll, AckTimeout: 3 * time.Second, Resend: 50 * time.Millisecond}
+	ctx, _, x, pub, m := startRemoteRun(t, cfg, -1)
+	pub.AckTimeout, pub.Resend = 3*time.Second, 50*time.Millisecond
 	if err := pub.Publish(ctx, publisher.InMemory(m), 1); err == nil {
 		t.Fatal("version 1 acknowledged, though its only engine refuses every load of it")
 	}
