@@ -40,7 +40,7 @@ if [ ! -d "$root/sft-data" ]; then
 	cat "$root"/demos-1[123].jsonl >"$root/demos.jsonl"
 	"$bin" data pretokenize --tokenizer .cache/tokenizers/qwen3 "$root/demos.jsonl" "$root/sft-data"
 fi
-if [ ! -e "$root/sft/step-00000400" ]; then
+if [ ! -e "$root/sft/step-00000600" ]; then
 	"$bin" sft --config examples/tool-env-qwen3-sft.yaml
 fi
 
