@@ -51,7 +51,7 @@ func ChatFormat(ro config.RolloutConfig, dir string) (rollout.ChatFormat, error)
 		return nil, nil
 	}
 	if dir == "" {
-		return nil, fmt.Errorf("rollout.chat_template: no tokenizer directory: set engines.external[].tokenizer to the model's Hugging Face tokenizer directory")
+		return nil, fmt.Errorf("rollout.chat_template: no tokenizer directory: set model.tokenizer (a run on a Hugging Face model) or engines.external[].tokenizer to the model's Hugging Face tokenizer directory")
 	}
 	tok, err := chattemplate.LoadDir(dir)
 	if err != nil {

@@ -32,6 +32,7 @@ func (n *Node) resolveModel() error {
 		// the run trains from below
 		n.opts.Logger.Info().Str("dir", dir).Str("preset", string(n.cfg.Model.Preset)).Int64("seed", n.cfg.Run.Seed).Msg("model: random-initialised checkpoint written")
 	}
+	n.tok = wiring.TokenizerIn(dir)
 	if ic := n.cfg.Trainer.InitCheckpoint; ic != "" {
 		// an SFT run's serving checkpoint (or any other of the same
 		// architecture): what the child trains and the engines serve
@@ -43,6 +44,9 @@ func (n *Node) resolveModel() error {
 			return fmt.Errorf("%w: trainer.init_checkpoint %s is a %s checkpoint but the model is %s", ErrConfig, ic, mt, want)
 		}
 		dir = ic
+		if t := wiring.TokenizerIn(ic); t != "" {
+			n.tok = t
+		}
 	}
 	n.hf = dir
 	c, err := transformer.ReadConfig(dir)

@@ -98,6 +98,11 @@ type Node struct {
 	// hf is the run's Hugging Face checkpoint directory (model section),
 	// "" for the built-in policy.
 	hf string
+	// tok is the directory of the model's tokenizer: the checkpoint's,
+	// or, for an init_checkpoint without one (asyncrl sft's serving
+	// directories hold weights only), the model directory's copy of
+	// model.tokenizer; "" for the built-in policy.
+	tok string
 	// exec is the exec backend's stepper (nil on other backends): its
 	// worker group's per-rank figures go to /metrics and summary.json.
 	exec *trainer.Exec

@@ -175,7 +175,7 @@ func (n *Node) startServing(ctx context.Context, initial engine.Model) (err erro
 		}
 	} else if n.opts.Remote == nil {
 		// a Hugging Face model's engines serve text with its tokenizer
-		extra, err := wiring.EngineTokenizer(wiring.TokenizerIn(n.hf), initial)
+		extra, err := wiring.EngineTokenizer(n.tok, initial)
 		if err != nil {
 			return fmt.Errorf("%w: model.path: %w", ErrConfig, err)
 		}
@@ -414,7 +414,7 @@ func (n *Node) startController(ctx context.Context, fcfg filter.Config) (err err
 
 func (n *Node) startRollouts() error {
 	count, ecfg, supportK := rollouthost.Setup(n.cfg, n.opts.RolloutActors)
-	tokDir := wiring.RunTokenizer(n.cfg, n.hf)
+	tokDir := wiring.RunTokenizer(n.cfg, n.tok)
 	vocab, err := wiring.VocabularyFrom(tokDir)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrConfig, err)
