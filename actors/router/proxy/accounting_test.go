@@ -155,18 +155,7 @@ func TestRetry503OntoNonPlainReplica(t *testing.T) {
 		if err := h.r.Apply(policy.AddReplica{URL: good.URL + "/base"}); err != nil {
 			t.Fatal(err)
 		}
-		for i := range 4 {
-			resp := h.post("/v1/completions", "", `{"prompt":"p"}`)
-			if body := readAll(t, resp); resp.StatusCode != 200 || body != "good" {
-				t.Fatalf("request %d: %d %q", i, resp.StatusCode, body)
-			}
-		}
-		if badHits.Load() == 0 {
-			t.Fatal("the 503 replica was never tried; the test proves nothing")
-		}
-		if got := testutil.ToFloat64(h.r.metrics.retries.WithLabelValues("status_503")); got != float64(badHits.Load()) {
-			t.Fatalf("status_503 retries %v, bad hits %d", got, badHits.Load())
-		}
+		answeredByGoodAfter503s(t, h, &badHits)
 		if n := decisionsTotal(t, h); n != float64(4+badHits.Load()) {
 			t.Fatalf("%v routing decisions for 4 requests and %d retries", n, badHits.Load())
 		}
@@ -213,18 +202,7 @@ func TestRetryChunked503(t *testing.T) {
 		cfg := testConfig(bad, good)
 		cfg.Policy.Policy = policy.RoundRobin
 		h := start(t, cfg)
-		for i := range 4 {
-			resp := h.post("/v1/completions", "", `{"prompt":"p"}`)
-			if body := readAll(t, resp); resp.StatusCode != 200 || body != "good" {
-				t.Fatalf("request %d: %d %q", i, resp.StatusCode, body)
-			}
-		}
-		if badHits.Load() == 0 {
-			t.Fatal("the 503 replica was never tried; the test proves nothing")
-		}
-		if got := testutil.ToFloat64(h.r.metrics.retries.WithLabelValues("status_503")); got != float64(badHits.Load()) {
-			t.Fatalf("status_503 retries %v, bad hits %d", got, badHits.Load())
-		}
+		answeredByGoodAfter503s(t, h, &badHits)
 	})
 }
 
@@ -265,4 +243,23 @@ func TestRetryGarbledAnswerHead(t *testing.T) {
 				testutil.ToFloat64(h.r.metrics.retries.WithLabelValues("connect")), n)
 		}
 	})
+}
+
+// answeredByGoodAfter503s sends 4 requests through h, each answered 200
+// "good", and checks the 503 replica was tried (badHits) and every try of
+// it counted as a status_503 retry.
+func answeredByGoodAfter503s(t *testing.T, h *harness, badHits *atomic.Int64) {
+	t.Helper()
+	for i := range 4 {
+		resp := h.post("/v1/completions", "", `{"prompt":"p"}`)
+		if body := readAll(t, resp); resp.StatusCode != 200 || body != "good" {
+			t.Fatalf("request %d: %d %q", i, resp.StatusCode, body)
+		}
+	}
+	if badHits.Load() == 0 {
+		t.Fatal("the 503 replica was never tried; the test proves nothing")
+	}
+	if got := testutil.ToFloat64(h.r.metrics.retries.WithLabelValues("status_503")); got != float64(badHits.Load()) {
+		t.Fatalf("status_503 retries %v, bad hits %d", got, badHits.Load())
+	}
 }
