@@ -206,4 +206,17 @@ var (
 	ErrTimeout = errors.New("transport: request timed out")
 	// ErrBadSubject is returned for a malformed subject.
 	ErrBadSubject = errors.New("transport: bad subject")
+	// ErrUnavailable is returned when the server answered that it cannot
+	// serve the request for now (NATS JetStream's 503: a stream without a
+	// leader while its replicas elect one, 4–9 s after a server died).
+	ErrUnavailable = errors.New("transport: temporarily unavailable")
 )
+
+// Transient says whether err may pass if the same call is made again a
+// moment later: a timeout, no responders (a subscriber or stream leader
+// not there yet) or a server's "temporarily unavailable". Everything else
+// (a closed bus, a missing message, a bad subject, a payload too large)
+// fails the same way again.
+func Transient(err error) bool {
+	return errors.Is(err, ErrTimeout) || errors.Is(err, ErrNoResponders) || errors.Is(err, ErrUnavailable)
+}

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/asyncrl/asyncrl/actors/trainer/assemble"
 	"github.com/asyncrl/asyncrl/messages"
@@ -33,6 +36,40 @@ type StreamSource struct {
 	Stream transport.StoredReader
 	// Name is the stream's name, for errors (RunPlan.GroupStream).
 	Name string
+	// RetryFor bounds how long a fetch the buffer failed transiently
+	// (transport.Transient: a timeout, no responders, the stream's
+	// "temporarily unavailable" while its replicas elect a leader) is
+	// tried again before the step fails: 0 is DefaultFetchRetryFor, < 0
+	// tries once. A cluster's term watch steps the term down when its
+	// buffer stays unhealthy (termwatch UnhealthyAfter, 30 s), which
+	// cancels the fetch sooner.
+	RetryFor time.Duration
+	// OnRetry, when set, is told of each failed try that will be tried
+	// again (for the log), before the wait.
+	OnRetry func(group string, try int, err error)
+}
+
+// LogFetchRetries is an OnRetry that warns on l, naming the group, the
+// try and the cause.
+func LogFetchRetries(l zerolog.Logger) func(group string, try int, err error) {
+	return func(group string, try int, err error) {
+		l.Warn().Err(err).Str("group", group).Int("try", try).Msg("trainer: trajectory buffer could not be read for now; fetching again")
+	}
+}
+
+// DefaultFetchRetryFor is StreamSource.RetryFor's default: longer than a
+// JetStream stream's leader election after a server died (4–9 s), as long
+// as a cluster's term watch waits on an unhealthy buffer.
+const DefaultFetchRetryFor = 30 * time.Second
+
+// fetchBackoff is the wait after failed try n (1, 2, …): 100 ms doubling,
+// at most 2 s.
+func fetchBackoff(n int) time.Duration {
+	d := 100 * time.Millisecond
+	for i := 1; i < n && d < 2*time.Second; i++ {
+		d *= 2
+	}
+	return min(d, 2*time.Second)
 }
 
 var _ BatchSource = StreamSource{}
@@ -45,7 +82,7 @@ func (s StreamSource) Fetch(ctx context.Context, group string, ref messages.Batc
 	if s.Stream == nil {
 		return nil, fmt.Errorf("trainer: group %s is stored at %s seq %d but the trainer has no trajectory buffer to fetch from (set trainer.Config.Batches)", group, ref.Subject, ref.Seq)
 	}
-	m, err := s.Stream.GetMsg(ctx, ref.Seq)
+	m, err := s.get(ctx, group, ref.Seq)
 	if errors.Is(err, transport.ErrNoMessage) {
 		return nil, fmt.Errorf("%w: group %s: stream %s seq %d (subject %s) is gone — deleted after it was settled, or trimmed by the buffer's max age; the step is not trained: %w",
 			ErrBatchMissing, group, s.Name, ref.Seq, ref.Subject, err)
@@ -57,6 +94,40 @@ func (s StreamSource) Fetch(ctx context.Context, group string, ref messages.Batc
 		return nil, fmt.Errorf("trainer: group %s: stream %s seq %d is on %s, the reference says %s: %w", group, s.Name, ref.Seq, m.Subject, ref.Subject, messages.ErrBadBatch)
 	}
 	return ref.Resolve(group, m.Data)
+}
+
+// get reads seq, trying again while the buffer fails transiently, until
+// RetryFor has passed or ctx ends. Before issue 31 the batch rode inside
+// the TrainBatch; since the trainer fetches it, a buffer that cannot
+// answer for a few seconds (a leader election, a cluster just started)
+// must not fail the step — that cost a whole term (make test-cluster,
+// 2026-12-07: "JetStream system temporarily unavailable" at step 1).
+func (s StreamSource) get(ctx context.Context, group string, seq uint64) (transport.StoredMsg, error) {
+	retryFor := s.RetryFor
+	if retryFor == 0 {
+		retryFor = DefaultFetchRetryFor
+	}
+	deadline := time.Now().Add(retryFor)
+	for try := 1; ; try++ {
+		m, err := s.Stream.GetMsg(ctx, seq)
+		if err == nil || !transport.Transient(err) || ctx.Err() != nil {
+			return m, err
+		}
+		wait := fetchBackoff(try)
+		if time.Now().Add(wait).After(deadline) {
+			return m, fmt.Errorf("%w (tried %d times over %v)", err, try, retryFor)
+		}
+		if s.OnRetry != nil {
+			s.OnRetry(group, try, err)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return m, err
+		case <-t.C:
+		}
+	}
 }
 
 // inlineOnly is the source of a trainer without Config.Batches: inline

@@ -3,11 +3,11 @@ package node
 import (
 	"context"
 	"fmt"
-	"github.com/asyncrl/asyncrl/wiring"
 	"time"
 
 	"github.com/asyncrl/asyncrl/cluster/weightsync"
 	"github.com/asyncrl/asyncrl/config"
+	"github.com/asyncrl/asyncrl/wiring"
 )
 
 // checkExternal refuses engines.external where the run cannot drive them:

@@ -327,7 +327,8 @@ func (n *Node) batchSource() trainer.BatchSource {
 	if !ok {
 		return nil // no buffer: groups travel inline
 	}
-	return trainer.StreamSource{Stream: sr, Name: n.subj.GroupStream}
+	return trainer.StreamSource{Stream: sr, Name: n.subj.GroupStream,
+		OnRetry: trainer.LogFetchRetries(n.opts.Logger.With().Str("actor", "trainer").Logger())}
 }
 
 // countTokens lets the ledger read the rollout actors' token counts.

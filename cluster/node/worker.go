@@ -215,7 +215,7 @@ func RunWorker(ctx context.Context, cfg config.Config, opts WorkerOptions) error
 	pub := &publisher.BusPublisher{Bus: bus, RunID: cfg.Run.ID, Sender: "worker", Dir: dir, Weights: s.Weights, Acks: s.AcksAll}
 	tcfg := trainer.Config{RunID: cfg.Run.ID, Name: "worker", NormStd: true, PublishRetry: publishRetry(cfg.Publisher),
 		Microbatch: microbatchConfig(cfg.Trainer), Logger: opts.Logger,
-		Subjects: trainer.Subjects{Train: s.Train, Steps: s.Steps}, Batches: &boundSource{bus: bus, name: s.GroupStream}}
+		Subjects: trainer.Subjects{Train: s.Train, Steps: s.Steps}, Batches: &boundSource{bus: bus, name: s.GroupStream, log: opts.Logger}}
 	var tr *trainer.Actor
 	if opts.Exec {
 		ex, err := startExec(ctx, cfg, ptr.ServingCopy(), opts.ExecArgv, opts.Logger)
@@ -252,6 +252,7 @@ func RunWorker(ctx context.Context, cfg config.Config, opts WorkerOptions) error
 type boundSource struct {
 	bus  *natsbus.Bus
 	name string
+	log  zerolog.Logger
 	mu   sync.Mutex
 	src  trainer.BatchSource
 }
@@ -269,7 +270,7 @@ func (b *boundSource) Fetch(ctx context.Context, group string, ref messages.Batc
 			b.mu.Unlock()
 			return nil, fmt.Errorf("worker: trajectory buffer %s cannot be read by sequence", b.name)
 		}
-		b.src = trainer.StreamSource{Stream: sr, Name: b.name}
+		b.src = trainer.StreamSource{Stream: sr, Name: b.name, OnRetry: trainer.LogFetchRetries(b.log)}
 	}
 	src := b.src
 	b.mu.Unlock()

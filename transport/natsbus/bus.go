@@ -413,8 +413,23 @@ func mapErr(err error) error {
 		return fmt.Errorf("%w: %w", transport.ErrPayloadTooLarge, err)
 	case errors.Is(err, nats.ErrBadSubject):
 		return fmt.Errorf("%w: %w", transport.ErrBadSubject, err)
+	case unavailable(err):
+		return fmt.Errorf("%w: %w", transport.ErrUnavailable, err)
 	}
 	return err
+}
+
+// unavailable: a JetStream API answer with HTTP-like code 503 (nats.go
+// v1.55.0 jetstream/errors.go: APIError.Code; e.g. err_code 10008 "JetStream
+// system temporarily unavailable", which nats.go's own js.go retries).
+func unavailable(err error) bool {
+	var je jetstream.JetStreamError
+	if errors.As(err, &je) {
+		if a := je.APIError(); a != nil {
+			return a.Code == 503
+		}
+	}
+	return false
 }
 
 // Close stops stream consumers, drains the connection (letting in-flight

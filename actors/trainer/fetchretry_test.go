@@ -1,0 +1,137 @@
+package trainer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/asyncrl/asyncrl/messages"
+	"github.com/asyncrl/asyncrl/transport"
+	"github.com/asyncrl/asyncrl/transport/natsbus"
+)
+
+// flakyReader is a real JetStream trajectory buffer whose first fail
+// reads answer err instead, as a stream without a leader answers while
+// its replicas elect one.
+type flakyReader struct {
+	transport.StoredReader
+	fail  int32
+	err   error
+	calls atomic.Int32
+}
+
+func (f *flakyReader) GetMsg(ctx context.Context, seq uint64) (transport.StoredMsg, error) {
+	if f.calls.Add(1) <= f.fail {
+		return transport.StoredMsg{}, f.err
+	}
+	return f.StoredReader.GetMsg(ctx, seq)
+}
+
+// unavailableErr is what natsbus returns for JetStream's 503 (mapErr).
+var unavailableErr = fmt.Errorf("natsbus: stream groups-r get seq 1: %w: nats: API error: code=503 err_code=10008 description=JetStream system temporarily unavailable", transport.ErrUnavailable)
+
+func realBuffer(t *testing.T) (transport.Stream, string) {
+	t.Helper()
+	ctx := context.Background()
+	bus, err := natsbus.Connect(ctx, natsbus.DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = bus.Close() })
+	const subject = "asyncrl.r.trajectories"
+	st, err := bus.Stream(ctx, transport.StreamConfig{Name: "groups-r", Subjects: []string{subject}, Memory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, subject
+}
+
+// TestFetchRetriesTransientBufferErrors: a fetch the buffer answers
+// "temporarily unavailable" (or times out) three times is tried again and
+// returns the stored batch; each retry is reported. Before the retry the
+// first such answer failed the step, and in a cluster the whole term.
+func TestFetchRetriesTransientBufferErrors(t *testing.T) {
+	for _, cause := range []error{unavailableErr, fmt.Errorf("natsbus: get: %w: context deadline exceeded", transport.ErrTimeout)} {
+		st, subject := realBuffer(t)
+		ref := storeGroup(t, st, subject, "g1", 1, 0)
+		f := &flakyReader{StoredReader: st.(transport.StoredReader), fail: 3, err: cause}
+		var retries []int
+		src := StreamSource{Stream: f, Name: st.Name(), RetryFor: 10 * time.Second,
+			OnRetry: func(group string, try int, err error) {
+				if group == "g1" && errors.Is(err, cause) {
+					retries = append(retries, try)
+				}
+			}}
+		data, err := src.Fetch(context.Background(), "g1", ref.Batch)
+		if err != nil {
+			t.Fatalf("fetch after 3 × %v: %v; want the batch", cause, err)
+		}
+		tb, err := messages.DecodeTokenBatch(data)
+		if err != nil || tb.Len() != 2 {
+			t.Fatalf("fetched batch: %v trajectories, err %v; want the 2 stored", tb, err)
+		}
+		if f.calls.Load() != 4 || fmt.Sprint(retries) != "[1 2 3]" {
+			t.Fatalf("%d reads, retries reported %v; want 4 reads and tries [1 2 3] reported", f.calls.Load(), retries)
+		}
+	}
+}
+
+// TestFetchDoesNotRetryLastingErrors: a deleted message (ErrBatchMissing)
+// and a closed bus are read once; a buffer unavailable past RetryFor
+// fails the fetch with the cause and how often it was tried; a cancelled
+// context ends the retries.
+func TestFetchDoesNotRetryLastingErrors(t *testing.T) {
+	st, subject := realBuffer(t)
+	ref := storeGroup(t, st, subject, "g1", 1, 0)
+	sr := st.(transport.StoredReader)
+	if err := sr.DeleteMsg(context.Background(), ref.Batch.Seq); err != nil {
+		t.Fatal(err)
+	}
+	f := &flakyReader{StoredReader: sr}
+	if _, err := (StreamSource{Stream: f, Name: "groups-r"}).Fetch(context.Background(), "g1", ref.Batch); !errors.Is(err, ErrBatchMissing) || f.calls.Load() != 1 {
+		t.Fatalf("deleted message: err %v after %d reads; want ErrBatchMissing after 1", err, f.calls.Load())
+	}
+	closed := &flakyReader{StoredReader: sr, fail: 1 << 30, err: transport.ErrClosed}
+	if _, err := (StreamSource{Stream: closed, Name: "groups-r"}).Fetch(context.Background(), "g1", ref.Batch); !errors.Is(err, transport.ErrClosed) || closed.calls.Load() != 1 {
+		t.Fatalf("closed bus: err %v after %d reads; want ErrClosed after 1", err, closed.calls.Load())
+	}
+
+	ref2 := storeGroup(t, st, subject, "g2", 1, 0)
+	down := &flakyReader{StoredReader: sr, fail: 1 << 30, err: unavailableErr}
+	_, err := (StreamSource{Stream: down, Name: "groups-r", RetryFor: 700 * time.Millisecond}).Fetch(context.Background(), "g2", ref2.Batch)
+	if !errors.Is(err, transport.ErrUnavailable) || !strings.Contains(err.Error(), "tried ") || down.calls.Load() < 3 {
+		t.Fatalf("buffer down past RetryFor: err %v after %d reads; want ErrUnavailable, the tries named, ≥ 3 reads", err, down.calls.Load())
+	}
+
+	once := &flakyReader{StoredReader: sr, fail: 1 << 30, err: unavailableErr}
+	if _, err := (StreamSource{Stream: once, Name: "groups-r", RetryFor: -1}).Fetch(context.Background(), "g2", ref2.Batch); err == nil || once.calls.Load() != 1 {
+		t.Fatalf("RetryFor < 0: err %v after %d reads; want an error after 1", err, once.calls.Load())
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cut := &flakyReader{StoredReader: sr, fail: 1 << 30, err: unavailableErr}
+	src := StreamSource{Stream: cut, Name: "groups-r", RetryFor: time.Hour, OnRetry: func(string, int, error) { cancel() }}
+	done := make(chan error, 1)
+	go func() { _, err := src.Fetch(ctx, "g2", ref2.Batch); done <- err }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, transport.ErrUnavailable) || cut.calls.Load() != 1 {
+			t.Fatalf("cancelled during the wait: err %v after %d reads; want the cause after 1", err, cut.calls.Load())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a cancelled fetch kept retrying")
+	}
+}
+
+func TestFetchBackoff(t *testing.T) {
+	want := []time.Duration{100, 200, 400, 800, 1600, 2000, 2000}
+	for i, w := range want {
+		if got := fetchBackoff(i + 1); got != w*time.Millisecond {
+			t.Fatalf("fetchBackoff(%d) = %v; want %v", i+1, got, w*time.Millisecond)
+		}
+	}
+}
