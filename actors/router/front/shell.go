@@ -16,7 +16,7 @@ import (
 // and metric is the shell's.
 //
 // Which goroutine calls what:
-//   - Enter, Leave, TooLarge, Count and Warn: any front, on any goroutine
+//   - Enter, Refuse, Leave, TooLarge, Count and Warn: any front, on any goroutine
 //     (a connection's, a loop's). They take the shell's lock briefly and
 //     never wait on I/O.
 //   - Forward, Resume and Relay block for a whole exchange (they wait
@@ -34,8 +34,17 @@ import (
 // SendFailed, Retry503 (true), StreamFailed, Abandon, Resume, Relay, or
 // Answered (its span) followed by Done (its load).
 type Shell interface {
-	// Enter admits a request (false: shutting down; answer 503).
+	// Enter admits a request (false: shutting down; answer Refuse). A
+	// front calls it once the request's head is in, before anything else
+	// about the request (its size, body) is looked at: a router shutting
+	// down refuses every new request alike, and one admitted is waited
+	// for by Shutdown, its body included.
 	Enter() bool
+	// Refuse answers a request Enter refused: 503 with Retry-After. The
+	// front closes the connection after it (Connection: close), so the
+	// client retries on a fresh connection, which a balancer can place on
+	// another router.
+	Refuse(out Failer)
 	// Leave ends an admitted request.
 	Leave()
 	// TooLarge answers a body over the body limit (413) through out.

@@ -35,8 +35,11 @@
 //   - /admin/ (see Router.admin) lists, adds, removes and drains replicas,
 //     looks up sessions and sets the minimum version; it needs AdminToken
 //     when set, and New refuses a ListenAddr off loopback without one.
-//   - Shutdown refuses new requests with 503, waits for in-flight ones,
-//     then stops the background loops.
+//   - Shutdown refuses new requests with 503, Retry-After and
+//     Connection: close (every front alike, before their size, body or
+//     anything else is looked at: an oversized one gets 503, not 413),
+//     waits for in-flight ones — a request is in flight from its head
+//     on, its body's upload included — then stops the background loops.
 //
 // Front ends: Handler is net/http's; Serve runs Config.Front on a
 // listener through package front (FrontLoop, the default: event loops
