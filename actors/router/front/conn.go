@@ -193,10 +193,10 @@ func (fc *fastConn) handOff() bool {
 
 // request serves one parsed request; false ends the connection. The
 // request is admitted (or refused) on its head, before its size or body
-// is looked at (the loop front's next does the same).
+// is looked at, and the overhead clock starts once its body is in (the
+// loop front's next does the same).
 func (fc *fastConn) request() bool {
 	sh, h := fc.s.sh, &fc.head
-	start := time.Now()
 	fc.out.reset()
 	if !sh.Enter() {
 		fc.out.closeAfter = true // the body stays unread
@@ -218,6 +218,7 @@ func (fc *fastConn) request() bool {
 			return false // the client went away mid-body
 		}
 	}
+	start := time.Now()
 	fc.watch()
 	sh.Forward(fc, &fc.out, body, start)
 	fc.unwatch()

@@ -45,7 +45,8 @@
 //     before its size (413), body or anything else about it is looked
 //     at, and answers a refused one with Shell.Refuse and closes the
 //     connection: a router shutting down answers every new request
-//     alike.
+//     alike. The overhead clock (Shell.Forward's start; the loop's
+//     lconn.start) starts once the body is in, on every front.
 //   - Every admitted request (Shell.Enter) is ended by one Shell.Leave,
 //     and every attempt Shell.Route opened is closed once (Shell's doc
 //     says by what), whichever path the request takes — a client gone,

@@ -524,7 +524,7 @@ func (l *loop) next(c *lconn) {
 		}
 		return
 	}
-	// The body is in: the overhead clock starts,
+	// The body is in: the overhead clock starts (as on the fast front),
 	// and the request is busy's to end (its Leave).
 	c.reqLen, c.reading = need, false
 	c.busy, c.start, c.attempt, c.overhead, c.replayed = true, time.Now(), 0, 0, false

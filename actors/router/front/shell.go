@@ -51,6 +51,9 @@ type Shell interface {
 	TooLarge(out Failer)
 	// Forward routes an admitted request whose body is read whole,
 	// retries as the router's contract says and writes the answer to out.
+	// start is when the body was in: the router's overhead (its metric)
+	// counts from there, never the client's upload, as it never counts
+	// the replica's answer.
 	Forward(in Inbound, out Answer, body []byte, start time.Time)
 	// Resume is Forward from a routing decision the loop front made
 	// (Route) for a replica it does not reach itself (not plain http):

@@ -17,9 +17,10 @@ import (
 	"github.com/asyncrl/asyncrl/actors/router/routertest"
 )
 
-// Admission follows one rule on every front (front's doc.go): a request
-// is admitted or refused once its head is in, before its size, body or
-// anything else about it is looked at.
+// Admission and the overhead clock follow one rule on every front
+// (front's doc.go): a request is admitted or refused once its head is in,
+// before its size, body or anything else about it is looked at; the
+// overhead clock starts once its body is in.
 
 // dialRaw opens a raw connection to h's router.
 func dialRaw(t *testing.T, h *harness) (net.Conn, *bufio.Reader) {
@@ -186,6 +187,53 @@ func TestAdmittedOnceItsHeadIsIn(t *testing.T) {
 		}
 		if err := <-shut; err != nil {
 			t.Fatalf("Shutdown: %v", err)
+		}
+	})
+}
+
+// overheadSum is the overhead histogram's count and sum (seconds).
+func overheadSum(t *testing.T, h *harness) (uint64, float64) {
+	t.Helper()
+	mfs, err := h.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "asyncrl_router_overhead_seconds" {
+			hist := mf.GetMetric()[0].GetHistogram()
+			return hist.GetSampleCount(), hist.GetSampleSum()
+		}
+	}
+	return 0, 0
+}
+
+// The overhead clock starts once the request's body is in, on every
+// front: a client's upload is not time the router adds (as the replica's
+// answer is not), so a client that stalls inside its body does not show
+// as router overhead. The check is causal, not a speed: everything the
+// clock may count happens after the client sent the body's last part
+// and before it read the answer, so the overhead observed is at most
+// that round trip; a clock started at the head also counts the stall
+// before it, which is longer than the round trip. (The fast and net/http
+// fronts started it at the head, the loop front once the body was in.)
+func TestOverheadExcludesClientUpload(t *testing.T) {
+	eachFront(t, func(t *testing.T) {
+		h := start(t, testConfig(routertest.Named(t, "a", nil)))
+		c, br := dialRaw(t, h)
+		body := `{"prompt":"` + strings.Repeat("x", 200) + `"}`
+		routertest.Send(t, c, fmt.Sprintf("POST /v1/completions HTTP/1.1\r\nHost: r\r\nContent-Length: %d\r\n\r\n%s", len(body), body[:10]))
+		time.Sleep(300 * time.Millisecond) // the client's upload stalls (the stimulus, not a wait)
+		sent := time.Now()
+		routertest.Send(t, c, body[10:])
+		resp, got := routertest.ReadResp(t, br)
+		roundTrip := time.Since(sent)
+		if resp.StatusCode != http.StatusOK || got != "a" {
+			t.Fatalf("answer %d %q", resp.StatusCode, got)
+		}
+		routertest.Eventually(t, "the request's overhead observed", func() bool { n, _ := overheadSum(t, h); return n == 1 })
+		if _, sum := overheadSum(t, h); sum > roundTrip.Seconds() {
+			t.Fatalf("overhead %.3f s > %.3f s from the body's last part to the answer: the client's upload was counted",
+				sum, roundTrip.Seconds())
 		}
 	})
 }

@@ -40,6 +40,11 @@
 //     anything else is looked at: an oversized one gets 503, not 413),
 //     waits for in-flight ones — a request is in flight from its head
 //     on, its body's upload included — then stops the background loops.
+//   - asyncrl_router_overhead_seconds is the router's own time on a
+//     request: from its body in to its send upstream (routing, retries'
+//     routing), and from the answer's head in to the router's head going
+//     out; never the client's upload or the replica's answer. Every
+//     front starts the clock at the same moment (its body in).
 //
 // Front ends: Handler is net/http's; Serve runs Config.Front on a
 // listener through package front (FrontLoop, the default: event loops

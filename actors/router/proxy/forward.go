@@ -91,9 +91,9 @@ func (o *httpOut) End(vs *front.Span) {
 func (o *httpOut) Abort() { panic(http.ErrAbortHandler) }
 
 // proxy is the net/http front end: it reads the body and forwards. It
-// admits on the head, as the other fronts do (front's doc.go).
+// admits on the head and starts the overhead clock once the body is in,
+// as the other fronts do (front's doc.go).
 func (r *Router) proxy(w http.ResponseWriter, req *http.Request) {
-	start := time.Now()
 	out := &httpOut{w: w}
 	if !r.enter() {
 		w.Header().Set("Connection", "close") // net/http closes after the answer
@@ -113,7 +113,7 @@ func (r *Router) proxy(w http.ResponseWriter, req *http.Request) {
 		out.Fail(http.StatusBadRequest, "reading request body: "+err.Error(), 0)
 		return
 	}
-	r.forward(httpIn{req}, out, body, start)
+	r.forward(httpIn{req}, out, body, time.Now())
 }
 
 // refuse answers a request that came while the router shuts down (enter
