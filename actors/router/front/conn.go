@@ -191,14 +191,17 @@ func (fc *fastConn) handOff() bool {
 	return fc.hand.give(&prefixConn{Conn: fc.c, pre: data})
 }
 
-// request serves one parsed request; false ends the connection.
+// request serves one parsed request; false ends the connection. The
+// request is admitted (or refused) on its head, before its size or body
+// is looked at, and the overhead clock starts once its body is in (the
+// loop front's next does the same).
 func (fc *fastConn) request() bool {
 	sh, h := fc.s.sh, &fc.head
-	start := time.Now()
 	fc.out.reset()
 	if !sh.Enter() {
-		fc.out.Fail(http.StatusServiceUnavailable, "router is shutting down", 0)
-		return fc.skipBody() && fc.out.ok()
+		fc.out.closeAfter = true // the body stays unread
+		sh.Refuse(&fc.out)
+		return false
 	}
 	defer sh.Leave()
 	if h.ContentLength > fc.s.cfg.MaxBodyBytes {
@@ -215,20 +218,11 @@ func (fc *fastConn) request() bool {
 			return false // the client went away mid-body
 		}
 	}
+	start := time.Now()
 	fc.watch()
 	sh.Forward(fc, &fc.out, body, start)
 	fc.unwatch()
 	return fc.out.ok()
-}
-
-// skipBody discards a refused request's body, so the connection can go
-// on; a large one closes it instead.
-func (fc *fastConn) skipBody() bool {
-	if fc.head.ContentLength > 1<<20 {
-		return false
-	}
-	_, err := fc.br.Discard(int(fc.head.ContentLength))
-	return err == nil
 }
 
 // The fast front as an Inbound request.

@@ -41,9 +41,16 @@
 //     (internal/rawio: no scheduler hooks, so no sysmon wake-ups).
 //     Answers to clients are plain writes: a client may pipeline or
 //     half-close while its request is served.
+//   - Every front admits a request (Shell.Enter) once its head is in,
+//     before its size (413), body or anything else about it is looked
+//     at, and answers a refused one with Shell.Refuse and closes the
+//     connection: a router shutting down answers every new request
+//     alike. The overhead clock (Shell.Forward's start; the loop's
+//     lconn.start) starts once the body is in, on every front.
 //   - Every admitted request (Shell.Enter) is ended by one Shell.Leave,
 //     and every attempt Shell.Route opened is closed once (Shell's doc
-//     says by what), whichever path the request takes.
+//     says by what), whichever path the request takes — a client gone,
+//     or a connection Stop cuts, inside the body included.
 //
 // The hot path costs one interface call per shell step (a request on
 // the loop: Enter, Prepare, Route, Answered, Done, Leave) and no

@@ -105,6 +105,7 @@ type lconn struct {
 	outOff     int
 	ev         uint32
 	busy       bool // a request is being served
+	reading    bool // a request admitted on its head waits for its body: closeClient ends it (Leave)
 	closeAfter bool
 	rdhup      bool
 	idleSince  time.Time
@@ -498,12 +499,23 @@ func (l *loop) next(c *lconn) {
 		return
 	}
 	cl := c.head.ContentLength
-	c.idleSince = time.Time{} // a request's body is being read: not idle (housekeep)
-	c.closeAfter = c.head.Close || l.stopped
-	if cl > l.s.cfg.MaxBodyBytes {
-		c.closeAfter = true // the body stays unread
-		sh.TooLarge(c)
-		return
+	if !c.reading {
+		// The head is in (first seen): admitted or refused now, before
+		// its size or body is looked at, as the fast front does.
+		c.idleSince = time.Time{} // a request's body is being read: not idle (housekeep)
+		c.closeAfter = c.head.Close || l.stopped
+		if !sh.Enter() {
+			c.closeAfter = true // the body stays unread
+			sh.Refuse(c)
+			return
+		}
+		if cl > l.s.cfg.MaxBodyBytes {
+			c.closeAfter = true // the body stays unread
+			sh.TooLarge(c)
+			sh.Leave()
+			return
+		}
+		c.reading = true
 	}
 	need := n + int(cl)
 	if c.fill < need {
@@ -512,13 +524,10 @@ func (l *loop) next(c *lconn) {
 		}
 		return
 	}
-	c.reqLen = need
+	// The body is in: the overhead clock starts (as on the fast front),
+	// and the request is busy's to end (its Leave).
+	c.reqLen, c.reading = need, false
 	c.busy, c.start, c.attempt, c.overhead, c.replayed = true, time.Now(), 0, 0, false
-	if !sh.Enter() {
-		c.busy, c.closeAfter = false, true
-		c.Fail(http.StatusServiceUnavailable, "router is shutting down", 0)
-		return
-	}
 	c.preq, c.key = sh.Prepare(c, c.in[n:need])
 	l.attempt(c)
 }
@@ -884,6 +893,10 @@ func (l *loop) closeClient(c *lconn) {
 	}
 	l.conns.del(c.fd)
 	_ = syscall.Close(c.fd)
+	if c.reading { // admitted, gone (or cut by Stop) inside its body
+		c.reading = false
+		l.sh.Leave()
+	}
 }
 
 // detach takes fd out of the loop as a net.Conn.

@@ -16,7 +16,7 @@ import (
 // and metric is the shell's.
 //
 // Which goroutine calls what:
-//   - Enter, Leave, TooLarge, Count and Warn: any front, on any goroutine
+//   - Enter, Refuse, Leave, TooLarge, Count and Warn: any front, on any goroutine
 //     (a connection's, a loop's). They take the shell's lock briefly and
 //     never wait on I/O.
 //   - Forward, Resume and Relay block for a whole exchange (they wait
@@ -34,14 +34,26 @@ import (
 // SendFailed, Retry503 (true), StreamFailed, Abandon, Resume, Relay, or
 // Answered (its span) followed by Done (its load).
 type Shell interface {
-	// Enter admits a request (false: shutting down; answer 503).
+	// Enter admits a request (false: shutting down; answer Refuse). A
+	// front calls it once the request's head is in, before anything else
+	// about the request (its size, body) is looked at: a router shutting
+	// down refuses every new request alike, and one admitted is waited
+	// for by Shutdown, its body included.
 	Enter() bool
+	// Refuse answers a request Enter refused: 503 with Retry-After. The
+	// front closes the connection after it (Connection: close), so the
+	// client retries on a fresh connection, which a balancer can place on
+	// another router.
+	Refuse(out Failer)
 	// Leave ends an admitted request.
 	Leave()
 	// TooLarge answers a body over the body limit (413) through out.
 	TooLarge(out Failer)
 	// Forward routes an admitted request whose body is read whole,
 	// retries as the router's contract says and writes the answer to out.
+	// start is when the body was in: the router's overhead (its metric)
+	// counts from there, never the client's upload, as it never counts
+	// the replica's answer.
 	Forward(in Inbound, out Answer, body []byte, start time.Time)
 	// Resume is Forward from a routing decision the loop front made
 	// (Route) for a replica it does not reach itself (not plain http):

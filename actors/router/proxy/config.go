@@ -58,7 +58,9 @@ type Config struct {
 	RetryBurst int
 	// MaxRetries caps retries of one request.
 	MaxRetries int
-	// RetryAfter is the Retry-After sent with a gated (held session) 503.
+	// RetryAfter is the Retry-After sent with the router's own temporary
+	// 503s: a gated (held session) request, and a request that came while
+	// the router shuts down.
 	RetryAfter time.Duration
 	// DefaultDecodeTokens is the expected decode length charged when a
 	// request names no max_tokens.

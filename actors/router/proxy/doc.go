@@ -35,8 +35,16 @@
 //   - /admin/ (see Router.admin) lists, adds, removes and drains replicas,
 //     looks up sessions and sets the minimum version; it needs AdminToken
 //     when set, and New refuses a ListenAddr off loopback without one.
-//   - Shutdown refuses new requests with 503, waits for in-flight ones,
-//     then stops the background loops.
+//   - Shutdown refuses new requests with 503, Retry-After and
+//     Connection: close (every front alike, before their size, body or
+//     anything else is looked at: an oversized one gets 503, not 413),
+//     waits for in-flight ones — a request is in flight from its head
+//     on, its body's upload included — then stops the background loops.
+//   - asyncrl_router_overhead_seconds is the router's own time on a
+//     request: from its body in to its send upstream (routing, retries'
+//     routing), and from the answer's head in to the router's head going
+//     out; never the client's upload or the replica's answer. Every
+//     front starts the clock at the same moment (its body in).
 //
 // Front ends: Handler is net/http's; Serve runs Config.Front on a
 // listener through package front (FrontLoop, the default: event loops

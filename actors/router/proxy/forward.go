@@ -90,12 +90,14 @@ func (o *httpOut) End(vs *front.Span) {
 
 func (o *httpOut) Abort() { panic(http.ErrAbortHandler) }
 
-// proxy is the net/http front end: it reads the body and forwards.
+// proxy is the net/http front end: it reads the body and forwards. It
+// admits on the head and starts the overhead clock once the body is in,
+// as the other fronts do (front's doc.go).
 func (r *Router) proxy(w http.ResponseWriter, req *http.Request) {
-	start := time.Now()
 	out := &httpOut{w: w}
 	if !r.enter() {
-		out.Fail(http.StatusServiceUnavailable, "router is shutting down", 0)
+		w.Header().Set("Connection", "close") // net/http closes after the answer
+		r.refuse(out)
 		return
 	}
 	defer r.leave()
@@ -111,7 +113,22 @@ func (r *Router) proxy(w http.ResponseWriter, req *http.Request) {
 		out.Fail(http.StatusBadRequest, "reading request body: "+err.Error(), 0)
 		return
 	}
-	r.forward(httpIn{req}, out, body, start)
+	r.forward(httpIn{req}, out, body, time.Now())
+}
+
+// refuse answers a request that came while the router shuts down (enter
+// refused it): 503 with Retry-After, which every front sends with
+// Connection: close. The router does not come back on that connection;
+// the client's retry, on a new one, may reach another router (or this
+// one restarted).
+func (r *Router) refuse(out front.Failer) {
+	out.Fail(http.StatusServiceUnavailable, "router is shutting down", r.retryAfter())
+}
+
+// retryAfter is Config.RetryAfter in whole seconds, at least 1 (the
+// Retry-After of the router's own temporary 503s).
+func (r *Router) retryAfter() int {
+	return max(int(r.cfg.RetryAfter.Round(time.Second)/time.Second), 1)
 }
 
 // tooLarge answers a body over MaxBodyBytes.
@@ -192,7 +209,7 @@ func (r *Router) unrouted(out front.Failer, d policy.Decision, key string, overh
 	r.metrics.overhead.Observe(overhead.Seconds())
 	if d.Outcome == policy.OutcomeGated {
 		out.Fail(http.StatusServiceUnavailable, "session "+key+" waits for replica "+d.From+" to catch up; retry later",
-			max(int(r.cfg.RetryAfter.Round(time.Second)/time.Second), 1))
+			r.retryAfter())
 		return
 	}
 	r.metrics.errors.WithLabelValues("", "no_replica").Inc()

@@ -50,6 +50,7 @@ var _ front.Shell = (*frontShell)(nil)
 func (s *frontShell) r() *Router { return (*Router)(s) }
 
 func (s *frontShell) Enter() bool               { return s.r().enter() }
+func (s *frontShell) Refuse(out front.Failer)   { s.r().refuse(out) }
 func (s *frontShell) Leave()                    { s.r().leave() }
 func (s *frontShell) TooLarge(out front.Failer) { s.r().tooLarge(out) }
 
