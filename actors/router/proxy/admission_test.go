@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/asyncrl/asyncrl/actors/router/routertest"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // Admission and the overhead clock follow one rule on every front
@@ -148,6 +149,9 @@ func TestShutdownRefusesBeforeLookingAtTheRequest(t *testing.T) {
 		}
 		if n := hits.Load(); n != 0 {
 			t.Errorf("%d refused requests reached the replica", n)
+		}
+		if got := testutil.ToFloat64(h.r.metrics.errors.WithLabelValues("", "shutting_down")); got != 4 {
+			t.Errorf("errors_total{kind=shutting_down} = %v after 4 refused requests, want 4", got)
 		}
 		req, _ := http.NewRequest(http.MethodGet, h.url+"/admin/replicas", nil)
 		resp, err := h.client.Do(req)

@@ -37,7 +37,8 @@
 //     when set, and New refuses a ListenAddr off loopback without one.
 //   - Shutdown refuses new requests with 503, Retry-After and
 //     Connection: close (every front alike, before their size, body or
-//     anything else is looked at: an oversized one gets 503, not 413),
+//     anything else is looked at: an oversized one gets 503, not 413;
+//     counted as errors_total{kind="shutting_down"}),
 //     waits for in-flight ones — a request is in flight from its head
 //     on, its body's upload included — then stops the background loops.
 //   - asyncrl_router_overhead_seconds is the router's own time on a

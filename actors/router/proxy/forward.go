@@ -122,6 +122,7 @@ func (r *Router) proxy(w http.ResponseWriter, req *http.Request) {
 // the client's retry, on a new one, may reach another router (or this
 // one restarted).
 func (r *Router) refuse(out front.Failer) {
+	r.metrics.errors.WithLabelValues("", "shutting_down").Inc()
 	out.Fail(http.StatusServiceUnavailable, "router is shutting down", r.retryAfter())
 }
 
