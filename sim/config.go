@@ -245,6 +245,11 @@ type Config struct {
 	// (delta debugging). The schedule is still drawn in full, so the
 	// random stream does not shift.
 	faultMask []bool
+	// rankModelOff turns the failover world's rank model off (no groups,
+	// no rank hosts' timers or lines): a test compares a run with the
+	// model, its lines left out, against the same seed's run without it
+	// (failover_ranks_test.go). Only tests set it.
+	rankModelOff bool
 }
 
 // DefaultConfig returns seed 1, 10 steps, the default scenario, engines
