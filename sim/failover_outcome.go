@@ -166,7 +166,13 @@ func (r *rnode) groupAborted(g *pgroup) {
 	r.running = slices.DeleteFunc(r.running, func(x *pgroup) bool { return x == g })
 	aborts := g.fate.Aborts()
 	w.ro.GroupsAborted++
-	w.logf("%s: %s aborted (%s): %d reports to term %d", r.name, g.id, aborts[0].Reason, len(aborts), g.token)
+	if g.fate.Unstored() {
+		// As the actor's settle: nobody would ever judge the group, and
+		// the controller would hold its slot for good (issue 20).
+		w.logf("%s: %s not stored (%s): reported aborted to term %d", r.name, g.id, aborts[0].Reason, g.token)
+	} else {
+		w.logf("%s: %s aborted (%s): %d reports to term %d", r.name, g.id, aborts[0].Reason, len(aborts), g.token)
+	}
 	p := g.pipe
 	r.send(w.jitter(msec, 30*msec), true, func() { p.reportsAborted(g, len(aborts), aborts[0].Reason) })
 }
