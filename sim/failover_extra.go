@@ -471,10 +471,11 @@ func (p *pipe) dispatchTo() []string {
 	return slices.Sorted(maps.Keys(set))
 }
 
-// bufferWaits holds a finished group's delivery while the trajectory
-// buffer has no leader (stream-outage): it is delivered once it has one.
-// The group is stored (buffered): the rollout node that finished it no
-// longer holds it.
+// bufferWaits holds a stored group's delivery (the judge's fetch) while
+// the trajectory buffer has no leader (stream-outage): it is delivered
+// once it has one. The group is stored (buffered): the rollout node that
+// stored it no longer holds it. A store itself is the rollout's, retried
+// on the outcome core's schedule (failover_outcome.go).
 func (p *pipe) bufferWaits(g *pgroup) bool {
 	w := p.node.w
 	if w.outage == 0 {
