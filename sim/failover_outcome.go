@@ -113,7 +113,11 @@ func (r *rnode) episodeEnded(g *pgroup, i int, reason string, inc int) {
 
 // store tries to store g in the term's trajectory buffer: it fails while
 // the buffer has no leader (stream-outage), and is tried again on the
-// outcome core's schedule until it gives up.
+// outcome core's schedule until it gives up. Meanwhile g keeps its slot on
+// the node: the real actor's stores wait apart from its episodes, but
+// this world's controller has no in-flight bound (W) and the slots stand
+// in for it (a real term's groups stuck in their stores hold the
+// controller's capacity until stored or aborted).
 func (r *rnode) store(g *pgroup, inc int) {
 	w := r.w
 	if !r.alive || r.inc != inc || g.fate.Stage() != outcome.Storing {
