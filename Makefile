@@ -193,7 +193,8 @@ sim: build
 # Coverage of the cores under the simulator (issue 37; not in `make
 # test`, which runs TestCoreCoverage over 100 seeds): sim's coverage driver
 # built with -coverpkg over cluster/term, cluster/lease/contender, actors/controller+staleness,
-# actors/sampling+filter, actors/publisher/tracker and actors/router/policy, run
+# actors/sampling+filter, actors/publisher/tracker, actors/router/policy,
+# actors/trainer/steprule and actors/rollout/outcome, run
 # over SIM_COVER_SEEDS seeds of every scenario; prints blocks reached of
 # the reachable ones per core, every reachable block not reached and every
 # block excluded as unreachable with its reason (docs/sim.md).

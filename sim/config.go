@@ -191,6 +191,11 @@ const (
 	// (controller.Plant.RequeueDuplicateAbort); only per-trajectory abort
 	// reports reach it.
 	BugCtlRequeuesDuplicateAbort Bug = "controller-requeues-duplicate-abort"
+	// BugCtlRequeuesSweptGroup: the failover term's controller requeues a
+	// dead node's group (AbortGroups) that it already requeued on the
+	// group's own EpisodeAborted reports; the real controller core ignores
+	// an abort of a group it no longer holds.
+	BugCtlRequeuesSweptGroup Bug = "controller-requeues-swept-group"
 )
 
 // Bugs lists every planted bug.
@@ -199,7 +204,8 @@ var Bugs = []Bug{BugRouterIgnoresGating, BugFilterLeaksCapacity, BugTrainerRetra
 	BugPublisherForgetsLaggards, BugCtlForgetsSentBatch, BugTermIgnoresLostBuffer,
 	BugTermForgetsDeadNodeGroups, BugTermForgetsPrevHolder, BugTermRequeuesPrevHolderOnly, BugTermMarksBeforeDurable, BugTermIgnoresFencing,
 	BugTermTwoSaves, BugTermNeverResends, BugTermSavesBeforeRecorded, BugTermMarksUnordered, BugTermNoStartBound,
-	BugElectorTakesAnyCreate, BugElectorTakesEarlierLifesCreate, BugRankHostKeepsDeposed, BugRankLinksSendNewestToken, BugTermIgnoresQuorumLoss, BugCtlRequeuesDuplicateAbort}
+	BugElectorTakesAnyCreate, BugElectorTakesEarlierLifesCreate, BugRankHostKeepsDeposed, BugRankLinksSendNewestToken, BugTermIgnoresQuorumLoss, BugCtlRequeuesDuplicateAbort,
+	BugCtlRequeuesSweptGroup}
 
 // Config configures one simulated run. The workload shape (staleness
 // bound, batch size, workers, group size, engines, turn counts) and the
@@ -245,6 +251,11 @@ type Config struct {
 	// (delta debugging). The schedule is still drawn in full, so the
 	// random stream does not shift.
 	faultMask []bool
+	// rankModelOff turns the failover world's rank model off (no groups,
+	// no rank hosts' timers or lines): a test compares a run with the
+	// model, its lines left out, against the same seed's run without it
+	// (failover_ranks_test.go). Only tests set it.
+	rankModelOff bool
 }
 
 // DefaultConfig returns seed 1, 10 steps, the default scenario, engines

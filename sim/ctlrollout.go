@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/asyncrl/asyncrl/actors/rollout/outcome"
 	"github.com/asyncrl/asyncrl/actors/router/policy"
@@ -20,6 +21,8 @@ type rgroup struct {
 	// real core, actors/rollout/outcome): complete once every
 	// trajectory ended, aborted if one of them did.
 	fate *outcome.Group
+	// storeBegan: when its store in the trajectory buffer began (term.go).
+	storeBegan time.Time
 }
 
 type rtraj struct {
@@ -238,6 +241,23 @@ func (c *ctlNode) endTraj(t *rtraj, reason string) {
 	case outcome.Aborted:
 		c.abortGroup(g)
 	}
+}
+
+// stored steps the outcome core's Storing stage with the store's answer
+// (errText "" stored): Ready, or Aborted with one report (the store gave
+// up), which goes to the controller core. It says whether the group was
+// stored.
+func (c *ctlNode) stored(g *rgroup, errText string) bool {
+	st, err := g.fate.Stored(errText)
+	if err != nil {
+		c.w.fail(InvProtocol, "rollout outcome of %s: %v", g.id, err)
+		return false
+	}
+	if st == outcome.Aborted {
+		c.abortGroup(g)
+		return false
+	}
+	return true
 }
 
 // abortGroup sends the aborted group's EpisodeAborted reports, as the

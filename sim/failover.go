@@ -89,6 +89,8 @@ type fo struct {
 	kinds     map[term.Kind]int
 	// ranks: the trainer group's rank model (failover_ranks.go).
 	ranks foRanks
+	// ro: the rollout groups' outcome model (failover_outcome.go).
+	ro foRollout
 
 	events int
 	checks int64
@@ -132,7 +134,7 @@ func runFailover(cfg Config) (res Result, v *Violation) {
 	}()
 	res = Result{Seed: cfg.Seed, Scenario: cfg.Scenario, Workload: w.workload(), Events: w.events,
 		InvariantChecks: w.checks, VirtualTime: w.clock, StepsTrained: w.store.prog.Step, Faults: map[FaultKind]int{},
-		Trained: w.trained, Requeued: w.requeued, PublishRetries: w.pubRetries, GaveUp: w.gaveUp, LogHash: hexsum(w.logHash)}
+		Trained: w.trained, Requeued: w.requeued, PublishRetries: w.pubRetries, GaveUp: w.gaveUp, Rollouts: w.ro.RolloutFates, LogHash: hexsum(w.logHash)}
 	if cfg.KeepLog {
 		res.Log = w.full()
 	}
@@ -154,7 +156,7 @@ func runFailover(cfg Config) (res Result, v *Violation) {
 
 func newFailover(cfg Config) *fo {
 	w := &fo{cfg: cfg, rng: rand.New(rand.NewSource(cfg.Seed)), eventLog: newEventLog(cfg.TraceEvents), t0: time.Unix(1_700_000_000, 0),
-		ledger: map[string]*foPrompt{}, entries: map[string]*foEntry{}, injected: map[FaultKind]int{}, ranks: newFoRanks(cfg.Seed),
+		ledger: map[string]*foPrompt{}, entries: map[string]*foEntry{}, injected: map[FaultKind]int{}, ranks: newFoRanks(cfg.Seed), ro: newFoRollout(cfg.Seed),
 		store: foStore{history: map[int64][]term.PromptAttempt{}, historyBy: map[int64]uint64{}}}
 	nt, nr := 2+w.rng.Intn(2), 1+w.rng.Intn(2)
 	w.batch = 2 + w.rng.Intn(3)

@@ -366,6 +366,7 @@ func (w *fo) swapEngines(r *rnode, swap int) {
 		// A live node's engine is replaced (a new process, a new name):
 		// gossip carries its new engines without the node ever leaving.
 		w.logf("%s: its engine is replaced by %s-e1", r.name, r.name)
+		r.engineGone("replaced")
 		r.swap, r.engTok, r.engVer = swapRenamed, 0, -1
 		w.gossip(200*msec, time.Second)
 		return
@@ -381,8 +382,25 @@ func (w *fo) swapEngines(r *rnode, swap int) {
 	})
 }
 
-// restartAs restarts rollout node r hosting the engines of swap.
+// restartAs restarts rollout node r hosting the engines of swap. A live
+// node that comes back without an engine lost it first: its engine dies,
+// the episodes on it abort and their groups are reported aborted, and
+// the node restarts 50–400 ms later (a delay drawn from the rollout
+// model's stream), before or after its next status.
 func (w *fo) restartAs(r *rnode, swap int) {
+	if r.alive && swap == swapNone {
+		r.engineGone("died")
+		r.engDown = true
+		inc, d := r.inc, 50*msec+time.Duration(w.ro.rng.Int63n(int64(350*msec)))
+		w.after(d, "", func() {
+			if r.alive && r.inc == inc {
+				r.kill()
+			}
+			r.swap = swap
+			w.after(100*msec, "", func() { w.reboot(r) })
+		})
+		return
+	}
 	if r.alive {
 		r.kill()
 	}
@@ -453,10 +471,11 @@ func (p *pipe) dispatchTo() []string {
 	return slices.Sorted(maps.Keys(set))
 }
 
-// bufferWaits holds a finished group's delivery while the trajectory
-// buffer has no leader (stream-outage): it is delivered once it has one.
-// The group is stored (buffered): the rollout node that finished it no
-// longer holds it.
+// bufferWaits holds a stored group's delivery (the judge's fetch) while
+// the trajectory buffer has no leader (stream-outage): it is delivered
+// once it has one. The group is stored (buffered): the rollout node that
+// stored it no longer holds it. A store itself is the rollout's, retried
+// on the outcome core's schedule (failover_outcome.go).
 func (p *pipe) bufferWaits(g *pgroup) bool {
 	w := p.node.w
 	if w.outage == 0 {

@@ -9,7 +9,6 @@ import (
 	"github.com/asyncrl/asyncrl/cluster/lease/contender"
 	"github.com/asyncrl/asyncrl/cluster/term"
 	"github.com/asyncrl/asyncrl/cluster/termwatch"
-	"github.com/asyncrl/asyncrl/messages"
 )
 
 // tnode is a trainer node: its term core, its lease elector and, while it
@@ -435,14 +434,20 @@ func (n *tnode) abort(v term.AbortGroups) {
 			return
 		}
 		pg := p.groups[g.Group]
+		if pg != nil && pg.onReports {
+			// Requeued already on its rollout's own reports, which its
+			// node's last status did not yet leave out: the controller
+			// core ignores the abort of a group it no longer holds.
+			w.ro.SweptAfterReports++
+			if w.cfg.has(BugCtlRequeuesSweptGroup) {
+				p.requeue(pg, "dead node "+v.Node+" (planted bug)")
+			}
+			continue
+		}
 		if pg == nil || pg.state != "running" {
 			continue // finished before it died: the trainer has it
 		}
-		pg.state = "aborted"
-		// The controller requeues it: its mirror records the requeue
-		// after the group's consumed event.
-		p.record(ledgerEvent{pr: w.ledger[pg.prompt], token: p.token, state: messages.LedgerRequeued, attempt: pg.attempt,
-			group: pg.id, why: "dead node " + v.Node})
+		p.requeue(pg, "dead node "+v.Node)
 	}
 }
 

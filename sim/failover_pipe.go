@@ -4,6 +4,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/asyncrl/asyncrl/actors/rollout/outcome"
 	"github.com/asyncrl/asyncrl/cluster/term"
 )
 
@@ -59,10 +60,24 @@ type pgroup struct {
 	attempt    int
 	rollout    *rnode
 	token      uint64
-	state      string // running, finished, aborted, trained
+	state      string // running, buffered, finished, aborted, trained
+	// pipe: the term's pipeline that assigned it.
+	pipe *pipe
+	// fate: the rollout outcome core's group (failover_outcome.go); eps
+	// its episodes that ended; storeBegan when its store began, storeFails
+	// the store's failed tries.
+	fate       *outcome.Group
+	eps        []bool
+	storeBegan time.Duration
+	storeFails int
+	// requeued: how often the term's controller requeued it (at most
+	// once), onReports whether on its rollout's own reports.
+	requeued  int
+	onReports bool
 }
 
-// deliver: a rollout node's finished group reaches the term's trainer.
+// deliver: a rollout node's stored group reaches the term's trainer (the
+// judge takes it from the trajectory buffer).
 func (p *pipe) deliver(g *pgroup) {
 	if p.stopped || (g.state != "running" && g.state != "buffered") || p.node.pipe != p {
 		return

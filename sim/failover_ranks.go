@@ -76,12 +76,6 @@ const (
 	verdictRemoved    = "removed"           // a group's last rank killed by its holder
 )
 
-// rankModelOff turns the rank model off (no groups, no rank hosts'
-// timers or lines): a test compares a run with the model, its lines
-// left out, against the same seed's run without it. Only tests set it,
-// and none of the package's tests runs in parallel.
-var rankModelOff bool
-
 // foRanks is the rank model's state in the world.
 type foRanks struct {
 	rng      *rand.Rand
@@ -208,7 +202,7 @@ func (n *tnode) rankCall(m string, req rankReq, wait time.Duration, done func(er
 // startRanks starts the term's group on the other trainer nodes, once
 // membership lists enough of them.
 func (n *tnode) startRanks(p *pipe) {
-	if rankModelOff {
+	if n.w.cfg.rankModelOff {
 		return
 	}
 	w := n.w
@@ -302,7 +296,7 @@ func (n *tnode) rankToken(p *pipe) uint64 {
 // fenceOwn: this node's term of token starts; its rank host ends the
 // ranks it ran for earlier holders first (the agent's Fence).
 func (n *tnode) fenceOwn(token uint64) {
-	if rankModelOff {
+	if n.w.cfg.rankModelOff {
 		return
 	}
 	_, ended := n.host.rule.Observe(token)
@@ -369,7 +363,7 @@ func (n *tnode) registerRank(req rankReq, answer func(err string)) {
 // rankWatch: every rankWatchEvery the host ends the groups whose holder
 // left its membership.
 func (n *tnode) rankWatch() {
-	if rankModelOff {
+	if n.w.cfg.rankModelOff {
 		return
 	}
 	n.loop(rankWatchEvery, rankWatchEvery, func() {
@@ -432,7 +426,7 @@ func (w *fo) checkRanks(n *tnode) {
 
 // logRankVerdicts is the run's count of the rule's verdicts.
 func (w *fo) logRankVerdicts() {
-	if rankModelOff {
+	if w.cfg.rankModelOff {
 		return
 	}
 	var b []byte

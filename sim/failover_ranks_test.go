@@ -14,13 +14,11 @@ func isRankLine(l string) bool {
 // TestRankModelLeavesTheRunAlone: the rank model draws from its own
 // stream and feeds nothing back, so a failover seed's log without the
 // model's lines is the log of the same seed run without the model
-// (rankModelOff).
+// (Config.rankModelOff).
 func TestRankModelLeavesTheRunAlone(t *testing.T) {
 	run := func(seed int64, off bool) (kept []string, ranks int) {
 		t.Helper()
-		rankModelOff = off
-		defer func() { rankModelOff = false }()
-		res, err := Run(Config{Seed: seed, Scenario: ScenarioFailover, Steps: 10, KeepLog: true})
+		res, err := Run(Config{Seed: seed, Scenario: ScenarioFailover, Steps: 10, KeepLog: true, rankModelOff: off})
 		if err != nil {
 			t.Fatalf("seed %d (rank model off %v): %v", seed, off, err)
 		}

@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"slices"
 	"time"
 
 	"github.com/asyncrl/asyncrl/actors/publisher/tracker"
@@ -30,6 +29,9 @@ type rnode struct {
 	// agent: the engine's weight-sync agent's targets for term engTok.
 	agent  targets.State
 	linkAt time.Duration // FIFO link to the holder
+	// engDown: its engine died and the node is about to restart without
+	// one (engine-swap): it takes no group meanwhile.
+	engDown bool
 }
 
 func (r *rnode) engine() string { return r.engineName() }
@@ -45,7 +47,7 @@ func (w *fo) rolloutByEngine(e string) *rnode {
 
 func (r *rnode) boot() {
 	w := r.w
-	r.alive, r.inc, r.running, r.engTok, r.engVer, r.token, r.holder, r.bootAt = true, r.inc+1, nil, 0, -1, 0, nil, w.clock
+	r.alive, r.inc, r.running, r.engTok, r.engVer, r.token, r.holder, r.bootAt, r.engDown = true, r.inc+1, nil, 0, -1, 0, nil, w.clock, false
 	w.logf("%s: up (incarnation %d)", r.name, r.inc)
 	w.gossip(200*msec, time.Second)
 	r.loop(w.jitter(50*msec, 150*msec), 100*msec, r.pull)
@@ -98,8 +100,12 @@ func (r *rnode) send(d time.Duration, fifo bool, fn func()) {
 
 func (r *rnode) announced(tok uint64, n *tnode) {
 	if r.alive && tok > r.token {
+		old := r.token
 		r.token, r.holder = tok, n
 		r.w.logf("%s: serves term token %d of %s", r.name, tok, n.name)
+		if old != 0 {
+			r.stopTerm(old) // the rollout host stops the old term's actors
+		}
 	}
 }
 
@@ -108,7 +114,7 @@ func (r *rnode) announced(tok uint64, n *tnode) {
 func (r *rnode) pull() {
 	w := r.w
 	n := r.holder
-	if n == nil || !n.alive || n.pipe == nil || n.pipe.token != r.token || n.pipe.stopped || n.pipe.stalled || len(r.running) >= r.slots {
+	if n == nil || !n.alive || n.pipe == nil || n.pipe.token != r.token || n.pipe.stopped || n.pipe.stalled || len(r.running) >= r.slots || r.engDown {
 		return
 	}
 	p := n.pipe
@@ -123,7 +129,7 @@ func (r *rnode) pull() {
 		w.fail(InvRouting, "%s (%s) routed to %s in term %d, which serves term %d's weights", pr.group, r.name, r.engine(), p.token, r.engTok)
 		return
 	}
-	g := &pgroup{id: pr.group, prompt: pr.id, attempt: pr.attempt, rollout: r, token: p.token, state: "running"}
+	g := &pgroup{id: pr.group, prompt: pr.id, attempt: pr.attempt, rollout: r, token: p.token, state: "running", pipe: p}
 	p.groups[g.id] = g
 	r.running = append(r.running, g)
 	w.logf("%s: runs %s for term %d", r.name, g.id, p.token)
@@ -134,15 +140,8 @@ func (r *rnode) pull() {
 	// The controller's consumed event goes to the term's ledger mirror.
 	p.record(ledgerEvent{pr: pr, token: p.token, state: messages.LedgerConsumed, attempt: pr.attempt, group: g.id})
 	r.status(false)
-	inc := r.inc
-	w.after(w.jitter(200*msec, 1200*msec), "", func() {
-		if !r.alive || r.inc != inc {
-			return
-		}
-		r.running = slices.DeleteFunc(r.running, func(x *pgroup) bool { return x == g })
-		w.logf("%s: finished %s", r.name, g.id)
-		r.send(w.jitter(msec, 30*msec), true, func() { p.deliver(g) })
-	})
+	// Its episodes, the outcome core deciding its fate (failover_outcome.go).
+	r.runEpisodes(g, w.jitter(200*msec, 1200*msec))
 }
 
 // status reports the groups this node runs to the holder (messages.

@@ -40,6 +40,8 @@ type Result struct {
 	// that term, not the run.
 	PublishRetries int
 	GaveUp         int64
+	// Rollouts counts the failover world's rollout outcomes.
+	Rollouts RolloutFates
 	// LogHash is the SHA-256 of the event log: equal seeds give equal hashes.
 	LogHash string
 	// Log is the whole event log when Config.KeepLog is set.
@@ -229,4 +231,33 @@ func minimize(cfg Config, orig *Violation) *Violation {
 	out := *best
 	out.Minimized, out.OriginalFaults, out.Reruns = true, n, reruns
 	return &out
+}
+
+// RolloutFates counts what the failover world's rollout groups did, as
+// the rollout outcome core decided (failover_outcome.go).
+type RolloutFates struct {
+	// EpisodesAborted: episodes ended aborted (engine gone, the node
+	// following a newer term); GroupsAborted: groups whose fate was
+	// Aborted (an episode aborted, or the store gave up or was cut).
+	EpisodesAborted, GroupsAborted int
+	// StoresRetried: groups whose store failed at least once; StoresCut:
+	// stores cut short because the node followed a newer term;
+	// StoresGivenUp: stores that gave up at outcome.DefaultStoreFor.
+	StoresRetried, StoresCut, StoresGivenUp int
+	// RequeuedOnReports: groups the term's controller requeued on their
+	// rollout's own EpisodeAborted reports; SweptAfterReports: of those,
+	// groups the term then also swept as a dead node's (AbortGroups),
+	// ignored as the controller core ignores an abort of a group it no
+	// longer holds.
+	RequeuedOnReports, SweptAfterReports int
+}
+
+func (f *RolloutFates) add(o RolloutFates) {
+	f.EpisodesAborted += o.EpisodesAborted
+	f.GroupsAborted += o.GroupsAborted
+	f.StoresRetried += o.StoresRetried
+	f.StoresCut += o.StoresCut
+	f.StoresGivenUp += o.StoresGivenUp
+	f.RequeuedOnReports += o.RequeuedOnReports
+	f.SweptAfterReports += o.SweptAfterReports
 }

@@ -159,6 +159,9 @@ var plantedBugs = []struct {
 	// On inputs only issue 37's generators produce.
 	{BugTermIgnoresQuorumLoss, ScenarioFailover, InvFencing, ""},
 	{BugCtlRequeuesDuplicateAbort, ScenarioFaults, InvLedger, ""},
+	// In the failover term's controller model: a group requeued on its
+	// rollout's reports, then swept as a dead node's.
+	{BugCtlRequeuesSweptGroup, ScenarioFailover, InvDeadNodeRequeue, ""},
 }
 
 // plantSteps: the run's steps for a bug searched over longer runs than 8.

@@ -31,6 +31,8 @@ type Summary struct {
 	// runs the step rule ended by giving a step up (failover: the runs
 	// in which a term's trainer gave one up).
 	PublishRetries, GaveUp int
+	// Rollouts sums the failover runs' rollout outcomes.
+	Rollouts RolloutFates
 	// Workload and LogHash are set for a single seed.
 	Workload, LogHash string
 }
@@ -65,6 +67,7 @@ func (s *Summary) Add(r Result) {
 	s.BuffersLost += r.BuffersLost
 	s.LostGroups += r.LostGroups
 	s.PublishRetries += r.PublishRetries
+	s.Rollouts.add(r.Rollouts)
 	if r.GaveUp > 0 {
 		s.GaveUp++
 	}
@@ -133,6 +136,10 @@ func (s Summary) Format() string {
 			ended = "runs where a term's trainer gave a step up (the term failed, another took over)"
 		}
 		fmt.Fprintf(&b, "  publishes         %d failed publishes tried again; %d %s\n", s.PublishRetries, s.GaveUp, ended)
+	}
+	if f := s.Rollouts; f != (RolloutFates{}) {
+		fmt.Fprintf(&b, "  rollouts          %d episodes aborted, %d groups aborted; %d stores retried, %d cut by a term switch, %d given up; %d groups requeued on their reports (%d then swept as a dead node's, ignored)\n",
+			f.EpisodesAborted, f.GroupsAborted, f.StoresRetried, f.StoresCut, f.StoresGivenUp, f.RequeuedOnReports, f.SweptAfterReports)
 	}
 	if s.LogHash != "" {
 		fmt.Fprintf(&b, "  event log sha256  %s\n", s.LogHash)

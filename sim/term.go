@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/asyncrl/asyncrl/actors/rollout/outcome"
 	"github.com/asyncrl/asyncrl/cluster/termwatch"
 )
 
@@ -15,8 +16,8 @@ const (
 	// probeEvery is how often the term probes its buffer and ticks its
 	// watch (cluster/node probes its streams every second).
 	probeEvery = time.Second
-	// bufferRetry: a failed store, or a delivery the buffer cannot make
-	// now, is tried again this much later.
+	// bufferRetry: a delivery the buffer cannot make now is tried again
+	// this much later (a store is retried on the rollout's schedule).
 	bufferRetry = 250 * msec
 	// termHandover is how long after a step-down the next term starts
 	// (the lease given up, then won by a standby or the same node).
@@ -136,11 +137,30 @@ func (c *ctlNode) groupReady(g *rgroup) {
 	c.storeGroup(g, false)
 }
 
+// storeGroup is the rollout actor's store (actors/rollout storeGroup, on
+// the outcome core's schedule): a failed try is tried again every
+// StoreRetryWait(DefaultStoreRetry) (500 ms) until DefaultStoreFor (60 s)
+// has passed since the store began; then the store gives up, the group is
+// Aborted (Unstored) and its report requeues the prompt. A buffer that
+// fails that long fails its probes too, so the term's watch steps the
+// term down (UnhealthyAfter, 30 s) first, and the crash takes the store
+// with it: in this world the give-up is never reached (docs/sim.md).
 func (c *ctlNode) storeGroup(g *rgroup, retry bool) {
 	w := c.w
+	if !retry {
+		g.storeBegan = c.t()
+	}
 	if err := c.buf.err(); err != nil {
+		if outcome.StoreGivesUp(g.storeBegan, c.t(), outcome.DefaultStoreFor) {
+			w.logf("ctl: store of %s gave up after %v: %v", g.id, outcome.DefaultStoreFor, err)
+			c.stored(g, err.Error())
+			return
+		}
 		w.record(retry, "ctl: store %s in the buffer failed: %v%s", g.id, err, retryNote(retry))
-		c.after(bufferRetry, "", func() { c.storeGroup(g, true) })
+		c.after(outcome.StoreRetryWait(outcome.DefaultStoreRetry), "", func() { c.storeGroup(g, true) })
+		return
+	}
+	if !c.stored(g, "") {
 		return
 	}
 	delete(c.groups, g.id)

@@ -53,9 +53,11 @@ type Config struct {
 	// trajectory buffer): Publish returns once JetStream has it, and the
 	// sampling actor acks it only after judging it. nil publishes plainly.
 	GroupStream transport.Stream
-	// StoreRetry bounds one store of a group in GroupStream (default 5s);
-	// a failed store is retried until StoreFor (default 60s) has passed,
-	// then the group is reported aborted (requeued), never dropped.
+	// StoreRetry bounds one store of a group in GroupStream (default 5s,
+	// outcome.DefaultStoreRetry); a failed store is retried every
+	// StoreRetry/10 until StoreFor (default 60s, outcome.DefaultStoreFor)
+	// has passed, then the group is reported aborted (requeued), never
+	// dropped.
 	StoreRetry, StoreFor time.Duration
 	// StoreConcurrency bounds this actor's stores waiting on GroupStream at
 	// once (default 32). A group waits for a slot untimed (up to StoreFor),
@@ -136,10 +138,10 @@ func Start(bus transport.Bus, gen Generator, cfg Config) (*Actor, error) {
 		return nil, err
 	}
 	if cfg.StoreRetry <= 0 {
-		cfg.StoreRetry = 5 * time.Second
+		cfg.StoreRetry = outcome.DefaultStoreRetry
 	}
 	if cfg.StoreFor <= 0 {
-		cfg.StoreFor = time.Minute
+		cfg.StoreFor = outcome.DefaultStoreFor
 	}
 	if cfg.StoreConcurrency <= 0 {
 		cfg.StoreConcurrency = 32
@@ -355,11 +357,11 @@ type idPublisher interface {
 
 // storeGroup stores a finished group in the trajectory buffer, retrying a
 // failed store (a clustered stream electing a new leader after its server
-// died takes 4–9 s) every StoreRetry until StoreFor has passed or the
-// actor stops. The group id is the message id where the stream
+// died takes 4–9 s) every StoreRetry/10 until StoreFor has passed or the
+// actor stops (the outcome core's store schedule, store.go there). The group id is the message id where the stream
 // de-duplicates, so a retry whose first try did land is dropped.
 func (a *Actor) storeGroup(groupID string, data []byte) error {
-	deadline := time.Now().Add(a.cfg.StoreFor)
+	began := time.Now()
 	wait := time.NewTimer(a.cfg.StoreFor)
 	select {
 	case a.stores <- struct{}{}:
@@ -380,7 +382,7 @@ func (a *Actor) storeGroup(groupID string, data []byte) error {
 			_, err = a.cfg.GroupStream.Publish(ctx, a.cfg.Subjects.Groups, data)
 		}
 		cancel()
-		if err == nil || errors.Is(err, transport.ErrClosed) || errors.Is(err, transport.ErrPayloadTooLarge) || time.Now().After(deadline) {
+		if err == nil || errors.Is(err, transport.ErrClosed) || errors.Is(err, transport.ErrPayloadTooLarge) || outcome.StoreGivesUp(began, time.Now(), a.cfg.StoreFor) {
 			return err
 		}
 		n := a.c.storeRetries.Add(1)
@@ -389,7 +391,7 @@ func (a *Actor) storeGroup(groupID string, data []byte) error {
 		select {
 		case <-a.ctx.Done():
 			return err
-		case <-time.After(a.cfg.StoreRetry / 10):
+		case <-time.After(outcome.StoreRetryWait(a.cfg.StoreRetry)):
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/asyncrl/asyncrl/actors/rollout/outcome"
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/transport"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
@@ -263,3 +264,14 @@ func TestStoreRetryWarningRateLimited(t *testing.T) {
 type lineCounter func([]byte)
 
 func (f lineCounter) Write(p []byte) (int, error) { f(p); return len(p), nil }
+
+// An actor started without a store schedule takes the outcome core's
+// (the numbers the simulator's rollouts use too).
+func TestStoreScheduleDefaultsAreTheOutcomeCores(t *testing.T) {
+	ls := &lossyStream{}
+	bus, subj, _ := storeRig(t, ls)
+	a, _ := storeActor(t, bus, subj, ls, 0, 0)
+	if a.cfg.StoreRetry != outcome.DefaultStoreRetry || a.cfg.StoreFor != outcome.DefaultStoreFor {
+		t.Fatalf("StoreRetry %v, StoreFor %v; want outcome's %v, %v", a.cfg.StoreRetry, a.cfg.StoreFor, outcome.DefaultStoreRetry, outcome.DefaultStoreFor)
+	}
+}

@@ -32,6 +32,13 @@ import (
 // retries) reaches all 38 of its reachable blocks in 100 seeds; the
 // give-up's are reached by the fleet outages that outlast the retry
 // schedule (3 of the 400 seeds), the retries' by about one seed in four.
+//
+// outcome: the rollout's group outcome (actors/rollout/outcome) reached
+// 17 of its 24 reachable blocks in 100 seeds when only the default world
+// stepped it, and never its store stage; since the failover world's
+// rollout nodes step it too and both worlds store through it, all 26
+// (Stored's give-up and Unstored from the stores a term switch cuts short:
+// about one failover seed in eight). The floor leaves one block of margin.
 var Floors = map[string]float64{
 	"term":          94.5,
 	"lease":         95,
@@ -41,6 +48,7 @@ var Floors = map[string]float64{
 	"tracker":       97,
 	"router-policy": 75,
 	"steprule":      97,
+	"outcome":       96,
 }
 
 // coverSeeds is the seeds per scenario of the test's measurement.

@@ -15,21 +15,22 @@ type Exclusion struct {
 
 // The reasons, shared by many blocks.
 const (
-	whyConfig    = "a configuration error: the simulator builds every core from a valid config (each error has a test in the core's package)"
-	whyPanic     = "a panic on a broken internal invariant: the simulator reports any panic in a core as a protocol violation"
-	whyPlanted   = "a planted bug's branch (Config.Plant): reached by the planted-bug tests, not by the correct core the coverage is measured on"
-	whyMarker    = "an interface marker method: never called, it only closes the set of types"
-	whyFormat    = "formatting for tests and debugging that no shell (real or simulated) calls"
-	whySkyRL     = "SkyRL's batch-level function (filter.Accumulator, filter.Replace, filter.KeepIndices): the loop judges group by group (Config.Decide) and assembles mini-batches in the controller; no actor calls it (filter's SkyRL tests do)"
-	whyHeld      = "the controller core calls it only for a group it holds in that state, and panics otherwise (a broken invariant)"
-	whyStepAhd   = "a StepDone ahead of the controller: never provoked in a correct loop (the simulator fails the run on the controller's stepahead log)"
-	whyMerge     = "the rollout side's token batches always decode and share one spec; a merge failure would be a codec bug (the simulator fails the run on the merge log)"
-	whyEndless   = "a prompt source that runs out: no production source does (task sources sample for ever; bench/scale's bounded one is a benchmark)"
-	whyCommand   = "the publisher shell joins an engine before it commands or acks it, and names only committed versions, in order"
-	whyAccessor  = "an accessor no shell calls (the core's tests read it)"
-	whyRefuse    = "a batch ahead of the trainer: a correct controller never sends one (the simulator fails the run on it as a protocol violation)"
-	whyNoRetry   = "the rule without a Retry (New): no shell builds it — the trainer actor and the simulator's trainer use NewRetrying (steprule's TestRule covers it)"
-	whyWouldDrop = "replace mode requeues every group CheckForTraining would drop just before (requeueStale: WouldDrop is the same test at the same instant), so no good group is found stale at its check"
+	whyConfig     = "a configuration error: the simulator builds every core from a valid config (each error has a test in the core's package)"
+	whyPanic      = "a panic on a broken internal invariant: the simulator reports any panic in a core as a protocol violation"
+	whyPlanted    = "a planted bug's branch (Config.Plant): reached by the planted-bug tests, not by the correct core the coverage is measured on"
+	whyMarker     = "an interface marker method: never called, it only closes the set of types"
+	whyFormat     = "formatting for tests and debugging that no shell (real or simulated) calls"
+	whySkyRL      = "SkyRL's batch-level function (filter.Accumulator, filter.Replace, filter.KeepIndices): the loop judges group by group (Config.Decide) and assembles mini-batches in the controller; no actor calls it (filter's SkyRL tests do)"
+	whyHeld       = "the controller core calls it only for a group it holds in that state, and panics otherwise (a broken invariant)"
+	whyStepAhd    = "a StepDone ahead of the controller: never provoked in a correct loop (the simulator fails the run on the controller's stepahead log)"
+	whyMerge      = "the rollout side's token batches always decode and share one spec; a merge failure would be a codec bug (the simulator fails the run on the merge log)"
+	whyEndless    = "a prompt source that runs out: no production source does (task sources sample for ever; bench/scale's bounded one is a benchmark)"
+	whyCommand    = "the publisher shell joins an engine before it commands or acks it, and names only committed versions, in order"
+	whyAccessor   = "an accessor no shell calls (the core's tests read it)"
+	whyRefuse     = "a batch ahead of the trainer: a correct controller never sends one (the simulator fails the run on it as a protocol violation)"
+	whyNoRetry    = "the rule without a Retry (New): no shell builds it — the trainer actor and the simulator's trainer use NewRetrying (steprule's TestRule covers it)"
+	whyOutOfOrder = "an input the stage refuses (ErrOutOfOrder): the shells end each episode once and pack and store only at those stages (the refusals have tests in the core's package)"
+	whyWouldDrop  = "replace mode requeues every group CheckForTraining would drop just before (requeueStale: WouldDrop is the same test at the same instant), so no good group is found stale at its check"
 )
 
 // The lease core's reasons.
@@ -177,6 +178,15 @@ var Unreachable = []Exclusion{
 	{File: "actors/trainer/steprule/core.go", Func: "(*Core).next", Contains: "c.emit(Publish{", Why: whyNoRetry},
 	{File: "actors/trainer/steprule/core.go", Func: "(*Core).Tick", Contains: "=return", Why: "a tick before the wait is over: the simulator ticks the rule only at the RetryAt it asked for (a timer on the virtual clock); the trainer actor's 50 ms ticks reach it (steprule's TestRetryWithBackoff)"},
 	{File: "actors/trainer/steprule/core.go", Func: "(*Core).Step", Contains: "=return", Why: "a late or duplicated Trained/Failed: the simulated trainer reports each Train and Publish once, and a crashed incarnation's reports die with its rule (steprule's TestRule covers them)"},
+
+	// actors/rollout/outcome
+	{File: "actors/rollout/outcome/outcome.go", Func: "Stage.String", Why: "formatting of a refused input's error: the shells (the actor's runGroup, the simulator's groups) never make one"},
+	{File: "actors/rollout/outcome/outcome.go", Func: "*.Ended", Contains: "ErrOutOfOrder", Why: whyOutOfOrder},
+	{File: "actors/rollout/outcome/outcome.go", Func: "*.Packed", Contains: "ErrOutOfOrder", Why: whyOutOfOrder},
+	{File: "actors/rollout/outcome/outcome.go", Func: "*.Stored", Contains: "ErrOutOfOrder", Why: whyOutOfOrder},
+	{File: "actors/rollout/outcome/outcome.go", Func: "*.Packed", Contains: `"pack: "`, Why: "a packing error: the simulated groups always pack (their token batches are built from what the engines produced; the actor's pack errors have tests in actors/rollout)"},
+	{File: "actors/rollout/outcome/outcome.go", Func: "*.Packed", Contains: "=g.stage=Ready", Why: "a group published without a trajectory buffer: both simulated worlds model a cluster term's rollouts, which store every group in the term's buffer (the actor without a GroupStream has its tests in actors/rollout)"},
+	{File: "actors/rollout/outcome/outcome.go", Func: "*.Aborts", Contains: "=returnnil", Why: "the shells ask for the reports only of an Aborted group"},
 }
 
 func matchExclusion(b Block, line, src string) *Exclusion {

@@ -21,6 +21,11 @@
 //     would hold its slot for good — the stall of issue 20; if the store
 //     did land after all, the group is judged and the abort ignored).
 //
+// The store's schedule (store.go) is this package's too, so the actor and
+// the simulator retry and give up on the same numbers: a failed store is
+// tried again every DefaultStoreRetry/10 until DefaultStoreFor (60 s) has
+// passed since it began (StoreGivesUp), then Stored(err).
+//
 // EnvBackoff (backoff.go) is the actor's pace after groups its chat
 // environment failed: how long the next group waits before its episodes
 // start. The simulator has no chat environments, so it does not step it;
