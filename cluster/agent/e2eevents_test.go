@@ -1,8 +1,10 @@
 package agent
 
 import (
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/asyncrl/asyncrl/cluster/term"
 )
@@ -70,4 +72,17 @@ func lossLines(rs []EventRecord) string {
 		keep = append(keep, r.Kind+": "+r.Line)
 	}
 	return strings.Join(keep, "\n")
+}
+
+// recoveryTimeline lists rs (a node's records after a kill at killed) up
+// to and including its first durable step, each timed from the kill.
+func recoveryTimeline(rs []EventRecord, killed time.Time) string {
+	var out []string
+	for _, r := range rs {
+		out = append(out, fmt.Sprintf("+%6.2fs %s: %s", r.Time.Sub(killed).Seconds(), r.Kind, r.Line))
+		if r.Kind == term.StepDurable.String() {
+			break
+		}
+	}
+	return strings.Join(out, "\n")
 }

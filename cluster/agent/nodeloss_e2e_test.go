@@ -249,9 +249,16 @@ func nodeLossRun(t *testing.T, c *e2eCluster, pick func(nodes []*proc, holder, s
 		}
 	}
 	// What the trainer nodes did about the loss (leases, leader moves,
-	// failing streams, step-downs), for the log.
+	// failing streams, step-downs), for the log; and each survivor's
+	// events from the kill to its first durable step after it, timed from
+	// the kill (where a slow recovery spent its time).
 	for i := range 2 {
 		t.Logf("n%d:\n%s", i+1, lossLines(nodes[i].records(t)))
+		if nodes[i] != victim {
+			if tl := recoveryTimeline(nodes[i].records(t)[offsets[i]:], killed); tl != "" {
+				t.Logf("n%d after the kill:\n%s", i+1, tl)
+			}
+		}
 	}
 	t.Logf("killed %s (holder %s) at %s (leading the ledger: %v) after step %d; next step %s after the kill (new lease holder: %s); %d lease acquisitions in all",
 		vname, hname, m.moment, m.leads, lastDurable(hrecs[:min(len(hrecs), offsets[holder])]), next.Round(10*time.Millisecond), lease.Round(10*time.Millisecond), leases)
