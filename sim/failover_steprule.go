@@ -103,6 +103,12 @@ func (p *pipe) armRetry() {
 		return
 	}
 	p.tr.armed = at
+	if n.w.active > 0 {
+		// A publish that failed in a fault waits out its backoff after
+		// the fault heals (up to 32 s before the sixth try), longer than
+		// ProgressBound: progress is owed from the end of that wait.
+		n.w.retryQuiet = max(n.w.retryQuiet, at.Sub(n.w.t0))
+	}
 	step, _ := r.Unpublished()
 	n.later(max(0, at.Sub(n.w.now())), fmt.Sprintf("%s: trainer of token %d: step %d: retry wait over", n.name, p.token, step), func() {
 		if p.stopped || n.pipe != p || !r.RetryAt().Equal(at) {
