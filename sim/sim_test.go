@@ -170,8 +170,8 @@ var plantedBugs = []struct {
 // elector-takes-earlier-lifes-create needs an elector's Create to land
 // after its term resigned (a zombie's late loss notice, under lossy
 // messages) and the node's next elector to find it: seed 66 at 14 steps
-// (175 at 12 before the terms' publishes waited for an engine's ack;
-// now 388 at 12). term-saves-before-marks-written needs the next step's
+// (227 at 12 before the terms' publishes waited for an engine's ack —
+// 175 earlier — now 388 at 12). term-saves-before-marks-written needs the next step's
 // save to race the last durable step's marks, held up by a ledger
 // election, and the holder to die then: since a publish waits for an
 // ack, steps come one ack apart and the race is rarer — seed 47 at 10
