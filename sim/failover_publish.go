@@ -212,6 +212,7 @@ func (p *pipe) pubWaitServed() {
 	wt := pub.wait
 	for _, st := range pub.tr.Engines() {
 		if st.Serving >= wt.step {
+			n.w.logf("%s: publisher of token %d: version %d served by %s after no engine could reach it", n.name, p.token, p.base.Version+wt.step, st.Engine)
 			p.pubDone()
 			return
 		}

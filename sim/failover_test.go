@@ -40,6 +40,11 @@ func TestFailoverTakesOver(t *testing.T) {
 		},
 		"rank-departed":    func(l string) bool { return strings.Contains(l, "its holder left the membership") },
 		"rank-holder-kill": func(l string) bool { return strings.Contains(l, "ended by its holder") },
+		// The terms' publishers (the tracker core): a version every
+		// engine left while it was on its way settles with no engine, and
+		// the publish returns once an engine that came back serves it
+		// (weightsync's WaitServed), not before.
+		"publish-no-engine": func(l string) bool { return strings.Contains(l, "after no engine could reach it") },
 	}
 	// 100 seeds: a renewal refused for good is rare (seed 65 is the
 	// first since the terms' trainers step the production step rule).
