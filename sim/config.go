@@ -75,6 +75,10 @@ const (
 	// publish that failed as a success (Trained), so the step rule
 	// announces a step whose version no engine can get.
 	BugTrainerAnnouncesUnpublished Bug = "trainer-announces-unpublished-step"
+	// BugPublishSkipsAcks: the failover world's publish returns once its
+	// version is dispatched, without waiting for the tracker to settle it
+	// (an engine's ack), so a term records a step no engine serves yet.
+	BugPublishSkipsAcks Bug = "publish-returns-before-an-engine-acks"
 	// BugTrainerRetrainsOnRetry: the trainer's shell carries out the
 	// rule's Publish (a failed publish tried again) by training the
 	// step's batch again instead of publishing the weights it holds.
@@ -199,7 +203,7 @@ const (
 )
 
 // Bugs lists every planted bug.
-var Bugs = []Bug{BugRouterIgnoresGating, BugFilterLeaksCapacity, BugTrainerRetrainsOnRestart, BugTrainerAnnouncesUnpublished, BugTrainerRetrainsOnRetry, BugEngineSkipsChecksum,
+var Bugs = []Bug{BugRouterIgnoresGating, BugFilterLeaksCapacity, BugTrainerRetrainsOnRestart, BugTrainerAnnouncesUnpublished, BugPublishSkipsAcks, BugTrainerRetrainsOnRetry, BugEngineSkipsChecksum,
 	BugStalenessFromSchedule, BugPublisherAnnouncesEarly, BugRequeueLosesPrompt, BugEngineRestartsFromBase,
 	BugPublisherForgetsLaggards, BugCtlForgetsSentBatch, BugTermIgnoresLostBuffer,
 	BugTermForgetsDeadNodeGroups, BugTermForgetsPrevHolder, BugTermRequeuesPrevHolderOnly, BugTermMarksBeforeDurable, BugTermIgnoresFencing,

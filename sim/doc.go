@@ -68,8 +68,10 @@
 // groups and host engines; the term's pipeline is modelled minimally
 // inside the shell's StartPipeline/StopPipeline, its trainer around the
 // production step rule (failover_steprule.go: a failed publish tried
-// again, a give-up failing that node's term). Its planted bugs reach the
-// term core through term.Config.Plant.
+// again, a give-up failing that node's term), its publisher around the
+// version tracker core (failover_publish.go: a publish returns once an
+// engine serves the version, as cluster/weightsync's does). Its planted
+// bugs reach the term core through term.Config.Plant.
 //
 // # Contract
 //

@@ -78,7 +78,10 @@ type fo struct {
 	// (failover_steprule.go).
 	pubRetries, giveUps int
 	gaveUp              int64
-	bucketOut           int // weight-bucket-outages in progress
+	// retryQuiet: when the last retry wait armed during a fault ends (the
+	// progress oracle's clock starts there, failover_check.go).
+	retryQuiet time.Duration
+	bucketOut  int // weight-bucket-outages in progress
 	// Issue 37's generators (failover_extra.go): the second stream's
 	// draws, and what its faults hold now.
 	x         foExtra

@@ -152,10 +152,14 @@ func (w *fo) checkAll() {
 		w.fail(InvProgress, "run did not make %d steps durable within %v (durable step %d)", w.cfg.Steps, foTimeLimit, w.store.prog.Step)
 		return
 	}
-	if w.active == 0 && w.clock-max(w.quietSince, w.lastDurableAt) > w.cfg.ProgressBound {
+	// Progress is owed from the last fault's end, the last durable step,
+	// or the end of a publish's retry wait armed during a fault (the
+	// rule's backoff, 2 s doubling to 32 s, outlasts ProgressBound; a
+	// wait armed with every fault healed is not excused).
+	if since := max(w.quietSince, w.lastDurableAt, w.retryQuiet); w.active == 0 && w.clock-since > w.cfg.ProgressBound {
 		h, tok := w.lease.holding(w.clock)
 		w.fail(InvProgress, "no step became durable for %v with every fault healed (durable step %d, lease %s token %d, queued %d)",
-			w.clock-max(w.quietSince, w.lastDurableAt), w.store.prog.Step, h, tok, len(w.queue))
+			w.clock-since, w.store.prog.Step, h, tok, len(w.queue))
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/asyncrl/asyncrl/actors/publisher/tracker"
 	"github.com/asyncrl/asyncrl/cluster/term"
 )
 
@@ -454,21 +455,19 @@ func (p *pipe) removedAt(e string) {
 	p.removed[e] = p.node.w.clock
 }
 
-// dispatchTo lists the engines the publisher sends a new version's
-// target to: the router's, and those removed less than a second ago
-// (the core ignores those: not a remote engine of the term).
-func (p *pipe) dispatchTo() []string {
+// dispatchTo lists the commands the publisher dispatches for a new
+// version: the tracker's, and the version's for the engines removed less
+// than a second ago, which a publish that raced the removal still
+// commands (the core ignores those: not a remote engine of the term).
+func (p *pipe) dispatchTo(cmds []tracker.Command) []tracker.Command {
 	w := p.node.w
-	set := map[string]bool{}
-	for e := range p.router {
-		set[e] = true
-	}
-	for e, at := range p.removed {
-		if w.clock-at < time.Second {
-			set[e] = true
+	out := slices.Clone(cmds)
+	for _, e := range slices.Sorted(maps.Keys(p.removed)) {
+		if w.clock-p.removed[e] < time.Second && !slices.ContainsFunc(cmds, func(c tracker.Command) bool { return c.Engine == e }) {
+			out = append(out, tracker.Command{Engine: e, Plan: tracker.Plan{Target: p.publisher().tr.Target()}})
 		}
 	}
-	return slices.Sorted(maps.Keys(set))
+	return out
 }
 
 // bufferWaits holds a stored group's delivery (the judge's fetch) while

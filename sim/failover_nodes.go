@@ -245,6 +245,7 @@ func (n *tnode) apply(e term.Effect, tok uint64) {
 				delete(p.router, e)
 				delete(p.regAt, e)
 				p.removedAt(e)
+				p.engineLeft(e)
 			}
 		}
 	case term.SendLoadWeights:
@@ -397,17 +398,16 @@ func (n *tnode) startPipeline(v term.StartPipeline) {
 }
 
 // addEngines registers engines with the router (not routable until they
-// ack this term's version) and has the publisher target them.
+// ack this term's version) and the publisher, whose catch-up command
+// targets them (failover_publish.go).
 func (n *tnode) addEngines(v term.AddEngines) {
 	w, p := n.w, n.pipe
 	if p == nil {
 		return
 	}
-	ver := p.targets[len(p.targets)-1].version
 	for _, e := range slices.Sorted(maps.Keys(v.Engines)) {
 		p.router[e], p.regAt[e] = -1, w.clock
-		tok := p.token
-		n.later(0, "", func() { n.step(term.EngineTarget{Token: tok, Engine: e, Version: ver}) })
+		p.engineJoined(e)
 	}
 }
 

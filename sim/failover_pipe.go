@@ -46,8 +46,10 @@ type pipe struct {
 	rg    *rankGroup
 	rgSeq int
 	// tr: the term's trainer around the production step rule
-	// (failover_steprule.go).
-	tr pipeTrainer
+	// (failover_steprule.go); pub its publisher shell over the tracker
+	// core (failover_publish.go).
+	tr  pipeTrainer
+	pub *pipePub
 }
 
 type target struct {

@@ -209,16 +209,8 @@ func (r *rnode) loadWeights(n *tnode, tok uint64, ver int64) {
 		}
 		got := r.engVer
 		w.logf("%s: engine %s serves version %d of term %d", r.name, r.engine(), got, tok)
-		w.lossy(func() {
-			if n.pipe != nil && n.pipe.token == tok {
-				if v, ok := n.pipe.router[r.engine()]; ok && got > v {
-					n.pipe.router[r.engine()] = got
-				}
-			}
-			if n.alive {
-				n.step(term.EngineServing{Token: tok, Engine: r.engine(), Version: got})
-			}
-		})
+		e := r.engine()
+		w.lossy(func() { n.engineAcked(tok, e, got) })
 	})
 }
 

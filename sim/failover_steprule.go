@@ -18,11 +18,14 @@ import (
 //     JetStream object store, cluster/node/remote.go): a node cut off from
 //     the store (store-partition, the store side of a quorum loss) or a
 //     bucket without a leader (weight-bucket-outage) fails the write after
-//     storeBudget, and the publish fails. No engine is not a failure
-//     there: with remote engines the publish waits for one
-//     (weightsync.Remote.WaitEngines, WaitServed), so it is not one here;
+//     storeBudget, and the publish fails. Once written, the publish goes
+//     to the term's publisher shell and returns only when an engine
+//     serves the version (failover_publish.go: the tracker core, as
+//     weightsync.Sync runs it); no engine is not a failure there: with
+//     remote engines the publish waits for one (weightsync.Remote's
+//     WaitEngines, WaitServed), so it is not one here;
 //   - only a published step is fed to the term (the trainer's OnStep
-//     runs after the publish succeeded; the agent feeds Steps): Announce
+//     runs after the publish returned; the agent feeds Steps): Announce
 //     is where the term hears StepTrained;
 //   - a give-up is the trainer's Err, which the agent turns into
 //     term.Failed for that node's term (cluster/agent/term.go poll): the
@@ -30,13 +33,13 @@ import (
 
 // pipeTrainer is a term's trainer: its rule (made on the first batch),
 // the RetryAt a timer is set for, each step's groups (its batch), the
-// local versions whose publish succeeded, how often each step trained,
-// and the newest step announced.
+// local versions whose bucket write succeeded, how often each step
+// trained, and the newest step announced.
 type pipeTrainer struct {
 	rule      *steprule.Core
 	armed     time.Time
 	batches   map[int64][]*pgroup
-	published map[int64]bool
+	written   map[int64]bool
 	trained   map[int64]int
 	announced int64
 }
@@ -44,7 +47,7 @@ type pipeTrainer struct {
 func (p *pipe) rule() *steprule.Core {
 	if p.tr.rule == nil {
 		p.tr.rule = newRule(0) // a term's trainer starts at its local version 0
-		p.tr.batches, p.tr.published, p.tr.trained = map[int64][]*pgroup{}, map[int64]bool{}, map[int64]int{}
+		p.tr.batches, p.tr.written, p.tr.trained = map[int64][]*pgroup{}, map[int64]bool{}, map[int64]int{}
 	}
 	return p.tr.rule
 }
@@ -103,6 +106,12 @@ func (p *pipe) armRetry() {
 		return
 	}
 	p.tr.armed = at
+	if n.w.active > 0 {
+		// A publish that failed in a fault waits out its backoff after
+		// the fault heals (up to 32 s before the sixth try), longer than
+		// ProgressBound: progress is owed from the end of that wait.
+		n.w.retryQuiet = max(n.w.retryQuiet, at.Sub(n.w.t0))
+	}
 	step, _ := r.Unpublished()
 	n.later(max(0, at.Sub(n.w.now())), fmt.Sprintf("%s: trainer of token %d: step %d: retry wait over", n.name, p.token, step), func() {
 		if p.stopped || n.pipe != p || !r.RetryAt().Equal(at) {
@@ -164,9 +173,11 @@ func (p *pipe) trainStep(step int64) {
 	})
 }
 
-// publish writes the step's version to the term's weight bucket and
-// dispatches it to the term's engines; then the rule hears Trained, or
-// Failed when the store was out of reach for storeBudget.
+// publish writes the step's version to the term's weight bucket, then
+// hands it to the term's publisher shell, which dispatches it and waits
+// for an engine to serve it (failover_publish.go); the rule hears Trained
+// once that publish returns, or Failed when the store was out of reach
+// for storeBudget.
 func (p *pipe) publish(step int64) {
 	n, w := p.node, p.node.w
 	ver := p.base.Version + step
@@ -174,12 +185,8 @@ func (p *pipe) publish(step int64) {
 		if p.stopped || n.pipe != p {
 			return
 		}
-		p.tr.published[step] = true
-		p.targets = append(p.targets, target{w.clock, ver})
-		for _, e := range p.dispatchTo() {
-			n.step(term.EngineTarget{Token: p.token, Engine: e, Version: ver})
-		}
-		p.stepRule(steprule.Trained{Step: step, Version: step})
+		p.tr.written[step] = true
+		p.publishWritten(step)
 	}, func() {
 		if p.stopped || n.pipe != p {
 			return
@@ -196,16 +203,23 @@ func (p *pipe) publish(step int64) {
 
 // announce: the published step reaches the term (StepTrained, its
 // checkpoint), as the agent feeds the trainer's Steps. InvAnnounce: the
-// step's version was published.
+// step's version was written to the bucket, and an engine's ack of it
+// (or of a later version) reached the term's publisher.
 func (p *pipe) announce(a steprule.Announce) {
 	n, w := p.node, p.node.w
 	if a.Again {
 		return // the pipe sends no retransmission; nothing to say again
 	}
-	w.checks++
-	if !p.tr.published[a.Version] {
+	w.checks += 2
+	ver := p.base.Version + a.Version
+	if !p.tr.written[a.Version] {
 		w.fail(InvAnnounce, "%s: trainer of token %d announces step %d (version %d), whose publish failed: the term would record weights no engine can get",
-			n.name, p.token, a.Step, p.base.Version+a.Version)
+			n.name, p.token, a.Step, ver)
+		return
+	}
+	if !p.ackedAtLeast(ver) {
+		w.fail(InvAnnounce, "%s: trainer of token %d announces step %d (version %d), which no engine of the term has acked: its publish returned before an engine served it",
+			n.name, p.token, a.Step, ver)
 		return
 	}
 	p.tr.announced = max(p.tr.announced, a.Step)

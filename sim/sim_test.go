@@ -150,6 +150,8 @@ var plantedBugs = []struct {
 	// In the failover scenario's term trainers (the production step rule).
 	{BugTrainerAnnouncesUnpublished, ScenarioFailover, InvAnnounce, ""},
 	{BugTrainerRetrainsOnRetry, ScenarioFailover, InvTrainedTwice, ""},
+	// In the failover scenario's term publishers (the tracker core).
+	{BugPublishSkipsAcks, ScenarioFailover, InvAnnounce, ""},
 	// In the failover scenario's lease elector: the lease's safety check.
 	{BugElectorTakesAnyCreate, ScenarioFailover, InvFencing, ""},
 	{BugElectorTakesEarlierLifesCreate, ScenarioFailover, InvFencing, ""},
@@ -170,8 +172,14 @@ var plantedBugs = []struct {
 // over a longer run (the fault window grows with the steps).
 // elector-takes-earlier-lifes-create needs an elector's Create to land
 // after its term resigned (a zombie's late loss notice, under lossy
-// messages) and the node's next elector to find it: seed 175 at 12 steps.
-var plantSteps = map[Bug]int{BugTermRequeuesPrevHolderOnly: 10, BugElectorTakesEarlierLifesCreate: 12}
+// messages) and the node's next elector to find it: seed 66 at 14 steps
+// (227 at 12 before the terms' publishes waited for an engine's ack —
+// 175 earlier — now 388 at 12). term-saves-before-marks-written needs the next step's
+// save to race the last durable step's marks, held up by a ledger
+// election, and the holder to die then: since a publish waits for an
+// ack, steps come one ack apart and the race is rarer — seed 47 at 10
+// steps (479 at 8; 58 at 8 before).
+var plantSteps = map[Bug]int{BugTermRequeuesPrevHolderOnly: 10, BugElectorTakesEarlierLifesCreate: 14, BugTermMarksUnordered: 10}
 
 // findBug searches seeds from 1 until the planted bug breaks an
 // invariant, up to limit seeds.
