@@ -121,3 +121,20 @@ func (c *checker) hostPort(field, addr string, optional bool) {
 		c.fail(field, "%q is not a host:port address", addr)
 	}
 }
+
+// MaxVersionLag is the run's staleness budget in versions: how far an
+// engine may lag the newest acknowledged version and keep serving (the
+// router keeps its sessions; the publisher keeps routing to it, so the
+// hard minimum it announces is target − MaxVersionLag). It is
+// router.max_version_lag, or trainer.max_staleness_steps when that is -1,
+// and 0 under router.version_rule newest (the rule before issue 15: only
+// the newest version is routed).
+func (c Config) MaxVersionLag() int64 {
+	switch {
+	case c.Router.VersionRule == VersionNewest:
+		return 0
+	case c.Router.MaxVersionLag >= 0:
+		return int64(c.Router.MaxVersionLag)
+	}
+	return int64(max(c.Trainer.MaxStalenessSteps, 0))
+}

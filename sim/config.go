@@ -200,6 +200,10 @@ const (
 	// group's own EpisodeAborted reports; the real controller core ignores
 	// an abort of a group it no longer holds.
 	BugCtlRequeuesSweptGroup Bug = "controller-requeues-swept-group"
+	// BugFailoverRouterIgnoresMin: the failover term's router routes to
+	// an engine that acked any version of the term, ignoring the minimum
+	// the term's tracker sets (the failover world before it had one).
+	BugFailoverRouterIgnoresMin Bug = "failover-router-ignores-min-version"
 )
 
 // Bugs lists every planted bug.
@@ -209,7 +213,7 @@ var Bugs = []Bug{BugRouterIgnoresGating, BugFilterLeaksCapacity, BugTrainerRetra
 	BugTermForgetsDeadNodeGroups, BugTermForgetsPrevHolder, BugTermRequeuesPrevHolderOnly, BugTermMarksBeforeDurable, BugTermIgnoresFencing,
 	BugTermTwoSaves, BugTermNeverResends, BugTermSavesBeforeRecorded, BugTermMarksUnordered, BugTermNoStartBound,
 	BugElectorTakesAnyCreate, BugElectorTakesEarlierLifesCreate, BugRankHostKeepsDeposed, BugRankLinksSendNewestToken, BugTermIgnoresQuorumLoss, BugCtlRequeuesDuplicateAbort,
-	BugCtlRequeuesSweptGroup}
+	BugCtlRequeuesSweptGroup, BugFailoverRouterIgnoresMin}
 
 // Config configures one simulated run. The workload shape (staleness
 // bound, batch size, workers, group size, engines, turn counts) and the

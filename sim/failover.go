@@ -48,12 +48,14 @@ type fo struct {
 	t0    time.Time
 
 	batch, prompts int // groups per step; prompts in the run (steps × batch)
-	trainers       []*tnode
-	rollouts       []*rnode
-	lease          foLease
-	store          foStore
-	ledger         map[string]*foPrompt // prompt → state
-	queue          []string             // prompts waiting, in order
+	// routeLag: the terms' trackers' MaxLag (drawRouteLag).
+	routeLag int64
+	trainers []*tnode
+	rollouts []*rnode
+	lease    foLease
+	store    foStore
+	ledger   map[string]*foPrompt // prompt → state
+	queue    []string             // prompts waiting, in order
 	// entries: the durable prompt ledger (failover_ledger.go), by
 	// term-qualified prompt id; electing counts the elections of its
 	// stream going on, electWait the writes waiting for a leader.
@@ -180,6 +182,7 @@ func newFailover(cfg Config) *fo {
 	w.x, extra = drawFailoverExtra(cfg, nt, nr, len(w.faults))
 	w.faults = append(w.faults, extra...)
 	w.faults = append(w.faults, drawBucketOutage(cfg, len(w.faults))...)
+	w.routeLag = drawRouteLag(cfg.Seed)
 	w.logf("start seed=%d scenario=%s %s faults=%d", cfg.Seed, cfg.Scenario, w.workload(), len(w.faults))
 	for _, f := range w.faults {
 		if f.enabled {
@@ -196,7 +199,7 @@ func newFailover(cfg Config) *fo {
 }
 
 func (w *fo) workload() string {
-	return fmt.Sprintf("trainers=%d rollouts=%d batch=%d prompts=%d", len(w.trainers), len(w.rollouts), w.batch, w.prompts)
+	return fmt.Sprintf("trainers=%d rollouts=%d batch=%d prompts=%d route-lag=%d", len(w.trainers), len(w.rollouts), w.batch, w.prompts, w.routeLag)
 }
 
 // now is the core's clock.

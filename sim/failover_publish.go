@@ -3,10 +3,12 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"math/rand"
 
 	"github.com/asyncrl/asyncrl/actors/publisher/tracker"
 	"github.com/asyncrl/asyncrl/actors/trainer/steprule"
 	"github.com/asyncrl/asyncrl/cluster/term"
+	"github.com/asyncrl/asyncrl/config"
 )
 
 // A term's publisher in the failover world: the tracker core
@@ -67,7 +69,11 @@ const (
 // use (its tracker at the term's version 0).
 func (p *pipe) publisher() *pipePub {
 	if p.pub == nil {
-		tr, err := tracker.New(tracker.DefaultConfig())
+		// The cluster's tracker config (wiring.PublisherTracker): the
+		// run's staleness budget as its routing lag (drawRouteLag).
+		tc := tracker.DefaultConfig()
+		tc.MaxLag = p.node.w.routeLag
+		tr, err := tracker.New(tc)
 		if err != nil {
 			panic(fmt.Sprintf("sim: failover: tracker: %v", err)) // the default config validates
 		}
@@ -241,4 +247,37 @@ func (p *pipe) ackedAtLeast(ver int64) bool {
 		}
 	}
 	return false
+}
+
+// routeLagSalt seeds the draw of a run's routing lag, apart from the
+// run's other streams (what they draw stays as it was).
+const routeLagSalt = 0x31_1a90_7e57
+
+// drawRouteLag is a run's staleness budget in versions, the tracker's
+// MaxLag (config.Config.MaxVersionLag): the defaults' on half the seeds
+// (trainer.max_staleness_steps 2), else 0 (router.version_rule newest:
+// only the newest version is routed, so a publish gates the rollouts
+// until an engine serves it) or 1.
+func drawRouteLag(seed int64) int64 {
+	rng := rand.New(rand.NewSource(seed ^ routeLagSalt))
+	if rng.Intn(2) == 0 {
+		return config.Default().MaxVersionLag()
+	}
+	return int64(rng.Intn(2))
+}
+
+// routable: engine e may take the term's rollouts — it acked a version of
+// the term (router[e] ≥ 0) at or above the router's minimum, which the
+// cluster's router gets from this tracker (routerSink.SetMinVersion,
+// cluster/node/weightsync.go) and gates on (actors/router/policy).
+// belowMin: it acked one, but below the minimum.
+func (p *pipe) routable(e string) (ok, belowMin bool) {
+	v, reg := p.router[e]
+	if !reg || v < 0 {
+		return false, false
+	}
+	if p.pub != nil && v-p.base.Version < p.pub.tr.RouterMin() {
+		return false, true
+	}
+	return true, false
 }

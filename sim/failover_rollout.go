@@ -118,7 +118,10 @@ func (r *rnode) pull() {
 		return
 	}
 	p := n.pipe
-	if v, ok := p.router[r.engine()]; !ok || v < 0 {
+	if ok, belowMin := p.routable(r.engine()); !ok && !(belowMin && w.cfg.has(BugFailoverRouterIgnoresMin)) {
+		if belowMin {
+			w.ro.Gated++
+		}
 		return
 	}
 	pr, ok := w.take(p, r)
@@ -127,6 +130,13 @@ func (r *rnode) pull() {
 	}
 	if r.engTok != p.token {
 		w.fail(InvRouting, "%s (%s) routed to %s in term %d, which serves term %d's weights", pr.group, r.name, r.engine(), p.token, r.engTok)
+		return
+	}
+	// The engine itself (not the acks the router heard) serves at least
+	// the router's minimum.
+	if min := p.publisher().tr.RouterMin(); r.engVer-p.base.Version < min {
+		w.fail(InvRouting, "%s (%s) routed to %s serving version %d of term %d, below the router's minimum %d", pr.group, r.name, r.engine(),
+			r.engVer, p.token, min+p.base.Version)
 		return
 	}
 	g := &pgroup{id: pr.group, prompt: pr.id, attempt: pr.attempt, rollout: r, token: p.token, state: "running", pipe: p}

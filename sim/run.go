@@ -250,12 +250,16 @@ type RolloutFates struct {
 	// ignored as the controller core ignores an abort of a group it no
 	// longer holds.
 	RequeuedOnReports, SweptAfterReports int
+	// Gated: a free slot's pulls held back because its engine serves a
+	// version below the router's minimum (the term's tracker's RouterMin).
+	Gated int
 }
 
 func (f *RolloutFates) add(o RolloutFates) {
 	f.EpisodesAborted += o.EpisodesAborted
 	f.GroupsAborted += o.GroupsAborted
 	f.StoresRetried += o.StoresRetried
+	f.Gated += o.Gated
 	f.StoresCut += o.StoresCut
 	f.StoresGivenUp += o.StoresGivenUp
 	f.RequeuedOnReports += o.RequeuedOnReports

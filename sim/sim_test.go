@@ -164,6 +164,8 @@ var plantedBugs = []struct {
 	// In the failover term's controller model: a group requeued on its
 	// rollout's reports, then swept as a dead node's.
 	{BugCtlRequeuesSweptGroup, ScenarioFailover, InvDeadNodeRequeue, ""},
+	// In the failover term's router: the tracker's minimum version.
+	{BugFailoverRouterIgnoresMin, ScenarioFailover, InvRouting, ""},
 }
 
 // plantSteps: the run's steps for a bug searched over longer runs than 8.
@@ -178,7 +180,7 @@ var plantedBugs = []struct {
 // save to race the last durable step's marks, held up by a ledger
 // election, and the holder to die then: since a publish waits for an
 // ack, steps come one ack apart and the race is rarer — seed 47 at 10
-// steps (479 at 8; 58 at 8 before).
+// steps (508 at 8; 58 at 8 before).
 var plantSteps = map[Bug]int{BugTermRequeuesPrevHolderOnly: 10, BugElectorTakesEarlierLifesCreate: 14, BugTermMarksUnordered: 10}
 
 // findBug searches seeds from 1 until the planted bug breaks an

@@ -138,8 +138,8 @@ func (s Summary) Format() string {
 		fmt.Fprintf(&b, "  publishes         %d failed publishes tried again; %d %s\n", s.PublishRetries, s.GaveUp, ended)
 	}
 	if f := s.Rollouts; f != (RolloutFates{}) {
-		fmt.Fprintf(&b, "  rollouts          %d episodes aborted, %d groups aborted; %d stores retried, %d cut by a term switch, %d given up; %d groups requeued on their reports (%d then swept as a dead node's, ignored)\n",
-			f.EpisodesAborted, f.GroupsAborted, f.StoresRetried, f.StoresCut, f.StoresGivenUp, f.RequeuedOnReports, f.SweptAfterReports)
+		fmt.Fprintf(&b, "  rollouts          %d episodes aborted, %d groups aborted; %d stores retried, %d cut by a term switch, %d given up; %d groups requeued on their reports (%d then swept as a dead node's, ignored); %d pulls held back by the router's minimum version\n",
+			f.EpisodesAborted, f.GroupsAborted, f.StoresRetried, f.StoresCut, f.StoresGivenUp, f.RequeuedOnReports, f.SweptAfterReports, f.Gated)
 	}
 	if s.LogHash != "" {
 		fmt.Fprintf(&b, "  event log sha256  %s\n", s.LogHash)

@@ -176,22 +176,9 @@ func RouterConfig(c config.RouterConfig) proxy.Config {
 	return p
 }
 
-// MaxVersionLag is the run's staleness budget in versions: how far an
-// engine may lag the newest acknowledged version and keep serving (the
-// router keeps its sessions; the publisher keeps routing to it, so the
-// hard minimum it announces is target − MaxVersionLag). It is
-// router.max_version_lag, or trainer.max_staleness_steps when that is -1,
-// and 0 under router.version_rule newest (the rule before issue 15: only
-// the newest version is routed).
-func MaxVersionLag(c config.Config) int64 {
-	switch {
-	case c.Router.VersionRule == config.VersionNewest:
-		return 0
-	case c.Router.MaxVersionLag >= 0:
-		return int64(c.Router.MaxVersionLag)
-	}
-	return int64(max(c.Trainer.MaxStalenessSteps, 0))
-}
+// MaxVersionLag is the run's staleness budget in versions
+// (config.Config.MaxVersionLag: the simulator reads the same rule).
+func MaxVersionLag(c config.Config) int64 { return c.MaxVersionLag() }
 
 // RunRouterConfig is RouterConfig for a run: the staleness budget
 // defaults to the run's trainer.max_staleness_steps (MaxVersionLag).

@@ -45,7 +45,7 @@ var Cores = []Core{
 		Skip: []string{"actors/controller/shell.go"}, Scenarios: "default, faults, partitions, mixed"},
 	{Name: "sampling", Dirs: []string{"actors/sampling", "actors/filter"},
 		Skip: []string{"actors/sampling/shell.go", "actors/sampling/refs.go"}, Scenarios: "default, faults, partitions, mixed"},
-	{Name: "tracker", Dirs: []string{"actors/publisher/tracker"}, Scenarios: "default, faults, partitions, mixed"},
+	{Name: "tracker", Dirs: []string{"actors/publisher/tracker"}, Scenarios: "default, faults, partitions, mixed, failover"},
 	{Name: "router-policy", Dirs: []string{"actors/router/policy"}, Scenarios: "default, faults, partitions, mixed"},
 	{Name: "steprule", Dirs: []string{"actors/trainer/steprule"}, Scenarios: "default, faults, partitions, mixed, failover"},
 	// The rollout's group outcome; its EnvBackoff paces chat environments,
