@@ -123,7 +123,7 @@ func TestLedgerElectionLostPrompt(t *testing.T) {
 // holder's kill. Since the terms' publishes wait for an engine's ack (as
 // cluster/weightsync's do), a step is announced one ack later, so the
 // next save races the marks less often: no seed up to 300 at 8 steps
-// (the first is 479); before, seed 291 at 8 steps did (a zombie holder,
+// (the first is 508); before, seed 291 at 8 steps did (a zombie holder,
 // then killed, under lossy messages), before the terms' trainers stepped
 // the production step rule seed 58, and before the scenario stepped the
 // real lease core seed 28 with a checkpoint-lost fault killing the
