@@ -267,6 +267,10 @@ type Config struct {
 	// model, its lines left out, against the same seed's run without it
 	// (failover_ranks_test.go). Only tests set it.
 	rankModelOff bool
+	// noRetryExcuse: the failover progress oracle does not excuse a
+	// publish's retry wait armed during a fault (the oracle before issue
+	// 31's last session), for its test.
+	noRetryExcuse bool
 }
 
 // DefaultConfig returns seed 1, 10 steps, the default scenario, engines
