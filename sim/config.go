@@ -198,7 +198,10 @@ const (
 	// BugCtlRequeuesSweptGroup: the failover term's controller requeues a
 	// dead node's group (AbortGroups) that it already requeued on the
 	// group's own EpisodeAborted reports; the real controller core ignores
-	// an abort of a group it no longer holds.
+	// an abort of a group it no longer holds. The failover world does not
+	// step the controller core: this guards the world's own model of it
+	// (the core's rule is covered by actors/controller's tests and, in the
+	// faults scenario, by BugCtlRequeuesDuplicateAbort).
 	BugCtlRequeuesSweptGroup Bug = "controller-requeues-swept-group"
 	// BugFailoverRouterIgnoresMin: the failover term's router routes to
 	// an engine that acked any version of the term, ignoring the minimum
@@ -264,6 +267,10 @@ type Config struct {
 	// model, its lines left out, against the same seed's run without it
 	// (failover_ranks_test.go). Only tests set it.
 	rankModelOff bool
+	// noRetryExcuse: the failover progress oracle does not excuse a
+	// publish's retry wait armed during a fault (the oracle before issue
+	// 31's last session), for its test.
+	noRetryExcuse bool
 }
 
 // DefaultConfig returns seed 1, 10 steps, the default scenario, engines

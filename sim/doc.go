@@ -64,14 +64,20 @@
 // (cluster/rankhost/fence) for the holder's trainer group's ranks on the
 // other trainer nodes (failover_ranks.go: drawn from a random stream of
 // its own, so it changes nothing else in a seed's run), with rollout
-// nodes that pull
-// groups and host engines; the term's pipeline is modelled minimally
-// inside the shell's StartPipeline/StopPipeline, its trainer around the
-// production step rule (failover_steprule.go: a failed publish tried
-// again, a give-up failing that node's term), its publisher around the
-// version tracker core (failover_publish.go: a publish returns once an
-// engine serves the version, as cluster/weightsync's does). Its planted
-// bugs reach the term core through term.Config.Plant.
+// nodes that pull groups and host engines, each group stepping the
+// rollout outcome core (actors/rollout/outcome: its episodes, packing and
+// the store to its end; failover_outcome.go); the term's pipeline is
+// modelled minimally inside the shell's StartPipeline/StopPipeline, its
+// trainer around the production step rule (failover_steprule.go: a failed
+// publish tried again, a give-up failing that node's term), its publisher
+// around the version tracker core (failover_publish.go: a publish returns
+// once an engine serves the version, as cluster/weightsync's does; its
+// router minimum gates where rollouts are routed), and its controller's
+// abort bookkeeping as a model of its own, not the controller core (a
+// group requeued once, on its rollout's reports or a dead node's sweep).
+// Its planted bugs reach the term core through term.Config.Plant, and the
+// world's own models (publisher, router gate, controller) through
+// Config.Bugs.
 //
 // # Contract
 //

@@ -156,7 +156,11 @@ func (w *fo) checkAll() {
 	// or the end of a publish's retry wait armed during a fault (the
 	// rule's backoff, 2 s doubling to 32 s, outlasts ProgressBound; a
 	// wait armed with every fault healed is not excused).
-	if since := max(w.quietSince, w.lastDurableAt, w.retryQuiet); w.active == 0 && w.clock-since > w.cfg.ProgressBound {
+	excuse := w.retryQuiet
+	if w.cfg.noRetryExcuse {
+		excuse = 0
+	}
+	if since := max(w.quietSince, w.lastDurableAt, excuse); w.active == 0 && w.clock-since > w.cfg.ProgressBound {
 		h, tok := w.lease.holding(w.clock)
 		w.fail(InvProgress, "no step became durable for %v with every fault healed (durable step %d, lease %s token %d, queued %d)",
 			w.clock-since, w.store.prog.Step, h, tok, len(w.queue))

@@ -394,7 +394,10 @@ func (w *fo) restartAs(r *rnode, swap int) {
 		r.engDown = true
 		inc, d := r.inc, 50*msec+time.Duration(w.ro.rng.Int63n(int64(350*msec)))
 		w.after(d, "", func() {
-			if r.alive && r.inc == inc {
+			if r.alive && r.inc != inc {
+				return // restarted meanwhile: its swap (a rename, say) stands
+			}
+			if r.alive {
 				r.kill()
 			}
 			r.swap = swap

@@ -186,8 +186,7 @@ func (p *pipe) pubWaitEngines() {
 // applyPub carries out the tracker's Ready, as the shell's applyLocked
 // does: a settled version ends the publish waiting for it (Routable), or
 // sends it on to wait for an engine to serve it (NoEngine). The router's
-// minimum (MinVersion) has no consumer in this world: its router gates by
-// the term's acks alone.
+// minimum is read where the rollouts are routed (routable).
 func (p *pipe) applyPub() {
 	pub := p.publisher()
 	rd := pub.tr.Ready()

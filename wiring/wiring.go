@@ -176,24 +176,20 @@ func RouterConfig(c config.RouterConfig) proxy.Config {
 	return p
 }
 
-// MaxVersionLag is the run's staleness budget in versions
-// (config.Config.MaxVersionLag: the simulator reads the same rule).
-func MaxVersionLag(c config.Config) int64 { return c.MaxVersionLag() }
-
 // RunRouterConfig is RouterConfig for a run: the staleness budget
-// defaults to the run's trainer.max_staleness_steps (MaxVersionLag).
+// defaults to the run's trainer.max_staleness_steps (config.Config.MaxVersionLag).
 func RunRouterConfig(c config.Config) proxy.Config {
 	p := RouterConfig(c.Router)
-	p.Policy.MaxVersionLag = MaxVersionLag(c)
+	p.Policy.MaxVersionLag = c.MaxVersionLag()
 	return p
 }
 
 // PublisherTracker is the publisher's version-tracker config for a run:
-// it routes engines down to target − MaxVersionLag(c), so the router's
+// it routes engines down to target − c.MaxVersionLag(), so the router's
 // hard minimum (MinVersionSet) leaves room for the staleness budget.
 func PublisherTracker(c config.Config) tracker.Config {
 	t := tracker.DefaultConfig()
-	t.MaxLag = MaxVersionLag(c)
+	t.MaxLag = c.MaxVersionLag()
 	return t
 }
 

@@ -13,7 +13,6 @@ import (
 	"github.com/asyncrl/asyncrl/actors/publisher"
 	"github.com/asyncrl/asyncrl/cluster/weightsync"
 	"github.com/asyncrl/asyncrl/config"
-	"github.com/asyncrl/asyncrl/wiring"
 )
 
 // TestDataPlaneSync runs the loop with publisher.transport dataplane: every
@@ -33,7 +32,7 @@ func TestDataPlaneSync(t *testing.T) {
 		}
 	}
 	// The minimum trails the final version by the staleness budget.
-	if m, want := n.routerMin(), 4-wiring.MaxVersionLag(cfg); m != want {
+	if m, want := n.routerMin(), 4-cfg.MaxVersionLag(); m != want {
 		t.Errorf("router minimum %d, want %d", m, want)
 	}
 	checkLedger(t, n, s)

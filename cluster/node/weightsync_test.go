@@ -25,7 +25,6 @@ import (
 	"github.com/asyncrl/asyncrl/weights/delta"
 	"github.com/asyncrl/asyncrl/weights/receiver"
 	"github.com/asyncrl/asyncrl/weights/store"
-	"github.com/asyncrl/asyncrl/wiring"
 )
 
 // minHeader carries the router's minimum version as the rollout client
@@ -189,7 +188,7 @@ func TestDeltaSyncLayout(t *testing.T) {
 	mu.Lock()
 	// The publisher keeps routing engines within the staleness budget: the
 	// hard minimum trails the target by it (issue 15).
-	if want := 3 - wiring.MaxVersionLag(cfg); announced != want {
+	if want := 3 - cfg.MaxVersionLag(); announced != want {
 		t.Errorf("MinVersionSet on the bus reached %d, want %d", announced, want)
 	}
 	mu.Unlock()

@@ -244,10 +244,19 @@ func TestOverheadExcludesClientUpload(t *testing.T) {
 
 // A request admitted on its head whose client goes away inside the body
 // is ended (Leave) on every front, and so is one whose body never comes
-// when Shutdown gives up waiting for it (the fast fronts cut it when
-// they stop; net/http's server leaves a connection being read alone).
+// when Shutdown gives up waiting for it — a plain body and a chunked one
+// (which every front hands to net/http): the fast fronts cut theirs when
+// they stop, and net/http's servers are closed once their Shutdown gave
+// up (its Shutdown alone left a connection being read open, admitted).
 func TestAdmittedRequestEndsWithItsConnection(t *testing.T) {
 	partial := "POST /v1/completions HTTP/1.1\r\nHost: r\r\nContent-Length: 100\r\n\r\n{\"prompt\":"
+	chunked := "POST /v1/completions HTTP/1.1\r\nHost: r\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{\"pro\r\n"
+	for _, body := range []struct{ name, raw string }{{"plain", partial}, {"chunked", chunked}} {
+		t.Run(body.name, func(t *testing.T) { admittedEndsWithConnection(t, body.raw) })
+	}
+}
+
+func admittedEndsWithConnection(t *testing.T, partial string) {
 	eachFront(t, func(t *testing.T) {
 		h := start(t, testConfig(routertest.Named(t, "a", nil)))
 		c, _ := dialRaw(t, h)
@@ -255,9 +264,6 @@ func TestAdmittedRequestEndsWithItsConnection(t *testing.T) {
 		routertest.Eventually(t, "the request admitted on its head", func() bool { return h.admitted() == 1 })
 		_ = c.Close()
 		routertest.Eventually(t, "the request ended with its connection", func() bool { return h.admitted() == 0 })
-		if frontOf(t) == FrontNetHTTP {
-			return
-		}
 		c2, br := dialRaw(t, h)
 		routertest.Send(t, c2, partial)
 		routertest.Eventually(t, "the request admitted on its head", func() bool { return h.admitted() == 1 })
