@@ -31,8 +31,8 @@ func (f *flakyReader) GetMsg(ctx context.Context, seq uint64) (transport.StoredM
 	return f.StoredReader.GetMsg(ctx, seq)
 }
 
-// unavailableErr is what natsbus returns for JetStream's 503 (mapErr).
-var unavailableErr = fmt.Errorf("natsbus: stream groups-r get seq 1: %w: nats: API error: code=503 err_code=10008 description=JetStream system temporarily unavailable", transport.ErrUnavailable)
+// errJetStream503 is what natsbus returns for JetStream's 503 (mapErr).
+var errJetStream503 = fmt.Errorf("natsbus: stream groups-r get seq 1: %w: nats: API error: code=503 err_code=10008 description=JetStream system temporarily unavailable", transport.ErrUnavailable)
 
 func realBuffer(t *testing.T) (transport.Stream, string) {
 	t.Helper()
@@ -55,7 +55,7 @@ func realBuffer(t *testing.T) (transport.Stream, string) {
 // returns the stored batch; each retry is reported. Before the retry the
 // first such answer failed the step, and in a cluster the whole term.
 func TestFetchRetriesTransientBufferErrors(t *testing.T) {
-	for _, cause := range []error{unavailableErr, fmt.Errorf("natsbus: get: %w: context deadline exceeded", transport.ErrTimeout)} {
+	for _, cause := range []error{errJetStream503, fmt.Errorf("natsbus: get: %w: context deadline exceeded", transport.ErrTimeout)} {
 		st, subject := realBuffer(t)
 		ref := storeGroup(t, st, subject, "g1", 1, 0)
 		f := &flakyReader{StoredReader: st.(transport.StoredReader), fail: 3, err: cause}
@@ -101,19 +101,19 @@ func TestFetchDoesNotRetryLastingErrors(t *testing.T) {
 	}
 
 	ref2 := storeGroup(t, st, subject, "g2", 1, 0)
-	down := &flakyReader{StoredReader: sr, fail: 1 << 30, err: unavailableErr}
+	down := &flakyReader{StoredReader: sr, fail: 1 << 30, err: errJetStream503}
 	_, err := (StreamSource{Stream: down, Name: "groups-r", RetryFor: 700 * time.Millisecond}).Fetch(context.Background(), "g2", ref2.Batch)
 	if !errors.Is(err, transport.ErrUnavailable) || !strings.Contains(err.Error(), "tried ") || down.calls.Load() < 3 {
 		t.Fatalf("buffer down past RetryFor: err %v after %d reads; want ErrUnavailable, the tries named, ≥ 3 reads", err, down.calls.Load())
 	}
 
-	once := &flakyReader{StoredReader: sr, fail: 1 << 30, err: unavailableErr}
+	once := &flakyReader{StoredReader: sr, fail: 1 << 30, err: errJetStream503}
 	if _, err := (StreamSource{Stream: once, Name: "groups-r", RetryFor: -1}).Fetch(context.Background(), "g2", ref2.Batch); err == nil || once.calls.Load() != 1 {
 		t.Fatalf("RetryFor < 0: err %v after %d reads; want an error after 1", err, once.calls.Load())
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
-	cut := &flakyReader{StoredReader: sr, fail: 1 << 30, err: unavailableErr}
+	cut := &flakyReader{StoredReader: sr, fail: 1 << 30, err: errJetStream503}
 	src := StreamSource{Stream: cut, Name: "groups-r", RetryFor: time.Hour, OnRetry: func(string, int, error) { cancel() }}
 	done := make(chan error, 1)
 	go func() { _, err := src.Fetch(ctx, "g2", ref2.Batch); done <- err }()
