@@ -225,18 +225,13 @@ func (c *ctlNode) endTraj(t *rtraj, reason string) {
 		w.logf("ctl: %s aborted: %s", t.id, reason)
 	}
 	g := t.g
-	st, err := g.fate.Ended(t.idx, reason)
+	st, err := episodeEnded(g.fate, t.idx, reason)
 	if err != nil {
 		w.fail(InvProtocol, "rollout outcome of %s: %v", g.id, err)
 		return
 	}
 	switch st {
-	case outcome.Packing:
-		// The sim packs at judge time (encodeBatch), from the buffer.
-		if _, err := g.fate.Packed("", true); err != nil {
-			w.fail(InvProtocol, "rollout outcome of %s: %v", g.id, err)
-			return
-		}
+	case outcome.Storing:
 		c.groupReady(g)
 	case outcome.Aborted:
 		c.abortGroup(g)
@@ -258,6 +253,20 @@ func (c *ctlNode) stored(g *rgroup, errText string) bool {
 		return false
 	}
 	return true
+}
+
+// episodeEnded steps the outcome core with episode i's end (reason ""
+// when it finished) and, once the last ended and none aborted, with its
+// packing — which never fails in the simulator (the default world packs
+// at judge time, encodeBatch, from the buffer) — into the trajectory
+// buffer: Storing, Aborted, or Running while episodes are left. Both
+// worlds' rollouts step the core through it.
+func episodeEnded(fate *outcome.Group, i int, reason string) (outcome.Stage, error) {
+	st, err := fate.Ended(i, reason)
+	if err != nil || st != outcome.Packing {
+		return st, err
+	}
+	return fate.Packed("", true)
 }
 
 // abortGroup sends the aborted group's EpisodeAborted reports, as the

@@ -92,17 +92,13 @@ func (r *rnode) episodeEnded(g *pgroup, i int, reason string, inc int) {
 		w.ro.EpisodesAborted++
 		w.logf("%s: episode %d of %s aborted: %s", r.name, i, g.id, reason)
 	}
-	st, err := g.fate.Ended(i, reason)
+	st, err := episodeEnded(g.fate, i, reason)
 	if err != nil {
 		w.fail(InvProtocol, "rollout outcome of %s: %v", g.id, err)
 		return
 	}
 	switch st {
-	case outcome.Packing:
-		if _, err := g.fate.Packed("", true); err != nil {
-			w.fail(InvProtocol, "rollout outcome of %s: %v", g.id, err)
-			return
-		}
+	case outcome.Storing:
 		w.logf("%s: finished %s", r.name, g.id)
 		g.storeBegan = w.clock
 		r.store(g, inc)

@@ -11,7 +11,6 @@ import (
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/model"
 	"github.com/asyncrl/asyncrl/transport"
-	"github.com/asyncrl/asyncrl/transport/natsbus"
 )
 
 // storeGroup stores group's trajectories in the trajectory buffer st as
@@ -49,16 +48,7 @@ func storeGroup(t *testing.T, st transport.Stream, subject, group string, reward
 // publish, no StepDone, the trainer's version unchanged.
 func TestTrainerFetchesReferencedGroups(t *testing.T) {
 	ctx := context.Background()
-	bus, err := natsbus.Connect(ctx, natsbus.DefaultOptions())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = bus.Close() })
-	const subject = "asyncrl.r.trajectories"
-	st, err := bus.Stream(ctx, transport.StreamConfig{Name: "groups-r", Subjects: []string{subject}, Memory: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, subject, bus := realBuffer(t)
 	m, _ := model.New(model.DefaultConfig(), 1)
 	ptr, _ := model.NewTrainer(m, model.DefaultTrainerConfig())
 	pub := &recordingPublisher{}

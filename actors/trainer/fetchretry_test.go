@@ -34,7 +34,9 @@ func (f *flakyReader) GetMsg(ctx context.Context, seq uint64) (transport.StoredM
 // errJetStream503 is what natsbus returns for JetStream's 503 (mapErr).
 var errJetStream503 = fmt.Errorf("natsbus: stream groups-r get seq 1: %w: nats: API error: code=503 err_code=10008 description=JetStream system temporarily unavailable", transport.ErrUnavailable)
 
-func realBuffer(t *testing.T) (transport.Stream, string) {
+// realBuffer is a trajectory buffer on a real embedded JetStream, its
+// subject and its bus.
+func realBuffer(t *testing.T) (transport.Stream, string, *natsbus.Bus) {
 	t.Helper()
 	ctx := context.Background()
 	bus, err := natsbus.Connect(ctx, natsbus.DefaultOptions())
@@ -47,7 +49,7 @@ func realBuffer(t *testing.T) (transport.Stream, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return st, subject
+	return st, subject, bus
 }
 
 // TestFetchRetriesTransientBufferErrors: a fetch the buffer answers
@@ -56,7 +58,7 @@ func realBuffer(t *testing.T) (transport.Stream, string) {
 // first such answer failed the step, and in a cluster the whole term.
 func TestFetchRetriesTransientBufferErrors(t *testing.T) {
 	for _, cause := range []error{errJetStream503, fmt.Errorf("natsbus: get: %w: context deadline exceeded", transport.ErrTimeout)} {
-		st, subject := realBuffer(t)
+		st, subject, _ := realBuffer(t)
 		ref := storeGroup(t, st, subject, "g1", 1, 0)
 		f := &flakyReader{StoredReader: st.(transport.StoredReader), fail: 3, err: cause}
 		var retries []int
@@ -85,7 +87,7 @@ func TestFetchRetriesTransientBufferErrors(t *testing.T) {
 // fails the fetch with the cause and how often it was tried; a cancelled
 // context ends the retries.
 func TestFetchDoesNotRetryLastingErrors(t *testing.T) {
-	st, subject := realBuffer(t)
+	st, subject, _ := realBuffer(t)
 	ref := storeGroup(t, st, subject, "g1", 1, 0)
 	sr := st.(transport.StoredReader)
 	if err := sr.DeleteMsg(context.Background(), ref.Batch.Seq); err != nil {
