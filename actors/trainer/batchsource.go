@@ -9,6 +9,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/asyncrl/asyncrl/actors/trainer/assemble"
+	"github.com/asyncrl/asyncrl/actors/trainer/fetchrule"
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/transport"
 )
@@ -57,20 +58,11 @@ func LogFetchRetries(l zerolog.Logger) func(group string, try int, err error) {
 	}
 }
 
-// DefaultFetchRetryFor is StreamSource.RetryFor's default: longer than a
-// JetStream stream's leader election after a server died (4–9 s), as long
-// as a cluster's term watch waits on an unhealthy buffer.
-const DefaultFetchRetryFor = 30 * time.Second
-
-// fetchBackoff is the wait after failed try n (1, 2, …): 100 ms doubling,
-// at most 2 s.
-func fetchBackoff(n int) time.Duration {
-	d := 100 * time.Millisecond
-	for i := 1; i < n && d < 2*time.Second; i++ {
-		d *= 2
-	}
-	return min(d, 2*time.Second)
-}
+// DefaultFetchRetryFor is StreamSource.RetryFor's default
+// (fetchrule.DefaultRetryFor): longer than a JetStream stream's leader
+// election after a server died (4–9 s), as long as a cluster's term
+// watch waits on an unhealthy buffer.
+const DefaultFetchRetryFor = fetchrule.DefaultRetryFor
 
 var _ BatchSource = StreamSource{}
 
@@ -103,24 +95,21 @@ func (s StreamSource) Fetch(ctx context.Context, group string, ref messages.Batc
 // must not fail the step — that cost a whole term (make test-cluster,
 // 2026-12-07: "JetStream system temporarily unavailable" at step 1).
 func (s StreamSource) get(ctx context.Context, group string, seq uint64) (transport.StoredMsg, error) {
-	retryFor := s.RetryFor
-	if retryFor == 0 {
-		retryFor = DefaultFetchRetryFor
-	}
-	deadline := time.Now().Add(retryFor)
+	rule := fetchrule.Rule{RetryFor: s.RetryFor}
+	began := time.Now()
 	for try := 1; ; try++ {
 		m, err := s.Stream.GetMsg(ctx, seq)
 		if err == nil || !transport.Transient(err) || ctx.Err() != nil {
 			return m, err
 		}
-		wait := fetchBackoff(try)
-		if time.Now().Add(wait).After(deadline) {
-			return m, fmt.Errorf("%w (tried %d times over %v)", err, try, retryFor)
+		d := rule.After(try, time.Since(began))
+		if d.GiveUp {
+			return m, fmt.Errorf("%w (%v)", err, d)
 		}
 		if s.OnRetry != nil {
 			s.OnRetry(group, try, err)
 		}
-		t := time.NewTimer(wait)
+		t := time.NewTimer(d.Wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()

@@ -126,12 +126,3 @@ func TestFetchDoesNotRetryLastingErrors(t *testing.T) {
 		t.Fatal("a cancelled fetch kept retrying")
 	}
 }
-
-func TestFetchBackoff(t *testing.T) {
-	want := []time.Duration{100, 200, 400, 800, 1600, 2000, 2000}
-	for i, w := range want {
-		if got := fetchBackoff(i + 1); got != w*time.Millisecond {
-			t.Fatalf("fetchBackoff(%d) = %v; want %v", i+1, got, w*time.Millisecond)
-		}
-	}
-}
