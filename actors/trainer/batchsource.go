@@ -35,6 +35,13 @@ var ErrBatchMissing = errors.New("trainer: referenced group batch missing")
 // the simulator-free unit tests and the default run use one code path.
 type StreamSource struct {
 	Stream transport.StoredReader
+	// Bind, used while Stream is nil, binds the buffer before a try (a
+	// remote trainer worker binds the pipeline holder's buffer at its
+	// first stored reference: the holder may make it after the worker
+	// started). A bind the buffer fails transiently (JetStream's 503 at
+	// step 1) is tried again on the same schedule and within the same
+	// RetryFor as a read; Bind keeps what it bound for later fetches.
+	Bind func(ctx context.Context) (transport.StoredReader, error)
 	// Name is the stream's name, for errors (RunPlan.GroupStream).
 	Name string
 	// RetryFor bounds how long a fetch the buffer failed transiently
@@ -71,7 +78,7 @@ func (s StreamSource) Fetch(ctx context.Context, group string, ref messages.Batc
 	if !ref.Stored() {
 		return ref.Resolve(group, nil)
 	}
-	if s.Stream == nil {
+	if s.Stream == nil && s.Bind == nil {
 		return nil, fmt.Errorf("trainer: group %s is stored at %s seq %d but the trainer has no trajectory buffer to fetch from (set trainer.Config.Batches)", group, ref.Subject, ref.Seq)
 	}
 	m, err := s.get(ctx, group, ref.Seq)
@@ -88,8 +95,9 @@ func (s StreamSource) Fetch(ctx context.Context, group string, ref messages.Batc
 	return ref.Resolve(group, m.Data)
 }
 
-// get reads seq, trying again while the buffer fails transiently, until
-// RetryFor has passed or ctx ends. Before issue 31 the batch rode inside
+// get reads seq (binding the buffer first when it has only Bind), trying
+// again while the buffer fails transiently, as the fetch rule says, until
+// it gives up or ctx ends. Before issue 31 the batch rode inside
 // the TrainBatch; since the trainer fetches it, a buffer that cannot
 // answer for a few seconds (a leader election, a cluster just started)
 // must not fail the step — that cost a whole term (make test-cluster,
@@ -97,8 +105,16 @@ func (s StreamSource) Fetch(ctx context.Context, group string, ref messages.Batc
 func (s StreamSource) get(ctx context.Context, group string, seq uint64) (transport.StoredMsg, error) {
 	rule := fetchrule.Rule{RetryFor: s.RetryFor}
 	began := time.Now()
+	reader := s.Stream
 	for try := 1; ; try++ {
-		m, err := s.Stream.GetMsg(ctx, seq)
+		var m transport.StoredMsg
+		var err error
+		if reader == nil {
+			reader, err = s.Bind(ctx)
+		}
+		if err == nil {
+			m, err = reader.GetMsg(ctx, seq)
+		}
 		if err == nil || !transport.Transient(err) || ctx.Err() != nil {
 			return m, err
 		}

@@ -126,3 +126,54 @@ func TestFetchDoesNotRetryLastingErrors(t *testing.T) {
 		t.Fatal("a cancelled fetch kept retrying")
 	}
 }
+
+// TestFetchRetriesTransientBind: a trainer that binds its buffer at the
+// first stored reference (StreamSource.Bind, the remote worker's) tries a
+// bind the buffer fails transiently again on the fetch rule's schedule,
+// then reads; the bind shares the window with the reads (a buffer whose
+// bind keeps failing gives up within RetryFor, naming the tries); a bind
+// that fails for good (the stream does not exist) is tried once.
+func TestFetchRetriesTransientBind(t *testing.T) {
+	st, subject := realBuffer(t)
+	ref := storeGroup(t, st, subject, "g1", 1, 0)
+	sr := st.(transport.StoredReader)
+
+	var binds atomic.Int32
+	var retries []int
+	flakyBind := func(fail int32, err error) func(context.Context) (transport.StoredReader, error) {
+		return func(context.Context) (transport.StoredReader, error) {
+			if binds.Add(1) <= fail {
+				return nil, err
+			}
+			return sr, nil
+		}
+	}
+	src := StreamSource{Bind: flakyBind(2, unavailableErr), Name: st.Name(), RetryFor: 10 * time.Second,
+		OnRetry: func(group string, try int, err error) { retries = append(retries, try) }}
+	data, err := src.Fetch(context.Background(), "g1", ref.Batch)
+	if err != nil {
+		t.Fatalf("fetch after 2 unavailable binds: %v; want the batch", err)
+	}
+	if tb, err := messages.DecodeTokenBatch(data); err != nil || tb.Len() != 2 {
+		t.Fatalf("fetched batch: %v, err %v; want the 2 stored trajectories", tb, err)
+	}
+	if binds.Load() != 3 || fmt.Sprint(retries) != "[1 2]" {
+		t.Fatalf("%d binds, retries %v; want 3 binds and tries [1 2] reported", binds.Load(), retries)
+	}
+
+	binds.Store(0)
+	began := time.Now()
+	_, err = (StreamSource{Bind: flakyBind(1<<30, unavailableErr), Name: st.Name(), RetryFor: 700 * time.Millisecond}).Fetch(context.Background(), "g1", ref.Batch)
+	if !errors.Is(err, transport.ErrUnavailable) || !strings.Contains(err.Error(), "tried ") || binds.Load() < 3 {
+		t.Fatalf("bind unavailable past RetryFor: err %v after %d binds; want ErrUnavailable, the tries named, ≥ 3 binds", err, binds.Load())
+	}
+	if time.Since(began) < 300*time.Millisecond {
+		t.Fatalf("gave up after %v: the rule waits 100+200 ms before a third try", time.Since(began))
+	}
+
+	binds.Store(0)
+	gone := fmt.Errorf("natsbus: bind stream groups-x: %w", errors.New("nats: stream not found"))
+	if _, err := (StreamSource{Bind: flakyBind(1<<30, gone), Name: "groups-x"}).Fetch(context.Background(), "g1", ref.Batch); !errors.Is(err, gone) || binds.Load() != 1 {
+		t.Fatalf("missing stream: err %v after %d binds; want it after 1", err, binds.Load())
+	}
+}
