@@ -8,6 +8,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/asyncrl/asyncrl/actors"
 	"github.com/asyncrl/asyncrl/actors/trainer/assemble"
 	"github.com/asyncrl/asyncrl/actors/trainer/fetchrule"
 	"github.com/asyncrl/asyncrl/messages"
@@ -48,9 +49,9 @@ type StreamSource struct {
 	// (transport.Transient: a timeout, no responders, the stream's
 	// "temporarily unavailable" while its replicas elect a leader) is
 	// tried again before the step fails: 0 is DefaultFetchRetryFor, < 0
-	// tries once. A cluster's term watch steps the term down when its
-	// buffer stays unhealthy (termwatch UnhealthyAfter, 30 s), which
-	// cancels the fetch sooner.
+	// tries once (fetchrule.Rule). A cluster's term watch steps the term
+	// down when its buffer stays unhealthy for as long (termwatch
+	// UnhealthyAfter, 30 s), which cancels the fetch.
 	RetryFor time.Duration
 	// OnRetry, when set, is told of each failed try that will be tried
 	// again (for the log), before the wait.
@@ -58,12 +59,20 @@ type StreamSource struct {
 }
 
 // LogFetchRetries is an OnRetry that warns on l, naming the group, the
-// try and the cause.
+// try and the cause — at most once per fetchLogEvery (a 30 s outage is
+// about 17 tries per group); a line after suppressed ones counts them.
+// Make one per trainer and keep it: the limit lives in what it returns.
 func LogFetchRetries(l zerolog.Logger) func(group string, try int, err error) {
+	limited := actors.NewLimitedLogger(l, actors.RealClock{}, fetchLogEvery)
 	return func(group string, try int, err error) {
-		l.Warn().Err(err).Str("group", group).Int("try", try).Msg("trainer: trajectory buffer could not be read for now; fetching again")
+		limited.Warn("fetch-retry").Err(err).Str("group", group).Int("try", try).
+			Msg("trainer: trajectory buffer could not be read for now; fetching again (logged at most once per 10s)")
 	}
 }
+
+// fetchLogEvery is the least time between two logged fetch retries, as
+// the rollout's store retries (actors/rollout storeLogEvery).
+const fetchLogEvery = 10 * time.Second
 
 // DefaultFetchRetryFor is StreamSource.RetryFor's default
 // (fetchrule.DefaultRetryFor): longer than a JetStream stream's leader
@@ -115,8 +124,11 @@ func (s StreamSource) get(ctx context.Context, group string, seq uint64) (transp
 		if err == nil {
 			m, err = reader.GetMsg(ctx, seq)
 		}
-		if err == nil || !transport.Transient(err) || ctx.Err() != nil {
+		if err == nil || !transport.Transient(err) {
 			return m, err
+		}
+		if ctx.Err() != nil {
+			return m, errors.Join(err, context.Cause(ctx))
 		}
 		d := rule.After(try, time.Since(began))
 		if d.GiveUp {
@@ -128,8 +140,11 @@ func (s StreamSource) get(ctx context.Context, group string, seq uint64) (transp
 		t := time.NewTimer(d.Wait)
 		select {
 		case <-ctx.Done():
+			// The context's cause goes with the try's error, so a
+			// trainer stopping reads as a stop (errors.Is
+			// context.Canceled), not as a buffer failure.
 			t.Stop()
-			return m, err
+			return m, errors.Join(err, context.Cause(ctx))
 		case <-t.C:
 		}
 	}

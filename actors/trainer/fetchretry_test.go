@@ -1,6 +1,7 @@
 package trainer
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/transport"
@@ -108,8 +111,9 @@ func TestFetchDoesNotRetryLastingErrors(t *testing.T) {
 	}
 
 	once := &flakyReader{StoredReader: sr, fail: 1 << 30, err: unavailableErr}
-	if _, err := (StreamSource{Stream: once, Name: "groups-r", RetryFor: -1}).Fetch(context.Background(), "g2", ref2.Batch); err == nil || once.calls.Load() != 1 {
-		t.Fatalf("RetryFor < 0: err %v after %d reads; want an error after 1", err, once.calls.Load())
+	if _, err := (StreamSource{Stream: once, Name: "groups-r", RetryFor: -1}).Fetch(context.Background(), "g2", ref2.Batch); err == nil || once.calls.Load() != 1 ||
+		!strings.Contains(err.Error(), "tried 1 times over ") || strings.Contains(err.Error(), "over -") {
+		t.Fatalf("RetryFor < 0: err %v after %d reads; want an error after 1 naming one try over the time it took", err, once.calls.Load())
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -119,8 +123,8 @@ func TestFetchDoesNotRetryLastingErrors(t *testing.T) {
 	go func() { _, err := src.Fetch(ctx, "g2", ref2.Batch); done <- err }()
 	select {
 	case err := <-done:
-		if !errors.Is(err, transport.ErrUnavailable) || cut.calls.Load() != 1 {
-			t.Fatalf("cancelled during the wait: err %v after %d reads; want the cause after 1", err, cut.calls.Load())
+		if !errors.Is(err, transport.ErrUnavailable) || !errors.Is(err, context.Canceled) || cut.calls.Load() != 1 {
+			t.Fatalf("cancelled during the wait: err %v after %d reads; want the try's error and the context's cause after 1", err, cut.calls.Load())
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("a cancelled fetch kept retrying")
@@ -175,5 +179,21 @@ func TestFetchRetriesTransientBind(t *testing.T) {
 	gone := fmt.Errorf("natsbus: bind stream groups-x: %w", errors.New("nats: stream not found"))
 	if _, err := (StreamSource{Bind: flakyBind(1<<30, gone), Name: "groups-x"}).Fetch(context.Background(), "g1", ref.Batch); !errors.Is(err, gone) || binds.Load() != 1 {
 		t.Fatalf("missing stream: err %v after %d binds; want it after 1", err, binds.Load())
+	}
+}
+
+// TestLogFetchRetriesIsLimited: an outage's retries (17 tries of a group
+// in 30 s) log one warning, not one per try; the limit holds across the
+// fetches of one trainer's logger.
+func TestLogFetchRetriesIsLimited(t *testing.T) {
+	var buf bytes.Buffer
+	onRetry := LogFetchRetries(zerolog.New(&buf))
+	for try := 1; try <= 17; try++ {
+		onRetry("g1", try, unavailableErr)
+	}
+	onRetry("g2", 1, unavailableErr)
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 1 || !strings.Contains(lines[0], `"group":"g1"`) || !strings.Contains(lines[0], `"try":1`) {
+		t.Fatalf("logged %d lines %q; want the first try's only", len(lines), lines)
 	}
 }
