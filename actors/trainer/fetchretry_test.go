@@ -6,13 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/asyncrl/asyncrl/actors/trainer/microbatch"
 	"github.com/asyncrl/asyncrl/messages"
+	"github.com/asyncrl/asyncrl/model"
 	"github.com/asyncrl/asyncrl/transport"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
 )
@@ -195,5 +198,78 @@ func TestLogFetchRetriesIsLimited(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	if len(lines) != 1 || !strings.Contains(lines[0], `"group":"g1"`) || !strings.Contains(lines[0], `"try":1`) {
 		t.Fatalf("logged %d lines %q; want the first try's only", len(lines), lines)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the trainer's goroutine to log
+// into while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestStopDuringFetchWaitIsNoFailure: a trainer stopped while its fetch
+// waits on a buffer that keeps answering "temporarily unavailable" ends
+// the step with an error that is the context's cancel as well as the
+// buffer's (errors.Is both), and logs it as a step cut short by the stop
+// (info), not as a failed step (error).
+func TestStopDuringFetchWaitIsNoFailure(t *testing.T) {
+	ctx := context.Background()
+	bus, err := natsbus.Connect(ctx, natsbus.DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = bus.Close() })
+	const subject = "asyncrl.r.trajectories"
+	st, err := bus.Stream(ctx, transport.StreamConfig{Name: "groups-r", Subjects: []string{subject}, Memory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := storeGroup(t, st, subject, "g1", 1, 0)
+	down := &flakyReader{StoredReader: st.(transport.StoredReader), fail: 1 << 30, err: unavailableErr}
+	var logs syncBuffer
+	m, _ := model.New(model.DefaultConfig(), 1)
+	ptr, _ := model.NewTrainer(m, model.DefaultTrainerConfig())
+	a, err := Start(bus, ptr, &recordingPublisher{}, Config{RunID: "r", Name: "t", NormStd: true, Microbatch: microbatch.DefaultConfig(),
+		Subjects: Subjects{Train: "T", Steps: "S"}, Logger: zerolog.New(&logs),
+		Batches: StreamSource{Stream: down, Name: st.Name(), RetryFor: time.Hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := messages.Encode(messages.TrainBatch{Header: messages.Header{RunID: "r"}, Step: 1, Groups: []messages.GroupRef{ref}, GroupIDs: []string{"g1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bus.Publish(context.Background(), "T", data); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for down.calls.Load() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("the trainer never retried its fetch")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := a.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	err = a.Err()
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, transport.ErrUnavailable) {
+		t.Fatalf("Err after a stop during the wait: %v; want the cancel and the buffer's error", err)
+	}
+	if out := logs.String(); !strings.Contains(out, "cut short: the trainer is stopping") || strings.Contains(out, "training step failed") {
+		t.Fatalf("log:\n%s\nwant the step cut short (info), no failed step", out)
 	}
 }
