@@ -83,6 +83,10 @@ const (
 	// rule's Publish (a failed publish tried again) by training the
 	// step's batch again instead of publishing the weights it holds.
 	BugTrainerRetrainsOnRetry Bug = "trainer-trains-again-on-retry"
+	// BugTrainerFetchIgnoresElection: the trainer reads its batch's
+	// groups from a trajectory buffer whose replicas elect a leader
+	// instead of failing the try and waiting on the fetch rule.
+	BugTrainerFetchIgnoresElection Bug = "trainer-reads-buffer-without-leader"
 	// BugEngineSkipsChecksum: an engine loads a delta whose checksum
 	// failed instead of refusing it.
 	BugEngineSkipsChecksum Bug = "engine-skips-checksum"
@@ -210,7 +214,7 @@ const (
 )
 
 // Bugs lists every planted bug.
-var Bugs = []Bug{BugRouterIgnoresGating, BugFilterLeaksCapacity, BugTrainerRetrainsOnRestart, BugTrainerAnnouncesUnpublished, BugPublishSkipsAcks, BugTrainerRetrainsOnRetry, BugEngineSkipsChecksum,
+var Bugs = []Bug{BugRouterIgnoresGating, BugFilterLeaksCapacity, BugTrainerRetrainsOnRestart, BugTrainerAnnouncesUnpublished, BugPublishSkipsAcks, BugTrainerRetrainsOnRetry, BugTrainerFetchIgnoresElection, BugEngineSkipsChecksum,
 	BugStalenessFromSchedule, BugPublisherAnnouncesEarly, BugRequeueLosesPrompt, BugEngineRestartsFromBase,
 	BugPublisherForgetsLaggards, BugCtlForgetsSentBatch, BugTermIgnoresLostBuffer,
 	BugTermForgetsDeadNodeGroups, BugTermForgetsPrevHolder, BugTermRequeuesPrevHolderOnly, BugTermMarksBeforeDurable, BugTermIgnoresFencing,

@@ -40,6 +40,10 @@ type Result struct {
 	// that term, not the run.
 	PublishRetries int
 	GaveUp         int64
+	// FetchRetries counts the trainer's fetches of a batch tried again
+	// (the trajectory buffer was electing a leader); FetchGaveUps those
+	// the fetch rule gave up, each of which ended the run.
+	FetchRetries, FetchGaveUps int
 	// Rollouts counts the failover world's rollout outcomes.
 	Rollouts RolloutFates
 	// LogHash is the SHA-256 of the event log: equal seeds give equal hashes.
@@ -150,6 +154,7 @@ func runOnce(cfg Config) (res Result, v *Violation) {
 		Faults: map[FaultKind]int{}, Trained: w.orc.trained, Filtered: w.orc.filtered, Requeued: w.orc.requeued,
 		MaxStaleness: w.orc.maxStale, StepDowns: w.ctl.stepDowns, NoStepDowns: w.ctl.noStepDowns,
 		BuffersLost: w.ctl.buffersLost, LostGroups: w.ctl.lostGroups, PublishRetries: w.trainer.retries, GaveUp: w.trainer.gaveUp,
+		FetchRetries: w.trainer.fetchRetries, FetchGaveUps: w.trainer.fetchGaveUps,
 		LogHash: hexsum(w.logHash)}
 	if cfg.KeepLog {
 		res.Log = w.full()

@@ -128,6 +128,7 @@ var plantedBugs = []struct {
 	{BugTrainerRetrainsOnRestart, ScenarioFaults, InvTrainedTwice, ""},
 	{BugTrainerAnnouncesUnpublished, ScenarioFaults, InvAnnounce, ""},
 	{BugTrainerRetrainsOnRetry, ScenarioFaults, InvTrainedTwice, ""},
+	{BugTrainerFetchIgnoresElection, ScenarioFaults, InvProtocol, ""},
 	{BugEngineSkipsChecksum, ScenarioFaults, InvChecksum, ""},
 	{BugStalenessFromSchedule, ScenarioFaults, InvStaleness, ""},
 	{BugPublisherAnnouncesEarly, ScenarioFaults, InvInvisible, ""},

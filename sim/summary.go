@@ -31,6 +31,9 @@ type Summary struct {
 	// runs the step rule ended by giving a step up (failover: the runs
 	// in which a term's trainer gave one up).
 	PublishRetries, GaveUp int
+	// FetchRetries sums the trainer's fetches tried again; FetchGaveUps
+	// counts the runs a fetch give-up ended.
+	FetchRetries, FetchGaveUps int
 	// Rollouts sums the failover runs' rollout outcomes.
 	Rollouts RolloutFates
 	// Workload and LogHash are set for a single seed.
@@ -67,6 +70,8 @@ func (s *Summary) Add(r Result) {
 	s.BuffersLost += r.BuffersLost
 	s.LostGroups += r.LostGroups
 	s.PublishRetries += r.PublishRetries
+	s.FetchRetries += r.FetchRetries
+	s.FetchGaveUps += r.FetchGaveUps
 	s.Rollouts.add(r.Rollouts)
 	if r.GaveUp > 0 {
 		s.GaveUp++
@@ -136,6 +141,9 @@ func (s Summary) Format() string {
 			ended = "runs where a term's trainer gave a step up (the term failed, another took over)"
 		}
 		fmt.Fprintf(&b, "  publishes         %d failed publishes tried again; %d %s\n", s.PublishRetries, s.GaveUp, ended)
+	}
+	if s.FetchRetries > 0 || s.FetchGaveUps > 0 {
+		fmt.Fprintf(&b, "  batch fetches     %d tries failed on a buffer electing a leader and were tried again; %d runs ended by a fetch given up\n", s.FetchRetries, s.FetchGaveUps)
 	}
 	if f := s.Rollouts; f != (RolloutFates{}) {
 		fmt.Fprintf(&b, "  rollouts          %d episodes aborted, %d groups aborted; %d stores retried, %d cut by a term switch, %d given up; %d groups requeued on their reports (%d then swept as a dead node's, ignored); %d pulls held back by the router's minimum version\n",

@@ -51,6 +51,9 @@ type trainerNode struct {
 	// tried again), gaveUp the step the rule gave up (0: none).
 	retries int
 	gaveUp  int64
+	// fetchRetries counts fetches of a batch tried again (the buffer
+	// was electing), fetchGaveUps those the fetch rule gave up.
+	fetchRetries, fetchGaveUps int
 }
 
 // publishRetry is the Retry the run's trainer uses by default: built
@@ -206,6 +209,13 @@ func (t *trainerNode) giveUp(g steprule.GiveUp) {
 // trained, otherwise a protocol fault.
 func (t *trainerNode) fetch(b messages.TrainBatch) (*messages.TokenBatch, bool) {
 	w := t.w
+	// The oracle: a stream with no leader answers no read; a trainer that
+	// reads one anyway skipped the fetch rule (tryFetch).
+	w.orc.checks++
+	if buf := w.ctl.buf; buf != nil && !buf.lost && buf.electing > 0 {
+		w.fail(InvProtocol, "train batch for step %d: the trainer read its groups from a trajectory buffer electing a leader: the stream answers no read then", b.Step)
+		return nil, false
+	}
 	data := make([][]byte, len(b.Groups))
 	for i, g := range b.Groups {
 		stored, ok := w.ctl.batches.get(g.Batch.Seq)
@@ -232,16 +242,12 @@ func (t *trainerNode) fetch(b messages.TrainBatch) (*messages.TokenBatch, bool) 
 	return tb, true
 }
 
-// prepare fetches and assembles the batch (its groups' checksums
+// prepare takes the fetched, assembled batch (its groups' checksums
 // verified), finds each group's oldest generated token and packs the
 // trajectories into microbatches over two data-parallel ranks. It returns
 // the oldest version per group and the modelled compute time.
-func (t *trainerNode) prepare(b messages.TrainBatch) (map[string]int64, time.Duration, bool) {
+func (t *trainerNode) prepare(b messages.TrainBatch, tb *messages.TokenBatch) (map[string]int64, time.Duration, bool) {
 	w := t.w
-	tb, ok := t.fetch(b)
-	if !ok {
-		return nil, 0, false
-	}
 	oldest := map[string]int64{}
 	tokens := make([]int, tb.Len())
 	for i := 0; i < tb.Len(); i++ {
@@ -297,8 +303,13 @@ func (t *trainerNode) prepare(b messages.TrainBatch) (map[string]int64, time.Dur
 }
 
 func (t *trainerNode) train(b messages.TrainBatch) {
+	t.fetchThen(b, func(tb *messages.TokenBatch) { t.trainFetched(b, tb) })
+}
+
+// trainFetched trains b once its batch tb is fetched.
+func (t *trainerNode) trainFetched(b messages.TrainBatch, tb *messages.TokenBatch) {
 	w := t.w
-	oldest, d, ok := t.prepare(b)
+	oldest, d, ok := t.prepare(b, tb)
 	if !ok {
 		return
 	}

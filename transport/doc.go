@@ -31,6 +31,13 @@
 //     once after Nak), so handlers must be idempotent (use StreamMsg.Sequence).
 //     A durable consumer resumes after its acknowledged messages.
 //   - Payloads above MaxPayload fail with ErrPayloadTooLarge before sending.
+//   - ErrUnavailable: the server answered that it cannot serve the request
+//     for now (natsbus: JetStream's 503, e.g. a stream electing a leader;
+//     not JetStream missing altogether, which is lasting). memhub never
+//     returns it. Transient(err) names the errors a caller may try again a
+//     moment later — ErrTimeout, ErrNoResponders, ErrUnavailable — and
+//     nothing else (a closed bus, a missing message, a bad subject, a
+//     payload too large fail the same way again).
 //
 // # Subjects
 //

@@ -8,7 +8,9 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/asyncrl/asyncrl/actors"
 	"github.com/asyncrl/asyncrl/actors/trainer/assemble"
+	"github.com/asyncrl/asyncrl/actors/trainer/fetchrule"
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/transport"
 )
@@ -34,15 +36,22 @@ var ErrBatchMissing = errors.New("trainer: referenced group batch missing")
 // the simulator-free unit tests and the default run use one code path.
 type StreamSource struct {
 	Stream transport.StoredReader
+	// Bind, used while Stream is nil, binds the buffer before a try (a
+	// remote trainer worker binds the pipeline holder's buffer at its
+	// first stored reference: the holder may make it after the worker
+	// started). A bind the buffer fails transiently (JetStream's 503 at
+	// step 1) is tried again on the same schedule and within the same
+	// RetryFor as a read; Bind keeps what it bound for later fetches.
+	Bind func(ctx context.Context) (transport.StoredReader, error)
 	// Name is the stream's name, for errors (RunPlan.GroupStream).
 	Name string
 	// RetryFor bounds how long a fetch the buffer failed transiently
 	// (transport.Transient: a timeout, no responders, the stream's
 	// "temporarily unavailable" while its replicas elect a leader) is
 	// tried again before the step fails: 0 is DefaultFetchRetryFor, < 0
-	// tries once. A cluster's term watch steps the term down when its
-	// buffer stays unhealthy (termwatch UnhealthyAfter, 30 s), which
-	// cancels the fetch sooner.
+	// tries once (fetchrule.Rule). A cluster's term watch steps the term
+	// down when its buffer stays unhealthy for as long (termwatch
+	// UnhealthyAfter, 30 s), which cancels the fetch.
 	RetryFor time.Duration
 	// OnRetry, when set, is told of each failed try that will be tried
 	// again (for the log), before the wait.
@@ -50,27 +59,26 @@ type StreamSource struct {
 }
 
 // LogFetchRetries is an OnRetry that warns on l, naming the group, the
-// try and the cause.
+// try and the cause — at most once per fetchLogEvery (a 30 s outage is
+// about 17 tries per group); a line after suppressed ones counts them.
+// Make one per trainer and keep it: the limit lives in what it returns.
 func LogFetchRetries(l zerolog.Logger) func(group string, try int, err error) {
+	limited := actors.NewLimitedLogger(l, actors.RealClock{}, fetchLogEvery)
 	return func(group string, try int, err error) {
-		l.Warn().Err(err).Str("group", group).Int("try", try).Msg("trainer: trajectory buffer could not be read for now; fetching again")
+		limited.Warn("fetch-retry").Err(err).Str("group", group).Int("try", try).
+			Msg("trainer: trajectory buffer could not be read for now; fetching again (logged at most once per 10s)")
 	}
 }
 
-// DefaultFetchRetryFor is StreamSource.RetryFor's default: longer than a
-// JetStream stream's leader election after a server died (4–9 s), as long
-// as a cluster's term watch waits on an unhealthy buffer.
-const DefaultFetchRetryFor = 30 * time.Second
+// fetchLogEvery is the least time between two logged fetch retries, as
+// the rollout's store retries (actors/rollout storeLogEvery).
+const fetchLogEvery = 10 * time.Second
 
-// fetchBackoff is the wait after failed try n (1, 2, …): 100 ms doubling,
-// at most 2 s.
-func fetchBackoff(n int) time.Duration {
-	d := 100 * time.Millisecond
-	for i := 1; i < n && d < 2*time.Second; i++ {
-		d *= 2
-	}
-	return min(d, 2*time.Second)
-}
+// DefaultFetchRetryFor is StreamSource.RetryFor's default
+// (fetchrule.DefaultRetryFor): longer than a JetStream stream's leader
+// election after a server died (4–9 s), as long as a cluster's term
+// watch waits on an unhealthy buffer.
+const DefaultFetchRetryFor = fetchrule.DefaultRetryFor
 
 var _ BatchSource = StreamSource{}
 
@@ -79,7 +87,7 @@ func (s StreamSource) Fetch(ctx context.Context, group string, ref messages.Batc
 	if !ref.Stored() {
 		return ref.Resolve(group, nil)
 	}
-	if s.Stream == nil {
+	if s.Stream == nil && s.Bind == nil {
 		return nil, fmt.Errorf("trainer: group %s is stored at %s seq %d but the trainer has no trajectory buffer to fetch from (set trainer.Config.Batches)", group, ref.Subject, ref.Seq)
 	}
 	m, err := s.get(ctx, group, ref.Seq)
@@ -96,35 +104,47 @@ func (s StreamSource) Fetch(ctx context.Context, group string, ref messages.Batc
 	return ref.Resolve(group, m.Data)
 }
 
-// get reads seq, trying again while the buffer fails transiently, until
-// RetryFor has passed or ctx ends. Before issue 31 the batch rode inside
+// get reads seq (binding the buffer first when it has only Bind), trying
+// again while the buffer fails transiently, as the fetch rule says, until
+// it gives up or ctx ends. Before issue 31 the batch rode inside
 // the TrainBatch; since the trainer fetches it, a buffer that cannot
 // answer for a few seconds (a leader election, a cluster just started)
 // must not fail the step — that cost a whole term (make test-cluster,
 // 2026-12-07: "JetStream system temporarily unavailable" at step 1).
 func (s StreamSource) get(ctx context.Context, group string, seq uint64) (transport.StoredMsg, error) {
-	retryFor := s.RetryFor
-	if retryFor == 0 {
-		retryFor = DefaultFetchRetryFor
-	}
-	deadline := time.Now().Add(retryFor)
+	rule := fetchrule.Rule{RetryFor: s.RetryFor}
+	began := time.Now()
+	reader := s.Stream
 	for try := 1; ; try++ {
-		m, err := s.Stream.GetMsg(ctx, seq)
-		if err == nil || !transport.Transient(err) || ctx.Err() != nil {
+		var m transport.StoredMsg
+		var err error
+		if reader == nil {
+			reader, err = s.Bind(ctx)
+		}
+		if err == nil {
+			m, err = reader.GetMsg(ctx, seq)
+		}
+		if err == nil || !transport.Transient(err) {
 			return m, err
 		}
-		wait := fetchBackoff(try)
-		if time.Now().Add(wait).After(deadline) {
-			return m, fmt.Errorf("%w (tried %d times over %v)", err, try, retryFor)
+		if ctx.Err() != nil {
+			return m, errors.Join(err, context.Cause(ctx))
+		}
+		d := rule.After(try, time.Since(began))
+		if d.GiveUp {
+			return m, fmt.Errorf("%w (%v)", err, d)
 		}
 		if s.OnRetry != nil {
 			s.OnRetry(group, try, err)
 		}
-		t := time.NewTimer(wait)
+		t := time.NewTimer(d.Wait)
 		select {
 		case <-ctx.Done():
+			// The context's cause goes with the try's error, so a
+			// trainer stopping reads as a stop (errors.Is
+			// context.Canceled), not as a buffer failure.
 			t.Stop()
-			return m, err
+			return m, errors.Join(err, context.Cause(ctx))
 		case <-t.C:
 		}
 	}

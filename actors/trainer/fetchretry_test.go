@@ -1,15 +1,21 @@
 package trainer
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
+	"github.com/asyncrl/asyncrl/actors/trainer/microbatch"
 	"github.com/asyncrl/asyncrl/messages"
+	"github.com/asyncrl/asyncrl/model"
 	"github.com/asyncrl/asyncrl/transport"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
 )
@@ -110,8 +116,9 @@ func TestFetchDoesNotRetryLastingErrors(t *testing.T) {
 	}
 
 	once := &flakyReader{StoredReader: sr, fail: 1 << 30, err: errJetStream503}
-	if _, err := (StreamSource{Stream: once, Name: "groups-r", RetryFor: -1}).Fetch(context.Background(), "g2", ref2.Batch); err == nil || once.calls.Load() != 1 {
-		t.Fatalf("RetryFor < 0: err %v after %d reads; want an error after 1", err, once.calls.Load())
+	if _, err := (StreamSource{Stream: once, Name: "groups-r", RetryFor: -1}).Fetch(context.Background(), "g2", ref2.Batch); err == nil || once.calls.Load() != 1 ||
+		!strings.Contains(err.Error(), "tried 1 times over ") || strings.Contains(err.Error(), "over -") {
+		t.Fatalf("RetryFor < 0: err %v after %d reads; want an error after 1 naming one try over the time it took", err, once.calls.Load())
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -121,19 +128,150 @@ func TestFetchDoesNotRetryLastingErrors(t *testing.T) {
 	go func() { _, err := src.Fetch(ctx, "g2", ref2.Batch); done <- err }()
 	select {
 	case err := <-done:
-		if !errors.Is(err, transport.ErrUnavailable) || cut.calls.Load() != 1 {
-			t.Fatalf("cancelled during the wait: err %v after %d reads; want the cause after 1", err, cut.calls.Load())
+		if !errors.Is(err, transport.ErrUnavailable) || !errors.Is(err, context.Canceled) || cut.calls.Load() != 1 {
+			t.Fatalf("cancelled during the wait: err %v after %d reads; want the try's error and the context's cause after 1", err, cut.calls.Load())
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("a cancelled fetch kept retrying")
 	}
 }
 
-func TestFetchBackoff(t *testing.T) {
-	want := []time.Duration{100, 200, 400, 800, 1600, 2000, 2000}
-	for i, w := range want {
-		if got := fetchBackoff(i + 1); got != w*time.Millisecond {
-			t.Fatalf("fetchBackoff(%d) = %v; want %v", i+1, got, w*time.Millisecond)
+// TestFetchRetriesTransientBind: a trainer that binds its buffer at the
+// first stored reference (StreamSource.Bind, the remote worker's) tries a
+// bind the buffer fails transiently again on the fetch rule's schedule,
+// then reads; the bind shares the window with the reads (a buffer whose
+// bind keeps failing gives up within RetryFor, naming the tries); a bind
+// that fails for good (the stream does not exist) is tried once.
+func TestFetchRetriesTransientBind(t *testing.T) {
+	st, subject, _ := realBuffer(t)
+	ref := storeGroup(t, st, subject, "g1", 1, 0)
+	sr := st.(transport.StoredReader)
+
+	var binds atomic.Int32
+	var retries []int
+	flakyBind := func(fail int32, err error) func(context.Context) (transport.StoredReader, error) {
+		return func(context.Context) (transport.StoredReader, error) {
+			if binds.Add(1) <= fail {
+				return nil, err
+			}
+			return sr, nil
 		}
+	}
+	src := StreamSource{Bind: flakyBind(2, errJetStream503), Name: st.Name(), RetryFor: 10 * time.Second,
+		OnRetry: func(group string, try int, err error) { retries = append(retries, try) }}
+	data, err := src.Fetch(context.Background(), "g1", ref.Batch)
+	if err != nil {
+		t.Fatalf("fetch after 2 unavailable binds: %v; want the batch", err)
+	}
+	if tb, err := messages.DecodeTokenBatch(data); err != nil || tb.Len() != 2 {
+		t.Fatalf("fetched batch: %v, err %v; want the 2 stored trajectories", tb, err)
+	}
+	if binds.Load() != 3 || fmt.Sprint(retries) != "[1 2]" {
+		t.Fatalf("%d binds, retries %v; want 3 binds and tries [1 2] reported", binds.Load(), retries)
+	}
+
+	binds.Store(0)
+	began := time.Now()
+	_, err = (StreamSource{Bind: flakyBind(1<<30, errJetStream503), Name: st.Name(), RetryFor: 700 * time.Millisecond}).Fetch(context.Background(), "g1", ref.Batch)
+	if !errors.Is(err, transport.ErrUnavailable) || !strings.Contains(err.Error(), "tried ") || binds.Load() < 3 {
+		t.Fatalf("bind unavailable past RetryFor: err %v after %d binds; want ErrUnavailable, the tries named, ≥ 3 binds", err, binds.Load())
+	}
+	if time.Since(began) < 300*time.Millisecond {
+		t.Fatalf("gave up after %v: the rule waits 100+200 ms before a third try", time.Since(began))
+	}
+
+	binds.Store(0)
+	gone := fmt.Errorf("natsbus: bind stream groups-x: %w", errors.New("nats: stream not found"))
+	if _, err := (StreamSource{Bind: flakyBind(1<<30, gone), Name: "groups-x"}).Fetch(context.Background(), "g1", ref.Batch); !errors.Is(err, gone) || binds.Load() != 1 {
+		t.Fatalf("missing stream: err %v after %d binds; want it after 1", err, binds.Load())
+	}
+}
+
+// TestLogFetchRetriesIsLimited: an outage's retries (17 tries of a group
+// in 30 s) log one warning, not one per try; the limit holds across the
+// fetches of one trainer's logger.
+func TestLogFetchRetriesIsLimited(t *testing.T) {
+	var buf bytes.Buffer
+	onRetry := LogFetchRetries(zerolog.New(&buf))
+	for try := 1; try <= 17; try++ {
+		onRetry("g1", try, errJetStream503)
+	}
+	onRetry("g2", 1, errJetStream503)
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 1 || !strings.Contains(lines[0], `"group":"g1"`) || !strings.Contains(lines[0], `"try":1`) {
+		t.Fatalf("logged %d lines %q; want the first try's only", len(lines), lines)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the trainer's goroutine to log
+// into while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestStopDuringFetchWaitIsNoFailure: a trainer stopped while its fetch
+// waits on a buffer that keeps answering "temporarily unavailable" ends
+// the step with an error that is the context's cancel as well as the
+// buffer's (errors.Is both), and logs it as a step cut short by the stop
+// (info), not as a failed step (error).
+func TestStopDuringFetchWaitIsNoFailure(t *testing.T) {
+	ctx := context.Background()
+	bus, err := natsbus.Connect(ctx, natsbus.DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = bus.Close() })
+	const subject = "asyncrl.r.trajectories"
+	st, err := bus.Stream(ctx, transport.StreamConfig{Name: "groups-r", Subjects: []string{subject}, Memory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := storeGroup(t, st, subject, "g1", 1, 0)
+	down := &flakyReader{StoredReader: st.(transport.StoredReader), fail: 1 << 30, err: errJetStream503}
+	var logs syncBuffer
+	m, _ := model.New(model.DefaultConfig(), 1)
+	ptr, _ := model.NewTrainer(m, model.DefaultTrainerConfig())
+	a, err := Start(bus, ptr, &recordingPublisher{}, Config{RunID: "r", Name: "t", NormStd: true, Microbatch: microbatch.DefaultConfig(),
+		Subjects: Subjects{Train: "T", Steps: "S"}, Logger: zerolog.New(&logs),
+		Batches: StreamSource{Stream: down, Name: st.Name(), RetryFor: time.Hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := messages.Encode(messages.TrainBatch{Header: messages.Header{RunID: "r"}, Step: 1, Groups: []messages.GroupRef{ref}, GroupIDs: []string{"g1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bus.Publish(context.Background(), "T", data); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for down.calls.Load() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("the trainer never retried its fetch")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := a.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	err = a.Err()
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, transport.ErrUnavailable) {
+		t.Fatalf("Err after a stop during the wait: %v; want the cancel and the buffer's error", err)
+	}
+	if out := logs.String(); !strings.Contains(out, "cut short: the trainer is stopping") || strings.Contains(out, "training step failed") {
+		t.Fatalf("log:\n%s\nwant the step cut short (info), no failed step", out)
 	}
 }

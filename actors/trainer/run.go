@@ -1,6 +1,7 @@
 package trainer
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -113,7 +114,13 @@ func givesUp(rd steprule.Ready) bool {
 
 // fail logs a step's error and keeps it for Err.
 func (a *Actor) fail(step int64, err error) {
-	a.cfg.Logger.Error().Err(err).Int64("step", step).Msg("training step failed")
+	if a.ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		// Stop cut the step short (a fetch waiting on the buffer): not
+		// a failure of the step's inputs.
+		a.cfg.Logger.Info().Err(err).Int64("step", step).Msg("training step cut short: the trainer is stopping")
+	} else {
+		a.cfg.Logger.Error().Err(err).Int64("step", step).Msg("training step failed")
+	}
 	a.mu.Lock()
 	a.err = err
 	a.mu.Unlock()

@@ -215,7 +215,7 @@ func RunWorker(ctx context.Context, cfg config.Config, opts WorkerOptions) error
 	pub := &publisher.BusPublisher{Bus: bus, RunID: cfg.Run.ID, Sender: "worker", Dir: dir, Weights: s.Weights, Acks: s.AcksAll}
 	tcfg := trainer.Config{RunID: cfg.Run.ID, Name: "worker", NormStd: true, PublishRetry: publishRetry(cfg.Publisher),
 		Microbatch: microbatchConfig(cfg.Trainer), Logger: opts.Logger,
-		Subjects: trainer.Subjects{Train: s.Train, Steps: s.Steps}, Batches: &boundSource{bus: bus, name: s.GroupStream, log: opts.Logger}}
+		Subjects: trainer.Subjects{Train: s.Train, Steps: s.Steps}, Batches: newBoundSource(bus, s.GroupStream, opts.Logger)}
 	var tr *trainer.Actor
 	if opts.Exec {
 		ex, err := startExec(ctx, cfg, ptr.ServingCopy(), opts.ExecArgv, opts.Logger)
@@ -248,34 +248,42 @@ func RunWorker(ctx context.Context, cfg config.Config, opts WorkerOptions) error
 
 // boundSource is a remote worker's trainer.BatchSource: the pipeline
 // holder's trajectory buffer, bound (never created) at the first stored
-// reference — the holder may make it after the worker started.
+// reference — the holder may make it after the worker started. The bind
+// is the fetch's first try: one the buffer fails transiently is tried
+// again under the fetch rule, sharing the window with the reads
+// (trainer.StreamSource.Bind).
 type boundSource struct {
-	bus  *natsbus.Bus
 	name string
-	log  zerolog.Logger
-	mu   sync.Mutex
-	src  trainer.BatchSource
+	// bindStream is the bus's BindStream (a test wraps it).
+	bindStream func(ctx context.Context, name string) (transport.Stream, error)
+	onRetry    func(group string, try int, err error)
+	mu         sync.Mutex
+	sr         transport.StoredReader
+}
+
+func newBoundSource(bus *natsbus.Bus, name string, log zerolog.Logger) *boundSource {
+	return &boundSource{name: name, bindStream: bus.BindStream, onRetry: trainer.LogFetchRetries(log)}
+}
+
+// bind binds the buffer once; later calls return what it bound.
+func (b *boundSource) bind(ctx context.Context) (transport.StoredReader, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.sr != nil {
+		return b.sr, nil
+	}
+	st, err := b.bindStream(ctx, b.name)
+	if err != nil {
+		return nil, fmt.Errorf("worker: trajectory buffer %s: %w", b.name, err)
+	}
+	sr, ok := st.(transport.StoredReader)
+	if !ok {
+		return nil, fmt.Errorf("worker: trajectory buffer %s cannot be read by sequence", b.name)
+	}
+	b.sr = sr
+	return sr, nil
 }
 
 func (b *boundSource) Fetch(ctx context.Context, group string, ref messages.BatchRef) ([]byte, error) {
-	b.mu.Lock()
-	if b.src == nil && ref.Stored() {
-		st, err := b.bus.BindStream(ctx, b.name)
-		if err != nil {
-			b.mu.Unlock()
-			return nil, fmt.Errorf("worker: trajectory buffer %s for group %s: %w", b.name, group, err)
-		}
-		sr, ok := st.(transport.StoredReader)
-		if !ok {
-			b.mu.Unlock()
-			return nil, fmt.Errorf("worker: trajectory buffer %s cannot be read by sequence", b.name)
-		}
-		b.src = trainer.StreamSource{Stream: sr, Name: b.name, OnRetry: trainer.LogFetchRetries(b.log)}
-	}
-	src := b.src
-	b.mu.Unlock()
-	if src == nil {
-		return trainer.StreamSource{}.Fetch(ctx, group, ref) // inline
-	}
-	return src.Fetch(ctx, group, ref)
+	return trainer.StreamSource{Bind: b.bind, Name: b.name, OnRetry: b.onRetry}.Fetch(ctx, group, ref)
 }

@@ -36,6 +36,7 @@ var cores = []core{
 	{dir: "actors/filter"},
 	{dir: "actors/trainer/microbatch"},
 	{dir: "actors/trainer/steprule"},
+	{dir: "actors/trainer/fetchrule"},
 	{dir: "actors/trainer/assemble"},
 	{dir: "actors/publisher/tracker"},
 	{dir: "actors/router/policy"},

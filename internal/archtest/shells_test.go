@@ -46,6 +46,11 @@ type shell struct {
 var shells = []shell{
 	{dir: "actors/trainer", files: []string{"actor.go", "run.go"}, core: "actors/trainer/steprule",
 		state: []string{"training", "queue", "pending"}, compared: []string{"Step"}},
+	// The trainer's fetch of a referenced group: how long to wait after a
+	// failed try and when to give up are the fetch rule's (After); the
+	// source keeps no deadline or window of its own.
+	{dir: "actors/trainer", files: []string{"batchsource.go"}, core: "actors/trainer/fetchrule",
+		state: []string{"deadline", "window", "tries"}, compared: []string{"RetryFor", "Elapsed", "Wait", "Tries"}},
 	{dir: "cluster/weightsync", files: []string{"agent.go"}, core: "cluster/weightsync/targets",
 		state: []string{"want", "have", "failed", "gone"}, compared: []string{"want", "have", "failed", "gone"}},
 	{dir: "actors/rollout", files: []string{"actor.go"}, core: "actors/rollout/outcome",

@@ -48,6 +48,9 @@ var Cores = []Core{
 	{Name: "tracker", Dirs: []string{"actors/publisher/tracker"}, Scenarios: "default, faults, partitions, mixed, failover"},
 	{Name: "router-policy", Dirs: []string{"actors/router/policy"}, Scenarios: "default, faults, partitions, mixed"},
 	{Name: "steprule", Dirs: []string{"actors/trainer/steprule"}, Scenarios: "default, faults, partitions, mixed, failover"},
+	// The trainer's fetch retry rule: the default world's trainer fetches
+	// through it (a buffer electing a leader fails the try).
+	{Name: "fetchrule", Dirs: []string{"actors/trainer/fetchrule"}, Scenarios: "faults, mixed"},
 	// The rollout's group outcome; its EnvBackoff paces chat environments,
 	// which the simulator has none of (outcome's doc.go).
 	{Name: "outcome", Dirs: []string{"actors/rollout/outcome"}, Skip: []string{"actors/rollout/outcome/backoff.go"},

@@ -33,6 +33,14 @@ import (
 // give-up's are reached by the fleet outages that outlast the retry
 // schedule (3 of the 400 seeds), the retries' by about one seed in four.
 //
+// fetchrule: the trainer's fetch retry rule, stepped by the default
+// world's trainer while a replicated trajectory buffer elects a leader,
+// reaches 7 of its 9 reachable blocks in 100 seeds (1,000 seeds at 10
+// steps: 432 tries retried in faults, 386 in mixed). The two left are the give-up (After's
+// and its note): it needs the buffer to fail every try for 30 s, and a
+// drawn election lasts 4–9 s — only elections overlapping back to back
+// would get there, which no seed of 1,000 drew.
+//
 // outcome: the rollout's group outcome (actors/rollout/outcome) reached
 // 17 of its 24 reachable blocks in 100 seeds when only the default world
 // stepped it, and never its store stage; since the failover world's
@@ -48,6 +56,7 @@ var Floors = map[string]float64{
 	"tracker":       97,
 	"router-policy": 75,
 	"steprule":      97,
+	"fetchrule":     77,
 	"outcome":       96,
 }
 

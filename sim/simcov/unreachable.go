@@ -15,22 +15,23 @@ type Exclusion struct {
 
 // The reasons, shared by many blocks.
 const (
-	whyConfig     = "a configuration error: the simulator builds every core from a valid config (each error has a test in the core's package)"
-	whyPanic      = "a panic on a broken internal invariant: the simulator reports any panic in a core as a protocol violation"
-	whyPlanted    = "a planted bug's branch (Config.Plant): reached by the planted-bug tests, not by the correct core the coverage is measured on"
-	whyMarker     = "an interface marker method: never called, it only closes the set of types"
-	whyFormat     = "formatting for tests and debugging that no shell (real or simulated) calls"
-	whySkyRL      = "SkyRL's batch-level function (filter.Accumulator, filter.Replace, filter.KeepIndices): the loop judges group by group (Config.Decide) and assembles mini-batches in the controller; no actor calls it (filter's SkyRL tests do)"
-	whyHeld       = "the controller core calls it only for a group it holds in that state, and panics otherwise (a broken invariant)"
-	whyStepAhd    = "a StepDone ahead of the controller: never provoked in a correct loop (the simulator fails the run on the controller's stepahead log)"
-	whyMerge      = "the rollout side's token batches always decode and share one spec; a merge failure would be a codec bug (the simulator fails the run on the merge log)"
-	whyEndless    = "a prompt source that runs out: no production source does (task sources sample for ever; bench/scale's bounded one is a benchmark)"
-	whyCommand    = "the publisher shell joins an engine before it commands or acks it, and names only committed versions, in order"
-	whyAccessor   = "an accessor no shell calls (the core's tests read it)"
-	whyRefuse     = "a batch ahead of the trainer: a correct controller never sends one (the simulator fails the run on it as a protocol violation)"
-	whyNoRetry    = "the rule without a Retry (New): no shell builds it — the trainer actor and the simulator's trainer use NewRetrying (steprule's TestRule covers it)"
-	whyOutOfOrder = "an input the stage refuses (ErrOutOfOrder): the shells end each episode once and pack and store only at those stages (the refusals have tests in the core's package)"
-	whyWouldDrop  = "replace mode requeues every group CheckForTraining would drop just before (requeueStale: WouldDrop is the same test at the same instant), so no good group is found stale at its check"
+	whyConfig        = "a configuration error: the simulator builds every core from a valid config (each error has a test in the core's package)"
+	whyPanic         = "a panic on a broken internal invariant: the simulator reports any panic in a core as a protocol violation"
+	whyPlanted       = "a planted bug's branch (Config.Plant): reached by the planted-bug tests, not by the correct core the coverage is measured on"
+	whyMarker        = "an interface marker method: never called, it only closes the set of types"
+	whyFormat        = "formatting for tests and debugging that no shell (real or simulated) calls"
+	whySkyRL         = "SkyRL's batch-level function (filter.Accumulator, filter.Replace, filter.KeepIndices): the loop judges group by group (Config.Decide) and assembles mini-batches in the controller; no actor calls it (filter's SkyRL tests do)"
+	whyHeld          = "the controller core calls it only for a group it holds in that state, and panics otherwise (a broken invariant)"
+	whyStepAhd       = "a StepDone ahead of the controller: never provoked in a correct loop (the simulator fails the run on the controller's stepahead log)"
+	whyMerge         = "the rollout side's token batches always decode and share one spec; a merge failure would be a codec bug (the simulator fails the run on the merge log)"
+	whyEndless       = "a prompt source that runs out: no production source does (task sources sample for ever; bench/scale's bounded one is a benchmark)"
+	whyCommand       = "the publisher shell joins an engine before it commands or acks it, and names only committed versions, in order"
+	whyAccessor      = "an accessor no shell calls (the core's tests read it)"
+	whyRefuse        = "a batch ahead of the trainer: a correct controller never sends one (the simulator fails the run on it as a protocol violation)"
+	whyNoRetry       = "the rule without a Retry (New): no shell builds it — the trainer actor and the simulator's trainer use NewRetrying (steprule's TestRule covers it)"
+	whyOutOfOrder    = "an input the stage refuses (ErrOutOfOrder): the shells end each episode once and pack and store only at those stages (the refusals have tests in the core's package)"
+	whyDefaultWindow = "a fetch window other than the default: every shell that builds a trainer.StreamSource leaves RetryFor 0, as the simulator's trainer does (fetchrule's TestWindow covers the others)"
+	whyWouldDrop     = "replace mode requeues every group CheckForTraining would drop just before (requeueStale: WouldDrop is the same test at the same instant), so no good group is found stale at its check"
 )
 
 // The lease core's reasons.
@@ -162,6 +163,10 @@ var Unreachable = []Exclusion{
 	{File: "actors/publisher/tracker/ready.go", Func: "(*Tracker).Failed", Why: "the simulated engines are a cluster's (engine hosts): a load that fails is only logged on the host (cluster/enginehost's hostReporter) and the holder's publisher learns from acks alone; an in-process engine's agent reports it (cluster/weightsync.Agent → the publisher Shell), tested in actors/publisher and the tracker's scenarios"},
 	{File: "actors/publisher/tracker/ready.go", Func: "(*Tracker).Await", Contains: "return fmt.Errorf", Why: whyCommand},
 	{File: "actors/publisher/tracker/ready.go", Func: "(*Tracker).PublishAwait", Contains: "return nil, err", Why: "the publisher publishes each committed version once, in order, with its sizes"},
+
+	// actors/trainer/fetchrule
+	{File: "actors/trainer/fetchrule/rule.go", Func: "Rule.Window", Contains: "return 0", Why: whyDefaultWindow},
+	{File: "actors/trainer/fetchrule/rule.go", Func: "Rule.Window", Contains: "=returnr.RetryFor", Why: whyDefaultWindow},
 
 	// actors/trainer/steprule
 	{File: "actors/trainer/steprule/core.go", Func: "*.input", Why: whyMarker},

@@ -421,11 +421,18 @@ func mapErr(err error) error {
 
 // unavailable: a JetStream API answer with HTTP-like code 503 (nats.go
 // v1.55.0 jetstream/errors.go: APIError.Code; e.g. err_code 10008 "JetStream
-// system temporarily unavailable", which nats.go's own js.go retries).
+// system temporarily unavailable", which nats.go's own js.go retries) —
+// except JetStream not enabled (err_code 10076) or not enabled for the
+// account (10039): 503s too, but a lasting misconfiguration (an external
+// NATS started without -js), which no retry mends.
 func unavailable(err error) bool {
 	var je jetstream.JetStreamError
 	if errors.As(err, &je) {
 		if a := je.APIError(); a != nil {
+			switch a.ErrorCode {
+			case jetstream.JSErrCodeJetStreamNotEnabled, jetstream.JSErrCodeJetStreamNotEnabledForAccount:
+				return false
+			}
 			return a.Code == 503
 		}
 	}

@@ -12,8 +12,9 @@ import (
 
 // TestMapErrUnavailable: JetStream's 503 answers (a stream or the meta
 // leader temporarily unavailable, as after a server's death) map to
-// transport.ErrUnavailable, which callers may retry; other API errors
-// (a 404 stream not found, a 400) stay as they are and are not transient.
+// transport.ErrUnavailable, which callers may retry; JetStream not
+// enabled (10076, 10039: 503 as well) and other API errors (a 404 stream
+// not found, a 400) stay as they are and are not transient.
 func TestMapErrUnavailable(t *testing.T) {
 	for _, c := range []struct {
 		err       error
@@ -21,7 +22,11 @@ func TestMapErrUnavailable(t *testing.T) {
 	}{
 		{&jetstream.APIError{Code: 503, ErrorCode: jetstream.ErrorCode(10008), Description: "JetStream system temporarily unavailable"}, true},
 		{fmt.Errorf("get: %w", &jetstream.APIError{Code: 503, ErrorCode: 10008}), true},
-		{jetstream.ErrJetStreamNotEnabled, true}, // code 503 too: a server still starting its JetStream
+		// 503s too, but a server without JetStream (an external NATS
+		// started without -js) stays so: not transient.
+		{jetstream.ErrJetStreamNotEnabled, false},
+		{jetstream.ErrJetStreamNotEnabledForAccount, false},
+		{&jetstream.APIError{Code: 503, ErrorCode: jetstream.JSErrCodeJetStreamNotEnabled, Description: "jetstream not enabled"}, false},
 		{&jetstream.APIError{Code: 404, ErrorCode: jetstream.JSErrCodeStreamNotFound, Description: "stream not found"}, false},
 		{&jetstream.APIError{Code: 400, ErrorCode: jetstream.JSErrCodeBadRequest}, false},
 		{errors.New("something else"), false},
