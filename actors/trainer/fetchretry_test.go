@@ -228,17 +228,7 @@ func (s *syncBuffer) String() string {
 // buffer's (errors.Is both), and logs it as a step cut short by the stop
 // (info), not as a failed step (error).
 func TestStopDuringFetchWaitIsNoFailure(t *testing.T) {
-	ctx := context.Background()
-	bus, err := natsbus.Connect(ctx, natsbus.DefaultOptions())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = bus.Close() })
-	const subject = "asyncrl.r.trajectories"
-	st, err := bus.Stream(ctx, transport.StreamConfig{Name: "groups-r", Subjects: []string{subject}, Memory: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, subject, bus := realBuffer(t)
 	ref := storeGroup(t, st, subject, "g1", 1, 0)
 	down := &flakyReader{StoredReader: st.(transport.StoredReader), fail: 1 << 30, err: errJetStream503}
 	var logs syncBuffer
