@@ -19,6 +19,13 @@ func BatchChecksum(p []byte) string {
 	return "xxh3-128:" + hex.EncodeToString(b[:])
 }
 
+// InlineRef is the reference that carries the encoded token batch data
+// itself, with its size and checksum (what a rollout hands on before the
+// batch is stored).
+func InlineRef(data []byte) BatchRef {
+	return BatchRef{Inline: data, Bytes: int64(len(data)), Checksum: BatchChecksum(data)}
+}
+
 // Stored reports whether r points at a stored message (Subject and Seq)
 // rather than holding the bytes inline.
 func (r BatchRef) Stored() bool { return r.Subject != "" && r.Seq > 0 }

@@ -40,3 +40,20 @@ func TestBatchRefResolve(t *testing.T) {
 		}
 	}
 }
+
+// InlineRef carries the bytes with their size and checksum: it resolves
+// to them, and other bytes of the same size fail its check.
+func TestInlineRef(t *testing.T) {
+	data := []byte("an encoded token batch")
+	r := InlineRef(data)
+	if r.Stored() || r.Bytes != int64(len(data)) || r.Checksum != BatchChecksum(data) {
+		t.Fatalf("InlineRef = %+v; want inline, %d bytes, checksum %s", r, len(data), BatchChecksum(data))
+	}
+	if got, err := r.Resolve("g", nil); err != nil || string(got) != string(data) {
+		t.Fatalf("Resolve = %q, %v; want the bytes", got, err)
+	}
+	other := []byte("an encoded token batcH")
+	if err := r.Check(other); err == nil {
+		t.Fatal("Check accepted other bytes of the same size")
+	}
+}

@@ -52,7 +52,7 @@ func (s *batchStore) settle(l messages.PromptLedger) {
 // size and checksum, no bytes.
 func (c *ctlNode) storeKept(m messages.GroupReady, data []byte) (messages.GroupReady, error) {
 	stored := m
-	stored.Batch = messages.BatchRef{Inline: data, Bytes: int64(len(data)), Checksum: messages.BatchChecksum(data)}
+	stored.Batch = messages.InlineRef(data)
 	payload, err := messages.Encode(stored)
 	if err != nil {
 		return m, err

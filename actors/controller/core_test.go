@@ -69,7 +69,7 @@ func groupReadyMasks(t *testing.T, groupID, promptID string, oldest int64, masks
 	}
 	// As the rollout actor packs it: inline here (no trajectory buffer),
 	// with the size and checksum a reference carries.
-	g.Batch = messages.BatchRef{Inline: data, Bytes: int64(len(data)), Checksum: messages.BatchChecksum(data)}
+	g.Batch = messages.InlineRef(data)
 	g.Tokens = int64(tb.NumTokens())
 	return g
 }

@@ -506,7 +506,7 @@ func (a *Actor) pack(pa messages.PromptAssigned, res []result) (messages.GroupRe
 	// Size and checksum travel with the reference the sampling actor makes
 	// of the stored group, so the trainer can tell the batch it fetched is
 	// this one.
-	gr.Batch = messages.BatchRef{Inline: data, Bytes: int64(len(data)), Checksum: messages.BatchChecksum(data)}
+	gr.Batch = messages.InlineRef(data)
 	gr.Tokens = int64(tb.NumTokens())
 	return gr, nil
 }

@@ -63,7 +63,7 @@ func TestBufferForwardsReferencesAndReleases(t *testing.T) {
 	}
 	store := func(group string, rewards ...float64) (uint64, messages.BatchRef) {
 		arrow := []byte("arrow of " + group)
-		b := messages.BatchRef{Inline: arrow, Bytes: int64(len(arrow)), Checksum: messages.BatchChecksum(arrow)}
+		b := messages.InlineRef(arrow)
 		data, err := messages.Encode(messages.GroupReady{Header: messages.Header{RunID: "r"}, GroupID: group, PromptID: "p-" + group, Rewards: rewards, Batch: b})
 		if err != nil {
 			t.Fatal(err)

@@ -28,7 +28,7 @@ func storeGroup(t *testing.T, st transport.Stream, subject, group string, reward
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref := messages.BatchRef{Inline: data, Bytes: int64(len(data)), Checksum: messages.BatchChecksum(data)}
+	ref := messages.InlineRef(data)
 	env, err := messages.Encode(messages.GroupReady{Header: messages.Header{RunID: "r"}, GroupID: group, Batch: ref})
 	if err != nil {
 		t.Fatal(err)

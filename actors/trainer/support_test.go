@@ -144,7 +144,7 @@ func inlineRefs(t *testing.T, tb *messages.TokenBatch) (ids []string, refs []mes
 		if err != nil {
 			t.Fatal(err)
 		}
-		refs = append(refs, messages.GroupRef{GroupID: id, Batch: messages.BatchRef{Inline: data, Bytes: int64(len(data)), Checksum: messages.BatchChecksum(data)}})
+		refs = append(refs, messages.GroupRef{GroupID: id, Batch: messages.InlineRef(data)})
 	}
 	return ids, refs
 }
