@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/asyncrl/asyncrl/actors/trainer/microbatch"
+	"github.com/asyncrl/asyncrl/internal/syncbuf"
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/model"
 	"github.com/asyncrl/asyncrl/transport"
@@ -203,25 +203,6 @@ func TestLogFetchRetriesIsLimited(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for the trainer's goroutine to log
-// into while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestStopDuringFetchWaitIsNoFailure: a trainer stopped while its fetch
 // waits on a buffer that keeps answering "temporarily unavailable" ends
 // the step with an error that is the context's cancel as well as the
@@ -231,7 +212,7 @@ func TestStopDuringFetchWaitIsNoFailure(t *testing.T) {
 	st, subject, bus := realBuffer(t)
 	ref := storeGroup(t, st, subject, "g1", 1, 0)
 	down := &flakyReader{StoredReader: st.(transport.StoredReader), fail: 1 << 30, err: errJetStream503}
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	m, _ := model.New(model.DefaultConfig(), 1)
 	ptr, _ := model.NewTrainer(m, model.DefaultTrainerConfig())
 	a, err := Start(bus, ptr, &recordingPublisher{}, Config{RunID: "r", Name: "t", NormStd: true, Microbatch: microbatch.DefaultConfig(),
