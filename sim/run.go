@@ -264,9 +264,9 @@ func (f *RolloutFates) add(o RolloutFates) {
 	f.EpisodesAborted += o.EpisodesAborted
 	f.GroupsAborted += o.GroupsAborted
 	f.StoresRetried += o.StoresRetried
-	f.Gated += o.Gated
 	f.StoresCut += o.StoresCut
 	f.StoresGivenUp += o.StoresGivenUp
 	f.RequeuedOnReports += o.RequeuedOnReports
 	f.SweptAfterReports += o.SweptAfterReports
+	f.Gated += o.Gated
 }

@@ -30,15 +30,7 @@ func TestInitCheckpointWithoutTokenizer(t *testing.T) {
 	if err := os.MkdirAll(ic, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{"config.json", "model.safetensors"} {
-		b, err := os.ReadFile(filepath.Join(modelDir, f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(ic, f), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	copyFiles(t, modelDir, ic, "config.json", "model.safetensors")
 	cfg.Trainer.InitCheckpoint = ic
 	n := &Node{cfg: cfg, opts: Options{Logger: zerolog.Nop()}}
 	if err := n.resolveModel(); err != nil {
@@ -51,17 +43,23 @@ func TestInitCheckpointWithoutTokenizer(t *testing.T) {
 		t.Fatalf("the chat template of the run's tokenizer: %v", err)
 	}
 	// a checkpoint that has its own tokenizer is tokenised with it
-	for _, f := range []string{"tokenizer.json", "tokenizer_config.json"} {
-		b, err := os.ReadFile(filepath.Join(modelDir, f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(ic, f), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	copyFiles(t, modelDir, ic, "tokenizer.json", "tokenizer_config.json")
 	n = &Node{cfg: cfg, opts: Options{Logger: zerolog.Nop()}}
 	if err := n.resolveModel(); err != nil || n.tok != ic {
 		t.Fatalf("a checkpoint with a tokenizer: tokenizer from %q (%v), want %q", n.tok, err, ic)
+	}
+}
+
+// copyFiles copies the named files from one directory to another.
+func copyFiles(t *testing.T, from, to string, names ...string) {
+	t.Helper()
+	for _, f := range names {
+		b, err := os.ReadFile(filepath.Join(from, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(to, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
