@@ -9,13 +9,19 @@ import (
 // The smoke level: 1,024 multi-turn trajectories in flight through the
 // real actors, router and engines in process, with nothing lost and the
 // counters consistent. Larger levels run in `make bench-scale`.
+//
+// The start barrier: the engines hold every request until the whole level
+// is in flight, then release them together, so the peak is the level
+// itself, not wherever the machine's pace puts it (without it a loaded
+// 2-core machine peaked at 971 of 1,024, under the level's 95 % floor).
 func TestSmokeLevelLosesNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a pipeline")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	res, err := Run(ctx, Options{MaxLevel: 1024, Timeout: time.Minute})
+	const hold = 45 * time.Second
+	res, err := Run(ctx, Options{MaxLevel: 1024, Timeout: time.Minute, StartHold: hold})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,8 +33,11 @@ func TestSmokeLevelLosesNothing(t *testing.T) {
 	if r.Failure != "" || r.Errors != 0 || r.Lost != 0 {
 		t.Fatalf("failure %q, %d errors, %d lost", r.Failure, r.Errors, r.Lost)
 	}
-	if r.PeakInFlight < 973 {
-		t.Errorf("peak in flight %d, want ≥ 95 %% of 1,024", r.PeakInFlight)
+	if r.HoldSeconds <= 0 || r.HoldSeconds >= hold.Seconds() {
+		t.Fatalf("held %.1fs: want released by the whole level in flight, before the %v cap", r.HoldSeconds, hold)
+	}
+	if r.PeakInFlight < 1024 {
+		t.Errorf("peak in flight %d with the barrier, want the whole level (1,024)", r.PeakInFlight)
 	}
 	if r.MailboxDrops != 0 {
 		t.Errorf("%d messages refused by full mailboxes", r.MailboxDrops)
@@ -69,19 +78,23 @@ func TestTimeScaleForGrowsWithLevel(t *testing.T) {
 
 // Overload (issue 22: at 131,072 the controller's mailbox refused messages
 // and 2,152 trajectories were lost): with a controller mailbox of 4 the
-// bridges wait for room and the level still loses nothing.
+// bridges wait for room and the level still loses nothing. The start
+// barrier puts the whole level in flight before any engine answers: the
+// slowed admission otherwise let the first trajectories finish before the
+// last started, and on a loaded machine the peak fell under the level's
+// 95 % floor (CI, stop 45: 913 of 1,024) — the machine's pace, not a loss.
 func TestOverloadedControllerLosesNothing(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a pipeline")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	res, err := Run(ctx, Options{MaxLevel: 1024, Timeout: time.Minute, ControllerMailbox: 4})
+	res, err := Run(ctx, Options{MaxLevel: 1024, Timeout: time.Minute, ControllerMailbox: 4, StartHold: 45 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := res[0]
-	t.Logf("waits %d (%.2fs), drops %d, slow-consumer drops %d, %.1fs", r.MailboxWaits, r.MailboxWaitSeconds, r.MailboxDrops, r.SlowConsumerDrops, r.Seconds)
+	t.Logf("waits %d (%.2fs), drops %d, slow-consumer drops %d, held %.1fs of %.1fs, peak %d", r.MailboxWaits, r.MailboxWaitSeconds, r.MailboxDrops, r.SlowConsumerDrops, r.HoldSeconds, r.Seconds, r.PeakInFlight)
 	if r.Failure != "" || r.Errors != 0 || r.Lost != 0 || r.MailboxDrops != 0 || r.SlowConsumerDrops != 0 {
 		t.Fatalf("failure %q, %d errors, %d lost, %d refused by the mailbox, %d dropped by NATS", r.Failure, r.Errors, r.Lost, r.MailboxDrops, r.SlowConsumerDrops)
 	}
@@ -90,36 +103,5 @@ func TestOverloadedControllerLosesNothing(t *testing.T) {
 	}
 	if r.Started != (r.GroupsKept+r.GroupsFiltered)*8 || r.GroupsAdmitted != r.GroupsKept+r.GroupsFiltered {
 		t.Errorf("started %d, admitted %d, kept %d + filtered %d", r.Started, r.GroupsAdmitted, r.GroupsKept, r.GroupsFiltered)
-	}
-}
-
-// The start barrier: the engines hold every request until the whole level
-// is in flight, then release them together, so the peak is the level
-// itself, not wherever the machine's pace puts it; and the level then
-// settles with nothing lost.
-func TestStartHoldPutsTheWholeLevelInFlight(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a pipeline")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	const hold = 45 * time.Second
-	res, err := Run(ctx, Options{MaxLevel: 1024, Timeout: time.Minute, StartHold: hold, Rounds: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := res[0]
-	t.Logf("held %.1fs of %.1fs, peak %d", r.HoldSeconds, r.Seconds, r.PeakInFlight)
-	if r.Failure != "" || r.Errors != 0 || r.Lost != 0 {
-		t.Fatalf("failure %q, %d errors, %d lost", r.Failure, r.Errors, r.Lost)
-	}
-	if r.HoldSeconds <= 0 || r.HoldSeconds >= hold.Seconds() {
-		t.Fatalf("held %.1fs: want released by the whole level in flight, before the %v cap", r.HoldSeconds, hold)
-	}
-	if r.PeakInFlight < 1024 {
-		t.Fatalf("peak in flight %d with the barrier, want the whole level (1,024)", r.PeakInFlight)
-	}
-	if r.Started != r.Finished {
-		t.Errorf("started %d, finished %d", r.Started, r.Finished)
 	}
 }
