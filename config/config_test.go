@@ -142,6 +142,8 @@ func TestValidateMessages(t *testing.T) {
 		{"balance factor", func(c *Config) { c.Router.BalanceFactor = 0.9 }, "router.balance_factor: must be ≥ 1, got 0.9"},
 		{"move cost", func(c *Config) { c.Router.MoveCost = -1 }, "router.move_cost: must be a finite number ≥ 0, got -1"},
 		{"max version lag", func(c *Config) { c.Router.MaxVersionLag = -2 }, "router.max_version_lag: must be ≥ -1, got -2"},
+		{"retry after under a second", func(c *Config) { c.Router.RetryAfter = 500 * time.Millisecond }, "router.retry_after: must be whole seconds, at least 1s (the header counts seconds), got 500ms"},
+		{"retry after in part seconds", func(c *Config) { c.Router.RetryAfter = 1500 * time.Millisecond }, "router.retry_after: must be whole seconds, at least 1s (the header counts seconds), got 1.5s"},
 		{"version rule", func(c *Config) { c.Router.VersionRule = "latest" }, `router.version_rule: "latest" is not one of staleness, newest`},
 		{"listen", func(c *Config) { c.Router.Listen = "8000" }, `router.listen: "8000" is not a host:port address`},
 		{"nats url", func(c *Config) { c.Bus.NATSURL = "http://x:4222" }, `bus.nats_url: "http://x:4222" is not a nats://, tls://, ws:// or wss:// URL with a host`},

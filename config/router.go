@@ -39,6 +39,11 @@ type RouterConfig struct {
 	// RetryBudget caps retries as a fraction of first attempts, so a failing
 	// fleet is not hit with a retry storm.
 	RetryBudget float64 `yaml:"retry_budget" doc:"retries allowed as a fraction of first attempts (0–1), against retry storms"`
+	// RetryAfter is the Retry-After the router sends with its own
+	// temporary 503s (a request of a held session, a request that came
+	// while it shuts down): how long a client, or a load balancer in
+	// front, waits before it tries again. Sent in whole seconds.
+	RetryAfter time.Duration `yaml:"retry_after" doc:"Retry-After of the router's own 503s (a held session's request, one that came during shutdown); whole seconds, ≥ 1s"`
 	// BehindVersionRule is what happens to sessions on a replica that falls
 	// behind the minimum policy version.
 	BehindVersionRule BehindVersionRule `yaml:"behind_version_rule" doc:"sessions on a replica behind the minimum version: move (reassign) or hold (wait for it)"`
@@ -78,6 +83,7 @@ func DefaultRouter() RouterConfig {
 		MaxBodyBytes:        8 << 20,
 		MaxRetries:          2,
 		RetryBudget:         0.2,
+		RetryAfter:          time.Second,
 		BehindVersionRule:   BehindMove,
 		VersionRule:         VersionStaleness,
 		MaxVersionLag:       -1,
@@ -108,6 +114,9 @@ func (c RouterConfig) Validate() error {
 	v.atLeast("max_retries", int64(c.MaxRetries), 0)
 	v.atLeast("max_version_lag", int64(c.MaxVersionLag), -1)
 	v.inRange("retry_budget", c.RetryBudget, 0, 1)
+	if c.RetryAfter < time.Second || c.RetryAfter%time.Second != 0 {
+		v.fail("retry_after", "must be whole seconds, at least 1s (the header counts seconds), got %s", formatDuration(c.RetryAfter))
+	}
 	v.hostPort("listen", c.Listen, false)
 	return v.err()
 }

@@ -173,6 +173,7 @@ func RouterConfig(c config.RouterConfig) proxy.Config {
 	p.HealthTimeout = c.HealthCheckTimeout
 	p.MaxRetries = c.MaxRetries
 	p.RetryRatio = c.RetryBudget
+	p.RetryAfter = c.RetryAfter
 	return p
 }
 

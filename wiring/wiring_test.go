@@ -34,9 +34,13 @@ func TestRouterConfigMapsPolicyAndRule(t *testing.T) {
 	c.BalanceFactor = 1.5
 	c.MoveCost = 0.5
 	c.BehindVersionRule = config.BehindHold
+	c.RetryAfter = 7 * time.Second
 	p := RouterConfig(c)
 	if p.Policy.Policy != policy.StickyLeastLoaded || p.Policy.LoadFactor != 1.5 || p.Policy.MoveCost != 0.5 || p.Policy.LagRule != policy.LagHold {
 		t.Fatalf("policy mapped wrong: %+v", p.Policy)
+	}
+	if p.RetryAfter != 7*time.Second {
+		t.Fatalf("router.retry_after 7s reached the proxy as %v", p.RetryAfter)
 	}
 	d := RouterConfig(config.DefaultRouter())
 	d.Replicas = []string{"http://127.0.0.1:1"}
