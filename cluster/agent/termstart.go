@@ -50,8 +50,13 @@ func (r *termRun) start(ctx context.Context, v term.StartPipeline) error {
 	// decides the term's engines and their LoadWeights (termengines.go).
 	rc := &node.RemoteEngines{BaseRun: a.cfg.Run.Run.ID, Replicas: a.cfg.Replicas,
 		Term: &termEngines{r: r, token: v.Token, ready: map[string]bool{}}}
+	// Each phase is an event too, so a slow takeover's events say where
+	// its start spent the time (streams made while JetStream elects a
+	// meta leader, version 0 saved, engines registered).
 	phase := func(p string) {
-		a.log.Info().Str("node", a.cfg.Name).Str("term", v.Term).Msg("term start: " + p)
+		line := "term start: " + p
+		a.log.Info().Str("node", a.cfg.Name).Str("term", v.Term).Msg(line)
+		a.emit(line, EventRecord{Kind: TextKind, Agent: a.cfg.Name, Line: line})
 		r.box.push(term.StartPhase{Token: v.Token, Phase: p})
 	}
 	opts := node.Options{Logger: a.log, InMemoryBus: a.cfg.InMemoryBus, Remote: rc, BusSecurity: &a.termBus,
