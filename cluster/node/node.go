@@ -82,12 +82,15 @@ type Node struct {
 	// weightsSub loads versions published by a remote trainer.
 	weightsSub  transport.Subscription
 	groupStream transport.Stream
-	reg         *prometheus.Registry
-	metricsSrv  *http.Server
-	metricsURL  string
-	ledger      *Ledger
-	steplog     *stepLog // every step's report row (the summary's)
-	progress    *progress
+	// early is a cluster term's weight store being opened since startBus
+	// (earlystore.go), until weightSyncMode takes it.
+	early      *pendingStore
+	reg        *prometheus.Registry
+	metricsSrv *http.Server
+	metricsURL string
+	ledger     *Ledger
+	steplog    *stepLog // every step's report row (the summary's)
+	progress   *progress
 	// remote: engines on other nodes (Options.Remote).
 	remote     *EngineSet
 	remoteStop context.CancelFunc
@@ -272,14 +275,51 @@ func (n *Node) phase(p string) {
 	}
 }
 
-// clusterRetry runs f once, or, in a cluster term, retries it for 30 s:
-// creating a stream needs JetStream's meta leader, which a clustered bus
-// elects anew (4–9 s) when the server that led it died.
-func (n *Node) clusterRetry(ctx context.Context, f func() error) error {
+// clusterCreateWithin bounds the creation of a cluster term's stream or
+// bucket; clusterMetaWait bounds one ask for JetStream's meta leader and
+// clusterAttemptWait one attempt at the creation, which must outlast the
+// new stream's first leader election: JetStream answers a create once
+// the stream's raft group elected its leader, and when the group's
+// preferred leader is a server that was just killed (its peers saw no
+// shutdown, so it still counts as online when copies are placed and is
+// drawn as preferred one time in three with three servers) the live
+// peers elect one only after their election timeout, 4–9 s (nats-server
+// v2.15.2, server/raft.go minElectionTimeoutDefault and
+// maxElectionTimeoutDefault; server/jetstream_cluster.go
+// setPreferredMember, processStreamLeaderChange). At nats.go's default
+// 5 s an attempt gave up first, and its retry, not answered at the
+// election either, waited 5 s more: a takeover spent 11 s making one
+// bucket. A create sent with no meta leader is never answered at all:
+// asking for the meta leader first (natsbus.Bus.JetStreamReady, 1 s a
+// try) keeps the long attempt for the wait it is for.
+const (
+	clusterCreateWithin = 30 * time.Second
+	clusterMetaWait     = time.Second
+	clusterAttemptWait  = 12 * time.Second
+)
+
+// clusterRetry runs f once, or, in a cluster term, tries it until it
+// succeeds within clusterCreateWithin: each try asks for JetStream's
+// meta leader (which a clustered bus elects anew, 4–9 s, when the
+// server that led it died) and then runs f with clusterAttemptWait.
+func (n *Node) clusterRetry(ctx context.Context, f func(context.Context) error) error {
 	if n.opts.Remote == nil {
-		return f()
+		return f(ctx)
 	}
-	return retry.Do(ctx, 30*time.Second, f)
+	return retry.Do(ctx, clusterCreateWithin, func() error {
+		mctx, mcancel := context.WithTimeout(ctx, clusterMetaWait)
+		err := n.bus.JetStreamReady(mctx)
+		mcancel()
+		if errors.Is(err, transport.ErrClosed) {
+			return retry.Permanent(err)
+		}
+		if err != nil {
+			return fmt.Errorf("no JetStream meta leader yet: %w", err)
+		}
+		actx, cancel := context.WithTimeout(ctx, clusterAttemptWait)
+		defer cancel()
+		return f(actx)
+	})
 }
 
 // streamReplicas is the replication of the run's own streams: a cluster
@@ -407,6 +447,7 @@ func (n *Node) Stop() {
 			n.remoteWG.Wait()
 			n.remote.close()
 		}
+		n.dropEarlyStore() // a start that failed before its weight sync took it
 		if n.wsync != nil {
 			// Let the receivers finish the versions already published, so
 			// the report sees the engines' final versions.

@@ -70,6 +70,10 @@ func (n *Node) startBus(ctx context.Context) (err error) {
 		return fmt.Errorf("node: bus: %w", err)
 	}
 	n.phase("bus connected")
+	// A cluster term makes its weight bucket while it makes its streams
+	// (earlyWeightStore): each may wait out a leader election
+	// (clusterAttemptWait), and one after the other the waits added up.
+	n.earlyWeightStore(ctx)
 	// The prompt ledger is durable: every PromptLedger, GroupAccepted and
 	// GroupRequeued lands in JetStream as well as on the live subjects.
 	// A cluster term replicates it (and the trajectory buffer) like the
@@ -79,24 +83,29 @@ func (n *Node) startBus(ctx context.Context) (err error) {
 	// (MinReplicas): it would otherwise fail to start until the server came
 	// back. It is an append-only log written every step for days: small
 	// blocks halve the write cache the server holds for it (issue 37).
-	if err := n.clusterRetry(ctx, func() error {
-		_, err := n.bus.Stream(ctx, transport.StreamConfig{Name: n.subj.LedgerStream, Replicas: n.streamReplicas(), MinReplicas: 1,
-			Subjects: []string{n.subj.Ledger, n.subj.LedgerAll}, MaxAge: 7 * 24 * time.Hour, Memory: n.opts.InMemoryBus, SmallBlocks: true})
-		return err
-	}); err != nil {
-		return fmt.Errorf("node: ledger stream: %w", err)
-	}
-	n.phase("ledger stream created")
-	// The trajectory buffer: finished groups wait in JetStream until the
-	// sampling actor has judged them. In memory: it only has to outlive a
-	// restart of the actors, not of the embedded server.
-	if err = n.clusterRetry(ctx, func() (err error) {
+	ledgerErr := make(chan error, 1)
+	go func() {
+		ledgerErr <- n.clusterRetry(ctx, func(ctx context.Context) error {
+			_, err := n.bus.Stream(ctx, transport.StreamConfig{Name: n.subj.LedgerStream, Replicas: n.streamReplicas(), MinReplicas: 1,
+				Subjects: []string{n.subj.Ledger, n.subj.LedgerAll}, MaxAge: 7 * 24 * time.Hour, Memory: n.opts.InMemoryBus, SmallBlocks: true})
+			return err
+		})
+	}()
+	// The trajectory buffer, made meanwhile: finished groups wait in
+	// JetStream until the sampling actor has judged them. In memory: it
+	// only has to outlive a restart of the actors, not of the embedded
+	// server.
+	gerr := n.clusterRetry(ctx, func(ctx context.Context) (err error) {
 		gs := rollouthost.GroupStream(n.subj, n.streamReplicas())
 		gs.Duplicates = n.opts.GroupDuplicates
 		n.groupStream, err = n.bus.Stream(ctx, gs)
 		return err
-	}); err != nil {
-		return fmt.Errorf("node: trajectory buffer stream: %w", err)
+	})
+	if err := <-ledgerErr; err != nil {
+		return fmt.Errorf("node: ledger stream: %w", err)
+	}
+	if gerr != nil {
+		return fmt.Errorf("node: trajectory buffer stream: %w", gerr)
 	}
 	n.ledger = newLedger()
 	n.ledger.keepAll = n.opts.KeepGroupRecords

@@ -139,9 +139,7 @@ func (n *Node) weightSyncMode(ctx context.Context, l weightsync.Layout, baseDir,
 		}
 		return weightsync.DataPlane(cfg.Run.ID, base.Config(), names, n.hooks.corrupt)
 	}
-	st, err := weightsync.OpenStore(ctx, cfg, weightsync.StoreOptions{Conn: n.bus.Conn(), InMemory: n.opts.InMemoryBus,
-		Clustered: n.opts.Remote != nil, Replicas: n.streamReplicas(),
-		Retry: func(f func() error) error { return n.clusterRetry(ctx, f) }})
+	st, err := n.weightStore(ctx)
 	if err != nil {
 		return nil, err
 	}

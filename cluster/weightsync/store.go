@@ -98,8 +98,9 @@ type StoreOptions struct {
 	// through a store that rides out a leader election.
 	Clustered bool
 	Replicas  int
-	// Retry runs f until it succeeds or gives up (nil: once).
-	Retry func(f func() error) error
+	// Retry runs f until it succeeds or gives up (nil: once with the
+	// caller's context), each attempt with the context it passes.
+	Retry func(f func(context.Context) error) error
 }
 
 // OpenStore opens publisher.store for this run, emptied: a run starts from
@@ -156,12 +157,12 @@ func openNATS(ctx context.Context, cfg config.Config, o StoreOptions) (store.Sto
 	}
 	retry := o.Retry
 	if retry == nil {
-		retry = func(f func() error) error { return f() }
+		retry = func(f func(context.Context) error) error { return f(ctx) }
 	}
 	// A term's bucket is created through JetStream's meta leader, which
 	// a clustered bus elects anew when its server died.
 	var st store.Store
-	if err := retry(func() (err error) {
+	if err := retry(func(ctx context.Context) (err error) {
 		st, err = store.NewNATS(ctx, o.Conn, nc)
 		if natsbus.IsNoPlacement(err) && nc.Replicas > 1 {
 			// Too few servers up for every copy: the term's bucket takes

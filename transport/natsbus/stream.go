@@ -287,3 +287,19 @@ func (s *stream) DeleteMsg(ctx context.Context, seq uint64) error {
 	}
 	return fmt.Errorf("natsbus: stream %s delete seq %d: %w", s.name, seq, mapErr(err))
 }
+
+// JetStreamReady asks JetStream for the account's info ($JS.API.INFO),
+// which a clustered JetStream answers only through its meta leader: nil
+// once one answers. A create sent while no meta leader is elected (a
+// cluster starting, or the server that led it just died) is never
+// answered and waits out its whole timeout; asking first, with a short
+// one, finds the leader as soon as it is there.
+func (b *Bus) JetStreamReady(ctx context.Context) error {
+	if err := b.checkOpen(); err != nil {
+		return err
+	}
+	if _, err := b.js.AccountInfo(ctx); err != nil {
+		return fmt.Errorf("natsbus: jetstream: %w", mapErr(err))
+	}
+	return nil
+}
