@@ -276,7 +276,7 @@ func (r *termRun) claim(ctx context.Context) {
 func (r *termRun) requeue(ctx context.Context, node string) {
 	r.a.waitMarks(markWithin) // as requeueStale: marks in flight are trained prompts
 	var rq []ledger.Entry
-	if err := retry.Do(ctx, 30*time.Second, func() (err error) {
+	if err := r.a.ledgerRetry(ctx, func() (err error) {
 		rq, err = r.a.led.RequeueNode(ctx, node, r.a.cfg.Name)
 		return err
 	}); err != nil {

@@ -350,6 +350,21 @@ func (l *Ledger) Entries(ctx context.Context) ([]Entry, error) {
 	}
 }
 
+// LeaderAnswers asks the prompt bucket's stream for its info, which only
+// its leader gives, and waits at most within for the answer: nil once a
+// leader answers. A read or write sent while the stream elects a leader
+// (its leader's server died) is never answered and waits out its whole
+// timeout (nats.go's 5 s); asking first with a short bound, and again
+// until one answers, starts the work as soon as the election is over.
+func (l *Ledger) LeaderAnswers(ctx context.Context, within time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	if _, err := l.js.Stream(ctx, l.promptsStream); err != nil {
+		return fmt.Errorf("ledger: no leader of %s answers yet: %w", l.promptsStream, err)
+	}
+	return nil
+}
+
 // listLag bounds how long Entries waits for a lagging replica: a
 // follower applies within milliseconds of its leader's heartbeat, even on
 // a loaded machine; one still behind after this is stuck (catching up
