@@ -333,6 +333,14 @@ func (n *NATS) List(ctx context.Context, prefix string) ([]string, error) {
 	}
 	lctx, cancel := context.WithTimeout(ctx, cmp.Or(n.cfg.ListTimeout, DefaultNATSConfig("").ListTimeout))
 	defer cancel()
+	// A bucket whose stream holds no byte holds no object: its stream's
+	// state (from its leader) says so without the watcher, which on a
+	// bucket just made on a cluster may never say that its (no) initial
+	// values are done and holds the List for ListTimeout — a takeover's
+	// start spent 15 s there, listing its new term's empty bucket.
+	if st, err := n.os.Status(lctx); err == nil && st.Size() == 0 {
+		return nil, nil
+	}
 	infos, err := n.os.List(lctx)
 	if errors.Is(err, jetstream.ErrNoObjectsFound) {
 		return nil, nil

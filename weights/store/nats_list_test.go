@@ -3,9 +3,11 @@ package store
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/asyncrl/asyncrl/transport/natsbus"
@@ -17,13 +19,16 @@ import (
 // just created on a cluster do not answer them yet) the watcher never
 // says its initial values are done, and for an empty bucket List waited
 // for its context — forever, for a term's start. List is bounded by
-// ListTimeout now and fails with a deadline a Retrying store tries again.
+// ListTimeout now and fails with a deadline a Retrying store tries again;
+// and an empty bucket is answered from its stream's state, without the
+// watcher.
 func TestNATSListIsBounded(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	o := natsbus.DefaultOptions()
 	o.Users = []natsbus.User{{Name: "u", Password: "p", Permissions: &natsbus.Permissions{
-		Publish: natsbus.Rule{Allow: []string{">"}, Deny: []string{"$JS.API.DIRECT.GET.>"}}, Subscribe: natsbus.Rule{Allow: []string{">"}}}}}
+		Publish: natsbus.Rule{Allow: []string{">"}, Deny: []string{"$JS.API.DIRECT.GET.>"}}, Subscribe: natsbus.Rule{Allow: []string{">"}}}},
+		{Name: "w", Password: "p"}}
 	o.Auth = natsbus.Auth{User: "u", Password: "p"}
 	bus, err := natsbus.Connect(ctx, o)
 	if err != nil {
@@ -36,8 +41,34 @@ func TestNATSListIsBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
+	// A bucket that holds nothing is answered from its stream's state,
+	// without the watcher: at once, even where direct gets are denied.
 	start := time.Now()
+	if keys, err := s.List(context.Background(), ""); err != nil || len(keys) != 0 {
+		t.Fatalf("List of an empty bucket: %v, %v; want none, no error", keys, err)
+	}
+	if took := time.Since(start); took > 500*time.Millisecond {
+		t.Fatalf("List of an empty bucket took %s: it waited for the watcher", took)
+	}
+	// A bucket that held an object (its stream keeps the deletion's
+	// marker) is listed through the watcher, which never finishes here.
+	wc, err := nats.Connect(bus.ClientURL(), nats.UserInfo("w", "p"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wc.Close()
+	w, err := NewNATS(ctx, wc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Put(ctx, "v0", strings.NewReader("x"), 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Delete(ctx, "v0"); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	start = time.Now()
 	go func() {
 		_, err := s.List(context.Background(), "") // no deadline of its own, as a term's start
 		done <- err
