@@ -89,7 +89,8 @@ func TestOverloadedControllerLosesNothing(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	res, err := Run(ctx, Options{MaxLevel: 1024, Timeout: time.Minute, ControllerMailbox: 4, StartHold: 45 * time.Second})
+	const hold = 45 * time.Second
+	res, err := Run(ctx, Options{MaxLevel: 1024, Timeout: time.Minute, ControllerMailbox: 4, StartHold: hold})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,6 +98,9 @@ func TestOverloadedControllerLosesNothing(t *testing.T) {
 	t.Logf("waits %d (%.2fs), drops %d, slow-consumer drops %d, held %.1fs of %.1fs, peak %d", r.MailboxWaits, r.MailboxWaitSeconds, r.MailboxDrops, r.SlowConsumerDrops, r.HoldSeconds, r.Seconds, r.PeakInFlight)
 	if r.Failure != "" || r.Errors != 0 || r.Lost != 0 || r.MailboxDrops != 0 || r.SlowConsumerDrops != 0 {
 		t.Fatalf("failure %q, %d errors, %d lost, %d refused by the mailbox, %d dropped by NATS", r.Failure, r.Errors, r.Lost, r.MailboxDrops, r.SlowConsumerDrops)
+	}
+	if r.HoldSeconds <= 0 || r.HoldSeconds >= hold.Seconds() {
+		t.Fatalf("held %.1fs: want released by the whole level in flight, before the %v cap", r.HoldSeconds, hold)
 	}
 	if r.MailboxWaits == 0 {
 		t.Fatal("the controller's mailbox of 4 never filled: the test did not overload it")

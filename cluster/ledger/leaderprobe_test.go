@@ -56,11 +56,15 @@ func TestLeaderAnswersIsBoundedThroughAnElection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	leaderName := s.CachedInfo().Cluster.Leader
-	victim := int(leaderName[len(leaderName)-1] - '0')
-	if !strings.HasPrefix(leaderName, "node-") || victim < 0 || victim > 2 {
+	c := s.CachedInfo().Cluster
+	if c == nil {
+		t.Fatal("the prompt bucket's stream has no cluster info on a three-server cluster")
+	}
+	leaderName := c.Leader
+	if !strings.HasPrefix(leaderName, "node-") || len(leaderName) != len("node-0") || leaderName[5] < '0' || leaderName[5] > '2' {
 		t.Fatalf("leader %q is none of node-0..2", leaderName)
 	}
+	victim := int(leaderName[5] - '0')
 	survivor := (victim + 1) % 3
 	l := open(survivor)
 	buses[victim].Close()

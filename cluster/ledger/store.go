@@ -350,17 +350,25 @@ func (l *Ledger) Entries(ctx context.Context) ([]Entry, error) {
 	}
 }
 
-// LeaderAnswers asks the prompt bucket's stream for its info, which only
-// its leader gives, and waits at most within for the answer: nil once a
-// leader answers. A read or write sent while the stream elects a leader
-// (its leader's server died) is never answered and waits out its whole
-// timeout (nats.go's 5 s); asking first with a short bound, and again
-// until one answers, starts the work as soon as the election is over.
+// LeaderAnswers asks the prompt bucket's stream for its info and waits
+// at most within for the answer: nil once the answer names a leader. A
+// read or write sent while the stream elects a leader (its leader's
+// server died) is never answered and waits out its whole timeout
+// (nats.go's 5 s); asking first with a short bound, and again until a
+// leader answers, starts the work as soon as the election is over. A
+// replicated stream's info comes from its leader, except while it has
+// none, when each replica answers with its own state and no leader
+// (nats-server v2.15.2 server/jetstream_api.go, isGroupLeaderless):
+// that answer is not taken.
 func (l *Ledger) LeaderAnswers(ctx context.Context, within time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
-	if _, err := l.js.Stream(ctx, l.promptsStream); err != nil {
+	s, err := l.js.Stream(ctx, l.promptsStream)
+	if err != nil {
 		return fmt.Errorf("ledger: no leader of %s answers yet: %w", l.promptsStream, err)
+	}
+	if c := s.CachedInfo().Cluster; c != nil && c.Leader == "" {
+		return fmt.Errorf("ledger: %s has no leader yet (a replica answered)", l.promptsStream)
 	}
 	return nil
 }

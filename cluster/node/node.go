@@ -306,6 +306,9 @@ func (n *Node) clusterRetry(ctx context.Context, f func(context.Context) error) 
 	if n.opts.Remote == nil {
 		return f(ctx)
 	}
+	// The last try must not outlast the window either.
+	ctx, cancel := context.WithTimeout(ctx, clusterCreateWithin)
+	defer cancel()
 	return retry.Do(ctx, clusterCreateWithin, func() error {
 		mctx, mcancel := context.WithTimeout(ctx, clusterMetaWait)
 		err := n.bus.JetStreamReady(mctx)

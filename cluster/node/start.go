@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -101,11 +102,15 @@ func (n *Node) startBus(ctx context.Context) (err error) {
 		n.groupStream, err = n.bus.Stream(ctx, gs)
 		return err
 	})
+	var errs []error
 	if err := <-ledgerErr; err != nil {
-		return fmt.Errorf("node: ledger stream: %w", err)
+		errs = append(errs, fmt.Errorf("node: ledger stream: %w", err))
 	}
 	if gerr != nil {
-		return fmt.Errorf("node: trajectory buffer stream: %w", gerr)
+		errs = append(errs, fmt.Errorf("node: trajectory buffer stream: %w", gerr))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
 	}
 	n.ledger = newLedger()
 	n.ledger.keepAll = n.opts.KeepGroupRecords

@@ -331,16 +331,11 @@ func (n *NATS) List(ctx context.Context, prefix string) ([]string, error) {
 	if err := validatePrefix(prefix); err != nil {
 		return nil, err
 	}
-	lctx, cancel := context.WithTimeout(ctx, cmp.Or(n.cfg.ListTimeout, DefaultNATSConfig("").ListTimeout))
-	defer cancel()
-	// A bucket whose stream holds no byte holds no object: its stream's
-	// state (from its leader) says so without the watcher, which on a
-	// bucket just made on a cluster may never say that its (no) initial
-	// values are done and holds the List for ListTimeout — a takeover's
-	// start spent 15 s there, listing its new term's empty bucket.
-	if st, err := n.os.Status(lctx); err == nil && st.Size() == 0 {
+	if n.emptyByLeader(ctx) {
 		return nil, nil
 	}
+	lctx, cancel := context.WithTimeout(ctx, cmp.Or(n.cfg.ListTimeout, DefaultNATSConfig("").ListTimeout))
+	defer cancel()
 	infos, err := n.os.List(lctx)
 	if errors.Is(err, jetstream.ErrNoObjectsFound) {
 		return nil, nil
@@ -356,6 +351,34 @@ func (n *NATS) List(ctx context.Context, prefix string) ([]string, error) {
 	}
 	slices.Sort(keys)
 	return keys, nil
+}
+
+// emptyStatusWait bounds the stream-state ask of emptyByLeader.
+const emptyStatusWait = 2 * time.Second
+
+// emptyByLeader reports whether the bucket's stream holds no byte by the
+// state of a stream with a leader: a bucket whose stream holds nothing
+// holds no object, and List answers so without nats.go's watcher, which
+// on a bucket just made on a cluster may never say that its (no) initial
+// values are done and holds the List for ListTimeout (a takeover's start
+// spent 15 s there, listing its new term's empty bucket). A replicated
+// stream with no leader has each replica answer with its own state
+// (nats-server v2.15.2 server/jetstream_api.go, isGroupLeaderless), and a
+// replica still catching up may hold nothing: that answer, or none
+// within emptyStatusWait, is not taken; the watcher lists then.
+func (n *NATS) emptyByLeader(ctx context.Context) bool {
+	sctx, cancel := context.WithTimeout(ctx, emptyStatusWait)
+	defer cancel()
+	st, err := n.os.Status(sctx)
+	if err != nil || st.Size() != 0 {
+		return false
+	}
+	bs, ok := st.(*jetstream.ObjectBucketStatus)
+	if !ok {
+		return false
+	}
+	si := bs.StreamInfo()
+	return si != nil && (si.Cluster == nil || si.Cluster.Leader != "")
 }
 
 // Delete implements Store.
