@@ -277,25 +277,28 @@ func (n *Node) phase(p string) {
 
 // clusterCreateWithin bounds the creation of a cluster term's stream or
 // bucket; clusterMetaWait bounds one ask for JetStream's meta leader and
-// clusterAttemptWait one attempt at the creation, which must outlast the
-// new stream's first leader election: JetStream answers a create once
-// the stream's raft group elected its leader, and when the group's
-// preferred leader is a server that was just killed (its peers saw no
-// shutdown, so it still counts as online when copies are placed and is
-// drawn as preferred one time in three with three servers) the live
-// peers elect one only after their election timeout, 4–9 s (nats-server
-// v2.15.2, server/raft.go minElectionTimeoutDefault and
-// maxElectionTimeoutDefault; server/jetstream_cluster.go
-// setPreferredMember, processStreamLeaderChange). At nats.go's default
-// 5 s an attempt gave up first, and its retry, not answered at the
-// election either, waited 5 s more: a takeover spent 11 s making one
-// bucket. A create sent with no meta leader is never answered at all:
-// asking for the meta leader first (natsbus.Bus.JetStreamReady, 1 s a
-// try) keeps the long attempt for the wait it is for.
+// clusterAttemptWait one attempt at the creation. JetStream answers a
+// create once the new stream's raft group elected its leader, and when
+// the group's preferred leader is a server that was just killed (its
+// peers saw no shutdown, so it still counts as online when copies are
+// placed and is drawn as preferred one time in three with three
+// servers) the live peers elect one only after their election timeout,
+// 4–9 s (nats-server v2.15.2, server/raft.go minElectionTimeoutDefault
+// and maxElectionTimeoutDefault; server/jetstream_cluster.go
+// setPreferredMember, processStreamLeaderChange). That answer can be
+// lost, and a create sent again while the election runs is not answered
+// by it either, but one sent once the stream has its leader is answered
+// at once (the same config: jsClusteredStreamRequest proposes the
+// assignment again and the leader answers). So an attempt is short and
+// the create is sent again every 2.5 s: it ends within 2.5 s of the
+// election. At nats.go's default 5 s a takeover spent 11 s making one
+// bucket; at 12 s, with the answer lost twice, 25 s. A create sent with
+// no meta leader is never answered at all: each try asks for the meta
+// leader first (natsbus.Bus.JetStreamReady, 1 s).
 const (
 	clusterCreateWithin = 30 * time.Second
 	clusterMetaWait     = time.Second
-	clusterAttemptWait  = 12 * time.Second
+	clusterAttemptWait  = 2 * time.Second
 )
 
 // clusterRetry runs f once, or, in a cluster term, tries it until it

@@ -73,7 +73,7 @@ func (n *Node) startBus(ctx context.Context) (err error) {
 	n.phase("bus connected")
 	// A cluster term makes its weight bucket while it makes its streams
 	// (earlyWeightStore): each may wait out a leader election
-	// (clusterAttemptWait), and one after the other the waits added up.
+	// (clusterRetry), and one after the other the waits added up.
 	n.earlyWeightStore(ctx)
 	// The prompt ledger is durable: every PromptLedger, GroupAccepted and
 	// GroupRequeued lands in JetStream as well as on the live subjects.
