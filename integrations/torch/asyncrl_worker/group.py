@@ -111,6 +111,22 @@ def join(g: Group, cuda: bool) -> None:
                             f"{g.timeout_s:g}s — a rank did not join (see its log) or the port is taken: {e}") from None
 
 
+def leave(g: Group) -> bool:
+    """Destroy this rank's process group, if it joined one, before the
+    process exits; returns whether one was destroyed. Left to the
+    interpreter's exit, torch 1.13's gloo group could abort the process
+    (SIGABRT after Bye: CI, TestExecTorchStateOfAnotherWorldSize, rank 0 of
+    3) while the other ranks closed their connections."""
+    if not g.active:
+        return False
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return False
+    dist.destroy_process_group()
+    return True
+
+
 def broadcast_params(g: Group, params) -> None:
     """Rank 0's weights on every rank (DDP does the same at construction):
     the replicas start equal whatever each rank loaded."""

@@ -898,16 +898,25 @@ class Worker:
 
 
 def serve(rd, wr, worker: Worker | None = None) -> int:
-    """Answer frames from rd on wr until Shutdown or end of input; returns the exit status."""
+    """Answer frames from rd on wr until Shutdown or end of input; returns
+    the exit status. A rank of a group leaves it (destroys its process
+    group) before it returns."""
     w = worker or Worker()
-    while not w.done:
+    try:
+        while not w.done:
+            try:
+                req = read_frame(rd)
+            except EOF:
+                log.info("stdin closed; exiting")
+                return 0
+            except FrameError as e:
+                write_frame(wr, error_frame(0, e.code, e.field, e.message))
+                continue
+            write_frame(wr, w.handle(req))
+        return 0
+    finally:
         try:
-            req = read_frame(rd)
-        except EOF:
-            log.info("stdin closed; exiting")
-            return 0
-        except FrameError as e:
-            write_frame(wr, error_frame(0, e.code, e.field, e.message))
-            continue
-        write_frame(wr, w.handle(req))
-    return 0
+            if grp.leave(w.group):
+                log.info("left the process group (rank %d of %d)", w.group.rank, w.group.world)
+        except Exception as e:  # noqa: BLE001 — the exit must not fail on it
+            log.warning("leaving the process group: %s", e)

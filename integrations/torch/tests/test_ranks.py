@@ -35,10 +35,10 @@ def free_port() -> int:
 
 
 class Rank:
-    def __init__(self):
+    def __init__(self, log=None):
         env = dict(os.environ, PYTHONPATH=PKG, OMP_NUM_THREADS="1")
         self.p = subprocess.Popen([sys.executable, "-m", "asyncrl_worker"], stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, env=env)
+                                  stdout=subprocess.PIPE, stderr=log, env=env)
 
     def send(self, frame):
         self.p.stdin.write(encode_frame(frame))
@@ -116,6 +116,27 @@ def test_rank_that_never_joins_fails_the_init(tmp_path, ranks):
     rep = ranks[0].recv()
     assert (rep["type"], rep["code"], rep["field"]) == ("Error", "bad_field", "group"), rep
     assert f"127.0.0.1:{port}" in rep["message"] and "did not join" in rep["message"]
+
+
+def test_ranks_leave_their_group_at_shutdown(tmp_path, ranks):
+    """Each rank destroys its process group before it exits (torch 1.13's
+    gloo group left to the interpreter's exit could abort the process after
+    Bye), and exits 0."""
+    logs = [open(tmp_path / f"rank{r}.log", "w+") for r in range(2)]
+    ranks += [Rank(logs[0]), Rank(logs[1])]
+    port = free_port()
+    for r, w in enumerate(ranks):
+        w.send({**init_frame(tmp_path / "out"), "group": group(r, 2, port)})
+    assert [w.recv()["type"] for w in ranks] == ["Ready", "Ready"]
+    for r, w in enumerate(ranks):
+        w.send({"v": 1, "type": "Shutdown", "id": 7})
+    for r, w in enumerate(ranks):
+        assert w.recv()["type"] == "Bye"
+        assert w.p.wait(30) == 0, f"rank {r} exited {w.p.returncode}"
+    for r, f in enumerate(logs):
+        f.seek(0)
+        assert f"left the process group (rank {r} of 2)" in f.read(), f"rank {r} did not leave its group"
+        f.close()
 
 
 def test_group_needs_a_rank_per_microbatch(tmp_path, ranks):
