@@ -45,7 +45,8 @@ const ledgerProbeWait = time.Second
 // streams elect new leaders, each try only once the prompt ledger's
 // leader answers (1 s an ask): a takeover's requeue sent while the
 // ledger's stream elected a leader went unanswered for nats.go's 5 s, and
-// the claim's requeue took 5.5 s in 9 of 31 holder kills.
+// the claim's requeue took 5.5–10 s in 13 of 30 holder kills (seeds
+// 201–210, bench/results/cluster-takeover.md).
 func (a *Agent) ledgerRetry(ctx context.Context, f func() error) error {
 	return retry.Do(ctx, 30*time.Second, func() error {
 		if err := a.led.LeaderAnswers(ctx, ledgerProbeWait); err != nil {
