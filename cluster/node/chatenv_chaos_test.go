@@ -20,7 +20,10 @@ import (
 // trajectory is finished or aborted, none is lost, and the ledger settles
 // every group at most once.
 func TestRunEnvServersFailHangDie(t *testing.T) {
-	const steps = 6
+	// 30 steps, not 6: the echo servers answer at once and a 6-step run
+	// took 0.5–0.9 s, close to the fault phases' own pace (its process
+	// twin, TestRunOpenEnvProcessesHungKilled, ended first 1 run in 2).
+	const steps = 30
 	var srvs []*openenvtest.Server
 	var urls []string
 	for range 4 {
