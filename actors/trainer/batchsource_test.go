@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/asyncrl/asyncrl/actors/sampling/samplingtest"
 	"github.com/asyncrl/asyncrl/actors/trainer/microbatch"
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/model"
@@ -24,21 +25,7 @@ func storeGroup(t *testing.T, st transport.Stream, subject, group string, reward
 			t.Fatal(err)
 		}
 	}
-	data, err := messages.EncodeTokenBatch(tb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref := messages.InlineRef(data)
-	env, err := messages.Encode(messages.GroupReady{Header: messages.Header{RunID: "r"}, GroupID: group, Batch: ref})
-	if err != nil {
-		t.Fatal(err)
-	}
-	seq, err := st.Publish(context.Background(), subject, env)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref.Inline, ref.Subject, ref.Seq = nil, subject, seq
-	return messages.GroupRef{GroupID: group, Batch: ref}
+	return messages.GroupRef{GroupID: group, Batch: samplingtest.StoreGroup(t, st, subject, group, tb)}
 }
 
 // TestTrainerFetchesReferencedGroups: on a real JetStream trajectory

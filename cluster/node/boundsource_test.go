@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/asyncrl/asyncrl/actors/sampling/samplingtest"
 	"github.com/asyncrl/asyncrl/messages"
 	"github.com/asyncrl/asyncrl/transport"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
@@ -68,19 +69,5 @@ func storeEmptyGroup(t *testing.T, st transport.Stream, subject, group string) m
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := messages.EncodeTokenBatch(tb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref := messages.InlineRef(data)
-	env, err := messages.Encode(messages.GroupReady{Header: messages.Header{RunID: "r"}, GroupID: group, Batch: ref})
-	if err != nil {
-		t.Fatal(err)
-	}
-	seq, err := st.Publish(context.Background(), subject, env)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref.Inline, ref.Subject, ref.Seq = nil, subject, seq
-	return ref
+	return samplingtest.StoreGroup(t, st, subject, group, tb)
 }
