@@ -48,10 +48,5 @@ const ledgerProbeWait = time.Second
 // the claim's requeue took 5.5–10 s in 13 of 30 holder kills (seeds
 // 201–210, bench/results/cluster-takeover.md).
 func (a *Agent) ledgerRetry(ctx context.Context, f func() error) error {
-	return retry.Do(ctx, 30*time.Second, func() error {
-		if err := a.led.LeaderAnswers(ctx, ledgerProbeWait); err != nil {
-			return err
-		}
-		return f()
-	})
+	return retry.Do(ctx, 30*time.Second, retry.After(func() error { return a.led.LeaderAnswers(ctx, ledgerProbeWait) }, f))
 }

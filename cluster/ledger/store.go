@@ -354,7 +354,7 @@ func (l *Ledger) Entries(ctx context.Context) ([]Entry, error) {
 // at most within for the answer: nil once the answer names a leader. A
 // read or write sent while the stream elects a leader (its leader's
 // server died) is never answered and waits out its whole timeout
-// (nats.go's 5 s); asking first with a short bound, and again until a
+// (nats.go's 5 s: v1.55.0 jetstream/jetstream.go defaultAPITimeout); asking first with a short bound, and again until a
 // leader answers, starts the work as soon as the election is over. A
 // replicated stream's info comes from its leader, except while it has
 // none, when each replica answers with its own state and no leader

@@ -291,7 +291,8 @@ func (n *Node) phase(p string) {
 // at once (the same config: jsClusteredStreamRequest proposes the
 // assignment again and the leader answers). So an attempt is short and
 // the create is sent again every 2.5 s: it ends within 2.5 s of the
-// election. At nats.go's default 5 s a takeover spent 11 s making one
+// election. At nats.go's default 5 s (v1.55.0 jetstream/jetstream.go
+// defaultAPITimeout) a takeover spent 11 s making one
 // bucket; at 12 s, with the answer lost twice, 25 s. A create sent with
 // no meta leader is never answered at all: each try asks for the meta
 // leader first (natsbus.Bus.JetStreamReady, 1 s).
@@ -312,20 +313,23 @@ func (n *Node) clusterRetry(ctx context.Context, f func(context.Context) error) 
 	// The last try must not outlast the window either.
 	ctx, cancel := context.WithTimeout(ctx, clusterCreateWithin)
 	defer cancel()
-	return retry.Do(ctx, clusterCreateWithin, func() error {
+	meta := func() error {
 		mctx, mcancel := context.WithTimeout(ctx, clusterMetaWait)
+		defer mcancel()
 		err := n.bus.JetStreamReady(mctx)
-		mcancel()
 		if errors.Is(err, transport.ErrClosed) {
 			return retry.Permanent(err)
 		}
 		if err != nil {
 			return fmt.Errorf("no JetStream meta leader yet: %w", err)
 		}
+		return nil
+	}
+	return retry.Do(ctx, clusterCreateWithin, retry.After(meta, func() error {
 		actx, cancel := context.WithTimeout(ctx, clusterAttemptWait)
 		defer cancel()
 		return f(actx)
-	})
+	}))
 }
 
 // streamReplicas is the replication of the run's own streams: a cluster

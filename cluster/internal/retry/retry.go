@@ -40,3 +40,19 @@ func Do(ctx context.Context, within time.Duration, f func() error) error {
 		}
 	}
 }
+
+// After is f gated by ready, for Do: each try runs ready first and f only
+// once ready succeeded, else returns ready's error (a Permanent one ends
+// Do). ready is a short ask for the leader f's requests need: a JetStream
+// request sent while there is none is never answered and waits out its
+// whole timeout (nats.go v1.55.0 jetstream/jetstream.go
+// defaultAPITimeout, 5 s), an ask with a short bound finds the leader as
+// soon as it is there.
+func After(ready, f func() error) func() error {
+	return func() error {
+		if err := ready(); err != nil {
+			return err
+		}
+		return f()
+	}
+}

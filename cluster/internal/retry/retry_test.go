@@ -38,3 +38,32 @@ func TestDoGivesUpWhenCtxEnds(t *testing.T) {
 		t.Fatalf("err %v; want the last error", err)
 	}
 }
+
+// After runs f only once ready succeeded, on every try; ready's
+// Permanent error ends Do without a call of f.
+func TestAfterGatesEachTryOnReady(t *testing.T) {
+	readies, calls := 0, 0
+	ready := func() error {
+		readies++
+		if readies < 3 {
+			return errors.New("no leader yet")
+		}
+		return nil
+	}
+	f := func() error {
+		calls++
+		if calls < 2 {
+			return errors.New("lost")
+		}
+		return nil
+	}
+	if err := Do(context.Background(), time.Minute, After(ready, f)); err != nil || readies != 4 || calls != 2 {
+		t.Fatalf("err %v after %d asks and %d calls; want nil after 4 asks and 2 calls", err, readies, calls)
+	}
+	cause := errors.New("closed")
+	calls = 0
+	err := Do(context.Background(), time.Minute, After(func() error { return Permanent(cause) }, f))
+	if err != cause || calls != 0 {
+		t.Fatalf("err %v after %d calls; want the permanent cause and no call", err, calls)
+	}
+}
