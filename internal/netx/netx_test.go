@@ -1,8 +1,10 @@
 package netx
 
 import (
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -66,5 +68,39 @@ func TestKeyTransport(t *testing.T) {
 			t.Errorf("%+v: sent %q, want %q", c, got, want)
 		}
 		cl.CloseIdleConnections()
+	}
+}
+
+func TestFreePortsAreBelowTheEphemeralRangeAndBind(t *testing.T) {
+	lo := ephemeralLow()
+	ports, err := FreePorts(20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[int]bool{}
+	for _, p := range ports {
+		if seen[p] {
+			t.Errorf("port %d returned twice", p)
+		}
+		seen[p] = true
+		if lo-10000 >= 1000 && (p < 10000 || p >= lo) {
+			t.Errorf("port %d outside [10000, %d): the kernel may hand it out to a :0 listener", p, lo)
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+		if err != nil {
+			t.Errorf("port %d does not bind: %v", p, err)
+			continue
+		}
+		_ = l.Close()
+	}
+	// A second call never repeats a port of the first.
+	more, err := FreePorts(5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range more {
+		if seen[p] {
+			t.Errorf("port %d handed out again", p)
+		}
 	}
 }

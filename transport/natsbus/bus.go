@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -163,6 +165,10 @@ func (b *Bus) startServer(ctx context.Context) error {
 	if bridge {
 		sopts.NoLog = false
 	}
+	if err := probeListeners(sopts); err != nil {
+		b.removeTmp()
+		return err
+	}
 	srv, err := server.NewServer(sopts)
 	if err != nil {
 		b.removeTmp()
@@ -178,10 +184,39 @@ func (b *Bus) startServer(ctx context.Context) error {
 		wait = max(time.Until(dl), time.Millisecond)
 	}
 	if !srv.ReadyForConnections(wait) {
+		// The server keeps a listener's error to itself (with NoLog its
+		// Fatalf neither logs nor exits); its health check names it.
+		why := srv.Healthz(nil).Error
 		b.stopServer()
+		if why != "" {
+			return fmt.Errorf("natsbus: embedded server not ready after %s: %s", wait, why)
+		}
 		return fmt.Errorf("natsbus: embedded server not ready after %s", wait)
 	}
 	b.log.Debug().Str("url", srv.ClientURL()).Str("store", dir).Msg("natsbus: embedded server started")
+	return nil
+}
+
+// probeListeners binds and closes each port the server is told to listen
+// on (the client port and the route port, where named), so a port another
+// process holds fails the start at once, with the bind's error (errors.Is
+// syscall.EADDRINUSE), instead of the readiness wait running out: the
+// server would only record the failure and never listen.
+func probeListeners(o *server.Options) error {
+	for _, l := range []struct {
+		what string
+		host string
+		port int
+	}{{"client", o.Host, o.Port}, {"cluster", o.Cluster.Host, o.Cluster.Port}} {
+		if l.port <= 0 {
+			continue
+		}
+		ln, err := net.Listen("tcp", net.JoinHostPort(l.host, strconv.Itoa(l.port)))
+		if err != nil {
+			return fmt.Errorf("natsbus: embedded server's %s port: %w", l.what, err)
+		}
+		_ = ln.Close()
+	}
 	return nil
 }
 

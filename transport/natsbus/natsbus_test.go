@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -387,4 +388,45 @@ func freePort(t *testing.T) string {
 	defer l.Close()
 	_, p, _ := net.SplitHostPort(l.Addr().String())
 	return p
+}
+
+// A port another process holds fails the embedded server's start at once,
+// with the bind's own error, and leaves no temporary store behind: the
+// server would record the failure, never listen, and the start would wait
+// out its readiness bound (60 s here) with no reason given.
+func TestEmbeddedServerPortTakenFailsWithTheBindError(t *testing.T) {
+	t.Setenv("TMPDIR", t.TempDir())
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	port := held.Addr().(*net.TCPAddr).Port
+	for _, tc := range []struct {
+		what string
+		set  func(*natsbus.Options)
+	}{
+		{"client", func(o *natsbus.Options) { o.Port = port }},
+		{"cluster", func(o *natsbus.Options) {
+			o.Name = "n0"
+			o.Cluster = &natsbus.ClusterOptions{Name: "c", Listen: held.Addr().String(), Routes: []string{"nats-route://" + held.Addr().String()}}
+		}},
+	} {
+		o := natsbus.DefaultOptions()
+		o.ReadyTimeout = time.Minute
+		tc.set(&o)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		b, err := natsbus.Connect(ctx, o)
+		cancel()
+		if err == nil {
+			_ = b.Close()
+			t.Fatalf("%s port %d held elsewhere: Connect succeeded", tc.what, port)
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) || !strings.Contains(err.Error(), tc.what+" port") {
+			t.Errorf("%s port held elsewhere: %v; want the bind's EADDRINUSE naming the %s port", tc.what, err, tc.what)
+		}
+	}
+	if left, _ := os.ReadDir(os.TempDir()); len(left) != 0 {
+		t.Errorf("a failed start left %d entries in its temp dir", len(left))
+	}
 }

@@ -7,12 +7,13 @@
 package clustertest
 
 import (
-	"net"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/asyncrl/asyncrl/internal/netx"
 )
 
 // WaitFor polls cond until it holds or the deadline passes.
@@ -41,21 +42,13 @@ func BuildBinary(t *testing.T) string {
 	return bin
 }
 
-// FreePorts returns n distinct free loopback ports.
+// FreePorts returns n distinct free loopback ports, drawn below the
+// kernel's ephemeral range (netx.FreePorts says why).
 func FreePorts(t *testing.T, n int) []int {
 	t.Helper()
-	var out []int
-	var ls []net.Listener
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		_ = l.Close()
+	out, err := netx.FreePorts(n)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return out
 }

@@ -5,32 +5,53 @@ package natstest
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"net"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/asyncrl/asyncrl/internal/netx"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
 )
 
-// FreePort returns a free loopback port.
+// FreePort returns a free loopback port, drawn below the kernel's
+// ephemeral range (netx.FreePorts says why).
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := netx.FreePorts(1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return p[0]
 }
 
 // Cluster starts n embedded servers joined by routes, each with JetStream
 // on a temporary store, named node-0 … node-<n-1> (their JetStream server
 // names), and waits until every one answers. Each bus is closed at the
-// end of the test (closing one earlier is a server's death).
+// end of the test (closing one earlier is a server's death). A route port
+// taken between its draw and the server's start (another process named
+// it) fails that start at once; the cluster is then started again on
+// fresh ports, up to three times.
 func Cluster(t testing.TB, n int) []*natsbus.Bus {
 	t.Helper()
+	for try := 1; ; try++ {
+		buses, err := startCluster(t, n)
+		if err == nil {
+			for _, b := range buses {
+				t.Cleanup(func() { _ = b.Close() })
+			}
+			return buses
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) || try == 3 {
+			t.Fatal(err)
+		}
+		t.Logf("natstest: cluster start %d: %v; again on fresh ports", try, err)
+	}
+}
+
+func startCluster(t testing.TB, n int) ([]*natsbus.Bus, error) {
 	ports := make([]int, n)
 	routes := make([]string, n)
 	for i := range n {
@@ -63,13 +84,13 @@ func Cluster(t testing.TB, n int) []*natsbus.Bus {
 		}
 		buses[r.i] = r.b
 	}
-	for _, b := range buses {
-		if b != nil {
-			t.Cleanup(func() { _ = b.Close() })
-		}
-	}
 	if firstErr != nil {
-		t.Fatal(firstErr)
+		for _, b := range buses {
+			if b != nil {
+				_ = b.Close()
+			}
+		}
+		return nil, firstErr
 	}
-	return buses
+	return buses, nil
 }
