@@ -6,6 +6,7 @@ import (
 	"net"
 	neturl "net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -18,6 +19,7 @@ import (
 	"github.com/asyncrl/asyncrl/transport"
 	"github.com/asyncrl/asyncrl/transport/bustest"
 	"github.com/asyncrl/asyncrl/transport/natsbus"
+	"github.com/asyncrl/asyncrl/transport/natsbus/natstest"
 )
 
 func TestMain(m *testing.M) {
@@ -379,16 +381,7 @@ func TestClusterRoutes(t *testing.T) {
 	}
 }
 
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	_, p, _ := net.SplitHostPort(l.Addr().String())
-	return p
-}
+func freePort(t *testing.T) string { return strconv.Itoa(natstest.FreePort(t)) }
 
 // A port another process holds fails the embedded server's start at once,
 // with the bind's own error, and leaves no temporary store behind: the
