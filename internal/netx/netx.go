@@ -1,7 +1,9 @@
 // Package netx holds the two checks every asyncrl listener shares: whether
 // an address binds loopback only (off loopback a listener needs its
 // credentials: the router's admin token, the engine's API key, the bus's
-// TLS and users) and a constant-time bearer-token check.
+// TLS and users) and a constant-time bearer-token check; the engines' key
+// transport; and FreePorts, loopback ports for a listener that must be told
+// its port before it starts (the test clusters' routes and nodes).
 package netx
 
 import (
