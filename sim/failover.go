@@ -29,7 +29,7 @@ import (
 // Timing of the failover world.
 const (
 	leaseTTL      = 2 * time.Second
-	resignBackoff = 500 * msec // a stepped-down node's next elector contends after this
+	resignBackoff = 500 * msec // term.Config.Recontend: a stepped-down node's next elector contends after this (doubling after failed terms in a row)
 	tickEvery     = 250 * msec
 	observeEvery  = time.Second
 	statusEvery   = 500 * msec

@@ -322,8 +322,9 @@ func (n *tnode) kvDelay() (time.Duration, bool) {
 // resign gives the lease up as the agent does when its term steps down:
 // the elector's Run ends and resigns (a delete at the held revision, lost
 // like any call while cut off), and the next contention opens a fresh
-// elector after a pause.
-func (n *tnode) resign() {
+// elector after the wait the core's StepDown named (longer after failed
+// terms in a row: term.Config.Recontend).
+func (n *tnode) resign(wait time.Duration) {
 	w := n.w
 	now := w.now()
 	if rev, ok := n.el.Resignable(now); ok { // held, or its landed Create being confirmed
@@ -336,7 +337,7 @@ func (n *tnode) resign() {
 			}
 		})
 	}
-	n.newElector(resignBackoff)
+	n.newElector(wait)
 }
 
 // checkLease is the lease's safety: a contender whose core told it that

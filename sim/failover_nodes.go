@@ -72,7 +72,7 @@ func (n *tnode) boot() {
 	n.marks, n.marksWait, n.claimed, n.blocked, n.inbox = 0, nil, nil, false, nil
 	n.stopping, n.lastNotice = false, nil
 	n.host, n.view = newRankHost(), nil
-	c, err := term.New(term.Config{Node: n.name, Run: runID, Steps: int64(w.cfg.Steps), Checkpoints: true,
+	c, err := term.New(term.Config{Node: n.name, Run: runID, Steps: int64(w.cfg.Steps), Checkpoints: true, Recontend: resignBackoff,
 		Watch: termwatch.Config{StallAfter: max(3*w.cfg.ProgressBound, giveUpAfter()+5*time.Second), UnhealthyAfter: termwatch.DefaultConfig().UnhealthyAfter,
 			StartAfter: w.cfg.ProgressBound / 2},
 		Plant: w.plant()})
@@ -251,7 +251,7 @@ func (n *tnode) apply(e term.Effect, tok uint64) {
 	case term.SendLoadWeights:
 		n.sendLoadWeights(v, tok)
 	case term.StepDown:
-		n.resign()
+		n.resign(v.Wait)
 		if n.stopping {
 			n.later(0, "", func() {
 				w.logf("%s: stopped", n.name)

@@ -16,15 +16,21 @@ import (
 // contend runs the trainer lease: while this node holds it (and its side
 // has quorum) it runs the training pipeline; when the lease is lost, the
 // side loses quorum or the term fails, the pipeline stops, the lease is
-// given up and the node goes back to standby.
+// given up and the node goes back to standby. It contends again after
+// the wait the core's StepDown names (longer after failed terms in a row,
+// term.Config.Recontend), carrying the count into the next core.
 func (a *Agent) contend(ctx context.Context) {
+	failed := 0
 	for ctx.Err() == nil {
+		wait := term.DefaultRecontend
 		if a.quorate() {
-			a.contendOnce(ctx)
+			if down := a.contendOnce(ctx, failed); down != nil {
+				wait, failed = down.Wait, down.FailedInARow
+			}
 		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(time.Second):
+		case <-time.After(wait):
 		}
 	}
 }
@@ -50,17 +56,21 @@ type contention struct {
 }
 
 // contendOnce contends for the lease until ctx ends or the core gives the
-// lease up (quorum lost, a minority won it, the term failed).
-func (a *Agent) contendOnce(ctx context.Context) {
-	core, err := term.New(a.termConfig())
+// lease up (quorum lost, a minority won it, the term failed); failed seeds
+// the core's count of failed terms. It returns the core's StepDown (nil:
+// ctx ended first).
+func (a *Agent) contendOnce(ctx context.Context, failed int) *term.StepDown {
+	cfg := a.termConfig()
+	cfg.FailedInARow = failed
+	core, err := term.New(cfg)
 	if err != nil {
 		a.log.Error().Err(err).Msg("node: trainer lease")
-		return
+		return nil
 	}
 	c := &contention{a: a, ctx: ctx, core: core, box: newInbox()}
 	e, ok := c.elector()
 	if !ok {
-		return
+		return nil
 	}
 	// The elector outlives the loop until the pipeline stopped: resigning
 	// while it still runs would let a standby start a term next to it.
@@ -74,6 +84,7 @@ func (a *Agent) contendOnce(ctx context.Context) {
 	go func() { defer close(qdone); c.watchQuorum(qctx) }()
 	defer func() { qcancel(); <-qdone }()
 	c.run()
+	return c.down
 }
 
 // elector opens the trainer lease's elector; false when ctx ended first.

@@ -35,16 +35,19 @@ type EventRecord struct {
 	// step-down, the watch's (termwatch.Reason).
 	Reason string `json:"reason,omitempty"`
 	// StepDown marks a watch event that steps the term down.
-	StepDown bool      `json:"step_down,omitempty"`
-	Err      string    `json:"err,omitempty"`
-	Time     time.Time `json:"time"`
-	Line     string    `json:"line"`
+	StepDown bool `json:"step_down,omitempty"`
+	// WaitS: a resignation's wait in seconds before the node contends
+	// again (Count: its terms failed since its last durable step).
+	WaitS float64   `json:"wait_s,omitempty"`
+	Err   string    `json:"err,omitempty"`
+	Time  time.Time `json:"time"`
+	Line  string    `json:"line"`
 }
 
 // termRecord is e's record, written by agent at now.
 func termRecord(agent string, now time.Time, e term.Event) EventRecord {
 	r := EventRecord{Kind: e.Kind.String(), Agent: agent, Token: e.Token, Step: e.Step, Version: e.Version,
-		Count: e.Count, Node: e.Node, Dep: e.Dep, Reason: string(e.Reason), Err: e.Err, Time: now, Line: e.String()}
+		Count: e.Count, Node: e.Node, Dep: e.Dep, Reason: string(e.Reason), Err: e.Err, WaitS: e.Wait.Seconds(), Time: now, Line: e.String()}
 	if e.Kind == term.Watch {
 		r.Dep, r.Err = e.Watch.Dep, e.Watch.Err
 		if e.Watch.Kind == termwatch.StepDown {

@@ -35,6 +35,19 @@ type Config struct {
 	// ResendEvery how often an engine that has not acked its target is
 	// sent it again (default 2s).
 	AnnounceEvery, ResendEvery time.Duration
+	// Recontend is how long a node that gave the lease up waits before it
+	// contends again (StepDown.Wait; default DefaultRecontend). After
+	// terms that failed (ReasonFailed, ReasonStalled) since this node last
+	// made a step durable, the wait doubles with each after the first, up
+	// to RecontendMax
+	// (default DefaultRecontendMax): a node whose terms cannot start — a
+	// trainer it cannot run, a state it cannot load — stops taking the
+	// lease every second from a standby that could train.
+	Recontend, RecontendMax time.Duration
+	// FailedInARow seeds that count: this node's terms that failed since
+	// its last durable step, before this core (a shell that makes a core
+	// per contention carries StepDown.FailedInARow over).
+	FailedInARow int
 	// Plant plants bugs for the simulator (sim's failover scenario);
 	// production leaves it zero, the correct core.
 	Plant Plant
@@ -98,6 +111,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: Steps %d (want > 0)", ErrBadConfig, c.Steps)
 	case c.AnnounceEvery < 0 || c.ResendEvery < 0:
 		return fmt.Errorf("%w: AnnounceEvery %s, ResendEvery %s (want >= 0; 0 is the default)", ErrBadConfig, c.AnnounceEvery, c.ResendEvery)
+	case c.Recontend < 0 || c.RecontendMax < 0:
+		return fmt.Errorf("%w: Recontend %s, RecontendMax %s (want >= 0; 0 is the default)", ErrBadConfig, c.Recontend, c.RecontendMax)
+	case c.RecontendMax > 0 && c.RecontendMax < c.Recontend:
+		return fmt.Errorf("%w: RecontendMax %s below Recontend %s", ErrBadConfig, c.RecontendMax, c.Recontend)
+	case c.FailedInARow < 0:
+		return fmt.Errorf("%w: FailedInARow %d (want >= 0)", ErrBadConfig, c.FailedInARow)
 	}
 	if err := c.Watch.Validate(); err != nil {
 		return fmt.Errorf("%w: Watch: %w", ErrBadConfig, err)
@@ -148,7 +167,10 @@ type Core struct {
 	done    bool
 	live    map[string]Member // the latest membership
 	t       *termState        // the running term (nil in standby and claiming)
-	ready   Ready
+	// failed counts this node's terms that failed (ReasonFailed,
+	// ReasonStalled) since its last durable step (Config.FailedInARow).
+	failed int
+	ready  Ready
 }
 
 // New returns a standby core; this node's side starts quorate (it knows
@@ -160,13 +182,37 @@ func New(cfg Config) (*Core, error) {
 	if cfg.ResendEvery == 0 {
 		cfg.ResendEvery = 2 * time.Second
 	}
+	if cfg.Recontend == 0 {
+		cfg.Recontend = DefaultRecontend
+	}
+	if cfg.RecontendMax == 0 {
+		cfg.RecontendMax = max(DefaultRecontendMax, cfg.Recontend)
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if cfg.Plant.NoStartBound {
 		cfg.Watch.StartAfter = 0
 	}
-	return &Core{cfg: cfg, quorate: true, live: map[string]Member{}}, nil
+	return &Core{cfg: cfg, quorate: true, live: map[string]Member{}, failed: cfg.FailedInARow}, nil
+}
+
+// The waits before a node that gave the lease up contends again
+// (Config.Recontend, Config.RecontendMax).
+const (
+	DefaultRecontend    = time.Second
+	DefaultRecontendMax = 30 * time.Second
+)
+
+// recontendWait is the wait after this node's failed terms in a row:
+// Recontend, doubled for each after the first (1s, 1s, 2s, 4s … with the
+// default), at most RecontendMax.
+func (c *Core) recontendWait() time.Duration {
+	w := c.cfg.Recontend
+	for i := 1; i < c.failed && w < c.cfg.RecontendMax; i++ {
+		w *= 2
+	}
+	return min(w, c.cfg.RecontendMax)
 }
 
 // Ready returns the effects to apply, in order, and the events since the
@@ -393,9 +439,15 @@ func (c *Core) leaseChanged(now time.Time, v LeaseChanged) {
 func (c *Core) toStandby() { c.phase, c.token, c.t = standby, 0, nil }
 
 // stepDown gives the lease up (after StopPipeline, where one runs).
+// A failed or stalled term counts toward the wait before this node
+// contends again (recontendWait); the count is carried in the StepDown.
 func (c *Core) stepDown(r Reason) {
-	c.effect(StepDown{Reason: r})
-	c.event(Event{Kind: Resigned, Token: c.token, Reason: r})
+	if r == ReasonFailed || r == ReasonStalled {
+		c.failed++
+	}
+	wait := c.recontendWait()
+	c.effect(StepDown{Reason: r, Wait: wait, FailedInARow: c.failed})
+	c.event(Event{Kind: Resigned, Token: c.token, Reason: r, Count: c.failed, Wait: wait})
 	c.toStandby()
 }
 

@@ -3,6 +3,7 @@ package term
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/asyncrl/asyncrl/cluster/termwatch"
 )
@@ -116,7 +117,14 @@ type (
 	// Done: the run is complete (close Agent.Done). Once per core.
 	Done struct{}
 	// StepDown: give the trainer lease up (resign).
-	StepDown struct{ Reason Reason }
+	StepDown struct {
+		Reason Reason
+		// Wait is how long the node waits before it contends again;
+		// FailedInARow its terms that failed since its last durable step
+		// (Config.Recontend says how one gives the other).
+		Wait         time.Duration
+		FailedInARow int
+	}
 )
 
 func (ClaimProgress) isEffect()    {}
@@ -203,6 +211,9 @@ type Event struct {
 	SameVersion       float64
 	SameVersionTokens int64
 	Watch             termwatch.Event
+	// Wait: how long the node waits before it contends again (Resigned;
+	// Count is its terms failed since its last durable step).
+	Wait time.Duration
 }
 
 // String is the line the node prints (the prose of the agent's events).
@@ -215,6 +226,10 @@ func (e Event) String() string {
 	case QuorumLost:
 		return "lost quorum: training stops"
 	case Resigned:
+		if e.Count > 0 {
+			return fmt.Sprintf("lease trainer resigned (%s); %d failed term(s) in a row (since its last durable step): contending again in %s",
+				e.Reason, e.Count, e.Wait)
+		}
 		return fmt.Sprintf("lease trainer resigned (%s)", e.Reason)
 	case TermFailed:
 		return "training failed: " + e.Err

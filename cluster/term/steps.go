@@ -227,6 +227,7 @@ func (c *Core) progressSaved(now time.Time, v ProgressSaved) {
 		}
 	}
 	t.watch.StepDone(now)
+	c.failed = 0
 	c.event(Event{Kind: StepDurable, Token: c.token, Step: p.Step, Version: p.Version, Reward: s.Reward, Mismatch: s.Mismatch,
 		SameVersion: s.SameVersion, SameVersionTokens: s.SameVersionTokens})
 	if !c.cfg.Plant.MarkBeforeDurable {
