@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -109,6 +110,9 @@ func (c *Config) normalize() error {
 	if c.Replicas == 0 {
 		c.Replicas = 1
 	}
+	if err := c.checkTrainerExec(); err != nil {
+		return err
+	}
 	if err := c.checkRouterListen(); err != nil {
 		return err
 	}
@@ -132,6 +136,20 @@ func (c *Config) normalize() error {
 	}
 	if err := (termwatch.Config{StallAfter: c.StallAfter, UnhealthyAfter: c.UnhealthyAfter, StartAfter: c.StartAfter}).Validate(); err != nil {
 		return fmt.Errorf("%w: --stall-after/--unhealthy-after/--start-after: %w", ErrConfig, err)
+	}
+	return nil
+}
+
+// checkTrainerExec refuses a trainer node whose trainer.exec command is
+// not on this host: the node would find out only once it won the lease,
+// and fail every term it took (waiting longer each time, term.Config
+// Recontend) instead of refusing to start.
+func (c *Config) checkTrainerExec() error {
+	if !c.has(placement.Trainer) || c.Run.Trainer.Backend != config.BackendExec || len(c.Run.Trainer.Exec) == 0 {
+		return nil
+	}
+	if _, err := exec.LookPath(c.Run.Trainer.Exec[0]); err != nil {
+		return fmt.Errorf("%w: trainer.exec %q: the trainer role runs it on this node: %w", ErrConfig, c.Run.Trainer.Exec[0], err)
 	}
 	return nil
 }

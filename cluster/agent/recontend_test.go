@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -12,8 +14,8 @@ import (
 	"github.com/asyncrl/asyncrl/internal/syncbuf"
 )
 
-// A node whose terms cannot start — its trainer command does not exist
-// on this host — waits longer before each new contention: the count of
+// A node whose terms cannot start — its trainer command exits at once
+// (/bin/false) — waits longer before each new contention: the count of
 // failed terms outlives the term core of one contention (the agent makes
 // a core per contention and carries StepDown.FailedInARow into the next),
 // and the node waits the StepDown's wait before it takes the lease again.
@@ -21,7 +23,8 @@ import (
 func TestFailingTermsBackOff(t *testing.T) {
 	cfg := agentRunConfig(t, 3)
 	cfg.Trainer.Backend = config.BackendExec
-	cfg.Trainer.Exec = []string{"/nonexistent/asyncrl-trainer"}
+	cfg.Trainer.Exec = []string{"/bin/false"}
+	cfg.Trainer.ExecRestarts = 0 // the term fails at the first exit
 	var ev, evj syncbuf.Buffer
 	a := testAgent(t, externalBus(t), Config{Name: "n1", Roles: []string{placement.Trainer, placement.Engine, placement.Rollout},
 		Run: cfg, Events: &ev, EventsJSON: &evj})
@@ -54,8 +57,23 @@ func TestFailingTermsBackOff(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("events:\n%s", ev.String())
 	if !strings.Contains(resigned[0].Line, "contending again in 1s") {
 		t.Errorf("the resignation's line does not say the wait: %q", resigned[0].Line)
 	}
+}
+
+// A trainer node whose trainer.exec command is not on its host refuses to
+// start, naming the command: it would otherwise learn it only when it
+// won the lease, and fail every term it took.
+func TestTrainerExecMissingRefusedAtStart(t *testing.T) {
+	cfg := agentRunConfig(t, 3)
+	cfg.Trainer.Backend = config.BackendExec
+	cfg.Trainer.Exec = []string{"/nonexistent/asyncrl-trainer"}
+	_, err := Start(context.Background(), Config{Name: "n1", Roles: []string{placement.Trainer}, Run: cfg})
+	if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), `trainer.exec "/nonexistent/asyncrl-trainer"`) {
+		t.Fatalf("err = %v; want ErrConfig naming trainer.exec", err)
+	}
+	// A node without the trainer role does not run it: no check.
+	a := testAgent(t, externalBus(t), Config{Name: "n2", Roles: []string{placement.Engine}, Run: cfg})
+	a.Stop()
 }
