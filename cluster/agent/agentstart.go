@@ -149,6 +149,9 @@ func (c *Config) checkTrainerExec() error {
 		return nil
 	}
 	if _, err := exec.LookPath(c.Run.Trainer.Exec[0]); err != nil {
+		if ee, ok := errors.AsType[*exec.Error](err); ok {
+			err = ee.Err // its text names the command again
+		}
 		return fmt.Errorf("%w: trainer.exec %q: the trainer role runs it on this node: %w", ErrConfig, c.Run.Trainer.Exec[0], err)
 	}
 	return nil

@@ -36,13 +36,14 @@ type Config struct {
 	// sent it again (default 2s).
 	AnnounceEvery, ResendEvery time.Duration
 	// Recontend is how long a node that gave the lease up waits before it
-	// contends again (StepDown.Wait; default DefaultRecontend). After
-	// terms that failed (ReasonFailed, ReasonStalled) since this node last
-	// made a step durable, the wait doubles with each after the first, up
-	// to RecontendMax
-	// (default DefaultRecontendMax): a node whose terms cannot start — a
-	// trainer it cannot run, a state it cannot load — stops taking the
-	// lease every second from a standby that could train.
+	// contends again (StepDown.Wait; default DefaultRecontend, or
+	// RecontendMax if that is smaller). After a term that failed
+	// (ReasonFailed, ReasonStalled), the wait doubles with each of this
+	// node's failed terms since its last durable step after the first, up
+	// to RecontendMax (default DefaultRecontendMax, or Recontend if that is
+	// larger): a node whose terms cannot start — a trainer it cannot run,
+	// a state it cannot load — stops taking the lease every second from a
+	// standby that could train. Other step-downs wait Recontend.
 	Recontend, RecontendMax time.Duration
 	// FailedInARow seeds that count: this node's terms that failed since
 	// its last durable step, before this core (a shell that makes a core
@@ -111,8 +112,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: Steps %d (want > 0)", ErrBadConfig, c.Steps)
 	case c.AnnounceEvery < 0 || c.ResendEvery < 0:
 		return fmt.Errorf("%w: AnnounceEvery %s, ResendEvery %s (want >= 0; 0 is the default)", ErrBadConfig, c.AnnounceEvery, c.ResendEvery)
-	case c.Recontend < 0 || c.RecontendMax < 0:
-		return fmt.Errorf("%w: Recontend %s, RecontendMax %s (want >= 0; 0 is the default)", ErrBadConfig, c.Recontend, c.RecontendMax)
+	case c.Recontend < 0:
+		return fmt.Errorf("%w: Recontend %s (want >= 0; 0 is the default)", ErrBadConfig, c.Recontend)
+	case c.RecontendMax < 0:
+		return fmt.Errorf("%w: RecontendMax %s (want >= 0; 0 is the default)", ErrBadConfig, c.RecontendMax)
 	case c.RecontendMax > 0 && c.RecontendMax < c.Recontend:
 		return fmt.Errorf("%w: RecontendMax %s below Recontend %s", ErrBadConfig, c.RecontendMax, c.Recontend)
 	case c.FailedInARow < 0:
@@ -182,14 +185,16 @@ func New(cfg Config) (*Core, error) {
 	if cfg.ResendEvery == 0 {
 		cfg.ResendEvery = 2 * time.Second
 	}
-	if cfg.Recontend == 0 {
-		cfg.Recontend = DefaultRecontend
-	}
-	if cfg.RecontendMax == 0 {
-		cfg.RecontendMax = max(DefaultRecontendMax, cfg.Recontend)
-	}
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.Validate(); err != nil { // the values as given
 		return nil, err
+	}
+	switch {
+	case cfg.Recontend == 0 && cfg.RecontendMax == 0:
+		cfg.Recontend, cfg.RecontendMax = DefaultRecontend, DefaultRecontendMax
+	case cfg.Recontend == 0:
+		cfg.Recontend = min(DefaultRecontend, cfg.RecontendMax)
+	case cfg.RecontendMax == 0:
+		cfg.RecontendMax = max(DefaultRecontendMax, cfg.Recontend)
 	}
 	if cfg.Plant.NoStartBound {
 		cfg.Watch.StartAfter = 0
@@ -204,15 +209,24 @@ const (
 	DefaultRecontendMax = 30 * time.Second
 )
 
-// recontendWait is the wait after this node's failed terms in a row:
-// Recontend, doubled for each after the first (1s, 1s, 2s, 4s … with the
-// default), at most RecontendMax.
-func (c *Core) recontendWait() time.Duration {
+// recontendWait is the wait after a step-down for r: Recontend, and
+// after a failed or stalled term Recontend doubled for each of this
+// node's failed terms in a row after the first (1s, 1s, 2s, 4s … with the
+// default), at most RecontendMax. A step-down that is no failure of this
+// node's (quorum, fenced, stopping) keeps the count and waits Recontend:
+// a node that regains quorum contends again at once.
+func (c *Core) recontendWait(r Reason) time.Duration {
 	w := c.cfg.Recontend
+	if r != ReasonFailed && r != ReasonStalled {
+		return w
+	}
 	for i := 1; i < c.failed && w < c.cfg.RecontendMax; i++ {
+		if w > c.cfg.RecontendMax/2 {
+			return c.cfg.RecontendMax // doubling would pass it (or overflow)
+		}
 		w *= 2
 	}
-	return min(w, c.cfg.RecontendMax)
+	return w
 }
 
 // Ready returns the effects to apply, in order, and the events since the
@@ -445,7 +459,7 @@ func (c *Core) stepDown(r Reason) {
 	if r == ReasonFailed || r == ReasonStalled {
 		c.failed++
 	}
-	wait := c.recontendWait()
+	wait := c.recontendWait(r)
 	c.effect(StepDown{Reason: r, Wait: wait, FailedInARow: c.failed})
 	c.event(Event{Kind: Resigned, Token: c.token, Reason: r, Count: c.failed, Wait: wait})
 	c.toStandby()

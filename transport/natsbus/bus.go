@@ -1,6 +1,7 @@
 package natsbus
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -211,7 +212,8 @@ func probeListeners(o *server.Options) error {
 		if l.port <= 0 {
 			continue
 		}
-		ln, err := net.Listen("tcp", net.JoinHostPort(l.host, strconv.Itoa(l.port)))
+		host := cmp.Or(l.host, "0.0.0.0") // the server's own default host (server.DEFAULT_HOST)
+		ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(l.port)))
 		if err != nil {
 			return fmt.Errorf("natsbus: embedded server's %s port: %w", l.what, err)
 		}
