@@ -185,8 +185,12 @@ func (b *Bus) startServer(ctx context.Context) error {
 		wait = max(time.Until(dl), time.Millisecond)
 	}
 	if !srv.ReadyForConnections(wait) {
-		// The server keeps a listener's error to itself (with NoLog its
-		// Fatalf neither logs nor exits); its health check names it.
+		// The server keeps a listener's error to itself: it stores it
+		// (routeListenerErr, nats-server v2.15.2 server/route.go) and calls
+		// Fatalf, which without a logger (NoLog) neither logs nor exits
+		// (server/log.go executeLogCall); ReadyForConnections drops the
+		// reason (server/server.go readyForConnections), and the health
+		// check returns it.
 		why := srv.Healthz(nil).Error
 		b.stopServer()
 		if why != "" {
@@ -212,7 +216,7 @@ func probeListeners(o *server.Options) error {
 		if l.port <= 0 {
 			continue
 		}
-		host := cmp.Or(l.host, "0.0.0.0") // the server's own default host (server.DEFAULT_HOST)
+		host := cmp.Or(l.host, server.DEFAULT_HOST) // the server's own default for an empty host (nats-server v2.15.2 server/opts.go setBaselineOptions)
 		ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(l.port)))
 		if err != nil {
 			return fmt.Errorf("natsbus: embedded server's %s port: %w", l.what, err)
