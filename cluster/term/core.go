@@ -220,7 +220,7 @@ func (c *Core) recontendWait(r Reason) time.Duration {
 	if r != ReasonFailed && r != ReasonStalled {
 		return w
 	}
-	for i := 1; i < c.failed && w < c.cfg.RecontendMax; i++ {
+	for i := 1; i < c.failed; i++ {
 		if w > c.cfg.RecontendMax/2 {
 			return c.cfg.RecontendMax // doubling would pass it (or overflow)
 		}
